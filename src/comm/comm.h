@@ -1,0 +1,86 @@
+/*
+ * The one communication interface. Everything above src/comm/ (core, train, data, ckpt) talks
+ * to other processes only through these functions; backends (self, shm, later mpi and nccl)
+ * implement accel__comm_backend and are chosen by name in accel__comm_new.
+ *
+ * Semantics (all backends): every process calls the same collectives in the same order with
+ * the same count/dtype/op/root. Counts are elements. reduce_scatter/allgather use the partition
+ * of accel_chunk_range. F16/BF16/F8 reduce with fp32 accumulation. Every wait has the deadline
+ * given at creation; a dead peer is detected within seconds and reported as ACCEL_EPEER naming
+ * the rank; after any failure the communicator is broken and every later call fails fast.
+ *
+ * Async: accel__comm_submit_* queue the operation to the communicator's progress thread, which
+ * runs queued operations in issue order. Blocking calls run on the caller's thread when nothing
+ * is queued, else they queue and wait, so the global order is always the issue order.
+ */
+#ifndef ACCEL_COMM_H
+#define ACCEL_COMM_H
+
+#include <stddef.h>
+
+#include "accel/collectives.h"
+#include "accel/tensor.h"
+
+typedef struct accel__comm accel__comm;
+
+typedef enum accel__coll_kind {
+    ACCEL__COLL_ALLREDUCE,
+    ACCEL__COLL_REDUCE_SCATTER,
+    ACCEL__COLL_ALLGATHER,
+    ACCEL__COLL_BROADCAST,
+    ACCEL__COLL_REDUCE,
+    ACCEL__COLL_GATHER,
+    ACCEL__COLL_BARRIER
+} accel__coll_kind;
+
+/* One collective call, as queued or run. */
+typedef struct accel__coll {
+    accel__coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count; /* see each function below */
+    accel_dtype dtype;
+    accel_reduce_op op;
+    int root;
+} accel__coll;
+
+typedef struct accel__comm_config {
+    const char *backend; /* "self", "shm", ... */
+    int rank, n_ranks;
+    int local_rank, local_n_ranks;
+    const char *job_id;  /* names shared resources (shm segment); unique per job */
+    double timeout_s;    /* deadline for every wait */
+} accel__comm_config;
+
+/* A backend: run one collective synchronously on the calling thread. Must validate nothing
+ * (accel__comm_run does) and must report failures through accel__seterr(NULL, ...). */
+typedef struct accel__comm_backend {
+    const char *name;
+    accel_status (*init)(accel__comm *c, void **impl);
+    accel_status (*run)(accel__comm *c, void *impl, const accel__coll *op);
+    void (*destroy)(accel__comm *c, void *impl);
+} accel__comm_backend;
+
+/* Creates a communicator (collective over all ranks). On failure the thread error names the
+ * cause (peer, timeout, unknown backend). */
+accel_status accel__comm_new(accel__comm **out, const accel__comm_config *cfg);
+/* Stops the progress thread (waiting for queued work) and releases the backend. Accepts NULL. */
+void accel__comm_free(accel__comm *c);
+
+int accel__comm_rank(const accel__comm *c);
+int accel__comm_n_ranks(const accel__comm *c);
+const char *accel__comm_backend_name(const accel__comm *c);
+double accel__comm_timeout(const accel__comm *c);
+
+/* Runs (blocking) or queues (work != NULL) one collective after validating it. The count of
+ * each kind: ALLREDUCE/BROADCAST/REDUCE: elements of the buffer; REDUCE_SCATTER/ALLGATHER: the
+ * total, each rank owning its chunk; GATHER: elements sent per rank. */
+accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work);
+
+/* Convenience wrappers over accel__comm_run (blocking). */
+accel_status accel__allreduce(accel__comm *c, const void *send, void *recv, size_t count,
+                              accel_dtype dt, accel_reduce_op op);
+accel_status accel__broadcast(accel__comm *c, void *buf, size_t count, accel_dtype dt, int root);
+accel_status accel__barrier(accel__comm *c);
+
+#endif /* ACCEL_COMM_H */

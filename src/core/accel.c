@@ -1,0 +1,589 @@
+/*
+ * The accelerator handle: option resolution (argument > environment > config file > default),
+ * the process layout read from the launcher's environment, the communicator, state queries and
+ * process control. After accel_init every field of acc->opt is resolved, so no other module
+ * re-reads the environment.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "comm/comm.h"
+#include "internal.h"
+
+accel_options accel_options_default(void)
+{
+    accel_options o;
+    memset(&o, 0, sizeof(o));
+    o.size = (uint32_t)sizeof(o);
+    o.version = ACCEL_OPTIONS_VERSION;
+    o.cpu = -1;
+    o.timeout_s = -1;
+    o.debug = -1;
+    o.mixed_precision = ACCEL_PRECISION_UNSET;
+    o.sync_with_dataloader = -1;
+    o.sync_each_batch = -1;
+    o.adjust_scheduler = -1;
+    o.step_scheduler_with_optimizer = -1;
+    o.split_batches = -1;
+    o.dispatch_batches = -1;
+    o.even_batches = -1;
+    o.use_seedable_sampler = -1;
+    o.bucket_cap_mb = -1;
+    o.first_bucket_mb = -1;
+    o.overlap_comm = -1;
+    o.comm_dtype = -1;
+    o.init_scale = -1;
+    o.growth_factor = -1;
+    o.backoff_factor = -1;
+    o.automatic_checkpoint_naming = -1;
+    o.iteration = -1;
+    o.save_on_each_node = -1;
+    return o;
+}
+
+/* ---- process layout ---- */
+
+typedef struct layout {
+    int rank, n_ranks, local_rank, local_n_ranks;
+    int launched; /* a launcher set LOCAL_RANK (or equivalent): Accelerate's MULTI_CPU rule */
+} layout;
+
+/* One family of launcher variables: the first family whose world-size variable is set wins. */
+static const char *const layout_sources[][4] = {
+    {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK",
+     "MV2_COMM_WORLD_LOCAL_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+/* Reads an int variable into *v; ENOTFOUND leaves *v as is. Range-checks against INT. */
+static accel_status env_int_opt(const char *name, int *v, int *found)
+{
+    long long x;
+    accel_status st = accel__env_int(name, &x);
+    if (st == ACCEL_ENOTFOUND) {
+        return ACCEL_OK;
+    }
+    ACCEL_TRY(st);
+    if (x < 0 || x > 1 << 24) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "environment variable %s=%lld is out of range",
+                             name, x);
+    }
+    *v = (int)x;
+    if (found != NULL) {
+        *found = 1;
+    }
+    return ACCEL_OK;
+}
+
+static accel_status read_layout(layout *l)
+{
+    memset(l, 0, sizeof(*l));
+    l->n_ranks = 1;
+    l->local_n_ranks = 1;
+    for (size_t i = 0; i < sizeof(layout_sources) / sizeof(layout_sources[0]); i++) {
+        const char *const *src = layout_sources[i];
+        int have_world = 0, have_rank = 0, have_local = 0, have_local_n = 0;
+        int rank = 0, world = 1, local = 0, local_n = 0;
+        ACCEL_TRY(env_int_opt(src[1], &world, &have_world));
+        ACCEL_TRY(env_int_opt(src[0], &rank, &have_rank));
+        ACCEL_TRY(env_int_opt(src[2], &local, &have_local));
+        ACCEL_TRY(env_int_opt(src[3], &local_n, &have_local_n));
+        if (!have_world && !have_rank && !have_local) {
+            continue;
+        }
+        if (!have_world) {
+            world = 1;
+        }
+        if (world < 1) {
+            return accel__seterr(NULL, ACCEL_EINVAL, "environment variable %s=%d must be >= 1",
+                                 src[1], world);
+        }
+        if (!have_rank && world > 1) {
+            return accel__seterr(NULL, ACCEL_EINVAL, "%s=%d is set but %s is not", src[1], world,
+                                 src[0]);
+        }
+        if (rank >= world) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable %s=%d is not below %s=%d", src[0], rank,
+                                 src[1], world);
+        }
+        if (!have_local) {
+            /* No local rank: assume one machine, as a plain multi-process start would be. */
+            local = rank;
+        }
+        if (!have_local_n) {
+            local_n = have_local ? world : world;
+        }
+        if (local_n < 1 || local_n > world) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable %s=%d must be between 1 and %s=%d", src[3],
+                                 local_n, src[1], world);
+        }
+        if (local >= local_n) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable %s=%d is not below the local process "
+                                 "count %d",
+                                 src[2], local, local_n);
+        }
+        l->rank = rank;
+        l->n_ranks = world;
+        l->local_rank = local;
+        l->local_n_ranks = local_n;
+        l->launched = have_local || world > 1;
+        return ACCEL_OK;
+    }
+    return ACCEL_OK;
+}
+
+/* ---- option resolution ---- */
+
+static accel_status parse_precision(const char *s, accel_precision *out)
+{
+    static const char *names[] = {"no", "fp16", "bf16", "fp8"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s, names[i]) == 0) {
+            *out = (accel_precision)i;
+            return ACCEL_OK;
+        }
+    }
+    return ACCEL_EINVAL;
+}
+
+static accel_status resolve_options(accel_options *o)
+{
+    /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > "no" */
+    if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
+        const char *s;
+        o->mixed_precision = ACCEL_PRECISION_NO;
+        if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK &&
+            parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCELERATE_MIXED_PRECISION=\"%s\" is not "
+                                 "one of no, fp16, bf16, fp8",
+                                 s);
+        }
+    } else if ((int)o->mixed_precision < ACCEL_PRECISION_NO || o->mixed_precision > ACCEL_PRECISION_FP8) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option mixed_precision=%d is not valid",
+                             (int)o->mixed_precision);
+    }
+    if (o->mixed_precision == ACCEL_PRECISION_FP8) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "mixed_precision=fp8 needs a GPU with fp8 support; use bf16 or fp16");
+    }
+
+    /* gradient accumulation: argument > env > 1 (Accelerate lets the env win; we keep the one
+     * precedence rule everywhere, see docs/configuration.md). */
+    if (o->gradient_accumulation_steps < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option gradient_accumulation_steps=%d must be >= 1",
+                             o->gradient_accumulation_steps);
+    }
+    if (o->gradient_accumulation_steps == 0) {
+        long long v = 1;
+        accel_status st = accel__env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", &v);
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            return st;
+        }
+        if (v < 1 || v > 1 << 30) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCELERATE_GRADIENT_ACCUMULATION_STEPS=%lld "
+                                 "must be >= 1",
+                                 v);
+        }
+        o->gradient_accumulation_steps = (int)v;
+    }
+
+    /* cpu: OR of the argument and ACCELERATE_USE_CPU, as Accelerate. */
+    int env_cpu = 0;
+    accel_status st = accel__env_bool("ACCELERATE_USE_CPU", &env_cpu);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    o->cpu = (o->cpu > 0) || env_cpu;
+
+    if (o->debug < 0) {
+        o->debug = 0;
+        st = accel__env_bool("ACCELERATE_DEBUG_MODE", &o->debug);
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            return st;
+        }
+    }
+
+    if (o->timeout_s < 0) {
+        o->timeout_s = 1800;
+        st = accel__env_real("ACCEL_TIMEOUT", &o->timeout_s);
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            return st;
+        }
+        if (o->timeout_s <= 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_TIMEOUT=%g must be > 0",
+                                 o->timeout_s);
+        }
+    } else if (o->timeout_s == 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option timeout_s=0 must be > 0");
+    }
+
+    if (o->config_file != NULL) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "option config_file=\"%s\": config files are not supported yet",
+                             o->config_file);
+    }
+
+#define DEFAULT_FLAG(field, value)                                                             \
+    do {                                                                                       \
+        if (o->field < 0) {                                                                    \
+            o->field = (value);                                                                \
+        }                                                                                      \
+    } while (0)
+    DEFAULT_FLAG(sync_with_dataloader, 1);
+    DEFAULT_FLAG(sync_each_batch, 0);
+    DEFAULT_FLAG(adjust_scheduler, 0);
+    DEFAULT_FLAG(step_scheduler_with_optimizer, 1);
+    DEFAULT_FLAG(split_batches, 0);
+    /* dispatch_batches stays -1: its default depends on the dataset kind (data module). */
+    DEFAULT_FLAG(even_batches, 1);
+    DEFAULT_FLAG(use_seedable_sampler, 0);
+    DEFAULT_FLAG(bucket_cap_mb, 25.0);
+    DEFAULT_FLAG(first_bucket_mb, 1.0);
+    DEFAULT_FLAG(overlap_comm, 1);
+    DEFAULT_FLAG(init_scale, 65536.0);
+    DEFAULT_FLAG(growth_factor, 2.0);
+    DEFAULT_FLAG(backoff_factor, 0.5);
+    DEFAULT_FLAG(automatic_checkpoint_naming, 0);
+    DEFAULT_FLAG(iteration, 0);
+    DEFAULT_FLAG(save_on_each_node, 0);
+#undef DEFAULT_FLAG
+    if (o->growth_interval == 0) {
+        o->growth_interval = 2000;
+    }
+    if (o->growth_interval < 0 || o->total_limit < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option %s must be >= 0",
+                             o->growth_interval < 0 ? "growth_interval" : "total_limit");
+    }
+    if (o->logging_dir == NULL) {
+        o->logging_dir = o->project_dir;
+    }
+    return ACCEL_OK;
+}
+
+/* Picks the backend: the option, else ACCEL_BACKEND, else from the layout. */
+static accel_status choose_backend(const accel_options *o, const layout *l, char *out,
+                                   size_t out_nbytes)
+{
+    const char *b = o->backend;
+    if (b == NULL) {
+        accel_status st = accel__env_string("ACCEL_BACKEND", &b);
+        if (st == ACCEL_ENOTFOUND) {
+            b = NULL;
+        }
+    }
+    if (b == NULL) {
+        if (l->n_ranks == 1) {
+            b = "self";
+        } else if (l->local_n_ranks == l->n_ranks) {
+            b = "shm";
+        } else {
+            b = "mpi";
+        }
+    }
+    if (strlen(b) >= out_nbytes) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "backend name \"%s\" is too long", b);
+    }
+    strcpy(out, b);
+    return ACCEL_OK;
+}
+
+static void job_id(char *out, size_t nbytes)
+{
+    const char *id = getenv("ACCEL_JOB_ID");
+    if (id != NULL && id[0] != '\0') {
+        snprintf(out, nbytes, "%s", id);
+        return;
+    }
+    /* Started without accel launch (mpirun, a script): processes of one job share the
+     * rendezvous address, so it names the job. */
+    const char *addr = getenv("MASTER_ADDR");
+    const char *port = getenv("MASTER_PORT");
+    snprintf(out, nbytes, "%s-%s", addr ? addr : "127.0.0.1", port ? port : "29500");
+}
+
+accel_status accel_init(accel **out, const accel_options *opts)
+{
+    if (out == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
+    }
+    accel_options o = opts != NULL ? *opts : accel_options_default();
+    if (opts != NULL && (opts->size < offsetof(accel_options, log_with) || opts->version == 0)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "accel_init: options were not made by accel_options_default()");
+    }
+
+    const char *lvl;
+    if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
+        int level = accel__log_parse_level(lvl);
+        if (level < 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
+                                 "debug, info, warn, error, off",
+                                 lvl);
+        }
+        accel__log_set_level((accel__log_level)level);
+    }
+
+    layout l;
+    ACCEL_TRY(read_layout(&l));
+    ACCEL_TRY(resolve_options(&o));
+
+    accel *acc = accel__calloc(1, sizeof(*acc));
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
+    }
+    acc->opt = o;
+    /* Borrowed strings in the options must outlive accel_init: keep copies. */
+    acc->opt.backend = NULL;
+    acc->opt.project_dir = accel__strdup(o.project_dir);
+    acc->opt.logging_dir = accel__strdup(o.logging_dir);
+    acc->opt.log_with = accel__strdup(o.log_with);
+    acc->rank = l.rank;
+    acc->n_ranks = l.n_ranks;
+    acc->local_rank = l.local_rank;
+    acc->local_n_ranks = l.local_n_ranks;
+    acc->dist_type = l.launched ? ACCEL_DIST_MULTI_CPU : ACCEL_DIST_NO;
+    acc->device.type = ACCEL_DEVICE_CPU;
+    acc->device.index = 0;
+    snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
+    accel__log_set_rank(l.rank, l.n_ranks);
+
+    accel_status st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    if (st == ACCEL_OK) {
+        char id[256];
+        job_id(id, sizeof(id));
+        accel__comm_config cfg = {
+            .backend = acc->backend,
+            .rank = l.rank,
+            .n_ranks = l.n_ranks,
+            .local_rank = l.local_rank,
+            .local_n_ranks = l.local_n_ranks,
+            .job_id = id,
+            .timeout_s = o.timeout_s,
+        };
+        st = accel__comm_new(&acc->comm, &cfg);
+    }
+    if (st != ACCEL_OK) {
+        accel_free(acc);
+        return st; /* the thread error already names the cause */
+    }
+    accel__log(ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks, acc->backend);
+    *out = acc;
+    return ACCEL_OK;
+}
+
+void accel__module_set(accel *acc, accel__module_id id, void *state,
+                       void (*free_fn)(accel *acc, void *state))
+{
+    acc->modules[id].state = state;
+    acc->modules[id].free_fn = free_fn;
+}
+
+void accel_free(accel *acc)
+{
+    if (acc == NULL) {
+        return;
+    }
+    for (int i = ACCEL__MOD_COUNT - 1; i >= 0; i--) {
+        if (acc->modules[i].state != NULL && acc->modules[i].free_fn != NULL) {
+            acc->modules[i].free_fn(acc, acc->modules[i].state);
+        }
+        acc->modules[i].state = NULL;
+    }
+    accel__comm_free(acc->comm);
+    accel__free((void *)acc->opt.project_dir);
+    accel__free((void *)acc->opt.logging_dir);
+    accel__free((void *)acc->opt.log_with);
+    accel__free(acc->summary);
+    accel__free(acc);
+}
+
+/* ---- state queries ---- */
+
+int accel_process_index(const accel *acc)
+{
+    return acc->rank;
+}
+int accel_local_process_index(const accel *acc)
+{
+    return acc->local_rank;
+}
+int accel_num_processes(const accel *acc)
+{
+    return acc->n_ranks;
+}
+int accel_local_num_processes(const accel *acc)
+{
+    return acc->local_n_ranks;
+}
+int accel_is_main_process(const accel *acc)
+{
+    return acc->rank == 0;
+}
+int accel_is_local_main_process(const accel *acc)
+{
+    return acc->local_rank == 0;
+}
+int accel_is_last_process(const accel *acc)
+{
+    return acc->rank == acc->n_ranks - 1;
+}
+int accel_use_distributed(const accel *acc)
+{
+    return acc->dist_type != ACCEL_DIST_NO && acc->n_ranks > 1;
+}
+accel_distributed_type accel_distributed_type_of(const accel *acc)
+{
+    return acc->dist_type;
+}
+const char *accel_distributed_type_name(accel_distributed_type t)
+{
+    switch (t) {
+    case ACCEL_DIST_NO:
+        return "NO";
+    case ACCEL_DIST_MULTI_CPU:
+        return "MULTI_CPU";
+    case ACCEL_DIST_MULTI_GPU:
+        return "MULTI_GPU";
+    }
+    return "UNKNOWN";
+}
+accel_device accel_device_of(const accel *acc)
+{
+    return acc->device;
+}
+const char *accel_device_name(const accel *acc)
+{
+    return acc->device_name;
+}
+const char *accel_backend_name(const accel *acc)
+{
+    return acc->backend;
+}
+accel_precision accel_mixed_precision(const accel *acc)
+{
+    return acc->opt.mixed_precision;
+}
+const char *accel_precision_name(accel_precision p)
+{
+    switch (p) {
+    case ACCEL_PRECISION_NO:
+        return "no";
+    case ACCEL_PRECISION_FP16:
+        return "fp16";
+    case ACCEL_PRECISION_BF16:
+        return "bf16";
+    case ACCEL_PRECISION_FP8:
+        return "fp8";
+    case ACCEL_PRECISION_UNSET:
+        break;
+    }
+    return "unset";
+}
+int accel_gradient_accumulation_steps(const accel *acc)
+{
+    return acc->opt.gradient_accumulation_steps;
+}
+const accel_options *accel_resolved_options(const accel *acc)
+{
+    return &acc->opt;
+}
+
+const char *accel_state_summary(accel *acc)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf),
+             "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
+             "Local process index: %d\nDevice: %s\n\nMixed precision type: %s\n",
+             accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
+             acc->local_rank, acc->device_name, accel_precision_name(acc->opt.mixed_precision));
+    accel__free(acc->summary);
+    acc->summary = accel__strdup(buf);
+    return acc->summary != NULL ? acc->summary : "";
+}
+
+/* ---- process control ---- */
+
+void accel_print(const accel *acc, const char *fmt, ...)
+{
+    if (acc->rank != 0) {
+        return;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+accel_status accel_wait_for_everyone(accel *acc)
+{
+    return accel__adopt_thread_error(acc, accel__barrier(acc->comm));
+}
+
+/* The "goes first" pattern: followers wait at a barrier the leader reaches on leaving. */
+static accel_status first_begin(accel *acc, int leader)
+{
+    return leader ? ACCEL_OK : accel_wait_for_everyone(acc);
+}
+static accel_status first_end(accel *acc, int leader)
+{
+    return leader ? accel_wait_for_everyone(acc) : ACCEL_OK;
+}
+
+accel_status accel_main_process_first_begin(accel *acc)
+{
+    return first_begin(acc, acc->rank == 0);
+}
+accel_status accel_main_process_first_end(accel *acc)
+{
+    return first_end(acc, acc->rank == 0);
+}
+accel_status accel_local_main_process_first_begin(accel *acc)
+{
+    return first_begin(acc, acc->local_rank == 0);
+}
+accel_status accel_local_main_process_first_end(accel *acc)
+{
+    return first_end(acc, acc->local_rank == 0);
+}
+
+accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn, void *ctx)
+{
+    if (fn == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_on_process: fn is NULL");
+    }
+    return acc->rank == process_index ? fn(ctx) : ACCEL_OK;
+}
+accel_status accel_on_local_process(accel *acc, int local_process_index, accel_process_fn fn,
+                                    void *ctx)
+{
+    if (fn == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_on_local_process: fn is NULL");
+    }
+    return acc->local_rank == local_process_index ? fn(ctx) : ACCEL_OK;
+}
+accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx)
+{
+    return accel_on_process(acc, 0, fn, ctx);
+}
+accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *ctx)
+{
+    return accel_on_local_process(acc, 0, fn, ctx);
+}
+accel_status accel_on_last_process(accel *acc, accel_process_fn fn, void *ctx)
+{
+    return accel_on_process(acc, acc->n_ranks - 1, fn, ctx);
+}

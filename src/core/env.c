@@ -1,0 +1,164 @@
+/*
+ * Every environment variable accel reads, declared once (NCCL_PARAM style) with its type,
+ * default and meaning; `accel env` prints this table. The typed getters refuse names missing
+ * from the table, so an undocumented variable cannot creep in, and report malformed values as
+ * ACCEL_EINVAL naming the variable and the value.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+static const accel__env_var env_table[] = {
+    /* Process layout: torchrun / accel launch names first, then MPI and Slurm fallbacks. */
+    {"RANK", ACCEL__ENV_INT, NULL, "global process index (set by accel launch)"},
+    {"WORLD_SIZE", ACCEL__ENV_INT, NULL, "number of processes in the job"},
+    {"LOCAL_RANK", ACCEL__ENV_INT, NULL, "process index on this machine"},
+    {"LOCAL_WORLD_SIZE", ACCEL__ENV_INT, NULL, "number of processes on this machine"},
+    {"MASTER_ADDR", ACCEL__ENV_STRING, "127.0.0.1", "address of the rendezvous (process 0)"},
+    {"MASTER_PORT", ACCEL__ENV_INT, "29500", "port of the rendezvous"},
+    {"OMPI_COMM_WORLD_RANK", ACCEL__ENV_INT, NULL, "Open MPI: global rank"},
+    {"OMPI_COMM_WORLD_SIZE", ACCEL__ENV_INT, NULL, "Open MPI: number of processes"},
+    {"OMPI_COMM_WORLD_LOCAL_RANK", ACCEL__ENV_INT, NULL, "Open MPI: rank on this machine"},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", ACCEL__ENV_INT, NULL, "Open MPI: processes on this machine"},
+    {"PMI_RANK", ACCEL__ENV_INT, NULL, "MPICH/Intel MPI: global rank"},
+    {"PMI_SIZE", ACCEL__ENV_INT, NULL, "MPICH/Intel MPI: number of processes"},
+    {"MPI_LOCALRANKID", ACCEL__ENV_INT, NULL, "MPICH/Intel MPI: rank on this machine"},
+    {"MPI_LOCALNRANKS", ACCEL__ENV_INT, NULL, "MPICH/Intel MPI: processes on this machine"},
+    {"MV2_COMM_WORLD_RANK", ACCEL__ENV_INT, NULL, "MVAPICH2: global rank"},
+    {"MV2_COMM_WORLD_SIZE", ACCEL__ENV_INT, NULL, "MVAPICH2: number of processes"},
+    {"MV2_COMM_WORLD_LOCAL_RANK", ACCEL__ENV_INT, NULL, "MVAPICH2: rank on this machine"},
+    {"MV2_COMM_WORLD_LOCAL_SIZE", ACCEL__ENV_INT, NULL, "MVAPICH2: processes on this machine"},
+    {"SLURM_PROCID", ACCEL__ENV_INT, NULL, "Slurm: global rank"},
+    {"SLURM_NTASKS", ACCEL__ENV_INT, NULL, "Slurm: number of processes"},
+    {"SLURM_LOCALID", ACCEL__ENV_INT, NULL, "Slurm: rank on this machine"},
+    {"SLURM_NTASKS_PER_NODE", ACCEL__ENV_INT, NULL, "Slurm: processes per machine"},
+
+    /* Accelerate's variables, with Accelerate's meanings. */
+    {"ACCELERATE_MIXED_PRECISION", ACCEL__ENV_STRING, "no", "no | fp16 | bf16 | fp8"},
+    {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ACCEL__ENV_INT, "1",
+     "micro-steps per optimizer step (overrides the argument, as in Accelerate)"},
+    {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
+    {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false", "check collective shapes across ranks"},
+    {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
+
+    /* accel's own. */
+    {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
+    {"ACCEL_LOG_LEVEL", ACCEL__ENV_STRING, "warn", "debug | info | warn | error | off"},
+    {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL, "force a backend: self | shm | mpi | nccl"},
+    {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
+     "job identifier naming shared resources (set by accel launch)"},
+    {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
+     "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
+    {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",
+     "shm: pipeline chunk of the large-message algorithms"},
+    {"ACCEL_SHM_SPIN_US", ACCEL__ENV_INT, "50", "shm: microseconds a wait spins before sleeping"},
+    {NULL, ACCEL__ENV_STRING, NULL, NULL},
+};
+
+const accel__env_var *accel__env_table(void)
+{
+    return env_table;
+}
+
+static const char *lookup(const char *name)
+{
+    int known = 0;
+    for (const accel__env_var *v = env_table; v->name != NULL; v++) {
+        if (strcmp(v->name, name) == 0) {
+            known = 1;
+            break;
+        }
+    }
+    ACCEL_ASSERT(known);
+    const char *s = getenv(name);
+    return (s != NULL && s[0] != '\0') ? s : NULL;
+}
+
+accel_status accel__env_int(const char *name, long long *out)
+{
+    const char *s = lookup(name);
+    if (s == NULL) {
+        return ACCEL_ENOTFOUND;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    while (isspace((unsigned char)*end)) {
+        end++;
+    }
+    if (errno != 0 || end == s || *end != '\0') {
+        return accel__seterr(NULL, ACCEL_EINVAL, "environment variable %s=\"%s\" is not an integer",
+                             name, s);
+    }
+    *out = v;
+    return ACCEL_OK;
+}
+
+accel_status accel__env_real(const char *name, double *out)
+{
+    const char *s = lookup(name);
+    if (s == NULL) {
+        return ACCEL_ENOTFOUND;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    while (isspace((unsigned char)*end)) {
+        end++;
+    }
+    if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "environment variable %s=\"%s\" is not a number",
+                             name, s);
+    }
+    *out = v;
+    return ACCEL_OK;
+}
+
+int accel__parse_bool(const char *s)
+{
+    static const char *yes[] = {"1", "true", "yes", "y", "on", "t"};
+    static const char *no[] = {"0", "false", "no", "n", "off", "f"};
+    if (s == NULL) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            return 1;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            return 0;
+        }
+    }
+    return -1;
+}
+
+accel_status accel__env_bool(const char *name, int *out)
+{
+    const char *s = lookup(name);
+    if (s == NULL) {
+        return ACCEL_ENOTFOUND;
+    }
+    int b = accel__parse_bool(s);
+    if (b < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable %s=\"%s\" is not a boolean (true/false/1/0)",
+                             name, s);
+    }
+    *out = b;
+    return ACCEL_OK;
+}
+
+accel_status accel__env_string(const char *name, const char **out)
+{
+    const char *s = lookup(name);
+    if (s == NULL) {
+        return ACCEL_ENOTFOUND;
+    }
+    *out = s;
+    return ACCEL_OK;
+}

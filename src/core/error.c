@@ -1,0 +1,69 @@
+/*
+ * Error reporting: the last status and message per handle and per thread. A failing function
+ * writes both so that accel_last_error works with or without a handle (accel_init has none
+ * yet). Also the assertion hook for internal invariants.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static _Thread_local accel_status thread_status;
+static _Thread_local char thread_msg[ACCEL__ERRMSG_NBYTES];
+
+accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_list ap)
+{
+    thread_status = st;
+    vsnprintf(thread_msg, sizeof(thread_msg), fmt, ap);
+    if (acc != NULL) {
+        acc->last_status = st;
+        memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
+    }
+    accel__log(ACCEL__LOG_DEBUG, "%s: %s", accel_status_name(st), thread_msg);
+    return st;
+}
+
+accel_status accel__seterr(accel *acc, accel_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    accel__vseterr(acc, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+accel_status accel__adopt_thread_error(accel *acc, accel_status st)
+{
+    if (acc != NULL && st != ACCEL_OK) {
+        acc->last_status = st;
+        memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
+    }
+    return st;
+}
+
+const char *accel_last_error(const accel *acc)
+{
+    return acc != NULL ? acc->errmsg : thread_msg;
+}
+
+accel_status accel_last_status(const accel *acc)
+{
+    return acc != NULL ? acc->last_status : thread_status;
+}
+
+static accel__abort_hook abort_hook;
+
+void accel__set_abort_hook(accel__abort_hook hook)
+{
+    abort_hook = hook;
+}
+
+void accel__assert_fail(const char *file, int line, const char *expr)
+{
+    if (abort_hook != NULL) {
+        abort_hook(file, line, expr);
+    }
+    fprintf(stderr, "accel: internal assertion failed at %s:%d: %s\n", file, line, expr);
+    abort();
+}

@@ -1,0 +1,177 @@
+/* Core: status and dtype tables, option resolution and process-layout parsing from the env. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+static void clear_env(void)
+{
+    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK",
+                          "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+                          "ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                          "ACCELERATE_USE_CPU", "ACCELERATE_DEBUG_MODE", "ACCEL_TIMEOUT",
+                          "ACCEL_LOG_LEVEL", "ACCEL_BACKEND", NULL};
+    for (int i = 0; vars[i]; i++) {
+        unsetenv(vars[i]);
+    }
+}
+
+/* accel_init must fail with EINVAL and a message containing `needle`. */
+static void expect_einval(const char *needle)
+{
+    accel *acc = NULL;
+    accel_status st = accel_init(&acc, NULL);
+    CHECK_MSG(st == ACCEL_EINVAL, "got %s", accel_status_name(st));
+    CHECK(acc == NULL);
+    CHECK_MSG(strstr(accel_last_error(NULL), needle) != NULL, "message \"%s\" lacks \"%s\"",
+              accel_last_error(NULL), needle);
+}
+
+static void test_tables(void)
+{
+    CHECK(strcmp(accel_status_name(ACCEL_EPEER), "EPEER") == 0);
+    CHECK(strcmp(accel_status_name((accel_status)42), "UNKNOWN") == 0);
+    CHECK(accel_status_str(ACCEL_OK)[0] != '\0');
+    static const char *names[] = {"F32", "F64", "F16",  "BF16", "F8_E4M3", "F8_E5M2", "I8",
+                                  "U8",  "I16", "U16", "I32",  "I64",     "BOOL"};
+    static const size_t sizes[] = {4, 8, 2, 2, 1, 1, 1, 1, 2, 2, 4, 8, 1};
+    for (int i = 0; i < ACCEL_DTYPE_COUNT; i++) {
+        accel_dtype dt;
+        CHECK(strcmp(accel_dtype_name((accel_dtype)i), names[i]) == 0);
+        CHECK(accel_dtype_nbytes((accel_dtype)i) == sizes[i]);
+        CHECK(accel_dtype_from_name(names[i], &dt) == ACCEL_OK && dt == (accel_dtype)i);
+    }
+    accel_dtype dt;
+    CHECK(accel_dtype_from_name("f32", &dt) == ACCEL_EINVAL);
+    CHECK(accel_dtype_nbytes(ACCEL_DTYPE_COUNT) == 0);
+    int64_t shape[2] = {3, 4};
+    accel_tensor t = accel_tensor_view(NULL, ACCEL_BF16, 2, shape);
+    CHECK(accel_tensor_numel(&t) == 12 && accel_tensor_nbytes(&t) == 24);
+}
+
+static void test_single_process(void)
+{
+    clear_env();
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK(accel_num_processes(acc) == 1 && accel_process_index(acc) == 0);
+    CHECK(accel_is_main_process(acc) && accel_is_last_process(acc));
+    CHECK(accel_distributed_type_of(acc) == ACCEL_DIST_NO && !accel_use_distributed(acc));
+    CHECK(strcmp(accel_backend_name(acc), "self") == 0);
+    CHECK(accel_gradient_accumulation_steps(acc) == 1);
+    CHECK(accel_resolved_options(acc)->timeout_s == 1800);
+    const char *s = accel_state_summary(acc);
+    CHECK(strcmp(s, "Distributed environment: NO  Backend: self\nNum processes: 1\n"
+                    "Process index: 0\nLocal process index: 0\nDevice: cpu\n\n"
+                    "Mixed precision type: no\n") == 0);
+    CHECK_OK(acc, accel_wait_for_everyone(acc));
+    CHECK_OK(acc, accel_main_process_first_begin(acc));
+    CHECK_OK(acc, accel_main_process_first_end(acc));
+    accel_free(acc);
+}
+
+static void test_env_precedence(void)
+{
+    clear_env();
+    setenv("ACCELERATE_MIXED_PRECISION", "bf16", 1);
+    setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "4", 1);
+    setenv("ACCEL_TIMEOUT", "12.5", 1);
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK(accel_mixed_precision(acc) == ACCEL_PRECISION_BF16);
+    CHECK(accel_gradient_accumulation_steps(acc) == 4);
+    CHECK(accel_resolved_options(acc)->timeout_s == 12.5);
+    accel_free(acc);
+
+    /* The argument wins over the environment. */
+    accel_options o = accel_options_default();
+    o.mixed_precision = ACCEL_PRECISION_NO;
+    o.gradient_accumulation_steps = 2;
+    o.timeout_s = 3;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    CHECK(accel_mixed_precision(acc) == ACCEL_PRECISION_NO);
+    CHECK(accel_gradient_accumulation_steps(acc) == 2);
+    CHECK(accel_resolved_options(acc)->timeout_s == 3);
+    accel_free(acc);
+
+    /* ACCELERATE_USE_CPU is OR-ed and boolean-parsed. */
+    clear_env();
+    setenv("ACCELERATE_USE_CPU", "True", 1);
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK(accel_resolved_options(acc)->cpu == 1);
+    accel_free(acc);
+}
+
+static void test_malformed(void)
+{
+    clear_env();
+    setenv("WORLD_SIZE", "abc", 1);
+    expect_einval("WORLD_SIZE=\"abc\"");
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "2", 1);
+    expect_einval("RANK=2");
+    setenv("RANK", "-1", 1);
+    expect_einval("RANK");
+    unsetenv("RANK");
+    expect_einval("RANK");
+    clear_env();
+    setenv("ACCELERATE_MIXED_PRECISION", "fp12", 1);
+    expect_einval("ACCELERATE_MIXED_PRECISION=\"fp12\"");
+    clear_env();
+    setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "0", 1);
+    expect_einval("ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
+    clear_env();
+    setenv("ACCELERATE_USE_CPU", "maybe", 1);
+    expect_einval("ACCELERATE_USE_CPU=\"maybe\"");
+    clear_env();
+    setenv("ACCEL_TIMEOUT", "-5", 1);
+    expect_einval("ACCEL_TIMEOUT");
+    clear_env();
+    setenv("ACCEL_LOG_LEVEL", "loud", 1);
+    expect_einval("ACCEL_LOG_LEVEL=\"loud\"");
+    clear_env();
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "x1", 1);
+    expect_einval("OMPI_COMM_WORLD_RANK=\"x1\"");
+    clear_env();
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("RANK", "1", 1);
+    setenv("LOCAL_RANK", "3", 1);
+    setenv("LOCAL_WORLD_SIZE", "2", 1);
+    expect_einval("LOCAL_RANK=3");
+    clear_env();
+    accel_options o = accel_options_default();
+    o.gradient_accumulation_steps = -3;
+    accel *acc = NULL;
+    CHECK(accel_init(&acc, &o) == ACCEL_EINVAL && acc == NULL);
+    CHECK(strstr(accel_last_error(NULL), "gradient_accumulation_steps") != NULL);
+}
+
+static void test_launched_one_process(void)
+{
+    /* accel launch --num_processes 1 sets LOCAL_RANK: Accelerate reports MULTI_CPU. */
+    clear_env();
+    setenv("RANK", "0", 1);
+    setenv("WORLD_SIZE", "1", 1);
+    setenv("LOCAL_RANK", "0", 1);
+    setenv("LOCAL_WORLD_SIZE", "1", 1);
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK(accel_distributed_type_of(acc) == ACCEL_DIST_MULTI_CPU);
+    CHECK(!accel_use_distributed(acc));
+    accel_free(acc);
+    clear_env();
+}
+
+int main(void)
+{
+    test_tables();
+    test_single_process();
+    test_env_precedence();
+    test_malformed();
+    test_launched_one_process();
+    printf("test_core: ok\n");
+    return 0;
+}
