@@ -11,43 +11,43 @@
 
 #include "accel/accel.h"
 
-#define CHECK(x)                                                                               \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #x);              \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        if (!(x)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #x);                  \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_MSG(x, ...)                                                                      \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #x);              \
-            fprintf(stderr, __VA_ARGS__);                                                      \
-            fprintf(stderr, "\n");                                                             \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK_MSG(x, ...)                                                                          \
+    do {                                                                                           \
+        if (!(x)) {                                                                                \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #x);                  \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* An accel call that must succeed; prints status and accel_last_error otherwise. */
-#define CHECK_OK(acc, call)                                                                    \
-    do {                                                                                       \
-        accel_status check_st_ = (call);                                                       \
-        if (check_st_ != ACCEL_OK) {                                                           \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,           \
-                    accel_status_name(check_st_), accel_last_error(acc));                      \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK_OK(acc, call)                                                                        \
+    do {                                                                                           \
+        accel_status check_st_ = (call);                                                           \
+        if (check_st_ != ACCEL_OK) {                                                               \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,               \
+                    accel_status_name(check_st_), accel_last_error(acc));                          \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol)                                                                  \
-    do {                                                                                       \
-        double check_a_ = (double)(a), check_b_ = (double)(b);                                 \
-        if (!(fabs(check_a_ - check_b_) <= (tol))) {                                           \
-            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s=%.9g %s=%.9g tol=%g\n", __FILE__,    \
-                    __LINE__, #a, check_a_, #b, check_b_, (double)(tol));                      \
-            exit(1);                                                                           \
-        }                                                                                      \
+#define CHECK_NEAR(a, b, tol)                                                                      \
+    do {                                                                                           \
+        double check_a_ = (double)(a), check_b_ = (double)(b);                                     \
+        if (!(fabs(check_a_ - check_b_) <= (tol))) {                                               \
+            fprintf(stderr, "%s:%d: CHECK_NEAR failed: %s=%.9g %s=%.9g tol=%g\n", __FILE__,        \
+                    __LINE__, #a, check_a_, #b, check_b_, (double)(tol));                          \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 #endif

@@ -74,18 +74,18 @@ typedef struct accel_options {
     uint32_t version; /* ACCEL_OPTIONS_VERSION as the caller compiled it */
 
     /* Process state */
-    int cpu;                  /* force CPU even with GPUs (-1 unset; OR-ed with ACCELERATE_USE_CPU) */
-    const char *backend;      /* "self" | "shm" | "mpi" | "nccl"; NULL = chosen from the env */
-    double timeout_s;         /* collective and rendezvous deadline; < 0 = ACCEL_TIMEOUT, 1800 */
-    int debug;                /* -1 unset = ACCELERATE_DEBUG_MODE */
-    const char *config_file;  /* NULL = ACCELERATE_CONFIG_FILE, then the default locations */
+    int cpu;             /* force CPU even with GPUs (-1 unset; OR-ed with ACCELERATE_USE_CPU) */
+    const char *backend; /* "self" | "shm" | "mpi" | "nccl"; NULL = chosen from the env */
+    double timeout_s;    /* collective and rendezvous deadline; < 0 = ACCEL_TIMEOUT, 1800 */
+    int debug;           /* -1 unset = ACCELERATE_DEBUG_MODE */
+    const char *config_file; /* NULL = ACCELERATE_CONFIG_FILE, then the default locations */
 
     /* Precision and gradient accumulation */
     accel_precision mixed_precision;
-    int gradient_accumulation_steps; /* 0 unset = env, then 1 */
-    int sync_with_dataloader;        /* -1 unset = 1 */
-    int sync_each_batch;             /* -1 unset = 0 */
-    int adjust_scheduler;            /* -1 unset = 0 (Accelerate's effective default) */
+    int gradient_accumulation_steps;   /* 0 unset = env, then 1 */
+    int sync_with_dataloader;          /* -1 unset = 1 */
+    int sync_each_batch;               /* -1 unset = 0 */
+    int adjust_scheduler;              /* -1 unset = 0 (Accelerate's effective default) */
     int step_scheduler_with_optimizer; /* -1 unset = 1 */
 
     /* Data loading (Accelerate's DataLoaderConfiguration) */
@@ -95,24 +95,24 @@ typedef struct accel_options {
     int use_seedable_sampler; /* -1 unset = 0 */
 
     /* Gradient communication */
-    double bucket_cap_mb;      /* < 0 unset = 25 */
-    double first_bucket_mb;    /* < 0 unset = 1 */
-    int overlap_comm;          /* -1 unset = 1: all-reduce buckets while backward runs */
-    int comm_dtype;            /* -1 unset = gradient dtype; ACCEL_BF16 / ACCEL_F16 compress */
+    double bucket_cap_mb;   /* < 0 unset = 25 */
+    double first_bucket_mb; /* < 0 unset = 1 */
+    int overlap_comm;       /* -1 unset = 1: all-reduce buckets while backward runs */
+    int comm_dtype;         /* -1 unset = gradient dtype; ACCEL_BF16 / ACCEL_F16 compress */
 
     /* fp16 loss scaling (GradScalerKwargs) */
-    double init_scale;       /* < 0 unset = 65536 */
-    double growth_factor;    /* < 0 unset = 2 */
-    double backoff_factor;   /* < 0 unset = 0.5 */
-    int growth_interval;     /* 0 unset = 2000 */
+    double init_scale;     /* < 0 unset = 65536 */
+    double growth_factor;  /* < 0 unset = 2 */
+    double backoff_factor; /* < 0 unset = 0.5 */
+    int growth_interval;   /* 0 unset = 2000 */
 
     /* Project (ProjectConfiguration) */
-    const char *project_dir;           /* NULL = none */
-    const char *logging_dir;           /* NULL = project_dir */
-    int automatic_checkpoint_naming;   /* -1 unset = 0 */
-    int total_limit;                   /* 0 unset = keep all */
-    int iteration;                     /* -1 unset = 0 */
-    int save_on_each_node;             /* -1 unset = 0 */
+    const char *project_dir;         /* NULL = none */
+    const char *logging_dir;         /* NULL = project_dir */
+    int automatic_checkpoint_naming; /* -1 unset = 0 */
+    int total_limit;                 /* 0 unset = keep all */
+    int iteration;                   /* -1 unset = 0 */
+    int save_on_each_node;           /* -1 unset = 0 */
 
     /* Tracking */
     const char *log_with; /* comma list of tracker names or "all"; NULL = none */

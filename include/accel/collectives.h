@@ -63,9 +63,8 @@ ACCEL_API accel_status accel_allreduce(accel *acc, const void *send, void *recv,
 
 /* send holds `count` elements on every process; process r receives the reduction of its chunk
  * (accel_chunk_range) into recv. In place when recv == (char *)send + off * element size. */
-ACCEL_API accel_status accel_reduce_scatter(accel *acc, const void *send, void *recv,
-                                            size_t count, accel_dtype dt, accel_reduce_op op,
-                                            accel_work **work);
+ACCEL_API accel_status accel_reduce_scatter(accel *acc, const void *send, void *recv, size_t count,
+                                            accel_dtype dt, accel_reduce_op op, accel_work **work);
 
 /* The inverse: process r contributes its chunk (accel_chunk_range of `count`) from send; every
  * process receives all `count` elements in recv. In place when send == recv + off * size. */

@@ -21,18 +21,18 @@ extern "C" {
 #endif
 
 /* X(name, value, description) */
-#define ACCEL_STATUS_MAP(X)                                                                    \
-    X(OK, 0, "success")                                                                        \
-    X(EINVAL, -1, "invalid argument")                                                          \
-    X(ENOMEM, -2, "out of memory")                                                             \
-    X(EIO, -3, "input/output error")                                                           \
-    X(ECORRUPT, -4, "corrupt or malformed data")                                               \
-    X(EPEER, -5, "a peer process failed")                                                      \
-    X(ETIMEDOUT, -6, "timed out")                                                              \
-    X(EUNSUPPORTED, -7, "not supported")                                                       \
-    X(ESTATE, -8, "call not valid in the current state")                                       \
-    X(ENOTFOUND, -9, "not found")                                                              \
-    X(EOF, -10, "end of data")                                                                 \
+#define ACCEL_STATUS_MAP(X)                                                                        \
+    X(OK, 0, "success")                                                                            \
+    X(EINVAL, -1, "invalid argument")                                                              \
+    X(ENOMEM, -2, "out of memory")                                                                 \
+    X(EIO, -3, "input/output error")                                                               \
+    X(ECORRUPT, -4, "corrupt or malformed data")                                                   \
+    X(EPEER, -5, "a peer process failed")                                                          \
+    X(ETIMEDOUT, -6, "timed out")                                                                  \
+    X(EUNSUPPORTED, -7, "not supported")                                                           \
+    X(ESTATE, -8, "call not valid in the current state")                                           \
+    X(ENOTFOUND, -9, "not found")                                                                  \
+    X(EOF, -10, "end of data")                                                                     \
     X(EINTERNAL, -11, "internal error")
 
 typedef enum accel_status {

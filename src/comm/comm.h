@@ -48,8 +48,8 @@ typedef struct accel__comm_config {
     const char *backend; /* "self", "shm", ... */
     int rank, n_ranks;
     int local_rank, local_n_ranks;
-    const char *job_id;  /* names shared resources (shm segment); unique per job */
-    double timeout_s;    /* deadline for every wait */
+    const char *job_id; /* names shared resources (shm segment); unique per job */
+    double timeout_s;   /* deadline for every wait */
 } accel__comm_config;
 
 /* A backend: run one collective synchronously on the calling thread. Must validate nothing

@@ -168,7 +168,8 @@ static accel_status resolve_options(accel_options *o)
                                  "one of no, fp16, bf16, fp8",
                                  s);
         }
-    } else if ((int)o->mixed_precision < ACCEL_PRECISION_NO || o->mixed_precision > ACCEL_PRECISION_FP8) {
+    } else if ((int)o->mixed_precision < ACCEL_PRECISION_NO ||
+               o->mixed_precision > ACCEL_PRECISION_FP8) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option mixed_precision=%d is not valid",
                              (int)o->mixed_precision);
     }
@@ -180,7 +181,8 @@ static accel_status resolve_options(accel_options *o)
     /* gradient accumulation: argument > env > 1 (Accelerate lets the env win; we keep the one
      * precedence rule everywhere, see docs/configuration.md). */
     if (o->gradient_accumulation_steps < 0) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "option gradient_accumulation_steps=%d must be >= 1",
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "option gradient_accumulation_steps=%d must be >= 1",
                              o->gradient_accumulation_steps);
     }
     if (o->gradient_accumulation_steps == 0) {
@@ -222,8 +224,7 @@ static accel_status resolve_options(accel_options *o)
         }
         if (o->timeout_s <= 0) {
             return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "environment variable ACCEL_TIMEOUT=%g must be > 0",
-                                 o->timeout_s);
+                                 "environment variable ACCEL_TIMEOUT=%g must be > 0", o->timeout_s);
         }
     } else if (o->timeout_s == 0) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option timeout_s=0 must be > 0");
@@ -235,11 +236,11 @@ static accel_status resolve_options(accel_options *o)
                              o->config_file);
     }
 
-#define DEFAULT_FLAG(field, value)                                                             \
-    do {                                                                                       \
-        if (o->field < 0) {                                                                    \
-            o->field = (value);                                                                \
-        }                                                                                      \
+#define DEFAULT_FLAG(field, value)                                                                 \
+    do {                                                                                           \
+        if (o->field < 0) {                                                                        \
+            o->field = (value);                                                                    \
+        }                                                                                          \
     } while (0)
     DEFAULT_FLAG(sync_with_dataloader, 1);
     DEFAULT_FLAG(sync_each_batch, 0);

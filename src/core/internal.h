@@ -40,31 +40,31 @@ accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_lis
 accel_status accel__adopt_thread_error(accel *acc, accel_status st);
 
 /* Propagate a failure (NCCLCHECK style). The callee has already set the message. */
-#define ACCEL_TRY(call)                                                                        \
-    do {                                                                                       \
-        accel_status accel__st_ = (call);                                                      \
-        if (accel__st_ != ACCEL_OK) {                                                          \
-            return accel__st_;                                                                 \
-        }                                                                                      \
+#define ACCEL_TRY(call)                                                                            \
+    do {                                                                                           \
+        accel_status accel__st_ = (call);                                                          \
+        if (accel__st_ != ACCEL_OK) {                                                              \
+            return accel__st_;                                                                     \
+        }                                                                                          \
     } while (0)
 
-#define ACCEL_TRY_GOTO(call, st_var, label)                                                    \
-    do {                                                                                       \
-        (st_var) = (call);                                                                     \
-        if ((st_var) != ACCEL_OK) {                                                            \
-            goto label;                                                                        \
-        }                                                                                      \
+#define ACCEL_TRY_GOTO(call, st_var, label)                                                        \
+    do {                                                                                           \
+        (st_var) = (call);                                                                         \
+        if ((st_var) != ACCEL_OK) {                                                                \
+            goto label;                                                                            \
+        }                                                                                          \
     } while (0)
 
 /* Internal invariants only, never runtime conditions (ggml's GGML_ASSERT). */
 typedef void (*accel__abort_hook)(const char *file, int line, const char *expr);
 void accel__set_abort_hook(accel__abort_hook hook);
 void accel__assert_fail(const char *file, int line, const char *expr);
-#define ACCEL_ASSERT(x)                                                                        \
-    do {                                                                                       \
-        if (!(x)) {                                                                            \
-            accel__assert_fail(__FILE__, __LINE__, #x);                                        \
-        }                                                                                      \
+#define ACCEL_ASSERT(x)                                                                            \
+    do {                                                                                           \
+        if (!(x)) {                                                                                \
+            accel__assert_fail(__FILE__, __LINE__, #x);                                            \
+        }                                                                                          \
     } while (0)
 
 /* ---- Logging: stderr only, "[rank r/N] LEVEL: ..." ---- */

@@ -10,8 +10,8 @@
 const char *accel_status_name(accel_status st)
 {
     switch (st) {
-#define ACCEL__STATUS_NAME(name, value, desc)                                                  \
-    case ACCEL_##name:                                                                         \
+#define ACCEL__STATUS_NAME(name, value, desc)                                                      \
+    case ACCEL_##name:                                                                             \
         return #name;
         ACCEL_STATUS_MAP(ACCEL__STATUS_NAME)
 #undef ACCEL__STATUS_NAME
@@ -22,8 +22,8 @@ const char *accel_status_name(accel_status st)
 const char *accel_status_str(accel_status st)
 {
     switch (st) {
-#define ACCEL__STATUS_DESC(name, value, desc)                                                  \
-    case ACCEL_##name:                                                                         \
+#define ACCEL__STATUS_DESC(name, value, desc)                                                      \
+    case ACCEL_##name:                                                                             \
         return desc;
         ACCEL_STATUS_MAP(ACCEL__STATUS_DESC)
 #undef ACCEL__STATUS_DESC

@@ -6,13 +6,27 @@
 
 static void clear_env(void)
 {
-    const char *vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK",
-                          "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                          "ACCELERATE_MIXED_PRECISION", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                          "ACCELERATE_USE_CPU", "ACCELERATE_DEBUG_MODE", "ACCEL_TIMEOUT",
-                          "ACCEL_LOG_LEVEL", "ACCEL_BACKEND", NULL};
+    const char *vars[] = {"RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK",
+                          "LOCAL_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK",
+                          "OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_LOCAL_RANK",
+                          "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "PMI_RANK",
+                          "PMI_SIZE",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_LOCALID",
+                          "ACCELERATE_MIXED_PRECISION",
+                          "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                          "ACCELERATE_USE_CPU",
+                          "ACCELERATE_DEBUG_MODE",
+                          "ACCEL_TIMEOUT",
+                          "ACCEL_LOG_LEVEL",
+                          "ACCEL_BACKEND",
+                          NULL};
     for (int i = 0; vars[i]; i++) {
         unsetenv(vars[i]);
     }
@@ -34,7 +48,7 @@ static void test_tables(void)
     CHECK(strcmp(accel_status_name(ACCEL_EPEER), "EPEER") == 0);
     CHECK(strcmp(accel_status_name((accel_status)42), "UNKNOWN") == 0);
     CHECK(accel_status_str(ACCEL_OK)[0] != '\0');
-    static const char *names[] = {"F32", "F64", "F16",  "BF16", "F8_E4M3", "F8_E5M2", "I8",
+    static const char *names[] = {"F32", "F64", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8",
                                   "U8",  "I16", "U16", "I32",  "I64",     "BOOL"};
     static const size_t sizes[] = {4, 8, 2, 2, 1, 1, 1, 1, 2, 2, 4, 8, 1};
     for (int i = 0; i < ACCEL_DTYPE_COUNT; i++) {
