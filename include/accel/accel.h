@@ -218,6 +218,30 @@ ACCEL_API accel_status accel_on_process(accel *acc, int process_index, accel_pro
 ACCEL_API accel_status accel_on_local_process(accel *acc, int local_process_index,
                                               accel_process_fn fn, void *ctx);
 
+/* ---- Preparing objects ---- */
+
+/*
+ * Accelerate's prepare(): takes models, optimizers, schedulers and loaders created on this
+ * accelerator, in any order, and readies them for distributed training (models: process 0's
+ * weights broadcast and gradient buckets built; loaders: sharded over processes; ...). Models
+ * are prepared before optimizers, optimizers before schedulers, whatever the argument order.
+ * A collective: every process must call it with the same objects. Preparing an object twice
+ * is a no-op. Use the macro: accel_prepare(acc, model, opt, sched, loader).
+ * Returns ACCEL_OK, ACCEL_EINVAL naming the argument that is not an accel object or belongs
+ * to another accelerator, or the first failure of an object's preparation.
+ */
+ACCEL_API accel_status accel_prepare_objects(accel *acc, int n, void *const *objs);
+#define accel_prepare(acc, ...)                                                                    \
+    accel_prepare_objects((acc), (int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *)),          \
+                          (void *[]){__VA_ARGS__})
+
+/*
+ * Accelerate's free_memory(): frees every model, optimizer, scheduler and loader still alive on
+ * acc (their handles become invalid) and resets the step counters, so another training can
+ * follow in the same process. Not a collective.
+ */
+ACCEL_API void accel_free_memory(accel *acc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -359,6 +359,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->device.type = ACCEL_DEVICE_CPU;
     acc->device.index = 0;
     snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
+    acc->gstate.sync_gradients = 1;
+    acc->gstate.remainder = -1;
     accel__log_set_rank(l.rank, l.n_ranks);
 
     accel_status st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
@@ -397,6 +399,7 @@ void accel_free(accel *acc)
     if (acc == NULL) {
         return;
     }
+    accel_free_memory(acc);
     for (int i = ACCEL__MOD_COUNT - 1; i >= 0; i--) {
         if (acc->modules[i].state != NULL && acc->modules[i].free_fn != NULL) {
             acc->modules[i].free_fn(acc, acc->modules[i].state);

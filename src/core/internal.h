@@ -141,6 +141,52 @@ typedef struct accel__module_slot {
 
 struct accel__comm;
 
+/*
+ * Every object accel_prepare accepts (model, optimizer, scheduler, loader) starts with this
+ * header, so accel_prepare can take them in any order and tell them apart. Objects are
+ * registered with their accelerator when created; accel_free_memory and accel_free release
+ * the ones still registered (newest first), and an object's own _free unregisters it.
+ */
+#define ACCEL__OBJECT_MAGIC 0x61636365u /* "acce" */
+typedef enum accel__object_kind {
+    ACCEL__OBJ_MODEL = 0, /* prepared first: weights are broadcast before anything uses them */
+    ACCEL__OBJ_OPTIMIZER,
+    ACCEL__OBJ_SCHEDULER,
+    ACCEL__OBJ_LOADER,
+    ACCEL__OBJ_KIND_COUNT
+} accel__object_kind;
+
+typedef struct accel__object {
+    uint32_t magic;
+    accel__object_kind kind;
+    accel *acc;
+    int prepared;
+    /* Called once by accel_prepare (may be NULL). */
+    accel_status (*prepare)(struct accel__object *self);
+    /* Releases the object (used by accel_free_memory / accel_free); must unregister. */
+    void (*destroy)(struct accel__object *self);
+    struct accel__object *next, *prev; /* the accelerator's list of live objects */
+} accel__object;
+
+/* Links a new object into acc's list (fills magic, kind, acc). */
+void accel__object_register(accel *acc, accel__object *obj, accel__object_kind kind,
+                            accel_status (*prepare)(accel__object *),
+                            void (*destroy)(accel__object *));
+/* Unlinks it (call from the object's _free). Accepts an unregistered object. */
+void accel__object_unregister(accel__object *obj);
+
+/*
+ * Accelerate's GradientState, shared by the data module (which writes the loader fields) and
+ * the training module (which owns sync_gradients and the micro-step counter).
+ */
+typedef struct accel__gradient_state {
+    int sync_gradients;    /* 1 on micro-steps that synchronise and step (init 1) */
+    long long step;        /* micro-step counter of accel_accumulate (persisted) */
+    int active_loaders;    /* loaders currently being iterated (nesting depth) */
+    int end_of_dataloader; /* the active loader has yielded its last batch */
+    int remainder;         /* the active loader's duplicated tail samples, -1 if none */
+} accel__gradient_state;
+
 struct accel {
     accel_options opt; /* fully resolved: no field unset */
     int rank, n_ranks;
@@ -152,6 +198,8 @@ struct accel {
     struct accel__comm *comm;
 
     accel__module_slot modules[ACCEL__MOD_COUNT];
+    accel__object *objects; /* live objects, newest first */
+    accel__gradient_state gstate;
 
     accel_status last_status;
     char errmsg[ACCEL__ERRMSG_NBYTES];
