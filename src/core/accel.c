@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "comm/comm.h"
+#include "config.h"
 #include "internal.h"
 
 accel_options accel_options_default(void)
@@ -157,10 +158,14 @@ static accel_status parse_precision(const char *s, accel_precision *out)
 
 static accel_status resolve_options(accel_options *o)
 {
-    /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > "no" */
+    accel__config cfg;
+    ACCEL_TRY(accel__config_load(o->config_file, &cfg));
+
+    /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
         const char *s;
-        o->mixed_precision = ACCEL_PRECISION_NO;
+        o->mixed_precision =
+            cfg.mixed_precision != ACCEL_PRECISION_UNSET ? cfg.mixed_precision : ACCEL_PRECISION_NO;
         if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK &&
             parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -206,10 +211,10 @@ static accel_status resolve_options(accel_options *o)
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
     }
-    o->cpu = (o->cpu > 0) || env_cpu;
+    o->cpu = (o->cpu > 0) || env_cpu || cfg.use_cpu > 0;
 
     if (o->debug < 0) {
-        o->debug = 0;
+        o->debug = cfg.debug > 0;
         st = accel__env_bool("ACCELERATE_DEBUG_MODE", &o->debug);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
@@ -228,12 +233,6 @@ static accel_status resolve_options(accel_options *o)
         }
     } else if (o->timeout_s == 0) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option timeout_s=0 must be > 0");
-    }
-
-    if (o->config_file != NULL) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "option config_file=\"%s\": config files are not supported yet",
-                             o->config_file);
     }
 
 #define DEFAULT_FLAG(field, value)                                                                 \
@@ -348,6 +347,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->opt = o;
     /* Borrowed strings in the options must outlive accel_init: keep copies. */
     acc->opt.backend = NULL;
+    acc->opt.config_file = NULL;
     acc->opt.project_dir = accel__strdup(o.project_dir);
     acc->opt.logging_dir = accel__strdup(o.logging_dir);
     acc->opt.log_with = accel__strdup(o.log_with);

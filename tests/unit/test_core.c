@@ -30,6 +30,9 @@ static void clear_env(void)
     for (int i = 0; vars[i]; i++) {
         unsetenv(vars[i]);
     }
+    /* No user config file may leak into the test. */
+    setenv("HF_HOME", "/nonexistent/accel-test-hf-home", 1);
+    unsetenv("ACCELERATE_CONFIG_FILE");
 }
 
 /* accel_init must fail with EINVAL and a message containing `needle`. */
