@@ -88,6 +88,128 @@ ACCEL_API accel_status accel_gather_to(accel *acc, const void *send, void *recv,
 /* Barrier (asynchronous form: returns when everyone has arrived). */
 ACCEL_API accel_status accel_barrier(accel *acc, accel_work **work);
 
+/* ---- User-level collectives (Accelerate's gather, reduce, broadcast, pad, split, trigger) ----
+ *
+ * All blocking. Unless said otherwise each is a collective: every process calls it, in the same
+ * order, with tensors of the same dtype and shape. Tensors are accel_tensor views (contiguous,
+ * row-major); their memory is always borrowed. With debug mode on (accel_options.debug /
+ * ACCELERATE_DEBUG_MODE) gather, reduce and broadcast first compare every process's dtype and
+ * shape and fail with ACCEL_EINVAL listing them, instead of exchanging mismatched buffers.
+ * Errors: ACCEL_EINVAL naming the argument at fault; ACCEL_EPEER / ACCEL_ETIMEDOUT from the
+ * transport. Not thread-safe with other calls on the same accel.
+ */
+
+/*
+ * Accelerate's gather(tensor): concatenates `in` from every process along dim 0, in process
+ * order, on every process. A 0-d tensor is treated as shape [1] (so the result is 1-d).
+ *   in:  borrowed; in->data may be NULL only when it holds 0 bytes.
+ *   out: out->data must point to num_processes * accel_tensor_nbytes(in) bytes (not overlapping
+ *        in->data); the call fills out->dtype, ndim, shape ([N * rows, ...]) and device.
+ * Shapes are always exchanged first (a few dozen bytes): a process whose dtype or shape
+ * differs fails every process with ACCEL_EINVAL naming it (debug mode lists all shapes).
+ */
+ACCEL_API accel_status accel_gather(accel *acc, const accel_tensor *in, accel_tensor *out);
+
+/* The result of accel_gather_object: one byte blob per process, in process order. Opaque;
+ * owned by the caller, freed with accel_blobs_free. Not tied to the accel handle. */
+typedef struct accel_blobs accel_blobs;
+
+/*
+ * Accelerate's gather_object: every process contributes `nbytes` bytes (different sizes
+ * allowed, 0 included) and every process receives all of them. `blob` is borrowed (may be NULL
+ * when nbytes == 0). Serialize structured objects yourself (e.g. JSON, fixed structs).
+ *   out: receives an owned accel_blobs on success (free with accel_blobs_free).
+ */
+ACCEL_API accel_status accel_gather_object(accel *acc, const void *blob, size_t nbytes,
+                                           accel_blobs **out);
+/* Number of blobs (num_processes at the time of the gather). 0 for NULL. */
+ACCEL_API int accel_blobs_count(const accel_blobs *b);
+/* The blob of process i (borrowed, valid until accel_blobs_free; 16-byte aligned; non-NULL even
+ * when empty) and its size in *nbytes (when nbytes != NULL). NULL if b is NULL or i is out of
+ * range. */
+ACCEL_API const void *accel_blobs_data(const accel_blobs *b, int i, size_t *nbytes);
+/* Frees the blobs. Accepts NULL. */
+ACCEL_API void accel_blobs_free(accel_blobs *b);
+
+/*
+ * Accelerate's reduce(tensor, reduction, scale): all-reduces t in place (result on every
+ * process), then multiplies every element by `scale` (1.0 = leave as is).
+ *   op: ACCEL_SUM or ACCEL_AVG ("mean"); ACCEL_MAX / MIN / PROD are accepted too.
+ *   scale: must be 1.0 for integer and BOOL dtypes (EINVAL otherwise). For float dtypes the
+ *          product is computed in f64 (f32 for f16/bf16/f8, matching their fp32 accumulation)
+ *          and rounded once to the dtype (RNE).
+ */
+ACCEL_API accel_status accel_reduce_tensor(accel *acc, accel_tensor *t, accel_reduce_op op,
+                                           double scale);
+
+/*
+ * Accelerate's broadcast(tensor, from_process): overwrites t->data on every process with the
+ * bytes of process `from_process`. t must have the same dtype and shape everywhere.
+ */
+ACCEL_API accel_status accel_broadcast_tensor(accel *acc, accel_tensor *t, int from_process);
+
+/*
+ * Accelerate's broadcast_object_list, for one byte blob of any size.
+ * On `from_process`: *blob / *nbytes are the input; they are read and left untouched (the
+ *   caller keeps ownership of *blob).
+ * On every other process: *blob / *nbytes are outputs only (their previous values are ignored
+ *   and NOT freed): on success *blob receives a fresh owned copy (free with accel_blob_free;
+ *   non-NULL even for 0 bytes) and *nbytes its size. On failure they are left untouched.
+ */
+ACCEL_API accel_status accel_broadcast_object(accel *acc, void **blob, size_t *nbytes,
+                                              int from_process);
+/* Frees a blob returned by accel_broadcast_object. Accepts NULL. */
+ACCEL_API void accel_blob_free(void *blob);
+
+/*
+ * Accelerate's pad_across_processes, in two collective calls so a C caller can allocate:
+ *
+ *     int64_t rows;
+ *     accel_pad_across_processes_size(acc, &t, 0, &rows);        // max of t.shape[0]
+ *     accel_tensor out = {.data = malloc(rows * (nbytes(t) / t.shape[0]))};  // or any buffer
+ *     accel_pad_across_processes(acc, &t, 0, NULL, 0, &out);
+ *
+ * _size: *max_size = the maximum over processes of in->shape[dim].
+ * _pad:  copies `in` into out->data, padded along `dim` to that maximum with `pad_value` (one
+ *        element of in->dtype, borrowed; NULL means zero bytes), after the data (pad_first = 0)
+ *        or before it (pad_first = 1). out->data must hold in's shape with shape[dim] replaced by
+ *        the maximum, and must not overlap in->data; out's dtype/ndim/shape/device are filled in.
+ * dim: 0 <= dim < ndim, or negative from the end (-1 = last). Unlike Accelerate, which returns
+ *      the tensor unchanged for an out-of-range dim, that is ACCEL_EINVAL naming dim (silently
+ *      not padding hides the bug until the following gather hangs). Shapes may differ across
+ *      processes only along dim (other dims are not checked unless debug mode).
+ */
+ACCEL_API accel_status accel_pad_across_processes_size(accel *acc, const accel_tensor *in,
+                                                       int dim, int64_t *max_size);
+ACCEL_API accel_status accel_pad_across_processes(accel *acc, const accel_tensor *in, int dim,
+                                                  const void *pad_value, int pad_first,
+                                                  accel_tensor *out);
+
+/*
+ * Accelerate's split_between_processes(inputs, apply_padding), as an index range. Not a
+ * collective (pure arithmetic on the process index). With N processes and q, r = divmod(n, N):
+ * process p gets items [*start, *start + *count) where *start = p*q + min(p, r) and
+ * *count = q + (p < r). Without padding *n_padding = 0. With apply_padding every process must
+ * end up with q + (r > 0) items, so a short process appends *n_padding copies of the LAST
+ * INPUT item (index n_items - 1, as Accelerate pads with inputs[-1]).
+ * Example, 3 items on 2 processes: p0 start 0 count 2; p1 start 2 count 1, and with padding
+ * p1 also has n_padding 1 (its items are [2, 2]). One process gets everything.
+ *   start, count: required outputs; n_padding: optional output (may be NULL).
+ */
+ACCEL_API accel_status accel_split_between_processes(const accel *acc, size_t n_items,
+                                                     int apply_padding, size_t *start,
+                                                     size_t *count, size_t *n_padding);
+
+/*
+ * Accelerate's set_trigger / check_trigger: a flag any process may raise (e.g. "loss is NaN,
+ * stop"), seen by all at the next check.
+ * accel_set_trigger: raises this process's flag. Local, not a collective.
+ * accel_check_trigger: collective; *triggered = 1 on every process if any process raised its
+ *   flag since the last check (then every flag is reset), else 0.
+ */
+ACCEL_API accel_status accel_set_trigger(accel *acc);
+ACCEL_API accel_status accel_check_trigger(accel *acc, int *triggered);
+
 #ifdef __cplusplus
 }
 #endif
