@@ -1,0 +1,154 @@
+/*
+ * `accel env`: the facts to paste into a bug report (as `accelerate env`): version, OS, CPU
+ * and its vector extensions, which communication backends this build contains, and every
+ * environment variable accel reads, straight from the library's table (src/core/env.c), with
+ * its current value, default and meaning. Reads only; changes nothing.
+ */
+#include <gnu/libc-version.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "cli.h"
+#include "comm/comm.h"
+#include "core/internal.h"
+
+/*
+ * Backends are compiled in only when their dependencies are found, and comm.c refers to each
+ * one it registers by its descriptor accel__backend_<name>. Weak references tell which of them
+ * the linker found: keeping a strong reference to accel__comm_new pulls comm.c's object, and
+ * with it every backend it registers, into this executable.
+ */
+extern const accel__comm_backend accel__backend_shm __attribute__((weak));
+extern const accel__comm_backend accel__backend_mpi __attribute__((weak));
+extern const accel__comm_backend accel__backend_nccl __attribute__((weak));
+static accel_status (*volatile comm_anchor)(accel__comm **,
+                                            const accel__comm_config *) = accel__comm_new;
+
+static const cli_option env_options[] = {
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static int run_env(const cli_verb *verb, int argc, char **argv);
+
+const cli_verb cli_verb_env = {
+    .name = "env",
+    .summary = "print version, system and configuration facts for bug reports",
+    .positional = NULL,
+    .description = "Prints accel's version, the OS and CPU, the communication backends built in,\n"
+                   "and every environment variable accel reads with its current value, default\n"
+                   "and meaning.",
+    .options = env_options,
+    .run = run_env,
+};
+
+static void cpu_model(char *out, size_t n)
+{
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL) {
+        return;
+    }
+    char line[512];
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *v = strchr(line, ':');
+            if (v != NULL) {
+                v++;
+                while (*v == ' ' || *v == '\t') {
+                    v++;
+                }
+                snprintf(out, n, "%.*s", (int)strcspn(v, "\n"), v);
+            }
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static const char *env_type_name(accel__env_type t)
+{
+    switch (t) {
+    case ACCEL__ENV_INT:
+        return "int";
+    case ACCEL__ENV_REAL:
+        return "real";
+    case ACCEL__ENV_BOOL:
+        return "bool";
+    case ACCEL__ENV_STRING:
+        return "string";
+    }
+    return "?";
+}
+
+static int run_env(const cli_verb *verb, int argc, char **argv)
+{
+    cli_args a;
+    if (cli_parse(verb, argc, argv, &a) != 0) {
+        return CLI_EXIT_USAGE;
+    }
+    if (a.help) {
+        cli_print_help(verb, stdout);
+        return 0;
+    }
+
+    printf("\nCopy-and-paste the text below in your GitHub issue\n\n");
+    printf("- accel version: %s\n", ACCEL_VERSION_STRING);
+    char exe[4096];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    printf("- accel binary: %.*s\n", k > 0 ? (int)k : 7, k > 0 ? exe : "unknown");
+    struct utsname u;
+    if (uname(&u) == 0) {
+        printf("- Platform: %s %s %s\n", u.sysname, u.release, u.machine);
+    }
+    printf("- C library: glibc %s\n", gnu_get_libc_version());
+    char model[256];
+    cpu_model(model, sizeof(model));
+    printf("- CPU: %s\n", model);
+    printf("- CPU cores: %ld online, %ld configured\n", sysconf(_SC_NPROCESSORS_ONLN),
+           sysconf(_SC_NPROCESSORS_CONF));
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    printf("- CPU vector extensions: AVX2 %s, FMA %s, AVX-512F %s, AVX-512BW %s\n",
+           __builtin_cpu_supports("avx2") ? "yes" : "no",
+           __builtin_cpu_supports("fma") ? "yes" : "no",
+           __builtin_cpu_supports("avx512f") ? "yes" : "no",
+           __builtin_cpu_supports("avx512bw") ? "yes" : "no");
+#else
+    printf("- CPU vector extensions: not x86 (AVX2/AVX-512 not applicable)\n");
+#endif
+    struct sysinfo si;
+    if (sysinfo(&si) == 0) {
+        printf("- System RAM: %.2f GB\n", (double)si.totalram * si.mem_unit / 1e9);
+    }
+    if (comm_anchor == NULL) {
+        return 1; /* cannot happen; the read keeps the anchor (see above) */
+    }
+    printf("- Communication backends: self%s%s%s\n", &accel__backend_shm != NULL ? ", shm" : "",
+           &accel__backend_mpi != NULL ? ", mpi" : "",
+           &accel__backend_nccl != NULL ? ", nccl" : "");
+#if defined(ACCEL_HAVE_OPENMP)
+    printf("- OpenMP: yes\n");
+#else
+    printf("- OpenMP: no\n");
+#endif
+#if defined(ACCEL_HAVE_CUDA)
+    printf("- CUDA: built in\n");
+#else
+    printf("- CUDA: not built in\n");
+#endif
+
+    printf("\nEnvironment variables read by accel (name, type, current value, default, "
+           "meaning):\n");
+    printf("  %-40s %-6s %-14s %-10s %s\n", "NAME", "TYPE", "VALUE", "DEFAULT", "MEANING");
+    for (const accel__env_var *v = accel__env_table(); v->name != NULL; v++) {
+        const char *cur = getenv(v->name);
+        printf("  %-40s %-6s %-14s %-10s %s\n", v->name, env_type_name(v->type),
+               cur ? cur : "(unset)", v->dflt ? v->dflt : "-", v->doc);
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * Internal interface between the pieces of `accel launch`: the verb (launch.c: options,
+ * environment, program lookup, exit status), the supervisor (supervise.c: fork/exec, event
+ * loop, teardown, failure summary) and the output relay (relay.c: children's pipes to the
+ * console with rank prefixes, --tee files, stderr tails).
+ */
+#ifndef ACCEL_CLI_LAUNCH_H
+#define ACCEL_CLI_LAUNCH_H
+
+#include <stddef.h>
+
+/* --tee bits (torchrun's meaning: 1 stdout, 2 stderr, 3 both). */
+#define LAUNCH_TEE_STDOUT 1
+#define LAUNCH_TEE_STDERR 2
+
+typedef struct launch_config {
+    int n_procs;
+    const char *path; /* resolved executable */
+    char **argv;      /* the program's argv (argv[0] as the user typed it), NULL-terminated */
+    int tee;          /* LAUNCH_TEE_* bits: streams also written to log_dir */
+    const char *log_dir;
+    double grace_s; /* SIGTERM -> SIGKILL delay when tearing down */
+} launch_config;
+
+/*
+ * Starts cfg->n_procs copies of the program (RANK / LOCAL_RANK set per child, the rest of the
+ * environment inherited from the caller, which has set the job-wide variables), relays their
+ * output, and waits for all of them. Returns the launcher's exit status: 0 when all succeeded,
+ * else the status of the first process that failed (exit code, or 128 + signal), or 128 + the
+ * signal that interrupted the launcher. Prints the failure summary to stderr.
+ */
+int launch_supervise(const launch_config *cfg);
+
+/* ---- relay.c ---- */
+
+/* One child output stream (its stdout or its stderr) read by the launcher. */
+typedef struct relay_stream relay_stream;
+
+/*
+ * Creates a stream reading `fd` (owned: closed at EOF or by relay_free) for rank `rank`.
+ * console_fd: where lines go (1 or 2); prefix: prepend "[rank<r>]: " to every line;
+ * file_fd: tee file (owned) or -1; keep_tail: remember the last lines for the failure summary.
+ * Returns NULL when out of memory.
+ */
+relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_fd, int keep_tail);
+void relay_free(relay_stream *s);
+/* The pipe's fd, or -1 once closed. */
+int relay_fd(const relay_stream *s);
+/* Reads what is available without blocking and relays complete lines. At EOF flushes the
+ * partial last line (with a newline added) and closes the fd. */
+void relay_pump(relay_stream *s);
+/* Reads until EOF or until the pipe is empty (a grandchild may hold it open), then flushes
+ * the partial line and closes: used once the child has exited. */
+void relay_drain(relay_stream *s);
+/* Writes the remembered last lines of the stream to fd 2, each indented. Returns the number
+ * of lines written. */
+int relay_print_tail(const relay_stream *s, const char *indent);
+
+/* write(2) of all n bytes, retrying on EINTR and short writes; errors are ignored (the
+ * launcher's own output may be a closed pipe). */
+void relay_write_all(int fd, const void *buf, size_t n);
+
+#endif /* ACCEL_CLI_LAUNCH_H */

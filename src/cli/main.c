@@ -1,0 +1,67 @@
+/*
+ * `accel` entry point: the verb table and top-level flags (--help, --version). Each verb owns
+ * its options and its run function (one file per verb); this file only dispatches, so adding
+ * a verb is one line in `verbs` plus its file.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "cli.h"
+
+static const cli_verb *const verbs[] = {
+    &cli_verb_launch,
+    &cli_verb_env,
+};
+#define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
+
+static void print_main_usage(FILE *f)
+{
+    fprintf(f, "usage: accel [--help] [--version] <command> [options] [args]\n");
+}
+
+static void print_main_help(FILE *f)
+{
+    print_main_usage(f);
+    fprintf(f, "\naccel %s: Hugging Face Accelerate for C programs.\n\ncommands:\n",
+            ACCEL_VERSION_STRING);
+    for (size_t i = 0; i < N_VERBS; i++) {
+        fprintf(f, "  %-12s %s\n", verbs[i]->name, verbs[i]->summary);
+    }
+    fprintf(f, "\noptions:\n  %-12s %s\n  %-12s %s\n", "-h, --help", "show this help and exit",
+            "--version", "print the version and exit");
+    fprintf(f, "\nRun 'accel <command> --help' for the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "accel: error: no command given\n");
+        print_main_usage(stderr);
+        fprintf(stderr, "Try 'accel --help' for the list of commands.\n");
+        return CLI_EXIT_USAGE;
+    }
+    const char *first = argv[1];
+    if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0 || strcmp(first, "help") == 0) {
+        print_main_help(stdout);
+        return 0;
+    }
+    if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
+        printf("accel %s\n", ACCEL_VERSION_STRING);
+        return 0;
+    }
+    for (size_t i = 0; i < N_VERBS; i++) {
+        if (strcmp(first, verbs[i]->name) == 0) {
+            /* The verb sees argv[0] = its own name, as a program would. */
+            return verbs[i]->run(verbs[i], argc - 1, argv + 1);
+        }
+    }
+    if (first[0] == '-') {
+        fprintf(stderr, "accel: error: unknown option '%s'\n", first);
+    } else {
+        fprintf(stderr, "accel: error: unknown command '%s'\n", first);
+    }
+    print_main_usage(stderr);
+    fprintf(stderr, "Try 'accel --help' for the list of commands.\n");
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,436 @@
+/*
+ * The launcher's supervisor: forks the N processes into one new process group, then runs a
+ * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and the children's
+ * pipes, with no sleeps, so a job of short programs costs little more than fork+exec.
+ * Invariants: the group is only signalled while one of its processes is still unreaped (so the
+ * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
+ * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "launch.h"
+
+typedef struct child {
+    pid_t pid;               /* 0 once reaped */
+    int status;              /* wait status once reaped */
+    relay_stream *out, *err; /* NULL when the stream is inherited */
+} child;
+
+typedef struct job {
+    const launch_config *cfg;
+    child *kids;
+    int n_alive;
+    pid_t pgid;
+    int first_failed; /* rank whose failure stopped the job, -1 if none */
+    int stopping;     /* SIGTERM sent; later deaths are consequences, not causes */
+    int killed;       /* SIGKILL sent */
+    int interrupted;  /* signal received by the launcher, 0 if none */
+    struct timespec kill_at;
+} job;
+
+static const char *signal_name(int sig)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+        {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (names[i].sig == sig) {
+            return names[i].name;
+        }
+    }
+    return "signal";
+}
+
+static int exit_status_of(int wstatus)
+{
+    if (WIFEXITED(wstatus)) {
+        return WEXITSTATUS(wstatus);
+    }
+    if (WIFSIGNALED(wstatus)) {
+        return 128 + WTERMSIG(wstatus);
+    }
+    return 1;
+}
+
+static void describe(int wstatus, char *buf, size_t n)
+{
+    if (WIFEXITED(wstatus)) {
+        snprintf(buf, n, "exit code %d", WEXITSTATUS(wstatus));
+    } else if (WIFSIGNALED(wstatus)) {
+        int sig = WTERMSIG(wstatus);
+        snprintf(buf, n, "killed by %s (signal %d)%s", signal_name(sig), sig,
+                 WCOREDUMP(wstatus) ? ", core dumped" : "");
+    } else {
+        snprintf(buf, n, "wait status %#x", (unsigned)wstatus);
+    }
+}
+
+static double seconds_until(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(t->tv_sec - now.tv_sec) + 1e-9 * (double)(t->tv_nsec - now.tv_nsec);
+}
+
+/* Sends sig to the whole group (reaching grandchildren) and to any child that left it. */
+static void signal_all(job *j, int sig)
+{
+    if (j->n_alive == 0) {
+        return;
+    }
+    kill(-j->pgid, sig);
+    for (int r = 0; r < j->cfg->n_procs; r++) {
+        pid_t pid = j->kids[r].pid;
+        if (pid > 0 && getpgid(pid) != j->pgid) {
+            kill(pid, sig);
+        }
+    }
+}
+
+/* Starts the teardown: SIGTERM now, SIGKILL at now + grace. */
+static void stop_all(job *j, int sig)
+{
+    if (j->stopping) {
+        return;
+    }
+    j->stopping = 1;
+    signal_all(j, sig);
+    clock_gettime(CLOCK_MONOTONIC, &j->kill_at);
+    double g = j->cfg->grace_s;
+    j->kill_at.tv_sec += (time_t)g;
+    j->kill_at.tv_nsec += (long)((g - (double)(time_t)g) * 1e9);
+    if (j->kill_at.tv_nsec >= 1000000000L) {
+        j->kill_at.tv_sec++;
+        j->kill_at.tv_nsec -= 1000000000L;
+    }
+}
+
+static void reap(job *j)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0) {
+            return;
+        }
+        for (int r = 0; r < j->cfg->n_procs; r++) {
+            child *k = &j->kids[r];
+            if (k->pid != pid) {
+                continue;
+            }
+            /* Everything it wrote is in the pipes now; relay it before any summary. */
+            if (k->out) {
+                relay_drain(k->out);
+            }
+            if (k->err) {
+                relay_drain(k->err);
+            }
+            k->pid = 0;
+            k->status = st;
+            j->n_alive--;
+            int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+            if (failed && !j->stopping) {
+                j->first_failed = r;
+                stop_all(j, SIGTERM);
+            }
+            break;
+        }
+    }
+}
+
+static void on_signal(job *j, int sig)
+{
+    if (sig == SIGCHLD) {
+        reap(j);
+        return;
+    }
+    if (j->interrupted == 0 && !j->stopping) {
+        j->interrupted = sig;
+        char msg[96];
+        int n = snprintf(msg, sizeof(msg), "accel launch: received %s, stopping all processes\n",
+                         signal_name(sig));
+        relay_write_all(2, msg, (size_t)n);
+        stop_all(j, sig);
+    } else if (!j->killed) {
+        /* A second interrupt means "now": do not wait out the grace period. */
+        if (j->interrupted == 0) {
+            j->interrupted = sig;
+        }
+        signal_all(j, SIGKILL);
+        j->killed = 1;
+    }
+}
+
+/* Child side of fork: never returns. Only async-signal-safe calls until exec. */
+static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w, int err_w,
+                       const sigset_t *old_mask)
+{
+    setpgid(0, pgid);
+    if (out_w >= 0) {
+        dup2(out_w, 1);
+    }
+    if (err_w >= 0) {
+        dup2(err_w, 2);
+    }
+    /* Safe here: the launcher is single-threaded, so no lock inside setenv can be held. */
+    char num[16];
+    snprintf(num, sizeof(num), "%d", rank);
+    setenv("RANK", num, 1);
+    setenv("LOCAL_RANK", num, 1);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, old_mask, NULL);
+    execv(cfg->path, cfg->argv);
+    char msg[512];
+    int n = snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s\n", cfg->path,
+                     strerror(errno));
+    relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
+    _exit(127);
+}
+
+/* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr. */
+static int open_tee(const launch_config *cfg, int rank, const char *which)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, rank, which);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "accel launch: error: cannot create log file %s: %s\n", path,
+                strerror(errno));
+    }
+    return fd;
+}
+
+/* Creates the pipe and relay of one stream when it needs capturing. Returns 0 or -1. */
+static int make_stream(const launch_config *cfg, int rank, int is_err, relay_stream **out,
+                       int *write_end)
+{
+    int tee_bit = is_err ? LAUNCH_TEE_STDERR : LAUNCH_TEE_STDOUT;
+    int tee = cfg->log_dir != NULL && (cfg->tee & tee_bit);
+    *out = NULL;
+    *write_end = -1;
+    if (cfg->n_procs == 1 && !tee) {
+        return 0; /* inherited: the program writes straight to our stdout/stderr */
+    }
+    int file_fd = -1;
+    if (tee && (file_fd = open_tee(cfg, rank, is_err ? "stderr" : "stdout")) < 0) {
+        return -1;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        fprintf(stderr, "accel launch: error: pipe: %s\n", strerror(errno));
+        close(file_fd);
+        return -1;
+    }
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    *out = relay_new(p[0], rank, is_err ? 2 : 1, cfg->n_procs > 1, file_fd, is_err);
+    if (*out == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        close(p[0]);
+        close(p[1]);
+        if (file_fd >= 0) {
+            close(file_fd);
+        }
+        return -1;
+    }
+    *write_end = p[1];
+    return 0;
+}
+
+static void print_summary(job *j)
+{
+    const launch_config *cfg = j->cfg;
+    char what[96];
+    if (j->first_failed >= 0) {
+        child *k = &j->kids[j->first_failed];
+        describe(k->status, what, sizeof(what));
+        fprintf(stderr, "accel launch: rank %d failed: %s\n", j->first_failed, what);
+        if (k->err != NULL) {
+            fprintf(stderr, "accel launch: last lines of rank %d's stderr:\n", j->first_failed);
+            if (relay_print_tail(k->err, "    ") == 0) {
+                fprintf(stderr, "    (nothing)\n");
+            }
+        }
+    }
+    if (cfg->n_procs > 1) {
+        fprintf(stderr, "accel launch: status of all %d processes:", cfg->n_procs);
+        for (int r = 0; r < cfg->n_procs; r++) {
+            describe(j->kids[r].status, what, sizeof(what));
+            fprintf(stderr, "%s rank %d %s", r ? ";" : "", r, what);
+        }
+        fputc('\n', stderr);
+    }
+}
+
+int launch_supervise(const launch_config *cfg)
+{
+    job j = {.cfg = cfg, .first_failed = -1};
+    int sfd = -1, rc = 1;
+    struct pollfd *fds = NULL;
+
+    j.kids = accel__calloc((size_t)cfg->n_procs, sizeof(child));
+    fds = accel__calloc(1 + 2 * (size_t)cfg->n_procs, sizeof(struct pollfd));
+    if (j.kids == NULL || fds == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        goto out;
+    }
+
+    /* Block the signals we wait for before the first fork so none is lost in between. */
+    sigset_t mask, old_mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    /* A signal ignored when we started (nohup's SIGHUP, SIGINT of a background job) stays
+     * ignored: the children inherit that, and we do not turn it into a teardown. */
+    static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++) {
+        struct sigaction sa;
+        if (sigaction(stop_signals[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
+            sigaddset(&mask, stop_signals[i]);
+        }
+    }
+    sigprocmask(SIG_BLOCK, &mask, &old_mask);
+    sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        fprintf(stderr, "accel launch: error: signalfd: %s\n", strerror(errno));
+        goto out_mask;
+    }
+    /* A closed console must not kill the launcher (and so orphan the job). */
+    signal(SIGPIPE, SIG_IGN);
+
+    for (int r = 0; r < cfg->n_procs; r++) {
+        child *k = &j.kids[r];
+        int out_w = -1, err_w = -1;
+        if (make_stream(cfg, r, 0, &k->out, &out_w) != 0 ||
+            make_stream(cfg, r, 1, &k->err, &err_w) != 0) {
+            if (out_w >= 0) {
+                close(out_w);
+            }
+            stop_all(&j, SIGKILL);
+            goto wait_out;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "accel launch: error: fork of rank %d: %s\n", r, strerror(errno));
+            stop_all(&j, SIGKILL);
+            goto wait_out;
+        }
+        if (pid == 0) {
+            exec_child(cfg, r, j.pgid, out_w, err_w, &old_mask);
+        }
+        if (r == 0) {
+            j.pgid = pid;
+        }
+        /* Also set from the parent so the group exists before we might signal it. */
+        setpgid(pid, j.pgid);
+        k->pid = pid;
+        j.n_alive++;
+        if (out_w >= 0) {
+            close(out_w);
+        }
+        if (err_w >= 0) {
+            close(err_w);
+        }
+    }
+
+wait_out:
+    while (j.n_alive > 0) {
+        int nfds = 0;
+        fds[nfds++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        for (int r = 0; r < cfg->n_procs; r++) {
+            relay_stream *ss[2] = {j.kids[r].out, j.kids[r].err};
+            for (int s = 0; s < 2; s++) {
+                if (ss[s] != NULL && relay_fd(ss[s]) >= 0) {
+                    fds[nfds++] = (struct pollfd){.fd = relay_fd(ss[s]), .events = POLLIN};
+                }
+            }
+        }
+        int timeout_ms = -1;
+        if (j.stopping && !j.killed) {
+            double left = seconds_until(&j.kill_at);
+            timeout_ms = left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+        }
+        int n = poll(fds, (nfds_t)nfds, timeout_ms);
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "accel launch: error: poll: %s\n", strerror(errno));
+            stop_all(&j, SIGKILL);
+            signal_all(&j, SIGKILL);
+            j.killed = 1;
+        }
+        if (n > 0) {
+            /* Pipes first, so the lines a process wrote precede the news of its death. */
+            for (int i = 1; i < nfds; i++) {
+                if (fds[i].revents == 0) {
+                    continue;
+                }
+                for (int r = 0; r < cfg->n_procs; r++) {
+                    if (j.kids[r].out && relay_fd(j.kids[r].out) == fds[i].fd) {
+                        relay_pump(j.kids[r].out);
+                    } else if (j.kids[r].err && relay_fd(j.kids[r].err) == fds[i].fd) {
+                        relay_pump(j.kids[r].err);
+                    }
+                }
+            }
+            if (fds[0].revents & POLLIN) {
+                struct signalfd_siginfo si;
+                while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+                    on_signal(&j, (int)si.ssi_signo);
+                }
+            }
+        }
+        if (j.stopping && !j.killed && j.n_alive > 0 && seconds_until(&j.kill_at) <= 0) {
+            signal_all(&j, SIGKILL);
+            j.killed = 1;
+        }
+    }
+    /* Whatever is left in the pipes (a stream whose child was reaped is already drained). */
+    for (int r = 0; r < cfg->n_procs; r++) {
+        if (j.kids[r].out) {
+            relay_drain(j.kids[r].out);
+        }
+        if (j.kids[r].err) {
+            relay_drain(j.kids[r].err);
+        }
+    }
+    if (j.first_failed >= 0) {
+        rc = exit_status_of(j.kids[j.first_failed].status);
+        print_summary(&j);
+    } else if (j.interrupted != 0) {
+        rc = 128 + j.interrupted;
+        print_summary(&j);
+    } else if (j.stopping) {
+        rc = 1; /* could not start every process; the reason was printed */
+    } else {
+        rc = 0;
+    }
+    close(sfd);
+out_mask:
+    sigprocmask(SIG_SETMASK, &old_mask, NULL);
+out:
+    if (j.kids != NULL) {
+        for (int r = 0; r < cfg->n_procs; r++) {
+            relay_free(j.kids[r].out);
+            relay_free(j.kids[r].err);
+        }
+    }
+    accel__free(j.kids);
+    accel__free(fds);
+    return rc;
+}
