@@ -52,6 +52,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL, "force a backend: self | shm | mpi | nccl"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "job identifier naming shared resources (set by accel launch)"},
+    {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
+     "threads per process (OpenMP, BLAS); accel launch sets cores / processes when unset"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",
