@@ -1,0 +1,360 @@
+/*
+ * Gradient accumulation (Accelerate's GradientState._do_sync) and bucketed, overlapped gradient
+ * synchronisation (DDP's Reducer), plus join_uneven_inputs (DDP's Join). Invariants: buckets
+ * are launched strictly in bucket order, so every process issues the same collectives in the
+ * same order; a backward that communicates ends with every bucket launched and waited for, so
+ * no all-reduce outlives accel_backward_end; a process in a join region issues, per
+ * communicating backward, one "active count" all-reduce followed by the buckets, which the
+ * joined processes mirror with zeros.
+ */
+#include <string.h>
+
+#include "train_internal.h"
+
+/* The next prepared model of acc after `m` (NULL: the first). */
+static accel_model *next_model(accel *acc, accel_model *m)
+{
+    accel__object *o = (m == NULL) ? acc->objects : m->obj.next;
+    for (; o != NULL; o = o->next) {
+        if (o->kind == ACCEL__OBJ_MODEL && o->prepared) {
+            return (accel_model *)o;
+        }
+    }
+    return NULL;
+}
+
+accel_status accel_accumulate(accel *acc, accel_model *model)
+{
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_accumulate: acc is NULL");
+    }
+    accel__gradient_state *gs = &acc->gstate;
+    int steps = acc->opt.gradient_accumulation_steps > 0 ? acc->opt.gradient_accumulation_steps : 1;
+    if (acc->opt.sync_with_dataloader == 1 && gs->end_of_dataloader) {
+        gs->step = 0;
+        gs->sync_gradients = 1;
+    } else {
+        gs->step += 1;
+        gs->sync_gradients = (gs->step % steps) == 0;
+    }
+    int allow = gs->sync_gradients || (accel_use_distributed(acc) && acc->opt.sync_each_batch == 1);
+    if (model != NULL) {
+        model->accum_allows = allow;
+    } else {
+        for (accel_model *m = next_model(acc, NULL); m != NULL; m = next_model(acc, m)) {
+            m->accum_allows = allow;
+        }
+    }
+    return ACCEL_OK;
+}
+
+int accel_sync_gradients(const accel *acc)
+{
+    return acc ? acc->gstate.sync_gradients : 1;
+}
+
+long long accel_accumulation_step(const accel *acc)
+{
+    return acc ? acc->gstate.step : 0;
+}
+
+/* Zeroes the grads of frozen parameters inside [off, off + count): they contribute nothing. */
+static void zero_frozen(accel_model *m, size_t off, size_t count)
+{
+    for (int i = 0; i < m->n_params; i++) {
+        accel_param *p = &m->params[i];
+        if (p->frozen && p->offset >= off && p->offset < off + count) {
+            memset(p->grad, 0, p->numel * sizeof(float));
+        }
+    }
+}
+
+/* The reduction of a bucket: an average over all processes, except in a join region that
+ * divides by the processes still training (sum now, scale after). */
+static accel_reduce_op bucket_op(const accel_model *m)
+{
+    return (m->join_active && !m->join_divide_initial) ? ACCEL_SUM : ACCEL_AVG;
+}
+
+static accel_status launch_bucket(accel_model *m, int b)
+{
+    accel__bucket *bk = &m->buckets[b];
+    zero_frozen(m, bk->offset, bk->count);
+    accel__coll op = {ACCEL__COLL_ALLREDUCE,
+                      m->grad + bk->offset,
+                      m->grad + bk->offset,
+                      bk->count,
+                      ACCEL_F32,
+                      bucket_op(m),
+                      0};
+    bk->launch_time = accel__now();
+    bk->done_time = 0;
+    accel_status st = accel__comm_run(m->acc->comm, &op, &bk->work);
+    if (st != ACCEL_OK) {
+        bk->work = NULL;
+        return accel__adopt_thread_error(m->acc, st);
+    }
+    return ACCEL_OK;
+}
+
+/* Launches every consecutive ready bucket from next_launch on, then notes completions. */
+static accel_status launch_ready(accel_model *m)
+{
+    while (m->next_launch < m->n_buckets && m->buckets[m->next_launch].pending == 0) {
+        ACCEL_TRY(launch_bucket(m, m->next_launch));
+        m->next_launch++;
+    }
+    for (int b = 0; b < m->next_launch; b++) {
+        accel__bucket *bk = &m->buckets[b];
+        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
+            bk->done_time = accel__now();
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* The collective of an active process in a join region: how many processes still train. */
+static accel_status join_count(accel_model *m, float mine, float *total)
+{
+    *total = mine;
+    accel_status st = accel__allreduce(m->acc->comm, total, total, 1, ACCEL_F32, ACCEL_SUM);
+    return st == ACCEL_OK ? ACCEL_OK : accel__adopt_thread_error(m->acc, st);
+}
+
+static accel_status model_backward_begin(accel_model *m)
+{
+    accel *acc = m->acc;
+    if (m->in_backward) {
+        /* A backward that was never ended: finish it so its buckets do not leak. */
+        accel__log(ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
+        ACCEL_TRY(accel_backward_end(acc));
+    }
+    int allowed = (m->accum_allows && m->no_sync_depth == 0) || m->trigger_sync;
+    m->comm_now = acc->n_ranks > 1 && allowed && m->n_buckets > 0;
+    memset(m->ready, 0, (size_t)m->n_params);
+    for (int b = 0; b < m->n_buckets; b++) {
+        m->buckets[b].pending = m->buckets[b].n_params;
+        m->buckets[b].launch_time = m->buckets[b].done_time = 0;
+    }
+    m->next_launch = 0;
+    m->comm_err = ACCEL_OK;
+    m->in_backward = 1;
+    if (m->comm_now && m->join_active) {
+        float n = 0;
+        ACCEL_TRY(join_count(m, 1.0f, &n));
+        m->join_n_active = (int)(n + 0.5f);
+    }
+    return ACCEL_OK;
+}
+
+double accel_backward_begin(accel *acc)
+{
+    if (acc == NULL) {
+        return 1.0;
+    }
+    int steps = acc->opt.gradient_accumulation_steps > 0 ? acc->opt.gradient_accumulation_steps : 1;
+    double factor = 1.0 / steps;
+    const accel__precision_hooks *ph = accel__precision(acc);
+    if (ph != NULL && ph->loss_scale != NULL) {
+        factor *= ph->loss_scale(acc, accel__module(acc, ACCEL__MOD_PRECISION));
+    }
+    for (accel_model *m = next_model(acc, NULL); m != NULL; m = next_model(acc, m)) {
+        if (model_backward_begin(m) != ACCEL_OK) {
+            /* Reported again by accel_backward_end, which the caller checks. */
+            m->comm_err = acc->last_status;
+        }
+    }
+    return factor;
+}
+
+accel_status accel_grad_ready(accel_model *m, int index)
+{
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_grad_ready: model is NULL");
+    }
+    if (index < 0 || index >= m->n_params) {
+        return accel__seterr(m->acc, ACCEL_EINVAL,
+                             "accel_grad_ready: parameter index %d out of range (%d parameters)",
+                             index, m->n_params);
+    }
+    if (!m->in_backward) {
+        return accel__seterr(m->acc, ACCEL_ESTATE,
+                             "accel_grad_ready: parameter \"%s\" marked outside "
+                             "accel_backward_begin/accel_backward_end (is the model prepared?)",
+                             m->params[index].name);
+    }
+    if (m->ready[index]) {
+        return accel__seterr(m->acc, ACCEL_EINVAL,
+                             "accel_grad_ready: parameter %d \"%s\" marked ready twice in one "
+                             "backward",
+                             index, m->params[index].name);
+    }
+    m->ready[index] = 1;
+    const accel_param *p = &m->params[index];
+    if (p->frozen || !m->comm_now) {
+        return ACCEL_OK;
+    }
+    accel__bucket *bk = &m->buckets[p->bucket];
+    bk->pending--;
+    if (bk->pending == 0 && m->acc->opt.overlap_comm != 0 && m->comm_err == ACCEL_OK) {
+        accel_status st = launch_ready(m);
+        if (st != ACCEL_OK) {
+            m->comm_err = st;
+            return st;
+        }
+    }
+    return ACCEL_OK;
+}
+
+static accel_status model_backward_end(accel_model *m)
+{
+    accel_status st = m->comm_err;
+    if (m->comm_now && st == ACCEL_OK) {
+        for (int b = 0; b < m->n_buckets; b++) {
+            m->buckets[b].pending = 0;
+        }
+        st = launch_ready(m);
+    }
+    accel_status wst = accel__model_wait_buckets(m);
+    if (st == ACCEL_OK) {
+        st = wst;
+    }
+    if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
+        m->join_n_active > 0) {
+        float s = 1.0f / (float)m->join_n_active;
+        for (int b = 0; b < m->n_buckets; b++) {
+            accel__scale(m->grad + m->buckets[b].offset, m->buckets[b].count, s);
+        }
+    }
+    memset(m->ready, 1, (size_t)m->n_params);
+    m->in_backward = 0;
+    m->trigger_sync = 0;
+    return st;
+}
+
+accel_status accel_backward_end(accel *acc)
+{
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward_end: acc is NULL");
+    }
+    accel_status first = ACCEL_OK;
+    for (accel_model *m = next_model(acc, NULL); m != NULL; m = next_model(acc, m)) {
+        if (!m->in_backward) {
+            continue;
+        }
+        accel_status st = model_backward_end(m);
+        if (st != ACCEL_OK && first == ACCEL_OK) {
+            first = st;
+        }
+    }
+    if (first != ACCEL_OK) {
+        return accel__seterr(acc, first, "accel_backward_end: gradient all-reduce failed: %s",
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_no_sync_begin(accel *acc, accel_model *m)
+{
+    if (m == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_no_sync_begin: model is NULL");
+    }
+    m->no_sync_depth++;
+    return ACCEL_OK;
+}
+
+accel_status accel_no_sync_end(accel *acc, accel_model *m)
+{
+    if (m == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_no_sync_end: model is NULL");
+    }
+    if (m->no_sync_depth == 0) {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_no_sync_end without accel_no_sync_begin");
+    }
+    m->no_sync_depth--;
+    return ACCEL_OK;
+}
+
+accel_status accel_trigger_sync_in_backward(accel *acc, accel_model *m)
+{
+    if (m == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_trigger_sync_in_backward: model is NULL");
+    }
+    m->trigger_sync = 1;
+    return ACCEL_OK;
+}
+
+/* ---- join_uneven_inputs ---- */
+
+accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_world_size)
+{
+    if (acc == NULL || m == NULL || m->acc != acc) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "accel_join_begin: model is NULL or belongs to another accelerator");
+    }
+    if (m->join_active) {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_join_begin: already in a join region");
+    }
+    if (!m->obj.prepared) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
+    }
+    m->join_active = 1;
+    m->join_divide_initial = divide_by_initial_world_size != 0;
+    m->join_n_active = acc->n_ranks;
+    return ACCEL_OK;
+}
+
+accel_status accel_join_end(accel *acc, accel_model *m)
+{
+    if (acc == NULL || m == NULL || m->acc != acc) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "accel_join_end: model is NULL or belongs to another accelerator");
+    }
+    if (!m->join_active) {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_join_end without accel_join_begin");
+    }
+    if (m->in_backward) {
+        ACCEL_TRY(accel_backward_end(acc));
+    }
+    accel_status st = ACCEL_OK;
+    if (acc->n_ranks > 1) {
+        /* Shadow the backward passes of the processes still training until none is left. */
+        int is_last_joiner = 1;
+        for (;;) {
+            float n = 0;
+            ACCEL_TRY_GOTO(join_count(m, 0.0f, &n), st, out);
+            if (n < 0.5f) {
+                break;
+            }
+            is_last_joiner = 0;
+            memset(m->grad, 0, m->numel * sizeof(float));
+            for (int b = 0; b < m->n_buckets; b++) {
+                const accel__bucket *bk = &m->buckets[b];
+                accel_status cst =
+                    accel__allreduce(acc->comm, m->grad + bk->offset, m->grad + bk->offset,
+                                     bk->count, ACCEL_F32, bucket_op(m));
+                if (cst != ACCEL_OK) {
+                    st = accel__adopt_thread_error(acc, cst);
+                    goto out;
+                }
+            }
+        }
+        /* The authoritative copy: the last process to join (ties: the highest rank). */
+        int32_t cand = is_last_joiner ? acc->rank : -1;
+        accel_status cst = accel__allreduce(acc->comm, &cand, &cand, 1, ACCEL_I32, ACCEL_MAX);
+        if (cst == ACCEL_OK) {
+            cst = accel__broadcast(acc->comm, m->master, m->numel, ACCEL_F32, (int)cand);
+        }
+        if (cst != ACCEL_OK) {
+            st = accel__adopt_thread_error(acc, cst);
+            goto out;
+        }
+        if (m->compute != m->master) {
+            accel__log(ACCEL__LOG_DEBUG, "accel_join_end: compute copy refreshed by precision");
+        }
+    }
+out:
+    memset(m->grad, 0, m->numel * sizeof(float));
+    m->join_active = 0;
+    return st;
+}
