@@ -247,5 +247,6 @@ ACCEL_API void accel_free_memory(accel *acc);
 #endif
 
 #include "collectives.h"
+#include "train.h"
 
 #endif /* ACCEL_ACCEL_H */
