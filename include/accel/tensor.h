@@ -79,6 +79,40 @@ ACCEL_API size_t accel_tensor_nbytes(const accel_tensor *t);
 ACCEL_API accel_tensor accel_tensor_view(void *data, accel_dtype dt, int ndim,
                                          const int64_t *shape);
 
+/*
+ * Converts `count` elements from src (dtype src_dt) to dst (dtype dst_dt). Any pair of dtypes.
+ *  - Float -> float rounds to nearest, ties to even, once (F64 sources narrower than F32 go
+ *    through a round-to-odd f32, which keeps the single rounding exact). Subnormals are kept,
+ *    signed zeros keep their sign, f16 overflow gives +-inf. NaN stays NaN and is quietened
+ *    (payload truncated to its top bits). F8_E4M3 and F8_E5M2 saturate as the OCP FP8 spec's
+ *    SAT mode: finite values past the largest and +-inf become +-448 / +-57344.
+ *  - Widening (f16/bf16/f8 -> f32/f64) is exact.
+ *  - Float -> integer truncates toward zero and saturates to the type's range; NaN -> 0.
+ *    -> BOOL: nonzero (NaN included) -> 1. Integer -> integer saturates. Integer -> float
+ *    rounds to nearest even.
+ *  - dst_dt == src_dt copies the bytes (memmove; NaN payloads untouched).
+ * f32 <-> f16 and f32 <-> bf16 use AVX2/F16C or AVX-512 when the CPU has them (chosen at run
+ * time), with bits identical to the scalar path.
+ * Buffers are borrowed and, for different dtypes, must not overlap.
+ * Returns ACCEL_OK, or ACCEL_EINVAL naming a NULL buffer (count > 0), an invalid dtype or
+ * overlapping buffers (message in accel_last_error(NULL)). Thread-safe.
+ */
+ACCEL_API accel_status accel_convert(void *dst, accel_dtype dst_dt, const void *src,
+                                     accel_dtype src_dt, size_t count);
+
+/*
+ * f32 -> bf16 with stochastic rounding: each value rounds up with probability equal to the
+ * fraction of a bf16 step that truncation would drop, so the expected result equals the input
+ * (useful for bf16 weights updated by small increments). The result is always one of the two
+ * bf16 neighbours of the input (+-inf past the largest finite; NaN -> quiet NaN; inf stays).
+ * rng_state: the caller's 64-bit generator state (splitmix64), advanced in place; seed it with
+ * any value. Same state and input give the same output.
+ * Returns ACCEL_OK, or ACCEL_EINVAL naming a NULL argument when count > 0. Thread-safe for
+ * distinct rng_state.
+ */
+ACCEL_API accel_status accel_f32_to_bf16_stochastic(uint16_t *dst, const float *src,
+                                                    size_t count, uint64_t *rng_state);
+
 #ifdef __cplusplus
 }
 #endif
