@@ -242,11 +242,37 @@ ACCEL_API accel_status accel_prepare_objects(accel *acc, int n, void *const *obj
  */
 ACCEL_API void accel_free_memory(accel *acc);
 
+/* ---- Seeds and random generators (Accelerate's set_seed / synchronize_rng_states) ---- */
+
+/* Words in a generator state (xoshiro256**, see docs/data.md). */
+#define ACCEL_RNG_STATE_WORDS 4
+
+/*
+ * Seeds the accelerator's generator, the one nn uses for parameter initialisation and dropout
+ * and from which loaders created afterwards without an explicit seed draw theirs. With
+ * device_specific the process index is added to `seed` first (Accelerate's set_seed), so every
+ * process gets a different stream. Call it before creating models and loaders. Not a
+ * collective. Returns ACCEL_OK or ACCEL_EINVAL (acc NULL).
+ */
+ACCEL_API accel_status accel_set_seed(accel *acc, uint64_t seed, int device_specific);
+
+/* Copies process 0's generator state to every process (a collective). Returns ACCEL_OK or the
+ * communication failure. */
+ACCEL_API accel_status accel_synchronize_rng_states(accel *acc);
+
+/* Reads / restores the accelerator's generator state (for checkpoints). set rejects an
+ * all-zero state with ACCEL_EINVAL. Same thread as acc. */
+ACCEL_API accel_status accel_get_rng_state(accel *acc, uint64_t state[ACCEL_RNG_STATE_WORDS]);
+ACCEL_API accel_status accel_set_rng_state(accel *acc,
+                                           const uint64_t state[ACCEL_RNG_STATE_WORDS]);
+
 #ifdef __cplusplus
 }
 #endif
 
 #include "collectives.h"
+#include "ckpt.h"
+#include "track.h"
 #include "train.h"
 
 #endif /* ACCEL_ACCEL_H */

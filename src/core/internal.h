@@ -131,6 +131,8 @@ typedef enum accel__module_id {
     ACCEL__MOD_CKPT,
     ACCEL__MOD_TRACK,
     ACCEL__MOD_NN,
+    ACCEL__MOD_PROFILE, /* profiler timeline (src/core/profile.c) */
+    ACCEL__MOD_LOGGER,  /* named user loggers (src/core/logger.c) */
     ACCEL__MOD_COUNT
 } accel__module_id;
 
@@ -187,6 +189,11 @@ typedef struct accel__gradient_state {
     int remainder;         /* the active loader's duplicated tail samples, -1 if none */
 } accel__gradient_state;
 
+/* accel's own random generator (xoshiro256**): src/core/rng.c, used through src/core/rng.h. */
+typedef struct accel__gen {
+    uint64_t s[4];
+} accel__gen;
+
 struct accel {
     accel_options opt; /* fully resolved: no field unset */
     int rank, n_ranks;
@@ -200,6 +207,8 @@ struct accel {
     accel__module_slot modules[ACCEL__MOD_COUNT];
     accel__object *objects; /* live objects, newest first */
     accel__gradient_state gstate;
+    accel__gen rng;  /* the accelerator's generator (src/core/rng.c) */
+    int rng_seeded;  /* 0 until accel_set_seed or first use */
 
     accel_status last_status;
     char errmsg[ACCEL__ERRMSG_NBYTES];
@@ -216,5 +225,9 @@ void accel__module_set(accel *acc, accel__module_id id, void *state,
 
 /* Monotonic seconds. */
 double accel__now(void);
+
+/* mkdir -p that also checks the result is a writable directory. Returns ACCEL_OK or ACCEL_EIO
+ * naming the directory (thread error). Implemented in src/track/fsutil.c. */
+accel_status accel__mkdirs(const char *path);
 
 #endif /* ACCEL_CORE_INTERNAL_H */

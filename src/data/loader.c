@@ -1,0 +1,732 @@
+/*
+ * The loader: options, preparation (Accelerate's prepare_data_loader), the epoch protocol
+ * (DataLoaderShard.__iter__: generator sync, plan, end-of-dataloader one batch early, gradient
+ * state push/pop), iterable streams with IterableDatasetShard, and the loader position.
+ * Invariant: while an epoch of a prepared loader runs, acc->gstate shows this loader's
+ * end_of_dataloader and remainder, and the values it replaced are restored when it ends.
+ */
+#include <string.h>
+
+#include "comm/comm.h"
+#include "data_internal.h"
+
+accel_loader_options accel_loader_options_default(void)
+{
+    accel_loader_options o;
+    memset(&o, 0, sizeof(o));
+    o.size = sizeof(o);
+    o.version = ACCEL_LOADER_OPTIONS_VERSION;
+    o.batch_size = 1;
+    o.prefetch_factor = 2;
+    o.split_batches = o.even_batches = o.dispatch_batches = o.use_seedable_sampler = -1;
+    return o;
+}
+
+int64_t accel__dataset_len(const accel_loader *l)
+{
+    if (l->map_style) {
+        return l->ds.len(l->ds.ctx);
+    }
+    if (l->ds.total_length != NULL) {
+        int64_t n = l->ds.total_length(l->ds.ctx);
+        return n >= 0 ? n : -1;
+    }
+    return -1;
+}
+
+/* ---- gradient state ---- */
+
+static void state_push(accel_loader *l)
+{
+    if (!l->track_state || l->active) {
+        return;
+    }
+    accel__gradient_state *g = &l->acc->gstate;
+    l->saved_eod = g->end_of_dataloader;
+    l->saved_remainder = g->remainder;
+    g->active_loaders++;
+    g->end_of_dataloader = 0;
+    g->remainder = l->remainder;
+    l->active = 1;
+}
+
+static void state_pop(accel_loader *l)
+{
+    if (!l->active) {
+        return;
+    }
+    accel__gradient_state *g = &l->acc->gstate;
+    g->active_loaders--;
+    g->end_of_dataloader = l->active && g->active_loaders > 0 ? l->saved_eod : 0;
+    g->remainder = g->active_loaders > 0 ? l->saved_remainder : -1;
+    l->active = 0;
+}
+
+/* ---- epochs ---- */
+
+static int64_t total_batch_size(const accel_loader *l)
+{
+    return l->split ? l->o.batch_size : l->o.batch_size * l->n_ranks;
+}
+
+accel_status accel__loader_begin_order(accel_loader *l)
+{
+    int64_t n = accel__dataset_len(l);
+    if (n < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "loader: dataset len() returned %lld",
+                             (long long)n);
+    }
+    if (n > l->cap_order) {
+        int64_t *o = accel__realloc(l->order, (size_t)n * sizeof(int64_t));
+        if (o == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "loader: out of memory for %lld indices",
+                                 (long long)n);
+        }
+        l->order = o;
+        l->cap_order = n;
+    }
+    if (l->o.shuffle && l->seedable) {
+        /* SeedableRandomSampler: a pure function of (seed, epoch). */
+        accel__gen g;
+        accel__gen_seed(&g, accel__seed_mix(l->seed, (uint64_t)l->epoch));
+        accel__gen_permutation(&g, l->order, n);
+    } else if (l->o.shuffle) {
+        accel__gen_permutation(&l->gen, l->order, n);
+    } else {
+        for (int64_t i = 0; i < n; i++) {
+            l->order[i] = i;
+        }
+    }
+    return accel__plan_batches(&l->inner, l->order, n, l->o.batch_size, l->o.drop_last);
+}
+
+static accel_status ensure_samples(accel_sample **s, int64_t *cap, int64_t n);
+
+static accel_status begin_epoch(accel_loader *l)
+{
+    accel *acc = l->acc;
+    /* rng_types = ["generator"]: every process starts the epoch from process 0's generator. */
+    if (l->track_state && l->o.shuffle && !l->seedable && acc->n_ranks > 1) {
+        accel_status st = accel__broadcast(acc->comm, l->gen.s, 4, ACCEL_I64, 0);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
+        }
+    }
+    l->epoch_gen = l->gen;
+    int64_t n = accel__dataset_len(l);
+    l->remainder = (!l->o.drop_last && n >= 0) ? (int)(n % total_batch_size(l)) : -1;
+    l->k = 0;
+    if (l->dispatch) {
+        accel_status st = accel__dispatch_begin(l);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
+        }
+    } else if (l->map_style) {
+        accel_status st = accel__loader_begin_order(l);
+        if (st == ACCEL_OK && l->n_ranks > 1) {
+            accel__plan_clear(&l->plan);
+            st = accel__shard_batches(&l->plan, &l->inner, l->o.batch_size, l->o.drop_last,
+                                      l->n_ranks, l->rank, l->split, l->even);
+        } else if (st == ACCEL_OK) {
+            accel__plan tmp = l->plan;
+            l->plan = l->inner;
+            l->inner = tmp;
+        }
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
+        }
+        l->n_batches = l->plan.n_batches;
+        l->k = l->skip < l->n_batches ? l->skip : l->n_batches;
+        if (l->workers != NULL) {
+            accel__workers_start(l->workers, l->k, l->n_batches);
+        }
+    } else {
+        if (l->epoch > 0 || l->stream_done || l->first_len > 0) {
+            if (l->ds.reset == NULL) {
+                return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                     "loader: the iterable dataset has no reset callback, so it "
+                                     "cannot start epoch %lld",
+                                     (long long)l->epoch);
+            }
+            accel_status st = l->ds.reset(l->ds.ctx, l->epoch);
+            if (st != ACCEL_OK) {
+                return accel__seterr(acc, st, "loader: dataset reset(epoch %lld): %s",
+                                     (long long)l->epoch, accel_last_error(NULL));
+            }
+        }
+        int64_t want = l->n_ranks > 1 ? total_batch_size(l) : l->o.batch_size;
+        for (int b = 0; b < 2; b++) {
+            accel_status st = ensure_samples(&l->ibuf[b], &l->ibuf_cap[b], want);
+            if (st != ACCEL_OK) {
+                return accel__adopt_thread_error(acc, st);
+            }
+        }
+        l->first_len = 0;
+        l->stream_done = 0;
+        l->have_next = -1;
+    }
+    l->in_epoch = 1;
+    state_push(l);
+    return ACCEL_OK;
+}
+
+/* Ends the epoch in progress (advance: the next one is epoch + 1, as Accelerate's iteration). */
+static void end_epoch(accel_loader *l, int advance)
+{
+    if (!l->in_epoch) {
+        return;
+    }
+    if (l->workers != NULL) {
+        accel__workers_stop(l->workers);
+    }
+    state_pop(l);
+    l->in_epoch = 0;
+    l->skip = 0;
+    if (advance) {
+        l->epoch++;
+    }
+}
+
+/* ---- building batches ---- */
+
+static accel_status ensure_samples(accel_sample **s, int64_t *cap, int64_t n)
+{
+    if (n <= *cap) {
+        return ACCEL_OK;
+    }
+    accel_sample *ns = accel__calloc((size_t)n, sizeof(*ns));
+    if (ns == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "loader: out of memory for %lld samples",
+                             (long long)n);
+    }
+    ACCEL_TRY(accel__samples_init(ns, n));
+    accel__samples_free(*s, *cap);
+    accel__free(*s);
+    *s = ns;
+    *cap = n;
+    return ACCEL_OK;
+}
+
+static accel_status collate(accel_loader *l, const accel_sample *s, int64_t n,
+                            const int64_t *indices, accel_batch *out)
+{
+    out->n_fields = 0;
+    if (l->o.collate != NULL) {
+        accel_status st = l->o.collate(l->o.collate_ctx, s, n, out);
+        if (st != ACCEL_OK) {
+            char msg[ACCEL__ERRMSG_NBYTES];
+            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+            return accel__seterr(NULL, st, "loader: collate of %lld samples: %s", (long long)n,
+                                 msg);
+        }
+        out->rows = n;
+        return ACCEL_OK;
+    }
+    return accel__collate_default(&l->pad, s, n, indices, out);
+}
+
+static accel_status set_indices(accel_batch *b, const int64_t *idx, int64_t n)
+{
+    accel__bufset *bs = b->priv;
+    if (idx == NULL) {
+        b->indices = NULL;
+        return ACCEL_OK;
+    }
+    if (n > bs->cap_indices) {
+        int64_t *ni = accel__realloc(bs->indices, (size_t)n * sizeof(int64_t));
+        if (ni == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "loader: out of memory");
+        }
+        bs->indices = ni;
+        bs->cap_indices = n;
+    }
+    memcpy(bs->indices, idx, (size_t)n * sizeof(int64_t));
+    b->indices = bs->indices;
+    return ACCEL_OK;
+}
+
+void accel__loader_build(accel_loader *l, int64_t k, accel_sample *samples, accel__slot *slot)
+{
+    int64_t n = accel__plan_batch_len(&l->plan, k);
+    const int64_t *idx = l->plan.idx + l->plan.off[k];
+    accel_status st = ACCEL_OK;
+    for (int64_t i = 0; i < n && st == ACCEL_OK; i++) {
+        samples[i].n_fields = 0;
+        st = l->ds.get(l->ds.ctx, idx[i], &samples[i]);
+        if (st != ACCEL_OK) {
+            char msg[ACCEL__ERRMSG_NBYTES];
+            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+            st = accel__seterr(NULL, st, "loader: dataset get(index %lld) failed: %s",
+                               (long long)idx[i], msg[0] ? msg : accel_status_str(st));
+        }
+    }
+    if (st == ACCEL_OK) {
+        st = collate(l, samples, n, idx, &slot->batch);
+    }
+    if (st == ACCEL_OK) {
+        st = set_indices(&slot->batch, idx, n);
+    }
+    slot->st = st;
+    slot->err[0] = '\0';
+    if (st != ACCEL_OK) {
+        snprintf(slot->err, sizeof(slot->err), "%s", accel_last_error(NULL));
+    }
+}
+
+accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, int64_t *got)
+{
+    *got = 0;
+    for (int64_t i = 0; i < want; i++) {
+        buf[i].n_fields = 0;
+        accel_status st = l->ds.next(l->ds.ctx, &buf[i]);
+        if (st == ACCEL_EOF) {
+            break;
+        }
+        if (st != ACCEL_OK) {
+            char msg[ACCEL__ERRMSG_NBYTES];
+            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+            return accel__seterr(NULL, st, "loader: dataset next() failed in epoch %lld: %s",
+                                 (long long)l->epoch, msg[0] ? msg : accel_status_str(st));
+        }
+        (*got)++;
+    }
+    return ACCEL_OK;
+}
+
+/* One batch of the iterable stream into `out` (*have = 0 when the stream has no more).
+ * Sharded: IterableDatasetShard, whose process slice of each buffer is exactly one batch. */
+static accel_status iter_produce(accel_loader *l, accel_batch *out, int *have)
+{
+    *have = 0;
+    if (l->stream_done) {
+        return ACCEL_OK;
+    }
+    int sharded = l->n_ranks > 1 && !l->dispatch;
+    int64_t bs = l->o.batch_size;
+    int64_t real = sharded ? total_batch_size(l) : bs;
+    int64_t pbs = sharded ? (l->split ? bs / l->n_ranks : bs) : bs;
+    accel_sample *buf = (sharded && l->first_len == 0) ? l->ibuf[0] : l->ibuf[1];
+    int64_t got;
+    ACCEL_TRY(accel__iter_fill(l, buf, real, &got));
+    if (!sharded) {
+        if (got < real) {
+            l->stream_done = 1;
+        }
+        if (got == 0 || (got < real && l->o.drop_last)) {
+            return ACCEL_OK;
+        }
+        ACCEL_TRY(collate(l, buf, got, NULL, out));
+        *have = 1;
+        return ACCEL_OK;
+    }
+    int64_t lo = (int64_t)l->rank * pbs;
+    if (got == real) {
+        if (l->first_len == 0) {
+            l->first_len = real;
+        }
+        ACCEL_TRY(collate(l, buf + lo, pbs, NULL, out));
+        *have = 1;
+        return ACCEL_OK;
+    }
+    l->stream_done = 1;
+    if (got == 0 || l->o.drop_last) {
+        return ACCEL_OK;
+    }
+    /* Complete the partial buffer by cycling the first full one (or itself when none). */
+    const accel_sample *first = l->first_len > 0 ? l->ibuf[0] : buf;
+    int64_t first_len = l->first_len > 0 ? l->first_len : got;
+    ACCEL_TRY(ensure_samples(&l->samples, &l->n_samples, pbs));
+    for (int64_t q = lo; q < lo + pbs; q++) {
+        void *keep = l->samples[q - lo].priv;
+        l->samples[q - lo] = q < got ? buf[q] : first[(q - got) % first_len];
+        l->samples[q - lo].priv = keep;
+    }
+    ACCEL_TRY(collate(l, l->samples, pbs, NULL, out));
+    *have = 1;
+    return ACCEL_OK;
+}
+
+static accel_status fail_epoch(accel_loader *l, accel_status st, const char *msg)
+{
+    end_epoch(l, 1);
+    return accel__seterr(l->acc, st, "%s", msg);
+}
+
+static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
+{
+    if (l->k >= l->n_batches) {
+        return ACCEL_EOF;
+    }
+    int64_t k = l->k;
+    accel__slot *slot;
+    if (l->workers != NULL) {
+        slot = accel__workers_get(l->workers, k);
+    } else {
+        slot = &l->slots[0];
+        accel_status st =
+            ensure_samples(&l->samples, &l->n_samples, accel__plan_batch_len(&l->plan, k));
+        if (st != ACCEL_OK) {
+            return fail_epoch(l, st, accel_last_error(NULL));
+        }
+        accel__loader_build(l, k, l->samples, slot);
+    }
+    if (slot->st != ACCEL_OK) {
+        char msg[ACCEL__ERRMSG_NBYTES];
+        snprintf(msg, sizeof(msg), "%s", slot->err);
+        return fail_epoch(l, slot->st, msg);
+    }
+    l->k++;
+    *last = l->k == l->n_batches;
+    *out = &slot->batch;
+    return ACCEL_OK;
+}
+
+static accel_status next_iter(accel_loader *l, accel_batch **out, int *last)
+{
+    for (;;) {
+        int cur;
+        if (l->have_next >= 0) {
+            cur = l->have_next;
+        } else {
+            int have;
+            cur = 0;
+            accel_status st = iter_produce(l, &l->slots[cur].batch, &have);
+            if (st != ACCEL_OK) {
+                return fail_epoch(l, st, accel_last_error(NULL));
+            }
+            if (!have) {
+                return ACCEL_EOF;
+            }
+        }
+        /* Look one batch ahead so the last batch is known when it is handed out. */
+        int have_nx;
+        accel_status st = iter_produce(l, &l->slots[cur ^ 1].batch, &have_nx);
+        if (st != ACCEL_OK) {
+            return fail_epoch(l, st, accel_last_error(NULL));
+        }
+        l->have_next = have_nx ? cur ^ 1 : -2;
+        int64_t k = l->k++;
+        if (k < l->skip) {
+            if (!have_nx) {
+                return ACCEL_EOF;
+            }
+            continue;
+        }
+        l->slots[cur].batch.indices = NULL;
+        *last = !have_nx;
+        *out = &l->slots[cur].batch;
+        return ACCEL_OK;
+    }
+}
+
+accel_status accel_loader_next(accel_loader *l, accel_batch **out)
+{
+    if (l == NULL || out == NULL) {
+        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
+                             "accel_loader_next: %s is NULL", l == NULL ? "loader" : "out");
+    }
+    if (!l->in_epoch) {
+        ACCEL_TRY(begin_epoch(l));
+    }
+    int last = 0;
+    accel_batch *b = NULL;
+    accel_status st;
+    if (l->dispatch) {
+        st = accel__dispatch_next(l, &b, &last);
+        if (st != ACCEL_OK && st != ACCEL_EOF) {
+            end_epoch(l, 1);
+            return accel__adopt_thread_error(l->acc, st);
+        }
+    } else if (l->map_style) {
+        st = next_map(l, &b, &last);
+    } else {
+        st = next_iter(l, &b, &last);
+    }
+    if (st == ACCEL_EOF) {
+        end_epoch(l, 1);
+        return ACCEL_EOF;
+    }
+    if (st != ACCEL_OK) {
+        return st;
+    }
+    b->epoch = l->epoch;
+    b->index = l->k - 1;
+    if (l->active) {
+        l->acc->gstate.end_of_dataloader = last;
+        l->acc->gstate.remainder = l->remainder;
+    }
+    *out = b;
+    return ACCEL_OK;
+}
+
+/* ---- lengths, epochs, positions ---- */
+
+int64_t accel_loader_len(const accel_loader *l)
+{
+    if (l == NULL) {
+        return -1;
+    }
+    if (l->dispatch) {
+        return accel__dispatch_len(l);
+    }
+    int64_t n = accel__dataset_len(l);
+    if (n < 0) {
+        return -1;
+    }
+    int64_t bs = l->o.batch_size;
+    if (!l->map_style && l->n_ranks > 1) {
+        /* One batch per buffer of total_batch_size elements. */
+        int64_t real = total_batch_size(l);
+        return l->o.drop_last ? n / real : (n + real - 1) / real;
+    }
+    int64_t inner = l->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    if (!l->map_style || l->n_ranks == 1) {
+        return inner;
+    }
+    return accel__shard_len(inner, l->o.drop_last, l->n_ranks, l->rank, l->split, l->even);
+}
+
+accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch)
+{
+    if (l == NULL || epoch < 0) {
+        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL, "accel_loader_set_epoch: %s",
+                             l == NULL ? "loader is NULL" : "epoch is negative");
+    }
+    end_epoch(l, 0);
+    l->epoch = epoch;
+    return ACCEL_OK;
+}
+
+int64_t accel_loader_epoch(const accel_loader *l)
+{
+    return l != NULL ? l->epoch : -1;
+}
+
+accel_status accel_loader_skip_first_batches(accel_loader *l, int64_t n)
+{
+    if (l == NULL || n < 0) {
+        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
+                             "accel_loader_skip_first_batches: %s",
+                             l == NULL ? "loader is NULL" : "n is negative");
+    }
+    if (l->in_epoch && l->k > l->skip) {
+        return accel__seterr(l->acc, ACCEL_ESTATE,
+                             "accel_loader_skip_first_batches: the epoch has already started "
+                             "(%lld batches handed out)",
+                             (long long)l->k);
+    }
+    if (l->in_epoch) {
+        end_epoch(l, 0); /* restart the same epoch from the same generator state */
+        l->gen = l->epoch_gen;
+    }
+    l->skip = n;
+    return ACCEL_OK;
+}
+
+accel_status accel_loader_get_position(const accel_loader *l, accel_loader_position *out)
+{
+    if (l == NULL || out == NULL) {
+        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
+                             "accel_loader_get_position: argument is NULL");
+    }
+    out->epoch = l->epoch;
+    out->batches = l->in_epoch ? l->k : l->skip;
+    out->seed = l->seed;
+    memcpy(out->rng, l->in_epoch ? l->epoch_gen.s : l->gen.s, sizeof(out->rng));
+    return ACCEL_OK;
+}
+
+accel_status accel_loader_set_position(accel_loader *l, const accel_loader_position *pos)
+{
+    if (l == NULL || pos == NULL) {
+        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
+                             "accel_loader_set_position: argument is NULL");
+    }
+    if (pos->epoch < 0 || pos->batches < 0 ||
+        (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3]) == 0) {
+        return accel__seterr(l->acc, ACCEL_EINVAL,
+                             "accel_loader_set_position: negative epoch/batches or an all-zero "
+                             "generator state");
+    }
+    end_epoch(l, 0);
+    l->epoch = pos->epoch;
+    l->skip = pos->batches;
+    l->seed = pos->seed;
+    memcpy(l->gen.s, pos->rng, sizeof(l->gen.s));
+    return ACCEL_OK;
+}
+
+/* ---- creation, preparation, release ---- */
+
+static void loader_destroy(accel__object *o)
+{
+    accel_loader_free((accel_loader *)o);
+}
+
+accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
+{
+    accel *acc = l->acc;
+    const accel_options *ao = &acc->opt;
+    if (n_ranks < 1 || rank < 0 || rank >= n_ranks) {
+        return accel__seterr(acc, ACCEL_EINVAL, "loader: process %d of %d is not a process", rank,
+                             n_ranks);
+    }
+    end_epoch(l, 0);
+    int split = l->o.split_batches >= 0 ? l->o.split_batches : ao->split_batches;
+    int even = l->o.even_batches >= 0 ? l->o.even_batches : ao->even_batches;
+    int disp = l->o.dispatch_batches >= 0 ? l->o.dispatch_batches : ao->dispatch_batches;
+    int seedable =
+        l->o.use_seedable_sampler >= 0 ? l->o.use_seedable_sampler : ao->use_seedable_sampler;
+    if (disp < 0) {
+        disp = !l->map_style; /* Accelerate: dispatch iterable datasets by default */
+    }
+    if (split > 0 && l->o.batch_size % n_ranks != 0) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "loader: split_batches needs batch_size (%lld) to be a multiple of "
+                             "the number of processes (%d)",
+                             (long long)l->o.batch_size, n_ranks);
+    }
+    l->split = split > 0;
+    l->even = even != 0;
+    l->seedable = seedable > 0;
+    l->rank = rank;
+    l->n_ranks = n_ranks;
+    /* Dispatching needs the real processes (it broadcasts); with one process it is a no-op. */
+    l->dispatch = disp > 0 && n_ranks > 1 && n_ranks == acc->n_ranks && rank == acc->rank;
+    if (l->dispatch && l->disp == NULL) {
+        accel_status st = accel__dispatch_new(l, &l->disp);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
+        }
+    }
+    l->track_state = 1;
+    return ACCEL_OK;
+}
+
+static accel_status loader_prepare(accel__object *o)
+{
+    accel_loader *l = (accel_loader *)o;
+    return accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks);
+}
+
+accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
+                               const accel_loader_options *opts)
+{
+    if (acc == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL, "accel_loader_new: acc is NULL");
+        return NULL;
+    }
+    accel_loader_options o = opts != NULL ? *opts : accel_loader_options_default();
+    if (ds == NULL) {
+        accel__seterr(acc, ACCEL_EINVAL, "accel_loader_new: dataset is NULL");
+        return NULL;
+    }
+    int map_style = ds->get != NULL && ds->len != NULL;
+    if (!map_style && ds->next == NULL) {
+        accel__seterr(acc, ACCEL_EINVAL,
+                      "accel_loader_new: the dataset has neither len+get (map-style) nor next "
+                      "(iterable)");
+        return NULL;
+    }
+    if (opts != NULL &&
+        (opts->size < offsetof(accel_loader_options, use_seedable_sampler) || opts->version == 0)) {
+        accel__seterr(acc, ACCEL_EINVAL,
+                      "accel_loader_new: options were not made by accel_loader_options_default()");
+        return NULL;
+    }
+    if (o.batch_size < 1 || o.num_workers < 0 || o.prefetch_factor < 1 || o.n_pad < 0 ||
+        o.n_pad > ACCEL_MAX_FIELDS || (o.n_pad > 0 && o.pad == NULL)) {
+        accel__seterr(acc, ACCEL_EINVAL,
+                      "accel_loader_new: invalid options (batch_size %lld must be >= 1, "
+                      "num_workers %d >= 0, prefetch_factor %d >= 1, n_pad %d in 0..%d)",
+                      (long long)o.batch_size, o.num_workers, o.prefetch_factor, o.n_pad,
+                      ACCEL_MAX_FIELDS);
+        return NULL;
+    }
+    if (map_style && ds->len(ds->ctx) < 0) {
+        accel__seterr(acc, ACCEL_EINVAL, "accel_loader_new: dataset len() is negative");
+        return NULL;
+    }
+    accel_loader *l = accel__calloc(1, sizeof(*l));
+    if (l == NULL) {
+        accel__seterr(acc, ACCEL_ENOMEM, "accel_loader_new: out of memory");
+        return NULL;
+    }
+    l->acc = acc;
+    l->ds = *ds;
+    l->map_style = map_style;
+    l->o = o;
+    l->o.pad = NULL;
+    l->rank = 0;
+    l->n_ranks = 1;
+    l->remainder = -1;
+    l->have_next = -1;
+    l->seed = o.seed_set ? o.seed : accel__gen_next(accel__rng(acc));
+    accel__gen_seed(&l->gen, l->seed);
+    l->epoch_gen = l->gen;
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < o.n_pad && st == ACCEL_OK; i++) {
+        l->pad.field[i] = accel__strdup(o.pad[i].field != NULL ? o.pad[i].field : "");
+        l->pad.value[i] = o.pad[i].value;
+        l->pad.n = i + 1;
+        if (l->pad.field[i] == NULL) {
+            st = ACCEL_ENOMEM;
+        }
+    }
+    if (!map_style && o.num_workers > 0) {
+        accel__log(ACCEL__LOG_INFO, "loader: iterable datasets are read on the calling thread; "
+                                    "num_workers is ignored");
+        l->o.num_workers = 0;
+    }
+    int n_slots = l->o.num_workers > 0 ? l->o.num_workers * l->o.prefetch_factor : 2;
+    if (n_slots < 2) {
+        n_slots = 2;
+    }
+    l->slots = accel__calloc((size_t)n_slots, sizeof(*l->slots));
+    if (st == ACCEL_OK && l->slots == NULL) {
+        st = ACCEL_ENOMEM;
+    }
+    for (int i = 0; st == ACCEL_OK && i < n_slots; i++) {
+        st = accel__batch_init(&l->slots[i].batch);
+        l->slots[i].ready = -1;
+        l->n_slots = i + 1;
+    }
+    accel__object_register(acc, &l->obj, ACCEL__OBJ_LOADER, loader_prepare, loader_destroy);
+    if (st == ACCEL_OK && l->o.num_workers > 0) {
+        st = accel__workers_new(l, &l->workers);
+    }
+    if (st != ACCEL_OK) {
+        accel_loader_free(l);
+        accel__seterr(acc, ACCEL_ENOMEM, "accel_loader_new: out of memory");
+        return NULL;
+    }
+    return l;
+}
+
+void accel_loader_free(accel_loader *l)
+{
+    if (l == NULL) {
+        return;
+    }
+    end_epoch(l, 0);
+    accel__workers_free(l->workers);
+    accel__dispatch_free(l->disp);
+    accel__object_unregister(&l->obj);
+    for (int i = 0; i < l->n_slots; i++) {
+        accel__batch_free(&l->slots[i].batch);
+    }
+    accel__free(l->slots);
+    accel__samples_free(l->samples, l->n_samples);
+    accel__free(l->samples);
+    for (int b = 0; b < 2; b++) {
+        accel__samples_free(l->ibuf[b], l->ibuf_cap[b]);
+        accel__free(l->ibuf[b]);
+    }
+    for (int i = 0; i < l->pad.n; i++) {
+        accel__free(l->pad.field[i]);
+    }
+    accel__free(l->order);
+    accel__plan_free(&l->inner);
+    accel__plan_free(&l->plan);
+    accel__free(l);
+}
