@@ -1,0 +1,163 @@
+/*
+ * accel/ckpt.h - safetensors files, saving and loading named tensors and models.
+ *
+ * safetensors (https://github.com/huggingface/safetensors) is the tensor file format of the
+ * Hugging Face ecosystem: an 8-byte little-endian header length N, N bytes of UTF-8 JSON
+ * describing every tensor ({"name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}}
+ * plus an optional "__metadata__" object of string pairs), then the raw little-endian row-major
+ * tensor bytes. Files written here load with `safetensors.numpy.load_file` / `safe_open` and in
+ * PyTorch; files written by those load here.
+ *
+ * Writing is crash-safe: every file is written to a temporary sibling, fsynced, renamed into
+ * place and the parent directory fsynced, so a reader sees the old file or the new one, never a
+ * mix. Reading memory-maps the file and validates it the way the reference reader does (header
+ * size limit, well-formed JSON, contiguous offsets, sizes match shape x dtype, nothing past the
+ * end); a malformed file is ACCEL_ECORRUPT with a message naming the file and the tensor/field.
+ *
+ * Functions that take no accel handle report errors through accel_last_error(NULL) (per
+ * thread). Included by accel.h.
+ */
+#ifndef ACCEL_CKPT_H
+#define ACCEL_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel accel;
+
+/* A tensor with its name, as given to the writers. Both borrowed by the callee. */
+typedef struct accel_named_tensor {
+    const char *name; /* UTF-8, unique in the set, not "__metadata__" */
+    accel_tensor tensor;
+} accel_named_tensor;
+
+/* One "__metadata__" entry (UTF-8 strings, borrowed). */
+typedef struct accel_kv {
+    const char *key;
+    const char *value;
+} accel_kv;
+
+/* ==================================== safetensors ==================================== */
+
+/*
+ * Writes `n` tensors and `n_metadata` metadata pairs to `path` as one safetensors file, laid out
+ * as the reference writer lays it out: tensors sorted by descending dtype alignment then by
+ * name (byte order), data contiguous, compact JSON with "__metadata__" first, padded with
+ * spaces to a multiple of 8 bytes. n_metadata == 0 writes no "__metadata__" key. Tensors may
+ * have ndim 0 (scalars) or zero elements. Written temp -> fsync -> rename -> fsync(parent dir).
+ *   tensors: CPU tensors, borrowed (read only). metadata: borrowed, may be NULL when 0.
+ * Returns ACCEL_OK; ACCEL_EINVAL naming the tensor or key at fault (duplicate or reserved name,
+ * invalid UTF-8, unknown dtype, negative dimension, NULL data with bytes to write);
+ * ACCEL_EUNSUPPORTED for a tensor not on the CPU; ACCEL_EIO naming the path. On failure the
+ * previous file at `path`, if any, is untouched. Thread-safe for distinct paths.
+ */
+ACCEL_API accel_status accel_safetensors_write(const char *path, const accel_named_tensor *tensors,
+                                               size_t n, const accel_kv *metadata,
+                                               size_t n_metadata);
+
+/* A validated, memory-mapped safetensors file. */
+typedef struct accel_safetensors accel_safetensors;
+
+/*
+ * Opens and validates `path` (see the top of this header). The mapping is private and
+ * writable (copy-on-write): writing through a view changes this process's copy only, never
+ * the file.
+ *   out: receives the handle on success only; close with accel_safetensors_close.
+ * Returns ACCEL_OK; ACCEL_ENOTFOUND when the file does not exist; ACCEL_EIO naming the path;
+ * ACCEL_ECORRUPT naming the file and the tensor or field at fault; ACCEL_EUNSUPPORTED for a
+ * valid safetensors dtype accel has no type for (U32, U64, C64, F8_E8M0, ...), naming it.
+ */
+ACCEL_API accel_status accel_safetensors_open(accel_safetensors **out, const char *path);
+
+/* Unmaps the file; every view obtained from it becomes invalid. Accepts NULL. */
+ACCEL_API void accel_safetensors_close(accel_safetensors *st);
+
+/* Number of tensors. */
+ACCEL_API size_t accel_safetensors_count(const accel_safetensors *st);
+
+/* Name of tensor i (0 <= i < count) in file order (by data offset), or NULL out of range.
+ * Borrowed, valid until close. */
+ACCEL_API const char *accel_safetensors_name(const accel_safetensors *st, size_t i);
+
+/* Index of the tensor called `name`, or -1. O(log n). */
+ACCEL_API long accel_safetensors_find(const accel_safetensors *st, const char *name);
+
+/*
+ * Fills *out with a CPU view of tensor i into the mapping (data aligned to the element size,
+ * NULL never, even for zero elements). Valid until close.
+ * Returns ACCEL_OK or ACCEL_EINVAL for i out of range.
+ */
+ACCEL_API accel_status accel_safetensors_tensor(const accel_safetensors *st, size_t i,
+                                                accel_tensor *out);
+
+/* As accel_safetensors_tensor by name: ACCEL_ENOTFOUND naming the tensor and file when absent. */
+ACCEL_API accel_status accel_safetensors_get(const accel_safetensors *st, const char *name,
+                                             accel_tensor *out);
+
+/* Number of "__metadata__" entries (0 without the key). */
+ACCEL_API size_t accel_safetensors_metadata_count(const accel_safetensors *st);
+
+/* Entry i of "__metadata__" in file order: *key / *value borrowed until close. Returns ACCEL_OK
+ * or ACCEL_EINVAL for i out of range. */
+ACCEL_API accel_status accel_safetensors_metadata_at(const accel_safetensors *st, size_t i,
+                                                     const char **key, const char **value);
+
+/* The metadata value for `key`, or NULL when absent. Borrowed until close. */
+ACCEL_API const char *accel_safetensors_metadata(const accel_safetensors *st, const char *key);
+
+/* The path the handle was opened with. Borrowed until close. */
+ACCEL_API const char *accel_safetensors_path(const accel_safetensors *st);
+
+/* ================================ Saving named tensors ================================ */
+
+/*
+ * Parses a shard size the way Accelerate / huggingface_hub do: a plain integer is bytes;
+ * "KB"/"MB"/"GB"/"TB" are decimal (10^3...), "KiB"/"MiB"/"GiB"/"TiB" binary (2^10...), units
+ * case-insensitive, optional "B" alone; a number may carry a fraction ("1.5GB"); a unit ending
+ * in a lower-case "b" after K/M/G/T ("10Gb") means bits (divided by 8), as in Accelerate's
+ * convert_file_size_to_int. Surrounding spaces are ignored.
+ * Returns ACCEL_OK with *nbytes > 0, or ACCEL_EINVAL quoting the string (empty, negative, zero,
+ * unknown unit, overflow).
+ */
+ACCEL_API accel_status accel_parse_size(const char *s, uint64_t *nbytes);
+
+/*
+ * Accelerate's accelerator.save for a named set of tensors: the main process writes `path` as
+ * one safetensors file (crash-safe, see accel_safetensors_write); the other processes wait for
+ * it and return the same status. A collective: every process must call it (only process 0's
+ * arguments are used).
+ * Returns ACCEL_OK, the writer's error on the main process, ACCEL_EIO on the others when the
+ * main process failed, or a comm failure (ACCEL_EPEER / ACCEL_ETIMEDOUT).
+ */
+ACCEL_API accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
+                                  const accel_kv *metadata, size_t n_metadata, const char *path);
+
+/*
+ * Writes tensors into folder `dir` (created, parents included) as Accelerate's save_model does:
+ * one `<prefix>.safetensors`, or, when the tensors exceed max_shard_nbytes,
+ * `<prefix>-00001-of-0000k.safetensors` ... plus `<prefix>.safetensors.index.json`
+ * ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}, indent 2, sorted keys).
+ * Sharding follows huggingface_hub: tensors in the given order; one larger than the limit gets
+ * a shard of its own; otherwise a new shard starts when the current one would overflow.
+ * Every file carries `metadata`. Afterwards, stale files of an earlier save with the same
+ * prefix are deleted (shards not in the new set, the index when now unsharded, the single file
+ * when now sharded). Not a collective: call on the process that writes.
+ *   prefix: NULL = "model". max_shard_nbytes: 0 = no limit.
+ * Returns as accel_safetensors_write, ACCEL_EIO naming a folder that cannot be created.
+ */
+ACCEL_API accel_status accel_save_sharded(const char *dir, const char *prefix,
+                                          const accel_named_tensor *tensors, size_t n,
+                                          const accel_kv *metadata, size_t n_metadata,
+                                          uint64_t max_shard_nbytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_CKPT_H */

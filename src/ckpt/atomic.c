@@ -1,0 +1,651 @@
+/*
+ * Crash-safe files and checkpoint folders (see atomic.h for the protocol).
+ *
+ * Invariant: at every instant a complete checkpoint folder is either fully present under its
+ * final name with a valid marker, or not present under that name at all. Nothing is deleted
+ * before its replacement is durable (renamed and the parent fsynced).
+ */
+#include "ckpt/atomic.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+char *accel__path_join(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    char *p = accel__malloc(na + nb + 2);
+    if (p == NULL) {
+        accel__seterr(NULL, ACCEL_ENOMEM, "out of memory joining path %s/%s", a, b);
+        return NULL;
+    }
+    memcpy(p, a, na);
+    size_t k = na;
+    if (na > 0 && a[na - 1] != '/') {
+        p[k++] = '/';
+    }
+    memcpy(p + k, b, nb + 1);
+    return p;
+}
+
+int accel__is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+int accel__is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+accel_status accel__fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "cannot open folder %s to fsync it: %s", dir,
+                             strerror(errno));
+    }
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    /* Some file systems refuse fsync on directories (EINVAL); their metadata is then as durable
+     * as they can make it, so this is not an error. */
+    if (rc != 0 && err != EINVAL) {
+        return accel__seterr(NULL, ACCEL_EIO, "fsync of folder %s failed: %s", dir, strerror(err));
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__fsync_parent(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (slash == NULL) {
+        return accel__fsync_dir(".");
+    }
+    if (slash == path) {
+        return accel__fsync_dir("/");
+    }
+    size_t n = (size_t)(slash - path);
+    char *dir = accel__malloc(n + 1);
+    if (dir == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    accel_status st = accel__fsync_dir(dir);
+    accel__free(dir);
+    return st;
+}
+
+accel_status accel__mkdirs(const char *dir)
+{
+    char *p = accel__strdup(dir);
+    if (p == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    accel_status st = ACCEL_OK;
+    size_t n = strlen(p);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != '\0') {
+            continue;
+        }
+        char c = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+            st = accel__seterr(NULL, ACCEL_EIO, "cannot create folder %s: %s", p, strerror(errno));
+            break;
+        }
+        p[i] = c;
+    }
+    if (st == ACCEL_OK && !accel__is_dir(dir)) {
+        st = accel__seterr(NULL, ACCEL_EIO, "%s exists and is not a folder", dir);
+    }
+    accel__free(p);
+    return st;
+}
+
+accel_status accel__rmtree(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        return errno == ENOENT
+                   ? ACCEL_OK
+                   : accel__seterr(NULL, ACCEL_EIO, "cannot stat %s: %s", path, strerror(errno));
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        if (d == NULL) {
+            return accel__seterr(NULL, ACCEL_EIO, "cannot open folder %s: %s", path,
+                                 strerror(errno));
+        }
+        accel_status st = ACCEL_OK;
+        for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
+                continue;
+            }
+            char *child = accel__path_join(path, e->d_name);
+            st = child ? accel__rmtree(child) : ACCEL_ENOMEM;
+            accel__free(child);
+        }
+        closedir(d);
+        if (st != ACCEL_OK) {
+            return st;
+        }
+        if (rmdir(path) != 0 && errno != ENOENT) {
+            return accel__seterr(NULL, ACCEL_EIO, "cannot remove folder %s: %s", path,
+                                 strerror(errno));
+        }
+        return ACCEL_OK;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        return accel__seterr(NULL, ACCEL_EIO, "cannot remove %s: %s", path, strerror(errno));
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__write_all(int fd, const void *buf, size_t nbytes, const char *what)
+{
+    const char *p = buf;
+    while (nbytes > 0) {
+        /* Large single writes are fine on Linux but capped at ~2 GiB; 256 MiB keeps each call
+         * bounded without costing throughput. */
+        size_t chunk = nbytes < ((size_t)256 << 20) ? nbytes : ((size_t)256 << 20);
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            return accel__seterr(NULL, ACCEL_EIO, "write to %s failed: %s", what, strerror(errno));
+        }
+        p += w;
+        nbytes -= (size_t)w;
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__afile_open(accel__afile *f, const char *path)
+{
+    f->fd = -1;
+    f->path = accel__strdup(path);
+    size_t n = strlen(path);
+    f->tmp_path = accel__malloc(n + 16);
+    if (f->path == NULL || f->tmp_path == NULL) {
+        accel__free(f->path);
+        accel__free(f->tmp_path);
+        f->path = f->tmp_path = NULL;
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory opening %s", path);
+    }
+    snprintf(f->tmp_path, n + 16, "%s.tmp-XXXXXX", path);
+    f->fd = mkostemp(f->tmp_path, O_CLOEXEC);
+    if (f->fd < 0) {
+        accel_status st =
+            accel__seterr(NULL, errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
+                          "cannot create a temporary file next to %s: %s", path, strerror(errno));
+        accel__free(f->path);
+        accel__free(f->tmp_path);
+        f->path = f->tmp_path = NULL;
+        return st;
+    }
+    /* mkstemp creates 0600; a saved file should get the usual 0666 & ~umask. */
+    mode_t um = umask(0);
+    umask(um);
+    (void)fchmod(f->fd, 0666 & ~um);
+    return ACCEL_OK;
+}
+
+void accel__afile_abort(accel__afile *f)
+{
+    if (f->fd >= 0) {
+        close(f->fd);
+        f->fd = -1;
+    }
+    if (f->tmp_path != NULL) {
+        unlink(f->tmp_path);
+    }
+    accel__free(f->path);
+    accel__free(f->tmp_path);
+    f->path = f->tmp_path = NULL;
+}
+
+accel_status accel__afile_commit(accel__afile *f)
+{
+    accel_status st = ACCEL_OK;
+    if (fsync(f->fd) != 0) {
+        st = accel__seterr(NULL, ACCEL_EIO, "fsync of %s failed: %s", f->tmp_path, strerror(errno));
+    } else if (close(f->fd) != 0) {
+        f->fd = -1;
+        st = accel__seterr(NULL, ACCEL_EIO, "close of %s failed: %s", f->tmp_path, strerror(errno));
+    } else {
+        f->fd = -1;
+        if (rename(f->tmp_path, f->path) != 0) {
+            st = accel__seterr(NULL, ACCEL_EIO, "cannot rename %s to %s: %s", f->tmp_path, f->path,
+                               strerror(errno));
+        } else {
+            accel__free(f->tmp_path);
+            f->tmp_path = NULL; /* renamed: nothing left to remove */
+            st = accel__fsync_parent(f->path);
+        }
+    }
+    accel__afile_abort(f);
+    return st;
+}
+
+accel_status accel__write_file_atomic(const char *path, const void *buf, size_t nbytes)
+{
+    accel__afile f;
+    ACCEL_TRY(accel__afile_open(&f, path));
+    accel_status st = accel__write_all(f.fd, buf, nbytes, path);
+    if (st != ACCEL_OK) {
+        accel__afile_abort(&f);
+        return st;
+    }
+    return accel__afile_commit(&f);
+}
+
+accel_status accel__read_file(const char *path, char **out, size_t *nbytes)
+{
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        return accel__seterr(NULL, errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
+                             "cannot open %s: %s", path, strerror(errno));
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = accel__malloc(cap);
+    accel_status st = buf ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    while (st == ACCEL_OK) {
+        if (n + 1 >= cap) {
+            char *nb = accel__realloc(buf, cap * 2);
+            if (nb == NULL) {
+                st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory reading %s", path);
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, fp);
+        n += r;
+        if (r == 0) {
+            if (ferror(fp)) {
+                st = accel__seterr(NULL, ACCEL_EIO, "read of %s failed", path);
+            }
+            break;
+        }
+    }
+    fclose(fp);
+    if (st != ACCEL_OK) {
+        accel__free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (nbytes != NULL) {
+        *nbytes = n;
+    }
+    return ACCEL_OK;
+}
+
+/* ---- checkpoint folders ---- */
+
+/* "<parent>/.<name><suffix>" for a sibling of `dir`. */
+static char *hidden_sibling(const char *dir, const char *suffix)
+{
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') {
+        n--; /* "ckpt/" names the same folder as "ckpt" */
+    }
+    size_t cut = n;
+    while (cut > 0 && dir[cut - 1] != '/') {
+        cut--;
+    }
+    size_t total = n + strlen(suffix) + 2;
+    char *p = accel__malloc(total);
+    if (p == NULL) {
+        accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(p, total, "%.*s.%.*s%s", (int)cut, dir, (int)(n - cut), dir + cut, suffix);
+    return p;
+}
+
+accel_status accel__stage_init(accel__stage *s, const char *final_dir)
+{
+    s->final_dir = accel__strdup(final_dir);
+    s->stage_dir = hidden_sibling(final_dir, ".partial");
+    if (s->final_dir == NULL || s->stage_dir == NULL) {
+        accel__stage_release(s);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    return ACCEL_OK;
+}
+
+void accel__stage_release(accel__stage *s)
+{
+    accel__free(s->final_dir);
+    accel__free(s->stage_dir);
+    s->final_dir = s->stage_dir = NULL;
+}
+
+accel_status accel__stage_create(const accel__stage *s)
+{
+    ACCEL_TRY(accel__rmtree(s->stage_dir));
+    ACCEL_TRY(accel__mkdirs(s->stage_dir));
+    return accel__fsync_parent(s->stage_dir);
+}
+
+void accel__stage_discard(const accel__stage *s)
+{
+    (void)accel__rmtree(s->stage_dir);
+}
+
+/* Builds the marker object: {"format", "version", "files": {name: nbytes}} plus `extra`. */
+static accel_status build_marker(const char *dir, const char *extra, json_t **out)
+{
+    json_t *root = json_object(), *files = json_object();
+    accel_status st = (root && files) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
+    DIR *d = st == ACCEL_OK ? opendir(dir) : NULL;
+    if (st == ACCEL_OK && d == NULL) {
+        st = accel__seterr(NULL, ACCEL_EIO, "cannot list %s: %s", dir, strerror(errno));
+    }
+    for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.' || strcmp(e->d_name, ACCEL__CKPT_MARKER) == 0 ||
+            strstr(e->d_name, ".tmp-") != NULL) {
+            continue;
+        }
+        char *p = accel__path_join(dir, e->d_name);
+        struct stat sb;
+        if (p == NULL) {
+            st = ACCEL_ENOMEM;
+        } else if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+            json_object_set_new(files, e->d_name, json_integer((json_int_t)sb.st_size));
+        }
+        accel__free(p);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (st == ACCEL_OK) {
+        json_object_set_new(root, "format", json_string("accel-checkpoint"));
+        json_object_set_new(root, "version", json_integer(1));
+        if (extra != NULL) {
+            json_error_t jerr;
+            json_t *x = json_loads(extra, 0, &jerr);
+            if (x == NULL || !json_is_object(x)) {
+                st = accel__seterr(NULL, ACCEL_EINTERNAL,
+                                   "checkpoint marker extra is not a "
+                                   "JSON object");
+            } else {
+                json_object_update(root, x);
+            }
+            json_decref(x);
+        }
+        json_object_set(root, "files", files);
+    }
+    json_decref(files);
+    if (st != ACCEL_OK) {
+        json_decref(root);
+        return st;
+    }
+    *out = root;
+    return ACCEL_OK;
+}
+
+accel_status accel__stage_commit(const accel__stage *s, const char *extra)
+{
+    json_t *marker = NULL;
+    ACCEL_TRY(build_marker(s->stage_dir, extra, &marker));
+    char *text = json_dumps(marker, JSON_INDENT(2) | JSON_SORT_KEYS);
+    json_decref(marker);
+    char *mpath = accel__path_join(s->stage_dir, ACCEL__CKPT_MARKER);
+    accel_status st = (text && mpath) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
+    if (st == ACCEL_OK) {
+        st = accel__write_file_atomic(mpath, text, strlen(text));
+    }
+    free(text); /* json_dumps allocates with jansson's allocator (malloc) */
+    accel__free(mpath);
+    ACCEL_TRY(st);
+    ACCEL_TRY(accel__fsync_dir(s->stage_dir));
+
+    if (!accel__is_dir(s->final_dir)) {
+        if (rename(s->stage_dir, s->final_dir) != 0) {
+            return accel__seterr(NULL, ACCEL_EIO, "cannot rename %s to %s: %s", s->stage_dir,
+                                 s->final_dir, strerror(errno));
+        }
+        return accel__fsync_parent(s->final_dir);
+    }
+    /* Replacing an older folder: swap the two atomically, so the name never goes missing, then
+     * remove the old content (now under the staging name). */
+    if (renameat2(AT_FDCWD, s->stage_dir, AT_FDCWD, s->final_dir, RENAME_EXCHANGE) == 0) {
+        ACCEL_TRY(accel__fsync_parent(s->final_dir));
+        return accel__rmtree(s->stage_dir);
+    }
+    if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP) {
+        return accel__seterr(NULL, ACCEL_EIO, "cannot exchange %s and %s: %s", s->stage_dir,
+                             s->final_dir, strerror(errno));
+    }
+    /* The file system has no exchange: move the old folder aside first. A crash between the
+     * two renames leaves the old folder complete under ".<name>.old" and the new one under the
+     * staging name; neither is lost. */
+    accel__log(ACCEL__LOG_DEBUG, "renameat2(RENAME_EXCHANGE) unsupported for %s; two renames",
+               s->final_dir);
+    char *old = hidden_sibling(s->final_dir, ".old");
+    if (old == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    st = accel__rmtree(old);
+    if (st == ACCEL_OK && rename(s->final_dir, old) != 0) {
+        st = accel__seterr(NULL, ACCEL_EIO, "cannot move %s aside: %s", s->final_dir,
+                           strerror(errno));
+    }
+    if (st == ACCEL_OK && rename(s->stage_dir, s->final_dir) != 0) {
+        st = accel__seterr(NULL, ACCEL_EIO, "cannot rename %s to %s: %s", s->stage_dir,
+                           s->final_dir, strerror(errno));
+    }
+    if (st == ACCEL_OK) {
+        st = accel__fsync_parent(s->final_dir);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__rmtree(old);
+    }
+    accel__free(old);
+    return st;
+}
+
+accel_status accel__ckpt_check_complete(const char *dir)
+{
+    if (!accel__is_dir(dir)) {
+        return accel__seterr(NULL, ACCEL_ENOTFOUND, "checkpoint folder %s does not exist", dir);
+    }
+    char *mpath = accel__path_join(dir, ACCEL__CKPT_MARKER);
+    if (mpath == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    char *text = NULL;
+    accel_status st = accel__read_file(mpath, &text, NULL);
+    if (st == ACCEL_ENOTFOUND) {
+        st = accel__seterr(NULL, ACCEL_ECORRUPT,
+                           "%s is not a complete checkpoint: marker file %s is missing", dir,
+                           ACCEL__CKPT_MARKER);
+    }
+    json_t *root = NULL;
+    if (st == ACCEL_OK) {
+        json_error_t jerr;
+        root = json_loads(text, 0, &jerr);
+        json_t *files = root ? json_object_get(root, "files") : NULL;
+        if (!json_is_object(files)) {
+            st = accel__seterr(NULL, ACCEL_ECORRUPT, "%s: malformed marker %s", dir,
+                               ACCEL__CKPT_MARKER);
+        }
+        const char *name;
+        json_t *v;
+        json_object_foreach(files, name, v)
+        {
+            if (st != ACCEL_OK) {
+                break;
+            }
+            char *p = accel__path_join(dir, name);
+            struct stat sb;
+            if (p == NULL) {
+                st = ACCEL_ENOMEM;
+            } else if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+                st = accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is missing", dir,
+                                   name);
+            } else if (!json_is_integer(v) || (json_int_t)sb.st_size != json_integer_value(v)) {
+                st = accel__seterr(NULL, ACCEL_ECORRUPT,
+                                   "checkpoint %s: file %s has %lld bytes, the marker says %lld",
+                                   dir, name, (long long)sb.st_size,
+                                   (long long)json_integer_value(v));
+            }
+            accel__free(p);
+        }
+    }
+    json_decref(root);
+    accel__free(text);
+    accel__free(mpath);
+    return st;
+}
+
+int accel__ckpt_parse_name(const char *name, int64_t *n)
+{
+    static const char prefix[] = "checkpoint_";
+    if (strncmp(name, prefix, sizeof prefix - 1) != 0) {
+        return 0;
+    }
+    const char *d = name + sizeof prefix - 1;
+    /* No leading zeros: the name must be the one "checkpoint_%lld" produces. */
+    if (*d == '\0' || strlen(d) > 18 || (d[0] == '0' && d[1] != '\0')) {
+        return 0;
+    }
+    int64_t v = 0;
+    for (; *d; d++) {
+        if (*d < '0' || *d > '9') {
+            return 0;
+        }
+        v = v * 10 + (*d - '0');
+    }
+    *n = v;
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count)
+{
+    *iters = NULL;
+    *count = 0;
+    DIR *d = opendir(base);
+    if (d == NULL) {
+        return errno == ENOENT
+                   ? ACCEL_OK
+                   : accel__seterr(NULL, ACCEL_EIO, "cannot list %s: %s", base, strerror(errno));
+    }
+    size_t n = 0, cap = 0;
+    int64_t *v = NULL;
+    accel_status st = ACCEL_OK;
+    for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
+        int64_t it;
+        if (!accel__ckpt_parse_name(e->d_name, &it)) {
+            continue;
+        }
+        char *p = accel__path_join(base, e->d_name);
+        if (p == NULL) {
+            st = ACCEL_ENOMEM;
+            break;
+        }
+        int complete = accel__ckpt_check_complete(p) == ACCEL_OK;
+        accel__free(p);
+        if (!complete) {
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            int64_t *nv = accel__realloc(v, cap * sizeof *v);
+            if (nv == NULL) {
+                st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory listing %s", base);
+                break;
+            }
+            v = nv;
+        }
+        v[n++] = it;
+    }
+    closedir(d);
+    if (st != ACCEL_OK) {
+        accel__free(v);
+        return st;
+    }
+    qsort(v, n, sizeof *v, cmp_i64);
+    *iters = v;
+    *count = n;
+    return ACCEL_OK;
+}
+
+/* Renames `dir` to its hidden ".deleting" sibling (durably), then removes it. */
+static accel_status delete_checkpoint(const char *dir)
+{
+    char *gone = hidden_sibling(dir, ".deleting");
+    if (gone == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    accel_status st = accel__rmtree(gone);
+    if (st == ACCEL_OK && rename(dir, gone) != 0) {
+        st = accel__seterr(NULL, ACCEL_EIO, "cannot rename %s for deletion: %s", dir,
+                           strerror(errno));
+    }
+    if (st == ACCEL_OK) {
+        st = accel__fsync_parent(dir);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__rmtree(gone);
+    }
+    accel__free(gone);
+    return st;
+}
+
+accel_status accel__ckpt_rotate(const char *base, int total_limit)
+{
+    /* Leftovers of deletions interrupted by a crash are garbage whatever the limit. */
+    DIR *d = opendir(base);
+    if (d != NULL) {
+        accel_status st = ACCEL_OK;
+        for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
+            size_t n = strlen(e->d_name);
+            if (e->d_name[0] == '.' && n > 9 && strcmp(e->d_name + n - 9, ".deleting") == 0) {
+                char *p = accel__path_join(base, e->d_name);
+                st = p ? accel__rmtree(p) : ACCEL_ENOMEM;
+                accel__free(p);
+            }
+        }
+        closedir(d);
+        ACCEL_TRY(st);
+    }
+    if (total_limit <= 0) {
+        return ACCEL_OK;
+    }
+    int64_t *its = NULL;
+    size_t n = 0;
+    ACCEL_TRY(accel__ckpt_list(base, &its, &n));
+    accel_status st = ACCEL_OK;
+    /* Oldest first; the loop bound keeps the newest `total_limit` (at least the newest one). */
+    for (size_t i = 0; st == ACCEL_OK && i + (size_t)total_limit < n; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "checkpoint_%lld", (long long)its[i]);
+        char *p = accel__path_join(base, name);
+        st = p ? delete_checkpoint(p) : ACCEL_ENOMEM;
+        accel__free(p);
+    }
+    accel__free(its);
+    return st;
+}

@@ -1,0 +1,105 @@
+/*
+ * Crash-safe file and folder primitives for checkpoints (private to src/ckpt).
+ *
+ * Files: written to a temporary sibling "<path>.tmp-XXXXXX", fsynced, renamed over <path>, and
+ * the parent directory fsynced, so <path> is always either the old or the new content.
+ *
+ * Checkpoint folders: built in a staging sibling "<parent>/.<name>.partial", every file fsynced
+ * by its writer; commit writes the completion marker ACCEL__CKPT_MARKER (the list of files and
+ * their sizes) last, fsyncs the staging folder, renames it over <parent>/<name> (an atomic
+ * exchange when a folder of that name exists) and fsyncs the parent. A folder is "complete"
+ * when its marker exists, parses and every file it lists has the recorded size.
+ *
+ * All functions report failures through accel__seterr(NULL, ...) naming the path.
+ */
+#ifndef ACCEL_CKPT_ATOMIC_H
+#define ACCEL_CKPT_ATOMIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/status.h"
+
+/* The completion marker written last into every checkpoint folder. */
+#define ACCEL__CKPT_MARKER "accel_checkpoint.json"
+
+/* A file being written atomically. */
+typedef struct accel__afile {
+    int fd;         /* open on tmp_path, -1 when closed */
+    char *path;     /* final path (owned) */
+    char *tmp_path; /* temporary sibling (owned) */
+} accel__afile;
+
+/* Creates the temporary sibling of `path` (its folder must exist). On failure *f is unusable
+ * and needs no abort. */
+accel_status accel__afile_open(accel__afile *f, const char *path);
+/* fsync, close, rename over the final path, fsync the parent. Releases f (also on failure,
+ * when the temporary file is removed). */
+accel_status accel__afile_commit(accel__afile *f);
+/* Closes and removes the temporary file; releases f. Accepts a released f. */
+void accel__afile_abort(accel__afile *f);
+
+/* Writes all nbytes (retrying short writes and EINTR); `what` names the file in errors. */
+accel_status accel__write_all(int fd, const void *buf, size_t nbytes, const char *what);
+
+/* Whole-buffer atomic write of `path`. */
+accel_status accel__write_file_atomic(const char *path, const void *buf, size_t nbytes);
+
+/* Reads a whole (small) file into a NUL-terminated buffer; free with accel__free.
+ * ACCEL_ENOTFOUND when absent, ACCEL_EIO otherwise. */
+accel_status accel__read_file(const char *path, char **out, size_t *nbytes);
+
+accel_status accel__fsync_dir(const char *dir);
+/* fsyncs the folder that contains `path`. */
+accel_status accel__fsync_parent(const char *path);
+/* mkdir -p (mode 0777 & umask). */
+accel_status accel__mkdirs(const char *dir);
+/* Removes a file or a folder tree; a missing path is not an error. */
+accel_status accel__rmtree(const char *path);
+/* "a/b" in a new buffer (free with accel__free), or NULL (error set) when out of memory. */
+char *accel__path_join(const char *a, const char *b);
+/* 1 when `path` is a directory / a regular file. */
+int accel__is_dir(const char *path);
+int accel__is_file(const char *path);
+
+/* ---- checkpoint folders ---- */
+
+typedef struct accel__stage {
+    char *final_dir; /* owned */
+    char *stage_dir; /* owned: "<parent>/.<name>.partial" */
+} accel__stage;
+
+/* Computes the paths for building `final_dir`; touches nothing on disk. Every process of a
+ * save computes the same paths. Release with accel__stage_release. */
+accel_status accel__stage_init(accel__stage *s, const char *final_dir);
+/* (One process.) Creates the parent folders and an empty staging folder, removing a stale one
+ * left by a crashed save. */
+accel_status accel__stage_create(const accel__stage *s);
+/* (One process, after every writer has finished.) Writes the marker listing the staging
+ * folder's files, fsyncs, renames into place replacing an older folder of the same name, and
+ * fsyncs the parent. `extra` (may be NULL): a JSON object text merged into the marker. */
+accel_status accel__stage_commit(const accel__stage *s, const char *extra);
+/* Removes the staging folder (after a failed save). */
+void accel__stage_discard(const accel__stage *s);
+void accel__stage_release(accel__stage *s);
+
+/* ACCEL_OK when `dir` holds a valid marker and every listed file has its recorded size, else
+ * ACCEL_ECORRUPT naming the folder and the missing/short file (ACCEL_ENOTFOUND: no folder). */
+accel_status accel__ckpt_check_complete(const char *dir);
+
+/* Parses "checkpoint_<n>" (digits only). Returns 1 and *n, else 0. */
+int accel__ckpt_parse_name(const char *name, int64_t *n);
+
+/* The complete checkpoints "checkpoint_<n>" in `base`, ascending n, as a new array (free with
+ * accel__free; NULL when none). A missing `base` gives 0 checkpoints. */
+accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count);
+
+/*
+ * Keeps the newest `total_limit` complete checkpoints in `base` and deletes older ones (each
+ * first renamed to a hidden ".<name>.deleting" so it stops counting as complete, then removed);
+ * also removes leftovers of interrupted deletions. Call only after the new checkpoint is in
+ * place: the newest complete checkpoint is never deleted. total_limit <= 0: keep all.
+ */
+accel_status accel__ckpt_rotate(const char *base, int total_limit);
+
+#endif /* ACCEL_CKPT_ATOMIC_H */
