@@ -1,0 +1,427 @@
+/*
+ * accel/nn.h - the optional neural-network toolkit: fp32 tensors with reverse-mode autograd,
+ * ops with backward, layers and a GPT-2 builder (CPU: OpenBLAS sgemm + OpenMP).
+ *
+ * Lifetimes in one paragraph. Intermediates (every tensor an op returns, and the tensors made
+ * with nn_tensor_new / nn_tensor_from) live in an nn_ctx: a per-step arena plus the tape of
+ * recorded ops. They stay valid until the ctx is reset, which happens explicitly with
+ * nn_ctx_reset or implicitly by the first allocation after nn_backward (so the loss value can
+ * still be read after backward). The arena grows during the first step and is then reused: a
+ * steady-state step does no malloc. Parameters are persistent tensors owned by an nn_params
+ * set; their data and gradient are views into memory supplied through an nn_param_sink (the
+ * training module's flat buffers) or, standalone, into flat buffers nn_params allocates.
+ *
+ * Errors. Ops return NULL on failure and set accel_last_error(NULL) (and the ctx's first
+ * error); an op given a NULL input returns NULL without a new message, so a forward chain can
+ * be checked once at the end. Calls returning accel_status follow the library rules.
+ *
+ * Threads: an nn_ctx, an nn_params set and the layers built on it belong to one thread at a
+ * time; kernels use OpenMP internally when built with it.
+ *
+ * Layering: this header depends on tensor.h only. The bridge to the training module
+ * (nn_model_from_params, accel_backward) is declared at the end over opaque types.
+ */
+#ifndef ACCEL_NN_H
+#define ACCEL_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NN_MAX_DIMS 4
+
+typedef struct nn_ctx nn_ctx;
+typedef struct nn_params nn_params;
+
+/*
+ * A tensor: fp32, up to NN_MAX_DIMS dims, row-major with element strides. Tensors returned by
+ * ops are contiguous; views (nn_reshape, nn_transpose, nn_slice, nn_split) share storage and
+ * gradient with their base. Fields above the marker are public and read-only (write through
+ * `data` only for leaves you created); use nn_tensor_grad for the gradient of a view.
+ */
+typedef struct nn_tensor {
+    float *data; /* first element */
+    int ndim;
+    int64_t shape[NN_MAX_DIMS];
+    int64_t stride[NN_MAX_DIMS]; /* in elements */
+    int requires_grad;
+    int param_index; /* index given by the sink for parameters, else -1 */
+    /* ---- private to the toolkit ---- */
+    float *grad;            /* storage owner's gradient (params: external) */
+    struct nn_tensor *base; /* storage owner for views, else NULL */
+    int64_t offset;         /* element offset of data from base->data */
+    const void *use_ctx;    /* params: ctx and epoch of the first use in a recorded step */
+    uint64_t use_epoch;
+    struct nn_tensor *next_ready; /* params: list of params completing at one tape node */
+} nn_tensor;
+
+/* ===================================================================== contexts and tape */
+
+/* Creates an empty ctx (arena, tape), grad enabled, training mode on, dropout seed 0, step 0.
+ * out: receives the ctx on success; free with nn_ctx_free. Returns ACCEL_OK or ACCEL_ENOMEM. */
+ACCEL_API accel_status nn_ctx_new(nn_ctx **out);
+
+/* Releases the ctx and every intermediate in it. Accepts NULL. */
+ACCEL_API void nn_ctx_free(nn_ctx *g);
+
+/* Drops every intermediate and the tape, keeping the arena memory (coalesced into one block if
+ * it grew), and advances the step counter used by dropout. Tensors of this ctx become
+ * invalid. Parameter gradients are untouched. */
+ACCEL_API void nn_ctx_reset(nn_ctx *g);
+
+/* No-grad mode (torch.no_grad): with enabled == 0 ops record nothing and outputs do not
+ * require grad. Returns the previous setting. */
+ACCEL_API int nn_ctx_set_grad_enabled(nn_ctx *g, int enabled);
+
+/* Training mode (module.train()/eval()): dropout is the identity when training == 0.
+ * Returns the previous setting. */
+ACCEL_API int nn_ctx_set_training(nn_ctx *g, int training);
+
+/* Dropout randomness is a counter-based function of (seed, step, op index, element), so it is
+ * reproducible and independent of the thread count. The step counter advances at each reset;
+ * set it to restore a run (checkpoint resume) or to pin randomness. */
+ACCEL_API void nn_ctx_set_seed(nn_ctx *g, uint64_t seed);
+ACCEL_API void nn_ctx_set_step(nn_ctx *g, uint64_t step);
+ACCEL_API uint64_t nn_ctx_step(const nn_ctx *g);
+
+/* Arena statistics: bytes reserved, bytes in use, blocks, and how many times the arena had to
+ * allocate a new block since creation (constant from step 2 in a steady loop). */
+typedef struct nn_ctx_stats {
+    size_t reserved_nbytes;
+    size_t used_nbytes;
+    int n_blocks;
+    long long n_grows;
+    int n_nodes; /* ops on the tape now */
+} nn_ctx_stats;
+ACCEL_API nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g);
+
+/* A zero-filled contiguous leaf tensor in the arena (ndim 0..4; shape borrowed). NULL on
+ * failure. requires_grad 0: set it with nn_tensor_requires_grad. */
+ACCEL_API nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape);
+
+/* A contiguous leaf in the arena holding a copy of `data` (numel floats, borrowed). */
+ACCEL_API nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t *shape);
+
+/* Marks a leaf as requiring grad (its gradient is readable after backward). Returns t. */
+ACCEL_API nn_tensor *nn_tensor_requires_grad(nn_tensor *t, int requires_grad);
+
+/* Number of elements. */
+ACCEL_API int64_t nn_numel(const nn_tensor *t);
+
+/* 1 when the tensor is row-major contiguous. */
+ACCEL_API int nn_is_contiguous(const nn_tensor *t);
+
+/* The gradient of t laid out like t->data (same strides), or NULL when backward has not
+ * reached it. Valid until the ctx is reset (parameters: the external gradient memory). */
+ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
+
+/* The scalar value of a one-element tensor (the loss). */
+ACCEL_API float nn_item(const nn_tensor *t);
+
+/* ===================================================================== backward */
+
+/* Called once per parameter, as soon as its gradient is complete (after the earliest op
+ * using it has been back-propagated). A non-OK return stops backward and is returned. */
+typedef struct nn_backward_hooks {
+    void *ctx;
+    accel_status (*grad_ready)(void *ctx, int param_index);
+} nn_backward_hooks;
+
+/*
+ * Reverse-mode pass over the tape of loss's ctx: seeds d(loss) = seed (loss must have one
+ * element), accumulates (+=) into parameter gradients and into leaf gradients, calls
+ * hooks->grad_ready (hooks may be NULL) per parameter used, and marks the ctx so that its next
+ * allocation resets it. Parameters not used in the step get no callback. Returns ACCEL_OK,
+ * ACCEL_EINVAL (NULL loss, with the ctx's first forward error in the message; not a scalar),
+ * ACCEL_ESTATE (backward already ran on this tape), or a hook's status.
+ */
+ACCEL_API accel_status nn_backward(nn_tensor *loss, float seed, const nn_backward_hooks *hooks);
+
+/* As nn_backward with an explicit output gradient (torch's tensor.backward(gradient)):
+ * grad_out has numel(out) floats in out's contiguous order (borrowed). */
+ACCEL_API accel_status nn_backward_grad(nn_tensor *out, const float *grad_out,
+                                        const nn_backward_hooks *hooks);
+
+/* ===================================================================== views */
+/* Views share data and gradient with their input; dims may be negative (from the end). */
+
+/* New shape with the same numel; one entry may be -1. Copies first if x is not contiguous. */
+ACCEL_API nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape);
+/* Swaps two dims (a strided view). */
+ACCEL_API nn_tensor *nn_transpose(nn_ctx *g, nn_tensor *x, int dim0, int dim1);
+/* Elements [start, end) along dim. */
+ACCEL_API nn_tensor *nn_slice(nn_ctx *g, nn_tensor *x, int dim, int64_t start, int64_t end);
+/* Contiguous copy (x itself when already contiguous). */
+ACCEL_API nn_tensor *nn_contiguous(nn_ctx *g, nn_tensor *x);
+/* Splits along dim into n views of sizes[i] (summing to shape[dim]) written to outs[i]. */
+ACCEL_API accel_status nn_split(nn_ctx *g, nn_tensor *x, int dim, int n, const int64_t *sizes,
+                                nn_tensor **outs);
+/* Concatenates n tensors along dim (other dims equal). */
+ACCEL_API nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim);
+
+/* ===================================================================== ops */
+
+/* Elementwise with broadcasting over leading dims: the operand with fewer elements must have
+ * a shape equal to the trailing dims of the other (a one-element tensor broadcasts too). */
+ACCEL_API nn_tensor *nn_add(nn_ctx *g, nn_tensor *a, nn_tensor *b);
+ACCEL_API nn_tensor *nn_sub(nn_ctx *g, nn_tensor *a, nn_tensor *b);
+ACCEL_API nn_tensor *nn_mul(nn_ctx *g, nn_tensor *a, nn_tensor *b);
+ACCEL_API nn_tensor *nn_div(nn_ctx *g, nn_tensor *a, nn_tensor *b);
+/* x * s. */
+ACCEL_API nn_tensor *nn_scale(nn_ctx *g, nn_tensor *x, float s);
+
+/* Sum / mean over one dim (keepdim as torch). */
+ACCEL_API nn_tensor *nn_sum(nn_ctx *g, nn_tensor *x, int dim, int keepdim);
+ACCEL_API nn_tensor *nn_mean(nn_ctx *g, nn_tensor *x, int dim, int keepdim);
+/* Sum of all elements (a 0-dim tensor). */
+ACCEL_API nn_tensor *nn_sum_all(nn_ctx *g, nn_tensor *x);
+
+ACCEL_API nn_tensor *nn_relu(nn_ctx *g, nn_tensor *x);
+/* GELU: approximate == 0 is the exact erf form (torch approximate='none'), 1 the tanh form
+ * (approximate='tanh', GPT-2's gelu_new). */
+ACCEL_API nn_tensor *nn_gelu(nn_ctx *g, nn_tensor *x, int approximate);
+ACCEL_API nn_tensor *nn_tanh(nn_ctx *g, nn_tensor *x);
+ACCEL_API nn_tensor *nn_sigmoid(nn_ctx *g, nn_tensor *x);
+/* Softmax / log-softmax over dim. */
+ACCEL_API nn_tensor *nn_softmax(nn_ctx *g, nn_tensor *x, int dim);
+ACCEL_API nn_tensor *nn_log_softmax(nn_ctx *g, nn_tensor *x, int dim);
+
+/* Matrix product: a [..., M, K] x b [K, N] or b [..., K, N] with the same leading dims
+ * (one sgemm per batch entry). */
+ACCEL_API nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b);
+
+/* Weight layouts: torch nn.Linear stores [out, in]; GPT-2's Conv1D stores [in, out]. */
+typedef enum nn_layout { NN_LAYOUT_OUT_IN = 0, NN_LAYOUT_IN_OUT = 1 } nn_layout;
+
+/* y = x W (+ bias) over the last dim of x [..., in]; w is 2-D in `layout`, bias [out] or
+ * NULL. Parameters are used in place (no copy), so a tied head is nn_linear(x, wte, NULL,
+ * NN_LAYOUT_OUT_IN). */
+ACCEL_API nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                               nn_layout layout);
+
+typedef enum nn_reduction {
+    NN_REDUCTION_MEAN = 0,
+    NN_REDUCTION_SUM,
+    NN_REDUCTION_NONE
+} nn_reduction;
+
+typedef struct nn_cross_entropy_options {
+    int64_t ignore_index;   /* targets equal to it contribute nothing (default -100) */
+    nn_reduction reduction; /* mean: divided by the number of non-ignored targets */
+    float label_smoothing;  /* torch semantics: (1-e) one-hot + e/C uniform */
+} nn_cross_entropy_options;
+ACCEL_API nn_cross_entropy_options nn_cross_entropy_options_default(void);
+
+/* Cross entropy of logits [..., C] against class indices (numel/C int32 values, borrowed
+ * only during the call). Out-of-range non-ignored targets are ACCEL_EINVAL. Returns a scalar,
+ * or [...] for NN_REDUCTION_NONE (0 where ignored). opts NULL = defaults. */
+ACCEL_API nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
+                                      const nn_cross_entropy_options *opts);
+
+/* Mean squared error (torch mse_loss) of same-shape tensors. */
+ACCEL_API nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target,
+                                 nn_reduction reduction);
+
+/* Rows of weight [V, C] picked by ids (int32, shape [ndim dims], copied): [..., C]. */
+ACCEL_API nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
+                                  const int64_t *shape);
+
+/* LayerNorm over the last dim; weight / bias [C] or NULL. */
+ACCEL_API nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias,
+                                  float eps);
+
+/* Inverted dropout with probability p while training (identity otherwise or when p == 0). */
+ACCEL_API nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p);
+
+/* Fused causal self-attention over packed qkv [B, T, 3C] (q | k | v, heads of C/n_head
+ * consecutive channels, GPT-2's c_attn output) -> [B, T, C]. Keeps only the per-row softmax
+ * log-sum-exp for backward (scores are recomputed per head). attn_dropout applies to the
+ * attention probabilities while training. */
+ACCEL_API nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
+
+/* ===================================================================== parameters */
+
+/*
+ * Where parameters live. declare is called once per parameter in order (PyTorch/HF name,
+ * shape) and returns the parameter's index (>= 0) or a negative accel_status; after every
+ * declaration, bind gives the data (numel fp32 values) and gradient (same size, or NULL for a
+ * frozen parameter) of each index. The memory must outlive the tensors.
+ */
+typedef struct nn_param_sink {
+    void *ctx;
+    int (*declare)(void *ctx, const char *name, int ndim, const int64_t *shape);
+    accel_status (*bind)(void *ctx, int index, float **data, float **grad);
+} nn_param_sink;
+
+/* Weight initialisations applied by nn_params_init. */
+typedef enum nn_init_kind {
+    NN_INIT_NONE = 0, /* leave as bound */
+    NN_INIT_ZEROS,
+    NN_INIT_ONES,
+    NN_INIT_NORMAL, /* N(0, a^2) */
+    NN_INIT_UNIFORM /* U(-a, a) */
+} nn_init_kind;
+typedef struct nn_init {
+    nn_init_kind kind;
+    float a;
+} nn_init;
+
+/* Creates an empty parameter set over `sink` (borrowed; copied by value), or over built-in
+ * flat buffers when sink is NULL. Free with nn_params_free. */
+ACCEL_API accel_status nn_params_new(nn_params **out, const nn_param_sink *sink);
+
+/* Releases the set, its parameter tensors and (standalone) its buffers. Accepts NULL. */
+ACCEL_API void nn_params_free(nn_params *p);
+
+/* Phase 1: declares a parameter (name copied, ndim 1..4). Returns the tensor, owned by p,
+ * with data NULL until nn_params_bind; NULL on failure (duplicate name, sink error). */
+ACCEL_API nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim,
+                                       const int64_t *shape, nn_init init);
+
+/* Phase 2: binds every declared parameter to its memory. Declaring after bind is ESTATE. */
+ACCEL_API accel_status nn_params_bind(nn_params *p);
+
+/* Phase 3: fills every parameter with its declared init from `seed` (counter-based per
+ * parameter and element: independent of order and thread count). Must follow bind. */
+ACCEL_API accel_status nn_params_init(nn_params *p, uint64_t seed);
+
+ACCEL_API int nn_params_count(const nn_params *p);
+/* The i-th declared parameter / its name (borrowed, valid while p lives), NULL if out of range. */
+ACCEL_API nn_tensor *nn_params_get(const nn_params *p, int i);
+ACCEL_API const char *nn_params_name(const nn_params *p, int i);
+/* The parameter named `name`, or NULL. */
+ACCEL_API nn_tensor *nn_params_find(const nn_params *p, const char *name);
+/* Total number of parameter elements. */
+ACCEL_API int64_t nn_params_numel(const nn_params *p);
+
+/* Standalone sets only (sink NULL): the flat data / gradient buffers (count elements,
+ * parameters in declaration order), NULL before bind or for a set over a sink. */
+ACCEL_API float *nn_params_flat_data(const nn_params *p, int64_t *count);
+ACCEL_API float *nn_params_flat_grad(const nn_params *p, int64_t *count);
+
+/* Zeroes every bound gradient. */
+ACCEL_API void nn_params_zero_grad(nn_params *p);
+
+/* ===================================================================== layers */
+/* Layers are plain structs of borrowed parameter tensors (owned by the nn_params set):
+ * _declare fills them (phase 1), _forward records ops once the set is bound. `prefix` is
+ * the module name ("transformer.h.0.mlp"); an empty prefix names parameters "weight"... */
+
+typedef struct nn_linear_layer {
+    nn_tensor *weight, *bias; /* bias NULL when declared without */
+    int64_t in_features, out_features;
+    nn_layout layout;
+} nn_linear_layer;
+/* Declares prefix.weight ([out,in] or [in,out] per layout) and prefix.bias [out]; init is
+ * torch's default U(+-1/sqrt(in)) for both. */
+ACCEL_API accel_status nn_linear_declare(nn_linear_layer *l, nn_params *p, const char *prefix,
+                                         int64_t in, int64_t out, int bias, nn_layout layout);
+ACCEL_API nn_tensor *nn_linear_forward(nn_ctx *g, const nn_linear_layer *l, nn_tensor *x);
+
+typedef struct nn_embedding_layer {
+    nn_tensor *weight; /* [num, dim], init N(0, 1) as torch */
+    int64_t num, dim;
+} nn_embedding_layer;
+ACCEL_API accel_status nn_embedding_declare(nn_embedding_layer *l, nn_params *p, const char *prefix,
+                                            int64_t num, int64_t dim);
+ACCEL_API nn_tensor *nn_embedding_forward(nn_ctx *g, const nn_embedding_layer *l,
+                                          const int32_t *ids, int ndim, const int64_t *shape);
+
+typedef struct nn_layernorm_layer {
+    nn_tensor *weight, *bias; /* [dim], ones / zeros */
+    float eps;
+} nn_layernorm_layer;
+ACCEL_API accel_status nn_layernorm_declare(nn_layernorm_layer *l, nn_params *p, const char *prefix,
+                                            int64_t dim, float eps);
+ACCEL_API nn_tensor *nn_layernorm_forward(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor *x);
+
+typedef enum nn_activation {
+    NN_ACT_GELU = 0,  /* exact erf */
+    NN_ACT_GELU_TANH, /* GPT-2's gelu_new */
+    NN_ACT_RELU,
+    NN_ACT_TANH
+} nn_activation;
+
+/* fc -> activation -> proj -> dropout; names prefix.<fc_name> / prefix.<proj_name>. */
+typedef struct nn_mlp_layer {
+    nn_linear_layer fc, proj;
+    nn_activation act;
+    float dropout;
+} nn_mlp_layer;
+/* fc_name/proj_name NULL = "c_fc"/"c_proj" (GPT-2). */
+ACCEL_API accel_status nn_mlp_declare(nn_mlp_layer *l, nn_params *p, const char *prefix, int64_t in,
+                                      int64_t hidden, int64_t out, nn_activation act,
+                                      nn_layout layout, const char *fc_name, const char *proj_name);
+ACCEL_API nn_tensor *nn_mlp_forward(nn_ctx *g, const nn_mlp_layer *l, nn_tensor *x);
+
+/* GPT configuration; defaults are GPT-2 small (124M). */
+typedef struct nn_gpt_config {
+    uint32_t size, version; /* filled by nn_gpt_config_default */
+    int n_layer, n_head, n_embd;
+    int block_size; /* context length (wpe rows) */
+    int vocab_size;
+    int tied;          /* 1: lm_head shares transformer.wte.weight */
+    nn_activation act; /* NN_ACT_GELU_TANH in GPT-2 */
+    float dropout;     /* embd, attn and resid dropout (GPT-2: 0.1) */
+    float ln_eps;      /* 1e-5 */
+} nn_gpt_config;
+#define NN_GPT_CONFIG_VERSION 1
+ACCEL_API nn_gpt_config nn_gpt_config_default(void);
+
+/* A pre-LN transformer block of GPT-2 (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp). */
+typedef struct nn_block_layer {
+    nn_layernorm_layer ln_1, ln_2;
+    nn_linear_layer c_attn, c_proj;
+    nn_mlp_layer mlp;
+    int n_head;
+    float dropout;
+} nn_block_layer;
+/* Declares the block's parameters under prefix with GPT-2 init (residual projections scaled
+ * by 1/sqrt(2 n_layer)). */
+ACCEL_API accel_status nn_block_declare(nn_block_layer *l, nn_params *p, const char *prefix,
+                                        const nn_gpt_config *cfg);
+ACCEL_API nn_tensor *nn_block_forward(nn_ctx *g, const nn_block_layer *l, nn_tensor *x);
+
+typedef struct nn_gpt nn_gpt;
+
+/*
+ * Declares a GPT into p with Hugging Face GPT-2 names and layouts, in this order:
+ * transformer.wte.weight [V,C], transformer.wpe.weight [T,C], per block i
+ * transformer.h.i.{ln_1.weight, ln_1.bias, attn.c_attn.weight [C,3C], attn.c_attn.bias,
+ * attn.c_proj.weight [C,C], attn.c_proj.bias, ln_2.weight, ln_2.bias, mlp.c_fc.weight [C,4C],
+ * mlp.c_fc.bias, mlp.c_proj.weight [4C,C], mlp.c_proj.bias}, transformer.ln_f.weight/.bias,
+ * and lm_head.weight [V,C] when untied. Init (GPT-2): N(0, 0.02) weights, residual c_proj
+ * N(0, 0.02/sqrt(2 n_layer)), zero biases, LayerNorm ones/zeros. The caller then binds and
+ * inits p. out: owned, free with nn_gpt_free (before p). cfg copied.
+ */
+ACCEL_API accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *cfg);
+ACCEL_API void nn_gpt_free(nn_gpt *m);
+ACCEL_API const nn_gpt_config *nn_gpt_get_config(const nn_gpt *m);
+
+/* Standalone convenience: a new nn_params (flat buffers), declare, bind, init(seed). */
+ACCEL_API accel_status nn_gpt_build(nn_gpt **out, nn_params **params_out, const nn_gpt_config *cfg,
+                                    uint64_t seed);
+
+/*
+ * Forward pass over token ids [B, T] (int32, borrowed during the call; T <= block_size).
+ * logits_out (may be NULL) receives [B, T, V]; when targets ([B, T], -100 ignored) is not
+ * NULL, loss_out receives the mean cross entropy.
+ */
+ACCEL_API accel_status nn_gpt_forward(nn_ctx *g, const nn_gpt *m, const int32_t *ids,
+                                      const int32_t *targets, int64_t B, int64_t T,
+                                      nn_tensor **logits_out, nn_tensor **loss_out);
+
+/* Matmul FLOPs of one forward+backward pass over B x T tokens (6 x matmul parameters per
+ * token plus 12 x n_layer x T x C per token for attention), for throughput reports. */
+ACCEL_API double nn_gpt_train_flops(const nn_gpt_config *cfg, int64_t B, int64_t T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ACCEL_NN_H */

@@ -1,0 +1,483 @@
+/*
+ * The nn ctx: the per-step arena, leaf tensors, the tape and the reverse-mode replay.
+ *
+ * Invariants: every intermediate, tape node and intermediate gradient is carved from the
+ * arena; a reset keeps the memory (coalescing blocks into one when the step needed more than
+ * the first block), so from the second identical step on nothing is allocated. A parameter's
+ * grad_ready hook fires right after the earliest tape node that uses it is replayed: that
+ * node is the last one to contribute to its gradient.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "nn_internal.h"
+
+#define NN_ALIGN 64
+#define NN_FIRST_BLOCK_NBYTES ((size_t)1 << 20)
+
+accel_status nn_ctx_new(nn_ctx **out)
+{
+    if (out == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_ctx_new: out is NULL");
+    }
+    nn_ctx *g = accel__calloc(1, sizeof(*g));
+    if (g == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "nn_ctx_new: out of memory");
+    }
+    g->grad_enabled = 1;
+    g->training = 1;
+    g->epoch = 1;
+    *out = g;
+    return ACCEL_OK;
+}
+
+static void free_blocks(nn_block *b)
+{
+    while (b != NULL) {
+        nn_block *next = b->next;
+        accel__aligned_free(b->mem);
+        accel__free(b);
+        b = next;
+    }
+}
+
+void nn_ctx_free(nn_ctx *g)
+{
+    if (g == NULL) {
+        return;
+    }
+    free_blocks(g->blocks);
+    accel__free(g);
+}
+
+static nn_block *new_block(size_t cap)
+{
+    nn_block *b = accel__calloc(1, sizeof(*b));
+    if (b == NULL) {
+        return NULL;
+    }
+    b->mem = accel__aligned_alloc(cap);
+    if (b->mem == NULL) {
+        accel__free(b);
+        return NULL;
+    }
+    b->cap = cap;
+    return b;
+}
+
+void nn_ctx_reset(nn_ctx *g)
+{
+    if (g == NULL) {
+        return;
+    }
+    /* Several blocks mean this step outgrew the arena: replace them by one block holding
+     * them all, so the next identical step fits without allocating. */
+    if (g->blocks != NULL && g->blocks->next != NULL) {
+        nn_block *one = new_block(g->total_cap);
+        if (one != NULL) {
+            free_blocks(g->blocks);
+            g->blocks = one;
+            g->n_grows++;
+        }
+    }
+    for (nn_block *b = g->blocks; b != NULL; b = b->next) {
+        b->used = 0;
+    }
+    g->tape = NULL;
+    g->n_nodes = 0;
+    g->op_counter = 0;
+    g->backward_done = 0;
+    g->first_err = ACCEL_OK;
+    g->first_msg[0] = '\0';
+    g->step++;
+    g->epoch++;
+}
+
+int nn_ctx_set_grad_enabled(nn_ctx *g, int enabled)
+{
+    int prev = g->grad_enabled;
+    g->grad_enabled = enabled != 0;
+    return prev;
+}
+
+int nn_ctx_set_training(nn_ctx *g, int training)
+{
+    int prev = g->training;
+    g->training = training != 0;
+    return prev;
+}
+
+void nn_ctx_set_seed(nn_ctx *g, uint64_t seed)
+{
+    g->seed = seed;
+}
+
+void nn_ctx_set_step(nn_ctx *g, uint64_t step)
+{
+    g->step = step;
+}
+
+uint64_t nn_ctx_step(const nn_ctx *g)
+{
+    return g->step;
+}
+
+nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
+{
+    nn_ctx_stats s;
+    memset(&s, 0, sizeof(s));
+    for (const nn_block *b = g->blocks; b != NULL; b = b->next) {
+        s.reserved_nbytes += b->cap;
+        s.used_nbytes += b->used;
+        s.n_blocks++;
+    }
+    s.n_grows = g->n_grows;
+    s.n_nodes = g->n_nodes;
+    return s;
+}
+
+void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
+{
+    if (g->backward_done) {
+        nn_ctx_reset(g);
+    }
+    nbytes = (nbytes + NN_ALIGN - 1) & ~(size_t)(NN_ALIGN - 1);
+    if (nbytes == 0) {
+        nbytes = NN_ALIGN;
+    }
+    nn_block *b = g->blocks;
+    if (b == NULL || b->used + nbytes > b->cap) {
+        /* Grow geometrically so the first step needs few blocks. */
+        size_t cap = g->total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : g->total_cap;
+        if (cap < nbytes) {
+            cap = nbytes;
+        }
+        b = new_block(cap);
+        if (b == NULL) {
+            accel__nn_fail(g, ACCEL_ENOMEM, "nn arena: out of memory allocating %zu bytes", cap);
+            return NULL;
+        }
+        b->next = g->blocks;
+        g->blocks = b;
+        g->total_cap += cap;
+        g->n_grows++;
+    }
+    void *p = b->mem + b->used;
+    b->used += nbytes;
+    return p;
+}
+
+void *accel__nn_zalloc(nn_ctx *g, size_t nbytes)
+{
+    void *p = accel__nn_alloc(g, nbytes);
+    if (p != NULL) {
+        memset(p, 0, nbytes);
+    }
+    return p;
+}
+
+nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (g != NULL && g->first_err == ACCEL_OK) {
+        va_list ap2;
+        va_copy(ap2, ap);
+        vsnprintf(g->first_msg, sizeof(g->first_msg), fmt, ap2);
+        va_end(ap2);
+        g->first_err = st;
+    }
+    accel__vseterr(NULL, st, fmt, ap);
+    va_end(ap);
+    return NULL;
+}
+
+static void set_contig_strides(nn_tensor *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        t->stride[d] = s;
+        s *= t->shape[d];
+    }
+}
+
+static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero)
+{
+    if (ndim < 0 || ndim > NN_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: ndim %d out of range 0..%d", ndim,
+                              NN_MAX_DIMS);
+    }
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0) {
+            return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: negative size in dim %d", d);
+        }
+        n *= shape[d];
+    }
+    nn_tensor *t = accel__nn_zalloc(g, sizeof(*t));
+    if (t == NULL) {
+        return NULL;
+    }
+    t->data = zero ? accel__nn_zalloc(g, (size_t)n * sizeof(float))
+                   : accel__nn_alloc(g, (size_t)n * sizeof(float));
+    if (t->data == NULL) {
+        return NULL;
+    }
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        t->shape[d] = shape[d];
+    }
+    set_contig_strides(t);
+    t->param_index = -1;
+    return t;
+}
+
+nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape)
+{
+    return new_tensor(g, ndim, shape, 0);
+}
+
+nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape)
+{
+    if (g == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL, "nn_tensor_new: ctx is NULL");
+        return NULL;
+    }
+    return new_tensor(g, ndim, shape, 1);
+}
+
+nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t *shape)
+{
+    if (g == NULL || data == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL, "nn_tensor_from: %s is NULL", g ? "data" : "ctx");
+        return NULL;
+    }
+    nn_tensor *t = new_tensor(g, ndim, shape, 0);
+    if (t != NULL) {
+        memcpy(t->data, data, (size_t)nn_numel(t) * sizeof(float));
+    }
+    return t;
+}
+
+nn_tensor *nn_tensor_requires_grad(nn_tensor *t, int requires_grad)
+{
+    if (t != NULL) {
+        t->requires_grad = requires_grad != 0;
+    }
+    return t;
+}
+
+int64_t nn_numel(const nn_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        n *= t->shape[d];
+    }
+    return n;
+}
+
+int nn_is_contiguous(const nn_tensor *t)
+{
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        if (t->shape[d] != 1 && t->stride[d] != s) {
+            return 0;
+        }
+        s *= t->shape[d];
+    }
+    return 1;
+}
+
+float *nn_tensor_grad(const nn_tensor *t)
+{
+    if (t == NULL) {
+        return NULL;
+    }
+    const nn_tensor *owner = t->base ? t->base : t;
+    return owner->grad ? owner->grad + t->offset : NULL;
+}
+
+float nn_item(const nn_tensor *t)
+{
+    return t != NULL ? t->data[0] : NAN;
+}
+
+int accel__nn_dim(const nn_tensor *x, int dim)
+{
+    int d = dim < 0 ? dim + x->ndim : dim;
+    return (d >= 0 && d < x->ndim) ? d : -1;
+}
+
+const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes)
+{
+    size_t k = (size_t)snprintf(buf, nbytes, "[");
+    for (int d = 0; d < t->ndim && k < nbytes; d++) {
+        k += (size_t)snprintf(buf + k, nbytes - k, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    }
+    if (k < nbytes) {
+        snprintf(buf + k, nbytes - k, "]");
+    }
+    return buf;
+}
+
+int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b)
+{
+    if (a->ndim != b->ndim) {
+        return 0;
+    }
+    for (int d = 0; d < a->ndim; d++) {
+        if (a->shape[d] != b->shape[d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- tape ---- */
+
+int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in)
+{
+    if (!g->grad_enabled) {
+        return 0;
+    }
+    for (int k = 0; k < n_in; k++) {
+        if (in[k] != NULL && in[k]->requires_grad) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *const *in, int n_in,
+                          nn_backward_fn bw)
+{
+    nn_node *n = accel__nn_zalloc(g, sizeof(*n));
+    if (n == NULL) {
+        return NULL;
+    }
+    n->backward = bw;
+    n->op = op;
+    n->out = out;
+    n->n_in = n_in;
+    for (int k = 0; k < n_in; k++) {
+        n->in[k] = in[k];
+        nn_tensor *owner = in[k] && in[k]->base ? in[k]->base : in[k];
+        /* The first node to read a parameter is the last one backward reaches for it. */
+        if (owner != NULL && owner->param_index >= 0 && owner->requires_grad &&
+            (owner->use_ctx != g || owner->use_epoch != g->epoch)) {
+            owner->use_ctx = g;
+            owner->use_epoch = g->epoch;
+            owner->next_ready = n->ready;
+            n->ready = owner;
+        }
+    }
+    n->prev = g->tape;
+    g->tape = n;
+    g->n_nodes++;
+    out->requires_grad = 1;
+    out->use_ctx = g; /* lets nn_backward find the tape from its output */
+    return n;
+}
+
+float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
+{
+    if (t == NULL || !t->requires_grad) {
+        return NULL;
+    }
+    nn_tensor *owner = t->base ? t->base : t;
+    if (owner->grad == NULL) {
+        /* Intermediate gradients come from the arena like the values (no reset can happen
+         * here: backward_done is set only after the replay). */
+        owner->grad = accel__nn_zalloc(g, (size_t)nn_numel(owner) * sizeof(float));
+        if (owner->grad == NULL) {
+            return NULL;
+        }
+    }
+    return owner->grad + t->offset;
+}
+
+static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
+{
+    for (nn_node *n = g->tape; n != NULL; n = n->prev) {
+        if (n->out->grad != NULL) {
+            n->backward(g, n);
+            if (g->first_err != ACCEL_OK) {
+                return accel__seterr(NULL, g->first_err, "nn_backward: %s: %s", n->op,
+                                     g->first_msg);
+            }
+        }
+        for (nn_tensor *p = n->ready; p != NULL; p = p->next_ready) {
+            if (hooks != NULL && hooks->grad_ready != NULL) {
+                ACCEL_TRY(hooks->grad_ready(hooks->ctx, p->param_index));
+            }
+        }
+    }
+    return ACCEL_OK;
+}
+
+static accel_status backward_common(nn_tensor *out, const float *grad_out, float seed,
+                                    const nn_backward_hooks *hooks)
+{
+    if (out == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_backward: loss is NULL (a forward op failed: %s)",
+                             accel_last_error(NULL));
+    }
+    if (out->base != NULL || out->param_index >= 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_backward: the output must be an op result, not a view/param");
+    }
+    nn_ctx *g = NULL;
+    /* The ctx is reachable from the tape only; an output that is not on a tape has no graph. */
+    if (!out->requires_grad) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_backward: output does not require grad (no-grad mode, or no "
+                             "input requires grad)");
+    }
+    g = (nn_ctx *)out->use_ctx;
+    if (g == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_backward: output has no tape");
+    }
+    if (g->backward_done) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "nn_backward: backward already ran on this tape (reset the ctx "
+                             "and run a new forward)");
+    }
+    if (g->first_err != ACCEL_OK) {
+        return accel__seterr(NULL, g->first_err, "nn_backward: forward failed: %s", g->first_msg);
+    }
+    float *gout = accel__nn_grad(g, out);
+    if (gout == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "nn_backward: out of memory");
+    }
+    int64_t n = nn_numel(out);
+    if (grad_out != NULL) {
+        for (int64_t i = 0; i < n; i++) {
+            gout[i] += grad_out[i];
+        }
+    } else {
+        if (n != 1) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "nn_backward: loss has %lld elements; pass a scalar or use "
+                                 "nn_backward_grad",
+                                 (long long)n);
+        }
+        gout[0] += seed;
+    }
+    accel_status st = replay(g, hooks);
+    g->backward_done = 1;
+    return st;
+}
+
+accel_status nn_backward(nn_tensor *loss, float seed, const nn_backward_hooks *hooks)
+{
+    return backward_common(loss, NULL, seed, hooks);
+}
+
+accel_status nn_backward_grad(nn_tensor *out, const float *grad_out, const nn_backward_hooks *hooks)
+{
+    if (grad_out == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_backward_grad: grad_out is NULL");
+    }
+    return backward_common(out, grad_out, 0.0f, hooks);
+}

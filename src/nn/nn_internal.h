@@ -1,0 +1,180 @@
+/*
+ * Private interface of the nn toolkit: the ctx (arena + tape), tape nodes, helpers shared by
+ * the op files, the counter-based RNG and the vectorisable math kernels.
+ *
+ * Invariant: every op output is a fresh contiguous arena tensor that owns its storage
+ * (base == NULL); views point at the storage owner, so a gradient always lives on an owner and
+ * a view's gradient is the owner's gradient at the view's offset and strides.
+ */
+#ifndef ACCEL_NN_INTERNAL_H
+#define ACCEL_NN_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "accel/nn.h"
+#include "core/internal.h"
+
+#ifdef ACCEL_HAVE_OPENMP
+#include <omp.h>
+#define NN_PRAGMA(x) _Pragma(#x)
+#define NN_OMP_FOR(n) NN_PRAGMA(omp parallel for schedule(static) if ((n) > 32768))
+#define NN_SIMD NN_PRAGMA(omp simd)
+/* A simd loop accumulating into the named scalars (order of the sum may change). */
+#define NN_SIMD_SUM(...) NN_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
+static inline int nn__max_threads(void)
+{
+    return omp_get_max_threads();
+}
+static inline int nn__thread(void)
+{
+    return omp_get_thread_num();
+}
+#else
+#define NN_OMP_FOR(n)
+#define NN_SIMD
+#define NN_SIMD_SUM(...)
+static inline int nn__max_threads(void)
+{
+    return 1;
+}
+static inline int nn__thread(void)
+{
+    return 0;
+}
+#endif
+
+typedef struct nn_node nn_node;
+typedef void (*nn_backward_fn)(nn_ctx *g, nn_node *n);
+
+struct nn_node {
+    nn_backward_fn backward;
+    const char *op;
+    nn_tensor *out;
+    nn_tensor *in[4];
+    int n_in;
+    int64_t i[8];
+    float f[4];
+    void *p[4];
+    nn_node *prev;
+    nn_tensor *ready; /* parameters whose gradient completes once this node is processed */
+};
+
+typedef struct nn_block {
+    struct nn_block *next;
+    size_t cap, used;
+    unsigned char *mem;
+} nn_block;
+
+struct nn_ctx {
+    nn_block *blocks; /* newest first */
+    size_t total_cap;
+    long long n_grows;
+    nn_node *tape; /* newest node */
+    int n_nodes;
+    uint64_t op_counter; /* ops created this step (dropout key) */
+    int grad_enabled, training;
+    uint64_t seed, step;
+    uint64_t epoch;    /* unique per reset: parameters' first-use marks */
+    int backward_done; /* next allocation resets */
+    accel_status first_err;
+    char first_msg[256];
+};
+
+/* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
+ * ENOMEM on failure. */
+void *accel__nn_alloc(nn_ctx *g, size_t nbytes);
+void *accel__nn_zalloc(nn_ctx *g, size_t nbytes);
+/* A new contiguous owner tensor (uninitialised data). */
+nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
+/* Records an error (thread message + ctx first error) and returns NULL. */
+nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* 1 when the op must be recorded (grad enabled and some input requires grad). */
+int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in);
+/* Appends a tape node producing `out` from inputs; marks out->requires_grad. NULL on OOM. */
+nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *const *in, int n_in,
+                          nn_backward_fn bw);
+/* The gradient of t (allocating the owner's zeroed gradient on first use), laid out like t;
+ * NULL when t does not require grad. Only called during backward. */
+float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
+/* x if contiguous, else a recorded copy. */
+nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
+/* Canonical dim in [0, ndim) or -1. */
+int accel__nn_dim(const nn_tensor *x, int dim);
+/* Formats a shape as "[2, 3]" into buf. */
+const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes);
+int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b);
+
+/* ---- counter-based RNG (splitmix64 finaliser): stateless, thread-count independent ---- */
+static inline uint64_t nn__mix64(uint64_t z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline uint64_t nn__key3(uint64_t a, uint64_t b, uint64_t c)
+{
+    return nn__mix64(a ^ nn__mix64(b ^ nn__mix64(c)));
+}
+/* Uniform in [0, 1) with 24 bits. */
+static inline float nn__uniform(uint64_t key, uint64_t i)
+{
+    return (float)(nn__mix64(key + i * 0xD1B54A32D192ED03ull) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* ---- vectorisable math: branch-free so loops with NN_SIMD vectorise ---- */
+
+/* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside. */
+static inline float nn__expf(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } u;
+    u.i = ((int32_t)n + 127) << 23;
+    return p * u.f;
+}
+
+/* erf(x) (Abramowitz-Stegun 7.1.26 form refined: max abs error ~1.5e-7). */
+static inline float nn__erff(float x)
+{
+    float ax = fabsf(x);
+    float t = 1.0f / (1.0f + 0.3275911f * ax);
+    float y =
+        t * (0.254829592f +
+             t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    float e = 1.0f - y * nn__expf(-ax * ax);
+    return x < 0.0f ? -e : e;
+}
+
+static inline float nn__tanhf(float x)
+{
+    float ax = fabsf(x);
+    float e = nn__expf(-2.0f * ax);
+    float t = (1.0f - e) / (1.0f + e);
+    return x < 0.0f ? -t : t;
+}
+
+static inline float nn__sigmoidf(float x)
+{
+    return 1.0f / (1.0f + nn__expf(-x));
+}
+
+#endif /* ACCEL_NN_INTERNAL_H */

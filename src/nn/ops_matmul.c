@@ -1,0 +1,373 @@
+/*
+ * The sgemm-backed ops: matmul (batched), linear in both weight layouts, and fused causal
+ * self-attention over GPT-2's packed qkv.
+ *
+ * Every product goes to cblas_sgemm with leading dimensions that address the operands in
+ * place (parameters are never copied or transposed; q, k and v are read straight out of the
+ * packed [B, T, 3C] tensor). Backward accumulates with beta = 1, which is what makes
+ * parameter gradients sum across uses and across micro-steps. Attention keeps only the
+ * per-row log-sum-exp: backward recomputes each head's scores into per-thread scratch.
+ */
+#include <cblas.h>
+
+#include "nn_internal.h"
+
+static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* ---- linear ---- */
+
+static void linear_backward(nn_ctx *g, nn_node *n)
+{
+    nn_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+    int64_t M = n->i[0], in = n->i[1], out = n->i[2];
+    int in_out = n->i[3] == NN_LAYOUT_IN_OUT;
+    const float *gy = n->out->grad;
+    float *gx = accel__nn_grad(g, x);
+    float *gw = accel__nn_grad(g, w);
+    float *gb = b ? accel__nn_grad(g, b) : NULL;
+    if (gx != NULL) {
+        if (in_out) {
+            gemm(0, 1, M, in, out, 1.0f, gy, out, w->data, out, 1.0f, gx, in);
+        } else {
+            gemm(0, 0, M, in, out, 1.0f, gy, out, w->data, in, 1.0f, gx, in);
+        }
+    }
+    if (gw != NULL) {
+        if (in_out) {
+            gemm(1, 0, in, out, M, 1.0f, x->data, in, gy, out, 1.0f, gw, out);
+        } else {
+            gemm(1, 0, out, in, M, 1.0f, gy, out, x->data, in, 1.0f, gw, in);
+        }
+    }
+    if (gb != NULL) {
+        for (int64_t r = 0; r < M; r++) {
+            const float *gr = gy + r * out;
+            NN_SIMD for (int64_t j = 0; j < out; j++) gb[j] += gr[j];
+        }
+    }
+}
+
+nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_layout layout)
+{
+    if (x == NULL || w == NULL) {
+        return NULL;
+    }
+    nn_tensor *bias_in = bias;
+    x = accel__nn_contig(g, x);
+    w = accel__nn_contig(g, w);
+    bias = bias ? accel__nn_contig(g, bias) : NULL;
+    if (x == NULL || w == NULL || (bias_in != NULL && bias == NULL)) {
+        return NULL;
+    }
+    if (w->ndim != 2 || x->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
+    }
+    int in_out = layout == NN_LAYOUT_IN_OUT;
+    int64_t in = in_out ? w->shape[0] : w->shape[1], out = in_out ? w->shape[1] : w->shape[0];
+    if (x->shape[x->ndim - 1] != in || (bias != NULL && nn_numel(bias) != out)) {
+        char s1[64], s2[64];
+        return accel__nn_fail(
+            g, ACCEL_EINVAL, "nn_linear: input %s does not match weight %s (%s layout)%s",
+            accel__nn_shape_str(x, s1, sizeof(s1)), accel__nn_shape_str(w, s2, sizeof(s2)),
+            in_out ? "[in, out]" : "[out, in]",
+            bias != NULL && nn_numel(bias) != out ? " or bias size" : "");
+    }
+    int64_t M = in ? nn_numel(x) / in : 0;
+    int64_t shape[NN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(shape));
+    shape[x->ndim - 1] = out;
+    nn_tensor *y = accel__nn_new(g, x->ndim, shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    float beta = 0.0f;
+    if (bias != NULL) {
+        for (int64_t r = 0; r < M; r++) {
+            memcpy(y->data + r * out, bias->data, (size_t)out * sizeof(float));
+        }
+        beta = 1.0f;
+    }
+    if (in_out) {
+        gemm(0, 0, M, out, in, 1.0f, x->data, in, w->data, out, beta, y->data, out);
+    } else {
+        gemm(0, 1, M, out, in, 1.0f, x->data, in, w->data, in, beta, y->data, out);
+    }
+    nn_tensor *ins[3] = {x, w, bias};
+    if (accel__nn_needs_grad(g, ins, 3)) {
+        nn_node *n = accel__nn_record(g, "linear", y, ins, 3, linear_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = M;
+        n->i[1] = in;
+        n->i[2] = out;
+        n->i[3] = layout;
+    }
+    return y;
+}
+
+/* ---- matmul: a [..., M, K] x b [K, N] or [..., K, N] ---- */
+
+static void matmul_backward(nn_ctx *g, nn_node *n)
+{
+    nn_tensor *a = n->in[0], *b = n->in[1];
+    int64_t batch = n->i[0], M = n->i[1], K = n->i[2], N = n->i[3];
+    int b2d = (int)n->i[4];
+    const float *gy = n->out->grad;
+    float *ga = accel__nn_grad(g, a);
+    float *gb = accel__nn_grad(g, b);
+    if (b2d) {
+        /* One product over all batch rows at once. */
+        if (ga != NULL) {
+            gemm(0, 1, batch * M, K, N, 1.0f, gy, N, b->data, N, 1.0f, ga, K);
+        }
+        if (gb != NULL) {
+            gemm(1, 0, K, N, batch * M, 1.0f, a->data, K, gy, N, 1.0f, gb, N);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < batch; i++) {
+        const float *gyi = gy + i * M * N;
+        if (ga != NULL) {
+            gemm(0, 1, M, K, N, 1.0f, gyi, N, b->data + i * K * N, N, 1.0f, ga + i * M * K, K);
+        }
+        if (gb != NULL) {
+            gemm(1, 0, K, N, M, 1.0f, a->data + i * M * K, K, gyi, N, 1.0f, gb + i * K * N, N);
+        }
+    }
+}
+
+nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
+{
+    if (a == NULL || b == NULL) {
+        return NULL;
+    }
+    a = accel__nn_contig(g, a);
+    b = accel__nn_contig(g, b);
+    if (a == NULL || b == NULL) {
+        return NULL;
+    }
+    char s1[64], s2[64];
+    int ok = a->ndim >= 2 && b->ndim >= 2;
+    int b2d = b->ndim == 2;
+    if (ok && !b2d) {
+        ok = a->ndim == b->ndim;
+        for (int d = 0; ok && d < a->ndim - 2; d++) {
+            ok = a->shape[d] == b->shape[d];
+        }
+    }
+    if (ok) {
+        ok = a->shape[a->ndim - 1] == b->shape[b->ndim - 2];
+    }
+    if (!ok) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_matmul: shapes %s and %s do not multiply",
+                              accel__nn_shape_str(a, s1, sizeof(s1)),
+                              accel__nn_shape_str(b, s2, sizeof(s2)));
+    }
+    int64_t M = a->shape[a->ndim - 2], K = a->shape[a->ndim - 1], N = b->shape[b->ndim - 1];
+    int64_t batch = (M * K != 0) ? nn_numel(a) / (M * K) : 0;
+    int64_t shape[NN_MAX_DIMS];
+    memcpy(shape, a->shape, sizeof(shape));
+    shape[a->ndim - 1] = N;
+    nn_tensor *y = accel__nn_new(g, a->ndim, shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    if (b2d) {
+        gemm(0, 0, batch * M, N, K, 1.0f, a->data, K, b->data, N, 0.0f, y->data, N);
+    } else {
+        for (int64_t i = 0; i < batch; i++) {
+            gemm(0, 0, M, N, K, 1.0f, a->data + i * M * K, K, b->data + i * K * N, N, 0.0f,
+                 y->data + i * M * N, N);
+        }
+    }
+    nn_tensor *ins[2] = {a, b};
+    if (accel__nn_needs_grad(g, ins, 2)) {
+        nn_node *n = accel__nn_record(g, "matmul", y, ins, 2, matmul_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = batch;
+        n->i[1] = M;
+        n->i[2] = K;
+        n->i[3] = N;
+        n->i[4] = b2d;
+    }
+    return y;
+}
+
+/* ---- fused causal self-attention ---- */
+
+typedef struct attn_dims {
+    int64_t B, T, C, H, hd;
+    float scale, p;
+    uint64_t key;
+} attn_dims;
+
+/* Dropout multiplier of probability (bh, t, s): counter-based, so backward regenerates it. */
+static inline float attn_keep(const attn_dims *d, int64_t bh, int64_t t, int64_t s)
+{
+    uint64_t i = (uint64_t)((bh * d->T + t) * d->T + s);
+    return nn__uniform(d->key, i) >= d->p ? 1.0f / (1.0f - d->p) : 0.0f;
+}
+
+/* Softmax of row t of the causal scores; writes probabilities (zero above the diagonal) and
+ * returns the log-sum-exp. */
+static float causal_softmax_row(float *row, int64_t t, int64_t T)
+{
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j <= t; j++) {
+        m = fmaxf(m, row[j]);
+    }
+    NN_SIMD_SUM(s) for (int64_t j = 0; j <= t; j++)
+    {
+        row[j] = nn__expf(row[j] - m);
+        s += row[j];
+    }
+    float inv = 1.0f / s;
+    NN_SIMD for (int64_t j = 0; j <= t; j++) row[j] *= inv;
+    for (int64_t j = t + 1; j < T; j++) {
+        row[j] = 0.0f;
+    }
+    return m + logf(s);
+}
+
+static void attn_backward(nn_ctx *g, nn_node *n)
+{
+    attn_dims d = {n->i[0], n->i[1], n->i[2], n->i[3],
+                   n->i[4], n->f[0], n->f[1], (uint64_t)n->i[5]};
+    const float *qkv = n->in[0]->data, *out = n->out->data, *gy = n->out->grad;
+    const float *lse = n->p[0];
+    float *scratch = n->p[1];
+    float *gqkv = accel__nn_grad(g, n->in[0]);
+    if (gqkv == NULL) {
+        return;
+    }
+    int64_t T = d.T, C3 = 3 * d.C, per = 3 * T * T + T;
+    int64_t nbh = d.B * d.H;
+#ifdef ACCEL_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (nbh > 1 && T * T * d.hd > 32768)
+#endif
+    for (int64_t bh = 0; bh < nbh; bh++) {
+        int64_t b = bh / d.H, h = bh % d.H;
+        float *P = scratch + nn__thread() * per, *Pd = P + T * T, *dP = Pd + T * T;
+        float *D = dP + T * T;
+        const float *q = qkv + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
+        float *gq = gqkv + b * T * C3 + h * d.hd, *gk = gq + d.C, *gv = gq + 2 * d.C;
+        const float *dO = gy + b * T * d.C + h * d.hd, *O = out + b * T * d.C + h * d.hd;
+        gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, P, T);
+        for (int64_t t = 0; t < T; t++) {
+            float *row = P + t * T, l = lse[bh * T + t], acc = 0.0f;
+            NN_SIMD for (int64_t j = 0; j <= t; j++) row[j] = nn__expf(row[j] - l);
+            for (int64_t j = t + 1; j < T; j++) {
+                row[j] = 0.0f;
+            }
+            NN_SIMD_SUM(acc)
+            for (int64_t j = 0; j < d.hd; j++) acc += dO[t * d.C + j] * O[t * d.C + j];
+            D[t] = acc;
+        }
+        const float *Pused = P;
+        if (d.p > 0.0f) {
+            for (int64_t t = 0; t < T; t++) {
+                for (int64_t j = 0; j < T; j++) {
+                    Pd[t * T + j] = j <= t ? P[t * T + j] * attn_keep(&d, bh, t, j) : 0.0f;
+                }
+            }
+            Pused = Pd;
+        }
+        /* dP' = dO V^T; dV += P'^T dO. */
+        gemm(0, 1, T, T, d.hd, 1.0f, dO, d.C, v, C3, 0.0f, dP, T);
+        gemm(1, 0, T, d.hd, T, 1.0f, Pused, T, dO, d.C, 1.0f, gv, C3);
+        /* dS = P' .* dP' - P .* D (the dropout mask folds into P'). */
+        for (int64_t t = 0; t < T; t++) {
+            float *ds = dP + t * T;
+            const float *pr = P + t * T, *pu = Pused + t * T;
+            float Dt = D[t];
+            NN_SIMD for (int64_t j = 0; j <= t; j++) ds[j] = pu[j] * ds[j] - pr[j] * Dt;
+            for (int64_t j = t + 1; j < T; j++) {
+                ds[j] = 0.0f;
+            }
+        }
+        gemm(0, 0, T, d.hd, T, d.scale, dP, T, k, C3, 1.0f, gq, C3);
+        gemm(1, 0, T, d.hd, T, d.scale, dP, T, q, C3, 1.0f, gk, C3);
+    }
+}
+
+nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
+{
+    if (qkv == NULL) {
+        return NULL;
+    }
+    uint64_t op_index = g->op_counter++;
+    qkv = accel__nn_contig(g, qkv);
+    if (qkv == NULL) {
+        return NULL;
+    }
+    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0 ||
+        !(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
+        char s1[64];
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_causal_attention: qkv %s must be [B, T, 3C] with C divisible "
+                              "by n_head %d, dropout in [0, 1)",
+                              accel__nn_shape_str(qkv, s1, sizeof(s1)), n_head);
+    }
+    attn_dims d;
+    d.B = qkv->shape[0];
+    d.T = qkv->shape[1];
+    d.C = qkv->shape[2] / 3;
+    d.H = n_head;
+    d.hd = d.C / n_head;
+    d.scale = 1.0f / sqrtf((float)d.hd);
+    d.p = g->training ? attn_dropout : 0.0f;
+    d.key = nn__key3(g->seed, g->step, op_index);
+    int64_t T = d.T, C3 = 3 * d.C, nbh = d.B * d.H;
+    int64_t shape[3] = {d.B, d.T, d.C};
+    nn_tensor *y = accel__nn_new(g, 3, shape);
+    float *lse = accel__nn_alloc(g, (size_t)(nbh * T) * sizeof(float));
+    /* Per-thread scratch sized for backward (P, P', dP, D) and shared with forward. */
+    int64_t per = 3 * T * T + T;
+    float *scratch = accel__nn_alloc(g, (size_t)(nn__max_threads() * per) * sizeof(float));
+    if (y == NULL || lse == NULL || scratch == NULL) {
+        return NULL;
+    }
+#ifdef ACCEL_HAVE_OPENMP
+#pragma omp parallel for schedule(dynamic, 1) if (nbh > 1 && T * T * d.hd > 32768)
+#endif
+    for (int64_t bh = 0; bh < nbh; bh++) {
+        int64_t b = bh / d.H, h = bh % d.H;
+        float *S = scratch + nn__thread() * per;
+        const float *q = qkv->data + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
+        gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, S, T);
+        for (int64_t t = 0; t < T; t++) {
+            lse[bh * T + t] = causal_softmax_row(S + t * T, t, T);
+            if (d.p > 0.0f) {
+                for (int64_t j = 0; j <= t; j++) {
+                    S[t * T + j] *= attn_keep(&d, bh, t, j);
+                }
+            }
+        }
+        gemm(0, 0, T, d.hd, T, 1.0f, S, T, v, C3, 0.0f, y->data + b * T * d.C + h * d.hd, d.C);
+    }
+    if (accel__nn_needs_grad(g, &qkv, 1)) {
+        nn_node *n = accel__nn_record(g, "causal_attention", y, &qkv, 1, attn_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = d.B;
+        n->i[1] = d.T;
+        n->i[2] = d.C;
+        n->i[3] = d.H;
+        n->i[4] = d.hd;
+        n->i[5] = (int64_t)d.key;
+        n->f[0] = d.scale;
+        n->f[1] = d.p;
+        n->p[0] = lse;
+        n->p[1] = scratch;
+    }
+    return y;
+}

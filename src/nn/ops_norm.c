@@ -1,0 +1,412 @@
+/*
+ * Row-wise ops: softmax, log_softmax, cross_entropy, layernorm, embedding.
+ *
+ * Each keeps only per-row statistics for backward (log-sum-exp, mean and 1/std), never a
+ * second copy of its input: backward recomputes probabilities from the saved logits and the
+ * row statistic. Rows are independent, so forward and the input-gradient loops are
+ * OpenMP-parallel over rows; parameter gradients (LayerNorm weight/bias, embedding rows) are
+ * summed over rows serially so the result does not depend on the thread count.
+ */
+#include "nn_internal.h"
+
+/* ---- softmax / log_softmax over dim, as (outer, len, inner) ---- */
+
+static void softmax_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t outer = n->i[0], len = n->i[1], inner = n->i[2];
+    int log = (int)n->i[3];
+    const float *y = n->out->data, *gy = n->out->grad;
+    float *gx = accel__nn_grad(g, n->in[0]);
+    if (gx == NULL) {
+        return;
+    }
+    NN_OMP_FOR(outer * len * inner)
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t j = 0; j < inner; j++) {
+            int64_t base = o * len * inner + j;
+            float dot = 0.0f;
+            for (int64_t l = 0; l < len; l++) {
+                int64_t k = base + l * inner;
+                dot += log ? gy[k] : gy[k] * y[k];
+            }
+            for (int64_t l = 0; l < len; l++) {
+                int64_t k = base + l * inner;
+                gx[k] += log ? gy[k] - nn__expf(y[k]) * dot : y[k] * (gy[k] - dot);
+            }
+        }
+    }
+}
+
+static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    x = accel__nn_contig(g, x);
+    if (x == NULL) {
+        return NULL;
+    }
+    int d = accel__nn_dim(x, dim);
+    if (d < 0) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_%ssoftmax: dim %d out of range for %d-D",
+                              log ? "log_" : "", dim, x->ndim);
+    }
+    int64_t outer = 1, inner = 1, len = x->shape[d];
+    for (int e = 0; e < x->ndim; e++) {
+        if (e < d) {
+            outer *= x->shape[e];
+        } else if (e > d) {
+            inner *= x->shape[e];
+        }
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    NN_OMP_FOR(outer * len * inner)
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t j = 0; j < inner; j++) {
+            int64_t base = o * len * inner + j;
+            float m = -INFINITY, s = 0.0f;
+            for (int64_t l = 0; l < len; l++) {
+                m = fmaxf(m, x->data[base + l * inner]);
+            }
+            for (int64_t l = 0; l < len; l++) {
+                float e = nn__expf(x->data[base + l * inner] - m);
+                y->data[base + l * inner] = e;
+                s += e;
+            }
+            float ls = m + logf(s), inv = 1.0f / s;
+            for (int64_t l = 0; l < len; l++) {
+                int64_t k = base + l * inner;
+                y->data[k] = log ? x->data[k] - ls : y->data[k] * inv;
+            }
+        }
+    }
+    if (accel__nn_needs_grad(g, &x, 1)) {
+        nn_node *n =
+            accel__nn_record(g, log ? "log_softmax" : "softmax", y, &x, 1, softmax_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = outer;
+        n->i[1] = len;
+        n->i[2] = inner;
+        n->i[3] = log;
+    }
+    return y;
+}
+
+nn_tensor *nn_softmax(nn_ctx *g, nn_tensor *x, int dim)
+{
+    return softmax_impl(g, x, dim, 0);
+}
+
+nn_tensor *nn_log_softmax(nn_ctx *g, nn_tensor *x, int dim)
+{
+    return softmax_impl(g, x, dim, 1);
+}
+
+/* ---- cross entropy: saves the row log-sum-exp and a copy of the targets ---- */
+
+nn_cross_entropy_options nn_cross_entropy_options_default(void)
+{
+    nn_cross_entropy_options o;
+    o.ignore_index = -100;
+    o.reduction = NN_REDUCTION_MEAN;
+    o.label_smoothing = 0.0f;
+    return o;
+}
+
+static void ce_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t rows = n->i[0], C = n->i[1], ignore = n->i[2];
+    nn_reduction red = (nn_reduction)n->i[3];
+    float eps = n->f[0], scale = n->f[1];
+    const float *x = n->in[0]->data, *lse = n->p[0], *gy = n->out->grad;
+    const int32_t *t = n->p[1];
+    float *gx = accel__nn_grad(g, n->in[0]);
+    if (gx == NULL) {
+        return;
+    }
+    float uni = eps / (float)C;
+    NN_OMP_FOR(rows * C)
+    for (int64_t r = 0; r < rows; r++) {
+        if (t[r] == ignore) {
+            continue;
+        }
+        float gr = (red == NN_REDUCTION_NONE ? gy[r] : gy[0]) * scale;
+        const float *xr = x + r * C;
+        float *gxr = gx + r * C;
+        float l = lse[r];
+        NN_SIMD for (int64_t c = 0; c < C; c++) gxr[c] += gr * (nn__expf(xr[c] - l) - uni);
+        gxr[t[r]] -= gr * (1.0f - eps);
+    }
+}
+
+nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
+                            const nn_cross_entropy_options *opts)
+{
+    if (logits == NULL) {
+        return NULL;
+    }
+    nn_cross_entropy_options o = opts ? *opts : nn_cross_entropy_options_default();
+    if (targets == NULL || logits->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
+                              targets == NULL ? "targets is NULL" : "logits must have a class dim");
+    }
+    if (o.reduction < NN_REDUCTION_MEAN || o.reduction > NN_REDUCTION_NONE ||
+        !(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_cross_entropy: invalid reduction %d or "
+                              "label_smoothing %g",
+                              (int)o.reduction, (double)o.label_smoothing);
+    }
+    logits = accel__nn_contig(g, logits);
+    if (logits == NULL) {
+        return NULL;
+    }
+    int64_t C = logits->shape[logits->ndim - 1];
+    int64_t rows = C ? nn_numel(logits) / C : 0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (targets[r] == o.ignore_index) {
+            continue;
+        }
+        if (targets[r] < 0 || targets[r] >= C) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_cross_entropy: target %d at position %lld is outside "
+                                  "[0, %lld) and not ignore_index %lld",
+                                  (int)targets[r], (long long)r, (long long)C,
+                                  (long long)o.ignore_index);
+        }
+        count++;
+    }
+    nn_tensor *y = o.reduction == NN_REDUCTION_NONE
+                       ? accel__nn_new(g, logits->ndim - 1, logits->shape)
+                       : accel__nn_new(g, 0, NULL);
+    float *lse = accel__nn_alloc(g, (size_t)rows * sizeof(float));
+    float *row_loss = accel__nn_alloc(g, (size_t)rows * sizeof(float));
+    int32_t *tcopy = accel__nn_alloc(g, (size_t)rows * sizeof(int32_t));
+    if (y == NULL || lse == NULL || row_loss == NULL || tcopy == NULL) {
+        return NULL;
+    }
+    memcpy(tcopy, targets, (size_t)rows * sizeof(int32_t));
+    float eps = o.label_smoothing;
+    NN_OMP_FOR(rows * C)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = logits->data + r * C;
+        float m = -INFINITY, s = 0.0f, sx = 0.0f;
+        for (int64_t c = 0; c < C; c++) {
+            m = fmaxf(m, xr[c]);
+        }
+        NN_SIMD_SUM(s, sx) for (int64_t c = 0; c < C; c++)
+        {
+            s += nn__expf(xr[c] - m);
+            sx += xr[c];
+        }
+        lse[r] = m + logf(s);
+        row_loss[r] = tcopy[r] == o.ignore_index
+                          ? 0.0f
+                          : lse[r] - (1.0f - eps) * xr[tcopy[r]] - eps / (float)C * sx;
+    }
+    float scale = 1.0f;
+    if (o.reduction == NN_REDUCTION_NONE) {
+        memcpy(y->data, row_loss, (size_t)rows * sizeof(float));
+    } else {
+        double acc = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            acc += row_loss[r];
+        }
+        /* torch: mean over non-ignored targets; 0/0 = NaN when all are ignored. */
+        scale = o.reduction == NN_REDUCTION_MEAN ? (float)(1.0 / (double)count) : 1.0f;
+        y->data[0] = o.reduction == NN_REDUCTION_MEAN ? (float)(acc / (double)count) : (float)acc;
+    }
+    if (accel__nn_needs_grad(g, &logits, 1)) {
+        nn_node *n = accel__nn_record(g, "cross_entropy", y, &logits, 1, ce_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->i[2] = o.ignore_index;
+        n->i[3] = o.reduction;
+        n->f[0] = eps;
+        n->f[1] = scale;
+        n->p[0] = lse;
+        n->p[1] = tcopy;
+    }
+    return y;
+}
+
+/* ---- layernorm: saves mean and 1/std per row ---- */
+
+static void ln_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t rows = n->i[0], C = n->i[1];
+    const float *x = n->in[0]->data, *gy = n->out->grad;
+    const float *w = n->in[1] ? n->in[1]->data : NULL;
+    const float *mean = n->p[0], *rstd = n->p[1];
+    float *gx = accel__nn_grad(g, n->in[0]);
+    float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
+    float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
+    if (gx != NULL) {
+        NN_OMP_FOR(rows * C)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C, *gr = gy + r * C;
+            float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+            NN_SIMD_SUM(s1, s2) for (int64_t c = 0; c < C; c++)
+            {
+                float d = gr[c] * (w ? w[c] : 1.0f);
+                s1 += d;
+                s2 += d * (xr[c] - mu) * rs;
+            }
+            s1 /= (float)C;
+            s2 /= (float)C;
+            float *gxr = gx + r * C;
+            NN_SIMD for (int64_t c = 0; c < C; c++)
+            {
+                float d = gr[c] * (w ? w[c] : 1.0f);
+                gxr[c] += rs * (d - s1 - (xr[c] - mu) * rs * s2);
+            }
+        }
+    }
+    if (gw != NULL || gb != NULL) {
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * C, *gr = gy + r * C;
+            float mu = mean[r], rs = rstd[r];
+            if (gw != NULL) {
+                NN_SIMD for (int64_t c = 0; c < C; c++) gw[c] += gr[c] * (xr[c] - mu) * rs;
+            }
+            if (gb != NULL) {
+                NN_SIMD for (int64_t c = 0; c < C; c++) gb[c] += gr[c];
+            }
+        }
+    }
+}
+
+nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias, float eps)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    x = accel__nn_contig(g, x);
+    weight = weight ? accel__nn_contig(g, weight) : NULL;
+    bias = bias ? accel__nn_contig(g, bias) : NULL;
+    if (x == NULL || x->ndim < 1) {
+        return x ? accel__nn_fail(g, ACCEL_EINVAL, "nn_layernorm: input must be >= 1-D") : NULL;
+    }
+    int64_t C = x->shape[x->ndim - 1], rows = C ? nn_numel(x) / C : 0;
+    if ((weight && nn_numel(weight) != C) || (bias && nn_numel(bias) != C)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_layernorm: weight/bias must have %lld "
+                              "elements",
+                              (long long)C);
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    float *mean = accel__nn_alloc(g, (size_t)rows * sizeof(float));
+    float *rstd = accel__nn_alloc(g, (size_t)rows * sizeof(float));
+    if (y == NULL || mean == NULL || rstd == NULL) {
+        return NULL;
+    }
+    const float *w = weight ? weight->data : NULL, *b = bias ? bias->data : NULL;
+    NN_OMP_FOR(rows * C)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x->data + r * C;
+        float *yr = y->data + r * C;
+        float s = 0.0f, v = 0.0f;
+        NN_SIMD_SUM(s) for (int64_t c = 0; c < C; c++) s += xr[c];
+        float mu = s / (float)C;
+        NN_SIMD_SUM(v) for (int64_t c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
+        float rs = 1.0f / sqrtf(v / (float)C + eps);
+        NN_SIMD for (int64_t c = 0; c < C; c++)
+        {
+            yr[c] = (xr[c] - mu) * rs * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
+        }
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+    nn_tensor *in[3] = {x, weight, bias};
+    if (accel__nn_needs_grad(g, in, 3)) {
+        nn_node *n = accel__nn_record(g, "layernorm", y, in, 3, ln_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->p[0] = mean;
+        n->p[1] = rstd;
+    }
+    return y;
+}
+
+/* ---- embedding ---- */
+
+static void emb_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t rows = n->i[0], C = n->i[1];
+    const int32_t *ids = n->p[0];
+    const float *gy = n->out->grad;
+    float *gw = accel__nn_grad(g, n->in[0]);
+    if (gw == NULL) {
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *dst = gw + (int64_t)ids[r] * C;
+        const float *src = gy + r * C;
+        NN_SIMD for (int64_t c = 0; c < C; c++) dst[c] += src[c];
+    }
+}
+
+nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
+                        const int64_t *shape)
+{
+    if (weight == NULL) {
+        return NULL;
+    }
+    if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
+        (ndim > 0 && shape == NULL)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_embedding: need 2-D weight, ids and an "
+                              "id shape of 0..%d dims",
+                              NN_MAX_DIMS - 1);
+    }
+    weight = accel__nn_contig(g, weight);
+    if (weight == NULL) {
+        return NULL;
+    }
+    int64_t V = weight->shape[0], C = weight->shape[1], rows = 1;
+    int64_t oshape[NN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        rows *= shape[d];
+        oshape[d] = shape[d];
+    }
+    oshape[ndim] = C;
+    for (int64_t r = 0; r < rows; r++) {
+        if (ids[r] < 0 || ids[r] >= V) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_embedding: id %d at position %lld outside [0, %lld)",
+                                  (int)ids[r], (long long)r, (long long)V);
+        }
+    }
+    nn_tensor *y = accel__nn_new(g, ndim + 1, oshape);
+    int32_t *idc = accel__nn_alloc(g, (size_t)rows * sizeof(int32_t));
+    if (y == NULL || idc == NULL) {
+        return NULL;
+    }
+    memcpy(idc, ids, (size_t)rows * sizeof(int32_t));
+    NN_OMP_FOR(rows * C)
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(y->data + r * C, weight->data + (int64_t)idc[r] * C, (size_t)C * sizeof(float));
+    }
+    if (accel__nn_needs_grad(g, &weight, 1)) {
+        nn_node *n = accel__nn_record(g, "embedding", y, &weight, 1, emb_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->p[0] = idc;
+    }
+    return y;
+}

@@ -1,0 +1,277 @@
+/*
+ * Views (reshape, transpose, slice, split), the strided copy that materialises a view when a
+ * kernel needs contiguous input, and concat.
+ *
+ * Views record no tape node: they alias their owner's storage and, through accel__nn_grad,
+ * its gradient, so gradient written through a view lands in the owner directly. Only the
+ * copy op needs a backward (a strided scatter-add).
+ */
+#include "nn_internal.h"
+
+static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
+{
+    nn_tensor *v = accel__nn_alloc(g, sizeof(*v));
+    if (v == NULL) {
+        return NULL;
+    }
+    *v = *x;
+    v->base = x->base ? x->base : x;
+    v->grad = NULL;
+    v->param_index = -1;
+    v->use_ctx = NULL;
+    v->next_ready = NULL;
+    return v;
+}
+
+/* Walks a (padded to 4-D) strided tensor in row-major order. */
+#define NN_FOR4(t, body)                                                                           \
+    do {                                                                                           \
+        int64_t sh_[4] = {1, 1, 1, 1}, st_[4] = {0, 0, 0, 0};                                      \
+        int pad_ = 4 - (t)->ndim;                                                                  \
+        for (int d_ = 0; d_ < (t)->ndim; d_++) {                                                   \
+            sh_[pad_ + d_] = (t)->shape[d_];                                                       \
+            st_[pad_ + d_] = (t)->stride[d_];                                                      \
+        }                                                                                          \
+        int64_t k_ = 0;                                                                            \
+        for (int64_t i0 = 0; i0 < sh_[0]; i0++)                                                    \
+            for (int64_t i1 = 0; i1 < sh_[1]; i1++)                                                \
+                for (int64_t i2 = 0; i2 < sh_[2]; i2++)                                            \
+                    for (int64_t i3 = 0; i3 < sh_[3]; i3++, k_++) {                                \
+                        int64_t off_ = i0 * st_[0] + i1 * st_[1] + i2 * st_[2] + i3 * st_[3];      \
+                        body;                                                                      \
+                    }                                                                              \
+    } while (0)
+
+static void copy_backward(nn_ctx *g, nn_node *n)
+{
+    float *gx = accel__nn_grad(g, n->in[0]);
+    const float *gy = n->out->grad;
+    if (gx == NULL) {
+        return;
+    }
+    NN_FOR4(n->in[0], gx[off_] += gy[k_]);
+}
+
+nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
+{
+    if (x == NULL || nn_is_contiguous(x)) {
+        return x;
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    const float *src = x->data;
+    float *dst = y->data;
+    NN_FOR4(x, dst[k_] = src[off_]);
+    if (accel__nn_needs_grad(g, &x, 1) &&
+        !accel__nn_record(g, "contiguous", y, &x, 1, copy_backward)) {
+        return NULL;
+    }
+    return y;
+}
+
+nn_tensor *nn_contiguous(nn_ctx *g, nn_tensor *x)
+{
+    return accel__nn_contig(g, x);
+}
+
+nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    if (ndim < 0 || ndim > NN_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: ndim %d out of range", ndim);
+    }
+    int64_t n = nn_numel(x), known = 1;
+    int infer = -1;
+    int64_t sh[NN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        sh[d] = shape[d];
+        if (sh[d] == -1 && infer < 0) {
+            infer = d;
+        } else if (sh[d] < 0) {
+            return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: invalid size %lld in dim %d",
+                                  (long long)sh[d], d);
+        } else {
+            known *= sh[d];
+        }
+    }
+    if (infer >= 0) {
+        sh[infer] = known ? n / known : 0;
+        known *= sh[infer];
+    }
+    if (known != n) {
+        char b[64];
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_reshape: cannot view %s (%lld elements) as "
+                              "%lld elements",
+                              accel__nn_shape_str(x, b, sizeof(b)), (long long)n, (long long)known);
+    }
+    nn_tensor *c = accel__nn_contig(g, x);
+    nn_tensor *v = c ? new_view(g, c) : NULL;
+    if (v == NULL) {
+        return NULL;
+    }
+    v->ndim = ndim;
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        v->shape[d] = sh[d];
+        v->stride[d] = s;
+        s *= sh[d];
+    }
+    return v;
+}
+
+nn_tensor *nn_transpose(nn_ctx *g, nn_tensor *x, int dim0, int dim1)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    int a = accel__nn_dim(x, dim0), b = accel__nn_dim(x, dim1);
+    if (a < 0 || b < 0) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_transpose: dims %d, %d out of range for %d-D",
+                              dim0, dim1, x->ndim);
+    }
+    nn_tensor *v = new_view(g, x);
+    if (v == NULL) {
+        return NULL;
+    }
+    v->shape[a] = x->shape[b];
+    v->shape[b] = x->shape[a];
+    v->stride[a] = x->stride[b];
+    v->stride[b] = x->stride[a];
+    return v;
+}
+
+nn_tensor *nn_slice(nn_ctx *g, nn_tensor *x, int dim, int64_t start, int64_t end)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    int d = accel__nn_dim(x, dim);
+    if (d < 0 || start < 0 || end < start || end > x->shape[d]) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_slice: dim %d range [%lld, %lld) invalid", dim,
+                              (long long)start, (long long)end);
+    }
+    nn_tensor *v = new_view(g, x);
+    if (v == NULL) {
+        return NULL;
+    }
+    v->shape[d] = end - start;
+    v->data = x->data + start * x->stride[d];
+    v->offset = x->offset + start * x->stride[d];
+    return v;
+}
+
+accel_status nn_split(nn_ctx *g, nn_tensor *x, int dim, int n, const int64_t *sizes,
+                      nn_tensor **outs)
+{
+    if (x == NULL || sizes == NULL || outs == NULL || n <= 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_split: %s",
+                             x == NULL ? "input is NULL" : "sizes/outs/n invalid");
+    }
+    int d = accel__nn_dim(x, dim);
+    int64_t total = 0;
+    for (int k = 0; k < n; k++) {
+        total += sizes[k];
+    }
+    if (d < 0 || total != x->shape[d]) {
+        accel__nn_fail(g, ACCEL_EINVAL, "nn_split: sizes sum to %lld, dim %d has %lld",
+                       (long long)total, dim, d < 0 ? -1LL : (long long)x->shape[d]);
+        return ACCEL_EINVAL;
+    }
+    int64_t at = 0;
+    for (int k = 0; k < n; k++) {
+        outs[k] = nn_slice(g, x, d, at, at + sizes[k]);
+        if (outs[k] == NULL) {
+            return accel_last_status(NULL);
+        }
+        at += sizes[k];
+    }
+    return ACCEL_OK;
+}
+
+/* ---- concat: out = [x0 | x1 | ...] along dim, as (outer, inner_k) blocks ---- */
+
+static void concat_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t outer = n->i[0], row = n->i[1], at = 0;
+    const float *gy = n->out->grad;
+    for (int k = 0; k < n->n_in; k++) {
+        nn_tensor *x = n->in[k];
+        int64_t inner = outer ? nn_numel(x) / outer : 0;
+        float *gx = accel__nn_grad(g, x);
+        if (gx != NULL) {
+            for (int64_t o = 0; o < outer; o++) {
+                for (int64_t j = 0; j < inner; j++) {
+                    gx[o * inner + j] += gy[o * row + at + j];
+                }
+            }
+        }
+        at += inner;
+    }
+}
+
+nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim)
+{
+    if (xs == NULL || n <= 0 || n > 4) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: n = %d (1..4 tensors supported)", n);
+    }
+    nn_tensor *c[4];
+    for (int k = 0; k < n; k++) {
+        if (xs[k] == NULL) {
+            return NULL;
+        }
+        c[k] = accel__nn_contig(g, xs[k]);
+        if (c[k] == NULL) {
+            return NULL;
+        }
+    }
+    int d = accel__nn_dim(c[0], dim);
+    if (d < 0) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: dim %d out of range", dim);
+    }
+    int64_t shape[NN_MAX_DIMS];
+    memcpy(shape, c[0]->shape, sizeof(shape));
+    shape[d] = 0;
+    for (int k = 0; k < n; k++) {
+        int ok = c[k]->ndim == c[0]->ndim;
+        for (int e = 0; ok && e < c[0]->ndim; e++) {
+            ok = e == d || c[k]->shape[e] == c[0]->shape[e];
+        }
+        if (!ok) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_concat: input %d shape differs outside "
+                                  "dim %d",
+                                  k, dim);
+        }
+        shape[d] += c[k]->shape[d];
+    }
+    nn_tensor *y = accel__nn_new(g, c[0]->ndim, shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    int64_t outer = 1;
+    for (int e = 0; e < d; e++) {
+        outer *= shape[e];
+    }
+    int64_t row = outer ? nn_numel(y) / outer : 0, at = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t inner = outer ? nn_numel(c[k]) / outer : 0;
+        for (int64_t o = 0; o < outer; o++) {
+            memcpy(y->data + o * row + at, c[k]->data + o * inner, (size_t)inner * sizeof(float));
+        }
+        at += inner;
+    }
+    if (accel__nn_needs_grad(g, c, n)) {
+        nn_node *nd = accel__nn_record(g, "concat", y, c, n, concat_backward);
+        if (nd == NULL) {
+            return NULL;
+        }
+        nd->i[0] = outer;
+        nd->i[1] = row;
+    }
+    return y;
+}
