@@ -114,6 +114,8 @@ static void stop_all(job *j, int sig)
     }
     j->stopping = 1;
     signal_all(j, sig);
+    /* A stopped process (SIGSTOP, a debugger's ^Z) only acts on SIGTERM once continued. */
+    signal_all(j, SIGCONT);
     clock_gettime(CLOCK_MONOTONIC, &j->kill_at);
     double g = j->cfg->grace_s;
     j->kill_at.tv_sec += (time_t)g;
@@ -285,10 +287,12 @@ int launch_supervise(const launch_config *cfg)
     job j = {.cfg = cfg, .first_failed = -1};
     int sfd = -1, rc = 1;
     struct pollfd *fds = NULL;
+    relay_stream **owner = NULL; /* owner[i]: the stream polled as fds[i] */
 
     j.kids = accel__calloc((size_t)cfg->n_procs, sizeof(child));
     fds = accel__calloc(1 + 2 * (size_t)cfg->n_procs, sizeof(struct pollfd));
-    if (j.kids == NULL || fds == NULL) {
+    owner = accel__calloc(1 + 2 * (size_t)cfg->n_procs, sizeof(relay_stream *));
+    if (j.kids == NULL || fds == NULL || owner == NULL) {
         fprintf(stderr, "accel launch: error: out of memory\n");
         goto out;
     }
@@ -358,6 +362,7 @@ wait_out:
             relay_stream *ss[2] = {j.kids[r].out, j.kids[r].err};
             for (int s = 0; s < 2; s++) {
                 if (ss[s] != NULL && relay_fd(ss[s]) >= 0) {
+                    owner[nfds] = ss[s];
                     fds[nfds++] = (struct pollfd){.fd = relay_fd(ss[s]), .events = POLLIN};
                 }
             }
@@ -377,15 +382,8 @@ wait_out:
         if (n > 0) {
             /* Pipes first, so the lines a process wrote precede the news of its death. */
             for (int i = 1; i < nfds; i++) {
-                if (fds[i].revents == 0) {
-                    continue;
-                }
-                for (int r = 0; r < cfg->n_procs; r++) {
-                    if (j.kids[r].out && relay_fd(j.kids[r].out) == fds[i].fd) {
-                        relay_pump(j.kids[r].out);
-                    } else if (j.kids[r].err && relay_fd(j.kids[r].err) == fds[i].fd) {
-                        relay_pump(j.kids[r].err);
-                    }
+                if (fds[i].revents != 0) {
+                    relay_pump(owner[i]);
                 }
             }
             if (fds[0].revents & POLLIN) {
@@ -432,5 +430,6 @@ out:
     }
     accel__free(j.kids);
     accel__free(fds);
+    accel__free(owner);
     return rc;
 }

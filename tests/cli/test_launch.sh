@@ -269,6 +269,21 @@ if [ -x "$P/allreduce_loop" ] && "$ACCEL" env | grep -q '^- Communication backen
     [ -n "$job" ] || fail "no job id printed"
     ls /dev/shm | grep -q "^accel-$(id -u)-$job" && fail "/dev/shm still holds segments of $job"
     ok "rank SIGKILLed mid-allreduce: job ended in ${took} s, rank named, /dev/shm clean"
+
+    # A stopped (live but stuck) rank: the others time out naming it and fail; the launcher
+    # then stops everyone, continuing the stopped process so that its SIGTERM takes effect.
+    start=$SECONDS
+    ACCEL_TIMEOUT=2 timeout -k 5 30 "$ACCEL" launch -n 3 "$P/allreduce_loop" --iters 1000000 \
+        --count 4096 --stop-rank 1 --die-after 20 >"$T/out" 2>"$T/err"
+    RC=$?
+    took=$((SECONDS - start))
+    [ "$RC" -eq 1 ] || fail "stopped rank: launcher exited $RC, expected 1"
+    [ "$took" -lt 10 ] || fail "stopped rank: the job took $took s to end"
+    grep -Eq '^\[rank[02]\]: .*ETIMEDOUT.*process(es)? 1' "$T/err" ||
+        fail "stopped rank: survivors did not name process 1"
+    expect_err "rank [02] failed: exit code 1"
+    expect_err "rank 1 killed by SIGTERM"
+    ok "rank stopped mid-allreduce: survivors time out naming it, job ended in ${took} s"
 else
     echo "note: skipped the SIGKILL-mid-allreduce scenario (needs the shm backend and" \
         "tests/progs/allreduce_loop)"
