@@ -77,6 +77,16 @@ double accel__comm_timeout(const accel__comm *c);
  * total, each rank owning its chunk; GATHER: elements sent per rank. */
 accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work);
 
+/* The creation config (job_id points into the communicator; valid until accel__comm_free). */
+const accel__comm_config *accel__comm_cfg(const accel__comm *c);
+
+/* "allreduce", "barrier", ...: names used in error messages. Static strings. */
+const char *accel__coll_name(accel__coll_kind kind);
+
+/* The partition of reduce_scatter / allgather (accel_chunk_range is the public face): rank
+ * `rank` owns [*off, *off + *chunk_count) of `count`, the first count % n_ranks ranks one more. */
+void accel__chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t *chunk_count);
+
 /* Convenience wrappers over accel__comm_run (blocking). */
 accel_status accel__allreduce(accel__comm *c, const void *send, void *recv, size_t count,
                               accel_dtype dt, accel_reduce_op op);

@@ -1,0 +1,85 @@
+/*
+ * Helper for the dead-peer tests: allreduces in a loop, checking every result, with one rank
+ * optionally killing (--die-rank R --die-after K: raise(SIGKILL) after K iterations) or stopping
+ * (--stop-rank R, same --die-after) itself. On failure prints the status name and
+ * accel_last_error to stderr and exits 1. Run under `accel launch` or with RANK/WORLD_SIZE set.
+ *
+ *   allreduce_loop [--iters N] [--count N] [--die-rank R] [--stop-rank R] [--die-after K]
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+
+int main(int argc, char **argv)
+{
+    long iters = 100, count = 1024, die_after = 10;
+    int die_rank = -1, stop_rank = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v == NULL) {
+            fprintf(stderr, "allreduce_loop: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "--iters") == 0) {
+            iters = atol(v);
+        } else if (strcmp(a, "--count") == 0) {
+            count = atol(v);
+        } else if (strcmp(a, "--die-rank") == 0) {
+            die_rank = atoi(v);
+        } else if (strcmp(a, "--stop-rank") == 0) {
+            stop_rank = atoi(v);
+        } else if (strcmp(a, "--die-after") == 0) {
+            die_after = atol(v);
+        } else {
+            fprintf(stderr, "allreduce_loop: unknown argument %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    accel *acc;
+    accel_status st = accel_init(&acc, NULL);
+    if (st != ACCEL_OK) {
+        fprintf(stderr, "allreduce_loop: accel_init: %s: %s\n", accel_status_name(st),
+                accel_last_error(NULL));
+        return 1;
+    }
+    int rank = accel_process_index(acc), n = accel_num_processes(acc);
+    float *buf = malloc((size_t)(count > 0 ? count : 1) * sizeof(float));
+    if (buf == NULL) {
+        return 1;
+    }
+    for (long it = 0; it < iters; it++) {
+        if (it == die_after && rank == die_rank) {
+            raise(SIGKILL);
+        }
+        if (it == die_after && rank == stop_rank) {
+            raise(SIGSTOP);
+        }
+        for (long i = 0; i < count; i++) {
+            buf[i] = (float)(rank + 1) + (float)(i % 7);
+        }
+        st = accel_allreduce(acc, buf, buf, (size_t)count, ACCEL_F32, ACCEL_SUM, NULL);
+        if (st != ACCEL_OK) {
+            fprintf(stderr, "allreduce_loop: rank %d: allreduce failed at iteration %ld: %s: %s\n",
+                    rank, it, accel_status_name(st), accel_last_error(acc));
+            accel_free(acc);
+            free(buf);
+            return 1;
+        }
+        for (long i = 0; i < count; i++) {
+            float want = (float)(n * (n + 1) / 2) + (float)n * (float)(i % 7);
+            if (buf[i] != want) {
+                fprintf(stderr, "allreduce_loop: rank %d: wrong result at iteration %ld\n", rank,
+                        it);
+                return 1;
+            }
+        }
+    }
+    printf("allreduce_loop: rank %d: %ld allreduces ok\n", rank, iters);
+    accel_free(acc);
+    free(buf);
+    return 0;
+}
