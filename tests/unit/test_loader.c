@@ -1,0 +1,414 @@
+/*
+ * The loader on one process: sharded iteration as process p of N (accel__loader_prepare_as),
+ * IterableDatasetShard examples, deterministic order with 0, 1 and 4 workers, shuffles that
+ * change per epoch, the seedable sampler, skip_first_batches, end_of_dataloader / remainder in
+ * the gradient state (nested loaders), padding collate, bad input, position save/restore.
+ */
+#include <string.h>
+
+#include "check.h"
+#include "data/data_internal.h"
+
+/* ---- a map-style dataset of int64 scalars "x" = index, optional failure / variable length ---- */
+typedef struct ids {
+    int64_t n;
+    int64_t fail_at;  /* get() fails at this index (-1 never) */
+    int varlen;       /* "seq" field of length 1 + index % 3 */
+    int64_t vals[64]; /* backing store for zero-copy views */
+    int32_t seq[64][3];
+} ids;
+
+static int64_t ids_len(void *ctx)
+{
+    return ((ids *)ctx)->n;
+}
+
+static accel_status ids_get(void *ctx, int64_t i, accel_sample *out)
+{
+    ids *d = ctx;
+    if (i == d->fail_at) {
+        return accel__seterr(NULL, ACCEL_ECORRUPT, "record is damaged");
+    }
+    int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
+    CHECK(x != NULL);
+    *x = i;
+    out->n_fields = 1;
+    out->name[0] = "x";
+    out->field[0] = accel_tensor_view(x, ACCEL_I64, 0, NULL);
+    if (d->varlen) {
+        int64_t len = 1 + i % 3;
+        for (int k = 0; k < 3; k++) {
+            d->seq[i % 64][k] = (int32_t)(i * 10 + k);
+        }
+        out->n_fields = 2;
+        out->name[1] = "seq";
+        out->field[1] = accel_tensor_view(d->seq[i % 64], ACCEL_I32, 1, &len);
+    }
+    return ACCEL_OK;
+}
+
+static accel_dataset ids_dataset(ids *d, int64_t n)
+{
+    memset(d, 0, sizeof(*d));
+    d->n = n;
+    d->fail_at = -1;
+    accel_dataset ds = {0};
+    ds.ctx = d;
+    ds.len = ids_len;
+    ds.get = ids_get;
+    return ds;
+}
+
+/* ---- an iterable stream of int64 0..n-1 ---- */
+typedef struct stream {
+    int64_t n, at;
+} stream;
+
+static accel_status stream_next(void *ctx, accel_sample *out)
+{
+    stream *s = ctx;
+    if (s->at >= s->n) {
+        return ACCEL_EOF;
+    }
+    int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
+    *x = s->at++;
+    out->n_fields = 1;
+    out->name[0] = "x";
+    out->field[0] = accel_tensor_view(x, ACCEL_I64, 0, NULL);
+    return ACCEL_OK;
+}
+
+static accel_status stream_reset(void *ctx, int64_t epoch)
+{
+    (void)epoch;
+    ((stream *)ctx)->at = 0;
+    return ACCEL_OK;
+}
+
+static int64_t stream_len(void *ctx)
+{
+    return ((stream *)ctx)->n;
+}
+
+/* Runs one epoch and formats it "0 1 2|3 4 5"; returns the batch count. */
+static int64_t epoch_str(accel_loader *l, char *buf, size_t n)
+{
+    size_t at = 0;
+    int64_t nb = 0;
+    buf[0] = '\0';
+    accel_batch *b;
+    accel_status st;
+    while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {
+        const accel_tensor *x = accel_batch_field(b, "x");
+        CHECK(x != NULL && x->dtype == ACCEL_I64 && x->ndim == 1 && x->shape[0] == b->rows);
+        for (int64_t i = 0; i < b->rows; i++) {
+            at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? " " : (nb ? "|" : ""),
+                                   (long long)((int64_t *)x->data)[i]);
+        }
+        nb++;
+    }
+    CHECK_MSG(st == ACCEL_EOF, "%s", accel_last_error(NULL));
+    return nb;
+}
+
+static accel *acc;
+
+static accel_loader *make(const accel_dataset *ds, int64_t bs, int shuffle, int workers)
+{
+    accel_loader_options o = accel_loader_options_default();
+    o.batch_size = bs;
+    o.shuffle = shuffle;
+    o.num_workers = workers;
+    o.seed_set = 1;
+    o.seed = 1234;
+    accel_loader *l = accel_loader_new(acc, ds, &o);
+    CHECK_MSG(l != NULL, "%s", accel_last_error(acc));
+    return l;
+}
+
+static void check_shard(const accel_dataset *ds, int64_t bs, int nr, int split, int even, int drop,
+                        const char *const *want)
+{
+    for (int r = 0; r < nr; r++) {
+        if (ds->reset != NULL) { /* each simulated process reads the stream from the start */
+            ds->reset(ds->ctx, 0);
+        }
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = bs;
+        o.drop_last = drop;
+        o.split_batches = split;
+        o.even_batches = even;
+        o.dispatch_batches = 0;
+        accel_loader *l = accel_loader_new(acc, ds, &o);
+        CHECK(l != NULL);
+        CHECK_OK(acc, accel__loader_prepare_as(l, r, nr));
+        char buf[1024];
+        int64_t nb = epoch_str(l, buf, sizeof(buf));
+        CHECK_MSG(strcmp(buf, want[r]) == 0, "rank %d of %d: got \"%s\" want \"%s\"", r, nr, buf,
+                  want[r]);
+        int64_t len = accel_loader_len(l);
+        CHECK_MSG(len == nb, "rank %d: len %lld, %lld batches", r, (long long)len, (long long)nb);
+        accel_loader_free(l);
+    }
+}
+
+#define SHARD(ds, bs, nr, split, even, drop, ...)                                                  \
+    check_shard(ds, bs, nr, split, even, drop, (const char *const[]){__VA_ARGS__})
+
+int main(void)
+{
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    ids d;
+    accel_dataset ds = ids_dataset(&d, 22);
+    char a[2048], b2[2048];
+
+    /* Map-style through the loader: Accelerate's range(22), bs3 on 2 processes. */
+    SHARD(&ds, 3, 2, 0, 1, 0, "0 1 2|6 7 8|12 13 14|18 19 20", "3 4 5|9 10 11|15 16 17|21 0 1");
+    SHARD(&ds, 4, 2, 1, 1, 0, "0 1|4 5|8 9|12 13|16 17|20 21", "2 3|6 7|10 11|14 15|18 19|0 1");
+
+    /* IterableDatasetShard (6.4): range(10), bs4, N2, plain and split; 3 processes; tiny. */
+    stream s = {10, 0};
+    accel_dataset it = {0};
+    it.ctx = &s;
+    it.next = stream_next;
+    it.reset = stream_reset;
+    it.total_length = stream_len;
+    SHARD(&it, 4, 2, 0, 1, 0, "0 1 2 3|8 9 0 1", "4 5 6 7|2 3 4 5");
+    SHARD(&it, 4, 2, 1, 1, 0, "0 1|4 5|8 9", "2 3|6 7|0 1");
+    SHARD(&it, 4, 2, 0, 1, 1, "0 1 2 3", "4 5 6 7");
+    SHARD(&it, 2, 3, 0, 1, 0, "0 1|6 7", "2 3|8 9", "4 5|0 1");
+    SHARD(&it, 2, 4, 0, 1, 0, "0 1|8 9", "2 3|0 1", "4 5|2 3", "6 7|4 5");
+    s.n = 3;
+    SHARD(&it, 4, 2, 0, 1, 0, "0 1 2 0", "1 2 0 1");
+    s.n = 10;
+    { /* unsharded iterable: the last batch short unless drop_last */
+        stream_reset(&s, 0);
+        accel_loader *l = make(&it, 4, 0, 0);
+        CHECK(epoch_str(l, a, sizeof(a)) == 3 && strcmp(a, "0 1 2 3|4 5 6 7|8 9") == 0);
+        CHECK(epoch_str(l, a, sizeof(a)) == 3); /* second epoch via reset */
+        CHECK(accel_loader_len(l) == 3);
+        accel_loader_free(l);
+    }
+
+    /* Deterministic order with 0, 1 and 4 workers, shuffled, over 3 epochs. */
+    {
+        char ref[3][2048];
+        int wk[3] = {0, 1, 4};
+        for (int w = 0; w < 3; w++) {
+            accel_loader *l = make(&ds, 3, 1, wk[w]);
+            for (int e = 0; e < 3; e++) {
+                epoch_str(l, a, sizeof(a));
+                if (w == 0) {
+                    strcpy(ref[e], a);
+                } else {
+                    CHECK_MSG(strcmp(a, ref[e]) == 0, "workers %d epoch %d: %s vs %s", wk[w], e, a,
+                              ref[e]);
+                }
+            }
+            accel_loader_free(l);
+        }
+        CHECK(strcmp(ref[0], ref[1]) != 0 && strcmp(ref[1], ref[2]) != 0);
+        CHECK(strcmp(ref[0], "0 1 2|3 4 5|6 7 8|9 10 11|12 13 14|15 16 17|18 19 20|21") != 0);
+        /* Every epoch is a permutation. */
+        int seen[22] = {0};
+        for (char *p = ref[1]; *p;) {
+            long v = strtol(p, &p, 10);
+            CHECK(v >= 0 && v < 22 && !seen[v]);
+            seen[v] = 1;
+            while (*p == ' ' || *p == '|') {
+                p++;
+            }
+        }
+    }
+
+    /* Seedable sampler: the order is a function of (seed, epoch) only. */
+    {
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = 5;
+        o.shuffle = 1;
+        o.seed_set = 1;
+        o.seed = 7;
+        o.use_seedable_sampler = 1;
+        accel_loader *l1 = accel_loader_new(acc, &ds, &o);
+        accel_loader *l2 = accel_loader_new(acc, &ds, &o);
+        CHECK_OK(acc, accel_prepare(acc, l1, l2));
+        epoch_str(l1, a, sizeof(a));
+        epoch_str(l1, a, sizeof(a));
+        epoch_str(l1, a, sizeof(a)); /* epoch 2 */
+        CHECK_OK(acc, accel_loader_set_epoch(l2, 2));
+        epoch_str(l2, b2, sizeof(b2));
+        CHECK(strcmp(a, b2) == 0);
+        CHECK_OK(acc, accel_loader_set_epoch(l2, 1));
+        epoch_str(l2, b2, sizeof(b2));
+        CHECK(strcmp(a, b2) != 0);
+        accel_loader_free(l1);
+        accel_loader_free(l2);
+    }
+
+    /* skip_first_batches: map-style skips indices without reading them; one epoch only. */
+    {
+        d.fail_at = 1; /* reading index 1 would fail: skipping batch 0 must not read it */
+        accel_loader *l = make(&ds, 3, 0, 0);
+        CHECK_OK(acc, accel_loader_skip_first_batches(l, 2));
+        accel_batch *b;
+        CHECK_OK(acc, accel_loader_next(l, &b));
+        CHECK(b->index == 2 && b->indices[0] == 6);
+        while (accel_loader_next(l, &b) == ACCEL_OK) {
+        }
+        d.fail_at = -1;
+        CHECK(epoch_str(l, a, sizeof(a)) == 8); /* the next epoch is whole */
+        accel_loader_free(l);
+        /* iterable: produced and discarded */
+        stream_reset(&s, 0);
+        l = make(&it, 4, 0, 2);
+        CHECK_OK(acc, accel_loader_skip_first_batches(l, 1));
+        CHECK(epoch_str(l, a, sizeof(a)) == 2 && strcmp(a, "4 5 6 7|8 9") == 0);
+        accel_loader_free(l);
+    }
+
+    /* end_of_dataloader is set while the last batch is processed; remainder; nesting. */
+    {
+        accel_loader *outer = make(&ds, 4, 0, 0); /* 22 = 5*4 + 2: remainder 2 */
+        accel_loader *inner = make(&ds, 10, 0, 2);
+        CHECK_OK(acc, accel__loader_prepare_as(outer, 0, 1));
+        CHECK_OK(acc, accel__loader_prepare_as(inner, 0, 1));
+        accel__gradient_state *g = &acc->gstate;
+        CHECK(g->active_loaders == 0 && g->remainder == -1);
+        accel_batch *b;
+        int n = 0;
+        while (accel_loader_next(outer, &b) == ACCEL_OK) {
+            n++;
+            CHECK(g->active_loaders == 1 && g->remainder == 2);
+            CHECK(g->end_of_dataloader == (n == 6));
+            if (n == 2 || n == 6) { /* evaluation inside the epoch */
+                int m = 0;
+                while (accel_loader_next(inner, &b) == ACCEL_OK) {
+                    m++;
+                    CHECK(g->active_loaders == 2 && g->remainder == 2);
+                    CHECK(g->end_of_dataloader == (m == 3));
+                }
+                CHECK(m == 3 && g->active_loaders == 1);
+                CHECK(g->end_of_dataloader == (n == 6) && g->remainder == 2);
+            }
+        }
+        CHECK(n == 6 && g->active_loaders == 0 && g->end_of_dataloader == 0 && g->remainder == -1);
+        /* gather_for_metrics on one process keeps `remainder` rows of the last batch */
+        int n_rows = 0;
+        while (accel_loader_next(outer, &b) == ACCEL_OK) {
+            accel_tensor out;
+            CHECK_OK(acc, accel_gather_for_metrics(acc, accel_batch_field(b, "x"), &out));
+            n_rows += (int)out.shape[0];
+        }
+        CHECK(n_rows == 22);
+        accel_loader_free(inner);
+        accel_loader_free(outer);
+    }
+
+    /* Collate: variable-length field padded with -100; without a pad value: EINVAL naming the
+     * sample index. */
+    {
+        d.varlen = 1;
+        accel_pad_value pad = {"seq", -100};
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = 3;
+        o.pad = &pad;
+        o.n_pad = 1;
+        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_batch *b;
+        CHECK_OK(acc, accel_loader_next(l, &b));
+        const accel_tensor *sq = accel_batch_field(b, "seq");
+        CHECK(sq->ndim == 2 && sq->shape[0] == 3 && sq->shape[1] == 3);
+        const int32_t *v = sq->data;
+        int32_t want[9] = {0, -100, -100, 10, 11, -100, 20, 21, 22};
+        CHECK(memcmp(v, want, sizeof(want)) == 0);
+        accel_loader_free(l);
+        o.n_pad = 0;
+        l = accel_loader_new(acc, &ds, &o);
+        CHECK(accel_loader_next(l, &b) == ACCEL_EINVAL);
+        CHECK_MSG(strstr(accel_last_error(acc), "index 1") != NULL, "%s", accel_last_error(acc));
+        accel_loader_free(l);
+        d.varlen = 0;
+    }
+
+    /* A failing dataset callback: its status and the sample index, with and without workers. */
+    for (int w = 0; w <= 2; w += 2) {
+        d.fail_at = 13;
+        accel_loader *l = make(&ds, 4, 0, w);
+        accel_batch *b;
+        accel_status st;
+        int n = 0;
+        while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {
+            n++;
+        }
+        CHECK(st == ACCEL_ECORRUPT && n == 3);
+        CHECK_MSG(strstr(accel_last_error(acc), "index 13") != NULL &&
+                      strstr(accel_last_error(acc), "damaged") != NULL,
+                  "%s", accel_last_error(acc));
+        d.fail_at = -1;
+        CHECK(epoch_str(l, a, sizeof(a)) == 6); /* the next epoch works */
+        accel_loader_free(l);
+    }
+
+    /* Bad options. */
+    {
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = 0;
+        CHECK(accel_loader_new(acc, &ds, &o) == NULL && accel_last_status(acc) == ACCEL_EINVAL);
+        accel_dataset empty = {0};
+        CHECK(accel_loader_new(acc, &empty, NULL) == NULL);
+        o.batch_size = 3;
+        o.split_batches = 1;
+        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        CHECK(accel__loader_prepare_as(l, 0, 2) == ACCEL_EINVAL);
+        accel_loader_free(l);
+    }
+
+    /* Position: save mid-epoch, restore on a fresh loader, the rest is identical. */
+    {
+        accel_loader *l = make(&ds, 3, 1, 2);
+        epoch_str(l, a, sizeof(a));
+        accel_batch *b;
+        CHECK_OK(acc, accel_loader_next(l, &b));
+        CHECK_OK(acc, accel_loader_next(l, &b));
+        accel_loader_position pos;
+        CHECK_OK(acc, accel_loader_get_position(l, &pos));
+        CHECK(pos.epoch == 1 && pos.batches == 2);
+        char rest[2][2048];
+        epoch_str(l, rest[0], sizeof(rest[0]));
+        epoch_str(l, a, sizeof(a));
+        accel_loader *l2 = make(&ds, 3, 1, 0);
+        CHECK_OK(acc, accel_loader_set_position(l2, &pos));
+        epoch_str(l2, rest[1], sizeof(rest[1]));
+        CHECK(strcmp(rest[0], rest[1]) == 0);
+        epoch_str(l2, b2, sizeof(b2));
+        CHECK(strcmp(a, b2) == 0); /* and the epoch after too */
+        accel_loader_free(l);
+        accel_loader_free(l2);
+    }
+
+    /* Seeds: accel_set_seed makes loaders without a seed (and the generator) reproducible. */
+    {
+        uint64_t s1[4], s2[4];
+        CHECK_OK(acc, accel_set_seed(acc, 42, 0));
+        CHECK_OK(acc, accel_get_rng_state(acc, s1));
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = 4;
+        o.shuffle = 1;
+        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        epoch_str(l, a, sizeof(a));
+        CHECK_OK(acc, accel_set_seed(acc, 42, 0));
+        CHECK_OK(acc, accel_get_rng_state(acc, s2));
+        CHECK(memcmp(s1, s2, sizeof(s1)) == 0);
+        accel_loader *l2 = accel_loader_new(acc, &ds, &o);
+        epoch_str(l2, b2, sizeof(b2));
+        CHECK(strcmp(a, b2) == 0);
+        CHECK_OK(acc, accel_synchronize_rng_states(acc));
+        uint64_t zero[4] = {0};
+        CHECK(accel_set_rng_state(acc, zero) == ACCEL_EINVAL);
+        accel_loader_free(l);
+        accel_loader_free(l2);
+    }
+    accel_free(acc);
+    printf("test_loader: ok\n");
+    return 0;
+}
