@@ -279,7 +279,7 @@ if [ -x "$P/allreduce_loop" ] && "$ACCEL" env | grep -q '^- Communication backen
     took=$((SECONDS - start))
     [ "$RC" -eq 1 ] || fail "stopped rank: launcher exited $RC, expected 1"
     [ "$took" -lt 10 ] || fail "stopped rank: the job took $took s to end"
-    grep -Eq '^\[rank[02]\]: .*ETIMEDOUT.*process(es)? 1' "$T/err" ||
+    grep -Eq '^\[rank[02]\]: .*ETIMEDOUT.*process(\(es\))? 1' "$T/err" ||
         fail "stopped rank: survivors did not name process 1"
     expect_err "rank [02] failed: exit code 1"
     expect_err "rank 1 killed by SIGTERM"
