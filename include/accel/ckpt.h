@@ -157,6 +157,44 @@ ACCEL_API accel_status accel_save_sharded(const char *dir, const char *prefix,
                                           const accel_kv *metadata, size_t n_metadata,
                                           uint64_t max_shard_nbytes);
 
+/* ================================== Models ================================== */
+
+typedef struct accel_model accel_model; /* include/accel/train.h */
+
+/*
+ * Accelerate's save_model: the main process writes the model's fp32 master weights, by
+ * parameter name in registration order, into folder `dir` as `model.safetensors`, or as shards
+ * plus `model.safetensors.index.json` when larger than max_shard_size (see accel_save_sharded,
+ * prefix "model"; stale files of an earlier save removed). Every file carries the metadata
+ * {"format": "pt"}, so transformers' from_pretrained and safetensors.torch load it. Frozen
+ * parameters are saved too. A collective: every process calls it and gets the main process's
+ * status (the others wait for the write).
+ *   max_shard_size: "10GB", "500MiB", ... (accel_parse_size); NULL = "10GB".
+ * Returns ACCEL_OK; ACCEL_EINVAL for a bad size or when `dir` is an existing file; the
+ * writer's errors; ACCEL_EIO on the other processes when the main one failed.
+ */
+ACCEL_API accel_status accel_save_model(accel *acc, accel_model *model, const char *dir,
+                                        const char *max_shard_size);
+
+/*
+ * Loads weights into model's fp32 master weights from `path`: a safetensors file, an index
+ * (".json": every shard it names, relative to its folder), or a folder holding
+ * model.safetensors or model.safetensors.index.json. Tensors of any dtype are converted with
+ * accel_convert (F16/BF16/F8 widen exactly, F64 rounds to nearest even). Not a collective:
+ * every process that holds a copy of the model loads it (the weights then agree).
+ *   strict: 1 = the file's names must equal the model's (PyTorch load_state_dict strict);
+ *           0 = parameters absent from the file keep their values, extra tensors are ignored
+ *           (both counted in an info log line).
+ * Everything is validated before the first weight is written: on failure the model is
+ * unchanged. acc may be NULL (errors then only in accel_last_error(NULL)).
+ * Returns ACCEL_OK; ACCEL_EINVAL naming the tensor whose shape differs from the parameter's,
+ * or (strict) the first missing / unexpected name; ACCEL_ENOTFOUND for a missing file or a
+ * folder without model files; ACCEL_ECORRUPT naming a malformed file, an index entry whose
+ * shard lacks the tensor, or a tensor present in two shards.
+ */
+ACCEL_API accel_status accel_load_model(accel *acc, accel_model *model, const char *path,
+                                        int strict);
+
 #ifdef __cplusplus
 }
 #endif

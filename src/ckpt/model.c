@@ -1,0 +1,334 @@
+/*
+ * save_model / load_model for accel models: the fp32 master weights by parameter name, as
+ * model.safetensors or hub-style shards + index (PyTorch/transformers can read them), and back
+ * from a file, an index or a folder, with dtype conversion.
+ *
+ * Invariant of a load: every file is opened and validated and every name, shape and dtype
+ * checked before the first weight is written, so a failed load leaves the model untouched.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+#include "ckpt/atomic.h"
+#include "comm/comm.h"
+#include "core/internal.h"
+
+/* Process 0 did the work with outcome `st`; every process returns it (and waits for it). */
+static accel_status share_main_status(accel *acc, accel_status st, const char *what,
+                                      const char *path)
+{
+    int32_t status = st;
+    if (accel_num_processes(acc) > 1) {
+        accel_status cst = accel__broadcast(acc->comm, &status, 1, ACCEL_I32, 0);
+        if (cst != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, cst);
+        }
+        if (status != ACCEL_OK && !accel_is_main_process(acc)) {
+            return accel__seterr(acc, ACCEL_EIO,
+                                 "%s: the main process failed to write %s (%s); "
+                                 "see its log",
+                                 what, path, accel_status_name((accel_status)status));
+        }
+    }
+    return (accel_status)status;
+}
+
+accel_status accel_save_model(accel *acc, accel_model *model, const char *dir,
+                              const char *max_shard_size)
+{
+    if (acc == NULL || model == NULL || dir == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_save_model: NULL %s",
+                             !acc     ? "acc"
+                             : !model ? "model"
+                                      : "dir");
+    }
+    accel_status st = ACCEL_OK;
+    if (accel_is_main_process(acc)) {
+        uint64_t max = 0;
+        st = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
+        if (st == ACCEL_OK && accel__is_file(dir)) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "accel_save_model: %s is a file; pass a "
+                               "folder",
+                               dir);
+        }
+        int n = accel_model_num_params(model);
+        accel_named_tensor *ts = accel__calloc(n > 0 ? (size_t)n : 1, sizeof *ts);
+        if (st == ACCEL_OK && ts == NULL) {
+            st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        }
+        for (int i = 0; st == ACCEL_OK && i < n; i++) {
+            const accel_param *p = accel_model_param(model, i);
+            if (p == NULL) {
+                st = accel__seterr(NULL, ACCEL_ENOMEM, "accel_save_model: %s",
+                                   accel_last_error(NULL));
+                break;
+            }
+            ts[i].name = p->name;
+            ts[i].tensor = accel_tensor_view(p->data, ACCEL_F32, p->ndim, p->shape);
+        }
+        accel_kv meta[] = {{"format", "pt"}};
+        if (st == ACCEL_OK) {
+            st = accel_save_sharded(dir, "model", ts, (size_t)n, meta, 1, max);
+        }
+        accel__free(ts);
+        if (st != ACCEL_OK) {
+            accel__adopt_thread_error(acc, st);
+        }
+    }
+    return share_main_status(acc, st, "accel_save_model", dir);
+}
+
+/* ---- loading ---- */
+
+typedef struct load_ctx {
+    accel_safetensors **files;
+    size_t n_files;
+    const accel_safetensors **src_file; /* per parameter: where its tensor is, or NULL */
+    long *src_index;
+} load_ctx;
+
+static void load_ctx_free(load_ctx *c)
+{
+    for (size_t i = 0; i < c->n_files; i++) {
+        accel_safetensors_close(c->files[i]);
+    }
+    accel__free(c->files);
+    accel__free(c->src_file);
+    accel__free(c->src_index);
+}
+
+static accel_status add_file(load_ctx *c, const char *path)
+{
+    accel_safetensors **nf = accel__realloc(c->files, (c->n_files + 1) * sizeof *nf);
+    if (nf == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    c->files = nf;
+    ACCEL_TRY(accel_safetensors_open(&c->files[c->n_files], path));
+    c->n_files++;
+    return ACCEL_OK;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* Opens every shard an index names (each once), checking the weight map against them. */
+static accel_status open_index(load_ctx *c, const char *index_path)
+{
+    char *text = NULL;
+    ACCEL_TRY(accel__read_file(index_path, &text, NULL));
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    accel__free(text);
+    json_t *map = root ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(map)) {
+        json_decref(root);
+        return accel__seterr(NULL, ACCEL_ECORRUPT,
+                             "%s: not a safetensors index (no "
+                             "\"weight_map\" object)",
+                             index_path);
+    }
+    /* Shard names are relative to the index's folder. */
+    const char *slash = strrchr(index_path, '/');
+    size_t dlen = slash ? (size_t)(slash - index_path) : 1;
+    char *dir = accel__malloc(dlen + 1);
+    accel_status st = dir ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    if (st == ACCEL_OK) {
+        memcpy(dir, slash ? index_path : ".", dlen);
+        dir[dlen] = '\0';
+    }
+    const char *name;
+    json_t *v;
+    json_object_foreach(map, name, v)
+    {
+        if (st != ACCEL_OK) {
+            break;
+        }
+        const char *file = json_string_value(v);
+        if (file == NULL || file[0] == '\0' || file[0] == '/' || strstr(file, "..") != NULL) {
+            st = accel__seterr(NULL, ACCEL_ECORRUPT,
+                               "%s: weight_map entry '%s' is not a file "
+                               "name in the index's folder",
+                               index_path, name);
+            break;
+        }
+        char *p = accel__path_join(dir, file);
+        if (p == NULL) {
+            st = ACCEL_ENOMEM;
+            break;
+        }
+        size_t k;
+        for (k = 0; k < c->n_files; k++) {
+            if (strcmp(accel_safetensors_path(c->files[k]), p) == 0) {
+                break;
+            }
+        }
+        if (k == c->n_files) {
+            st = add_file(c, p);
+        }
+        if (st == ACCEL_OK && accel_safetensors_find(c->files[k], name) < 0) {
+            st = accel__seterr(NULL, ACCEL_ECORRUPT,
+                               "%s: the index puts tensor '%s' in %s, "
+                               "which does not hold it",
+                               index_path, name, p);
+        }
+        accel__free(p);
+    }
+    accel__free(dir);
+    json_decref(root);
+    return st;
+}
+
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < ndim && k < cap; d++) {
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    }
+    if (k < cap) {
+        snprintf(buf + k, cap - k, "]");
+    }
+}
+
+/* Matches file tensors to parameters; fills c->src_*; every error before any write. */
+static accel_status plan_load(load_ctx *c, accel_model *model, const char *path, int strict)
+{
+    int n = accel_model_num_params(model);
+    c->src_file = accel__calloc(n > 0 ? (size_t)n : 1, sizeof *c->src_file);
+    c->src_index = accel__calloc(n > 0 ? (size_t)n : 1, sizeof *c->src_index);
+    if (c->src_file == NULL || c->src_index == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    size_t unexpected = 0;
+    const char *first_unexpected = NULL;
+    for (size_t f = 0; f < c->n_files; f++) {
+        const accel_safetensors *st = c->files[f];
+        for (size_t i = 0; i < accel_safetensors_count(st); i++) {
+            const char *name = accel_safetensors_name(st, i);
+            int pi = accel_model_find(model, name);
+            if (pi < 0) {
+                unexpected++;
+                first_unexpected = first_unexpected ? first_unexpected : name;
+                continue;
+            }
+            if (c->src_file[pi] != NULL) {
+                return accel__seterr(NULL, ACCEL_ECORRUPT,
+                                     "%s: tensor '%s' appears in both %s "
+                                     "and %s",
+                                     path, name, accel_safetensors_path(c->src_file[pi]),
+                                     accel_safetensors_path(st));
+            }
+            const accel_param *p = accel_model_param(model, pi);
+            if (p == NULL) {
+                return accel_last_status(NULL);
+            }
+            accel_tensor t;
+            ACCEL_TRY(accel_safetensors_tensor(st, i, &t));
+            int same = t.ndim == p->ndim;
+            for (int d = 0; same && d < t.ndim; d++) {
+                same = t.shape[d] == p->shape[d];
+            }
+            if (!same) {
+                char a[160], b[160];
+                shape_str(a, sizeof a, t.ndim, t.shape);
+                shape_str(b, sizeof b, p->ndim, p->shape);
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "loading %s: tensor '%s' has shape %s "
+                                     "in the file but %s in the model",
+                                     path, name, a, b);
+            }
+            c->src_file[pi] = st;
+            c->src_index[pi] = (long)i;
+        }
+    }
+    size_t missing = 0;
+    const char *first_missing = NULL;
+    for (int i = 0; i < n; i++) {
+        if (c->src_file[i] == NULL) {
+            missing++;
+            if (first_missing == NULL) {
+                first_missing = accel_model_param(model, i)->name;
+            }
+        }
+    }
+    if (strict && (missing > 0 || unexpected > 0)) {
+        char detail[600];
+        snprintf(detail, sizeof detail, "%zu missing (first '%s'), %zu unexpected (first '%s')",
+                 missing, first_missing ? first_missing : "-", unexpected,
+                 first_unexpected ? first_unexpected : "-");
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "loading %s (strict): names differ from the "
+                             "model's: %s",
+                             path, detail);
+    }
+    if (missing > 0 || unexpected > 0) {
+        accel__log(ACCEL__LOG_INFO,
+                   "loading %s: %zu model parameters not in the file (first "
+                   "'%s'), %zu file tensors not in the model (first '%s')",
+                   path, missing, first_missing ? first_missing : "-", unexpected,
+                   first_unexpected ? first_unexpected : "-");
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_load_model(accel *acc, accel_model *model, const char *path, int strict)
+{
+    if (model == NULL || path == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_load_model: NULL %s",
+                             model ? "path" : "model");
+    }
+    load_ctx c = {0};
+    accel_status st = ACCEL_OK;
+    if (accel__is_dir(path)) {
+        char *single = accel__path_join(path, "model.safetensors");
+        char *index = accel__path_join(path, "model.safetensors.index.json");
+        if (single == NULL || index == NULL) {
+            st = ACCEL_ENOMEM;
+        } else if (accel__is_file(single)) {
+            st = add_file(&c, single);
+        } else if (accel__is_file(index)) {
+            st = open_index(&c, index);
+        } else {
+            st = accel__seterr(NULL, ACCEL_ENOTFOUND,
+                               "accel_load_model: %s holds neither "
+                               "model.safetensors nor "
+                               "model.safetensors.index.json",
+                               path);
+        }
+        accel__free(single);
+        accel__free(index);
+    } else if (ends_with(path, ".json")) {
+        st = open_index(&c, path);
+    } else {
+        st = add_file(&c, path);
+    }
+    if (st == ACCEL_OK) {
+        st = plan_load(&c, model, path, strict);
+    }
+    int n = accel_model_num_params(model);
+    for (int i = 0; st == ACCEL_OK && i < n; i++) {
+        if (c.src_file[i] == NULL) {
+            continue;
+        }
+        const accel_param *p = accel_model_param(model, i);
+        accel_tensor t;
+        st = accel_safetensors_tensor(c.src_file[i], (size_t)c.src_index[i], &t);
+        if (st == ACCEL_OK) {
+            /* Validated above, so conversion cannot fail on arguments; bits as accel_convert
+             * documents (widening exact, narrowing RNE). */
+            st = accel_convert(p->data, ACCEL_F32, t.data, t.dtype, p->numel);
+        }
+    }
+    load_ctx_free(&c);
+    if (st != ACCEL_OK && acc != NULL) {
+        accel__adopt_thread_error(acc, st);
+    }
+    return st;
+}
