@@ -208,7 +208,8 @@ ACCEL_API accel_status accel_local_main_process_first_begin(accel *acc);
 ACCEL_API accel_status accel_local_main_process_first_end(accel *acc);
 
 /* Run-on-process helpers (Accelerate's on_main_process & co.): call fn(ctx) only on the named
- * process; return fn's status there and ACCEL_OK elsewhere. Not collectives. */
+ * process, or on every process when the program is not distributed (as Accelerate); return
+ * fn's status there and ACCEL_OK elsewhere. Not collectives. */
 typedef accel_status (*accel_process_fn)(void *ctx);
 ACCEL_API accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx);
 ACCEL_API accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *ctx);

@@ -569,7 +569,8 @@ accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_process: fn is NULL");
     }
-    return acc->rank == process_index ? fn(ctx) : ACCEL_OK;
+    /* As Accelerate: a program that is not distributed runs every process's work itself. */
+    return (acc->rank == process_index || !accel_use_distributed(acc)) ? fn(ctx) : ACCEL_OK;
 }
 accel_status accel_on_local_process(accel *acc, int local_process_index, accel_process_fn fn,
                                     void *ctx)
@@ -577,7 +578,8 @@ accel_status accel_on_local_process(accel *acc, int local_process_index, accel_p
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_local_process: fn is NULL");
     }
-    return acc->local_rank == local_process_index ? fn(ctx) : ACCEL_OK;
+    return (acc->local_rank == local_process_index || !accel_use_distributed(acc)) ? fn(ctx)
+                                                                                   : ACCEL_OK;
 }
 accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx)
 {
