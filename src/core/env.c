@@ -59,6 +59,13 @@ static const accel__env_var env_table[] = {
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",
      "shm: pipeline chunk of the large-message algorithms"},
     {"ACCEL_SHM_SPIN_US", ACCEL__ENV_INT, "50", "shm: microseconds a wait spins before sleeping"},
+    /* Tracking and logging (src/track, src/core/logger.c). */
+    {"ACCELERATE_LOG_LEVEL", ACCEL__ENV_STRING, NULL,
+     "level of accel_get_logger loggers: debug | info | warning | error (default info)"},
+    {"MLFLOW_TRACKING_URI", ACCEL__ENV_STRING, NULL,
+     "mlflow tracker: store root (a local path or file: URI; default logging_dir/mlruns)"},
+    {"MLFLOW_EXPERIMENT_NAME", ACCEL__ENV_STRING, NULL,
+     "mlflow tracker: experiment name (default: the project name)"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

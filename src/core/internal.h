@@ -226,8 +226,4 @@ void accel__module_set(accel *acc, accel__module_id id, void *state,
 /* Monotonic seconds. */
 double accel__now(void);
 
-/* mkdir -p that also checks the result is a writable directory. Returns ACCEL_OK or ACCEL_EIO
- * naming the directory (thread error). Implemented in src/track/fsutil.c. */
-accel_status accel__mkdirs(const char *path);
-
 #endif /* ACCEL_CORE_INTERNAL_H */

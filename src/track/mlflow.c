@@ -1,0 +1,462 @@
+/*
+ * The "mlflow" tracker: writes MLflow's file store directly, so `mlflow ui` and MLflow's
+ * FileStore API list the run without a server or conversion:
+ *   <root>/<experiment_id>/meta.yaml             experiment (found by name or created)
+ *   <root>/<experiment_id>/<run_id>/meta.yaml    run info; status RUNNING(1) -> FINISHED(3)
+ *   .../<run_id>/params/<key>                    run configuration, one value per file
+ *   .../<run_id>/metrics/<key>                   lines "<timestamp_ms> <value> <step>"
+ *   .../<run_id>/tags/<key>                      mlflow.runName etc., and logged text values
+ * <root> is MLFLOW_TRACKING_URI when it is a local path or file: URI, else logging_dir/mlruns,
+ * else ./mlruns (MLflow's default). Every YAML string is single-quoted so names such as "123"
+ * stay strings. Metric files are opened, appended and closed per call: nothing is lost on a
+ * crash, and no descriptor is held per metric.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+#include "track_internal.h"
+
+typedef struct ml_state {
+    accel__track_common common; /* run_dir: the run folder */
+    char *exp_id;
+    char *run_id;
+    char *artifact_uri;
+    char *run_name;
+    long long start_ms;
+} ml_state;
+
+static long long now_ms(void)
+{
+    return (long long)(accel__wall_time() * 1000.0);
+}
+
+/* Appends a single-quoted YAML scalar. */
+static void yaml_quote(char *out, size_t cap, const char *s)
+{
+    size_t k = strlen(out);
+    if (k + 1 < cap) {
+        out[k++] = '\'';
+    }
+    for (; *s && k + 3 < cap; s++) {
+        if (*s == '\'') {
+            out[k++] = '\'';
+        }
+        out[k++] = (*s == '\n') ? ' ' : *s;
+    }
+    if (k + 1 < cap) {
+        out[k++] = '\'';
+    }
+    out[k] = '\0';
+}
+
+/* MLflow accepts names of [A-Za-z0-9_\-. :/] without "..", not starting with '/'; anything
+ * else becomes '_' so a key such as "loss(train)" still lands in a valid file. */
+static void sanitize_key(const char *key, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (const char *p = key; *p && k + 1 < cap; p++) {
+        char c = *p;
+        int ok = isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.' || c == ' ' ||
+                 c == ':' || c == '/';
+        if (!ok || (k == 0 && c == '/') || (c == '.' && k > 0 && out[k - 1] == '.') ||
+            (c == '/' && k > 0 && out[k - 1] == '/')) {
+            c = '_';
+        }
+        out[k++] = c;
+    }
+    out[k] = '\0';
+    if (k == 0) {
+        snprintf(out, cap, "_");
+    }
+}
+
+static accel_status write_kv(ml_state *s, const char *sub, const char *key, const char *value)
+{
+    char clean[256], rel[300];
+    sanitize_key(key, clean, sizeof(clean));
+    snprintf(rel, sizeof(rel), "%s/%s", sub, clean);
+    char *path = accel__track_path_join(s->common.run_dir, rel);
+    if (path == NULL) {
+        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+    }
+    char *slash = strrchr(path, '/');
+    *slash = '\0';
+    accel_status st = accel__track_mkdirs(path);
+    *slash = '/';
+    if (st == ACCEL_OK) {
+        st = accel__track_write_file(path, value);
+    }
+    if (st != ACCEL_OK) {
+        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+    }
+    accel__free(path);
+    return st;
+}
+
+static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
+{
+    char meta[4096] = "artifact_uri: ";
+    yaml_quote(meta, sizeof(meta), s->artifact_uri);
+    size_t k = strlen(meta);
+    if (end_ms >= 0) {
+        k += (size_t)snprintf(meta + k, sizeof(meta) - k, "\nend_time: %lld\n", end_ms);
+    } else {
+        k += (size_t)snprintf(meta + k, sizeof(meta) - k, "\nend_time: null\n");
+    }
+    snprintf(meta + k, sizeof(meta) - k,
+             "entry_point_name: ''\nexperiment_id: '%s'\nlifecycle_stage: active\n"
+             "run_id: '%s'\nrun_name: ",
+             s->exp_id, s->run_id);
+    yaml_quote(meta, sizeof(meta), s->run_name);
+    k = strlen(meta);
+    const char *user = getenv("USER");
+    snprintf(meta + k, sizeof(meta) - k,
+             "\nrun_uuid: '%s'\nsource_name: ''\nsource_type: 4\nsource_version: ''\n"
+             "start_time: %lld\nstatus: %d\ntags: []\nuser_id: ",
+             s->run_id, s->start_ms, status);
+    yaml_quote(meta, sizeof(meta), user ? user : "unknown");
+    strncat(meta, "\n", sizeof(meta) - strlen(meta) - 1);
+    char *path = accel__track_path_join(s->common.run_dir, "meta.yaml");
+    if (path == NULL) {
+        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+    }
+    accel_status st = accel__track_write_file(path, meta);
+    if (st != ACCEL_OK) {
+        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+    }
+    accel__free(path);
+    return st;
+}
+
+/* Reads "name: ..." from an experiment's meta.yaml into out (unquoted). Returns 0 if found. */
+static int read_exp_name(const char *dir, char *out, size_t cap)
+{
+    char *path = accel__track_path_join(dir, "meta.yaml");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    accel__free(path);
+    if (f == NULL) {
+        return -1;
+    }
+    char line[1024];
+    int found = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "name: ", 6) != 0) {
+            continue;
+        }
+        char *v = line + 6;
+        v[strcspn(v, "\r\n")] = '\0';
+        size_t n = strlen(v);
+        size_t k = 0;
+        if (n >= 2 && (v[0] == '\'' || v[0] == '"') && v[n - 1] == v[0]) {
+            for (size_t i = 1; i + 1 < n && k + 1 < cap; i++) {
+                if (v[0] == '\'' && v[i] == '\'' && v[i + 1] == '\'') {
+                    i++;
+                }
+                out[k++] = v[i];
+            }
+        } else {
+            for (size_t i = 0; i < n && k + 1 < cap; i++) {
+                out[k++] = v[i];
+            }
+        }
+        out[k] = '\0';
+        found = 0;
+        break;
+    }
+    fclose(f);
+    return found;
+}
+
+static accel_status write_exp_meta(const char *root, const char *id, const char *name)
+{
+    char *dir = accel__track_path_join(root, id);
+    char *path = dir ? accel__track_path_join(dir, "meta.yaml") : NULL;
+    char *abs = dir ? realpath(root, NULL) : NULL;
+    accel_status st = ACCEL_OK;
+    if (path == NULL || abs == NULL) {
+        st = accel_tracker_seterr(ACCEL_EIO, "cannot resolve MLflow root %s", root);
+        goto out;
+    }
+    st = accel__track_mkdirs(dir);
+    if (st == ACCEL_OK) {
+        char meta[2048] = "artifact_location: ";
+        char uri[1200];
+        snprintf(uri, sizeof(uri), "file://%s/%s", abs, id);
+        yaml_quote(meta, sizeof(meta), uri);
+        size_t k = strlen(meta);
+        long long t = now_ms();
+        snprintf(meta + k, sizeof(meta) - k,
+                 "\ncreation_time: %lld\nexperiment_id: '%s'\nlast_update_time: %lld\n"
+                 "lifecycle_stage: active\nname: ",
+                 t, id, t);
+        yaml_quote(meta, sizeof(meta), name);
+        strncat(meta, "\n", sizeof(meta) - strlen(meta) - 1);
+        st = accel__track_write_file(path, meta);
+    }
+    if (st != ACCEL_OK) {
+        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+    }
+out:
+    free(abs); /* realpath allocates with the C library */
+    accel__free(path);
+    accel__free(dir);
+    return st;
+}
+
+/* Finds the experiment named `name` under root or creates it; writes its id into id. */
+static accel_status find_or_create_experiment(const char *root, const char *name, char *id,
+                                              size_t cap)
+{
+    DIR *d = opendir(root);
+    if (d == NULL) {
+        return accel_tracker_seterr(ACCEL_EIO, "cannot list %s: %s", root, strerror(errno));
+    }
+    long long max_id = 0;
+    int have_default = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *endp;
+        long long v = strtoll(e->d_name, &endp, 10);
+        if (e->d_name[0] == '\0' || *endp != '\0' || v < 0) {
+            continue;
+        }
+        char *dir = accel__track_path_join(root, e->d_name);
+        char found[512];
+        if (dir != NULL && read_exp_name(dir, found, sizeof(found)) == 0) {
+            have_default |= v == 0;
+            if (strcmp(found, name) == 0) {
+                snprintf(id, cap, "%lld", v);
+                accel__free(dir);
+                closedir(d);
+                return ACCEL_OK;
+            }
+        }
+        accel__free(dir);
+        max_id = v > max_id ? v : max_id;
+    }
+    closedir(d);
+    /* MLflow's own store creates experiment 0 "Default" in a fresh root; do the same so the
+     * tree looks exactly like one MLflow made. */
+    if (!have_default) {
+        ACCEL_TRY(write_exp_meta(root, "0", "Default"));
+    }
+    snprintf(id, cap, "%lld", max_id + 1);
+    return write_exp_meta(root, id, name);
+}
+
+static accel_status random_hex(char *out, size_t nhex)
+{
+    unsigned char bytes[32];
+    size_t n = nhex / 2;
+    int fd = open("/dev/urandom", O_RDONLY);
+    ssize_t got = fd >= 0 ? read(fd, bytes, n) : -1;
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (got != (ssize_t)n) {
+        /* No urandom (a sandbox): time and pid still give distinct ids per run. */
+        unsigned long long x =
+            (unsigned long long)now_ms() * 6364136223846793005ull ^ (unsigned long long)getpid();
+        for (size_t i = 0; i < n; i++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            bytes[i] = (unsigned char)(x >> 56);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        snprintf(out + 2 * i, 3, "%02x", bytes[i]);
+    }
+    return ACCEL_OK;
+}
+
+static void free_state(ml_state *s)
+{
+    accel__free(s->exp_id);
+    accel__free(s->run_id);
+    accel__free(s->artifact_uri);
+    accel__free(s->run_name);
+    accel__free(s->common.run_dir);
+    accel__free(s);
+}
+
+/* The store root: MLFLOW_TRACKING_URI (local only), else logging_dir/mlruns, else ./mlruns. */
+static accel_status store_root(const accel_tracker_start_info *info, char **out)
+{
+    const char *uri = NULL;
+    if (accel__env_string("MLFLOW_TRACKING_URI", &uri) == ACCEL_OK) {
+        if (strncmp(uri, "file://", 7) == 0) {
+            uri += 7;
+        } else if (strncmp(uri, "file:", 5) == 0) {
+            uri += 5;
+        } else if (strstr(uri, "://") != NULL) {
+            return accel_tracker_seterr(ACCEL_EUNSUPPORTED,
+                                        "MLFLOW_TRACKING_URI=%s: only a local path or file: URI "
+                                        "is supported (accel writes MLflow's file store)",
+                                        uri);
+        }
+        *out = accel__strdup(uri);
+    } else {
+        *out = accel__track_path_join(info->logging_dir ? info->logging_dir : ".", "mlruns");
+    }
+    return *out ? ACCEL_OK : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+}
+
+static accel_status ml_start(void *user, const accel_tracker_start_info *info, void **state)
+{
+    (void)user;
+    char *root = NULL;
+    ACCEL_TRY(store_root(info, &root));
+    ml_state *s = accel__calloc(1, sizeof(*s));
+    accel_status st = ACCEL_OK;
+    char id[32], run_id[33] = {0};
+    if (s == NULL) {
+        st = accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    s->common.magic = ACCEL__TRACK_MAGIC;
+    st = accel__track_mkdirs(root);
+    if (st != ACCEL_OK) {
+        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+        goto fail;
+    }
+    const char *exp_name = info->project_name;
+    const char *env_name;
+    if (accel__env_string("MLFLOW_EXPERIMENT_NAME", &env_name) == ACCEL_OK) {
+        exp_name = env_name;
+    }
+    ACCEL_TRY_GOTO(find_or_create_experiment(root, exp_name, id, sizeof(id)), st, fail);
+    random_hex(run_id, 32);
+    char rel[80];
+    snprintf(rel, sizeof(rel), "%s/%s", id, run_id);
+    s->common.run_dir = accel__track_path_join(root, rel);
+    s->exp_id = accel__strdup(id);
+    s->run_id = accel__strdup(run_id);
+    s->run_name = accel__strdup(info->project_name);
+    s->start_ms = (long long)(info->start_time * 1000.0);
+    char *abs = realpath(root, NULL);
+    if (abs != NULL && s->common.run_dir != NULL) {
+        size_t n = strlen(abs) + strlen(rel) + 32;
+        s->artifact_uri = accel__malloc(n);
+        if (s->artifact_uri != NULL) {
+            snprintf(s->artifact_uri, n, "file://%s/%s/artifacts", abs, rel);
+        }
+    }
+    free(abs);
+    if (s->common.run_dir == NULL || s->exp_id == NULL || s->run_id == NULL ||
+        s->run_name == NULL || s->artifact_uri == NULL) {
+        st = accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    static const char *const subdirs[] = {"metrics", "params", "tags", "artifacts"};
+    for (int i = 0; i < 4; i++) {
+        char *d = accel__track_path_join(s->common.run_dir, subdirs[i]);
+        st = d ? accel__track_mkdirs(d) : ACCEL_ENOMEM;
+        accel__free(d);
+        if (st != ACCEL_OK) {
+            accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+            goto fail;
+        }
+    }
+    ACCEL_TRY_GOTO(write_run_meta(s, 1, -1), st, fail);
+    const char *prog = program_invocation_name ? program_invocation_name : "";
+    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.runName", s->run_name), st, fail);
+    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.name", prog), st, fail);
+    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.type", "LOCAL"), st, fail);
+    const char *u = getenv("USER");
+    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.user", u ? u : "unknown"), st, fail);
+    accel__free(root);
+    *state = s;
+    return ACCEL_OK;
+fail:
+    accel__free(root);
+    if (s != NULL) {
+        free_state(s);
+    }
+    return st;
+}
+
+static accel_status ml_config(void *state, const accel_value *v, int n)
+{
+    ml_state *s = state;
+    for (int i = 0; i < n; i++) {
+        char num[40];
+        const char *val = v[i].text;
+        if (v[i].kind == ACCEL_VALUE_SCALAR) {
+            accel__track_fmt_double(num, sizeof(num), v[i].scalar);
+            val = num;
+        }
+        ACCEL_TRY(write_kv(s, "params", v[i].key, val));
+    }
+    return ACCEL_OK;
+}
+
+static accel_status ml_log(void *state, const accel_value *v, int n, long long step)
+{
+    ml_state *s = state;
+    long long ts = now_ms();
+    for (int i = 0; i < n; i++) {
+        if (v[i].kind == ACCEL_VALUE_TEXT) {
+            /* MLflow metrics are numeric; text lands as a tag (latest value wins). */
+            ACCEL_TRY(write_kv(s, "tags", v[i].key, v[i].text));
+            continue;
+        }
+        if (!isfinite(v[i].scalar)) {
+            accel__track_warn_nonfinite("mlflow", v[i].key, v[i].scalar);
+        }
+        char clean[256], rel[300], num[40];
+        sanitize_key(v[i].key, clean, sizeof(clean));
+        snprintf(rel, sizeof(rel), "metrics/%s", clean);
+        char *path = accel__track_path_join(s->common.run_dir, rel);
+        if (path == NULL) {
+            return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+        }
+        if (strchr(clean, '/') != NULL) {
+            char *slash = strrchr(path, '/');
+            *slash = '\0';
+            accel_status st = accel__track_mkdirs(path);
+            *slash = '/';
+            if (st != ACCEL_OK) {
+                accel__free(path);
+                return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+            }
+        }
+        accel__track_fmt_double(num, sizeof(num), v[i].scalar);
+        FILE *f = fopen(path, "a");
+        int bad = f == NULL || fprintf(f, "%lld %s %lld\n", ts, num, step < 0 ? 0 : step) < 0;
+        if (f != NULL && fclose(f) != 0) {
+            bad = 1;
+        }
+        if (bad) {
+            accel_status st =
+                accel_tracker_seterr(ACCEL_EIO, "cannot append to %s: %s", path, strerror(errno));
+            accel__free(path);
+            return st;
+        }
+        accel__free(path);
+    }
+    return ACCEL_OK;
+}
+
+static accel_status ml_finish(void *state)
+{
+    ml_state *s = state;
+    accel_status st = write_run_meta(s, 3, now_ms());
+    free_state(s);
+    return st;
+}
+
+const accel_tracker_ops accel__tracker_mlflow = {
+    .size = sizeof(accel_tracker_ops),
+    .name = "mlflow",
+    .requires_logging_directory = 0,
+    .start = ml_start,
+    .store_init_configuration = ml_config,
+    .log = ml_log,
+    .finish = ml_finish,
+};

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The mlruns tree written by the mlflow tracker, listed and read by MLflow's own FileStore API
+# (what `mlflow ui` uses for a local store): experiment, run status and times, params, metric
+# history with steps, tags. A second run of the same project reuses the experiment.
+# Skips (77) when neither mlflow-skinny nor mlflow can be imported or installed.
+set -euo pipefail
+BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
+if ! python3 -c 'import mlflow' 2>/dev/null; then
+    python3 -m pip install --quiet mlflow-skinny >/dev/null 2>&1 || true
+    if ! python3 -c 'import mlflow' 2>/dev/null; then
+        echo "SKIP: the mlflow Python package is not available"
+        exit 77
+    fi
+fi
+DIR=$(mktemp -d /tmp/accel_mlflow_XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+unset MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME
+# MLflow 3 keeps the file store in maintenance mode behind this switch (docs/tracking.md).
+export MLFLOW_ALLOW_FILE_STORE=true
+"$BUILD/tests/progs/track_write" "$DIR" mlflow demo
+"$BUILD/tests/progs/track_write" "$DIR" mlflow demo
+"$BUILD/tests/progs/track_write" "$DIR" mlflow 123
+python3 - "$DIR/mlruns" <<'EOF'
+import sys, warnings
+warnings.simplefilter("ignore")
+from mlflow.store.tracking.file_store import FileStore
+from mlflow.entities import ViewType
+
+store = FileStore(sys.argv[1])
+exps = {e.name: e for e in store.search_experiments(view_type=ViewType.ALL)}
+assert sorted(exps) == ["123", "Default", "demo"], exps.keys()  # "123" stays a string
+exp = exps["demo"]
+assert exp.lifecycle_stage == "active"
+runs = store.search_runs([exp.experiment_id], None, ViewType.ALL)
+assert len(runs) == 2, runs  # the second run reused the experiment
+for run in runs:
+    info, data = run.info, run.data
+    assert info.status == "FINISHED", info
+    assert info.end_time >= info.start_time > 1.5e12, info
+    assert info.run_name == "demo", info
+    assert data.params == {"lr": "0.0003", "model": "gpt2", "batch_size": "8"}, data.params
+    assert data.tags["mlflow.runName"] == "demo", data.tags
+    assert data.tags["note"] == "hello world", data.tags
+    hist = store.get_metric_history(info.run_id, "train/loss")
+    assert [m.step for m in hist] == [0, 1, 2, 3, 4], hist
+    for m in hist:
+        assert abs(m.value - (2.0 - 0.25 * m.step)) < 1e-12, m
+    assert abs(data.metrics["lr"] - 0.005) < 1e-12, data.metrics  # the latest value
+print("mlflow FileStore: ok")
+EOF

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Event files written by the tensorboard tracker, read back by TensorBoard's own reader
+# (EventAccumulator, which checks the TFRecord CRCs): scalars, steps, text and hparams.
+# Skips (77) when the tensorboard Python package is not installed and cannot be installed.
+set -euo pipefail
+BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
+if ! python3 -c 'import tensorboard' 2>/dev/null; then
+    python3 -m pip install --quiet tensorboard >/dev/null 2>&1 || true
+    if ! python3 -c 'import tensorboard' 2>/dev/null; then
+        echo "SKIP: the tensorboard Python package is not available"
+        exit 77
+    fi
+fi
+DIR=$(mktemp -d /tmp/accel_tb_XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+"$BUILD/tests/progs/track_write" "$DIR" tensorboard demo
+python3 - "$DIR/demo" <<'EOF'
+import sys, glob, math
+from tensorboard.backend.event_processing import event_accumulator as ea_mod
+from tensorboard.plugins.hparams import plugin_data_pb2
+from tensorboard.util import tensor_util
+
+run = sys.argv[1]
+files = glob.glob(run + "/events.out.tfevents.*")
+assert len(files) == 1, files
+acc = ea_mod.EventAccumulator(run, size_guidance={ea_mod.TENSORS: 0, ea_mod.SCALARS: 0})
+acc.Reload()
+tags = acc.Tags()
+assert "train/loss" in tags["scalars"] and "lr" in tags["scalars"], tags
+loss = acc.Scalars("train/loss")
+assert [e.step for e in loss] == [0, 1, 2, 3, 4], loss
+for e in loss:
+    assert abs(e.value - (2.0 - 0.25 * e.step)) < 1e-6, e
+lr = acc.Scalars("lr")
+for e in lr:
+    assert abs(e.value - 0.001 * (e.step + 1)) < 1e-9, e
+# Text: the text plugin's string tensor.
+assert "note" in tags["tensors"], tags
+t = acc.Tensors("note")
+assert len(t) == 1 and t[0].step == 2, t
+val = tensor_util.make_ndarray(t[0].tensor_proto)
+assert val.reshape(-1)[0] == b"hello world", val
+assert acc.SummaryMetadata("note").plugin_data.plugin_name == "text"
+# hparams: the session start info carries the configuration.
+content = acc.PluginTagToContent("hparams")
+assert "_hparams_/session_start_info" in content, content.keys()
+data = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"])
+hp = data.session_start_info.hparams
+assert abs(hp["lr"].number_value - 3e-4) < 1e-12, hp
+assert hp["model"].string_value == "gpt2", hp
+assert hp["batch_size"].number_value == 8, hp
+exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+assert sorted(i.name for i in exp.hparam_infos) == ["batch_size", "lr", "model"], exp
+end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"])
+assert end.session_end_info.status == 1, end
+print("tensorboard reader: ok")
+EOF
