@@ -126,7 +126,8 @@ struct accel_loader {
     /* Epoch state. */
     int64_t epoch;     /* in progress, or next to start */
     int in_epoch;      /* an epoch has started and has not returned EOF yet */
-    int64_t k;         /* next batch number of the epoch */
+    int64_t k;         /* next batch number of the epoch (dispatch: of the base stream) */
+    int64_t dk;        /* dispatch: steps handed out (or skipped) this epoch */
     int64_t skip;      /* batches to skip when the next epoch starts */
     int64_t n_batches; /* map-style: batches in the plan of this epoch */
     int64_t *order;    /* sampler order */
@@ -185,5 +186,9 @@ int64_t accel__dispatch_len(const accel_loader *l);
 accel_status accel__loader_begin_order(accel_loader *l);
 accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, int64_t *got);
 int64_t accel__dataset_len(const accel_loader *l); /* samples, or -1 when unknown */
+/* One batch of the iterable stream (sharded by IterableDatasetShard unless dispatching). */
+accel_status accel__iter_produce(accel_loader *l, accel_batch *out, int *have);
+/* The next batch of the unsharded base stream (dispatch: process 0), ACCEL_EOF at its end. */
+accel_status accel__base_next(accel_loader *l, accel_batch **out);
 
 #endif /* ACCEL_DATA_INTERNAL_H */

@@ -116,14 +116,10 @@ static accel_status begin_epoch(accel_loader *l)
     int64_t n = accel__dataset_len(l);
     l->remainder = (!l->o.drop_last && n >= 0) ? (int)(n % total_batch_size(l)) : -1;
     l->k = 0;
-    if (l->dispatch) {
-        accel_status st = accel__dispatch_begin(l);
-        if (st != ACCEL_OK) {
-            return accel__adopt_thread_error(acc, st);
-        }
-    } else if (l->map_style) {
+    int sharded = l->n_ranks > 1 && !l->dispatch;
+    if (l->map_style) {
         accel_status st = accel__loader_begin_order(l);
-        if (st == ACCEL_OK && l->n_ranks > 1) {
+        if (st == ACCEL_OK && sharded) {
             accel__plan_clear(&l->plan);
             st = accel__shard_batches(&l->plan, &l->inner, l->o.batch_size, l->o.drop_last,
                                       l->n_ranks, l->rank, l->split, l->even);
@@ -136,8 +132,9 @@ static accel_status begin_epoch(accel_loader *l)
             return accel__adopt_thread_error(acc, st);
         }
         l->n_batches = l->plan.n_batches;
-        l->k = l->skip < l->n_batches ? l->skip : l->n_batches;
-        if (l->workers != NULL) {
+        /* dispatch skips whole dispatched steps, so the base stream starts at 0 */
+        l->k = l->dispatch ? 0 : (l->skip < l->n_batches ? l->skip : l->n_batches);
+        if (l->workers != NULL && (!l->dispatch || acc->rank == 0)) {
             accel__workers_start(l->workers, l->k, l->n_batches);
         }
     } else {
@@ -154,7 +151,7 @@ static accel_status begin_epoch(accel_loader *l)
                                      (long long)l->epoch, accel_last_error(NULL));
             }
         }
-        int64_t want = l->n_ranks > 1 ? total_batch_size(l) : l->o.batch_size;
+        int64_t want = sharded ? total_batch_size(l) : l->o.batch_size;
         for (int b = 0; b < 2; b++) {
             accel_status st = ensure_samples(&l->ibuf[b], &l->ibuf_cap[b], want);
             if (st != ACCEL_OK) {
@@ -164,6 +161,12 @@ static accel_status begin_epoch(accel_loader *l)
         l->first_len = 0;
         l->stream_done = 0;
         l->have_next = -1;
+    }
+    if (l->dispatch) {
+        accel_status st = accel__dispatch_begin(l);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
+        }
     }
     l->in_epoch = 1;
     state_push(l);
@@ -295,7 +298,7 @@ accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, 
 
 /* One batch of the iterable stream into `out` (*have = 0 when the stream has no more).
  * Sharded: IterableDatasetShard, whose process slice of each buffer is exactly one batch. */
-static accel_status iter_produce(accel_loader *l, accel_batch *out, int *have)
+accel_status accel__iter_produce(accel_loader *l, accel_batch *out, int *have)
 {
     *have = 0;
     if (l->stream_done) {
@@ -346,6 +349,33 @@ static accel_status iter_produce(accel_loader *l, accel_batch *out, int *have)
     return ACCEL_OK;
 }
 
+accel_status accel__base_next(accel_loader *l, accel_batch **out)
+{
+    if (!l->map_style) {
+        int have;
+        ACCEL_TRY(accel__iter_produce(l, &l->slots[0].batch, &have));
+        *out = &l->slots[0].batch;
+        return have ? ACCEL_OK : ACCEL_EOF;
+    }
+    if (l->k >= l->n_batches) {
+        return ACCEL_EOF;
+    }
+    accel__slot *slot = &l->slots[0];
+    if (l->workers != NULL) {
+        slot = accel__workers_get(l->workers, l->k);
+    } else {
+        ACCEL_TRY(
+            ensure_samples(&l->samples, &l->n_samples, accel__plan_batch_len(&l->plan, l->k)));
+        accel__loader_build(l, l->k, l->samples, slot);
+    }
+    if (slot->st != ACCEL_OK) {
+        return accel__seterr(NULL, slot->st, "%s", slot->err);
+    }
+    l->k++;
+    *out = &slot->batch;
+    return ACCEL_OK;
+}
+
 static accel_status fail_epoch(accel_loader *l, accel_status st, const char *msg)
 {
     end_epoch(l, 1);
@@ -390,7 +420,7 @@ static accel_status next_iter(accel_loader *l, accel_batch **out, int *last)
         } else {
             int have;
             cur = 0;
-            accel_status st = iter_produce(l, &l->slots[cur].batch, &have);
+            accel_status st = accel__iter_produce(l, &l->slots[cur].batch, &have);
             if (st != ACCEL_OK) {
                 return fail_epoch(l, st, accel_last_error(NULL));
             }
@@ -400,7 +430,7 @@ static accel_status next_iter(accel_loader *l, accel_batch **out, int *last)
         }
         /* Look one batch ahead so the last batch is known when it is handed out. */
         int have_nx;
-        accel_status st = iter_produce(l, &l->slots[cur ^ 1].batch, &have_nx);
+        accel_status st = accel__iter_produce(l, &l->slots[cur ^ 1].batch, &have_nx);
         if (st != ACCEL_OK) {
             return fail_epoch(l, st, accel_last_error(NULL));
         }
@@ -450,7 +480,7 @@ accel_status accel_loader_next(accel_loader *l, accel_batch **out)
         return st;
     }
     b->epoch = l->epoch;
-    b->index = l->k - 1;
+    b->index = (l->dispatch ? l->dk : l->k) - 1;
     if (l->active) {
         l->acc->gstate.end_of_dataloader = last;
         l->acc->gstate.remainder = l->remainder;
@@ -509,7 +539,7 @@ accel_status accel_loader_skip_first_batches(accel_loader *l, int64_t n)
                              "accel_loader_skip_first_batches: %s",
                              l == NULL ? "loader is NULL" : "n is negative");
     }
-    if (l->in_epoch && l->k > l->skip) {
+    if (l->in_epoch && (l->dispatch ? l->dk : l->k) > l->skip) {
         return accel__seterr(l->acc, ACCEL_ESTATE,
                              "accel_loader_skip_first_batches: the epoch has already started "
                              "(%lld batches handed out)",
@@ -530,7 +560,7 @@ accel_status accel_loader_get_position(const accel_loader *l, accel_loader_posit
                              "accel_loader_get_position: argument is NULL");
     }
     out->epoch = l->epoch;
-    out->batches = l->in_epoch ? l->k : l->skip;
+    out->batches = l->in_epoch ? (l->dispatch ? l->dk : l->k) : l->skip;
     out->seed = l->seed;
     memcpy(out->rng, l->in_epoch ? l->epoch_gen.s : l->gen.s, sizeof(out->rng));
     return ACCEL_OK;
