@@ -1,0 +1,145 @@
+/*
+ * Checkpoint I/O benchmark: write+fsync throughput of a safetensors file holding a model's fp32
+ * weights plus AdamW's two moments (3 tensors of N floats; N = 100M by default, 1.2 GB) against
+ * `dd if=/dev/zero ... conv=fsync` of the same size on the same disk in the same run, then the
+ * load time with mmap (open + validation, and touching every page), warm and after evicting the
+ * file from the page cache.
+ *   usage: bench/ckpt [--params MILLIONS] [--dir DIR]   (DIR default ".", same disk as dd)
+ * Prints best-of-3 times and the ratio ours / dd (target >= 0.9).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void evict(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+}
+
+/* Opens, validates and reads one byte per 4 KiB page of every tensor. */
+static void load(const char *path, double *t_open, double *t_touch, unsigned long long *sum)
+{
+    double t0 = now();
+    accel_safetensors *st;
+    if (accel_safetensors_open(&st, path) != ACCEL_OK) {
+        fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
+        exit(1);
+    }
+    double t1 = now();
+    for (size_t i = 0; i < accel_safetensors_count(st); i++) {
+        accel_tensor t;
+        accel_safetensors_tensor(st, i, &t);
+        const volatile unsigned char *p = t.data;
+        size_t nb = accel_tensor_nbytes(&t);
+        for (size_t k = 0; k < nb; k += 4096) {
+            *sum += p[k];
+        }
+    }
+    double t2 = now();
+    accel_safetensors_close(st);
+    *t_open = t1 - t0;
+    *t_touch = t2 - t1;
+}
+
+int main(int argc, char **argv)
+{
+    double millions = 100;
+    const char *dir = ".";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--params") == 0) {
+            millions = atof(argv[i + 1]);
+        } else if (strcmp(argv[i], "--dir") == 0) {
+            dir = argv[i + 1];
+        }
+    }
+    size_t n = (size_t)(millions * 1e6);
+    size_t nbytes = 3 * n * sizeof(float);
+    float *bufs[3];
+    for (int b = 0; b < 3; b++) {
+        bufs[b] = malloc(n * sizeof(float));
+        if (bufs[b] == NULL) {
+            fprintf(stderr, "bench/ckpt: out of memory\n");
+            return 1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            bufs[b][i] = (float)(i % 1000) * 0.001f + (float)b; /* real pages, not zero pages */
+        }
+    }
+    accel_named_tensor ts[3] = {
+        {"model.weight", accel_tensor_view(bufs[0], ACCEL_F32, 1, (int64_t[]){(int64_t)n})},
+        {"optimizer.exp_avg", accel_tensor_view(bufs[1], ACCEL_F32, 1, (int64_t[]){(int64_t)n})},
+        {"optimizer.exp_avg_sq", accel_tensor_view(bufs[2], ACCEL_F32, 1, (int64_t[]){(int64_t)n})},
+    };
+    char st_path[512], dd_path[512], cmd[1200];
+    snprintf(st_path, sizeof st_path, "%s/bench_ckpt.safetensors", dir);
+    snprintf(dd_path, sizeof dd_path, "%s/bench_ckpt.dd", dir);
+    size_t mib = (nbytes + (1u << 20) - 1) >> 20;
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=1M count=%zu conv=fsync status=none",
+             dd_path, mib);
+    printf("checkpoint write: 3 x %zu fp32 = %.2f GB to %s (best of 3, fsync included)\n", n,
+           (double)nbytes / 1e9, dir);
+    double best_ours = 1e30, best_dd = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        /* Alternate which goes first so neither always meets the other's writeback. */
+        double t_dd = 0, t_ours = 0;
+        for (int k = 0; k < 2; k++) {
+            int dd_turn = (k == 0) == (rep % 2 == 0);
+            unlink(dd_path);
+            unlink(st_path);
+            double t0 = now();
+            if (dd_turn) {
+                if (system(cmd) != 0) {
+                    fprintf(stderr, "bench/ckpt: dd failed\n");
+                    return 1;
+                }
+                t_dd = now() - t0;
+            } else {
+                if (accel_safetensors_write(st_path, ts, 3, NULL, 0) != ACCEL_OK) {
+                    fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
+                    return 1;
+                }
+                t_ours = now() - t0;
+            }
+        }
+        unlink(dd_path);
+        printf("  rep %d: dd %.3f s (%.0f MB/s)  accel_safetensors_write %.3f s (%.0f MB/s)\n", rep,
+               t_dd, (double)(mib << 20) / t_dd / 1e6, t_ours, (double)nbytes / t_ours / 1e6);
+        best_dd = t_dd < best_dd ? t_dd : best_dd;
+        best_ours = t_ours < best_ours ? t_ours : best_ours;
+    }
+    double dd_rate = (double)(mib << 20) / best_dd, our_rate = (double)nbytes / best_ours;
+    printf("write: dd %.0f MB/s, accel %.0f MB/s, ratio accel/dd = %.2f\n", dd_rate / 1e6,
+           our_rate / 1e6, our_rate / dd_rate);
+
+    unsigned long long sum = 0;
+    double to, tt;
+    load(st_path, &to, &tt, &sum);
+    printf("load (page cache warm): open+validate %.4f s, touch every page %.3f s (%.0f MB/s)\n",
+           to, tt, (double)nbytes / tt / 1e6);
+    evict(st_path);
+    load(st_path, &to, &tt, &sum);
+    printf("load (evicted, POSIX_FADV_DONTNEED): open+validate %.4f s, touch every page %.3f s "
+           "(%.0f MB/s)\n",
+           to, tt, (double)nbytes / tt / 1e6);
+    unlink(st_path);
+    for (int b = 0; b < 3; b++) {
+        free(bufs[b]);
+    }
+    return sum == 42 ? 2 : 0; /* keeps the touches observable */
+}
