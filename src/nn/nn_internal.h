@@ -16,6 +16,12 @@
 #include "accel/nn.h"
 #include "core/internal.h"
 
+/* The kernels never rely on floating-point exception flags; without this GCC refuses to
+ * if-convert the clamps and selects in the math below, and those loops stay scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
 #define NN_PRAGMA(x) _Pragma(#x)
@@ -133,8 +139,10 @@ static inline float nn__uniform(uint64_t key, uint64_t i)
 /* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside. */
 static inline float nn__expf(float x)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* Round to nearest by the 1.5 * 2^23 trick: no floorf call, so loops vectorise. */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693145751953125f;
     r = r - n * 1.428606765330187045e-06f;
     float p = 1.9875691500e-4f;

@@ -231,7 +231,7 @@ static void unary_backward(nn_ctx *g, nn_node *n)
             NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * s;
             break;
         case U_RELU:
-            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += x[i] > 0.0f ? gy[i] : 0.0f;
+            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
             break;
         case U_GELU:
             NN_SIMD for (int64_t i = c; i < e; i++)

@@ -222,7 +222,7 @@ static float causal_softmax_row(float *row, int64_t t, int64_t T)
 {
     float m = -INFINITY, s = 0.0f;
     for (int64_t j = 0; j <= t; j++) {
-        m = fmaxf(m, row[j]);
+        m = row[j] > m ? row[j] : m;
     }
     NN_SIMD_SUM(s) for (int64_t j = 0; j <= t; j++)
     {
@@ -268,7 +268,8 @@ static void attn_backward(nn_ctx *g, nn_node *n)
                 row[j] = 0.0f;
             }
             NN_SIMD_SUM(acc)
-            for (int64_t j = 0; j < d.hd; j++) acc += dO[t * d.C + j] * O[t * d.C + j];
+            for (int64_t j = 0; j < d.hd; j++)
+                acc += dO[t * d.C + j] * O[t * d.C + j];
             D[t] = acc;
         }
         const float *Pused = P;

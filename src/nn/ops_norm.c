@@ -69,7 +69,7 @@ static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
             int64_t base = o * len * inner + j;
             float m = -INFINITY, s = 0.0f;
             for (int64_t l = 0; l < len; l++) {
-                m = fmaxf(m, x->data[base + l * inner]);
+                m = x->data[base + l * inner] > m ? x->data[base + l * inner] : m;
             }
             for (int64_t l = 0; l < len; l++) {
                 float e = nn__expf(x->data[base + l * inner] - m);
@@ -198,7 +198,7 @@ nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets
         const float *xr = logits->data + r * C;
         float m = -INFINITY, s = 0.0f, sx = 0.0f;
         for (int64_t c = 0; c < C; c++) {
-            m = fmaxf(m, xr[c]);
+            m = xr[c] > m ? xr[c] : m;
         }
         NN_SIMD_SUM(s, sx) for (int64_t c = 0; c < C; c++)
         {
@@ -245,7 +245,7 @@ static void ln_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1];
     const float *x = n->in[0]->data, *gy = n->out->grad;
-    const float *w = n->in[1] ? n->in[1]->data : NULL;
+    const float *w = n->p[2]; /* weight, or ones when the layer has none */
     const float *mean = n->p[0], *rstd = n->p[1];
     float *gx = accel__nn_grad(g, n->in[0]);
     float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
@@ -257,7 +257,7 @@ static void ln_backward(nn_ctx *g, nn_node *n)
             float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
             NN_SIMD_SUM(s1, s2) for (int64_t c = 0; c < C; c++)
             {
-                float d = gr[c] * (w ? w[c] : 1.0f);
+                float d = gr[c] * w[c];
                 s1 += d;
                 s2 += d * (xr[c] - mu) * rs;
             }
@@ -266,7 +266,7 @@ static void ln_backward(nn_ctx *g, nn_node *n)
             float *gxr = gx + r * C;
             NN_SIMD for (int64_t c = 0; c < C; c++)
             {
-                float d = gr[c] * (w ? w[c] : 1.0f);
+                float d = gr[c] * w[c];
                 gxr[c] += rs * (d - s1 - (xr[c] - mu) * rs * s2);
             }
         }
@@ -309,7 +309,17 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    const float *w = weight ? weight->data : NULL, *b = bias ? bias->data : NULL;
+    /* A missing weight/bias becomes ones/zeros so the row loops have no branches. */
+    float *w = weight ? weight->data : accel__nn_alloc(g, (size_t)C * sizeof(float));
+    float *b = bias ? bias->data : accel__nn_zalloc(g, (size_t)C * sizeof(float));
+    if (w == NULL || b == NULL) {
+        return NULL;
+    }
+    if (weight == NULL) {
+        for (int64_t c = 0; c < C; c++) {
+            w[c] = 1.0f;
+        }
+    }
     NN_OMP_FOR(rows * C)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x->data + r * C;
@@ -321,7 +331,7 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
         float rs = 1.0f / sqrtf(v / (float)C + eps);
         NN_SIMD for (int64_t c = 0; c < C; c++)
         {
-            yr[c] = (xr[c] - mu) * rs * (w ? w[c] : 1.0f) + (b ? b[c] : 0.0f);
+            yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
         }
         mean[r] = mu;
         rstd[r] = rs;
@@ -336,6 +346,7 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
         n->i[1] = C;
         n->p[0] = mean;
         n->p[1] = rstd;
+        n->p[2] = w;
     }
     return y;
 }

@@ -1,0 +1,197 @@
+/*
+ * bench/gpt_step: one GPT training step (forward, backward, AdamW) on synthetic tokens, in
+ * the issue's configuration: 4 layers, width 256, 4 heads, context 128, vocab 4096, pre-LN,
+ * exact GELU, MLP 4x, untied head, AdamW lr 3e-4, batch 8 sequences, fp32, 1 thread.
+ *
+ * Prints the median step time, tokens/s and achieved FLOP/s, and that FLOP/s as a fraction
+ * of OpenBLAS sgemm on 1024x1024x1024 measured in the same run (so machine load cancels
+ * out as far as possible). FLOPs counted: 6 x matmul parameters per token + 12 x L x T x C
+ * per token for attention (the usual model-FLOPs convention; the causal half is counted).
+ *
+ * Usage: gpt_step [--steps N] [--batch B] [--threads N]
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+#include "accel/nn.h"
+#ifdef ACCEL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+#define BENCH_CHECK(call)                                                                          \
+    do {                                                                                           \
+        accel_status bench_st_ = (call);                                                           \
+        if (bench_st_ != ACCEL_OK) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, accel_last_error(NULL)); \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median FLOP/s of C = A B on 1024^3 over a few runs after a warm-up. */
+static double sgemm_flops(void)
+{
+    const int n = 1024;
+    float *a = malloc((size_t)n * n * sizeof(float)), *b = malloc((size_t)n * n * sizeof(float));
+    float *c = malloc((size_t)n * n * sizeof(float));
+    for (long i = 0; i < (long)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+    }
+    double t[5];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        t[r] = now() - t0;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * (double)n * n / median(t, 5);
+}
+
+int main(int argc, char **argv)
+{
+    int steps = 10, batch = 8, threads = 1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--steps") == 0) {
+            steps = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--batch") == 0) {
+            batch = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--threads") == 0) {
+            threads = atoi(argv[i + 1]);
+        } else {
+            fprintf(stderr, "usage: gpt_step [--steps N] [--batch B] [--threads N]\n");
+            return 2;
+        }
+    }
+    if (steps < 1 || batch < 1 || threads < 1) {
+        fprintf(stderr, "gpt_step: steps, batch and threads must be >= 1\n");
+        return 2;
+    }
+    openblas_set_num_threads(threads);
+#ifdef ACCEL_HAVE_OPENMP
+    omp_set_num_threads(threads);
+#endif
+    double peak = sgemm_flops();
+
+    nn_gpt_config cfg = nn_gpt_config_default();
+    cfg.n_layer = 4;
+    cfg.n_embd = 256;
+    cfg.n_head = 4;
+    cfg.block_size = 128;
+    cfg.vocab_size = 4096;
+    cfg.tied = 0;
+    cfg.act = NN_ACT_GELU;
+    cfg.dropout = 0.0f;
+    const int T = cfg.block_size;
+    nn_gpt *m;
+    nn_params *p;
+    BENCH_CHECK(nn_gpt_build(&m, &p, &cfg, 1234));
+    int64_t n;
+    float *w = nn_params_flat_data(p, &n), *gr = nn_params_flat_grad(p, NULL);
+    float *mom = calloc((size_t)n, sizeof(float)), *var = calloc((size_t)n, sizeof(float));
+    int32_t *ids = malloc((size_t)batch * T * sizeof(int32_t));
+    int32_t *tg = malloc((size_t)batch * T * sizeof(int32_t));
+    uint64_t s = 88172645463325252ull;
+    for (long i = 0; i < (long)batch * T; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ids[i] = (int32_t)(s % (uint64_t)cfg.vocab_size);
+    }
+    for (long i = 0; i < (long)batch * T; i++) {
+        tg[i] = ids[(i + 1) % ((long)batch * T)];
+    }
+    nn_ctx *g;
+    BENCH_CHECK(nn_ctx_new(&g));
+
+    const int warmup = 2;
+    double *tstep = malloc((size_t)steps * sizeof(double));
+    double *tfwd = malloc((size_t)steps * sizeof(double));
+    double *tbwd = malloc((size_t)steps * sizeof(double));
+    double *topt = malloc((size_t)steps * sizeof(double));
+    float loss_first = 0, loss_last = 0;
+    const float lr = 3e-4f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
+    for (int it = 0; it < warmup + steps; it++) {
+        double t0 = now();
+        nn_tensor *loss = NULL;
+        BENCH_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
+        double t1 = now();
+        nn_params_zero_grad(p);
+        BENCH_CHECK(nn_backward(loss, 1.0f, NULL));
+        double t2 = now();
+        /* AdamW (torch semantics: decoupled decay, bias correction). */
+        float c1 = 1.0f - powf(b1, (float)(it + 1)), c2 = 1.0f - powf(b2, (float)(it + 1));
+        float step_size = lr / c1, rc2 = 1.0f / sqrtf(c2);
+        for (int64_t i = 0; i < n; i++) {
+            float gi = gr[i];
+            mom[i] = b1 * mom[i] + (1.0f - b1) * gi;
+            var[i] = b2 * var[i] + (1.0f - b2) * gi * gi;
+            w[i] = w[i] * (1.0f - lr * wd) - step_size * mom[i] / (sqrtf(var[i]) * rc2 + eps);
+        }
+        double t3 = now();
+        if (it == 0) {
+            loss_first = nn_item(loss);
+        }
+        loss_last = nn_item(loss);
+        if (it >= warmup) {
+            tstep[it - warmup] = t3 - t0;
+            tfwd[it - warmup] = t1 - t0;
+            tbwd[it - warmup] = t2 - t1;
+            topt[it - warmup] = t3 - t2;
+        }
+    }
+    double step = median(tstep, steps);
+    double flops = nn_gpt_train_flops(&cfg, batch, T);
+    double achieved = flops / step;
+    nn_ctx_stats st = nn_ctx_get_stats(g);
+    printf("gpt_step: L=%d C=%d H=%d T=%d V=%d untied, exact GELU, fp32, batch %d, %d thread(s)\n",
+           cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, batch, threads);
+    printf("  params            %lld\n", (long long)n);
+    printf("  sgemm 1024^3      %.2f GFLOP/s\n", peak * 1e-9);
+    printf("  step (median/%d)  %.2f ms  (forward %.2f, backward %.2f, adamw %.2f)\n", steps,
+           step * 1e3, median(tfwd, steps) * 1e3, median(tbwd, steps) * 1e3,
+           median(topt, steps) * 1e3);
+    printf("  tokens/s          %.0f\n", (double)batch * T / step);
+    printf("  model FLOP/step   %.3f GFLOP\n", flops * 1e-9);
+    printf("  achieved          %.2f GFLOP/s = %.3f of sgemm\n", achieved * 1e-9, achieved / peak);
+    printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss_last);
+    printf("  arena             %.1f MiB reserved, %lld grows\n",
+           (double)st.reserved_nbytes / 1048576.0, st.n_grows);
+    nn_ctx_free(g);
+    nn_gpt_free(m);
+    nn_params_free(p);
+    free(mom);
+    free(var);
+    free(ids);
+    free(tg);
+    free(tstep);
+    free(tfwd);
+    free(tbwd);
+    free(topt);
+    return 0;
+}

@@ -1,0 +1,317 @@
+/*
+ * nn: the autograd machinery rather than op math: grad-ready hooks (once per parameter, only
+ * when complete, reverse order), gradient accumulation, parameter sinks and flat buffers,
+ * views sharing gradients, no-grad mode, arena reuse without growth, error propagation and
+ * dropout reproducibility (independent of the thread count).
+ */
+#include <string.h>
+
+#include "accel/nn.h"
+#include "check.h"
+#ifdef ACCEL_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+/* ---- a sink over caller memory, with indices offset by 100 to prove they are passed on ---- */
+typedef struct user_sink {
+    int n;
+    char names[8][64];
+    int64_t numel[8];
+    float data[4096], grad[4096];
+    int64_t used;
+} user_sink;
+
+static int us_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
+{
+    user_sink *s = ctx;
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        n *= shape[d];
+    }
+    snprintf(s->names[s->n], sizeof(s->names[0]), "%s", name);
+    s->numel[s->n] = n;
+    return 100 + s->n++;
+}
+
+static accel_status us_bind(void *ctx, int index, float **data, float **grad)
+{
+    user_sink *s = ctx;
+    int64_t off = 0;
+    for (int i = 0; i < index - 100; i++) {
+        off += s->numel[i];
+    }
+    *data = s->data + off;
+    *grad = s->grad + off;
+    return ACCEL_OK;
+}
+
+/* ---- hook recorder: snapshot of each gradient when reported ---- */
+typedef struct hook_log {
+    nn_params *p;
+    int order[16], n;
+    float snap[16][64];
+} hook_log;
+
+static accel_status on_ready(void *ctx, int param_index)
+{
+    hook_log *h = ctx;
+    for (int i = 0; i < nn_params_count(h->p); i++) {
+        nn_tensor *t = nn_params_get(h->p, i);
+        if (t->param_index == param_index) {
+            memcpy(h->snap[h->n], t->grad, (size_t)nn_numel(t) * sizeof(float));
+        }
+    }
+    h->order[h->n++] = param_index;
+    return ACCEL_OK;
+}
+
+static void test_hooks_and_sink(void)
+{
+    user_sink us;
+    memset(&us, 0, sizeof(us));
+    nn_param_sink sink = {&us, us_declare, us_bind};
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, &sink));
+    nn_linear_layer l1, l2;
+    CHECK_OK(NULL, nn_linear_declare(&l1, p, "l1", 3, 4, 1, NN_LAYOUT_OUT_IN));
+    CHECK_OK(NULL, nn_linear_declare(&l2, p, "l2", 4, 3, 0, NN_LAYOUT_IN_OUT));
+    CHECK(nn_params_count(p) == 3 && us.n == 3);
+    CHECK(strcmp(us.names[0], "l1.weight") == 0 && strcmp(us.names[1], "l1.bias") == 0);
+    CHECK(strcmp(us.names[2], "l2.weight") == 0);
+    CHECK(nn_params_declare(p, "l1.weight", 1, (int64_t[]){2}, (nn_init){0, 0}) == NULL);
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK(l1.weight->data == us.data && l1.bias->data == us.data + 12);
+    CHECK(l2.weight->grad == us.grad + 16 && l2.weight->param_index == 102);
+    CHECK_OK(NULL, nn_params_init(p, 5));
+    CHECK(nn_params_flat_data(p, NULL) == NULL); /* not standalone */
+
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    hook_log h;
+    memset(&h, 0, sizeof(h));
+    h.p = p;
+    nn_backward_hooks hooks = {&h, on_ready};
+    float xin[6] = {0.5f, -1, 2, 0.1f, 0.2f, -0.3f};
+    /* l1.weight is used twice (at the start and as a tied projection at the end): its hook
+     * must wait for the earliest use. */
+    for (int rep = 0; rep < 2; rep++) {
+        nn_tensor *x = nn_tensor_from(g, xin, 2, (int64_t[]){2, 3});
+        nn_tensor *hdn = nn_tanh(g, nn_linear_forward(g, &l1, x));
+        nn_tensor *y = nn_linear_forward(g, &l2, hdn);                     /* [2,3] */
+        nn_tensor *z = nn_linear(g, y, l1.weight, NULL, NN_LAYOUT_OUT_IN); /* [2,4] */
+        nn_tensor *loss = nn_sum_all(g, nn_mul(g, z, z));
+        CHECK(loss != NULL);
+        h.n = 0;
+        CHECK_OK(NULL, nn_backward(loss, 1.0f, &hooks));
+        CHECK(h.n == 3);
+        CHECK(h.order[0] == 102 && h.order[1] == 101 && h.order[2] == 100);
+        /* Each snapshot equals the final gradient: nothing was added after the hook. */
+        CHECK(memcmp(h.snap[0], l2.weight->grad, 12 * sizeof(float)) == 0);
+        CHECK(memcmp(h.snap[2], l1.weight->grad, 12 * sizeof(float)) == 0);
+        CHECK(!isnan(nn_item(loss))); /* still readable after backward */
+        CHECK(nn_backward(loss, 1.0f, &hooks) == ACCEL_ESTATE);
+    }
+    /* Two backward passes accumulate: the gradient is twice one pass. */
+    float twice[12];
+    memcpy(twice, l1.weight->grad, sizeof(twice));
+    nn_params_zero_grad(p);
+    for (int i = 0; i < 12; i++) {
+        CHECK(l1.weight->grad[i] == 0.0f);
+    }
+    nn_tensor *x = nn_tensor_from(g, xin, 2, (int64_t[]){2, 3});
+    nn_tensor *y = nn_linear_forward(g, &l2, nn_tanh(g, nn_linear_forward(g, &l1, x)));
+    nn_tensor *z = nn_linear(g, y, l1.weight, NULL, NN_LAYOUT_OUT_IN);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_mul(g, z, z)), 1.0f, NULL));
+    for (int i = 0; i < 12; i++) {
+        CHECK_NEAR(twice[i], 2.0f * l1.weight->grad[i], 1e-5 * (1 + fabsf(twice[i])));
+    }
+    /* The seed factor scales every gradient (accel_backward passes 1/accumulation steps). */
+    memcpy(twice, l1.weight->grad, sizeof(twice));
+    nn_params_zero_grad(p);
+    x = nn_tensor_from(g, xin, 2, (int64_t[]){2, 3});
+    y = nn_linear_forward(g, &l2, nn_tanh(g, nn_linear_forward(g, &l1, x)));
+    z = nn_linear(g, y, l1.weight, NULL, NN_LAYOUT_OUT_IN);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_mul(g, z, z)), 0.25f, NULL));
+    for (int i = 0; i < 12; i++) {
+        CHECK_NEAR(0.25f * twice[i], l1.weight->grad[i], 1e-6 * (1 + fabsf(twice[i])));
+    }
+    nn_ctx_free(g);
+    nn_params_free(p);
+}
+
+static void test_flat_and_views(void)
+{
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, NULL));
+    nn_tensor *a = nn_params_declare(p, "a", 2, (int64_t[]){2, 3}, (nn_init){NN_INIT_ONES, 0});
+    nn_tensor *b = nn_params_declare(p, "b", 1, (int64_t[]){5}, (nn_init){NN_INIT_NORMAL, 1});
+    CHECK(a != NULL && b != NULL && a->data == NULL);
+    CHECK(nn_params_init(p, 1) == ACCEL_ESTATE);
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK(nn_params_declare(p, "c", 1, (int64_t[]){1}, (nn_init){0, 0}) == NULL);
+    int64_t count;
+    float *flat = nn_params_flat_data(p, &count);
+    CHECK(count == 11 && a->data == flat && b->data == flat + 6);
+    CHECK(nn_params_flat_grad(p, NULL) == a->grad);
+    CHECK(nn_params_find(p, "b") == b && nn_params_numel(p) == 11);
+    CHECK_OK(NULL, nn_params_init(p, 9));
+    CHECK(a->data[5] == 1.0f && b->data[0] != 0.0f);
+
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    /* Gradient through a transposed view of a parameter lands in the parameter. */
+    float w[6] = {1, 2, 3, 4, 5, 6};
+    nn_tensor *wt = nn_tensor_from(g, w, 2, (int64_t[]){3, 2});
+    nn_tensor *at = nn_transpose(g, a, 0, 1);
+    CHECK(at != NULL && !nn_is_contiguous(at) && at->shape[0] == 3);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_mul(g, at, wt)), 1.0f, NULL));
+    /* d/da[i][j] = w[j][i] */
+    CHECK(a->grad[0] == 1 && a->grad[1] == 3 && a->grad[2] == 5 && a->grad[3] == 2);
+    CHECK(nn_tensor_grad(at) == a->grad);
+    /* A slice view of a leaf: its gradient is the owner's at the slice offset. */
+    nn_tensor *leaf = nn_tensor_requires_grad(nn_tensor_from(g, w, 1, (int64_t[]){6}), 1);
+    nn_tensor *s = nn_slice(g, leaf, 0, 2, 5);
+    CHECK(s->data == leaf->data + 2);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_scale(g, s, 3.0f)), 1.0f, NULL));
+    float *gl = nn_tensor_grad(leaf);
+    CHECK(gl[0] == 0 && gl[1] == 0 && gl[2] == 3 && gl[4] == 3 && gl[5] == 0);
+    CHECK(nn_tensor_grad(s) == gl + 2);
+    nn_ctx_free(g);
+    nn_params_free(p);
+}
+
+static void test_nograd_errors(void)
+{
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, (int64_t[]){2, 3}), 1);
+    CHECK(nn_ctx_set_grad_enabled(g, 0) == 1);
+    nn_tensor *y = nn_sum_all(g, nn_tanh(g, x));
+    CHECK(y != NULL && !y->requires_grad && nn_ctx_get_stats(g).n_nodes == 0);
+    CHECK(nn_backward(y, 1.0f, NULL) == ACCEL_EINVAL);
+    nn_ctx_set_grad_enabled(g, 1);
+
+    /* A bad op returns NULL with a message; NULL propagates; backward names the failure. */
+    nn_ctx_reset(g);
+    x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, (int64_t[]){2, 3}), 1);
+    nn_tensor *z = nn_tensor_from(g, v, 1, (int64_t[]){2});
+    nn_tensor *bad = nn_add(g, x, z);
+    CHECK(bad == NULL && strstr(accel_last_error(NULL), "nn_add") != NULL);
+    nn_tensor *chain = nn_sum_all(g, nn_relu(g, bad));
+    CHECK(chain == NULL);
+    CHECK(nn_backward(chain, 1.0f, NULL) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(NULL), "nn_add") != NULL);
+    CHECK(nn_backward(nn_tanh(g, x), 1.0f, NULL) == ACCEL_EINVAL); /* not a scalar */
+    int32_t bad_t[2] = {0, 7};
+    CHECK(nn_cross_entropy(g, x, bad_t, NULL) == NULL);
+    CHECK(strstr(accel_last_error(NULL), "target 7") != NULL);
+    CHECK(nn_embedding(g, x, bad_t, 1, (int64_t[]){2}) == NULL);
+    CHECK(nn_reshape(g, x, 1, (int64_t[]){4}) == NULL);
+    CHECK(nn_causal_attention(g, x, 2, 0.0f) == NULL);
+    /* All targets ignored with mean reduction is NaN, as in torch. */
+    int32_t ign[2] = {-100, -100};
+    CHECK(isnan(nn_item(nn_cross_entropy(g, x, ign, NULL))));
+    nn_ctx_free(g);
+}
+
+/* A small two-layer step; returns the loss. */
+static float mini_step(nn_ctx *g, nn_mlp_layer *m, const float *xin, const int32_t *t)
+{
+    nn_tensor *x = nn_tensor_from(g, xin, 2, (int64_t[]){16, 8});
+    nn_tensor *loss = nn_cross_entropy(g, nn_mlp_forward(g, m, x), t, NULL);
+    CHECK(loss != NULL);
+    CHECK_OK(NULL, nn_backward(loss, 1.0f, NULL));
+    return nn_item(loss);
+}
+
+static void test_arena_reuse(void)
+{
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, NULL));
+    nn_mlp_layer m;
+    CHECK_OK(NULL,
+             nn_mlp_declare(&m, p, "mlp", 8, 32, 5, NN_ACT_GELU, NN_LAYOUT_OUT_IN, "fc1", "fc2"));
+    m.dropout = 0.1f;
+    CHECK(nn_params_find(p, "mlp.fc1.weight") != NULL && nn_params_find(p, "mlp.fc2.bias"));
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK_OK(NULL, nn_params_init(p, 3));
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    float xin[128];
+    int32_t t[16];
+    for (int i = 0; i < 128; i++) {
+        xin[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    }
+    for (int i = 0; i < 16; i++) {
+        t[i] = i % 5;
+    }
+    mini_step(g, &m, xin, t);
+    nn_ctx_stats s1 = nn_ctx_get_stats(g);
+    CHECK(s1.n_nodes > 0 && s1.reserved_nbytes > 0);
+    /* The second step coalesces the first step's blocks (if any); after that, nothing. */
+    mini_step(g, &m, xin, t);
+    nn_ctx_stats s2 = nn_ctx_get_stats(g);
+    for (int i = 0; i < 5; i++) {
+        mini_step(g, &m, xin, t);
+    }
+    nn_ctx_stats s3 = nn_ctx_get_stats(g);
+    CHECK(s3.n_grows == s2.n_grows && s3.reserved_nbytes == s2.reserved_nbytes);
+    CHECK(s3.n_blocks == 1 && s3.used_nbytes == s2.used_nbytes);
+    nn_ctx_free(g);
+    nn_params_free(p);
+}
+
+static void dropout_mask(int threads, uint64_t seed, uint64_t step, float *out, int64_t n)
+{
+#ifdef ACCEL_HAVE_OPENMP
+    omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    nn_ctx_set_seed(g, seed);
+    nn_ctx_set_step(g, step);
+    nn_tensor *x = nn_tensor_new(g, 1, &n);
+    for (int64_t i = 0; i < n; i++) {
+        x->data[i] = 1.0f;
+    }
+    nn_tensor *y = nn_dropout(g, x, 0.25f);
+    memcpy(out, y->data, (size_t)n * sizeof(float));
+    nn_ctx_set_training(g, 0);
+    CHECK(nn_dropout(g, x, 0.25f) == x); /* eval: identity */
+    nn_ctx_free(g);
+}
+
+static void test_dropout_reproducible(void)
+{
+    int64_t n = 100000;
+    float *a = malloc((size_t)n * sizeof(float)), *b = malloc((size_t)n * sizeof(float));
+    dropout_mask(1, 42, 3, a, n);
+    dropout_mask(2, 42, 3, b, n);
+    CHECK(memcmp(a, b, (size_t)n * sizeof(float)) == 0);
+    int64_t zeros = 0;
+    for (int64_t i = 0; i < n; i++) {
+        zeros += a[i] == 0.0f;
+        CHECK(a[i] == 0.0f || fabsf(a[i] - 1.0f / 0.75f) < 1e-6f);
+    }
+    CHECK(zeros > 24000 && zeros < 26000);
+    dropout_mask(1, 42, 4, b, n);
+    CHECK(memcmp(a, b, (size_t)n * sizeof(float)) != 0);
+    dropout_mask(1, 43, 3, b, n);
+    CHECK(memcmp(a, b, (size_t)n * sizeof(float)) != 0);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    test_hooks_and_sink();
+    test_flat_and_views();
+    test_nograd_errors();
+    test_arena_reuse();
+    test_dropout_reproducible();
+    printf("test_nn_autograd: ok\n");
+    return 0;
+}
