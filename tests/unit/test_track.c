@@ -1,0 +1,376 @@
+/*
+ * The tracker flow (registry, log_with parsing, init/log/get/end) with a user-defined tracker,
+ * the jsonl and csv files' exact contents, and bad input: unknown names, a tracker needing a
+ * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
+ * later (warnings; training goes on).
+ */
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char tmpdir[] = "/tmp/accel_track_XXXXXX";
+
+/* ---- stderr capture: library warnings go to fd 2 ---- */
+static int saved_fd = -1;
+static char capture_path[256];
+
+static void capture_begin(void)
+{
+    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", tmpdir);
+    fflush(stderr);
+    saved_fd = dup(2);
+    FILE *f = fopen(capture_path, "w");
+    CHECK(f != NULL);
+    CHECK(dup2(fileno(f), 2) == 2);
+    fclose(f);
+}
+
+static char *capture_end(void)
+{
+    fflush(stderr);
+    CHECK(dup2(saved_fd, 2) == 2);
+    close(saved_fd);
+    static char buf[8192];
+    FILE *f = fopen(capture_path, "r");
+    CHECK(f != NULL);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static char *slurp(const char *path)
+{
+    static char buf[16384];
+    FILE *f = fopen(path, "r");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static accel *make(const char *project_dir, const char *log_with)
+{
+    accel_options o = accel_options_default();
+    o.project_dir = project_dir;
+    o.log_with = log_with;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    return acc;
+}
+
+/* ---- a user-defined tracker recording into memory ---- */
+typedef struct mem_run {
+    char project[64], dir[256];
+    int n_config, n_logs, finished;
+    double last_loss;
+    long long last_step;
+    int fail_logs; /* make log fail */
+} mem_run;
+
+static mem_run mem; /* one run at a time in this test */
+static int mem_starts;
+
+static accel_status mem_start(void *user, const accel_tracker_start_info *info, void **state)
+{
+    CHECK(user == &mem_starts);
+    mem_starts++;
+    memset(&mem, 0, sizeof(mem));
+    snprintf(mem.project, sizeof(mem.project), "%s", info->project_name);
+    snprintf(mem.dir, sizeof(mem.dir), "%s", info->logging_dir ? info->logging_dir : "");
+    *state = &mem;
+    return ACCEL_OK;
+}
+static accel_status mem_config(void *state, const accel_value *v, int n)
+{
+    mem_run *r = state;
+    r->n_config = n;
+    CHECK(strcmp(v[0].key, "lr") == 0);
+    return ACCEL_OK;
+}
+static accel_status mem_log(void *state, const accel_value *v, int n, long long step)
+{
+    mem_run *r = state;
+    if (r->fail_logs) {
+        return accel_tracker_seterr(ACCEL_EIO, "disk full (simulated)");
+    }
+    r->n_logs++;
+    r->last_step = step;
+    for (int i = 0; i < n; i++) {
+        if (strcmp(v[i].key, "loss") == 0) {
+            r->last_loss = v[i].scalar;
+        }
+    }
+    return ACCEL_OK;
+}
+static accel_status mem_finish(void *state)
+{
+    ((mem_run *)state)->finished++;
+    return ACCEL_OK;
+}
+
+static void register_mem(void)
+{
+    accel_tracker_ops ops = accel_tracker_ops_default();
+    ops.name = "mem";
+    ops.start = mem_start;
+    ops.store_init_configuration = mem_config;
+    ops.log = mem_log;
+    ops.finish = mem_finish;
+    ops.user = &mem_starts;
+    CHECK_OK(NULL, accel_register_tracker(&ops));
+    /* Bad registrations. */
+    accel_tracker_ops bad = ops;
+    bad.log = NULL;
+    CHECK(accel_register_tracker(&bad) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(NULL), "log") != NULL);
+    bad = ops;
+    bad.name = "all";
+    CHECK(accel_register_tracker(&bad) == ACCEL_EINVAL);
+    CHECK(accel_register_tracker(NULL) == ACCEL_EINVAL);
+}
+
+static void test_user_tracker(void)
+{
+    accel *acc = make(tmpdir, " mem , mem ");
+    accel_value cfg[] = {ACCEL_SCALAR("lr", 0.1)};
+    CHECK_OK(acc, accel_init_trackers(acc, "proj", cfg, 1));
+    CHECK(mem_starts == 1); /* deduplicated */
+    CHECK(strcmp(mem.project, "proj") == 0 && strcmp(mem.dir, tmpdir) == 0);
+    CHECK(mem.n_config == 1);
+    accel_value v[] = {ACCEL_SCALAR("loss", 1.5)};
+    CHECK_OK(acc, accel_log(acc, v, 1, 3));
+    CHECK_OK(acc, accel_log(acc, v, 1, ACCEL_NO_STEP));
+    CHECK(mem.n_logs == 2 && mem.last_step == ACCEL_NO_STEP && mem.last_loss == 1.5);
+    accel_tracker *t = accel_get_tracker(acc, "mem");
+    CHECK(t != NULL && accel_tracker_state(t) == &mem && accel_tracker_run_dir(t) == NULL);
+    CHECK(accel_get_tracker(acc, "tensorboard") == NULL);
+    CHECK(accel_last_status(acc) == ACCEL_EINVAL);
+
+    /* Bad arguments are errors; a failing tracker is a warning and training goes on. */
+    accel_value nokey[] = {{.key = NULL, .kind = ACCEL_VALUE_SCALAR}};
+    CHECK(accel_log(acc, nokey, 1, 0) == ACCEL_EINVAL);
+    CHECK(accel_log(acc, NULL, 1, 0) == ACCEL_EINVAL);
+    CHECK(accel_log(acc, v, 1, -5) == ACCEL_EINVAL);
+    accel_value notext[] = {{.key = "t", .kind = ACCEL_VALUE_TEXT}};
+    CHECK(accel_log(acc, notext, 1, 0) == ACCEL_EINVAL);
+    mem.fail_logs = 1;
+    capture_begin();
+    for (int i = 0; i < 6; i++) {
+        CHECK(accel_log(acc, v, 1, 10 + i) == ACCEL_OK);
+    }
+    char *err = capture_end();
+    CHECK_MSG(strstr(err, "tracker mem: logging step 10 failed: disk full (simulated)") != NULL,
+              "%s", err);
+    CHECK(strstr(err, "step 13") == NULL); /* rate-limited after 3 */
+    mem.fail_logs = 0;
+    CHECK_OK(acc, accel_end_training(acc));
+    CHECK(mem.finished == 1);
+    CHECK_OK(acc, accel_end_training(acc)); /* twice is harmless */
+    CHECK(mem.finished == 1);
+
+    /* Not ended: accel_free finishes it. */
+    CHECK_OK(acc, accel_init_trackers(acc, "proj2", NULL, 0));
+    CHECK(mem_starts == 2 && mem.n_config == 0);
+    accel_free(acc);
+    CHECK(mem.finished == 1);
+}
+
+static void test_bad_input(void)
+{
+    /* Unknown name: nothing starts, the message names it and lists the known ones. */
+    accel *acc = make(tmpdir, "jsonl,wandb");
+    CHECK(accel_init_trackers(acc, "bad1", NULL, 0) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(acc), "\"wandb\"") != NULL);
+    CHECK(strstr(accel_last_error(acc), "tensorboard") != NULL);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/bad1", tmpdir);
+    CHECK(access(path, F_OK) != 0);
+    accel_free(acc);
+
+    /* A directory tracker without project_dir / logging_dir. */
+    acc = make(NULL, "csv");
+    CHECK(accel_init_trackers(acc, "x", NULL, 0) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(acc), "csv needs a logging directory") != NULL);
+    accel_free(acc);
+
+    /* An unwritable directory (a path under a regular file: fails even as root). */
+    snprintf(path, sizeof(path), "%s/file", tmpdir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fclose(f);
+    char sub[600];
+    snprintf(sub, sizeof(sub), "%s/sub", path);
+    acc = make(sub, "tensorboard");
+    CHECK(accel_init_trackers(acc, "x", NULL, 0) == ACCEL_EIO);
+    CHECK_MSG(strstr(accel_last_error(acc), "tracker tensorboard: start failed") != NULL &&
+                  strstr(accel_last_error(acc), path) != NULL,
+              "%s", accel_last_error(acc));
+    accel_free(acc);
+
+    /* Bad project names. */
+    acc = make(tmpdir, "jsonl");
+    CHECK(accel_init_trackers(acc, "", NULL, 0) == ACCEL_EINVAL);
+    CHECK(accel_init_trackers(acc, "a/b", NULL, 0) == ACCEL_EINVAL);
+    CHECK(accel_init_trackers(acc, "ok", NULL, 2) == ACCEL_EINVAL);
+    accel_free(acc);
+
+    /* No log_with: nothing to do, logging is a no-op. */
+    acc = make(tmpdir, NULL);
+    CHECK_OK(acc, accel_init_trackers(acc, "none", NULL, 0));
+    accel_value v[] = {ACCEL_SCALAR("loss", 1)};
+    CHECK_OK(acc, accel_log(acc, v, 1, 0));
+    accel_free(acc);
+}
+
+static void test_jsonl_csv(void)
+{
+    accel *acc = make(tmpdir, "jsonl,csv");
+    accel_value cfg[] = {ACCEL_SCALAR("lr", 3e-4), ACCEL_TEXT("model", "gpt2")};
+    CHECK_OK(acc, accel_init_trackers(acc, "tab", cfg, 2));
+    accel_value a[] = {ACCEL_SCALAR("loss", 2.5), ACCEL_TEXT("note", "a,\"b\"")};
+    CHECK_OK(acc, accel_log(acc, a, 2, 0));
+    accel_value b[] = {ACCEL_SCALAR("loss", 2.25), ACCEL_SCALAR("acc", 0.5)}; /* new column */
+    CHECK_OK(acc, accel_log(acc, b, 2, 1));
+    capture_begin();
+    accel_value c[] = {ACCEL_SCALAR("loss", NAN), ACCEL_SCALAR("acc", INFINITY)};
+    CHECK_OK(acc, accel_log(acc, c, 2, ACCEL_NO_STEP));
+    char *err = capture_end();
+    CHECK_MSG(strstr(err, "value of \"loss\" is nan") != NULL, "%s", err);
+    char run[512];
+    snprintf(run, sizeof(run), "%s/tab", tmpdir);
+    CHECK(strcmp(accel_tracker_run_dir(accel_get_tracker(acc, "csv")), run) == 0);
+
+    /* Flushed on every call: readable before the run ends. */
+    char path[600];
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
+    char *text = slurp(path);
+    char *line = strtok(text, "\n");
+    json_error_t jerr;
+    json_t *j = json_loads(line, 0, &jerr);
+    CHECK(j != NULL);
+    CHECK(json_integer_value(json_object_get(j, "step")) == 0);
+    CHECK(json_real_value(json_object_get(j, "loss")) == 2.5);
+    CHECK(strcmp(json_string_value(json_object_get(j, "note")), "a,\"b\"") == 0);
+    CHECK(json_real_value(json_object_get(j, "time")) > 1.5e9);
+    json_decref(j);
+    line = strtok(NULL, "\n");
+    j = json_loads(line, 0, &jerr);
+    CHECK(j != NULL && json_real_value(json_object_get(j, "acc")) == 0.5);
+    json_decref(j);
+    line = strtok(NULL, "\n");
+    j = json_loads(line, 0, &jerr);
+    CHECK_MSG(j != NULL, "%s", line);
+    CHECK(json_is_null(json_object_get(j, "step")) && json_is_null(json_object_get(j, "loss")));
+    CHECK(json_is_null(json_object_get(j, "acc")));
+    json_decref(j);
+    CHECK(strtok(NULL, "\n") == NULL);
+
+    snprintf(path, sizeof(path), "%s/metrics.csv", run);
+    text = slurp(path);
+    /* Strip the time column (field 2) for an exact comparison. */
+    char rows[4][256];
+    int n_rows = 0;
+    for (char *l = strtok(text, "\n"); l != NULL && n_rows < 4; l = strtok(NULL, "\n")) {
+        char *c1 = strchr(l, ',');
+        char *c2 = c1 ? strchr(c1 + 1, ',') : NULL;
+        CHECK(c2 != NULL);
+        snprintf(rows[n_rows++], sizeof(rows[0]), "%.*s%s", (int)(c1 - l), l, c2);
+    }
+    CHECK(n_rows == 4);
+    CHECK_MSG(strcmp(rows[0], "step,loss,note,acc") == 0, "%s", rows[0]);
+    CHECK_MSG(strcmp(rows[1], "0,2.5,\"a,\"\"b\"\"\",") == 0, "%s", rows[1]);
+    CHECK_MSG(strcmp(rows[2], "1,2.25,,0.5") == 0, "%s", rows[2]);
+    CHECK_MSG(strcmp(rows[3], ",nan,,inf") == 0, "%s", rows[3]);
+
+    snprintf(path, sizeof(path), "%s/config.json", run);
+    j = json_load_file(path, 0, &jerr);
+    CHECK(j != NULL && json_real_value(json_object_get(j, "lr")) == 3e-4);
+    CHECK(strcmp(json_string_value(json_object_get(j, "model")), "gpt2") == 0);
+    json_decref(j);
+
+    /* The run folder vanishes mid-run: the csv widening rewrite fails; warnings only. */
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", run);
+    CHECK(system(cmd) == 0);
+    capture_begin();
+    accel_value d[] = {ACCEL_SCALAR("brand_new", 1)};
+    CHECK(accel_log(acc, d, 1, 5) == ACCEL_OK);
+    CHECK(accel_log(acc, d, 1, 6) == ACCEL_OK);
+    CHECK_OK(acc, accel_end_training(acc));
+    err = capture_end();
+    CHECK_MSG(strstr(err, "tracker csv: logging step 5 failed") != NULL, "%s", err);
+    accel_free(acc);
+
+    /* A resumed run appends under the existing csv header. */
+    acc = make(tmpdir, "csv");
+    CHECK_OK(acc, accel_init_trackers(acc, "tab2", NULL, 0));
+    accel_value e[] = {ACCEL_SCALAR("x", 1), ACCEL_SCALAR("y", 2)};
+    CHECK_OK(acc, accel_log(acc, e, 2, 0));
+    accel_free(acc);
+    acc = make(tmpdir, "csv");
+    CHECK_OK(acc, accel_init_trackers(acc, "tab2", NULL, 0));
+    accel_value g[] = {ACCEL_SCALAR("y", 3)};
+    CHECK_OK(acc, accel_log(acc, g, 1, 1));
+    accel_free(acc);
+    snprintf(path, sizeof(path), "%s/tab2/metrics.csv", tmpdir);
+    text = slurp(path);
+    CHECK_MSG(strncmp(text, "step,time,x,y\n0,", 16) == 0, "%s", text);
+    char *last = strrchr(text, '\n');
+    *last = '\0';
+    last = strrchr(text, '\n') + 1;
+    CHECK_MSG(strncmp(last, "1,", 2) == 0 && strcmp(last + strlen(last) - 3, ",,3") == 0, "%s",
+              last);
+}
+
+static void test_all(void)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1); /* empty = unset: logging_dir/mlruns */
+    accel *acc = make(tmpdir, "all");
+    accel_value cfg[] = {ACCEL_SCALAR("lr", 0.1)};
+    CHECK_OK(acc, accel_init_trackers(acc, "every", cfg, 1));
+    const char *names[] = {"tensorboard", "mlflow", "jsonl", "csv", "mem"};
+    for (int i = 0; i < 5; i++) {
+        CHECK_MSG(accel_get_tracker(acc, names[i]) != NULL, "%s", names[i]);
+    }
+    accel_value v[] = {ACCEL_SCALAR("loss", 1)};
+    CHECK_OK(acc, accel_log(acc, v, 1, 0));
+    CHECK(mem.n_logs == 1);
+    char ml[512]; /* copied: the tracker's string dies with accel_end_training */
+    snprintf(ml, sizeof(ml), "%s", accel_tracker_run_dir(accel_get_tracker(acc, "mlflow")));
+    char prefix[512];
+    snprintf(prefix, sizeof(prefix), "%s/mlruns/", tmpdir);
+    CHECK(strncmp(ml, prefix, strlen(prefix)) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/metrics/loss", ml);
+    char *text = slurp(path);
+    long long ts;
+    double val;
+    long long step;
+    CHECK(sscanf(text, "%lld %lf %lld", &ts, &val, &step) == 3 && val == 1 && step == 0);
+    snprintf(path, sizeof(path), "%s/params/lr", ml);
+    CHECK(strcmp(slurp(path), "0.1") == 0);
+    CHECK_OK(acc, accel_end_training(acc));
+    snprintf(path, sizeof(path), "%s/meta.yaml", ml);
+    CHECK(strstr(slurp(path), "status: 3\n") != NULL);
+    accel_free(acc);
+}
+
+int main(void)
+{
+    CHECK(mkdtemp(tmpdir) != NULL);
+    register_mem();
+    test_user_tracker();
+    test_bad_input();
+    test_jsonl_csv();
+    test_all();
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
+    CHECK(system(cmd) == 0);
+    printf("test_track: ok\n");
+    return 0;
+}
