@@ -349,9 +349,6 @@ accel_status accel_join_end(accel *acc, accel_model *m)
             st = accel__adopt_thread_error(acc, cst);
             goto out;
         }
-        if (m->compute != m->master) {
-            accel__log(ACCEL__LOG_DEBUG, "accel_join_end: compute copy refreshed by precision");
-        }
     }
 out:
     memset(m->grad, 0, m->numel * sizeof(float));
