@@ -56,7 +56,9 @@ typedef struct nn_tensor {
     float *grad;            /* storage owner's gradient (params: external) */
     struct nn_tensor *base; /* storage owner for views, else NULL */
     int64_t offset;         /* element offset of data from base->data */
-    const void *use_ctx;    /* params: ctx and epoch of the first use in a recorded step */
+    void *sink_ctx;         /* params: the sink that holds them (ctx and declare identify it) */
+    int (*sink_declare)(void *ctx, const char *name, int ndim, const int64_t *shape);
+    const void *use_ctx; /* params: ctx and epoch of the first use in a recorded step */
     uint64_t use_epoch;
     struct nn_tensor *next_ready; /* params: list of params completing at one tape node */
 } nn_tensor;
@@ -126,11 +128,12 @@ ACCEL_API float nn_item(const nn_tensor *t);
 
 /* ===================================================================== backward */
 
-/* Called once per parameter, as soon as its gradient is complete (after the earliest op
- * using it has been back-propagated). A non-OK return stops backward and is returned. */
+/* grad_ready is called once per parameter, as soon as its gradient is complete (right after
+ * the earliest op using it has been back-propagated), with the parameter tensor (borrowed;
+ * param->param_index is the sink's index). A non-OK return stops backward and is returned. */
 typedef struct nn_backward_hooks {
     void *ctx;
-    accel_status (*grad_ready)(void *ctx, int param_index);
+    accel_status (*grad_ready)(void *ctx, const nn_tensor *param);
 } nn_backward_hooks;
 
 /*
@@ -420,6 +423,33 @@ ACCEL_API accel_status nn_gpt_forward(nn_ctx *g, const nn_gpt *m, const int32_t 
 /* Matmul FLOPs of one forward+backward pass over B x T tokens (6 x matmul parameters per
  * token plus 12 x n_layer x T x C per token for attention), for throughput reports. */
 ACCEL_API double nn_gpt_train_flops(const nn_gpt_config *cfg, int64_t B, int64_t T);
+
+/* ===================================================================== accel bridge */
+/* The link to the training module (src/nn/glue.c): nn parameters as views into an
+ * accel_model's flat buffers, and accel_backward over the tape. */
+
+typedef struct accel accel;
+typedef struct accel_model accel_model;
+
+/*
+ * A sink that registers each declared parameter in `model` (accel_model_add_param, same name
+ * and shape) and binds it to the model's master weights and gradient views (allocating the
+ * model's flat buffers at the first bind). Declare everything before accel_prepare.
+ */
+ACCEL_API nn_param_sink nn_model_sink(accel_model *model);
+
+/* nn_params_new over nn_model_sink(model). */
+ACCEL_API accel_status nn_params_for_model(nn_params **out, accel_model *model);
+
+/*
+ * Accelerate's accelerator.backward(loss): seed = accel_backward_begin(acc) (1 / accumulation
+ * steps, times the fp16 loss scale), nn_backward(loss, seed) with each parameter that belongs
+ * to an accel_model reported through accel_grad_ready as soon as its gradient is complete
+ * (so bucket all-reduces overlap the rest of backward), then accel_backward_end(acc), which is
+ * called even when backward fails. Returns the first failure: nn_backward's, a grad-ready
+ * failure, or accel_backward_end's (ACCEL_EPEER / ACCEL_ETIMEDOUT).
+ */
+ACCEL_API accel_status accel_backward(accel *acc, nn_tensor *loss);
 
 #ifdef __cplusplus
 }

@@ -408,7 +408,7 @@ static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
         }
         for (nn_tensor *p = n->ready; p != NULL; p = p->next_ready) {
             if (hooks != NULL && hooks->grad_ready != NULL) {
-                ACCEL_TRY(hooks->grad_ready(hooks->ctx, p->param_index));
+                ACCEL_TRY(hooks->grad_ready(hooks->ctx, p));
             }
         }
     }

@@ -167,6 +167,8 @@ nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim, const int
         s *= shape[d];
     }
     t->param_index = idx;
+    t->sink_ctx = p->sink.ctx;
+    t->sink_declare = p->sink.declare;
     e->init = init;
     p->n++;
     return t;

@@ -52,9 +52,10 @@ typedef struct hook_log {
     float snap[16][64];
 } hook_log;
 
-static accel_status on_ready(void *ctx, int param_index)
+static accel_status on_ready(void *ctx, const nn_tensor *param)
 {
     hook_log *h = ctx;
+    int param_index = param->param_index;
     for (int i = 0; i < nn_params_count(h->p); i++) {
         nn_tensor *t = nn_params_get(h->p, i);
         if (t->param_index == param_index) {

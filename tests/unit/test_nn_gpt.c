@@ -111,9 +111,10 @@ typedef struct counter {
     int n;
 } counter;
 
-static accel_status count_ready(void *ctx, int index)
+static accel_status count_ready(void *ctx, const nn_tensor *param)
 {
     counter *c = ctx;
+    int index = param->param_index;
     CHECK(index >= 0 && index < 128);
     c->seen[index]++;
     c->n++;

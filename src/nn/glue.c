@@ -1,0 +1,74 @@
+/*
+ * The one bridge between nn and the training module: a parameter sink over an accel_model
+ * (nn parameters become views into the model's flat master and gradient buffers) and
+ * accel_backward (seed from accel_backward_begin, tape replay reporting each parameter to
+ * accel_grad_ready as soon as its gradient is final, accel_backward_end).
+ *
+ * Invariant: this is the only nn file that calls the training module; the rest of nn sees
+ * parameters only as (data, grad, index) views.
+ */
+#include "accel/accel.h"
+#include "nn_internal.h"
+
+static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
+{
+    int index = -1;
+    accel_status st = accel_model_add_param((accel_model *)ctx, name, ndim, shape, &index);
+    return st == ACCEL_OK ? index : (int)st;
+}
+
+static accel_status model_bind(void *ctx, int index, float **data, float **grad)
+{
+    const accel_param *p = accel_model_param((accel_model *)ctx, index);
+    if (p == NULL) {
+        return accel_last_status(NULL) != ACCEL_OK
+                   ? accel_last_status(NULL)
+                   : accel__seterr(NULL, ACCEL_EINVAL, "nn_model_sink: no parameter %d", index);
+    }
+    /* The model's grad view of a parameter is fixed once its buffers exist (buckets are
+     * slices of the same flat buffer), so binding it once is enough. */
+    *data = p->data;
+    *grad = p->grad;
+    return ACCEL_OK;
+}
+
+nn_param_sink nn_model_sink(accel_model *model)
+{
+    nn_param_sink s = {model, model_declare, model_bind};
+    return s;
+}
+
+accel_status nn_params_for_model(nn_params **out, accel_model *model)
+{
+    if (model == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_params_for_model: model is NULL");
+    }
+    nn_param_sink s = nn_model_sink(model);
+    return nn_params_new(out, &s);
+}
+
+/* Parameters from other sinks (a standalone nn_params set) are not synchronised by accel. */
+static accel_status grad_ready(void *ctx, const nn_tensor *param)
+{
+    (void)ctx;
+    if (param->sink_declare != model_declare) {
+        return ACCEL_OK;
+    }
+    return accel_grad_ready((accel_model *)param->sink_ctx, param->param_index);
+}
+
+accel_status accel_backward(accel *acc, nn_tensor *loss)
+{
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward: acc is NULL");
+    }
+    double seed = accel_backward_begin(acc);
+    nn_backward_hooks hooks = {acc, grad_ready};
+    accel_status st = nn_backward(loss, (float)seed, &hooks);
+    if (st != ACCEL_OK) {
+        accel__adopt_thread_error(acc, st);
+    }
+    /* End the pass even after a failure so the model's backward state is closed. */
+    accel_status end = accel_backward_end(acc);
+    return st != ACCEL_OK ? st : end;
+}
