@@ -5,7 +5,8 @@
  * compiler vectorise the loops at -O2, and the accumulator means every output element is
  * combined in rank order and written once, so every ISA gives bit-identical results.
  * Narrow floats (F16, BF16, F8) decode into an f32 block, combine there and round once; the
- * scalar conversions come from core/half.h, the vector ones (F16C, bf16 bit shifts) match them.
+ * scalar conversions come from core/half.h. F32/F16/BF16, the gradient formats, have
+ * register-level AVX2/AVX-512 kernels in reduce_x86.c instead.
  */
 #include <stdint.h>
 #include <string.h>
@@ -13,14 +14,12 @@
 #include "comm/reduce.h"
 #include "core/half.h"
 #include "core/internal.h"
+#include "reduce_x86.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define HAVE_X86 1
+#define HAVE_X86 ACCEL__HAVE_X86
+#if HAVE_X86
 #define ATTR_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ATTR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
-#else
-#define HAVE_X86 0
 #endif
 
 #define BLK 256
@@ -277,114 +276,11 @@ DEF_SCALAR_CVT(e5m2, uint8_t, accel__f8e5m2_to_f32, accel__f32_to_f8e5m2)
         }                                                                                          \
     }
 
-/* ---- vector converters ---- */
-#if HAVE_X86
-
-/* bf16 -> f32 is a 16-bit shift; f32 -> bf16 rounds to nearest even in integers and quietens
- * NaN exactly as accel__f32_to_bf16 does. */
-static ATTR_AVX2 void dec_bf16_avx2(float *dst, const uint16_t *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(src + j)));
-        _mm256_storeu_ps(dst + j, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-    }
-    dec_bf16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX2 void enc_bf16_avx2(uint16_t *dst, const float *src, size_t n)
-{
-    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
-    const __m256i quiet = _mm256_set1_epi32(0x40);
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 v = _mm256_loadu_ps(src + j);
-        __m256i x = _mm256_castps_si256(v);
-        __m256i hi = _mm256_srli_epi32(x, 16);
-        __m256i r = _mm256_add_epi32(x, _mm256_add_epi32(bias, _mm256_and_si256(hi, one)));
-        r = _mm256_srli_epi32(r, 16);
-        __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
-        /* packus works per 128-bit lane: pack, then gather the two low quadwords. */
-        __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-        _mm_storeu_si128((__m128i *)(dst + j), _mm256_castsi256_si128(packed));
-    }
-    enc_bf16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX2 void dec_f16_avx2(float *dst, const uint16_t *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        _mm256_storeu_ps(dst + j, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + j))));
-    }
-    dec_f16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX2 void enc_f16_avx2(uint16_t *dst, const float *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + j),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm_storeu_si128((__m128i *)(dst + j), h);
-    }
-    enc_f16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX512 void dec_bf16_avx512(float *dst, const uint16_t *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + j)));
-        _mm512_storeu_ps(dst + j, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
-    }
-    dec_bf16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX512 void enc_bf16_avx512(uint16_t *dst, const float *src, size_t n)
-{
-    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff);
-    const __m512i quiet = _mm512_set1_epi32(0x40);
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 v = _mm512_loadu_ps(src + j);
-        __m512i x = _mm512_castps_si512(v);
-        __m512i hi = _mm512_srli_epi32(x, 16);
-        __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(bias, _mm512_and_si512(hi, one)));
-        r = _mm512_srli_epi32(r, 16);
-        __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, quiet));
-        _mm256_storeu_si256((__m256i *)(dst + j), _mm512_cvtepi32_epi16(r));
-    }
-    enc_bf16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX512 void dec_f16_avx512(float *dst, const uint16_t *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        _mm512_storeu_ps(dst + j, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + j))));
-    }
-    dec_f16_scalar(dst + j, src + j, n - j);
-}
-
-static ATTR_AVX512 void enc_f16_avx512(uint16_t *dst, const float *src, size_t n)
-{
-    size_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m256i h = _mm512_cvtps_ph(_mm512_loadu_ps(src + j),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        _mm256_storeu_si256((__m256i *)(dst + j), h);
-    }
-    enc_f16_scalar(dst + j, src + j, n - j);
-}
-#endif /* HAVE_X86 */
-
 /* ---- instantiate every driver for every ISA ---- */
 
-#define DEF_ALL_DRIVERS(isa, ATTR)                                                                 \
-    DEF_PLAIN_DRIVER(f32, float, isa, ATTR)                                                        \
+/* Every ISA instantiates the generic drivers; F32/F16/BF16 have hand-written x86 kernels
+ * (reduce_x86.c), so only the scalar build of those three comes from here. */
+#define DEF_COMMON_DRIVERS(isa, ATTR)                                                              \
     DEF_PLAIN_DRIVER(f64, double, isa, ATTR)                                                       \
     DEF_PLAIN_DRIVER(i8, int8_t, isa, ATTR)                                                        \
     DEF_PLAIN_DRIVER(u8, uint8_t, isa, ATTR)                                                       \
@@ -393,16 +289,23 @@ static ATTR_AVX512 void enc_f16_avx512(uint16_t *dst, const float *src, size_t n
     DEF_PLAIN_DRIVER(i32, int32_t, isa, ATTR)                                                      \
     DEF_PLAIN_DRIVER(i64, int64_t, isa, ATTR)                                                      \
     DEF_PLAIN_DRIVER(bool, uint8_t, isa, ATTR)                                                     \
-    DEF_HALF_DRIVER(f16, uint16_t, isa, ATTR)                                                      \
-    DEF_HALF_DRIVER(bf16, uint16_t, isa, ATTR)                                                     \
     DEF_HALF_DRIVER(e4m3, uint8_t, isa, ATTR)                                                      \
     DEF_HALF_DRIVER(e5m2, uint8_t, isa, ATTR)
 
 #define ATTR_NONE
-DEF_ALL_DRIVERS(scalar, ATTR_NONE)
+DEF_COMMON_DRIVERS(scalar, ATTR_NONE)
+DEF_PLAIN_DRIVER(f32, float, scalar, ATTR_NONE)
+DEF_HALF_DRIVER(f16, uint16_t, scalar, ATTR_NONE)
+DEF_HALF_DRIVER(bf16, uint16_t, scalar, ATTR_NONE)
 #if HAVE_X86
-DEF_ALL_DRIVERS(avx2, ATTR_AVX2)
-DEF_ALL_DRIVERS(avx512, ATTR_AVX512)
+DEF_COMMON_DRIVERS(avx2, ATTR_AVX2)
+DEF_COMMON_DRIVERS(avx512, ATTR_AVX512)
+#define reduce_f32_avx2 accel__reduce_f32_avx2
+#define reduce_f16_avx2 accel__reduce_f16_avx2
+#define reduce_bf16_avx2 accel__reduce_bf16_avx2
+#define reduce_f32_avx512 accel__reduce_f32_avx512
+#define reduce_f16_avx512 accel__reduce_f16_avx512
+#define reduce_bf16_avx512 accel__reduce_bf16_avx512
 #endif
 
 #define DRIVER_TABLE(isa)                                                                          \

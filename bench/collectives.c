@@ -1,0 +1,160 @@
+/*
+ * Collectives benchmark in the style of nccl-tests: for allreduce, allgather, reduce_scatter and
+ * broadcast of f32 from 4 KiB to 256 MiB (x4 steps), the time per call, algbw = bytes / time and
+ * busbw = algbw x the bus factor (allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n,
+ * broadcast 1), next to single-thread memcpy bandwidth at the same size measured in the same run
+ * (while the other ranks wait), and busbw / memcpy. Bytes are the whole array (for allgather and
+ * reduce_scatter: count x n_ranks... as nccl-tests, the total). Prints on process 0 only.
+ *
+ *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+
+#define CHECK_ACC(acc, call)                                                                       \
+    do {                                                                                           \
+        accel_status st_ = (call);                                                                 \
+        if (st_ != ACCEL_OK) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call,                      \
+                    accel_status_name(st_), accel_last_error(acc));                                \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef enum { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST } coll;
+static const char *coll_names[] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
+
+static void run_once(accel *acc, coll c, float *send, float *recv, size_t count)
+{
+    int n = accel_num_processes(acc), r = accel_process_index(acc);
+    size_t off, cnt;
+    accel_chunk_range(count, n, r, &off, &cnt);
+    switch (c) {
+    case ALLREDUCE:
+        CHECK_ACC(acc, accel_allreduce(acc, send, recv, count, ACCEL_F32, ACCEL_SUM, NULL));
+        break;
+    case ALLGATHER:
+        CHECK_ACC(acc, accel_allgather(acc, send, recv, count, ACCEL_F32, NULL));
+        break;
+    case REDUCE_SCATTER:
+        CHECK_ACC(acc, accel_reduce_scatter(acc, send, recv, count, ACCEL_F32, ACCEL_SUM, NULL));
+        break;
+    case BROADCAST:
+        CHECK_ACC(acc, accel_broadcast(acc, send, recv, count, ACCEL_F32, 0, NULL));
+        break;
+    }
+}
+
+/* Iterations for a size: enough to last ~0.2 s, at least 3. */
+static int iters_for(size_t nbytes)
+{
+    size_t it = (size_t)(256u << 20) / (nbytes > 0 ? nbytes : 1);
+    if (it > 2000) {
+        it = 2000;
+    }
+    return it < 3 ? 3 : (int)it;
+}
+
+/* Single-thread memcpy bandwidth (bytes copied per second), best of a few runs. */
+static double memcpy_bw(void *dst, const void *src, size_t nbytes)
+{
+    int iters = iters_for(nbytes);
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now_s();
+        for (int i = 0; i < iters; i++) {
+            memcpy(dst, src, nbytes);
+            __asm__ __volatile__("" : : "r"(dst) : "memory"); /* keep every copy */
+        }
+        double t = (now_s() - t0) / iters;
+        best = t < best ? t : best;
+    }
+    return (double)nbytes / best;
+}
+
+int main(int argc, char **argv)
+{
+    size_t max_mib = 256;
+    int only = -1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--max-mib") == 0) {
+            max_mib = (size_t)atol(argv[i + 1]);
+        } else if (strcmp(argv[i], "--coll") == 0) {
+            for (int c = 0; c < 4; c++) {
+                if (strcmp(argv[i + 1], coll_names[c]) == 0) {
+                    only = c;
+                }
+            }
+        }
+    }
+    accel *acc;
+    CHECK_ACC(NULL, accel_init(&acc, NULL));
+    int n = accel_num_processes(acc), rank = accel_process_index(acc);
+    size_t max_nbytes = max_mib << 20;
+    float *send = malloc(max_nbytes), *recv = malloc(max_nbytes);
+    if (send == NULL || recv == NULL) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < max_nbytes / sizeof(float); i++) {
+        send[i] = (float)(i % 100);
+        recv[i] = 0;
+    }
+    if (rank == 0) {
+        printf("# accel collectives benchmark: %d processes, backend %s, f32, out of place\n", n,
+               accel_backend_name(acc));
+        printf("# busbw factor: allreduce 2(n-1)/n, allgather/reduce_scatter (n-1)/n, "
+               "broadcast 1; memcpy = single-thread memcpy of the same size, same run\n");
+        printf("%-15s %12s %12s %10s %10s %10s %12s %7s\n", "collective", "size(B)", "count",
+               "time(us)", "algbw", "busbw", "memcpy(GB/s)", "ratio");
+    }
+    for (int c = 0; c < 4; c++) {
+        if (only >= 0 && c != only) {
+            continue;
+        }
+        for (size_t nbytes = 4096; nbytes <= max_nbytes; nbytes *= 4) {
+            size_t count = nbytes / sizeof(float);
+            int iters = iters_for(nbytes);
+            for (int i = 0; i < 2 + iters / 10; i++) {
+                run_once(acc, (coll)c, send, recv, count); /* warm up: faults, caches */
+            }
+            CHECK_ACC(acc, accel_barrier(acc, NULL));
+            double t0 = now_s();
+            for (int i = 0; i < iters; i++) {
+                run_once(acc, (coll)c, send, recv, count);
+            }
+            double t = (now_s() - t0) / iters;
+            /* The slowest rank's time is the collective's time. */
+            CHECK_ACC(acc, accel_allreduce(acc, &t, &t, 1, ACCEL_F64, ACCEL_MAX, NULL));
+            double mbw = 0;
+            if (rank == 0) {
+                mbw = memcpy_bw(recv, send, nbytes); /* others wait in the barrier */
+            }
+            CHECK_ACC(acc, accel_barrier(acc, NULL));
+            if (rank == 0) {
+                double factor = c == ALLREDUCE   ? 2.0 * (n - 1) / n
+                                : c == BROADCAST ? 1.0
+                                                 : (double)(n - 1) / n;
+                double algbw = (double)nbytes / t, busbw = algbw * factor;
+                printf("%-15s %12zu %12zu %10.2f %10.2f %10.2f %12.2f %7.2f\n", coll_names[c],
+                       nbytes, count, t * 1e6, algbw * 1e-9, busbw * 1e-9, mbw * 1e-9, busbw / mbw);
+                fflush(stdout);
+            }
+        }
+    }
+    accel_free(acc);
+    free(send);
+    free(recv);
+    return 0;
+}
