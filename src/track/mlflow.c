@@ -409,12 +409,14 @@ static accel_status ml_log(void *state, const accel_value *v, int n, long long s
         if (!isfinite(v[i].scalar)) {
             accel__track_warn_nonfinite("mlflow", v[i].key, v[i].scalar);
         }
-        char clean[256], rel[300], num[40];
+        /* Stack buffers and one O_APPEND write: no allocation per logged value, and a line is
+         * never split even if another tool appends concurrently. */
+        char clean[256], path[4096], line[128], num[40];
         sanitize_key(v[i].key, clean, sizeof(clean));
-        snprintf(rel, sizeof(rel), "metrics/%s", clean);
-        char *path = accel__track_path_join(s->common.run_dir, rel);
-        if (path == NULL) {
-            return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+        if ((size_t)snprintf(path, sizeof(path), "%s/metrics/%s", s->common.run_dir, clean) >=
+            sizeof(path)) {
+            return accel_tracker_seterr(ACCEL_EINVAL, "metric path for \"%s\" is too long",
+                                        v[i].key);
         }
         if (strchr(clean, '/') != NULL) {
             char *slash = strrchr(path, '/');
@@ -422,23 +424,20 @@ static accel_status ml_log(void *state, const accel_value *v, int n, long long s
             accel_status st = accel__track_mkdirs(path);
             *slash = '/';
             if (st != ACCEL_OK) {
-                accel__free(path);
                 return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
             }
         }
         accel__track_fmt_double(num, sizeof(num), v[i].scalar);
-        FILE *f = fopen(path, "a");
-        int bad = f == NULL || fprintf(f, "%lld %s %lld\n", ts, num, step < 0 ? 0 : step) < 0;
-        if (f != NULL && fclose(f) != 0) {
+        int len = snprintf(line, sizeof(line), "%lld %s %lld\n", ts, num, step < 0 ? 0 : step);
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0666);
+        int bad = fd < 0 || write(fd, line, (size_t)len) != len;
+        if (fd >= 0 && close(fd) != 0) {
             bad = 1;
         }
         if (bad) {
-            accel_status st =
-                accel_tracker_seterr(ACCEL_EIO, "cannot append to %s: %s", path, strerror(errno));
-            accel__free(path);
-            return st;
+            return accel_tracker_seterr(ACCEL_EIO, "cannot append to %s: %s", path,
+                                        strerror(errno));
         }
-        accel__free(path);
     }
     return ACCEL_OK;
 }

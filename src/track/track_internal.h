@@ -80,6 +80,12 @@ typedef int (*accel__tf_visit)(void *ctx, const char *file_version, const accel_
  * and offset, or ACCEL_EINTERNAL if visit returns nonzero. */
 accel_status accel__tfevents_read(const char *path, accel__tf_visit visit, void *ctx);
 
+/* Checks a log_with list against the registry (unknown names, trackers needing a directory
+ * when logging_dir is NULL) without starting anything; sets the error on acc. Used by
+ * accel_init_trackers, and meant for accel_init so that bad names fail at construction as in
+ * Accelerate. */
+accel_status accel__track_validate(accel *acc, const char *log_with, const char *logging_dir);
+
 /* ---- Built-in trackers (each in its own file) ---- */
 extern const accel_tracker_ops accel__tracker_tensorboard;
 extern const accel_tracker_ops accel__tracker_mlflow;

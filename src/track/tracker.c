@@ -273,6 +273,28 @@ static accel_status resolve_log_with(accel *acc, const char *log_with, int *idx,
     return ACCEL_OK;
 }
 
+accel_status accel__track_validate(accel *acc, const char *log_with, const char *logging_dir)
+{
+    if (log_with == NULL || log_with[0] == '\0') {
+        return ACCEL_OK;
+    }
+    int idx[MAX_TRACKERS], n = 0;
+    pthread_mutex_lock(&reg_lock);
+    add_builtins_locked();
+    accel_status st = resolve_log_with(acc, log_with, idx, &n);
+    for (int i = 0; st == ACCEL_OK && i < n; i++) {
+        if (registry[idx[i]].ops.requires_logging_directory &&
+            (logging_dir == NULL || logging_dir[0] == '\0')) {
+            st = accel__seterr(acc, ACCEL_EINVAL,
+                               "tracker %s needs a logging directory: set the project_dir or "
+                               "logging_dir option",
+                               registry[idx[i]].name);
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
 accel_status accel_init_trackers(accel *acc, const char *project_name, const accel_value *config,
                                  int n_config)
 {
@@ -313,14 +335,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
     ACCEL_TRY(st);
 
     const char *dir = acc->opt.logging_dir;
-    for (int i = 0; i < n_chosen; i++) {
-        if (chosen[i].ops.requires_logging_directory && (dir == NULL || dir[0] == '\0')) {
-            return accel__seterr(acc, ACCEL_EINVAL,
-                                 "tracker %s needs a logging directory: set the project_dir or "
-                                 "logging_dir option",
-                                 chosen[i].name);
-        }
-    }
+    ACCEL_TRY(accel__track_validate(acc, log_with, dir));
 
     accel_tracker_start_info info = {
         .project_name = project_name,

@@ -69,6 +69,7 @@ int main(void)
 
     /* Plain mode by time: every 10 s whatever the percentage; slow rates read s/it. */
     f = tmpfile();
+    o.stream = f;
     o.percent_step = 0;
     o.interval_s = 10;
     o.total = 10;
