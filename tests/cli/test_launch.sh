@@ -17,10 +17,8 @@ trap 'pkill -KILL -f "$MARK" 2>/dev/null; rm -rf "$T"' EXIT
 fail() {
     echo "FAIL: $*" >&2
     for f in "$T"/out "$T"/err; do
-        if [ -s "$f" ]; then
-            echo "---- last lines of $f:" >&2
-            tail -n 8 "$f" | cut -c1-200 >&2
-        fi
+        echo "---- last lines of $f:" >&2
+        tail -n 8 "$f" | cut -c1-200 >&2
     done
     exit 1
 }
@@ -205,8 +203,12 @@ ok "exit status propagation, signal deaths, failure summary"
 launch_bg() {
     local np=$1
     shift
+    # Truncate here, not in the background command: its redirections happen asynchronously,
+    # and the loop below must not count the "ready" lines of the previous launch.
+    : >"$T/out"
+    : >"$T/err"
     set -m
-    "$ACCEL" launch -n "$np" "$@" >"$T/out" 2>"$T/err" &
+    "$ACCEL" launch -n "$np" "$@" >>"$T/out" 2>>"$T/err" &
     LPID=$!
     set +m
     for _ in $(seq 100); do
