@@ -53,5 +53,17 @@ exp = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment
 assert sorted(i.name for i in exp.hparam_infos) == ["batch_size", "lr", "model"], exp
 end = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_end_info"])
 assert end.session_end_info.status == 1, end
+# The accumulator TensorBoard's server uses (data classes drive the dashboards).
+from tensorboard.backend.event_processing import plugin_event_accumulator as pea
+from tensorboard.compat.proto import summary_pb2
+pacc = pea.EventAccumulator(run)
+pacc.Reload()
+md = pacc.SummaryMetadata("train/loss")
+assert md.plugin_data.plugin_name == "scalars" and md.data_class == summary_pb2.DATA_CLASS_SCALAR
+vals = [float(tensor_util.make_ndarray(e.tensor_proto)) for e in pacc.Tensors("train/loss")]
+assert vals == [2.0, 1.75, 1.5, 1.25, 1.0], vals
+assert pacc.SummaryMetadata("note").data_class == summary_pb2.DATA_CLASS_TENSOR
+assert set(pacc.PluginTagToContent("hparams")) == {
+    "_hparams_/experiment", "_hparams_/session_start_info", "_hparams_/session_end_info"}
 print("tensorboard reader: ok")
 EOF
