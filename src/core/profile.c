@@ -72,10 +72,14 @@ static int thread_id(void)
     return my_tid;
 }
 
+/* The session most recently begun in this process: what a caller without an accelerator
+ * (the communication thread) records into. Cleared before its session is freed. */
+static prof_session *process_session;
+
 static prof_session *session_of(accel *acc)
 {
     if (acc == NULL) {
-        return NULL;
+        return __atomic_load_n(&process_session, __ATOMIC_ACQUIRE);
     }
     return __atomic_load_n(&acc->modules[ACCEL__MOD_PROFILE].state, __ATOMIC_ACQUIRE);
 }
@@ -184,6 +188,9 @@ static void session_free(accel *acc, void *state)
     if (s->active && finish(acc, s) != ACCEL_OK) {
         accel__log(ACCEL__LOG_WARN, "profiler: %s", accel_last_error(acc));
     }
+    prof_session *expected = s;
+    __atomic_compare_exchange_n(&process_session, &expected, NULL, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
     pthread_mutex_destroy(&s->lock);
     accel__free(s->events);
     accel__free(s->dir);
@@ -228,6 +235,7 @@ accel_status accel_profile_begin(accel *acc, const char *dir)
     s->n_threads = 0;
     s->active = 1;
     pthread_mutex_unlock(&s->lock);
+    __atomic_store_n(&process_session, s, __ATOMIC_RELEASE);
     __atomic_fetch_add(&prof_generation, 1, __ATOMIC_RELEASE);
     __atomic_fetch_add(&accel__prof_on, 1, __ATOMIC_RELEASE);
     return ACCEL_OK;

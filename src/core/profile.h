@@ -11,6 +11,10 @@
  * end. Thread-safe: ranges nest per thread (up to 32 deep) and every thread appears as its own
  * track (tid); the communication thread records bucket all-reduces this way.
  *
+ * `acc` may be NULL in code that has no accelerator (the communication thread): the range then
+ * goes to the session most recently begun in this process (there is normally one accelerator
+ * per process). Such callers must be stopped before accel_free.
+ *
  * `name` is copied (first 63 characters); `cat` must be a string literal (stored by pointer).
  * A range begun before accel_profile_begin or left open across accel_profile_end is dropped.
  */
