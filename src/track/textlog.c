@@ -328,11 +328,9 @@ static accel_status csv_log(text_state *s, const accel_value *v, int n, long lon
             return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
         }
     }
-    if (s->n_cols > before && before > 0) {
+    if (s->n_cols > before) {
+        /* Older rows (even ones with no data columns) gain one empty cell per new column. */
         ACCEL_TRY(csv_widen(s, s->n_cols - before));
-    } else if (s->n_cols > before) {
-        /* The header written at start had no data columns yet: rewrite it. */
-        ACCEL_TRY(csv_widen(s, 0));
     }
     for (int c = 0; c < s->n_cols; c++) {
         s->row[c] = "";

@@ -327,6 +327,30 @@ static void test_jsonl_csv(void)
               last);
 }
 
+/* A call with no values, then a first key: the earlier row is widened too. */
+static void test_csv_empty_first(void)
+{
+    accel *acc = make(tmpdir, "csv");
+    CHECK_OK(acc, accel_init_trackers(acc, "empty", NULL, 0));
+    CHECK_OK(acc, accel_log(acc, NULL, 0, 0));
+    accel_value v[] = {ACCEL_SCALAR("x", 1)};
+    CHECK_OK(acc, accel_log(acc, v, 1, 1));
+    accel_free(acc);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/empty/metrics.csv", tmpdir);
+    char *text = slurp(path);
+    int commas[3] = {0}, line = 0;
+    for (char *p = text; *p && line < 3; p++) {
+        if (*p == ',') {
+            commas[line]++;
+        } else if (*p == '\n') {
+            line++;
+        }
+    }
+    CHECK_MSG(line == 3 && commas[0] == 2 && commas[1] == 2 && commas[2] == 2, "%s", text);
+    CHECK(strncmp(text, "step,time,x\n0,", 15) == 0);
+}
+
 static void test_all(void)
 {
     setenv("MLFLOW_TRACKING_URI", "", 1); /* empty = unset: logging_dir/mlruns */
@@ -367,6 +391,7 @@ int main(void)
     test_user_tracker();
     test_bad_input();
     test_jsonl_csv();
+    test_csv_empty_first();
     test_all();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
