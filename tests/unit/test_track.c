@@ -348,7 +348,7 @@ static void test_csv_empty_first(void)
         }
     }
     CHECK_MSG(line == 3 && commas[0] == 2 && commas[1] == 2 && commas[2] == 2, "%s", text);
-    CHECK(strncmp(text, "step,time,x\n0,", 15) == 0);
+    CHECK(strncmp(text, "step,time,x\n0,", 14) == 0);
 }
 
 static void test_all(void)
