@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/profile.h"
 #include "data_internal.h"
 
 accel_loader_options accel_loader_options_default(void)
@@ -362,7 +363,9 @@ accel_status accel__base_next(accel_loader *l, accel_batch **out)
     }
     accel__slot *slot = &l->slots[0];
     if (l->workers != NULL) {
+        accel__prof_begin(l->acc, "data wait", ACCEL__PROF_DATA);
         slot = accel__workers_get(l->workers, l->k);
+        accel__prof_end(l->acc);
     } else {
         ACCEL_TRY(
             ensure_samples(&l->samples, &l->n_samples, accel__plan_batch_len(&l->plan, l->k)));
@@ -390,7 +393,9 @@ static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
     int64_t k = l->k;
     accel__slot *slot;
     if (l->workers != NULL) {
+        accel__prof_begin(l->acc, "data wait", ACCEL__PROF_DATA);
         slot = accel__workers_get(l->workers, k);
+        accel__prof_end(l->acc);
     } else {
         slot = &l->slots[0];
         accel_status st =
