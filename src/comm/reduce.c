@@ -394,3 +394,14 @@ void accel__reduce(accel_dtype dt, accel_reduce_op op, void *out, void *out2, co
 {
     accel__reduce_isa(accel__isa_best(), dt, op, out, out2, in, n_in, count, avg_div);
 }
+
+void accel__copy_nt(void *dst, const void *src, size_t nbytes)
+{
+#if HAVE_X86
+    if (accel__isa_best() >= ACCEL__ISA_AVX2) {
+        accel__copy_nt_avx2(dst, src, nbytes);
+        return;
+    }
+#endif
+    memcpy(dst, src, nbytes);
+}

@@ -40,6 +40,11 @@ void accel__reduce(accel_dtype dt, accel_reduce_op op, void *out, void *out2, co
 void accel__reduce_isa(accel__isa isa, accel_dtype dt, accel_reduce_op op, void *out, void *out2,
                        const void *const *in, int n_in, size_t count, int avg_div);
 
+/* memcpy with non-temporal (streaming) stores where the CPU has them, for outputs that will not
+ * be read again soon and are larger than the caches; ordered (sfence) before it returns. Buffers
+ * must not overlap. */
+void accel__copy_nt(void *dst, const void *src, size_t nbytes);
+
 /* 1 when this CPU (and this build) can run kernels of `isa`. */
 int accel__isa_available(accel__isa isa);
 

@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -195,16 +196,23 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
 static accel_status wait_slow(accel__shm *s, int q, uint32_t step)
 {
     _Atomic uint32_t *word = &s->lines[q].progress;
+    /* Spin: a few microseconds flat out, then yielding between checks. The yields matter when
+     * the peer shares this CPU (oversubscribed or busy machine): spinning would only keep it
+     * from running, costing a whole spin period per sync. */
     double t0 = accel__now(), spin_end = t0 + s->spin_s;
     for (unsigned it = 1;; it++) {
         cpu_relax();
         if (reached(atomic_load_explicit(word, memory_order_acquire), step)) {
             return ACCEL_OK;
         }
-        if ((it & 255) == 0) {
+        if ((it & 63) == 0) {
             ACCEL_TRY(accel__shm_check_abort(s));
-            if (accel__now() >= spin_end) {
+            double t = accel__now();
+            if (t >= spin_end) {
                 break;
+            }
+            if (t - t0 > 2e-6) {
+                sched_yield();
             }
         }
     }
@@ -262,7 +270,7 @@ accel_status accel__shm_sync(accel__shm *s)
 /* ---- setup ---- */
 
 /* An ACCEL_SHM_* knob: the environment, else the default declared in the env table. */
-static accel_status knob(const char *name, long long lo, long long hi, long long *out)
+static accel_status knob(const char *name, long long lo, long long hi, long long *out, int *set)
 {
     for (const accel__env_var *v = accel__env_table(); v->name != NULL; v++) {
         if (strcmp(v->name, name) == 0 && v->dflt != NULL) {
@@ -272,6 +280,9 @@ static accel_status knob(const char *name, long long lo, long long hi, long long
     accel_status st = accel__env_int(name, out);
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
+    }
+    if (set != NULL) {
+        *set = st == ACCEL_OK;
     }
     if (*out < lo || *out > hi) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -386,10 +397,21 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
                              "%d are local",
                              cfg->local_n_ranks, cfg->n_ranks);
     }
-    long long oneshot, chunk, spin_us;
-    ACCEL_TRY(knob("ACCEL_SHM_ONESHOT_NBYTES", 0, 64ll << 20, &oneshot));
-    ACCEL_TRY(knob("ACCEL_SHM_CHUNK_NBYTES", 4096, 1ll << 30, &chunk));
-    ACCEL_TRY(knob("ACCEL_SHM_SPIN_US", 0, 10000000, &spin_us));
+    long long oneshot, chunk, spin_us, nt;
+    int spin_set = 0;
+    ACCEL_TRY(knob("ACCEL_SHM_NT_NBYTES", 0, LLONG_MAX, &nt, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_ONESHOT_NBYTES", 0, 64ll << 20, &oneshot, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_CHUNK_NBYTES", 4096, 1ll << 30, &chunk, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_SPIN_US", 0, 10000000, &spin_us, &spin_set));
+    /* More processes than CPUs: a spinning waiter only delays the peer it waits for, so sleep
+     * almost at once unless the user asked otherwise. */
+    cpu_set_t cpus;
+    if (!spin_set && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+        CPU_COUNT(&cpus) < cfg->local_n_ranks && spin_us > 2) {
+        accel__log(ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
+                   cfg->local_n_ranks, CPU_COUNT(&cpus));
+        spin_us = 2;
+    }
 
     accel__shm *s = accel__calloc(1, sizeof(*s));
     const void **in = accel__calloc((size_t)cfg->n_ranks, sizeof(*in));
@@ -403,6 +425,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
     s->spin_s = (double)spin_us * 1e-6;
     s->oneshot_nbytes = (size_t)oneshot;
+    s->nt_nbytes = (size_t)nt;
     s->slot_nbytes = align_up((size_t)(oneshot > chunk ? oneshot : chunk), 4096);
     s->in = in;
     make_name(s->name, sizeof(s->name), cfg->job_id);
@@ -441,6 +464,9 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         }
         sleep_s(100e-6);
     }
+    accel__log(ACCEL__LOG_DEBUG,
+               "shm: segment %s, %d processes, one-shot <= %zu bytes, slot %zu bytes, spin %g us",
+               s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
     *out = s;
     return ACCEL_OK;
 

@@ -20,7 +20,11 @@ typedef struct accel__shm {
     double spin_s;         /* ACCEL_SHM_SPIN_US */
     size_t oneshot_nbytes; /* ACCEL_SHM_ONESHOT_NBYTES */
     size_t slot_nbytes;    /* bytes of one data slot (each rank has two) */
-    char name[128];        /* "/accel-<uid>-<job>" */
+    /* ACCEL_SHM_NT_NBYTES: from this message size on, outputs are written with streaming
+     * stores (they exceed the cache anyway; skipping the read-for-ownership saves a third of
+     * the memory traffic). */
+    size_t nt_nbytes;
+    char name[128]; /* "/accel-<uid>-<job>" */
 
     void *base;
     size_t map_nbytes;

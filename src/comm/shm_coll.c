@@ -27,6 +27,16 @@ static size_t min_sz(size_t a, size_t b)
     return a < b ? a : b;
 }
 
+/* Copy into a user output: streaming when the whole message is large. */
+static void copy_out(void *dst, const void *src, size_t nbytes, int nt)
+{
+    if (nt) {
+        accel__copy_nt(dst, src, nbytes);
+    } else {
+        memcpy(dst, src, nbytes);
+    }
+}
+
 /* Small allreduce / reduce: everyone copies in, then every rank (or only the root) reduces all
  * slots. One sync. */
 static accel_status reduce_oneshot(accel__shm *s, const accel__coll *op, int only_root)
@@ -53,6 +63,9 @@ static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int onl
     const char *send = op->send;
     char *recv = op->recv;
     const int gather = !only_root || me == op->root;
+    /* Large messages: my reduced slice goes to my slot only and reaches recv with the others'
+     * in the copy-out, all streamed. */
+    const int nt = op->count * es >= s->nt_nbytes;
     size_t off, cnt;
     for (size_t base = 0; base < op->count; base += chunk) {
         size_t m = min_sz(chunk, op->count - base);
@@ -68,14 +81,15 @@ static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int onl
         for (int q = 0; q < n; q++) {
             s->in[q] = q == me ? send + (base + off) * es : accel__shm_slot(s, q, t) + off * es;
         }
-        accel__reduce(op->dtype, op->op, mine + off * es, gather ? recv + (base + off) * es : NULL,
-                      s->in, n, cnt, n);
+        accel__reduce(op->dtype, op->op, mine + off * es,
+                      gather && !nt ? recv + (base + off) * es : NULL, s->in, n, cnt, n);
         ACCEL_TRY(accel__shm_sync(s));
         if (gather) {
-            for (int i = 1; i < n; i++) {
+            for (int i = nt ? 0 : 1; i < n; i++) {
                 int q = (me + i) % n; /* each rank starts at a different peer */
                 accel__chunk_range(m, n, q, &off, &cnt);
-                memcpy(recv + (base + off) * es, accel__shm_slot(s, q, t) + off * es, cnt * es);
+                copy_out(recv + (base + off) * es, accel__shm_slot(s, q, t) + off * es, cnt * es,
+                         nt);
             }
         }
     }
@@ -133,6 +147,7 @@ static accel_status allgather(accel__shm *s, const accel__coll *op)
     size_t off_me, cnt_me, off, cnt;
     accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
     const int in_place = send == recv + off_me * es;
+    const int nt = op->count * es >= s->nt_nbytes;
     for (size_t lo = 0; lo < most; lo += per_round) {
         uint64_t t = s->n_slots++;
         size_t len = round_len(cnt_me, lo, per_round);
@@ -148,7 +163,7 @@ static accel_status allgather(accel__shm *s, const accel__coll *op)
             accel__chunk_range(op->count, n, q, &off, &cnt);
             len = round_len(cnt, lo, per_round);
             if (len > 0) {
-                memcpy(recv + (off + lo) * es, accel__shm_slot(s, q, t), len * es);
+                copy_out(recv + (off + lo) * es, accel__shm_slot(s, q, t), len * es, nt);
             }
         }
     }
@@ -159,6 +174,7 @@ static accel_status broadcast(accel__shm *s, const accel__coll *op)
 {
     const size_t es = accel_dtype_nbytes(op->dtype), per_round = s->slot_nbytes / es;
     const int root = op->root;
+    const int nt = op->count * es >= s->nt_nbytes;
     const char *send = op->send;
     char *recv = op->recv;
     for (size_t lo = 0; lo < op->count; lo += per_round) {
@@ -172,7 +188,7 @@ static accel_status broadcast(accel__shm *s, const accel__coll *op)
         }
         ACCEL_TRY(accel__shm_sync(s));
         if (s->rank != root) {
-            memcpy(recv + lo * es, accel__shm_slot(s, root, t), len * es);
+            copy_out(recv + lo * es, accel__shm_slot(s, root, t), len * es, nt);
         }
     }
     return ACCEL_OK;

@@ -59,6 +59,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",
      "shm: pipeline chunk of the large-message algorithms"},
     {"ACCEL_SHM_SPIN_US", ACCEL__ENV_INT, "50", "shm: microseconds a wait spins before sleeping"},
+    {"ACCEL_SHM_NT_NBYTES", ACCEL__ENV_INT, "8388608",
+     "shm: messages from this size on are written to the output with streaming stores"},
     /* Tracking and logging (src/track, src/core/logger.c). */
     {"ACCELERATE_LOG_LEVEL", ACCEL__ENV_STRING, NULL,
      "level of accel_get_logger loggers: debug | info | warning | error (default info)"},

@@ -44,7 +44,8 @@ start_job() {
         pids+=($!)
     done
     # Nothing here may hang the test suite: kill the whole job after 20 s.
-    (sleep 20; kill -9 "${pids[@]}" 2>/dev/null) &
+    # (Its output goes to /dev/null so a leftover sleep cannot hold the test runner's pipe.)
+    (sleep 20; kill -9 "${pids[@]}" 2>/dev/null) >/dev/null 2>&1 &
     watchdog=$!
 }
 
