@@ -120,6 +120,19 @@ ACCEL_API float *accel_model_master(accel_model *m);
 ACCEL_API float *accel_model_grad(accel_model *m);
 
 /*
+ * Mixed precision working copy. Under mixed_precision bf16 / fp16 the model keeps, next to the
+ * fp32 master, a working copy holding every master weight rounded (to nearest even) to the
+ * compute dtype, refreshed by accel_prepare and after every real optimizer step; forward
+ * passes read it (nn does so automatically). It is stored as fp32 values (exactly
+ * representable in the compute dtype) because the CPU kernels multiply in fp32.
+ * accel_model_compute_dtype: ACCEL_BF16 / ACCEL_F16, or ACCEL_F32 without mixed precision.
+ * accel_model_compute: the copy (same layout as the master), the master itself in fp32 mode,
+ * or NULL before it is valid (not allocated, or allocated but not yet prepared). Borrowed.
+ */
+ACCEL_API accel_dtype accel_model_compute_dtype(const accel_model *m);
+ACCEL_API const float *accel_model_compute(const accel_model *m);
+
+/*
  * Freezes (frozen = 1) or unfreezes parameter `index` (or the one called `name` for the _by_name
  * form). A frozen parameter gets no gradient (its grad view is zeroed before every sync),
  * is not all-reduced, is skipped by clipping and by every optimizer, and so stays
@@ -393,6 +406,12 @@ ACCEL_API accel_status accel_clip_grad_value(accel *acc, accel_model *m, double 
 /* Divides the gradients of opt's model (NULL: every optimizer) by the fp16 loss scale, once per
  * step; a no-op without an fp16 scaler. Returns ACCEL_OK or the scaler's failure. */
 ACCEL_API accel_status accel_unscale_gradients(accel *acc, accel_optimizer *opt);
+
+/* The current fp16 loss scale (GradScaler.get_scale): init_scale (65536) at first, halved
+ * (backoff_factor) on every skipped step and doubled (growth_factor) after growth_interval
+ * consecutive clean steps. 1.0 when no scaler is active (fp32, bf16, or before the first
+ * accel_prepare of a model under fp16). */
+ACCEL_API double accel_loss_scale(const accel *acc);
 
 #ifdef __cplusplus
 }

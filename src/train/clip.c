@@ -5,6 +5,7 @@
  */
 #include <math.h>
 
+#include "core/profile.h"
 #include "train_internal.h"
 
 accel_status accel_unscale_gradients(accel *acc, accel_optimizer *opt)
@@ -54,6 +55,7 @@ accel_status accel_clip_grad_norm(accel *acc, accel_model *m, double max_norm, d
                              norm_type);
     }
     ACCEL_TRY(accel_unscale_gradients(acc, NULL));
+    accel__prof_begin(acc, "clip_grad_norm", ACCEL__PROF_OPTIM);
     double acc_norm = 0;
     int inf_norm = isinf(norm_type);
     for (int i = 0; i < m->n_params; i++) {
@@ -84,6 +86,7 @@ accel_status accel_clip_grad_norm(accel *acc, accel_model *m, double max_norm, d
             }
         }
     }
+    accel__prof_end(acc);
     return ACCEL_OK;
 }
 

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "core/profile.h"
 #include "train_internal.h"
 
 static accel_status model_prepare(accel__object *self);
@@ -40,9 +41,14 @@ static accel_status wait_buckets(accel_model *m)
         accel_status st = accel_work_wait(bk->work);
         if (bk->done_time == 0) {
             bk->done_time = accel__now();
+            accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
+                             bk->done_time, "bucket", b);
         }
         accel_work_free(bk->work);
         bk->work = NULL;
+        if (st == ACCEL_OK && m->comm_buf != NULL) {
+            accel__bucket_decompress(m, bk->offset, bk->count);
+        }
         if (st != ACCEL_OK && first == ACCEL_OK) {
             first = st;
         }
@@ -67,6 +73,7 @@ void accel_model_free(accel_model *m)
     }
     accel__aligned_free(m->master);
     accel__aligned_free(m->grad);
+    accel__aligned_free(m->comm_buf);
     accel__free(m->buckets);
     accel__free(m->ready);
     accel__object_unregister(&m->obj);
@@ -179,14 +186,19 @@ accel_status accel_model_alloc(accel_model *m)
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
     size_t nbytes = m->numel * sizeof(float);
+    m->compute_dtype = accel__compute_dtype(m->acc);
     m->master = accel__aligned_alloc(nbytes);
     m->grad = accel__aligned_alloc(nbytes);
     m->ready = accel__calloc((size_t)m->n_params, 1);
-    if (m->master == NULL || m->grad == NULL || m->ready == NULL) {
+    m->compute = m->compute_dtype == ACCEL_F32 ? m->master : accel__aligned_alloc(nbytes);
+    if (m->master == NULL || m->grad == NULL || m->ready == NULL || m->compute == NULL) {
+        if (m->compute != m->master) {
+            accel__aligned_free(m->compute);
+        }
         accel__aligned_free(m->master);
         accel__aligned_free(m->grad);
         accel__free(m->ready);
-        m->master = m->grad = NULL;
+        m->master = m->grad = m->compute = NULL;
         m->ready = NULL;
         return accel__seterr(m->acc, ACCEL_ENOMEM,
                              "accel_model_alloc: out of memory for %zu parameters (%zu bytes x 2)",
@@ -194,7 +206,8 @@ accel_status accel_model_alloc(accel_model *m)
     }
     memset(m->master, 0, nbytes);
     memset(m->grad, 0, nbytes);
-    m->compute = m->master;
+    /* The working copy is only meaningful once the weights are final (prepare refreshes it). */
+    m->compute_valid = 0;
     /* Reverse registration order: the parameters a backward pass finishes first come first. */
     size_t off = 0;
     for (int i = m->n_params - 1; i >= 0; i--) {
@@ -320,13 +333,21 @@ static accel_status model_prepare(accel__object *self)
 {
     accel_model *m = (accel_model *)self;
     accel *acc = m->acc;
-    if (acc->opt.comm_dtype >= 0) {
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: comm_dtype (gradient compression) is not "
-                             "implemented yet");
-    }
+    ACCEL_TRY(accel__comm_dtype_check(acc));
+    ACCEL_TRY(accel__precision_install(acc));
     ACCEL_TRY(accel_model_alloc(m));
     ACCEL_TRY(build_buckets(m));
+    int dt = acc->opt.comm_dtype;
+    if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16) && m->comm_buf == NULL) {
+        /* Buckets are slices of grad, so one buffer of the same layout serves them all. */
+        m->comm_buf = accel__aligned_alloc(m->numel * sizeof(uint16_t));
+        if (m->comm_buf == NULL) {
+            return accel__seterr(acc, ACCEL_ENOMEM,
+                                 "accel_prepare: out of memory for the compressed gradient "
+                                 "buffer (%zu elements)",
+                                 m->numel);
+        }
+    }
     if (acc->n_ranks > 1) {
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
         accel_status st = accel__broadcast(acc->comm, m->master, m->numel, ACCEL_F32, 0);
@@ -334,6 +355,7 @@ static accel_status model_prepare(accel__object *self)
             return accel__adopt_thread_error(acc, st);
         }
     }
+    accel__model_refresh_compute(m);
     return ACCEL_OK;
 }
 

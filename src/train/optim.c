@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/profile.h"
 #include "train_internal.h"
 
 static accel_status optim_prepare(accel__object *self);
@@ -286,6 +287,9 @@ static void optim_update(accel_optimizer *opt)
                                (float)opt->beta2, (float)opt->eps, (float)bc1, (float)bc2s,
                                opt->maximize);
         }
+        /* The working copy follows the master after every real step (llm.c writes its bf16
+         * params in the same pass; a second pass over a segment just updated is cache-warm). */
+        accel__model_refresh_compute_range(m, o, sg->count);
     }
 }
 
@@ -309,11 +313,19 @@ accel_status accel_optimizer_step(accel_optimizer *opt)
     const accel__precision_hooks *ph = accel__precision(acc);
     void *pstate = accel__module(acc, ACCEL__MOD_PRECISION);
     int skip = 0;
+    accel__prof_begin(acc, "optimizer step", ACCEL__PROF_OPTIM);
     if (ph != NULL && ph->should_skip != NULL) {
+        accel_status st = ACCEL_OK;
         if (!opt->unscaled && ph->unscale != NULL) {
-            ACCEL_TRY(ph->unscale(acc, pstate, opt));
+            st = ph->unscale(acc, pstate, opt);
         }
-        ACCEL_TRY(ph->should_skip(acc, pstate, opt, &skip));
+        if (st == ACCEL_OK) {
+            st = ph->should_skip(acc, pstate, opt, &skip);
+        }
+        if (st != ACCEL_OK) {
+            accel__prof_end(acc);
+            return st;
+        }
     }
     if (!skip) {
         optim_update(opt);
@@ -323,6 +335,7 @@ accel_status accel_optimizer_step(accel_optimizer *opt)
     if (ph != NULL && ph->update != NULL) {
         ph->update(acc, pstate, skip);
     }
+    accel__prof_end(acc);
     return ACCEL_OK;
 }
 

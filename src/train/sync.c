@@ -9,6 +9,7 @@
  */
 #include <string.h>
 
+#include "core/profile.h"
 #include "train_internal.h"
 
 /* The next prepared model of acc after `m` (NULL: the first). */
@@ -87,6 +88,13 @@ static accel_status launch_bucket(accel_model *m, int b)
                       ACCEL_F32,
                       bucket_op(m),
                       0};
+    if (m->comm_buf != NULL) {
+        /* DDP's bf16/fp16 compression hook: half the bytes on the wire; the comm layer
+         * accumulates in fp32 and rounds the result once. Decompressed when waited for. */
+        accel__bucket_compress(m, bk->offset, bk->count);
+        op.send = op.recv = m->comm_buf + bk->offset;
+        op.dtype = (accel_dtype)m->acc->opt.comm_dtype;
+    }
     bk->launch_time = accel__now();
     bk->done_time = 0;
     accel_status st = accel__comm_run(m->acc->comm, &op, &bk->work);
@@ -108,6 +116,8 @@ static accel_status launch_ready(accel_model *m)
         accel__bucket *bk = &m->buckets[b];
         if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
             bk->done_time = accel__now();
+            accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
+                             bk->done_time, "bucket", b);
         }
     }
     return ACCEL_OK;
@@ -215,7 +225,9 @@ static accel_status model_backward_end(accel_model *m)
         }
         st = launch_ready(m);
     }
+    accel__prof_begin(m->acc, "allreduce wait", ACCEL__PROF_COMM);
     accel_status wst = accel__model_wait_buckets(m);
+    accel__prof_end(m->acc);
     if (st == ACCEL_OK) {
         st = wst;
     }
@@ -328,11 +340,20 @@ accel_status accel_join_end(accel *acc, accel_model *m)
             }
             is_last_joiner = 0;
             memset(m->grad, 0, m->numel * sizeof(float));
+            /* Mirror the active processes' messages exactly: same dtype when compressed. */
+            void *zeros = m->grad;
+            size_t esize = sizeof(float);
+            accel_dtype dt = ACCEL_F32;
+            if (m->comm_buf != NULL) {
+                memset(m->comm_buf, 0, m->numel * sizeof(uint16_t));
+                zeros = m->comm_buf;
+                esize = sizeof(uint16_t);
+                dt = (accel_dtype)acc->opt.comm_dtype;
+            }
             for (int b = 0; b < m->n_buckets; b++) {
                 const accel__bucket *bk = &m->buckets[b];
-                accel_status cst =
-                    accel__allreduce(acc->comm, m->grad + bk->offset, m->grad + bk->offset,
-                                     bk->count, ACCEL_F32, bucket_op(m));
+                char *z = (char *)zeros + bk->offset * esize;
+                accel_status cst = accel__allreduce(acc->comm, z, z, bk->count, dt, bucket_op(m));
                 if (cst != ACCEL_OK) {
                     st = accel__adopt_thread_error(acc, cst);
                     goto out;
@@ -352,6 +373,7 @@ accel_status accel_join_end(accel *acc, accel_model *m)
     }
 out:
     memset(m->grad, 0, m->numel * sizeof(float));
+    accel__model_refresh_compute(m);
     m->join_active = 0;
     return st;
 }

@@ -27,8 +27,12 @@ struct accel_model {
     size_t numel;
     int allocated;
     float *master;  /* fp32 master weights */
-    float *compute; /* working copy in the compute dtype; == master in fp32 mode (issue 6) */
-    float *grad;    /* fp32 gradients */
+    float *compute; /* working copy: master rounded to compute_dtype, stored as fp32 values
+                       (the CPU kernels multiply in fp32); == master in fp32 mode */
+    float *grad;    /* fp32 gradients (accumulated in fp32 across micro-steps) */
+    accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
+    int compute_valid;         /* compute == round(master) (set by the refresh) */
+    uint16_t *comm_buf;        /* comm_dtype bf16/f16: compressed gradients, numel elements */
 
     int n_buckets;
     accel__bucket *buckets;
@@ -83,6 +87,7 @@ struct accel_optimizer {
     long long n_steps;    /* real steps taken (Adam's `step`) */
     int step_was_skipped; /* last real step skipped by the fp16 scaler */
     int unscaled;         /* gradients already unscaled for the coming step */
+    int found_inf;        /* this process saw an inf/NaN while unscaling (fp16 scaler) */
 };
 
 /*
@@ -122,5 +127,29 @@ void accel__adam_kernel(float *p, const float *g, float *m, float *v, float *vma
 double accel__pow_sum(const float *g, size_t n, double p);
 double accel__abs_max(const float *g, size_t n);
 void accel__scale(float *g, size_t n, float s);
+
+/* ---- mixed precision (precision.c) ---- */
+
+/* Installs the fp16 loss scaler in the ACCEL__MOD_PRECISION slot when mixed_precision is fp16
+ * and none is there yet (called by model prepare). ACCEL_EINVAL for out-of-range scaler
+ * options. */
+accel_status accel__precision_install(accel *acc);
+/* Scaler state for checkpoints: get returns 0 (outputs untouched) when no scaler is active;
+ * set installs the scaler if needed and returns ACCEL_ESTATE when mixed_precision is not fp16,
+ * ACCEL_EINVAL for scale <= 0 / inf or a negative tracker. */
+int accel__scaler_get(const accel *acc, double *scale, long long *growth_tracker);
+accel_status accel__scaler_set(accel *acc, double scale, long long growth_tracker);
+/* ACCEL_F32, ACCEL_BF16 or ACCEL_F16 from mixed_precision. */
+accel_dtype accel__compute_dtype(const accel *acc);
+/* compute = round(master) over all / a range of elements (no-op in fp32 mode). Call after
+ * anything writes the master weights (prepare, optimizer step, checkpoint load). */
+void accel__model_refresh_compute(accel_model *m);
+void accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count);
+/* Compressed communication: validation at prepare, and bucket conversions to / from
+ * m->comm_buf (same element offsets as grad). */
+accel_status accel__comm_dtype_check(accel *acc);
+int accel__comm_compressed(const accel_model *m);
+void accel__bucket_compress(accel_model *m, size_t offset, size_t count);
+void accel__bucket_decompress(accel_model *m, size_t offset, size_t count);
 
 #endif /* ACCEL_TRAIN_INTERNAL_H */
