@@ -112,6 +112,7 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
     const size_t most = op->count / (size_t)n + (op->count % (size_t)n != 0);
     const char *send = op->send;
     char *recv = op->recv;
+    const int nt = op->count * es >= s->nt_nbytes;
     size_t off_me, cnt_me, off, cnt;
     accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
     for (size_t lo = 0; lo < most; lo += per_round) {
@@ -130,7 +131,14 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
                 s->in[q] = q == me ? send + (off_me + lo) * es
                                    : accel__shm_slot(s, q, t) + (size_t)me * per_round * es;
             }
-            accel__reduce(op->dtype, op->op, recv + lo * es, NULL, s->in, n, len, n);
+            if (nt) {
+                /* Reduce into my own piece of my slot (no peer reads it), then stream out. */
+                char *tmp = mine + (size_t)me * per_round * es;
+                accel__reduce(op->dtype, op->op, tmp, NULL, s->in, n, len, n);
+                accel__copy_nt(recv + lo * es, tmp, len * es);
+            } else {
+                accel__reduce(op->dtype, op->op, recv + lo * es, NULL, s->in, n, len, n);
+            }
         }
     }
     return ACCEL_OK;

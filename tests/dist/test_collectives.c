@@ -458,6 +458,9 @@ static void error_checks(void)
 
 int main(void)
 {
+    /* With a 1 MiB streaming threshold the large cases cover both output paths (u8 stays
+     * below it, f32/i32/bf16 go above). An explicit setting from the caller wins. */
+    setenv("ACCEL_SHM_NT_NBYTES", "1048576", 0);
     CHECK_OK(NULL, accel_init(&acc, NULL));
     rank = accel_process_index(acc);
     n_ranks = accel_num_processes(acc);
