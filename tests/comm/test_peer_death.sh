@@ -3,6 +3,7 @@
 # launcher: 3 processes of tests/progs/allreduce_loop started by hand.
 #  1. rank 1 SIGKILLs itself mid-loop: both survivors exit 1 within 5 s, saying EPEER and naming
 #     process 1; nothing of the job is left in /dev/shm.
+#     The same with asynchronous allreduces (work handles).
 #  2. rank 1 SIGSTOPs itself, ACCEL_TIMEOUT=2: survivors report ETIMEDOUT naming process 1 within
 #     ~4 s; then the stopped one is killed.
 set -u
@@ -56,6 +57,7 @@ check_survivor() { # job rank status-name limit start
     t=$(elapsed_since "$start")
     [ "$rc" -ne 0 ] || fail "$job: rank $r exited 0 after its peer failed"
     [ "$rc" -ne 137 ] || fail "$job: rank $r hung until the watchdog killed it"
+    [ "$rc" -ne 3 ] || fail "$job: rank $r: the call after the failure did not fail the same way"
     le "$t" "$limit" || fail "$job: rank $r took ${t}s to fail (limit ${limit}s)"
     grep -q "$name" "$tmp/$job.$r.err" || fail "$job: rank $r did not report $name"
     grep -q "process 1 (pid ${pids[1]})" "$tmp/$job.$r.err" ||
@@ -78,6 +80,16 @@ check_survivor "$job" 0 EPEER 5 "$start"
 check_survivor "$job" 2 EPEER 5 "$start"
 wait "${pids[1]}"
 [ $? -eq 137 ] || fail "$job: rank 1 was expected to die of SIGKILL"
+kill "$watchdog" 2>/dev/null
+check_shm_clean "$job"
+
+# 1b. The same with asynchronous allreduces: the failure reaches accel_work_wait.
+job=pd$$-async
+start=$(now)
+start_job "$job" 3 -- --iters 1000000 --die-rank 1 --die-after 200 --async 1
+check_survivor "$job" 0 EPEER 5 "$start"
+check_survivor "$job" 2 EPEER 5 "$start"
+wait "${pids[1]}"
 kill "$watchdog" 2>/dev/null
 check_shm_clean "$job"
 

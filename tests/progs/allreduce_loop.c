@@ -4,7 +4,12 @@
  * (--stop-rank R, same --die-after) itself. On failure prints the status name and
  * accel_last_error to stderr and exits 1. Run under `accel launch` or with RANK/WORLD_SIZE set.
  *
+ * --async 1 issues each allreduce as a work handle and waits on it (the failure then travels from
+ * the communication thread to the waiter). After a failure it also checks that the next call
+ * fails at once with the same status (the communicator is broken), exiting 3 if not.
+ *
  *   allreduce_loop [--iters N] [--count N] [--die-rank R] [--stop-rank R] [--die-after K]
+ *                  [--async 0|1]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -16,7 +21,7 @@
 int main(int argc, char **argv)
 {
     long iters = 100, count = 1024, die_after = 10;
-    int die_rank = -1, stop_rank = -1;
+    int die_rank = -1, stop_rank = -1, async = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
@@ -31,6 +36,8 @@ int main(int argc, char **argv)
             die_rank = atoi(v);
         } else if (strcmp(a, "--stop-rank") == 0) {
             stop_rank = atoi(v);
+        } else if (strcmp(a, "--async") == 0) {
+            async = atoi(v);
         } else if (strcmp(a, "--die-after") == 0) {
             die_after = atol(v);
         } else {
@@ -61,10 +68,26 @@ int main(int argc, char **argv)
         for (long i = 0; i < count; i++) {
             buf[i] = (float)(rank + 1) + (float)(i % 7);
         }
-        st = accel_allreduce(acc, buf, buf, (size_t)count, ACCEL_F32, ACCEL_SUM, NULL);
+        if (async) {
+            accel_work *w = NULL;
+            st = accel_allreduce(acc, buf, buf, (size_t)count, ACCEL_F32, ACCEL_SUM, &w);
+            if (st == ACCEL_OK) {
+                st = accel_work_wait(w); /* the message arrives on this thread */
+            }
+            accel_work_free(w);
+        } else {
+            st = accel_allreduce(acc, buf, buf, (size_t)count, ACCEL_F32, ACCEL_SUM, NULL);
+        }
         if (st != ACCEL_OK) {
+            /* accel_work_wait reports on the thread (accel_last_error(NULL)). */
             fprintf(stderr, "allreduce_loop: rank %d: allreduce failed at iteration %ld: %s: %s\n",
-                    rank, it, accel_status_name(st), accel_last_error(acc));
+                    rank, it, accel_status_name(st), accel_last_error(async ? NULL : acc));
+            accel_status again = accel_barrier(acc, NULL);
+            if (again != st) {
+                fprintf(stderr, "allreduce_loop: rank %d: the next call returned %s, not %s\n",
+                        rank, accel_status_name(again), accel_status_name(st));
+                return 3;
+            }
             accel_free(acc);
             free(buf);
             return 1;
