@@ -322,9 +322,14 @@ static accel_status create_segment(accel__shm *s, int *fd)
         return accel__seterr(NULL, ACCEL_EIO, "shm: cannot create segment %s: %s", s->name,
                              strerror(errno));
     }
-    if (ftruncate(*fd, (off_t)s->map_nbytes) != 0) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot size segment %s to %zu bytes: %s",
-                             s->name, s->map_nbytes, strerror(errno));
+    /* posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm (64 MiB in
+     * a default container) is an error here instead of a SIGBUS in the middle of a collective. */
+    int err = posix_fallocate(*fd, 0, (off_t)s->map_nbytes);
+    if (err != 0) {
+        return accel__seterr(NULL, ACCEL_ENOMEM,
+                             "shm: cannot allocate %zu bytes for segment %s in /dev/shm: %s "
+                             "(lower ACCEL_SHM_CHUNK_NBYTES or enlarge /dev/shm)",
+                             s->map_nbytes, s->name, strerror(err));
     }
     s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
     if (s->base == MAP_FAILED) {

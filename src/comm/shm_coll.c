@@ -43,7 +43,9 @@ static accel_status reduce_oneshot(accel__shm *s, const accel__coll *op, int onl
 {
     size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
     uint64_t t = s->n_slots++;
-    memcpy(accel__shm_slot(s, s->rank, t), op->send, nbytes);
+    if (nbytes > 0) {
+        memcpy(accel__shm_slot(s, s->rank, t), op->send, nbytes);
+    }
     ACCEL_TRY(accel__shm_sync(s));
     if (only_root && s->rank != op->root) {
         return ACCEL_OK;
@@ -122,7 +124,9 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
             int q = (me + i) % n;
             accel__chunk_range(op->count, n, q, &off, &cnt);
             size_t len = round_len(cnt, lo, per_round);
-            memcpy(mine + (size_t)q * per_round * es, send + (off + lo) * es, len * es);
+            if (len > 0) {
+                memcpy(mine + (size_t)q * per_round * es, send + (off + lo) * es, len * es);
+            }
         }
         ACCEL_TRY(accel__shm_sync(s));
         size_t len = round_len(cnt_me, lo, per_round);
