@@ -42,6 +42,7 @@ struct accel__shm_header {
     uint64_t slot_nbytes;
     uint64_t map_nbytes;
     _Atomic int32_t attached;
+    _Atomic int32_t unlinked; /* the last rank to attach removed the name */
     /* status | rank << 8 | pid << 32, 0 while the job is healthy; written once (CAS). */
     _Alignas(64) _Atomic uint64_t abort_word;
 };
@@ -455,7 +456,10 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
 
     atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
     if (atomic_fetch_add_explicit(&s->hdr->attached, 1, memory_order_acq_rel) + 1 == s->n_ranks) {
-        shm_unlink(s->name); /* everyone has it mapped: the name is no longer needed */
+        /* Everyone has it mapped: the name is no longer needed. */
+        if (shm_unlink(s->name) == 0 || errno == ENOENT) {
+            atomic_store_explicit(&s->hdr->unlinked, 1, memory_order_release);
+        }
     }
     while (atomic_load_explicit(&s->hdr->attached, memory_order_acquire) < s->n_ranks) {
         if ((st = accel__shm_check_abort(s)) != ACCEL_OK) {
@@ -487,8 +491,12 @@ void accel__shm_close(accel__shm *s)
         return;
     }
     if (s->base != NULL) {
-        /* No unlink here: a communicator exists only after every rank attached, and the last
-         * one to attach unlinked the name (a restarted job may already reuse it). */
+        /* Normally the last rank to attach removed the name already, and unlinking it again
+         * could remove the segment of a restarted job that reuses the job id: only retry when
+         * that first unlink did not happen. */
+        if (s->hdr != NULL && !atomic_load_explicit(&s->hdr->unlinked, memory_order_acquire)) {
+            shm_unlink(s->name);
+        }
         munmap(s->base, s->map_nbytes);
     }
     accel__free(s->in);
