@@ -195,6 +195,107 @@ ACCEL_API accel_status accel_save_model(accel *acc, accel_model *model, const ch
 ACCEL_API accel_status accel_load_model(accel *acc, accel_model *model, const char *path,
                                         int strict);
 
+/* ============================== Training state (save_state) ============================== */
+
+/*
+ * Accelerate's save_state: writes the whole training state into a checkpoint folder so that
+ * accel_load_state on freshly built objects continues the run bit-identically (docs/checkpoint.md
+ * lists the files):
+ *   - every prepared model's fp32 master weights (model.safetensors, model_<i>.safetensors),
+ *   - every prepared optimizer's state and hyper-parameters (optimizer[_<i>].safetensors),
+ *   - every prepared scheduler (scheduler[_<i>].json), the fp16 loss scaler (scaler.json),
+ *   - per process: the accelerator's generator and step counters (random_states_<rank>.json),
+ *     every prepared loader's position (dl_state_dict_rank<rank>.json) and, when saved inside
+ *     an open accumulation window, the gradients accumulated so far
+ *     (gradients_rank<rank>.safetensors),
+ *   - objects registered with accel_register_for_checkpointing (custom_checkpoint_<i>.bin).
+ * Objects are numbered in creation order among the prepared ones of their kind.
+ *   dir: the folder (created; an existing one is replaced atomically), or NULL for automatic
+ *        naming. With automatic_checkpoint_naming the folder is always
+ *        project_dir/checkpoints/checkpoint_<iteration> (a `dir` argument is ignored with a
+ *        warning, as in Accelerate); after the save the iteration counter advances and, with
+ *        total_limit, only the newest total_limit complete checkpoints are kept.
+ * Crash safety: the folder is built in a hidden staging sibling, every file fsynced, the
+ * completion marker accel_checkpoint.json written last, the folder renamed into place and its
+ * parent fsynced; rotation deletes older checkpoints only afterwards. A process killed at any
+ * moment leaves every earlier checkpoint complete.
+ * Save pre-hooks run on every process first. A collective: every process calls it.
+ * Returns ACCEL_OK; ACCEL_EINVAL (dir NULL without automatic naming, automatic naming without
+ * project_dir, the automatic target already exists); ACCEL_EIO naming the file; the first
+ * failure of a hook or registered object; ACCEL_EPEER / ACCEL_ETIMEDOUT. Every process
+ * returns an error when any process failed, and the checkpoint is then not created.
+ */
+ACCEL_API accel_status accel_save_state(accel *acc, const char *dir);
+
+/*
+ * Accelerate's load_state: restores everything accel_save_state wrote into the objects alive
+ * now (built the same way as when saving, prepared), so that the next batch of every loader is
+ * the next unseen batch of the saved epoch and the run continues bit-identically.
+ *   dir: the folder, or NULL with automatic_checkpoint_naming: the newest complete
+ *        checkpoint in project_dir/checkpoints. Loading an automatic checkpoint_<n> sets the
+ *        iteration counter to at least n + 1, so the next save does not collide (Accelerate
+ *        leaves it and the next save fails).
+ * Load pre-hooks run on every process first. Then every file is validated on every process
+ * (the marker complete, each file's header, sizes, names and shapes, the numbers of models,
+ * optimizers, schedulers, loaders and registered objects) before anything is modified: on
+ * failure no object changes. Registered objects' load callbacks run before accel's own state
+ * is applied. Saved with another number of processes: weights, optimizer, schedulers, scaler
+ * and registered objects load; loader positions are rescaled and the resume is not exact
+ * (a warning says so). A collective.
+ * Returns ACCEL_OK; ACCEL_ENOTFOUND (no such folder, no checkpoint yet); ACCEL_ECORRUPT naming
+ * the folder and the file (incomplete or malformed); ACCEL_EINVAL naming what differs from
+ * the live objects (counts, names, shapes, optimizer kind); a hook's or callback's failure;
+ * ACCEL_EPEER / ACCEL_ETIMEDOUT. When any process fails validation every process fails.
+ */
+ACCEL_API accel_status accel_load_state(accel *acc, const char *dir);
+
+/* The folder the last successful accel_save_state / accel_load_state on acc used, or NULL.
+ * Borrowed, valid until the next of those calls or accel_free. */
+ACCEL_API const char *accel_checkpoint_dir(const accel *acc);
+
+/* Accelerate's project_configuration.iteration: the number of the next automatic checkpoint. */
+ACCEL_API int accel_checkpoint_iteration(const accel *acc);
+
+/* Collects the bytes of a registered object's state (see accel_register_for_checkpointing). */
+typedef struct accel_state_writer accel_state_writer;
+
+/* Appends nbytes of `data` (borrowed) to the object's state. Returns ACCEL_OK, ACCEL_EINVAL,
+ * ACCEL_ENOMEM. Only inside a save callback. */
+ACCEL_API accel_status accel_state_write(accel_state_writer *w, const void *data, size_t nbytes);
+
+/* save(ctx, w): write the object's state with accel_state_write. load(ctx, data, nbytes):
+ * restore it from the bytes save wrote (borrowed for the call). Return ACCEL_OK or an error
+ * (which fails the save / load; set a message with the thread's error when possible). */
+typedef accel_status (*accel_state_save_fn)(void *ctx, accel_state_writer *w);
+typedef accel_status (*accel_state_load_fn)(void *ctx, const void *data, size_t nbytes);
+
+/*
+ * Accelerate's register_for_checkpointing: the object (ctx, borrowed until accel_free) becomes
+ * custom_checkpoint_<i>.bin of every later save_state (i = registration order; the main
+ * process calls save) and is restored by load_state on every process. The folder must hold
+ * exactly as many custom checkpoints as objects are registered. Returns ACCEL_OK, ACCEL_EINVAL
+ * (acc, save or load NULL), ACCEL_ENOMEM. Register in the same order on every process.
+ */
+ACCEL_API accel_status accel_register_for_checkpointing(accel *acc, accel_state_save_fn save,
+                                                        accel_state_load_fn load, void *ctx);
+
+/*
+ * Pre-hooks (register_save_state_pre_hook / register_load_state_pre_hook). A save hook runs on
+ * every process at the start of accel_save_state with the folder being built (the staging
+ * folder; files it writes there, from one process, become part of the checkpoint). A load hook
+ * runs on every process at the start of accel_load_state with the folder to load. A failing
+ * hook fails the call. Hooks run in registration order.
+ *   handle: receives an id for accel_remove_state_pre_hook (may be NULL).
+ * Return ACCEL_OK, ACCEL_EINVAL, ACCEL_ENOMEM.
+ */
+typedef accel_status (*accel_state_hook)(accel *acc, const char *dir, void *ctx);
+ACCEL_API accel_status accel_register_save_state_pre_hook(accel *acc, accel_state_hook hook,
+                                                          void *ctx, int *handle);
+ACCEL_API accel_status accel_register_load_state_pre_hook(accel *acc, accel_state_hook hook,
+                                                          void *ctx, int *handle);
+/* Removes a hook by handle (RemovableHandle.remove). ACCEL_ENOTFOUND for an unknown handle. */
+ACCEL_API accel_status accel_remove_state_pre_hook(accel *acc, int handle);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "train_internal.h"
+#include "train_state.h"
 
 struct accel_scheduler {
     accel__object obj;
@@ -375,4 +376,30 @@ double accel_scheduler_get_last_lr(const accel_scheduler *s, int group)
 long long accel_scheduler_last_step(const accel_scheduler *s)
 {
     return s ? s->last_epoch : 0;
+}
+
+/* ---- checkpoint access (src/train/train_state.h) ---- */
+
+void accel__scheduler_get_state(const accel_scheduler *s, accel__sched_state *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->kind = (int)s->o.kind;
+    out->n_groups = s->n_groups;
+    out->last_epoch = s->last_epoch;
+    out->step_count = s->step_count;
+    for (int g = 0; g < s->n_groups; g++) {
+        out->base_lr[g] = s->base_lr[g];
+        out->last_lr[g] = s->last_lr[g];
+    }
+}
+
+void accel__scheduler_set_state(accel_scheduler *s, const accel__sched_state *in)
+{
+    s->last_epoch = in->last_epoch;
+    s->step_count = in->step_count;
+    for (int g = 0; g < s->n_groups && g < in->n_groups; g++) {
+        s->base_lr[g] = in->base_lr[g];
+        s->last_lr[g] = in->last_lr[g];
+        s->opt->groups[g].lr = in->last_lr[g];
+    }
 }
