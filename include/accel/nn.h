@@ -61,6 +61,8 @@ typedef struct nn_tensor {
     const void *use_ctx; /* params: ctx and epoch of the first use in a recorded step */
     uint64_t use_epoch;
     struct nn_tensor *next_ready; /* params: list of params completing at one tape node */
+    /* params: the sink's working-copy callback (nn_param_sink.compute), or NULL */
+    const float *(*sink_compute)(void *ctx, int index, accel_dtype *dtype);
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -91,6 +93,28 @@ ACCEL_API int nn_ctx_set_training(nn_ctx *g, int training);
 ACCEL_API void nn_ctx_set_seed(nn_ctx *g, uint64_t seed);
 ACCEL_API void nn_ctx_set_step(nn_ctx *g, uint64_t step);
 ACCEL_API uint64_t nn_ctx_step(const nn_ctx *g);
+
+/*
+ * Autocast (torch.autocast for CPU kernels). Under a compute dtype ACCEL_BF16 or ACCEL_F16 the
+ * inputs of nn_linear, nn_matmul and nn_causal_attention (also the attention probabilities
+ * before they multiply V) are rounded to that dtype and the products accumulate in fp32; in
+ * backward the incoming gradient is rounded the same way and each gradient contribution
+ * those ops produce is rounded to the dtype before it is added (in fp32) to its destination,
+ * so a parameter's gradient per backward is what a bf16/fp16 kernel would produce (fp16 can
+ * overflow to inf) while accumulation across micro-steps stays fp32. Everything else
+ * (softmax, layernorm, activations, losses, reductions) runs in fp32 and every tensor handed
+ * back is fp32 (Accelerate's convert_outputs_to_fp32). Parameters with a working copy (a
+ * model prepared under mixed precision) are read from it instead of being rounded per use.
+ *   mode: NN_AUTOCAST_AUTO (the default): off until an op uses a parameter whose sink has a
+ *         mixed-precision working copy (nn_model_sink of a model under bf16/fp16, i.e. the
+ *         prepared model's forward is autocast as Accelerate wraps it), then that dtype for
+ *         the rest of the ctx's life; ACCEL_F32: off; ACCEL_BF16 / ACCEL_F16: on.
+ * Returns the previous mode; an invalid mode is ignored (returns the current one).
+ */
+#define NN_AUTOCAST_AUTO (-1)
+ACCEL_API int nn_ctx_set_autocast(nn_ctx *g, int mode);
+/* The dtype ops run in now: ACCEL_F32 (off), ACCEL_BF16 or ACCEL_F16. */
+ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
 
 /* Arena statistics: bytes reserved, bytes in use, blocks, and how many times the arena had to
  * allocate a new block since creation (constant from step 2 in a steady loop). */
@@ -260,6 +284,11 @@ typedef struct nn_param_sink {
     void *ctx;
     int (*declare)(void *ctx, const char *name, int ndim, const int64_t *shape);
     accel_status (*bind)(void *ctx, int index, float **data, float **grad);
+    /* Optional (may be NULL): the parameter's mixed-precision working copy, numel fp32 values
+     * already rounded to *dtype (ACCEL_BF16 / ACCEL_F16), or NULL when it has none or it is
+     * not valid now. Consulted at every autocast use, so it may change between steps. A sink
+     * whose *dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
+    const float *(*compute)(void *ctx, int index, accel_dtype *dtype);
 } nn_param_sink;
 
 /* Weight initialisations applied by nn_params_init. */
@@ -450,6 +479,17 @@ ACCEL_API accel_status nn_params_for_model(nn_params **out, accel_model *model);
  * failure, or accel_backward_end's (ACCEL_EPEER / ACCEL_ETIMEDOUT).
  */
 ACCEL_API accel_status accel_backward(accel *acc, nn_tensor *loss);
+
+/*
+ * Accelerate's accelerator.autocast(autocast_handler) as a begin/end pair around user code
+ * that runs nn ops on g: enabled 1 applies acc's mixed precision (bf16 / fp16; no effect
+ * under "no"), enabled 0 locally disables autocast (AutocastKwargs(enabled=False)), also
+ * inside the automatically autocast forward of a prepared model. Pairs nest up to 8 deep.
+ * Returns ACCEL_OK; ACCEL_EINVAL (NULL argument); ACCEL_ESTATE (too deep, or end without
+ * begin). Same thread as g.
+ */
+ACCEL_API accel_status accel_autocast_begin(accel *acc, nn_ctx *g, int enabled);
+ACCEL_API accel_status accel_autocast_end(accel *acc, nn_ctx *g);
 
 #ifdef __cplusplus
 }

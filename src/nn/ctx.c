@@ -27,6 +27,8 @@ accel_status nn_ctx_new(nn_ctx **out)
     g->grad_enabled = 1;
     g->training = 1;
     g->epoch = 1;
+    g->autocast_mode = NN_AUTOCAST_AUTO;
+    g->autocast_auto = ACCEL_F32;
     *out = g;
     return ACCEL_OK;
 }

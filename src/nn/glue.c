@@ -8,6 +8,7 @@
  * parameters only as (data, grad, index) views.
  */
 #include "accel/accel.h"
+#include "core/profile.h"
 #include "nn_internal.h"
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
@@ -32,9 +33,20 @@ static accel_status model_bind(void *ctx, int index, float **data, float **grad)
     return ACCEL_OK;
 }
 
+/* The parameter's slice of the model's mixed-precision working copy (NULL until prepare
+ * has made it valid); *dtype says which precision the model computes in. */
+static const float *model_compute(void *ctx, int index, accel_dtype *dtype)
+{
+    accel_model *m = ctx;
+    *dtype = accel_model_compute_dtype(m);
+    const float *c = accel_model_compute(m);
+    const accel_param *p = accel_model_param(m, index);
+    return (c == NULL || p == NULL) ? NULL : c + p->offset;
+}
+
 nn_param_sink nn_model_sink(accel_model *model)
 {
-    nn_param_sink s = {model, model_declare, model_bind};
+    nn_param_sink s = {model, model_declare, model_bind, model_compute};
     return s;
 }
 
@@ -62,6 +74,7 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward: acc is NULL");
     }
+    accel__prof_begin(acc, "backward", ACCEL__PROF_NN);
     double seed = accel_backward_begin(acc);
     nn_backward_hooks hooks = {acc, grad_ready};
     accel_status st = nn_backward(loss, (float)seed, &hooks);
@@ -70,5 +83,40 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     }
     /* End the pass even after a failure so the model's backward state is closed. */
     accel_status end = accel_backward_end(acc);
+    accel__prof_end(acc);
     return st != ACCEL_OK ? st : end;
+}
+
+accel_status accel_autocast_begin(accel *acc, nn_ctx *g, int enabled)
+{
+    if (acc == NULL || g == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_autocast_begin: acc and ctx needed");
+    }
+    int depth = (int)(sizeof(g->autocast_saved) / sizeof(g->autocast_saved[0]));
+    if (g->autocast_depth >= depth) {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_autocast_begin: nested more than %d deep",
+                             depth);
+    }
+    g->autocast_saved[g->autocast_depth++] = g->autocast_mode;
+    accel_precision mp = accel_mixed_precision(acc);
+    int mode = ACCEL_F32;
+    if (enabled && mp == ACCEL_PRECISION_BF16) {
+        mode = ACCEL_BF16;
+    } else if (enabled && mp == ACCEL_PRECISION_FP16) {
+        mode = ACCEL_F16;
+    }
+    g->autocast_mode = mode;
+    return ACCEL_OK;
+}
+
+accel_status accel_autocast_end(accel *acc, nn_ctx *g)
+{
+    if (acc == NULL || g == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_autocast_end: acc and ctx needed");
+    }
+    if (g->autocast_depth == 0) {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_autocast_end without accel_autocast_begin");
+    }
+    g->autocast_mode = g->autocast_saved[--g->autocast_depth];
+    return ACCEL_OK;
 }

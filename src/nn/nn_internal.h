@@ -86,6 +86,12 @@ struct nn_ctx {
     int backward_done; /* next allocation resets */
     accel_status first_err;
     char first_msg[256];
+    /* Autocast: the explicit mode (NN_AUTOCAST_AUTO or a dtype), the dtype AUTO learned from
+     * a parameter's sink, and the accel_autocast_begin stack of saved modes. */
+    int autocast_mode;
+    accel_dtype autocast_auto;
+    int autocast_depth;
+    int autocast_saved[8];
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
@@ -115,6 +121,25 @@ int accel__nn_dim(const nn_tensor *x, int dim);
 /* Formats a shape as "[2, 3]" into buf. */
 const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes);
 int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b);
+
+/* ---- autocast (autocast.c) ---- */
+
+/* The dtype autocast ops run in now (ACCEL_F32 when off). */
+static inline accel_dtype nn__autocast(const nn_ctx *g)
+{
+    return g->autocast_mode == NN_AUTOCAST_AUTO ? g->autocast_auto : (accel_dtype)g->autocast_mode;
+}
+/* AUTO learns the dtype from a parameter whose sink has a mixed-precision working copy. */
+void accel__nn_autocast_note(nn_ctx *g, const nn_tensor *t);
+/* dst[i] = round_dt(src[i]) (dst may equal src); dst[i] += round_dt(src[i]). dt is ACCEL_BF16
+ * or ACCEL_F16. Vectorised through the library's converters, OpenMP for large n. */
+void accel__nn_round(accel_dtype dt, float *dst, const float *src, int64_t n);
+void accel__nn_add_rounded(accel_dtype dt, float *dst, const float *src, int64_t n);
+/* The values of contiguous t rounded to dt: a parameter's valid working copy of that dtype
+ * (no copy), else a rounded arena copy. NULL on OOM (ctx error set). */
+const float *accel__nn_cast(nn_ctx *g, const nn_tensor *t, accel_dtype dt);
+/* An uninitialised / zeroed arena scratch of n floats (NULL + ctx error on OOM). */
+float *accel__nn_scratch(nn_ctx *g, int64_t n, int zero);
 
 /* ---- counter-based RNG (splitmix64 finaliser): stateless, thread-count independent ---- */
 static inline uint64_t nn__mix64(uint64_t z)

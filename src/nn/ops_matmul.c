@@ -19,6 +19,47 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
+/*
+ * C += op(A) op(B) for a gradient contribution. In fp32 that is sgemm with beta = 1; under
+ * autocast the product goes to scratch and is rounded to dt before the fp32 add, as the
+ * output of a bf16 / fp16 kernel would be. Returns 0 on OOM (ctx error set).
+ */
+static int gemm_acc(nn_ctx *g, accel_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                    float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
+                    int64_t ldc)
+{
+    if (dt == ACCEL_F32) {
+        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+        return 1;
+    }
+    float *tmp = accel__nn_scratch(g, M * N, 0);
+    if (tmp == NULL) {
+        return 0;
+    }
+    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N);
+    if (ldc == N) {
+        accel__nn_add_rounded(dt, C, tmp, M * N);
+    } else {
+        for (int64_t r = 0; r < M; r++) {
+            accel__nn_add_rounded(dt, C + r * ldc, tmp + r * N, N);
+        }
+    }
+    return 1;
+}
+
+/* The incoming gradient as an autocast kernel reads it: rounded to dt (a copy), or as is. */
+static const float *grad_in(nn_ctx *g, accel_dtype dt, const float *gy, int64_t n)
+{
+    if (dt == ACCEL_F32) {
+        return gy;
+    }
+    float *r = accel__nn_scratch(g, n, 0);
+    if (r != NULL) {
+        accel__nn_round(dt, r, gy, n);
+    }
+    return r;
+}
+
 /* ---- linear ---- */
 
 static void linear_backward(nn_ctx *g, nn_node *n)
@@ -26,28 +67,41 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     nn_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     int64_t M = n->i[0], in = n->i[1], out = n->i[2];
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT;
-    const float *gy = n->out->grad;
+    accel_dtype dt = (accel_dtype)n->i[4];
+    /* Under autocast the forward's rounded operands (p[0], p[1]) are what the kernel saw. */
+    const float *xd = n->p[0] ? n->p[0] : x->data, *wd = n->p[1] ? n->p[1] : w->data;
+    const float *gy = grad_in(g, dt, n->out->grad, M * out);
     float *gx = accel__nn_grad(g, x);
     float *gw = accel__nn_grad(g, w);
     float *gb = b ? accel__nn_grad(g, b) : NULL;
+    if (gy == NULL) {
+        return;
+    }
     if (gx != NULL) {
         if (in_out) {
-            gemm(0, 1, M, in, out, 1.0f, gy, out, w->data, out, 1.0f, gx, in);
+            gemm_acc(g, dt, 0, 1, M, in, out, 1.0f, gy, out, wd, out, gx, in);
         } else {
-            gemm(0, 0, M, in, out, 1.0f, gy, out, w->data, in, 1.0f, gx, in);
+            gemm_acc(g, dt, 0, 0, M, in, out, 1.0f, gy, out, wd, in, gx, in);
         }
     }
     if (gw != NULL) {
         if (in_out) {
-            gemm(1, 0, in, out, M, 1.0f, x->data, in, gy, out, 1.0f, gw, out);
+            gemm_acc(g, dt, 1, 0, in, out, M, 1.0f, xd, in, gy, out, gw, out);
         } else {
-            gemm(1, 0, out, in, M, 1.0f, gy, out, x->data, in, 1.0f, gw, in);
+            gemm_acc(g, dt, 1, 0, out, in, M, 1.0f, gy, out, xd, in, gw, in);
         }
     }
     if (gb != NULL) {
+        float *sum = dt == ACCEL_F32 ? gb : accel__nn_scratch(g, out, 1);
+        if (sum == NULL) {
+            return;
+        }
         for (int64_t r = 0; r < M; r++) {
             const float *gr = gy + r * out;
-            NN_SIMD for (int64_t j = 0; j < out; j++) gb[j] += gr[j];
+            NN_SIMD for (int64_t j = 0; j < out; j++) sum[j] += gr[j];
+        }
+        if (dt != ACCEL_F32) {
+            accel__nn_add_rounded(dt, gb, sum, out);
         }
     }
 }
@@ -85,17 +139,27 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     if (y == NULL) {
         return NULL;
     }
+    accel_dtype dt = nn__autocast(g);
+    const float *xd = x->data, *wd = w->data, *bd = bias ? bias->data : NULL;
+    if (dt != ACCEL_F32) {
+        xd = accel__nn_cast(g, x, dt);
+        wd = accel__nn_cast(g, w, dt);
+        bd = bias ? accel__nn_cast(g, bias, dt) : NULL;
+        if (xd == NULL || wd == NULL || (bias != NULL && bd == NULL)) {
+            return NULL;
+        }
+    }
     float beta = 0.0f;
     if (bias != NULL) {
         for (int64_t r = 0; r < M; r++) {
-            memcpy(y->data + r * out, bias->data, (size_t)out * sizeof(float));
+            memcpy(y->data + r * out, bd, (size_t)out * sizeof(float));
         }
         beta = 1.0f;
     }
     if (in_out) {
-        gemm(0, 0, M, out, in, 1.0f, x->data, in, w->data, out, beta, y->data, out);
+        gemm(0, 0, M, out, in, 1.0f, xd, in, wd, out, beta, y->data, out);
     } else {
-        gemm(0, 1, M, out, in, 1.0f, x->data, in, w->data, in, beta, y->data, out);
+        gemm(0, 1, M, out, in, 1.0f, xd, in, wd, in, beta, y->data, out);
     }
     nn_tensor *ins[3] = {x, w, bias};
     if (accel__nn_needs_grad(g, ins, 3)) {
@@ -107,6 +171,9 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
         n->i[1] = in;
         n->i[2] = out;
         n->i[3] = layout;
+        n->i[4] = dt;
+        n->p[0] = dt != ACCEL_F32 ? (void *)xd : NULL;
+        n->p[1] = dt != ACCEL_F32 ? (void *)wd : NULL;
     }
     return y;
 }
@@ -118,26 +185,33 @@ static void matmul_backward(nn_ctx *g, nn_node *n)
     nn_tensor *a = n->in[0], *b = n->in[1];
     int64_t batch = n->i[0], M = n->i[1], K = n->i[2], N = n->i[3];
     int b2d = (int)n->i[4];
-    const float *gy = n->out->grad;
+    accel_dtype dt = (accel_dtype)n->i[5];
+    const float *ad = n->p[0] ? n->p[0] : a->data, *bd = n->p[1] ? n->p[1] : b->data;
+    const float *gy = grad_in(g, dt, n->out->grad, batch * M * N);
     float *ga = accel__nn_grad(g, a);
     float *gb = accel__nn_grad(g, b);
+    if (gy == NULL) {
+        return;
+    }
     if (b2d) {
         /* One product over all batch rows at once. */
         if (ga != NULL) {
-            gemm(0, 1, batch * M, K, N, 1.0f, gy, N, b->data, N, 1.0f, ga, K);
+            gemm_acc(g, dt, 0, 1, batch * M, K, N, 1.0f, gy, N, bd, N, ga, K);
         }
         if (gb != NULL) {
-            gemm(1, 0, K, N, batch * M, 1.0f, a->data, K, gy, N, 1.0f, gb, N);
+            gemm_acc(g, dt, 1, 0, K, N, batch * M, 1.0f, ad, K, gy, N, gb, N);
         }
         return;
     }
     for (int64_t i = 0; i < batch; i++) {
         const float *gyi = gy + i * M * N;
-        if (ga != NULL) {
-            gemm(0, 1, M, K, N, 1.0f, gyi, N, b->data + i * K * N, N, 1.0f, ga + i * M * K, K);
+        if (ga != NULL &&
+            !gemm_acc(g, dt, 0, 1, M, K, N, 1.0f, gyi, N, bd + i * K * N, N, ga + i * M * K, K)) {
+            return;
         }
-        if (gb != NULL) {
-            gemm(1, 0, K, N, M, 1.0f, a->data + i * M * K, K, gyi, N, 1.0f, gb + i * K * N, N);
+        if (gb != NULL &&
+            !gemm_acc(g, dt, 1, 0, K, N, M, 1.0f, ad + i * M * K, K, gyi, N, gb + i * K * N, N)) {
+            return;
         }
     }
 }
@@ -178,11 +252,20 @@ nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     if (y == NULL) {
         return NULL;
     }
+    accel_dtype dt = nn__autocast(g);
+    const float *ad = a->data, *bd = b->data;
+    if (dt != ACCEL_F32) {
+        ad = accel__nn_cast(g, a, dt);
+        bd = accel__nn_cast(g, b, dt);
+        if (ad == NULL || bd == NULL) {
+            return NULL;
+        }
+    }
     if (b2d) {
-        gemm(0, 0, batch * M, N, K, 1.0f, a->data, K, b->data, N, 0.0f, y->data, N);
+        gemm(0, 0, batch * M, N, K, 1.0f, ad, K, bd, N, 0.0f, y->data, N);
     } else {
         for (int64_t i = 0; i < batch; i++) {
-            gemm(0, 0, M, N, K, 1.0f, a->data + i * M * K, K, b->data + i * K * N, N, 0.0f,
+            gemm(0, 0, M, N, K, 1.0f, ad + i * M * K, K, bd + i * K * N, N, 0.0f,
                  y->data + i * M * N, N);
         }
     }
@@ -197,6 +280,9 @@ nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
         n->i[2] = K;
         n->i[3] = N;
         n->i[4] = b2d;
+        n->i[5] = dt;
+        n->p[0] = dt != ACCEL_F32 ? (void *)ad : NULL;
+        n->p[1] = dt != ACCEL_F32 ? (void *)bd : NULL;
     }
     return y;
 }
@@ -241,7 +327,8 @@ static void attn_backward(nn_ctx *g, nn_node *n)
 {
     attn_dims d = {n->i[0], n->i[1], n->i[2], n->i[3],
                    n->i[4], n->f[0], n->f[1], (uint64_t)n->i[5]};
-    const float *qkv = n->in[0]->data, *out = n->out->data, *gy = n->out->grad;
+    accel_dtype dt = (accel_dtype)n->i[6];
+    const float *qkv = n->p[2] ? n->p[2] : n->in[0]->data, *out = n->out->data;
     const float *lse = n->p[0];
     float *scratch = n->p[1];
     float *gqkv = accel__nn_grad(g, n->in[0]);
@@ -250,6 +337,13 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     }
     int64_t T = d.T, C3 = 3 * d.C, per = 3 * T * T + T;
     int64_t nbh = d.B * d.H;
+    /* Autocast: dO is read rounded, and the q/k/v gradients (one product each per head, so
+     * disjoint) go to a zeroed buffer first, rounded into gqkv after the loop. */
+    const float *gy = grad_in(g, dt, n->out->grad, d.B * T * d.C);
+    float *gdst = dt == ACCEL_F32 ? gqkv : accel__nn_scratch(g, d.B * T * C3, 1);
+    if (gy == NULL || gdst == NULL) {
+        return;
+    }
 #ifdef ACCEL_HAVE_OPENMP
 #pragma omp parallel for schedule(dynamic, 1) if (nbh > 1 && T * T * d.hd > 32768)
 #endif
@@ -258,7 +352,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
         float *P = scratch + nn__thread() * per, *Pd = P + T * T, *dP = Pd + T * T;
         float *D = dP + T * T;
         const float *q = qkv + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
-        float *gq = gqkv + b * T * C3 + h * d.hd, *gk = gq + d.C, *gv = gq + 2 * d.C;
+        float *gq = gdst + b * T * C3 + h * d.hd, *gk = gq + d.C, *gv = gq + 2 * d.C;
         const float *dO = gy + b * T * d.C + h * d.hd, *O = out + b * T * d.C + h * d.hd;
         gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, P, T);
         for (int64_t t = 0; t < T; t++) {
@@ -281,6 +375,13 @@ static void attn_backward(nn_ctx *g, nn_node *n)
             }
             Pused = Pd;
         }
+        if (dt != ACCEL_F32) {
+            /* P (and P' as the forward rounded it) enter the products in low precision. */
+            accel__nn_round(dt, P, P, T * T);
+            if (d.p > 0.0f) {
+                accel__nn_round(dt, Pd, Pd, T * T);
+            }
+        }
         /* dP' = dO V^T; dV += P'^T dO. */
         gemm(0, 1, T, T, d.hd, 1.0f, dO, d.C, v, C3, 0.0f, dP, T);
         gemm(1, 0, T, d.hd, T, 1.0f, Pused, T, dO, d.C, 1.0f, gv, C3);
@@ -294,8 +395,14 @@ static void attn_backward(nn_ctx *g, nn_node *n)
                 ds[j] = 0.0f;
             }
         }
+        if (dt != ACCEL_F32) {
+            accel__nn_round(dt, dP, dP, T * T);
+        }
         gemm(0, 0, T, d.hd, T, d.scale, dP, T, k, C3, 1.0f, gq, C3);
         gemm(1, 0, T, d.hd, T, d.scale, dP, T, q, C3, 1.0f, gk, C3);
+    }
+    if (dt != ACCEL_F32) {
+        accel__nn_add_rounded(dt, gqkv, gdst, d.B * T * C3);
     }
 }
 
@@ -336,13 +443,18 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
     if (y == NULL || lse == NULL || scratch == NULL) {
         return NULL;
     }
+    accel_dtype dt = nn__autocast(g);
+    const float *qkvd = dt == ACCEL_F32 ? qkv->data : accel__nn_cast(g, qkv, dt);
+    if (qkvd == NULL) {
+        return NULL;
+    }
 #ifdef ACCEL_HAVE_OPENMP
 #pragma omp parallel for schedule(dynamic, 1) if (nbh > 1 && T * T * d.hd > 32768)
 #endif
     for (int64_t bh = 0; bh < nbh; bh++) {
         int64_t b = bh / d.H, h = bh % d.H;
         float *S = scratch + nn__thread() * per;
-        const float *q = qkv->data + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
+        const float *q = qkvd + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
         gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, S, T);
         for (int64_t t = 0; t < T; t++) {
             lse[bh * T + t] = causal_softmax_row(S + t * T, t, T);
@@ -351,6 +463,9 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
                     S[t * T + j] *= attn_keep(&d, bh, t, j);
                 }
             }
+        }
+        if (dt != ACCEL_F32) {
+            accel__nn_round(dt, S, S, T * T); /* probabilities enter P V in low precision */
         }
         gemm(0, 0, T, d.hd, T, 1.0f, S, T, v, C3, 0.0f, y->data + b * T * d.C + h * d.hd, d.C);
     }
@@ -369,6 +484,8 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
         n->f[1] = d.p;
         n->p[0] = lse;
         n->p[1] = scratch;
+        n->i[6] = dt;
+        n->p[2] = dt != ACCEL_F32 ? (void *)qkvd : NULL;
     }
     return y;
 }

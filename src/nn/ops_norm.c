@@ -375,6 +375,9 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
     if (weight == NULL) {
         return NULL;
     }
+    if (weight->sink_compute != NULL) {
+        accel__nn_autocast_note(g, weight); /* a model's forward usually starts here */
+    }
     if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
         (ndim > 0 && shape == NULL)) {
         return accel__nn_fail(g, ACCEL_EINVAL,

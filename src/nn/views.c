@@ -54,6 +54,9 @@ static void copy_backward(nn_ctx *g, nn_node *n)
 
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
 {
+    if (x != NULL && x->sink_compute != NULL) {
+        accel__nn_autocast_note(g, x);
+    }
     if (x == NULL || nn_is_contiguous(x)) {
         return x;
     }
