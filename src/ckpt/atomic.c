@@ -616,6 +616,11 @@ static accel_status delete_checkpoint(const char *dir)
 
 accel_status accel__ckpt_rotate(const char *base, int total_limit)
 {
+    return accel__ckpt_rotate_keep(base, total_limit, -1);
+}
+
+accel_status accel__ckpt_rotate_keep(const char *base, int total_limit, int64_t keep)
+{
     /* Leftovers of deletions interrupted by a crash are garbage whatever the limit. */
     DIR *d = opendir(base);
     if (d != NULL) {
@@ -637,9 +642,22 @@ accel_status accel__ckpt_rotate(const char *base, int total_limit)
     int64_t *its = NULL;
     size_t n = 0;
     ACCEL_TRY(accel__ckpt_list(base, &its, &n));
+    /* The checkpoint just written counts toward the limit but is never a candidate, even when
+     * a reset counter gave it a lower number than older ones. */
+    size_t w = 0;
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (its[i] == keep) {
+            kept = 1;
+        } else {
+            its[w++] = its[i];
+        }
+    }
+    n = w;
+    size_t limit = (size_t)total_limit - (size_t)kept;
     accel_status st = ACCEL_OK;
-    /* Oldest first; the loop bound keeps the newest `total_limit` (at least the newest one). */
-    for (size_t i = 0; st == ACCEL_OK && i + (size_t)total_limit < n; i++) {
+    /* Oldest first; the loop bound keeps the newest `limit` others (at least the newest one). */
+    for (size_t i = 0; st == ACCEL_OK && i + limit < n; i++) {
         char name[48];
         snprintf(name, sizeof name, "checkpoint_%lld", (long long)its[i]);
         char *p = accel__path_join(base, name);

@@ -101,5 +101,8 @@ accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count);
  * place: the newest complete checkpoint is never deleted. total_limit <= 0: keep all.
  */
 accel_status accel__ckpt_rotate(const char *base, int total_limit);
+/* As accel__ckpt_rotate, but checkpoint_<keep> (the one just saved; -1: none) is never deleted
+ * and counts toward total_limit; the others are deleted oldest first. */
+accel_status accel__ckpt_rotate_keep(const char *base, int total_limit, int64_t keep);
 
 #endif /* ACCEL_CKPT_ATOMIC_H */

@@ -278,7 +278,9 @@ accel_status accel_save_state(accel *acc, const char *dir)
     int automatic = acc->opt.automatic_checkpoint_naming == 1;
     char *base = NULL, *target = NULL;
     if (automatic) {
-        if (dir != NULL && acc->rank == 0) {
+        static int warned; /* once per process: the argument is usually constant */
+        if (dir != NULL && acc->rank == 0 && !warned) {
+            warned = 1;
             accel__log(ACCEL__LOG_WARN,
                        "%s: automatic_checkpoint_naming is on: %s is ignored (as in Accelerate)",
                        who, dir);
@@ -339,7 +341,7 @@ accel_status accel_save_state(accel *acc, const char *dir)
         st = extra ? accel__stage_commit(&stage, extra) : ACCEL_ENOMEM;
         free(extra); /* json_dumps: the C allocator */
         if (st == ACCEL_OK && automatic) {
-            st = accel__ckpt_rotate(base, acc->opt.total_limit);
+            st = accel__ckpt_rotate_keep(base, acc->opt.total_limit, acc->opt.iteration);
         }
     } else if (st != ACCEL_OK && writer) {
         accel__stage_discard(&stage);
