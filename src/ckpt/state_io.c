@@ -206,14 +206,9 @@ double accel__st_jreal(const json_t *o, const char *key, int *bad)
 
 static int has_scaler(accel *acc)
 {
-#ifdef ACCEL__HAVE_SCALER_STATE
     double scale;
     long long tracker;
     return accel__scaler_get(acc, &scale, &tracker);
-#else
-    (void)acc;
-    return 0;
-#endif
 }
 
 void accel__state_info_now(accel *acc, const accel__state_objs *o, accel__state_info *info)
@@ -413,7 +408,6 @@ static accel_status write_scheduler(const accel_scheduler *s, const char *dir, i
 
 static accel_status write_scaler(accel *acc, const char *dir)
 {
-#ifdef ACCEL__HAVE_SCALER_STATE
     double scale = 0;
     long long tracker = 0;
     accel__scaler_get(acc, &scale, &tracker);
@@ -423,11 +417,6 @@ static accel_status write_scaler(accel *acc, const char *dir)
                                 o->growth_factor, "backoff_factor", o->backoff_factor,
                                 "growth_interval", o->growth_interval, "_growth_tracker",
                                 (json_int_t)tracker));
-#else
-    (void)acc;
-    (void)dir;
-    return ACCEL_OK;
-#endif
 }
 
 struct accel_state_writer {

@@ -270,8 +270,14 @@ static accel_status plan_sched(accel__state_plan *p, const char *dir, int i)
     return st;
 }
 
-static accel_status plan_scaler(accel__state_plan *p, const char *dir)
+static accel_status plan_scaler(accel *acc, accel__state_plan *p, const char *dir)
 {
+    if (acc->opt.mixed_precision != ACCEL_PRECISION_FP16) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "checkpoint %s: scaler.json holds an fp16 loss scaler but "
+                             "mixed_precision is %s now",
+                             dir, accel_precision_name(acc->opt.mixed_precision));
+    }
     json_t *j = NULL;
     ACCEL_TRY(accel__st_read_json(dir, "scaler.json", &j));
     int bad = 0;
@@ -428,7 +434,7 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
         st = plan_sched(p, dir, i);
     }
     if (st == ACCEL_OK && p->info.has_scaler) {
-        st = plan_scaler(p, dir);
+        st = plan_scaler(acc, p, dir);
     }
     for (int i = 0; st == ACCEL_OK && i < o->n_custom; i++) {
         st = plan_custom(p, dir, i);
@@ -479,9 +485,7 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     for (int i = 0; i < p->o.n_models; i++) {
         accel_model *m = p->o.models[i];
         copy_params(p->models[i], "", m, m->master);
-#ifdef ACCEL__HAVE_SCALER_STATE
         accel__model_refresh_compute(m);
-#endif
     }
     for (int i = 0; i < p->o.n_opts; i++) {
         accel_optimizer *opt = p->o.opts[i];
@@ -514,11 +518,9 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     for (int i = 0; i < p->o.n_scheds; i++) {
         accel__scheduler_set_state(p->o.scheds[i], &p->scheds[i]);
     }
-#ifdef ACCEL__HAVE_SCALER_STATE
     if (p->has_scaler) {
-        accel__scaler_set(acc, p->scale, p->growth_tracker);
+        (void)accel__scaler_set(acc, p->scale, p->growth_tracker); /* checked in plan_scaler */
     }
-#endif
     if (p->grads != NULL) {
         for (int i = 0; i < p->o.n_models; i++) {
             char prefix[32];

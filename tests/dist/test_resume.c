@@ -120,8 +120,12 @@ static float step(accel *acc, run *r, const accel_batch *b, counter *c)
     const accel_tensor *x = accel_batch_field(b, "x"), *y = accel_batch_field(b, "y");
     const float *X = x->data, *Y = y->data;
     int64_t B = b->rows;
-    float *W1 = accel_model_param(r->m, r->w1)->data, *B1 = accel_model_param(r->m, r->b1)->data;
-    float *W2 = accel_model_param(r->m, r->w2)->data, *B2 = accel_model_param(r->m, r->b2)->data;
+    /* The working copy: the master in fp32, its bf16/fp16 rounding under mixed precision. */
+    const float *cw = accel_model_compute(r->m);
+    const float *W1 = cw + accel_model_param(r->m, r->w1)->offset;
+    const float *B1 = cw + accel_model_param(r->m, r->b1)->offset;
+    const float *W2 = cw + accel_model_param(r->m, r->w2)->offset;
+    const float *B2 = cw + accel_model_param(r->m, r->b2)->offset;
     float *gW1 = accel_model_param(r->m, r->w1)->grad, *gB1 = accel_model_param(r->m, r->b1)->grad;
     float *gW2 = accel_model_param(r->m, r->w2)->grad, *gB2 = accel_model_param(r->m, r->b2)->grad;
     CHECK_OK(acc, accel_accumulate(acc, r->m));
@@ -194,6 +198,8 @@ static void train(accel *acc, run *r, counter *c, float *losses, const int *save
             uint64_t k = c->step;
             CHECK(k < MAX_STEPS);
             losses[k] = step(acc, r, b, c);
+            /* The fp16 loss scale (grows every 2 clean steps here) must resume too. */
+            losses[MAX_STEPS + k] = (float)accel_loss_scale(acc);
             for (int i = 0; i < n_save; i++) {
                 if ((int)c->step == save_at[i]) {
                     CHECK_OK(acc, accel_save_state(acc, dirs[i]));
@@ -209,13 +215,10 @@ static void snapshot(run *r, float *w)
     memcpy(w, accel_model_master(r->m), accel_model_numel(r->m) * sizeof(float));
 }
 
+static void test_precision(accel_precision prec);
+
 int main(void)
 {
-    accel_options o = accel_options_default();
-    o.gradient_accumulation_steps = 3;
-    accel *acc;
-    CHECK_OK(NULL, accel_init(&acc, &o));
-    int rank = accel_process_index(acc);
     for (int i = 0; i < N_SAMPLES * D_IN; i++) {
         xs[i] = (float)((double)(mix(1000 + (uint64_t)i) >> 11) / 9007199254740992.0 * 2 - 1);
     }
@@ -223,18 +226,34 @@ int main(void)
         ys[i * 2] = xs[i * D_IN] * 0.7f - xs[i * D_IN + 3];
         ys[i * 2 + 1] = tanhf(xs[i * D_IN + 5] + xs[i * D_IN + 1]);
     }
+    test_precision(ACCEL_PRECISION_NO);
+    test_precision(ACCEL_PRECISION_BF16);
+    test_precision(ACCEL_PRECISION_FP16);
+    return 0;
+}
+
+static void test_precision(accel_precision prec)
+{
+    accel_options o = accel_options_default();
+    o.gradient_accumulation_steps = 3;
+    o.mixed_precision = prec;
+    o.growth_interval = 2;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    int rank = accel_process_index(acc);
     counter c = {0};
     CHECK_OK(acc, accel_register_for_checkpointing(acc, counter_save, counter_load, &c));
 
     char dirs[2][256];
     for (int i = 0; i < 2; i++) {
-        snprintf(dirs[i], sizeof dirs[i], "/tmp/accel_test_resume_%d/ckpt_%d", (int)getppid(), i);
+        snprintf(dirs[i], sizeof dirs[i], "/tmp/accel_test_resume_%d/%s_%d", (int)getppid(),
+                 accel_precision_name(prec), i);
     }
     /* 15 (1 process) or 8 (2 processes) batches per epoch: step 7 is mid-epoch inside an
      * accumulation window; step 15 ends epoch 0 (1 process) or is mid-epoch 1 (2). */
     const int save_at[2] = {7, 15};
 
-    float ref_loss[MAX_STEPS] = {0}, ref_w[D_H * D_IN + D_H + D_OUT * D_H + D_OUT];
+    float ref_loss[2 * MAX_STEPS] = {0}, ref_w[D_H * D_IN + D_H + D_OUT * D_H + D_OUT];
     run r;
     CHECK_OK(acc, accel_set_seed(acc, 1234, 1));
     build(acc, &r, 42);
@@ -252,7 +271,7 @@ int main(void)
         CHECK_OK(acc, accel_load_state(acc, dirs[s]));
         CHECK(strcmp(accel_checkpoint_dir(acc), dirs[s]) == 0);
         CHECK(c.step == (uint64_t)save_at[s]);
-        float loss[MAX_STEPS] = {0}, w[sizeof ref_w / sizeof ref_w[0]];
+        float loss[2 * MAX_STEPS] = {0}, w[sizeof ref_w / sizeof ref_w[0]];
         train(acc, &r, &c, loss, NULL, NULL, 0);
         CHECK_MSG((int)c.step == total, "resumed run took %d steps, reference %d", (int)c.step,
                   total);
@@ -260,6 +279,9 @@ int main(void)
             CHECK_MSG(memcmp(&loss[k], &ref_loss[k], sizeof(float)) == 0,
                       "rank %d resume from step %d: loss at step %d is %.9g, reference %.9g", rank,
                       save_at[s], k, loss[k], ref_loss[k]);
+            CHECK_MSG(loss[MAX_STEPS + k] == ref_loss[MAX_STEPS + k],
+                      "rank %d resume from step %d: loss scale at step %d is %g, reference %g",
+                      rank, save_at[s], k, loss[MAX_STEPS + k], ref_loss[MAX_STEPS + k]);
         }
         snapshot(&r, w);
         CHECK_MSG(memcmp(w, ref_w, sizeof w) == 0, "rank %d: final weights differ (resume at %d)",
@@ -273,6 +295,6 @@ int main(void)
         CHECK(system(cmd) == 0);
     }
     accel_free(acc);
-    printf("resume: ok (%d steps, saved at %d and %d)\n", total, save_at[0], save_at[1]);
-    return 0;
+    printf("resume %s: ok (%d steps, saved at %d and %d)\n", accel_precision_name(prec), total,
+           save_at[0], save_at[1]);
 }
