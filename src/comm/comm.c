@@ -26,7 +26,6 @@ struct accel_work {
     accel__coll op;
     _Atomic int done;
     accel_status st;
-    int user_owned;               /* async handle (else a blocking caller's stack object) */
     struct accel_work *next;      /* queue link, or free-list link */
     struct accel_work *prev_live; /* user-owned handles not yet freed */
     struct accel_work *next_live;
@@ -348,7 +347,6 @@ static accel_work *work_alloc(accel__comm *c)
     memset(w, 0, offsetof(accel_work, msg));
     w->msg[0] = '\0';
     w->comm = c;
-    w->user_owned = 1;
     w->next_live = c->live;
     if (c->live != NULL) {
         c->live->prev_live = w;
