@@ -17,8 +17,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "fs.h"
 #include "profile.h"
-#include "track/track_internal.h"
 
 int accel__prof_on;
 static unsigned prof_generation;
@@ -211,7 +211,7 @@ accel_status accel_profile_begin(accel *acc, const char *dir)
         dir = acc->opt.logging_dir ? acc->opt.logging_dir
                                    : (acc->opt.project_dir ? acc->opt.project_dir : ".");
     }
-    if (accel__track_mkdirs(dir) != ACCEL_OK) {
+    if (accel__mkdirs(dir) != ACCEL_OK) {
         return accel__adopt_thread_error(acc, ACCEL_EIO);
     }
     char *copy = accel__strdup(dir);

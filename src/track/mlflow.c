@@ -82,16 +82,16 @@ static accel_status write_kv(ml_state *s, const char *sub, const char *key, cons
     char clean[256], rel[300];
     sanitize_key(key, clean, sizeof(clean));
     snprintf(rel, sizeof(rel), "%s/%s", sub, clean);
-    char *path = accel__track_path_join(s->common.run_dir, rel);
+    char *path = accel__path_join(s->common.run_dir, rel);
     if (path == NULL) {
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
     char *slash = strrchr(path, '/');
     *slash = '\0';
-    accel_status st = accel__track_mkdirs(path);
+    accel_status st = accel__mkdirs(path);
     *slash = '/';
     if (st == ACCEL_OK) {
-        st = accel__track_write_file(path, value);
+        st = accel__write_file_atomic(path, value, strlen(value));
     }
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
@@ -123,11 +123,11 @@ static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
              s->run_id, s->start_ms, status);
     yaml_quote(meta, sizeof(meta), user ? user : "unknown");
     strncat(meta, "\n", sizeof(meta) - strlen(meta) - 1);
-    char *path = accel__track_path_join(s->common.run_dir, "meta.yaml");
+    char *path = accel__path_join(s->common.run_dir, "meta.yaml");
     if (path == NULL) {
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
-    accel_status st = accel__track_write_file(path, meta);
+    accel_status st = accel__write_file_atomic(path, meta, strlen(meta));
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
     }
@@ -138,7 +138,7 @@ static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
 /* Reads "name: ..." from an experiment's meta.yaml into out (unquoted). Returns 0 if found. */
 static int read_exp_name(const char *dir, char *out, size_t cap)
 {
-    char *path = accel__track_path_join(dir, "meta.yaml");
+    char *path = accel__path_join(dir, "meta.yaml");
     FILE *f = path ? fopen(path, "r") : NULL;
     accel__free(path);
     if (f == NULL) {
@@ -176,15 +176,15 @@ static int read_exp_name(const char *dir, char *out, size_t cap)
 
 static accel_status write_exp_meta(const char *root, const char *id, const char *name)
 {
-    char *dir = accel__track_path_join(root, id);
-    char *path = dir ? accel__track_path_join(dir, "meta.yaml") : NULL;
+    char *dir = accel__path_join(root, id);
+    char *path = dir ? accel__path_join(dir, "meta.yaml") : NULL;
     char *abs = dir ? realpath(root, NULL) : NULL;
     accel_status st = ACCEL_OK;
     if (path == NULL || abs == NULL) {
         st = accel_tracker_seterr(ACCEL_EIO, "cannot resolve MLflow root %s", root);
         goto out;
     }
-    st = accel__track_mkdirs(dir);
+    st = accel__mkdirs(dir);
     if (st == ACCEL_OK) {
         char meta[2048] = "artifact_location: ";
         char uri[1200];
@@ -198,7 +198,7 @@ static accel_status write_exp_meta(const char *root, const char *id, const char 
                  t, id, t);
         yaml_quote(meta, sizeof(meta), name);
         strncat(meta, "\n", sizeof(meta) - strlen(meta) - 1);
-        st = accel__track_write_file(path, meta);
+        st = accel__write_file_atomic(path, meta, strlen(meta));
     }
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
@@ -227,7 +227,7 @@ static accel_status find_or_create_experiment(const char *root, const char *name
         if (e->d_name[0] == '\0' || *endp != '\0' || v < 0) {
             continue;
         }
-        char *dir = accel__track_path_join(root, e->d_name);
+        char *dir = accel__path_join(root, e->d_name);
         char found[512];
         if (dir != NULL && read_exp_name(dir, found, sizeof(found)) == 0) {
             have_default |= v == 0;
@@ -302,7 +302,7 @@ static accel_status store_root(const accel_tracker_start_info *info, char **out)
         }
         *out = accel__strdup(uri);
     } else {
-        *out = accel__track_path_join(info->logging_dir ? info->logging_dir : ".", "mlruns");
+        *out = accel__path_join(info->logging_dir ? info->logging_dir : ".", "mlruns");
     }
     return *out ? ACCEL_OK : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
 }
@@ -320,7 +320,7 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
         goto fail;
     }
     s->common.magic = ACCEL__TRACK_MAGIC;
-    st = accel__track_mkdirs(root);
+    st = accel__mkdirs(root);
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
         goto fail;
@@ -334,7 +334,7 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
     random_hex(run_id, 32);
     char rel[80];
     snprintf(rel, sizeof(rel), "%s/%s", id, run_id);
-    s->common.run_dir = accel__track_path_join(root, rel);
+    s->common.run_dir = accel__path_join(root, rel);
     s->exp_id = accel__strdup(id);
     s->run_id = accel__strdup(run_id);
     s->run_name = accel__strdup(info->project_name);
@@ -355,8 +355,8 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
     }
     static const char *const subdirs[] = {"metrics", "params", "tags", "artifacts"};
     for (int i = 0; i < 4; i++) {
-        char *d = accel__track_path_join(s->common.run_dir, subdirs[i]);
-        st = d ? accel__track_mkdirs(d) : ACCEL_ENOMEM;
+        char *d = accel__path_join(s->common.run_dir, subdirs[i]);
+        st = d ? accel__mkdirs(d) : ACCEL_ENOMEM;
         accel__free(d);
         if (st != ACCEL_OK) {
             accel_tracker_seterr(st, "%s", accel_last_error(NULL));
@@ -421,7 +421,7 @@ static accel_status ml_log(void *state, const accel_value *v, int n, long long s
         if (strchr(clean, '/') != NULL) {
             char *slash = strrchr(path, '/');
             *slash = '\0';
-            accel_status st = accel__track_mkdirs(path);
+            accel_status st = accel__mkdirs(path);
             *slash = '/';
             if (st != ACCEL_OK) {
                 return accel_tracker_seterr(st, "%s", accel_last_error(NULL));

@@ -111,12 +111,12 @@ static accel_status tb_start(void *user, const accel_tracker_start_info *info, v
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
     s->common.magic = ACCEL__TRACK_MAGIC;
-    s->common.run_dir = accel__track_path_join(info->logging_dir, info->project_name);
+    s->common.run_dir = accel__path_join(info->logging_dir, info->project_name);
     if (s->common.run_dir == NULL) {
         accel__free(s);
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
-    accel_status st = accel__track_mkdirs(s->common.run_dir);
+    accel_status st = accel__mkdirs(s->common.run_dir);
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
         goto fail;
@@ -130,7 +130,7 @@ static accel_status tb_start(void *user, const accel_tracker_start_info *info, v
     snprintf(name, sizeof(name), "events.out.tfevents.%010lld.%s.%d.%d",
              (long long)info->start_time, host, (int)getpid(),
              __atomic_fetch_add(&file_counter, 1, __ATOMIC_RELAXED));
-    s->path = accel__track_path_join(s->common.run_dir, name);
+    s->path = accel__path_join(s->common.run_dir, name);
     if (s->path == NULL) {
         st = accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
         goto fail;
@@ -226,7 +226,7 @@ static accel_status emit_hparams(tb_state *s, const char *tag, const accel__pb *
 
 static accel_status write_yaml(tb_state *s, const accel_value *config, int n)
 {
-    char *path = accel__track_path_join(s->common.run_dir, "hparams.yml");
+    char *path = accel__path_join(s->common.run_dir, "hparams.yml");
     size_t cap = 64;
     for (int i = 0; i < n; i++) {
         cap += strlen(config[i].key) * 2 + 8 +
@@ -260,7 +260,7 @@ static accel_status write_yaml(tb_state *s, const accel_value *config, int n)
         }
     }
     text[k] = '\0';
-    accel_status st = accel__track_write_file(path, text);
+    accel_status st = accel__write_file_atomic(path, text, strlen(text));
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
     }

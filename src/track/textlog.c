@@ -220,15 +220,15 @@ static accel_status text_start(int csv, const accel_tracker_start_info *info, vo
     }
     s->csv = csv;
     s->common.magic = ACCEL__TRACK_MAGIC;
-    s->common.run_dir = accel__track_path_join(info->logging_dir, info->project_name);
+    s->common.run_dir = accel__path_join(info->logging_dir, info->project_name);
     s->path = s->common.run_dir
-                  ? accel__track_path_join(s->common.run_dir, csv ? "metrics.csv" : "metrics.jsonl")
+                  ? accel__path_join(s->common.run_dir, csv ? "metrics.csv" : "metrics.jsonl")
                   : NULL;
     if (s->path == NULL) {
         free_state(s);
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
-    accel_status st = accel__track_mkdirs(s->common.run_dir);
+    accel_status st = accel__mkdirs(s->common.run_dir);
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
         free_state(s);
@@ -402,8 +402,8 @@ static accel_status text_config(void *state, const accel_value *v, int n)
     }
     fputs("\n}\n", m);
     fclose(m);
-    char *path = accel__track_path_join(s->common.run_dir, "config.json");
-    accel_status st = path ? accel__track_write_file(path, buf) : ACCEL_ENOMEM;
+    char *path = accel__path_join(s->common.run_dir, "config.json");
+    accel_status st = path ? accel__write_file_atomic(path, buf, strlen(buf)) : ACCEL_ENOMEM;
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", path ? accel_last_error(NULL) : "out of memory");
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "accel/accel.h"
+#include "core/fs.h"
 
 /* ---- CRC32C (Castagnoli), as TFRecord framing uses it ---- */
 uint32_t accel__crc32c(const void *data, size_t nbytes);
@@ -101,19 +102,9 @@ typedef struct accel__track_common {
 
 /* ---- Helpers ---- */
 
-/* mkdir -p that also checks the result is a writable directory. Returns ACCEL_OK or ACCEL_EIO
- * naming the directory (thread error). */
-accel_status accel__track_mkdirs(const char *path);
-
 /* Formats v in the shortest form that reads back exactly; "nan", "inf", "-inf" otherwise
  * (what Python's float() accepts). */
 void accel__track_fmt_double(char *out, size_t cap, double v);
-/* Wall-clock seconds since the epoch. */
-double accel__wall_time(void);
-/* Joins a and b with '/'; returns owned string or NULL. */
-char *accel__track_path_join(const char *a, const char *b);
-/* Writes the whole string to path via temp + rename. Returns ACCEL_OK or ACCEL_EIO. */
-accel_status accel__track_write_file(const char *path, const char *text);
 /* Appends a JSON string literal of s (quoted, escaped) to the stream. */
 void accel__json_string(FILE *f, const char *s);
 /* Writes a tracker warning through the library logger, at most a few per key. */

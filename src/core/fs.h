@@ -1,0 +1,59 @@
+/*
+ * Filesystem helpers shared by every module (src/core/fs.c). All report failures through
+ * accel__seterr(NULL, ...) naming the path.
+ *
+ * Atomic files: written to a temporary sibling "<path>.tmp-XXXXXX", fsynced, renamed over
+ * <path>, and the parent directory fsynced, so <path> is always either the old or the new
+ * content.
+ */
+#ifndef ACCEL_CORE_FS_H
+#define ACCEL_CORE_FS_H
+
+#include <stddef.h>
+
+#include "accel/status.h"
+
+/* A file being written atomically. */
+typedef struct accel__afile {
+    int fd;         /* open on tmp_path, -1 when closed */
+    char *path;     /* final path (owned) */
+    char *tmp_path; /* temporary sibling (owned) */
+} accel__afile;
+
+/* Creates the temporary sibling of `path` (its folder must exist). On failure *f is unusable
+ * and needs no abort. */
+accel_status accel__afile_open(accel__afile *f, const char *path);
+/* fsync, close, rename over the final path, fsync the parent. Releases f (also on failure,
+ * when the temporary file is removed). */
+accel_status accel__afile_commit(accel__afile *f);
+/* Closes and removes the temporary file; releases f. Accepts a released f. */
+void accel__afile_abort(accel__afile *f);
+
+/* Writes all nbytes (retrying short writes and EINTR); `what` names the file in errors. */
+accel_status accel__write_all(int fd, const void *buf, size_t nbytes, const char *what);
+
+/* Whole-buffer atomic write of `path`. */
+accel_status accel__write_file_atomic(const char *path, const void *buf, size_t nbytes);
+
+/* Reads a whole (small) file into a NUL-terminated buffer; free with accel__free.
+ * ACCEL_ENOTFOUND when absent, ACCEL_EIO otherwise. */
+accel_status accel__read_file(const char *path, char **out, size_t *nbytes);
+
+accel_status accel__fsync_dir(const char *dir);
+/* fsyncs the folder that contains `path`. */
+accel_status accel__fsync_parent(const char *path);
+/* mkdir -p (mode 0777 & umask); also checks the result is a writable directory, so a bad
+ * logging or checkpoint folder is reported where it is configured, not at the first write. */
+accel_status accel__mkdirs(const char *dir);
+/* Removes a file or a folder tree; a missing path is not an error. */
+accel_status accel__rmtree(const char *path);
+/* "a/b" in a new buffer (free with accel__free), or NULL (error set) when out of memory. */
+char *accel__path_join(const char *a, const char *b);
+/* 1 when `path` is a directory / a regular file. */
+int accel__is_dir(const char *path);
+int accel__is_file(const char *path);
+
+/* Seconds since the epoch (for file names and timestamps; accel__now is monotonic). */
+double accel__wall_time(void);
+
+#endif /* ACCEL_CORE_FS_H */
