@@ -16,16 +16,23 @@ fail() {
     exit 1
 }
 
+# One thread per process, as `accel launch` gives each of 2 processes on 2 cores: the test
+# machine is shared and oversubscribed OpenMP threads only slow the runs down.
+export OMP_NUM_THREADS=1
+
 # run NPROCS PROGRAM ARGS...: output (stdout + stderr) in $DIR/out; fails the test on a
 # non-zero exit status.
 run() {
-    local n=$1
+    local n=$1 rc=0
     shift
     if [ "$n" = 1 ]; then
-        "$@" >"$DIR/out" 2>&1 || { cat "$DIR/out"; fail "$* exited $?"; }
+        "$@" >"$DIR/out" 2>&1 || rc=$?
     else
-        "$ACCEL" launch --main_process_port 0 --num_processes "$n" "$@" >"$DIR/out" 2>&1 ||
-            { cat "$DIR/out"; fail "accel launch -n $n $* exited non-zero"; }
+        "$ACCEL" launch --main_process_port 0 --num_processes "$n" "$@" >"$DIR/out" 2>&1 || rc=$?
+    fi
+    if [ "$rc" != 0 ]; then
+        cat "$DIR/out"
+        fail "$* on $n process(es) exited with status $rc"
     fi
 }
 
@@ -55,5 +62,25 @@ for n in 1 2; do
     grep -q "(300 samples)" "$DIR/out" || fail "mlp: evaluation did not cover exactly 300 samples"
     acc=$(sed -n 's/.*final accuracy \([0-9.]*\).*/\1/p' "$DIR/out")
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.9) }' || fail "mlp: accuracy $acc < 0.9"
+
+    echo "== gpt (tiny, 20 steps, jsonl tracker), $n process(es)"
+    rm -rf "$DIR/runs"
+    run "$n" "$EX/gpt" --layers 2 --width 64 --heads 4 --context 32 --batch 4 --steps 20 \
+        --lr 3e-3 --log_every 5 --sample 0 --log_with jsonl --project_dir "$DIR/runs"
+    grep "step " "$DIR/out" | grep -v "%|" || true
+    first=$(grep -o "| loss [0-9.]*" "$DIR/out" | head -n 1 | awk '{print $3}')
+    last=$(grep -o "| loss [0-9.]*" "$DIR/out" | tail -n 1 | awk '{print $3}')
+    [ "$(grep -c "step    20/20 |" "$DIR/out")" = 1 ] || fail "gpt: no line for the last step"
+    awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 0 && l < f - 0.3) }' ||
+        fail "gpt: loss did not decrease ($first -> $last)"
+    grep -q "tok/s" "$DIR/out" && grep -q "grad norm" "$DIR/out" || fail "gpt: log line fields"
+    jl="$DIR/runs/gpt/metrics.jsonl"
+    [ -s "$jl" ] || fail "gpt: $jl missing or empty"
+    # Steps 1, 5, 10, 15, 20, each with the four metrics.
+    [ "$(grep -c '"loss"' "$jl")" = 5 ] || fail "gpt: expected 5 records in $jl"
+    for key in lr grad_norm tokens_per_s; do
+        grep -q "\"$key\"" "$jl" || fail "gpt: no $key in $jl"
+    done
+    grep -q '"step": *20' "$jl" || fail "gpt: no record for step 20 in $jl"
 done
 echo "PASS"
