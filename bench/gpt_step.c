@@ -1,14 +1,24 @@
 /*
  * bench/gpt_step: one GPT training step (forward, backward, AdamW) on synthetic tokens, in
  * the issue's configuration: 4 layers, width 256, 4 heads, context 128, vocab 4096, pre-LN,
- * exact GELU, MLP 4x, untied head, AdamW lr 3e-4, batch 8 sequences, fp32, 1 thread.
+ * exact GELU, MLP 4x, untied head, AdamW lr 3e-4, batch 8 sequences per process, fp32,
+ * 1 thread per process.
  *
  * Prints the median step time, tokens/s and achieved FLOP/s, and that FLOP/s as a fraction
  * of OpenBLAS sgemm on 1024x1024x1024 measured in the same run (so machine load cancels
  * out as far as possible). FLOPs counted: 6 x matmul parameters per token + 12 x L x T x C
  * per token for attention (the usual model-FLOPs convention; the causal half is counted).
  *
- * Usage: gpt_step [--steps N] [--batch B] [--threads N]
+ * Two modes:
+ *  - run alone (1 process): a standalone nn model with an inline AdamW, as before;
+ *  - under `accel launch --num_processes 2`: the model lives in an accel_model, gradients are
+ *    synced by accel_backward (bucketed all-reduce overlapped with backward) and stepped by
+ *    accel_adamw. The 1-process baseline is measured in the same run with the same code path:
+ *    rounds alternate K steps of process 0 ALONE under no_sync (process 1 sleeps in a barrier,
+ *    futex-waiting, so the core is free) with K synchronised steps of both processes. Scaling
+ *    efficiency = 2-process tokens/s / (2 x 1-process tokens/s) = t(alone) / t(2 processes).
+ *
+ * Usage: gpt_step [--steps N] [--batch B] [--threads N]   (threads: 1-process mode only)
  */
 #include <cblas.h>
 #include <math.h>
@@ -60,6 +70,168 @@ static double sgemm_once(const float *a, const float *b, float *c)
     return now() - t0;
 }
 
+static nn_gpt_config bench_config(void)
+{
+    nn_gpt_config cfg = nn_gpt_config_default();
+    cfg.n_layer = 4;
+    cfg.n_embd = 256;
+    cfg.n_head = 4;
+    cfg.block_size = 128;
+    cfg.vocab_size = 4096;
+    cfg.tied = 0;
+    cfg.act = NN_ACT_GELU;
+    cfg.dropout = 0.0f;
+    return cfg;
+}
+
+/* Synthetic tokens (different per process) and next-token targets. */
+static void synthetic_tokens(int32_t *ids, int32_t *tg, long count, int vocab, int rank)
+{
+    uint64_t s = 88172645463325252ull + 7919ull * (uint64_t)rank;
+    for (long i = 0; i < count; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        ids[i] = (int32_t)(s % (uint64_t)vocab);
+    }
+    for (long i = 0; i < count; i++) {
+        tg[i] = ids[(i + 1) % count];
+    }
+}
+
+/* One step through accel: forward, accel_backward (all-reduce unless no_sync), AdamW. Writes
+ * the forward, backward (with its communication) and optimizer seconds to t[0..2]. */
+static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, const int32_t *ids,
+                       const int32_t *tg, int batch, int T, float *loss_out, double t[3])
+{
+    double t0 = now();
+    nn_tensor *loss = NULL;
+    BENCH_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
+    double t1 = now();
+    BENCH_CHECK(accel_backward(acc, loss));
+    double t2 = now();
+    BENCH_CHECK(accel_optimizer_step(opt));
+    BENCH_CHECK(accel_optimizer_zero_grad(opt));
+    *loss_out = nn_item(loss);
+    t[0] = t1 - t0;
+    t[1] = t2 - t1;
+    t[2] = now() - t2;
+}
+
+/* The multi-process mode (see the top of the file). */
+static int run_distributed(accel *acc, int steps, int batch)
+{
+    int rank = accel_process_index(acc), n = accel_num_processes(acc);
+    nn_gpt_config cfg = bench_config();
+    const int T = cfg.block_size, K = 2, warmup = 2;
+    int rounds = (steps + K - 1) / K;
+    accel_model *model;
+    nn_params *p;
+    nn_gpt *m;
+    BENCH_CHECK(accel_model_new(acc, &model));
+    BENCH_CHECK(nn_params_for_model(&p, model));
+    BENCH_CHECK(nn_gpt_declare(&m, p, &cfg));
+    BENCH_CHECK(nn_params_bind(p));
+    BENCH_CHECK(nn_params_init(p, 1234));
+    accel_adam_options ao = accel_adamw_options_default();
+    ao.lr = 3e-4;
+    accel_optimizer *opt = accel_adamw(acc, model, &ao);
+    BENCH_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
+    BENCH_CHECK(accel_prepare(acc, model, opt));
+    int n_buckets = accel_model_num_buckets(model);
+
+    int32_t *ids = malloc((size_t)batch * T * sizeof(int32_t));
+    int32_t *tg = malloc((size_t)batch * T * sizeof(int32_t));
+    synthetic_tokens(ids, tg, (long)batch * T, cfg.vocab_size, rank);
+    const int gn = 1024;
+    float *ga = malloc((size_t)gn * gn * sizeof(float)),
+          *gb = malloc((size_t)gn * gn * sizeof(float));
+    float *gc = malloc((size_t)gn * gn * sizeof(float));
+    for (long i = 0; i < (long)gn * gn; i++) {
+        ga[i] = (float)(i % 7) * 0.1f;
+        gb[i] = (float)(i % 5) * 0.1f;
+    }
+    nn_ctx *g;
+    BENCH_CHECK(nn_ctx_new(&g));
+    int total = rounds * K;
+    /* tm[q * total + i]: q = 0..2 forward, backward, optimizer and 3 the whole step of process 0
+     * alone; q = 4..7 the same with every process. */
+    double *tm = malloc((size_t)(8 * total) * sizeof(double));
+    double *tgemm = malloc((size_t)total * sizeof(double));
+    BENCH_CHECK(tm && tgemm ? ACCEL_OK : ACCEL_ENOMEM);
+    float loss = 0, loss_first = 0;
+    int i1 = 0, in = 0;
+    for (int r = -1; r < rounds; r++) { /* round -1 warms both phases up, untimed */
+        int k_steps = r < 0 ? warmup : K;
+        /* Phase 1: process 0 alone, no communication; the others wait in the barrier. */
+        if (rank == 0) {
+            BENCH_CHECK(accel_no_sync_begin(acc, model));
+            for (int k = 0; k < k_steps; k++) {
+                double t[3];
+                accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
+                if (r >= 0) {
+                    for (int part = 0; part < 3; part++) {
+                        tm[part * total + i1] = t[part];
+                    }
+                    tm[3 * total + i1] = t[0] + t[1] + t[2];
+                    tgemm[i1++] = sgemm_once(ga, gb, gc);
+                }
+            }
+            BENCH_CHECK(accel_no_sync_end(acc, model));
+        }
+        BENCH_CHECK(accel_wait_for_everyone(acc));
+        /* Phase 2: every process, gradients all-reduced in buckets during backward. */
+        for (int k = 0; k < k_steps; k++) {
+            double t[3];
+            accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
+            if (r < 0 && k == 0) {
+                loss_first = loss;
+            }
+            if (r >= 0) {
+                for (int part = 0; part < 3; part++) {
+                    tm[(4 + part) * total + in] = t[part];
+                }
+                tm[7 * total + in++] = t[0] + t[1] + t[2];
+            }
+        }
+        BENCH_CHECK(accel_wait_for_everyone(acc));
+    }
+    if (rank == 0) {
+        double med[8];
+        for (int q = 0; q < 8; q++) {
+            med[q] = median(tm + q * total, q < 4 ? i1 : in);
+        }
+        double s1 = med[3], sn = med[7];
+        double peak = 2.0 * gn * (double)gn * gn / median(tgemm, i1);
+        double flops = nn_gpt_train_flops(&cfg, batch, T);
+        double tok1 = (double)batch * T / s1, tokn = (double)n * batch * T / sn;
+        printf("gpt_step: L=%d C=%d H=%d T=%d V=%d untied, exact GELU, fp32, batch %d per "
+               "process, %d processes x 1 thread, %d gradient bucket(s)\n",
+               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, batch, n, n_buckets);
+        printf("  params            %lld\n", (long long)nn_params_numel(p));
+        printf("  sgemm 1024^3      %.2f GFLOP/s (process 0, alone)\n", peak * 1e-9);
+        printf("  1 process         step %.2f ms (forward %.2f, backward %.2f, adamw %.2f), "
+               "%.0f tokens/s, %.3f of sgemm (median of %d, process 0 alone, no_sync)\n",
+               s1 * 1e3, med[0] * 1e3, med[1] * 1e3, med[2] * 1e3, tok1, flops / s1 / peak, i1);
+        printf("  %d processes       step %.2f ms (forward %.2f, backward+all-reduce %.2f, adamw "
+               "%.2f), %.0f tokens/s in total, %.3f of sgemm per process (median of %d)\n",
+               n, sn * 1e3, med[4] * 1e3, med[5] * 1e3, med[6] * 1e3, tokn, flops / sn / peak, in);
+        printf("  scaling efficiency %.3f  (= %d-process tokens/s / (%d x 1-process tokens/s))\n",
+               tokn / (n * tok1), n, n);
+        printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss);
+        fflush(stdout);
+    }
+    nn_ctx_free(g);
+    nn_gpt_free(m);
+    nn_params_free(p);
+    free(ids);
+    free(tg);
+    free(tm);
+    free(tgemm);
+    free(ga);
+    free(gb);
+    free(gc);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int steps = 10, batch = 8, threads = 1;
@@ -79,10 +251,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpt_step: steps, batch and threads must be >= 1\n");
         return 2;
     }
+    accel *acc = NULL;
+    BENCH_CHECK(accel_init(&acc, NULL));
+    if (accel_num_processes(acc) > 1) {
+        threads = 1; /* the configuration: N processes x 1 thread */
+    }
     openblas_set_num_threads(threads);
 #ifdef ACCEL_HAVE_OPENMP
     omp_set_num_threads(threads);
 #endif
+    if (accel_num_processes(acc) > 1) {
+        int rc = run_distributed(acc, steps, batch);
+        accel_free(acc);
+        return rc;
+    }
     /* The sgemm reference is timed once per step, between steps, so that both medians see
      * the same machine load. */
     const int gn = 1024;
@@ -95,15 +277,7 @@ int main(int argc, char **argv)
     }
     sgemm_once(ga, gb, gc);
 
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 4;
-    cfg.n_embd = 256;
-    cfg.n_head = 4;
-    cfg.block_size = 128;
-    cfg.vocab_size = 4096;
-    cfg.tied = 0;
-    cfg.act = NN_ACT_GELU;
-    cfg.dropout = 0.0f;
+    nn_gpt_config cfg = bench_config();
     const int T = cfg.block_size;
     nn_gpt *m;
     nn_params *p;
@@ -113,14 +287,7 @@ int main(int argc, char **argv)
     float *mom = calloc((size_t)n, sizeof(float)), *var = calloc((size_t)n, sizeof(float));
     int32_t *ids = malloc((size_t)batch * T * sizeof(int32_t));
     int32_t *tg = malloc((size_t)batch * T * sizeof(int32_t));
-    uint64_t s = 88172645463325252ull;
-    for (long i = 0; i < (long)batch * T; i++) {
-        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        ids[i] = (int32_t)(s % (uint64_t)cfg.vocab_size);
-    }
-    for (long i = 0; i < (long)batch * T; i++) {
-        tg[i] = ids[(i + 1) % ((long)batch * T)];
-    }
+    synthetic_tokens(ids, tg, (long)batch * T, cfg.vocab_size, 0);
     nn_ctx *g;
     BENCH_CHECK(nn_ctx_new(&g));
 
@@ -195,5 +362,6 @@ int main(int argc, char **argv)
     free(ga);
     free(gb);
     free(gc);
+    accel_free(acc);
     return 0;
 }
