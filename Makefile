@@ -32,7 +32,7 @@ test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: deps build
-	$(BUILD)/accel launch --num_processes 2 $(BUILD)/examples/hello
+	$(BUILD)/accel launch --num_processes 2 $(BUILD)/examples/gpt
 
 bench: build
 	@for b in $(BUILD)/bench/*; do echo "== $$b"; $$b; done

@@ -58,7 +58,7 @@ static const char usage[] =
     "  --seed N                 model init and data order (default 1337)\n"
     "  --log_with LIST          trackers: tensorboard,jsonl,csv,mlflow or all (default none)\n"
     "  --project_dir DIR        where trackers write (default runs when --log_with is given)\n"
-    "  --log_every N            steps between log lines (default 10)\n"
+    "  --log_every N            steps between log lines (default 50)\n"
     "  --sample N               bytes of text generated at the end (default 300)\n"
     "  --save_dir DIR           save the trained weights as DIR/model.safetensors\n";
 
@@ -73,7 +73,7 @@ static int parse_args(int argc, char **argv, args *a)
                 .warmup = -1,
                 .accum = 1,
                 .seed = 1337,
-                .log_every = 10,
+                .log_every = 50,
                 .sample = 300,
                 .lr = 2e-3};
     struct {
