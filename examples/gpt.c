@@ -184,6 +184,10 @@ static int find_project_root(char *root, size_t cap)
     char exe[PATH_MAX] = "";
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[len > 0 ? len : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash != NULL) {
+        *slash = '\0'; /* the executable's folder */
+    }
     const char *bases[] = {exe, "."};
     for (int b = 0; b < 2; b++) {
         char dir[PATH_MAX];
@@ -325,15 +329,24 @@ int main(int argc, char **argv)
 
     /* The corpus, as int32 tokens (bytes). Every process reads it: it is small. */
     corpus c = {0};
-    if (a.data) {
-        ACCEL_CHECK(append_path(&c, a.data) == 0 ? ACCEL_OK : ACCEL_EIO);
-    } else {
+    if (a.data && append_path(&c, a.data) != 0) {
+        fprintf(stderr, "gpt: cannot read --data %s\n", a.data);
+        return 1;
+    }
+    if (a.data == NULL) {
         char root[PATH_MAX], dir[PATH_MAX + 16];
-        ACCEL_CHECK(find_project_root(root, sizeof root) == 0 ? ACCEL_OK : ACCEL_ENOTFOUND);
+        if (find_project_root(root, sizeof root) != 0) {
+            fprintf(stderr, "gpt: accel's sources (include/accel/accel.h) are not above the "
+                            "executable or the current directory; give a corpus with --data\n");
+            return 1;
+        }
         const char *parts[] = {"src", "include", "docs"};
         for (int i = 0; i < 3; i++) {
             snprintf(dir, sizeof dir, "%s/%s", root, parts[i]);
-            ACCEL_CHECK(append_path(&c, dir) == 0 ? ACCEL_OK : ACCEL_EIO);
+            if (append_path(&c, dir) != 0) {
+                fprintf(stderr, "gpt: cannot read %s\n", dir);
+                return 1;
+            }
         }
     }
     windows w = {.n_tokens = (int64_t)c.n, .context = a.context};
