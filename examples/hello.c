@@ -1,7 +1,7 @@
 /*
  * hello: the smallest tour of accel's process state and collectives.
  *
- *     accel launch --num_processes 2 build/examples/hello    
+ *     accel launch --num_processes 2 build/examples/hello
  *
  * Every process prints its state in turn, then the processes sum a number, collect each
  * other's hostname and pid, and split 10 work items between themselves.
