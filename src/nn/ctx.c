@@ -29,6 +29,7 @@ accel_status nn_ctx_new(nn_ctx **out)
     g->epoch = 1;
     g->autocast_mode = NN_AUTOCAST_AUTO;
     g->autocast_auto = ACCEL_F32;
+    g->flush_denormal = 1;
     *out = g;
     return ACCEL_OK;
 }
@@ -398,23 +399,43 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
     return owner->grad + t->offset;
 }
 
+float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
+{
+    *fresh = 0;
+    if (t != NULL && t->requires_grad && t->base == NULL && t->grad == NULL) {
+        /* Nobody has written this gradient yet and t is its whole owner: the caller's write
+         * is the first contribution, so it needs no zeroed buffer to add to. */
+        t->grad = accel__nn_alloc(g, (size_t)nn_numel(t) * sizeof(float));
+        *fresh = t->grad != NULL;
+        return t->grad;
+    }
+    return accel__nn_grad(g, t);
+}
+
 static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
 {
-    for (nn_node *n = g->tape; n != NULL; n = n->prev) {
+    nn_fpscope fs;
+    accel_status st = ACCEL_OK;
+    accel__nn_fp_enter(g, &fs);
+    for (nn_node *n = g->tape; n != NULL && st == ACCEL_OK; n = n->prev) {
         if (n->out->grad != NULL) {
             n->backward(g, n);
             if (g->first_err != ACCEL_OK) {
-                return accel__seterr(NULL, g->first_err, "nn_backward: %s: %s", n->op,
-                                     g->first_msg);
+                st = accel__seterr(NULL, g->first_err, "nn_backward: %s: %s", n->op, g->first_msg);
+                break;
             }
         }
-        for (nn_tensor *p = n->ready; p != NULL; p = p->next_ready) {
-            if (hooks != NULL && hooks->grad_ready != NULL) {
-                ACCEL_TRY(hooks->grad_ready(hooks->ctx, p));
+        if (n->ready != NULL && hooks != NULL && hooks->grad_ready != NULL) {
+            /* Hooks are the caller's code (bucket launches): they run in its FP mode. */
+            accel__nn_fp_pause(&fs);
+            for (nn_tensor *p = n->ready; p != NULL && st == ACCEL_OK; p = p->next_ready) {
+                st = hooks->grad_ready(hooks->ctx, p);
             }
+            accel__nn_fp_resume(&fs);
         }
     }
-    return ACCEL_OK;
+    accel__nn_fp_leave(g, &fs);
+    return st;
 }
 
 static accel_status backward_common(nn_tensor *out, const float *grad_out, float seed,

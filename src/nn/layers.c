@@ -307,6 +307,10 @@ fail:
     return st;
 }
 
+static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *ids,
+                                    const int32_t *targets, int64_t B, int64_t T,
+                                    nn_tensor **logits_out, nn_tensor **loss_out);
+
 accel_status nn_gpt_forward(nn_ctx *g, const nn_gpt *m, const int32_t *ids, const int32_t *targets,
                             int64_t B, int64_t T, nn_tensor **logits_out, nn_tensor **loss_out)
 {
@@ -317,6 +321,18 @@ accel_status nn_gpt_forward(nn_ctx *g, const nn_gpt *m, const int32_t *ids, cons
                              "and loss_out with targets",
                              (long long)T);
     }
+    /* One flush-denormal scope for the whole forward (the ops inside only count it). */
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    accel_status st = gpt_forward_ops(g, m, ids, targets, B, T, logits_out, loss_out);
+    accel__nn_fp_leave(g, &fs);
+    return st;
+}
+
+static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *ids,
+                                    const int32_t *targets, int64_t B, int64_t T,
+                                    nn_tensor **logits_out, nn_tensor **loss_out)
+{
     const nn_gpt_config *c = &m->cfg;
     int64_t bt[2] = {B, T};
     nn_tensor *x = nn_add(g, nn_embedding_forward(g, &m->wte, ids, 2, bt),

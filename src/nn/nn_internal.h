@@ -92,6 +92,10 @@ struct nn_ctx {
     accel_dtype autocast_auto;
     int autocast_depth;
     int autocast_saved[8];
+    /* Flush-denormal scope: the option, and how deep nn entry points are nested (only the
+     * outermost one saves, sets and restores the MXCSR). */
+    int flush_denormal;
+    int fp_depth;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
@@ -114,6 +118,12 @@ nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *
 /* The gradient of t (allocating the owner's zeroed gradient on first use), laid out like t;
  * NULL when t does not require grad. Only called during backward. */
 float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
+/* The gradient of t for a backward that will overwrite all of it. When t is an owner whose
+ * gradient does not exist yet, returns uninitialised arena memory and sets *fresh = 1: the
+ * caller must then WRITE every element of t (beta = 0) instead of adding, which saves zeroing
+ * and re-reading the intermediate gradients of single-consumer ops. Otherwise as
+ * accel__nn_grad with *fresh = 0 (add into it). */
+float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh);
 /* x if contiguous, else a recorded copy. */
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
 /* Canonical dim in [0, ndim) or -1. */
@@ -121,6 +131,41 @@ int accel__nn_dim(const nn_tensor *x, int dim);
 /* Formats a shape as "[2, 3]" into buf. */
 const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes);
 int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b);
+
+/* ---- flush-to-zero scope (fpenv.c) ---- */
+
+/* Entered at each nn entry point that runs floating-point kernels (ops, nn_backward) and left
+ * before it returns; g may be NULL (then nothing happens). Nested scopes are counted on the
+ * ctx; the outermost saves the caller's MXCSR (and each OpenMP worker's), sets FTZ and DAZ
+ * when the ctx's flush_denormal option is on, and restores them on leave. */
+typedef struct nn_fpscope {
+    unsigned saved;
+    int counted, active;
+} nn_fpscope;
+void accel__nn_fp_enter(nn_ctx *g, nn_fpscope *s);
+void accel__nn_fp_leave(nn_ctx *g, nn_fpscope *s);
+/* The calling thread's MXCSR back to the caller's / to the scope's, around user callbacks. */
+void accel__nn_fp_pause(const nn_fpscope *s);
+void accel__nn_fp_resume(const nn_fpscope *s);
+
+/* Hot loops are compiled for AVX-512, AVX2 and the baseline ISA, picked once at load time
+ * (ifunc), because the build targets baseline x86-64 and must run on any of it. A kernel
+ * holds no OpenMP region (the outlined region would not be cloned); callers split the work. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define NN_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN_KERNEL
+#endif
+
+/* ---- activations (ops_elem.c), shared with the fused linear + activation ---- */
+
+enum { U_SCALE, U_RELU, U_GELU, U_GELU_TANH, U_TANH, U_SIGMOID };
+/* y = act(x) (s: the factor of U_SCALE), OpenMP over chunks for large n. */
+void accel__nn_act_forward(int op, float s, const float *x, float *y, int64_t n);
+/* gx (+)= act'(x) * gy: written when `write`, else added. y = act(x) (read by tanh and sigmoid
+ * only; may be NULL for the others). */
+void accel__nn_act_backward(int op, float s, int write, const float *x, const float *y,
+                            const float *gy, float *gx, int64_t n);
 
 /* ---- autocast (autocast.c) ---- */
 

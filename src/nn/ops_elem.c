@@ -19,65 +19,114 @@ typedef struct bshape {
     int64_t rows, inner, sa, sb;
 } bshape;
 
+NN_KERNEL static void bin_row(int op, const float *restrict a, const float *restrict b,
+                              float *restrict y, int64_t n)
+{
+    switch (op) {
+    case OP_ADD:
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            y[j] = a[j] + b[j];
+        }
+        break;
+    case OP_SUB:
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            y[j] = a[j] - b[j];
+        }
+        break;
+    case OP_MUL:
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            y[j] = a[j] * b[j];
+        }
+        break;
+    default:
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            y[j] = a[j] / b[j];
+        }
+        break;
+    }
+}
+
 static void bin_forward(int op, const float *a, const float *b, float *y, bshape s)
 {
     NN_OMP_FOR(s.rows * s.inner)
     for (int64_t r = 0; r < s.rows; r++) {
-        const float *ar = a + r * s.sa, *br = b + r * s.sb;
-        float *yr = y + r * s.inner;
-        switch (op) {
-        case OP_ADD:
-            NN_SIMD for (int64_t j = 0; j < s.inner; j++) yr[j] = ar[j] + br[j];
-            break;
-        case OP_SUB:
-            NN_SIMD for (int64_t j = 0; j < s.inner; j++) yr[j] = ar[j] - br[j];
-            break;
-        case OP_MUL:
-            NN_SIMD for (int64_t j = 0; j < s.inner; j++) yr[j] = ar[j] * br[j];
-            break;
-        default:
-            NN_SIMD for (int64_t j = 0; j < s.inner; j++) yr[j] = ar[j] / br[j];
-            break;
+        bin_row(op, a + r * s.sa, b + r * s.sb, y + r * s.inner, s.inner);
+    }
+}
+
+/* t (+)= d(op)/d(side) * gy over one row; `write` overwrites t instead of adding. a and b are
+ * the row's operands (either may be the broadcast one). */
+NN_KERNEL static void bin_grad_row(int op, int side, int write, const float *restrict a,
+                                   const float *restrict b, const float *restrict gr,
+                                   float *restrict t, int64_t n)
+{
+    float sign = (op == OP_SUB && side == 1) ? -1.0f : 1.0f;
+    if (op == OP_ADD || op == OP_SUB) {
+        if (write) {
+            NN_SIMD
+            for (int64_t j = 0; j < n; j++) {
+                t[j] = sign * gr[j];
+            }
+        } else {
+            NN_SIMD
+            for (int64_t j = 0; j < n; j++) {
+                t[j] += sign * gr[j];
+            }
+        }
+    } else if (op == OP_MUL) {
+        const float *o = side == 0 ? b : a;
+        if (write) {
+            NN_SIMD
+            for (int64_t j = 0; j < n; j++) {
+                t[j] = gr[j] * o[j];
+            }
+        } else {
+            NN_SIMD
+            for (int64_t j = 0; j < n; j++) {
+                t[j] += gr[j] * o[j];
+            }
+        }
+    } else if (side == 0) {
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            t[j] = (write ? 0.0f : t[j]) + gr[j] / b[j];
+        }
+    } else {
+        NN_SIMD
+        for (int64_t j = 0; j < n; j++) {
+            t[j] = (write ? 0.0f : t[j]) - gr[j] * a[j] / (b[j] * b[j]);
         }
     }
 }
 
 /* Accumulates d(op)/d(a or b) * gy into ga / gb. A broadcast operand (stride 0) sums over
- * rows, so those rows are walked serially to keep the sum race-free. */
+ * rows, so those rows are walked serially to keep the sum race-free. A full-size operand whose
+ * gradient is fresh (first contribution) is written rather than zeroed and added to. */
 static void bin_backward(nn_ctx *g, nn_node *n)
 {
     int op = (int)n->i[0];
     bshape s = {n->i[1], n->i[2], n->i[3], n->i[4]};
     const float *a = n->in[0]->data, *b = n->in[1]->data, *gy = n->out->grad;
-    float *ga = accel__nn_grad(g, n->in[0]);
-    float *gb = accel__nn_grad(g, n->in[1]);
     for (int side = 0; side < 2; side++) {
-        float *gt = side == 0 ? ga : gb;
+        int64_t st = side == 0 ? s.sa : s.sb;
+        int fresh = 0;
+        float *gt =
+            st != 0 ? accel__nn_grad_w(g, n->in[side], &fresh) : accel__nn_grad(g, n->in[side]);
         if (gt == NULL) {
             continue;
         }
-        int64_t st = side == 0 ? s.sa : s.sb;
         int parallel = st != 0;
         (void)parallel;
 #ifdef ACCEL_HAVE_OPENMP
 #pragma omp parallel for schedule(static) if (parallel && s.rows * s.inner > 32768)
 #endif
         for (int64_t r = 0; r < s.rows; r++) {
-            const float *ar = a + r * s.sa, *br = b + r * s.sb, *gr = gy + r * s.inner;
-            float *t = gt + r * st;
-            if (op == OP_ADD || (op == OP_SUB && side == 0)) {
-                NN_SIMD for (int64_t j = 0; j < s.inner; j++) t[j] += gr[j];
-            } else if (op == OP_SUB) {
-                NN_SIMD for (int64_t j = 0; j < s.inner; j++) t[j] -= gr[j];
-            } else if (op == OP_MUL) {
-                const float *o = side == 0 ? br : ar;
-                NN_SIMD for (int64_t j = 0; j < s.inner; j++) t[j] += gr[j] * o[j];
-            } else if (side == 0) {
-                NN_SIMD for (int64_t j = 0; j < s.inner; j++) t[j] += gr[j] / br[j];
-            } else {
-                NN_SIMD for (int64_t j = 0; j < s.inner; j++) t[j] -=
-                    gr[j] * ar[j] / (br[j] * br[j]);
-            }
+            bin_grad_row(op, side, fresh, a + r * s.sa, b + r * s.sb, gy + r * s.inner, gt + r * st,
+                         s.inner);
         }
     }
 }
@@ -99,7 +148,7 @@ static int is_suffix(const nn_tensor *small, const nn_tensor *big)
     return 1;
 }
 
-static nn_tensor *binop(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
+static nn_tensor *binop_impl(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
 {
     if (a == NULL || b == NULL) {
         return NULL;
@@ -150,6 +199,15 @@ static nn_tensor *binop(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
     return y;
 }
 
+static nn_tensor *binop(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = binop_impl(g, op, a, b);
+    accel__nn_fp_leave(g, &fs);
+    return y;
+}
+
 nn_tensor *nn_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
     return binop(g, OP_ADD, a, b);
@@ -172,95 +230,142 @@ nn_tensor *nn_div(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 
 /* ---- unary ---- */
 
-enum { U_SCALE, U_RELU, U_GELU, U_GELU_TANH, U_TANH, U_SIGMOID };
 static const char *const unary_names[] = {"scale", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
 
 #define NN_SQRT_2_OVER_PI 0.7978845608028654f
 #define NN_GELU_C 0.044715f
 
-static void unary_forward(int op, float s, const float *x, float *y, int64_t n)
+NN_KERNEL static void unary_fwd_range(int op, float s, const float *restrict x, float *restrict y,
+                                      int64_t n)
+{
+    switch (op) {
+    case U_SCALE:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = x[i] * s;
+        }
+        break;
+    case U_RELU:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        }
+        break;
+    case U_GELU:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = 0.5f * x[i] * (1.0f + nn__erff(x[i] * 0.70710678118654752f));
+        }
+        break;
+    case U_GELU_TANH:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            float u = NN_SQRT_2_OVER_PI * (x[i] + NN_GELU_C * x[i] * x[i] * x[i]);
+            y[i] = 0.5f * x[i] * (1.0f + nn__tanhf(u));
+        }
+        break;
+    case U_TANH:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = nn__tanhf(x[i]);
+        }
+        break;
+    default:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            y[i] = nn__sigmoidf(x[i]);
+        }
+        break;
+    }
+}
+
+void accel__nn_act_forward(int op, float s, const float *x, float *y, int64_t n)
 {
     NN_OMP_FOR(n)
     for (int64_t c = 0; c < n; c += 4096) {
-        int64_t e = c + 4096 < n ? c + 4096 : n;
-        switch (op) {
-        case U_SCALE:
-            NN_SIMD for (int64_t i = c; i < e; i++) y[i] = x[i] * s;
-            break;
-        case U_RELU:
-            NN_SIMD for (int64_t i = c; i < e; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-            break;
-        case U_GELU:
-            NN_SIMD for (int64_t i = c; i < e; i++)
-            {
-                y[i] = 0.5f * x[i] * (1.0f + nn__erff(x[i] * 0.70710678118654752f));
-            }
-            break;
-        case U_GELU_TANH:
-            NN_SIMD for (int64_t i = c; i < e; i++)
-            {
-                float u = NN_SQRT_2_OVER_PI * (x[i] + NN_GELU_C * x[i] * x[i] * x[i]);
-                y[i] = 0.5f * x[i] * (1.0f + nn__tanhf(u));
-            }
-            break;
-        case U_TANH:
-            NN_SIMD for (int64_t i = c; i < e; i++) y[i] = nn__tanhf(x[i]);
-            break;
-        default:
-            NN_SIMD for (int64_t i = c; i < e; i++) y[i] = nn__sigmoidf(x[i]);
-            break;
+        unary_fwd_range(op, s, x + c, y + c, c + 4096 < n ? 4096 : n - c);
+    }
+}
+
+/* d(op)/dx * gy into gx: written when `write`, else added. */
+NN_KERNEL static void unary_bwd_range(int op, float s, int write, const float *restrict x,
+                                      const float *restrict y, const float *restrict gy,
+                                      float *restrict gx, int64_t n)
+{
+    float keep = write ? 0.0f : 1.0f;
+    if (write) {
+        /* keep * gx must not read uninitialised memory (0 * NaN is NaN). */
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            gx[i] = 0.0f;
         }
+    }
+    switch (op) {
+    case U_SCALE:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            gx[i] = keep * gx[i] + gy[i] * s;
+        }
+        break;
+    case U_RELU:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            gx[i] = keep * gx[i] + gy[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
+        }
+        break;
+    case U_GELU:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            float cdf = 0.5f * (1.0f + nn__erff(x[i] * 0.70710678118654752f));
+            float pdf = 0.3989422804014327f * nn__expf(-0.5f * x[i] * x[i]);
+            gx[i] = keep * gx[i] + gy[i] * (cdf + x[i] * pdf);
+        }
+        break;
+    case U_GELU_TANH:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            float x2 = x[i] * x[i];
+            float t = nn__tanhf(NN_SQRT_2_OVER_PI * (x[i] + NN_GELU_C * x2 * x[i]));
+            float du = NN_SQRT_2_OVER_PI * (1.0f + 3.0f * NN_GELU_C * x2);
+            gx[i] = keep * gx[i] + gy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
+        }
+        break;
+    case U_TANH:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            gx[i] = keep * gx[i] + gy[i] * (1.0f - y[i] * y[i]);
+        }
+        break;
+    default:
+        NN_SIMD
+        for (int64_t i = 0; i < n; i++) {
+            gx[i] = keep * gx[i] + gy[i] * y[i] * (1.0f - y[i]);
+        }
+        break;
+    }
+}
+
+void accel__nn_act_backward(int op, float s, int write, const float *x, const float *y,
+                            const float *gy, float *gx, int64_t n)
+{
+    NN_OMP_FOR(n)
+    for (int64_t c = 0; c < n; c += 4096) {
+        unary_bwd_range(op, s, write, x + c, y ? y + c : NULL, gy + c, gx + c,
+                        c + 4096 < n ? 4096 : n - c);
     }
 }
 
 static void unary_backward(nn_ctx *g, nn_node *n)
 {
-    int op = (int)n->i[0];
-    float s = n->f[0];
-    int64_t len = nn_numel(n->out);
-    const float *x = n->in[0]->data, *y = n->out->data, *gy = n->out->grad;
-    float *gx = accel__nn_grad(g, n->in[0]);
-    if (gx == NULL) {
-        return;
-    }
-    NN_OMP_FOR(len)
-    for (int64_t c = 0; c < len; c += 4096) {
-        int64_t e = c + 4096 < len ? c + 4096 : len;
-        switch (op) {
-        case U_SCALE:
-            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * s;
-            break;
-        case U_RELU:
-            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
-            break;
-        case U_GELU:
-            NN_SIMD for (int64_t i = c; i < e; i++)
-            {
-                float cdf = 0.5f * (1.0f + nn__erff(x[i] * 0.70710678118654752f));
-                float pdf = 0.3989422804014327f * nn__expf(-0.5f * x[i] * x[i]);
-                gx[i] += gy[i] * (cdf + x[i] * pdf);
-            }
-            break;
-        case U_GELU_TANH:
-            NN_SIMD for (int64_t i = c; i < e; i++)
-            {
-                float x2 = x[i] * x[i];
-                float t = nn__tanhf(NN_SQRT_2_OVER_PI * (x[i] + NN_GELU_C * x2 * x[i]));
-                float du = NN_SQRT_2_OVER_PI * (1.0f + 3.0f * NN_GELU_C * x2);
-                gx[i] += gy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
-            }
-            break;
-        case U_TANH:
-            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * (1.0f - y[i] * y[i]);
-            break;
-        default:
-            NN_SIMD for (int64_t i = c; i < e; i++) gx[i] += gy[i] * y[i] * (1.0f - y[i]);
-            break;
-        }
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    if (gx != NULL) {
+        accel__nn_act_backward((int)n->i[0], n->f[0], fresh, n->in[0]->data, n->out->data,
+                               n->out->grad, gx, nn_numel(n->out));
     }
 }
 
-static nn_tensor *unary(nn_ctx *g, int op, nn_tensor *x, float s)
+static nn_tensor *unary_impl(nn_ctx *g, int op, nn_tensor *x, float s)
 {
     if (x == NULL) {
         return NULL;
@@ -270,7 +375,7 @@ static nn_tensor *unary(nn_ctx *g, int op, nn_tensor *x, float s)
     if (y == NULL) {
         return NULL;
     }
-    unary_forward(op, s, x->data, y->data, nn_numel(x));
+    accel__nn_act_forward(op, s, x->data, y->data, nn_numel(x));
     if (accel__nn_needs_grad(g, &x, 1)) {
         nn_node *n = accel__nn_record(g, unary_names[op], y, &x, 1, unary_backward);
         if (n == NULL) {
@@ -279,6 +384,15 @@ static nn_tensor *unary(nn_ctx *g, int op, nn_tensor *x, float s)
         n->i[0] = op;
         n->f[0] = s;
     }
+    return y;
+}
+
+static nn_tensor *unary(nn_ctx *g, int op, nn_tensor *x, float s)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = unary_impl(g, op, x, s);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }
 
@@ -328,7 +442,7 @@ static void reduce_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-static nn_tensor *reduce(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int mean, int all)
+static nn_tensor *reduce_impl(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int mean, int all)
 {
     if (x == NULL) {
         return NULL;
@@ -385,6 +499,15 @@ static nn_tensor *reduce(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int mean
         n->i[2] = inner;
         n->f[0] = s;
     }
+    return y;
+}
+
+static nn_tensor *reduce(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int mean, int all)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = reduce_impl(g, x, dim, keepdim, mean, all);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }
 
@@ -476,7 +599,7 @@ static void mse_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_reduction reduction)
+static nn_tensor *mse_impl(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_reduction reduction)
 {
     if (input == NULL || target == NULL) {
         return NULL;
@@ -520,5 +643,14 @@ nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_reduct
         n->i[0] = reduction;
         n->f[0] = s;
     }
+    return y;
+}
+
+nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_reduction reduction)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = mse_impl(g, input, target, reduction);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }

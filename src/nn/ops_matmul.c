@@ -106,7 +106,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_layout layout)
+static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                              nn_layout layout)
 {
     if (x == NULL || w == NULL) {
         return NULL;
@@ -178,6 +179,15 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     return y;
 }
 
+nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_layout layout)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = linear_impl(g, x, w, bias, layout);
+    accel__nn_fp_leave(g, &fs);
+    return y;
+}
+
 /* ---- matmul: a [..., M, K] x b [K, N] or [..., K, N] ---- */
 
 static void matmul_backward(nn_ctx *g, nn_node *n)
@@ -216,7 +226,7 @@ static void matmul_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
+static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
     if (a == NULL || b == NULL) {
         return NULL;
@@ -284,6 +294,15 @@ nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
         n->p[0] = dt != ACCEL_F32 ? (void *)ad : NULL;
         n->p[1] = dt != ACCEL_F32 ? (void *)bd : NULL;
     }
+    return y;
+}
+
+nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = matmul_impl(g, a, b);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }
 
@@ -406,7 +425,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
+static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
     if (qkv == NULL) {
         return NULL;
@@ -487,5 +506,14 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
         n->i[6] = dt;
         n->p[2] = dt != ACCEL_F32 ? (void *)qkvd : NULL;
     }
+    return y;
+}
+
+nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = attention_impl(g, qkv, n_head, attn_dropout);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }

@@ -37,7 +37,7 @@ static void softmax_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
+static nn_tensor *softmax_run(nn_ctx *g, nn_tensor *x, int dim, int log)
 {
     if (x == NULL) {
         return NULL;
@@ -97,6 +97,15 @@ static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
     return y;
 }
 
+static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = softmax_run(g, x, dim, log);
+    accel__nn_fp_leave(g, &fs);
+    return y;
+}
+
 nn_tensor *nn_softmax(nn_ctx *g, nn_tensor *x, int dim)
 {
     return softmax_impl(g, x, dim, 0);
@@ -144,8 +153,8 @@ static void ce_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
-                            const nn_cross_entropy_options *opts)
+static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
+                                     const nn_cross_entropy_options *opts)
 {
     if (logits == NULL) {
         return NULL;
@@ -239,6 +248,16 @@ nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets
     return y;
 }
 
+nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
+                            const nn_cross_entropy_options *opts)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = cross_entropy_impl(g, logits, targets, opts);
+    accel__nn_fp_leave(g, &fs);
+    return y;
+}
+
 /* ---- layernorm: saves mean and 1/std per row ---- */
 
 static void ln_backward(nn_ctx *g, nn_node *n)
@@ -285,7 +304,8 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias, float eps)
+static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias,
+                                 float eps)
 {
     if (x == NULL) {
         return NULL;
@@ -348,6 +368,15 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
         n->p[1] = rstd;
         n->p[2] = w;
     }
+    return y;
+}
+
+nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias, float eps)
+{
+    nn_fpscope fs;
+    accel__nn_fp_enter(g, &fs);
+    nn_tensor *y = layernorm_impl(g, x, weight, bias, eps);
+    accel__nn_fp_leave(g, &fs);
     return y;
 }
 

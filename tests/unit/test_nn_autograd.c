@@ -11,6 +11,9 @@
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
 #endif
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 /* ---- a sink over caller memory, with indices offset by 100 to prove they are passed on ---- */
 typedef struct user_sink {
@@ -306,6 +309,105 @@ static void test_dropout_reproducible(void)
     free(b);
 }
 
+/* ---- a gradient written first by one consumer and added to by another ---- */
+
+/* d/dx of sum(f(x)) for f = gelu(x) + x*x, built in the given operand order. */
+static void two_consumer_grad(nn_ctx *g, const float *xv, int n, int order, float *out)
+{
+    int64_t shape[1] = {n};
+    nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, xv, 1, shape), 1);
+    nn_tensor *a = nn_gelu(g, x, 0), *b = nn_mul(g, x, x);
+    nn_tensor *loss = nn_sum_all(g, order ? nn_add(g, b, a) : nn_add(g, a, b));
+    CHECK_OK(NULL, nn_backward(loss, 1.0f, NULL));
+    memcpy(out, nn_tensor_grad(x), (size_t)n * sizeof(float));
+}
+
+static void test_fresh_then_accumulate(void)
+{
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    enum { N = 37 };
+    float xv[N], ga[N], gb[N], gg[N];
+    for (int i = 0; i < N; i++) {
+        xv[i] = (float)i / 9.0f - 2.0f;
+    }
+    two_consumer_grad(g, xv, N, 0, ga);
+    two_consumer_grad(g, xv, N, 1, gb);
+    /* gelu alone, for the reference derivative. */
+    int64_t shape[1] = {N};
+    nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, xv, 1, shape), 1);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_gelu(g, x, 0)), 1.0f, NULL));
+    memcpy(gg, nn_tensor_grad(x), sizeof(gg));
+    for (int i = 0; i < N; i++) {
+        CHECK_NEAR(ga[i], gg[i] + 2.0f * xv[i], 1e-5);
+        CHECK_NEAR(gb[i], gg[i] + 2.0f * xv[i], 1e-5);
+    }
+    nn_ctx_free(g);
+}
+
+/* ---- flush-to-zero scope: on inside nn, caller's MXCSR outside and in hooks ---- */
+#if defined(__x86_64__)
+static unsigned hook_csr;
+static accel_status csr_hook(void *ctx, const nn_tensor *param)
+{
+    (void)ctx;
+    (void)param;
+    hook_csr = _mm_getcsr();
+    return ACCEL_OK;
+}
+
+/* y = x * s for one element, with the ctx's flush setting. */
+static float scaled(nn_ctx *g, float x, float s)
+{
+    int64_t one[1] = {1};
+    nn_tensor *y = nn_scale(g, nn_tensor_from(g, &x, 1, one), s);
+    CHECK(y != NULL);
+    float v = y->data[0];
+    nn_ctx_reset(g);
+    return v;
+}
+
+static void test_flush_denormal(void)
+{
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    /* Compared without the sticky exception flags (bits 0-5), which arithmetic sets. */
+    unsigned csr = _mm_getcsr() & ~0x3fu;
+    CHECK((csr & 0x8040u) == 0); /* the test starts in IEEE mode */
+    volatile float tiny = 1e-30f, sub = 1e-40f;
+    /* Default on: a subnormal result flushes (FTZ), a subnormal input reads as 0 (DAZ). */
+    CHECK(nn_ctx_set_flush_denormal(g, 1) == 1);
+    CHECK(scaled(g, tiny, 1e-10f) == 0.0f);
+    CHECK(scaled(g, sub, 1e10f) == 0.0f);
+    CHECK((_mm_getcsr() & ~0x3fu) == csr);
+    CHECK(tiny * 1e-10f != 0.0f); /* not leaked to the caller */
+    nn_ctx_set_flush_denormal(g, 0);
+    CHECK(scaled(g, tiny, 1e-10f) != 0.0f);
+    CHECK(scaled(g, sub, 1e10f) > 0.5e-30f);
+    /* Backward: kernels flush, hooks and the caller see the caller's MXCSR. */
+    nn_ctx_set_flush_denormal(g, 1);
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, NULL));
+    int64_t shape[1] = {4};
+    nn_tensor *w = nn_params_declare(p, "w", 1, shape, (nn_init){NN_INIT_ONES, 0.0f});
+    CHECK(w != NULL);
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK_OK(NULL, nn_params_init(p, 1));
+    float xv[4] = {1e-30f, 1.0f, 2.0f, 3.0f};
+    nn_tensor *x = nn_tensor_from(g, xv, 1, shape);
+    nn_tensor *loss = nn_sum_all(g, nn_scale(g, nn_mul(g, x, w), 1e-10f));
+    nn_backward_hooks hooks = {NULL, csr_hook};
+    hook_csr = 0xffffffffu;
+    CHECK_OK(NULL, nn_backward(loss, 1.0f, &hooks));
+    CHECK((hook_csr & ~0x3fu) == csr);
+    CHECK((_mm_getcsr() & ~0x3fu) == csr);
+    CHECK(nn_tensor_grad(w)[0] == 0.0f); /* 1e-10 * 1e-30 flushed */
+    CHECK(nn_tensor_grad(w)[1] != 0.0f);
+    nn_params_free(p);
+    nn_ctx_free(g);
+}
+#endif
+
 int main(void)
 {
     test_hooks_and_sink();
@@ -313,6 +415,10 @@ int main(void)
     test_nograd_errors();
     test_arena_reuse();
     test_dropout_reproducible();
+    test_fresh_then_accumulate();
+#if defined(__x86_64__)
+    test_flush_denormal();
+#endif
     printf("test_nn_autograd: ok\n");
     return 0;
 }

@@ -302,9 +302,12 @@ int main(void)
     nn_ctx *g;
     CHECK_OK(NULL, nn_ctx_new(&g));
     spec none = sp(0, 0, 0, 0, 0);
-    for (int round = 0; round < 2; round++) {
+    /* Rounds 0-1 with flush-to-zero (the default), 2-3 with IEEE subnormals. */
+    for (int round = 0; round < 4; round++) {
         int64_t B = irand(1, 3), T = irand(2, 4), C = irand(2, 5);
-        printf("round %d: B=%lld T=%lld C=%lld\n", round, (long long)B, (long long)T, (long long)C);
+        nn_ctx_set_flush_denormal(g, round < 2);
+        printf("round %d (flush_denormal %d): B=%lld T=%lld C=%lld\n", round, round < 2,
+               (long long)B, (long long)T, (long long)C);
         spec x3 = sp(3, B, T, C, 0), row = sp(1, C, 0, 0, 0), mat = sp(2, T, C, 0, 0);
         spec scalar = sp(0, 0, 0, 0, 0), pos = x3;
         pos.lo = 0.5f;
