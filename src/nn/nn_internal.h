@@ -29,6 +29,7 @@
 #define NN_SIMD NN_PRAGMA(omp simd)
 /* A simd loop accumulating into the named scalars (order of the sum may change). */
 #define NN_SIMD_SUM(...) NN_PRAGMA(omp simd reduction(+ : __VA_ARGS__))
+#define NN_SIMD_MAX(v) NN_PRAGMA(omp simd reduction(max : v))
 static inline int nn__max_threads(void)
 {
     return omp_get_max_threads();
@@ -41,6 +42,7 @@ static inline int nn__thread(void)
 #define NN_OMP_FOR(n)
 #define NN_SIMD
 #define NN_SIMD_SUM(...)
+#define NN_SIMD_MAX(v)
 static inline int nn__max_threads(void)
 {
     return 1;
@@ -156,6 +158,9 @@ void accel__nn_fp_resume(const nn_fpscope *s);
 #else
 #define NN_KERNEL
 #endif
+
+/* Largest of x[0..n) (-inf when n == 0), vectorised (ops_norm.c). */
+float accel__nn_row_max(const float *x, int64_t n);
 
 /* ---- activations (ops_elem.c), shared with the fused linear + activation ---- */
 

@@ -20,16 +20,17 @@ static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, c
 }
 
 /*
- * C += op(A) op(B) for a gradient contribution. In fp32 that is sgemm with beta = 1; under
- * autocast the product goes to scratch and is rounded to dt before the fp32 add, as the
- * output of a bf16 / fp16 kernel would be. Returns 0 on OOM (ctx error set).
+ * C += op(A) op(B) for a gradient contribution (C = op(A) op(B) when `write`: C is a fresh
+ * gradient, see accel__nn_grad_w). In fp32 that is sgemm with beta = 1 (0); under autocast
+ * the product goes to scratch and is rounded to dt before the fp32 add, as the output of a
+ * bf16 / fp16 kernel would be. Returns 0 on OOM (ctx error set).
  */
-static int gemm_acc(nn_ctx *g, accel_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                    float alpha, const float *A, int64_t lda, const float *B, int64_t ldb, float *C,
-                    int64_t ldc)
+static int gemm_acc(nn_ctx *g, accel_dtype dt, int write, int ta, int tb, int64_t M, int64_t N,
+                    int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                    int64_t ldb, float *C, int64_t ldc)
 {
     if (dt == ACCEL_F32) {
-        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, write ? 0.0f : 1.0f, C, ldc);
         return 1;
     }
     float *tmp = accel__nn_scratch(g, M * N, 0);
@@ -37,10 +38,14 @@ static int gemm_acc(nn_ctx *g, accel_dtype dt, int ta, int tb, int64_t M, int64_
         return 0;
     }
     gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N);
-    if (ldc == N) {
-        accel__nn_add_rounded(dt, C, tmp, M * N);
-    } else {
-        for (int64_t r = 0; r < M; r++) {
+    if (ldc == N) { /* contiguous: one call, so the conversion can use its threads */
+        N *= M;
+        M = 1;
+    }
+    for (int64_t r = 0; r < M; r++) {
+        if (write) {
+            accel__nn_round(dt, C + r * ldc, tmp + r * N, N);
+        } else {
             accel__nn_add_rounded(dt, C + r * ldc, tmp + r * N, N);
         }
     }
@@ -62,6 +67,18 @@ static const float *grad_in(nn_ctx *g, accel_dtype dt, const float *gy, int64_t 
 
 /* ---- linear ---- */
 
+/* sum[j] += gy[r, j] over rows (the bias gradient), rows in order. */
+NN_KERNEL static void col_sum(const float *restrict gy, int64_t M, int64_t N, float *restrict sum)
+{
+    for (int64_t r = 0; r < M; r++) {
+        const float *gr = gy + r * N;
+        NN_SIMD
+        for (int64_t j = 0; j < N; j++) {
+            sum[j] += gr[j];
+        }
+    }
+}
+
 static void linear_backward(nn_ctx *g, nn_node *n)
 {
     nn_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
@@ -71,35 +88,35 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     /* Under autocast the forward's rounded operands (p[0], p[1]) are what the kernel saw. */
     const float *xd = n->p[0] ? n->p[0] : x->data, *wd = n->p[1] ? n->p[1] : w->data;
     const float *gy = grad_in(g, dt, n->out->grad, M * out);
-    float *gx = accel__nn_grad(g, x);
-    float *gw = accel__nn_grad(g, w);
-    float *gb = b ? accel__nn_grad(g, b) : NULL;
     if (gy == NULL) {
         return;
     }
+    int fx;
+    float *gx = accel__nn_grad_w(g, x, &fx);
     if (gx != NULL) {
         if (in_out) {
-            gemm_acc(g, dt, 0, 1, M, in, out, 1.0f, gy, out, wd, out, gx, in);
+            gemm_acc(g, dt, fx, 0, 1, M, in, out, 1.0f, gy, out, wd, out, gx, in);
         } else {
-            gemm_acc(g, dt, 0, 0, M, in, out, 1.0f, gy, out, wd, in, gx, in);
+            gemm_acc(g, dt, fx, 0, 0, M, in, out, 1.0f, gy, out, wd, in, gx, in);
         }
     }
+    /* Fetched after gx was written, so x == w (however odd) adds rather than overwrites. */
+    int fw;
+    float *gw = accel__nn_grad_w(g, w, &fw);
     if (gw != NULL) {
         if (in_out) {
-            gemm_acc(g, dt, 1, 0, in, out, M, 1.0f, xd, in, gy, out, gw, out);
+            gemm_acc(g, dt, fw, 1, 0, in, out, M, 1.0f, xd, in, gy, out, gw, out);
         } else {
-            gemm_acc(g, dt, 1, 0, out, in, M, 1.0f, gy, out, xd, in, gw, in);
+            gemm_acc(g, dt, fw, 1, 0, out, in, M, 1.0f, gy, out, xd, in, gw, in);
         }
     }
+    float *gb = b ? accel__nn_grad(g, b) : NULL;
     if (gb != NULL) {
         float *sum = dt == ACCEL_F32 ? gb : accel__nn_scratch(g, out, 1);
         if (sum == NULL) {
             return;
         }
-        for (int64_t r = 0; r < M; r++) {
-            const float *gr = gy + r * out;
-            NN_SIMD for (int64_t j = 0; j < out; j++) sum[j] += gr[j];
-        }
+        col_sum(gy, M, out, sum);
         if (dt != ACCEL_F32) {
             accel__nn_add_rounded(dt, gb, sum, out);
         }
@@ -198,29 +215,34 @@ static void matmul_backward(nn_ctx *g, nn_node *n)
     accel_dtype dt = (accel_dtype)n->i[5];
     const float *ad = n->p[0] ? n->p[0] : a->data, *bd = n->p[1] ? n->p[1] : b->data;
     const float *gy = grad_in(g, dt, n->out->grad, batch * M * N);
-    float *ga = accel__nn_grad(g, a);
-    float *gb = accel__nn_grad(g, b);
     if (gy == NULL) {
         return;
     }
+    /* Every product below covers its whole destination once, so a fresh gradient is written.
+     * b's gradient is fetched after a's is complete (a == b adds). */
+    int fa, fb;
+    float *ga = accel__nn_grad_w(g, a, &fa);
     if (b2d) {
         /* One product over all batch rows at once. */
         if (ga != NULL) {
-            gemm_acc(g, dt, 0, 1, batch * M, K, N, 1.0f, gy, N, bd, N, ga, K);
+            gemm_acc(g, dt, fa, 0, 1, batch * M, K, N, 1.0f, gy, N, bd, N, ga, K);
         }
+        float *gb = accel__nn_grad_w(g, b, &fb);
         if (gb != NULL) {
-            gemm_acc(g, dt, 1, 0, K, N, batch * M, 1.0f, ad, K, gy, N, gb, N);
+            gemm_acc(g, dt, fb, 1, 0, K, N, batch * M, 1.0f, ad, K, gy, N, gb, N);
         }
         return;
     }
-    for (int64_t i = 0; i < batch; i++) {
-        const float *gyi = gy + i * M * N;
-        if (ga != NULL &&
-            !gemm_acc(g, dt, 0, 1, M, K, N, 1.0f, gyi, N, bd + i * K * N, N, ga + i * M * K, K)) {
+    for (int64_t i = 0; ga != NULL && i < batch; i++) {
+        if (!gemm_acc(g, dt, fa, 0, 1, M, K, N, 1.0f, gy + i * M * N, N, bd + i * K * N, N,
+                      ga + i * M * K, K)) {
             return;
         }
-        if (gb != NULL &&
-            !gemm_acc(g, dt, 1, 0, K, N, M, 1.0f, ad + i * M * K, K, gyi, N, gb + i * K * N, N)) {
+    }
+    float *gb = accel__nn_grad_w(g, b, &fb);
+    for (int64_t i = 0; gb != NULL && i < batch; i++) {
+        if (!gemm_acc(g, dt, fb, 1, 0, K, N, M, 1.0f, ad + i * M * K, K, gy + i * M * N, N,
+                      gb + i * K * N, N)) {
             return;
         }
     }
@@ -321,25 +343,69 @@ static inline float attn_keep(const attn_dims *d, int64_t bh, int64_t t, int64_t
     return nn__uniform(d->key, i) >= d->p ? 1.0f / (1.0f - d->p) : 0.0f;
 }
 
-/* Softmax of row t of the causal scores; writes probabilities (zero above the diagonal) and
- * returns the log-sum-exp. */
-static float causal_softmax_row(float *row, int64_t t, int64_t T)
+/* Causal softmax of the T x T scores S in place (zero above the diagonal); lse[t] gets each
+ * row's log-sum-exp, the one statistic backward keeps. */
+NN_KERNEL static void causal_softmax(float *restrict S, int64_t T, float *restrict lse)
 {
-    float m = -INFINITY, s = 0.0f;
-    for (int64_t j = 0; j <= t; j++) {
-        m = row[j] > m ? row[j] : m;
+    for (int64_t t = 0; t < T; t++) {
+        float *row = S + t * T;
+        float m = accel__nn_row_max(row, t + 1), s = 0.0f;
+        NN_SIMD_SUM(s)
+        for (int64_t j = 0; j <= t; j++) {
+            row[j] = nn__expf(row[j] - m);
+            s += row[j];
+        }
+        float inv = 1.0f / s;
+        NN_SIMD
+        for (int64_t j = 0; j <= t; j++) {
+            row[j] *= inv;
+        }
+        for (int64_t j = t + 1; j < T; j++) {
+            row[j] = 0.0f;
+        }
+        lse[t] = m + logf(s);
     }
-    NN_SIMD_SUM(s) for (int64_t j = 0; j <= t; j++)
-    {
-        row[j] = nn__expf(row[j] - m);
-        s += row[j];
+}
+
+/* Backward, first half: P = exp(S - lse) from the recomputed scores, and D[t] = dO[t] . O[t]
+ * (rows of dO and O are hd long, ld apart). */
+NN_KERNEL static void attn_probs(float *restrict P, int64_t T, const float *restrict lse,
+                                 const float *restrict dO, const float *restrict O, int64_t hd,
+                                 int64_t ld, float *restrict D)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *row = P + t * T, l = lse[t], acc = 0.0f;
+        NN_SIMD
+        for (int64_t j = 0; j <= t; j++) {
+            row[j] = nn__expf(row[j] - l);
+        }
+        for (int64_t j = t + 1; j < T; j++) {
+            row[j] = 0.0f;
+        }
+        NN_SIMD_SUM(acc)
+        for (int64_t j = 0; j < hd; j++) {
+            acc += dO[t * ld + j] * O[t * ld + j];
+        }
+        D[t] = acc;
     }
-    float inv = 1.0f / s;
-    NN_SIMD for (int64_t j = 0; j <= t; j++) row[j] *= inv;
-    for (int64_t j = t + 1; j < T; j++) {
-        row[j] = 0.0f;
+}
+
+/* dS = P' .* dP' - P .* D in place of dP' (the dropout mask is folded into P'). */
+NN_KERNEL static void attn_dscores(float *restrict dP, const float *restrict P,
+                                   const float *restrict Pu, const float *restrict D, int64_t T)
+{
+    for (int64_t t = 0; t < T; t++) {
+        float *ds = dP + t * T;
+        const float *pr = P + t * T, *pu = Pu + t * T;
+        float Dt = D[t];
+        NN_SIMD
+        for (int64_t j = 0; j <= t; j++) {
+            ds[j] = pu[j] * ds[j] - pr[j] * Dt;
+        }
+        for (int64_t j = t + 1; j < T; j++) {
+            ds[j] = 0.0f;
+        }
     }
-    return m + logf(s);
 }
 
 static void attn_backward(nn_ctx *g, nn_node *n)
@@ -350,7 +416,8 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     const float *qkv = n->p[2] ? n->p[2] : n->in[0]->data, *out = n->out->data;
     const float *lse = n->p[0];
     float *scratch = n->p[1];
-    float *gqkv = accel__nn_grad(g, n->in[0]);
+    int fresh;
+    float *gqkv = accel__nn_grad_w(g, n->in[0], &fresh);
     if (gqkv == NULL) {
         return;
     }
@@ -360,6 +427,9 @@ static void attn_backward(nn_ctx *g, nn_node *n)
      * disjoint) go to a zeroed buffer first, rounded into gqkv after the loop. */
     const float *gy = grad_in(g, dt, n->out->grad, d.B * T * d.C);
     float *gdst = dt == ACCEL_F32 ? gqkv : accel__nn_scratch(g, d.B * T * C3, 1);
+    /* Each head's dq, dk and dv are one product each into disjoint columns, and together they
+     * cover [B, T, 3C]: a fresh gradient (or the zeroed scratch) is written with beta 0. */
+    float beta = (dt != ACCEL_F32 || fresh) ? 0.0f : 1.0f;
     if (gy == NULL || gdst == NULL) {
         return;
     }
@@ -374,17 +444,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
         float *gq = gdst + b * T * C3 + h * d.hd, *gk = gq + d.C, *gv = gq + 2 * d.C;
         const float *dO = gy + b * T * d.C + h * d.hd, *O = out + b * T * d.C + h * d.hd;
         gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, P, T);
-        for (int64_t t = 0; t < T; t++) {
-            float *row = P + t * T, l = lse[bh * T + t], acc = 0.0f;
-            NN_SIMD for (int64_t j = 0; j <= t; j++) row[j] = nn__expf(row[j] - l);
-            for (int64_t j = t + 1; j < T; j++) {
-                row[j] = 0.0f;
-            }
-            NN_SIMD_SUM(acc)
-            for (int64_t j = 0; j < d.hd; j++)
-                acc += dO[t * d.C + j] * O[t * d.C + j];
-            D[t] = acc;
-        }
+        attn_probs(P, T, lse + bh * T, dO, O, d.hd, d.C, D);
         const float *Pused = P;
         if (d.p > 0.0f) {
             for (int64_t t = 0; t < T; t++) {
@@ -403,25 +463,20 @@ static void attn_backward(nn_ctx *g, nn_node *n)
         }
         /* dP' = dO V^T; dV += P'^T dO. */
         gemm(0, 1, T, T, d.hd, 1.0f, dO, d.C, v, C3, 0.0f, dP, T);
-        gemm(1, 0, T, d.hd, T, 1.0f, Pused, T, dO, d.C, 1.0f, gv, C3);
-        /* dS = P' .* dP' - P .* D (the dropout mask folds into P'). */
-        for (int64_t t = 0; t < T; t++) {
-            float *ds = dP + t * T;
-            const float *pr = P + t * T, *pu = Pused + t * T;
-            float Dt = D[t];
-            NN_SIMD for (int64_t j = 0; j <= t; j++) ds[j] = pu[j] * ds[j] - pr[j] * Dt;
-            for (int64_t j = t + 1; j < T; j++) {
-                ds[j] = 0.0f;
-            }
-        }
+        gemm(1, 0, T, d.hd, T, 1.0f, Pused, T, dO, d.C, beta, gv, C3);
+        attn_dscores(dP, P, Pused, D, T);
         if (dt != ACCEL_F32) {
             accel__nn_round(dt, dP, dP, T * T);
         }
-        gemm(0, 0, T, d.hd, T, d.scale, dP, T, k, C3, 1.0f, gq, C3);
-        gemm(1, 0, T, d.hd, T, d.scale, dP, T, q, C3, 1.0f, gk, C3);
+        gemm(0, 0, T, d.hd, T, d.scale, dP, T, k, C3, beta, gq, C3);
+        gemm(1, 0, T, d.hd, T, d.scale, dP, T, q, C3, beta, gk, C3);
     }
     if (dt != ACCEL_F32) {
-        accel__nn_add_rounded(dt, gqkv, gdst, d.B * T * C3);
+        if (fresh) {
+            accel__nn_round(dt, gqkv, gdst, d.B * T * C3);
+        } else {
+            accel__nn_add_rounded(dt, gqkv, gdst, d.B * T * C3);
+        }
     }
 }
 
@@ -475,12 +530,10 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         float *S = scratch + nn__thread() * per;
         const float *q = qkvd + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
         gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, S, T);
-        for (int64_t t = 0; t < T; t++) {
-            lse[bh * T + t] = causal_softmax_row(S + t * T, t, T);
-            if (d.p > 0.0f) {
-                for (int64_t j = 0; j <= t; j++) {
-                    S[t * T + j] *= attn_keep(&d, bh, t, j);
-                }
+        causal_softmax(S, T, lse + bh * T);
+        for (int64_t t = 0; d.p > 0.0f && t < T; t++) {
+            for (int64_t j = 0; j <= t; j++) {
+                S[t * T + j] *= attn_keep(&d, bh, t, j);
             }
         }
         if (dt != ACCEL_F32) {

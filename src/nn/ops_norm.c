@@ -127,6 +127,47 @@ nn_cross_entropy_options nn_cross_entropy_options_default(void)
     return o;
 }
 
+NN_KERNEL float accel__nn_row_max(const float *x, int64_t n)
+{
+    float m = -INFINITY;
+    NN_SIMD_MAX(m)
+    for (int64_t c = 0; c < n; c++) {
+        m = x[c] > m ? x[c] : m;
+    }
+    return m;
+}
+
+/* The row's log-sum-exp (returned) and plain sum *sx, for the loss and label smoothing. */
+NN_KERNEL static float ce_row_stats(const float *restrict x, int64_t C, float *sx_out)
+{
+    float m = accel__nn_row_max(x, C), s = 0.0f, sx = 0.0f;
+    NN_SIMD_SUM(s, sx)
+    for (int64_t c = 0; c < C; c++) {
+        s += nn__expf(x[c] - m);
+        sx += x[c];
+    }
+    *sx_out = sx;
+    return m + logf(s);
+}
+
+/* g (+)= gr * (softmax(x) - eps / C) for one row with log-sum-exp l (target term added by the
+ * caller); written when `write`. */
+NN_KERNEL static void ce_row_grad(const float *restrict x, int64_t C, float l, float gr, float uni,
+                                  int write, float *restrict g)
+{
+    if (write) {
+        NN_SIMD
+        for (int64_t c = 0; c < C; c++) {
+            g[c] = gr * (nn__expf(x[c] - l) - uni);
+        }
+    } else {
+        NN_SIMD
+        for (int64_t c = 0; c < C; c++) {
+            g[c] += gr * (nn__expf(x[c] - l) - uni);
+        }
+    }
+}
+
 static void ce_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1], ignore = n->i[2];
@@ -134,21 +175,23 @@ static void ce_backward(nn_ctx *g, nn_node *n)
     float eps = n->f[0], scale = n->f[1];
     const float *x = n->in[0]->data, *lse = n->p[0], *gy = n->out->grad;
     const int32_t *t = n->p[1];
-    float *gx = accel__nn_grad(g, n->in[0]);
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
     if (gx == NULL) {
         return;
     }
     float uni = eps / (float)C;
     NN_OMP_FOR(rows * C)
     for (int64_t r = 0; r < rows; r++) {
+        float *gxr = gx + r * C;
         if (t[r] == ignore) {
+            if (fresh) {
+                memset(gxr, 0, (size_t)C * sizeof(float));
+            }
             continue;
         }
         float gr = (red == NN_REDUCTION_NONE ? gy[r] : gy[0]) * scale;
-        const float *xr = x + r * C;
-        float *gxr = gx + r * C;
-        float l = lse[r];
-        NN_SIMD for (int64_t c = 0; c < C; c++) gxr[c] += gr * (nn__expf(xr[c] - l) - uni);
+        ce_row_grad(x + r * C, C, lse[r], gr, uni, fresh, gxr);
         gxr[t[r]] -= gr * (1.0f - eps);
     }
 }
@@ -205,16 +248,8 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
     NN_OMP_FOR(rows * C)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits->data + r * C;
-        float m = -INFINITY, s = 0.0f, sx = 0.0f;
-        for (int64_t c = 0; c < C; c++) {
-            m = xr[c] > m ? xr[c] : m;
-        }
-        NN_SIMD_SUM(s, sx) for (int64_t c = 0; c < C; c++)
-        {
-            s += nn__expf(xr[c] - m);
-            sx += xr[c];
-        }
-        lse[r] = m + logf(s);
+        float sx;
+        lse[r] = ce_row_stats(xr, C, &sx);
         row_loss[r] = tcopy[r] == o.ignore_index
                           ? 0.0f
                           : lse[r] - (1.0f - eps) * xr[tcopy[r]] - eps / (float)C * sx;
@@ -260,48 +295,99 @@ nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets
 
 /* ---- layernorm: saves mean and 1/std per row ---- */
 
+/* One row of the input gradient: gx (+)= rs * (gy*w - mean(gy*w) - xhat * mean(gy*w*xhat)). */
+NN_KERNEL static void ln_row_grad(const float *restrict xr, const float *restrict gr,
+                                  const float *restrict w, float mu, float rs, int64_t C, int write,
+                                  float *restrict gxr)
+{
+    float s1 = 0.0f, s2 = 0.0f;
+    NN_SIMD_SUM(s1, s2)
+    for (int64_t c = 0; c < C; c++) {
+        float d = gr[c] * w[c];
+        s1 += d;
+        s2 += d * (xr[c] - mu) * rs;
+    }
+    s1 /= (float)C;
+    s2 /= (float)C;
+    if (write) {
+        NN_SIMD
+        for (int64_t c = 0; c < C; c++) {
+            gxr[c] = rs * (gr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2);
+        }
+    } else {
+        NN_SIMD
+        for (int64_t c = 0; c < C; c++) {
+            gxr[c] += rs * (gr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2);
+        }
+    }
+}
+
+/* Weight and bias gradients summed over rows, serially (thread-count independent). */
+NN_KERNEL static void ln_param_grad(const float *restrict x, const float *restrict gy,
+                                    const float *restrict mean, const float *restrict rstd,
+                                    int64_t rows, int64_t C, float *restrict gw, float *restrict gb)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C, *gr = gy + r * C;
+        float mu = mean[r], rs = rstd[r];
+        if (gw != NULL) {
+            NN_SIMD
+            for (int64_t c = 0; c < C; c++) {
+                gw[c] += gr[c] * (xr[c] - mu) * rs;
+            }
+        }
+        if (gb != NULL) {
+            NN_SIMD
+            for (int64_t c = 0; c < C; c++) {
+                gb[c] += gr[c];
+            }
+        }
+    }
+}
+
 static void ln_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1];
     const float *x = n->in[0]->data, *gy = n->out->grad;
     const float *w = n->p[2]; /* weight, or ones when the layer has none */
     const float *mean = n->p[0], *rstd = n->p[1];
-    float *gx = accel__nn_grad(g, n->in[0]);
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
     float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
     float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
     if (gx != NULL) {
         NN_OMP_FOR(rows * C)
         for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * C, *gr = gy + r * C;
-            float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
-            NN_SIMD_SUM(s1, s2) for (int64_t c = 0; c < C; c++)
-            {
-                float d = gr[c] * w[c];
-                s1 += d;
-                s2 += d * (xr[c] - mu) * rs;
-            }
-            s1 /= (float)C;
-            s2 /= (float)C;
-            float *gxr = gx + r * C;
-            NN_SIMD for (int64_t c = 0; c < C; c++)
-            {
-                float d = gr[c] * w[c];
-                gxr[c] += rs * (d - s1 - (xr[c] - mu) * rs * s2);
-            }
+            ln_row_grad(x + r * C, gy + r * C, w, mean[r], rstd[r], C, fresh, gx + r * C);
         }
     }
     if (gw != NULL || gb != NULL) {
-        for (int64_t r = 0; r < rows; r++) {
-            const float *xr = x + r * C, *gr = gy + r * C;
-            float mu = mean[r], rs = rstd[r];
-            if (gw != NULL) {
-                NN_SIMD for (int64_t c = 0; c < C; c++) gw[c] += gr[c] * (xr[c] - mu) * rs;
-            }
-            if (gb != NULL) {
-                NN_SIMD for (int64_t c = 0; c < C; c++) gb[c] += gr[c];
-            }
-        }
+        ln_param_grad(x, gy, mean, rstd, rows, C, gw, gb);
     }
+}
+
+/* One row of the forward; returns the mean and writes 1/std to *rs_out. */
+NN_KERNEL static float ln_row(const float *restrict xr, const float *restrict w,
+                              const float *restrict b, int64_t C, float eps, float *restrict yr,
+                              float *rs_out)
+{
+    float s = 0.0f, v = 0.0f;
+    NN_SIMD_SUM(s)
+    for (int64_t c = 0; c < C; c++) {
+        s += xr[c];
+    }
+    float mu = s / (float)C;
+    NN_SIMD_SUM(v)
+    for (int64_t c = 0; c < C; c++) {
+        v += (xr[c] - mu) * (xr[c] - mu);
+    }
+    float rs = 1.0f / sqrtf(v / (float)C + eps);
+    NN_SIMD
+    for (int64_t c = 0; c < C; c++) {
+        yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
+    }
+    *rs_out = rs;
+    return mu;
 }
 
 static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias,
@@ -342,19 +428,7 @@ static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_
     }
     NN_OMP_FOR(rows * C)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x->data + r * C;
-        float *yr = y->data + r * C;
-        float s = 0.0f, v = 0.0f;
-        NN_SIMD_SUM(s) for (int64_t c = 0; c < C; c++) s += xr[c];
-        float mu = s / (float)C;
-        NN_SIMD_SUM(v) for (int64_t c = 0; c < C; c++) v += (xr[c] - mu) * (xr[c] - mu);
-        float rs = 1.0f / sqrtf(v / (float)C + eps);
-        NN_SIMD for (int64_t c = 0; c < C; c++)
-        {
-            yr[c] = (xr[c] - mu) * rs * w[c] + b[c];
-        }
-        mean[r] = mu;
-        rstd[r] = rs;
+        mean[r] = ln_row(x->data + r * C, w, b, C, eps, y->data + r * C, &rstd[r]);
     }
     nn_tensor *in[3] = {x, weight, bias};
     if (accel__nn_needs_grad(g, in, 3)) {
