@@ -69,7 +69,10 @@ void accel__nn_add_rounded(accel_dtype dt, float *dst, const float *src, int64_t
         float r[CHUNK];
         round_chunk(dt, r, src + o, k);
         float *d = dst + o;
-        NN_SIMD for (int64_t i = 0; i < k; i++) d[i] += r[i];
+        NN_SIMD
+        for (int64_t i = 0; i < k; i++) {
+            d[i] += r[i];
+        }
     }
 }
 

@@ -247,6 +247,21 @@ static inline float nn__erff(float x)
     return x < 0.0f ? -e : e;
 }
 
+/* GELU's derivative Phi(x) + x phi(x) (exact erf form). erf(x / sqrt 2) already computes
+ * exp(-x^2 / 2), which is phi(x) up to a constant, so one exp serves both terms. */
+static inline float nn__gelu_grad(float x)
+{
+    float z = x * 0.70710678118654752f, az = fabsf(z);
+    float e = nn__expf(-z * z);
+    float t = 1.0f / (1.0f + 0.3275911f * az);
+    float y =
+        t * (0.254829592f +
+             t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    float erf_abs = 1.0f - y * e;
+    float cdf = 0.5f * (1.0f + (z < 0.0f ? -erf_abs : erf_abs));
+    return cdf + x * 0.3989422804014327f * e;
+}
+
 static inline float nn__tanhf(float x)
 {
     float ax = fabsf(x);

@@ -287,60 +287,54 @@ void accel__nn_act_forward(int op, float s, const float *x, float *y, int64_t n)
     }
 }
 
+/* tanh-approximation GELU's derivative. */
+static inline float gelu_tanh_grad(float x)
+{
+    float x2 = x * x;
+    float t = nn__tanhf(NN_SQRT_2_OVER_PI * (x + NN_GELU_C * x2 * x));
+    float du = NN_SQRT_2_OVER_PI * (1.0f + 3.0f * NN_GELU_C * x2);
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+
+/* gx = expr (write) or gx += expr, over i in [0, n). */
+#define ACT_GRAD_LOOP(expr)                                                                        \
+    do {                                                                                           \
+        if (write) {                                                                               \
+            NN_SIMD                                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                gx[i] = (expr);                                                                    \
+            }                                                                                      \
+        } else {                                                                                   \
+            NN_SIMD                                                                                \
+            for (int64_t i = 0; i < n; i++) {                                                      \
+                gx[i] += (expr);                                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
 /* d(op)/dx * gy into gx: written when `write`, else added. */
 NN_KERNEL static void unary_bwd_range(int op, float s, int write, const float *restrict x,
                                       const float *restrict y, const float *restrict gy,
                                       float *restrict gx, int64_t n)
 {
-    float keep = write ? 0.0f : 1.0f;
-    if (write) {
-        /* keep * gx must not read uninitialised memory (0 * NaN is NaN). */
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            gx[i] = 0.0f;
-        }
-    }
     switch (op) {
     case U_SCALE:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            gx[i] = keep * gx[i] + gy[i] * s;
-        }
+        ACT_GRAD_LOOP(gy[i] * s);
         break;
     case U_RELU:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            gx[i] = keep * gx[i] + gy[i] * (x[i] > 0.0f ? 1.0f : 0.0f);
-        }
+        ACT_GRAD_LOOP(gy[i] * (x[i] > 0.0f ? 1.0f : 0.0f));
         break;
     case U_GELU:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            float cdf = 0.5f * (1.0f + nn__erff(x[i] * 0.70710678118654752f));
-            float pdf = 0.3989422804014327f * nn__expf(-0.5f * x[i] * x[i]);
-            gx[i] = keep * gx[i] + gy[i] * (cdf + x[i] * pdf);
-        }
+        ACT_GRAD_LOOP(gy[i] * nn__gelu_grad(x[i]));
         break;
     case U_GELU_TANH:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            float x2 = x[i] * x[i];
-            float t = nn__tanhf(NN_SQRT_2_OVER_PI * (x[i] + NN_GELU_C * x2 * x[i]));
-            float du = NN_SQRT_2_OVER_PI * (1.0f + 3.0f * NN_GELU_C * x2);
-            gx[i] = keep * gx[i] + gy[i] * (0.5f * (1.0f + t) + 0.5f * x[i] * (1.0f - t * t) * du);
-        }
+        ACT_GRAD_LOOP(gy[i] * gelu_tanh_grad(x[i]));
         break;
     case U_TANH:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            gx[i] = keep * gx[i] + gy[i] * (1.0f - y[i] * y[i]);
-        }
+        ACT_GRAD_LOOP(gy[i] * (1.0f - y[i] * y[i]));
         break;
     default:
-        NN_SIMD
-        for (int64_t i = 0; i < n; i++) {
-            gx[i] = keep * gx[i] + gy[i] * y[i] * (1.0f - y[i]);
-        }
+        ACT_GRAD_LOOP(gy[i] * y[i] * (1.0f - y[i]));
         break;
     }
 }
@@ -437,7 +431,10 @@ static void reduce_backward(nn_ctx *g, nn_node *n)
         for (int64_t l = 0; l < len; l++) {
             float *gr = gx + (o * len + l) * inner;
             const float *yr = gy + o * inner;
-            NN_SIMD for (int64_t j = 0; j < inner; j++) gr[j] += yr[j] * s;
+            NN_SIMD
+            for (int64_t j = 0; j < inner; j++) {
+                gr[j] += yr[j] * s;
+            }
         }
     }
 }
@@ -485,9 +482,15 @@ static nn_tensor *reduce_impl(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int
         }
         for (int64_t l = 0; l < len; l++) {
             const float *xr = x->data + (o * len + l) * inner;
-            NN_SIMD for (int64_t j = 0; j < inner; j++) yr[j] += xr[j];
+            NN_SIMD
+            for (int64_t j = 0; j < inner; j++) {
+                yr[j] += xr[j];
+            }
         }
-        NN_SIMD for (int64_t j = 0; j < inner; j++) yr[j] *= s;
+        NN_SIMD
+        for (int64_t j = 0; j < inner; j++) {
+            yr[j] *= s;
+        }
     }
     if (accel__nn_needs_grad(g, &x, 1)) {
         nn_node *n = accel__nn_record(g, mean ? "mean" : "sum", y, &x, 1, reduce_backward);

@@ -456,19 +456,25 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
 
 /* ---- embedding ---- */
 
-static void emb_backward(nn_ctx *g, nn_node *n)
+/* Scatter-add of gradient rows into the table, in row order (repeated ids sum serially). */
+NN_KERNEL static void emb_scatter_add(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
+                                      float *gw)
 {
-    int64_t rows = n->i[0], C = n->i[1];
-    const int32_t *ids = n->p[0];
-    const float *gy = n->out->grad;
-    float *gw = accel__nn_grad(g, n->in[0]);
-    if (gw == NULL) {
-        return;
-    }
     for (int64_t r = 0; r < rows; r++) {
         float *dst = gw + (int64_t)ids[r] * C;
         const float *src = gy + r * C;
-        NN_SIMD for (int64_t c = 0; c < C; c++) dst[c] += src[c];
+        NN_SIMD
+        for (int64_t c = 0; c < C; c++) {
+            dst[c] += src[c];
+        }
+    }
+}
+
+static void emb_backward(nn_ctx *g, nn_node *n)
+{
+    float *gw = accel__nn_grad(g, n->in[0]);
+    if (gw != NULL) {
+        emb_scatter_add(n->p[0], n->out->grad, n->i[0], n->i[1], gw);
     }
 }
 
