@@ -336,6 +336,53 @@ typedef struct attn_dims {
     uint64_t key;
 } attn_dims;
 
+/*
+ * Causal block skipping. Queries are taken in blocks of attn_block(T) rows; block [i0, i1)
+ * only multiplies keys [0, i1), so the products never touch the all-zero upper-right blocks of
+ * the T x T score matrix (T = 128: two blocks, 3/4 of the full products). Keys are taken in
+ * the same blocks for dV and dK, whose rows t < j0 contribute nothing.
+ */
+static int64_t attn_block(int64_t T)
+{
+    return T <= 128 ? (T + 1) / 2 : 64;
+}
+
+/* S[i0:i1, 0:i1] = alpha * A[i0:i1] B[0:i1]^T for each query block (rows of A and B hd long,
+ * lda / ldb apart; S is T x T). Entries right of i1 are left unwritten. */
+static void causal_abt(int64_t T, int64_t hd, float alpha, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float *S)
+{
+    int64_t tb = attn_block(T);
+    for (int64_t i0 = 0; i0 < T; i0 += tb) {
+        int64_t i1 = i0 + tb < T ? i0 + tb : T;
+        gemm(0, 1, i1 - i0, i1, hd, alpha, A + i0 * lda, lda, B, ldb, 0.0f, S + i0 * T, T);
+    }
+}
+
+/* Y[i0:i1] = alpha * P[i0:i1, 0:i1] V[0:i1] (+ beta Y) per query block; P is causal T x T. */
+static void causal_pv(int64_t T, int64_t hd, float alpha, const float *P, const float *V,
+                      int64_t ldv, float beta, float *Y, int64_t ldy)
+{
+    int64_t tb = attn_block(T);
+    for (int64_t i0 = 0; i0 < T; i0 += tb) {
+        int64_t i1 = i0 + tb < T ? i0 + tb : T;
+        gemm(0, 0, i1 - i0, hd, i1, alpha, P + i0 * T, T, V, ldv, beta, Y + i0 * ldy, ldy);
+    }
+}
+
+/* Y[j0:j1] = alpha * P[j0:T, j0:j1]^T X[j0:T] (+ beta Y) per key block: P^T X without the rows
+ * t < j0, where a causal P is zero. */
+static void causal_ptx(int64_t T, int64_t hd, float alpha, const float *P, const float *X,
+                       int64_t ldx, float beta, float *Y, int64_t ldy)
+{
+    int64_t tb = attn_block(T);
+    for (int64_t j0 = 0; j0 < T; j0 += tb) {
+        int64_t j1 = j0 + tb < T ? j0 + tb : T;
+        gemm(1, 0, j1 - j0, hd, T - j0, alpha, P + j0 * T + j0, T, X + j0 * ldx, ldx, beta,
+             Y + j0 * ldy, ldy);
+    }
+}
+
 /* Dropout multiplier of probability (bh, t, s): counter-based, so backward regenerates it. */
 static inline float attn_keep(const attn_dims *d, int64_t bh, int64_t t, int64_t s)
 {
@@ -443,7 +490,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
         const float *q = qkv + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
         float *gq = gdst + b * T * C3 + h * d.hd, *gk = gq + d.C, *gv = gq + 2 * d.C;
         const float *dO = gy + b * T * d.C + h * d.hd, *O = out + b * T * d.C + h * d.hd;
-        gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, P, T);
+        causal_abt(T, d.hd, d.scale, q, C3, k, C3, P);
         attn_probs(P, T, lse + bh * T, dO, O, d.hd, d.C, D);
         const float *Pused = P;
         if (d.p > 0.0f) {
@@ -462,14 +509,14 @@ static void attn_backward(nn_ctx *g, nn_node *n)
             }
         }
         /* dP' = dO V^T; dV += P'^T dO. */
-        gemm(0, 1, T, T, d.hd, 1.0f, dO, d.C, v, C3, 0.0f, dP, T);
-        gemm(1, 0, T, d.hd, T, 1.0f, Pused, T, dO, d.C, beta, gv, C3);
+        causal_abt(T, d.hd, 1.0f, dO, d.C, v, C3, dP);
+        causal_ptx(T, d.hd, 1.0f, Pused, dO, d.C, beta, gv, C3);
         attn_dscores(dP, P, Pused, D, T);
         if (dt != ACCEL_F32) {
             accel__nn_round(dt, dP, dP, T * T);
         }
-        gemm(0, 0, T, d.hd, T, d.scale, dP, T, k, C3, beta, gq, C3);
-        gemm(1, 0, T, d.hd, T, d.scale, dP, T, q, C3, beta, gk, C3);
+        causal_pv(T, d.hd, d.scale, dP, k, C3, beta, gq, C3);
+        causal_ptx(T, d.hd, d.scale, dP, q, C3, beta, gk, C3);
     }
     if (dt != ACCEL_F32) {
         if (fresh) {
@@ -529,7 +576,7 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         int64_t b = bh / d.H, h = bh % d.H;
         float *S = scratch + nn__thread() * per;
         const float *q = qkvd + b * T * C3 + h * d.hd, *k = q + d.C, *v = q + 2 * d.C;
-        gemm(0, 1, T, T, d.hd, d.scale, q, C3, k, C3, 0.0f, S, T);
+        causal_abt(T, d.hd, d.scale, q, C3, k, C3, S);
         causal_softmax(S, T, lse + bh * T);
         for (int64_t t = 0; d.p > 0.0f && t < T; t++) {
             for (int64_t j = 0; j <= t; j++) {
@@ -539,7 +586,7 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         if (dt != ACCEL_F32) {
             accel__nn_round(dt, S, S, T * T); /* probabilities enter P V in low precision */
         }
-        gemm(0, 0, T, d.hd, T, 1.0f, S, T, v, C3, 0.0f, y->data + b * T * d.C + h * d.hd, d.C);
+        causal_pv(T, d.hd, 1.0f, S, v, C3, 0.0f, y->data + b * T * d.C + h * d.hd, d.C);
     }
     if (accel__nn_needs_grad(g, &qkv, 1)) {
         nn_node *n = accel__nn_record(g, "causal_attention", y, &qkv, 1, attn_backward);
