@@ -339,12 +339,13 @@ typedef struct attn_dims {
 /*
  * Causal block skipping. Queries are taken in blocks of attn_block(T) rows; block [i0, i1)
  * only multiplies keys [0, i1), so the products never touch the all-zero upper-right blocks of
- * the T x T score matrix (T = 128: two blocks, 3/4 of the full products). Keys are taken in
+ * the T x T score matrix (T = 128: four blocks of 32, 10/16 of the full products; measured
+ * ~1% of the GPT step faster than two blocks of 64, whose products are 3/4). Keys are taken in
  * the same blocks for dV and dK, whose rows t < j0 contribute nothing.
  */
 static int64_t attn_block(int64_t T)
 {
-    return T <= 128 ? (T + 1) / 2 : 64;
+    return T <= 128 ? (T + 3) / 4 : 64;
 }
 
 /* S[i0:i1, 0:i1] = alpha * A[i0:i1] B[0:i1]^T for each query block (rows of A and B hd long,
