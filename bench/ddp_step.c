@@ -26,6 +26,7 @@
 #endif
 
 #include "accel/accel.h"
+#include "accel/check.h"
 #include "core/internal.h"
 
 #define BATCH 64
@@ -33,15 +34,6 @@
 #define D1 1024
 #define D2 1024
 #define D3 10
-
-#define CHECK(call)                                                                                \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, accel_last_error(acc));  \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 enum { W1, B1, W2, B2, W3, B3, NP };
 
@@ -83,8 +75,8 @@ static void weight_grads(const float *dout, const float *in, int pw, int pb, int
             P[pb]->grad[j] += dout[(size_t)i * n + j];
         }
     }
-    CHECK(accel_grad_ready(model, pb));
-    CHECK(accel_grad_ready(model, pw));
+    ACCEL_CHECK(accel_grad_ready(model, pb));
+    ACCEL_CHECK(accel_grad_ready(model, pw));
 }
 
 /* din = (dout W) * relu'(in_act), W is [n x k]. */
@@ -100,7 +92,7 @@ static void input_grads(const float *dout, const accel_param *w, const float *ac
 
 static void step(accel_optimizer *opt)
 {
-    CHECK(accel_accumulate(acc, model));
+    ACCEL_CHECK(accel_accumulate(acc, model));
     linear(x, P[W1], P[B1], h1, D0, D1, 1);
     linear(h1, P[W2], P[B2], h2, D1, D2, 1);
     linear(h2, P[W3], P[B3], y, D2, D3, 0);
@@ -123,9 +115,9 @@ static void step(accel_optimizer *opt)
     weight_grads(dh2, h1, W2, B2, D1, D2);
     input_grads(dh2, P[W2], h1, dh1, D1, D2);
     weight_grads(dh1, x, W1, B1, D0, D1);
-    CHECK(accel_backward_end(acc));
-    CHECK(accel_optimizer_step(opt));
-    CHECK(accel_optimizer_zero_grad(opt));
+    ACCEL_CHECK(accel_backward_end(acc));
+    ACCEL_CHECK(accel_optimizer_step(opt));
+    ACCEL_CHECK(accel_optimizer_zero_grad(opt));
 }
 
 /* Seconds per step, the slowest process's figure. */
@@ -134,13 +126,13 @@ static double time_steps(accel_optimizer *opt, int warmup, int steps)
     for (int i = 0; i < warmup; i++) {
         step(opt);
     }
-    CHECK(accel_wait_for_everyone(acc));
+    ACCEL_CHECK(accel_wait_for_everyone(acc));
     double t0 = accel__now();
     for (int i = 0; i < steps; i++) {
         step(opt);
     }
     double dt = (accel__now() - t0) / steps;
-    CHECK(accel_allreduce(acc, &dt, &dt, 1, ACCEL_F64, ACCEL_MAX, NULL));
+    ACCEL_CHECK(accel_allreduce(acc, &dt, &dt, 1, ACCEL_F64, ACCEL_MAX, NULL));
     return dt;
 }
 
@@ -165,12 +157,12 @@ int main(int argc, char **argv)
         return 1;
     }
     int n = accel_num_processes(acc);
-    CHECK(accel_model_new(acc, &model));
+    ACCEL_CHECK(accel_model_new(acc, &model));
     const int64_t shapes[NP][2] = {{D1, D0}, {D1, 1}, {D2, D1}, {D2, 1}, {D3, D2}, {D3, 1}};
     const char *names[NP] = {"fc1.weight", "fc1.bias",   "fc2.weight",
                              "fc2.bias",   "fc3.weight", "fc3.bias"};
     for (int p = 0; p < NP; p++) {
-        CHECK(accel_model_add_param(model, names[p], (p % 2) ? 1 : 2, shapes[p], NULL));
+        ACCEL_CHECK(accel_model_add_param(model, names[p], (p % 2) ? 1 : 2, shapes[p], NULL));
     }
     unsigned seed = 42;
     for (int p = 0; p < NP; p++) {
@@ -183,7 +175,7 @@ int main(int argc, char **argv)
     accel_sgd_options so = accel_sgd_options_default();
     so.lr = 0.01;
     accel_optimizer *opt = accel_sgd(acc, model, &so);
-    CHECK(accel_prepare(acc, model, opt));
+    ACCEL_CHECK(accel_prepare(acc, model, opt));
 
     x = malloc(sizeof(float) * BATCH * D0);
     h1 = malloc(sizeof(float) * BATCH * D1);
@@ -207,9 +199,9 @@ int main(int argc, char **argv)
      * step inside no_sync, i.e. without any communication. */
     double t_local = 1e30, t_on = 1e30, t_off = 1e30;
     for (int r = 0; r < rounds; r++) {
-        CHECK(accel_no_sync_begin(acc, model));
+        ACCEL_CHECK(accel_no_sync_begin(acc, model));
         t_local = fmin(t_local, time_steps(opt, warmup, steps));
-        CHECK(accel_no_sync_end(acc, model));
+        ACCEL_CHECK(accel_no_sync_end(acc, model));
         acc->opt.overlap_comm = 1;
         t_on = fmin(t_on, time_steps(opt, warmup, steps));
         acc->opt.overlap_comm = 0;

@@ -14,6 +14,8 @@
  * prints a line with loss, learning rate, gradient norm and tokens/s every --log_every steps,
  * logs the same values to the trackers named by --log_with, and finally samples some text.
  */
+#define _DEFAULT_SOURCE /* scandir, PATH_MAX under -std=c11 */
+
 #include <dirent.h>
 #include <limits.h>
 #include <math.h>
@@ -25,18 +27,9 @@
 #include <unistd.h>
 
 #include <accel/accel.h>
+#include <accel/check.h>
 #include <accel/data.h>
 #include <accel/nn.h>
-
-#define ACCEL_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, accel_status_name(st_),         \
-                    accel_last_error(acc));                                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 /* ------------------------------------------------------------------------ command line */
 

@@ -29,18 +29,9 @@
 #include <string.h>
 
 #include <accel/accel.h>
+#include <accel/check.h>
 #include <accel/data.h>
 #include <accel/nn.h>
-
-#define ACCEL_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, accel_status_name(st_),         \
-                    accel_last_error(acc));                                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define LR 0.08f
 #define IGNORE (-100)

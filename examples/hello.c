@@ -6,21 +6,14 @@
  * Every process prints its state in turn, then the processes sum a number, collect each
  * other's hostname and pid, and split 10 work items between themselves.
  */
+#define _DEFAULT_SOURCE /* gethostname under -std=c11 */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <accel/accel.h>
-
-#define ACCEL_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, accel_status_name(st_),         \
-                    accel_last_error(acc));                                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include <accel/check.h>
 
 int main(void)
 {

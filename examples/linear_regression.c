@@ -22,17 +22,8 @@
 #include <string.h>
 
 #include <accel/accel.h>
+#include <accel/check.h>
 #include <accel/data.h>
-
-#define ACCEL_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, accel_status_name(st_),         \
-                    accel_last_error(acc));                                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define N_SAMPLES 8
 #define LR 0.02

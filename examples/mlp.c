@@ -14,24 +14,17 @@
  * Options: --epochs N (default 20), --hidden N (64), --batch N (32, per process),
  * --lr X (0.01), --seed N (42).
  */
+#define _DEFAULT_SOURCE /* M_PI under -std=c11 */
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <accel/accel.h>
+#include <accel/check.h>
 #include <accel/data.h>
 #include <accel/nn.h>
-
-#define ACCEL_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status st_ = (call);                                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, accel_status_name(st_),         \
-                    accel_last_error(acc));                                                        \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 #define N_CLASSES 3
 #define N_TRAIN 1500
