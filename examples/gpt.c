@@ -4,15 +4,20 @@
  *     accel launch --num_processes 2 build/examples/gpt                   (what `make demo` runs)
  *     build/examples/gpt --steps 50 --log_with jsonl --project_dir runs
  *     build/examples/gpt --data shakespeare.txt --layers 6 --width 192 --context 256
+ *     build/examples/gpt --checkpoint_every 100 --project_dir runs        (then add --resume)
  *
  * By default the corpus is accel's own source and documentation (src/, include/, docs/ of the
  * project, found from the executable's or the current directory), so there is nothing to
  * download; --data names a file or a folder (read recursively) instead. Every byte is a token
- * (vocabulary 256). The model is GPT-2 (pre-LayerNorm blocks, tied embeddings) from the nn
- * toolkit, trained with AdamW, linear warmup then cosine decay, gradient clipping at 1.0 and
- * optional gradient accumulation and mixed precision. The main process shows a progress bar,
- * prints a line with loss, learning rate, gradient norm and tokens/s every --log_every steps,
- * logs the same values to the trackers named by --log_with, and finally samples some text.
+ * (vocabulary 256). The model is GPT-2 (pre-LayerNorm blocks, tied embeddings by default) from
+ * the nn toolkit, trained with AdamW, linear warmup then cosine decay, gradient clipping at 1.0
+ * and optional gradient accumulation, dropout and mixed precision. The main process shows a
+ * progress bar, prints a line with loss, learning rate, gradient norm and tokens/s every
+ * --log_every steps, logs the same values to the trackers named by --log_with, and finally
+ * samples some text. --checkpoint_every saves the whole training state (automatic naming under
+ * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint.
+ * --save_dir writes model.safetensors plus a transformers config.json, so the folder loads
+ * with GPT2LMHeadModel.from_pretrained.
  */
 #define _DEFAULT_SOURCE /* scandir, PATH_MAX under -std=c11 */
 
@@ -35,25 +40,34 @@
 
 typedef struct args {
     int layers, width, heads, context, batch, steps, warmup, accum, seed, log_every, sample;
-    double lr;
-    const char *data, *mixed_precision, *log_with, *project_dir, *save_dir;
+    int tied, checkpoint_every, total_limit, stop_at, resume;
+    double lr, dropout;
+    const char *data, *mixed_precision, *log_with, *project_dir, *save_dir, *activation;
 } args;
 
 static const char usage[] =
     "usage: gpt [options]\n"
     "  --data PATH              text file or folder (default: the project's src, include, docs)\n"
     "  --layers N --width N --heads N --context N      model (default 4, 128, 4, 128)\n"
+    "  --tied 0|1               lm_head shares the token embedding (default 1)\n"
+    "  --activation A           gelu_new (tanh form, GPT-2's; default) or gelu (exact erf)\n"
+    "  --dropout X              embedding, attention and residual dropout (default 0)\n"
     "  --batch N                sequences per process per micro-step (default 8)\n"
     "  --steps N                optimizer steps (default 1000)\n"
     "  --lr X --warmup N        peak learning rate and warmup steps (default 2e-3, steps/20)\n"
     "  --accum N                gradient accumulation steps (default 1)\n"
     "  --mixed_precision P      no | fp16 | bf16 (default: accel's configuration)\n"
-    "  --seed N                 model init and data order (default 1337)\n"
+    "  --seed N                 model init, dropout and data order (default 1337)\n"
     "  --log_with LIST          trackers: tensorboard,jsonl,csv,mlflow or all (default none)\n"
-    "  --project_dir DIR        where trackers write (default runs when --log_with is given)\n"
+    "  --project_dir DIR        where trackers and checkpoints write (default runs when needed)\n"
     "  --log_every N            steps between log lines (default 50)\n"
     "  --sample N               bytes of text generated at the end (default 300)\n"
-    "  --save_dir DIR           save the trained weights as DIR/model.safetensors\n";
+    "  --checkpoint_every N     save_state every N steps to DIR/checkpoints/checkpoint_<i>\n"
+    "  --total_limit N          keep only the newest N checkpoints (default all)\n"
+    "  --resume                 continue from the newest checkpoint in DIR/checkpoints\n"
+    "  --stop_at N              stop after step N of the --steps schedule (an interruption)\n"
+    "  --save_dir DIR           save the trained weights as DIR/model.safetensors and a\n"
+    "                           transformers DIR/config.json (GPT2LMHeadModel)\n";
 
 static int parse_args(int argc, char **argv, args *a)
 {
@@ -68,24 +82,44 @@ static int parse_args(int argc, char **argv, args *a)
                 .seed = 1337,
                 .log_every = 50,
                 .sample = 300,
-                .lr = 2e-3};
+                .tied = 1,
+                .lr = 2e-3,
+                .activation = "gelu_new"};
     struct {
         const char *flag;
         int *i;
         const char **s;
+        double *d;
     } opts[] = {
-        {"--layers", &a->layers, NULL},     {"--width", &a->width, NULL},
-        {"--heads", &a->heads, NULL},       {"--context", &a->context, NULL},
-        {"--batch", &a->batch, NULL},       {"--steps", &a->steps, NULL},
-        {"--warmup", &a->warmup, NULL},     {"--accum", &a->accum, NULL},
-        {"--seed", &a->seed, NULL},         {"--log_every", &a->log_every, NULL},
-        {"--sample", &a->sample, NULL},     {"--data", NULL, &a->data},
-        {"--log_with", NULL, &a->log_with}, {"--project_dir", NULL, &a->project_dir},
-        {"--save_dir", NULL, &a->save_dir}, {"--mixed_precision", NULL, &a->mixed_precision}};
+        {"--layers", &a->layers, NULL, NULL},
+        {"--width", &a->width, NULL, NULL},
+        {"--heads", &a->heads, NULL, NULL},
+        {"--context", &a->context, NULL, NULL},
+        {"--batch", &a->batch, NULL, NULL},
+        {"--steps", &a->steps, NULL, NULL},
+        {"--warmup", &a->warmup, NULL, NULL},
+        {"--accum", &a->accum, NULL, NULL},
+        {"--seed", &a->seed, NULL, NULL},
+        {"--log_every", &a->log_every, NULL, NULL},
+        {"--sample", &a->sample, NULL, NULL},
+        {"--tied", &a->tied, NULL, NULL},
+        {"--checkpoint_every", &a->checkpoint_every, NULL, NULL},
+        {"--total_limit", &a->total_limit, NULL, NULL},
+        {"--stop_at", &a->stop_at, NULL, NULL},
+        {"--data", NULL, &a->data, NULL},
+        {"--log_with", NULL, &a->log_with, NULL},
+        {"--project_dir", NULL, &a->project_dir, NULL},
+        {"--save_dir", NULL, &a->save_dir, NULL},
+        {"--mixed_precision", NULL, &a->mixed_precision, NULL},
+        {"--activation", NULL, &a->activation, NULL},
+        {"--lr", NULL, NULL, &a->lr},
+        {"--dropout", NULL, NULL, &a->dropout},
+    };
     for (int i = 1; i < argc; i += 2) {
         size_t k = 0, n = sizeof opts / sizeof opts[0];
-        if (i + 1 < argc && strcmp(argv[i], "--lr") == 0) {
-            a->lr = atof(argv[i + 1]);
+        if (strcmp(argv[i], "--resume") == 0) { /* the one flag without a value */
+            a->resume = 1;
+            i--;
             continue;
         }
         while (k < n && strcmp(argv[i], opts[k].flag) != 0) {
@@ -96,8 +130,10 @@ static int parse_args(int argc, char **argv, args *a)
         }
         if (opts[k].i) {
             *opts[k].i = atoi(argv[i + 1]);
-        } else {
+        } else if (opts[k].s) {
             *opts[k].s = argv[i + 1];
+        } else {
+            *opts[k].d = atof(argv[i + 1]);
         }
     }
     if (a->warmup < 0) {
@@ -105,8 +141,14 @@ static int parse_args(int argc, char **argv, args *a)
     }
     if (a->layers < 1 || a->width < 1 || a->heads < 1 || a->width % a->heads != 0 ||
         a->context < 2 || a->batch < 1 || a->steps < 1 || a->accum < 1 || a->log_every < 1 ||
-        a->sample < 0 || !(a->lr > 0)) {
+        a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
+        a->checkpoint_every < 0 || a->total_limit < 0 || a->stop_at < 0 ||
+        (a->tied != 0 && a->tied != 1)) {
         fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads)\n");
+        return -1;
+    }
+    if (strcmp(a->activation, "gelu") != 0 && strcmp(a->activation, "gelu_new") != 0) {
+        fprintf(stderr, "gpt: --activation must be gelu or gelu_new, not %s\n", a->activation);
         return -1;
     }
     return 0;
@@ -284,6 +326,130 @@ static void sample_text(nn_ctx *g, const nn_gpt *m, const char *prompt, int n, i
     free(p);
 }
 
+/* ------------------------------------------------------------------------ saving */
+
+/* The shortest %g form that reads back as the same float (1e-05 rather than 9.99999975e-06). */
+static void print_float(FILE *f, float x)
+{
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)x);
+        if ((float)strtod(buf, NULL) == x) {
+            break;
+        }
+    }
+    fputs(buf, f);
+    if (strpbrk(buf, ".e") == NULL) {
+        fputs(".0", f); /* 0.0, not 0: the field is a float in GPT2Config */
+    }
+}
+
+/*
+ * Writes dir/config.json as transformers' GPT2Config reads it, so that dir (with the
+ * model.safetensors accel_save_model wrote) loads with GPT2LMHeadModel.from_pretrained(dir).
+ * The fields that change the forward pass are the ones nn computes with: the GELU form
+ * (nn_gelu's approximate flag: "gelu" is the exact erf form, "gelu_new" the tanh one), the
+ * LayerNorm epsilon, tied or separate lm_head, 1/sqrt(head_dim) attention scaling, n_inner 4C.
+ * A byte vocabulary has no special tokens, so bos/eos are null (GPT-2's 50256 would be out of
+ * range). Written to a temporary file and renamed: a reader never sees half a config.
+ */
+static int write_hf_config(const char *dir, const nn_gpt_config *c)
+{
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f == NULL) {
+        return -1;
+    }
+    const char *act = c->act == NN_ACT_GELU ? "gelu" : "gelu_new";
+    fprintf(f, "{\n  \"activation_function\": \"%s\",\n", act);
+    fprintf(f, "  \"architectures\": [\"GPT2LMHeadModel\"],\n");
+    fprintf(f, "  \"attn_pdrop\": ");
+    print_float(f, c->dropout);
+    fprintf(f, ",\n  \"bos_token_id\": null,\n  \"embd_pdrop\": ");
+    print_float(f, c->dropout);
+    fprintf(f, ",\n  \"eos_token_id\": null,\n  \"initializer_range\": 0.02,\n");
+    fprintf(f, "  \"layer_norm_epsilon\": ");
+    print_float(f, c->ln_eps);
+    fprintf(f, ",\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n",
+            c->block_size, c->n_embd);
+    fprintf(f, "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n", c->n_head,
+            c->n_layer);
+    fprintf(f, "  \"n_positions\": %d,\n  \"reorder_and_upcast_attn\": false,\n", c->block_size);
+    fprintf(f, "  \"resid_pdrop\": ");
+    print_float(f, c->dropout);
+    fprintf(f, ",\n  \"scale_attn_by_inverse_layer_idx\": false,\n");
+    fprintf(f, "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": %s,\n",
+            c->tied ? "true" : "false");
+    fprintf(f, "  \"torch_dtype\": \"float32\",\n  \"use_cache\": true,\n");
+    fprintf(f, "  \"vocab_size\": %d\n}\n", c->vocab_size);
+    int bad = ferror(f) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * What the loop itself must carry across a checkpoint, registered with
+ * accel_register_for_checkpointing (Accelerate's custom objects): the step count, the loss
+ * window of the next log line, and the dropout step counter of the nn ctx (nn_ctx_step), so
+ * a resumed run draws the same dropout masks and prints the same numbers. Saved as raw bytes:
+ * a checkpoint is read back by the same program on the same machine.
+ */
+typedef struct run_state {
+    int step, window_steps;
+    double window_loss;
+    uint64_t dropout_step;
+    nn_ctx *g; /* not saved */
+} run_state;
+
+typedef struct run_state_bytes {
+    int32_t step, window_steps;
+    double window_loss;
+    uint64_t dropout_step;
+} run_state_bytes;
+
+static accel_status run_state_save(void *ctx, accel_state_writer *w)
+{
+    run_state *r = ctx;
+    run_state_bytes b = {r->step, r->window_steps, r->window_loss, nn_ctx_step(r->g)};
+    return accel_state_write(w, &b, sizeof b);
+}
+
+static accel_status run_state_load(void *ctx, const void *data, size_t nbytes)
+{
+    run_state *r = ctx;
+    run_state_bytes b;
+    if (nbytes != sizeof b) {
+        return ACCEL_ECORRUPT; /* load_state names the file */
+    }
+    memcpy(&b, data, sizeof b);
+    r->step = b.step;
+    r->window_steps = b.window_steps;
+    r->window_loss = b.window_loss;
+    nn_ctx_set_step(r->g, b.dropout_step);
+    return ACCEL_OK;
+}
+
+/* FNV-1a over the bytes of every parameter's fp32 master weights: equal fingerprints mean
+ * bit-identical weights (the exact-resume check prints it). */
+static unsigned long long weights_fingerprint(accel_model *model)
+{
+    unsigned long long h = 1469598103934665603ull;
+    for (int i = 0; i < accel_model_num_params(model); i++) {
+        const accel_param *p = accel_model_param(model, i);
+        const unsigned char *bytes = (const unsigned char *)p->data;
+        for (size_t k = 0; k < p->numel * sizeof(float); k++) {
+            h = (h ^ bytes[k]) * 1099511628211ull;
+        }
+    }
+    return h;
+}
+
 /* ------------------------------------------------------------------------ training */
 
 static double now(void)
@@ -315,7 +481,12 @@ int main(int argc, char **argv)
         return 2;
     }
     o.log_with = a.log_with;
-    o.project_dir = a.project_dir ? a.project_dir : (a.log_with ? "runs" : NULL);
+    int checkpointing = a.checkpoint_every > 0 || a.resume;
+    o.project_dir = a.project_dir ? a.project_dir : (a.log_with || checkpointing ? "runs" : NULL);
+    if (checkpointing) { /* ProjectConfiguration(automatic_checkpoint_naming=True, ...) */
+        o.automatic_checkpoint_naming = 1;
+        o.total_limit = a.total_limit;
+    }
     ACCEL_CHECK(accel_init(&acc, &o));
     ACCEL_CHECK(accel_set_seed(acc, (uint64_t)a.seed, 0));
     int nproc = accel_num_processes(acc);
@@ -369,7 +540,9 @@ int main(int argc, char **argv)
     cfg.n_embd = a.width;
     cfg.block_size = a.context;
     cfg.vocab_size = 256;
-    cfg.dropout = 0.0f;
+    cfg.tied = a.tied;
+    cfg.act = strcmp(a.activation, "gelu") == 0 ? NN_ACT_GELU : NN_ACT_GELU_TANH;
+    cfg.dropout = (float)a.dropout;
     accel_model *model = NULL;
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
@@ -393,6 +566,13 @@ int main(int argc, char **argv)
     ACCEL_CHECK(sch ? ACCEL_OK : accel_last_status(acc));
     ACCEL_CHECK(accel_prepare(acc, model, opt, sch, dl));
 
+    /* The step's arena and tape; its dropout counter is part of the checkpointed run state. */
+    nn_ctx *g = NULL;
+    ACCEL_CHECK(nn_ctx_new(&g));
+    nn_ctx_set_seed(g, (uint64_t)a.seed);
+    run_state rs = {.g = g};
+    ACCEL_CHECK(accel_register_for_checkpointing(acc, run_state_save, run_state_load, &rs));
+
     long long tokens_per_step = (long long)a.batch * a.context * a.accum * nproc;
     accel_print(acc,
                 "gpt: %lld parameters (%d layers, width %d, %d heads, context %d), corpus %lld "
@@ -411,20 +591,36 @@ int main(int argc, char **argv)
                             ACCEL_SCALAR("accum", a.accum),
                             ACCEL_SCALAR("num_processes", nproc)};
     ACCEL_CHECK(accel_init_trackers(acc, "gpt", config, (int)(sizeof config / sizeof config[0])));
+    if (a.resume) {
+        /* accelerator.load_state(): the newest complete checkpoint_<i>; the loader continues
+         * with the next unseen batch, so the run goes on as if never interrupted. */
+        accel_status st = accel_load_state(acc, NULL);
+        if (st == ACCEL_ENOTFOUND) {
+            accel_print(acc, "gpt: no checkpoint in %s/checkpoints yet; starting at step 0\n",
+                        o.project_dir);
+        } else {
+            ACCEL_CHECK(st);
+            accel_print(acc, "resumed from %s at step %d\n", accel_checkpoint_dir(acc), rs.step);
+        }
+    }
 
     accel_progress_options po = accel_progress_options_default();
-    po.total = a.steps;
-    po.desc = "train";
+    po.total = a.steps - rs.step; /* the steps of this run (the log lines count from 1) */
+    po.desc = rs.step > 0 ? "train (resumed)" : "train";
     accel_progress *bar = accel_progress_new(acc, &po);
-    nn_ctx *g = NULL;
-    ACCEL_CHECK(nn_ctx_new(&g));
 
-    int step = 0, micro = 0;
-    double step_loss = 0.0, window_loss = 0.0, grad_norm = 0.0, t_window = now();
-    int window_steps = 0;
-    while (step < a.steps) {
+    /* The time spent inside accel_loader_next against the whole loop: with prefetching the
+     * batch is normally ready, so this is the data loader's cost to training. */
+    int micro = 0, first_step = rs.step, last_step = a.steps;
+    if (a.stop_at > 0 && a.stop_at < a.steps) {
+        last_step = a.stop_at;
+    }
+    double step_loss = 0.0, grad_norm = 0.0, t_window = now(), t_wait = 0.0, t_loop = now();
+    while (rs.step < last_step) {
         accel_batch *b;
+        double t0 = now();
         accel_status st = accel_loader_next(dl, &b);
+        t_wait += now() - t0;
         if (st == ACCEL_EOF) {
             continue; /* the next call starts the next epoch */
         }
@@ -436,6 +632,7 @@ int main(int argc, char **argv)
         ACCEL_CHECK(nn_gpt_forward(g, gpt, x->data, y->data, b->rows, a.context, NULL, &loss));
         ACCEL_CHECK(accel_backward(acc, loss));
         step_loss += nn_item(loss);
+        nn_ctx_reset(g); /* explicitly, so a checkpoint sees the dropout counter of the next step */
         micro++;
         if (!accel_sync_gradients(acc)) {
             continue; /* accumulating: optimizer, scheduler and zero_grad would be no-ops */
@@ -444,9 +641,9 @@ int main(int argc, char **argv)
         ACCEL_CHECK(accel_optimizer_step(opt));
         ACCEL_CHECK(accel_scheduler_step(sch));
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
-        step++;
-        window_loss += step_loss / micro;
-        window_steps++;
+        int step = ++rs.step;
+        rs.window_loss += step_loss / micro;
+        rs.window_steps++;
         step_loss = 0.0;
         micro = 0;
         accel_progress_update(bar, 1);
@@ -454,11 +651,11 @@ int main(int argc, char **argv)
         if (step % a.log_every == 0 || step == a.steps || step == 1) {
             /* The mean loss of the window over every process (a collective: every process
              * reaches this line at the same step). */
-            double loss_mean = window_loss / window_steps;
+            double loss_mean = rs.window_loss / rs.window_steps;
             ACCEL_CHECK(
                 accel_allreduce(acc, &loss_mean, &loss_mean, 1, ACCEL_F64, ACCEL_AVG, NULL));
             double dt = now() - t_window, lr = accel_scheduler_get_last_lr(sch, 0);
-            double tok_s = (double)tokens_per_step * window_steps / dt;
+            double tok_s = (double)tokens_per_step * rs.window_steps / dt;
             accel_progress_set_field(bar, "loss", loss_mean);
             accel_progress_set_field(bar, "lr", lr);
             accel_print(acc, "step %5d/%d | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s\n",
@@ -467,16 +664,35 @@ int main(int argc, char **argv)
                                ACCEL_SCALAR("grad_norm", grad_norm),
                                ACCEL_SCALAR("tokens_per_s", tok_s)};
             ACCEL_CHECK(accel_log(acc, v, 4, step));
-            window_loss = 0.0;
-            window_steps = 0;
+            rs.window_loss = 0.0;
+            rs.window_steps = 0;
             t_window = now();
+        }
+        if (a.checkpoint_every > 0 && step % a.checkpoint_every == 0) {
+            ACCEL_CHECK(accel_save_state(acc, NULL)); /* a collective */
+            accel_print(acc, "saved %s\n", accel_checkpoint_dir(acc));
         }
     }
     accel_progress_close(bar);
+    t_loop = now() - t_loop;
+
+    /* The slowest process's share of loop time spent waiting for data (a collective). */
+    double wait_share[2] = {rs.step > first_step ? t_wait / t_loop : 0.0, t_wait};
+    ACCEL_CHECK(accel_allreduce(acc, wait_share, wait_share, 2, ACCEL_F64, ACCEL_MAX, NULL));
+    accel_print(acc,
+                "data wait: %.3f%% of step time (%.1f ms in accel_loader_next over %d steps "
+                "taking %.2f s, slowest process)\n",
+                100.0 * wait_share[0], 1e3 * wait_share[1], rs.step - first_step, t_loop);
+    accel_print(acc, "final step %d | weights fingerprint %016llx\n", rs.step,
+                weights_fingerprint(model));
 
     if (a.save_dir) {
         ACCEL_CHECK(accel_save_model(acc, model, a.save_dir, NULL)); /* a collective */
-        accel_print(acc, "saved %s/model.safetensors\n", a.save_dir);
+        if (accel_is_main_process(acc) && write_hf_config(a.save_dir, nn_gpt_get_config(gpt))) {
+            fprintf(stderr, "gpt: cannot write %s/config.json\n", a.save_dir);
+            return 1;
+        }
+        accel_print(acc, "saved %s/model.safetensors and config.json\n", a.save_dir);
     }
     if (a.sample > 0 && accel_is_main_process(acc)) {
         sample_text(g, gpt, "/*\n * ", a.sample, a.context, (uint64_t)a.seed);

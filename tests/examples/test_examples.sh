@@ -3,7 +3,8 @@
 # processes. linear_regression and gradient_accumulation_lm exit non-zero when training with
 # accumulation does not match the full-batch clone; the script also checks the printed lines.
 # mlp must reach a sane accuracy over exactly the 300 evaluation samples; gpt (tiny config,
-# a few steps) must lower its loss and, with --log_with jsonl, write metric records.
+# a few steps) must lower its loss and, with --log_with jsonl, write metric records, and a run
+# interrupted at a checkpoint and resumed must end bit-identical to an uninterrupted one.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
 EX=$BUILD/examples
@@ -19,6 +20,10 @@ fail() {
 # One thread per process, as `accel launch` gives each of 2 processes on 2 cores: the test
 # machine is shared and oversubscribed OpenMP threads only slow the runs down.
 export OMP_NUM_THREADS=1
+
+# A fixed corpus for the resume check (the default corpus is the live source tree).
+SRC=${ACCEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+cat "$SRC"/docs/*.md >"$DIR/corpus.txt"
 
 # run NPROCS PROGRAM ARGS...: output (stdout + stderr) in $DIR/out; fails the test on a
 # non-zero exit status.
@@ -82,5 +87,40 @@ for n in 1 2; do
         grep -q "\"$key\"" "$jl" || fail "gpt: no $key in $jl"
     done
     grep -q '"step": *20' "$jl" || fail "gpt: no record for step 20 in $jl"
+
+    # Exact resume: 20 steps straight vs 10 steps with checkpoints, then a fresh process with
+    # --resume to 20. Dropout and accumulation on, so the dropout counter, the loader position
+    # and the accumulation state all have to come back. The log lines of steps 15 and 20 (less
+    # the tok/s field) and the weights fingerprint (FNV-1a of every fp32 master weight) must be
+    # identical. The corpus is a snapshot, so edits to the sources between runs do not matter.
+    for mp in no bf16; do
+        echo "== gpt exact resume, $mp, $n process(es)"
+        rm -rf "$DIR/straight" "$DIR/resumed"
+        g="--layers 2 --width 64 --heads 4 --context 32 --batch 4 --steps 20 --lr 3e-3 \
+           --log_every 5 --sample 0 --dropout 0.1 --accum 2 --mixed_precision $mp \
+           --data $DIR/corpus.txt"
+        # shellcheck disable=SC2086
+        run "$n" "$EX/gpt" $g --project_dir "$DIR/straight"
+        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' | grep -E "step +(15|20)/20 \||fingerprint" \
+            >"$DIR/straight.txt"
+        # shellcheck disable=SC2086
+        run "$n" "$EX/gpt" $g --project_dir "$DIR/resumed" --checkpoint_every 5 --total_limit 2 \
+            --stop_at 10
+        grep -q "final step 10 |" "$DIR/out" || fail "gpt resume: the first run did not stop at 10"
+        # shellcheck disable=SC2086
+        run "$n" "$EX/gpt" $g --project_dir "$DIR/resumed" --checkpoint_every 5 --total_limit 2 \
+            --resume
+        grep -q "resumed from .*checkpoint_1 at step 10" "$DIR/out" ||
+            fail "gpt resume: did not resume from checkpoint_1 at step 10"
+        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' | grep -E "step +(15|20)/20 \||fingerprint" \
+            >"$DIR/resumed.txt"
+        cat "$DIR/resumed.txt"
+        [ "$(wc -l <"$DIR/straight.txt")" = 3 ] || fail "gpt resume: expected 3 lines to compare"
+        diff "$DIR/straight.txt" "$DIR/resumed.txt" ||
+            fail "gpt resume: the resumed run differs from the uninterrupted one"
+        # total_limit 2: checkpoints 0..3 were written, the newest two remain.
+        [ "$(ls "$DIR/resumed/checkpoints")" = "$(printf 'checkpoint_2\ncheckpoint_3')" ] ||
+            fail "gpt resume: checkpoints left: $(ls "$DIR/resumed/checkpoints")"
+    done
 done
 echo "PASS"
