@@ -375,10 +375,18 @@ static void test_flush_denormal(void)
     unsigned csr = _mm_getcsr() & ~0x3fu;
     CHECK((csr & 0x8040u) == 0); /* the test starts in IEEE mode */
     volatile float tiny = 1e-30f, sub = 1e-40f;
+    /* Does this CPU (or emulator: valgrind ignores the MXCSR modes) honour FTZ at all? */
+    _mm_setcsr(_mm_getcsr() | 0x8040u);
+    volatile float probe = tiny * 1e-10f;
+    _mm_setcsr(csr);
+    int honoured = probe == 0.0f;
+    if (!honoured) {
+        printf("test_nn_autograd: FTZ/DAZ not honoured here; checking MXCSR handling only\n");
+    }
     /* Default on: a subnormal result flushes (FTZ), a subnormal input reads as 0 (DAZ). */
     CHECK(nn_ctx_set_flush_denormal(g, 1) == 1);
-    CHECK(scaled(g, tiny, 1e-10f) == 0.0f);
-    CHECK(scaled(g, sub, 1e10f) == 0.0f);
+    CHECK(!honoured || scaled(g, tiny, 1e-10f) == 0.0f);
+    CHECK(!honoured || scaled(g, sub, 1e10f) == 0.0f);
     CHECK((_mm_getcsr() & ~0x3fu) == csr);
     CHECK(tiny * 1e-10f != 0.0f); /* not leaked to the caller */
     nn_ctx_set_flush_denormal(g, 0);
@@ -401,7 +409,7 @@ static void test_flush_denormal(void)
     CHECK_OK(NULL, nn_backward(loss, 1.0f, &hooks));
     CHECK((hook_csr & ~0x3fu) == csr);
     CHECK((_mm_getcsr() & ~0x3fu) == csr);
-    CHECK(nn_tensor_grad(w)[0] == 0.0f); /* 1e-10 * 1e-30 flushed */
+    CHECK(!honoured || nn_tensor_grad(w)[0] == 0.0f); /* 1e-10 * 1e-30 flushed */
     CHECK(nn_tensor_grad(w)[1] != 0.0f);
     nn_params_free(p);
     nn_ctx_free(g);
