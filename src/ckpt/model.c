@@ -15,6 +15,7 @@
 #include "ckpt/atomic.h"
 #include "comm/comm.h"
 #include "core/internal.h"
+#include "core/profile.h"
 
 /* Process 0 did the work with outcome `st`; every process returns it (and waits for it). */
 static accel_status share_main_status(accel *acc, accel_status st, const char *what,
@@ -36,8 +37,8 @@ static accel_status share_main_status(accel *acc, accel_status st, const char *w
     return (accel_status)status;
 }
 
-accel_status accel_save_model(accel *acc, accel_model *model, const char *dir,
-                              const char *max_shard_size)
+static accel_status save_model(accel *acc, accel_model *model, const char *dir,
+                               const char *max_shard_size)
 {
     if (acc == NULL || model == NULL || dir == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_save_model: NULL %s",
@@ -278,7 +279,7 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
     return ACCEL_OK;
 }
 
-accel_status accel_load_model(accel *acc, accel_model *model, const char *path, int strict)
+static accel_status load_model(accel *acc, accel_model *model, const char *path, int strict)
 {
     if (model == NULL || path == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_load_model: NULL %s",
@@ -330,5 +331,24 @@ accel_status accel_load_model(accel *acc, accel_model *model, const char *path, 
     if (st != ACCEL_OK && acc != NULL) {
         accel__adopt_thread_error(acc, st);
     }
+    return st;
+}
+
+/* The public entry: the whole call as one "save_model" range in the profiler trace. */
+accel_status accel_save_model(accel *acc, accel_model *model, const char *dir,
+                              const char *max_shard_size)
+{
+    accel__prof_begin(acc, "save_model", ACCEL__PROF_CKPT);
+    accel_status st = save_model(acc, model, dir, max_shard_size);
+    accel__prof_end(acc);
+    return st;
+}
+
+/* The public entry: the whole call as one "load_model" range in the profiler trace. */
+accel_status accel_load_model(accel *acc, accel_model *model, const char *path, int strict)
+{
+    accel__prof_begin(acc, "load_model", ACCEL__PROF_CKPT);
+    accel_status st = load_model(acc, model, path, strict);
+    accel__prof_end(acc);
     return st;
 }

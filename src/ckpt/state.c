@@ -17,6 +17,7 @@
 #include "ckpt/atomic.h"
 #include "ckpt/state.h"
 #include "comm/comm.h"
+#include "core/profile.h"
 
 typedef struct state_hook {
     int handle;
@@ -269,7 +270,7 @@ static int is_writer(const accel *acc)
     return acc->opt.save_on_each_node == 1 ? acc->local_rank == 0 : acc->rank == 0;
 }
 
-accel_status accel_save_state(accel *acc, const char *dir)
+static accel_status save_state(accel *acc, const char *dir)
 {
     static const char *who = "accel_save_state";
     if (acc == NULL) {
@@ -399,7 +400,7 @@ static accel_status newest_checkpoint(accel *acc, char **out)
     return st;
 }
 
-accel_status accel_load_state(accel *acc, const char *dir)
+static accel_status load_state(accel *acc, const char *dir)
 {
     static const char *who = "accel_load_state";
     if (acc == NULL) {
@@ -453,5 +454,23 @@ accel_status accel_load_state(accel *acc, const char *dir)
     accel__state_plan_free(plan);
     accel__state_objs_release(&objs);
     accel__free(src);
+    return st;
+}
+
+/* The public entry: the whole call as one "save_state" range in the profiler trace. */
+accel_status accel_save_state(accel *acc, const char *dir)
+{
+    accel__prof_begin(acc, "save_state", ACCEL__PROF_CKPT);
+    accel_status st = save_state(acc, dir);
+    accel__prof_end(acc);
+    return st;
+}
+
+/* The public entry: the whole call as one "load_state" range in the profiler trace. */
+accel_status accel_load_state(accel *acc, const char *dir)
+{
+    accel__prof_begin(acc, "load_state", ACCEL__PROF_CKPT);
+    accel_status st = load_state(acc, dir);
+    accel__prof_end(acc);
     return st;
 }

@@ -17,6 +17,7 @@
 
 #include "comm.h"
 #include "core/internal.h"
+#include "core/profile.h"
 
 extern const accel__comm_backend accel__backend_self;
 extern const accel__comm_backend accel__backend_shm;
@@ -322,7 +323,12 @@ static void *progress_main(void *arg)
         } else {
             c->running = 1;
             pthread_mutex_unlock(&c->mu);
+            /* The communication thread's own track in the trace (no accelerator here: the
+             * range goes to this process's open session). */
+            accel__prof_begin_arg(NULL, accel__coll_name(w->op.kind), ACCEL__PROF_COMM, "count",
+                                  (long long)w->op.count);
             w->st = execute(c, &w->op, w->msg, sizeof(w->msg));
+            accel__prof_end(NULL);
             pthread_mutex_lock(&c->mu);
         }
         atomic_store_explicit(&w->done, 1, memory_order_release);
@@ -476,6 +482,65 @@ void accel_work_free(accel_work *w)
     w->next = c->free_list;
     c->free_list = w;
     pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- symmetric memory ---- */
+
+/* Runs a memory operation with the communicator idle: queued collectives first (they may use
+ * the backend's registry), nothing else while it runs. */
+static accel_status run_idle(accel__comm *c, size_t nbytes, void *p, void **out)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->head != NULL || c->running) {
+        pthread_cond_wait(&c->done_cv, &c->mu);
+    }
+    if (out != NULL && c->broken != ACCEL_OK) {
+        accel_status st = c->broken;
+        pthread_mutex_unlock(&c->mu);
+        return accel__seterr(NULL, st, "%s", c->broken_msg);
+    }
+    c->running = 1;
+    pthread_mutex_unlock(&c->mu);
+    accel_status st =
+        out != NULL ? c->be->alloc(c, c->impl, nbytes, out) : c->be->dealloc(c, c->impl, p);
+    pthread_mutex_lock(&c->mu);
+    /* A lost peer breaks the communicator; failures every process saw alike (no memory,
+     * different sizes) do not. Processes at different calls abort the job in the backend. */
+    if (out != NULL && (st == ACCEL_EPEER || st == ACCEL_ETIMEDOUT)) {
+        mark_broken(c, st, accel_last_error(NULL));
+    }
+    c->running = 0;
+    pthread_cond_broadcast(&c->work_cv);
+    pthread_mutex_unlock(&c->mu);
+    return st;
+}
+
+accel_status accel__comm_alloc(accel__comm *c, size_t nbytes, void **out)
+{
+    if (c == NULL || out == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_alloc_shared: %s is NULL",
+                             c == NULL ? "communicator" : "out");
+    }
+    if (c->be->alloc == NULL) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "accel_alloc_shared: backend %s has no shared memory", c->be->name);
+    }
+    return run_idle(c, nbytes, NULL, out);
+}
+
+accel_status accel__comm_dealloc(accel__comm *c, void *p)
+{
+    if (c == NULL || p == NULL || c->be->dealloc == NULL) {
+        return c == NULL && p != NULL
+                   ? accel__seterr(NULL, ACCEL_EINVAL, "accel_free_shared: communicator is NULL")
+                   : ACCEL_OK;
+    }
+    return run_idle(c, 0, p, NULL);
+}
+
+int accel__comm_zero_copy(const accel__comm *c)
+{
+    return c != NULL && c->be->zero_copy;
 }
 
 /* ---- convenience wrappers ---- */
