@@ -88,6 +88,32 @@ ACCEL_API accel_status accel_gather_to(accel *acc, const void *send, void *recv,
 /* Barrier (asynchronous form: returns when everyone has arrived). */
 ACCEL_API accel_status accel_barrier(accel *acc, accel_work **work);
 
+/*
+ * Symmetric shared memory (NCCL's ncclMemAlloc + symmetric registration, PyTorch's
+ * SymmetricMemory): a COLLECTIVE allocation. Every process calls it, in the same order relative
+ * to the other collectives, with the same nbytes; each receives its own zero-filled, 64-byte
+ * (page) aligned buffer of nbytes bytes (nbytes may be 0: a valid, unusable pointer).
+ * On the shm backend every process maps every peer's buffer, so in-place allreduce,
+ * reduce_scatter, allgather and broadcast whose buffer lies at the SAME offset of the same
+ * allocation on every process (and are larger than ACCEL_SHM_ZEROCOPY_NBYTES) read peers' data
+ * directly instead of copying it through staging slots (about 2x less memory traffic). Any other
+ * buffer still works (the usual path). With one process (self backend) it is plain memory.
+ * The memory lives in /dev/shm but has no name once the call returns: nothing is left behind
+ * when a process dies. The call waits for this accel's queued asynchronous collectives first.
+ *   out: receives the buffer on success (untouched on failure).
+ * Returns ACCEL_OK; ACCEL_ENOMEM (no room in /dev/shm on some process, named; the call then
+ * fails on every process); ACCEL_EINVAL (sizes differ between processes, named);
+ * ACCEL_EPEER / ACCEL_ETIMEDOUT as any collective. Not thread-safe with other calls on acc.
+ */
+ACCEL_API accel_status accel_alloc_shared(accel *acc, size_t nbytes, void **out);
+
+/* Frees a buffer of accel_alloc_shared. Local (not a collective): call it once this process's
+ * last collective on the buffer has completed; the memory goes back to the system when every
+ * process has freed it (or exited). NULL is a no-op. Returns ACCEL_EINVAL if p did not come
+ * from accel_alloc_shared (checked on the shm backend only). Buffers still allocated are freed
+ * by accel_free. Not thread-safe with other calls on acc. */
+ACCEL_API accel_status accel_free_shared(accel *acc, void *p);
+
 /* ---- User-level collectives (Accelerate's gather, reduce, broadcast, pad, split, trigger) ----
  *
  * All blocking. Unless said otherwise each is a collective: every process calls it, in the same

@@ -59,6 +59,11 @@ typedef struct accel__comm_backend {
     accel_status (*init)(accel__comm *c, void **impl);
     accel_status (*run)(accel__comm *c, void *impl, const accel__coll *op);
     void (*destroy)(accel__comm *c, void *impl);
+    /* Symmetric memory (accel__comm_alloc), called with the communicator idle. alloc is
+     * collective; dealloc is local and fails with EINVAL for a pointer alloc did not return. */
+    accel_status (*alloc)(accel__comm *c, void *impl, size_t nbytes, void **out);
+    accel_status (*dealloc)(accel__comm *c, void *impl, void *p);
+    int zero_copy; /* collectives on alloc'd buffers skip copies (accel__comm_zero_copy) */
 } accel__comm_backend;
 
 /* Creates a communicator (collective over all ranks). On failure the thread error names the
@@ -86,6 +91,15 @@ const char *accel__coll_name(accel__coll_kind kind);
 /* The partition of reduce_scatter / allgather (accel_chunk_range is the public face): rank
  * `rank` owns [*off, *off + *chunk_count) of `count`, the first count % n_ranks ranks one more. */
 void accel__chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t *chunk_count);
+
+/* Symmetric shared memory (accel_alloc_shared): a collective allocation of nbytes (the same on
+ * every process), zero-filled and 64-byte aligned, ordered after every queued collective. In
+ * place collectives on buffers at the same offset of one such allocation on every process run
+ * without copies on backends where accel__comm_zero_copy is 1 (shm); elsewhere it is plain
+ * memory. accel__comm_dealloc is local (NULL is a no-op). Not thread-safe with other calls. */
+accel_status accel__comm_alloc(accel__comm *c, size_t nbytes, void **out);
+accel_status accel__comm_dealloc(accel__comm *c, void *p);
+int accel__comm_zero_copy(const accel__comm *c);
 
 /* Convenience wrappers over accel__comm_run (blocking). */
 accel_status accel__allreduce(accel__comm *c, const void *send, void *recv, size_t count,

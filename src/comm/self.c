@@ -46,4 +46,28 @@ static void self_destroy(accel__comm *c, void *impl)
     (void)impl;
 }
 
-const accel__comm_backend accel__backend_self = {"self", self_init, self_run, self_destroy};
+/* Symmetric memory of one process is plain memory. */
+static accel_status self_alloc(accel__comm *c, void *impl, size_t nbytes, void **out)
+{
+    (void)c;
+    (void)impl;
+    void *p = accel__aligned_alloc(nbytes > 0 ? nbytes : 64);
+    if (p == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "accel_alloc_shared: out of memory for %zu bytes",
+                             nbytes);
+    }
+    memset(p, 0, nbytes);
+    *out = p;
+    return ACCEL_OK;
+}
+
+static accel_status self_dealloc(accel__comm *c, void *impl, void *p)
+{
+    (void)c;
+    (void)impl;
+    accel__aligned_free(p);
+    return ACCEL_OK;
+}
+
+const accel__comm_backend accel__backend_self = {"self",     self_init,    self_run, self_destroy,
+                                                 self_alloc, self_dealloc, 0};

@@ -32,7 +32,7 @@
 #include "shm.h"
 
 #define SHM_MAGIC 0x316d6873636361ull /* "accshm1" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u
 #define POLL_S 0.05 /* liveness check period while sleeping */
 
 struct accel__shm_header {
@@ -41,16 +41,22 @@ struct accel__shm_header {
     int32_t n_ranks;
     uint64_t slot_nbytes;
     uint64_t map_nbytes;
+    uint64_t oneshot_nbytes, zc_nbytes; /* the algorithm choice must agree on every rank */
     _Atomic int32_t attached;
     _Atomic int32_t unlinked; /* the last rank to attach removed the name */
     /* status | rank << 8 | pid << 32, 0 while the job is healthy; written once (CAS). */
     _Alignas(64) _Atomic uint64_t abort_word;
 };
 
+/* Plain fields below are written by their rank before it publishes a sync point and read by
+ * peers after they see it (release/acquire on progress), never while they can change. */
 struct accel__shm_line {
     _Alignas(64) _Atomic uint32_t progress;
     _Atomic int32_t sleepers;
     _Atomic int32_t pid;
+    int16_t alloc_status[2];
+    uint64_t desc[2][3]; /* zero-copy descriptors (id, off, count), by call parity */
+    uint64_t alloc_seq, alloc_nbytes;
 };
 
 static size_t align_up(size_t x, size_t a)
@@ -113,7 +119,7 @@ static void wake_all(accel__shm *s)
 }
 
 /* Records the first diagnosis for the whole job (later ones lose the CAS) and wakes sleepers. */
-static void set_abort(accel__shm *s, accel_status st, int rank)
+void accel__shm_abort(accel__shm *s, accel_status st, int rank)
 {
     uint64_t pid = (uint32_t)atomic_load_explicit(&s->lines[rank].pid, memory_order_relaxed);
     uint64_t word = (uint64_t)(-(int)st & 0xff) | ((uint64_t)(rank & 0xffffff) << 8) | pid << 32;
@@ -136,11 +142,53 @@ accel_status accel__shm_check_abort(accel__shm *s)
                              "collective; process %d cannot continue",
                              s->what, rank, pid, s->rank);
     }
+    if (st == ACCEL_EINVAL) {
+        return accel__seterr(NULL, st,
+                             "%s: process %d (pid %d) called a different collective (or "
+                             "allocation) at this point; process %d cannot continue",
+                             s->what, rank, pid, s->rank);
+    }
     return accel__seterr(NULL, st,
                          "%s: process %d (pid %d) did not arrive within the %g s timeout "
                          "(stopped, hung, or calling a different collective); process %d "
                          "gives up",
                          s->what, rank, pid, s->timeout_s, s->rank);
+}
+
+void accel__shm_put_desc(accel__shm *s, const accel__shm_desc *d)
+{
+    uint64_t *w = s->lines[s->rank].desc[++s->n_descs & 1];
+    w[0] = d->id;
+    w[1] = d->off;
+    w[2] = d->count;
+}
+
+void accel__shm_get_desc(const accel__shm *s, int rank, accel__shm_desc *d)
+{
+    const uint64_t *w = s->lines[rank].desc[s->n_descs & 1];
+    d->id = w[0];
+    d->off = w[1];
+    d->count = w[2];
+}
+
+void accel__shm_put_alloc(accel__shm *s, uint64_t seq, uint64_t nbytes, int phase, int status)
+{
+    accel__shm_line *l = &s->lines[s->rank];
+    if (phase == 0) {
+        l->alloc_seq = seq;
+        l->alloc_nbytes = nbytes;
+    }
+    l->alloc_status[phase & 1] = (int16_t)status;
+}
+
+void accel__shm_get_alloc(const accel__shm *s, int rank, uint64_t *seq, uint64_t *nbytes,
+                          int status[2])
+{
+    const accel__shm_line *l = &s->lines[rank];
+    *seq = l->alloc_seq;
+    *nbytes = l->alloc_nbytes;
+    status[0] = l->alloc_status[0];
+    status[1] = l->alloc_status[1];
 }
 
 static int reached(uint32_t progress, uint32_t step)
@@ -181,7 +229,7 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
     if (first < 0) {
         return ACCEL_OK; /* they arrived just now */
     }
-    set_abort(s, ACCEL_ETIMEDOUT, first);
+    accel__shm_abort(s, ACCEL_ETIMEDOUT, first);
     uint64_t w = atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire);
     if ((w & 0xff) != (uint64_t)(-(int)ACCEL_ETIMEDOUT) || (int)((w >> 8) & 0xffffff) != first) {
         return accel__shm_check_abort(s); /* someone else's diagnosis came first */
@@ -240,7 +288,7 @@ static accel_status wait_slow(accel__shm *s, int q, uint32_t step)
         if (now >= next_check) {
             int dead = find_dead(s, step);
             if (dead >= 0) {
-                set_abort(s, ACCEL_EPEER, dead);
+                accel__shm_abort(s, ACCEL_EPEER, dead);
                 return accel__shm_check_abort(s);
             }
             next_check = now + POLL_S;
@@ -343,6 +391,8 @@ static accel_status create_segment(accel__shm *s, int *fd)
     h->n_ranks = s->n_ranks;
     h->slot_nbytes = s->slot_nbytes;
     h->map_nbytes = s->map_nbytes;
+    h->oneshot_nbytes = s->oneshot_nbytes;
+    h->zc_nbytes = s->zc_nbytes;
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
     return ACCEL_OK;
 }
@@ -358,7 +408,8 @@ static accel_status open_segment(accel__shm *s, int *fd, double deadline)
             if (h != MAP_FAILED) {
                 int ready = atomic_load_explicit(&h->magic, memory_order_acquire) == SHM_MAGIC;
                 int same = ready && h->version == SHM_VERSION && h->n_ranks == s->n_ranks &&
-                           h->slot_nbytes == s->slot_nbytes && h->map_nbytes == s->map_nbytes;
+                           h->slot_nbytes == s->slot_nbytes && h->map_nbytes == s->map_nbytes &&
+                           h->oneshot_nbytes == s->oneshot_nbytes && h->zc_nbytes == s->zc_nbytes;
                 munmap(h, sizeof(*h));
                 if (ready && !same) {
                     return accel__seterr(NULL, ACCEL_EINVAL,
@@ -403,12 +454,13 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
                              "%d are local",
                              cfg->local_n_ranks, cfg->n_ranks);
     }
-    long long oneshot, chunk, spin_us, nt;
+    long long oneshot, chunk, spin_us, nt, zc;
     int spin_set = 0;
     ACCEL_TRY(knob("ACCEL_SHM_NT_NBYTES", 0, LLONG_MAX, &nt, NULL));
     ACCEL_TRY(knob("ACCEL_SHM_ONESHOT_NBYTES", 0, 64ll << 20, &oneshot, NULL));
     ACCEL_TRY(knob("ACCEL_SHM_CHUNK_NBYTES", 4096, 1ll << 30, &chunk, NULL));
     ACCEL_TRY(knob("ACCEL_SHM_SPIN_US", 0, 10000000, &spin_us, &spin_set));
+    ACCEL_TRY(knob("ACCEL_SHM_ZEROCOPY_NBYTES", -1, LLONG_MAX, &zc, NULL));
     /* More processes than CPUs: a spinning waiter only delays the peer it waits for, so sleep
      * almost at once unless the user asked otherwise. */
     cpu_set_t cpus;
@@ -432,6 +484,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     s->spin_s = (double)spin_us * 1e-6;
     s->oneshot_nbytes = (size_t)oneshot;
     s->nt_nbytes = (size_t)nt;
+    s->zc_nbytes = zc < 0 ? SIZE_MAX : (size_t)zc; /* -1: never */
     s->slot_nbytes = align_up((size_t)(oneshot > chunk ? oneshot : chunk), 4096);
     s->in = in;
     make_name(s->name, sizeof(s->name), cfg->job_id);
@@ -490,6 +543,7 @@ void accel__shm_close(accel__shm *s)
     if (s == NULL) {
         return;
     }
+    accel__shm_free_all(s);
     if (s->base != NULL) {
         /* Normally the last rank to attach removed the name already, and unlinking it again
          * could remove the segment of a restarted job that reuses the job id: only retry when

@@ -15,7 +15,18 @@
  * sync, copy the other slices from peers' slots), the next chunk's copy-in following the
  * previous chunk's copy-out. Inputs never take a private round trip: reductions read peers'
  * slots directly.
+ *
+ * Zero-copy (messages above ACCEL_SHM_ZEROCOPY_NBYTES): before the first sync every rank
+ * publishes where its in-place buffer lies (symmetric allocation id, offset, count; id 0 when it
+ * is not in one) and skips its first copy-in if it does. After the sync, if every rank published
+ * the same descriptor, the algorithm runs on the buffers themselves (peers' parts mapped here):
+ * allreduce reduces my chunk from every buffer into mine, syncs, copies the other chunks from
+ * their owners, syncs; reduce_scatter / allgather / broadcast need one exit sync. The exit sync
+ * is what lets a caller modify its buffer as soon as the call returns. If descriptors differ,
+ * the ranks that skipped their copy-in do it now, everyone syncs once more, and the copying
+ * algorithm goes on; with no symmetric buffer anywhere nothing changes but a few stores.
  */
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/internal.h"
@@ -35,6 +46,86 @@ static void copy_out(void *dst, const void *src, size_t nbytes, int nt)
     } else {
         memcpy(dst, src, nbytes);
     }
+}
+
+/* ---- zero-copy agreement ---- */
+
+static _Atomic uint64_t n_zero_copy;
+
+uint64_t accel__shm_zero_copy_calls(void)
+{
+    return atomic_load_explicit(&n_zero_copy, memory_order_relaxed);
+}
+
+enum { ZC_NONE, ZC_ALL, ZC_SOME };
+
+/* Publishes this rank's descriptor for the in-place buffer [buf, buf + nbytes) (eligible says
+ * whether the call is in the in-place form at all); returns 1 when it lies in a symmetric
+ * allocation, i.e. when this rank may skip its first copy-in. */
+static int zc_publish(accel__shm *s, int eligible, const void *buf, size_t nbytes, size_t count,
+                      accel__shm_desc *d)
+{
+    size_t off = 0;
+    accel__shm_sym *a = eligible ? accel__shm_sym_find(s, buf, nbytes, &off) : NULL;
+    d->id = a != NULL ? a->id : 0;
+    d->off = off;
+    d->count = count;
+    accel__shm_put_desc(s, d);
+    return a != NULL;
+}
+
+/* After the first sync: ZC_ALL (every rank published `mine`, *sym its allocation), ZC_SOME (some
+ * rank skipped its copy-in) or ZC_NONE. The same answer on every rank. */
+static int zc_agree(const accel__shm *s, const accel__shm_desc *mine, accel__shm_sym **sym)
+{
+    int all = mine->id != 0, some = 0;
+    for (int q = 0; q < s->n_ranks; q++) {
+        accel__shm_desc d;
+        accel__shm_get_desc(s, q, &d);
+        some |= d.id != 0;
+        all &= d.id == mine->id && d.off == mine->off && d.count == mine->count;
+    }
+    if (all) {
+        for (accel__shm_sym *a = s->syms; a != NULL; a = a->next) {
+            if (a->id == mine->id) {
+                atomic_fetch_add_explicit(&n_zero_copy, 1, memory_order_relaxed);
+                *sym = a;
+                return ZC_ALL;
+            }
+        }
+    }
+    return some ? ZC_SOME : ZC_NONE;
+}
+
+/* Rank q's copy of the symmetric buffer at byte offset off. */
+static char *zc_buf(const accel__shm_sym *a, int q, size_t off)
+{
+    return a->base[q] + off;
+}
+
+static accel_status allreduce_zc(accel__shm *s, const accel__coll *op, const accel__shm_sym *a,
+                                 size_t off)
+{
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const int n = s->n_ranks, me = s->rank;
+    const int nt = op->count * es >= s->nt_nbytes;
+    size_t o, c;
+    accel__chunk_range(op->count, n, me, &o, &c);
+    for (int q = 0; q < n; q++) {
+        s->in[q] = zc_buf(a, q, off) + o * es;
+    }
+    if (c > 0) {
+        accel__reduce(op->dtype, op->op, zc_buf(a, me, off) + o * es, NULL, s->in, n, c, n);
+    }
+    ACCEL_TRY(accel__shm_sync(s));
+    for (int i = 1; i < n; i++) {
+        int q = (me + i) % n; /* each rank starts at a different peer */
+        accel__chunk_range(op->count, n, q, &o, &c);
+        if (c > 0) {
+            copy_out(zc_buf(a, me, off) + o * es, zc_buf(a, q, off) + o * es, c * es, nt);
+        }
+    }
+    return accel__shm_sync(s); /* peers are done reading my chunk */
 }
 
 /* Small allreduce / reduce: everyone copies in, then every rank (or only the root) reduces all
@@ -57,8 +148,22 @@ static accel_status reduce_oneshot(accel__shm *s, const accel__coll *op, int onl
     return ACCEL_OK;
 }
 
-/* Large allreduce / reduce: reduce-scatter + all-gather per chunk (two syncs per chunk). */
-static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int only_root)
+/* The slices of chunk [base, base + m) that peers own, from send into my slot. */
+static void twoshot_copy_in(accel__shm *s, const accel__coll *op, size_t base, size_t m, char *mine)
+{
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const int n = s->n_ranks, me = s->rank;
+    size_t off, cnt;
+    for (int i = 1; i < n; i++) {
+        int q = (me + i) % n;
+        accel__chunk_range(m, n, q, &off, &cnt);
+        memcpy(mine + off * es, (const char *)op->send + (base + off) * es, cnt * es);
+    }
+}
+
+/* Large allreduce / reduce: reduce-scatter + all-gather per chunk (two syncs per chunk). With
+ * zc (allreduce only) the first sync also settles zero-copy (see the top). */
+static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int only_root, int zc)
 {
     const size_t es = accel_dtype_nbytes(op->dtype), chunk = s->slot_nbytes / es;
     const int n = s->n_ranks, me = s->rank;
@@ -69,16 +174,29 @@ static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int onl
      * in the copy-out, all streamed. */
     const int nt = op->count * es >= s->nt_nbytes;
     size_t off, cnt;
+    accel__shm_desc d = {0, 0, 0};
+    const int skip = zc && zc_publish(s, send == recv, recv, op->count * es, op->count, &d);
     for (size_t base = 0; base < op->count; base += chunk) {
         size_t m = min_sz(chunk, op->count - base);
         uint64_t t = s->n_slots++;
         char *mine = accel__shm_slot(s, me, t);
-        for (int i = 1; i < n; i++) {
-            int q = (me + i) % n;
-            accel__chunk_range(m, n, q, &off, &cnt);
-            memcpy(mine + off * es, send + (base + off) * es, cnt * es);
+        if (!skip || base > 0) {
+            twoshot_copy_in(s, op, base, m, mine);
         }
         ACCEL_TRY(accel__shm_sync(s));
+        if (zc && base == 0) {
+            accel__shm_sym *a = NULL;
+            int agree = zc_agree(s, &d, &a);
+            if (agree == ZC_ALL) {
+                return allreduce_zc(s, op, a, d.off);
+            }
+            if (agree == ZC_SOME) {
+                if (skip) {
+                    twoshot_copy_in(s, op, base, m, mine);
+                }
+                ACCEL_TRY(accel__shm_sync(s));
+            }
+        }
         accel__chunk_range(m, n, me, &off, &cnt);
         for (int q = 0; q < n; q++) {
             s->in[q] = q == me ? send + (base + off) * es : accel__shm_slot(s, q, t) + off * es;
@@ -104,9 +222,45 @@ static size_t round_len(size_t cnt, size_t lo, size_t per_round)
     return cnt > lo ? min_sz(per_round, cnt - lo) : 0;
 }
 
+/* Round lo of reduce_scatter: the pieces destined to the others into my slot. */
+static void rs_copy_in(accel__shm *s, const accel__coll *op, size_t lo, size_t per_round,
+                       char *mine)
+{
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const int n = s->n_ranks, me = s->rank;
+    size_t off, cnt;
+    for (int i = 1; i < n; i++) {
+        int q = (me + i) % n;
+        accel__chunk_range(op->count, n, q, &off, &cnt);
+        size_t len = round_len(cnt, lo, per_round);
+        if (len > 0) {
+            memcpy(mine + (size_t)q * per_round * es, (const char *)op->send + (off + lo) * es,
+                   len * es);
+        }
+    }
+}
+
+/* In place on symmetric buffers: my chunk reduced from every buffer into mine; no peer writes
+ * what another reads. */
+static accel_status reduce_scatter_zc(accel__shm *s, const accel__coll *op, const accel__shm_sym *a,
+                                      size_t off)
+{
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const int n = s->n_ranks, me = s->rank;
+    size_t o, c;
+    accel__chunk_range(op->count, n, me, &o, &c);
+    if (c > 0) {
+        for (int q = 0; q < n; q++) {
+            s->in[q] = zc_buf(a, q, off) + o * es;
+        }
+        accel__reduce(op->dtype, op->op, zc_buf(a, me, off) + o * es, NULL, s->in, n, c, n);
+    }
+    return accel__shm_sync(s);
+}
+
 /* Each round: everyone copies the pieces destined to the others into its slot (piece of rank q
  * at q * per_round), sync, each reduces its own piece from the peers' slots into recv. */
-static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
+static accel_status reduce_scatter(accel__shm *s, const accel__coll *op, int zc)
 {
     const size_t es = accel_dtype_nbytes(op->dtype);
     const int n = s->n_ranks, me = s->rank;
@@ -115,20 +269,31 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
     const char *send = op->send;
     char *recv = op->recv;
     const int nt = op->count * es >= s->nt_nbytes;
-    size_t off_me, cnt_me, off, cnt;
+    size_t off_me, cnt_me;
     accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
+    accel__shm_desc d = {0, 0, 0};
+    const int skip =
+        zc && zc_publish(s, recv == send + off_me * es, send, op->count * es, op->count, &d);
     for (size_t lo = 0; lo < most; lo += per_round) {
         uint64_t t = s->n_slots++;
         char *mine = accel__shm_slot(s, me, t);
-        for (int i = 1; i < n; i++) {
-            int q = (me + i) % n;
-            accel__chunk_range(op->count, n, q, &off, &cnt);
-            size_t len = round_len(cnt, lo, per_round);
-            if (len > 0) {
-                memcpy(mine + (size_t)q * per_round * es, send + (off + lo) * es, len * es);
-            }
+        if (!skip || lo > 0) {
+            rs_copy_in(s, op, lo, per_round, mine);
         }
         ACCEL_TRY(accel__shm_sync(s));
+        if (zc && lo == 0) {
+            accel__shm_sym *a = NULL;
+            int agree = zc_agree(s, &d, &a);
+            if (agree == ZC_ALL) {
+                return reduce_scatter_zc(s, op, a, d.off);
+            }
+            if (agree == ZC_SOME) {
+                if (skip) {
+                    rs_copy_in(s, op, lo, per_round, mine);
+                }
+                ACCEL_TRY(accel__shm_sync(s));
+            }
+        }
         size_t len = round_len(cnt_me, lo, per_round);
         if (len > 0) {
             for (int q = 0; q < n; q++) {
@@ -148,8 +313,26 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op)
     return ACCEL_OK;
 }
 
+/* In place on symmetric buffers: the other chunks copied from their owners' buffers. */
+static accel_status allgather_zc(accel__shm *s, const accel__coll *op, const accel__shm_sym *a,
+                                 size_t off)
+{
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const int n = s->n_ranks, me = s->rank;
+    const int nt = op->count * es >= s->nt_nbytes;
+    size_t o, c;
+    for (int i = 1; i < n; i++) {
+        int q = (me + i) % n;
+        accel__chunk_range(op->count, n, q, &o, &c);
+        if (c > 0) {
+            copy_out(zc_buf(a, me, off) + o * es, zc_buf(a, q, off) + o * es, c * es, nt);
+        }
+    }
+    return accel__shm_sync(s);
+}
+
 /* Each round: everyone publishes a piece of its chunk, sync, everyone copies the others'. */
-static accel_status allgather(accel__shm *s, const accel__coll *op)
+static accel_status allgather(accel__shm *s, const accel__coll *op, int zc)
 {
     const size_t es = accel_dtype_nbytes(op->dtype), per_round = s->slot_nbytes / es;
     const int n = s->n_ranks, me = s->rank;
@@ -160,16 +343,31 @@ static accel_status allgather(accel__shm *s, const accel__coll *op)
     accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
     const int in_place = send == recv + off_me * es;
     const int nt = op->count * es >= s->nt_nbytes;
+    accel__shm_desc d = {0, 0, 0};
+    const int skip = zc && zc_publish(s, in_place, recv, op->count * es, op->count, &d);
     for (size_t lo = 0; lo < most; lo += per_round) {
         uint64_t t = s->n_slots++;
         size_t len = round_len(cnt_me, lo, per_round);
-        if (len > 0) {
+        if (len > 0 && (!skip || lo > 0)) {
             memcpy(accel__shm_slot(s, me, t), send + lo * es, len * es);
             if (!in_place) {
                 memcpy(recv + (off_me + lo) * es, send + lo * es, len * es);
             }
         }
         ACCEL_TRY(accel__shm_sync(s));
+        if (zc && lo == 0) {
+            accel__shm_sym *a = NULL;
+            int agree = zc_agree(s, &d, &a);
+            if (agree == ZC_ALL) {
+                return allgather_zc(s, op, a, d.off);
+            }
+            if (agree == ZC_SOME) {
+                if (skip && len > 0) {
+                    memcpy(accel__shm_slot(s, me, t), send, len * es); /* in place: lo == 0 */
+                }
+                ACCEL_TRY(accel__shm_sync(s));
+            }
+        }
         for (int i = 1; i < n; i++) {
             int q = (me + i) % n;
             accel__chunk_range(op->count, n, q, &off, &cnt);
@@ -182,23 +380,51 @@ static accel_status allgather(accel__shm *s, const accel__coll *op)
     return ACCEL_OK;
 }
 
-static accel_status broadcast(accel__shm *s, const accel__coll *op)
+/* In place on symmetric buffers: the root's buffer copied straight into mine. */
+static accel_status broadcast_zc(accel__shm *s, const accel__coll *op, const accel__shm_sym *a,
+                                 size_t off)
+{
+    const size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
+    if (s->rank != op->root) {
+        copy_out(zc_buf(a, s->rank, off), zc_buf(a, op->root, off), nbytes, nbytes >= s->nt_nbytes);
+    }
+    return accel__shm_sync(s);
+}
+
+static accel_status broadcast(accel__shm *s, const accel__coll *op, int zc)
 {
     const size_t es = accel_dtype_nbytes(op->dtype), per_round = s->slot_nbytes / es;
     const int root = op->root;
     const int nt = op->count * es >= s->nt_nbytes;
     const char *send = op->send;
     char *recv = op->recv;
+    /* The root must be in place; the others' send is never read. */
+    accel__shm_desc d = {0, 0, 0};
+    const int skip =
+        zc && zc_publish(s, s->rank != root || send == recv, recv, op->count * es, op->count, &d);
     for (size_t lo = 0; lo < op->count; lo += per_round) {
         size_t len = min_sz(per_round, op->count - lo);
         uint64_t t = s->n_slots++;
-        if (s->rank == root) {
+        if (s->rank == root && (!skip || lo > 0)) {
             memcpy(accel__shm_slot(s, root, t), send + lo * es, len * es);
             if (send != recv) {
                 memcpy(recv + lo * es, send + lo * es, len * es);
             }
         }
         ACCEL_TRY(accel__shm_sync(s));
+        if (zc && lo == 0) {
+            accel__shm_sym *a = NULL;
+            int agree = zc_agree(s, &d, &a);
+            if (agree == ZC_ALL) {
+                return broadcast_zc(s, op, a, d.off);
+            }
+            if (agree == ZC_SOME) {
+                if (skip && s->rank == root) {
+                    memcpy(accel__shm_slot(s, root, t), send, len * es); /* in place */
+                }
+                ACCEL_TRY(accel__shm_sync(s));
+            }
+        }
         if (s->rank != root) {
             copy_out(recv + lo * es, accel__shm_slot(s, root, t), len * es, nt);
         }
@@ -254,19 +480,20 @@ static accel_status shm_run(accel__comm *c, void *impl, const accel__coll *op)
     s->what = accel__coll_name(op->kind);
     ACCEL_TRY(accel__shm_check_abort(s));
     size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
+    /* The same answer on every rank: it depends on the size and the settings only. */
+    const int zc = nbytes > 0 && nbytes > s->zc_nbytes;
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:
-    case ACCEL__COLL_REDUCE: {
-        int only_root = op->kind == ACCEL__COLL_REDUCE;
-        return nbytes <= s->oneshot_nbytes ? reduce_oneshot(s, op, only_root)
-                                           : reduce_twoshot(s, op, only_root);
-    }
+        return nbytes <= s->oneshot_nbytes && !zc ? reduce_oneshot(s, op, 0)
+                                                  : reduce_twoshot(s, op, 0, zc);
+    case ACCEL__COLL_REDUCE:
+        return nbytes <= s->oneshot_nbytes ? reduce_oneshot(s, op, 1) : reduce_twoshot(s, op, 1, 0);
     case ACCEL__COLL_REDUCE_SCATTER:
-        return reduce_scatter(s, op);
+        return reduce_scatter(s, op, zc);
     case ACCEL__COLL_ALLGATHER:
-        return allgather(s, op);
+        return allgather(s, op, zc);
     case ACCEL__COLL_BROADCAST:
-        return broadcast(s, op);
+        return broadcast(s, op, zc);
     case ACCEL__COLL_GATHER:
         return gather(s, op);
     case ACCEL__COLL_BARRIER:
@@ -281,4 +508,17 @@ static void shm_destroy(accel__comm *c, void *impl)
     accel__shm_close(impl);
 }
 
-const accel__comm_backend accel__backend_shm = {"shm", shm_init, shm_run, shm_destroy};
+static accel_status shm_alloc(accel__comm *c, void *impl, size_t nbytes, void **out)
+{
+    (void)c;
+    return accel__shm_alloc(impl, nbytes, out);
+}
+
+static accel_status shm_dealloc(accel__comm *c, void *impl, void *p)
+{
+    (void)c;
+    return accel__shm_free(impl, p);
+}
+
+const accel__comm_backend accel__backend_shm = {"shm",     shm_init,    shm_run, shm_destroy,
+                                                shm_alloc, shm_dealloc, 1};
