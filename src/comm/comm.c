@@ -543,65 +543,6 @@ int accel__comm_zero_copy(const accel__comm *c)
     return c != NULL && c->be->zero_copy;
 }
 
-/* ---- symmetric memory ---- */
-
-/* Runs a memory operation with the communicator idle: queued collectives first (they may use
- * the backend's registry), nothing else while it runs. */
-static accel_status run_idle(accel__comm *c, size_t nbytes, void *p, void **out)
-{
-    pthread_mutex_lock(&c->mu);
-    while (c->head != NULL || c->running) {
-        pthread_cond_wait(&c->done_cv, &c->mu);
-    }
-    if (out != NULL && c->broken != ACCEL_OK) {
-        accel_status st = c->broken;
-        pthread_mutex_unlock(&c->mu);
-        return accel__seterr(NULL, st, "%s", c->broken_msg);
-    }
-    c->running = 1;
-    pthread_mutex_unlock(&c->mu);
-    accel_status st =
-        out != NULL ? c->be->alloc(c, c->impl, nbytes, out) : c->be->dealloc(c, c->impl, p);
-    pthread_mutex_lock(&c->mu);
-    /* A lost peer breaks the communicator; failures every process saw alike (no memory,
-     * different sizes) do not. Processes at different calls abort the job in the backend. */
-    if (out != NULL && (st == ACCEL_EPEER || st == ACCEL_ETIMEDOUT)) {
-        mark_broken(c, st, accel_last_error(NULL));
-    }
-    c->running = 0;
-    pthread_cond_broadcast(&c->work_cv);
-    pthread_mutex_unlock(&c->mu);
-    return st;
-}
-
-accel_status accel__comm_alloc(accel__comm *c, size_t nbytes, void **out)
-{
-    if (c == NULL || out == NULL) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "accel_alloc_shared: %s is NULL",
-                             c == NULL ? "communicator" : "out");
-    }
-    if (c->be->alloc == NULL) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "accel_alloc_shared: backend %s has no shared memory", c->be->name);
-    }
-    return run_idle(c, nbytes, NULL, out);
-}
-
-accel_status accel__comm_dealloc(accel__comm *c, void *p)
-{
-    if (c == NULL || p == NULL || c->be->dealloc == NULL) {
-        return c == NULL && p != NULL
-                   ? accel__seterr(NULL, ACCEL_EINVAL, "accel_free_shared: communicator is NULL")
-                   : ACCEL_OK;
-    }
-    return run_idle(c, 0, p, NULL);
-}
-
-int accel__comm_zero_copy(const accel__comm *c)
-{
-    return c != NULL && c->be->zero_copy;
-}
-
 /* ---- convenience wrappers ---- */
 
 accel_status accel__allreduce(accel__comm *c, const void *send, void *recv, size_t count,
