@@ -9,16 +9,16 @@
  * out as far as possible). FLOPs counted: 6 x matmul parameters per token + 12 x L x T x C
  * per token for attention (the usual model-FLOPs convention; the causal half is counted).
  *
- * Two modes:
- *  - run alone (1 process): a standalone nn model with an inline AdamW, as before;
- *  - under `accel launch --num_processes 2`: the model lives in an accel_model, gradients are
- *    synced by accel_backward (bucketed all-reduce overlapped with backward) and stepped by
- *    accel_adamw. The 1-process baseline is measured in the same run with the same code path:
- *    rounds alternate K steps of process 0 ALONE under no_sync (process 1 sleeps in a barrier,
- *    futex-waiting, so the core is free) with K synchronised steps of both processes. Scaling
- *    efficiency = 2-process tokens/s / (2 x 1-process tokens/s) = t(alone) / t(2 processes).
+ * The model lives in an accel_model, gradients go through accel_backward (bucketed all-reduce
+ * overlapped with backward when there are several processes) and accel_adamw steps them, so
+ * the numbers are those of a real training loop. The 1-process figure is measured in the same
+ * run with the same code path: rounds alternate K steps of process 0 ALONE under no_sync (the
+ * other processes sleep in a barrier, futex-waiting, so their cores are free) with K
+ * synchronised steps of every process. Scaling efficiency = N-process tokens/s / (N x 1-process
+ * tokens/s) = t(alone) / t(N processes). Run alone it reports the 1-process figures.
  *
- * Usage: gpt_step [--steps N] [--batch B] [--threads N]   (threads: 1-process mode only)
+ * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N]
+ *        (threads: BLAS/OpenMP threads when run as 1 process)
  */
 #include <cblas.h>
 #include <math.h>
@@ -28,19 +28,11 @@
 #include <time.h>
 
 #include "accel/accel.h"
+#include "accel/check.h"
 #include "accel/nn.h"
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
 #endif
-
-#define BENCH_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status bench_st_ = (call);                                                           \
-        if (bench_st_ != ACCEL_OK) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, accel_last_error(NULL)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 static double now(void)
 {
@@ -104,12 +96,12 @@ static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, c
 {
     double t0 = now();
     nn_tensor *loss = NULL;
-    BENCH_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
+    ACCEL_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
     double t1 = now();
-    BENCH_CHECK(accel_backward(acc, loss));
+    ACCEL_CHECK(accel_backward(acc, loss));
     double t2 = now();
-    BENCH_CHECK(accel_optimizer_step(opt));
-    BENCH_CHECK(accel_optimizer_zero_grad(opt));
+    ACCEL_CHECK(accel_optimizer_step(opt));
+    ACCEL_CHECK(accel_optimizer_zero_grad(opt));
     *loss_out = nn_item(loss);
     t[0] = t1 - t0;
     t[1] = t2 - t1;
@@ -126,16 +118,16 @@ static int run_distributed(accel *acc, int steps, int batch)
     accel_model *model;
     nn_params *p;
     nn_gpt *m;
-    BENCH_CHECK(accel_model_new(acc, &model));
-    BENCH_CHECK(nn_params_for_model(&p, model));
-    BENCH_CHECK(nn_gpt_declare(&m, p, &cfg));
-    BENCH_CHECK(nn_params_bind(p));
-    BENCH_CHECK(nn_params_init(p, 1234));
+    ACCEL_CHECK(accel_model_new(acc, &model));
+    ACCEL_CHECK(nn_params_for_model(&p, model));
+    ACCEL_CHECK(nn_gpt_declare(&m, p, &cfg));
+    ACCEL_CHECK(nn_params_bind(p));
+    ACCEL_CHECK(nn_params_init(p, 1234));
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 3e-4;
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
-    BENCH_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
-    BENCH_CHECK(accel_prepare(acc, model, opt));
+    ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
+    ACCEL_CHECK(accel_prepare(acc, model, opt));
     int n_buckets = accel_model_num_buckets(model);
 
     int32_t *ids = malloc((size_t)batch * T * sizeof(int32_t));
@@ -150,23 +142,26 @@ static int run_distributed(accel *acc, int steps, int batch)
         gb[i] = (float)(i % 5) * 0.1f;
     }
     nn_ctx *g;
-    BENCH_CHECK(nn_ctx_new(&g));
+    ACCEL_CHECK(nn_ctx_new(&g));
     int total = rounds * K;
     /* tm[q * total + i]: q = 0..2 forward, backward, optimizer and 3 the whole step of process 0
      * alone; q = 4..7 the same with every process. */
     double *tm = malloc((size_t)(8 * total) * sizeof(double));
     double *tgemm = malloc((size_t)total * sizeof(double));
-    BENCH_CHECK(tm && tgemm ? ACCEL_OK : ACCEL_ENOMEM);
+    ACCEL_CHECK(tm && tgemm ? ACCEL_OK : ACCEL_ENOMEM);
     float loss = 0, loss_first = 0;
     int i1 = 0, in = 0;
     for (int r = -1; r < rounds; r++) { /* round -1 warms both phases up, untimed */
         int k_steps = r < 0 ? warmup : K;
         /* Phase 1: process 0 alone, no communication; the others wait in the barrier. */
         if (rank == 0) {
-            BENCH_CHECK(accel_no_sync_begin(acc, model));
+            ACCEL_CHECK(accel_no_sync_begin(acc, model));
             for (int k = 0; k < k_steps; k++) {
                 double t[3];
                 accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
+                if (r < 0 && k == 0) {
+                    loss_first = loss;
+                }
                 if (r >= 0) {
                     for (int part = 0; part < 3; part++) {
                         tm[part * total + i1] = t[part];
@@ -175,16 +170,14 @@ static int run_distributed(accel *acc, int steps, int batch)
                     tgemm[i1++] = sgemm_once(ga, gb, gc);
                 }
             }
-            BENCH_CHECK(accel_no_sync_end(acc, model));
+            ACCEL_CHECK(accel_no_sync_end(acc, model));
         }
-        BENCH_CHECK(accel_wait_for_everyone(acc));
-        /* Phase 2: every process, gradients all-reduced in buckets during backward. */
-        for (int k = 0; k < k_steps; k++) {
+        ACCEL_CHECK(accel_wait_for_everyone(acc));
+        /* Phase 2: every process, gradients all-reduced in buckets during backward (with one
+         * process there is nothing more to measure). */
+        for (int k = 0; k < k_steps && n > 1; k++) {
             double t[3];
             accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
-            if (r < 0 && k == 0) {
-                loss_first = loss;
-            }
             if (r >= 0) {
                 for (int part = 0; part < 3; part++) {
                     tm[(4 + part) * total + in] = t[part];
@@ -192,12 +185,13 @@ static int run_distributed(accel *acc, int steps, int batch)
                 tm[7 * total + in++] = t[0] + t[1] + t[2];
             }
         }
-        BENCH_CHECK(accel_wait_for_everyone(acc));
+        ACCEL_CHECK(accel_wait_for_everyone(acc));
     }
     if (rank == 0) {
         double med[8];
         for (int q = 0; q < 8; q++) {
-            med[q] = median(tm + q * total, q < 4 ? i1 : in);
+            int count = q < 4 ? i1 : in;
+            med[q] = count > 0 ? median(tm + q * total, count) : 0.0;
         }
         double s1 = med[3], sn = med[7];
         double peak = 2.0 * gn * (double)gn * gn / median(tgemm, i1);
@@ -211,11 +205,15 @@ static int run_distributed(accel *acc, int steps, int batch)
         printf("  1 process         step %.2f ms (forward %.2f, backward %.2f, adamw %.2f), "
                "%.0f tokens/s, %.3f of sgemm (median of %d, process 0 alone, no_sync)\n",
                s1 * 1e3, med[0] * 1e3, med[1] * 1e3, med[2] * 1e3, tok1, flops / s1 / peak, i1);
-        printf("  %d processes       step %.2f ms (forward %.2f, backward+all-reduce %.2f, adamw "
-               "%.2f), %.0f tokens/s in total, %.3f of sgemm per process (median of %d)\n",
-               n, sn * 1e3, med[4] * 1e3, med[5] * 1e3, med[6] * 1e3, tokn, flops / sn / peak, in);
-        printf("  scaling efficiency %.3f  (= %d-process tokens/s / (%d x 1-process tokens/s))\n",
-               tokn / (n * tok1), n, n);
+        if (n > 1) {
+            printf(
+                "  %d processes       step %.2f ms (forward %.2f, backward+all-reduce %.2f, adamw "
+                "%.2f), %.0f tokens/s in total, %.3f of sgemm per process (median of %d)\n",
+                n, sn * 1e3, med[4] * 1e3, med[5] * 1e3, med[6] * 1e3, tokn, flops / sn / peak, in);
+            printf(
+                "  scaling efficiency %.3f  (= %d-process tokens/s / (%d x 1-process tokens/s))\n",
+                tokn / (n * tok1), n, n);
+        }
         printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss);
         fflush(stdout);
     }
@@ -252,7 +250,7 @@ int main(int argc, char **argv)
         return 2;
     }
     accel *acc = NULL;
-    BENCH_CHECK(accel_init(&acc, NULL));
+    ACCEL_CHECK(accel_init(&acc, NULL));
     if (accel_num_processes(acc) > 1) {
         threads = 1; /* the configuration: N processes x 1 thread */
     }
@@ -260,108 +258,7 @@ int main(int argc, char **argv)
 #ifdef ACCEL_HAVE_OPENMP
     omp_set_num_threads(threads);
 #endif
-    if (accel_num_processes(acc) > 1) {
-        int rc = run_distributed(acc, steps, batch);
-        accel_free(acc);
-        return rc;
-    }
-    /* The sgemm reference is timed once per step, between steps, so that both medians see
-     * the same machine load. */
-    const int gn = 1024;
-    float *ga = malloc((size_t)gn * gn * sizeof(float)),
-          *gb = malloc((size_t)gn * gn * sizeof(float));
-    float *gc = malloc((size_t)gn * gn * sizeof(float));
-    for (long i = 0; i < (long)gn * gn; i++) {
-        ga[i] = (float)(i % 7) * 0.1f;
-        gb[i] = (float)(i % 5) * 0.1f;
-    }
-    sgemm_once(ga, gb, gc);
-
-    nn_gpt_config cfg = bench_config();
-    const int T = cfg.block_size;
-    nn_gpt *m;
-    nn_params *p;
-    BENCH_CHECK(nn_gpt_build(&m, &p, &cfg, 1234));
-    int64_t n;
-    float *w = nn_params_flat_data(p, &n), *gr = nn_params_flat_grad(p, NULL);
-    float *mom = calloc((size_t)n, sizeof(float)), *var = calloc((size_t)n, sizeof(float));
-    int32_t *ids = malloc((size_t)batch * T * sizeof(int32_t));
-    int32_t *tg = malloc((size_t)batch * T * sizeof(int32_t));
-    synthetic_tokens(ids, tg, (long)batch * T, cfg.vocab_size, 0);
-    nn_ctx *g;
-    BENCH_CHECK(nn_ctx_new(&g));
-
-    const int warmup = 2;
-    double *tstep = malloc((size_t)steps * sizeof(double));
-    double *tfwd = malloc((size_t)steps * sizeof(double));
-    double *tbwd = malloc((size_t)steps * sizeof(double));
-    double *topt = malloc((size_t)steps * sizeof(double));
-    double *tgemm = malloc((size_t)steps * sizeof(double));
-    float loss_first = 0, loss_last = 0;
-    const float lr = 3e-4f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
-    for (int it = 0; it < warmup + steps; it++) {
-        double t0 = now();
-        nn_tensor *loss = NULL;
-        BENCH_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
-        double t1 = now();
-        nn_params_zero_grad(p);
-        BENCH_CHECK(nn_backward(loss, 1.0f, NULL));
-        double t2 = now();
-        /* AdamW (torch semantics: decoupled decay, bias correction). */
-        float c1 = 1.0f - powf(b1, (float)(it + 1)), c2 = 1.0f - powf(b2, (float)(it + 1));
-        float step_size = lr / c1, rc2 = 1.0f / sqrtf(c2);
-        for (int64_t i = 0; i < n; i++) {
-            float gi = gr[i];
-            mom[i] = b1 * mom[i] + (1.0f - b1) * gi;
-            var[i] = b2 * var[i] + (1.0f - b2) * gi * gi;
-            w[i] = w[i] * (1.0f - lr * wd) - step_size * mom[i] / (sqrtf(var[i]) * rc2 + eps);
-        }
-        double t3 = now();
-        if (it == 0) {
-            loss_first = nn_item(loss);
-        }
-        loss_last = nn_item(loss);
-        if (it >= warmup) {
-            tstep[it - warmup] = t3 - t0;
-            tfwd[it - warmup] = t1 - t0;
-            tbwd[it - warmup] = t2 - t1;
-            topt[it - warmup] = t3 - t2;
-            tgemm[it - warmup] = sgemm_once(ga, gb, gc);
-        }
-    }
-    double step = median(tstep, steps);
-    double peak = 2.0 * gn * (double)gn * gn / median(tgemm, steps);
-    double flops = nn_gpt_train_flops(&cfg, batch, T);
-    double achieved = flops / step;
-    nn_ctx_stats st = nn_ctx_get_stats(g);
-    printf("gpt_step: L=%d C=%d H=%d T=%d V=%d untied, exact GELU, fp32, batch %d, %d thread(s)\n",
-           cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, batch, threads);
-    printf("  params            %lld\n", (long long)n);
-    printf("  sgemm 1024^3      %.2f GFLOP/s\n", peak * 1e-9);
-    printf("  step (median/%d)  %.2f ms  (forward %.2f, backward %.2f, adamw %.2f)\n", steps,
-           step * 1e3, median(tfwd, steps) * 1e3, median(tbwd, steps) * 1e3,
-           median(topt, steps) * 1e3);
-    printf("  tokens/s          %.0f\n", (double)batch * T / step);
-    printf("  model FLOP/step   %.3f GFLOP\n", flops * 1e-9);
-    printf("  achieved          %.2f GFLOP/s = %.3f of sgemm\n", achieved * 1e-9, achieved / peak);
-    printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss_last);
-    printf("  arena             %.1f MiB reserved, %lld grows\n",
-           (double)st.reserved_nbytes / 1048576.0, st.n_grows);
-    nn_ctx_free(g);
-    nn_gpt_free(m);
-    nn_params_free(p);
-    free(mom);
-    free(var);
-    free(ids);
-    free(tg);
-    free(tstep);
-    free(tfwd);
-    free(tbwd);
-    free(topt);
-    free(tgemm);
-    free(ga);
-    free(gb);
-    free(gc);
+    int rc = run_distributed(acc, steps, batch);
     accel_free(acc);
-    return 0;
+    return rc;
 }
