@@ -4,11 +4,48 @@
  * buckets built). Invariant: once allocated, every buffer lays parameters out in reverse
  * registration order, so a bucket (consecutive parameters in backward order) is one contiguous
  * slice and a parameter's grad pointer is a view into its bucket.
+ * With several processes on the shm backend the gradient buffer is symmetric shared memory
+ * (accel__comm_alloc), so the in-place bucket all-reduces read peers' gradients directly; that
+ * makes the allocation collective (every process allocates its model, as every process
+ * prepares it).
  */
 #include <string.h>
 
+#include "comm/comm.h"
 #include "core/profile.h"
 #include "train_internal.h"
+
+/* The gradient buffer: symmetric shared memory where the backend reads it in place (the
+ * zero-copy bucket all-reduces), else plain aligned memory. A failure every process sees alike
+ * (no room in /dev/shm) falls back to plain memory on every process. */
+static float *grad_alloc(accel_model *m, size_t nbytes)
+{
+    accel *acc = m->acc;
+    m->grad_shared = 0;
+    if (acc->n_ranks > 1 && accel__comm_zero_copy(acc->comm)) {
+        void *p = NULL;
+        accel_status st = accel__comm_alloc(acc->comm, nbytes, &p);
+        if (st == ACCEL_OK) {
+            m->grad_shared = 1;
+            return p;
+        }
+        accel__log(ACCEL__LOG_WARN,
+                   "accel_model_alloc: gradients in plain memory (all-reduces copy them): %s",
+                   accel_last_error(NULL));
+    }
+    return accel__aligned_alloc(nbytes);
+}
+
+static void grad_free(accel_model *m)
+{
+    if (m->grad_shared) {
+        (void)accel__comm_dealloc(m->acc->comm, m->grad);
+    } else {
+        accel__aligned_free(m->grad);
+    }
+    m->grad = NULL;
+    m->grad_shared = 0;
+}
 
 static accel_status model_prepare(accel__object *self);
 static void model_destroy(accel__object *self);
@@ -72,7 +109,7 @@ void accel_model_free(accel_model *m)
         accel__aligned_free(m->compute);
     }
     accel__aligned_free(m->master);
-    accel__aligned_free(m->grad);
+    grad_free(m);
     accel__aligned_free(m->comm_buf);
     accel__free(m->buckets);
     accel__free(m->ready);
@@ -188,7 +225,7 @@ accel_status accel_model_alloc(accel_model *m)
     size_t nbytes = m->numel * sizeof(float);
     m->compute_dtype = accel__compute_dtype(m->acc);
     m->master = accel__aligned_alloc(nbytes);
-    m->grad = accel__aligned_alloc(nbytes);
+    m->grad = grad_alloc(m, nbytes);
     m->ready = accel__calloc((size_t)m->n_params, 1);
     m->compute = m->compute_dtype == ACCEL_F32 ? m->master : accel__aligned_alloc(nbytes);
     if (m->master == NULL || m->grad == NULL || m->ready == NULL || m->compute == NULL) {
@@ -196,7 +233,7 @@ accel_status accel_model_alloc(accel_model *m)
             accel__aligned_free(m->compute);
         }
         accel__aligned_free(m->master);
-        accel__aligned_free(m->grad);
+        grad_free(m);
         accel__free(m->ready);
         m->master = m->grad = m->compute = NULL;
         m->ready = NULL;

@@ -30,6 +30,7 @@ struct accel_model {
     float *compute; /* working copy: master rounded to compute_dtype, stored as fp32 values
                        (the CPU kernels multiply in fp32); == master in fp32 mode */
     float *grad;    /* fp32 gradients (accumulated in fp32 across micro-steps) */
+    int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
     int compute_valid;         /* compute == round(master) (set by the refresh) */
     uint16_t *comm_buf;        /* comm_dtype bf16/f16: compressed gradients, numel elements */
