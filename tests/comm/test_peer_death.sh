@@ -3,7 +3,8 @@
 # launcher: 3 processes of tests/progs/allreduce_loop started by hand.
 #  1. rank 1 SIGKILLs itself mid-loop: both survivors exit 1 within 5 s, saying EPEER and naming
 #     process 1; nothing of the job is left in /dev/shm.
-#     The same with asynchronous allreduces (work handles).
+#     The same with asynchronous allreduces (work handles), and inside zero-copy allreduces on
+#     accel_alloc_shared buffers.
 #  2. rank 1 SIGSTOPs itself, ACCEL_TIMEOUT=2: survivors report ETIMEDOUT naming process 1 within
 #     ~4 s; then the stopped one is killed.
 set -u
@@ -90,6 +91,19 @@ start_job "$job" 3 -- --iters 1000000 --die-rank 1 --die-after 200 --async 1
 check_survivor "$job" 0 EPEER 5 "$start"
 check_survivor "$job" 2 EPEER 5 "$start"
 wait "${pids[1]}"
+kill "$watchdog" 2>/dev/null
+check_shm_clean "$job"
+
+# 1c. The same inside zero-copy allreduces on symmetric buffers (peers read each other's
+#     buffers directly; 64 Ki floats, every call zero-copy): EPEER, nothing left in /dev/shm.
+job=pd$$-sym
+start=$(now)
+start_job "$job" 3 ACCEL_SHM_ZEROCOPY_NBYTES=0 -- --iters 1000000 --die-rank 1 --die-after 200 \
+    --symmetric 1 --count 65536
+check_survivor "$job" 0 EPEER 5 "$start"
+check_survivor "$job" 2 EPEER 5 "$start"
+wait "${pids[1]}"
+[ $? -eq 137 ] || fail "$job: rank 1 was expected to die of SIGKILL"
 kill "$watchdog" 2>/dev/null
 check_shm_clean "$job"
 

@@ -8,8 +8,12 @@
  * the communication thread to the waiter). After a failure it also checks that the next call
  * fails at once with the same status (the communicator is broken), exiting 3 if not.
  *
+ * --symmetric 1 allocates the buffer with accel_alloc_shared, so (with ACCEL_SHM_ZEROCOPY_NBYTES
+ * below its size) every allreduce runs zero-copy, reading peers' buffers directly.
+ *
  *   allreduce_loop [--iters N] [--count N] [--die-rank R] [--stop-rank R] [--die-after K]
  *                  [--async 0|1]
+ *                  [--symmetric 0|1]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -21,7 +25,7 @@
 int main(int argc, char **argv)
 {
     long iters = 100, count = 1024, die_after = 10;
-    int die_rank = -1, stop_rank = -1, async = 0;
+    int die_rank = -1, stop_rank = -1, async = 0, symmetric = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
@@ -36,6 +40,8 @@ int main(int argc, char **argv)
             die_rank = atoi(v);
         } else if (strcmp(a, "--stop-rank") == 0) {
             stop_rank = atoi(v);
+        } else if (strcmp(a, "--symmetric") == 0) {
+            symmetric = atoi(v);
         } else if (strcmp(a, "--async") == 0) {
             async = atoi(v);
         } else if (strcmp(a, "--die-after") == 0) {
@@ -54,7 +60,20 @@ int main(int argc, char **argv)
         return 1;
     }
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
-    float *buf = malloc((size_t)(count > 0 ? count : 1) * sizeof(float));
+    size_t nbytes = (size_t)(count > 0 ? count : 1) * sizeof(float);
+    float *buf = NULL;
+    if (symmetric) {
+        void *p = NULL;
+        st = accel_alloc_shared(acc, nbytes, &p);
+        if (st != ACCEL_OK) {
+            fprintf(stderr, "allreduce_loop: accel_alloc_shared: %s: %s\n", accel_status_name(st),
+                    accel_last_error(acc));
+            return 1;
+        }
+        buf = p;
+    } else {
+        buf = malloc(nbytes);
+    }
     if (buf == NULL) {
         return 1;
     }
@@ -88,8 +107,10 @@ int main(int argc, char **argv)
                         rank, accel_status_name(again), accel_status_name(st));
                 return 3;
             }
-            accel_free(acc);
-            free(buf);
+            if (!symmetric) {
+                free(buf);
+            }
+            accel_free(acc); /* frees a symmetric buffer */
             return 1;
         }
         for (long i = 0; i < count; i++) {
@@ -102,7 +123,11 @@ int main(int argc, char **argv)
         }
     }
     printf("allreduce_loop: rank %d: %ld allreduces ok\n", rank, iters);
+    if (symmetric) {
+        accel_free_shared(acc, buf);
+    } else {
+        free(buf);
+    }
     accel_free(acc);
-    free(buf);
     return 0;
 }
