@@ -609,8 +609,8 @@ int main(int argc, char **argv)
     po.desc = rs.step > 0 ? "train (resumed)" : "train";
     accel_progress *bar = accel_progress_new(acc, &po);
 
-    /* The time spent inside accel_loader_next against the whole loop: with prefetching the
-     * batch is normally ready, so this is the data loader's cost to training. */
+    /* The time spent inside accel_loader_next against the whole loop: the loader has no
+     * worker threads here, so this is all that sampling, sharding and collating cost. */
     int micro = 0, first_step = rs.step, last_step = a.steps;
     if (a.stop_at > 0 && a.stop_at < a.steps) {
         last_step = a.stop_at;
@@ -676,13 +676,13 @@ int main(int argc, char **argv)
     accel_progress_close(bar);
     t_loop = now() - t_loop;
 
-    /* The slowest process's share of loop time spent waiting for data (a collective). */
-    double wait_share[2] = {rs.step > first_step ? t_wait / t_loop : 0.0, t_wait};
-    ACCEL_CHECK(accel_allreduce(acc, wait_share, wait_share, 2, ACCEL_F64, ACCEL_MAX, NULL));
+    /* The largest share of loop time any process spent waiting for data (a collective). */
+    double wait[3] = {rs.step > first_step ? t_wait / t_loop : 0.0, t_wait, t_loop};
+    ACCEL_CHECK(accel_allreduce(acc, wait, wait, 3, ACCEL_F64, ACCEL_MAX, NULL));
     accel_print(acc,
                 "data wait: %.3f%% of step time (%.1f ms in accel_loader_next over %d steps "
-                "taking %.2f s, slowest process)\n",
-                100.0 * wait_share[0], 1e3 * wait_share[1], rs.step - first_step, t_loop);
+                "taking %.2f s; the maxima over processes)\n",
+                100.0 * wait[0], 1e3 * wait[1], rs.step - first_step, wait[2]);
     accel_print(acc, "final step %d | weights fingerprint %016llx\n", rs.step,
                 weights_fingerprint(model));
 
