@@ -7,6 +7,10 @@
  * reduce_scatter the total, as nccl-tests). Times are the best of 5 batches (the machine is
  * shared; the slowest rank's time counts within a batch). Prints on process 0 only.
  *
+ * Three columns per row: out of place and in place on plain malloc'd buffers, and in place on a
+ * buffer from accel_alloc_shared ("symmetric"), which the shm backend reduces without copies
+ * above ACCEL_SHM_ZEROCOPY_NBYTES (the way the training module's gradient buffer is used).
+ *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
  */
 #include <stdio.h>
@@ -134,6 +138,9 @@ int main(int argc, char **argv)
     int n = accel_num_processes(acc), rank = accel_process_index(acc);
     size_t max_nbytes = max_mib << 20;
     float *send = malloc(max_nbytes), *recv = malloc(max_nbytes);
+    void *symp = NULL;
+    CHECK_ACC(acc, accel_alloc_shared(acc, max_nbytes, &symp));
+    float *sym = symp;
     if (send == NULL || recv == NULL) {
         fprintf(stderr, "out of memory\n");
         return 1;
@@ -141,6 +148,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < max_nbytes / sizeof(float); i++) {
         send[i] = (float)(i % 100);
         recv[i] = 0;
+        sym[i] = (float)(i % 100);
     }
     if (rank == 0) {
         printf("# accel collectives benchmark: %d processes, backend %s, f32\n", n,
@@ -148,11 +156,11 @@ int main(int argc, char **argv)
         printf("# busbw factor: allreduce 2(n-1)/n, allgather/reduce_scatter (n-1)/n, "
                "broadcast 1; memcpy = single-thread memcpy of the same size, same run\n");
         printf("# ratio = busbw / memcpy; bandwidths in GB/s; times are the slowest rank's\n");
-        printf("%-15s %10s %10s | %-34s | %-34s | %7s\n", "", "", "", "out of place", "in place",
-               "");
-        printf("%-15s %10s %10s | %10s %7s %7s %6s | %10s %7s %7s %6s | %7s\n", "collective",
-               "size(B)", "count", "time(us)", "algbw", "busbw", "ratio", "time(us)", "algbw",
-               "busbw", "ratio", "memcpy");
+        printf("%-15s %10s %10s | %-34s | %-34s | %-34s | %7s\n", "", "", "", "out of place",
+               "in place", "in place, symmetric (accel_alloc_shared)", "");
+        printf("%-15s %10s %10s | %10s %7s %7s %6s | %10s %7s %7s %6s | %10s %7s %7s %6s | %7s\n",
+               "collective", "size(B)", "count", "time(us)", "algbw", "busbw", "ratio", "time(us)",
+               "algbw", "busbw", "ratio", "time(us)", "algbw", "busbw", "ratio", "memcpy");
     }
     for (int c = 0; c < 4; c++) {
         if (only >= 0 && c != only) {
@@ -162,6 +170,7 @@ int main(int argc, char **argv)
             size_t count = nbytes / sizeof(float);
             double t_oop = time_coll(acc, (coll)c, send, recv, count, 0);
             double t_ip = time_coll(acc, (coll)c, send, recv, count, 1);
+            double t_sym = time_coll(acc, (coll)c, sym, sym, count, 1);
             double mbw = 0;
             if (rank == 0) {
                 mbw = memcpy_bw(recv, send, nbytes); /* others wait in the barrier */
@@ -173,15 +182,18 @@ int main(int argc, char **argv)
                                                  : (double)(n - 1) / n;
                 double bus_oop = (double)nbytes / t_oop * factor;
                 double bus_ip = (double)nbytes / t_ip * factor;
+                double bus_sym = (double)nbytes / t_sym * factor;
                 printf("%-15s %10zu %10zu | %10.2f %7.2f %7.2f %6.2f | %10.2f %7.2f %7.2f %6.2f | "
-                       "%7.2f\n",
+                       "%10.2f %7.2f %7.2f %6.2f | %7.2f\n",
                        coll_names[c], nbytes, count, t_oop * 1e6, nbytes / t_oop * 1e-9,
                        bus_oop * 1e-9, bus_oop / mbw, t_ip * 1e6, nbytes / t_ip * 1e-9,
-                       bus_ip * 1e-9, bus_ip / mbw, mbw * 1e-9);
+                       bus_ip * 1e-9, bus_ip / mbw, t_sym * 1e6, nbytes / t_sym * 1e-9,
+                       bus_sym * 1e-9, bus_sym / mbw, mbw * 1e-9);
                 fflush(stdout);
             }
         }
     }
+    CHECK_ACC(acc, accel_free_shared(acc, sym));
     accel_free(acc);
     free(send);
     free(recv);

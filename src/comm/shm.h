@@ -53,6 +53,7 @@ typedef struct accel__shm {
     accel__shm_sym *syms; /* live symmetric allocations, newest first */
     uint64_t n_allocs;    /* allocations started: the next id is n_allocs + 1 */
     uint64_t n_descs;     /* zero-copy descriptors published (same count on every rank) */
+    double next_nudge;    /* earliest time for the next move off a peer's CPU (shm.c) */
 } accel__shm;
 
 /* Creates (local rank 0) or opens (others) the job's segment and waits until every rank has
