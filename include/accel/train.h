@@ -98,8 +98,11 @@ ACCEL_API accel_status accel_model_add_param(accel_model *m, const char *name, i
 /*
  * Allocates the flat buffers (64-byte aligned, zero-filled); after it the views carry data and
  * grad pointers and weights can be initialised. Idempotent. Called implicitly by the first
- * accel_model_param and by accel_prepare. Returns ACCEL_OK, ACCEL_EINVAL (no parameter),
- * ACCEL_ENOMEM.
+ * accel_model_param and by accel_prepare. With several processes on one machine (shm backend)
+ * the gradient buffer is placed in shared memory so bucket all-reduces are zero-copy, which
+ * makes this call (and so the first accel_model_param) a collective: every process must
+ * allocate its model, in the same order. Returns ACCEL_OK, ACCEL_EINVAL (no parameter),
+ * ACCEL_ENOMEM, or ACCEL_EPEER / ACCEL_ETIMEDOUT from the collective.
  */
 ACCEL_API accel_status accel_model_alloc(accel_model *m);
 
