@@ -35,7 +35,7 @@ demo: deps build
 	$(BUILD)/accel launch --num_processes 2 $(BUILD)/examples/gpt
 
 bench: build
-	@for b in $(BUILD)/bench/*; do echo "== $$b"; $$b; done
+	bash scripts/bench-all.sh $(BUILD) bench-results
 
 install: build
 	cmake --install $(BUILD)

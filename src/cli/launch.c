@@ -29,6 +29,10 @@ static const cli_option launch_options[] = {
      "directory (created if missing) for DIR/rank<r>.stdout and .stderr; alone means --tee 3"},
     {"num_cpu_threads_per_process", 0, 1, NULL, "N",
      "OMP_NUM_THREADS of each process (default: $OMP_NUM_THREADS, else cores / processes)"},
+    {"cpu_affinity", 0, 1, "auto", "auto|none",
+     "auto: when there are no more processes than CPUs, bind each process to its own equal share "
+     "of them (as mpirun does), so processes that synchronise often never share a CPU; none: "
+     "leave placement to the scheduler"},
     {"grace_period", 0, 1, "3", "SECONDS",
      "after one process fails, wait this long between SIGTERM and SIGKILL to the others"},
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -178,6 +182,33 @@ static void remove_job_shm(const char *job_id)
     closedir(d);
 }
 
+/* Splits the CPUs this launcher may use into n_procs equal, contiguous shares (in CPU id
+ * order, so neighbouring ranks get neighbouring cores). Returns NULL when there are fewer CPUs
+ * than processes (binding would stack processes) or on allocation failure: no binding. */
+static cpu_set_t *cpu_shares(long n_procs)
+{
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        return NULL;
+    }
+    int n_cpus = CPU_COUNT(&allowed);
+    if (n_procs > n_cpus) {
+        return NULL;
+    }
+    cpu_set_t *sets = calloc((size_t)n_procs, sizeof(cpu_set_t));
+    if (sets == NULL) {
+        return NULL;
+    }
+    int share = n_cpus / (int)n_procs, seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && seen < share * n_procs; cpu++) {
+        if (CPU_ISSET(cpu, &allowed)) {
+            CPU_SET(cpu, &sets[seen / share]);
+            seen++;
+        }
+    }
+    return sets;
+}
+
 static int set_env_int(const char *name, long v)
 {
     char buf[32];
@@ -214,6 +245,12 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     double grace = strtod(grace_s, &end);
     if (end == grace_s || *end != '\0' || !(grace >= 0 && grace <= 86400)) {
         cli_usage_error(verb, "--grace_period expects seconds in [0, 86400], got '%s'", grace_s);
+        return CLI_EXIT_USAGE;
+    }
+
+    const char *affinity = cli_value(verb, &a, "cpu_affinity");
+    if (strcmp(affinity, "auto") != 0 && strcmp(affinity, "none") != 0) {
+        cli_usage_error(verb, "--cpu_affinity expects auto or none, got '%s'", affinity);
         return CLI_EXIT_USAGE;
     }
 
@@ -267,6 +304,8 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         return 1;
     }
 
+    cpu_set_t *cpusets = strcmp(affinity, "auto") == 0 ? cpu_shares(n_procs) : NULL;
+
     launch_config cfg = {
         .n_procs = (int)n_procs,
         .path = path,
@@ -274,8 +313,10 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         .tee = (int)tee,
         .log_dir = log_dir,
         .grace_s = grace,
+        .cpusets = cpusets,
     };
     int rc = launch_supervise(&cfg);
+    free(cpusets);
     remove_job_shm(job_id);
     return rc;
 }

@@ -7,6 +7,7 @@
 #ifndef ACCEL_CLI_LAUNCH_H
 #define ACCEL_CLI_LAUNCH_H
 
+#include <sched.h>
 #include <stddef.h>
 
 /* --tee bits (torchrun's meaning: 1 stdout, 2 stderr, 3 both). */
@@ -20,6 +21,8 @@ typedef struct launch_config {
     int tee;          /* LAUNCH_TEE_* bits: streams also written to log_dir */
     const char *log_dir;
     double grace_s; /* SIGTERM -> SIGKILL delay when tearing down */
+    /* When not NULL, child r is bound to cpusets[r] before exec (--cpu_affinity). */
+    const cpu_set_t *cpusets;
 } launch_config;
 
 /*

@@ -198,6 +198,10 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     snprintf(num, sizeof(num), "%d", rank);
     setenv("RANK", num, 1);
     setenv("LOCAL_RANK", num, 1);
+    if (cfg->cpusets != NULL) {
+        /* Best effort: a refusal (a cgroup that changed meanwhile) leaves the default placement. */
+        (void)sched_setaffinity(0, sizeof(cpu_set_t), &cfg->cpusets[rank]);
+    }
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     execv(cfg->path, cfg->argv);

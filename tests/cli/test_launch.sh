@@ -119,6 +119,27 @@ run 0 launch -n 2 --main_process_port 0 "$P/rank_info"
 grep -q '^\[rank0\]: rank 0 MASTER_PORT=[1-9][0-9]*$' "$T/out" || fail "port 0 not replaced"
 ok "environment: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT ACCEL_JOB_ID"
 
+# ---- --cpu_affinity: each process on its own share of the CPUs, or left alone ----
+# cpus_of R: the CPU list process R reported (from /proc/self/status), run under launch $ARGS.
+allowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2)
+ncpu=$(nproc)
+run 0 launch -n 2 sh -c 'grep Cpus_allowed_list /proc/self/status'
+c0=$(sed -n 's/^\[rank0\]: Cpus_allowed_list:\t//p' "$T/out")
+c1=$(sed -n 's/^\[rank1\]: Cpus_allowed_list:\t//p' "$T/out")
+if [ "$ncpu" -ge 2 ]; then
+    [ -n "$c0" ] && [ -n "$c1" ] && [ "$c0" != "$c1" ] && [ "$c0" != "$allowed" ] ||
+        fail "--cpu_affinity auto: ranks got CPUs '$c0' and '$c1' (allowed '$allowed')"
+fi
+run 0 launch -n 2 --cpu_affinity none sh -c 'grep Cpus_allowed_list /proc/self/status'
+[ "$(grep -c "Cpus_allowed_list:.$allowed\$" "$T/out")" -eq 2 ] ||
+    fail "--cpu_affinity none: a rank was bound: $(cat "$T/out")"
+run 0 launch -n $((ncpu + 1)) sh -c 'grep Cpus_allowed_list /proc/self/status'
+[ "$(grep -c "Cpus_allowed_list:.$allowed\$" "$T/out")" -eq $((ncpu + 1)) ] ||
+    fail "more processes than CPUs must not be bound: $(cat "$T/out")"
+run 2 launch --cpu_affinity sometimes /bin/true
+expect_err "--cpu_affinity expects auto or none"
+ok "cpu affinity: own CPUs when processes <= CPUs, untouched with none or more processes"
+
 # ---- rank prefixes: every line whole, prefixed with its own rank, exactly once ----
 check_lines() { # FILE KIND N_PROCS N_LINES LEN
     local file=$1 kind=$2 np=$3 n=$4 len=$5
