@@ -65,4 +65,13 @@ accel_status accel__ckpt_rotate(const char *base, int total_limit);
  * and counts toward total_limit; the others are deleted oldest first. */
 accel_status accel__ckpt_rotate_keep(const char *base, int total_limit, int64_t keep);
 
+/* ---- writes done by the main process ---- */
+
+/* The main process wrote `path` with outcome `st`; every process returns that outcome (the
+ * others wait for it, a collective), and a non-main process gets ACCEL_EIO naming `what` and
+ * `path` when the main process failed. Implemented in save.c. */
+typedef struct accel accel;
+accel_status accel__ckpt_share_main_status(accel *acc, accel_status st, const char *what,
+                                           const char *path);
+
 #endif /* ACCEL_CKPT_ATOMIC_H */

@@ -17,26 +17,6 @@
 #include "core/internal.h"
 #include "core/profile.h"
 
-/* Process 0 did the work with outcome `st`; every process returns it (and waits for it). */
-static accel_status share_main_status(accel *acc, accel_status st, const char *what,
-                                      const char *path)
-{
-    int32_t status = st;
-    if (accel_num_processes(acc) > 1) {
-        accel_status cst = accel__broadcast(acc->comm, &status, 1, ACCEL_I32, 0);
-        if (cst != ACCEL_OK) {
-            return accel__adopt_thread_error(acc, cst);
-        }
-        if (status != ACCEL_OK && !accel_is_main_process(acc)) {
-            return accel__seterr(acc, ACCEL_EIO,
-                                 "%s: the main process failed to write %s (%s); "
-                                 "see its log",
-                                 what, path, accel_status_name((accel_status)status));
-        }
-    }
-    return (accel_status)status;
-}
-
 static accel_status save_model(accel *acc, accel_model *model, const char *dir,
                                const char *max_shard_size)
 {
@@ -80,7 +60,7 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
             accel__adopt_thread_error(acc, st);
         }
     }
-    return share_main_status(acc, st, "accel_save_model", dir);
+    return accel__ckpt_share_main_status(acc, st, "accel_save_model", dir);
 }
 
 /* ---- loading ---- */

@@ -111,19 +111,10 @@ accel_status accel_parse_size(const char *s, uint64_t *nbytes)
     return ACCEL_OK;
 }
 
-accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
-                        const accel_kv *metadata, size_t n_metadata, const char *path)
+accel_status accel__ckpt_share_main_status(accel *acc, accel_status st, const char *what,
+                                           const char *path)
 {
-    if (acc == NULL) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "accel_save: acc is NULL");
-    }
-    int32_t status = ACCEL_OK;
-    if (accel_is_main_process(acc)) {
-        status = accel_safetensors_write(path, tensors, n, metadata, n_metadata);
-        if (status != ACCEL_OK) {
-            accel__adopt_thread_error(acc, (accel_status)status);
-        }
-    }
+    int32_t status = st;
     if (accel_num_processes(acc) > 1) {
         /* Everyone learns the writer's outcome, which also makes the others wait for it. */
         accel_status cst = accel__broadcast(acc->comm, &status, 1, ACCEL_I32, 0);
@@ -132,12 +123,27 @@ accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
         }
         if (status != ACCEL_OK && !accel_is_main_process(acc)) {
             return accel__seterr(acc, ACCEL_EIO,
-                                 "accel_save: the main process failed to write "
-                                 "%s (%s); see its log",
+                                 "%s: the main process failed to write %s (%s); see its log", what,
                                  path ? path : "(null)", accel_status_name((accel_status)status));
         }
     }
     return (accel_status)status;
+}
+
+accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
+                        const accel_kv *metadata, size_t n_metadata, const char *path)
+{
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_save: acc is NULL");
+    }
+    accel_status st = ACCEL_OK;
+    if (accel_is_main_process(acc)) {
+        st = accel_safetensors_write(path, tensors, n, metadata, n_metadata);
+        if (st != ACCEL_OK) {
+            accel__adopt_thread_error(acc, st);
+        }
+    }
+    return accel__ckpt_share_main_status(acc, st, "accel_save", path);
 }
 
 /* ---- sharded folders ---- */
