@@ -21,14 +21,12 @@ GPT=$BUILD/examples/gpt
 LOGITS=$BUILD/tests/progs/gpt_logits
 REF=$SRC/tests/ckpt/gpt2_ref.py
 
-if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
-    python3 -m pip install --quiet numpy safetensors >/dev/null 2>&1 || true
-    if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
-        echo "test_gpt2_interop: SKIP: python3 with numpy and safetensors is not available" \
-             "(pip install numpy safetensors failed, probably offline)"
-        exit 77
-    fi
-fi
+. "$(dirname "$0")/../pyenv.sh"
+accel_need_python 'import numpy, safetensors' numpy safetensors || {
+    echo "test_gpt2_interop: SKIP: python3 with numpy and safetensors is not available" \
+        "(pip install numpy safetensors failed, probably offline)"
+    exit 77
+}
 for p in "$GPT" "$LOGITS" "$BUILD/accel"; do
     [ -x "$p" ] || { echo "test_gpt2_interop: $p not built" >&2; exit 1; }
 done

@@ -9,14 +9,12 @@ SRC=${ACCEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 TOOL=$BUILD/tests/progs/st_tool
 PY=$SRC/tests/ckpt/interop.py
 
-if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
-    python3 -m pip install --quiet numpy safetensors >/dev/null 2>&1 || true
-    if ! python3 -c 'import numpy, safetensors' 2>/dev/null; then
-        echo "test_interop: SKIP: python3 with numpy and safetensors is not available" \
-             "(pip install numpy safetensors failed, probably offline)"
-        exit 77
-    fi
-fi
+. "$SRC/tests/pyenv.sh"
+accel_need_python 'import numpy, safetensors' numpy safetensors || {
+    echo "test_interop: SKIP: python3 with numpy and safetensors is not available" \
+        "(pip install numpy safetensors failed, probably offline)"
+    exit 77
+}
 [ -x "$TOOL" ] || { echo "test_interop: $TOOL not built" >&2; exit 1; }
 
 TMP=$(mktemp -d)

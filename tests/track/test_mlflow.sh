@@ -5,13 +5,11 @@
 # Skips (77) when neither mlflow-skinny nor mlflow can be imported or installed.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
-if ! python3 -c 'import mlflow' 2>/dev/null; then
-    python3 -m pip install --quiet mlflow-skinny >/dev/null 2>&1 || true
-    if ! python3 -c 'import mlflow' 2>/dev/null; then
-        echo "SKIP: the mlflow Python package is not available"
-        exit 77
-    fi
-fi
+. "$(dirname "$0")/../pyenv.sh"
+accel_need_python 'import mlflow' mlflow-skinny || {
+    echo "SKIP: the mlflow Python package is not available and cannot be installed"
+    exit 77
+}
 DIR=$(mktemp -d /tmp/accel_mlflow_XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 unset MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME

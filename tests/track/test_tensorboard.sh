@@ -4,13 +4,11 @@
 # Skips (77) when the tensorboard Python package is not installed and cannot be installed.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
-if ! python3 -c 'import tensorboard' 2>/dev/null; then
-    python3 -m pip install --quiet tensorboard >/dev/null 2>&1 || true
-    if ! python3 -c 'import tensorboard' 2>/dev/null; then
-        echo "SKIP: the tensorboard Python package is not available"
-        exit 77
-    fi
-fi
+. "$(dirname "$0")/../pyenv.sh"
+accel_need_python 'import tensorboard' tensorboard || {
+    echo "SKIP: the tensorboard Python package is not available and cannot be installed"
+    exit 77
+}
 DIR=$(mktemp -d /tmp/accel_tb_XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 "$BUILD/tests/progs/track_write" "$DIR" tensorboard demo
