@@ -709,7 +709,7 @@ accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
         }
     }
     if (!map_style && o.num_workers > 0) {
-        accel__log(ACCEL__LOG_INFO, "loader: iterable datasets are read on the calling thread; "
+        accel__log(ACCEL__LOG_WARN, "loader: iterable datasets are read on the calling thread; "
                                     "num_workers is ignored");
         l->o.num_workers = 0;
     }
