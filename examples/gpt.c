@@ -605,8 +605,9 @@ int main(int argc, char **argv)
     }
 
     accel_progress_options po = accel_progress_options_default();
-    po.total = a.steps - rs.step; /* the steps of this run (the log lines count from 1) */
-    po.desc = rs.step > 0 ? "train (resumed)" : "train";
+    po.total = a.steps;
+    po.initial = rs.step; /* a resumed run's bar continues where the checkpoint left off */
+    po.desc = "train";
     accel_progress *bar = accel_progress_new(acc, &po);
 
     /* The time spent inside accel_loader_next against the whole loop: the loader has no

@@ -233,6 +233,8 @@ typedef struct accel_progress_options {
     double percent_step; /* plain mode: also print when progress crosses k*percent (default 10;
                             0 = time only) */
     int width;           /* bar characters in tty mode (default 30) */
+    long long initial;   /* count already done (a resumed run, tqdm's initial): the bar starts
+                            there and the rate counts only this run's progress (default 0) */
 } accel_progress_options;
 
 ACCEL_API accel_progress_options accel_progress_options_default(void);

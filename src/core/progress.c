@@ -22,7 +22,7 @@ struct accel_progress {
     int tty;
     FILE *stream;
     char desc[64];
-    long long total, n;
+    long long total, n, initial;
     double t_start, t_last_draw;
     double interval_s, percent_step;
     long long last_bucket; /* percent buckets already reported in plain mode */
@@ -55,12 +55,16 @@ accel_progress_options accel_progress_options_default(void)
 accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opts)
 {
     accel_progress_options o = opts != NULL ? *opts : accel_progress_options_default();
+    /* Options from a header older than the `initial` field leave it at 0. */
+    long long initial =
+        o.size >= offsetof(accel_progress_options, initial) + sizeof(o.initial) ? o.initial : 0;
     if (acc == NULL || o.size < offsetof(accel_progress_options, width) || o.total < 0 ||
-        o.interval_s < 0 || o.percent_step < 0 || o.percent_step > 100) {
+        o.interval_s < 0 || o.percent_step < 0 || o.percent_step > 100 || initial < 0 ||
+        (o.total > 0 && initial > o.total)) {
         accel__seterr(acc, ACCEL_EINVAL,
                       "accel_progress_new: acc is NULL, options were not made by "
-                      "accel_progress_options_default(), or total/interval_s/percent_step is "
-                      "out of range");
+                      "accel_progress_options_default(), or total/interval_s/percent_step/"
+                      "initial is out of range");
         return NULL;
     }
     accel_progress *p = accel__calloc(1, sizeof(*p));
@@ -73,8 +77,14 @@ accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opt
     p->tty = o.tty >= 0 ? o.tty : isatty(fileno(p->stream));
     snprintf(p->desc, sizeof(p->desc), "%s", o.desc ? o.desc : "");
     p->total = o.total;
+    p->n = p->initial = initial;
     p->interval_s = o.interval_s;
     p->percent_step = o.percent_step;
+    if (p->percent_step > 0 && p->total > 0) {
+        /* Percent marks already passed before a resume are not reported again. */
+        p->last_bucket =
+            (long long)floor((double)initial * 100.0 / (double)p->total / p->percent_step);
+    }
     p->width = o.width > 0 && o.width <= 200 ? o.width : 30;
     p->t_start = clock_fn();
     p->t_last_draw = p->t_start;
@@ -99,7 +109,7 @@ static void fmt_time(char *out, size_t cap, double s)
 static size_t render(const accel_progress *p, double now, char *buf, size_t cap)
 {
     double elapsed = now - p->t_start;
-    double rate = elapsed > 0 ? (double)p->n / elapsed : 0;
+    double rate = elapsed > 0 ? (double)(p->n - p->initial) / elapsed : 0;
     char el[32], rem[32], rate_s[32];
     fmt_time(el, sizeof(el), elapsed);
     if (rate >= 1 || rate == 0) {

@@ -67,6 +67,29 @@ int main(void)
     CHECK(count(s, "train: 100% 100/100 [00:20<00:00, 5.00it/s, loss=2.5, lr=0.0003]\n") == 2);
     fclose(f);
 
+    /* A resumed run (initial = 40 of 100): the count continues at 40, the percent marks before
+     * it are not repeated, and rate and remaining time count only this run's steps. */
+    f = tmpfile();
+    o.stream = f;
+    o.initial = 40;
+    fake_now = 0;
+    p = accel_progress_new(acc, &o);
+    CHECK(p != NULL);
+    for (int i = 0; i < 60; i++) {
+        fake_now += 0.5; /* 2 it/s */
+        accel_progress_update(p, 1);
+    }
+    accel_progress_close(p);
+    s = contents(f);
+    CHECK_MSG(strstr(s, " 25/100") == NULL &&
+                  strstr(s, "train:  50% 50/100 [00:05<00:25, 2.00it/s") != NULL,
+              "%s", s);
+    CHECK_MSG(strstr(s, "train: 100% 100/100 [00:30<00:00, 2.00it/s") != NULL, "%s", s);
+    fclose(f);
+    o.initial = 101; /* past the total */
+    CHECK(accel_progress_new(acc, &o) == NULL && accel_last_status(acc) == ACCEL_EINVAL);
+    o.initial = 0;
+
     /* Plain mode by time: every 10 s whatever the percentage; slow rates read s/it. */
     f = tmpfile();
     o.stream = f;
