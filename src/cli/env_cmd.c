@@ -15,6 +15,7 @@
 #include "accel/accel.h"
 #include "cli.h"
 #include "comm/comm.h"
+#include "core/cpu.h"
 #include "core/internal.h"
 
 /*
@@ -111,16 +112,13 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
     printf("- CPU: %s\n", model);
     printf("- CPU cores: %ld online, %ld configured\n", sysconf(_SC_NPROCESSORS_ONLN),
            sysconf(_SC_NPROCESSORS_CONF));
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    printf("- CPU vector extensions: AVX2 %s, FMA %s, AVX-512F %s, AVX-512BW %s\n",
-           __builtin_cpu_supports("avx2") ? "yes" : "no",
-           __builtin_cpu_supports("fma") ? "yes" : "no",
-           __builtin_cpu_supports("avx512f") ? "yes" : "no",
-           __builtin_cpu_supports("avx512bw") ? "yes" : "no");
-#else
-    printf("- CPU vector extensions: not x86 (AVX2/AVX-512 not applicable)\n");
-#endif
+    /* The features the kernels dispatch on (src/core/cpu.c), so this says what accel uses. */
+    printf("- CPU vector extensions used by accel:");
+    for (int f = 0; f < ACCEL__CPU_FEATURE_COUNT; f++) {
+        printf(" %s %s%s", accel__cpu_feature_name((accel__cpu_feature)f),
+               accel__cpu_has((accel__cpu_feature)f) ? "yes" : "no",
+               f + 1 < ACCEL__CPU_FEATURE_COUNT ? "," : "\n");
+    }
     struct sysinfo si;
     if (sysinfo(&si) == 0) {
         printf("- System RAM: %.2f GB\n", (double)si.totalram * si.mem_unit / 1e9);

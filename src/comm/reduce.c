@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "comm/reduce.h"
+#include "core/cpu.h"
 #include "core/half.h"
 #include "core/internal.h"
 #include "reduce_x86.h"
@@ -339,14 +340,12 @@ int accel__isa_available(accel__isa isa)
         return 1;
 #if HAVE_X86
     case ACCEL__ISA_AVX2:
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return accel__cpu_has(ACCEL__CPU_AVX2) && accel__cpu_has(ACCEL__CPU_FMA) &&
+               accel__cpu_has(ACCEL__CPU_F16C);
     case ACCEL__ISA_AVX512:
-        __builtin_cpu_init();
-        return accel__isa_available(ACCEL__ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-               __builtin_cpu_supports("avx512dq");
+        return accel__isa_available(ACCEL__ISA_AVX2) && accel__cpu_has(ACCEL__CPU_AVX512F) &&
+               accel__cpu_has(ACCEL__CPU_AVX512BW) && accel__cpu_has(ACCEL__CPU_AVX512VL) &&
+               accel__cpu_has(ACCEL__CPU_AVX512DQ);
 #endif
     default:
         return 0;

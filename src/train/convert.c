@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "core/cpu.h"
 #include "core/half.h"
 #include "core/internal.h"
 #include "train/convert.h"
@@ -58,14 +59,12 @@ static int isa_available(accel__cvt_isa isa)
         return 1;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     case ACCEL__CVT_AVX2:
-        __builtin_cpu_init();
-        return accel__cvt_have_x86 && __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("f16c");
+        return accel__cvt_have_x86 && accel__cpu_has(ACCEL__CPU_AVX2) &&
+               accel__cpu_has(ACCEL__CPU_F16C);
     case ACCEL__CVT_AVX512:
-        __builtin_cpu_init();
-        return accel__cvt_have_x86 && __builtin_cpu_supports("avx2") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+        return accel__cvt_have_x86 && accel__cpu_has(ACCEL__CPU_AVX2) &&
+               accel__cpu_has(ACCEL__CPU_F16C) && accel__cpu_has(ACCEL__CPU_AVX512F) &&
+               accel__cpu_has(ACCEL__CPU_AVX512BW) && accel__cpu_has(ACCEL__CPU_AVX512VL);
 #endif
     default:
         return 0;

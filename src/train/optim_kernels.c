@@ -17,6 +17,7 @@
 #define HAVE_X86_ADAM 1
 #endif
 
+#include "core/cpu.h"
 #include "train_internal.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
@@ -155,9 +156,9 @@ static void adam_range(float *restrict p, const float *restrict g, float *restri
     size_t done = 0;
 #ifdef HAVE_X86_ADAM
     if (vmax == NULL) {
-        if (__builtin_cpu_supports("avx512f")) {
+        if (accel__cpu_has(ACCEL__CPU_AVX512F)) {
             done = adam_avx512(&c, p, g, m, v, n);
-        } else if (__builtin_cpu_supports("avx2")) {
+        } else if (accel__cpu_has(ACCEL__CPU_AVX2)) {
             done = adam_avx2(&c, p, g, m, v, n);
         }
     }

@@ -71,7 +71,8 @@ for n in 1 2; do
     echo "== gpt (tiny, 20 steps, jsonl tracker), $n process(es)"
     rm -rf "$DIR/runs"
     run "$n" "$EX/gpt" --layers 2 --width 64 --heads 4 --context 32 --batch 4 --steps 20 \
-        --lr 3e-3 --log_every 5 --sample 0 --log_with jsonl --project_dir "$DIR/runs"
+        --lr 3e-3 --log_every 5 --sample 0 --log_with jsonl --project_dir "$DIR/runs" \
+        --data "$SRC/docs"
     grep "step " "$DIR/out" | grep -v "%|" || true
     first=$(grep -o "| loss [0-9.]*" "$DIR/out" | head -n 1 | awk '{print $3}')
     last=$(grep -o "| loss [0-9.]*" "$DIR/out" | tail -n 1 | awk '{print $3}')

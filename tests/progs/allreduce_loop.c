@@ -26,7 +26,7 @@ int main(int argc, char **argv)
 {
     long iters = 100, count = 1024, die_after = 10;
     int die_rank = -1, stop_rank = -1, async = 0, symmetric = 0;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every flag takes one value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
             fprintf(stderr, "allreduce_loop: %s needs a value\n", a);
@@ -50,7 +50,6 @@ int main(int argc, char **argv)
             fprintf(stderr, "allreduce_loop: unknown argument %s\n", a);
             return 2;
         }
-        i++;
     }
     accel *acc;
     accel_status st = accel_init(&acc, NULL);
