@@ -61,7 +61,7 @@ static const accel__env_var env_table[] = {
     {"ACCEL_SHM_SPIN_US", ACCEL__ENV_INT, "50", "shm: microseconds a wait spins before sleeping"},
     {"ACCEL_SHM_NT_NBYTES", ACCEL__ENV_INT, "8388608",
      "shm: messages from this size on are written to the output with streaming stores"},
-    {"ACCEL_SHM_ZEROCOPY_NBYTES", ACCEL__ENV_INT, "262144",
+    {"ACCEL_SHM_ZEROCOPY_NBYTES", ACCEL__ENV_INT, "2097152",
      "shm: in-place messages larger than this in accel_alloc_shared memory skip the copies "
      "(-1: never)"},
     /* Tracking and logging (src/track, src/core/logger.c). */
