@@ -191,6 +191,13 @@ accel_status accel__dispatch_next(accel_loader *l, accel_batch **out, int *last)
             d->pend = have_nx ? cur ^ 1 : -2;
             h[0] = rst != ACCEL_OK ? 2 : !have;
             h[1] = !have_nx;
+            if (rst != ACCEL_OK) {
+                /* The others cannot see this process's error: send its status and message in
+                 * the header words a failed read leaves unused. */
+                h[1] = rst;
+                snprintf((char *)(h + 4), (HDR_WORDS - 4) * sizeof(int64_t), "%s",
+                         accel_last_error(NULL));
+            }
             const accel_batch *g = &d->g[cur];
             h[2] = g->rows;
             h[3] = g->n_fields;
@@ -208,8 +215,10 @@ accel_status accel__dispatch_next(accel_loader *l, accel_batch **out, int *last)
             if (acc->rank == 0) {
                 return rst;
             }
-            return accel__seterr(NULL, ACCEL_EPEER,
-                                 "dispatch_batches: process 0 failed to read the dataset");
+            char *msg = (char *)(h + 4);
+            msg[(HDR_WORDS - 4) * sizeof(int64_t) - 1] = '\0';
+            return accel__seterr(NULL, (accel_status)h[1],
+                                 "dispatch_batches: process 0 failed to read the dataset: %s", msg);
         }
         stop = h[0] != 0;
         if (stop) {

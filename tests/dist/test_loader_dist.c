@@ -2,7 +2,8 @@
  * The loader on real processes: shuffles identical on every process although each process
  * seeds its own generator differently (process 0's generator is broadcast at every epoch
  * start), different per epoch, each epoch covering the dataset; dispatch_batches reproducing
- * Accelerate's 9 samples / bs 3 / 2 processes example; lengths agree with the batches seen.
+ * Accelerate's 9 samples / bs 3 / 2 processes example, and a read failure on process 0 reaching
+ * every process with its status and message; lengths agree with the batches seen.
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
 #include <string.h>
@@ -24,6 +25,15 @@ static accel_status ids_get(void *ctx, int64_t i, accel_sample *out)
     out->name[0] = "x";
     out->field[0] = accel_tensor_view(x, ACCEL_I64, 0, NULL);
     return ACCEL_OK;
+}
+
+/* The same dataset, except that sample 7 cannot be read. */
+static accel_status bad_get(void *ctx, int64_t i, accel_sample *out)
+{
+    if (i == 7) {
+        return ACCEL_ECORRUPT; /* the loader names the sample */
+    }
+    return ids_get(ctx, i, out);
 }
 
 int main(void)
@@ -96,6 +106,22 @@ int main(void)
             step++;
         }
         CHECK(step == 2);
+        accel_loader_free(l);
+
+        /* Process 0 fails to read a batch: every process gets its status and its message. */
+        accel_dataset bad = ds;
+        bad.get = bad_get;
+        l = accel_loader_new(acc, &bad, &o);
+        CHECK_OK(acc, accel_prepare(acc, l));
+        accel_status st;
+        while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {
+        }
+        CHECK_MSG(st == ACCEL_ECORRUPT, "got %s: %s", accel_status_name(st), accel_last_error(acc));
+        CHECK_MSG(strstr(accel_last_error(acc), "7") != NULL, "%s", accel_last_error(acc));
+        if (rank != 0) {
+            CHECK_MSG(strstr(accel_last_error(acc), "process 0 failed") != NULL, "%s",
+                      accel_last_error(acc));
+        }
         accel_loader_free(l);
     }
     CHECK_OK(acc, accel_wait_for_everyone(acc));
