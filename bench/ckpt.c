@@ -18,13 +18,7 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "core/internal.h"
 
 static void evict(const char *path)
 {
@@ -38,13 +32,13 @@ static void evict(const char *path)
 /* Opens, validates and reads one byte per 4 KiB page of every tensor. */
 static void load(const char *path, double *t_open, double *t_touch, unsigned long long *sum)
 {
-    double t0 = now();
+    double t0 = accel__now();
     accel_safetensors *st;
     if (accel_safetensors_open(&st, path) != ACCEL_OK) {
         fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
         exit(1);
     }
-    double t1 = now();
+    double t1 = accel__now();
     for (size_t i = 0; i < accel_safetensors_count(st); i++) {
         accel_tensor t;
         accel_safetensors_tensor(st, i, &t);
@@ -54,7 +48,7 @@ static void load(const char *path, double *t_open, double *t_touch, unsigned lon
             *sum += p[k];
         }
     }
-    double t2 = now();
+    double t2 = accel__now();
     accel_safetensors_close(st);
     *t_open = t1 - t0;
     *t_touch = t2 - t1;
@@ -110,19 +104,19 @@ static int bench_state(const char *dir, size_t n)
         for (int k = 0; k < 2; k++) {
             int dd_turn = (k == 0) == (rep % 2 == 0);
             unlink(dd_path);
-            double t0 = now();
+            double t0 = accel__now();
             if (dd_turn) {
                 if (system(cmd) != 0) {
                     fprintf(stderr, "bench/ckpt: dd failed\n");
                     return 1;
                 }
-                t_dd = now() - t0;
+                t_dd = accel__now() - t0;
             } else {
                 if (accel_save_state(acc, state_dir) != ACCEL_OK) {
                     fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(acc));
                     return 1;
                 }
-                t_ours = now() - t0;
+                t_ours = accel__now() - t0;
             }
         }
         unlink(dd_path);
@@ -138,12 +132,12 @@ static int bench_state(const char *dir, size_t n)
         if (!warm) {
             evict_tree(state_dir);
         }
-        double t0 = now();
+        double t0 = accel__now();
         if (accel_load_state(acc, state_dir) != ACCEL_OK) {
             fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(acc));
             return 1;
         }
-        double t = now() - t0;
+        double t = accel__now() - t0;
         printf("load_state (%s): %.3f s (%.0f MB/s)\n", warm ? "page cache warm" : "evicted", t,
                (double)nbytes / t / 1e6);
     }
@@ -199,19 +193,19 @@ int main(int argc, char **argv)
             int dd_turn = (k == 0) == (rep % 2 == 0);
             unlink(dd_path);
             unlink(st_path);
-            double t0 = now();
+            double t0 = accel__now();
             if (dd_turn) {
                 if (system(cmd) != 0) {
                     fprintf(stderr, "bench/ckpt: dd failed\n");
                     return 1;
                 }
-                t_dd = now() - t0;
+                t_dd = accel__now() - t0;
             } else {
                 if (accel_safetensors_write(st_path, ts, 3, NULL, 0) != ACCEL_OK) {
                     fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
                     return 1;
                 }
-                t_ours = now() - t0;
+                t_ours = accel__now() - t0;
             }
         }
         unlink(dd_path);

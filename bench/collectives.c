@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "accel/accel.h"
+#include "core/internal.h"
 
 #define CHECK_ACC(acc, call)                                                                       \
     do {                                                                                           \
@@ -29,13 +30,6 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 typedef enum { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST } coll;
 static const char *coll_names[] = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
@@ -84,12 +78,12 @@ static double memcpy_bw(void *dst, const void *src, size_t nbytes)
     int iters = iters_for(nbytes);
     double best = 1e30;
     for (int rep = 0; rep < TRIALS; rep++) {
-        double t0 = now_s();
+        double t0 = accel__now();
         for (int i = 0; i < iters; i++) {
             memcpy(dst, src, nbytes);
             __asm__ __volatile__("" : : "r"(dst) : "memory"); /* keep every copy */
         }
-        double t = (now_s() - t0) / iters;
+        double t = (accel__now() - t0) / iters;
         best = t < best ? t : best;
     }
     return (double)nbytes / best;
@@ -107,11 +101,11 @@ static double time_coll(accel *acc, coll c, float *send, float *recv, size_t cou
     double t = 1e30;
     for (int trial = 0; trial < TRIALS; trial++) {
         CHECK_ACC(acc, accel_barrier(acc, NULL));
-        double t0 = now_s();
+        double t0 = accel__now();
         for (int i = 0; i < iters; i++) {
             run_once(acc, c, send, recv, count, in_place);
         }
-        double ti = (now_s() - t0) / iters;
+        double ti = (accel__now() - t0) / iters;
         t = ti < t ? ti : t;
     }
     CHECK_ACC(acc, accel_allreduce(acc, &t, &t, 1, ACCEL_F64, ACCEL_MAX, NULL));

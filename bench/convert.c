@@ -13,16 +13,10 @@
 #include <time.h>
 
 #include "accel/accel.h"
+#include "core/internal.h"
 #include "train/convert.h"
 
 #define REPS 7
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef enum { F32_BF16, BF16_F32, F32_F16, F16_F32, N_OPS } op_kind;
 static const char *op_names[N_OPS] = {"f32->bf16", "bf16->f32", "f32->f16", "f16->f32"};
@@ -31,7 +25,7 @@ static double time_op(const accel__cvt_kernels *k, op_kind op, float *f, uint16_
 {
     double best = 1e30;
     for (int r = 0; r < REPS; r++) {
-        double t0 = now();
+        double t0 = accel__now();
         switch (op) {
         case F32_BF16:
             k->f32_to_bf16(h, f, n);
@@ -46,7 +40,7 @@ static double time_op(const accel__cvt_kernels *k, op_kind op, float *f, uint16_
             k->f16_to_f32(f, h, n);
             break;
         }
-        double t = now() - t0;
+        double t = accel__now() - t0;
         best = t < best ? t : best;
     }
     return best;
@@ -74,9 +68,9 @@ int main(int argc, char **argv)
 
     double tm = 1e30;
     for (int r = 0; r < REPS; r++) {
-        double t0 = now();
+        double t0 = accel__now();
         memcpy(f2, f, n * sizeof *f);
-        double t = now() - t0;
+        double t = accel__now() - t0;
         tm = t < tm ? t : tm;
     }
     double gb = (double)(n * sizeof(float)) / 1e9;

@@ -30,50 +30,19 @@
 #include "accel/accel.h"
 #include "accel/check.h"
 #include "accel/nn.h"
+#include "bench.h"
+#include "core/internal.h"
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
 #endif
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Seconds of one C = A B on 1024^3 (buffers allocated by the caller). */
 static double sgemm_once(const float *a, const float *b, float *c)
 {
     const int n = 1024;
-    double t0 = now();
+    double t0 = accel__now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    return now() - t0;
-}
-
-static nn_gpt_config bench_config(void)
-{
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 4;
-    cfg.n_embd = 256;
-    cfg.n_head = 4;
-    cfg.block_size = 128;
-    cfg.vocab_size = 4096;
-    cfg.tied = 0;
-    cfg.act = NN_ACT_GELU;
-    cfg.dropout = 0.0f;
-    return cfg;
+    return accel__now() - t0;
 }
 
 /* Synthetic tokens (different per process) and next-token targets. */
@@ -94,25 +63,25 @@ static void synthetic_tokens(int32_t *ids, int32_t *tg, long count, int vocab, i
 static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, const int32_t *ids,
                        const int32_t *tg, int batch, int T, float *loss_out, double t[3])
 {
-    double t0 = now();
+    double t0 = accel__now();
     nn_tensor *loss = NULL;
     ACCEL_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
-    double t1 = now();
+    double t1 = accel__now();
     ACCEL_CHECK(accel_backward(acc, loss));
-    double t2 = now();
+    double t2 = accel__now();
     ACCEL_CHECK(accel_optimizer_step(opt));
     ACCEL_CHECK(accel_optimizer_zero_grad(opt));
     *loss_out = nn_item(loss);
     t[0] = t1 - t0;
     t[1] = t2 - t1;
-    t[2] = now() - t2;
+    t[2] = accel__now() - t2;
 }
 
 /* The multi-process mode (see the top of the file). */
 static int run_distributed(accel *acc, int steps, int batch)
 {
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
-    nn_gpt_config cfg = bench_config();
+    nn_gpt_config cfg = bench_gpt_config();
     const int T = cfg.block_size, K = 2, warmup = 2;
     int rounds = (steps + K - 1) / K;
     accel_model *model;
@@ -191,10 +160,10 @@ static int run_distributed(accel *acc, int steps, int batch)
         double med[8];
         for (int q = 0; q < 8; q++) {
             int count = q < 4 ? i1 : in;
-            med[q] = count > 0 ? median(tm + q * total, count) : 0.0;
+            med[q] = count > 0 ? bench_median(tm + q * total, count) : 0.0;
         }
         double s1 = med[3], sn = med[7];
-        double peak = 2.0 * gn * (double)gn * gn / median(tgemm, i1);
+        double peak = 2.0 * gn * (double)gn * gn / bench_median(tgemm, i1);
         double flops = nn_gpt_train_flops(&cfg, batch, T);
         double tok1 = (double)batch * T / s1, tokn = (double)n * batch * T / sn;
         printf("gpt_step: L=%d C=%d H=%d T=%d V=%d untied, exact GELU, fp32, batch %d per "

@@ -15,12 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
+#include "core/internal.h"
 
 static pid_t spawn(char *const argv[])
 {
@@ -73,9 +68,9 @@ static double quantile(double *v, int n, double q)
 
 int main(int argc, char **argv)
 {
-    char accel[4096];
+    char accel_path[4096];
     if (argc > 1) {
-        snprintf(accel, sizeof(accel), "%s", argv[1]);
+        snprintf(accel_path, sizeof(accel_path), "%s", argv[1]);
     } else {
         char self[4096];
         ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -84,18 +79,18 @@ int main(int argc, char **argv)
             return 1;
         }
         self[k] = '\0';
-        snprintf(accel, sizeof(accel), "%s/../accel", dirname(self));
+        snprintf(accel_path, sizeof(accel_path), "%s/../accel", dirname(self));
     }
     int runs = argc > 2 ? atoi(argv[2]) : 100;
-    if (runs < 1 || access(accel, X_OK) != 0) {
+    if (runs < 1 || access(accel_path, X_OK) != 0) {
         fprintf(stderr, "usage: launch_overhead [PATH_TO_ACCEL] [RUNS>=1] (%s not executable?)\n",
-                accel);
+                accel_path);
         return 1;
     }
 
-    char *launch_argv[] = {accel, "launch", "--num_processes", "2", "/bin/true", NULL};
+    char *launch_argv[] = {accel_path, "launch", "--num_processes", "2", "/bin/true", NULL};
     char *true_argv[] = {"/bin/true", NULL};
-    char *version_argv[] = {accel, "--version", NULL};
+    char *version_argv[] = {accel_path, "--version", NULL};
     double *t_launch = calloc((size_t)runs, sizeof(double));
     double *t_base = calloc((size_t)runs, sizeof(double));
     double *t_start = calloc((size_t)runs, sizeof(double));
@@ -108,22 +103,22 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) {
         if (wait_for(spawn(launch_argv)) != 0) {
             fprintf(stderr, "launch_overhead: '%s launch --num_processes 2 /bin/true' failed\n",
-                    accel);
+                    accel_path);
             return 1;
         }
         wait_for(spawn(true_argv));
     }
     for (int i = 0; i < runs; i++) {
-        double t0 = now_ms();
+        double t0 = (accel__now() * 1e3);
         pid_t a = spawn(true_argv), b = spawn(true_argv);
         int ok = wait_for(a) == 0 && wait_for(b) == 0;
-        double t1 = now_ms();
+        double t1 = (accel__now() * 1e3);
         ok = ok && wait_for(spawn(launch_argv)) == 0;
-        double t2 = now_ms();
+        double t2 = (accel__now() * 1e3);
         /* The launcher's own start-up (exec of accel, dynamic loading), for reference. */
-        double t3 = now_ms();
+        double t3 = (accel__now() * 1e3);
         ok = ok && wait_for(spawn_quiet(version_argv)) == 0;
-        t_start[i] = now_ms() - t3;
+        t_start[i] = (accel__now() * 1e3) - t3;
         if (!ok) {
             fprintf(stderr, "launch_overhead: a run failed\n");
             return 1;

@@ -20,35 +20,10 @@
 #include <time.h>
 
 #include "accel/accel.h"
+#include "accel/check.h"
 #include "accel/nn.h"
-
-#define BENCH_CHECK(call)                                                                          \
-    do {                                                                                           \
-        accel_status bench_st_ = (call);                                                           \
-        if (bench_st_ != ACCEL_OK) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, accel_last_error(NULL)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+#include "bench.h"
+#include "core/internal.h"
 
 /* Median step time of GPT training under mixed precision mp. */
 static double gpt_step(accel_precision mp, int steps, int *skipped)
@@ -56,31 +31,24 @@ static double gpt_step(accel_precision mp, int steps, int *skipped)
     accel_options o = accel_options_default();
     o.mixed_precision = mp;
     accel *acc;
-    BENCH_CHECK(accel_init(&acc, &o));
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 4;
-    cfg.n_embd = 256;
-    cfg.n_head = 4;
-    cfg.block_size = 128;
-    cfg.vocab_size = 4096;
-    cfg.tied = 0;
-    cfg.dropout = 0.0f;
+    ACCEL_CHECK(accel_init(&acc, &o));
+    nn_gpt_config cfg = bench_gpt_config();
     const int B = 8, T = cfg.block_size;
     accel_model *m;
-    BENCH_CHECK(accel_model_new(acc, &m));
+    ACCEL_CHECK(accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    BENCH_CHECK(nn_params_for_model(&p, m));
-    BENCH_CHECK(nn_gpt_declare(&gpt, p, &cfg));
-    BENCH_CHECK(nn_params_bind(p));
-    BENCH_CHECK(nn_params_init(p, 1));
+    ACCEL_CHECK(nn_params_for_model(&p, m));
+    ACCEL_CHECK(nn_gpt_declare(&gpt, p, &cfg));
+    ACCEL_CHECK(nn_params_bind(p));
+    ACCEL_CHECK(nn_params_init(p, 1));
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 3e-4;
     accel_optimizer *opt;
-    BENCH_CHECK(accel_adamw_new(acc, m, &ao, &opt));
-    BENCH_CHECK(accel_prepare(acc, m, opt));
+    ACCEL_CHECK(accel_adamw_new(acc, m, &ao, &opt));
+    ACCEL_CHECK(accel_prepare(acc, m, opt));
     nn_ctx *g;
-    BENCH_CHECK(nn_ctx_new(&g));
+    ACCEL_CHECK(nn_ctx_new(&g));
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(B * T));
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)(B * T));
     double *t = malloc(sizeof(double) * (size_t)steps);
@@ -96,19 +64,19 @@ static double gpt_step(accel_precision mp, int steps, int *skipped)
             ids[i] = (int32_t)((s >> 33) % (uint64_t)cfg.vocab_size);
             tg[i] = (int32_t)((s >> 13) % (uint64_t)cfg.vocab_size);
         }
-        double t0 = now();
-        BENCH_CHECK(accel_accumulate(acc, m));
+        double t0 = accel__now();
+        ACCEL_CHECK(accel_accumulate(acc, m));
         nn_tensor *loss;
-        BENCH_CHECK(nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
-        BENCH_CHECK(accel_backward(acc, loss));
-        BENCH_CHECK(accel_optimizer_step(opt));
-        BENCH_CHECK(accel_optimizer_zero_grad(opt));
+        ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
+        ACCEL_CHECK(accel_backward(acc, loss));
+        ACCEL_CHECK(accel_optimizer_step(opt));
+        ACCEL_CHECK(accel_optimizer_zero_grad(opt));
         if (step >= 0) {
-            t[step] = now() - t0;
+            t[step] = accel__now() - t0;
             *skipped += accel_optimizer_step_was_skipped(acc);
         }
     }
-    double med = median(t, steps);
+    double med = bench_median(t, steps);
     free(ids);
     free(tg);
     free(t);
@@ -125,18 +93,18 @@ static double allreduce_backward(int comm_dtype, double mib, int iters, int *n_r
     accel_options o = accel_options_default();
     o.comm_dtype = comm_dtype;
     accel *acc;
-    BENCH_CHECK(accel_init(&acc, &o));
+    ACCEL_CHECK(accel_init(&acc, &o));
     *n_ranks = accel_num_processes(acc);
     accel_model *m;
-    BENCH_CHECK(accel_model_new(acc, &m));
+    ACCEL_CHECK(accel_model_new(acc, &m));
     /* 16 parameters of equal size, so the default 1 / 25 MiB buckets form as in a model. */
     int64_t each = (int64_t)(mib * 1048576.0 / 4 / 16);
     for (int i = 0; i < 16; i++) {
         char name[16];
         snprintf(name, sizeof(name), "p%d", i);
-        BENCH_CHECK(accel_model_add_param(m, name, 1, &each, NULL));
+        ACCEL_CHECK(accel_model_add_param(m, name, 1, &each, NULL));
     }
-    BENCH_CHECK(accel_prepare(acc, m));
+    ACCEL_CHECK(accel_prepare(acc, m));
     float *grad = accel_model_grad(m);
     size_t n = accel_model_numel(m);
     for (size_t j = 0; j < n; j++) {
@@ -147,18 +115,18 @@ static double allreduce_backward(int comm_dtype, double mib, int iters, int *n_r
         exit(1);
     }
     for (int it = -2; it < iters; it++) {
-        BENCH_CHECK(accel_wait_for_everyone(acc));
-        double t0 = now();
+        ACCEL_CHECK(accel_wait_for_everyone(acc));
+        double t0 = accel__now();
         (void)accel_backward_begin(acc);
         for (int i = 15; i >= 0; i--) {
-            BENCH_CHECK(accel_grad_ready(m, i));
+            ACCEL_CHECK(accel_grad_ready(m, i));
         }
-        BENCH_CHECK(accel_backward_end(acc));
+        ACCEL_CHECK(accel_backward_end(acc));
         if (it >= 0) {
-            t[it] = now() - t0;
+            t[it] = accel__now() - t0;
         }
     }
-    double med = median(t, iters);
+    double med = bench_median(t, iters);
     free(t);
     accel_free(acc);
     return med;
