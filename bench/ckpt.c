@@ -65,6 +65,85 @@ static void evict_tree(const char *dir)
 }
 
 /* save_state / load_state of a prepared model of n fp32 parameters with AdamW. */
+/* One of our writers, timed against dd: writes `nbytes` somewhere, 0 on success. */
+typedef int (*writer_fn)(void *ctx);
+
+/*
+ * The comparison every figure of this benchmark comes from: 3 repetitions, each timing dd with
+ * fsync of the same size into `dd_path` and one call of `write`, in alternating order so that
+ * neither always meets the other's writeback; prints each repetition and the best rates.
+ * `label` names the writer. Returns 0, or 1 when dd or the writer failed.
+ */
+static int compare_with_dd(const char *label, const char *dd_path, size_t nbytes, writer_fn write,
+                           void *ctx)
+{
+    char cmd[1200];
+    size_t mib = (nbytes + (1u << 20) - 1) >> 20;
+    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=1M count=%zu conv=fsync status=none",
+             dd_path, mib);
+    double best_ours = 1e30, best_dd = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t_dd = 0, t_ours = 0;
+        for (int k = 0; k < 2; k++) {
+            int dd_turn = (k == 0) == (rep % 2 == 0);
+            unlink(dd_path);
+            double t0 = accel__now();
+            if (dd_turn) {
+                if (system(cmd) != 0) {
+                    fprintf(stderr, "bench/ckpt: dd failed\n");
+                    return 1;
+                }
+                t_dd = accel__now() - t0;
+            } else {
+                if (write(ctx) != 0) {
+                    return 1;
+                }
+                t_ours = accel__now() - t0;
+            }
+        }
+        unlink(dd_path);
+        printf("  rep %d: dd %.3f s (%.0f MB/s)  %s %.3f s (%.0f MB/s)\n", rep, t_dd,
+               (double)(mib << 20) / t_dd / 1e6, label, t_ours, (double)nbytes / t_ours / 1e6);
+        best_dd = t_dd < best_dd ? t_dd : best_dd;
+        best_ours = t_ours < best_ours ? t_ours : best_ours;
+    }
+    double dd_rate = (double)(mib << 20) / best_dd, our_rate = (double)nbytes / best_ours;
+    printf("%s: dd %.0f MB/s, accel %.0f MB/s, ratio accel/dd = %.2f\n", label, dd_rate / 1e6,
+           our_rate / 1e6, our_rate / dd_rate);
+    return 0;
+}
+
+typedef struct state_writer {
+    accel *acc;
+    const char *dir;
+} state_writer;
+
+static int write_state(void *ctx)
+{
+    state_writer *w = ctx;
+    if (accel_save_state(w->acc, w->dir) != ACCEL_OK) {
+        fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(w->acc));
+        return 1;
+    }
+    return 0;
+}
+
+typedef struct st_writer {
+    const char *path;
+    const accel_named_tensor *ts;
+} st_writer;
+
+static int write_safetensors(void *ctx)
+{
+    st_writer *w = ctx;
+    unlink(w->path);
+    if (accel_safetensors_write(w->path, w->ts, 3, NULL, 0) != ACCEL_OK) {
+        fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
+        return 1;
+    }
+    return 0;
+}
+
 static int bench_state(const char *dir, size_t n)
 {
     accel *acc;
@@ -90,44 +169,15 @@ static int bench_state(const char *dir, size_t n)
     for (size_t i = 0; i < numel; i++) {
         w[i] = (float)(i % 1000) * 0.001f;
     }
-    char state_dir[512], dd_path[512], cmd[1200];
+    char state_dir[512], dd_path[512];
     snprintf(state_dir, sizeof state_dir, "%s/bench_state", dir);
     snprintf(dd_path, sizeof dd_path, "%s/bench_state.dd", dir);
-    size_t mib = (nbytes + (1u << 20) - 1) >> 20;
-    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=1M count=%zu conv=fsync status=none",
-             dd_path, mib);
     printf("\nsave_state: %zu parameters + AdamW = %.2f GB to %s (best of 3)\n", numel,
            (double)nbytes / 1e9, state_dir);
-    double best_ours = 1e30, best_dd = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        double t_dd = 0, t_ours = 0;
-        for (int k = 0; k < 2; k++) {
-            int dd_turn = (k == 0) == (rep % 2 == 0);
-            unlink(dd_path);
-            double t0 = accel__now();
-            if (dd_turn) {
-                if (system(cmd) != 0) {
-                    fprintf(stderr, "bench/ckpt: dd failed\n");
-                    return 1;
-                }
-                t_dd = accel__now() - t0;
-            } else {
-                if (accel_save_state(acc, state_dir) != ACCEL_OK) {
-                    fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(acc));
-                    return 1;
-                }
-                t_ours = accel__now() - t0;
-            }
-        }
-        unlink(dd_path);
-        printf("  rep %d: dd %.3f s (%.0f MB/s)  accel_save_state %.3f s (%.0f MB/s)\n", rep, t_dd,
-               (double)(mib << 20) / t_dd / 1e6, t_ours, (double)nbytes / t_ours / 1e6);
-        best_dd = t_dd < best_dd ? t_dd : best_dd;
-        best_ours = t_ours < best_ours ? t_ours : best_ours;
+    state_writer sw = {acc, state_dir};
+    if (compare_with_dd("save_state", dd_path, nbytes, write_state, &sw) != 0) {
+        return 1;
     }
-    double dd_rate = (double)(mib << 20) / best_dd, our_rate = (double)nbytes / best_ours;
-    printf("save_state: dd %.0f MB/s, accel %.0f MB/s, ratio accel/dd = %.2f\n", dd_rate / 1e6,
-           our_rate / 1e6, our_rate / dd_rate);
     for (int warm = 1; warm >= 0; warm--) {
         if (!warm) {
             evict_tree(state_dir);
@@ -177,46 +227,15 @@ int main(int argc, char **argv)
         {"optimizer.exp_avg", accel_tensor_view(bufs[1], ACCEL_F32, 1, (int64_t[]){(int64_t)n})},
         {"optimizer.exp_avg_sq", accel_tensor_view(bufs[2], ACCEL_F32, 1, (int64_t[]){(int64_t)n})},
     };
-    char st_path[512], dd_path[512], cmd[1200];
+    char st_path[512], dd_path[512];
     snprintf(st_path, sizeof st_path, "%s/bench_ckpt.safetensors", dir);
     snprintf(dd_path, sizeof dd_path, "%s/bench_ckpt.dd", dir);
-    size_t mib = (nbytes + (1u << 20) - 1) >> 20;
-    snprintf(cmd, sizeof cmd, "dd if=/dev/zero of=%s bs=1M count=%zu conv=fsync status=none",
-             dd_path, mib);
     printf("checkpoint write: 3 x %zu fp32 = %.2f GB to %s (best of 3, fsync included)\n", n,
            (double)nbytes / 1e9, dir);
-    double best_ours = 1e30, best_dd = 1e30;
-    for (int rep = 0; rep < 3; rep++) {
-        /* Alternate which goes first so neither always meets the other's writeback. */
-        double t_dd = 0, t_ours = 0;
-        for (int k = 0; k < 2; k++) {
-            int dd_turn = (k == 0) == (rep % 2 == 0);
-            unlink(dd_path);
-            unlink(st_path);
-            double t0 = accel__now();
-            if (dd_turn) {
-                if (system(cmd) != 0) {
-                    fprintf(stderr, "bench/ckpt: dd failed\n");
-                    return 1;
-                }
-                t_dd = accel__now() - t0;
-            } else {
-                if (accel_safetensors_write(st_path, ts, 3, NULL, 0) != ACCEL_OK) {
-                    fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(NULL));
-                    return 1;
-                }
-                t_ours = accel__now() - t0;
-            }
-        }
-        unlink(dd_path);
-        printf("  rep %d: dd %.3f s (%.0f MB/s)  accel_safetensors_write %.3f s (%.0f MB/s)\n", rep,
-               t_dd, (double)(mib << 20) / t_dd / 1e6, t_ours, (double)nbytes / t_ours / 1e6);
-        best_dd = t_dd < best_dd ? t_dd : best_dd;
-        best_ours = t_ours < best_ours ? t_ours : best_ours;
+    st_writer stw = {st_path, ts};
+    if (compare_with_dd("write", dd_path, nbytes, write_safetensors, &stw) != 0) {
+        return 1;
     }
-    double dd_rate = (double)(mib << 20) / best_dd, our_rate = (double)nbytes / best_ours;
-    printf("write: dd %.0f MB/s, accel %.0f MB/s, ratio accel/dd = %.2f\n", dd_rate / 1e6,
-           our_rate / 1e6, our_rate / dd_rate);
 
     unsigned long long sum = 0;
     double to, tt;
