@@ -282,7 +282,7 @@ static accel_status save_state(accel *acc, const char *dir)
         static int warned; /* once per process: the argument is usually constant */
         if (dir != NULL && acc->rank == 0 && !warned) {
             warned = 1;
-            accel__log(ACCEL__LOG_WARN,
+            accel__log(&acc->log, ACCEL__LOG_WARN,
                        "%s: automatic_checkpoint_naming is on: %s is ignored (as in Accelerate)",
                        who, dir);
         }

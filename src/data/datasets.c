@@ -5,6 +5,7 @@
  * so `get` is thread-safe. Invariant: every size read from a file is validated against the
  * file's length before any window is served.
  */
+#include <stdio.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

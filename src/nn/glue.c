@@ -8,7 +8,6 @@
  * parameters only as (data, grad, index) views.
  */
 #include "accel/accel.h"
-#include "core/profile.h"
 #include "nn_internal.h"
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
@@ -74,7 +73,7 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward: acc is NULL");
     }
-    accel__prof_begin(acc, "backward", ACCEL__PROF_NN);
+    accel_profile_push_cat(acc, "backward", "nn");
     double seed = accel_backward_begin(acc);
     nn_backward_hooks hooks = {acc, grad_ready};
     accel_status st = nn_backward(loss, (float)seed, &hooks);
@@ -83,7 +82,7 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     }
     /* End the pass even after a failure so the model's backward state is closed. */
     accel_status end = accel_backward_end(acc);
-    accel__prof_end(acc);
+    accel_profile_pop(acc);
     return st != ACCEL_OK ? st : end;
 }
 
