@@ -70,10 +70,12 @@ typedef struct accel__tf_value {
     const char *plugin; /* plugin_name of the metadata, "" when none */
     int has_simple;     /* simple_value present */
     float simple_value;
-    const char *text; /* first string_val of a tensor, NULL when none */
+    const char *text;  /* first string_val of a tensor, NULL when none */
+    int session_start; /* a SessionLog START event (tag and plugin ""), not a summary value */
 } accel__tf_value;
 
-/* Callback per event: file_version is non-NULL for the version event; v is NULL then. */
+/* Callback per event: file_version is non-NULL for the version event; v is NULL then. A
+ * SessionLog START event comes as a value with session_start set. */
 typedef int (*accel__tf_visit)(void *ctx, const char *file_version, const accel__tf_value *v);
 
 /* Reads an event file, checking every CRC and size, and calls visit for the version record

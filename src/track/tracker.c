@@ -42,6 +42,7 @@ struct accel_tracker {
 typedef struct track_state {
     accel_tracker trackers[MAX_TRACKERS];
     int n;
+    int logged; /* accel_log was called since accel_init_trackers (resume is then too late) */
 } track_state;
 
 static accel_tracker blank_tracker = {.name = "blank"};
@@ -103,7 +104,11 @@ static accel_status add_locked(const accel_tracker_ops *ops, int builtin)
         }
         i = n_registry++;
     }
-    registry[i].ops = *ops;
+    /* A table compiled against an older header is shorter: copy what it has, zero the rest. */
+    memset(&registry[i].ops, 0, sizeof(registry[i].ops));
+    memcpy(&registry[i].ops, ops,
+           ops->size < sizeof(registry[i].ops) ? ops->size : sizeof(registry[i].ops));
+    registry[i].ops.size = (uint32_t)sizeof(registry[i].ops);
     registry[i].name = accel__strdup(ops->name);
     registry[i].ops.name = registry[i].name;
     registry[i].builtin = builtin;
@@ -312,6 +317,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         return accel__seterr(acc, ACCEL_ENOMEM, "accel_init_trackers: out of memory");
     }
     finish_all(ts);
+    ts->logged = 0;
     const char *log_with = acc->opt.log_with;
     if (log_with == NULL || log_with[0] == '\0') {
         return ACCEL_OK; /* Accelerate: log_with=None starts nothing */
@@ -385,6 +391,7 @@ accel_status accel_log(accel *acc, const accel_value *values, int n, long long s
     if (ts == NULL) {
         return ACCEL_OK;
     }
+    ts->logged = 1;
     for (int i = 0; i < ts->n; i++) {
         accel_tracker *t = &ts->trackers[i];
         cb_msg_set = 0;
@@ -397,6 +404,40 @@ accel_status accel_log(accel *acc, const accel_value *values, int n, long long s
                            t->failures == FAIL_WARN_MAX ? " (further failures are counted only)"
                                                         : "");
             }
+        }
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_trackers_resume(accel *acc, long long step)
+{
+    if (acc == NULL || step < 0) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_trackers_resume: %s",
+                             acc == NULL ? "acc is NULL" : "step is negative");
+    }
+    track_state *ts = get_state(acc, 0);
+    if (ts == NULL || ts->logged) {
+        /* Checked on every process (all of them called init_trackers and log) so that a
+         * misplaced call fails everywhere, not only where trackers run. */
+        return accel__seterr(acc, ACCEL_ESTATE,
+                             "accel_trackers_resume: call it after accel_init_trackers and "
+                             "before the first accel_log of the run (%s)",
+                             ts == NULL ? "no accel_init_trackers yet" : "accel_log was called");
+    }
+    for (int i = 0; i < ts->n; i++) {
+        accel_tracker *t = &ts->trackers[i];
+        if (t->ops.resume == NULL) {
+            accel__log(ACCEL__LOG_WARN,
+                       "tracker %s cannot resume: what the interrupted run logged at steps >= "
+                       "%lld stays (it has no resume callback)",
+                       t->name, step);
+            continue;
+        }
+        cb_msg_set = 0;
+        accel_status st = t->ops.resume(t->state, step);
+        if (st != ACCEL_OK) {
+            accel__log(ACCEL__LOG_WARN, "tracker %s: resuming at step %lld failed: %s", t->name,
+                       step, cb_message(st));
         }
     }
     return ACCEL_OK;
