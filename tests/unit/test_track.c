@@ -383,6 +383,21 @@ static void test_all(void)
     snprintf(path, sizeof(path), "%s/meta.yaml", ml);
     CHECK(strstr(slurp(path), "status: 3\n") != NULL);
     accel_free(acc);
+
+    /* The mlflow tracker's first line (info level) says where the run is and that MLflow 3
+     * opens the store only with MLFLOW_ALLOW_FILE_STORE=true. */
+    setenv("ACCEL_LOG_LEVEL", "info", 1);
+    acc = make(tmpdir, "mlflow");
+    capture_begin();
+    CHECK_OK(acc, accel_init_trackers(acc, "every", NULL, 0));
+    char *err = capture_end();
+    CHECK_MSG(strstr(err, "tracker mlflow: started run") != NULL &&
+                  strstr(err, "MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri") != NULL,
+              "%s", err);
+    accel_free(acc);
+    setenv("ACCEL_LOG_LEVEL", "warn", 1);
+    accel_free(make(tmpdir, NULL)); /* the level is process-wide: back to the default */
+    unsetenv("ACCEL_LOG_LEVEL");
 }
 
 /* Counts the lines of `text` (each ending in '\n'). */
