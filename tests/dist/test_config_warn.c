@@ -23,26 +23,14 @@ int main(void)
     fclose(f);
 
     /* Capture this process's stderr around accel_init. */
-    fflush(stderr);
-    int saved = dup(2);
-    FILE *e = fopen(err_path, "w");
-    CHECK(e != NULL && saved >= 0);
-    CHECK(dup2(fileno(e), 2) == 2);
-    fclose(e);
+    static check_capture cap;
+    check_capture_begin(&cap, err_path);
     accel_options o = accel_options_default();
     o.config_file = path;
     accel *acc = NULL;
     accel_status st = accel_init(&acc, &o);
-    fflush(stderr);
-    CHECK(dup2(saved, 2) == 2);
-    close(saved);
+    const char *err = check_capture_end(&cap);
     CHECK_OK(NULL, st);
-
-    static char err[8192];
-    f = fopen(err_path, "r");
-    CHECK(f != NULL);
-    err[fread(err, 1, sizeof(err) - 1, f)] = '\0';
-    fclose(f);
     int warns = 0;
     for (const char *p = strstr(err, "config file"); p != NULL; p = strstr(p + 1, "config file")) {
         warns++;

@@ -12,36 +12,9 @@
 
 static char dir[256];
 
-/* ---- stderr capture: the library's warnings go to fd 2 ---- */
-static int saved_fd = -1;
-
-static void capture_begin(void)
-{
-    char path[300];
-    snprintf(path, sizeof(path), "%s/stderr.txt", dir);
-    fflush(stderr);
-    saved_fd = dup(2);
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    CHECK(dup2(fileno(f), 2) == 2);
-    fclose(f);
-}
-
-static char *capture_end(void)
-{
-    static char buf[8192];
-    char path[300];
-    snprintf(path, sizeof(path), "%s/stderr.txt", dir);
-    fflush(stderr);
-    CHECK(dup2(saved_fd, 2) == 2);
-    close(saved_fd);
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
+/* stderr (the library's warnings) is captured into this file. */
+static check_capture captured;
+static char err_path[300];
 
 /* Returns the path; each call gets its own slot so earlier paths stay valid. */
 static const char *write_file(const char *name, const char *text)
@@ -84,6 +57,7 @@ int main(void)
     unsetenv("LOCAL_RANK");
     snprintf(dir, sizeof(dir), "/tmp/accel-test-config-%d", (int)getpid());
     CHECK(mkdir(dir, 0700) == 0);
+    snprintf(err_path, sizeof(err_path), "%s/stderr.txt", dir);
 
     /* Accelerate's own example file. */
     const char *good = write_file("good.yaml", "compute_environment: LOCAL_MACHINE\n"
@@ -173,14 +147,14 @@ int main(void)
         snprintf(name, sizeof(name), "ignored%zu.yaml", i);
         snprintf(text, sizeof(text), "distributed_type: MULTI_CPU\n%s", ignored[i][0]);
         const char *path = write_file(name, text);
-        capture_begin();
+        check_capture_begin(&captured, err_path);
         accel *a = init_with(path, ACCEL_OK, NULL);
-        char *err = capture_end();
+        char *err = check_capture_end(&captured);
         CHECK_MSG(strstr(err, "WARN") && strstr(err, path) && strstr(err, ignored[i][1]), "%s: %s",
                   text, err);
         accel_free(a);
     }
-    capture_begin();
+    check_capture_begin(&captured, err_path);
     accel_free(init_with(write_file("quiet.yaml",
                                     "distributed_type: MULTI_CPU\nipex_config:\n  ipex: false\n"
                                     "dynamo_config: {}\ndeepspeed_config: {}\ntpu_env: []\n"
@@ -190,7 +164,7 @@ int main(void)
                                     "main_training_function: train\nnum_machines: 1\n"
                                     "machine_rank: 0\nnum_processes: 1\n"),
                          ACCEL_OK, NULL));
-    char *quiet = capture_end();
+    char *quiet = check_capture_end(&captured);
     CHECK_MSG(quiet[0] == '\0', "%s", quiet);
 
     /* What accel cannot do is refused, naming the file, the key and the value. */

@@ -20,34 +20,9 @@
 
 static char dir[256];
 
-/* ---- stderr capture: the library's warnings go to fd 2 ---- */
-static int saved_fd = -1;
-static char capture_path[300];
-
-static void capture_begin(void)
-{
-    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", dir);
-    fflush(stderr);
-    saved_fd = dup(2);
-    FILE *f = fopen(capture_path, "w");
-    CHECK(f != NULL);
-    CHECK(dup2(fileno(f), 2) == 2);
-    fclose(f);
-}
-
-static char *capture_end(void)
-{
-    fflush(stderr);
-    CHECK(dup2(saved_fd, 2) == 2);
-    close(saved_fd);
-    static char buf[16384];
-    FILE *f = fopen(capture_path, "r");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
+/* stderr (the library's warnings) is captured into this file. */
+static check_capture captured;
+static char err_path[300];
 
 static const char *write_file(const char *name, const char *text)
 {
@@ -136,9 +111,9 @@ static accel_status init_with(const char *path, accel **acc, char **err)
 {
     accel_options o = accel_options_default();
     o.config_file = path;
-    capture_begin();
+    check_capture_begin(&captured, err_path);
     accel_status st = accel_init(acc, &o);
-    *err = capture_end();
+    *err = check_capture_end(&captured);
     return st;
 }
 
@@ -229,9 +204,9 @@ static void test_default_location(void)
     setenv("HF_HOME", hf, 1);
     for (int i = 0; i < 2; i++) {
         accel *acc;
-        capture_begin();
+        check_capture_begin(&captured, err_path);
         accel_status st = accel_init(&acc, NULL);
-        char *err = capture_end();
+        char *err = check_capture_end(&captured);
         CHECK_MSG(st == ACCEL_OK, "%s", accel_last_error(NULL));
         if (i == 0) {
             CHECK_MSG(strstr(err, "WARN") && strstr(err, "default_config.yaml") &&
@@ -262,6 +237,7 @@ int main(void)
     unsetenv("LOCAL_RANK");
     snprintf(dir, sizeof(dir), "/tmp/accel-test-config-versions-%d", (int)getpid());
     CHECK(mkdir(dir, 0700) == 0);
+    snprintf(err_path, sizeof(err_path), "%s/stderr.txt", dir);
     test_versions();
     test_default_json();
     test_default_location();

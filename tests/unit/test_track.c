@@ -15,32 +15,18 @@
 static char tmpdir[] = "/tmp/accel_track_XXXXXX";
 
 /* ---- stderr capture: library warnings go to fd 2 ---- */
-static int saved_fd = -1;
-static char capture_path[256];
+static check_capture cap;
 
 static void capture_begin(void)
 {
-    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    saved_fd = dup(2);
-    FILE *f = fopen(capture_path, "w");
-    CHECK(f != NULL);
-    CHECK(dup2(fileno(f), 2) == 2);
-    fclose(f);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+    check_capture_begin(&cap, path);
 }
 
 static char *capture_end(void)
 {
-    fflush(stderr);
-    CHECK(dup2(saved_fd, 2) == 2);
-    close(saved_fd);
-    static char buf[8192];
-    FILE *f = fopen(capture_path, "r");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    return check_capture_end(&cap);
 }
 
 static char *slurp(const char *path)
