@@ -87,6 +87,13 @@ static void describe(const cfg_value *v, char *out, size_t cap)
 
 /* ---- the keys ---- */
 
+/* Why GPU setups do not run, true for this build. */
+#if defined(ACCEL_HAVE_CUDA)
+#define NO_GPU "GPU training is not implemented yet, accel runs on the CPU"
+#else
+#define NO_GPU "this build of accel has no CUDA (and GPU training is not implemented yet)"
+#endif
+
 typedef accel_status (*key_fn)(accel__config *c, const char *key, const cfg_value *v);
 
 typedef enum { USED, ACCEPTED, IGNORED, REFUSED } key_policy;
@@ -244,8 +251,7 @@ static accel_status use_gpu_ids(accel__config *c, const char *key, const cfg_val
     if (!neutral(v) && !(v->kind == VAL_SCALAR && strcasecmp(v->text, "all") == 0)) {
         char val[200];
         describe(v, val, sizeof(val));
-        note(c, "config file %s: ignoring %s: %s (this build has no CUDA, accel runs on the CPU)",
-             c->path, key, val);
+        note(c, "config file %s: ignoring %s: %s (%s)", c->path, key, val, NO_GPU);
     }
     return ACCEL_OK;
 }
@@ -456,8 +462,7 @@ static accel_status parse(accel__config *c, FILE *f)
 /* The distributed types of Accelerate (0.18 to 1.14) other than NO and MULTI_CPU, and why
  * accel does not run them. */
 static const char *const not_run[][2] = {
-    {"MULTI_GPU", "this build of accel has no CUDA (GPU training is not implemented yet); use "
-                  "MULTI_CPU or NO"},
+    {"MULTI_GPU", NO_GPU "; use MULTI_CPU or NO"},
     {"DEEPSPEED", "DeepSpeed is not implemented"},
     {"FSDP", "FSDP is not implemented"},
     {"MEGATRON_LM", "Megatron-LM is not implemented"},
