@@ -601,6 +601,9 @@ int main(int argc, char **argv)
         } else {
             ACCEL_CHECK(st);
             accel_print(acc, "resumed from %s at step %d\n", accel_checkpoint_dir(acc), rs.step);
+            /* The trackers drop what the interrupted run logged after the checkpoint: the next
+             * step logged is rs.step + 1. */
+            ACCEL_CHECK(accel_trackers_resume(acc, rs.step + 1));
         }
     }
 

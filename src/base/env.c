@@ -71,6 +71,8 @@ static const accel__env_var env_table[] = {
      "mlflow tracker: store root (a local path or file: URI; default logging_dir/mlruns)"},
     {"MLFLOW_EXPERIMENT_NAME", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: experiment name (default: the project name)"},
+    {"MLFLOW_RUN_ID", ACCEL__ENV_STRING, NULL,
+     "mlflow tracker: continue this existing run instead of starting a new one"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

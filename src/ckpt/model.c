@@ -225,6 +225,14 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
                                      "in the file but %s in the model",
                                      path, name, a, b);
             }
+            /* C64 and the packed sub-byte dtypes have no conversion to F32: refused before any
+             * weight is written (a count of 0 only checks the pair). */
+            if (accel_convert(NULL, ACCEL_F32, NULL, t.dtype, 0) != ACCEL_OK) {
+                return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                                     "loading %s: tensor '%s' is %s, which does not convert to "
+                                     "the model's F32",
+                                     path, name, accel_dtype_name(t.dtype));
+            }
             c->src_file[pi] = st;
             c->src_index[pi] = (long)i;
         }

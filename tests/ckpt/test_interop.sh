@@ -36,5 +36,8 @@ diff -u "$TMP/py_py.txt" "$TMP/c_py.txt"
 grep -q '^step I64 \[\] ' "$TMP/c_py.txt"
 grep -q '^nothing F32 \[0,4\] ' "$TMP/c_py.txt"
 grep -q '^meta source=python é$' "$TMP/c_py.txt"
-[ "$(grep -c -v '^meta' "$TMP/c_py.txt")" -eq 12 ]
+grep -q '^token_ids U32 \[3\] ' "$TMP/c_py.txt"
+grep -q '^offsets U64 \[2\] ' "$TMP/c_py.txt"
+grep -q '^phase C64 \[2\] ' "$TMP/c_py.txt"
+[ "$(grep -c -v '^meta' "$TMP/c_py.txt")" -eq 15 ]
 echo "test_interop: ok"
