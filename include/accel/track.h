@@ -38,8 +38,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel; /* C11 allows repeating accel.h's typedef */
-
 /* ---- Values logged to trackers ---- */
 
 typedef enum accel_value_kind {
