@@ -1,7 +1,9 @@
 # accel top-level Makefile: thin wrapper around CMake.
 #   make demo    install missing Debian packages, build, run the main example under accel launch
-#   make test    install missing packages, build with -Werror, run the whole suite, then the unit
-#                tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make test    install missing packages, build with -Werror, run the unit tests under
+#                AddressSanitizer + UndefinedBehaviorSanitizer, then the whole suite (its Python
+#                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
+#                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make         build only;  make install [PREFIX=/usr/local];  make format;  make clean
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -26,6 +28,7 @@ test: deps
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
+	@bash tests/pyenv.sh notice
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 test-fast: build
