@@ -30,8 +30,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel;
-
 /* A tensor with its name, as given to the writers. Both borrowed by the callee. */
 typedef struct accel_named_tensor {
     const char *name; /* UTF-8, unique in the set, not "__metadata__" */
@@ -162,8 +160,6 @@ ACCEL_API accel_status accel_save_sharded(const char *dir, const char *prefix,
                                           uint64_t max_shard_nbytes);
 
 /* ================================== Models ================================== */
-
-typedef struct accel_model accel_model; /* include/accel/train.h */
 
 /*
  * Accelerate's save_model: the main process writes the model's fp32 master weights, by

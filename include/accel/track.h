@@ -38,8 +38,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel; /* C11 allows repeating accel.h's typedef */
-
 /* ---- Values logged to trackers ---- */
 
 typedef enum accel_value_kind {
@@ -279,7 +277,8 @@ ACCEL_API void accel_progress_update(accel_progress *p, long long n);
 /* Sets a caller field shown after the rate (up to 8 fields; key copied, at most 31 chars). The
  * new value shows at the next redraw. Accepts NULL. */
 ACCEL_API void accel_progress_set_field(accel_progress *p, const char *key, double value);
-/* Draws the final state, ends the line, and frees. Accepts NULL. */
+/* Draws the final state unless the last plain line already shows it (no line twice), ends
+ * the line, and frees. Accepts NULL. */
 ACCEL_API void accel_progress_close(accel_progress *p);
 
 /* ---- Profiler timeline ---- */

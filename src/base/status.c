@@ -1,11 +1,14 @@
 /*
- * Names and descriptions of status codes and dtypes, tensor view helpers. Both tables come from
- * one source each (ACCEL_STATUS_MAP, dtype_info) so a new entry needs one edit.
+ * Names and descriptions of status codes and dtypes, tensor view helpers, shapes in messages.
+ * Both tables come from one source each (ACCEL_STATUS_MAP, dtype_info) so a new entry needs one
+ * edit.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "accel/status.h"
 #include "accel/tensor.h"
+#include "base/base.h"
 
 const char *accel_status_name(accel_status st)
 {
@@ -125,4 +128,16 @@ accel_tensor accel_tensor_view(void *data, accel_dtype dt, int ndim, const int64
     }
     t.device.type = ACCEL_DEVICE_CPU;
     return t;
+}
+
+const char *accel__shape_str(char *buf, size_t nbytes, int ndim, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, nbytes, "[");
+    for (int d = 0; d < ndim && k < nbytes; d++) {
+        k += (size_t)snprintf(buf + k, nbytes - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    }
+    if (k < nbytes) {
+        snprintf(buf + k, nbytes - k, "]");
+    }
+    return buf;
 }

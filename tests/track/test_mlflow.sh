@@ -8,10 +8,7 @@
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
 . "$(dirname "$0")/../pyenv.sh"
-accel_need_python 'import mlflow' mlflow-skinny || {
-    echo "SKIP: the mlflow Python package is not available and cannot be installed"
-    exit 77
-}
+accel_need_python 'import mlflow' mlflow-skinny || exit 77
 DIR=$(mktemp -d /tmp/accel_mlflow_XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
 unset MLFLOW_TRACKING_URI MLFLOW_EXPERIMENT_NAME
