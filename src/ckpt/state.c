@@ -150,11 +150,12 @@ static accel_status run_hooks(accel *acc, int is_load, const char *dir)
         if (m->hooks[i].is_load != is_load) {
             continue;
         }
+        accel__clear_error();
         accel_status st = m->hooks[i].fn(acc, dir, m->hooks[i].ctx);
         if (st != ACCEL_OK) {
             return accel__seterr(acc, st, "accel_%s_state: %s pre-hook %d failed: %s",
                                  is_load ? "load" : "save", is_load ? "load" : "save",
-                                 m->hooks[i].handle, accel_last_error(acc));
+                                 m->hooks[i].handle, accel__cause(st));
         }
     }
     return ACCEL_OK;

@@ -454,10 +454,11 @@ static accel_status write_custom(accel *acc, const accel__custom_obj *c, const c
     char name[64];
     snprintf(name, sizeof name, "custom_checkpoint_%d.bin", i);
     accel_state_writer w = {0};
+    accel__clear_error();
     accel_status st = c->save(c->ctx, &w);
     if (st != ACCEL_OK) {
         accel__seterr(acc, st, "accel_save_state: registered object %d's save failed: %s", i,
-                      accel_last_error(NULL));
+                      accel__cause(st));
     } else {
         char *path = join(dir, name);
         st = path ? accel__write_file_atomic(path, w.data ? w.data : "", w.n) : ACCEL_ENOMEM;

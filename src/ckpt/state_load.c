@@ -474,12 +474,13 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     /* User callbacks first: they are the only step that can still fail. */
     for (int i = 0; i < p->o.n_custom; i++) {
         const accel__custom_obj *c = &p->o.custom[i];
+        accel__clear_error();
         accel_status st = c->load(c->ctx, p->custom[i], p->custom_n[i]);
         if (st != ACCEL_OK) {
             return accel__seterr(acc, st,
                                  "accel_load_state: registered object %d rejected "
                                  "custom_checkpoint_%d.bin: %s",
-                                 i, i, accel_last_error(NULL));
+                                 i, i, accel__cause(st));
         }
     }
     for (int i = 0; i < p->o.n_models; i++) {

@@ -14,8 +14,12 @@ static _Thread_local char thread_msg[ACCEL__ERRMSG_NBYTES];
 
 accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_list ap)
 {
+    /* Callers chain messages ("X failed: %s", accel_last_error(NULL)): the arguments may point
+     * into thread_msg or acc->errmsg, so format into a local buffer and copy afterwards. */
+    char msg[ACCEL__ERRMSG_NBYTES];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     thread_status = st;
-    vsnprintf(thread_msg, sizeof(thread_msg), fmt, ap);
+    memcpy(thread_msg, msg, sizeof(thread_msg));
     if (acc != NULL) {
         acc->last_status = st;
         memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
@@ -40,6 +44,16 @@ accel_status accel__adopt_thread_error(accel *acc, accel_status st)
         memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
     }
     return st;
+}
+
+void accel__clear_error(void)
+{
+    thread_msg[0] = '\0';
+}
+
+const char *accel__cause(accel_status st)
+{
+    return thread_msg[0] != '\0' ? thread_msg : accel_status_str(st);
 }
 
 const char *accel_last_error(const accel *acc)
