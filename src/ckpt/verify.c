@@ -495,7 +495,7 @@ static accel_status check_size(const char *dir, const accel__ckpt_file *f)
     int found = lstat(p, &sb) == 0;
     if (!found || !S_ISREG(sb.st_mode)) {
         st = accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is %s", dir, f->name,
-                           found ? "not a regular file" : "missing");
+                           found ? accel__file_kind(sb.st_mode) : "missing");
     } else if ((int64_t)sb.st_size != f->nbytes) {
         st = accel__seterr(NULL, ACCEL_ECORRUPT,
                            "checkpoint %s: file %s has %lld bytes, the marker says %lld", dir,

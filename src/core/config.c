@@ -5,13 +5,17 @@
  * plain data parallelism. JSON configs parse too (JSON is YAML flow syntax).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 #include "config.h"
+#include "fs.h"
 
 /* Top-level keys of Accelerate's ClusterConfig (plus the legacy fp16 / dynamo_backend). */
 static const char *const known_keys[] = {"compute_environment",
@@ -326,14 +330,30 @@ accel_status accel__config_load(const char *path, accel__config *out)
     if (explicit_path) {
         snprintf(c.path, sizeof(c.path), "%s", path);
     }
-    FILE *f = fopen(c.path, "rb");
-    if (f == NULL) {
+    /* O_NONBLOCK and fstat: a directory or a FIFO is named as such (it would otherwise be a
+     * YAML error, or block the open). */
+    int fd = open(c.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) {
         if (!explicit_path && errno == ENOENT) {
             *out = c; /* no default config: everything falls back to defaults */
             return ACCEL_OK;
         }
         return accel__seterr(NULL, explicit_path && errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
                              "config file %s: %s", c.path, strerror(errno));
+    }
+    int is_stat = fstat(fd, &sb) == 0;
+    if (!is_stat || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return is_stat ? accel__seterr(NULL, ACCEL_EINVAL, "config file %s is %s, not a YAML file",
+                                       c.path, accel__file_kind(sb.st_mode))
+                       : accel__seterr(NULL, ACCEL_EIO, "config file %s: %s", c.path,
+                                       strerror(errno));
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "config file %s: %s", c.path, strerror(errno));
     }
     accel_status st = parse(&c, f);
     fclose(f);

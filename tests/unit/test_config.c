@@ -113,6 +113,17 @@ int main(void)
     unsetenv("ACCELERATE_CONFIG_FILE");
     setenv("HF_HOME", "/nonexistent/accel-test", 1);
 
+    /* Not files: a folder or a FIFO given as the config file (a FIFO used to block). */
+    char fifo[300], want[400];
+    snprintf(fifo, sizeof fifo, "%s/pipe.yaml", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    snprintf(want, sizeof want, "config file %s is a directory, not a YAML file", dir);
+    init_with(dir, ACCEL_EINVAL, want);
+    snprintf(want, sizeof want, "config file %s is a FIFO, not a YAML file", fifo);
+    init_with(fifo, ACCEL_EINVAL, want);
+    alarm(0);
+
     /* Bad files: each names the file and the culprit. */
     init_with(write_file("unknown.yaml", "distributed_type: NO\nnum_gpus: 3\n"), ACCEL_EINVAL,
               "unknown key \"num_gpus\"");
