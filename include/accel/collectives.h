@@ -11,7 +11,7 @@
  *
  * Every collective must be called by every process, in the same order, with matching counts
  * and dtypes. A process that dies or stops turns into ACCEL_EPEER / ACCEL_ETIMEDOUT (naming the
- * rank) on every survivor, never a hang. Included by accel.h; do not include alone.
+ * rank) on every survivor, never a hang.
  */
 #ifndef ACCEL_COLLECTIVES_H
 #define ACCEL_COLLECTIVES_H

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "accel.h"
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -271,9 +271,12 @@ ACCEL_API accel_status accel_profile_begin(accel *acc, const char *dir);
  * runs. Returns ACCEL_OK, ACCEL_ESTATE without an open session, ACCEL_EIO naming the file.
  */
 ACCEL_API accel_status accel_profile_end(accel *acc);
-/* User ranges, nested per thread: push opens a span named `name` (copied, up to 63 chars),
- * pop closes the innermost. No-ops when no session is open. Thread-safe. */
+/* User ranges, nested per thread: push opens a span named `name` (copied, up to 63 chars) in
+ * category "user", push_cat in `category` (a string that outlives the session: a literal),
+ * so a program's own kernels can be filtered apart in Perfetto; pop closes the innermost.
+ * No-ops when no session is open. Thread-safe. */
 ACCEL_API void accel_profile_push(accel *acc, const char *name);
+ACCEL_API void accel_profile_push_cat(accel *acc, const char *name, const char *category);
 ACCEL_API void accel_profile_pop(accel *acc);
 /* 1 while a session is open. */
 ACCEL_API int accel_profile_active(const accel *acc);

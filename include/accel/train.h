@@ -33,7 +33,6 @@
  * Threading: a model, optimizer or scheduler belongs to the thread that drives the training
  * loop. The communication thread only touches gradient buckets between their launch in
  * accel_grad_ready / accel_backward_end and the end of accel_backward_end.
- * Included by accel.h; do not include alone.
  */
 #ifndef ACCEL_TRAIN_H
 #define ACCEL_TRAIN_H

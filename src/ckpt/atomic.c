@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/fs.h"
+#include "base/fs.h"
 #include "core/internal.h"
 
 /* ---- checkpoint folders ---- */
@@ -106,7 +106,7 @@ accel_status accel__stage_commit(const accel__stage *s, const char *extra)
     /* The file system has no exchange: move the old folder aside first. A crash between the
      * two renames leaves the old folder complete under ".<name>.old" and the new one under the
      * staging name; neither is lost. */
-    accel__log(ACCEL__LOG_DEBUG, "renameat2(RENAME_EXCHANGE) unsupported for %s; two renames",
+    accel__log(NULL, ACCEL__LOG_DEBUG, "renameat2(RENAME_EXCHANGE) unsupported for %s; two renames",
                s->final_dir);
     char *old = hidden_sibling(s->final_dir, ".old");
     if (old == NULL) {

@@ -1,6 +1,6 @@
 /*
  * Crash-safe checkpoint folders (private to src/ckpt); the atomic file writes they build on
- * are in core/fs.h.
+ * are in base/fs.h.
  *
  * Checkpoint folders: built in a staging sibling "<parent>/.<name>.partial", every file fsynced
  * by its writer; commit writes the completion marker ACCEL__CKPT_MARKER (the list of files with
@@ -18,8 +18,8 @@
 #include <stdint.h>
 
 #include "accel/status.h"
+#include "base/fs.h"
 #include "ckpt/verify.h"
-#include "core/fs.h"
 
 
 /* ---- checkpoint folders ---- */

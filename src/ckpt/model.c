@@ -251,7 +251,7 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
                              path, detail);
     }
     if (missing > 0 || unexpected > 0) {
-        accel__log(ACCEL__LOG_INFO,
+        accel__log(NULL, ACCEL__LOG_INFO,
                    "loading %s: %zu model parameters not in the file (first "
                    "'%s'), %zu file tensors not in the model (first '%s')",
                    path, missing, first_missing ? first_missing : "-", unexpected,

@@ -284,7 +284,7 @@ static accel_status save_state(accel *acc, const char *dir)
         static int warned; /* once per process: the argument is usually constant */
         if (dir != NULL && acc->rank == 0 && !warned) {
             warned = 1;
-            accel__log(ACCEL__LOG_WARN,
+            accel__log(&acc->log, ACCEL__LOG_WARN,
                        "%s: automatic_checkpoint_naming is on: %s is ignored (as in Accelerate)",
                        who, dir);
         }
@@ -527,7 +527,7 @@ static accel_status load_newest(accel *acc)
         }
         accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, NULL);
         if (vst == ACCEL_ECORRUPT) {
-            accel__log(ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
+            accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
                        accel_last_error(NULL));
         }
         vst = agree(acc, vst, who);

@@ -603,7 +603,7 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
             copy_params(p->grads, prefix, p->o.models[i], p->o.models[i]->grad);
         }
     } else if (p->info.has_grads) {
-        accel__log(ACCEL__LOG_WARN,
+        accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_load_state: the checkpoint was saved inside an accumulation window by "
                    "%d processes; its gradients are not loaded on %d",
                    p->info.num_processes, acc->n_ranks);
@@ -616,7 +616,7 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     acc->gstate.step = p->step;
     acc->gstate.sync_gradients = p->sync_gradients;
     if (!p->exact) {
-        accel__log(ACCEL__LOG_WARN,
+        accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_load_state: the checkpoint was saved by %d processes and is loaded by "
                    "%d: weights and optimizer state are exact, loader positions are rescaled and "
                    "generators come from process 0's file, so the run will not be bit-identical",

@@ -29,7 +29,7 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-#include "core/fs.h"
+#include "base/fs.h"
 #include "core/internal.h"
 
 /* ---- checksums ---- */
@@ -558,7 +558,7 @@ accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel_
         st = check_sums(dir, &m, share, n_shares);
     }
     if (st == ACCEL_OK && !m.has_checksums && n_shares > 0 && share == 0) {
-        accel__log(ACCEL__LOG_INFO,
+        accel__log(NULL, ACCEL__LOG_INFO,
                    "checkpoint %s has marker version 1 (written before checksums): its files "
                    "are checked for size only",
                    dir);

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "launch.h"
 
 typedef struct child {

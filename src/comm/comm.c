@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "comm.h"
-#include "core/internal.h"
-#include "core/profile.h"
+#include "base/base.h"
+#include "base/trace.h"
 
 extern const accel__comm_backend accel__backend_self;
 extern const accel__comm_backend accel__backend_shm;
@@ -71,6 +71,11 @@ void accel__chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t
 }
 
 /* ---- creation and teardown ---- */
+
+const char *accel__comm_backends_built(void)
+{
+    return "self, shm";
+}
 
 accel_status accel__comm_new(accel__comm **out, const accel__comm_config *cfg)
 {
@@ -323,12 +328,11 @@ static void *progress_main(void *arg)
         } else {
             c->running = 1;
             pthread_mutex_unlock(&c->mu);
-            /* The communication thread's own track in the trace (no accelerator here: the
-             * range goes to this process's open session). */
-            accel__prof_begin_arg(NULL, accel__coll_name(w->op.kind), ACCEL__PROF_COMM, "count",
-                                  (long long)w->op.count);
+            /* The communication thread's own track in the accelerator's trace. */
+            accel__trace_begin(c->cfg.trace, accel__coll_name(w->op.kind), ACCEL__PROF_COMM,
+                               "count", (long long)w->op.count);
             w->st = execute(c, &w->op, w->msg, sizeof(w->msg));
-            accel__prof_end(NULL);
+            accel__trace_end(c->cfg.trace);
             pthread_mutex_lock(&c->mu);
         }
         atomic_store_explicit(&w->done, 1, memory_order_release);

@@ -20,6 +20,7 @@
 
 #include "accel/collectives.h"
 #include "accel/tensor.h"
+#include "base/base.h"
 
 typedef struct accel__comm accel__comm;
 
@@ -50,6 +51,8 @@ typedef struct accel__comm_config {
     int local_rank, local_n_ranks;
     const char *job_id; /* names shared resources (shm segment); unique per job */
     double timeout_s;   /* deadline for every wait */
+    accel__log_ctx log; /* rank prefix and level of the communicator's log lines */
+    struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;
 
 /* A backend: run one collective synchronously on the calling thread. Must validate nothing
@@ -65,6 +68,9 @@ typedef struct accel__comm_backend {
     accel_status (*dealloc)(accel__comm *c, void *impl, void *p);
     int zero_copy; /* collectives on alloc'd buffers skip copies (accel__comm_zero_copy) */
 } accel__comm_backend;
+
+/* The backends accel__comm_new can create in this build, comma-separated. Static string. */
+const char *accel__comm_backends_built(void);
 
 /* Creates a communicator (collective over all ranks). On failure the thread error names the
  * cause (peer, timeout, unknown backend). */

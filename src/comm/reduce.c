@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "comm/reduce.h"
-#include "core/cpu.h"
-#include "core/half.h"
-#include "core/internal.h"
+#include "base/cpu.h"
+#include "base/half.h"
+#include "base/base.h"
 #include "reduce_x86.h"
 
 #define HAVE_X86 ACCEL__HAVE_X86

@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 
 #define SHM_MAGIC 0x316d6873636361ull /* "accshm1" */
@@ -398,7 +398,7 @@ static accel_status create_segment(accel__shm *s, int *fd)
             break;
         }
         if (errno == EEXIST && attempt == 0) {
-            accel__log(ACCEL__LOG_WARN, "removing stale shared-memory segment %s", s->name);
+            accel__log(&s->log, ACCEL__LOG_WARN, "removing stale shared-memory segment %s", s->name);
             shm_unlink(s->name);
             continue;
         }
@@ -500,7 +500,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     cpu_set_t cpus;
     if (!spin_set && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
         CPU_COUNT(&cpus) < cfg->local_n_ranks && spin_us > 2) {
-        accel__log(ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
+        accel__log(&cfg->log, ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
                    cfg->local_n_ranks, CPU_COUNT(&cpus));
         spin_us = 2;
     }
@@ -515,6 +515,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     s->rank = cfg->rank;
     s->n_ranks = cfg->n_ranks;
     s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    s->log = cfg->log;
     s->spin_s = (double)spin_us * 1e-6;
     s->oneshot_nbytes = (size_t)oneshot;
     s->nt_nbytes = (size_t)nt;
@@ -560,7 +561,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         }
         sleep_s(100e-6);
     }
-    accel__log(ACCEL__LOG_DEBUG,
+    accel__log(&s->log, ACCEL__LOG_DEBUG,
                "shm: segment %s, %d processes, one-shot <= %zu bytes, slot %zu bytes, spin %g us",
                s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
     *out = s;

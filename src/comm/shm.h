@@ -27,6 +27,7 @@ typedef struct accel__shm_sym {
 typedef struct accel__shm {
     int rank, n_ranks;
     double timeout_s;
+    accel__log_ctx log;
     double spin_s;         /* ACCEL_SHM_SPIN_US */
     size_t oneshot_nbytes; /* ACCEL_SHM_ONESHOT_NBYTES */
     size_t slot_nbytes;    /* bytes of one data slot (each rank has two) */

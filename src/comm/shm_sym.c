@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 
 static void seg_name(const accel__shm *s, uint64_t id, int rank, char *out, size_t n)
@@ -48,7 +48,7 @@ static accel_status create_own(accel__shm *s, accel__shm_sym *a, const char *nam
 {
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
-        accel__log(ACCEL__LOG_WARN, "removing stale shared-memory segment %s", name);
+        accel__log(&s->log, ACCEL__LOG_WARN, "removing stale shared-memory segment %s", name);
         shm_unlink(name);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     }

@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "config.h"
 #include "internal.h"
+#include "profile.h"
 
 accel_options accel_options_default(void)
 {
@@ -324,6 +325,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
                              "accel_init: options were not made by accel_options_default()");
     }
 
+    accel__log_level log_level = ACCEL__LOG_WARN;
     const char *lvl;
     if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
         int level = accel__log_parse_level(lvl);
@@ -333,7 +335,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
                                  "debug, info, warn, error, off",
                                  lvl);
         }
-        accel__log_set_level((accel__log_level)level);
+        log_level = (accel__log_level)level;
     }
 
     layout l;
@@ -361,9 +363,16 @@ accel_status accel_init(accel **out, const accel_options *opts)
     snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
     acc->gstate.sync_gradients = 1;
     acc->gstate.remainder = -1;
-    accel__log_set_rank(l.rank, l.n_ranks);
+    acc->log.rank = l.rank;
+    acc->log.n_ranks = l.n_ranks;
+    acc->log.level = log_level;
+    accel_status st = accel__trace_new(&acc->trace);
+    if (st != ACCEL_OK) {
+        accel__free(acc);
+        return st;
+    }
 
-    accel_status st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     if (st == ACCEL_OK) {
         char id[256];
         job_id(id, sizeof(id));
@@ -375,6 +384,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
             .local_n_ranks = l.local_n_ranks,
             .job_id = id,
             .timeout_s = o.timeout_s,
+            .log = acc->log,
+            .trace = acc->trace,
         };
         st = accel__comm_new(&acc->comm, &cfg);
     }
@@ -382,7 +393,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
-    accel__log(ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks, acc->backend);
+    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks,
+               acc->backend);
     *out = acc;
     return ACCEL_OK;
 }
@@ -406,7 +418,12 @@ void accel_free(accel *acc)
         }
         acc->modules[i].state = NULL;
     }
+    /* A session the program forgot to end still produces its file (no barrier: accel_free is
+     * not a collective). The recorder goes after the communicator, whose thread records. */
+    accel__profile_finish_local(acc);
     accel__comm_free(acc->comm);
+    accel__trace_free(acc->trace);
+    accel__free(acc->profile_path);
     accel__free((void *)acc->opt.project_dir);
     accel__free((void *)acc->opt.logging_dir);
     accel__free((void *)acc->opt.log_with);
@@ -472,6 +489,11 @@ const char *accel_device_name(const accel *acc)
 {
     return acc->device_name;
 }
+const char *accel_backends_built(void)
+{
+    return accel__comm_backends_built();
+}
+
 const char *accel_backend_name(const accel *acc)
 {
     return acc->backend;

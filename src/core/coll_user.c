@@ -13,7 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/half.h"
+#include "accel/collectives.h"
+#include "base/half.h"
 #include "core/internal.h"
 
 /* ---- shape descriptors: what the processes compare before exchanging tensor bytes ---- */

@@ -15,7 +15,7 @@
 #include <yaml.h>
 
 #include "config.h"
-#include "fs.h"
+#include "base/fs.h"
 
 /* Top-level keys of Accelerate's ClusterConfig (plus the legacy fp16 / dynamo_backend). */
 static const char *const known_keys[] = {"compute_environment",

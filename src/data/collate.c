@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "core/half.h"
+#include "base/half.h"
 #include "data_internal.h"
 
 void *accel__bufset_get(accel__bufset *s, int field, size_t nbytes)

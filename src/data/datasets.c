@@ -5,6 +5,7 @@
  * so `get` is thread-safe. Invariant: every size read from a file is validated against the
  * file's length before any window is served.
  */
+#include <stdio.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/fs.h"
+#include "base/fs.h"
 #include "data_internal.h"
 
 void accel_dataset_free(accel_dataset *ds)

@@ -5,6 +5,7 @@
  * Invariant: while an epoch of a prepared loader runs, acc->gstate shows this loader's
  * end_of_dataloader and remainder, and the values it replaced are restored when it ends.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -709,7 +710,7 @@ accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
         }
     }
     if (!map_style && o.num_workers > 0) {
-        accel__log(ACCEL__LOG_WARN, "loader: iterable datasets are read on the calling thread; "
+        accel__log(&acc->log, ACCEL__LOG_WARN, "loader: iterable datasets are read on the calling thread; "
                                     "num_workers is ignored");
         l->o.num_workers = 0;
     }

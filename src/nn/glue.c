@@ -8,7 +8,6 @@
  * parameters only as (data, grad, index) views.
  */
 #include "accel/accel.h"
-#include "core/profile.h"
 #include "nn_internal.h"
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
@@ -74,7 +73,7 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward: acc is NULL");
     }
-    accel__prof_begin(acc, "backward", ACCEL__PROF_NN);
+    accel_profile_push_cat(acc, "backward", "nn");
     double seed = accel_backward_begin(acc);
     nn_backward_hooks hooks = {acc, grad_ready};
     accel_status st = nn_backward(loss, (float)seed, &hooks);
@@ -85,7 +84,7 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
      * fails too (a bucket launched by the failed pass broke the communicator), its status goes
      * with its message, which is the thread's last. */
     accel_status end = accel_backward_end(acc);
-    accel__prof_end(acc);
+    accel_profile_pop(acc);
     return end != ACCEL_OK ? end : st;
 }
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* The kernels never rely on floating-point exception flags; without this GCC refuses to
  * if-convert the clamps and selects in the math below, and those loops stay scalar. */

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "accel/accel.h"
-#include "core/fs.h"
+#include "base/fs.h"
 
 /* ---- CRC32C (Castagnoli), as TFRecord framing uses it ---- */
 uint32_t accel__crc32c(const void *data, size_t nbytes);

@@ -91,7 +91,7 @@ static accel_status add_locked(const accel_tracker_ops *ops, int builtin)
     int i = find_locked(ops->name);
     if (i >= 0) {
         if (!builtin) {
-            accel__log(ACCEL__LOG_WARN, "tracker \"%s\" was already registered; replacing it",
+            accel__log(NULL, ACCEL__LOG_WARN, "tracker \"%s\" was already registered; replacing it",
                        ops->name);
         }
         accel__free(registry[i].name);
@@ -161,12 +161,12 @@ static void finish_all(track_state *ts)
             cb_msg_set = 0;
             accel_status st = t->ops.finish(t->state);
             if (st != ACCEL_OK) {
-                accel__log(ACCEL__LOG_WARN, "tracker %s: finish failed: %s", t->name,
+                accel__log(NULL, ACCEL__LOG_WARN, "tracker %s: finish failed: %s", t->name,
                            cb_message(st));
             }
         }
         if (t->failures > FAIL_WARN_MAX) {
-            accel__log(ACCEL__LOG_WARN, "tracker %s: %lld log calls failed in total", t->name,
+            accel__log(NULL, ACCEL__LOG_WARN, "tracker %s: %lld log calls failed in total", t->name,
                        t->failures);
         }
     }
@@ -392,7 +392,7 @@ accel_status accel_log(accel *acc, const accel_value *values, int n, long long s
         if (st != ACCEL_OK) {
             t->failures++;
             if (t->failures <= FAIL_WARN_MAX) {
-                accel__log(ACCEL__LOG_WARN, "tracker %s: logging step %lld failed: %s%s", t->name,
+                accel__log(&acc->log, ACCEL__LOG_WARN, "tracker %s: logging step %lld failed: %s%s", t->name,
                            step, cb_message(st),
                            t->failures == FAIL_WARN_MAX ? " (further failures are counted only)"
                                                         : "");

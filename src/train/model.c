@@ -29,7 +29,7 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
             m->grad_shared = 1;
             return p;
         }
-        accel__log(ACCEL__LOG_WARN,
+        accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_model_alloc: gradients in plain memory (all-reduces copy them): %s",
                    accel_last_error(NULL));
     }

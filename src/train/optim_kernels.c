@@ -17,7 +17,7 @@
 #define HAVE_X86_ADAM 1
 #endif
 
-#include "core/cpu.h"
+#include "base/cpu.h"
 #include "train_internal.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)

@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "convert.h"
+#include "base/convert.h"
 #include "core/profile.h"
 #include "train_internal.h"
 
@@ -84,7 +84,7 @@ static void scaler_update(accel *acc, void *state, int skipped)
     if (skipped) {
         s->scale *= s->backoff_factor;
         s->growth_tracker = 0;
-        accel__log(ACCEL__LOG_DEBUG,
+        accel__log(&acc->log, ACCEL__LOG_DEBUG,
                    "fp16 loss scaler: inf/nan in gradients, step skipped, "
                    "scale -> %g",
                    s->scale);

@@ -136,7 +136,7 @@ static accel_status model_backward_begin(accel_model *m)
     accel *acc = m->acc;
     if (m->in_backward) {
         /* A backward that was never ended: finish it so its buckets do not leak. */
-        accel__log(ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
+        accel__log(&acc->log, ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
         ACCEL_TRY(accel_backward_end(acc));
     }
     int allowed = (m->accum_allows && m->no_sync_depth == 0) || m->trigger_sync;
@@ -171,7 +171,7 @@ double accel_backward_begin(accel *acc)
     for (accel_model *m = next_model(acc, NULL); m != NULL; m = next_model(acc, m)) {
         if (model_backward_begin(m) != ACCEL_OK) {
             /* Reported again by accel_backward_end, which the caller checks. */
-            m->comm_err = acc->last_status;
+            m->comm_err = acc->err.status;
         }
     }
     return factor;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/half.h"
+#include "base/half.h"
 
 static char g_dir[256];
 

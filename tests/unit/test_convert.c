@@ -2,7 +2,7 @@
  * Dtype conversions (accel_convert, the per-ISA kernels, stochastic bf16 rounding) against an
  * independent reference built here: every format's finite values are decoded with ldexp into a
  * sorted table, and rounding picks the nearest table entry in double arithmetic (ties to the
- * even code). Nothing in the reference shares code with src/core/half.h.
+ * even code). Nothing in the reference shares code with src/base/half.h.
  *
  * NaN rule checked: every NaN converts to a quiet NaN of the same sign whose payload is the
  * source payload's top bits (a quiet f16/bf16 NaN therefore round-trips through f32 unchanged);
@@ -15,7 +15,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
-#include "train/convert.h"
+#include "base/convert.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t next_u64(void)

@@ -12,7 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "profile.h"
+#include "accel/track.h"
+#include "core/profile.h"
 
 #define MAX_FIELDS 8
 #define TTY_MIN_INTERVAL_S 0.1

@@ -11,10 +11,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/cpu.h"
-#include "core/half.h"
-#include "core/internal.h"
-#include "train/convert.h"
+#include "base/cpu.h"
+#include "base/half.h"
+#include "base/base.h"
+#include "base/convert.h"
 
 /* ---- scalar kernels ---- */
 

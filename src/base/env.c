@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static const accel__env_var env_table[] = {
     /* Process layout: torchrun / accel launch names first, then MPI and Slurm fallbacks. */
@@ -64,7 +64,7 @@ static const accel__env_var env_table[] = {
     {"ACCEL_SHM_ZEROCOPY_NBYTES", ACCEL__ENV_INT, "2097152",
      "shm: in-place messages larger than this in accel_alloc_shared memory skip the copies "
      "(-1: never)"},
-    /* Tracking and logging (src/track, src/core/logger.c). */
+    /* Tracking and logging (src/track, src/track/logger.c). */
     {"ACCELERATE_LOG_LEVEL", ACCEL__ENV_STRING, NULL,
      "level of accel_get_logger loggers: debug | info | warning | error (default info)"},
     {"MLFLOW_TRACKING_URI", ACCEL__ENV_STRING, NULL,

@@ -1,7 +1,7 @@
 /*
  * Private scalar conversions between f32 and the narrow float formats (IEEE f16, bfloat16,
  * OCP FP8 E4M3 "fn" and E5M2). These are the reference path: the vectorised bulk converters in
- * src/train/convert*.c must produce bit-identical results, and the tests check them against an
+ * src/base/convert*.c must produce bit-identical results, and the tests check them against an
  * independent double-precision reference.
  *
  * Rules shared by every function here:
@@ -13,8 +13,8 @@
  *     f32 unchanged; a signalling NaN comes back quietened.
  *   - Bit casts go through memcpy (no type-punning UB); compilers turn them into moves.
  */
-#ifndef ACCEL_CORE_HALF_H
-#define ACCEL_CORE_HALF_H
+#ifndef ACCEL_BASE_HALF_H
+#define ACCEL_BASE_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -199,4 +199,4 @@ static inline uint8_t accel__f32_to_f8e5m2(float f)
     return (uint8_t)(sign | code);
 }
 
-#endif /* ACCEL_CORE_HALF_H */
+#endif /* ACCEL_BASE_HALF_H */

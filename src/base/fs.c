@@ -4,7 +4,7 @@
  * <path> sees either the old content or the new one, never a mix, even after a crash: data
  * goes to a temporary sibling, is fsynced, renamed over <path>, and the parent is fsynced.
  */
-#include "core/fs.h"
+#include "base/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 char *accel__path_join(const char *a, const char *b)
 {
