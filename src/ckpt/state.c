@@ -476,16 +476,17 @@ static accel_status list_candidates(accel *acc, const char *base, int64_t **out,
     st = agree(acc, st, "accel_load_state");
     if (st == ACCEL_OK && acc->n_ranks > 1) {
         st = accel__broadcast(acc->comm, &n, 1, ACCEL_I64, 0);
+        st = st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : ACCEL_OK;
         if (st == ACCEL_OK && acc->rank != 0 && n > 0) {
             its = accel__calloc((size_t)n, sizeof(int64_t));
-            st = its ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+            st = its ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
         }
-        /* A process out of memory here fails the broadcast's peers by timeout; rare enough. */
+        if (st == ACCEL_OK) {
+            st = agree(acc, st, "accel_load_state"); /* everyone has room for the list */
+        }
         if (st == ACCEL_OK && n > 0) {
             st = accel__broadcast(acc->comm, its, (size_t)n, ACCEL_I64, 0);
-        }
-        if (st != ACCEL_OK) {
-            accel__adopt_thread_error(acc, st);
+            st = st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : ACCEL_OK;
         }
     }
     if (st != ACCEL_OK) {
@@ -517,7 +518,6 @@ static accel_status load_newest(accel *acc)
         st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: no checkpoint in %s", who, base);
     }
     char skipped[400] = "", newest_why[ACCEL__ERRMSG_NBYTES] = "";
-    size_t used = 0;
     int64_t chosen = -1;
     for (int64_t i = n - 1; st == ACCEL_OK && i >= 0 && chosen < 0; i--) {
         char *dir = auto_dir(base, its[i]);
@@ -537,9 +537,9 @@ static accel_status load_newest(accel *acc)
             if (newest_why[0] == '\0') {
                 snprintf(newest_why, sizeof newest_why, "%s", accel_last_error(acc));
             }
-            used += (size_t)snprintf(skipped + used, used < sizeof skipped ? sizeof skipped - used : 0,
-                                     "%scheckpoint_%lld", used ? ", " : "", (long long)its[i]);
-            used = used < sizeof skipped ? used : sizeof skipped;
+            size_t len = strlen(skipped);
+            snprintf(skipped + len, sizeof skipped - len, "%scheckpoint_%lld", len ? ", " : "",
+                     (long long)its[i]);
         } else {
             st = vst;
         }

@@ -5,17 +5,18 @@
  *
  * Invariant: a folder passes accel__ckpt_verify only if every file its marker lists is a
  * regular file whose size and (version >= 2) checksum are the recorded ones; the marker itself
- * is covered by its own range checks (format, version, names, sizes, checksum syntax).
+ * is covered by its range checks (format, version, names, sizes, checksum syntax) and, from
+ * version 2 on, by its own checksum.
  */
 #include "ckpt/verify.h"
 
 #include <dirent.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,12 +183,6 @@ static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums,
     return st;
 }
 
-accel_status accel__ckpt_file_checksum(const char *path, uint64_t *sum, int64_t *nbytes)
-{
-    char *p = (char *)path;
-    return checksum_files(&p, 1, sum, nbytes);
-}
-
 static void hex64(char out[17], uint64_t v)
 {
     snprintf(out, 17, "%016llx", (unsigned long long)v);
@@ -220,8 +215,7 @@ static int parse_hex64(const char *s, uint64_t *v)
 /* Files that belong to the folder: not the marker, not hidden, not an atomic write's leftover. */
 static int listed_name(const char *name)
 {
-    return name[0] != '.' && strcmp(name, ACCEL__CKPT_MARKER) != 0 &&
-           strstr(name, ".tmp-") == NULL;
+    return name[0] != '.' && strcmp(name, ACCEL__CKPT_MARKER) != 0 && strstr(name, ".tmp-") == NULL;
 }
 
 accel_status accel__ckpt_marker_build(const char *dir, const char *extra, char **text)
@@ -436,8 +430,9 @@ static accel_status check_self(const char *dir, char *text, size_t n)
     memset(self + strlen(SELF_KEY), '0', 16);
     uint64_t got = XXH3_64bits(text, n);
     if (got != want) {
-        return bad_marker(dir, "the marker is damaged: its checksum is %016llx, marker_xxh3 says "
-                               "%016llx",
+        return bad_marker(dir,
+                          "the marker is damaged: its checksum is %016llx, marker_xxh3 says "
+                          "%016llx",
                           (unsigned long long)got, (unsigned long long)want);
     }
     return ACCEL_OK;

@@ -3,9 +3,10 @@
  * (private to src/ckpt): one place that decides whether a folder may be loaded, so that
  * save_state's loader (and, later, whatever speaks the state protocol) only asks.
  *
- * Marker version 2 (written now) lists every file with its size and the XXH3-64 checksum of its
- * bytes; version 1 (written before checksums existed) lists sizes only and still loads, without
- * content verification. Every field is range-checked on read.
+ * Marker version 2 (written now) lists every file with its size and checksum (XXH3-64 over
+ * 16 MiB blocks, docs/checkpoint.md) and carries its own checksum; version 1 (written before
+ * checksums existed) lists sizes only and still loads, without content verification. Every
+ * field is range-checked on read.
  *
  * All functions report failures through accel__seterr(NULL, ...) naming the folder and file.
  */
@@ -57,8 +58,5 @@ accel_status accel__ckpt_check_complete(const char *dir);
  * none to check. ACCEL_ECORRUPT naming the folder and the first file whose bytes differ. The
  * marker read is returned in *m when m is not NULL (release it). */
 accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel__ckpt_marker *m);
-
-/* XXH3-64 of the bytes of the regular file `path` and its size. */
-accel_status accel__ckpt_file_checksum(const char *path, uint64_t *sum, int64_t *nbytes);
 
 #endif /* ACCEL_CKPT_VERIFY_H */

@@ -49,8 +49,8 @@ int main(void)
     CHECK_ERR(acc, accel_backward_end(acc), ACCEL_ETIMEDOUT, want);
     CHECK_ERR(NULL, ACCEL_ETIMEDOUT, ACCEL_ETIMEDOUT, want);
     /* The communicator is broken: the next collective repeats the cause, unwrapped. */
-    CHECK_ERR(acc, accel_wait_for_everyone(acc), ACCEL_ETIMEDOUT, want + strlen(
-        "accel_backward_end: gradient all-reduce failed: "));
+    CHECK_ERR(acc, accel_wait_for_everyone(acc), ACCEL_ETIMEDOUT,
+              want + strlen("accel_backward_end: gradient all-reduce failed: "));
     accel_free(acc);
     printf("test_error_chain: ok\n");
     return 0;

@@ -414,8 +414,8 @@ static void test_version1_and_fields(const char *root)
         const char *file, *text, *with, *needle;
         accel_status st;
     } cases[] = {
-        {"scheduler.json", "\"base_lrs\": [\n    ", "\"base_lrs\": [\n    -", "scheduler.json is malformed",
-         ACCEL_ECORRUPT},
+        {"scheduler.json", "\"base_lrs\": [\n    ", "\"base_lrs\": [\n    -",
+         "scheduler.json is malformed", ACCEL_ECORRUPT},
         {"scheduler.json", "\"_step_count\": ", "\"_step_count\": -", "scheduler.json is malformed",
          ACCEL_ECORRUPT},
         {"dl_state_dict_rank0.json", "\"batches\": 1", "\"batches\": 9",
@@ -424,8 +424,8 @@ static void test_version1_and_fields(const char *root)
          "dl_state_dict_rank0.json is malformed", ACCEL_ECORRUPT},
         {"random_states_0.json", "\"process_index\": 0", "\"process_index\": 1",
          "random_states_0.json is malformed", ACCEL_ECORRUPT},
-        {"random_states_0.json", "\"step\": 0", "\"step\": -2",
-         "random_states_0.json is malformed", ACCEL_ECORRUPT},
+        {"random_states_0.json", "\"step\": 0", "\"step\": -2", "random_states_0.json is malformed",
+         ACCEL_ECORRUPT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sh("rm -rf %s && cp -r %s %s", copy, dir, copy);
