@@ -48,7 +48,7 @@
         accel_status check_st_ = (call);                                                           \
         const char *check_msg_ = accel_last_error(acc);                                            \
         if (check_st_ != (want) || strcmp(check_msg_, (text)) != 0) {                              \
-            fprintf(stderr, "%s:%d: %s: got %s \"%s\"\n    expected %s \"%s\"\n", __FILE__,       \
+            fprintf(stderr, "%s:%d: %s: got %s \"%s\"\n    expected %s \"%s\"\n", __FILE__,        \
                     __LINE__, #call, accel_status_name(check_st_), check_msg_,                     \
                     accel_status_name(want), (text));                                              \
             exit(1);                                                                               \

@@ -21,7 +21,6 @@
 #include "base/fs.h"
 #include "ckpt/verify.h"
 
-
 /* ---- checkpoint folders ---- */
 
 typedef struct accel__stage {

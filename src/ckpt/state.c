@@ -383,8 +383,13 @@ static accel_status check_in_step(accel *acc, accel__state_plan *p, int n_loader
     }
     int64_t *mine = all + (size_t)acc->rank * (size_t)k;
     accel__state_plan_positions(p, mine);
-    accel__coll op = {ACCEL__COLL_ALLGATHER, mine, all, (size_t)k * (size_t)acc->n_ranks,
-                      ACCEL_I64, ACCEL_SUM, 0};
+    accel__coll op = {ACCEL__COLL_ALLGATHER,
+                      mine,
+                      all,
+                      (size_t)k * (size_t)acc->n_ranks,
+                      ACCEL_I64,
+                      ACCEL_SUM,
+                      0};
     accel_status st = accel__comm_run(acc->comm, &op, NULL);
     if (st != ACCEL_OK) {
         accel__free(all);

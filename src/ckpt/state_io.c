@@ -274,11 +274,11 @@ accel_status accel__state_info_read(const char *dir, accel__state_info *info)
     info->n_custom = record_count(s, "custom", 0, &bad);
     const json_t *scaler = json_object_get(s, "scaler"), *grads = json_object_get(s, "gradients");
     const json_t *iteration = json_object_get(s, "iteration");
-    bad = bad                                                              ? bad
-          : !json_is_boolean(scaler)                                       ? "scaler"
-          : !json_is_boolean(grads)                                        ? "gradients"
+    bad = bad                                                                ? bad
+          : !json_is_boolean(scaler)                                         ? "scaler"
+          : !json_is_boolean(grads)                                          ? "gradients"
           : !json_is_integer(iteration) || json_integer_value(iteration) < 0 ? "iteration"
-                                                                            : NULL;
+                                                                             : NULL;
     info->has_scaler = json_is_true(scaler);
     info->has_grads = json_is_true(grads);
     json_decref(root);

@@ -281,8 +281,7 @@ static accel_status plan_sched(accel__state_plan *p, const char *dir, int i)
     s->step_count = accel__st_jint(j, "_step_count", &bad);
     const json_t *base = json_object_get(j, "base_lrs"), *last = json_object_get(j, "_last_lr");
     bad |= !json_is_array(base) || !json_is_array(last) ||
-           json_array_size(base) != json_array_size(last) || s->last_epoch < 0 ||
-           s->step_count < 0;
+           json_array_size(base) != json_array_size(last) || s->last_epoch < 0 || s->step_count < 0;
     accel_status st = ACCEL_OK;
     if (!bad && (s->kind != live.kind || (int)json_array_size(base) != live.n_groups)) {
         st = accel__seterr(NULL, ACCEL_EINVAL,
@@ -477,9 +476,9 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
     p->o = *o;
     /* The processes of a machine split the checksums between them (agreed on before any
      * file is applied); a folder just verified by the caller is checked for sizes only. */
-    accel_status st = verified ? accel__ckpt_verify(dir, 0, 0, &p->marker)
-                               : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks,
-                                                    &p->marker);
+    accel_status st =
+        verified ? accel__ckpt_verify(dir, 0, 0, &p->marker)
+                 : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &p->marker);
     if (st == ACCEL_OK) {
         st = accel__state_info_read(dir, &p->info);
     }

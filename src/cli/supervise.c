@@ -229,8 +229,8 @@ static int open_tee(const launch_config *cfg, int rank, const char *which)
         why = "it is not a regular file";
     } else if (fd >= 0 && (sb.st_uid != geteuid() || sb.st_nlink != 1)) {
         why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
-    } else if (fd >= 0 && (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0 ||
-                           fcntl(fd, F_SETFL, 0) != 0)) {
+    } else if (fd >= 0 &&
+               (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0 || fcntl(fd, F_SETFL, 0) != 0)) {
         why = strerror(errno);
     }
     if (why != NULL) {

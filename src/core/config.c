@@ -14,8 +14,8 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "config.h"
 #include "base/fs.h"
+#include "config.h"
 
 /* Top-level keys of Accelerate's ClusterConfig (plus the legacy fp16 / dynamo_backend). */
 static const char *const known_keys[] = {"compute_environment",
@@ -345,10 +345,10 @@ accel_status accel__config_load(const char *path, accel__config *out)
     int is_stat = fstat(fd, &sb) == 0;
     if (!is_stat || !S_ISREG(sb.st_mode)) {
         close(fd);
-        return is_stat ? accel__seterr(NULL, ACCEL_EINVAL, "config file %s is %s, not a YAML file",
-                                       c.path, accel__file_kind(sb.st_mode))
-                       : accel__seterr(NULL, ACCEL_EIO, "config file %s: %s", c.path,
-                                       strerror(errno));
+        return is_stat
+                   ? accel__seterr(NULL, ACCEL_EINVAL, "config file %s is %s, not a YAML file",
+                                   c.path, accel__file_kind(sb.st_mode))
+                   : accel__seterr(NULL, ACCEL_EIO, "config file %s: %s", c.path, strerror(errno));
     }
     FILE *f = fdopen(fd, "rb");
     if (f == NULL) {

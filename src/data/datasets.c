@@ -235,8 +235,7 @@ static accel_status window_finish(window_ds *d, int64_t context, int64_t stride,
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "%s \"%s\" holds %lld tokens, too few for one window of context "
                              "%lld (%lld needed)",
-                             what, path, (long long)n, (long long)context,
-                             (long long)context + 1);
+                             what, path, (long long)n, (long long)context, (long long)context + 1);
     }
     accel_dataset *ds = accel__calloc(1, sizeof(*ds));
     if (ds == NULL) {

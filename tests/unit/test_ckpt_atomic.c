@@ -190,8 +190,9 @@ static void test_crash(void)
         }
         close(done[1]);
         char c;
-        CHECK_MSG(read(done[0], &c, 1) == 1, "seed %u, trial %d: the saver died before its first "
-                                             "save",
+        CHECK_MSG(read(done[0], &c, 1) == 1,
+                  "seed %u, trial %d: the saver died before its first "
+                  "save",
                   seed, t);
         close(done[0]);
         usleep((useconds_t)(rand() % 60000));

@@ -191,8 +191,9 @@ static void test_chained_errors(void)
     accel__seterr(NULL, ACCEL_EIO, "inner cause %d", 7);
     CHECK_ERR(NULL, accel__seterr(NULL, ACCEL_EPEER, "outer failed: %s", accel_last_error(NULL)),
               ACCEL_EPEER, "outer failed: inner cause 7");
-    CHECK_ERR(NULL, accel__seterr(NULL, ACCEL_EPEER, "%s; again: %s", accel_last_error(NULL),
-                                  accel_last_error(NULL)),
+    CHECK_ERR(NULL,
+              accel__seterr(NULL, ACCEL_EPEER, "%s; again: %s", accel_last_error(NULL),
+                            accel_last_error(NULL)),
               ACCEL_EPEER, "outer failed: inner cause 7; again: outer failed: inner cause 7");
     accel *acc;
     clear_env();
@@ -205,8 +206,7 @@ static void test_chained_errors(void)
               "twice: wrapped: handle cause");
     /* adopt copies the thread's message onto the handle. */
     accel__seterr(NULL, ACCEL_ETIMEDOUT, "thread only");
-    CHECK_ERR(acc, accel__adopt_thread_error(acc, ACCEL_ETIMEDOUT), ACCEL_ETIMEDOUT,
-              "thread only");
+    CHECK_ERR(acc, accel__adopt_thread_error(acc, ACCEL_ETIMEDOUT), ACCEL_ETIMEDOUT, "thread only");
     accel_free(acc);
 }
 

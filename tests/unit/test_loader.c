@@ -64,8 +64,8 @@ static accel_dataset ids_dataset(ids *d, int64_t n)
 /* ---- an iterable stream of int64 0..n-1 ---- */
 typedef struct stream {
     int64_t n, at;
-    int64_t fail_at;  /* next() fails when reaching this element (0: never) */
-    int fail_reset;   /* reset() fails */
+    int64_t fail_at; /* next() fails when reaching this element (0: never) */
+    int fail_reset;  /* reset() fails */
 } stream;
 
 static accel_status stream_next(void *ctx, accel_sample *out)
@@ -357,8 +357,10 @@ int main(void)
             n++;
         }
         CHECK(st == ACCEL_ECORRUPT && n == 3);
-        CHECK_ERR(acc, st, ACCEL_ECORRUPT, "loader: dataset get(index 13) failed: record is damaged");
-        CHECK_ERR(NULL, st, ACCEL_ECORRUPT, "loader: dataset get(index 13) failed: record is damaged");
+        CHECK_ERR(acc, st, ACCEL_ECORRUPT,
+                  "loader: dataset get(index 13) failed: record is damaged");
+        CHECK_ERR(NULL, st, ACCEL_ECORRUPT,
+                  "loader: dataset get(index 13) failed: record is damaged");
         /* A callback that sets no message: the status's text, never an earlier message. */
         d.fail_silent = 1;
         while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {

@@ -306,8 +306,8 @@ static void test_nonfinite(void)
     CHECK_OK(NULL, nn_ctx_new(&g));
     float v[4] = {NAN, INFINITY, -INFINITY, 0.5f};
     nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, (int64_t[]){1, 4}), 1);
-    nn_tensor *outs[6] = {nn_gelu(g, x, 0), nn_gelu(g, x, 1), nn_tanh(g, x), nn_sigmoid(g, x),
-                          nn_softmax(g, x, 1), NULL};
+    nn_tensor *outs[6] = {nn_gelu(g, x, 0), nn_gelu(g, x, 1),    nn_tanh(g, x),
+                          nn_sigmoid(g, x), nn_softmax(g, x, 1), NULL};
     int32_t target = 3;
     outs[5] = nn_cross_entropy(g, x, &target, NULL);
     nn_tensor *sum = NULL;
