@@ -82,6 +82,9 @@ int accel__st_parse_gen(const json_t *a, uint64_t s[ACCEL_RNG_STATE_WORDS]);
 /* dir/name as a JSON object (owned: json_decref); ACCEL_ECORRUPT naming a missing or
  * malformed file. */
 accel_status accel__st_read_json(const char *dir, const char *name, json_t **out);
+/* The state buffers of opt with their torch name prefixes ("exp_avg."); NULL buffers are
+ * absent. Returns how many slots are used (1 for SGD, 3 for Adam). */
+int accel__st_optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3]);
 /* Fields of an object; *bad = 1 when missing or of another type. */
 long long accel__st_jint(const json_t *o, const char *key, int *bad);
 double accel__st_jreal(const json_t *o, const char *key, int *bad);

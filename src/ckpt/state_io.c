@@ -337,8 +337,7 @@ static const char *optim_kind_name(accel__optim_kind k)
     return k == ACCEL__SGD ? "sgd" : k == ACCEL__ADAM ? "adam" : "adamw";
 }
 
-/* The state buffers of opt with their torch names (NULL buffers are absent). */
-static int optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3])
+int accel__st_optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3])
 {
     if (opt->kind == ACCEL__SGD) {
         names[0] = "momentum_buffer.";
@@ -380,7 +379,7 @@ static accel_status write_optimizer(const accel_optimizer *opt, const char *dir,
     const accel_model *m = opt->model;
     const char *bnames[3] = {0};
     float *bufs[3] = {0};
-    int nb = optim_buffers(opt, bnames, bufs);
+    int nb = accel__st_optim_buffers(opt, bnames, bufs);
     size_t np = (size_t)m->n_params, cap = np * 3 + 1;
     accel_named_tensor *ts = accel__calloc(cap, sizeof(*ts));
     char **names = accel__calloc(cap, sizeof(*names));

@@ -12,10 +12,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/parallel.h"
 #include "ckpt/atomic.h"
 #include "ckpt/state.h"
 #include "train/train_internal.h"
 #include "train/train_state.h"
+
+/* Tensor bytes copied into live buffers, at most COPY_PIECE at once. */
+#define COPY_PIECE ((size_t)16 << 20)
+typedef struct copy_job {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} copy_job;
 
 typedef struct opt_plan {
     accel_safetensors *file;
@@ -45,6 +54,8 @@ struct accel__state_plan {
     int sync_gradients;
     accel_loader_position *pos; /* n_loaders */
     accel_safetensors *grads;
+    copy_job *copies; /* every tensor copy of the apply */
+    size_t n_copies, cap_copies, copy_nbytes;
 };
 
 void accel__state_plan_free(accel__state_plan *p)
@@ -70,6 +81,7 @@ void accel__state_plan_free(accel__state_plan *p)
     accel__free(p->custom_n);
     accel__free(p->pos);
     accel__ckpt_marker_release(&p->marker);
+    accel__free(p->copies);
     accel__free(p);
 }
 
@@ -233,18 +245,7 @@ static accel_status plan_optim(accel__state_plan *p, const char *dir, int i)
     ACCEL_TRY(plan_optim_meta(op, opt, name));
     const char *bnames[3] = {0};
     float *bufs[3] = {0};
-    int nb = opt->kind == ACCEL__SGD ? 1 : 3;
-    if (opt->kind == ACCEL__SGD) {
-        bnames[0] = "momentum_buffer.";
-        bufs[0] = opt->state_a;
-    } else {
-        bnames[0] = "exp_avg.";
-        bnames[1] = "exp_avg_sq.";
-        bnames[2] = "max_exp_avg_sq.";
-        bufs[0] = opt->state_a;
-        bufs[1] = opt->state_b;
-        bufs[2] = opt->state_c;
-    }
+    int nb = accel__st_optim_buffers(opt, bnames, bufs);
     size_t expect = 0;
     for (int b = 0; b < nb; b++) {
         if (bufs[b] == NULL) {
@@ -437,6 +438,70 @@ static accel_status plan_grads(accel *acc, accel__state_plan *p, const char *dir
     return ACCEL_OK;
 }
 
+/* Plans the copy of tensor `prefix + name` of st into base for every parameter of m
+ * (validated), in pieces of at most COPY_PIECE bytes so the copies spread over threads. */
+static accel_status plan_copies(accel__state_plan *p, const accel_safetensors *st,
+                                const char *prefix, const accel_model *m, float *base)
+{
+    for (int k = 0; k < m->n_params; k++) {
+        const accel_param *prm = &m->params[k];
+        char tname[ACCEL_PARAM_NAME_MAX + 32];
+        snprintf(tname, sizeof tname, "%s%s", prefix, prm->name);
+        accel_tensor t;
+        if (accel_safetensors_get(st, tname, &t) != ACCEL_OK) {
+            continue;
+        }
+        size_t nbytes = prm->numel * sizeof(float);
+        for (size_t off = 0; off < nbytes; off += COPY_PIECE) {
+            if (p->n_copies == p->cap_copies) {
+                size_t cap = p->cap_copies ? 2 * p->cap_copies : 64;
+                copy_job *v = accel__realloc(p->copies, cap * sizeof(*v));
+                if (v == NULL) {
+                    return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+                }
+                p->copies = v;
+                p->cap_copies = cap;
+            }
+            size_t n = nbytes - off < COPY_PIECE ? nbytes - off : COPY_PIECE;
+            p->copies[p->n_copies++] =
+                (copy_job){(char *)(base + prm->offset) + off, (const char *)t.data + off, n};
+            p->copy_nbytes += n;
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* Every tensor copy of the load: models, optimizer state, open-window gradients. */
+static accel_status plan_all_copies(accel__state_plan *p)
+{
+    for (int i = 0; i < p->o.n_models; i++) {
+        ACCEL_TRY(plan_copies(p, p->models[i], "", p->o.models[i], p->o.models[i]->master));
+    }
+    for (int i = 0; i < p->o.n_opts; i++) {
+        const accel_optimizer *opt = p->o.opts[i];
+        const char *names[3] = {0};
+        float *bufs[3] = {0};
+        int nb = accel__st_optim_buffers(opt, names, bufs);
+        for (int b = 0; b < nb; b++) {
+            if (bufs[b] != NULL) {
+                ACCEL_TRY(plan_copies(p, p->opts[i].file, names[b], opt->model, bufs[b]));
+            }
+        }
+    }
+    for (int i = 0; p->grads != NULL && i < p->o.n_models; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "%d/", i);
+        ACCEL_TRY(plan_copies(p, p->grads, prefix, p->o.models[i], p->o.models[i]->grad));
+    }
+    return ACCEL_OK;
+}
+
+static void run_copy(void *ctx, size_t i)
+{
+    const copy_job *c = &((const copy_job *)ctx)[i];
+    memcpy(c->dst, c->src, c->nbytes);
+}
+
 static accel_status check_counts(const accel__state_plan *p, const char *dir)
 {
     const accel__state_info *f = &p->info;
@@ -519,27 +584,15 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
     if (st == ACCEL_OK && p->info.has_grads && p->exact) {
         st = plan_grads(acc, p, dir);
     }
+    if (st == ACCEL_OK) {
+        st = plan_all_copies(p); /* allocates now: applying cannot fail */
+    }
     if (st != ACCEL_OK) {
         accel__state_plan_free(p);
         return st;
     }
     *out = p;
     return ACCEL_OK;
-}
-
-/* Copies tensor `prefix + name` of st into dst for every parameter of m (validated). */
-static void copy_params(const accel_safetensors *st, const char *prefix, const accel_model *m,
-                        float *base)
-{
-    for (int k = 0; k < m->n_params; k++) {
-        const accel_param *p = &m->params[k];
-        char tname[ACCEL_PARAM_NAME_MAX + 32];
-        snprintf(tname, sizeof tname, "%s%s", prefix, p->name);
-        accel_tensor t;
-        if (accel_safetensors_get(st, tname, &t) == ACCEL_OK) {
-            memcpy(base + p->offset, t.data, p->numel * sizeof(float));
-        }
-    }
 }
 
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
@@ -556,25 +609,14 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
                                  i, i, accel__cause(st));
         }
     }
+    /* The tensors (planned and validated): on the process's CPUs together. */
+    accel__parallel_for(p->n_copies, p->copy_nbytes, run_copy, p->copies);
     for (int i = 0; i < p->o.n_models; i++) {
-        accel_model *m = p->o.models[i];
-        copy_params(p->models[i], "", m, m->master);
-        accel__model_refresh_compute(m);
+        accel__model_refresh_compute(p->o.models[i]);
     }
     for (int i = 0; i < p->o.n_opts; i++) {
         accel_optimizer *opt = p->o.opts[i];
         opt_plan *op = &p->opts[i];
-        if (opt->kind == ACCEL__SGD) {
-            if (opt->state_a) {
-                copy_params(op->file, "momentum_buffer.", opt->model, opt->state_a);
-            }
-        } else {
-            copy_params(op->file, "exp_avg.", opt->model, opt->state_a);
-            copy_params(op->file, "exp_avg_sq.", opt->model, opt->state_b);
-            if (opt->state_c) {
-                copy_params(op->file, "max_exp_avg_sq.", opt->model, opt->state_c);
-            }
-        }
         opt->n_steps = op->n_steps;
         opt->step_was_skipped = op->step_was_skipped;
         opt->momentum = op->momentum;
@@ -595,13 +637,7 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     if (p->has_scaler) {
         (void)accel__scaler_set(acc, p->scale, p->growth_tracker); /* checked in plan_scaler */
     }
-    if (p->grads != NULL) {
-        for (int i = 0; i < p->o.n_models; i++) {
-            char prefix[32];
-            snprintf(prefix, sizeof prefix, "%d/", i);
-            copy_params(p->grads, prefix, p->o.models[i], p->o.models[i]->grad);
-        }
-    } else if (p->info.has_grads) {
+    if (p->grads == NULL && p->info.has_grads) {
         accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_load_state: the checkpoint was saved inside an accumulation window by "
                    "%d processes; its gradients are not loaded on %d",

@@ -14,9 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +28,7 @@
 #endif
 
 #include "base/fs.h"
+#include "base/parallel.h"
 #include "core/internal.h"
 
 /* ---- checksums ---- */
@@ -39,8 +37,8 @@
  * A file's checksum: the file is cut into blocks of ACCEL__CKPT_BLOCK bytes (the last one
  * shorter, an empty file has one empty block); the checksum is the XXH3-64 of the
  * concatenated little-endian XXH3-64s of its blocks. Blocks hash in parallel on the CPUs this
- * process may run on (threads started per call and joined, so a fork never inherits a pool),
- * so verifying a folder costs a fraction of reading it.
+ * process may run on (accel__parallel_for), so verifying a folder costs a fraction of reading
+ * it.
  */
 #define ACCEL__CKPT_BLOCK ((size_t)16 << 20)
 /* The marker's name for it ("checksum"). */
@@ -92,15 +90,15 @@ static accel_status map_file(const char *path, mapped *m)
     return st;
 }
 
-/* The blocks of a list of mapped files, shared by the hashing threads. */
+/* The blocks of a list of mapped files, for the hashing loop. */
 typedef struct hash_work {
     mapped *m;
-    size_t n_blocks;
-    atomic_size_t next;
 } hash_work;
 
-static void hash_block(mapped *m, size_t b)
+/* Block b of the list: file f, block k of it. */
+static void hash_block(void *ctx, size_t b)
 {
+    mapped *m = ((hash_work *)ctx)->m;
     size_t f = 0, k = b;
     while (k >= m[f].n / ACCEL__CKPT_BLOCK + 1) {
         k -= m[f].n / ACCEL__CKPT_BLOCK + 1;
@@ -108,41 +106,14 @@ static void hash_block(mapped *m, size_t b)
     }
     size_t off = k * ACCEL__CKPT_BLOCK;
     size_t len = m[f].n - off < ACCEL__CKPT_BLOCK ? m[f].n - off : ACCEL__CKPT_BLOCK;
+    if (len > 0) {
+        /* A file not in the page cache: ask for the whole block at once, so the threads do not
+         * each fault their way through it (offsets are multiples of the block: page-aligned). */
+        (void)madvise((void *)(m[f].p + off), len, MADV_WILLNEED);
+    }
     uint64_t h = XXH3_64bits(m[f].p ? m[f].p + off : (const void *)"", len);
     for (int byte = 0; byte < 8; byte++) {
         m[f].block_sums[8 * k + (size_t)byte] = (unsigned char)(h >> (8 * byte));
-    }
-}
-
-static void *hash_worker(void *arg)
-{
-    hash_work *w = arg;
-    for (size_t b; (b = atomic_fetch_add(&w->next, 1)) < w->n_blocks;) {
-        hash_block(w->m, b);
-    }
-    return NULL;
-}
-
-/* Hashes every block, on up to 8 threads (the CPUs this process may use) when there is more
- * than a little to hash. */
-static void hash_blocks(mapped *m, size_t n_blocks, size_t nbytes)
-{
-    hash_work w = {m, n_blocks, 0};
-    pthread_t tid[7];
-    int n_threads = 0;
-    cpu_set_t cpus;
-    int n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    int want = n_cpus < 8 ? n_cpus : 8;
-    if (want > (int)n_blocks) {
-        want = (int)n_blocks;
-    }
-    while (nbytes > 2 * ACCEL__CKPT_BLOCK && n_threads + 1 < want &&
-           pthread_create(&tid[n_threads], NULL, hash_worker, &w) == 0) {
-        n_threads++;
-    }
-    hash_worker(&w);
-    for (int t = 0; t < n_threads; t++) {
-        pthread_join(tid[t], NULL);
     }
 }
 
@@ -170,7 +141,8 @@ static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums,
         nbytes += m[mapped_n].n;
     }
     if (st == ACCEL_OK) {
-        hash_blocks(m, n_blocks, nbytes);
+        hash_work w = {m};
+        accel__parallel_for(n_blocks, nbytes, hash_block, &w);
         for (size_t f = 0; f < n; f++) {
             sums[f] = XXH3_64bits(m[f].block_sums, 8 * (m[f].n / ACCEL__CKPT_BLOCK + 1));
             sizes[f] = (int64_t)m[f].n;
