@@ -63,8 +63,11 @@ static accel_status map_file(const char *path, mapped *m)
     }
     struct stat sb;
     accel_status st = ACCEL_OK;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = accel__seterr(NULL, ACCEL_ECORRUPT, "%s is not a regular file", path);
+    if (fstat(fd, &sb) != 0) {
+        st = accel__seterr(NULL, ACCEL_EIO, "cannot stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = accel__seterr(NULL, ACCEL_ECORRUPT, "%s is %s, not a regular file", path,
+                           accel__file_kind(sb.st_mode));
     }
     m->n = st == ACCEL_OK ? (size_t)sb.st_size : 0;
     m->p = NULL;
@@ -90,15 +93,10 @@ static accel_status map_file(const char *path, mapped *m)
     return st;
 }
 
-/* The blocks of a list of mapped files, for the hashing loop. */
-typedef struct hash_work {
-    mapped *m;
-} hash_work;
-
-/* Block b of the list: file f, block k of it. */
+/* Block b of the list of mapped files m (ctx): file f, block k of it. */
 static void hash_block(void *ctx, size_t b)
 {
-    mapped *m = ((hash_work *)ctx)->m;
+    mapped *m = ctx;
     size_t f = 0, k = b;
     while (k >= m[f].n / ACCEL__CKPT_BLOCK + 1) {
         k -= m[f].n / ACCEL__CKPT_BLOCK + 1;
@@ -141,8 +139,7 @@ static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums,
         nbytes += m[mapped_n].n;
     }
     if (st == ACCEL_OK) {
-        hash_work w = {m};
-        accel__parallel_for(n_blocks, nbytes, hash_block, &w);
+        accel__parallel_for(n_blocks, nbytes, hash_block, m);
         for (size_t f = 0; f < n; f++) {
             sums[f] = XXH3_64bits(m[f].block_sums, 8 * (m[f].n / ACCEL__CKPT_BLOCK + 1));
             sizes[f] = (int64_t)m[f].n;
