@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <string.h>
 
 #include "accel/accel.h"
 
@@ -37,6 +38,20 @@
         if (check_st_ != ACCEL_OK) {                                                               \
             fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,               \
                     accel_status_name(check_st_), accel_last_error(acc));                          \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* A call that must fail with status `want` and exactly the message `text` (accel_last_error of
+ * `acc`, NULL: the thread's), so chained messages ("X failed: <cause>") are checked whole. */
+#define CHECK_ERR(acc, call, want, text)                                                           \
+    do {                                                                                           \
+        accel_status check_st_ = (call);                                                           \
+        const char *check_msg_ = accel_last_error(acc);                                            \
+        if (check_st_ != (want) || strcmp(check_msg_, (text)) != 0) {                              \
+            fprintf(stderr, "%s:%d: %s: got %s \"%s\"\n    expected %s \"%s\"\n", __FILE__,        \
+                    __LINE__, #call, accel_status_name(check_st_), check_msg_,                     \
+                    accel_status_name(want), (text));                                              \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)

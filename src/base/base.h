@@ -54,6 +54,12 @@ accel_status accel__seterr(accel *acc, accel_status st, const char *fmt, ...) AC
 accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_list ap);
 /* Copies the thread's last error onto acc (after a call into a handle-less layer). */
 accel_status accel__adopt_thread_error(accel *acc, accel_status st);
+/* Before calling the user's code (callbacks that return a status): empties the thread's
+ * message, so that accel__cause afterwards tells a message the callback set (through an accel
+ * call that failed) from a stale one. */
+void accel__clear_error(void);
+/* The thread's message when something set one since accel__clear_error, else the text of st. */
+const char *accel__cause(accel_status st);
 
 /* Propagate a failure (NCCLCHECK style). The callee has already set the message. */
 #define ACCEL_TRY(call)                                                                            \

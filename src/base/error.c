@@ -54,6 +54,16 @@ accel_status accel__adopt_thread_error(accel *acc, accel_status st)
     return st;
 }
 
+void accel__clear_error(void)
+{
+    thread_msg[0] = '\0';
+}
+
+const char *accel__cause(accel_status st)
+{
+    return thread_msg[0] != '\0' ? thread_msg : accel_status_str(st);
+}
+
 const char *accel_last_error(const accel *acc)
 {
     return acc != NULL ? errbuf_of(acc)->msg : thread_msg;

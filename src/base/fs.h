@@ -52,6 +52,8 @@ char *accel__path_join(const char *a, const char *b);
 /* 1 when `path` is a directory / a regular file. */
 int accel__is_dir(const char *path);
 int accel__is_file(const char *path);
+/* What a stat mode is, for messages: "a directory", "a FIFO", "a socket", ... */
+const char *accel__file_kind(unsigned mode);
 
 /* Seconds since the epoch (for file names and timestamps; accel__now is monotonic). */
 double accel__wall_time(void);

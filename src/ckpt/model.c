@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "ckpt/atomic.h"
@@ -268,9 +269,9 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
         char *index = accel__path_join(path, "model.safetensors.index.json");
         if (single == NULL || index == NULL) {
             st = ACCEL_ENOMEM;
-        } else if (accel__is_file(single)) {
-            st = add_file(&c, single);
-        } else if (accel__is_file(index)) {
+        } else if (access(single, F_OK) == 0) {
+            st = add_file(&c, single); /* refuses what is not a regular file, saying what */
+        } else if (access(index, F_OK) == 0) {
             st = open_index(&c, index);
         } else {
             st = accel__seterr(NULL, ACCEL_ENOTFOUND,

@@ -600,13 +600,17 @@ accel_status accel_safetensors_open(accel_safetensors **out, const char *path)
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory opening %s", path);
     }
     accel_status rc = ACCEL_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb;
     if (fd < 0) {
         rc = accel__seterr(NULL, errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
                            "cannot open %s: %s", path, strerror(errno));
-    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = accel__seterr(NULL, ACCEL_EIO, "%s is not a readable regular file", path);
+    } else if (fstat(fd, &sb) != 0) {
+        rc = accel__seterr(NULL, ACCEL_EIO, "cannot stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        rc = accel__seterr(NULL, ACCEL_EINVAL, "%s is %s, not a safetensors file", path,
+                           accel__file_kind(sb.st_mode));
     } else if (sb.st_size < 8) {
         char sz[32];
         snprintf(sz, sizeof sz, "%lld", (long long)sb.st_size);

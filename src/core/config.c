@@ -13,14 +13,18 @@
  * default location on its own, so a file written for Python must not stop C programs.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
+#include "base/fs.h"
 #include "config.h"
 
 /* ---- a top-level value: a scalar, or a mapping / sequence summarised ---- */
@@ -543,14 +547,30 @@ accel_status accel__config_load(const char *path, accel__config *out)
     if (c.explicit_path) {
         snprintf(c.path, sizeof(c.path), "%s", path);
     }
-    FILE *f = fopen(c.path, "rb");
-    if (f == NULL) {
+    /* O_NONBLOCK and fstat: a directory or a FIFO is named as such (it would otherwise be a
+     * YAML error, or block the open). */
+    int fd = open(c.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) {
         if (!c.explicit_path && errno == ENOENT) {
             *out = c; /* no default config: everything falls back to defaults */
             return ACCEL_OK;
         }
         return accel__seterr(NULL, c.explicit_path && errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
                              "config file %s: %s", c.path, strerror(errno));
+    }
+    int is_stat = fstat(fd, &sb) == 0;
+    if (!is_stat || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return is_stat
+                   ? accel__seterr(NULL, ACCEL_EINVAL, "config file %s is %s, not a YAML file",
+                                   c.path, accel__file_kind(sb.st_mode))
+                   : accel__seterr(NULL, ACCEL_EIO, "config file %s: %s", c.path, strerror(errno));
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (f == NULL) {
+        close(fd);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "config file %s: %s", c.path, strerror(errno));
     }
     accel_status st = parse(&c, f);
     fclose(f);

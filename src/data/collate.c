@@ -45,14 +45,35 @@ void accel__bufset_free(accel__bufset *s)
     accel__free(s);
 }
 
+/* Scratch of a sample or batch, with the reason when there is none. */
+static void *scratch(const char *who, void *priv, int field, size_t nbytes)
+{
+    if (priv == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL,
+                      "%s: the %s has no scratch memory (it was not given by a loader)", who,
+                      strstr(who, "sample") ? "sample" : "batch");
+        return NULL;
+    }
+    if (field < 0 || field >= ACCEL_MAX_FIELDS) {
+        accel__seterr(NULL, ACCEL_EINVAL, "%s: field %d out of range (0..%d)", who, field,
+                      ACCEL_MAX_FIELDS - 1);
+        return NULL;
+    }
+    void *p = accel__bufset_get(priv, field, nbytes);
+    if (p == NULL) {
+        accel__seterr(NULL, ACCEL_ENOMEM, "%s: out of memory for %zu bytes", who, nbytes);
+    }
+    return p;
+}
+
 void *accel_sample_scratch(accel_sample *s, int field, size_t nbytes)
 {
-    return s == NULL ? NULL : accel__bufset_get(s->priv, field, nbytes);
+    return scratch("accel_sample_scratch", s ? s->priv : NULL, field, nbytes);
 }
 
 void *accel_batch_scratch(accel_batch *b, int field, size_t nbytes)
 {
-    return b == NULL ? NULL : accel__bufset_get(b->priv, field, nbytes);
+    return scratch("accel_batch_scratch", b ? b->priv : NULL, field, nbytes);
 }
 
 const accel_tensor *accel_batch_field(const accel_batch *b, const char *name)

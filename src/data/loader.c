@@ -147,10 +147,11 @@ static accel_status begin_epoch(accel_loader *l)
                                      "cannot start epoch %lld",
                                      (long long)l->epoch);
             }
+            accel__clear_error();
             accel_status st = l->ds.reset(l->ds.ctx, l->epoch);
             if (st != ACCEL_OK) {
                 return accel__seterr(acc, st, "loader: dataset reset(epoch %lld): %s",
-                                     (long long)l->epoch, accel_last_error(NULL));
+                                     (long long)l->epoch, accel__cause(st));
             }
         }
         int64_t want = sharded ? total_batch_size(l) : l->o.batch_size;
@@ -217,12 +218,11 @@ static accel_status collate(accel_loader *l, const accel_sample *s, int64_t n,
 {
     out->n_fields = 0;
     if (l->o.collate != NULL) {
+        accel__clear_error();
         accel_status st = l->o.collate(l->o.collate_ctx, s, n, out);
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             return accel__seterr(NULL, st, "loader: collate of %lld samples: %s", (long long)n,
-                                 msg);
+                                 accel__cause(st));
         }
         out->rows = n;
         return ACCEL_OK;
@@ -257,12 +257,11 @@ void accel__loader_build(accel_loader *l, int64_t k, accel_sample *samples, acce
     accel_status st = ACCEL_OK;
     for (int64_t i = 0; i < n && st == ACCEL_OK; i++) {
         samples[i].n_fields = 0;
+        accel__clear_error();
         st = l->ds.get(l->ds.ctx, idx[i], &samples[i]);
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             st = accel__seterr(NULL, st, "loader: dataset get(index %lld) failed: %s",
-                               (long long)idx[i], msg[0] ? msg : accel_status_str(st));
+                               (long long)idx[i], accel__cause(st));
         }
     }
     if (st == ACCEL_OK) {
@@ -283,15 +282,14 @@ accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, 
     *got = 0;
     for (int64_t i = 0; i < want; i++) {
         buf[i].n_fields = 0;
+        accel__clear_error();
         accel_status st = l->ds.next(l->ds.ctx, &buf[i]);
         if (st == ACCEL_EOF) {
             break;
         }
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             return accel__seterr(NULL, st, "loader: dataset next() failed in epoch %lld: %s",
-                                 (long long)l->epoch, msg[0] ? msg : accel_status_str(st));
+                                 (long long)l->epoch, accel__cause(st));
         }
         (*got)++;
     }
@@ -380,10 +378,14 @@ accel_status accel__base_next(accel_loader *l, accel_batch **out)
     return ACCEL_OK;
 }
 
+/* Ends the epoch after a failure with message `msg`, which may be the thread's message or a
+ * worker slot's: both can change while the workers stop, so it is kept first. */
 static accel_status fail_epoch(accel_loader *l, accel_status st, const char *msg)
 {
+    char keep[ACCEL__ERRMSG_NBYTES];
+    snprintf(keep, sizeof(keep), "%s", msg);
     end_epoch(l, 1);
-    return accel__seterr(l->acc, st, "%s", msg);
+    return accel__seterr(l->acc, st, "%s", keep);
 }
 
 static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
@@ -407,9 +409,7 @@ static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
         accel__loader_build(l, k, l->samples, slot);
     }
     if (slot->st != ACCEL_OK) {
-        char msg[ACCEL__ERRMSG_NBYTES];
-        snprintf(msg, sizeof(msg), "%s", slot->err);
-        return fail_epoch(l, slot->st, msg);
+        return fail_epoch(l, slot->st, slot->err);
     }
     l->k++;
     *last = l->k == l->n_batches;

@@ -435,11 +435,10 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
                                     const nn_backward_hooks *hooks)
 {
     if (out == NULL) {
-        /* The thread's message is the failing op's; copy it before overwriting it. */
-        char prev[256];
-        snprintf(prev, sizeof(prev), "%s", accel_last_error(NULL));
+        /* The thread's message is the failing op's. */
         return accel__seterr(NULL, ACCEL_EINVAL,
-                             "nn_backward: loss is NULL (a forward op failed: %s)", prev);
+                             "nn_backward: loss is NULL (a forward op failed: %s)",
+                             accel_last_error(NULL));
     }
     if (out->base != NULL || out->param_index >= 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,

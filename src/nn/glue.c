@@ -80,10 +80,12 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     if (st != ACCEL_OK) {
         accel__adopt_thread_error(acc, st);
     }
-    /* End the pass even after a failure so the model's backward state is closed. */
+    /* End the pass even after a failure so the model's backward state is closed. When that
+     * fails too (a bucket launched by the failed pass broke the communicator), its status goes
+     * with its message, which is the thread's last. */
     accel_status end = accel_backward_end(acc);
     accel_profile_pop(acc);
-    return st != ACCEL_OK ? st : end;
+    return end != ACCEL_OK ? end : st;
 }
 
 accel_status accel_autocast_begin(accel *acc, nn_ctx *g, int enabled)

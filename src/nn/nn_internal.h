@@ -217,7 +217,8 @@ static inline float nn__uniform(uint64_t key, uint64_t i)
 
 /* ---- vectorisable math: branch-free so loops with NN_SIMD vectorise ---- */
 
-/* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside. */
+/* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside (+-inf included); NaN
+ * gives NaN. */
 static inline float nn__expf(float x)
 {
     x = x < -87.0f ? -87.0f : x;
@@ -237,6 +238,10 @@ static inline float nn__expf(float x)
         int32_t i;
         float f;
     } u;
+    /* NaN (NaN weights, a diverged run) passes the clamps and makes p NaN, the right result,
+     * but must not reach the float-to-int conversion: that is undefined behaviour. A select,
+     * so the loop still vectorises. */
+    n = n == n ? n : 0.0f;
     u.i = ((int32_t)n + 127) << 23;
     return p * u.f;
 }

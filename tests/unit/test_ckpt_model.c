@@ -208,6 +208,20 @@ int main(void)
     test_round_trips(acc);
     test_mismatch(acc);
     test_dtypes(acc);
+    /* A folder whose model.safetensors is a FIFO: named as such, not "holds neither". */
+    char d[300], fifo[340];
+    path(d, sizeof d, "fifo_model");
+    CHECK(mkdir(d, 0700) == 0);
+    snprintf(fifo, sizeof fifo, "%s/model.safetensors", d);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, (int64_t[]){4}, NULL));
+    alarm(20);
+    char want[400];
+    snprintf(want, sizeof want, "%s is a FIFO, not a safetensors file", fifo);
+    CHECK_ERR(acc, accel_load_model(acc, m, d, 1), ACCEL_EINVAL, want);
+    alarm(0);
     accel_free(acc);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

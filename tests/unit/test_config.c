@@ -201,6 +201,18 @@ int main(void)
               ACCEL_EINVAL, "mixed_precision: \"{a: b}\"");
     init_with(write_file("alias.yaml", "distributed_type: &x NO\nmixed_precision: *x\n"),
               ACCEL_EINVAL, "aliases");
+
+    /* Not files: a folder or a FIFO given as the config file (a FIFO used to block). */
+    char fifo[300], want[400];
+    snprintf(fifo, sizeof fifo, "%s/pipe.yaml", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    snprintf(want, sizeof want, "config file %s is a directory, not a YAML file", dir);
+    init_with(dir, ACCEL_EINVAL, want);
+    snprintf(want, sizeof want, "config file %s is a FIFO, not a YAML file", fifo);
+    init_with(fifo, ACCEL_EINVAL, want);
+    alarm(0);
+
     init_with(write_file("missing.yaml", "mixed_precision: bf16\n"), ACCEL_EINVAL,
               "distributed_type is required");
     init_with(write_file("badmp.yaml", "distributed_type: NO\nmixed_precision: fp12\n"),

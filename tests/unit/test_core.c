@@ -1,8 +1,10 @@
-/* Core: status and dtype tables, option resolution and process-layout parsing from the env. */
+/* Core: status and dtype tables, option resolution and process-layout parsing from the env,
+ * and chained error messages (a message formatted from the previous one). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "core/internal.h"
 
 static void clear_env(void)
 {
@@ -192,8 +194,35 @@ static void test_launched_one_process(void)
     clear_env();
 }
 
+/* "X failed: %s" with the previous message as argument: the argument is the very buffer being
+ * written (the thread's, or the handle's), which must not garble the result. */
+static void test_chained_errors(void)
+{
+    accel__seterr(NULL, ACCEL_EIO, "inner cause %d", 7);
+    CHECK_ERR(NULL, accel__seterr(NULL, ACCEL_EPEER, "outer failed: %s", accel_last_error(NULL)),
+              ACCEL_EPEER, "outer failed: inner cause 7");
+    CHECK_ERR(NULL,
+              accel__seterr(NULL, ACCEL_EPEER, "%s; again: %s", accel_last_error(NULL),
+                            accel_last_error(NULL)),
+              ACCEL_EPEER, "outer failed: inner cause 7; again: outer failed: inner cause 7");
+    accel *acc;
+    clear_env();
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    accel__seterr(acc, ACCEL_EIO, "handle cause");
+    CHECK_ERR(acc, accel__seterr(acc, ACCEL_ECORRUPT, "wrapped: %s", accel_last_error(acc)),
+              ACCEL_ECORRUPT, "wrapped: handle cause");
+    CHECK(strcmp(accel_last_error(NULL), "wrapped: handle cause") == 0);
+    CHECK_ERR(acc, accel__seterr(acc, ACCEL_EIO, "twice: %s", accel_last_error(NULL)), ACCEL_EIO,
+              "twice: wrapped: handle cause");
+    /* adopt copies the thread's message onto the handle. */
+    accel__seterr(NULL, ACCEL_ETIMEDOUT, "thread only");
+    CHECK_ERR(acc, accel__adopt_thread_error(acc, ACCEL_ETIMEDOUT), ACCEL_ETIMEDOUT, "thread only");
+    accel_free(acc);
+}
+
 int main(void)
 {
+    test_chained_errors();
     test_tables();
     test_single_process();
     test_env_precedence();

@@ -323,6 +323,20 @@ static void test_corpus(void)
     accel_safetensors_close(st);
 }
 
+/* A FIFO or a folder given as a safetensors file is refused at once, saying what it is (a FIFO
+ * used to block the open forever: the alarm fails the test instead of hanging it). */
+static void test_not_files(void)
+{
+    char fifo[300];
+    snprintf(fifo, sizeof fifo, "%s/pipe.safetensors", g_dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    expect_bad(fifo, ACCEL_EINVAL, "is a FIFO, not a safetensors file");
+    expect_bad(g_dir, ACCEL_EINVAL, "is a directory, not a safetensors file");
+    alarm(0);
+    unlink(fifo);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_test_st_%d", (int)getpid());
@@ -331,6 +345,7 @@ int main(void)
     test_round_trip();
     test_write_errors();
     test_corpus();
+    test_not_files();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);
