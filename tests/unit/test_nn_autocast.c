@@ -200,8 +200,11 @@ static void check_auto(void)
     nn_tensor *y = nn_linear_forward(g, &l, x);
     CHECK(y != NULL);
     CHECK(nn_ctx_autocast_dtype(g) == ACCEL_BF16); /* learned from the model's parameters */
-    /* The forward read the working copy: same as rounding the master weights. */
-    const float *wc = accel_model_compute(m) + accel_model_param(m, 0)->offset;
+    /* The forward read the working copy (stored in bf16): same as rounding the master weights. */
+    const accel_tensor *cv = &accel_model_param(m, 0)->compute_view;
+    CHECK(cv->dtype == ACCEL_BF16 && cv->data != NULL);
+    float wc[NO * K];
+    CHECK_OK(NULL, accel_convert(wc, ACCEL_F32, cv->data, ACCEL_BF16, NO * K));
     for (int i = 0; i < NO * K; i++) {
         CHECK(wc[i] == round_to(ACCEL_BF16, l.weight->data[i]));
     }
