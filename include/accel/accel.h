@@ -1,7 +1,7 @@
 /*
  * accel/accel.h - the umbrella header: every accel header except the optional nn toolkit
  * (accel/nn.h) and the CUDA interop header (accel/cuda.h). Each header it includes also
- * compiles on its own.
+ * compiles on its own, with C99 or later (the library itself is C11).
  *
  *   core.h         the Accelerator: options, init, process state and control, prepare, seeds
  *   collectives.h  collectives on buffers and tensors, symmetric shared memory

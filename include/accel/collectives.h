@@ -26,8 +26,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel;
-
 typedef enum accel_reduce_op {
     ACCEL_SUM = 0,
     ACCEL_AVG = 1, /* sum / num_processes; integers truncate toward zero; not for BOOL */

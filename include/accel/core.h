@@ -46,8 +46,6 @@ extern "C" {
 /* The version of the accel_options layout; bumped when fields are appended. */
 #define ACCEL_OPTIONS_VERSION 2
 
-typedef struct accel accel;
-
 /* Mixed precision. ACCEL_PRECISION_UNSET falls back to ACCELERATE_MIXED_PRECISION, then "no". */
 typedef enum accel_precision {
     ACCEL_PRECISION_UNSET = -1,

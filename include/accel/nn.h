@@ -479,9 +479,6 @@ ACCEL_API double nn_gpt_train_flops(const nn_gpt_config *cfg, int64_t B, int64_t
 /* The link to the training module (src/nn/glue.c): nn parameters as views into an
  * accel_model's flat buffers, and accel_backward over the tape. */
 
-typedef struct accel accel;
-typedef struct accel_model accel_model;
-
 /*
  * A sink that registers each declared parameter in `model` (accel_model_add_param, same name
  * and shape) and binds it to the model's master weights and gradient views (allocating the

@@ -52,7 +52,10 @@ ACCEL_API const char *accel_status_name(accel_status st);
  * string. Thread-safe. */
 ACCEL_API const char *accel_status_str(accel_status st);
 
+/* The accelerator and the model, which most headers name, declared here once: C99, all that
+ * these headers need (the library itself is C11), does not allow repeating a typedef. */
 typedef struct accel accel;
+typedef struct accel_model accel_model;
 
 /*
  * The message of the last failure: on `acc` when acc != NULL, else of the calling thread

@@ -51,8 +51,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel;
-typedef struct accel_model accel_model;
 typedef struct accel_optimizer accel_optimizer;
 typedef struct accel_scheduler accel_scheduler;
 

@@ -148,6 +148,11 @@ int accel__parse_bool(const char *s);
 /* Monotonic seconds (CLOCK_MONOTONIC). */
 double accel__now(void);
 
+/* ---- Messages ---- */
+
+/* A shape for messages, "[768, 3072]" (truncated to fit buf). Returns buf. */
+const char *accel__shape_str(char *buf, size_t nbytes, int ndim, const int64_t *shape);
+
 /* ---- Device work ordering, shared by comm and device ---- */
 
 /* A device stream and an event on it, defined by the device implementation (src/device/).

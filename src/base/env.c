@@ -41,7 +41,7 @@ static const accel__env_var env_table[] = {
     /* Accelerate's variables, with Accelerate's meanings. */
     {"ACCELERATE_MIXED_PRECISION", ACCEL__ENV_STRING, "no", "no | fp16 | bf16 | fp8"},
     {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ACCEL__ENV_INT, "1",
-     "micro-steps per optimizer step (overrides the argument, as in Accelerate)"},
+     "micro-steps per optimizer step; the option, when set, wins (unlike Accelerate)"},
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false", "check collective shapes across ranks"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
@@ -73,6 +73,8 @@ static const accel__env_var env_table[] = {
      "mlflow tracker: store root (a local path or file: URI; default logging_dir/mlruns)"},
     {"MLFLOW_EXPERIMENT_NAME", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: experiment name (default: the project name)"},
+    {"MLFLOW_RUN_ID", ACCEL__ENV_STRING, NULL,
+     "mlflow tracker: continue this existing run instead of starting a new one"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

@@ -167,17 +167,6 @@ static accel_status open_index(load_ctx *c, const char *index_path)
     return st;
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && k < cap; d++) {
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    }
-    if (k < cap) {
-        snprintf(buf + k, cap - k, "]");
-    }
-}
-
 /* Matches file tensors to parameters; fills c->src_*; every error before any write. */
 static accel_status plan_load(load_ctx *c, accel_model *model, const char *path, int strict)
 {
@@ -218,12 +207,19 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
             }
             if (!same) {
                 char a[160], b[160];
-                shape_str(a, sizeof a, t.ndim, t.shape);
-                shape_str(b, sizeof b, p->ndim, p->shape);
                 return accel__seterr(NULL, ACCEL_EINVAL,
                                      "loading %s: tensor '%s' has shape %s "
                                      "in the file but %s in the model",
-                                     path, name, a, b);
+                                     path, name, accel__shape_str(a, sizeof a, t.ndim, t.shape),
+                                     accel__shape_str(b, sizeof b, p->ndim, p->shape));
+            }
+            /* C64 and the packed sub-byte dtypes have no conversion to F32: refused before any
+             * weight is written (a count of 0 only checks the pair). */
+            if (accel_convert(NULL, ACCEL_F32, NULL, t.dtype, 0) != ACCEL_OK) {
+                return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                                     "loading %s: tensor '%s' is %s, which does not convert to "
+                                     "the model's F32",
+                                     path, name, accel_dtype_name(t.dtype));
             }
             c->src_file[pi] = st;
             c->src_index[pi] = (long)i;

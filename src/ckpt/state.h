@@ -67,6 +67,8 @@ void accel__state_plan_free(accel__state_plan *p);
 typedef struct json_t json_t;
 /* "stem<ext>" for i == 0, else "stem_<i><ext>" (Accelerate's numbering). */
 void accel__st_indexed_name(char *buf, size_t cap, const char *stem, int i, const char *ext);
+/* The optimizer kind (accel__optim_kind) as saved: "sgd", "adam", "adamw". */
+const char *accel__st_optim_kind_name(int kind);
 /* "0x" + 16 hex digits. */
 int accel__st_parse_u64(const json_t *j, uint64_t *out);
 /* An array of ACCEL_RNG_STATE_WORDS hex strings, not all zero. */

@@ -310,9 +310,9 @@ static accel_status write_model(const accel_model *m, const char *dir, int i)
     return st;
 }
 
-static const char *optim_kind_name(accel__optim_kind k)
+const char *accel__st_optim_kind_name(int kind)
 {
-    return k == ACCEL__SGD ? "sgd" : k == ACCEL__ADAM ? "adam" : "adamw";
+    return kind == ACCEL__SGD ? "sgd" : kind == ACCEL__ADAM ? "adam" : "adamw";
 }
 
 /* The state buffers of opt with their torch names (NULL buffers are absent). */
@@ -344,7 +344,7 @@ static json_t *optim_meta_json(const accel_optimizer *opt)
         json_object_set_new(pg, m->params[i].name, json_integer(opt->param_group[i]));
     }
     return json_pack("{s:s,s:I,s:b,s:f,s:f,s:f,s:f,s:f,s:b,s:b,s:b,s:o,s:o}", "kind",
-                     optim_kind_name(opt->kind), "step", (json_int_t)opt->n_steps,
+                     accel__st_optim_kind_name(opt->kind), "step", (json_int_t)opt->n_steps,
                      "step_was_skipped", opt->step_was_skipped, "momentum", opt->momentum,
                      "dampening", opt->dampening, "beta1", opt->beta1, "beta2", opt->beta2, "eps",
                      opt->eps, "nesterov", opt->nesterov, "maximize", opt->maximize, "amsgrad",

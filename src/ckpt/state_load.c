@@ -93,15 +93,16 @@ static accel_status check_tensor(const accel_safetensors *st, const char *file, 
         return accel__seterr(NULL, ACCEL_EINVAL, "%s has no tensor %s (the live model has it)",
                              file, name);
     }
-    int same = t.dtype == ACCEL_F32 && t.ndim == p->ndim;
+    int same = t.ndim == p->ndim;
     for (int d = 0; same && d < p->ndim; d++) {
         same = t.shape[d] == p->shape[d];
     }
-    if (!same) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "%s: tensor %s is %s with %d dimensions; the live parameter is F32 "
-                             "with shape %d-d of %zu elements",
-                             file, name, accel_dtype_name(t.dtype), t.ndim, p->ndim, p->numel);
+    if (!same || t.dtype != ACCEL_F32) {
+        char a[160], b[160];
+        return accel__seterr(
+            NULL, ACCEL_EINVAL, "%s: tensor %s is %s %s in the checkpoint vs F32 %s in the model",
+            file, name, accel_dtype_name(t.dtype), accel__shape_str(a, sizeof a, t.ndim, t.shape),
+            accel__shape_str(b, sizeof b, p->ndim, p->shape));
     }
     *data = t.data;
     return ACCEL_OK;
@@ -126,11 +127,12 @@ static accel_status plan_model(accel__state_plan *p, const char *dir, int i)
 
 static int kind_of(const char *s)
 {
-    return !s                        ? -1
-           : strcmp(s, "sgd") == 0   ? ACCEL__SGD
-           : strcmp(s, "adam") == 0  ? ACCEL__ADAM
-           : strcmp(s, "adamw") == 0 ? ACCEL__ADAMW
-                                     : -1;
+    for (int k = ACCEL__SGD; s != NULL && k <= ACCEL__ADAMW; k++) {
+        if (strcmp(s, accel__st_optim_kind_name(k)) == 0) {
+            return k;
+        }
+    }
+    return -1;
 }
 
 /* Parses the optimizer's "accel_optimizer" metadata into op. */
@@ -142,11 +144,12 @@ static accel_status plan_optim_meta(opt_plan *op, const accel_optimizer *opt, co
     int bad = !json_is_object(j);
     accel_status st = ACCEL_OK;
     if (!bad) {
-        int kind = kind_of(json_string_value(json_object_get(j, "kind")));
-        if (kind != (int)opt->kind) {
-            st = accel__seterr(NULL, ACCEL_EINVAL,
-                               "%s holds a %s optimizer; the live one is a different kind", name,
-                               json_string_value(json_object_get(j, "kind")));
+        const char *saved = json_string_value(json_object_get(j, "kind"));
+        if (kind_of(saved) != (int)opt->kind) {
+            st =
+                accel__seterr(NULL, ACCEL_EINVAL,
+                              "%s: optimizer kind %s in the checkpoint vs %s in the live optimizer",
+                              name, saved ? saved : "(none)", accel__st_optim_kind_name(opt->kind));
         }
         op->n_steps = accel__st_jint(j, "step", &bad);
         op->step_was_skipped = json_is_true(json_object_get(j, "step_was_skipped"));

@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "base/base.h"
 #include "base/trace.h"
+#include "comm/reduce.h"
 
 extern const accel__comm_backend accel__backend_self;
 extern const accel__comm_backend accel__backend_shm;
@@ -227,12 +228,22 @@ static accel_status validate(const accel__comm *c, const accel__coll *op)
     }
     int n = c->cfg.n_ranks, me = c->cfg.rank;
     size_t es = accel_dtype_nbytes(op->dtype);
-    if ((unsigned)op->dtype >= ACCEL_DTYPE_COUNT || es == 0) {
+    if ((unsigned)op->dtype >= ACCEL_DTYPE_COUNT) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: dtype %d is not a valid accel_dtype", what,
                              (int)op->dtype);
     }
+    if (es == 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "%s: %s is a packed sub-byte dtype; collectives need whole-byte "
+                             "elements (send the bytes as U8)",
+                             what, accel_dtype_name(op->dtype));
+    }
     int reducing = op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE_SCATTER ||
                    op->kind == ACCEL__COLL_REDUCE;
+    if (reducing && !accel__reduce_supported(op->dtype)) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "%s: reducing %s is not implemented", what,
+                             accel_dtype_name(op->dtype));
+    }
     if (reducing) {
         if ((unsigned)op->op > ACCEL_PROD) {
             return accel__seterr(NULL, ACCEL_EINVAL, "%s: reduce op %d is not valid", what,

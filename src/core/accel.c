@@ -158,10 +158,13 @@ static accel_status parse_precision(const char *s, accel_precision *out)
     return ACCEL_EINVAL;
 }
 
-static accel_status resolve_options(accel_options *o)
+static accel_status resolve_options(accel_options *o, const layout *l)
 {
     accel__config cfg;
     ACCEL_TRY(accel__config_load(o->config_file, &cfg));
+    if (l->rank == 0) {
+        accel__config_warn(&cfg, l->n_ranks);
+    }
 
     /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
@@ -368,7 +371,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
 
     layout l;
     ACCEL_TRY(read_layout(&l));
-    ACCEL_TRY(resolve_options(&o));
+    ACCEL_TRY(resolve_options(&o, &l));
 
     accel *acc = accel__calloc(1, sizeof(*acc));
     if (acc == NULL) {

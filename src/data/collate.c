@@ -111,58 +111,10 @@ void accel__fill_value(void *dst, accel_dtype dt, double v, int64_t count)
 {
     size_t es = accel_dtype_nbytes(dt);
     unsigned char one[8] = {0};
-    switch (dt) {
-    case ACCEL_F32: {
-        float f = (float)v;
-        memcpy(one, &f, 4);
-        break;
-    }
-    case ACCEL_F64:
-        memcpy(one, &v, 8);
-        break;
-    case ACCEL_F16: {
-        uint16_t h = accel__f32_to_f16((float)v);
-        memcpy(one, &h, 2);
-        break;
-    }
-    case ACCEL_BF16: {
-        uint16_t h = accel__f32_to_bf16((float)v);
-        memcpy(one, &h, 2);
-        break;
-    }
-    case ACCEL_I8: {
-        int8_t x = (int8_t)v;
-        memcpy(one, &x, 1);
-        break;
-    }
-    case ACCEL_U8:
-    case ACCEL_BOOL: {
-        uint8_t x = (uint8_t)v;
-        memcpy(one, &x, 1);
-        break;
-    }
-    case ACCEL_I16: {
-        int16_t x = (int16_t)v;
-        memcpy(one, &x, 2);
-        break;
-    }
-    case ACCEL_U16: {
-        uint16_t x = (uint16_t)v;
-        memcpy(one, &x, 2);
-        break;
-    }
-    case ACCEL_I32: {
-        int32_t x = (int32_t)v;
-        memcpy(one, &x, 4);
-        break;
-    }
-    case ACCEL_I64: {
-        int64_t x = (int64_t)v;
-        memcpy(one, &x, 8);
-        break;
-    }
-    default:
-        break; /* fp8 pads with zero bytes */
+    /* accel_convert's rules (saturating integers, RNE floats); C64, which has no conversion
+     * from a real, pads with zero bytes. */
+    if (dt != ACCEL_C64) {
+        (void)accel_convert(one, dt, &v, ACCEL_F64, 1);
     }
     unsigned char *d = dst;
     for (int64_t i = 0; i < count; i++) {

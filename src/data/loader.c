@@ -497,11 +497,9 @@ accel_status accel_loader_next(accel_loader *l, accel_batch **out)
 
 /* ---- lengths, epochs, positions ---- */
 
-int64_t accel_loader_len(const accel_loader *l)
+/* Batches per epoch, whole. */
+static int64_t epoch_len(const accel_loader *l)
 {
-    if (l == NULL) {
-        return -1;
-    }
     if (l->dispatch) {
         return accel__dispatch_len(l);
     }
@@ -520,6 +518,20 @@ int64_t accel_loader_len(const accel_loader *l)
         return inner;
     }
     return accel__shard_len(inner, l->o.drop_last, l->n_ranks, l->rank, l->split, l->even);
+}
+
+int64_t accel_loader_len(const accel_loader *l)
+{
+    if (l == NULL) {
+        return -1;
+    }
+    int64_t n = epoch_len(l);
+    /* The epoch a skip applies to (pending or running) has only the rest, as Accelerate's
+     * skipped loader (len(batch_sampler) - skip_batches). */
+    if (n > 0 && l->skip > 0) {
+        n = l->skip < n ? n - l->skip : 0;
+    }
+    return n;
 }
 
 accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch)

@@ -379,14 +379,7 @@ int accel__nn_dim(const nn_tensor *x, int dim)
 
 const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes)
 {
-    size_t k = (size_t)snprintf(buf, nbytes, "[");
-    for (int d = 0; d < t->ndim && k < nbytes; d++) {
-        k += (size_t)snprintf(buf + k, nbytes - k, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-    }
-    if (k < nbytes) {
-        snprintf(buf + k, nbytes - k, "]");
-    }
-    return buf;
+    return accel__shape_str(buf, nbytes, t->ndim, t->shape);
 }
 
 int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b)

@@ -74,7 +74,7 @@ void accel__track_warn_nonfinite(const char *tracker, const char *key, double v)
 {
     int k = __atomic_fetch_add(&nonfinite_warned, 1, __ATOMIC_RELAXED);
     if (k < NONFINITE_WARN_MAX) {
-        accel__log(NULL, ACCEL__LOG_WARN, "tracker %s: value of \"%s\" is %g (not finite)%s", tracker,
+        accel__log(accel__track_log(), ACCEL__LOG_WARN, "tracker %s: value of \"%s\" is %g (not finite)%s", tracker,
                    key, v,
                    k == NONFINITE_WARN_MAX - 1 ? "; further non-finite warnings are silenced" : "");
     }

@@ -85,6 +85,8 @@ expect_out "accel version: 0.1.0"
 expect_out "Communication backends: self"
 expect_out "ACCEL_TIMEOUT"
 expect_out "WORLD_SIZE"
+# The argument wins over this variable (tests/unit/test_core.c), and env must say so.
+expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wins"
 ok "flags, --help, --version, env, usage errors"
 
 # ---- option spellings, PATH search, "--" ----

@@ -106,6 +106,17 @@ int main(void)
             step++;
         }
         CHECK(step == 2);
+        /* skip_first_batches skips whole dispatched steps (Accelerate: single batches of the
+         * base loader, docs/data.md); the length is the rest of the epoch. */
+        CHECK_OK(acc, accel_loader_skip_first_batches(l, 1));
+        CHECK(accel_loader_len(l) == 1);
+        step = 0;
+        while (accel_loader_next(l, &b) == ACCEL_OK) {
+            const accel_tensor *x = accel_batch_field(b, "x");
+            CHECK(b->rows == 2 && ((int64_t *)x->data)[0] == want[rank][1][0]);
+            step++;
+        }
+        CHECK(step == 1 && accel_loader_len(l) == 2);
         accel_loader_free(l);
 
         /* Process 0 fails to read a batch: every process gets its status and its message. */

@@ -176,6 +176,24 @@ static void test_dtypes(accel *acc)
     for (int i = 0; i < 8; i++) {
         CHECK(accel_model_param(m, 2)->data[i] == (float)head[i]);
     }
+
+    /* U32 converts like any integer; a C64 tensor has no conversion to the F32 weights: the
+     * load is refused naming it, before any weight changes. */
+    uint32_t u[4] = {0, 1, 2, 4000000000u};
+    float cplx[16] = {0};
+    ts[1].tensor = accel_tensor_view(u, ACCEL_U32, 1, (int64_t[]){4});
+    path(p, sizeof p, "u32.safetensors");
+    CHECK_OK(NULL, accel_safetensors_write(p, ts, 3, NULL, 0));
+    CHECK_OK(acc, accel_load_model(acc, m, p, 1));
+    CHECK(accel_model_param(m, 1)->data[3] == 4e9f);
+    ts[2].tensor = accel_tensor_view(cplx, ACCEL_C64, 2, (int64_t[]){2, 4});
+    u[3] = 5; /* must not reach the model */
+    path(p, sizeof p, "c64.safetensors");
+    CHECK_OK(NULL, accel_safetensors_write(p, ts, 3, NULL, 0));
+    CHECK(accel_load_model(acc, m, p, 1) == ACCEL_EUNSUPPORTED);
+    CHECK_MSG(strstr(accel_last_error(acc), "'lm_head.weight' is C64") != NULL, "%s",
+              accel_last_error(acc));
+    CHECK(accel_model_param(m, 1)->data[3] == 4e9f && accel_model_param(m, 0)->data[0] == -3.0f);
     accel_model_free(m);
 }
 

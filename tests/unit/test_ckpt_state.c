@@ -328,8 +328,26 @@ int main(int argc, char **argv)
     CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
     CHECK_OK(acc, accel_register_for_checkpointing(acc, val_save, val_load, &other));
     st = accel_load_state(acc, dir);
-    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc), "a.weight"), "%s",
-              accel_last_error(acc));
+    /* Both shapes, so the user sees which side is which. */
+    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc), "a.weight") &&
+                  strstr(accel_last_error(acc), "[64, 64] in the checkpoint vs F32 [32, 128]"),
+              "%s", accel_last_error(acc));
+    accel_free(acc);
+
+    /* Another optimizer kind than the saved one: both kinds named. */
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "a.weight", 2, (int64_t[]){NW / 64, 64}, NULL));
+    CHECK_OK(acc, accel_model_add_param(m, "a.bias", 1, (int64_t[]){NW}, NULL));
+    opt = accel_sgd(acc, m, NULL);
+    sch = accel_linear_schedule(acc, opt, 2, 100);
+    CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
+    CHECK_OK(acc, accel_register_for_checkpointing(acc, val_save, val_load, &other));
+    st = accel_load_state(acc, dir);
+    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc),
+                                           "optimizer kind adamw in the checkpoint vs sgd in the "
+                                           "live optimizer"),
+              "%s", accel_last_error(acc));
     accel_free(acc);
 
     /* Pre-hooks: the save hook writes into the folder being built (and its file is part of

@@ -245,18 +245,25 @@ int main(void)
         accel_loader_free(l2);
     }
 
-    /* skip_first_batches: map-style skips indices without reading them; one epoch only. */
+    /* skip_first_batches: map-style skips indices without reading them; one epoch only. The
+     * length is the rest of that epoch (Accelerate's len(skipped loader)), then whole again. */
     {
         d.fail_at = 1; /* reading index 1 would fail: skipping batch 0 must not read it */
         accel_loader *l = make(&ds, 3, 0, 0);
+        CHECK(accel_loader_len(l) == 8);
         CHECK_OK(acc, accel_loader_skip_first_batches(l, 2));
+        CHECK(accel_loader_len(l) == 6);
         accel_batch *b;
         CHECK_OK(acc, accel_loader_next(l, &b));
         CHECK(b->index == 2 && b->indices[0] == 6);
+        CHECK(accel_loader_len(l) == 6);
         while (accel_loader_next(l, &b) == ACCEL_OK) {
         }
         d.fail_at = -1;
-        CHECK(epoch_str(l, a, sizeof(a)) == 8); /* the next epoch is whole */
+        CHECK(accel_loader_len(l) == 8);
+        CHECK(epoch_str(l, a, sizeof(a)) == 8);                /* the next epoch is whole */
+        CHECK_OK(acc, accel_loader_skip_first_batches(l, 20)); /* past the end: nothing left */
+        CHECK(accel_loader_len(l) == 0);
         accel_loader_free(l);
         /* iterable: produced and discarded */
         stream_reset(&s, 0);
