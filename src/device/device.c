@@ -177,16 +177,23 @@ accel_status accel__event_sync(accel__device *d, accel__event *e)
 
 /* ---- kernels ---- */
 
-/* A non-empty span must point somewhere and carry a dtype. */
+/* A non-empty span must point somewhere and carry a dtype of whole bytes (kernels address
+ * elements; packed sub-byte dtypes have none). */
 static accel_status check_span(const char *who, const char *what, accel__dspan x)
 {
     if (x.data == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: %s is NULL (%zu elements)", who, what,
                              x.count);
     }
-    if (accel_dtype_nbytes(x.dtype) == 0) {
+    if (accel_dtype_bits(x.dtype) == 0) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: %s has dtype %d, not a dtype", who, what,
                              (int)x.dtype);
+    }
+    if (accel_dtype_nbytes(x.dtype) == 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "%s: %s has the packed sub-byte dtype %s, which device kernels do not "
+                             "address",
+                             who, what, accel_dtype_name(x.dtype));
     }
     return ACCEL_OK;
 }
