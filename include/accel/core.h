@@ -44,7 +44,7 @@ extern "C" {
 #define ACCEL_VERSION_STRING "0.1.0"
 
 /* The version of the accel_options layout; bumped when fields are appended. */
-#define ACCEL_OPTIONS_VERSION 1
+#define ACCEL_OPTIONS_VERSION 2
 
 /* Mixed precision. ACCEL_PRECISION_UNSET falls back to ACCELERATE_MIXED_PRECISION, then "no". */
 typedef enum accel_precision {
@@ -115,6 +115,11 @@ typedef struct accel_options {
 
     /* Tracking */
     const char *log_with; /* comma list of tracker names or "all"; NULL = none */
+
+    /* Sharding (version 2) */
+    int zero_stage; /* -1 unset = ACCEL_ZERO_STAGE, then 0: DDP, every process holds the full
+                       model and optimizer state. 1 (optimizer state sharded), 2 (+ gradients)
+                       and 3 (+ parameters) are not implemented yet: ACCEL_EUNSUPPORTED */
 } accel_options;
 
 /* Returns options with size/version filled and every other field unset. */

@@ -50,6 +50,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
     {"ACCEL_LOG_LEVEL", ACCEL__ENV_STRING, "warn", "debug | info | warn | error | off"},
     {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL, "force a backend: self | shm | mpi | nccl"},
+    {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
+     "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP); 1-3 not implemented yet"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "job identifier naming shared resources (set by accel launch)"},
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,

@@ -26,6 +26,7 @@ extern const accel__comm_backend accel__backend_shm;
 struct accel_work {
     accel__comm *comm; /* NULL once the communicator is freed (the handle stays valid) */
     accel__coll op;
+    accel__coll_hooks hooks;
     _Atomic int done;
     accel_status st;
     struct accel_work *next;      /* queue link, or free-list link */
@@ -302,10 +303,17 @@ static void mark_broken(accel__comm *c, accel_status st, const char *msg)
     }
 }
 
-/* Runs one collective on the calling thread; the caller has set `running`. */
-static accel_status execute(accel__comm *c, const accel__coll *op, char *msg, size_t msg_nbytes)
+/* Runs one collective and its hooks on the calling thread; the caller has set `running`. */
+static accel_status execute(accel__comm *c, const accel__coll *op, const accel__coll_hooks *h,
+                            char *msg, size_t msg_nbytes)
 {
+    if (h->pre != NULL) {
+        h->pre(h->arg);
+    }
     accel_status st = c->be->run(c, c->impl, op);
+    if (st == ACCEL_OK && h->post != NULL) {
+        h->post(h->arg);
+    }
     pthread_mutex_lock(&c->mu);
     if (st != ACCEL_OK) {
         snprintf(msg, msg_nbytes, "%s", accel_last_error(NULL));
@@ -342,7 +350,7 @@ static void *progress_main(void *arg)
             /* The communication thread's own track in the accelerator's trace. */
             accel__trace_begin(c->cfg.trace, accel__coll_name(w->op.kind), ACCEL__PROF_COMM,
                                "count", (long long)w->op.count);
-            w->st = execute(c, &w->op, w->msg, sizeof(w->msg));
+            w->st = execute(c, &w->op, &w->hooks, w->msg, sizeof(w->msg));
             accel__trace_end(c->cfg.trace);
             pthread_mutex_lock(&c->mu);
         }
@@ -378,6 +386,16 @@ static accel_work *work_alloc(accel__comm *c)
 
 accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work)
 {
+    return accel__comm_run_hooked(c, op, NULL, work);
+}
+
+accel_status accel__comm_run_hooked(accel__comm *c, const accel__coll *op,
+                                    const accel__coll_hooks *hooks, accel_work **work)
+{
+    static const accel__coll_hooks none = {NULL, NULL, NULL};
+    if (hooks == NULL) {
+        hooks = &none;
+    }
     ACCEL_TRY(validate(c, op));
     pthread_mutex_lock(&c->mu);
     if (c->broken != ACCEL_OK) {
@@ -390,7 +408,7 @@ accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work *
         c->running = 1;
         pthread_mutex_unlock(&c->mu);
         char msg[ACCEL__ERRMSG_NBYTES];
-        return execute(c, op, msg, sizeof(msg)); /* the thread error is already set */
+        return execute(c, op, hooks, msg, sizeof(msg)); /* the thread error is already set */
     }
     if (!c->thread_started) {
         if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
@@ -414,6 +432,7 @@ accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work *
         w->comm = c;
     }
     w->op = *op;
+    w->hooks = *hooks;
     w->next = NULL;
     if (c->tail != NULL) {
         c->tail->next = w;

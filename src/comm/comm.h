@@ -88,6 +88,21 @@ double accel__comm_timeout(const accel__comm *c);
  * total, each rank owning its chunk; GATHER: elements sent per rank. */
 accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work);
 
+/* Work a caller attaches to one collective (accel__comm_run_hooked): `pre` runs on the thread
+ * that executes the collective right before the data moves, `post` right after it moved (only
+ * when the collective succeeded), both with `arg`. The training core's reducer converts
+ * gradients to and from bf16 / f16 this way, off the training thread. A hook must not call
+ * into the communicator. */
+typedef struct accel__coll_hooks {
+    void (*pre)(void *arg);
+    void (*post)(void *arg);
+    void *arg;
+} accel__coll_hooks;
+
+/* accel__comm_run with hooks (NULL: none). */
+accel_status accel__comm_run_hooked(accel__comm *c, const accel__coll *op,
+                                    const accel__coll_hooks *hooks, accel_work **work);
+
 /* The creation config (job_id points into the communicator; valid until accel__comm_free). */
 const accel__comm_config *accel__comm_cfg(const accel__comm *c);
 

@@ -36,6 +36,7 @@ accel_options accel_options_default(void)
     o.first_bucket_mb = -1;
     o.overlap_comm = -1;
     o.comm_dtype = -1;
+    o.zero_stage = -1;
     o.init_scale = -1;
     o.growth_factor = -1;
     o.backoff_factor = -1;
@@ -273,6 +274,29 @@ static accel_status resolve_options(accel_options *o, const layout *l)
     if (o->logging_dir == NULL) {
         o->logging_dir = o->project_dir;
     }
+
+    /* ZeRO stage: argument > ACCEL_ZERO_STAGE > 0. */
+    if (o->zero_stage < 0) {
+        long long v = 0;
+        st = accel__env_int("ACCEL_ZERO_STAGE", &v);
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            return st;
+        }
+        if (v < 0 || v > 3) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_ZERO_STAGE=%lld must be 0, 1, 2 or 3",
+                                 v);
+        }
+        o->zero_stage = (int)v;
+    } else if (o->zero_stage > 3) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
+                             o->zero_stage);
+    }
+    if (o->zero_stage > 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "ZeRO stage %d is not implemented yet (zero_stage 0, DDP, is)",
+                             o->zero_stage);
+    }
     return ACCEL_OK;
 }
 
@@ -322,10 +346,14 @@ accel_status accel_init(accel **out, const accel_options *opts)
     if (out == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
     }
-    accel_options o = opts != NULL ? *opts : accel_options_default();
     if (opts != NULL && (opts->size < offsetof(accel_options, log_with) || opts->version == 0)) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "accel_init: options were not made by accel_options_default()");
+    }
+    /* A program built against an older layout passed fewer fields: the rest stay unset. */
+    accel_options o = accel_options_default();
+    if (opts != NULL) {
+        memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
     }
 
     accel__log_level log_level = ACCEL__LOG_WARN;

@@ -32,15 +32,21 @@ static accel_status model_bind(void *ctx, int index, float **data, float **grad)
     return ACCEL_OK;
 }
 
-/* The parameter's slice of the model's mixed-precision working copy (NULL until prepare
- * has made it valid); *dtype says which precision the model computes in. */
-static const float *model_compute(void *ctx, int index, accel_dtype *dtype)
+/* The parameter's view of the model's mixed-precision working copy (data NULL until prepare
+ * has made it valid, or on another device than the host); its dtype says which precision the
+ * model computes in. */
+static void model_compute(void *ctx, int index, accel_tensor *view)
 {
     accel_model *m = ctx;
-    *dtype = accel_model_compute_dtype(m);
-    const float *c = accel_model_compute(m);
     const accel_param *p = accel_model_param(m, index);
-    return (c == NULL || p == NULL) ? NULL : c + p->offset;
+    if (p == NULL) {
+        *view = accel_tensor_view(NULL, accel_model_compute_dtype(m), 0, NULL);
+        return;
+    }
+    *view = p->compute_view;
+    if (view->device.type != ACCEL_DEVICE_CPU) {
+        view->data = NULL;
+    }
 }
 
 nn_param_sink nn_model_sink(accel_model *model)
