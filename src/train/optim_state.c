@@ -13,22 +13,41 @@
 
 #include "train_internal.h"
 
-/* The state buffers of opt with their torch name prefixes; NULL buffers are absent. Returns
- * how many slots are used (1 for SGD, 3 for Adam). */
-static int buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3])
+/*
+ * Calls fn(arg, name, view) for every state tensor of opt: per buffer (SGD: momentum_buffer;
+ * Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), per parameter, named as torch's
+ * state_dict names them, viewed with the parameter's shape. Absent buffers are skipped.
+ */
+static accel_status each_tensor(const accel_optimizer *opt,
+                                accel_status (*fn)(void *arg, const char *name, accel_tensor t),
+                                void *arg)
 {
-    if (opt->kind == ACCEL__SGD) {
-        names[0] = "momentum_buffer.";
-        bufs[0] = opt->state_a;
-        return 1;
+    static const char *const sgd[] = {"momentum_buffer."};
+    static const char *const adam[] = {"exp_avg.", "exp_avg_sq.", "max_exp_avg_sq."};
+    float *bufs[3] = {opt->state_a, opt->state_b, opt->state_c};
+    const char *const *names = opt->kind == ACCEL__SGD ? sgd : adam;
+    int nb = opt->kind == ACCEL__SGD ? 1 : 3;
+    const accel_model *m = opt->model;
+    for (int b = 0; b < nb; b++) {
+        for (int i = 0; bufs[b] != NULL && i < m->n_params; i++) {
+            const accel_param *p = &m->params[i];
+            char name[ACCEL_PARAM_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s%s", names[b], p->name);
+            ACCEL_TRY(fn(arg, name,
+                         accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape)));
+        }
     }
-    names[0] = "exp_avg.";
-    names[1] = "exp_avg_sq.";
-    names[2] = "max_exp_avg_sq.";
-    bufs[0] = opt->state_a;
-    bufs[1] = opt->state_b;
-    bufs[2] = opt->state_c;
-    return 3;
+    return ACCEL_OK;
+}
+
+static accel_status put_tensor(void *w, const char *name, accel_tensor t)
+{
+    return accel__state_put_tensor(w, name, t);
+}
+
+static accel_status get_tensor(void *r, const char *name, accel_tensor t)
+{
+    return accel__state_get_tensor(r, name, t);
 }
 
 static const char *kind_name(accel__optim_kind kind)
@@ -36,26 +55,11 @@ static const char *kind_name(accel__optim_kind kind)
     return kind == ACCEL__SGD ? "sgd" : kind == ACCEL__ADAM ? "adam" : "adamw";
 }
 
-/* Parameter p's slice of state buffer `buf` as a tensor of p's shape. */
-static accel_tensor slice(const accel_param *p, float *buf)
-{
-    return accel_tensor_view(buf + p->offset, ACCEL_F32, p->ndim, p->shape);
-}
-
 accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w)
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
-    const char *names[3] = {0};
-    float *bufs[3] = {0};
-    int nb = buffers(opt, names, bufs);
-    for (int b = 0; b < nb; b++) {
-        for (int i = 0; bufs[b] != NULL && i < m->n_params; i++) {
-            char name[ACCEL_PARAM_NAME_MAX + 32];
-            snprintf(name, sizeof name, "%s%s", names[b], m->params[i].name);
-            ACCEL_TRY(accel__state_put_tensor(w, name, slice(&m->params[i], bufs[b])));
-        }
-    }
+    ACCEL_TRY(each_tensor(opt, put_tensor, w));
     /* Hyper-parameters in this order (the metadata keeps it). */
     ACCEL_TRY(accel__state_put_str(w, "kind", kind_name(opt->kind)));
     ACCEL_TRY(accel__state_put_i64(w, "step", opt->n_steps));
@@ -165,15 +169,5 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(load_hyper(opt, r, s));
-    const char *names[3] = {0};
-    float *bufs[3] = {0};
-    int nb = buffers(opt, names, bufs);
-    for (int b = 0; b < nb; b++) {
-        for (int i = 0; bufs[b] != NULL && i < m->n_params; i++) {
-            char name[ACCEL_PARAM_NAME_MAX + 32];
-            snprintf(name, sizeof name, "%s%s", names[b], m->params[i].name);
-            ACCEL_TRY(accel__state_get_tensor(r, name, slice(&m->params[i], bufs[b])));
-        }
-    }
-    return ACCEL_OK;
+    return each_tensor(opt, get_tensor, r);
 }
