@@ -226,4 +226,8 @@ void accel__module_set(accel *acc, accel__module_id id, void *state,
 /* Monotonic seconds. */
 double accel__now(void);
 
+/* Fills buf with n bytes from the kernel's random source (getrandom), for values that must not
+ * be guessable (job nonces, shared-memory names). 0, or -1 if it failed. */
+int accel__os_random(void *buf, size_t n);
+
 #endif /* ACCEL_CORE_INTERNAL_H */
