@@ -1,7 +1,10 @@
 # accel top-level Makefile: thin wrapper around CMake.
-#   make demo    install missing Debian packages, build, run the main example under accel launch
-#   make test    install missing packages, build with -Werror, run the whole suite, then the unit
-#                tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make demo    install missing Debian packages, build, train examples/gpt under accel launch
+#                (bf16, accumulation, TensorBoard, checkpoints), then resume it (DEMO_DIR)
+#   make test    install missing packages, build with -Werror, run the unit tests under
+#                AddressSanitizer + UndefinedBehaviorSanitizer, then the whole suite (its Python
+#                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
+#                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make         build only;  make install [PREFIX=/usr/local];  make format;  make clean
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -9,7 +12,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-fast test-asan demo bench install format clean
+.PHONY: all deps build test test-fast test-asan demo demo-run bench install format clean
 
 all: build
 
@@ -26,13 +29,34 @@ test: deps
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
+	@bash tests/pyenv.sh notice
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The demo: what README leads with, in about a minute on 2 cores. Part 1 trains in bf16 with
+# gradient accumulation, logs to TensorBoard and saves a checkpoint every DEMO_STEPS/4 steps,
+# and stops halfway as if interrupted; part 2, the same command with --resume, continues from
+# the newest checkpoint to the end. Everything it writes is in DEMO_DIR. demo-run runs it on
+# an existing build (tests/examples/test_demo.sh runs a tiny one, with DEMO_ARGS).
+DEMO_DIR ?= $(BUILD)/demo
+DEMO_STEPS ?= 200
+DEMO_ARGS ?=
+DEMO_RUN = $(BUILD)/accel launch --num_processes 2 $(BUILD)/examples/gpt --mixed_precision bf16 \
+	--accum 2 --steps $(DEMO_STEPS) --log_every $(shell expr $(DEMO_STEPS) / 8) \
+	--log_with tensorboard --project_dir $(DEMO_DIR) \
+	--checkpoint_every $(shell expr $(DEMO_STEPS) / 4) --total_limit 2 $(DEMO_ARGS)
+
 demo: deps build
-	$(BUILD)/accel launch --num_processes 2 $(BUILD)/examples/gpt
+	@$(MAKE) --no-print-directory demo-run
+
+demo-run:
+	@rm -rf $(DEMO_DIR)
+	@echo "== demo 1/2: bf16, gradient accumulation 2, TensorBoard, checkpoints; stops halfway"
+	$(DEMO_RUN) --stop_at $(shell expr $(DEMO_STEPS) / 2) --sample 0
+	@echo "== demo 2/2: the same command with --resume continues from the newest checkpoint"
+	$(DEMO_RUN) --resume
 
 bench: build
 	bash scripts/bench-all.sh $(BUILD) bench-results

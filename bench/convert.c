@@ -14,7 +14,7 @@
 
 #include "accel/accel.h"
 #include "core/internal.h"
-#include "train/convert.h"
+#include "base/convert.h"
 
 #define REPS 7
 

@@ -1,7 +1,8 @@
 /*
  * gpt: a byte-level GPT trained on a text corpus, data-parallel.
  *
- *     accel launch --num_processes 2 build/examples/gpt                   (what `make demo` runs)
+ *     accel launch --num_processes 2 build/examples/gpt
+ *     make demo     (bf16, accumulation, TensorBoard, checkpoints; stopped halfway, resumed)
  *     build/examples/gpt --steps 50 --log_with jsonl --project_dir runs
  *     build/examples/gpt --data shakespeare.txt --layers 6 --width 192 --context 256
  *     build/examples/gpt --checkpoint_every 100 --project_dir runs        (then add --resume)
@@ -601,6 +602,9 @@ int main(int argc, char **argv)
         } else {
             ACCEL_CHECK(st);
             accel_print(acc, "resumed from %s at step %d\n", accel_checkpoint_dir(acc), rs.step);
+            /* The trackers drop what the interrupted run logged after the checkpoint: the next
+             * step logged is rs.step + 1. */
+            ACCEL_CHECK(accel_trackers_resume(acc, rs.step + 1));
         }
     }
 
@@ -647,7 +651,6 @@ int main(int argc, char **argv)
         rs.window_steps++;
         step_loss = 0.0;
         micro = 0;
-        accel_progress_update(bar, 1);
 
         if (step % a.log_every == 0 || step == a.steps || step == 1) {
             /* The mean loss of the window over every process (a collective: every process
@@ -669,6 +672,9 @@ int main(int argc, char **argv)
             rs.window_steps = 0;
             t_window = now();
         }
+        /* After the fields: the line this update may print (the last one, at 100 %) shows the
+         * step's loss, and accel_progress_close has nothing newer to print. */
+        accel_progress_update(bar, 1);
         if (a.checkpoint_every > 0 && step % a.checkpoint_every == 0) {
             ACCEL_CHECK(accel_save_state(acc, NULL)); /* a collective */
             accel_print(acc, "saved %s\n", accel_checkpoint_dir(acc));
@@ -686,6 +692,16 @@ int main(int argc, char **argv)
                 100.0 * wait[0], 1e3 * wait[1], rs.step - first_step, wait[2]);
     accel_print(acc, "final step %d | weights fingerprint %016llx\n", rs.step,
                 weights_fingerprint(model));
+    if (a.log_with) { /* where to look: trackers write under logging_dir (= project_dir) */
+        const char *logs = accel_resolved_options(acc)->logging_dir;
+        int tb = strstr(a.log_with, "tensorboard") || strstr(a.log_with, "all");
+        accel_print(acc, "trackers (%s) wrote under %s%s%s\n", a.log_with, logs,
+                    tb ? "; view with: tensorboard --logdir " : "", tb ? logs : "");
+    }
+    if (accel_checkpoint_dir(acc)) {
+        accel_print(acc, "newest checkpoint: %s (continue with --resume)\n",
+                    accel_checkpoint_dir(acc));
+    }
 
     if (a.save_dir) {
         ACCEL_CHECK(accel_save_model(acc, model, a.save_dir, NULL)); /* a collective */

@@ -2,7 +2,7 @@
 # Installs the Debian packages accel needs to build and test, and only those missing.
 # Run as root (or with sudo available). Safe to run repeatedly: does nothing when all is present.
 set -eu
-pkgs=(build-essential cmake pkg-config libopenblas-dev libyaml-dev libjansson-dev
+pkgs=(build-essential cmake pkg-config libopenblas-dev libyaml-dev libjansson-dev libxxhash-dev
       libopenmpi-dev openmpi-bin procps python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
 
 #include "accel/accel.h"
 
@@ -40,6 +42,20 @@
         }                                                                                          \
     } while (0)
 
+/* A call that must fail with status `want` and exactly the message `text` (accel_last_error of
+ * `acc`, NULL: the thread's), so chained messages ("X failed: <cause>") are checked whole. */
+#define CHECK_ERR(acc, call, want, text)                                                           \
+    do {                                                                                           \
+        accel_status check_st_ = (call);                                                           \
+        const char *check_msg_ = accel_last_error(acc);                                            \
+        if (check_st_ != (want) || strcmp(check_msg_, (text)) != 0) {                              \
+            fprintf(stderr, "%s:%d: %s: got %s \"%s\"\n    expected %s \"%s\"\n", __FILE__,        \
+                    __LINE__, #call, accel_status_name(check_st_), check_msg_,                     \
+                    accel_status_name(want), (text));                                              \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
 #define CHECK_NEAR(a, b, tol)                                                                      \
     do {                                                                                           \
         double check_a_ = (double)(a), check_b_ = (double)(b);                                     \
@@ -49,5 +65,36 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* stderr (where the library's warnings go) captured into a file between begin and end. */
+typedef struct check_capture {
+    int saved_fd;
+    char path[512];
+    char text[16384];
+} check_capture;
+
+static inline void check_capture_begin(check_capture *c, const char *path)
+{
+    snprintf(c->path, sizeof(c->path), "%s", path);
+    fflush(stderr);
+    c->saved_fd = dup(2);
+    FILE *f = fopen(c->path, "w");
+    CHECK(c->saved_fd >= 0 && f != NULL);
+    CHECK(dup2(fileno(f), 2) == 2);
+    fclose(f);
+}
+
+/* Restores stderr; returns what was written meanwhile (c->text). */
+static inline char *check_capture_end(check_capture *c)
+{
+    fflush(stderr);
+    CHECK(dup2(c->saved_fd, 2) == 2);
+    close(c->saved_fd);
+    FILE *f = fopen(c->path, "r");
+    CHECK(f != NULL);
+    c->text[fread(c->text, 1, sizeof(c->text) - 1, f)] = '\0';
+    fclose(f);
+    return c->text;
+}
 
 #endif

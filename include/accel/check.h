@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "accel.h"
+#include "status.h"
 
 #define ACCEL_CHECK(call)                                                                          \
     do {                                                                                           \

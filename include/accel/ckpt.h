@@ -30,8 +30,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel;
-
 /* A tensor with its name, as given to the writers. Both borrowed by the callee. */
 typedef struct accel_named_tensor {
     const char *name; /* UTF-8, unique in the set, not "__metadata__" */
@@ -54,7 +52,8 @@ typedef struct accel_kv {
  * have ndim 0 (scalars) or zero elements. Written temp -> fsync -> rename -> fsync(parent dir).
  *   tensors: CPU tensors, borrowed (read only). metadata: borrowed, may be NULL when 0.
  * Returns ACCEL_OK; ACCEL_EINVAL naming the tensor or key at fault (duplicate or reserved name,
- * invalid UTF-8, unknown dtype, negative dimension, NULL data with bytes to write);
+ * invalid UTF-8, unknown dtype, negative dimension, sub-byte elements that do not fill whole
+ * bytes, NULL data with bytes to write);
  * ACCEL_EUNSUPPORTED for a tensor not on the CPU; ACCEL_EIO naming the path. On failure the
  * previous file at `path`, if any, is untouched. Thread-safe for distinct paths.
  */
@@ -70,9 +69,12 @@ typedef struct accel_safetensors accel_safetensors;
  * writable (copy-on-write): writing through a view changes this process's copy only, never
  * the file.
  *   out: receives the handle on success only; close with accel_safetensors_close.
+ * Every dtype of the format is read (accel_dtype has them all); a view of a packed sub-byte
+ * dtype (F4, F6_*) covers accel_tensor_nbytes bytes.
  * Returns ACCEL_OK; ACCEL_ENOTFOUND when the file does not exist; ACCEL_EIO naming the path;
- * ACCEL_ECORRUPT naming the file and the tensor or field at fault; ACCEL_EUNSUPPORTED for a
- * valid safetensors dtype accel has no type for (U32, U64, C64, F8_E8M0, ...), naming it.
+ * ACCEL_ECORRUPT naming the file and the tensor or field at fault (an unknown dtype, sub-byte
+ * elements that do not fill whole bytes, ...); ACCEL_EUNSUPPORTED for a tensor of more than
+ * ACCEL_MAX_DIMS dimensions.
  */
 ACCEL_API accel_status accel_safetensors_open(accel_safetensors **out, const char *path);
 
@@ -158,8 +160,6 @@ ACCEL_API accel_status accel_save_sharded(const char *dir, const char *prefix,
                                           uint64_t max_shard_nbytes);
 
 /* ================================== Models ================================== */
-
-typedef struct accel_model accel_model; /* include/accel/train.h */
 
 /*
  * Accelerate's save_model: the main process writes the model's fp32 master weights, by

@@ -17,8 +17,7 @@
  * sum) #17"). A process that dies or stops turns into ACCEL_EPEER / ACCEL_ETIMEDOUT (naming the
  * rank) on every survivor, never a hang; one that leaves the job (accel_free, exit) while the
  * others wait for it is reported as "rank N (pid P) exited (status S)", ACCEL_EPEER. After any
- * of these the accelerator's collectives keep failing. Included by accel.h; do not include
- * alone.
+ * of these the accelerator's collectives keep failing.
  */
 #ifndef ACCEL_COLLECTIVES_H
 #define ACCEL_COLLECTIVES_H
@@ -32,8 +31,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct accel accel;
 
 typedef enum accel_reduce_op {
     ACCEL_SUM = 0,

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "accel.h"
+#include "core.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,8 +58,9 @@ typedef struct accel_sample {
 /*
  * Scratch memory for field `field` of sample `s`, at least nbytes, 64-byte aligned, owned by
  * the loader and reused for later samples (no allocation once it has grown). Valid until the
- * dataset's next call with the same `s`. Returns NULL when out of memory or when s was not given
- * by a loader (then return ACCEL_ENOMEM from the callback).
+ * dataset's next call with the same `s`. Returns NULL with accel_last_error set when out of
+ * memory (ACCEL_ENOMEM) or when s was not given by a loader or field is out of range
+ * (ACCEL_EINVAL): the callback then returns accel_last_status(NULL).
  */
 ACCEL_API void *accel_sample_scratch(accel_sample *s, int field, size_t nbytes);
 
@@ -178,7 +179,9 @@ typedef struct accel_batch {
 ACCEL_API const accel_tensor *accel_batch_field(const accel_batch *b, const char *name);
 
 /* Scratch for a user collate function: data memory for field `field` of `b`, >= nbytes,
- * 64-byte aligned, owned and recycled by the loader. NULL when out of memory. */
+ * 64-byte aligned, owned and recycled by the loader. NULL with accel_last_error set when out of
+ * memory (ACCEL_ENOMEM) or when b was not given by a loader or field is out of range
+ * (ACCEL_EINVAL). */
 ACCEL_API void *accel_batch_scratch(accel_batch *b, int field, size_t nbytes);
 
 /*

@@ -62,7 +62,7 @@ typedef struct nn_tensor {
     uint64_t use_epoch;
     struct nn_tensor *next_ready; /* params: list of params completing at one tape node */
     /* params: the sink's working-copy callback (nn_param_sink.compute), or NULL */
-    const float *(*sink_compute)(void *ctx, int index, accel_dtype *dtype);
+    void (*sink_compute)(void *ctx, int index, accel_tensor *view);
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -117,7 +117,9 @@ ACCEL_API int nn_ctx_set_flush_denormal(nn_ctx *g, int enabled);
  * overflow to inf) while accumulation across micro-steps stays fp32. Everything else
  * (softmax, layernorm, activations, losses, reductions) runs in fp32 and every tensor handed
  * back is fp32 (Accelerate's convert_outputs_to_fp32). Parameters with a working copy (a
- * model prepared under mixed precision) are read from it instead of being rounded per use.
+ * model prepared under mixed precision, which stores it in bf16 / fp16) are read from it:
+ * each op widens the weights it uses to fp32 into per-op scratch released when the op (or
+ * its backward) returns, instead of rounding the fp32 master per use.
  *   mode: NN_AUTOCAST_AUTO (the default): off until an op uses a parameter whose sink has a
  *         mixed-precision working copy (nn_model_sink of a model under bf16/fp16, i.e. the
  *         prepared model's forward is autocast as Accelerate wraps it), then that dtype for
@@ -130,13 +132,18 @@ ACCEL_API int nn_ctx_set_autocast(nn_ctx *g, int mode);
 ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
 
 /* Arena statistics: bytes reserved, bytes in use, blocks, and how many times the arena had to
- * allocate a new block since creation (constant from step 2 in a steady loop). */
+ * allocate a new block since creation (constant from step 2 in a steady loop). Separately,
+ * the per-op scratch: memory an op (or one op's backward) needs only while it runs, such as
+ * parameters widened from a bf16 / fp16 working copy; it is reused by the next op, so what is
+ * reserved is the largest single need, not a sum over the step. */
 typedef struct nn_ctx_stats {
     size_t reserved_nbytes;
     size_t used_nbytes;
     int n_blocks;
     long long n_grows;
-    int n_nodes; /* ops on the tape now */
+    int n_nodes;                /* ops on the tape now */
+    size_t scratch_nbytes;      /* per-op scratch reserved now */
+    size_t scratch_peak_nbytes; /* the most per-op scratch any op has needed */
 } nn_ctx_stats;
 ACCEL_API nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g);
 
@@ -297,11 +304,13 @@ typedef struct nn_param_sink {
     void *ctx;
     int (*declare)(void *ctx, const char *name, int ndim, const int64_t *shape);
     accel_status (*bind)(void *ctx, int index, float **data, float **grad);
-    /* Optional (may be NULL): the parameter's mixed-precision working copy, numel fp32 values
-     * already rounded to *dtype (ACCEL_BF16 / ACCEL_F16), or NULL when it has none or it is
-     * not valid now. Consulted at every autocast use, so it may change between steps. A sink
-     * whose *dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
-    const float *(*compute)(void *ctx, int index, accel_dtype *dtype);
+    /* Optional (may be NULL): the parameter's mixed-precision working copy as a typed view.
+     * Fills view->dtype with the precision the model computes in (ACCEL_BF16 / ACCEL_F16, or
+     * ACCEL_F32 for none) and view->data with the numel values stored in that dtype in host
+     * memory (the master rounded to nearest even), or NULL when there is none or it is not
+     * valid now. Consulted at every autocast use, so it may change between steps. A sink whose
+     * view->dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
+    void (*compute)(void *ctx, int index, accel_tensor *view);
 } nn_param_sink;
 
 /* Weight initialisations applied by nn_params_init. */
@@ -469,9 +478,6 @@ ACCEL_API double nn_gpt_train_flops(const nn_gpt_config *cfg, int64_t B, int64_t
 /* ===================================================================== accel bridge */
 /* The link to the training module (src/nn/glue.c): nn parameters as views into an
  * accel_model's flat buffers, and accel_backward over the tape. */
-
-typedef struct accel accel;
-typedef struct accel_model accel_model;
 
 /*
  * A sink that registers each declared parameter in `model` (accel_model_add_param, same name

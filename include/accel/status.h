@@ -1,5 +1,6 @@
 /*
- * accel/status.h - status codes shared by every accel header.
+ * accel/status.h - status codes, the last error and the allocator hook, shared by every accel
+ * header.
  *
  * Every accel call that can fail returns an accel_status; ACCEL_OK is 0 and every error is
  * negative, so `if (st)` and `if (st < 0)` both test for failure. The table below is the one
@@ -8,6 +9,8 @@
  */
 #ifndef ACCEL_STATUS_H
 #define ACCEL_STATUS_H
+
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +51,37 @@ ACCEL_API const char *accel_status_name(accel_status st);
 /* A one-line description ("a peer process failed"), or "unknown status". Returns a static
  * string. Thread-safe. */
 ACCEL_API const char *accel_status_str(accel_status st);
+
+/* The accelerator and the model, which most headers name, declared here once: C99, all that
+ * these headers need (the library itself is C11), does not allow repeating a typedef. */
+typedef struct accel accel;
+typedef struct accel_model accel_model;
+
+/*
+ * The message of the last failure: on `acc` when acc != NULL, else of the calling thread
+ * (which also sees failures of accel_init and of calls that take no accelerator). Never NULL
+ * ("" when nothing failed). Valid until the next accel call on the same handle or thread.
+ */
+ACCEL_API const char *accel_last_error(const accel *acc);
+
+/* Status of the last failure on `acc` (or on the thread when NULL); ACCEL_OK if none. */
+ACCEL_API accel_status accel_last_status(const accel *acc);
+
+/*
+ * Replaces the allocator behind every allocation accel makes (libuv's uv_replace_allocator),
+ * for programs that account or pool memory. Call it before any other accel function, once:
+ * memory allocated before is released with the functions in place when it was allocated only
+ * if they are the same. realloc_fn(NULL, n) must behave as malloc_fn(n); calloc_fn(n, size)
+ * must zero-fill. Returns ACCEL_OK, or ACCEL_EINVAL when a function is NULL (nothing changes).
+ * Not thread-safe.
+ */
+typedef void *(*accel_malloc_fn)(size_t nbytes);
+typedef void *(*accel_realloc_fn)(void *p, size_t nbytes);
+typedef void *(*accel_calloc_fn)(size_t count, size_t nbytes);
+typedef void (*accel_free_fn)(void *p);
+ACCEL_API accel_status accel_replace_allocator(accel_malloc_fn malloc_fn,
+                                               accel_realloc_fn realloc_fn,
+                                               accel_calloc_fn calloc_fn, accel_free_fn free_fn);
 
 #ifdef __cplusplus
 }

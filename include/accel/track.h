@@ -38,8 +38,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel; /* C11 allows repeating accel.h's typedef */
-
 /* ---- Values logged to trackers ---- */
 
 typedef enum accel_value_kind {
@@ -84,6 +82,10 @@ typedef struct accel_tracker_start_info {
  *   log:        records values at `step` (ACCEL_NO_STEP for none). Required.
  *   finish:     closes the run and frees *state. Called exactly once after a successful start
  *               (also when the accelerator is freed without accel_end_training). May be NULL.
+ *   resume:     the run continues an interrupted one from `step` (accel_trackers_resume): drop
+ *               or hide what was logged at steps >= step. May be NULL (the tracker then keeps
+ *               those records, with a warning). Last in the table: one whose `size` ends
+ *               before it has none.
  */
 typedef struct accel_tracker_ops {
     uint32_t size; /* sizeof(accel_tracker_ops) as the caller compiled it */
@@ -95,6 +97,7 @@ typedef struct accel_tracker_ops {
     accel_status (*log)(void *state, const accel_value *values, int n, long long step);
     accel_status (*finish)(void *state);
     void *user;
+    accel_status (*resume)(void *state, long long step);
 } accel_tracker_ops;
 
 /* Returns a zeroed table with `size` set. */
@@ -138,6 +141,28 @@ ACCEL_API accel_status accel_init_trackers(accel *acc, const char *project_name,
  * is started (other processes).
  */
 ACCEL_API accel_status accel_log(accel *acc, const accel_value *values, int n, long long step);
+
+/*
+ * A resumed run continues its trackers cleanly from `step`, the first step it will log again
+ * (TensorBoard's purge_step): what the interrupted run logged at steps >= step is dropped, so
+ * the steps between the checkpoint and the interruption are not recorded twice. Call it after
+ * accel_init_trackers and accel_load_state, before the first accel_log:
+ *
+ *     accel_init_trackers(acc, "gpt", cfg, n);
+ *     if (resuming && accel_load_state(acc, NULL) == ACCEL_OK)
+ *         accel_trackers_resume(acc, step + 1);     // `step`: restored by load_state
+ *
+ * jsonl / csv: the files are rewritten (crash-safe) without records at steps >= step (records
+ * logged without a step are kept). tensorboard: a SessionLog START event at `step`, which
+ * makes TensorBoard discard the earlier events at steps >= step. mlflow: the run continues the
+ * earlier run of the same name in the experiment (or MLFLOW_RUN_ID), as MLflow's resume does,
+ * and metric lines at steps >= step are dropped from its history. User trackers: their resume
+ * callback. Main process only, like the other tracker calls (elsewhere a no-op).
+ * Returns ACCEL_OK (a tracker that fails to resume logs a warning, as a failed log does);
+ * ACCEL_EINVAL for step < 0; ACCEL_ESTATE before accel_init_trackers or after an accel_log
+ * of this run.
+ */
+ACCEL_API accel_status accel_trackers_resume(accel *acc, long long step);
 
 typedef struct accel_tracker accel_tracker;
 
@@ -252,7 +277,8 @@ ACCEL_API void accel_progress_update(accel_progress *p, long long n);
 /* Sets a caller field shown after the rate (up to 8 fields; key copied, at most 31 chars). The
  * new value shows at the next redraw. Accepts NULL. */
 ACCEL_API void accel_progress_set_field(accel_progress *p, const char *key, double value);
-/* Draws the final state, ends the line, and frees. Accepts NULL. */
+/* Draws the final state unless the last plain line already shows it (no line twice), ends
+ * the line, and frees. Accepts NULL. */
 ACCEL_API void accel_progress_close(accel_progress *p);
 
 /* ---- Profiler timeline ---- */
@@ -271,9 +297,12 @@ ACCEL_API accel_status accel_profile_begin(accel *acc, const char *dir);
  * runs. Returns ACCEL_OK, ACCEL_ESTATE without an open session, ACCEL_EIO naming the file.
  */
 ACCEL_API accel_status accel_profile_end(accel *acc);
-/* User ranges, nested per thread: push opens a span named `name` (copied, up to 63 chars),
- * pop closes the innermost. No-ops when no session is open. Thread-safe. */
+/* User ranges, nested per thread: push opens a span named `name` (copied, up to 63 chars) in
+ * category "user", push_cat in `category` (a string that outlives the session: a literal),
+ * so a program's own kernels can be filtered apart in Perfetto; pop closes the innermost.
+ * No-ops when no session is open. Thread-safe. */
 ACCEL_API void accel_profile_push(accel *acc, const char *name);
+ACCEL_API void accel_profile_push_cat(accel *acc, const char *name, const char *category);
 ACCEL_API void accel_profile_pop(accel *acc);
 /* 1 while a session is open. */
 ACCEL_API int accel_profile_active(const accel *acc);

@@ -24,16 +24,19 @@
  *         accel_optimizer_zero_grad(opt);
  *     }
  *
- * Memory layout: master weights, gradients and optimizer state are each ONE contiguous fp32
- * buffer with the same layout: parameters in REVERSE registration order (the last registered
- * parameter at offset 0), so that the gradient buckets, which follow the order in which a
- * backward pass produces gradients, are contiguous slices and every gradient is a view into its
- * bucket (no copies).
+ * Memory layout: master weights, gradients, the mixed-precision compute copy and optimizer
+ * state are each ONE contiguous buffer with the same layout, fixed by accel_model_alloc:
+ * parameters in REVERSE registration order (the last registered parameter at offset 0), so
+ * that the gradient buckets, which follow the order in which a backward pass produces
+ * gradients, are contiguous slices and every gradient is a view into its bucket (no copies).
+ * Buckets are decided at alloc (by size, see accel_options.first_bucket_mb / bucket_cap_mb).
+ * With zero_stage 0 (DDP) parameters are packed end to end; sharded stages pad every bucket
+ * with zeros to a multiple of 16 x the process count, so the buffers are then longer than
+ * accel_model_numel.
  *
  * Threading: a model, optimizer or scheduler belongs to the thread that drives the training
  * loop. The communication thread only touches gradient buckets between their launch in
  * accel_grad_ready / accel_backward_end and the end of accel_backward_end.
- * Included by accel.h; do not include alone.
  */
 #ifndef ACCEL_TRAIN_H
 #define ACCEL_TRAIN_H
@@ -48,8 +51,6 @@
 extern "C" {
 #endif
 
-typedef struct accel accel;
-typedef struct accel_model accel_model;
 typedef struct accel_optimizer accel_optimizer;
 typedef struct accel_scheduler accel_scheduler;
 
@@ -59,7 +60,7 @@ typedef struct accel_scheduler accel_scheduler;
 /* ===================================== Models ===================================== */
 
 /* A parameter's view. Plain data owned by the model: valid until accel_model_free /
- * accel_free_memory. `data`/`grad` are NULL before the model is allocated. */
+ * accel_free_memory. Pointers are NULL before the model is allocated. */
 typedef struct accel_param {
     const char *name;  /* PyTorch state_dict style: "h.0.attn.c_attn.weight" */
     int index;         /* registration index */
@@ -67,11 +68,20 @@ typedef struct accel_param {
     int ndim;
     int64_t shape[ACCEL_MAX_DIMS];
     size_t numel;
-    size_t offset; /* element offset in the master / gradient / optimizer-state buffers */
-    float *data;   /* fp32 master weights (writable) */
-    float *grad;   /* gradient, a view into its bucket; backward adds (+=) into it */
-    int frozen;    /* 1: excluded from sync, clipping norm and optimizer updates */
-    int bucket;    /* index of its gradient bucket after accel_prepare, else -1 */
+    size_t offset; /* element offset in the master / gradient / compute / optimizer buffers */
+    /* CPU conveniences: the fp32 master weights (writable) and the gradient (a view into its
+     * bucket; backward adds (+=) into it). NULL where they cannot apply (device memory). */
+    float *data;
+    float *grad;
+    int frozen; /* 1: excluded from sync, clipping norm and optimizer updates */
+    int bucket; /* index of its gradient bucket after accel_prepare, else -1 (frozen) */
+    /* The same memory as typed views (dtype, shape and device of the parameter): master
+     * weights, gradient, and the working copy forward passes read: the master itself in
+     * fp32 mode, else its rounding STORED in the compute dtype (2 bytes per element under
+     * bf16 / fp16). compute_view.data is NULL until the copy is valid (accel_prepare). */
+    accel_tensor data_view;
+    accel_tensor grad_view;
+    accel_tensor compute_view;
 } accel_param;
 
 /*
@@ -117,8 +127,10 @@ ACCEL_API const accel_param *accel_model_param(accel_model *m, int i);
 /* Registration index of the parameter called `name`, or -1. */
 ACCEL_API int accel_model_find(const accel_model *m, const char *name);
 
-/* The flat buffers (NULL before alloc). master: fp32 weights; grad: fp32 gradients. Both have
- * accel_model_numel elements in the layout described at the top. Borrowed. */
+/* The flat buffers as CPU conveniences (NULL before alloc). master: fp32 weights; grad: fp32
+ * gradients, in the layout described at the top (accel_model_numel elements with zero_stage
+ * 0). NULL with ACCEL_ESTATE where a float pointer cannot apply (the buffer is not in host
+ * memory). Borrowed. */
 ACCEL_API float *accel_model_master(accel_model *m);
 ACCEL_API float *accel_model_grad(accel_model *m);
 
@@ -126,13 +138,18 @@ ACCEL_API float *accel_model_grad(accel_model *m);
  * Mixed precision working copy. Under mixed_precision bf16 / fp16 the model keeps, next to the
  * fp32 master, a working copy holding every master weight rounded (to nearest even) to the
  * compute dtype, refreshed by accel_prepare and after every real optimizer step; forward
- * passes read it (nn does so automatically). It is stored as fp32 values (exactly
- * representable in the compute dtype) because the CPU kernels multiply in fp32.
+ * passes read it (nn does so automatically, widening each weight to fp32 for the op that uses
+ * it). It is STORED in the compute dtype: 2 bytes per parameter.
  * accel_model_compute_dtype: ACCEL_BF16 / ACCEL_F16, or ACCEL_F32 without mixed precision.
- * accel_model_compute: the copy (same layout as the master), the master itself in fp32 mode,
- * or NULL before it is valid (not allocated, or allocated but not yet prepared). Borrowed.
+ * accel_model_compute_view: fills *out with the whole copy as a 1-D view (same layout as the
+ * master, compute dtype; the master itself in fp32 mode). Returns ACCEL_OK, ACCEL_EINVAL for a
+ * NULL argument, ACCEL_ESTATE while the copy is not valid (not allocated, or allocated but not
+ * yet prepared; fp32 mode is valid from alloc). Borrowed.
+ * accel_model_compute: the fp32 convenience: the master in fp32 mode; NULL before alloc, and
+ * NULL with ACCEL_ESTATE under bf16 / fp16 (the copy is not fp32; use the view).
  */
 ACCEL_API accel_dtype accel_model_compute_dtype(const accel_model *m);
+ACCEL_API accel_status accel_model_compute_view(const accel_model *m, accel_tensor *out);
 ACCEL_API const float *accel_model_compute(const accel_model *m);
 
 /*
@@ -145,9 +162,11 @@ ACCEL_API const float *accel_model_compute(const accel_model *m);
 ACCEL_API accel_status accel_model_freeze(accel_model *m, int index, int frozen);
 ACCEL_API accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int frozen);
 
-/* Gradient buckets, built by accel_prepare. Bucket b covers grad[offset, offset + count) and
- * is all-reduced as one message; bucket 0 is launched first. Times are accel monotonic
- * seconds of the last backward that communicated (0 when it did not). */
+/* Gradient buckets, decided at accel_model_alloc (by size) and completed by accel_prepare
+ * (frozen parameters). Bucket b communicates grad[offset, offset + count), from its first to
+ * its last trainable parameter, as one message; bucket 0 is launched first. A bucket whose
+ * parameters were all frozen after alloc has n_params 0 and count 0 and is never sent. Times
+ * are accel monotonic seconds of the last backward that communicated (0 when it did not). */
 typedef struct accel_bucket_info {
     size_t offset, count;
     int n_params;       /* non-frozen parameters in it */

@@ -10,14 +10,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/fs.h"
+#include "base/fs.h"
 #include "core/internal.h"
 
 /* ---- checkpoint folders ---- */
@@ -73,66 +72,12 @@ void accel__stage_discard(const accel__stage *s)
     (void)accel__rmtree(s->stage_dir);
 }
 
-/* Builds the marker object: {"format", "version", "files": {name: nbytes}} plus `extra`. */
-static accel_status build_marker(const char *dir, const char *extra, json_t **out)
-{
-    json_t *root = json_object(), *files = json_object();
-    accel_status st = (root && files) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
-    DIR *d = st == ACCEL_OK ? opendir(dir) : NULL;
-    if (st == ACCEL_OK && d == NULL) {
-        st = accel__seterr(NULL, ACCEL_EIO, "cannot list %s: %s", dir, strerror(errno));
-    }
-    for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.' || strcmp(e->d_name, ACCEL__CKPT_MARKER) == 0 ||
-            strstr(e->d_name, ".tmp-") != NULL) {
-            continue;
-        }
-        char *p = accel__path_join(dir, e->d_name);
-        struct stat sb;
-        if (p == NULL) {
-            st = ACCEL_ENOMEM;
-        } else if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
-            json_object_set_new(files, e->d_name, json_integer((json_int_t)sb.st_size));
-        }
-        accel__free(p);
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    if (st == ACCEL_OK) {
-        json_object_set_new(root, "format", json_string("accel-checkpoint"));
-        json_object_set_new(root, "version", json_integer(1));
-        if (extra != NULL) {
-            json_error_t jerr;
-            json_t *x = json_loads(extra, 0, &jerr);
-            if (x == NULL || !json_is_object(x)) {
-                st = accel__seterr(NULL, ACCEL_EINTERNAL,
-                                   "checkpoint marker extra is not a "
-                                   "JSON object");
-            } else {
-                json_object_update(root, x);
-            }
-            json_decref(x);
-        }
-        json_object_set(root, "files", files);
-    }
-    json_decref(files);
-    if (st != ACCEL_OK) {
-        json_decref(root);
-        return st;
-    }
-    *out = root;
-    return ACCEL_OK;
-}
-
 accel_status accel__stage_commit(const accel__stage *s, const char *extra)
 {
-    json_t *marker = NULL;
-    ACCEL_TRY(build_marker(s->stage_dir, extra, &marker));
-    char *text = json_dumps(marker, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(marker);
+    char *text = NULL;
+    ACCEL_TRY(accel__ckpt_marker_build(s->stage_dir, extra, &text));
     char *mpath = accel__path_join(s->stage_dir, ACCEL__CKPT_MARKER);
-    accel_status st = (text && mpath) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
+    accel_status st = mpath ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
     if (st == ACCEL_OK) {
         st = accel__write_file_atomic(mpath, text, strlen(text));
     }
@@ -161,7 +106,7 @@ accel_status accel__stage_commit(const accel__stage *s, const char *extra)
     /* The file system has no exchange: move the old folder aside first. A crash between the
      * two renames leaves the old folder complete under ".<name>.old" and the new one under the
      * staging name; neither is lost. */
-    accel__log(ACCEL__LOG_DEBUG, "renameat2(RENAME_EXCHANGE) unsupported for %s; two renames",
+    accel__log(NULL, ACCEL__LOG_DEBUG, "renameat2(RENAME_EXCHANGE) unsupported for %s; two renames",
                s->final_dir);
     char *old = hidden_sibling(s->final_dir, ".old");
     if (old == NULL) {
@@ -183,60 +128,6 @@ accel_status accel__stage_commit(const accel__stage *s, const char *extra)
         st = accel__rmtree(old);
     }
     accel__free(old);
-    return st;
-}
-
-accel_status accel__ckpt_check_complete(const char *dir)
-{
-    if (!accel__is_dir(dir)) {
-        return accel__seterr(NULL, ACCEL_ENOTFOUND, "checkpoint folder %s does not exist", dir);
-    }
-    char *mpath = accel__path_join(dir, ACCEL__CKPT_MARKER);
-    if (mpath == NULL) {
-        return ACCEL_ENOMEM;
-    }
-    char *text = NULL;
-    accel_status st = accel__read_file(mpath, &text, NULL);
-    if (st == ACCEL_ENOTFOUND) {
-        st = accel__seterr(NULL, ACCEL_ECORRUPT,
-                           "%s is not a complete checkpoint: marker file %s is missing", dir,
-                           ACCEL__CKPT_MARKER);
-    }
-    json_t *root = NULL;
-    if (st == ACCEL_OK) {
-        json_error_t jerr;
-        root = json_loads(text, 0, &jerr);
-        json_t *files = root ? json_object_get(root, "files") : NULL;
-        if (!json_is_object(files)) {
-            st = accel__seterr(NULL, ACCEL_ECORRUPT, "%s: malformed marker %s", dir,
-                               ACCEL__CKPT_MARKER);
-        }
-        const char *name;
-        json_t *v;
-        json_object_foreach(files, name, v)
-        {
-            if (st != ACCEL_OK) {
-                break;
-            }
-            char *p = accel__path_join(dir, name);
-            struct stat sb;
-            if (p == NULL) {
-                st = ACCEL_ENOMEM;
-            } else if (stat(p, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-                st = accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is missing", dir,
-                                   name);
-            } else if (!json_is_integer(v) || (json_int_t)sb.st_size != json_integer_value(v)) {
-                st = accel__seterr(NULL, ACCEL_ECORRUPT,
-                                   "checkpoint %s: file %s has %lld bytes, the marker says %lld",
-                                   dir, name, (long long)sb.st_size,
-                                   (long long)json_integer_value(v));
-            }
-            accel__free(p);
-        }
-    }
-    json_decref(root);
-    accel__free(text);
-    accel__free(mpath);
     return st;
 }
 
@@ -268,7 +159,9 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count)
+/* The "checkpoint_<n>" folders of base, ascending; only complete ones with complete_only. */
+static accel_status list_folders(const char *base, int complete_only, int64_t **iters,
+                                 size_t *count)
 {
     *iters = NULL;
     *count = 0;
@@ -291,9 +184,9 @@ accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count)
             st = ACCEL_ENOMEM;
             break;
         }
-        int complete = accel__ckpt_check_complete(p) == ACCEL_OK;
+        int keep = complete_only ? accel__ckpt_check_complete(p) == ACCEL_OK : accel__is_dir(p);
         accel__free(p);
-        if (!complete) {
+        if (!keep) {
             continue;
         }
         if (n == cap) {
@@ -316,6 +209,16 @@ accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count)
     *iters = v;
     *count = n;
     return ACCEL_OK;
+}
+
+accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count)
+{
+    return list_folders(base, 1, iters, count);
+}
+
+accel_status accel__ckpt_list_all(const char *base, int64_t **iters, size_t *count)
+{
+    return list_folders(base, 0, iters, count);
 }
 
 /* Renames `dir` to its hidden ".deleting" sibling (durably), then removes it. */

@@ -1,12 +1,13 @@
 /*
  * Crash-safe checkpoint folders (private to src/ckpt); the atomic file writes they build on
- * are in core/fs.h.
+ * are in base/fs.h.
  *
  * Checkpoint folders: built in a staging sibling "<parent>/.<name>.partial", every file fsynced
- * by its writer; commit writes the completion marker ACCEL__CKPT_MARKER (the list of files and
- * their sizes) last, fsyncs the staging folder, renames it over <parent>/<name> (an atomic
- * exchange when a folder of that name exists) and fsyncs the parent. A folder is "complete"
- * when its marker exists, parses and every file it lists has the recorded size.
+ * by its writer; commit writes the completion marker ACCEL__CKPT_MARKER (the list of files with
+ * their sizes and checksums, verify.h) last, fsyncs the staging folder, renames it over
+ * <parent>/<name> (an atomic exchange when a folder of that name exists) and fsyncs the parent.
+ * A folder is "complete" when its marker is valid and every file it lists has the recorded
+ * size (accel__ckpt_check_complete); loading also verifies the checksums.
  *
  * All functions report failures through accel__seterr(NULL, ...) naming the path.
  */
@@ -17,10 +18,8 @@
 #include <stdint.h>
 
 #include "accel/status.h"
-#include "core/fs.h"
-
-/* The completion marker written last into every checkpoint folder. */
-#define ACCEL__CKPT_MARKER "accel_checkpoint.json"
+#include "base/fs.h"
+#include "ckpt/verify.h"
 
 /* ---- checkpoint folders ---- */
 
@@ -43,16 +42,14 @@ accel_status accel__stage_commit(const accel__stage *s, const char *extra);
 void accel__stage_discard(const accel__stage *s);
 void accel__stage_release(accel__stage *s);
 
-/* ACCEL_OK when `dir` holds a valid marker and every listed file has its recorded size, else
- * ACCEL_ECORRUPT naming the folder and the missing/short file (ACCEL_ENOTFOUND: no folder). */
-accel_status accel__ckpt_check_complete(const char *dir);
-
 /* Parses "checkpoint_<n>" (digits only). Returns 1 and *n, else 0. */
 int accel__ckpt_parse_name(const char *name, int64_t *n);
 
 /* The complete checkpoints "checkpoint_<n>" in `base`, ascending n, as a new array (free with
  * accel__free; NULL when none). A missing `base` gives 0 checkpoints. */
 accel_status accel__ckpt_list(const char *base, int64_t **iters, size_t *count);
+/* As accel__ckpt_list, but every "checkpoint_<n>" folder, complete or not (damaged ones too). */
+accel_status accel__ckpt_list_all(const char *base, int64_t **iters, size_t *count);
 
 /*
  * Keeps the newest `total_limit` complete checkpoints in `base` and deletes older ones (each

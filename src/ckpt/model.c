@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 #include "ckpt/atomic.h"
@@ -167,17 +168,6 @@ static accel_status open_index(load_ctx *c, const char *index_path)
     return st;
 }
 
-static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
-{
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < ndim && k < cap; d++) {
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", d ? ", " : "", (long long)shape[d]);
-    }
-    if (k < cap) {
-        snprintf(buf + k, cap - k, "]");
-    }
-}
-
 /* Matches file tensors to parameters; fills c->src_*; every error before any write. */
 static accel_status plan_load(load_ctx *c, accel_model *model, const char *path, int strict)
 {
@@ -218,12 +208,19 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
             }
             if (!same) {
                 char a[160], b[160];
-                shape_str(a, sizeof a, t.ndim, t.shape);
-                shape_str(b, sizeof b, p->ndim, p->shape);
                 return accel__seterr(NULL, ACCEL_EINVAL,
                                      "loading %s: tensor '%s' has shape %s "
                                      "in the file but %s in the model",
-                                     path, name, a, b);
+                                     path, name, accel__shape_str(a, sizeof a, t.ndim, t.shape),
+                                     accel__shape_str(b, sizeof b, p->ndim, p->shape));
+            }
+            /* C64 and the packed sub-byte dtypes have no conversion to F32: refused before any
+             * weight is written (a count of 0 only checks the pair). */
+            if (accel_convert(NULL, ACCEL_F32, NULL, t.dtype, 0) != ACCEL_OK) {
+                return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                                     "loading %s: tensor '%s' is %s, which does not convert to "
+                                     "the model's F32",
+                                     path, name, accel_dtype_name(t.dtype));
             }
             c->src_file[pi] = st;
             c->src_index[pi] = (long)i;
@@ -250,7 +247,7 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
                              path, detail);
     }
     if (missing > 0 || unexpected > 0) {
-        accel__log(ACCEL__LOG_INFO,
+        accel__log(NULL, ACCEL__LOG_INFO,
                    "loading %s: %zu model parameters not in the file (first "
                    "'%s'), %zu file tensors not in the model (first '%s')",
                    path, missing, first_missing ? first_missing : "-", unexpected,
@@ -272,9 +269,9 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
         char *index = accel__path_join(path, "model.safetensors.index.json");
         if (single == NULL || index == NULL) {
             st = ACCEL_ENOMEM;
-        } else if (accel__is_file(single)) {
-            st = add_file(&c, single);
-        } else if (accel__is_file(index)) {
+        } else if (access(single, F_OK) == 0) {
+            st = add_file(&c, single); /* refuses what is not a regular file, saying what */
+        } else if (access(index, F_OK) == 0) {
             st = open_index(&c, index);
         } else {
             st = accel__seterr(NULL, ACCEL_ENOTFOUND,

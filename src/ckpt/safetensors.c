@@ -25,13 +25,19 @@
 
 /*
  * Position of each dtype in the reference's Dtype enum, which is declared in increasing
- * alignment order; the writer sorts by it descending. Gaps are dtypes accel has no type for.
+ * alignment order; the writer sorts by it descending.
  */
 static int dtype_rank(accel_dtype dt)
 {
     switch (dt) {
     case ACCEL_BOOL:
         return 0;
+    case ACCEL_F4:
+        return 1;
+    case ACCEL_F6_E2M3:
+        return 2;
+    case ACCEL_F6_E3M2:
+        return 3;
     case ACCEL_U8:
         return 4;
     case ACCEL_I8:
@@ -40,6 +46,12 @@ static int dtype_rank(accel_dtype dt)
         return 6;
     case ACCEL_F8_E4M3:
         return 7;
+    case ACCEL_F8_E8M0:
+        return 8;
+    case ACCEL_F8_E4M3FNUZ:
+        return 9;
+    case ACCEL_F8_E5M2FNUZ:
+        return 10;
     case ACCEL_I16:
         return 11;
     case ACCEL_U16:
@@ -50,29 +62,35 @@ static int dtype_rank(accel_dtype dt)
         return 14;
     case ACCEL_I32:
         return 15;
+    case ACCEL_U32:
+        return 16;
     case ACCEL_F32:
         return 17;
+    case ACCEL_C64:
+        return 18;
     case ACCEL_F64:
         return 19;
     case ACCEL_I64:
         return 20;
+    case ACCEL_U64:
+        return 21;
     default:
         return -1;
     }
 }
 
-/* Valid safetensors dtypes without an accel type: reported as unsupported, not corrupt. */
-static int foreign_dtype(const char *name)
+/* The bytes of `ndim` dims of `dt` into *nbytes, as the reference sizes them: 0 when the
+ * product overflows, -1 when sub-byte elements do not fill whole bytes, else 1. */
+static int tensor_bytes(accel_dtype dt, int ndim, const int64_t *shape, uint64_t *nbytes)
 {
-    static const char *const names[] = {"U32",         "U64",     "C64",     "F4",
-                                        "F6_E2M3",     "F6_E3M2", "F8_E8M0", "F8_E4M3FNUZ",
-                                        "F8_E5M2FNUZ", NULL};
-    for (int i = 0; names[i]; i++) {
-        if (strcmp(name, names[i]) == 0) {
-            return 1;
+    uint64_t bits = accel_dtype_bits(dt);
+    for (int d = 0; d < ndim; d++) {
+        if (__builtin_mul_overflow(bits, (uint64_t)shape[d], &bits)) {
+            return 0;
         }
     }
-    return 0;
+    *nbytes = bits / 8;
+    return bits % 8 == 0 ? 1 : -1;
 }
 
 /* ================================== writer ================================== */
@@ -119,16 +137,18 @@ static accel_status check_write_tensor(const char *path, const accel_named_tenso
                              "it to host memory first",
                              path, nt->name);
     }
-    uint64_t n = accel_dtype_nbytes(t->dtype);
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0) {
             return accel__seterr(NULL, ACCEL_EINVAL, "%s: tensor '%s' has negative dimension %d",
                                  path, nt->name, d);
         }
-        if (__builtin_mul_overflow(n, (uint64_t)t->shape[d], &n)) {
-            return accel__seterr(NULL, ACCEL_EINVAL, "%s: tensor '%s' is too large", path,
-                                 nt->name);
-        }
+    }
+    uint64_t n = 0;
+    int fits = tensor_bytes(t->dtype, t->ndim, t->shape, &n);
+    if (fits <= 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: tensor '%s' %s", path, nt->name,
+                             fits == 0 ? "is too large"
+                                       : "has sub-byte elements that do not fill whole bytes");
     }
     if (n > 0 && t->data == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: tensor '%s' has NULL data", path, nt->name);
@@ -364,11 +384,6 @@ static accel_status parse_entry(accel_safetensors *st, const char *name, json_t 
     }
     const char *dname = json_string_value(jd);
     if (accel_dtype_from_name(dname, &e->dtype) != ACCEL_OK) {
-        if (foreign_dtype(dname)) {
-            return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                                 "%s: tensor '%s' has dtype %s, which accel does not support",
-                                 st->path, name, dname);
-        }
         return corrupt(st, "tensor '%s': unknown dtype \"%s\"", name, dname);
     }
     if (!json_is_array(js)) {
@@ -402,13 +417,15 @@ static accel_status parse_entry(accel_safetensors *st, const char *name, json_t 
     if (e->end < e->begin) {
         return corrupt(st, "tensor '%s': data_offsets end before they begin%s", name, "");
     }
-    /* Size from shape x dtype, overflow-checked as the reference does. */
-    uint64_t nbytes = accel_dtype_nbytes(e->dtype);
-    for (int d = 0; d < e->ndim; d++) {
-        if (__builtin_mul_overflow(nbytes, (uint64_t)e->shape[d], &nbytes)) {
-            return corrupt(st, "tensor '%s': shape x dtype size overflows (field \"shape\")%s",
-                           name, "");
-        }
+    /* Size from shape x dtype, checked as the reference does. */
+    uint64_t nbytes = 0;
+    int fits = tensor_bytes(e->dtype, e->ndim, e->shape, &nbytes);
+    if (fits == 0) {
+        return corrupt(st, "tensor '%s': shape x dtype size overflows (field \"shape\")%s", name,
+                       "");
+    }
+    if (fits < 0) {
+        return corrupt(st, "tensor '%s': its %s elements do not fill whole bytes", name, dname);
     }
     if (e->end - e->begin != nbytes) {
         char buf[128];
@@ -551,7 +568,7 @@ static accel_status bind_data(accel_safetensors *st, uint64_t hlen)
         st_entry *e = &st->entries[i];
         e->data = base + e->begin;
         size_t align = accel_dtype_nbytes(e->dtype);
-        if (((uintptr_t)e->data % align) != 0 && e->end > e->begin) {
+        if (align > 1 && ((uintptr_t)e->data % align) != 0 && e->end > e->begin) {
             e->copy = accel__aligned_alloc((size_t)(e->end - e->begin));
             if (e->copy == NULL) {
                 return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory reading %s", st->path);
@@ -583,13 +600,17 @@ accel_status accel_safetensors_open(accel_safetensors **out, const char *path)
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory opening %s", path);
     }
     accel_status rc = ACCEL_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb;
     if (fd < 0) {
         rc = accel__seterr(NULL, errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
                            "cannot open %s: %s", path, strerror(errno));
-    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = accel__seterr(NULL, ACCEL_EIO, "%s is not a readable regular file", path);
+    } else if (fstat(fd, &sb) != 0) {
+        rc = accel__seterr(NULL, ACCEL_EIO, "cannot stat %s: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        rc = accel__seterr(NULL, ACCEL_EINVAL, "%s is %s, not a safetensors file", path,
+                           accel__file_kind(sb.st_mode));
     } else if (sb.st_size < 8) {
         char sz[32];
         snprintf(sz, sizeof sz, "%lld", (long long)sb.st_size);

@@ -16,6 +16,7 @@
 
 #include "ckpt/atomic.h"
 #include "ckpt/state.h"
+#include "ckpt/verify.h"
 #include "comm/comm.h"
 #include "core/profile.h"
 
@@ -150,11 +151,12 @@ static accel_status run_hooks(accel *acc, int is_load, const char *dir)
         if (m->hooks[i].is_load != is_load) {
             continue;
         }
+        accel__clear_error();
         accel_status st = m->hooks[i].fn(acc, dir, m->hooks[i].ctx);
         if (st != ACCEL_OK) {
             return accel__seterr(acc, st, "accel_%s_state: %s pre-hook %d failed: %s",
                                  is_load ? "load" : "save", is_load ? "load" : "save",
-                                 m->hooks[i].handle, accel_last_error(acc));
+                                 m->hooks[i].handle, accel__cause(st));
         }
     }
     return ACCEL_OK;
@@ -282,7 +284,7 @@ static accel_status save_state(accel *acc, const char *dir)
         static int warned; /* once per process: the argument is usually constant */
         if (dir != NULL && acc->rank == 0 && !warned) {
             warned = 1;
-            accel__log(ACCEL__LOG_WARN,
+            accel__log(&acc->log, ACCEL__LOG_WARN,
                        "%s: automatic_checkpoint_naming is on: %s is ignored (as in Accelerate)",
                        who, dir);
         }
@@ -363,63 +365,69 @@ static accel_status save_state(accel *acc, const char *dir)
 
 /* ---- load ---- */
 
-/* The newest complete automatic checkpoint, decided by the main process for everyone. */
-static accel_status newest_checkpoint(accel *acc, char **out)
+/*
+ * Every process resumes at the same place: the accumulation step, sync_gradients, and per
+ * loader the epoch, and the batch when both processes' loaders have the same length (uneven
+ * loaders legitimately stop at different batches). Files of one checkpoint that disagree are
+ * damage, even when each is well-formed.
+ */
+static accel_status check_in_step(accel *acc, accel__state_plan *p, int n_loaders, const char *dir)
 {
-    static const char *who = "accel_load_state";
-    char *base = checkpoints_base(acc, who);
-    if (base == NULL) {
-        return accel_last_status(acc);
+    if (acc->n_ranks == 1) {
+        return ACCEL_OK;
     }
-    int64_t newest = -1;
-    accel_status st = ACCEL_OK;
-    if (acc->rank == 0) {
-        int64_t *its = NULL;
-        size_t n = 0;
-        st = accel__ckpt_list(base, &its, &n);
-        if (st == ACCEL_OK && n > 0) {
-            newest = its[n - 1];
+    int k = ACCEL__STATE_POSITIONS(n_loaders);
+    int64_t *all = accel__calloc((size_t)k * (size_t)acc->n_ranks, sizeof(int64_t));
+    if (all == NULL) {
+        return accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
+    }
+    int64_t *mine = all + (size_t)acc->rank * (size_t)k;
+    accel__state_plan_positions(p, mine);
+    accel__coll op = {ACCEL__COLL_ALLGATHER,
+                      mine,
+                      all,
+                      (size_t)k * (size_t)acc->n_ranks,
+                      ACCEL_I64,
+                      ACCEL_SUM,
+                      0};
+    accel_status st = accel__comm_run(acc->comm, &op, NULL);
+    if (st != ACCEL_OK) {
+        accel__free(all);
+        return accel__adopt_thread_error(acc, st);
+    }
+    for (int r = 1; r < acc->n_ranks && st == ACCEL_OK; r++) {
+        const int64_t *a = all, *b = all + (size_t)r * (size_t)k;
+        if (a[0] != b[0] || a[1] != b[1]) {
+            st = accel__seterr(acc, ACCEL_ECORRUPT,
+                               "accel_load_state: checkpoint %s is inconsistent: process %d "
+                               "resumes at accumulation step %lld (sync %lld), process 0 at %lld "
+                               "(sync %lld) (random_states_<process>.json)",
+                               dir, r, (long long)b[0], (long long)b[1], (long long)a[0],
+                               (long long)a[1]);
         }
-        accel__free(its);
-    }
-    st = agree(acc, st, who);
-    if (st == ACCEL_OK && acc->n_ranks > 1) {
-        st = accel__broadcast(acc->comm, &newest, 1, ACCEL_I64, 0);
-        if (st != ACCEL_OK) {
-            accel__adopt_thread_error(acc, st);
+        for (int i = 0; i < n_loaders && st == ACCEL_OK; i++) {
+            const int64_t *x = a + 2 + 3 * i, *y = b + 2 + 3 * i;
+            if (x[0] != y[0] || (x[2] == y[2] && x[1] != y[1])) {
+                st = accel__seterr(acc, ACCEL_ECORRUPT,
+                                   "accel_load_state: checkpoint %s is inconsistent: loader %d "
+                                   "of process %d resumes at epoch %lld, batch %lld, process "
+                                   "0's at epoch %lld, batch %lld (dl_state_dict_rank<process>"
+                                   ".json)",
+                                   dir, i, r, (long long)y[0], (long long)y[1], (long long)x[0],
+                                   (long long)x[1]);
+            }
         }
     }
-    if (st == ACCEL_OK && newest < 0) {
-        st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: no complete checkpoint in %s", who, base);
-    }
-    if (st == ACCEL_OK) {
-        *out = auto_dir(base, newest);
-        st = *out ? ACCEL_OK : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
-    }
-    accel__free(base);
+    accel__free(all);
     return st;
 }
 
-static accel_status load_state(accel *acc, const char *dir)
+/* Loads folder `src` (the protocol of the file comment); `verified`: the caller already
+ * checked its checksums. */
+static accel_status load_from(accel *acc, const char *src, int verified)
 {
     static const char *who = "accel_load_state";
-    if (acc == NULL) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
-    }
-    char *src = NULL;
     accel_status st = ACCEL_OK;
-    if (dir != NULL) {
-        src = accel__strdup(dir);
-        st = src ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
-    } else if (acc->opt.automatic_checkpoint_naming == 1) {
-        st = newest_checkpoint(acc, &src);
-    } else {
-        st = accel__seterr(acc, ACCEL_EINVAL,
-                           "%s: dir is NULL and automatic_checkpoint_naming is off", who);
-    }
-    if (st != ACCEL_OK) {
-        return st;
-    }
     if (!accel__is_dir(src)) {
         st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: checkpoint folder %s does not exist", who,
                            src);
@@ -436,13 +444,16 @@ static accel_status load_state(accel *acc, const char *dir)
         ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
         objs.custom = m ? m->custom : NULL;
         objs.n_custom = m ? m->n_custom : 0;
-        st = accel__state_plan_new(acc, &objs, src, &plan);
+        st = accel__state_plan_new(acc, &objs, src, verified, &plan);
         if (st != ACCEL_OK) {
             accel__adopt_thread_error(acc, st);
         }
     }
     /* Nothing is modified anywhere unless every process validated its files. */
     st = agree(acc, st, who);
+    if (st == ACCEL_OK) {
+        st = check_in_step(acc, plan, objs.n_loaders, src);
+    }
     if (st == ACCEL_OK) {
         st = accel__state_plan_apply(acc, plan);
     }
@@ -453,8 +464,125 @@ static accel_status load_state(accel *acc, const char *dir)
     }
     accel__state_plan_free(plan);
     accel__state_objs_release(&objs);
-    accel__free(src);
     return st;
+}
+
+/* Every "checkpoint_<n>" folder in base (complete or not), ascending, as decided by the main
+ * process for everyone. */
+static accel_status list_candidates(accel *acc, const char *base, int64_t **out, int64_t *count)
+{
+    int64_t *its = NULL, n = 0;
+    accel_status st = ACCEL_OK;
+    if (acc->rank == 0) {
+        size_t cnt = 0;
+        st = accel__ckpt_list_all(base, &its, &cnt);
+        n = (int64_t)cnt;
+    }
+    st = agree(acc, st, "accel_load_state");
+    if (st == ACCEL_OK && acc->n_ranks > 1) {
+        st = accel__broadcast(acc->comm, &n, 1, ACCEL_I64, 0);
+        st = st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : ACCEL_OK;
+        if (st == ACCEL_OK && acc->rank != 0 && n > 0) {
+            its = accel__calloc((size_t)n, sizeof(int64_t));
+            st = its ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
+        }
+        if (st == ACCEL_OK) {
+            st = agree(acc, st, "accel_load_state"); /* everyone has room for the list */
+        }
+        if (st == ACCEL_OK && n > 0) {
+            st = accel__broadcast(acc->comm, its, (size_t)n, ACCEL_I64, 0);
+            st = st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : ACCEL_OK;
+        }
+    }
+    if (st != ACCEL_OK) {
+        accel__free(its);
+        return st;
+    }
+    *out = its;
+    *count = n;
+    return ACCEL_OK;
+}
+
+/*
+ * load_state(NULL) with automatic naming: the newest checkpoint whose marker, sizes and
+ * checksums verify. A damaged one is skipped with a warning naming it, its file and the reason
+ * (on the process that found it); when every folder is damaged the result is ACCEL_ECORRUPT
+ * listing them (ACCEL_ENOTFOUND only when there is no checkpoint at all). The counter then
+ * moves past every folder, damaged ones included, so the next save never collides.
+ */
+static accel_status load_newest(accel *acc)
+{
+    static const char *who = "accel_load_state";
+    char *base = checkpoints_base(acc, who);
+    if (base == NULL) {
+        return accel_last_status(acc);
+    }
+    int64_t *its = NULL, n = 0;
+    accel_status st = list_candidates(acc, base, &its, &n);
+    if (st == ACCEL_OK && n == 0) {
+        st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: no checkpoint in %s", who, base);
+    }
+    char skipped[400] = "", newest_why[ACCEL__ERRMSG_NBYTES] = "";
+    int64_t chosen = -1;
+    for (int64_t i = n - 1; st == ACCEL_OK && i >= 0 && chosen < 0; i--) {
+        char *dir = auto_dir(base, its[i]);
+        if (dir == NULL) {
+            st = accel__adopt_thread_error(acc, ACCEL_ENOMEM);
+            break;
+        }
+        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, NULL);
+        if (vst == ACCEL_ECORRUPT) {
+            accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
+                       accel_last_error(NULL));
+        }
+        vst = agree(acc, vst, who);
+        if (vst == ACCEL_OK) {
+            chosen = its[i];
+        } else if (vst == ACCEL_ECORRUPT) {
+            if (newest_why[0] == '\0') {
+                snprintf(newest_why, sizeof newest_why, "%s", accel_last_error(acc));
+            }
+            size_t len = strlen(skipped);
+            snprintf(skipped + len, sizeof skipped - len, "%scheckpoint_%lld", len ? ", " : "",
+                     (long long)its[i]);
+        } else {
+            st = vst;
+        }
+        accel__free(dir);
+    }
+    if (st == ACCEL_OK && chosen < 0) {
+        st = accel__seterr(acc, ACCEL_ECORRUPT,
+                           "%s: no valid checkpoint in %s: %s %s damaged (each named in a "
+                           "warning); the newest: %s",
+                           who, base, skipped, n > 1 ? "are all" : "is", newest_why);
+    }
+    if (st == ACCEL_OK) {
+        char *dir = auto_dir(base, chosen);
+        st = dir ? load_from(acc, dir, 1) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
+        accel__free(dir);
+    }
+    if (st == ACCEL_OK && its[n - 1] + 1 > acc->opt.iteration && its[n - 1] < INT_MAX) {
+        acc->opt.iteration = (int)(its[n - 1] + 1); /* past every folder, damaged ones too */
+    }
+    accel__free(its);
+    accel__free(base);
+    return st;
+}
+
+static accel_status load_state(accel *acc, const char *dir)
+{
+    static const char *who = "accel_load_state";
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
+    }
+    if (dir != NULL) {
+        return load_from(acc, dir, 0);
+    }
+    if (acc->opt.automatic_checkpoint_naming == 1) {
+        return load_newest(acc);
+    }
+    return accel__seterr(acc, ACCEL_EINVAL,
+                         "%s: dir is NULL and automatic_checkpoint_naming is off", who);
 }
 
 /* The public entry: the whole call as one "save_state" range in the profiler trace. */

@@ -55,10 +55,18 @@ accel_status accel__state_write_shared(accel *acc, const accel__state_objs *o,
 accel_status accel__state_write_rank(accel *acc, const accel__state_objs *o,
                                      const accel__state_info *info, const char *dir);
 
-/* Load: opens and validates everything this process needs from `dir`; nothing is modified. */
+/* Load: verifies the folder (marker, sizes, and unless `verified` this process's share of the
+ * checksums), then opens and validates everything this process needs from `dir`, reading only
+ * files the marker lists; nothing is modified. */
 typedef struct accel__state_plan accel__state_plan;
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   accel__state_plan **out);
+                                   int verified, accel__state_plan **out);
+/* Where this process resumes, for the check that all processes agree: the accumulation step,
+ * sync_gradients, then per loader epoch, batch and the live loader's length (sampler seeds and
+ * generators may differ between processes). Writes ACCEL__STATE_POSITIONS(n_loaders) values
+ * into v; returns the count. */
+#define ACCEL__STATE_POSITIONS(n_loaders) (2 + 3 * (n_loaders))
+int accel__state_plan_positions(const accel__state_plan *p, int64_t *v);
 /* Runs the registered objects' load callbacks, then applies the rest (cannot fail). */
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p);
 void accel__state_plan_free(accel__state_plan *p);
@@ -67,6 +75,8 @@ void accel__state_plan_free(accel__state_plan *p);
 typedef struct json_t json_t;
 /* "stem<ext>" for i == 0, else "stem_<i><ext>" (Accelerate's numbering). */
 void accel__st_indexed_name(char *buf, size_t cap, const char *stem, int i, const char *ext);
+/* The optimizer kind (accel__optim_kind) as saved: "sgd", "adam", "adamw". */
+const char *accel__st_optim_kind_name(int kind);
 /* "0x" + 16 hex digits. */
 int accel__st_parse_u64(const json_t *j, uint64_t *out);
 /* An array of ACCEL_RNG_STATE_WORDS hex strings, not all zero. */
@@ -74,6 +84,9 @@ int accel__st_parse_gen(const json_t *a, uint64_t s[ACCEL_RNG_STATE_WORDS]);
 /* dir/name as a JSON object (owned: json_decref); ACCEL_ECORRUPT naming a missing or
  * malformed file. */
 accel_status accel__st_read_json(const char *dir, const char *name, json_t **out);
+/* The state buffers of opt with their torch name prefixes ("exp_avg."); NULL buffers are
+ * absent. Returns how many slots are used (1 for SGD, 3 for Adam). */
+int accel__st_optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3]);
 /* Fields of an object; *bad = 1 when missing or of another type. */
 long long accel__st_jint(const json_t *o, const char *key, int *bad);
 double accel__st_jreal(const json_t *o, const char *key, int *bad);

@@ -239,31 +239,53 @@ char *accel__state_info_json(const accel__state_info *info, int64_t iteration)
     return text;
 }
 
+/* A count of the record in [lo, 2^20] (beyond any real job: damage, and it would size
+ * allocations); sets *bad_field to `key` otherwise. */
+static int record_count(const json_t *s, const char *key, int lo, const char **bad_field)
+{
+    const json_t *v = json_object_get(s, key);
+    json_int_t n = json_is_integer(v) ? json_integer_value(v) : -1;
+    if (n < lo || n > (1 << 20)) {
+        *bad_field = *bad_field ? *bad_field : key;
+        return 0;
+    }
+    return (int)n;
+}
+
 accel_status accel__state_info_read(const char *dir, accel__state_info *info)
 {
     json_t *root = NULL;
     ACCEL_TRY(accel__st_read_json(dir, ACCEL__CKPT_MARKER, &root));
     const json_t *s = json_object_get(root, "accel_state");
-    int bad = !json_is_object(s);
     memset(info, 0, sizeof(*info));
-    if (!bad) {
-        info->num_processes = (int)accel__st_jint(s, "num_processes", &bad);
-        info->n_models = (int)accel__st_jint(s, "models", &bad);
-        info->n_opts = (int)accel__st_jint(s, "optimizers", &bad);
-        info->n_scheds = (int)accel__st_jint(s, "schedulers", &bad);
-        info->n_loaders = (int)accel__st_jint(s, "loaders", &bad);
-        info->n_custom = (int)accel__st_jint(s, "custom", &bad);
-        info->has_scaler = json_is_true(json_object_get(s, "scaler"));
-        info->has_grads = json_is_true(json_object_get(s, "gradients"));
-        bad |= info->num_processes < 1 || info->n_models < 0 || info->n_opts < 0 ||
-               info->n_scheds < 0 || info->n_loaders < 0 || info->n_custom < 0;
-    }
-    json_decref(root);
-    if (bad) {
+    if (!json_is_object(s)) {
+        json_decref(root);
         return accel__seterr(NULL, ACCEL_ECORRUPT,
-                             "%s is not a save_state checkpoint: %s has no valid \"accel_state\" "
-                             "record (a save_model folder? load it with accel_load_model)",
+                             "%s is not a save_state checkpoint: %s has no \"accel_state\" record "
+                             "(a save_model folder? load it with accel_load_model)",
                              dir, ACCEL__CKPT_MARKER);
+    }
+    const char *bad = NULL;
+    info->num_processes = record_count(s, "num_processes", 1, &bad);
+    info->n_models = record_count(s, "models", 0, &bad);
+    info->n_opts = record_count(s, "optimizers", 0, &bad);
+    info->n_scheds = record_count(s, "schedulers", 0, &bad);
+    info->n_loaders = record_count(s, "loaders", 0, &bad);
+    info->n_custom = record_count(s, "custom", 0, &bad);
+    const json_t *scaler = json_object_get(s, "scaler"), *grads = json_object_get(s, "gradients");
+    const json_t *iteration = json_object_get(s, "iteration");
+    bad = bad                                                                ? bad
+          : !json_is_boolean(scaler)                                         ? "scaler"
+          : !json_is_boolean(grads)                                          ? "gradients"
+          : !json_is_integer(iteration) || json_integer_value(iteration) < 0 ? "iteration"
+                                                                             : NULL;
+    info->has_scaler = json_is_true(scaler);
+    info->has_grads = json_is_true(grads);
+    json_decref(root);
+    if (bad != NULL) {
+        return accel__seterr(NULL, ACCEL_ECORRUPT,
+                             "checkpoint %s: %s: accel_state.%s is missing or out of range", dir,
+                             ACCEL__CKPT_MARKER, bad);
     }
     return ACCEL_OK;
 }
@@ -310,13 +332,12 @@ static accel_status write_model(const accel_model *m, const char *dir, int i)
     return st;
 }
 
-static const char *optim_kind_name(accel__optim_kind k)
+const char *accel__st_optim_kind_name(int kind)
 {
-    return k == ACCEL__SGD ? "sgd" : k == ACCEL__ADAM ? "adam" : "adamw";
+    return kind == ACCEL__SGD ? "sgd" : kind == ACCEL__ADAM ? "adam" : "adamw";
 }
 
-/* The state buffers of opt with their torch names (NULL buffers are absent). */
-static int optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3])
+int accel__st_optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3])
 {
     if (opt->kind == ACCEL__SGD) {
         names[0] = "momentum_buffer.";
@@ -344,7 +365,7 @@ static json_t *optim_meta_json(const accel_optimizer *opt)
         json_object_set_new(pg, m->params[i].name, json_integer(opt->param_group[i]));
     }
     return json_pack("{s:s,s:I,s:b,s:f,s:f,s:f,s:f,s:f,s:b,s:b,s:b,s:o,s:o}", "kind",
-                     optim_kind_name(opt->kind), "step", (json_int_t)opt->n_steps,
+                     accel__st_optim_kind_name(opt->kind), "step", (json_int_t)opt->n_steps,
                      "step_was_skipped", opt->step_was_skipped, "momentum", opt->momentum,
                      "dampening", opt->dampening, "beta1", opt->beta1, "beta2", opt->beta2, "eps",
                      opt->eps, "nesterov", opt->nesterov, "maximize", opt->maximize, "amsgrad",
@@ -358,7 +379,7 @@ static accel_status write_optimizer(const accel_optimizer *opt, const char *dir,
     const accel_model *m = opt->model;
     const char *bnames[3] = {0};
     float *bufs[3] = {0};
-    int nb = optim_buffers(opt, bnames, bufs);
+    int nb = accel__st_optim_buffers(opt, bnames, bufs);
     size_t np = (size_t)m->n_params, cap = np * 3 + 1;
     accel_named_tensor *ts = accel__calloc(cap, sizeof(*ts));
     char **names = accel__calloc(cap, sizeof(*names));
@@ -454,10 +475,11 @@ static accel_status write_custom(accel *acc, const accel__custom_obj *c, const c
     char name[64];
     snprintf(name, sizeof name, "custom_checkpoint_%d.bin", i);
     accel_state_writer w = {0};
+    accel__clear_error();
     accel_status st = c->save(c->ctx, &w);
     if (st != ACCEL_OK) {
         accel__seterr(acc, st, "accel_save_state: registered object %d's save failed: %s", i,
-                      accel_last_error(NULL));
+                      accel__cause(st));
     } else {
         char *path = join(dir, name);
         st = path ? accel__write_file_atomic(path, w.data ? w.data : "", w.n) : ACCEL_ENOMEM;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* Compares an option name from the table with one typed by the user, treating '-' and '_' as
  * the same character (Accelerate accepts --num-processes and --num_processes). `typed` may be

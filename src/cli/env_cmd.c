@@ -1,7 +1,7 @@
 /*
  * `accel env`: the facts to paste into a bug report (as `accelerate env`): version, OS, CPU
  * and its vector extensions, which communication backends this build contains, and every
- * environment variable accel reads, straight from the library's table (src/core/env.c), with
+ * environment variable accel reads, straight from the library's table (src/base/env.c), with
  * its current value, default and meaning. Reads only; changes nothing.
  */
 #include <gnu/libc-version.h>
@@ -14,21 +14,8 @@
 
 #include "accel/accel.h"
 #include "cli.h"
-#include "comm/comm.h"
-#include "core/cpu.h"
-#include "core/internal.h"
-
-/*
- * Backends are compiled in only when their dependencies are found, and comm.c refers to each
- * one it registers by its descriptor accel__backend_<name>. Weak references tell which of them
- * the linker found: keeping a strong reference to accel__comm_new pulls comm.c's object, and
- * with it every backend it registers, into this executable.
- */
-extern const accel__comm_backend accel__backend_shm __attribute__((weak));
-extern const accel__comm_backend accel__backend_mpi __attribute__((weak));
-extern const accel__comm_backend accel__backend_nccl __attribute__((weak));
-static accel_status (*volatile comm_anchor)(accel__comm **,
-                                            const accel__comm_config *) = accel__comm_new;
+#include "base/cpu.h"
+#include "base/base.h"
 
 static const cli_option env_options[] = {
     {NULL, 0, 0, NULL, NULL, NULL},
@@ -112,7 +99,7 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
     printf("- CPU: %s\n", model);
     printf("- CPU cores: %ld online, %ld configured\n", sysconf(_SC_NPROCESSORS_ONLN),
            sysconf(_SC_NPROCESSORS_CONF));
-    /* The features the kernels dispatch on (src/core/cpu.c), so this says what accel uses. */
+    /* The features the kernels dispatch on (src/base/cpu.c), so this says what accel uses. */
     printf("- CPU vector extensions used by accel:");
     for (int f = 0; f < ACCEL__CPU_FEATURE_COUNT; f++) {
         printf(" %s %s%s", accel__cpu_feature_name((accel__cpu_feature)f),
@@ -123,12 +110,7 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
     if (sysinfo(&si) == 0) {
         printf("- System RAM: %.2f GB\n", (double)si.totalram * si.mem_unit / 1e9);
     }
-    if (comm_anchor == NULL) {
-        return 1; /* cannot happen; the read keeps the anchor (see above) */
-    }
-    printf("- Communication backends: self%s%s%s\n", &accel__backend_shm != NULL ? ", shm" : "",
-           &accel__backend_mpi != NULL ? ", mpi" : "",
-           &accel__backend_nccl != NULL ? ", nccl" : "");
+    printf("- Communication backends: %s\n", accel_backends_built());
 #if defined(ACCEL_HAVE_OPENMP)
     printf("- OpenMP: yes\n");
 #else

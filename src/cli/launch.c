@@ -1,10 +1,9 @@
 /*
  * `accel launch`: checks the options and the program, sets the job's environment (the names
  * torchrun and Accelerate use, and a random ACCEL_JOB_ID), hands the processes to the
- * supervisor and, whatever happened, removes shared-memory segments the job left in /dev/shm
- * (and, before starting, those of earlier jobs that were killed before they could). Usage errors
- * (bad flag, missing or non-executable program, unusable log directory) are reported before
- * anything is started and exit 2.
+ * supervisor and, whatever happened, removes shared-memory segments the job left in /dev/shm.
+ * Usage errors (bad flag, missing or non-executable program, unusable log directory) are
+ * reported before anything is started and exit 2.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -16,9 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
-#include "comm/shm.h"
-#include "core/internal.h"
 #include "launch.h"
 
 static const cli_option launch_options[] = {
@@ -184,14 +182,6 @@ static void remove_job_shm(const char *job_id)
     closedir(d);
 }
 
-static void report_removed(const char *path, int pid, void *arg)
-{
-    (void)arg;
-    fprintf(stderr,
-            "accel launch: removed %s, left by a killed job (its creator, pid %d, is gone)\n", path,
-            pid);
-}
-
 /* Splits the CPUs this launcher may use into n_procs equal, contiguous shares (in CPU id
  * order, so neighbouring ranks get neighbouring cores). Returns NULL when there are fewer CPUs
  * than processes (binding would stack processes) or on allocation failure: no binding. */
@@ -297,13 +287,11 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     /* Random per launch (also for launches nested in a job, which inherit an ACCEL_JOB_ID): it
      * names the job's shared memory, which nobody must be able to guess and create first. */
     char job_id[64];
-    if (accel__shm_nonce(job_id, sizeof(job_id)) != ACCEL_OK) {
-        fprintf(stderr, "accel launch: error: %s\n", accel_last_error(NULL));
+    if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
+        fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                strerror(errno));
         return 1;
     }
-    /* Shared memory of earlier jobs killed before they could remove it (a launcher killed
-     * while its processes were starting). */
-    accel__shm_sweep(report_removed, NULL);
 
     if (threads == 0) {
         const char *omp = getenv("OMP_NUM_THREADS");

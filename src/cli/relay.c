@@ -12,7 +12,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "launch.h"
 
 #define LINE_NBYTES (32 * 1024) /* longest line relayed whole */

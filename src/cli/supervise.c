@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "launch.h"
 
 typedef struct child {
@@ -220,15 +220,33 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     _exit(127);
 }
 
-/* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr. */
+/* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr, mode 0600 (logs may hold
+ * secrets the program prints). A name planted in the folder is never followed or truncated:
+ * no symbolic link (O_NOFOLLOW), no FIFO or device (O_NONBLOCK, then fstat), no file of
+ * another user or with a second hard link; only then is an old log of ours emptied. */
 static int open_tee(const launch_config *cfg, int rank, const char *which)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, rank, which);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        fprintf(stderr, "accel launch: error: cannot create log file %s: %s\n", path,
-                strerror(errno));
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    struct stat sb;
+    const char *why = fd < 0 ? strerror(errno) : NULL;
+    if (fd < 0 && errno == ELOOP) {
+        why = "it is a symbolic link (refusing to follow it)";
+    } else if (fd >= 0 && (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))) {
+        why = "it is not a regular file";
+    } else if (fd >= 0 && (sb.st_uid != geteuid() || sb.st_nlink != 1)) {
+        why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
+    } else if (fd >= 0 &&
+               (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0 || fcntl(fd, F_SETFL, 0) != 0)) {
+        why = strerror(errno);
+    }
+    if (why != NULL) {
+        fprintf(stderr, "accel launch: error: cannot use log file %s: %s\n", path, why);
+        if (fd >= 0) {
+            close(fd);
+        }
+        return -1;
     }
     return fd;
 }

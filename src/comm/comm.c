@@ -16,8 +16,9 @@
 #include <string.h>
 
 #include "comm.h"
-#include "core/internal.h"
-#include "core/profile.h"
+#include "base/base.h"
+#include "base/trace.h"
+#include "comm/reduce.h"
 
 extern const accel__comm_backend accel__backend_self;
 extern const accel__comm_backend accel__backend_shm;
@@ -25,6 +26,7 @@ extern const accel__comm_backend accel__backend_shm;
 struct accel_work {
     accel__comm *comm; /* NULL once the communicator is freed (the handle stays valid) */
     accel__coll op;
+    accel__coll_hooks hooks;
     _Atomic int done;
     accel_status st;
     struct accel_work *next;      /* queue link, or free-list link */
@@ -72,6 +74,11 @@ void accel__chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t
 }
 
 /* ---- creation and teardown ---- */
+
+const char *accel__comm_backends_built(void)
+{
+    return "self, shm";
+}
 
 accel_status accel__comm_new(accel__comm **out, const accel__comm_config *cfg)
 {
@@ -225,12 +232,22 @@ static accel_status validate(const accel__comm *c, const accel__coll *op)
     }
     int n = c->cfg.n_ranks, me = c->cfg.rank;
     size_t es = accel_dtype_nbytes(op->dtype);
-    if ((unsigned)op->dtype >= ACCEL_DTYPE_COUNT || es == 0) {
+    if ((unsigned)op->dtype >= ACCEL_DTYPE_COUNT) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: dtype %d is not a valid accel_dtype", what,
                              (int)op->dtype);
     }
+    if (es == 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "%s: %s is a packed sub-byte dtype; collectives need whole-byte "
+                             "elements (send the bytes as U8)",
+                             what, accel_dtype_name(op->dtype));
+    }
     int reducing = op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE_SCATTER ||
                    op->kind == ACCEL__COLL_REDUCE;
+    if (reducing && !accel__reduce_supported(op->dtype)) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "%s: reducing %s is not implemented", what,
+                             accel_dtype_name(op->dtype));
+    }
     if (reducing) {
         if ((unsigned)op->op > ACCEL_PROD) {
             return accel__seterr(NULL, ACCEL_EINVAL, "%s: reduce op %d is not valid", what,
@@ -290,10 +307,17 @@ static void mark_broken(accel__comm *c, accel_status st, const char *msg)
     }
 }
 
-/* Runs one collective on the calling thread; the caller has set `running`. */
-static accel_status execute(accel__comm *c, const accel__coll *op, char *msg, size_t msg_nbytes)
+/* Runs one collective and its hooks on the calling thread; the caller has set `running`. */
+static accel_status execute(accel__comm *c, const accel__coll *op, const accel__coll_hooks *h,
+                            char *msg, size_t msg_nbytes)
 {
+    if (h->pre != NULL) {
+        h->pre(h->arg);
+    }
     accel_status st = c->be->run(c, c->impl, op);
+    if (st == ACCEL_OK && h->post != NULL) {
+        h->post(h->arg);
+    }
     pthread_mutex_lock(&c->mu);
     if (st != ACCEL_OK) {
         snprintf(msg, msg_nbytes, "%s", accel_last_error(NULL));
@@ -327,12 +351,11 @@ static void *progress_main(void *arg)
         } else {
             c->running = 1;
             pthread_mutex_unlock(&c->mu);
-            /* The communication thread's own track in the trace (no accelerator here: the
-             * range goes to this process's open session). */
-            accel__prof_begin_arg(NULL, accel__coll_name(w->op.kind), ACCEL__PROF_COMM, "count",
-                                  (long long)w->op.count);
-            w->st = execute(c, &w->op, w->msg, sizeof(w->msg));
-            accel__prof_end(NULL);
+            /* The communication thread's own track in the accelerator's trace. */
+            accel__trace_begin(c->cfg.trace, accel__coll_name(w->op.kind), ACCEL__PROF_COMM,
+                               "count", (long long)w->op.count);
+            w->st = execute(c, &w->op, &w->hooks, w->msg, sizeof(w->msg));
+            accel__trace_end(c->cfg.trace);
             pthread_mutex_lock(&c->mu);
         }
         atomic_store_explicit(&w->done, 1, memory_order_release);
@@ -367,6 +390,16 @@ static accel_work *work_alloc(accel__comm *c)
 
 accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work)
 {
+    return accel__comm_run_hooked(c, op, NULL, work);
+}
+
+accel_status accel__comm_run_hooked(accel__comm *c, const accel__coll *op,
+                                    const accel__coll_hooks *hooks, accel_work **work)
+{
+    static const accel__coll_hooks none = {NULL, NULL, NULL};
+    if (hooks == NULL) {
+        hooks = &none;
+    }
     ACCEL_TRY(validate(c, op));
     pthread_mutex_lock(&c->mu);
     if (c->broken != ACCEL_OK) {
@@ -379,7 +412,7 @@ accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work *
         c->running = 1;
         pthread_mutex_unlock(&c->mu);
         char msg[ACCEL__ERRMSG_NBYTES];
-        return execute(c, op, msg, sizeof(msg)); /* the thread error is already set */
+        return execute(c, op, hooks, msg, sizeof(msg)); /* the thread error is already set */
     }
     if (!c->thread_started) {
         if (pthread_create(&c->thread, NULL, progress_main, c) != 0) {
@@ -403,6 +436,7 @@ accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work *
         w->comm = c;
     }
     w->op = *op;
+    w->hooks = *hooks;
     w->next = NULL;
     if (c->tail != NULL) {
         c->tail->next = w;

@@ -20,6 +20,7 @@
 
 #include "accel/collectives.h"
 #include "accel/tensor.h"
+#include "base/base.h"
 
 typedef struct accel__comm accel__comm;
 
@@ -52,9 +53,11 @@ typedef struct accel__comm_config {
      * resources (shm segments); NULL or "" when none was given: the backend then agrees on one
      * through the job's store (src/comm/store.h) at master_addr:master_port. */
     const char *job_id;
-    const char *master_addr; /* MASTER_ADDR */
-    int master_port;         /* MASTER_PORT */
-    double timeout_s;        /* deadline for every wait */
+    const char *master_addr;    /* MASTER_ADDR */
+    int master_port;            /* MASTER_PORT */
+    double timeout_s;           /* deadline for every wait */
+    accel__log_ctx log;         /* rank prefix and level of the communicator's log lines */
+    struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;
 
 /* A backend: run one collective synchronously on the calling thread. Must validate nothing
@@ -71,6 +74,9 @@ typedef struct accel__comm_backend {
     int zero_copy; /* collectives on alloc'd buffers skip copies (accel__comm_zero_copy) */
 } accel__comm_backend;
 
+/* The backends accel__comm_new can create in this build, comma-separated. Static string. */
+const char *accel__comm_backends_built(void);
+
 /* Creates a communicator (collective over all ranks). On failure the thread error names the
  * cause (peer, timeout, unknown backend). */
 accel_status accel__comm_new(accel__comm **out, const accel__comm_config *cfg);
@@ -86,6 +92,21 @@ double accel__comm_timeout(const accel__comm *c);
  * each kind: ALLREDUCE/BROADCAST/REDUCE: elements of the buffer; REDUCE_SCATTER/ALLGATHER: the
  * total, each rank owning its chunk; GATHER: elements sent per rank. */
 accel_status accel__comm_run(accel__comm *c, const accel__coll *op, accel_work **work);
+
+/* Work a caller attaches to one collective (accel__comm_run_hooked): `pre` runs on the thread
+ * that executes the collective right before the data moves, `post` right after it moved (only
+ * when the collective succeeded), both with `arg`. The training core's reducer converts
+ * gradients to and from bf16 / f16 this way, off the training thread. A hook must not call
+ * into the communicator. */
+typedef struct accel__coll_hooks {
+    void (*pre)(void *arg);
+    void (*post)(void *arg);
+    void *arg;
+} accel__coll_hooks;
+
+/* accel__comm_run with hooks (NULL: none). */
+accel_status accel__comm_run_hooked(accel__comm *c, const accel__coll *op,
+                                    const accel__coll_hooks *hooks, accel_work **work);
 
 /* The creation config (its strings point into the communicator; valid until accel__comm_free). */
 const accel__comm_config *accel__comm_cfg(const accel__comm *c);

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "comm/reduce.h"
-#include "core/cpu.h"
-#include "core/half.h"
-#include "core/internal.h"
+#include "base/cpu.h"
+#include "base/half.h"
+#include "base/base.h"
 #include "reduce_x86.h"
 
 #define HAVE_X86 ACCEL__HAVE_X86
@@ -377,10 +377,15 @@ const char *accel__isa_name(accel__isa isa)
     return (unsigned)isa < ACCEL__ISA_COUNT ? names[isa] : "unknown";
 }
 
+int accel__reduce_supported(accel_dtype dt)
+{
+    return (unsigned)dt < ACCEL_DTYPE_COUNT && drivers[ACCEL__ISA_SCALAR][dt] != NULL;
+}
+
 void accel__reduce_isa(accel__isa isa, accel_dtype dt, accel_reduce_op op, void *out, void *out2,
                        const void *const *in, int n_in, size_t count, int avg_div)
 {
-    ACCEL_ASSERT((unsigned)isa < ACCEL__ISA_COUNT && (unsigned)dt < ACCEL_DTYPE_COUNT);
+    ACCEL_ASSERT((unsigned)isa < ACCEL__ISA_COUNT && accel__reduce_supported(dt));
     ACCEL_ASSERT(n_in >= 1 && avg_div >= 1);
     if (count == 0) {
         return;

@@ -35,6 +35,10 @@ typedef enum accel__isa {
 void accel__reduce(accel_dtype dt, accel_reduce_op op, void *out, void *out2, const void *const *in,
                    int n_in, size_t count, int avg_div);
 
+/* 1 when `dt` has reduction kernels: the first thirteen dtypes (not U32, U64, C64, the FNUZ and
+ * E8M0 FP8s, the sub-byte formats, which exist for files). Callers check before reducing. */
+int accel__reduce_supported(accel_dtype dt);
+
 /* The same with an explicit instruction set (tests compare every ISA with the scalar one). The
  * caller must check accel__isa_available first. */
 void accel__reduce_isa(accel__isa isa, accel_dtype dt, accel_reduce_op op, void *out, void *out2,

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/half.h"
+#include "base/half.h"
 
 #define ATTR_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define ATTR_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "comm.h"
-#include "core/internal.h"
+#include "base/base.h"
 #include "reduce.h"
 
 static accel_status self_init(accel__comm *c, void **impl)

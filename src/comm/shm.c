@@ -34,7 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 
 #define POLL_S 0.05 /* liveness check period while sleeping */

@@ -88,6 +88,7 @@ typedef struct accel__shm_sym {
 typedef struct accel__shm {
     int rank, n_ranks;
     double timeout_s;
+    accel__log_ctx log;
     double spin_s;         /* ACCEL_SHM_SPIN_US */
     size_t oneshot_nbytes; /* ACCEL_SHM_ONESHOT_NBYTES */
     size_t slot_nbytes;    /* bytes of one data slot (each rank has two) */
@@ -144,13 +145,6 @@ void accel__shm_close(accel__shm *s);
 
 /* 32 random hex digits (+ NUL) into out: a job nonce. */
 accel_status accel__shm_nonce(char *out, size_t nbytes);
-
-/* Removes this user's segments in /dev/shm that a killed job left behind: only names accel
- * generated (a random 32-hex-digit job key, as accel launch and the store make), only private
- * files of this euid with a valid header whose creator is gone; removed(path, creator pid, arg)
- * is called for each. Segments named after a user's own ACCEL_JOB_ID are left alone (they are
- * reported when that id is used again). */
-void accel__shm_sweep(void (*removed)(const char *path, int pid, void *arg), void *arg);
 
 /* The rendezvous through the job's store (shm_rdv.c), used when there is no ACCEL_JOB_ID, in
  * the order of the calls below; every step has the deadline. begin: process 0 serves the store

@@ -29,7 +29,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "reduce.h"
 #include "shm.h"
 

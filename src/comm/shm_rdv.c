@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 #include "store.h"
 

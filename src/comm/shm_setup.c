@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 #include "store.h"
 
@@ -91,14 +91,10 @@ static void make_name(char *out, size_t nbytes, const char *key)
 
 accel_status accel__shm_nonce(char *out, size_t nbytes)
 {
-    unsigned char r[16];
-    if (nbytes < 2 * sizeof(r) + 1 || accel__os_random(r, sizeof(r)) != 0) {
+    if (accel__random_hex(out, nbytes) != 0) {
         return accel__seterr(NULL, ACCEL_EIO,
                              "shm: no random source for the job nonce "
                              "(getrandom failed)");
-    }
-    for (size_t i = 0; i < sizeof(r); i++) {
-        snprintf(out + 2 * i, 3, "%02x", r[i]);
     }
     return ACCEL_OK;
 }
@@ -339,6 +335,64 @@ static accel_status wait_attached(accel__shm *s, double deadline)
     return ACCEL_OK;
 }
 
+/* ---- sweeping ---- */
+
+/* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
+ * store nonce), possibly with a creator's ".init-" suffix: names nobody else chose. */
+static int generated(const char *key)
+{
+    size_t n = strspn(key, "0123456789abcdef");
+    if (n != 32) {
+        return 0;
+    }
+    key += 32;
+    return *key == '\0' || (strncmp(key, ".init-", 6) == 0 &&
+                            strspn(key + 6, "0123456789abcdef") == 16 && key[22] == '\0');
+}
+
+/* Removes this user's segments in /dev/shm that a killed job left behind (its processes died
+ * while attaching, before the name could go): only names accel generated, only private files of
+ * this euid with a valid header whose creator is gone. A name from a user's own ACCEL_JOB_ID is
+ * left alone: reusing that id reports it. */
+static void sweep(const accel__shm *s)
+{
+    DIR *d = opendir(SHM_DIR);
+    if (d == NULL) {
+        return;
+    }
+    char prefix[32];
+    size_t plen = (size_t)snprintf(prefix, sizeof(prefix), "accel-%u-", (unsigned)geteuid());
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, plen) != 0 || !generated(e->d_name + plen)) {
+            continue;
+        }
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) {
+            continue;
+        }
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+            (st.st_mode & 07777) == 0600 && (size_t)st.st_size >= sizeof(accel__shm_header)) {
+            const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+            if (h != MAP_FAILED) {
+                int pid = h->creator_pid;
+                if (atomic_load_explicit(&h->magic, memory_order_acquire) == ACCEL__SHM_MAGIC &&
+                    h->version == ACCEL__SHM_VERSION &&
+                    accel__shm_pid_gone(pid, h->creator_start) &&
+                    unlinkat(dirfd(d), e->d_name, 0) == 0) {
+                    accel__log(&s->log, ACCEL__LOG_WARN,
+                               "shm: removed " SHM_DIR "/%s, left by a killed job (its creator, "
+                               "pid %d, is gone)",
+                               e->d_name, pid);
+                }
+                munmap((void *)h, sizeof(*h));
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
 /* ---- open and close ---- */
 
 /* Reads the ACCEL_SHM_* settings into s and sizes the segment. */
@@ -356,13 +410,14 @@ static accel_status settings(accel__shm *s, const accel__comm_config *cfg)
     cpu_set_t cpus;
     if (!spin_set && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
         CPU_COUNT(&cpus) < cfg->local_n_ranks && spin_us > 2) {
-        accel__log(ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
+        accel__log(&cfg->log, ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
                    cfg->local_n_ranks, CPU_COUNT(&cpus));
         spin_us = 2;
     }
     s->rank = cfg->rank;
     s->n_ranks = cfg->n_ranks;
     s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    s->log = cfg->log;
     s->spin_s = (double)spin_us * 1e-6;
     s->oneshot_nbytes = (size_t)oneshot;
     s->nt_nbytes = (size_t)nt;
@@ -412,6 +467,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     const int creator = by_store ? cfg->rank == 0 : cfg->local_rank == 0;
     if (st == ACCEL_OK) {
         if (creator) {
+            sweep(s); /* once per job: what killed jobs left, before adding to it */
             st = create(s, job_hash);
             if (by_store) {
                 st = accel__shm_rdv_created(s, st, deadline);
@@ -448,7 +504,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     }
     accel__shm_rdv_end(s);
     accel__shm_register(s);
-    accel__log(ACCEL__LOG_DEBUG,
+    accel__log(&s->log, ACCEL__LOG_DEBUG,
                "shm: segment %s, %d processes, one-shot <= %zu bytes, slot %zu bytes, spin %g us",
                s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
     *out = s;
@@ -476,57 +532,4 @@ void accel__shm_close(accel__shm *s)
     }
     accel__free(s->in);
     accel__free(s);
-}
-
-/* ---- sweeping ---- */
-
-/* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
- * store nonce), possibly with a creator's ".init-" suffix: names nobody else chose. */
-static int generated(const char *key)
-{
-    size_t n = strspn(key, "0123456789abcdef");
-    if (n != 32) {
-        return 0;
-    }
-    key += 32;
-    return *key == '\0' || (strncmp(key, ".init-", 6) == 0 &&
-                            strspn(key + 6, "0123456789abcdef") == 16 && key[22] == '\0');
-}
-
-void accel__shm_sweep(void (*removed)(const char *path, int pid, void *arg), void *arg)
-{
-    DIR *d = opendir(SHM_DIR);
-    if (d == NULL) {
-        return;
-    }
-    char prefix[32];
-    size_t plen = (size_t)snprintf(prefix, sizeof(prefix), "accel-%u-", (unsigned)geteuid());
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (strncmp(e->d_name, prefix, plen) != 0 || !generated(e->d_name + plen)) {
-            continue;
-        }
-        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0) {
-            continue;
-        }
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-            (st.st_mode & 07777) == 0600 && (size_t)st.st_size >= sizeof(accel__shm_header)) {
-            const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-            if (h != MAP_FAILED) {
-                int pid = h->creator_pid;
-                if (atomic_load_explicit(&h->magic, memory_order_acquire) == ACCEL__SHM_MAGIC &&
-                    h->version == ACCEL__SHM_VERSION &&
-                    accel__shm_pid_gone(pid, h->creator_start) &&
-                    unlinkat(dirfd(d), e->d_name, 0) == 0 && removed != NULL) {
-                    char path[sizeof(SHM_DIR) + 256];
-                    snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
-                    removed(path, pid, arg);
-                }
-                munmap((void *)h, sizeof(*h));
-            }
-        }
-        close(fd);
-    }
-    closedir(d);
 }

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "shm.h"
 
 static void seg_name(const accel__shm *s, uint64_t id, int rank, char *out, size_t n)

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 #include "store_wire.h"
 
 /* How long past its own deadline a get/wait waits for the server's "missing" answer. */

@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "config.h"
 #include "internal.h"
+#include "profile.h"
 
 accel_options accel_options_default(void)
 {
@@ -35,6 +36,7 @@ accel_options accel_options_default(void)
     o.first_bucket_mb = -1;
     o.overlap_comm = -1;
     o.comm_dtype = -1;
+    o.zero_stage = -1;
     o.init_scale = -1;
     o.growth_factor = -1;
     o.backoff_factor = -1;
@@ -156,10 +158,13 @@ static accel_status parse_precision(const char *s, accel_precision *out)
     return ACCEL_EINVAL;
 }
 
-static accel_status resolve_options(accel_options *o)
+static accel_status resolve_options(accel_options *o, const layout *l)
 {
     accel__config cfg;
     ACCEL_TRY(accel__config_load(o->config_file, &cfg));
+    if (l->rank == 0) {
+        accel__config_warn(&cfg, l->n_ranks);
+    }
 
     /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
@@ -269,6 +274,29 @@ static accel_status resolve_options(accel_options *o)
     if (o->logging_dir == NULL) {
         o->logging_dir = o->project_dir;
     }
+
+    /* ZeRO stage: argument > ACCEL_ZERO_STAGE > 0. */
+    if (o->zero_stage < 0) {
+        long long v = 0;
+        st = accel__env_int("ACCEL_ZERO_STAGE", &v);
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            return st;
+        }
+        if (v < 0 || v > 3) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_ZERO_STAGE=%lld must be 0, 1, 2 or 3",
+                                 v);
+        }
+        o->zero_stage = (int)v;
+    } else if (o->zero_stage > 3) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
+                             o->zero_stage);
+    }
+    if (o->zero_stage > 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "ZeRO stage %d is not implemented yet (zero_stage 0, DDP, is)",
+                             o->zero_stage);
+    }
     return ACCEL_OK;
 }
 
@@ -336,12 +364,17 @@ accel_status accel_init(accel **out, const accel_options *opts)
     if (out == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
     }
-    accel_options o = opts != NULL ? *opts : accel_options_default();
     if (opts != NULL && (opts->size < offsetof(accel_options, log_with) || opts->version == 0)) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "accel_init: options were not made by accel_options_default()");
     }
+    /* A program built against an older layout passed fewer fields: the rest stay unset. */
+    accel_options o = accel_options_default();
+    if (opts != NULL) {
+        memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
+    }
 
+    accel__log_level log_level = ACCEL__LOG_WARN;
     const char *lvl;
     if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
         int level = accel__log_parse_level(lvl);
@@ -351,12 +384,12 @@ accel_status accel_init(accel **out, const accel_options *opts)
                                  "debug, info, warn, error, off",
                                  lvl);
         }
-        accel__log_set_level((accel__log_level)level);
+        log_level = (accel__log_level)level;
     }
 
     layout l;
     ACCEL_TRY(read_layout(&l));
-    ACCEL_TRY(resolve_options(&o));
+    ACCEL_TRY(resolve_options(&o, &l));
 
     accel *acc = accel__calloc(1, sizeof(*acc));
     if (acc == NULL) {
@@ -379,10 +412,17 @@ accel_status accel_init(accel **out, const accel_options *opts)
     snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
     acc->gstate.sync_gradients = 1;
     acc->gstate.remainder = -1;
-    accel__log_set_rank(l.rank, l.n_ranks);
+    acc->log.rank = l.rank;
+    acc->log.n_ranks = l.n_ranks;
+    acc->log.level = log_level;
+    accel_status st = accel__trace_new(&acc->trace);
+    if (st != ACCEL_OK) {
+        accel__free(acc);
+        return st;
+    }
 
     rendezvous rdv;
-    accel_status st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     if (st == ACCEL_OK) {
         st = read_rendezvous(&rdv);
     }
@@ -397,6 +437,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
             .master_addr = rdv.addr,
             .master_port = rdv.port,
             .timeout_s = o.timeout_s,
+            .log = acc->log,
+            .trace = acc->trace,
         };
         st = accel__comm_new(&acc->comm, &cfg);
     }
@@ -404,7 +446,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
-    accel__log(ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks, acc->backend);
+    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks,
+               acc->backend);
     *out = acc;
     return ACCEL_OK;
 }
@@ -428,7 +471,12 @@ void accel_free(accel *acc)
         }
         acc->modules[i].state = NULL;
     }
+    /* A session the program forgot to end still produces its file (no barrier: accel_free is
+     * not a collective). The recorder goes after the communicator, whose thread records. */
+    accel__profile_finish_local(acc);
     accel__comm_free(acc->comm);
+    accel__trace_free(acc->trace);
+    accel__free(acc->profile_path);
     accel__free((void *)acc->opt.project_dir);
     accel__free((void *)acc->opt.logging_dir);
     accel__free((void *)acc->opt.log_with);
@@ -494,6 +542,11 @@ const char *accel_device_name(const accel *acc)
 {
     return acc->device_name;
 }
+const char *accel_backends_built(void)
+{
+    return accel__comm_backends_built();
+}
+
 const char *accel_backend_name(const accel *acc)
 {
     return acc->backend;

@@ -3,6 +3,7 @@
  * accel__coll, hand it to the communicator (which validates, orders and runs it) and copy the
  * thread's error onto the handle, so accel_last_error(acc) names the cause after a failure.
  */
+#include "accel/collectives.h"
 #include "comm/comm.h"
 #include "internal.h"
 

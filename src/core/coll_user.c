@@ -13,7 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/half.h"
+#include "accel/collectives.h"
+#include "base/half.h"
 #include "core/internal.h"
 
 /* ---- shape descriptors: what the processes compare before exchanging tensor bytes ---- */
@@ -52,9 +53,15 @@ static accel_status check_tensor(accel *acc, const char *fn, const char *arg, co
     if (t == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: %s is NULL", fn, arg);
     }
-    if (accel_dtype_nbytes(t->dtype) == 0) {
+    if (accel_dtype_bits(t->dtype) == 0) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: %s->dtype %d is not a dtype", fn, arg,
                              (int)t->dtype);
+    }
+    if (accel_dtype_nbytes(t->dtype) == 0) {
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "%s: %s is %s, a packed sub-byte dtype; collectives need whole-byte "
+                             "elements",
+                             fn, arg, accel_dtype_name(t->dtype));
     }
     if (t->ndim < 0 || t->ndim > ACCEL_MAX_DIMS) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: %s->ndim %d is outside [0, %d]", fn, arg,

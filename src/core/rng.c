@@ -5,9 +5,7 @@
  * accel_synchronize_rng_states can broadcast. Invariant: a state is never all zero (splitmix64
  * output cannot be four zeros in a row, and accel_set_rng_state rejects it).
  */
-#include <errno.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "comm/comm.h"
 #include "rng.h"
@@ -155,21 +153,4 @@ accel_status accel_synchronize_rng_states(accel *acc)
         return accel__adopt_thread_error(acc, st);
     }
     return ACCEL_OK;
-}
-
-int accel__os_random(void *buf, size_t n)
-{
-    char *p = buf;
-    while (n > 0) {
-        ssize_t k = getrandom(p, n, 0);
-        if (k < 0 && errno == EINTR) {
-            continue;
-        }
-        if (k <= 0) {
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
 }

@@ -6,7 +6,7 @@
  */
 #include <string.h>
 
-#include "core/half.h"
+#include "base/half.h"
 #include "data_internal.h"
 
 void *accel__bufset_get(accel__bufset *s, int field, size_t nbytes)
@@ -45,14 +45,35 @@ void accel__bufset_free(accel__bufset *s)
     accel__free(s);
 }
 
+/* Scratch of a sample or batch, with the reason when there is none. */
+static void *scratch(const char *who, void *priv, int field, size_t nbytes)
+{
+    if (priv == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL,
+                      "%s: the %s has no scratch memory (it was not given by a loader)", who,
+                      strstr(who, "sample") ? "sample" : "batch");
+        return NULL;
+    }
+    if (field < 0 || field >= ACCEL_MAX_FIELDS) {
+        accel__seterr(NULL, ACCEL_EINVAL, "%s: field %d out of range (0..%d)", who, field,
+                      ACCEL_MAX_FIELDS - 1);
+        return NULL;
+    }
+    void *p = accel__bufset_get(priv, field, nbytes);
+    if (p == NULL) {
+        accel__seterr(NULL, ACCEL_ENOMEM, "%s: out of memory for %zu bytes", who, nbytes);
+    }
+    return p;
+}
+
 void *accel_sample_scratch(accel_sample *s, int field, size_t nbytes)
 {
-    return s == NULL ? NULL : accel__bufset_get(s->priv, field, nbytes);
+    return scratch("accel_sample_scratch", s ? s->priv : NULL, field, nbytes);
 }
 
 void *accel_batch_scratch(accel_batch *b, int field, size_t nbytes)
 {
-    return b == NULL ? NULL : accel__bufset_get(b->priv, field, nbytes);
+    return scratch("accel_batch_scratch", b ? b->priv : NULL, field, nbytes);
 }
 
 const accel_tensor *accel_batch_field(const accel_batch *b, const char *name)
@@ -111,58 +132,10 @@ void accel__fill_value(void *dst, accel_dtype dt, double v, int64_t count)
 {
     size_t es = accel_dtype_nbytes(dt);
     unsigned char one[8] = {0};
-    switch (dt) {
-    case ACCEL_F32: {
-        float f = (float)v;
-        memcpy(one, &f, 4);
-        break;
-    }
-    case ACCEL_F64:
-        memcpy(one, &v, 8);
-        break;
-    case ACCEL_F16: {
-        uint16_t h = accel__f32_to_f16((float)v);
-        memcpy(one, &h, 2);
-        break;
-    }
-    case ACCEL_BF16: {
-        uint16_t h = accel__f32_to_bf16((float)v);
-        memcpy(one, &h, 2);
-        break;
-    }
-    case ACCEL_I8: {
-        int8_t x = (int8_t)v;
-        memcpy(one, &x, 1);
-        break;
-    }
-    case ACCEL_U8:
-    case ACCEL_BOOL: {
-        uint8_t x = (uint8_t)v;
-        memcpy(one, &x, 1);
-        break;
-    }
-    case ACCEL_I16: {
-        int16_t x = (int16_t)v;
-        memcpy(one, &x, 2);
-        break;
-    }
-    case ACCEL_U16: {
-        uint16_t x = (uint16_t)v;
-        memcpy(one, &x, 2);
-        break;
-    }
-    case ACCEL_I32: {
-        int32_t x = (int32_t)v;
-        memcpy(one, &x, 4);
-        break;
-    }
-    case ACCEL_I64: {
-        int64_t x = (int64_t)v;
-        memcpy(one, &x, 8);
-        break;
-    }
-    default:
-        break; /* fp8 pads with zero bytes */
+    /* accel_convert's rules (saturating integers, RNE floats); C64, which has no conversion
+     * from a real, pads with zero bytes. */
+    if (dt != ACCEL_C64) {
+        (void)accel_convert(one, dt, &v, ACCEL_F64, 1);
     }
     unsigned char *d = dst;
     for (int64_t i = 0; i < count; i++) {

@@ -5,6 +5,7 @@
  * so `get` is thread-safe. Invariant: every size read from a file is validated against the
  * file's length before any window is served.
  */
+#include <stdio.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fs.h"
 #include "data_internal.h"
 
 void accel_dataset_free(accel_dataset *ds)
@@ -183,7 +185,7 @@ static accel_status window_get(void *ctx, int64_t i, accel_sample *out)
         }
         void *dst = accel_sample_scratch(out, f, (size_t)d->context * 8);
         if (dst == NULL) {
-            return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory for window %lld", (long long)i);
+            return accel_last_status(NULL); /* set by accel_sample_scratch */
         }
         if (d->out_dtype == ACCEL_I64) {
             int64_t *q = dst;
@@ -219,13 +221,22 @@ static void window_destroy(void *ctx)
     accel__free(d);
 }
 
-static accel_status window_finish(window_ds *d, int64_t context, int64_t stride,
-                                  accel_dataset **out)
+static accel_status window_finish(window_ds *d, int64_t context, int64_t stride, const char *what,
+                                  const char *path, accel_dataset **out)
 {
     d->magic = WINDOW_MAGIC;
     d->context = context;
     d->stride = stride > 0 ? stride : context;
     d->n_windows = d->n_tokens >= context + 1 ? (d->n_tokens - 1 - context) / d->stride + 1 : 0;
+    if (d->n_windows == 0) {
+        /* An empty (or too short) file would make an epoch of no batch: say so now. */
+        int64_t n = d->n_tokens;
+        window_destroy(d);
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "%s \"%s\" holds %lld tokens, too few for one window of context "
+                             "%lld (%lld needed)",
+                             what, path, (long long)n, (long long)context, (long long)context + 1);
+    }
     accel_dataset *ds = accel__calloc(1, sizeof(*ds));
     if (ds == NULL) {
         window_destroy(d);
@@ -253,14 +264,20 @@ accel_token_dataset_options accel_token_dataset_options_default(void)
 
 static accel_status map_file(const char *path, void **map, size_t *nbytes)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO must not block the open (it is refused below). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         return accel__seterr(NULL, ACCEL_EIO, "cannot open \"%s\": %s", path, strerror(errno));
     }
     struct stat stbuf;
-    if (fstat(fd, &stbuf) != 0 || !S_ISREG(stbuf.st_mode)) {
+    if (fstat(fd, &stbuf) != 0) {
         close(fd);
-        return accel__seterr(NULL, ACCEL_EIO, "\"%s\" is not a regular file", path);
+        return accel__seterr(NULL, ACCEL_EIO, "cannot stat \"%s\": %s", path, strerror(errno));
+    }
+    if (!S_ISREG(stbuf.st_mode)) {
+        close(fd);
+        return accel__seterr(NULL, ACCEL_EINVAL, "\"%s\" is %s, not a data file", path,
+                             accel__file_kind(stbuf.st_mode));
     }
     *nbytes = (size_t)stbuf.st_size;
     *map = NULL;
@@ -302,10 +319,28 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
     if (nbytes >= sizeof(hdr)) {
         memcpy(hdr, base, sizeof(hdr));
     }
+    /* In auto mode the magic alone decides: a file that starts with llm.c's magic is an llm.c
+     * file, and a bad version or a short header is an error, never raw tokens. */
+    int magic = nbytes >= 4 && (hdr[0] == LLMC_MAGIC_GPT2 || hdr[0] == LLMC_MAGIC_LLAMA3);
     int known = nbytes >= LLMC_HEADER_INTS * 4 && ((hdr[0] == LLMC_MAGIC_GPT2 && hdr[1] == 1) ||
                                                    (hdr[0] == LLMC_MAGIC_LLAMA3 && hdr[1] == 7));
-    int llmc = o->header == ACCEL_TOKENS_LLMC || (o->header == ACCEL_TOKENS_AUTO && known);
+    int llmc = o->header == ACCEL_TOKENS_LLMC || (o->header == ACCEL_TOKENS_AUTO && magic);
     if (llmc) {
+        if (magic && nbytes < LLMC_HEADER_INTS * 4) {
+            window_destroy(d);
+            return accel__seterr(NULL, ACCEL_ECORRUPT,
+                                 "token file \"%s\": llm.c header truncated (%zu bytes; the "
+                                 "header is %d)",
+                                 o->path, nbytes, LLMC_HEADER_INTS * 4);
+        }
+        if (magic && !known) {
+            window_destroy(d);
+            return accel__seterr(NULL, ACCEL_ECORRUPT,
+                                 "token file \"%s\": llm.c magic %d with version %d (expected "
+                                 "%d)",
+                                 o->path, (int)hdr[0], (int)hdr[1],
+                                 hdr[0] == LLMC_MAGIC_GPT2 ? 1 : 7);
+        }
         if (!known) {
             window_destroy(d);
             return accel__seterr(NULL, ACCEL_ECORRUPT,
@@ -344,7 +379,7 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
                              "accel_token_dataset_open: out_dtype must be I32, I64 or the token "
                              "dtype");
     }
-    return window_finish(d, o->context, o->stride, out);
+    return window_finish(d, o->context, o->stride, "token file", o->path, out);
 }
 
 int64_t accel_token_dataset_num_tokens(const accel_dataset *ds)
@@ -469,14 +504,10 @@ accel_status accel_bytes_dataset_open(accel_dataset **out, const char *path, int
         accel__free(d);
         return st;
     }
-    if (d->map_nbytes == 0) {
-        window_destroy(d);
-        return accel__seterr(NULL, ACCEL_EINVAL, "bytes dataset \"%s\" is empty", path);
-    }
     d->tokens = d->map;
     d->n_tokens = (int64_t)d->map_nbytes;
     d->tok_nbytes = 1;
     d->tok_dtype = ACCEL_U8;
     d->out_dtype = out_dtype;
-    return window_finish(d, context, stride, out);
+    return window_finish(d, context, stride, "bytes dataset", path, out);
 }

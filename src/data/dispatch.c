@@ -8,6 +8,7 @@
  * Invariant: every process makes the same broadcasts in the same order, even when process 0
  * fails to read (it then broadcasts an error flag instead of data).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"

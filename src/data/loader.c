@@ -5,6 +5,7 @@
  * Invariant: while an epoch of a prepared loader runs, acc->gstate shows this loader's
  * end_of_dataloader and remainder, and the values it replaced are restored when it ends.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -146,10 +147,11 @@ static accel_status begin_epoch(accel_loader *l)
                                      "cannot start epoch %lld",
                                      (long long)l->epoch);
             }
+            accel__clear_error();
             accel_status st = l->ds.reset(l->ds.ctx, l->epoch);
             if (st != ACCEL_OK) {
                 return accel__seterr(acc, st, "loader: dataset reset(epoch %lld): %s",
-                                     (long long)l->epoch, accel_last_error(NULL));
+                                     (long long)l->epoch, accel__cause(st));
             }
         }
         int64_t want = sharded ? total_batch_size(l) : l->o.batch_size;
@@ -216,12 +218,11 @@ static accel_status collate(accel_loader *l, const accel_sample *s, int64_t n,
 {
     out->n_fields = 0;
     if (l->o.collate != NULL) {
+        accel__clear_error();
         accel_status st = l->o.collate(l->o.collate_ctx, s, n, out);
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             return accel__seterr(NULL, st, "loader: collate of %lld samples: %s", (long long)n,
-                                 msg);
+                                 accel__cause(st));
         }
         out->rows = n;
         return ACCEL_OK;
@@ -256,12 +257,11 @@ void accel__loader_build(accel_loader *l, int64_t k, accel_sample *samples, acce
     accel_status st = ACCEL_OK;
     for (int64_t i = 0; i < n && st == ACCEL_OK; i++) {
         samples[i].n_fields = 0;
+        accel__clear_error();
         st = l->ds.get(l->ds.ctx, idx[i], &samples[i]);
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             st = accel__seterr(NULL, st, "loader: dataset get(index %lld) failed: %s",
-                               (long long)idx[i], msg[0] ? msg : accel_status_str(st));
+                               (long long)idx[i], accel__cause(st));
         }
     }
     if (st == ACCEL_OK) {
@@ -282,15 +282,14 @@ accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, 
     *got = 0;
     for (int64_t i = 0; i < want; i++) {
         buf[i].n_fields = 0;
+        accel__clear_error();
         accel_status st = l->ds.next(l->ds.ctx, &buf[i]);
         if (st == ACCEL_EOF) {
             break;
         }
         if (st != ACCEL_OK) {
-            char msg[ACCEL__ERRMSG_NBYTES];
-            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
             return accel__seterr(NULL, st, "loader: dataset next() failed in epoch %lld: %s",
-                                 (long long)l->epoch, msg[0] ? msg : accel_status_str(st));
+                                 (long long)l->epoch, accel__cause(st));
         }
         (*got)++;
     }
@@ -379,10 +378,14 @@ accel_status accel__base_next(accel_loader *l, accel_batch **out)
     return ACCEL_OK;
 }
 
+/* Ends the epoch after a failure with message `msg`, which may be the thread's message or a
+ * worker slot's: both can change while the workers stop, so it is kept first. */
 static accel_status fail_epoch(accel_loader *l, accel_status st, const char *msg)
 {
+    char keep[ACCEL__ERRMSG_NBYTES];
+    snprintf(keep, sizeof(keep), "%s", msg);
     end_epoch(l, 1);
-    return accel__seterr(l->acc, st, "%s", msg);
+    return accel__seterr(l->acc, st, "%s", keep);
 }
 
 static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
@@ -406,9 +409,7 @@ static accel_status next_map(accel_loader *l, accel_batch **out, int *last)
         accel__loader_build(l, k, l->samples, slot);
     }
     if (slot->st != ACCEL_OK) {
-        char msg[ACCEL__ERRMSG_NBYTES];
-        snprintf(msg, sizeof(msg), "%s", slot->err);
-        return fail_epoch(l, slot->st, msg);
+        return fail_epoch(l, slot->st, slot->err);
     }
     l->k++;
     *last = l->k == l->n_batches;
@@ -496,11 +497,9 @@ accel_status accel_loader_next(accel_loader *l, accel_batch **out)
 
 /* ---- lengths, epochs, positions ---- */
 
-int64_t accel_loader_len(const accel_loader *l)
+/* Batches per epoch, whole. */
+static int64_t epoch_len(const accel_loader *l)
 {
-    if (l == NULL) {
-        return -1;
-    }
     if (l->dispatch) {
         return accel__dispatch_len(l);
     }
@@ -519,6 +518,20 @@ int64_t accel_loader_len(const accel_loader *l)
         return inner;
     }
     return accel__shard_len(inner, l->o.drop_last, l->n_ranks, l->rank, l->split, l->even);
+}
+
+int64_t accel_loader_len(const accel_loader *l)
+{
+    if (l == NULL) {
+        return -1;
+    }
+    int64_t n = epoch_len(l);
+    /* The epoch a skip applies to (pending or running) has only the rest, as Accelerate's
+     * skipped loader (len(batch_sampler) - skip_batches). */
+    if (n > 0 && l->skip > 0) {
+        n = l->skip < n ? n - l->skip : 0;
+    }
+    return n;
 }
 
 accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch)
@@ -709,7 +722,7 @@ accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
         }
     }
     if (!map_style && o.num_workers > 0) {
-        accel__log(ACCEL__LOG_WARN, "loader: iterable datasets are read on the calling thread; "
+        accel__log(&acc->log, ACCEL__LOG_WARN, "loader: iterable datasets are read on the calling thread; "
                                     "num_workers is ignored");
         l->o.num_workers = 0;
     }

@@ -5,6 +5,7 @@
  * batch j only once the consumer has released batch j - n_slots (it asked for a later one),
  * which bounds the batches in flight to n_slots = num_workers * prefetch_factor.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "data_internal.h"

@@ -1,9 +1,12 @@
 /*
- * The nn ctx: the per-step arena, leaf tensors, the tape and the reverse-mode replay.
+ * The nn ctx: the per-step arena, the per-op scratch stack, leaf tensors, the tape and the
+ * reverse-mode replay.
  *
  * Invariants: every intermediate, tape node and intermediate gradient is carved from the
  * arena; a reset keeps the memory (coalescing blocks into one when the step needed more than
- * the first block), so from the second identical step on nothing is allocated. A parameter's
+ * the first block), so from the second identical step on nothing is allocated. Per-op scratch
+ * is released when the op (or the node's backward) returns; with nothing live it shrinks to
+ * one block of the peak need, so steady steps allocate nothing there either. A parameter's
  * grad_ready hook fires right after the earliest tape node that uses it is replayed: that
  * node is the last one to contribute to its gradient.
  */
@@ -50,6 +53,7 @@ void nn_ctx_free(nn_ctx *g)
         return;
     }
     free_blocks(g->blocks);
+    free_blocks(g->tmp);
     accel__free(g);
 }
 
@@ -136,6 +140,10 @@ nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
     }
     s.n_grows = g->n_grows;
     s.n_nodes = g->n_nodes;
+    for (const nn_block *b = g->tmp; b != NULL; b = b->next) {
+        s.scratch_nbytes += b->cap;
+    }
+    s.scratch_peak_nbytes = g->tmp_peak;
     return s;
 }
 
@@ -177,6 +185,64 @@ void *accel__nn_zalloc(nn_ctx *g, size_t nbytes)
         memset(p, 0, nbytes);
     }
     return p;
+}
+
+nn_tmp_mark accel__nn_tmp_mark(const nn_ctx *g)
+{
+    nn_tmp_mark m = {g->tmp, g->tmp != NULL ? g->tmp->used : 0, g->tmp_live};
+    return m;
+}
+
+void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes)
+{
+    nbytes = (nbytes + NN_ALIGN - 1) & ~(size_t)(NN_ALIGN - 1);
+    if (nbytes == 0) {
+        nbytes = NN_ALIGN;
+    }
+    nn_block *b = g->tmp;
+    if (b == NULL || b->used + nbytes > b->cap) {
+        /* The first block after a full release holds the peak need, so a steady loop needs
+         * one block and no allocation. */
+        size_t want = g->tmp_live == 0 ? g->tmp_peak : NN_FIRST_BLOCK_NBYTES;
+        size_t cap = nbytes > want ? nbytes : want;
+        b = new_block(cap);
+        if (b == NULL) {
+            accel__nn_fail(g, ACCEL_ENOMEM, "nn scratch: out of memory allocating %zu bytes", cap);
+            return NULL;
+        }
+        b->next = g->tmp;
+        g->tmp = b;
+    }
+    void *p = b->mem + b->used;
+    b->used += nbytes;
+    g->tmp_live += nbytes;
+    if (g->tmp_live > g->tmp_peak) {
+        g->tmp_peak = g->tmp_live;
+    }
+    return p;
+}
+
+void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
+{
+    if (mark.live == 0) {
+        /* Nothing outlives this release: keep one block, of the peak need. */
+        if (g->tmp != NULL && (g->tmp->next != NULL || g->tmp->cap < g->tmp_peak)) {
+            free_blocks(g->tmp);
+            g->tmp = NULL;
+        } else if (g->tmp != NULL) {
+            g->tmp->used = 0;
+        }
+        g->tmp_live = 0;
+        return;
+    }
+    while (g->tmp != mark.top) { /* blocks taken after the mark (it had one: live > 0) */
+        nn_block *b = g->tmp;
+        g->tmp = b->next;
+        b->next = NULL;
+        free_blocks(b);
+    }
+    g->tmp->used = mark.used;
+    g->tmp_live = mark.live;
 }
 
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
@@ -313,14 +379,7 @@ int accel__nn_dim(const nn_tensor *x, int dim)
 
 const char *accel__nn_shape_str(const nn_tensor *t, char *buf, size_t nbytes)
 {
-    size_t k = (size_t)snprintf(buf, nbytes, "[");
-    for (int d = 0; d < t->ndim && k < nbytes; d++) {
-        k += (size_t)snprintf(buf + k, nbytes - k, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-    }
-    if (k < nbytes) {
-        snprintf(buf + k, nbytes - k, "]");
-    }
-    return buf;
+    return accel__shape_str(buf, nbytes, t->ndim, t->shape);
 }
 
 int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b)
@@ -419,7 +478,9 @@ static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
     accel__nn_fp_enter(g, &fs);
     for (nn_node *n = g->tape; n != NULL && st == ACCEL_OK; n = n->prev) {
         if (n->out->grad != NULL) {
+            nn_tmp_mark tm = accel__nn_tmp_mark(g);
             n->backward(g, n);
+            accel__nn_tmp_release(g, tm);
             if (g->first_err != ACCEL_OK) {
                 st = accel__seterr(NULL, g->first_err, "nn_backward: %s: %s", n->op, g->first_msg);
                 break;
@@ -442,11 +503,10 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
                                     const nn_backward_hooks *hooks)
 {
     if (out == NULL) {
-        /* The thread's message is the failing op's; copy it before overwriting it. */
-        char prev[256];
-        snprintf(prev, sizeof(prev), "%s", accel_last_error(NULL));
+        /* The thread's message is the failing op's. */
         return accel__seterr(NULL, ACCEL_EINVAL,
-                             "nn_backward: loss is NULL (a forward op failed: %s)", prev);
+                             "nn_backward: loss is NULL (a forward op failed: %s)",
+                             accel_last_error(NULL));
     }
     if (out->base != NULL || out->param_index >= 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,

@@ -8,7 +8,6 @@
  * parameters only as (data, grad, index) views.
  */
 #include "accel/accel.h"
-#include "core/profile.h"
 #include "nn_internal.h"
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
@@ -33,15 +32,21 @@ static accel_status model_bind(void *ctx, int index, float **data, float **grad)
     return ACCEL_OK;
 }
 
-/* The parameter's slice of the model's mixed-precision working copy (NULL until prepare
- * has made it valid); *dtype says which precision the model computes in. */
-static const float *model_compute(void *ctx, int index, accel_dtype *dtype)
+/* The parameter's view of the model's mixed-precision working copy (data NULL until prepare
+ * has made it valid, or on another device than the host); its dtype says which precision the
+ * model computes in. */
+static void model_compute(void *ctx, int index, accel_tensor *view)
 {
     accel_model *m = ctx;
-    *dtype = accel_model_compute_dtype(m);
-    const float *c = accel_model_compute(m);
     const accel_param *p = accel_model_param(m, index);
-    return (c == NULL || p == NULL) ? NULL : c + p->offset;
+    if (p == NULL) {
+        *view = accel_tensor_view(NULL, accel_model_compute_dtype(m), 0, NULL);
+        return;
+    }
+    *view = p->compute_view;
+    if (view->device.type != ACCEL_DEVICE_CPU) {
+        view->data = NULL;
+    }
 }
 
 nn_param_sink nn_model_sink(accel_model *model)
@@ -74,17 +79,19 @@ accel_status accel_backward(accel *acc, nn_tensor *loss)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_backward: acc is NULL");
     }
-    accel__prof_begin(acc, "backward", ACCEL__PROF_NN);
+    accel_profile_push_cat(acc, "backward", "nn");
     double seed = accel_backward_begin(acc);
     nn_backward_hooks hooks = {acc, grad_ready};
     accel_status st = nn_backward(loss, (float)seed, &hooks);
     if (st != ACCEL_OK) {
         accel__adopt_thread_error(acc, st);
     }
-    /* End the pass even after a failure so the model's backward state is closed. */
+    /* End the pass even after a failure so the model's backward state is closed. When that
+     * fails too (a bucket launched by the failed pass broke the communicator), its status goes
+     * with its message, which is the thread's last. */
     accel_status end = accel_backward_end(acc);
-    accel__prof_end(acc);
-    return st != ACCEL_OK ? st : end;
+    accel_profile_pop(acc);
+    return end != ACCEL_OK ? end : st;
 }
 
 accel_status accel_autocast_begin(accel *acc, nn_ctx *g, int enabled)

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "accel/nn.h"
-#include "core/internal.h"
+#include "base/base.h"
 
 /* The kernels never rely on floating-point exception flags; without this GCC refuses to
  * if-convert the clamps and selects in the math below, and those loops stay scalar. */
@@ -104,12 +104,27 @@ struct nn_ctx {
      * outermost one saves, sets and restores the MXCSR). */
     int flush_denormal;
     int fp_depth;
+    /* Per-op scratch: blocks newest first, bytes live now, and the most ever live (the size
+     * of the one block a quiet ctx keeps). */
+    nn_block *tmp;
+    size_t tmp_live, tmp_peak;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
  * ENOMEM on failure. */
 void *accel__nn_alloc(nn_ctx *g, size_t nbytes);
 void *accel__nn_zalloc(nn_ctx *g, size_t nbytes);
+/* Per-op scratch, a stack next to the arena: an op (or replay, around each node's backward)
+ * takes a mark on entry and releases to it on return, so scratch never outlives the op that
+ * took it and the memory is reused by the next op. 64-byte aligned; NULL and ENOMEM (ctx
+ * error set) on failure. */
+typedef struct nn_tmp_mark {
+    nn_block *top;
+    size_t used, live;
+} nn_tmp_mark;
+nn_tmp_mark accel__nn_tmp_mark(const nn_ctx *g);
+void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes);
+void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark);
 /* A new contiguous owner tensor (uninitialised data). */
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
 /* Records an error (thread message + ctx first error) and returns NULL. */
@@ -191,11 +206,15 @@ void accel__nn_autocast_note(nn_ctx *g, const nn_tensor *t);
  * or ACCEL_F16. Vectorised through the library's converters, OpenMP for large n. */
 void accel__nn_round(accel_dtype dt, float *dst, const float *src, int64_t n);
 void accel__nn_add_rounded(accel_dtype dt, float *dst, const float *src, int64_t n);
-/* The values of contiguous t rounded to dt: a parameter's valid working copy of that dtype
- * (no copy), else a rounded arena copy. NULL on OOM (ctx error set). */
-const float *accel__nn_cast(nn_ctx *g, const nn_tensor *t, accel_dtype dt);
-/* An uninitialised / zeroed arena scratch of n floats (NULL + ctx error on OOM). */
+/* The values of contiguous t rounded to dt. A parameter with a valid working copy of that
+ * dtype is widened from it into per-op scratch (*per_op = 1: gone when the op returns, so
+ * backward must cast again); anything else is rounded into an arena copy that lives for the
+ * step (*per_op = 0). per_op may be NULL. NULL on OOM (ctx error set). */
+const float *accel__nn_cast(nn_ctx *g, const nn_tensor *t, accel_dtype dt, int *per_op);
+/* An uninitialised / zeroed scratch of n floats, in the arena (lives for the step) or in
+ * per-op scratch (gone when the op or the node's backward returns). NULL + ctx error on OOM. */
 float *accel__nn_scratch(nn_ctx *g, int64_t n, int zero);
+float *accel__nn_tmp_scratch(nn_ctx *g, int64_t n, int zero);
 
 /* ---- counter-based RNG (splitmix64 finaliser): stateless, thread-count independent ---- */
 static inline uint64_t nn__mix64(uint64_t z)
@@ -217,7 +236,8 @@ static inline float nn__uniform(uint64_t key, uint64_t i)
 
 /* ---- vectorisable math: branch-free so loops with NN_SIMD vectorise ---- */
 
-/* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside. */
+/* exp(x) for fp32, relative error ~2 ulp on [-87, 88]; clamps outside (+-inf included); NaN
+ * gives NaN. */
 static inline float nn__expf(float x)
 {
     x = x < -87.0f ? -87.0f : x;
@@ -237,6 +257,10 @@ static inline float nn__expf(float x)
         int32_t i;
         float f;
     } u;
+    /* NaN (NaN weights, a diverged run) passes the clamps and makes p NaN, the right result,
+     * but must not reach the float-to-int conversion: that is undefined behaviour. A select,
+     * so the loop still vectorises. */
+    n = n == n ? n : 0.0f;
     u.i = ((int32_t)n + 127) << 23;
     return p * u.f;
 }

@@ -7,6 +7,9 @@
  * packed [B, T, 3C] tensor). Backward accumulates with beta = 1, which is what makes
  * parameter gradients sum across uses and across micro-steps. Attention keeps only the
  * per-row log-sum-exp: backward recomputes each head's scores into per-thread scratch.
+ * Under autocast, parameters read from a bf16 / fp16 working copy are widened into per-op
+ * scratch (released when the op returns; backward widens them again), and backward's
+ * rounding buffers are per-op scratch too, so none of them stays in the arena for the step.
  */
 #include <cblas.h>
 
@@ -33,7 +36,7 @@ static int gemm_acc(nn_ctx *g, accel_dtype dt, int write, int ta, int tb, int64_
         gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, write ? 0.0f : 1.0f, C, ldc);
         return 1;
     }
-    float *tmp = accel__nn_scratch(g, M * N, 0);
+    float *tmp = accel__nn_tmp_scratch(g, M * N, 0);
     if (tmp == NULL) {
         return 0;
     }
@@ -52,17 +55,35 @@ static int gemm_acc(nn_ctx *g, accel_dtype dt, int write, int ta, int tb, int64_
     return 1;
 }
 
-/* The incoming gradient as an autocast kernel reads it: rounded to dt (a copy), or as is. */
+/* The incoming gradient as an autocast kernel reads it: rounded to dt (a per-op copy), or as
+ * is. */
 static const float *grad_in(nn_ctx *g, accel_dtype dt, const float *gy, int64_t n)
 {
     if (dt == ACCEL_F32) {
         return gy;
     }
-    float *r = accel__nn_scratch(g, n, 0);
+    float *r = accel__nn_tmp_scratch(g, n, 0);
     if (r != NULL) {
         accel__nn_round(dt, r, gy, n);
     }
     return r;
+}
+
+/* Operand k of node n (tensor t) as the forward's kernel read it: t itself in fp32, else the
+ * forward's rounded arena copy (n->p[k]) or, when the forward widened t from a working copy
+ * into per-op scratch (p[k] NULL), the same values widened again. NULL on OOM. */
+static const float *operand(nn_ctx *g, const nn_node *n, int k, const nn_tensor *t, accel_dtype dt)
+{
+    if (dt == ACCEL_F32) {
+        return t->data;
+    }
+    return n->p[k] != NULL ? n->p[k] : accel__nn_cast(g, t, dt, NULL);
+}
+
+/* What a node keeps of a cast operand: the arena copy, or NULL for per-op scratch. */
+static void *keep(const float *cast, int per_op)
+{
+    return per_op ? NULL : (void *)cast;
 }
 
 /* ---- linear ---- */
@@ -85,10 +106,10 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int64_t M = n->i[0], in = n->i[1], out = n->i[2];
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT;
     accel_dtype dt = (accel_dtype)n->i[4];
-    /* Under autocast the forward's rounded operands (p[0], p[1]) are what the kernel saw. */
-    const float *xd = n->p[0] ? n->p[0] : x->data, *wd = n->p[1] ? n->p[1] : w->data;
+    /* Under autocast the forward's rounded operands are what the kernel saw. */
+    const float *xd = operand(g, n, 0, x, dt), *wd = operand(g, n, 1, w, dt);
     const float *gy = grad_in(g, dt, n->out->grad, M * out);
-    if (gy == NULL) {
+    if (xd == NULL || wd == NULL || gy == NULL) {
         return;
     }
     int fx;
@@ -112,7 +133,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     }
     float *gb = b ? accel__nn_grad(g, b) : NULL;
     if (gb != NULL) {
-        float *sum = dt == ACCEL_F32 ? gb : accel__nn_scratch(g, out, 1);
+        float *sum = dt == ACCEL_F32 ? gb : accel__nn_tmp_scratch(g, out, 1);
         if (sum == NULL) {
             return;
         }
@@ -159,10 +180,11 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
     }
     accel_dtype dt = nn__autocast(g);
     const float *xd = x->data, *wd = w->data, *bd = bias ? bias->data : NULL;
+    int x_op = 0, w_op = 0;
     if (dt != ACCEL_F32) {
-        xd = accel__nn_cast(g, x, dt);
-        wd = accel__nn_cast(g, w, dt);
-        bd = bias ? accel__nn_cast(g, bias, dt) : NULL;
+        xd = accel__nn_cast(g, x, dt, &x_op);
+        wd = accel__nn_cast(g, w, dt, &w_op);
+        bd = bias ? accel__nn_cast(g, bias, dt, NULL) : NULL;
         if (xd == NULL || wd == NULL || (bias != NULL && bd == NULL)) {
             return NULL;
         }
@@ -190,17 +212,22 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
         n->i[2] = out;
         n->i[3] = layout;
         n->i[4] = dt;
-        n->p[0] = dt != ACCEL_F32 ? (void *)xd : NULL;
-        n->p[1] = dt != ACCEL_F32 ? (void *)wd : NULL;
+        n->p[0] = dt != ACCEL_F32 ? keep(xd, x_op) : NULL;
+        n->p[1] = dt != ACCEL_F32 ? keep(wd, w_op) : NULL;
     }
     return y;
 }
 
 nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_layout layout)
 {
+    if (g == NULL) {
+        return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_linear");
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
+    nn_tmp_mark tm = accel__nn_tmp_mark(g);
     nn_tensor *y = linear_impl(g, x, w, bias, layout);
+    accel__nn_tmp_release(g, tm);
     accel__nn_fp_leave(g, &fs);
     return y;
 }
@@ -213,9 +240,9 @@ static void matmul_backward(nn_ctx *g, nn_node *n)
     int64_t batch = n->i[0], M = n->i[1], K = n->i[2], N = n->i[3];
     int b2d = (int)n->i[4];
     accel_dtype dt = (accel_dtype)n->i[5];
-    const float *ad = n->p[0] ? n->p[0] : a->data, *bd = n->p[1] ? n->p[1] : b->data;
+    const float *ad = operand(g, n, 0, a, dt), *bd = operand(g, n, 1, b, dt);
     const float *gy = grad_in(g, dt, n->out->grad, batch * M * N);
-    if (gy == NULL) {
+    if (ad == NULL || bd == NULL || gy == NULL) {
         return;
     }
     /* Every product below covers its whole destination once, so a fresh gradient is written.
@@ -286,9 +313,10 @@ static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     }
     accel_dtype dt = nn__autocast(g);
     const float *ad = a->data, *bd = b->data;
+    int a_op = 0, b_op = 0;
     if (dt != ACCEL_F32) {
-        ad = accel__nn_cast(g, a, dt);
-        bd = accel__nn_cast(g, b, dt);
+        ad = accel__nn_cast(g, a, dt, &a_op);
+        bd = accel__nn_cast(g, b, dt, &b_op);
         if (ad == NULL || bd == NULL) {
             return NULL;
         }
@@ -313,17 +341,22 @@ static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
         n->i[3] = N;
         n->i[4] = b2d;
         n->i[5] = dt;
-        n->p[0] = dt != ACCEL_F32 ? (void *)ad : NULL;
-        n->p[1] = dt != ACCEL_F32 ? (void *)bd : NULL;
+        n->p[0] = dt != ACCEL_F32 ? keep(ad, a_op) : NULL;
+        n->p[1] = dt != ACCEL_F32 ? keep(bd, b_op) : NULL;
     }
     return y;
 }
 
 nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    if (g == NULL) {
+        return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_matmul");
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
+    nn_tmp_mark tm = accel__nn_tmp_mark(g);
     nn_tensor *y = matmul_impl(g, a, b);
+    accel__nn_tmp_release(g, tm);
     accel__nn_fp_leave(g, &fs);
     return y;
 }
@@ -461,7 +494,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     attn_dims d = {n->i[0], n->i[1], n->i[2], n->i[3],
                    n->i[4], n->f[0], n->f[1], (uint64_t)n->i[5]};
     accel_dtype dt = (accel_dtype)n->i[6];
-    const float *qkv = n->p[2] ? n->p[2] : n->in[0]->data, *out = n->out->data;
+    const float *qkv = operand(g, n, 2, n->in[0], dt), *out = n->out->data;
     const float *lse = n->p[0];
     float *scratch = n->p[1];
     int fresh;
@@ -474,11 +507,11 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     /* Autocast: dO is read rounded, and the q/k/v gradients (one product each per head, so
      * disjoint) go to a zeroed buffer first, rounded into gqkv after the loop. */
     const float *gy = grad_in(g, dt, n->out->grad, d.B * T * d.C);
-    float *gdst = dt == ACCEL_F32 ? gqkv : accel__nn_scratch(g, d.B * T * C3, 1);
+    float *gdst = dt == ACCEL_F32 ? gqkv : accel__nn_tmp_scratch(g, d.B * T * C3, 1);
     /* Each head's dq, dk and dv are one product each into disjoint columns, and together they
      * cover [B, T, 3C]: a fresh gradient (or the zeroed scratch) is written with beta 0. */
     float beta = (dt != ACCEL_F32 || fresh) ? 0.0f : 1.0f;
-    if (gy == NULL || gdst == NULL) {
+    if (qkv == NULL || gy == NULL || gdst == NULL) {
         return;
     }
 #ifdef ACCEL_HAVE_OPENMP
@@ -566,7 +599,8 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         return NULL;
     }
     accel_dtype dt = nn__autocast(g);
-    const float *qkvd = dt == ACCEL_F32 ? qkv->data : accel__nn_cast(g, qkv, dt);
+    int qkv_op = 0;
+    const float *qkvd = dt == ACCEL_F32 ? qkv->data : accel__nn_cast(g, qkv, dt, &qkv_op);
     if (qkvd == NULL) {
         return NULL;
     }
@@ -605,16 +639,21 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         n->p[0] = lse;
         n->p[1] = scratch;
         n->i[6] = dt;
-        n->p[2] = dt != ACCEL_F32 ? (void *)qkvd : NULL;
+        n->p[2] = dt != ACCEL_F32 ? keep(qkvd, qkv_op) : NULL;
     }
     return y;
 }
 
 nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
+    if (g == NULL) {
+        return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_causal_attention");
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
+    nn_tmp_mark tm = accel__nn_tmp_mark(g);
     nn_tensor *y = attention_impl(g, qkv, n_head, attn_dropout);
+    accel__nn_tmp_release(g, tm);
     accel__nn_fp_leave(g, &fs);
     return y;
 }

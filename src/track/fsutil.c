@@ -1,7 +1,7 @@
 /*
  * Small helpers the trackers share: number formatting, JSON string escaping, and the
  * rate-limited non-finite-value warning (a NaN loss logged every step must not flood stderr).
- * Paths, folders and atomic file writes come from core/fs.h.
+ * Paths, folders and atomic file writes come from base/fs.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/fs.h"
+#include "base/fs.h"
 #include "core/internal.h"
 #include "track_internal.h"
 
@@ -74,7 +74,7 @@ void accel__track_warn_nonfinite(const char *tracker, const char *key, double v)
 {
     int k = __atomic_fetch_add(&nonfinite_warned, 1, __ATOMIC_RELAXED);
     if (k < NONFINITE_WARN_MAX) {
-        accel__log(ACCEL__LOG_WARN, "tracker %s: value of \"%s\" is %g (not finite)%s", tracker,
+        accel__log(accel__track_log(), ACCEL__LOG_WARN, "tracker %s: value of \"%s\" is %g (not finite)%s", tracker,
                    key, v,
                    k == NONFINITE_WARN_MAX - 1 ? "; further non-finite warnings are silenced" : "");
     }

@@ -3,10 +3,17 @@
  * events.out.tfevents.<time>.<host>.<pid>.<n> as TensorBoard's writers name them.
  *
  * Records are Event protobufs in TFRecord framing (tfevents.c): first file_version
- * "brain.Event:2", then one Event per log call whose Summary holds a simple_value per scalar and
- * a text-plugin string tensor per text value; the run configuration goes out as the hparams
- * plugin's experiment and session_start_info summaries (session_end_info at finish) and as
- * hparams.yml. The file is flushed after every record so a crash loses nothing already logged.
+ * "brain.Event:2", then a SessionLog START event, then one Event per log call whose Summary
+ * holds a simple_value per scalar and a text-plugin string tensor per text value; the run
+ * configuration goes out as the hparams plugin's experiment and session_start_info summaries
+ * (session_end_info at finish) and as hparams.yml. The file is flushed after every record so a
+ * crash loses nothing already logged.
+ *
+ * Resuming uses TensorBoard's own purge rule: a START event at step S that is not the first
+ * START of the run makes its reader discard the events already read at steps >= S. So every
+ * session opens with a START, at step 0 or at the step accel_trackers_resume gives, and since
+ * that step is known only after start, the START (with the hparams summaries queued behind it)
+ * is written by the first of log / resume / finish.
  */
 #include <errno.h>
 #include <math.h>
@@ -24,6 +31,9 @@ enum {
     EVENT_STEP = 2,
     EVENT_FILE_VERSION = 3,
     EVENT_SUMMARY = 5,
+    EVENT_SESSION_LOG = 7,
+    SESSION_LOG_STATUS = 1,
+    SESSION_START = 1,
     SUMMARY_VALUE = 1,
     VALUE_TAG = 1,
     VALUE_SIMPLE = 2,
@@ -65,6 +75,9 @@ typedef struct tb_state {
     FILE *f;
     char *path;
     int wrote_hparams;
+    int session_started;  /* the START event is written */
+    accel__pb pending[2]; /* the hparams events waiting for the START */
+    int n_pending;
     /* Reused encode buffers: after the first few steps logging allocates nothing. */
     accel__pb event, summary, value, a, b, c;
 } tb_state;
@@ -90,6 +103,27 @@ static void event_head(tb_state *s, double wall, long long step)
     if (step > 0) {
         accel__pb_varint(&s->event, EVENT_STEP, (uint64_t)step);
     }
+}
+
+/* Writes a START at `step` (unless the session has one and `again` is 0), then the queued
+ * hparams events. */
+static accel_status begin_session(tb_state *s, long long step, int again)
+{
+    if (s->session_started && !again) {
+        return ACCEL_OK;
+    }
+    accel__pb start = {0};
+    accel__pb_varint(&start, SESSION_LOG_STATUS, SESSION_START);
+    event_head(s, accel__wall_time(), step);
+    accel__pb_message(&s->event, EVENT_SESSION_LOG, &start);
+    accel__pb_free(&start);
+    ACCEL_TRY(emit(s, &s->event));
+    s->session_started = 1;
+    for (int i = 0; i < s->n_pending; i++) {
+        ACCEL_TRY(emit(s, &s->pending[i]));
+    }
+    s->n_pending = 0;
+    return ACCEL_OK;
 }
 
 /* Encodes a summary metadata naming `plugin` with `content` into out. */
@@ -195,9 +229,15 @@ static accel_status tb_log(void *state, const accel_value *values, int n, long l
     for (int i = 0; i < n; i++) {
         add_value(s, &values[i]);
     }
+    ACCEL_TRY(begin_session(s, 0, 0));
     event_head(s, accel__wall_time(), step);
     accel__pb_message(&s->event, EVENT_SUMMARY, &s->summary);
     return emit(s, &s->event);
+}
+
+static accel_status tb_resume(void *state, long long step)
+{
+    return begin_session(state, step, 1);
 }
 
 /* Writes one hparams-plugin summary event: tag with metadata content `plugin_data` and a
@@ -220,6 +260,12 @@ static accel_status emit_hparams(tb_state *s, const char *tag, const accel__pb *
     accel__pb_message(&s->event, EVENT_SUMMARY, &s->summary);
     if (plugin_data->failed) {
         s->event.failed = 1;
+    }
+    if (!s->session_started && s->n_pending < 2) { /* queued behind the START */
+        accel__pb t = s->pending[s->n_pending];
+        s->pending[s->n_pending++] = s->event;
+        s->event = t;
+        return ACCEL_OK;
     }
     return emit(s, &s->event);
 }
@@ -322,8 +368,8 @@ static accel_status tb_config(void *state, const accel_value *config, int n)
 static accel_status tb_finish(void *state)
 {
     tb_state *s = state;
-    accel_status st = ACCEL_OK;
-    if (s->wrote_hparams) {
+    accel_status st = begin_session(s, 0, 0);
+    if (st == ACCEL_OK && s->wrote_hparams) {
         accel__pb end = {0}, hp = {0};
         double wall = accel__wall_time();
         accel__pb_varint(&end, END_STATUS, STATUS_SUCCESS);
@@ -342,6 +388,8 @@ static accel_status tb_finish(void *state)
     accel__pb_free(&s->a);
     accel__pb_free(&s->b);
     accel__pb_free(&s->c);
+    accel__pb_free(&s->pending[0]);
+    accel__pb_free(&s->pending[1]);
     accel__free(s->path);
     accel__free(s->common.run_dir);
     accel__free(s);
@@ -356,4 +404,5 @@ const accel_tracker_ops accel__tracker_tensorboard = {
     .store_init_configuration = tb_config,
     .log = tb_log,
     .finish = tb_finish,
+    .resume = tb_resume,
 };

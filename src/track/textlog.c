@@ -7,7 +7,9 @@
  * is null (JSON has no NaN). csv: a header "step,time,<keys in first-seen order>" and one row
  * per call with empty cells for absent keys. A key never seen before widens the table: the file
  * is rewritten (temp + rename) with the longer header and empty cells in older rows, so every
- * row always has the header's width. Both append to existing files, so a resumed run continues.
+ * row always has the header's width. Both append to existing files; a resumed run
+ * (accel_trackers_resume) first rewrites them without the records at steps >= the resumed
+ * step, so no step is recorded twice.
  */
 #include <errno.h>
 #include <math.h>
@@ -380,6 +382,84 @@ static accel_status text_log(void *state, const accel_value *v, int n, long long
     return s->csv ? csv_log(s, v, n, step) : jsonl_log(s, v, n, step);
 }
 
+/* The step a record line starts with: jsonl `{"step": N, ...`, csv `N,...`. Returns 1 with
+ * *step set, 0 for a record without a step (null / empty) or a line not in that form. */
+static int record_step(const char *line, int csv, long long *step)
+{
+    static const char prefix[] = "{\"step\": ";
+    if (!csv) {
+        if (strncmp(line, prefix, sizeof(prefix) - 1) != 0) {
+            return 0;
+        }
+        line += sizeof(prefix) - 1;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(line, &end, 10);
+    if (end == line || errno != 0 || (*end != ',' && *end != '}')) {
+        return 0;
+    }
+    *step = v;
+    return 1;
+}
+
+/* Rewrites the file without the records at steps >= step (and without a last line cut short
+ * by the interruption), atomically, then reopens it for appending. */
+static accel_status text_resume(void *state, long long step)
+{
+    text_state *s = state;
+    if (s->f != NULL && fclose(s->f) != 0) {
+        s->f = NULL;
+        return io_error("close", s->path);
+    }
+    s->f = NULL;
+    char *text = NULL;
+    size_t n = 0;
+    accel_status st = accel__read_file(s->path, &text, &n);
+    if (st != ACCEL_OK) {
+        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+        goto reopen;
+    }
+    size_t out = 0, dropped = 0;
+    int first = 1;
+    for (size_t at = 0; at < n;) {
+        char *nl = memchr(text + at, '\n', n - at);
+        if (nl == NULL) { /* a partial record: the interrupted run's last write */
+            dropped++;
+            break;
+        }
+        size_t len = (size_t)(nl - (text + at)) + 1;
+        long long rs;
+        int keep = (s->csv && first) || !record_step(text + at, s->csv, &rs) || rs < step;
+        first = 0;
+        if (keep) {
+            memmove(text + out, text + at, len);
+            out += len;
+        } else {
+            dropped++;
+        }
+        at += len;
+    }
+    if (dropped > 0) {
+        st = accel__write_file_atomic(s->path, text, out);
+        if (st != ACCEL_OK) {
+            accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+        } else {
+            accel__log(accel__track_log(), ACCEL__LOG_INFO,
+                       "tracker %s: resumed at step %lld: dropped %zu records "
+                       "of the interrupted run from %s",
+                       s->csv ? "csv" : "jsonl", step, dropped, s->path);
+        }
+    }
+reopen:
+    accel__free(text);
+    s->f = fopen(s->path, "a");
+    if (s->f == NULL && st == ACCEL_OK) {
+        st = io_error("reopen", s->path);
+    }
+    return st;
+}
+
 static accel_status text_config(void *state, const accel_value *v, int n)
 {
     text_state *s = state;
@@ -432,6 +512,7 @@ const accel_tracker_ops accel__tracker_jsonl = {
     .store_init_configuration = text_config,
     .log = text_log,
     .finish = text_finish,
+    .resume = text_resume,
 };
 
 const accel_tracker_ops accel__tracker_csv = {
@@ -442,4 +523,5 @@ const accel_tracker_ops accel__tracker_csv = {
     .store_init_configuration = text_config,
     .log = text_log,
     .finish = text_finish,
+    .resume = text_resume,
 };

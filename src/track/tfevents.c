@@ -118,6 +118,7 @@ static accel_status decode_event(const char *path, long off, const uint8_t *p, c
     const uint8_t *summary = NULL;
     size_t summary_nbytes = 0;
     char *version = NULL;
+    int session_start = 0;
     accel__pb_field f;
     int r;
     while ((r = accel__pb_next(&p, end, &f)) == 1) {
@@ -131,6 +132,15 @@ static accel_status decode_event(const char *path, long off, const uint8_t *p, c
         } else if (f.field == 5 && f.wire == ACCEL__PB_LEN) {
             summary = f.data;
             summary_nbytes = f.nbytes;
+        } else if (f.field == 7 && f.wire == ACCEL__PB_LEN) { /* SessionLog */
+            const uint8_t *q = f.data;
+            accel__pb_field g;
+            while ((r = accel__pb_next(&q, f.data + f.nbytes, &g)) == 1) {
+                session_start |= g.field == 1 && g.wire == ACCEL__PB_VARINT && g.u == 1;
+            }
+            if (r < 0) {
+                break;
+            }
         }
     }
     if (r < 0) {
@@ -142,6 +152,13 @@ static accel_status decode_event(const char *path, long off, const uint8_t *p, c
         int stop = visit(ctx, version, NULL);
         accel__free(version);
         if (stop) {
+            return accel__seterr(NULL, ACCEL_EINTERNAL, "%s: reader callback stopped", path);
+        }
+    }
+    if (session_start) {
+        accel__tf_value v = {
+            .wall_time = wall, .step = step, .tag = "", .plugin = "", .session_start = 1};
+        if (visit(ctx, NULL, &v)) {
             return accel__seterr(NULL, ACCEL_EINTERNAL, "%s: reader callback stopped", path);
         }
     }

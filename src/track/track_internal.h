@@ -11,7 +11,8 @@
 #include <stdio.h>
 
 #include "accel/accel.h"
-#include "core/fs.h"
+#include "base/base.h"
+#include "base/fs.h"
 
 /* ---- CRC32C (Castagnoli), as TFRecord framing uses it ---- */
 uint32_t accel__crc32c(const void *data, size_t nbytes);
@@ -70,10 +71,12 @@ typedef struct accel__tf_value {
     const char *plugin; /* plugin_name of the metadata, "" when none */
     int has_simple;     /* simple_value present */
     float simple_value;
-    const char *text; /* first string_val of a tensor, NULL when none */
+    const char *text;  /* first string_val of a tensor, NULL when none */
+    int session_start; /* a SessionLog START event (tag and plugin ""), not a summary value */
 } accel__tf_value;
 
-/* Callback per event: file_version is non-NULL for the version event; v is NULL then. */
+/* Callback per event: file_version is non-NULL for the version event; v is NULL then. A
+ * SessionLog START event comes as a value with session_start set. */
 typedef int (*accel__tf_visit)(void *ctx, const char *file_version, const accel__tf_value *v);
 
 /* Reads an event file, checking every CRC and size, and calls visit for the version record
@@ -108,6 +111,9 @@ void accel__track_fmt_double(char *out, size_t cap, double v);
 /* Appends a JSON string literal of s (quoted, escaped) to the stream. */
 void accel__json_string(FILE *f, const char *s);
 /* Writes a tracker warning through the library logger, at most a few per key. */
+/* The log context of the accelerator whose tracker callback is running on this thread (NULL
+ * outside callbacks: the default context). */
+const accel__log_ctx *accel__track_log(void);
 void accel__track_warn_nonfinite(const char *tracker, const char *key, double v);
 
 #endif /* ACCEL_TRACK_INTERNAL_H */

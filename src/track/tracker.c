@@ -40,8 +40,10 @@ struct accel_tracker {
 };
 
 typedef struct track_state {
+    const accel__log_ctx *log; /* the accelerator's, for the trackers' own lines */
     accel_tracker trackers[MAX_TRACKERS];
     int n;
+    int logged; /* accel_log was called since accel_init_trackers (resume is then too late) */
 } track_state;
 
 static accel_tracker blank_tracker = {.name = "blank"};
@@ -64,6 +66,22 @@ accel_status accel_tracker_seterr(accel_status st, const char *fmt, ...)
 static const char *cb_message(accel_status st)
 {
     return cb_msg_set ? cb_msg : accel_status_str(st);
+}
+
+/* The log context of the accelerator whose tracker callback runs on this thread, so a
+ * built-in tracker's lines carry that accelerator's rank and level. */
+static _Thread_local const accel__log_ctx *cb_log;
+
+const accel__log_ctx *accel__track_log(void)
+{
+    return cb_log;
+}
+
+/* Before each callback: a fresh message, and the context its lines go to. */
+static void cb_begin(const track_state *ts)
+{
+    cb_msg_set = 0;
+    cb_log = ts->log;
 }
 
 /* ---- registry ---- */
@@ -91,7 +109,7 @@ static accel_status add_locked(const accel_tracker_ops *ops, int builtin)
     int i = find_locked(ops->name);
     if (i >= 0) {
         if (!builtin) {
-            accel__log(ACCEL__LOG_WARN, "tracker \"%s\" was already registered; replacing it",
+            accel__log(NULL, ACCEL__LOG_WARN, "tracker \"%s\" was already registered; replacing it",
                        ops->name);
         }
         accel__free(registry[i].name);
@@ -103,7 +121,11 @@ static accel_status add_locked(const accel_tracker_ops *ops, int builtin)
         }
         i = n_registry++;
     }
-    registry[i].ops = *ops;
+    /* A table compiled against an older header is shorter: copy what it has, zero the rest. */
+    memset(&registry[i].ops, 0, sizeof(registry[i].ops));
+    memcpy(&registry[i].ops, ops,
+           ops->size < sizeof(registry[i].ops) ? ops->size : sizeof(registry[i].ops));
+    registry[i].ops.size = (uint32_t)sizeof(registry[i].ops);
     registry[i].name = accel__strdup(ops->name);
     registry[i].ops.name = registry[i].name;
     registry[i].builtin = builtin;
@@ -158,15 +180,15 @@ static void finish_all(track_state *ts)
     for (int i = 0; i < ts->n; i++) {
         accel_tracker *t = &ts->trackers[i];
         if (t->ops.finish != NULL) {
-            cb_msg_set = 0;
+            cb_begin(ts);
             accel_status st = t->ops.finish(t->state);
             if (st != ACCEL_OK) {
-                accel__log(ACCEL__LOG_WARN, "tracker %s: finish failed: %s", t->name,
+                accel__log(ts->log, ACCEL__LOG_WARN, "tracker %s: finish failed: %s", t->name,
                            cb_message(st));
             }
         }
         if (t->failures > FAIL_WARN_MAX) {
-            accel__log(ACCEL__LOG_WARN, "tracker %s: %lld log calls failed in total", t->name,
+            accel__log(ts->log, ACCEL__LOG_WARN, "tracker %s: %lld log calls failed in total", t->name,
                        t->failures);
         }
     }
@@ -186,6 +208,7 @@ static track_state *get_state(accel *acc, int create)
     if (ts == NULL && create) {
         ts = accel__calloc(1, sizeof(*ts));
         if (ts != NULL) {
+            ts->log = &acc->log;
             accel__module_set(acc, ACCEL__MOD_TRACK, ts, track_free);
         }
     }
@@ -312,6 +335,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         return accel__seterr(acc, ACCEL_ENOMEM, "accel_init_trackers: out of memory");
     }
     finish_all(ts);
+    ts->logged = 0;
     const char *log_with = acc->opt.log_with;
     if (log_with == NULL || log_with[0] == '\0') {
         return ACCEL_OK; /* Accelerate: log_with=None starts nothing */
@@ -350,7 +374,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         }
         ts->trackers[ts->n] = *t;
         accel_tracker *s = &ts->trackers[ts->n];
-        cb_msg_set = 0;
+        cb_begin(ts);
         st = s->ops.start(s->ops.user, &info, &s->state);
         if (st != ACCEL_OK) {
             st = accel__seterr(acc, st, "tracker %s: start failed: %s", s->name, cb_message(st));
@@ -359,7 +383,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         }
         ts->n++;
         if (s->ops.store_init_configuration != NULL && n_config > 0) {
-            cb_msg_set = 0;
+            cb_begin(ts);
             st = s->ops.store_init_configuration(s->state, config, n_config);
             if (st != ACCEL_OK) {
                 st = accel__seterr(acc, st, "tracker %s: storing the configuration failed: %s",
@@ -385,18 +409,53 @@ accel_status accel_log(accel *acc, const accel_value *values, int n, long long s
     if (ts == NULL) {
         return ACCEL_OK;
     }
+    ts->logged = 1;
     for (int i = 0; i < ts->n; i++) {
         accel_tracker *t = &ts->trackers[i];
-        cb_msg_set = 0;
+        cb_begin(ts);
         accel_status st = t->ops.log(t->state, values, n, step);
         if (st != ACCEL_OK) {
             t->failures++;
             if (t->failures <= FAIL_WARN_MAX) {
-                accel__log(ACCEL__LOG_WARN, "tracker %s: logging step %lld failed: %s%s", t->name,
+                accel__log(&acc->log, ACCEL__LOG_WARN, "tracker %s: logging step %lld failed: %s%s", t->name,
                            step, cb_message(st),
                            t->failures == FAIL_WARN_MAX ? " (further failures are counted only)"
                                                         : "");
             }
+        }
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_trackers_resume(accel *acc, long long step)
+{
+    if (acc == NULL || step < 0) {
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_trackers_resume: %s",
+                             acc == NULL ? "acc is NULL" : "step is negative");
+    }
+    track_state *ts = get_state(acc, 0);
+    if (ts == NULL || ts->logged) {
+        /* Checked on every process (all of them called init_trackers and log) so that a
+         * misplaced call fails everywhere, not only where trackers run. */
+        return accel__seterr(acc, ACCEL_ESTATE,
+                             "accel_trackers_resume: call it after accel_init_trackers and "
+                             "before the first accel_log of the run (%s)",
+                             ts == NULL ? "no accel_init_trackers yet" : "accel_log was called");
+    }
+    for (int i = 0; i < ts->n; i++) {
+        accel_tracker *t = &ts->trackers[i];
+        if (t->ops.resume == NULL) {
+            accel__log(&acc->log, ACCEL__LOG_WARN,
+                       "tracker %s cannot resume: what the interrupted run logged at steps >= "
+                       "%lld stays (it has no resume callback)",
+                       t->name, step);
+            continue;
+        }
+        cb_begin(ts);
+        accel_status st = t->ops.resume(t->state, step);
+        if (st != ACCEL_OK) {
+            accel__log(&acc->log, ACCEL__LOG_WARN, "tracker %s: resuming at step %lld failed: %s", t->name,
+                       step, cb_message(st));
         }
     }
     return ACCEL_OK;

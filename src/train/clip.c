@@ -1,7 +1,9 @@
 /*
  * Gradient clipping (torch.nn.utils.clip_grad_norm_ / clip_grad_value_) over a model's flat
- * gradient buffer, and the unscale entry point of the fp16 loss scaler. Invariant: frozen
- * parameters are neither counted in the norm nor modified.
+ * gradient buffer, through the model's device kernels, and the unscale entry point of the
+ * fp16 loss scaler. Invariants: frozen parameters are neither counted in the norm nor
+ * modified; the norm is summed parameter by parameter in registration order (each from 0 in
+ * double), so it has the same bits on every device and every process.
  */
 #include <math.h>
 
@@ -42,6 +44,43 @@ static accel_status check_model(accel *acc, accel_model *m, const char *who)
     return ACCEL_OK;
 }
 
+/* The norm (one device result, read once), then the scaling when it exceeds max_norm. */
+static accel_status clip_norm(accel_model *m, double max_norm, double norm_type, double *total_norm)
+{
+    int inf_norm = isinf(norm_type);
+    accel_status st = accel__dev_memset(m->dev, m->dev_sum, 0, sizeof(double), NULL);
+    for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
+        const accel_param *p = &m->params[i];
+        if (p->frozen) {
+            continue;
+        }
+        accel__dspan g = accel__grad_span(m, p->offset, p->numel);
+        st = inf_norm ? accel__dev_abs_max(m->dev, g, m->dev_sum, NULL)
+                      : accel__dev_pow_sum(m->dev, g, norm_type, m->dev_sum, NULL);
+    }
+    if (st != ACCEL_OK) {
+        return accel__adopt_thread_error(m->acc, st);
+    }
+    double acc_norm;
+    ACCEL_TRY(accel__model_read_sum(m, &acc_norm));
+    double total = inf_norm ? acc_norm : pow(acc_norm, 1.0 / norm_type);
+    if (total_norm != NULL) {
+        *total_norm = total;
+    }
+    double coef = max_norm / (total + 1e-6);
+    /* torch multiplies by min(coef, 1); a NaN norm turns the gradients into NaN as there. */
+    if (coef < 1.0 || isnan(coef)) {
+        for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
+            const accel_param *p = &m->params[i];
+            if (!p->frozen) {
+                st = accel__dev_scale(m->dev, accel__grad_span(m, p->offset, p->numel), (float)coef,
+                                      NULL);
+            }
+        }
+    }
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
+}
+
 accel_status accel_clip_grad_norm(accel *acc, accel_model *m, double max_norm, double norm_type,
                                   double *total_norm)
 {
@@ -56,38 +95,9 @@ accel_status accel_clip_grad_norm(accel *acc, accel_model *m, double max_norm, d
     }
     ACCEL_TRY(accel_unscale_gradients(acc, NULL));
     accel__prof_begin(acc, "clip_grad_norm", ACCEL__PROF_OPTIM);
-    double acc_norm = 0;
-    int inf_norm = isinf(norm_type);
-    for (int i = 0; i < m->n_params; i++) {
-        const accel_param *p = &m->params[i];
-        if (p->frozen) {
-            continue;
-        }
-        if (inf_norm) {
-            double a = accel__abs_max(p->grad, p->numel);
-            if (a > acc_norm || isnan(a)) {
-                acc_norm = a;
-            }
-        } else {
-            acc_norm += accel__pow_sum(p->grad, p->numel, norm_type);
-        }
-    }
-    double total = inf_norm ? acc_norm : pow(acc_norm, 1.0 / norm_type);
-    if (total_norm != NULL) {
-        *total_norm = total;
-    }
-    double coef = max_norm / (total + 1e-6);
-    /* torch multiplies by min(coef, 1); a NaN norm turns the gradients into NaN as there. */
-    if (coef < 1.0 || isnan(coef)) {
-        for (int i = 0; i < m->n_params; i++) {
-            const accel_param *p = &m->params[i];
-            if (!p->frozen) {
-                accel__scale(p->grad, p->numel, (float)coef);
-            }
-        }
-    }
+    accel_status st = clip_norm(m, max_norm, norm_type, total_norm);
     accel__prof_end(acc);
-    return ACCEL_OK;
+    return st;
 }
 
 accel_status accel_clip_grad_value(accel *acc, accel_model *m, double clip)
@@ -104,9 +114,10 @@ accel_status accel_clip_grad_value(accel *acc, accel_model *m, double clip)
         if (p->frozen) {
             continue;
         }
-        for (size_t j = 0; j < p->numel; j++) {
-            float g = p->grad[j];
-            p->grad[j] = g < -c ? -c : (g > c ? c : g);
+        accel_status st =
+            accel__dev_clamp(m->dev, accel__grad_span(m, p->offset, p->numel), -c, c, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, st);
         }
     }
     return ACCEL_OK;

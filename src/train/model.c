@@ -1,9 +1,10 @@
 /*
- * Models as flat buffers: parameter registration, allocation of the master / gradient buffers,
- * per-parameter views, freezing, and preparation (process 0's weights broadcast, gradient
- * buckets built). Invariant: once allocated, every buffer lays parameters out in reverse
- * registration order, so a bucket (consecutive parameters in backward order) is one contiguous
- * slice and a parameter's grad pointer is a view into its bucket.
+ * Models as flat buffers: parameter registration, the flat geometry and the device buffers it
+ * lays out (master, gradients, compute copy), per-parameter views, freezing, and preparation
+ * (process 0's weights broadcast, the reducer's buckets completed). Invariant: once allocated,
+ * every buffer follows the geometry fixed at alloc (flat.h), so a bucket (consecutive
+ * parameters in backward order) is one contiguous slice and a parameter's grad is a view into
+ * its bucket; padding elements are zero.
  * With several processes on the shm backend the gradient buffer is symmetric shared memory
  * (accel__comm_alloc), so the in-place bucket all-reduces read peers' gradients directly; that
  * makes the allocation collective (every process allocates its model, as every process
@@ -12,7 +13,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "core/profile.h"
 #include "train_internal.h"
 
 /* The gradient buffer: symmetric shared memory where the backend reads it in place (the
@@ -29,11 +29,12 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
             m->grad_shared = 1;
             return p;
         }
-        accel__log(ACCEL__LOG_WARN,
+        accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_model_alloc: gradients in plain memory (all-reduces copy them): %s",
                    accel_last_error(NULL));
     }
-    return accel__aligned_alloc(nbytes);
+    void *p = NULL;
+    return accel__dev_alloc(m->dev, nbytes, 1, &p) == ACCEL_OK ? p : NULL;
 }
 
 static void grad_free(accel_model *m)
@@ -41,7 +42,7 @@ static void grad_free(accel_model *m)
     if (m->grad_shared) {
         (void)accel__comm_dealloc(m->acc->comm, m->grad);
     } else {
-        accel__aligned_free(m->grad);
+        accel__dev_free(m->dev, m->grad);
     }
     m->grad = NULL;
     m->grad_shared = 0;
@@ -55,42 +56,41 @@ accel_status accel_model_new(accel *acc, accel_model **out)
     if (acc == NULL || out == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_model_new: acc and out must not be NULL");
     }
+    accel__device *dev;
+    accel_status st = accel__device_open(&dev, (accel_device){ACCEL_DEVICE_CPU, 0});
+    if (st != ACCEL_OK) {
+        return accel__adopt_thread_error(acc, st);
+    }
     accel_model *m = accel__calloc(1, sizeof(*m));
     if (m == NULL) {
+        accel__device_close(dev);
         return accel__seterr(acc, ACCEL_ENOMEM, "accel_model_new: out of memory");
     }
     m->acc = acc;
+    m->dev = dev;
     m->accum_allows = 1;
     accel__object_register(acc, &m->obj, ACCEL__OBJ_MODEL, model_prepare, model_destroy);
     *out = m;
     return ACCEL_OK;
 }
 
-/* Waits for every in-flight bucket; returns the first failure. */
-static accel_status wait_buckets(accel_model *m)
+/* Releases the buffers of an allocated model (or of a failed allocation). */
+static void free_buffers(accel_model *m)
 {
-    accel_status first = ACCEL_OK;
-    for (int b = 0; b < m->n_buckets; b++) {
-        accel__bucket *bk = &m->buckets[b];
-        if (bk->work == NULL) {
-            continue;
-        }
-        accel_status st = accel_work_wait(bk->work);
-        if (bk->done_time == 0) {
-            bk->done_time = accel__now();
-            accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
-                             bk->done_time, "bucket", b);
-        }
-        accel_work_free(bk->work);
-        bk->work = NULL;
-        if (st == ACCEL_OK && m->comm_buf != NULL) {
-            accel__bucket_decompress(m, bk->offset, bk->count);
-        }
-        if (st != ACCEL_OK && first == ACCEL_OK) {
-            first = st;
-        }
+    if (m->compute != m->master) {
+        accel__dev_free(m->dev, m->compute);
     }
-    return first;
+    accel__dev_free(m->dev, m->master);
+    grad_free(m);
+    accel__dev_free(m->dev, m->dev_sum);
+    accel__dev_free(m->dev, m->dev_flag);
+    accel__free(m->flat_bucket);
+    accel__flat_free(&m->flat);
+    m->master = m->grad = NULL;
+    m->compute = NULL;
+    m->dev_sum = NULL;
+    m->dev_flag = NULL;
+    m->flat_bucket = NULL;
 }
 
 void accel_model_free(accel_model *m)
@@ -98,21 +98,13 @@ void accel_model_free(accel_model *m)
     if (m == NULL) {
         return;
     }
-    if (m->buckets != NULL) {
-        (void)wait_buckets(m);
-    }
+    accel__reducer_free(m);
     for (int i = 0; i < m->n_params; i++) {
         accel__free((void *)m->params[i].name);
     }
     accel__free(m->params);
-    if (m->compute != m->master) {
-        accel__aligned_free(m->compute);
-    }
-    accel__aligned_free(m->master);
-    grad_free(m);
-    accel__aligned_free(m->comm_buf);
-    accel__free(m->buckets);
-    accel__free(m->ready);
+    free_buffers(m);
+    accel__device_close(m->dev);
     accel__object_unregister(&m->obj);
     accel__free(m);
 }
@@ -211,6 +203,57 @@ accel_status accel_model_add_param(accel_model *m, const char *name, int ndim, c
     return ACCEL_OK;
 }
 
+/* A typed view of `p` over a flat buffer of dtype dt (NULL base: no memory yet). */
+static accel_tensor param_view(const accel_model *m, const accel_param *p, void *base,
+                               accel_dtype dt)
+{
+    accel_tensor t = accel_tensor_view(NULL, dt, p->ndim, p->shape);
+    t.device = accel__device_which(m->dev);
+    if (base != NULL) {
+        t.data = (char *)base + p->offset * accel_dtype_nbytes(dt);
+    }
+    return t;
+}
+
+/* The geometry: buckets by size over the parameters trainable now. Sharded stages split every
+ * bucket over the processes in equal 64-byte-aligned pieces; DDP shards nothing (a group of
+ * one, no padding), so parameters are packed end to end as in version 1. */
+static accel_status build_geometry(accel_model *m)
+{
+    accel *acc = m->acc;
+    accel__flat_param *fp = accel__calloc((size_t)m->n_params, sizeof(*fp));
+    size_t *offsets = accel__calloc((size_t)m->n_params, sizeof(*offsets));
+    m->flat_bucket = accel__calloc((size_t)m->n_params, sizeof(int));
+    accel_status st = ACCEL_ENOMEM;
+    if (fp == NULL || offsets == NULL || m->flat_bucket == NULL) {
+        accel__seterr(acc, st, "accel_model_alloc: out of memory for the geometry");
+    } else {
+        for (int i = 0; i < m->n_params; i++) {
+            fp[i].numel = m->params[i].numel;
+            fp[i].frozen = m->params[i].frozen;
+        }
+        int n = acc->opt.zero_stage > 0 ? acc->n_ranks : 1;
+        size_t unit = acc->opt.zero_stage > 0 ? (size_t)n * 16 : 1;
+        st =
+            accel__flat_build(&m->flat, fp, m->n_params, acc->opt.first_bucket_mb * 1048576.0,
+                              acc->opt.bucket_cap_mb * 1048576.0, n, unit, offsets, m->flat_bucket);
+        if (st == ACCEL_OK) {
+            for (int i = 0; i < m->n_params; i++) {
+                m->params[i].offset = offsets[i];
+            }
+        } else {
+            accel__adopt_thread_error(acc, st);
+        }
+    }
+    accel__free(fp);
+    accel__free(offsets);
+    if (st != ACCEL_OK) {
+        accel__free(m->flat_bucket);
+        m->flat_bucket = NULL;
+    }
+    return st;
+}
+
 accel_status accel_model_alloc(accel_model *m)
 {
     if (m == NULL) {
@@ -222,37 +265,40 @@ accel_status accel_model_alloc(accel_model *m)
     if (m->n_params == 0) {
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
-    size_t nbytes = m->numel * sizeof(float);
+    ACCEL_TRY(build_geometry(m));
+    size_t n = m->flat.padded_numel, nbytes = n * sizeof(float);
     m->compute_dtype = accel__compute_dtype(m->acc);
-    m->master = accel__aligned_alloc(nbytes);
-    m->grad = grad_alloc(m, nbytes);
-    m->ready = accel__calloc((size_t)m->n_params, 1);
-    m->compute = m->compute_dtype == ACCEL_F32 ? m->master : accel__aligned_alloc(nbytes);
-    if (m->master == NULL || m->grad == NULL || m->ready == NULL || m->compute == NULL) {
-        if (m->compute != m->master) {
-            accel__aligned_free(m->compute);
-        }
-        accel__aligned_free(m->master);
-        grad_free(m);
-        accel__free(m->ready);
-        m->master = m->grad = m->compute = NULL;
-        m->ready = NULL;
-        return accel__seterr(m->acc, ACCEL_ENOMEM,
-                             "accel_model_alloc: out of memory for %zu parameters (%zu bytes x 2)",
-                             m->numel, nbytes);
+    size_t cbytes = n * accel_dtype_nbytes(m->compute_dtype);
+    void *master = NULL, *compute = NULL, *sum = NULL, *flag = NULL;
+    int ok = accel__dev_alloc(m->dev, nbytes, 1, &master) == ACCEL_OK;
+    m->master = master;
+    ok = ok && (m->grad = grad_alloc(m, nbytes)) != NULL;
+    if (ok && m->compute_dtype != ACCEL_F32) {
+        ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
     }
-    memset(m->master, 0, nbytes);
-    memset(m->grad, 0, nbytes);
-    /* The working copy is only meaningful once the weights are final (prepare refreshes it). */
-    m->compute_valid = 0;
-    /* Reverse registration order: the parameters a backward pass finishes first come first. */
-    size_t off = 0;
-    for (int i = m->n_params - 1; i >= 0; i--) {
+    m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
+    ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&
+         accel__dev_alloc(m->dev, sizeof(int32_t), 1, &flag) == ACCEL_OK;
+    m->dev_sum = sum;
+    m->dev_flag = flag;
+    if (!ok) {
+        free_buffers(m);
+        return accel__seterr(m->acc, ACCEL_ENOMEM,
+                             "accel_model_alloc: out of memory for %zu parameters (%zu bytes x 2 "
+                             "+ %zu for the compute copy)",
+                             m->numel, nbytes, m->compute_dtype == ACCEL_F32 ? 0 : cbytes);
+    }
+    /* A separate working copy is only meaningful once the weights are final (prepare
+     * refreshes it); in fp32 it is the master itself. */
+    m->compute_valid = m->compute_dtype == ACCEL_F32;
+    int host = accel__device_which(m->dev).type == ACCEL_DEVICE_CPU;
+    for (int i = 0; i < m->n_params; i++) {
         accel_param *p = &m->params[i];
-        p->offset = off;
-        p->data = m->master + off;
-        p->grad = m->grad + off;
-        off += p->numel;
+        p->data_view = param_view(m, p, m->master, ACCEL_F32);
+        p->grad_view = param_view(m, p, m->grad, ACCEL_F32);
+        p->compute_view = param_view(m, p, m->compute_valid ? m->compute : NULL, m->compute_dtype);
+        p->data = host ? p->data_view.data : NULL;
+        p->grad = host ? p->grad_view.data : NULL;
     }
     m->allocated = 1;
     return ACCEL_OK;
@@ -282,14 +328,47 @@ const accel_param *accel_model_param(accel_model *m, int i)
     return &m->params[i];
 }
 
+/* A flat buffer as a float pointer, where the host can read it. */
+static float *host_f32(accel_model *m, float *buf, const char *who)
+{
+    if (m == NULL || buf == NULL) {
+        return NULL;
+    }
+    if (accel__device_which(m->dev).type != ACCEL_DEVICE_CPU) {
+        accel__seterr(m->acc, ACCEL_ESTATE, "%s: the buffer is in %s memory, not the host's", who,
+                      accel__device_name(m->dev));
+        return NULL;
+    }
+    return buf;
+}
+
 float *accel_model_master(accel_model *m)
 {
-    return m ? m->master : NULL;
+    return host_f32(m, m ? m->master : NULL, "accel_model_master");
 }
 
 float *accel_model_grad(accel_model *m)
 {
-    return m ? m->grad : NULL;
+    return host_f32(m, m ? m->grad : NULL, "accel_model_grad");
+}
+
+accel_status accel__model_zero_grad(accel_model *m)
+{
+    accel_status st = accel__dev_zero(m->dev, accel__grad_span(m, 0, m->flat.padded_numel), NULL);
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
+}
+
+accel_status accel__model_read_sum(accel_model *m, double *out)
+{
+    accel_status st = accel__dev_copy(m->dev, out, m->dev_sum, sizeof(*out), ACCEL__COPY_D2H, NULL);
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
+}
+
+accel_status accel__model_read_flag(accel_model *m, int32_t *out)
+{
+    accel_status st =
+        accel__dev_copy(m->dev, out, m->dev_flag, sizeof(*out), ACCEL__COPY_D2H, NULL);
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
 }
 
 accel_status accel_model_freeze(accel_model *m, int index, int frozen)
@@ -323,49 +402,6 @@ accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int fr
     return accel_model_freeze(m, i, frozen);
 }
 
-/*
- * DDP's compute_bucket_assignment_by_size, walking parameters in backward (reverse
- * registration) order: bucket 0 closes once it reaches first_bucket_mb, later ones at
- * bucket_cap_mb. We give the small bucket to the gradients that are ready first (where DDP
- * lands after its rebuild) so communication starts as early as possible. Frozen parameters
- * belong to no bucket; one sitting between two trainable ones lies inside the bucket's range
- * and is sent as zeros, which keeps every bucket one contiguous message.
- */
-static accel_status build_buckets(accel_model *m)
-{
-    double first = m->acc->opt.first_bucket_mb * 1048576.0;
-    double cap = m->acc->opt.bucket_cap_mb * 1048576.0;
-    accel__free(m->buckets);
-    m->buckets = accel__calloc((size_t)m->n_params, sizeof(*m->buckets));
-    if (m->buckets == NULL) {
-        return accel__seterr(m->acc, ACCEL_ENOMEM, "accel_prepare: out of memory for buckets");
-    }
-    int nb = 0;
-    accel__bucket *cur = NULL;
-    size_t end = 0; /* end of the open bucket's range */
-    for (int i = m->n_params - 1; i >= 0; i--) {
-        accel_param *p = &m->params[i];
-        p->bucket = -1;
-        if (p->frozen) {
-            continue;
-        }
-        if (cur == NULL) {
-            cur = &m->buckets[nb++];
-            cur->offset = p->offset;
-        }
-        p->bucket = nb - 1;
-        cur->n_params++;
-        end = p->offset + p->numel;
-        cur->count = end - cur->offset;
-        double limit = (nb == 1) ? first : cap;
-        if ((double)cur->count * sizeof(float) >= limit) {
-            cur = NULL;
-        }
-    }
-    m->n_buckets = nb;
-    return ACCEL_OK;
-}
-
 static accel_status model_prepare(accel__object *self)
 {
     accel_model *m = (accel_model *)self;
@@ -373,51 +409,35 @@ static accel_status model_prepare(accel__object *self)
     ACCEL_TRY(accel__comm_dtype_check(acc));
     ACCEL_TRY(accel__precision_install(acc));
     ACCEL_TRY(accel_model_alloc(m));
-    ACCEL_TRY(build_buckets(m));
-    int dt = acc->opt.comm_dtype;
-    if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16) && m->comm_buf == NULL) {
-        /* Buckets are slices of grad, so one buffer of the same layout serves them all. */
-        m->comm_buf = accel__aligned_alloc(m->numel * sizeof(uint16_t));
-        if (m->comm_buf == NULL) {
-            return accel__seterr(acc, ACCEL_ENOMEM,
-                                 "accel_prepare: out of memory for the compressed gradient "
-                                 "buffer (%zu elements)",
-                                 m->numel);
-        }
-    }
+    ACCEL_TRY(accel__reducer_prepare(m));
     if (acc->n_ranks > 1) {
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
-        accel_status st = accel__broadcast(acc->comm, m->master, m->numel, ACCEL_F32, 0);
+        accel_status st =
+            accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, 0);
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(acc, st);
         }
     }
-    accel__model_refresh_compute(m);
-    return ACCEL_OK;
+    return accel__model_refresh_compute(m);
 }
 
 int accel_model_num_buckets(const accel_model *m)
 {
-    return m ? m->n_buckets : 0;
+    return m ? m->red.n_buckets : 0;
 }
 
 accel_status accel_model_bucket_info(const accel_model *m, int b, accel_bucket_info *info)
 {
-    if (m == NULL || info == NULL || b < 0 || b >= m->n_buckets) {
+    if (m == NULL || info == NULL || b < 0 || b >= m->red.n_buckets) {
         return accel__seterr(m ? m->acc : NULL, ACCEL_EINVAL,
                              "accel_model_bucket_info: bucket %d out of range (%d buckets)", b,
-                             m ? m->n_buckets : 0);
+                             m ? m->red.n_buckets : 0);
     }
-    const accel__bucket *bk = &m->buckets[b];
+    const accel__bucket *bk = &m->red.buckets[b];
     info->offset = bk->offset;
     info->count = bk->count;
     info->n_params = bk->n_params;
     info->launch_time = bk->launch_time;
     info->done_time = bk->done_time;
     return ACCEL_OK;
-}
-
-accel_status accel__model_wait_buckets(accel_model *m)
-{
-    return wait_buckets(m);
 }

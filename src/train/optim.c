@@ -2,7 +2,8 @@
  * Optimizers (torch.optim SGD, Adam, AdamW) over a model's flat buffers, with param groups and
  * Accelerate's AcceleratedOptimizer rules (step and zero_grad only on syncing micro-steps,
  * step_was_skipped from the fp16 scaler hook). Invariant: the state buffers are parallel to
- * the master buffer, and an update touches exactly the segments of non-frozen parameters.
+ * the master buffer (same geometry, same device), and an update touches exactly the segments
+ * of non-frozen parameters, through the model's device kernels.
  */
 #include <math.h>
 #include <string.h>
@@ -185,9 +186,10 @@ void accel_optimizer_free(accel_optimizer *opt)
     if (opt == NULL) {
         return;
     }
-    accel__aligned_free(opt->state_a);
-    accel__aligned_free(opt->state_b);
-    accel__aligned_free(opt->state_c);
+    accel__device *dev = opt->model->dev;
+    accel__dev_free(dev, opt->state_a);
+    accel__dev_free(dev, opt->state_b);
+    accel__dev_free(dev, opt->state_c);
     accel__free(opt->segments);
     accel__free(opt->param_group);
     accel__object_unregister(&opt->obj);
@@ -199,13 +201,10 @@ static void optim_destroy(accel__object *self)
     accel_optimizer_free((accel_optimizer *)self);
 }
 
-static float *zeroed_state(size_t n)
+static float *zeroed_state(accel_model *m, size_t n)
 {
-    float *p = accel__aligned_alloc(n * sizeof(float));
-    if (p != NULL) {
-        memset(p, 0, n * sizeof(float));
-    }
-    return p;
+    void *p = NULL;
+    return accel__dev_alloc(m->dev, n * sizeof(float), 1, &p) == ACCEL_OK ? p : NULL;
 }
 
 static accel_status optim_prepare(accel__object *self)
@@ -217,13 +216,13 @@ static accel_status optim_prepare(accel__object *self)
                              "accel_prepare: the optimizer's model was not prepared (pass the "
                              "model to accel_prepare too)");
     }
-    size_t n = m->numel;
+    size_t n = m->flat.padded_numel;
     int need_a = opt->kind != ACCEL__SGD || opt->momentum != 0;
     int need_b = opt->kind != ACCEL__SGD;
     int need_c = need_b && opt->amsgrad;
-    if ((need_a && (opt->state_a = zeroed_state(n)) == NULL) ||
-        (need_b && (opt->state_b = zeroed_state(n)) == NULL) ||
-        (need_c && (opt->state_c = zeroed_state(n)) == NULL)) {
+    if ((need_a && (opt->state_a = zeroed_state(m, n)) == NULL) ||
+        (need_b && (opt->state_b = zeroed_state(m, n)) == NULL) ||
+        (need_c && (opt->state_c = zeroed_state(m, n)) == NULL)) {
         return accel__seterr(opt->acc, ACCEL_ENOMEM,
                              "accel_prepare: out of memory for optimizer state (%zu elements)", n);
     }
@@ -262,7 +261,7 @@ accel_status accel__optim_build_segments(accel_optimizer *opt)
 }
 
 /* The update itself, over every segment. */
-static void optim_update(accel_optimizer *opt)
+static accel_status optim_update(accel_optimizer *opt)
 {
     accel_model *m = opt->model;
     int first = opt->n_steps == 0;
@@ -272,25 +271,50 @@ static void optim_update(accel_optimizer *opt)
         bc1 = 1.0 - pow(opt->beta1, (double)opt->n_steps);
         bc2s = sqrt(1.0 - pow(opt->beta2, (double)opt->n_steps));
     }
-    for (int s = 0; s < opt->n_segments; s++) {
+    accel_status st = ACCEL_OK;
+    for (int s = 0; s < opt->n_segments && st == ACCEL_OK; s++) {
         const accel__optim_segment *sg = &opt->segments[s];
         const accel__optim_group *g = &opt->groups[sg->group];
         size_t o = sg->offset;
         if (opt->kind == ACCEL__SGD) {
-            accel__sgd_kernel(m->master + o, m->grad + o, opt->state_a ? opt->state_a + o : NULL,
-                              sg->count, (float)g->lr, (float)g->weight_decay, (float)opt->momentum,
-                              (float)opt->dampening, opt->nesterov, opt->maximize, first);
+            accel__sgd_args a = {m->master + o,
+                                 m->grad + o,
+                                 opt->state_a ? opt->state_a + o : NULL,
+                                 sg->count,
+                                 (float)g->lr,
+                                 (float)g->weight_decay,
+                                 (float)opt->momentum,
+                                 (float)opt->dampening,
+                                 opt->nesterov,
+                                 opt->maximize,
+                                 first};
+            st = accel__dev_sgd_step(m->dev, &a, NULL);
         } else {
-            accel__adam_kernel(m->master + o, m->grad + o, opt->state_a + o, opt->state_b + o,
-                               opt->state_c ? opt->state_c + o : NULL, sg->count, (float)g->lr,
-                               (float)g->weight_decay, opt->kind == ACCEL__ADAMW, (float)opt->beta1,
-                               (float)opt->beta2, (float)opt->eps, (float)bc1, (float)bc2s,
-                               opt->maximize);
+            accel__adam_args a = {m->master + o,
+                                  m->grad + o,
+                                  opt->state_a + o,
+                                  opt->state_b + o,
+                                  opt->state_c ? opt->state_c + o : NULL,
+                                  sg->count,
+                                  (float)g->lr,
+                                  (float)g->weight_decay,
+                                  opt->kind == ACCEL__ADAMW,
+                                  (float)opt->beta1,
+                                  (float)opt->beta2,
+                                  (float)opt->eps,
+                                  (float)bc1,
+                                  (float)bc2s,
+                                  opt->maximize};
+            st = accel__dev_adam_step(m->dev, &a, NULL);
+        }
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(opt->acc, st);
         }
         /* The working copy follows the master after every real step (llm.c writes its bf16
          * params in the same pass; a second pass over a segment just updated is cache-warm). */
-        accel__model_refresh_compute_range(m, o, sg->count);
+        st = accel__model_refresh_compute_range(m, o, sg->count);
     }
+    return st;
 }
 
 accel_status accel_optimizer_step(accel_optimizer *opt)
@@ -327,8 +351,10 @@ accel_status accel_optimizer_step(accel_optimizer *opt)
             return st;
         }
     }
-    if (!skip) {
-        optim_update(opt);
+    accel_status st = skip ? ACCEL_OK : optim_update(opt);
+    if (st != ACCEL_OK) {
+        accel__prof_end(acc);
+        return st;
     }
     opt->step_was_skipped = skip;
     opt->unscaled = 0;
@@ -347,8 +373,7 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt)
     if (!opt->acc->gstate.sync_gradients || !opt->model->allocated) {
         return ACCEL_OK;
     }
-    memset(opt->model->grad, 0, opt->model->numel * sizeof(float));
-    return ACCEL_OK;
+    return accel__model_zero_grad(opt->model);
 }
 
 int accel_optimizer_step_was_skipped_opt(const accel_optimizer *opt)

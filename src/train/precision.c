@@ -1,8 +1,8 @@
 /*
  * Mixed precision for the training core: the fp16 dynamic loss scaler (torch GradScaler
  * semantics, plugged into the core through accel__precision_hooks in the ACCEL__MOD_PRECISION
- * slot), the working copy of the weights in the compute dtype, and compressed gradient
- * communication (bucket -> bf16/f16 -> all-reduce -> fp32).
+ * slot), the working copy of the weights stored in the compute dtype, and the validation of
+ * compressed gradient communication (the compression itself is the reducer's hook).
  *
  * Invariants: the scaler exists only under mixed_precision fp16 (bf16 never scales); the
  * skip decision of a step is identical on every process (the found-inf flag is all-reduced
@@ -10,10 +10,7 @@
  * optimizer step.
  */
 #include <math.h>
-#include <string.h>
 
-#include "convert.h"
-#include "core/profile.h"
 #include "train_internal.h"
 
 typedef struct scaler {
@@ -32,31 +29,26 @@ static double scaler_loss_scale(accel *acc, void *state)
 
 /*
  * torch's _amp_foreach_non_finite_check_and_unscale_: multiply by the fp32 inverse scale and
- * note any inf/NaN. The flag is local here; should_skip makes it global.
+ * note any inf/NaN, over the optimizer's segments (its trainable parameters) in one device
+ * pass each. The flag is local here; should_skip makes it global.
  */
 static accel_status scaler_unscale(accel *acc, void *state, accel_optimizer *opt)
 {
-    (void)acc;
     scaler *s = state;
     accel_model *m = opt->model;
     float inv = (float)(1.0 / s->scale);
-    int found = 0;
-    for (int i = 0; i < m->n_params; i++) {
-        const accel_param *p = &m->params[i];
-        if (p->frozen) {
-            continue;
-        }
-        float *g = p->grad;
-        float bad = 0.0f;
-        for (size_t j = 0; j < p->numel; j++) {
-            float v = g[j] * inv;
-            /* v - v is 0 for finite v and NaN for inf/NaN: a branch-free finiteness test. */
-            bad += v - v;
-            g[j] = v;
-        }
-        found |= bad != 0.0f || isnan(bad);
+    int32_t found = 0;
+    accel_status st = accel__dev_memset(m->dev, m->dev_flag, 0, sizeof(int32_t), NULL);
+    for (int k = 0; k < opt->n_segments && st == ACCEL_OK; k++) {
+        const accel__optim_segment *sg = &opt->segments[k];
+        st = accel__dev_unscale_check(m->dev, accel__grad_span(m, sg->offset, sg->count), inv,
+                                      m->dev_flag, NULL);
     }
-    opt->found_inf = found;
+    if (st != ACCEL_OK) {
+        return accel__adopt_thread_error(acc, st);
+    }
+    ACCEL_TRY(accel__model_read_flag(m, &found));
+    opt->found_inf = found != 0;
     return ACCEL_OK;
 }
 
@@ -84,7 +76,7 @@ static void scaler_update(accel *acc, void *state, int skipped)
     if (skipped) {
         s->scale *= s->backoff_factor;
         s->growth_tracker = 0;
-        accel__log(ACCEL__LOG_DEBUG,
+        accel__log(&acc->log, ACCEL__LOG_DEBUG,
                    "fp16 loss scaler: inf/nan in gradients, step skipped, "
                    "scale -> %g",
                    s->scale);
@@ -193,48 +185,32 @@ accel_dtype accel__compute_dtype(const accel *acc)
     }
 }
 
-/* dst = src rounded to dt (bf16 or f16), both fp32; through a stack buffer so the vector
- * converters do the rounding. dst may equal src. */
-static void round_f32(float *dst, const float *src, size_t n, accel_dtype dt)
-{
-    uint16_t tmp[2048];
-    for (size_t i = 0; i < n; i += 2048) {
-        size_t c = n - i < 2048 ? n - i : 2048;
-        if (dt == ACCEL_BF16) {
-            accel__f32_to_bf16_n(tmp, src + i, c);
-            accel__bf16_to_f32_n(dst + i, tmp, c);
-        } else {
-            accel__f32_to_f16_n(tmp, src + i, c);
-            accel__f16_to_f32_n(dst + i, tmp, c);
-        }
-    }
-}
-
-void accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count)
+accel_status accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count)
 {
     if (m->compute == NULL || m->compute == m->master) {
-        return;
+        return ACCEL_OK;
     }
-    float *dst = m->compute + offset;
-    const float *src = m->master + offset;
-    accel_dtype dt = m->compute_dtype;
-    /* Chunks of 64 Ki elements spread over threads for large models. */
-    const size_t chunk = (size_t)1 << 16;
-    long long n_chunks = (long long)((count + chunk - 1) / chunk);
-#ifdef ACCEL_HAVE_OPENMP
-#pragma omp parallel for schedule(static) if (n_chunks > 2)
-#endif
-    for (long long c = 0; c < n_chunks; c++) {
-        size_t o = (size_t)c * chunk;
-        size_t k = count - o < chunk ? count - o : chunk;
-        round_f32(dst + o, src + o, k, dt);
+    accel_status st = accel__dev_convert(
+        m->dev,
+        accel__dspan_of((char *)m->compute + offset * sizeof(uint16_t), m->compute_dtype, count),
+        accel__master_span(m, offset, count), NULL);
+    if (st != ACCEL_OK) {
+        return accel__adopt_thread_error(m->acc, st);
     }
-    m->compute_valid = 1;
+    if (!m->compute_valid) {
+        /* Valid from now on (a partial refresh only follows a full one): publish the views. */
+        m->compute_valid = 1;
+        for (int i = 0; i < m->n_params; i++) {
+            accel_param *p = &m->params[i];
+            p->compute_view.data = (char *)m->compute + p->offset * sizeof(uint16_t);
+        }
+    }
+    return ACCEL_OK;
 }
 
-void accel__model_refresh_compute(accel_model *m)
+accel_status accel__model_refresh_compute(accel_model *m)
 {
-    accel__model_refresh_compute_range(m, 0, m->numel);
+    return accel__model_refresh_compute_range(m, 0, m->flat.padded_numel);
 }
 
 accel_dtype accel_model_compute_dtype(const accel_model *m)
@@ -242,15 +218,38 @@ accel_dtype accel_model_compute_dtype(const accel_model *m)
     return m ? m->compute_dtype : ACCEL_F32;
 }
 
+accel_status accel_model_compute_view(const accel_model *m, accel_tensor *out)
+{
+    if (m == NULL || out == NULL) {
+        return accel__seterr(m ? m->acc : NULL, ACCEL_EINVAL,
+                             "accel_model_compute_view: model and out must not be NULL");
+    }
+    if (!m->allocated || !m->compute_valid) {
+        return accel__seterr(m->acc, ACCEL_ESTATE,
+                             "accel_model_compute_view: the %s working copy is not valid yet "
+                             "(the model is not %s)",
+                             accel_dtype_name(m->compute_dtype),
+                             m->allocated ? "prepared" : "allocated");
+    }
+    int64_t n = (int64_t)m->flat.padded_numel;
+    *out = accel_tensor_view(m->compute, m->compute_dtype, 1, &n);
+    out->device = accel__device_which(m->dev);
+    return ACCEL_OK;
+}
+
 const float *accel_model_compute(const accel_model *m)
 {
     if (m == NULL || !m->allocated) {
         return NULL;
     }
-    if (m->compute == m->master) {
-        return m->master;
+    if (m->compute_dtype != ACCEL_F32) {
+        accel__seterr(m->acc, ACCEL_ESTATE,
+                      "accel_model_compute: the working copy is stored in %s, not fp32; read it "
+                      "with accel_model_compute_view",
+                      accel_dtype_name(m->compute_dtype));
+        return NULL;
     }
-    return m->compute_valid ? m->compute : NULL;
+    return accel_model_master((accel_model *)m);
 }
 
 /* ---- compressed gradient communication ---- */
@@ -266,27 +265,4 @@ accel_status accel__comm_dtype_check(accel *acc)
                          "accel_prepare: comm_dtype=%s (%d) is not supported for gradient "
                          "communication; use ACCEL_BF16, ACCEL_F16 or ACCEL_F32",
                          name ? name : "?", dt);
-}
-
-int accel__comm_compressed(const accel_model *m)
-{
-    return m->comm_buf != NULL;
-}
-
-void accel__bucket_compress(accel_model *m, size_t offset, size_t count)
-{
-    if (m->acc->opt.comm_dtype == ACCEL_BF16) {
-        accel__f32_to_bf16_n(m->comm_buf + offset, m->grad + offset, count);
-    } else {
-        accel__f32_to_f16_n(m->comm_buf + offset, m->grad + offset, count);
-    }
-}
-
-void accel__bucket_decompress(accel_model *m, size_t offset, size_t count)
-{
-    if (m->acc->opt.comm_dtype == ACCEL_BF16) {
-        accel__bf16_to_f32_n(m->grad + offset, m->comm_buf + offset, count);
-    } else {
-        accel__f16_to_f32_n(m->grad + offset, m->comm_buf + offset, count);
-    }
 }

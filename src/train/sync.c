@@ -1,15 +1,11 @@
 /*
- * Gradient accumulation (Accelerate's GradientState._do_sync) and bucketed, overlapped gradient
- * synchronisation (DDP's Reducer), plus join_uneven_inputs (DDP's Join). Invariants: buckets
- * are launched strictly in bucket order, so every process issues the same collectives in the
- * same order; a backward that communicates ends with every bucket launched and waited for, so
- * no all-reduce outlives accel_backward_end; a process in a join region issues, per
- * communicating backward, one "active count" all-reduce followed by the buckets, which the
- * joined processes mirror with zeros.
+ * Gradient accumulation (Accelerate's GradientState._do_sync), the backward protocol around the
+ * reducer (which micro-steps communicate: accumulation, no_sync, trigger_sync), and
+ * join_uneven_inputs (DDP's Join). Invariants: a backward that communicates ends with every
+ * bucket launched and waited for (reducer.c), so no all-reduce outlives accel_backward_end; a
+ * process in a join region issues, per communicating backward, one "active count" all-reduce
+ * followed by the buckets, which the joined processes mirror with zeros.
  */
-#include <string.h>
-
-#include "core/profile.h"
 #include "train_internal.h"
 
 /* The next prepared model of acc after `m` (NULL: the first). */
@@ -59,70 +55,6 @@ long long accel_accumulation_step(const accel *acc)
     return acc ? acc->gstate.step : 0;
 }
 
-/* Zeroes the grads of frozen parameters inside [off, off + count): they contribute nothing. */
-static void zero_frozen(accel_model *m, size_t off, size_t count)
-{
-    for (int i = 0; i < m->n_params; i++) {
-        accel_param *p = &m->params[i];
-        if (p->frozen && p->offset >= off && p->offset < off + count) {
-            memset(p->grad, 0, p->numel * sizeof(float));
-        }
-    }
-}
-
-/* The reduction of a bucket: an average over all processes, except in a join region that
- * divides by the processes still training (sum now, scale after). */
-static accel_reduce_op bucket_op(const accel_model *m)
-{
-    return (m->join_active && !m->join_divide_initial) ? ACCEL_SUM : ACCEL_AVG;
-}
-
-static accel_status launch_bucket(accel_model *m, int b)
-{
-    accel__bucket *bk = &m->buckets[b];
-    zero_frozen(m, bk->offset, bk->count);
-    accel__coll op = {ACCEL__COLL_ALLREDUCE,
-                      m->grad + bk->offset,
-                      m->grad + bk->offset,
-                      bk->count,
-                      ACCEL_F32,
-                      bucket_op(m),
-                      0};
-    if (m->comm_buf != NULL) {
-        /* DDP's bf16/fp16 compression hook: half the bytes on the wire; the comm layer
-         * accumulates in fp32 and rounds the result once. Decompressed when waited for. */
-        accel__bucket_compress(m, bk->offset, bk->count);
-        op.send = op.recv = m->comm_buf + bk->offset;
-        op.dtype = (accel_dtype)m->acc->opt.comm_dtype;
-    }
-    bk->launch_time = accel__now();
-    bk->done_time = 0;
-    accel_status st = accel__comm_run(m->acc->comm, &op, &bk->work);
-    if (st != ACCEL_OK) {
-        bk->work = NULL;
-        return accel__adopt_thread_error(m->acc, st);
-    }
-    return ACCEL_OK;
-}
-
-/* Launches every consecutive ready bucket from next_launch on, then notes completions. */
-static accel_status launch_ready(accel_model *m)
-{
-    while (m->next_launch < m->n_buckets && m->buckets[m->next_launch].pending == 0) {
-        ACCEL_TRY(launch_bucket(m, m->next_launch));
-        m->next_launch++;
-    }
-    for (int b = 0; b < m->next_launch; b++) {
-        accel__bucket *bk = &m->buckets[b];
-        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
-            bk->done_time = accel__now();
-            accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
-                             bk->done_time, "bucket", b);
-        }
-    }
-    return ACCEL_OK;
-}
-
 /* The collective of an active process in a join region: how many processes still train. */
 static accel_status join_count(accel_model *m, float mine, float *total)
 {
@@ -136,17 +68,12 @@ static accel_status model_backward_begin(accel_model *m)
     accel *acc = m->acc;
     if (m->in_backward) {
         /* A backward that was never ended: finish it so its buckets do not leak. */
-        accel__log(ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
+        accel__log(&acc->log, ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
         ACCEL_TRY(accel_backward_end(acc));
     }
     int allowed = (m->accum_allows && m->no_sync_depth == 0) || m->trigger_sync;
-    m->comm_now = acc->n_ranks > 1 && allowed && m->n_buckets > 0;
-    memset(m->ready, 0, (size_t)m->n_params);
-    for (int b = 0; b < m->n_buckets; b++) {
-        m->buckets[b].pending = m->buckets[b].n_params;
-        m->buckets[b].launch_time = m->buckets[b].done_time = 0;
-    }
-    m->next_launch = 0;
+    m->comm_now = acc->n_ranks > 1 && allowed && m->red.n_sent > 0;
+    accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
     if (m->comm_now && m->join_active) {
@@ -171,7 +98,7 @@ double accel_backward_begin(accel *acc)
     for (accel_model *m = next_model(acc, NULL); m != NULL; m = next_model(acc, m)) {
         if (model_backward_begin(m) != ACCEL_OK) {
             /* Reported again by accel_backward_end, which the caller checks. */
-            m->comm_err = acc->last_status;
+            m->comm_err = acc->err.status;
         }
     }
     return factor;
@@ -193,52 +120,16 @@ accel_status accel_grad_ready(accel_model *m, int index)
                              "accel_backward_begin/accel_backward_end (is the model prepared?)",
                              m->params[index].name);
     }
-    if (m->ready[index]) {
-        return accel__seterr(m->acc, ACCEL_EINVAL,
-                             "accel_grad_ready: parameter %d \"%s\" marked ready twice in one "
-                             "backward",
-                             index, m->params[index].name);
-    }
-    m->ready[index] = 1;
-    const accel_param *p = &m->params[index];
-    if (p->frozen || !m->comm_now) {
-        return ACCEL_OK;
-    }
-    accel__bucket *bk = &m->buckets[p->bucket];
-    bk->pending--;
-    if (bk->pending == 0 && m->acc->opt.overlap_comm != 0 && m->comm_err == ACCEL_OK) {
-        accel_status st = launch_ready(m);
-        if (st != ACCEL_OK) {
-            m->comm_err = st;
-            return st;
-        }
-    }
-    return ACCEL_OK;
+    return accel__reducer_ready(m, index);
 }
 
 static accel_status model_backward_end(accel_model *m)
 {
-    accel_status st = m->comm_err;
-    if (m->comm_now && st == ACCEL_OK) {
-        for (int b = 0; b < m->n_buckets; b++) {
-            m->buckets[b].pending = 0;
-        }
-        st = launch_ready(m);
-    }
-    accel__prof_begin(m->acc, "allreduce wait", ACCEL__PROF_COMM);
-    accel_status wst = accel__model_wait_buckets(m);
-    accel__prof_end(m->acc);
-    if (st == ACCEL_OK) {
-        st = wst;
-    }
+    accel_status st = accel__reducer_finish(m);
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
-        float s = 1.0f / (float)m->join_n_active;
-        for (int b = 0; b < m->n_buckets; b++) {
-            accel__scale(m->grad + m->buckets[b].offset, m->buckets[b].count, s);
-        }
+        st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);
     }
-    memset(m->ready, 1, (size_t)m->n_params);
     m->in_backward = 0;
     m->trigger_sync = 0;
     return st;
@@ -339,32 +230,15 @@ accel_status accel_join_end(accel *acc, accel_model *m)
                 break;
             }
             is_last_joiner = 0;
-            memset(m->grad, 0, m->numel * sizeof(float));
-            /* Mirror the active processes' messages exactly: same dtype when compressed. */
-            void *zeros = m->grad;
-            size_t esize = sizeof(float);
-            accel_dtype dt = ACCEL_F32;
-            if (m->comm_buf != NULL) {
-                memset(m->comm_buf, 0, m->numel * sizeof(uint16_t));
-                zeros = m->comm_buf;
-                esize = sizeof(uint16_t);
-                dt = (accel_dtype)acc->opt.comm_dtype;
-            }
-            for (int b = 0; b < m->n_buckets; b++) {
-                const accel__bucket *bk = &m->buckets[b];
-                char *z = (char *)zeros + bk->offset * esize;
-                accel_status cst = accel__allreduce(acc->comm, z, z, bk->count, dt, bucket_op(m));
-                if (cst != ACCEL_OK) {
-                    st = accel__adopt_thread_error(acc, cst);
-                    goto out;
-                }
-            }
+            /* Mirror the active processes' messages exactly (zeros, same buckets and dtype). */
+            ACCEL_TRY_GOTO(accel__reducer_mirror(m), st, out);
         }
         /* The authoritative copy: the last process to join (ties: the highest rank). */
         int32_t cand = is_last_joiner ? acc->rank : -1;
         accel_status cst = accel__allreduce(acc->comm, &cand, &cand, 1, ACCEL_I32, ACCEL_MAX);
         if (cst == ACCEL_OK) {
-            cst = accel__broadcast(acc->comm, m->master, m->numel, ACCEL_F32, (int)cand);
+            cst =
+                accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, (int)cand);
         }
         if (cst != ACCEL_OK) {
             st = accel__adopt_thread_error(acc, cst);
@@ -372,8 +246,8 @@ accel_status accel_join_end(accel *acc, accel_model *m)
         }
     }
 out:
-    memset(m->grad, 0, m->numel * sizeof(float));
-    accel__model_refresh_compute(m);
     m->join_active = 0;
-    return st;
+    accel_status zst = accel__model_zero_grad(m);
+    accel_status rst = accel__model_refresh_compute(m);
+    return st != ACCEL_OK ? st : zst != ACCEL_OK ? zst : rst;
 }

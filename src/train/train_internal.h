@@ -1,8 +1,10 @@
 /*
  * Private structures of the training core, shared by src/train/ (all files) and by the modules that
  * build on it (precision, ZeRO sharding, checkpoints). Invariant: master, compute, grad and
- * every optimizer-state buffer use one layout (parameters in reverse registration order), so a
- * range [off, off + count) means the same elements in all of them.
+ * every optimizer-state buffer use one layout, the model's flat geometry (flat.h: parameters in
+ * reverse registration order, buckets padded to the pad unit), so a range [off, off + count)
+ * means the same elements in all of them. Every element-wise pass over those buffers goes
+ * through the model's device (src/device/device.h).
  */
 #ifndef ACCEL_TRAIN_INTERNAL_H
 #define ACCEL_TRAIN_INTERNAL_H
@@ -10,34 +12,66 @@
 #include "accel/accel.h"
 #include "comm/comm.h"
 #include "core/internal.h"
+#include "device/device.h"
+#include "flat.h"
 
+/* An element range of the flat buffers. */
+typedef struct accel__range {
+    size_t offset, count;
+} accel__range;
+
+/* The reducer's state for one bucket of the geometry (reducer.c). */
 typedef struct accel__bucket {
-    size_t offset, count; /* element range of the gradient buffer */
-    int n_params;         /* non-frozen parameters in it */
+    struct accel_model *model;
+    int index;
+    size_t offset, count; /* communicated range: first to last trainable parameter */
+    int n_params;         /* trainable parameters in it (0: never communicated) */
+    int frozen_first;     /* its frozen ranges inside [offset, offset + count): */
+    int n_frozen;         /*   reducer.frozen[frozen_first, frozen_first + n_frozen) */
     int pending;          /* parameters not yet ready in the current backward */
-    accel_work *work;     /* in-flight all-reduce, NULL when none */
+    accel_work *work;     /* in-flight collective, NULL when none */
     double launch_time, done_time;
 } accel__bucket;
+
+/*
+ * Gradient reduction of one model (reducer.c): readiness, launch strictly in bucket order,
+ * compression hooks run by the communication thread, wait, profiler spans. Built at prepare.
+ */
+typedef struct accel__reducer {
+    int n_buckets;
+    int n_sent; /* buckets with a trainable parameter (the others are never sent) */
+    accel__bucket *buckets;
+    accel__range *frozen;       /* frozen ranges, grouped by bucket */
+    unsigned char *ready;       /* per parameter, current backward */
+    int next_launch;            /* first bucket not yet launched */
+    int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter (not yet) */
+    accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 compressed */
+    uint16_t *comm_buf;         /* compressed gradients (flat layout), NULL when not compressed */
+    int comm_buf_shared;        /* comm_buf is symmetric memory (zero-copy collectives) */
+    accel__stream *comm_stream; /* the communication thread's conversions */
+} accel__reducer;
 
 struct accel_model {
     accel__object obj; /* first: accel_prepare dispatches on it */
     accel *acc;
+    accel__device *dev; /* where every buffer lives */
     int n_params, cap_params;
     accel_param *params; /* registration order; names owned (char *) */
     size_t numel;
     int allocated;
-    float *master;  /* fp32 master weights */
-    float *compute; /* working copy: master rounded to compute_dtype, stored as fp32 values
-                       (the CPU kernels multiply in fp32); == master in fp32 mode */
-    float *grad;    /* fp32 gradients (accumulated in fp32 across micro-steps) */
+    accel__flat flat; /* geometry, fixed at alloc */
+    int *flat_bucket; /* per parameter: its bucket of the geometry */
+    /* Flat buffers of flat.padded_numel elements each. */
+    float *master;   /* fp32 master weights */
+    float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
+    void *compute;             /* working copy, STORED in compute_dtype (== master in fp32) */
     int compute_valid;         /* compute == round(master) (set by the refresh) */
-    uint16_t *comm_buf;        /* comm_dtype bf16/f16: compressed gradients, numel elements */
+    double *dev_sum;           /* one double and one int32 of device memory for reductions */
+    int32_t *dev_flag;
 
-    int n_buckets;
-    accel__bucket *buckets;
-    unsigned char *ready; /* per parameter, current backward */
+    accel__reducer red;
 
     /* Per micro-step communication state. */
     int accum_allows;  /* set by accel_accumulate (1 until then) */
@@ -45,7 +79,6 @@ struct accel_model {
     int trigger_sync;  /* accel_trigger_sync_in_backward, consumed by the next backward */
     int in_backward;   /* between accel_backward_begin and accel_backward_end */
     int comm_now;      /* this backward all-reduces */
-    int next_launch;   /* first bucket not yet launched (launch order = bucket order) */
     accel_status comm_err;
 
     /* join_uneven_inputs. */
@@ -112,22 +145,49 @@ static inline const accel__precision_hooks *accel__precision(accel *acc)
     return (const accel__precision_hooks *)accel__module(acc, ACCEL__MOD_PRECISION);
 }
 
-/* Waits for (and releases) every in-flight bucket all-reduce of m; first failure. */
-accel_status accel__model_wait_buckets(accel_model *m);
-
 /* Rebuilds the optimizer segments (after group or freeze changes). */
 accel_status accel__optim_build_segments(accel_optimizer *opt);
 
-/* Vectorised kernels over [0, n) of parallel arrays (optim_kernels.c). */
-void accel__sgd_kernel(float *p, const float *g, float *buf, size_t n, float lr, float wd,
-                       float momentum, float dampening, int nesterov, int maximize, int first_step);
-void accel__adam_kernel(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
-                        float lr, float wd, int decoupled, float beta1, float beta2, float eps,
-                        float bias_correction1, float bias_correction2_sqrt, int maximize);
-/* sum of |g|^p (p > 0; p == 2 and p == 1 fast) in double, and max |g|. */
-double accel__pow_sum(const float *g, size_t n, double p);
-double accel__abs_max(const float *g, size_t n);
-void accel__scale(float *g, size_t n, float s);
+/* ---- the model's device buffers (model.c) ---- */
+
+/* Typed span of `count` elements of the master / grad buffer from `offset`. */
+static inline accel__dspan accel__master_span(const accel_model *m, size_t offset, size_t count)
+{
+    return accel__dspan_f32(m->master + offset, count);
+}
+static inline accel__dspan accel__grad_span(const accel_model *m, size_t offset, size_t count)
+{
+    return accel__dspan_f32(m->grad + offset, count);
+}
+/* Zeroes every gradient (padding included). */
+accel_status accel__model_zero_grad(accel_model *m);
+/* A device result read back to the host (one small copy). */
+accel_status accel__model_read_sum(accel_model *m, double *out);
+accel_status accel__model_read_flag(accel_model *m, int32_t *out);
+
+/* ---- the reducer (reducer.c) ---- */
+
+/* Builds the buckets' communication state from the geometry and the current frozen flags
+ * (sets every accel_param.bucket), allocates the compressed buffer when comm_dtype asks for
+ * one. Collective when the buffer is symmetric memory. Idempotent. */
+accel_status accel__reducer_prepare(accel_model *m);
+/* Waits for in-flight work, then releases everything. */
+void accel__reducer_free(accel_model *m);
+/* A new backward: every bucket pending again, no parameter ready. */
+void accel__reducer_begin(accel_model *m);
+/* Parameter `index` holds its final gradient: launches every bucket now complete, in order,
+ * when this backward communicates. ACCEL_EINVAL when it was already marked. */
+accel_status accel__reducer_ready(accel_model *m, int index);
+/* The end of a backward: every parameter counts as ready, the remaining buckets are
+ * launched (when communicating) and every bucket is waited for. First failure. */
+accel_status accel__reducer_finish(accel_model *m);
+/* Waits for (and releases) every in-flight bucket collective; first failure. */
+accel_status accel__reducer_wait(accel_model *m);
+/* gradients *= factor over every communicated range (the join's division). */
+accel_status accel__reducer_scale(accel_model *m, float factor);
+/* One round of a joined process: zero gradients and every bucket's collective, as the
+ * processes still training issue them. */
+accel_status accel__reducer_mirror(accel_model *m);
 
 /* ---- mixed precision (precision.c) ---- */
 
@@ -144,13 +204,9 @@ accel_status accel__scaler_set(accel *acc, double scale, long long growth_tracke
 accel_dtype accel__compute_dtype(const accel *acc);
 /* compute = round(master) over all / a range of elements (no-op in fp32 mode). Call after
  * anything writes the master weights (prepare, optimizer step, checkpoint load). */
-void accel__model_refresh_compute(accel_model *m);
-void accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count);
-/* Compressed communication: validation at prepare, and bucket conversions to / from
- * m->comm_buf (same element offsets as grad). */
+accel_status accel__model_refresh_compute(accel_model *m);
+accel_status accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count);
+/* Compressed communication: validation at prepare. */
 accel_status accel__comm_dtype_check(accel *acc);
-int accel__comm_compressed(const accel_model *m);
-void accel__bucket_compress(accel_model *m, size_t offset, size_t count);
-void accel__bucket_decompress(accel_model *m, size_t offset, size_t count);
 
 #endif /* ACCEL_TRAIN_INTERNAL_H */

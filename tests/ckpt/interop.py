@@ -15,13 +15,17 @@ import numpy as np
 import safetensors
 import safetensors.numpy as stnp
 
-SIZES = {"F32": 4, "F64": 8, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1,
-         "I16": 2, "U16": 2, "I32": 4, "I64": 8, "BOOL": 1}
+BITS = {"F32": 32, "F64": 64, "F16": 16, "BF16": 16, "F8_E4M3": 8, "F8_E5M2": 8, "I8": 8,
+        "U8": 8, "I16": 16, "U16": 16, "I32": 32, "I64": 64, "BOOL": 8, "U32": 32, "U64": 64,
+        "C64": 64, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F4": 4, "F6_E2M3": 6,
+        "F6_E3M2": 6}
+# accel_dtype enum order: st_tool's pattern uses the index
 ACCEL_ORDER = ["F32", "F64", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8", "U8", "I16", "U16",
-               "I32", "I64", "BOOL"]  # accel_dtype enum order: st_tool's pattern uses the index
+               "I32", "I64", "BOOL", "U32", "U64", "C64", "F8_E8M0", "F8_E4M3FNUZ",
+               "F8_E5M2FNUZ", "F4", "F6_E2M3", "F6_E3M2"]
 NUMPY = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
          "I32": np.int32, "I16": np.int16, "U16": np.uint16, "I8": np.int8, "U8": np.uint8,
-         "BOOL": np.bool_}
+         "BOOL": np.bool_, "U32": np.uint32, "U64": np.uint64, "C64": np.complex64}
 
 
 def fail(msg):
@@ -30,7 +34,7 @@ def fail(msg):
 
 
 def pattern(d, dt):
-    nb = SIZES[dt] * 3 * (d + 1)
+    nb = BITS[dt] * 4 * (d + 1) // 8
     b = bytes(((31 * i + 7 * d + 1) & 0xFF) for i in range(nb))
     if dt == "BOOL":
         b = bytes(x & 1 for x in b)
@@ -43,7 +47,7 @@ def expected(numpy_only):
     for d, dt in enumerate(ACCEL_ORDER):
         if numpy_only and dt not in NUMPY:
             continue
-        out["t." + dt] = (dt, [3, d + 1], pattern(d, dt))
+        out["t." + dt] = (dt, [4, d + 1], pattern(d, dt))
     out["scalar"] = ("I64", [], struct.pack("<q", -1234567890123))
     out["empty"] = ("F32", [4, 0, 2], b"")
     return out
@@ -103,6 +107,9 @@ def write(path):
         "bytes": np.arange(9, dtype=np.uint8),
         "sbytes": np.array([-128, 127], dtype=np.int8),
         "mask": np.array([True, False, True]),
+        "token_ids": np.array([4000000000, 1, 7], dtype=np.uint32),
+        "offsets": np.array([2**64 - 1, 0], dtype=np.uint64),
+        "phase": np.array([1 + 2j, -0.5j], dtype=np.complex64),
         "step": np.array(12345, dtype=np.int64),  # shape []
         "nothing": np.zeros((0, 4), dtype=np.float32),
     }

@@ -22,11 +22,7 @@ LOGITS=$BUILD/tests/progs/gpt_logits
 REF=$SRC/tests/ckpt/gpt2_ref.py
 
 . "$(dirname "$0")/../pyenv.sh"
-accel_need_python 'import numpy, safetensors' numpy safetensors || {
-    echo "test_gpt2_interop: SKIP: python3 with numpy and safetensors is not available" \
-        "(pip install numpy safetensors failed, probably offline)"
-    exit 77
-}
+accel_need_python 'import numpy, safetensors' numpy safetensors || exit 77
 for p in "$GPT" "$LOGITS" "$BUILD/accel"; do
     [ -x "$p" ] || { echo "test_gpt2_interop: $p not built" >&2; exit 1; }
 done

@@ -85,6 +85,8 @@ expect_out "accel version: 0.1.0"
 expect_out "Communication backends: self"
 expect_out "ACCEL_TIMEOUT"
 expect_out "WORLD_SIZE"
+# The argument wins over this variable (tests/unit/test_core.c), and env must say so.
+expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wins"
 ok "flags, --help, --version, env, usage errors"
 
 # ---- option spellings, PATH search, "--" ----
@@ -197,7 +199,29 @@ run 0 launch -n 1 --tee 2 --log_dir "$T/logs4" "$P/print_lines" 2 20
 touch "$T/file"
 run 2 launch --log_dir "$T/file/sub" "$P/rank_info"
 expect_err "not writable"
-ok "--tee and --log_dir files"
+# Log files are 0600; an old log of ours is emptied (and made 0600); a planted symbolic link,
+# FIFO or hard link is refused and its target left alone (issue 11, item 7).
+[ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] || fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
+chmod 644 "$T/logs/rank1.stderr"
+run 0 launch -n 2 --tee 3 --log_dir "$T/logs" "$P/print_lines" 1 20
+[ "$(wc -l <"$T/logs/rank1.stderr")" -eq 1 ] && [ "$(stat -c %a "$T/logs/rank1.stderr")" = 600 ] ||
+    fail "an old log was not emptied and made 0600"
+mkdir -p "$T/planted"
+echo "precious" >"$T/victim"
+ln -s "$T/victim" "$T/planted/rank1.stdout"
+run 1 launch -n 2 --log_dir "$T/planted" "$P/print_lines" 1 20
+expect_err "cannot use log file $T/planted/rank1.stdout: it is a symbolic link"
+[ "$(cat "$T/victim")" = precious ] || fail "the symlink's target was written"
+rm "$T/planted/rank1.stdout"
+ln "$T/victim" "$T/planted/rank1.stdout"
+run 1 launch -n 2 --log_dir "$T/planted" "$P/print_lines" 1 20
+expect_err "rank1.stdout: it has other hard links"
+[ "$(cat "$T/victim")" = precious ] || fail "the hard link's target was truncated"
+mkdir -p "$T/planted2"
+mkfifo "$T/planted2/rank0.stderr"
+run 1 launch -n 2 --log_dir "$T/planted2" "$P/print_lines" 1 20
+expect_err "rank0.stderr: "
+ok "--tee and --log_dir files (0600, planted links and FIFOs refused)"
 
 # ---- failures: exit status, summary, teardown of the others ----
 run 3 launch -n 2 "$P/rank_info" --fail-rank 1 --code 3

@@ -6,7 +6,7 @@
 #     and nothing of the job in /dev/shm (the segment was unlinked once all had attached).
 #  2. The launcher killed while the job is still setting up (process 1 has not joined yet, so
 #     process 0's segment still has its name): no process survives; the name is left, since
-#     nobody could remove it, and the next `accel launch` removes it (its creator is gone).
+#     nobody could remove it, and the next job's process 0 removes it (its creator is gone).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -85,7 +85,7 @@ for _ in $(seq 1 1000); do [ -e "$seg" ] && break; sleep 0.01; done
 [ -e "$seg" ] || fail "process 0 did not create $seg"
 kill_launcher
 [ -e "$seg" ] || echo "note: $seg was already removed (by a concurrent accel launch's sweep)"
-timeout -k 5 20 "$ACCEL" launch -n 1 /bin/true >"$T/out" 2>"$T/err" || fail "the next launch failed"
-[ -e "$seg" ] && fail "the next launch left $seg of the killed job"
-echo "ok: launcher killed during setup: no process left, the next launch removed $seg"
+timeout -k 5 20 "$ACCEL" launch -n 2 "$PROG" --iters 3 >"$T/out" 2>"$T/err" || fail "the next job failed"
+[ -e "$seg" ] && fail "the next job left $seg of the killed one"
+echo "ok: launcher killed during setup: no process left, the next job removed $seg"
 echo "PASS"

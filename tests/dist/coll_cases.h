@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/half.h"
+#include "base/half.h"
 
 static int rank, n_ranks;
 static accel *acc;

@@ -72,6 +72,15 @@ static void error_checks(void)
     CHECK(accel_allreduce(acc, v, v + 1, 2, ACCEL_F32, ACCEL_SUM, NULL) == ACCEL_EINVAL);
     CHECK(accel_allreduce(acc, v, v, 4, (accel_dtype)99, ACCEL_SUM, NULL) == ACCEL_EINVAL);
     CHECK(accel_allreduce(acc, v, v, 4, ACCEL_F32, (accel_reduce_op)9, NULL) == ACCEL_EINVAL);
+    /* The dtypes that exist for files: moved whole-byte ones travel, nothing reduces them, and
+     * packed sub-byte ones are refused (with a message, not garbage). */
+    uint64_t ids[2] = {rank == 0 ? UINT64_MAX : 0, 5};
+    CHECK(accel_allreduce(acc, ids, ids, 2, ACCEL_U64, ACCEL_SUM, NULL) == ACCEL_EUNSUPPORTED);
+    CHECK(strstr(accel_last_error(acc), "U64") != NULL);
+    CHECK_OK(acc, accel_broadcast(acc, ids, ids, 2, ACCEL_U64, 0, NULL));
+    CHECK(ids[0] == UINT64_MAX && ids[1] == 5);
+    CHECK(accel_broadcast(acc, v, v, 4, ACCEL_F4, 0, NULL) == ACCEL_EUNSUPPORTED);
+    CHECK(strstr(accel_last_error(acc), "F4") != NULL);
     /* Argument errors are local and do not break the communicator. */
     float one = 1.0f;
     CHECK_OK(acc, accel_allreduce(acc, &one, &one, 1, ACCEL_F32, ACCEL_SUM, NULL));

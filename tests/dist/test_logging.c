@@ -143,7 +143,8 @@ int main(void)
         for (int r = 0; r < n; r++) {
             snprintf(path, sizeof(path), "%s/progress_%d.txt", dir, r);
             s = slurp(path);
-            CHECK_MSG(r == 0 ? count(s, "4/4") == 2 : s[0] == '\0', "rank %d: %s", r, s);
+            /* The 100 % line once: the close has nothing newer to print. */
+            CHECK_MSG(r == 0 ? count(s, "4/4") == 1 : s[0] == '\0', "rank %d: %s", r, s);
             snprintf(path, sizeof(path), "%s/profile_%d.json", dir, r);
             s = slurp(path);
             char pid[32];

@@ -120,8 +120,13 @@ static float step(accel *acc, run *r, const accel_batch *b, counter *c)
     const accel_tensor *x = accel_batch_field(b, "x"), *y = accel_batch_field(b, "y");
     const float *X = x->data, *Y = y->data;
     int64_t B = b->rows;
-    /* The working copy: the master in fp32, its bf16/fp16 rounding under mixed precision. */
-    const float *cw = accel_model_compute(r->m);
+    /* The working copy: the master in fp32, its bf16/fp16 rounding under mixed precision
+     * (stored in that dtype; widened here for the hand-written forward). */
+    float cw[D_H * D_IN + D_H + D_OUT * D_H + D_OUT];
+    accel_tensor cv;
+    CHECK_OK(acc, accel_model_compute_view(r->m, &cv));
+    CHECK(cv.shape[0] == (int64_t)(sizeof(cw) / sizeof(cw[0])));
+    CHECK_OK(NULL, accel_convert(cw, ACCEL_F32, cv.data, cv.dtype, (size_t)cv.shape[0]));
     const float *W1 = cw + accel_model_param(r->m, r->w1)->offset;
     const float *B1 = cw + accel_model_param(r->m, r->b1)->offset;
     const float *W2 = cw + accel_model_param(r->m, r->w2)->offset;

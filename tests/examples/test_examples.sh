@@ -4,7 +4,8 @@
 # accumulation does not match the full-batch clone; the script also checks the printed lines.
 # mlp must reach a sane accuracy over exactly the 300 evaluation samples; gpt (tiny config,
 # a few steps) must lower its loss and, with --log_with jsonl, write metric records, and a run
-# interrupted at a checkpoint and resumed must end bit-identical to an uninterrupted one.
+# interrupted at a checkpoint and resumed must end bit-identical to an uninterrupted one, its
+# trackers holding every logged step once.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
 EX=$BUILD/examples
@@ -123,5 +124,21 @@ for n in 1 2; do
         [ "$(ls "$DIR/resumed/checkpoints")" = "$(printf 'checkpoint_2\ncheckpoint_3')" ] ||
             fail "gpt resume: checkpoints left: $(ls "$DIR/resumed/checkpoints")"
     done
+
+    # Trackers across a resume: interrupted at step 12, two steps after the last checkpoint,
+    # then resumed from step 10. Every logged step is in the jsonl and csv files once.
+    echo "== gpt resume with trackers, $n process(es)"
+    rm -rf "$DIR/tracked"
+    g="--layers 1 --width 32 --heads 2 --context 16 --batch 4 --steps 20 --log_every 3 --sample 0 \
+       --data $DIR/corpus.txt --project_dir $DIR/tracked --log_with jsonl,csv --checkpoint_every 5"
+    # shellcheck disable=SC2086
+    run "$n" "$EX/gpt" $g --stop_at 12
+    # shellcheck disable=SC2086
+    run "$n" "$EX/gpt" $g --resume
+    want="1 3 6 9 12 15 18 20"
+    got=$(sed -n 's/^{"step": \([0-9]*\),.*/\1/p' "$DIR/tracked/gpt/metrics.jsonl" | xargs)
+    [ "$got" = "$want" ] || fail "gpt resume: jsonl steps '$got', expected '$want'"
+    got=$(tail -n +2 "$DIR/tracked/gpt/metrics.csv" | cut -d, -f1 | xargs)
+    [ "$got" = "$want" ] || fail "gpt resume: csv steps '$got', expected '$want'"
 done
 echo "PASS"

@@ -1,7 +1,7 @@
 /*
  * st_tool: safetensors helper for the interop test (tests/ckpt/test_interop.sh).
  *   st_tool write <all.safetensors> <np.safetensors>
- *       all: every accel dtype (shape [3, d+1], byte i of dtype d = (31 i + 7 d + 1) & 0xff,
+ *       all: every accel dtype (shape [4, d+1], byte i of dtype d = (31 i + 7 d + 1) & 0xff,
  *       BOOL masked to 0/1), a scalar I64, a zero-sized F32, metadata {"format": "pt",
  *       "writer": "accel"}; np: only the dtypes numpy has, metadata {"format": "pt"}.
  *   st_tool dump <file>
@@ -26,17 +26,18 @@ static unsigned long long fnv1a(const unsigned char *p, size_t n)
 
 static int numpy_has(accel_dtype d)
 {
-    return d != ACCEL_BF16 && d != ACCEL_F8_E4M3 && d != ACCEL_F8_E5M2;
+    return d != ACCEL_BF16 && !(accel_dtype_is_float(d) && accel_dtype_bits(d) <= 8);
 }
 
 static int write_files(const char *all_path, const char *np_path)
 {
     accel_named_tensor all[ACCEL_DTYPE_COUNT + 2], np[ACCEL_DTYPE_COUNT + 2];
     size_t n_all = 0, n_np = 0;
-    static unsigned char bufs[ACCEL_DTYPE_COUNT][8 * 3 * (ACCEL_DTYPE_COUNT + 1)];
+    static unsigned char bufs[ACCEL_DTYPE_COUNT][8 * 4 * (ACCEL_DTYPE_COUNT + 1)];
     static char names[ACCEL_DTYPE_COUNT][32];
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-        size_t nb = accel_dtype_nbytes((accel_dtype)d) * 3 * (size_t)(d + 1);
+        /* 4 rows: the 6-bit dtypes fill whole bytes */
+        size_t nb = accel_dtype_bits((accel_dtype)d) * 4 * (size_t)(d + 1) / 8;
         for (size_t i = 0; i < nb; i++) {
             bufs[d][i] = (unsigned char)((31 * i + 7 * (size_t)d + 1) & 0xff);
             if (d == ACCEL_BOOL) {
@@ -45,7 +46,7 @@ static int write_files(const char *all_path, const char *np_path)
         }
         snprintf(names[d], sizeof names[d], "t.%s", accel_dtype_name((accel_dtype)d));
         accel_named_tensor t = {
-            names[d], accel_tensor_view(bufs[d], (accel_dtype)d, 2, (int64_t[]){3, d + 1})};
+            names[d], accel_tensor_view(bufs[d], (accel_dtype)d, 2, (int64_t[]){4, d + 1})};
         all[n_all++] = t;
         if (numpy_has((accel_dtype)d)) {
             np[n_np++] = t;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "core/half.h"
+#include "base/half.h"
 
 static char g_dir[256];
 
@@ -176,6 +176,24 @@ static void test_dtypes(accel *acc)
     for (int i = 0; i < 8; i++) {
         CHECK(accel_model_param(m, 2)->data[i] == (float)head[i]);
     }
+
+    /* U32 converts like any integer; a C64 tensor has no conversion to the F32 weights: the
+     * load is refused naming it, before any weight changes. */
+    uint32_t u[4] = {0, 1, 2, 4000000000u};
+    float cplx[16] = {0};
+    ts[1].tensor = accel_tensor_view(u, ACCEL_U32, 1, (int64_t[]){4});
+    path(p, sizeof p, "u32.safetensors");
+    CHECK_OK(NULL, accel_safetensors_write(p, ts, 3, NULL, 0));
+    CHECK_OK(acc, accel_load_model(acc, m, p, 1));
+    CHECK(accel_model_param(m, 1)->data[3] == 4e9f);
+    ts[2].tensor = accel_tensor_view(cplx, ACCEL_C64, 2, (int64_t[]){2, 4});
+    u[3] = 5; /* must not reach the model */
+    path(p, sizeof p, "c64.safetensors");
+    CHECK_OK(NULL, accel_safetensors_write(p, ts, 3, NULL, 0));
+    CHECK(accel_load_model(acc, m, p, 1) == ACCEL_EUNSUPPORTED);
+    CHECK_MSG(strstr(accel_last_error(acc), "'lm_head.weight' is C64") != NULL, "%s",
+              accel_last_error(acc));
+    CHECK(accel_model_param(m, 1)->data[3] == 4e9f && accel_model_param(m, 0)->data[0] == -3.0f);
     accel_model_free(m);
 }
 
@@ -190,6 +208,20 @@ int main(void)
     test_round_trips(acc);
     test_mismatch(acc);
     test_dtypes(acc);
+    /* A folder whose model.safetensors is a FIFO: named as such, not "holds neither". */
+    char d[300], fifo[340];
+    path(d, sizeof d, "fifo_model");
+    CHECK(mkdir(d, 0700) == 0);
+    snprintf(fifo, sizeof fifo, "%s/model.safetensors", d);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, (int64_t[]){4}, NULL));
+    alarm(20);
+    char want[400];
+    snprintf(want, sizeof want, "%s is a FIFO, not a safetensors file", fifo);
+    CHECK_ERR(acc, accel_load_model(acc, m, d, 1), ACCEL_EINVAL, want);
+    alarm(0);
     accel_free(acc);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/internal.h"
 
 #define NW 4096 /* weights per parameter: big enough that a save takes a little while */
 
@@ -30,14 +31,28 @@ typedef struct fixture {
     int loads;     /* load callbacks run */
 } fixture;
 
+/* Makes the callbacks fail: 1 save (through a failing accel call), 2 load (the same), 3 load
+ * without any message. */
+static int cb_fail;
+/* The message of the failing accel call the callbacks make. */
+#define PARSE_MSG "size \"12XB\": unknown unit \"XB\" (use KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+
 static accel_status val_save(void *ctx, accel_state_writer *w)
 {
+    uint64_t unused;
+    if (cb_fail == 1) {
+        return accel_parse_size("12XB", &unused);
+    }
     return accel_state_write(w, &((fixture *)ctx)->value, sizeof(int64_t));
 }
 
 static accel_status val_load(void *ctx, const void *data, size_t n)
 {
-    if (n != sizeof(int64_t)) {
+    uint64_t unused;
+    if (cb_fail == 2) {
+        return accel_parse_size("12XB", &unused);
+    }
+    if (n != sizeof(int64_t) || cb_fail == 3) {
         return ACCEL_ECORRUPT;
     }
     fixture *f = ctx;
@@ -118,7 +133,9 @@ static accel_status load_hook(accel *acc, const char *dir, void *ctx)
     hook_log *h = ctx;
     h->loads++;
     snprintf(h->dir, sizeof h->dir, "%s", dir);
-    return h->fail ? ACCEL_EINVAL : ACCEL_OK;
+    uint64_t unused;
+    /* fail 1: a status alone; 2: through a failing accel call, which sets the message. */
+    return h->fail == 2 ? accel_parse_size("12XB", &unused) : h->fail ? ACCEL_EINVAL : ACCEL_OK;
 }
 
 static void sh(const char *fmt, const char *a, const char *b)
@@ -328,8 +345,26 @@ int main(int argc, char **argv)
     CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
     CHECK_OK(acc, accel_register_for_checkpointing(acc, val_save, val_load, &other));
     st = accel_load_state(acc, dir);
-    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc), "a.weight"), "%s",
-              accel_last_error(acc));
+    /* Both shapes, so the user sees which side is which. */
+    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc), "a.weight") &&
+                  strstr(accel_last_error(acc), "[64, 64] in the checkpoint vs F32 [32, 128]"),
+              "%s", accel_last_error(acc));
+    accel_free(acc);
+
+    /* Another optimizer kind than the saved one: both kinds named. */
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "a.weight", 2, (int64_t[]){NW / 64, 64}, NULL));
+    CHECK_OK(acc, accel_model_add_param(m, "a.bias", 1, (int64_t[]){NW}, NULL));
+    opt = accel_sgd(acc, m, NULL);
+    sch = accel_linear_schedule(acc, opt, 2, 100);
+    CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
+    CHECK_OK(acc, accel_register_for_checkpointing(acc, val_save, val_load, &other));
+    st = accel_load_state(acc, dir);
+    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc),
+                                           "optimizer kind adamw in the checkpoint vs sgd in the "
+                                           "live optimizer"),
+              "%s", accel_last_error(acc));
     accel_free(acc);
 
     /* Pre-hooks: the save hook writes into the folder being built (and its file is part of
@@ -346,17 +381,43 @@ int main(int argc, char **argv)
     snprintf(marker, sizeof marker, "grep -q hook.txt %s/%s", dir, "accel_checkpoint.json");
     CHECK(system(marker) == 0);
     fx_set(&f, 12);
+    /* Chained messages, exact: the hook's own cause, or the status text when it set none
+     * (never a stale message of an earlier call). */
+    char want[512];
+    accel__seterr(NULL, ACCEL_EIO, "a stale message");
     hl.fail = 1;
-    CHECK(accel_load_state(f.acc, dir) == ACCEL_EINVAL && hl.loads == 1 && f.value == 12);
+    snprintf(want, sizeof want, "accel_load_state: load pre-hook %d failed: %s", hload,
+             accel_status_str(ACCEL_EINVAL));
+    CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_EINVAL, want);
+    CHECK(hl.loads == 1 && f.value == 12);
+    hl.fail = 2;
+    snprintf(want, sizeof want, "accel_load_state: load pre-hook %d failed: %s", hload, PARSE_MSG);
+    CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_EINVAL, want);
+    CHECK_ERR(NULL, ACCEL_EINVAL, ACCEL_EINVAL, want); /* the thread's message too */
     hl.fail = 0;
     CHECK_OK(f.acc, accel_load_state(f.acc, dir));
-    CHECK(hl.loads == 2 && strcmp(hl.dir, dir) == 0 && f.value == 11 && fx_consistent(&f));
+    CHECK(hl.loads == 3 && strcmp(hl.dir, dir) == 0 && f.value == 11 && fx_consistent(&f));
     CHECK_OK(f.acc, accel_remove_state_pre_hook(f.acc, hs));
     CHECK_OK(f.acc, accel_remove_state_pre_hook(f.acc, hload));
     CHECK(accel_remove_state_pre_hook(f.acc, hs) == ACCEL_ENOTFOUND);
     CHECK_OK(f.acc, accel_save_state(f.acc, dir));
     CHECK_OK(f.acc, accel_load_state(f.acc, dir));
-    CHECK(hl.saves == 1 && hl.loads == 2 && !exists(dir, "hook.txt"));
+    CHECK(hl.saves == 1 && hl.loads == 3 && !exists(dir, "hook.txt"));
+
+    /* The registered object's callbacks failing: exact messages. */
+    cb_fail = 1;
+    CHECK_ERR(f.acc, accel_save_state(f.acc, dir), ACCEL_EINVAL,
+              "accel_save_state: registered object 0's save failed: " PARSE_MSG);
+    cb_fail = 2;
+    CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_EINVAL,
+              "accel_load_state: registered object 0 rejected custom_checkpoint_0.bin: " PARSE_MSG);
+    cb_fail = 3;
+    accel__seterr(NULL, ACCEL_EIO, "a stale message");
+    snprintf(want, sizeof want,
+             "accel_load_state: registered object 0 rejected custom_checkpoint_0.bin: %s",
+             accel_status_str(ACCEL_ECORRUPT));
+    CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_ECORRUPT, want);
+    cb_fail = 0;
     accel_free(f.acc);
 
     printf("state: naming, rotation, corruption, mismatch ok\n");

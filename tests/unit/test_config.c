@@ -1,5 +1,7 @@
 /* Config file: locations, Accelerate's keys, precedence (argument > env > config > default),
- * and every kind of bad file rejected with a message naming the file and key. */
+ * each key policy (used, accepted, ignored with a warning naming it, refused), and every kind
+ * of bad file rejected with a message naming the file and key. Files as each Accelerate
+ * version writes them: test_config_versions.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +12,16 @@
 
 static char dir[256];
 
+/* stderr (the library's warnings) is captured into this file. */
+static check_capture captured;
+static char err_path[300];
+
 /* Returns the path; each call gets its own slot so earlier paths stay valid. */
 static const char *write_file(const char *name, const char *text)
 {
-    static char paths[32][512];
+    static char paths[64][512];
     static int n_paths;
-    CHECK(n_paths < 32);
+    CHECK(n_paths < 64);
     char *path = paths[n_paths++];
     snprintf(path, 512, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
@@ -45,11 +51,13 @@ int main(void)
     unsetenv("ACCELERATE_MIXED_PRECISION");
     unsetenv("ACCELERATE_USE_CPU");
     unsetenv("ACCELERATE_CONFIG_FILE");
+    unsetenv("ACCEL_LOG_LEVEL");
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
     unsetenv("LOCAL_RANK");
     snprintf(dir, sizeof(dir), "/tmp/accel-test-config-%d", (int)getpid());
     CHECK(mkdir(dir, 0700) == 0);
+    snprintf(err_path, sizeof(err_path), "%s/stderr.txt", dir);
 
     /* Accelerate's own example file. */
     const char *good = write_file("good.yaml", "compute_environment: LOCAL_MACHINE\n"
@@ -113,9 +121,98 @@ int main(void)
     unsetenv("ACCELERATE_CONFIG_FILE");
     setenv("HF_HOME", "/nonexistent/accel-test", 1);
 
-    /* Bad files: each names the file and the culprit. */
-    init_with(write_file("unknown.yaml", "distributed_type: NO\nnum_gpus: 3\n"), ACCEL_EINVAL,
-              "unknown key \"num_gpus\"");
+    /* Keys accel does not act on: a warning naming each one whose value asks for something
+     * (neutral values such as false, 'no', {} and [] stay silent), never a failure. */
+    static const char *const ignored[][2] = {
+        {"num_gpus: 3\n", "unknown key \"num_gpus\""},
+        {"ipex_config:\n  ipex: true\n", "ipex_config: {ipex: true}"},
+        {"dynamo_config:\n  dynamo_backend: INDUCTOR\n",
+         "dynamo_config: {dynamo_backend: INDUCTOR}"},
+        {"dynamo_backend: INDUCTOR\n", "dynamo_backend: INDUCTOR"},
+        {"mpirun_config:\n  mpirun_ccl: 1\n  mpirun_hostfile: /h\n", "mpirun_config: {mpirun_ccl"},
+        {"fp8_config:\n  backend: TE\n", "fp8_config"},
+        {"deepspeed_config:\n  zero_stage: 2\n", "deepspeed_config"},
+        {"fsdp_config:\n  fsdp_version: 2\n", "fsdp_config"},
+        {"megatron_lm_config:\n  megatron_lm_tp_degree: 2\n", "megatron_lm_config"},
+        {"enable_cpu_affinity: true\n", "enable_cpu_affinity: true"},
+        {"main_process_port: 29501\n", "main_process_port: 29501"},
+        {"gpu_ids: 0,1\n", "gpu_ids: 0,1"},
+        {"downcast_bf16: 'yes'\n", "downcast_bf16: yes"},
+        {"tpu_name: pod\n", "tpu_name: pod"},
+        {"tpu_env:\n- A=1\n", "tpu_env: [A=1]"},
+        {"commands:\n- ls\n", "commands"},
+    };
+    for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
+        char name[32], text[512];
+        snprintf(name, sizeof(name), "ignored%zu.yaml", i);
+        snprintf(text, sizeof(text), "distributed_type: MULTI_CPU\n%s", ignored[i][0]);
+        const char *path = write_file(name, text);
+        check_capture_begin(&captured, err_path);
+        accel *a = init_with(path, ACCEL_OK, NULL);
+        char *err = check_capture_end(&captured);
+        CHECK_MSG(strstr(err, "WARN") && strstr(err, path) && strstr(err, ignored[i][1]), "%s: %s",
+                  text, err);
+        accel_free(a);
+    }
+    check_capture_begin(&captured, err_path);
+    accel_free(init_with(write_file("quiet.yaml",
+                                    "distributed_type: MULTI_CPU\nipex_config:\n  ipex: false\n"
+                                    "dynamo_config: {}\ndeepspeed_config: {}\ntpu_env: []\n"
+                                    "downcast_bf16: 'no'\nenable_cpu_affinity: false\n"
+                                    "gpu_ids: all\nmain_process_ip: 10.0.0.1\n"
+                                    "rdzv_backend: c10d\nsame_network: false\n"
+                                    "main_training_function: train\nnum_machines: 1\n"
+                                    "machine_rank: 0\nnum_processes: 1\n"),
+                         ACCEL_OK, NULL));
+    char *quiet = check_capture_end(&captured);
+    CHECK_MSG(quiet[0] == '\0', "%s", quiet);
+
+    /* What accel cannot do is refused, naming the file, the key and the value. */
+    static const char *const refused[][2] = {
+        {"distributed_type: MULTI_GPU\n",
+         "distributed_type: MULTI_GPU is not supported: " /* then why, true for the build */},
+        {"distributed_type: FSDP\n", "distributed_type: FSDP"},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "DEEPSPEED"},
+        {"distributed_type: XLA\n", "distributed_type: XLA"},
+        {"distributed_type: MULTI_NPU\n", "distributed_type: MULTI_NPU"},
+        {"compute_environment: AMAZON_SAGEMAKER\ndistributed_type: NO\n", "AMAZON_SAGEMAKER"},
+        {"distributed_type: MULTI_CPU\nnum_machines: 2\n", "num_machines: 2"},
+        {"distributed_type: MULTI_CPU\nmachine_rank: 1\n", "machine_rank: 1"},
+        {"distributed_type: MULTI_CPU\nparallelism_config:\n  parallelism_config_tp_size: 2\n",
+         "parallelism_config: {parallelism_config_tp_size: 2}"},
+        {"distributed_type: MULTI_CPU\ntp_config:\n  tp_size: 2\n", "tp_config"},
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "refused%zu.yaml", i);
+        const char *path = write_file(name, refused[i][0]);
+        init_with(path, ACCEL_EUNSUPPORTED, refused[i][1]);
+        CHECK_MSG(strstr(accel_last_error(NULL), path) != NULL, "%s", accel_last_error(NULL));
+    }
+
+    /* Bad values of the keys accel uses, and bad files: errors naming the file and culprit. */
+    init_with(write_file("badtype.yaml", "distributed_type: MULTI_CPUS\n"), ACCEL_EINVAL,
+              "distributed_type: \"MULTI_CPUS\"");
+    init_with(write_file("badenv.yaml", "compute_environment: MOON\ndistributed_type: NO\n"),
+              ACCEL_EINVAL, "compute_environment: \"MOON\"");
+    init_with(write_file("badmachines.yaml", "distributed_type: NO\nnum_machines: two\n"),
+              ACCEL_EINVAL, "num_machines: \"two\"");
+    init_with(write_file("mpmap.yaml", "distributed_type: NO\nmixed_precision: {a: b}\n"),
+              ACCEL_EINVAL, "mixed_precision: \"{a: b}\"");
+    init_with(write_file("alias.yaml", "distributed_type: &x NO\nmixed_precision: *x\n"),
+              ACCEL_EINVAL, "aliases");
+
+    /* Not files: a folder or a FIFO given as the config file (a FIFO used to block). */
+    char fifo[300], want[400];
+    snprintf(fifo, sizeof fifo, "%s/pipe.yaml", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    alarm(20);
+    snprintf(want, sizeof want, "config file %s is a directory, not a YAML file", dir);
+    init_with(dir, ACCEL_EINVAL, want);
+    snprintf(want, sizeof want, "config file %s is a FIFO, not a YAML file", fifo);
+    init_with(fifo, ACCEL_EINVAL, want);
+    alarm(0);
+
     init_with(write_file("missing.yaml", "mixed_precision: bf16\n"), ACCEL_EINVAL,
               "distributed_type is required");
     init_with(write_file("badmp.yaml", "distributed_type: NO\nmixed_precision: fp12\n"),

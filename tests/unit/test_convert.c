@@ -2,7 +2,7 @@
  * Dtype conversions (accel_convert, the per-ISA kernels, stochastic bf16 rounding) against an
  * independent reference built here: every format's finite values are decoded with ldexp into a
  * sorted table, and rounding picks the nearest table entry in double arithmetic (ties to the
- * even code). Nothing in the reference shares code with src/core/half.h.
+ * even code). Nothing in the reference shares code with src/base/half.h.
  *
  * NaN rule checked: every NaN converts to a quiet NaN of the same sign whose payload is the
  * source payload's top bits (a quiet f16/bf16 NaN therefore round-trips through f32 unchanged);
@@ -15,7 +15,7 @@
 
 #include "accel/accel.h"
 #include "check.h"
-#include "train/convert.h"
+#include "base/convert.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
 static uint64_t next_u64(void)
@@ -102,6 +102,8 @@ static fmt F16 = {"f16", 5, 10, 15, 0x7bff, 0, NULL};
 static fmt BF16 = {"bf16", 8, 7, 127, 0x7f7f, 0, NULL};
 static fmt E4M3 = {"e4m3", 4, 3, 7, 0x7e, 1, NULL};
 static fmt E5M2 = {"e5m2", 5, 2, 15, 0x7b, 1, NULL};
+static fmt E4M3FNUZ = {"e4m3fnuz", 4, 3, 8, 0x7f, 1, NULL};
+static fmt E5M2FNUZ = {"e5m2fnuz", 5, 2, 16, 0x7f, 1, NULL};
 
 /* Expected narrow bits for x, including the NaN and inf rules. */
 static uint32_t expect(const fmt *f, float x)
@@ -455,6 +457,113 @@ static void test_misc(void)
     CHECK_OK(NULL, accel_convert(NULL, ACCEL_BF16, NULL, ACCEL_F32, 0));
 }
 
+/* The FNUZ FP8s (no inf, no -0, NaN 0x80) exhaustively and on random floats against the
+ * reference; E8M0 (powers of two); U32/U64 with saturation; integers that need one rounding;
+ * the dtypes without conversions (C64, packed sub-byte). */
+static void test_file_dtypes(void)
+{
+    for (int which = 0; which < 2; which++) {
+        fmt *f = which ? &E5M2FNUZ : &E4M3FNUZ;
+        accel_dtype dt = which ? ACCEL_F8_E5M2FNUZ : ACCEL_F8_E4M3FNUZ;
+        uint8_t all[256], back[256];
+        float wide[256];
+        for (int i = 0; i < 256; i++) {
+            all[i] = (uint8_t)i;
+        }
+        CHECK_OK(NULL, accel_convert(wide, ACCEL_F32, all, dt, 256));
+        CHECK_OK(NULL, accel_convert(back, dt, wide, ACCEL_F32, 256));
+        for (uint32_t i = 0; i < 256; i++) {
+            double want = (i & 0x80 ? -1.0 : 1.0) * decode_mag(f, i & 0x7f);
+            CHECK_MSG(i == 0x80 ? isnan(wide[i]) : (double)wide[i] == want, "%s %02x -> %g",
+                      f->name, i, wide[i]);
+            CHECK_MSG(back[i] == i, "%s %02x round trip gave %02x", f->name, i, back[i]);
+        }
+        enum { N = 4096 };
+        float x[N];
+        uint8_t got[N];
+        for (int i = 0; i < N; i++) { /* magnitudes around the format's range, both signs */
+            x[i] = (float)ldexp((double)(next_u64() % 100000) / 100000.0 + 0.5,
+                                (int)(next_u64() % 40) - (which ? 22 : 14));
+            x[i] = next_u64() & 1 ? -x[i] : x[i];
+        }
+        x[0] = -0.0f, x[1] = INFINITY, x[2] = -INFINITY, x[3] = NAN, x[4] = 1e-30f;
+        CHECK_OK(NULL, accel_convert(got, dt, x, ACCEL_F32, N));
+        for (int i = 0; i < N; i++) {
+            uint32_t want = ref_round(f, (double)x[i], fbits(x[i]) >> 31);
+            want = isnan(x[i]) ? 0x80 : (want & 0x7f) == 0 ? 0 : want; /* 0x80 is NaN, not -0 */
+            CHECK_MSG(got[i] == want, "%s(%a) = %02x, want %02x", f->name, x[i], got[i], want);
+        }
+    }
+    /* E8M0: 2^(v - 127), 0xff NaN; encoding rounds the magnitude to the nearest power of two. */
+    uint8_t e8[256];
+    float e8f[256];
+    for (int i = 0; i < 256; i++) {
+        e8[i] = (uint8_t)i;
+    }
+    CHECK_OK(NULL, accel_convert(e8f, ACCEL_F32, e8, ACCEL_F8_E8M0, 256));
+    for (int i = 0; i < 255; i++) {
+        CHECK(e8f[i] == (float)ldexp(1.0, i - 127));
+    }
+    CHECK(isnan(e8f[255]));
+    float e8in[] = {
+        1.0f,  2.9f,  3.0f,     -4.0f, 0.0f,     0x1p-127f, 1.4f * 0x1p-127f, 1.5f * 0x1p-127f,
+        1e38f, 3e38f, INFINITY, NAN,   0x1p-149f};
+    uint8_t e8want[] = {127, 128, 129, 129, 0, 0, 0, 1, 253, 254, 255, 255, 0};
+    uint8_t e8got[13];
+    CHECK_OK(NULL, accel_convert(e8got, ACCEL_F8_E8M0, e8in, ACCEL_F32, 13));
+    for (int i = 0; i < 13; i++) {
+        CHECK_MSG(e8got[i] == e8want[i], "e8m0(%a) = %u, want %u", e8in[i], e8got[i], e8want[i]);
+    }
+
+    /* U32 / U64: saturating both ways, exact where they fit. */
+    uint64_t u64[3] = {UINT64_MAX, 1ull << 63, 7};
+    double d64[3];
+    int64_t i64[3];
+    uint32_t u32[3];
+    CHECK_OK(NULL, accel_convert(d64, ACCEL_F64, u64, ACCEL_U64, 3));
+    CHECK(d64[0] == 0x1p64 && d64[1] == 0x1p63 && d64[2] == 7.0);
+    CHECK_OK(NULL, accel_convert(i64, ACCEL_I64, u64, ACCEL_U64, 3));
+    CHECK(i64[0] == INT64_MAX && i64[1] == INT64_MAX && i64[2] == 7);
+    CHECK_OK(NULL, accel_convert(u32, ACCEL_U32, u64, ACCEL_U64, 3));
+    CHECK(u32[0] == UINT32_MAX && u32[2] == 7);
+    int64_t neg[2] = {-1, INT64_MIN};
+    CHECK_OK(NULL, accel_convert(u64, ACCEL_U64, neg, ACCEL_I64, 2));
+    CHECK(u64[0] == 0 && u64[1] == 0);
+    double big[4] = {1e30, 3e9, -2.5, 0x1p63};
+    CHECK_OK(NULL, accel_convert(u64, ACCEL_U64, big, ACCEL_F64, 3));
+    CHECK(u64[0] == UINT64_MAX && u64[1] == 3000000000ull && u64[2] == 0);
+    CHECK_OK(NULL, accel_convert(u32, ACCEL_U32, big, ACCEL_F64, 3));
+    CHECK(u32[0] == UINT32_MAX && u32[1] == 3000000000u && u32[2] == 0);
+    CHECK_OK(NULL, accel_convert(u64, ACCEL_U64, big + 3, ACCEL_F64, 1));
+    CHECK(u64[0] == 1ull << 63);
+    /* One rounding: 2^60 + 2^36 + 1 is just past the f32 tie at 2^60 + 2^36; through a plain
+     * double it would land on the tie and round down to 2^60. Same for U64 -> BF16. */
+    int64_t over = (1ll << 60) + (1ll << 36) + 1;
+    float fo;
+    CHECK_OK(NULL, accel_convert(&fo, ACCEL_F32, &over, ACCEL_I64, 1));
+    CHECK_MSG(fo == 0x1p60f + 0x1p37f, "%a", fo);
+    uint64_t uo = (1ull << 63) + (1ull << 55) + 1; /* bf16 ulp at 2^63 is 2^56 */
+    uint16_t bo;
+    CHECK_OK(NULL, accel_convert(&bo, ACCEL_BF16, &uo, ACCEL_U64, 1));
+    CHECK_MSG(bo == 0x5f01, "%04x", bo);
+
+    /* No conversions for C64 and the packed sub-byte formats; copies are fine. */
+    float cplx[4] = {1, 2, 3, 4}, cout[4];
+    CHECK(accel_convert(cout, ACCEL_F32, cplx, ACCEL_C64, 2) == ACCEL_EUNSUPPORTED);
+    CHECK(strstr(accel_last_error(NULL), "C64") != NULL);
+    CHECK(accel_convert(cout, ACCEL_C64, cplx, ACCEL_F32, 2) == ACCEL_EUNSUPPORTED);
+    CHECK(accel_convert(NULL, ACCEL_F32, NULL, ACCEL_C64, 0) == ACCEL_EUNSUPPORTED);
+    CHECK_OK(NULL, accel_convert(cout, ACCEL_C64, cplx, ACCEL_C64, 2));
+    CHECK(memcmp(cout, cplx, sizeof cplx) == 0);
+    uint8_t packed[3] = {0x12, 0x34, 0x56}, pout[3] = {0};
+    CHECK(accel_convert(cout, ACCEL_F32, packed, ACCEL_F4, 2) == ACCEL_EUNSUPPORTED);
+    CHECK(strstr(accel_last_error(NULL), "packed") != NULL);
+    CHECK(accel_convert(pout, ACCEL_F6_E2M3, cplx, ACCEL_F32, 4) == ACCEL_EUNSUPPORTED);
+    CHECK_OK(NULL, accel_convert(pout, ACCEL_F6_E3M2, packed, ACCEL_F6_E3M2, 4)); /* 3 bytes */
+    CHECK(memcmp(pout, packed, 3) == 0);
+    CHECK(accel_convert(pout, ACCEL_F4, packed, ACCEL_F4, 3) == ACCEL_EINVAL); /* 1.5 bytes */
+}
+
 int main(void)
 {
     fmt_init(&F16);
@@ -466,6 +575,11 @@ int main(void)
     test_random();
     test_stochastic();
     test_misc();
+    fmt_init(&E4M3FNUZ);
+    fmt_init(&E5M2FNUZ);
+    test_file_dtypes();
+    free(E4M3FNUZ.vals);
+    free(E5M2FNUZ.vals);
     free(F16.vals);
     free(BF16.vals);
     free(E4M3.vals);

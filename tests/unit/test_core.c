@@ -1,8 +1,10 @@
-/* Core: status and dtype tables, option resolution and process-layout parsing from the env. */
+/* Core: status and dtype tables, option resolution and process-layout parsing from the env,
+ * and chained error messages (a message formatted from the previous one). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "core/internal.h"
 
 static void clear_env(void)
 {
@@ -51,21 +53,31 @@ static void test_tables(void)
     CHECK(strcmp(accel_status_name(ACCEL_EPEER), "EPEER") == 0);
     CHECK(strcmp(accel_status_name((accel_status)42), "UNKNOWN") == 0);
     CHECK(accel_status_str(ACCEL_OK)[0] != '\0');
-    static const char *names[] = {"F32", "F64", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8",
-                                  "U8",  "I16", "U16", "I32",  "I64",     "BOOL"};
-    static const size_t sizes[] = {4, 8, 2, 2, 1, 1, 1, 1, 2, 2, 4, 8, 1};
+    /* Every dtype of the safetensors format (huggingface/safetensors' Dtype enum). */
+    static const char *names[] = {
+        "F32",     "F64",         "F16",         "BF16", "F8_E4M3", "F8_E5M2", "I8",  "U8",
+        "I16",     "U16",         "I32",         "I64",  "BOOL",    "U32",     "U64", "C64",
+        "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F4",   "F6_E2M3", "F6_E3M2"};
+    static const size_t bits[] = {32, 64, 16, 16, 8,  8, 8, 8, 16, 16, 32,
+                                  64, 8,  32, 64, 64, 8, 8, 8, 4,  6,  6};
+    CHECK(sizeof(names) / sizeof(names[0]) == ACCEL_DTYPE_COUNT);
     for (int i = 0; i < ACCEL_DTYPE_COUNT; i++) {
         accel_dtype dt;
         CHECK(strcmp(accel_dtype_name((accel_dtype)i), names[i]) == 0);
-        CHECK(accel_dtype_nbytes((accel_dtype)i) == sizes[i]);
+        CHECK(accel_dtype_bits((accel_dtype)i) == bits[i]);
+        CHECK(accel_dtype_nbytes((accel_dtype)i) == (bits[i] % 8 ? 0 : bits[i] / 8));
         CHECK(accel_dtype_from_name(names[i], &dt) == ACCEL_OK && dt == (accel_dtype)i);
     }
     accel_dtype dt;
     CHECK(accel_dtype_from_name("f32", &dt) == ACCEL_EINVAL);
-    CHECK(accel_dtype_nbytes(ACCEL_DTYPE_COUNT) == 0);
+    CHECK(accel_dtype_nbytes(ACCEL_DTYPE_COUNT) == 0 && accel_dtype_bits(ACCEL_DTYPE_COUNT) == 0);
+    CHECK(accel_dtype_is_float(ACCEL_F8_E8M0) && accel_dtype_is_float(ACCEL_F4));
+    CHECK(!accel_dtype_is_float(ACCEL_C64) && !accel_dtype_is_float(ACCEL_U64));
     int64_t shape[2] = {3, 4};
     accel_tensor t = accel_tensor_view(NULL, ACCEL_BF16, 2, shape);
     CHECK(accel_tensor_numel(&t) == 12 && accel_tensor_nbytes(&t) == 24);
+    t.dtype = ACCEL_F6_E2M3; /* 12 x 6 bits */
+    CHECK(accel_tensor_nbytes(&t) == 9);
 }
 
 static void test_single_process(void)
@@ -182,8 +194,35 @@ static void test_launched_one_process(void)
     clear_env();
 }
 
+/* "X failed: %s" with the previous message as argument: the argument is the very buffer being
+ * written (the thread's, or the handle's), which must not garble the result. */
+static void test_chained_errors(void)
+{
+    accel__seterr(NULL, ACCEL_EIO, "inner cause %d", 7);
+    CHECK_ERR(NULL, accel__seterr(NULL, ACCEL_EPEER, "outer failed: %s", accel_last_error(NULL)),
+              ACCEL_EPEER, "outer failed: inner cause 7");
+    CHECK_ERR(NULL,
+              accel__seterr(NULL, ACCEL_EPEER, "%s; again: %s", accel_last_error(NULL),
+                            accel_last_error(NULL)),
+              ACCEL_EPEER, "outer failed: inner cause 7; again: outer failed: inner cause 7");
+    accel *acc;
+    clear_env();
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    accel__seterr(acc, ACCEL_EIO, "handle cause");
+    CHECK_ERR(acc, accel__seterr(acc, ACCEL_ECORRUPT, "wrapped: %s", accel_last_error(acc)),
+              ACCEL_ECORRUPT, "wrapped: handle cause");
+    CHECK(strcmp(accel_last_error(NULL), "wrapped: handle cause") == 0);
+    CHECK_ERR(acc, accel__seterr(acc, ACCEL_EIO, "twice: %s", accel_last_error(NULL)), ACCEL_EIO,
+              "twice: wrapped: handle cause");
+    /* adopt copies the thread's message onto the handle. */
+    accel__seterr(NULL, ACCEL_ETIMEDOUT, "thread only");
+    CHECK_ERR(acc, accel__adopt_thread_error(acc, ACCEL_ETIMEDOUT), ACCEL_ETIMEDOUT, "thread only");
+    accel_free(acc);
+}
+
 int main(void)
 {
+    test_chained_errors();
     test_tables();
     test_single_process();
     test_env_precedence();

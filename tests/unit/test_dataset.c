@@ -137,6 +137,55 @@ int main(void)
     o.header = ACCEL_TOKENS_LLMC;
     CHECK(accel_token_dataset_open(&ds, &o) == ACCEL_ECORRUPT);
     CHECK(strstr(accel_last_error(NULL), "magic.bin") != NULL);
+    /* Auto mode: llm.c's magic with a bad version, or a header cut short, is an llm.c file
+     * with an error, never raw tokens (issue 11, item 7). */
+    o.header = ACCEL_TOKENS_AUTO;
+    char want[1200];
+    int32_t badv[256] = {20240520, 3, N};
+    snprintf(path, sizeof(path), "%s/badversion.bin", dir);
+    write_file(path, badv, sizeof(badv), t16, sizeof(t16));
+    snprintf(want, sizeof want,
+             "token file \"%s\": llm.c magic 20240520 with version 3 (expected 1)", path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_ECORRUPT, want);
+    snprintf(path, sizeof(path), "%s/shortheader.bin", dir);
+    write_file(path, hdr3, 100, NULL, 0);
+    snprintf(want, sizeof want,
+             "token file \"%s\": llm.c header truncated (100 bytes; the header is 1024)", path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_ECORRUPT, want);
+    /* An empty file, or one too short for a single window: an error, not 0 windows. */
+    snprintf(path, sizeof(path), "%s/empty.bin", dir);
+    write_file(path, t16, 0, NULL, 0);
+    snprintf(want, sizeof want,
+             "token file \"%s\" holds 0 tokens, too few for one window of context 16 (17 "
+             "needed)",
+             path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    snprintf(path, sizeof(path), "%s/short.bin", dir);
+    write_file(path, t16, 16 * sizeof(uint16_t), NULL, 0);
+    snprintf(want, sizeof want,
+             "token file \"%s\" holds 16 tokens, too few for one window of context 16 (17 "
+             "needed)",
+             path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    /* A FIFO is refused at once (it used to block), naming what it is. */
+    snprintf(path, sizeof(path), "%s/pipe.bin", dir);
+    CHECK(mkfifo(path, 0600) == 0);
+    alarm(20);
+    snprintf(want, sizeof want, "\"%s\" is a FIFO, not a data file", path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    alarm(0);
+    /* A sample not given by a loader has no scratch: EINVAL saying so, not ENOMEM. */
+    snprintf(path, sizeof(path), "%s/gpt2.bin", dir);
+    o.out_dtype = ACCEL_I64; /* converts into scratch */
+    CHECK_OK(NULL, accel_token_dataset_open(&ds, &o));
+    accel_sample bare;
+    memset(&bare, 0, sizeof bare);
+    CHECK_ERR(NULL, ds->get(ds->ctx, 0, &bare), ACCEL_EINVAL,
+              "accel_sample_scratch: the sample has no scratch memory (it was not given by a "
+              "loader)");
+    accel_dataset_free(ds);
+    o.out_dtype = ACCEL_I32;
+
     /* Missing file, bad options. */
     o.path = "/nonexistent/x.bin";
     CHECK(accel_token_dataset_open(&ds, &o) == ACCEL_EIO);

@@ -13,6 +13,7 @@
 typedef struct ids {
     int64_t n;
     int64_t fail_at;  /* get() fails at this index (-1 never) */
+    int fail_silent;  /* ... returning the status without a message */
     int varlen;       /* "seq" field of length 1 + index % 3 */
     int64_t vals[64]; /* backing store for zero-copy views */
     int32_t seq[64][3];
@@ -27,7 +28,8 @@ static accel_status ids_get(void *ctx, int64_t i, accel_sample *out)
 {
     ids *d = ctx;
     if (i == d->fail_at) {
-        return accel__seterr(NULL, ACCEL_ECORRUPT, "record is damaged");
+        return d->fail_silent ? ACCEL_ECORRUPT
+                              : accel__seterr(NULL, ACCEL_ECORRUPT, "record is damaged");
     }
     int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
     CHECK(x != NULL);
@@ -62,6 +64,8 @@ static accel_dataset ids_dataset(ids *d, int64_t n)
 /* ---- an iterable stream of int64 0..n-1 ---- */
 typedef struct stream {
     int64_t n, at;
+    int64_t fail_at; /* next() fails when reaching this element (0: never) */
+    int fail_reset;  /* reset() fails */
 } stream;
 
 static accel_status stream_next(void *ctx, accel_sample *out)
@@ -69,6 +73,9 @@ static accel_status stream_next(void *ctx, accel_sample *out)
     stream *s = ctx;
     if (s->at >= s->n) {
         return ACCEL_EOF;
+    }
+    if (s->fail_at > 0 && s->at == s->fail_at) {
+        return accel__seterr(NULL, ACCEL_EIO, "stream broke at %lld", (long long)s->at);
     }
     int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
     *x = s->at++;
@@ -81,8 +88,17 @@ static accel_status stream_next(void *ctx, accel_sample *out)
 static accel_status stream_reset(void *ctx, int64_t epoch)
 {
     (void)epoch;
+    if (((stream *)ctx)->fail_reset) {
+        return ACCEL_EIO; /* without a message */
+    }
     ((stream *)ctx)->at = 0;
     return ACCEL_OK;
+}
+
+static accel_status failing_collate(void *ctx, const accel_sample *s, int64_t n, accel_batch *out)
+{
+    (void)ctx, (void)s, (void)out;
+    return accel__seterr(NULL, ACCEL_EINVAL, "cannot stack %lld ragged samples", (long long)n);
 }
 
 static int64_t stream_len(void *ctx)
@@ -167,7 +183,7 @@ int main(void)
     SHARD(&ds, 4, 2, 1, 1, 0, "0 1|4 5|8 9|12 13|16 17|20 21", "2 3|6 7|10 11|14 15|18 19|0 1");
 
     /* IterableDatasetShard (6.4): range(10), bs4, N2, plain and split; 3 processes; tiny. */
-    stream s = {10, 0};
+    stream s = {10, 0, 0, 0};
     accel_dataset it = {0};
     it.ctx = &s;
     it.next = stream_next;
@@ -245,18 +261,25 @@ int main(void)
         accel_loader_free(l2);
     }
 
-    /* skip_first_batches: map-style skips indices without reading them; one epoch only. */
+    /* skip_first_batches: map-style skips indices without reading them; one epoch only. The
+     * length is the rest of that epoch (Accelerate's len(skipped loader)), then whole again. */
     {
         d.fail_at = 1; /* reading index 1 would fail: skipping batch 0 must not read it */
         accel_loader *l = make(&ds, 3, 0, 0);
+        CHECK(accel_loader_len(l) == 8);
         CHECK_OK(acc, accel_loader_skip_first_batches(l, 2));
+        CHECK(accel_loader_len(l) == 6);
         accel_batch *b;
         CHECK_OK(acc, accel_loader_next(l, &b));
         CHECK(b->index == 2 && b->indices[0] == 6);
+        CHECK(accel_loader_len(l) == 6);
         while (accel_loader_next(l, &b) == ACCEL_OK) {
         }
         d.fail_at = -1;
-        CHECK(epoch_str(l, a, sizeof(a)) == 8); /* the next epoch is whole */
+        CHECK(accel_loader_len(l) == 8);
+        CHECK(epoch_str(l, a, sizeof(a)) == 8);                /* the next epoch is whole */
+        CHECK_OK(acc, accel_loader_skip_first_batches(l, 20)); /* past the end: nothing left */
+        CHECK(accel_loader_len(l) == 0);
         accel_loader_free(l);
         /* iterable: produced and discarded */
         stream_reset(&s, 0);
@@ -341,11 +364,48 @@ int main(void)
             n++;
         }
         CHECK(st == ACCEL_ECORRUPT && n == 3);
-        CHECK_MSG(strstr(accel_last_error(acc), "index 13") != NULL &&
-                      strstr(accel_last_error(acc), "damaged") != NULL,
-                  "%s", accel_last_error(acc));
+        CHECK_ERR(acc, st, ACCEL_ECORRUPT,
+                  "loader: dataset get(index 13) failed: record is damaged");
+        CHECK_ERR(NULL, st, ACCEL_ECORRUPT,
+                  "loader: dataset get(index 13) failed: record is damaged");
+        /* A callback that sets no message: the status's text, never an earlier message. */
+        d.fail_silent = 1;
+        while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {
+        }
+        char want[256];
+        snprintf(want, sizeof want, "loader: dataset get(index 13) failed: %s",
+                 accel_status_str(ACCEL_ECORRUPT));
+        CHECK_ERR(acc, st, ACCEL_ECORRUPT, want);
         d.fail_at = -1;
+        d.fail_silent = 0;
         CHECK(epoch_str(l, a, sizeof(a)) == 6); /* the next epoch works */
+        accel_loader_free(l);
+    }
+
+    /* The other callbacks failing: exact messages. */
+    {
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = 4;
+        o.collate = failing_collate;
+        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_batch *b;
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
+                  "loader: collate of 4 samples: cannot stack 4 ragged samples");
+        accel_loader_free(l);
+        stream s2 = {10, 0, 9, 0};
+        accel_dataset it2 = {0};
+        it2.ctx = &s2;
+        it2.next = stream_next;
+        it2.reset = stream_reset;
+        l = make(&it2, 4, 0, 0);
+        CHECK(accel_loader_next(l, &b) == ACCEL_OK);
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EIO,
+                  "loader: dataset next() failed in epoch 0: stream broke at 9");
+        s2.fail_reset = 1;
+        char want[256];
+        snprintf(want, sizeof want, "loader: dataset reset(epoch 1): %s",
+                 accel_status_str(ACCEL_EIO));
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EIO, want);
         accel_loader_free(l);
     }
 

@@ -200,8 +200,11 @@ static void check_auto(void)
     nn_tensor *y = nn_linear_forward(g, &l, x);
     CHECK(y != NULL);
     CHECK(nn_ctx_autocast_dtype(g) == ACCEL_BF16); /* learned from the model's parameters */
-    /* The forward read the working copy: same as rounding the master weights. */
-    const float *wc = accel_model_compute(m) + accel_model_param(m, 0)->offset;
+    /* The forward read the working copy (stored in bf16): same as rounding the master weights. */
+    const accel_tensor *cv = &accel_model_param(m, 0)->compute_view;
+    CHECK(cv->dtype == ACCEL_BF16 && cv->data != NULL);
+    float wc[NO * K];
+    CHECK_OK(NULL, accel_convert(wc, ACCEL_F32, cv->data, ACCEL_BF16, NO * K));
     for (int i = 0; i < NO * K; i++) {
         CHECK(wc[i] == round_to(ACCEL_BF16, l.weight->data[i]));
     }
@@ -241,6 +244,76 @@ static void check_auto(void)
     accel_free(acc);
 }
 
+/*
+ * The model's bf16 working copy is widened into per-op scratch, not kept in the arena: a
+ * linear layer over a model prepared in bf16 gives the same bits (output and gradients) as the
+ * same layer over standalone parameters autocast to bf16 (rounded per use into the arena),
+ * while its arena holds no copy of the weight; the per-op scratch held it (and backward's
+ * rounding buffers) and is one block reused by every later step.
+ */
+static void check_scratch(void)
+{
+    enum { IN = 256, OUT = 192, ROWS = 8 };
+    size_t wbytes = (size_t)IN * OUT * sizeof(float);
+    accel_options o = accel_options_default();
+    o.mixed_precision = ACCEL_PRECISION_BF16;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    nn_params *pm, *ps;
+    CHECK_OK(NULL, nn_params_for_model(&pm, m));
+    CHECK_OK(NULL, nn_params_new(&ps, NULL));
+    nn_linear_layer lm, ls;
+    CHECK_OK(NULL, nn_linear_declare(&lm, pm, "fc", IN, OUT, 1, NN_LAYOUT_OUT_IN));
+    CHECK_OK(NULL, nn_linear_declare(&ls, ps, "fc", IN, OUT, 1, NN_LAYOUT_OUT_IN));
+    CHECK_OK(NULL, nn_params_bind(pm));
+    CHECK_OK(NULL, nn_params_bind(ps));
+    CHECK_OK(NULL, nn_params_init(pm, 11));
+    CHECK_OK(NULL, nn_params_init(ps, 11));
+    CHECK_OK(acc, accel_prepare(acc, m));
+    float xv[ROWS * IN];
+    for (int i = 0; i < ROWS * IN; i++) {
+        xv[i] = frand();
+    }
+    nn_ctx *gm, *gs;
+    CHECK_OK(NULL, nn_ctx_new(&gm));
+    CHECK_OK(NULL, nn_ctx_new(&gs));
+    nn_ctx_set_autocast(gs, ACCEL_BF16);
+    nn_ctx_stats sm, ss, sm_prev = {0};
+    for (int step = 0; step < 3; step++) {
+        nn_tensor *ym =
+            nn_linear_forward(gm, &lm, nn_tensor_from(gm, xv, 2, (int64_t[]){ROWS, IN}));
+        nn_tensor *ys =
+            nn_linear_forward(gs, &ls, nn_tensor_from(gs, xv, 2, (int64_t[]){ROWS, IN}));
+        CHECK(ym != NULL && ys != NULL && nn_ctx_autocast_dtype(gm) == ACCEL_BF16);
+        CHECK(memcmp(ym->data, ys->data, sizeof(float) * ROWS * OUT) == 0);
+        nn_params_zero_grad(pm);
+        nn_params_zero_grad(ps);
+        CHECK_OK(NULL, nn_backward(nn_sum_all(gm, ym), 1.0f, NULL));
+        CHECK_OK(NULL, nn_backward(nn_sum_all(gs, ys), 1.0f, NULL));
+        CHECK(memcmp(lm.weight->grad, ls.weight->grad, wbytes) == 0);
+        CHECK(memcmp(lm.bias->grad, ls.bias->grad, sizeof(float) * OUT) == 0);
+        sm = nn_ctx_get_stats(gm);
+        ss = nn_ctx_get_stats(gs);
+        /* From the third step on nothing grows (the arena coalesces at the second). */
+        CHECK(step < 2 || (sm.scratch_nbytes == sm_prev.scratch_nbytes &&
+                           sm.reserved_nbytes == sm_prev.reserved_nbytes));
+        sm_prev = sm;
+        nn_tensor *x = nn_tensor_from(gm, xv, 1, (int64_t[]){1}); /* resets both arenas */
+        CHECK(x != NULL && nn_tensor_from(gs, xv, 1, (int64_t[]){1}) != NULL);
+    }
+    /* The standalone run's arena holds the rounded weight; the model run's does not. */
+    CHECK_MSG(sm.used_nbytes + wbytes <= ss.used_nbytes, "arena %zu vs %zu", sm.used_nbytes,
+              ss.used_nbytes);
+    CHECK(sm.scratch_peak_nbytes >= wbytes && sm.scratch_nbytes == sm.scratch_peak_nbytes);
+    nn_ctx_free(gm);
+    nn_ctx_free(gs);
+    nn_params_free(pm);
+    nn_params_free(ps);
+    accel_free(acc);
+}
+
 int main(void)
 {
     unsetenv("ACCELERATE_MIXED_PRECISION");
@@ -250,5 +323,6 @@ int main(void)
     check_matmul_attention(ACCEL_F16);
     check_fp16_overflow();
     check_auto();
+    check_scratch();
     return 0;
 }

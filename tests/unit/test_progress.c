@@ -39,7 +39,8 @@ int main(void)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, NULL));
 
-    /* Plain mode: a line at 25/50/75/100 % (interval long), plus the closing line. */
+    /* Plain mode: a line at 25/50/75/100 % (interval long); the closing line would repeat
+     * the 100 % one, so it is not printed. */
     FILE *f = tmpfile();
     accel_progress_options o = accel_progress_options_default();
     o.total = 100;
@@ -59,13 +60,40 @@ int main(void)
     }
     accel_progress_close(p);
     const char *s = contents(f);
-    CHECK_MSG(count(s, "\n") == 5 && strchr(s, '\r') == NULL, "%s", s);
+    CHECK_MSG(count(s, "\n") == 4 && strchr(s, '\r') == NULL, "%s", s);
     CHECK_MSG(strstr(s, "train:  25% 25/100 [00:05<00:15, 5.00it/s, loss=2.5, lr=0.0003]\n") !=
                   NULL,
               "%s", s);
     CHECK(strstr(s, "train:  75% 75/100 [00:15<00:05, 5.00it/s, loss=2.5, lr=0.0003]\n") != NULL);
-    CHECK(count(s, "train: 100% 100/100 [00:20<00:00, 5.00it/s, loss=2.5, lr=0.0003]\n") == 2);
+    CHECK(count(s, "train: 100% 100/100 [00:20<00:00, 5.00it/s, loss=2.5, lr=0.0003]\n") == 1);
     fclose(f);
+
+    /* A field set after the last line (gpt.c's final loss): the close shows it, once. Closed
+     * with nothing printed yet (no percent step, no interval): the close prints the line. */
+    f = tmpfile();
+    o.stream = f;
+    fake_now = 0;
+    p = accel_progress_new(acc, &o);
+    for (int i = 0; i < 100; i++) {
+        fake_now += 0.2;
+        accel_progress_update(p, 1);
+    }
+    accel_progress_set_field(p, "loss", 1.5);
+    accel_progress_close(p);
+    s = contents(f);
+    CHECK_MSG(count(s, "100/100") == 2 && strstr(s, "100/100 [00:20<00:00, 5.00it/s, loss=1.5]\n"),
+              "%s", s);
+    fclose(f);
+    f = tmpfile();
+    o.stream = f;
+    o.percent_step = 0;
+    p = accel_progress_new(acc, &o);
+    accel_progress_update(p, 3);
+    accel_progress_close(p);
+    s = contents(f);
+    CHECK_MSG(count(s, "\n") == 1 && strstr(s, " 3/100 "), "%s", s);
+    fclose(f);
+    o.percent_step = 25;
 
     /* A resumed run (initial = 40 of 100): the count continues at 40, the percent marks before
      * it are not repeated, and rate and remaining time count only this run's steps. */

@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "comm/reduce.h"
-#include "core/half.h"
+#include "base/half.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t next_u64(void)

@@ -65,6 +65,10 @@ static void test_pb(void)
 
 typedef struct seen {
     int version;
+    int n_events; /* values and session starts, in file order */
+    int n_starts;
+    long long start_step; /* of the last SessionLog START */
+    int start_at;         /* n_events when it came */
     int n_scalar, n_text, n_hparams;
     long long steps[16];
     float loss[16];
@@ -84,7 +88,12 @@ static int visit(void *ctx, const char *file_version, const accel__tf_value *v)
         return 0;
     }
     CHECK(v->wall_time > 1.5e9);
-    if (strcmp(v->tag, "train/loss") == 0) {
+    s->n_events++;
+    if (v->session_start) {
+        s->n_starts++;
+        s->start_step = v->step;
+        s->start_at = s->n_events;
+    } else if (strcmp(v->tag, "train/loss") == 0) {
         CHECK(v->has_simple && v->plugin[0] == '\0');
         CHECK(s->n_loss < 16);
         s->steps[s->n_loss] = v->step;
@@ -170,6 +179,9 @@ static void test_tracker_roundtrip(void)
     CHECK(s.n_text == 1 && strcmp(s.text, "hello \"board\"\n") == 0 && s.text_step == 7);
     CHECK(s.nan_seen == 1);
     CHECK(s.n_hparams == 3); /* experiment, session start, session end */
+    /* The session's START comes first, at step 0, ahead of the hparams summaries (TensorBoard
+     * takes the first START of a run as its start, later ones as restarts). */
+    CHECK(s.n_starts == 1 && s.start_step == 0 && s.start_at == 1);
 
     /* hparams.yml for people who grep. */
     char yml[1024];
@@ -201,11 +213,54 @@ static void test_tracker_roundtrip(void)
     CHECK(system(cmd) == 0);
 }
 
+/* A resumed run's event file opens with a START at the resumed step (TensorBoard then drops
+ * what the earlier files hold at steps >= it), with the hparams summaries behind it. */
+static void test_resume_start(void)
+{
+    char tmpl[] = "/tmp/accel_tfevents_XXXXXX";
+    CHECK(mkdtemp(tmpl) != NULL);
+    accel_options o = accel_options_default();
+    o.project_dir = tmpl;
+    o.log_with = "tensorboard";
+    accel_value cfg[] = {ACCEL_SCALAR("lr", 3e-4)};
+    char run_dir[512], path[1024];
+    snprintf(run_dir, sizeof(run_dir), "%s/run", tmpl);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) { /* set the first run's file aside: the second one is checked */
+            char cmd[2048];
+            snprintf(cmd, sizeof(cmd), "mkdir %s/old && mv %s/events.* %s/old/", run_dir, run_dir,
+                     run_dir);
+            CHECK(system(cmd) == 0);
+        }
+        accel *acc;
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK_OK(acc, accel_init_trackers(acc, "run", cfg, 1));
+        if (pass == 1) {
+            CHECK_OK(acc, accel_trackers_resume(acc, 6));
+        }
+        for (int step = pass ? 6 : 0; step < (pass ? 12 : 9); step++) {
+            accel_value v[] = {ACCEL_SCALAR("train/loss", step)};
+            CHECK_OK(acc, accel_log(acc, v, 1, step));
+        }
+        accel_free(acc);
+    }
+    find_event_file(run_dir, path, sizeof(path));
+    seen s;
+    memset(&s, 0, sizeof(s));
+    CHECK_OK(NULL, accel__tfevents_read(path, visit, &s));
+    CHECK(s.n_starts == 1 && s.start_step == 6 && s.start_at == 1);
+    CHECK(s.n_hparams == 3 && s.n_loss == 6 && s.steps[0] == 6);
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpl);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void)
 {
     test_crc();
     test_pb();
     test_tracker_roundtrip();
+    test_resume_start();
     printf("test_tfevents: ok\n");
     return 0;
 }

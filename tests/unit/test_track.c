@@ -4,6 +4,7 @@
  * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
  * later (warnings; training goes on).
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,32 +15,18 @@
 static char tmpdir[] = "/tmp/accel_track_XXXXXX";
 
 /* ---- stderr capture: library warnings go to fd 2 ---- */
-static int saved_fd = -1;
-static char capture_path[256];
+static check_capture cap;
 
 static void capture_begin(void)
 {
-    snprintf(capture_path, sizeof(capture_path), "%s/stderr.txt", tmpdir);
-    fflush(stderr);
-    saved_fd = dup(2);
-    FILE *f = fopen(capture_path, "w");
-    CHECK(f != NULL);
-    CHECK(dup2(fileno(f), 2) == 2);
-    fclose(f);
+    char path[300];
+    snprintf(path, sizeof(path), "%s/stderr.txt", tmpdir);
+    check_capture_begin(&cap, path);
 }
 
 static char *capture_end(void)
 {
-    fflush(stderr);
-    CHECK(dup2(saved_fd, 2) == 2);
-    close(saved_fd);
-    static char buf[8192];
-    FILE *f = fopen(capture_path, "r");
-    CHECK(f != NULL);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    return check_capture_end(&cap);
 }
 
 static char *slurp(const char *path)
@@ -382,6 +369,138 @@ static void test_all(void)
     snprintf(path, sizeof(path), "%s/meta.yaml", ml);
     CHECK(strstr(slurp(path), "status: 3\n") != NULL);
     accel_free(acc);
+
+    /* The mlflow tracker's first line (info level) says where the run is and that MLflow 3
+     * opens the store only with MLFLOW_ALLOW_FILE_STORE=true. */
+    setenv("ACCEL_LOG_LEVEL", "info", 1);
+    acc = make(tmpdir, "mlflow");
+    capture_begin();
+    CHECK_OK(acc, accel_init_trackers(acc, "every", NULL, 0));
+    char *err = capture_end();
+    CHECK_MSG(strstr(err, "tracker mlflow: started run") != NULL &&
+                  strstr(err, "MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri") != NULL,
+              "%s", err);
+    accel_free(acc);
+    setenv("ACCEL_LOG_LEVEL", "warn", 1);
+    accel_free(make(tmpdir, NULL)); /* the level is process-wide: back to the default */
+    unsetenv("ACCEL_LOG_LEVEL");
+}
+
+/* Counts the lines of `text` (each ending in '\n'). */
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (; *text; text++) {
+        n += *text == '\n';
+    }
+    return n;
+}
+
+/*
+ * A run interrupted after logging step 9 (its last jsonl record half written) and resumed from
+ * a checkpoint taken at step 5, so the resumed run logs from step 6 on: every tracker ends up
+ * with each step once, the resumed run's values from step 6. A tracker without a resume
+ * callback is named in a warning. Misplaced calls are refused.
+ */
+static void test_resume(void)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1);
+    unsetenv("MLFLOW_RUN_ID");
+    accel *acc = make(tmpdir, "jsonl");
+    CHECK(accel_trackers_resume(acc, 1) == ACCEL_ESTATE); /* before accel_init_trackers */
+    CHECK(strstr(accel_last_error(acc), "accel_init_trackers") != NULL);
+    CHECK(accel_trackers_resume(acc, -1) == ACCEL_EINVAL);
+    accel_free(acc);
+
+    char run[512], ml_first[512], path[1024];
+    snprintf(run, sizeof(run), "%s/res", tmpdir);
+    for (int pass = 0; pass < 2; pass++) {
+        acc = make(tmpdir, "jsonl,csv,mlflow,mem");
+        accel_value cfg[] = {ACCEL_SCALAR("lr", 0.1)};
+        CHECK_OK(acc, accel_init_trackers(acc, "res", cfg, 1));
+        const char *ml = accel_tracker_run_dir(accel_get_tracker(acc, "mlflow"));
+        if (pass == 0) {
+            snprintf(ml_first, sizeof(ml_first), "%s", ml);
+        } else {
+            CHECK(strcmp(ml, ml_first) != 0); /* a new run, until resumed */
+            capture_begin();
+            CHECK_OK(acc, accel_trackers_resume(acc, 6));
+            char *err = capture_end();
+            CHECK_MSG(strstr(err, "tracker mem cannot resume") != NULL, "%s", err);
+            ml = accel_tracker_run_dir(accel_get_tracker(acc, "mlflow"));
+            CHECK_MSG(strcmp(ml, ml_first) == 0, "%s vs %s", ml, ml_first); /* the same run */
+        }
+        for (int step = pass ? 6 : 0; step < (pass ? 12 : 10); step++) {
+            accel_value v[] = {ACCEL_SCALAR("loss", 100 * pass + step)};
+            CHECK_OK(acc, accel_log(acc, v, 1, step));
+        }
+        if (pass == 1) {
+            CHECK(accel_trackers_resume(acc, 3) == ACCEL_ESTATE); /* after accel_log */
+        }
+        accel_free(acc);
+        if (pass == 0) { /* killed while writing step 10 */
+            snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
+            FILE *f = fopen(path, "a");
+            CHECK(f != NULL);
+            fputs("{\"step\": 10, \"ti", f);
+            fclose(f);
+        }
+    }
+
+    /* jsonl and csv: steps 0..11 once each, in order. */
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
+    char *text = slurp(path);
+    CHECK_MSG(count_lines(text) == 12, "%s", text);
+    int step = 0;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"), step++) {
+        json_error_t jerr;
+        json_t *j = json_loads(l, 0, &jerr);
+        CHECK_MSG(j != NULL, "%s", l);
+        CHECK(json_integer_value(json_object_get(j, "step")) == step);
+        CHECK(json_number_value(json_object_get(j, "loss")) == (step < 6 ? step : 100 + step));
+        json_decref(j);
+    }
+    snprintf(path, sizeof(path), "%s/metrics.csv", run);
+    text = slurp(path);
+    CHECK_MSG(count_lines(text) == 13, "%s", text);
+    step = 0;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        if (step++ == 0) {
+            CHECK(strcmp(l, "step,time,loss") == 0);
+            continue;
+        }
+        long long s;
+        double t, loss;
+        CHECK(sscanf(l, "%lld,%lf,%lf", &s, &t, &loss) == 3 && s == step - 2);
+        CHECK(loss == (s < 6 ? s : 100 + s));
+    }
+
+    /* mlflow: one run named "res", finished, its history continued. */
+    snprintf(path, sizeof(path), "%s/metrics/loss", ml_first);
+    text = slurp(path);
+    CHECK_MSG(count_lines(text) == 12, "%s", text);
+    step = 0;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"), step++) {
+        long long ts, s;
+        double v;
+        CHECK(sscanf(l, "%lld %lf %lld", &ts, &v, &s) == 3 && s == step);
+        CHECK(v == (s < 6 ? s : 100 + s));
+    }
+    snprintf(path, sizeof(path), "%s/meta.yaml", ml_first);
+    CHECK(strstr(slurp(path), "status: 3\n") != NULL);
+    snprintf(path, sizeof(path), "%s/params/lr", ml_first);
+    CHECK(strcmp(slurp(path), "0.1") == 0);
+    char exp_dir[512];
+    snprintf(exp_dir, sizeof(exp_dir), "%s", ml_first);
+    *strrchr(exp_dir, '/') = '\0';
+    DIR *d = opendir(exp_dir);
+    CHECK(d != NULL);
+    int runs = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        runs += e->d_name[0] != '.' && strcmp(e->d_name, "meta.yaml") != 0;
+    }
+    closedir(d);
+    CHECK_MSG(runs == 1, "%d runs in %s", runs, exp_dir);
 }
 
 int main(void)
@@ -393,6 +512,7 @@ int main(void)
     test_jsonl_csv();
     test_csv_empty_first();
     test_all();
+    test_resume();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
     CHECK(system(cmd) == 0);

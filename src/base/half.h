@@ -1,8 +1,8 @@
 /*
  * Private scalar conversions between f32 and the narrow float formats (IEEE f16, bfloat16,
- * OCP FP8 E4M3 "fn" and E5M2). These are the reference path: the vectorised bulk converters in
- * src/train/convert*.c must produce bit-identical results, and the tests check them against an
- * independent double-precision reference.
+ * OCP FP8 E4M3 "fn" and E5M2, the FNUZ FP8 variants and the MX scale E8M0). These are the reference
+ * path: the vectorised bulk converters in src/base/convert*.c must produce bit-identical results,
+ * and the tests check them against an independent double-precision reference.
  *
  * Rules shared by every function here:
  *   - Narrowing rounds to nearest, ties to even (RNE), computed in integer arithmetic, so the
@@ -13,8 +13,8 @@
  *     f32 unchanged; a signalling NaN comes back quietened.
  *   - Bit casts go through memcpy (no type-punning UB); compilers turn them into moves.
  */
-#ifndef ACCEL_CORE_HALF_H
-#define ACCEL_CORE_HALF_H
+#ifndef ACCEL_BASE_HALF_H
+#define ACCEL_BASE_HALF_H
 
 #include <stdint.h>
 #include <string.h>
@@ -199,4 +199,65 @@ static inline uint8_t accel__f32_to_f8e5m2(float f)
     return (uint8_t)(sign | code);
 }
 
-#endif /* ACCEL_CORE_HALF_H */
+/* ------------------------------------------------- FP8 E4M3FNUZ / E5M2FNUZ (PyTorch) ---- */
+
+/* The FNUZ formats: no infinities, no negative zero, one NaN (0x80); bias 8 (E4M3FNUZ, max
+ * finite 240, smallest subnormal 2^-10) or 16 (E5M2FNUZ, max 57344, smallest 2^-17). */
+static inline float accel__f8fnuz_to_f32(uint8_t v, int mbits, int bias)
+{
+    if (v == 0x80u) {
+        return accel__bits_f32(0x7fc00000u);
+    }
+    uint32_t sign = (uint32_t)(v & 0x80u) << 24;
+    uint32_t e = (uint32_t)(v & 0x7fu) >> mbits, m = v & ((1u << mbits) - 1u);
+    if (e == 0) { /* subnormal: m * 2^(1 - bias - mbits), exact in f32 */
+        float mag = (float)m * accel__bits_f32((uint32_t)(127 + 1 - bias - mbits) << 23);
+        return accel__bits_f32(sign | accel__f32_bits(mag));
+    }
+    return accel__bits_f32(sign | ((e - (uint32_t)bias + 127u) << 23) | (m << (23 - mbits)));
+}
+
+/* f32 -> FNUZ, RNE, saturating like E4M3 (finite overflow and +-inf give +-max, 0x7f / 0xff);
+ * NaN -> 0x80; a result of zero is +0 whatever the sign (the format has no -0). */
+static inline uint8_t accel__f32_to_f8fnuz(float f, int mbits, int bias)
+{
+    uint32_t x = accel__f32_bits(f);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {
+        return 0x80u;
+    }
+    uint32_t code = accel__round_f32_bits(ax, mbits, bias);
+    if (code > 0x7fu) {
+        code = 0x7fu;
+    }
+    return code == 0 ? 0 : (uint8_t)(((x >> 24) & 0x80u) | code);
+}
+
+/* -------------------------------------------------------------- OCP MX scale E8M0 -------- */
+
+/* E8M0: the value 2^(v - 127) (v = 0: 2^-127, an f32 subnormal), 0xff is NaN; no sign, no
+ * zero. */
+static inline float accel__f8e8m0_to_f32(uint8_t v)
+{
+    if (v == 0xffu) {
+        return accel__bits_f32(0x7fc00000u);
+    }
+    return v == 0 ? accel__bits_f32(0x00400000u) : accel__bits_f32((uint32_t)v << 23);
+}
+
+/* f32 -> E8M0: the magnitude to the nearest power of two (linear distance; the tie 1.5 x 2^k
+ * rounds up), clamped to [2^-127, 2^127]; NaN and +-inf -> NaN (0xff). */
+static inline uint8_t accel__f32_to_f8e8m0(float f)
+{
+    uint32_t ax = accel__f32_bits(f) & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        return 0xffu;
+    }
+    uint32_t e = ax >> 23, m = ax & 0x7fffffu;
+    /* Normal: 1.m x 2^(e-127) rounds up from m = 0.5. Subnormal (e = 0): m x 2^-149 against
+     * 1.5 x 2^-127, i.e. m against 0x600000, between 2^-127 (code 0) and 2^-126 (code 1). */
+    uint32_t code = e == 0 ? (m >= 0x600000u) : e + (m >= 0x400000u);
+    return (uint8_t)(code > 254u ? 254u : code);
+}
+
+#endif /* ACCEL_BASE_HALF_H */

@@ -2,7 +2,8 @@
  * The progress bar: count, percentage, elapsed and remaining time, rate and caller fields
  * (loss, lr). On a terminal it is redrawn in place with '\r' (at most every 0.1 s); elsewhere
  * (CI logs, `accel launch` relaying rank output) it prints a plain line every interval_s or
- * each time another percent_step of the total is done, so logs stay readable.
+ * each time another percent_step of the total is done, so logs stay readable, and no line
+ * twice.
  *
  * Only the drawing process (global main, or each local main) does any work; on the others the
  * handle is inert, so a loop can update it unconditionally.
@@ -12,7 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "profile.h"
+#include "accel/track.h"
+#include "core/profile.h"
 
 #define MAX_FIELDS 8
 #define TTY_MIN_INTERVAL_S 0.1
@@ -28,6 +30,7 @@ struct accel_progress {
     long long last_bucket; /* percent buckets already reported in plain mode */
     int width;
     size_t last_len; /* tty: length of the previous draw, to blank leftovers */
+    int stale;       /* count or fields changed since the last draw (or nothing drawn yet) */
     int n_fields;
     char keys[MAX_FIELDS][32];
     double values[MAX_FIELDS];
@@ -88,6 +91,7 @@ accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opt
     p->width = o.width > 0 && o.width <= 200 ? o.width : 30;
     p->t_start = clock_fn();
     p->t_last_draw = p->t_start;
+    p->stale = 1;
     return p;
 }
 
@@ -175,6 +179,7 @@ static void draw(accel_progress *p, double now, int final)
     }
     fflush(p->stream);
     p->t_last_draw = now;
+    p->stale = 0;
 }
 
 void accel_progress_update(accel_progress *p, long long n)
@@ -183,6 +188,7 @@ void accel_progress_update(accel_progress *p, long long n)
         return;
     }
     p->n += n;
+    p->stale |= n != 0;
     double now = clock_fn();
     if (p->tty) {
         if (now - p->t_last_draw >= TTY_MIN_INTERVAL_S || (p->total > 0 && p->n >= p->total)) {
@@ -211,6 +217,7 @@ void accel_progress_set_field(accel_progress *p, const char *key, double value)
     }
     for (int i = 0; i < p->n_fields; i++) {
         if (strcmp(p->keys[i], key) == 0) {
+            p->stale |= memcmp(&p->values[i], &value, sizeof value) != 0;
             p->values[i] = value;
             return;
         }
@@ -218,6 +225,7 @@ void accel_progress_set_field(accel_progress *p, const char *key, double value)
     if (p->n_fields < MAX_FIELDS) {
         snprintf(p->keys[p->n_fields], sizeof(p->keys[0]), "%s", key);
         p->values[p->n_fields++] = value;
+        p->stale = 1;
     }
 }
 
@@ -226,9 +234,10 @@ void accel_progress_close(accel_progress *p)
     if (p == NULL) {
         return;
     }
-    if (p->active) {
-        /* Plain mode: the last periodic line may already show the final count; print the
-         * closing line anyway so the log always ends with the totals and the final fields. */
+    /* The log ends with the final count and fields, once: plain mode prints a closing line
+     * only when the last one shows something older (an update that reaches the total draws
+     * already). A terminal's line is redrawn in place and ended. */
+    if (p->active && (p->tty || p->stale)) {
         draw(p, clock_fn(), 1);
     }
     accel__free(p);

@@ -4,7 +4,7 @@
  * that one comes from CPUID directly; F16C instructions need the AVX state, hence the AVX2
  * check beside it.
  */
-#include "cpu.h"
+#include "base/cpu.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>

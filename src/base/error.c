@@ -1,26 +1,37 @@
 /*
  * Error reporting: the last status and message per handle and per thread. A failing function
  * writes both so that accel_last_error works with or without a handle (accel_init has none
- * yet). Also the assertion hook for internal invariants.
+ * yet). A handle's record is its first member (accel__errbuf), the only thing base knows of
+ * it. Also the assertion hook for internal invariants.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static _Thread_local accel_status thread_status;
 static _Thread_local char thread_msg[ACCEL__ERRMSG_NBYTES];
 
+static accel__errbuf *errbuf_of(const accel *acc)
+{
+    return (accel__errbuf *)acc;
+}
+
 accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_list ap)
 {
+    /* Format first, copy after: callers wrap the previous message by passing
+     * accel_last_error(NULL), which is thread_msg itself. */
+    char msg[ACCEL__ERRMSG_NBYTES];
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     thread_status = st;
-    vsnprintf(thread_msg, sizeof(thread_msg), fmt, ap);
+    memcpy(thread_msg, msg, sizeof(thread_msg));
     if (acc != NULL) {
-        acc->last_status = st;
-        memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
+        accel__errbuf *e = errbuf_of(acc);
+        e->status = st;
+        memcpy(e->msg, msg, sizeof(e->msg));
     }
-    accel__log(ACCEL__LOG_DEBUG, "%s: %s", accel_status_name(st), thread_msg);
+    accel__log(NULL, ACCEL__LOG_DEBUG, "%s: %s", accel_status_name(st), msg);
     return st;
 }
 
@@ -36,20 +47,31 @@ accel_status accel__seterr(accel *acc, accel_status st, const char *fmt, ...)
 accel_status accel__adopt_thread_error(accel *acc, accel_status st)
 {
     if (acc != NULL && st != ACCEL_OK) {
-        acc->last_status = st;
-        memcpy(acc->errmsg, thread_msg, sizeof(acc->errmsg));
+        accel__errbuf *e = errbuf_of(acc);
+        e->status = st;
+        memcpy(e->msg, thread_msg, sizeof(e->msg));
     }
     return st;
 }
 
+void accel__clear_error(void)
+{
+    thread_msg[0] = '\0';
+}
+
+const char *accel__cause(accel_status st)
+{
+    return thread_msg[0] != '\0' ? thread_msg : accel_status_str(st);
+}
+
 const char *accel_last_error(const accel *acc)
 {
-    return acc != NULL ? acc->errmsg : thread_msg;
+    return acc != NULL ? errbuf_of(acc)->msg : thread_msg;
 }
 
 accel_status accel_last_status(const accel *acc)
 {
-    return acc != NULL ? acc->last_status : thread_status;
+    return acc != NULL ? errbuf_of(acc)->status : thread_status;
 }
 
 static accel__abort_hook abort_hook;

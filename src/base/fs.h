@@ -1,13 +1,13 @@
 /*
- * Filesystem helpers shared by every module (src/core/fs.c). All report failures through
+ * Filesystem helpers shared by every module (src/base/fs.c). All report failures through
  * accel__seterr(NULL, ...) naming the path.
  *
  * Atomic files: written to a temporary sibling "<path>.tmp-XXXXXX", fsynced, renamed over
  * <path>, and the parent directory fsynced, so <path> is always either the old or the new
  * content.
  */
-#ifndef ACCEL_CORE_FS_H
-#define ACCEL_CORE_FS_H
+#ifndef ACCEL_BASE_FS_H
+#define ACCEL_BASE_FS_H
 
 #include <stddef.h>
 
@@ -52,8 +52,10 @@ char *accel__path_join(const char *a, const char *b);
 /* 1 when `path` is a directory / a regular file. */
 int accel__is_dir(const char *path);
 int accel__is_file(const char *path);
+/* What a stat mode is, for messages: "a directory", "a FIFO", "a socket", ... */
+const char *accel__file_kind(unsigned mode);
 
 /* Seconds since the epoch (for file names and timestamps; accel__now is monotonic). */
 double accel__wall_time(void);
 
-#endif /* ACCEL_CORE_FS_H */
+#endif /* ACCEL_BASE_FS_H */

@@ -1,8 +1,10 @@
 /*
- * The optimizer and clipping kernels: plain loops over parallel flat arrays, written so that
- * the compiler vectorises them, compiled for AVX-512 / AVX2 / baseline with runtime dispatch
- * (target_clones), and split over OpenMP threads when the range is large. Each element's
- * arithmetic follows torch.optim's single-tensor implementation in fp32, in the same order.
+ * The CPU device's optimizer kernels (SGD, Adam / AdamW): plain loops over parallel flat
+ * arrays, written so that the compiler vectorises them, compiled for AVX-512 / AVX2 / baseline
+ * with runtime dispatch (target_clones), and split over OpenMP threads when the range is large
+ * and the call is on the default stream. Each element's arithmetic follows torch.optim's
+ * single-tensor implementation in fp32, in the same order, so results are bit-identical
+ * whatever the vector width or thread count.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* -O2's "very cheap" cost model refuses any loop whose trip count is not a known multiple of
@@ -17,17 +19,8 @@
 #define HAVE_X86_ADAM 1
 #endif
 
-#include "core/cpu.h"
-#include "train_internal.h"
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define KERNEL
-#endif
-
-/* Below this many elements a kernel runs on the calling thread only. */
-#define PARALLEL_MIN 65536
+#include "base/cpu.h"
+#include "cpu_impl.h"
 
 KERNEL static void sgd_range(float *restrict p, const float *restrict g, float *restrict buf,
                              size_t n, float lr, float wd, float momentum, float dampening,
@@ -51,23 +44,27 @@ KERNEL static void sgd_range(float *restrict p, const float *restrict g, float *
     }
 }
 
-void accel__sgd_kernel(float *p, const float *g, float *buf, size_t n, float lr, float wd,
-                       float momentum, float dampening, int nesterov, int maximize, int first_step)
+void accel__cpu_sgd(const accel__sgd_args *a, int parallel)
 {
+    float *p = a->param, *buf = a->momentum_buf;
+    const float *g = a->grad;
+    size_t n = a->count;
 #ifdef ACCEL_HAVE_OPENMP
-    if (n >= PARALLEL_MIN) {
+    if (parallel && n >= ACCEL__CPU_PARALLEL_MIN) {
         const size_t chunk = 16384;
         long long nchunks = (long long)((n + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static)
         for (long long c = 0; c < nchunks; c++) {
             size_t lo = (size_t)c * chunk, len = (n - lo < chunk) ? n - lo : chunk;
-            sgd_range(p + lo, g + lo, buf ? buf + lo : NULL, len, lr, wd, momentum, dampening,
-                      nesterov, maximize, first_step);
+            sgd_range(p + lo, g + lo, buf ? buf + lo : NULL, len, a->lr, a->weight_decay,
+                      a->momentum, a->dampening, a->nesterov, a->maximize, a->first_step);
         }
         return;
     }
 #endif
-    sgd_range(p, g, buf, n, lr, wd, momentum, dampening, nesterov, maximize, first_step);
+    (void)parallel;
+    sgd_range(p, g, buf, n, a->lr, a->weight_decay, a->momentum, a->dampening, a->nesterov,
+              a->maximize, a->first_step);
 }
 
 /* Per-step Adam constants, derived once per range. */
@@ -166,12 +163,17 @@ static void adam_range(float *restrict p, const float *restrict g, float *restri
     adam_scalar(&c, p + done, g + done, m + done, v + done, vmax ? vmax + done : NULL, n - done);
 }
 
-void accel__adam_kernel(float *p, const float *g, float *m, float *v, float *vmax, size_t n,
-                        float lr, float wd, int decoupled, float beta1, float beta2, float eps,
-                        float bias_correction1, float bias_correction2_sqrt, int maximize)
+void accel__cpu_adam(const accel__adam_args *a, int parallel)
 {
+    float *p = a->param, *m = a->exp_avg, *v = a->exp_avg_sq, *vmax = a->max_exp_avg_sq;
+    const float *g = a->grad;
+    size_t n = a->count;
+    float lr = a->lr, wd = a->weight_decay, beta1 = a->beta1, beta2 = a->beta2, eps = a->eps;
+    float bias_correction1 = a->bias_correction1;
+    float bias_correction2_sqrt = a->bias_correction2_sqrt;
+    int decoupled = a->decoupled, maximize = a->maximize;
 #ifdef ACCEL_HAVE_OPENMP
-    if (n >= PARALLEL_MIN) {
+    if (parallel && n >= ACCEL__CPU_PARALLEL_MIN) {
         const size_t chunk = 16384;
         long long nchunks = (long long)((n + chunk - 1) / chunk);
 #pragma omp parallel for schedule(static)
@@ -184,55 +186,7 @@ void accel__adam_kernel(float *p, const float *g, float *m, float *v, float *vma
         return;
     }
 #endif
+    (void)parallel;
     adam_range(p, g, m, v, vmax, n, lr, wd, decoupled, beta1, beta2, eps, bias_correction1,
                bias_correction2_sqrt, maximize);
-}
-
-KERNEL static double sq_sum(const float *restrict g, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++) {
-        s += (double)g[i] * (double)g[i];
-    }
-    return s;
-}
-
-double accel__pow_sum(const float *g, size_t n, double p)
-{
-    if (p == 2.0) {
-        return sq_sum(g, n);
-    }
-    double s = 0;
-    if (p == 1.0) {
-        for (size_t i = 0; i < n; i++) {
-            s += fabs((double)g[i]);
-        }
-        return s;
-    }
-    for (size_t i = 0; i < n; i++) {
-        s += pow(fabs((double)g[i]), p);
-    }
-    return s;
-}
-
-double accel__abs_max(const float *g, size_t n)
-{
-    double mx = 0;
-    for (size_t i = 0; i < n; i++) {
-        double a = fabs((double)g[i]);
-        if (a > mx || a != a) {
-            mx = a;
-            if (a != a) {
-                return a; /* NaN propagates, as torch's norm */
-            }
-        }
-    }
-    return mx;
-}
-
-KERNEL void accel__scale(float *g, size_t n, float s)
-{
-    for (size_t i = 0; i < n; i++) {
-        g[i] *= s;
-    }
 }

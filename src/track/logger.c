@@ -12,7 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "accel/track.h"
+#include "core/internal.h"
 
 #define ONCE_MAX 64
 
@@ -54,7 +55,7 @@ static accel_log_level default_level(void)
             if (lv >= 0) {
                 return (accel_log_level)lv;
             }
-            accel__log(ACCEL__LOG_WARN, "%s=\"%s\" is not a log level; using info", vars[i], s);
+            accel__log(NULL, ACCEL__LOG_WARN, "%s=\"%s\" is not a log level; using info", vars[i], s);
         }
     }
     return ACCEL_LOG_INFO;
@@ -156,7 +157,7 @@ static void vlog(accel_logger *lg, accel_log_level level, accel_log_scope scope,
                 va_end(cp);
             }
             if (acc->n_ranks > 1 && accel_wait_for_everyone(acc) != ACCEL_OK) {
-                accel__log(ACCEL__LOG_ERROR, "logger %s: in_order barrier failed: %s", lg->name,
+                accel__log(&lg->acc->log, ACCEL__LOG_ERROR, "logger %s: in_order barrier failed: %s", lg->name,
                            accel_last_error(acc));
                 return;
             }

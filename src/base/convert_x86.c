@@ -8,8 +8,8 @@
  * immediate, ignore FTZ/DAZ, and quieten NaN keeping the top payload bits, exactly as half.h.
  * Loop tails go through the scalar code (AVX2) or masked loads and stores (AVX-512).
  */
-#include "core/half.h"
-#include "train/convert.h"
+#include "base/half.h"
+#include "base/convert.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 

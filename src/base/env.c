@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "internal.h"
+#include "base/base.h"
 
 static const accel__env_var env_table[] = {
     /* Process layout: torchrun / accel launch names first, then MPI and Slurm fallbacks. */
@@ -43,7 +43,7 @@ static const accel__env_var env_table[] = {
     /* Accelerate's variables, with Accelerate's meanings. */
     {"ACCELERATE_MIXED_PRECISION", ACCEL__ENV_STRING, "no", "no | fp16 | bf16 | fp8"},
     {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ACCEL__ENV_INT, "1",
-     "micro-steps per optimizer step (overrides the argument, as in Accelerate)"},
+     "micro-steps per optimizer step; the option, when set, wins (unlike Accelerate)"},
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false",
      "also check tensor shapes of reduce/broadcast across ranks (buffer collectives always are)"},
@@ -53,6 +53,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
     {"ACCEL_LOG_LEVEL", ACCEL__ENV_STRING, "warn", "debug | info | warn | error | off"},
     {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL, "force a backend: self | shm | mpi | nccl"},
+    {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
+     "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP); 1-3 not implemented yet"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},
@@ -68,13 +70,15 @@ static const accel__env_var env_table[] = {
     {"ACCEL_SHM_ZEROCOPY_NBYTES", ACCEL__ENV_INT, "2097152",
      "shm: in-place messages larger than this in accel_alloc_shared memory skip the copies "
      "(-1: never)"},
-    /* Tracking and logging (src/track, src/core/logger.c). */
+    /* Tracking and logging (src/track, src/track/logger.c). */
     {"ACCELERATE_LOG_LEVEL", ACCEL__ENV_STRING, NULL,
      "level of accel_get_logger loggers: debug | info | warning | error (default info)"},
     {"MLFLOW_TRACKING_URI", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: store root (a local path or file: URI; default logging_dir/mlruns)"},
     {"MLFLOW_EXPERIMENT_NAME", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: experiment name (default: the project name)"},
+    {"MLFLOW_RUN_ID", ACCEL__ENV_STRING, NULL,
+     "mlflow tracker: continue this existing run instead of starting a new one"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

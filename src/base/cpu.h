@@ -3,8 +3,8 @@
  * dtype conversions, optimizer kernels, `accel env`), so they always agree on what this CPU
  * can run. All features read 0 on a non-x86 build.
  */
-#ifndef ACCEL_CORE_CPU_H
-#define ACCEL_CORE_CPU_H
+#ifndef ACCEL_BASE_CPU_H
+#define ACCEL_BASE_CPU_H
 
 typedef enum accel__cpu_feature {
     ACCEL__CPU_AVX2,
@@ -23,4 +23,4 @@ int accel__cpu_has(accel__cpu_feature f);
 /* The feature's name as in /proc/cpuinfo ("avx512bw"). */
 const char *accel__cpu_feature_name(accel__cpu_feature f);
 
-#endif /* ACCEL_CORE_CPU_H */
+#endif /* ACCEL_BASE_CPU_H */

@@ -11,10 +11,10 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "core/cpu.h"
-#include "core/half.h"
-#include "core/internal.h"
-#include "train/convert.h"
+#include "base/cpu.h"
+#include "base/half.h"
+#include "base/base.h"
+#include "base/convert.h"
 
 /* ---- scalar kernels ---- */
 
@@ -134,10 +134,16 @@ void accel__f16_to_f32_n(float *dst, const uint16_t *src, size_t count)
 
 /* ---- accel_convert: the general path ---- */
 
+/* The real floats other than F64 (and the sub-byte ones, which have no conversions). */
 static int is_narrow_float(accel_dtype dt)
 {
-    return dt == ACCEL_F32 || dt == ACCEL_F16 || dt == ACCEL_BF16 || dt == ACCEL_F8_E4M3 ||
-           dt == ACCEL_F8_E5M2;
+    return accel_dtype_is_float(dt) && dt != ACCEL_F64 && accel_dtype_nbytes(dt) > 0;
+}
+
+/* Dtypes with element-wise conversions: all but C64 and the packed sub-byte ones. */
+static int convertible(accel_dtype dt)
+{
+    return dt != ACCEL_C64 && accel_dtype_nbytes(dt) > 0;
 }
 
 /* src[0, n) of a float dtype other than F64 -> f32 (exact). */
@@ -154,14 +160,14 @@ static void to_f32(float *dst, const void *src, accel_dtype dt, size_t n)
     case ACCEL_BF16:
         k->bf16_to_f32(dst, src, n);
         break;
-    case ACCEL_F8_E4M3:
+    default: /* the one-byte formats */
         for (size_t i = 0; i < n; i++) {
-            dst[i] = accel__f8e4m3_to_f32(((const uint8_t *)src)[i]);
-        }
-        break;
-    default: /* ACCEL_F8_E5M2 */
-        for (size_t i = 0; i < n; i++) {
-            dst[i] = accel__f8e5m2_to_f32(((const uint8_t *)src)[i]);
+            uint8_t v = ((const uint8_t *)src)[i];
+            dst[i] = dt == ACCEL_F8_E4M3       ? accel__f8e4m3_to_f32(v)
+                     : dt == ACCEL_F8_E5M2     ? accel__f8e5m2_to_f32(v)
+                     : dt == ACCEL_F8_E8M0     ? accel__f8e8m0_to_f32(v)
+                     : dt == ACCEL_F8_E4M3FNUZ ? accel__f8fnuz_to_f32(v, 3, 8)
+                                               : accel__f8fnuz_to_f32(v, 2, 16);
         }
         break;
     }
@@ -181,14 +187,14 @@ static void from_f32(void *dst, accel_dtype dt, const float *src, size_t n)
     case ACCEL_BF16:
         k->f32_to_bf16(dst, src, n);
         break;
-    case ACCEL_F8_E4M3:
+    default: /* the one-byte formats */
         for (size_t i = 0; i < n; i++) {
-            ((uint8_t *)dst)[i] = accel__f32_to_f8e4m3(src[i]);
-        }
-        break;
-    default: /* ACCEL_F8_E5M2 */
-        for (size_t i = 0; i < n; i++) {
-            ((uint8_t *)dst)[i] = accel__f32_to_f8e5m2(src[i]);
+            float f = src[i];
+            ((uint8_t *)dst)[i] = dt == ACCEL_F8_E4M3       ? accel__f32_to_f8e4m3(f)
+                                  : dt == ACCEL_F8_E5M2     ? accel__f32_to_f8e5m2(f)
+                                  : dt == ACCEL_F8_E8M0     ? accel__f32_to_f8e8m0(f)
+                                  : dt == ACCEL_F8_E4M3FNUZ ? accel__f32_to_f8fnuz(f, 3, 8)
+                                                            : accel__f32_to_f8fnuz(f, 2, 16);
         }
         break;
     }
@@ -212,8 +218,11 @@ static float round_to_odd_f32(double d)
     return accel__bits_f32(accel__f32_bits(f) | 1u);
 }
 
-/* Element i of an integer or BOOL buffer, as an int64. */
-static int64_t load_int(const void *p, accel_dtype dt, size_t i)
+/* Integers pass through 128 bits, so U64 and I64 both fit with room for saturation. */
+__extension__ typedef __int128 wide;
+
+/* Element i of an integer or BOOL buffer. */
+static wide load_int(const void *p, accel_dtype dt, size_t i)
 {
     switch (dt) {
     case ACCEL_I8:
@@ -226,14 +235,18 @@ static int64_t load_int(const void *p, accel_dtype dt, size_t i)
         return ((const uint16_t *)p)[i];
     case ACCEL_I32:
         return ((const int32_t *)p)[i];
+    case ACCEL_U32:
+        return ((const uint32_t *)p)[i];
     case ACCEL_I64:
         return ((const int64_t *)p)[i];
+    case ACCEL_U64:
+        return ((const uint64_t *)p)[i];
     default: /* ACCEL_BOOL */
         return ((const uint8_t *)p)[i] != 0;
     }
 }
 
-static void int_range(accel_dtype dt, int64_t *lo, int64_t *hi)
+static void int_range(accel_dtype dt, wide *lo, wide *hi)
 {
     switch (dt) {
     case ACCEL_I8:
@@ -251,6 +264,12 @@ static void int_range(accel_dtype dt, int64_t *lo, int64_t *hi)
     case ACCEL_I32:
         *lo = INT32_MIN, *hi = INT32_MAX;
         break;
+    case ACCEL_U32:
+        *lo = 0, *hi = UINT32_MAX;
+        break;
+    case ACCEL_U64:
+        *lo = 0, *hi = UINT64_MAX;
+        break;
     case ACCEL_BOOL:
         *lo = 0, *hi = 1;
         break;
@@ -260,9 +279,9 @@ static void int_range(accel_dtype dt, int64_t *lo, int64_t *hi)
     }
 }
 
-static void store_int(void *p, accel_dtype dt, size_t i, int64_t v)
+static void store_int(void *p, accel_dtype dt, size_t i, wide v)
 {
-    int64_t lo, hi;
+    wide lo, hi;
     int_range(dt, &lo, &hi);
     if (dt == ACCEL_BOOL) {
         v = v != 0;
@@ -285,14 +304,20 @@ static void store_int(void *p, accel_dtype dt, size_t i, int64_t v)
     case ACCEL_I32:
         ((int32_t *)p)[i] = (int32_t)v;
         break;
+    case ACCEL_U32:
+        ((uint32_t *)p)[i] = (uint32_t)v;
+        break;
+    case ACCEL_U64:
+        ((uint64_t *)p)[i] = (uint64_t)v;
+        break;
     default:
-        ((int64_t *)p)[i] = v;
+        ((int64_t *)p)[i] = (int64_t)v;
         break;
     }
 }
 
 /* Float -> integer: truncate toward zero, saturate, NaN -> 0; BOOL: nonzero (NaN too) -> 1. */
-static int64_t float_to_int(double d, accel_dtype dt)
+static wide float_to_int(double d, accel_dtype dt)
 {
     if (dt == ACCEL_BOOL) {
         return d != 0.0 || isnan(d);
@@ -300,7 +325,7 @@ static int64_t float_to_int(double d, accel_dtype dt)
     if (isnan(d)) {
         return 0;
     }
-    int64_t lo, hi;
+    wide lo, hi;
     int_range(dt, &lo, &hi);
     d = trunc(d);
     if (d <= (double)lo) {
@@ -309,7 +334,25 @@ static int64_t float_to_int(double d, accel_dtype dt)
     if (d >= (double)hi) { /* (double)INT64_MAX is 2^63: anything at or past it saturates */
         return hi;
     }
-    return (int64_t)d;
+    return (wide)d;
+}
+
+/* An integer as a double rounded to odd (exact when it fits in 53 bits): rounding that once
+ * more to any narrower float gives the correctly rounded value of the integer itself. */
+static double int_to_odd_double(wide v)
+{
+    double d = (double)v;
+    if ((wide)d == v) {
+        return d;
+    }
+    if ((d > 0) == ((wide)d > v)) { /* rounded away from zero: step back toward it */
+        d = nextafter(d, 0.0);
+    }
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    u |= 1;
+    memcpy(&d, &u, sizeof d);
+    return d;
 }
 
 /* Element i of any float dtype as a double (exact). */
@@ -338,11 +381,20 @@ static void store_float(void *p, accel_dtype dt, size_t i, double d)
 accel_status accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel_dtype src_dt,
                            size_t count)
 {
-    size_t dsize = accel_dtype_nbytes(dst_dt), ssize = accel_dtype_nbytes(src_dt);
-    if (dsize == 0 || ssize == 0) {
+    size_t dbits = accel_dtype_bits(dst_dt), sbits = accel_dtype_bits(src_dt);
+    if (dbits == 0 || sbits == 0) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_convert: %s %d is not a dtype",
-                             dsize == 0 ? "dst_dt" : "src_dt",
-                             dsize == 0 ? (int)dst_dt : (int)src_dt);
+                             dbits == 0 ? "dst_dt" : "src_dt",
+                             dbits == 0 ? (int)dst_dt : (int)src_dt);
+    }
+    if (dst_dt != src_dt && (!convertible(src_dt) || !convertible(dst_dt))) {
+        accel_dtype bad = convertible(src_dt) ? dst_dt : src_dt;
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "accel_convert: no conversion from %s to %s: %s",
+                             accel_dtype_name(src_dt), accel_dtype_name(dst_dt),
+                             bad == ACCEL_C64 ? "a complex value has no real counterpart"
+                                              : "safetensors does not fix how sub-byte values are "
+                                                "packed");
     }
     if (count == 0) {
         return ACCEL_OK;
@@ -352,9 +404,15 @@ accel_status accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel
                              dst == NULL ? "dst" : "src");
     }
     if (dst_dt == src_dt) {
-        memmove(dst, src, count * dsize); /* bit copy: NaN payloads stay as they are */
+        if (count * dbits % 8 != 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "accel_convert: %zu elements of %s do not fill whole bytes", count,
+                                 accel_dtype_name(dst_dt));
+        }
+        memmove(dst, src, count * dbits / 8); /* bit copy: NaN payloads stay as they are */
         return ACCEL_OK;
     }
+    size_t dsize = dbits / 8, ssize = sbits / 8;
     const unsigned char *s = src;
     unsigned char *d = dst;
     if (d < s + count * ssize && s < d + count * dsize) {
@@ -384,9 +442,10 @@ accel_status accel_convert(void *dst, accel_dtype dst_dt, const void *src, accel
         for (size_t i = 0; i < count; i++) {
             store_int(dst, dst_dt, i, float_to_int(load_float(src, src_dt, i), dst_dt));
         }
-    } else if (df) { /* integer -> float: through double (exact below 2^53), one rounding */
+    } else if (df) { /* integer -> float, one rounding: F64 directly, others through odd */
         for (size_t i = 0; i < count; i++) {
-            store_float(dst, dst_dt, i, (double)load_int(src, src_dt, i));
+            wide v = load_int(src, src_dt, i);
+            store_float(dst, dst_dt, i, dst_dt == ACCEL_F64 ? (double)v : int_to_odd_double(v));
         }
     } else { /* integer -> integer: saturating */
         for (size_t i = 0; i < count; i++) {

@@ -4,7 +4,7 @@
  * <path> sees either the old content or the new one, never a mix, even after a crash: data
  * goes to a temporary sibling, is fsynced, renamed over <path>, and the parent is fsynced.
  */
-#include "core/fs.h"
+#include "base/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "base/base.h"
 
 char *accel__path_join(const char *a, const char *b)
 {
@@ -45,6 +45,18 @@ int accel__is_file(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+const char *accel__file_kind(unsigned mode)
+{
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISLNK(mode)  ? "a symbolic link"
+                            : "a special file";
 }
 
 accel_status accel__fsync_dir(const char *dir)

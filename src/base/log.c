@@ -1,34 +1,47 @@
 /*
- * Library logging to stderr, one line per call, prefixed "[rank r/N]" once accel_init knows
- * the rank. The level comes from ACCEL_LOG_LEVEL (read at accel_init). Lines are written with
+ * Library logging to stderr, one line per call, prefixed "[rank r/N]" by the context of the
+ * handle that logs (an accelerator or communicator knows its rank; code without a handle uses
+ * the default context, level from ACCEL_LOG_LEVEL). Lines are written with
  * a single write(2) so processes sharing a terminal do not interleave mid-line.
  */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
 
-static int log_rank = -1, log_n_ranks = 0;
-static accel__log_level log_level = ACCEL__LOG_WARN;
+/* The handle-less context: level from ACCEL_LOG_LEVEL, read once (the variable is part of
+ * the environment a program starts with). */
+static accel__log_ctx default_ctx = {-1, 0, ACCEL__LOG_WARN};
+static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
-void accel__log_set_rank(int rank, int n_ranks)
+static void default_init(void)
 {
-    log_rank = rank;
-    log_n_ranks = n_ranks;
+    const char *s;
+    if (accel__env_string("ACCEL_LOG_LEVEL", &s) == ACCEL_OK) {
+        int level = accel__log_parse_level(s);
+        if (level >= 0) {
+            default_ctx.level = (accel__log_level)level;
+        }
+    }
 }
 
-void accel__log_set_level(accel__log_level level)
+const accel__log_ctx *accel__log_default(void)
 {
-    log_level = level;
+    pthread_once(&default_once, default_init);
+    return &default_ctx;
 }
 
-int accel__log_enabled(accel__log_level level)
+int accel__log_enabled(const accel__log_ctx *lc, accel__log_level level)
 {
-    return level >= log_level && level < ACCEL__LOG_OFF;
+    if (lc == NULL) {
+        lc = accel__log_default();
+    }
+    return level >= lc->level && level < ACCEL__LOG_OFF;
 }
 
 int accel__log_parse_level(const char *s)
@@ -59,16 +72,19 @@ int accel__log_parse_level(const char *s)
     return -1;
 }
 
-void accel__log(accel__log_level level, const char *fmt, ...)
+void accel__log(const accel__log_ctx *lc, accel__log_level level, const char *fmt, ...)
 {
     static const char *tags[] = {"DEBUG", "INFO", "WARN", "ERROR"};
-    if (!accel__log_enabled(level)) {
+    if (lc == NULL) {
+        lc = accel__log_default();
+    }
+    if (!accel__log_enabled(lc, level)) {
         return;
     }
     char line[2048];
     int n;
-    if (log_rank >= 0) {
-        n = snprintf(line, sizeof(line), "[rank %d/%d] accel %s: ", log_rank, log_n_ranks,
+    if (lc->rank >= 0) {
+        n = snprintf(line, sizeof(line), "[rank %d/%d] accel %s: ", lc->rank, lc->n_ranks,
                      tags[level]);
     } else {
         n = snprintf(line, sizeof(line), "accel %s: ", tags[level]);

@@ -3,8 +3,9 @@
  * accel/collectives.h): argument checks and error adoption around accel__comm_alloc, which
  * orders the allocation with the collectives and hands it to the backend (shm_sym.c, self.c).
  */
-#include "comm.h"
-#include "core/internal.h"
+#include "accel/collectives.h"
+#include "comm/comm.h"
+#include "internal.h"
 
 accel_status accel_alloc_shared(accel *acc, size_t nbytes, void **out)
 {

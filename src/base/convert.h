@@ -3,11 +3,11 @@
  * (mixed precision, compressed communication, checkpoints, nn autocast), and the per-ISA kernel
  * tables behind them so tests and benchmarks can compare every vector path with the scalar one.
  *
- * Every kernel produces exactly the bits of the scalar reference in src/core/half.h (RNE,
+ * Every kernel produces exactly the bits of the scalar reference in src/base/half.h (RNE,
  * subnormals kept, NaN quietened), whatever the CPU's FTZ/DAZ settings.
  */
-#ifndef ACCEL_TRAIN_CONVERT_H
-#define ACCEL_TRAIN_CONVERT_H
+#ifndef ACCEL_BASE_CONVERT_H
+#define ACCEL_BASE_CONVERT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -50,4 +50,4 @@ extern const accel__cvt_kernels accel__cvt_avx512_kernels;
 /* 1 when the x86 kernels are compiled in (x86-64 GCC/Clang). */
 extern const int accel__cvt_have_x86;
 
-#endif /* ACCEL_TRAIN_CONVERT_H */
+#endif /* ACCEL_BASE_CONVERT_H */

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Lists every #include that breaks the layering of ../shared/DESIGN.md §2 and exits 1 if there is
+# one. Run by `make test`; run it by hand from the repository root: scripts/check-layers.sh
+#
+#   cli -> (public API) -> ckpt, track, data, nn -> train -> core -> comm, device -> base
+#
+# - base includes only base and the public type headers (status.h, tensor.h).
+# - comm and device include only base, their own folder and the public type headers
+#   (comm also collectives.h, whose reduce-op and work-handle types it implements).
+# - core adds comm and device; train adds core.
+# - ckpt, data and track may use core, comm, device and base, never train's private headers
+#   (they reach models and optimizers through the state protocol) nor each other's.
+# - nn includes only base, its own folder and public headers (it reaches train through
+#   nn_param_sink and the public API).
+# - cli includes only public headers, base and its own folder.
+# - public headers include only public headers; only accel/cuda.h may include CUDA headers.
+# - examples include only public headers.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+
+# allowed[folder] = space-separated folders it may include from (besides itself and accel/).
+declare -A allowed=(
+    [base]=""
+    [comm]="base"
+    [device]="base"
+    [core]="base comm device"
+    [train]="base comm device core"
+    [ckpt]="base comm device core"
+    [data]="base comm device core"
+    [track]="base comm device core"
+    [nn]="base"
+    [cli]="base"
+)
+# Public headers the low layers may include (the rest of include/accel is API, not types).
+declare -A public_ok=(
+    [base]="status.h tensor.h"
+    [comm]="status.h tensor.h collectives.h"
+    [device]="status.h tensor.h"
+)
+
+bad=0
+report() {
+    echo "$1"
+    bad=1
+}
+
+for f in $(git ls-files 'src/*.c' 'src/*.h' 'src/*.cu' 'src/*.cuh' 2>/dev/null); do
+    folder=$(echo "$f" | cut -d/ -f2)
+    [ -n "${allowed[$folder]+x}" ] || {
+        report "$f: folder src/$folder is not a layer of DESIGN.md §2"
+        continue
+    }
+    while IFS=: read -r line inc; do
+        case "$inc" in
+        accel/*)
+            h=${inc#accel/}
+            if [ -n "${public_ok[$folder]+x}" ] && ! [[ " ${public_ok[$folder]} " == *" $h "* ]]; then
+                report "$f:$line: $folder may include only the public type headers (${public_ok[$folder]}), not $inc"
+            fi
+            ;;
+        */*)
+            target=${inc%%/*}
+            [ "$target" = "$folder" ] && continue
+            if ! [[ " ${allowed[$folder]} " == *" $target "* ]]; then
+                report "$f:$line: $folder may not include $inc (layer $target)"
+            fi
+            ;;
+        *) ;; # same folder
+        esac
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+        sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1:\2/')
+done
+
+for f in $(git ls-files 'include/accel/*.h' 2>/dev/null); do
+    while IFS=: read -r line inc; do
+        case "$inc" in
+        \"*) [[ "$inc" == \"*/* ]] && report "$f:$line: public header includes private $inc" ;;
+        \<cuda* | \<nccl* | \<cublas*)
+            [ "$(basename "$f")" = "cuda.h" ] || report "$f:$line: only accel/cuda.h may include $inc"
+            ;;
+        esac
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include' "$f" |
+        sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*([<"][^>"]+[>"]).*/\1:\2/')
+done
+
+for f in $(git ls-files 'examples/*.c' 'examples/*.cu' 2>/dev/null); do
+    while IFS=: read -r line inc; do
+        report "$f:$line: examples use the public API only, not \"$inc\""
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+        sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1:\2/')
+done
+
+if [ $bad -ne 0 ]; then
+    echo "check-layers: includes above break DESIGN.md §2 (see the rules at the top of $0)" >&2
+    exit 1
+fi
+echo "check-layers: every include follows DESIGN.md §2"

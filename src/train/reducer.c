@@ -1,0 +1,346 @@
+/*
+ * The reducer (DDP's Reducer): owns a model's gradient buckets end to end. It turns the
+ * geometry's buckets into communication ranges at prepare (from the first to the last
+ * trainable parameter, with the frozen ranges inside precomputed), counts readiness during a
+ * backward, launches each complete bucket strictly in bucket order on every process, runs the
+ * bf16 / fp16 compression as hooks of the collective (on the communication thread, not the
+ * training thread), waits, and records profiler spans.
+ *
+ * Invariants: launches follow bucket order, so every process issues the same collectives in
+ * the same order; a bucket's gradients belong to the communication thread from its launch
+ * until it is waited for; frozen gradients inside a communicated range are zeroed before it is
+ * sent, so they contribute nothing.
+ */
+#include <string.h>
+
+#include "core/profile.h"
+#include "train_internal.h"
+
+/* The reduction of a bucket: an average over all processes, except in a join region that
+ * divides by the processes still training (sum now, scale after). */
+static accel_reduce_op bucket_op(const accel_model *m)
+{
+    return (m->join_active && !m->join_divide_initial) ? ACCEL_SUM : ACCEL_AVG;
+}
+
+/* ---- building ---- */
+
+/* Communication ranges, trainable counts and each parameter's public bucket index, walking
+ * memory (backward) order, then the frozen ranges inside each communicated range. */
+static void build_ranges(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    for (int b = 0; b < r->n_buckets; b++) {
+        accel__bucket *bk = &r->buckets[b];
+        bk->model = m;
+        bk->index = b;
+        bk->offset = m->flat.buckets[b].offset;
+    }
+    for (int i = m->n_params - 1; i >= 0; i--) {
+        accel_param *p = &m->params[i];
+        accel__bucket *bk = &r->buckets[m->flat_bucket[i]];
+        p->bucket = p->frozen ? -1 : bk->index;
+        if (p->frozen) {
+            continue;
+        }
+        if (bk->n_params++ == 0) {
+            bk->offset = p->offset;
+            r->n_sent++;
+        }
+        bk->count = p->offset + p->numel - bk->offset;
+    }
+    int nf = 0, cur = -1;
+    for (int i = m->n_params - 1; i >= 0; i--) {
+        const accel_param *p = &m->params[i];
+        accel__bucket *bk = &r->buckets[m->flat_bucket[i]];
+        if (bk->index != cur) {
+            cur = bk->index;
+            bk->frozen_first = nf;
+        }
+        if (!p->frozen || p->offset < bk->offset || p->offset >= bk->offset + bk->count) {
+            continue;
+        }
+        accel__range *last = bk->n_frozen > 0 ? &r->frozen[nf - 1] : NULL;
+        if (last != NULL && last->offset + last->count == p->offset) {
+            last->count += p->numel;
+        } else {
+            r->frozen[nf++] = (accel__range){p->offset, p->numel};
+            bk->n_frozen++;
+        }
+    }
+}
+
+/* The compressed gradient buffer: symmetric memory when the gradients are (so compressed
+ * all-reduces stay zero-copy), else device memory. */
+static accel_status alloc_comm_buf(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    size_t nbytes = m->flat.padded_numel * sizeof(uint16_t);
+    void *p = NULL;
+    if (m->grad_shared) {
+        accel_status st = accel__comm_alloc(m->acc->comm, nbytes, &p);
+        if (st == ACCEL_OK) {
+            r->comm_buf = p;
+            r->comm_buf_shared = 1;
+            return ACCEL_OK;
+        }
+        accel__log(&m->acc->log, ACCEL__LOG_WARN,
+                   "accel_prepare: compressed gradients in plain memory (all-reduces copy "
+                   "them): %s",
+                   accel_last_error(NULL));
+    }
+    if (accel__dev_alloc(m->dev, nbytes, 1, &p) != ACCEL_OK) {
+        return accel__seterr(m->acc, ACCEL_ENOMEM,
+                             "accel_prepare: out of memory for the compressed gradient buffer "
+                             "(%zu elements)",
+                             m->flat.padded_numel);
+    }
+    r->comm_buf = p;
+    return ACCEL_OK;
+}
+
+accel_status accel__reducer_prepare(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    accel *acc = m->acc;
+    if (r->buckets != NULL) {
+        return ACCEL_OK;
+    }
+    r->zero_stage = acc->opt.zero_stage;
+    switch (r->zero_stage) {
+    case 0:
+        break; /* DDP: every bucket all-reduced in place */
+    case 1:    /* all-reduce, then each process steps its shard and the pieces are gathered */
+    case 2:    /* reduce-scatter each bucket into its owners' shards, gather after the step */
+    case 3:    /* as 2, parameters gathered per unit before use */
+    default:
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
+    }
+    r->n_buckets = m->flat.n_buckets;
+    r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
+    r->frozen = accel__calloc((size_t)m->n_params, sizeof(*r->frozen));
+    r->ready = accel__calloc((size_t)m->n_params, 1);
+    if (r->buckets == NULL || r->frozen == NULL || r->ready == NULL) {
+        accel__reducer_free(m);
+        return accel__seterr(acc, ACCEL_ENOMEM, "accel_prepare: out of memory for buckets");
+    }
+    build_ranges(m);
+    memset(r->ready, 1, (size_t)m->n_params);
+    int dt = acc->opt.comm_dtype;
+    r->comm_dtype = ACCEL_F32;
+    if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16)) {
+        r->comm_dtype = (accel_dtype)dt;
+        accel_status st = alloc_comm_buf(m);
+        if (st == ACCEL_OK) {
+            st = accel__stream_new(m->dev, &r->comm_stream);
+        }
+        if (st != ACCEL_OK) {
+            accel__reducer_free(m);
+            return accel__adopt_thread_error(acc, st);
+        }
+    }
+    return ACCEL_OK;
+}
+
+void accel__reducer_free(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    if (r->buckets != NULL) {
+        (void)accel__reducer_wait(m);
+    }
+    if (r->comm_buf_shared) {
+        (void)accel__comm_dealloc(m->acc->comm, r->comm_buf);
+    } else {
+        accel__dev_free(m->dev, r->comm_buf);
+    }
+    accel__stream_free(m->dev, r->comm_stream);
+    accel__free(r->buckets);
+    accel__free(r->frozen);
+    accel__free(r->ready);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- one backward ---- */
+
+/* DDP's bf16 / f16 compression hook, run by the communication thread around the collective:
+ * half the bytes on the wire; the comm layer accumulates in fp32 and rounds the result once. */
+static void compress(void *arg)
+{
+    accel__bucket *bk = arg;
+    accel_model *m = bk->model;
+    accel__reducer *r = &m->red;
+    (void)accel__dev_convert(m->dev,
+                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
+                             accel__grad_span(m, bk->offset, bk->count), r->comm_stream);
+}
+
+static void decompress(void *arg)
+{
+    accel__bucket *bk = arg;
+    accel_model *m = bk->model;
+    accel__reducer *r = &m->red;
+    (void)accel__dev_convert(m->dev, accel__grad_span(m, bk->offset, bk->count),
+                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
+                             r->comm_stream);
+}
+
+static accel_status launch_bucket(accel_model *m, int b)
+{
+    accel__reducer *r = &m->red;
+    accel__bucket *bk = &r->buckets[b];
+    if (bk->n_params == 0) {
+        return ACCEL_OK; /* every parameter frozen: nothing to send */
+    }
+    for (int k = 0; k < bk->n_frozen; k++) {
+        const accel__range *fr = &r->frozen[bk->frozen_first + k];
+        accel_status st = accel__dev_zero(m->dev, accel__grad_span(m, fr->offset, fr->count), NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
+    float *g = m->grad + bk->offset;
+    accel__coll op = {ACCEL__COLL_ALLREDUCE, g, g, bk->count, ACCEL_F32, bucket_op(m), 0};
+    accel__coll_hooks hooks = {NULL, NULL, bk};
+    if (r->comm_buf != NULL) {
+        op.send = op.recv = r->comm_buf + bk->offset;
+        op.dtype = r->comm_dtype;
+        hooks.pre = compress;
+        hooks.post = decompress;
+    }
+    bk->launch_time = accel__now();
+    bk->done_time = 0;
+    accel_status st = accel__comm_run_hooked(m->acc->comm, &op, &hooks, &bk->work);
+    if (st != ACCEL_OK) {
+        bk->work = NULL;
+        return accel__adopt_thread_error(m->acc, st);
+    }
+    return ACCEL_OK;
+}
+
+/* The profiler span of a bucket seen complete (once). */
+static void note_done(accel_model *m, accel__bucket *bk)
+{
+    if (bk->done_time == 0) {
+        bk->done_time = accel__now();
+        accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
+                         bk->done_time, "bucket", bk->index);
+    }
+}
+
+/* Launches every consecutive ready bucket from next_launch on, then notes completions. */
+static accel_status launch_ready(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    while (r->next_launch < r->n_buckets && r->buckets[r->next_launch].pending == 0) {
+        ACCEL_TRY(launch_bucket(m, r->next_launch));
+        r->next_launch++;
+    }
+    for (int b = 0; b < r->next_launch; b++) {
+        accel__bucket *bk = &r->buckets[b];
+        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
+            note_done(m, bk);
+        }
+    }
+    return ACCEL_OK;
+}
+
+void accel__reducer_begin(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    memset(r->ready, 0, (size_t)m->n_params);
+    for (int b = 0; b < r->n_buckets; b++) {
+        r->buckets[b].pending = r->buckets[b].n_params;
+        r->buckets[b].launch_time = r->buckets[b].done_time = 0;
+    }
+    r->next_launch = 0;
+}
+
+accel_status accel__reducer_ready(accel_model *m, int index)
+{
+    accel__reducer *r = &m->red;
+    const accel_param *p = &m->params[index];
+    if (r->ready[index]) {
+        return accel__seterr(m->acc, ACCEL_EINVAL,
+                             "accel_grad_ready: parameter %d \"%s\" marked ready twice in one "
+                             "backward",
+                             index, p->name);
+    }
+    r->ready[index] = 1;
+    if (p->frozen || !m->comm_now) {
+        return ACCEL_OK;
+    }
+    accel__bucket *bk = &r->buckets[p->bucket];
+    bk->pending--;
+    if (bk->pending == 0 && m->acc->opt.overlap_comm != 0 && m->comm_err == ACCEL_OK) {
+        accel_status st = launch_ready(m);
+        if (st != ACCEL_OK) {
+            m->comm_err = st; /* reported again by accel_backward_end */
+        }
+        return st;
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__reducer_finish(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    accel_status st = m->comm_err;
+    if (m->comm_now && st == ACCEL_OK) {
+        for (int b = 0; b < r->n_buckets; b++) {
+            r->buckets[b].pending = 0;
+        }
+        st = launch_ready(m);
+    }
+    accel__prof_begin(m->acc, "allreduce wait", ACCEL__PROF_COMM);
+    accel_status wst = accel__reducer_wait(m);
+    accel__prof_end(m->acc);
+    memset(r->ready, 1, (size_t)m->n_params);
+    return st != ACCEL_OK ? st : wst;
+}
+
+accel_status accel__reducer_wait(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    accel_status first = ACCEL_OK;
+    for (int b = 0; b < r->n_buckets; b++) {
+        accel__bucket *bk = &r->buckets[b];
+        if (bk->work == NULL) {
+            continue;
+        }
+        accel_status st = accel_work_wait(bk->work);
+        note_done(m, bk);
+        accel_work_free(bk->work);
+        bk->work = NULL;
+        if (st != ACCEL_OK && first == ACCEL_OK) {
+            first = st;
+        }
+    }
+    return first;
+}
+
+accel_status accel__reducer_scale(accel_model *m, float factor)
+{
+    accel__reducer *r = &m->red;
+    for (int b = 0; b < r->n_buckets; b++) {
+        const accel__bucket *bk = &r->buckets[b];
+        accel_status st =
+            accel__dev_scale(m->dev, accel__grad_span(m, bk->offset, bk->count), factor, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel__reducer_mirror(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    ACCEL_TRY(accel__model_zero_grad(m));
+    accel_status st = ACCEL_OK;
+    for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
+        st = launch_bucket(m, b);
+    }
+    accel_status wst = accel__reducer_wait(m);
+    return st != ACCEL_OK ? st : wst;
+}
