@@ -13,11 +13,12 @@
  * exit mark) or an expired deadline is written into the abort word so every other rank fails at
  * once with the same diagnosis.
  *
- * Declarations: before its first sync every call writes (kind, count, dtype, op, root, number)
- * into this rank's first line, next to the progress word that peers read anyway; the first sync
- * then compares every rank's against rank 0's before any data is touched. All earlier calls
- * matched, so they took the same number of syncs: the first differing call is found at the same
- * sync on every rank, and every rank reports the same pair.
+ * Declarations: every call declares (kind, count, dtype, op, root) as two words, which its first
+ * sync writes into this rank's first line together with the progress word that peers read
+ * anyway; after that sync every rank compares all declarations with its own before any data is
+ * touched. All earlier calls matched, so they took the same number of syncs: the first differing
+ * call is found at the same sync on every rank, and every rank reports the same pair (rank 0's
+ * call and the first that differs from it).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -30,8 +30,8 @@ typedef struct accel__shm_header {
     uint64_t creator_start; /* /proc start time of creator_pid (clock ticks after boot) */
     _Atomic int32_t attached;
     _Atomic int32_t unlinked; /* the last rank to attach removed the name */
-    /* reason | status << 8 | rank << 16 | pid << 32 (accel__shm_why), 0 while the job is
-     * healthy; written once (CAS). */
+    /* why | rank << 8 | pid << 32 (accel__shm_why), 0 while the job is healthy; written once
+     * (CAS). */
     _Alignas(64) _Atomic uint64_t abort_word;
 } accel__shm_header;
 
@@ -68,7 +68,7 @@ enum { ACCEL__SHM_LEFT_FREED = 1, ACCEL__SHM_LEFT_EXITED = 2 };
 typedef enum accel__shm_why {
     ACCEL__SHM_DIED = 1,   /* EPEER: the rank's process is gone */
     ACCEL__SHM_TIMEOUT,    /* ETIMEDOUT: the rank did not arrive in time */
-    ACCEL__SHM_OTHER_CALL, /* EINVAL: the rank was at another allocation */
+    ACCEL__SHM_OTHER_CALL, /* EINVAL: the rank was at another call or allocation */
     ACCEL__SHM_EXITED,     /* EPEER: the rank left the job (accel_free or exit): see its line */
     ACCEL__SHM_CLASH       /* EINVAL: another process (pid) claimed the rank at the rendezvous */
 } accel__shm_why;

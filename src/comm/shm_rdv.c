@@ -13,7 +13,9 @@
  * second process 0 cannot serve it (a clear error), and its other processes reach the first
  * job's store, where each rank is claimed twice. The second claimant of a rank cannot know
  * which of the two is the impostor, so it stops the job that has the rank too: both jobs fail
- * with a message naming the address, and neither computes with the other's processes.
+ * with a message naming the address, and neither computes with the other's processes. A process
+ * 0 whose setup failed leaves its store serving until it exits (accel__store_abandon): the
+ * others still read why, and a late process 0 of another job cannot take the port over.
  */
 #include <stdatomic.h>
 #include <stdio.h>
