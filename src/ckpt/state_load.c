@@ -89,21 +89,21 @@ void accel__state_plan_free(accel__state_plan *p)
     accel__free(p);
 }
 
-/* Room for one more element in a growable array (of `size`-byte elements). */
-static int grow(void **v, size_t *cap, size_t n, size_t size)
+/* The array v of n elements of `size` bytes with room for one more (grown by doubling
+ * *cap), or NULL with ACCEL_ENOMEM set (v unchanged). */
+static void *grow(void *v, size_t *cap, size_t n, size_t size)
 {
     if (n < *cap) {
-        return 1;
+        return v;
     }
     size_t c = *cap ? 2 * *cap : 16;
-    void *nv = accel__realloc(*v, c * size);
+    void *nv = accel__realloc(v, c * size);
     if (nv == NULL) {
         accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-        return 0;
+        return NULL;
     }
-    *v = nv;
     *cap = c;
-    return 1;
+    return nv;
 }
 
 /* ---- the reader's side: copies, stages, positions ---- */
@@ -112,9 +112,11 @@ accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void 
 {
     /* In pieces, so the copies spread over the process's CPUs. */
     for (size_t off = 0; off < nbytes; off += COPY_PIECE) {
-        if (!grow((void **)&p->copies, &p->cap_copies, p->n_copies, sizeof(copy_job))) {
+        copy_job *copies = grow(p->copies, &p->cap_copies, p->n_copies, sizeof(*copies));
+        if (copies == NULL) {
             return ACCEL_ENOMEM;
         }
+        p->copies = copies;
         size_t n = nbytes - off < COPY_PIECE ? nbytes - off : COPY_PIECE;
         p->copies[p->n_copies++] = (copy_job){(char *)dst + off, (const char *)src + off, n};
         p->copy_nbytes += n;
@@ -126,11 +128,13 @@ void *accel__state_plan_stage(accel__state_plan *p, accel__object *obj, size_t n
                               void (*apply)(accel__object *obj, void *data))
 {
     void *data = accel__calloc(1, nbytes ? nbytes : 1);
-    if (data == NULL || !grow((void **)&p->stages, &p->cap_stages, p->n_stages, sizeof(stage))) {
+    stage *stages = data ? grow(p->stages, &p->cap_stages, p->n_stages, sizeof(*stages)) : NULL;
+    if (stages == NULL) {
         accel__free(data);
         accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
         return NULL;
     }
+    p->stages = stages;
     p->stages[p->n_stages++] = (stage){obj, apply, data};
     return data;
 }
@@ -140,9 +144,11 @@ accel_status accel__state_plan_stage_first(accel__state_plan *p, accel__object *
                                                                  const void *data, size_t n),
                                            const void *data, size_t n)
 {
-    if (!grow((void **)&p->firsts, &p->cap_firsts, p->n_firsts, sizeof(first_stage))) {
+    first_stage *firsts = grow(p->firsts, &p->cap_firsts, p->n_firsts, sizeof(*firsts));
+    if (firsts == NULL) {
         return ACCEL_ENOMEM;
     }
+    p->firsts = firsts;
     p->firsts[p->n_firsts++] = (first_stage){obj, apply, data, n};
     return ACCEL_OK;
 }
@@ -150,9 +156,11 @@ accel_status accel__state_plan_stage_first(accel__state_plan *p, accel__object *
 accel_status accel__state_plan_position(accel__state_plan *p, const accel__state_reader *r,
                                         const int64_t v[3])
 {
-    if (!grow((void **)&p->owners, &p->cap_pos, p->n_pos, sizeof(position_owner))) {
+    position_owner *owners = grow(p->owners, &p->cap_pos, p->n_pos, sizeof(*owners));
+    if (owners == NULL) {
         return ACCEL_ENOMEM;
     }
+    p->owners = owners;
     int64_t *pos = accel__realloc(p->pos, (2 + 3 * (p->n_pos + 1)) * sizeof(int64_t));
     if (pos == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
