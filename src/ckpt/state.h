@@ -2,8 +2,9 @@
  * Private interface of save_state / load_state. src/ckpt/state.c orchestrates (naming,
  * collectives, hooks, commit, registered objects); state_io.c collects the objects and writes
  * their files; state_load.c plans (opens and validates everything) and applies a load;
- * state_proto.c implements the state protocol's writer and reader (core/state_proto.h).
- * ckpt knows objects only through their class (core/object.h) and this folder protocol.
+ * state_writer.c and state_reader.c implement the state protocol's writer and reader
+ * (core/state_proto.h). ckpt knows objects only through their class (core/object.h) and this
+ * folder protocol.
  */
 #ifndef ACCEL_CKPT_STATE_H
 #define ACCEL_CKPT_STATE_H
@@ -77,7 +78,7 @@ void accel__state_plan_position_owner(const accel__state_plan *p, size_t i, cons
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p);
 void accel__state_plan_free(accel__state_plan *p);
 
-/* ---- the protocol's writer and reader (state_proto.c), as the orchestration drives them ---- */
+/* ---- the protocol's writer and reader (state_writer.c, state_reader.c), as ckpt drives them */
 
 #define ACCEL__STATE_DEPTH 8     /* nested JSON containers */
 #define ACCEL__STATE_NAME_MAX 96 /* file names */

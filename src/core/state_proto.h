@@ -2,8 +2,8 @@
  * The state protocol: how an object (core/object.h) saves its state into a checkpoint and
  * loads it back, without knowing files, formats or processes. Declared here so every module
  * can implement its objects' state_save / state_load; implemented by src/ckpt
- * (state_proto.c), which owns the folder, the file formats, verification and the collective
- * protocol (docs/checkpoint.md, "The state protocol").
+ * (state_writer.c, state_reader.c), which owns the folder, the file formats, verification and
+ * the collective protocol (docs/checkpoint.md, "The state protocol").
  *
  * Saving: state_save puts named tensors (views, read when the file is written, so they must
  * stay valid and unchanged until state_save's caller returns) and JSON values into a writer.
