@@ -25,7 +25,9 @@
  *   - Failures set the thread's error (accel__seterr(NULL, ...)) naming the function and the
  *     culprit (an unsupported dtype, a count mismatch) and return its status; nothing is
  *     written then.
- * Results are deterministic: the same inputs give the same bits whatever the thread count.
+ * Results are deterministic: the same inputs give the same bits whatever the thread count, and
+ * every backend gives the CPU's bits for the element-wise kernels and abs_max (except the
+ * payload of a NaN that arithmetic makes) and pow_sum's to rounding.
  */
 #ifndef ACCEL_DEVICE_H
 #define ACCEL_DEVICE_H

@@ -2,12 +2,12 @@
  * The CUDA device's kernels behind kernels.h: casts, scale, clamp, the inf/NaN checks, the
  * norms' reductions and the SGD / Adam updates over flat device arrays.
  *
- * Invariants: element-wise results are those of the CPU device bit for bit (each float
- * operation is an explicitly rounded __f*_rn intrinsic, the build also passes -fmad=false, and
- * the narrow-float conversions are the integer routines of src/base/half.h, written again for
- * the device); reductions use a grid whose shape depends only on the element count, a fixed
- * per-thread order and a fixed tree, so the same input gives the same bits on every run and
- * every GPU; no floating-point atomics anywhere.
+ * Invariants: element-wise results are those of the CPU device bit for bit, NaN payloads made
+ * by arithmetic aside (each float operation is an explicitly rounded __f*_rn intrinsic, the
+ * build also passes -fmad=false, and the narrow-float conversions are the integer routines of
+ * src/base/half.h, written again for the device); reductions use a grid whose shape depends only on
+ * the element count, a fixed per-thread order and a fixed tree, so the same input gives the same
+ * bits on every run and every GPU; no floating-point atomics anywhere.
  */
 #include <math.h>
 

@@ -6,9 +6,11 @@
  *
  * Every element-wise kernel computes, element for element, the arithmetic of the CPU device
  * with explicitly rounded single operations (no fused multiply-add), so results are
- * bit-identical to the CPU's. Reductions sum in double in a fixed order that depends only on
- * the element count (never on timing or on the GPU model), so they are deterministic; the order
- * differs from the CPU's sequential one, so sums agree with it to rounding, not to the bit.
+ * bit-identical to the CPU's, except the payload of a NaN that arithmetic produces (the GPU's
+ * is canonical, x86 keeps an operand's; conversions keep payloads exactly as the CPU does).
+ * Reductions sum in double in a fixed order that depends only on the element count (never on timing
+ * or on the GPU model), so they are deterministic; the order differs from the CPU's sequential one,
+ * so sums agree with it to rounding, not to the bit.
  */
 #ifndef ACCEL_DEVICE_CUDA_KERNELS_H
 #define ACCEL_DEVICE_CUDA_KERNELS_H
