@@ -19,8 +19,10 @@ static const accel__env_var env_table[] = {
     {"WORLD_SIZE", ACCEL__ENV_INT, NULL, "number of processes in the job"},
     {"LOCAL_RANK", ACCEL__ENV_INT, NULL, "process index on this machine"},
     {"LOCAL_WORLD_SIZE", ACCEL__ENV_INT, NULL, "number of processes on this machine"},
-    {"MASTER_ADDR", ACCEL__ENV_STRING, "127.0.0.1", "address of the rendezvous (process 0)"},
-    {"MASTER_PORT", ACCEL__ENV_INT, "29500", "port of the rendezvous"},
+    {"MASTER_ADDR", ACCEL__ENV_STRING, "127.0.0.1",
+     "address of the rendezvous: process 0 serves the job's store there without ACCEL_JOB_ID"},
+    {"MASTER_PORT", ACCEL__ENV_INT, "29500",
+     "port of the rendezvous (accel launch --main_process_port 0 picks a free one)"},
     {"OMPI_COMM_WORLD_RANK", ACCEL__ENV_INT, NULL, "Open MPI: global rank"},
     {"OMPI_COMM_WORLD_SIZE", ACCEL__ENV_INT, NULL, "Open MPI: number of processes"},
     {"OMPI_COMM_WORLD_LOCAL_RANK", ACCEL__ENV_INT, NULL, "Open MPI: rank on this machine"},
@@ -43,7 +45,8 @@ static const accel__env_var env_table[] = {
     {"ACCELERATE_GRADIENT_ACCUMULATION_STEPS", ACCEL__ENV_INT, "1",
      "micro-steps per optimizer step; the option, when set, wins (unlike Accelerate)"},
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
-    {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false", "check collective shapes across ranks"},
+    {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false",
+     "also check tensor shapes of reduce/broadcast across ranks (buffer collectives always are)"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
 
     /* accel's own. */
@@ -53,7 +56,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP); 1-3 not implemented yet"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
-     "job identifier naming shared resources (set by accel launch)"},
+     "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
+     "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
      "threads per process (OpenMP, BLAS); accel launch sets cores / processes when unset"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",

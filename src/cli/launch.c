@@ -1,9 +1,9 @@
 /*
  * `accel launch`: checks the options and the program, sets the job's environment (the names
- * torchrun and Accelerate use), hands the processes to the supervisor and, whatever happened,
- * removes shared-memory segments the job left in /dev/shm. Usage errors (bad flag, missing or
- * non-executable program, unusable log directory) are reported before anything is started
- * and exit 2.
+ * torchrun and Accelerate use, and a random ACCEL_JOB_ID), hands the processes to the
+ * supervisor and, whatever happened, removes shared-memory segments the job left in /dev/shm.
+ * Usage errors (bad flag, missing or non-executable program, unusable log directory) are
+ * reported before anything is started and exit 2.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -13,9 +13,9 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "launch.h"
 
@@ -164,7 +164,7 @@ static int free_port(void)
 static void remove_job_shm(const char *job_id)
 {
     char prefix[128];
-    int n = snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)getuid(), job_id);
+    int n = snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)geteuid(), job_id);
     DIR *d = opendir("/dev/shm");
     if (d == NULL || n <= 0) {
         if (d != NULL) {
@@ -276,16 +276,22 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
 
-    if (port == 0 && (port = free_port()) < 0) {
-        fprintf(stderr, "accel launch: error: could not find a free port: %s\n", strerror(errno));
+    if (port == 0) {
+        if ((port = free_port()) < 0) {
+            fprintf(stderr, "accel launch: error: could not find a free port: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+        fprintf(stderr, "accel launch: main process port %ld\n", port);
+    }
+    /* Random per launch (also for launches nested in a job, which inherit an ACCEL_JOB_ID): it
+     * names the job's shared memory, which nobody must be able to guess and create first. */
+    char job_id[64];
+    if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
+        fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                strerror(errno));
         return 1;
     }
-    /* Unique per launch even for launches nested in a job (which inherit an ACCEL_JOB_ID). */
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    char job_id[64];
-    snprintf(job_id, sizeof(job_id), "%ld-%lld", (long)getpid(),
-             (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
 
     if (threads == 0) {
         const char *omp = getenv("OMP_NUM_THREADS");
