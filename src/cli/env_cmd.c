@@ -1,6 +1,7 @@
 /*
  * `accel env`: the facts to paste into a bug report (as `accelerate env`): version, OS, CPU
- * and its vector extensions, which communication backends this build contains, and every
+ * and its vector extensions, which communication backends this build contains, in a CUDA build
+ * the GPUs with the CUDA driver, runtime and NCCL versions, and every
  * environment variable accel reads, straight from the library's table (src/base/env.c), with
  * its current value, default and meaning. Reads only; changes nothing.
  */
@@ -13,6 +14,9 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
+#if defined(ACCEL_HAVE_CUDA)
+#include "accel/cuda.h"
+#endif
 #include "cli.h"
 #include "base/cpu.h"
 #include "base/base.h"
@@ -28,8 +32,8 @@ const cli_verb cli_verb_env = {
     .summary = "print version, system and configuration facts for bug reports",
     .positional = NULL,
     .description = "Prints accel's version, the OS and CPU, the communication backends built in,\n"
-                   "and every environment variable accel reads with its current value, default\n"
-                   "and meaning.",
+                   "the GPUs and CUDA driver, runtime and NCCL versions (CUDA builds), and every\n"
+                   "environment variable accel reads with its current value, default and meaning.",
     .options = env_options,
     .run = run_env,
 };
@@ -118,6 +122,11 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
 #endif
 #if defined(ACCEL_HAVE_CUDA)
     printf("- CUDA: built in\n");
+    char gpu[4096];
+    accel_cuda_report(gpu, sizeof(gpu));
+    for (char *line = strtok(gpu, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        printf("  - %s\n", line);
+    }
 #else
     printf("- CUDA: not built in\n");
 #endif

@@ -91,11 +91,12 @@ static void describe(const cfg_value *v, char *out, size_t cap)
 
 /* ---- the keys ---- */
 
-/* Why GPU setups do not run, true for this build. */
+/* Why a GPU setting does not apply, true for this build. A CUDA build runs MULTI_GPU (each
+ * process takes GPU LOCAL_RANK, src/core/device_select.c) but picks GPUs itself. */
 #if defined(ACCEL_HAVE_CUDA)
-#define NO_GPU "GPU training is not implemented yet, accel runs on the CPU"
+#define NO_GPU "accel does not pick GPUs by id; set CUDA_VISIBLE_DEVICES"
 #else
-#define NO_GPU "this build of accel has no CUDA (and GPU training is not implemented yet)"
+#define NO_GPU "this build of accel has no CUDA (configure with -DACCEL_CUDA=ON)"
 #endif
 
 typedef accel_status (*key_fn)(accel__config *c, const char *key, const cfg_value *v);
@@ -466,7 +467,8 @@ static accel_status parse(accel__config *c, FILE *f)
 /* The distributed types of Accelerate (0.18 to 1.14) other than NO and MULTI_CPU, and why
  * accel does not run them. */
 static const char *const not_run[][2] = {
-    {"MULTI_GPU", NO_GPU "; use MULTI_CPU or NO"},
+    {"MULTI_GPU", "this build of accel has no CUDA (configure with -DACCEL_CUDA=ON); use "
+                  "MULTI_CPU or NO"},
     {"DEEPSPEED", "DeepSpeed is not implemented"},
     {"FSDP", "FSDP is not implemented"},
     {"MEGATRON_LM", "Megatron-LM is not implemented"},
@@ -500,7 +502,13 @@ static accel_status validate(accel__config *c)
                              c->path);
     }
     snprintf(v.text, sizeof(v.text), "%s", c->distributed_type);
-    if (strcmp(c->distributed_type, "NO") == 0 || strcmp(c->distributed_type, "MULTI_CPU") == 0) {
+#if defined(ACCEL_HAVE_CUDA)
+    int gpu_ok = strcmp(c->distributed_type, "MULTI_GPU") == 0;
+#else
+    int gpu_ok = 0;
+#endif
+    if (strcmp(c->distributed_type, "NO") == 0 || strcmp(c->distributed_type, "MULTI_CPU") == 0 ||
+        gpu_ok) {
         if (strcmp(c->distributed_type, "NO") == 0 && c->num_processes < 0) {
             c->num_processes = 1;
         }
