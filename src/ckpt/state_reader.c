@@ -391,16 +391,20 @@ static accel_status get_piece(accel__state_reader *r, const char *full, accel_te
             accel_dtype_name(piece.dtype), accel__shape_str(b, sizeof b, whole->ndim, whole->shape),
             r->noun);
     }
+    if (piece.device.type != ACCEL_DEVICE_CPU) {
+        return accel__state_fail(r, ACCEL_EUNSUPPORTED,
+                                 "tensor %s: loading into cuda:%d memory is not supported yet "
+                                 "(move the model to the CPU first)",
+                                 full, piece.device.index);
+    }
     int64_t total = accel_tensor_numel(&t), n = accel_tensor_numel(&piece);
     size_t bits = accel_dtype_bits(t.dtype);
-    if (piece.device.type != ACCEL_DEVICE_CPU || whole->offset < 0 || n > total - whole->offset ||
-        ((size_t)whole->offset * bits) % 8 != 0 || (piece.data == NULL && n > 0)) {
+    if (whole->offset < 0 || n > total - whole->offset || ((size_t)whole->offset * bits) % 8 != 0 ||
+        (piece.data == NULL && n > 0)) {
         return accel__state_fail(r, ACCEL_EINVAL,
-                                 "tensor %s: elements %lld to %lld of %lld into %s memory are not "
-                                 "a piece of it",
+                                 "tensor %s: elements %lld to %lld of %lld are not a piece of it",
                                  full, (long long)whole->offset, (long long)(whole->offset + n),
-                                 (long long)total,
-                                 piece.device.type == ACCEL_DEVICE_CPU ? "host" : "device");
+                                 (long long)total);
     }
     r->f->read[i] = 1;
     size_t off = (size_t)whole->offset * bits / 8;

@@ -78,9 +78,14 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
         whole->ndim > ACCEL_MAX_DIMS) {
         return wfail(w, ACCEL_EINVAL, "a tensor without a name or shape");
     }
-    if (piece.device.type != ACCEL_DEVICE_CPU ||
-        (piece.data == NULL && accel_tensor_numel(&piece) > 0)) {
-        return wfail(w, ACCEL_EINVAL, "tensor %s is not in host memory", name);
+    if (piece.device.type != ACCEL_DEVICE_CPU) {
+        return wfail(w, ACCEL_EUNSUPPORTED,
+                     "tensor %s is on cuda:%d: checkpointing device memory is not supported yet "
+                     "(move the model to the CPU first)",
+                     name, piece.device.index);
+    }
+    if (piece.data == NULL && accel_tensor_numel(&piece) > 0) {
+        return wfail(w, ACCEL_EINVAL, "tensor %s has no data", name);
     }
     int64_t total = numel_of(whole->ndim, whole->shape), n = accel_tensor_numel(&piece);
     if (whole->offset != 0 || n != total) {

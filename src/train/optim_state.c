@@ -16,7 +16,8 @@
 /*
  * Calls fn(arg, name, view) for every state tensor of opt: per buffer (SGD: momentum_buffer;
  * Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), per parameter, named as torch's
- * state_dict names them, viewed with the parameter's shape. Absent buffers are skipped.
+ * state_dict names them, viewed with the parameter's shape on the model's device. Absent
+ * buffers are skipped.
  */
 static accel_status each_tensor(const accel_optimizer *opt,
                                 accel_status (*fn)(void *arg, const char *name, accel_tensor t),
@@ -33,8 +34,9 @@ static accel_status each_tensor(const accel_optimizer *opt,
             const accel_param *p = &m->params[i];
             char name[ACCEL_PARAM_NAME_MAX + 32];
             snprintf(name, sizeof name, "%s%s", names[b], p->name);
-            ACCEL_TRY(fn(arg, name,
-                         accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape)));
+            accel_tensor t = accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape);
+            t.device = p->data_view.device; /* the state lives with the weights */
+            ACCEL_TRY(fn(arg, name, t));
         }
     }
     return ACCEL_OK;

@@ -10,7 +10,8 @@
  *  - every refusal names the folder, the file and the tensor (both shapes) or the key path,
  *    and modifies nothing (the staged apply never runs, no tensor is copied);
  *  - a writer misused by its object (a key put twice, a tensor in a JSON part, a container
- *    left open) fails the save naming the file.
+ *    left open) fails the save naming the file;
+ *  - device memory is refused (ACCEL_EUNSUPPORTED) on both sides, before any byte moves.
  */
 #include <stdint.h>
 #include <string.h>
@@ -28,10 +29,11 @@ enum {
     LOAD_PATH,      /* asks for a key missing inside a nested array element */
     LOAD_TYPE,      /* reads a string as an integer */
     LOAD_PIECE,     /* loads elements 2..4 of "w" as a shard */
-    LOAD_MISMATCH   /* refuses the value "b" as not fitting the live object */
+    LOAD_MISMATCH,  /* refuses the value "b" as not fitting the live object */
+    LOAD_DEVICE     /* loads "w" into (what claims to be) GPU memory */
 };
 /* How its save misbehaves. */
-enum { SAVE_OK, SAVE_TWICE, SAVE_TENSOR_IN_JSON, SAVE_OPEN, SAVE_PIECE };
+enum { SAVE_OK, SAVE_TWICE, SAVE_TENSOR_IN_JSON, SAVE_OPEN, SAVE_PIECE, SAVE_DEVICE };
 
 static int load_mode, save_mode;
 
@@ -52,9 +54,14 @@ typedef struct probe {
     float shard[3];
 } probe;
 
+/* A view; "on the GPU" when the mode asks (never dereferenced: refused before any copy). */
 static accel_tensor view(void *p, accel_dtype dt, int ndim, const int64_t *shape)
 {
-    return accel_tensor_view(p, dt, ndim, shape);
+    accel_tensor t = accel_tensor_view(p, dt, ndim, shape);
+    if (save_mode == SAVE_DEVICE || load_mode == LOAD_DEVICE) {
+        t.device = (accel_device){ACCEL_DEVICE_CUDA, 1};
+    }
+    return t;
 }
 
 static accel_status probe_save(accel__object *self, accel__state_writer *w)
@@ -335,6 +342,9 @@ int main(void)
             "accel_probe.s is not an integer");
     load_mode = LOAD_MISMATCH;
     refused(acc, &p, dir, ACCEL_EINVAL, file, "b is 1, the live probe needs 0");
+    load_mode = LOAD_DEVICE;
+    refused(acc, &p, dir, ACCEL_EUNSUPPORTED, file,
+            "tensor w: loading into cuda:1 memory is not supported yet");
     load_mode = LOAD_ALL;
 
     /* Writers misused: the save fails naming the file; the folder is not replaced. */
@@ -348,6 +358,9 @@ int main(void)
          "accel_save_state: probe_rank0.json: tensor w: this part of the state holds no tensors"},
         {SAVE_OPEN, ACCEL_EINVAL,
          "accel_save_state: probe_0.safetensors: a state_save left 1 JSON containers open"},
+        {SAVE_DEVICE, ACCEL_EUNSUPPORTED,
+         "accel_save_state: probe_0.safetensors: tensor w is on cuda:1: checkpointing device "
+         "memory is not supported yet (move the model to the CPU first)"},
         {SAVE_PIECE, ACCEL_EUNSUPPORTED,
          "accel_save_state: probe_0.safetensors: tensor big: saving a piece of it (elements 6 "
          "to 12 of 12, a shard) is not supported yet: sharded checkpoints come with ZeRO "
