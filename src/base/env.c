@@ -45,6 +45,8 @@ static const accel__env_var env_table[] = {
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false", "check collective shapes across ranks"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
+    {"ACCELERATE_RESUME_FROM_CHECKPOINT", ACCEL__ENV_STRING, NULL,
+     "accel_options.resume_from_checkpoint when unset: latest | a checkpoint folder"},
 
     /* accel's own. */
     {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
@@ -54,6 +56,13 @@ static const accel__env_var env_table[] = {
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP); 1-3 not implemented yet"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "job identifier naming shared resources (set by accel launch)"},
+    {"ACCEL_CONFIG_CHECKED", ACCEL__ENV_STRING, NULL,
+     "set by accel launch: the config file whose warnings it printed (not repeated)"},
+    {"ACCEL_RESTART_COUNT", ACCEL__ENV_INT, "0",
+     "set by accel launch: restarts of the job so far (--max_restarts); also "
+     "TORCHELASTIC_RESTART_COUNT"},
+    {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
+     "test hook of accel test: the named check fails on purpose"},
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
      "threads per process (OpenMP, BLAS); accel launch sets cores / processes when unset"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
