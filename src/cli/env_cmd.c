@@ -18,7 +18,7 @@
 #include "base/base.h"
 
 static const cli_option env_options[] = {
-    {NULL, 0, 0, NULL, NULL, NULL},
+    {0},
 };
 
 static int run_env(const cli_verb *verb, int argc, char **argv);
