@@ -310,6 +310,22 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
                              o->zero_stage);
     }
+    /* resume_from_checkpoint: argument > ACCELERATE_RESUME_FROM_CHECKPOINT > none. */
+    if (o->resume_from_checkpoint == NULL &&
+        accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) !=
+            ACCEL_OK) {
+        o->resume_from_checkpoint = NULL;
+    }
+    if (o->resume_from_checkpoint != NULL && o->resume_from_checkpoint[0] == '\0') {
+        o->resume_from_checkpoint = NULL;
+    }
+    if (o->resume_from_checkpoint != NULL && strcmp(o->resume_from_checkpoint, "latest") == 0 &&
+        (o->project_dir == NULL || o->automatic_checkpoint_naming != 1)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "resume_from_checkpoint=latest needs project_dir and "
+                             "automatic_checkpoint_naming (the checkpoints it looks for are "
+                             "project_dir/checkpoints/checkpoint_<n>)");
+    }
     if (o->zero_stage > 0) {
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
                              "ZeRO stage %d%s is not implemented yet (zero_stage 0, DDP, is)",
@@ -402,6 +418,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->opt.project_dir = accel__strdup(o.project_dir);
     acc->opt.logging_dir = accel__strdup(o.logging_dir);
     acc->opt.log_with = accel__strdup(o.log_with);
+    acc->opt.resume_from_checkpoint = accel__strdup(o.resume_from_checkpoint);
+    acc->resume_pending = o.resume_from_checkpoint != NULL;
     acc->rank = l.rank;
     acc->n_ranks = l.n_ranks;
     acc->local_rank = l.local_rank;
@@ -476,6 +494,7 @@ void accel_free(accel *acc)
     accel__free((void *)acc->opt.project_dir);
     accel__free((void *)acc->opt.logging_dir);
     accel__free((void *)acc->opt.log_with);
+    accel__free((void *)acc->opt.resume_from_checkpoint);
     accel__free(acc->summary);
     accel__free(acc);
 }
