@@ -63,6 +63,8 @@ static const accel__env_var env_table[] = {
      "TORCHELASTIC_RESTART_COUNT"},
     {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
      "test hook of accel test: the named check fails on purpose"},
+    {"ACCEL_TEST_REPORT", ACCEL__ENV_STRING, NULL,
+     "set by accel test: the file where its processes name a failed check"},
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
      "threads per process (OpenMP, BLAS); accel launch sets cores / processes when unset"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
