@@ -235,6 +235,22 @@ run 2 launch --num_machines two "$P/rank_info"
 expect_err "\-\-num_machines two: expected an integer"
 ok "several machines refused, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
 
+# ---- accel env shows the config file in use and its content ----
+run 0 env
+expect_out "^- accel config file: not found (looked at $HF_HOME/accelerate/default_config.yaml, the default location)$"
+run 0 env --config_file "$T/all.yaml"
+expect_out "^- accel config file: $T/all.yaml (--config_file):$"
+expect_out "^    mixed_precision: bf16$"
+expect_out "^    dynamo_config:$"
+expect_out "^      dynamo_backend: INDUCTOR$"
+expect_out "^  note: config file $T/all.yaml, line 6: ignoring dynamo_config"
+ACCELERATE_CONFIG_FILE=$T/ds.yaml run 0 env
+expect_out "^- accel config file: $T/ds.yaml (ACCELERATE_CONFIG_FILE):$"
+expect_out "^      zero_stage: 0$"
+run 0 env --config_file "$T/bad2.yaml"
+expect_out "^- accel config file (--config_file): cannot be used: config file $T/bad2.yaml, line 3: num_processes"
+ok "accel env: the config file in use (or why none), its content and notes"
+
 # ---- accepted flags, notes, --help generated from the table, grouped ----
 run 0 launch --no_python --enable_cpu_affinity --same_network --rdzv_backend c10d \
     --dynamo_backend inductor "$P/rank_info"
