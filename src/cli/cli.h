@@ -108,7 +108,5 @@ extern const cli_verb cli_verb_launch;
 extern const cli_verb cli_verb_config;
 extern const cli_verb cli_verb_test;
 extern const cli_verb cli_verb_env;
-/* Hidden: the program `accel test` launches (the accel binary itself). */
-extern const cli_verb cli_verb_test_worker;
 
 #endif /* ACCEL_CLI_H */

@@ -17,11 +17,6 @@ static const cli_verb *const verbs[] = {
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
 
-/* Verbs the tool runs itself (not listed by --help). */
-static const cli_verb *const hidden_verbs[] = {
-    &cli_verb_test_worker,
-};
-
 static void print_main_usage(FILE *f)
 {
     fprintf(f, "usage: accel [--help] [--version] <command> [options] [args]\n");
@@ -61,11 +56,6 @@ int main(int argc, char **argv)
         if (strcmp(first, verbs[i]->name) == 0) {
             /* The verb sees argv[0] = its own name, as a program would. */
             return verbs[i]->run(verbs[i], argc - 1, argv + 1);
-        }
-    }
-    for (size_t i = 0; i < sizeof(hidden_verbs) / sizeof(hidden_verbs[0]); i++) {
-        if (strcmp(first, hidden_verbs[i]->name) == 0) {
-            return hidden_verbs[i]->run(hidden_verbs[i], argc - 1, argv + 1);
         }
     }
     if (first[0] == '-') {

@@ -1,6 +1,6 @@
 /*
- * `accel test`: runs the built-in end-to-end check (test_worker.c: the accel binary itself as
- * the hidden verb __test_worker) under the launch the config file describes, exactly as
+ * `accel test`: runs the built-in end-to-end check (worker/test_worker.c, installed as
+ * libexec/accel/test_worker) under the launch the config file describes, exactly as
  * `accel launch [--config_file F]` would start a program, and ends with Accelerate's success
  * line or a line naming the failing check (which the worker leaves in $ACCEL_TEST_REPORT).
  */
@@ -48,13 +48,24 @@ static int run_test(const cli_verb *verb, int argc, char **argv)
         cli_print_help(verb, stdout);
         return 0;
     }
-    char exe[4096];
+    /* The worker beside this binary: build/libexec/accel/ in the build tree, the install's
+     * libexec/accel/ (ACCEL_LIBEXEC_FROM_BIN, relative to the bin folder) once installed. */
+    char exe[4096], worker[4200] = "";
     ssize_t k = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (k <= 0) {
-        fprintf(stderr, "accel test: error: cannot find the accel binary: %s\n", strerror(errno));
+    exe[k > 0 ? k : 0] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash != NULL) {
+        *slash = '\0';
+        const char *const where[] = {"libexec/accel", ACCEL_LIBEXEC_FROM_BIN "/accel"};
+        for (int i = 0; i < 2 && (worker[0] == '\0' || access(worker, X_OK) != 0); i++) {
+            snprintf(worker, sizeof(worker), "%s/%s/test_worker", exe, where[i]);
+        }
+    }
+    if (worker[0] == '\0' || access(worker, X_OK) != 0) {
+        fprintf(stderr, "accel test: error: its program %s is missing: %s\n",
+                worker[0] ? worker : "libexec/accel/test_worker", strerror(errno));
         return 1;
     }
-    exe[k] = '\0';
     const char *tmp = getenv("TMPDIR");
     char report[4200];
     snprintf(report, sizeof(report), "%s/accel-test-report-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -65,15 +76,14 @@ static int run_test(const cli_verb *verb, int argc, char **argv)
     }
     close(fd);
     const char *config = cli_value(verb, &a, "config_file");
-    char *largv[6];
+    char *largv[5];
     int largc = 0;
     largv[largc++] = "launch";
     if (config != NULL) {
         largv[largc++] = "--config_file";
         largv[largc++] = (char *)config;
     }
-    largv[largc++] = exe;
-    largv[largc++] = (char *)cli_verb_test_worker.name;
+    largv[largc++] = worker;
     largv[largc] = NULL;
     fflush(stdout);
     int rc = cli_verb_launch.run(&cli_verb_launch, largc, largv);

@@ -1,6 +1,7 @@
 /*
- * The program `accel test` launches: the accel binary itself, as the hidden verb
- * "__test_worker", so the check needs nothing but the tool. Every process runs the same checks
+ * The program `accel test` launches (libexec/accel/test_worker, next to the tool: a program of
+ * its own, so that the nn toolkit and OpenBLAS it links do not slow every start of `accel`,
+ * whose launcher starts in a few milliseconds). Every process runs the same checks
  * in the same order (they are collectives): initialisation, every collective, the generator,
  * gather_for_metrics, a short training run with accumulation in the configured precision
  * against a reference computed here, and a checkpoint followed by an exact resume. After each
@@ -21,20 +22,6 @@
 #include "accel/data.h"
 #include "accel/nn.h"
 #include "base/fs.h"
-#include "cli.h"
-
-static int run_worker(const cli_verb *verb, int argc, char **argv);
-
-static const cli_option worker_options[] = {{0}};
-
-const cli_verb cli_verb_test_worker = {
-    .name = "__test_worker",
-    .summary = "the processes of accel test (run by it through accel launch)",
-    .positional = NULL,
-    .description = NULL,
-    .options = worker_options,
-    .run = run_worker,
-};
 
 typedef struct ctx {
     accel *acc;
@@ -584,9 +571,13 @@ static int agree(ctx *c, const struct check *k)
     return -1;
 }
 
-static int run_worker(const cli_verb *verb, int argc, char **argv)
+int main(int argc, char **argv)
 {
-    (void)verb, (void)argc, (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "usage: %s (run by accel test through accel launch; no arguments)\n",
+                argv[0]);
+        return 2;
+    }
     /* Accumulation 2 unless accel launch passed the configured one. */
     setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "2", 0);
     ctx c = {0};
