@@ -4,7 +4,6 @@
  * abbreviations, as Accelerate), and --help prints it. Option parsing stops at the first
  * non-option argument or at "--" so a launched program's flags are never taken as ours.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,20 +77,6 @@ void cli_usage_error(const cli_verb *verb, const char *fmt, ...)
     va_end(ap);
     cli_print_usage(verb, stderr);
     fprintf(stderr, "Try 'accel %s --help' for more information.\n", verb->name);
-}
-
-int cli_int_value(const cli_verb *verb, const char *name, const char *s, long lo, long hi,
-                  long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        cli_usage_error(verb, "--%s expects an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
 }
 
 /* One row of the option table: the flag in a 32-column gutter (on its own line when longer),
@@ -303,6 +288,20 @@ int cli_parse(const cli_verb *verb, int argc, char **argv, cli_args *out)
     if (!out->help && verb->positional == NULL && i < argc) {
         cli_usage_error(verb, "unexpected argument '%s'", argv[i]);
         return -1;
+    }
+    return 0;
+}
+
+int cli_begin(const cli_verb *verb, int argc, char **argv, cli_args *a, int *status)
+{
+    if (cli_parse(verb, argc, argv, a) != 0) {
+        *status = CLI_EXIT_USAGE;
+        return 1;
+    }
+    if (a->help) {
+        cli_print_help(verb, stdout);
+        *status = 0;
+        return 1;
     }
     return 0;
 }

@@ -69,17 +69,16 @@ typedef struct cli_args {
  */
 int cli_parse(const cli_verb *verb, int argc, char **argv, cli_args *out);
 
+/* The start of every verb: parses argv; returns 1 with the verb's exit status in *status when
+ * it is done already (--help printed: 0; usage error printed: CLI_EXIT_USAGE), else 0. */
+int cli_begin(const cli_verb *verb, int argc, char **argv, cli_args *a, int *status);
+
 /* Index of the option named `name` in verb->options (asserted to exist). */
 int cli_option_index(const cli_verb *verb, const char *name);
 
 /* Value of option `name` (given or default); NULL when unset. */
 const char *cli_value(const cli_verb *verb, const cli_args *a, const char *name);
 int cli_given(const cli_verb *verb, const cli_args *a, const char *name);
-
-/* Parses a decimal integer in [lo, hi] for option `name`; prints a usage error and returns -1
- * when it is not one. */
-int cli_int_value(const cli_verb *verb, const char *name, const char *s, long lo, long hi,
-                  long *out);
 
 /* Accelerate's precedence: every option with a config_key that was not given on the command
  * line takes the file's value of that key (a scalar that is not null). `root` is the parsed

@@ -317,12 +317,9 @@ static int run_config(const cli_verb *verb, int argc, char **argv)
         return config_update.run(&config_update, argc - 1, argv + 1);
     }
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
     if (a.first_positional < argc) {
         cli_usage_error(verb, "unknown subcommand '%s' (default or update)",
@@ -350,12 +347,9 @@ static int run_config(const cli_verb *verb, int argc, char **argv)
 static int run_default(const cli_verb *verb, int argc, char **argv)
 {
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
     const char *mp = cli_value(verb, &a, "mixed_precision");
     if (strcasecmp(mp, "no") != 0 && strcasecmp(mp, "fp16") != 0 && strcasecmp(mp, "bf16") != 0) {
@@ -458,12 +452,9 @@ static int normalise(accel__ynode *m, const accel__config *cfg)
 static int run_update(const cli_verb *verb, int argc, char **argv)
 {
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
     const char *given = cli_value(verb, &a, "config_file");
     char path[1024];

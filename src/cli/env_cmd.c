@@ -105,12 +105,9 @@ static void print_config(const char *given)
 static int run_env(const cli_verb *verb, int argc, char **argv)
 {
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
 
     printf("\nCopy-and-paste the text below in your GitHub issue\n\n");

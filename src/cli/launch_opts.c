@@ -211,11 +211,6 @@ static int get_bool(const cli_verb *verb, const cli_args *a, const char *name, i
     return 0;
 }
 
-static int is_flag(const cli_verb *verb, const cli_args *a, const char *name)
-{
-    return cli_given(verb, a, name);
-}
-
 /* The config file named by --config_file, else the library's search; its notes printed. */
 static int read_config(const cli_verb *verb, const cli_args *a, accel__config *cfg)
 {
@@ -236,12 +231,12 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
 {
     long z;
     *stage = -1;
-    if (is_flag(verb, a, "zero_stage")) {
+    if (cli_given(verb, a, "zero_stage")) {
         if (get_long(verb, a, "zero_stage", 0, 3, -1, &z) != 0) {
             return -1;
         }
         *stage = (int)z;
-    } else if (is_flag(verb, a, "fsdp_sharding_strategy")) {
+    } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
         *stage = accel__config_fsdp_stage(cli_value(verb, a, "fsdp_sharding_strategy"));
         if (*stage < 0) {
             return fail_value(verb, a, "fsdp_sharding_strategy",
@@ -250,9 +245,9 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
         }
     } else if (cfg->zero_stage >= 0) {
         *stage = cfg->zero_stage;
-    } else if (is_flag(verb, a, "use_deepspeed")) {
+    } else if (cli_given(verb, a, "use_deepspeed")) {
         *stage = 2; /* DeepSpeedPlugin's default */
-    } else if (is_flag(verb, a, "use_fsdp")) {
+    } else if (cli_given(verb, a, "use_fsdp")) {
         *stage = 3; /* FULL_SHARD */
     }
     return 0;
@@ -264,13 +259,13 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
     static const char *const exclusive[] = {"cpu", "multi_gpu", "use_deepspeed", "use_fsdp"};
     int n = 0;
     for (int i = 0; i < 4; i++) {
-        n += is_flag(verb, a, exclusive[i]);
+        n += cli_given(verb, a, exclusive[i]);
     }
     if (n > 1) {
         cli_usage_error(verb, "use only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp");
         return -1;
     }
-    if (is_flag(verb, a, "multi_gpu") && s->n_procs * s->num_machines < 2) {
+    if (cli_given(verb, a, "multi_gpu") && s->n_procs * s->num_machines < 2) {
         return fail_value(verb, a, "num_processes", "--multi_gpu needs at least 2 processes");
     }
     if (s->num_machines > 1) {
@@ -311,16 +306,17 @@ static int resolve_process_options(const cli_verb *verb, const cli_args *a, laun
         return -1;
     }
     s->bind_cpus = strcmp(affinity, "auto") == 0;
-    if (!s->bind_cpus && is_flag(verb, a, "enable_cpu_affinity")) {
+    if (!s->bind_cpus && cli_given(verb, a, "enable_cpu_affinity")) {
         cli_usage_error(verb, "--enable_cpu_affinity contradicts --cpu_affinity none");
         return -1;
     }
     s->log_dir = cli_value(verb, a, "log_dir");
-    if (is_flag(verb, a, "tee") && tee != 0 && s->log_dir == NULL) {
+    if (cli_given(verb, a, "tee") && tee != 0 && s->log_dir == NULL) {
         cli_usage_error(verb, "--tee %ld needs --log_dir DIR for the log files", tee);
         return -1;
     }
-    s->tee = s->log_dir != NULL && !is_flag(verb, a, "tee") ? 3 : (int)tee;
+    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee") ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
+                                                              : (int)tee;
     if (s->threads == 0) {
         /* One rule, Accelerate's: the cores shared among this machine's processes, unless the
          * caller chose OMP_NUM_THREADS. */
@@ -337,13 +333,10 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
                    accel__config *cfg)
 {
     cli_args a;
+    int status;
     memset(s, 0, sizeof(*s));
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return -1;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 1;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status == 0 ? 1 : -1;
     }
     if (read_config(verb, &a, cfg) != 0) {
         return -1;
@@ -363,7 +356,7 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     }
     if (procs < 1) { /* -1 in the file: Accelerate's "pass --num_processes" */
         fail_value(verb, &a, "num_processes",
-                   procs == -1 && !is_flag(verb, &a, "num_processes")
+                   procs == -1 && !cli_given(verb, &a, "num_processes")
                        ? "give the number of processes with --num_processes"
                        : "expected an integer in [1, 4096]");
         goto fail;

@@ -41,12 +41,9 @@ const cli_verb cli_verb_test = {
 static int run_test(const cli_verb *verb, int argc, char **argv)
 {
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
     /* The worker beside this binary: build/libexec/accel/ in the build tree, the install's
      * libexec/accel/ (ACCEL_LIBEXEC_FROM_BIN, relative to the bin folder) once installed. */
