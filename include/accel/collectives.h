@@ -10,8 +10,14 @@
  *    pad_across_processes, split_between_processes, triggers), Accelerate's utilities.
  *
  * Every collective must be called by every process, in the same order, with matching counts
- * and dtypes. A process that dies or stops turns into ACCEL_EPEER / ACCEL_ETIMEDOUT (naming the
- * rank) on every survivor, never a hang.
+ * and dtypes. On the shm backend each buffer collective is checked before any data moves: a
+ * process that calls another collective, or the same one with another count, dtype, op or root,
+ * makes it fail with ACCEL_EINVAL on every process, naming both calls ("collective mismatch:
+ * rank 0 called allreduce(count=1000, f32, sum) #17, rank 1 called allreduce(count=999, f32,
+ * sum) #17"). A process that dies or stops turns into ACCEL_EPEER / ACCEL_ETIMEDOUT (naming the
+ * rank) on every survivor, never a hang; one that leaves the job (accel_free, exit) while the
+ * others wait for it is reported as "rank N (pid P) exited (status S)", ACCEL_EPEER. After any
+ * of these the accelerator's collectives keep failing.
  */
 #ifndef ACCEL_COLLECTIVES_H
 #define ACCEL_COLLECTIVES_H

@@ -154,6 +154,15 @@ int accel__parse_bool(const char *s);
 /* Monotonic seconds (CLOCK_MONOTONIC). */
 double accel__now(void);
 
+/* ---- Unguessable values ---- */
+
+/* Fills buf with n bytes from the kernel's random source (getrandom), for values that must not
+ * be guessable (job ids and nonces, shared-memory names). 0, or -1 if it failed. */
+int accel__os_random(void *buf, size_t n);
+/* 128 random bits as 32 lower-case hex digits and a NUL into out (nbytes >= 33). 0, or -1 if
+ * nbytes is too small or the random source failed. */
+int accel__random_hex(char *out, size_t nbytes);
+
 /* ---- Messages ---- */
 
 /* A shape for messages, "[768, 3072]" (truncated to fit buf). Returns buf. */

@@ -1,10 +1,10 @@
 /*
  * `accel launch`: checks the program, sets the job's environment (the names torchrun and
- * Accelerate use, from the flags and the config file resolved in launch_opts.c), hands the
- * processes to the supervisor and, whatever happened, removes shared-memory segments the job
- * left in /dev/shm; with --max_restarts, starts a failed job again. Usage errors (bad flag or
- * config file, missing or non-executable program, unusable log directory, something not
- * supported) are reported before anything is started and exit 2.
+ * Accelerate use, from the flags and the config file resolved in launch_opts.c, and a random
+ * ACCEL_JOB_ID), hands the processes to the supervisor and, whatever happened, removes
+ * shared-memory segments the job left in /dev/shm; with --max_restarts, starts a failed job
+ * again. Usage errors (bad flag or config file, missing or non-executable program, unusable log
+ * directory, something not supported) are reported before anything is started and exit 2.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "launch.h"
 
@@ -149,7 +150,7 @@ static int free_port(void)
 static void remove_job_shm(const char *job_id)
 {
     char prefix[128];
-    int n = snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)getuid(), job_id);
+    int n = snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)geteuid(), job_id);
     DIR *d = opendir("/dev/shm");
     if (d == NULL || n <= 0) {
         if (d != NULL) {
@@ -230,15 +231,18 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
     return 0;
 }
 
-/* One attempt: a fresh ACCEL_JOB_ID (unique per launch, even nested in a job, which inherits
- * one), the restart count, the processes, the /dev/shm sweep. */
+/* One attempt: a fresh random ACCEL_JOB_ID (per launch, also for launches nested in a job,
+ * which inherit one: it names the job's shared memory, which nobody must be able to guess and
+ * create first), the restart count, the processes, the /dev/shm sweep. */
 static int run_attempt(const launch_config *lc, int restart, launch_outcome *outcome)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
     char job_id[64];
-    snprintf(job_id, sizeof(job_id), "%ld-%lld", (long)getpid(),
-             (long long)now.tv_sec * 1000000000LL + now.tv_nsec);
+    if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
+        fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                strerror(errno));
+        *outcome = LAUNCH_NOT_STARTED;
+        return 1;
+    }
     if (setenv("ACCEL_JOB_ID", job_id, 1) != 0 || set_env_int("ACCEL_RESTART_COUNT", restart) ||
         set_env_int("TORCHELASTIC_RESTART_COUNT", restart) != 0) {
         fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
@@ -272,9 +276,13 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     }
     rc = 1;
     int port = s.port;
-    if (port == 0 && (port = free_port()) < 0) {
-        fprintf(stderr, "accel launch: error: could not find a free port: %s\n", strerror(errno));
-        goto out;
+    if (port == 0) {
+        if ((port = free_port()) < 0) {
+            fprintf(stderr, "accel launch: error: could not find a free port: %s\n",
+                    strerror(errno));
+            goto out;
+        }
+        fprintf(stderr, "accel launch: main process port %d\n", port);
     }
     if (set_job_env(&s, &cfg, port) != 0) {
         goto out;

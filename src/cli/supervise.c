@@ -5,6 +5,7 @@
  * Invariants: the group is only signalled while one of its processes is still unreaped (so the
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
+ * No process outlives the launcher: each gets SIGKILL from the kernel when the launcher dies.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -184,8 +186,14 @@ static void on_signal(job *j, int sig)
 
 /* Child side of fork: never returns. Only async-signal-safe calls until exec. */
 static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w, int err_w,
-                       const sigset_t *old_mask)
+                       const sigset_t *old_mask, pid_t launcher)
 {
+    /* The ranks die with the launcher, however it dies (kill -9 included): the kernel sends
+     * SIGKILL when it exits, and the mark survives exec. If it died before prctl took effect,
+     * we have been reparented already and no signal will come: leave now. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
+        _exit(128 + SIGKILL);
+    }
     setpgid(0, pgid);
     if (out_w >= 0) {
         dup2(out_w, 1);
@@ -342,6 +350,7 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
     /* A closed console must not kill the launcher (and so orphan the job). */
     signal(SIGPIPE, SIG_IGN);
 
+    const pid_t self = getpid(); /* what the children's getppid() must say */
     for (int r = 0; r < cfg->n_procs; r++) {
         child *k = &j.kids[r];
         int out_w = -1, err_w = -1;
@@ -360,7 +369,7 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
             goto wait_out;
         }
         if (pid == 0) {
-            exec_child(cfg, r, j.pgid, out_w, err_w, &old_mask);
+            exec_child(cfg, r, j.pgid, out_w, err_w, &old_mask, self);
         }
         if (r == 0) {
             j.pgid = pid;

@@ -40,6 +40,7 @@ struct accel__comm {
     void *impl;
     accel__comm_config cfg;
     char job_id[256];
+    char master_addr[256];
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv; /* the progress thread waits here for queued work */
@@ -116,6 +117,9 @@ accel_status accel__comm_new(accel__comm **out, const accel__comm_config *cfg)
     c->cfg = *cfg;
     snprintf(c->job_id, sizeof(c->job_id), "%s", cfg->job_id != NULL ? cfg->job_id : "");
     c->cfg.job_id = c->job_id;
+    snprintf(c->master_addr, sizeof(c->master_addr), "%s",
+             cfg->master_addr != NULL ? cfg->master_addr : "127.0.0.1");
+    c->cfg.master_addr = c->master_addr;
     c->cfg.backend = be->name;
     if (pthread_mutex_init(&c->mu, NULL) != 0) {
         accel__free(c);

@@ -49,9 +49,14 @@ typedef struct accel__comm_config {
     const char *backend; /* "self", "shm", ... */
     int rank, n_ranks;
     int local_rank, local_n_ranks;
-    const char *job_id; /* names shared resources (shm segment); unique per job */
-    double timeout_s;   /* deadline for every wait */
-    accel__log_ctx log; /* rank prefix and level of the communicator's log lines */
+    /* The job's secret name (ACCEL_JOB_ID: accel launch makes it random), naming shared
+     * resources (shm segments); NULL or "" when none was given: the backend then agrees on one
+     * through the job's store (src/comm/store.h) at master_addr:master_port. */
+    const char *job_id;
+    const char *master_addr;    /* MASTER_ADDR */
+    int master_port;            /* MASTER_PORT */
+    double timeout_s;           /* deadline for every wait */
+    accel__log_ctx log;         /* rank prefix and level of the communicator's log lines */
     struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;
 
@@ -103,7 +108,7 @@ typedef struct accel__coll_hooks {
 accel_status accel__comm_run_hooked(accel__comm *c, const accel__coll *op,
                                     const accel__coll_hooks *hooks, accel_work **work);
 
-/* The creation config (job_id points into the communicator; valid until accel__comm_free). */
+/* The creation config (its strings point into the communicator; valid until accel__comm_free). */
 const accel__comm_config *accel__comm_cfg(const accel__comm *c);
 
 /* "allreduce", "barrier", ...: names used in error messages. Static strings. */

@@ -1,29 +1,36 @@
 /*
- * The shm transport: the job's POSIX shared-memory segment and the sync point.
+ * The shm transport: the sync point, liveness, the job-wide abort, and the per-call
+ * declarations every rank checks (the segment's setup is in shm_setup.c).
  *
- * Segment: header (magic, settings, attach counter, job-wide abort word), one cache line per
- * rank (progress sequence number = futex word, sleeper count, pid), then two data slots per
- * rank. Local rank 0 creates it, the others open it; once all have attached the name is
- * unlinked, so a SIGKILL at any later point leaves nothing in /dev/shm.
+ * Segment: header (magic, settings, job, attach counter, job-wide abort word), two cache lines
+ * per rank (progress sequence number = futex word, sleeper count, pid, the call declarations;
+ * then exit marks and allocation/zero-copy words), then two data slots per rank.
  *
  * Sync: each rank's progress word counts the sync points it has passed; waiting means "peer's
  * progress >= mine". Stores are release/seq_cst, loads acquire (never volatile). A waiter spins
  * briefly, then sleeps on the peer's word with a short futex timeout, checking every ~50 ms
- * whether the ranks it waits for are still alive; a dead rank or an expired deadline is written
- * into the abort word so every other rank fails at once with the same diagnosis.
+ * whether the ranks it waits for are still alive; a dead rank, a rank that left the job (its
+ * exit mark) or an expired deadline is written into the abort word so every other rank fails at
+ * once with the same diagnosis.
+ *
+ * Declarations: every call declares (kind, count, dtype, op, root) as two words, which its first
+ * sync writes into this rank's first line together with the progress word that peers read
+ * anyway; after that sync every rank compares all declarations with its own before any data is
+ * touched. All earlier calls matched, so they took the same number of syncs: the first differing
+ * call is found at the same sync on every rank, and every rank reports the same pair (rank 0's
+ * call and the first that differs from it).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,39 +38,7 @@
 #include "base/base.h"
 #include "shm.h"
 
-#define SHM_MAGIC 0x316d6873636361ull /* "accshm1" */
-#define SHM_VERSION 2u
 #define POLL_S 0.05 /* liveness check period while sleeping */
-
-struct accel__shm_header {
-    _Atomic uint64_t magic; /* stored last by the creator (release) */
-    uint32_t version;
-    int32_t n_ranks;
-    uint64_t slot_nbytes;
-    uint64_t map_nbytes;
-    uint64_t oneshot_nbytes, zc_nbytes; /* the algorithm choice must agree on every rank */
-    _Atomic int32_t attached;
-    _Atomic int32_t unlinked; /* the last rank to attach removed the name */
-    /* status | rank << 8 | pid << 32, 0 while the job is healthy; written once (CAS). */
-    _Alignas(64) _Atomic uint64_t abort_word;
-};
-
-/* Plain fields below are written by their rank before it publishes a sync point and read by
- * peers after they see it (release/acquire on progress), never while they can change. */
-struct accel__shm_line {
-    _Alignas(64) _Atomic uint32_t progress;
-    _Atomic int32_t sleepers;
-    _Atomic int32_t pid;
-    _Atomic int32_t cpu; /* where this rank last published a sync point */
-    int16_t alloc_status[2];
-    uint64_t desc[2][3]; /* zero-copy descriptors (id, off, count), by call parity */
-    uint64_t alloc_seq, alloc_nbytes;
-};
-
-static size_t align_up(size_t x, size_t a)
-{
-    return (x + a - 1) / a * a;
-}
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts)
 {
@@ -79,16 +54,48 @@ static void cpu_relax(void)
 #endif
 }
 
-static void sleep_s(double s)
+/* ---- liveness ---- */
+
+/* Reads /proc/<pid>/stat: its state letter and start time (field 22). Returns 0, or -1 with
+ * errno when unreadable. */
+static int proc_stat(int pid, char *state, uint64_t *start)
 {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) {
+        errno = EIO;
+        return -1;
+    }
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may contain spaces and parens */
+    if (p == NULL || p[1] != ' ') {
+        errno = EIO;
+        return -1;
+    }
+    *state = p[2];
+    p += 2;
+    for (int field = 3; field < 22 && p != NULL; field++) {
+        p = strchr(p, ' ');
+        p = p != NULL ? p + 1 : NULL;
+    }
+    *start = p != NULL ? strtoull(p, NULL, 10) : 0;
+    return 0;
 }
 
-/* ---- liveness and the job-wide abort ---- */
+uint64_t accel__shm_pid_start(int pid)
+{
+    char state;
+    uint64_t start = 0;
+    return proc_stat(pid, &state, &start) == 0 ? start : 0;
+}
 
-/* Dead = gone (ESRCH) or a zombie not yet reaped by its parent. Stopped counts as alive. */
-static int pid_dead(int pid)
+int accel__shm_pid_gone(int pid, uint64_t start)
 {
     if (pid <= 0) {
         return 0;
@@ -96,20 +103,12 @@ static int pid_dead(int pid)
     if (kill(pid, 0) == -1 && errno == ESRCH) {
         return 1;
     }
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    char state;
+    uint64_t now_start;
+    if (proc_stat(pid, &state, &now_start) != 0) {
         return errno == ENOENT;
     }
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) {
-        return 0;
-    }
-    buf[n] = '\0';
-    const char *paren = strrchr(buf, ')'); /* the command name may contain spaces */
-    return paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+    return state == 'Z' || state == 'X' || (start != 0 && now_start != start);
 }
 
 static void wake_all(accel__shm *s)
@@ -119,14 +118,23 @@ static void wake_all(accel__shm *s)
     }
 }
 
-/* Records the first diagnosis for the whole job (later ones lose the CAS) and wakes sleepers. */
-void accel__shm_abort(accel__shm *s, accel_status st, int rank)
+/* ---- the job-wide abort ---- */
+
+void accel__shm_abort(accel__shm *s, accel__shm_why why, int rank, int pid)
 {
-    uint64_t pid = (uint32_t)atomic_load_explicit(&s->lines[rank].pid, memory_order_relaxed);
-    uint64_t word = (uint64_t)(-(int)st & 0xff) | ((uint64_t)(rank & 0xffffff) << 8) | pid << 32;
+    if (pid == 0) {
+        pid = atomic_load_explicit(&s->lines[rank].pid, memory_order_relaxed);
+    }
+    uint64_t word =
+        (uint64_t)why | ((uint64_t)(rank & 0xffffff) << 8) | (uint64_t)(uint32_t)pid << 32;
     uint64_t expected = 0;
     atomic_compare_exchange_strong(&s->hdr->abort_word, &expected, word);
     wake_all(s);
+}
+
+int accel__shm_aborted(const accel__shm *s)
+{
+    return atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire) != 0;
 }
 
 accel_status accel__shm_check_abort(accel__shm *s)
@@ -135,26 +143,204 @@ accel_status accel__shm_check_abort(accel__shm *s)
     if (w == 0) {
         return ACCEL_OK;
     }
-    accel_status st = (accel_status)(-(int)(w & 0xff));
     int rank = (int)((w >> 8) & 0xffffff), pid = (int)(uint32_t)(w >> 32);
-    if (st == ACCEL_EPEER) {
-        return accel__seterr(NULL, st,
+    switch ((accel__shm_why)(w & 0xff)) {
+    case ACCEL__SHM_DIED:
+        return accel__seterr(NULL, ACCEL_EPEER,
                              "%s: process %d (pid %d) died (killed or exited) during a "
                              "collective; process %d cannot continue",
                              s->what, rank, pid, s->rank);
-    }
-    if (st == ACCEL_EINVAL) {
-        return accel__seterr(NULL, st,
+    case ACCEL__SHM_OTHER_CALL:
+        return accel__seterr(NULL, ACCEL_EINVAL,
                              "%s: process %d (pid %d) called a different collective (or "
                              "allocation) at this point; process %d cannot continue",
                              s->what, rank, pid, s->rank);
+    case ACCEL__SHM_EXITED: {
+        const accel__shm_line *l = &s->lines[rank];
+        char how[48];
+        if (atomic_load_explicit(&l->left, memory_order_acquire) == ACCEL__SHM_LEFT_EXITED) {
+            snprintf(how, sizeof(how), "status %d", l->exit_status);
+        } else {
+            snprintf(how, sizeof(how), "accel_free");
+        }
+        return accel__seterr(NULL, ACCEL_EPEER,
+                             "%s #%llu: rank %d (pid %d) exited (%s) while rank %d waits for it "
+                             "in this call: the processes made different numbers of collective "
+                             "calls",
+                             s->what, (unsigned long long)s->n_calls, rank, pid, how, s->rank);
     }
-    return accel__seterr(NULL, st,
+    case ACCEL__SHM_CLASH:
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: another process (pid %d) also joined this job as rank %d "
+                             "through the store at %s: two jobs use the same MASTER_ADDR and "
+                             "MASTER_PORT, and both stop (give each job its own MASTER_PORT, or "
+                             "start it with accel launch)",
+                             pid, rank, s->rdv);
+    case ACCEL__SHM_TIMEOUT:
+        break;
+    }
+    return accel__seterr(NULL, ACCEL_ETIMEDOUT,
                          "%s: process %d (pid %d) did not arrive within the %g s timeout "
                          "(stopped, hung, or calling a different collective); process %d "
                          "gives up",
                          s->what, rank, pid, s->timeout_s, s->rank);
 }
+
+/* ---- call declarations ---- */
+
+void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int root)
+{
+    /* Kept here until the sync publishes it: written into the line just before the progress
+     * word, a peer spinning on that line loses its copy once per call, not twice. */
+    s->pending.count = count;
+    s->pending.what = (uint64_t)(uint8_t)kind | (uint64_t)(uint8_t)dtype << 8 |
+                      (uint64_t)(uint8_t)op << 16 | (uint64_t)(uint32_t)root << 32;
+    s->n_calls++;
+    s->check_call = 1;
+}
+
+/* "allreduce(count=1000, f32, sum) #17": the call as the user wrote it. */
+static void call_str(const accel__shm_call *c, uint64_t seq, char *buf, size_t nbytes)
+{
+    static const char *const ops[] = {"sum", "avg", "max", "min", "prod"};
+    const int kind = (int)(c->what & 0xff), dtype = (int)((c->what >> 8) & 0xff);
+    const int opi = (int)((c->what >> 16) & 0xff), root = (int)(int32_t)(c->what >> 32);
+    const char *dt = accel_dtype_name((accel_dtype)dtype), *op = opi < 5 ? ops[opi] : "?";
+    char dtl[16];
+    size_t i = 0;
+    for (; dt != NULL && dt[i] != '\0' && i + 1 < sizeof(dtl); i++) {
+        dtl[i] = (char)(dt[i] >= 'A' && dt[i] <= 'Z' ? dt[i] - 'A' + 'a' : dt[i]);
+    }
+    dtl[i] = '\0';
+    unsigned long long n = (unsigned long long)c->count;
+    const char *name =
+        kind == ACCEL__SHM_CALL_ALLOC ? "accel_alloc_shared" : accel__coll_name(kind);
+    int k;
+    switch (kind) {
+    case ACCEL__COLL_ALLREDUCE:
+    case ACCEL__COLL_REDUCE_SCATTER:
+        k = snprintf(buf, nbytes, "%s(count=%llu, %s, %s)", name, n, dtl, op);
+        break;
+    case ACCEL__COLL_REDUCE:
+        k = snprintf(buf, nbytes, "%s(count=%llu, %s, %s, root=%d)", name, n, dtl, op, root);
+        break;
+    case ACCEL__COLL_ALLGATHER:
+        k = snprintf(buf, nbytes, "%s(count=%llu, %s)", name, n, dtl);
+        break;
+    case ACCEL__COLL_BROADCAST:
+    case ACCEL__COLL_GATHER:
+        k = snprintf(buf, nbytes, "%s(count=%llu, %s, root=%d)", name, n, dtl, root);
+        break;
+    default:
+        k = snprintf(buf, nbytes, "%s()", name);
+        break;
+    }
+    if (k > 0 && (size_t)k < nbytes) {
+        snprintf(buf + k, nbytes - (size_t)k, " #%llu", (unsigned long long)seq);
+    }
+}
+
+static int same_call(const accel__shm_call *a, const accel__shm_call *b)
+{
+    return a->count == b->count && a->what == b->what;
+}
+
+/* A rank declared another call: names rank 0's and the first rank's that differs from it (the
+ * same pair on every rank), and aborts the job so that waits still to come fail at once. */
+static accel_status call_mismatch(accel__shm *s, unsigned par)
+{
+    const accel__shm_call *ref = &s->lines[0].call[par];
+    int q = 1;
+    while (q < s->n_ranks - 1 && same_call(&s->lines[q].call[par], ref)) {
+        q++;
+    }
+    char a[128], b[128];
+    call_str(ref, s->n_calls, a, sizeof(a));
+    call_str(&s->lines[q].call[par], s->n_calls, b, sizeof(b));
+    accel__shm_abort(s, ACCEL__SHM_OTHER_CALL, q, 0);
+    return accel__seterr(NULL, ACCEL_EINVAL,
+                         "collective mismatch: rank 0 called %s, rank %d called %s (every "
+                         "process must make the same collective calls in the same order, with "
+                         "the same count, dtype, op and root)",
+                         a, q, b);
+}
+
+/* After the first sync of a declared call: every rank's declaration against this rank's. */
+static accel_status check_calls(accel__shm *s)
+{
+    s->check_call = 0;
+    const unsigned par = (unsigned)(s->n_calls & 1);
+    for (int q = 0; q < s->n_ranks; q++) {
+        if (!same_call(&s->lines[q].call[par], &s->pending)) {
+            return call_mismatch(s, par);
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* ---- leaving the job ---- */
+
+/* The communicators open in this process, for the exit handler. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static accel__shm *live;
+static int exit_handler_set;
+
+/* Marks this rank as gone and wakes whoever waits on its progress word: a peer still waiting
+ * for it then fails at once ("exited"), while peers it had already met are not disturbed. */
+static void mark_left(accel__shm *s, int how, int status)
+{
+    accel__shm_line *me = &s->lines[s->rank];
+    me->exit_status = status;
+    atomic_store_explicit(&me->left, how, memory_order_seq_cst);
+    futex(&me->progress, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+/* on_exit (glibc) rather than atexit: it receives the exit status, which peers then report. */
+static void on_process_exit(int status, void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&live_mu);
+    for (accel__shm *s = live; s != NULL; s = s->next_live) {
+        if (s->owner_pid == (int)getpid()) { /* not in a forked child */
+            mark_left(s, ACCEL__SHM_LEFT_EXITED, status);
+        }
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+void accel__shm_register(accel__shm *s)
+{
+    s->owner_pid = (int)getpid();
+    s->attached = 1;
+    pthread_mutex_lock(&live_mu);
+    if (!exit_handler_set) {
+        exit_handler_set = on_exit(on_process_exit, NULL) == 0;
+    }
+    s->next_live = live;
+    live = s;
+    pthread_mutex_unlock(&live_mu);
+}
+
+void accel__shm_leave(accel__shm *s)
+{
+    if (!s->attached) {
+        return;
+    }
+    pthread_mutex_lock(&live_mu);
+    for (accel__shm **link = &live; *link != NULL; link = &(*link)->next_live) {
+        if (*link == s) {
+            *link = s->next_live;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_mu);
+    if (s->owner_pid == (int)getpid()) {
+        mark_left(s, ACCEL__SHM_LEFT_FREED, 0);
+    }
+    s->attached = 0;
+}
+
+/* ---- descriptor and allocation words ---- */
 
 void accel__shm_put_desc(accel__shm *s, const accel__shm_desc *d)
 {
@@ -197,19 +383,33 @@ static int reached(uint32_t progress, uint32_t step)
     return (int32_t)(progress - step) >= 0; /* wrap-safe */
 }
 
-/* The first rank not at `step` that is dead, or -1. */
-static int find_dead(accel__shm *s, uint32_t step)
+/* The first rank not at `step` that is gone, or -1: it left the job (*why EXITED) or its
+ * process is dead (DIED). */
+static int find_gone(accel__shm *s, uint32_t step, accel__shm_why *why)
 {
     for (int r = 0; r < s->n_ranks; r++) {
         if (r == s->rank ||
             reached(atomic_load_explicit(&s->lines[r].progress, memory_order_acquire), step)) {
             continue;
         }
-        if (pid_dead(atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed))) {
+        if (atomic_load_explicit(&s->lines[r].left, memory_order_acquire) != 0) {
+            *why = ACCEL__SHM_EXITED;
+            return r;
+        }
+        if (accel__shm_pid_gone(atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed), 0)) {
+            *why = ACCEL__SHM_DIED;
             return r;
         }
     }
     return -1;
+}
+
+/* Whether rank q, which has not reached `step`, left the job: it never will. The left mark is
+ * stored after its last progress, so progress is re-read after seeing it. */
+static int left_behind(accel__shm *s, int q, uint32_t step)
+{
+    return atomic_load_explicit(&s->lines[q].left, memory_order_acquire) != 0 &&
+           !reached(atomic_load_explicit(&s->lines[q].progress, memory_order_acquire), step);
 }
 
 static accel_status timed_out(accel__shm *s, uint32_t step)
@@ -230,9 +430,9 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
     if (first < 0) {
         return ACCEL_OK; /* they arrived just now */
     }
-    accel__shm_abort(s, ACCEL_ETIMEDOUT, first);
+    accel__shm_abort(s, ACCEL__SHM_TIMEOUT, first, 0);
     uint64_t w = atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire);
-    if ((w & 0xff) != (uint64_t)(-(int)ACCEL_ETIMEDOUT) || (int)((w >> 8) & 0xffffff) != first) {
+    if ((w & 0xff) != ACCEL__SHM_TIMEOUT || (int)((w >> 8) & 0xffffff) != first) {
         return accel__shm_check_abort(s); /* someone else's diagnosis came first */
     }
     return accel__seterr(NULL, ACCEL_ETIMEDOUT,
@@ -285,6 +485,10 @@ static accel_status wait_slow(accel__shm *s, int q, uint32_t step)
         }
         if ((it & 63) == 0) {
             ACCEL_TRY(accel__shm_check_abort(s));
+            if (left_behind(s, q, step)) {
+                accel__shm_abort(s, ACCEL__SHM_EXITED, q, 0);
+                return accel__shm_check_abort(s);
+            }
             double t = accel__now();
             if (t >= spin_end) {
                 break;
@@ -317,11 +521,16 @@ static accel_status wait_slow(accel__shm *s, int q, uint32_t step)
             return ACCEL_OK;
         }
         ACCEL_TRY(accel__shm_check_abort(s));
+        if (left_behind(s, q, step)) { /* it woke us on leaving */
+            accel__shm_abort(s, ACCEL__SHM_EXITED, q, 0);
+            return accel__shm_check_abort(s);
+        }
         double now = accel__now();
         if (now >= next_check) {
-            int dead = find_dead(s, step);
-            if (dead >= 0) {
-                accel__shm_abort(s, ACCEL_EPEER, dead);
+            accel__shm_why why;
+            int gone = find_gone(s, step, &why);
+            if (gone >= 0) {
+                accel__shm_abort(s, why, gone, 0);
                 return accel__shm_check_abort(s);
             }
             next_check = now + POLL_S;
@@ -336,6 +545,9 @@ accel_status accel__shm_sync(accel__shm *s)
 {
     uint32_t step = ++s->step;
     accel__shm_line *me = &s->lines[s->rank];
+    if (s->check_call) {
+        me->call[s->n_calls & 1] = s->pending;
+    }
     atomic_store_explicit(&me->cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&me->progress, step, memory_order_seq_cst);
     if (atomic_load_explicit(&me->sleepers, memory_order_seq_cst) > 0) {
@@ -347,247 +559,6 @@ accel_status accel__shm_sync(accel__shm *s)
             ACCEL_TRY(wait_slow(s, q, step));
         }
     }
-    return ACCEL_OK;
-}
-
-/* ---- setup ---- */
-
-/* An ACCEL_SHM_* knob: the environment, else the default declared in the env table. */
-static accel_status knob(const char *name, long long lo, long long hi, long long *out, int *set)
-{
-    for (const accel__env_var *v = accel__env_table(); v->name != NULL; v++) {
-        if (strcmp(v->name, name) == 0 && v->dflt != NULL) {
-            *out = strtoll(v->dflt, NULL, 10);
-        }
-    }
-    accel_status st = accel__env_int(name, out);
-    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
-        return st;
-    }
-    if (set != NULL) {
-        *set = st == ACCEL_OK;
-    }
-    if (*out < lo || *out > hi) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "environment variable %s=%lld must be between %lld and %lld", name,
-                             *out, lo, hi);
-    }
-    return ACCEL_OK;
-}
-
-static void make_name(char *out, size_t nbytes, const char *job_id)
-{
-    int n = snprintf(out, nbytes, "/accel-%u-", (unsigned)getuid());
-    const char *id = (job_id != NULL && job_id[0] != '\0') ? job_id : "job";
-    size_t len = (size_t)n;
-    for (const char *p = id; *p != '\0' && len + 1 < nbytes; p++) {
-        char ch = *p;
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-                 ch == '_' || ch == '.' || ch == '-';
-        out[len++] = ok ? ch : '_';
-    }
-    out[len] = '\0';
-}
-
-/* Local rank 0: a fresh segment, initialised before the magic is published. */
-static accel_status create_segment(accel__shm *s, int *fd)
-{
-    for (int attempt = 0;; attempt++) {
-        *fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-        if (*fd >= 0) {
-            break;
-        }
-        if (errno == EEXIST && attempt == 0) {
-            accel__log(&s->log, ACCEL__LOG_WARN, "removing stale shared-memory segment %s", s->name);
-            shm_unlink(s->name);
-            continue;
-        }
-        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot create segment %s: %s", s->name,
-                             strerror(errno));
-    }
-    /* posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm (64 MiB in
-     * a default container) is an error here instead of a SIGBUS in the middle of a collective. */
-    int err = posix_fallocate(*fd, 0, (off_t)s->map_nbytes);
-    if (err != 0) {
-        return accel__seterr(NULL, ACCEL_ENOMEM,
-                             "shm: cannot allocate %zu bytes for segment %s in /dev/shm: %s "
-                             "(lower ACCEL_SHM_CHUNK_NBYTES or enlarge /dev/shm)",
-                             s->map_nbytes, s->name, strerror(err));
-    }
-    s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
-    if (s->base == MAP_FAILED) {
-        s->base = NULL;
-        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s",
-                             s->name, s->map_nbytes, strerror(errno));
-    }
-    accel__shm_header *h = s->base;
-    h->version = SHM_VERSION;
-    h->n_ranks = s->n_ranks;
-    h->slot_nbytes = s->slot_nbytes;
-    h->map_nbytes = s->map_nbytes;
-    h->oneshot_nbytes = s->oneshot_nbytes;
-    h->zc_nbytes = s->zc_nbytes;
-    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
-    return ACCEL_OK;
-}
-
-/* Other ranks: open (retrying until local rank 0 has created it), check the settings, map. */
-static accel_status open_segment(accel__shm *s, int *fd, double deadline)
-{
-    struct stat st;
-    for (;;) {
-        *fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0);
-        if (*fd >= 0 && fstat(*fd, &st) == 0 && (size_t)st.st_size >= sizeof(accel__shm_header)) {
-            accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, *fd, 0);
-            if (h != MAP_FAILED) {
-                int ready = atomic_load_explicit(&h->magic, memory_order_acquire) == SHM_MAGIC;
-                int same = ready && h->version == SHM_VERSION && h->n_ranks == s->n_ranks &&
-                           h->slot_nbytes == s->slot_nbytes && h->map_nbytes == s->map_nbytes &&
-                           h->oneshot_nbytes == s->oneshot_nbytes && h->zc_nbytes == s->zc_nbytes;
-                munmap(h, sizeof(*h));
-                if (ready && !same) {
-                    return accel__seterr(NULL, ACCEL_EINVAL,
-                                         "shm: segment %s was created for other settings (process "
-                                         "count or ACCEL_SHM_* variables differ between processes)",
-                                         s->name);
-                }
-                if (ready) {
-                    break;
-                }
-            }
-        } else if (*fd < 0 && errno != ENOENT) {
-            return accel__seterr(NULL, ACCEL_EIO, "shm: cannot open segment %s: %s", s->name,
-                                 strerror(errno));
-        }
-        if (*fd >= 0) {
-            close(*fd);
-            *fd = -1;
-        }
-        if (accel__now() >= deadline) {
-            return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                                 "shm: process %d waited %g s for local process 0 to create "
-                                 "segment %s",
-                                 s->rank, s->timeout_s, s->name);
-        }
-        sleep_s(200e-6);
-    }
-    s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
-    if (s->base == MAP_FAILED) {
-        s->base = NULL;
-        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s",
-                             s->name, s->map_nbytes, strerror(errno));
-    }
-    return ACCEL_OK;
-}
-
-accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
-{
-    if (cfg->local_n_ranks != cfg->n_ranks) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "backend shm needs every process on one machine, but only %d of "
-                             "%d are local",
-                             cfg->local_n_ranks, cfg->n_ranks);
-    }
-    long long oneshot, chunk, spin_us, nt, zc;
-    int spin_set = 0;
-    ACCEL_TRY(knob("ACCEL_SHM_NT_NBYTES", 0, LLONG_MAX, &nt, NULL));
-    ACCEL_TRY(knob("ACCEL_SHM_ONESHOT_NBYTES", 0, 64ll << 20, &oneshot, NULL));
-    ACCEL_TRY(knob("ACCEL_SHM_CHUNK_NBYTES", 4096, 1ll << 30, &chunk, NULL));
-    ACCEL_TRY(knob("ACCEL_SHM_SPIN_US", 0, 10000000, &spin_us, &spin_set));
-    ACCEL_TRY(knob("ACCEL_SHM_ZEROCOPY_NBYTES", -1, LLONG_MAX, &zc, NULL));
-    /* More processes than CPUs: a spinning waiter only delays the peer it waits for, so sleep
-     * almost at once unless the user asked otherwise. */
-    cpu_set_t cpus;
-    if (!spin_set && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
-        CPU_COUNT(&cpus) < cfg->local_n_ranks && spin_us > 2) {
-        accel__log(&cfg->log, ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
-                   cfg->local_n_ranks, CPU_COUNT(&cpus));
-        spin_us = 2;
-    }
-
-    accel__shm *s = accel__calloc(1, sizeof(*s));
-    const void **in = accel__calloc((size_t)cfg->n_ranks, sizeof(*in));
-    if (s == NULL || in == NULL) {
-        accel__free(s);
-        accel__free(in);
-        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: out of memory");
-    }
-    s->rank = cfg->rank;
-    s->n_ranks = cfg->n_ranks;
-    s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
-    s->log = cfg->log;
-    s->spin_s = (double)spin_us * 1e-6;
-    s->oneshot_nbytes = (size_t)oneshot;
-    s->nt_nbytes = (size_t)nt;
-    s->zc_nbytes = zc < 0 ? SIZE_MAX : (size_t)zc; /* -1: never */
-    s->slot_nbytes = align_up((size_t)(oneshot > chunk ? oneshot : chunk), 4096);
-    s->in = in;
-    make_name(s->name, sizeof(s->name), cfg->job_id);
-    size_t lines_off = align_up(sizeof(accel__shm_header), 64);
-    size_t data_off = align_up(lines_off + (size_t)s->n_ranks * sizeof(accel__shm_line), 4096);
-    s->map_nbytes = data_off + (size_t)s->n_ranks * 2 * s->slot_nbytes;
-    s->what = "shm setup";
-
-    double deadline = accel__now() + s->timeout_s;
-    int fd = -1;
-    accel_status st =
-        cfg->local_rank == 0 ? create_segment(s, &fd) : open_segment(s, &fd, deadline);
-    if (fd >= 0) {
-        close(fd); /* the mapping keeps the segment alive */
-    }
-    if (st != ACCEL_OK) {
-        goto fail;
-    }
-    s->hdr = s->base;
-    s->lines = (accel__shm_line *)((char *)s->base + lines_off);
-    s->data = (char *)s->base + data_off;
-
-    atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
-    if (atomic_fetch_add_explicit(&s->hdr->attached, 1, memory_order_acq_rel) + 1 == s->n_ranks) {
-        /* Everyone has it mapped: the name is no longer needed. */
-        if (shm_unlink(s->name) == 0 || errno == ENOENT) {
-            atomic_store_explicit(&s->hdr->unlinked, 1, memory_order_release);
-        }
-    }
-    while (atomic_load_explicit(&s->hdr->attached, memory_order_acquire) < s->n_ranks) {
-        if ((st = accel__shm_check_abort(s)) != ACCEL_OK) {
-            goto fail;
-        }
-        if (accel__now() >= deadline) {
-            st = accel__seterr(
-                NULL, ACCEL_ETIMEDOUT, "shm: only %d of %d processes attached to %s within %g s",
-                (int)atomic_load(&s->hdr->attached), s->n_ranks, s->name, s->timeout_s);
-            goto fail;
-        }
-        sleep_s(100e-6);
-    }
-    accel__log(&s->log, ACCEL__LOG_DEBUG,
-               "shm: segment %s, %d processes, one-shot <= %zu bytes, slot %zu bytes, spin %g us",
-               s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
-    *out = s;
-    return ACCEL_OK;
-
-fail:
-    shm_unlink(s->name);
-    accel__shm_close(s);
-    return st;
-}
-
-void accel__shm_close(accel__shm *s)
-{
-    if (s == NULL) {
-        return;
-    }
-    accel__shm_free_all(s);
-    if (s->base != NULL) {
-        /* Normally the last rank to attach removed the name already, and unlinking it again
-         * could remove the segment of a restarted job that reuses the job id: only retry when
-         * that first unlink did not happen. */
-        if (s->hdr != NULL && !atomic_load_explicit(&s->hdr->unlinked, memory_order_acquire)) {
-            shm_unlink(s->name);
-        }
-        munmap(s->base, s->map_nbytes);
-    }
-    accel__free(s->in);
-    accel__free(s);
+    /* Every rank has published this sync, so every declaration of the call is visible. */
+    return s->check_call ? check_calls(s) : ACCEL_OK;
 }

@@ -11,8 +11,69 @@
 
 #include "comm.h"
 
-typedef struct accel__shm_header accel__shm_header;
-typedef struct accel__shm_line accel__shm_line;
+#define ACCEL__SHM_MAGIC 0x326d6873636361ull /* "accshm2" */
+#define ACCEL__SHM_VERSION 3u
+
+/* The segment header. Written by the creator before the name appears (shm_setup.c), then
+ * only the atomics change. */
+typedef struct accel__shm_header {
+    _Atomic uint64_t magic;
+    uint32_t version;
+    int32_t n_ranks;
+    uint64_t slot_nbytes;
+    uint64_t map_nbytes;
+    uint64_t oneshot_nbytes, zc_nbytes; /* the algorithm choice must agree on every rank */
+    uint64_t job_hash;   /* of the job key: a process of another job refuses the segment */
+    uint64_t secret;     /* random: names the symmetric allocations' segments */
+    int32_t creator_pid; /* with its start time, tells a live creator from a reused pid */
+    int32_t pad;
+    uint64_t creator_start; /* /proc start time of creator_pid (clock ticks after boot) */
+    _Atomic int32_t attached;
+    _Atomic int32_t unlinked; /* the last rank to attach removed the name */
+    /* why | rank << 8 | pid << 32 (accel__shm_why), 0 while the job is healthy; written once
+     * (CAS). */
+    _Alignas(64) _Atomic uint64_t abort_word;
+} accel__shm_header;
+
+/* A collective call as every rank declares it before its first sync: count, and kind |
+ * dtype << 8 | op << 16 | root << 32 (kind: accel__coll_kind, or ACCEL__SHM_CALL_ALLOC for an
+ * allocation; fields that do not apply to the kind are 0). Two words: comparing them is all a
+ * matching call costs. The call's number is the same on every rank as long as all earlier calls
+ * matched, so it is not part of it. */
+#define ACCEL__SHM_CALL_ALLOC 100
+typedef struct accel__shm_call {
+    uint64_t count;
+    uint64_t what;
+} accel__shm_call;
+
+/* One rank's control lines. Plain fields are written by their rank before it publishes a sync
+ * point and read by peers after they see it (release/acquire on progress), never while they can
+ * change. The first cache line is what every peer reads at every sync. */
+typedef struct accel__shm_line {
+    _Alignas(64) _Atomic uint32_t progress;
+    _Atomic int32_t sleepers;
+    _Atomic int32_t pid;
+    _Atomic int32_t cpu;               /* where this rank last published a sync point */
+    accel__shm_call call[2];           /* by call parity: a peer may be one call ahead, never two */
+    _Alignas(64) _Atomic int32_t left; /* ACCEL__SHM_LEFT_* once this rank left the job */
+    int32_t exit_status;               /* with ACCEL__SHM_LEFT_EXITED */
+    int16_t alloc_status[2];
+    uint64_t desc[2][3]; /* zero-copy descriptors (id, off, count), by call parity */
+    uint64_t alloc_seq, alloc_nbytes;
+} accel__shm_line;
+
+enum { ACCEL__SHM_LEFT_FREED = 1, ACCEL__SHM_LEFT_EXITED = 2 };
+
+/* Why a job was aborted (the abort word's low byte). */
+typedef enum accel__shm_why {
+    ACCEL__SHM_DIED = 1,   /* EPEER: the rank's process is gone */
+    ACCEL__SHM_TIMEOUT,    /* ETIMEDOUT: the rank did not arrive in time */
+    ACCEL__SHM_OTHER_CALL, /* EINVAL: the rank was at another call or allocation */
+    ACCEL__SHM_EXITED,     /* EPEER: the rank left the job (accel_free or exit): see its line */
+    ACCEL__SHM_CLASH       /* EINVAL: another process (pid) claimed the rank at the rendezvous */
+} accel__shm_why;
+
+typedef struct accel__store accel__store;
 
 /* One symmetric allocation (accel__shm_alloc): the same size on every rank, each rank's part in
  * its own segment, every part mapped by every rank. */
@@ -38,7 +99,7 @@ typedef struct accel__shm {
     /* ACCEL_SHM_ZEROCOPY_NBYTES: in-place messages larger than this whose buffers lie in one
      * symmetric allocation at the same offset everywhere skip the data slots. */
     size_t zc_nbytes;
-    char name[128]; /* "/accel-<uid>-<job>" */
+    char name[160]; /* "/accel-<euid>-<job key>" */
 
     void *base;
     size_t map_nbytes;
@@ -46,37 +107,96 @@ typedef struct accel__shm {
     accel__shm_line *lines;
     char *data;
 
-    uint32_t step;    /* sync points passed by this rank (mirrors its progress word) */
-    uint64_t n_slots; /* slots used so far: slot parity alternates per use */
-    const char *what; /* the running collective, for messages */
-    const void **in;  /* n_ranks input pointers for the reduce kernels */
+    uint32_t step;           /* sync points passed by this rank (mirrors its progress word) */
+    uint64_t n_slots;        /* slots used so far: slot parity alternates per use */
+    const char *what;        /* the running collective, for messages */
+    const void **in;         /* n_ranks input pointers for the reduce kernels */
+    uint64_t n_calls;        /* calls declared (accel__shm_begin_call) */
+    accel__shm_call pending; /* the declaration the next sync publishes */
+    int check_call;          /* the next sync publishes a declaration and compares them all */
 
     accel__shm_sym *syms; /* live symmetric allocations, newest first */
     uint64_t n_allocs;    /* allocations started: the next id is n_allocs + 1 */
     uint64_t n_descs;     /* zero-copy descriptors published (same count on every rank) */
     double next_nudge;    /* earliest time for the next move off a peer's CPU (shm.c) */
+
+    /* Rendezvous through the job's store (no ACCEL_JOB_ID): process 0 serves it for the life
+     * of the communicator; a process that finds its rank claimed twice reports it there, and
+     * the store's hook aborts this job (clash: rank << 32 | pid, set from the server thread). */
+    accel__store *store;
+    char rdv[96];     /* "addr:port" of the store, for messages; "" without one */
+    char rdv_key[32]; /* "shm/<n>/": this rendezvous's keys (the n-th of this process) */
+    _Atomic uint64_t clash;
+    _Atomic int hdr_ready;
+    int own_name;                 /* the name is this job's segment: this rank may remove it */
+    int attached;                 /* this rank completed setup: leaving marks its line */
+    int owner_pid;                /* the process that opened it (a forked child must not mark it) */
+    struct accel__shm *next_live; /* the process's open communicators (shm.c, exit marks) */
 } accel__shm;
 
-/* Creates (local rank 0) or opens (others) the job's segment and waits until every rank has
- * attached; then the name is unlinked so nothing remains in /dev/shm whatever happens next.
- * Every failure (timeout, mismatched settings) unlinks the name too. */
+/* Sets up the job's segment (shm_setup.c): agrees on the job key (cfg->job_id, else through the
+ * store at cfg->master_addr:master_port), creates (local rank 0) or opens and verifies (others)
+ * the segment, and waits until every rank has attached; then the name is unlinked so nothing
+ * remains in /dev/shm whatever happens next. A segment that is not this user's own, private,
+ * of this job, with a live creator, is refused at once, naming it. */
 accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg);
-/* Unmaps and frees. Accepts NULL. */
+/* Marks this rank as gone (peers waiting for it fail at once), unmaps and frees. Accepts NULL. */
 void accel__shm_close(accel__shm *s);
+
+/* 32 random hex digits (+ NUL) into out: a job nonce. */
+accel_status accel__shm_nonce(char *out, size_t nbytes);
+
+/* The rendezvous through the job's store (shm_rdv.c), used when there is no ACCEL_JOB_ID, in
+ * the order of the calls below; every step has the deadline. begin: process 0 serves the store
+ * and publishes a fresh nonce, the others fetch it (key: the nonce), check the process count
+ * and claim their rank (a rank claimed twice means two jobs share the address: the later
+ * claimant reports it, which aborts the job that has it too). created: process 0 publishes
+ * whether it created the segment (st), the others wait for that. attached: after attaching
+ * (last: this rank was the last, and removed the name), everyone waits until all have. fail:
+ * publishes this rank's failure st (its message) so that no one waits for it, and returns st;
+ * when another process published a failure first, that is the cause: it is returned instead
+ * (ACCEL_EPEER, with its message). end: the others disconnect; process 0 keeps serving until
+ * accel__shm_close. */
+accel_status accel__shm_rdv_begin(accel__shm *s, const accel__comm_config *cfg, char *key,
+                                  size_t key_nbytes, double deadline);
+accel_status accel__shm_rdv_created(accel__shm *s, accel_status st, double deadline);
+accel_status accel__shm_rdv_attached(accel__shm *s, int last, double deadline);
+accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st);
+void accel__shm_rdv_end(accel__shm *s);
 
 /* Publishes "this rank passed sync point s->step + 1" and waits until every other rank has too.
  * Spins ACCEL_SHM_SPIN_US, then sleeps on a futex; every ~50 ms checks whether the ranks not yet
- * arrived are alive. Returns ACCEL_EPEER (a rank died: the whole job aborts) or ACCEL_ETIMEDOUT
- * (naming the ranks not arrived) with the message set. */
+ * arrived are alive. Returns ACCEL_EPEER (a rank died or left: the whole job aborts),
+ * ACCEL_ETIMEDOUT (naming the ranks not arrived) or, at the first sync of a declared call,
+ * ACCEL_EINVAL when the ranks declared different calls, with the message set. */
 accel_status accel__shm_sync(accel__shm *s);
 
 /* ACCEL_OK, or the job-wide abort (set by any rank) as an error with its message. */
 accel_status accel__shm_check_abort(accel__shm *s);
+/* Whether the job was aborted (no message set). */
+int accel__shm_aborted(const accel__shm *s);
 
-/* Records a job-wide failure diagnosed here (st: ACCEL_EPEER, ACCEL_ETIMEDOUT or ACCEL_EINVAL for
- * "process `rank` called a different collective") and wakes every sleeper; the first diagnosis
- * wins. Every rank then fails its current or next call with accel__shm_check_abort. */
-void accel__shm_abort(accel__shm *s, accel_status st, int rank);
+/* Records a job-wide failure diagnosed here about `rank` (pid 0: the pid in its line) and wakes
+ * every sleeper; the first diagnosis wins. Every rank then fails its current or next call with
+ * accel__shm_check_abort. Safe from any thread. */
+void accel__shm_abort(accel__shm *s, accel__shm_why why, int rank, int pid);
+
+/* Declares the collective about to run (before its first sync): kind, count, dtype, op and root
+ * as accel__comm_run validated them (kind ACCEL__SHM_CALL_ALLOC for an allocation). The sync
+ * that follows compares every rank's declaration and fails with ACCEL_EINVAL on every rank,
+ * naming both calls, when they differ. */
+void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int root);
+
+/* Process bookkeeping for the exit marks (shm.c): registers s as open in this process (setup
+ * done), or marks it left and forgets it (teardown). */
+void accel__shm_register(accel__shm *s);
+void accel__shm_leave(accel__shm *s);
+
+/* 1 when process pid is gone or a zombie, or is another process than the one that started at
+ * `start` (/proc start time; 0: unknown). Stopped counts as alive. */
+int accel__shm_pid_gone(int pid, uint64_t start);
+/* The /proc start time of pid, or 0 if unreadable. */
+uint64_t accel__shm_pid_start(int pid);
 
 /* Zero-copy descriptors in the control lines. put (before a collective's first sync) takes the
  * next of two copies by call parity; get (after that sync) reads `rank`'s copy of the same call.

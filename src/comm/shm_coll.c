@@ -480,6 +480,18 @@ static accel_status shm_run(accel__comm *c, void *impl, const accel__coll *op)
     s->what = accel__coll_name(op->kind);
     ACCEL_TRY(accel__shm_check_abort(s));
     size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
+    /* Declare the call (fields that do not apply to its kind are 0), so that its first sync
+     * checks it against every rank's before any data moves. */
+    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
+                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
+    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
+                       op->kind == ACCEL__COLL_GATHER;
+    const int barrier = op->kind == ACCEL__COLL_BARRIER;
+    accel__shm_begin_call(s, (int)op->kind, barrier ? 0 : op->count, barrier ? 0 : (int)op->dtype,
+                          reducing ? (int)op->op : 0, rooted ? op->root : 0);
+    if (nbytes == 0 && !barrier) {
+        return accel__shm_sync(s); /* nothing to move, but still one checked sync */
+    }
     /* The same answer on every rank: it depends on the size and the settings only. */
     const int zc = nbytes > 0 && nbytes > s->zc_nbytes;
     switch (op->kind) {

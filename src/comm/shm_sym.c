@@ -3,20 +3,23 @@
  * segment of the requested size, every rank maps every peer's, and the names are unlinked before
  * the call returns, so a SIGKILL after it leaves nothing in /dev/shm (before it, the launcher
  * sweeps the job prefix). Collectives on buffers inside such an allocation read peers' data in
- * place (shm_coll.c).
+ * place (shm_coll.c). The names carry the job segment's random secret, which only processes that
+ * could open the job's (private) segment know: nobody else can create them in advance, and a
+ * peer's segment is mapped only after fstat shows it is this user's and private.
  *
  * Invariant: allocation ids are assigned in call order, so the id-th allocation has the same id
  * on every rank; the registry is only touched while the communicator is idle (comm.c).
  * Handshake: each rank publishes (id, nbytes, creation status), sync, checks everyone's, maps
- * the peers' segments, publishes the mapping status, sync, unlinks its name, checks, sync. Every rank takes
- * the same branch after each sync (it only depends on the published words), so sync counts stay
- * aligned whatever fails.
+ * the peers' segments, publishes the mapping status, sync, unlinks its name, checks, sync. Every
+ * rank takes the same branch after each sync (it only depends on the published words), so sync
+ * counts stay aligned whatever fails.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -24,7 +27,8 @@
 
 static void seg_name(const accel__shm *s, uint64_t id, int rank, char *out, size_t n)
 {
-    snprintf(out, n, "%s-sym%llu-r%d", s->name, (unsigned long long)id, rank);
+    snprintf(out, n, "%s-%016llx-sym%llu-r%d", s->name, (unsigned long long)s->hdr->secret,
+             (unsigned long long)id, rank);
 }
 
 static void sym_release(accel__shm *s, accel__shm_sym *a)
@@ -46,17 +50,13 @@ static void sym_release(accel__shm *s, accel__shm_sym *a)
 /* This rank's segment: created, sized (pages reserved now, not at first touch) and mapped. */
 static accel_status create_own(accel__shm *s, accel__shm_sym *a, const char *name)
 {
+    /* The name is unguessable, so an existing one is a bug or an attack: never reuse it. */
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) {
-        accel__log(&s->log, ACCEL__LOG_WARN, "removing stale shared-memory segment %s", name);
-        shm_unlink(name);
-        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-    }
     if (fd < 0) {
         return accel__seterr(NULL, ACCEL_EIO, "accel_alloc_shared: cannot create segment %s: %s",
                              name, strerror(errno));
     }
-    int err = posix_fallocate(fd, 0, (off_t)a->map_nbytes);
+    int err = fchmod(fd, 0600) != 0 ? errno : posix_fallocate(fd, 0, (off_t)a->map_nbytes);
     if (err != 0) {
         close(fd);
         shm_unlink(name);
@@ -79,7 +79,7 @@ static accel_status create_own(accel__shm *s, accel__shm_sym *a, const char *nam
 
 static accel_status map_peer(accel__shm *s, accel__shm_sym *a, int q)
 {
-    char name[192];
+    char name[256];
     seg_name(s, a->id, q, name, sizeof(name));
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
@@ -87,6 +87,15 @@ static accel_status map_peer(accel__shm *s, accel__shm_sym *a, int q)
                              "accel_alloc_shared: process %d cannot open process %d's segment "
                              "%s: %s",
                              s->rank, q, name, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+        (st.st_mode & 07777) != 0600 || (size_t)st.st_size != a->map_nbytes) {
+        close(fd);
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "accel_alloc_shared: process %d's segment %s is not this user's "
+                             "private segment of %zu bytes: refusing it",
+                             q, name, a->map_nbytes);
     }
     void *p = mmap(NULL, a->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -107,7 +116,7 @@ static accel_status check_peers(accel__shm *s, const accel__shm_sym *a, int phas
         int status[2];
         accel__shm_get_alloc(s, q, &seq, &nbytes, status);
         if (seq != a->id) {
-            accel__shm_abort(s, ACCEL_EINVAL, q);
+            accel__shm_abort(s, ACCEL__SHM_OTHER_CALL, q, 0);
             return accel__shm_check_abort(s);
         }
         if (nbytes != a->nbytes) {
@@ -149,18 +158,20 @@ accel_status accel__shm_alloc(accel__shm *s, size_t nbytes, void **out)
     a->id = ++s->n_allocs;
     a->nbytes = nbytes;
     a->map_nbytes = nbytes == 0 ? page : (nbytes + page - 1) / page * page;
-    char name[192];
+    char name[256];
     seg_name(s, a->id, s->rank, name, sizeof(name));
 
     accel_status own = create_own(s, a, name);
     accel__shm_put_alloc(s, a->id, nbytes, 0, own);
     accel__shm_put_alloc(s, a->id, nbytes, 1, 0);
+    /* Sizes may differ (checked below, without breaking the communicator): not declared. */
+    accel__shm_begin_call(s, ACCEL__SHM_CALL_ALLOC, 0, 0, 0, 0);
     accel_status st = accel__shm_sync(s);
     if (st != ACCEL_OK || (st = check_peers(s, a, 0)) != ACCEL_OK) {
         if (own == ACCEL_OK) {
             shm_unlink(name);
         }
-        if (accel__shm_check_abort(s) == ACCEL_OK) {
+        if (!accel__shm_aborted(s)) {
             /* Every rank is here (they all saw the same words): once this sync passes, every
              * name is gone and the words may be reused. */
             accel_status st2 = accel__shm_sync(s);

@@ -361,18 +361,36 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
     return ACCEL_OK;
 }
 
-static void job_id(char *out, size_t nbytes)
+/* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
+ * store at MASTER_ADDR:MASTER_PORT (the backend agrees on a nonce there). */
+typedef struct rendezvous {
+    const char *job_id; /* NULL when unset */
+    const char *addr;
+    int port;
+} rendezvous;
+
+static accel_status read_rendezvous(rendezvous *r)
 {
-    const char *id = getenv("ACCEL_JOB_ID");
-    if (id != NULL && id[0] != '\0') {
-        snprintf(out, nbytes, "%s", id);
-        return;
+    r->job_id = NULL;
+    r->addr = "127.0.0.1";
+    long long port = 29500;
+    if (accel__env_string("ACCEL_JOB_ID", &r->job_id) != ACCEL_OK) {
+        r->job_id = NULL;
     }
-    /* Started without accel launch (mpirun, a script): processes of one job share the
-     * rendezvous address, so it names the job. */
-    const char *addr = getenv("MASTER_ADDR");
-    const char *port = getenv("MASTER_PORT");
-    snprintf(out, nbytes, "%s-%s", addr ? addr : "127.0.0.1", port ? port : "29500");
+    if (accel__env_string("MASTER_ADDR", &r->addr) != ACCEL_OK) {
+        r->addr = "127.0.0.1";
+    }
+    accel_status st = accel__env_int("MASTER_PORT", &port);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    if (port < 0 || port > 65535) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable MASTER_PORT=%lld is not a port (0..65535)",
+                             port);
+    }
+    r->port = (int)port;
+    return ACCEL_OK;
 }
 
 accel_status accel_init(accel **out, const accel_options *opts)
@@ -439,17 +457,21 @@ accel_status accel_init(accel **out, const accel_options *opts)
         return st;
     }
 
+    rendezvous rdv;
     st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     if (st == ACCEL_OK) {
-        char id[256];
-        job_id(id, sizeof(id));
+        st = read_rendezvous(&rdv);
+    }
+    if (st == ACCEL_OK) {
         accel__comm_config cfg = {
             .backend = acc->backend,
             .rank = l.rank,
             .n_ranks = l.n_ranks,
             .local_rank = l.local_rank,
             .local_n_ranks = l.local_n_ranks,
-            .job_id = id,
+            .job_id = rdv.job_id,
+            .master_addr = rdv.addr,
+            .master_port = rdv.port,
             .timeout_s = o.timeout_s,
             .log = acc->log,
             .trace = acc->trace,

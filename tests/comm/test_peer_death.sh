@@ -7,6 +7,8 @@
 #     accel_alloc_shared buffers.
 #  2. rank 1 SIGSTOPs itself, ACCEL_TIMEOUT=2: survivors report ETIMEDOUT naming process 1 within
 #     ~4 s; then the stopped one is killed.
+#  3. rank 1 calls exit(7) mid-loop (a normal exit, without accel_free): survivors report EPEER
+#     with "rank 1 (pid P) exited (status 7)", not a death.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop
@@ -117,5 +119,22 @@ kill -9 "${pids[1]}"
 wait "${pids[1]}" 2>/dev/null
 kill "$watchdog" 2>/dev/null
 check_shm_clean "$job"
+
+# 3. A normal exit with status 7 while the others wait.
+job=pd$$-exit
+start=$(now)
+start_job "$job" 3 -- --iters 1000000 --exit-rank 1 --exit-code 7 --die-after 200
+for r in 0 2; do
+    wait "${pids[$r]}"
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "$job: rank $r exited $rc, expected 1"
+    grep -q "EPEER: allreduce #[0-9]*: rank 1 (pid ${pids[1]}) exited (status 7)" \
+        "$tmp/$job.$r.err" || fail "$job: rank $r did not report rank 1's exit with status 7"
+done
+wait "${pids[1]}"
+[ $? -eq 7 ] || fail "$job: rank 1 was expected to exit 7"
+kill "$watchdog" 2>/dev/null
+check_shm_clean "$job"
+echo "$job: survivors reported the exit with its status after $(elapsed_since "$start")s"
 
 echo "PASS"

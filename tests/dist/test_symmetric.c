@@ -26,7 +26,8 @@ static void check_no_names(void)
         return;
     }
     char prefix[256];
-    snprintf(prefix, sizeof(prefix), "accel-%u-%s-sym", (unsigned)getuid(), job);
+    /* Any name of the job: its segment's went once everyone attached. */
+    snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)geteuid(), job);
     DIR *d = opendir("/dev/shm");
     if (d == NULL) {
         return;

@@ -11,21 +11,60 @@
  * --symmetric 1 allocates the buffer with accel_alloc_shared, so (with ACCEL_SHM_ZEROCOPY_NBYTES
  * below its size) every allreduce runs zero-copy, reading peers' buffers directly.
  *
+ * --exit-rank R (with --die-after K, --exit-code C): that rank calls exit(C) instead, without
+ * accel_free. --salt S adds S to every input, so jobs with different salts expect different
+ * sums (two jobs that cross-pair get wrong ones). --sync-dir D --sync-count K: after accel_init,
+ * successful or not, create D/<pid> and wait (at most 60 s) until D holds K entries, so that
+ * every process of several jobs has finished its setup before any computes.
+ *
  *   allreduce_loop [--iters N] [--count N] [--die-rank R] [--stop-rank R] [--die-after K]
- *                  [--async 0|1]
- *                  [--symmetric 0|1]
+ *                  [--exit-rank R] [--exit-code C] [--async 0|1] [--symmetric 0|1]
+ *                  [--salt S] [--sync-dir D --sync-count K]
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
+
+/* Entries in dir (not . and ..). */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+        n += e->d_name[0] != '.';
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return n;
+}
+
+static void sync_point(const char *dir, int want)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%ld", dir, (long)getpid());
+    int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+    }
+    for (int i = 0; i < 60000 && count_entries(dir) < want; i++) {
+        usleep(1000);
+    }
+}
 
 int main(int argc, char **argv)
 {
     long iters = 100, count = 1024, die_after = 10;
-    int die_rank = -1, stop_rank = -1, async = 0, symmetric = 0;
+    int die_rank = -1, stop_rank = -1, exit_rank = -1, exit_code = 0, async = 0, symmetric = 0;
+    int sync_count = 0;
+    float salt = 0;
+    const char *sync_dir = NULL;
     for (int i = 1; i < argc; i += 2) { /* every flag takes one value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
@@ -46,6 +85,16 @@ int main(int argc, char **argv)
             async = atoi(v);
         } else if (strcmp(a, "--die-after") == 0) {
             die_after = atol(v);
+        } else if (strcmp(a, "--exit-rank") == 0) {
+            exit_rank = atoi(v);
+        } else if (strcmp(a, "--exit-code") == 0) {
+            exit_code = atoi(v);
+        } else if (strcmp(a, "--salt") == 0) {
+            salt = (float)atof(v);
+        } else if (strcmp(a, "--sync-dir") == 0) {
+            sync_dir = v;
+        } else if (strcmp(a, "--sync-count") == 0) {
+            sync_count = atoi(v);
         } else {
             fprintf(stderr, "allreduce_loop: unknown argument %s\n", a);
             return 2;
@@ -56,6 +105,11 @@ int main(int argc, char **argv)
     if (st != ACCEL_OK) {
         fprintf(stderr, "allreduce_loop: accel_init: %s: %s\n", accel_status_name(st),
                 accel_last_error(NULL));
+    }
+    if (sync_dir != NULL) {
+        sync_point(sync_dir, sync_count);
+    }
+    if (st != ACCEL_OK) {
         return 1;
     }
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
@@ -83,8 +137,11 @@ int main(int argc, char **argv)
         if (it == die_after && rank == stop_rank) {
             raise(SIGSTOP);
         }
+        if (it == die_after && rank == exit_rank) {
+            exit(exit_code);
+        }
         for (long i = 0; i < count; i++) {
-            buf[i] = (float)(rank + 1) + (float)(i % 7);
+            buf[i] = (float)(rank + 1) + (float)(i % 7) + salt;
         }
         if (async) {
             accel_work *w = NULL;
@@ -113,7 +170,7 @@ int main(int argc, char **argv)
             return 1;
         }
         for (long i = 0; i < count; i++) {
-            float want = (float)(n * (n + 1) / 2) + (float)n * (float)(i % 7);
+            float want = (float)(n * (n + 1) / 2) + (float)n * ((float)(i % 7) + salt);
             if (buf[i] != want) {
                 fprintf(stderr, "allreduce_loop: rank %d: wrong result at iteration %ld\n", rank,
                         it);

@@ -1,0 +1,535 @@
+/*
+ * Setting up and tearing down the shm backend's segment: settings, the job key, the segment's
+ * name, creation, verification and attachment.
+ *
+ * Who may use a segment: it is named "/accel-<euid>-<job key>", where the key is secret and
+ * random (accel launch's ACCEL_JOB_ID, or a nonce agreed through the job's store, shm_rdv.c),
+ * so nobody else can predict the name and plant it in advance. Whatever the name, a segment is
+ * used only after fstat shows it is a regular file of this euid with mode 0600, and its header
+ * carries this job's key hash, this job's settings and a live creator; anything else is refused
+ * at once with a message naming the file. The creator builds the segment under a temporary
+ * name and link()s it to the final name, which fails if the name exists, so a joiner never sees
+ * a half-made segment and a stale one is reported, never silently reused.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "shm.h"
+#include "store.h"
+
+#define SHM_DIR "/dev/shm" /* where glibc's shm_open keeps POSIX shared memory on Linux */
+#define KEY_MAX 100        /* characters of the job key in the name (the hash covers all) */
+
+static size_t align_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t key_hash(const char *key)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a: separates honest jobs; fstat is the guard */
+    for (const unsigned char *p = (const unsigned char *)key; *p != '\0'; p++) {
+        h = (h ^ *p) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* An ACCEL_SHM_* knob: the environment, else the default declared in the env table. */
+static accel_status knob(const char *name, long long lo, long long hi, long long *out, int *set)
+{
+    for (const accel__env_var *v = accel__env_table(); v->name != NULL; v++) {
+        if (strcmp(v->name, name) == 0 && v->dflt != NULL) {
+            *out = strtoll(v->dflt, NULL, 10);
+        }
+    }
+    accel_status st = accel__env_int(name, out);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    if (set != NULL) {
+        *set = st == ACCEL_OK;
+    }
+    if (*out < lo || *out > hi) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable %s=%lld must be between %lld and %lld", name,
+                             *out, lo, hi);
+    }
+    return ACCEL_OK;
+}
+
+/* "/accel-<euid>-<key>", the key's odd characters replaced and its length capped. */
+static void make_name(char *out, size_t nbytes, const char *key)
+{
+    int n = snprintf(out, nbytes, "/accel-%u-", (unsigned)geteuid());
+    size_t len = (size_t)n;
+    for (const char *p = key; *p != '\0' && len + 1 < nbytes && p - key < KEY_MAX; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+                 ch == '_' || ch == '.' || ch == '-';
+        out[len++] = ok ? ch : '_';
+    }
+    out[len] = '\0';
+}
+
+accel_status accel__shm_nonce(char *out, size_t nbytes)
+{
+    if (accel__random_hex(out, nbytes) != 0) {
+        return accel__seterr(NULL, ACCEL_EIO,
+                             "shm: no random source for the job nonce "
+                             "(getrandom failed)");
+    }
+    return ACCEL_OK;
+}
+
+/* ---- verification ---- */
+
+static accel_status foreign(const char *name, const struct stat *st)
+{
+    return accel__seterr(NULL, ACCEL_EINVAL,
+                         "shm: segment " SHM_DIR "%s belongs to uid %u with mode %04o, not to "
+                         "this process's uid %u with mode 0600: refusing it (someone else "
+                         "created it under this job's name; remove it, and give every job an "
+                         "unpredictable ACCEL_JOB_ID, as accel launch does)",
+                         name, (unsigned)st->st_uid, (unsigned)(st->st_mode & 07777),
+                         (unsigned)geteuid());
+}
+
+/* Checks the segment open as fd against this job. Returns ACCEL_OK, or the error naming the
+ * file: another user's or not private, not an accel segment, another job's or settings, left
+ * over by a killed job, or already complete (a running job with the same key). A job that was
+ * aborted meanwhile passes: attaching reports its diagnosis. */
+static accel_status verify(const accel__shm *s, int fd, uint64_t job_hash)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot stat segment " SHM_DIR "%s: %s", s->name,
+                             strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
+        return foreign(s->name, &st);
+    }
+    if ((size_t)st.st_size < sizeof(accel__shm_header)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: " SHM_DIR "%s is not an accel segment (%lld bytes)", s->name,
+                             (long long)st.st_size);
+    }
+    const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+    if (h == MAP_FAILED) {
+        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot map segment " SHM_DIR "%s: %s", s->name,
+                             strerror(errno));
+    }
+    accel_status r = ACCEL_OK;
+    if (atomic_load_explicit(&h->magic, memory_order_acquire) != ACCEL__SHM_MAGIC ||
+        h->version != ACCEL__SHM_VERSION) {
+        r = accel__seterr(NULL, ACCEL_EINVAL,
+                          "shm: " SHM_DIR "%s is not an accel segment of this version", s->name);
+    } else if (h->job_hash != job_hash) {
+        r = accel__seterr(NULL, ACCEL_EINVAL,
+                          "shm: segment " SHM_DIR "%s belongs to another job (its job id "
+                          "differs from this one's)",
+                          s->name);
+    } else if (h->n_ranks != s->n_ranks || h->slot_nbytes != s->slot_nbytes ||
+               h->map_nbytes != s->map_nbytes || h->oneshot_nbytes != s->oneshot_nbytes ||
+               h->zc_nbytes != s->zc_nbytes || (size_t)st.st_size != s->map_nbytes) {
+        r = accel__seterr(NULL, ACCEL_EINVAL,
+                          "shm: segment " SHM_DIR "%s was created for other settings (process "
+                          "count or ACCEL_SHM_* variables differ between processes)",
+                          s->name);
+    } else if (accel__shm_pid_gone(h->creator_pid, h->creator_start)) {
+        r = accel__seterr(NULL, ACCEL_EINVAL,
+                          "shm: segment " SHM_DIR "%s is left over from a job that was killed (its "
+                          "creator, pid %d, is gone): remove it, or start this job with another "
+                          "ACCEL_JOB_ID",
+                          s->name, (int)h->creator_pid);
+    } else if (atomic_load_explicit(&h->attached, memory_order_acquire) >= s->n_ranks) {
+        r = accel__seterr(NULL, ACCEL_EINVAL,
+                          "shm: segment " SHM_DIR "%s is in use by a running job (created by pid "
+                          "%d) with the same ACCEL_JOB_ID: give each job its own",
+                          s->name, (int)h->creator_pid);
+    }
+    munmap((void *)h, sizeof(*h));
+    return r;
+}
+
+/* ---- creation and opening ---- */
+
+/* Local rank 0: a fresh segment, initialised under a temporary name and then linked to the
+ * final one (which must not exist). On success s->base maps it and s->own_name is set. */
+static accel_status create(accel__shm *s, uint64_t job_hash)
+{
+    uint64_t rnd[2];
+    if (accel__os_random(rnd, sizeof(rnd)) != 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "shm: no random source (getrandom failed)");
+    }
+    char tmp[sizeof(s->name) + 32];
+    snprintf(tmp, sizeof(tmp), "%s.init-%016llx", s->name, (unsigned long long)rnd[0]);
+    int fd = shm_open(tmp, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot create segment " SHM_DIR "%s: %s", tmp,
+                             strerror(errno));
+    }
+    accel_status r = ACCEL_OK;
+    /* posix_fallocate, not ftruncate: the pages are reserved now, so a full /dev/shm (64 MiB in
+     * a default container) is an error here instead of a SIGBUS in the middle of a collective.
+     * fchmod: the mode must not depend on the umask (joiners insist on 0600). */
+    int err = fchmod(fd, 0600) != 0 ? errno : posix_fallocate(fd, 0, (off_t)s->map_nbytes);
+    if (err != 0) {
+        r = accel__seterr(NULL, ACCEL_ENOMEM,
+                          "shm: cannot allocate %zu bytes for segment " SHM_DIR "%s: %s "
+                          "(lower ACCEL_SHM_CHUNK_NBYTES or enlarge /dev/shm)",
+                          s->map_nbytes, s->name, strerror(err));
+        goto out;
+    }
+    s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        r = accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s", s->name,
+                          s->map_nbytes, strerror(errno));
+        goto out;
+    }
+    accel__shm_header *h = s->base;
+    h->version = ACCEL__SHM_VERSION;
+    h->n_ranks = s->n_ranks;
+    h->slot_nbytes = s->slot_nbytes;
+    h->map_nbytes = s->map_nbytes;
+    h->oneshot_nbytes = s->oneshot_nbytes;
+    h->zc_nbytes = s->zc_nbytes;
+    h->job_hash = job_hash;
+    h->secret = rnd[1];
+    h->creator_pid = (int32_t)getpid();
+    h->creator_start = accel__shm_pid_start((int)getpid());
+    atomic_store_explicit(&h->magic, ACCEL__SHM_MAGIC, memory_order_release);
+
+    char from[sizeof(tmp) + sizeof(SHM_DIR)], to[sizeof(s->name) + sizeof(SHM_DIR)];
+    snprintf(from, sizeof(from), SHM_DIR "%s", tmp);
+    snprintf(to, sizeof(to), SHM_DIR "%s", s->name);
+    if (link(from, to) == 0) {
+        s->own_name = 1;
+    } else if (errno == EEXIST) {
+        /* Say what is there; a segment that passes every check is a second local rank 0. */
+        int other = shm_open(s->name, O_RDONLY | O_CLOEXEC, 0);
+        struct stat st;
+        if (other < 0 && errno == EACCES && stat(to, &st) == 0) {
+            r = foreign(s->name, &st);
+        } else if (other < 0 || (r = verify(s, other, job_hash)) == ACCEL_OK) {
+            r = accel__seterr(NULL, ACCEL_EINVAL,
+                              "shm: segment " SHM_DIR "%s already exists (is another process "
+                              "local rank 0 of this job?)",
+                              s->name);
+        }
+        if (other >= 0) {
+            close(other);
+        }
+    } else {
+        r = accel__seterr(NULL, ACCEL_EIO, "shm: cannot name segment " SHM_DIR "%s: %s", s->name,
+                          strerror(errno));
+    }
+out:
+    shm_unlink(tmp);
+    close(fd);
+    return r;
+}
+
+/* Other ranks: opens the segment (waiting for it until deadline when `wait`), verifies it
+ * and maps it. */
+static accel_status join(accel__shm *s, uint64_t job_hash, double deadline, int wait)
+{
+    int fd;
+    while ((fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0)) < 0) {
+        struct stat st;
+        char path[sizeof(s->name) + sizeof(SHM_DIR)];
+        snprintf(path, sizeof(path), SHM_DIR "%s", s->name);
+        if (errno == EACCES && stat(path, &st) == 0) {
+            return foreign(s->name, &st); /* not ours: we may not even open it */
+        }
+        if (errno != ENOENT) {
+            return accel__seterr(NULL, ACCEL_EIO, "shm: cannot open segment %s: %s", path,
+                                 strerror(errno));
+        }
+        if (!wait || accel__now() >= deadline) {
+            return accel__seterr(
+                NULL, wait ? ACCEL_ETIMEDOUT : ACCEL_EIO, "shm: process %d %s segment %s%s",
+                s->rank, wait ? "waited in vain for local process 0 to create" : "cannot find the",
+                path, wait ? "" : " that process 0 created");
+        }
+        sleep_s(200e-6);
+    }
+    accel_status r = verify(s, fd, job_hash);
+    if (r == ACCEL_OK) {
+        s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (s->base == MAP_FAILED) {
+            s->base = NULL;
+            r = accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s",
+                              s->name, s->map_nbytes, strerror(errno));
+        } else {
+            s->own_name = 1; /* ours, this job's: removing the name on failure is right */
+        }
+    }
+    close(fd);
+    return r;
+}
+
+/* Counts this rank in; the last one removes the name. Returns 1 for the last. */
+static int attach(accel__shm *s)
+{
+    s->hdr = s->base;
+    s->lines = (accel__shm_line *)((char *)s->base + align_up(sizeof(accel__shm_header), 64));
+    s->data = (char *)s->base + (s->map_nbytes - (size_t)s->n_ranks * 2 * s->slot_nbytes);
+    atomic_store_explicit(&s->hdr_ready, 1, memory_order_seq_cst);
+    atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
+    if (atomic_fetch_add_explicit(&s->hdr->attached, 1, memory_order_acq_rel) + 1 < s->n_ranks) {
+        return 0;
+    }
+    if (shm_unlink(s->name) == 0 || errno == ENOENT) {
+        atomic_store_explicit(&s->hdr->unlinked, 1, memory_order_release);
+    }
+    return 1;
+}
+
+/* With ACCEL_JOB_ID: waits in the segment until every rank has attached, failing at once when
+ * an attached process (or the creator) is gone. */
+static accel_status wait_attached(accel__shm *s, double deadline)
+{
+    double next_check = accel__now() + 0.05;
+    while (atomic_load_explicit(&s->hdr->attached, memory_order_acquire) < s->n_ranks) {
+        ACCEL_TRY(accel__shm_check_abort(s));
+        double now = accel__now();
+        if (now >= deadline) {
+            return accel__seterr(
+                NULL, ACCEL_ETIMEDOUT, "shm: only %d of %d processes attached to %s within %g s",
+                (int)atomic_load(&s->hdr->attached), s->n_ranks, s->name, s->timeout_s);
+        }
+        if (now >= next_check) {
+            next_check = now + 0.05;
+            for (int r = 0; r < s->n_ranks; r++) {
+                int pid = atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed);
+                if (pid == 0 && r == 0) {
+                    pid = s->hdr->creator_pid;
+                }
+                if (accel__shm_pid_gone(pid, 0)) {
+                    accel__shm_abort(s, ACCEL__SHM_DIED, r, pid);
+                    return accel__shm_check_abort(s);
+                }
+            }
+        }
+        sleep_s(100e-6);
+    }
+    return ACCEL_OK;
+}
+
+/* ---- sweeping ---- */
+
+/* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
+ * store nonce), possibly with a creator's ".init-" suffix: names nobody else chose. */
+static int generated(const char *key)
+{
+    size_t n = strspn(key, "0123456789abcdef");
+    if (n != 32) {
+        return 0;
+    }
+    key += 32;
+    return *key == '\0' || (strncmp(key, ".init-", 6) == 0 &&
+                            strspn(key + 6, "0123456789abcdef") == 16 && key[22] == '\0');
+}
+
+/* Removes this user's segments in /dev/shm that a killed job left behind (its processes died
+ * while attaching, before the name could go): only names accel generated, only private files of
+ * this euid with a valid header whose creator is gone. A name from a user's own ACCEL_JOB_ID is
+ * left alone: reusing that id reports it. */
+static void sweep(const accel__shm *s)
+{
+    DIR *d = opendir(SHM_DIR);
+    if (d == NULL) {
+        return;
+    }
+    char prefix[32];
+    size_t plen = (size_t)snprintf(prefix, sizeof(prefix), "accel-%u-", (unsigned)geteuid());
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strncmp(e->d_name, prefix, plen) != 0 || !generated(e->d_name + plen)) {
+            continue;
+        }
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) {
+            continue;
+        }
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+            (st.st_mode & 07777) == 0600 && (size_t)st.st_size >= sizeof(accel__shm_header)) {
+            const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+            if (h != MAP_FAILED) {
+                int pid = h->creator_pid;
+                if (atomic_load_explicit(&h->magic, memory_order_acquire) == ACCEL__SHM_MAGIC &&
+                    h->version == ACCEL__SHM_VERSION &&
+                    accel__shm_pid_gone(pid, h->creator_start) &&
+                    unlinkat(dirfd(d), e->d_name, 0) == 0) {
+                    accel__log(&s->log, ACCEL__LOG_WARN,
+                               "shm: removed " SHM_DIR "/%s, left by a killed job (its creator, "
+                               "pid %d, is gone)",
+                               e->d_name, pid);
+                }
+                munmap((void *)h, sizeof(*h));
+            }
+        }
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* ---- open and close ---- */
+
+/* Reads the ACCEL_SHM_* settings into s and sizes the segment. */
+static accel_status settings(accel__shm *s, const accel__comm_config *cfg)
+{
+    long long oneshot, chunk, spin_us, nt, zc;
+    int spin_set = 0;
+    ACCEL_TRY(knob("ACCEL_SHM_NT_NBYTES", 0, LLONG_MAX, &nt, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_ONESHOT_NBYTES", 0, 64ll << 20, &oneshot, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_CHUNK_NBYTES", 4096, 1ll << 30, &chunk, NULL));
+    ACCEL_TRY(knob("ACCEL_SHM_SPIN_US", 0, 10000000, &spin_us, &spin_set));
+    ACCEL_TRY(knob("ACCEL_SHM_ZEROCOPY_NBYTES", -1, LLONG_MAX, &zc, NULL));
+    /* More processes than CPUs: a spinning waiter only delays the peer it waits for, so sleep
+     * almost at once unless the user asked otherwise. */
+    cpu_set_t cpus;
+    if (!spin_set && sched_getaffinity(0, sizeof(cpus), &cpus) == 0 &&
+        CPU_COUNT(&cpus) < cfg->local_n_ranks && spin_us > 2) {
+        accel__log(&cfg->log, ACCEL__LOG_DEBUG, "shm: %d processes on %d CPUs, spinning 2 us",
+                   cfg->local_n_ranks, CPU_COUNT(&cpus));
+        spin_us = 2;
+    }
+    s->rank = cfg->rank;
+    s->n_ranks = cfg->n_ranks;
+    s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    s->log = cfg->log;
+    s->spin_s = (double)spin_us * 1e-6;
+    s->oneshot_nbytes = (size_t)oneshot;
+    s->nt_nbytes = (size_t)nt;
+    s->zc_nbytes = zc < 0 ? SIZE_MAX : (size_t)zc; /* -1: never */
+    s->slot_nbytes = align_up((size_t)(oneshot > chunk ? oneshot : chunk), 4096);
+    size_t lines_off = align_up(sizeof(accel__shm_header), 64);
+    size_t data_off = align_up(lines_off + (size_t)s->n_ranks * sizeof(accel__shm_line), 4096);
+    s->map_nbytes = data_off + (size_t)s->n_ranks * 2 * s->slot_nbytes;
+    s->what = "shm setup";
+    return ACCEL_OK;
+}
+
+accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
+{
+    if (cfg->local_n_ranks != cfg->n_ranks) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "backend shm needs every process on one machine, but only %d of "
+                             "%d are local",
+                             cfg->local_n_ranks, cfg->n_ranks);
+    }
+    accel__shm *s = accel__calloc(1, sizeof(*s));
+    const void **in = accel__calloc((size_t)cfg->n_ranks, sizeof(*in));
+    if (s == NULL || in == NULL) {
+        accel__free(s);
+        accel__free(in);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: out of memory");
+    }
+    s->in = in;
+    accel_status st = settings(s, cfg);
+    double deadline = accel__now() + s->timeout_s;
+    char key[KEY_MAX + 1] = "";
+    const int have_id = cfg->job_id != NULL && cfg->job_id[0] != '\0';
+    const int by_store = !have_id && cfg->n_ranks > 1;
+    if (st == ACCEL_OK) {
+        if (by_store) {
+            st = accel__shm_rdv_begin(s, cfg, key, sizeof(key), deadline);
+        } else if (have_id) {
+            snprintf(key, sizeof(key), "%s", cfg->job_id);
+        } else {
+            st = accel__shm_nonce(key, sizeof(key)); /* one process: nobody to agree with */
+        }
+    }
+    /* The hash covers the whole key, the name only its first KEY_MAX characters. */
+    uint64_t job_hash = key_hash(have_id ? cfg->job_id : key);
+    make_name(s->name, sizeof(s->name), key);
+    /* The creator: local process 0, which with the store is process 0, the one serving it. */
+    const int creator = by_store ? cfg->rank == 0 : cfg->local_rank == 0;
+    if (st == ACCEL_OK) {
+        if (creator) {
+            sweep(s); /* once per job: what killed jobs left, before adding to it */
+            st = create(s, job_hash);
+            if (by_store) {
+                st = accel__shm_rdv_created(s, st, deadline);
+            }
+        } else if (by_store) {
+            st = accel__shm_rdv_created(s, ACCEL_OK, deadline);
+            if (st == ACCEL_OK) {
+                st = join(s, job_hash, deadline, 0);
+            }
+        } else {
+            st = join(s, job_hash, deadline, 1);
+        }
+    }
+    if (st == ACCEL_OK) {
+        int last = attach(s);
+        st = by_store ? accel__shm_rdv_attached(s, last, deadline) : wait_attached(s, deadline);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__shm_check_abort(s); /* e.g. a clash reported while we were setting up */
+    }
+    if (st != ACCEL_OK) {
+        if (by_store) {
+            st = accel__shm_rdv_fail(s, st);
+        }
+        if (s->own_name) {
+            shm_unlink(s->name); /* ours: nobody may join a failed setup */
+            s->own_name = 0;
+        }
+        /* Process 0 serves the store: it stays up for the others to read the failure. */
+        accel__store_abandon(s->store);
+        s->store = NULL;
+        accel__shm_close(s);
+        return st;
+    }
+    accel__shm_rdv_end(s);
+    accel__shm_register(s);
+    accel__log(&s->log, ACCEL__LOG_DEBUG,
+               "shm: segment %s, %d processes, one-shot <= %zu bytes, slot %zu bytes, spin %g us",
+               s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
+    *out = s;
+    return ACCEL_OK;
+}
+
+void accel__shm_close(accel__shm *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    accel__store_close(s->store); /* first: its hook uses s */
+    s->store = NULL;
+    accel__shm_leave(s);
+    accel__shm_free_all(s);
+    if (s->base != NULL) {
+        /* Normally the last rank to attach removed the name already, and unlinking it again
+         * could remove the segment of a restarted job that reuses the job id: only retry when
+         * that first unlink did not happen. */
+        if (s->own_name && s->hdr != NULL &&
+            !atomic_load_explicit(&s->hdr->unlinked, memory_order_acquire)) {
+            shm_unlink(s->name);
+        }
+        munmap(s->base, s->map_nbytes);
+    }
+    accel__free(s->in);
+    accel__free(s);
+}

@@ -1,0 +1,84 @@
+/*
+ * The job's key-value store (private to the library): a small TCP server that one process of a
+ * job (rank 0) runs on a thread, on MASTER_ADDR:MASTER_PORT, and a client per process. It is how
+ * processes that share nothing yet agree on something: the shm backend's job nonce and its
+ * "everyone attached" step today; NCCL unique ids and multi-machine launch later.
+ *
+ * Semantics: keys are strings (1..512 bytes, any bytes but NUL), values are byte strings up to
+ * 1 MiB. set overwrites; get and wait block until their keys exist or the deadline passes; add
+ * treats the value as a decimal int64 (missing = 0) and returns the new value atomically, so it
+ * serves as a counter or a claim ("the first to add gets 1"). Keys are never deleted: use fresh
+ * names for each use. Every call has a deadline; a server that dies closes the connection and
+ * every waiting client fails at once with ACCEL_EPEER, a stopped or unreachable one with
+ * ACCEL_ETIMEDOUT; messages name the address. Plain POSIX sockets, no authentication: any local
+ * user can connect, so nothing secret may be stored here (the shm backend's nonce only names
+ * files that are private to the user anyway).
+ *
+ * Wire format (little-endian): greeting u32 magic "ACST" + u32 version each way; request u32
+ * length + (u8 op, u8 0, u16 key count, u32 timeout ms, op fields: key = u16 length + bytes,
+ * value = u32 length + bytes, delta = i64); response u32 length + (u8 status, payload).
+ */
+#ifndef ACCEL_COMM_STORE_H
+#define ACCEL_COMM_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "accel/status.h"
+
+typedef struct accel__store accel__store;
+
+#define ACCEL__STORE_KEY_MAX 512
+#define ACCEL__STORE_VALUE_MAX (1u << 20)
+
+/* Called on the server thread after a set or add has been applied and before its caller gets
+ * the answer (so whatever the hook does has happened when accel__store_set returns anywhere).
+ * Must be quick and must not call the store. `value` is the new value (for add, its decimal). */
+typedef void (*accel__store_hook)(void *arg, const char *key, const void *value, size_t nbytes);
+
+typedef struct accel__store_config {
+    const char *addr;         /* host name or numeric IPv4/IPv6 address (MASTER_ADDR) */
+    int port;                 /* MASTER_PORT, 1..65535; 0 only with serve: any free port */
+    int serve;                /* 1: this process also runs the server (exactly one per job) */
+    double timeout_s;         /* connecting gives up after this (the server may start later); also
+                                 the deadline of set and add */
+    accel__store_hook on_set; /* serve only; may be NULL */
+    void *hook_arg;
+} accel__store_config;
+
+/* Connects to the store at addr:port, first starting the server there when cfg->serve. The
+ * server's port taken is ACCEL_EIO naming the address ("address already in use": another job
+ * or program has it), as is an address that is not this machine's. A peer on the port that is
+ * not an accel store is ACCEL_EIO too. On success *out is the client (and the server, if any):
+ * one thread at a time. */
+accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
+/* Closes the client and, for the serving process, stops the server (clients still connected
+ * then see ACCEL_EPEER). Accepts NULL. */
+void accel__store_close(accel__store *st);
+
+/* Like accel__store_close, but the server (if this process runs it) keeps serving until the
+ * process exits: after a failed rendezvous, the others can still read the failure that was
+ * published, and a late process of another job cannot take the port over and wait there in
+ * vain. A later accel__store_open serving the same port in this process then finds it taken. */
+void accel__store_abandon(accel__store *st);
+
+/* The port actually used (the free port picked for port 0). */
+int accel__store_port(const accel__store *st);
+/* "addr:port", for messages. Valid until accel__store_close. */
+const char *accel__store_name(const accel__store *st);
+
+/* Sets key to the nbytes bytes at value (overwriting). */
+accel_status accel__store_set(accel__store *st, const char *key, const void *value, size_t nbytes);
+/* Waits until key exists (at most timeout_s; 0: not at all) and copies its value into buf (cap
+ * bytes), its length into *nbytes. ACCEL_ETIMEDOUT naming the key when the deadline passes
+ * (ACCEL_ENOTFOUND with timeout_s 0); ACCEL_EINVAL when the value is longer than cap. */
+accel_status accel__store_get(accel__store *st, const char *key, void *buf, size_t cap,
+                              size_t *nbytes, double timeout_s);
+/* Adds delta to the counter key (created at 0) and writes the result to *out (may be NULL). */
+accel_status accel__store_add(accel__store *st, const char *key, int64_t delta, int64_t *out);
+/* Waits until every one of the n_keys keys exists (at most timeout_s; 0: not at all).
+ * ACCEL_ETIMEDOUT (ACCEL_ENOTFOUND with timeout_s 0) naming the first missing key. */
+accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t n_keys,
+                               double timeout_s);
+
+#endif /* ACCEL_COMM_STORE_H */

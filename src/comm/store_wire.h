@@ -1,0 +1,66 @@
+/*
+ * What the store's client (store.c) and server (store_server.c) share: the wire format of
+ * store.h's comment, little-endian helpers, and the server's start/stop.
+ */
+#ifndef ACCEL_COMM_STORE_WIRE_H
+#define ACCEL_COMM_STORE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+#define STORE_MAGIC 0x54534341u /* "ACST" */
+#define STORE_VERSION 1u
+#define STORE_REQ_HEAD 8u /* op, 0, key count, timeout ms */
+/* The largest request body: a set of the largest key and value, or a wait on many keys. */
+#define STORE_BODY_MAX (STORE_REQ_HEAD + 2u + ACCEL__STORE_KEY_MAX + 4u + ACCEL__STORE_VALUE_MAX)
+#define STORE_WAIT_KEYS_MAX 4096u
+
+enum { STORE_SET = 1, STORE_GET = 2, STORE_ADD = 3, STORE_WAIT = 4 };
+/* Response status: OK; MISSING: the deadline passed (payload: the first missing key); BAD: a
+ * malformed request (payload: why), after which the server closes the connection. */
+enum { STORE_OK = 0, STORE_MISSING = 1, STORE_BAD = 2 };
+
+static inline void store_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void store_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+static inline void store_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (uint8_t)(v >> (8 * i));
+    }
+}
+static inline uint16_t store_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+static inline uint32_t store_get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t store_get64(const uint8_t *p)
+{
+    return (uint64_t)store_get32(p) | (uint64_t)store_get32(p + 4) << 32;
+}
+
+typedef struct accel__store_server accel__store_server;
+
+/* Binds addr:port (port 0: any free port; *bound_port says which) and starts the server
+ * thread. The error names the address. */
+accel_status accel__store_server_start(accel__store_server **out, const char *addr, int port,
+                                       accel__store_hook hook, void *hook_arg, int *bound_port);
+/* Stops the thread and closes every connection. Accepts NULL. */
+void accel__store_server_stop(accel__store_server *srv);
+/* Lets the server run until the process exits (its memory stays in use), without its hook. */
+void accel__store_server_detach(accel__store_server *srv);
+
+#endif /* ACCEL_COMM_STORE_WIRE_H */

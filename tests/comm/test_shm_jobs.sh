@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Jobs of one user started by hand, without accel launch (issue 11, item 1). Without
+# ACCEL_JOB_ID the processes meet through the store that process 0 serves on MASTER_PORT and
+# agree there on a random nonce naming the job's segment.
+#  1. Two jobs of 2 processes on two ports, started together: each computes its own sums
+#     (different salts, so a cross-paired job would get wrong ones) and all four exit 0.
+#  2. Two jobs on one port, started together, every process finishing accel_init before any
+#     computes: none computes. The process 0 that could not serve the port names it and says it
+#     is in use; the others report the clash (two jobs on one MASTER_ADDR and MASTER_PORT).
+#  3. A stale segment: ACCEL_JOB_ID reused after its creator was SIGKILLed before anyone joined.
+#     Both processes of the restarted job report it at once, naming the file and the dead pid
+#     (no wait for the timeout), and leave it in place.
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+PROG=$B/tests/progs/allreduce_loop
+FREE=$B/tests/progs/free_port
+[ -x "$PROG" ] && [ -x "$FREE" ] || { echo "missing $PROG or $FREE"; exit 1; }
+tmp=$(mktemp -d)
+uid=$(id -u)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+    [ -n "${stale:-}" ] && rm -f "$stale"
+}
+trap cleanup EXIT
+
+fail() {
+    echo "FAIL: $*"
+    for f in "$tmp"/*.err; do echo "== $f"; cat "$f"; done
+    exit 1
+}
+
+# start NAME RANK N [ENV=VALUE...] -- ARGS...: one process of a hand-started job, in the
+# background, killed by a watchdog after 30 s (its status is then 137).
+start() {
+    local name=$1 r=$2 n=$3
+    shift 3
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    env -u ACCEL_JOB_ID "${envs[@]}" RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n \
+        MASTER_ADDR=127.0.0.1 ACCEL_TIMEOUT=60 timeout -s KILL 30 "$PROG" "$@" \
+        >"$tmp/$name.out" 2>"$tmp/$name.err" &
+    pids+=($!)
+}
+
+# ---- 1. two ports ----
+p1=$("$FREE")
+p2=$("$FREE")
+while [ "$p2" = "$p1" ]; do p2=$("$FREE"); done
+pids=()
+start a0 0 2 MASTER_PORT=$p1 -- --iters 200 --salt 0
+start b0 0 2 MASTER_PORT=$p2 -- --iters 200 --salt 10
+start a1 1 2 MASTER_PORT=$p1 -- --iters 200 --salt 0
+start b1 1 2 MASTER_PORT=$p2 -- --iters 200 --salt 10
+i=0
+for name in a0 b0 a1 b1; do
+    wait "${pids[$i]}"
+    rc=$?
+    [ "$rc" -eq 0 ] || fail "two ports: $name exited $rc"
+    grep -q "200 allreduces ok" "$tmp/$name.out" || fail "two ports: $name did not finish"
+    i=$((i + 1))
+done
+echo "two jobs on two ports: correct sums, all exit 0"
+
+# ---- 2. one port ----
+p=$("$FREE")
+mkdir "$tmp/sync"
+pids=()
+sync=(--sync-dir "$tmp/sync" --sync-count 4)
+start c0 0 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
+start d0 0 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
+start c1 1 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
+start d1 1 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
+i=0
+for name in c0 d0 c1 d1; do
+    wait "${pids[$i]}"
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "one port: $name exited $rc, expected 1 (an error)"
+    grep -q "allreduces ok" "$tmp/$name.out" && fail "one port: $name computed"
+    grep -q "wrong result" "$tmp/$name.err" && fail "one port: $name computed with the other job"
+    i=$((i + 1))
+done
+cat "$tmp"/[cd][01].err | grep -q "cannot serve on 127.0.0.1:$p: Address already in use" ||
+    fail "one port: no process 0 reported the port in use"
+n_clash=$(cat "$tmp"/[cd][01].err | grep -c "two jobs use the same MASTER_ADDR and MASTER_PORT")
+[ "$n_clash" -ge 3 ] || fail "one port: only $n_clash processes named the clash (want 3)"
+echo "two jobs on one port: port in use and clash reported, nobody computed"
+
+# ---- 3. a stale segment under a reused ACCEL_JOB_ID ----
+job=stale$$
+stale=/dev/shm/accel-$uid-$job
+pids=()
+ACCEL_JOB_ID=$job RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 ACCEL_TIMEOUT=60 \
+    "$PROG" --iters 10 >"$tmp/s.out" 2>"$tmp/s.err" &
+creator=$!
+for _ in $(seq 1 1000); do [ -e "$stale" ] && break; sleep 0.01; done
+[ -e "$stale" ] || fail "stale: the first process 0 never created $stale"
+kill -9 "$creator"
+wait "$creator" 2>/dev/null
+[ -e "$stale" ] || fail "stale: $stale vanished with its creator"
+for r in 0 1; do
+    start e$r $r 2 ACCEL_JOB_ID=$job --
+done
+for r in 0 1; do
+    wait "${pids[$r]}"
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "stale: rank $r exited $rc, expected 1 (137: it waited)"
+    grep -q "segment $stale is left over from a job that was killed (its creator, pid $creator, is gone)" \
+        "$tmp/e$r.err" || fail "stale: rank $r did not name the stale segment and its pid"
+done
+[ -e "$stale" ] || fail "stale: the stale segment was removed (it is evidence, not ours to reuse)"
+rm -f "$stale"
+ls /dev/shm | grep -q "^accel-$uid-$job" && fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
+echo "stale segment: both processes named it and the dead creator at once"
+echo "PASS"

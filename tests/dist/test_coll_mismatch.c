@@ -1,0 +1,163 @@
+/*
+ * Mismatched collectives (issue 11, item 2): when the last process calls another collective,
+ * or the same one with another count, dtype, reduce op or root (small and large messages, an
+ * allocation against a collective, count 0 against count 3), every process fails with
+ * ACCEL_EINVAL and the same message naming both calls and their number, and the communicator
+ * stays broken; matched calls of every kind, count 0 included, still succeed. Then the last
+ * process leaves while the others wait in an all-reduce: first with accel_free (they report
+ * "exited (accel_free)"), finally by exit(0) without freeing (they report "exited (status 0)").
+ *
+ * ACCEL_TEST_NPROCS: 2 3 4
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+
+#define BIG (1u << 20) /* elements: 4 MiB of f32, the large-message algorithm */
+
+static accel *acc;
+static int R, N, L; /* L: the process that deviates */
+static float *a, *b;
+static int pid_of_last;
+
+static void init(void)
+{
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    R = accel_process_index(acc);
+    N = accel_num_processes(acc);
+    L = N - 1;
+    int me = (int)getpid(), pid = me;
+    CHECK_OK(acc, accel_broadcast(acc, &me, &pid, 1, ACCEL_I32, L, NULL));
+    pid_of_last = pid;
+}
+
+/* The call just made must have failed with EINVAL and the text `want` (on every process), and
+ * the communicator must stay broken; then a fresh one for the next case. */
+static void expect(accel_status st, const char *want)
+{
+    const char *msg = accel_last_error(acc);
+    CHECK_MSG(st == ACCEL_EINVAL, "rank %d: got %s: %s", R, accel_status_name(st), msg);
+    CHECK_MSG(strstr(msg, want) != NULL, "rank %d: message \"%s\" lacks \"%s\"", R, msg, want);
+    CHECK(accel_barrier(acc, NULL) != ACCEL_OK);
+    accel_free(acc);
+    init();
+}
+
+/* "collective mismatch: rank 0 called <mine> #3, rank L called <theirs> #3" */
+static const char *mismatch(const char *mine, const char *theirs)
+{
+    static char buf[512];
+    /* Call 1 is init's broadcast, 2 the barrier each case starts with: the mismatch is 3. */
+    snprintf(buf, sizeof(buf), "collective mismatch: rank 0 called %s #3, rank %d called %s #3",
+             mine, L, theirs);
+    return buf;
+}
+
+static void matched_calls(void)
+{
+    /* Every kind, with count 0 and with a small count. */
+    for (size_t count = 0; count <= 5; count += 5) {
+        CHECK_OK(acc, accel_allreduce(acc, a, b, count, ACCEL_F32, ACCEL_SUM, NULL));
+        CHECK_OK(acc, accel_reduce(acc, a, b, count, ACCEL_F32, ACCEL_MAX, L, NULL));
+        CHECK_OK(acc, accel_reduce_scatter(acc, a, b, count, ACCEL_F32, ACCEL_SUM, NULL));
+        CHECK_OK(acc, accel_allgather(acc, a, b, count, ACCEL_F32, NULL));
+        CHECK_OK(acc, accel_broadcast(acc, a, b, count, ACCEL_F32, L, NULL));
+        CHECK_OK(acc, accel_gather_to(acc, a, b, count, ACCEL_F32, 0, NULL));
+        CHECK_OK(acc, accel_barrier(acc, NULL));
+    }
+    for (size_t i = 0; i < 5; i++) {
+        a[i] = (float)(R + 1);
+    }
+    CHECK_OK(acc, accel_allreduce(acc, a, b, 5, ACCEL_F32, ACCEL_SUM, NULL));
+    CHECK(b[4] == (float)(N * (N + 1) / 2));
+}
+
+int main(void)
+{
+    a = calloc(BIG * 4 + 64, sizeof(float));
+    b = calloc(BIG * 4 + 64, sizeof(float));
+    CHECK(a != NULL && b != NULL);
+    init();
+    if (N < 2) {
+        accel_free(acc);
+        return 77;
+    }
+    matched_calls();
+    accel_free(acc);
+    init();
+    const int last = R == L;
+
+    /* count */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, last ? 999 : 1000, ACCEL_F32, ACCEL_SUM, NULL),
+           mismatch("allreduce(count=1000, f32, sum)", "allreduce(count=999, f32, sum)"));
+    /* count, large messages (two-shot; checked before any slot is read) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, last ? BIG - 1 : BIG, ACCEL_F32, ACCEL_SUM, NULL),
+           mismatch("allreduce(count=1048576, f32, sum)", "allreduce(count=1048575, f32, sum)"));
+    /* dtype */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, 1000, last ? ACCEL_I32 : ACCEL_F32, ACCEL_SUM, NULL),
+           mismatch("allreduce(count=1000, f32, sum)", "allreduce(count=1000, i32, sum)"));
+    /* reduce op */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, 1000, ACCEL_F32, last ? ACCEL_MAX : ACCEL_SUM, NULL),
+           mismatch("allreduce(count=1000, f32, sum)", "allreduce(count=1000, f32, max)"));
+    /* root */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_broadcast(acc, a, a, 10, ACCEL_F32, last ? 1 : 0, NULL),
+           mismatch("broadcast(count=10, f32, root=0)", "broadcast(count=10, f32, root=1)"));
+    /* operation */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(last ? accel_barrier(acc, NULL)
+                : accel_allreduce(acc, a, b, 4, ACCEL_F32, ACCEL_SUM, NULL),
+           mismatch("allreduce(count=4, f32, sum)", "barrier()"));
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(last ? accel_allgather(acc, a, b, 400, ACCEL_F32, NULL)
+                : accel_reduce_scatter(acc, a, b, 400, ACCEL_F32, ACCEL_SUM, NULL),
+           mismatch("reduce_scatter(count=400, f32, sum)", "allgather(count=400, f32)"));
+    /* count 0 against count 3 (a call that moves nothing still meets the others) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_gather_to(acc, a, b, last ? 3 : 0, ACCEL_F32, 0, NULL),
+           mismatch("gather(count=0, f32, root=0)", "gather(count=3, f32, root=0)"));
+    /* an allocation against a collective */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    {
+        void *p = NULL;
+        expect(last ? accel_alloc_shared(acc, 4096, &p)
+                    : accel_allreduce(acc, a, b, 4, ACCEL_F32, ACCEL_SUM, NULL),
+               mismatch("allreduce(count=4, f32, sum)", "accel_alloc_shared()"));
+    }
+    matched_calls(); /* the fresh communicator works */
+
+    /* The last process frees its accelerator while the others wait for it. */
+    char want[256];
+    snprintf(want, sizeof(want), "rank %d (pid %d) exited (accel_free)", L, pid_of_last);
+    if (last) {
+        accel_free(acc);
+    } else {
+        accel_status st = accel_allreduce(acc, a, b, 4, ACCEL_F32, ACCEL_SUM, NULL);
+        const char *msg = accel_last_error(acc);
+        CHECK_MSG(st == ACCEL_EPEER, "rank %d: got %s: %s", R, accel_status_name(st), msg);
+        CHECK_MSG(strstr(msg, want) != NULL, "rank %d: \"%s\" lacks \"%s\"", R, msg, want);
+        accel_free(acc);
+    }
+    init();
+
+    /* The last process exits (status 0) without freeing, while the others wait. */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    if (last) {
+        exit(0);
+    }
+    snprintf(want, sizeof(want), "rank %d (pid %d) exited (status 0)", L, pid_of_last);
+    accel_status st = accel_allreduce(acc, a, b, 4, ACCEL_F32, ACCEL_SUM, NULL);
+    const char *msg = accel_last_error(acc);
+    CHECK_MSG(st == ACCEL_EPEER, "rank %d: got %s: %s", R, accel_status_name(st), msg);
+    CHECK_MSG(strstr(msg, want) != NULL, "rank %d: \"%s\" lacks \"%s\"", R, msg, want);
+    accel_free(acc);
+    free(a);
+    free(b);
+    printf("rank %d: mismatches and departures reported\n", R);
+    return 0;
+}

@@ -1,0 +1,311 @@
+/*
+ * The job's key-value store (src/comm/store.h): set/get/add/wait between processes, deadlines
+ * (a missing key times out naming it; timeout 0 does not wait), values of every size up to the
+ * limit, the port-0 server, a taken port (an error naming the address), no server at all, a
+ * program on the port that is not a store, a malformed request (that client is dropped, the
+ * others carry on), the server's hook, a server that dies (clients waiting in get fail with
+ * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
+ * failure (it keeps serving and holding its port, without its hook).
+ */
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "comm/store.h"
+
+static accel__store *open_store(int port, int serve, double timeout_s)
+{
+    accel__store_config c = {
+        .addr = "127.0.0.1", .port = port, .serve = serve, .timeout_s = timeout_s};
+    accel__store *st = NULL;
+    CHECK_OK(NULL, accel__store_open(&st, &c));
+    return st;
+}
+
+static void expect(accel_status got, accel_status want, const char *text)
+{
+    CHECK_MSG(got == want, "got %s, want %s: %s", accel_status_name(got), accel_status_name(want),
+              accel_last_error(NULL));
+    CHECK_MSG(strstr(accel_last_error(NULL), text) != NULL, "\"%s\" lacks \"%s\"",
+              accel_last_error(NULL), text);
+}
+
+static int hook_calls;
+static char hook_last[64];
+static void hook(void *arg, const char *key, const void *value, size_t nbytes)
+{
+    (void)value;
+    (void)nbytes;
+    *(int *)arg += 1;
+    snprintf(hook_last, sizeof(hook_last), "%s", key);
+}
+
+/* A child process that connects, runs fn, and exits 0 on success. */
+static pid_t child(int port, void (*fn)(accel__store *st, int i), int i)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        accel__store *st = open_store(port, 0, 10);
+        fn(st, i);
+        accel__store_close(st);
+        _exit(0);
+    }
+    return pid;
+}
+
+static void reap_ok(pid_t pid)
+{
+    int ws;
+    CHECK(waitpid(pid, &ws, 0) == pid);
+    CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child %d failed (%#x)", (int)pid, ws);
+}
+
+/* Children: count in, then wait for "go" and set "done/<i>". */
+static void counter_child(accel__store *st, int i)
+{
+    int64_t v = 0;
+    CHECK_OK(NULL, accel__store_add(st, "ctr", 1, &v));
+    CHECK(v >= 1 && v <= 8);
+    char buf[8];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(st, "go", buf, sizeof(buf), &n, 10));
+    CHECK(n == 2 && memcmp(buf, "go", 2) == 0);
+    char k[32];
+    snprintf(k, sizeof(k), "done/%d", i);
+    CHECK_OK(NULL, accel__store_set(st, k, "", 0));
+}
+
+static void basics(void)
+{
+    accel__store_config c = {.addr = "127.0.0.1",
+                             .port = 0,
+                             .serve = 1,
+                             .timeout_s = 10,
+                             .on_set = hook,
+                             .hook_arg = &hook_calls};
+    accel__store *srv = NULL;
+    CHECK_OK(NULL, accel__store_open(&srv, &c));
+    int port = accel__store_port(srv);
+    CHECK(port > 0 && port < 65536);
+    char name[64];
+    snprintf(name, sizeof(name), "127.0.0.1:%d", port);
+    CHECK(strcmp(accel__store_name(srv), name) == 0);
+
+    /* set / get, overwrite, empty value, the hook ran before set returned */
+    CHECK_OK(NULL, accel__store_set(srv, "a", "hello", 5));
+    CHECK(hook_calls == 1 && strcmp(hook_last, "a") == 0);
+    char buf[64];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(srv, "a", buf, sizeof(buf), &n, 0));
+    CHECK(n == 5 && memcmp(buf, "hello", 5) == 0);
+    CHECK_OK(NULL, accel__store_set(srv, "a", "", 0));
+    CHECK_OK(NULL, accel__store_get(srv, "a", buf, sizeof(buf), &n, 0));
+    CHECK(n == 0);
+    /* a value longer than the buffer */
+    CHECK_OK(NULL, accel__store_set(srv, "long", "0123456789", 10));
+    expect(accel__store_get(srv, "long", buf, 4, &n, 0), ACCEL_EINVAL, "\"long\" is 10 bytes");
+    /* missing keys: no wait with timeout 0, a deadline otherwise, both naming the key */
+    expect(accel__store_get(srv, "nope", buf, sizeof(buf), &n, 0), ACCEL_ENOTFOUND,
+           "key \"nope\" is not set");
+    expect(accel__store_get(srv, "nope", buf, sizeof(buf), &n, 0.2), ACCEL_ETIMEDOUT,
+           "key \"nope\" was not set within 0.2 s");
+    const char *keys[] = {"a", "long", "absent"};
+    expect(accel__store_wait(srv, keys, 3, 0.1), ACCEL_ETIMEDOUT, "key \"absent\"");
+    CHECK_OK(NULL, accel__store_wait(srv, keys, 2, 0));
+    /* counters, readable as decimal text */
+    int64_t v = 0;
+    CHECK_OK(NULL, accel__store_add(srv, "n", 5, &v));
+    CHECK(v == 5);
+    CHECK_OK(NULL, accel__store_add(srv, "n", -7, &v));
+    CHECK(v == -2);
+    CHECK_OK(NULL, accel__store_get(srv, "n", buf, sizeof(buf), &n, 0));
+    CHECK(n == 2 && memcmp(buf, "-2", 2) == 0);
+    /* the largest value, and one byte more */
+    size_t big = ACCEL__STORE_VALUE_MAX;
+    char *vb = malloc(big + 1), *back = malloc(big);
+    CHECK(vb != NULL && back != NULL);
+    for (size_t i = 0; i < big; i++) {
+        vb[i] = (char)(i * 7);
+    }
+    CHECK_OK(NULL, accel__store_set(srv, "big", vb, big));
+    CHECK_OK(NULL, accel__store_get(srv, "big", back, big, &n, 0));
+    CHECK(n == big && memcmp(vb, back, big) == 0);
+    expect(accel__store_set(srv, "big", vb, big + 1), ACCEL_EINVAL, "at most");
+    free(vb);
+    free(back);
+    expect(accel__store_set(srv, "", "x", 1), ACCEL_EINVAL, "key of 0 bytes");
+
+    /* 8 processes: an atomic counter, a wait released by one set, keys from others */
+    pid_t kids[8];
+    for (int i = 0; i < 8; i++) {
+        kids[i] = child(port, counter_child, i);
+    }
+    for (;;) { /* until every child has counted itself in */
+        CHECK_OK(NULL, accel__store_get(srv, "ctr", buf, sizeof(buf) - 1, &n, 10));
+        buf[n] = '\0';
+        if (atoi(buf) == 8) {
+            break;
+        }
+        usleep(1000);
+    }
+    CHECK_OK(NULL, accel__store_set(srv, "go", "go", 2));
+    const char *done[8];
+    char done_k[8][16];
+    for (int i = 0; i < 8; i++) {
+        snprintf(done_k[i], sizeof(done_k[i]), "done/%d", i);
+        done[i] = done_k[i];
+    }
+    CHECK_OK(NULL, accel__store_wait(srv, done, 8, 10));
+    for (int i = 0; i < 8; i++) {
+        reap_ok(kids[i]);
+    }
+
+    /* a malformed request: that connection is refused and closed, the others go on */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    unsigned char junk[] = {0x41, 0x43, 0x53, 0x54, 1,  0, 0, 0,                 /* greeting */
+                            9,    0,    0,    0,    77, 0, 0, 0, 0, 0, 0, 0, 0}; /* op 77 */
+    CHECK(write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
+    char reply[128];
+    ssize_t got = 0, k;
+    while ((k = read(fd, reply + got, sizeof(reply) - (size_t)got)) > 0) {
+        got += k; /* until the server closes */
+    }
+    CHECK(got >= 8 + 5 && reply[8 + 4] == 2); /* greeting, then status BAD */
+    close(fd);
+    CHECK_OK(NULL, accel__store_get(srv, "go", buf, sizeof(buf), &n, 0));
+
+    /* the port is taken: the error names the address */
+    accel__store_config c2 = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 1};
+    accel__store *other = NULL;
+    expect(accel__store_open(&other, &c2), ACCEL_EIO, name);
+    CHECK(strstr(accel_last_error(NULL), "Address already in use") != NULL);
+    CHECK(strstr(accel_last_error(NULL), "MASTER_PORT") != NULL);
+    accel__store_close(srv);
+
+    /* nobody serves the port any more: connecting gives up at the deadline */
+    accel__store_config c3 = {.addr = "127.0.0.1", .port = port, .serve = 0, .timeout_s = 0.3};
+    expect(accel__store_open(&other, &c3), ACCEL_ETIMEDOUT, "could not connect within 0.3 s");
+    /* port 0 only for the server */
+    c3.port = 0;
+    expect(accel__store_open(&other, &c3), ACCEL_EINVAL, "port 0 is not valid");
+}
+
+/* A plain TCP listener that is not a store: it accepts and closes. */
+static void not_a_store(void)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
+    CHECK(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int fd = accept(lfd, NULL, NULL);
+        const char msg[] = "HTTP/1.0 400 Bad Request\r\n\r\n";
+        if (write(fd, msg, sizeof(msg) - 1) < 0) {
+            _exit(1);
+        }
+        close(fd);
+        _exit(0);
+    }
+    close(lfd);
+    accel__store_config c = {
+        .addr = "127.0.0.1", .port = ntohs(sa.sin_port), .serve = 0, .timeout_s = 5};
+    accel__store *st = NULL;
+    expect(accel__store_open(&st, &c), ACCEL_EIO, "is not an accel store");
+    reap_ok(pid);
+}
+
+/* The serving process dies (or stops) while a client waits. */
+static void server_trouble(int sig)
+{
+    int p[2];
+    CHECK(pipe(p) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        accel__store *srv = open_store(0, 1, 30);
+        int port = accel__store_port(srv);
+        CHECK(write(p[1], &port, sizeof(port)) == (ssize_t)sizeof(port));
+        pause(); /* serving on the thread until killed */
+        _exit(0);
+    }
+    int port = 0;
+    CHECK(read(p[0], &port, sizeof(port)) == (ssize_t)sizeof(port));
+    close(p[0]);
+    close(p[1]);
+    accel__store *st = open_store(port, 0, 1);
+    CHECK_OK(NULL, accel__store_set(st, "x", "1", 1));
+    char buf[8];
+    size_t n;
+    kill(pid, sig);
+    int ws;
+    CHECK(waitpid(pid, &ws, WUNTRACED) == pid); /* dead or stopped now */
+    if (sig == SIGKILL) {
+        /* The wait's deadline is far; the closed connection ends it at once. */
+        expect(accel__store_get(st, "never", buf, sizeof(buf), &n, 600), ACCEL_EPEER,
+               "closed the connection");
+        /* and the handle stays broken */
+        expect(accel__store_set(st, "x", "2", 1), ACCEL_EPEER, "failed earlier");
+    } else {
+        /* A stopped server answers nothing: set gives up at the store's timeout (1 s). */
+        expect(accel__store_set(st, "x", "2", 1), ACCEL_ETIMEDOUT, "no answer");
+        kill(pid, SIGKILL);
+    }
+    accel__store_close(st);
+    if (sig != SIGKILL) {
+        CHECK(waitpid(pid, &ws, 0) == pid);
+    }
+}
+
+/* A server abandoned after a failure keeps serving (and holding its port) without its hook. */
+static void abandoned(void)
+{
+    int calls = 0;
+    accel__store_config c = {.addr = "127.0.0.1",
+                             .port = 0,
+                             .serve = 1,
+                             .timeout_s = 5,
+                             .on_set = hook,
+                             .hook_arg = &calls};
+    accel__store *srv = NULL;
+    CHECK_OK(NULL, accel__store_open(&srv, &c));
+    int port = accel__store_port(srv);
+    CHECK_OK(NULL, accel__store_set(srv, "why", "failed", 6));
+    CHECK(calls == 1);
+    accel__store_abandon(srv);
+    accel__store *st = open_store(port, 0, 5);
+    char buf[16];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(st, "why", buf, sizeof(buf), &n, 0));
+    CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
+    CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
+    CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
+    c.port = port;
+    c.on_set = NULL;
+    accel__store *again = NULL;
+    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    accel__store_close(st);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    basics();
+    not_a_store();
+    server_trouble(SIGKILL);
+    server_trouble(SIGSTOP);
+    abandoned();
+    printf("store: ok\n");
+    return 0;
+}
