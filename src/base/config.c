@@ -297,7 +297,7 @@ static accel_status use_gpu_ids(accel__config *c, const char *key, const accel__
 {
     ACCEL_TRY(get_str(c, key, v, &c->gpu_ids));
     if (c->gpu_ids != NULL && strcasecmp(c->gpu_ids, "all") != 0) {
-        if (strspn(c->gpu_ids, "0123456789, ") != strlen(c->gpu_ids)) {
+        if (strspn(c->gpu_ids, "0123456789,") != strlen(c->gpu_ids)) {
             return bad(c, key, v, "all or a comma-separated list of device ids");
         }
 #if !defined(ACCEL_HAVE_CUDA)

@@ -187,9 +187,8 @@ static void draw(const char *const *choices, int n, int pos)
 static int menu_run(prompt *p, const char *question, const char *const *choices, int n, int dflt,
                     int *out)
 {
-    printf("\n%s\nPlease select a choice using the arrow or number keys, and selecting with "
-           "enter\n",
-           question);
+    /* Raw mode before the question shows, so a key pressed as soon as it appears is the
+     * menu's (output processing stays on: "\n" still ends a line). */
     struct termios raw;
     if (tcgetattr(0, &saved) != 0) {
         return ended(p, question, KEY_EOF);
@@ -200,7 +199,9 @@ static int menu_run(prompt *p, const char *question, const char *const *choices,
     raw.c_cc[VMIN] = 1;
     raw.c_cc[VTIME] = 0;
     tcsetattr(0, TCSANOW, &raw);
-    printf("\033[?25l"); /* hide the cursor */
+    printf("\n%s\nPlease select a choice using the arrow or number keys, and selecting with "
+           "enter\n\033[?25l", /* and hide the cursor */
+           question);
     int pos = dflt, key;
     draw(choices, n, pos);
     for (;;) {
