@@ -243,9 +243,13 @@ ACCEL_API accel_status accel_on_local_process(accel *acc, int local_process_inde
  * failure (a damaged or mismatching checkpoint, ACCEL_ENOTFOUND for a missing folder).
  */
 ACCEL_API accel_status accel_prepare_objects(accel *acc, int n, void *const *objs);
+#ifndef __cplusplus
 #define accel_prepare(acc, ...)                                                                    \
     accel_prepare_objects((acc), (int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *)),          \
                           (void *[]){__VA_ARGS__})
+#else /* C++ (CUDA sources) has no compound literals: a function template, below */
+#define accel_prepare(acc, ...) accel__prepare_cpp((acc), __VA_ARGS__)
+#endif
 
 /*
  * Accelerate's free_memory(): frees every model, optimizer, scheduler and loader still alive on
@@ -280,7 +284,12 @@ ACCEL_API accel_status accel_set_rng_state(accel *acc,
 
 #ifdef __cplusplus
 }
-#endif
 
+template <typename... T> static inline accel_status accel__prepare_cpp(accel *acc, T *...objs)
+{
+    void *v[] = {static_cast<void *>(objs)...};
+    return accel_prepare_objects(acc, (int)sizeof...(T), v);
+}
+#endif
 
 #endif /* ACCEL_CORE_H */

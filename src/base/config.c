@@ -28,12 +28,10 @@
 #include "base/base.h"
 #include "base/fs.h"
 
-/* Why GPU setups run on the CPU, true for this build. */
-#if defined(ACCEL_HAVE_CUDA)
-#define NO_GPU "GPU training is not implemented yet, accel runs on the CPU"
-#else
-#define NO_GPU "this build of accel has no CUDA, it runs on the CPU"
-#endif
+/* Why a GPU setting does not apply in a build without CUDA. A CUDA build runs MULTI_GPU (each
+ * process takes GPU LOCAL_RANK, src/core/device_select.c) and accel launch passes gpu_ids on
+ * as CUDA_VISIBLE_DEVICES. */
+#define NO_GPU "this build of accel has no CUDA (configure with -DACCEL_CUDA=ON), it runs on the CPU"
 
 /* ---- values ---- */
 
@@ -597,8 +595,10 @@ static accel_status validate(accel__config *c)
         }
         return ACCEL_OK;
     }
-    if (strcmp(dt, "MULTI_GPU") == 0) {
+    if (strcmp(dt, "MULTI_GPU") == 0) { /* as accel launch --multi_gpu */
+#if !defined(ACCEL_HAVE_CUDA)
         note(c, &v, "distributed_type: MULTI_GPU: %s", NO_GPU);
+#endif
         return ACCEL_OK;
     }
     if (strcmp(dt, "DEEPSPEED") == 0) {

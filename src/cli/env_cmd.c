@@ -1,7 +1,8 @@
 /*
  * `accel env`: the facts to paste into a bug report (as `accelerate env`): version, OS, CPU
- * and its vector extensions, which communication backends this build contains, the config file
- * in use and its content (read with the library's reader, base/config.h), and every
+ * and its vector extensions, which communication backends this build contains, in a CUDA build
+ * the GPUs with the CUDA driver, runtime and NCCL versions, the config file in use and its
+ * content (read with the library's reader, base/config.h), and every
  * environment variable accel reads, straight from the library's table (src/base/env.c), with
  * its current value, default and meaning. Reads only; changes nothing.
  */
@@ -14,6 +15,9 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
+#if defined(ACCEL_HAVE_CUDA)
+#include "accel/cuda.h"
+#endif
 #include "cli.h"
 #include "base/base.h"
 #include "base/config.h"
@@ -33,8 +37,9 @@ const cli_verb cli_verb_env = {
     .summary = "print version, system and configuration facts for bug reports",
     .positional = NULL,
     .description = "Prints accel's version, the OS and CPU, the communication backends built in,\n"
-                   "the config file in use and its content, and every environment variable accel\n"
-                   "reads with its current value, default and meaning.",
+                   "the GPUs and CUDA driver, runtime and NCCL versions (CUDA builds), the config\n"
+                   "file in use and its content, and every environment variable accel reads with\n"
+                   "its current value, default and meaning.",
     .options = env_options,
     .run = run_env,
 };
@@ -144,6 +149,11 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
 #endif
 #if defined(ACCEL_HAVE_CUDA)
     printf("- CUDA: built in\n");
+    char gpu[4096];
+    accel_cuda_report(gpu, sizeof(gpu));
+    for (char *line = strtok(gpu, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        printf("  - %s\n", line);
+    }
 #else
     printf("- CUDA: not built in\n");
 #endif

@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "config.h"
+#include "device/device.h"
 #include "internal.h"
 #include "profile.h"
 
@@ -442,10 +443,6 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->n_ranks = l.n_ranks;
     acc->local_rank = l.local_rank;
     acc->local_n_ranks = l.local_n_ranks;
-    acc->dist_type = l.launched ? ACCEL_DIST_MULTI_CPU : ACCEL_DIST_NO;
-    acc->device.type = ACCEL_DEVICE_CPU;
-    acc->device.index = 0;
-    snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
     acc->gstate.sync_gradients = 1;
     acc->gstate.remainder = -1;
     acc->log.rank = l.rank;
@@ -458,7 +455,10 @@ accel_status accel_init(accel **out, const accel_options *opts)
     }
 
     rendezvous rdv;
-    st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    st = accel__device_setup(acc, l.launched);
+    if (st == ACCEL_OK) {
+        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    }
     if (st == ACCEL_OK) {
         st = read_rendezvous(&rdv);
     }
@@ -482,8 +482,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
-    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks,
-               acc->backend);
+    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s, device %s",
+               l.n_ranks, acc->backend, acc->device_name);
     *out = acc;
     return ACCEL_OK;
 }
@@ -511,6 +511,9 @@ void accel_free(accel *acc)
      * not a collective). The recorder goes after the communicator, whose thread records. */
     accel__profile_finish_local(acc);
     accel__comm_free(acc->comm);
+    if (acc->dev != NULL) {
+        accel__device_close(acc->dev);
+    }
     accel__trace_free(acc->trace);
     accel__free(acc->profile_path);
     accel__free((void *)acc->opt.project_dir);
@@ -619,12 +622,23 @@ const accel_options *accel_resolved_options(const accel *acc)
 
 const char *accel_state_summary(accel *acc)
 {
-    char buf[512];
+    /* On a GPU, a line naming it, its driver, runtime and NCCL versions follows the device. */
+    char gpu[512] = "";
+#ifdef ACCEL_HAVE_CUDA
+    if (acc->device.type == ACCEL_DEVICE_CUDA) {
+        char about[256], nccl[32];
+        accel__device_describe(acc->dev, about, sizeof(about));
+        accel__nccl_version(nccl, sizeof(nccl));
+        snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
+    }
+#endif
+    char buf[1024];
     snprintf(buf, sizeof(buf),
              "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
-             "Local process index: %d\nDevice: %s\n\nMixed precision type: %s\n",
+             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
              accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
-             acc->local_rank, acc->device_name, accel_precision_name(acc->opt.mixed_precision));
+             acc->local_rank, acc->device_name, gpu,
+             accel_precision_name(acc->opt.mixed_precision));
     accel__free(acc->summary);
     acc->summary = accel__strdup(buf);
     return acc->summary != NULL ? acc->summary : "";

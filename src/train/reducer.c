@@ -4,7 +4,11 @@
  * trainable parameter, with the frozen ranges inside precomputed), counts readiness during a
  * backward, launches each complete bucket strictly in bucket order on every process, runs the
  * bf16 / fp16 compression as hooks of the collective (on the communication thread, not the
- * training thread), waits, and records profiler spans.
+ * training thread), waits, and records profiler spans. Gradients in GPU memory reach this
+ * build's communicators, which read host memory only, through staging: the hooks copy a bucket
+ * to pinned host memory after the compute stream has produced it (an event recorded at
+ * launch) and back once reduced, on a stream of their own, so the copies overlap the rest of
+ * backward (the single-GPU multi-process path; NCCL on device buffers comes with comm v2).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -21,6 +25,21 @@
 static accel_reduce_op bucket_op(const accel_model *m)
 {
     return (m->join_active && !m->join_divide_initial) ? ACCEL_SUM : ACCEL_AVG;
+}
+
+/* ---- staging ---- */
+
+static int force_staging;
+
+void accel__train_force_staging(int on)
+{
+    force_staging = on;
+}
+
+/* No communicator of this build reads GPU memory (NCCL comes with comm v2). */
+int accel__model_staged(const accel_model *m)
+{
+    return !accel__model_on_host(m) || force_staging;
 }
 
 /* ---- building ---- */
@@ -99,6 +118,22 @@ static accel_status alloc_comm_buf(accel_model *m)
     return ACCEL_OK;
 }
 
+/* Staging: the pinned host mirror of the wire buffer and one event per bucket. */
+static accel_status alloc_staging(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    size_t nbytes = m->flat.padded_numel * accel_dtype_nbytes(r->comm_dtype);
+    accel_status st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
+    for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
+        st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
+    }
+    if (st != ACCEL_OK) {
+        return accel__seterr(NULL, st, "accel_prepare: staging gradients through host memory: %s",
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__reducer_prepare(accel_model *m)
 {
     accel__reducer *r = &m->red;
@@ -128,17 +163,19 @@ accel_status accel__reducer_prepare(accel_model *m)
     build_ranges(m);
     memset(r->ready, 1, (size_t)m->n_params);
     int dt = acc->opt.comm_dtype;
-    r->comm_dtype = ACCEL_F32;
-    if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16)) {
-        r->comm_dtype = (accel_dtype)dt;
-        accel_status st = alloc_comm_buf(m);
-        if (st == ACCEL_OK) {
-            st = accel__stream_new(m->dev, &r->comm_stream);
-        }
-        if (st != ACCEL_OK) {
-            accel__reducer_free(m);
-            return accel__adopt_thread_error(acc, st);
-        }
+    int compressed = acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16);
+    r->staged = acc->n_ranks > 1 && accel__model_staged(m);
+    r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
+    accel_status st = compressed ? alloc_comm_buf(m) : ACCEL_OK;
+    if (st == ACCEL_OK && (compressed || r->staged)) {
+        st = accel__stream_new(m->dev, &r->comm_stream);
+    }
+    if (st == ACCEL_OK && r->staged) {
+        st = alloc_staging(m);
+    }
+    if (st != ACCEL_OK) {
+        accel__reducer_free(m);
+        return accel__adopt_thread_error(acc, st);
     }
     return ACCEL_OK;
 }
@@ -155,6 +192,11 @@ void accel__reducer_free(accel_model *m)
         accel__dev_free(m->dev, r->comm_buf);
     }
     accel__stream_free(m->dev, r->comm_stream);
+    accel__dev_host_free(m->dev, r->host_buf);
+    for (int b = 0; r->buckets != NULL && b < r->n_buckets; b++) {
+        accel__event_free(m->dev, r->buckets[b].ready_ev);
+        accel__free(r->buckets[b].hook_msg);
+    }
     accel__free(r->buckets);
     accel__free(r->frozen);
     accel__free(r->ready);
@@ -163,26 +205,75 @@ void accel__reducer_free(accel_model *m)
 
 /* ---- one backward ---- */
 
-/* DDP's bf16 / f16 compression hook, run by the communication thread around the collective:
- * half the bytes on the wire; the comm layer accumulates in fp32 and rounds the result once. */
-static void compress(void *arg)
+/* Hooks run on the communication thread and return nothing: a failure is kept on the bucket
+ * and reported by the wait. */
+static void hook_status(accel__bucket *bk, accel_status st)
 {
-    accel__bucket *bk = arg;
-    accel_model *m = bk->model;
-    accel__reducer *r = &m->red;
-    (void)accel__dev_convert(m->dev,
-                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                             accel__grad_span(m, bk->offset, bk->count), r->comm_stream);
+    if (st != ACCEL_OK && bk->hook_st == ACCEL_OK) {
+        bk->hook_st = st;
+        bk->hook_msg = accel__strdup(accel_last_error(NULL));
+    }
 }
 
-static void decompress(void *arg)
+/* The bucket's slice of the buffer the collective moves, on the device: the gradients, or
+ * their bf16 / f16 compression. */
+static void *wire(accel_model *m, const accel__bucket *bk)
+{
+    accel__reducer *r = &m->red;
+    return r->comm_buf != NULL ? (void *)(r->comm_buf + bk->offset)
+                               : (void *)(m->grad + bk->offset);
+}
+
+/* Before the data moves: DDP's bf16 / f16 compression hook (half the bytes on the wire; the
+ * comm layer accumulates in fp32 and rounds the result once), and when staged the copy to host
+ * memory, ordered after the compute stream's work on the bucket. */
+static void bucket_pre(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
-    (void)accel__dev_convert(m->dev, accel__grad_span(m, bk->offset, bk->count),
-                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                             r->comm_stream);
+    accel_status st = ACCEL_OK;
+    if (r->staged) {
+        st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
+    }
+    if (st == ACCEL_OK && r->comm_buf != NULL) {
+        st = accel__dev_convert(m->dev,
+                                accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
+                                accel__grad_span(m, bk->offset, bk->count), r->comm_stream);
+    }
+    if (st == ACCEL_OK && r->staged) {
+        size_t es = accel_dtype_nbytes(r->comm_dtype);
+        st = accel__dev_copy(m->dev, (char *)r->host_buf + bk->offset * es, wire(m, bk),
+                             bk->count * es, ACCEL__COPY_D2H, r->comm_stream);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__stream_sync(m->dev, r->comm_stream); /* host bytes ready for the collective */
+    }
+    hook_status(bk, st);
+}
+
+/* After the data moved: back to the device when staged, then decompressed. Complete on return,
+ * so the gradients are final once the collective is. */
+static void bucket_post(void *arg)
+{
+    accel__bucket *bk = arg;
+    accel_model *m = bk->model;
+    accel__reducer *r = &m->red;
+    accel_status st = ACCEL_OK;
+    if (r->staged) {
+        size_t es = accel_dtype_nbytes(r->comm_dtype);
+        st = accel__dev_copy(m->dev, wire(m, bk), (char *)r->host_buf + bk->offset * es,
+                             bk->count * es, ACCEL__COPY_H2D, r->comm_stream);
+    }
+    if (st == ACCEL_OK && r->comm_buf != NULL) {
+        st = accel__dev_convert(m->dev, accel__grad_span(m, bk->offset, bk->count),
+                                accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
+                                r->comm_stream);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__stream_sync(m->dev, r->comm_stream);
+    }
+    hook_status(bk, st);
 }
 
 static accel_status launch_bucket(accel_model *m, int b)
@@ -199,18 +290,22 @@ static accel_status launch_bucket(accel_model *m, int b)
             return accel__adopt_thread_error(m->acc, st);
         }
     }
-    float *g = m->grad + bk->offset;
-    accel__coll op = {ACCEL__COLL_ALLREDUCE, g, g, bk->count, ACCEL_F32, bucket_op(m), 0};
-    accel__coll_hooks hooks = {NULL, NULL, bk};
-    if (r->comm_buf != NULL) {
-        op.send = op.recv = r->comm_buf + bk->offset;
-        op.dtype = r->comm_dtype;
-        hooks.pre = compress;
-        hooks.post = decompress;
+    void *buf = r->staged ? (char *)r->host_buf + bk->offset * accel_dtype_nbytes(r->comm_dtype)
+                          : wire(m, bk);
+    accel__coll op = {ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, r->comm_dtype, bucket_op(m), 0};
+    accel__coll_hooks hooks = {bucket_pre, bucket_post, bk};
+    int hooked = r->comm_buf != NULL || r->staged;
+    bk->hook_st = ACCEL_OK;
+    if (r->staged) {
+        /* The bucket leaves the GPU after everything queued on the compute stream so far. */
+        accel_status st = accel__event_record(m->dev, bk->ready_ev, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
     }
     bk->launch_time = accel__now();
     bk->done_time = 0;
-    accel_status st = accel__comm_run_hooked(m->acc->comm, &op, &hooks, &bk->work);
+    accel_status st = accel__comm_run_hooked(m->acc->comm, &op, hooked ? &hooks : NULL, &bk->work);
     if (st != ACCEL_OK) {
         bk->work = NULL;
         return accel__adopt_thread_error(m->acc, st);
@@ -312,6 +407,16 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
+        if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {
+            st = bk->hook_st;
+            if (first == ACCEL_OK) { /* the message of the first failure stays */
+                accel__seterr(m->acc, st, "gradient bucket %d: %s", b,
+                              bk->hook_msg ? bk->hook_msg : accel_status_str(st));
+            }
+        }
+        accel__free(bk->hook_msg);
+        bk->hook_msg = NULL;
+        bk->hook_st = ACCEL_OK;
         if (st != ACCEL_OK && first == ACCEL_OK) {
             first = st;
         }

@@ -31,6 +31,9 @@ typedef struct accel__bucket {
     int pending;          /* parameters not yet ready in the current backward */
     accel_work *work;     /* in-flight collective, NULL when none */
     double launch_time, done_time;
+    accel__event *ready_ev; /* staged: recorded on the compute stream when launched */
+    accel_status hook_st;   /* first failure of its hooks (communication thread), or OK; */
+    char *hook_msg;         /*   reported by the wait with this message */
 } accel__bucket;
 
 /*
@@ -48,7 +51,12 @@ typedef struct accel__reducer {
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 compressed */
     uint16_t *comm_buf;         /* compressed gradients (flat layout), NULL when not compressed */
     int comm_buf_shared;        /* comm_buf is symmetric memory (zero-copy collectives) */
-    accel__stream *comm_stream; /* the communication thread's conversions */
+    accel__stream *comm_stream; /* the communication thread's conversions and copies */
+    /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
+     * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
+     * as the collective's hooks, after the bucket's ready_ev. */
+    int staged;
+    void *host_buf; /* pinned host mirror of the wire buffer (grad, or comm_buf compressed) */
 } accel__reducer;
 
 struct accel_model {
@@ -159,6 +167,20 @@ static inline accel__dspan accel__grad_span(const accel_model *m, size_t offset,
 {
     return accel__dspan_f32(m->grad + offset, count);
 }
+/* 1 when the model's buffers are host memory (the CPU device), which the host communicators
+ * read directly; 0 on a GPU. */
+static inline int accel__model_on_host(const accel_model *m)
+{
+    return accel__device_which(m->dev).type == ACCEL_DEVICE_CPU;
+}
+/* 1 when the model's buffers reach the communicator through host copies (staging): on a GPU,
+ * since no communicator of this build reads GPU memory; on the CPU only when a test forced it
+ * with accel__train_force_staging (so the GPU path's logic runs on machines without one). */
+int accel__model_staged(const accel_model *m);
+void accel__train_force_staging(int on);
+/* The master weights of process `root` to every process (a collective): in place on the host,
+ * through a pinned host copy when staged. */
+accel_status accel__model_broadcast_master(accel_model *m, int root);
 /* Zeroes every gradient (padding included). */
 accel_status accel__model_zero_grad(accel_model *m);
 /* A device result read back to the host (one small copy). */

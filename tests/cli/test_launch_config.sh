@@ -99,7 +99,7 @@ for r in 0 1 2; do
 done
 expect_err "accel launch: warning: config file $T/all.yaml, line 6: ignoring dynamo_config: {dynamo_backend: INDUCTOR} (torch.compile (dynamo) has no counterpart in C"
 if "$ACCEL" env | grep -q '^- CUDA: not built in'; then # and a note on gpu_ids
-    expect_err "line 8: ignoring gpu_ids: 0,1 (this build of accel has no CUDA, it runs on the CPU)"
+    expect_err "line 8: ignoring gpu_ids: 0,1 (this build of accel has no CUDA (configure with -DACCEL_CUDA=ON), it runs on the CPU)"
     [ "$(grep -c warning "$T/err")" -eq 2 ] || fail "expected exactly two warnings"
 else
     [ "$(grep -c warning "$T/err")" -eq 1 ] || fail "expected exactly one warning"
