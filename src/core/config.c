@@ -51,11 +51,25 @@ void accel__config_warn(const accel__config *c, int launched)
         }
     }
     /* Under a launcher the layout comes from it (accel launch applied the file's keys, or its
-     * flags won over them); started directly, the program is one process whatever the file. */
-    if (launched || !c->present || (c->num_processes <= 1 && c->num_machines <= 1)) {
+     * flags won over them); started directly, the program is one process whatever the file,
+     * on the GPUs CUDA_VISIBLE_DEVICES leaves it. */
+    if (launched || !c->present) {
         return;
     }
     char line[1400];
+#if defined(ACCEL_HAVE_CUDA)
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (c->gpu_ids != NULL && strcmp(c->gpu_ids, "all") != 0 && cvd == NULL) {
+        snprintf(line, sizeof(line),
+                 "config file %s: gpu_ids %s is applied by accel launch (CUDA_VISIBLE_DEVICES); "
+                 "this program was started directly and may use any GPU",
+                 c->path, c->gpu_ids);
+        warn_once(line);
+    }
+#endif
+    if (c->num_processes <= 1 && c->num_machines <= 1) {
+        return;
+    }
     snprintf(line, sizeof(line),
              "config file %s asks for %d process%s%s%.0d%s, but this program was started "
              "directly, as one process: start it with accel launch (which reads the file)",

@@ -55,6 +55,7 @@ int main(void)
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
     unsetenv("LOCAL_RANK");
+    unsetenv("CUDA_VISIBLE_DEVICES");
     snprintf(dir, sizeof(dir), "/tmp/accel-test-config-%d", (int)getpid());
     CHECK(mkdir(dir, 0700) == 0);
     snprintf(err_path, sizeof(err_path), "%s/stderr.txt", dir);
@@ -134,7 +135,11 @@ int main(void)
         {"fp8_config:\n  backend: TE\n", "fp8_config"},
         {"fsdp_config:\n  fsdp_version: 2\n", "fsdp_config"},
         {"megatron_lm_config:\n  megatron_lm_tp_degree: 2\n", "megatron_lm_config"},
-        {"gpu_ids: 0,1\n", "gpu_ids: 0,1"},
+#ifdef ACCEL_HAVE_CUDA /* a program started directly: accel launch would apply it */
+        {"gpu_ids: 0,1\n", "gpu_ids 0,1 is applied by accel launch (CUDA_VISIBLE_DEVICES)"},
+#else
+        {"gpu_ids: 0,1\n", "ignoring gpu_ids: 0,1 (this build of accel has no CUDA"},
+#endif
         {"downcast_bf16: 'yes'\n", "downcast_bf16: yes"},
         {"tpu_name: pod\n", "tpu_name: pod"},
         {"tpu_env:\n- A=1\n", "tpu_env: [A=1]"},
