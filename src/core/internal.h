@@ -69,6 +69,9 @@ void accel__object_register(accel *acc, accel__object *obj, accel__object_kind k
                             void (*destroy)(accel__object *));
 /* Unlinks it (call from the object's _free). Accepts an unregistered object. */
 void accel__object_unregister(accel__object *obj);
+/* accel_prepare without the resume: checks and prepares the objects (src/core/prepare.c). The
+ * public accel_prepare_objects (src/ckpt/resume.c) adds resume_from_checkpoint's load. */
+accel_status accel__prepare_objects(accel *acc, int n, void *const *objs);
 
 /*
  * Accelerate's GradientState, shared by the data module (which writes the loader fields) and
@@ -106,6 +109,7 @@ struct accel {
     accel__gen rng;  /* the accelerator's generator (src/core/rng.c) */
     int rng_seeded;  /* 0 until accel_set_seed or first use */
 
+    int resume_pending; /* resume_from_checkpoint set and the first accel_prepare to come */
     char *summary; /* accel_state_summary buffer */
     struct accel__trace *trace; /* the profiler's recorder (base/trace.h); lives as long as acc */
     char *profile_path;         /* where the open profiler session's file goes */
