@@ -60,6 +60,7 @@ struct accel {
     accel__gen rng;  /* the accelerator's generator (src/core/rng.c) */
     int rng_seeded;  /* 0 until accel_set_seed or first use */
 
+    int resume_pending; /* resume_from_checkpoint set and the first accel_prepare to come */
     char *summary; /* accel_state_summary buffer */
     struct accel__trace *trace; /* the profiler's recorder (base/trace.h); lives as long as acc */
     char *profile_path;         /* where the open profiler session's file goes */
@@ -93,5 +94,9 @@ void accel__module_set(accel *acc, accel__module_id id, void *state,
                        void (*free_fn)(accel *acc, void *state));
 /* Frees a slot's state now (its free_fn) and empties the slot. */
 void accel__module_release(accel *acc, accel__module_id id);
+
+/* accel_prepare without the resume: checks and prepares the objects (src/core/prepare.c). The
+ * public accel_prepare_objects (src/ckpt/resume.c) adds resume_from_checkpoint's load. */
+accel_status accel__prepare_objects(accel *acc, int n, void *const *objs);
 
 #endif /* ACCEL_CORE_INTERNAL_H */
