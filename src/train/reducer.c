@@ -2,9 +2,9 @@
  * The reducer (DDP's Reducer): owns a model's gradient buckets end to end. It turns the
  * geometry's buckets into communication ranges at prepare (from the first to the last
  * trainable parameter, with the frozen ranges inside precomputed), counts readiness during a
- * backward, launches each complete bucket strictly in bucket order on every process, runs the
- * bf16 / fp16 compression as hooks of the collective (on the communication thread, not the
- * training thread), waits, and records profiler spans.
+ * backward, launches each complete bucket strictly in bucket order on every process, asks for
+ * bf16 / fp16 compression as the all-reduce's wire dtype (the communicator rounds inside its
+ * reduction, no conversion pass on any thread), waits, and records profiler spans.
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -70,35 +70,6 @@ static void build_ranges(accel_model *m)
     }
 }
 
-/* The compressed gradient buffer: symmetric memory when the gradients are (so compressed
- * all-reduces stay zero-copy), else device memory. */
-static accel_status alloc_comm_buf(accel_model *m)
-{
-    accel__reducer *r = &m->red;
-    size_t nbytes = m->flat.padded_numel * sizeof(uint16_t);
-    void *p = NULL;
-    if (m->grad_shared) {
-        accel_status st = accel__comm_alloc(m->acc->comm, nbytes, &p);
-        if (st == ACCEL_OK) {
-            r->comm_buf = p;
-            r->comm_buf_shared = 1;
-            return ACCEL_OK;
-        }
-        accel__log(&m->acc->log, ACCEL__LOG_WARN,
-                   "accel_prepare: compressed gradients in plain memory (all-reduces copy "
-                   "them): %s",
-                   accel_last_error(NULL));
-    }
-    if (accel__dev_alloc(m->dev, nbytes, 1, &p) != ACCEL_OK) {
-        return accel__seterr(m->acc, ACCEL_ENOMEM,
-                             "accel_prepare: out of memory for the compressed gradient buffer "
-                             "(%zu elements)",
-                             m->flat.padded_numel);
-    }
-    r->comm_buf = p;
-    return ACCEL_OK;
-}
-
 accel_status accel__reducer_prepare(accel_model *m)
 {
     accel__reducer *r = &m->red;
@@ -130,15 +101,15 @@ accel_status accel__reducer_prepare(accel_model *m)
     int dt = acc->opt.comm_dtype;
     r->comm_dtype = ACCEL_F32;
     if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16)) {
-        r->comm_dtype = (accel_dtype)dt;
-        accel_status st = alloc_comm_buf(m);
-        if (st == ACCEL_OK) {
-            st = accel__stream_new(m->dev, &r->comm_stream);
-        }
-        if (st != ACCEL_OK) {
+        if (!(accel__comm_caps(acc->comm) & ACCEL__COMM_WIRE)) {
             accel__reducer_free(m);
-            return accel__adopt_thread_error(acc, st);
+            return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                 "accel_prepare: comm_dtype=%s needs a backend that reduces "
+                                 "through a wire dtype, and %s does not",
+                                 accel_dtype_name((accel_dtype)dt),
+                                 accel__comm_backend_name(acc->comm));
         }
+        r->comm_dtype = (accel_dtype)dt;
     }
     return ACCEL_OK;
 }
@@ -149,12 +120,6 @@ void accel__reducer_free(accel_model *m)
     if (r->buckets != NULL) {
         (void)accel__reducer_wait(m);
     }
-    if (r->comm_buf_shared) {
-        (void)accel__comm_dealloc(m->acc->comm, r->comm_buf);
-    } else {
-        accel__dev_free(m->dev, r->comm_buf);
-    }
-    accel__stream_free(m->dev, r->comm_stream);
     accel__free(r->buckets);
     accel__free(r->frozen);
     accel__free(r->ready);
@@ -162,28 +127,6 @@ void accel__reducer_free(accel_model *m)
 }
 
 /* ---- one backward ---- */
-
-/* DDP's bf16 / f16 compression hook, run by the communication thread around the collective:
- * half the bytes on the wire; the comm layer accumulates in fp32 and rounds the result once. */
-static void compress(void *arg)
-{
-    accel__bucket *bk = arg;
-    accel_model *m = bk->model;
-    accel__reducer *r = &m->red;
-    (void)accel__dev_convert(m->dev,
-                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                             accel__grad_span(m, bk->offset, bk->count), r->comm_stream);
-}
-
-static void decompress(void *arg)
-{
-    accel__bucket *bk = arg;
-    accel_model *m = bk->model;
-    accel__reducer *r = &m->red;
-    (void)accel__dev_convert(m->dev, accel__grad_span(m, bk->offset, bk->count),
-                             accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                             r->comm_stream);
-}
 
 static accel_status launch_bucket(accel_model *m, int b)
 {
@@ -199,18 +142,15 @@ static accel_status launch_bucket(accel_model *m, int b)
             return accel__adopt_thread_error(m->acc, st);
         }
     }
+    /* DDP's bf16 / fp16 compression is the all-reduce's wire dtype: the result is exactly
+     * compress -> reduce in fp32 -> round -> decompress, in place on the (symmetric) gradient. */
     float *g = m->grad + bk->offset;
-    accel__coll op = {ACCEL__COLL_ALLREDUCE, g, g, bk->count, ACCEL_F32, bucket_op(m), 0};
-    accel__coll_hooks hooks = {NULL, NULL, bk};
-    if (r->comm_buf != NULL) {
-        op.send = op.recv = r->comm_buf + bk->offset;
-        op.dtype = r->comm_dtype;
-        hooks.pre = compress;
-        hooks.post = decompress;
-    }
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, g, g, bk->count, ACCEL_F32, bucket_op(m), 0);
+    op.wire = r->comm_dtype;
     bk->launch_time = accel__now();
     bk->done_time = 0;
-    accel_status st = accel__comm_run_hooked(m->acc->comm, &op, &hooks, &bk->work);
+    accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &bk->work);
     if (st != ACCEL_OK) {
         bk->work = NULL;
         return accel__adopt_thread_error(m->acc, st);
