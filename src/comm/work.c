@@ -131,20 +131,38 @@ static void describe(const accel__comm *c, const accel_work *w, char *buf, size_
 
 /* ---- the host-progress adapter ---- */
 
+/* c's broken status, copying its message to msg (mu held). */
+static accel_status broken_status(const accel__comm *c, char *msg, size_t msg_nbytes)
+{
+    if (c->broken != ACCEL_OK) {
+        snprintf(msg, msg_nbytes, "%s", c->broken_msg);
+    }
+    return c->broken;
+}
+
 /* Runs one collective and its hooks on the calling thread, which holds `running`. */
 static accel_status execute(accel__comm *c, const accel__coll *op, char *msg, size_t msg_nbytes)
 {
+    accel_status st = ACCEL_OK;
     if (op->pre != NULL) {
         op->pre(op->hook_arg);
+        /* The hook may have taken a while: an abort meanwhile stops the call here. */
+        pthread_mutex_lock(&c->mu);
+        st = broken_status(c, msg, msg_nbytes);
+        pthread_mutex_unlock(&c->mu);
     }
-    accel_status st = c->be->ops->run(c->impl, op);
+    if (st == ACCEL_OK && (st = c->be->ops->run(c->impl, op)) != ACCEL_OK) {
+        snprintf(msg, msg_nbytes, "%s", accel_last_error(NULL));
+    }
     if (st == ACCEL_OK && op->post != NULL) {
         op->post(op->hook_arg);
     }
     pthread_mutex_lock(&c->mu);
     if (st != ACCEL_OK) {
-        snprintf(msg, msg_nbytes, "%s", accel_last_error(NULL));
+        /* On the aborting process the backend's error is the abort's echo: report the abort. */
+        st = c->aborted ? broken_status(c, msg, msg_nbytes) : st;
         accel__comm_mark_broken(c, st, msg);
+        accel__seterr(NULL, st, "%s", msg);
     }
     c->running = 0;
     if (c->thread_started) {
