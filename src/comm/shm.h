@@ -105,7 +105,8 @@ typedef struct accel__shm {
     /* ACCEL_SHM_ZEROCOPY_NBYTES: in-place messages larger than this whose buffers lie in one
      * symmetric allocation at the same offset everywhere skip the data slots. */
     size_t zc_nbytes;
-    char name[160]; /* "/accel-<euid>-<job key>" */
+    char name[160]; /* "/accel-<euid>-<job key>"; a split's: the world's + "-c<nonce>" */
+    char root_name[160]; /* the world communicator's name: its children's prefix */
 
     void *base;
     size_t map_nbytes;
@@ -150,7 +151,8 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg);
 void accel__shm_close(accel__shm *s);
 
 /* A sub-communicator's segment (shm_setup.c) for cfg's ranks, with the parent's settings, named
- * by `nonce` (32 random hex digits, so nobody can predict or plant it): child rank 0 creates
+ * "<the world's name>-c<nonce>" (nonce: 32 random hex digits, so nobody can predict or plant
+ * it; the prefix lets the launcher's sweep of the job's names cover it): child rank 0 creates
  * it, the others open and verify the existing one (no waiting: the caller has agreed over the
  * parent that it exists). Mapped, not yet attached. */
 accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,

@@ -338,16 +338,23 @@ static accel_status wait_attached(accel__shm *s, double deadline)
 /* ---- sweeping ---- */
 
 /* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
- * store nonce), possibly with a creator's ".init-" suffix: names nobody else chose. */
+ * store nonce), possibly a split's ("-c" and 32 more) and possibly with a creator's ".init-"
+ * suffix: names nobody else chose. */
 static int generated(const char *key)
 {
-    size_t n = strspn(key, "0123456789abcdef");
-    if (n != 32) {
+    const char *hex = "0123456789abcdef";
+    if (strspn(key, hex) != 32) {
         return 0;
     }
     key += 32;
-    return *key == '\0' || (strncmp(key, ".init-", 6) == 0 &&
-                            strspn(key + 6, "0123456789abcdef") == 16 && key[22] == '\0');
+    if (strncmp(key, "-c", 2) == 0) {
+        if (strspn(key + 2, hex) != 32) {
+            return 0;
+        }
+        key += 34;
+    }
+    return *key == '\0' ||
+           (strncmp(key, ".init-", 6) == 0 && strspn(key + 6, hex) == 16 && key[22] == '\0');
 }
 
 /* Removes this user's segments in /dev/shm that a killed job left behind (its processes died
@@ -479,6 +486,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     /* The hash covers the whole key, the name only its first KEY_MAX characters. */
     uint64_t job_hash = key_hash(have_id ? cfg->job_id : key);
     make_name(s->name, sizeof(s->name), key);
+    snprintf(s->root_name, sizeof(s->root_name), "%s", s->name);
     /* The creator: local process 0, which with the store is process 0, the one serving it. */
     const int creator = by_store ? cfg->rank == 0 : cfg->local_rank == 0;
     if (st == ACCEL_OK) {
@@ -546,7 +554,11 @@ accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
     s->slot_nbytes = parent->slot_nbytes;
     size_segment(s);
     s->what = "accel__comm_split";
-    make_name(s->name, sizeof(s->name), nonce);
+    snprintf(s->root_name, sizeof(s->root_name), "%s", parent->root_name);
+    if (snprintf(s->name, sizeof(s->name), "%s-c%s", s->root_name, nonce) >= (int)sizeof(s->name)) {
+        accel__shm_close(s);
+        return accel__seterr(NULL, ACCEL_EINTERNAL, "shm: segment name too long");
+    }
     uint64_t job_hash = key_hash(nonce);
     accel_status st = cfg->rank == 0 ? create(s, job_hash) : join(s, job_hash, 0, 0);
     if (st != ACCEL_OK) {

@@ -17,6 +17,7 @@
  *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -233,6 +234,24 @@ static void groups(accel__comm *c)
 
 /* ---- 4. split ---- */
 
+/* Nothing of this job is left in /dev/shm once every member has attached: children's segments
+ * are named under the job's prefix and unlinked as soon as their last member attached. */
+static void check_no_names(void)
+{
+    const char *job = getenv("ACCEL_JOB_ID");
+    DIR *d = job != NULL ? opendir("/dev/shm") : NULL;
+    if (d == NULL) {
+        return;
+    }
+    char prefix[256];
+    snprintf(prefix, sizeof(prefix), "accel-%u-%s", (unsigned)geteuid(), job);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        CHECK_MSG(strncmp(e->d_name, prefix, strlen(prefix)) != 0, "left in /dev/shm: %s",
+                  e->d_name);
+    }
+    closedir(d);
+}
+
 /* Sum of (q + 1) over the members q of [first, first + n). */
 static float member_sum(int first, int n)
 {
@@ -261,6 +280,7 @@ static void splits(accel__comm *world)
     accel__comm *leaders = NULL;
     CHECK_OK(NULL, accel__comm_split(world, rank % 2 == 0 ? 0 : -1, 0, &leaders));
     CHECK((leaders != NULL) == (rank % 2 == 0));
+    check_no_names();
     /* Collectives on the three communicators, interleaved. */
     for (int round = 0; round < 3; round++) {
         float v = (float)(rank + 1), w = v, l = v;
