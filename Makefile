@@ -2,17 +2,23 @@
 #   make demo    install missing Debian packages, build, train examples/gpt under accel launch
 #                (bf16, accumulation, TensorBoard, checkpoints), then resume it (DEMO_DIR)
 #   make test    install missing packages, build with -Werror, run the unit tests under
-#                AddressSanitizer + UndefinedBehaviorSanitizer, then the whole suite (its Python
+#                AddressSanitizer + UndefinedBehaviorSanitizer, compile the CUDA build and run
+#                its GPU tests (test-cuda), then the whole suite (its Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
+#   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
+#                the gpu-labelled tests need and run them (each exits 77, skipped, without a
+#                GPU), so a broken CUDA build fails CI on machines without GPUs; without nvcc
+#                one line says it is skipped
 #   make         build only;  make install [PREFIX=/usr/local];  make format;  make clean
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+CUDA_BUILD ?= build-cuda
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-fast test-asan demo demo-run bench install format clean
+.PHONY: all deps build test test-cuda test-fast test-asan demo demo-run bench install format clean
 
 all: build
 
@@ -29,8 +35,18 @@ test: deps
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
+	@$(MAKE) --no-print-directory test-cuda
 	@bash tests/pyenv.sh notice
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-cuda:
+	@if command -v nvcc >/dev/null 2>&1; then \
+		cmake -S . -B $(CUDA_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON $(CMAKE_FLAGS) && \
+		cmake --build $(CUDA_BUILD) -j $(JOBS) --target gpu_checks && \
+		cd $(CUDA_BUILD) && ctest -L gpu --output-on-failure -j $(JOBS) --timeout 600; \
+	else \
+		echo "make test: nvcc is not on PATH, so the CUDA build (ACCEL_CUDA=ON) is not compiled"; \
+	fi
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -68,4 +84,4 @@ format:
 	find include src tests examples bench -name '*.[ch]' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)

@@ -16,7 +16,9 @@
  * progress bar, prints a line with loss, learning rate, gradient norm and tokens/s every
  * --log_every steps, logs the same values to the trackers named by --log_with, and finally
  * samples some text. --checkpoint_every saves the whole training state (automatic naming under
- * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint.
+ * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint
+ * (accel_options.resume_from_checkpoint = "latest": accel_prepare loads it, so the same
+ * command restarted by `accel launch --max_restarts N` after a failure goes on from there).
  * --save_dir writes model.safetensors plus a transformers config.json, so the folder loads
  * with GPT2LMHeadModel.from_pretrained.
  */
@@ -488,6 +490,9 @@ int main(int argc, char **argv)
         o.automatic_checkpoint_naming = 1;
         o.total_limit = a.total_limit;
     }
+    if (a.resume) {
+        o.resume_from_checkpoint = "latest"; /* accel_prepare loads the newest checkpoint */
+    }
     ACCEL_CHECK(accel_init(&acc, &o));
     ACCEL_CHECK(accel_set_seed(acc, (uint64_t)a.seed, 0));
     int nproc = accel_num_processes(acc);
@@ -565,14 +570,16 @@ int main(int argc, char **argv)
     accel_scheduler *sch =
         accel_cosine_schedule(acc, opt, (long long)a.warmup * nproc, (long long)a.steps * nproc);
     ACCEL_CHECK(sch ? ACCEL_OK : accel_last_status(acc));
-    ACCEL_CHECK(accel_prepare(acc, model, opt, sch, dl));
 
-    /* The step's arena and tape; its dropout counter is part of the checkpointed run state. */
+    /* The step's arena and tape; its dropout counter is part of the checkpointed run state,
+     * registered before accel_prepare, which restores it with everything else on --resume. */
     nn_ctx *g = NULL;
     ACCEL_CHECK(nn_ctx_new(&g));
     nn_ctx_set_seed(g, (uint64_t)a.seed);
     run_state rs = {.g = g};
     ACCEL_CHECK(accel_register_for_checkpointing(acc, run_state_save, run_state_load, &rs));
+    ACCEL_CHECK(accel_prepare(acc, model, opt, sch, dl));
+    int resumed = accel_checkpoint_dir(acc) != NULL;
 
     long long tokens_per_step = (long long)a.batch * a.context * a.accum * nproc;
     accel_print(acc,
@@ -592,20 +599,16 @@ int main(int argc, char **argv)
                             ACCEL_SCALAR("accum", a.accum),
                             ACCEL_SCALAR("num_processes", nproc)};
     ACCEL_CHECK(accel_init_trackers(acc, "gpt", config, (int)(sizeof config / sizeof config[0])));
-    if (a.resume) {
-        /* accelerator.load_state(): the newest complete checkpoint_<i>; the loader continues
-         * with the next unseen batch, so the run goes on as if never interrupted. */
-        accel_status st = accel_load_state(acc, NULL);
-        if (st == ACCEL_ENOTFOUND) {
-            accel_print(acc, "gpt: no checkpoint in %s/checkpoints yet; starting at step 0\n",
-                        o.project_dir);
-        } else {
-            ACCEL_CHECK(st);
-            accel_print(acc, "resumed from %s at step %d\n", accel_checkpoint_dir(acc), rs.step);
-            /* The trackers drop what the interrupted run logged after the checkpoint: the next
-             * step logged is rs.step + 1. */
-            ACCEL_CHECK(accel_trackers_resume(acc, rs.step + 1));
-        }
+    if (resumed) {
+        /* accel_prepare loaded the newest valid checkpoint_<i>; the loader continues with the
+         * next unseen batch, so the run goes on as if never interrupted. The trackers drop
+         * what the interrupted run logged after the checkpoint: the next step logged is
+         * rs.step + 1. */
+        accel_print(acc, "resumed from %s at step %d\n", accel_checkpoint_dir(acc), rs.step);
+        ACCEL_CHECK(accel_trackers_resume(acc, rs.step + 1));
+    } else if (a.resume) {
+        accel_print(acc, "gpt: no checkpoint in %s/checkpoints yet; starting at step 0\n",
+                    o.project_dir);
     }
 
     accel_progress_options po = accel_progress_options_default();

@@ -44,7 +44,7 @@ extern "C" {
 #define ACCEL_VERSION_STRING "0.1.0"
 
 /* The version of the accel_options layout; bumped when fields are appended. */
-#define ACCEL_OPTIONS_VERSION 2
+#define ACCEL_OPTIONS_VERSION 3
 
 /* Mixed precision. ACCEL_PRECISION_UNSET falls back to ACCELERATE_MIXED_PRECISION, then "no". */
 typedef enum accel_precision {
@@ -120,6 +120,14 @@ typedef struct accel_options {
     int zero_stage; /* -1 unset = ACCEL_ZERO_STAGE, then 0: DDP, every process holds the full
                        model and optimizer state. 1 (optimizer state sharded), 2 (+ gradients)
                        and 3 (+ parameters) are not implemented yet: ACCEL_EUNSUPPORTED */
+
+    /* Resuming (version 3): what the first accel_prepare loads, so that a job restarted by
+     * `accel launch --max_restarts N` continues where its last checkpoint left it.
+     * NULL = ACCELERATE_RESUME_FROM_CHECKPOINT, then nothing. "latest": the newest valid
+     * checkpoint of project_dir/checkpoints (needs project_dir and automatic_checkpoint_naming;
+     * a damaged newest one is skipped, as accel_load_state(acc, NULL) does), nothing when there
+     * is none yet; any other value: that checkpoint folder, which must exist. */
+    const char *resume_from_checkpoint;
 } accel_options;
 
 /* Returns options with size/version filled and every other field unset. */
@@ -225,13 +233,23 @@ ACCEL_API accel_status accel_on_local_process(accel *acc, int local_process_inde
  * are prepared before optimizers, optimizers before schedulers, whatever the argument order.
  * A collective: every process must call it with the same objects. Preparing an object twice
  * is a no-op. Use the macro: accel_prepare(acc, model, opt, sched, loader).
+ * With resume_from_checkpoint set (accel_options), the first accel_prepare of the accelerator
+ * then loads that checkpoint into every object (accel_load_state, a collective whose outcome
+ * every process shares): prepare everything in that one call and register objects for
+ * checkpointing before it. accel_checkpoint_dir(acc) then names the folder loaded (NULL when
+ * "latest" found none).
  * Returns ACCEL_OK, ACCEL_EINVAL naming the argument that is not an accel object or belongs
- * to another accelerator, or the first failure of an object's preparation.
+ * to another accelerator, the first failure of an object's preparation, or accel_load_state's
+ * failure (a damaged or mismatching checkpoint, ACCEL_ENOTFOUND for a missing folder).
  */
 ACCEL_API accel_status accel_prepare_objects(accel *acc, int n, void *const *objs);
+#ifndef __cplusplus
 #define accel_prepare(acc, ...)                                                                    \
     accel_prepare_objects((acc), (int)(sizeof((void *[]){__VA_ARGS__}) / sizeof(void *)),          \
                           (void *[]){__VA_ARGS__})
+#else /* C++ (CUDA sources) has no compound literals: a function template, below */
+#define accel_prepare(acc, ...) accel__prepare_cpp((acc), __VA_ARGS__)
+#endif
 
 /*
  * Accelerate's free_memory(): frees every model, optimizer, scheduler and loader still alive on
@@ -266,7 +284,12 @@ ACCEL_API accel_status accel_set_rng_state(accel *acc,
 
 #ifdef __cplusplus
 }
-#endif
 
+template <typename... T> static inline accel_status accel__prepare_cpp(accel *acc, T *...objs)
+{
+    void *v[] = {static_cast<void *>(objs)...};
+    return accel_prepare_objects(acc, (int)sizeof...(T), v);
+}
+#endif
 
 #endif /* ACCEL_CORE_H */

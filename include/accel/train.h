@@ -90,6 +90,15 @@ typedef struct accel_param {
  */
 ACCEL_API accel_status accel_model_new(accel *acc, accel_model **out);
 
+/*
+ * Where the model's buffers will live: by default the accelerator's device (accel_device_of:
+ * GPU LOCAL_RANK in a CUDA build with a GPU, else the CPU). Call before accel_model_alloc to
+ * keep a model elsewhere, e.g. {ACCEL_DEVICE_CPU, 0} for code that reads the float *
+ * conveniences on the host. Returns ACCEL_OK; ACCEL_ESTATE once allocated; the device's
+ * opening error (ACCEL_EUNSUPPORTED naming why a GPU cannot be used, ACCEL_EINVAL).
+ */
+ACCEL_API accel_status accel_model_set_device(accel_model *m, accel_device device);
+
 /* Releases the model and its buffers; waits for its in-flight all-reduces. Accepts NULL.
  * Optimizers over this model must be freed first. */
 ACCEL_API void accel_model_free(accel_model *m);

@@ -48,6 +48,8 @@ static const accel__env_var env_table[] = {
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false",
      "also check tensor shapes of reduce/broadcast across ranks (buffer collectives always are)"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
+    {"ACCELERATE_RESUME_FROM_CHECKPOINT", ACCEL__ENV_STRING, NULL,
+     "accel_options.resume_from_checkpoint when unset: latest | a checkpoint folder"},
 
     /* accel's own. */
     {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
@@ -58,8 +60,17 @@ static const accel__env_var env_table[] = {
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},
+    {"ACCEL_CONFIG_CHECKED", ACCEL__ENV_STRING, NULL,
+     "set by accel launch: the config file whose warnings it printed (not repeated)"},
+    {"ACCEL_RESTART_COUNT", ACCEL__ENV_INT, "0",
+     "set by accel launch: restarts of the job so far (--max_restarts); also "
+     "TORCHELASTIC_RESTART_COUNT"},
+    {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
+     "test hook of accel test: the named check fails on purpose"},
+    {"ACCEL_TEST_REPORT", ACCEL__ENV_STRING, NULL,
+     "set by accel test: the file where its processes name a failed check"},
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
-     "threads per process (OpenMP, BLAS); accel launch sets cores / processes when unset"},
+     "threads per process (OpenMP, BLAS); accel launch sets max(1, cores / processes) when unset"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

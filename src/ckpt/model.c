@@ -49,6 +49,13 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
                                    accel_last_error(NULL));
                 break;
             }
+            if (p->data_view.device.type != ACCEL_DEVICE_CPU) { /* issue 14: state protocol */
+                st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                                   "accel_save_model: saving a model on cuda:%d is not supported "
+                                   "yet",
+                                   p->data_view.device.index);
+                break;
+            }
             ts[i].name = p->name;
             ts[i].tensor = accel_tensor_view(p->data, ACCEL_F32, p->ndim, p->shape);
         }
@@ -261,6 +268,12 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
     if (model == NULL || path == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_load_model: NULL %s",
                              model ? "path" : "model");
+    }
+    const accel_param *p0 = accel_model_num_params(model) > 0 ? accel_model_param(model, 0) : NULL;
+    if (p0 != NULL && p0->data_view.device.type != ACCEL_DEVICE_CPU) { /* issue 14 */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_load_model: loading a model on cuda:%d is not supported yet",
+                             p0->data_view.device.index);
     }
     load_ctx c = {0};
     accel_status st = ACCEL_OK;

@@ -46,6 +46,14 @@ accel_status accel__state_collect(accel *acc, accel__state_objs *o)
         }
         switch (it->kind) {
         case ACCEL__OBJ_MODEL:
+            if (!accel__model_on_host((accel_model *)it)) { /* issue 14: state protocol */
+                accel_device d = accel__device_which(((accel_model *)it)->dev);
+                accel__state_objs_release(o);
+                return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                     "save_state / load_state: checkpointing a model on cuda:%d "
+                                     "is not supported yet",
+                                     d.index);
+            }
             o->models[o->n_models++] = (accel_model *)it;
             break;
         case ACCEL__OBJ_OPTIMIZER:

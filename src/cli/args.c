@@ -4,13 +4,13 @@
  * abbreviations, as Accelerate), and --help prints it. Option parsing stops at the first
  * non-option argument or at "--" so a launched program's flags are never taken as ours.
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "base/base.h"
+#include "base/ytree.h"
 
 /* Compares an option name from the table with one typed by the user, treating '-' and '_' as
  * the same character (Accelerate accepts --num-processes and --num_processes). `typed` may be
@@ -79,20 +79,6 @@ void cli_usage_error(const cli_verb *verb, const char *fmt, ...)
     fprintf(stderr, "Try 'accel %s --help' for more information.\n", verb->name);
 }
 
-int cli_int_value(const cli_verb *verb, const char *name, const char *s, long lo, long hi,
-                  long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        cli_usage_error(verb, "--%s expects an integer in [%ld, %ld], got '%s'", name, lo, hi, s);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
 /* One row of the option table: the flag in a 32-column gutter (on its own line when longer),
  * the text word-wrapped to HELP_COLUMNS with a hanging indent. */
 #define HELP_COLUMNS 100
@@ -126,32 +112,90 @@ static void print_option_row(FILE *f, const char *flag, const char *text)
     fputc('\n', f);
 }
 
+static void print_option(FILE *f, const cli_option *o)
+{
+    char flag[96];
+    int k = 0;
+    if (o->short_name != 0) {
+        k = snprintf(flag, sizeof(flag), "-%c, ", o->short_name);
+    }
+    snprintf(flag + k, sizeof(flag) - (size_t)k, "--%s%s%s", o->name, o->takes_value ? " " : "",
+             o->takes_value ? (o->metavar ? o->metavar : "VALUE") : "");
+    char text[1024];
+    if (o->dflt != NULL) {
+        snprintf(text, sizeof(text), "%s (default: %s)", o->help, o->dflt);
+    } else {
+        snprintf(text, sizeof(text), "%s", o->help);
+    }
+    print_option_row(f, flag, text);
+}
+
 void cli_print_help(const cli_verb *verb, FILE *f)
 {
     cli_print_usage(verb, f);
     if (verb->description != NULL) {
         fprintf(f, "\n%s\n", verb->description);
     }
+    /* Options without a group first, then each group in the order it first appears. */
     fprintf(f, "\noptions:\n");
-    /* Two columns: the flag spelling padded to a common width, then the help and default. */
-    char flag[96];
     print_option_row(f, "-h, --help", "show this help and exit");
     for (int i = 0; verb->options[i].name != NULL; i++) {
-        const cli_option *o = &verb->options[i];
-        int k = 0;
-        if (o->short_name != 0) {
-            k = snprintf(flag, sizeof(flag), "-%c, ", o->short_name);
+        if (verb->options[i].group == NULL) {
+            print_option(f, &verb->options[i]);
         }
-        snprintf(flag + k, sizeof(flag) - (size_t)k, "--%s%s%s", o->name, o->takes_value ? " " : "",
-                 o->takes_value ? (o->metavar ? o->metavar : "VALUE") : "");
-        char text[512];
-        if (o->dflt != NULL) {
-            snprintf(text, sizeof(text), "%s (default: %s)", o->help, o->dflt);
-        } else {
-            snprintf(text, sizeof(text), "%s", o->help);
-        }
-        print_option_row(f, flag, text);
     }
+    for (int i = 0; verb->options[i].name != NULL; i++) {
+        const cli_group *g = verb->options[i].group;
+        int first = g != NULL;
+        for (int j = 0; first && j < i; j++) {
+            first = verb->options[j].group != g;
+        }
+        if (!first) {
+            continue;
+        }
+        fprintf(f, "\n%s:\n", g->title);
+        if (g->description != NULL) {
+            fprintf(f, "  %s\n\n", g->description);
+        }
+        for (int j = i; verb->options[j].name != NULL; j++) {
+            if (verb->options[j].group == g) {
+                print_option(f, &verb->options[j]);
+            }
+        }
+    }
+}
+
+void cli_fill_from_config(const cli_verb *verb, cli_args *a, const accel__ynode *root,
+                          const char *path)
+{
+    a->config_path = path;
+    for (int i = 0; root != NULL && verb->options[i].name != NULL; i++) {
+        const char *key = verb->options[i].config_key;
+        const accel__ynode *v = key ? accel__ynode_path(root, key) : NULL;
+        if (a->given[i] || v == NULL || v->kind != ACCEL__Y_SCALAR || accel__yscalar_is_null(v)) {
+            continue;
+        }
+        a->values[i] = v->text;
+        a->config_line[i] = v->line;
+    }
+}
+
+const char *cli_source(const cli_verb *verb, const cli_args *a, const char *name, char *buf,
+                       size_t nbytes)
+{
+    int i = cli_option_index(verb, name);
+    const cli_option *o = &verb->options[i];
+    const char *v = a->values[i] ? a->values[i] : "";
+    if (a->config_line[i] > 0) {
+        snprintf(buf, nbytes, "config file %s, line %d: %s: %s", a->config_path, a->config_line[i],
+                 o->config_key, v);
+    } else if (a->given[i]) {
+        snprintf(buf, nbytes, "--%s%s%s", o->name, o->takes_value ? " " : "",
+                 o->takes_value ? v : "");
+    } else {
+        snprintf(buf, nbytes, "--%s %s (default)", o->name, v);
+    }
+    return buf;
 }
 
 /* Handles one "--name[=value]" or "-x" argument at argv[*i]; advances *i past a separate
@@ -193,7 +237,8 @@ static int parse_one(const cli_verb *verb, int argc, char **argv, int *i, cli_ar
             cli_usage_error(verb, "unknown option '%s'", arg);
             return -1;
         }
-        inline_value = arg[2] != '\0' ? arg + 2 : NULL;
+        /* "-n2" and "-n=2" (argparse takes both). */
+        inline_value = arg[2] == '=' ? arg + 3 : arg[2] != '\0' ? arg + 2 : NULL;
     }
 
     const cli_option *o = &verb->options[idx];
@@ -243,6 +288,20 @@ int cli_parse(const cli_verb *verb, int argc, char **argv, cli_args *out)
     if (!out->help && verb->positional == NULL && i < argc) {
         cli_usage_error(verb, "unexpected argument '%s'", argv[i]);
         return -1;
+    }
+    return 0;
+}
+
+int cli_begin(const cli_verb *verb, int argc, char **argv, cli_args *a, int *status)
+{
+    if (cli_parse(verb, argc, argv, a) != 0) {
+        *status = CLI_EXIT_USAGE;
+        return 1;
+    }
+    if (a->help) {
+        cli_print_help(verb, stdout);
+        *status = 0;
+        return 1;
     }
     return 0;
 }

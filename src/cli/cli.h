@@ -15,6 +15,12 @@
 
 #define CLI_EXIT_USAGE 2
 
+/* A heading of --help (Accelerate groups launch's options this way). */
+typedef struct cli_group {
+    const char *title;       /* "Hardware Selection Arguments" */
+    const char *description; /* one line under the title, or NULL */
+} cli_group;
+
 /* One option of a verb. `name` is the long name without dashes, spelled with '_' (as
  * Accelerate, `--foo-bar` is accepted too). short_name is 0 when there is no -x form. */
 typedef struct cli_option {
@@ -24,6 +30,11 @@ typedef struct cli_option {
     const char *dflt;    /* value when not given (NULL: unset); shown in --help */
     const char *metavar; /* placeholder in --help for a value ("N", "DIR"); NULL = "VALUE" */
     const char *help;
+    const cli_group *group; /* heading in --help; options of a group are consecutive; NULL:
+                               under "options" */
+    /* Key of the Accelerate config file that fills the option when it is not given
+     * ("num_processes", "mpirun_config.mpirun_hostfile"; cli_fill_from_config), or NULL. */
+    const char *config_key;
 } cli_option;
 
 /* A verb: `accel <name> [options] <positional>`. */
@@ -40,10 +51,12 @@ struct cli_verb {
 };
 
 /* Parsed options of one verb: values[i] belongs to verb->options[i]. */
-#define CLI_MAX_OPTIONS 32
+#define CLI_MAX_OPTIONS 64
 typedef struct cli_args {
-    const char *values[CLI_MAX_OPTIONS]; /* the given value, else the option's dflt */
+    const char *values[CLI_MAX_OPTIONS]; /* the given value, else the file's, else dflt */
     int given[CLI_MAX_OPTIONS];          /* 1 when given on the command line */
+    int config_line[CLI_MAX_OPTIONS];    /* > 0: the value came from the config file's line */
+    const char *config_path;             /* that file (cli_fill_from_config) */
     int first_positional;                /* index in argv of the first positional argument */
     int help;                            /* --help / -h was given */
 } cli_args;
@@ -56,6 +69,10 @@ typedef struct cli_args {
  */
 int cli_parse(const cli_verb *verb, int argc, char **argv, cli_args *out);
 
+/* The start of every verb: parses argv; returns 1 with the verb's exit status in *status when
+ * it is done already (--help printed: 0; usage error printed: CLI_EXIT_USAGE), else 0. */
+int cli_begin(const cli_verb *verb, int argc, char **argv, cli_args *a, int *status);
+
 /* Index of the option named `name` in verb->options (asserted to exist). */
 int cli_option_index(const cli_verb *verb, const char *name);
 
@@ -63,10 +80,16 @@ int cli_option_index(const cli_verb *verb, const char *name);
 const char *cli_value(const cli_verb *verb, const cli_args *a, const char *name);
 int cli_given(const cli_verb *verb, const cli_args *a, const char *name);
 
-/* Parses a decimal integer in [lo, hi] for option `name`; prints a usage error and returns -1
- * when it is not one. */
-int cli_int_value(const cli_verb *verb, const char *name, const char *s, long lo, long hi,
-                  long *out);
+/* Accelerate's precedence: every option with a config_key that was not given on the command
+ * line takes the file's value of that key (a scalar that is not null). `root` is the parsed
+ * file (base/ytree.h), NULL when there is none; `path` names it in messages. */
+struct accel__ynode;
+void cli_fill_from_config(const cli_verb *verb, cli_args *a, const struct accel__ynode *root,
+                          const char *path);
+/* Where option `name`'s value came from, for messages: "--num_processes 2", or "config file
+ * F, line 3: num_processes: 2"; "--name (default)" when neither. Returns buf. */
+const char *cli_source(const cli_verb *verb, const cli_args *a, const char *name, char *buf,
+                       size_t nbytes);
 
 /* Prints the generated help of a verb (usage line, description, option table) to f. */
 void cli_print_help(const cli_verb *verb, FILE *f);
@@ -81,6 +104,8 @@ void cli_usage_error(const cli_verb *verb, const char *fmt, ...)
 
 /* Verbs (one file each). */
 extern const cli_verb cli_verb_launch;
+extern const cli_verb cli_verb_config;
+extern const cli_verb cli_verb_test;
 extern const cli_verb cli_verb_env;
 
 #endif /* ACCEL_CLI_H */

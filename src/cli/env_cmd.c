@@ -1,6 +1,8 @@
 /*
  * `accel env`: the facts to paste into a bug report (as `accelerate env`): version, OS, CPU
- * and its vector extensions, which communication backends this build contains, and every
+ * and its vector extensions, which communication backends this build contains, in a CUDA build
+ * the GPUs with the CUDA driver, runtime and NCCL versions, the config file in use and its
+ * content (read with the library's reader, base/config.h), and every
  * environment variable accel reads, straight from the library's table (src/base/env.c), with
  * its current value, default and meaning. Reads only; changes nothing.
  */
@@ -13,12 +15,19 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
+#if defined(ACCEL_HAVE_CUDA)
+#include "accel/cuda.h"
+#endif
 #include "cli.h"
-#include "base/cpu.h"
 #include "base/base.h"
+#include "base/config.h"
+#include "base/cpu.h"
 
 static const cli_option env_options[] = {
-    {NULL, 0, 0, NULL, NULL, NULL},
+    {"config_file", 0, 1, NULL, "FILE",
+     "the config file to show (default: $ACCELERATE_CONFIG_FILE, else the default location)",
+     NULL, NULL},
+    {0},
 };
 
 static int run_env(const cli_verb *verb, int argc, char **argv);
@@ -28,8 +37,9 @@ const cli_verb cli_verb_env = {
     .summary = "print version, system and configuration facts for bug reports",
     .positional = NULL,
     .description = "Prints accel's version, the OS and CPU, the communication backends built in,\n"
-                   "and every environment variable accel reads with its current value, default\n"
-                   "and meaning.",
+                   "the GPUs and CUDA driver, runtime and NCCL versions (CUDA builds), the config\n"
+                   "file in use and its content, and every environment variable accel reads with\n"
+                   "its current value, default and meaning.",
     .options = env_options,
     .run = run_env,
 };
@@ -73,15 +83,36 @@ static const char *env_type_name(accel__env_type t)
     return "?";
 }
 
+/* The config file accel_init and accel launch would read, and its content. */
+static void print_config(const char *given)
+{
+    const char *env = getenv("ACCELERATE_CONFIG_FILE");
+    const char *why = given != NULL                  ? "--config_file"
+                      : env != NULL && env[0] != '\0' ? "ACCELERATE_CONFIG_FILE"
+                                                      : "the default location";
+    accel__config cfg;
+    if (accel__config_load(given, &cfg) != ACCEL_OK) {
+        printf("- accel config file (%s): cannot be used: %s\n", why, accel_last_error(NULL));
+        return;
+    }
+    if (!cfg.present) {
+        printf("- accel config file: not found (looked at %s, %s)\n", cfg.path, why);
+        return;
+    }
+    printf("- accel config file: %s (%s):\n", cfg.path, why);
+    accel__ytree_print(cfg.root, stdout, "    ");
+    for (int i = 0; i < cfg.n_notes; i++) {
+        printf("  note: %s\n", cfg.notes[i]);
+    }
+    accel__config_free(&cfg);
+}
+
 static int run_env(const cli_verb *verb, int argc, char **argv)
 {
     cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
+    int status;
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status;
     }
 
     printf("\nCopy-and-paste the text below in your GitHub issue\n\n");
@@ -118,9 +149,15 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
 #endif
 #if defined(ACCEL_HAVE_CUDA)
     printf("- CUDA: built in\n");
+    char gpu[4096];
+    accel_cuda_report(gpu, sizeof(gpu));
+    for (char *line = strtok(gpu, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        printf("  - %s\n", line);
+    }
 #else
     printf("- CUDA: not built in\n");
 #endif
+    print_config(cli_value(verb, &a, "config_file"));
 
     printf("\nEnvironment variables read by accel (name, type, current value, default, "
            "meaning):\n");

@@ -1,9 +1,10 @@
 /*
- * `accel launch`: checks the options and the program, sets the job's environment (the names
- * torchrun and Accelerate use, and a random ACCEL_JOB_ID), hands the processes to the
- * supervisor and, whatever happened, removes shared-memory segments the job left in /dev/shm.
- * Usage errors (bad flag, missing or non-executable program, unusable log directory) are
- * reported before anything is started and exit 2.
+ * `accel launch`: checks the program, sets the job's environment (the names torchrun and
+ * Accelerate use, from the flags and the config file resolved in launch_opts.c, and a random
+ * ACCEL_JOB_ID), hands the processes to the supervisor and, whatever happened, removes
+ * shared-memory segments the job left in /dev/shm; with --max_restarts, starts a failed job
+ * again. Usage errors (bad flag or config file, missing or non-executable program, unusable log
+ * directory, something not supported) are reported before anything is started and exit 2.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -13,44 +14,29 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/base.h"
 #include "cli.h"
 #include "launch.h"
 
-static const cli_option launch_options[] = {
-    {"num_processes", 'n', 1, "1", "N", "number of processes to start on this machine"},
-    {"main_process_port", 0, 1, "29500", "PORT",
-     "MASTER_PORT given to the processes; 0 picks a free port"},
-    {"tee", 't', 1, "0", "0|1|2|3",
-     "also write stdout (1), stderr (2) or both (3) of each process to files in --log_dir"},
-    {"log_dir", 0, 1, NULL, "DIR",
-     "directory (created if missing) for DIR/rank<r>.stdout and .stderr; alone means --tee 3"},
-    {"num_cpu_threads_per_process", 0, 1, NULL, "N",
-     "OMP_NUM_THREADS of each process (default: $OMP_NUM_THREADS, else cores / processes)"},
-    {"cpu_affinity", 0, 1, "auto", "auto|none",
-     "auto: when there are no more processes than CPUs, bind each process to its own equal share "
-     "of them (as mpirun does), so processes that synchronise often never share a CPU; none: "
-     "leave placement to the scheduler"},
-    {"grace_period", 0, 1, "3", "SECONDS",
-     "after one process fails, wait this long between SIGTERM and SIGKILL to the others"},
-    {NULL, 0, 0, NULL, NULL, NULL},
-};
-
 static int run_launch(const cli_verb *verb, int argc, char **argv);
 
 const cli_verb cli_verb_launch = {
     .name = "launch",
-    .summary = "run a program as N processes on this machine",
+    .summary = "run a program as N processes on this machine (flags or the config file)",
     .positional = "[--] PROGRAM [ARGS...]",
     .description =
         "Starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
-        "MASTER_ADDR, MASTER_PORT and ACCEL_JOB_ID set. With N > 1 each output line is\n"
+        "MASTER_ADDR, MASTER_PORT, ACCEL_JOB_ID and Accelerate's ACCELERATE_* variables set.\n"
+        "Options not given come from the config file (--config_file, ACCELERATE_CONFIG_FILE or\n"
+        "the default_config.yaml `accel config` writes). With N > 1 each output line is\n"
         "prefixed with \"[rank<r>]: \". SIGINT/SIGTERM/SIGHUP are forwarded to all processes.\n"
         "If one process fails the others get SIGTERM, then SIGKILL after the grace period;\n"
         "the launcher prints which rank failed and why and exits with that process's status\n"
-        "(its exit code, or 128 + signal).",
+        "(its exit code, or 128 + signal), or starts the job again (--max_restarts).\n"
+        "Options may be written with dashes or underscores (--num-processes).",
     .options = launch_options,
     .run = run_launch,
 };
@@ -216,113 +202,122 @@ static int set_env_int(const char *name, long v)
     return setenv(name, buf, 1);
 }
 
-static int run_launch(const cli_verb *verb, int argc, char **argv)
+/* The job-wide environment every attempt shares (RANK and LOCAL_RANK are set per child). The
+ * config file is passed on, so that a program's accel_init reads the same file (and, told by
+ * ACCEL_CONFIG_CHECKED, does not repeat its warnings); what the flags or the file resolved is
+ * passed in Accelerate's variables, which win over the file in the program. */
+static int set_job_env(const launch_settings *s, const accel__config *cfg, int port)
 {
-    cli_args a;
-    if (cli_parse(verb, argc, argv, &a) != 0) {
-        return CLI_EXIT_USAGE;
+    int bad = set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0 ||
+              set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0 ||
+              setenv("MASTER_ADDR", s->master_addr, 1) != 0 ||
+              set_env_int("MASTER_PORT", port) != 0 ||
+              setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
+              (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
+              (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
+              (s->debug && setenv("ACCELERATE_DEBUG_MODE", "true", 1) != 0) ||
+              (s->gradient_accumulation_steps > 0 &&
+               set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                           s->gradient_accumulation_steps) != 0) ||
+              (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
+              (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
+              set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
+              (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
+                                setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
+    if (bad) {
+        fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
+        return -1;
     }
-    if (a.help) {
-        cli_print_help(verb, stdout);
-        return 0;
-    }
+    return 0;
+}
 
-    long n_procs, port, tee, threads = 0;
-    if (cli_int_value(verb, "num_processes", cli_value(verb, &a, "num_processes"), 1, 4096,
-                      &n_procs) != 0 ||
-        cli_int_value(verb, "main_process_port", cli_value(verb, &a, "main_process_port"), 0, 65535,
-                      &port) != 0 ||
-        cli_int_value(verb, "tee", cli_value(verb, &a, "tee"), 0, 3, &tee) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    const char *threads_s = cli_value(verb, &a, "num_cpu_threads_per_process");
-    if (threads_s != NULL &&
-        cli_int_value(verb, "num_cpu_threads_per_process", threads_s, 1, 1 << 16, &threads) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-    const char *grace_s = cli_value(verb, &a, "grace_period");
-    char *end;
-    double grace = strtod(grace_s, &end);
-    if (end == grace_s || *end != '\0' || !(grace >= 0 && grace <= 86400)) {
-        cli_usage_error(verb, "--grace_period expects seconds in [0, 86400], got '%s'", grace_s);
-        return CLI_EXIT_USAGE;
-    }
-
-    const char *affinity = cli_value(verb, &a, "cpu_affinity");
-    if (strcmp(affinity, "auto") != 0 && strcmp(affinity, "none") != 0) {
-        cli_usage_error(verb, "--cpu_affinity expects auto or none, got '%s'", affinity);
-        return CLI_EXIT_USAGE;
-    }
-
-    const char *log_dir = cli_value(verb, &a, "log_dir");
-    if (cli_given(verb, &a, "tee") && tee != 0 && log_dir == NULL) {
-        cli_usage_error(verb, "--tee %ld needs --log_dir DIR for the log files", tee);
-        return CLI_EXIT_USAGE;
-    }
-    if (log_dir != NULL && !cli_given(verb, &a, "tee")) {
-        tee = LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR;
-    }
-    if (log_dir != NULL && tee != 0 && (make_dirs(log_dir) != 0 || access(log_dir, W_OK) != 0)) {
-        cli_usage_error(verb, "log directory '%s' is not writable: %s", log_dir, strerror(errno));
-        return CLI_EXIT_USAGE;
-    }
-
-    if (a.first_positional >= argc) {
-        cli_usage_error(verb, "no program given");
-        return CLI_EXIT_USAGE;
-    }
-    char path[4096];
-    if (resolve_program(verb, argv[a.first_positional], path, sizeof(path)) != 0) {
-        return CLI_EXIT_USAGE;
-    }
-
-    if (port == 0) {
-        if ((port = free_port()) < 0) {
-            fprintf(stderr, "accel launch: error: could not find a free port: %s\n",
-                    strerror(errno));
-            return 1;
-        }
-        fprintf(stderr, "accel launch: main process port %ld\n", port);
-    }
-    /* Random per launch (also for launches nested in a job, which inherit an ACCEL_JOB_ID): it
-     * names the job's shared memory, which nobody must be able to guess and create first. */
+/* One attempt: a fresh random ACCEL_JOB_ID (per launch, also for launches nested in a job,
+ * which inherit one: it names the job's shared memory, which nobody must be able to guess and
+ * create first), the restart count, the processes, the /dev/shm sweep. */
+static int run_attempt(const launch_config *lc, int restart, launch_outcome *outcome)
+{
     char job_id[64];
     if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
         fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
                 strerror(errno));
+        *outcome = LAUNCH_NOT_STARTED;
         return 1;
     }
-
-    if (threads == 0) {
-        const char *omp = getenv("OMP_NUM_THREADS");
-        if (omp == NULL || omp[0] == '\0') {
-            /* Accelerate's rule: share the cores among the local processes so N processes
-             * do not each start a thread per core. */
-            long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            threads = n_procs > 1 ? (cores / n_procs > 1 ? cores / n_procs : 1) : 0;
-        }
-    }
-    if (set_env_int("WORLD_SIZE", n_procs) != 0 || set_env_int("LOCAL_WORLD_SIZE", n_procs) != 0 ||
-        setenv("MASTER_ADDR", "127.0.0.1", 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
-        setenv("ACCEL_JOB_ID", job_id, 1) != 0 ||
-        (threads > 0 && set_env_int("OMP_NUM_THREADS", threads) != 0)) {
+    if (setenv("ACCEL_JOB_ID", job_id, 1) != 0 || set_env_int("ACCEL_RESTART_COUNT", restart) ||
+        set_env_int("TORCHELASTIC_RESTART_COUNT", restart) != 0) {
         fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
+        *outcome = LAUNCH_NOT_STARTED;
         return 1;
     }
+    int rc = launch_supervise(lc, outcome);
+    remove_job_shm(job_id);
+    return rc;
+}
 
-    cpu_set_t *cpusets = strcmp(affinity, "auto") == 0 ? cpu_shares(n_procs) : NULL;
-
-    launch_config cfg = {
-        .n_procs = (int)n_procs,
+static int run_launch(const cli_verb *verb, int argc, char **argv)
+{
+    launch_settings s;
+    accel__config cfg;
+    int r = launch_resolve(verb, argc, argv, &s, &cfg);
+    if (r != 0) {
+        return r > 0 ? 0 : CLI_EXIT_USAGE;
+    }
+    int rc = CLI_EXIT_USAGE;
+    cpu_set_t *cpusets = NULL;
+    char path[4096];
+    if (s.log_dir != NULL && s.tee != 0 &&
+        (make_dirs(s.log_dir) != 0 || access(s.log_dir, W_OK) != 0)) {
+        cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir,
+                        strerror(errno));
+        goto out;
+    }
+    if (resolve_program(verb, s.program, path, sizeof(path)) != 0) {
+        goto out;
+    }
+    rc = 1;
+    int port = s.port;
+    if (port == 0) {
+        if ((port = free_port()) < 0) {
+            fprintf(stderr, "accel launch: error: could not find a free port: %s\n",
+                    strerror(errno));
+            goto out;
+        }
+        fprintf(stderr, "accel launch: main process port %d\n", port);
+    }
+    if (set_job_env(&s, &cfg, port) != 0) {
+        goto out;
+    }
+    cpusets = s.bind_cpus ? cpu_shares(s.n_procs) : NULL;
+    launch_config lc = {
+        .n_procs = s.n_procs,
         .path = path,
-        .argv = argv + a.first_positional,
-        .tee = (int)tee,
-        .log_dir = log_dir,
-        .grace_s = grace,
+        .argv = s.program_argv,
+        .tee = s.tee,
+        .log_dir = s.log_dir,
+        .grace_s = s.grace_s,
         .cpusets = cpusets,
     };
-    int rc = launch_supervise(&cfg);
+    for (int restart = 0;; restart++) {
+        launch_outcome outcome;
+        rc = run_attempt(&lc, restart, &outcome);
+        if (outcome != LAUNCH_FAILED || s.max_restarts == 0) {
+            break;
+        }
+        if (restart == s.max_restarts) {
+            fprintf(stderr,
+                    "accel launch: giving up: the job failed %d times (--max_restarts %d)\n",
+                    restart + 1, s.max_restarts);
+            break;
+        }
+        fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
+                s.n_procs, restart + 1, s.max_restarts);
+        double whole = (double)(time_t)s.monitor_interval_s;
+        struct timespec pause = {(time_t)whole, (long)((s.monitor_interval_s - whole) * 1e9)};
+        while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+        }
+    }
+out:
     free(cpusets);
-    remove_job_shm(job_id);
+    accel__config_free(&cfg);
     return rc;
 }

@@ -11,6 +11,8 @@
 
 static const cli_verb *const verbs[] = {
     &cli_verb_launch,
+    &cli_verb_config,
+    &cli_verb_test,
     &cli_verb_env,
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))

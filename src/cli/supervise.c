@@ -312,8 +312,9 @@ static void print_summary(job *j)
     }
 }
 
-int launch_supervise(const launch_config *cfg)
+int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
 {
+    *outcome = LAUNCH_NOT_STARTED;
     job j = {.cfg = cfg, .first_failed = -1};
     int sfd = -1, rc = 1;
     struct pollfd *fds = NULL;
@@ -440,14 +441,17 @@ wait_out:
     }
     if (j.first_failed >= 0) {
         rc = exit_status_of(j.kids[j.first_failed].status);
+        *outcome = j.interrupted != 0 ? LAUNCH_INTERRUPTED : LAUNCH_FAILED;
         print_summary(&j);
     } else if (j.interrupted != 0) {
         rc = 128 + j.interrupted;
+        *outcome = LAUNCH_INTERRUPTED;
         print_summary(&j);
     } else if (j.stopping) {
         rc = 1; /* could not start every process; the reason was printed */
     } else {
         rc = 0;
+        *outcome = LAUNCH_SUCCEEDED;
     }
     close(sfd);
 out_mask:

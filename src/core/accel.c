@@ -11,6 +11,7 @@
 
 #include "comm/comm.h"
 #include "config.h"
+#include "device/device.h"
 #include "internal.h"
 #include "profile.h"
 
@@ -158,19 +159,30 @@ static accel_status parse_precision(const char *s, accel_precision *out)
     return ACCEL_EINVAL;
 }
 
+/* The resolution after the config file is read (cfg borrowed, released by the caller). */
+static accel_status resolve_with(accel_options *o, const accel__config *cfg);
+
 static accel_status resolve_options(accel_options *o, const layout *l)
 {
     accel__config cfg;
     ACCEL_TRY(accel__config_load(o->config_file, &cfg));
     if (l->rank == 0) {
-        accel__config_warn(&cfg, l->n_ranks);
+        accel__config_warn(&cfg, l->launched);
     }
+    accel_status st = resolve_with(o, &cfg);
+    accel__config_free(&cfg);
+    return st;
+}
 
+static accel_status resolve_with(accel_options *o, const accel__config *cfg)
+{
     /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
         const char *s;
-        o->mixed_precision =
-            cfg.mixed_precision != ACCEL_PRECISION_UNSET ? cfg.mixed_precision : ACCEL_PRECISION_NO;
+        o->mixed_precision = ACCEL_PRECISION_NO;
+        if (cfg->mixed_precision[0] != '\0') {
+            parse_precision(cfg->mixed_precision, &o->mixed_precision); /* checked by the reader */
+        }
         if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK &&
             parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -188,15 +200,15 @@ static accel_status resolve_options(accel_options *o, const layout *l)
                              "mixed_precision=fp8 needs a GPU with fp8 support; use bf16 or fp16");
     }
 
-    /* gradient accumulation: argument > env > 1 (Accelerate lets the env win; we keep the one
-     * precedence rule everywhere, see docs/configuration.md). */
+    /* gradient accumulation: argument > env > config file (deepspeed_config) > 1 (Accelerate
+     * lets the env win; we keep the one precedence rule everywhere, docs/configuration.md). */
     if (o->gradient_accumulation_steps < 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "option gradient_accumulation_steps=%d must be >= 1",
                              o->gradient_accumulation_steps);
     }
     if (o->gradient_accumulation_steps == 0) {
-        long long v = 1;
+        long long v = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
         accel_status st = accel__env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
@@ -216,10 +228,10 @@ static accel_status resolve_options(accel_options *o, const layout *l)
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
     }
-    o->cpu = (o->cpu > 0) || env_cpu || cfg.use_cpu > 0;
+    o->cpu = (o->cpu > 0) || env_cpu || cfg->use_cpu > 0;
 
     if (o->debug < 0) {
-        o->debug = cfg.debug > 0;
+        o->debug = cfg->debug > 0;
         st = accel__env_bool("ACCELERATE_DEBUG_MODE", &o->debug);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
@@ -275,12 +287,19 @@ static accel_status resolve_options(accel_options *o, const layout *l)
         o->logging_dir = o->project_dir;
     }
 
-    /* ZeRO stage: argument > ACCEL_ZERO_STAGE > 0. */
+    /* ZeRO stage: argument > ACCEL_ZERO_STAGE > config file (deepspeed_config, fsdp_config)
+     * > 0. */
+    char from[1200] = "";
     if (o->zero_stage < 0) {
-        long long v = 0;
+        long long v = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
         st = accel__env_int("ACCEL_ZERO_STAGE", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            snprintf(from, sizeof(from), " (ACCEL_ZERO_STAGE)");
+        } else if (cfg->zero_stage > 0) {
+            snprintf(from, sizeof(from), " (config file %s: %s)", cfg->path, cfg->zero_stage_key);
         }
         if (v < 0 || v > 3) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -292,10 +311,26 @@ static accel_status resolve_options(accel_options *o, const layout *l)
         return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
                              o->zero_stage);
     }
+    /* resume_from_checkpoint: argument > ACCELERATE_RESUME_FROM_CHECKPOINT > none. */
+    if (o->resume_from_checkpoint == NULL &&
+        accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) !=
+            ACCEL_OK) {
+        o->resume_from_checkpoint = NULL;
+    }
+    if (o->resume_from_checkpoint != NULL && o->resume_from_checkpoint[0] == '\0') {
+        o->resume_from_checkpoint = NULL;
+    }
+    if (o->resume_from_checkpoint != NULL && strcmp(o->resume_from_checkpoint, "latest") == 0 &&
+        (o->project_dir == NULL || o->automatic_checkpoint_naming != 1)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "resume_from_checkpoint=latest needs project_dir and "
+                             "automatic_checkpoint_naming (the checkpoints it looks for are "
+                             "project_dir/checkpoints/checkpoint_<n>)");
+    }
     if (o->zero_stage > 0) {
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "ZeRO stage %d is not implemented yet (zero_stage 0, DDP, is)",
-                             o->zero_stage);
+                             "ZeRO stage %d%s is not implemented yet (zero_stage 0, DDP, is)",
+                             o->zero_stage, from);
     }
     return ACCEL_OK;
 }
@@ -402,14 +437,12 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->opt.project_dir = accel__strdup(o.project_dir);
     acc->opt.logging_dir = accel__strdup(o.logging_dir);
     acc->opt.log_with = accel__strdup(o.log_with);
+    acc->opt.resume_from_checkpoint = accel__strdup(o.resume_from_checkpoint);
+    acc->resume_pending = o.resume_from_checkpoint != NULL;
     acc->rank = l.rank;
     acc->n_ranks = l.n_ranks;
     acc->local_rank = l.local_rank;
     acc->local_n_ranks = l.local_n_ranks;
-    acc->dist_type = l.launched ? ACCEL_DIST_MULTI_CPU : ACCEL_DIST_NO;
-    acc->device.type = ACCEL_DEVICE_CPU;
-    acc->device.index = 0;
-    snprintf(acc->device_name, sizeof(acc->device_name), "cpu");
     acc->gstate.sync_gradients = 1;
     acc->gstate.remainder = -1;
     acc->log.rank = l.rank;
@@ -422,7 +455,10 @@ accel_status accel_init(accel **out, const accel_options *opts)
     }
 
     rendezvous rdv;
-    st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    st = accel__device_setup(acc, l.launched);
+    if (st == ACCEL_OK) {
+        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+    }
     if (st == ACCEL_OK) {
         st = read_rendezvous(&rdv);
     }
@@ -446,8 +482,8 @@ accel_status accel_init(accel **out, const accel_options *opts)
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
-    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s", l.n_ranks,
-               acc->backend);
+    accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s, device %s",
+               l.n_ranks, acc->backend, acc->device_name);
     *out = acc;
     return ACCEL_OK;
 }
@@ -475,11 +511,15 @@ void accel_free(accel *acc)
      * not a collective). The recorder goes after the communicator, whose thread records. */
     accel__profile_finish_local(acc);
     accel__comm_free(acc->comm);
+    if (acc->dev != NULL) {
+        accel__device_close(acc->dev);
+    }
     accel__trace_free(acc->trace);
     accel__free(acc->profile_path);
     accel__free((void *)acc->opt.project_dir);
     accel__free((void *)acc->opt.logging_dir);
     accel__free((void *)acc->opt.log_with);
+    accel__free((void *)acc->opt.resume_from_checkpoint);
     accel__free(acc->summary);
     accel__free(acc);
 }
@@ -582,12 +622,23 @@ const accel_options *accel_resolved_options(const accel *acc)
 
 const char *accel_state_summary(accel *acc)
 {
-    char buf[512];
+    /* On a GPU, a line naming it, its driver, runtime and NCCL versions follows the device. */
+    char gpu[512] = "";
+#ifdef ACCEL_HAVE_CUDA
+    if (acc->device.type == ACCEL_DEVICE_CUDA) {
+        char about[256], nccl[32];
+        accel__device_describe(acc->dev, about, sizeof(about));
+        accel__nccl_version(nccl, sizeof(nccl));
+        snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
+    }
+#endif
+    char buf[1024];
     snprintf(buf, sizeof(buf),
              "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
-             "Local process index: %d\nDevice: %s\n\nMixed precision type: %s\n",
+             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
              accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
-             acc->local_rank, acc->device_name, accel_precision_name(acc->opt.mixed_precision));
+             acc->local_rank, acc->device_name, gpu,
+             accel_precision_name(acc->opt.mixed_precision));
     accel__free(acc->summary);
     acc->summary = accel__strdup(buf);
     return acc->summary != NULL ? acc->summary : "";

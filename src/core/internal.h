@@ -69,6 +69,9 @@ void accel__object_register(accel *acc, accel__object *obj, accel__object_kind k
                             void (*destroy)(accel__object *));
 /* Unlinks it (call from the object's _free). Accepts an unregistered object. */
 void accel__object_unregister(accel__object *obj);
+/* accel_prepare without the resume: checks and prepares the objects (src/core/prepare.c). The
+ * public accel_prepare_objects (src/ckpt/resume.c) adds resume_from_checkpoint's load. */
+accel_status accel__prepare_objects(accel *acc, int n, void *const *objs);
 
 /*
  * Accelerate's GradientState, shared by the data module (which writes the loader fields) and
@@ -95,6 +98,7 @@ struct accel {
     int local_rank, local_n_ranks;
     accel_distributed_type dist_type;
     accel_device device;
+    struct accel__device *dev; /* the open handle of `device` (device/device.h) */
     char device_name[32];
     char backend[16];
     struct accel__comm *comm;
@@ -105,10 +109,30 @@ struct accel {
     accel__gen rng;  /* the accelerator's generator (src/core/rng.c) */
     int rng_seeded;  /* 0 until accel_set_seed or first use */
 
+    int resume_pending; /* resume_from_checkpoint set and the first accel_prepare to come */
     char *summary; /* accel_state_summary buffer */
     struct accel__trace *trace; /* the profiler's recorder (base/trace.h); lives as long as acc */
     char *profile_path;         /* where the open profiler session's file goes */
 };
+
+/* ---- The process's device (device_select.c) ---- */
+
+/* Accelerate's device rule, as a pure function of its inputs: the CPU when forced or when no
+ * GPU is usable (n_gpus 0), else GPU local_rank, wrapping round-robin when the machine runs
+ * more processes than it has GPUs (they share them). */
+accel_device accel__choose_device(int force_cpu, int n_gpus, int local_rank);
+/* NO for a process not started by a launcher, else MULTI_GPU on a GPU and MULTI_CPU on the
+ * CPU. */
+accel_distributed_type accel__choose_dist_type(accel_device device, int launched);
+/* Picks acc's device by that rule (cpu option resolved, layout read), opens it and fills
+ * acc->device, dev, device_name and dist_type. A GPU that is present but fails is an error
+ * naming it (never a silent fall back to the CPU). */
+accel_status accel__device_setup(accel *acc, int launched);
+
+#ifdef ACCEL_HAVE_CUDA
+/* NCCL's version ("2.28.9") into buf (src/core/cuda/cuda_api.c). */
+void accel__nccl_version(char *buf, size_t nbytes);
+#endif
 
 /* Module slot access: returns the state (NULL if none). */
 static inline void *accel__module(const accel *acc, accel__module_id id)

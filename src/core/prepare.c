@@ -42,7 +42,7 @@ void accel__object_unregister(accel__object *obj)
     obj->acc = NULL;
 }
 
-accel_status accel_prepare_objects(accel *acc, int n, void *const *objs)
+accel_status accel__prepare_objects(accel *acc, int n, void *const *objs)
 {
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_prepare: acc is NULL");

@@ -14,11 +14,18 @@
 #endif
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/convert.h"
 #include "cpu_impl.h"
 #include "device_impl.h"
+
+static void cpu_describe(const accel__device *d, char *buf, size_t nbytes)
+{
+    (void)d;
+    snprintf(buf, nbytes, "cpu");
+}
 
 /* ---- memory ---- */
 
@@ -115,6 +122,12 @@ static accel_status cpu_event_sync(accel__device *d, accel__event *e)
 {
     (void)d, (void)e;
     return ACCEL_OK;
+}
+
+static void *cpu_native_stream(accel__device *d, accel__stream *s)
+{
+    (void)d, (void)s;
+    return NULL;
 }
 
 /* ---- kernels ---- */
@@ -426,6 +439,7 @@ static accel_status cpu_adam_step(accel__device *d, const accel__adam_args *a, a
 
 static const accel__device_ops cpu_ops = {
     .name = "cpu",
+    .describe = cpu_describe,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .host_alloc = cpu_host_alloc,
@@ -441,6 +455,7 @@ static const accel__device_ops cpu_ops = {
     .stream_wait_event = cpu_stream_wait_event,
     .event_query = cpu_event_query,
     .event_sync = cpu_event_sync,
+    .native_stream = cpu_native_stream,
     .sgd_step = cpu_sgd_step,
     .adam_step = cpu_adam_step,
     .convert = cpu_convert,

@@ -21,6 +21,7 @@
 
 #include "base/cpu.h"
 #include "cpu_impl.h"
+#include "optim_coef.h"
 
 KERNEL static void sgd_range(float *restrict p, const float *restrict g, float *restrict buf,
                              size_t n, float lr, float wd, float momentum, float dampening,
@@ -67,13 +68,8 @@ void accel__cpu_sgd(const accel__sgd_args *a, int parallel)
               a->maximize, a->first_step);
 }
 
-/* Per-step Adam constants, derived once per range. */
-typedef struct adam_coef {
-    float sign, l2, decay, w1, beta2, w2, eps, bc2_sqrt, step_size;
-} adam_coef;
-
 /* Elements [0, n) in plain C; vmax (amsgrad) may be NULL. */
-static void adam_scalar(const adam_coef *c, float *restrict p, const float *restrict g,
+static void adam_scalar(const accel__adam_coef *c, float *restrict p, const float *restrict g,
                         float *restrict m, float *restrict v, float *restrict vmax, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -121,14 +117,14 @@ static void adam_scalar(const adam_coef *c, float *restrict p, const float *rest
     return i
 
 __attribute__((target("avx512f"))) static size_t
-adam_avx512(const adam_coef *c, float *p, const float *g, float *m, float *v, size_t n)
+adam_avx512(const accel__adam_coef *c, float *p, const float *g, float *m, float *v, size_t n)
 {
     ADAM_SIMD_BODY(16, __m512, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, _mm512_add_ps,
                    _mm512_sub_ps, _mm512_mul_ps, _mm512_div_ps, _mm512_sqrt_ps);
 }
 
 __attribute__((target("avx2"))) static size_t
-adam_avx2(const adam_coef *c, float *p, const float *g, float *m, float *v, size_t n)
+adam_avx2(const accel__adam_coef *c, float *p, const float *g, float *m, float *v, size_t n)
 {
     ADAM_SIMD_BODY(8, __m256, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps,
                    _mm256_sub_ps, _mm256_mul_ps, _mm256_div_ps, _mm256_sqrt_ps);
@@ -140,16 +136,8 @@ static void adam_range(float *restrict p, const float *restrict g, float *restri
                        int decoupled, float beta1, float beta2, float eps, float bc1,
                        float bc2_sqrt, int maximize)
 {
-    adam_coef c;
-    c.sign = maximize ? -1.0f : 1.0f;
-    c.l2 = decoupled ? 0.0f : wd;
-    c.decay = decoupled ? 1.0f - lr * wd : 1.0f;
-    c.step_size = lr / bc1;
-    c.w1 = 1.0f - beta1;
-    c.w2 = 1.0f - beta2;
-    c.beta2 = beta2;
-    c.eps = eps;
-    c.bc2_sqrt = bc2_sqrt;
+    accel__adam_coef c =
+        accel__adam_coef_make(lr, wd, decoupled, beta1, beta2, eps, bc1, bc2_sqrt, maximize);
     size_t done = 0;
 #ifdef HAVE_X86_ADAM
     if (vmax == NULL) {

@@ -22,18 +22,53 @@ accel_status accel__device_open(accel__device **out, accel_device which)
         *out = accel__device_cpu();
         return ACCEL_OK;
     case ACCEL_DEVICE_CUDA:
+        if (which.index < 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL, "device cuda:%d: negative index", which.index);
+        }
+#ifdef ACCEL_HAVE_CUDA
+        return accel__device_cuda_open(out, which.index);
+#else
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "device cuda:%d: the CUDA device backend is not implemented yet",
+                             "device cuda:%d: accel was built without CUDA (configure with "
+                             "-DACCEL_CUDA=ON)",
                              which.index);
+#endif
     default:
         return accel__seterr(NULL, ACCEL_EINVAL, "device type %d is not a device type",
                              (int)which.type);
     }
 }
 
+accel_status accel__device_count(accel_device_type type, int *n)
+{
+    *n = 0;
+    switch (type) {
+    case ACCEL_DEVICE_CPU:
+        *n = 1;
+        return ACCEL_OK;
+    case ACCEL_DEVICE_CUDA:
+#ifdef ACCEL_HAVE_CUDA
+        return accel__device_cuda_count(n);
+#else
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "accel was built without CUDA (configure with -DACCEL_CUDA=ON)");
+#endif
+    default:
+        return accel__seterr(NULL, ACCEL_EINVAL, "device type %d is not a device type", (int)type);
+    }
+}
+
 void accel__device_close(accel__device *d)
 {
-    (void)d; /* the CPU handle is process-wide; CUDA handles will be released here */
+    (void)d; /* every handle (CPU, each GPU) lives as long as the process */
+}
+
+void accel__device_describe(const accel__device *d, char *buf, size_t nbytes)
+{
+    if (nbytes > 0) {
+        buf[0] = '\0';
+        d->ops->describe(d, buf, nbytes);
+    }
 }
 
 accel_device accel__device_which(const accel__device *d)
@@ -173,6 +208,11 @@ int accel__event_query(accel__device *d, accel__event *e)
 accel_status accel__event_sync(accel__device *d, accel__event *e)
 {
     return d->ops->event_sync(d, e);
+}
+
+void *accel__stream_native(accel__device *d, accel__stream *s)
+{
+    return d->ops->native_stream(d, s);
 }
 
 /* ---- kernels ---- */

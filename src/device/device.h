@@ -2,24 +2,32 @@
  * The device seam (DESIGN.md §2, §3): memory, copies, streams, events and the few kernels the
  * training core runs over its flat buffers (optimizer steps, casts, norms, scaling, inf/nan
  * checks). The training core never loops over raw floats itself: everything it does to a
- * buffer element by element goes through these functions, so a CUDA implementation
- * (src/device/cuda/, a later issue) runs the same training code on device memory.
+ * buffer element by element goes through these functions, so the CUDA implementation
+ * (src/device/cuda/) runs the same training code on device memory.
  *
  * Conventions shared by every backend:
  *   - Pointers passed to kernels and copies are device pointers (host pointers on the CPU
  *     device). Kernels take typed spans (accel__dspan: pointer, dtype, element count).
- *   - Every kernel and copy takes a stream. NULL is the host's default order: the call has
- *     finished when it returns. A stream from accel__stream_new orders work on it; on the CPU
- *     a stream runs each call synchronously on the calling thread WITHOUT fanning out to the
- *     OpenMP pool, which is what a communication thread wants (it must not compete with the
- *     training thread's parallel kernels). Events complete when the work recorded before them
- *     on their stream has (on the CPU: at once).
+ *   - Every kernel and copy takes a stream. NULL is the device's default order: on the CPU
+ *     the call has finished when it returns; on CUDA it is the device's compute stream (the
+ *     one accel_cuda_stream gives users, so their kernels and accel's are ordered), kernels
+ *     and device-to-device copies are queued on it, and a copy that touches host memory or a
+ *     read of a result (accel__dev_copy D2H / H2D / H2H) has finished when it returns. A
+ *     stream from accel__stream_new orders work on it; on the CPU a stream runs each call
+ *     synchronously on the calling thread WITHOUT fanning out to the OpenMP pool, which is
+ *     what a communication thread wants (it must not compete with the training thread's
+ *     parallel kernels); on CUDA it is a stream of its own (not ordered with the compute
+ *     stream: order the two with events), and a copy on it is queued like a kernel. Events
+ *     complete when the work recorded before them on their stream has (on the CPU: at once).
+ *   - Any thread may call any function (CUDA: each call selects the handle's GPU first).
  *   - Reductions (pow_sum, abs_max, nonfinite) accumulate into a small result in DEVICE
  *     memory, so a norm over many ranges costs one read (accel__dev_copy D2H) at the end.
  *   - Failures set the thread's error (accel__seterr(NULL, ...)) naming the function and the
  *     culprit (an unsupported dtype, a count mismatch) and return its status; nothing is
  *     written then.
- * Results are deterministic: the same inputs give the same bits whatever the thread count.
+ * Results are deterministic: the same inputs give the same bits whatever the thread count, and
+ * every backend gives the CPU's bits for the element-wise kernels and abs_max (except the
+ * payload of a NaN that arithmetic makes) and pow_sum's to rounding.
  */
 #ifndef ACCEL_DEVICE_H
 #define ACCEL_DEVICE_H
@@ -60,11 +68,23 @@ typedef enum accel__copy_kind {
 /* ---- handles ---- */
 
 /*
- * Opens the device `which` (ACCEL_DEVICE_CPU index 0 always exists; CUDA returns
- * ACCEL_EUNSUPPORTED until its backend lands). *out receives a handle valid until
- * accel__device_close; opening the same device twice may return the same handle. Thread-safe.
+ * Opens the device `which`. ACCEL_DEVICE_CPU index 0 always exists; a CUDA GPU opens when
+ * accel was built with CUDA and the GPU is visible (CUDA_VISIBLE_DEVICES applies), else
+ * ACCEL_EUNSUPPORTED naming why (not built with CUDA, no such device, the CUDA error). *out
+ * receives a handle valid until accel__device_close; opening the same device twice returns
+ * the same handle. Thread-safe.
  */
 accel_status accel__device_open(accel__device **out, accel_device which);
+/*
+ * How many devices of `type` this process can open: 1 for the CPU; the visible GPUs for CUDA.
+ * CUDA without a usable GPU: ACCEL_EUNSUPPORTED naming why (built without CUDA, no device, no
+ * driver: nothing is wrong, the process runs on the CPU); another CUDA failure: ACCEL_EIO with
+ * its text. *n is 0 whenever the status is not ACCEL_OK.
+ */
+accel_status accel__device_count(accel_device_type type, int *n);
+/* One line about the device for summaries: "cpu", or the GPU's name, compute capability,
+ * memory and the CUDA driver and runtime versions. Always NUL-terminated. */
+void accel__device_describe(const accel__device *d, char *buf, size_t nbytes);
 /* Releases a handle from accel__device_open. Accepts NULL. */
 void accel__device_close(accel__device *d);
 /* The device a handle drives, and the backend's name ("cpu"). */
@@ -104,6 +124,9 @@ accel_status accel__stream_wait_event(accel__device *d, accel__stream *s, accel_
 int accel__event_query(accel__device *d, accel__event *e);
 /* Blocks the host until e completes. */
 accel_status accel__event_sync(accel__device *d, accel__event *e);
+/* The backend's own handle of stream s (NULL: the default order): the cudaStream_t on CUDA
+ * (the compute stream for NULL), NULL on the CPU. */
+void *accel__stream_native(accel__device *d, accel__stream *s);
 
 /* ---- kernels ---- */
 
@@ -138,8 +161,8 @@ typedef struct accel__adam_args {
 accel_status accel__dev_sgd_step(accel__device *d, const accel__sgd_args *a, accel__stream *s);
 accel_status accel__dev_adam_step(accel__device *d, const accel__adam_args *a, accel__stream *s);
 
-/* dst = src converted (accel_convert semantics: RNE, NaN quietened). Counts must match; the
- * CPU supports every pair of F32, BF16 and F16 (same dtype: a copy). */
+/* dst = src converted (accel_convert semantics: RNE, NaN quietened). Counts must match; every
+ * backend supports every pair of F32, BF16 and F16 (same dtype: a copy). */
 accel_status accel__dev_convert(accel__device *d, accel__dspan dst, accel__dspan src,
                                 accel__stream *s);
 /* x = 0 (any dtype). */
@@ -149,8 +172,11 @@ accel_status accel__dev_scale(accel__device *d, accel__dspan x, float factor, ac
 /* x = min(max(x, lo), hi) (F32; NaN stays NaN). */
 accel_status accel__dev_clamp(accel__device *d, accel__dspan x, float lo, float hi,
                               accel__stream *s);
-/* *acc += sum of |x|^p over x, summed in double from 0 in element order (p > 0; p == 1 and
- * p == 2 are fast paths). acc: one double in device memory. F32, BF16, F16. */
+/* *acc += sum of |x|^p over x, summed in double from 0 (p > 0; p == 1 and p == 2 are fast
+ * paths). acc: one double in device memory. F32, BF16, F16. The CPU sums in element order;
+ * CUDA in a fixed tree that depends only on the count (deterministic; it equals the CPU's sum
+ * to rounding: the two differ by at most count * 2^-52 relative, the sequential sum's bound
+ * for terms of one sign; general p also differs by the last bits of each pow()). */
 accel_status accel__dev_pow_sum(accel__device *d, accel__dspan x, double p, double *acc,
                                 accel__stream *s);
 /* a = max |x| (NaN if any x is NaN); *acc = a when a > *acc or a is NaN, so a NaN sticks

@@ -1,6 +1,6 @@
 /*
  * The backend side of the device seam: the operations table each implementation (cpu.c,
- * later cuda/) fills in, and the handle, stream and event records the front end (device.c)
+ * cuda/cuda.c) fills in, and the handle, stream and event records the front end (device.c)
  * hands out. Only src/device/ includes this header.
  *
  * Invariant: the front end has validated handles and non-NULL pointers and skipped empty
@@ -13,6 +13,8 @@
 
 typedef struct accel__device_ops {
     const char *name;
+    /* one line about the device (accel__device_describe) */
+    void (*describe)(const accel__device *d, char *buf, size_t nbytes);
     /* memory */
     accel_status (*alloc)(accel__device *d, size_t nbytes, int zero, void **out);
     void (*free)(accel__device *d, void *p);
@@ -31,6 +33,7 @@ typedef struct accel__device_ops {
     accel_status (*stream_wait_event)(accel__device *d, accel__stream *s, accel__event *e);
     int (*event_query)(accel__device *d, accel__event *e);
     accel_status (*event_sync)(accel__device *d, accel__event *e);
+    void *(*native_stream)(accel__device *d, accel__stream *s);
     /* kernels */
     accel_status (*sgd_step)(accel__device *d, const accel__sgd_args *a, accel__stream *s);
     accel_status (*adam_step)(accel__device *d, const accel__adam_args *a, accel__stream *s);
@@ -65,5 +68,14 @@ struct accel__event {
 
 /* The CPU device (cpu.c): one process-wide handle, nothing to release. */
 accel__device *accel__device_cpu(void);
+
+#ifdef ACCEL_HAVE_CUDA
+/* The CUDA device `index` (cuda/cuda.c): one process-wide handle per GPU, made on first open
+ * (its compute stream with it) and kept until the process ends. ACCEL_EUNSUPPORTED naming why
+ * when there is no such GPU. */
+accel_status accel__device_cuda_open(accel__device **out, int index);
+/* The visible GPUs (accel__device_count's CUDA case). */
+accel_status accel__device_cuda_count(int *n);
+#endif
 
 #endif /* ACCEL_DEVICE_IMPL_H */

@@ -12,6 +12,14 @@
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
 {
+    /* nn's ops run on the CPU (CUDA ops are the nn-on-CUDA issue's work), so the models it
+     * declares into live there whatever the accelerator's device. Before the first parameter
+     * the model is not allocated yet, so this cannot fail. */
+    accel_device cpu = {ACCEL_DEVICE_CPU, 0};
+    accel_status placed = accel_model_set_device((accel_model *)ctx, cpu);
+    if (placed != ACCEL_OK) {
+        return (int)placed;
+    }
     int index = -1;
     accel_status st = accel_model_add_param((accel_model *)ctx, name, ndim, shape, &index);
     return st == ACCEL_OK ? index : (int)st;

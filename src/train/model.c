@@ -5,10 +5,13 @@
  * every buffer follows the geometry fixed at alloc (flat.h), so a bucket (consecutive
  * parameters in backward order) is one contiguous slice and a parameter's grad is a view into
  * its bucket; padding elements are zero.
- * With several processes on the shm backend the gradient buffer is symmetric shared memory
- * (accel__comm_alloc), so the in-place bucket all-reduces read peers' gradients directly; that
- * makes the allocation collective (every process allocates its model, as every process
- * prepares it).
+ * Buffers live on the model's device: the accelerator's (a GPU when it has one) unless
+ * accel_model_set_device chose another before alloc. With several processes on the shm backend
+ * and host buffers the gradient buffer is symmetric shared memory (accel__comm_alloc), so the
+ * in-place bucket all-reduces read peers' gradients directly; that makes the allocation
+ * collective (every process allocates its model, as every process prepares it). GPU buffers
+ * reach the host communicators through host copies (here for the weights' broadcast, in
+ * reducer.c for gradient buckets).
  */
 #include <string.h>
 
@@ -22,7 +25,7 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
 {
     accel *acc = m->acc;
     m->grad_shared = 0;
-    if (acc->n_ranks > 1 && accel__comm_zero_copy(acc->comm)) {
+    if (acc->n_ranks > 1 && accel__comm_zero_copy(acc->comm) && !accel__model_staged(m)) {
         void *p = NULL;
         accel_status st = accel__comm_alloc(acc->comm, nbytes, &p);
         if (st == ACCEL_OK) {
@@ -57,7 +60,7 @@ accel_status accel_model_new(accel *acc, accel_model **out)
         return accel__seterr(acc, ACCEL_EINVAL, "accel_model_new: acc and out must not be NULL");
     }
     accel__device *dev;
-    accel_status st = accel__device_open(&dev, (accel_device){ACCEL_DEVICE_CPU, 0});
+    accel_status st = accel__device_open(&dev, acc->device);
     if (st != ACCEL_OK) {
         return accel__adopt_thread_error(acc, st);
     }
@@ -71,6 +74,26 @@ accel_status accel_model_new(accel *acc, accel_model **out)
     m->accum_allows = 1;
     accel__object_register(acc, &m->obj, ACCEL__OBJ_MODEL, model_prepare, model_destroy);
     *out = m;
+    return ACCEL_OK;
+}
+
+accel_status accel_model_set_device(accel_model *m, accel_device device)
+{
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_set_device: model is NULL");
+    }
+    if (m->allocated) {
+        return accel__seterr(m->acc, ACCEL_ESTATE,
+                             "accel_model_set_device: the model is already allocated (on %s)",
+                             accel__device_name(m->dev));
+    }
+    accel__device *dev;
+    accel_status st = accel__device_open(&dev, device);
+    if (st != ACCEL_OK) {
+        return accel__seterr(m->acc, st, "accel_model_set_device: %s", accel_last_error(NULL));
+    }
+    accel__device_close(m->dev);
+    m->dev = dev;
     return ACCEL_OK;
 }
 
@@ -402,6 +425,40 @@ accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int fr
     return accel_model_freeze(m, i, frozen);
 }
 
+accel_status accel__model_broadcast_master(accel_model *m, int root)
+{
+    accel *acc = m->acc;
+    size_t nbytes = m->flat.padded_numel * sizeof(float);
+    if (!accel__model_staged(m)) {
+        accel_status st =
+            accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, root);
+        return st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
+    }
+    /* The communicator reads host memory only: through a pinned host copy. */
+    void *host = NULL;
+    accel_status st = accel__dev_host_alloc(m->dev, nbytes, &host);
+    if (st != ACCEL_OK) {
+        return accel__seterr(acc, st, "broadcasting the weights from %s: %s",
+                             accel__device_name(m->dev), accel_last_error(NULL));
+    }
+    accel_status cst = ACCEL_OK;
+    if (acc->rank == root) {
+        cst = accel__dev_copy(m->dev, host, m->master, nbytes, ACCEL__COPY_D2H, NULL);
+        if (cst != ACCEL_OK) {
+            memset(host, 0, nbytes); /* still broadcast, so no peer waits in vain */
+        }
+    }
+    st = accel__broadcast(acc->comm, host, m->flat.padded_numel, ACCEL_F32, root);
+    if (st == ACCEL_OK && cst == ACCEL_OK && acc->rank != root) {
+        cst = accel__dev_copy(m->dev, m->master, host, nbytes, ACCEL__COPY_H2D, NULL);
+    }
+    if (cst != ACCEL_OK && st == ACCEL_OK) {
+        st = accel__seterr(NULL, cst, "broadcasting the weights: %s", accel_last_error(NULL));
+    }
+    accel__dev_host_free(m->dev, host);
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
+}
+
 static accel_status model_prepare(accel__object *self)
 {
     accel_model *m = (accel_model *)self;
@@ -412,11 +469,7 @@ static accel_status model_prepare(accel__object *self)
     ACCEL_TRY(accel__reducer_prepare(m));
     if (acc->n_ranks > 1) {
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
-        accel_status st =
-            accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, 0);
-        if (st != ACCEL_OK) {
-            return accel__adopt_thread_error(acc, st);
-        }
+        ACCEL_TRY(accel__model_broadcast_master(m, 0));
     }
     return accel__model_refresh_compute(m);
 }

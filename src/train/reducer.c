@@ -4,7 +4,12 @@
  * trainable parameter, with the frozen ranges inside precomputed), counts readiness during a
  * backward, launches each complete bucket strictly in bucket order on every process, asks for
  * bf16 / fp16 compression as the all-reduce's wire dtype (the communicator rounds inside its
- * reduction, no conversion pass on any thread), waits, and records profiler spans.
+ * reduction, no conversion pass on any thread), waits, and records profiler spans. Gradients
+ * in GPU memory reach this build's communicators, which read host memory only, through
+ * staging: the collective's hooks copy a bucket to pinned host memory after the compute stream
+ * has produced it (an event recorded at launch) and back once reduced, on a stream of their
+ * own, so the copies overlap the rest of backward (the single-GPU multi-process path; NCCL on
+ * device buffers will take the stream instead).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -21,6 +26,21 @@
 static accel_reduce_op bucket_op(const accel_model *m)
 {
     return (m->join_active && !m->join_divide_initial) ? ACCEL_SUM : ACCEL_AVG;
+}
+
+/* ---- staging ---- */
+
+static int force_staging;
+
+void accel__train_force_staging(int on)
+{
+    force_staging = on;
+}
+
+/* No communicator of this build reads GPU memory (NCCL comes with comm v2). */
+int accel__model_staged(const accel_model *m)
+{
+    return !accel__model_on_host(m) || force_staging;
 }
 
 /* ---- building ---- */
@@ -70,6 +90,22 @@ static void build_ranges(accel_model *m)
     }
 }
 
+/* Staging: the pinned host mirror of the gradients and one event per bucket. */
+static accel_status alloc_staging(accel_model *m)
+{
+    accel__reducer *r = &m->red;
+    size_t nbytes = m->flat.padded_numel * sizeof(float);
+    accel_status st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
+    for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
+        st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
+    }
+    if (st != ACCEL_OK) {
+        return accel__seterr(NULL, st, "accel_prepare: staging gradients through host memory: %s",
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__reducer_prepare(accel_model *m)
 {
     accel__reducer *r = &m->red;
@@ -99,17 +135,24 @@ accel_status accel__reducer_prepare(accel_model *m)
     build_ranges(m);
     memset(r->ready, 1, (size_t)m->n_params);
     int dt = acc->opt.comm_dtype;
-    r->comm_dtype = ACCEL_F32;
-    if (acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16)) {
-        if (!(accel__comm_caps(acc->comm) & ACCEL__COMM_WIRE)) {
-            accel__reducer_free(m);
-            return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                                 "accel_prepare: comm_dtype=%s needs a backend that reduces "
-                                 "through a wire dtype, and %s does not",
-                                 accel_dtype_name((accel_dtype)dt),
-                                 accel__comm_backend_name(acc->comm));
-        }
-        r->comm_dtype = (accel_dtype)dt;
+    int compressed = acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16);
+    if (compressed && !(accel__comm_caps(acc->comm) & ACCEL__COMM_WIRE)) {
+        accel__reducer_free(m);
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_prepare: comm_dtype=%s needs a backend that reduces through a "
+                             "wire dtype, and %s does not",
+                             accel_dtype_name((accel_dtype)dt), accel__comm_backend_name(acc->comm));
+    }
+    r->staged = acc->n_ranks > 1 && accel__model_staged(m);
+    r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
+    accel_status st = ACCEL_OK;
+    if (r->staged) {
+        st = accel__stream_new(m->dev, &r->comm_stream);
+        st = st == ACCEL_OK ? alloc_staging(m) : st;
+    }
+    if (st != ACCEL_OK) {
+        accel__reducer_free(m);
+        return accel__adopt_thread_error(acc, st);
     }
     return ACCEL_OK;
 }
@@ -120,6 +163,12 @@ void accel__reducer_free(accel_model *m)
     if (r->buckets != NULL) {
         (void)accel__reducer_wait(m);
     }
+    accel__stream_free(m->dev, r->comm_stream);
+    accel__dev_host_free(m->dev, r->host_buf);
+    for (int b = 0; r->buckets != NULL && b < r->n_buckets; b++) {
+        accel__event_free(m->dev, r->buckets[b].ready_ev);
+        accel__free(r->buckets[b].hook_msg);
+    }
     accel__free(r->buckets);
     accel__free(r->frozen);
     accel__free(r->ready);
@@ -127,6 +176,50 @@ void accel__reducer_free(accel_model *m)
 }
 
 /* ---- one backward ---- */
+
+/* Hooks run on the communication thread and return nothing: a failure is kept on the bucket
+ * and reported by the wait. */
+static void hook_status(accel__bucket *bk, accel_status st)
+{
+    if (st != ACCEL_OK && bk->hook_st == ACCEL_OK) {
+        bk->hook_st = st;
+        bk->hook_msg = accel__strdup(accel_last_error(NULL));
+    }
+}
+
+/* Before the data moves, when staged: the bucket's gradients to host memory, ordered after
+ * the compute stream's work on them. */
+static void bucket_pre(void *arg)
+{
+    accel__bucket *bk = arg;
+    accel_model *m = bk->model;
+    accel__reducer *r = &m->red;
+    accel_status st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
+    if (st == ACCEL_OK) {
+        st = accel__dev_copy(m->dev, (float *)r->host_buf + bk->offset, m->grad + bk->offset,
+                             bk->count * sizeof(float), ACCEL__COPY_D2H, r->comm_stream);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__stream_sync(m->dev, r->comm_stream); /* host bytes ready for the collective */
+    }
+    hook_status(bk, st);
+}
+
+/* After the data moved, when staged: back to the device. Complete on return, so the gradients
+ * are final once the collective is. */
+static void bucket_post(void *arg)
+{
+    accel__bucket *bk = arg;
+    accel_model *m = bk->model;
+    accel__reducer *r = &m->red;
+    accel_status st =
+        accel__dev_copy(m->dev, m->grad + bk->offset, (float *)r->host_buf + bk->offset,
+                        bk->count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
+    if (st == ACCEL_OK) {
+        st = accel__stream_sync(m->dev, r->comm_stream);
+    }
+    hook_status(bk, st);
+}
 
 static accel_status launch_bucket(accel_model *m, int b)
 {
@@ -144,10 +237,23 @@ static accel_status launch_bucket(accel_model *m, int b)
     }
     /* DDP's bf16 / fp16 compression is the all-reduce's wire dtype: the result is exactly
      * compress -> reduce in fp32 -> round -> decompress, in place on the (symmetric) gradient. */
-    float *g = m->grad + bk->offset;
+    float *buf = r->staged ? (float *)r->host_buf + bk->offset : m->grad + bk->offset;
     accel__coll op =
-        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, g, g, bk->count, ACCEL_F32, bucket_op(m), 0);
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, ACCEL_F32, bucket_op(m), 0);
     op.wire = r->comm_dtype;
+    if (r->staged) {
+        op.pre = bucket_pre;
+        op.post = bucket_post;
+        op.hook_arg = bk;
+    }
+    bk->hook_st = ACCEL_OK;
+    if (r->staged) {
+        /* The bucket leaves the GPU after everything queued on the compute stream so far. */
+        accel_status st = accel__event_record(m->dev, bk->ready_ev, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
     bk->launch_time = accel__now();
     bk->done_time = 0;
     accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &bk->work);
@@ -252,6 +358,16 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
+        if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {
+            st = bk->hook_st;
+            if (first == ACCEL_OK) { /* the message of the first failure stays */
+                accel__seterr(m->acc, st, "gradient bucket %d: %s", b,
+                              bk->hook_msg ? bk->hook_msg : accel_status_str(st));
+            }
+        }
+        accel__free(bk->hook_msg);
+        bk->hook_msg = NULL;
+        bk->hook_st = ACCEL_OK;
         if (st != ACCEL_OK && first == ACCEL_OK) {
             first = st;
         }

@@ -236,14 +236,11 @@ accel_status accel_join_end(accel *acc, accel_model *m)
         /* The authoritative copy: the last process to join (ties: the highest rank). */
         int32_t cand = is_last_joiner ? acc->rank : -1;
         accel_status cst = accel__allreduce(acc->comm, &cand, &cand, 1, ACCEL_I32, ACCEL_MAX);
-        if (cst == ACCEL_OK) {
-            cst =
-                accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, (int)cand);
-        }
         if (cst != ACCEL_OK) {
             st = accel__adopt_thread_error(acc, cst);
             goto out;
         }
+        ACCEL_TRY_GOTO(accel__model_broadcast_master(m, (int)cand), st, out);
     }
 out:
     m->join_active = 0;

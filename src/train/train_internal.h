@@ -31,6 +31,9 @@ typedef struct accel__bucket {
     int pending;          /* parameters not yet ready in the current backward */
     accel_work *work;     /* in-flight collective, NULL when none */
     double launch_time, done_time;
+    accel__event *ready_ev; /* staged: recorded on the compute stream when launched */
+    accel_status hook_st;   /* first failure of its hooks (communication thread), or OK; */
+    char *hook_msg;         /*   reported by the wait with this message */
 } accel__bucket;
 
 /*
@@ -46,6 +49,12 @@ typedef struct accel__reducer {
     int next_launch;            /* first bucket not yet launched */
     int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter (not yet) */
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
+    accel__stream *comm_stream; /* staged: the communication thread's copies */
+    /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
+     * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
+     * as the collective's hooks, after the bucket's ready_ev. */
+    int staged;
+    void *host_buf; /* pinned host mirror of the fp32 gradients */
 } accel__reducer;
 
 struct accel_model {
@@ -156,6 +165,20 @@ static inline accel__dspan accel__grad_span(const accel_model *m, size_t offset,
 {
     return accel__dspan_f32(m->grad + offset, count);
 }
+/* 1 when the model's buffers are host memory (the CPU device), which the host communicators
+ * read directly; 0 on a GPU. */
+static inline int accel__model_on_host(const accel_model *m)
+{
+    return accel__device_which(m->dev).type == ACCEL_DEVICE_CPU;
+}
+/* 1 when the model's buffers reach the communicator through host copies (staging): on a GPU,
+ * since no communicator of this build reads GPU memory; on the CPU only when a test forced it
+ * with accel__train_force_staging (so the GPU path's logic runs on machines without one). */
+int accel__model_staged(const accel_model *m);
+void accel__train_force_staging(int on);
+/* The master weights of process `root` to every process (a collective): in place on the host,
+ * through a pinned host copy when staged. */
+accel_status accel__model_broadcast_master(accel_model *m, int root);
 /* Zeroes every gradient (padding included). */
 accel_status accel__model_zero_grad(accel_model *m);
 /* A device result read back to the host (one small copy). */
@@ -165,8 +188,8 @@ accel_status accel__model_read_flag(accel_model *m, int32_t *out);
 /* ---- the reducer (reducer.c) ---- */
 
 /* Builds the buckets' communication state from the geometry and the current frozen flags
- * (sets every accel_param.bucket) and checks that the backend can compress as comm_dtype asks.
- * Idempotent. */
+ * (sets every accel_param.bucket), checks that the backend can compress as comm_dtype asks,
+ * and sets up staging for gradients in GPU memory. Idempotent. */
 accel_status accel__reducer_prepare(accel_model *m);
 /* Waits for in-flight work, then releases everything. */
 void accel__reducer_free(accel_model *m);

@@ -13,6 +13,9 @@ P=$B/tests/progs
 T=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-launch.XXXXXX")
 MARK="accel-test-launch-marker-$$-$RANDOM"
 trap 'pkill -KILL -f "$MARK" 2>/dev/null; rm -rf "$T"' EXIT
+# The user's own Accelerate config file must not change the launches below.
+export HF_HOME=$T/hf
+unset ACCELERATE_CONFIG_FILE
 
 fail() {
     echo "FAIL: $*" >&2

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "accel/data.h"
-#include "core/config.h"
+#include "base/config.h"
 
 static const char *write_temp(const uint8_t *data, size_t size)
 {
@@ -65,7 +65,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (data[0] % 3) {
     case 0: {
         accel__config cfg;
-        (void)accel__config_load(path, &cfg);
+        if (accel__config_load(path, &cfg) == ACCEL_OK) {
+            accel__config_free(&cfg);
+        }
         break;
     }
     case 1:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make install works for users, the way README.md ("Using the library") says: headers,
-# libraries, accel, pkg-config and the CMake package. Installs the build tree into a temporary
+# libraries, accel (and accel test's program), pkg-config and the CMake package. Installs the build tree into a temporary
 # prefix and builds examples four ways, each run without LD_LIBRARY_PATH:
 #   hello.c with pkg-config, shared, and the documented -Wl,-rpath (not a system prefix);
 #   linear_regression.c (its optimizer's kernels use OpenMP) with pkg-config --static and
@@ -51,10 +51,13 @@ out=$(DESTDIR="$tmp/stage" PATH="$tmp/bin:$PATH" FAKE_SEARCHED="$tmp/sys/$libdir
 rm -rf "$tmp/sys" "$tmp/stage"
 
 for f in bin/accel include/accel/accel.h "$libdir_rel/pkgconfig/accel.pc" \
-    "$libdir_rel/cmake/accel/accelConfig.cmake"; do
+    "$libdir_rel/cmake/accel/accelConfig.cmake" libexec/accel/test_worker; do
     [ -e "$tmp/prefix/$f" ] || fail "$f not installed"
 done
 expect '^accel ' "$tmp/prefix/bin/accel" --version || fail "installed accel --version"
+# accel test finds its program in the install's libexec/accel.
+HF_HOME=$tmp/hf OMP_NUM_THREADS=1 expect '^Test is a success!' "$tmp/prefix/bin/accel" test ||
+    fail "installed accel test"
 
 # ---- pkg-config ----
 export PKG_CONFIG_PATH="$tmp/prefix/$libdir_rel/pkgconfig"

@@ -55,6 +55,7 @@ int main(void)
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
     unsetenv("LOCAL_RANK");
+    unsetenv("CUDA_VISIBLE_DEVICES");
     snprintf(dir, sizeof(dir), "/tmp/accel-test-config-%d", (int)getpid());
     CHECK(mkdir(dir, 0700) == 0);
     snprintf(err_path, sizeof(err_path), "%s/stderr.txt", dir);
@@ -124,19 +125,21 @@ int main(void)
     /* Keys accel does not act on: a warning naming each one whose value asks for something
      * (neutral values such as false, 'no', {} and [] stay silent), never a failure. */
     static const char *const ignored[][2] = {
-        {"num_gpus: 3\n", "unknown key \"num_gpus\""},
+        {"num_gpus: 3\n", "line 2: ignoring unknown key \"num_gpus\""},
+        {"deepspeed_config:\n  zero_stage: 2\n", "ignoring deepspeed_config: {zero_stage: 2} (used "
+                                               "with distributed_type DEEPSPEED only)"},
         {"ipex_config:\n  ipex: true\n", "ipex_config: {ipex: true}"},
         {"dynamo_config:\n  dynamo_backend: INDUCTOR\n",
          "dynamo_config: {dynamo_backend: INDUCTOR}"},
         {"dynamo_backend: INDUCTOR\n", "dynamo_backend: INDUCTOR"},
-        {"mpirun_config:\n  mpirun_ccl: 1\n  mpirun_hostfile: /h\n", "mpirun_config: {mpirun_ccl"},
         {"fp8_config:\n  backend: TE\n", "fp8_config"},
-        {"deepspeed_config:\n  zero_stage: 2\n", "deepspeed_config"},
         {"fsdp_config:\n  fsdp_version: 2\n", "fsdp_config"},
         {"megatron_lm_config:\n  megatron_lm_tp_degree: 2\n", "megatron_lm_config"},
-        {"enable_cpu_affinity: true\n", "enable_cpu_affinity: true"},
-        {"main_process_port: 29501\n", "main_process_port: 29501"},
-        {"gpu_ids: 0,1\n", "gpu_ids: 0,1"},
+#ifdef ACCEL_HAVE_CUDA /* a program started directly: accel launch would apply it */
+        {"gpu_ids: 0,1\n", "gpu_ids 0,1 is applied by accel launch (CUDA_VISIBLE_DEVICES)"},
+#else
+        {"gpu_ids: 0,1\n", "ignoring gpu_ids: 0,1 (this build of accel has no CUDA"},
+#endif
         {"downcast_bf16: 'yes'\n", "downcast_bf16: yes"},
         {"tpu_name: pod\n", "tpu_name: pod"},
         {"tpu_env:\n- A=1\n", "tpu_env: [A=1]"},
@@ -167,17 +170,86 @@ int main(void)
     char *quiet = check_capture_end(&captured);
     CHECK_MSG(quiet[0] == '\0', "%s", quiet);
 
+    /* ZeRO stage 0 under DEEPSPEED / FSDP is DDP; DEEPSPEED's accumulation is the env's
+     * default (argument > env > file > 1). */
+    const char *ds = write_file("ds.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                           "  zero_stage: 0\n  gradient_accumulation_steps: 4\n"
+                                           "  offload_optimizer_device: none\n"
+                                           "  zero3_init_flag: false\n");
+    check_capture_begin(&captured, err_path);
+    acc = init_with(ds, ACCEL_OK, NULL);
+    CHECK(accel_gradient_accumulation_steps(acc) == 4);
+    CHECK(accel_resolved_options(acc)->zero_stage == 0);
+    accel_free(acc);
+    setenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "3", 1);
+    acc = init_with(ds, ACCEL_OK, NULL);
+    CHECK(accel_gradient_accumulation_steps(acc) == 3);
+    accel_free(acc);
+    unsetenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
+    setenv("ACCEL_ZERO_STAGE", "0", 1); /* the env wins over the file's stage */
+    accel_free(init_with(write_file("ds2.yaml", "distributed_type: DEEPSPEED\n"), ACCEL_OK, NULL));
+    unsetenv("ACCEL_ZERO_STAGE");
+    accel_free(init_with(write_file("fsdp0.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                                  "  fsdp_sharding_strategy: NO_SHARD\n"
+                                                  "  fsdp_state_dict_type: FULL_STATE_DICT\n"),
+                         ACCEL_OK, NULL));
+    char *quiet_ds = check_capture_end(&captured);
+    CHECK_MSG(quiet_ds[0] == '\0', "%s", quiet_ds);
+
+    /* Launcher keys in a program started directly: one process, and a warning saying how to
+     * start the rest (accel launch reads the file); under a launcher, silence. */
+    const char *machines = write_file("machines.yaml", "distributed_type: MULTI_CPU\n"
+                                                       "num_machines: 2\nmachine_rank: 1\n"
+                                                       "num_processes: 4\n"
+                                                       "main_process_ip: 10.1.2.3\n"
+                                                       "mpirun_config:\n  mpirun_hostfile: /h\n");
+    check_capture_begin(&captured, err_path);
+    accel_free(init_with(machines, ACCEL_OK, NULL));
+    char *err = check_capture_end(&captured);
+    CHECK_MSG(strstr(err, "asks for 4 processes on 2 machines, but this program was started "
+                          "directly") &&
+                  strstr(err, "accel launch"),
+              "%s", err);
+    setenv("LOCAL_RANK", "0", 1);
+    check_capture_begin(&captured, err_path);
+    accel_free(init_with(write_file("machines2.yaml", "distributed_type: MULTI_CPU\n"
+                                                      "num_processes: 4\n"),
+                         ACCEL_OK, NULL));
+    err = check_capture_end(&captured);
+    CHECK_MSG(err[0] == '\0', "%s", err);
+    unsetenv("LOCAL_RANK");
+
+    /* accel launch printed the notes of the file it passes on: accel_init does not repeat
+     * them (another file's notes are printed). */
+    const char *noted = write_file("noted.yaml", "distributed_type: NO\nfuture: 1\n");
+    setenv("ACCEL_CONFIG_CHECKED", noted, 1);
+    check_capture_begin(&captured, err_path);
+    accel_free(init_with(noted, ACCEL_OK, NULL));
+    err = check_capture_end(&captured);
+    CHECK_MSG(err[0] == '\0', "%s", err);
+    check_capture_begin(&captured, err_path);
+    accel_free(init_with(write_file("noted2.yaml", "distributed_type: NO\nfuture2: 1\n"),
+                         ACCEL_OK, NULL));
+    err = check_capture_end(&captured);
+    CHECK_MSG(strstr(err, "future2"), "%s", err);
+    unsetenv("ACCEL_CONFIG_CHECKED");
+
     /* What accel cannot do is refused, naming the file, the key and the value. */
     static const char *const refused[][2] = {
-        {"distributed_type: MULTI_GPU\n",
-         "distributed_type: MULTI_GPU is not supported: " /* then why, true for the build */},
-        {"distributed_type: FSDP\n", "distributed_type: FSDP"},
-        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "DEEPSPEED"},
+        /* ZeRO stages come from the DEEPSPEED / FSDP sections (1-3 not implemented yet) */
+        {"distributed_type: FSDP\n", "ZeRO stage 3 (config file "},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
+         "ZeRO stage 2 (config file "},
+        {"distributed_type: DEEPSPEED\n", "ZeRO stage 2 (config file "},
+        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+         "  fsdp_reshard_after_forward: false\n",
+         "fsdp_config.fsdp_reshard_after_forward) is not implemented"},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
+         "line 3: deepspeed_config.deepspeed_config_file: ds.json is not supported"},
+        {"distributed_type: MEGATRON_LM\n", "distributed_type: MEGATRON_LM"},
         {"distributed_type: XLA\n", "distributed_type: XLA"},
         {"distributed_type: MULTI_NPU\n", "distributed_type: MULTI_NPU"},
         {"compute_environment: AMAZON_SAGEMAKER\ndistributed_type: NO\n", "AMAZON_SAGEMAKER"},
-        {"distributed_type: MULTI_CPU\nnum_machines: 2\n", "num_machines: 2"},
-        {"distributed_type: MULTI_CPU\nmachine_rank: 1\n", "machine_rank: 1"},
         {"distributed_type: MULTI_CPU\nparallelism_config:\n  parallelism_config_tp_size: 2\n",
          "parallelism_config: {parallelism_config_tp_size: 2}"},
         {"distributed_type: MULTI_CPU\ntp_config:\n  tp_size: 2\n", "tp_config"},
@@ -221,9 +293,9 @@ int main(void)
               ACCEL_EINVAL, "num_processes: \"many\"");
     init_with(write_file("badbool.yaml", "distributed_type: NO\nuse_cpu: perhaps\n"), ACCEL_EINVAL,
               "use_cpu");
-    init_with(write_file("syntax.yaml", "distributed_type: [NO\n"), ACCEL_EINVAL, "YAML error");
+    init_with(write_file("syntax.yaml", "distributed_type: NO\nuse_cpu: [true\n"), ACCEL_EINVAL,
+              "YAML error at line ");
     init_with(write_file("list.yaml", "- a\n- b\n"), ACCEL_EINVAL, "mapping");
-    init_with(write_file("fsdp.yaml", "distributed_type: FSDP\n"), ACCEL_EUNSUPPORTED, "FSDP");
     init_with(
         write_file("sm.yaml", "compute_environment: AMAZON_SAGEMAKER\ndistributed_type: NO\n"),
         ACCEL_EUNSUPPORTED, "AMAZON_SAGEMAKER");

@@ -51,8 +51,20 @@ static void test_handles_and_memory(void)
     accel__device_close(d2);
     CHECK(accel__device_open(&d2, (accel_device){ACCEL_DEVICE_CPU, 1}) == ACCEL_EINVAL);
     CHECK(strstr(accel_last_error(NULL), "cpu:1") != NULL);
-    CHECK(accel__device_open(&d2, (accel_device){ACCEL_DEVICE_CUDA, 0}) == ACCEL_EUNSUPPORTED);
-    CHECK(strstr(accel_last_error(NULL), "cuda:0") != NULL);
+    int n_gpus = 0;
+    if (accel__device_count(ACCEL_DEVICE_CUDA, &n_gpus) != ACCEL_OK) { /* no GPU: named */
+        CHECK(n_gpus == 0);
+        CHECK(accel__device_open(&d2, (accel_device){ACCEL_DEVICE_CUDA, 0}) == ACCEL_EUNSUPPORTED);
+        CHECK(strstr(accel_last_error(NULL), "cuda:0") != NULL);
+    }
+    CHECK(accel__device_open(&d2, (accel_device){ACCEL_DEVICE_CUDA, -1}) == ACCEL_EINVAL);
+    int n_cpu = 0;
+    CHECK_OK(NULL, accel__device_count(ACCEL_DEVICE_CPU, &n_cpu));
+    CHECK(n_cpu == 1);
+    char about[64];
+    accel__device_describe(dev, about, sizeof(about));
+    CHECK(strcmp(about, "cpu") == 0);
+    CHECK(accel__stream_native(dev, NULL) == NULL && accel__stream_native(dev, stream) == NULL);
 
     void *a, *b, *h;
     CHECK_OK(NULL, accel__dev_alloc(dev, 1000, 1, &a));

@@ -1,0 +1,408 @@
+/*
+ * The options of `accel launch`, with Accelerate's names, groups and config keys, and their
+ * resolution: a flag given on the command line wins, the config file (read with the library's
+ * reader, base/config.h) fills what was not given, the defaults the rest. The table is the
+ * single source of the parser, --help and the config-file mapping, so a new flag (the
+ * multi-machine ones) is a row here plus its use in launch_resolve. Every error names where
+ * the bad value came from: the flag, or the file and line.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "launch.h"
+
+static const cli_group hardware = {"Hardware Selection Arguments",
+                                   "Arguments for selecting the hardware to be used."};
+static const cli_group resource = {"Resource Selection Arguments",
+                                   "Arguments for fine-tuning how available hardware should be "
+                                   "used."};
+static const cli_group paradigm = {"Training Paradigm Arguments",
+                                   "Arguments for selecting which training paradigm to be used."};
+static const cli_group distributed = {"Distributed GPUs",
+                                      "Arguments related to distributed training (GPUs or CPUs)."};
+static const cli_group deepspeed = {"DeepSpeed Arguments",
+                                    "Arguments related to DeepSpeed (accel: the ZeRO stage)."};
+static const cli_group fsdp = {"FSDP Arguments",
+                               "Arguments related to Fully Sharded Data Parallelism (accel: the "
+                               "ZeRO stage)."};
+static const cli_group mpi = {"MPI Arguments", "Arguments related to mpirun for Multi-CPU"};
+static const cli_group accel_own = {"accel Arguments",
+                                    "accel's own: process placement and teardown."};
+
+const cli_option launch_options[] = {
+    {"config_file", 0, 1, NULL, "FILE",
+     "the config file to use for the default values (default: $ACCELERATE_CONFIG_FILE, else "
+     "Accelerate's default_config.yaml)",
+     NULL, NULL},
+    {"debug", 0, 0, NULL, NULL,
+     "check collectives across processes (ACCELERATE_DEBUG_MODE=true in every process)", NULL,
+     "debug"},
+    {"no_python", 0, 0, NULL, NULL,
+     "accepted: accel always runs the program itself (there is no Python to skip)", NULL, NULL},
+
+    {"cpu", 0, 0, NULL, NULL, "force the training on the CPU (ACCELERATE_USE_CPU=true)",
+     &hardware, "use_cpu"},
+    {"multi_gpu", 0, 0, NULL, NULL,
+     "a distributed GPU training: accepted; each process uses the GPU of its local rank when the "
+     "build has CUDA and the machine GPUs, else the CPU",
+     &hardware, NULL},
+
+    {"mixed_precision", 0, 1, NULL, "no|fp16|bf16|fp8",
+     "mixed precision of every process (ACCELERATE_MIXED_PRECISION; default no)", &resource,
+     "mixed_precision"},
+    {"num_processes", 'n', 1, NULL, "N",
+     "the total number of processes to start (default 1); -n 2, -n2, -n=2 work too", &resource,
+     "num_processes"},
+    {"num_machines", 0, 1, NULL, "N",
+     "the number of machines (default 1; several machines are not supported yet)", &resource,
+     "num_machines"},
+    {"num_cpu_threads_per_process", 0, 1, NULL, "N",
+     "OMP_NUM_THREADS of each process (default: $OMP_NUM_THREADS, else max(1, CPUs / processes "
+     "on this machine))",
+     &resource, NULL},
+    {"enable_cpu_affinity", 0, 0, NULL, NULL,
+     "bind each process to its own CPUs: what --cpu_affinity auto (the default) does", &resource,
+     NULL},
+    {"dynamo_backend", 0, 1, NULL, "BACKEND",
+     "accepted; anything but no gets a note: there is no graph compiler in C", &resource, NULL},
+
+    {"use_deepspeed", 0, 0, NULL, NULL,
+     "DeepSpeed's ZeRO: accel shards with its own ZeRO stages (--zero_stage, default 2)",
+     &paradigm, NULL},
+    {"use_fsdp", 0, 0, NULL, NULL,
+     "FSDP: accel shards with its own ZeRO stages (--fsdp_sharding_strategy, default "
+     "FULL_SHARD = stage 3)",
+     &paradigm, NULL},
+
+    {"gpu_ids", 0, 1, NULL, "IDS",
+     "the GPUs (by id) of this machine to use, comma-separated (CUDA_VISIBLE_DEVICES; default "
+     "all)",
+     &distributed, "gpu_ids"},
+    {"same_network", 0, 0, NULL, NULL,
+     "all machines are on the same local network (several machines are not supported yet)",
+     &distributed, "same_network"},
+    {"machine_rank", 0, 1, NULL, "R", "the rank of this machine (default 0)", &distributed,
+     "machine_rank"},
+    {"main_process_ip", 0, 1, NULL, "ADDR",
+     "MASTER_ADDR given to the processes (default 127.0.0.1)", &distributed, "main_process_ip"},
+    {"main_process_port", 0, 1, NULL, "PORT",
+     "MASTER_PORT given to the processes (default 29500); 0 picks a free port", &distributed,
+     "main_process_port"},
+    {"tee", 't', 1, "0", "0|1|2|3",
+     "also write stdout (1), stderr (2) or both (3) of each process to files in --log_dir",
+     &distributed, NULL},
+    {"log_dir", 0, 1, NULL, "DIR",
+     "directory (created if missing) for DIR/rank<r>.stdout and .stderr; alone means --tee 3",
+     &distributed, NULL},
+    {"rdzv_backend", 0, 1, NULL, "NAME",
+     "the rendezvous of several machines: static (default) or c10d (several machines are not "
+     "supported yet)",
+     &distributed, "rdzv_backend"},
+    {"max_restarts", 0, 1, "0", "N",
+     "when a process fails, stop the job, say why, and start every process again, up to N times "
+     "(ACCEL_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT tell the processes which start this "
+     "is)",
+     &distributed, NULL},
+    {"monitor_interval", 0, 1, "0.1", "SECONDS",
+     "the pause between a failed attempt's teardown and the restart (accel's supervisor sees a "
+     "failure at once; it never polls)",
+     &distributed, NULL},
+
+    {"zero_stage", 0, 1, NULL, "0|1|2|3",
+     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP; 1-3 not implemented yet", &deepspeed, NULL},
+    {"gradient_accumulation_steps", 0, 1, NULL, "N",
+     "micro-steps per optimizer step (ACCELERATE_GRADIENT_ACCUMULATION_STEPS; accel: any run, "
+     "not only DeepSpeed)",
+     &deepspeed, "deepspeed_config.gradient_accumulation_steps"},
+
+    {"fsdp_sharding_strategy", 0, 1, NULL, "STRATEGY",
+     "FULL_SHARD or HYBRID_SHARD (ZeRO stage 3), SHARD_GRAD_OP or HYBRID_SHARD_ZERO2 (2), "
+     "NO_SHARD (0)",
+     &fsdp, NULL},
+
+    {"mpirun_hostfile", 0, 1, NULL, "FILE",
+     "launch through mpirun with this hostfile (not supported yet: it comes with several "
+     "machines)",
+     &mpi, "mpirun_config.mpirun_hostfile"},
+
+    {"cpu_affinity", 0, 1, "auto", "auto|none",
+     "auto: when there are no more processes than CPUs, bind each process to its own equal share "
+     "of them (as mpirun does), so processes that synchronise often never share a CPU; none: "
+     "leave placement to the scheduler",
+     &accel_own, NULL},
+    {"grace_period", 0, 1, "3", "SECONDS",
+     "after one process fails, wait this long between SIGTERM and SIGKILL to the others",
+     &accel_own, NULL},
+    {0},
+};
+
+/* "accel launch: error: ..." for a bad value, naming where it came from. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static int
+fail_value(const cli_verb *verb, const cli_args *a, const char *name, const char *fmt, ...)
+{
+    char src[1400], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cli_usage_error(verb, "%s: %s", cli_source(verb, a, name, src, sizeof(src)), msg);
+    return -1;
+}
+
+/* Refuses what needs several machines (issue 16 builds it on these flags). */
+static int refuse_machines(const cli_verb *verb, const cli_args *a, const char *name,
+                           const char *what)
+{
+    char src[1400];
+    fprintf(stderr, "accel launch: error: %s: %s are not supported yet (ACCEL_EUNSUPPORTED)\n",
+            cli_source(verb, a, name, src, sizeof(src)), what);
+    return -1;
+}
+
+static int get_long(const cli_verb *verb, const cli_args *a, const char *name, long lo, long hi,
+                    long dflt, long *out)
+{
+    const char *s = cli_value(verb, a, name);
+    *out = dflt;
+    if (s == NULL) {
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+        return fail_value(verb, a, name, "expected an integer in [%ld, %ld]", lo, hi);
+    }
+    *out = v;
+    return 0;
+}
+
+static int get_seconds(const cli_verb *verb, const cli_args *a, const char *name, double hi,
+                       double *out)
+{
+    const char *s = cli_value(verb, a, name);
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || !(v >= 0 && v <= hi)) {
+        return fail_value(verb, a, name, "expected seconds in [0, %g]", hi);
+    }
+    *out = v;
+    return 0;
+}
+
+/* A flag (given: "1") or the file's boolean; 0 when neither. */
+static int get_bool(const cli_verb *verb, const cli_args *a, const char *name, int *out)
+{
+    const char *s = cli_value(verb, a, name);
+    int b = s == NULL ? 0 : accel__parse_bool(s);
+    if (b < 0) {
+        return fail_value(verb, a, name, "expected true or false");
+    }
+    *out = b;
+    return 0;
+}
+
+/* The config file named by --config_file, else the library's search; its notes printed. */
+static int read_config(const cli_verb *verb, const cli_args *a, accel__config *cfg)
+{
+    if (accel__config_load(cli_value(verb, a, "config_file"), cfg) != ACCEL_OK) {
+        fprintf(stderr, "accel launch: error: %s\n", accel_last_error(NULL));
+        return -1;
+    }
+    for (int i = 0; i < cfg->n_notes; i++) {
+        fprintf(stderr, "accel launch: warning: %s\n", cfg->notes[i]);
+    }
+    return 0;
+}
+
+/* The ZeRO stage: --zero_stage, else --fsdp_sharding_strategy, else the file's section
+ * (DEEPSPEED / FSDP), else the paradigm flag's default; -1 when nothing asks for one. */
+static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__config *cfg,
+                        int *stage)
+{
+    long z;
+    *stage = -1;
+    if (cli_given(verb, a, "zero_stage")) {
+        if (get_long(verb, a, "zero_stage", 0, 3, -1, &z) != 0) {
+            return -1;
+        }
+        *stage = (int)z;
+    } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
+        *stage = accel__config_fsdp_stage(cli_value(verb, a, "fsdp_sharding_strategy"));
+        if (*stage < 0) {
+            return fail_value(verb, a, "fsdp_sharding_strategy",
+                              "expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
+                              "HYBRID_SHARD_ZERO2 (or 1-5)");
+        }
+    } else if (cfg->zero_stage >= 0) {
+        *stage = cfg->zero_stage;
+    } else if (cli_given(verb, a, "use_deepspeed")) {
+        *stage = 2; /* DeepSpeedPlugin's default */
+    } else if (cli_given(verb, a, "use_fsdp")) {
+        *stage = 3; /* FULL_SHARD */
+    }
+    return 0;
+}
+
+/* Accelerate's _validate_launch_command checks, and what accel cannot do yet. */
+static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_settings *s)
+{
+    static const char *const exclusive[] = {"cpu", "multi_gpu", "use_deepspeed", "use_fsdp"};
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        n += cli_given(verb, a, exclusive[i]);
+    }
+    if (n > 1) {
+        cli_usage_error(verb, "use only one of --cpu, --multi_gpu, --use_deepspeed, --use_fsdp");
+        return -1;
+    }
+    if (cli_given(verb, a, "multi_gpu") && s->n_procs * s->num_machines < 2) {
+        return fail_value(verb, a, "num_processes", "--multi_gpu needs at least 2 processes");
+    }
+    if (s->num_machines > 1) {
+        return refuse_machines(verb, a, "num_machines", "several machines");
+    }
+    if (s->machine_rank > 0) {
+        return refuse_machines(verb, a, "machine_rank", "machine ranks above 0 (several machines)");
+    }
+    if (cli_value(verb, a, "mpirun_hostfile") != NULL) {
+        return refuse_machines(verb, a, "mpirun_hostfile",
+                               "launches through mpirun (they come with several machines)");
+    }
+    const char *dyn = cli_value(verb, a, "dynamo_backend");
+    if (dyn != NULL && strcasecmp(dyn, "no") != 0) {
+        fprintf(stderr, "accel launch: note: --dynamo_backend %s ignored: torch.compile has no "
+                        "counterpart in C\n",
+                dyn);
+    }
+    return 0;
+}
+
+/* Output, placement and teardown: the options of accel launch that are not Accelerate's
+ * config keys. */
+static int resolve_process_options(const cli_verb *verb, const cli_args *a, launch_settings *s)
+{
+    long tee, restarts;
+    if (get_long(verb, a, "tee", 0, 3, 0, &tee) != 0 ||
+        get_long(verb, a, "num_cpu_threads_per_process", 1, 1 << 16, 0, &s->threads) != 0 ||
+        get_long(verb, a, "max_restarts", 0, 1000000, 0, &restarts) != 0 ||
+        get_seconds(verb, a, "grace_period", 86400, &s->grace_s) != 0 ||
+        get_seconds(verb, a, "monitor_interval", 3600, &s->monitor_interval_s) != 0) {
+        return -1;
+    }
+    s->max_restarts = (int)restarts;
+    const char *affinity = cli_value(verb, a, "cpu_affinity");
+    if (strcmp(affinity, "auto") != 0 && strcmp(affinity, "none") != 0) {
+        cli_usage_error(verb, "--cpu_affinity expects auto or none, got '%s'", affinity);
+        return -1;
+    }
+    s->bind_cpus = strcmp(affinity, "auto") == 0;
+    if (!s->bind_cpus && cli_given(verb, a, "enable_cpu_affinity")) {
+        cli_usage_error(verb, "--enable_cpu_affinity contradicts --cpu_affinity none");
+        return -1;
+    }
+    s->log_dir = cli_value(verb, a, "log_dir");
+    if (cli_given(verb, a, "tee") && tee != 0 && s->log_dir == NULL) {
+        cli_usage_error(verb, "--tee %ld needs --log_dir DIR for the log files", tee);
+        return -1;
+    }
+    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee") ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
+                                                              : (int)tee;
+    if (s->threads == 0) {
+        /* One rule, Accelerate's: the cores shared among this machine's processes, unless the
+         * caller chose OMP_NUM_THREADS. */
+        const char *omp = getenv("OMP_NUM_THREADS");
+        if (omp == NULL || omp[0] == '\0') {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            s->threads = cores / s->n_procs > 1 ? cores / s->n_procs : 1;
+        }
+    }
+    return 0;
+}
+
+int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings *s,
+                   accel__config *cfg)
+{
+    cli_args a;
+    int status;
+    memset(s, 0, sizeof(*s));
+    if (cli_begin(verb, argc, argv, &a, &status)) {
+        return status == 0 ? 1 : -1;
+    }
+    if (read_config(verb, &a, cfg) != 0) {
+        return -1;
+    }
+    cli_fill_from_config(verb, &a, cfg->root, cfg->path);
+
+    long procs, machines, rank, port, accum;
+    if (get_long(verb, &a, "num_processes", -1, 4096, 1, &procs) != 0 ||
+        get_long(verb, &a, "num_machines", 1, 4096, 1, &machines) != 0 ||
+        get_long(verb, &a, "machine_rank", 0, 4095, 0, &rank) != 0 ||
+        get_long(verb, &a, "main_process_port", 0, 65535, 29500, &port) != 0 ||
+        get_long(verb, &a, "gradient_accumulation_steps", 1, 1 << 30, 0, &accum) != 0 ||
+        get_bool(verb, &a, "cpu", &s->cpu) != 0 || get_bool(verb, &a, "debug", &s->debug) != 0 ||
+        get_bool(verb, &a, "same_network", &s->same_network) != 0 ||
+        resolve_zero(verb, &a, cfg, &s->zero_stage) != 0) {
+        goto fail;
+    }
+    if (procs < 1) { /* -1 in the file: Accelerate's "pass --num_processes" */
+        fail_value(verb, &a, "num_processes",
+                   procs == -1 && !cli_given(verb, &a, "num_processes")
+                       ? "give the number of processes with --num_processes"
+                       : "expected an integer in [1, 4096]");
+        goto fail;
+    }
+    s->num_machines = (int)machines;
+    s->machine_rank = (int)rank;
+    s->n_procs = (int)(procs / machines > 0 ? procs / machines : 1);
+    s->port = (int)port;
+    s->gradient_accumulation_steps = (int)accum;
+    s->master_addr = cli_value(verb, &a, "main_process_ip");
+    s->master_addr = s->master_addr ? s->master_addr : "127.0.0.1";
+    s->rdzv_backend = cli_value(verb, &a, "rdzv_backend");
+    s->rdzv_backend = s->rdzv_backend ? s->rdzv_backend : "static";
+    s->gpu_ids = cli_value(verb, &a, "gpu_ids");
+    if (s->gpu_ids != NULL &&
+        (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
+        s->gpu_ids = NULL;
+    } else if (s->gpu_ids != NULL && strspn(s->gpu_ids, "0123456789,") != strlen(s->gpu_ids)) {
+        fail_value(verb, &a, "gpu_ids", "expected all or comma-separated device ids");
+        goto fail;
+    }
+    s->mixed_precision = cli_value(verb, &a, "mixed_precision");
+    s->mixed_precision = s->mixed_precision ? s->mixed_precision : "no";
+    static const char *const precisions[] = {"no", "fp16", "bf16", "fp8"};
+    int known = 0;
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(s->mixed_precision, precisions[i]) == 0) {
+            s->mixed_precision = precisions[i]; /* lower-cased, as Accelerate passes it */
+            known = 1;
+        }
+    }
+    if (!known) {
+        fail_value(verb, &a, "mixed_precision", "expected no, fp16, bf16 or fp8");
+        goto fail;
+    }
+    if (check_paradigm(verb, &a, s) != 0 || resolve_process_options(verb, &a, s) != 0) {
+        goto fail;
+    }
+    if (a.first_positional >= argc) {
+        cli_usage_error(verb, "no program given");
+        goto fail;
+    }
+    s->program = argv[a.first_positional];
+    s->program_argv = argv + a.first_positional;
+    return 0;
+fail:
+    accel__config_free(cfg);
+    return -1;
+}

@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# accel config: the questionnaire driven through a pseudo-terminal with arrow and number keys
+# (tests/progs/pty_drive) and through stdin without a terminal, `accel config default` and
+# `accel config update`; every file written is read back by the library (tests/progs/
+# show_options, accel launch) and, when Python is available, by Python's yaml with the same
+# values.
+set -u
+
+B=${ACCEL_BUILD_DIR:-build}
+SRC=${ACCEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+ACCEL=$B/accel
+P=$B/tests/progs
+T=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-config-cmd.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+export HF_HOME=$T/hf
+unset ACCELERATE_CONFIG_FILE ACCELERATE_MIXED_PRECISION ACCELERATE_USE_CPU ACCELERATE_DEBUG_MODE \
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS ACCEL_ZERO_STAGE XDG_CACHE_HOME
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$T"/out "$T"/err; do
+        [ -f "$f" ] && { echo "---- $f:" >&2; tail -n 15 "$f" | cut -c1-300 >&2; }
+    done
+    exit 1
+}
+ok() { echo "ok: $*"; }
+for f in "$ACCEL" "$P/pty_drive" "$P/show_options"; do
+    [ -x "$f" ] || fail "$f is missing: build first (ACCEL_BUILD_DIR=$B)"
+done
+
+# What the library resolves from FILE, and the process count accel launch starts.
+library_sees() { # FILE EXPECTED_OPTIONS_LINE EXPECTED_PROCESSES
+    ACCELERATE_CONFIG_FILE=$1 timeout 20 "$P/show_options" >"$T/out" 2>"$T/err" ||
+        fail "accel_init refused $1"
+    grep -qx "$2" "$T/out" || fail "$1: library resolved $(grep options "$T/out"), expected $2"
+    timeout 30 "$ACCEL" launch --config_file "$1" "$P/show_options" >"$T/out" 2>"$T/err" ||
+        fail "accel launch --config_file $1 failed"
+    [ "$(grep -c 'layout: rank' "$T/out")" -eq "$3" ] || fail "$1: expected $3 processes"
+}
+# The file as Python's yaml (or json) reads it: sorted key=value lines, sections flattened.
+PYTHON_OK=0
+. "$SRC/tests/pyenv.sh"
+if accel_need_python 'import yaml' pyyaml; then PYTHON_OK=1; fi
+python_sees() { # FILE EXPECTED (one "key=value" per line)
+    [ $PYTHON_OK -eq 1 ] || return 0
+    python3 - "$1" >"$T/py" <<'PY' || fail "Python could not read $1"
+import json, sys, yaml
+path = sys.argv[1]
+with open(path) as f:
+    d = json.load(f) if path.endswith(".json") else yaml.safe_load(f)
+def walk(prefix, v):
+    if isinstance(v, dict):
+        for k in sorted(v):
+            walk(prefix + k + ".", v[k])
+    else:
+        print(f"{prefix[:-1]}={v!r}")
+walk("", d)
+PY
+    printf '%s\n' "$2" | diff - "$T/py" >&2 || fail "Python read $1 differently"
+}
+
+# ---- the questionnaire in a terminal: arrow keys, number keys, Enter ----
+cat >"$T/script" <<'EOF2'
+expect In which compute environment are you running?
+expect selecting with enter
+send <enter>
+expect Which type of machine are you using?
+send <down><down><up><enter>
+expect How many different machines
+send <enter>
+expect Should distributed operations be checked
+send yes<enter>
+expect Do you want to use DeepSpeed
+send yes<enter>
+expect ZeRO optimization stage?
+send <up><down><up><up><up><enter>
+expect How many gradient accumulation steps
+send 4<enter>
+expect How many processes should be used
+send two<enter>
+expect Please enter an integer
+send 2<enter>
+expect Do you wish to use mixed precision?
+send 2<enter>
+expect accel configuration saved at
+EOF2
+timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/pty.yaml" >"$T/out" 2>"$T/err" ||
+    fail "the terminal questionnaire failed"
+grep -q $'\xe2\x9e\x94 \033\[32mmulti-CPU' "$T/out" || fail "no arrow-key menu was drawn"
+library_sees "$T/pty.yaml" "options: mixed_precision=bf16 cpu=1 debug=1 accumulation=4 zero_stage=0" 2
+expected_ds="compute_environment='LOCAL_MACHINE'
+debug=True
+deepspeed_config.gradient_accumulation_steps=4
+deepspeed_config.zero_stage=0
+distributed_type='DEEPSPEED'
+downcast_bf16='no'
+enable_cpu_affinity=False
+machine_rank=0
+main_training_function='main'
+mixed_precision='bf16'
+num_machines=1
+num_processes=2
+rdzv_backend='static'
+same_network=True
+tpu_env=[]
+tpu_use_cluster=False
+tpu_use_sudo=False
+use_cpu=True"
+python_sees "$T/pty.yaml" "$expected_ds"
+ok "terminal questionnaire (arrow and number keys): the file reads back the same in accel and Python"
+
+# Ctrl-C in a menu: exit 130, nothing written.
+printf 'expect In which compute environment\nsend <enter>\nexpect Which type of machine\nsend <ctrl-c>\n' \
+    >"$T/script"
+timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/int.yaml" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -eq 130 ] || fail "Ctrl-C: exit $rc, expected 130"
+grep -q "accel config: interrupted" "$T/out" || fail "Ctrl-C not reported"
+[ ! -e "$T/int.yaml" ] || fail "a file was written after Ctrl-C"
+ok "Ctrl-C in a menu: exit 130, no file"
+
+# ---- the same questionnaire from stdin, without a terminal ----
+# This machine, multi-GPU (then "multi-CPU" by its text after a bad number), 1 machine, no
+# debug, no DeepSpeed, 3 processes, fp16.
+printf '0\n7\nmulti-CPU\n\nno\n\n3\nfp16\n' |
+    timeout 20 "$ACCEL" config --config_file "$T/stdin.yaml" >"$T/out" 2>"$T/err" ||
+    fail "the stdin questionnaire failed"
+grep -q "Please enter a number from 0 to 2" "$T/out" || fail "a bad answer was not asked again"
+grep -q "^  \[1\] multi-CPU$" "$T/out" || fail "choices are not numbered"
+library_sees "$T/stdin.yaml" "options: mixed_precision=fp16 cpu=1 debug=0 accumulation=1 zero_stage=0" 3
+python_sees "$T/stdin.yaml" "compute_environment='LOCAL_MACHINE'
+debug=False
+distributed_type='MULTI_CPU'
+downcast_bf16='no'
+enable_cpu_affinity=False
+machine_rank=0
+main_training_function='main'
+mixed_precision='fp16'
+num_machines=1
+num_processes=3
+rdzv_backend='static'
+same_network=True
+tpu_env=[]
+tpu_use_cluster=False
+tpu_use_sudo=False
+use_cpu=True"
+# The default location, which accel launch then reads on its own.
+printf '\n\nyes\nno\n\n' | timeout 20 "$ACCEL" config >"$T/out" 2>"$T/err" ||
+    fail "the questionnaire to the default location failed"
+grep -q "accel configuration saved at $HF_HOME/accelerate/default_config.yaml" "$T/out" ||
+    fail "not saved at the default location"
+ACCELERATE_CONFIG_FILE= library_sees "$HF_HOME/accelerate/default_config.yaml" \
+    "options: mixed_precision=no cpu=1 debug=0 accumulation=1 zero_stage=0" 1
+rm "$HF_HOME/accelerate/default_config.yaml"
+# The input ends early: exit 1 naming the question, nothing written.
+printf '0\n1\n' | timeout 20 "$ACCEL" config --config_file "$T/short.yaml" >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] || fail "a short input did not fail"
+grep -q "the input ended before this question was answered: How many different machines" "$T/err" ||
+    fail "the unanswered question was not named"
+[ ! -e "$T/short.yaml" ] || fail "a file was written from a short input"
+printf '1\n' | timeout 20 "$ACCEL" config --config_file "$T/sm.yaml" >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "Amazon SageMaker is not supported" "$T/err" || fail "SageMaker accepted"
+ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input, default location"
+
+# ---- accel config default ----
+timeout 20 "$ACCEL" config default --config_file "$T/def.yaml" --mixed_precision bf16 \
+    >"$T/out" 2>"$T/err" || fail "config default failed"
+library_sees "$T/def.yaml" "options: mixed_precision=bf16 cpu=1 debug=0 accumulation=1 zero_stage=0" 1
+expected_default="compute_environment='LOCAL_MACHINE'
+debug=False
+distributed_type='NO'
+downcast_bf16='no'
+enable_cpu_affinity=False
+machine_rank=0
+main_training_function='main'
+mixed_precision='bf16'
+num_machines=1
+num_processes=1
+rdzv_backend='static'
+same_network=False
+tpu_env=[]
+tpu_use_cluster=False
+tpu_use_sudo=False
+use_cpu=True"
+python_sees "$T/def.yaml" "$expected_default"
+cp "$T/def.yaml" "$T/def.before"
+timeout 20 "$ACCEL" config default --config_file "$T/def.yaml" >"$T/out" 2>"$T/err" ||
+    fail "config default over an existing file failed"
+grep -q "Configuration already exists at $T/def.yaml, will not override" "$T/out" ||
+    fail "no 'already exists' message"
+cmp -s "$T/def.yaml" "$T/def.before" || fail "an existing file was overwritten"
+timeout 20 "$ACCEL" config default --config_file "$T/def.json" --mixed_precision BF16 \
+    >"$T/out" 2>"$T/err" || fail "config default (json) failed"
+head -c 1 "$T/def.json" | grep -q '{' || fail "a .json file is not JSON"
+python_sees "$T/def.json" "$expected_default"
+library_sees "$T/def.json" "options: mixed_precision=bf16 cpu=1 debug=0 accumulation=1 zero_stage=0" 1
+timeout 20 "$ACCEL" config default --mixed_precision fp8 >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "expects no, fp16 or bf16" "$T/err" || fail "fp8 default accepted"
+ok "config default: YAML or JSON, read back the same, an existing file kept"
+
+# ---- accel config update: an Accelerate 0.18 file rewritten with current keys ----
+cat >"$T/old.yaml" <<'EOF2'
+compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_CPU
+dynamo_backend: INDUCTOR
+fp16: true
+ipex_config:
+  ipex: false
+num_processes: 2
+my_own_key: kept
+EOF2
+timeout 20 "$ACCEL" config update --config_file "$T/old.yaml" >"$T/out" 2>"$T/err" ||
+    fail "config update failed"
+grep -q "Successfully updated the configuration file at $T/old.yaml." "$T/out" || fail "no success line"
+grep -q "warning: .*unknown key \"my_own_key\"" "$T/err" || fail "the unknown key was not warned about"
+library_sees "$T/old.yaml" "options: mixed_precision=fp16 cpu=0 debug=0 accumulation=1 zero_stage=0" 2
+python_sees "$T/old.yaml" "compute_environment='LOCAL_MACHINE'
+debug=False
+distributed_type='MULTI_CPU'
+downcast_bf16=False
+dynamo_config.dynamo_backend='INDUCTOR'
+enable_cpu_affinity=False
+machine_rank=0
+main_training_function='main'
+mixed_precision='fp16'
+my_own_key='kept'
+num_machines=1
+num_processes=2
+rdzv_backend='static'
+same_network=False
+tpu_use_cluster=False
+tpu_use_sudo=False
+use_cpu=False"
+grep -q "^fp16\|^ipex_config\|^dynamo_backend" "$T/old.yaml" && fail "old keys survived the update"
+timeout 20 "$ACCEL" config update --config_file "$T/none.yaml" >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "there is no config file at $T/none.yaml" "$T/err" || fail "missing file"
+printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$T/broken.yaml"
+timeout 20 "$ACCEL" config update --config_file "$T/broken.yaml" >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "YAML error at line" "$T/err" || fail "a broken file was not refused"
+ok "config update: fp16, dynamo_backend, ipex_config converted; defaults added; unknown keys kept"
+echo "PASS"

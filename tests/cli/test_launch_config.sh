@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# accel launch and the Accelerate config file: every key accel understands reaches the
+# processes through Accelerate's variables (flags given on the command line win, the file fills
+# the rest), the file is found by --config_file, ACCELERATE_CONFIG_FILE or the default location,
+# unknown keys warn once, malformed files name the line, several machines are refused naming
+# the flag or key, and `accel launch --config_file F ./prog` resolves the same options as
+# `ACCELERATE_CONFIG_FILE=F ./prog`. Also Accelerate's flag spellings and the grouped --help.
+set -u
+
+B=${ACCEL_BUILD_DIR:-build}
+ACCEL=$B/accel
+P=$B/tests/progs
+T=$(mktemp -d "${TMPDIR:-/tmp}/accel-test-launch-config.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+# No config of the machine's user may leak in: the default location is under $T.
+export HF_HOME=$T/hf
+unset ACCELERATE_CONFIG_FILE ACCELERATE_MIXED_PRECISION ACCELERATE_USE_CPU ACCELERATE_DEBUG_MODE \
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS ACCEL_ZERO_STAGE CUDA_VISIBLE_DEVICES OMP_NUM_THREADS \
+    ACCEL_CONFIG_CHECKED XDG_CACHE_HOME
+
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$T"/out "$T"/err; do
+        echo "---- $f:" >&2
+        tail -n 15 "$f" | cut -c1-300 >&2
+    done
+    exit 1
+}
+ok() { echo "ok: $*"; }
+for f in "$ACCEL" "$P/rank_info" "$P/show_options"; do
+    [ -x "$f" ] || fail "$f is missing: build first (ACCEL_BUILD_DIR=$B)"
+done
+
+run() { # EXPECTED_RC ARGS...
+    local want=$1
+    shift
+    timeout -k 5 30 "$ACCEL" "$@" >"$T/out" 2>"$T/err"
+    RC=$?
+    [ "$RC" -eq "$want" ] || fail "accel $* exited $RC, expected $want"
+}
+expect_err() { grep -q -- "$1" "$T/err" || fail "stderr lacks '$1'"; }
+expect_out() { grep -q -- "$1" "$T/out" || fail "stdout lacks '$1'"; }
+no_out() { ! grep -q -- "$1" "$T/out" || fail "stdout has '$1'"; }
+# env_of RANK VAR: the value rank_info printed (prefixed or not).
+env_of() { sed -n "s/^\(\[rank$1\]: \)\{0,1\}rank $1 $2=//p" "$T/out"; }
+want_env() { # RANK VAR VALUE
+    local got
+    got=$(env_of "$1" "$2")
+    [ "$got" = "$3" ] || fail "rank $1: $2=$got, expected $3"
+}
+
+# ---- no config file anywhere: Accelerate's defaults ----
+run 0 launch "$P/rank_info"
+want_env 0 WORLD_SIZE 1
+want_env 0 ACCELERATE_MIXED_PRECISION no
+want_env 0 ACCELERATE_CONFIG_FILE "(unset)"
+want_env 0 ACCEL_ZERO_STAGE "(unset)"
+want_env 0 OMP_NUM_THREADS "$(nproc)"
+run 0 launch -n 2 "$P/rank_info"
+want_env 1 OMP_NUM_THREADS $(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))
+OMP_NUM_THREADS=3 run 0 launch -n 2 "$P/rank_info"
+want_env 1 OMP_NUM_THREADS 3
+ok "no config file: defaults, OMP_NUM_THREADS = max(1, CPUs / processes) unless set"
+
+# ---- a file with every key accel launch understands ----
+cat >"$T/all.yaml" <<'EOF'
+compute_environment: LOCAL_MACHINE
+debug: true
+distributed_type: MULTI_CPU
+downcast_bf16: 'no'
+dynamo_config:
+  dynamo_backend: INDUCTOR
+enable_cpu_affinity: false
+gpu_ids: 0,1
+machine_rank: 0
+main_process_ip: 127.0.0.2
+main_process_port: 12345
+main_training_function: main
+mixed_precision: bf16
+mpirun_config: {}
+num_machines: 1
+num_processes: 3
+rdzv_backend: static
+same_network: true
+tpu_env: []
+use_cpu: true
+EOF
+run 0 launch --config_file "$T/all.yaml" "$P/rank_info"
+for r in 0 1 2; do
+    want_env $r WORLD_SIZE 3
+    want_env $r ACCELERATE_MIXED_PRECISION bf16
+    want_env $r ACCELERATE_USE_CPU true
+    want_env $r ACCELERATE_DEBUG_MODE true
+    want_env $r MASTER_ADDR 127.0.0.2
+    want_env $r MASTER_PORT 12345
+    want_env $r CUDA_VISIBLE_DEVICES 0,1
+    want_env $r ACCELERATE_CONFIG_FILE "$T/all.yaml"
+    want_env $r ACCEL_CONFIG_CHECKED "$T/all.yaml"
+done
+expect_err "accel launch: warning: config file $T/all.yaml, line 6: ignoring dynamo_config: {dynamo_backend: INDUCTOR} (torch.compile (dynamo) has no counterpart in C"
+if "$ACCEL" env | grep -q '^- CUDA: not built in'; then # and a note on gpu_ids
+    expect_err "line 8: ignoring gpu_ids: 0,1 (this build of accel has no CUDA (configure with -DACCEL_CUDA=ON), it runs on the CPU)"
+    [ "$(grep -c warning "$T/err")" -eq 2 ] || fail "expected exactly two warnings"
+else
+    [ "$(grep -c warning "$T/err")" -eq 1 ] || fail "expected exactly one warning"
+fi
+ok "config file: num_processes, mixed_precision, use_cpu, debug, main_process_ip/port, gpu_ids, dynamo note"
+
+# Flags given on the command line win; the file fills the rest (dashes, '=' and -n forms).
+run 0 launch --config_file "$T/all.yaml" -n 2 --mixed-precision=fp16 --main_process_port 23456 \
+    --gpu_ids all "$P/rank_info"
+want_env 1 WORLD_SIZE 2
+want_env 1 ACCELERATE_MIXED_PRECISION fp16
+want_env 1 MASTER_PORT 23456
+want_env 1 MASTER_ADDR 127.0.0.2
+want_env 1 CUDA_VISIBLE_DEVICES "(unset)"
+want_env 1 ACCELERATE_USE_CPU true
+for form in "-n=2" "-n2" "--num-processes=2" "--num_processes=2"; do
+    run 0 launch --config-file="$T/all.yaml" "$form" "$P/rank_info"
+    want_env 1 WORLD_SIZE 2
+done
+ok "flags win over the file (-n 2, -n=2, -n2, --num-processes=2, --mixed-precision=fp16)"
+
+# ACCELERATE_CONFIG_FILE, then the default location.
+ACCELERATE_CONFIG_FILE=$T/all.yaml run 0 launch "$P/rank_info"
+want_env 2 ACCELERATE_MIXED_PRECISION bf16
+mkdir -p "$HF_HOME/accelerate"
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n' \
+    >"$HF_HOME/accelerate/default_config.yaml"
+run 0 launch "$P/rank_info"
+want_env 1 ACCELERATE_MIXED_PRECISION fp16
+want_env 1 ACCELERATE_CONFIG_FILE "$HF_HOME/accelerate/default_config.yaml"
+rm "$HF_HOME/accelerate/default_config.yaml"
+ok "ACCELERATE_CONFIG_FILE, then \$HF_HOME/accelerate/default_config.yaml"
+
+# ---- DeepSpeed / FSDP sections: accel's ZeRO stage and accumulation ----
+cat >"$T/ds.yaml" <<'EOF'
+distributed_type: DEEPSPEED
+deepspeed_config:
+  gradient_accumulation_steps: 4
+  offload_optimizer_device: none
+  zero_stage: 0
+mixed_precision: bf16
+num_processes: 2
+use_cpu: true
+EOF
+run 0 launch --config_file "$T/ds.yaml" "$P/rank_info"
+want_env 1 ACCEL_ZERO_STAGE 0
+want_env 1 ACCELERATE_GRADIENT_ACCUMULATION_STEPS 4
+run 0 launch --config_file "$T/ds.yaml" --gradient_accumulation_steps 2 --zero_stage 1 "$P/rank_info"
+want_env 1 ACCEL_ZERO_STAGE 1
+want_env 1 ACCELERATE_GRADIENT_ACCUMULATION_STEPS 2
+printf 'distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n' >"$T/fsdp.yaml"
+run 0 launch --config_file "$T/fsdp.yaml" "$P/rank_info"
+want_env 0 ACCEL_ZERO_STAGE 0
+run 0 launch --use_deepspeed "$P/rank_info"
+want_env 0 ACCEL_ZERO_STAGE 2
+run 0 launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP "$P/rank_info"
+want_env 0 ACCEL_ZERO_STAGE 2
+# The library refuses the stages it does not implement yet, naming where the stage came from.
+printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n' >"$T/ds2.yaml"
+run 1 launch --config_file "$T/ds2.yaml" "$P/show_options"
+expect_err "ZeRO stage 2 (ACCEL_ZERO_STAGE) is not implemented yet"
+ok "deepspeed_config.zero_stage / gradient_accumulation_steps, fsdp sharding strategy, --use_deepspeed"
+
+# ---- `accel launch --config_file F` and `ACCELERATE_CONFIG_FILE=F` agree ----
+cat >"$T/same.yaml" <<'EOF'
+compute_environment: LOCAL_MACHINE
+debug: true
+distributed_type: DEEPSPEED
+deepspeed_config:
+  gradient_accumulation_steps: 3
+  zero_stage: 0
+mixed_precision: bf16
+num_processes: 1
+use_cpu: true
+future_key: 7
+EOF
+run 0 launch --config_file "$T/same.yaml" "$P/show_options"
+launched=$(grep '^options:' "$T/out")
+[ "$(grep -c 'future_key' "$T/err")" -eq 1 ] || fail "the unknown key was not warned about exactly once"
+expect_err "accel launch: warning: config file $T/same.yaml, line 10: ignoring unknown key \"future_key\""
+ACCELERATE_CONFIG_FILE=$T/same.yaml timeout 20 "$P/show_options" >"$T/out" 2>"$T/err" ||
+    fail "show_options alone failed"
+direct=$(grep '^options:' "$T/out")
+[ "$launched" = "$direct" ] || fail "launched '$launched' but directly '$direct'"
+[ "$direct" = "options: mixed_precision=bf16 cpu=1 debug=1 accumulation=3 zero_stage=0" ] ||
+    fail "resolved '$direct'"
+expect_err "future_key"
+ok "accel launch --config_file F and ACCELERATE_CONFIG_FILE=F resolve the same options"
+
+# ---- malformed files and bad values: errors naming the line (exit 2, nothing started) ----
+printf 'distributed_type: MULTI_CPU\nnum_processes: [2\n' >"$T/bad1.yaml"
+run 2 launch --config_file "$T/bad1.yaml" "$P/rank_info"
+expect_err "config file $T/bad1.yaml: YAML error at line"
+printf 'distributed_type: MULTI_CPU\nmixed_precision: bf16\nnum_processes: many\n' >"$T/bad2.yaml"
+run 2 launch --config_file "$T/bad2.yaml" "$P/rank_info"
+expect_err "config file $T/bad2.yaml, line 3: num_processes: \"many\""
+printf 'distributed_type: MULTI_CPU\nnum_processes: -1\n' >"$T/bad3.yaml"
+run 2 launch --config_file "$T/bad3.yaml" "$P/rank_info"
+expect_err "config file $T/bad3.yaml, line 2: num_processes: -1: give the number of processes with --num_processes"
+run 0 launch --config_file "$T/bad3.yaml" -n 2 "$P/rank_info"
+printf 'distributed_type: NO\nnum_processes: 99999\n' >"$T/bad4.yaml"
+run 2 launch --config_file "$T/bad4.yaml" "$P/rank_info"
+expect_err "line 2: num_processes: 99999: expected an integer in \[-1, 4096\]"
+run 2 launch --config_file "$T/nothere.yaml" "$P/rank_info"
+expect_err "config file $T/nothere.yaml"
+run 2 launch --mixed_precision fp12 "$P/rank_info"
+expect_err "\-\-mixed_precision fp12: expected no, fp16, bf16 or fp8"
+run 2 launch --cpu --multi_gpu -n 2 "$P/rank_info"
+expect_err "use only one of --cpu, --multi_gpu"
+run 2 launch --multi_gpu -n 1 "$P/rank_info"
+expect_err "multi_gpu needs at least 2 processes"
+run 2 launch --gpu_ids first "$P/rank_info"
+expect_err "\-\-gpu_ids first: expected all or comma-separated device ids"
+ok "malformed files and values: errors naming the file and line, or the flag"
+
+# ---- several machines: parsed, checked, refused naming the flag or key ----
+run 2 launch --num_machines 2 -n 4 "$P/rank_info"
+expect_err "accel launch: error: --num_machines 2: several machines are not supported yet"
+run 2 launch --machine_rank 1 "$P/rank_info"
+expect_err "\-\-machine_rank 1: machine ranks above 0 (several machines) are not supported yet"
+run 2 launch --mpirun_hostfile "$T/hosts" "$P/rank_info"
+expect_err "\-\-mpirun_hostfile $T/hosts: launches through mpirun"
+printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 4\nmain_process_ip: 10.0.0.1\n' \
+    >"$T/nodes.yaml"
+run 2 launch --config_file "$T/nodes.yaml" "$P/rank_info"
+expect_err "config file $T/nodes.yaml, line 2: num_machines: 2: several machines are not supported yet"
+run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 "$P/rank_info"
+want_env 1 WORLD_SIZE 2
+printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: /etc/hosts\n' >"$T/mpi.yaml"
+run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
+expect_err "line 3: mpirun_config.mpirun_hostfile: /etc/hosts: launches through mpirun"
+run 2 launch --num_machines two "$P/rank_info"
+expect_err "\-\-num_machines two: expected an integer"
+ok "several machines refused, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
+
+# ---- accel env shows the config file in use and its content ----
+run 0 env
+expect_out "^- accel config file: not found (looked at $HF_HOME/accelerate/default_config.yaml, the default location)$"
+run 0 env --config_file "$T/all.yaml"
+expect_out "^- accel config file: $T/all.yaml (--config_file):$"
+expect_out "^    mixed_precision: bf16$"
+expect_out "^    dynamo_config:$"
+expect_out "^      dynamo_backend: INDUCTOR$"
+expect_out "^  note: config file $T/all.yaml, line 6: ignoring dynamo_config"
+ACCELERATE_CONFIG_FILE=$T/ds.yaml run 0 env
+expect_out "^- accel config file: $T/ds.yaml (ACCELERATE_CONFIG_FILE):$"
+expect_out "^      zero_stage: 0$"
+run 0 env --config_file "$T/bad2.yaml"
+expect_out "^- accel config file (--config_file): cannot be used: config file $T/bad2.yaml, line 3: num_processes"
+ok "accel env: the config file in use (or why none), its content and notes"
+
+# ---- accepted flags, notes, --help generated from the table, grouped ----
+run 0 launch --no_python --enable_cpu_affinity --same_network --rdzv_backend c10d \
+    --dynamo_backend inductor "$P/rank_info"
+expect_err "note: --dynamo_backend inductor ignored"
+run 0 launch --help
+for heading in "Hardware Selection Arguments:" "Resource Selection Arguments:" \
+    "Training Paradigm Arguments:" "Distributed GPUs:" "DeepSpeed Arguments:" "FSDP Arguments:" \
+    "MPI Arguments:"; do
+    expect_out "^$heading"
+done
+for flag in --config_file --cpu --multi_gpu --mixed_precision --num_processes --num_machines \
+    --num_cpu_threads_per_process --gpu_ids --same_network --machine_rank --main_process_ip \
+    --main_process_port --tee --log_dir --rdzv_backend --max_restarts --monitor_interval \
+    --zero_stage --gradient_accumulation_steps --fsdp_sharding_strategy --mpirun_hostfile --debug \
+    --use_deepspeed --use_fsdp --cpu_affinity --grace_period; do
+    grep -q -- "  $flag\b\|-., $flag\b" "$T/out" || fail "--help lacks $flag"
+done
+ok "accepted flags and notes; --help lists every flag under Accelerate's groups"
+echo "PASS"

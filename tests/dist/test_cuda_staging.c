@@ -1,0 +1,33 @@
+/* ACCEL_TEST_NPROCS: 2 3
+ * ACCEL_TEST_LABELS: gpu
+ *
+ * Several processes training on one GPU (or on as many as there are): each process's model is
+ * in GPU memory and its gradients reach the host communicator (shm) through staging. The cases
+ * of staging_cases.h, then the same training run with the model on the CPU: the weights must
+ * be bit-identical, since every element-wise device kernel (AdamW, the bf16 compute copy) gives
+ * the CPU's bits and the all-reduce runs on the same host bytes. Exits 77 without a GPU.
+ */
+#include "staging_cases.h"
+
+int main(void)
+{
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    if (accel_device_of(acc).type != ACCEL_DEVICE_CUDA) {
+        fprintf(stderr, "test_cuda_staging: skipped: this process runs on %s (no CUDA GPU)\n",
+                accel_device_name(acc));
+        accel_free(acc);
+        return 77;
+    }
+    accel_free(acc);
+    sc_allreduce(ACCEL_F32);
+    sc_allreduce(ACCEL_BF16);
+    float gpu[SC_DIN], cpu[SC_DIN];
+    sc_training(0, gpu);
+    sc_training(1, cpu);
+    for (int k = 0; k < SC_DIN; k++) {
+        CHECK_MSG(memcmp(&gpu[k], &cpu[k], 4) == 0, "w[%d]: GPU %.9g, CPU %.9g", k, gpu[k], cpu[k]);
+    }
+    printf("test_cuda_staging: ok\n");
+    return 0;
+}
