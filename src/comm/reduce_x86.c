@@ -119,17 +119,21 @@ INLINE ATTR_AVX2 void st_f16_avx2(void *p, size_t i, __m256 v)
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), h);
 }
 /* v rounded to bf16 (RNE; NaN quietened as accel__f32_to_bf16) and widened back, in
- * registers: the bits st_bf16_avx2 would store, shifted into place. */
+ * registers: x + 0x7fff + (bit 16 of x), low half cleared. NaNs (rare) take a branch, so the
+ * common path is five integer operations and a compare. */
 INLINE ATTR_AVX2 __m256 rt_bf16_avx2(__m256 v)
 {
+    const __m256i hi_mask = _mm256_set1_epi32((int)0xffff0000u);
     __m256i x = _mm256_castps_si256(v);
-    __m256i hi = _mm256_srli_epi32(x, 16);
-    __m256i r = _mm256_add_epi32(
-        x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(hi, _mm256_set1_epi32(1))));
-    r = _mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u));
-    __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    __m256i q = _mm256_slli_epi32(_mm256_or_si256(hi, _mm256_set1_epi32(0x40)), 16);
-    return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), hi_mask);
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+        __m256i q = _mm256_or_si256(_mm256_and_si256(x, hi_mask), _mm256_set1_epi32(0x400000));
+        r = _mm256_blendv_epi8(r, q, _mm256_castps_si256(nan));
+    }
+    return _mm256_castsi256_ps(r);
 }
 INLINE ATTR_AVX2 __m256 rt_f16_avx2(__m256 v)
 {
@@ -205,14 +209,17 @@ INLINE ATTR_AVX512 void st_f16_avx512(void *p, size_t i, __m512 v)
 }
 INLINE ATTR_AVX512 __m512 rt_bf16_avx512(__m512 v)
 {
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
     __m512i x = _mm512_castps_si512(v);
-    __m512i hi = _mm512_srli_epi32(x, 16);
-    __m512i r = _mm512_add_epi32(
-        x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1))));
-    r = _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u));
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), hi_mask);
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-    r = _mm512_mask_mov_epi32(r, nan,
-                              _mm512_slli_epi32(_mm512_or_si512(hi, _mm512_set1_epi32(0x40)), 16));
+    if (__builtin_expect(nan != 0, 0)) {
+        /* (x & hi_mask) | 0x400000: the top half with the quiet bit */
+        r = _mm512_mask_mov_epi32(
+            r, nan, _mm512_ternarylogic_epi32(x, hi_mask, _mm512_set1_epi32(0x400000), 0xea));
+    }
     return _mm512_castsi512_ps(r);
 }
 INLINE ATTR_AVX512 __m512 rt_f16_avx512(__m512 v)
