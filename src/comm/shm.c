@@ -2,9 +2,10 @@
  * The shm transport: the sync point, liveness, the job-wide abort, and the per-call
  * declarations every rank checks (the segment's setup is in shm_setup.c).
  *
- * Segment: header (magic, settings, job, attach counter, job-wide abort word), two cache lines
- * per rank (progress sequence number = futex word, sleeper count, pid, the call declarations;
- * then exit marks and allocation/zero-copy words), then two data slots per rank.
+ * Segment: header (magic, settings, job, attach counter, job-wide abort word), a control line
+ * per rank (first cache line: progress sequence number = futex word, sleeper count, pid, the
+ * call declarations; then exit marks, allocation/zero-copy words and an abort's status and
+ * message), then two data slots per rank.
  *
  * Sync: each rank's progress word counts the sync points it has passed; waiting means "peer's
  * progress >= mine". Stores are release/seq_cst, loads acquire (never volatile). A waiter spins

@@ -1,7 +1,8 @@
 /*
  * The shared-memory transport under the shm backend (private to src/comm): one POSIX segment
- * per job holding a header, one cache line per rank and two data slots per rank, plus the sync
- * point that every algorithm in shm_coll.c is built from.
+ * per communicator (the job's, and one per split child) holding a header, a control line per
+ * rank and two data slots per rank, plus the sync point that every algorithm in shm_coll.c is
+ * built from.
  */
 #ifndef ACCEL_COMM_SHM_H
 #define ACCEL_COMM_SHM_H
