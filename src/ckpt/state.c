@@ -383,14 +383,9 @@ static accel_status check_in_step(accel *acc, accel__state_plan *p, int n_loader
     }
     int64_t *mine = all + (size_t)acc->rank * (size_t)k;
     accel__state_plan_positions(p, mine);
-    accel__coll op = {ACCEL__COLL_ALLGATHER,
-                      mine,
-                      all,
-                      (size_t)k * (size_t)acc->n_ranks,
-                      ACCEL_I64,
-                      ACCEL_SUM,
-                      0};
-    accel_status st = accel__comm_run(acc->comm, &op, NULL);
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, all, (size_t)k, ACCEL_I64, ACCEL_SUM, 0);
+    accel_status st = accel__comm_run(acc->comm, &op);
     if (st != ACCEL_OK) {
         accel__free(all);
         return accel__adopt_thread_error(acc, st);
