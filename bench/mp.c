@@ -9,8 +9,9 @@
  *     measures the emulation's overhead (rounding inputs and gradient contributions), not a
  *     speed-up.
  *  2. With 2+ processes (accel launch -n 2 build/bench/mp): a gradient-sized bucketed backward
- *     (every bucket all-reduced, AVG) in fp32 vs comm_dtype bf16 (compress, 16-bit all-reduce
- *     with fp32 accumulation, decompress): median time per backward and the ratio.
+ *     (every bucket all-reduced, AVG) in fp32 vs comm_dtype bf16 (the all-reduce's wire dtype:
+ *     the result of compress -> fp32 reduction -> decompress, rounded inside the reduction on
+ *     shm): median time per backward and the ratio.
  *
  * Usage: mp [--steps N] [--mb GRADIENT_MIB] [--iters N] [--skip-gpt]
  */
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
                    mib, n, iters);
             printf("  fp32              %8.2f ms  %6.2f GB/s (gradient bytes / time)\n", 1e3 * t32,
                    mib * 1048576.0 / t32 / 1e9);
-            printf("  bf16 compressed   %8.2f ms  %6.2f GB/s  %.2f x fp32\n", 1e3 * tbf,
+            printf("  bf16 wire         %8.2f ms  %6.2f GB/s  %.2f x fp32\n", 1e3 * tbf,
                    mib * 1048576.0 / tbf / 1e9, t32 / tbf);
         }
     } else {

@@ -66,12 +66,16 @@ ACCEL_API accel_status accel_allreduce(accel *acc, const void *send, void *recv,
                                        accel_dtype dt, accel_reduce_op op, accel_work **work);
 
 /* send holds `count` elements on every process; process r receives the reduction of its chunk
- * (accel_chunk_range) into recv. In place when recv == (char *)send + off * element size. */
+ * (accel_chunk_range) into recv. In place when recv == (char *)send + off * element size.
+ * A count divisible by the number of processes runs as one equal-count collective (zero-copy on
+ * accel_alloc_shared buffers); any other is padded through a scratch buffer (one more copy in
+ * and out, done when the call is issued and when the collective completes). */
 ACCEL_API accel_status accel_reduce_scatter(accel *acc, const void *send, void *recv, size_t count,
                                             accel_dtype dt, accel_reduce_op op, accel_work **work);
 
 /* The inverse: process r contributes its chunk (accel_chunk_range of `count`) from send; every
- * process receives all `count` elements in recv. In place when send == recv + off * size. */
+ * process receives all `count` elements in recv. In place when send == recv + off * size.
+ * Counts that do not divide evenly are padded as for accel_reduce_scatter. */
 ACCEL_API accel_status accel_allgather(accel *acc, const void *send, void *recv, size_t count,
                                        accel_dtype dt, accel_work **work);
 

@@ -468,9 +468,8 @@ static accel_status check_in_step(accel *acc, const accel__state_plan *p, const 
     }
     int64_t *mine = all + (size_t)acc->rank * k;
     memcpy(mine, accel__state_plan_positions(p), k * sizeof(int64_t));
-    accel__coll op = {
-        ACCEL__COLL_ALLGATHER, mine, all, k * (size_t)acc->n_ranks, ACCEL_I64, ACCEL_SUM, 0};
-    accel_status st = accel__comm_run(acc->comm, &op, NULL);
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, all, k, ACCEL_I64, ACCEL_SUM, 0);
+    accel_status st = accel__comm_run(acc->comm, &op);
     if (st != ACCEL_OK) {
         accel__free(all);
         return accel__adopt_thread_error(acc, st);

@@ -235,6 +235,22 @@ DEF_SCALAR_CVT(bf16, uint16_t, accel__bf16_to_f32, accel__f32_to_bf16)
 DEF_SCALAR_CVT(e4m3, uint8_t, accel__f8e4m3_to_f32, accel__f32_to_f8e4m3)
 DEF_SCALAR_CVT(e5m2, uint8_t, accel__f8e5m2_to_f32, accel__f32_to_f8e5m2)
 
+/* Wire formats over f32 data (accel__reduce_wire): a "decode" rounds each element through the
+ * 16-bit format, and so does the "encode" of the result, both staying f32. */
+#define DEF_WIRE_CVT(tn, to_f32, from_f32)                                                         \
+    INLINE void dec_##tn##_scalar(float *dst, const float *src, size_t n)                          \
+    {                                                                                              \
+        for (size_t j = 0; j < n; j++) {                                                           \
+            dst[j] = to_f32(from_f32(src[j]));                                                     \
+        }                                                                                          \
+    }                                                                                              \
+    INLINE void enc_##tn##_scalar(float *dst, const float *src, size_t n)                          \
+    {                                                                                              \
+        dec_##tn##_scalar(dst, src, n);                                                            \
+    }
+DEF_WIRE_CVT(wbf16, accel__bf16_to_f32, accel__f32_to_bf16)
+DEF_WIRE_CVT(wf16, accel__f16_to_f32, accel__f32_to_f16)
+
 /* FP8 has no vector converter: every ISA decodes it with the scalar one (the f32 combine
  * itself is still vectorised). */
 #define dec_e4m3_avx2 dec_e4m3_scalar
@@ -298,6 +314,8 @@ DEF_COMMON_DRIVERS(scalar, ATTR_NONE)
 DEF_PLAIN_DRIVER(f32, float, scalar, ATTR_NONE)
 DEF_HALF_DRIVER(f16, uint16_t, scalar, ATTR_NONE)
 DEF_HALF_DRIVER(bf16, uint16_t, scalar, ATTR_NONE)
+DEF_HALF_DRIVER(wbf16, float, scalar, ATTR_NONE)
+DEF_HALF_DRIVER(wf16, float, scalar, ATTR_NONE)
 #if HAVE_X86
 DEF_COMMON_DRIVERS(avx2, ATTR_AVX2)
 DEF_COMMON_DRIVERS(avx512, ATTR_AVX512)
@@ -328,6 +346,18 @@ static const reduce_fn drivers[ACCEL__ISA_COUNT][ACCEL_DTYPE_COUNT] = {
 #else
     DRIVER_TABLE(scalar),
     DRIVER_TABLE(scalar),
+#endif
+};
+
+/* Wire drivers: [isa][0] through BF16, [isa][1] through F16. */
+static const reduce_fn wire_drivers[ACCEL__ISA_COUNT][2] = {
+    {reduce_wbf16_scalar, reduce_wf16_scalar},
+#if HAVE_X86
+    {accel__reduce_wbf16_avx2, accel__reduce_wf16_avx2},
+    {accel__reduce_wbf16_avx512, accel__reduce_wf16_avx512},
+#else
+    {reduce_wbf16_scalar, reduce_wf16_scalar},
+    {reduce_wbf16_scalar, reduce_wf16_scalar},
 #endif
 };
 
@@ -397,6 +427,23 @@ void accel__reduce(accel_dtype dt, accel_reduce_op op, void *out, void *out2, co
                    int n_in, size_t count, int avg_div)
 {
     accel__reduce_isa(accel__isa_best(), dt, op, out, out2, in, n_in, count, avg_div);
+}
+
+void accel__reduce_wire_isa(accel__isa isa, accel_dtype wire, accel_reduce_op op, void *out,
+                            void *out2, const void *const *in, int n_in, size_t count, int avg_div)
+{
+    ACCEL_ASSERT((unsigned)isa < ACCEL__ISA_COUNT && (wire == ACCEL_BF16 || wire == ACCEL_F16));
+    ACCEL_ASSERT(n_in >= 1 && avg_div >= 1);
+    if (count == 0) {
+        return;
+    }
+    wire_drivers[isa][wire == ACCEL_F16](out, out2, in, n_in, count, op, avg_div);
+}
+
+void accel__reduce_wire(accel_dtype wire, accel_reduce_op op, void *out, void *out2,
+                        const void *const *in, int n_in, size_t count, int avg_div)
+{
+    accel__reduce_wire_isa(accel__isa_best(), wire, op, out, out2, in, n_in, count, avg_div);
 }
 
 void accel__copy_nt(void *dst, const void *src, size_t nbytes)

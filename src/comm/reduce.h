@@ -35,6 +35,18 @@ typedef enum accel__isa {
 void accel__reduce(accel_dtype dt, accel_reduce_op op, void *out, void *out2, const void *const *in,
                    int n_in, size_t count, int avg_div);
 
+/*
+ * The same over F32 data through a 16-bit wire format (accel__coll.wire; `wire` is ACCEL_BF16 or
+ * ACCEL_F16): every input element is rounded to `wire` (RNE, as accel_convert) and widened, the
+ * inputs combine in f32 in rank order (AVG divides there), and the result is rounded to `wire`
+ * and stored widened, as f32. Bit for bit what converting each input to `wire`, reducing in
+ * `wire` with accel__reduce and converting back gives, without the conversion passes.
+ */
+void accel__reduce_wire(accel_dtype wire, accel_reduce_op op, void *out, void *out2,
+                        const void *const *in, int n_in, size_t count, int avg_div);
+void accel__reduce_wire_isa(accel__isa isa, accel_dtype wire, accel_reduce_op op, void *out,
+                            void *out2, const void *const *in, int n_in, size_t count, int avg_div);
+
 /* 1 when `dt` has reduction kernels: the first thirteen dtypes (not U32, U64, C64, the FNUZ and
  * E8M0 FP8s, the sub-byte formats, which exist for files). Callers check before reducing. */
 int accel__reduce_supported(accel_dtype dt);

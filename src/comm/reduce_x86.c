@@ -1,10 +1,11 @@
 /*
  * Register-level AVX2 / AVX-512 reduction kernels for the float formats that carry gradients
- * (F32, BF16, F16): each step loads four vectors from every input, combines them in registers
- * (converting narrow formats to f32 on load and rounding once on store) and stores once, so the
- * kernel runs at memory speed. The generic block kernels in reduce.c cover every other type.
- * Results are bit-identical to the scalar kernels: same combine order, same min/max operand
- * order, RNE conversions that match core/half.h (checked by tests/unit/test_reduce.c).
+ * (F32, BF16, F16, and F32 through a BF16 / F16 wire format): each step loads four vectors from
+ * every input, combines them in registers (converting narrow formats to f32 on load and rounding
+ * once on store) and stores once, so the kernel runs at memory speed. The generic block kernels in
+ * reduce.c cover every other type. Results are bit-identical to the scalar kernels: same combine
+ * order, same min/max operand order, RNE conversions that match core/half.h (checked by
+ * tests/unit/test_reduce.c).
  */
 #include "reduce_x86.h"
 
@@ -44,6 +45,25 @@ INLINE float sld_f16(const void *p, size_t i)
 INLINE void sst_f16(void *p, size_t i, float v)
 {
     ((uint16_t *)p)[i] = accel__f32_to_f16(v);
+}
+
+/* Wire formats (accel__reduce_wire): f32 in memory, rounded through bf16 / f16 on every load
+ * and every store. */
+INLINE float sld_wbf16(const void *p, size_t i)
+{
+    return accel__bf16_to_f32(accel__f32_to_bf16(((const float *)p)[i]));
+}
+INLINE void sst_wbf16(void *p, size_t i, float v)
+{
+    ((float *)p)[i] = accel__bf16_to_f32(accel__f32_to_bf16(v));
+}
+INLINE float sld_wf16(const void *p, size_t i)
+{
+    return accel__f16_to_f32(accel__f32_to_f16(((const float *)p)[i]));
+}
+INLINE void sst_wf16(void *p, size_t i, float v)
+{
+    ((float *)p)[i] = accel__f16_to_f32(accel__f32_to_f16(v));
 }
 
 INLINE float scomb(float acc, float p, accel_reduce_op op)
@@ -98,6 +118,43 @@ INLINE ATTR_AVX2 void st_f16_avx2(void *p, size_t i, __m256 v)
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), h);
 }
+/* v rounded to bf16 (RNE; NaN quietened as accel__f32_to_bf16) and widened back, in
+ * registers: x + 0x7fff + (bit 16 of x), low half cleared. NaNs (rare) take a branch, so the
+ * common path is five integer operations and a compare. */
+INLINE ATTR_AVX2 __m256 rt_bf16_avx2(__m256 v)
+{
+    const __m256i hi_mask = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i x = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7fff)), lsb), hi_mask);
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    if (__builtin_expect(_mm256_movemask_ps(nan) != 0, 0)) {
+        __m256i q = _mm256_or_si256(_mm256_and_si256(x, hi_mask), _mm256_set1_epi32(0x400000));
+        r = _mm256_blendv_epi8(r, q, _mm256_castps_si256(nan));
+    }
+    return _mm256_castsi256_ps(r);
+}
+INLINE ATTR_AVX2 __m256 rt_f16_avx2(__m256 v)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+INLINE ATTR_AVX2 __m256 ld_wbf16_avx2(const void *p, size_t i)
+{
+    return rt_bf16_avx2(_mm256_loadu_ps((const float *)p + i));
+}
+INLINE ATTR_AVX2 void st_wbf16_avx2(void *p, size_t i, __m256 v)
+{
+    _mm256_storeu_ps((float *)p + i, rt_bf16_avx2(v));
+}
+INLINE ATTR_AVX2 __m256 ld_wf16_avx2(const void *p, size_t i)
+{
+    return rt_f16_avx2(_mm256_loadu_ps((const float *)p + i));
+}
+INLINE ATTR_AVX2 void st_wf16_avx2(void *p, size_t i, __m256 v)
+{
+    _mm256_storeu_ps((float *)p + i, rt_f16_avx2(v));
+}
 INLINE ATTR_AVX2 __m256 comb_avx2(__m256 acc, __m256 p, accel_reduce_op op)
 {
     switch (op) {
@@ -149,6 +206,41 @@ INLINE ATTR_AVX512 void st_f16_avx512(void *p, size_t i, __m512 v)
 {
     __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), h);
+}
+INLINE ATTR_AVX512 __m512 rt_bf16_avx512(__m512 v)
+{
+    const __m512i hi_mask = _mm512_set1_epi32((int)0xffff0000u);
+    __m512i x = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(
+        _mm512_add_epi32(_mm512_add_epi32(x, _mm512_set1_epi32(0x7fff)), lsb), hi_mask);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    if (__builtin_expect(nan != 0, 0)) {
+        /* (x & hi_mask) | 0x400000: the top half with the quiet bit */
+        r = _mm512_mask_mov_epi32(
+            r, nan, _mm512_ternarylogic_epi32(x, hi_mask, _mm512_set1_epi32(0x400000), 0xea));
+    }
+    return _mm512_castsi512_ps(r);
+}
+INLINE ATTR_AVX512 __m512 rt_f16_avx512(__m512 v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+INLINE ATTR_AVX512 __m512 ld_wbf16_avx512(const void *p, size_t i)
+{
+    return rt_bf16_avx512(_mm512_loadu_ps((const float *)p + i));
+}
+INLINE ATTR_AVX512 void st_wbf16_avx512(void *p, size_t i, __m512 v)
+{
+    _mm512_storeu_ps((float *)p + i, rt_bf16_avx512(v));
+}
+INLINE ATTR_AVX512 __m512 ld_wf16_avx512(const void *p, size_t i)
+{
+    return rt_f16_avx512(_mm512_loadu_ps((const float *)p + i));
+}
+INLINE ATTR_AVX512 void st_wf16_avx512(void *p, size_t i, __m512 v)
+{
+    _mm512_storeu_ps((float *)p + i, rt_f16_avx512(v));
 }
 INLINE ATTR_AVX512 __m512 comb_avx512(__m512 acc, __m512 p, accel_reduce_op op)
 {
@@ -260,6 +352,10 @@ DEF_FAST(f16, avx2, ATTR_AVX2, __m256, 8)
 DEF_FAST(f32, avx512, ATTR_AVX512, __m512, 16)
 DEF_FAST(bf16, avx512, ATTR_AVX512, __m512, 16)
 DEF_FAST(f16, avx512, ATTR_AVX512, __m512, 16)
+DEF_FAST(wbf16, avx2, ATTR_AVX2, __m256, 8)
+DEF_FAST(wf16, avx2, ATTR_AVX2, __m256, 8)
+DEF_FAST(wbf16, avx512, ATTR_AVX512, __m512, 16)
+DEF_FAST(wf16, avx512, ATTR_AVX512, __m512, 16)
 
 #endif /* ACCEL__HAVE_X86 */
 

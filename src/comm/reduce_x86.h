@@ -25,6 +25,10 @@ ACCEL__DECL_FAST(f16, avx2)
 ACCEL__DECL_FAST(f32, avx512)
 ACCEL__DECL_FAST(bf16, avx512)
 ACCEL__DECL_FAST(f16, avx512)
+ACCEL__DECL_FAST(wbf16, avx2)
+ACCEL__DECL_FAST(wf16, avx2)
+ACCEL__DECL_FAST(wbf16, avx512)
+ACCEL__DECL_FAST(wf16, avx512)
 #undef ACCEL__DECL_FAST
 void accel__copy_nt_avx2(void *dst, const void *src, size_t nbytes);
 #endif

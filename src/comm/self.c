@@ -9,16 +9,28 @@
 #include "base/base.h"
 #include "reduce.h"
 
-static accel_status self_init(accel__comm *c, void **impl)
+/* A non-NULL endpoint (the front end treats impl as opaque; NULL would read as "no child"). */
+static char endpoint;
+
+static accel_status self_init(const accel__comm_config *cfg, void **impl)
 {
-    (void)c;
-    *impl = NULL;
+    if (cfg->n_ranks != 1) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "backend \"self\" runs one process, but the job has %d", cfg->n_ranks);
+    }
+    *impl = &endpoint;
     return ACCEL_OK;
 }
 
-static accel_status self_run(accel__comm *c, void *impl, const accel__coll *op)
+/* The one process is alone in its child, or in none. */
+static accel_status self_split(void *impl, const accel__comm_split_info *how, void **child)
 {
-    (void)c;
+    *child = how->cfg != NULL ? impl : NULL;
+    return ACCEL_OK;
+}
+
+static accel_status self_run(void *impl, const accel__coll *op)
+{
     (void)impl;
     size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
     if (op->kind == ACCEL__COLL_BARRIER || op->recv == NULL || nbytes == 0) {
@@ -29,7 +41,11 @@ static accel_status self_run(accel__comm *c, void *impl, const accel__coll *op)
     case ACCEL__COLL_REDUCE_SCATTER:
     case ACCEL__COLL_REDUCE: {
         const void *in[1] = {op->send};
-        accel__reduce(op->dtype, op->op, op->recv, NULL, in, 1, op->count, 1);
+        if (op->wire != ACCEL_F32) {
+            accel__reduce_wire(op->wire, op->op, op->recv, NULL, in, 1, op->count, 1);
+        } else {
+            accel__reduce(op->dtype, op->op, op->recv, NULL, in, 1, op->count, 1);
+        }
         return ACCEL_OK;
     }
     default:
@@ -40,16 +56,14 @@ static accel_status self_run(accel__comm *c, void *impl, const accel__coll *op)
     }
 }
 
-static void self_destroy(accel__comm *c, void *impl)
+static void self_destroy(void *impl)
 {
-    (void)c;
     (void)impl;
 }
 
 /* Symmetric memory of one process is plain memory. */
-static accel_status self_alloc(accel__comm *c, void *impl, size_t nbytes, void **out)
+static accel_status self_alloc(void *impl, size_t nbytes, void **out)
 {
-    (void)c;
     (void)impl;
     void *p = accel__aligned_alloc(nbytes > 0 ? nbytes : 64);
     if (p == NULL) {
@@ -61,13 +75,18 @@ static accel_status self_alloc(accel__comm *c, void *impl, size_t nbytes, void *
     return ACCEL_OK;
 }
 
-static accel_status self_dealloc(accel__comm *c, void *impl, void *p)
+static accel_status self_dealloc(void *impl, void *p)
 {
-    (void)c;
     (void)impl;
     accel__aligned_free(p);
     return ACCEL_OK;
 }
 
-const accel__comm_backend accel__backend_self = {"self",     self_init,    self_run, self_destroy,
-                                                 self_alloc, self_dealloc, 0};
+const accel__comm_ops accel__self_ops = {
+    .init = self_init,
+    .split = self_split,
+    .run = self_run,
+    .mem_alloc = self_alloc,
+    .mem_free = self_dealloc,
+    .destroy = self_destroy,
+};

@@ -2,9 +2,10 @@
  * The shm transport: the sync point, liveness, the job-wide abort, and the per-call
  * declarations every rank checks (the segment's setup is in shm_setup.c).
  *
- * Segment: header (magic, settings, job, attach counter, job-wide abort word), two cache lines
- * per rank (progress sequence number = futex word, sleeper count, pid, the call declarations;
- * then exit marks and allocation/zero-copy words), then two data slots per rank.
+ * Segment: header (magic, settings, job, attach counter, job-wide abort word), a control line
+ * per rank (first cache line: progress sequence number = futex word, sleeper count, pid, the
+ * call declarations; then exit marks, allocation/zero-copy words and an abort's status and
+ * message), then two data slots per rank.
  *
  * Sync: each rank's progress word counts the sync points it has passed; waiting means "peer's
  * progress >= mine". Stores are release/seq_cst, loads acquire (never volatile). A waiter spins
@@ -122,6 +123,8 @@ static void wake_all(accel__shm *s)
 
 void accel__shm_abort(accel__shm *s, accel__shm_why why, int rank, int pid)
 {
+    /* seq_cst CAS below: whatever this thread wrote before (an aborting rank's line) is visible
+     * to whoever reads the word with acquire. */
     if (pid == 0) {
         pid = atomic_load_explicit(&s->lines[rank].pid, memory_order_relaxed);
     }
@@ -176,6 +179,13 @@ accel_status accel__shm_check_abort(accel__shm *s)
                              "MASTER_PORT, and both stop (give each job its own MASTER_PORT, or "
                              "start it with accel launch)",
                              pid, rank, s->rdv);
+    case ACCEL__SHM_ABORTED: {
+        const accel__shm_line *l = &s->lines[rank];
+        accel_status st = (accel_status)l->abort_status;
+        return accel__seterr(NULL, st < 0 ? st : ACCEL_EPEER,
+                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what,
+                             rank, pid, (int)sizeof(l->abort_msg), l->abort_msg);
+    }
     case ACCEL__SHM_TIMEOUT:
         break;
     }
@@ -188,52 +198,36 @@ accel_status accel__shm_check_abort(accel__shm *s)
 
 /* ---- call declarations ---- */
 
-void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int root)
+void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
+                           int root)
 {
     /* Kept here until the sync publishes it: written into the line just before the progress
      * word, a peer spinning on that line loses its copy once per call, not twice. */
     s->pending.count = count;
     s->pending.what = (uint64_t)(uint8_t)kind | (uint64_t)(uint8_t)dtype << 8 |
-                      (uint64_t)(uint8_t)op << 16 | (uint64_t)(uint32_t)root << 32;
+                      (uint64_t)(uint8_t)op << 16 | (uint64_t)(uint8_t)wire << 24 |
+                      (uint64_t)(uint32_t)root << 32;
     s->n_calls++;
     s->check_call = 1;
 }
 
-/* "allreduce(count=1000, f32, sum) #17": the call as the user wrote it. */
+/* "allreduce(count=1000, f32, sum) #17": the declared call as the user wrote it. */
 static void call_str(const accel__shm_call *c, uint64_t seq, char *buf, size_t nbytes)
 {
-    static const char *const ops[] = {"sum", "avg", "max", "min", "prod"};
-    const int kind = (int)(c->what & 0xff), dtype = (int)((c->what >> 8) & 0xff);
-    const int opi = (int)((c->what >> 16) & 0xff), root = (int)(int32_t)(c->what >> 32);
-    const char *dt = accel_dtype_name((accel_dtype)dtype), *op = opi < 5 ? ops[opi] : "?";
-    char dtl[16];
-    size_t i = 0;
-    for (; dt != NULL && dt[i] != '\0' && i + 1 < sizeof(dtl); i++) {
-        dtl[i] = (char)(dt[i] >= 'A' && dt[i] <= 'Z' ? dt[i] - 'A' + 'a' : dt[i]);
-    }
-    dtl[i] = '\0';
-    unsigned long long n = (unsigned long long)c->count;
-    const char *name =
-        kind == ACCEL__SHM_CALL_ALLOC ? "accel_alloc_shared" : accel__coll_name(kind);
+    const int kind = (int)(c->what & 0xff);
     int k;
-    switch (kind) {
-    case ACCEL__COLL_ALLREDUCE:
-    case ACCEL__COLL_REDUCE_SCATTER:
-        k = snprintf(buf, nbytes, "%s(count=%llu, %s, %s)", name, n, dtl, op);
-        break;
-    case ACCEL__COLL_REDUCE:
-        k = snprintf(buf, nbytes, "%s(count=%llu, %s, %s, root=%d)", name, n, dtl, op, root);
-        break;
-    case ACCEL__COLL_ALLGATHER:
-        k = snprintf(buf, nbytes, "%s(count=%llu, %s)", name, n, dtl);
-        break;
-    case ACCEL__COLL_BROADCAST:
-    case ACCEL__COLL_GATHER:
-        k = snprintf(buf, nbytes, "%s(count=%llu, %s, root=%d)", name, n, dtl, root);
-        break;
-    default:
-        k = snprintf(buf, nbytes, "%s()", name);
-        break;
+    if (kind == ACCEL__SHM_CALL_ALLOC) {
+        k = snprintf(buf, nbytes, "accel_alloc_shared()");
+    } else {
+        /* The declared count of reduce_scatter / allgather is the whole array: pass it as the
+         * total, which is what the front end's formatter shows for them. */
+        accel__coll op = ACCEL__COLL(
+            (accel__coll_kind)kind, NULL, NULL, c->count, (accel_dtype)((c->what >> 8) & 0xff),
+            (accel_reduce_op)((c->what >> 16) & 0xff), (int)(int32_t)(c->what >> 32));
+        op.wire = (accel_dtype)((c->what >> 24) & 0xff);
+        op.total = c->count;
+        accel__coll_str(&op, 1, buf, nbytes);
+        k = (int)strlen(buf);
     }
     if (k > 0 && (size_t)k < nbytes) {
         snprintf(buf + k, nbytes - (size_t)k, " #%llu", (unsigned long long)seq);

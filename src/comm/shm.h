@@ -1,7 +1,8 @@
 /*
  * The shared-memory transport under the shm backend (private to src/comm): one POSIX segment
- * per job holding a header, one cache line per rank and two data slots per rank, plus the sync
- * point that every algorithm in shm_coll.c is built from.
+ * per communicator (the job's, and one per split child) holding a header, a control line per
+ * rank and two data slots per rank, plus the sync point that every algorithm in shm_coll.c is
+ * built from.
  */
 #ifndef ACCEL_COMM_SHM_H
 #define ACCEL_COMM_SHM_H
@@ -12,7 +13,7 @@
 #include "comm.h"
 
 #define ACCEL__SHM_MAGIC 0x326d6873636361ull /* "accshm2" */
-#define ACCEL__SHM_VERSION 3u
+#define ACCEL__SHM_VERSION 4u
 
 /* The segment header. Written by the creator before the name appears (shm_setup.c), then
  * only the atomics change. */
@@ -35,8 +36,9 @@ typedef struct accel__shm_header {
     _Alignas(64) _Atomic uint64_t abort_word;
 } accel__shm_header;
 
-/* A collective call as every rank declares it before its first sync: count, and kind |
- * dtype << 8 | op << 16 | root << 32 (kind: accel__coll_kind, or ACCEL__SHM_CALL_ALLOC for an
+/* A collective call as every rank declares it before its first sync: count (for reduce_scatter
+ * and allgather the whole array: accel__coll.total, else count * n_ranks), and kind | dtype << 8
+ * | op << 16 | wire << 24 | root << 32 (kind: accel__coll_kind, or ACCEL__SHM_CALL_ALLOC for an
  * allocation; fields that do not apply to the kind are 0). Two words: comparing them is all a
  * matching call costs. The call's number is the same on every rank as long as all earlier calls
  * matched, so it is not part of it. */
@@ -60,6 +62,10 @@ typedef struct accel__shm_line {
     int16_t alloc_status[2];
     uint64_t desc[2][3]; /* zero-copy descriptors (id, off, count), by call parity */
     uint64_t alloc_seq, alloc_nbytes;
+    /* accel__comm_abort on this rank: its status and message, written before the abort word
+     * names this rank (so a peer that reads the word finds them). */
+    int32_t abort_status;
+    char abort_msg[196];
 } accel__shm_line;
 
 enum { ACCEL__SHM_LEFT_FREED = 1, ACCEL__SHM_LEFT_EXITED = 2 };
@@ -70,7 +76,8 @@ typedef enum accel__shm_why {
     ACCEL__SHM_TIMEOUT,    /* ETIMEDOUT: the rank did not arrive in time */
     ACCEL__SHM_OTHER_CALL, /* EINVAL: the rank was at another call or allocation */
     ACCEL__SHM_EXITED,     /* EPEER: the rank left the job (accel_free or exit): see its line */
-    ACCEL__SHM_CLASH       /* EINVAL: another process (pid) claimed the rank at the rendezvous */
+    ACCEL__SHM_CLASH,      /* EINVAL: another process (pid) claimed the rank at the rendezvous */
+    ACCEL__SHM_ABORTED     /* the rank called accel__comm_abort: its line has status and message */
 } accel__shm_why;
 
 typedef struct accel__store accel__store;
@@ -99,7 +106,8 @@ typedef struct accel__shm {
     /* ACCEL_SHM_ZEROCOPY_NBYTES: in-place messages larger than this whose buffers lie in one
      * symmetric allocation at the same offset everywhere skip the data slots. */
     size_t zc_nbytes;
-    char name[160]; /* "/accel-<euid>-<job key>" */
+    char name[160]; /* "/accel-<euid>-<job key>"; a split's: the world's + "-c<nonce>" */
+    char root_name[160]; /* the world communicator's name: its children's prefix */
 
     void *base;
     size_t map_nbytes;
@@ -143,6 +151,20 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg);
 /* Marks this rank as gone (peers waiting for it fail at once), unmaps and frees. Accepts NULL. */
 void accel__shm_close(accel__shm *s);
 
+/* A sub-communicator's segment (shm_setup.c) for cfg's ranks, with the parent's settings, named
+ * "<the world's name>-c<nonce>" (nonce: 32 random hex digits, so nobody can predict or plant
+ * it; the prefix lets the launcher's sweep of the job's names cover it): child rank 0 creates
+ * it, the others open and verify the existing one (no waiting: the caller has agreed over the
+ * parent that it exists). Mapped, not yet attached. */
+accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
+                              const accel__comm_config *cfg, const char *nonce);
+/* Counts this rank in (the last one removes the name) and registers it for the exit marks.
+ * Returns 1 for the last. */
+int accel__shm_attach_child(accel__shm *s);
+
+/* Runs one collective (shm_coll.c), the backend's `run`. */
+accel_status accel__shm_run(accel__shm *s, const accel__coll *op);
+
 /* 32 random hex digits (+ NUL) into out: a job nonce. */
 accel_status accel__shm_nonce(char *out, size_t nbytes);
 
@@ -181,11 +203,12 @@ int accel__shm_aborted(const accel__shm *s);
  * accel__shm_check_abort. Safe from any thread. */
 void accel__shm_abort(accel__shm *s, accel__shm_why why, int rank, int pid);
 
-/* Declares the collective about to run (before its first sync): kind, count, dtype, op and root
- * as accel__comm_run validated them (kind ACCEL__SHM_CALL_ALLOC for an allocation). The sync
- * that follows compares every rank's declaration and fails with ACCEL_EINVAL on every rank,
- * naming both calls, when they differ. */
-void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int root);
+/* Declares the collective about to run (before its first sync): kind, count, dtype, op, wire
+ * and root as the front end validated them (kind ACCEL__SHM_CALL_ALLOC for an allocation). The
+ * sync that follows compares every rank's declaration and fails with ACCEL_EINVAL on every
+ * rank, naming both calls, when they differ. */
+void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
+                           int root);
 
 /* Process bookkeeping for the exit marks (shm.c): registers s as open in this process (setup
  * done), or marks it left and forgets it (teardown). */

@@ -48,6 +48,19 @@ static void copy_out(void *dst, const void *src, size_t nbytes, int nt)
     }
 }
 
+/* out (and out2) = the reduction of s->in[0..n_in) for op: through its wire dtype when it has
+ * one (rounding on load and store inside the kernel, so the traffic stays f32's and no pass
+ * converts), else in its own dtype. */
+static void reduce(const accel__shm *s, const accel__coll *op, void *out, void *out2, int n_in,
+                   size_t count)
+{
+    if (op->wire != ACCEL_F32) {
+        accel__reduce_wire(op->wire, op->op, out, out2, s->in, n_in, count, s->n_ranks);
+    } else {
+        accel__reduce(op->dtype, op->op, out, out2, s->in, n_in, count, s->n_ranks);
+    }
+}
+
 /* ---- zero-copy agreement ---- */
 
 static _Atomic uint64_t n_zero_copy;
@@ -115,7 +128,7 @@ static accel_status allreduce_zc(accel__shm *s, const accel__coll *op, const acc
         s->in[q] = zc_buf(a, q, off) + o * es;
     }
     if (c > 0) {
-        accel__reduce(op->dtype, op->op, zc_buf(a, me, off) + o * es, NULL, s->in, n, c, n);
+        reduce(s, op, zc_buf(a, me, off) + o * es, NULL, n, c);
     }
     ACCEL_TRY(accel__shm_sync(s));
     for (int i = 1; i < n; i++) {
@@ -144,7 +157,7 @@ static accel_status reduce_oneshot(accel__shm *s, const accel__coll *op, int onl
     for (int q = 0; q < s->n_ranks; q++) {
         s->in[q] = q == s->rank ? op->send : accel__shm_slot(s, q, t);
     }
-    accel__reduce(op->dtype, op->op, op->recv, NULL, s->in, s->n_ranks, op->count, s->n_ranks);
+    reduce(s, op, op->recv, NULL, s->n_ranks, op->count);
     return ACCEL_OK;
 }
 
@@ -201,8 +214,7 @@ static accel_status reduce_twoshot(accel__shm *s, const accel__coll *op, int onl
         for (int q = 0; q < n; q++) {
             s->in[q] = q == me ? send + (base + off) * es : accel__shm_slot(s, q, t) + off * es;
         }
-        accel__reduce(op->dtype, op->op, mine + off * es,
-                      gather && !nt ? recv + (base + off) * es : NULL, s->in, n, cnt, n);
+        reduce(s, op, mine + off * es, gather && !nt ? recv + (base + off) * es : NULL, n, cnt);
         ACCEL_TRY(accel__shm_sync(s));
         if (gather) {
             for (int i = nt ? 0 : 1; i < n; i++) {
@@ -222,21 +234,18 @@ static size_t round_len(size_t cnt, size_t lo, size_t per_round)
     return cnt > lo ? min_sz(per_round, cnt - lo) : 0;
 }
 
-/* Round lo of reduce_scatter: the pieces destined to the others into my slot. */
+/* Round lo of reduce_scatter: the pieces destined to the others (rank q's block at q * count
+ * of send) into my slot. */
 static void rs_copy_in(accel__shm *s, const accel__coll *op, size_t lo, size_t per_round,
                        char *mine)
 {
     const size_t es = accel_dtype_nbytes(op->dtype);
     const int n = s->n_ranks, me = s->rank;
-    size_t off, cnt;
-    for (int i = 1; i < n; i++) {
+    const size_t len = round_len(op->count, lo, per_round);
+    for (int i = 1; i < n && len > 0; i++) {
         int q = (me + i) % n;
-        accel__chunk_range(op->count, n, q, &off, &cnt);
-        size_t len = round_len(cnt, lo, per_round);
-        if (len > 0) {
-            memcpy(mine + (size_t)q * per_round * es, (const char *)op->send + (off + lo) * es,
-                   len * es);
-        }
+        memcpy(mine + (size_t)q * per_round * es,
+               (const char *)op->send + ((size_t)q * op->count + lo) * es, len * es);
     }
 }
 
@@ -247,13 +256,12 @@ static accel_status reduce_scatter_zc(accel__shm *s, const accel__coll *op, cons
 {
     const size_t es = accel_dtype_nbytes(op->dtype);
     const int n = s->n_ranks, me = s->rank;
-    size_t o, c;
-    accel__chunk_range(op->count, n, me, &o, &c);
+    const size_t o = (size_t)me * op->count, c = op->count;
     if (c > 0) {
         for (int q = 0; q < n; q++) {
             s->in[q] = zc_buf(a, q, off) + o * es;
         }
-        accel__reduce(op->dtype, op->op, zc_buf(a, me, off) + o * es, NULL, s->in, n, c, n);
+        reduce(s, op, zc_buf(a, me, off) + o * es, NULL, n, c);
     }
     return accel__shm_sync(s);
 }
@@ -265,16 +273,14 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op, int zc)
     const size_t es = accel_dtype_nbytes(op->dtype);
     const int n = s->n_ranks, me = s->rank;
     const size_t per_round = s->slot_nbytes / es / (size_t)n;
-    const size_t most = op->count / (size_t)n + (op->count % (size_t)n != 0);
+    const size_t total = op->count * (size_t)n;
     const char *send = op->send;
     char *recv = op->recv;
-    const int nt = op->count * es >= s->nt_nbytes;
-    size_t off_me, cnt_me;
-    accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
+    const int nt = total * es >= s->nt_nbytes;
+    const size_t off_me = (size_t)me * op->count, cnt_me = op->count;
     accel__shm_desc d = {0, 0, 0};
-    const int skip =
-        zc && zc_publish(s, recv == send + off_me * es, send, op->count * es, op->count, &d);
-    for (size_t lo = 0; lo < most; lo += per_round) {
+    const int skip = zc && zc_publish(s, recv == send + off_me * es, send, total * es, total, &d);
+    for (size_t lo = 0; lo < cnt_me; lo += per_round) {
         uint64_t t = s->n_slots++;
         char *mine = accel__shm_slot(s, me, t);
         if (!skip || lo > 0) {
@@ -303,10 +309,10 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op, int zc)
             if (nt) {
                 /* Reduce into my own piece of my slot (no peer reads it), then stream out. */
                 char *tmp = mine + (size_t)me * per_round * es;
-                accel__reduce(op->dtype, op->op, tmp, NULL, s->in, n, len, n);
+                reduce(s, op, tmp, NULL, n, len);
                 accel__copy_nt(recv + lo * es, tmp, len * es);
             } else {
-                accel__reduce(op->dtype, op->op, recv + lo * es, NULL, s->in, n, len, n);
+                reduce(s, op, recv + lo * es, NULL, n, len);
             }
         }
     }
@@ -317,16 +323,13 @@ static accel_status reduce_scatter(accel__shm *s, const accel__coll *op, int zc)
 static accel_status allgather_zc(accel__shm *s, const accel__coll *op, const accel__shm_sym *a,
                                  size_t off)
 {
-    const size_t es = accel_dtype_nbytes(op->dtype);
+    const size_t es = accel_dtype_nbytes(op->dtype), c = op->count;
     const int n = s->n_ranks, me = s->rank;
-    const int nt = op->count * es >= s->nt_nbytes;
-    size_t o, c;
-    for (int i = 1; i < n; i++) {
+    const int nt = c * (size_t)n * es >= s->nt_nbytes;
+    for (int i = 1; i < n && c > 0; i++) {
         int q = (me + i) % n;
-        accel__chunk_range(op->count, n, q, &o, &c);
-        if (c > 0) {
-            copy_out(zc_buf(a, me, off) + o * es, zc_buf(a, q, off) + o * es, c * es, nt);
-        }
+        size_t o = (size_t)q * c;
+        copy_out(zc_buf(a, me, off) + o * es, zc_buf(a, q, off) + o * es, c * es, nt);
     }
     return accel__shm_sync(s);
 }
@@ -336,16 +339,14 @@ static accel_status allgather(accel__shm *s, const accel__coll *op, int zc)
 {
     const size_t es = accel_dtype_nbytes(op->dtype), per_round = s->slot_nbytes / es;
     const int n = s->n_ranks, me = s->rank;
-    const size_t most = op->count / (size_t)n + (op->count % (size_t)n != 0);
+    const size_t total = op->count * (size_t)n, cnt_me = op->count, off_me = (size_t)me * cnt_me;
     const char *send = op->send;
     char *recv = op->recv;
-    size_t off_me, cnt_me, off, cnt;
-    accel__chunk_range(op->count, n, me, &off_me, &cnt_me);
     const int in_place = send == recv + off_me * es;
-    const int nt = op->count * es >= s->nt_nbytes;
+    const int nt = total * es >= s->nt_nbytes;
     accel__shm_desc d = {0, 0, 0};
-    const int skip = zc && zc_publish(s, in_place, recv, op->count * es, op->count, &d);
-    for (size_t lo = 0; lo < most; lo += per_round) {
+    const int skip = zc && zc_publish(s, in_place, recv, total * es, total, &d);
+    for (size_t lo = 0; lo < cnt_me; lo += per_round) {
         uint64_t t = s->n_slots++;
         size_t len = round_len(cnt_me, lo, per_round);
         if (len > 0 && (!skip || lo > 0)) {
@@ -368,13 +369,9 @@ static accel_status allgather(accel__shm *s, const accel__coll *op, int zc)
                 ACCEL_TRY(accel__shm_sync(s));
             }
         }
-        for (int i = 1; i < n; i++) {
+        for (int i = 1; i < n && len > 0; i++) {
             int q = (me + i) % n;
-            accel__chunk_range(op->count, n, q, &off, &cnt);
-            len = round_len(cnt, lo, per_round);
-            if (len > 0) {
-                copy_out(recv + (off + lo) * es, accel__shm_slot(s, q, t), len * es, nt);
-            }
+            copy_out(recv + ((size_t)q * cnt_me + lo) * es, accel__shm_slot(s, q, t), len * es, nt);
         }
     }
     return ACCEL_OK;
@@ -463,23 +460,17 @@ static accel_status gather(accel__shm *s, const accel__coll *op)
     return ACCEL_OK;
 }
 
-/* ---- the backend ---- */
+/* ---- one collective ---- */
 
-static accel_status shm_init(accel__comm *c, void **impl)
+accel_status accel__shm_run(accel__shm *s, const accel__coll *op)
 {
-    accel__shm *s;
-    ACCEL_TRY(accel__shm_open(&s, accel__comm_cfg(c)));
-    *impl = s;
-    return ACCEL_OK;
-}
-
-static accel_status shm_run(accel__comm *c, void *impl, const accel__coll *op)
-{
-    (void)c;
-    accel__shm *s = impl;
     s->what = accel__coll_name(op->kind);
     ACCEL_TRY(accel__shm_check_abort(s));
-    size_t nbytes = op->count * accel_dtype_nbytes(op->dtype);
+    /* Bytes of the whole array: reduce_scatter and allgather move count per rank. */
+    const int per_rank =
+        op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_ALLGATHER;
+    const size_t whole = per_rank ? op->count * (size_t)s->n_ranks : op->count;
+    const size_t nbytes = whole * accel_dtype_nbytes(op->dtype);
     /* Declare the call (fields that do not apply to its kind are 0), so that its first sync
      * checks it against every rank's before any data moves. */
     const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
@@ -487,8 +478,12 @@ static accel_status shm_run(accel__comm *c, void *impl, const accel__coll *op)
     const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
                        op->kind == ACCEL__COLL_GATHER;
     const int barrier = op->kind == ACCEL__COLL_BARRIER;
-    accel__shm_begin_call(s, (int)op->kind, barrier ? 0 : op->count, barrier ? 0 : (int)op->dtype,
-                          reducing ? (int)op->op : 0, rooted ? op->root : 0);
+    accel__shm_begin_call(s, (int)op->kind,
+                          barrier                 ? 0
+                          : per_rank && op->total ? op->total
+                                                  : whole,
+                          barrier ? 0 : (int)op->dtype, reducing ? (int)op->op : 0, (int)op->wire,
+                          rooted ? op->root : 0);
     if (nbytes == 0 && !barrier) {
         return accel__shm_sync(s); /* nothing to move, but still one checked sync */
     }
@@ -513,24 +508,3 @@ static accel_status shm_run(accel__comm *c, void *impl, const accel__coll *op)
     }
     return accel__seterr(NULL, ACCEL_EINTERNAL, "shm: unknown collective kind %d", (int)op->kind);
 }
-
-static void shm_destroy(accel__comm *c, void *impl)
-{
-    (void)c;
-    accel__shm_close(impl);
-}
-
-static accel_status shm_alloc(accel__comm *c, void *impl, size_t nbytes, void **out)
-{
-    (void)c;
-    return accel__shm_alloc(impl, nbytes, out);
-}
-
-static accel_status shm_dealloc(accel__comm *c, void *impl, void *p)
-{
-    (void)c;
-    return accel__shm_free(impl, p);
-}
-
-const accel__comm_backend accel__backend_shm = {"shm",     shm_init,    shm_run, shm_destroy,
-                                                shm_alloc, shm_dealloc, 1};

@@ -338,16 +338,23 @@ static accel_status wait_attached(accel__shm *s, double deadline)
 /* ---- sweeping ---- */
 
 /* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
- * store nonce), possibly with a creator's ".init-" suffix: names nobody else chose. */
+ * store nonce), possibly a split's ("-c" and 32 more) and possibly with a creator's ".init-"
+ * suffix: names nobody else chose. */
 static int generated(const char *key)
 {
-    size_t n = strspn(key, "0123456789abcdef");
-    if (n != 32) {
+    const char *hex = "0123456789abcdef";
+    if (strspn(key, hex) != 32) {
         return 0;
     }
     key += 32;
-    return *key == '\0' || (strncmp(key, ".init-", 6) == 0 &&
-                            strspn(key + 6, "0123456789abcdef") == 16 && key[22] == '\0');
+    if (strncmp(key, "-c", 2) == 0) {
+        if (strspn(key + 2, hex) != 32) {
+            return 0;
+        }
+        key += 34;
+    }
+    return *key == '\0' ||
+           (strncmp(key, ".init-", 6) == 0 && strspn(key + 6, hex) == 16 && key[22] == '\0');
 }
 
 /* Removes this user's segments in /dev/shm that a killed job left behind (its processes died
@@ -395,6 +402,14 @@ static void sweep(const accel__shm *s)
 
 /* ---- open and close ---- */
 
+/* The segment's size for s->n_ranks ranks and s->slot_nbytes slots. */
+static void size_segment(accel__shm *s)
+{
+    size_t lines_off = align_up(sizeof(accel__shm_header), 64);
+    size_t data_off = align_up(lines_off + (size_t)s->n_ranks * sizeof(accel__shm_line), 4096);
+    s->map_nbytes = data_off + (size_t)s->n_ranks * 2 * s->slot_nbytes;
+}
+
 /* Reads the ACCEL_SHM_* settings into s and sizes the segment. */
 static accel_status settings(accel__shm *s, const accel__comm_config *cfg)
 {
@@ -423,11 +438,23 @@ static accel_status settings(accel__shm *s, const accel__comm_config *cfg)
     s->nt_nbytes = (size_t)nt;
     s->zc_nbytes = zc < 0 ? SIZE_MAX : (size_t)zc; /* -1: never */
     s->slot_nbytes = align_up((size_t)(oneshot > chunk ? oneshot : chunk), 4096);
-    size_t lines_off = align_up(sizeof(accel__shm_header), 64);
-    size_t data_off = align_up(lines_off + (size_t)s->n_ranks * sizeof(accel__shm_line), 4096);
-    s->map_nbytes = data_off + (size_t)s->n_ranks * 2 * s->slot_nbytes;
+    size_segment(s);
     s->what = "shm setup";
     return ACCEL_OK;
+}
+
+/* A zeroed endpoint with its input-pointer array for n ranks, or NULL. */
+static accel__shm *endpoint_new(int n_ranks)
+{
+    accel__shm *s = accel__calloc(1, sizeof(*s));
+    const void **in = accel__calloc((size_t)n_ranks, sizeof(*in));
+    if (s == NULL || in == NULL) {
+        accel__free(s);
+        accel__free(in);
+        return NULL;
+    }
+    s->in = in;
+    return s;
 }
 
 accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
@@ -438,14 +465,10 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
                              "%d are local",
                              cfg->local_n_ranks, cfg->n_ranks);
     }
-    accel__shm *s = accel__calloc(1, sizeof(*s));
-    const void **in = accel__calloc((size_t)cfg->n_ranks, sizeof(*in));
-    if (s == NULL || in == NULL) {
-        accel__free(s);
-        accel__free(in);
+    accel__shm *s = endpoint_new(cfg->n_ranks);
+    if (s == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "shm: out of memory");
     }
-    s->in = in;
     accel_status st = settings(s, cfg);
     double deadline = accel__now() + s->timeout_s;
     char key[KEY_MAX + 1] = "";
@@ -463,6 +486,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     /* The hash covers the whole key, the name only its first KEY_MAX characters. */
     uint64_t job_hash = key_hash(have_id ? cfg->job_id : key);
     make_name(s->name, sizeof(s->name), key);
+    snprintf(s->root_name, sizeof(s->root_name), "%s", s->name);
     /* The creator: local process 0, which with the store is process 0, the one serving it. */
     const int creator = by_store ? cfg->rank == 0 : cfg->local_rank == 0;
     if (st == ACCEL_OK) {
@@ -509,6 +533,51 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
                s->name, s->n_ranks, s->oneshot_nbytes, s->slot_nbytes, s->spin_s * 1e6);
     *out = s;
     return ACCEL_OK;
+}
+
+accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
+                              const accel__comm_config *cfg, const char *nonce)
+{
+    accel__shm *s = endpoint_new(cfg->n_ranks);
+    if (s == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: out of memory");
+    }
+    /* The parent's settings, which every rank verified to be the same. */
+    s->rank = cfg->rank;
+    s->n_ranks = cfg->n_ranks;
+    s->timeout_s = parent->timeout_s;
+    s->log = parent->log;
+    s->spin_s = parent->spin_s;
+    s->oneshot_nbytes = parent->oneshot_nbytes;
+    s->nt_nbytes = parent->nt_nbytes;
+    s->zc_nbytes = parent->zc_nbytes;
+    s->slot_nbytes = parent->slot_nbytes;
+    size_segment(s);
+    s->what = "accel__comm_split";
+    snprintf(s->root_name, sizeof(s->root_name), "%s", parent->root_name);
+    if (snprintf(s->name, sizeof(s->name), "%s-c%s", s->root_name, nonce) >= (int)sizeof(s->name)) {
+        accel__shm_close(s);
+        return accel__seterr(NULL, ACCEL_EINTERNAL, "shm: segment name too long");
+    }
+    uint64_t job_hash = key_hash(nonce);
+    accel_status st = cfg->rank == 0 ? create(s, job_hash) : join(s, job_hash, 0, 0);
+    if (st != ACCEL_OK) {
+        if (s->own_name) {
+            shm_unlink(s->name);
+            s->own_name = 0;
+        }
+        accel__shm_close(s);
+        return st;
+    }
+    *out = s;
+    return ACCEL_OK;
+}
+
+int accel__shm_attach_child(accel__shm *s)
+{
+    int last = attach(s);
+    accel__shm_register(s);
+    return last;
 }
 
 void accel__shm_close(accel__shm *s)

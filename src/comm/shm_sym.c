@@ -165,7 +165,7 @@ accel_status accel__shm_alloc(accel__shm *s, size_t nbytes, void **out)
     accel__shm_put_alloc(s, a->id, nbytes, 0, own);
     accel__shm_put_alloc(s, a->id, nbytes, 1, 0);
     /* Sizes may differ (checked below, without breaking the communicator): not declared. */
-    accel__shm_begin_call(s, ACCEL__SHM_CALL_ALLOC, 0, 0, 0, 0);
+    accel__shm_begin_call(s, ACCEL__SHM_CALL_ALLOC, 0, 0, 0, 0, 0);
     accel_status st = accel__shm_sync(s);
     if (st != ACCEL_OK || (st = check_peers(s, a, 0)) != ACCEL_OK) {
         if (own == ACCEL_OK) {

@@ -74,9 +74,9 @@ static accel_status allgather(accel *acc, const void *send, void *recv, size_t p
     op.kind = ACCEL__COLL_ALLGATHER;
     op.send = send;
     op.recv = recv;
-    op.count = per * (size_t)acc->n_ranks;
+    op.count = per;
     op.dtype = dt;
-    accel_status st = accel__comm_run(acc->comm, &op, NULL);
+    accel_status st = accel__comm_run(acc->comm, &op);
     return st == ACCEL_OK ? ACCEL_OK : accel__adopt_thread_error(acc, st);
 }
 

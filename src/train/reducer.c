@@ -2,13 +2,14 @@
  * The reducer (DDP's Reducer): owns a model's gradient buckets end to end. It turns the
  * geometry's buckets into communication ranges at prepare (from the first to the last
  * trainable parameter, with the frozen ranges inside precomputed), counts readiness during a
- * backward, launches each complete bucket strictly in bucket order on every process, runs the
- * bf16 / fp16 compression as hooks of the collective (on the communication thread, not the
- * training thread), waits, and records profiler spans. Gradients in GPU memory reach this
- * build's communicators, which read host memory only, through staging: the hooks copy a bucket
- * to pinned host memory after the compute stream has produced it (an event recorded at
- * launch) and back once reduced, on a stream of their own, so the copies overlap the rest of
- * backward (the single-GPU multi-process path; NCCL on device buffers comes with comm v2).
+ * backward, launches each complete bucket strictly in bucket order on every process, asks for
+ * bf16 / fp16 compression as the all-reduce's wire dtype (the communicator rounds inside its
+ * reduction, no conversion pass on any thread), waits, and records profiler spans. Gradients
+ * in GPU memory reach this build's communicators, which read host memory only, through
+ * staging: the collective's hooks copy a bucket to pinned host memory after the compute stream
+ * has produced it (an event recorded at launch) and back once reduced, on a stream of their
+ * own, so the copies overlap the rest of backward (the single-GPU multi-process path; NCCL on
+ * device buffers will take the stream instead).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -89,40 +90,11 @@ static void build_ranges(accel_model *m)
     }
 }
 
-/* The compressed gradient buffer: symmetric memory when the gradients are (so compressed
- * all-reduces stay zero-copy), else device memory. */
-static accel_status alloc_comm_buf(accel_model *m)
-{
-    accel__reducer *r = &m->red;
-    size_t nbytes = m->flat.padded_numel * sizeof(uint16_t);
-    void *p = NULL;
-    if (m->grad_shared) {
-        accel_status st = accel__comm_alloc(m->acc->comm, nbytes, &p);
-        if (st == ACCEL_OK) {
-            r->comm_buf = p;
-            r->comm_buf_shared = 1;
-            return ACCEL_OK;
-        }
-        accel__log(&m->acc->log, ACCEL__LOG_WARN,
-                   "accel_prepare: compressed gradients in plain memory (all-reduces copy "
-                   "them): %s",
-                   accel_last_error(NULL));
-    }
-    if (accel__dev_alloc(m->dev, nbytes, 1, &p) != ACCEL_OK) {
-        return accel__seterr(m->acc, ACCEL_ENOMEM,
-                             "accel_prepare: out of memory for the compressed gradient buffer "
-                             "(%zu elements)",
-                             m->flat.padded_numel);
-    }
-    r->comm_buf = p;
-    return ACCEL_OK;
-}
-
-/* Staging: the pinned host mirror of the wire buffer and one event per bucket. */
+/* Staging: the pinned host mirror of the gradients and one event per bucket. */
 static accel_status alloc_staging(accel_model *m)
 {
     accel__reducer *r = &m->red;
-    size_t nbytes = m->flat.padded_numel * accel_dtype_nbytes(r->comm_dtype);
+    size_t nbytes = m->flat.padded_numel * sizeof(float);
     accel_status st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
     for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
         st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
@@ -164,14 +136,19 @@ accel_status accel__reducer_prepare(accel_model *m)
     memset(r->ready, 1, (size_t)m->n_params);
     int dt = acc->opt.comm_dtype;
     int compressed = acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16);
+    if (compressed && !(accel__comm_caps(acc->comm) & ACCEL__COMM_WIRE)) {
+        accel__reducer_free(m);
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_prepare: comm_dtype=%s needs a backend that reduces through a "
+                             "wire dtype, and %s does not",
+                             accel_dtype_name((accel_dtype)dt), accel__comm_backend_name(acc->comm));
+    }
     r->staged = acc->n_ranks > 1 && accel__model_staged(m);
     r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
-    accel_status st = compressed ? alloc_comm_buf(m) : ACCEL_OK;
-    if (st == ACCEL_OK && (compressed || r->staged)) {
+    accel_status st = ACCEL_OK;
+    if (r->staged) {
         st = accel__stream_new(m->dev, &r->comm_stream);
-    }
-    if (st == ACCEL_OK && r->staged) {
-        st = alloc_staging(m);
+        st = st == ACCEL_OK ? alloc_staging(m) : st;
     }
     if (st != ACCEL_OK) {
         accel__reducer_free(m);
@@ -185,11 +162,6 @@ void accel__reducer_free(accel_model *m)
     accel__reducer *r = &m->red;
     if (r->buckets != NULL) {
         (void)accel__reducer_wait(m);
-    }
-    if (r->comm_buf_shared) {
-        (void)accel__comm_dealloc(m->acc->comm, r->comm_buf);
-    } else {
-        accel__dev_free(m->dev, r->comm_buf);
     }
     accel__stream_free(m->dev, r->comm_stream);
     accel__dev_host_free(m->dev, r->host_buf);
@@ -215,36 +187,17 @@ static void hook_status(accel__bucket *bk, accel_status st)
     }
 }
 
-/* The bucket's slice of the buffer the collective moves, on the device: the gradients, or
- * their bf16 / f16 compression. */
-static void *wire(accel_model *m, const accel__bucket *bk)
-{
-    accel__reducer *r = &m->red;
-    return r->comm_buf != NULL ? (void *)(r->comm_buf + bk->offset)
-                               : (void *)(m->grad + bk->offset);
-}
-
-/* Before the data moves: DDP's bf16 / f16 compression hook (half the bytes on the wire; the
- * comm layer accumulates in fp32 and rounds the result once), and when staged the copy to host
- * memory, ordered after the compute stream's work on the bucket. */
+/* Before the data moves, when staged: the bucket's gradients to host memory, ordered after
+ * the compute stream's work on them. */
 static void bucket_pre(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
-    accel_status st = ACCEL_OK;
-    if (r->staged) {
-        st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
-    }
-    if (st == ACCEL_OK && r->comm_buf != NULL) {
-        st = accel__dev_convert(m->dev,
-                                accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                                accel__grad_span(m, bk->offset, bk->count), r->comm_stream);
-    }
-    if (st == ACCEL_OK && r->staged) {
-        size_t es = accel_dtype_nbytes(r->comm_dtype);
-        st = accel__dev_copy(m->dev, (char *)r->host_buf + bk->offset * es, wire(m, bk),
-                             bk->count * es, ACCEL__COPY_D2H, r->comm_stream);
+    accel_status st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
+    if (st == ACCEL_OK) {
+        st = accel__dev_copy(m->dev, (float *)r->host_buf + bk->offset, m->grad + bk->offset,
+                             bk->count * sizeof(float), ACCEL__COPY_D2H, r->comm_stream);
     }
     if (st == ACCEL_OK) {
         st = accel__stream_sync(m->dev, r->comm_stream); /* host bytes ready for the collective */
@@ -252,24 +205,16 @@ static void bucket_pre(void *arg)
     hook_status(bk, st);
 }
 
-/* After the data moved: back to the device when staged, then decompressed. Complete on return,
- * so the gradients are final once the collective is. */
+/* After the data moved, when staged: back to the device. Complete on return, so the gradients
+ * are final once the collective is. */
 static void bucket_post(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
-    accel_status st = ACCEL_OK;
-    if (r->staged) {
-        size_t es = accel_dtype_nbytes(r->comm_dtype);
-        st = accel__dev_copy(m->dev, wire(m, bk), (char *)r->host_buf + bk->offset * es,
-                             bk->count * es, ACCEL__COPY_H2D, r->comm_stream);
-    }
-    if (st == ACCEL_OK && r->comm_buf != NULL) {
-        st = accel__dev_convert(m->dev, accel__grad_span(m, bk->offset, bk->count),
-                                accel__dspan_of(r->comm_buf + bk->offset, r->comm_dtype, bk->count),
-                                r->comm_stream);
-    }
+    accel_status st =
+        accel__dev_copy(m->dev, m->grad + bk->offset, (float *)r->host_buf + bk->offset,
+                        bk->count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
     if (st == ACCEL_OK) {
         st = accel__stream_sync(m->dev, r->comm_stream);
     }
@@ -290,11 +235,17 @@ static accel_status launch_bucket(accel_model *m, int b)
             return accel__adopt_thread_error(m->acc, st);
         }
     }
-    void *buf = r->staged ? (char *)r->host_buf + bk->offset * accel_dtype_nbytes(r->comm_dtype)
-                          : wire(m, bk);
-    accel__coll op = {ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, r->comm_dtype, bucket_op(m), 0};
-    accel__coll_hooks hooks = {bucket_pre, bucket_post, bk};
-    int hooked = r->comm_buf != NULL || r->staged;
+    /* DDP's bf16 / fp16 compression is the all-reduce's wire dtype: the result is exactly
+     * compress -> reduce in fp32 -> round -> decompress, in place on the (symmetric) gradient. */
+    float *buf = r->staged ? (float *)r->host_buf + bk->offset : m->grad + bk->offset;
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, ACCEL_F32, bucket_op(m), 0);
+    op.wire = r->comm_dtype;
+    if (r->staged) {
+        op.pre = bucket_pre;
+        op.post = bucket_post;
+        op.hook_arg = bk;
+    }
     bk->hook_st = ACCEL_OK;
     if (r->staged) {
         /* The bucket leaves the GPU after everything queued on the compute stream so far. */
@@ -305,7 +256,7 @@ static accel_status launch_bucket(accel_model *m, int b)
     }
     bk->launch_time = accel__now();
     bk->done_time = 0;
-    accel_status st = accel__comm_run_hooked(m->acc->comm, &op, hooked ? &hooks : NULL, &bk->work);
+    accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &bk->work);
     if (st != ACCEL_OK) {
         bk->work = NULL;
         return accel__adopt_thread_error(m->acc, st);

@@ -40,7 +40,7 @@ typedef struct accel__bucket {
 
 /*
  * Gradient reduction of one model (reducer.c): readiness, launch strictly in bucket order,
- * compression hooks run by the communication thread, wait, profiler spans. Built at prepare.
+ * compression as the all-reduce's wire dtype, wait, profiler spans. Built at prepare.
  */
 typedef struct accel__reducer {
     int n_buckets;
@@ -50,15 +50,13 @@ typedef struct accel__reducer {
     unsigned char *ready;       /* per parameter, current backward */
     int next_launch;            /* first bucket not yet launched */
     int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter (not yet) */
-    accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 compressed */
-    uint16_t *comm_buf;         /* compressed gradients (flat layout), NULL when not compressed */
-    int comm_buf_shared;        /* comm_buf is symmetric memory (zero-copy collectives) */
-    accel__stream *comm_stream; /* the communication thread's conversions and copies */
+    accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
+    accel__stream *comm_stream; /* staged: the communication thread's copies */
     /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
      * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
      * as the collective's hooks, after the bucket's ready_ev. */
     int staged;
-    void *host_buf; /* pinned host mirror of the wire buffer (grad, or comm_buf compressed) */
+    void *host_buf; /* pinned host mirror of the fp32 gradients */
 } accel__reducer;
 
 struct accel_model {
@@ -205,8 +203,8 @@ accel_status accel__model_read_flag(accel_model *m, int32_t *out);
 /* ---- the reducer (reducer.c) ---- */
 
 /* Builds the buckets' communication state from the geometry and the current frozen flags
- * (sets every accel_param.bucket), allocates the compressed buffer when comm_dtype asks for
- * one. Collective when the buffer is symmetric memory. Idempotent. */
+ * (sets every accel_param.bucket), checks that the backend can compress as comm_dtype asks,
+ * and sets up staging for gradients in GPU memory. Idempotent. */
 accel_status accel__reducer_prepare(accel_model *m);
 /* Waits for in-flight work, then releases everything. */
 void accel__reducer_free(accel_model *m);

@@ -1,8 +1,10 @@
 /*
  * Symmetric shared memory (accel_alloc_shared) and the zero-copy collectives on it: the in-place
- * matrix of test_collectives (every collective x dtype x op, counts {0, 1, 7} and 1000003 on a
- * subset) on buffers from accel_alloc_shared with ACCEL_SHM_ZEROCOPY_NBYTES=0, so every non-empty
- * call takes the zero-copy path (counted); then the fallbacks, which must give the same results
+ * matrix of test_collectives (every collective x dtype x op, counts {0, 1, 7, 12} and 1000003,
+ * 999996 on a subset) on buffers from accel_alloc_shared with ACCEL_SHM_ZEROCOPY_NBYTES=0, so
+ * every non-empty call takes the zero-copy path (counted), except reduce_scatter / allgather of
+ * counts that do not split evenly (the public helpers pad those through a scratch buffer; 12 and
+ * 999996 split evenly on 1-4 processes); then the fallbacks, which must give the same results
  * without zero-copy: offsets that differ between processes, one process on plain memory, out of
  * place; then the allocation itself: names gone from /dev/shm, size mismatch (EINVAL everywhere,
  * communicator still usable), ordering after queued asynchronous work, accel_free_shared.
@@ -85,18 +87,26 @@ int main(void)
     /* 1. Zero-copy: every in-place case. */
     only_in_place = 1;
     uint64_t zc0 = accel__shm_zero_copy_calls();
-    static const size_t small[] = {0, 1, 7};
+    static const size_t small[] = {0, 1, 7, 12}, bigs[] = {big, 999996};
     for (size_t c = 0; c < sizeof(small) / sizeof(small[0]); c++) {
         matrix(small[c], 0);
     }
-    matrix(big, 1);
+    for (size_t c = 0; c < sizeof(bigs) / sizeof(bigs[0]); c++) {
+        matrix(bigs[c], 1);
+    }
     uint64_t zc = accel__shm_zero_copy_calls() - zc0;
     if (is_shm) {
         /* Every non-empty in-place allreduce, reduce_scatter, allgather and broadcast: per small
-         * count 64 + 64 reducing (dtype x op, no BOOL AVG), 13 allgathers, 13 broadcasts per
-         * root; the large count 4 pairs of each. */
-        uint64_t roots = n_ranks > 1 ? 2 : 1;
-        uint64_t want = 2 * (64 + 64 + 13 + 13 * roots) + (4 + 4 + 4 + 4 * roots);
+         * count 64 allreduces + 64 reduce_scatters (dtype x op, no BOOL AVG), 13 allgathers, 13
+         * broadcasts per root; each large count 4 pairs of each. Reduce_scatter and allgather
+         * only when the count splits evenly. */
+        uint64_t roots = n_ranks > 1 ? 2 : 1, want = 0;
+        for (size_t c = 1; c < sizeof(small) / sizeof(small[0]); c++) {
+            want += 64 + 13 * roots + (small[c] % (size_t)n_ranks == 0 ? 64 + 13 : 0);
+        }
+        for (size_t c = 0; c < sizeof(bigs) / sizeof(bigs[0]); c++) {
+            want += 4 + 4 * roots + (bigs[c] % (size_t)n_ranks == 0 ? 4 + 4 : 0);
+        }
         CHECK_MSG(zc == want, "%llu zero-copy calls, expected %llu", (unsigned long long)zc,
                   (unsigned long long)want);
     }

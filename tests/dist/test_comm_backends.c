@@ -1,0 +1,335 @@
+/*
+ * Backend against backend (ggml's test-backend-ops idea): every collective x dtype x op on a
+ * range of counts, in place, out of place and on symmetric memory, computed by the backends and
+ * by a reference built here from the scalar reduction kernel over every process's input (each
+ * process can generate all of them). With 1 process both self and a 1-process shm run every
+ * case; with 2-4 processes shm does. Results must be bit-identical.
+ *
+ * Wire dtype: allreduce of F32 through BF16 / F16 must equal the compressed path exactly (each
+ * input converted to the wire dtype, reduced there by the scalar kernel, converted back), on the
+ * one-shot, two-shot (several chunks) and zero-copy paths, and equal that same path run on the
+ * backend itself (convert, 16-bit allreduce, convert back: the reducer before comm v2).
+ *
+ * ACCEL_TEST_NPROCS: 1 2 3 4
+ */
+#include <string.h>
+
+#include "check.h"
+#include "base/half.h"
+#include "comm/comm.h"
+#include "comm/reduce.h"
+
+/* src/comm/shm.h (not included: it is the backend's private header). */
+uint64_t accel__shm_zero_copy_calls(void);
+
+static int rank, n_ranks;
+static unsigned seed;
+static int cases;
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v != NULL && *v != '\0' ? atoi(v) : dflt;
+}
+
+static accel__comm *comm_new(const char *backend, const char *job_id)
+{
+    accel__comm_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.backend = backend;
+    cfg.rank = rank;
+    cfg.n_ranks = n_ranks;
+    cfg.local_rank = env_int("LOCAL_RANK", 0);
+    cfg.local_n_ranks = env_int("LOCAL_WORLD_SIZE", 1);
+    cfg.job_id = job_id;
+    cfg.master_addr = getenv("MASTER_ADDR");
+    cfg.master_port = env_int("MASTER_PORT", 29500);
+    cfg.timeout_s = 60;
+    cfg.log.rank = rank;
+    cfg.log.n_ranks = n_ranks;
+    cfg.log.level = ACCEL__LOG_WARN;
+    accel__comm *c;
+    CHECK_OK(NULL, accel__comm_new(&c, &cfg));
+    return c;
+}
+
+/* Element i of process r's input in case `seed`, as dtype dt. Floats carry 23 random mantissa
+ * bits (so wire rounding matters) and stay small; integers are small. */
+static void gen(accel_dtype dt, int r, size_t i, void *out)
+{
+    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + seed * 977u);
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    float f = (float)(h & 0xffffff) / (float)(1 << 23) - 1.0f;
+    switch (dt) {
+    case ACCEL_F32:
+        memcpy(out, &f, 4);
+        break;
+    case ACCEL_F64: {
+        double d = (double)f / 3.0;
+        memcpy(out, &d, 8);
+        break;
+    }
+    case ACCEL_BF16: {
+        uint16_t v = accel__f32_to_bf16(f);
+        memcpy(out, &v, 2);
+        break;
+    }
+    case ACCEL_F16: {
+        uint16_t v = accel__f32_to_f16(f);
+        memcpy(out, &v, 2);
+        break;
+    }
+    case ACCEL_I32: {
+        int32_t v = (int32_t)(h % 13) - 6;
+        memcpy(out, &v, 4);
+        break;
+    }
+    default:
+        *(uint8_t *)out = (uint8_t)(h % 13);
+        break;
+    }
+}
+
+static void *xmalloc(size_t nbytes)
+{
+    void *p = malloc(nbytes > 0 ? nbytes : 1);
+    CHECK(p != NULL);
+    return p;
+}
+
+/* Process r's whole input of `count` elements. */
+static char *input(accel_dtype dt, int r, size_t count)
+{
+    size_t es = accel_dtype_nbytes(dt);
+    char *p = xmalloc(count * es);
+    for (size_t i = 0; i < count; i++) {
+        gen(dt, r, i, p + i * es);
+    }
+    return p;
+}
+
+/* The reduction over all processes' inputs of `count` elements (wire: through it). */
+static char *reference_reduce(accel_dtype dt, accel_dtype wire, accel_reduce_op op, size_t count)
+{
+    const void *in[4];
+    char *ins[4];
+    char *out = xmalloc(count * accel_dtype_nbytes(dt));
+    for (int q = 0; q < n_ranks; q++) {
+        ins[q] = input(dt, q, count);
+        if (wire != ACCEL_F32) { /* compress */
+            uint16_t *h = xmalloc(count * 2);
+            for (size_t i = 0; i < count; i++) {
+                float f;
+                memcpy(&f, ins[q] + 4 * i, 4);
+                h[i] = wire == ACCEL_BF16 ? accel__f32_to_bf16(f) : accel__f32_to_f16(f);
+            }
+            free(ins[q]);
+            ins[q] = (char *)h;
+        }
+        in[q] = ins[q];
+    }
+    if (wire == ACCEL_F32) {
+        accel__reduce_isa(ACCEL__ISA_SCALAR, dt, op, out, NULL, in, n_ranks, count, n_ranks);
+    } else { /* reduce in the wire dtype, decompress */
+        uint16_t *h = xmalloc(count * 2);
+        accel__reduce_isa(ACCEL__ISA_SCALAR, wire, op, h, NULL, in, n_ranks, count, n_ranks);
+        for (size_t i = 0; i < count; i++) {
+            float f = wire == ACCEL_BF16 ? accel__bf16_to_f32(h[i]) : accel__f16_to_f32(h[i]);
+            memcpy(out + 4 * i, &f, 4);
+        }
+        free(h);
+    }
+    for (int q = 0; q < n_ranks; q++) {
+        free(ins[q]);
+    }
+    return out;
+}
+
+static void expect(const void *got, const void *want, size_t nbytes, const accel__comm *c,
+                   const accel__coll *op, const char *form)
+{
+    if (nbytes == 0 || memcmp(got, want, nbytes) == 0) {
+        return;
+    }
+    char call[160];
+    accel__coll_str(op, n_ranks, call, sizeof(call));
+    size_t i = 0;
+    while (((const char *)got)[i] == ((const char *)want)[i]) {
+        i++;
+    }
+    fprintf(stderr, "rank %d: %s on %s (%s), seed %u: byte %zu differs from the reference\n", rank,
+            call, accel__comm_backend_name(c), form, seed, i);
+    exit(1);
+}
+
+enum { OUT_OF_PLACE, IN_PLACE, SYMMETRIC };
+static const char *const forms[] = {"out of place", "in place", "symmetric, in place"};
+
+/* One case on c in one form; buf (symmetric memory for SYMMETRIC) holds enough for any case. */
+static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind, accel_dtype dt,
+                     accel_reduce_op rop, accel_dtype wire, size_t count, int root)
+{
+    seed++;
+    cases++;
+    const size_t es = accel_dtype_nbytes(dt), n = (size_t)n_ranks;
+    const int per_rank = kind == ACCEL__COLL_REDUCE_SCATTER || kind == ACCEL__COLL_ALLGATHER ||
+                         kind == ACCEL__COLL_GATHER;
+    const size_t whole = per_rank ? count * n : count;
+    char *scratch = form == SYMMETRIC ? buf : xmalloc(2 * whole * es + 64);
+    char *send = scratch, *recv = form == OUT_OF_PLACE ? scratch + whole * es : scratch;
+    char *mine = input(dt, rank, kind == ACCEL__COLL_REDUCE_SCATTER ? whole : count);
+    accel__coll op = ACCEL__COLL(kind, send, recv, count, dt, rop, root);
+    op.wire = wire;
+    char *want = NULL;
+    switch (kind) {
+    case ACCEL__COLL_ALLREDUCE:
+    case ACCEL__COLL_REDUCE:
+        memcpy(send, mine, count * es);
+        want = reference_reduce(dt, wire, rop, count);
+        break;
+    case ACCEL__COLL_REDUCE_SCATTER:
+        memcpy(send, mine, whole * es);
+        op.recv = form == OUT_OF_PLACE ? recv : send + (size_t)rank * count * es;
+        want = reference_reduce(dt, wire, rop, whole);
+        memmove(want, want + (size_t)rank * count * es, count * es);
+        break;
+    case ACCEL__COLL_ALLGATHER:
+    case ACCEL__COLL_GATHER:
+        op.send = form == OUT_OF_PLACE ? send : recv + (size_t)rank * count * es;
+        memcpy((char *)op.send, mine, count * es);
+        want = xmalloc(whole * es);
+        for (int q = 0; q < n_ranks; q++) {
+            char *in = input(dt, q, count);
+            memcpy(want + (size_t)q * count * es, in, count * es);
+            free(in);
+        }
+        break;
+    default: /* broadcast */
+        memcpy(send, mine, count * es);
+        free(mine);
+        mine = input(dt, root, count);
+        want = mine;
+        mine = NULL;
+        break;
+    }
+    if (kind == ACCEL__COLL_REDUCE || kind == ACCEL__COLL_GATHER) {
+        op.recv = rank == root ? op.recv : NULL;
+    }
+    CHECK_OK(NULL, accel__comm_run(c, &op));
+    const int has_result = (kind != ACCEL__COLL_REDUCE && kind != ACCEL__COLL_GATHER) ||
+                           rank == root;
+    if (has_result) {
+        const size_t got_n = kind == ACCEL__COLL_REDUCE_SCATTER ? count : whole;
+        expect(op.recv, want, got_n * es, c, &op, forms[form]);
+    }
+    free(want);
+    free(mine);
+    if (form != SYMMETRIC) {
+        free(scratch);
+    }
+}
+
+static void matrix(accel__comm *c, char *sym)
+{
+    static const accel_dtype dts[] = {ACCEL_F32, ACCEL_F64, ACCEL_BF16, ACCEL_F16, ACCEL_I32,
+                                      ACCEL_U8};
+    static const size_t counts[] = {0, 1, 13, 70001};
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        const size_t count = counts[ci];
+        for (int kind = ACCEL__COLL_ALLREDUCE; kind <= ACCEL__COLL_GATHER; kind++) {
+            const int reducing = kind == ACCEL__COLL_ALLREDUCE ||
+                                 kind == ACCEL__COLL_REDUCE_SCATTER || kind == ACCEL__COLL_REDUCE;
+            for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+                for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
+                    /* Large counts: a few pairs only (the small ones cover every pair). */
+                    if (count > 1000 && ((d != 0 && d != 2) || rop > ACCEL_AVG)) {
+                        continue;
+                    }
+                    int root = kind >= ACCEL__COLL_BROADCAST ? (int)(seed % (unsigned)n_ranks) : 0;
+                    for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
+                        run_case(c, sym, form, (accel__coll_kind)kind, dts[d],
+                                 (accel_reduce_op)rop, ACCEL_F32, count, root);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The wire dtype against the compressed path, computed here and run on the backend. */
+static void wire_cases(accel__comm *c, char *sym)
+{
+    static const size_t counts[] = {1, 13, 4099, 70001, 300007};
+    static const accel_dtype wires[] = {ACCEL_BF16, ACCEL_F16};
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        for (int wi = 0; wi < 2; wi++) {
+            for (int rop = ACCEL_SUM; rop <= ACCEL_PROD; rop++) {
+                for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
+                    run_case(c, sym, form, ACCEL__COLL_ALLREDUCE, ACCEL_F32, (accel_reduce_op)rop,
+                             wires[wi], counts[ci], 0);
+                }
+            }
+            /* The compressed path on the backend: convert, 16-bit allreduce, convert back. */
+            const size_t count = counts[ci];
+            seed++;
+            float *g = (float *)input(ACCEL_F32, rank, count);
+            uint16_t *h = xmalloc(count * 2);
+            CHECK_OK(NULL, accel_convert(h, wires[wi], g, ACCEL_F32, count));
+            CHECK_OK(NULL, accel__allreduce(c, h, h, count, wires[wi], ACCEL_AVG));
+            CHECK_OK(NULL, accel_convert(g, ACCEL_F32, h, wires[wi], count));
+            float *w2 = (float *)input(ACCEL_F32, rank, count);
+            accel__coll op =
+                ACCEL__COLL(ACCEL__COLL_ALLREDUCE, w2, w2, count, ACCEL_F32, ACCEL_AVG, 0);
+            op.wire = wires[wi];
+            CHECK_OK(NULL, accel__comm_run(c, &op));
+            expect(w2, g, count * 4, c, &op, "against the converting path");
+            free(g);
+            free(h);
+            free(w2);
+        }
+    }
+}
+
+/* Everything on c; returns the zero-copy calls it made. */
+static uint64_t all_cases(accel__comm *c)
+{
+    const size_t sym_nbytes = 2 * 300007 * 8 * (size_t)n_ranks + 64;
+    void *sym = NULL;
+    CHECK_OK(NULL, accel__comm_alloc(c, sym_nbytes, &sym));
+    uint64_t zc0 = accel__shm_zero_copy_calls();
+    matrix(c, sym);
+    wire_cases(c, sym);
+    uint64_t zc = accel__shm_zero_copy_calls() - zc0;
+    CHECK_OK(NULL, accel__comm_dealloc(c, sym));
+    return zc;
+}
+
+int main(void)
+{
+    /* Zero-copy above 64 KiB on symmetric memory: the 70001- and 300007-element cases. */
+    setenv("ACCEL_SHM_ZEROCOPY_NBYTES", "65536", 1);
+    rank = env_int("RANK", 0);
+    n_ranks = env_int("WORLD_SIZE", 1);
+    uint64_t zc;
+    if (n_ranks == 1) {
+        accel__comm *self = comm_new("self", NULL), *shm = comm_new("shm", NULL);
+        CHECK(all_cases(self) == 0);
+        zc = all_cases(shm);
+        accel__comm_free(self);
+        accel__comm_free(shm);
+    } else {
+        accel__comm *shm = comm_new("shm", getenv("ACCEL_JOB_ID"));
+        zc = all_cases(shm);
+        accel__comm_free(shm);
+    }
+    /* The symmetric large cases really took the zero-copy path. */
+    CHECK_MSG(zc > 0, "no zero-copy call");
+    if (rank == 0) {
+        printf("test_comm_backends: %d processes: %d cases bit-identical to the reference, %llu "
+               "zero-copy\n",
+               n_ranks, cases, (unsigned long long)zc);
+    }
+    return 0;
+}
