@@ -1,7 +1,8 @@
 # accel top-level Makefile: thin wrapper around CMake.
 #   make demo    install missing Debian packages, build, train examples/gpt under accel launch
 #                (bf16, accumulation, TensorBoard, checkpoints), then resume it (DEMO_DIR)
-#   make test    install missing packages, build with -Werror, run the unit tests under
+#   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
+#                DESIGN.md §2), build with -Werror, run the unit tests under
 #                AddressSanitizer + UndefinedBehaviorSanitizer, compile the CUDA build and run
 #                its GPU tests (test-cuda), then the whole suite (its Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
@@ -30,6 +31,7 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps
+	bash scripts/check-layers.sh
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)

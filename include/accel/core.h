@@ -110,7 +110,7 @@ typedef struct accel_options {
     const char *logging_dir;         /* NULL = project_dir */
     int automatic_checkpoint_naming; /* -1 unset = 0 */
     int total_limit;                 /* 0 unset = keep all */
-    int iteration;                   /* -1 unset = 0 */
+    int iteration;                   /* -1 unset = 0; the counter: accel_checkpoint_iteration */
     int save_on_each_node;           /* -1 unset = 0 */
 
     /* Tracking */

@@ -1,7 +1,8 @@
 /*
  * save_state / load_state orchestration: folder naming (explicit, or ProjectConfiguration's
- * project_dir/checkpoints/checkpoint_<n>), the registry of custom objects and pre-hooks, and
- * the collective protocol around the crash-safe folder primitives of atomic.h.
+ * project_dir/checkpoints/checkpoint_<n>, with the automatic counter `iteration`, which lives
+ * here), the objects registered for checkpointing and the pre-hooks, and the collective
+ * protocol around the crash-safe folder primitives of atomic.h.
  *
  * Save protocol: the writing process (the main one, or each node's local main with
  * save_on_each_node) creates the staging folder; all agree; hooks run; every process writes its
@@ -27,18 +28,33 @@ typedef struct state_hook {
     void *ctx;
 } state_hook;
 
+/* An object registered with accel_register_for_checkpointing: custom_checkpoint_<index>.bin. */
+typedef struct custom_obj {
+    accel__object obj; /* first: listed on the accelerator, kind ACCEL__OBJ_CUSTOM */
+    accel_state_save_fn save;
+    accel_state_load_fn load;
+    void *ctx;
+    int index; /* registration order */
+} custom_obj;
+
 typedef struct ckpt_module {
-    accel__custom_obj *custom;
+    custom_obj **custom;
     int n_custom, cap_custom;
     state_hook *hooks;
     int n_hooks, cap_hooks, next_handle;
     char *last_dir;
+    int iteration;       /* Accelerate's project_configuration.iteration, from the options */
+    int warned_auto_dir; /* the ignored `dir` of automatic naming was logged */
 } ckpt_module;
 
 static void module_free(accel *acc, void *state)
 {
     (void)acc;
     ckpt_module *m = state;
+    for (int i = 0; i < m->n_custom; i++) {
+        accel__object_unregister(&m->custom[i]->obj);
+        accel__free(m->custom[i]);
+    }
     accel__free(m->custom);
     accel__free(m->hooks);
     accel__free(m->last_dir);
@@ -55,12 +71,70 @@ static ckpt_module *module_of(accel *acc)
             return NULL;
         }
         m->next_handle = 1;
+        m->iteration = acc->opt.iteration;
         accel__module_set(acc, ACCEL__MOD_CKPT, m, module_free);
     }
     return m;
 }
 
-/* ---- registry ---- */
+/* ---- registered objects: their bytes through the state protocol ---- */
+
+struct accel_state_writer {
+    accel__state_writer *w;
+};
+
+accel_status accel_state_write(accel_state_writer *w, const void *data, size_t nbytes)
+{
+    if (w == NULL || w->w == NULL || (data == NULL && nbytes > 0)) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_state_write: NULL %s",
+                             w && w->w ? "data" : "writer");
+    }
+    return accel__state_put_bytes(w->w, data, nbytes);
+}
+
+static accel_status custom_save(accel__object *self, accel__state_writer *w)
+{
+    custom_obj *c = (custom_obj *)self;
+    accel_state_writer pub = {w};
+    accel__clear_error();
+    accel_status st = c->save(c->ctx, &pub);
+    if (st != ACCEL_OK) {
+        return accel__seterr(self->acc, st,
+                             "accel_save_state: registered object %d's save failed: %s", c->index,
+                             accel__cause(st));
+    }
+    return ACCEL_OK;
+}
+
+static accel_status custom_apply(accel__object *self, const void *data, size_t n)
+{
+    custom_obj *c = (custom_obj *)self;
+    accel__clear_error();
+    accel_status st = c->load(c->ctx, data, n);
+    if (st != ACCEL_OK) {
+        return accel__seterr(self->acc, st,
+                             "accel_load_state: registered object %d rejected "
+                             "custom_checkpoint_%d.bin: %s",
+                             c->index, c->index, accel__cause(st));
+    }
+    return ACCEL_OK;
+}
+
+static accel_status custom_load(accel__object *self, accel__state_reader *r)
+{
+    const void *data;
+    size_t n;
+    ACCEL_TRY(accel__state_get_bytes(r, &data, &n));
+    return accel__state_plan_stage_first(r->plan, self, custom_apply, data, n);
+}
+
+static const accel__object_class custom_class = {
+    .state_save = custom_save,
+    .state_load = custom_load,
+    .name = "custom_checkpoint",
+    .store = ACCEL__STORE_BYTES,
+    .numbered_from_0 = 1, /* Accelerate: custom_checkpoint_0.pkl */
+};
 
 accel_status accel_register_for_checkpointing(accel *acc, accel_state_save_fn save,
                                               accel_state_load_fn load, void *ctx)
@@ -79,14 +153,21 @@ accel_status accel_register_for_checkpointing(accel *acc, accel_state_save_fn sa
     }
     if (m->n_custom == m->cap_custom) {
         int cap = m->cap_custom ? m->cap_custom * 2 : 4;
-        accel__custom_obj *p = accel__realloc(m->custom, (size_t)cap * sizeof(*p));
+        custom_obj **p = accel__realloc(m->custom, (size_t)cap * sizeof(*p));
         if (p == NULL) {
             return accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
         }
         m->custom = p;
         m->cap_custom = cap;
     }
-    m->custom[m->n_custom++] = (accel__custom_obj){save, load, ctx};
+    custom_obj *c = accel__calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
+    }
+    *c = (custom_obj){.save = save, .load = load, .ctx = ctx, .index = m->n_custom};
+    accel__object_register(acc, &c->obj, ACCEL__OBJ_CUSTOM, &custom_class);
+    c->obj.prepared = 1;
+    m->custom[m->n_custom++] = c;
     return ACCEL_OK;
 }
 
@@ -170,7 +251,8 @@ const char *accel_checkpoint_dir(const accel *acc)
 
 int accel_checkpoint_iteration(const accel *acc)
 {
-    return acc ? acc->opt.iteration : 0;
+    const ckpt_module *m = acc ? accel__module(acc, ACCEL__MOD_CKPT) : NULL;
+    return m ? m->iteration : acc ? acc->opt.iteration : 0;
 }
 
 static void set_last_dir(accel *acc, const char *dir)
@@ -260,8 +342,9 @@ static void advance_iteration(accel *acc, const char *dir)
     memcpy(name, dir + b, n - b);
     name[n - b] = '\0';
     int64_t it;
-    if (accel__ckpt_parse_name(name, &it) && it + 1 > acc->opt.iteration && it < INT_MAX) {
-        acc->opt.iteration = (int)(it + 1);
+    ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+    if (accel__ckpt_parse_name(name, &it) && it + 1 > m->iteration && it < INT_MAX) {
+        m->iteration = (int)(it + 1);
     }
 }
 
@@ -278,12 +361,15 @@ static accel_status save_state(accel *acc, const char *dir)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
     }
+    ckpt_module *m = module_of(acc);
+    if (m == NULL) {
+        return ACCEL_ENOMEM;
+    }
     int automatic = acc->opt.automatic_checkpoint_naming == 1;
     char *base = NULL, *target = NULL;
     if (automatic) {
-        static int warned; /* once per process: the argument is usually constant */
-        if (dir != NULL && acc->rank == 0 && !warned) {
-            warned = 1;
+        if (dir != NULL && acc->rank == 0 && !m->warned_auto_dir) {
+            m->warned_auto_dir = 1; /* once: the argument is usually constant */
             accel__log(&acc->log, ACCEL__LOG_WARN,
                        "%s: automatic_checkpoint_naming is on: %s is ignored (as in Accelerate)",
                        who, dir);
@@ -291,7 +377,7 @@ static accel_status save_state(accel *acc, const char *dir)
         if ((base = checkpoints_base(acc, who)) == NULL) {
             return accel_last_status(acc);
         }
-        target = auto_dir(base, acc->opt.iteration);
+        target = auto_dir(base, m->iteration);
     } else if (dir == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL,
                              "%s: dir is NULL and automatic_checkpoint_naming is off", who);
@@ -327,24 +413,22 @@ static accel_status save_state(accel *acc, const char *dir)
         st = accel__state_collect(acc, &objs);
     }
     if (st == ACCEL_OK) {
-        ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
-        objs.custom = m ? m->custom : NULL;
-        objs.n_custom = m ? m->n_custom : 0;
-        accel__state_info_now(acc, &objs, &info);
+        info.num_processes = acc->n_ranks;
+        memcpy(info.n, objs.n, sizeof info.n);
         if (writer) {
-            st = accel__state_write_shared(acc, &objs, &info, stage.stage_dir);
+            st = accel__state_write_shared(acc, &objs, stage.stage_dir);
         }
         if (st == ACCEL_OK) {
-            st = accel__state_write_rank(acc, &objs, &info, stage.stage_dir);
+            st = accel__state_write_rank(acc, &objs, stage.stage_dir, &info);
         }
     }
     st = agree(acc, st, who);
     if (st == ACCEL_OK && writer) {
-        char *extra = accel__state_info_json(&info, acc->opt.iteration);
+        char *extra = accel__state_info_json(&info, m->iteration);
         st = extra ? accel__stage_commit(&stage, extra) : ACCEL_ENOMEM;
         free(extra); /* json_dumps: the C allocator */
         if (st == ACCEL_OK && automatic) {
-            st = accel__ckpt_rotate_keep(base, acc->opt.total_limit, acc->opt.iteration);
+            st = accel__ckpt_rotate_keep(base, acc->opt.total_limit, m->iteration);
         }
     } else if (st != ACCEL_OK && writer) {
         accel__stage_discard(&stage);
@@ -352,7 +436,7 @@ static accel_status save_state(accel *acc, const char *dir)
     st = agree(acc, st, who);
     if (st == ACCEL_OK) {
         if (automatic) {
-            acc->opt.iteration++;
+            m->iteration++;
         }
         set_last_dir(acc, target);
     }
@@ -371,27 +455,27 @@ static accel_status save_state(accel *acc, const char *dir)
  * loaders legitimately stop at different batches). Files of one checkpoint that disagree are
  * damage, even when each is well-formed.
  */
-static accel_status check_in_step(accel *acc, accel__state_plan *p, int n_loaders, const char *dir)
+static accel_status check_in_step(accel *acc, const accel__state_plan *p, const char *dir)
 {
     if (acc->n_ranks == 1) {
         return ACCEL_OK;
     }
-    int k = ACCEL__STATE_POSITIONS(n_loaders);
-    int64_t *all = accel__calloc((size_t)k * (size_t)acc->n_ranks, sizeof(int64_t));
+    /* Every process has the same objects (checked against the marker), so the same count. */
+    size_t k = 2 + 3 * accel__state_plan_n_positions(p);
+    int64_t *all = accel__calloc(k * (size_t)acc->n_ranks, sizeof(int64_t));
     if (all == NULL) {
         return accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
     }
-    int64_t *mine = all + (size_t)acc->rank * (size_t)k;
-    accel__state_plan_positions(p, mine);
-    accel__coll op =
-        ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, all, (size_t)k, ACCEL_I64, ACCEL_SUM, 0);
+    int64_t *mine = all + (size_t)acc->rank * k;
+    memcpy(mine, accel__state_plan_positions(p), k * sizeof(int64_t));
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, all, k, ACCEL_I64, ACCEL_SUM, 0);
     accel_status st = accel__comm_run(acc->comm, &op);
     if (st != ACCEL_OK) {
         accel__free(all);
         return accel__adopt_thread_error(acc, st);
     }
     for (int r = 1; r < acc->n_ranks && st == ACCEL_OK; r++) {
-        const int64_t *a = all, *b = all + (size_t)r * (size_t)k;
+        const int64_t *a = all, *b = all + (size_t)r * k;
         if (a[0] != b[0] || a[1] != b[1]) {
             st = accel__seterr(acc, ACCEL_ECORRUPT,
                                "accel_load_state: checkpoint %s is inconsistent: process %d "
@@ -400,16 +484,18 @@ static accel_status check_in_step(accel *acc, accel__state_plan *p, int n_loader
                                dir, r, (long long)b[0], (long long)b[1], (long long)a[0],
                                (long long)a[1]);
         }
-        for (int i = 0; i < n_loaders && st == ACCEL_OK; i++) {
+        for (size_t i = 0; 2 + 3 * i < k && st == ACCEL_OK; i++) {
             const int64_t *x = a + 2 + 3 * i, *y = b + 2 + 3 * i;
             if (x[0] != y[0] || (x[2] == y[2] && x[1] != y[1])) {
+                const char *noun, *file;
+                int index;
+                accel__state_plan_position_owner(p, i, &noun, &index, &file);
                 st = accel__seterr(acc, ACCEL_ECORRUPT,
-                                   "accel_load_state: checkpoint %s is inconsistent: loader %d "
-                                   "of process %d resumes at epoch %lld, batch %lld, process "
-                                   "0's at epoch %lld, batch %lld (dl_state_dict_rank<process>"
-                                   ".json)",
-                                   dir, i, r, (long long)y[0], (long long)y[1], (long long)x[0],
-                                   (long long)x[1]);
+                                   "accel_load_state: checkpoint %s is inconsistent: %s %d of "
+                                   "process %d resumes at epoch %lld, batch %lld, process 0's at "
+                                   "epoch %lld, batch %lld (%s<process>.json)",
+                                   dir, noun, index, r, (long long)y[0], (long long)y[1],
+                                   (long long)x[0], (long long)x[1], file);
             }
         }
     }
@@ -436,9 +522,6 @@ static accel_status load_from(accel *acc, const char *src, int verified)
         st = accel__state_collect(acc, &objs);
     }
     if (st == ACCEL_OK) {
-        ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
-        objs.custom = m ? m->custom : NULL;
-        objs.n_custom = m ? m->n_custom : 0;
         st = accel__state_plan_new(acc, &objs, src, verified, &plan);
         if (st != ACCEL_OK) {
             accel__adopt_thread_error(acc, st);
@@ -447,7 +530,7 @@ static accel_status load_from(accel *acc, const char *src, int verified)
     /* Nothing is modified anywhere unless every process validated its files. */
     st = agree(acc, st, who);
     if (st == ACCEL_OK) {
-        st = check_in_step(acc, plan, objs.n_loaders, src);
+        st = check_in_step(acc, plan, src);
     }
     if (st == ACCEL_OK) {
         st = accel__state_plan_apply(acc, plan);
@@ -556,8 +639,9 @@ static accel_status load_newest(accel *acc)
         st = dir ? load_from(acc, dir, 1) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
         accel__free(dir);
     }
-    if (st == ACCEL_OK && its[n - 1] + 1 > acc->opt.iteration && its[n - 1] < INT_MAX) {
-        acc->opt.iteration = (int)(its[n - 1] + 1); /* past every folder, damaged ones too */
+    ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+    if (st == ACCEL_OK && its[n - 1] + 1 > m->iteration && its[n - 1] < INT_MAX) {
+        m->iteration = (int)(its[n - 1] + 1); /* past every folder, damaged ones too */
     }
     accel__free(its);
     accel__free(base);
@@ -569,6 +653,9 @@ static accel_status load_state(accel *acc, const char *dir)
     static const char *who = "accel_load_state";
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
+    }
+    if (module_of(acc) == NULL) { /* the counter a loaded checkpoint_<n> moves */
+        return ACCEL_ENOMEM;
     }
     if (dir != NULL) {
         return load_from(acc, dir, 0);

@@ -1,94 +1,177 @@
 /*
- * Private interface of save_state / load_state (src/ckpt/state.c orchestrates: naming,
- * collectives, hooks, commit; src/ckpt/state_io.c serialises and validates each kind of state).
+ * Private interface of save_state / load_state. src/ckpt/state.c orchestrates (naming,
+ * collectives, hooks, commit, registered objects); state_io.c collects the objects and writes
+ * their files; state_load.c plans (opens and validates everything) and applies a load;
+ * state_writer.c and state_reader.c implement the state protocol's writer and reader
+ * (core/state_proto.h). ckpt knows objects only through their class (core/object.h) and this
+ * folder protocol.
  */
 #ifndef ACCEL_CKPT_STATE_H
 #define ACCEL_CKPT_STATE_H
 
 #include "accel/accel.h"
-#include "accel/data.h"
 #include "core/internal.h"
+#include "core/state_proto.h"
 
-/* A registered object (accel_register_for_checkpointing). */
-typedef struct accel__custom_obj {
-    accel_state_save_fn save;
-    accel_state_load_fn load;
-    void *ctx;
-} accel__custom_obj;
+typedef struct json_t json_t;
 
-/* The prepared objects of acc, each kind in creation order (index i = file suffix _<i>). */
+/* ---- the folder protocol per kind of object ---- */
+
+typedef struct accel__state_kind {
+    const char *count_key; /* its count in the marker's "accel_state" record */
+    int boolean;           /* at most one object: the count is written as a boolean */
+    const char *noun;      /* in messages: "model 1", "3 models" */
+    const char *nouns;
+    /* The marker's boolean recording that this kind's per-process tensor files exist. */
+    const char *rank_flag;
+} accel__state_kind;
+
+extern const accel__state_kind accel__state_kinds[ACCEL__OBJ_KIND_COUNT];
+
+/* The objects whose state a checkpoint holds (prepared, with a state_save), per kind in
+ * creation order (index i = file suffix _<i>). Arrays owned: accel__state_objs_release. */
 typedef struct accel__state_objs {
-    accel_model **models;
-    accel_optimizer **opts;
-    accel_scheduler **scheds;
-    accel_loader **loaders;
-    int n_models, n_opts, n_scheds, n_loaders;
-    const accel__custom_obj *custom;
-    int n_custom;
+    accel__object **of[ACCEL__OBJ_KIND_COUNT];
+    int n[ACCEL__OBJ_KIND_COUNT];
 } accel__state_objs;
+
+accel_status accel__state_collect(accel *acc, accel__state_objs *o);
+void accel__state_objs_release(accel__state_objs *o);
 
 /* What the marker of a save_state checkpoint records (its "accel_state" object). */
 typedef struct accel__state_info {
     int num_processes;
-    int n_models, n_opts, n_scheds, n_loaders, n_custom;
-    int has_scaler; /* scaler.json present */
-    int has_grads;  /* gradients_rank<r>.safetensors present (saved inside an open window) */
+    int n[ACCEL__OBJ_KIND_COUNT];
+    int rank_tensors[ACCEL__OBJ_KIND_COUNT]; /* per-process tensor files written */
 } accel__state_info;
 
-/* Fills o with the prepared objects (arrays owned by o: accel__state_objs_release). */
-accel_status accel__state_collect(accel *acc, accel__state_objs *o);
-void accel__state_objs_release(accel__state_objs *o);
-
-/* The info this process would record for a save of `o` now. */
-void accel__state_info_now(accel *acc, const accel__state_objs *o, accel__state_info *info);
 /* The marker's "accel_state" object as JSON text (owned: free()). NULL when out of memory. */
 char *accel__state_info_json(const accel__state_info *info, int64_t iteration);
 /* Reads the marker of `dir` (already checked complete). ACCEL_ECORRUPT when it is not a
- * save_state checkpoint. */
+ * save_state checkpoint or a field is out of range. */
 accel_status accel__state_info_read(const char *dir, accel__state_info *info);
 
-/* Save: the files the writing process writes (models, optimizers, schedulers, scaler,
- * registered objects), and the files every process writes (random_states_<r>, loaders,
- * gradients). Both into the staging folder `dir`. */
-accel_status accel__state_write_shared(accel *acc, const accel__state_objs *o,
-                                       const accel__state_info *info, const char *dir);
-accel_status accel__state_write_rank(accel *acc, const accel__state_objs *o,
-                                     const accel__state_info *info, const char *dir);
+/* Save: the shared parts (the writing process) and this process's parts (every process),
+ * into the staging folder `dir`; info (counts already filled) gets rank_tensors. */
+accel_status accel__state_write_shared(accel *acc, const accel__state_objs *o, const char *dir);
+accel_status accel__state_write_rank(accel *acc, const accel__state_objs *o, const char *dir,
+                                     accel__state_info *info);
 
-/* Load: verifies the folder (marker, sizes, and unless `verified` this process's share of the
- * checksums), then opens and validates everything this process needs from `dir`, reading only
- * files the marker lists; nothing is modified. */
+/* ---- load: plan, then apply ---- */
+
+/* Verifies the folder (marker, sizes, and unless `verified` this process's share of the
+ * checksums), then opens and validates everything this process needs from `dir` (only files
+ * the marker lists) and has every object validate and stage its part; nothing is modified. */
 typedef struct accel__state_plan accel__state_plan;
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
                                    int verified, accel__state_plan **out);
-/* Where this process resumes, for the check that all processes agree: the accumulation step,
- * sync_gradients, then per loader epoch, batch and the live loader's length (sampler seeds and
- * generators may differ between processes). Writes ACCEL__STATE_POSITIONS(n_loaders) values
- * into v; returns the count. */
-#define ACCEL__STATE_POSITIONS(n_loaders) (2 + 3 * (n_loaders))
-int accel__state_plan_positions(const accel__state_plan *p, int64_t *v);
+/* Where this process resumes, for the check that all processes agree: the accumulation step
+ * and sync_gradients, then per resume position (accel__state_resume_at) its epoch, batch and
+ * length: 2 + 3 * accel__state_plan_n_positions values, owned by the plan. */
+size_t accel__state_plan_n_positions(const accel__state_plan *p);
+const int64_t *accel__state_plan_positions(const accel__state_plan *p);
+/* Who reported resume position i, for messages: its kind's noun ("loader"), its index, and
+ * the stem of its per-process file ("dl_state_dict_rank"). */
+void accel__state_plan_position_owner(const accel__state_plan *p, size_t i, const char **noun,
+                                      int *index, const char **file);
 /* Runs the registered objects' load callbacks, then applies the rest (cannot fail). */
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p);
 void accel__state_plan_free(accel__state_plan *p);
 
-/* ---- helpers shared by state_io.c and state_load.c ---- */
-typedef struct json_t json_t;
-/* "stem<ext>" for i == 0, else "stem_<i><ext>" (Accelerate's numbering). */
-void accel__st_indexed_name(char *buf, size_t cap, const char *stem, int i, const char *ext);
-/* The optimizer kind (accel__optim_kind) as saved: "sgd", "adam", "adamw". */
-const char *accel__st_optim_kind_name(int kind);
-/* "0x" + 16 hex digits. */
-int accel__st_parse_u64(const json_t *j, uint64_t *out);
-/* An array of ACCEL_RNG_STATE_WORDS hex strings, not all zero. */
-int accel__st_parse_gen(const json_t *a, uint64_t s[ACCEL_RNG_STATE_WORDS]);
+/* ---- the protocol's writer and reader (state_writer.c, state_reader.c), as ckpt drives them */
+
+#define ACCEL__STATE_DEPTH 8     /* nested JSON containers */
+#define ACCEL__STATE_NAME_MAX 96 /* file names */
+
+struct accel__state_writer {
+    char file[ACCEL__STATE_NAME_MAX]; /* the file it fills, for messages */
+    accel__state_store store;
+    accel__state_part part;
+    char prefix[24]; /* prepended to tensor names ("<i>/") */
+    accel_named_tensor *ts;
+    char **names; /* owned names of ts */
+    size_t n_ts, cap_ts;
+    json_t *open[ACCEL__STATE_DEPTH]; /* [0]: the root object; then the open containers */
+    int depth;                        /* open containers, root included */
+    int floor;                        /* the object's own containers start above this depth */
+    char *bytes;
+    size_t n_bytes, cap_bytes;
+};
+
+void accel__state_writer_init(accel__state_writer *w, const char *file, accel__state_store store,
+                              accel__state_part part);
+void accel__state_writer_release(accel__state_writer *w);
+/* Runs obj's state_save on w, inside the current container; checks that it closed what it
+ * opened. */
+accel_status accel__state_writer_save(accel__state_writer *w, accel__object *obj);
+/* Writes w's file into dir: a .safetensors (metadata "format" and, when JSON values were
+ * put, meta_key), a .json or a .bin, by w->store. */
+accel_status accel__state_writer_write(const accel__state_writer *w, const char *dir,
+                                       const char *format, const char *meta_key);
+
+/* An opened file of a checkpoint being loaded (owned by the plan). */
+typedef struct accel__state_file {
+    char name[ACCEL__STATE_NAME_MAX];
+    accel__state_store store;
+    accel_safetensors *st;
+    unsigned char *read; /* per tensor of st: an object read it */
+    json_t *root;        /* a .json's object, a .safetensors' metadata JSON (NULL: none) */
+    char *bytes;         /* a .bin's bytes */
+    size_t n_bytes;
+} accel__state_file;
+
+struct accel__state_reader {
+    accel__state_plan *plan;
+    accel__object *obj;
+    const char *dir;
+    accel__state_file *f;
+    const char *noun; /* "model" */
+    int index;
+    accel__state_part part;
+    int saved_processes;
+    char prefix[24];                /* of tensor names ("<i>/") */
+    json_t *at[ACCEL__STATE_DEPTH]; /* [0]: the object's own JSON object; then entered ones */
+    int depth;
+    char path[160]; /* the entered keys, for messages ("param_groups[1].") */
+    size_t path_len[ACCEL__STATE_DEPTH];
+};
+
+/* Opens dir/name (which the marker lists) as a file of `store`; meta_key: the metadata key
+ * of a .safetensors' JSON values. */
+accel_status accel__state_file_open(accel__state_file *f, const char *dir, const char *name,
+                                    accel__state_store store, const char *meta_key);
+void accel__state_file_close(accel__state_file *f);
+/* ACCEL_EINVAL naming the first tensor of f no object read. */
+accel_status accel__state_file_all_read(const accel__state_file *f, const char *dir);
+/* Runs obj's state_load with r (set up by the caller). */
+accel_status accel__state_reader_load(accel__state_reader *r, accel__object *obj);
+
+/* The plan's side of the reader (state_load.c). */
+accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void *src,
+                                    size_t nbytes);
+void *accel__state_plan_stage(accel__state_plan *p, accel__object *obj, size_t nbytes,
+                              void (*apply)(accel__object *obj, void *data));
+accel_status accel__state_plan_position(accel__state_plan *p, const accel__state_reader *r,
+                                        const int64_t v[3]);
+
+/* Stages a step that may still fail (a registered object's load callback): applying runs
+ * these first, in order, before anything else changes. */
+accel_status accel__state_plan_stage_first(accel__state_plan *p, accel__object *obj,
+                                           accel_status (*apply)(accel__object *obj,
+                                                                 const void *data, size_t n),
+                                           const void *data, size_t n);
+
+/* ---- JSON helpers shared by the files above ---- */
+
+/* "stem<ext>" for i == 0 (unless numbered_from_0), else "stem_<i><ext>". */
+void accel__st_indexed_name(char *buf, size_t cap, const char *stem, int i, int numbered_from_0,
+                            const char *ext);
+/* The file extension of a container: ".safetensors", ".json", ".bin". */
+const char *accel__st_ext(accel__state_store store);
 /* dir/name as a JSON object (owned: json_decref); ACCEL_ECORRUPT naming a missing or
  * malformed file. */
 accel_status accel__st_read_json(const char *dir, const char *name, json_t **out);
-/* The state buffers of opt with their torch name prefixes ("exp_avg."); NULL buffers are
- * absent. Returns how many slots are used (1 for SGD, 3 for Adam). */
-int accel__st_optim_buffers(const accel_optimizer *opt, const char *names[3], float *bufs[3]);
-/* Fields of an object; *bad = 1 when missing or of another type. */
-long long accel__st_jint(const json_t *o, const char *key, int *bad);
-double accel__st_jreal(const json_t *o, const char *key, int *bad);
+/* Writes `root` (consumed) as indented, key-sorted JSON to dir/name, fsynced. */
+accel_status accel__st_write_json(const char *dir, const char *name, json_t *root);
 
 #endif /* ACCEL_CKPT_STATE_H */

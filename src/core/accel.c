@@ -443,8 +443,6 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->n_ranks = l.n_ranks;
     acc->local_rank = l.local_rank;
     acc->local_n_ranks = l.local_n_ranks;
-    acc->gstate.sync_gradients = 1;
-    acc->gstate.remainder = -1;
     acc->log.rank = l.rank;
     acc->log.n_ranks = l.n_ranks;
     acc->log.level = log_level;
@@ -495,6 +493,15 @@ void accel__module_set(accel *acc, accel__module_id id, void *state,
     acc->modules[id].free_fn = free_fn;
 }
 
+void accel__module_release(accel *acc, accel__module_id id)
+{
+    if (acc->modules[id].state != NULL && acc->modules[id].free_fn != NULL) {
+        acc->modules[id].free_fn(acc, acc->modules[id].state);
+    }
+    acc->modules[id].state = NULL;
+    acc->modules[id].free_fn = NULL;
+}
+
 void accel_free(accel *acc)
 {
     if (acc == NULL) {
@@ -502,10 +509,7 @@ void accel_free(accel *acc)
     }
     accel_free_memory(acc);
     for (int i = ACCEL__MOD_COUNT - 1; i >= 0; i--) {
-        if (acc->modules[i].state != NULL && acc->modules[i].free_fn != NULL) {
-            acc->modules[i].free_fn(acc, acc->modules[i].state);
-        }
-        acc->modules[i].state = NULL;
+        accel__module_release(acc, (accel__module_id)i);
     }
     /* A session the program forgot to end still produces its file (no barrier: accel_free is
      * not a collective). The recorder goes after the communicator, whose thread records. */

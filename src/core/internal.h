@@ -1,7 +1,7 @@
 /*
  * The accelerator handle (struct accel) and the core services every module above core uses:
- * module state slots, the registry of prepared objects, the GradientState. The runtime below
- * (allocation, errors, logging, env) is base/base.h, included here.
+ * module state slots and the list of objects (core/object.h). The runtime below (allocation,
+ * errors, logging, env) is base/base.h, included here.
  */
 #ifndef ACCEL_CORE_INTERNAL_H
 #define ACCEL_CORE_INTERNAL_H
@@ -12,6 +12,7 @@
 
 #include "accel/core.h"
 #include "base/base.h"
+#include "core/object.h"
 
 /* ---- The accelerator handle ---- */
 
@@ -19,13 +20,13 @@
  * slot so core needs no knowledge of it. accel_free releases slots in reverse order. */
 typedef enum accel__module_id {
     ACCEL__MOD_COLL = 0, /* user-level collectives (triggers) */
-    ACCEL__MOD_TRAIN,
+    ACCEL__MOD_GSTATE,   /* the GradientState (core/gstate.h); accel_free_memory drops it */
     ACCEL__MOD_DATA,
     ACCEL__MOD_PRECISION,
     ACCEL__MOD_CKPT,
     ACCEL__MOD_TRACK,
     ACCEL__MOD_NN,
-    ACCEL__MOD_LOGGER,  /* named user loggers (src/track/logger.c) */
+    ACCEL__MOD_LOGGER, /* named user loggers (src/track/logger.c) */
     ACCEL__MOD_COUNT
 } accel__module_id;
 
@@ -35,55 +36,6 @@ typedef struct accel__module_slot {
 } accel__module_slot;
 
 struct accel__comm;
-
-/*
- * Every object accel_prepare accepts (model, optimizer, scheduler, loader) starts with this
- * header, so accel_prepare can take them in any order and tell them apart. Objects are
- * registered with their accelerator when created; accel_free_memory and accel_free release
- * the ones still registered (newest first), and an object's own _free unregisters it.
- */
-#define ACCEL__OBJECT_MAGIC 0x61636365u /* "acce" */
-typedef enum accel__object_kind {
-    ACCEL__OBJ_MODEL = 0, /* prepared first: weights are broadcast before anything uses them */
-    ACCEL__OBJ_OPTIMIZER,
-    ACCEL__OBJ_SCHEDULER,
-    ACCEL__OBJ_LOADER,
-    ACCEL__OBJ_KIND_COUNT
-} accel__object_kind;
-
-typedef struct accel__object {
-    uint32_t magic;
-    accel__object_kind kind;
-    accel *acc;
-    int prepared;
-    /* Called once by accel_prepare (may be NULL). */
-    accel_status (*prepare)(struct accel__object *self);
-    /* Releases the object (used by accel_free_memory / accel_free); must unregister. */
-    void (*destroy)(struct accel__object *self);
-    struct accel__object *next, *prev; /* the accelerator's list of live objects */
-} accel__object;
-
-/* Links a new object into acc's list (fills magic, kind, acc). */
-void accel__object_register(accel *acc, accel__object *obj, accel__object_kind kind,
-                            accel_status (*prepare)(accel__object *),
-                            void (*destroy)(accel__object *));
-/* Unlinks it (call from the object's _free). Accepts an unregistered object. */
-void accel__object_unregister(accel__object *obj);
-/* accel_prepare without the resume: checks and prepares the objects (src/core/prepare.c). The
- * public accel_prepare_objects (src/ckpt/resume.c) adds resume_from_checkpoint's load. */
-accel_status accel__prepare_objects(accel *acc, int n, void *const *objs);
-
-/*
- * Accelerate's GradientState, shared by the data module (which writes the loader fields) and
- * the training module (which owns sync_gradients and the micro-step counter).
- */
-typedef struct accel__gradient_state {
-    int sync_gradients;    /* 1 on micro-steps that synchronise and step (init 1) */
-    long long step;        /* micro-step counter of accel_accumulate (persisted) */
-    int active_loaders;    /* loaders currently being iterated (nesting depth) */
-    int end_of_dataloader; /* the active loader has yielded its last batch */
-    int remainder;         /* the active loader's duplicated tail samples, -1 if none */
-} accel__gradient_state;
 
 /* accel's own random generator (xoshiro256**): src/core/rng.c, used through src/core/rng.h. */
 typedef struct accel__gen {
@@ -105,7 +57,6 @@ struct accel {
 
     accel__module_slot modules[ACCEL__MOD_COUNT];
     accel__object *objects; /* live objects, newest first */
-    accel__gradient_state gstate;
     accel__gen rng;  /* the accelerator's generator (src/core/rng.c) */
     int rng_seeded;  /* 0 until accel_set_seed or first use */
 
@@ -141,5 +92,11 @@ static inline void *accel__module(const accel *acc, accel__module_id id)
 }
 void accel__module_set(accel *acc, accel__module_id id, void *state,
                        void (*free_fn)(accel *acc, void *state));
+/* Frees a slot's state now (its free_fn) and empties the slot. */
+void accel__module_release(accel *acc, accel__module_id id);
+
+/* accel_prepare without the resume: checks and prepares the objects (src/core/prepare.c). The
+ * public accel_prepare_objects (src/ckpt/resume.c) adds resume_from_checkpoint's load. */
+accel_status accel__prepare_objects(accel *acc, int n, void *const *objs);
 
 #endif /* ACCEL_CORE_INTERNAL_H */

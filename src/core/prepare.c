@@ -8,15 +8,13 @@
 #include "internal.h"
 
 void accel__object_register(accel *acc, accel__object *obj, accel__object_kind kind,
-                            accel_status (*prepare)(accel__object *),
-                            void (*destroy)(accel__object *))
+                            const accel__object_class *cls)
 {
     obj->magic = ACCEL__OBJECT_MAGIC;
     obj->kind = kind;
     obj->acc = acc;
     obj->prepared = 0;
-    obj->prepare = prepare;
-    obj->destroy = destroy;
+    obj->cls = cls;
     obj->prev = NULL;
     obj->next = acc->objects;
     if (acc->objects != NULL) {
@@ -49,7 +47,7 @@ accel_status accel__prepare_objects(accel *acc, int n, void *const *objs)
     }
     for (int i = 0; i < n; i++) {
         const accel__object *o = objs[i];
-        if (o == NULL || o->magic != ACCEL__OBJECT_MAGIC || o->kind >= ACCEL__OBJ_KIND_COUNT) {
+        if (o == NULL || o->magic != ACCEL__OBJECT_MAGIC || o->kind >= ACCEL__OBJ_N_PREPARABLE) {
             return accel__seterr(acc, ACCEL_EINVAL,
                                  "accel_prepare: argument %d is not a model, optimizer, scheduler "
                                  "or loader",
@@ -62,19 +60,29 @@ accel_status accel__prepare_objects(accel *acc, int n, void *const *objs)
         }
     }
     /* Kinds in dependency order, and within a kind the caller's order. */
-    for (int kind = 0; kind < ACCEL__OBJ_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < ACCEL__OBJ_N_PREPARABLE; kind++) {
         for (int i = 0; i < n; i++) {
             accel__object *o = objs[i];
             if ((int)o->kind != kind || o->prepared) {
                 continue;
             }
-            if (o->prepare != NULL) {
-                ACCEL_TRY(o->prepare(o));
+            if (o->cls->prepare != NULL) {
+                ACCEL_TRY(o->cls->prepare(o));
             }
             o->prepared = 1;
         }
     }
     return ACCEL_OK;
+}
+
+/* The newest object accel_free_memory releases (objects of a module stay: no destroy). */
+static accel__object *first_releasable(accel *acc)
+{
+    accel__object *o = acc->objects;
+    while (o != NULL && o->cls->destroy == NULL) {
+        o = o->next;
+    }
+    return o;
 }
 
 void accel_free_memory(accel *acc)
@@ -83,14 +91,15 @@ void accel_free_memory(accel *acc)
         return;
     }
     /* Newest first: an optimizer goes before the model it points into. */
-    while (acc->objects != NULL) {
-        accel__object *o = acc->objects;
-        o->destroy(o);
-        if (acc->objects == o) { /* a destroy that forgot to unregister must not loop */
-            accel__object_unregister(o);
+    for (accel__object *o = first_releasable(acc); o != NULL; o = first_releasable(acc)) {
+        o->cls->destroy(o);
+        for (accel__object *p = acc->objects; p != NULL; p = p->next) {
+            if (p == o) { /* a destroy that forgot to unregister must not loop */
+                accel__object_unregister(o);
+                break;
+            }
         }
     }
-    memset(&acc->gstate, 0, sizeof(acc->gstate));
-    acc->gstate.sync_gradients = 1;
-    acc->gstate.remainder = -1;
+    /* As Accelerate's free_memory resets its step: the next run accumulates from scratch. */
+    accel__module_release(acc, ACCEL__MOD_GSTATE);
 }

@@ -16,6 +16,7 @@
 #include "accel/data.h"
 #include "core/internal.h"
 #include "core/rng.h"
+#include "core/state_proto.h"
 
 /* ---- Plans: a list of batches of dataset indices ---- */
 
@@ -116,7 +117,7 @@ struct accel_loader {
     /* Mode, fixed by prepare (defaults: unsharded). */
     int rank, n_ranks; /* the shard this process reads; 0 / 1 when not sharded */
     int split, even, dispatch, seedable;
-    int track_state; /* prepared: maintains acc->gstate */
+    int track_state; /* prepared: reports to the GradientState (core/gstate.h) */
 
     /* Sampler. */
     uint64_t seed;
@@ -159,6 +160,10 @@ struct accel_loader {
 /* Prepares `l` as process `rank` of `n_ranks` (accel_prepare uses the accelerator's rank; unit
  * tests call it directly to reproduce every shard without communication). */
 accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks);
+
+/* The loader's state protocol (loader_state.c). */
+accel_status accel__loader_state_save(accel__object *self, accel__state_writer *w);
+accel_status accel__loader_state_load(accel__object *self, accel__state_reader *r);
 
 /* Builds map-style batch number k of the current plan into `slot` using `samples`. */
 void accel__loader_build(accel_loader *l, int64_t k, accel_sample *samples, accel__slot *slot);

@@ -2,13 +2,15 @@
  * The loader: options, preparation (Accelerate's prepare_data_loader), the epoch protocol
  * (DataLoaderShard.__iter__: generator sync, plan, end-of-dataloader one batch early, gradient
  * state push/pop), iterable streams with IterableDatasetShard, and the loader position.
- * Invariant: while an epoch of a prepared loader runs, acc->gstate shows this loader's
- * end_of_dataloader and remainder, and the values it replaced are restored when it ends.
+ * Invariant: while an epoch of a prepared loader runs, the GradientState (core/gstate.h) shows
+ * this loader's end_of_dataloader and remainder, and the values it replaced are restored when
+ * it ends.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/gstate.h"
 #include "core/profile.h"
 #include "data_internal.h"
 
@@ -43,12 +45,7 @@ static void state_push(accel_loader *l)
     if (!l->track_state || l->active) {
         return;
     }
-    accel__gradient_state *g = &l->acc->gstate;
-    l->saved_eod = g->end_of_dataloader;
-    l->saved_remainder = g->remainder;
-    g->active_loaders++;
-    g->end_of_dataloader = 0;
-    g->remainder = l->remainder;
+    accel__grad_state_loader_enter(l->acc, l->remainder, &l->saved_eod, &l->saved_remainder);
     l->active = 1;
 }
 
@@ -57,10 +54,7 @@ static void state_pop(accel_loader *l)
     if (!l->active) {
         return;
     }
-    accel__gradient_state *g = &l->acc->gstate;
-    g->active_loaders--;
-    g->end_of_dataloader = l->active && g->active_loaders > 0 ? l->saved_eod : 0;
-    g->remainder = g->active_loaders > 0 ? l->saved_remainder : -1;
+    accel__grad_state_loader_leave(l->acc, l->saved_eod, l->saved_remainder);
     l->active = 0;
 }
 
@@ -488,8 +482,7 @@ accel_status accel_loader_next(accel_loader *l, accel_batch **out)
     b->epoch = l->epoch;
     b->index = (l->dispatch ? l->dk : l->k) - 1;
     if (l->active) {
-        l->acc->gstate.end_of_dataloader = last;
-        l->acc->gstate.remainder = l->remainder;
+        accel__grad_state_loader_batch(l->acc, last, l->remainder);
     }
     *out = b;
     return ACCEL_OK;
@@ -647,6 +640,8 @@ accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
             return accel__adopt_thread_error(acc, st);
         }
     }
+    /* The GradientState exists from now on, so the epochs' reports to it cannot fail. */
+    ACCEL_TRY(accel__grad_state_open(acc));
     l->track_state = 1;
     return ACCEL_OK;
 }
@@ -656,6 +651,17 @@ static accel_status loader_prepare(accel__object *o)
     accel_loader *l = (accel_loader *)o;
     return accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks);
 }
+
+/* Checkpoints: each process's position in dl_state_dict_rank<r>.json (loader_state.c). */
+static const accel__object_class loader_class = {
+    .prepare = loader_prepare,
+    .destroy = loader_destroy,
+    .state_save = accel__loader_state_save,
+    .state_load = accel__loader_state_load,
+    .rank_name = "dl_state_dict_rank",
+    .rank_store = ACCEL__STORE_JSON,
+    .rank_key = "loaders",
+};
 
 accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
                                const accel_loader_options *opts)
@@ -739,7 +745,7 @@ accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
         l->slots[i].ready = -1;
         l->n_slots = i + 1;
     }
-    accel__object_register(acc, &l->obj, ACCEL__OBJ_LOADER, loader_prepare, loader_destroy);
+    accel__object_register(acc, &l->obj, ACCEL__OBJ_LOADER, &loader_class);
     if (st == ACCEL_OK && l->o.num_workers > 0) {
         st = accel__workers_new(l, &l->workers);
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "core/gstate.h"
 #include "data_internal.h"
 
 typedef struct data_slot {
@@ -82,9 +83,10 @@ static accel_status allgather(accel *acc, const void *send, void *recv, size_t p
 /* Rows to keep out of `total` gathered ones (Accelerate's gather_for_metrics). */
 static int64_t keep_rows(const accel *acc, int64_t total)
 {
-    const accel__gradient_state *g = &acc->gstate;
-    if (g->active_loaders > 0 && g->end_of_dataloader && g->remainder > 0 && g->remainder < total) {
-        return g->remainder;
+    int remainder = accel__grad_state_remainder(acc);
+    if (accel__grad_state_active_loaders(acc) > 0 && accel__grad_state_end_of_dataloader(acc) &&
+        remainder > 0 && remainder < total) {
+        return remainder;
     }
     return total;
 }

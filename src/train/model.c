@@ -53,6 +53,23 @@ static void grad_free(accel_model *m)
 
 static accel_status model_prepare(accel__object *self);
 static void model_destroy(accel__object *self);
+static accel_status model_state_save(accel__object *self, accel__state_writer *w);
+static accel_status model_state_load(accel__object *self, accel__state_reader *r);
+
+/* Checkpoints: the fp32 master weights by parameter name in model[_<i>].safetensors (loads
+ * in PyTorch), and inside an open accumulation window each process's gradients in
+ * gradients_rank<r>.safetensors. */
+static const accel__object_class model_class = {
+    .prepare = model_prepare,
+    .destroy = model_destroy,
+    .state_save = model_state_save,
+    .state_load = model_state_load,
+    .name = "model",
+    .store = ACCEL__STORE_TENSORS,
+    .format = "pt",
+    .rank_name = "gradients_rank",
+    .rank_store = ACCEL__STORE_TENSORS,
+};
 
 accel_status accel_model_new(accel *acc, accel_model **out)
 {
@@ -72,7 +89,7 @@ accel_status accel_model_new(accel *acc, accel_model **out)
     m->acc = acc;
     m->dev = dev;
     m->accum_allows = 1;
-    accel__object_register(acc, &m->obj, ACCEL__OBJ_MODEL, model_prepare, model_destroy);
+    accel__object_register(acc, &m->obj, ACCEL__OBJ_MODEL, &model_class);
     *out = m;
     return ACCEL_OK;
 }
@@ -472,6 +489,43 @@ static accel_status model_prepare(accel__object *self)
         ACCEL_TRY(accel__model_broadcast_master(m, 0));
     }
     return accel__model_refresh_compute(m);
+}
+
+/* ---- the state protocol ---- */
+
+static accel_status model_state_save(accel__object *self, accel__state_writer *w)
+{
+    accel_model *m = (accel_model *)self;
+    int shared = accel__state_writer_part(w) == ACCEL__STATE_SHARED;
+    if (!shared && !accel__grad_state_window_open(m->acc)) {
+        return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
+    }
+    for (int i = 0; i < m->n_params; i++) {
+        const accel_param *p = &m->params[i];
+        ACCEL_TRY(accel__state_put_tensor(w, p->name, shared ? p->data_view : p->grad_view));
+    }
+    return ACCEL_OK;
+}
+
+static void model_loaded(accel__object *self, void *unused)
+{
+    (void)unused;
+    /* The working copy follows the loaded master (a host conversion: cannot fail). */
+    (void)accel__model_refresh_compute((accel_model *)self);
+}
+
+static accel_status model_state_load(accel__object *self, accel__state_reader *r)
+{
+    accel_model *m = (accel_model *)self;
+    int shared = accel__state_reader_part(r) == ACCEL__STATE_SHARED;
+    for (int i = 0; i < m->n_params; i++) {
+        const accel_param *p = &m->params[i];
+        ACCEL_TRY(accel__state_get_tensor(r, p->name, shared ? p->data_view : p->grad_view));
+    }
+    if (shared && accel__state_stage(r, 0, model_loaded) == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    return ACCEL_OK;
 }
 
 int accel_model_num_buckets(const accel_model *m)

@@ -14,6 +14,17 @@
 static accel_status optim_prepare(accel__object *self);
 static void optim_destroy(accel__object *self);
 
+/* Checkpoints: optimizer[_<i>].safetensors (optim_state.c). */
+static const accel__object_class optim_class = {
+    .prepare = optim_prepare,
+    .destroy = optim_destroy,
+    .state_save = accel__optim_state_save,
+    .state_load = accel__optim_state_load,
+    .name = "optimizer",
+    .store = ACCEL__STORE_TENSORS,
+    .format = "accel-optimizer",
+};
+
 accel_sgd_options accel_sgd_options_default(void)
 {
     accel_sgd_options o;
@@ -72,7 +83,7 @@ static accel_status optim_new(accel *acc, accel_model *m, accel__optim_kind kind
     opt->groups[0].weight_decay = wd;
     opt->param_group = pg;
     opt->segments_dirty = 1;
-    accel__object_register(acc, &opt->obj, ACCEL__OBJ_OPTIMIZER, optim_prepare, optim_destroy);
+    accel__object_register(acc, &opt->obj, ACCEL__OBJ_OPTIMIZER, &optim_class);
     *out = opt;
     return ACCEL_OK;
 }
@@ -328,7 +339,7 @@ accel_status accel_optimizer_step(accel_optimizer *opt)
                              "accel_optimizer_step: the optimizer was not prepared "
                              "(accel_prepare(acc, model, optimizer, ...))");
     }
-    if (!acc->gstate.sync_gradients) {
+    if (!accel__grad_state_sync(acc)) {
         return ACCEL_OK;
     }
     if (opt->segments_dirty) {
@@ -370,7 +381,7 @@ accel_status accel_optimizer_zero_grad(accel_optimizer *opt)
     if (opt == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_optimizer_zero_grad: optimizer is NULL");
     }
-    if (!opt->acc->gstate.sync_gradients || !opt->model->allocated) {
+    if (!accel__grad_state_sync(opt->acc) || !opt->model->allocated) {
         return ACCEL_OK;
     }
     return accel__model_zero_grad(opt->model);

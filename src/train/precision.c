@@ -9,12 +9,15 @@
  * with MAX); a model's working copy equals round(master) after prepare and after every real
  * optimizer step.
  */
+#include <float.h>
 #include <math.h>
+#include <stddef.h>
 
 #include "train_internal.h"
 
 typedef struct scaler {
     accel__precision_hooks hooks; /* first: accel__precision() casts the slot to it */
+    accel__object obj;            /* listed on the accelerator: its state is checkpointed */
     double scale;
     double growth_factor, backoff_factor;
     int growth_interval;
@@ -92,8 +95,58 @@ static void scaler_update(accel *acc, void *state, int skipped)
 static void scaler_free(accel *acc, void *state)
 {
     (void)acc;
+    accel__object_unregister(&((scaler *)state)->obj);
     accel__free(state);
 }
+
+/* ---- the state protocol: scaler.json, torch GradScaler's state_dict fields ---- */
+
+static scaler *scaler_of(accel__object *self)
+{
+    return (scaler *)(void *)((char *)self - offsetof(scaler, obj));
+}
+
+static accel_status scaler_state_save(accel__object *self, accel__state_writer *w)
+{
+    const scaler *s = scaler_of(self);
+    ACCEL_TRY(accel__state_put_f64(w, "scale", s->scale));
+    ACCEL_TRY(accel__state_put_f64(w, "growth_factor", s->growth_factor));
+    ACCEL_TRY(accel__state_put_f64(w, "backoff_factor", s->backoff_factor));
+    ACCEL_TRY(accel__state_put_i64(w, "growth_interval", s->growth_interval));
+    return accel__state_put_i64(w, "_growth_tracker", s->growth_tracker);
+}
+
+typedef struct scaler_staged {
+    double scale;
+    int64_t growth_tracker;
+} scaler_staged;
+
+static void scaler_apply(accel__object *self, void *data)
+{
+    scaler *s = scaler_of(self);
+    const scaler_staged *in = data;
+    s->scale = in->scale;
+    s->growth_tracker = in->growth_tracker;
+}
+
+/* The factors and interval come from this run's options, as torch's GradScaler loads only
+ * the scale and the tracker. */
+static accel_status scaler_state_load(accel__object *self, accel__state_reader *r)
+{
+    scaler_staged *in = accel__state_stage(r, sizeof(*in), scaler_apply);
+    if (in == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    ACCEL_TRY(accel__state_get_f64(r, "scale", DBL_TRUE_MIN, DBL_MAX, &in->scale));
+    return accel__state_get_i64(r, "_growth_tracker", 0, INT64_MAX, &in->growth_tracker);
+}
+
+static const accel__object_class scaler_class = {
+    .state_save = scaler_state_save, /* no destroy: the ACCEL__MOD_PRECISION slot owns it */
+    .state_load = scaler_state_load,
+    .name = "scaler",
+    .store = ACCEL__STORE_JSON,
+};
 
 accel_status accel__precision_install(accel *acc)
 {
@@ -123,6 +176,8 @@ accel_status accel__precision_install(accel *acc)
     s->growth_factor = o->growth_factor;
     s->backoff_factor = o->backoff_factor;
     s->growth_interval = o->growth_interval;
+    accel__object_register(acc, &s->obj, ACCEL__OBJ_SCALER, &scaler_class);
+    s->obj.prepared = 1;
     accel__module_set(acc, ACCEL__MOD_PRECISION, s, scaler_free);
     return ACCEL_OK;
 }

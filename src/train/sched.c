@@ -4,11 +4,11 @@
  * Invariant: after every tick each group's lr is a closed-form function of the tick count
  * (last_epoch) and the group's lr at creation, so a schedule is reproducible from its count.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "train_internal.h"
-#include "train_state.h"
 
 struct accel_scheduler {
     accel__object obj;
@@ -177,6 +177,19 @@ static void sched_destroy(accel__object *self)
     accel_scheduler_free((accel_scheduler *)self);
 }
 
+static accel_status sched_state_save(accel__object *self, accel__state_writer *w);
+static accel_status sched_state_load(accel__object *self, accel__state_reader *r);
+
+/* Checkpoints: scheduler[_<i>].json (the end of this file). */
+static const accel__object_class sched_class = {
+    .prepare = sched_prepare,
+    .destroy = sched_destroy,
+    .state_save = sched_state_save,
+    .state_load = sched_state_load,
+    .name = "scheduler",
+    .store = ACCEL__STORE_JSON,
+};
+
 static accel_status validate(accel *acc, const accel_optimizer *opt,
                              const accel_scheduler_options *o)
 {
@@ -277,7 +290,7 @@ accel_status accel_scheduler_new(accel *acc, accel_optimizer *opt, const accel_s
     s->last_epoch = 0;
     s->step_count = 1;
     apply(s, 0);
-    accel__object_register(acc, &s->obj, ACCEL__OBJ_SCHEDULER, sched_prepare, sched_destroy);
+    accel__object_register(acc, &s->obj, ACCEL__OBJ_SCHEDULER, &sched_class);
     *out = s;
     return ACCEL_OK;
 }
@@ -343,7 +356,7 @@ accel_status accel_scheduler_step(accel_scheduler *s)
     if (!s->obj.prepared || acc->opt.step_scheduler_with_optimizer == 0) {
         return tick(s);
     }
-    if (!acc->gstate.sync_gradients) {
+    if (!accel__grad_state_sync(acc)) {
         if (acc->opt.adjust_scheduler == 1) {
             s->step_count++;
         }
@@ -378,28 +391,57 @@ long long accel_scheduler_last_step(const accel_scheduler *s)
     return s ? s->last_epoch : 0;
 }
 
-/* ---- checkpoint access (src/train/train_state.h) ---- */
+/* ---- the state protocol: scheduler[_<i>].json, torch's state_dict fields ---- */
 
-void accel__scheduler_get_state(const accel_scheduler *s, accel__sched_state *out)
+static accel_status sched_state_save(accel__object *self, accel__state_writer *w)
 {
-    memset(out, 0, sizeof(*out));
-    out->kind = (int)s->o.kind;
-    out->n_groups = s->n_groups;
-    out->last_epoch = s->last_epoch;
-    out->step_count = s->step_count;
-    for (int g = 0; g < s->n_groups; g++) {
-        out->base_lr[g] = s->base_lr[g];
-        out->last_lr[g] = s->last_lr[g];
-    }
+    accel_scheduler *s = (accel_scheduler *)self;
+    ACCEL_TRY(accel__state_put_i64(w, "kind", (int64_t)s->o.kind));
+    ACCEL_TRY(accel__state_put_i64(w, "last_epoch", s->last_epoch));
+    ACCEL_TRY(accel__state_put_i64(w, "_step_count", s->step_count));
+    ACCEL_TRY(accel__state_put_f64s(w, "base_lrs", s->base_lr, (size_t)s->n_groups));
+    return accel__state_put_f64s(w, "_last_lr", s->last_lr, (size_t)s->n_groups);
 }
 
-void accel__scheduler_set_state(accel_scheduler *s, const accel__sched_state *in)
+typedef struct sched_staged {
+    int64_t last_epoch, step_count;
+    double base_lr[ACCEL_OPTIM_MAX_GROUPS], last_lr[ACCEL_OPTIM_MAX_GROUPS];
+} sched_staged;
+
+/* Restores the counters and lrs, and writes last_lr into the optimizer's groups (after the
+ * optimizer's own load: kinds apply in order). */
+static void sched_apply(accel__object *self, void *data)
 {
+    accel_scheduler *s = (accel_scheduler *)self;
+    const sched_staged *in = data;
     s->last_epoch = in->last_epoch;
     s->step_count = in->step_count;
-    for (int g = 0; g < s->n_groups && g < in->n_groups; g++) {
+    for (int g = 0; g < s->n_groups; g++) {
         s->base_lr[g] = in->base_lr[g];
         s->last_lr[g] = in->last_lr[g];
         s->opt->groups[g].lr = in->last_lr[g];
     }
+}
+
+static accel_status sched_state_load(accel__object *self, accel__state_reader *r)
+{
+    accel_scheduler *s = (accel_scheduler *)self;
+    sched_staged *in = accel__state_stage(r, sizeof(*in), sched_apply);
+    if (in == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    int64_t kind;
+    size_t n_groups;
+    ACCEL_TRY(accel__state_get_i64(r, "kind", INT32_MIN, INT32_MAX, &kind));
+    ACCEL_TRY(accel__state_get_i64(r, "last_epoch", 0, INT64_MAX, &in->last_epoch));
+    ACCEL_TRY(accel__state_get_i64(r, "_step_count", 0, INT64_MAX, &in->step_count));
+    ACCEL_TRY(accel__state_get_len(r, "base_lrs", &n_groups));
+    if (kind != (int64_t)s->o.kind || n_groups != (size_t)s->n_groups) {
+        return accel__state_fail(r, ACCEL_EINVAL,
+                                 "scheduler kind %lld with %zu groups; the live scheduler is kind "
+                                 "%d with %d groups",
+                                 (long long)kind, n_groups, (int)s->o.kind, s->n_groups);
+    }
+    ACCEL_TRY(accel__state_get_f64s(r, "base_lrs", 0, DBL_MAX, in->base_lr, n_groups));
+    return accel__state_get_f64s(r, "_last_lr", 0, DBL_MAX, in->last_lr, n_groups);
 }

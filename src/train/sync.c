@@ -25,16 +25,9 @@ accel_status accel_accumulate(accel *acc, accel_model *model)
     if (acc == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_accumulate: acc is NULL");
     }
-    accel__gradient_state *gs = &acc->gstate;
-    int steps = acc->opt.gradient_accumulation_steps > 0 ? acc->opt.gradient_accumulation_steps : 1;
-    if (acc->opt.sync_with_dataloader == 1 && gs->end_of_dataloader) {
-        gs->step = 0;
-        gs->sync_gradients = 1;
-    } else {
-        gs->step += 1;
-        gs->sync_gradients = (gs->step % steps) == 0;
-    }
-    int allow = gs->sync_gradients || (accel_use_distributed(acc) && acc->opt.sync_each_batch == 1);
+    ACCEL_TRY(accel__grad_state_advance(acc));
+    int allow = accel__grad_state_sync(acc) ||
+                (accel_use_distributed(acc) && acc->opt.sync_each_batch == 1);
     if (model != NULL) {
         model->accum_allows = allow;
     } else {
@@ -47,12 +40,12 @@ accel_status accel_accumulate(accel *acc, accel_model *model)
 
 int accel_sync_gradients(const accel *acc)
 {
-    return acc ? acc->gstate.sync_gradients : 1;
+    return accel__grad_state_sync(acc);
 }
 
 long long accel_accumulation_step(const accel *acc)
 {
-    return acc ? acc->gstate.step : 0;
+    return accel__grad_state_step(acc);
 }
 
 /* The collective of an active process in a join region: how many processes still train. */
@@ -89,8 +82,7 @@ double accel_backward_begin(accel *acc)
     if (acc == NULL) {
         return 1.0;
     }
-    int steps = acc->opt.gradient_accumulation_steps > 0 ? acc->opt.gradient_accumulation_steps : 1;
-    double factor = 1.0 / steps;
+    double factor = 1.0 / accel__grad_state_accum_steps(acc);
     const accel__precision_hooks *ph = accel__precision(acc);
     if (ph != NULL && ph->loss_scale != NULL) {
         factor *= ph->loss_scale(acc, accel__module(acc, ACCEL__MOD_PRECISION));

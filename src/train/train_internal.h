@@ -11,7 +11,9 @@
 
 #include "accel/accel.h"
 #include "comm/comm.h"
+#include "core/gstate.h"
 #include "core/internal.h"
+#include "core/state_proto.h"
 #include "device/device.h"
 #include "flat.h"
 
@@ -151,8 +153,21 @@ static inline const accel__precision_hooks *accel__precision(accel *acc)
     return (const accel__precision_hooks *)accel__module(acc, ACCEL__MOD_PRECISION);
 }
 
+/* ---- accumulation (gstate.c; the rest of the GradientState is core/gstate.h) ---- */
+
+/* gradient_accumulation_steps, at least 1. */
+int accel__grad_state_accum_steps(const accel *acc);
+/* Inside an open accumulation window: gradients accumulated that no step consumed yet. */
+int accel__grad_state_window_open(const accel *acc);
+/* accel_accumulate's rule: the next micro-step, synchronising every accum_steps-th one and
+ * at the end of the loader (sync_with_dataloader). ACCEL_ENOMEM. */
+accel_status accel__grad_state_advance(accel *acc);
+
 /* Rebuilds the optimizer segments (after group or freeze changes). */
 accel_status accel__optim_build_segments(accel_optimizer *opt);
+/* The optimizer's state protocol (optim_state.c). */
+accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w);
+accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r);
 
 /* ---- the model's device buffers (model.c) ---- */
 
@@ -215,8 +230,9 @@ accel_status accel__reducer_mirror(accel_model *m);
  * and none is there yet (called by model prepare). ACCEL_EINVAL for out-of-range scaler
  * options. */
 accel_status accel__precision_install(accel *acc);
-/* Scaler state for checkpoints: get returns 0 (outputs untouched) when no scaler is active;
- * set installs the scaler if needed and returns ACCEL_ESTATE when mixed_precision is not fp16,
+/* The scaler's scale and growth tracker (accel_loss_scale, tests; checkpoints go through its
+ * state protocol): get returns 0 (outputs untouched) when no scaler is active; set installs
+ * the scaler if needed and returns ACCEL_ESTATE when mixed_precision is not fp16,
  * ACCEL_EINVAL for scale <= 0 / inf or a negative tracker. */
 int accel__scaler_get(const accel *acc, double *scale, long long *growth_tracker);
 accel_status accel__scaler_set(accel *acc, double scale, long long growth_tracker);

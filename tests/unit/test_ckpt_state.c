@@ -242,6 +242,7 @@ int main(int argc, char **argv)
         CHECK_OK(f.acc, accel_save_state(f.acc, "ignored"));
     }
     CHECK(accel_checkpoint_iteration(f.acc) == 6);
+    CHECK(accel_resolved_options(f.acc)->iteration == 0); /* the option, not the counter */
     CHECK(!exists(ckdir, "checkpoint_2") && exists(ckdir, "checkpoint_3") &&
           exists(ckdir, "checkpoint_5") && !exists(ckdir, "checkpoint_6"));
     CHECK(exists(ckdir, "checkpoint_5/model.safetensors") &&

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/gstate.h"
 #include "data/data_internal.h"
 
 /* ---- a map-style dataset of int64 scalars "x" = index, optional failure / variable length ---- */
@@ -295,26 +296,30 @@ int main(void)
         accel_loader *inner = make(&ds, 10, 0, 2);
         CHECK_OK(acc, accel__loader_prepare_as(outer, 0, 1));
         CHECK_OK(acc, accel__loader_prepare_as(inner, 0, 1));
-        accel__gradient_state *g = &acc->gstate;
-        CHECK(g->active_loaders == 0 && g->remainder == -1);
+        CHECK(accel__grad_state_active_loaders(acc) == 0 && accel__grad_state_remainder(acc) == -1);
         accel_batch *b;
         int n = 0;
         while (accel_loader_next(outer, &b) == ACCEL_OK) {
             n++;
-            CHECK(g->active_loaders == 1 && g->remainder == 2);
-            CHECK(g->end_of_dataloader == (n == 6));
+            CHECK(accel__grad_state_active_loaders(acc) == 1 &&
+                  accel__grad_state_remainder(acc) == 2);
+            CHECK(accel__grad_state_end_of_dataloader(acc) == (n == 6));
             if (n == 2 || n == 6) { /* evaluation inside the epoch */
                 int m = 0;
                 while (accel_loader_next(inner, &b) == ACCEL_OK) {
                     m++;
-                    CHECK(g->active_loaders == 2 && g->remainder == 2);
-                    CHECK(g->end_of_dataloader == (m == 3));
+                    CHECK(accel__grad_state_active_loaders(acc) == 2 &&
+                          accel__grad_state_remainder(acc) == 2);
+                    CHECK(accel__grad_state_end_of_dataloader(acc) == (m == 3));
                 }
-                CHECK(m == 3 && g->active_loaders == 1);
-                CHECK(g->end_of_dataloader == (n == 6) && g->remainder == 2);
+                CHECK(m == 3 && accel__grad_state_active_loaders(acc) == 1);
+                CHECK(accel__grad_state_end_of_dataloader(acc) == (n == 6) &&
+                      accel__grad_state_remainder(acc) == 2);
             }
         }
-        CHECK(n == 6 && g->active_loaders == 0 && g->end_of_dataloader == 0 && g->remainder == -1);
+        CHECK(n == 6 && accel__grad_state_active_loaders(acc) == 0 &&
+              accel__grad_state_end_of_dataloader(acc) == 0 &&
+              accel__grad_state_remainder(acc) == -1);
         /* gather_for_metrics on one process keeps `remainder` rows of the last batch */
         int n_rows = 0;
         while (accel_loader_next(outer, &b) == ACCEL_OK) {

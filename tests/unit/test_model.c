@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/gstate.h"
 #include "core/internal.h"
 
 static accel *new_acc(int accum_steps)
@@ -133,10 +134,13 @@ static void test_accumulate(void)
     CHECK_OK(acc, accel_model_new(acc, &m));
     CHECK_OK(acc, accel_model_add_param(m, "w", 1, (int64_t[]){4}, NULL));
     CHECK_OK(acc, accel_prepare(acc, m));
+    /* A loader being iterated, as the data module reports it. */
+    int saved_end, saved_remainder;
+    CHECK_OK(acc, accel__grad_state_open(acc));
+    accel__grad_state_loader_enter(acc, -1, &saved_end, &saved_remainder);
     for (int epoch = 0; epoch < 2; epoch++) {
         for (int b = 1; b <= 10; b++) {
-            acc->gstate.active_loaders = 1;
-            acc->gstate.end_of_dataloader = (b == 10);
+            accel__grad_state_loader_batch(acc, b == 10, -1);
             CHECK_OK(acc, accel_accumulate(acc, m));
             int want = (b == 4 || b == 8 || b == 10);
             CHECK_MSG(accel_sync_gradients(acc) == want, "epoch %d batch %d", epoch, b);
@@ -147,16 +151,15 @@ static void test_accumulate(void)
     }
     /* sync_with_dataloader off: the end of the loader does not force a sync. */
     acc->opt.sync_with_dataloader = 0;
-    acc->gstate.step = 0;
+    accel__grad_state_restore(acc, 0, 1);
     int syncs = 0;
     for (int b = 1; b <= 10; b++) {
-        acc->gstate.end_of_dataloader = (b == 10);
+        accel__grad_state_loader_batch(acc, b == 10, -1);
         CHECK_OK(acc, accel_accumulate(acc, NULL));
         syncs += accel_sync_gradients(acc);
     }
     CHECK(syncs == 2 && accel_accumulation_step(acc) == 10);
-    acc->gstate.active_loaders = 0;
-    acc->gstate.end_of_dataloader = 0;
+    accel__grad_state_loader_leave(acc, saved_end, saved_remainder);
 
     /* free_memory: objects gone, counters reset, a second training with another model works. */
     accel_free_memory(acc);
