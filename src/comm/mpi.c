@@ -6,9 +6,10 @@
  * abort notice arrives or the deadline passes, so the training thread never blocks in MPI.
  *
  * Invariants: accel calls MPI_Init_thread (MPI_THREAD_MULTIPLE) only when the program has not
- * initialised MPI, and finalises only what it initialised, at exit, and only when no request
- * was left incomplete (finalising then could wait forever for a stuck peer; mpirun instead
- * reports the process as failed and ends the job). Every endpoint owns two private
+ * initialised MPI, and finalises only what it initialised, at exit, and only when no peer was
+ * lost (a timeout or an MPI error: finalising synchronises with every peer, and a stuck one
+ * would keep us forever; mpirun instead reports the process as failed and ends the job). An
+ * aborted communicator's requests never complete: its MPI objects are left allocated. Every endpoint owns two private
  * communicators (never the program's MPI_COMM_WORLD) with MPI_ERRORS_RETURN, so MPI failures
  * come back as statuses, and always has a receive posted for a peer's abort notice.
  */
@@ -27,7 +28,7 @@
 static pthread_mutex_t setup_mu = PTHREAD_MUTEX_INITIALIZER;
 static int started;      /* types and ops made (once per process) */
 static int serialised;   /* MPI runs below MPI_THREAD_MULTIPLE: one accel MPI call at a time */
-static _Atomic int dirty; /* a request never completed: do not finalise */
+static _Atomic int lost; /* a peer may be dead or stuck (a timeout, an MPI error): no finalise */
 static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;
 static MPI_Datatype types[ACCEL_DTYPE_COUNT];
 static MPI_Op user_ops[5];
@@ -108,11 +109,11 @@ static void finish_at_exit(void)
     if (fin) {
         return;
     }
-    if (atomic_load(&dirty)) {
+    if (atomic_load(&lost)) {
         /* MPI_Finalize synchronises with every peer; one that is stuck would keep us here. */
         accel__log(NULL, ACCEL__LOG_WARN,
-                   "mpi: not finalising MPI: a collective never completed (mpirun reports "
-                   "this process as failed and ends the job)");
+                   "mpi: not finalising MPI after a lost peer (mpirun reports this process as "
+                   "failed and ends the job)");
         return;
     }
     MPI_Finalize();
@@ -209,7 +210,8 @@ static accel_status aborted_error(accel__mpi *m, const char *what)
         accel_status st = m->rx_note.status != ACCEL_OK ? (accel_status)m->rx_note.status
                                                         : ACCEL_EPEER;
         m->rx_note.msg[sizeof(m->rx_note.msg) - 1] = '\0';
-        return accel__seterr(NULL, st, "mpi: %s on process %d of %d: aborted by process %d: %s",
+        return accel__seterr(NULL, st, "mpi: %s on process %d of %d: process %d aborted the "
+                             "communicator: %s",
                              what, m->rank, m->n_ranks, (int)m->rx_note.rank, m->rx_note.msg);
     }
     return accel__seterr(NULL, ACCEL_EPEER, "mpi: %s on process %d of %d: aborted here", what,
@@ -248,6 +250,7 @@ accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
         accel__mpi_unlock();
         if (rc != MPI_SUCCESS) {
             m->stuck = 1;
+            atomic_store(&lost, 1);
             return accel__mpi_fail(m, rc, what);
         }
         if (done) {
@@ -263,6 +266,7 @@ accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
         }
         if ((spin & 255) == 255 && accel__now() > deadline) {
             m->stuck = 1;
+            atomic_store(&lost, 1);
             char msg[200];
             snprintf(msg, sizeof(msg), "%s not complete after %.3g s", what, m->timeout_s);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);
@@ -316,9 +320,7 @@ static void endpoint_free(accel__mpi *m)
             }
             m->stuck |= !done;
         }
-        if (m->stuck) {
-            atomic_store(&dirty, 1); /* requests in flight use the communicators: keep them */
-        } else {
+        if (!m->stuck) { /* else requests in flight use the communicators: keep them */
             if (m->ctl != MPI_COMM_NULL) {
                 MPI_Comm_free(&m->ctl);
             }
