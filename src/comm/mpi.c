@@ -57,8 +57,26 @@ MPI_Op accel__mpi_user_op(accel_reduce_op op)
     return user_ops[op];
 }
 
+/* "allreduce(count=4096, f32, sum) (its all-to-all step)", or `what` outside a collective. */
+static const char *call_name(const accel__mpi *m, const char *what, char *buf, size_t nbytes)
+{
+    if (m->cur == NULL) {
+        return what;
+    }
+    char call[160];
+    accel__coll_str(m->cur, m->n_ranks, call, sizeof(call));
+    if (strcmp(what, accel__coll_name(m->cur->kind)) == 0) {
+        snprintf(buf, nbytes, "%s", call);
+    } else {
+        snprintf(buf, nbytes, "%s (its %s)", call, what);
+    }
+    return buf;
+}
+
 accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what)
 {
+    char name[256];
+    what = call_name(m, what, name, sizeof(name));
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) {
@@ -206,6 +224,8 @@ static accel_status start(const accel__comm_config *cfg)
 /* The error of a wait that an abort ended (this member's or a peer's notice). */
 static accel_status aborted_error(accel__mpi *m, const char *what)
 {
+    char name[256];
+    what = call_name(m, what, name, sizeof(name));
     if (m->peer_note) {
         accel_status st = m->rx_note.status != ACCEL_OK ? (accel_status)m->rx_note.status
                                                         : ACCEL_EPEER;
@@ -267,6 +287,8 @@ accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
         if ((spin & 255) == 255 && accel__now() > deadline) {
             m->stuck = 1;
             atomic_store(&lost, 1);
+            char name[256];
+            what = call_name(m, what, name, sizeof(name));
             char msg[200];
             snprintf(msg, sizeof(msg), "%s not complete after %.3g s", what, m->timeout_s);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);

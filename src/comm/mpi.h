@@ -43,6 +43,7 @@ typedef struct accel__mpi {
     int *rcounts, *rdispls; /* n_ranks each: what an all-to-all receives from each process */
     const void **ins;       /* n_ranks operands of a local reduction */
     accel__mpi_block *blocks;
+    const accel__coll *cur; /* the collective running (named in messages), or NULL */
 } accel__mpi;
 
 /* The MPI datatype that moves elements of dt (a named type, or a committed contiguous byte
@@ -56,7 +57,7 @@ MPI_Datatype accel__mpi_type(accel_dtype dt);
 MPI_Op accel__mpi_user_op(accel_reduce_op op);
 
 /* Waits for *req until the communicator's deadline, progressing MPI and watching for aborts.
- * `what` names the call in messages. Errors: EPEER (an MPI error, or a peer's abort notice),
+ * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an MPI error, or a peer's abort notice),
  * ETIMEDOUT (then the peers are sent an abort notice naming this process). */
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
 

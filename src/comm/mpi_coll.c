@@ -93,7 +93,7 @@ static accel_status ordered(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, 
     int rc = MPI_Ialltoallv(send, m->counts, m->displs, t, tmp, m->rcounts, m->rdispls, t, m->comm,
                             &req);
     accel__mpi_unlock();
-    ACCEL_TRY(posted(m, rc, &req, "the all-to-all of a reduction"));
+    ACCEL_TRY(posted(m, rc, &req, "all-to-all step"));
     const int here = root < 0 || me == root;
     char *out = here ? (char *)recv + (size_t)m->displs[me] * es : tmp + (size_t)n * mine * es;
     accel__reduce(dt, rop, out, NULL, m->ins, n, mine, n);
@@ -105,7 +105,7 @@ static accel_status ordered(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, 
                           root, m->comm, &req);
     }
     accel__mpi_unlock();
-    return posted(m, rc, &req, root < 0 ? "the allgather of a reduction" : "the gather of a reduce");
+    return posted(m, rc, &req, root < 0 ? "allgather step" : "gather step");
 }
 
 /* Scratch for the ordered path over count elements of es bytes, after `before` bytes. */
@@ -174,7 +174,7 @@ static accel_status reduce_scatter(accel__mpi *m, const accel__coll *op)
     accel__mpi_lock();
     int rc = MPI_Ialltoall(op->send, (int)count, t, tmp, (int)count, t, m->comm, &req);
     accel__mpi_unlock();
-    ACCEL_TRY(posted(m, rc, &req, "reduce_scatter"));
+    ACCEL_TRY(posted(m, rc, &req, "all-to-all step"));
     for (int q = 0; q < n; q++) {
         m->ins[q] = tmp + (size_t)q * count * es;
     }
@@ -227,9 +227,8 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
     return posted(m, rc, &req, "broadcast");
 }
 
-accel_status accel__mpi_run(void *impl, const accel__coll *op)
+static accel_status run(accel__mpi *m, const accel__coll *op)
 {
-    accel__mpi *m = impl;
     if (op->kind == ACCEL__COLL_BARRIER) {
         return move(m, op);
     }
@@ -264,4 +263,13 @@ accel_status accel__mpi_run(void *impl, const accel__coll *op)
         }
         return op->kind == ACCEL__COLL_REDUCE_SCATTER ? reduce_scatter(m, op) : move(m, op);
     }
+}
+
+accel_status accel__mpi_run(void *impl, const accel__coll *op)
+{
+    accel__mpi *m = impl;
+    m->cur = op;
+    accel_status st = run(m, op);
+    m->cur = NULL;
+    return st;
 }
