@@ -52,7 +52,7 @@ accel_options accel_options_default(void)
 typedef struct layout {
     int rank, n_ranks, local_rank, local_n_ranks;
     int launched; /* a launcher set LOCAL_RANK (or equivalent): Accelerate's MULTI_CPU rule */
-    int by_mpi;   /* the layout came from mpirun / srun (OMPI_*, PMI_*, MV2_*, SLURM_*) */
+    int by_mpi;   /* the layout came from an MPI / Slurm launcher's variables */
 } layout;
 
 /* One family of launcher variables: the first family whose world-size variable is set wins. */

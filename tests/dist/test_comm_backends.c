@@ -106,13 +106,33 @@ static void gen(accel_dtype dt, int r, size_t i, void *out)
         memcpy(out, &v, 2);
         break;
     }
-    case ACCEL_I32: {
-        int32_t v = (int32_t)(h % 13) - 6;
-        memcpy(out, &v, 4);
+    case ACCEL_F8_E4M3:
+        *(uint8_t *)out = accel__f32_to_f8e4m3(f);
+        break;
+    case ACCEL_F8_E5M2:
+        *(uint8_t *)out = accel__f32_to_f8e5m2(f);
+        break;
+    case ACCEL_I8:
+    case ACCEL_I16:
+    case ACCEL_I32:
+    case ACCEL_I64: { /* small signed values, stored little-endian in the dtype's width */
+        int64_t v = (int64_t)(h % 13) - 6;
+        memcpy(out, &v, accel_dtype_nbytes(dt));
         break;
     }
-    default:
-        *(uint8_t *)out = (uint8_t)(h % 13);
+    case ACCEL_U8:
+    case ACCEL_U16: {
+        uint64_t v = h % 13;
+        memcpy(out, &v, accel_dtype_nbytes(dt));
+        break;
+    }
+    case ACCEL_BOOL:
+        *(uint8_t *)out = (uint8_t)(h % 3 == 0);
+        break;
+    default: /* moved, never reduced: any bytes */
+        for (size_t b = 0; b < accel_dtype_nbytes(dt); b++) {
+            ((uint8_t *)out)[b] = (uint8_t)(h >> (b % 4 * 8)) ^ (uint8_t)b;
+        }
         break;
     }
 }
@@ -257,25 +277,32 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
     }
 }
 
+/* Every whole-byte dtype: the reducible ones with every op, the others (U32, U64, C64, the
+ * FNUZ and E8M0 FP8s) moved by the collectives that do not reduce. */
 static void matrix(accel__comm *c, char *sym)
 {
-    static const accel_dtype dts[] = {ACCEL_F32, ACCEL_F64, ACCEL_BF16, ACCEL_F16, ACCEL_I32,
-                                      ACCEL_U8};
     static const size_t counts[] = {0, 1, 13, 70001};
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         const size_t count = counts[ci];
         for (int kind = ACCEL__COLL_ALLREDUCE; kind <= ACCEL__COLL_GATHER; kind++) {
             const int reducing = kind == ACCEL__COLL_ALLREDUCE ||
                                  kind == ACCEL__COLL_REDUCE_SCATTER || kind == ACCEL__COLL_REDUCE;
-            for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+            for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+                const accel_dtype dt = (accel_dtype)d;
+                if (accel_dtype_nbytes(dt) == 0 || (reducing && !accel__reduce_supported(dt))) {
+                    continue;
+                }
                 for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
                     /* Large counts: a few pairs only (the small ones cover every pair). */
-                    if (count > 1000 && ((d != 0 && d != 2) || rop > ACCEL_AVG)) {
+                    if (count > 1000 && ((dt != ACCEL_F32 && dt != ACCEL_BF16) || rop > ACCEL_AVG)) {
                         continue;
+                    }
+                    if (dt == ACCEL_BOOL && rop == ACCEL_AVG) {
+                        continue; /* refused: not defined for BOOL */
                     }
                     int root = kind >= ACCEL__COLL_BROADCAST ? (int)(seed % (unsigned)n_ranks) : 0;
                     for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
-                        run_case(c, sym, form, (accel__coll_kind)kind, dts[d],
+                        run_case(c, sym, form, (accel__coll_kind)kind, dt,
                                  (accel_reduce_op)rop, ACCEL_F32, count, root);
                     }
                 }
