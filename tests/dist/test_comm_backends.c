@@ -10,7 +10,7 @@
  * one-shot, two-shot (several chunks) and zero-copy paths, and equal that same path run on the
  * backend itself (convert, 16-bit allreduce, convert back: the reducer before comm v2).
  *
- * Under mpirun (tests/comm/test_mpi_collectives.sh) the same processes run every case on the
+ * Under mpirun (tests/comm/test_mpi.sh) the same processes run every case on the
  * mpi backend and on shm, each against the reference, and compare the two backends' results
  * directly through a hash of every result byte.
  *

@@ -7,7 +7,7 @@
 # clipping norm (and MAX/MIN ties at +0 / -0), whose bits depend on how operands are grouped.
 # On two processes every grouping is the same single combine, and IEEE addition commutes
 # exactly, so MPI's own MPI_Allreduce gives shm's bits; on three or more the mpi backend reduces
-# in rank order itself (src/comm/mpi_coll.c), which the 3-process run checks too. The only
+# in rank order itself (src/comm/mpi/mpi_coll.c), which the 3-process run checks too. The only
 # other difference between runs, the tok/s field, is left out of the comparison.
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 set -u

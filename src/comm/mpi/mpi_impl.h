@@ -3,14 +3,14 @@
  * with deadlines, abort, split, plain symmetric memory) and mpi_coll.c (the collectives).
  * Compiled only when the build found MPI (ACCEL_MPI, CMakeLists.txt).
  */
-#ifndef ACCEL_COMM_MPI_H
-#define ACCEL_COMM_MPI_H
+#ifndef ACCEL_COMM_MPI_IMPL_H
+#define ACCEL_COMM_MPI_IMPL_H
 
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 /* What a member tells its peers when it aborts the communicator (on the `ctl` communicator). */
 typedef struct accel__mpi_note {
@@ -75,4 +75,4 @@ void accel__mpi_unlock(void);
 /* One collective (accel__comm_ops.run), in mpi_coll.c. */
 accel_status accel__mpi_run(void *impl, const accel__coll *op);
 
-#endif /* ACCEL_COMM_MPI_H */
+#endif /* ACCEL_COMM_MPI_IMPL_H */

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "mpi.h"
-#include "reduce.h"
+#include "mpi_impl.h"
+#include "comm/reduce.h"
 
 #define ABORT_TAG 7301 /* on the ctl communicator, which carries nothing else */
 

@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "mpi.h"
-#include "reduce.h"
+#include "mpi_impl.h"
+#include "comm/reduce.h"
 
 /* Elements per MPI call of an element-wise collective (MPI counts are int). */
 #define SLICE ((size_t)1 << 30)
