@@ -264,7 +264,8 @@ accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
         int done = 0, heard = 0;
         accel__mpi_lock();
         int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-        if (rc == MPI_SUCCESS && !done && !m->peer_note && m->abort_rx != MPI_REQUEST_NULL) {
+        if (rc == MPI_SUCCESS && !done && (spin & 15) == 15 && !m->peer_note &&
+            m->abort_rx != MPI_REQUEST_NULL) {
             (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
         }
         accel__mpi_unlock();
@@ -430,6 +431,35 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     return ACCEL_OK;
 }
 
+/* MPI knows which processes share a machine (MPI_Comm_split_type): the job's layout must agree,
+ * since node groups (split's local ranks, hier) take a machine's processes to be consecutive
+ * ranks, as mpirun's default by-slot mapping places them. A disagreement is logged, once. */
+static void check_nodes(accel__mpi *m, const accel__comm_config *cfg)
+{
+    MPI_Comm node = MPI_COMM_NULL;
+    int node_rank = 0, node_n = 0, first = 0;
+    accel__mpi_lock();
+    int rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, m->rank, MPI_INFO_NULL, &node);
+    if (rc == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &node_rank);
+        MPI_Comm_size(node, &node_n);
+        rc = MPI_Allreduce(&m->rank, &first, 1, MPI_INT, MPI_MIN, node);
+        MPI_Comm_free(&node);
+    }
+    accel__mpi_unlock();
+    if (rc != MPI_SUCCESS) {
+        return;
+    }
+    if (node_rank != cfg->local_rank || node_n != cfg->local_n_ranks ||
+        first + node_rank != m->rank) {
+        accel__log(&cfg->log, ACCEL__LOG_WARN,
+                   "backend mpi: MPI puts this process at %d of %d on its machine (first rank "
+                   "%d), the job's layout at local rank %d of %d: node groups take a machine's "
+                   "processes to be consecutive ranks (mpirun --map-by slot, the default)",
+                   node_rank, node_n, first, cfg->local_rank, cfg->local_n_ranks);
+    }
+}
+
 static accel_status mpi_init(const accel__comm_config *cfg, void **impl)
 {
     ACCEL_TRY(start(cfg));
@@ -458,6 +488,7 @@ static accel_status mpi_init(const accel__comm_config *cfg, void **impl)
     ACCEL_TRY(accel__mpi_wait(&probe, &req, "creating the world communicator (MPI_Comm_idup)"));
     accel__mpi *m;
     ACCEL_TRY(endpoint_new(world, cfg, &m));
+    check_nodes(m, cfg);
     *impl = m;
     return ACCEL_OK;
 }
