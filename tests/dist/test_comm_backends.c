@@ -294,7 +294,8 @@ static void matrix(accel__comm *c, char *sym)
                 }
                 for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
                     /* Large counts: a few pairs only (the small ones cover every pair). */
-                    if (count > 1000 && ((dt != ACCEL_F32 && dt != ACCEL_BF16) || rop > ACCEL_AVG)) {
+                    const int big_pair = dt == ACCEL_F32 || dt == ACCEL_BF16;
+                    if (count > 1000 && (!big_pair || rop > ACCEL_AVG)) {
                         continue;
                     }
                     if (dt == ACCEL_BOOL && rop == ACCEL_AVG) {

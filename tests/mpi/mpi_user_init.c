@@ -6,8 +6,8 @@
  *   none      the program never calls MPI: accel initialises it and finalises it at exit
  *             (mpirun fails the job when a process exits without MPI_Finalize).
  * Between the program's own MPI calls it runs accel collectives (blocking and asynchronous) on
- * the backend accel chooses under mpirun (it must be mpi), and checks that accel_free leaves
- * MPI running. Exits 0 when every check passed.
+ * the backend accel chooses under mpirun (it must be mpi), twice (init, free, init again), and
+ * checks that accel_free leaves MPI running. Exits 0 when every check passed.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -49,35 +49,39 @@ int main(int argc, char **argv)
         EXPECT(own_sum(rank) == n * (n - 1) / 2, "own MPI_Allreduce before accel");
     }
 
-    accel *acc;
-    accel_status st = accel_init(&acc, NULL);
-    EXPECT(st == ACCEL_OK, "accel_init: %s: %s", accel_status_name(st), accel_last_error(NULL));
-    EXPECT(strcmp(accel_backend_name(acc), "mpi") == 0, "backend %s under mpirun", accel_backend_name(acc));
-    rank = accel_process_index(acc);
-    n = accel_num_processes(acc);
-    MPI_Initialized(&flag);
-    EXPECT(flag, "MPI is not initialised after accel_init");
+    /* Twice: accel_init after accel_free finds MPI running and uses it again. */
+    for (int life = 0; life < 2; life++) {
+        accel *acc;
+        accel_status st = accel_init(&acc, NULL);
+        EXPECT(st == ACCEL_OK, "accel_init: %s: %s", accel_status_name(st), accel_last_error(NULL));
+        EXPECT(strcmp(accel_backend_name(acc), "mpi") == 0, "backend %s under mpirun",
+               accel_backend_name(acc));
+        rank = accel_process_index(acc);
+        n = accel_num_processes(acc);
+        MPI_Initialized(&flag);
+        EXPECT(flag, "MPI is not initialised after accel_init");
 
-    float v[1000];
-    for (int round = 0; round < 3; round++) {
-        for (int i = 0; i < 1000; i++) {
-            v[i] = (float)(rank + 1);
+        float v[1000];
+        for (int round = 0; round < 3; round++) {
+            for (int i = 0; i < 1000; i++) {
+                v[i] = (float)(rank + 1);
+            }
+            accel_work *w = NULL;
+            st = accel_allreduce(acc, v, v, 1000, ACCEL_F32, ACCEL_SUM, &w);
+            EXPECT(st == ACCEL_OK, "accel_allreduce: %s", accel_last_error(acc));
+            /* accel's communication thread progresses it while this thread waits. */
+            EXPECT(accel_work_wait(w) == ACCEL_OK, "accel_work_wait: %s", accel_last_error(NULL));
+            accel_work_free(w);
+            EXPECT(v[999] == (float)(n * (n + 1) / 2), "accel sum %g", (double)v[999]);
+            st = accel_barrier(acc, NULL);
+            EXPECT(st == ACCEL_OK, "accel_barrier: %s", accel_last_error(acc));
+            /* The program's MPI between accel's calls (none in flight). */
+            if (program_owns) {
+                EXPECT(own_sum(rank) == n * (n - 1) / 2, "own MPI_Allreduce between accel calls");
+            }
         }
-        accel_work *w = NULL;
-        st = accel_allreduce(acc, v, v, 1000, ACCEL_F32, ACCEL_SUM, &w);
-        EXPECT(st == ACCEL_OK, "accel_allreduce: %s", accel_last_error(acc));
-        /* accel's communication thread progresses it while this thread waits. */
-        EXPECT(accel_work_wait(w) == ACCEL_OK, "accel_work_wait: %s", accel_last_error(NULL));
-        accel_work_free(w);
-        EXPECT(v[999] == (float)(n * (n + 1) / 2), "accel sum %g", (double)v[999]);
-        st = accel_barrier(acc, NULL);
-        EXPECT(st == ACCEL_OK, "accel_barrier: %s", accel_last_error(acc));
-        /* The program's MPI between accel's calls (none in flight). */
-        if (program_owns) {
-            EXPECT(own_sum(rank) == n * (n - 1) / 2, "own MPI_Allreduce between accel calls");
-        }
+        accel_free(acc);
     }
-    accel_free(acc);
 
     MPI_Finalized(&flag);
     EXPECT(!flag, "accel_free finalised MPI");

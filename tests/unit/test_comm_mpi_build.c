@@ -30,8 +30,8 @@ int main(void)
     accel__comm *c = NULL;
     CHECK(accel__comm_new(&c, &cfg) == ACCEL_EUNSUPPORTED && c == NULL);
     const char *msg = accel_last_error(NULL);
-    CHECK_MSG(strstr(msg, "libopenmpi-dev") != NULL && strstr(msg, "-DACCEL_MPI=ON") != NULL,
-              "%s", msg);
+    CHECK_MSG(strstr(msg, "libopenmpi-dev") != NULL && strstr(msg, "-DACCEL_MPI=ON") != NULL, "%s",
+              msg);
     printf("test_comm_mpi_build: no MPI in this build: %s\n", msg);
 #endif
     return 0;

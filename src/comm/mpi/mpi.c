@@ -9,9 +9,10 @@
  * initialised MPI, and finalises only what it initialised, at exit, and only when no peer was
  * lost (a timeout or an MPI error: finalising synchronises with every peer, and a stuck one
  * would keep us forever; mpirun instead reports the process as failed and ends the job). An
- * aborted communicator's requests never complete: its MPI objects are left allocated. Every endpoint owns two private
- * communicators (never the program's MPI_COMM_WORLD) with MPI_ERRORS_RETURN, so MPI failures
- * come back as statuses, and always has a receive posted for a peer's abort notice.
+ * aborted communicator's requests never complete: its MPI objects are left allocated. Every
+ * endpoint owns two private communicators (never the program's MPI_COMM_WORLD) with
+ * MPI_ERRORS_RETURN, so MPI failures come back as statuses, and always has a receive posted for a
+ * peer's abort notice.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -20,8 +21,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "mpi_impl.h"
 #include "comm/reduce.h"
+#include "mpi_impl.h"
 
 #define ABORT_TAG 7301 /* on the ctl communicator, which carries nothing else */
 
@@ -82,8 +83,8 @@ accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what)
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) {
         snprintf(text, sizeof(text), "MPI error %d", rc);
     }
-    return accel__seterr(NULL, ACCEL_EPEER, "mpi: %s failed on process %d of %d: %s", what,
-                         m->rank, m->n_ranks, text);
+    return accel__seterr(NULL, ACCEL_EPEER, "mpi: %s failed on process %d of %d: %s", what, m->rank,
+                         m->n_ranks, text);
 }
 
 /* ---- the user-defined reductions ---- */
@@ -144,11 +145,11 @@ static accel_status make_types(void)
     static const struct {
         accel_dtype dt;
         MPI_Datatype t;
-    } named[] = {{ACCEL_F32, MPI_FLOAT},   {ACCEL_F64, MPI_DOUBLE},     {ACCEL_I8, MPI_INT8_T},
-                 {ACCEL_U8, MPI_UINT8_T},  {ACCEL_I16, MPI_INT16_T},    {ACCEL_U16, MPI_UINT16_T},
-                 {ACCEL_I32, MPI_INT32_T}, {ACCEL_I64, MPI_INT64_T},    {ACCEL_BOOL, MPI_C_BOOL},
-                 {ACCEL_U32, MPI_UINT32_T}, {ACCEL_U64, MPI_UINT64_T},
-                 {ACCEL_C64, MPI_C_FLOAT_COMPLEX}};
+    } named[] = {
+        {ACCEL_F32, MPI_FLOAT},    {ACCEL_F64, MPI_DOUBLE},   {ACCEL_I8, MPI_INT8_T},
+        {ACCEL_U8, MPI_UINT8_T},   {ACCEL_I16, MPI_INT16_T},  {ACCEL_U16, MPI_UINT16_T},
+        {ACCEL_I32, MPI_INT32_T},  {ACCEL_I64, MPI_INT64_T},  {ACCEL_BOOL, MPI_C_BOOL},
+        {ACCEL_U32, MPI_UINT32_T}, {ACCEL_U64, MPI_UINT64_T}, {ACCEL_C64, MPI_C_FLOAT_COMPLEX}};
     for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
         types[d] = MPI_DATATYPE_NULL;
     }
@@ -227,10 +228,11 @@ static accel_status aborted_error(accel__mpi *m, const char *what)
     char name[256];
     what = call_name(m, what, name, sizeof(name));
     if (m->peer_note) {
-        accel_status st = m->rx_note.status != ACCEL_OK ? (accel_status)m->rx_note.status
-                                                        : ACCEL_EPEER;
+        accel_status st =
+            m->rx_note.status != ACCEL_OK ? (accel_status)m->rx_note.status : ACCEL_EPEER;
         m->rx_note.msg[sizeof(m->rx_note.msg) - 1] = '\0';
-        return accel__seterr(NULL, st, "mpi: %s on process %d of %d: process %d aborted the "
+        return accel__seterr(NULL, st,
+                             "mpi: %s on process %d of %d: process %d aborted the "
                              "communicator: %s",
                              what, m->rank, m->n_ranks, (int)m->rx_note.rank, m->rx_note.msg);
     }

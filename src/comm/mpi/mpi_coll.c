@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "mpi_impl.h"
 #include "comm/reduce.h"
+#include "mpi_impl.h"
 
 /* Elements per MPI call of an element-wise collective (MPI counts are int). */
 #define SLICE ((size_t)1 << 30)
@@ -116,8 +116,8 @@ static size_t ordered_nbytes(const accel__mpi *m, size_t count, size_t es)
 }
 
 /* ALLREDUCE (root < 0) or REDUCE of one slice, wire dtype included. */
-static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const char *send,
-                                 char *recv, size_t count, int root)
+static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const char *send, char *recv,
+                                 size_t count, int root)
 {
     const char *what = accel__coll_name(op->kind);
     accel_dtype dt = op->dtype;
@@ -149,7 +149,8 @@ static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const cha
         }
     } else {
         const size_t es = accel_dtype_nbytes(dt);
-        char *tmp = wbuf != NULL ? wbuf + count * 2 : accel__mpi_scratch(m, ordered_nbytes(m, count, es));
+        char *tmp =
+            wbuf != NULL ? wbuf + count * 2 : accel__mpi_scratch(m, ordered_nbytes(m, count, es));
         if (tmp == NULL) {
             return ACCEL_ENOMEM;
         }

@@ -57,8 +57,9 @@ MPI_Datatype accel__mpi_type(accel_dtype dt);
 MPI_Op accel__mpi_user_op(accel_reduce_op op);
 
 /* Waits for *req until the communicator's deadline, progressing MPI and watching for aborts.
- * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an MPI error, or a peer's abort notice),
- * ETIMEDOUT (then the peers are sent an abort notice naming this process). */
+ * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an
+ * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
+ * this process). */
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
 
 /* An MPI return code as an accel error naming the call and this process (EPEER). */
