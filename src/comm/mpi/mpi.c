@@ -345,7 +345,7 @@ static void endpoint_free(accel__mpi *m)
             }
             m->stuck |= !done;
         }
-        if (!m->stuck) { /* else requests in flight use the communicators: keep them */
+        if (!m->stuck) {
             if (m->ctl != MPI_COMM_NULL) {
                 MPI_Comm_free(&m->ctl);
             }
@@ -354,6 +354,12 @@ static void endpoint_free(accel__mpi *m)
             }
         }
         accel__mpi_unlock();
+    }
+    if (m->stuck) {
+        /* A request never completed: MPI may still write into this endpoint's buffers (the
+         * scratch, the notices, symmetric blocks) whenever a peer's data arrives, so all of it
+         * stays allocated. Only a broken communicator gets here. */
+        return;
     }
     while (m->blocks != NULL) {
         accel__mpi_block *b = m->blocks;
@@ -368,9 +374,7 @@ static void endpoint_free(accel__mpi *m)
     accel__free(m->rcounts);
     accel__free(m->rdispls);
     accel__free(m->ins);
-    if (!m->stuck) {
-        accel__free(m); /* else MPI may still write rx_note / read tx_note: leak it */
-    }
+    accel__free(m);
 }
 
 /* An endpoint around `comm` (taken: freed with the endpoint): its control communicator, error
