@@ -261,11 +261,16 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
 
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
 {
+    return accel__mpi_waitall(m, 1, req, what);
+}
+
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const char *what)
+{
     const double deadline = accel__now() + m->timeout_s;
     for (unsigned spin = 0;; spin++) {
         int done = 0, heard = 0;
         accel__mpi_lock();
-        int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (rc == MPI_SUCCESS && !done && (spin & 15) == 15 && !m->peer_note &&
             m->abort_rx != MPI_REQUEST_NULL) {
             (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
@@ -374,6 +379,7 @@ static void endpoint_free(accel__mpi *m)
     accel__free(m->rcounts);
     accel__free(m->rdispls);
     accel__free(m->ins);
+    accel__free(m->reqs);
     accel__free(m);
 }
 
@@ -400,8 +406,9 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->rcounts = accel__calloc(n, sizeof(int));
     m->rdispls = accel__calloc(n, sizeof(int));
     m->ins = accel__calloc(n, sizeof(*m->ins));
+    m->reqs = accel__calloc(2 * n, sizeof(*m->reqs));
     if (m->abort_tx == NULL || m->counts == NULL || m->displs == NULL || m->rcounts == NULL ||
-        m->rdispls == NULL || m->ins == NULL) {
+        m->rdispls == NULL || m->ins == NULL || m->reqs == NULL) {
         endpoint_free(m);
         return accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
     }

@@ -15,6 +15,9 @@
  *    all-to-all hands process q chunk q of every input, q reduces it with accel's kernel in rank
  *    order, and an allgather (allreduce) or gather (reduce) returns the chunks: the bytes a ring
  *    all-reduce moves, in two steps.
+ *  - Small messages ((n_ranks - 1) x bytes <= 64 KiB), whatever the op: the direct path, one
+ *    round of point-to-point messages carrying every input to every process, each reducing
+ *    them in rank order (MPI's nonblocking collectives cost more than that at these sizes).
  */
 #include <limits.h>
 #include <string.h>
@@ -108,56 +111,90 @@ static accel_status ordered(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, 
     return posted(m, rc, &req, root < 0 ? "allgather step" : "gather step");
 }
 
-/* Scratch for the ordered path over count elements of es bytes, after `before` bytes. */
-static size_t ordered_nbytes(const accel__mpi *m, size_t count, size_t es)
+/* Small messages: every process sends its whole input to every other (to the root alone for a
+ * reduce) and reduces all of them in rank order itself. One round of point-to-point messages,
+ * which costs MPI less than a nonblocking collective's schedule, while the bytes stay few. */
+#define DIRECT_NBYTES ((size_t)64 << 10) /* (n_ranks - 1) x message bytes at most */
+#define DIRECT_TAG 7302
+
+/* The direct path over count elements of dt; tmp holds n_ranks x count elements. */
+static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, const void *send,
+                           void *recv, size_t count, int root, char *tmp)
 {
-    const size_t n = (size_t)m->n_ranks, per = count / n + (count % n != 0);
-    return (n + 1) * per * es;
+    const int n = m->n_ranks, me = m->rank;
+    const size_t nb = count * accel_dtype_nbytes(dt);
+    const MPI_Datatype t = accel__mpi_type(dt);
+    const int gets = root < 0 || me == root;
+    int k = 0, rc = MPI_SUCCESS;
+    accel__mpi_lock();
+    for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
+        m->ins[q] = q == me ? send : tmp + (size_t)q * nb;
+        if (q != me && gets) {
+            rc = MPI_Irecv(tmp + (size_t)q * nb, (int)count, t, q, DIRECT_TAG, m->comm,
+                           &m->reqs[k++]);
+        }
+    }
+    for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
+        if (q != me && (root < 0 || q == root)) {
+            rc = MPI_Isend(send, (int)count, t, q, DIRECT_TAG, m->comm, &m->reqs[k++]);
+        }
+    }
+    accel__mpi_unlock();
+    /* What was posted completes before its buffers go, even when a later post failed. */
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, "exchange step");
+    if (rc != MPI_SUCCESS) {
+        return accel__mpi_fail(m, rc, "exchange step");
+    }
+    ACCEL_TRY(st);
+    if (gets) {
+        accel__reduce(dt, rop, recv, NULL, m->ins, n, count, n);
+    }
+    return ACCEL_OK;
 }
 
 /* ALLREDUCE (root < 0) or REDUCE of one slice, wire dtype included. */
 static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const char *send, char *recv,
                                  size_t count, int root)
 {
-    const char *what = accel__coll_name(op->kind);
-    accel_dtype dt = op->dtype;
-    char *wbuf = NULL;
-    if (op->wire != ACCEL_F32) {
+    const int n = m->n_ranks;
+    const accel_dtype dt = op->wire != ACCEL_F32 ? op->wire : op->dtype;
+    const size_t es = accel_dtype_nbytes(dt), per = count / (size_t)n + (count % (size_t)n != 0);
+    const int small = count * es * (size_t)(n - 1) <= DIRECT_NBYTES;
+    int divide = 0;
+    const MPI_Op o = root < 0 && !small ? native_op(m, dt, op->op, &divide) : MPI_OP_NULL;
+    /* Scratch: the wire copy, then what the path needs (direct: every input; ordered: the
+     * received chunks and this process's reduced chunk). */
+    const size_t wire_nbytes = op->wire != ACCEL_F32 ? count * es : 0;
+    const size_t need = small ? (size_t)n * count * es : o == MPI_OP_NULL ? (n + 1) * per * es : 0;
+    char *scratch = wire_nbytes + need > 0 ? accel__mpi_scratch(m, wire_nbytes + need) : NULL;
+    if (wire_nbytes + need > 0 && scratch == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    char *out = recv, *tmp = scratch != NULL ? scratch + wire_nbytes : NULL;
+    if (wire_nbytes > 0) {
         /* Compress here, move and reduce 16-bit elements, decompress: accel__reduce_wire's
          * bits (each input rounded, f32 accumulation, one rounding) with half the bytes. */
-        dt = op->wire;
-        wbuf = accel__mpi_scratch(m, count * 2 + ordered_nbytes(m, count, 2));
-        if (wbuf == NULL) {
-            return ACCEL_ENOMEM;
-        }
-        ACCEL_TRY(accel_convert(wbuf, dt, send, ACCEL_F32, count));
-        send = wbuf;
+        ACCEL_TRY(accel_convert(scratch, dt, send, ACCEL_F32, count));
+        send = out = scratch;
     }
-    int divide = 0;
-    MPI_Op o = root < 0 ? native_op(m, dt, op->op, &divide) : MPI_OP_NULL;
-    char *out = wbuf != NULL ? wbuf : recv;
-    if (o != MPI_OP_NULL) {
+    if (small) {
+        ACCEL_TRY(direct(m, dt, op->op, send, out, count, root, tmp));
+    } else if (o != MPI_OP_NULL) {
         MPI_Request req = MPI_REQUEST_NULL;
         accel__mpi_lock();
         int rc = MPI_Iallreduce(send == out ? MPI_IN_PLACE : send, out, (int)count,
                                 accel__mpi_type(dt), o, m->comm, &req);
         accel__mpi_unlock();
-        ACCEL_TRY(posted(m, rc, &req, what));
+        ACCEL_TRY(posted(m, rc, &req, accel__coll_name(op->kind)));
         if (divide) {
             const void *in[1] = {out};
-            accel__reduce(dt, ACCEL_AVG, out, NULL, in, 1, count, m->n_ranks);
+            accel__reduce(dt, ACCEL_AVG, out, NULL, in, 1, count, n);
         }
     } else {
-        const size_t es = accel_dtype_nbytes(dt);
-        char *tmp =
-            wbuf != NULL ? wbuf + count * 2 : accel__mpi_scratch(m, ordered_nbytes(m, count, es));
-        if (tmp == NULL) {
-            return ACCEL_ENOMEM;
-        }
         ACCEL_TRY(ordered(m, dt, op->op, send, out, count, root, tmp));
     }
-    if (wbuf != NULL && (root < 0 || m->rank == root)) {
-        ACCEL_TRY(accel_convert(recv, ACCEL_F32, wbuf, dt, count));
+    if (wire_nbytes > 0 && (root < 0 || m->rank == root)) {
+        ACCEL_TRY(accel_convert(recv, ACCEL_F32, scratch, dt, count));
     }
     return ACCEL_OK;
 }

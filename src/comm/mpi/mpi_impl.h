@@ -42,6 +42,7 @@ typedef struct accel__mpi {
     int *counts, *displs;   /* n_ranks each: the v-collectives' per-process chunks */
     int *rcounts, *rdispls; /* n_ranks each: what an all-to-all receives from each process */
     const void **ins;       /* n_ranks operands of a local reduction */
+    MPI_Request *reqs;      /* 2 * n_ranks: the small-message exchange's sends and receives */
     accel__mpi_block *blocks;
     const accel__coll *cur; /* the collective running (named in messages), or NULL */
 } accel__mpi;
@@ -61,6 +62,8 @@ MPI_Op accel__mpi_user_op(accel_reduce_op op);
  * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
  * this process). */
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
+/* The same for n requests at once (all must complete). */
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const char *what);
 
 /* An MPI return code as an accel error naming the call and this process (EPEER). */
 accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what);
