@@ -6,8 +6,9 @@
 # Order-sensitive reductions: the f32 / bf16 sums of the gradient all-reduce, the loss and the
 # clipping norm (and MAX/MIN ties at +0 / -0), whose bits depend on how operands are grouped.
 # On two processes every grouping is the same single combine, and IEEE addition commutes
-# exactly, so MPI's own MPI_Allreduce gives shm's bits; on three or more the mpi backend reduces
-# in rank order itself (src/comm/mpi/mpi_coll.c), which the 3-process run checks too. The only
+# exactly, so MPI's own MPI_Allreduce gives shm's bits; on three or more (and for small messages
+# on any count) the mpi backend gathers the operands and reduces them in rank order itself, with
+# accel's kernel (src/comm/mpi/mpi_coll.c), which the 3-process run checks too. The only
 # other difference between runs, the tok/s field, is left out of the comparison.
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 set -u

@@ -17,7 +17,8 @@
  *    all-reduce moves, in two steps.
  *  - Small messages ((n_ranks - 1) x bytes <= 64 KiB), whatever the op: the direct path, one
  *    round of point-to-point messages carrying every input to every process, each reducing
- *    them in rank order (MPI's nonblocking collectives cost more than that at these sizes).
+ *    them in rank order: one message latency, where a nonblocking collective runs a
+ *    multi-step schedule (latency is what counts at these sizes).
  */
 #include <limits.h>
 #include <string.h>
@@ -112,8 +113,8 @@ static accel_status ordered(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, 
 }
 
 /* Small messages: every process sends its whole input to every other (to the root alone for a
- * reduce) and reduces all of them in rank order itself. One round of point-to-point messages,
- * which costs MPI less than a nonblocking collective's schedule, while the bytes stay few. */
+ * reduce) and reduces all of them in rank order itself: one round of point-to-point messages
+ * instead of a nonblocking collective's multi-step schedule, while the bytes stay few. */
 #define DIRECT_NBYTES ((size_t)64 << 10) /* (n_ranks - 1) x message bytes at most */
 #define DIRECT_TAG 7302
 
