@@ -12,7 +12,8 @@
  *
  * Under mpirun (tests/comm/test_mpi_collectives.sh) the same processes run every case on the
  * mpi backend and on shm, each against the reference, and compare the two backends' results
- * directly through a hash of every result byte.
+ * directly through a hash of every result byte (out of place and in place: mpi's symmetric
+ * memory is plain memory).
  *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
@@ -211,6 +212,9 @@ static void expect(const void *got, const void *want, size_t nbytes, const accel
 }
 
 enum { OUT_OF_PLACE, IN_PLACE, SYMMETRIC };
+/* The last form run (mpirun: not SYMMETRIC, which is plain memory on mpi, as in place is, and
+ * which the launcher's runs cover on shm). */
+static int last_form = SYMMETRIC;
 static const char *const forms[] = {"out of place", "in place", "symmetric, in place"};
 
 /* One case on c in one form; buf (symmetric memory for SYMMETRIC) holds enough for any case. */
@@ -304,7 +308,7 @@ static void matrix(accel__comm *c, char *sym)
                         continue; /* refused: not defined for BOOL */
                     }
                     int root = kind >= ACCEL__COLL_BROADCAST ? (int)(seed % (unsigned)n_ranks) : 0;
-                    for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
+                    for (int form = OUT_OF_PLACE; form <= last_form; form++) {
                         run_case(c, sym, form, (accel__coll_kind)kind, dt,
                                  (accel_reduce_op)rop, ACCEL_F32, count, root);
                     }
@@ -322,7 +326,7 @@ static void wire_cases(accel__comm *c, char *sym)
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         for (int wi = 0; wi < 2; wi++) {
             for (int rop = ACCEL_SUM; rop <= ACCEL_PROD; rop++) {
-                for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
+                for (int form = OUT_OF_PLACE; form <= last_form; form++) {
                     run_case(c, sym, form, ACCEL__COLL_ALLREDUCE, ACCEL_F32, (accel_reduce_op)rop,
                              wires[wi], counts[ci], 0);
                 }
@@ -367,6 +371,7 @@ static uint64_t all_cases(accel__comm *c)
 static int mpi_vs_shm(void)
 {
 #ifdef ACCEL_HAVE_MPI
+    last_form = IN_PLACE;
     accel__comm *mpi = comm_new("mpi", NULL);
     seed = 0;
     result_hash = 1469598103934665603ull;
@@ -376,7 +381,7 @@ static int mpi_vs_shm(void)
     accel__comm *shm = comm_new("shm", NULL);
     seed = 0;
     result_hash = 1469598103934665603ull;
-    CHECK_MSG(all_cases(shm) > 0, "no zero-copy call on shm");
+    (void)all_cases(shm);
     CHECK_MSG(result_hash == h_mpi, "mpi and shm results differ (hash %llx vs %llx)",
               (unsigned long long)h_mpi, (unsigned long long)result_hash);
     accel__comm_free(shm);
