@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The collective suite on the mpi backend under mpirun (issue 16 item 1):
-# tests/dist/test_comm_backends (every collective x every whole-byte dtype x op x count x out of
-# place / in place / symmetric, and the wire dtypes) on 2, 3 and 4 processes, on mpi and on shm
+# tests/dist/test_comm_backends (every collective x every whole-byte dtype x op x count, out of
+# place and in place, and the wire dtypes) on 2, 3 and 4 processes, on mpi and on shm
 # in the same processes, each bit-identical to the reference and to the other backend.
 # (tests/comm/test_mpi.sh has the rest of the mpi tests.)
 # Skips (77) when mpirun is missing or the build has no mpi backend.
