@@ -8,7 +8,8 @@
 #  4. a SIGKILLed rank mid-allreduce: every process is gone within 10 s and mpirun names rank 1
 #     (Open MPI's runtime ends the job; the survivors never see the death themselves);
 #  5. a stopped rank (SIGSTOP) with ACCEL_TIMEOUT=2: the survivors fail with ETIMEDOUT naming the
-#     call, not a hang, and the job ends within 10 s.
+#     call and the stopped process (a small allreduce: the direct path knows whose message is
+#     missing), not a hang, and the job ends within 10 s.
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 source "$(dirname "$0")/mpi_common.sh"
 
@@ -57,5 +58,7 @@ t=$(elapsed_since "$start")
 le "$t" 10 || fail "stop: the job took ${t}s to end (limit 10 s)"
 grep -q "rank 0: allreduce failed at iteration 200: ETIMEDOUT: mpi: allreduce(count=4096, f32, sum)" \
     "$tmp/stop.out" || fail "stop: rank 0 did not report ETIMEDOUT naming the call"
+grep -q "rank 0: .*nothing arrived from process 1$" "$tmp/stop.out" ||
+    fail "stop: rank 0 did not name process 1 as the one that sent nothing"
 echo "stop: the job ended in ${t}s: $(grep -m1 "rank 0: allreduce failed" "$tmp/stop.out")"
 echo "test_mpi: ok"

@@ -261,10 +261,28 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
 
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
 {
-    return accel__mpi_waitall(m, 1, req, what);
+    return accel__mpi_waitall(m, 1, req, NULL, what);
 }
 
-accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const char *what)
+/* After a timeout: ": nothing arrived from process 1, 3" for the receives still pending. */
+static void missing_peers(int n, MPI_Request *reqs, const int *peers, char *buf, size_t nbytes)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = 0; peers != NULL && k < n && len + 16 < nbytes; k++) {
+        int done = 1;
+        if (peers[k] >= 0) {
+            (void)MPI_Request_get_status(reqs[k], &done, MPI_STATUS_IGNORE);
+        }
+        if (!done) {
+            len += (size_t)snprintf(buf + len, nbytes - len, "%s%d",
+                                    len == 0 ? ": nothing arrived from process " : ", ", peers[k]);
+        }
+    }
+}
+
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const int *peers,
+                                const char *what)
 {
     const double deadline = accel__now() + m->timeout_s;
     for (unsigned spin = 0;; spin++) {
@@ -295,15 +313,21 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const c
         if ((spin & 255) == 255 && accel__now() > deadline) {
             m->stuck = 1;
             atomic_store(&lost, 1);
-            char name[256];
+            char name[256], missing[96];
             what = call_name(m, what, name, sizeof(name));
-            char msg[200];
-            snprintf(msg, sizeof(msg), "%s not complete after %.3g s", what, m->timeout_s);
+            accel__mpi_lock();
+            missing_peers(n, reqs, peers, missing, sizeof(missing));
+            accel__mpi_unlock();
+            char msg[sizeof(m->tx_note.msg)];
+            snprintf(msg, sizeof(msg), "%s not complete after %.3g s%s", what, m->timeout_s,
+                     missing);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);
             return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                                 "mpi: %s on process %d of %d: not complete after %.3g s (a peer "
-                                 "is stuck, dead or at another call)",
-                                 what, m->rank, m->n_ranks, m->timeout_s);
+                                 "mpi: %s on process %d of %d: not complete after %.3g s%s", what,
+                                 m->rank, m->n_ranks, m->timeout_s,
+                                 missing[0] != '\0' ? missing
+                                                    : " (a peer is stuck, dead or at another "
+                                                      "call)");
         }
         if (spin >= 64) {
             sched_yield(); /* a peer sharing this CPU gets to run */
@@ -380,6 +404,7 @@ static void endpoint_free(accel__mpi *m)
     accel__free(m->rdispls);
     accel__free(m->ins);
     accel__free(m->reqs);
+    accel__free(m->req_peer);
     accel__free(m);
 }
 
@@ -407,8 +432,9 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->rdispls = accel__calloc(n, sizeof(int));
     m->ins = accel__calloc(n, sizeof(*m->ins));
     m->reqs = accel__calloc(2 * n, sizeof(*m->reqs));
+    m->req_peer = accel__calloc(2 * n, sizeof(int));
     if (m->abort_tx == NULL || m->counts == NULL || m->displs == NULL || m->rcounts == NULL ||
-        m->rdispls == NULL || m->ins == NULL || m->reqs == NULL) {
+        m->rdispls == NULL || m->ins == NULL || m->reqs == NULL || m->req_peer == NULL) {
         endpoint_free(m);
         return accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
     }

@@ -131,18 +131,20 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
     for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
         m->ins[q] = q == me ? send : tmp + (size_t)q * nb;
         if (q != me && gets) {
+            m->req_peer[k] = q;
             rc = MPI_Irecv(tmp + (size_t)q * nb, (int)count, t, q, DIRECT_TAG, m->comm,
                            &m->reqs[k++]);
         }
     }
     for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
         if (q != me && (root < 0 || q == root)) {
+            m->req_peer[k] = -1;
             rc = MPI_Isend(send, (int)count, t, q, DIRECT_TAG, m->comm, &m->reqs[k++]);
         }
     }
     accel__mpi_unlock();
     /* What was posted completes before its buffers go, even when a later post failed. */
-    accel_status st = accel__mpi_waitall(m, k, m->reqs, "exchange step");
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "exchange step");
     if (rc != MPI_SUCCESS) {
         return accel__mpi_fail(m, rc, "exchange step");
     }

@@ -43,6 +43,7 @@ typedef struct accel__mpi {
     int *rcounts, *rdispls; /* n_ranks each: what an all-to-all receives from each process */
     const void **ins;       /* n_ranks operands of a local reduction */
     MPI_Request *reqs;      /* 2 * n_ranks: the small-message exchange's sends and receives */
+    int *req_peer;          /* for each of reqs: the process a receive waits for, -1 a send */
     accel__mpi_block *blocks;
     const accel__coll *cur; /* the collective running (named in messages), or NULL */
 } accel__mpi;
@@ -62,8 +63,11 @@ MPI_Op accel__mpi_user_op(accel_reduce_op op);
  * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
  * this process). */
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
-/* The same for n requests at once (all must complete). */
-accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const char *what);
+/* The same for n requests at once (all must complete). peers: NULL, or for each request the
+ * process whose message it receives (-1: a send), so that a timeout names those that sent
+ * nothing. */
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const int *peers,
+                                const char *what);
 
 /* An MPI return code as an accel error naming the call and this process (EPEER). */
 accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what);
