@@ -1,6 +1,5 @@
 /*
  * accel/core.h - the Accelerator: options, process state, process control, prepare, seeds.
- * Programs include the umbrella accel/accel.h, which includes this.
  *
  * Hugging Face Accelerate for C. A program creates one accel handle with accel_init(), and the
  * same loop then runs on one process, many processes on one machine (`accel launch`) or many
@@ -191,11 +190,7 @@ ACCEL_API const char *accel_state_summary(accel *acc);
 
 /* printf to stdout on the main process only (Accelerate's accelerator.print); no-op elsewhere.
  * Flushes stdout. */
-ACCEL_API void accel_print(const accel *acc, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+ACCEL_API void accel_print(const accel *acc, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 
 /* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, or ACCEL_EPEER /
  * ACCEL_ETIMEDOUT naming the process that did not arrive. */

@@ -399,15 +399,9 @@ accel_status accel_init(accel **out, const accel_options *opts)
     if (out == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
     }
-    if (opts != NULL && (opts->size < offsetof(accel_options, log_with) || opts->version == 0)) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "accel_init: options were not made by accel_options_default()");
-    }
     /* A program built against an older layout passed fewer fields: the rest stay unset. */
     accel_options o = accel_options_default();
-    if (opts != NULL) {
-        memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
-    }
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "accel_init", accel_options, &o, opts, log_with));
 
     accel__log_level log_level = ACCEL__LOG_WARN;
     const char *lvl;
