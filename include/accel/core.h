@@ -179,6 +179,24 @@ ACCEL_API int accel_gradient_accumulation_steps(const accel *acc);
 ACCEL_API const accel_options *accel_resolved_options(const accel *acc);
 
 /*
+ * The resolved configuration with the source of every value, one "  name = value  [source]"
+ * line each: every accel_options field, then the process layout (process_index, num_processes,
+ * ...), backend, main_process_ip / main_process_port, log levels, config_file, and every other
+ * environment variable accel reads that is set. Sources read "argument", "env NAME",
+ * "config file PATH:KEY (line N)", "accel launch: --flag V (env NAME)" (also "accel launch:
+ * config file ..." and "accel launch: --flag V (default)" for what the launcher passed on),
+ * "default". With debug mode on (accel_options.debug, ACCELERATE_DEBUG_MODE, accel launch
+ * --debug) accel_init prints it to stderr on the main process. Borrowed, valid while acc
+ * lives; "" for NULL. Thread-safe.
+ */
+ACCEL_API const char *accel_settings_summary(const accel *acc);
+/* The source / the value (as printed) of one line of that table by name ("mixed_precision",
+ * "num_processes", "MLFLOW_RUN_ID", ...); NULL for a name not in it. Borrowed, valid while
+ * acc lives. Thread-safe. */
+ACCEL_API const char *accel_setting_source(const accel *acc, const char *name);
+ACCEL_API const char *accel_setting_value(const accel *acc, const char *name);
+
+/*
  * Accelerate's state repr:
  *   "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\nProcess index: 0\n
  *    Local process index: 0\nDevice: cpu\n\nMixed precision type: no\n"

@@ -62,6 +62,9 @@ static const accel__env_var env_table[] = {
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},
     {"ACCEL_CONFIG_CHECKED", ACCEL__ENV_STRING, NULL,
      "set by accel launch: the config file whose warnings it printed (not repeated)"},
+    {"ACCEL_LAUNCH_SOURCES", ACCEL__ENV_STRING, NULL,
+     "set by accel launch: where each variable it set came from (its flag, the config file or "
+     "its default), one \"VAR<tab>source\" line each, for the resolved-settings report"},
     {"ACCEL_RESTART_COUNT", ACCEL__ENV_INT, "0",
      "set by accel launch: restarts of the job so far (--max_restarts); also "
      "TORCHELASTIC_RESTART_COUNT"},
@@ -90,6 +93,7 @@ static const accel__env_var env_table[] = {
      "mlflow tracker: experiment name (default: the project name)"},
     {"MLFLOW_RUN_ID", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: continue this existing run instead of starting a new one"},
+    {"USER", ACCEL__ENV_STRING, NULL, "mlflow tracker: the run's user tag (default unknown)"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

@@ -14,6 +14,7 @@
 #include "device/device.h"
 #include "internal.h"
 #include "profile.h"
+#include "settings.h"
 
 accel_options accel_options_default(void)
 {
@@ -52,6 +53,7 @@ accel_options accel_options_default(void)
 typedef struct layout {
     int rank, n_ranks, local_rank, local_n_ranks;
     int launched; /* a launcher set LOCAL_RANK (or equivalent): Accelerate's MULTI_CPU rule */
+    int source;   /* the row of layout_sources read, -1 when none was set */
 } layout;
 
 /* One family of launcher variables: the first family whose world-size variable is set wins. */
@@ -90,6 +92,7 @@ static accel_status read_layout(layout *l)
     memset(l, 0, sizeof(*l));
     l->n_ranks = 1;
     l->local_n_ranks = 1;
+    l->source = -1;
     for (size_t i = 0; i < sizeof(layout_sources) / sizeof(layout_sources[0]); i++) {
         const char *const *src = layout_sources[i];
         int have_world = 0, have_rank = 0, have_local = 0, have_local_n = 0;
@@ -140,6 +143,7 @@ static accel_status read_layout(layout *l)
         l->local_rank = local;
         l->local_n_ranks = local_n;
         l->launched = have_local || world > 1;
+        l->source = (int)i;
         return ACCEL_OK;
     }
     return ACCEL_OK;
@@ -160,21 +164,44 @@ static accel_status parse_precision(const char *s, accel_precision *out)
 }
 
 /* The resolution after the config file is read (cfg borrowed, released by the caller). */
-static accel_status resolve_with(accel_options *o, const accel__config *cfg);
+static accel_status resolve_with(accel_options *o, const accel__config *cfg, accel__settings *set);
 
-static accel_status resolve_options(accel_options *o, const layout *l)
+/* "config file PATH:KEY (line N)" as the source of an option. */
+static void src_config(accel__settings *set, accel__option_id id, const accel__config *cfg,
+                       const char *key)
+{
+    int line = accel__config_line(cfg, key);
+    accel__settings_src(set, id, "config file %s:%s%s%.0d%s", cfg->path, key,
+                        line > 0 ? " (line " : "", line, line > 0 ? ")" : "");
+}
+
+static accel_status resolve_options(accel_options *o, const layout *l, accel__settings *set)
 {
     accel__config cfg;
     ACCEL_TRY(accel__config_load(o->config_file, &cfg));
     if (l->rank == 0) {
         accel__config_warn(&cfg, l->launched);
     }
-    accel_status st = resolve_with(o, &cfg);
+    /* Which file: the argument, ACCELERATE_CONFIG_FILE, or the default location. */
+    char src[ACCEL__SOURCE_NBYTES];
+    if (o->config_file != NULL) {
+        snprintf(src, sizeof(src), "argument");
+    } else if (cfg.explicit_path) {
+        accel__settings_env_source(set, "ACCELERATE_CONFIG_FILE", src, sizeof(src));
+    } else {
+        snprintf(src, sizeof(src), "default location");
+    }
+    char value[1100];
+    snprintf(value, sizeof(value), "%s%s", cfg.path, cfg.present ? "" : " (none there)");
+    accel_status st = accel__settings_add(set, "config_file", value, src);
+    if (st == ACCEL_OK) {
+        st = resolve_with(o, &cfg, set);
+    }
     accel__config_free(&cfg);
     return st;
 }
 
-static accel_status resolve_with(accel_options *o, const accel__config *cfg)
+static accel_status resolve_with(accel_options *o, const accel__config *cfg, accel__settings *set)
 {
     /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
@@ -182,13 +209,16 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         o->mixed_precision = ACCEL_PRECISION_NO;
         if (cfg->mixed_precision[0] != '\0') {
             parse_precision(cfg->mixed_precision, &o->mixed_precision); /* checked by the reader */
+            src_config(set, ACCEL__OPT_mixed_precision, cfg, "mixed_precision");
         }
-        if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK &&
-            parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "environment variable ACCELERATE_MIXED_PRECISION=\"%s\" is not "
-                                 "one of no, fp16, bf16, fp8",
-                                 s);
+        if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK) {
+            if (parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "environment variable ACCELERATE_MIXED_PRECISION=\"%s\" is "
+                                     "not one of no, fp16, bf16, fp8",
+                                     s);
+            }
+            accel__settings_src_env(set, ACCEL__OPT_mixed_precision, "ACCELERATE_MIXED_PRECISION");
         }
     } else if ((int)o->mixed_precision < ACCEL_PRECISION_NO ||
                o->mixed_precision > ACCEL_PRECISION_FP8) {
@@ -209,9 +239,17 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     }
     if (o->gradient_accumulation_steps == 0) {
         long long v = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
+        if (cfg->gradient_accumulation_steps > 0) {
+            src_config(set, ACCEL__OPT_gradient_accumulation_steps, cfg,
+                       "deepspeed_config.gradient_accumulation_steps");
+        }
         accel_status st = accel__env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_gradient_accumulation_steps,
+                                    "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
         }
         if (v < 1 || v > 1 << 30) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -228,13 +266,25 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
     }
+    /* The source is the first that says yes (the argument's "argument" is filled in later). */
+    if (o->cpu <= 0 && env_cpu) {
+        accel__settings_src_env(set, ACCEL__OPT_cpu, "ACCELERATE_USE_CPU");
+    } else if (o->cpu <= 0 && cfg->use_cpu > 0) {
+        src_config(set, ACCEL__OPT_cpu, cfg, "use_cpu");
+    }
     o->cpu = (o->cpu > 0) || env_cpu || cfg->use_cpu > 0;
 
     if (o->debug < 0) {
         o->debug = cfg->debug > 0;
+        if (cfg->debug >= 0) {
+            src_config(set, ACCEL__OPT_debug, cfg, "debug");
+        }
         st = accel__env_bool("ACCELERATE_DEBUG_MODE", &o->debug);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_debug, "ACCELERATE_DEBUG_MODE");
         }
     }
 
@@ -243,6 +293,9 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         st = accel__env_real("ACCEL_TIMEOUT", &o->timeout_s);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_timeout_s, "ACCEL_TIMEOUT");
         }
         if (o->timeout_s <= 0) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -285,6 +338,7 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     }
     if (o->logging_dir == NULL) {
         o->logging_dir = o->project_dir;
+        accel__settings_src(set, ACCEL__OPT_logging_dir, "default (project_dir)");
     }
 
     /* ZeRO stage: argument > ACCEL_ZERO_STAGE > config file (deepspeed_config, fsdp_config)
@@ -298,8 +352,10 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         }
         if (st == ACCEL_OK) {
             snprintf(from, sizeof(from), " (ACCEL_ZERO_STAGE)");
+            accel__settings_src_env(set, ACCEL__OPT_zero_stage, "ACCEL_ZERO_STAGE");
         } else if (cfg->zero_stage > 0) {
             snprintf(from, sizeof(from), " (config file %s: %s)", cfg->path, cfg->zero_stage_key);
+            src_config(set, ACCEL__OPT_zero_stage, cfg, cfg->zero_stage_key);
         }
         if (v < 0 || v > 3) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -312,10 +368,14 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
                              o->zero_stage);
     }
     /* resume_from_checkpoint: argument > ACCELERATE_RESUME_FROM_CHECKPOINT > none. */
-    if (o->resume_from_checkpoint == NULL &&
-        accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) !=
+    if (o->resume_from_checkpoint == NULL) {
+        if (accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) ==
             ACCEL_OK) {
-        o->resume_from_checkpoint = NULL;
+            accel__settings_src_env(set, ACCEL__OPT_resume_from_checkpoint,
+                                    "ACCELERATE_RESUME_FROM_CHECKPOINT");
+        } else {
+            o->resume_from_checkpoint = NULL;
+        }
     }
     if (o->resume_from_checkpoint != NULL && o->resume_from_checkpoint[0] == '\0') {
         o->resume_from_checkpoint = NULL;
@@ -337,13 +397,16 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
 
 /* Picks the backend: the option, else ACCEL_BACKEND, else from the layout. */
 static accel_status choose_backend(const accel_options *o, const layout *l, char *out,
-                                   size_t out_nbytes)
+                                   size_t out_nbytes, accel__settings *set)
 {
     const char *b = o->backend;
+    char src[ACCEL__SOURCE_NBYTES] = "argument";
     if (b == NULL) {
         accel_status st = accel__env_string("ACCEL_BACKEND", &b);
         if (st == ACCEL_ENOTFOUND) {
             b = NULL;
+        } else {
+            accel__settings_env_source(set, "ACCEL_BACKEND", src, sizeof(src));
         }
     }
     if (b == NULL) {
@@ -354,12 +417,13 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
         } else {
             b = "mpi";
         }
+        snprintf(src, sizeof(src), "default (from the process layout)");
     }
     if (strlen(b) >= out_nbytes) {
         return accel__seterr(NULL, ACCEL_EINVAL, "backend name \"%s\" is too long", b);
     }
     strcpy(out, b);
-    return ACCEL_OK;
+    return accel__settings_add(set, "backend", b, src);
 }
 
 /* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
@@ -370,20 +434,26 @@ typedef struct rendezvous {
     int port;
 } rendezvous;
 
-static accel_status read_rendezvous(rendezvous *r)
+static accel_status read_rendezvous(rendezvous *r, accel__settings *set)
 {
     r->job_id = NULL;
     r->addr = "127.0.0.1";
     long long port = 29500;
+    char src[2][ACCEL__SOURCE_NBYTES] = {"default", "default"};
     if (accel__env_string("ACCEL_JOB_ID", &r->job_id) != ACCEL_OK) {
         r->job_id = NULL;
     }
     if (accel__env_string("MASTER_ADDR", &r->addr) != ACCEL_OK) {
         r->addr = "127.0.0.1";
+    } else {
+        accel__settings_env_source(set, "MASTER_ADDR", src[0], sizeof(src[0]));
     }
     accel_status st = accel__env_int("MASTER_PORT", &port);
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
+    }
+    if (st == ACCEL_OK) {
+        accel__settings_env_source(set, "MASTER_PORT", src[1], sizeof(src[1]));
     }
     if (port < 0 || port > 65535) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -391,7 +461,62 @@ static accel_status read_rendezvous(rendezvous *r)
                              port);
     }
     r->port = (int)port;
+    char value[16];
+    snprintf(value, sizeof(value), "%d", r->port);
+    ACCEL_TRY(accel__settings_add(set, "main_process_ip", r->addr, src[0]));
+    ACCEL_TRY(accel__settings_add(set, "main_process_port", value, src[1]));
     return ACCEL_OK;
+}
+
+/* The layout's lines: each value with the launcher variable it came from. */
+static accel_status record_layout(const layout *l, accel__settings *set)
+{
+    const int values[4] = {l->rank, l->n_ranks, l->local_rank, l->local_n_ranks};
+    static const char *const names[4] = {"process_index", "num_processes",
+                                          "local_process_index", "local_num_processes"};
+    for (int i = 0; i < 4; i++) {
+        char value[16], src[ACCEL__SOURCE_NBYTES];
+        snprintf(value, sizeof(value), "%d", values[i]);
+        const char *var = l->source >= 0 ? layout_sources[l->source][i] : NULL;
+        const char *unused;
+        if (var != NULL && accel__env_string(var, &unused) == ACCEL_OK) {
+            accel__settings_env_source(set, var, src, sizeof(src));
+        } else {
+            snprintf(src, sizeof(src), "%s", l->source >= 0 ? "derived from the other variables"
+                                                            : "default (not launched)");
+        }
+        ACCEL_TRY(accel__settings_add(set, names[i], value, src));
+    }
+    return ACCEL_OK;
+}
+
+/* Everything accel_init decides before it creates the handle: the log level, the process
+ * layout, the options, and the environment values modules read later, with their sources. */
+static accel_status resolve_all(accel_options *o, layout *l, accel__log_level *log_level,
+                                accel__settings *set)
+{
+    *log_level = ACCEL__LOG_WARN;
+    char src[ACCEL__SOURCE_NBYTES] = "default";
+    const char *lvl;
+    if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
+        int level = accel__log_parse_level(lvl);
+        if (level < 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
+                                 "debug, info, warn, error, off",
+                                 lvl);
+        }
+        *log_level = (accel__log_level)level;
+        accel__settings_env_source(set, "ACCEL_LOG_LEVEL", src, sizeof(src));
+    }
+    static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+    ACCEL_TRY(accel__settings_add(set, "log_level", level_names[*log_level], src));
+    /* The handle-less log context reads ACCEL_LOG_LEVEL once: now, not at its first use. */
+    (void)accel__log_default();
+    ACCEL_TRY(read_layout(l));
+    ACCEL_TRY(record_layout(l, set));
+    ACCEL_TRY(resolve_options(o, l, set));
+    return accel__settings_read_env(set);
 }
 
 accel_status accel_init(accel **out, const accel_options *opts)
@@ -402,28 +527,19 @@ accel_status accel_init(accel **out, const accel_options *opts)
     /* A program built against an older layout passed fewer fields: the rest stay unset. */
     accel_options o = accel_options_default();
     ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "accel_init", accel_options, &o, opts, log_with));
+    const accel_options given = o;
 
-    accel__log_level log_level = ACCEL__LOG_WARN;
-    const char *lvl;
-    if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
-        int level = accel__log_parse_level(lvl);
-        if (level < 0) {
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
-                                 "debug, info, warn, error, off",
-                                 lvl);
-        }
-        log_level = (accel__log_level)level;
-    }
-
+    accel__settings *set;
+    ACCEL_TRY(accel__settings_new(&set));
     layout l;
-    ACCEL_TRY(read_layout(&l));
-    ACCEL_TRY(resolve_options(&o, &l));
-
-    accel *acc = accel__calloc(1, sizeof(*acc));
+    accel__log_level log_level;
+    accel_status st = resolve_all(&o, &l, &log_level, set);
+    accel *acc = st == ACCEL_OK ? accel__calloc(1, sizeof(*acc)) : NULL;
     if (acc == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
+        accel__settings_free(set);
+        return st != ACCEL_OK ? st : accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
     }
+    acc->settings = set;
     acc->opt = o;
     /* Borrowed strings in the options must outlive accel_init: keep copies. */
     acc->opt.backend = NULL;
@@ -440,8 +556,9 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->log.rank = l.rank;
     acc->log.n_ranks = l.n_ranks;
     acc->log.level = log_level;
-    accel_status st = accel__trace_new(&acc->trace);
+    st = accel__trace_new(&acc->trace);
     if (st != ACCEL_OK) {
+        accel__settings_free(set);
         accel__free(acc);
         return st;
     }
@@ -449,10 +566,10 @@ accel_status accel_init(accel **out, const accel_options *opts)
     rendezvous rdv;
     st = accel__device_setup(acc, l.launched);
     if (st == ACCEL_OK) {
-        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend), set);
     }
     if (st == ACCEL_OK) {
-        st = read_rendezvous(&rdv);
+        st = read_rendezvous(&rdv, set);
     }
     if (st == ACCEL_OK) {
         accel__comm_config cfg = {
@@ -470,12 +587,33 @@ accel_status accel_init(accel **out, const accel_options *opts)
         };
         st = accel__comm_new(&acc->comm, &cfg);
     }
+    if (st == ACCEL_OK) {
+        st = accel__settings_finish(set, &given, &o);
+    }
     if (st != ACCEL_OK) {
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
     accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s, device %s",
                l.n_ranks, acc->backend, acc->device_name);
+    if (acc->opt.debug && acc->rank == 0) {
+        /* ACCELERATE_DEBUG_MODE / accel launch --debug: what this job runs with, and why. One
+         * write, so that other processes' lines do not cut through it. */
+        char head[160];
+        int n = snprintf(head, sizeof(head),
+                         "[rank 0/%d] accel: resolved configuration (value [source]):\n",
+                         acc->n_ranks);
+        const char *body = accel_settings_summary(acc);
+        size_t nb = strlen(body);
+        char *all = accel__malloc((size_t)n + nb + 1);
+        if (all != NULL) {
+            memcpy(all, head, (size_t)n);
+            memcpy(all + n, body, nb + 1);
+            fputs(all, stderr);
+            fflush(stderr);
+            accel__free(all);
+        }
+    }
     *out = acc;
     return ACCEL_OK;
 }
@@ -519,6 +657,7 @@ void accel_free(accel *acc)
     accel__free((void *)acc->opt.log_with);
     accel__free((void *)acc->opt.resume_from_checkpoint);
     accel__free(acc->summary);
+    accel__settings_free(acc->settings);
     accel__free(acc);
 }
 

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "core/settings.h"
 #include "core/profile.h"
 #include "track_internal.h"
 
@@ -375,7 +376,10 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         ts->trackers[ts->n] = *t;
         accel_tracker *s = &ts->trackers[ts->n];
         cb_begin(ts);
-        st = s->ops.start(s->ops.user, &info, &s->state);
+        /* Built-in trackers take the accelerator's track settings (what accel_init read from
+         * the environment for them) as their user pointer. */
+        st = s->ops.start(s->builtin ? (void *)&acc->settings->track : s->ops.user, &info,
+                          &s->state);
         if (st != ACCEL_OK) {
             st = accel__seterr(acc, st, "tracker %s: start failed: %s", s->name, cb_message(st));
             finish_all(ts);
