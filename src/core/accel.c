@@ -548,6 +548,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->opt.logging_dir = accel__strdup(o.logging_dir);
     acc->opt.log_with = accel__strdup(o.log_with);
     acc->opt.resume_from_checkpoint = accel__strdup(o.resume_from_checkpoint);
+    accel__settings_views(set, &acc->opt);
     acc->resume_pending = o.resume_from_checkpoint != NULL;
     acc->rank = l.rank;
     acc->n_ranks = l.n_ranks;

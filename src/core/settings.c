@@ -208,6 +208,23 @@ accel_status accel__settings_read_env(accel__settings *s)
     return read_logger_level(s);
 }
 
+void accel__settings_views(accel__settings *s, const accel_options *o)
+{
+    s->data.split_batches = o->split_batches;
+    s->data.even_batches = o->even_batches;
+    s->data.use_seedable_sampler = o->use_seedable_sampler;
+    s->data.dispatch_batches = o->dispatch_batches;
+    s->ckpt.project_dir = o->project_dir;
+    s->ckpt.automatic_checkpoint_naming = o->automatic_checkpoint_naming;
+    s->ckpt.total_limit = o->total_limit;
+    s->ckpt.iteration = o->iteration;
+    s->ckpt.save_on_each_node = o->save_on_each_node;
+    s->ckpt.resume_from_checkpoint = o->resume_from_checkpoint;
+    s->ckpt.mixed_precision = o->mixed_precision;
+    s->track.log_with = o->log_with;
+    s->track.logging_dir = o->logging_dir;
+}
+
 /* ---- the table ---- */
 
 static void format_value(const accel_options *o, const field *f, char *buf, size_t nbytes)

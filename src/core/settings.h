@@ -61,8 +61,30 @@ typedef enum accel__option_id {
 
 #define ACCEL__SOURCE_NBYTES 320
 
-/* What the track module (trackers, named loggers) takes from the environment. */
+/*
+ * Per-module views of the resolved settings, filled by accel__settings_views: what each module
+ * reads instead of acc->opt or the environment. Strings are owned by the accelerator (its
+ * copies of the options) and live as long as it. Train still reads acc->opt (to follow).
+ */
+typedef struct accel__data_settings {
+    int split_batches, even_batches, use_seedable_sampler; /* 0 / 1 */
+    int dispatch_batches; /* -1: by dataset kind (1 for iterable datasets), else 0 / 1 */
+} accel__data_settings;
+
+typedef struct accel__ckpt_settings {
+    const char *project_dir;         /* NULL: none */
+    int automatic_checkpoint_naming; /* 0 / 1 */
+    int total_limit;                 /* 0: keep every checkpoint */
+    int iteration;                   /* the first automatic checkpoint number */
+    int save_on_each_node;           /* 0 / 1 */
+    const char *resume_from_checkpoint; /* NULL: none; "latest" or a folder */
+    accel_precision mixed_precision;    /* to name it in messages */
+} accel__ckpt_settings;
+
+/* What the track module (trackers, named loggers) takes from the options and environment. */
 typedef struct accel__track_settings {
+    const char *log_with;               /* NULL: no tracker */
+    const char *logging_dir;            /* NULL: none */
     const char *mlflow_tracking_uri;    /* MLFLOW_TRACKING_URI; NULL unset */
     const char *mlflow_experiment_name; /* MLFLOW_EXPERIMENT_NAME; NULL unset */
     const char *mlflow_run_id;          /* MLFLOW_RUN_ID; NULL unset */
@@ -75,6 +97,8 @@ typedef struct accel__setting accel__setting; /* one line of the table (settings
 
 typedef struct accel__settings {
     char src[ACCEL__OPT_COUNT][ACCEL__SOURCE_NBYTES]; /* "" until a source is recorded */
+    accel__data_settings data;
+    accel__ckpt_settings ckpt;
     accel__track_settings track;
     char *launch_sources; /* ACCEL_LAUNCH_SOURCES: "VAR\tsource\n" lines; NULL when unset */
     accel__setting *lines;
@@ -106,6 +130,10 @@ accel_status accel__settings_add(accel__settings *s, const char *name, const cha
 /* Reads what modules take from the environment later (the track settings), recording
  * their sources. Returns ACCEL_OK or ACCEL_ENOMEM. */
 accel_status accel__settings_read_env(accel__settings *s);
+
+/* Fills the module views from the resolved options `o` (the accelerator's own copy, whose
+ * strings outlive the views). */
+void accel__settings_views(accel__settings *s, const accel_options *o);
 
 /*
  * Completes the table: every option field of `resolved` with its recorded source, else

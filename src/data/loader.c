@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "core/gstate.h"
 #include "core/profile.h"
+#include "core/settings.h"
 #include "data_internal.h"
 
 accel_loader_options accel_loader_options_default(void)
@@ -607,7 +608,7 @@ static void loader_destroy(accel__object *o)
 accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
 {
     accel *acc = l->acc;
-    const accel_options *ao = &acc->opt;
+    const accel__data_settings *ao = &acc->settings->data;
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks) {
         return accel__seterr(acc, ACCEL_EINVAL, "loader: process %d of %d is not a process", rank,
                              n_ranks);

@@ -337,7 +337,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
     }
     finish_all(ts);
     ts->logged = 0;
-    const char *log_with = acc->opt.log_with;
+    const char *log_with = acc->settings->track.log_with;
     if (log_with == NULL || log_with[0] == '\0') {
         return ACCEL_OK; /* Accelerate: log_with=None starts nothing */
     }
@@ -359,7 +359,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
     pthread_mutex_unlock(&reg_lock);
     ACCEL_TRY(st);
 
-    const char *dir = acc->opt.logging_dir;
+    const char *dir = acc->settings->track.logging_dir;
     ACCEL_TRY(accel__track_validate(acc, log_with, dir));
 
     accel_tracker_start_info info = {
