@@ -53,7 +53,6 @@ accel_options accel_options_default(void)
 typedef struct layout {
     int rank, n_ranks, local_rank, local_n_ranks;
     int launched; /* a launcher set LOCAL_RANK (or equivalent): Accelerate's MULTI_CPU rule */
-    int source;   /* the row of layout_sources read, -1 when none was set */
 } layout;
 
 /* One family of launcher variables: the first family whose world-size variable is set wins. */
@@ -92,7 +91,6 @@ static accel_status read_layout(layout *l)
     memset(l, 0, sizeof(*l));
     l->n_ranks = 1;
     l->local_n_ranks = 1;
-    l->source = -1;
     for (size_t i = 0; i < sizeof(layout_sources) / sizeof(layout_sources[0]); i++) {
         const char *const *src = layout_sources[i];
         int have_world = 0, have_rank = 0, have_local = 0, have_local_n = 0;
@@ -143,7 +141,6 @@ static accel_status read_layout(layout *l)
         l->local_rank = local;
         l->local_n_ranks = local_n;
         l->launched = have_local || world > 1;
-        l->source = (int)i;
         return ACCEL_OK;
     }
     return ACCEL_OK;
@@ -397,16 +394,13 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg, acc
 
 /* Picks the backend: the option, else ACCEL_BACKEND, else from the layout. */
 static accel_status choose_backend(const accel_options *o, const layout *l, char *out,
-                                   size_t out_nbytes, accel__settings *set)
+                                   size_t out_nbytes)
 {
     const char *b = o->backend;
-    char src[ACCEL__SOURCE_NBYTES] = "argument";
     if (b == NULL) {
         accel_status st = accel__env_string("ACCEL_BACKEND", &b);
         if (st == ACCEL_ENOTFOUND) {
             b = NULL;
-        } else {
-            accel__settings_env_source(set, "ACCEL_BACKEND", src, sizeof(src));
         }
     }
     if (b == NULL) {
@@ -417,13 +411,12 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
         } else {
             b = "mpi";
         }
-        snprintf(src, sizeof(src), "default (from the process layout)");
     }
     if (strlen(b) >= out_nbytes) {
         return accel__seterr(NULL, ACCEL_EINVAL, "backend name \"%s\" is too long", b);
     }
     strcpy(out, b);
-    return accel__settings_add(set, "backend", b, src);
+    return ACCEL_OK;
 }
 
 /* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
@@ -434,26 +427,20 @@ typedef struct rendezvous {
     int port;
 } rendezvous;
 
-static accel_status read_rendezvous(rendezvous *r, accel__settings *set)
+static accel_status read_rendezvous(rendezvous *r)
 {
     r->job_id = NULL;
     r->addr = "127.0.0.1";
     long long port = 29500;
-    char src[2][ACCEL__SOURCE_NBYTES] = {"default", "default"};
     if (accel__env_string("ACCEL_JOB_ID", &r->job_id) != ACCEL_OK) {
         r->job_id = NULL;
     }
     if (accel__env_string("MASTER_ADDR", &r->addr) != ACCEL_OK) {
         r->addr = "127.0.0.1";
-    } else {
-        accel__settings_env_source(set, "MASTER_ADDR", src[0], sizeof(src[0]));
     }
     accel_status st = accel__env_int("MASTER_PORT", &port);
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
-    }
-    if (st == ACCEL_OK) {
-        accel__settings_env_source(set, "MASTER_PORT", src[1], sizeof(src[1]));
     }
     if (port < 0 || port > 65535) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -461,31 +448,67 @@ static accel_status read_rendezvous(rendezvous *r, accel__settings *set)
                              port);
     }
     r->port = (int)port;
-    char value[16];
-    snprintf(value, sizeof(value), "%d", r->port);
-    ACCEL_TRY(accel__settings_add(set, "main_process_ip", r->addr, src[0]));
-    ACCEL_TRY(accel__settings_add(set, "main_process_port", value, src[1]));
     return ACCEL_OK;
 }
 
-/* The layout's lines: each value with the launcher variable it came from. */
+/* The layout's lines, each with the launcher variable it came from: the family read_layout
+ * took is the first with a world size, rank or local rank set. */
 static accel_status record_layout(const layout *l, accel__settings *set)
 {
+    const char *unused;
+    int family = -1;
+    for (size_t i = 0; family < 0 && i < sizeof(layout_sources) / sizeof(layout_sources[0]); i++) {
+        for (int k = 0; k < 3 && family < 0; k++) {
+            if (accel__env_string(layout_sources[i][k], &unused) == ACCEL_OK) {
+                family = (int)i;
+            }
+        }
+    }
+    /* layout_sources rows are {rank, world, local rank, local world}. */
     const int values[4] = {l->rank, l->n_ranks, l->local_rank, l->local_n_ranks};
     static const char *const names[4] = {"process_index", "num_processes",
-                                          "local_process_index", "local_num_processes"};
+                                         "local_process_index", "local_num_processes"};
     for (int i = 0; i < 4; i++) {
         char value[16], src[ACCEL__SOURCE_NBYTES];
         snprintf(value, sizeof(value), "%d", values[i]);
-        const char *var = l->source >= 0 ? layout_sources[l->source][i] : NULL;
-        const char *unused;
+        const char *var = family >= 0 ? layout_sources[family][i] : NULL;
         if (var != NULL && accel__env_string(var, &unused) == ACCEL_OK) {
             accel__settings_env_source(set, var, src, sizeof(src));
         } else {
-            snprintf(src, sizeof(src), "%s", l->source >= 0 ? "derived from the other variables"
-                                                            : "default (not launched)");
+            snprintf(src, sizeof(src), "%s",
+                     family >= 0 ? "derived from the other variables" : "default (not launched)");
         }
         ACCEL_TRY(accel__settings_add(set, names[i], value, src));
+    }
+    return ACCEL_OK;
+}
+
+/* The backend and the rendezvous address, with where choose_backend / read_rendezvous took
+ * them from. */
+static accel_status record_comm(accel__settings *set, const accel_options *o,
+                                const char *backend, const rendezvous *r)
+{
+    char src[ACCEL__SOURCE_NBYTES], port[16];
+    const char *unused;
+    if (o->backend != NULL) {
+        snprintf(src, sizeof(src), "argument");
+    } else if (accel__env_string("ACCEL_BACKEND", &unused) == ACCEL_OK) {
+        accel__settings_env_source(set, "ACCEL_BACKEND", src, sizeof(src));
+    } else {
+        snprintf(src, sizeof(src), "default (from the process layout)");
+    }
+    ACCEL_TRY(accel__settings_add(set, "backend", backend, src));
+    static const char *const vars[2] = {"MASTER_ADDR", "MASTER_PORT"};
+    static const char *const names[2] = {"main_process_ip", "main_process_port"};
+    snprintf(port, sizeof(port), "%d", r->port);
+    const char *values[2] = {r->addr, port};
+    for (int i = 0; i < 2; i++) {
+        if (accel__env_string(vars[i], &unused) == ACCEL_OK) {
+            accel__settings_env_source(set, vars[i], src, sizeof(src));
+        } else {
+            snprintf(src, sizeof(src), "default");
+        }
+        ACCEL_TRY(accel__settings_add(set, names[i], values[i], src));
     }
     return ACCEL_OK;
 }
@@ -567,10 +590,13 @@ accel_status accel_init(accel **out, const accel_options *opts)
     rendezvous rdv;
     st = accel__device_setup(acc, l.launched);
     if (st == ACCEL_OK) {
-        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend), set);
+        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     }
     if (st == ACCEL_OK) {
-        st = read_rendezvous(&rdv, set);
+        st = read_rendezvous(&rdv);
+    }
+    if (st == ACCEL_OK) {
+        st = record_comm(set, &o, acc->backend, &rdv);
     }
     if (st == ACCEL_OK) {
         accel__comm_config cfg = {
