@@ -5,10 +5,12 @@
  * Invariant: every environment read of the library after accel_init goes through a field set
  * here; the table names the source of every value the job runs with.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "settings.h"
@@ -340,6 +342,29 @@ accel_status accel__settings_finish(accel__settings *s, const accel_options *giv
                                  accel__settings_env_source(s, v->name, src, sizeof(src)));
     }
     return st == ACCEL_OK ? build_summary(s) : st;
+}
+
+void accel__settings_print(const accel__settings *s, int n_ranks)
+{
+    char head[128];
+    int n = snprintf(head, sizeof(head),
+                     "[rank 0/%d] accel: resolved configuration (value [source]):\n", n_ranks);
+    const char *body = s->summary != NULL ? s->summary : "";
+    size_t nb = strlen(body);
+    char *all = accel__malloc((size_t)n + nb);
+    if (all == NULL) {
+        return; /* a diagnostic: nothing to report the failure to */
+    }
+    memcpy(all, head, (size_t)n);
+    memcpy(all + n, body, nb);
+    for (size_t off = 0, total = (size_t)n + nb; off < total;) {
+        ssize_t w = write(2, all + off, total - off);
+        if (w <= 0 && errno != EINTR) {
+            break;
+        }
+        off += w > 0 ? (size_t)w : 0;
+    }
+    accel__free(all);
 }
 
 /* ---- public accessors ---- */

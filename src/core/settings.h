@@ -144,4 +144,9 @@ void accel__settings_views(accel__settings *s, const accel_options *o);
 accel_status accel__settings_finish(accel__settings *s, const accel_options *given,
                                     const accel_options *resolved);
 
+/* Writes "[rank 0/N] accel: resolved configuration ..." and the table to stderr in one
+ * write(2), so that other processes' lines do not cut through it (the main process calls it
+ * in debug mode). */
+void accel__settings_print(const accel__settings *s, int n_ranks);
+
 #endif /* ACCEL_CORE_SETTINGS_H */
