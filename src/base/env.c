@@ -39,6 +39,8 @@ static const accel__env_var env_table[] = {
     {"SLURM_NTASKS", ACCEL__ENV_INT, NULL, "Slurm: number of processes"},
     {"SLURM_LOCALID", ACCEL__ENV_INT, NULL, "Slurm: rank on this machine"},
     {"SLURM_NTASKS_PER_NODE", ACCEL__ENV_INT, NULL, "Slurm: processes per machine"},
+    {"CUDA_VISIBLE_DEVICES", ACCEL__ENV_STRING, NULL,
+     "CUDA builds: the GPUs a process may use (accel launch --gpu_ids sets it)"},
 
     /* Accelerate's variables, with Accelerate's meanings. */
     {"ACCELERATE_MIXED_PRECISION", ACCEL__ENV_STRING, "no", "no | fp16 | bf16 | fp8"},
