@@ -17,7 +17,7 @@
 
 struct accel__setting {
     char name[48];
-    char value[192];
+    char value[ACCEL__SOURCE_NBYTES]; /* a path may be long */
     char source[ACCEL__SOURCE_NBYTES];
 };
 
@@ -247,7 +247,7 @@ static void format_value(const accel_options *o, const field *f, char *buf, size
         break;
     case STRING:
         memcpy(&str, p, sizeof(str));
-        snprintf(buf, nbytes, str ? "%s" : "(none)", str ? str : "");
+        snprintf(buf, nbytes, "%s", str ? str : "(none)");
         break;
     case PRECISION:
         memcpy(&i, p, sizeof(i));
@@ -308,7 +308,7 @@ accel_status accel__settings_finish(accel__settings *s, const accel_options *giv
             st = accel__settings_add(s, f->name, extra[j].value, extra[j].source);
             continue;
         }
-        char value[192];
+        char value[ACCEL__SOURCE_NBYTES];
         format_value(resolved, f, value, sizeof(value));
         const char *src = s->src[i];
         if (src[0] == '\0') {

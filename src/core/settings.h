@@ -59,7 +59,7 @@ typedef enum accel__option_id {
         ACCEL__OPT_COUNT
 } accel__option_id;
 
-#define ACCEL__SOURCE_NBYTES 320
+#define ACCEL__SOURCE_NBYTES 512 /* a value or a source text, config-file paths included */
 
 /*
  * Per-module views of the resolved settings, filled by accel__settings_views: what each module
