@@ -184,7 +184,7 @@ ACCEL_API const accel_options *accel_resolved_options(const accel *acc);
  * ...), backend, main_process_ip / main_process_port, log levels, config_file, and every other
  * environment variable accel reads that is set. Sources read "argument", "env NAME",
  * "config file PATH:KEY (line N)", "accel launch: --flag V (env NAME)" (also "accel launch:
- * config file ..." and "accel launch: --flag V (default)" for what the launcher passed on),
+ * config file ..." and "accel launch: default of --flag" for what the launcher passed on),
  * "default". With debug mode on (accel_options.debug, ACCELERATE_DEBUG_MODE, accel launch
  * --debug) accel_init prints it to stderr on the main process. Borrowed, valid while acc
  * lives; "" for NULL. Thread-safe.
