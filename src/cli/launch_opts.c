@@ -254,8 +254,8 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
 }
 
 /* One "VAR\taccel launch: <where option `name` came from>" line of s->sources. */
-static void add_source(const cli_verb *verb, const cli_args *a, launch_settings *s,
-                       const char *var, const char *name)
+static void add_source(const cli_verb *verb, const cli_args *a, launch_settings *s, const char *var,
+                       const char *name)
 {
     char src[1400];
     size_t k = strlen(s->sources);
@@ -309,8 +309,7 @@ static void record_sources(const cli_verb *verb, const cli_args *a, const accel_
     } else {
         snprintf(s->sources + k, sizeof(s->sources) - k,
                  "ACCEL_ZERO_STAGE\taccel launch: --%s (its default stage %d)\n",
-                 cli_given(verb, a, "use_deepspeed") ? "use_deepspeed" : "use_fsdp",
-                 s->zero_stage);
+                 cli_given(verb, a, "use_deepspeed") ? "use_deepspeed" : "use_fsdp", s->zero_stage);
     }
 }
 

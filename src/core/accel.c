@@ -467,8 +467,8 @@ static accel_status record_layout(const layout *l, accel__settings *set)
     }
     /* layout_sources rows are {rank, world, local rank, local world}. */
     const int values[4] = {l->rank, l->n_ranks, l->local_rank, l->local_n_ranks};
-    static const char *const names[4] = {"process_index", "num_processes",
-                                         "local_process_index", "local_num_processes"};
+    static const char *const names[4] = {"process_index", "num_processes", "local_process_index",
+                                         "local_num_processes"};
     for (int i = 0; i < 4; i++) {
         char value[16], src[ACCEL__SOURCE_NBYTES];
         snprintf(value, sizeof(value), "%d", values[i]);
@@ -486,8 +486,8 @@ static accel_status record_layout(const layout *l, accel__settings *set)
 
 /* The backend and the rendezvous address, with where choose_backend / read_rendezvous took
  * them from. */
-static accel_status record_comm(accel__settings *set, const accel_options *o,
-                                const char *backend, const rendezvous *r)
+static accel_status record_comm(accel__settings *set, const accel_options *o, const char *backend,
+                                const rendezvous *r)
 {
     char src[ACCEL__SOURCE_NBYTES], port[16];
     const char *unused;

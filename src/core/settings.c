@@ -143,8 +143,7 @@ static int shown(const accel__settings *s, const char *var)
 
 /* Copies the environment strings the track settings keep: the environment may change after
  * accel_init (setenv), the settings must not. */
-static accel_status keep_strings(accel__settings *s, const char *const *in, const char **out,
-                                 int n)
+static accel_status keep_strings(accel__settings *s, const char *const *in, const char **out, int n)
 {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -294,8 +293,8 @@ accel_status accel__settings_finish(accel__settings *s, const accel_options *giv
     s->lines = NULL;
     s->n_lines = s->cap_lines = 0;
     char *used = accel__calloc((size_t)n_extra + 1, 1);
-    accel_status st = used != NULL ? ACCEL_OK
-                                   : accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
+    accel_status st =
+        used != NULL ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
     const accel_options dflt = accel_options_default();
     for (int i = 0; i < ACCEL__OPT_COUNT && st == ACCEL_OK; i++) {
         const field *f = &fields[i];

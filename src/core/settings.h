@@ -72,11 +72,11 @@ typedef struct accel__data_settings {
 } accel__data_settings;
 
 typedef struct accel__ckpt_settings {
-    const char *project_dir;         /* NULL: none */
-    int automatic_checkpoint_naming; /* 0 / 1 */
-    int total_limit;                 /* 0: keep every checkpoint */
-    int iteration;                   /* the first automatic checkpoint number */
-    int save_on_each_node;           /* 0 / 1 */
+    const char *project_dir;            /* NULL: none */
+    int automatic_checkpoint_naming;    /* 0 / 1 */
+    int total_limit;                    /* 0: keep every checkpoint */
+    int iteration;                      /* the first automatic checkpoint number */
+    int save_on_each_node;              /* 0 / 1 */
     const char *resume_from_checkpoint; /* NULL: none; "latest" or a folder */
     accel_precision mixed_precision;    /* to name it in messages */
 } accel__ckpt_settings;

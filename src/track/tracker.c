@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "core/settings.h"
 #include "core/profile.h"
+#include "core/settings.h"
 #include "track_internal.h"
 
 #define MAX_TRACKERS 32

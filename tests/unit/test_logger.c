@@ -1,7 +1,7 @@
 /*
  * Named loggers: one handle per name, the "[rank r/N] name LEVEL: msg" format, level filtering
- * (default info, ACCELERATE_LOG_LEVEL read by accel_init, set_level), warning_once, and the scopes on one process
- * (main-only, all, in_order). The 3-process behaviour is tests/dist/test_logging.c.
+ * (default info, ACCELERATE_LOG_LEVEL read by accel_init, set_level), warning_once, and the scopes
+ * on one process (main-only, all, in_order). The 3-process behaviour is tests/dist/test_logging.c.
  */
 #include <string.h>
 #include <unistd.h>

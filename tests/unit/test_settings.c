@@ -60,12 +60,24 @@ static void init_debug(void)
 
 int main(void)
 {
-    static const char *const vars[] = {
-        "ACCELERATE_CONFIG_FILE", "ACCELERATE_MIXED_PRECISION", "ACCELERATE_USE_CPU",
-        "ACCELERATE_DEBUG_MODE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCEL_ZERO_STAGE",
-        "ACCEL_TIMEOUT", "ACCEL_LAUNCH_SOURCES", "ACCELERATE_LOG_LEVEL", "ACCEL_LOG_LEVEL",
-        "MLFLOW_RUN_ID", "ACCEL_BACKEND", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-        "MASTER_PORT", "ACCEL_SHM_SPIN_US"};
+    static const char *const vars[] = {"ACCELERATE_CONFIG_FILE",
+                                       "ACCELERATE_MIXED_PRECISION",
+                                       "ACCELERATE_USE_CPU",
+                                       "ACCELERATE_DEBUG_MODE",
+                                       "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                                       "ACCEL_ZERO_STAGE",
+                                       "ACCEL_TIMEOUT",
+                                       "ACCEL_LAUNCH_SOURCES",
+                                       "ACCELERATE_LOG_LEVEL",
+                                       "ACCEL_LOG_LEVEL",
+                                       "MLFLOW_RUN_ID",
+                                       "ACCEL_BACKEND",
+                                       "RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_RANK",
+                                       "LOCAL_WORLD_SIZE",
+                                       "MASTER_PORT",
+                                       "ACCEL_SHM_SPIN_US"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
         unsetenv(vars[i]);
     }
