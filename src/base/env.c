@@ -48,7 +48,8 @@ static const accel__env_var env_table[] = {
      "micro-steps per optimizer step; the option, when set, wins (unlike Accelerate)"},
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false",
-     "also check tensor shapes of reduce/broadcast across ranks (buffer collectives always are)"},
+     "print the resolved configuration (main process) and also check tensor shapes of "
+     "reduce/broadcast across ranks (buffer collectives always are)"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
     {"ACCELERATE_RESUME_FROM_CHECKPOINT", ACCEL__ENV_STRING, NULL,
      "accel_options.resume_from_checkpoint when unset: latest | a checkpoint folder"},

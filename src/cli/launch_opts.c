@@ -41,8 +41,9 @@ const cli_option launch_options[] = {
      "Accelerate's default_config.yaml)",
      NULL, NULL},
     {"debug", 0, 0, NULL, NULL,
-     "check collectives across processes (ACCELERATE_DEBUG_MODE=true in every process)", NULL,
-     "debug"},
+     "check collectives across processes and print the resolved configuration with the source "
+     "of each value (ACCELERATE_DEBUG_MODE=true in every process)",
+     NULL, "debug"},
     {"no_python", 0, 0, NULL, NULL,
      "accepted: accel always runs the program itself (there is no Python to skip)", NULL, NULL},
 
