@@ -350,10 +350,8 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg, acc
         }
         if (st == ACCEL_OK) {
             snprintf(from, sizeof(from), " (ACCEL_ZERO_STAGE)");
-            accel__settings_src_env(set, ACCEL__OPT_zero_stage, "ACCEL_ZERO_STAGE");
         } else if (cfg->zero_stage > 0) {
             snprintf(from, sizeof(from), " (config file %s: %s)", cfg->path, cfg->zero_stage_key);
-            src_config(set, ACCEL__OPT_zero_stage, cfg, cfg->zero_stage_key);
         }
         if (v < 0 || v > 3) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -361,6 +359,11 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg, acc
                                  v);
         }
         o->zero_stage = (int)v;
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_zero_stage, "ACCEL_ZERO_STAGE");
+        } else if (cfg->zero_stage > 0) {
+            src_config(set, ACCEL__OPT_zero_stage, cfg, cfg->zero_stage_key);
+        }
     } else if (o->zero_stage > 3) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
                              o->zero_stage);
@@ -673,4 +676,30 @@ void accel_free(accel *acc)
     accel__free(acc->summary);
     accel__settings_free(acc->settings);
     accel__free(acc);
+}
+
+/* ---- state repr (the other state queries are in process.c) ---- */
+
+const char *accel_state_summary(accel *acc)
+{
+    /* On a GPU, a line naming it, its driver, runtime and NCCL versions follows the device. */
+    char gpu[512] = "";
+#ifdef ACCEL_HAVE_CUDA
+    if (acc->device.type == ACCEL_DEVICE_CUDA) {
+        char about[256], nccl[32];
+        accel__device_describe(acc->dev, about, sizeof(about));
+        accel__nccl_version(nccl, sizeof(nccl));
+        snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
+    }
+#endif
+    char buf[1024];
+    snprintf(buf, sizeof(buf),
+             "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
+             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
+             accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
+             acc->local_rank, acc->device_name, gpu,
+             accel_precision_name(acc->opt.mixed_precision));
+    accel__free(acc->summary);
+    acc->summary = accel__strdup(buf);
+    return acc->summary != NULL ? acc->summary : "";
 }

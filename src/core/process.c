@@ -1,6 +1,6 @@
 /*
  * What a program asks the accelerator after accel_init: its process state (index, layout,
- * device, backend, precision, Accelerate's state repr) and process control (print on the main
+ * device, backend, precision; Accelerate's state repr stays in accel.c) and process control (print on the main
  * process, barriers, main-process-first regions, run-on-process helpers). Every query is a
  * cheap read of fields accel_init set.
  */
@@ -106,30 +106,6 @@ int accel_gradient_accumulation_steps(const accel *acc)
 const accel_options *accel_resolved_options(const accel *acc)
 {
     return &acc->opt;
-}
-
-const char *accel_state_summary(accel *acc)
-{
-    /* On a GPU, a line naming it, its driver, runtime and NCCL versions follows the device. */
-    char gpu[512] = "";
-#ifdef ACCEL_HAVE_CUDA
-    if (acc->device.type == ACCEL_DEVICE_CUDA) {
-        char about[256], nccl[32];
-        accel__device_describe(acc->dev, about, sizeof(about));
-        accel__nccl_version(nccl, sizeof(nccl));
-        snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
-    }
-#endif
-    char buf[1024];
-    snprintf(buf, sizeof(buf),
-             "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
-             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
-             accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
-             acc->local_rank, acc->device_name, gpu,
-             accel_precision_name(acc->opt.mixed_precision));
-    accel__free(acc->summary);
-    acc->summary = accel__strdup(buf);
-    return acc->summary != NULL ? acc->summary : "";
 }
 
 /* ---- process control ---- */
