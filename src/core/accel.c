@@ -423,38 +423,6 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
     return ACCEL_OK;
 }
 
-/* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
- * store at MASTER_ADDR:MASTER_PORT (the backend agrees on a nonce there). */
-typedef struct rendezvous {
-    const char *job_id; /* NULL when unset */
-    const char *addr;
-    int port;
-} rendezvous;
-
-static accel_status read_rendezvous(rendezvous *r)
-{
-    r->job_id = NULL;
-    r->addr = "127.0.0.1";
-    long long port = 29500;
-    if (accel__env_string("ACCEL_JOB_ID", &r->job_id) != ACCEL_OK) {
-        r->job_id = NULL;
-    }
-    if (accel__env_string("MASTER_ADDR", &r->addr) != ACCEL_OK) {
-        r->addr = "127.0.0.1";
-    }
-    accel_status st = accel__env_int("MASTER_PORT", &port);
-    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
-        return st;
-    }
-    if (port < 0 || port > 65535) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "environment variable MASTER_PORT=%lld is not a port (0..65535)",
-                             port);
-    }
-    r->port = (int)port;
-    return ACCEL_OK;
-}
-
 /* The layout's lines, each with the launcher variable it came from: the family read_layout
  * took is the first with a world size, rank or local rank set. */
 static accel_status record_layout(const layout *l, accel__settings *set)
@@ -490,7 +458,7 @@ static accel_status record_layout(const layout *l, accel__settings *set)
 /* The backend and the rendezvous address, with where choose_backend / read_rendezvous took
  * them from. */
 static accel_status record_comm(accel__settings *set, const accel_options *o, const char *backend,
-                                const rendezvous *r)
+                                const char *addr, int port_number)
 {
     char src[ACCEL__SOURCE_NBYTES], port[16];
     const char *unused;
@@ -504,8 +472,8 @@ static accel_status record_comm(accel__settings *set, const accel_options *o, co
     ACCEL_TRY(accel__settings_add(set, "backend", backend, src));
     static const char *const vars[2] = {"MASTER_ADDR", "MASTER_PORT"};
     static const char *const names[2] = {"main_process_ip", "main_process_port"};
-    snprintf(port, sizeof(port), "%d", r->port);
-    const char *values[2] = {r->addr, port};
+    snprintf(port, sizeof(port), "%d", port_number);
+    const char *values[2] = {addr, port};
     for (int i = 0; i < 2; i++) {
         if (accel__env_string(vars[i], &unused) == ACCEL_OK) {
             accel__settings_env_source(set, vars[i], src, sizeof(src));
@@ -544,6 +512,38 @@ static accel_status resolve_all(accel_options *o, layout *l, accel__log_level *l
     ACCEL_TRY(record_layout(l, set));
     ACCEL_TRY(resolve_options(o, l, set));
     return accel__settings_read_env(set);
+}
+
+/* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
+ * store at MASTER_ADDR:MASTER_PORT (the backend agrees on a nonce there). */
+typedef struct rendezvous {
+    const char *job_id; /* NULL when unset */
+    const char *addr;
+    int port;
+} rendezvous;
+
+static accel_status read_rendezvous(rendezvous *r)
+{
+    r->job_id = NULL;
+    r->addr = "127.0.0.1";
+    long long port = 29500;
+    if (accel__env_string("ACCEL_JOB_ID", &r->job_id) != ACCEL_OK) {
+        r->job_id = NULL;
+    }
+    if (accel__env_string("MASTER_ADDR", &r->addr) != ACCEL_OK) {
+        r->addr = "127.0.0.1";
+    }
+    accel_status st = accel__env_int("MASTER_PORT", &port);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    if (port < 0 || port > 65535) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable MASTER_PORT=%lld is not a port (0..65535)",
+                             port);
+    }
+    r->port = (int)port;
+    return ACCEL_OK;
 }
 
 accel_status accel_init(accel **out, const accel_options *opts)
@@ -600,7 +600,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
         st = read_rendezvous(&rdv);
     }
     if (st == ACCEL_OK) {
-        st = record_comm(set, &o, acc->backend, &rdv);
+        st = record_comm(set, &o, acc->backend, rdv.addr, rdv.port);
     }
     if (st == ACCEL_OK) {
         accel__comm_config cfg = {
