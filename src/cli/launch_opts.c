@@ -296,10 +296,11 @@ static void record_sources(const cli_verb *verb, const cli_args *a, const accel_
         add_source(verb, a, s, "OMP_NUM_THREADS", "num_cpu_threads_per_process");
     }
     /* The ZeRO stage, in resolve_zero's order. */
-    size_t k = strlen(s->sources);
     if (s->zero_stage < 0) {
         return;
-    } else if (cli_given(verb, a, "zero_stage")) {
+    }
+    size_t k = strlen(s->sources);
+    if (cli_given(verb, a, "zero_stage")) {
         add_source(verb, a, s, "ACCEL_ZERO_STAGE", "zero_stage");
     } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
         add_source(verb, a, s, "ACCEL_ZERO_STAGE", "fsdp_sharding_strategy");
