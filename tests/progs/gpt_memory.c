@@ -1,0 +1,160 @@
+/*
+ * gpt_memory: what accel really allocates for the GPT example's model (examples/gpt.c: nn_gpt
+ * in an accel_model, AdamW, accel_prepare), counted through accel_replace_allocator, for
+ * comparison with `accel estimate-memory` (tests/cli/test_estimate_memory.sh).
+ *
+ *   gpt_memory [--layers N --width N --heads N --context N --vocab N --tied 0|1 --steps N]
+ *   (defaults: the example's 4, 128, 4, 128, 256 (bytes), 1, 2; precision and ZeRO stage from
+ *   accel's configuration: ACCELERATE_MIXED_PRECISION, ACCEL_ZERO_STAGE)
+ *
+ * Prints, on the main process, one "key value" line each:
+ *   params N          parameters of the model
+ *   prepared_bytes N  bytes accel holds after accel_prepare that it did not hold before
+ *                     accel_model_new (weights, gradients, optimizer state, bookkeeping)
+ *   state_bytes N     the same after --steps training steps on synthetic tokens and the
+ *                     step's arena freed (so state allocated lazily counts too)
+ * Memory a backend maps itself (the shm backend's shared gradient buffer with several
+ * processes) does not go through the allocator and is not counted.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <accel/accel.h>
+#include <accel/check.h>
+#include <accel/nn.h>
+
+/* ---- the counting allocator: a 16-byte header before each block holds its size ---- */
+
+static atomic_size_t live;
+
+static void note(size_t add, size_t sub)
+{
+    /* Unsigned wrap-around makes add - sub right whichever is larger. */
+    atomic_fetch_add(&live, add - sub);
+}
+
+static void *count_malloc(size_t n)
+{
+    size_t *h = malloc(n + 16);
+    if (h == NULL) {
+        return NULL;
+    }
+    h[0] = n;
+    note(n, 0);
+    return (char *)h + 16;
+}
+
+static void count_free(void *p)
+{
+    if (p != NULL) {
+        size_t *h = (size_t *)((char *)p - 16);
+        note(0, h[0]);
+        free(h);
+    }
+}
+
+static void *count_realloc(void *p, size_t n)
+{
+    if (p == NULL) {
+        return count_malloc(n);
+    }
+    size_t *h = (size_t *)((char *)p - 16), old = h[0];
+    size_t *g = realloc(h, n + 16);
+    if (g == NULL) {
+        return NULL;
+    }
+    g[0] = n;
+    note(n, old);
+    return (char *)g + 16;
+}
+
+static void *count_calloc(size_t count, size_t n)
+{
+    if (n != 0 && count > (SIZE_MAX - 16) / n) {
+        return NULL;
+    }
+    void *p = count_malloc(count * n);
+    if (p != NULL) {
+        memset(p, 0, count * n);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    int layers = 4, width = 128, heads = 4, context = 128, vocab = 256, tied = 1, steps = 2;
+    struct {
+        const char *flag;
+        int *v;
+    } opts[] = {{"--layers", &layers},   {"--width", &width}, {"--heads", &heads},
+                {"--context", &context}, {"--vocab", &vocab}, {"--tied", &tied},
+                {"--steps", &steps}};
+    for (int i = 1; i < argc; i += 2) {
+        size_t k = 0, n = sizeof(opts) / sizeof(opts[0]);
+        while (k < n && strcmp(argv[i], opts[k].flag) != 0) {
+            k++;
+        }
+        if (k == n || i + 1 >= argc) {
+            fprintf(stderr, "gpt_memory: bad argument %s\n", argv[i]);
+            return 2;
+        }
+        *opts[k].v = atoi(argv[i + 1]);
+    }
+
+    ACCEL_CHECK(accel_replace_allocator(count_malloc, count_realloc, count_calloc, count_free));
+    accel *acc = NULL;
+    accel_options o = accel_options_default();
+    ACCEL_CHECK(accel_init(&acc, &o));
+
+    nn_gpt_config cfg = nn_gpt_config_default();
+    cfg.n_layer = layers;
+    cfg.n_head = heads;
+    cfg.n_embd = width;
+    cfg.block_size = context;
+    cfg.vocab_size = vocab;
+    cfg.tied = tied;
+    size_t before = atomic_load(&live);
+    accel_model *model = NULL;
+    nn_params *params = NULL;
+    nn_gpt *gpt = NULL;
+    ACCEL_CHECK(accel_model_new(acc, &model));
+    ACCEL_CHECK(nn_params_for_model(&params, model));
+    ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
+    ACCEL_CHECK(nn_params_bind(params));
+    ACCEL_CHECK(nn_params_init(params, 1337));
+    accel_adam_options ao = accel_adamw_options_default();
+    accel_optimizer *opt = accel_adamw(acc, model, &ao);
+    ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
+    ACCEL_CHECK(accel_prepare(acc, model, opt));
+    size_t prepared = atomic_load(&live) - before;
+
+    /* A few steps of the example's loop on synthetic tokens (batch 8). */
+    nn_ctx *g = NULL;
+    ACCEL_CHECK(nn_ctx_new(&g));
+    int32_t *ids = malloc(sizeof(int32_t) * 8 * (size_t)context);
+    int32_t *tg = malloc(sizeof(int32_t) * 8 * (size_t)context);
+    ACCEL_CHECK(ids && tg ? ACCEL_OK : ACCEL_ENOMEM);
+    for (int i = 0; i < 8 * context; i++) {
+        ids[i] = (int32_t)((i * 7 + accel_process_index(acc)) % vocab);
+        tg[i] = (int32_t)((i * 7 + 1) % vocab);
+    }
+    for (int s = 0; s < steps; s++) {
+        nn_tensor *loss = NULL;
+        ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, 8, context, NULL, &loss));
+        ACCEL_CHECK(accel_backward(acc, loss));
+        ACCEL_CHECK(accel_optimizer_step(opt));
+        ACCEL_CHECK(accel_optimizer_zero_grad(opt));
+        nn_ctx_reset(g);
+    }
+    nn_ctx_free(g);
+    accel_print(acc, "params %lld\nprepared_bytes %zu\nstate_bytes %zu\n",
+                (long long)nn_params_numel(params), prepared, atomic_load(&live) - before);
+    free(ids);
+    free(tg);
+    nn_gpt_free(gpt);
+    nn_params_free(params);
+    accel_free(acc);
+    return 0;
+}
