@@ -21,8 +21,9 @@ typedef struct cli_mem_model {
     char what[512]; /* one line: what was read ("GPT-2 config F: 12 layers, width 768, ...") */
     uint64_t numel; /* all parameter elements (tied weights once) */
     int n_units, cap_units;
-    cli_mem_unit *units; /* in model order; owned */
-    int largest;         /* index of the largest unit (the first of equal ones) */
+    cli_mem_unit *units;   /* in model order; owned */
+    int largest;           /* index of the largest unit (the first of equal ones) */
+    uint64_t gather_numel; /* ZeRO-3: the most parameters gathered at once (estimate_model.c) */
 } cli_mem_model;
 
 /* A GPT described by flags, in nn_gpt's layout (accel/nn.h): MLP 4 x n_embd, biases
@@ -72,13 +73,13 @@ uint64_t cli_mem_accelerate_training(uint64_t fp32_nbytes, cli_mem_dtype d);
 
 /* Per-process bytes of accel's training state (weights, gradients, AdamW state) with dtype d's
  * precision (float32: fp32 training; float16/bfloat16: mixed precision) under ZeRO `stage`
- * (0-3) on n_ranks processes; the parts separately for the notes. 0 for int8 / int4. */
+ * (0-3) on n_ranks processes, by part; all 0 for int8 / int4. */
 typedef struct cli_mem_zero {
     uint64_t master;  /* fp32 master weights (the weights themselves in float32) */
-    uint64_t compute; /* the 2-byte compute copy under mixed precision, else 0 */
+    uint64_t compute; /* the full 2-byte compute copy under mixed precision, else 0 */
     uint64_t grads;   /* fp32 gradients */
     uint64_t adam;    /* AdamW's two fp32 moments */
-    uint64_t gather;  /* stage 3: the largest unit gathered in full while it runs */
+    uint64_t gather;  /* stage 3: the compute weights of the units gathered at once */
     uint64_t total;
 } cli_mem_zero;
 cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int stage, int n_ranks);

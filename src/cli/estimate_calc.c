@@ -3,16 +3,18 @@
  * behaviour: sizes are the fp32 size divided by 2, 4 or 8, and "Training using Adam" is the
  * largest of its model, gradient, optimizer and step terms) and the per-process bytes of
  * accel's own training state under ZeRO stages 0-3, following the buffers accel allocates
- * (src/train/model.c, optim.c): an fp32 master, fp32 gradients, two fp32 AdamW moments, and
- * under mixed precision a 2-byte compute copy. Padding of the flat buffers to the shard size
- * (at most 16 x n_ranks elements per bucket) is left out.
+ * (src/train/model.c, optim.c; per stage the zero helper's contract, ZERO_CONTRACT.md): an
+ * fp32 master, fp32 gradients, two fp32 AdamW moments, and under mixed precision a 2-byte
+ * compute copy. Padding of the flat buffers to the shard size (at most 16 x n_ranks elements
+ * per bucket) is left out. tests/cli/test_estimate_memory.sh holds these figures against the
+ * bytes accel really allocates.
  */
 #include <string.h>
 
 #include "estimate.h"
 
-static const char *const dtype_names[CLI_MEM_N_DTYPES] = {"float32", "float16", "bfloat16",
-                                                          "int8", "int4"};
+static const char *const dtype_names[CLI_MEM_N_DTYPES] = {"float32", "float16", "bfloat16", "int8",
+                                                          "int4"};
 
 const char *cli_mem_dtype_name(cli_mem_dtype d)
 {
@@ -74,28 +76,26 @@ cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int sta
     }
     int mixed = d != CLI_MEM_FLOAT32;
     uint64_t p = m->numel;
+    /* Stage 0 (DDP): everything in full. */
     z.master = 4 * p;
     z.compute = mixed ? 2 * p : 0;
     z.grads = 4 * p;
     z.adam = 8 * p;
-    /* Stage 1 shards what only the optimizer step touches: the moments and, under mixed
-     * precision, the fp32 master (in fp32 training the master is the weight every rank
-     * computes with). Stage 2 adds the gradients, stage 3 everything. */
+    /* Stages 1 and 2 shard the optimizer state. The fp32 master stays full (DESIGN.md §3:
+     * the weights nn binds to); stage 2 reduce-scatters gradients into the owner's shard but
+     * accumulates locally in the full gradient buffer, so it saves communication, not memory
+     * (the zero helper's contract, ZERO_CONTRACT.md, this version). */
     if (stage >= 1) {
         z.adam = shard(z.adam, n_ranks);
-        z.master = mixed ? shard(z.master, n_ranks) : z.master;
     }
-    if (stage >= 2) {
-        z.grads = shard(z.grads, n_ranks);
-    }
-    if (stage >= 3) {
-        z.master = shard(4 * p, n_ranks);
-        z.compute = shard(z.compute, n_ranks);
-        /* While a unit runs its weights are gathered in full (in the compute dtype) and its
-         * backward produces its full gradient before the reduce-scatter; one process holds
-         * everything already. */
-        uint64_t u = m->n_units > 0 && n_ranks > 1 ? m->units[m->largest].numel : 0;
-        z.gather = u * (mixed ? 2 : 4) + 4 * u;
+    /* Stage 3 also shards the master; the compute weights exist only for the units gathered
+     * at the time, the running one and the prefetched next (in fp32 training too: the
+     * sharded master cannot serve as the full-size weights). On one process the shard is
+     * everything and nothing is gathered. */
+    if (stage >= 3 && n_ranks > 1) {
+        z.master = shard(z.master, n_ranks);
+        z.compute = 0;
+        z.gather = m->gather_numel * (mixed ? 2 : 4);
     }
     z.total = z.master + z.compute + z.grads + z.adam + z.gather;
     return z;

@@ -29,8 +29,8 @@ static const cli_option estimate_options[] = {
     {"n_layer", 0, 1, "12", "N", "transformer blocks", &gpt_group, NULL},
     {"n_embd", 0, 1, "768", "N", "width", &gpt_group, NULL},
     {"n_head", 0, 1, "12", "N", "attention heads", &gpt_group, NULL},
-    {"vocab_size", 0, 1, "50257", "N",
-     "vocabulary (GPT-2's is 50257; llm.c pads it to 50304)", &gpt_group, NULL},
+    {"vocab_size", 0, 1, "50257", "N", "vocabulary (GPT-2's is 50257; llm.c pads it to 50304)",
+     &gpt_group, NULL},
     {"n_positions", 0, 1, "1024", "N", "context length (rows of the position embedding)",
      &gpt_group, NULL},
     {"tied", 0, 1, "1", "0|1", "lm_head shares the token embedding", &gpt_group, NULL},
@@ -289,21 +289,22 @@ static int parse_dtypes(const cli_verb *verb, const char *list, int *rows, int *
 
 static void print_assumptions(const cli_mem_model *m, int n_ranks)
 {
-    char units[32];
-    const cli_mem_unit *u = &m->units[m->largest];
+    char gathered[32];
     printf("Training state per process: weights, gradients and AdamW's two moments, as accel\n"
            "allocates them.\n"
            "- float32 trains in fp32: 16 bytes per parameter (4 weights, 4 gradients, 8 moments).\n"
            "- float16/bfloat16 train with mixed precision: an fp32 master (4 bytes), a 2-byte\n"
            "  compute copy, fp32 gradients (4) and fp32 moments (8): 18 bytes per parameter.\n"
-           "- ZeRO stage 1 shards the moments and, under mixed precision, the fp32 master over\n"
-           "  the %d process%s; stage 2 also the gradients; stage 3 everything, plus (on more\n"
-           "  than one process) the largest unit gathered in full while it runs, its weights in\n"
-           "  the compute dtype and its gradient: %s, %s parameters.\n"
+           "- ZeRO stage 1 divides the moments over the %d process%s. Stage 2 reduce-scatters the\n"
+           "  gradients but accumulates them in the full fp32 buffer: the memory of stage 1.\n"
+           "  Stage 3 also divides the fp32 master and holds compute weights only for the units\n"
+           "  gathered at once (the running one and the prefetched next: at most %s\n"
+           "  parameters) on more than one process; gradients stay full. Unlike DeepSpeed, the\n"
+           "  fp32 master of mixed precision is divided only from stage 3.\n"
            "- Not counted: activations, the batch, communication buffers, the padding of the flat\n"
            "  buffers to the shard size, allocator overhead.\n"
            "- int8/int4: Accelerate estimates no training in those dtypes (N/A); neither do we.\n",
-           n_ranks, n_ranks > 1 ? "es" : "", u->name, grouped(u->numel, units, sizeof(units)));
+           n_ranks, n_ranks > 1 ? "es" : "", grouped(m->gather_numel, gathered, sizeof(gathered)));
 }
 
 static int run_estimate(const cli_verb *verb, int argc, char **argv)
@@ -319,8 +320,8 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
     int status;
     int64_t n_ranks = 1, dims[6];
     int rows[CLI_MEM_N_DTYPES], n_rows = 0;
-    static const char *const gpt_flags[] = {"n_layer",     "n_embd", "n_head", "vocab_size",
-                                            "n_positions", "tied"};
+    static const char *const gpt_flags[] = {"n_layer",    "n_embd",      "n_head",
+                                            "vocab_size", "n_positions", "tied"};
     int gpt = 0;
     if (cli_begin(verb, n_args, args, &a, &status)) {
         goto out;
@@ -331,7 +332,7 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
     }
     int n_pos = n_args - a.first_positional;
     if (n_pos > 1 || (n_pos == 1 && gpt) || (n_pos == 0 && !gpt)) {
-        cli_usage_error(verb, n_pos > 1   ? "give one MODEL"
+        cli_usage_error(verb, n_pos > 1    ? "give one MODEL"
                               : n_pos == 1 ? "give either MODEL or the GPT flags, not both"
                                            : "give a MODEL (config.json, .safetensors, index or "
                                              "folder) or describe a GPT with --n_layer etc.");

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "accel/accel.h"
-#include "estimate.h"
 #include "base/base.h"
 #include "base/ytree.h"
+#include "estimate.h"
 
 #define ERR_PREFIX "accel estimate-memory: error: "
 
@@ -89,13 +89,35 @@ static int add_unitf(cli_mem_model *m, uint64_t numel, const char *fmt, ...)
     return add_to_unit(m, name, numel);
 }
 
-static void find_largest(cli_mem_model *m)
+/* A unit named after its position in a layer list ("model.layers.3") is a block. */
+static int is_block(const char *unit)
+{
+    const char *last = strrchr(unit, '.');
+    last = last ? last + 1 : unit;
+    return last[0] != '\0' && strspn(last, "0123456789") == strlen(last);
+}
+
+/* The largest unit, and what ZeRO-3 holds gathered at once: the units of the zero helper's
+ * contract (each block alone, runs of other consecutive units together: GPT-2's [wte, wpe],
+ * h.0 ... h.11, [ln_f]) taken two adjacent at a time (one running, the next prefetched). */
+static void finish(cli_mem_model *m)
 {
     m->largest = 0;
     for (int i = 1; i < m->n_units; i++) {
         if (m->units[i].numel > m->units[m->largest].numel) {
             m->largest = i;
         }
+    }
+    uint64_t prev = 0, cur = 0;
+    m->gather_numel = 0;
+    for (int i = 0; i < m->n_units; i++) {
+        int block = is_block(m->units[i].name);
+        if (i > 0 && (block || is_block(m->units[i - 1].name))) {
+            prev = cur; /* a new run starts */
+            cur = 0;
+        }
+        cur += m->units[i].numel;
+        m->gather_numel = prev + cur > m->gather_numel ? prev + cur : m->gather_numel;
     }
 }
 
@@ -131,8 +153,10 @@ int cli_mem_from_gpt(cli_mem_model *m, const cli_mem_gpt *g)
     const struct {
         const char *flag;
         int64_t v;
-    } dims[] = {{"--n_layer", g->n_layer},   {"--n_embd", g->n_embd},
-                {"--n_head", g->n_head},     {"--vocab_size", g->vocab_size},
+    } dims[] = {{"--n_layer", g->n_layer},
+                {"--n_embd", g->n_embd},
+                {"--n_head", g->n_head},
+                {"--vocab_size", g->vocab_size},
                 {"--n_positions", g->n_positions}};
     for (size_t k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
         if (dims[k].v < 1 || dims[k].v > (1 << 30)) {
@@ -144,7 +168,7 @@ int cli_mem_from_gpt(cli_mem_model *m, const cli_mem_gpt *g)
         return fail("--n_embd %lld is not a multiple of --n_head %lld", (long long)g->n_embd,
                     (long long)g->n_head);
     }
-    gpt2_dims d = {(uint64_t)g->n_layer, (uint64_t)g->n_embd, (uint64_t)g->vocab_size,
+    gpt2_dims d = {(uint64_t)g->n_layer,     (uint64_t)g->n_embd,     (uint64_t)g->vocab_size,
                    (uint64_t)g->n_positions, 4 * (uint64_t)g->n_embd, g->tied};
     snprintf(m->what, sizeof(m->what),
              "GPT (nn_gpt layout) from flags: %lld layers, width %lld, %lld heads, vocabulary "
@@ -155,7 +179,7 @@ int cli_mem_from_gpt(cli_mem_model *m, const cli_mem_gpt *g)
         cli_mem_free(m);
         return -1;
     }
-    find_largest(m);
+    finish(m);
     return 0;
 }
 
@@ -188,8 +212,7 @@ static int cfg_int(const accel__ynode *root, const char *path, const char *key, 
 }
 
 /* Reads a boolean field (absent or null: dflt). */
-static int cfg_bool(const accel__ynode *root, const char *path, const char *key, int dflt,
-                    int *out)
+static int cfg_bool(const accel__ynode *root, const char *path, const char *key, int dflt, int *out)
 {
     const accel__ynode *v = accel__ynode_get(root, key);
     if (v == NULL || (v->kind == ACCEL__Y_SCALAR && accel__yscalar_is_null(v))) {
@@ -505,6 +528,6 @@ int cli_mem_from_path(cli_mem_model *m, const char *path)
         cli_mem_free(m);
         return -1;
     }
-    find_largest(m);
+    finish(m);
     return 0;
 }

@@ -13,9 +13,11 @@
  *                     accel_model_new (weights, gradients, optimizer state, bookkeeping)
  *   state_bytes N     the same after --steps training steps on synthetic tokens and the
  *                     step's arena freed (so state allocated lazily counts too)
- * Memory a backend maps itself (the shm backend's shared gradient buffer with several
- * processes) does not go through the allocator and is not counted.
+ *   mapped_grad_bytes N  the gradient buffer's bytes when it is not in memory counted here
+ *                     (the shm backend maps it as shared memory with several processes;
+ *                     state_bytes leaves it out), else 0
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +30,43 @@
 /* ---- the counting allocator: a 16-byte header before each block holds its size ---- */
 
 static atomic_size_t live;
+
+/* Live blocks of 64 KiB and more, to tell whether a buffer came through the allocator. */
+#define BIG 65536
+#define MAX_BIG 1024
+static struct {
+    char *p;
+    size_t n;
+} big[MAX_BIG];
+static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void track(char *p, size_t n, int add)
+{
+    if (n < BIG) {
+        return;
+    }
+    pthread_mutex_lock(&big_lock);
+    for (int i = 0; i < MAX_BIG; i++) {
+        if (add ? big[i].p == NULL : big[i].p == p) {
+            big[i].p = add ? p : NULL;
+            big[i].n = n;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&big_lock);
+}
+
+static int counted(const void *q)
+{
+    int found = 0;
+    pthread_mutex_lock(&big_lock);
+    for (int i = 0; i < MAX_BIG && !found; i++) {
+        found = big[i].p != NULL && (const char *)q >= big[i].p &&
+                (const char *)q < big[i].p + big[i].n;
+    }
+    pthread_mutex_unlock(&big_lock);
+    return found;
+}
 
 static void note(size_t add, size_t sub)
 {
@@ -43,6 +82,7 @@ static void *count_malloc(size_t n)
     }
     h[0] = n;
     note(n, 0);
+    track((char *)h + 16, n, 1);
     return (char *)h + 16;
 }
 
@@ -51,6 +91,7 @@ static void count_free(void *p)
     if (p != NULL) {
         size_t *h = (size_t *)((char *)p - 16);
         note(0, h[0]);
+        track(p, h[0], 0);
         free(h);
     }
 }
@@ -61,12 +102,15 @@ static void *count_realloc(void *p, size_t n)
         return count_malloc(n);
     }
     size_t *h = (size_t *)((char *)p - 16), old = h[0];
+    track(p, old, 0);
     size_t *g = realloc(h, n + 16);
     if (g == NULL) {
+        track(p, old, 1);
         return NULL;
     }
     g[0] = n;
     note(n, old);
+    track((char *)g + 16, n, 1);
     return (char *)g + 16;
 }
 
@@ -129,6 +173,7 @@ int main(int argc, char **argv)
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
     ACCEL_CHECK(accel_prepare(acc, model, opt));
     size_t prepared = atomic_load(&live) - before;
+    size_t mapped = counted(accel_model_grad(model)) ? 0 : 4 * accel_model_numel(model);
 
     /* A few steps of the example's loop on synthetic tokens (batch 8). */
     nn_ctx *g = NULL;
@@ -149,8 +194,8 @@ int main(int argc, char **argv)
         nn_ctx_reset(g);
     }
     nn_ctx_free(g);
-    accel_print(acc, "params %lld\nprepared_bytes %zu\nstate_bytes %zu\n",
-                (long long)nn_params_numel(params), prepared, atomic_load(&live) - before);
+    accel_print(acc, "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n",
+                (long long)nn_params_numel(params), prepared, atomic_load(&live) - before, mapped);
     free(ids);
     free(tg);
     nn_gpt_free(gpt);
