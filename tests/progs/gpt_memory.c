@@ -1,7 +1,7 @@
 /*
  * gpt_memory: what accel really allocates for the GPT example's model (examples/gpt.c: nn_gpt
  * in an accel_model, AdamW, accel_prepare), counted through accel_replace_allocator, for
- * comparison with `accel estimate-memory` (tests/cli/test_estimate_memory.sh).
+ * comparison with `accel estimate-memory` (tests/cli/test_estimate_memory.sh; count_alloc.h).
  *
  *   gpt_memory [--layers N --width N --heads N --context N --vocab N --tied 0|1 --steps N]
  *   (defaults: the example's 4, 128, 4, 128, 256 (bytes), 1, 2; precision and ZeRO stage from
@@ -17,8 +17,6 @@
  *                     (the shm backend maps it as shared memory with several processes;
  *                     state_bytes leaves it out), else 0
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,104 +25,7 @@
 #include <accel/check.h>
 #include <accel/nn.h>
 
-/* ---- the counting allocator: a 16-byte header before each block holds its size ---- */
-
-static atomic_size_t live;
-
-/* Live blocks of 64 KiB and more, to tell whether a buffer came through the allocator. */
-#define BIG 65536
-#define MAX_BIG 1024
-static struct {
-    char *p;
-    size_t n;
-} big[MAX_BIG];
-static pthread_mutex_t big_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void track(char *p, size_t n, int add)
-{
-    if (n < BIG) {
-        return;
-    }
-    pthread_mutex_lock(&big_lock);
-    for (int i = 0; i < MAX_BIG; i++) {
-        if (add ? big[i].p == NULL : big[i].p == p) {
-            big[i].p = add ? p : NULL;
-            big[i].n = n;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&big_lock);
-}
-
-static int counted(const void *q)
-{
-    int found = 0;
-    pthread_mutex_lock(&big_lock);
-    for (int i = 0; i < MAX_BIG && !found; i++) {
-        found = big[i].p != NULL && (const char *)q >= big[i].p &&
-                (const char *)q < big[i].p + big[i].n;
-    }
-    pthread_mutex_unlock(&big_lock);
-    return found;
-}
-
-static void note(size_t add, size_t sub)
-{
-    /* Unsigned wrap-around makes add - sub right whichever is larger. */
-    atomic_fetch_add(&live, add - sub);
-}
-
-static void *count_malloc(size_t n)
-{
-    size_t *h = malloc(n + 16);
-    if (h == NULL) {
-        return NULL;
-    }
-    h[0] = n;
-    note(n, 0);
-    track((char *)h + 16, n, 1);
-    return (char *)h + 16;
-}
-
-static void count_free(void *p)
-{
-    if (p != NULL) {
-        size_t *h = (size_t *)((char *)p - 16);
-        note(0, h[0]);
-        track(p, h[0], 0);
-        free(h);
-    }
-}
-
-static void *count_realloc(void *p, size_t n)
-{
-    if (p == NULL) {
-        return count_malloc(n);
-    }
-    size_t *h = (size_t *)((char *)p - 16), old = h[0];
-    track(p, old, 0);
-    size_t *g = realloc(h, n + 16);
-    if (g == NULL) {
-        track(p, old, 1);
-        return NULL;
-    }
-    g[0] = n;
-    note(n, old);
-    track((char *)g + 16, n, 1);
-    return (char *)g + 16;
-}
-
-static void *count_calloc(size_t count, size_t n)
-{
-    if (n != 0 && count > (SIZE_MAX - 16) / n) {
-        return NULL;
-    }
-    void *p = count_malloc(count * n);
-    if (p != NULL) {
-        memset(p, 0, count * n);
-    }
-    return p;
-}
+#include "count_alloc.h"
 
 int main(int argc, char **argv)
 {
@@ -147,7 +48,7 @@ int main(int argc, char **argv)
         *opts[k].v = atoi(argv[i + 1]);
     }
 
-    ACCEL_CHECK(accel_replace_allocator(count_malloc, count_realloc, count_calloc, count_free));
+    ACCEL_CHECK(count_alloc_install());
     accel *acc = NULL;
     accel_options o = accel_options_default();
     ACCEL_CHECK(accel_init(&acc, &o));
@@ -159,7 +60,7 @@ int main(int argc, char **argv)
     cfg.block_size = context;
     cfg.vocab_size = vocab;
     cfg.tied = tied;
-    size_t before = atomic_load(&live);
+    size_t before = count_alloc_live();
     accel_model *model = NULL;
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
@@ -172,8 +73,8 @@ int main(int argc, char **argv)
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
     ACCEL_CHECK(accel_prepare(acc, model, opt));
-    size_t prepared = atomic_load(&live) - before;
-    size_t mapped = counted(accel_model_grad(model)) ? 0 : 4 * accel_model_numel(model);
+    size_t prepared = count_alloc_live() - before;
+    size_t mapped = count_alloc_owns(accel_model_grad(model)) ? 0 : 4 * accel_model_numel(model);
 
     /* A few steps of the example's loop on synthetic tokens (batch 8). */
     nn_ctx *g = NULL;
@@ -195,7 +96,7 @@ int main(int argc, char **argv)
     }
     nn_ctx_free(g);
     accel_print(acc, "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n",
-                (long long)nn_params_numel(params), prepared, atomic_load(&live) - before, mapped);
+                (long long)nn_params_numel(params), prepared, count_alloc_live() - before, mapped);
     free(ids);
     free(tg);
     nn_gpt_free(gpt);

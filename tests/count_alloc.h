@@ -1,0 +1,122 @@
+/*
+ * A counting allocator for accel_replace_allocator, shared by the programs that measure what
+ * accel allocates (tests/progs/gpt_memory.c, bench/zero_step.c): count_alloc_install() before
+ * any other accel call, then count_alloc_live() is the bytes accel holds, and
+ * count_alloc_owns(p) tells whether p lies in a block of 64 KiB or more that came through it
+ * (a buffer a backend maps itself, such as the shm backend's shared gradients, does not).
+ * Each block carries a 16-byte header holding its size. Thread-safe.
+ */
+#ifndef ACCEL_TESTS_COUNT_ALLOC_H
+#define ACCEL_TESTS_COUNT_ALLOC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+
+static atomic_size_t count_alloc_bytes;
+
+#define COUNT_ALLOC_BIG 65536
+#define COUNT_ALLOC_MAX_BIG 4096
+static struct {
+    char *p;
+    size_t n;
+} count_alloc_big[COUNT_ALLOC_MAX_BIG];
+static pthread_mutex_t count_alloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void count_alloc_track(char *p, size_t n, int add)
+{
+    if (n < COUNT_ALLOC_BIG) {
+        return;
+    }
+    pthread_mutex_lock(&count_alloc_lock);
+    for (int i = 0; i < COUNT_ALLOC_MAX_BIG; i++) {
+        if (add ? count_alloc_big[i].p == NULL : count_alloc_big[i].p == p) {
+            count_alloc_big[i].p = add ? p : NULL;
+            count_alloc_big[i].n = n;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&count_alloc_lock);
+}
+
+static inline int count_alloc_owns(const void *q)
+{
+    int found = 0;
+    pthread_mutex_lock(&count_alloc_lock);
+    for (int i = 0; i < COUNT_ALLOC_MAX_BIG && !found; i++) {
+        const char *p = count_alloc_big[i].p;
+        found = p != NULL && (const char *)q >= p && (const char *)q < p + count_alloc_big[i].n;
+    }
+    pthread_mutex_unlock(&count_alloc_lock);
+    return found;
+}
+
+static inline size_t count_alloc_live(void)
+{
+    return atomic_load(&count_alloc_bytes);
+}
+
+static void *count_alloc_malloc(size_t n)
+{
+    size_t *h = malloc(n + 16);
+    if (h == NULL) {
+        return NULL;
+    }
+    h[0] = n;
+    atomic_fetch_add(&count_alloc_bytes, n);
+    count_alloc_track((char *)h + 16, n, 1);
+    return (char *)h + 16;
+}
+
+static void count_alloc_free(void *p)
+{
+    if (p != NULL) {
+        size_t *h = (size_t *)((char *)p - 16);
+        atomic_fetch_sub(&count_alloc_bytes, h[0]);
+        count_alloc_track(p, h[0], 0);
+        free(h);
+    }
+}
+
+static void *count_alloc_realloc(void *p, size_t n)
+{
+    if (p == NULL) {
+        return count_alloc_malloc(n);
+    }
+    size_t *h = (size_t *)((char *)p - 16), old = h[0];
+    count_alloc_track(p, old, 0);
+    size_t *g = realloc(h, n + 16);
+    if (g == NULL) {
+        count_alloc_track(p, old, 1);
+        return NULL;
+    }
+    g[0] = n;
+    atomic_fetch_add(&count_alloc_bytes, n);
+    atomic_fetch_sub(&count_alloc_bytes, old);
+    count_alloc_track((char *)g + 16, n, 1);
+    return (char *)g + 16;
+}
+
+static void *count_alloc_calloc(size_t count, size_t n)
+{
+    if (n != 0 && count > (SIZE_MAX - 16) / n) {
+        return NULL;
+    }
+    void *p = count_alloc_malloc(count * n);
+    if (p != NULL) {
+        memset(p, 0, count * n);
+    }
+    return p;
+}
+
+static inline accel_status count_alloc_install(void)
+{
+    return accel_replace_allocator(count_alloc_malloc, count_alloc_realloc, count_alloc_calloc,
+                                   count_alloc_free);
+}
+
+#endif /* ACCEL_TESTS_COUNT_ALLOC_H */
