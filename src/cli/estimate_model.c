@@ -409,6 +409,46 @@ static int from_safetensors(cli_mem_model *m, const char *path)
     return rc;
 }
 
+/* The open shards of an index, each opened once (weight_map lists tensors by name, so the
+ * shards of consecutive tensors alternate). */
+typedef struct shard_set {
+    int n, cap;
+    struct {
+        const char *name; /* borrowed from the index's tree */
+        accel_safetensors *file;
+    } * items;
+} shard_set;
+
+static accel_safetensors *shard_get(shard_set *set, const char *index_path, int dir_len,
+                                    const char *name, const char *tensor)
+{
+    for (int i = 0; i < set->n; i++) {
+        if (strcmp(set->items[i].name, name) == 0) {
+            return set->items[i].file;
+        }
+    }
+    if (set->n == set->cap) {
+        int cap = set->cap ? 2 * set->cap : 16;
+        void *items = accel__realloc(set->items, (size_t)cap * sizeof(*set->items));
+        if (items == NULL) {
+            fail("out of memory");
+            return NULL;
+        }
+        set->items = items;
+        set->cap = cap;
+    }
+    char shard[4096];
+    snprintf(shard, sizeof(shard), "%.*s%s", dir_len, index_path, name);
+    accel_safetensors *st = NULL;
+    if (open_safetensors(&st, shard) != 0) {
+        fprintf(stderr, ERR_PREFIX "(the shard of '%s' in %s)\n", tensor, index_path);
+        return NULL;
+    }
+    set->items[set->n].name = name;
+    set->items[set->n++].file = st;
+    return st;
+}
+
 /* A sharded checkpoint: the index's weight_map names every tensor and its shard (a file in the
  * index's folder); the shards' headers give the shapes. */
 static int from_index(cli_mem_model *m, const accel__ynode *root, const char *path)
@@ -421,9 +461,8 @@ static int from_index(cli_mem_model *m, const accel__ynode *root, const char *pa
     }
     const char *slash = strrchr(path, '/');
     int dir_len = slash ? (int)(slash - path + 1) : 0;
-    accel_safetensors *st = NULL;
-    const char *open_name = NULL;
-    int n_files = 0, rc = 0;
+    shard_set set = {0};
+    int rc = 0;
     for (int i = 0; rc == 0 && i < wm->n; i++) {
         const accel__ynode *file = wm->items[i];
         if (file->kind != ACCEL__Y_SCALAR || file->text[0] == '\0' || strchr(file->text, '/')) {
@@ -432,31 +471,20 @@ static int from_index(cli_mem_model *m, const accel__ynode *root, const char *pa
                       path, file->line, wm->keys[i]);
             break;
         }
-        /* Shards are usually listed in runs; reopen only when the file changes. */
-        if (open_name == NULL || strcmp(open_name, file->text) != 0) {
-            accel_safetensors_close(st);
-            st = NULL;
-            char shard[4096];
-            snprintf(shard, sizeof(shard), "%.*s%s", dir_len, path, file->text);
-            if (open_safetensors(&st, shard) != 0) {
-                fprintf(stderr, ERR_PREFIX "(the shard of '%s' in %s)\n", wm->keys[i], path);
-                rc = -1;
-                break;
-            }
-            open_name = file->text;
-            n_files++;
-        }
-        long k = accel_safetensors_find(st, wm->keys[i]);
-        if (k < 0) {
+        accel_safetensors *st = shard_get(&set, path, dir_len, file->text, wm->keys[i]);
+        long k = st != NULL ? accel_safetensors_find(st, wm->keys[i]) : -1;
+        if (st != NULL && k < 0) {
             rc = fail("%s, line %d: tensor '%s' is not in its shard %s", path, file->line,
                       wm->keys[i], file->text);
-            break;
         }
-        rc = count_tensor(m, st, (size_t)k);
+        rc = st == NULL ? -1 : rc == 0 ? count_tensor(m, st, (size_t)k) : rc;
     }
-    accel_safetensors_close(st);
-    snprintf(m->what, sizeof(m->what), "safetensors index %s: %d tensors (%d shard opens)", path,
-             wm->n, n_files);
+    snprintf(m->what, sizeof(m->what), "safetensors index %s: %d tensors in %d shards", path, wm->n,
+             set.n);
+    for (int i = 0; i < set.n; i++) {
+        accel_safetensors_close(set.items[i].file);
+    }
+    accel__free(set.items);
     return rc;
 }
 
