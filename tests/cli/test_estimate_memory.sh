@@ -185,6 +185,9 @@ measure() { # PROCESSES ZERO_STAGE MIXED_PRECISION DTYPE TIED
 measure 1 0 no float32 1
 measure 1 0 bf16 bfloat16 0
 measure 2 0 no float32 1
+measure 2 1 no float32 1
+measure 2 2 bf16 bfloat16 0
+measure 3 1 bf16 bfloat16 1
 
 # ---- bad input
 est 1 "$T/nothere.json"
