@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "estimate.h"
+#include "base/base.h"
 
 static int run_estimate(const cli_verb *verb, int argc, char **argv);
 
@@ -307,9 +308,64 @@ static void print_assumptions(const cli_mem_model *m, int n_ranks)
            n_ranks, n_ranks > 1 ? "es" : "", grouped(m->gather_numel, gathered, sizeof(gathered)));
 }
 
+/* Accelerate's table: per dtype, the largest layer, the total size, training with Adam. */
+static void print_accelerate_table(const cli_mem_model *m, const char *name, const int *rows,
+                                   int n_rows, int exact)
+{
+    static table t; /* large: off the stack */
+    char title[600];
+    snprintf(title, sizeof(title), "Memory Usage for loading `%s`", name);
+    t = (table){.title = title, .n_cols = 4, .n_rows = n_rows};
+    const char *heads[] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
+    for (int c = 0; c < 4; c++) {
+        snprintf(t.cells[0][c], CELL, "%s", heads[c]);
+    }
+    for (int r = 0; r < n_rows; r++) {
+        cli_mem_dtype d = (cli_mem_dtype)rows[r];
+        uint64_t train = cli_mem_accelerate_training(cli_mem_nbytes(m->numel, CLI_MEM_FLOAT32), d);
+        snprintf(t.cells[r + 1][0], CELL, "%s", cli_mem_dtype_name(d));
+        cell_bytes(cli_mem_nbytes(m->units[m->largest].numel, d), exact, t.cells[r + 1][1], CELL);
+        cell_bytes(cli_mem_nbytes(m->numel, d), exact, t.cells[r + 1][2], CELL);
+        if (train == 0) {
+            snprintf(t.cells[r + 1][3], CELL, "N/A");
+        } else {
+            cell_bytes(train, exact, t.cells[r + 1][3], CELL);
+        }
+    }
+    print_table(stdout, &t);
+}
+
+/* Ours: per dtype, the training state per process under each ZeRO stage. */
+static void print_zero_table(const cli_mem_model *m, int n_ranks, const int *rows, int n_rows,
+                             int exact)
+{
+    static table t;
+    char title[128];
+    snprintf(title, sizeof(title), "Training memory per process, %d process%s", n_ranks,
+             n_ranks > 1 ? "es" : "");
+    t = (table){.title = title, .n_cols = 5, .n_rows = n_rows};
+    snprintf(t.cells[0][0], CELL, "dtype");
+    for (int c = 1; c < 5; c++) {
+        snprintf(t.cells[0][c], CELL, "ZeRO stage %d", c - 1);
+    }
+    for (int r = 0; r < n_rows; r++) {
+        cli_mem_dtype d = (cli_mem_dtype)rows[r];
+        snprintf(t.cells[r + 1][0], CELL, "%s", cli_mem_dtype_name(d));
+        for (int s = 0; s < 4; s++) {
+            cli_mem_zero z = cli_mem_zero_stage(m, d, s, n_ranks);
+            if (z.total == 0) {
+                snprintf(t.cells[r + 1][s + 1], CELL, "N/A");
+            } else {
+                cell_bytes(z.total, exact, t.cells[r + 1][s + 1], CELL);
+            }
+        }
+    }
+    print_table(stdout, &t);
+}
+
 static int run_estimate(const cli_verb *verb, int argc, char **argv)
 {
-    char **args = calloc((size_t)(2 * argc + 4), sizeof(char *));
+    char **args = accel__calloc((size_t)(2 * argc + 4), sizeof(char *));
     char joined[256];
     if (args == NULL) {
         fprintf(stderr, "accel estimate-memory: error: out of memory\n");
@@ -367,55 +423,14 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
     printf("%s\n%s parameters; largest layer %s (%s parameters)\n\n", m.what,
            grouped(m.numel, c1, sizeof(c1)), m.units[m.largest].name,
            grouped(m.units[m.largest].numel, c2, sizeof(c2)));
-
-    static table t; /* large: off the stack */
-    char title[600];
-    snprintf(title, sizeof(title), "Memory Usage for loading `%s`", name);
-    t = (table){.title = title, .n_cols = 4, .n_rows = n_rows};
-    const char *heads[] = {"dtype", "Largest Layer", "Total Size", "Training using Adam"};
-    for (int c = 0; c < 4; c++) {
-        snprintf(t.cells[0][c], CELL, "%s", heads[c]);
-    }
-    for (int r = 0; r < n_rows; r++) {
-        cli_mem_dtype d = (cli_mem_dtype)rows[r];
-        uint64_t train = cli_mem_accelerate_training(cli_mem_nbytes(m.numel, CLI_MEM_FLOAT32), d);
-        snprintf(t.cells[r + 1][0], CELL, "%s", cli_mem_dtype_name(d));
-        cell_bytes(cli_mem_nbytes(m.units[m.largest].numel, d), exact, t.cells[r + 1][1], CELL);
-        cell_bytes(cli_mem_nbytes(m.numel, d), exact, t.cells[r + 1][2], CELL);
-        if (train == 0) {
-            snprintf(t.cells[r + 1][3], CELL, "N/A");
-        } else {
-            cell_bytes(train, exact, t.cells[r + 1][3], CELL);
-        }
-    }
-    print_table(stdout, &t);
-
-    snprintf(title, sizeof(title), "Training memory per process, %lld process%s",
-             (long long)n_ranks, n_ranks > 1 ? "es" : "");
-    t = (table){.title = title, .n_cols = 5, .n_rows = n_rows};
-    snprintf(t.cells[0][0], CELL, "dtype");
-    for (int c = 1; c < 5; c++) {
-        snprintf(t.cells[0][c], CELL, "ZeRO stage %d", c - 1);
-    }
-    for (int r = 0; r < n_rows; r++) {
-        cli_mem_dtype d = (cli_mem_dtype)rows[r];
-        snprintf(t.cells[r + 1][0], CELL, "%s", cli_mem_dtype_name(d));
-        for (int s = 0; s < 4; s++) {
-            cli_mem_zero z = cli_mem_zero_stage(&m, d, s, (int)n_ranks);
-            if (z.total == 0) {
-                snprintf(t.cells[r + 1][s + 1], CELL, "N/A");
-            } else {
-                cell_bytes(z.total, exact, t.cells[r + 1][s + 1], CELL);
-            }
-        }
-    }
+    print_accelerate_table(&m, name, rows, n_rows, exact);
     printf("\n");
-    print_table(stdout, &t);
+    print_zero_table(&m, (int)n_ranks, rows, n_rows, exact);
     printf("\n");
     print_assumptions(&m, (int)n_ranks);
     cli_mem_free(&m);
     status = 0;
 out:
-    free(args);
+    accel__free(args);
     return status;
 }
