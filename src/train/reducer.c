@@ -118,8 +118,8 @@ accel_status accel__reducer_prepare(accel_model *m)
     case 0: /* DDP: every bucket all-reduced in place */
     case 1: /* all-reduce, then each process steps its shard and the pieces are gathered */
     case 2: /* reduce-scatter each bucket into its owners' pieces, gather after the step */
+    case 3: /* as 2 with one bucket per unit, parameters gathered per unit before use */
         break;
-    case 3: /* as 2, parameters gathered per unit before use */
     default:
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                              "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
