@@ -25,6 +25,12 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
 {
     accel *acc = m->acc;
     m->grad_shared = 0;
+    m->grad_pages = m->zero_stage >= 2 && accel__model_on_host(m);
+    if (m->grad_pages) {
+        /* ZeRO-2/3: pages, so the parts a process does not own are given back once
+         * reduce-scattered (reducer.c) and zero_grad gives back everything. */
+        return accel__pages_alloc(nbytes);
+    }
     if (acc->n_ranks > 1 && accel__comm_zero_copy(acc->comm) && !accel__model_staged(m)) {
         void *p = NULL;
         accel_status st = accel__comm_alloc(acc->comm, nbytes, &p);
@@ -42,7 +48,9 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
 
 static void grad_free(accel_model *m)
 {
-    if (m->grad_shared) {
+    if (m->grad_pages) {
+        accel__pages_free(m->grad, m->flat.padded_numel * sizeof(float));
+    } else if (m->grad_shared) {
         (void)accel__comm_dealloc(m->acc->comm, m->grad);
     } else {
         accel__dev_free(m->dev, m->grad);
@@ -433,6 +441,10 @@ float *accel_model_grad(accel_model *m)
 
 accel_status accel__model_zero_grad(accel_model *m)
 {
+    if (m->grad_pages) {
+        accel__pages_drop_all(m->grad, m->flat.padded_numel * sizeof(float));
+        return ACCEL_OK;
+    }
     accel_status st = accel__dev_zero(m->dev, accel__grad_span(m, 0, m->flat.padded_numel), NULL);
     return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
 }

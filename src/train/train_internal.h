@@ -80,6 +80,8 @@ struct accel_model {
     struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
+    int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
+                        this process does not own are given back once reduced */
     accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
     void *compute;             /* working copy, STORED in compute_dtype (== master in fp32) */
     int compute_valid;         /* compute == round(master) (set by the refresh) */
