@@ -3,7 +3,8 @@
  * accel allocates (tests/progs/gpt_memory.c, bench/zero_step.c): count_alloc_install() before
  * any other accel call, then count_alloc_live() is the bytes accel holds, and
  * count_alloc_owns(p) tells whether p lies in a block of 64 KiB or more that came through it
- * (a buffer a backend maps itself, such as the shm backend's shared gradients, does not).
+ * (a buffer accel maps itself does not: the shm backend's shared gradients, ZeRO-2/3's page
+ * buffers), and count_alloc_resident(p, n) is how many bytes of such a mapping are resident.
  * Each block carries a 16-byte header holding its size. Thread-safe.
  */
 #ifndef ACCEL_TESTS_COUNT_ALLOC_H
@@ -14,6 +15,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 
@@ -53,6 +56,25 @@ static inline int count_alloc_owns(const void *q)
     }
     pthread_mutex_unlock(&count_alloc_lock);
     return found;
+}
+
+/* Resident bytes of the mapped range [p, p + nbytes), by whole pages (mincore); 0 for NULL. */
+static inline size_t count_alloc_resident(const void *p, size_t nbytes)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), total = 0;
+    if (p == NULL || nbytes == 0) {
+        return 0;
+    }
+    uintptr_t lo = (uintptr_t)p / pg * pg, hi = ((uintptr_t)p + nbytes + pg - 1) / pg * pg;
+    size_t n_pages = (hi - lo) / pg;
+    unsigned char *vec = malloc(n_pages);
+    if (vec != NULL && mincore((void *)lo, hi - lo, vec) == 0) {
+        for (size_t i = 0; i < n_pages; i++) {
+            total += (vec[i] & 1) ? pg : 0;
+        }
+    }
+    free(vec);
+    return total;
 }
 
 static inline size_t count_alloc_live(void)

@@ -79,7 +79,8 @@ typedef struct cli_mem_zero {
     uint64_t compute; /* the full 2-byte compute copy under mixed precision, else 0 */
     uint64_t grads;   /* fp32 gradients */
     uint64_t adam;    /* AdamW's two fp32 moments */
-    uint64_t gather;  /* stage 3: the compute weights of the units gathered at once */
+    uint64_t gather;  /* stage 3: the weights (fp32, and the compute copy) of the units
+                         gathered at once */
     uint64_t total;
 } cli_mem_zero;
 cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int stage, int n_ranks);

@@ -3,7 +3,7 @@
  * behaviour: sizes are the fp32 size divided by 2, 4 or 8, and "Training using Adam" is the
  * largest of its model, gradient, optimizer and step terms) and the per-process bytes of
  * accel's own training state under ZeRO stages 0-3, following the buffers accel allocates
- * (src/train/model.c, optim.c; per stage the zero helper's contract, ZERO_CONTRACT.md): an
+ * (src/train/model.c, optim.c, zero.c, zero3.c): an
  * fp32 master, fp32 gradients, two fp32 AdamW moments, and under mixed precision a 2-byte
  * compute copy. Padding of the flat buffers to the shard size (at most 16 x n_ranks elements
  * per bucket) is left out. tests/cli/test_estimate_memory.sh holds these figures against the
@@ -81,21 +81,22 @@ cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int sta
     z.compute = mixed ? 2 * p : 0;
     z.grads = 4 * p;
     z.adam = 8 * p;
-    /* Stages 1 and 2 shard the optimizer state. The fp32 master stays full (DESIGN.md §3:
-     * the weights nn binds to); stage 2 reduce-scatters gradients into the owner's shard but
-     * accumulates locally in the full gradient buffer, so it saves communication, not memory
-     * (the zero helper's contract, ZERO_CONTRACT.md, this version). */
+    /* Stage 1 shards the optimizer state. The fp32 master stays full up to stage 2 (DESIGN.md
+     * §3: the weights nn binds to), unlike DeepSpeed's. */
     if (stage >= 1) {
         z.adam = shard(z.adam, n_ranks);
     }
-    /* Stage 3 also shards the master; the compute weights exist only for the units gathered
-     * at the time, the running one and the prefetched next (in fp32 training too: the
-     * sharded master cannot serve as the full-size weights). On one process the shard is
-     * everything and nothing is gathered. */
-    if (stage >= 3 && n_ranks > 1) {
+    /* Stage 2: gradients are pages; once a bucket is reduce-scattered the pieces of other
+     * processes are given back, so between backward and the step a process holds its shard. */
+    if (stage >= 2) {
+        z.grads = shard(z.grads, n_ranks);
+    }
+    /* Stage 3 also shards the master; the full weights (and the compute copy) are pages in
+     * which at most three adjacent units are gathered at a time. */
+    if (stage >= 3) {
         z.master = shard(z.master, n_ranks);
         z.compute = 0;
-        z.gather = m->gather_numel * (mixed ? 2 : 4);
+        z.gather = m->gather_numel * (mixed ? 6 : 4);
     }
     z.total = z.master + z.compute + z.grads + z.adam + z.gather;
     return z;

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "cli.h"
 #include "estimate.h"
-#include "base/base.h"
 
 static int run_estimate(const cli_verb *verb, int argc, char **argv);
 
@@ -296,12 +296,12 @@ static void print_assumptions(const cli_mem_model *m, int n_ranks)
            "- float32 trains in fp32: 16 bytes per parameter (4 weights, 4 gradients, 8 moments).\n"
            "- float16/bfloat16 train with mixed precision: an fp32 master (4 bytes), a 2-byte\n"
            "  compute copy, fp32 gradients (4) and fp32 moments (8): 18 bytes per parameter.\n"
-           "- ZeRO stage 1 divides the moments over the %d process%s. Stage 2 reduce-scatters the\n"
-           "  gradients but accumulates them in the full fp32 buffer: the memory of stage 1.\n"
-           "  Stage 3 also divides the fp32 master and holds compute weights only for the units\n"
-           "  gathered at once (the running one and the prefetched next: at most %s\n"
-           "  parameters) on more than one process; gradients stay full. Unlike DeepSpeed, the\n"
-           "  fp32 master of mixed precision is divided only from stage 3.\n"
+           "- ZeRO stage 1 divides the moments over the %d process%s; stage 2 also the gradients\n"
+           "  held between backward and the step (while a bucket waits for its reduce-scatter,\n"
+           "  and over micro-steps that accumulate without syncing, they are full size); stage 3\n"
+           "  also the fp32 master, plus the full weights of the units gathered at once (at most\n"
+           "  three adjacent: %s parameters; 4 bytes each, 6 under mixed precision). The\n"
+           "  fp32 master of mixed precision stays full up to stage 2 (DeepSpeed divides it).\n"
            "- Not counted: activations, the batch, communication buffers, the padding of the flat\n"
            "  buffers to the shard size, allocator overhead.\n"
            "- int8/int4: Accelerate estimates no training in those dtypes (N/A); neither do we.\n",

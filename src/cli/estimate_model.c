@@ -97,9 +97,10 @@ static int is_block(const char *unit)
     return last[0] != '\0' && strspn(last, "0123456789") == strlen(last);
 }
 
-/* The largest unit, and what ZeRO-3 holds gathered at once: the units of the zero helper's
- * contract (each block alone, runs of other consecutive units together: GPT-2's [wte, wpe],
- * h.0 ... h.11, [ln_f]) taken two adjacent at a time (one running, the next prefetched). */
+/* The largest unit, and what ZeRO-3 holds gathered at once: the units of stage 3
+ * (src/train/zero3.c: each block alone, runs of other consecutive units together: GPT-2's
+ * [wte, wpe], h.0 ... h.11, [ln_f]), at most three adjacent ones resident (the one in use, the
+ * one before it, the prefetched next). */
 static void finish(cli_mem_model *m)
 {
     m->largest = 0;
@@ -108,16 +109,17 @@ static void finish(cli_mem_model *m)
             m->largest = i;
         }
     }
-    uint64_t prev = 0, cur = 0;
+    uint64_t run[3] = {0, 0, 0}; /* the last three stage-3 units, newest last */
     m->gather_numel = 0;
     for (int i = 0; i < m->n_units; i++) {
-        int block = is_block(m->units[i].name);
-        if (i > 0 && (block || is_block(m->units[i - 1].name))) {
-            prev = cur; /* a new run starts */
-            cur = 0;
+        if (i > 0 && (is_block(m->units[i].name) || is_block(m->units[i - 1].name))) {
+            run[0] = run[1]; /* a new unit starts */
+            run[1] = run[2];
+            run[2] = 0;
         }
-        cur += m->units[i].numel;
-        m->gather_numel = prev + cur > m->gather_numel ? prev + cur : m->gather_numel;
+        run[2] += m->units[i].numel;
+        uint64_t sum = run[0] + run[1] + run[2];
+        m->gather_numel = sum > m->gather_numel ? sum : m->gather_numel;
     }
 }
 

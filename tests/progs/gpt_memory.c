@@ -13,9 +13,13 @@
  *                     accel_model_new (weights, gradients, optimizer state, bookkeeping)
  *   state_bytes N     the same after --steps training steps on synthetic tokens and the
  *                     step's arena freed (so state allocated lazily counts too)
- *   mapped_grad_bytes N  the gradient buffer's bytes when it is not in memory counted here
- *                     (the shm backend maps it as shared memory with several processes;
- *                     state_bytes leaves it out), else 0
+ *   mapped_grad_bytes N  when the gradient buffer is not memory counted here (the shm
+ *                     backend's shared buffer with several processes, ZeRO-2/3's pages): its
+ *                     resident bytes after the last backward, before the optimizer step
+ *                     (under ZeRO-2/3 this process's shard of reduced gradients); else 0
+ *   gathered_bytes N  ZeRO-3: resident bytes of the full weights' pages (and of the compute
+ *                     copy's) after the last forward, the units gathered then; else 0
+ * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +78,6 @@ int main(int argc, char **argv)
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
     ACCEL_CHECK(accel_prepare(acc, model, opt));
     size_t prepared = count_alloc_live() - before;
-    size_t mapped = count_alloc_owns(accel_model_grad(model)) ? 0 : 4 * accel_model_numel(model);
 
     /* A few steps of the example's loop on synthetic tokens (batch 8). */
     nn_ctx *g = NULL;
@@ -86,17 +89,34 @@ int main(int argc, char **argv)
         ids[i] = (int32_t)((i * 7 + accel_process_index(acc)) % vocab);
         tg[i] = (int32_t)((i * 7 + 1) % vocab);
     }
+    size_t mapped = 0, gathered = 0, nbytes = 4 * accel_model_numel(model);
+    const accel_param *p0 = accel_model_param(model, 0);
     for (int s = 0; s < steps; s++) {
         nn_tensor *loss = NULL;
         ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, 8, context, NULL, &loss));
+        /* The full weights as parameters see them: the master, or stage 3's pages. */
+        const float *w = p0->data - p0->offset;
+        const char *c = p0->compute_view.data;
+        if (!count_alloc_owns(w)) {
+            gathered = count_alloc_resident(w, nbytes);
+            if (c != NULL && c != (const char *)p0->data) {
+                c -= p0->offset * accel_dtype_nbytes(p0->compute_view.dtype);
+                gathered += count_alloc_resident(c, nbytes / 2);
+            }
+        }
         ACCEL_CHECK(accel_backward(acc, loss));
+        const float *gr = accel_model_grad(model);
+        mapped = count_alloc_owns(gr) ? 0 : count_alloc_resident(gr, nbytes);
         ACCEL_CHECK(accel_optimizer_step(opt));
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
         nn_ctx_reset(g);
     }
     nn_ctx_free(g);
-    accel_print(acc, "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n",
-                (long long)nn_params_numel(params), prepared, count_alloc_live() - before, mapped);
+    accel_print(acc,
+                "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n"
+                "gathered_bytes %zu\n",
+                (long long)nn_params_numel(params), prepared, count_alloc_live() - before, mapped,
+                gathered);
     free(ids);
     free(tg);
     nn_gpt_free(gpt);
