@@ -1,9 +1,12 @@
 /*
  * bench/zero_step: issue 17's benchmark. For the GPT benchmark model (bench.h; --layers and
  * --width make it larger), under ZeRO stages 0-3 in ONE run: the per-process bytes of
- * parameters, gradients and optimizer state (everything accel allocates for the model and its
- * AdamW, counted through accel_replace_allocator, tests/count_alloc.h, plus a gradient buffer
- * the shm backend maps itself), and the training throughput relative to stage 0.
+ * parameters, gradients and optimizer state held between backward and the optimizer step
+ * (everything accel allocates for the model and its AdamW, counted through
+ * accel_replace_allocator, plus the resident pages of the buffers accel maps itself: the shm
+ * backend's shared gradients, ZeRO-2/3's gradient and weight pages; tests/count_alloc.h),
+ * under stage 3 the full weights resident after forward (the units gathered then), and the
+ * training throughput relative to stage 0.
  *
  * Each stage has its own accelerator (zero_stage is an accelerator option), all alive at once,
  * with the same initial weights and tokens; rounds alternate K steps of every stage, so a
@@ -39,8 +42,9 @@ typedef struct stage {
     nn_ctx *g;
     int ok;
     char why[512];
-    size_t nbytes; /* training state per process */
-    double *t;     /* step seconds, slowest process */
+    size_t nbytes;   /* training state per process between backward and the step */
+    size_t gathered; /* stage 3: full weights resident after forward (the units gathered) */
+    double *t;       /* step seconds, slowest process */
     float loss;
 } stage;
 
@@ -57,11 +61,19 @@ static void tokens(int32_t *ids, int32_t *tg, long count, int vocab, int rank)
     }
 }
 
-static float step(stage *s, const int32_t *ids, const int32_t *tg, int batch, int T)
+/* One training step; with `mapped` it also samples the weights accel maps itself after forward
+ * (into s->gathered) and the gradients it maps itself after backward (into *mapped). */
+static float step(stage *s, const int32_t *ids, const int32_t *tg, int batch, int T, size_t *mapped)
 {
     nn_tensor *loss = NULL;
     ACCEL_CHECK(nn_gpt_forward(s->g, s->m, ids, tg, batch, T, NULL, &loss));
+    if (mapped != NULL) {
+        s->gathered = count_alloc_gathered(s->model);
+    }
     ACCEL_CHECK(accel_backward(s->acc, loss));
+    if (mapped != NULL) {
+        *mapped = count_alloc_mapped_grad(s->model);
+    }
     ACCEL_CHECK(accel_optimizer_step(s->opt));
     ACCEL_CHECK(accel_optimizer_zero_grad(s->opt));
     float v = nn_item(loss);
@@ -103,13 +115,10 @@ static void setup(stage *s, const nn_gpt_config *cfg, const int32_t *ids, const 
         return;
     }
     ACCEL_CHECK(nn_ctx_new(&s->g));
-    s->loss = step(s, ids, tg, batch, cfg->block_size);
+    size_t mapped = 0;
+    s->loss = step(s, ids, tg, batch, cfg->block_size, &mapped);
     nn_ctx_free(s->g);
-    s->nbytes = count_alloc_live() - before;
-    const float *grad = accel_model_grad(s->model);
-    if (grad != NULL && !count_alloc_owns(grad)) {
-        s->nbytes += 4 * accel_model_numel(s->model); /* mapped by the backend */
-    }
+    s->nbytes = count_alloc_live() - before + mapped;
     ACCEL_CHECK(nn_ctx_new(&s->g));
     s->ok = 1;
 }
@@ -178,7 +187,7 @@ int main(int argc, char **argv)
         for (int z = 0; z < N_STAGES; z++) {
             for (int k = 0; k < K && st[z].ok; k++) {
                 double t0 = accel__now();
-                st[z].loss = step(&st[z], ids, tg, batch, T);
+                st[z].loss = step(&st[z], ids, tg, batch, T, NULL);
                 double dt = accel__now() - t0;
                 /* The step of the slowest process (a collective on that stage's accelerator). */
                 ACCEL_CHECK(accel_allreduce(st[z].acc, &dt, &dt, 1, ACCEL_F64, ACCEL_MAX, NULL));
@@ -192,8 +201,8 @@ int main(int argc, char **argv)
                "process(es), %lld parameters, %d rounds x %d steps per stage\n",
                cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, accel_precision_name(mp),
                batch, n, (long long)nn_params_numel(st[0].p), rounds, K);
-        printf("  stage  bytes/process  of stage 0  step ms  tokens/s  throughput vs stage 0  "
-               "final loss\n");
+        printf("  stage  state bytes/process  of stage 0  + gathered units  step ms  tokens/s  "
+               "throughput vs stage 0  final loss\n");
         double t0 = bench_median(st[0].t, rounds * K);
         for (int z = 0; z < N_STAGES; z++) {
             if (!st[z].ok) {
@@ -201,8 +210,8 @@ int main(int argc, char **argv)
                 continue;
             }
             double tz = bench_median(st[z].t, rounds * K);
-            printf("  %d      %13zu  %10.3f  %7.2f  %8.0f  %21.3f  %.6f\n", z, st[z].nbytes,
-                   (double)st[z].nbytes / (double)st[0].nbytes, tz * 1e3,
+            printf("  %d      %19zu  %10.3f  %16zu  %7.2f  %8.0f  %21.3f  %.6f\n", z, st[z].nbytes,
+                   (double)st[z].nbytes / (double)st[0].nbytes, st[z].gathered, tz * 1e3,
                    (double)n * batch * T / tz, t0 / tz, (double)st[z].loss);
         }
         printf("  (compare: accel estimate-memory --bytes --num_processes %d --n_layer %d "

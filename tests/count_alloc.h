@@ -141,4 +141,31 @@ static inline accel_status count_alloc_install(void)
                                    count_alloc_free);
 }
 
+/* Resident bytes of model m's full weights (and compute copy) when accel maps them itself
+ * (ZeRO-3's pages: the units gathered at the time), else 0 (they are counted memory). */
+static inline size_t count_alloc_gathered(accel_model *m)
+{
+    const accel_param *p0 = accel_model_param(m, 0);
+    size_t nbytes = 4 * accel_model_numel(m), total = 0;
+    const float *w = p0->data - p0->offset; /* the weights parameters see */
+    const char *c = p0->compute_view.data;
+    if (!count_alloc_owns(w)) {
+        total = count_alloc_resident(w, nbytes);
+        if (c != NULL && c != (const char *)p0->data) {
+            c -= p0->offset * accel_dtype_nbytes(p0->compute_view.dtype);
+            total +=
+                count_alloc_resident(c, nbytes / 4 * accel_dtype_nbytes(p0->compute_view.dtype));
+        }
+    }
+    return total;
+}
+
+/* Resident bytes of model m's gradient buffer when accel maps it itself (the shm backend's
+ * shared buffer, ZeRO-2/3's pages), else 0 (counted memory). */
+static inline size_t count_alloc_mapped_grad(accel_model *m)
+{
+    const float *g = accel_model_grad(m);
+    return count_alloc_owns(g) ? 0 : count_alloc_resident(g, 4 * accel_model_numel(m));
+}
+
 #endif /* ACCEL_TESTS_COUNT_ALLOC_H */

@@ -89,24 +89,13 @@ int main(int argc, char **argv)
         ids[i] = (int32_t)((i * 7 + accel_process_index(acc)) % vocab);
         tg[i] = (int32_t)((i * 7 + 1) % vocab);
     }
-    size_t mapped = 0, gathered = 0, nbytes = 4 * accel_model_numel(model);
-    const accel_param *p0 = accel_model_param(model, 0);
+    size_t mapped = 0, gathered = 0;
     for (int s = 0; s < steps; s++) {
         nn_tensor *loss = NULL;
         ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, 8, context, NULL, &loss));
-        /* The full weights as parameters see them: the master, or stage 3's pages. */
-        const float *w = p0->data - p0->offset;
-        const char *c = p0->compute_view.data;
-        if (!count_alloc_owns(w)) {
-            gathered = count_alloc_resident(w, nbytes);
-            if (c != NULL && c != (const char *)p0->data) {
-                c -= p0->offset * accel_dtype_nbytes(p0->compute_view.dtype);
-                gathered += count_alloc_resident(c, nbytes / 2);
-            }
-        }
+        gathered = count_alloc_gathered(model);
         ACCEL_CHECK(accel_backward(acc, loss));
-        const float *gr = accel_model_grad(model);
-        mapped = count_alloc_owns(gr) ? 0 : count_alloc_resident(gr, nbytes);
+        mapped = count_alloc_mapped_grad(model);
         ACCEL_CHECK(accel_optimizer_step(opt));
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
         nn_ctx_reset(g);
