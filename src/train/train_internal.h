@@ -76,7 +76,7 @@ struct accel_model {
     float *weights;  /* the full fp32 weights parameters view: the master at stages 0-2; at
                         stage 3 a page buffer holding the gathered units only (zero3.c) */
     int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
-    int n_unit_marks;
+    int n_unit_marks, unit_calls;
     struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */

@@ -91,10 +91,10 @@ accel_status accel_model_set_unit(accel_model *m, int first, int count)
         m->unit_mark = mark;
         m->n_unit_marks = m->n_params;
     }
-    static int next_id; /* distinct per call; only equality between neighbours matters */
-    next_id = next_id == 0x7fffffff ? 1 : next_id + 1;
+    /* A fresh id per call (only equality between neighbours matters). */
+    int id = ++m->unit_calls;
     for (int i = first; i < first + count; i++) {
-        m->unit_mark[i] = next_id;
+        m->unit_mark[i] = id;
     }
     return ACCEL_OK;
 }
