@@ -2,7 +2,8 @@
  * Internal interface of `accel estimate-memory` (src/cli/estimate_*.c). Not installed.
  *
  * A model is described by its parameter count and its "units": the pieces Accelerate's
- * largest-layer column and a ZeRO-3 / FSDP gather work on. A unit is a whole transformer block
+ * largest-layer column compares, from which ZeRO-3's gather units are formed (estimate_model.c,
+ * finish). A unit is a whole transformer block
  * ("transformer.h.3", "model.layers.3": transformers lists those classes as _no_split_modules,
  * and FSDP's auto-wrap makes each one a unit) or any other leaf module ("transformer.wte",
  * "lm_head"). Only parameters count, not buffers; every parameter is trainable.

@@ -3,11 +3,10 @@
  * behaviour: sizes are the fp32 size divided by 2, 4 or 8, and "Training using Adam" is the
  * largest of its model, gradient, optimizer and step terms) and the per-process bytes of
  * accel's own training state under ZeRO stages 0-3, following the buffers accel allocates
- * (src/train/model.c, optim.c, zero.c, zero3.c): an
- * fp32 master, fp32 gradients, two fp32 AdamW moments, and under mixed precision a 2-byte
- * compute copy. Padding of the flat buffers to the shard size (at most 16 x n_ranks elements
- * per bucket) is left out. tests/cli/test_estimate_memory.sh holds these figures against the
- * bytes accel really allocates.
+ * (src/train/model.c, optim.c, zero.c, zero3.c): an fp32 master, fp32 gradients, two fp32
+ * AdamW moments, and under mixed precision a 2-byte compute copy. Padding of the flat buffers
+ * to the shard size (at most 16 x n_ranks elements per bucket) is left out.
+ * tests/cli/test_estimate_memory.sh holds these figures against the bytes accel allocates.
  */
 #include <string.h>
 

@@ -203,6 +203,7 @@ measure 2 0 no float32 1
 measure 2 1 no float32 1
 measure 3 1 bf16 bfloat16 1
 measure 2 2 bf16 bfloat16 0
+measure 1 3 no float32 1
 measure 2 3 no float32 1
 measure 3 3 bf16 bfloat16 0
 
