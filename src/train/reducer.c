@@ -120,9 +120,9 @@ accel_status accel__reducer_prepare(accel_model *m)
     case 2: /* reduce-scatter each bucket into its owners' pieces, gather after the step */
     case 3: /* as 2 with one bucket per unit, parameters gathered per unit before use */
         break;
-    default:
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
+    default: /* accel_init refuses other values */
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
+                             r->zero_stage);
     }
     if (r->zero_stage >= 1 && acc->n_ranks > 1 && accel__model_staged(m)) {
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
