@@ -240,6 +240,12 @@ accel_status accel_model_materialize(accel_model *m, int index)
     return ACCEL_OK;
 }
 
+int accel__zero3_unit_state(const accel_model *m, int b)
+{
+    const z3_unit *u = &m->z3->units[b];
+    return u->work != NULL ? 1 : u->resident ? 2 : 0;
+}
+
 accel_status accel_model_gather_all(accel_model *m)
 {
     if (m == NULL) {

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "train/flat.h"
+#include "train/train_internal.h"
 
 static unsigned long long rng = 7;
 static unsigned urand(unsigned n)
@@ -338,6 +338,12 @@ static void test_units(void)
         CHECK(accel_model_num_units(m) == n_units);
         /* One bucket per unit, the last unit first in memory: parameter i's offset lies in
          * bucket (n_units - 1 - unit), and parameters of one unit are adjacent. */
+        for (int i = 0; i < n; i++) { /* the weights prepare takes the shard from */
+            const accel_param *p = accel_model_param(m, i);
+            for (size_t k = 0; k < p->numel; k++) {
+                p->data[k] = (float)(100 * i + (int)k);
+            }
+        }
         accel_optimizer *opt = accel_sgd(acc, m, NULL);
         CHECK_OK(acc, accel_prepare(acc, m, opt));
         CHECK(accel_model_num_buckets(m) == n_units);
@@ -352,8 +358,32 @@ static void test_units(void)
         /* Stage 3 holds a shard of the master; the weights come back through gather_all. */
         CHECK(accel_model_master(m) == NULL);
         CHECK(accel_last_status(acc) == ACCEL_ESTATE);
+        CHECK(accel_model_param(m, 5)->data[1] == 0.0f); /* released at prepare */
         CHECK_OK(acc, accel_model_gather_all(m));
+        for (int b = 0; b < n_units; b++) {
+            CHECK(accel__zero3_unit_state(m, b) == 2);
+        }
+        for (int i = 0; i < n; i++) {
+            const accel_param *p = accel_model_param(m, i);
+            for (size_t k = 0; k < p->numel; k++) {
+                CHECK(p->data[k] == (float)(100 * i + (int)k));
+            }
+        }
+        /* A forward's first use: unit 0 (the last bucket) gathered, unit 1 prefetched, the rest
+         * released; then unit 1 in use, unit 0 kept, unit 2 prefetched. */
+        CHECK_OK(acc, accel__zero3_release_all(m)); /* as after a step */
+        CHECK_OK(acc, accel_model_materialize(m, 0));
+        CHECK(accel__zero3_unit_state(m, n_units - 1) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 2) == 1);
+        for (int b = 0; b < n_units - 2; b++) {
+            CHECK(accel__zero3_unit_state(m, b) == 0);
+        }
         CHECK_OK(acc, accel_model_materialize(m, 3));
+        CHECK(accel__zero3_unit_state(m, n_units - 1) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 2) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 3) == 1);
+        CHECK(accel__zero3_unit_state(m, 0) == 0);
+
         CHECK(accel_model_materialize(m, n) == ACCEL_EINVAL);
         accel_free(acc);
     }
