@@ -1,0 +1,447 @@
+/*
+ * The launchers' rendezvous of a job on several machines, through the job's TCP store
+ * (comm/store.h): machine 0's launcher serves it on main_process_ip:main_process_port for the
+ * whole job, every launcher joins it, claims its machine rank, publishes what it was started
+ * with and waits (--rdzv_conf timeout) for every other machine, naming the ones missing. While
+ * the processes run, the launchers watch each other through it: the first failure anywhere is
+ * published under "launch/failed" and every launcher stops its processes within a second of
+ * seeing it; machine 0 also reads each machine's heartbeat counter, so a launcher that died
+ * (kill -9, a lost machine) is noticed within LOST_S. Keys live under "launch/"; the ranks'
+ * own keys are prefixed by ACCEL_JOB_ID, so the two never meet.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "comm/store.h"
+#include "launch.h"
+
+#define OP_TIMEOUT_S 5.0 /* one store call; a stuck main launcher is then noticed */
+#define LOST_S 5.0       /* a launcher whose heartbeat stands still this long is gone */
+
+struct launch_rdzv {
+    const launch_settings *s;
+    accel__store *st;
+    int port;
+    char job_id[64];
+    char host[256];
+    char name[320]; /* "addr:port" of the store */
+    launch_watch watch;
+    /* Machine 0: each machine's last heartbeat value and when it last changed. */
+    long long *beat;
+    double *beat_at;
+    int *finished; /* the machine published done or stopped */
+};
+
+static void key_of(char *buf, size_t n, const char *what, int machine)
+{
+    snprintf(buf, n, "launch/%s/%d", what, machine);
+}
+
+static int has_key(launch_rdzv *r, const char *key)
+{
+    char v[8];
+    size_t nb;
+    accel_status st = accel__store_get(r->st, key, v, sizeof(v), &nb, 0);
+    return st == ACCEL_OK || st == ACCEL_EINVAL; /* EINVAL: present, longer than v */
+}
+
+/* Publishes the job's first failure (later ones are consequences): "<exit status> <text>". */
+static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
+{
+    int64_t n = 0;
+    if (accel__store_add(r->st, "launch/failed_claim", 1, &n) != ACCEL_OK || n != 1) {
+        return;
+    }
+    char msg[1024];
+    int k = snprintf(msg, sizeof(msg), "%d ", status);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + k, sizeof(msg) - (size_t)k, fmt, ap);
+    va_end(ap);
+    (void)accel__store_set(r->st, "launch/failed", msg, strlen(msg));
+}
+
+/* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
+static int read_failure(launch_rdzv *r, char *msg, size_t cap)
+{
+    size_t nb = 0;
+    if (accel__store_get(r->st, "launch/failed", msg, cap - 1, &nb, 0) != ACCEL_OK) {
+        return 0;
+    }
+    msg[nb] = '\0';
+    char *end;
+    long status = strtol(msg, &end, 10);
+    memmove(msg, *end == ' ' ? end + 1 : end, strlen(end) + 1);
+    return status >= 1 && status <= 255 ? (int)status : 1;
+}
+
+/* "1, 3" of the machines whose key `what` is missing; returns how many. */
+static int list_missing(launch_rdzv *r, const char *what, char *buf, size_t cap)
+{
+    int n = 0;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int m = 0; m < r->s->num_machines; m++) {
+        char key[64];
+        key_of(key, sizeof(key), what, m);
+        if (!has_key(r, key)) {
+            len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "",
+                                    m);
+            n++;
+            if (len >= cap) {
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/* Machine 0 serves the store; the others connect, retrying until the rendezvous deadline. */
+static int open_store(launch_rdzv *r, double deadline)
+{
+    const launch_settings *s = r->s;
+    accel__store_config sc = {
+        .addr = s->master_addr, .port = s->port, .serve = s->machine_rank == 0,
+        .timeout_s = OP_TIMEOUT_S};
+    if (sc.serve) {
+        if (accel__store_open(&r->st, &sc) != ACCEL_OK) {
+            fprintf(stderr,
+                    "accel launch: error: machine 0 cannot serve the rendezvous on %s:%d: %s\n"
+                    "accel launch: machine 0 must run where --main_process_ip points, on a free "
+                    "--main_process_port (0 picks one)\n",
+                    s->master_addr, s->port, accel_last_error(NULL));
+            return -1;
+        }
+        r->port = accel__store_port(r->st);
+        if (s->port == 0) {
+            fprintf(stderr,
+                    "accel launch: main process port %d (start the other machines with "
+                    "--main_process_port %d)\n",
+                    r->port, r->port);
+        }
+        return 0;
+    }
+    for (;;) {
+        double left = deadline - accel__now();
+        sc.timeout_s = left < OP_TIMEOUT_S ? (left > 0.05 ? left : 0.05) : OP_TIMEOUT_S;
+        accel_status st = accel__store_open(&r->st, &sc);
+        if (st == ACCEL_OK) {
+            r->port = s->port;
+            return 0;
+        }
+        if (st != ACCEL_ETIMEDOUT || accel__now() >= deadline) {
+            fprintf(stderr,
+                    "accel launch: error: machine %d: the main process (machine 0's launcher) "
+                    "did not answer at %s:%d within %g s: %s\n"
+                    "accel launch: is machine 0 started, with the same --main_process_ip and "
+                    "--main_process_port, and is that address reachable from this machine?\n",
+                    s->machine_rank, s->master_addr, s->port, s->rdzv_timeout_s,
+                    accel_last_error(NULL));
+            return -1;
+        }
+    }
+}
+
+/* Checks that machine m was started with the same job shape as this one. */
+static int check_peer(launch_rdzv *r, int m, const char *rec)
+{
+    int machines = 0, n_procs = 0;
+    char host[256] = "?";
+    if (sscanf(rec, "%d %d %255s", &machines, &n_procs, host) < 2) {
+        fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n",
+                m, rec);
+        return -1;
+    }
+    if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
+        fprintf(stderr,
+                "accel launch: error: machine %d (host %s) was started with --num_machines %d "
+                "and %d processes per machine, this machine (%d) with --num_machines %d and %d: "
+                "give every machine the same --num_processes and --num_machines\n",
+                m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines,
+                r->s->n_procs);
+        return -1;
+    }
+    return 0;
+}
+
+/* The backend the processes will pick by default (MULTINODE.md), for the summary line. */
+static const char *expected_backend(const launch_settings *s)
+{
+    const char *b = getenv("ACCEL_BACKEND");
+    if (b != NULL && b[0] != '\0') {
+        return b;
+    }
+    return s->n_procs > 1 ? "hier (shm inside a machine, gloo across)" : "gloo";
+}
+
+static int tick(void *arg);
+static void on_failure(void *arg, int rank, int wstatus);
+
+int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
+{
+    *out = NULL;
+    launch_rdzv *r = accel__calloc(1, sizeof(*r));
+    if (r == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        return 1;
+    }
+    r->s = s;
+    r->watch = (launch_watch){.tick = tick, .on_failure = on_failure, .arg = r};
+    if (gethostname(r->host, sizeof(r->host)) != 0) {
+        snprintf(r->host, sizeof(r->host), "?");
+    }
+    r->host[sizeof(r->host) - 1] = '\0';
+    const double t0 = accel__now(), deadline = t0 + s->rdzv_timeout_s;
+    const int me = s->machine_rank, M = s->num_machines;
+    char key[64], rec[512], missing[256];
+    int64_t claims = 0;
+    size_t nb = 0;
+    if (open_store(r, deadline) != 0) {
+        goto fail;
+    }
+    snprintf(r->name, sizeof(r->name), "%s:%d", s->master_addr, r->port);
+    if (me == 0) {
+        if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
+            fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                    strerror(errno));
+            goto fail;
+        }
+        if (accel__store_set(r->st, "launch/job", r->job_id, strlen(r->job_id)) != ACCEL_OK) {
+            goto store_fail;
+        }
+    }
+    key_of(key, sizeof(key), "claim", me);
+    if (accel__store_add(r->st, key, 1, &claims) != ACCEL_OK) {
+        goto store_fail;
+    }
+    if (claims != 1) {
+        fprintf(stderr,
+                "accel launch: error: machine rank %d joined the rendezvous at %s twice: another "
+                "launcher was started with --machine_rank %d\n",
+                me, r->name, me);
+        publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
+        goto fail;
+    }
+    snprintf(rec, sizeof(rec), "%d %d %s", M, s->n_procs, r->host);
+    key_of(key, sizeof(key), "machine", me);
+    if (accel__store_set(r->st, key, rec, strlen(rec)) != ACCEL_OK) {
+        goto store_fail;
+    }
+    for (int m = 0; m < M; m++) {
+        key_of(key, sizeof(key), "machine", m);
+        double left = deadline - accel__now();
+        accel_status st =
+            accel__store_get(r->st, key, rec, sizeof(rec) - 1, &nb, left > 0 ? left : 0);
+        if (st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) {
+            list_missing(r, "machine", missing, sizeof(missing));
+            fprintf(stderr,
+                    "accel launch: error: rendezvous at %s timed out after %g s: machine rank(s) "
+                    "%s of %d did not arrive (start them with --machine_rank, the same "
+                    "--main_process_ip and --main_process_port; a longer wait: --rdzv_conf "
+                    "timeout=SECONDS)\n",
+                    r->name, s->rdzv_timeout_s, missing, M);
+            goto fail;
+        }
+        if (st != ACCEL_OK) {
+            goto store_fail;
+        }
+        rec[nb] = '\0';
+        if (check_peer(r, m, rec) != 0) {
+            goto fail;
+        }
+    }
+    if (me != 0) {
+        if (accel__store_get(r->st, "launch/job", r->job_id, sizeof(r->job_id) - 1, &nb,
+                             OP_TIMEOUT_S) != ACCEL_OK) {
+            goto store_fail;
+        }
+        r->job_id[nb] = '\0';
+    }
+    r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
+    r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
+    r->finished = accel__calloc((size_t)M, sizeof(*r->finished));
+    if (r->beat == NULL || r->beat_at == NULL || r->finished == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        goto fail;
+    }
+    const int base = me * s->n_procs;
+    fprintf(stderr,
+            "accel launch: rendezvous: machine %d of %d (%s), ranks %d-%d of %d, backend %s, "
+            "master %s, all %d machines in %.1f s\n",
+            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, expected_backend(s),
+            r->name, M, accel__now() - t0);
+    *out = r;
+    return 0;
+
+store_fail:
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", me,
+            r->name[0] ? r->name : s->master_addr, accel_last_error(NULL));
+fail:
+    launch_rdzv_free(r);
+    return 1;
+}
+
+const char *launch_rdzv_job_id(const launch_rdzv *r)
+{
+    return r->job_id;
+}
+
+int launch_rdzv_port(const launch_rdzv *r)
+{
+    return r->port;
+}
+
+const launch_watch *launch_rdzv_watch(const launch_rdzv *r)
+{
+    return &r->watch;
+}
+
+const char *launch_rdzv_host(const launch_rdzv *r)
+{
+    return r->host;
+}
+
+accel__store *launch_rdzv_store(launch_rdzv *r)
+{
+    return r->st;
+}
+
+static void on_failure(void *arg, int rank, int wstatus)
+{
+    launch_rdzv *r = arg;
+    char what[96];
+    launch_describe_status(wstatus, what, sizeof(what));
+    publish_failure(r, launch_exit_status(wstatus), "rank %d on machine %d (host %s) failed: %s",
+                    rank, r->s->machine_rank, r->host, what);
+}
+
+/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone. */
+static int check_heartbeats(launch_rdzv *r, double now)
+{
+    for (int m = 1; m < r->s->num_machines; m++) {
+        char key[64], v[32];
+        size_t nb = 0;
+        if (r->finished[m]) {
+            continue;
+        }
+        key_of(key, sizeof(key), "done", m);
+        int done = has_key(r, key);
+        key_of(key, sizeof(key), "stopped", m);
+        if (done || has_key(r, key)) {
+            r->finished[m] = 1;
+            continue;
+        }
+        key_of(key, sizeof(key), "alive", m);
+        long long beat = 0;
+        if (accel__store_get(r->st, key, v, sizeof(v) - 1, &nb, 0) == ACCEL_OK) {
+            v[nb] = '\0';
+            beat = atoll(v);
+        }
+        if (beat != r->beat[m] || r->beat_at[m] == 0) {
+            r->beat[m] = beat;
+            r->beat_at[m] = now;
+        } else if (now - r->beat_at[m] > LOST_S) {
+            publish_failure(r, 1, "machine %d's launcher stopped answering (no heartbeat for %g s)",
+                            m, LOST_S);
+            r->finished[m] = 1; /* gone: nobody waits for it any more */
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The supervisor's tick: heartbeat, then the job's failure, then (machine 0) the others'
+ * heartbeats. A store that broke means machine 0's launcher is gone: stop too. */
+static int tick(void *arg)
+{
+    launch_rdzv *r = arg;
+    char key[64], msg[1024];
+    key_of(key, sizeof(key), "alive", r->s->machine_rank);
+    if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+        fprintf(stderr,
+                "accel launch: machine %d lost the rendezvous (machine 0's launcher) at %s: %s; "
+                "stopping this machine's processes\n",
+                r->s->machine_rank, r->name, accel_last_error(NULL));
+        return 1;
+    }
+    int status = read_failure(r, msg, sizeof(msg));
+    if (status == 0 && r->s->machine_rank == 0) {
+        if (check_heartbeats(r, accel__now()) != 0) {
+            status = read_failure(r, msg, sizeof(msg));
+        }
+    }
+    if (status != 0) {
+        fprintf(stderr, "accel launch: machine %d: stopping: %s\n", r->s->machine_rank, msg);
+    }
+    return status;
+}
+
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome)
+{
+    char key[64], msg[1024], missing[256];
+    const int me = r->s->machine_rank;
+    if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
+        publish_failure(r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
+                        outcome == LAUNCH_INTERRUPTED ? "was interrupted"
+                                                      : "could not start its processes");
+    }
+    key_of(key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    if (me != 0) {
+        return rc;
+    }
+    /* Machine 0 serves the store until every machine has finished (or is gone). */
+    int said = 0;
+    for (;;) {
+        int left = 0;
+        for (int m = 1; m < r->s->num_machines; m++) {
+            if (!r->finished[m]) {
+                left++;
+            }
+        }
+        if (left == 0) {
+            break;
+        }
+        if (!said) {
+            list_missing(r, "done", missing, sizeof(missing));
+            fprintf(stderr, "accel launch: machine 0: waiting for machine(s) %s to finish\n",
+                    missing);
+            said = 1;
+        }
+        if (check_heartbeats(r, accel__now()) != 0) {
+            read_failure(r, msg, sizeof(msg));
+            fprintf(stderr, "accel launch: machine 0: %s\n", msg);
+        }
+        struct timespec pause = {0, 200 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    int status = read_failure(r, msg, sizeof(msg));
+    if (rc == 0 && status != 0) {
+        fprintf(stderr, "accel launch: machine 0: the job failed elsewhere: %s\n", msg);
+        rc = status;
+    }
+    return rc;
+}
+
+void launch_rdzv_free(launch_rdzv *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    accel__store_close(r->st);
+    accel__free(r->beat);
+    accel__free(r->beat_at);
+    accel__free(r->finished);
+    accel__free(r);
+}
