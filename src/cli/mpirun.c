@@ -256,8 +256,10 @@ int launch_mpirun(const launch_settings *s, const char *program_path)
                         "own: see mpirun's messages above\n",
                 what);
     }
+    /* The first report is the cause; the later ones are ranks that failed because of it. */
     for (int i = 0; i < n_reports; i++) {
-        fprintf(stderr, "accel launch: mpirun failed (%s): %s\n", what, reports[i]);
+        fprintf(stderr, "accel launch: %s %s\n",
+                i == 0 ? "mpirun failed: the first failure:" : "then", reports[i]);
     }
     return launch_exit_status(wst);
 }

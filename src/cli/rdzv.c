@@ -10,6 +10,8 @@
  * own keys are prefixed by ACCEL_JOB_ID, so the two never meet.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,7 +117,15 @@ static int open_store(launch_rdzv *r, double deadline)
         .addr = s->master_addr, .port = s->port, .serve = s->machine_rank == 0,
         .timeout_s = OP_TIMEOUT_S};
     if (sc.serve) {
-        if (accel__store_open(&r->st, &sc) != ACCEL_OK) {
+        /* The server's thread must never take the launcher's signals: the supervisor waits for
+         * SIGCHLD and the stop signals on a signalfd, which only sees signals blocked in every
+         * thread. The thread inherits this mask. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        accel_status st = accel__store_open(&r->st, &sc);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (st != ACCEL_OK) {
             fprintf(stderr,
                     "accel launch: error: machine 0 cannot serve the rendezvous on %s:%d: %s\n"
                     "accel launch: machine 0 must run where --main_process_ip points, on a free "
@@ -141,13 +151,16 @@ static int open_store(launch_rdzv *r, double deadline)
             return 0;
         }
         if (st != ACCEL_ETIMEDOUT || accel__now() >= deadline) {
+            char within[64] = "";
+            if (st == ACCEL_ETIMEDOUT) {
+                snprintf(within, sizeof(within), " within %g s", s->rdzv_timeout_s);
+            }
             fprintf(stderr,
-                    "accel launch: error: machine %d: the main process (machine 0's launcher) "
-                    "did not answer at %s:%d within %g s: %s\n"
+                    "accel launch: error: machine %d: no rendezvous with the main process "
+                    "(machine 0's launcher) at %s:%d%s: %s\n"
                     "accel launch: is machine 0 started, with the same --main_process_ip and "
                     "--main_process_port, and is that address reachable from this machine?\n",
-                    s->machine_rank, s->master_addr, s->port, s->rdzv_timeout_s,
-                    accel_last_error(NULL));
+                    s->machine_rank, s->master_addr, s->port, within, accel_last_error(NULL));
             return -1;
         }
     }
@@ -404,24 +417,24 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome)
     /* Machine 0 serves the store until every machine has finished (or is gone). */
     int said = 0;
     for (;;) {
-        int left = 0;
-        for (int m = 1; m < r->s->num_machines; m++) {
-            if (!r->finished[m]) {
-                left++;
-            }
-        }
-        if (left == 0) {
-            break;
-        }
-        if (!said) {
-            list_missing(r, "done", missing, sizeof(missing));
-            fprintf(stderr, "accel launch: machine 0: waiting for machine(s) %s to finish\n",
-                    missing);
-            said = 1;
-        }
         if (check_heartbeats(r, accel__now()) != 0) {
             read_failure(r, msg, sizeof(msg));
             fprintf(stderr, "accel launch: machine 0: %s\n", msg);
+        }
+        size_t len = 0;
+        for (int m = 1; m < r->s->num_machines; m++) {
+            if (!r->finished[m] && len < sizeof(missing)) {
+                len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d",
+                                        len ? ", " : "", m);
+            }
+        }
+        if (len == 0) {
+            break;
+        }
+        if (!said) {
+            fprintf(stderr, "accel launch: machine 0: waiting for machine(s) %s to finish\n",
+                    missing);
+            said = 1;
         }
         struct timespec pause = {0, 200 * 1000000L};
         nanosleep(&pause, NULL);
