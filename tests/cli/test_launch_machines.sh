@@ -9,7 +9,8 @@
 #  3. Machine 1 never arrives: machine 0 fails after --rdzv_conf timeout=2 naming machine rank 1.
 #  4. A taken port (another job's machine 0 holds it); a wrong master address (machine 0: not
 #     this host's; machine 1: nobody listening).
-#  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank.
+#  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank; a
+#     launcher killed (machine 1's, then machine 0's): the other stops within 10 s, naming it.
 #  6. Usage: num_processes not divisible by num_machines, --max_restarts on several machines.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
 set -u
@@ -169,6 +170,32 @@ for p in $all; do
     [ -e "/proc/$p" ] && ! grep -q ') Z' "/proc/$p/stat" 2>/dev/null && fail "process $p survived"
 done
 echo "ok: SIGKILL of rank 3 on machine 1: both launchers exited in $t s naming it"
+
+# ---- 5b. a launcher killed: the other notices (heartbeat / closed store) within 10 s ----
+for victim in m1 m0; do
+    port=$("$FREE")
+    start m1 1 --main_process_port "$port" -n 4 /bin/sh -c "$S"
+    start m0 0 --main_process_port "$port" -n 4 /bin/sh -c "$S"
+    for _ in $(seq 1 1000); do
+        [ "$(cat "$T/m0.out" "$T/m1.out" | grep -c 'PID=')" = 4 ] && break
+        sleep 0.01
+    done
+    t0=$(now)
+    eval "kill -9 \$pid_$victim"
+    { finish m0; finish m1; } 2>/dev/null
+    t=$(elapsed "$t0")
+    [ "$(echo "$t < 10" | bc)" = 1 ] || fail "the other launcher took $t s after $victim's was killed"
+    if [ $victim = m1 ]; then
+        [ "$rc_m0" != 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
+        grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/m0.err" ||
+            fail "machine 0 did not name machine 1"
+    else
+        [ "$rc_m1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher was killed"
+        grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/m1.err" ||
+            fail "machine 1 did not say machine 0's launcher is gone"
+    fi
+done
+echo "ok: a killed launcher (machine 1, then machine 0) stops the other machine within 10 s"
 
 # ---- 6. usage ----
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
