@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "accel/accel.h"
 #include "base/base.h"
 #include "comm/store.h"
 #include "launch.h"
@@ -188,14 +189,25 @@ static int check_peer(launch_rdzv *r, int m, const char *rec)
     return 0;
 }
 
-/* The backend the processes will pick by default (MULTINODE.md), for the summary line. */
-static const char *expected_backend(const launch_settings *s)
+/* The backend the processes will pick by default (MULTINODE.md), or ACCEL_BACKEND, for the
+ * summary line; marked when this build lacks it (the processes will then refuse to start). */
+static void expected_backend(const launch_settings *s, char *buf, size_t cap)
 {
     const char *b = getenv("ACCEL_BACKEND");
-    if (b != NULL && b[0] != '\0') {
-        return b;
+    const char *name = b != NULL && b[0] != '\0' ? b : s->n_procs > 1 ? "hier" : "gloo";
+    const char *built = accel_backends_built();
+    int have = 0;
+    for (const char *p = built; (p = strstr(p, name)) != NULL; p += strlen(name)) {
+        char after = p[strlen(name)];
+        have |= (p == built || p[-1] == ' ') && (after == '\0' || after == ',');
     }
-    return s->n_procs > 1 ? "hier (shm inside a machine, gloo across)" : "gloo";
+    snprintf(buf, cap, "%s%s%s", name,
+             strcmp(name, "hier") == 0 ? " (shm inside a machine, gloo across)" : "",
+             have ? "" : " (NOT in this build, which has only: ");
+    if (!have) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s)", built);
+    }
 }
 
 static int tick(void *arg);
@@ -289,10 +301,12 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         goto fail;
     }
     const int base = me * s->n_procs;
+    char backend[256];
+    expected_backend(s, backend, sizeof(backend));
     fprintf(stderr,
             "accel launch: rendezvous: machine %d of %d (%s), ranks %d-%d of %d, backend %s, "
             "master %s, all %d machines in %.1f s\n",
-            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, expected_backend(s),
+            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, backend,
             r->name, M, accel__now() - t0);
     *out = r;
     return 0;
