@@ -269,10 +269,15 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
  * the processes, the /dev/shm sweep (on several machines, only after a failure: the machines
  * may share this host, and another machine's processes may still be setting up). */
 static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
-                       launch_outcome *outcome)
+                       launch_outcome *outcome, int *again)
 {
     char job_id[64];
+    *again = 0;
     if (rdzv != NULL) {
+        if (launch_rdzv_begin(rdzv, restart) != 0) {
+            *outcome = LAUNCH_NOT_STARTED;
+            return 1;
+        }
         snprintf(job_id, sizeof(job_id), "%s", launch_rdzv_job_id(rdzv));
     } else if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
         fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
@@ -288,7 +293,7 @@ static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
     }
     int rc = launch_supervise(lc, outcome);
     if (rdzv != NULL) {
-        rc = launch_rdzv_finish(rdzv, rc, *outcome);
+        rc = launch_rdzv_finish(rdzv, rc, *outcome, again);
     }
     if (rdzv == NULL || rc != 0) {
         remove_job_shm(job_id);
@@ -325,8 +330,8 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         }
         port = launch_rdzv_port(rdzv);
         if (s.preflight && launch_preflight(&s, rdzv) != 0) {
-            launch_outcome o = LAUNCH_NOT_STARTED;
-            rc = launch_rdzv_finish(rdzv, 1, o);
+            int again;
+            rc = launch_rdzv_finish(rdzv, 1, LAUNCH_NOT_STARTED, &again);
             goto out;
         }
     } else if (port == 0) {
@@ -358,18 +363,31 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     };
     for (int restart = 0;; restart++) {
         launch_outcome outcome;
-        rc = run_attempt(&lc, restart, rdzv, &outcome);
-        if (outcome != LAUNCH_FAILED || s.max_restarts == 0) {
+        int again;
+        rc = run_attempt(&lc, restart, rdzv, &outcome, &again);
+        /* One machine decides alone; several decided together in launch_rdzv_finish (a job
+         * that failed elsewhere restarts here too, one stopped by a signal nowhere). */
+        if (rdzv == NULL) {
+            again = outcome == LAUNCH_FAILED && restart < s.max_restarts;
+        }
+        if (!again) {
+            if (rc != 0 && s.max_restarts > 0 && restart == s.max_restarts &&
+                (outcome == LAUNCH_FAILED || outcome == LAUNCH_SUCCEEDED)) {
+                fprintf(stderr,
+                        "accel launch: giving up: the job failed %d times (--max_restarts %d)\n",
+                        restart + 1, s.max_restarts);
+            }
             break;
         }
-        if (restart == s.max_restarts) {
+        if (rdzv != NULL) {
             fprintf(stderr,
-                    "accel launch: giving up: the job failed %d times (--max_restarts %d)\n",
-                    restart + 1, s.max_restarts);
-            break;
+                    "accel launch: restarting the job on all %d machines: this machine's %d "
+                    "processes (restart %d of %d)\n",
+                    s.num_machines, s.n_procs, restart + 1, s.max_restarts);
+        } else {
+            fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
+                    s.n_procs, restart + 1, s.max_restarts);
         }
-        fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
-                s.n_procs, restart + 1, s.max_restarts);
         double whole = (double)(time_t)s.monitor_interval_s;
         struct timespec pause = {(time_t)whole, (long)((s.monitor_interval_s - whole) * 1e9)};
         while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {

@@ -125,10 +125,14 @@ const char *launch_rdzv_host(const launch_rdzv *r);   /* this machine's host nam
 struct accel__store *launch_rdzv_store(launch_rdzv *r);
 /* The supervisor's watcher: heartbeats, the job's first failure, lost launchers. */
 const launch_watch *launch_rdzv_watch(const launch_rdzv *r);
+/* Starts attempt `attempt` (0, then the restart count): machine 0 makes its job id, the others
+ * fetch it. Returns 0, or 1 after printing why. */
+int launch_rdzv_begin(launch_rdzv *r, int attempt);
 /* After this machine's processes ended (rc, outcome from launch_supervise): publishes it;
- * machine 0 then keeps serving until every machine finished or is gone. Returns the
- * launcher's exit status (machine 0: a failure elsewhere when its own processes succeeded). */
-int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome);
+ * machine 0 then keeps serving until every machine finished or is gone (with --max_restarts
+ * every machine waits). Returns the launcher's exit status (a failure elsewhere when its own
+ * processes succeeded, where it waited); *again: 1 when every machine starts the job again. */
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again);
 void launch_rdzv_free(launch_rdzv *r);
 
 /* ---- preflight.c ---- */

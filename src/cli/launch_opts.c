@@ -119,7 +119,7 @@ const cli_option launch_options[] = {
     {"max_restarts", 0, 1, "0", "N",
      "when a process fails, stop the job, say why, and start every process again, up to N times "
      "(ACCEL_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT tell the processes which start this "
-     "is); one machine only",
+     "is); on several machines every machine restarts together",
      &distributed, NULL},
     {"monitor_interval", 0, 1, "0.1", "SECONDS",
      "the pause between a failed attempt's teardown and the restart (accel's supervisor sees a "
@@ -386,15 +386,6 @@ static int resolve_process_options(const cli_verb *verb, const cli_args *a, laun
         return -1;
     }
     s->max_restarts = (int)restarts;
-    if (s->max_restarts > 0 && s->num_machines > 1) {
-        char src[1400];
-        fprintf(stderr,
-                "accel launch: error: %s: restarts of a job on several machines are not supported "
-                "yet (ACCEL_EUNSUPPORTED): a failure stops every machine; restart all launchers "
-                "yourself, or use one machine\n",
-                cli_source(verb, a, "max_restarts", src, sizeof(src)));
-        return -1;
-    }
     const char *affinity = cli_value(verb, a, "cpu_affinity");
     if (strcmp(affinity, "auto") != 0 && strcmp(affinity, "none") != 0) {
         cli_usage_error(verb, "--cpu_affinity expects auto or none, got '%s'", affinity);

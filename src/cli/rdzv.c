@@ -4,10 +4,13 @@
  * whole job, every launcher joins it, claims its machine rank, publishes what it was started
  * with and waits (--rdzv_conf timeout) for every other machine, naming the ones missing. While
  * the processes run, the launchers watch each other through it: the first failure anywhere is
- * published under "launch/failed" and every launcher stops its processes within a second of
- * seeing it; machine 0 also reads each machine's heartbeat counter, so a launcher that died
- * (kill -9, a lost machine) is noticed within LOST_S. Keys live under "launch/"; the ranks'
- * own keys are prefixed by ACCEL_JOB_ID, so the two never meet.
+ * published under "launch/<attempt>/failed" and every launcher stops its processes within a
+ * second of seeing it; machine 0 also reads each machine's heartbeat counter, so a launcher that
+ * died (kill -9, a lost machine) is noticed within LOST_S. With --max_restarts, every launcher
+ * waits until every machine has stopped the attempt, and they all start the next one together
+ * (machine 0 makes each attempt's job id); a lost launcher or an interrupt ("launch/final")
+ * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
+ * ACCEL_JOB_ID, so the two never meet.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,6 +33,7 @@
 struct launch_rdzv {
     const launch_settings *s;
     accel__store *st;
+    int attempt; /* 0, then the restart count */
     int port;
     char job_id[64];
     char host[256];
@@ -44,6 +48,15 @@ struct launch_rdzv {
 static void key_of(char *buf, size_t n, const char *what, int machine)
 {
     snprintf(buf, n, "launch/%s/%d", what, machine);
+}
+
+/* The key of this attempt: "launch/<attempt>/<what>" or, machine >= 0, ".../<machine>". */
+static void attempt_key(launch_rdzv *r, char *buf, size_t n, const char *what, int machine)
+{
+    int k = snprintf(buf, n, "launch/%d/%s", r->attempt, what);
+    if (machine >= 0 && k > 0 && (size_t)k < n) {
+        snprintf(buf + k, n - (size_t)k, "/%d", machine);
+    }
 }
 
 static int has_key(launch_rdzv *r, const char *key)
@@ -63,7 +76,9 @@ static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
 static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
 {
     int64_t n = 0;
-    if (accel__store_add(r->st, "launch/failed_claim", 1, &n) != ACCEL_OK || n != 1) {
+    char key[64];
+    attempt_key(r, key, sizeof(key), "failed_claim", -1);
+    if (accel__store_add(r->st, key, 1, &n) != ACCEL_OK || n != 1) {
         return;
     }
     char msg[1024];
@@ -72,14 +87,17 @@ static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg + k, sizeof(msg) - (size_t)k, fmt, ap);
     va_end(ap);
-    (void)accel__store_set(r->st, "launch/failed", msg, strlen(msg));
+    attempt_key(r, key, sizeof(key), "failed", -1);
+    (void)accel__store_set(r->st, key, msg, strlen(msg));
 }
 
 /* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
 static int read_failure(launch_rdzv *r, char *msg, size_t cap)
 {
     size_t nb = 0;
-    if (accel__store_get(r->st, "launch/failed", msg, cap - 1, &nb, 0) != ACCEL_OK) {
+    char key[64];
+    attempt_key(r, key, sizeof(key), "failed", -1);
+    if (accel__store_get(r->st, key, msg, cap - 1, &nb, 0) != ACCEL_OK) {
         return 0;
     }
     msg[nb] = '\0';
@@ -170,9 +188,9 @@ static int open_store(launch_rdzv *r, double deadline)
 /* Checks that machine m was started with the same job shape as this one. */
 static int check_peer(launch_rdzv *r, int m, const char *rec)
 {
-    int machines = 0, n_procs = 0;
+    int machines = 0, n_procs = 0, restarts = 0;
     char host[256] = "?";
-    if (sscanf(rec, "%d %d %255s", &machines, &n_procs, host) < 2) {
+    if (sscanf(rec, "%d %d %d %255s", &machines, &n_procs, &restarts, host) < 3) {
         fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n",
                 m, rec);
         return -1;
@@ -184,6 +202,13 @@ static int check_peer(launch_rdzv *r, int m, const char *rec)
                 "give every machine the same --num_processes and --num_machines\n",
                 m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines,
                 r->s->n_procs);
+        return -1;
+    }
+    if (restarts != r->s->max_restarts) {
+        fprintf(stderr,
+                "accel launch: error: machine %d (host %s) was started with --max_restarts %d, "
+                "this machine (%d) with %d: give every machine the same\n",
+                m, host, restarts, r->s->machine_rank, r->s->max_restarts);
         return -1;
     }
     return 0;
@@ -236,16 +261,6 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         goto fail;
     }
     snprintf(r->name, sizeof(r->name), "%s:%d", s->master_addr, r->port);
-    if (me == 0) {
-        if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
-            fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
-                    strerror(errno));
-            goto fail;
-        }
-        if (accel__store_set(r->st, "launch/job", r->job_id, strlen(r->job_id)) != ACCEL_OK) {
-            goto store_fail;
-        }
-    }
     key_of(key, sizeof(key), "claim", me);
     if (accel__store_add(r->st, key, 1, &claims) != ACCEL_OK) {
         goto store_fail;
@@ -258,7 +273,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
         goto fail;
     }
-    snprintf(rec, sizeof(rec), "%d %d %s", M, s->n_procs, r->host);
+    snprintf(rec, sizeof(rec), "%d %d %d %s", M, s->n_procs, s->max_restarts, r->host);
     key_of(key, sizeof(key), "machine", me);
     if (accel__store_set(r->st, key, rec, strlen(rec)) != ACCEL_OK) {
         goto store_fail;
@@ -285,13 +300,6 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         if (check_peer(r, m, rec) != 0) {
             goto fail;
         }
-    }
-    if (me != 0) {
-        if (accel__store_get(r->st, "launch/job", r->job_id, sizeof(r->job_id) - 1, &nb,
-                             OP_TIMEOUT_S) != ACCEL_OK) {
-            goto store_fail;
-        }
-        r->job_id[nb] = '\0';
     }
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
     r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
@@ -362,9 +370,9 @@ static int check_heartbeats(launch_rdzv *r, double now)
         if (r->finished[m]) {
             continue;
         }
-        key_of(key, sizeof(key), "done", m);
+        attempt_key(r, key, sizeof(key), "done", m);
         int done = has_key(r, key);
-        key_of(key, sizeof(key), "stopped", m);
+        attempt_key(r, key, sizeof(key), "stopped", m);
         if (done || has_key(r, key)) {
             r->finished[m] = 1;
             continue;
@@ -381,7 +389,9 @@ static int check_heartbeats(launch_rdzv *r, double now)
         } else if (now - r->beat_at[m] > LOST_S) {
             publish_failure(r, 1, "machine %d's launcher stopped answering (no heartbeat for %g s)",
                             m, LOST_S);
+            (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
             r->finished[m] = 1; /* gone: nobody waits for it any more */
+            r->beat_at[m] = -1;
             return 1;
         }
     }
@@ -414,39 +424,94 @@ static int tick(void *arg)
     return status;
 }
 
-int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome)
+int launch_rdzv_begin(launch_rdzv *r, int attempt)
+{
+    char key[64];
+    size_t nb = 0;
+    r->attempt = attempt;
+    memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
+    memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
+    attempt_key(r, key, sizeof(key), "job", -1);
+    if (r->s->machine_rank == 0) {
+        if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
+            fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+        if (accel__store_set(r->st, key, r->job_id, strlen(r->job_id)) == ACCEL_OK) {
+            return 0;
+        }
+    } else if (accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
+                                r->s->rdzv_timeout_s) == ACCEL_OK) {
+        r->job_id[nb] = '\0';
+        return 0;
+    }
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n",
+            r->s->machine_rank, r->name, accel_last_error(NULL));
+    return 1;
+}
+
+/* Whether every machine but those finished[] knows of has published the end of this attempt
+ * (another machine than 0 reads the keys itself; machine 0's heartbeat check marks them). */
+static int all_finished(launch_rdzv *r, char *missing, size_t cap)
+{
+    size_t len = 0;
+    missing[0] = '\0';
+    for (int m = 0; m < r->s->num_machines; m++) {
+        char key[64];
+        if (!r->finished[m]) {
+            attempt_key(r, key, sizeof(key), "done", m);
+            int done = has_key(r, key);
+            attempt_key(r, key, sizeof(key), "stopped", m);
+            r->finished[m] = done || has_key(r, key);
+        }
+        if (!r->finished[m] && len < cap) {
+            len += (size_t)snprintf(missing + len, cap - len, "%s%d", len ? ", " : "", m);
+        }
+    }
+    return len == 0;
+}
+
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again)
 {
     char key[64], msg[1024], missing[256];
     const int me = r->s->machine_rank;
+    *again = 0;
     if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
         publish_failure(r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
                         outcome == LAUNCH_INTERRUPTED ? "was interrupted"
                                                       : "could not start its processes");
+        (void)accel__store_set(r->st, "launch/final", "stop", 4);
     }
-    key_of(key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
+    attempt_key(r, key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
     (void)accel__store_set(r->st, key, "1", 1);
-    if (me != 0) {
+    if (me != 0 && r->s->max_restarts == 0) {
         return rc;
     }
-    /* Machine 0 serves the store until every machine has finished (or is gone). */
+    /* Machine 0 serves the store until every machine has finished (or is gone); with restarts
+     * every machine waits, so that all agree whether the job starts again. */
     int said = 0;
     for (;;) {
-        if (check_heartbeats(r, accel__now()) != 0) {
+        if (me == 0 && check_heartbeats(r, accel__now()) != 0) {
             read_failure(r, msg, sizeof(msg));
             fprintf(stderr, "accel launch: machine 0: %s\n", msg);
         }
-        size_t len = 0;
-        for (int m = 1; m < r->s->num_machines; m++) {
-            if (!r->finished[m] && len < sizeof(missing)) {
-                len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d",
-                                        len ? ", " : "", m);
+        if (me != 0) {
+            key_of(key, sizeof(key), "alive", me);
+            if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+                fprintf(stderr, "accel launch: machine %d lost the rendezvous at %s: %s\n", me,
+                        r->name, accel_last_error(NULL));
+                return rc != 0 ? rc : 1;
+            }
+            if (has_key(r, "launch/final")) {
+                break; /* machine 0 gave up on a lost machine, or a launcher was stopped */
             }
         }
-        if (len == 0) {
+        if (all_finished(r, missing, sizeof(missing))) {
             break;
         }
         if (!said) {
-            fprintf(stderr, "accel launch: machine 0: waiting for machine(s) %s to finish\n",
+            fprintf(stderr, "accel launch: machine %d: waiting for machine(s) %s to finish\n", me,
                     missing);
             said = 1;
         }
@@ -455,8 +520,20 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome)
     }
     int status = read_failure(r, msg, sizeof(msg));
     if (rc == 0 && status != 0) {
-        fprintf(stderr, "accel launch: machine 0: the job failed elsewhere: %s\n", msg);
+        fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
         rc = status;
+    }
+    *again = status != 0 && r->attempt < r->s->max_restarts && !has_key(r, "launch/final");
+    /* With restarts the others read the verdict after they saw everyone finish: machine 0
+     * keeps the store up until each has said it left (or a bounded wait for a lost one). */
+    attempt_key(r, key, sizeof(key), "left", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    for (int m = 1; me == 0 && r->s->max_restarts > 0 && m < r->s->num_machines; m++) {
+        const char *keys[1] = {key};
+        attempt_key(r, key, sizeof(key), "left", m);
+        if (r->beat_at[m] >= 0) {
+            (void)accel__store_wait(r->st, keys, 1, 2 * OP_TIMEOUT_S);
+        }
     }
     return rc;
 }

@@ -11,7 +11,8 @@
 #     this host's; machine 1: nobody listening).
 #  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank; a
 #     launcher killed (machine 1's, then machine 0's): the other stops within 10 s, naming it.
-#  6. Usage: num_processes not divisible by num_machines, --max_restarts on several machines.
+#  6. Usage: num_processes not divisible by num_machines, machines with different
+#     --max_restarts; --max_restarts restarts every machine together, and gives up together.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -201,10 +202,44 @@ echo "ok: a killed launcher (machine 1, then machine 0) stops the other machine 
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
     fail "-n 3 on 2 machines not refused"
-"$ACCEL" launch "${MN[@]}" -n 2 --max_restarts 1 "$CHECK" >"$T/u.out" 2>"$T/u.err"
-[ $? = 2 ] && grep -q "restarts of a job on several machines are not supported yet" "$T/u.err" ||
-    fail "--max_restarts on 2 machines not refused"
+port=$("$FREE")
+start m1 1 --main_process_port "$port" -n 2 --max_restarts 2 "$CHECK"
+start m0 0 --main_process_port "$port" -n 2 --max_restarts 1 "$CHECK"
+finish m0
+finish m1
+[ "$rc_m0" = 1 ] && grep -q "machine 1 (host .*) was started with --max_restarts 2, this machine (0) with 1" "$T/m0.err" ||
+    fail "different --max_restarts not refused"
 echo "ok: usage errors"
+
+# ---- 6b. --max_restarts: every machine restarts together ----
+INFO=$B/tests/progs/rank_info
+port=$("$FREE")
+start m1 1 --main_process_port "$port" -n 4 --max_restarts 2 "$INFO" --fail-rank 3 --fail-until 1
+start m0 0 --main_process_port "$port" -n 4 --max_restarts 2 "$INFO" --fail-rank 3 --fail-until 1
+finish m0
+finish m1
+[ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "restart: launchers exited $rc_m0, $rc_m1"
+for m in m0 m1; do
+    grep -q "restarting the job on all 2 machines: this machine's 2 processes (restart 1 of 2)" "$T/$m.err" ||
+        fail "restart: $m did not restart"
+done
+for r in 0 1 2 3; do
+    [ "$(grep -c "^\[rank$r\]: rank $r ACCEL_RESTART_COUNT=[01]$" "$T/m0.out" "$T/m1.out" |
+        awk -F: '{s+=$2} END {print s}')" = 2 ] || fail "restart: rank $r did not run twice"
+done
+[ "$(sed -n 's/.*ACCEL_JOB_ID=//p' "$T/m0.out" "$T/m1.out" | sort -u | wc -l)" = 2 ] ||
+    fail "restart: not one job id per attempt"
+port=$("$FREE")
+start m1 1 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9
+start m0 0 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9
+finish m0
+finish m1
+[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] || fail "restart: launchers exited $rc_m0, $rc_m1 after giving up"
+for m in m0 m1; do
+    grep -q "giving up: the job failed 2 times (--max_restarts 1)" "$T/$m.err" ||
+        fail "restart: $m did not give up"
+done
+echo "ok: --max_restarts restarts every machine together (new job id each time), and gives up together"
 
 # ---- 7. --preflight ----
 port=$("$FREE")
