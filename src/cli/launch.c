@@ -3,7 +3,9 @@
  * Accelerate use, from the flags and the config file resolved in launch_opts.c, and a random
  * ACCEL_JOB_ID), hands the processes to the supervisor and, whatever happened, removes
  * shared-memory segments the job left in /dev/shm; with --max_restarts, starts a failed job
- * again. Usage errors (bad flag or config file, missing or non-executable program, unusable log
+ * again. On several machines it first meets the other machines' launchers (rdzv.c, and
+ * preflight.c with --preflight); with --mpirun_hostfile it hands the job to mpirun (mpirun.c).
+ * Usage errors (bad flag or config file, missing or non-executable program, unusable log
  * directory, something not supported) are reported before anything is started and exit 2.
  */
 #include <dirent.h>

@@ -495,6 +495,12 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     if (check_paradigm(verb, &a, s) != 0 || resolve_process_options(verb, &a, s) != 0) {
         goto fail;
     }
+    if (s->mpirun_hostfile != NULL && (s->max_restarts > 0 || s->log_dir != NULL)) {
+        /* mpirun supervises and relays the processes itself. */
+        cli_usage_error(verb, "%s cannot be used with --mpirun_hostfile (mpirun runs the processes)",
+                        s->max_restarts > 0 ? "--max_restarts" : "--log_dir / --tee");
+        goto fail;
+    }
     if (a.first_positional >= argc) {
         cli_usage_error(verb, "no program given");
         goto fail;

@@ -103,7 +103,8 @@ static int read_failure(launch_rdzv *r, char *msg, size_t cap)
     msg[nb] = '\0';
     char *end;
     long status = strtol(msg, &end, 10);
-    memmove(msg, *end == ' ' ? end + 1 : end, strlen(end) + 1);
+    const char *text = *end == ' ' ? end + 1 : end;
+    memmove(msg, text, strlen(text) + 1);
     return status >= 1 && status <= 255 ? (int)status : 1;
 }
 

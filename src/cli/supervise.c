@@ -6,6 +6,8 @@
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
  * No process outlives the launcher: each gets SIGKILL from the kernel when the launcher dies.
+ * On several machines a watcher (rdzv.c) runs once a second in the same loop: it publishes a
+ * local failure to the other machines and stops the job when one of them failed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -206,7 +208,9 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     if (err_w >= 0) {
         dup2(err_w, 2);
     }
-    /* Safe here: the launcher is single-threaded, so no lock inside setenv can be held. */
+    /* Safe here: no lock inside setenv can be held, since the launcher's only other thread
+     * (machine 0's store server, rdzv.c) never touches the environment; malloc's locks are
+     * reset by glibc's fork. */
     char num[16];
     snprintf(num, sizeof(num), "%d", cfg->rank_base + rank);
     setenv("RANK", num, 1);

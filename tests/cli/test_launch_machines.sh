@@ -223,9 +223,10 @@ for m in m0 m1; do
     grep -q "restarting the job on all 2 machines: this machine's 2 processes (restart 1 of 2)" "$T/$m.err" ||
         fail "restart: $m did not restart"
 done
+# (In attempt 0 a rank may be stopped before it prints: rank 3 fails at once.)
 for r in 0 1 2 3; do
-    [ "$(grep -c "^\[rank$r\]: rank $r ACCEL_RESTART_COUNT=[01]$" "$T/m0.out" "$T/m1.out" |
-        awk -F: '{s+=$2} END {print s}')" = 2 ] || fail "restart: rank $r did not run twice"
+    grep -q "^\[rank$r\]: rank $r ACCEL_RESTART_COUNT=1$" "$T/m0.out" "$T/m1.out" ||
+        fail "restart: rank $r did not run again"
 done
 [ "$(sed -n 's/.*ACCEL_JOB_ID=//p' "$T/m0.out" "$T/m1.out" | sort -u | wc -l)" = 2 ] ||
     fail "restart: not one job id per attempt"
