@@ -363,6 +363,13 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
                         s->num_machines);
         return -1;
     }
+    if (s->num_machines > 1 && s->mpirun_hostfile == NULL && s->machine_rank > 0 &&
+        s->port == 0) {
+        return fail_value(verb, a, "main_process_port",
+                          "only machine 0 picks a free port: give machine %d the port machine 0 "
+                          "printed",
+                          s->machine_rank);
+    }
     if (s->preflight && (s->num_machines == 1 || s->mpirun_hostfile != NULL)) {
         fprintf(stderr, "accel launch: note: --preflight checks the hops between the launchers "
                         "of several machines; %s: nothing to check\n",

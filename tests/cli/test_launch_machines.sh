@@ -202,6 +202,9 @@ echo "ok: a killed launcher (machine 1, then machine 0) stops the other machine 
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
     fail "-n 3 on 2 machines not refused"
+"$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" >"$T/u.out" 2>"$T/u.err"
+[ $? = 2 ] && grep -q "only machine 0 picks a free port: give machine 1 the port machine 0 printed" "$T/u.err" ||
+    fail "--main_process_port 0 on machine 1 not refused"
 port=$("$FREE")
 start m1 1 --main_process_port "$port" -n 2 --max_restarts 2 "$CHECK"
 start m0 0 --main_process_port "$port" -n 2 --max_restarts 1 "$CHECK"
