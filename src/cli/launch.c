@@ -268,8 +268,9 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
 /* One attempt: a fresh random ACCEL_JOB_ID (per launch, also for launches nested in a job,
  * which inherit one: it names the job's shared memory, which nobody must be able to guess and
  * create first; on several machines, machine 0's, the same everywhere), the restart count,
- * the processes, the /dev/shm sweep (on several machines, only after a failure: the machines
- * may share this host, and another machine's processes may still be setting up). */
+ * the processes, the /dev/shm sweep (on several machines only after a failure or on machine 0
+ * at the end: the machines may share this host, and another machine's processes may still be
+ * setting up). */
 static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
                        launch_outcome *outcome, int *again)
 {
@@ -297,7 +298,8 @@ static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
     if (rdzv != NULL) {
         rc = launch_rdzv_finish(rdzv, rc, *outcome, again);
     }
-    if (rdzv == NULL || rc != 0) {
+    /* Machine 0 has waited for every machine by now (rank_base 0 is machine 0). */
+    if (rdzv == NULL || rc != 0 || lc->rank_base == 0) {
         remove_job_shm(job_id);
     }
     return rc;
