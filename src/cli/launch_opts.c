@@ -57,7 +57,9 @@ const cli_option launch_options[] = {
      "mixed precision of every process (ACCELERATE_MIXED_PRECISION; default no)", &resource,
      "mixed_precision"},
     {"num_processes", 'n', 1, NULL, "N",
-     "the total number of processes to start (default 1); -n 2, -n2, -n=2 work too", &resource,
+     "the total number of processes to start, over all machines (default 1); -n 2, -n2, -n=2 "
+     "work too",
+     &resource,
      "num_processes"},
     {"num_machines", 0, 1, NULL, "N",
      "the number of machines (default 1); start one accel launch per machine", &resource,
