@@ -3,7 +3,8 @@
 # joined by a veth pair, 10.233.<n>.1 and 10.233.<n>.2, no loopback between them. Machine 0's
 # launcher serves the rendezvous on its veth address; machine 1 reaches it across the link.
 #  1. --preflight and a 2 x 2 job: both launchers agree (summary, job id, every rank once), the
-#     preflight reaches both launchers across the link.
+#     preflight reaches both launchers across the link, and the ranks' collectives work across
+#     it (or, in a build without a backend across machines, every rank reports the refusal).
 #  2. Machine 1 given an address where nobody is (10.233.<n>.3): it fails after the rendezvous
 #     timeout naming that address, and machine 0 fails naming machine rank 1 as missing.
 # Skips (77) where network namespaces cannot be made (not root, no `ip`, a container without
@@ -77,7 +78,15 @@ for r in 0 1 2 3; do
 done
 grep -q "^\[rank[01]\]: JOB=" "$T/m0.out" && grep -q "^\[rank[23]\]: JOB=" "$T/m1.out" ||
     fail "ranks not on their machines"
-echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job"
+ok=$(cat "$T"/m0.out "$T"/m1.out | grep -c "COLLECTIVES-OK")
+refused=$(cat "$T"/m0.out "$T"/m1.out | grep -c "NO-CROSS-MACHINE-BACKEND")
+if [ "$ok" = 4 ]; then
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job, collectives ($(grep -ho 'backend=.*' "$T/m0.out" | head -1))"
+elif [ "$refused" = 4 ]; then
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job; collectives NOT RUN (no backend across machines in this build)"
+else
+    fail "$ok ranks did the collectives, $refused were refused, of 4"
+fi
 
 # ---- 2. machine 1 given a master address where nobody is ----
 start m0 "$ns0" 0 --main_process_ip "$net.1" --rdzv_conf timeout=3 -n 2 "$CHECK"

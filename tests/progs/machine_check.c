@@ -2,7 +2,8 @@
  * Helper of the multi-machine launcher tests: checks the layout `accel launch --num_machines M`
  * gave this process (RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK, WORLD_SIZE =
  * ACCEL_NUM_MACHINES * LOCAL_WORLD_SIZE, ACCEL_STORE_SERVED=1) and prints "JOB=<id>" for the
- * script to compare across machines; then runs collectives with the default backend: an
+ * script to compare across machines; then checks that accel_state_summary names the machines,
+ * and runs collectives with the default backend: an
  * all-reduce of rank + 1, a broadcast from the last rank, an all-gather of the ranks and a
  * barrier, each checked. When the build has no backend across machines yet, accel_init's
  * refusal is printed as "NO-CROSS-MACHINE-BACKEND: <message>" and the program exits 0, so the
@@ -59,6 +60,11 @@ int main(void)
     EXPECT(st == ACCEL_OK, "accel_init: %s: %s", accel_status_name(st), accel_last_error(NULL));
     EXPECT(accel_process_index(acc) == rank && accel_num_processes(acc) == world,
            "accel sees rank %d of %d", accel_process_index(acc), accel_num_processes(acc));
+    char where[128];
+    snprintf(where, sizeof(where), "\nNum machines: %d\nMachine index: %d\nComm: ", machines,
+             machine);
+    EXPECT(strstr(accel_state_summary(acc), where) != NULL, "accel_state_summary lacks '%s':\n%s",
+           where, accel_state_summary(acc));
 
     double sum = rank + 1;
     st = accel_allreduce(acc, &sum, &sum, 1, ACCEL_F64, ACCEL_SUM, NULL);
