@@ -219,9 +219,9 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
     if (s->mpirun_hostfile != NULL) {
         /* mpirun gives the layout (OMPI_COMM_WORLD_*): none of ours may be inherited, or the
          * processes would read it first. A random job id spares shm a rendezvous. */
-        static const char *const layout[] = {"RANK",       "LOCAL_RANK",         "WORLD_SIZE",
-                                             "LOCAL_WORLD_SIZE", "GROUP_RANK", "ACCEL_NUM_MACHINES",
-                                             "ACCEL_STORE_SERVED"};
+        static const char *const layout[] = {
+            "RANK",       "LOCAL_RANK",         "WORLD_SIZE",        "LOCAL_WORLD_SIZE",
+            "GROUP_RANK", "ACCEL_NUM_MACHINES", "ACCEL_STORE_SERVED"};
         char job_id[64];
         for (size_t i = 0; i < sizeof(layout) / sizeof(layout[0]); i++) {
             unsetenv(layout[i]);
@@ -242,22 +242,21 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
         return -1;
     }
     int mpirun = s->mpirun_hostfile != NULL;
-    int bad = (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
-              (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
-              setenv("MASTER_ADDR", s->master_addr, 1) != 0 ||
-              set_env_int("MASTER_PORT", port) != 0 ||
-              setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
-              (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
-              (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
-              (s->debug && setenv("ACCELERATE_DEBUG_MODE", "true", 1) != 0) ||
-              (s->gradient_accumulation_steps > 0 &&
-               set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                           s->gradient_accumulation_steps) != 0) ||
-              (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
-              (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
-              set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
-              (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
-                                setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
+    int bad =
+        (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
+        (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
+        setenv("MASTER_ADDR", s->master_addr, 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
+        setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
+        (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
+        (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
+        (s->debug && setenv("ACCELERATE_DEBUG_MODE", "true", 1) != 0) ||
+        (s->gradient_accumulation_steps > 0 && set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                                                           s->gradient_accumulation_steps) != 0) ||
+        (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
+        (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
+        set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
+        (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
+                          setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
     if (bad) {
         fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
         return -1;
@@ -319,8 +318,7 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     char path[4096];
     if (s.log_dir != NULL && s.tee != 0 &&
         (make_dirs(s.log_dir) != 0 || access(s.log_dir, W_OK) != 0)) {
-        cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir,
-                        strerror(errno));
+        cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir, strerror(errno));
         goto out;
     }
     if (resolve_program(verb, s.program, path, sizeof(path)) != 0) {

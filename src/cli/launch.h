@@ -21,11 +21,11 @@ extern const cli_option launch_options[];
 
 /* What accel launch runs: its flags, else the config file's keys, else the defaults. */
 typedef struct launch_settings {
-    int n_procs;      /* processes on this machine (num_processes / num_machines) */
-    int num_machines; /* machines of the job (1: everything stays on this one) */
-    int machine_rank; /* 0 .. num_machines-1 */
-    const char *master_addr; /* main_process_ip, else 127.0.0.1 */
-    int port;                /* MASTER_PORT; 0 = pick a free one */
+    int n_procs;              /* processes on this machine (num_processes / num_machines) */
+    int num_machines;         /* machines of the job (1: everything stays on this one) */
+    int machine_rank;         /* 0 .. num_machines-1 */
+    const char *master_addr;  /* main_process_ip, else 127.0.0.1 */
+    int port;                 /* MASTER_PORT; 0 = pick a free one */
     const char *rdzv_backend; /* static (default) or c10d: both meet at the launchers' store */
     double rdzv_timeout_s;    /* --rdzv_conf timeout=S (join_timeout=S): wait for the machines */
     int same_network;
@@ -74,7 +74,7 @@ typedef struct launch_watch {
 
 typedef struct launch_config {
     int n_procs;
-    int rank_base; /* RANK of local process r is rank_base + r (machine_rank * n_procs) */
+    int rank_base;    /* RANK of local process r is rank_base + r (machine_rank * n_procs) */
     const char *path; /* resolved executable */
     char **argv;      /* the program's argv (argv[0] as the user typed it), NULL-terminated */
     int tee;          /* LAUNCH_TEE_* bits: streams also written to log_dir */

@@ -46,8 +46,8 @@ const cli_option launch_options[] = {
     {"no_python", 0, 0, NULL, NULL,
      "accepted: accel always runs the program itself (there is no Python to skip)", NULL, NULL},
 
-    {"cpu", 0, 0, NULL, NULL, "force the training on the CPU (ACCELERATE_USE_CPU=true)",
-     &hardware, "use_cpu"},
+    {"cpu", 0, 0, NULL, NULL, "force the training on the CPU (ACCELERATE_USE_CPU=true)", &hardware,
+     "use_cpu"},
     {"multi_gpu", 0, 0, NULL, NULL,
      "a distributed GPU training: accepted; each process uses the GPU of its local rank when the "
      "build has CUDA and the machine GPUs, else the CPU",
@@ -59,8 +59,7 @@ const cli_option launch_options[] = {
     {"num_processes", 'n', 1, NULL, "N",
      "the total number of processes to start, over all machines (default 1); -n 2, -n2, -n=2 "
      "work too",
-     &resource,
-     "num_processes"},
+     &resource, "num_processes"},
     {"num_machines", 0, 1, NULL, "N",
      "the number of machines (default 1); start one accel launch per machine", &resource,
      "num_machines"},
@@ -75,8 +74,8 @@ const cli_option launch_options[] = {
      "accepted; anything but no gets a note: there is no graph compiler in C", &resource, NULL},
 
     {"use_deepspeed", 0, 0, NULL, NULL,
-     "DeepSpeed's ZeRO: accel shards with its own ZeRO stages (--zero_stage, default 2)",
-     &paradigm, NULL},
+     "DeepSpeed's ZeRO: accel shards with its own ZeRO stages (--zero_stage, default 2)", &paradigm,
+     NULL},
     {"use_fsdp", 0, 0, NULL, NULL,
      "FSDP: accel shards with its own ZeRO stages (--fsdp_sharding_strategy, default "
      "FULL_SHARD = stage 3)",
@@ -93,8 +92,7 @@ const cli_option launch_options[] = {
     {"machine_rank", 0, 1, NULL, "R",
      "the rank of this machine, 0 .. num_machines-1 (default 0; machine 0 serves the "
      "rendezvous)",
-     &distributed,
-     "machine_rank"},
+     &distributed, "machine_rank"},
     {"main_process_ip", 0, 1, NULL, "ADDR",
      "MASTER_ADDR given to the processes (default 127.0.0.1); on several machines the address "
      "of machine 0, where its launcher serves the rendezvous (required)",
@@ -102,8 +100,7 @@ const cli_option launch_options[] = {
     {"main_process_port", 0, 1, NULL, "PORT",
      "MASTER_PORT given to the processes (default 29500); 0 picks a free port and prints it "
      "(the other machines then need that port)",
-     &distributed,
-     "main_process_port"},
+     &distributed, "main_process_port"},
     {"tee", 't', 1, "0", "0|1|2|3",
      "also write stdout (1), stderr (2) or both (3) of each process to files in --log_dir",
      &distributed, NULL},
@@ -281,8 +278,9 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
     }
     const char *dyn = cli_value(verb, a, "dynamo_backend");
     if (dyn != NULL && strcasecmp(dyn, "no") != 0) {
-        fprintf(stderr, "accel launch: note: --dynamo_backend %s ignored: torch.compile has no "
-                        "counterpart in C\n",
+        fprintf(stderr,
+                "accel launch: note: --dynamo_backend %s ignored: torch.compile has no "
+                "counterpart in C\n",
                 dyn);
     }
     return 0;
@@ -292,10 +290,14 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
  * each other are honoured; torchrun's other keys are noted and ignored. */
 static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
 {
-    static const char *const ignored[] = {"read_timeout",       "last_call_timeout",
-                                          "close_timeout",      "keep_alive_interval",
-                                          "keep_alive_max_attempt", "heartbeat",
-                                          "is_host",            "store_type",
+    static const char *const ignored[] = {"read_timeout",
+                                          "last_call_timeout",
+                                          "close_timeout",
+                                          "keep_alive_interval",
+                                          "keep_alive_max_attempt",
+                                          "heartbeat",
+                                          "is_host",
+                                          "store_type",
                                           "use_libuv"};
     const char *conf = cli_value(verb, a, "rdzv_conf");
     *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
@@ -330,8 +332,9 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
             return fail_value(verb, a, "rdzv_conf",
                               "unknown key '%s' (accel honours timeout and join_timeout)", kv);
         }
-        fprintf(stderr, "accel launch: note: --rdzv_conf %s ignored (accel's rendezvous has no "
-                        "such setting)\n",
+        fprintf(stderr,
+                "accel launch: note: --rdzv_conf %s ignored (accel's rendezvous has no "
+                "such setting)\n",
                 kv);
     }
     return 0;
@@ -360,21 +363,22 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
     }
     if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&
         cli_value(verb, a, "main_process_ip") == NULL) {
-        cli_usage_error(verb, "several machines (--num_machines %d) need --main_process_ip, the "
-                              "address of machine 0",
+        cli_usage_error(verb,
+                        "several machines (--num_machines %d) need --main_process_ip, the "
+                        "address of machine 0",
                         s->num_machines);
         return -1;
     }
-    if (s->num_machines > 1 && s->mpirun_hostfile == NULL && s->machine_rank > 0 &&
-        s->port == 0) {
+    if (s->num_machines > 1 && s->mpirun_hostfile == NULL && s->machine_rank > 0 && s->port == 0) {
         return fail_value(verb, a, "main_process_port",
                           "only machine 0 picks a free port: give machine %d the port machine 0 "
                           "printed",
                           s->machine_rank);
     }
     if (s->preflight && (s->num_machines == 1 || s->mpirun_hostfile != NULL)) {
-        fprintf(stderr, "accel launch: note: --preflight checks the hops between the launchers "
-                        "of several machines; %s: nothing to check\n",
+        fprintf(stderr,
+                "accel launch: note: --preflight checks the hops between the launchers "
+                "of several machines; %s: nothing to check\n",
                 s->mpirun_hostfile != NULL ? "mpirun connects its own processes"
                                            : "this job has one machine");
         s->preflight = 0;
@@ -410,8 +414,9 @@ static int resolve_process_options(const cli_verb *verb, const cli_args *a, laun
         cli_usage_error(verb, "--tee %ld needs --log_dir DIR for the log files", tee);
         return -1;
     }
-    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee") ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
-                                                              : (int)tee;
+    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee")
+                 ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
+                 : (int)tee;
     if (s->threads == 0) {
         /* One rule, Accelerate's: the cores shared among this machine's processes, unless the
          * caller chose OMP_NUM_THREADS. */
@@ -480,8 +485,7 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
         goto fail;
     }
     s->gpu_ids = cli_value(verb, &a, "gpu_ids");
-    if (s->gpu_ids != NULL &&
-        (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
+    if (s->gpu_ids != NULL && (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
         s->gpu_ids = NULL;
     } else if (s->gpu_ids != NULL && strspn(s->gpu_ids, "0123456789,") != strlen(s->gpu_ids)) {
         fail_value(verb, &a, "gpu_ids", "expected all or comma-separated device ids");
@@ -506,7 +510,8 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     }
     if (s->mpirun_hostfile != NULL && (s->max_restarts > 0 || s->log_dir != NULL)) {
         /* mpirun supervises and relays the processes itself. */
-        cli_usage_error(verb, "%s cannot be used with --mpirun_hostfile (mpirun runs the processes)",
+        cli_usage_error(verb,
+                        "%s cannot be used with --mpirun_hostfile (mpirun runs the processes)",
                         s->max_restarts > 0 ? "--max_restarts" : "--log_dir / --tee");
         goto fail;
     }

@@ -80,7 +80,7 @@ static int is_open_mpi(const char *mpi)
     return strstr(buf, "Open MPI") != NULL;
 }
 
-static volatile sig_atomic_t forward_to; /* the pid a stop signal is passed on to */
+static volatile sig_atomic_t forward_to;  /* the pid a stop signal is passed on to */
 static volatile sig_atomic_t stop_signal; /* the signal received, 0 if none */
 
 static void forward(int sig)
@@ -107,11 +107,19 @@ static void install_forwarding(void)
 
 /* The variables the launcher set, passed to remote ranks with Open MPI's -x (mpirun only
  * forwards the environment to the ranks on its own host). */
-static const char *const forwarded[] = {
-    "ACCELERATE_MIXED_PRECISION", "OMP_NUM_THREADS", "ACCELERATE_USE_CPU",
-    "ACCELERATE_DEBUG_MODE", "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCEL_ZERO_STAGE",
-    "CUDA_VISIBLE_DEVICES", "ACCELERATE_CONFIG_FILE", "ACCEL_CONFIG_CHECKED", "MASTER_ADDR",
-    "MASTER_PORT", "ACCEL_JOB_ID", "CCL_WORKER_COUNT"};
+static const char *const forwarded[] = {"ACCELERATE_MIXED_PRECISION",
+                                        "OMP_NUM_THREADS",
+                                        "ACCELERATE_USE_CPU",
+                                        "ACCELERATE_DEBUG_MODE",
+                                        "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                                        "ACCEL_ZERO_STAGE",
+                                        "CUDA_VISIBLE_DEVICES",
+                                        "ACCELERATE_CONFIG_FILE",
+                                        "ACCEL_CONFIG_CHECKED",
+                                        "MASTER_ADDR",
+                                        "MASTER_PORT",
+                                        "ACCEL_JOB_ID",
+                                        "CCL_WORKER_COUNT"};
 #define N_FORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
 
 /* Relays mpirun's stderr (fd) to ours until EOF, keeping the shims' failure lines. */
@@ -252,8 +260,9 @@ int launch_mpirun(const launch_settings *s, const char *program_path)
     char what[96];
     launch_describe_status(wst, what, sizeof(what));
     if (n_reports == 0) {
-        fprintf(stderr, "accel launch: mpirun failed (%s) and no rank reported a failure of its "
-                        "own: see mpirun's messages above\n",
+        fprintf(stderr,
+                "accel launch: mpirun failed (%s) and no rank reported a failure of its "
+                "own: see mpirun's messages above\n",
                 what);
     }
     /* The first report is the cause; the later ones are ranks that failed because of it. */
@@ -269,8 +278,8 @@ int launch_mpirun(const launch_settings *s, const char *program_path)
 /* The rank MPI gave this process (Open MPI, MPICH / Intel MPI, MVAPICH2, Slurm), or -1. */
 static int mpi_rank(void)
 {
-    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK",
-                                        "MV2_COMM_WORLD_RANK", "SLURM_PROCID"};
+    static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK",
+                                        "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         const char *v = getenv(names[i]);
         if (v != NULL && v[0] != '\0') {

@@ -110,8 +110,9 @@ static void probe(const launch_settings *s, int port, int rank)
     accel__store *st = NULL;
     accel__store_config sc = {.addr = s->master_addr, .port = port, .timeout_s = HOP_TIMEOUT_S};
     if (accel__store_open(&st, &sc) != ACCEL_OK) {
-        fprintf(stderr, "accel launch: preflight: rank %d (machine %d) -> the rendezvous store at "
-                        "%s:%d: %s\n",
+        fprintf(stderr,
+                "accel launch: preflight: rank %d (machine %d) -> the rendezvous store at "
+                "%s:%d: %s\n",
                 rank, s->machine_rank, s->master_addr, port, accel_last_error(NULL));
         _exit(2);
     }
@@ -168,8 +169,9 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
     char ep[NI_MAXHOST + 40], key[64];
     int lfd = listen_towards(s->master_addr, port, ep, sizeof(ep));
     if (lfd < 0) {
-        fprintf(stderr, "accel launch: preflight: machine %d cannot listen on its address "
-                        "towards %s: %s\n",
+        fprintf(stderr,
+                "accel launch: preflight: machine %d cannot listen on its address "
+                "towards %s: %s\n",
                 me, s->master_addr, strerror(errno));
         return 1;
     }
@@ -239,8 +241,9 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
         n_left--;
     }
     if (!all) {
-        fprintf(stderr, "accel launch: preflight: not every machine finished its checks within "
-                        "%g s\n",
+        fprintf(stderr,
+                "accel launch: preflight: not every machine finished its checks within "
+                "%g s\n",
                 s->rdzv_timeout_s);
         return 1;
     }
@@ -251,8 +254,9 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
             size_t nb = 0;
             snprintf(key, sizeof(key), "launch/preflight/%d", rank);
             if (accel__store_get(st, key, v, sizeof(v) - 1, &nb, 0) != ACCEL_OK) {
-                fprintf(stderr, "accel launch: preflight failed: rank %d (machine %d) did not "
-                                "reach the rendezvous store\n",
+                fprintf(stderr,
+                        "accel launch: preflight failed: rank %d (machine %d) did not "
+                        "reach the rendezvous store\n",
                         rank, rank / s->n_procs);
             } else if ((v[nb] = '\0', strcmp(v, "ok") != 0)) {
                 fprintf(stderr, "accel launch: preflight failed: rank %d (machine %d) -> %s\n",
@@ -261,8 +265,9 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
         }
         return 1;
     }
-    fprintf(stderr, "accel launch: preflight: all %d ranks reached the rendezvous at %s:%d and "
-                    "the launchers of all %d machines\n",
+    fprintf(stderr,
+            "accel launch: preflight: all %d ranks reached the rendezvous at %s:%d and "
+            "the launchers of all %d machines\n",
             N, s->master_addr, port, s->num_machines);
     return 0;
 }

@@ -118,8 +118,7 @@ static int list_missing(launch_rdzv *r, const char *what, char *buf, size_t cap)
         char key[64];
         key_of(key, sizeof(key), what, m);
         if (!has_key(r, key)) {
-            len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "",
-                                    m);
+            len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "", m);
             n++;
             if (len >= cap) {
                 break;
@@ -133,9 +132,10 @@ static int list_missing(launch_rdzv *r, const char *what, char *buf, size_t cap)
 static int open_store(launch_rdzv *r, double deadline)
 {
     const launch_settings *s = r->s;
-    accel__store_config sc = {
-        .addr = s->master_addr, .port = s->port, .serve = s->machine_rank == 0,
-        .timeout_s = OP_TIMEOUT_S};
+    accel__store_config sc = {.addr = s->master_addr,
+                              .port = s->port,
+                              .serve = s->machine_rank == 0,
+                              .timeout_s = OP_TIMEOUT_S};
     if (sc.serve) {
         /* The server's thread must never take the launcher's signals: the supervisor waits for
          * SIGCHLD and the stop signals on a signalfd, which only sees signals blocked in every
@@ -192,8 +192,8 @@ static int check_peer(launch_rdzv *r, int m, const char *rec)
     int machines = 0, n_procs = 0, restarts = 0;
     char host[256] = "?";
     if (sscanf(rec, "%d %d %d %255s", &machines, &n_procs, &restarts, host) < 3) {
-        fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n",
-                m, rec);
+        fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n", m,
+                rec);
         return -1;
     }
     if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
@@ -201,8 +201,7 @@ static int check_peer(launch_rdzv *r, int m, const char *rec)
                 "accel launch: error: machine %d (host %s) was started with --num_machines %d "
                 "and %d processes per machine, this machine (%d) with --num_machines %d and %d: "
                 "give every machine the same --num_processes and --num_machines\n",
-                m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines,
-                r->s->n_procs);
+                m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
         return -1;
     }
     if (restarts != r->s->max_restarts) {
@@ -315,8 +314,8 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     fprintf(stderr,
             "accel launch: rendezvous: machine %d of %d (%s), ranks %d-%d of %d, backend %s, "
             "master %s, all %d machines in %.1f s\n",
-            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, backend,
-            r->name, M, accel__now() - t0);
+            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, backend, r->name, M,
+            accel__now() - t0);
     *out = r;
     return 0;
 
@@ -447,8 +446,8 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
         r->job_id[nb] = '\0';
         return 0;
     }
-    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n",
-            r->s->machine_rank, r->name, accel_last_error(NULL));
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
+            r->name, accel_last_error(NULL));
     return 1;
 }
 

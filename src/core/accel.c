@@ -398,8 +398,8 @@ static accel_status read_rendezvous(rendezvous *r)
  * Slurm, one machine) the layout's count of equal machines. */
 static accel_status read_machines(accel *acc)
 {
-    acc->n_machines = acc->n_ranks % acc->local_n_ranks == 0 ? acc->n_ranks / acc->local_n_ranks
-                                                             : 1;
+    acc->n_machines =
+        acc->n_ranks % acc->local_n_ranks == 0 ? acc->n_ranks / acc->local_n_ranks : 1;
     acc->machine_rank = acc->rank / acc->local_n_ranks;
     int found = 0;
     ACCEL_TRY(env_int_opt("ACCEL_NUM_MACHINES", &acc->n_machines, &found));

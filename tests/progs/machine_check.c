@@ -41,8 +41,8 @@ int main(void)
     const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
     const int local = env_int("LOCAL_RANK"), local_n = env_int("LOCAL_WORLD_SIZE");
     const int machine = env_int("GROUP_RANK"), machines = env_int("ACCEL_NUM_MACHINES");
-    EXPECT(rank == machine * local_n + local, "RANK %d != GROUP_RANK %d * %d + LOCAL_RANK %d",
-           rank, machine, local_n, local);
+    EXPECT(rank == machine * local_n + local, "RANK %d != GROUP_RANK %d * %d + LOCAL_RANK %d", rank,
+           machine, local_n, local);
     EXPECT(world == machines * local_n, "WORLD_SIZE %d != %d machines * %d", world, machines,
            local_n);
     EXPECT(env_int("ACCEL_STORE_SERVED") == 1, "ACCEL_STORE_SERVED is not 1");
@@ -53,8 +53,7 @@ int main(void)
     accel *acc;
     accel_status st = accel_init(&acc, NULL);
     if (st == ACCEL_EUNSUPPORTED || st == ACCEL_EINVAL) {
-        printf("NO-CROSS-MACHINE-BACKEND: %s: %s\n", accel_status_name(st),
-               accel_last_error(NULL));
+        printf("NO-CROSS-MACHINE-BACKEND: %s: %s\n", accel_status_name(st), accel_last_error(NULL));
         return 0;
     }
     EXPECT(st == ACCEL_OK, "accel_init: %s: %s", accel_status_name(st), accel_last_error(NULL));
