@@ -121,7 +121,6 @@ struct accel__store;
 int launch_rdzv_join(const launch_settings *s, launch_rdzv **out);
 const char *launch_rdzv_job_id(const launch_rdzv *r); /* machine 0's random job id */
 int launch_rdzv_port(const launch_rdzv *r);           /* the store's real port */
-const char *launch_rdzv_host(const launch_rdzv *r);   /* this machine's host name */
 struct accel__store *launch_rdzv_store(launch_rdzv *r);
 /* The supervisor's watcher: heartbeats, the job's first failure, lost launchers. */
 const launch_watch *launch_rdzv_watch(const launch_rdzv *r);

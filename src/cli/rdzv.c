@@ -108,15 +108,15 @@ static int read_failure(launch_rdzv *r, char *msg, size_t cap)
     return status >= 1 && status <= 255 ? (int)status : 1;
 }
 
-/* "1, 3" of the machines whose key `what` is missing; returns how many. */
-static int list_missing(launch_rdzv *r, const char *what, char *buf, size_t cap)
+/* "1, 3": the machines that have not published their record at the rendezvous. */
+static int list_missing(launch_rdzv *r, char *buf, size_t cap)
 {
     int n = 0;
     size_t len = 0;
     buf[0] = '\0';
     for (int m = 0; m < r->s->num_machines; m++) {
         char key[64];
-        key_of(key, sizeof(key), what, m);
+        key_of(key, sizeof(key), "machine", m);
         if (!has_key(r, key)) {
             len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "", m);
             n++;
@@ -284,7 +284,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         accel_status st =
             accel__store_get(r->st, key, rec, sizeof(rec) - 1, &nb, left > 0 ? left : 0);
         if (st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) {
-            list_missing(r, "machine", missing, sizeof(missing));
+            list_missing(r, missing, sizeof(missing));
             fprintf(stderr,
                     "accel launch: error: rendezvous at %s timed out after %g s: machine rank(s) "
                     "%s of %d did not arrive (start them with --machine_rank, the same "
@@ -340,11 +340,6 @@ int launch_rdzv_port(const launch_rdzv *r)
 const launch_watch *launch_rdzv_watch(const launch_rdzv *r)
 {
     return &r->watch;
-}
-
-const char *launch_rdzv_host(const launch_rdzv *r)
-{
-    return r->host;
 }
 
 accel__store *launch_rdzv_store(launch_rdzv *r)
