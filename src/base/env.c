@@ -72,6 +72,18 @@ static const accel__env_var env_table[] = {
     {"ACCEL_RESTART_COUNT", ACCEL__ENV_INT, "0",
      "set by accel launch: restarts of the job so far (--max_restarts); also "
      "TORCHELASTIC_RESTART_COUNT"},
+    {"GROUP_RANK", ACCEL__ENV_INT, NULL,
+     "the machine rank (torchrun's name; set by accel launch --num_machines M > 1): nodes are "
+     "told apart by it, not by host name"},
+    {"ACCEL_NUM_MACHINES", ACCEL__ENV_INT, "1",
+     "set by accel launch: the number of machines of the job (absent or 1: one machine)"},
+    {"ACCEL_STORE_SERVED", ACCEL__ENV_BOOL, "false",
+     "set by accel launch on several machines: machine 0's launcher serves the job's store at "
+     "MASTER_ADDR:MASTER_PORT; no process serves one, all connect as clients (keys prefixed by "
+     "ACCEL_JOB_ID and ACCEL_RESTART_COUNT)"},
+    {"ACCEL_TEST_PREFLIGHT_CLOSED", ACCEL__ENV_STRING, NULL,
+     "test hook of accel launch --preflight: 1 makes this machine's launcher endpoint "
+     "unreachable"},
     {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
      "test hook of accel test: the named check fails on purpose"},
     {"ACCEL_TEST_REPORT", ACCEL__ENV_STRING, NULL,

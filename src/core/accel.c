@@ -535,6 +535,25 @@ static accel_status read_rendezvous(rendezvous *r)
     return ACCEL_OK;
 }
 
+/* The machines of the job: accel launch's ACCEL_NUM_MACHINES and GROUP_RANK, else (mpirun,
+ * Slurm, one machine) the layout's count of equal machines. */
+static accel_status read_machines(accel *acc)
+{
+    acc->n_machines =
+        acc->n_ranks % acc->local_n_ranks == 0 ? acc->n_ranks / acc->local_n_ranks : 1;
+    acc->machine_rank = acc->rank / acc->local_n_ranks;
+    int found = 0;
+    ACCEL_TRY(env_int_opt("ACCEL_NUM_MACHINES", &acc->n_machines, &found));
+    ACCEL_TRY(env_int_opt("GROUP_RANK", &acc->machine_rank, NULL));
+    if (found && (acc->n_machines < 1 || acc->machine_rank >= acc->n_machines)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable GROUP_RANK=%d is not below "
+                             "ACCEL_NUM_MACHINES=%d",
+                             acc->machine_rank, acc->n_machines);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_init(accel **out, const accel_options *opts)
 {
     if (out == NULL) {
@@ -581,7 +600,10 @@ accel_status accel_init(accel **out, const accel_options *opts)
     }
 
     rendezvous rdv;
-    st = accel__device_setup(acc, l.launched);
+    st = read_machines(acc);
+    if (st == ACCEL_OK) {
+        st = accel__device_setup(acc, l.launched);
+    }
     if (st == ACCEL_OK) {
         st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     }
@@ -681,12 +703,21 @@ const char *accel_state_summary(accel *acc)
         snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
     }
 #endif
-    char buf[1024];
+    /* Several machines add where this process is and what each level runs on (Accelerate's
+     * lines stay as they are, so one machine prints exactly its repr). */
+    char machines[512] = "";
+    if (acc->n_machines > 1 && acc->comm != NULL) {
+        char levels[256];
+        accel__comm_describe(acc->comm, levels, sizeof(levels));
+        snprintf(machines, sizeof(machines), "Num machines: %d\nMachine index: %d\nComm: %s\n",
+                 acc->n_machines, acc->machine_rank, levels);
+    }
+    char buf[1536];
     snprintf(buf, sizeof(buf),
              "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
-             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
+             "Local process index: %d\n%sDevice: %s\n%s\nMixed precision type: %s\n",
              accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
-             acc->local_rank, acc->device_name, gpu,
+             acc->local_rank, machines, acc->device_name, gpu,
              accel_precision_name(acc->opt.mixed_precision));
     accel__free(acc->summary);
     acc->summary = accel__strdup(buf);

@@ -49,6 +49,7 @@ struct accel {
     struct accel__settings *settings; /* every value's source; module views (core/settings.h) */
     int rank, n_ranks;
     int local_rank, local_n_ranks;
+    int n_machines, machine_rank; /* ACCEL_NUM_MACHINES / GROUP_RANK, else from the layout */
     accel_distributed_type dist_type;
     accel_device device;
     struct accel__device *dev; /* the open handle of `device` (device/device.h) */
