@@ -441,6 +441,7 @@ float *accel_model_grad(accel_model *m)
 
 accel_status accel__model_zero_grad(accel_model *m)
 {
+    m->grad_reduced = 0;
     if (m->grad_pages) {
         accel__pages_drop_all(m->grad, m->flat.padded_numel * sizeof(float));
         return ACCEL_OK;

@@ -69,6 +69,16 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
+    if (m->grad_reduced) {
+        /* ZeRO-2/3 keep only their pieces of reduced gradients: another backward would add
+         * local gradients to them and reduce the sum again. Every process refuses alike. */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_backward: under ZeRO stage %d the gradients were already "
+                             "reduced by a synchronising backward; call accel_optimizer_zero_grad "
+                             "before the next backward (sync_each_batch with accumulation, or "
+                             "two synchronising backwards per step, are not supported)",
+                             m->zero_stage);
+    }
     if (m->comm_now && m->join_active) {
         float n = 0;
         ACCEL_TRY(join_count(m, 1.0f, &n));
@@ -123,6 +133,7 @@ static accel_status model_backward_end(accel_model *m)
         accel_status rst = accel__zero3_release_all(m);
         st = st != ACCEL_OK ? st : rst;
     }
+    m->grad_reduced |= m->comm_now && m->zero_stage >= 2;
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
         st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);

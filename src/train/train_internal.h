@@ -96,6 +96,7 @@ struct accel_model {
     int trigger_sync;  /* accel_trigger_sync_in_backward, consumed by the next backward */
     int in_backward;   /* between accel_backward_begin and accel_backward_end */
     int comm_now;      /* this backward all-reduces */
+    int grad_reduced;  /* ZeRO-2/3: a backward reduced the gradients since the last zero_grad */
     accel_status comm_err;
 
     /* join_uneven_inputs. */

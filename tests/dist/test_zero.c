@@ -196,6 +196,24 @@ static void run(int stage, variant v, result *out)
         CHECK(access(dir, F_OK) != 0);
         CHECK(accel_join_begin(acc, m, 0) == ACCEL_EUNSUPPORTED);
     }
+    if (stage >= 2) {
+        /* Two synchronising backwards without zero_grad would reduce reduced gradients again:
+         * refused on every process, and fine again after zero_grad. */
+        for (int k = 0; k < 3; k++) {
+            nn_ctx_reset(g);
+            CHECK_OK(acc, accel_trigger_sync_in_backward(acc, m));
+            nn_tensor *loss = NULL;
+            CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
+            accel_status bst = accel_backward(acc, loss);
+            if (k == 1) {
+                CHECK(bst == ACCEL_EUNSUPPORTED);
+                CHECK(strstr(accel_last_error(acc), "accel_optimizer_zero_grad") != NULL);
+                CHECK_OK(acc, accel__model_zero_grad(m));
+            } else {
+                CHECK_OK(acc, bst);
+            }
+        }
+    }
     nn_ctx_free(g);
     nn_gpt_free(gpt);
     nn_params_free(p);
