@@ -320,7 +320,7 @@ static accel_status launch_ready(accel_model *m)
         accel_status wst = ACCEL_OK;
         if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, &wst)) {
             note_done(m, bk);
-            if (wst == ACCEL_OK && m->grad_pages) {
+            if (wst == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
                 release_unowned(m, b); /* early, so a backward never holds all gradients */
             }
         }
@@ -395,7 +395,7 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
-        if (st == ACCEL_OK && m->grad_pages) {
+        if (st == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
             release_unowned(m, b);
         }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {

@@ -210,12 +210,9 @@ accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_
         return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
     }
     if (m->zero_stage >= 1 && acc->n_ranks > 1) {
-        /* A joined process would have to step its shard with the others' gradients and
-         * learning rate (torch's ZeRO join hook): not implemented. */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_join_begin: join_uneven_inputs under ZeRO stage %d is not "
-                             "implemented yet (use even_batches)",
-                             m->zero_stage);
+        /* ZeRO: the region runs as DDP (a joined process then needs no shard of its own to
+         * step, and mirrors only buckets); the shards come back at accel_join_end. */
+        ACCEL_TRY(accel__zero_unshard(m));
     }
     m->join_active = 1;
     m->join_divide_initial = divide_by_initial_world_size != 0;
@@ -257,10 +254,12 @@ accel_status accel_join_end(accel *acc, accel_model *m)
             goto out;
         }
         ACCEL_TRY_GOTO(accel__model_broadcast_master(m, (int)cand), st, out);
+        ACCEL_TRY_GOTO(accel__zero_reshard(m, (int)cand), st, out);
     }
 out:
     m->join_active = 0;
     accel_status zst = accel__model_zero_grad(m);
-    accel_status rst = accel__model_refresh_compute(m);
+    /* Stage 3 refreshes a unit's copy when it is gathered. */
+    accel_status rst = m->zero_stage == 3 ? ACCEL_OK : accel__model_refresh_compute(m);
     return st != ACCEL_OK ? st : zst != ACCEL_OK ? zst : rst;
 }

@@ -78,6 +78,8 @@ struct accel_model {
     int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
     int n_unit_marks, unit_calls;
     struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
+    int join_saved_stage;     /* inside a ZeRO join region (run as DDP): the stage, else 0 */
+    float *join_master_shard; /* ... and stage 3's master shard while the weights serve */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
@@ -139,6 +141,7 @@ struct accel_optimizer {
      * SGD: state_a = momentum buffer; Adam: state_a = exp_avg, state_b = exp_avg_sq,
      * state_c = max_exp_avg_sq (amsgrad). */
     float *state_a, *state_b, *state_c;
+    float *shard_state[3]; /* inside a ZeRO join region: the shards of a, b, c (zero.c) */
     long long n_steps;    /* real steps taken (Adam's `step`) */
     int step_was_skipped; /* last real step skipped by the fp16 scaler */
     int unscaled;         /* gradients already unscaled for the coming step */
@@ -264,6 +267,14 @@ accel_status accel__zero_gather_master(accel_model *m);
 /* The owned part of parameter i (accel__zero_param_part for this process) as a gradient
  * span; empty when the process owns none of it. */
 accel__dspan accel__zero_grad_part(const accel_model *m, int i);
+
+/* join_uneven_inputs under ZeRO: the region runs as DDP. unshard (accel_join_begin, every
+ * process): every optimizer's full state gathered (and stage 3's weights, which serve as the
+ * master), the model at stage 0 until reshard (accel_join_end, after root's weights were
+ * broadcast): root's optimizer state and step count broadcast, each process keeps its pieces,
+ * the stage restored. Collective. */
+accel_status accel__zero_unshard(accel_model *m);
+accel_status accel__zero_reshard(accel_model *m, int root);
 
 /* ---- ZeRO stage 3 (zero3.c) ---- */
 

@@ -211,8 +211,8 @@ accel_status accel_model_materialize(accel_model *m, int index)
                              index, m ? m->n_params : 0);
     }
     struct accel__zero3 *z = m->z3;
-    if (z == NULL || !m->obj.prepared) {
-        return ACCEL_OK;
+    if (z == NULL || !m->obj.prepared || m->zero_stage != 3) {
+        return ACCEL_OK; /* below stage 3, or a join region (all gathered, run as DDP) */
     }
     int b = m->flat_bucket[index];
     if (b == z->cur && z->units[b].resident) {
@@ -251,7 +251,7 @@ accel_status accel_model_gather_all(accel_model *m)
     if (m == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_gather_all: model is NULL");
     }
-    if (m->z3 == NULL || !m->obj.prepared) {
+    if (m->z3 == NULL || !m->obj.prepared || m->zero_stage != 3) {
         return ACCEL_OK;
     }
     accel_status st = ACCEL_OK;
