@@ -69,6 +69,14 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
+    if (m->zero_stage == 3 && !accel__zero3_used(m)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "accel_backward: under ZeRO stage 3 no parameter was gathered since "
+                             "the last step, so the forward read released weights (zeros): a "
+                             "forward that reads accel_param.data itself must call "
+                             "accel_model_materialize (or accel_model_gather_all) first; nn "
+                             "models do it through nn_model_sink");
+    }
     if (m->grad_reduced) {
         /* ZeRO-2/3 keep only their pieces of reduced gradients: another backward would add
          * local gradients to them and reduce the sum again. Every process refuses alike. */
