@@ -222,6 +222,7 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
               (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
               (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
               set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
+              setenv("ACCEL_LAUNCH_SOURCES", s->sources, 1) != 0 ||
               (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
                                 setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
     if (bad) {

@@ -42,6 +42,9 @@ typedef struct launch_settings {
     double monitor_interval_s;
     const char *program; /* argv[first_positional] */
     char **program_argv;
+    /* ACCEL_LAUNCH_SOURCES: "VAR\tsource\n" for each variable set from a flag, the config
+     * file or a default, so that accel_init can name the real source of what it reads. */
+    char sources[4096];
 } launch_settings;
 
 /*

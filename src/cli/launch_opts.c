@@ -41,8 +41,9 @@ const cli_option launch_options[] = {
      "Accelerate's default_config.yaml)",
      NULL, NULL},
     {"debug", 0, 0, NULL, NULL,
-     "check collectives across processes (ACCELERATE_DEBUG_MODE=true in every process)", NULL,
-     "debug"},
+     "check collectives across processes and print the resolved configuration with the source "
+     "of each value (ACCELERATE_DEBUG_MODE=true in every process)",
+     NULL, "debug"},
     {"no_python", 0, 0, NULL, NULL,
      "accepted: accel always runs the program itself (there is no Python to skip)", NULL, NULL},
 
@@ -253,6 +254,67 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
     return 0;
 }
 
+/* One "VAR\taccel launch: <where option `name` came from>" line of s->sources. */
+static void add_source(const cli_verb *verb, const cli_args *a, launch_settings *s, const char *var,
+                       const char *name)
+{
+    char src[1400];
+    size_t k = strlen(s->sources);
+    if (!cli_given(verb, a, name) && a->config_line[cli_option_index(verb, name)] <= 0) {
+        snprintf(src, sizeof(src), "default of --%s", name);
+    } else {
+        cli_source(verb, a, name, src, sizeof(src));
+    }
+    snprintf(s->sources + k, sizeof(s->sources) - k, "%s\taccel launch: %s\n", var, src);
+}
+
+/* Where each variable set_job_env passes on came from (ACCEL_LAUNCH_SOURCES). */
+static void record_sources(const cli_verb *verb, const cli_args *a, const accel__config *cfg,
+                           launch_settings *s)
+{
+    s->sources[0] = '\0';
+    add_source(verb, a, s, "ACCELERATE_MIXED_PRECISION", "mixed_precision");
+    add_source(verb, a, s, "WORLD_SIZE", "num_processes");
+    add_source(verb, a, s, "LOCAL_WORLD_SIZE", "num_processes");
+    add_source(verb, a, s, "MASTER_ADDR", "main_process_ip");
+    add_source(verb, a, s, "MASTER_PORT", "main_process_port");
+    if (s->cpu) {
+        add_source(verb, a, s, "ACCELERATE_USE_CPU", "cpu");
+    }
+    if (s->debug) {
+        add_source(verb, a, s, "ACCELERATE_DEBUG_MODE", "debug");
+    }
+    if (s->gradient_accumulation_steps > 0) {
+        add_source(verb, a, s, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                   "gradient_accumulation_steps");
+    }
+    if (s->gpu_ids != NULL) {
+        add_source(verb, a, s, "CUDA_VISIBLE_DEVICES", "gpu_ids");
+    }
+    if (s->threads > 0) {
+        /* Not given: the launcher's share of the cores (resolve_process_options). */
+        add_source(verb, a, s, "OMP_NUM_THREADS", "num_cpu_threads_per_process");
+    }
+    /* The ZeRO stage, in resolve_zero's order. */
+    if (s->zero_stage < 0) {
+        return;
+    }
+    size_t k = strlen(s->sources);
+    if (cli_given(verb, a, "zero_stage")) {
+        add_source(verb, a, s, "ACCEL_ZERO_STAGE", "zero_stage");
+    } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
+        add_source(verb, a, s, "ACCEL_ZERO_STAGE", "fsdp_sharding_strategy");
+    } else if (cfg->zero_stage >= 0) {
+        snprintf(s->sources + k, sizeof(s->sources) - k,
+                 "ACCEL_ZERO_STAGE\taccel launch: config file %s:%s\n", cfg->path,
+                 cfg->zero_stage_key);
+    } else {
+        snprintf(s->sources + k, sizeof(s->sources) - k,
+                 "ACCEL_ZERO_STAGE\taccel launch: --%s (its default stage %d)\n",
+                 cli_given(verb, a, "use_deepspeed") ? "use_deepspeed" : "use_fsdp", s->zero_stage);
+    }
+}
+
 /* Accelerate's _validate_launch_command checks, and what accel cannot do yet. */
 static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_settings *s)
 {
@@ -401,6 +463,7 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     }
     s->program = argv[a.first_positional];
     s->program_argv = argv + a.first_positional;
+    record_sources(verb, &a, cfg, s);
     return 0;
 fail:
     accel__config_free(cfg);

@@ -268,4 +268,18 @@ for flag in --config_file --cpu --multi_gpu --mixed_precision --num_processes --
     grep -q -- "  $flag\b\|-., $flag\b" "$T/out" || fail "--help lacks $flag"
 done
 ok "accepted flags and notes; --help lists every flag under Accelerate's groups"
+
+# ---- --debug: the main process prints the resolved configuration with every source ----
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n' >"$T/dbg.yaml"
+run 0 launch --debug --config_file "$T/dbg.yaml" --gradient_accumulation_steps 3 "$P/show_options"
+expect_err "accel: resolved configuration"
+expect_err "mixed_precision *= fp16  \[accel launch: config file $T/dbg.yaml, line 3: mixed_precision: fp16 (env ACCELERATE_MIXED_PRECISION)\]"
+expect_err "debug *= 1  \[accel launch: --debug (env ACCELERATE_DEBUG_MODE)\]"
+expect_err "gradient_accumulation_steps *= 3  \[accel launch: --gradient_accumulation_steps 3 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\]"
+expect_err "main_process_port *= [0-9]*  \[accel launch: default of --main_process_port (env MASTER_PORT)\]"
+expect_err "timeout_s *= 1800  \[default\]"
+[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] || fail "printed by more than the main process"
+run 0 launch --config_file "$T/dbg.yaml" --mixed_precision bf16 "$P/show_options"
+! grep -q "resolved configuration" "$T/err" || fail "printed without --debug"
+ok "accel launch --debug: resolved configuration with the source of each value, main process only"
 echo "PASS"
