@@ -202,6 +202,14 @@ void accel__state_shard_close(accel__state_sharded *sh);
 accel_status accel__state_shard_get(accel__state_reader *r, const char *full, accel_tensor piece,
                                     const accel__state_piece *whole);
 accel_status accel__state_shard_all_read(const accel__state_file *f, const char *dir);
+/* Offline use (merge.c): the tensors in the order the object put them (desc: name, dtype and
+ * shape, data NULL; borrowed until close), and each one's pieces in element order, mapped. */
+size_t accel__state_shard_n_tensors(const accel__state_sharded *sh);
+accel_named_tensor accel__state_shard_desc(const accel__state_sharded *sh, size_t i);
+accel_status accel__state_shard_pieces(const accel__state_sharded *sh, size_t i,
+                                       accel_status (*fn)(void *ctx, int64_t offset,
+                                                          const void *data, int64_t count),
+                                       void *ctx);
 
 /* Runs obj's state_load with r (set up by the caller). */
 accel_status accel__state_reader_load(accel__state_reader *r, accel__object *obj);

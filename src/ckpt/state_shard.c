@@ -140,6 +140,7 @@ typedef struct shard_tensor {
     int64_t numel;
     accel__piece *pieces; /* into the table's array: sorted, tiling */
     size_t n_pieces;
+    size_t pos; /* its place in the index (the order the object put it) */
     int read;
 } shard_tensor;
 
@@ -149,6 +150,7 @@ struct accel__state_sharded {
     accel_safetensors **shards;
     shard_tensor *ts; /* sorted by name */
     size_t n_ts;
+    size_t *order; /* order[pos]: the tensor put pos-th */
     accel__piece *pieces; /* all of them, grouped by tensor */
 };
 
@@ -162,6 +164,7 @@ void accel__state_shard_close(accel__state_sharded *sh)
     }
     accel__free(sh->shards);
     accel__free(sh->ts);
+    accel__free(sh->order);
     accel__free(sh->pieces);
     json_decref(sh->index);
     accel__free(sh);
@@ -209,6 +212,7 @@ static accel_status read_tensors(accel__state_sharded *sh, const char *dir, cons
             return bad_index(dir, file, what);
         }
         t->ndim = (int)json_array_size(shape);
+        t->pos = i;
         t->numel = 1;
         for (int d = 0; d < t->ndim; d++) {
             const json_t *v = json_array_get(shape, (size_t)d);
@@ -223,6 +227,13 @@ static accel_status read_tensors(accel__state_sharded *sh, const char *dir, cons
         }
     }
     qsort(sh->ts, sh->n_ts, sizeof(*sh->ts), cmp_tensor);
+    sh->order = accel__calloc(sh->n_ts ? sh->n_ts : 1, sizeof(size_t));
+    if (sh->order == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < sh->n_ts; i++) {
+        sh->order[sh->ts[i].pos] = i;
+    }
     for (size_t i = 1; i < sh->n_ts; i++) {
         if (strcmp(sh->ts[i - 1].name, sh->ts[i].name) == 0) {
             char what[160];
@@ -430,6 +441,34 @@ accel_status accel__state_shard_all_read(const accel__state_file *f, const char 
                                  "saving?)",
                                  dir, f->name, f->sh->ts[i].name, f->sh->n_ts);
         }
+    }
+    return ACCEL_OK;
+}
+
+/* ---- offline consolidation (merge.c) ---- */
+
+size_t accel__state_shard_n_tensors(const accel__state_sharded *sh)
+{
+    return sh->n_ts;
+}
+
+accel_named_tensor accel__state_shard_desc(const accel__state_sharded *sh, size_t i)
+{
+    const shard_tensor *t = &sh->ts[sh->order[i]];
+    return (accel_named_tensor){t->name, accel_tensor_view(NULL, t->dtype, t->ndim, t->shape)};
+}
+
+accel_status accel__state_shard_pieces(const accel__state_sharded *sh, size_t i,
+                                       accel_status (*fn)(void *ctx, int64_t offset,
+                                                          const void *data, int64_t count),
+                                       void *ctx)
+{
+    const shard_tensor *t = &sh->ts[sh->order[i]];
+    for (size_t k = 0; k < t->n_pieces; k++) {
+        const accel__piece *p = &t->pieces[k];
+        accel_tensor v;
+        ACCEL_TRY(accel_safetensors_tensor(sh->shards[p->src], p->src_index, &v));
+        ACCEL_TRY(fn(ctx, p->offset, v.data, p->count));
     }
     return ACCEL_OK;
 }
