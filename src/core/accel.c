@@ -327,9 +327,9 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
                              "automatic_checkpoint_naming (the checkpoints it looks for are "
                              "project_dir/checkpoints/checkpoint_<n>)");
     }
-    if (o->zero_stage > 0) {
+    if (o->zero_stage > 2) {
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "ZeRO stage %d%s is not implemented yet (zero_stage 0, DDP, is)",
+                             "ZeRO stage %d%s is not implemented yet (zero_stage 0-2 are)",
                              o->zero_stage, from);
     }
     return ACCEL_OK;

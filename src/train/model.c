@@ -272,8 +272,10 @@ static accel_status build_geometry(accel_model *m)
             fp[i].numel = m->params[i].numel;
             fp[i].frozen = m->params[i].frozen;
         }
-        int n = acc->opt.zero_stage > 0 ? acc->n_ranks : 1;
-        size_t unit = acc->opt.zero_stage > 0 ? (size_t)n * 16 : 1;
+        m->zero_stage = acc->opt.zero_stage > 0 ? acc->opt.zero_stage : 0;
+        m->rank = m->zero_stage > 0 ? acc->rank : 0;
+        int n = m->zero_stage > 0 ? acc->n_ranks : 1;
+        size_t unit = m->zero_stage > 0 ? (size_t)n * 16 : 1;
         st =
             accel__flat_build(&m->flat, fp, m->n_params, acc->opt.first_bucket_mb * 1048576.0,
                               acc->opt.bucket_cap_mb * 1048576.0, n, unit, offsets, m->flat_bucket);
@@ -493,9 +495,21 @@ static accel_status model_prepare(accel__object *self)
 
 /* ---- the state protocol ---- */
 
+/* Sharded checkpoints have no file format yet: refused before anything is written or read. */
+static accel_status refuse_sharded(const accel_model *m, const char *what)
+{
+    return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
+                         "%s under ZeRO stage %d: sharded checkpoints are not implemented yet "
+                         "(save_model writes the full weights)",
+                         what, m->zero_stage);
+}
+
 static accel_status model_state_save(accel__object *self, accel__state_writer *w)
 {
     accel_model *m = (accel_model *)self;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(m, "save_state");
+    }
     int shared = accel__state_writer_part(w) == ACCEL__STATE_SHARED;
     if (!shared && !accel__grad_state_window_open(m->acc)) {
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
@@ -517,6 +531,9 @@ static void model_loaded(accel__object *self, void *unused)
 static accel_status model_state_load(accel__object *self, accel__state_reader *r)
 {
     accel_model *m = (accel_model *)self;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(m, "load_state");
+    }
     int shared = accel__state_reader_part(r) == ACCEL__STATE_SHARED;
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];

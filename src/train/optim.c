@@ -227,7 +227,7 @@ static accel_status optim_prepare(accel__object *self)
                              "accel_prepare: the optimizer's model was not prepared (pass the "
                              "model to accel_prepare too)");
     }
-    size_t n = m->flat.padded_numel;
+    size_t n = accel__zero_state_numel(m); /* the shard from ZeRO stage 1 on */
     int need_a = opt->kind != ACCEL__SGD || opt->momentum != 0;
     int need_b = opt->kind != ACCEL__SGD;
     int need_c = need_b && opt->amsgrad;
@@ -267,6 +267,7 @@ accel_status accel__optim_build_segments(accel_optimizer *opt)
         }
     }
     opt->n_segments = ns;
+    ACCEL_TRY(accel__zero_shard_segments(opt));
     opt->segments_dirty = 0;
     return ACCEL_OK;
 }
@@ -286,11 +287,11 @@ static accel_status optim_update(accel_optimizer *opt)
     for (int s = 0; s < opt->n_segments && st == ACCEL_OK; s++) {
         const accel__optim_segment *sg = &opt->segments[s];
         const accel__optim_group *g = &opt->groups[sg->group];
-        size_t o = sg->offset;
+        size_t o = sg->offset, so = sg->state_offset;
         if (opt->kind == ACCEL__SGD) {
             accel__sgd_args a = {m->master + o,
                                  m->grad + o,
-                                 opt->state_a ? opt->state_a + o : NULL,
+                                 opt->state_a ? opt->state_a + so : NULL,
                                  sg->count,
                                  (float)g->lr,
                                  (float)g->weight_decay,
@@ -303,9 +304,9 @@ static accel_status optim_update(accel_optimizer *opt)
         } else {
             accel__adam_args a = {m->master + o,
                                   m->grad + o,
-                                  opt->state_a + o,
-                                  opt->state_b + o,
-                                  opt->state_c ? opt->state_c + o : NULL,
+                                  opt->state_a + so,
+                                  opt->state_b + so,
+                                  opt->state_c ? opt->state_c + so : NULL,
                                   sg->count,
                                   (float)g->lr,
                                   (float)g->weight_decay,
@@ -322,8 +323,14 @@ static accel_status optim_update(accel_optimizer *opt)
             return accel__adopt_thread_error(opt->acc, st);
         }
         /* The working copy follows the master after every real step (llm.c writes its bf16
-         * params in the same pass; a second pass over a segment just updated is cache-warm). */
-        st = accel__model_refresh_compute_range(m, o, sg->count);
+         * params in the same pass; a second pass over a segment just updated is cache-warm).
+         * Under ZeRO the gather below refreshes it once the other processes' pieces are in. */
+        if (m->zero_stage == 0) {
+            st = accel__model_refresh_compute_range(m, o, sg->count);
+        }
+    }
+    if (st == ACCEL_OK && m->zero_stage >= 1) {
+        st = accel__zero_gather_master(m);
     }
     return st;
 }

@@ -193,6 +193,14 @@ accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_
     if (!m->obj.prepared) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
     }
+    if (m->zero_stage >= 1 && acc->n_ranks > 1) {
+        /* A joined process would have to step its shard with the others' gradients and
+         * learning rate (torch's ZeRO join hook): not implemented. */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_join_begin: join_uneven_inputs under ZeRO stage %d is not "
+                             "implemented yet (use even_batches)",
+                             m->zero_stage);
+    }
     m->join_active = 1;
     m->join_divide_initial = divide_by_initial_world_size != 0;
     m->join_n_active = acc->n_ranks;

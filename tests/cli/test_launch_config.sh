@@ -158,9 +158,9 @@ want_env 0 ACCEL_ZERO_STAGE 2
 run 0 launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 2
 # The library refuses the stages it does not implement yet, naming where the stage came from.
-printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n' >"$T/ds2.yaml"
-run 1 launch --config_file "$T/ds2.yaml" "$P/show_options"
-expect_err "ZeRO stage 2 (ACCEL_ZERO_STAGE) is not implemented yet"
+printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n' >"$T/ds3.yaml"
+run 1 launch --config_file "$T/ds3.yaml" "$P/show_options"
+expect_err "ZeRO stage 3 (ACCEL_ZERO_STAGE) is not implemented yet"
 ok "deepspeed_config.zero_stage / gradient_accumulation_steps, fsdp sharding strategy, --use_deepspeed"
 
 # ---- `accel launch --config_file F` and `ACCELERATE_CONFIG_FILE=F` agree ----

@@ -236,13 +236,12 @@ int main(void)
 
     /* What accel cannot do is refused, naming the file, the key and the value. */
     static const char *const refused[][2] = {
-        /* ZeRO stages come from the DEEPSPEED / FSDP sections (1-3 not implemented yet) */
+        /* ZeRO stages come from the DEEPSPEED / FSDP sections (3 not implemented yet) */
         {"distributed_type: FSDP\n", "ZeRO stage 3 (config file "},
-        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
-         "ZeRO stage 2 (config file "},
-        {"distributed_type: DEEPSPEED\n", "ZeRO stage 2 (config file "},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
+         "ZeRO stage 3 (config file "},
         {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
-         "  fsdp_reshard_after_forward: false\n",
+         "  fsdp_reshard_after_forward: true\n",
          "fsdp_config.fsdp_reshard_after_forward) is not implemented"},
         {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
          "line 3: deepspeed_config.deepspeed_config_file: ds.json is not supported"},
@@ -260,6 +259,19 @@ int main(void)
         const char *path = write_file(name, refused[i][0]);
         init_with(path, ACCEL_EUNSUPPORTED, refused[i][1]);
         CHECK_MSG(strstr(accel_last_error(NULL), path) != NULL, "%s", accel_last_error(NULL));
+    }
+
+    /* DeepSpeed's default stage (2) and an explicit stage 1 are taken from the file. */
+    {
+        accel *zacc = init_with(write_file("ds_default.yaml", "distributed_type: DEEPSPEED\n"),
+                                ACCEL_OK, NULL);
+        CHECK(accel_resolved_options(zacc)->zero_stage == 2);
+        accel_free(zacc);
+        zacc = init_with(write_file("ds1.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
+                                                "  zero_stage: 1\n"),
+                         ACCEL_OK, NULL);
+        CHECK(accel_resolved_options(zacc)->zero_stage == 1);
+        accel_free(zacc);
     }
 
     /* Bad values of the keys accel uses, and bad files: errors naming the file and culprit. */

@@ -223,22 +223,28 @@ static void test_zero_stage(void)
 {
     setenv("HF_HOME", "/nonexistent/accel-test-hf-home", 1);
     accel *acc;
-    for (int stage = 1; stage <= 3; stage++) {
+    for (int stage = 1; stage <= 2; stage++) {
         accel_options o = accel_options_default();
         o.zero_stage = stage;
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK(accel_resolved_options(acc)->zero_stage == stage);
+        accel_free(acc);
+    }
+    {
+        accel_options o = accel_options_default();
+        o.zero_stage = 3;
         CHECK(accel_init(&acc, &o) == ACCEL_EUNSUPPORTED);
-        char want[64];
-        snprintf(want, sizeof(want), "ZeRO stage %d is not implemented yet", stage);
-        CHECK_MSG(strstr(accel_last_error(NULL), want) != NULL, "%s", accel_last_error(NULL));
+        CHECK_MSG(strstr(accel_last_error(NULL), "ZeRO stage 3 is not implemented yet") != NULL,
+                  "%s", accel_last_error(NULL));
     }
     accel_options o = accel_options_default();
     o.zero_stage = 4;
     CHECK(accel_init(&acc, &o) == ACCEL_EINVAL);
     CHECK(strstr(accel_last_error(NULL), "zero_stage=4") != NULL);
-    setenv("ACCEL_ZERO_STAGE", "2", 1);
+    setenv("ACCEL_ZERO_STAGE", "3", 1);
     o = accel_options_default();
     CHECK(accel_init(&acc, &o) == ACCEL_EUNSUPPORTED);
-    CHECK(strstr(accel_last_error(NULL), "ZeRO stage 2") != NULL);
+    CHECK(strstr(accel_last_error(NULL), "ZeRO stage 3 (ACCEL_ZERO_STAGE)") != NULL);
     o.zero_stage = 0; /* the argument wins */
     CHECK_OK(NULL, accel_init(&acc, &o));
     CHECK(accel_resolved_options(acc)->zero_stage == 0);
