@@ -524,8 +524,11 @@ static accel_status put_geometry(const accel_model *m, accel__state_writer *w)
     ACCEL_TRY(accel__state_begin(w, "buckets", 1)); /* [offset, count, padded] */
     for (int b = 0; b < m->flat.n_buckets; b++) {
         const accel__flat_bucket *bk = &m->flat.buckets[b];
-        const double v[3] = {(double)bk->offset, (double)bk->count, (double)bk->padded};
-        ACCEL_TRY(accel__state_put_f64s(w, NULL, v, 3));
+        ACCEL_TRY(accel__state_begin(w, NULL, 1));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->offset));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->count));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->padded));
+        ACCEL_TRY(accel__state_end(w));
     }
     ACCEL_TRY(accel__state_end(w));
     ACCEL_TRY(accel__state_begin(w, "flat_offsets", 0));
