@@ -34,6 +34,18 @@ char *accel__strdup(const char *s);
 /* 64-byte aligned allocation for vectorised buffers; free with accel__aligned_free. */
 void *accel__aligned_alloc(size_t nbytes);
 void accel__aligned_free(void *p);
+/* Zero-filled host pages straight from the kernel (pages.c), for buffers whose parts come and
+ * go (ZeRO-3's gathered weights): only touched pages take memory. NULL when out of memory;
+ * not counted by accel_replace_allocator's functions. */
+void *accel__pages_alloc(size_t nbytes);
+void accel__pages_free(void *p, size_t nbytes);
+/* Gives back the whole pages inside [p, p + nbytes): they read as zeros afterwards (bytes of the
+ * partial pages at the ends are kept). */
+void accel__pages_drop(void *p, size_t nbytes);
+/* Gives back every page of a whole buffer from accel__pages_alloc(nbytes). */
+void accel__pages_drop_all(void *p, size_t nbytes);
+/* Bytes of [p, p + nbytes) (p page-aligned) that are resident now. */
+size_t accel__pages_resident(const void *p, size_t nbytes);
 
 /* ---- Errors ---- */
 

@@ -289,17 +289,11 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
 
     /* ZeRO stage: argument > ACCEL_ZERO_STAGE > config file (deepspeed_config, fsdp_config)
      * > 0. */
-    char from[1200] = "";
     if (o->zero_stage < 0) {
         long long v = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
         st = accel__env_int("ACCEL_ZERO_STAGE", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
-        }
-        if (st == ACCEL_OK) {
-            snprintf(from, sizeof(from), " (ACCEL_ZERO_STAGE)");
-        } else if (cfg->zero_stage > 0) {
-            snprintf(from, sizeof(from), " (config file %s: %s)", cfg->path, cfg->zero_stage_key);
         }
         if (v < 0 || v > 3) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -326,11 +320,6 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
                              "resume_from_checkpoint=latest needs project_dir and "
                              "automatic_checkpoint_naming (the checkpoints it looks for are "
                              "project_dir/checkpoints/checkpoint_<n>)");
-    }
-    if (o->zero_stage > 2) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "ZeRO stage %d%s is not implemented yet (zero_stage 0-2 are)",
-                             o->zero_stage, from);
     }
     return ACCEL_OK;
 }

@@ -288,8 +288,9 @@ static accel_status optim_update(accel_optimizer *opt)
         const accel__optim_segment *sg = &opt->segments[s];
         const accel__optim_group *g = &opt->groups[sg->group];
         size_t o = sg->offset, so = sg->state_offset;
+        float *master = accel__zero_master_at(m, o, so);
         if (opt->kind == ACCEL__SGD) {
-            accel__sgd_args a = {m->master + o,
+            accel__sgd_args a = {master,
                                  m->grad + o,
                                  opt->state_a ? opt->state_a + so : NULL,
                                  sg->count,
@@ -302,7 +303,7 @@ static accel_status optim_update(accel_optimizer *opt)
                                  first};
             st = accel__dev_sgd_step(m->dev, &a, NULL);
         } else {
-            accel__adam_args a = {m->master + o,
+            accel__adam_args a = {master,
                                   m->grad + o,
                                   opt->state_a + so,
                                   opt->state_b + so,

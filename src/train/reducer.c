@@ -118,8 +118,8 @@ accel_status accel__reducer_prepare(accel_model *m)
     case 0: /* DDP: every bucket all-reduced in place */
     case 1: /* all-reduce, then each process steps its shard and the pieces are gathered */
     case 2: /* reduce-scatter each bucket into its owners' pieces, gather after the step */
+    case 3: /* as 2 with one bucket per unit, parameters gathered per unit before use */
         break;
-    case 3: /* as 2, parameters gathered per unit before use */
     default:
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                              "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
@@ -367,6 +367,17 @@ accel_status accel__reducer_finish(accel_model *m)
     return st != ACCEL_OK ? st : wst;
 }
 
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
+ * read as zeros, the state zero_grad leaves). */
+static void release_unowned(accel_model *m, int b)
+{
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t po, pc;
+    accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
+}
+
 accel_status accel__reducer_wait(accel_model *m)
 {
     accel__reducer *r = &m->red;
@@ -380,6 +391,9 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
+        if (st == ACCEL_OK && m->grad_pages) {
+            release_unowned(m, b);
+        }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {
             st = bk->hook_st;
             if (first == ACCEL_OK) { /* the message of the first failure stays */

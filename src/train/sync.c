@@ -118,6 +118,11 @@ accel_status accel_grad_ready(accel_model *m, int index)
 static accel_status model_backward_end(accel_model *m)
 {
     accel_status st = accel__reducer_finish(m);
+    if (m->zero_stage == 3) {
+        /* FSDP reshards after backward: the next forward gathers what it uses. */
+        accel_status rst = accel__zero3_release_all(m);
+        st = st != ACCEL_OK ? st : rst;
+    }
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
         st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);

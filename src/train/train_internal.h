@@ -71,10 +71,17 @@ struct accel_model {
     int *flat_bucket; /* per parameter: its bucket of the geometry */
     int zero_stage;   /* 0 (DDP) .. 3, fixed at alloc (zero.c) */
     int rank;         /* this process's piece of every bucket (0 when nothing is sharded) */
-    /* Flat buffers of flat.padded_numel elements each. */
-    float *master;   /* fp32 master weights */
+    /* Flat buffers of flat.padded_numel elements each, except the master at stage 3. */
+    float *master;   /* fp32 master weights; at stage 3 only this process's shard */
+    float *weights;  /* the full fp32 weights parameters view: the master at stages 0-2; at
+                        stage 3 a page buffer holding the gathered units only (zero3.c) */
+    int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
+    int n_unit_marks;
+    struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
+    int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
+                        this process does not own are given back once reduced */
     accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
     void *compute;             /* working copy, STORED in compute_dtype (== master in fp32) */
     int compute_valid;         /* compute == round(master) (set by the refresh) */
@@ -256,6 +263,22 @@ accel_status accel__zero_gather_master(accel_model *m);
 /* The owned part of parameter i (accel__zero_param_part for this process) as a gradient
  * span; empty when the process owns none of it. */
 accel__dspan accel__zero_grad_part(const accel_model *m, int i);
+
+/* ---- ZeRO stage 3 (zero3.c) ---- */
+
+/* Every parameter's unit (registration order, runs numbered from 0: accel_model_set_unit's
+ * ranges, else by name) into unit_of[n_params]. */
+void accel__zero3_units(const accel_model *m, int *unit_of);
+/* The gather state and the page buffers of an allocated stage-3 model (weights, and the
+ * compute copy under mixed precision). ACCEL_ENOMEM. */
+accel_status accel__zero3_alloc(accel_model *m);
+void accel__zero3_free(accel_model *m);
+/* After the full weights were made identical on every process (prepare): this process's
+ * pieces into its master shard, then every unit released. */
+accel_status accel__zero3_take_shard(accel_model *m);
+/* Waits for gathers in flight and releases every unit (their weights are stale after an
+ * optimizer step; FSDP reshards after backward). */
+accel_status accel__zero3_release_all(accel_model *m);
 
 /* ---- mixed precision (precision.c) ---- */
 

@@ -47,8 +47,7 @@ void accel__zero_param_part(const accel_model *m, int i, int rank, size_t *flat_
 
 float *accel__zero_master_at(const accel_model *m, size_t flat_off, size_t shard_off)
 {
-    (void)shard_off; /* the master is full (flat-indexed) at stages 0-2 */
-    return m->master + flat_off;
+    return m->master + (m->zero_stage == 3 ? shard_off : flat_off);
 }
 
 float *accel__zero_state_at(const accel_model *m, float *buf, size_t flat_off, size_t shard_off)
@@ -106,6 +105,9 @@ accel_status accel__zero_shard_segments(accel_optimizer *opt)
 accel_status accel__zero_gather_master(accel_model *m)
 {
     accel *acc = m->acc;
+    if (m->zero_stage == 3) {
+        return accel__zero3_release_all(m); /* gathered again, updated, where next used */
+    }
     if (m->zero_stage == 0 || acc->n_ranks == 1) {
         return accel__model_refresh_compute(m);
     }

@@ -1,10 +1,10 @@
 /* ACCEL_TEST_NPROCS: 2 3 4
  *
- * ZeRO stages 1 and 2 against stage 0 (DDP): a small GPT (nn, tied embeddings) trained with
+ * ZeRO stages 1, 2 and 3 against stage 0 (DDP): a small GPT (nn, tied embeddings) trained with
  * AdamW (two param groups), a cosine schedule, gradient accumulation 3 and clip_grad_norm 0.3,
  * in fp32, bf16, fp16 (one overflow injected on the last process: every process skips that
  * step) and fp32 with a frozen parameter and bf16 compressed communication. Each run is made
- * with stage 0, 1 and 2 in this process, on the same data; the losses of every micro-step and
+ * with stage 0, 1, 2 and 3 in this process, on the same data; the losses of every micro-step and
  * the final weights must match stage 0 BIT FOR BIT: the gradient reduce-scatter and the
  * all-reduce combine the processes in rank order with the same arithmetic, the optimizer is
  * element-wise, and the clipping coefficient (a float from a double norm) comes out the same
@@ -36,6 +36,8 @@ typedef struct result {
     size_t numel;
     size_t state_nbytes; /* optimizer state of this process */
     int clipped;         /* clipping scaled the gradients at least once */
+    size_t resident_max, full_nbytes; /* stage 3: resident gathered weights after a forward */
+    size_t grad_resident; /* stages 2-3: resident gradient bytes after the last step */
 } result;
 
 static nn_gpt_config config(void)
@@ -43,9 +45,9 @@ static nn_gpt_config config(void)
     nn_gpt_config c = nn_gpt_config_default();
     c.n_layer = 2;
     c.n_head = 2;
-    c.n_embd = 16;
+    c.n_embd = 32;
     c.block_size = T;
-    c.vocab_size = 40;
+    c.vocab_size = 64;
     c.tied = 1;
     c.dropout = 0.0f;
     return c;
@@ -54,8 +56,8 @@ static nn_gpt_config config(void)
 static void tokens(int micro, int seq, int32_t *ids, int32_t *tg)
 {
     for (int t = 0; t < T; t++) {
-        ids[t] = (int32_t)((micro * 131 + seq * 17 + t * 7) % 40);
-        tg[t] = (int32_t)((micro * 29 + seq * 5 + t * 3 + 1) % 40);
+        ids[t] = (int32_t)((micro * 131 + seq * 17 + t * 7) % 64);
+        tg[t] = (int32_t)((micro * 29 + seq * 5 + t * 3 + 1) % 64);
     }
 }
 
@@ -70,8 +72,8 @@ static void run(int stage, variant v, result *out)
     if (v == V_FROZEN_COMPRESSED) {
         o.comm_dtype = ACCEL_BF16;
     }
-    o.first_bucket_mb = 0.004; /* several buckets, so pieces split parameters */
-    o.bucket_cap_mb = 0.01;
+    o.first_bucket_mb = 0.01; /* several buckets, so pieces split parameters */
+    o.bucket_cap_mb = 0.03;
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
@@ -100,6 +102,8 @@ static void run(int stage, variant v, result *out)
     CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
 
     size_t numel = accel_model_numel(m);
+    out->full_nbytes = m->flat.padded_numel * 4;
+    CHECK_OK(acc, accel_model_gather_all(m)); /* stage 3: the weights are released at prepare */
     float *frozen0 = malloc(accel_model_param(m, frozen)->numel * sizeof(float));
     memcpy(frozen0, accel_model_param(m, frozen)->data,
            accel_model_param(m, frozen)->numel * sizeof(float));
@@ -116,6 +120,11 @@ static void run(int stage, variant v, result *out)
         nn_tensor *loss = NULL;
         CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
         out->loss[micro] = loss->data[0];
+        if (stage == 3) {
+            /* After a forward at most three units are resident (in use, before, prefetched). */
+            size_t resident = accel__pages_resident(m->weights, m->flat.padded_numel * 4);
+            out->resident_max = resident > out->resident_max ? resident : out->resident_max;
+        }
         CHECK_OK(acc, accel_backward(acc, loss));
         if (accel_sync_gradients(acc)) {
             int step = micro / ACCUM;
@@ -130,9 +139,30 @@ static void run(int stage, variant v, result *out)
             out->clipped |= norm > 0.3 && isfinite(norm);
             CHECK_OK(acc, accel_optimizer_step(opt));
             out->skipped[step] = accel_optimizer_step_was_skipped(acc);
+            int injected = v == V_FP16_INF && step == 1 && rank == n - 1;
+            if (stage >= 2 && !injected) {
+                /* Reduced gradients are kept only in this process's pieces: the rest of every
+                 * bucket was given back (page granularity: two partial pages per bucket). */
+                size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+                size_t limit =
+                    accel__zero_state_numel(m) * 4 + pg * (2 * (size_t)m->flat.n_buckets + 1);
+                size_t resident = accel__pages_resident(m->grad, m->flat.padded_numel * 4);
+                CHECK_MSG(resident <= limit, "%zu bytes of gradients resident, limit %zu",
+                          resident, limit);
+                out->grad_resident = resident;
+            }
         }
         CHECK_OK(acc, accel_scheduler_step(sch));
         CHECK_OK(acc, accel_optimizer_zero_grad(opt));
+        if (stage >= 2 && accel_sync_gradients(acc)) {
+            CHECK(accel__pages_resident(m->grad, m->flat.padded_numel * 4) == 0);
+        }
+    }
+    if (stage == 3) {
+        /* Every unit was released by the last step: nothing of the full weights is resident. */
+        CHECK(accel__pages_resident(m->weights, m->flat.padded_numel * sizeof(float)) == 0);
+        CHECK(accel_model_master(m) == NULL);
+        CHECK_OK(acc, accel_model_gather_all(m)); /* summon_full_params */
     }
     /* The weights in registration order (the flat layout differs between stages: padding). */
     out->numel = numel;
@@ -169,12 +199,12 @@ static void run(int stage, variant v, result *out)
 int main(void)
 {
     for (int v = 0; v < N_VARIANTS; v++) {
-        result r[3];
+        result r[4];
         memset(r, 0, sizeof r);
-        for (int stage = 0; stage <= 2; stage++) {
+        for (int stage = 0; stage <= 3; stage++) {
             run(stage, (variant)v, &r[stage]);
         }
-        for (int stage = 1; stage <= 2; stage++) {
+        for (int stage = 1; stage <= 3; stage++) {
             double dl = 0, dw = 0;
             for (int k = 0; k < MICRO; k++) {
                 dl = fmax(dl, fabs((double)r[stage].loss[k] - r[0].loss[k]));
@@ -192,11 +222,23 @@ int main(void)
             CHECK(memcmp(r[stage].skipped, r[0].skipped, sizeof r[0].skipped) == 0);
             CHECK(r[stage].state_nbytes < r[0].state_nbytes);
             CHECK(r[stage].clipped && r[0].clipped); /* the clipping path ran */
+            if (stage >= 2) {
+                CHECK(r[stage].grad_resident < r[stage].full_nbytes);
+            }
+            if (stage == 3) {
+                printf("%s stage 3: at most %zu of %zu bytes of gathered weights resident after a "
+                       "forward\n",
+                       variant_name[v], r[3].resident_max, r[3].full_nbytes);
+                printf("%s stages 2 / 3: %zu / %zu of %zu bytes of gradients resident after the "
+                       "step\n",
+                       variant_name[v], r[2].grad_resident, r[3].grad_resident, r[3].full_nbytes);
+                CHECK(r[3].resident_max < r[3].full_nbytes);
+            }
         }
         if (v == V_FP16_INF) {
             CHECK(r[0].skipped[1] == 1 && r[0].skipped[0] == 0 && r[0].skipped[2] == 0);
         }
-        for (int stage = 0; stage <= 2; stage++) {
+        for (int stage = 0; stage <= 3; stage++) {
             free(r[stage].weights);
         }
     }

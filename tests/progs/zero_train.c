@@ -178,6 +178,7 @@ int main(int argc, char **argv)
     if (model_dir != NULL) {
         TRY(acc, accel_save_model(acc, m, model_dir, NULL));
     }
+    TRY(acc, accel_model_gather_all(m)); /* stage 3: every weight readable (collective) */
     if (rank == 0) {
         FILE *f = fopen(out, "wb");
         for (int i = 0; f != NULL && i < accel_model_num_params(m); i++) {

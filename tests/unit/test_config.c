@@ -236,13 +236,6 @@ int main(void)
 
     /* What accel cannot do is refused, naming the file, the key and the value. */
     static const char *const refused[][2] = {
-        /* ZeRO stages come from the DEEPSPEED / FSDP sections (3 not implemented yet) */
-        {"distributed_type: FSDP\n", "ZeRO stage 3 (config file "},
-        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n",
-         "ZeRO stage 3 (config file "},
-        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
-         "  fsdp_reshard_after_forward: true\n",
-         "fsdp_config.fsdp_reshard_after_forward) is not implemented"},
         {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
          "line 3: deepspeed_config.deepspeed_config_file: ds.json is not supported"},
         {"distributed_type: MEGATRON_LM\n", "distributed_type: MEGATRON_LM"},
@@ -261,16 +254,26 @@ int main(void)
         CHECK_MSG(strstr(accel_last_error(NULL), path) != NULL, "%s", accel_last_error(NULL));
     }
 
-    /* DeepSpeed's default stage (2) and an explicit stage 1 are taken from the file. */
-    {
-        accel *zacc = init_with(write_file("ds_default.yaml", "distributed_type: DEEPSPEED\n"),
-                                ACCEL_OK, NULL);
-        CHECK(accel_resolved_options(zacc)->zero_stage == 2);
-        accel_free(zacc);
-        zacc = init_with(write_file("ds1.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config:\n"
-                                                "  zero_stage: 1\n"),
-                         ACCEL_OK, NULL);
-        CHECK(accel_resolved_options(zacc)->zero_stage == 1);
+    /* ZeRO stages come from the DEEPSPEED / FSDP sections (DeepSpeed's default stage 2,
+     * FSDP's FULL_SHARD = 3, FSDP2's reshard_after_forward false = SHARD_GRAD_OP = 2). */
+    static const struct {
+        const char *yaml;
+        int stage;
+    } stages[] = {
+        {"distributed_type: DEEPSPEED\n", 2},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n", 1},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n", 3},
+        {"distributed_type: FSDP\n", 3},
+        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+         "  fsdp_reshard_after_forward: false\n",
+         2},
+    };
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "stage%zu.yaml", i);
+        accel *zacc = init_with(write_file(name, stages[i].yaml), ACCEL_OK, NULL);
+        CHECK_MSG(accel_resolved_options(zacc)->zero_stage == stages[i].stage, "%s",
+                  stages[i].yaml);
         accel_free(zacc);
     }
 
