@@ -338,14 +338,6 @@ accel_status accel__state_shard_decide(accel *acc, accel__state_saves *s)
                                  "processes' shards; save to a file system all nodes share",
                                  w->file);
         }
-        for (size_t t = 0; t < w->n_ts; t++) {
-            if (accel_dtype_bits(w->ts[t].tensor.dtype) % 8 != 0) {
-                return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                                     "accel_save_state: %s: tensor %s: pieces of sub-byte "
-                                     "tensors are not supported",
-                                     w->file, w->ts[t].name);
-            }
-        }
         /* Every process put the same tensors (else their pieces cannot be matched). */
         int64_t mine[2] = {(int64_t)w->n_ts, (int64_t)(tensors_hash(w) >> 1)}, lo[2], hi[2];
         memcpy(lo, mine, sizeof lo);
@@ -364,6 +356,15 @@ accel_status accel__state_shard_decide(accel *acc, accel__state_saves *s)
                                  "accel_save_state: %s: the processes put different tensors "
                                  "(names, dtypes or shapes; %lld to %lld tensors)",
                                  w->file, (long long)lo[0], (long long)hi[0]);
+        }
+        /* The same tensors everywhere: a refusal below is every process's. */
+        for (size_t t = 0; t < w->n_ts; t++) {
+            if (accel_dtype_bits(w->ts[t].tensor.dtype) % 8 != 0) {
+                return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                     "accel_save_state: %s: tensor %s: pieces of sub-byte "
+                                     "tensors are not supported",
+                                     w->file, w->ts[t].name);
+            }
         }
         st = check_cover(acc, w);
     }

@@ -13,7 +13,8 @@
 #    1e-4 of the reference (relative, max over weights: the same global batch, but the gradient
 #    all-reduce groups the processes' partial sums differently and Adam amplifies it; measured
 #    2e-6 to 1.1e-5).
-# And a stage-1 checkpoint saved by 3 processes resumes on 4 at stage 3 within the same bound.
+# A stage-0 checkpoint resumes on 4 processes at stage 3 bit-identically, and a stage-1
+# checkpoint saved by 3 processes resumes on 4 at stage 3 within the same bound.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -53,6 +54,8 @@ for s in 3 2; do
     run 3 3 6 "$T/r3" load 3 "$T/c$s"
     same "$T/r3" "$T/ref" 1e-4
 done
+run 4 3 6 "$T/r4_from0" load 3 "$T/c0" # a stage-0 checkpoint (whole files) at stage 3
+same "$T/r4_from0" "$T/ref" 0
 run 3 1 6 "$T/s1_3" save 3 "$T/c1_3" "$T/m1_3"
 run 4 3 6 "$T/r4_from3" load 3 "$T/c1_3"
 same "$T/r4_from3" "$T/ref" 1e-4
