@@ -196,8 +196,9 @@ ACCEL_API accel_status accel_load_model(accel *acc, accel_model *model, const ch
                                         int strict);
 
 /* Flags of accel_merge_weights (Accelerate's merge-weights options). */
-#define ACCEL_MERGE_UNSAFE_SERIALIZATION 1 /* pytorch_model.bin: refused (ACCEL_EUNSUPPORTED) */
-#define ACCEL_MERGE_REMOVE_CHECKPOINT_DIR 2 /* delete the checkpoint once the output is in place */
+#define ACCEL_MERGE_UNSAFE_SERIALIZATION 1  /* pytorch_model.bin: refused (ACCEL_EUNSUPPORTED) */
+#define ACCEL_MERGE_REMOVE_CHECKPOINT_DIR 2 /* delete the checkpoint once the output is in place   \
+                                             */
 
 /*
  * Accelerate's merge-weights (merge_fsdp_weights), offline: consolidates the weights of model

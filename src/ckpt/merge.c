@@ -86,7 +86,7 @@ static accel_status merge_whole(const char *dir, const char *out, uint64_t max)
     return st;
 }
 
-/* `path` resolved; a path that does not exist yet resolves through its parent. */
+/* `path` resolved; a path that does not exist yet resolves through its parent folder. */
 static int resolve(const char *path, char *out)
 {
     if (realpath(path, out) != NULL) {
@@ -99,9 +99,15 @@ static int resolve(const char *path, char *out)
         parent[--n] = '\0';
     }
     char *slash = strrchr(parent, '/');
-    const char *base = slash ? slash + 1 : parent;
+    const char *base = slash ? slash + 1 : parent, *folder = ".";
+    if (slash == parent) {
+        folder = "/";
+    } else if (slash != NULL) {
+        *slash = '\0';
+        folder = parent;
+    }
     char dir[PATH_MAX];
-    if (realpath(slash == parent ? "/" : slash ? (*slash = '\0', parent) : ".", dir) == NULL) {
+    if (realpath(folder, dir) == NULL) {
         return 0;
     }
     return snprintf(out, PATH_MAX, "%s/%s", dir, base) < PATH_MAX;

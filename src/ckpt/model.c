@@ -86,8 +86,7 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
             bytes += accel_tensor_nbytes(&w->ts[j].tensor);
             my += w->counts[j] * (int64_t)esz;
             j++;
-        } while (j < nt &&
-                 bytes + accel_tensor_nbytes(&w->ts[j].tensor) <= GATHER_ROUND_NBYTES);
+        } while (j < nt && bytes + accel_tensor_nbytes(&w->ts[j].tensor) <= GATHER_ROUND_NBYTES);
         mine[n_rounds] = my;
         round_end[n_rounds++] = j;
         i = j;
@@ -110,7 +109,7 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
     }
     /* Buffers for the largest round, allocated once; the output opened (main). */
     int64_t *desc = accel__calloc(2 * max_k + 1, sizeof(int64_t)), *descs = NULL;
-    char *send = accel__malloc((size_t)biggest + 1), *recv = NULL;
+    char *send = accel__calloc((size_t)biggest + 1, 1), *recv = NULL; /* padding sent too */
     if (st == ACCEL_OK && (desc == NULL || send == NULL)) {
         st = accel__seterr(acc, ACCEL_ENOMEM, "accel_save_model: out of memory");
     }
@@ -141,7 +140,8 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
             }
             at += nb;
         }
-        accel__coll g1 = ACCEL__COLL(ACCEL__COLL_GATHER, desc, descs, 2 * k, ACCEL_I64, ACCEL_SUM, 0);
+        accel__coll g1 =
+            ACCEL__COLL(ACCEL__COLL_GATHER, desc, descs, 2 * k, ACCEL_I64, ACCEL_SUM, 0);
         accel__coll g2 =
             ACCEL__COLL(ACCEL__COLL_GATHER, send, recv, (size_t)cmax[r], ACCEL_U8, ACCEL_SUM, 0);
         st = accel__comm_run(acc->comm, &g1);
@@ -192,8 +192,8 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
     uint64_t max = 0;
     accel_status st = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
     if (st == ACCEL_OK && accel__is_file(dir)) {
-        st = accel__seterr(NULL, ACCEL_EINVAL, "accel_save_model: %s is a file; pass a folder",
-                           dir);
+        st =
+            accel__seterr(NULL, ACCEL_EINVAL, "accel_save_model: %s is a file; pass a folder", dir);
     }
     const accel_param *first = st == ACCEL_OK ? accel_model_param(model, 0) : NULL; /* allocates */
     if (st == ACCEL_OK && first == NULL) {

@@ -47,8 +47,7 @@ int accel__pieces_tile(const accel__piece *p, size_t n, int64_t total, int64_t *
 }
 
 accel_status accel__reshard(const accel__piece *p, size_t n, int64_t want, int64_t count,
-                            accel_status (*emit)(void *ctx, const accel__piece_copy *c),
-                            void *ctx)
+                            accel_status (*emit)(void *ctx, const accel__piece_copy *c), void *ctx)
 {
     if (count == 0) {
         return ACCEL_OK;

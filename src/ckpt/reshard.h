@@ -46,7 +46,6 @@ int accel__pieces_tile(const accel__piece *p, size_t n, int64_t total, int64_t *
  * ACCEL_EINVAL (no message) when the range is not inside the pieces. O(log n + copies).
  */
 accel_status accel__reshard(const accel__piece *p, size_t n, int64_t want, int64_t count,
-                            accel_status (*emit)(void *ctx, const accel__piece_copy *c),
-                            void *ctx);
+                            accel_status (*emit)(void *ctx, const accel__piece_copy *c), void *ctx);
 
 #endif /* ACCEL_CKPT_RESHARD_H */

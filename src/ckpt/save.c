@@ -160,13 +160,14 @@ accel_status accel_save_sharded(const char *dir, const char *prefix,
     }
     for (size_t i = 0; i < n; i++) {
         if (tensors[i].tensor.data == NULL && accel_tensor_nbytes(&tensors[i].tensor) > 0) {
-            return accel__seterr(NULL, ACCEL_EINVAL, "accel_save_sharded: tensor '%s' has NULL data",
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "accel_save_sharded: tensor '%s' has NULL data",
                                  tensors[i].name ? tensors[i].name : "(null)");
         }
     }
     accel__stset *set;
-    ACCEL_TRY(accel__stset_open(&set, dir, prefix, tensors, n, metadata, n_metadata,
-                                max_shard_nbytes));
+    ACCEL_TRY(
+        accel__stset_open(&set, dir, prefix, tensors, n, metadata, n_metadata, max_shard_nbytes));
     accel_status st = ACCEL_OK;
     for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
         st = accel__stset_write(set, i, 0, tensors[i].tensor.data,

@@ -10,8 +10,8 @@
 #define ACCEL_CKPT_STATE_H
 
 #include "accel/accel.h"
-#include "core/internal.h"
 #include "ckpt/verify.h"
+#include "core/internal.h"
 #include "core/state_proto.h"
 
 typedef struct json_t json_t;
@@ -96,8 +96,7 @@ accel_status accel__state_shard_write(const accel__state_writer *w, const char *
 /* Writes the index of sharded writer w (its tensors' names, dtypes, shapes in put order, the
  * shard files, the object's JSON values under meta_key). */
 accel_status accel__state_shard_write_index(const accel__state_writer *w, const char *dir,
-                                            const char *stem, const char *meta_key,
-                                            int n_shards);
+                                            const char *stem, const char *meta_key, int n_shards);
 
 /* ---- load: plan, then apply ---- */
 
@@ -129,12 +128,12 @@ struct accel__state_writer {
     char file[ACCEL__STATE_NAME_MAX]; /* the file it fills, for messages */
     accel__state_store store;
     accel__state_part part;
-    char prefix[24]; /* prepended to tensor names ("<i>/") */
+    char prefix[24];        /* prepended to tensor names ("<i>/") */
     accel_named_tensor *ts; /* each with its WHOLE shape; data: the piece's first element */
     char **names;           /* owned names of ts */
     int64_t *offs, *counts; /* per tensor: the piece put, elements [offs, offs + counts) */
     size_t n_ts, cap_ts;
-    size_t n_true_pieces; /* tensors put as a true piece (not the whole tensor) */
+    size_t n_true_pieces;             /* tensors put as a true piece (not the whole tensor) */
     json_t *open[ACCEL__STATE_DEPTH]; /* [0]: the root object; then the open containers */
     int depth;                        /* open containers, root included */
     int floor;                        /* the object's own containers start above this depth */

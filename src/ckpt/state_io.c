@@ -286,9 +286,9 @@ static accel_status check_cover(accel *acc, const accel__state_writer *w)
     if (sum == NULL) {
         return accel__seterr(acc, ACCEL_ENOMEM, "accel_save_state: out of memory");
     }
-    accel_status st = w->n_ts == 0 ? ACCEL_OK
-                                   : accel__allreduce(acc->comm, w->counts, sum, w->n_ts,
-                                                      ACCEL_I64, ACCEL_SUM);
+    accel_status st =
+        w->n_ts == 0 ? ACCEL_OK
+                     : accel__allreduce(acc->comm, w->counts, sum, w->n_ts, ACCEL_I64, ACCEL_SUM);
     if (st != ACCEL_OK) {
         st = accel__adopt_thread_error(acc, st);
     }

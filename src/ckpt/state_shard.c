@@ -60,9 +60,9 @@ accel_status accel__state_shard_write(const accel__state_writer *w, const char *
             continue; /* a process owning none of a tensor writes nothing of it */
         }
         int64_t shape[1] = {w->counts[i]};
-        ts[n] = (accel_named_tensor){w->ts[i].name,
-                                     accel_tensor_view(w->ts[i].tensor.data,
-                                                       w->ts[i].tensor.dtype, 1, shape)};
+        ts[n] =
+            (accel_named_tensor){w->ts[i].name, accel_tensor_view(w->ts[i].tensor.data,
+                                                                  w->ts[i].tensor.dtype, 1, shape)};
         n++;
         if (json_object_set_new(offs, w->ts[i].name, json_integer((json_int_t)w->offs[i])) != 0) {
             st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory writing %s", name);
@@ -88,8 +88,7 @@ accel_status accel__state_shard_write(const accel__state_writer *w, const char *
 }
 
 accel_status accel__state_shard_write_index(const accel__state_writer *w, const char *dir,
-                                            const char *stem, const char *meta_key,
-                                            int n_shards)
+                                            const char *stem, const char *meta_key, int n_shards)
 {
     json_t *root = json_object(), *shards = json_array(), *tensors = json_array();
     int bad = root == NULL || shards == NULL || tensors == NULL;
@@ -150,7 +149,7 @@ struct accel__state_sharded {
     accel_safetensors **shards;
     shard_tensor *ts; /* sorted by name */
     size_t n_ts;
-    size_t *order; /* order[pos]: the tensor put pos-th */
+    size_t *order;        /* order[pos]: the tensor put pos-th */
     accel__piece *pieces; /* all of them, grouped by tensor */
 };
 
@@ -245,8 +244,7 @@ static accel_status read_tensors(accel__state_sharded *sh, const char *dir, cons
 }
 
 /* Shard r's pieces into sh->pieces (at *n_pieces), each checked against the index. */
-static accel_status read_shard(accel__state_sharded *sh, const char *dir, int r,
-                               size_t *n_pieces)
+static accel_status read_shard(accel__state_sharded *sh, const char *dir, int r, size_t *n_pieces)
 {
     accel_safetensors *st = sh->shards[r];
     const char *file = accel_safetensors_path(st);
@@ -268,9 +266,8 @@ static accel_status read_shard(accel__state_sharded *sh, const char *dir, int r,
         accel_tensor v;
         st_ = accel_safetensors_tensor(st, i, &v);
         json_int_t off = json_is_integer(o) ? json_integer_value(o) : -1;
-        if (st_ == ACCEL_OK &&
-            (t == NULL || v.dtype != t->dtype || v.ndim != 1 || off < 0 || off > t->numel ||
-             v.shape[0] > t->numel - off)) {
+        if (st_ == ACCEL_OK && (t == NULL || v.dtype != t->dtype || v.ndim != 1 || off < 0 ||
+                                off > t->numel || v.shape[0] > t->numel - off)) {
             char what[ACCEL__ERRMSG_NBYTES / 2];
             snprintf(what, sizeof what, "tensor %s is not a piece of a tensor of the index", name);
             st_ = bad_index(dir, base, what);
@@ -338,7 +335,8 @@ accel_status accel__state_shard_open(accel__state_file *f, const char *dir, cons
         accel_status st = path ? accel_safetensors_open(&sh->shards[r], path) : ACCEL_ENOMEM;
         accel__free(path);
         if (st == ACCEL_ENOTFOUND) {
-            st = accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is missing", dir, name);
+            st =
+                accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is missing", dir, name);
         }
         ACCEL_TRY(st);
         total += accel_safetensors_count(sh->shards[r]);

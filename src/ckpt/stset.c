@@ -17,8 +17,6 @@
 #include "ckpt/stset.h"
 #include "core/internal.h"
 
-
-
 /* Is `name` "<prefix>-NNNNN-of-NNNNN.safetensors"? */
 static int is_shard_name(const char *name, const char *prefix)
 {
@@ -158,10 +156,10 @@ struct accel__stset {
     const accel_named_tensor *tensors;
     size_t n;
     size_t n_files;
-    size_t *file_of;    /* per tensor: its file */
-    uint64_t *start;    /* per tensor: where its bytes start in its file */
-    uint64_t total;     /* bytes of tensor data, for the index */
-    char **names;       /* per file */
+    size_t *file_of; /* per tensor: its file */
+    uint64_t *start; /* per tensor: where its bytes start in its file */
+    uint64_t total;  /* bytes of tensor data, for the index */
+    char **names;    /* per file */
     accel__afile *files;
 };
 

@@ -44,8 +44,8 @@ static accel_status each_tensor(const accel_optimizer *opt,
                 size_t flat_off, shard_off, count;
                 accel__zero_param_part(m, i, m->rank, &flat_off, &shard_off, &count);
                 whole.offset = count > 0 ? (int64_t)(flat_off - p->offset) : 0;
-                float *at = count > 0 ? accel__zero_state_at(m, bufs[b], flat_off, shard_off)
-                                      : bufs[b];
+                float *at =
+                    count > 0 ? accel__zero_state_at(m, bufs[b], flat_off, shard_off) : bufs[b];
                 t = accel_tensor_view(at, ACCEL_F32, 1, (int64_t[]){(int64_t)count});
             } else {
                 t = accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape);

@@ -77,6 +77,7 @@ seed=${ACCEL_TEST_SEED:-$RANDOM}
 echo "test_sharded_state: seed $seed (ACCEL_TEST_SEED=$seed reruns it)"
 RANDOM=$seed
 for trial in $(seq 1 20); do
+    : >"$T/loop" # emptied here: the background job's own redirection may come after the grep
     "$ACCEL" launch --num_processes 2 "$PROG" loop "$P" 1 >"$T/loop" 2>"$T/loop_err" &
     lpid=$!
     # At least one new save (a loaded machine may take seconds to start), then a random

@@ -149,7 +149,7 @@ static accel_status gen_load(void *ctx, const void *data, size_t n)
 #define TRY(acc, call)                                                                             \
     do {                                                                                           \
         if ((call) != ACCEL_OK) {                                                                  \
-            fprintf(stderr, "shard_probe: %s: %s\n", #call, accel_last_error(acc));               \
+            fprintf(stderr, "shard_probe: %s: %s\n", #call, accel_last_error(acc));                \
             return 1;                                                                              \
         }                                                                                          \
     } while (0)
@@ -177,10 +177,10 @@ int main(int argc, char **argv)
         m.numel[i] = (size_t)(shapes[i][0] * shapes[i][1]);
         fp[i] = (accel__flat_param){m.numel[i], 0};
     }
-    TRY(NULL, accel__flat_build(&m.flat, fp, N_PARAMS, 40.0, 96.0, n, m.sharded ? 16 * (size_t)n : 1,
-                                m.offset, m.bucket));
-    m.buf = calloc(m.sharded ? accel__flat_shard_numel(&m.flat) : m.flat.padded_numel,
-                   sizeof(float));
+    TRY(NULL, accel__flat_build(&m.flat, fp, N_PARAMS, 40.0, 96.0, n,
+                                m.sharded ? 16 * (size_t)n : 1, m.offset, m.bucket));
+    m.buf =
+        calloc(m.sharded ? accel__flat_shard_numel(&m.flat) : m.flat.padded_numel, sizeof(float));
     accel__object_register(acc, &m.obj, ACCEL__OBJ_MODEL, &probe_class);
     m.obj.prepared = 1;
     TRY(acc, accel_register_for_checkpointing(acc, gen_save, gen_load, &gen_saved));

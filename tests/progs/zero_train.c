@@ -25,7 +25,7 @@
 #define TRY(acc, call)                                                                             \
     do {                                                                                           \
         if ((call) != ACCEL_OK) {                                                                  \
-            fprintf(stderr, "zero_train: %s: %s\n", #call, accel_last_error(acc));                \
+            fprintf(stderr, "zero_train: %s: %s\n", #call, accel_last_error(acc));                 \
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
@@ -72,7 +72,8 @@ static int compare(const char *a, const char *b, double tol)
         }
     }
     int same = memcmp(x, y, na * sizeof(float)) == 0;
-    printf("max relative difference %.3g (weight %zu)%s\n", worst, at, same ? ", bit-identical" : "");
+    printf("max relative difference %.3g (weight %zu)%s\n", worst, at,
+           same ? ", bit-identical" : "");
     free(x);
     free(y);
     return (tol == 0 ? same : worst <= tol) ? 0 : 1;

@@ -24,9 +24,9 @@ static void put(accel__state_writer *w, const char *name, int ndim, int64_t d0, 
                 int64_t off, int64_t n)
 {
     accel__state_piece whole = {ndim, {d0, d1}, off};
-    CHECK_OK(NULL, accel__state_put_piece(w, name, accel_tensor_view(data + off, ACCEL_F32, 1,
-                                                                     (int64_t[]){n}),
-                                          &whole));
+    CHECK_OK(NULL,
+             accel__state_put_piece(
+                 w, name, accel_tensor_view(data + off, ACCEL_F32, 1, (int64_t[]){n}), &whole));
 }
 
 /* Folder `dir`: tensors a [2, 5] and b [3]; process 0 owns a[0:4], process 1 a[4:10], b. */
@@ -40,8 +40,13 @@ static void build(const char *dir, int variant)
     accel__state_writer_init(&w1, "model.safetensors", ACCEL__STORE_TENSORS, ACCEL__STATE_SHARED);
     put(&w0, "a", 2, 2, 5, 0, 4);
     put(&w0, "b", 1, 3, 0, 0, 0);
-    put(&w1, "a", 2, 2, 5, variant == OVERLAP ? 3 : variant == HOLE ? 5 : 4,
-        variant == OVERLAP ? 7 : variant == HOLE ? 5 : 6);
+    put(&w1, "a", 2, 2, 5,
+        variant == OVERLAP ? 3
+        : variant == HOLE  ? 5
+                           : 4,
+        variant == OVERLAP ? 7
+        : variant == HOLE  ? 5
+                           : 6);
     put(&w1, "b", 1, 3, 0, 0, 3);
     if (variant == UNLISTED) {
         put(&w1, "c", 1, 2, 0, 0, 2);
