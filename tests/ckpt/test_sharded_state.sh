@@ -11,7 +11,8 @@
 #  3. SIGKILL during sharded saves (2 processes, automatic naming, total_limit 2), 20 trials at
 #     random moments: the newest complete checkpoint always loads (on 1 or 3 processes, in
 #     turn), its weights are those of the generation it records, and it is never older than
-#     the last save reported before the kill.
+#     the last save reported before the kill; at least one kill must have cut a save (its
+#     staging folder left behind), or the test proved nothing.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -73,6 +74,7 @@ grep -q "model.shard-1-of-3.safetensors" "$T/err" || fail "missing shard: $(cat 
 # 3. SIGKILL during sharded saves.
 P=$T/project
 last=0
+mid=0 # kills that left a save half-written (its staging folder)
 seed=${ACCEL_TEST_SEED:-$RANDOM}
 echo "test_sharded_state: seed $seed (ACCEL_TEST_SEED=$seed reruns it)"
 RANDOM=$seed
@@ -91,6 +93,7 @@ for trial in $(seq 1 20); do
     kill -9 "$lpid"
     wait "$lpid" 2>/dev/null
     lpid=
+    ls -d "$P"/checkpoints/.checkpoint_*.partial >/dev/null 2>&1 && mid=$((mid + 1))
     reported=$(sed -n 's/.*saved \([0-9]*\)$/\1/p' "$T/loop" | tail -1)
     [ -n "$reported" ] || { cat "$T/loop" "$T/loop_err"; fail "trial $trial: no save reported"; }
     np=$((trial % 2 == 0 ? 3 : 1))
@@ -101,4 +104,6 @@ for trial in $(seq 1 20); do
         fail "trial $trial: loaded generation '$gen', reported $reported, before $last (seed $seed)"
     last=$gen
 done
-echo "test_sharded_state: ok (20 kills, last generation $last)"
+# Saves are most of the loop's time, so most kills cut one (a check that the test bites).
+[ "$mid" -ge 1 ] || fail "no kill cut a save in progress"
+echo "test_sharded_state: ok (20 kills, $mid cut a save in progress; last generation $last)"
