@@ -13,8 +13,9 @@
 #    1e-4 of the reference (relative, max over weights: the same global batch, but the gradient
 #    all-reduce groups the processes' partial sums differently and Adam amplifies it; measured
 #    2e-6 to 1.1e-5).
-# A stage-0 checkpoint resumes on 4 processes at stage 3 bit-identically, and a stage-1
-# checkpoint saved by 3 processes resumes on 4 at stage 3 within the same bound.
+# A stage-0 checkpoint resumes on 4 processes at stage 3 bit-identically, a stage-1 checkpoint
+# saved by 3 processes resumes on 4 at stage 3 within the same bound, and one saved inside an
+# accumulation window resumes exactly (below). A step is 2 micro-steps: "save 6" is after step 3.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -33,9 +34,9 @@ run() { # NP ARGS...
 }
 same() { "$Z" compare "$1" "$2" "$3" || fail "$1 vs $2 (tolerance $3)"; }
 
-run 4 0 6 "$T/ref" model "$T/m0_6" save 3 "$T/c0" "$T/m0_3"
+run 4 0 6 "$T/ref" model "$T/m0_6" save 6 "$T/c0" "$T/m0_3"
 for s in 3 2; do
-    run 4 $s 6 "$T/s$s" model "$T/m${s}_6" save 3 "$T/c$s" "$T/m${s}_3"
+    run 4 $s 6 "$T/s$s" model "$T/m${s}_6" save 6 "$T/c$s" "$T/m${s}_3"
     [ -f "$T/c$s/model.shard-3-of-4.safetensors" ] && [ -f "$T/c$s/optimizer.index.json" ] &&
         [ ! -e "$T/c$s/model.safetensors" ] || fail "stage $s checkpoint: $(ls "$T/c$s")"
     same "$T/s$s" "$T/ref" 0
@@ -44,19 +45,28 @@ for s in 3 2; do
     "$ACCEL" merge-weights "$T/c$s" "$T/merged$s" >/dev/null || fail "merge-weights stage $s"
     cmp "$T/merged$s/model.safetensors" "$T/m0_3/model.safetensors" || fail "merge-weights $s"
     for stage in 3 2 1 0; do
-        run 4 $stage 6 "$T/r4_$stage" load 3 "$T/c$s"
+        run 4 $stage 6 "$T/r4_$stage" load 6 "$T/c$s"
         same "$T/r4_$stage" "$T/ref" 0
     done
-    run 2 1 6 "$T/r2" load 3 "$T/c$s"
+    run 2 1 6 "$T/r2" load 6 "$T/c$s"
     same "$T/r2" "$T/ref" 1e-4
-    run 1 0 6 "$T/r1" load 3 "$T/c$s"
+    run 1 0 6 "$T/r1" load 6 "$T/c$s"
     same "$T/r1" "$T/ref" 1e-4
-    run 3 3 6 "$T/r3" load 3 "$T/c$s"
+    run 3 3 6 "$T/r3" load 6 "$T/c$s"
     same "$T/r3" "$T/ref" 1e-4
 done
-run 4 3 6 "$T/r4_from0" load 3 "$T/c0" # a stage-0 checkpoint (whole files) at stage 3
+run 4 3 6 "$T/r4_from0" load 6 "$T/c0" # a stage-0 checkpoint (whole files) at stage 3
 same "$T/r4_from0" "$T/ref" 0
-run 3 1 6 "$T/s1_3" save 3 "$T/c1_3" "$T/m1_3"
-run 4 3 6 "$T/r4_from3" load 3 "$T/c1_3"
+run 3 1 6 "$T/s1_3" save 6 "$T/c1_3" "$T/m1_3"
+run 4 3 6 "$T/r4_from3" load 6 "$T/c1_3"
 same "$T/r4_from3" "$T/ref" 1e-4
+# Saved inside an accumulation window (after the first micro-step of step 4) at stage 3: the
+# gradients accumulated so far are part of the checkpoint; resumed on 4 processes at stages 3
+# and 0 the run ends bit-identical to the reference.
+run 4 3 6 "$T/w3" save 7 "$T/cw" "$T/mw"
+[ -f "$T/cw/gradients_rank3.safetensors" ] || fail "no gradients in the window's checkpoint"
+for stage in 3 0; do
+    run 4 $stage 6 "$T/rw_$stage" load 7 "$T/cw"
+    same "$T/rw_$stage" "$T/ref" 0
+done
 echo "test_zero_ckpt: ok"

@@ -4,9 +4,10 @@
  * sequences per micro-step split evenly over the processes (1 to 4), so runs on different
  * process counts compute the same mathematics and differ only in rounding.
  *   zero_train STAGE STEPS OUT [save AT DIR MODEL_DIR] [load FROM DIR] [model DIR]
- *     trains steps [FROM, STEPS) (FROM 0 unless loading), writes the final weights (fp32, in
- *     registration order) to OUT; `save`: after step AT, save_state DIR and save_model
- *     MODEL_DIR; `load`: load_state DIR first; `model`: save_model DIR at the end.
+ *     trains micro-steps [FROM, 2 * STEPS) (FROM 0 unless loading), writes the final weights
+ *     (fp32, in registration order) to OUT; `save`: after micro-step AT (odd: inside an
+ *     accumulation window), save_state DIR and save_model MODEL_DIR; `load`: load_state DIR
+ *     first; `model`: save_model DIR at the end.
  *   zero_train compare A B TOL
  *     exit 0 when the weight files agree within TOL (max |a - b| / max(1, |b|)); TOL 0: bytes.
  */
@@ -154,24 +155,21 @@ int main(int argc, char **argv)
     TRY(NULL, nn_ctx_new(&g));
     int32_t *ids = malloc((size_t)per * T * sizeof(int32_t)),
             *tg = malloc((size_t)per * T * sizeof(int32_t));
-    for (int step = from; step < steps; step++) {
-        for (int k = 0; k < ACCUM; k++) {
-            int micro = step * ACCUM + k;
-            for (int s = 0; s < per; s++) {
-                tokens(micro, rank * per + s, ids + s * T, tg + s * T);
-            }
-            nn_ctx_reset(g);
-            TRY(acc, accel_accumulate(acc, m));
-            nn_tensor *loss = NULL;
-            TRY(NULL, nn_gpt_forward(g, gpt, ids, tg, per, T, NULL, &loss));
-            TRY(acc, accel_backward(acc, loss));
-            if (accel_sync_gradients(acc)) {
-                TRY(acc, accel_clip_grad_norm(acc, m, 0.3, 2.0, NULL));
-                TRY(acc, accel_optimizer_step(opt));
-            }
-            TRY(acc, accel_optimizer_zero_grad(opt));
+    for (int micro = from; micro < steps * ACCUM; micro++) {
+        for (int s = 0; s < per; s++) {
+            tokens(micro, rank * per + s, ids + s * T, tg + s * T);
         }
-        if (step + 1 == save_at) {
+        nn_ctx_reset(g);
+        TRY(acc, accel_accumulate(acc, m));
+        nn_tensor *loss = NULL;
+        TRY(NULL, nn_gpt_forward(g, gpt, ids, tg, per, T, NULL, &loss));
+        TRY(acc, accel_backward(acc, loss));
+        if (accel_sync_gradients(acc)) {
+            TRY(acc, accel_clip_grad_norm(acc, m, 0.3, 2.0, NULL));
+            TRY(acc, accel_optimizer_step(opt));
+        }
+        TRY(acc, accel_optimizer_zero_grad(opt));
+        if (micro + 1 == save_at) {
             TRY(acc, accel_save_state(acc, save_dir));
             TRY(acc, accel_save_model(acc, m, save_model_dir, NULL));
         }
