@@ -125,6 +125,10 @@ accel_status accel_model_set_device(accel_model *m, accel_device device)
 /* Releases the buffers of an allocated model (or of a failed allocation). */
 static void free_buffers(accel_model *m)
 {
+    if (m->join_master_shard != NULL) { /* freed inside a ZeRO-3 join region */
+        m->master = m->join_master_shard;
+        m->zero_stage = 3;
+    }
     if (m->zero_stage == 3) {
         accel__zero3_free(m); /* the page buffers: weights and compute copy */
     } else if (m->compute != m->master) {
@@ -441,6 +445,7 @@ float *accel_model_grad(accel_model *m)
 
 accel_status accel__model_zero_grad(accel_model *m)
 {
+    m->grad_reduced = 0;
     if (m->grad_pages) {
         accel__pages_drop_all(m->grad, m->flat.padded_numel * sizeof(float));
         return ACCEL_OK;

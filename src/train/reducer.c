@@ -120,9 +120,9 @@ accel_status accel__reducer_prepare(accel_model *m)
     case 2: /* reduce-scatter each bucket into its owners' pieces, gather after the step */
     case 3: /* as 2 with one bucket per unit, parameters gathered per unit before use */
         break;
-    default:
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
+    default: /* accel_init refuses other values */
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
+                             r->zero_stage);
     }
     if (r->zero_stage >= 1 && acc->n_ranks > 1 && accel__model_staged(m)) {
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
@@ -296,6 +296,17 @@ static void note_done(accel_model *m, accel__bucket *bk)
     }
 }
 
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
+ * read as zeros, the state zero_grad leaves). */
+static void release_unowned(accel_model *m, int b)
+{
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t po, pc;
+    accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
+}
+
 /* Launches every consecutive ready bucket from next_launch on, then notes completions. */
 static accel_status launch_ready(accel_model *m)
 {
@@ -306,8 +317,12 @@ static accel_status launch_ready(accel_model *m)
     }
     for (int b = 0; b < r->next_launch; b++) {
         accel__bucket *bk = &r->buckets[b];
-        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
+        accel_status wst = ACCEL_OK;
+        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, &wst)) {
             note_done(m, bk);
+            if (wst == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
+                release_unowned(m, b); /* early, so a backward never holds all gradients */
+            }
         }
     }
     return ACCEL_OK;
@@ -367,17 +382,6 @@ accel_status accel__reducer_finish(accel_model *m)
     return st != ACCEL_OK ? st : wst;
 }
 
-/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
- * read as zeros, the state zero_grad leaves). */
-static void release_unowned(accel_model *m, int b)
-{
-    const accel__flat_bucket *fb = &m->flat.buckets[b];
-    size_t po, pc;
-    accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
-    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
-}
-
 accel_status accel__reducer_wait(accel_model *m)
 {
     accel__reducer *r = &m->red;
@@ -391,7 +395,7 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
-        if (st == ACCEL_OK && m->grad_pages) {
+        if (st == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
             release_unowned(m, b);
         }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {

@@ -69,6 +69,16 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
+    if (m->grad_reduced) {
+        /* ZeRO-2/3 keep only their pieces of reduced gradients: another backward would add
+         * local gradients to them and reduce the sum again. Every process refuses alike. */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_backward: under ZeRO stage %d the gradients were already "
+                             "reduced by a synchronising backward; call accel_optimizer_zero_grad "
+                             "before the next backward (sync_each_batch with accumulation, or "
+                             "two synchronising backwards per step, are not supported)",
+                             m->zero_stage);
+    }
     if (m->comm_now && m->join_active) {
         float n = 0;
         ACCEL_TRY(join_count(m, 1.0f, &n));
@@ -123,6 +133,7 @@ static accel_status model_backward_end(accel_model *m)
         accel_status rst = accel__zero3_release_all(m);
         st = st != ACCEL_OK ? st : rst;
     }
+    m->grad_reduced |= m->comm_now && m->zero_stage >= 2;
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
         st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);
@@ -199,12 +210,9 @@ accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_
         return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
     }
     if (m->zero_stage >= 1 && acc->n_ranks > 1) {
-        /* A joined process would have to step its shard with the others' gradients and
-         * learning rate (torch's ZeRO join hook): not implemented. */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_join_begin: join_uneven_inputs under ZeRO stage %d is not "
-                             "implemented yet (use even_batches)",
-                             m->zero_stage);
+        /* ZeRO: the region runs as DDP (a joined process then needs no shard of its own to
+         * step, and mirrors only buckets); the shards come back at accel_join_end. */
+        ACCEL_TRY(accel__zero_unshard(m));
     }
     m->join_active = 1;
     m->join_divide_initial = divide_by_initial_world_size != 0;
@@ -246,10 +254,12 @@ accel_status accel_join_end(accel *acc, accel_model *m)
             goto out;
         }
         ACCEL_TRY_GOTO(accel__model_broadcast_master(m, (int)cand), st, out);
+        ACCEL_TRY_GOTO(accel__zero_reshard(m, (int)cand), st, out);
     }
 out:
     m->join_active = 0;
     accel_status zst = accel__model_zero_grad(m);
-    accel_status rst = accel__model_refresh_compute(m);
+    /* Stage 3 refreshes a unit's copy when it is gathered. */
+    accel_status rst = m->zero_stage == 3 ? ACCEL_OK : accel__model_refresh_compute(m);
     return st != ACCEL_OK ? st : zst != ACCEL_OK ? zst : rst;
 }

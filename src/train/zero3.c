@@ -91,10 +91,10 @@ accel_status accel_model_set_unit(accel_model *m, int first, int count)
         m->unit_mark = mark;
         m->n_unit_marks = m->n_params;
     }
-    static int next_id; /* distinct per call; only equality between neighbours matters */
-    next_id = next_id == 0x7fffffff ? 1 : next_id + 1;
+    /* A fresh id per call (only equality between neighbours matters). */
+    int id = ++m->unit_calls;
     for (int i = first; i < first + count; i++) {
-        m->unit_mark[i] = next_id;
+        m->unit_mark[i] = id;
     }
     return ACCEL_OK;
 }
@@ -211,8 +211,8 @@ accel_status accel_model_materialize(accel_model *m, int index)
                              index, m ? m->n_params : 0);
     }
     struct accel__zero3 *z = m->z3;
-    if (z == NULL || !m->obj.prepared) {
-        return ACCEL_OK;
+    if (z == NULL || !m->obj.prepared || m->zero_stage != 3) {
+        return ACCEL_OK; /* below stage 3, or a join region (all gathered, run as DDP) */
     }
     int b = m->flat_bucket[index];
     if (b == z->cur && z->units[b].resident) {
@@ -240,12 +240,18 @@ accel_status accel_model_materialize(accel_model *m, int index)
     return ACCEL_OK;
 }
 
+int accel__zero3_unit_state(const accel_model *m, int b)
+{
+    const z3_unit *u = &m->z3->units[b];
+    return u->work != NULL ? 1 : u->resident ? 2 : 0;
+}
+
 accel_status accel_model_gather_all(accel_model *m)
 {
     if (m == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_gather_all: model is NULL");
     }
-    if (m->z3 == NULL || !m->obj.prepared) {
+    if (m->z3 == NULL || !m->obj.prepared || m->zero_stage != 3) {
         return ACCEL_OK;
     }
     accel_status st = ACCEL_OK;

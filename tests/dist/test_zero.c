@@ -11,7 +11,7 @@
  * from the shard sums of squares (checked, not assumed: a process count whose shard sums round
  * differently would show here). Also: every process ends with identical weights, the frozen
  * parameter never moves, the skipped step is skipped everywhere, the optimizer state is
- * shard-sized (bytes counted), and join under stage >= 1 is refused.
+ * shard-sized (bytes counted) (sharded checkpoints: tests/ckpt/test_zero_ckpt.sh).
  */
 #include <string.h>
 
@@ -186,9 +186,23 @@ static void run(int stage, variant v, result *out)
     }
     free(frozen0);
     out->state_nbytes = 2 * accel__zero_state_numel(m) * sizeof(float); /* exp_avg, exp_avg_sq */
-    if (stage >= 1) {
-        /* Sharded checkpoints: tests/dist/test_zero_ckpt.c. */
-        CHECK(accel_join_begin(acc, m, 0) == ACCEL_EUNSUPPORTED);
+    if (stage >= 2) {
+        /* Two synchronising backwards without zero_grad would reduce reduced gradients again:
+         * refused on every process, and fine again after zero_grad. */
+        for (int k = 0; k < 3; k++) {
+            nn_ctx_reset(g);
+            CHECK_OK(acc, accel_trigger_sync_in_backward(acc, m));
+            nn_tensor *loss = NULL;
+            CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
+            accel_status bst = accel_backward(acc, loss);
+            if (k == 1) {
+                CHECK(bst == ACCEL_EUNSUPPORTED);
+                CHECK(strstr(accel_last_error(acc), "accel_optimizer_zero_grad") != NULL);
+                CHECK_OK(acc, accel__model_zero_grad(m));
+            } else {
+                CHECK_OK(acc, bst);
+            }
+        }
     }
     nn_ctx_free(g);
     nn_gpt_free(gpt);
