@@ -57,14 +57,14 @@ static accel_status each_tensor(const accel_optimizer *opt,
     return ACCEL_OK;
 }
 
-static accel_status put_tensor(void *w, const char *name, accel_tensor t,
-                               const accel__state_piece *whole)
+static accel_status put_piece(void *w, const char *name, accel_tensor t,
+                              const accel__state_piece *whole)
 {
     return accel__state_put_piece(w, name, t, whole);
 }
 
-static accel_status get_tensor(void *r, const char *name, accel_tensor t,
-                               const accel__state_piece *whole)
+static accel_status get_piece(void *r, const char *name, accel_tensor t,
+                              const accel__state_piece *whole)
 {
     return accel__state_get_piece(r, name, t, whole);
 }
@@ -78,7 +78,7 @@ accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
-    ACCEL_TRY(each_tensor(opt, put_tensor, w));
+    ACCEL_TRY(each_tensor(opt, put_piece, w));
     /* Hyper-parameters in this order (the metadata keeps it). */
     ACCEL_TRY(accel__state_put_str(w, "kind", kind_name(opt->kind)));
     ACCEL_TRY(accel__state_put_i64(w, "step", opt->n_steps));
@@ -188,5 +188,5 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(load_hyper(opt, r, s));
-    return each_tensor(opt, get_tensor, r);
+    return each_tensor(opt, get_piece, r);
 }
