@@ -21,8 +21,9 @@
 #include "core/profile.h"
 
 /* Bytes of tensor data gathered per round at most (one tensor larger than this is a round of
- * its own): what the writing process holds at once beyond the shard it owns. */
-#define GATHER_ROUND_NBYTES ((uint64_t)64 << 20)
+ * its own): what the writing process holds at once beyond the shard it owns. A variable so a
+ * test can show the bound on a small model (state.h). */
+uint64_t accel__ckpt_gather_round_nbytes = (uint64_t)64 << 20;
 
 /* Every process's status, the worst wins (a collective). */
 static accel_status all_ok(accel *acc, accel_status st)
@@ -62,8 +63,8 @@ static accel_status whole_list(const accel__state_writer *w, accel_named_tensor 
 
 /*
  * A model whose weights are pieces spread over the processes (ZeRO): gathered to the main
- * process a round of tensors at a time (at most GATHER_ROUND_NBYTES of whole tensors, or one
- * larger tensor) and written to their places in the output as they arrive, so no process
+ * process a round of tensors at a time (at most accel__ckpt_gather_round_nbytes of whole tensors,
+ * or one larger tensor) and written to their places in the output as they arrive, so no process
  * ever holds the model. Per round: the pieces' (offset, count) and then their bytes, padded
  * to the largest process's, in two equal-count gathers.
  */
@@ -86,7 +87,8 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
             bytes += accel_tensor_nbytes(&w->ts[j].tensor);
             my += w->counts[j] * (int64_t)esz;
             j++;
-        } while (j < nt && bytes + accel_tensor_nbytes(&w->ts[j].tensor) <= GATHER_ROUND_NBYTES);
+        } while (j < nt &&
+                 bytes + accel_tensor_nbytes(&w->ts[j].tensor) <= accel__ckpt_gather_round_nbytes);
         mine[n_rounds] = my;
         round_end[n_rounds++] = j;
         i = j;

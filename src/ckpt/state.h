@@ -247,4 +247,8 @@ accel_status accel__st_read_json(const char *dir, const char *name, json_t **out
 /* Writes `root` (consumed) as indented, key-sorted JSON to dir/name, fsynced. */
 accel_status accel__st_write_json(const char *dir, const char *name, json_t *root);
 
+/* accel_save_model of a sharded model: bytes of whole tensors gathered to the main process per
+ * round (src/ckpt/model.c; 64 MiB; tests lower it). */
+extern uint64_t accel__ckpt_gather_round_nbytes;
+
 #endif /* ACCEL_CKPT_STATE_H */
