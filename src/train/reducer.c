@@ -296,15 +296,15 @@ static void note_done(accel_model *m, accel__bucket *bk)
     }
 }
 
-/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
- * read as zeros, the state zero_grad leaves). */
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back and
+ * read as zeros (what they contribute to a later reduction: sync.c). */
 static void release_unowned(accel_model *m, int b)
 {
     const accel__flat_bucket *fb = &m->flat.buckets[b];
     size_t po, pc;
     accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
-    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
+    accel__pages_clear(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+    accel__pages_clear(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
 }
 
 /* Launches every consecutive ready bucket from next_launch on, then notes completions. */

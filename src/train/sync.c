@@ -56,6 +56,29 @@ static accel_status join_count(accel_model *m, float mine, float *total)
     return st == ACCEL_OK ? ACCEL_OK : accel__adopt_thread_error(m->acc, st);
 }
 
+/* ZeRO-2/3, a backward on gradients a previous backward reduced (sync_each_batch, two
+ * synchronising backwards per step): each process holds the average R only in its own
+ * pieces, zeros elsewhere. Stage 0 would add local gradients to R everywhere and average
+ * again, giving R + avg(local); scaling the owned pieces to N * R gives the same sum through
+ * the next average, (N * R + sum(local)) / N (up to rounding). */
+static accel_status rescale_reduced(accel_model *m)
+{
+    for (int b = 0; b < m->red.n_buckets; b++) {
+        if (m->red.buckets[b].n_params == 0) {
+            continue; /* never sent: still local */
+        }
+        size_t po, pc;
+        accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+        accel_status st =
+            accel__dev_scale(m->dev, accel__grad_span(m, po, pc), (float)m->acc->n_ranks, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
+    m->grad_reduced = 0;
+    return ACCEL_OK;
+}
+
 static accel_status model_backward_begin(accel_model *m)
 {
     accel *acc = m->acc;
@@ -69,15 +92,16 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
+    if (m->zero_stage == 3 && !accel__zero3_used(m)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "accel_backward: under ZeRO stage 3 no parameter was gathered since "
+                             "the last step, so the forward read released weights (zeros): a "
+                             "forward that reads accel_param.data itself must call "
+                             "accel_model_materialize (or accel_model_gather_all) first; nn "
+                             "models do it through nn_model_sink");
+    }
     if (m->grad_reduced) {
-        /* ZeRO-2/3 keep only their pieces of reduced gradients: another backward would add
-         * local gradients to them and reduce the sum again. Every process refuses alike. */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_backward: under ZeRO stage %d the gradients were already "
-                             "reduced by a synchronising backward; call accel_optimizer_zero_grad "
-                             "before the next backward (sync_each_batch with accumulation, or "
-                             "two synchronising backwards per step, are not supported)",
-                             m->zero_stage);
+        ACCEL_TRY(rescale_reduced(m));
     }
     if (m->comm_now && m->join_active) {
         float n = 0;

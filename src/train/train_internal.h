@@ -288,6 +288,9 @@ void accel__zero3_free(accel_model *m);
 /* After the full weights were made identical on every process (prepare): this process's
  * pieces into its master shard, then every unit released. */
 accel_status accel__zero3_take_shard(accel_model *m);
+/* 1 unless the model is at stage 3 and no unit was gathered since the last release (a forward
+ * that read parameters without accel_model_materialize would have read zeros). */
+int accel__zero3_used(const accel_model *m);
 /* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */
 int accel__zero3_unit_state(const accel_model *m, int b);
 /* Waits for gathers in flight and releases every unit (their weights are stale after an

@@ -27,6 +27,7 @@ struct accel__zero3 {
     int n_units;
     z3_unit *units; /* per bucket */
     int cur, prev;  /* the unit materialized last and the one before, or -1 */
+    int used;       /* a unit was materialized (or all gathered) since the last release_all */
 };
 
 /* ---- units ---- */
@@ -215,6 +216,7 @@ accel_status accel_model_materialize(accel_model *m, int index)
         return ACCEL_OK; /* below stage 3, or a join region (all gathered, run as DDP) */
     }
     int b = m->flat_bucket[index];
+    z->used = 1;
     if (b == z->cur && z->units[b].resident) {
         return ACCEL_OK; /* the common case: the unit in use */
     }
@@ -263,6 +265,7 @@ accel_status accel_model_gather_all(accel_model *m)
         st = st != ACCEL_OK ? st : wst;
     }
     m->z3->cur = m->z3->prev = -1;
+    m->z3->used = 1;
     return st;
 }
 
@@ -283,8 +286,14 @@ accel_status accel__zero3_release_all(accel_model *m)
             accel__pages_drop_all(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
         }
         z->cur = z->prev = -1;
+        z->used = 0;
     }
     return st;
+}
+
+int accel__zero3_used(const accel_model *m)
+{
+    return m->z3 == NULL || m->z3->used;
 }
 
 accel_status accel__zero3_take_shard(accel_model *m)
