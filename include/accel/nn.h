@@ -260,7 +260,11 @@ typedef enum nn_reduction {
     NN_REDUCTION_NONE
 } nn_reduction;
 
+#define NN_CROSS_ENTROPY_OPTIONS_VERSION 1
+
+/* Start from nn_cross_entropy_options_default(). */
 typedef struct nn_cross_entropy_options {
+    uint32_t size, version;
     int64_t ignore_index;   /* targets equal to it contribute nothing (default -100) */
     nn_reduction reduction; /* mean: divided by the number of non-ignored targets */
     float label_smoothing;  /* torch semantics: (1-e) one-hot + e/C uniform */

@@ -295,6 +295,9 @@ ACCEL_API accel_status accel_join_end(accel *acc, accel_model *m);
 
 /* ===================================== Optimizers ===================================== */
 
+#define ACCEL_SGD_OPTIONS_VERSION 1
+#define ACCEL_ADAM_OPTIONS_VERSION 1
+
 /* torch.optim.SGD. Start from accel_sgd_options_default() (lr 1e-3, everything else 0). */
 typedef struct accel_sgd_options {
     uint32_t size, version;
@@ -394,6 +397,8 @@ typedef enum accel_schedule_kind {
 typedef double (*accel_lr_lambda)(long long step, void *ctx);
 
 #define ACCEL_SCHED_MAX_MILESTONES 32
+
+#define ACCEL_SCHEDULER_OPTIONS_VERSION 1
 
 /* Start from accel_scheduler_options_default(kind); fields not used by the kind are ignored.
  * Defaults as transformers / torch. */

@@ -30,7 +30,7 @@ accel_sgd_options accel_sgd_options_default(void)
     accel_sgd_options o;
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
-    o.version = 1;
+    o.version = ACCEL_SGD_OPTIONS_VERSION;
     o.lr = 1e-3;
     return o;
 }
@@ -40,7 +40,7 @@ accel_adam_options accel_adam_options_default(void)
     accel_adam_options o;
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
-    o.version = 1;
+    o.version = ACCEL_ADAM_OPTIONS_VERSION;
     o.lr = 1e-3;
     o.beta1 = 0.9;
     o.beta2 = 0.999;
@@ -88,8 +88,7 @@ static accel_status optim_new(accel *acc, accel_model *m, accel__optim_kind kind
     return ACCEL_OK;
 }
 
-static accel_status check_common(accel *acc, accel_model *m, const void *o, uint32_t size,
-                                 const char *who, accel_optimizer **out)
+static accel_status check_common(accel *acc, accel_model *m, const char *who, accel_optimizer **out)
 {
     if (acc == NULL || out == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: acc and out must not be NULL", who);
@@ -101,10 +100,6 @@ static accel_status check_common(accel *acc, accel_model *m, const void *o, uint
     if (m->n_params == 0) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: the model has no parameter", who);
     }
-    if (o != NULL && size == 0) {
-        return accel__seterr(acc, ACCEL_EINVAL,
-                             "%s: options must start from the matching _options_default()", who);
-    }
     return ACCEL_OK;
 }
 
@@ -112,8 +107,9 @@ accel_status accel_sgd_new(accel *acc, accel_model *m, const accel_sgd_options *
                            accel_optimizer **out)
 {
     const char *who = "accel_sgd";
-    ACCEL_TRY(check_common(acc, m, o, o ? o->size : 1, who, out));
-    accel_sgd_options d = o ? *o : accel_sgd_options_default();
+    ACCEL_TRY(check_common(acc, m, who, out));
+    accel_sgd_options d = accel_sgd_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_sgd_options, &d, o, maximize));
     ACCEL_TRY(check_nonneg(acc, who, "lr", d.lr));
     ACCEL_TRY(check_nonneg(acc, who, "momentum", d.momentum));
     ACCEL_TRY(check_nonneg(acc, who, "dampening", d.dampening));
@@ -138,9 +134,9 @@ static accel_status adam_new(accel *acc, accel_model *m, const accel_adam_option
                              accel_optimizer **out, int decoupled)
 {
     const char *who = decoupled ? "accel_adamw" : "accel_adam";
-    ACCEL_TRY(check_common(acc, m, o, o ? o->size : 1, who, out));
-    accel_adam_options d =
-        o ? *o : (decoupled ? accel_adamw_options_default() : accel_adam_options_default());
+    ACCEL_TRY(check_common(acc, m, who, out));
+    accel_adam_options d = decoupled ? accel_adamw_options_default() : accel_adam_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_adam_options, &d, o, maximize));
     ACCEL_TRY(check_nonneg(acc, who, "lr", d.lr));
     ACCEL_TRY(check_nonneg(acc, who, "eps", d.eps));
     ACCEL_TRY(check_nonneg(acc, who, "weight_decay", d.weight_decay));
