@@ -57,7 +57,8 @@ void accel__zero3_units(const accel_model *m, int *unit_of)
     int u = 0;
     for (int i = 0; i < m->n_params; i++) {
         if (i > 0) {
-            int mi = m->unit_mark ? m->unit_mark[i] : 0, mp = m->unit_mark ? m->unit_mark[i - 1] : 0;
+            int mi = m->unit_mark ? m->unit_mark[i] : 0,
+                mp = m->unit_mark ? m->unit_mark[i - 1] : 0;
             const char *ni = m->params[i].name, *np = m->params[i - 1].name;
             size_t ki = unit_key(ni), kp = unit_key(np);
             int same = mi == mp && (mi != 0 || (ki == kp && strncmp(ni, np, ki) == 0));
@@ -301,9 +302,9 @@ accel_status accel__zero3_take_shard(accel_model *m)
     for (int b = 0; b < m->flat.n_buckets; b++) {
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-        accel_status st = accel__dev_copy(m->dev, m->master + m->flat.buckets[b].shard_offset,
-                                          m->weights + po, pc * sizeof(float), ACCEL__COPY_D2D,
-                                          NULL);
+        accel_status st =
+            accel__dev_copy(m->dev, m->master + m->flat.buckets[b].shard_offset, m->weights + po,
+                            pc * sizeof(float), ACCEL__COPY_D2D, NULL);
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);
         }

@@ -4,9 +4,9 @@
  * AdamW (two param groups), a cosine schedule, gradient accumulation 3 and clip_grad_norm 0.3,
  * in fp32, bf16, fp16 (one overflow injected on the last process: every process skips that
  * step), fp32 with a frozen parameter and bf16 compressed communication, and fp32 with
- * sync_each_batch (every micro-step reduces; stages 2-3 within 1e-5 there, see below). Each run is made
- * with stage 0, 1, 2 and 3 in this process, on the same data; the losses of every micro-step and
- * the final weights must match stage 0 BIT FOR BIT: the gradient reduce-scatter and the
+ * sync_each_batch (every micro-step reduces; stages 2-3 within 1e-5 there, see below). Each run is
+ * made with stage 0, 1, 2 and 3 in this process, on the same data; the losses of every micro-step
+ * and the final weights must match stage 0 BIT FOR BIT: the gradient reduce-scatter and the
  * all-reduce combine the processes in rank order with the same arithmetic, the optimizer is
  * element-wise, and the clipping coefficient (a float from a double norm) comes out the same
  * from the shard sums of squares (checked, not assumed: a process count whose shard sums round
@@ -35,10 +35,10 @@ typedef struct result {
     int skipped[STEPS];
     float *weights; /* numel, registration-independent flat order */
     size_t numel;
-    size_t state_nbytes; /* optimizer state of this process */
-    int clipped;         /* clipping scaled the gradients at least once */
+    size_t state_nbytes;              /* optimizer state of this process */
+    int clipped;                      /* clipping scaled the gradients at least once */
     size_t resident_max, full_nbytes; /* stage 3: resident gathered weights after a forward */
-    size_t grad_resident; /* stages 2-3: resident gradient bytes after the last step */
+    size_t grad_resident;             /* stages 2-3: resident gradient bytes after the last step */
 } result;
 
 static nn_gpt_config config(void)
@@ -67,14 +67,14 @@ static void run(int stage, variant v, result *out)
     accel_options o = accel_options_default();
     o.zero_stage = stage;
     o.gradient_accumulation_steps = ACCUM;
-    o.mixed_precision = v == V_BF16   ? ACCEL_PRECISION_BF16
+    o.mixed_precision = v == V_BF16       ? ACCEL_PRECISION_BF16
                         : v == V_FP16_INF ? ACCEL_PRECISION_FP16
                                           : ACCEL_PRECISION_NO;
     if (v == V_FROZEN_COMPRESSED) {
         o.comm_dtype = ACCEL_BF16;
     }
     o.sync_each_batch = v == V_SYNC_EACH; /* every micro-step reduces, accumulation goes on */
-    o.first_bucket_mb = 0.01; /* several buckets, so pieces split parameters */
+    o.first_bucket_mb = 0.01;             /* several buckets, so pieces split parameters */
     o.bucket_cap_mb = 0.03;
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
@@ -149,8 +149,8 @@ static void run(int stage, variant v, result *out)
                 size_t limit =
                     accel__zero_state_numel(m) * 4 + pg * (2 * (size_t)m->flat.n_buckets + 1);
                 size_t resident = accel__pages_resident(m->grad, m->flat.padded_numel * 4);
-                CHECK_MSG(resident <= limit, "%zu bytes of gradients resident, limit %zu",
-                          resident, limit);
+                CHECK_MSG(resident <= limit, "%zu bytes of gradients resident, limit %zu", resident,
+                          limit);
                 out->grad_resident = resident;
             }
         }
