@@ -1,0 +1,284 @@
+/*
+ * The only C++ in accel: Gloo's API is C++, so this file wraps one Gloo TCP context behind the
+ * C functions of gloo_cxx.h. It owns the store adapter (Gloo's rendezvous::Store on top of
+ * accel's TCP store) and the translation of Gloo's exceptions into statuses that name the peer.
+ *
+ * Invariant: no exception leaves this file; every entry point catches everything.
+ */
+#include "gloo_cxx.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gloo/allgatherv.h>
+#include <gloo/alltoallv.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/address.h>
+
+extern "C" {
+#include "comm/store.h"
+}
+
+namespace {
+
+/* Gloo's rendezvous store on accel's: keys get the communicator's prefix; waits have the
+ * communicator's deadline (Gloo's own default would be 30 s whatever ACCEL_TIMEOUT says). */
+class StoreAdapter : public gloo::rendezvous::Store {
+  public:
+    StoreAdapter(accel__store *st, std::string prefix, double timeout_s)
+        : st_(st), prefix_(std::move(prefix)), timeout_s_(timeout_s)
+    {
+    }
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        check(accel__store_set(st_, (prefix_ + key).c_str(), data.data(), data.size()));
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        std::vector<char> buf(ACCEL__STORE_VALUE_MAX);
+        size_t n = 0;
+        check(accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n,
+                               timeout_s_));
+        buf.resize(n);
+        return buf;
+    }
+
+    void wait(const std::vector<std::string> &keys) override
+    {
+        wait(keys, std::chrono::milliseconds((long long)(timeout_s_ * 1000)));
+    }
+
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override
+    {
+        std::vector<std::string> full;
+        std::vector<const char *> ptrs;
+        for (const auto &k : keys) {
+            full.push_back(prefix_ + k);
+        }
+        for (const auto &k : full) {
+            ptrs.push_back(k.c_str());
+        }
+        check(accel__store_wait(st_, ptrs.data(), ptrs.size(), (double)t.count() / 1000.0));
+    }
+
+    accel_status status = ACCEL_OK; /* the store's failure, when one ended the rendezvous */
+
+  private:
+    void check(accel_status st)
+    {
+        if (st != ACCEL_OK) {
+            status = st;
+            throw std::runtime_error(accel_last_error(nullptr));
+        }
+    }
+
+    accel__store *st_;
+    std::string prefix_;
+    double timeout_s_;
+};
+
+/* Gloo's name ("[addr]:port$seq") of rank q's end of its connection with `rank`, from q's
+ * record in the store: the addresses of q's pairs to every other rank, in rank order. */
+std::string peer_name(StoreAdapter &store, int q, int rank, int n_ranks)
+{
+    std::vector<char> all = store.get(std::to_string(q));
+    size_t each = all.size() / (size_t)(n_ranks - 1);
+    size_t at = (size_t)(rank > q ? rank - 1 : rank) * each;
+    std::vector<char> mine(all.begin() + (long)at, all.begin() + (long)(at + each));
+    return gloo::transport::tcp::Address(mine).str();
+}
+
+} // namespace
+
+struct accel__gloo_ctx {
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::vector<std::string> peers; /* Gloo's "[addr]:port$seq" of each rank's end, "" for me */
+    uint32_t tag = 0;
+    std::chrono::milliseconds timeout;
+};
+
+static void set_err(accel__gloo_err *err, const char *what, int peer, int timeout)
+{
+    snprintf(err->msg, sizeof(err->msg), "%s", what);
+    err->peer = peer;
+    err->timeout = timeout;
+}
+
+/* The rank whose address Gloo's message names ("Connection closed by peer [10.0.0.2]:41234$3"),
+ * or -1. Every pair has its own port, so an address names one rank. */
+static int peer_in(const accel__gloo_ctx *g, const char *msg)
+{
+    for (size_t q = 0; q < g->peers.size(); q++) {
+        const std::string &a = g->peers[q];
+        const char *at = a.empty() ? nullptr : strstr(msg, a.c_str());
+        if (at != nullptr && !(at[a.size()] >= '0' && at[a.size()] <= '9')) {
+            return (int)q;
+        }
+    }
+    return -1;
+}
+
+/* Runs f, turning Gloo's exceptions into a status with err set. */
+template <typename F> static accel_status guard(accel__gloo_ctx *g, accel__gloo_err *err, F f)
+{
+    try {
+        f();
+        return ACCEL_OK;
+    } catch (const gloo::IoException &e) {
+        const char *m = e.what();
+        int timeout = strstr(m, "Timed out") != nullptr || strstr(m, "timeout") != nullptr;
+        set_err(err, m, peer_in(g, m), timeout);
+        return timeout ? ACCEL_ETIMEDOUT : ACCEL_EPEER;
+    } catch (const std::exception &e) {
+        set_err(err, e.what(), -1, 0);
+        return ACCEL_EIO;
+    } catch (...) {
+        set_err(err, "unknown C++ exception in Gloo", -1, 0);
+        return ACCEL_EINTERNAL;
+    }
+}
+
+extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store,
+                                            const char *prefix, int rank, int n_ranks,
+                                            const char *ifname, const char *host, double timeout_s,
+                                            accel__gloo_err *err)
+{
+    accel__gloo_ctx *g = nullptr;
+    StoreAdapter adapter(store, prefix, timeout_s);
+    accel_status st = ACCEL_OK;
+    try {
+        g = new accel__gloo_ctx;
+        g->timeout = std::chrono::milliseconds((long long)(timeout_s * 1000));
+        gloo::transport::tcp::attr attr;
+        if (ifname != nullptr) {
+            attr.iface = ifname;
+        } else {
+            attr.hostname = host;
+        }
+        auto dev = gloo::transport::tcp::CreateDevice(attr);
+        g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, n_ranks);
+        g->ctx->setTimeout(g->timeout);
+        g->ctx->connectFullMesh(adapter, dev);
+        g->peers.resize((size_t)n_ranks);
+        for (int q = 0; q < n_ranks; q++) {
+            if (q != rank) {
+                g->peers[(size_t)q] = peer_name(adapter, q, rank, n_ranks);
+            }
+        }
+    } catch (const std::exception &e) {
+        set_err(err, e.what(), -1, adapter.status == ACCEL_ETIMEDOUT);
+        st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
+    } catch (...) {
+        set_err(err, "unknown C++ exception in Gloo", -1, 0);
+        st = ACCEL_EINTERNAL;
+    }
+    if (st != ACCEL_OK) {
+        delete g;
+        return st;
+    }
+    *out = g;
+    return ACCEL_OK;
+}
+
+extern "C" void accel__gloo_free(accel__gloo_ctx *g)
+{
+    try {
+        delete g;
+    } catch (...) {
+        /* A destructor that throws has nothing left to tell us. */
+    }
+}
+
+extern "C" accel_status accel__gloo_alltoallv(accel__gloo_ctx *g, const void *send,
+                                              const size_t *send_nbytes, void *recv,
+                                              const size_t *recv_nbytes, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        const int n = g->ctx->size;
+        std::vector<int64_t> sn(send_nbytes, send_nbytes + n), rn(recv_nbytes, recv_nbytes + n);
+        gloo::AlltoallvOptions o(g->ctx);
+        o.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), sn);
+        o.setOutput(static_cast<uint8_t *>(recv), rn);
+        o.setTag(g->tag++);
+        o.setTimeout(g->timeout);
+        gloo::alltoallv(o);
+    });
+}
+
+extern "C" accel_status accel__gloo_allgatherv(accel__gloo_ctx *g, const void *send, void *recv,
+                                               const size_t *nbytes, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        gloo::AllgathervOptions o(g->ctx);
+        if (send != nullptr) {
+            o.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)),
+                       nbytes[g->ctx->rank]);
+        }
+        o.setOutput(static_cast<uint8_t *>(recv),
+                    std::vector<size_t>(nbytes, nbytes + g->ctx->size));
+        o.setTag(g->tag++);
+        o.setTimeout(g->timeout);
+        gloo::allgatherv(o);
+    });
+}
+
+extern "C" accel_status accel__gloo_broadcast(accel__gloo_ctx *g, void *buf, size_t nbytes,
+                                              int root, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        gloo::BroadcastOptions o(g->ctx);
+        o.setOutput(static_cast<uint8_t *>(buf), nbytes);
+        o.setRoot(root);
+        o.setTag(g->tag++);
+        o.setTimeout(g->timeout);
+        gloo::broadcast(o);
+    });
+}
+
+extern "C" accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nbytes,
+                                           void *recv, int root, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        gloo::GatherOptions o(g->ctx);
+        o.setInput(const_cast<uint8_t *>(static_cast<const uint8_t *>(send)), nbytes);
+        if (g->ctx->rank == root) {
+            o.setOutput(static_cast<uint8_t *>(recv), nbytes * (size_t)g->ctx->size);
+        }
+        o.setRoot(root);
+        o.setTag(g->tag++);
+        o.setTimeout(g->timeout);
+        gloo::gather(o);
+    });
+}
+
+extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        gloo::BarrierOptions o(g->ctx);
+        o.setTag(g->tag++);
+        o.setTimeout(g->timeout);
+        gloo::barrier(o);
+    });
+}
+
+extern "C" void accel__gloo_break(accel__gloo_ctx *g)
+{
+    try {
+        g->ctx->closeConnections();
+    } catch (...) {
+        /* Breaking is best effort: a pair that failed already is closed. */
+    }
+}
