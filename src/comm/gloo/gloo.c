@@ -251,6 +251,9 @@ static accel_status failed(accel__gloo *e, accel_status st, const accel__gloo_er
 
 void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg)
 {
+    if (e == NULL) {
+        return;
+    }
     char m[ACCEL__ERRMSG_NBYTES];
     snprintf(m, sizeof(m), "gloo: aborted by process %d: %s", e->process[e->rank], msg);
     (void)fail(e, st, m);
@@ -480,8 +483,7 @@ static void gloo_destroy(void *impl)
     accel__gloo_close(impl);
 }
 
-/* Symmetric memory across machines is plain memory (accel_alloc_shared still works). */
-static accel_status gloo_mem_alloc(void *impl, size_t nbytes, void **out)
+accel_status accel__gloo_plain_alloc(void *impl, size_t nbytes, void **out)
 {
     (void)impl;
     void *p = accel__aligned_alloc(nbytes > 0 ? nbytes : 64);
@@ -494,7 +496,7 @@ static accel_status gloo_mem_alloc(void *impl, size_t nbytes, void **out)
     return ACCEL_OK;
 }
 
-static accel_status gloo_mem_free(void *impl, void *p)
+accel_status accel__gloo_plain_free(void *impl, void *p)
 {
     (void)impl;
     accel__aligned_free(p);
@@ -506,7 +508,7 @@ const accel__comm_ops accel__gloo_ops = {
     .split = gloo_split,
     .run = gloo_run,
     .abort = gloo_abort,
-    .mem_alloc = gloo_mem_alloc,
-    .mem_free = gloo_mem_free,
+    .mem_alloc = accel__gloo_plain_alloc,
+    .mem_free = accel__gloo_plain_free,
     .destroy = gloo_destroy,
 };

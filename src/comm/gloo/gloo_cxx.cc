@@ -7,7 +7,13 @@
  */
 #include "gloo_cxx.h"
 
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <netinet/in.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -90,15 +96,35 @@ class StoreAdapter : public gloo::rendezvous::Store {
     double timeout_s_;
 };
 
-/* Gloo's name ("[addr]:port$seq") of rank q's end of its connection with `rank`, from q's
- * record in the store: the addresses of q's pairs to every other rank, in rank order. */
-std::string peer_name(StoreAdapter &store, int q, int rank, int n_ranks)
+/* Rank q's end of its connection with `rank`, from q's record in the store: the addresses of
+ * q's pairs to every other rank, in rank order. */
+gloo::transport::tcp::Address peer_address(StoreAdapter &store, int q, int rank, int n_ranks)
 {
     std::vector<char> all = store.get(std::to_string(q));
     size_t each = all.size() / (size_t)(n_ranks - 1);
     size_t at = (size_t)(rank > q ? rank - 1 : rank) * each;
     std::vector<char> mine(all.begin() + (long)at, all.begin() + (long)(at + each));
-    return gloo::transport::tcp::Address(mine).str();
+    return gloo::transport::tcp::Address(mine);
+}
+
+/* Same family, address and port. */
+bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
+{
+    if (a.ss_family != b.ss_family) {
+        return false;
+    }
+    if (a.ss_family == AF_INET) {
+        auto x = reinterpret_cast<const sockaddr_in *>(&a);
+        auto y = reinterpret_cast<const sockaddr_in *>(&b);
+        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a.ss_family == AF_INET6) {
+        auto x = reinterpret_cast<const sockaddr_in6 *>(&a);
+        auto y = reinterpret_cast<const sockaddr_in6 *>(&b);
+        return x->sin6_port == y->sin6_port &&
+               memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
+    }
+    return false;
 }
 
 } // namespace
@@ -106,6 +132,8 @@ std::string peer_name(StoreAdapter &store, int q, int rank, int n_ranks)
 struct accel__gloo_ctx {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::vector<std::string> peers; /* Gloo's "[addr]:port$seq" of each rank's end, "" for me */
+    /* Both ends of every connection (listening addresses), to find its socket in break. */
+    std::vector<sockaddr_storage> ends;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
 };
@@ -175,7 +203,12 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         g->peers.resize((size_t)n_ranks);
         for (int q = 0; q < n_ranks; q++) {
             if (q != rank) {
-                g->peers[(size_t)q] = peer_name(adapter, q, rank, n_ranks);
+                auto peer = peer_address(adapter, q, rank, n_ranks);
+                g->peers[(size_t)q] = peer.str();
+                g->ends.push_back(peer.getSockaddr());
+                auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
+                    g->ctx->getPair(q)->address());
+                g->ends.push_back(self.getSockaddr());
             }
         }
     } catch (const std::exception &e) {
@@ -274,11 +307,41 @@ extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err 
     });
 }
 
+/* Gloo's TCP pair has no public way to fail a wait from another thread, and closing a pair
+ * only unregisters it. Shutting its socket down does both halves: the local event loop reads
+ * end-of-file (failing every wait on the pair here) and the peer reads it too. The sockets are
+ * found by their addresses (a connection's local or remote end is a pair's listening
+ * address). */
 extern "C" void accel__gloo_break(accel__gloo_ctx *g)
 {
     try {
-        g->ctx->closeConnections();
+        DIR *d = opendir("/proc/self/fd");
+        if (d == nullptr) {
+            g->ctx->closeConnections();
+            return;
+        }
+        for (struct dirent *e; (e = readdir(d)) != nullptr;) {
+            int fd = atoi(e->d_name);
+            struct stat st;
+            if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
+                !S_ISSOCK(st.st_mode)) {
+                continue;
+            }
+            sockaddr_storage mine{}, theirs{};
+            socklen_t a = sizeof(mine), b = sizeof(theirs);
+            if (getsockname(fd, (sockaddr *)&mine, &a) != 0 ||
+                getpeername(fd, (sockaddr *)&theirs, &b) != 0) {
+                continue; /* not connected: a listening socket, or not ours */
+            }
+            for (const auto &end : g->ends) {
+                if (same_endpoint(end, mine) || same_endpoint(end, theirs)) {
+                    shutdown(fd, SHUT_RDWR);
+                    break;
+                }
+            }
+        }
+        closedir(d);
     } catch (...) {
-        /* Breaking is best effort: a pair that failed already is closed. */
+        /* Breaking is best effort: a connection that failed already is closed. */
     }
 }

@@ -54,9 +54,8 @@ accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nby
                                 int root, accel__gloo_err *err);
 accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err);
 
-/* Resets every connection of the context (any thread), so that every peer waiting on this rank
- * fails at once. A wait of this rank's own that is in progress is not woken (Gloo's TCP pair
- * offers no public way to): it ends at its deadline or when a peer's reset reaches it. */
+/* Shuts down every connection of the context (any thread): every wait on it, here and on the
+ * peers waiting on this rank, fails at once. */
 void accel__gloo_break(accel__gloo_ctx *g);
 
 #ifdef __cplusplus

@@ -1,0 +1,42 @@
+# Sourced by the multi-machine tests: starts a job of M "machines" x L processes on this host,
+# each process with the environment a multi-machine `accel launch` gives it (RANK, WORLD_SIZE,
+# LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, ACCEL_NUM_MACHINES, MASTER_ADDR, MASTER_PORT), and
+# process 0 serving the store (no launcher here).
+#
+#   machines_start DIR M L [ENV=VALUE...] -- PROG ARGS...   (pids in MACHINE_PIDS, output in
+#                                                            DIR/r<rank>.out and .err)
+#   machines_wait LIMIT_S                                   (0 when every process exited 0;
+#                                                            kills them all after LIMIT_S)
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+MACHINE_PIDS=()
+
+machines_start() {
+    local dir=$1 m=$2 l=$3
+    shift 3
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local port
+    port=$("$B/tests/progs/free_port") || return 1
+    MACHINE_PIDS=()
+    for g in $(seq 0 $((m - 1))); do
+        for lr in $(seq 0 $((l - 1))); do
+            local r=$((g * l + lr))
+            env RANK=$r WORLD_SIZE=$((m * l)) LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$l GROUP_RANK=$g \
+                ACCEL_NUM_MACHINES=$m MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "${envs[@]}" \
+                "$@" >"$dir/r$r.out" 2>"$dir/r$r.err" &
+            MACHINE_PIDS+=($!)
+        done
+    done
+}
+
+machines_wait() {
+    local limit=$1 rc=0
+    (sleep "$limit"; kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null) >/dev/null 2>&1 &
+    local watchdog=$!
+    for p in "${MACHINE_PIDS[@]}"; do
+        wait "$p" || rc=1
+    done
+    kill "$watchdog" 2>/dev/null
+    return $rc
+}
