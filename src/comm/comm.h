@@ -127,6 +127,9 @@ typedef struct accel__comm_config {
     const char *socket_ifname;
     int store_served;
     int restart_count;
+    /* Messages name rank r of this communicator "process process_base + r" (hier's machine-local
+     * shm communicators use their first process's job-wide index); 0 for the job's own. */
+    int process_base;
     accel__log_ctx log;         /* rank prefix and level of the communicator's log lines */
     struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;

@@ -143,7 +143,7 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
     e->log = cfg->log;
     e->cfg = *cfg;
     for (size_t q = 0; q < n; q++) {
-        e->process[q] = process != NULL ? process[q] : (int)q;
+        e->process[q] = process != NULL ? process[q] : cfg->process_base + (int)q;
     }
     snprintf(e->prefix, sizeof(e->prefix), "%s", prefix);
 

@@ -131,12 +131,46 @@ bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
 
 struct accel__gloo_ctx {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
-    std::vector<std::string> peers; /* Gloo's "[addr]:port$seq" of each rank's end, "" for me */
-    /* Both ends of every connection (listening addresses), to find its socket in break. */
-    std::vector<sockaddr_storage> ends;
+    /* Each rank's names in Gloo's messages ("[addr]:port"): the listening address of its end
+     * of our connection, and the remote address of the connected socket (Gloo names the peer
+     * by the latter once connected). */
+    std::vector<std::vector<std::string>> peers;
+    /* Both listening ends of every connection, with the peer's rank, to find its socket. */
+    std::vector<std::pair<sockaddr_storage, int>> ends;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
 };
+
+/* Calls f(fd, rank, remote address) for every connected socket of this process that is one of
+ * g's connections: one whose local or remote end is a listening address of g's pairs. */
+template <typename F> static void for_each_socket(const accel__gloo_ctx *g, F f)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == nullptr) {
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d)) != nullptr;) {
+        int fd = atoi(e->d_name);
+        struct stat st;
+        if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
+            !S_ISSOCK(st.st_mode)) {
+            continue;
+        }
+        sockaddr_storage mine{}, theirs{};
+        socklen_t a = sizeof(mine), b = sizeof(theirs);
+        if (getsockname(fd, (sockaddr *)&mine, &a) != 0 ||
+            getpeername(fd, (sockaddr *)&theirs, &b) != 0) {
+            continue; /* not connected: a listening socket, or not ours */
+        }
+        for (const auto &end : g->ends) {
+            if (same_endpoint(end.first, mine) || same_endpoint(end.first, theirs)) {
+                f(fd, end.second, theirs);
+                break;
+            }
+        }
+    }
+    closedir(d);
+}
 
 static void set_err(accel__gloo_err *err, const char *what, int peer, int timeout)
 {
@@ -145,15 +179,16 @@ static void set_err(accel__gloo_err *err, const char *what, int peer, int timeou
     err->timeout = timeout;
 }
 
-/* The rank whose address Gloo's message names ("Connection closed by peer [10.0.0.2]:41234$3"),
- * or -1. Every pair has its own port, so an address names one rank. */
+/* The rank whose address Gloo's message names ("Connection closed by peer [10.0.0.2]:41234"),
+ * or -1. */
 static int peer_in(const accel__gloo_ctx *g, const char *msg)
 {
     for (size_t q = 0; q < g->peers.size(); q++) {
-        const std::string &a = g->peers[q];
-        const char *at = a.empty() ? nullptr : strstr(msg, a.c_str());
-        if (at != nullptr && !(at[a.size()] >= '0' && at[a.size()] <= '9')) {
-            return (int)q;
+        for (const std::string &a : g->peers[q]) {
+            const char *at = strstr(msg, a.c_str());
+            if (at != nullptr && !(at[a.size()] >= '0' && at[a.size()] <= '9')) {
+                return (int)q;
+            }
         }
     }
     return -1;
@@ -204,13 +239,16 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         for (int q = 0; q < n_ranks; q++) {
             if (q != rank) {
                 auto peer = peer_address(adapter, q, rank, n_ranks);
-                g->peers[(size_t)q] = peer.str();
-                g->ends.push_back(peer.getSockaddr());
+                g->peers[(size_t)q].push_back(peer.str());
+                g->ends.push_back({peer.getSockaddr(), q});
                 auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
                     g->ctx->getPair(q)->address());
-                g->ends.push_back(self.getSockaddr());
+                g->ends.push_back({self.getSockaddr(), q});
             }
         }
+        for_each_socket(g, [&](int, int q, const sockaddr_storage &remote) {
+            g->peers[(size_t)q].push_back(gloo::transport::tcp::Address(remote).str());
+        });
     } catch (const std::exception &e) {
         set_err(err, e.what(), -1, adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
@@ -315,32 +353,7 @@ extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err 
 extern "C" void accel__gloo_break(accel__gloo_ctx *g)
 {
     try {
-        DIR *d = opendir("/proc/self/fd");
-        if (d == nullptr) {
-            g->ctx->closeConnections();
-            return;
-        }
-        for (struct dirent *e; (e = readdir(d)) != nullptr;) {
-            int fd = atoi(e->d_name);
-            struct stat st;
-            if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
-                !S_ISSOCK(st.st_mode)) {
-                continue;
-            }
-            sockaddr_storage mine{}, theirs{};
-            socklen_t a = sizeof(mine), b = sizeof(theirs);
-            if (getsockname(fd, (sockaddr *)&mine, &a) != 0 ||
-                getpeername(fd, (sockaddr *)&theirs, &b) != 0) {
-                continue; /* not connected: a listening socket, or not ours */
-            }
-            for (const auto &end : g->ends) {
-                if (same_endpoint(end, mine) || same_endpoint(end, theirs)) {
-                    shutdown(fd, SHUT_RDWR);
-                    break;
-                }
-            }
-        }
-        closedir(d);
+        for_each_socket(g, [](int fd, int, const sockaddr_storage &) { shutdown(fd, SHUT_RDWR); });
     } catch (...) {
         /* Breaking is best effort: a connection that failed already is closed. */
     }

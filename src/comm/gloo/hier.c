@@ -62,8 +62,7 @@ static accel_status inner(hier *h, const accel__coll *op)
     accel_status st = accel__shm_ops.run(h->shm, op);
     if (st != ACCEL_OK) {
         char msg[ACCEL__ERRMSG_NBYTES];
-        snprintf(msg, sizeof(msg), "hier: machine %d (processes %d..%d): %s", h->node,
-                 h->node * h->L, h->node * h->L + h->L - 1, accel_last_error(NULL));
+        snprintf(msg, sizeof(msg), "hier: machine %d: %s", h->node, accel_last_error(NULL));
         accel__gloo_abort(h->cross, st, msg);
         return accel__seterr(NULL, st, "%s", msg);
     }
@@ -512,6 +511,7 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
         in.rank = l;
         in.n_ranks = L;
         in.job_id = inner_id;
+        in.process_base = h->node * L;
         st = accel__shm_ops.init(&in, &h->shm);
     }
     int *process = accel__calloc((size_t)h->n_nodes, sizeof(int));
