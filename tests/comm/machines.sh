@@ -5,10 +5,20 @@
 #
 #   machines_start DIR M L [ENV=VALUE...] -- PROG ARGS...   (pids in MACHINE_PIDS, output in
 #                                                            DIR/r<rank>.out and .err)
+#   gloo_built                                              (else says why it skips)
 #   machines_wait LIMIT_S                                   (0 when every process exited 0;
 #                                                            kills them all after LIMIT_S)
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 MACHINE_PIDS=()
+
+# 0 when this build has the gloo backend (else the tests skip, saying so).
+gloo_built() {
+    if "$B/accel" env 2>/dev/null | grep -q "Communication backends:.*gloo"; then
+        return 0
+    fi
+    echo "skip: this build has no gloo backend (apt-get install libgloo-dev, then rebuild)"
+    return 1
+}
 
 machines_start() {
     local dir=$1 m=$2 l=$3

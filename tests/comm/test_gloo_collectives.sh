@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The collective suite across "machines" (issue 16): jobs of M machines x L processes on this
+# host, started with the environment a multi-machine accel launch gives (tests/comm/machines.sh).
+#  - gloo (the default with one process per machine), 2 x 1 and 3 x 1: tests/dist/test_collectives
+#    (every collective x dtype x op, in and out of place, checked against the exact result) and
+#    tests/dist/test_comm_backends (random inputs, wire dtypes: bit-identical to the rank-order
+#    reference that the shm backend is held to, so gloo and shm agree bit for bit);
+#  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
+#  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
+#    test_collectives with the floating-point results checked in hier's association (a
+#    machine's processes first, then the machines).
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/machines.sh"
+gloo_built || exit 77
+tmp=$(mktemp -d)
+trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+run() { # name M L [ENV=VALUE...] -- PROG
+    local name=$1 m=$2 l=$3
+    shift 3
+    mkdir -p "$tmp/$name"
+    machines_start "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    if ! machines_wait 250; then
+        echo "FAIL: $name"
+        for f in "$tmp/$name"/*; do echo "== $f"; tail -n 20 "$f"; done
+        exit 1
+    fi
+    echo "$name: $(cat "$tmp/$name/r0.out")"
+}
+
+run gloo-2x1-collectives 2 1 -- "$B/tests/test_collectives"
+grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did not pick gloo"; exit 1; }
+run gloo-2x1-backends 2 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-3x1-backends 3 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-2x2-backends 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
+grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
+run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"
+echo "test_gloo_collectives: ok"
