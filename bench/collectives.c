@@ -12,6 +12,10 @@
  * above ACCEL_SHM_ZEROCOPY_NBYTES (the way the training module's gradient buffer is used).
  *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
+ *                                                         [--backend shm|gloo|hier|...]
+ *
+ * --backend forces a backend (accel_options.backend; default: accel's choice). For hier, start
+ * the processes as several machines (accel launch --num_machines, docs/comm.md).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,9 +120,12 @@ int main(int argc, char **argv)
 {
     size_t max_mib = 256;
     int only = -1;
+    accel_options o = accel_options_default();
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--max-mib") == 0) {
             max_mib = (size_t)atol(argv[i + 1]);
+        } else if (strcmp(argv[i], "--backend") == 0) {
+            o.backend = argv[i + 1];
         } else if (strcmp(argv[i], "--coll") == 0) {
             for (int c = 0; c < 4; c++) {
                 if (strcmp(argv[i + 1], coll_names[c]) == 0) {
@@ -128,7 +135,7 @@ int main(int argc, char **argv)
         }
     }
     accel *acc;
-    CHECK_ACC(NULL, accel_init(&acc, NULL));
+    CHECK_ACC(NULL, accel_init(&acc, &o));
     int n = accel_num_processes(acc), rank = accel_process_index(acc);
     size_t max_nbytes = max_mib << 20;
     float *send = malloc(max_nbytes), *recv = malloc(max_nbytes);

@@ -9,7 +9,9 @@
  * rank), a reduction of block r with accel's kernels in rank order (fp32 accumulation for the
  * 16-bit dtypes, the wire dtype's rounding), and an allgather of the reduced blocks. That moves
  * what a ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to
- * every other backend. Reduce is that allreduce, kept at the root; the rest are Gloo's own.
+ * every other backend. Small allreduces (all inputs together <= 64 KiB) take one round trip:
+ * every rank gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at
+ * the root; the rest are Gloo's own.
  *
  * Failures: the first process that sees one (a connection closed by a dead peer, a deadline)
  * records its diagnosis in the store ("<prefix>abort"), then resets all its connections, so
@@ -308,10 +310,37 @@ static accel_status reduce_blocks(accel__gloo *e, const accel__coll *op, accel_d
     return ACCEL_OK;
 }
 
+/* Small messages: one round trip instead of two (latency, not bandwidth, is what they cost):
+ * every rank gathers every input and reduces them all, in rank order. */
+#define ONESHOT_NBYTES ((size_t)64 << 10)
+
+static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, void *out,
+                                      const char *what)
+{
+    const int n = e->n_ranks;
+    const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
+    char *all = NULL;
+    ACCEL_TRY(scratch(e, 0, nb * (size_t)n + 1, (void **)&all));
+    for (int q = 0; q < n; q++) {
+        e->recv_nbytes[q] = nb;
+        e->in[q] = all + (size_t)q * nb;
+    }
+    GLOO_CALL(what, accel__gloo_allgatherv, e->g, op->send, all, e->recv_nbytes);
+    if (op->wire != ACCEL_F32) {
+        accel__reduce_wire(op->wire, op->op, out, NULL, e->in, n, op->count, n);
+    } else {
+        accel__reduce(op->dtype, op->op, out, NULL, e->in, n, op->count, n);
+    }
+    return ACCEL_OK;
+}
+
 /* Allreduce into out (the user's recv, or scratch for a non-root reduce). */
 static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
 {
     const int n = e->n_ranks;
+    if (op->count * accel_dtype_nbytes(op->dtype) * (size_t)n <= ONESHOT_NBYTES) {
+        return allreduce_oneshot(e, op, out, what);
+    }
     size_t off_me = 0;
     for (int q = 0; q < n; q++) {
         size_t off;
