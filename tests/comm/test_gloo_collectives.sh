@@ -8,7 +8,10 @@
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
 #  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
 #    test_collectives with the floating-point results checked in hier's association (a
-#    machine's processes first, then the machines).
+#    machine's processes first, then the machines);
+#  - the store served by another process (ACCEL_STORE_SERVED=1, as a multi-machine accel launch
+#    does), job id and restart count set: gloo 2 x 1 and hier 2 x 2 rendezvous as clients only,
+#    twice on one store (the second as restart 1), checking every allreduce.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,4 +41,17 @@ run gloo-2x2-backends 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backend
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
 grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
 run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"
+store_port=$("$B/tests/progs/free_port")
+"$B/tests/progs/store_serve" "$store_port" >"$tmp/store.out" 2>&1 &
+store_pid=$!
+trap 'kill -9 "${MACHINE_PIDS[@]}" "$store_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+for i in $(seq 50); do grep -q ready "$tmp/store.out" && break; sleep 0.1; done
+for restart in 0 1; do
+    for ml in "2 1" "2 2"; do
+        set -- $ml
+        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 MASTER_PORT="$store_port" \
+            ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- "$B/tests/progs/allreduce_loop" \
+            --iters 20 --count 300000
+    done
+done
 echo "test_gloo_collectives: ok"
