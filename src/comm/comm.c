@@ -28,7 +28,7 @@ extern const accel__comm_ops accel__hier_ops;
 #define GLOO_BUILT 0, 0, NULL
 #define HIER_BUILT 0, 0, NULL
 #define GLOO_MISSING                                                                               \
-    ": not in this build (it needs Debian's libgloo-dev at build time: apt-get install "          \
+    ": not in this build (it needs Debian's libgloo-dev at build time: apt-get install "           \
     "libgloo-dev, then rebuild)"
 #endif
 
@@ -41,8 +41,8 @@ const accel__comm_backend accel__comm_backends[] = {
     {"mpi", 0, 0, NULL, "many machines over Open MPI: not implemented yet (a later issue)"},
     {"gloo", GLOO_BUILT, "many machines over TCP, through Gloo" GLOO_MISSING},
     {"hier", HIER_BUILT,
-     "several machines with several processes each: shm inside a machine, gloo across"
-     GLOO_MISSING},
+     "several machines with several processes each: shm inside a machine, gloo "
+     "across" GLOO_MISSING},
     {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,
      "CUDA GPUs over NCCL: not implemented yet (a later issue)"},
     {NULL, 0, 0, NULL, NULL},

@@ -184,8 +184,8 @@ accel_status accel__shm_check_abort(accel__shm *s)
         const accel__shm_line *l = &s->lines[rank];
         accel_status st = (accel_status)l->abort_status;
         return accel__seterr(NULL, st < 0 ? st : ACCEL_EPEER,
-                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what,
-                             who, pid, (int)sizeof(l->abort_msg), l->abort_msg);
+                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what, who,
+                             pid, (int)sizeof(l->abort_msg), l->abort_msg);
     }
     case ACCEL__SHM_TIMEOUT:
         break;
@@ -417,10 +417,10 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
         if (r != s->rank &&
             !reached(atomic_load_explicit(&s->lines[r].progress, memory_order_acquire), step)) {
             first = first < 0 ? r : first;
-            len += (size_t)snprintf(
-                list + len, sizeof(list) - len, "%sprocess %d (pid %d)", len ? ", " : "",
-                s->process_base + r,
-                (int)atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed));
+            len +=
+                (size_t)snprintf(list + len, sizeof(list) - len, "%sprocess %d (pid %d)",
+                                 len ? ", " : "", s->process_base + r,
+                                 (int)atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed));
         }
     }
     if (first < 0) {

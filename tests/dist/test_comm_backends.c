@@ -313,8 +313,8 @@ int main(void)
     setenv("ACCEL_SHM_ZEROCOPY_NBYTES", "65536", 1);
     /* ACCEL_TEST_BACKEND runs the cases on another backend with several processes (the
      * multi-machine tests: gloo, whose rank-order reductions match shm's bit for bit). */
-    const char *backend = getenv("ACCEL_TEST_BACKEND") != NULL ? getenv("ACCEL_TEST_BACKEND")
-                                                               : "shm";
+    const char *backend =
+        getenv("ACCEL_TEST_BACKEND") != NULL ? getenv("ACCEL_TEST_BACKEND") : "shm";
     rank = env_int("RANK", 0);
     n_ranks = env_int("WORLD_SIZE", 1);
     uint64_t zc;

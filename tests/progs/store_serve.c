@@ -16,8 +16,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: store_serve PORT\n");
         return 2;
     }
-    accel__store_config cfg = {.addr = "127.0.0.1", .port = atoi(argv[1]), .serve = 1,
-                               .timeout_s = 10};
+    accel__store_config cfg = {
+        .addr = "127.0.0.1", .port = atoi(argv[1]), .serve = 1, .timeout_s = 10};
     accel__store *st;
     if (accel__store_open(&st, &cfg) != ACCEL_OK) {
         fprintf(stderr, "store_serve: cannot serve port %s\n", argv[1]);

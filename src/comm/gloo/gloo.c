@@ -41,7 +41,6 @@ struct accel__gloo {
     int *process; /* the job-wide process index of each rank, for messages */
     double timeout_s;
     accel__log_ctx log;
-    accel__comm_config cfg; /* strings borrowed from the front end (valid while we live) */
     accel__store *store;
     pthread_mutex_t mu; /* the failure record and the store (abort may come from any thread) */
     char prefix[400];
@@ -121,8 +120,8 @@ void accel__gloo_close(accel__gloo *e)
     accel__free(e);
 }
 
-accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
-                              const char *prefix, int serve, const int *process)
+accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
+                              int serve, const int *process)
 {
     accel__gloo *e = accel__calloc(1, sizeof(*e));
     const size_t n = (size_t)cfg->n_ranks;
@@ -135,7 +134,8 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
     e->send_nbytes = accel__calloc(n, sizeof(size_t));
     e->recv_nbytes = accel__calloc(n, sizeof(size_t));
     e->in = accel__calloc(n, sizeof(void *));
-    if (e->process == NULL || e->cnt == NULL || e->send_nbytes == NULL || e->recv_nbytes == NULL || e->in == NULL) {
+    if (e->process == NULL || e->cnt == NULL || e->send_nbytes == NULL || e->recv_nbytes == NULL ||
+        e->in == NULL) {
         accel__gloo_close(e);
         return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory");
     }
@@ -143,29 +143,27 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
     e->n_ranks = cfg->n_ranks;
     e->timeout_s = cfg->timeout_s;
     e->log = cfg->log;
-    e->cfg = *cfg;
     for (size_t q = 0; q < n; q++) {
         e->process[q] = process != NULL ? process[q] : cfg->process_base + (int)q;
     }
     snprintf(e->prefix, sizeof(e->prefix), "%s", prefix);
 
     char host[64] = "";
-    accel_status st = ACCEL_OK;
-    if (cfg->socket_ifname == NULL) {
+    accel__store_config sc = {.addr = cfg->master_addr,
+                              .port = cfg->master_port,
+                              .serve = serve,
+                              .timeout_s = cfg->timeout_s};
+    accel_status st = accel__store_open(&e->store, &sc);
+    if (st == ACCEL_OK && cfg->socket_ifname == NULL) {
         st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host));
-    }
-    if (st == ACCEL_OK) {
-        accel__store_config sc = {.addr = cfg->master_addr,
-                                  .port = cfg->master_port,
-                                  .serve = serve,
-                                  .timeout_s = cfg->timeout_s};
-        st = accel__store_open(&e->store, &sc);
     }
     if (st == ACCEL_OK) {
         accel__gloo_err err;
         st = accel__gloo_connect(&e->g, e->store, e->prefix, e->rank, e->n_ranks,
                                  cfg->socket_ifname, host, cfg->timeout_s, &err);
-        if (st != ACCEL_OK) {
+        if (st == ACCEL_EPEER && err.peer < 0) {
+            st = accel__seterr(NULL, st, "%s", err.msg); /* another process's published failure */
+        } else if (st != ACCEL_OK) {
             st = accel__seterr(NULL, st,
                                "gloo: process %d could not connect to the other %d processes "
                                "through the store at %s:%d (listening on %s): %s",
@@ -173,6 +171,14 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
                                cfg->master_port,
                                cfg->socket_ifname != NULL ? cfg->socket_ifname : host, err.msg);
         }
+    }
+    if (st != ACCEL_OK && st != ACCEL_EPEER && e->store != NULL) {
+        /* The others are waiting for this process: end their wait with the reason. */
+        char key[sizeof(e->prefix) + 16], why[ACCEL__ERRMSG_NBYTES];
+        snprintf(key, sizeof(key), "%ssetup_failed", e->prefix);
+        snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
+        (void)accel__store_set(e->store, key, why, strlen(why));
+        accel__seterr(NULL, st, "%s", why);
     }
     if (st != ACCEL_OK) {
         /* Process 0's server stays up so that the others fail on their own deadline with a
@@ -243,8 +249,8 @@ static accel_status failed(accel__gloo *e, accel_status st, const accel__gloo_er
     } else if (st == ACCEL_ETIMEDOUT) {
         snprintf(msg, sizeof(msg),
                  "gloo: %s on process %d timed out after %g s waiting for %s%d (%s)", what, me,
-                 e->timeout_s, err->peer >= 0 ? "process " : "a peer, ", err->peer >= 0
-                 ? e->process[err->peer] : -1, err->msg);
+                 e->timeout_s, err->peer >= 0 ? "process " : "a peer, ",
+                 err->peer >= 0 ? e->process[err->peer] : -1, err->msg);
     } else {
         snprintf(msg, sizeof(msg), "gloo: %s failed on process %d: %s", what, me, err->msg);
     }
@@ -357,7 +363,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
         void *w = NULL;
         ACCEL_TRY(scratch(e, 1, op->count * es + 1, &w));
         (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(w, op->send,
-                                                                             op->count);
+                                                                              op->count);
         data = result = w;
     }
     ACCEL_TRY(reduce_blocks(e, op, dt, data, e->cnt, (char *)result + off_me * es, what));
@@ -367,7 +373,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
     if (op->wire != ACCEL_F32) {
         (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, result,
-                                                                             op->count);
+                                                                              op->count);
     }
     return ACCEL_OK;
 }
@@ -417,7 +423,8 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     case ACCEL__COLL_GATHER: {
         const void *send = op->send;
         if (me == op->root && send == (const char *)op->recv + (size_t)me * nb) {
-            void *copy = NULL; /* Gloo copies the root's own block with memcpy: no overlap allowed */
+            void *copy =
+                NULL; /* Gloo copies the root's own block with memcpy: no overlap allowed */
             ACCEL_TRY(scratch(e, 1, nb + 1, &copy));
             memcpy(copy, send, nb);
             send = copy;
@@ -440,11 +447,10 @@ static _Atomic unsigned n_worlds;
 static accel_status gloo_init(const accel__comm_config *cfg, void **impl)
 {
     char prefix[400];
-    snprintf(prefix, sizeof(prefix), "%.300s/%d/gloo/w%u/",
-             cfg->job_id != NULL ? cfg->job_id : "", cfg->restart_count,
-             atomic_fetch_add(&n_worlds, 1));
-    return accel__gloo_open((accel__gloo **)impl, cfg, prefix,
-                            !cfg->store_served && cfg->rank == 0, NULL);
+    snprintf(prefix, sizeof(prefix), "%.300s/%d/gloo/w%u/", cfg->job_id != NULL ? cfg->job_id : "",
+             cfg->restart_count, atomic_fetch_add(&n_worlds, 1));
+    return accel__gloo_open((accel__gloo **)impl, cfg, prefix, !cfg->store_served && cfg->rank == 0,
+                            NULL);
 }
 
 /* Each child connects its members under its own keys; then every member of the parent learns
@@ -456,7 +462,8 @@ static accel_status gloo_split(void *impl, const accel__comm_split_info *how, vo
     const unsigned long long k = ++e->n_splits;
     int32_t *all = accel__calloc((size_t)e->n_ranks, sizeof(int32_t));
     int *process = how->cfg != NULL ? accel__calloc((size_t)how->cfg->n_ranks, sizeof(int)) : NULL;
-    accel_status st = all == NULL || (how->cfg != NULL && process == NULL) ? ACCEL_ENOMEM : ACCEL_OK;
+    accel_status st =
+        all == NULL || (how->cfg != NULL && process == NULL) ? ACCEL_ENOMEM : ACCEL_OK;
     if (st != ACCEL_OK) {
         accel__free(all);
         accel__free(process);

@@ -13,8 +13,8 @@ typedef struct accel__gloo accel__gloo;
  * by this process when `serve`), under keys starting with `prefix` (unique to this
  * communicator in the job). process[q] is the job-wide index of rank q, used in messages (NULL:
  * q itself). Collective; every wait has cfg->timeout_s. */
-accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg,
-                              const char *prefix, int serve, const int *process);
+accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
+                              int serve, const int *process);
 /* Runs one collective (comm.h semantics, bit-identical to the other backends). */
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
 /* Breaks the communicator on every member (any thread): the failure is recorded in the store

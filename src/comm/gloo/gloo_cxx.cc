@@ -8,13 +8,13 @@
 #include "gloo_cxx.h"
 
 #include <dirent.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <netinet/in.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -29,18 +29,20 @@
 #include <gloo/gather.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
 
 extern "C" {
 #include "comm/store.h"
 }
 
-namespace {
+namespace
+{
 
 /* Gloo's rendezvous store on accel's: keys get the communicator's prefix; waits have the
  * communicator's deadline (Gloo's own default would be 30 s whatever ACCEL_TIMEOUT says). */
-class StoreAdapter : public gloo::rendezvous::Store {
+class StoreAdapter : public gloo::rendezvous::Store
+{
   public:
     StoreAdapter(accel__store *st, std::string prefix, double timeout_s)
         : st_(st), prefix_(std::move(prefix)), timeout_s_(timeout_s)
@@ -56,8 +58,8 @@ class StoreAdapter : public gloo::rendezvous::Store {
     {
         std::vector<char> buf(ACCEL__STORE_VALUE_MAX);
         size_t n = 0;
-        check(accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n,
-                               timeout_s_));
+        check(
+            accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n, timeout_s_));
         buf.resize(n);
         return buf;
     }
@@ -67,6 +69,9 @@ class StoreAdapter : public gloo::rendezvous::Store {
         wait(keys, std::chrono::milliseconds((long long)(timeout_s_ * 1000)));
     }
 
+    /* Waits in slices, so that a process whose setup failed (it publishes "setup_failed", see
+     * gloo.c) ends everyone's wait at once with its message instead of leaving them to the
+     * deadline. */
     void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override
     {
         std::vector<std::string> full;
@@ -77,7 +82,27 @@ class StoreAdapter : public gloo::rendezvous::Store {
         for (const auto &k : full) {
             ptrs.push_back(k.c_str());
         }
-        check(accel__store_wait(st_, ptrs.data(), ptrs.size(), (double)t.count() / 1000.0));
+        const auto deadline = std::chrono::steady_clock::now() + t;
+        for (;;) {
+            auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
+            double slice = left.count() < 0.5 ? left.count() : 0.5;
+            accel_status st =
+                accel__store_wait(st_, ptrs.data(), ptrs.size(), slice > 0 ? slice : 0);
+            if (st != ACCEL_ETIMEDOUT && st != ACCEL_ENOTFOUND) {
+                check(st);
+                return;
+            }
+            std::vector<char> why(1024);
+            size_t n = 0;
+            if (accel__store_get(st_, (prefix_ + "setup_failed").c_str(), why.data(),
+                                 why.size() - 1, &n, 0) == ACCEL_OK) {
+                status = ACCEL_EPEER;
+                throw std::runtime_error(std::string(why.data(), n));
+            }
+            if (slice <= 0) {
+                check(st);
+            }
+        }
     }
 
     accel_status status = ACCEL_OK; /* the store's failure, when one ended the rendezvous */
@@ -152,8 +177,7 @@ template <typename F> static void for_each_socket(const accel__gloo_ctx *g, F f)
     for (struct dirent *e; (e = readdir(d)) != nullptr;) {
         int fd = atoi(e->d_name);
         struct stat st;
-        if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) != 0 ||
-            !S_ISSOCK(st.st_mode)) {
+        if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
             continue;
         }
         sockaddr_storage mine{}, theirs{};

@@ -101,7 +101,8 @@ static void *worker(void *arg)
         accel_status st = accel__gloo_run(h->cross, &job);
         pthread_mutex_lock(&h->mu);
         h->job_st = st;
-        snprintf(h->job_msg, sizeof(h->job_msg), "%s", st != ACCEL_OK ? accel_last_error(NULL) : "");
+        snprintf(h->job_msg, sizeof(h->job_msg), "%s",
+                 st != ACCEL_OK ? accel_last_error(NULL) : "");
         h->pending = 0;
         pthread_cond_broadcast(&h->cv);
     }
@@ -235,8 +236,8 @@ static accel_status pipeline_step(hier *h, accel_dtype wide, accel_reduce_op rop
             ACCEL_TRY(wait_across(h));
         }
         char *pshard = w + (prev_off + (size_t)h->l * prev_s) * es;
-        accel__coll ag = ACCEL__COLL(ACCEL__COLL_ALLGATHER, pshard, w + prev_off * es, prev_s,
-                                     wide, ACCEL_SUM, 0);
+        accel__coll ag = ACCEL__COLL(ACCEL__COLL_ALLGATHER, pshard, w + prev_off * es, prev_s, wide,
+                                     ACCEL_SUM, 0);
         ACCEL_TRY(inner(h, &ag));
     }
     if (s > 0) {
@@ -304,7 +305,8 @@ static accel_status reduce_scatter(hier *h, const accel__coll *op)
     one.count = c;
     for (size_t m = 0; m < M; m++) {
         for (size_t l = 0; l < L; l++) {
-            const char *src = (const char *)op->send + (m * L + l) * c * accel_dtype_nbytes(op->dtype);
+            const char *src =
+                (const char *)op->send + (m * L + l) * c * accel_dtype_nbytes(op->dtype);
             ACCEL_TRY(load(&one, wide, w + (l * M + m) * block, src));
         }
     }
@@ -327,7 +329,8 @@ static accel_status allgather(hier *h, const accel__coll *op)
     char *part = (char *)op->recv + (size_t)h->node * L * nb;
     accel__coll ag = ACCEL__COLL(ACCEL__COLL_ALLGATHER, op->send, part, nb, ACCEL_U8, ACCEL_SUM, 0);
     ACCEL_TRY(inner(h, &ag));
-    accel__coll x = ACCEL__COLL(ACCEL__COLL_ALLGATHER, part, op->recv, L * nb, ACCEL_U8, ACCEL_SUM, 0);
+    accel__coll x =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, part, op->recv, L * nb, ACCEL_U8, ACCEL_SUM, 0);
     return across(h, &x);
 }
 
@@ -340,12 +343,12 @@ static accel_status broadcast(hier *h, const accel__coll *op)
         memcpy(op->recv, op->send, nb);
     }
     if (h->l == rl) {
-        accel__coll x = ACCEL__COLL(ACCEL__COLL_BROADCAST, op->recv, op->recv, nb, ACCEL_U8,
-                                    ACCEL_SUM, rnode);
+        accel__coll x =
+            ACCEL__COLL(ACCEL__COLL_BROADCAST, op->recv, op->recv, nb, ACCEL_U8, ACCEL_SUM, rnode);
         ACCEL_TRY(across(h, &x));
     }
-    accel__coll b = ACCEL__COLL(ACCEL__COLL_BROADCAST, op->recv, op->recv, nb, ACCEL_U8, ACCEL_SUM,
-                                rl);
+    accel__coll b =
+        ACCEL__COLL(ACCEL__COLL_BROADCAST, op->recv, op->recv, nb, ACCEL_U8, ACCEL_SUM, rl);
     return inner(h, &b);
 }
 
@@ -361,8 +364,8 @@ static accel_status gather(hier *h, const accel__coll *op)
     accel__coll g = ACCEL__COLL(ACCEL__COLL_GATHER, op->send, part, nb, ACCEL_U8, ACCEL_SUM, rl);
     ACCEL_TRY(inner(h, &g));
     if (h->l == rl) {
-        accel__coll x = ACCEL__COLL(ACCEL__COLL_GATHER, part, op->recv, L * nb, ACCEL_U8,
-                                    ACCEL_SUM, rnode);
+        accel__coll x =
+            ACCEL__COLL(ACCEL__COLL_GATHER, part, op->recv, L * nb, ACCEL_U8, ACCEL_SUM, rnode);
         ACCEL_TRY(across(h, &x));
     }
     return ACCEL_OK;
@@ -495,8 +498,10 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
     accel_status st = ACCEL_OK;
     /* Without a launcher's store, process 0 serves it for the life of the communicator. */
     if (!cfg->store_served && cfg->rank == 0) {
-        accel__store_config sc = {.addr = cfg->master_addr, .port = cfg->master_port,
-                                  .serve = 1, .timeout_s = cfg->timeout_s};
+        accel__store_config sc = {.addr = cfg->master_addr,
+                                  .port = cfg->master_port,
+                                  .serve = 1,
+                                  .timeout_s = cfg->timeout_s};
         st = accel__store_open(&h->store, &sc);
     }
     char key[128] = "";
