@@ -6,6 +6,11 @@
 #    tests/dist/test_comm_backends (random inputs, wire dtypes: bit-identical to the rank-order
 #    reference that the shm backend is held to, so gloo and shm agree bit for bit);
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
+#  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
+#    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
+#    that breaks one group only
+#    (an error on every member, never Gloo's abort of the process), abort from another thread
+#    waking a waiter on every process;
 #  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
 #    test_collectives with the floating-point results checked in hier's association (a
 #    machine's processes first, then the machines);
@@ -38,6 +43,7 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 run gloo-2x1-backends 2 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
 run gloo-3x1-backends 3 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
 run gloo-2x2-backends 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
 grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
 run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"

@@ -48,6 +48,9 @@ static accel__comm *world_new(void)
     cfg.local_rank = env_int("LOCAL_RANK", 0);
     cfg.local_n_ranks = env_int("LOCAL_WORLD_SIZE", 1);
     cfg.backend = n_ranks == 1 ? "self" : "shm";
+    if (getenv("ACCEL_TEST_BACKEND") != NULL) { /* tests/comm/test_gloo_collectives.sh */
+        cfg.backend = getenv("ACCEL_TEST_BACKEND");
+    }
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR");
     cfg.master_port = env_int("MASTER_PORT", 29500);

@@ -263,7 +263,8 @@ void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg)
         return;
     }
     char m[ACCEL__ERRMSG_NBYTES];
-    snprintf(m, sizeof(m), "gloo: aborted by process %d: %s", e->process[e->rank], msg);
+    snprintf(m, sizeof(m), "gloo: process %d aborted the communicator: %s", e->process[e->rank],
+             msg);
     (void)fail(e, st, m);
 }
 
@@ -378,6 +379,74 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     return ACCEL_OK;
 }
 
+/* ---- the call check ---- */
+
+/* A collective as every member declares it; fields that do not apply to the kind are 0. */
+typedef struct call_desc {
+    uint64_t count, total;
+    int32_t kind, dtype, op, root, wire, pad;
+} call_desc;
+
+static call_desc describe(const accel__coll *op)
+{
+    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
+                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
+    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
+                       op->kind == ACCEL__COLL_GATHER;
+    call_desc d;
+    memset(&d, 0, sizeof(d));
+    d.kind = (int32_t)op->kind;
+    if (op->kind != ACCEL__COLL_BARRIER) {
+        d.count = op->count;
+        d.total = op->total;
+        d.dtype = (int32_t)op->dtype;
+        d.op = reducing ? (int32_t)op->op : 0;
+        d.root = rooted ? op->root : 0;
+        d.wire = (int32_t)op->wire;
+    }
+    return d;
+}
+
+/* Every member's declaration of the call, compared before any data moves: Gloo's transport
+ * aborts the process when a message is larger than the buffer posted for it, so a mismatched
+ * call must never reach it. Every member sees the same table and fails alike (ACCEL_EINVAL,
+ * naming two calls), without touching the connections. */
+static accel_status check_call(accel__gloo *e, const accel__coll *op, const char *what)
+{
+    const int n = e->n_ranks;
+    call_desc mine = describe(op), *all = NULL;
+    ACCEL_TRY(scratch(e, 0, sizeof(call_desc) * (size_t)n, (void **)&all));
+    for (int q = 0; q < n; q++) {
+        e->recv_nbytes[q] = sizeof(call_desc);
+    }
+    GLOO_CALL(what, accel__gloo_allgatherv, e->g, &mine, all, e->recv_nbytes);
+    for (int q = 1; q < n; q++) {
+        if (memcmp(&all[q], &all[0], sizeof(call_desc)) != 0) {
+            char a[160], b[160];
+            accel__coll c0 = {.kind = (accel__coll_kind)all[0].kind, .count = all[0].count,
+                              .total = all[0].total, .dtype = (accel_dtype)all[0].dtype,
+                              .op = (accel_reduce_op)all[0].op, .root = all[0].root,
+                              .wire = (accel_dtype)all[0].wire};
+            accel__coll cq = {.kind = (accel__coll_kind)all[q].kind, .count = all[q].count,
+                              .total = all[q].total, .dtype = (accel_dtype)all[q].dtype,
+                              .op = (accel_reduce_op)all[q].op, .root = all[q].root,
+                              .wire = (accel_dtype)all[q].wire};
+            accel__coll_str(&c0, n, a, sizeof(a));
+            accel__coll_str(&cq, n, b, sizeof(b));
+            pthread_mutex_lock(&e->mu);
+            e->broken_st = ACCEL_EINVAL;
+            snprintf(e->broken_msg, sizeof(e->broken_msg),
+                     "gloo: collective mismatch: process %d called %s, process %d called %s "
+                     "(every process must make the same collective calls in the same order)",
+                     e->process[0], a, e->process[q], b);
+            atomic_store(&e->broken, 1);
+            pthread_mutex_unlock(&e->mu);
+            return accel__seterr(NULL, ACCEL_EINVAL, "%s", e->broken_msg);
+        }
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
 {
     if (atomic_load(&e->broken)) {
@@ -385,6 +454,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     }
     char what[160];
     accel__coll_str(op, e->n_ranks, what, sizeof(what));
+    ACCEL_TRY(check_call(e, op, what));
     const int n = e->n_ranks, me = e->rank;
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
     switch (op->kind) {

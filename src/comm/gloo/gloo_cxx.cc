@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -160,15 +161,15 @@ struct accel__gloo_ctx {
      * of our connection, and the remote address of the connected socket (Gloo names the peer
      * by the latter once connected). */
     std::vector<std::vector<std::string>> peers;
-    /* Both listening ends of every connection, with the peer's rank, to find its socket. */
-    std::vector<std::pair<sockaddr_storage, int>> ends;
+    /* The sockets of this context's connections (inodes), found right after connecting. */
+    std::vector<ino_t> sockets;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
 };
 
-/* Calls f(fd, rank, remote address) for every connected socket of this process that is one of
- * g's connections: one whose local or remote end is a listening address of g's pairs. */
-template <typename F> static void for_each_socket(const accel__gloo_ctx *g, F f)
+/* Calls f(fd, inode, local address, remote address) for every connected socket of this
+ * process. */
+template <typename F> static void for_each_socket(F f)
 {
     DIR *d = opendir("/proc/self/fd");
     if (d == nullptr) {
@@ -182,15 +183,9 @@ template <typename F> static void for_each_socket(const accel__gloo_ctx *g, F f)
         }
         sockaddr_storage mine{}, theirs{};
         socklen_t a = sizeof(mine), b = sizeof(theirs);
-        if (getsockname(fd, (sockaddr *)&mine, &a) != 0 ||
-            getpeername(fd, (sockaddr *)&theirs, &b) != 0) {
-            continue; /* not connected: a listening socket, or not ours */
-        }
-        for (const auto &end : g->ends) {
-            if (same_endpoint(end.first, mine) || same_endpoint(end.first, theirs)) {
-                f(fd, end.second, theirs);
-                break;
-            }
+        if (getsockname(fd, (sockaddr *)&mine, &a) == 0 &&
+            getpeername(fd, (sockaddr *)&theirs, &b) == 0) {
+            f(fd, st.st_ino, mine, theirs);
         }
     }
     closedir(d);
@@ -255,24 +250,43 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         } else {
             attr.hostname = host;
         }
+        std::vector<ino_t> before; /* sockets that are not this context's */
+        for_each_socket([&](int, ino_t ino, const sockaddr_storage &, const sockaddr_storage &) {
+            before.push_back(ino);
+        });
         auto dev = gloo::transport::tcp::CreateDevice(attr);
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, n_ranks);
         g->ctx->setTimeout(g->timeout);
         g->ctx->connectFullMesh(adapter, dev);
         g->peers.resize((size_t)n_ranks);
+        /* Which sockets are this context's: new since before the rendezvous, and with one end
+         * at a listening address of a pair (ours, or the peer's for that pair). Gloo names a
+         * peer in its messages by the remote address of that socket. */
+        std::vector<std::pair<sockaddr_storage, int>> ends;
         for (int q = 0; q < n_ranks; q++) {
             if (q != rank) {
                 auto peer = peer_address(adapter, q, rank, n_ranks);
                 g->peers[(size_t)q].push_back(peer.str());
-                g->ends.push_back({peer.getSockaddr(), q});
+                ends.push_back({peer.getSockaddr(), q});
                 auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
                     g->ctx->getPair(q)->address());
-                g->ends.push_back({self.getSockaddr(), q});
+                ends.push_back({self.getSockaddr(), q});
             }
         }
-        for_each_socket(g, [&](int, int q, const sockaddr_storage &remote) {
-            g->peers[(size_t)q].push_back(gloo::transport::tcp::Address(remote).str());
-        });
+        for_each_socket(
+            [&](int, ino_t ino, const sockaddr_storage &mine, const sockaddr_storage &theirs) {
+                if (std::find(before.begin(), before.end(), ino) != before.end()) {
+                    return;
+                }
+                for (const auto &end : ends) {
+                    if (same_endpoint(end.first, mine) || same_endpoint(end.first, theirs)) {
+                        g->sockets.push_back(ino);
+                        g->peers[(size_t)end.second].push_back(
+                            gloo::transport::tcp::Address(theirs).str());
+                        return;
+                    }
+                }
+            });
     } catch (const std::exception &e) {
         set_err(err, e.what(), -1, adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
@@ -371,13 +385,15 @@ extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err 
 
 /* Gloo's TCP pair has no public way to fail a wait from another thread, and closing a pair
  * only unregisters it. Shutting its socket down does both halves: the local event loop reads
- * end-of-file (failing every wait on the pair here) and the peer reads it too. The sockets are
- * found by their addresses (a connection's local or remote end is a pair's listening
- * address). */
+ * end-of-file (failing every wait on the pair here) and the peer reads it too. */
 extern "C" void accel__gloo_break(accel__gloo_ctx *g)
 {
     try {
-        for_each_socket(g, [](int fd, int, const sockaddr_storage &) { shutdown(fd, SHUT_RDWR); });
+        for_each_socket([&](int fd, ino_t ino, const sockaddr_storage &, const sockaddr_storage &) {
+            if (std::find(g->sockets.begin(), g->sockets.end(), ino) != g->sockets.end()) {
+                shutdown(fd, SHUT_RDWR);
+            }
+        });
     } catch (...) {
         /* Breaking is best effort: a connection that failed already is closed. */
     }
