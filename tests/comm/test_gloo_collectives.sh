@@ -8,9 +8,8 @@
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
 #  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
 #    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
-#    that breaks one group only
-#    (an error on every member, never Gloo's abort of the process), abort from another thread
-#    waking a waiter on every process;
+#    that breaks one group only (an error on every member, never Gloo's abort of the process),
+#    abort from another thread waking a waiter on every process;
 #  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
 #    test_collectives with the floating-point results checked in hier's association (a
 #    machine's processes first, then the machines);
