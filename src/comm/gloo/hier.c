@@ -38,7 +38,6 @@ extern const accel__comm_ops accel__shm_ops;
 
 typedef struct hier {
     int rank, n_ranks, l, L, node, n_nodes;
-    double timeout_s;
     void *shm;           /* the shm endpoint of this machine's L processes */
     accel__gloo *cross;  /* gloo over the n_nodes processes of local rank l */
     accel__store *store; /* the job's store, when this process serves it */
@@ -493,7 +492,6 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
     h->L = L;
     h->node = cfg->rank / L;
     h->n_nodes = cfg->n_ranks / L;
-    h->timeout_s = cfg->timeout_s;
     const unsigned k = atomic_fetch_add(&n_worlds, 1);
     accel_status st = ACCEL_OK;
     /* Without a launcher's store, process 0 serves it for the life of the communicator. */
