@@ -90,7 +90,11 @@ int main(int argc, char **argv)
         o.shuffle = 1;
         o.drop_last = 1;
         o.num_workers = workers;
-        accel_loader *l = accel_loader_new(acc, ds, &o);
+        accel_loader *l;
+        if (accel_loader_new(acc, ds, &o, &l) != ACCEL_OK) {
+            fprintf(stderr, "loader: %s\n", accel_last_error(acc));
+            return 1;
+        }
         accel_batch *b;
         int64_t n = 0;
         double t1 = accel__now();

@@ -33,7 +33,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
 #include <accel/cuda.h>
 
 #define HD __host__ __device__

@@ -35,8 +35,6 @@
 #include <unistd.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
-#include <accel/data.h>
 #include <accel/nn.h>
 
 /* ------------------------------------------------------------------------ command line */
@@ -536,8 +534,8 @@ int main(int argc, char **argv)
     lo.batch_size = a.batch;
     lo.shuffle = 1;
     lo.drop_last = 1;
-    accel_loader *dl = accel_loader_new(acc, &ds, &lo);
-    ACCEL_CHECK(dl ? ACCEL_OK : accel_last_status(acc));
+    accel_loader *dl;
+    ACCEL_CHECK(accel_loader_new(acc, &ds, &lo, &dl));
 
     /* The model: GPT-2 with byte vocabulary, its parameters in an accel_model. */
     nn_gpt_config cfg = nn_gpt_config_default();
@@ -615,7 +613,8 @@ int main(int argc, char **argv)
     po.total = a.steps;
     po.initial = rs.step; /* a resumed run's bar continues where the checkpoint left off */
     po.desc = "train";
-    accel_progress *bar = accel_progress_new(acc, &po);
+    accel_progress *bar;
+    ACCEL_CHECK(accel_progress_new(acc, &po, &bar));
 
     /* The time spent inside accel_loader_next against the whole loop: the loader has no
      * worker threads here, so this is all that sampling, sharding and collating cost. */

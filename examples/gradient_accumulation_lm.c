@@ -29,8 +29,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
-#include <accel/data.h>
 #include <accel/nn.h>
 
 #define LR 0.08f
@@ -118,8 +116,8 @@ int main(int argc, char **argv)
     lo.batch_size = batch;
     lo.pad = pad;
     lo.n_pad = 2;
-    accel_loader *dl = accel_loader_new(acc, &ds, &lo);
-    ACCEL_CHECK(dl ? ACCEL_OK : accel_last_status(acc));
+    accel_loader *dl;
+    ACCEL_CHECK(accel_loader_new(acc, &ds, &lo, &dl));
 
     /* model = Linear(1, 2, bias=False), its parameters in an accel_model's flat buffers. */
     accel_model *model = NULL;

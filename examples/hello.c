@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
 
 int main(void)
 {

@@ -22,8 +22,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
-#include <accel/data.h>
 
 #define N_SAMPLES 8
 #define LR 0.02
@@ -69,8 +67,8 @@ int main(int argc, char **argv)
     ACCEL_CHECK(accel_tensor_dataset_new(&ds, 2, names, cols));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = batch;
-    accel_loader *dl = accel_loader_new(acc, ds, &lo);
-    ACCEL_CHECK(dl ? ACCEL_OK : accel_last_status(acc));
+    accel_loader *dl;
+    ACCEL_CHECK(accel_loader_new(acc, ds, &lo, &dl));
 
     /* The model: one [1, 1] weight, zero-initialised (accel_model_alloc zero-fills). */
     accel_model *model = NULL;

@@ -22,8 +22,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
-#include <accel/data.h>
 #include <accel/nn.h>
 
 #define N_CLASSES 3
@@ -60,13 +58,13 @@ static accel_loader *make_loader(accel *acc, accel_dataset **ds, float *x, int32
     const char *names[2] = {"x", "y"};
     accel_tensor cols[2] = {accel_tensor_view(x, ACCEL_F32, 2, (int64_t[]){n, 2}),
                             accel_tensor_view(y, ACCEL_I32, 1, (int64_t[]){n})};
-    if (accel_tensor_dataset_new(ds, 2, names, cols) != ACCEL_OK) {
-        return NULL;
-    }
+    ACCEL_CHECK(accel_tensor_dataset_new(ds, 2, names, cols));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = batch;
     lo.shuffle = shuffle;
-    return accel_loader_new(acc, *ds, &lo);
+    accel_loader *dl;
+    ACCEL_CHECK(accel_loader_new(acc, *ds, &lo, &dl));
+    return dl;
 }
 
 int main(int argc, char **argv)
@@ -103,9 +101,7 @@ int main(int argc, char **argv)
     spirals(eval_x, eval_y, N_EVAL, (uint64_t)seed + 1);
     accel_dataset *train_ds = NULL, *eval_ds = NULL;
     accel_loader *train_dl = make_loader(acc, &train_ds, train_x, train_y, N_TRAIN, batch, 1);
-    ACCEL_CHECK(train_dl ? ACCEL_OK : accel_last_status(acc));
     accel_loader *eval_dl = make_loader(acc, &eval_ds, eval_x, eval_y, N_EVAL, 2 * batch, 0);
-    ACCEL_CHECK(eval_dl ? ACCEL_OK : accel_last_status(acc));
 
     /* model = Sequential(Linear(2, H), ReLU(), Linear(H, 3)) as net.fc1 / net.fc2 */
     accel_model *model = NULL;

@@ -24,3 +24,5 @@ run loader            "$build/bench/loader"
 run mp_np1            "$build/bench/mp"
 run mp_np2            $launch --num_processes 2 "$build/bench/mp" --skip-gpt
 run ckpt              "$build/bench/ckpt" --dir "$out"
+run zero_step_np2     $launch --num_processes 2 "$build/bench/zero_step"
+run zero_step_np4     $launch --num_processes 4 "$build/bench/zero_step"

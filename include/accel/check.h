@@ -3,8 +3,7 @@
  * library: on failure it prints file:line, the status name and the last error message, then
  * exits with status 1 (llm.c's cudaCheck idea). The library itself only returns statuses.
  *
- *     #include <accel/accel.h>
- *     #include <accel/check.h>
+ *     #include <accel/accel.h>     (the umbrella includes this header)
  *     ACCEL_CHECK(accel_init(&acc, &o));
  *
  * The message comes from accel_last_error(NULL): every failing accel call records its message

@@ -85,9 +85,9 @@ ACCEL_API accel_status accel_broadcast(accel *acc, const void *send, void *recv,
                                        accel_dtype dt, int root, accel_work **work);
 
 /* recv on root = op over processes of send; recv is not touched elsewhere (may be NULL). */
-ACCEL_API accel_status accel_reduce(accel *acc, const void *send, void *recv, size_t count,
-                                    accel_dtype dt, accel_reduce_op op, int root,
-                                    accel_work **work);
+ACCEL_API accel_status accel_reduce_to(accel *acc, const void *send, void *recv, size_t count,
+                                       accel_dtype dt, accel_reduce_op op, int root,
+                                       accel_work **work);
 
 /* Each process sends `count` elements; root receives num_processes * count in rank order. */
 ACCEL_API accel_status accel_gather_to(accel *acc, const void *send, void *recv, size_t count,
@@ -173,8 +173,8 @@ ACCEL_API void accel_blobs_free(accel_blobs *b);
  *          product is computed in f64 (f32 for f16/bf16/f8, matching their fp32 accumulation)
  *          and rounded once to the dtype (RNE).
  */
-ACCEL_API accel_status accel_reduce_tensor(accel *acc, accel_tensor *t, accel_reduce_op op,
-                                           double scale);
+ACCEL_API accel_status accel_allreduce_tensor(accel *acc, accel_tensor *t, accel_reduce_op op,
+                                              double scale);
 
 /*
  * Accelerate's broadcast(tensor, from_process): overwrites t->data on every process with the

@@ -1,6 +1,5 @@
 /*
  * accel/core.h - the Accelerator: options, process state, process control, prepare, seeds.
- * Programs include the umbrella accel/accel.h, which includes this.
  *
  * Hugging Face Accelerate for C. A program creates one accel handle with accel_init(), and the
  * same loop then runs on one process, many processes on one machine (`accel launch`) or many
@@ -181,6 +180,24 @@ ACCEL_API int accel_gradient_accumulation_steps(const accel *acc);
 ACCEL_API const accel_options *accel_resolved_options(const accel *acc);
 
 /*
+ * The resolved configuration with the source of every value, one "  name = value  [source]"
+ * line each: every accel_options field, then the process layout (process_index, num_processes,
+ * ...), backend, main_process_ip / main_process_port, log levels, config_file, and every other
+ * environment variable accel reads that is set. Sources read "argument", "env NAME",
+ * "config file PATH:KEY (line N)", "accel launch: --flag V (env NAME)" (also "accel launch:
+ * config file ..." and "accel launch: default of --flag" for what the launcher passed on),
+ * "default". With debug mode on (accel_options.debug, ACCELERATE_DEBUG_MODE, accel launch
+ * --debug) accel_init prints it to stderr on the main process. Borrowed, valid while acc
+ * lives; "" for NULL. Thread-safe.
+ */
+ACCEL_API const char *accel_settings_summary(const accel *acc);
+/* The source / the value (as printed) of one line of that table by name ("mixed_precision",
+ * "num_processes", "MLFLOW_RUN_ID", ...); NULL for a name not in it. Borrowed, valid while
+ * acc lives. Thread-safe. */
+ACCEL_API const char *accel_setting_source(const accel *acc, const char *name);
+ACCEL_API const char *accel_setting_value(const accel *acc, const char *name);
+
+/*
  * Accelerate's state repr:
  *   "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\nProcess index: 0\n
  *    Local process index: 0\nDevice: cpu\n\nMixed precision type: no\n"
@@ -192,11 +209,7 @@ ACCEL_API const char *accel_state_summary(accel *acc);
 
 /* printf to stdout on the main process only (Accelerate's accelerator.print); no-op elsewhere.
  * Flushes stdout. */
-ACCEL_API void accel_print(const accel *acc, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+ACCEL_API void accel_print(const accel *acc, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 
 /* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, or ACCEL_EPEER /
  * ACCEL_ETIMEDOUT naming the process that did not arrive. */

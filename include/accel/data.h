@@ -9,7 +9,8 @@
  *     ACCEL_CHECK(accel_token_dataset_open(&ds, &to));
  *     accel_loader_options lo = accel_loader_options_default();
  *     lo.batch_size = 16; lo.shuffle = 1; lo.num_workers = 2;
- *     accel_loader *dl = accel_loader_new(acc, ds, &lo);
+ *     accel_loader *dl;
+ *     ACCEL_CHECK(accel_loader_new(acc, ds, &lo, &dl));
  *     accel_prepare(acc, model, opt, dl);            // shards dl over the processes
  *     for (int epoch = 0; epoch < 3; epoch++)
  *         for (accel_batch *b; accel_loader_next(dl, &b) == ACCEL_OK;)
@@ -227,12 +228,15 @@ typedef struct accel_loader accel_loader;
 /*
  * Creates a loader over `ds` (copied; ds->ctx borrowed) on `acc`. Until accel_prepare(acc,
  * loader) it iterates the whole dataset on every process; accel_prepare shards it (Accelerate's
- * prepare_data_loader). Returns the loader (free with accel_loader_free, or released by
- * accel_free / accel_free_memory), or NULL with accel_last_error(acc) naming the bad option
- * (batch_size < 1, a dataset with neither get nor next, ...).
+ * prepare_data_loader).
+ *   opts: borrowed; NULL = defaults; else made by accel_loader_options_default().
+ *   out:  receives the loader on success only; free with accel_loader_free (or released by
+ *         accel_free / accel_free_memory).
+ * Returns ACCEL_OK; ACCEL_EINVAL naming the bad option (batch_size < 1, a dataset with neither
+ * get nor next, ...); ACCEL_ENOMEM.
  */
-ACCEL_API accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
-                                         const accel_loader_options *opts);
+ACCEL_API accel_status accel_loader_new(accel *acc, const accel_dataset *ds,
+                                        const accel_loader_options *opts, accel_loader **out);
 
 /* Stops the workers and releases the loader. Accepts NULL. */
 ACCEL_API void accel_loader_free(accel_loader *l);

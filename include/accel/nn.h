@@ -63,6 +63,8 @@ typedef struct nn_tensor {
     struct nn_tensor *next_ready; /* params: list of params completing at one tape node */
     /* params: the sink's working-copy callback (nn_param_sink.compute), or NULL */
     void (*sink_compute)(void *ctx, int index, accel_tensor *view);
+    /* params: the sink's materialize callback (nn_param_sink.materialize), or NULL */
+    accel_status (*sink_materialize)(void *ctx, int index);
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -258,7 +260,11 @@ typedef enum nn_reduction {
     NN_REDUCTION_NONE
 } nn_reduction;
 
+#define NN_CROSS_ENTROPY_OPTIONS_VERSION 1
+
+/* Start from nn_cross_entropy_options_default(). */
 typedef struct nn_cross_entropy_options {
+    uint32_t size, version;
     int64_t ignore_index;   /* targets equal to it contribute nothing (default -100) */
     nn_reduction reduction; /* mean: divided by the number of non-ignored targets */
     float label_smoothing;  /* torch semantics: (1-e) one-hot + e/C uniform */
@@ -311,6 +317,12 @@ typedef struct nn_param_sink {
      * valid now. Consulted at every autocast use, so it may change between steps. A sink whose
      * view->dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
     void (*compute)(void *ctx, int index, accel_tensor *view);
+    /* Optional (may be NULL): called before an op reads parameter `index`'s data (forward: as
+     * the op takes its inputs; backward: before the backward of a node that read it), so a
+     * sink whose parameters are not always present (ZeRO stage 3: gathered per unit) can
+     * make its data and working copy valid. A non-OK return fails the op (forward) or stops
+     * backward, with the sink's message. */
+    accel_status (*materialize)(void *ctx, int index);
 } nn_param_sink;
 
 /* Weight initialisations applied by nn_params_init. */

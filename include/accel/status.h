@@ -23,6 +23,14 @@ extern "C" {
 #define ACCEL_API
 #endif
 
+/* Marks a printf-like declaration (format string at argument fmt_idx, values from args_idx) so
+ * that GCC and Clang check the caller's format string. */
+#if defined(__GNUC__)
+#define ACCEL_PRINTF(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
+#else
+#define ACCEL_PRINTF(fmt_idx, args_idx)
+#endif
+
 /* X(name, value, description) */
 #define ACCEL_STATUS_MAP(X)                                                                        \
     X(OK, 0, "success")                                                                            \

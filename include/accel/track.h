@@ -114,10 +114,7 @@ ACCEL_API accel_status accel_register_tracker(const accel_tracker_ops *ops);
 /* Sets the message a failing tracker callback reports (accel_last_error shows it, prefixed by
  * the tracker name). Returns st. Usable only inside a callback. */
 ACCEL_API accel_status accel_tracker_seterr(accel_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+    ACCEL_PRINTF(2, 3);
 
 /*
  * Starts the trackers named in the log_with option (comma list, "all" = every registered
@@ -227,28 +224,22 @@ ACCEL_API void accel_logger_set_stream(accel_logger *lg, FILE *stream);
  * log). Messages below the level print nothing, but IN_ORDER still takes part in the barriers.
  */
 ACCEL_API void accel_logger_log(accel_logger *lg, accel_log_level level, accel_log_scope scope,
-                                const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
+                                const char *fmt, ...) ACCEL_PRINTF(4, 5);
 /* Main-process-only shorthands. */
-#if defined(__GNUC__)
-#define ACCEL__PRINTF23 __attribute__((format(printf, 2, 3)))
-#else
-#define ACCEL__PRINTF23
-#endif
-ACCEL_API void accel_logger_debug(accel_logger *lg, const char *fmt, ...) ACCEL__PRINTF23;
-ACCEL_API void accel_logger_info(accel_logger *lg, const char *fmt, ...) ACCEL__PRINTF23;
-ACCEL_API void accel_logger_warning(accel_logger *lg, const char *fmt, ...) ACCEL__PRINTF23;
-ACCEL_API void accel_logger_error(accel_logger *lg, const char *fmt, ...) ACCEL__PRINTF23;
+ACCEL_API void accel_logger_debug(accel_logger *lg, const char *fmt, ...) ACCEL_PRINTF(2, 3);
+ACCEL_API void accel_logger_info(accel_logger *lg, const char *fmt, ...) ACCEL_PRINTF(2, 3);
+ACCEL_API void accel_logger_warning(accel_logger *lg, const char *fmt, ...) ACCEL_PRINTF(2, 3);
+ACCEL_API void accel_logger_error(accel_logger *lg, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 /* Warns once per distinct formatted message (Accelerate's warning_once), main process only. */
-ACCEL_API void accel_logger_warning_once(accel_logger *lg, const char *fmt, ...) ACCEL__PRINTF23;
+ACCEL_API void accel_logger_warning_once(accel_logger *lg, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 
 /* ---- Progress bar ---- */
 
+#define ACCEL_PROGRESS_OPTIONS_VERSION 1
+
+/* Progress bar options; start from accel_progress_options_default(). */
 typedef struct accel_progress_options {
-    uint32_t size;
+    uint32_t size, version;
     long long total;     /* expected count; 0 = unknown (no percentage / remaining time) */
     const char *desc;    /* prefix, e.g. "train"; copied */
     FILE *stream;        /* NULL = stderr; borrowed while the bar lives */
@@ -268,10 +259,13 @@ typedef struct accel_progress accel_progress;
 
 /*
  * A progress bar: "desc  45%|#############                | 45/100 [00:12<00:15, 3.61it/s,
- * loss=2.31, lr=0.0003]". On processes that do not draw, the handle is inert. Returns NULL with
- * the error set on bad options or no memory. Free with accel_progress_close.
+ * loss=2.31, lr=0.0003]". On processes that do not draw, the handle is inert.
+ *   opts: borrowed; NULL = defaults; else made by accel_progress_options_default().
+ *   out:  receives the bar on success only; free with accel_progress_close.
+ * Returns ACCEL_OK; ACCEL_EINVAL naming the option out of range; ACCEL_ENOMEM.
  */
-ACCEL_API accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opts);
+ACCEL_API accel_status accel_progress_new(accel *acc, const accel_progress_options *opts,
+                                          accel_progress **out);
 /* Advances by n and redraws when due. Accepts NULL. */
 ACCEL_API void accel_progress_update(accel_progress *p, long long n);
 /* Sets a caller field shown after the rate (up to 8 fields; key copied, at most 31 chars). The

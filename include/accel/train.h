@@ -171,6 +171,37 @@ ACCEL_API const float *accel_model_compute(const accel_model *m);
 ACCEL_API accel_status accel_model_freeze(accel_model *m, int index, int frozen);
 ACCEL_API accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int frozen);
 
+/*
+ * ZeRO stage 3 (FSDP FULL_SHARD) units: the parameters gathered together before use and
+ * released after, one gradient bucket each. By default every maximal run of consecutive
+ * parameters whose names share their prefix up to the first all-digit component
+ * ("transformer.h.3.") is a unit, and consecutive parameters without such a component form one
+ * ("transformer.wte.weight", "transformer.wpe.weight"): each top-level block or layer, as FSDP's
+ * transformer auto-wrap policy. accel_model_set_unit makes parameters [first, first + count)
+ * (registration indices) one unit of their own (FSDP's wrapping of a module by hand); call it
+ * before accel_model_alloc. Ignored below stage 3. Returns ACCEL_OK, ACCEL_EINVAL for a bad
+ * range, ACCEL_ESTATE once the model is allocated.
+ */
+ACCEL_API accel_status accel_model_set_unit(accel_model *m, int first, int count);
+/* Number of units (stage 3; the number of buckets otherwise), valid once allocated. */
+ACCEL_API int accel_model_num_units(const accel_model *m);
+/*
+ * Stage 3: makes parameter `index`'s data (and its working copy) valid before it is read, by
+ * gathering its unit from the owners' shards (an allgather: every process calls it in the same
+ * order, as a forward does) and prefetching the next unit in the direction of the pass (forward:
+ * registration order, inside accel_backward_begin/end: reverse); units left behind are released
+ * (their memory given back; reading them gives zeros). nn calls it through nn_model_sink for
+ * every parameter an op reads, forward and backward. A no-op below stage 3 or for an unprepared
+ * model. Returns ACCEL_OK, ACCEL_EINVAL for a bad index, or the collective's failure.
+ */
+ACCEL_API accel_status accel_model_materialize(accel_model *m, int index);
+/*
+ * Stage 3: gathers every unit (summon_full_params): each process then holds all the weights
+ * until the next optimizer step or materialize releases them. Collective. A no-op below
+ * stage 3.
+ */
+ACCEL_API accel_status accel_model_gather_all(accel_model *m);
+
 /* Gradient buckets, decided at accel_model_alloc (by size) and completed by accel_prepare
  * (frozen parameters). Bucket b communicates grad[offset, offset + count), from its first to
  * its last trainable parameter, as one message; bucket 0 is launched first. A bucket whose
@@ -263,6 +294,9 @@ ACCEL_API accel_status accel_join_begin(accel *acc, accel_model *m,
 ACCEL_API accel_status accel_join_end(accel *acc, accel_model *m);
 
 /* ===================================== Optimizers ===================================== */
+
+#define ACCEL_SGD_OPTIONS_VERSION 1
+#define ACCEL_ADAM_OPTIONS_VERSION 1
 
 /* torch.optim.SGD. Start from accel_sgd_options_default() (lr 1e-3, everything else 0). */
 typedef struct accel_sgd_options {
@@ -363,6 +397,8 @@ typedef enum accel_schedule_kind {
 typedef double (*accel_lr_lambda)(long long step, void *ctx);
 
 #define ACCEL_SCHED_MAX_MILESTONES 32
+
+#define ACCEL_SCHEDULER_OPTIONS_VERSION 1
 
 /* Start from accel_scheduler_options_default(kind); fields not used by the kind are ignored.
  * Defaults as transformers / torch. */

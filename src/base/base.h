@@ -19,12 +19,6 @@
 
 #define ACCEL__ERRMSG_NBYTES 1024
 
-#if defined(__GNUC__)
-#define ACCEL__PRINTF(fmt_idx, args_idx) __attribute__((format(printf, fmt_idx, args_idx)))
-#else
-#define ACCEL__PRINTF(fmt_idx, args_idx)
-#endif
-
 /* ---- Memory: every allocation goes through these (accel_replace_allocator swaps them) ---- */
 void *accel__malloc(size_t nbytes);
 void *accel__calloc(size_t n, size_t nbytes);
@@ -34,6 +28,18 @@ char *accel__strdup(const char *s);
 /* 64-byte aligned allocation for vectorised buffers; free with accel__aligned_free. */
 void *accel__aligned_alloc(size_t nbytes);
 void accel__aligned_free(void *p);
+/* Zero-filled host pages straight from the kernel (pages.c), for buffers whose parts come and
+ * go (ZeRO-3's gathered weights): only touched pages take memory. NULL when out of memory;
+ * not counted by accel_replace_allocator's functions. */
+void *accel__pages_alloc(size_t nbytes);
+void accel__pages_free(void *p, size_t nbytes);
+/* Gives back the whole pages inside [p, p + nbytes): they read as zeros afterwards (bytes of the
+ * partial pages at the ends are kept). */
+void accel__pages_drop(void *p, size_t nbytes);
+/* Gives back every page of a whole buffer from accel__pages_alloc(nbytes). */
+void accel__pages_drop_all(void *p, size_t nbytes);
+/* Bytes of [p, p + nbytes) (p page-aligned) that are resident now. */
+size_t accel__pages_resident(const void *p, size_t nbytes);
 
 /* ---- Errors ---- */
 
@@ -50,7 +56,7 @@ typedef struct accel__errbuf {
  * (whose first member is an accel__errbuf); returns st so that `return accel__seterr(acc,
  * ACCEL_EINVAL, "...")` reads naturally. The message is formatted into a local buffer first,
  * so an argument may be accel_last_error(NULL) itself (a message that wraps the last one). */
-accel_status accel__seterr(accel *acc, accel_status st, const char *fmt, ...) ACCEL__PRINTF(3, 4);
+accel_status accel__seterr(accel *acc, accel_status st, const char *fmt, ...) ACCEL_PRINTF(3, 4);
 accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_list ap);
 /* Copies the thread's last error onto acc (after a call into a handle-less layer). */
 accel_status accel__adopt_thread_error(accel *acc, accel_status st);
@@ -60,6 +66,23 @@ accel_status accel__adopt_thread_error(accel *acc, accel_status st);
 void accel__clear_error(void);
 /* The thread's message when something set one since accel__clear_error, else the text of st. */
 const char *accel__cause(accel_status st);
+
+/* ---- Versioned options structs (NCCL's config initialiser) ---- */
+
+/*
+ * Every public *_options struct starts with `uint32_t size, version`, filled by its _default().
+ * ACCEL__OPTIONS_COPY(acc, who, type, dst, src, v1_last) is the one check of them: it brings
+ * the caller's `src` (const type *; NULL leaves *dst alone) into `*dst`, which already holds
+ * this build's defaults. A struct that did not come from the _default() (version 0, or size
+ * short of the first version's layout, which ends at field v1_last) is ACCEL_EINVAL naming
+ * `who` and the _default() to use; otherwise the fields the caller's build knew are copied, so
+ * a program built against an older header leaves the newer fields at their defaults.
+ */
+accel_status accel__options_copy(accel *acc, const char *who, const char *type, void *dst,
+                                 size_t dst_nbytes, const void *src, size_t v1_nbytes);
+#define ACCEL__OPTIONS_COPY(acc, who, type, dst, src, v1_last)                                     \
+    accel__options_copy((acc), (who), #type, (dst), sizeof(type), 1 ? (src) : (const type *)NULL,  \
+                        offsetof(type, v1_last) + sizeof(((type *)NULL)->v1_last))
 
 /* Propagate a failure (NCCLCHECK style). The callee has already set the message. */
 #define ACCEL_TRY(call)                                                                            \
@@ -113,7 +136,7 @@ const accel__log_ctx *accel__log_default(void);
 /* One line through lc (NULL = accel__log_default()), written with a single write(2) so
  * processes sharing a terminal never interleave mid-line. */
 void accel__log(const accel__log_ctx *lc, accel__log_level level, const char *fmt, ...)
-    ACCEL__PRINTF(3, 4);
+    ACCEL_PRINTF(3, 4);
 int accel__log_enabled(const accel__log_ctx *lc, accel__log_level level);
 /* Parses "debug|info|warn|warning|error|off" (any case) or 0-4. Returns -1 if not valid. */
 int accel__log_parse_level(const char *s);

@@ -39,6 +39,8 @@ static const accel__env_var env_table[] = {
     {"SLURM_NTASKS", ACCEL__ENV_INT, NULL, "Slurm: number of processes"},
     {"SLURM_LOCALID", ACCEL__ENV_INT, NULL, "Slurm: rank on this machine"},
     {"SLURM_NTASKS_PER_NODE", ACCEL__ENV_INT, NULL, "Slurm: processes per machine"},
+    {"CUDA_VISIBLE_DEVICES", ACCEL__ENV_STRING, NULL,
+     "CUDA builds: the GPUs a process may use (accel launch --gpu_ids sets it)"},
 
     /* Accelerate's variables, with Accelerate's meanings. */
     {"ACCELERATE_MIXED_PRECISION", ACCEL__ENV_STRING, "no", "no | fp16 | bf16 | fp8"},
@@ -46,7 +48,8 @@ static const accel__env_var env_table[] = {
      "micro-steps per optimizer step; the option, when set, wins (unlike Accelerate)"},
     {"ACCELERATE_USE_CPU", ACCEL__ENV_BOOL, "false", "force the CPU (OR-ed with the option)"},
     {"ACCELERATE_DEBUG_MODE", ACCEL__ENV_BOOL, "false",
-     "also check tensor shapes of reduce/broadcast across ranks (buffer collectives always are)"},
+     "print the resolved configuration (main process) and also check tensor shapes of "
+     "reduce/broadcast across ranks (buffer collectives always are)"},
     {"ACCELERATE_CONFIG_FILE", ACCEL__ENV_STRING, NULL, "path of the YAML config file"},
     {"ACCELERATE_RESUME_FROM_CHECKPOINT", ACCEL__ENV_STRING, NULL,
      "accel_options.resume_from_checkpoint when unset: latest | a checkpoint folder"},
@@ -61,19 +64,32 @@ static const accel__env_var env_table[] = {
      "interface of the route to MASTER_ADDR)"},
     {"GLOO_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
      "gloo, hier: PyTorch's name for ACCEL_SOCKET_IFNAME (which wins when both are set)"},
-    {"ACCEL_STORE_SERVED", ACCEL__ENV_BOOL, "false",
-     "set by a multi-machine accel launch: the launcher serves the job's store at "
-     "MASTER_ADDR:MASTER_PORT, so no process does"},
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
-     "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP); 1-3 not implemented yet"},
+     "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP), 1 (optimizer state sharded), "
+     "2 (+ gradients); 3 not implemented yet"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},
     {"ACCEL_CONFIG_CHECKED", ACCEL__ENV_STRING, NULL,
      "set by accel launch: the config file whose warnings it printed (not repeated)"},
+    {"ACCEL_LAUNCH_SOURCES", ACCEL__ENV_STRING, NULL,
+     "set by accel launch: where each variable it set came from (its flag, the config file or "
+     "its default), one \"VAR<tab>source\" line each, for the resolved-settings report"},
     {"ACCEL_RESTART_COUNT", ACCEL__ENV_INT, "0",
      "set by accel launch: restarts of the job so far (--max_restarts); also "
      "TORCHELASTIC_RESTART_COUNT"},
+    {"GROUP_RANK", ACCEL__ENV_INT, NULL,
+     "the machine rank (torchrun's name; set by accel launch --num_machines M > 1): nodes are "
+     "told apart by it, not by host name"},
+    {"ACCEL_NUM_MACHINES", ACCEL__ENV_INT, "1",
+     "set by accel launch: the number of machines of the job (absent or 1: one machine)"},
+    {"ACCEL_STORE_SERVED", ACCEL__ENV_BOOL, "false",
+     "set by accel launch on several machines: machine 0's launcher serves the job's store at "
+     "MASTER_ADDR:MASTER_PORT; no process serves one, all connect as clients (keys prefixed by "
+     "ACCEL_JOB_ID and ACCEL_RESTART_COUNT)"},
+    {"ACCEL_TEST_PREFLIGHT_CLOSED", ACCEL__ENV_STRING, NULL,
+     "test hook of accel launch --preflight: 1 makes this machine's launcher endpoint "
+     "unreachable"},
     {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
      "test hook of accel test: the named check fails on purpose"},
     {"ACCEL_TEST_REPORT", ACCEL__ENV_STRING, NULL,
@@ -99,6 +115,7 @@ static const accel__env_var env_table[] = {
      "mlflow tracker: experiment name (default: the project name)"},
     {"MLFLOW_RUN_ID", ACCEL__ENV_STRING, NULL,
      "mlflow tracker: continue this existing run instead of starting a new one"},
+    {"USER", ACCEL__ENV_STRING, NULL, "mlflow tracker: the run's user tag (default unknown)"},
     {NULL, ACCEL__ENV_STRING, NULL, NULL},
 };
 

@@ -89,3 +89,21 @@ void accel__assert_fail(const char *file, int line, const char *expr)
     fprintf(stderr, "accel: internal assertion failed at %s:%d: %s\n", file, line, expr);
     abort();
 }
+
+accel_status accel__options_copy(accel *acc, const char *who, const char *type, void *dst,
+                                 size_t dst_nbytes, const void *src, size_t v1_nbytes)
+{
+    if (src == NULL) {
+        return ACCEL_OK;
+    }
+    /* Every options struct starts with these two fields, so they can be read untyped. */
+    uint32_t head[2];
+    memcpy(head, src, sizeof(head));
+    if (head[0] < v1_nbytes || head[1] == 0) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: options (size %u, version %u) were not made by %s_default()", who,
+                             (unsigned)head[0], (unsigned)head[1], type);
+    }
+    memcpy(dst, src, head[0] < dst_nbytes ? head[0] : dst_nbytes);
+    return ACCEL_OK;
+}

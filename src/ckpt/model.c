@@ -27,8 +27,10 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
                              : !model ? "model"
                                       : "dir");
     }
-    accel_status st = ACCEL_OK;
-    if (accel_is_main_process(acc)) {
+    /* ZeRO stage 3: the weights are gathered first (collective; every process calls
+     * save_model). A no-op below stage 3. */
+    accel_status st = accel_model_gather_all(model);
+    if (st == ACCEL_OK && accel_is_main_process(acc)) {
         uint64_t max = 0;
         st = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
         if (st == ACCEL_OK && accel__is_file(dir)) {

@@ -9,6 +9,7 @@
 
 #include "accel/ckpt.h"
 #include "core/internal.h"
+#include "core/settings.h"
 
 accel_status accel_prepare_objects(accel *acc, int n, void *const *objs)
 {
@@ -17,7 +18,7 @@ accel_status accel_prepare_objects(accel *acc, int n, void *const *objs)
         return ACCEL_OK;
     }
     acc->resume_pending = 0;
-    const char *what = acc->opt.resume_from_checkpoint;
+    const char *what = acc->settings->ckpt.resume_from_checkpoint;
     int latest = strcmp(what, "latest") == 0;
     accel_status st = accel_load_state(acc, latest ? NULL : what);
     if (st == ACCEL_ENOTFOUND && latest) {
@@ -25,7 +26,7 @@ accel_status accel_prepare_objects(accel *acc, int n, void *const *objs)
         accel__log(&acc->log, ACCEL__LOG_INFO,
                    "resume_from_checkpoint=latest: no checkpoint in %s/checkpoints yet, starting "
                    "from the beginning",
-                   acc->opt.project_dir);
+                   acc->settings->ckpt.project_dir);
         return ACCEL_OK;
     }
     if (st == ACCEL_OK) {

@@ -20,6 +20,7 @@
 #include "ckpt/verify.h"
 #include "comm/comm.h"
 #include "core/profile.h"
+#include "core/settings.h"
 
 typedef struct state_hook {
     int handle;
@@ -71,7 +72,7 @@ static ckpt_module *module_of(accel *acc)
             return NULL;
         }
         m->next_handle = 1;
-        m->iteration = acc->opt.iteration;
+        m->iteration = acc->settings->ckpt.iteration;
         accel__module_set(acc, ACCEL__MOD_CKPT, m, module_free);
     }
     return m;
@@ -252,7 +253,7 @@ const char *accel_checkpoint_dir(const accel *acc)
 int accel_checkpoint_iteration(const accel *acc)
 {
     const ckpt_module *m = acc ? accel__module(acc, ACCEL__MOD_CKPT) : NULL;
-    return m ? m->iteration : acc ? acc->opt.iteration : 0;
+    return m ? m->iteration : acc ? acc->settings->ckpt.iteration : 0;
 }
 
 static void set_last_dir(accel *acc, const char *dir)
@@ -300,14 +301,14 @@ static accel_status agree(accel *acc, accel_status st, const char *what)
 
 static char *checkpoints_base(accel *acc, const char *who)
 {
-    if (acc->opt.project_dir == NULL || acc->opt.project_dir[0] == '\0') {
+    if (acc->settings->ckpt.project_dir == NULL || acc->settings->ckpt.project_dir[0] == '\0') {
         accel__seterr(acc, ACCEL_EINVAL,
                       "%s: automatic_checkpoint_naming needs project_dir (accel_options."
                       "project_dir)",
                       who);
         return NULL;
     }
-    char *base = accel__path_join(acc->opt.project_dir, "checkpoints");
+    char *base = accel__path_join(acc->settings->ckpt.project_dir, "checkpoints");
     if (base == NULL) {
         accel__adopt_thread_error(acc, ACCEL_ENOMEM);
     }
@@ -324,7 +325,7 @@ static char *auto_dir(const char *base, long long n)
 /* With automatic naming, a loaded checkpoint_<n> moves the counter past n (Accelerate #1601). */
 static void advance_iteration(accel *acc, const char *dir)
 {
-    if (acc->opt.automatic_checkpoint_naming != 1) {
+    if (acc->settings->ckpt.automatic_checkpoint_naming != 1) {
         return;
     }
     size_t n = strlen(dir);
@@ -352,7 +353,7 @@ static void advance_iteration(accel *acc, const char *dir)
 
 static int is_writer(const accel *acc)
 {
-    return acc->opt.save_on_each_node == 1 ? acc->local_rank == 0 : acc->rank == 0;
+    return acc->settings->ckpt.save_on_each_node == 1 ? acc->local_rank == 0 : acc->rank == 0;
 }
 
 static accel_status save_state(accel *acc, const char *dir)
@@ -365,7 +366,7 @@ static accel_status save_state(accel *acc, const char *dir)
     if (m == NULL) {
         return ACCEL_ENOMEM;
     }
-    int automatic = acc->opt.automatic_checkpoint_naming == 1;
+    int automatic = acc->settings->ckpt.automatic_checkpoint_naming == 1;
     char *base = NULL, *target = NULL;
     if (automatic) {
         if (dir != NULL && acc->rank == 0 && !m->warned_auto_dir) {
@@ -428,7 +429,7 @@ static accel_status save_state(accel *acc, const char *dir)
         st = extra ? accel__stage_commit(&stage, extra) : ACCEL_ENOMEM;
         free(extra); /* json_dumps: the C allocator */
         if (st == ACCEL_OK && automatic) {
-            st = accel__ckpt_rotate_keep(base, acc->opt.total_limit, m->iteration);
+            st = accel__ckpt_rotate_keep(base, acc->settings->ckpt.total_limit, m->iteration);
         }
     } else if (st != ACCEL_OK && writer) {
         accel__stage_discard(&stage);
@@ -660,7 +661,7 @@ static accel_status load_state(accel *acc, const char *dir)
     if (dir != NULL) {
         return load_from(acc, dir, 0);
     }
-    if (acc->opt.automatic_checkpoint_naming == 1) {
+    if (acc->settings->ckpt.automatic_checkpoint_naming == 1) {
         return load_newest(acc);
     }
     return accel__seterr(acc, ACCEL_EINVAL,

@@ -18,6 +18,7 @@
 #include "ckpt/atomic.h"
 #include "ckpt/state.h"
 #include "core/gstate.h"
+#include "core/settings.h"
 
 /* Tensor bytes copied into live buffers, at most COPY_PIECE at once. */
 #define COPY_PIECE ((size_t)16 << 20)
@@ -336,7 +337,7 @@ static accel_status check_counts(accel *acc, const accel__state_plan *p, const a
             return accel__seterr(NULL, ACCEL_EINVAL,
                                  "checkpoint %s: scaler.json holds an fp16 loss scaler but "
                                  "mixed_precision is %s now",
-                                 dir, accel_precision_name(acc->opt.mixed_precision));
+                                 dir, accel_precision_name(acc->settings->ckpt.mixed_precision));
         }
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "checkpoint %s holds %d %s; %d are prepared/registered now (prepare "

@@ -123,7 +123,7 @@ accel_status accel__state_fail(accel__state_reader *r, accel_status st, const ch
 
 /* ACCEL_ECORRUPT: "checkpoint D: F is malformed: <path><key> <what>". */
 static accel_status malformed(const accel__state_reader *r, const char *key, const char *fmt, ...)
-    ACCEL__PRINTF(3, 4);
+    ACCEL_PRINTF(3, 4);
 static accel_status malformed(const accel__state_reader *r, const char *key, const char *fmt, ...)
 {
     char msg[ACCEL__ERRMSG_NBYTES];

@@ -47,7 +47,7 @@ accel__state_part accel__state_writer_part(const accel__state_writer *w)
 
 /* A save error naming the file being filled. */
 static accel_status wfail(const accel__state_writer *w, accel_status st, const char *fmt, ...)
-    ACCEL__PRINTF(3, 4);
+    ACCEL_PRINTF(3, 4);
 static accel_status wfail(const accel__state_writer *w, accel_status st, const char *fmt, ...)
 {
     char msg[ACCEL__ERRMSG_NBYTES];

@@ -107,5 +107,6 @@ extern const cli_verb cli_verb_launch;
 extern const cli_verb cli_verb_config;
 extern const cli_verb cli_verb_test;
 extern const cli_verb cli_verb_env;
+extern const cli_verb cli_verb_estimate_memory;
 
 #endif /* ACCEL_CLI_H */

@@ -231,8 +231,6 @@ static int ask(prompt *p, accel__ynode *m)
                                          "static", rdzv, sizeof(rdzv)) != 0) {
             return -1;
         }
-        printf("note: accel launch does not start jobs on several machines yet; the file "
-               "keeps these answers for when it does\n");
     }
     if (type != TYPE_NO &&
         prompt_yes_no(p, "Should distributed operations be checked while running for errors? "

@@ -3,7 +3,9 @@
  * Accelerate use, from the flags and the config file resolved in launch_opts.c, and a random
  * ACCEL_JOB_ID), hands the processes to the supervisor and, whatever happened, removes
  * shared-memory segments the job left in /dev/shm; with --max_restarts, starts a failed job
- * again. Usage errors (bad flag or config file, missing or non-executable program, unusable log
+ * again. On several machines it first meets the other machines' launchers (rdzv.c, and
+ * preflight.c with --preflight); with --mpirun_hostfile it hands the job to mpirun (mpirun.c).
+ * Usage errors (bad flag or config file, missing or non-executable program, unusable log
  * directory, something not supported) are reported before anything is started and exit 2.
  */
 #include <dirent.h>
@@ -25,7 +27,8 @@ static int run_launch(const cli_verb *verb, int argc, char **argv);
 
 const cli_verb cli_verb_launch = {
     .name = "launch",
-    .summary = "run a program as N processes on this machine (flags or the config file)",
+    .summary = "run a program as N processes on one or several machines (flags or the config "
+               "file)",
     .positional = "[--] PROGRAM [ARGS...]",
     .description =
         "Starts N copies of PROGRAM with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n"
@@ -36,6 +39,11 @@ const cli_verb cli_verb_launch = {
         "If one process fails the others get SIGTERM, then SIGKILL after the grace period;\n"
         "the launcher prints which rank failed and why and exits with that process's status\n"
         "(its exit code, or 128 + signal), or starts the job again (--max_restarts).\n"
+        "On several machines, start one launcher per machine with the same --num_processes\n"
+        "(the total), --num_machines, --main_process_ip and --main_process_port and its own\n"
+        "--machine_rank; machine 0's launcher serves the rendezvous, and a failure on any\n"
+        "machine stops every machine's processes. --mpirun_hostfile runs the job through\n"
+        "mpirun instead.\n"
         "Options may be written with dashes or underscores (--num-processes).",
     .options = launch_options,
     .run = run_launch,
@@ -208,22 +216,48 @@ static int set_env_int(const char *name, long v)
  * passed in Accelerate's variables, which win over the file in the program. */
 static int set_job_env(const launch_settings *s, const accel__config *cfg, int port)
 {
-    int bad = set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0 ||
-              set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0 ||
-              setenv("MASTER_ADDR", s->master_addr, 1) != 0 ||
-              set_env_int("MASTER_PORT", port) != 0 ||
-              setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
-              (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
-              (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
-              (s->debug && setenv("ACCELERATE_DEBUG_MODE", "true", 1) != 0) ||
-              (s->gradient_accumulation_steps > 0 &&
-               set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
-                           s->gradient_accumulation_steps) != 0) ||
-              (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
-              (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
-              set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
-              (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
-                                setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
+    if (s->mpirun_hostfile != NULL) {
+        /* mpirun gives the layout (OMPI_COMM_WORLD_*): none of ours may be inherited, or the
+         * processes would read it first. A random job id spares shm a rendezvous. */
+        static const char *const layout[] = {
+            "RANK",       "LOCAL_RANK",         "WORLD_SIZE",        "LOCAL_WORLD_SIZE",
+            "GROUP_RANK", "ACCEL_NUM_MACHINES", "ACCEL_STORE_SERVED"};
+        char job_id[64];
+        for (size_t i = 0; i < sizeof(layout) / sizeof(layout[0]); i++) {
+            unsetenv(layout[i]);
+        }
+        int bad = accel__random_hex(job_id, sizeof(job_id)) != 0 ||
+                  setenv("ACCEL_JOB_ID", job_id, 1) != 0 ||
+                  (s->mpirun_ccl != NULL && setenv("CCL_WORKER_COUNT", s->mpirun_ccl, 1) != 0);
+        if (bad) {
+            fprintf(stderr, "accel launch: error: environment: %s\n", strerror(errno));
+            return -1;
+        }
+    }
+    if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&
+        (set_env_int("GROUP_RANK", s->machine_rank) != 0 ||
+         set_env_int("ACCEL_NUM_MACHINES", s->num_machines) != 0 ||
+         setenv("ACCEL_STORE_SERVED", "1", 1) != 0)) {
+        fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
+        return -1;
+    }
+    int mpirun = s->mpirun_hostfile != NULL;
+    int bad =
+        (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
+        (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
+        setenv("MASTER_ADDR", s->master_addr, 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
+        setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
+        (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
+        (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
+        (s->debug && setenv("ACCELERATE_DEBUG_MODE", "true", 1) != 0) ||
+        (s->gradient_accumulation_steps > 0 && set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                                                           s->gradient_accumulation_steps) != 0) ||
+        (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
+        (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
+        set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
+        setenv("ACCEL_LAUNCH_SOURCES", s->sources, 1) != 0 ||
+        (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
+                          setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));
     if (bad) {
         fprintf(stderr, "accel launch: error: setenv: %s\n", strerror(errno));
         return -1;
@@ -233,11 +267,22 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
 
 /* One attempt: a fresh random ACCEL_JOB_ID (per launch, also for launches nested in a job,
  * which inherit one: it names the job's shared memory, which nobody must be able to guess and
- * create first), the restart count, the processes, the /dev/shm sweep. */
-static int run_attempt(const launch_config *lc, int restart, launch_outcome *outcome)
+ * create first; on several machines, machine 0's, the same everywhere), the restart count,
+ * the processes, the /dev/shm sweep (on several machines only after a failure or on machine 0
+ * at the end: the machines may share this host, and another machine's processes may still be
+ * setting up). */
+static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
+                       launch_outcome *outcome, int *again)
 {
     char job_id[64];
-    if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
+    *again = 0;
+    if (rdzv != NULL) {
+        if (launch_rdzv_begin(rdzv, restart) != 0) {
+            *outcome = LAUNCH_NOT_STARTED;
+            return 1;
+        }
+        snprintf(job_id, sizeof(job_id), "%s", launch_rdzv_job_id(rdzv));
+    } else if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
         fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
                 strerror(errno));
         *outcome = LAUNCH_NOT_STARTED;
@@ -250,7 +295,13 @@ static int run_attempt(const launch_config *lc, int restart, launch_outcome *out
         return 1;
     }
     int rc = launch_supervise(lc, outcome);
-    remove_job_shm(job_id);
+    if (rdzv != NULL) {
+        rc = launch_rdzv_finish(rdzv, rc, *outcome, again);
+    }
+    /* Machine 0 has waited for every machine by now (rank_base 0 is machine 0). */
+    if (rdzv == NULL || rc != 0 || lc->rank_base == 0) {
+        remove_job_shm(job_id);
+    }
     return rc;
 }
 
@@ -264,11 +315,11 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     }
     int rc = CLI_EXIT_USAGE;
     cpu_set_t *cpusets = NULL;
+    launch_rdzv *rdzv = NULL;
     char path[4096];
     if (s.log_dir != NULL && s.tee != 0 &&
         (make_dirs(s.log_dir) != 0 || access(s.log_dir, W_OK) != 0)) {
-        cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir,
-                        strerror(errno));
+        cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir, strerror(errno));
         goto out;
     }
     if (resolve_program(verb, s.program, path, sizeof(path)) != 0) {
@@ -276,7 +327,17 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     }
     rc = 1;
     int port = s.port;
-    if (port == 0) {
+    if (s.num_machines > 1 && s.mpirun_hostfile == NULL) {
+        if (launch_rdzv_join(&s, &rdzv) != 0) {
+            goto out;
+        }
+        port = launch_rdzv_port(rdzv);
+        if (s.preflight && launch_preflight(&s, rdzv) != 0) {
+            int again;
+            rc = launch_rdzv_finish(rdzv, 1, LAUNCH_NOT_STARTED, &again);
+            goto out;
+        }
+    } else if (port == 0) {
         if ((port = free_port()) < 0) {
             fprintf(stderr, "accel launch: error: could not find a free port: %s\n",
                     strerror(errno));
@@ -285,6 +346,10 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         fprintf(stderr, "accel launch: main process port %d\n", port);
     }
     if (set_job_env(&s, &cfg, port) != 0) {
+        goto out;
+    }
+    if (s.mpirun_hostfile != NULL) {
+        rc = launch_mpirun(&s, path);
         goto out;
     }
     cpusets = s.bind_cpus ? cpu_shares(s.n_procs) : NULL;
@@ -296,27 +361,43 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         .log_dir = s.log_dir,
         .grace_s = s.grace_s,
         .cpusets = cpusets,
+        .rank_base = s.machine_rank * s.n_procs,
+        .watch = rdzv != NULL ? launch_rdzv_watch(rdzv) : NULL,
     };
     for (int restart = 0;; restart++) {
         launch_outcome outcome;
-        rc = run_attempt(&lc, restart, &outcome);
-        if (outcome != LAUNCH_FAILED || s.max_restarts == 0) {
+        int again;
+        rc = run_attempt(&lc, restart, rdzv, &outcome, &again);
+        /* One machine decides alone; several decided together in launch_rdzv_finish (a job
+         * that failed elsewhere restarts here too, one stopped by a signal nowhere). */
+        if (rdzv == NULL) {
+            again = outcome == LAUNCH_FAILED && restart < s.max_restarts;
+        }
+        if (!again) {
+            if (rc != 0 && s.max_restarts > 0 && restart == s.max_restarts &&
+                (outcome == LAUNCH_FAILED || outcome == LAUNCH_SUCCEEDED)) {
+                fprintf(stderr,
+                        "accel launch: giving up: the job failed %d times (--max_restarts %d)\n",
+                        restart + 1, s.max_restarts);
+            }
             break;
         }
-        if (restart == s.max_restarts) {
+        if (rdzv != NULL) {
             fprintf(stderr,
-                    "accel launch: giving up: the job failed %d times (--max_restarts %d)\n",
-                    restart + 1, s.max_restarts);
-            break;
+                    "accel launch: restarting the job on all %d machines: this machine's %d "
+                    "processes (restart %d of %d)\n",
+                    s.num_machines, s.n_procs, restart + 1, s.max_restarts);
+        } else {
+            fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
+                    s.n_procs, restart + 1, s.max_restarts);
         }
-        fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
-                s.n_procs, restart + 1, s.max_restarts);
         double whole = (double)(time_t)s.monitor_interval_s;
         struct timespec pause = {(time_t)whole, (long)((s.monitor_interval_s - whole) * 1e9)};
         while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
         }
     }
 out:
+    launch_rdzv_free(rdzv);
     free(cpusets);
     accel__config_free(&cfg);
     return rc;

@@ -21,13 +21,17 @@ extern const cli_option launch_options[];
 
 /* What accel launch runs: its flags, else the config file's keys, else the defaults. */
 typedef struct launch_settings {
-    int n_procs;      /* processes on this machine (num_processes / num_machines) */
-    int num_machines; /* 1: several machines are refused until multi-machine support */
-    int machine_rank; /* 0 */
-    const char *master_addr; /* main_process_ip, else 127.0.0.1 */
-    int port;                /* MASTER_PORT; 0 = pick a free one */
-    const char *rdzv_backend; /* multi-machine rendezvous (static by default) */
+    int n_procs;              /* processes on this machine (num_processes / num_machines) */
+    int num_machines;         /* machines of the job (1: everything stays on this one) */
+    int machine_rank;         /* 0 .. num_machines-1 */
+    const char *master_addr;  /* main_process_ip, else 127.0.0.1 */
+    int port;                 /* MASTER_PORT; 0 = pick a free one */
+    const char *rdzv_backend; /* static (default) or c10d: both meet at the launchers' store */
+    double rdzv_timeout_s;    /* --rdzv_conf timeout=S (join_timeout=S): wait for the machines */
     int same_network;
+    int preflight;               /* --preflight: check every hop before starting the program */
+    const char *mpirun_hostfile; /* run the job through mpirun with this hostfile */
+    const char *mpirun_ccl;      /* CCL_WORKER_COUNT under mpirun, NULL when not given */
     const char *mixed_precision; /* no | fp16 | bf16 | fp8 */
     int cpu, debug;
     int zero_stage;                  /* -1: not set by a flag or the file */
@@ -42,6 +46,9 @@ typedef struct launch_settings {
     double monitor_interval_s;
     const char *program; /* argv[first_positional] */
     char **program_argv;
+    /* ACCEL_LAUNCH_SOURCES: "VAR\tsource\n" for each variable set from a flag, the config
+     * file or a default, so that accel_init can name the real source of what it reads. */
+    char sources[4096];
 } launch_settings;
 
 /*
@@ -58,8 +65,19 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
 #define LAUNCH_TEE_STDOUT 1
 #define LAUNCH_TEE_STDERR 2
 
+/* A watcher of the other machines (rdzv.c), called by the supervisor. */
+typedef struct launch_watch {
+    /* Called about once a second while processes run: 0 to go on; else the job must stop (the
+     * watcher printed why) and the value is the launcher's exit status. */
+    int (*tick)(void *arg);
+    /* Called once, when the first local process fails (rank: global), before the teardown. */
+    void (*on_failure)(void *arg, int rank, int wstatus);
+    void *arg;
+} launch_watch;
+
 typedef struct launch_config {
     int n_procs;
+    int rank_base;    /* RANK of local process r is rank_base + r (machine_rank * n_procs) */
     const char *path; /* resolved executable */
     char **argv;      /* the program's argv (argv[0] as the user typed it), NULL-terminated */
     int tee;          /* LAUNCH_TEE_* bits: streams also written to log_dir */
@@ -67,6 +85,7 @@ typedef struct launch_config {
     double grace_s; /* SIGTERM -> SIGKILL delay when tearing down */
     /* When not NULL, child r is bound to cpusets[r] before exec (--cpu_affinity). */
     const cpu_set_t *cpusets;
+    const launch_watch *watch; /* NULL on one machine */
 } launch_config;
 
 /* How a supervised attempt ended. */
@@ -85,6 +104,53 @@ typedef enum launch_outcome {
  * signal that interrupted the launcher; *outcome says which. Prints the failure summary.
  */
 int launch_supervise(const launch_config *cfg, launch_outcome *outcome);
+
+/* Describes a wait status: "exit code 3", "killed by SIGKILL (signal 9)". */
+void launch_describe_status(int wstatus, char *buf, size_t n);
+/* 128 + signal, or the exit code, of a wait status. */
+int launch_exit_status(int wstatus);
+
+/* ---- rdzv.c: the launchers of several machines ---- */
+
+typedef struct launch_rdzv launch_rdzv;
+struct accel__store;
+
+/*
+ * Meets the other machines' launchers at s->master_addr:s->port (machine 0 serves the store
+ * there, port 0 picking a free one), waiting at most s->rdzv_timeout_s for all of them, and
+ * prints the one-line rendezvous summary. Returns 0 with *out, or 1 after printing why (the
+ * missing machine ranks, a taken port, an unreachable master, a mismatched job shape).
+ */
+int launch_rdzv_join(const launch_settings *s, launch_rdzv **out);
+const char *launch_rdzv_job_id(const launch_rdzv *r); /* machine 0's random job id */
+int launch_rdzv_port(const launch_rdzv *r);           /* the store's real port */
+struct accel__store *launch_rdzv_store(launch_rdzv *r);
+/* The supervisor's watcher: heartbeats, the job's first failure, lost launchers. */
+const launch_watch *launch_rdzv_watch(const launch_rdzv *r);
+/* Starts attempt `attempt` (0, then the restart count): machine 0 makes its job id, the others
+ * fetch it. Returns 0, or 1 after printing why. */
+int launch_rdzv_begin(launch_rdzv *r, int attempt);
+/* After this machine's processes ended (rc, outcome from launch_supervise): publishes it;
+ * machine 0 then keeps serving until every machine finished or is gone (with --max_restarts
+ * every machine waits). Returns the launcher's exit status (a failure elsewhere when its own
+ * processes succeeded, where it waited); *again: 1 when every machine starts the job again. */
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again);
+void launch_rdzv_free(launch_rdzv *r);
+
+/* ---- preflight.c ---- */
+
+/* --preflight: every local rank (a forked child) connects to the store and to every machine's
+ * launcher; all launchers wait for all results. Returns 0, or 1 after naming each failing hop
+ * ("rank 3 (machine 1) -> machine 0's launcher at A:P: connection refused"). */
+int launch_preflight(const launch_settings *s, launch_rdzv *r);
+
+/* ---- mpirun.c ---- */
+
+/* --mpirun_hostfile: runs the job through mpirun, each rank under `accel __mpirank` (which
+ * names the rank that died); returns the exit status. */
+int launch_mpirun(const launch_settings *s, const char *program_path);
+/* The hidden verb `accel __mpirank PROGRAM ARGS...` that mpirun starts for each rank. */
+extern const cli_verb cli_verb_mpirank;
 
 /* ---- relay.c ---- */
 

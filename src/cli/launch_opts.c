@@ -2,9 +2,9 @@
  * The options of `accel launch`, with Accelerate's names, groups and config keys, and their
  * resolution: a flag given on the command line wins, the config file (read with the library's
  * reader, base/config.h) fills what was not given, the defaults the rest. The table is the
- * single source of the parser, --help and the config-file mapping, so a new flag (the
- * multi-machine ones) is a row here plus its use in launch_resolve. Every error names where
- * the bad value came from: the flag, or the file and line.
+ * single source of the parser, --help and the config-file mapping, so a new flag is a row
+ * here plus its use in launch_resolve. Every error names where the bad value came from: the
+ * flag, or the file and line.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -41,13 +41,14 @@ const cli_option launch_options[] = {
      "Accelerate's default_config.yaml)",
      NULL, NULL},
     {"debug", 0, 0, NULL, NULL,
-     "check collectives across processes (ACCELERATE_DEBUG_MODE=true in every process)", NULL,
-     "debug"},
+     "check collectives across processes and print the resolved configuration with the source "
+     "of each value (ACCELERATE_DEBUG_MODE=true in every process)",
+     NULL, "debug"},
     {"no_python", 0, 0, NULL, NULL,
      "accepted: accel always runs the program itself (there is no Python to skip)", NULL, NULL},
 
-    {"cpu", 0, 0, NULL, NULL, "force the training on the CPU (ACCELERATE_USE_CPU=true)",
-     &hardware, "use_cpu"},
+    {"cpu", 0, 0, NULL, NULL, "force the training on the CPU (ACCELERATE_USE_CPU=true)", &hardware,
+     "use_cpu"},
     {"multi_gpu", 0, 0, NULL, NULL,
      "a distributed GPU training: accepted; each process uses the GPU of its local rank when the "
      "build has CUDA and the machine GPUs, else the CPU",
@@ -57,10 +58,11 @@ const cli_option launch_options[] = {
      "mixed precision of every process (ACCELERATE_MIXED_PRECISION; default no)", &resource,
      "mixed_precision"},
     {"num_processes", 'n', 1, NULL, "N",
-     "the total number of processes to start (default 1); -n 2, -n2, -n=2 work too", &resource,
-     "num_processes"},
+     "the total number of processes to start, over all machines (default 1); -n 2, -n2, -n=2 "
+     "work too",
+     &resource, "num_processes"},
     {"num_machines", 0, 1, NULL, "N",
-     "the number of machines (default 1; several machines are not supported yet)", &resource,
+     "the number of machines (default 1); start one accel launch per machine", &resource,
      "num_machines"},
     {"num_cpu_threads_per_process", 0, 1, NULL, "N",
      "OMP_NUM_THREADS of each process (default: $OMP_NUM_THREADS, else max(1, CPUs / processes "
@@ -73,8 +75,8 @@ const cli_option launch_options[] = {
      "accepted; anything but no gets a note: there is no graph compiler in C", &resource, NULL},
 
     {"use_deepspeed", 0, 0, NULL, NULL,
-     "DeepSpeed's ZeRO: accel shards with its own ZeRO stages (--zero_stage, default 2)",
-     &paradigm, NULL},
+     "DeepSpeed's ZeRO: accel shards with its own ZeRO stages (--zero_stage, default 2)", &paradigm,
+     NULL},
     {"use_fsdp", 0, 0, NULL, NULL,
      "FSDP: accel shards with its own ZeRO stages (--fsdp_sharding_strategy, default "
      "FULL_SHARD = stage 3)",
@@ -85,15 +87,21 @@ const cli_option launch_options[] = {
      "all)",
      &distributed, "gpu_ids"},
     {"same_network", 0, 0, NULL, NULL,
-     "all machines are on the same local network (several machines are not supported yet)",
+     "all machines are on the same local network: accepted (the launchers always meet at "
+     "--main_process_ip:--main_process_port)",
      &distributed, "same_network"},
-    {"machine_rank", 0, 1, NULL, "R", "the rank of this machine (default 0)", &distributed,
-     "machine_rank"},
+    {"machine_rank", 0, 1, NULL, "R",
+     "the rank of this machine, 0 .. num_machines-1 (default 0; machine 0 serves the "
+     "rendezvous)",
+     &distributed, "machine_rank"},
     {"main_process_ip", 0, 1, NULL, "ADDR",
-     "MASTER_ADDR given to the processes (default 127.0.0.1)", &distributed, "main_process_ip"},
+     "MASTER_ADDR given to the processes (default 127.0.0.1); on several machines the address "
+     "of machine 0, where its launcher serves the rendezvous (required)",
+     &distributed, "main_process_ip"},
     {"main_process_port", 0, 1, NULL, "PORT",
-     "MASTER_PORT given to the processes (default 29500); 0 picks a free port", &distributed,
-     "main_process_port"},
+     "MASTER_PORT given to the processes (default 29500); 0 picks a free port and prints it "
+     "(the other machines then need that port)",
+     &distributed, "main_process_port"},
     {"tee", 't', 1, "0", "0|1|2|3",
      "also write stdout (1), stderr (2) or both (3) of each process to files in --log_dir",
      &distributed, NULL},
@@ -101,13 +109,17 @@ const cli_option launch_options[] = {
      "directory (created if missing) for DIR/rank<r>.stdout and .stderr; alone means --tee 3",
      &distributed, NULL},
     {"rdzv_backend", 0, 1, NULL, "NAME",
-     "the rendezvous of several machines: static (default) or c10d (several machines are not "
-     "supported yet)",
+     "the rendezvous of several machines: static (default) or c10d; both meet at machine 0's "
+     "launcher",
      &distributed, "rdzv_backend"},
+    {"rdzv_conf", 0, 1, NULL, "KEY=VALUE,...",
+     "rendezvous settings, torchrun's syntax: timeout=SECONDS (or join_timeout) is how long a "
+     "launcher waits for the other machines (default 600)",
+     &distributed, NULL},
     {"max_restarts", 0, 1, "0", "N",
      "when a process fails, stop the job, say why, and start every process again, up to N times "
      "(ACCEL_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT tell the processes which start this "
-     "is)",
+     "is); on several machines every machine restarts together",
      &distributed, NULL},
     {"monitor_interval", 0, 1, "0.1", "SECONDS",
      "the pause between a failed attempt's teardown and the restart (accel's supervisor sees a "
@@ -127,14 +139,21 @@ const cli_option launch_options[] = {
      &fsdp, NULL},
 
     {"mpirun_hostfile", 0, 1, NULL, "FILE",
-     "launch through mpirun with this hostfile (not supported yet: it comes with several "
-     "machines)",
+     "run the job through mpirun with this hostfile (mpirun --hostfile FILE --npernode "
+     "N/machines -n N --bind-to socket, as Accelerate)",
      &mpi, "mpirun_config.mpirun_hostfile"},
+    {"mpirun_ccl", 0, 1, NULL, "N",
+     "CCL_WORKER_COUNT of the processes under mpirun (oneCCL workers; Accelerate's config key)",
+     &mpi, "mpirun_config.mpirun_ccl"},
 
     {"cpu_affinity", 0, 1, "auto", "auto|none",
      "auto: when there are no more processes than CPUs, bind each process to its own equal share "
      "of them (as mpirun does), so processes that synchronise often never share a CPU; none: "
      "leave placement to the scheduler",
+     &accel_own, NULL},
+    {"preflight", 0, 0, NULL, NULL,
+     "several machines: before starting the program, connect every rank to the rendezvous "
+     "and to every machine's launcher, and name each hop that fails",
      &accel_own, NULL},
     {"grace_period", 0, 1, "3", "SECONDS",
      "after one process fails, wait this long between SIGTERM and SIGKILL to the others",
@@ -155,16 +174,6 @@ fail_value(const cli_verb *verb, const cli_args *a, const char *name, const char
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     cli_usage_error(verb, "%s: %s", cli_source(verb, a, name, src, sizeof(src)), msg);
-    return -1;
-}
-
-/* Refuses what needs several machines (issue 16 builds it on these flags). */
-static int refuse_machines(const cli_verb *verb, const cli_args *a, const char *name,
-                           const char *what)
-{
-    char src[1400];
-    fprintf(stderr, "accel launch: error: %s: %s are not supported yet (ACCEL_EUNSUPPORTED)\n",
-            cli_source(verb, a, name, src, sizeof(src)), what);
     return -1;
 }
 
@@ -253,6 +262,67 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
     return 0;
 }
 
+/* One "VAR\taccel launch: <where option `name` came from>" line of s->sources. */
+static void add_source(const cli_verb *verb, const cli_args *a, launch_settings *s, const char *var,
+                       const char *name)
+{
+    char src[1400];
+    size_t k = strlen(s->sources);
+    if (!cli_given(verb, a, name) && a->config_line[cli_option_index(verb, name)] <= 0) {
+        snprintf(src, sizeof(src), "default of --%s", name);
+    } else {
+        cli_source(verb, a, name, src, sizeof(src));
+    }
+    snprintf(s->sources + k, sizeof(s->sources) - k, "%s\taccel launch: %s\n", var, src);
+}
+
+/* Where each variable set_job_env passes on came from (ACCEL_LAUNCH_SOURCES). */
+static void record_sources(const cli_verb *verb, const cli_args *a, const accel__config *cfg,
+                           launch_settings *s)
+{
+    s->sources[0] = '\0';
+    add_source(verb, a, s, "ACCELERATE_MIXED_PRECISION", "mixed_precision");
+    add_source(verb, a, s, "WORLD_SIZE", "num_processes");
+    add_source(verb, a, s, "LOCAL_WORLD_SIZE", "num_processes");
+    add_source(verb, a, s, "MASTER_ADDR", "main_process_ip");
+    add_source(verb, a, s, "MASTER_PORT", "main_process_port");
+    if (s->cpu) {
+        add_source(verb, a, s, "ACCELERATE_USE_CPU", "cpu");
+    }
+    if (s->debug) {
+        add_source(verb, a, s, "ACCELERATE_DEBUG_MODE", "debug");
+    }
+    if (s->gradient_accumulation_steps > 0) {
+        add_source(verb, a, s, "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                   "gradient_accumulation_steps");
+    }
+    if (s->gpu_ids != NULL) {
+        add_source(verb, a, s, "CUDA_VISIBLE_DEVICES", "gpu_ids");
+    }
+    if (s->threads > 0) {
+        /* Not given: the launcher's share of the cores (resolve_process_options). */
+        add_source(verb, a, s, "OMP_NUM_THREADS", "num_cpu_threads_per_process");
+    }
+    /* The ZeRO stage, in resolve_zero's order. */
+    if (s->zero_stage < 0) {
+        return;
+    }
+    size_t k = strlen(s->sources);
+    if (cli_given(verb, a, "zero_stage")) {
+        add_source(verb, a, s, "ACCEL_ZERO_STAGE", "zero_stage");
+    } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
+        add_source(verb, a, s, "ACCEL_ZERO_STAGE", "fsdp_sharding_strategy");
+    } else if (cfg->zero_stage >= 0) {
+        snprintf(s->sources + k, sizeof(s->sources) - k,
+                 "ACCEL_ZERO_STAGE\taccel launch: config file %s:%s\n", cfg->path,
+                 cfg->zero_stage_key);
+    } else {
+        snprintf(s->sources + k, sizeof(s->sources) - k,
+                 "ACCEL_ZERO_STAGE\taccel launch: --%s (its default stage %d)\n",
+                 cli_given(verb, a, "use_deepspeed") ? "use_deepspeed" : "use_fsdp", s->zero_stage);
+    }
+}
+
 /* Accelerate's _validate_launch_command checks, and what accel cannot do yet. */
 static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_settings *s)
 {
@@ -268,21 +338,112 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
     if (cli_given(verb, a, "multi_gpu") && s->n_procs * s->num_machines < 2) {
         return fail_value(verb, a, "num_processes", "--multi_gpu needs at least 2 processes");
     }
-    if (s->num_machines > 1) {
-        return refuse_machines(verb, a, "num_machines", "several machines");
-    }
-    if (s->machine_rank > 0) {
-        return refuse_machines(verb, a, "machine_rank", "machine ranks above 0 (several machines)");
-    }
-    if (cli_value(verb, a, "mpirun_hostfile") != NULL) {
-        return refuse_machines(verb, a, "mpirun_hostfile",
-                               "launches through mpirun (they come with several machines)");
-    }
     const char *dyn = cli_value(verb, a, "dynamo_backend");
     if (dyn != NULL && strcasecmp(dyn, "no") != 0) {
-        fprintf(stderr, "accel launch: note: --dynamo_backend %s ignored: torch.compile has no "
-                        "counterpart in C\n",
+        fprintf(stderr,
+                "accel launch: note: --dynamo_backend %s ignored: torch.compile has no "
+                "counterpart in C\n",
                 dyn);
+    }
+    return 0;
+}
+
+/* torchrun's --rdzv_conf "key=value,...": the keys that set how long the launchers wait for
+ * each other are honoured; torchrun's other keys are noted and ignored. */
+static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
+{
+    static const char *const ignored[] = {"read_timeout",
+                                          "last_call_timeout",
+                                          "close_timeout",
+                                          "keep_alive_interval",
+                                          "keep_alive_max_attempt",
+                                          "heartbeat",
+                                          "is_host",
+                                          "store_type",
+                                          "use_libuv"};
+    const char *conf = cli_value(verb, a, "rdzv_conf");
+    *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
+    if (conf == NULL) {
+        return 0;
+    }
+    char buf[1024];
+    snprintf(buf, sizeof(buf), "%s", conf);
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (eq == NULL) {
+            return fail_value(verb, a, "rdzv_conf", "expected KEY=VALUE pairs, got '%s'", kv);
+        }
+        *eq = '\0';
+        const char *v = eq + 1;
+        if (strcmp(kv, "timeout") == 0 || strcmp(kv, "join_timeout") == 0) {
+            char *end;
+            double t = strtod(v, &end);
+            if (end == v || *end != '\0' || !(t > 0 && t <= 86400 * 7)) {
+                return fail_value(verb, a, "rdzv_conf", "%s=%s: expected seconds in (0, 604800]",
+                                  kv, v);
+            }
+            *timeout_s = t;
+            continue;
+        }
+        int known = 0;
+        for (size_t i = 0; i < sizeof(ignored) / sizeof(ignored[0]); i++) {
+            known |= strcmp(kv, ignored[i]) == 0;
+        }
+        if (!known) {
+            return fail_value(verb, a, "rdzv_conf",
+                              "unknown key '%s' (accel honours timeout and join_timeout)", kv);
+        }
+        fprintf(stderr,
+                "accel launch: note: --rdzv_conf %s ignored (accel's rendezvous has no "
+                "such setting)\n",
+                kv);
+    }
+    return 0;
+}
+
+/* The flags of several machines: the rendezvous, its timeout, mpirun, --preflight. */
+static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_settings *s)
+{
+    s->rdzv_backend = cli_value(verb, a, "rdzv_backend");
+    s->rdzv_backend = s->rdzv_backend ? s->rdzv_backend : "static";
+    if (strcasecmp(s->rdzv_backend, "static") != 0 && strcasecmp(s->rdzv_backend, "c10d") != 0) {
+        return fail_value(verb, a, "rdzv_backend", "expected static or c10d");
+    }
+    if (parse_rdzv_conf(verb, a, &s->rdzv_timeout_s) != 0) {
+        return -1;
+    }
+    s->preflight = cli_given(verb, a, "preflight");
+    s->mpirun_hostfile = cli_value(verb, a, "mpirun_hostfile");
+    s->mpirun_ccl = cli_value(verb, a, "mpirun_ccl");
+    if (s->mpirun_hostfile != NULL && access(s->mpirun_hostfile, R_OK) != 0) {
+        return fail_value(verb, a, "mpirun_hostfile", "cannot read the hostfile: %s",
+                          strerror(errno));
+    }
+    if (s->mpirun_ccl != NULL && strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl)) {
+        return fail_value(verb, a, "mpirun_ccl", "expected a number of workers");
+    }
+    if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&
+        cli_value(verb, a, "main_process_ip") == NULL) {
+        cli_usage_error(verb,
+                        "several machines (--num_machines %d) need --main_process_ip, the "
+                        "address of machine 0",
+                        s->num_machines);
+        return -1;
+    }
+    if (s->num_machines > 1 && s->mpirun_hostfile == NULL && s->machine_rank > 0 && s->port == 0) {
+        return fail_value(verb, a, "main_process_port",
+                          "only machine 0 picks a free port: give machine %d the port machine 0 "
+                          "printed",
+                          s->machine_rank);
+    }
+    if (s->preflight && (s->num_machines == 1 || s->mpirun_hostfile != NULL)) {
+        fprintf(stderr,
+                "accel launch: note: --preflight checks the hops between the launchers "
+                "of several machines; %s: nothing to check\n",
+                s->mpirun_hostfile != NULL ? "mpirun connects its own processes"
+                                           : "this job has one machine");
+        s->preflight = 0;
     }
     return 0;
 }
@@ -315,8 +476,9 @@ static int resolve_process_options(const cli_verb *verb, const cli_args *a, laun
         cli_usage_error(verb, "--tee %ld needs --log_dir DIR for the log files", tee);
         return -1;
     }
-    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee") ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
-                                                              : (int)tee;
+    s->tee = s->log_dir != NULL && !cli_given(verb, a, "tee")
+                 ? LAUNCH_TEE_STDOUT | LAUNCH_TEE_STDERR
+                 : (int)tee;
     if (s->threads == 0) {
         /* One rule, Accelerate's: the cores shared among this machine's processes, unless the
          * caller chose OMP_NUM_THREADS. */
@@ -363,16 +525,29 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     }
     s->num_machines = (int)machines;
     s->machine_rank = (int)rank;
-    s->n_procs = (int)(procs / machines > 0 ? procs / machines : 1);
+    if (procs % machines != 0) {
+        char src[1400];
+        fail_value(verb, &a, "num_processes",
+                   "%ld processes cannot be shared equally by %s (num_processes is the total over "
+                   "all machines, Accelerate's meaning)",
+                   procs, cli_source(verb, &a, "num_machines", src, sizeof(src)));
+        goto fail;
+    }
+    if (rank >= machines) {
+        fail_value(verb, &a, "machine_rank", "must be below the number of machines (%ld)",
+                   machines);
+        goto fail;
+    }
+    s->n_procs = (int)(procs / machines);
     s->port = (int)port;
     s->gradient_accumulation_steps = (int)accum;
     s->master_addr = cli_value(verb, &a, "main_process_ip");
     s->master_addr = s->master_addr ? s->master_addr : "127.0.0.1";
-    s->rdzv_backend = cli_value(verb, &a, "rdzv_backend");
-    s->rdzv_backend = s->rdzv_backend ? s->rdzv_backend : "static";
+    if (resolve_machines(verb, &a, s) != 0) {
+        goto fail;
+    }
     s->gpu_ids = cli_value(verb, &a, "gpu_ids");
-    if (s->gpu_ids != NULL &&
-        (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
+    if (s->gpu_ids != NULL && (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
         s->gpu_ids = NULL;
     } else if (s->gpu_ids != NULL && strspn(s->gpu_ids, "0123456789,") != strlen(s->gpu_ids)) {
         fail_value(verb, &a, "gpu_ids", "expected all or comma-separated device ids");
@@ -395,12 +570,20 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     if (check_paradigm(verb, &a, s) != 0 || resolve_process_options(verb, &a, s) != 0) {
         goto fail;
     }
+    if (s->mpirun_hostfile != NULL && (s->max_restarts > 0 || s->log_dir != NULL)) {
+        /* mpirun supervises and relays the processes itself. */
+        cli_usage_error(verb,
+                        "%s cannot be used with --mpirun_hostfile (mpirun runs the processes)",
+                        s->max_restarts > 0 ? "--max_restarts" : "--log_dir / --tee");
+        goto fail;
+    }
     if (a.first_positional >= argc) {
         cli_usage_error(verb, "no program given");
         goto fail;
     }
     s->program = argv[a.first_positional];
     s->program_argv = argv + a.first_positional;
+    record_sources(verb, &a, cfg, s);
     return 0;
 fail:
     accel__config_free(cfg);

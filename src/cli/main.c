@@ -8,12 +8,14 @@
 
 #include "accel/accel.h"
 #include "cli.h"
+#include "launch.h"
 
 static const cli_verb *const verbs[] = {
     &cli_verb_launch,
     &cli_verb_config,
     &cli_verb_test,
     &cli_verb_env,
+    &cli_verb_estimate_memory,
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
 
@@ -51,6 +53,9 @@ int main(int argc, char **argv)
     if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
         printf("accel %s\n", ACCEL_VERSION_STRING);
         return 0;
+    }
+    if (strcmp(first, cli_verb_mpirank.name) == 0) { /* internal, not listed in --help */
+        return cli_verb_mpirank.run(&cli_verb_mpirank, argc - 1, argv + 1);
     }
     for (size_t i = 0; i < N_VERBS; i++) {
         if (strcmp(first, verbs[i]->name) == 0) {

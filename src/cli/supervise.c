@@ -6,6 +6,8 @@
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
  * No process outlives the launcher: each gets SIGKILL from the kernel when the launcher dies.
+ * On several machines a watcher (rdzv.c) runs once a second in the same loop: it publishes a
+ * local failure to the other machines and stops the job when one of them failed.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +41,7 @@ typedef struct job {
     int stopping;     /* SIGTERM sent; later deaths are consequences, not causes */
     int killed;       /* SIGKILL sent */
     int interrupted;  /* signal received by the launcher, 0 if none */
+    int remote_rc;    /* the watcher stopped the job (another machine failed): exit status */
     struct timespec kill_at;
 } job;
 
@@ -62,7 +65,7 @@ static const char *signal_name(int sig)
     return "signal";
 }
 
-static int exit_status_of(int wstatus)
+int launch_exit_status(int wstatus)
 {
     if (WIFEXITED(wstatus)) {
         return WEXITSTATUS(wstatus);
@@ -73,7 +76,7 @@ static int exit_status_of(int wstatus)
     return 1;
 }
 
-static void describe(int wstatus, char *buf, size_t n)
+void launch_describe_status(int wstatus, char *buf, size_t n)
 {
     if (WIFEXITED(wstatus)) {
         snprintf(buf, n, "exit code %d", WEXITSTATUS(wstatus));
@@ -154,6 +157,10 @@ static void reap(job *j)
             int failed = !(WIFEXITED(st) && WEXITSTATUS(st) == 0);
             if (failed && !j->stopping) {
                 j->first_failed = r;
+                if (j->cfg->watch != NULL) {
+                    /* The other machines hear of it before our own teardown starts. */
+                    j->cfg->watch->on_failure(j->cfg->watch->arg, j->cfg->rank_base + r, st);
+                }
                 stop_all(j, SIGTERM);
             }
             break;
@@ -201,10 +208,13 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     if (err_w >= 0) {
         dup2(err_w, 2);
     }
-    /* Safe here: the launcher is single-threaded, so no lock inside setenv can be held. */
+    /* Safe here: no lock inside setenv can be held, since the launcher's only other thread
+     * (machine 0's store server, rdzv.c) never touches the environment; malloc's locks are
+     * reset by glibc's fork. */
     char num[16];
-    snprintf(num, sizeof(num), "%d", rank);
+    snprintf(num, sizeof(num), "%d", cfg->rank_base + rank);
     setenv("RANK", num, 1);
+    snprintf(num, sizeof(num), "%d", rank);
     setenv("LOCAL_RANK", num, 1);
     if (cfg->cpusets != NULL) {
         /* Best effort: a refusal (a cgroup that changed meanwhile) leaves the default placement. */
@@ -227,7 +237,7 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
 static int open_tee(const launch_config *cfg, int rank, const char *which)
 {
     char path[4096];
-    snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, rank, which);
+    snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, cfg->rank_base + rank, which);
     int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     struct stat sb;
     const char *why = fd < 0 ? strerror(errno) : NULL;
@@ -259,7 +269,7 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
     int tee = cfg->log_dir != NULL && (cfg->tee & tee_bit);
     *out = NULL;
     *write_end = -1;
-    if (cfg->n_procs == 1 && !tee) {
+    if (cfg->n_procs == 1 && cfg->watch == NULL && !tee) {
         return 0; /* inherited: the program writes straight to our stdout/stderr */
     }
     int file_fd = -1;
@@ -273,7 +283,9 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
         return -1;
     }
     fcntl(p[0], F_SETFL, O_NONBLOCK);
-    *out = relay_new(p[0], rank, is_err ? 2 : 1, cfg->n_procs > 1, file_fd, is_err);
+    /* One machine of several prefixes its single process too: ranks are named globally. */
+    int prefix = cfg->n_procs > 1 || cfg->watch != NULL;
+    *out = relay_new(p[0], cfg->rank_base + rank, is_err ? 2 : 1, prefix, file_fd, is_err);
     if (*out == NULL) {
         fprintf(stderr, "accel launch: error: out of memory\n");
         close(p[0]);
@@ -291,22 +303,25 @@ static void print_summary(job *j)
 {
     const launch_config *cfg = j->cfg;
     char what[96];
+    const int base = cfg->rank_base;
     if (j->first_failed >= 0) {
         child *k = &j->kids[j->first_failed];
-        describe(k->status, what, sizeof(what));
-        fprintf(stderr, "accel launch: rank %d failed: %s\n", j->first_failed, what);
+        launch_describe_status(k->status, what, sizeof(what));
+        fprintf(stderr, "accel launch: rank %d failed: %s\n", base + j->first_failed, what);
         if (k->err != NULL) {
-            fprintf(stderr, "accel launch: last lines of rank %d's stderr:\n", j->first_failed);
+            fprintf(stderr, "accel launch: last lines of rank %d's stderr:\n",
+                    base + j->first_failed);
             if (relay_print_tail(k->err, "    ") == 0) {
                 fprintf(stderr, "    (nothing)\n");
             }
         }
     }
-    if (cfg->n_procs > 1) {
-        fprintf(stderr, "accel launch: status of all %d processes:", cfg->n_procs);
+    if (cfg->n_procs > 1 || cfg->watch != NULL) {
+        fprintf(stderr, "accel launch: status of the %d processes %s:", cfg->n_procs,
+                cfg->watch != NULL ? "of this machine" : "of the job");
         for (int r = 0; r < cfg->n_procs; r++) {
-            describe(j->kids[r].status, what, sizeof(what));
-            fprintf(stderr, "%s rank %d %s", r ? ";" : "", r, what);
+            launch_describe_status(j->kids[r].status, what, sizeof(what));
+            fprintf(stderr, "%s rank %d %s", r ? ";" : "", base + r, what);
         }
         fputc('\n', stderr);
     }
@@ -386,7 +401,11 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
         }
     }
 
-wait_out:
+wait_out:;
+    /* The watcher runs once a second (a failure elsewhere is seen within a tick). */
+    struct timespec next_tick;
+    clock_gettime(CLOCK_MONOTONIC, &next_tick);
+    next_tick.tv_sec += 1;
     while (j.n_alive > 0) {
         int nfds = 0;
         fds[nfds++] = (struct pollfd){.fd = sfd, .events = POLLIN};
@@ -403,6 +422,11 @@ wait_out:
         if (j.stopping && !j.killed) {
             double left = seconds_until(&j.kill_at);
             timeout_ms = left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+        }
+        if (cfg->watch != NULL) {
+            double left = seconds_until(&next_tick);
+            int tick_ms = left <= 0 ? 0 : (int)(left * 1000.0) + 1;
+            timeout_ms = timeout_ms < 0 || tick_ms < timeout_ms ? tick_ms : timeout_ms;
         }
         int n = poll(fds, (nfds_t)nfds, timeout_ms);
         if (n < 0 && errno != EINTR) {
@@ -425,6 +449,15 @@ wait_out:
                 }
             }
         }
+        if (cfg->watch != NULL && seconds_until(&next_tick) <= 0) {
+            clock_gettime(CLOCK_MONOTONIC, &next_tick);
+            next_tick.tv_sec += 1;
+            int stop = cfg->watch->tick(cfg->watch->arg);
+            if (stop != 0 && !j.stopping) {
+                j.remote_rc = stop;
+                stop_all(&j, SIGTERM);
+            }
+        }
         if (j.stopping && !j.killed && j.n_alive > 0 && seconds_until(&j.kill_at) <= 0) {
             signal_all(&j, SIGKILL);
             j.killed = 1;
@@ -440,8 +473,12 @@ wait_out:
         }
     }
     if (j.first_failed >= 0) {
-        rc = exit_status_of(j.kids[j.first_failed].status);
+        rc = launch_exit_status(j.kids[j.first_failed].status);
         *outcome = j.interrupted != 0 ? LAUNCH_INTERRUPTED : LAUNCH_FAILED;
+        print_summary(&j);
+    } else if (j.remote_rc != 0) {
+        rc = j.remote_rc;
+        *outcome = LAUNCH_FAILED;
         print_summary(&j);
     } else if (j.interrupted != 0) {
         rc = 128 + j.interrupted;

@@ -291,6 +291,14 @@ const char *accel__comm_name(const accel__comm *c)
 {
     return c->name;
 }
+void accel__comm_describe(const accel__comm *c, char *buf, size_t nbytes)
+{
+    if (c->be->ops->describe != NULL) {
+        c->be->ops->describe(c->impl, buf, nbytes);
+    } else {
+        snprintf(buf, nbytes, "%s", c->be->name);
+    }
+}
 unsigned accel__comm_caps(const accel__comm *c)
 {
     return c->be->caps;

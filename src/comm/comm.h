@@ -186,6 +186,10 @@ typedef struct accel__comm_ops {
     accel_status (*mem_free)(void *impl, void *p);
     /* Leaves the communicator (peers waiting for this member fail at once) and frees impl. */
     void (*destroy)(void *impl);
+    /* Optional: one line for accel_state_summary naming the levels and, where known, the
+     * network interface ("shm within a machine, gloo across on eth0 (10.0.0.2)"). NULL: the
+     * backend's name says it all. */
+    void (*describe)(void *impl, char *buf, size_t nbytes);
 } accel__comm_ops;
 
 typedef struct accel__comm_backend {
@@ -276,6 +280,9 @@ const char *accel__comm_backend_name(const accel__comm *c);
 /* "world", or "world/3" for the child of color 3 (messages name communicators this way). */
 const char *accel__comm_name(const accel__comm *c);
 unsigned accel__comm_caps(const accel__comm *c);
+/* What the communicator runs on, for accel_state_summary: the backend's own description
+ * (levels, network interface) when it gives one, else its name. */
+void accel__comm_describe(const accel__comm *c, char *buf, size_t nbytes);
 /* The creation config (its strings point into the communicator; valid until accel__comm_free). */
 const accel__comm_config *accel__comm_cfg(const accel__comm *c);
 

@@ -101,13 +101,15 @@ static accel_status io_fail(accel__store *st, accel_status status, const char *w
     st->broken = status;
     if (status == ACCEL_EPEER) {
         return accel__seterr(NULL, status,
-                             "store %s: the server closed the connection during %s (%s): process "
-                             "0, which serves it, exited or crashed",
+                             "store %s: the server closed the connection during %s (%s): the "
+                             "process serving it (process 0, or machine 0's accel launch) exited "
+                             "or crashed",
                              st->name, what, err != 0 ? strerror(err) : "end of stream");
     }
     return accel__seterr(NULL, status,
-                         "store %s: no answer to %s before the deadline (process 0, which serves "
-                         "it, is stopped, hung or unreachable)",
+                         "store %s: no answer to %s before the deadline (the process serving "
+                         "it, process 0 or machine 0's accel launch, is stopped, hung or "
+                         "unreachable)",
                          st->name, what);
 }
 
@@ -193,8 +195,9 @@ static accel_status connect_store(accel__store *st, const char *addr, double dea
     freeaddrinfo(res);
     if (st->fd < 0) {
         return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                             "store %s: could not connect within %g s (%s): is process 0 running, "
-                             "with the same MASTER_ADDR and MASTER_PORT?",
+                             "store %s: could not connect within %g s (%s): is process 0 (or "
+                             "machine 0's accel launch) running, with the same MASTER_ADDR and "
+                             "MASTER_PORT?",
                              st->name, st->timeout_s, strerror(err));
     }
     uint8_t hello[8], back[8];

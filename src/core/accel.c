@@ -1,8 +1,9 @@
 /*
- * The accelerator handle: option resolution (argument > environment > config file > default),
- * the process layout read from the launcher's environment, the communicator, state queries and
- * process control. After accel_init every field of acc->opt is resolved, so no other module
- * re-reads the environment.
+ * The accelerator handle's life: option resolution (argument > environment > config file >
+ * default, each value's source recorded in core/settings.c), the process layout read from the
+ * launcher's environment, the communicator, accel_free. After accel_init every field of
+ * acc->opt is resolved, so no other module re-reads the environment. State queries and process
+ * control are in process.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "device/device.h"
 #include "internal.h"
 #include "profile.h"
+#include "settings.h"
 
 accel_options accel_options_default(void)
 {
@@ -162,21 +164,44 @@ static accel_status parse_precision(const char *s, accel_precision *out)
 }
 
 /* The resolution after the config file is read (cfg borrowed, released by the caller). */
-static accel_status resolve_with(accel_options *o, const accel__config *cfg);
+static accel_status resolve_with(accel_options *o, const accel__config *cfg, accel__settings *set);
 
-static accel_status resolve_options(accel_options *o, const layout *l)
+/* "config file PATH:KEY (line N)" as the source of an option. */
+static void src_config(accel__settings *set, accel__option_id id, const accel__config *cfg,
+                       const char *key)
+{
+    int line = accel__config_line(cfg, key);
+    accel__settings_src(set, id, "config file %s:%s%s%.0d%s", cfg->path, key,
+                        line > 0 ? " (line " : "", line, line > 0 ? ")" : "");
+}
+
+static accel_status resolve_options(accel_options *o, const layout *l, accel__settings *set)
 {
     accel__config cfg;
     ACCEL_TRY(accel__config_load(o->config_file, &cfg));
     if (l->rank == 0) {
         accel__config_warn(&cfg, l->launched);
     }
-    accel_status st = resolve_with(o, &cfg);
+    /* Which file: the argument, ACCELERATE_CONFIG_FILE, or the default location. */
+    char src[ACCEL__SOURCE_NBYTES];
+    if (o->config_file != NULL) {
+        snprintf(src, sizeof(src), "argument");
+    } else if (cfg.explicit_path) {
+        accel__settings_env_source(set, "ACCELERATE_CONFIG_FILE", src, sizeof(src));
+    } else {
+        snprintf(src, sizeof(src), "default location");
+    }
+    char value[1100];
+    snprintf(value, sizeof(value), "%s%s", cfg.path, cfg.present ? "" : " (none there)");
+    accel_status st = accel__settings_add(set, "config_file", value, src);
+    if (st == ACCEL_OK) {
+        st = resolve_with(o, &cfg, set);
+    }
     accel__config_free(&cfg);
     return st;
 }
 
-static accel_status resolve_with(accel_options *o, const accel__config *cfg)
+static accel_status resolve_with(accel_options *o, const accel__config *cfg, accel__settings *set)
 {
     /* mixed precision: argument > ACCELERATE_MIXED_PRECISION > config file > "no" */
     if (o->mixed_precision == ACCEL_PRECISION_UNSET) {
@@ -184,13 +209,16 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         o->mixed_precision = ACCEL_PRECISION_NO;
         if (cfg->mixed_precision[0] != '\0') {
             parse_precision(cfg->mixed_precision, &o->mixed_precision); /* checked by the reader */
+            src_config(set, ACCEL__OPT_mixed_precision, cfg, "mixed_precision");
         }
-        if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK &&
-            parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "environment variable ACCELERATE_MIXED_PRECISION=\"%s\" is not "
-                                 "one of no, fp16, bf16, fp8",
-                                 s);
+        if (accel__env_string("ACCELERATE_MIXED_PRECISION", &s) == ACCEL_OK) {
+            if (parse_precision(s, &o->mixed_precision) != ACCEL_OK) {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "environment variable ACCELERATE_MIXED_PRECISION=\"%s\" is "
+                                     "not one of no, fp16, bf16, fp8",
+                                     s);
+            }
+            accel__settings_src_env(set, ACCEL__OPT_mixed_precision, "ACCELERATE_MIXED_PRECISION");
         }
     } else if ((int)o->mixed_precision < ACCEL_PRECISION_NO ||
                o->mixed_precision > ACCEL_PRECISION_FP8) {
@@ -211,9 +239,17 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     }
     if (o->gradient_accumulation_steps == 0) {
         long long v = cfg->gradient_accumulation_steps > 0 ? cfg->gradient_accumulation_steps : 1;
+        if (cfg->gradient_accumulation_steps > 0) {
+            src_config(set, ACCEL__OPT_gradient_accumulation_steps, cfg,
+                       "deepspeed_config.gradient_accumulation_steps");
+        }
         accel_status st = accel__env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_gradient_accumulation_steps,
+                                    "ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
         }
         if (v < 1 || v > 1 << 30) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -230,13 +266,25 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
         return st;
     }
+    /* The source is the first that says yes (the argument's "argument" is filled in later). */
+    if (o->cpu <= 0 && env_cpu) {
+        accel__settings_src_env(set, ACCEL__OPT_cpu, "ACCELERATE_USE_CPU");
+    } else if (o->cpu <= 0 && cfg->use_cpu > 0) {
+        src_config(set, ACCEL__OPT_cpu, cfg, "use_cpu");
+    }
     o->cpu = (o->cpu > 0) || env_cpu || cfg->use_cpu > 0;
 
     if (o->debug < 0) {
         o->debug = cfg->debug > 0;
+        if (cfg->debug >= 0) {
+            src_config(set, ACCEL__OPT_debug, cfg, "debug");
+        }
         st = accel__env_bool("ACCELERATE_DEBUG_MODE", &o->debug);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_debug, "ACCELERATE_DEBUG_MODE");
         }
     }
 
@@ -245,6 +293,9 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
         st = accel__env_real("ACCEL_TIMEOUT", &o->timeout_s);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
+        }
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_timeout_s, "ACCEL_TIMEOUT");
         }
         if (o->timeout_s <= 0) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -287,21 +338,16 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
     }
     if (o->logging_dir == NULL) {
         o->logging_dir = o->project_dir;
+        accel__settings_src(set, ACCEL__OPT_logging_dir, "default (project_dir)");
     }
 
     /* ZeRO stage: argument > ACCEL_ZERO_STAGE > config file (deepspeed_config, fsdp_config)
      * > 0. */
-    char from[1200] = "";
     if (o->zero_stage < 0) {
         long long v = cfg->zero_stage > 0 ? cfg->zero_stage : 0;
         st = accel__env_int("ACCEL_ZERO_STAGE", &v);
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             return st;
-        }
-        if (st == ACCEL_OK) {
-            snprintf(from, sizeof(from), " (ACCEL_ZERO_STAGE)");
-        } else if (cfg->zero_stage > 0) {
-            snprintf(from, sizeof(from), " (config file %s: %s)", cfg->path, cfg->zero_stage_key);
         }
         if (v < 0 || v > 3) {
             return accel__seterr(NULL, ACCEL_EINVAL,
@@ -309,15 +355,24 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
                                  v);
         }
         o->zero_stage = (int)v;
+        if (st == ACCEL_OK) {
+            accel__settings_src_env(set, ACCEL__OPT_zero_stage, "ACCEL_ZERO_STAGE");
+        } else if (cfg->zero_stage > 0) {
+            src_config(set, ACCEL__OPT_zero_stage, cfg, cfg->zero_stage_key);
+        }
     } else if (o->zero_stage > 3) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
                              o->zero_stage);
     }
     /* resume_from_checkpoint: argument > ACCELERATE_RESUME_FROM_CHECKPOINT > none. */
-    if (o->resume_from_checkpoint == NULL &&
-        accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) !=
+    if (o->resume_from_checkpoint == NULL) {
+        if (accel__env_string("ACCELERATE_RESUME_FROM_CHECKPOINT", &o->resume_from_checkpoint) ==
             ACCEL_OK) {
-        o->resume_from_checkpoint = NULL;
+            accel__settings_src_env(set, ACCEL__OPT_resume_from_checkpoint,
+                                    "ACCELERATE_RESUME_FROM_CHECKPOINT");
+        } else {
+            o->resume_from_checkpoint = NULL;
+        }
     }
     if (o->resume_from_checkpoint != NULL && o->resume_from_checkpoint[0] == '\0') {
         o->resume_from_checkpoint = NULL;
@@ -328,11 +383,6 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg)
                              "resume_from_checkpoint=latest needs project_dir and "
                              "automatic_checkpoint_naming (the checkpoints it looks for are "
                              "project_dir/checkpoints/checkpoint_<n>)");
-    }
-    if (o->zero_stage > 0) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "ZeRO stage %d%s is not implemented yet (zero_stage 0, DDP, is)",
-                             o->zero_stage, from);
     }
     return ACCEL_OK;
 }
@@ -366,6 +416,97 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
     }
     strcpy(out, b);
     return ACCEL_OK;
+}
+
+/* The layout's lines, each with the launcher variable it came from: the family read_layout
+ * took is the first with a world size, rank or local rank set. */
+static accel_status record_layout(const layout *l, accel__settings *set)
+{
+    const char *unused;
+    int family = -1;
+    for (size_t i = 0; family < 0 && i < sizeof(layout_sources) / sizeof(layout_sources[0]); i++) {
+        for (int k = 0; k < 3 && family < 0; k++) {
+            if (accel__env_string(layout_sources[i][k], &unused) == ACCEL_OK) {
+                family = (int)i;
+            }
+        }
+    }
+    /* layout_sources rows are {rank, world, local rank, local world}. */
+    const int values[4] = {l->rank, l->n_ranks, l->local_rank, l->local_n_ranks};
+    static const char *const names[4] = {"process_index", "num_processes", "local_process_index",
+                                         "local_num_processes"};
+    for (int i = 0; i < 4; i++) {
+        char value[16], src[ACCEL__SOURCE_NBYTES];
+        snprintf(value, sizeof(value), "%d", values[i]);
+        const char *var = family >= 0 ? layout_sources[family][i] : NULL;
+        if (var != NULL && accel__env_string(var, &unused) == ACCEL_OK) {
+            accel__settings_env_source(set, var, src, sizeof(src));
+        } else {
+            snprintf(src, sizeof(src), "%s",
+                     family >= 0 ? "derived from the other variables" : "default (not launched)");
+        }
+        ACCEL_TRY(accel__settings_add(set, names[i], value, src));
+    }
+    return ACCEL_OK;
+}
+
+/* The backend and the rendezvous address, with where choose_backend / read_rendezvous took
+ * them from. */
+static accel_status record_comm(accel__settings *set, const accel_options *o, const char *backend,
+                                const char *addr, int port_number)
+{
+    char src[ACCEL__SOURCE_NBYTES], port[16];
+    const char *unused;
+    if (o->backend != NULL) {
+        snprintf(src, sizeof(src), "argument");
+    } else if (accel__env_string("ACCEL_BACKEND", &unused) == ACCEL_OK) {
+        accel__settings_env_source(set, "ACCEL_BACKEND", src, sizeof(src));
+    } else {
+        snprintf(src, sizeof(src), "default (from the process layout)");
+    }
+    ACCEL_TRY(accel__settings_add(set, "backend", backend, src));
+    static const char *const vars[2] = {"MASTER_ADDR", "MASTER_PORT"};
+    static const char *const names[2] = {"main_process_ip", "main_process_port"};
+    snprintf(port, sizeof(port), "%d", port_number);
+    const char *values[2] = {addr, port};
+    for (int i = 0; i < 2; i++) {
+        if (accel__env_string(vars[i], &unused) == ACCEL_OK) {
+            accel__settings_env_source(set, vars[i], src, sizeof(src));
+        } else {
+            snprintf(src, sizeof(src), "default");
+        }
+        ACCEL_TRY(accel__settings_add(set, names[i], values[i], src));
+    }
+    return ACCEL_OK;
+}
+
+/* Everything accel_init decides before it creates the handle: the log level, the process
+ * layout, the options, and the environment values modules read later, with their sources. */
+static accel_status resolve_all(accel_options *o, layout *l, accel__log_level *log_level,
+                                accel__settings *set)
+{
+    *log_level = ACCEL__LOG_WARN;
+    char src[ACCEL__SOURCE_NBYTES] = "default";
+    const char *lvl;
+    if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
+        int level = accel__log_parse_level(lvl);
+        if (level < 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
+                                 "debug, info, warn, error, off",
+                                 lvl);
+        }
+        *log_level = (accel__log_level)level;
+        accel__settings_env_source(set, "ACCEL_LOG_LEVEL", src, sizeof(src));
+    }
+    static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+    ACCEL_TRY(accel__settings_add(set, "log_level", level_names[*log_level], src));
+    /* The handle-less log context reads ACCEL_LOG_LEVEL once: now, not at its first use. */
+    (void)accel__log_default();
+    ACCEL_TRY(read_layout(l));
+    ACCEL_TRY(record_layout(l, set));
+    ACCEL_TRY(resolve_options(o, l, set));
+    return accel__settings_read_env(set);
 }
 
 /* Where the job's processes meet: ACCEL_JOB_ID (accel launch sets a random one), else the
@@ -418,42 +559,46 @@ static accel_status read_rendezvous(rendezvous *r)
     return ACCEL_OK;
 }
 
+/* The machines of the job: accel launch's ACCEL_NUM_MACHINES and GROUP_RANK, else (mpirun,
+ * Slurm, one machine) the layout's count of equal machines. */
+static accel_status read_machines(accel *acc)
+{
+    acc->n_machines =
+        acc->n_ranks % acc->local_n_ranks == 0 ? acc->n_ranks / acc->local_n_ranks : 1;
+    acc->machine_rank = acc->rank / acc->local_n_ranks;
+    int found = 0;
+    ACCEL_TRY(env_int_opt("ACCEL_NUM_MACHINES", &acc->n_machines, &found));
+    ACCEL_TRY(env_int_opt("GROUP_RANK", &acc->machine_rank, NULL));
+    if (found && (acc->n_machines < 1 || acc->machine_rank >= acc->n_machines)) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable GROUP_RANK=%d is not below "
+                             "ACCEL_NUM_MACHINES=%d",
+                             acc->machine_rank, acc->n_machines);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_init(accel **out, const accel_options *opts)
 {
     if (out == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
     }
-    if (opts != NULL && (opts->size < offsetof(accel_options, log_with) || opts->version == 0)) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "accel_init: options were not made by accel_options_default()");
-    }
     /* A program built against an older layout passed fewer fields: the rest stay unset. */
     accel_options o = accel_options_default();
-    if (opts != NULL) {
-        memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
-    }
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "accel_init", accel_options, &o, opts, log_with));
+    const accel_options given = o;
 
-    accel__log_level log_level = ACCEL__LOG_WARN;
-    const char *lvl;
-    if (accel__env_string("ACCEL_LOG_LEVEL", &lvl) == ACCEL_OK) {
-        int level = accel__log_parse_level(lvl);
-        if (level < 0) {
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
-                                 "debug, info, warn, error, off",
-                                 lvl);
-        }
-        log_level = (accel__log_level)level;
-    }
-
+    accel__settings *set;
+    ACCEL_TRY(accel__settings_new(&set));
     layout l;
-    ACCEL_TRY(read_layout(&l));
-    ACCEL_TRY(resolve_options(&o, &l));
-
-    accel *acc = accel__calloc(1, sizeof(*acc));
+    accel__log_level log_level;
+    accel_status st = resolve_all(&o, &l, &log_level, set);
+    accel *acc = st == ACCEL_OK ? accel__calloc(1, sizeof(*acc)) : NULL;
     if (acc == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
+        accel__settings_free(set);
+        return st != ACCEL_OK ? st : accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
     }
+    acc->settings = set;
     acc->opt = o;
     /* Borrowed strings in the options must outlive accel_init: keep copies. */
     acc->opt.backend = NULL;
@@ -462,6 +607,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->opt.logging_dir = accel__strdup(o.logging_dir);
     acc->opt.log_with = accel__strdup(o.log_with);
     acc->opt.resume_from_checkpoint = accel__strdup(o.resume_from_checkpoint);
+    accel__settings_views(set, &acc->opt);
     acc->resume_pending = o.resume_from_checkpoint != NULL;
     acc->rank = l.rank;
     acc->n_ranks = l.n_ranks;
@@ -470,19 +616,26 @@ accel_status accel_init(accel **out, const accel_options *opts)
     acc->log.rank = l.rank;
     acc->log.n_ranks = l.n_ranks;
     acc->log.level = log_level;
-    accel_status st = accel__trace_new(&acc->trace);
+    st = accel__trace_new(&acc->trace);
     if (st != ACCEL_OK) {
+        accel__settings_free(set);
         accel__free(acc);
         return st;
     }
 
     rendezvous rdv;
-    st = accel__device_setup(acc, l.launched);
+    st = read_machines(acc);
+    if (st == ACCEL_OK) {
+        st = accel__device_setup(acc, l.launched);
+    }
     if (st == ACCEL_OK) {
         st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
     }
     if (st == ACCEL_OK) {
         st = read_rendezvous(&rdv);
+    }
+    if (st == ACCEL_OK) {
+        st = record_comm(set, &o, acc->backend, rdv.addr, rdv.port);
     }
     if (st == ACCEL_OK) {
         accel__comm_config cfg = {
@@ -503,12 +656,19 @@ accel_status accel_init(accel **out, const accel_options *opts)
         };
         st = accel__comm_new(&acc->comm, &cfg);
     }
+    if (st == ACCEL_OK) {
+        st = accel__settings_finish(set, &given, &o);
+    }
     if (st != ACCEL_OK) {
         accel_free(acc);
         return st; /* the thread error already names the cause */
     }
     accel__log(&acc->log, ACCEL__LOG_INFO, "initialised: %d processes, backend %s, device %s",
                l.n_ranks, acc->backend, acc->device_name);
+    if (acc->opt.debug && acc->rank == 0) {
+        /* ACCELERATE_DEBUG_MODE / accel launch --debug: what this job runs with, and why. */
+        accel__settings_print(set, acc->n_ranks);
+    }
     *out = acc;
     return ACCEL_OK;
 }
@@ -552,104 +712,11 @@ void accel_free(accel *acc)
     accel__free((void *)acc->opt.log_with);
     accel__free((void *)acc->opt.resume_from_checkpoint);
     accel__free(acc->summary);
+    accel__settings_free(acc->settings);
     accel__free(acc);
 }
 
-/* ---- state queries ---- */
-
-int accel_process_index(const accel *acc)
-{
-    return acc->rank;
-}
-int accel_local_process_index(const accel *acc)
-{
-    return acc->local_rank;
-}
-int accel_num_processes(const accel *acc)
-{
-    return acc->n_ranks;
-}
-int accel_local_num_processes(const accel *acc)
-{
-    return acc->local_n_ranks;
-}
-int accel_is_main_process(const accel *acc)
-{
-    return acc->rank == 0;
-}
-int accel_is_local_main_process(const accel *acc)
-{
-    return acc->local_rank == 0;
-}
-int accel_is_last_process(const accel *acc)
-{
-    return acc->rank == acc->n_ranks - 1;
-}
-int accel_use_distributed(const accel *acc)
-{
-    return acc->dist_type != ACCEL_DIST_NO && acc->n_ranks > 1;
-}
-accel_distributed_type accel_distributed_type_of(const accel *acc)
-{
-    return acc->dist_type;
-}
-const char *accel_distributed_type_name(accel_distributed_type t)
-{
-    switch (t) {
-    case ACCEL_DIST_NO:
-        return "NO";
-    case ACCEL_DIST_MULTI_CPU:
-        return "MULTI_CPU";
-    case ACCEL_DIST_MULTI_GPU:
-        return "MULTI_GPU";
-    }
-    return "UNKNOWN";
-}
-accel_device accel_device_of(const accel *acc)
-{
-    return acc->device;
-}
-const char *accel_device_name(const accel *acc)
-{
-    return acc->device_name;
-}
-const char *accel_backends_built(void)
-{
-    return accel__comm_backends_built();
-}
-
-const char *accel_backend_name(const accel *acc)
-{
-    return acc->backend;
-}
-accel_precision accel_mixed_precision(const accel *acc)
-{
-    return acc->opt.mixed_precision;
-}
-const char *accel_precision_name(accel_precision p)
-{
-    switch (p) {
-    case ACCEL_PRECISION_NO:
-        return "no";
-    case ACCEL_PRECISION_FP16:
-        return "fp16";
-    case ACCEL_PRECISION_BF16:
-        return "bf16";
-    case ACCEL_PRECISION_FP8:
-        return "fp8";
-    case ACCEL_PRECISION_UNSET:
-        break;
-    }
-    return "unset";
-}
-int accel_gradient_accumulation_steps(const accel *acc)
-{
-    return acc->opt.gradient_accumulation_steps;
-}
-const accel_options *accel_resolved_options(const accel *acc)
-{
-    return &acc->opt;
-}
+/* ---- state repr (the other state queries are in process.c) ---- */
 
 const char *accel_state_summary(accel *acc)
 {
@@ -663,90 +730,23 @@ const char *accel_state_summary(accel *acc)
         snprintf(gpu, sizeof(gpu), "GPU: %s, NCCL %s\n", about, nccl);
     }
 #endif
-    char buf[1024];
+    /* Several machines add where this process is and what each level runs on (Accelerate's
+     * lines stay as they are, so one machine prints exactly its repr). */
+    char machines[512] = "";
+    if (acc->n_machines > 1 && acc->comm != NULL) {
+        char levels[256];
+        accel__comm_describe(acc->comm, levels, sizeof(levels));
+        snprintf(machines, sizeof(machines), "Num machines: %d\nMachine index: %d\nComm: %s\n",
+                 acc->n_machines, acc->machine_rank, levels);
+    }
+    char buf[1536];
     snprintf(buf, sizeof(buf),
              "Distributed environment: %s  Backend: %s\nNum processes: %d\nProcess index: %d\n"
-             "Local process index: %d\nDevice: %s\n%s\nMixed precision type: %s\n",
+             "Local process index: %d\n%sDevice: %s\n%s\nMixed precision type: %s\n",
              accel_distributed_type_name(acc->dist_type), acc->backend, acc->n_ranks, acc->rank,
-             acc->local_rank, acc->device_name, gpu,
+             acc->local_rank, machines, acc->device_name, gpu,
              accel_precision_name(acc->opt.mixed_precision));
     accel__free(acc->summary);
     acc->summary = accel__strdup(buf);
     return acc->summary != NULL ? acc->summary : "";
-}
-
-/* ---- process control ---- */
-
-void accel_print(const accel *acc, const char *fmt, ...)
-{
-    if (acc->rank != 0) {
-        return;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    va_end(ap);
-    fflush(stdout);
-}
-
-accel_status accel_wait_for_everyone(accel *acc)
-{
-    return accel__adopt_thread_error(acc, accel__barrier(acc->comm));
-}
-
-/* The "goes first" pattern: followers wait at a barrier the leader reaches on leaving. */
-static accel_status first_begin(accel *acc, int leader)
-{
-    return leader ? ACCEL_OK : accel_wait_for_everyone(acc);
-}
-static accel_status first_end(accel *acc, int leader)
-{
-    return leader ? accel_wait_for_everyone(acc) : ACCEL_OK;
-}
-
-accel_status accel_main_process_first_begin(accel *acc)
-{
-    return first_begin(acc, acc->rank == 0);
-}
-accel_status accel_main_process_first_end(accel *acc)
-{
-    return first_end(acc, acc->rank == 0);
-}
-accel_status accel_local_main_process_first_begin(accel *acc)
-{
-    return first_begin(acc, acc->local_rank == 0);
-}
-accel_status accel_local_main_process_first_end(accel *acc)
-{
-    return first_end(acc, acc->local_rank == 0);
-}
-
-accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn, void *ctx)
-{
-    if (fn == NULL) {
-        return accel__seterr(acc, ACCEL_EINVAL, "accel_on_process: fn is NULL");
-    }
-    /* As Accelerate: a program that is not distributed runs every process's work itself. */
-    return (acc->rank == process_index || !accel_use_distributed(acc)) ? fn(ctx) : ACCEL_OK;
-}
-accel_status accel_on_local_process(accel *acc, int local_process_index, accel_process_fn fn,
-                                    void *ctx)
-{
-    if (fn == NULL) {
-        return accel__seterr(acc, ACCEL_EINVAL, "accel_on_local_process: fn is NULL");
-    }
-    return (acc->local_rank == local_process_index || !accel_use_distributed(acc)) ? fn(ctx)
-                                                                                   : ACCEL_OK;
-}
-accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx)
-{
-    return accel_on_process(acc, 0, fn, ctx);
-}
-accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *ctx)
-{
-    return accel_on_local_process(acc, 0, fn, ctx);
-}
-accel_status accel_on_last_process(accel *acc, accel_process_fn fn, void *ctx)
-{
-    return accel_on_process(acc, acc->n_ranks - 1, fn, ctx);
 }

@@ -177,11 +177,11 @@ accel_status accel_broadcast(accel *acc, const void *send, void *recv, size_t co
     return run(acc, "accel_broadcast", &o, work);
 }
 
-accel_status accel_reduce(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
-                          accel_reduce_op op, int root, accel_work **work)
+accel_status accel_reduce_to(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
+                             accel_reduce_op op, int root, accel_work **work)
 {
     accel__coll o = ACCEL__COLL(ACCEL__COLL_REDUCE, send, recv, count, dt, op, root);
-    return run(acc, "accel_reduce", &o, work);
+    return run(acc, "accel_reduce_to", &o, work);
 }
 
 accel_status accel_gather_to(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,

@@ -370,20 +370,20 @@ static void scale_floats(accel_tensor *t, double scale)
     }
 }
 
-accel_status accel_reduce_tensor(accel *acc, accel_tensor *t, accel_reduce_op op, double scale)
+accel_status accel_allreduce_tensor(accel *acc, accel_tensor *t, accel_reduce_op op, double scale)
 {
-    ACCEL_TRY(check_acc(acc, "accel_reduce_tensor"));
-    ACCEL_TRY(check_tensor(acc, "accel_reduce_tensor", "t", t));
+    ACCEL_TRY(check_acc(acc, "accel_allreduce_tensor"));
+    ACCEL_TRY(check_tensor(acc, "accel_allreduce_tensor", "t", t));
     if ((int)op < (int)ACCEL_SUM || (int)op > (int)ACCEL_PROD) {
-        return accel__seterr(acc, ACCEL_EINVAL, "accel_reduce_tensor: op %d is not a reduce op",
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_allreduce_tensor: op %d is not a reduce op",
                              (int)op);
     }
     if (scale != 1.0 && !accel_dtype_is_float(t->dtype)) {
         return accel__seterr(acc, ACCEL_EINVAL,
-                             "accel_reduce_tensor: scale %g needs a float dtype, t is %s", scale,
+                             "accel_allreduce_tensor: scale %g needs a float dtype, t is %s", scale,
                              accel_dtype_name(t->dtype));
     }
-    ACCEL_TRY(debug_check_same(acc, "accel_reduce_tensor", t));
+    ACCEL_TRY(debug_check_same(acc, "accel_allreduce_tensor", t));
     size_t count = (size_t)accel_tensor_numel(t);
     ACCEL_TRY(accel_allreduce(acc, t->data, t->data, count, t->dtype, op, NULL));
     if (scale != 1.0) {

@@ -46,8 +46,10 @@ struct accel {
     accel__errbuf err;  /* first: base records a handle's errors through it (base.h) */
     accel__log_ctx log; /* rank prefix and level of this accelerator's log lines */
     accel_options opt; /* fully resolved: no field unset */
+    struct accel__settings *settings; /* every value's source; module views (core/settings.h) */
     int rank, n_ranks;
     int local_rank, local_n_ranks;
+    int n_machines, machine_rank; /* ACCEL_NUM_MACHINES / GROUP_RANK, else from the layout */
     accel_distributed_type dist_type;
     accel_device device;
     struct accel__device *dev; /* the open handle of `device` (device/device.h) */

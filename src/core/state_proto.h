@@ -135,7 +135,7 @@ accel_status accel__state_get_bytes(accel__state_reader *r, const void **data, s
 /* Fails the load with `st` and "checkpoint D: F: <message>": for values that are well-formed
  * but wrong (ACCEL_ECORRUPT) or do not fit the live object (ACCEL_EINVAL). Returns st. */
 accel_status accel__state_fail(accel__state_reader *r, accel_status st, const char *fmt, ...)
-    ACCEL__PRINTF(3, 4);
+    ACCEL_PRINTF(3, 4);
 
 /*
  * Stages `apply(obj, data)` for when the load is applied: after every process validated its

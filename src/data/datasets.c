@@ -293,9 +293,13 @@ static accel_status map_file(const char *path, void **map, size_t *nbytes)
     return ACCEL_OK;
 }
 
-accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dataset_options *o)
+accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dataset_options *opts)
 {
-    if (out == NULL || o == NULL || o->path == NULL || o->context < 1 || o->stride < 0) {
+    accel_token_dataset_options od = accel_token_dataset_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "accel_token_dataset_open", accel_token_dataset_options,
+                                  &od, opts, out_dtype));
+    const accel_token_dataset_options *o = &od;
+    if (out == NULL || opts == NULL || o->path == NULL || o->context < 1 || o->stride < 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "accel_token_dataset_open: need out, a path and context >= 1");
     }

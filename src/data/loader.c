@@ -12,6 +12,7 @@
 #include "comm/comm.h"
 #include "core/gstate.h"
 #include "core/profile.h"
+#include "core/settings.h"
 #include "data_internal.h"
 
 accel_loader_options accel_loader_options_default(void)
@@ -607,7 +608,7 @@ static void loader_destroy(accel__object *o)
 accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
 {
     accel *acc = l->acc;
-    const accel_options *ao = &acc->opt;
+    const accel__data_settings *ao = &acc->settings->data;
     if (n_ranks < 1 || rank < 0 || rank >= n_ranks) {
         return accel__seterr(acc, ACCEL_EINVAL, "loader: process %d of %d is not a process", rank,
                              n_ranks);
@@ -663,48 +664,39 @@ static const accel__object_class loader_class = {
     .rank_key = "loaders",
 };
 
-accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
-                               const accel_loader_options *opts)
+accel_status accel_loader_new(accel *acc, const accel_dataset *ds, const accel_loader_options *opts,
+                              accel_loader **out)
 {
-    if (acc == NULL) {
-        accel__seterr(NULL, ACCEL_EINVAL, "accel_loader_new: acc is NULL");
-        return NULL;
+    const char *who = "accel_loader_new";
+    if (acc == NULL || out == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "%s: acc and out must not be NULL", who);
     }
-    accel_loader_options o = opts != NULL ? *opts : accel_loader_options_default();
+    accel_loader_options o = accel_loader_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_loader_options, &o, opts, use_seedable_sampler));
     if (ds == NULL) {
-        accel__seterr(acc, ACCEL_EINVAL, "accel_loader_new: dataset is NULL");
-        return NULL;
+        return accel__seterr(acc, ACCEL_EINVAL, "%s: dataset is NULL", who);
     }
     int map_style = ds->get != NULL && ds->len != NULL;
     if (!map_style && ds->next == NULL) {
-        accel__seterr(acc, ACCEL_EINVAL,
-                      "accel_loader_new: the dataset has neither len+get (map-style) nor next "
-                      "(iterable)");
-        return NULL;
-    }
-    if (opts != NULL &&
-        (opts->size < offsetof(accel_loader_options, use_seedable_sampler) || opts->version == 0)) {
-        accel__seterr(acc, ACCEL_EINVAL,
-                      "accel_loader_new: options were not made by accel_loader_options_default()");
-        return NULL;
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: the dataset has neither len+get (map-style) nor next "
+                             "(iterable)",
+                             who);
     }
     if (o.batch_size < 1 || o.num_workers < 0 || o.prefetch_factor < 1 || o.n_pad < 0 ||
         o.n_pad > ACCEL_MAX_FIELDS || (o.n_pad > 0 && o.pad == NULL)) {
-        accel__seterr(acc, ACCEL_EINVAL,
-                      "accel_loader_new: invalid options (batch_size %lld must be >= 1, "
-                      "num_workers %d >= 0, prefetch_factor %d >= 1, n_pad %d in 0..%d)",
-                      (long long)o.batch_size, o.num_workers, o.prefetch_factor, o.n_pad,
-                      ACCEL_MAX_FIELDS);
-        return NULL;
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: invalid options (batch_size %lld must be >= 1, "
+                             "num_workers %d >= 0, prefetch_factor %d >= 1, n_pad %d in 0..%d)",
+                             who, (long long)o.batch_size, o.num_workers, o.prefetch_factor,
+                             o.n_pad, ACCEL_MAX_FIELDS);
     }
     if (map_style && ds->len(ds->ctx) < 0) {
-        accel__seterr(acc, ACCEL_EINVAL, "accel_loader_new: dataset len() is negative");
-        return NULL;
+        return accel__seterr(acc, ACCEL_EINVAL, "%s: dataset len() is negative", who);
     }
     accel_loader *l = accel__calloc(1, sizeof(*l));
     if (l == NULL) {
-        accel__seterr(acc, ACCEL_ENOMEM, "accel_loader_new: out of memory");
-        return NULL;
+        return accel__seterr(acc, ACCEL_ENOMEM, "%s: out of memory", who);
     }
     l->acc = acc;
     l->ds = *ds;
@@ -751,10 +743,10 @@ accel_loader *accel_loader_new(accel *acc, const accel_dataset *ds,
     }
     if (st != ACCEL_OK) {
         accel_loader_free(l);
-        accel__seterr(acc, ACCEL_ENOMEM, "accel_loader_new: out of memory");
-        return NULL;
+        return accel__seterr(acc, ACCEL_ENOMEM, "%s: out of memory", who);
     }
-    return l;
+    *out = l;
+    return ACCEL_OK;
 }
 
 void accel_loader_free(accel_loader *l)

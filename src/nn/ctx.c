@@ -478,6 +478,19 @@ static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
     accel__nn_fp_enter(g, &fs);
     for (nn_node *n = g->tape; n != NULL && st == ACCEL_OK; n = n->prev) {
         if (n->out->grad != NULL) {
+            /* Parameters the node read must be present again for its backward (ZeRO-3 gathers
+             * them per unit); the sink is the caller's code, run in its FP mode. */
+            for (int k = 0; k < n->n_in && st == ACCEL_OK; k++) {
+                if (n->in[k] != NULL && n->in[k]->sink_materialize != NULL) {
+                    accel__nn_fp_pause(&fs);
+                    st = accel__nn_param_use(n->in[k]);
+                    accel__nn_fp_resume(&fs);
+                }
+            }
+            if (st != ACCEL_OK) {
+                st = accel__seterr(NULL, st, "nn_backward: %s: %s", n->op, accel_last_error(NULL));
+                break;
+            }
             nn_tmp_mark tm = accel__nn_tmp_mark(g);
             n->backward(g, n);
             accel__nn_tmp_release(g, tm);

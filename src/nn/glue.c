@@ -57,9 +57,15 @@ static void model_compute(void *ctx, int index, accel_tensor *view)
     }
 }
 
+/* ZeRO stage 3: the parameter's unit gathered before an op reads it (a no-op below). */
+static accel_status model_materialize(void *ctx, int index)
+{
+    return accel_model_materialize((accel_model *)ctx, index);
+}
+
 nn_param_sink nn_model_sink(accel_model *model)
 {
-    nn_param_sink s = {model, model_declare, model_bind, model_compute};
+    nn_param_sink s = {model, model_declare, model_bind, model_compute, model_materialize};
     return s;
 }
 

@@ -212,14 +212,17 @@ struct nn_gpt {
     int32_t *pos;       /* 0..block_size-1 for the position embedding */
 };
 
-accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *cfg)
+accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *config)
 {
-    if (out == NULL || p == NULL || cfg == NULL) {
+    if (out == NULL || p == NULL || config == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "nn_gpt_declare: out, params and cfg needed");
     }
-    if (cfg->size < sizeof(nn_gpt_config) || cfg->n_layer <= 0 || cfg->n_head <= 0 ||
-        cfg->n_embd <= 0 || cfg->n_embd % cfg->n_head != 0 || cfg->block_size <= 0 ||
-        cfg->vocab_size <= 0 || !(cfg->dropout >= 0.0f && cfg->dropout < 1.0f)) {
+    nn_gpt_config c = nn_gpt_config_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "nn_gpt_declare", nn_gpt_config, &c, config, ln_eps));
+    const nn_gpt_config *cfg = &c;
+    if (cfg->n_layer <= 0 || cfg->n_head <= 0 || cfg->n_embd <= 0 ||
+        cfg->n_embd % cfg->n_head != 0 || cfg->block_size <= 0 || cfg->vocab_size <= 0 ||
+        !(cfg->dropout >= 0.0f && cfg->dropout < 1.0f)) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "nn_gpt_declare: invalid config (n_layer %d, n_head %d, n_embd %d, "
                              "block_size %d, vocab_size %d, dropout %g; n_embd must divide by "

@@ -165,6 +165,9 @@ typedef struct nn_fpscope {
     unsigned saved;
     int counted, active;
 } nn_fpscope;
+/* Makes parameter x (or the parameter x views) present through its sink's materialize, when
+ * it has one (ZeRO stage 3); ACCEL_OK otherwise. */
+accel_status accel__nn_param_use(const nn_tensor *x);
 void accel__nn_fp_enter(nn_ctx *g, nn_fpscope *s);
 void accel__nn_fp_leave(nn_ctx *g, nn_fpscope *s);
 /* The calling thread's MXCSR back to the caller's / to the scope's, around user callbacks. */

@@ -121,6 +121,9 @@ nn_tensor *nn_log_softmax(nn_ctx *g, nn_tensor *x, int dim)
 nn_cross_entropy_options nn_cross_entropy_options_default(void)
 {
     nn_cross_entropy_options o;
+    memset(&o, 0, sizeof(o));
+    o.size = (uint32_t)sizeof(o);
+    o.version = NN_CROSS_ENTROPY_OPTIONS_VERSION;
     o.ignore_index = -100;
     o.reduction = NN_REDUCTION_MEAN;
     o.label_smoothing = 0.0f;
@@ -202,7 +205,11 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
     if (logits == NULL) {
         return NULL;
     }
-    nn_cross_entropy_options o = opts ? *opts : nn_cross_entropy_options_default();
+    nn_cross_entropy_options o = nn_cross_entropy_options_default();
+    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, &o, opts,
+                            label_smoothing) != ACCEL_OK) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
+    }
     if (targets == NULL || logits->ndim < 1) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
                               targets == NULL ? "targets is NULL" : "logits must have a class dim");

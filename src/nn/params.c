@@ -170,6 +170,7 @@ nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim, const int
     t->sink_ctx = p->sink.ctx;
     t->sink_declare = p->sink.declare;
     t->sink_compute = p->sink.compute;
+    t->sink_materialize = p->sink.materialize;
     e->init = init;
     p->n++;
     return t;

@@ -52,8 +52,26 @@ static void copy_backward(nn_ctx *g, nn_node *n)
     NN_FOR4(n->in[0], gx[off_] += gy[k_]);
 }
 
+accel_status accel__nn_param_use(const nn_tensor *x)
+{
+    const nn_tensor *owner = x->base ? x->base : x;
+    if (owner->param_index < 0 || owner->sink_materialize == NULL) {
+        return ACCEL_OK;
+    }
+    return owner->sink_materialize(owner->sink_ctx, owner->param_index);
+}
+
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
 {
+    /* Every op takes its inputs through here: a parameter whose sink gathers it is made
+     * present before any kernel reads it. */
+    if (x != NULL && x->sink_materialize != NULL) {
+        accel_status st = accel__nn_param_use(x);
+        if (st != ACCEL_OK) {
+            return accel__nn_fail(g, st, "parameter %d: %s", (x->base ? x->base : x)->param_index,
+                                  accel_last_error(NULL));
+        }
+    }
     if (x != NULL && x->sink_compute != NULL) {
         accel__nn_autocast_note(g, x);
     }

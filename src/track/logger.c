@@ -14,6 +14,7 @@
 
 #include "accel/track.h"
 #include "core/internal.h"
+#include "core/settings.h"
 
 #define ONCE_MAX 64
 
@@ -41,24 +42,6 @@ static void set_free(accel *acc, void *state)
         ls->head = n;
     }
     accel__free(ls);
-}
-
-/* ACCELERATE_LOG_LEVEL (Accelerate's name) wins over ACCEL_LOG_LEVEL; INFO when neither is
- * set because C has no logging.basicConfig to lower Python's WARNING default. */
-static accel_log_level default_level(void)
-{
-    static const char *const vars[] = {"ACCELERATE_LOG_LEVEL", "ACCEL_LOG_LEVEL"};
-    for (int i = 0; i < 2; i++) {
-        const char *s;
-        if (accel__env_string(vars[i], &s) == ACCEL_OK) {
-            int lv = accel__log_parse_level(s);
-            if (lv >= 0) {
-                return (accel_log_level)lv;
-            }
-            accel__log(NULL, ACCEL__LOG_WARN, "%s=\"%s\" is not a log level; using info", vars[i], s);
-        }
-    }
-    return ACCEL_LOG_INFO;
 }
 
 accel_logger *accel_get_logger(accel *acc, const char *name)
@@ -90,7 +73,8 @@ accel_logger *accel_get_logger(accel *acc, const char *name)
     }
     lg->acc = acc;
     snprintf(lg->name, sizeof(lg->name), "%s", name);
-    lg->level = default_level();
+    /* ACCELERATE_LOG_LEVEL > ACCEL_LOG_LEVEL > info, resolved by accel_init. */
+    lg->level = (accel_log_level)acc->settings->track.logger_level;
     lg->next = ls->head;
     ls->head = lg;
     return lg;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "core/settings.h"
 #include "track_internal.h"
 
 typedef struct ml_state {
@@ -32,6 +33,7 @@ typedef struct ml_state {
     char *artifact_uri;
     char *run_name;
     long long start_ms;
+    char *user; /* the run's user tag (USER, read by accel_init) */
 } ml_state;
 
 static long long now_ms(void)
@@ -118,12 +120,11 @@ static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
              s->exp_id, s->run_id);
     yaml_quote(meta, sizeof(meta), s->run_name);
     k = strlen(meta);
-    const char *user = getenv("USER");
     snprintf(meta + k, sizeof(meta) - k,
              "\nrun_uuid: '%s'\nsource_name: ''\nsource_type: 4\nsource_version: ''\n"
              "start_time: %lld\nstatus: %d\ntags: []\nuser_id: ",
              s->run_id, s->start_ms, status);
-    yaml_quote(meta, sizeof(meta), user ? user : "unknown");
+    yaml_quote(meta, sizeof(meta), s->user);
     strncat(meta, "\n", sizeof(meta) - strlen(meta) - 1);
     char *path = accel__path_join(s->common.run_dir, "meta.yaml");
     if (path == NULL) {
@@ -285,15 +286,17 @@ static void free_state(ml_state *s)
     accel__free(s->run_id);
     accel__free(s->artifact_uri);
     accel__free(s->run_name);
+    accel__free(s->user);
     accel__free(s->common.run_dir);
     accel__free(s);
 }
 
 /* The store root: MLFLOW_TRACKING_URI (local only), else logging_dir/mlruns, else ./mlruns. */
-static accel_status store_root(const accel_tracker_start_info *info, char **out)
+static accel_status store_root(const accel__track_settings *set,
+                               const accel_tracker_start_info *info, char **out)
 {
-    const char *uri = NULL;
-    if (accel__env_string("MLFLOW_TRACKING_URI", &uri) == ACCEL_OK) {
+    const char *uri = set->mlflow_tracking_uri;
+    if (uri != NULL) {
         if (strncmp(uri, "file://", 7) == 0) {
             uri += 7;
         } else if (strncmp(uri, "file:", 5) == 0) {
@@ -525,15 +528,17 @@ static accel_status drop_later_steps(const char *path, const char *rel, void *ct
     return st;
 }
 
+/* user: the accelerator's track settings (tracker.c passes them to built-in trackers). */
 static accel_status ml_start(void *user, const accel_tracker_start_info *info, void **state)
 {
-    (void)user;
+    const accel__track_settings *set = user;
     ml_state *s = accel__calloc(1, sizeof(*s));
-    if (s == NULL) {
+    if (s == NULL || (s->user = accel__strdup(set->user)) == NULL) {
+        accel__free(s);
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
     s->common.magic = ACCEL__TRACK_MAGIC;
-    accel_status st = store_root(info, &s->root);
+    accel_status st = store_root(set, info, &s->root);
     char id[32], run_id[33] = {0};
     if (st != ACCEL_OK) {
         goto fail;
@@ -543,8 +548,8 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
         goto fail;
     }
-    const char *env_run;
-    if (accel__env_string("MLFLOW_RUN_ID", &env_run) == ACCEL_OK) {
+    const char *env_run = set->mlflow_run_id;
+    if (env_run != NULL) {
         /* Accelerate passes MLFLOW_RUN_ID to mlflow.start_run: continue that run. */
         if (!valid_run_id(env_run) || !find_run(s->root, env_run, id, sizeof(id))) {
             st = accel_tracker_seterr(ACCEL_ENOTFOUND, "MLFLOW_RUN_ID=%s: no such run in %s",
@@ -557,9 +562,8 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
         return ACCEL_OK;
     }
     const char *exp_name = info->project_name;
-    const char *env_name;
-    if (accel__env_string("MLFLOW_EXPERIMENT_NAME", &env_name) == ACCEL_OK) {
-        exp_name = env_name;
+    if (set->mlflow_experiment_name != NULL) {
+        exp_name = set->mlflow_experiment_name;
     }
     ACCEL_TRY_GOTO(find_or_create_experiment(s->root, exp_name, id, sizeof(id)), st, fail);
     random_hex(run_id, 32);
@@ -599,8 +603,7 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.runName", s->run_name), st, fail);
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.name", prog), st, fail);
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.type", "LOCAL"), st, fail);
-    const char *u = getenv("USER");
-    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.user", u ? u : "unknown"), st, fail);
+    ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.user", s->user), st, fail);
     log_run(s, "started");
     *state = s;
     return ACCEL_OK;

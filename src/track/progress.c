@@ -48,6 +48,7 @@ accel_progress_options accel_progress_options_default(void)
     accel_progress_options o;
     memset(&o, 0, sizeof(o));
     o.size = (uint32_t)sizeof(o);
+    o.version = ACCEL_PROGRESS_OPTIONS_VERSION;
     o.tty = -1;
     o.interval_s = 10.0;
     o.percent_step = 10.0;
@@ -55,25 +56,26 @@ accel_progress_options accel_progress_options_default(void)
     return o;
 }
 
-accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opts)
+accel_status accel_progress_new(accel *acc, const accel_progress_options *opts,
+                                accel_progress **out)
 {
-    accel_progress_options o = opts != NULL ? *opts : accel_progress_options_default();
-    /* Options from a header older than the `initial` field leave it at 0. */
-    long long initial =
-        o.size >= offsetof(accel_progress_options, initial) + sizeof(o.initial) ? o.initial : 0;
-    if (acc == NULL || o.size < offsetof(accel_progress_options, width) || o.total < 0 ||
-        o.interval_s < 0 || o.percent_step < 0 || o.percent_step > 100 || initial < 0 ||
-        (o.total > 0 && initial > o.total)) {
-        accel__seterr(acc, ACCEL_EINVAL,
-                      "accel_progress_new: acc is NULL, options were not made by "
-                      "accel_progress_options_default(), or total/interval_s/percent_step/"
-                      "initial is out of range");
-        return NULL;
+    const char *who = "accel_progress_new";
+    if (acc == NULL || out == NULL) {
+        return accel__seterr(acc, ACCEL_EINVAL, "%s: acc and out must not be NULL", who);
+    }
+    accel_progress_options o = accel_progress_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_progress_options, &o, opts, width));
+    long long initial = o.initial;
+    if (o.total < 0 || o.interval_s < 0 || o.percent_step < 0 || o.percent_step > 100 ||
+        initial < 0 || (o.total > 0 && initial > o.total)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: total %lld, interval_s %g, percent_step %g or initial %lld is "
+                             "out of range",
+                             who, o.total, o.interval_s, o.percent_step, initial);
     }
     accel_progress *p = accel__calloc(1, sizeof(*p));
     if (p == NULL) {
-        accel__seterr(acc, ACCEL_ENOMEM, "accel_progress_new: out of memory");
-        return NULL;
+        return accel__seterr(acc, ACCEL_ENOMEM, "%s: out of memory", who);
     }
     p->active = o.local_main ? acc->local_rank == 0 : acc->rank == 0;
     p->stream = o.stream != NULL ? o.stream : stderr;
@@ -92,7 +94,8 @@ accel_progress *accel_progress_new(accel *acc, const accel_progress_options *opt
     p->t_start = clock_fn();
     p->t_last_draw = p->t_start;
     p->stale = 1;
-    return p;
+    *out = p;
+    return ACCEL_OK;
 }
 
 static void fmt_time(char *out, size_t cap, double s)

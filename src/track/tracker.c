@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "core/profile.h"
+#include "core/settings.h"
 #include "track_internal.h"
 
 #define MAX_TRACKERS 32
@@ -336,7 +337,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
     }
     finish_all(ts);
     ts->logged = 0;
-    const char *log_with = acc->opt.log_with;
+    const char *log_with = acc->settings->track.log_with;
     if (log_with == NULL || log_with[0] == '\0') {
         return ACCEL_OK; /* Accelerate: log_with=None starts nothing */
     }
@@ -358,7 +359,7 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
     pthread_mutex_unlock(&reg_lock);
     ACCEL_TRY(st);
 
-    const char *dir = acc->opt.logging_dir;
+    const char *dir = acc->settings->track.logging_dir;
     ACCEL_TRY(accel__track_validate(acc, log_with, dir));
 
     accel_tracker_start_info info = {
@@ -375,7 +376,10 @@ accel_status accel_init_trackers(accel *acc, const char *project_name, const acc
         ts->trackers[ts->n] = *t;
         accel_tracker *s = &ts->trackers[ts->n];
         cb_begin(ts);
-        st = s->ops.start(s->ops.user, &info, &s->state);
+        /* Built-in trackers take the accelerator's track settings (what accel_init read from
+         * the environment for them) as their user pointer. */
+        st = s->ops.start(s->builtin ? (void *)&acc->settings->track : s->ops.user, &info,
+                          &s->state);
         if (st != ACCEL_OK) {
             st = accel__seterr(acc, st, "tracker %s: start failed: %s", s->name, cb_message(st));
             finish_all(ts);

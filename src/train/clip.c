@@ -44,17 +44,26 @@ static accel_status check_model(accel *acc, accel_model *m, const char *who)
     return ACCEL_OK;
 }
 
-/* The norm (one device result, read once), then the scaling when it exceeds max_norm. */
+/* The gradient of trainable parameter i that clipping reads and scales: all of it, or under
+ * ZeRO the part this process owns (the only part that holds reduced values at stage 2). */
+static accel__dspan clip_span(const accel_model *m, int i)
+{
+    const accel_param *p = &m->params[i];
+    return m->zero_stage >= 1 ? accel__zero_grad_part(m, i)
+                              : accel__grad_span(m, p->offset, p->numel);
+}
+
+/* The norm (one device result, read once; under ZeRO each process's shard sum combined over
+ * the processes), then the scaling when it exceeds max_norm. */
 static accel_status clip_norm(accel_model *m, double max_norm, double norm_type, double *total_norm)
 {
     int inf_norm = isinf(norm_type);
     accel_status st = accel__dev_memset(m->dev, m->dev_sum, 0, sizeof(double), NULL);
     for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
-        const accel_param *p = &m->params[i];
-        if (p->frozen) {
+        accel__dspan g = clip_span(m, i);
+        if (m->params[i].frozen || g.count == 0) {
             continue;
         }
-        accel__dspan g = accel__grad_span(m, p->offset, p->numel);
         st = inf_norm ? accel__dev_abs_max(m->dev, g, m->dev_sum, NULL)
                       : accel__dev_pow_sum(m->dev, g, norm_type, m->dev_sum, NULL);
     }
@@ -63,6 +72,15 @@ static accel_status clip_norm(accel_model *m, double max_norm, double norm_type,
     }
     double acc_norm;
     ACCEL_TRY(accel__model_read_sum(m, &acc_norm));
+    if (m->zero_stage >= 1 && m->acc->n_ranks > 1) {
+        /* Shard sums add up (in rank order: the same bits on every process); a NaN anywhere
+         * stays NaN through either reduction. */
+        st = accel__allreduce(m->acc->comm, &acc_norm, &acc_norm, 1, ACCEL_F64,
+                              inf_norm ? ACCEL_MAX : ACCEL_SUM);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
     double total = inf_norm ? acc_norm : pow(acc_norm, 1.0 / norm_type);
     if (total_norm != NULL) {
         *total_norm = total;
@@ -71,10 +89,9 @@ static accel_status clip_norm(accel_model *m, double max_norm, double norm_type,
     /* torch multiplies by min(coef, 1); a NaN norm turns the gradients into NaN as there. */
     if (coef < 1.0 || isnan(coef)) {
         for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
-            const accel_param *p = &m->params[i];
-            if (!p->frozen) {
-                st = accel__dev_scale(m->dev, accel__grad_span(m, p->offset, p->numel), (float)coef,
-                                      NULL);
+            accel__dspan g = clip_span(m, i);
+            if (!m->params[i].frozen && g.count > 0) {
+                st = accel__dev_scale(m->dev, g, (float)coef, NULL);
             }
         }
     }

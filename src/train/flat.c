@@ -10,6 +10,9 @@
 #include "base/base.h"
 #include "flat.h"
 
+static accel_status lay_out(accel__flat *f, const accel__flat_param *params, int n_params, int nb,
+                            int n_ranks, size_t pad_unit, size_t *offsets, const int *bucket);
+
 accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, int n_params,
                                double first_nbytes, double cap_nbytes, int n_ranks, size_t pad_unit,
                                size_t *offsets, int *bucket)
@@ -57,12 +60,23 @@ accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, 
     if (nb == 0) {
         nb = 1;
     }
+    return lay_out(f, params, n_params, nb, n_ranks, pad_unit, offsets, bucket);
+}
+
+/* Pass 3, given every parameter's bucket (buckets consecutive in memory order): offsets, with
+ * each bucket padded before the next starts, and the shard offsets. */
+static accel_status lay_out(accel__flat *f, const accel__flat_param *params, int n_params, int nb,
+                            int n_ranks, size_t pad_unit, size_t *offsets, const int *bucket)
+{
+    size_t u = 0;
+    for (int i = 0; i < n_params; i++) {
+        u += params[i].numel;
+    }
     accel__flat_bucket *bk = accel__calloc((size_t)nb, sizeof(*bk));
     if (bk == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "flat geometry: out of memory for %d buckets", nb);
     }
-    /* Pass 3, backward order: offsets, with each bucket padded before the next starts. */
-    size_t off = 0;
+    size_t off = 0; /* backward (memory) order */
     for (int i = n_params - 1; i >= 0; i--) {
         accel__flat_bucket *b = &bk[bucket[i]];
         if (b->count == 0 && b->padded == 0) {
@@ -89,6 +103,33 @@ accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, 
         so += bk[b].padded / (size_t)n_ranks;
     }
     return ACCEL_OK;
+}
+
+accel_status accel__flat_build_units(accel__flat *f, const accel__flat_param *params, int n_params,
+                                     const int *unit_of, int n_ranks, size_t pad_unit,
+                                     size_t *offsets, int *bucket)
+{
+    if (n_params < 1 || n_ranks < 1 || pad_unit < 1 || pad_unit % (size_t)n_ranks != 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "flat geometry: %d parameters, %d ranks, pad unit %zu (need >= 1 "
+                             "parameter and a pad unit that is a multiple of the ranks)",
+                             n_params, n_ranks, pad_unit);
+    }
+    int n_units = unit_of[n_params - 1] + 1;
+    for (int i = 0; i < n_params; i++) {
+        if (params[i].numel == 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL, "flat geometry: parameter %d is empty", i);
+        }
+        if (unit_of[i] < (i ? unit_of[i - 1] : 0) || unit_of[i] > (i ? unit_of[i - 1] + 1 : 0)) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "flat geometry: unit %d of parameter %d does not follow unit %d "
+                                 "(units are consecutive runs numbered from 0)",
+                                 unit_of[i], i, i ? unit_of[i - 1] : -1);
+        }
+        /* Memory is reverse registration order: the last unit is bucket 0. */
+        bucket[i] = n_units - 1 - unit_of[i];
+    }
+    return lay_out(f, params, n_params, n_units, n_ranks, pad_unit, offsets, bucket);
 }
 
 void accel__flat_free(accel__flat *f)

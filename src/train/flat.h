@@ -56,6 +56,12 @@ typedef struct accel__flat_param {
 accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, int n_params,
                                double first_nbytes, double cap_nbytes, int n_ranks, size_t pad_unit,
                                size_t *offsets, int *bucket);
+/* The same with one bucket per unit (ZeRO stage 3, FSDP's FlatParameter per wrapped module):
+ * unit_of[i] is parameter i's unit, runs of consecutive parameters numbered 0, 1, ... in
+ * registration order (ACCEL_EINVAL otherwise); the last unit is bucket 0. */
+accel_status accel__flat_build_units(accel__flat *f, const accel__flat_param *params, int n_params,
+                                     const int *unit_of, int n_ranks, size_t pad_unit,
+                                     size_t *offsets, int *bucket);
 void accel__flat_free(accel__flat *f);
 
 /* Elements of one rank's shard: padded_numel / n_ranks. */

@@ -25,6 +25,12 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
 {
     accel *acc = m->acc;
     m->grad_shared = 0;
+    m->grad_pages = m->zero_stage >= 2 && accel__model_on_host(m);
+    if (m->grad_pages) {
+        /* ZeRO-2/3: pages, so the parts a process does not own are given back once
+         * reduce-scattered (reducer.c) and zero_grad gives back everything. */
+        return accel__pages_alloc(nbytes);
+    }
     if (acc->n_ranks > 1 && accel__comm_zero_copy(acc->comm) && !accel__model_staged(m)) {
         void *p = NULL;
         accel_status st = accel__comm_alloc(acc->comm, nbytes, &p);
@@ -42,7 +48,9 @@ static float *grad_alloc(accel_model *m, size_t nbytes)
 
 static void grad_free(accel_model *m)
 {
-    if (m->grad_shared) {
+    if (m->grad_pages) {
+        accel__pages_free(m->grad, m->flat.padded_numel * sizeof(float));
+    } else if (m->grad_shared) {
         (void)accel__comm_dealloc(m->acc->comm, m->grad);
     } else {
         accel__dev_free(m->dev, m->grad);
@@ -117,7 +125,9 @@ accel_status accel_model_set_device(accel_model *m, accel_device device)
 /* Releases the buffers of an allocated model (or of a failed allocation). */
 static void free_buffers(accel_model *m)
 {
-    if (m->compute != m->master) {
+    if (m->zero_stage == 3) {
+        accel__zero3_free(m); /* the page buffers: weights and compute copy */
+    } else if (m->compute != m->master) {
         accel__dev_free(m->dev, m->compute);
     }
     accel__dev_free(m->dev, m->master);
@@ -126,7 +136,7 @@ static void free_buffers(accel_model *m)
     accel__dev_free(m->dev, m->dev_flag);
     accel__free(m->flat_bucket);
     accel__flat_free(&m->flat);
-    m->master = m->grad = NULL;
+    m->master = m->grad = m->weights = NULL;
     m->compute = NULL;
     m->dev_sum = NULL;
     m->dev_flag = NULL;
@@ -143,6 +153,7 @@ void accel_model_free(accel_model *m)
         accel__free((void *)m->params[i].name);
     }
     accel__free(m->params);
+    accel__free(m->unit_mark);
     free_buffers(m);
     accel__device_close(m->dev);
     accel__object_unregister(&m->obj);
@@ -272,11 +283,26 @@ static accel_status build_geometry(accel_model *m)
             fp[i].numel = m->params[i].numel;
             fp[i].frozen = m->params[i].frozen;
         }
-        int n = acc->opt.zero_stage > 0 ? acc->n_ranks : 1;
-        size_t unit = acc->opt.zero_stage > 0 ? (size_t)n * 16 : 1;
-        st =
-            accel__flat_build(&m->flat, fp, m->n_params, acc->opt.first_bucket_mb * 1048576.0,
-                              acc->opt.bucket_cap_mb * 1048576.0, n, unit, offsets, m->flat_bucket);
+        m->zero_stage = acc->opt.zero_stage > 0 ? acc->opt.zero_stage : 0;
+        m->rank = m->zero_stage > 0 ? acc->rank : 0;
+        int n = m->zero_stage > 0 ? acc->n_ranks : 1;
+        size_t unit = m->zero_stage > 0 ? (size_t)n * 16 : 1;
+        if (m->zero_stage == 3) {
+            /* One bucket per unit: a unit's gather and its gradients' reduce-scatter are one
+             * equal-count collective each. */
+            int *unit_of = accel__calloc((size_t)m->n_params, sizeof(int));
+            st = ACCEL_ENOMEM;
+            if (unit_of != NULL) {
+                accel__zero3_units(m, unit_of);
+                st = accel__flat_build_units(&m->flat, fp, m->n_params, unit_of, n, unit, offsets,
+                                             m->flat_bucket);
+                accel__free(unit_of);
+            }
+        } else {
+            st = accel__flat_build(&m->flat, fp, m->n_params, acc->opt.first_bucket_mb * 1048576.0,
+                                   acc->opt.bucket_cap_mb * 1048576.0, n, unit, offsets,
+                                   m->flat_bucket);
+        }
         if (st == ACCEL_OK) {
             for (int i = 0; i < m->n_params; i++) {
                 m->params[i].offset = offsets[i];
@@ -305,18 +331,32 @@ accel_status accel_model_alloc(accel_model *m)
     if (m->n_params == 0) {
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
+    if (m->acc->opt.zero_stage == 3 && !accel__model_on_host(m)) {
+        return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
+                             "accel_model_alloc: ZeRO stage 3 gathers weights in host memory; the "
+                             "model is in %s memory",
+                             accel__device_name(m->dev));
+    }
     ACCEL_TRY(build_geometry(m));
     size_t n = m->flat.padded_numel, nbytes = n * sizeof(float);
     m->compute_dtype = accel__compute_dtype(m->acc);
     size_t cbytes = n * accel_dtype_nbytes(m->compute_dtype);
     void *master = NULL, *compute = NULL, *sum = NULL, *flag = NULL;
-    int ok = accel__dev_alloc(m->dev, nbytes, 1, &master) == ACCEL_OK;
+    /* Stage 3 keeps only this process's shard of the master; the full weights are pages. */
+    size_t master_nbytes = m->zero_stage == 3 ? accel__flat_shard_numel(&m->flat) * sizeof(float)
+                                              : nbytes;
+    int ok = accel__dev_alloc(m->dev, master_nbytes, 1, &master) == ACCEL_OK;
     m->master = master;
     ok = ok && (m->grad = grad_alloc(m, nbytes)) != NULL;
-    if (ok && m->compute_dtype != ACCEL_F32) {
-        ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
+    if (m->zero_stage == 3) {
+        ok = ok && accel__zero3_alloc(m) == ACCEL_OK;
+    } else {
+        if (ok && m->compute_dtype != ACCEL_F32) {
+            ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
+        }
+        m->weights = m->master;
+        m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
     }
-    m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
     ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&
          accel__dev_alloc(m->dev, sizeof(int32_t), 1, &flag) == ACCEL_OK;
     m->dev_sum = sum;
@@ -334,7 +374,7 @@ accel_status accel_model_alloc(accel_model *m)
     int host = accel__device_which(m->dev).type == ACCEL_DEVICE_CPU;
     for (int i = 0; i < m->n_params; i++) {
         accel_param *p = &m->params[i];
-        p->data_view = param_view(m, p, m->master, ACCEL_F32);
+        p->data_view = param_view(m, p, m->weights, ACCEL_F32);
         p->grad_view = param_view(m, p, m->grad, ACCEL_F32);
         p->compute_view = param_view(m, p, m->compute_valid ? m->compute : NULL, m->compute_dtype);
         p->data = host ? p->data_view.data : NULL;
@@ -384,6 +424,13 @@ static float *host_f32(accel_model *m, float *buf, const char *who)
 
 float *accel_model_master(accel_model *m)
 {
+    if (m != NULL && m->zero_stage == 3) {
+        accel__seterr(m->acc, ACCEL_ESTATE,
+                      "accel_model_master: under ZeRO stage 3 each process holds a shard of the "
+                      "master; parameters' data are valid while their unit is gathered "
+                      "(accel_model_gather_all)");
+        return NULL;
+    }
     return host_f32(m, m ? m->master : NULL, "accel_model_master");
 }
 
@@ -394,6 +441,10 @@ float *accel_model_grad(accel_model *m)
 
 accel_status accel__model_zero_grad(accel_model *m)
 {
+    if (m->grad_pages) {
+        accel__pages_drop_all(m->grad, m->flat.padded_numel * sizeof(float));
+        return ACCEL_OK;
+    }
     accel_status st = accel__dev_zero(m->dev, accel__grad_span(m, 0, m->flat.padded_numel), NULL);
     return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
 }
@@ -448,7 +499,7 @@ accel_status accel__model_broadcast_master(accel_model *m, int root)
     size_t nbytes = m->flat.padded_numel * sizeof(float);
     if (!accel__model_staged(m)) {
         accel_status st =
-            accel__broadcast(acc->comm, m->master, m->flat.padded_numel, ACCEL_F32, root);
+            accel__broadcast(acc->comm, m->weights, m->flat.padded_numel, ACCEL_F32, root);
         return st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
     }
     /* The communicator reads host memory only: through a pinned host copy. */
@@ -460,14 +511,14 @@ accel_status accel__model_broadcast_master(accel_model *m, int root)
     }
     accel_status cst = ACCEL_OK;
     if (acc->rank == root) {
-        cst = accel__dev_copy(m->dev, host, m->master, nbytes, ACCEL__COPY_D2H, NULL);
+        cst = accel__dev_copy(m->dev, host, m->weights, nbytes, ACCEL__COPY_D2H, NULL);
         if (cst != ACCEL_OK) {
             memset(host, 0, nbytes); /* still broadcast, so no peer waits in vain */
         }
     }
     st = accel__broadcast(acc->comm, host, m->flat.padded_numel, ACCEL_F32, root);
     if (st == ACCEL_OK && cst == ACCEL_OK && acc->rank != root) {
-        cst = accel__dev_copy(m->dev, m->master, host, nbytes, ACCEL__COPY_H2D, NULL);
+        cst = accel__dev_copy(m->dev, m->weights, host, nbytes, ACCEL__COPY_H2D, NULL);
     }
     if (cst != ACCEL_OK && st == ACCEL_OK) {
         st = accel__seterr(NULL, cst, "broadcasting the weights: %s", accel_last_error(NULL));
@@ -488,14 +539,29 @@ static accel_status model_prepare(accel__object *self)
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
         ACCEL_TRY(accel__model_broadcast_master(m, 0));
     }
+    if (m->zero_stage == 3) {
+        return accel__zero3_take_shard(m); /* the full weights go; units come back on use */
+    }
     return accel__model_refresh_compute(m);
 }
 
 /* ---- the state protocol ---- */
 
+/* Sharded checkpoints have no file format yet: refused before anything is written or read. */
+static accel_status refuse_sharded(const accel_model *m, const char *what)
+{
+    return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
+                         "%s under ZeRO stage %d: sharded checkpoints are not implemented yet "
+                         "(save_model writes the full weights)",
+                         what, m->zero_stage);
+}
+
 static accel_status model_state_save(accel__object *self, accel__state_writer *w)
 {
     accel_model *m = (accel_model *)self;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(m, "save_state");
+    }
     int shared = accel__state_writer_part(w) == ACCEL__STATE_SHARED;
     if (!shared && !accel__grad_state_window_open(m->acc)) {
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
@@ -517,6 +583,9 @@ static void model_loaded(accel__object *self, void *unused)
 static accel_status model_state_load(accel__object *self, accel__state_reader *r)
 {
     accel_model *m = (accel_model *)self;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(m, "load_state");
+    }
     int shared = accel__state_reader_part(r) == ACCEL__STATE_SHARED;
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];

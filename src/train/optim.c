@@ -30,7 +30,7 @@ accel_sgd_options accel_sgd_options_default(void)
     accel_sgd_options o;
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
-    o.version = 1;
+    o.version = ACCEL_SGD_OPTIONS_VERSION;
     o.lr = 1e-3;
     return o;
 }
@@ -40,7 +40,7 @@ accel_adam_options accel_adam_options_default(void)
     accel_adam_options o;
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
-    o.version = 1;
+    o.version = ACCEL_ADAM_OPTIONS_VERSION;
     o.lr = 1e-3;
     o.beta1 = 0.9;
     o.beta2 = 0.999;
@@ -88,8 +88,7 @@ static accel_status optim_new(accel *acc, accel_model *m, accel__optim_kind kind
     return ACCEL_OK;
 }
 
-static accel_status check_common(accel *acc, accel_model *m, const void *o, uint32_t size,
-                                 const char *who, accel_optimizer **out)
+static accel_status check_common(accel *acc, accel_model *m, const char *who, accel_optimizer **out)
 {
     if (acc == NULL || out == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: acc and out must not be NULL", who);
@@ -101,10 +100,6 @@ static accel_status check_common(accel *acc, accel_model *m, const void *o, uint
     if (m->n_params == 0) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: the model has no parameter", who);
     }
-    if (o != NULL && size == 0) {
-        return accel__seterr(acc, ACCEL_EINVAL,
-                             "%s: options must start from the matching _options_default()", who);
-    }
     return ACCEL_OK;
 }
 
@@ -112,8 +107,9 @@ accel_status accel_sgd_new(accel *acc, accel_model *m, const accel_sgd_options *
                            accel_optimizer **out)
 {
     const char *who = "accel_sgd";
-    ACCEL_TRY(check_common(acc, m, o, o ? o->size : 1, who, out));
-    accel_sgd_options d = o ? *o : accel_sgd_options_default();
+    ACCEL_TRY(check_common(acc, m, who, out));
+    accel_sgd_options d = accel_sgd_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_sgd_options, &d, o, maximize));
     ACCEL_TRY(check_nonneg(acc, who, "lr", d.lr));
     ACCEL_TRY(check_nonneg(acc, who, "momentum", d.momentum));
     ACCEL_TRY(check_nonneg(acc, who, "dampening", d.dampening));
@@ -138,9 +134,9 @@ static accel_status adam_new(accel *acc, accel_model *m, const accel_adam_option
                              accel_optimizer **out, int decoupled)
 {
     const char *who = decoupled ? "accel_adamw" : "accel_adam";
-    ACCEL_TRY(check_common(acc, m, o, o ? o->size : 1, who, out));
-    accel_adam_options d =
-        o ? *o : (decoupled ? accel_adamw_options_default() : accel_adam_options_default());
+    ACCEL_TRY(check_common(acc, m, who, out));
+    accel_adam_options d = decoupled ? accel_adamw_options_default() : accel_adam_options_default();
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, who, accel_adam_options, &d, o, maximize));
     ACCEL_TRY(check_nonneg(acc, who, "lr", d.lr));
     ACCEL_TRY(check_nonneg(acc, who, "eps", d.eps));
     ACCEL_TRY(check_nonneg(acc, who, "weight_decay", d.weight_decay));
@@ -227,7 +223,7 @@ static accel_status optim_prepare(accel__object *self)
                              "accel_prepare: the optimizer's model was not prepared (pass the "
                              "model to accel_prepare too)");
     }
-    size_t n = m->flat.padded_numel;
+    size_t n = accel__zero_state_numel(m); /* the shard from ZeRO stage 1 on */
     int need_a = opt->kind != ACCEL__SGD || opt->momentum != 0;
     int need_b = opt->kind != ACCEL__SGD;
     int need_c = need_b && opt->amsgrad;
@@ -267,6 +263,7 @@ accel_status accel__optim_build_segments(accel_optimizer *opt)
         }
     }
     opt->n_segments = ns;
+    ACCEL_TRY(accel__zero_shard_segments(opt));
     opt->segments_dirty = 0;
     return ACCEL_OK;
 }
@@ -286,11 +283,12 @@ static accel_status optim_update(accel_optimizer *opt)
     for (int s = 0; s < opt->n_segments && st == ACCEL_OK; s++) {
         const accel__optim_segment *sg = &opt->segments[s];
         const accel__optim_group *g = &opt->groups[sg->group];
-        size_t o = sg->offset;
+        size_t o = sg->offset, so = sg->state_offset;
+        float *master = accel__zero_master_at(m, o, so);
         if (opt->kind == ACCEL__SGD) {
-            accel__sgd_args a = {m->master + o,
+            accel__sgd_args a = {master,
                                  m->grad + o,
-                                 opt->state_a ? opt->state_a + o : NULL,
+                                 opt->state_a ? opt->state_a + so : NULL,
                                  sg->count,
                                  (float)g->lr,
                                  (float)g->weight_decay,
@@ -301,11 +299,11 @@ static accel_status optim_update(accel_optimizer *opt)
                                  first};
             st = accel__dev_sgd_step(m->dev, &a, NULL);
         } else {
-            accel__adam_args a = {m->master + o,
+            accel__adam_args a = {master,
                                   m->grad + o,
-                                  opt->state_a + o,
-                                  opt->state_b + o,
-                                  opt->state_c ? opt->state_c + o : NULL,
+                                  opt->state_a + so,
+                                  opt->state_b + so,
+                                  opt->state_c ? opt->state_c + so : NULL,
                                   sg->count,
                                   (float)g->lr,
                                   (float)g->weight_decay,
@@ -322,8 +320,14 @@ static accel_status optim_update(accel_optimizer *opt)
             return accel__adopt_thread_error(opt->acc, st);
         }
         /* The working copy follows the master after every real step (llm.c writes its bf16
-         * params in the same pass; a second pass over a segment just updated is cache-warm). */
-        st = accel__model_refresh_compute_range(m, o, sg->count);
+         * params in the same pass; a second pass over a segment just updated is cache-warm).
+         * Under ZeRO the gather below refreshes it once the other processes' pieces are in. */
+        if (m->zero_stage == 0) {
+            st = accel__model_refresh_compute_range(m, o, sg->count);
+        }
+    }
+    if (st == ACCEL_OK && m->zero_stage >= 1) {
+        st = accel__zero_gather_master(m);
     }
     return st;
 }

@@ -52,6 +52,16 @@ static accel_status get_tensor(void *r, const char *name, accel_tensor t)
     return accel__state_get_tensor(r, name, t);
 }
 
+/* The state is this process's shard from ZeRO stage 1 on, which has no file format yet:
+ * refused before anything is written or read. */
+static accel_status refuse_sharded(const accel_optimizer *opt, const char *what)
+{
+    return accel__seterr(opt->acc, ACCEL_EUNSUPPORTED,
+                         "%s under ZeRO stage %d: sharded optimizer checkpoints are not "
+                         "implemented yet",
+                         what, opt->model->zero_stage);
+}
+
 static const char *kind_name(accel__optim_kind kind)
 {
     return kind == ACCEL__SGD ? "sgd" : kind == ACCEL__ADAM ? "adam" : "adamw";
@@ -61,6 +71,9 @@ accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(opt, "save_state");
+    }
     ACCEL_TRY(each_tensor(opt, put_tensor, w));
     /* Hyper-parameters in this order (the metadata keeps it). */
     ACCEL_TRY(accel__state_put_str(w, "kind", kind_name(opt->kind)));
@@ -158,6 +171,9 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
+    if (m->zero_stage >= 1) {
+        return refuse_sharded(opt, "load_state");
+    }
     const char *kind;
     ACCEL_TRY(accel__state_get_str(r, "kind", &kind));
     if (strcmp(kind, kind_name(opt->kind)) != 0) {

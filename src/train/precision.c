@@ -242,13 +242,13 @@ accel_dtype accel__compute_dtype(const accel *acc)
 
 accel_status accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count)
 {
-    if (m->compute == NULL || m->compute == m->master) {
+    if (m->compute == NULL || m->compute == m->weights) {
         return ACCEL_OK;
     }
     accel_status st = accel__dev_convert(
         m->dev,
         accel__dspan_of((char *)m->compute + offset * sizeof(uint16_t), m->compute_dtype, count),
-        accel__master_span(m, offset, count), NULL);
+        accel__dspan_f32(m->weights + offset, count), NULL);
     if (st != ACCEL_OK) {
         return accel__adopt_thread_error(m->acc, st);
     }

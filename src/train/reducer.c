@@ -113,16 +113,23 @@ accel_status accel__reducer_prepare(accel_model *m)
     if (r->buckets != NULL) {
         return ACCEL_OK;
     }
-    r->zero_stage = acc->opt.zero_stage;
+    r->zero_stage = m->zero_stage;
     switch (r->zero_stage) {
-    case 0:
-        break; /* DDP: every bucket all-reduced in place */
-    case 1:    /* all-reduce, then each process steps its shard and the pieces are gathered */
-    case 2:    /* reduce-scatter each bucket into its owners' shards, gather after the step */
-    case 3:    /* as 2, parameters gathered per unit before use */
-    default:
+    case 0: /* DDP: every bucket all-reduced in place */
+    case 1: /* all-reduce, then each process steps its shard and the pieces are gathered */
+    case 2: /* reduce-scatter each bucket into its owners' pieces, gather after the step */
+    case 3: /* as 2 with one bucket per unit, parameters gathered per unit before use */
+        break;
+    default: /* accel_init refuses other values */
+        return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
+                             r->zero_stage);
+    }
+    if (r->zero_stage >= 1 && acc->n_ranks > 1 && accel__model_staged(m)) {
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d is not implemented yet", r->zero_stage);
+                             "accel_prepare: ZeRO stage %d with the model in %s memory needs a "
+                             "communicator that reads it (NCCL); this build stages through the "
+                             "host for DDP only",
+                             r->zero_stage, accel__device_name(m->dev));
     }
     r->n_buckets = m->flat.n_buckets;
     r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
@@ -241,6 +248,17 @@ static accel_status launch_bucket(accel_model *m, int b)
     accel__coll op =
         ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, ACCEL_F32, bucket_op(m), 0);
     op.wire = r->comm_dtype;
+    if (r->zero_stage >= 2 && r->comm_dtype == ACCEL_F32) {
+        /* ZeRO-2: the whole padded bucket reduce-scattered in place, so piece r (rank r's
+         * part of its shard) receives the reduced values. The wire dtype exists for the
+         * all-reduce only: compressed buckets keep the all-reduce (same values in the owned
+         * piece, the rest unused). */
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        size_t piece = fb->padded / (size_t)m->acc->n_ranks;
+        op = ACCEL__COLL(ACCEL__COLL_REDUCE_SCATTER, m->grad + fb->offset,
+                         m->grad + fb->offset + (size_t)m->rank * piece, piece, ACCEL_F32,
+                         bucket_op(m), 0);
+    }
     if (r->staged) {
         op.pre = bucket_pre;
         op.post = bucket_post;
@@ -269,9 +287,24 @@ static void note_done(accel_model *m, accel__bucket *bk)
 {
     if (bk->done_time == 0) {
         bk->done_time = accel__now();
-        accel__prof_span(m->acc, "bucket allreduce", ACCEL__PROF_COMM, bk->launch_time,
+        accel__prof_span(m->acc,
+                         m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32
+                             ? "bucket reduce_scatter"
+                             : "bucket allreduce",
+                         ACCEL__PROF_COMM, bk->launch_time,
                          bk->done_time, "bucket", bk->index);
     }
+}
+
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
+ * read as zeros, the state zero_grad leaves). */
+static void release_unowned(accel_model *m, int b)
+{
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t po, pc;
+    accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
 }
 
 /* Launches every consecutive ready bucket from next_launch on, then notes completions. */
@@ -284,8 +317,12 @@ static accel_status launch_ready(accel_model *m)
     }
     for (int b = 0; b < r->next_launch; b++) {
         accel__bucket *bk = &r->buckets[b];
-        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, NULL)) {
+        accel_status wst = ACCEL_OK;
+        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, &wst)) {
             note_done(m, bk);
+            if (wst == ACCEL_OK && m->grad_pages) {
+                release_unowned(m, b); /* early, so a backward never holds all gradients */
+            }
         }
     }
     return ACCEL_OK;
@@ -358,6 +395,9 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
+        if (st == ACCEL_OK && m->grad_pages) {
+            release_unowned(m, b);
+        }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {
             st = bk->hook_st;
             if (first == ACCEL_OK) { /* the message of the first failure stays */

@@ -27,7 +27,7 @@ accel_scheduler_options accel_scheduler_options_default(accel_schedule_kind kind
     accel_scheduler_options o;
     memset(&o, 0, sizeof(o));
     o.size = sizeof(o);
-    o.version = 1;
+    o.version = ACCEL_SCHEDULER_OPTIONS_VERSION;
     o.kind = kind;
     o.num_cycles = (kind == ACCEL_SCHED_COSINE_RESTARTS) ? 1.0 : 0.5;
     o.power = 1.0;
@@ -194,10 +194,6 @@ static accel_status validate(accel *acc, const accel_optimizer *opt,
                              const accel_scheduler_options *o)
 {
     const char *who = "accel_scheduler_new";
-    if (o->size == 0) {
-        return accel__seterr(acc, ACCEL_EINVAL,
-                             "%s: options must start from accel_scheduler_options_default()", who);
-    }
     if ((int)o->kind < 0 || o->kind > ACCEL_SCHED_LAMBDA) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: unknown kind %d", who, (int)o->kind);
     }
@@ -266,14 +262,18 @@ static accel_status validate(accel *acc, const accel_optimizer *opt,
     return ACCEL_OK;
 }
 
-accel_status accel_scheduler_new(accel *acc, accel_optimizer *opt, const accel_scheduler_options *o,
-                                 accel_scheduler **out)
+accel_status accel_scheduler_new(accel *acc, accel_optimizer *opt,
+                                 const accel_scheduler_options *opts, accel_scheduler **out)
 {
-    if (acc == NULL || opt == NULL || o == NULL || out == NULL || opt->acc != acc) {
+    if (acc == NULL || opt == NULL || opts == NULL || out == NULL || opt->acc != acc) {
         return accel__seterr(acc, ACCEL_EINVAL,
                              "accel_scheduler_new: acc, optimizer (of this accelerator), options "
                              "and out must be given");
     }
+    accel_scheduler_options d = accel_scheduler_options_default(ACCEL_SCHED_CONSTANT);
+    ACCEL_TRY(ACCEL__OPTIONS_COPY(acc, "accel_scheduler_new", accel_scheduler_options, &d, opts,
+                                  lambda_ctx));
+    const accel_scheduler_options *o = &d;
     ACCEL_TRY(validate(acc, opt, o));
     accel_scheduler *s = accel__calloc(1, sizeof(*s));
     if (s == NULL) {

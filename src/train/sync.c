@@ -118,6 +118,11 @@ accel_status accel_grad_ready(accel_model *m, int index)
 static accel_status model_backward_end(accel_model *m)
 {
     accel_status st = accel__reducer_finish(m);
+    if (m->zero_stage == 3) {
+        /* FSDP reshards after backward: the next forward gathers what it uses. */
+        accel_status rst = accel__zero3_release_all(m);
+        st = st != ACCEL_OK ? st : rst;
+    }
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
         st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);
@@ -192,6 +197,14 @@ accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_
     }
     if (!m->obj.prepared) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
+    }
+    if (m->zero_stage >= 1 && acc->n_ranks > 1) {
+        /* A joined process would have to step its shard with the others' gradients and
+         * learning rate (torch's ZeRO join hook): not implemented. */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_join_begin: join_uneven_inputs under ZeRO stage %d is not "
+                             "implemented yet (use even_batches)",
+                             m->zero_stage);
     }
     m->join_active = 1;
     m->join_divide_initial = divide_by_initial_world_size != 0;

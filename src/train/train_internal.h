@@ -69,10 +69,19 @@ struct accel_model {
     int allocated;
     accel__flat flat; /* geometry, fixed at alloc */
     int *flat_bucket; /* per parameter: its bucket of the geometry */
-    /* Flat buffers of flat.padded_numel elements each. */
-    float *master;   /* fp32 master weights */
+    int zero_stage;   /* 0 (DDP) .. 3, fixed at alloc (zero.c) */
+    int rank;         /* this process's piece of every bucket (0 when nothing is sharded) */
+    /* Flat buffers of flat.padded_numel elements each, except the master at stage 3. */
+    float *master;   /* fp32 master weights; at stage 3 only this process's shard */
+    float *weights;  /* the full fp32 weights parameters view: the master at stages 0-2; at
+                        stage 3 a page buffer holding the gathered units only (zero3.c) */
+    int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
+    int n_unit_marks, unit_calls;
+    struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
+    int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
+                        this process does not own are given back once reduced */
     accel_dtype compute_dtype; /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16 under mixed precision */
     void *compute;             /* working copy, STORED in compute_dtype (== master in fp32) */
     int compute_valid;         /* compute == round(master) (set by the refresh) */
@@ -101,9 +110,11 @@ typedef struct accel__optim_group {
     double lr, weight_decay;
 } accel__optim_group;
 
-/* A maximal run of parameters adjacent in memory with the same group and not frozen. */
+/* A maximal run of parameters adjacent in memory with the same group and not frozen; under
+ * ZeRO (stage >= 1) only the part of it this process owns, inside one piece of one bucket. */
 typedef struct accel__optim_segment {
-    size_t offset, count;
+    size_t offset, count; /* flat range (master, gradients) */
+    size_t state_offset;  /* where it starts in the optimizer state (= offset at stage 0) */
     int group;
 } accel__optim_segment;
 
@@ -122,7 +133,8 @@ struct accel_optimizer {
     int segments_dirty;
     int n_segments;
     accel__optim_segment *segments;
-    /* State, parallel to the master buffer (allocated at prepare, zero-filled):
+    /* State, parallel to the master buffer at stage 0, to this process's shard from stage 1
+     * on (accel__zero_state_numel elements; allocated at prepare, zero-filled):
      * SGD: state_a = momentum buffer; Adam: state_a = exp_avg, state_b = exp_avg_sq,
      * state_c = max_exp_avg_sq (amsgrad). */
     float *state_a, *state_b, *state_c;
@@ -223,6 +235,52 @@ accel_status accel__reducer_scale(accel_model *m, float factor);
 /* One round of a joined process: zero gradients and every bucket's collective, as the
  * processes still training issue them. */
 accel_status accel__reducer_mirror(accel_model *m);
+
+/* ---- ZeRO sharding (zero.c; the layout per stage is in docs/training.md) ---- */
+
+/* The model's stage (0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters). */
+int accel__model_zero_stage(const accel_model *m);
+/* Elements of each optimizer-state buffer: the shard from stage 1 on, else padded_numel. */
+size_t accel__zero_state_numel(const accel_model *m);
+/* The part of parameter i (registration index) owned by `rank`: flat range [*flat_off,
+ * *flat_off + *count), at *shard_off in that rank's shard; *count 0 when it owns none. A
+ * parameter lies in one bucket, so the part is one contiguous run of its row-major
+ * flattening, from element *flat_off - params[i].offset. Stage 0: the whole parameter (rank
+ * 0), *shard_off == *flat_off. */
+void accel__zero_param_part(const accel_model *m, int i, int rank, size_t *flat_off,
+                            size_t *shard_off, size_t *count);
+/* Where this process's owned elements live: the master (flat-indexed at stages 0-2) and an
+ * optimizer state buffer (flat-indexed at stage 0, shard-indexed from stage 1). */
+float *accel__zero_master_at(const accel_model *m, size_t flat_off, size_t shard_off);
+float *accel__zero_state_at(const accel_model *m, float *buf, size_t flat_off, size_t shard_off);
+/* Cuts the optimizer's segments down to the pieces this process owns (stage >= 1; a no-op at
+ * stage 0). ACCEL_ENOMEM. */
+accel_status accel__zero_shard_segments(accel_optimizer *opt);
+/* After this process wrote its pieces of the master (an optimizer step, a load): every
+ * process's full master from the owners' pieces (per-bucket allgather in place) and the
+ * compute copy refreshed. Collective; a no-op at stage 0. */
+accel_status accel__zero_gather_master(accel_model *m);
+/* The owned part of parameter i (accel__zero_param_part for this process) as a gradient
+ * span; empty when the process owns none of it. */
+accel__dspan accel__zero_grad_part(const accel_model *m, int i);
+
+/* ---- ZeRO stage 3 (zero3.c) ---- */
+
+/* Every parameter's unit (registration order, runs numbered from 0: accel_model_set_unit's
+ * ranges, else by name) into unit_of[n_params]. */
+void accel__zero3_units(const accel_model *m, int *unit_of);
+/* The gather state and the page buffers of an allocated stage-3 model (weights, and the
+ * compute copy under mixed precision). ACCEL_ENOMEM. */
+accel_status accel__zero3_alloc(accel_model *m);
+void accel__zero3_free(accel_model *m);
+/* After the full weights were made identical on every process (prepare): this process's
+ * pieces into its master shard, then every unit released. */
+accel_status accel__zero3_take_shard(accel_model *m);
+/* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */
+int accel__zero3_unit_state(const accel_model *m, int b);
+/* Waits for gathers in flight and releases every unit (their weights are stale after an
+ * optimizer step; FSDP reshards after backward). */
+accel_status accel__zero3_release_all(accel_model *m);
 
 /* ---- mixed precision (precision.c) ---- */
 

@@ -2,7 +2,7 @@
 # accel launch and the Accelerate config file: every key accel understands reaches the
 # processes through Accelerate's variables (flags given on the command line win, the file fills
 # the rest), the file is found by --config_file, ACCELERATE_CONFIG_FILE or the default location,
-# unknown keys warn once, malformed files name the line, several machines are refused naming
+# unknown keys warn once, malformed files name the line, several machines' keys are checked naming
 # the flag or key, and `accel launch --config_file F ./prog` resolves the same options as
 # `ACCELERATE_CONFIG_FILE=F ./prog`. Also Accelerate's flag spellings and the grouped --help.
 set -u
@@ -157,10 +157,9 @@ run 0 launch --use_deepspeed "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 2
 run 0 launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 2
-# The library refuses the stages it does not implement yet, naming where the stage came from.
-printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n' >"$T/ds2.yaml"
-run 1 launch --config_file "$T/ds2.yaml" "$P/show_options"
-expect_err "ZeRO stage 2 (ACCEL_ZERO_STAGE) is not implemented yet"
+printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n' >"$T/ds3.yaml"
+run 0 launch --config_file "$T/ds3.yaml" "$P/rank_info"
+want_env 0 ACCEL_ZERO_STAGE 3
 ok "deepspeed_config.zero_stage / gradient_accumulation_steps, fsdp sharding strategy, --use_deepspeed"
 
 # ---- `accel launch --config_file F` and `ACCELERATE_CONFIG_FILE=F` agree ----
@@ -215,25 +214,35 @@ run 2 launch --gpu_ids first "$P/rank_info"
 expect_err "\-\-gpu_ids first: expected all or comma-separated device ids"
 ok "malformed files and values: errors naming the file and line, or the flag"
 
-# ---- several machines: parsed, checked, refused naming the flag or key ----
+# ---- several machines: the flags and keys are read and checked (tests/cli/test_launch_machines.sh
+# runs the jobs) ----
 run 2 launch --num_machines 2 -n 4 "$P/rank_info"
-expect_err "accel launch: error: --num_machines 2: several machines are not supported yet"
+expect_err "several machines (--num_machines 2) need --main_process_ip"
 run 2 launch --machine_rank 1 "$P/rank_info"
-expect_err "\-\-machine_rank 1: machine ranks above 0 (several machines) are not supported yet"
-run 2 launch --mpirun_hostfile "$T/hosts" "$P/rank_info"
-expect_err "\-\-mpirun_hostfile $T/hosts: launches through mpirun"
-printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 4\nmain_process_ip: 10.0.0.1\n' \
+expect_err "\-\-machine_rank 1: must be below the number of machines (1)"
+run 2 launch --mpirun_hostfile "$T/nohosts" "$P/rank_info"
+expect_err "\-\-mpirun_hostfile $T/nohosts: cannot read the hostfile"
+printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 4\nmain_process_ip: 192.0.2.1\n' \
     >"$T/nodes.yaml"
-run 2 launch --config_file "$T/nodes.yaml" "$P/rank_info"
-expect_err "config file $T/nodes.yaml, line 2: num_machines: 2: several machines are not supported yet"
+run 1 launch --config_file "$T/nodes.yaml" "$P/rank_info"
+expect_err "machine 0 cannot serve the rendezvous on 192.0.2.1:29500"
+printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 1\nnum_processes: 4\nmain_process_ip: 127.0.0.1\nmain_process_port: %s\n' \
+    "$("$P/free_port")" >"$T/node1.yaml"
+run 1 launch --config_file "$T/node1.yaml" --rdzv_conf timeout=0.5 "$P/rank_info"
+expect_err "machine 1: no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:[0-9]* within 0.5 s"
+printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 3\n' >"$T/odd.yaml"
+run 2 launch --config_file "$T/odd.yaml" "$P/rank_info"
+expect_err "config file $T/odd.yaml, line 3: num_processes: 3: 3 processes cannot be shared equally by config file $T/odd.yaml, line 2: num_machines: 2"
 run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 "$P/rank_info"
 want_env 1 WORLD_SIZE 2
-printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: /etc/hosts\n' >"$T/mpi.yaml"
+printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$T/nohosts" >"$T/mpi.yaml"
 run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
-expect_err "line 3: mpirun_config.mpirun_hostfile: /etc/hosts: launches through mpirun"
+expect_err "line 3: mpirun_config.mpirun_hostfile: $T/nohosts: cannot read the hostfile"
 run 2 launch --num_machines two "$P/rank_info"
 expect_err "\-\-num_machines two: expected an integer"
-ok "several machines refused, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
+run 2 launch --rdzv_backend etcd "$P/rank_info"
+expect_err "\-\-rdzv_backend etcd: expected static or c10d"
+ok "several machines: flags and keys read and checked, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
 
 # ---- accel env shows the config file in use and its content ----
 run 0 env
@@ -265,8 +274,22 @@ for flag in --config_file --cpu --multi_gpu --mixed_precision --num_processes --
     --num_cpu_threads_per_process --gpu_ids --same_network --machine_rank --main_process_ip \
     --main_process_port --tee --log_dir --rdzv_backend --max_restarts --monitor_interval \
     --zero_stage --gradient_accumulation_steps --fsdp_sharding_strategy --mpirun_hostfile --debug \
-    --use_deepspeed --use_fsdp --cpu_affinity --grace_period; do
+    --use_deepspeed --use_fsdp --cpu_affinity --grace_period --rdzv_conf --mpirun_ccl --preflight; do
     grep -q -- "  $flag\b\|-., $flag\b" "$T/out" || fail "--help lacks $flag"
 done
 ok "accepted flags and notes; --help lists every flag under Accelerate's groups"
+
+# ---- --debug: the main process prints the resolved configuration with every source ----
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n' >"$T/dbg.yaml"
+run 0 launch --debug --config_file "$T/dbg.yaml" --gradient_accumulation_steps 3 "$P/show_options"
+expect_err "accel: resolved configuration"
+expect_err "mixed_precision *= fp16  \[accel launch: config file $T/dbg.yaml, line 3: mixed_precision: fp16 (env ACCELERATE_MIXED_PRECISION)\]"
+expect_err "debug *= 1  \[accel launch: --debug (env ACCELERATE_DEBUG_MODE)\]"
+expect_err "gradient_accumulation_steps *= 3  \[accel launch: --gradient_accumulation_steps 3 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\]"
+expect_err "main_process_port *= [0-9]*  \[accel launch: default of --main_process_port (env MASTER_PORT)\]"
+expect_err "timeout_s *= 1800  \[default\]"
+[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] || fail "printed by more than the main process"
+run 0 launch --config_file "$T/dbg.yaml" --mixed_precision bf16 "$P/show_options"
+! grep -q "resolved configuration" "$T/err" || fail "printed without --debug"
+ok "accel launch --debug: resolved configuration with the source of each value, main process only"
 echo "PASS"

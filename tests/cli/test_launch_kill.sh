@@ -35,6 +35,9 @@ alive() { [ -e "/proc/$1" ] && ! grep -q ') Z' "/proc/$1/stat" 2>/dev/null; }
 # launch SCRIPT: starts a 3-process job whose processes print their pid and job id, then run
 # SCRIPT (sh), in the background; waits until all three printed.
 launch() {
+    # Empty the file first: the background launcher truncates it only when it starts, and the
+    # previous job's lines must not be counted meanwhile.
+    : >"$T/out"
     "$ACCEL" launch -n 3 /bin/sh -c 'echo "PID=$$ JOB=$ACCEL_JOB_ID"; '"$1" >"$T/out" 2>"$T/err" &
     lpid=$!
     for _ in $(seq 1 1000); do

@@ -341,8 +341,8 @@ static void run_case(int kind, accel_dtype dt, accel_reduce_op op, size_t count,
     case 4: { /* reduce to root; recv untouched (NULL) elsewhere */
         char *in = in_place && rank == root ? recvbuf : sendbuf;
         fill_input(dt, rank, 0, count, seed, in);
-        CHECK_OK(acc,
-                 accel_reduce(acc, in, rank == root ? recvbuf : NULL, count, dt, op, root, NULL));
+        CHECK_OK(acc, accel_reduce_to(acc, in, rank == root ? recvbuf : NULL, count, dt, op, root,
+                                      NULL));
         for (size_t i = 0; rank == root && i < count; i++) {
             ref_reduce(dt, op, i, seed, want);
             expect_eq(recvbuf + i * es, want, es, name, dt, op, count, in_place, root, i);

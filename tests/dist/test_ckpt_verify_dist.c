@@ -72,8 +72,8 @@ int main(void)
     CHECK_OK(acc, accel_tensor_dataset_new(&ds, 1, names, &t));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 2;
-    accel_loader *dl = accel_loader_new(acc, ds, &lo);
-    CHECK(dl != NULL);
+    accel_loader *dl;
+    CHECK_OK(acc, accel_loader_new(acc, ds, &lo, &dl));
     CHECK_OK(acc, accel_prepare(acc, m, opt, dl));
     accel_batch *b;
     CHECK_OK(acc, accel_loader_next(dl, &b));

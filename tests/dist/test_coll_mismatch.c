@@ -59,7 +59,7 @@ static void matched_calls(void)
     /* Every kind, with count 0 and with a small count. */
     for (size_t count = 0; count <= 5; count += 5) {
         CHECK_OK(acc, accel_allreduce(acc, a, b, count, ACCEL_F32, ACCEL_SUM, NULL));
-        CHECK_OK(acc, accel_reduce(acc, a, b, count, ACCEL_F32, ACCEL_MAX, L, NULL));
+        CHECK_OK(acc, accel_reduce_to(acc, a, b, count, ACCEL_F32, ACCEL_MAX, L, NULL));
         CHECK_OK(acc, accel_reduce_scatter(acc, a, b, count, ACCEL_F32, ACCEL_SUM, NULL));
         CHECK_OK(acc, accel_allgather(acc, a, b, count, ACCEL_F32, NULL));
         CHECK_OK(acc, accel_broadcast(acc, a, b, count, ACCEL_F32, L, NULL));

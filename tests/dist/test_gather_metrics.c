@@ -39,8 +39,8 @@ static void run(accel *acc, int64_t n, int dispatch, int objects)
     accel_loader_options o = accel_loader_options_default();
     o.batch_size = 3;
     o.dispatch_batches = dispatch;
-    accel_loader *l = accel_loader_new(acc, &ds, &o);
-    CHECK(l != NULL);
+    accel_loader *l;
+    CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
     CHECK_OK(acc, accel_prepare(acc, l));
     int count[64] = {0};
     int64_t total = 0;

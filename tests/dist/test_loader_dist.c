@@ -51,8 +51,8 @@ int main(void)
     o.batch_size = 4;
     o.shuffle = 1;
     o.num_workers = 2;
-    accel_loader *l = accel_loader_new(acc, &ds, &o);
-    CHECK(l != NULL);
+    accel_loader *l;
+    CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
     CHECK_OK(acc, accel_prepare(acc, l));
     int64_t prev_first = -1;
     int differ = 0;
@@ -91,7 +91,7 @@ int main(void)
         o = accel_loader_options_default();
         o.batch_size = 3;
         o.dispatch_batches = 1;
-        l = accel_loader_new(acc, &ds, &o);
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         CHECK_OK(acc, accel_prepare(acc, l));
         CHECK(accel_loader_len(l) == 2);
         static const int64_t want[2][2][3] = {{{0, 1, 2}, {6, 7}}, {{3, 4, 5}, {8, 0}}};
@@ -122,7 +122,7 @@ int main(void)
         /* Process 0 fails to read a batch: every process gets its status and its message. */
         accel_dataset bad = ds;
         bad.get = bad_get;
-        l = accel_loader_new(acc, &bad, &o);
+        CHECK_OK(acc, accel_loader_new(acc, &bad, &o, &l));
         CHECK_OK(acc, accel_prepare(acc, l));
         accel_status st;
         while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {

@@ -98,8 +98,8 @@ int main(void)
     po.stream = pf;
     po.tty = 0;
     po.percent_step = 50;
-    accel_progress *p = accel_progress_new(acc, &po);
-    CHECK(p != NULL);
+    accel_progress *p;
+    CHECK_OK(acc, accel_progress_new(acc, &po, &p));
     for (int s = 0; s < 4; s++) {
         accel_progress_update(p, 1);
     }

@@ -41,7 +41,7 @@ static void build(accel *acc, run *r)
     CHECK_OK(acc, accel_tensor_dataset_new(&r->ds, 1, names, &t));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 2;
-    CHECK((r->dl = accel_loader_new(acc, r->ds, &lo)) != NULL);
+    CHECK_OK(acc, accel_loader_new(acc, r->ds, &lo, &r->dl));
     CHECK_OK(acc, accel_prepare(acc, r->m, r->opt, r->dl));
 }
 

@@ -103,7 +103,7 @@ static void build(accel *acc, run *r, uint64_t init_seed)
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 4;
     lo.shuffle = 1;
-    CHECK((r->dl = accel_loader_new(acc, r->ds, &lo)) != NULL);
+    CHECK_OK(acc, accel_loader_new(acc, r->ds, &lo, &r->dl));
     CHECK_OK(acc, accel_prepare(acc, r->m, r->opt, r->sch, r->dl));
 }
 

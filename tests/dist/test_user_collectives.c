@@ -125,14 +125,14 @@ static void test_reduce(accel *acc)
     for (int i = 0; i < K; i++) {
         f[i] = (float)(R + i);
     }
-    CHECK_OK(acc, accel_reduce_tensor(acc, &t, ACCEL_SUM, 0.5));
+    CHECK_OK(acc, accel_allreduce_tensor(acc, &t, ACCEL_SUM, 0.5));
     for (int i = 0; i < K; i++) {
         CHECK_NEAR(f[i], (sum_r + (double)N * i) * 0.5, 1e-5);
     }
     for (int i = 0; i < K; i++) {
         f[i] = (float)(R + i);
     }
-    CHECK_OK(acc, accel_reduce_tensor(acc, &t, ACCEL_AVG, 1.0));
+    CHECK_OK(acc, accel_allreduce_tensor(acc, &t, ACCEL_AVG, 1.0));
     for (int i = 0; i < K; i++) {
         CHECK_NEAR(f[i], sum_r / N + i, 1e-5);
     }
@@ -140,7 +140,7 @@ static void test_reduce(accel *acc)
     uint16_t h[2] = {0x3f80, 0x4000}; /* 1.0, 2.0 */
     int64_t two = 2;
     accel_tensor tb = accel_tensor_view(h, ACCEL_BF16, 1, &two);
-    CHECK_OK(acc, accel_reduce_tensor(acc, &tb, ACCEL_SUM, 2.0));
+    CHECK_OK(acc, accel_allreduce_tensor(acc, &tb, ACCEL_SUM, 2.0));
     float got0, got1;
     uint32_t u0 = (uint32_t)h[0] << 16, u1 = (uint32_t)h[1] << 16;
     memcpy(&got0, &u0, 4);
@@ -151,11 +151,11 @@ static void test_reduce(accel *acc)
     int32_t iv[3] = {R, -R, 7};
     int64_t three = 3;
     accel_tensor ti = accel_tensor_view(iv, ACCEL_I32, 1, &three);
-    CHECK_OK(acc, accel_reduce_tensor(acc, &ti, ACCEL_MAX, 1.0));
+    CHECK_OK(acc, accel_allreduce_tensor(acc, &ti, ACCEL_MAX, 1.0));
     CHECK(iv[0] == N - 1 && iv[1] == 0 && iv[2] == 7);
-    CHECK(accel_reduce_tensor(acc, &ti, ACCEL_SUM, 2.0) == ACCEL_EINVAL);
+    CHECK(accel_allreduce_tensor(acc, &ti, ACCEL_SUM, 2.0) == ACCEL_EINVAL);
     CHECK(strstr(accel_last_error(acc), "scale") != NULL);
-    CHECK(accel_reduce_tensor(acc, &ti, (accel_reduce_op)99, 1.0) == ACCEL_EINVAL);
+    CHECK(accel_allreduce_tensor(acc, &ti, (accel_reduce_op)99, 1.0) == ACCEL_EINVAL);
 }
 
 static void test_broadcast(accel *acc)
@@ -367,7 +367,7 @@ int main(void)
         CHECK(accel_gather(acc, &in, &out) == ACCEL_EINVAL);
         CHECK_MSG(strstr(accel_last_error(acc), "process 0: F32[1]; process 1: F32[2]") != NULL,
                   "%s", accel_last_error(acc));
-        CHECK(accel_reduce_tensor(acc, &in, ACCEL_SUM, 1.0) == ACCEL_EINVAL);
+        CHECK(accel_allreduce_tensor(acc, &in, ACCEL_SUM, 1.0) == ACCEL_EINVAL);
         CHECK(accel_broadcast_tensor(acc, &in, 0) == ACCEL_EINVAL);
         CHECK(strstr(accel_last_error(acc), "process 1: F32[2]") != NULL);
     }

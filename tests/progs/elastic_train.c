@@ -16,8 +16,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
-#include <accel/data.h>
 #include <accel/nn.h>
 
 #define N_SAMPLES 96
@@ -97,8 +95,8 @@ int main(int argc, char **argv)
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 4;
     lo.shuffle = 1;
-    accel_loader *dl = accel_loader_new(acc, ds, &lo);
-    ACCEL_CHECK(dl ? ACCEL_OK : accel_last_status(acc));
+    accel_loader *dl;
+    ACCEL_CHECK(accel_loader_new(acc, ds, &lo, &dl));
 
     accel_model *model = NULL;
     nn_params *params = NULL;

@@ -16,7 +16,6 @@
 #include <string.h>
 
 #include <accel/accel.h>
-#include <accel/check.h>
 #include <accel/nn.h>
 
 /* A version 1.0 .npy file: magic, header dict padded with spaces to a 64-byte boundary. */

@@ -64,7 +64,10 @@ int main(int argc, char **argv)
                                   "ACCELERATE_CONFIG_FILE",
                                   "ACCEL_CONFIG_CHECKED",
                                   "ACCEL_RESTART_COUNT",
-                                  "TORCHELASTIC_RESTART_COUNT"};
+                                  "TORCHELASTIC_RESTART_COUNT",
+                                  "GROUP_RANK",
+                                  "ACCEL_NUM_MACHINES",
+                                  "ACCEL_STORE_SERVED"};
     const char *rank = env_or("RANK");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         printf("rank %s %s=%s\n", rank, names[i], env_or(names[i]));

@@ -70,7 +70,7 @@ static void fx_init(fixture *f, const char *project)
     CHECK_OK(f->acc, accel_tensor_dataset_new(&f->ds, 1, names, &t));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 4; /* 5 batches an epoch */
-    CHECK((f->dl = accel_loader_new(f->acc, f->ds, &lo)) != NULL);
+    CHECK_OK(f->acc, accel_loader_new(f->acc, f->ds, &lo, &f->dl));
     CHECK_OK(f->acc, accel_prepare(f->acc, f->m, f->opt, f->sch, f->dl));
     CHECK_OK(f->acc, accel_register_for_checkpointing(f->acc, val_save, val_load, f));
 }

@@ -236,14 +236,6 @@ int main(void)
 
     /* What accel cannot do is refused, naming the file, the key and the value. */
     static const char *const refused[][2] = {
-        /* ZeRO stages come from the DEEPSPEED / FSDP sections (1-3 not implemented yet) */
-        {"distributed_type: FSDP\n", "ZeRO stage 3 (config file "},
-        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n",
-         "ZeRO stage 2 (config file "},
-        {"distributed_type: DEEPSPEED\n", "ZeRO stage 2 (config file "},
-        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
-         "  fsdp_reshard_after_forward: false\n",
-         "fsdp_config.fsdp_reshard_after_forward) is not implemented"},
         {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n",
          "line 3: deepspeed_config.deepspeed_config_file: ds.json is not supported"},
         {"distributed_type: MEGATRON_LM\n", "distributed_type: MEGATRON_LM"},
@@ -260,6 +252,29 @@ int main(void)
         const char *path = write_file(name, refused[i][0]);
         init_with(path, ACCEL_EUNSUPPORTED, refused[i][1]);
         CHECK_MSG(strstr(accel_last_error(NULL), path) != NULL, "%s", accel_last_error(NULL));
+    }
+
+    /* ZeRO stages come from the DEEPSPEED / FSDP sections (DeepSpeed's default stage 2,
+     * FSDP's FULL_SHARD = 3, FSDP2's reshard_after_forward false = SHARD_GRAD_OP = 2). */
+    static const struct {
+        const char *yaml;
+        int stage;
+    } stages[] = {
+        {"distributed_type: DEEPSPEED\n", 2},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 1\n", 1},
+        {"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n", 3},
+        {"distributed_type: FSDP\n", 3},
+        {"distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
+         "  fsdp_reshard_after_forward: false\n",
+         2},
+    };
+    for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "stage%zu.yaml", i);
+        accel *zacc = init_with(write_file(name, stages[i].yaml), ACCEL_OK, NULL);
+        CHECK_MSG(accel_resolved_options(zacc)->zero_stage == stages[i].stage, "%s",
+                  stages[i].yaml);
+        accel_free(zacc);
     }
 
     /* Bad values of the keys accel uses, and bad files: errors naming the file and culprit. */

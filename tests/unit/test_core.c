@@ -28,6 +28,8 @@ static void clear_env(void)
                           "ACCEL_TIMEOUT",
                           "ACCEL_LOG_LEVEL",
                           "ACCEL_BACKEND",
+                          "ACCEL_NUM_MACHINES",
+                          "GROUP_RANK",
                           NULL};
     for (int i = 0; vars[i]; i++) {
         unsetenv(vars[i]);
@@ -194,6 +196,26 @@ static void test_launched_one_process(void)
     clear_env();
 }
 
+/* accel launch --num_machines M sets ACCEL_NUM_MACHINES and GROUP_RANK: the summary names the
+ * machine and what the communicator runs on; a machine rank out of range is refused. (One
+ * process stands for the machine here: the self backend needs no peers.) */
+static void test_machines_summary(void)
+{
+    clear_env();
+    setenv("ACCEL_NUM_MACHINES", "2", 1);
+    setenv("GROUP_RANK", "1", 1);
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK(strstr(accel_state_summary(acc),
+                 "Local process index: 0\nNum machines: 2\nMachine index: 1\nComm: self\n"
+                 "Device: cpu\n") != NULL);
+    accel_free(acc);
+    setenv("GROUP_RANK", "2", 1);
+    CHECK_ERR(NULL, accel_init(&acc, NULL), ACCEL_EINVAL,
+              "environment variable GROUP_RANK=2 is not below ACCEL_NUM_MACHINES=2");
+    clear_env();
+}
+
 /* "X failed: %s" with the previous message as argument: the argument is the very buffer being
  * written (the thread's, or the handle's), which must not garble the result. */
 static void test_chained_errors(void)
@@ -228,6 +250,7 @@ int main(void)
     test_env_precedence();
     test_malformed();
     test_launched_one_process();
+    test_machines_summary();
     printf("test_core: ok\n");
     return 0;
 }

@@ -30,8 +30,8 @@ static void check_windows(accel_dataset *ds, int64_t ntok, int64_t T, int64_t (*
     CHECK_OK(NULL, accel_init(&acc, NULL));
     accel_loader_options o = accel_loader_options_default();
     o.batch_size = 2;
-    accel_loader *l = accel_loader_new(acc, ds, &o);
-    CHECK(l != NULL);
+    accel_loader *l;
+    CHECK_OK(acc, accel_loader_new(acc, ds, &o, &l));
     int64_t windows = (ntok - 1 - T) / T + 1;
     CHECK(accel_loader_len(l) == (windows + 1) / 2);
     accel_batch *b;

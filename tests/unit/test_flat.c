@@ -6,14 +6,16 @@
  *    version 1's algorithm); without padding the layout is version 1's, offset for offset;
  *  - the model's views: data / grad / compute as accel_tensor, the compute copy stored in
  *    bf16 (2 bytes per element) and valid from prepare, the fp32 conveniences' ESTATE;
- *  - zero_stage: 0 works, 1-3 are refused naming the stage (option and ACCEL_ZERO_STAGE);
+ *  - zero_stage: 0-3 are taken (option and ACCEL_ZERO_STAGE), others refused;
+ *  - stage 3's units: one bucket each (accel__flat_build_units), by layer name by default,
+ *    accel_model_set_unit's ranges, bad ranges refused;
  *  - a bucket whose parameters were all frozen after alloc is never sent.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "train/flat.h"
+#include "train/train_internal.h"
 
 static unsigned long long rng = 7;
 static unsigned urand(unsigned n)
@@ -226,19 +228,19 @@ static void test_zero_stage(void)
     for (int stage = 1; stage <= 3; stage++) {
         accel_options o = accel_options_default();
         o.zero_stage = stage;
-        CHECK(accel_init(&acc, &o) == ACCEL_EUNSUPPORTED);
-        char want[64];
-        snprintf(want, sizeof(want), "ZeRO stage %d is not implemented yet", stage);
-        CHECK_MSG(strstr(accel_last_error(NULL), want) != NULL, "%s", accel_last_error(NULL));
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK(accel_resolved_options(acc)->zero_stage == stage);
+        accel_free(acc);
     }
     accel_options o = accel_options_default();
     o.zero_stage = 4;
     CHECK(accel_init(&acc, &o) == ACCEL_EINVAL);
     CHECK(strstr(accel_last_error(NULL), "zero_stage=4") != NULL);
-    setenv("ACCEL_ZERO_STAGE", "2", 1);
+    setenv("ACCEL_ZERO_STAGE", "3", 1);
     o = accel_options_default();
-    CHECK(accel_init(&acc, &o) == ACCEL_EUNSUPPORTED);
-    CHECK(strstr(accel_last_error(NULL), "ZeRO stage 2") != NULL);
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    CHECK(accel_resolved_options(acc)->zero_stage == 3);
+    accel_free(acc);
     o.zero_stage = 0; /* the argument wins */
     CHECK_OK(NULL, accel_init(&acc, &o));
     CHECK(accel_resolved_options(acc)->zero_stage == 0);
@@ -302,6 +304,102 @@ static void test_late_freeze(void)
     accel_free(acc);
 }
 
+/* Stage 3 on one process: units by name (GPT-2 names), one bucket each, in reverse order. */
+static void test_units(void)
+{
+    static const char *const names[] = {
+        "transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight",
+        "transformer.h.0.attn.c_attn.weight", "transformer.h.1.ln_1.weight",
+        "transformer.h.1.mlp.c_fc.weight", "transformer.h.10.ln_1.weight",
+        "transformer.ln_f.weight", "transformer.ln_f.bias", "lm_head.weight"};
+    /* expected units: [wte, wpe] [h.0 x2] [h.1 x2] [h.10] [ln_f x2, lm_head] */
+    static const int want_unit[] = {0, 0, 1, 1, 2, 2, 3, 4, 4, 4};
+    const int n = (int)(sizeof(names) / sizeof(names[0]));
+    for (int wrap = 0; wrap <= 1; wrap++) {
+        accel_options o = accel_options_default();
+        o.zero_stage = 3;
+        accel *acc;
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        accel_model *m;
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        for (int i = 0; i < n; i++) {
+            int64_t shape[1] = {3 + i};
+            CHECK_OK(acc, accel_model_add_param(m, names[i], 1, shape, NULL));
+        }
+        CHECK(accel_model_set_unit(m, 5, 6) == ACCEL_EINVAL);
+        CHECK(strstr(accel_last_error(acc), "[5, 5 + 6)") != NULL);
+        CHECK(accel_model_set_unit(m, -1, 2) == ACCEL_EINVAL);
+        if (wrap) {
+            CHECK_OK(acc, accel_model_set_unit(m, 8, 2)); /* ln_f.bias + lm_head wrapped alone */
+        }
+        CHECK_OK(acc, accel_model_alloc(m));
+        CHECK(accel_model_set_unit(m, 0, 1) == ACCEL_ESTATE);
+        int n_units = wrap ? 6 : 5;
+        CHECK(accel_model_num_units(m) == n_units);
+        /* One bucket per unit, the last unit first in memory: parameter i's offset lies in
+         * bucket (n_units - 1 - unit), and parameters of one unit are adjacent. */
+        for (int i = 0; i < n; i++) { /* the weights prepare takes the shard from */
+            const accel_param *p = accel_model_param(m, i);
+            for (size_t k = 0; k < p->numel; k++) {
+                p->data[k] = (float)(100 * i + (int)k);
+            }
+        }
+        accel_optimizer *opt = accel_sgd(acc, m, NULL);
+        CHECK_OK(acc, accel_prepare(acc, m, opt));
+        CHECK(accel_model_num_buckets(m) == n_units);
+        for (int i = 0; i < n; i++) {
+            int u = wrap && i >= 8 ? 5 : want_unit[i];
+            accel_bucket_info bi;
+            CHECK_OK(acc, accel_model_bucket_info(m, n_units - 1 - u, &bi));
+            const accel_param *p = accel_model_param(m, i);
+            CHECK_MSG(p->offset >= bi.offset && p->offset + p->numel <= bi.offset + bi.count,
+                      "%s: unit %d", names[i], u);
+        }
+        /* Stage 3 holds a shard of the master; the weights come back through gather_all. */
+        CHECK(accel_model_master(m) == NULL);
+        CHECK(accel_last_status(acc) == ACCEL_ESTATE);
+        CHECK(accel_model_param(m, 5)->data[1] == 0.0f); /* released at prepare */
+        CHECK_OK(acc, accel_model_gather_all(m));
+        for (int b = 0; b < n_units; b++) {
+            CHECK(accel__zero3_unit_state(m, b) == 2);
+        }
+        for (int i = 0; i < n; i++) {
+            const accel_param *p = accel_model_param(m, i);
+            for (size_t k = 0; k < p->numel; k++) {
+                CHECK(p->data[k] == (float)(100 * i + (int)k));
+            }
+        }
+        /* A forward's first use: unit 0 (the last bucket) gathered, unit 1 prefetched, the rest
+         * released; then unit 1 in use, unit 0 kept, unit 2 prefetched. */
+        CHECK_OK(acc, accel__zero3_release_all(m)); /* as after a step */
+        CHECK_OK(acc, accel_model_materialize(m, 0));
+        CHECK(accel__zero3_unit_state(m, n_units - 1) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 2) == 1);
+        for (int b = 0; b < n_units - 2; b++) {
+            CHECK(accel__zero3_unit_state(m, b) == 0);
+        }
+        CHECK_OK(acc, accel_model_materialize(m, 3));
+        CHECK(accel__zero3_unit_state(m, n_units - 1) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 2) == 2);
+        CHECK(accel__zero3_unit_state(m, n_units - 3) == 1);
+        CHECK(accel__zero3_unit_state(m, 0) == 0);
+
+        CHECK(accel_model_materialize(m, n) == ACCEL_EINVAL);
+        accel_free(acc);
+    }
+    /* The geometry itself: units must be consecutive runs numbered from 0. */
+    accel__flat_param fp[3] = {{4, 0}, {5, 0}, {6, 0}};
+    size_t off[3];
+    int bucket[3];
+    accel__flat f;
+    const int bad[3] = {0, 2, 2}, good[3] = {0, 0, 1};
+    CHECK(accel__flat_build_units(&f, fp, 3, bad, 2, 32, off, bucket) == ACCEL_EINVAL);
+    CHECK_OK(NULL, accel__flat_build_units(&f, fp, 3, good, 2, 32, off, bucket));
+    CHECK(f.n_buckets == 2 && bucket[0] == 1 && bucket[1] == 1 && bucket[2] == 0);
+    CHECK(off[2] == 0 && off[1] == 32 && off[0] == 37 && f.padded_numel == 64);
+    accel__flat_free(&f);
+}
+
 int main(void)
 {
     unsetenv("ACCEL_ZERO_STAGE");
@@ -310,5 +408,6 @@ int main(void)
     test_views();
     test_zero_stage();
     test_late_freeze();
+    test_units();
     return 0;
 }

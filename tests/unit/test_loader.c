@@ -138,8 +138,8 @@ static accel_loader *make(const accel_dataset *ds, int64_t bs, int shuffle, int 
     o.num_workers = workers;
     o.seed_set = 1;
     o.seed = 1234;
-    accel_loader *l = accel_loader_new(acc, ds, &o);
-    CHECK_MSG(l != NULL, "%s", accel_last_error(acc));
+    accel_loader *l;
+    CHECK_OK(acc, accel_loader_new(acc, ds, &o, &l));
     return l;
 }
 
@@ -156,8 +156,8 @@ static void check_shard(const accel_dataset *ds, int64_t bs, int nr, int split, 
         o.split_batches = split;
         o.even_batches = even;
         o.dispatch_batches = 0;
-        accel_loader *l = accel_loader_new(acc, ds, &o);
-        CHECK(l != NULL);
+        accel_loader *l;
+        CHECK_OK(acc, accel_loader_new(acc, ds, &o, &l));
         CHECK_OK(acc, accel__loader_prepare_as(l, r, nr));
         char buf[1024];
         int64_t nb = epoch_str(l, buf, sizeof(buf));
@@ -246,8 +246,10 @@ int main(void)
         o.seed_set = 1;
         o.seed = 7;
         o.use_seedable_sampler = 1;
-        accel_loader *l1 = accel_loader_new(acc, &ds, &o);
-        accel_loader *l2 = accel_loader_new(acc, &ds, &o);
+        accel_loader *l1;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l1));
+        accel_loader *l2;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l2));
         CHECK_OK(acc, accel_prepare(acc, l1, l2));
         epoch_str(l1, a, sizeof(a));
         epoch_str(l1, a, sizeof(a));
@@ -341,7 +343,8 @@ int main(void)
         o.batch_size = 3;
         o.pad = &pad;
         o.n_pad = 1;
-        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_loader *l;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         accel_batch *b;
         CHECK_OK(acc, accel_loader_next(l, &b));
         const accel_tensor *sq = accel_batch_field(b, "seq");
@@ -351,7 +354,7 @@ int main(void)
         CHECK(memcmp(v, want, sizeof(want)) == 0);
         accel_loader_free(l);
         o.n_pad = 0;
-        l = accel_loader_new(acc, &ds, &o);
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         CHECK(accel_loader_next(l, &b) == ACCEL_EINVAL);
         CHECK_MSG(strstr(accel_last_error(acc), "index 1") != NULL, "%s", accel_last_error(acc));
         accel_loader_free(l);
@@ -392,7 +395,8 @@ int main(void)
         accel_loader_options o = accel_loader_options_default();
         o.batch_size = 4;
         o.collate = failing_collate;
-        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_loader *l;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         accel_batch *b;
         CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
                   "loader: collate of 4 samples: cannot stack 4 ragged samples");
@@ -418,12 +422,18 @@ int main(void)
     {
         accel_loader_options o = accel_loader_options_default();
         o.batch_size = 0;
-        CHECK(accel_loader_new(acc, &ds, &o) == NULL && accel_last_status(acc) == ACCEL_EINVAL);
+        CHECK(accel_loader_new(acc, &ds, &o, &(accel_loader *){NULL}) == ACCEL_EINVAL);
         accel_dataset empty = {0};
-        CHECK(accel_loader_new(acc, &empty, NULL) == NULL);
+        CHECK(accel_loader_new(acc, &empty, NULL, &(accel_loader *){NULL}) == ACCEL_EINVAL);
+        /* Options not made by the _default(): the one check every options struct gets. */
+        accel_loader_options zero = {0};
+        CHECK(accel_loader_new(acc, &ds, &zero, &(accel_loader *){NULL}) == ACCEL_EINVAL);
+        CHECK_MSG(strstr(accel_last_error(acc), "accel_loader_options_default()") != NULL, "%s",
+                  accel_last_error(acc));
         o.batch_size = 3;
         o.split_batches = 1;
-        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_loader *l;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         CHECK(accel__loader_prepare_as(l, 0, 2) == ACCEL_EINVAL);
         accel_loader_free(l);
     }
@@ -459,12 +469,14 @@ int main(void)
         accel_loader_options o = accel_loader_options_default();
         o.batch_size = 4;
         o.shuffle = 1;
-        accel_loader *l = accel_loader_new(acc, &ds, &o);
+        accel_loader *l;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         epoch_str(l, a, sizeof(a));
         CHECK_OK(acc, accel_set_seed(acc, 42, 0));
         CHECK_OK(acc, accel_get_rng_state(acc, s2));
         CHECK(memcmp(s1, s2, sizeof(s1)) == 0);
-        accel_loader *l2 = accel_loader_new(acc, &ds, &o);
+        accel_loader *l2;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l2));
         epoch_str(l2, b2, sizeof(b2));
         CHECK(strcmp(a, b2) == 0);
         CHECK_OK(acc, accel_synchronize_rng_states(acc));

@@ -1,7 +1,7 @@
 /*
  * Named loggers: one handle per name, the "[rank r/N] name LEVEL: msg" format, level filtering
- * (default info, ACCELERATE_LOG_LEVEL, set_level), warning_once, and the scopes on one process
- * (main-only, all, in_order). The 3-process behaviour is tests/dist/test_logging.c.
+ * (default info, ACCELERATE_LOG_LEVEL read by accel_init, set_level), warning_once, and the scopes
+ * on one process (main-only, all, in_order). The 3-process behaviour is tests/dist/test_logging.c.
  */
 #include <string.h>
 #include <unistd.h>
@@ -68,15 +68,21 @@ int main(void)
                                   "[rank 0/1] train INFO: ordered 2\n") == 0,
               "%s", out);
 
-    /* Accelerate's variable sets the level of loggers created afterwards. */
+    /* Accelerate's variable sets the level of the loggers of accelerators created afterwards:
+     * accel_init reads it, once; a change after init does not reach the first accelerator. */
     setenv("ACCELERATE_LOG_LEVEL", "error", 1);
-    accel_logger *lg2 = accel_get_logger(acc, "quiet");
+    CHECK(accel_logger_level(accel_get_logger(acc, "late")) == ACCEL_LOG_INFO);
+    accel *acc2;
+    CHECK_OK(NULL, accel_init(&acc2, NULL));
+    CHECK(strcmp(accel_setting_source(acc2, "logger_level"), "env ACCELERATE_LOG_LEVEL") == 0);
+    accel_logger *lg2 = accel_get_logger(acc2, "quiet");
     CHECK(accel_logger_level(lg2) == ACCEL_LOG_ERROR);
     accel_logger_set_stream(lg2, f);
     accel_logger_warning(lg2, "no");
     accel_logger_error(lg2, "yes");
     CHECK_MSG(strcmp(contents(f), "[rank 0/1] quiet ERROR: yes\n") == 0, "%s", out);
     unsetenv("ACCELERATE_LOG_LEVEL");
+    accel_free(acc2);
 
     /* Bad input. */
     CHECK(accel_get_logger(acc, NULL) == NULL && accel_last_status(acc) == ACCEL_EINVAL);

@@ -73,7 +73,7 @@ static void test_hooks_and_sink(void)
 {
     user_sink us;
     memset(&us, 0, sizeof(us));
-    nn_param_sink sink = {&us, us_declare, us_bind, NULL};
+    nn_param_sink sink = {&us, us_declare, us_bind, NULL, NULL};
     nn_params *p;
     CHECK_OK(NULL, nn_params_new(&p, &sink));
     nn_linear_layer l1, l2;

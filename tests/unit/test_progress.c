@@ -50,8 +50,8 @@ int main(void)
     o.percent_step = 25;
     o.interval_s = 1000;
     fake_now = 100.0;
-    accel_progress *p = accel_progress_new(acc, &o);
-    CHECK(p != NULL);
+    accel_progress *p;
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     for (int i = 0; i < 100; i++) {
         fake_now += 0.2; /* 5 it/s */
         accel_progress_set_field(p, "loss", 2.5);
@@ -73,7 +73,7 @@ int main(void)
     f = tmpfile();
     o.stream = f;
     fake_now = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     for (int i = 0; i < 100; i++) {
         fake_now += 0.2;
         accel_progress_update(p, 1);
@@ -87,7 +87,7 @@ int main(void)
     f = tmpfile();
     o.stream = f;
     o.percent_step = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     accel_progress_update(p, 3);
     accel_progress_close(p);
     s = contents(f);
@@ -101,7 +101,7 @@ int main(void)
     o.stream = f;
     o.initial = 40;
     fake_now = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     CHECK(p != NULL);
     for (int i = 0; i < 60; i++) {
         fake_now += 0.5; /* 2 it/s */
@@ -115,7 +115,7 @@ int main(void)
     CHECK_MSG(strstr(s, "train: 100% 100/100 [00:30<00:00, 2.00it/s") != NULL, "%s", s);
     fclose(f);
     o.initial = 101; /* past the total */
-    CHECK(accel_progress_new(acc, &o) == NULL && accel_last_status(acc) == ACCEL_EINVAL);
+    CHECK(accel_progress_new(acc, &o, &(accel_progress *){NULL}) == ACCEL_EINVAL);
     o.initial = 0;
 
     /* Plain mode by time: every 10 s whatever the percentage; slow rates read s/it. */
@@ -125,7 +125,7 @@ int main(void)
     o.interval_s = 10;
     o.total = 10;
     fake_now = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     for (int i = 0; i < 10; i++) {
         fake_now += 4; /* 0.25 it/s */
         accel_progress_update(p, 1);
@@ -145,7 +145,7 @@ int main(void)
     o.tty = 1;
     o.width = 8;
     fake_now = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     for (int i = 0; i < 4; i++) {
         fake_now += 1;
         accel_progress_update(p, 1);
@@ -164,7 +164,7 @@ int main(void)
     o.tty = 0;
     o.interval_s = 1;
     fake_now = 0;
-    p = accel_progress_new(acc, &o);
+    CHECK_OK(acc, accel_progress_new(acc, &o, &p));
     fake_now = 2;
     accel_progress_update(p, 7);
     accel_progress_close(p);
@@ -175,7 +175,7 @@ int main(void)
     /* Bad options; NULL handles are no-ops. */
     o = accel_progress_options_default();
     o.total = -1;
-    CHECK(accel_progress_new(acc, &o) == NULL && accel_last_status(acc) == ACCEL_EINVAL);
+    CHECK(accel_progress_new(acc, &o, &(accel_progress *){NULL}) == ACCEL_EINVAL);
     accel_progress_update(NULL, 1);
     accel_progress_set_field(NULL, "x", 1);
     accel_progress_close(NULL);

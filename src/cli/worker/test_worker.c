@@ -134,7 +134,7 @@ static int check_collectives(ctx *c)
            st == ACCEL_OK ? "wrong values" : accel_last_error(c->acc));
 
     int64_t v = r, sum = -1, gathered[64];
-    TRY(c, accel_reduce(c->acc, &v, &sum, 1, ACCEL_I64, ACCEL_SUM, 0, NULL));
+    TRY(c, accel_reduce_to(c->acc, &v, &sum, 1, ACCEL_I64, ACCEL_SUM, 0, NULL));
     EXPECT(c, r != 0 || sum == (int64_t)n * (n - 1) / 2, "reduce to 0: %lld", (long long)sum);
     if (n <= 64) {
         TRY(c, accel_gather_to(c->acc, &v, gathered, 1, ACCEL_I64, 0, NULL));
@@ -158,7 +158,7 @@ static int check_collectives(ctx *c)
     EXPECT(c, ok, "gather: %s", st == ACCEL_OK ? "wrong values" : accel_last_error(c->acc));
     float t = (float)r;
     accel_tensor tt = accel_tensor_view(&t, ACCEL_F32, 1, (int64_t[]){1});
-    TRY(c, accel_reduce_tensor(c->acc, &tt, ACCEL_AVG, 2.0));
+    TRY(c, accel_allreduce_tensor(c->acc, &tt, ACCEL_AVG, 2.0));
     EXPECT(c, t == (float)(n - 1), "reduce(mean) * 2: %g", t);
     t = (float)(7 * r);
     TRY(c, accel_broadcast_tensor(c->acc, &tt, n - 1));
@@ -283,8 +283,8 @@ static int check_gather_for_metrics(ctx *c)
     TRY(c, accel_tensor_dataset_new(&ds, 2, names, cols));
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = bs;
-    accel_loader *dl = accel_loader_new(c->acc, ds, &lo);
-    int seen = 0, ok = dl != NULL;
+    accel_loader *dl = NULL;
+    int seen = 0, ok = accel_loader_new(c->acc, ds, &lo, &dl) == ACCEL_OK;
     ok = ok && accel_prepare(c->acc, dl) == ACCEL_OK;
     accel_batch *b;
     while (ok && accel_loader_next(dl, &b) == ACCEL_OK) {
@@ -337,8 +337,7 @@ static int build(ctx *c, trainer *t, int rows, float *x, float *y, int adam, int
     accel_loader_options lo = accel_loader_options_default();
     lo.batch_size = 4;
     lo.shuffle = shuffle;
-    t->dl = accel_loader_new(c->acc, t->ds, &lo);
-    EXPECT(c, t->dl != NULL, "loader: %s", accel_last_error(c->acc));
+    TRY(c, accel_loader_new(c->acc, t->ds, &lo, &t->dl));
     TRY(c, accel_prepare(c->acc, t->m, t->opt, t->sch, t->dl));
     return 0;
 }

@@ -41,7 +41,7 @@ void accel__nccl_version(char *buf, size_t nbytes)
 }
 
 /* Appends a formatted line to buf[*k, nbytes). */
-static void add(char *buf, size_t nbytes, size_t *k, const char *fmt, ...) ACCEL__PRINTF(4, 5);
+static void add(char *buf, size_t nbytes, size_t *k, const char *fmt, ...) ACCEL_PRINTF(4, 5);
 static void add(char *buf, size_t nbytes, size_t *k, const char *fmt, ...)
 {
     if (*k + 1 >= nbytes) {

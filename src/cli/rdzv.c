@@ -1,0 +1,546 @@
+/*
+ * The launchers' rendezvous of a job on several machines, through the job's TCP store
+ * (comm/store.h): machine 0's launcher serves it on main_process_ip:main_process_port for the
+ * whole job, every launcher joins it, claims its machine rank, publishes what it was started
+ * with and waits (--rdzv_conf timeout) for every other machine, naming the ones missing. While
+ * the processes run, the launchers watch each other through it: the first failure anywhere is
+ * published under "launch/<attempt>/failed" and every launcher stops its processes within a
+ * second of seeing it; machine 0 also reads each machine's heartbeat counter, so a launcher that
+ * died (kill -9, a lost machine) is noticed within LOST_S. With --max_restarts, every launcher
+ * waits until every machine has stopped the attempt, and they all start the next one together
+ * (machine 0 makes each attempt's job id); a lost launcher or an interrupt ("launch/final")
+ * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
+ * ACCEL_JOB_ID, so the two never meet.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "accel/accel.h"
+#include "base/base.h"
+#include "comm/store.h"
+#include "launch.h"
+
+#define OP_TIMEOUT_S 5.0 /* one store call; a stuck main launcher is then noticed */
+#define LOST_S 5.0       /* a launcher whose heartbeat stands still this long is gone */
+
+struct launch_rdzv {
+    const launch_settings *s;
+    accel__store *st;
+    int attempt; /* 0, then the restart count */
+    int port;
+    char job_id[64];
+    char host[256];
+    char name[320]; /* "addr:port" of the store */
+    launch_watch watch;
+    /* Machine 0: each machine's last heartbeat value and when it last changed. */
+    long long *beat;
+    double *beat_at;
+    int *finished; /* the machine published done or stopped */
+};
+
+static void key_of(char *buf, size_t n, const char *what, int machine)
+{
+    snprintf(buf, n, "launch/%s/%d", what, machine);
+}
+
+/* The key of this attempt: "launch/<attempt>/<what>" or, machine >= 0, ".../<machine>". */
+static void attempt_key(launch_rdzv *r, char *buf, size_t n, const char *what, int machine)
+{
+    int k = snprintf(buf, n, "launch/%d/%s", r->attempt, what);
+    if (machine >= 0 && k > 0 && (size_t)k < n) {
+        snprintf(buf + k, n - (size_t)k, "/%d", machine);
+    }
+}
+
+static int has_key(launch_rdzv *r, const char *key)
+{
+    char v[8];
+    size_t nb;
+    accel_status st = accel__store_get(r->st, key, v, sizeof(v), &nb, 0);
+    return st == ACCEL_OK || st == ACCEL_EINVAL; /* EINVAL: present, longer than v */
+}
+
+/* Publishes the job's first failure (later ones are consequences): "<exit status> <text>". */
+static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
+{
+    int64_t n = 0;
+    char key[64];
+    attempt_key(r, key, sizeof(key), "failed_claim", -1);
+    if (accel__store_add(r->st, key, 1, &n) != ACCEL_OK || n != 1) {
+        return;
+    }
+    char msg[1024];
+    int k = snprintf(msg, sizeof(msg), "%d ", status);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg + k, sizeof(msg) - (size_t)k, fmt, ap);
+    va_end(ap);
+    attempt_key(r, key, sizeof(key), "failed", -1);
+    (void)accel__store_set(r->st, key, msg, strlen(msg));
+}
+
+/* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
+static int read_failure(launch_rdzv *r, char *msg, size_t cap)
+{
+    size_t nb = 0;
+    char key[64];
+    attempt_key(r, key, sizeof(key), "failed", -1);
+    if (accel__store_get(r->st, key, msg, cap - 1, &nb, 0) != ACCEL_OK) {
+        return 0;
+    }
+    msg[nb] = '\0';
+    char *end;
+    long status = strtol(msg, &end, 10);
+    const char *text = *end == ' ' ? end + 1 : end;
+    memmove(msg, text, strlen(text) + 1);
+    return status >= 1 && status <= 255 ? (int)status : 1;
+}
+
+/* "1, 3": the machines that have not published their record at the rendezvous. */
+static int list_missing(launch_rdzv *r, char *buf, size_t cap)
+{
+    int n = 0;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int m = 0; m < r->s->num_machines; m++) {
+        char key[64];
+        key_of(key, sizeof(key), "machine", m);
+        if (!has_key(r, key)) {
+            len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "", m);
+            n++;
+            if (len >= cap) {
+                break;
+            }
+        }
+    }
+    return n;
+}
+
+/* Machine 0 serves the store; the others connect, retrying until the rendezvous deadline. */
+static int open_store(launch_rdzv *r, double deadline)
+{
+    const launch_settings *s = r->s;
+    accel__store_config sc = {.addr = s->master_addr,
+                              .port = s->port,
+                              .serve = s->machine_rank == 0,
+                              .timeout_s = OP_TIMEOUT_S};
+    if (sc.serve) {
+        /* The server's thread must never take the launcher's signals: the supervisor waits for
+         * SIGCHLD and the stop signals on a signalfd, which only sees signals blocked in every
+         * thread. The thread inherits this mask. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        accel_status st = accel__store_open(&r->st, &sc);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (st != ACCEL_OK) {
+            fprintf(stderr,
+                    "accel launch: error: machine 0 cannot serve the rendezvous on %s:%d: %s\n"
+                    "accel launch: machine 0 must run where --main_process_ip points, on a free "
+                    "--main_process_port (0 picks one)\n",
+                    s->master_addr, s->port, accel_last_error(NULL));
+            return -1;
+        }
+        r->port = accel__store_port(r->st);
+        if (s->port == 0) {
+            fprintf(stderr,
+                    "accel launch: main process port %d (start the other machines with "
+                    "--main_process_port %d)\n",
+                    r->port, r->port);
+        }
+        return 0;
+    }
+    for (;;) {
+        double left = deadline - accel__now();
+        sc.timeout_s = left < OP_TIMEOUT_S ? (left > 0.05 ? left : 0.05) : OP_TIMEOUT_S;
+        accel_status st = accel__store_open(&r->st, &sc);
+        if (st == ACCEL_OK) {
+            r->port = s->port;
+            return 0;
+        }
+        if (st != ACCEL_ETIMEDOUT || accel__now() >= deadline) {
+            char within[64] = "";
+            if (st == ACCEL_ETIMEDOUT) {
+                snprintf(within, sizeof(within), " within %g s", s->rdzv_timeout_s);
+            }
+            fprintf(stderr,
+                    "accel launch: error: machine %d: no rendezvous with the main process "
+                    "(machine 0's launcher) at %s:%d%s: %s\n"
+                    "accel launch: is machine 0 started, with the same --main_process_ip and "
+                    "--main_process_port, and is that address reachable from this machine?\n",
+                    s->machine_rank, s->master_addr, s->port, within, accel_last_error(NULL));
+            return -1;
+        }
+    }
+}
+
+/* Checks that machine m was started with the same job shape as this one. */
+static int check_peer(launch_rdzv *r, int m, const char *rec)
+{
+    int machines = 0, n_procs = 0, restarts = 0;
+    char host[256] = "?";
+    if (sscanf(rec, "%d %d %d %255s", &machines, &n_procs, &restarts, host) < 3) {
+        fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n", m,
+                rec);
+        return -1;
+    }
+    if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
+        fprintf(stderr,
+                "accel launch: error: machine %d (host %s) was started with --num_machines %d "
+                "and %d processes per machine, this machine (%d) with --num_machines %d and %d: "
+                "give every machine the same --num_processes and --num_machines\n",
+                m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
+        return -1;
+    }
+    if (restarts != r->s->max_restarts) {
+        fprintf(stderr,
+                "accel launch: error: machine %d (host %s) was started with --max_restarts %d, "
+                "this machine (%d) with %d: give every machine the same\n",
+                m, host, restarts, r->s->machine_rank, r->s->max_restarts);
+        return -1;
+    }
+    return 0;
+}
+
+/* The backend the processes will pick by default (MULTINODE.md), or ACCEL_BACKEND, for the
+ * summary line; marked when this build lacks it (the processes will then refuse to start). */
+static void expected_backend(const launch_settings *s, char *buf, size_t cap)
+{
+    const char *b = getenv("ACCEL_BACKEND");
+    const char *name = b != NULL && b[0] != '\0' ? b : s->n_procs > 1 ? "hier" : "gloo";
+    const char *built = accel_backends_built();
+    int have = 0;
+    for (const char *p = built; (p = strstr(p, name)) != NULL; p += strlen(name)) {
+        char after = p[strlen(name)];
+        have |= (p == built || p[-1] == ' ') && (after == '\0' || after == ',');
+    }
+    snprintf(buf, cap, "%s%s%s", name,
+             strcmp(name, "hier") == 0 ? " (shm inside a machine, gloo across)" : "",
+             have ? "" : " (NOT in this build, which has only: ");
+    if (!have) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s)", built);
+    }
+}
+
+static int tick(void *arg);
+static void on_failure(void *arg, int rank, int wstatus);
+
+int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
+{
+    *out = NULL;
+    launch_rdzv *r = accel__calloc(1, sizeof(*r));
+    if (r == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        return 1;
+    }
+    r->s = s;
+    r->watch = (launch_watch){.tick = tick, .on_failure = on_failure, .arg = r};
+    if (gethostname(r->host, sizeof(r->host)) != 0) {
+        snprintf(r->host, sizeof(r->host), "?");
+    }
+    r->host[sizeof(r->host) - 1] = '\0';
+    const double t0 = accel__now(), deadline = t0 + s->rdzv_timeout_s;
+    const int me = s->machine_rank, M = s->num_machines;
+    char key[64], rec[512], missing[256];
+    int64_t claims = 0;
+    size_t nb = 0;
+    if (open_store(r, deadline) != 0) {
+        goto fail;
+    }
+    snprintf(r->name, sizeof(r->name), "%s:%d", s->master_addr, r->port);
+    key_of(key, sizeof(key), "claim", me);
+    if (accel__store_add(r->st, key, 1, &claims) != ACCEL_OK) {
+        goto store_fail;
+    }
+    if (claims != 1) {
+        fprintf(stderr,
+                "accel launch: error: machine rank %d joined the rendezvous at %s twice: another "
+                "launcher was started with --machine_rank %d\n",
+                me, r->name, me);
+        publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
+        goto fail;
+    }
+    snprintf(rec, sizeof(rec), "%d %d %d %s", M, s->n_procs, s->max_restarts, r->host);
+    key_of(key, sizeof(key), "machine", me);
+    if (accel__store_set(r->st, key, rec, strlen(rec)) != ACCEL_OK) {
+        goto store_fail;
+    }
+    for (int m = 0; m < M; m++) {
+        key_of(key, sizeof(key), "machine", m);
+        double left = deadline - accel__now();
+        accel_status st =
+            accel__store_get(r->st, key, rec, sizeof(rec) - 1, &nb, left > 0 ? left : 0);
+        if (st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) {
+            list_missing(r, missing, sizeof(missing));
+            fprintf(stderr,
+                    "accel launch: error: rendezvous at %s timed out after %g s: machine rank(s) "
+                    "%s of %d did not arrive (start them with --machine_rank, the same "
+                    "--main_process_ip and --main_process_port; a longer wait: --rdzv_conf "
+                    "timeout=SECONDS)\n",
+                    r->name, s->rdzv_timeout_s, missing, M);
+            goto fail;
+        }
+        if (st != ACCEL_OK) {
+            goto store_fail;
+        }
+        rec[nb] = '\0';
+        if (check_peer(r, m, rec) != 0) {
+            goto fail;
+        }
+    }
+    r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
+    r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
+    r->finished = accel__calloc((size_t)M, sizeof(*r->finished));
+    if (r->beat == NULL || r->beat_at == NULL || r->finished == NULL) {
+        fprintf(stderr, "accel launch: error: out of memory\n");
+        goto fail;
+    }
+    const int base = me * s->n_procs;
+    char backend[256];
+    expected_backend(s, backend, sizeof(backend));
+    fprintf(stderr,
+            "accel launch: rendezvous: machine %d of %d (%s), ranks %d-%d of %d, backend %s, "
+            "master %s, all %d machines in %.1f s\n",
+            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, backend, r->name, M,
+            accel__now() - t0);
+    *out = r;
+    return 0;
+
+store_fail:
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", me,
+            r->name[0] ? r->name : s->master_addr, accel_last_error(NULL));
+fail:
+    launch_rdzv_free(r);
+    return 1;
+}
+
+const char *launch_rdzv_job_id(const launch_rdzv *r)
+{
+    return r->job_id;
+}
+
+int launch_rdzv_port(const launch_rdzv *r)
+{
+    return r->port;
+}
+
+const launch_watch *launch_rdzv_watch(const launch_rdzv *r)
+{
+    return &r->watch;
+}
+
+accel__store *launch_rdzv_store(launch_rdzv *r)
+{
+    return r->st;
+}
+
+static void on_failure(void *arg, int rank, int wstatus)
+{
+    launch_rdzv *r = arg;
+    char what[96];
+    launch_describe_status(wstatus, what, sizeof(what));
+    publish_failure(r, launch_exit_status(wstatus), "rank %d on machine %d (host %s) failed: %s",
+                    rank, r->s->machine_rank, r->host, what);
+}
+
+/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone. */
+static int check_heartbeats(launch_rdzv *r, double now)
+{
+    for (int m = 1; m < r->s->num_machines; m++) {
+        char key[64], v[32];
+        size_t nb = 0;
+        if (r->finished[m]) {
+            continue;
+        }
+        attempt_key(r, key, sizeof(key), "done", m);
+        int done = has_key(r, key);
+        attempt_key(r, key, sizeof(key), "stopped", m);
+        if (done || has_key(r, key)) {
+            r->finished[m] = 1;
+            continue;
+        }
+        key_of(key, sizeof(key), "alive", m);
+        long long beat = 0;
+        if (accel__store_get(r->st, key, v, sizeof(v) - 1, &nb, 0) == ACCEL_OK) {
+            v[nb] = '\0';
+            beat = atoll(v);
+        }
+        if (beat != r->beat[m] || r->beat_at[m] == 0) {
+            r->beat[m] = beat;
+            r->beat_at[m] = now;
+        } else if (now - r->beat_at[m] > LOST_S) {
+            publish_failure(r, 1, "machine %d's launcher stopped answering (no heartbeat for %g s)",
+                            m, LOST_S);
+            (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
+            r->finished[m] = 1; /* gone: nobody waits for it any more */
+            r->beat_at[m] = -1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The supervisor's tick: heartbeat, then the job's failure, then (machine 0) the others'
+ * heartbeats. A store that broke means machine 0's launcher is gone: stop too. */
+static int tick(void *arg)
+{
+    launch_rdzv *r = arg;
+    char key[64], msg[1024];
+    key_of(key, sizeof(key), "alive", r->s->machine_rank);
+    if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+        fprintf(stderr,
+                "accel launch: machine %d lost the rendezvous (machine 0's launcher) at %s: %s; "
+                "stopping this machine's processes\n",
+                r->s->machine_rank, r->name, accel_last_error(NULL));
+        return 1;
+    }
+    int status = read_failure(r, msg, sizeof(msg));
+    if (status == 0 && r->s->machine_rank == 0) {
+        if (check_heartbeats(r, accel__now()) != 0) {
+            status = read_failure(r, msg, sizeof(msg));
+        }
+    }
+    if (status != 0) {
+        fprintf(stderr, "accel launch: machine %d: stopping: %s\n", r->s->machine_rank, msg);
+    }
+    return status;
+}
+
+int launch_rdzv_begin(launch_rdzv *r, int attempt)
+{
+    char key[64];
+    size_t nb = 0;
+    r->attempt = attempt;
+    memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
+    memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
+    attempt_key(r, key, sizeof(key), "job", -1);
+    if (r->s->machine_rank == 0) {
+        if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
+            fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
+                    strerror(errno));
+            return 1;
+        }
+        if (accel__store_set(r->st, key, r->job_id, strlen(r->job_id)) == ACCEL_OK) {
+            return 0;
+        }
+    } else if (accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
+                                r->s->rdzv_timeout_s) == ACCEL_OK) {
+        r->job_id[nb] = '\0';
+        return 0;
+    }
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
+            r->name, accel_last_error(NULL));
+    return 1;
+}
+
+/* Whether every machine but those finished[] knows of has published the end of this attempt
+ * (another machine than 0 reads the keys itself; machine 0's heartbeat check marks them). */
+static int all_finished(launch_rdzv *r, char *missing, size_t cap)
+{
+    size_t len = 0;
+    missing[0] = '\0';
+    for (int m = 0; m < r->s->num_machines; m++) {
+        char key[64];
+        if (!r->finished[m]) {
+            attempt_key(r, key, sizeof(key), "done", m);
+            int done = has_key(r, key);
+            attempt_key(r, key, sizeof(key), "stopped", m);
+            r->finished[m] = done || has_key(r, key);
+        }
+        if (!r->finished[m] && len < cap) {
+            len += (size_t)snprintf(missing + len, cap - len, "%s%d", len ? ", " : "", m);
+        }
+    }
+    return len == 0;
+}
+
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again)
+{
+    char key[64], msg[1024], missing[256];
+    const int me = r->s->machine_rank;
+    *again = 0;
+    if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
+        publish_failure(r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
+                        outcome == LAUNCH_INTERRUPTED ? "was interrupted"
+                                                      : "could not start its processes");
+        (void)accel__store_set(r->st, "launch/final", "stop", 4);
+    }
+    attempt_key(r, key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    if (me != 0 && r->s->max_restarts == 0) {
+        return rc;
+    }
+    /* Machine 0 serves the store until every machine has finished (or is gone); with restarts
+     * every machine waits, so that all agree whether the job starts again. */
+    int said = 0;
+    for (;;) {
+        if (me == 0 && check_heartbeats(r, accel__now()) != 0) {
+            read_failure(r, msg, sizeof(msg));
+            fprintf(stderr, "accel launch: machine 0: %s\n", msg);
+        }
+        if (me != 0) {
+            key_of(key, sizeof(key), "alive", me);
+            if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+                fprintf(stderr, "accel launch: machine %d lost the rendezvous at %s: %s\n", me,
+                        r->name, accel_last_error(NULL));
+                return rc != 0 ? rc : 1;
+            }
+            if (has_key(r, "launch/final")) {
+                break; /* machine 0 gave up on a lost machine, or a launcher was stopped */
+            }
+        }
+        if (all_finished(r, missing, sizeof(missing))) {
+            break;
+        }
+        if (!said) {
+            fprintf(stderr, "accel launch: machine %d: waiting for machine(s) %s to finish\n", me,
+                    missing);
+            said = 1;
+        }
+        struct timespec pause = {0, 200 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    int status = read_failure(r, msg, sizeof(msg));
+    if (rc == 0 && status != 0) {
+        fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
+        rc = status;
+    }
+    *again = status != 0 && r->attempt < r->s->max_restarts && !has_key(r, "launch/final");
+    /* With restarts the others read the verdict after they saw everyone finish: machine 0
+     * keeps the store up until each has said it left (or a bounded wait for a lost one). */
+    attempt_key(r, key, sizeof(key), "left", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    for (int m = 1; me == 0 && r->s->max_restarts > 0 && m < r->s->num_machines; m++) {
+        const char *keys[1] = {key};
+        attempt_key(r, key, sizeof(key), "left", m);
+        if (r->beat_at[m] >= 0) {
+            (void)accel__store_wait(r->st, keys, 1, 2 * OP_TIMEOUT_S);
+        }
+    }
+    return rc;
+}
+
+void launch_rdzv_free(launch_rdzv *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    accel__store_close(r->st);
+    accel__free(r->beat);
+    accel__free(r->beat_at);
+    accel__free(r->finished);
+    accel__free(r);
+}

@@ -1,0 +1,303 @@
+/*
+ * ZeRO stage 3 (FSDP FULL_SHARD): parameters sharded too. Each process keeps only its shard of
+ * the fp32 master; the full-size flat weights that parameters view (and the compute copy under
+ * mixed precision) are page buffers (base/pages.c) in which units are gathered on demand,
+ * before an op reads them, forward and backward (accel_model_materialize, which nn calls
+ * through its param sink), and released after. A unit is one bucket of the geometry (built by
+ * accel__flat_build_units), so its gather is one equal-count allgather of the owners' pieces
+ * and its gradients one reduce-scatter.
+ *
+ * Invariants: every process materializes the same units in the same order (a forward is the
+ * same program everywhere), so gathers are issued identically; at most three units are
+ * resident between calls (the one in use, the one before it, the prefetched next one); a
+ * unit's weights are valid exactly while it is resident, and an optimizer step releases all.
+ */
+#include <ctype.h>
+#include <string.h>
+
+#include "core/profile.h"
+#include "train_internal.h"
+
+typedef struct z3_unit {
+    int resident;     /* weights (and compute copy) hold the gathered values */
+    accel_work *work; /* gather in flight */
+} z3_unit;
+
+struct accel__zero3 {
+    int n_units;
+    z3_unit *units; /* per bucket */
+    int cur, prev;  /* the unit materialized last and the one before, or -1 */
+};
+
+/* ---- units ---- */
+
+/* Length of the unit key of `name`: the prefix through its first all-digit dotted component
+ * ("transformer.h.3"), or 0 when it has none. */
+static size_t unit_key(const char *name)
+{
+    for (const char *c = name;;) {
+        const char *dot = strchr(c, '.');
+        size_t len = dot ? (size_t)(dot - c) : strlen(c), k = 0;
+        while (k < len && isdigit((unsigned char)c[k])) {
+            k++;
+        }
+        if (len > 0 && k == len) {
+            return (size_t)(c - name) + len;
+        }
+        if (dot == NULL) {
+            return 0;
+        }
+        c = dot + 1;
+    }
+}
+
+void accel__zero3_units(const accel_model *m, int *unit_of)
+{
+    int u = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        if (i > 0) {
+            int mi = m->unit_mark ? m->unit_mark[i] : 0, mp = m->unit_mark ? m->unit_mark[i - 1] : 0;
+            const char *ni = m->params[i].name, *np = m->params[i - 1].name;
+            size_t ki = unit_key(ni), kp = unit_key(np);
+            int same = mi == mp && (mi != 0 || (ki == kp && strncmp(ni, np, ki) == 0));
+            u += !same;
+        }
+        unit_of[i] = u;
+    }
+}
+
+accel_status accel_model_set_unit(accel_model *m, int first, int count)
+{
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_set_unit: model is NULL");
+    }
+    if (m->allocated) {
+        return accel__seterr(m->acc, ACCEL_ESTATE,
+                             "accel_model_set_unit: the model is already allocated (units are "
+                             "fixed); call it before accel_model_alloc / accel_prepare");
+    }
+    if (first < 0 || count < 1 || first > m->n_params - count) {
+        return accel__seterr(m->acc, ACCEL_EINVAL,
+                             "accel_model_set_unit: parameters [%d, %d + %d) are not within the "
+                             "%d registered",
+                             first, first, count, m->n_params);
+    }
+    if (m->n_unit_marks < m->n_params) {
+        int *mark = accel__realloc(m->unit_mark, (size_t)m->n_params * sizeof(int));
+        if (mark == NULL) {
+            return accel__seterr(m->acc, ACCEL_ENOMEM, "accel_model_set_unit: out of memory");
+        }
+        memset(mark + m->n_unit_marks, 0, (size_t)(m->n_params - m->n_unit_marks) * sizeof(int));
+        m->unit_mark = mark;
+        m->n_unit_marks = m->n_params;
+    }
+    /* A fresh id per call (only equality between neighbours matters). */
+    int id = ++m->unit_calls;
+    for (int i = first; i < first + count; i++) {
+        m->unit_mark[i] = id;
+    }
+    return ACCEL_OK;
+}
+
+int accel_model_num_units(const accel_model *m)
+{
+    return m && m->allocated ? m->flat.n_buckets : 0;
+}
+
+/* ---- buffers ---- */
+
+accel_status accel__zero3_alloc(accel_model *m)
+{
+    size_t n = m->flat.padded_numel;
+    m->z3 = accel__calloc(1, sizeof(*m->z3));
+    if (m->z3 != NULL) {
+        m->z3->units = accel__calloc((size_t)m->flat.n_buckets, sizeof(z3_unit));
+        m->z3->n_units = m->flat.n_buckets;
+        m->z3->cur = m->z3->prev = -1;
+    }
+    m->weights = accel__pages_alloc(n * sizeof(float));
+    m->compute = m->weights;
+    if (m->compute_dtype != ACCEL_F32) {
+        m->compute = accel__pages_alloc(n * accel_dtype_nbytes(m->compute_dtype));
+    }
+    if (m->z3 == NULL || m->z3->units == NULL || m->weights == NULL || m->compute == NULL) {
+        accel__zero3_free(m);
+        return accel__seterr(m->acc, ACCEL_ENOMEM,
+                             "accel_model_alloc: out of memory for stage 3's gathered weights (%zu "
+                             "elements)",
+                             n);
+    }
+    return ACCEL_OK;
+}
+
+void accel__zero3_free(accel_model *m)
+{
+    size_t n = m->flat.padded_numel;
+    if (m->z3 != NULL) {
+        (void)accel__zero3_release_all(m);
+        accel__free(m->z3->units);
+        accel__free(m->z3);
+        m->z3 = NULL;
+    }
+    if (m->compute != NULL && m->compute != m->weights) {
+        accel__pages_free(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
+    }
+    accel__pages_free(m->weights, n * sizeof(float));
+    m->weights = NULL;
+    m->compute = NULL;
+}
+
+/* ---- gathering and releasing ---- */
+
+static void release(accel_model *m, int b)
+{
+    z3_unit *u = &m->z3->units[b];
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    if (!u->resident) {
+        return;
+    }
+    accel__pages_drop(m->weights + fb->offset, fb->padded * sizeof(float));
+    if (m->compute != m->weights) {
+        size_t es = accel_dtype_nbytes(m->compute_dtype);
+        accel__pages_drop((char *)m->compute + fb->offset * es, fb->padded * es);
+    }
+    u->resident = 0;
+}
+
+/* Posts the allgather of unit b's pieces into the weights, unless resident or in flight. */
+static accel_status post_gather(accel_model *m, int b)
+{
+    z3_unit *u = &m->z3->units[b];
+    if (u->resident || u->work != NULL) {
+        return ACCEL_OK;
+    }
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t piece = fb->padded / (size_t)m->flat.n_ranks;
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, m->master + fb->shard_offset,
+                                 m->weights + fb->offset, piece, ACCEL_F32, ACCEL_SUM, 0);
+    accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &u->work);
+    if (st != ACCEL_OK) {
+        u->work = NULL;
+        return accel__seterr(m->acc, st, "ZeRO stage 3: gathering unit %d: %s", b,
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
+/* Waits for unit b's gather and makes its compute copy. */
+static accel_status finish_gather(accel_model *m, int b)
+{
+    z3_unit *u = &m->z3->units[b];
+    if (u->work != NULL) {
+        accel_status st = accel__work_wait(u->work, accel__comm_deadline(m->acc->comm));
+        accel__work_free(u->work);
+        u->work = NULL;
+        if (st != ACCEL_OK) {
+            return accel__seterr(m->acc, st, "ZeRO stage 3: gathering unit %d: %s", b,
+                                 accel_last_error(NULL));
+        }
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        u->resident = 1;
+        return accel__model_refresh_compute_range(m, fb->offset, fb->padded);
+    }
+    return ACCEL_OK;
+}
+
+accel_status accel_model_materialize(accel_model *m, int index)
+{
+    if (m == NULL || index < 0 || index >= m->n_params) {
+        return accel__seterr(m ? m->acc : NULL, ACCEL_EINVAL,
+                             "accel_model_materialize: parameter %d out of range (%d parameters)",
+                             index, m ? m->n_params : 0);
+    }
+    struct accel__zero3 *z = m->z3;
+    if (z == NULL || !m->obj.prepared) {
+        return ACCEL_OK;
+    }
+    int b = m->flat_bucket[index];
+    if (b == z->cur && z->units[b].resident) {
+        return ACCEL_OK; /* the common case: the unit in use */
+    }
+    double t0 = accel__now();
+    ACCEL_TRY(post_gather(m, b));
+    ACCEL_TRY(finish_gather(m, b));
+    /* Forward runs in registration order, which is decreasing bucket order (memory is reverse
+     * registration order); backward the other way. */
+    int next = m->in_backward ? b + 1 : b - 1;
+    if (next >= 0 && next < z->n_units) {
+        ACCEL_TRY(post_gather(m, next));
+    }
+    for (int u = 0; u < z->n_units; u++) {
+        if (u != b && u != z->cur && u != next && z->units[u].work == NULL) {
+            release(m, u);
+        }
+    }
+    if (b != z->cur) {
+        z->prev = z->cur;
+        z->cur = b;
+    }
+    accel__prof_span(m->acc, "unit gather", ACCEL__PROF_COMM, t0, accel__now(), "unit", b);
+    return ACCEL_OK;
+}
+
+int accel__zero3_unit_state(const accel_model *m, int b)
+{
+    const z3_unit *u = &m->z3->units[b];
+    return u->work != NULL ? 1 : u->resident ? 2 : 0;
+}
+
+accel_status accel_model_gather_all(accel_model *m)
+{
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_gather_all: model is NULL");
+    }
+    if (m->z3 == NULL || !m->obj.prepared) {
+        return ACCEL_OK;
+    }
+    accel_status st = ACCEL_OK;
+    for (int b = 0; b < m->z3->n_units && st == ACCEL_OK; b++) {
+        st = post_gather(m, b);
+    }
+    for (int b = 0; b < m->z3->n_units; b++) {
+        accel_status wst = finish_gather(m, b);
+        st = st != ACCEL_OK ? st : wst;
+    }
+    m->z3->cur = m->z3->prev = -1;
+    return st;
+}
+
+accel_status accel__zero3_release_all(accel_model *m)
+{
+    struct accel__zero3 *z = m->z3;
+    accel_status st = ACCEL_OK;
+    for (int b = 0; z != NULL && b < z->n_units; b++) {
+        accel_status wst = finish_gather(m, b);
+        st = st != ACCEL_OK ? st : wst;
+        release(m, b);
+    }
+    if (z != NULL) {
+        /* The pages units share at their edges go too: nothing of the full weights stays. */
+        size_t n = m->flat.padded_numel;
+        accel__pages_drop_all(m->weights, n * sizeof(float));
+        if (m->compute != m->weights) {
+            accel__pages_drop_all(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
+        }
+        z->cur = z->prev = -1;
+    }
+    return st;
+}
+
+accel_status accel__zero3_take_shard(accel_model *m)
+{
+    for (int b = 0; b < m->flat.n_buckets; b++) {
+        size_t po, pc;
+        accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+        accel_status st = accel__dev_copy(m->dev, m->master + m->flat.buckets[b].shard_offset,
+                                          m->weights + po, pc * sizeof(float), ACCEL__COPY_D2D,
+                                          NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
+    return accel__zero3_release_all(m);
+}

@@ -1,0 +1,252 @@
+/* ACCEL_TEST_NPROCS: 2 3 4
+ *
+ * ZeRO stages 1, 2 and 3 against stage 0 (DDP): a small GPT (nn, tied embeddings) trained with
+ * AdamW (two param groups), a cosine schedule, gradient accumulation 3 and clip_grad_norm 0.3,
+ * in fp32, bf16, fp16 (one overflow injected on the last process: every process skips that
+ * step) and fp32 with a frozen parameter and bf16 compressed communication. Each run is made
+ * with stage 0, 1, 2 and 3 in this process, on the same data; the losses of every micro-step and
+ * the final weights must match stage 0 BIT FOR BIT: the gradient reduce-scatter and the
+ * all-reduce combine the processes in rank order with the same arithmetic, the optimizer is
+ * element-wise, and the clipping coefficient (a float from a double norm) comes out the same
+ * from the shard sums of squares (checked, not assumed: a process count whose shard sums round
+ * differently would show here). Also: every process ends with identical weights, the frozen
+ * parameter never moves, the skipped step is skipped everywhere, the optimizer state is
+ * shard-sized (bytes counted), and save_state / join under stage >= 1 are refused.
+ */
+#include <string.h>
+
+#include "accel/nn.h"
+#include "check.h"
+#include "train/train_internal.h"
+
+#define B 2 /* sequences per micro-step per process */
+#define T 8
+#define ACCUM 3
+#define STEPS 4
+#define MICRO (STEPS * ACCUM)
+
+typedef enum { V_FP32, V_BF16, V_FP16_INF, V_FROZEN_COMPRESSED, N_VARIANTS } variant;
+static const char *const variant_name[] = {"fp32", "bf16", "fp16+overflow",
+                                           "fp32+frozen+bf16 wire"};
+
+typedef struct result {
+    float loss[MICRO];
+    int skipped[STEPS];
+    float *weights; /* numel, registration-independent flat order */
+    size_t numel;
+    size_t state_nbytes; /* optimizer state of this process */
+    int clipped;         /* clipping scaled the gradients at least once */
+    size_t resident_max, full_nbytes; /* stage 3: resident gathered weights after a forward */
+    size_t grad_resident; /* stages 2-3: resident gradient bytes after the last step */
+} result;
+
+static nn_gpt_config config(void)
+{
+    nn_gpt_config c = nn_gpt_config_default();
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 32;
+    c.block_size = T;
+    c.vocab_size = 64;
+    c.tied = 1;
+    c.dropout = 0.0f;
+    return c;
+}
+
+static void tokens(int micro, int seq, int32_t *ids, int32_t *tg)
+{
+    for (int t = 0; t < T; t++) {
+        ids[t] = (int32_t)((micro * 131 + seq * 17 + t * 7) % 64);
+        tg[t] = (int32_t)((micro * 29 + seq * 5 + t * 3 + 1) % 64);
+    }
+}
+
+static void run(int stage, variant v, result *out)
+{
+    accel_options o = accel_options_default();
+    o.zero_stage = stage;
+    o.gradient_accumulation_steps = ACCUM;
+    o.mixed_precision = v == V_BF16   ? ACCEL_PRECISION_BF16
+                        : v == V_FP16_INF ? ACCEL_PRECISION_FP16
+                                          : ACCEL_PRECISION_NO;
+    if (v == V_FROZEN_COMPRESSED) {
+        o.comm_dtype = ACCEL_BF16;
+    }
+    o.first_bucket_mb = 0.01; /* several buckets, so pieces split parameters */
+    o.bucket_cap_mb = 0.03;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    int rank = accel_process_index(acc), n = accel_num_processes(acc);
+    nn_gpt_config cfg = config();
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    nn_params *p;
+    nn_gpt *gpt;
+    CHECK_OK(NULL, nn_params_for_model(&p, m));
+    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK_OK(NULL, nn_params_init(p, 7 + (uint64_t)rank)); /* prepare broadcasts rank 0's */
+    int frozen = accel_model_find(m, "transformer.wpe.weight");
+    CHECK(frozen >= 0);
+    if (v == V_FROZEN_COMPRESSED) {
+        CHECK_OK(acc, accel_model_freeze(m, frozen, 1));
+    }
+    accel_adam_options ao = accel_adamw_options_default();
+    ao.lr = 1e-2;
+    ao.weight_decay = 0.1;
+    accel_optimizer *opt = accel_adamw(acc, m, &ao);
+    CHECK(opt != NULL);
+    CHECK_OK(acc, accel_optimizer_no_decay_group(opt, NULL, NULL));
+    accel_scheduler *sch = accel_cosine_schedule(acc, opt, 1, STEPS * n);
+    CHECK(sch != NULL);
+    CHECK_OK(acc, accel_prepare(acc, m, opt, sch));
+
+    size_t numel = accel_model_numel(m);
+    out->full_nbytes = m->flat.padded_numel * 4;
+    CHECK_OK(acc, accel_model_gather_all(m)); /* stage 3: the weights are released at prepare */
+    float *frozen0 = malloc(accel_model_param(m, frozen)->numel * sizeof(float));
+    memcpy(frozen0, accel_model_param(m, frozen)->data,
+           accel_model_param(m, frozen)->numel * sizeof(float));
+
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    int32_t ids[B * T], tg[B * T];
+    for (int micro = 0; micro < MICRO; micro++) {
+        for (int s = 0; s < B; s++) {
+            tokens(micro, rank * B + s, ids + s * T, tg + s * T);
+        }
+        nn_ctx_reset(g);
+        CHECK_OK(acc, accel_accumulate(acc, m));
+        nn_tensor *loss = NULL;
+        CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
+        out->loss[micro] = loss->data[0];
+        if (stage == 3) {
+            /* After a forward at most three units are resident (in use, before, prefetched). */
+            size_t resident = accel__pages_resident(m->weights, m->flat.padded_numel * 4);
+            out->resident_max = resident > out->resident_max ? resident : out->resident_max;
+        }
+        CHECK_OK(acc, accel_backward(acc, loss));
+        if (accel_sync_gradients(acc)) {
+            int step = micro / ACCUM;
+            if (v == V_FP16_INF && step == 1 && rank == n - 1) {
+                float *gr = accel_model_grad(m); /* an overflow seen by this process only */
+                for (size_t k = 0; k < m->flat.padded_numel; k++) {
+                    gr[k] = INFINITY;
+                }
+            }
+            double norm = 0;
+            CHECK_OK(acc, accel_clip_grad_norm(acc, m, 0.3, 2.0, &norm));
+            out->clipped |= norm > 0.3 && isfinite(norm);
+            CHECK_OK(acc, accel_optimizer_step(opt));
+            out->skipped[step] = accel_optimizer_step_was_skipped(acc);
+            int injected = v == V_FP16_INF && step == 1 && rank == n - 1;
+            if (stage >= 2 && !injected) {
+                /* Reduced gradients are kept only in this process's pieces: the rest of every
+                 * bucket was given back (page granularity: two partial pages per bucket). */
+                size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+                size_t limit =
+                    accel__zero_state_numel(m) * 4 + pg * (2 * (size_t)m->flat.n_buckets + 1);
+                size_t resident = accel__pages_resident(m->grad, m->flat.padded_numel * 4);
+                CHECK_MSG(resident <= limit, "%zu bytes of gradients resident, limit %zu",
+                          resident, limit);
+                out->grad_resident = resident;
+            }
+        }
+        CHECK_OK(acc, accel_scheduler_step(sch));
+        CHECK_OK(acc, accel_optimizer_zero_grad(opt));
+        if (stage >= 2 && accel_sync_gradients(acc)) {
+            CHECK(accel__pages_resident(m->grad, m->flat.padded_numel * 4) == 0);
+        }
+    }
+    if (stage == 3) {
+        /* Every unit was released by the last step: nothing of the full weights is resident. */
+        CHECK(accel__pages_resident(m->weights, m->flat.padded_numel * sizeof(float)) == 0);
+        CHECK(accel_model_master(m) == NULL);
+        CHECK_OK(acc, accel_model_gather_all(m)); /* summon_full_params */
+    }
+    /* The weights in registration order (the flat layout differs between stages: padding). */
+    out->numel = numel;
+    out->weights = malloc(numel * sizeof(float));
+    size_t at = 0;
+    for (int i = 0; i < accel_model_num_params(m); i++) {
+        const accel_param *ap = accel_model_param(m, i);
+        memcpy(out->weights + at, ap->data, ap->numel * sizeof(float));
+        at += ap->numel;
+    }
+    /* Every process holds the same weights. */
+    float *mx = malloc(numel * sizeof(float)), *mn = malloc(numel * sizeof(float));
+    CHECK_OK(acc, accel_allreduce(acc, out->weights, mx, numel, ACCEL_F32, ACCEL_MAX, NULL));
+    CHECK_OK(acc, accel_allreduce(acc, out->weights, mn, numel, ACCEL_F32, ACCEL_MIN, NULL));
+    CHECK(memcmp(mx, mn, numel * sizeof(float)) == 0);
+    free(mx);
+    free(mn);
+    if (v == V_FROZEN_COMPRESSED) {
+        CHECK(memcmp(frozen0, accel_model_param(m, frozen)->data,
+                     accel_model_param(m, frozen)->numel * sizeof(float)) == 0);
+    }
+    free(frozen0);
+    out->state_nbytes = 2 * accel__zero_state_numel(m) * sizeof(float); /* exp_avg, exp_avg_sq */
+    if (stage >= 1) {
+        /* No sharded checkpoint format yet: refused, nothing written. */
+        char dir[64];
+        snprintf(dir, sizeof dir, "zero_ckpt_np%d", n);
+        accel_status sst = accel_save_state(acc, dir);
+        CHECK_MSG(sst == ACCEL_EUNSUPPORTED, "%s: %s", accel_status_name(sst), accel_last_error(acc));
+        CHECK(strstr(accel_last_error(acc), "ZeRO stage") != NULL);
+        CHECK(access(dir, F_OK) != 0);
+        CHECK(accel_join_begin(acc, m, 0) == ACCEL_EUNSUPPORTED);
+    }
+    nn_ctx_free(g);
+    nn_gpt_free(gpt);
+    nn_params_free(p);
+    accel_free(acc);
+}
+
+int main(void)
+{
+    for (int v = 0; v < N_VARIANTS; v++) {
+        result r[4];
+        memset(r, 0, sizeof r);
+        for (int stage = 0; stage <= 3; stage++) {
+            run(stage, (variant)v, &r[stage]);
+        }
+        for (int stage = 1; stage <= 3; stage++) {
+            double dl = 0, dw = 0;
+            for (int k = 0; k < MICRO; k++) {
+                dl = fmax(dl, fabs((double)r[stage].loss[k] - r[0].loss[k]));
+            }
+            for (size_t k = 0; k < r[0].numel; k++) {
+                dw = fmax(dw, fabs((double)r[stage].weights[k] - r[0].weights[k]));
+            }
+            printf("%s stage %d vs 0: max |loss diff| %.3g, max |weight diff| %.3g, optimizer "
+                   "state %zu vs %zu bytes\n",
+                   variant_name[v], stage, dl, dw, r[stage].state_nbytes, r[0].state_nbytes);
+            CHECK_MSG(memcmp(r[stage].loss, r[0].loss, sizeof r[0].loss) == 0,
+                      "%s stage %d: losses differ from stage 0", variant_name[v], stage);
+            CHECK_MSG(memcmp(r[stage].weights, r[0].weights, r[0].numel * sizeof(float)) == 0,
+                      "%s stage %d: weights differ from stage 0", variant_name[v], stage);
+            CHECK(memcmp(r[stage].skipped, r[0].skipped, sizeof r[0].skipped) == 0);
+            CHECK(r[stage].state_nbytes < r[0].state_nbytes);
+            CHECK(r[stage].clipped && r[0].clipped); /* the clipping path ran */
+            if (stage >= 2) {
+                CHECK(r[stage].grad_resident < r[stage].full_nbytes);
+            }
+            if (stage == 3) {
+                printf("%s stage 3: at most %zu of %zu bytes of gathered weights resident after a "
+                       "forward\n",
+                       variant_name[v], r[3].resident_max, r[3].full_nbytes);
+                printf("%s stages 2 / 3: %zu / %zu of %zu bytes of gradients resident after the "
+                       "step\n",
+                       variant_name[v], r[2].grad_resident, r[3].grad_resident, r[3].full_nbytes);
+                CHECK(r[3].resident_max < r[3].full_nbytes);
+            }
+        }
+        if (v == V_FP16_INF) {
+            CHECK(r[0].skipped[1] == 1 && r[0].skipped[0] == 0 && r[0].skipped[2] == 0);
+        }
+        for (int stage = 0; stage <= 3; stage++) {
+            free(r[stage].weights);
+        }
+    }
+    return 0;
+}

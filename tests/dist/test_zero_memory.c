@@ -1,0 +1,185 @@
+/* ACCEL_TEST_NPROCS: 2 4
+ *
+ * Per-process memory of parameters + gradients + optimizer state under ZeRO stages 0-3, measured
+ * (not computed): the bytes accel's allocator holds for the model and its AdamW optimizer (a
+ * counting allocator installed with accel_replace_allocator, live bytes after prepare minus
+ * before the model's buffers), plus the resident pages of the page buffers stages 2-3 use
+ * (mincore: gradients, stage 3's gathered weights), plus the symmetric gradient buffer of stages
+ * 0-1 (shared memory the communicator maps, counted by its size). A GPT of about 0.9M
+ * parameters, fp32, one training step. Checks the issue's targets: stage 1's optimizer state and
+ * stage 2's kept gradients are 1/N of stage 0's (within page rounding), and stage 3's total after
+ * the step is at most stage 0's / N plus one unit's full size; during a forward stage 3 holds at
+ * most three units' weights. Prints the table (docs/training.md quotes it).
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "accel/nn.h"
+#include "check.h"
+#include "train/train_internal.h"
+
+#define B 2
+#define T 16
+
+static _Atomic long long live; /* bytes held through accel's allocator */
+
+static void *count_malloc(size_t n)
+{
+    size_t *p = malloc(n + 16);
+    if (p == NULL) {
+        return NULL;
+    }
+    p[0] = n;
+    live += (long long)n;
+    return (char *)p + 16;
+}
+static void count_free(void *q)
+{
+    if (q != NULL) {
+        size_t *p = (size_t *)(void *)((char *)q - 16);
+        live -= (long long)p[0];
+        free(p);
+    }
+}
+static void *count_realloc(void *q, size_t n)
+{
+    if (q == NULL) {
+        return count_malloc(n);
+    }
+    size_t *p = (size_t *)(void *)((char *)q - 16), old = p[0];
+    size_t *np = realloc(p, n + 16);
+    if (np == NULL) {
+        return NULL;
+    }
+    np[0] = n;
+    live += (long long)n - (long long)old;
+    return (char *)np + 16;
+}
+static void *count_calloc(size_t c, size_t n)
+{
+    void *q = count_malloc(c * n);
+    if (q != NULL) {
+        memset(q, 0, c * n);
+    }
+    return q;
+}
+
+typedef struct usage {
+    long long alloc_nbytes;   /* allocator: master, optimizer state (+ small bookkeeping) */
+    size_t grad_nbytes;       /* gradients kept after the step */
+    size_t weights_nbytes;    /* stage 3: gathered weights resident after the step */
+    size_t forward_weights;   /* stage 3: gathered weights resident after a forward */
+    size_t state_nbytes;      /* optimizer state (exp_avg + exp_avg_sq) */
+    size_t full_nbytes;       /* one fp32 copy of the padded model */
+    size_t largest_unit;      /* bytes of the largest unit (stage 3) */
+    long long total;
+} usage;
+
+static void run(int stage, usage *u)
+{
+    accel_options o = accel_options_default();
+    o.zero_stage = stage;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    int rank = accel_process_index(acc);
+    nn_gpt_config cfg = nn_gpt_config_default();
+    cfg.n_layer = 4;
+    cfg.n_head = 4;
+    cfg.n_embd = 128;
+    cfg.block_size = T;
+    cfg.vocab_size = 1024;
+    cfg.tied = 1;
+    cfg.dropout = 0.0f;
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    nn_params *p;
+    nn_gpt *gpt;
+    CHECK_OK(NULL, nn_params_for_model(&p, m));
+    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
+    long long before = live;
+    CHECK_OK(NULL, nn_params_bind(p)); /* allocates the model's buffers */
+    CHECK_OK(NULL, nn_params_init(p, 5));
+    accel_optimizer *opt = accel_adamw(acc, m, NULL);
+    CHECK(opt != NULL);
+    CHECK_OK(acc, accel_prepare(acc, m, opt));
+    u->alloc_nbytes = live - before;
+    u->full_nbytes = m->flat.padded_numel * sizeof(float);
+    u->state_nbytes = 2 * accel__zero_state_numel(m) * sizeof(float);
+    for (int b = 0; b < m->flat.n_buckets; b++) {
+        size_t nb = m->flat.buckets[b].padded * sizeof(float);
+        u->largest_unit = nb > u->largest_unit ? nb : u->largest_unit;
+    }
+
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    int32_t ids[B * T], tg[B * T];
+    for (int k = 0; k < B * T; k++) {
+        ids[k] = (int32_t)((k * 37 + rank * 11) % 1024);
+        tg[k] = (int32_t)((k * 53 + 7) % 1024);
+    }
+    CHECK_OK(acc, accel_accumulate(acc, m));
+    nn_tensor *loss = NULL;
+    CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
+    if (stage == 3) {
+        u->forward_weights = accel__pages_resident(m->weights, u->full_nbytes);
+    }
+    CHECK_OK(acc, accel_backward(acc, loss));
+    CHECK_OK(acc, accel_optimizer_step(opt));
+    /* What a process keeps between steps (before zero_grad gives the gradients back). */
+    if (m->grad_pages) {
+        u->grad_nbytes = accel__pages_resident(m->grad, u->full_nbytes);
+    } else {
+        u->grad_nbytes = u->full_nbytes; /* symmetric memory or a plain buffer: all of it */
+        if (!m->grad_shared) {
+            u->alloc_nbytes -= (long long)u->full_nbytes; /* already counted by the allocator */
+        }
+    }
+    if (stage == 3) {
+        u->weights_nbytes = accel__pages_resident(m->weights, u->full_nbytes);
+    }
+    u->total = u->alloc_nbytes + (long long)u->grad_nbytes + (long long)u->weights_nbytes;
+    nn_ctx_free(g);
+    nn_gpt_free(gpt);
+    nn_params_free(p);
+    accel_free(acc);
+}
+
+int main(void)
+{
+    CHECK_OK(NULL, accel_replace_allocator(count_malloc, count_realloc, count_calloc, count_free));
+    usage u[4];
+    memset(u, 0, sizeof u);
+    for (int stage = 0; stage <= 3; stage++) {
+        run(stage, &u[stage]);
+    }
+    int n = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
+    if (getenv("RANK") == NULL || strcmp(getenv("RANK"), "0") == 0) {
+        printf("per-process bytes, %d processes, GPT %zu padded fp32 bytes, AdamW:\n", n,
+               u[0].full_nbytes);
+        printf("stage | allocator (master, optimizer, ...) | gradients kept | gathered weights | "
+               "total | vs stage 0\n");
+        for (int s = 0; s <= 3; s++) {
+            printf("%d | %lld | %zu | %zu | %lld | %.3f\n", s, u[s].alloc_nbytes,
+                   u[s].grad_nbytes, u[s].weights_nbytes, u[s].total,
+                   (double)u[s].total / (double)u[0].total);
+        }
+        printf("stage 3: %zu bytes of gathered weights after a forward, largest unit %zu\n",
+               u[3].forward_weights, u[3].largest_unit);
+    }
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), slack = 64 * pg; /* page rounding, bookkeeping */
+    /* Optimizer state: 1/N from stage 1 on (exactly, by construction of the shard). */
+    for (int s = 1; s <= 3; s++) {
+        CHECK(u[s].state_nbytes * (size_t)n == u[0].state_nbytes);
+        CHECK(u[s].alloc_nbytes < u[0].alloc_nbytes);
+    }
+    /* Stage 2/3 keep 1/N of the gradients. */
+    CHECK(u[2].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
+    CHECK(u[3].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
+    /* Stage 3: <= stage 0 / N + one unit, after the step and ... */
+    CHECK_MSG(u[3].total <= u[0].total / n + (long long)(u[3].largest_unit + slack),
+              "stage 3 total %lld vs stage 0 %lld / %d + unit %zu", u[3].total, u[0].total, n,
+              u[3].largest_unit);
+    /* ... at most three units gathered during a forward. */
+    CHECK(u[3].forward_weights <= 3 * u[3].largest_unit + 6 * pg);
+    return 0;
+}
