@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The collective suite across "machines" (issue 16): jobs of M machines x L processes on this
-# host, started with the environment a multi-machine accel launch gives (tests/comm/machines.sh).
+# host, started by M launchers (accel launch --num_machines M --machine_rank m
+# --main_process_ip 127.0.0.1; tests/comm/machines.sh).
 #  - gloo (the default with one process per machine), 2 x 1 and 3 x 1: tests/dist/test_collectives
 #    (every collective x dtype x op, in and out of place, checked against the exact result) and
 #    tests/dist/test_comm_backends (random inputs, wire dtypes: bit-identical to the rank-order
@@ -13,9 +14,9 @@
 #  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
 #    test_collectives with the floating-point results checked in hier's association (a
 #    machine's processes first, then the machines);
-#  - the store served by another process (ACCEL_STORE_SERVED=1, as a multi-machine accel launch
-#    does), job id and restart count set: gloo 2 x 1 and hier 2 x 2 rendezvous as clients only,
-#    twice on one store (the second as restart 1), checking every allreduce.
+#  - started by hand, the store served by another process (ACCEL_STORE_SERVED=1, what the
+#    launchers do), job id and restart count set: gloo 2 x 1 and hier 2 x 2 rendezvous as
+#    clients only, twice on one store (the second as restart 1), checking every allreduce.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,11 +25,15 @@ gloo_built || exit 77
 tmp=$(mktemp -d)
 trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-run() { # name M L [ENV=VALUE...] -- PROG
+run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
     local name=$1 m=$2 l=$3
     shift 3
     mkdir -p "$tmp/$name"
-    machines_start "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    if [ -n "${by_hand:-}" ]; then
+        machines_start "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    else
+        machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    fi
     if ! machines_wait 250; then
         echo "FAIL: $name"
         for f in "$tmp/$name"/*; do echo "== $f"; tail -n 20 "$f"; done
@@ -51,6 +56,7 @@ store_port=$("$B/tests/progs/free_port")
 store_pid=$!
 trap 'kill -9 "${MACHINE_PIDS[@]}" "$store_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 for i in $(seq 50); do grep -q ready "$tmp/store.out" && break; sleep 0.1; done
+by_hand=1
 for restart in 0 1; do
     for ml in "2 1" "2 2"; do
         set -- $ml

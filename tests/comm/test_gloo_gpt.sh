@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPT example trains to bit-identical weights on 1 machine x 2 processes (shm, under accel
-# launch) and on 2 machines x 1 process (gloo), in fp32 and in bf16 mixed precision (issue 16).
+# launch) and on 2 machines x 1 process (gloo, two launchers with --num_machines 2), in fp32
+# and in bf16 mixed precision (issue 16).
 #
 # Which reductions are order-sensitive: floating-point sums and products of three or more
 # processes (a + b == b + a exactly, but (a + b) + c != a + (b + c) in general). gloo reduces
@@ -33,7 +34,7 @@ for mp in no bf16; do
     mkdir -p "$tmp/shm-$mp" "$tmp/gloo-$mp"
     "$B/accel" launch --main_process_port 0 --num_processes 2 "$B/examples/gpt" "${args[@]}" \
         --save_dir "$tmp/shm-$mp/model" >"$tmp/shm-$mp/out" 2>&1 || fail "shm run ($mp)"
-    machines_start "$tmp/gloo-$mp" 2 1 ACCEL_BACKEND=gloo -- "$B/examples/gpt" "${args[@]}" \
+    machines_launch "$tmp/gloo-$mp" 2 1 ACCEL_BACKEND=gloo -- "$B/examples/gpt" "${args[@]}" \
         --save_dir "$tmp/gloo-$mp/model"
     machines_wait 250 || fail "gloo run ($mp)"
     a=$(grep fingerprint "$tmp/shm-$mp/out" | sed 's/^\[rank0\]: //')

@@ -45,6 +45,8 @@ static accel__comm *comm_new(const char *backend, const char *job_id)
     cfg.job_id = job_id;
     cfg.master_addr = getenv("MASTER_ADDR");
     cfg.master_port = env_int("MASTER_PORT", 29500);
+    cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
+    cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);
     cfg.timeout_s = 60;
     cfg.log.rank = rank;
     cfg.log.n_ranks = n_ranks;

@@ -44,6 +44,7 @@ struct accel__gloo {
     accel__store *store;
     pthread_mutex_t mu; /* the failure record and the store (abort may come from any thread) */
     char prefix[400];
+    char listen[96]; /* "eth0" or "10.0.0.2 (route to MASTER_ADDR)", for describe */
     accel__gloo_ctx *g;
     uint64_t n_splits;
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
@@ -190,6 +191,8 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         accel__gloo_close(e);
         return st;
     }
+    snprintf(e->listen, sizeof(e->listen), "%s",
+             cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
     accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %d processes connected, listening on %s, store %s",
                e->n_ranks, cfg->socket_ifname != NULL ? cfg->socket_ifname : host,
                accel__store_name(e->store));
@@ -423,13 +426,19 @@ static accel_status check_call(accel__gloo *e, const accel__coll *op, const char
     for (int q = 1; q < n; q++) {
         if (memcmp(&all[q], &all[0], sizeof(call_desc)) != 0) {
             char a[160], b[160];
-            accel__coll c0 = {.kind = (accel__coll_kind)all[0].kind, .count = all[0].count,
-                              .total = all[0].total, .dtype = (accel_dtype)all[0].dtype,
-                              .op = (accel_reduce_op)all[0].op, .root = all[0].root,
+            accel__coll c0 = {.kind = (accel__coll_kind)all[0].kind,
+                              .count = all[0].count,
+                              .total = all[0].total,
+                              .dtype = (accel_dtype)all[0].dtype,
+                              .op = (accel_reduce_op)all[0].op,
+                              .root = all[0].root,
                               .wire = (accel_dtype)all[0].wire};
-            accel__coll cq = {.kind = (accel__coll_kind)all[q].kind, .count = all[q].count,
-                              .total = all[q].total, .dtype = (accel_dtype)all[q].dtype,
-                              .op = (accel_reduce_op)all[q].op, .root = all[q].root,
+            accel__coll cq = {.kind = (accel__coll_kind)all[q].kind,
+                              .count = all[q].count,
+                              .total = all[q].total,
+                              .dtype = (accel_dtype)all[q].dtype,
+                              .op = (accel_reduce_op)all[q].op,
+                              .root = all[q].root,
                               .wire = (accel_dtype)all[q].wire};
             accel__coll_str(&c0, n, a, sizeof(a));
             accel__coll_str(&cq, n, b, sizeof(b));
@@ -574,6 +583,16 @@ static accel_status gloo_split(void *impl, const accel__comm_split_info *how, vo
     return ACCEL_OK;
 }
 
+void accel__gloo_describe(const accel__gloo *e, char *buf, size_t nbytes)
+{
+    snprintf(buf, nbytes, "gloo across %d processes, listening on %s", e->n_ranks, e->listen);
+}
+
+static void gloo_describe(void *impl, char *buf, size_t nbytes)
+{
+    accel__gloo_describe(impl, buf, nbytes);
+}
+
 static accel_status gloo_run(void *impl, const accel__coll *op)
 {
     return accel__gloo_run(impl, op);
@@ -617,4 +636,5 @@ const accel__comm_ops accel__gloo_ops = {
     .mem_alloc = accel__gloo_plain_alloc,
     .mem_free = accel__gloo_plain_free,
     .destroy = gloo_destroy,
+    .describe = gloo_describe,
 };

@@ -563,6 +563,16 @@ static void hier_abort(void *impl, accel_status st, const char *msg)
     accel__gloo_abort(h->cross, st, msg);
 }
 
+static void hier_describe(void *impl, char *buf, size_t nbytes)
+{
+    hier *h = impl;
+    char across[160];
+    accel__gloo_describe(h->cross, across, sizeof(across));
+    snprintf(buf, nbytes,
+             "shm within a machine (%d processes), %s (one per machine, local rank %d)", h->L,
+             across, h->l);
+}
+
 static accel_status hier_split(void *impl, const accel__comm_split_info *how, void **child)
 {
     (void)impl;
@@ -580,4 +590,5 @@ const accel__comm_ops accel__hier_ops = {
     .mem_alloc = accel__gloo_plain_alloc,
     .mem_free = accel__gloo_plain_free,
     .destroy = hier_destroy,
+    .describe = hier_describe,
 };
