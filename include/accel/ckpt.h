@@ -195,6 +195,30 @@ ACCEL_API accel_status accel_save_model(accel *acc, accel_model *model, const ch
 ACCEL_API accel_status accel_load_model(accel *acc, accel_model *model, const char *path,
                                         int strict);
 
+/* Flags of accel_merge_weights (Accelerate's merge-weights options). */
+#define ACCEL_MERGE_UNSAFE_SERIALIZATION 1  /* pytorch_model.bin: refused (ACCEL_EUNSUPPORTED) */
+#define ACCEL_MERGE_REMOVE_CHECKPOINT_DIR 2 /* delete the checkpoint once the output is in place   \
+                                             */
+
+/*
+ * Accelerate's merge-weights (merge_fsdp_weights), offline: consolidates the weights of model
+ * 0 of the save_state folder `checkpoint_dir` (sharded over the processes under ZeRO stages
+ * 1-3, or whole) into folder `output_dir` exactly as accel_save_model writes them
+ * (model.safetensors, or shards + index beyond max_shard_size; NULL = "10GB"): the same bytes
+ * for the same weights. Streaming: each tensor's pieces are copied from the mapped shard files
+ * to their place in the output, so no tensor, let alone the model, is held in memory. The
+ * folder is verified first (marker, sizes, checksums: ACCEL_ECORRUPT naming the file). With
+ * ACCEL_MERGE_REMOVE_CHECKPOINT_DIR the checkpoint is deleted only after the output is
+ * fsynced and in place (refused when the output lies inside it). Not a collective; no
+ * accelerator needed.
+ * Returns ACCEL_OK; ACCEL_EUNSUPPORTED for ACCEL_MERGE_UNSAFE_SERIALIZATION (torch's pickle
+ * format is not written: the message says so); ACCEL_EINVAL for a folder that is not a
+ * save_state checkpoint with a model, or bad arguments; ACCEL_ENOTFOUND; the writer's errors.
+ * The message is in accel_last_error(NULL).
+ */
+ACCEL_API accel_status accel_merge_weights(const char *checkpoint_dir, const char *output_dir,
+                                           const char *max_shard_size, int flags);
+
 /* ============================== Training state (save_state) ============================== */
 
 /*

@@ -36,6 +36,9 @@ void accel__pages_free(void *p, size_t nbytes);
 /* Gives back the whole pages inside [p, p + nbytes): they read as zeros afterwards (bytes of the
  * partial pages at the ends are kept). */
 void accel__pages_drop(void *p, size_t nbytes);
+/* [p, p + nbytes) reads as zeros afterwards: the whole pages inside are given back, the bytes
+ * of the partial pages at the ends zero-filled. */
+void accel__pages_clear(void *p, size_t nbytes);
 /* Gives back every page of a whole buffer from accel__pages_alloc(nbytes). */
 void accel__pages_drop_all(void *p, size_t nbytes);
 /* Bytes of [p, p + nbytes) (p page-aligned) that are resident now. */

@@ -5,6 +5,7 @@
  * every parameter keeps one fixed address. Invariant: a drop never touches bytes outside the
  * range it was given (partial pages at the ends stay).
  */
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,8 +19,8 @@ static size_t page_nbytes(void)
 
 void *accel__pages_alloc(size_t nbytes)
 {
-    void *p = mmap(NULL, nbytes ? nbytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p =
+        mmap(NULL, nbytes ? nbytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
 }
 
@@ -39,6 +40,20 @@ void accel__pages_drop(void *p, size_t nbytes)
          * merely stay resident. */
         (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
     }
+}
+
+void accel__pages_clear(void *p, size_t nbytes)
+{
+    size_t pg = page_nbytes();
+    uintptr_t a = (uintptr_t)p, e = a + nbytes;
+    uintptr_t lo = (a + pg - 1) / pg * pg, hi = e / pg * pg;
+    if (hi <= lo) { /* inside one or two partial pages */
+        memset(p, 0, nbytes);
+        return;
+    }
+    memset(p, 0, lo - a);
+    memset((void *)hi, 0, e - hi);
+    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void accel__pages_drop_all(void *p, size_t nbytes)

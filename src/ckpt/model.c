@@ -14,9 +14,173 @@
 
 #include "accel/accel.h"
 #include "ckpt/atomic.h"
+#include "ckpt/state.h"
+#include "ckpt/stset.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 #include "core/profile.h"
+
+/* Bytes of tensor data gathered per round at most (one tensor larger than this is a round of
+ * its own): what the writing process holds at once beyond the shard it owns. A variable so a
+ * test can show the bound on a small model (state.h). */
+uint64_t accel__ckpt_gather_round_nbytes = (uint64_t)64 << 20;
+
+/* Every process's status, the worst wins (a collective). */
+static accel_status all_ok(accel *acc, accel_status st)
+{
+    int32_t v = st, worst = st;
+    if (accel_num_processes(acc) > 1) {
+        accel_status cst = accel__allreduce(acc->comm, &v, &worst, 1, ACCEL_I32, ACCEL_MIN);
+        if (cst != ACCEL_OK) {
+            return accel__adopt_thread_error(acc, cst);
+        }
+    }
+    if (st != ACCEL_OK) {
+        return st;
+    }
+    return worst == ACCEL_OK ? ACCEL_OK
+                             : accel__seterr(acc, (accel_status)worst,
+                                             "accel_save_model: another process failed (%s)",
+                                             accel_status_name((accel_status)worst));
+}
+
+/* The whole tensors of w, named, as the file holds them (data NULL for pieces). */
+static accel_status whole_list(const accel__state_writer *w, accel_named_tensor **out)
+{
+    accel_named_tensor *ts = accel__calloc(w->n_ts + 1, sizeof(*ts));
+    if (ts == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < w->n_ts; i++) {
+        ts[i] = w->ts[i];
+        if (w->counts[i] != accel_tensor_numel(&ts[i].tensor)) {
+            ts[i].tensor.data = NULL;
+        }
+    }
+    *out = ts;
+    return ACCEL_OK;
+}
+
+/*
+ * A model whose weights are pieces spread over the processes (ZeRO): gathered to the main
+ * process a round of tensors at a time (at most accel__ckpt_gather_round_nbytes of whole tensors,
+ * or one larger tensor) and written to their places in the output as they arrive, so no process
+ * ever holds the model. Per round: the pieces' (offset, count) and then their bytes, padded
+ * to the largest process's, in two equal-count gathers.
+ */
+static accel_status save_gathered(accel *acc, const accel__state_writer *w, const char *dir,
+                                  uint64_t max)
+{
+    int n = accel_num_processes(acc), main = accel_is_main_process(acc);
+    size_t nt = w->n_ts;
+    /* Rounds, the same on every process (from the whole tensors' sizes). */
+    size_t *round_end = accel__calloc(nt + 1, sizeof(size_t));
+    int64_t *mine = accel__calloc(nt + 1, sizeof(int64_t)), *cmax = NULL;
+    size_t n_rounds = 0;
+    accel_status st = round_end && mine ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "oom");
+    for (size_t i = 0; st == ACCEL_OK && i < nt;) {
+        uint64_t bytes = 0;
+        int64_t my = 0;
+        size_t j = i;
+        do {
+            size_t esz = accel_dtype_nbytes(w->ts[j].tensor.dtype);
+            bytes += accel_tensor_nbytes(&w->ts[j].tensor);
+            my += w->counts[j] * (int64_t)esz;
+            j++;
+        } while (j < nt &&
+                 bytes + accel_tensor_nbytes(&w->ts[j].tensor) <= accel__ckpt_gather_round_nbytes);
+        mine[n_rounds] = my;
+        round_end[n_rounds++] = j;
+        i = j;
+    }
+    if (st == ACCEL_OK) {
+        cmax = accel__calloc(n_rounds + 1, sizeof(int64_t));
+        st = cmax ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
+    }
+    if (st == ACCEL_OK && n_rounds > 0) {
+        st = accel__allreduce(acc->comm, mine, cmax, n_rounds, ACCEL_I64, ACCEL_MAX);
+        st = st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
+    }
+    int64_t biggest = 0;
+    for (size_t r = 0; st == ACCEL_OK && r < n_rounds; r++) {
+        biggest = cmax[r] > biggest ? cmax[r] : biggest;
+    }
+    size_t max_k = 0;
+    for (size_t r = 0, a = 0; r < n_rounds; a = round_end[r++]) {
+        max_k = round_end[r] - a > max_k ? round_end[r] - a : max_k;
+    }
+    /* Buffers for the largest round, allocated once; the output opened (main). */
+    int64_t *desc = accel__calloc(2 * max_k + 1, sizeof(int64_t)), *descs = NULL;
+    char *send = accel__calloc((size_t)biggest + 1, 1), *recv = NULL; /* padding sent too */
+    if (st == ACCEL_OK && (desc == NULL || send == NULL)) {
+        st = accel__seterr(acc, ACCEL_ENOMEM, "accel_save_model: out of memory");
+    }
+    accel__stset *set = NULL;
+    accel_named_tensor *ts = NULL;
+    if (st == ACCEL_OK && main) {
+        descs = accel__calloc(2 * max_k * (size_t)n + 1, sizeof(int64_t));
+        recv = accel__malloc((size_t)biggest * (size_t)n + 1);
+        st = descs && recv ? ACCEL_OK : accel__seterr(acc, ACCEL_ENOMEM, "out of memory");
+        if (st == ACCEL_OK) {
+            st = whole_list(w, &ts);
+        }
+        const accel_kv meta[] = {{"format", "pt"}};
+        if (st == ACCEL_OK) {
+            st = accel__stset_open(&set, dir, "model", ts, nt, meta, 1, max);
+        }
+    }
+    st = all_ok(acc, st);
+    accel_status wst = ACCEL_OK; /* the main process's write failures: it still gathers */
+    for (size_t r = 0, a = 0; st == ACCEL_OK && r < n_rounds; a = round_end[r++]) {
+        size_t k = round_end[r] - a, at = 0;
+        for (size_t i = a; i < round_end[r]; i++) {
+            size_t nb = (size_t)w->counts[i] * accel_dtype_nbytes(w->ts[i].tensor.dtype);
+            desc[2 * (i - a)] = w->offs[i];
+            desc[2 * (i - a) + 1] = w->counts[i];
+            if (nb > 0) {
+                memcpy(send + at, w->ts[i].tensor.data, nb);
+            }
+            at += nb;
+        }
+        accel__coll g1 =
+            ACCEL__COLL(ACCEL__COLL_GATHER, desc, descs, 2 * k, ACCEL_I64, ACCEL_SUM, 0);
+        accel__coll g2 =
+            ACCEL__COLL(ACCEL__COLL_GATHER, send, recv, (size_t)cmax[r], ACCEL_U8, ACCEL_SUM, 0);
+        st = accel__comm_run(acc->comm, &g1);
+        if (st == ACCEL_OK && cmax[r] > 0) {
+            st = accel__comm_run(acc->comm, &g2);
+        }
+        st = st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
+        for (int q = 0; main && st == ACCEL_OK && wst == ACCEL_OK && q < n; q++) {
+            const int64_t *d = descs + 2 * k * (size_t)q;
+            const char *src = recv + (size_t)cmax[r] * (size_t)q;
+            for (size_t i = 0; wst == ACCEL_OK && i < k; i++) {
+                size_t esz = accel_dtype_nbytes(w->ts[a + i].tensor.dtype);
+                size_t nb = (size_t)d[2 * i + 1] * esz;
+                if (nb > 0) {
+                    wst = accel__stset_write(set, a + i, (uint64_t)d[2 * i] * esz, src, nb);
+                }
+                src += nb;
+            }
+        }
+    }
+    if (set != NULL) {
+        st = st == ACCEL_OK && wst == ACCEL_OK ? accel__stset_commit(set)
+                                               : (accel__stset_abort(set), st ? st : wst);
+    }
+    if (st != ACCEL_OK && main) {
+        accel__adopt_thread_error(acc, st);
+    }
+    accel__free(ts);
+    accel__free(desc);
+    accel__free(descs);
+    accel__free(send);
+    accel__free(recv);
+    accel__free(cmax);
+    accel__free(mine);
+    accel__free(round_end);
+    return st;
+}
 
 static accel_status save_model(accel *acc, accel_model *model, const char *dir,
                                const char *max_shard_size)
@@ -27,50 +191,49 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
                              : !model ? "model"
                                       : "dir");
     }
-    /* ZeRO stage 3: the weights are gathered first (collective; every process calls
-     * save_model). A no-op below stage 3. */
-    accel_status st = accel_model_gather_all(model);
-    if (st == ACCEL_OK && accel_is_main_process(acc)) {
-        uint64_t max = 0;
-        st = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
-        if (st == ACCEL_OK && accel__is_file(dir)) {
-            st = accel__seterr(NULL, ACCEL_EINVAL,
-                               "accel_save_model: %s is a file; pass a "
-                               "folder",
-                               dir);
-        }
-        int n = accel_model_num_params(model);
-        accel_named_tensor *ts = accel__calloc(n > 0 ? (size_t)n : 1, sizeof *ts);
-        if (st == ACCEL_OK && ts == NULL) {
-            st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-        }
-        for (int i = 0; st == ACCEL_OK && i < n; i++) {
-            const accel_param *p = accel_model_param(model, i);
-            if (p == NULL) {
-                st = accel__seterr(NULL, ACCEL_ENOMEM, "accel_save_model: %s",
-                                   accel_last_error(NULL));
-                break;
-            }
-            if (p->data_view.device.type != ACCEL_DEVICE_CPU) { /* issue 14: state protocol */
-                st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                                   "accel_save_model: saving a model on cuda:%d is not supported "
-                                   "yet",
-                                   p->data_view.device.index);
-                break;
-            }
-            ts[i].name = p->name;
-            ts[i].tensor = accel_tensor_view(p->data, ACCEL_F32, p->ndim, p->shape);
-        }
-        accel_kv meta[] = {{"format", "pt"}};
-        if (st == ACCEL_OK) {
-            st = accel_save_sharded(dir, "model", ts, (size_t)n, meta, 1, max);
-        }
-        accel__free(ts);
-        if (st != ACCEL_OK) {
-            accel__adopt_thread_error(acc, st);
-        }
+    uint64_t max = 0;
+    accel_status st = accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max);
+    if (st == ACCEL_OK && accel__is_file(dir)) {
+        st =
+            accel__seterr(NULL, ACCEL_EINVAL, "accel_save_model: %s is a file; pass a folder", dir);
     }
-    return accel__ckpt_share_main_status(acc, st, "accel_save_model", dir);
+    const accel_param *first = st == ACCEL_OK ? accel_model_param(model, 0) : NULL; /* allocates */
+    if (st == ACCEL_OK && first == NULL) {
+        st = accel__seterr(NULL, ACCEL_ENOMEM, "accel_save_model: %s", accel_last_error(NULL));
+    } else if (st == ACCEL_OK && first->data_view.device.type != ACCEL_DEVICE_CPU) {
+        st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                           "accel_save_model: saving a model on cuda:%d is not supported yet",
+                           first->data_view.device.index);
+    }
+    /* The weights as the model's checkpoint protocol puts them: whole tensors, or under ZeRO
+     * each process's pieces (views: nothing is copied). */
+    accel__state_writer w;
+    accel__state_writer_init(&w, "model.safetensors", ACCEL__STORE_TENSORS, ACCEL__STATE_SHARED);
+    if (st == ACCEL_OK) {
+        st = accel__state_writer_save(&w, (accel__object *)model);
+    }
+    int32_t pieces = w.n_true_pieces > 0, any = pieces;
+    st = all_ok(acc, st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : st);
+    if (st == ACCEL_OK && accel_num_processes(acc) > 1) {
+        st = accel__allreduce(acc->comm, &pieces, &any, 1, ACCEL_I32, ACCEL_MAX);
+        st = st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
+    }
+    if (st == ACCEL_OK && any) {
+        st = save_gathered(acc, &w, dir, max);
+        st = accel__ckpt_share_main_status(acc, st, "accel_save_model", dir);
+    } else if (st == ACCEL_OK) {
+        /* Every process holds every weight: the main process writes its own. */
+        if (accel_is_main_process(acc)) {
+            accel_kv meta[] = {{"format", "pt"}};
+            st = accel_save_sharded(dir, "model", w.ts, w.n_ts, meta, 1, max);
+            if (st != ACCEL_OK) {
+                accel__adopt_thread_error(acc, st);
+            }
+        }
+        st = accel__ckpt_share_main_status(acc, st, "accel_save_model", dir);
+    }
+    accel__state_writer_release(&w);
+    return st;
 }
 
 /* ---- loading ---- */

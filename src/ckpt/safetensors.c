@@ -225,15 +225,12 @@ static accel_status build_header(const char *path, const write_item *items, size
     return st;
 }
 
-accel_status accel_safetensors_write(const char *path, const accel_named_tensor *tensors, size_t n,
-                                     const accel_kv *metadata, size_t n_metadata)
+/* Checks and sorts the tensors and builds the padded header (owned: accel__free) of the file
+ * the writer writes; need_data: every non-empty tensor must have data. */
+static accel_status prepare_write(const char *path, const accel_named_tensor *tensors, size_t n,
+                                  const accel_kv *metadata, size_t n_metadata, int need_data,
+                                  write_item **items_out, char **header_out, size_t *hlen_out)
 {
-    if (path == NULL || (n > 0 && tensors == NULL) || (n_metadata > 0 && metadata == NULL)) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "accel_safetensors_write: NULL %s",
-                             path == NULL          ? "path"
-                             : (n > 0 && !tensors) ? "tensors"
-                                                   : "metadata");
-    }
     write_item *items = accel__calloc(n ? n : 1, sizeof *items);
     if (items == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory writing %s", path);
@@ -241,7 +238,11 @@ accel_status accel_safetensors_write(const char *path, const accel_named_tensor 
     accel_status st = ACCEL_OK;
     for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
         items[i].t = &tensors[i];
-        st = check_write_tensor(path, &tensors[i], &items[i].nbytes);
+        accel_named_tensor probe = tensors[i];
+        if (!need_data && probe.tensor.data == NULL) {
+            probe.tensor.data = (void *)path; /* header only: any non-NULL address */
+        }
+        st = check_write_tensor(path, &probe, &items[i].nbytes);
     }
     if (st == ACCEL_OK) {
         qsort(items, n, sizeof *items, cmp_write_item);
@@ -273,7 +274,45 @@ accel_status accel_safetensors_write(const char *path, const accel_named_tensor 
         }
     }
     free(json); /* allocated by jansson */
+    if (st != ACCEL_OK) {
+        accel__free(items);
+        return st;
+    }
+    *items_out = items;
+    *header_out = header;
+    *hlen_out = hlen;
+    return ACCEL_OK;
+}
 
+accel_status accel__safetensors_header(const char *path, const accel_named_tensor *tensors,
+                                       size_t n, const accel_kv *metadata, size_t n_metadata,
+                                       char **header, size_t *hlen, uint64_t *data_start)
+{
+    write_item *items;
+    ACCEL_TRY(prepare_write(path, tensors, n, metadata, n_metadata, 0, &items, header, hlen));
+    uint64_t at = *hlen;
+    for (size_t k = 0; k < n; k++) {
+        data_start[items[k].t - tensors] = at;
+        at += items[k].nbytes;
+    }
+    accel__free(items);
+    return ACCEL_OK;
+}
+
+accel_status accel_safetensors_write(const char *path, const accel_named_tensor *tensors, size_t n,
+                                     const accel_kv *metadata, size_t n_metadata)
+{
+    if (path == NULL || (n > 0 && tensors == NULL) || (n_metadata > 0 && metadata == NULL)) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_safetensors_write: NULL %s",
+                             path == NULL          ? "path"
+                             : (n > 0 && !tensors) ? "tensors"
+                                                   : "metadata");
+    }
+    write_item *items = NULL;
+    char *header = NULL;
+    size_t hlen = 0;
+    accel_status st =
+        prepare_write(path, tensors, n, metadata, n_metadata, 1, &items, &header, &hlen);
     accel__afile f = {.fd = -1};
     if (st == ACCEL_OK) {
         st = accel__afile_open(&f, path);

@@ -16,6 +16,7 @@
 
 #include "accel/ckpt.h"
 #include "ckpt/atomic.h"
+#include "ckpt/stset.h"
 #include "comm/comm.h"
 #include "core/internal.h"
 
@@ -146,140 +147,7 @@ accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
     return accel__ckpt_share_main_status(acc, st, "accel_save", path);
 }
 
-/* ---- sharded folders ---- */
-
-/* Is `name` "<prefix>-NNNNN-of-NNNNN.safetensors"? */
-static int is_shard_name(const char *name, const char *prefix)
-{
-    size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl) != 0) {
-        return 0;
-    }
-    const char *p = name + pl;
-    static const char pattern[] = "-#####-of-#####.safetensors";
-    for (size_t i = 0; i < sizeof pattern - 1; i++) {
-        if (pattern[i] == '#' ? !isdigit((unsigned char)p[i]) : p[i] != pattern[i]) {
-            return 0;
-        }
-    }
-    return p[sizeof pattern - 1] == '\0';
-}
-
-/* Deletes files of an earlier save that the new one does not contain. */
-static accel_status remove_stale(const char *dir, const char *prefix, char **keep, size_t n_keep,
-                                 int sharded)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        return accel__seterr(NULL, ACCEL_EIO, "cannot list %s: %s", dir, strerror(errno));
-    }
-    char single[300], index[320];
-    snprintf(single, sizeof single, "%s.safetensors", prefix);
-    snprintf(index, sizeof index, "%s.safetensors.index.json", prefix);
-    accel_status st = ACCEL_OK;
-    for (struct dirent *e; st == ACCEL_OK && (e = readdir(d)) != NULL;) {
-        int stale = 0;
-        if (is_shard_name(e->d_name, prefix)) {
-            stale = 1;
-            for (size_t i = 0; i < n_keep; i++) {
-                stale &= strcmp(keep[i], e->d_name) != 0;
-            }
-        } else if (sharded) {
-            /* A leftover single file would shadow the shards for loaders that look for it
-             * first (transformers does). */
-            stale = strcmp(e->d_name, single) == 0;
-        } else {
-            stale = strcmp(e->d_name, index) == 0;
-        }
-        if (stale) {
-            char *p = accel__path_join(dir, e->d_name);
-            st = p ? accel__rmtree(p) : ACCEL_ENOMEM;
-            accel__free(p);
-        }
-    }
-    closedir(d);
-    return st;
-}
-
-static accel_status write_index(const char *dir, const char *prefix,
-                                const accel_named_tensor *tensors, const size_t *shard_of, size_t n,
-                                char **files, uint64_t total)
-{
-    json_t *root = json_object(), *meta = json_object(), *map = json_object();
-    if (!root || !meta || !map) {
-        json_decref(root);
-        json_decref(meta);
-        json_decref(map);
-        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-    }
-    json_object_set_new(meta, "total_size", json_integer((json_int_t)total));
-    for (size_t i = 0; i < n; i++) {
-        json_object_set_new(map, tensors[i].name, json_string(files[shard_of[i]]));
-    }
-    json_object_set_new(root, "metadata", meta);
-    json_object_set_new(root, "weight_map", map);
-    /* Python's json.dumps(indent=2, sort_keys=True) + "\n", as save_model writes it. */
-    char *text = json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS);
-    json_decref(root);
-    char name[320];
-    snprintf(name, sizeof name, "%s.safetensors.index.json", prefix);
-    char *path = accel__path_join(dir, name);
-    size_t tl = text ? strlen(text) : 0;
-    char *buf = text ? accel__malloc(tl + 2) : NULL;
-    accel_status st = (text && path && buf) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
-    if (st == ACCEL_OK) {
-        memcpy(buf, text, tl);
-        buf[tl] = '\n';
-        st = accel__write_file_atomic(path, buf, tl + 1);
-    }
-    free(text);
-    accel__free(buf);
-    accel__free(path);
-    return st;
-}
-
-/*
- * huggingface_hub's split, in the given tensor order: a tensor larger than the limit becomes a
- * shard of its own at once; otherwise the open shard is closed (numbered) when adding the
- * tensor would overflow it. Shard numbers follow the order shards are closed. Returns the
- * number of shards (at least 1: an empty set still writes one empty file).
- */
-#define SHARD_PENDING SIZE_MAX
-static size_t plan_shards(const accel_named_tensor *tensors, size_t n, uint64_t max,
-                          size_t *shard_of, uint64_t *total)
-{
-    size_t n_shards = 0, open_start = 0;
-    uint64_t open_nbytes = 0;
-    int open_nonempty = 0;
-    *total = 0;
-    for (size_t i = 0; i <= n; i++) {
-        uint64_t nb = i < n ? accel_tensor_nbytes(&tensors[i].tensor) : 0;
-        *total += nb;
-        if (i < n && nb > max) {
-            shard_of[i] = n_shards++;
-            continue;
-        }
-        if (open_nonempty && (i == n || open_nbytes + nb > max)) {
-            for (size_t j = open_start; j < i; j++) {
-                if (shard_of[j] == SHARD_PENDING) {
-                    shard_of[j] = n_shards;
-                }
-            }
-            n_shards++;
-            open_nbytes = 0;
-            open_nonempty = 0;
-        }
-        if (i < n) {
-            if (!open_nonempty) {
-                open_start = i;
-            }
-            shard_of[i] = SHARD_PENDING;
-            open_nbytes += nb;
-            open_nonempty = 1;
-        }
-    }
-    return n_shards ? n_shards : 1;
-}
+/* ---- sharded folders (the writing itself: stset.c) ---- */
 
 accel_status accel_save_sharded(const char *dir, const char *prefix,
                                 const accel_named_tensor *tensors, size_t n,
@@ -290,58 +158,24 @@ accel_status accel_save_sharded(const char *dir, const char *prefix,
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_save_sharded: NULL %s",
                              dir ? "tensors" : "dir");
     }
-    prefix = prefix ? prefix : "model";
-    if (prefix[0] == '\0' || strchr(prefix, '/') != NULL || strlen(prefix) > 200) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "accel_save_sharded: bad prefix \"%s\"", prefix);
-    }
-    if (max_shard_nbytes == 0) {
-        max_shard_nbytes = UINT64_MAX;
-    }
-    ACCEL_TRY(accel__mkdirs(dir));
-
-    size_t *shard_of = accel__calloc(n ? n : 1, sizeof(size_t));
-    if (shard_of == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-    }
-    uint64_t total = 0;
-    size_t n_shards = plan_shards(tensors, n, max_shard_nbytes, shard_of, &total);
-
-    char **files = accel__calloc(n_shards, sizeof(char *));
-    accel_named_tensor *sel = accel__calloc(n ? n : 1, sizeof *sel);
-    accel_status st = (files && sel) ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "oom");
-    for (size_t s = 0; st == ACCEL_OK && s < n_shards; s++) {
-        char name[320];
-        if (n_shards == 1) {
-            snprintf(name, sizeof name, "%s.safetensors", prefix);
-        } else {
-            snprintf(name, sizeof name, "%s-%05zu-of-%05zu.safetensors", prefix, s + 1, n_shards);
+    for (size_t i = 0; i < n; i++) {
+        if (tensors[i].tensor.data == NULL && accel_tensor_nbytes(&tensors[i].tensor) > 0) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "accel_save_sharded: tensor '%s' has NULL data",
+                                 tensors[i].name ? tensors[i].name : "(null)");
         }
-        files[s] = accel__strdup(name);
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (shard_of[i] == s) {
-                sel[k++] = tensors[i];
-            }
-        }
-        char *path = accel__path_join(dir, name);
-        st = (files[s] && path) ? accel_safetensors_write(path, sel, k, metadata, n_metadata)
-                                : ACCEL_ENOMEM;
-        accel__free(path);
     }
-    if (st == ACCEL_OK && n_shards > 1) {
-        st = write_index(dir, prefix, tensors, shard_of, n, files, total);
+    accel__stset *set;
+    ACCEL_TRY(
+        accel__stset_open(&set, dir, prefix, tensors, n, metadata, n_metadata, max_shard_nbytes));
+    accel_status st = ACCEL_OK;
+    for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
+        st = accel__stset_write(set, i, 0, tensors[i].tensor.data,
+                                accel_tensor_nbytes(&tensors[i].tensor));
     }
-    if (st == ACCEL_OK) {
-        st = remove_stale(dir, prefix, files, n_shards, n_shards > 1);
+    if (st != ACCEL_OK) {
+        accel__stset_abort(set);
+        return st;
     }
-    if (st == ACCEL_OK) {
-        st = accel__fsync_dir(dir);
-    }
-    for (size_t s = 0; files && s < n_shards; s++) {
-        accel__free(files[s]);
-    }
-    accel__free(files);
-    accel__free(sel);
-    accel__free(shard_of);
-    return st;
+    return accel__stset_commit(set);
 }

@@ -406,6 +406,7 @@ static accel_status save_state(accel *acc, const char *dir)
     st = agree(acc, st, who);
 
     accel__state_objs objs = {0};
+    accel__state_saves saves = {0};
     accel__state_info info = {0};
     if (st == ACCEL_OK) {
         st = run_hooks(acc, 0, stage.stage_dir);
@@ -413,12 +414,19 @@ static accel_status save_state(accel *acc, const char *dir)
     if (st == ACCEL_OK) {
         st = accel__state_collect(acc, &objs);
     }
+    /* Every process saves every object's shared part, so sharded objects (whose pieces are
+     * spread over the processes) are found and checked together before anything is written. */
+    if (st == ACCEL_OK) {
+        st = accel__state_save_shared(acc, &objs, writer, &saves);
+    }
+    st = agree(acc, st, who);
+    if (st == ACCEL_OK) {
+        st = accel__state_shard_decide(acc, &saves);
+    }
     if (st == ACCEL_OK) {
         info.num_processes = acc->n_ranks;
         memcpy(info.n, objs.n, sizeof info.n);
-        if (writer) {
-            st = accel__state_write_shared(acc, &objs, stage.stage_dir);
-        }
+        st = accel__state_write_shared(acc, &saves, stage.stage_dir, writer);
         if (st == ACCEL_OK) {
             st = accel__state_write_rank(acc, &objs, stage.stage_dir, &info);
         }
@@ -441,6 +449,7 @@ static accel_status save_state(accel *acc, const char *dir)
         }
         set_last_dir(acc, target);
     }
+    accel__state_saves_release(&saves);
     accel__state_objs_release(&objs);
     accel__stage_release(&stage);
     accel__free(base);

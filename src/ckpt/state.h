@@ -10,6 +10,7 @@
 #define ACCEL_CKPT_STATE_H
 
 #include "accel/accel.h"
+#include "ckpt/verify.h"
 #include "core/internal.h"
 #include "core/state_proto.h"
 
@@ -51,11 +52,51 @@ char *accel__state_info_json(const accel__state_info *info, int64_t iteration);
  * save_state checkpoint or a field is out of range. */
 accel_status accel__state_info_read(const char *dir, accel__state_info *info);
 
-/* Save: the shared parts (the writing process) and this process's parts (every process),
- * into the staging folder `dir`; info (counts already filled) gets rank_tensors. */
-accel_status accel__state_write_shared(accel *acc, const accel__state_objs *o, const char *dir);
+/*
+ * Save. Every process runs every object's state_save for the shared part (accel__state_put_*
+ * keep views, nothing is copied); an object whose tensors some process put as true pieces is
+ * *sharded*: every process writes its pieces to "<stem>.shard-<r>-of-<N>.safetensors" and the
+ * writing process "<stem>.index.json" (docs/checkpoint.md, "Sharded checkpoints"); the others'
+ * shared parts are written by the writing process as "<stem><ext>", as before.
+ */
+typedef struct accel__state_saves {
+    accel__state_writer *w; /* per object with a shared part: kinds, then creation order */
+    accel__object **obj;
+    int *index;   /* the object's index among its kind (file suffix) */
+    int *sharded; /* decided by accel__state_shard_decide, the same on every process */
+    int n;
+} accel__state_saves;
+
+/* Runs the shared state_save of every object with tensors, and on the writing process of
+ * every object (local; views valid until the release). */
+accel_status accel__state_save_shared(accel *acc, const accel__state_objs *o, int writer,
+                                      accel__state_saves *s);
+/* (Collective, after every process saved.) Marks the sharded objects and checks that every
+ * process put the same tensors, every element exactly once in all (ACCEL_EINVAL naming the
+ * tensor, the same on every process). */
+accel_status accel__state_shard_decide(accel *acc, accel__state_saves *s);
+/* Writes the shared files into the staging folder `dir`: this process's shards, and unless
+ * `writer` is 0 the unsharded files and the shard indexes. */
+accel_status accel__state_write_shared(accel *acc, const accel__state_saves *s, const char *dir,
+                                       int writer);
+void accel__state_saves_release(accel__state_saves *s);
+/* This process's parts (every process), into the staging folder `dir`; info gets
+ * rank_tensors. */
 accel_status accel__state_write_rank(accel *acc, const accel__state_objs *o, const char *dir,
                                      accel__state_info *info);
+
+/* The stem of object i's shared part: "<name>" or "<name>_<i>". */
+void accel__state_stem(char *buf, size_t cap, const accel__object_class *c, int i);
+/* Shard r of n_shards of a sharded object's shared part, and its index. */
+void accel__state_shard_name(char *buf, size_t cap, const char *stem, int r, int n_shards);
+void accel__state_index_name(char *buf, size_t cap, const char *stem);
+/* Writes this process's pieces of writer w (rank `rank` of `n_shards`). */
+accel_status accel__state_shard_write(const accel__state_writer *w, const char *dir,
+                                      const char *stem, int rank, int n_shards);
+/* Writes the index of sharded writer w (its tensors' names, dtypes, shapes in put order, the
+ * shard files, the object's JSON values under meta_key). */
+accel_status accel__state_shard_write_index(const accel__state_writer *w, const char *dir,
+                                            const char *stem, const char *meta_key, int n_shards);
 
 /* ---- load: plan, then apply ---- */
 
@@ -87,10 +128,12 @@ struct accel__state_writer {
     char file[ACCEL__STATE_NAME_MAX]; /* the file it fills, for messages */
     accel__state_store store;
     accel__state_part part;
-    char prefix[24]; /* prepended to tensor names ("<i>/") */
-    accel_named_tensor *ts;
-    char **names; /* owned names of ts */
+    char prefix[24];        /* prepended to tensor names ("<i>/") */
+    accel_named_tensor *ts; /* each with its WHOLE shape; data: the piece's first element */
+    char **names;           /* owned names of ts */
+    int64_t *offs, *counts; /* per tensor: the piece put, elements [offs, offs + counts) */
     size_t n_ts, cap_ts;
+    size_t n_true_pieces;             /* tensors put as a true piece (not the whole tensor) */
     json_t *open[ACCEL__STATE_DEPTH]; /* [0]: the root object; then the open containers */
     int depth;                        /* open containers, root included */
     int floor;                        /* the object's own containers start above this depth */
@@ -109,11 +152,16 @@ accel_status accel__state_writer_save(accel__state_writer *w, accel__object *obj
 accel_status accel__state_writer_write(const accel__state_writer *w, const char *dir,
                                        const char *format, const char *meta_key);
 
-/* An opened file of a checkpoint being loaded (owned by the plan). */
+/* The shard files of a sharded object (state_shard.c). */
+typedef struct accel__state_sharded accel__state_sharded;
+
+/* An opened file of a checkpoint being loaded (owned by the plan): for a sharded object, its
+ * index (name, root) and its shard files (sh). */
 typedef struct accel__state_file {
     char name[ACCEL__STATE_NAME_MAX];
     accel__state_store store;
     accel_safetensors *st;
+    accel__state_sharded *sh;
     unsigned char *read; /* per tensor of st: an object read it */
     json_t *root;        /* a .json's object, a .safetensors' metadata JSON (NULL: none) */
     char *bytes;         /* a .bin's bytes */
@@ -143,8 +191,33 @@ accel_status accel__state_file_open(accel__state_file *f, const char *dir, const
 void accel__state_file_close(accel__state_file *f);
 /* ACCEL_EINVAL naming the first tensor of f no object read. */
 accel_status accel__state_file_all_read(const accel__state_file *f, const char *dir);
+/* Opens sharded object `stem`: its index (listed in `marker`: the caller checked) and every
+ * shard file it names (each must be listed too), validating that the pieces tile every tensor
+ * (ACCEL_ECORRUPT naming the file and tensor). meta_key: the object's JSON values in the index. */
+accel_status accel__state_shard_open(accel__state_file *f, const char *dir, const char *stem,
+                                     const char *meta_key, const accel__ckpt_marker *marker);
+void accel__state_shard_close(accel__state_sharded *sh);
+/* Reader side: a piece of tensor `full` from the shards; every tensor read. */
+accel_status accel__state_shard_get(accel__state_reader *r, const char *full, accel_tensor piece,
+                                    const accel__state_piece *whole);
+accel_status accel__state_shard_all_read(const accel__state_file *f, const char *dir);
+/* Offline use (merge.c): the tensors in the order the object put them (desc: name, dtype and
+ * shape, data NULL; borrowed until close), and each one's pieces in element order, mapped. */
+size_t accel__state_shard_n_tensors(const accel__state_sharded *sh);
+accel_named_tensor accel__state_shard_desc(const accel__state_sharded *sh, size_t i);
+accel_status accel__state_shard_pieces(const accel__state_sharded *sh, size_t i,
+                                       accel_status (*fn)(void *ctx, int64_t offset,
+                                                          const void *data, int64_t count),
+                                       void *ctx);
+
 /* Runs obj's state_load with r (set up by the caller). */
 accel_status accel__state_reader_load(accel__state_reader *r, accel__object *obj);
+
+/* Checks a piece of a saved tensor (dtype, shape, device, range) against the destination,
+ * with the reader's messages. */
+accel_status accel__state_check_piece(accel__state_reader *r, const char *full, accel_dtype dtype,
+                                      int ndim, const int64_t *shape, accel_tensor piece,
+                                      const accel__state_piece *whole);
 
 /* The plan's side of the reader (state_load.c). */
 accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void *src,
@@ -173,5 +246,9 @@ const char *accel__st_ext(accel__state_store store);
 accel_status accel__st_read_json(const char *dir, const char *name, json_t **out);
 /* Writes `root` (consumed) as indented, key-sorted JSON to dir/name, fsynced. */
 accel_status accel__st_write_json(const char *dir, const char *name, json_t *root);
+
+/* accel_save_model of a sharded model: bytes of whole tensors gathered to the main process per
+ * round (src/ckpt/model.c; 64 MiB; tests lower it). */
+extern uint64_t accel__ckpt_gather_round_nbytes;
 
 #endif /* ACCEL_CKPT_STATE_H */

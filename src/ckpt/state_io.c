@@ -12,6 +12,7 @@
 
 #include "ckpt/atomic.h"
 #include "ckpt/state.h"
+#include "comm/comm.h"
 #include "core/gstate.h"
 
 const accel__state_kind accel__state_kinds[ACCEL__OBJ_KIND_COUNT] = {
@@ -209,28 +210,183 @@ accel_status accel__state_info_read(const char *dir, accel__state_info *info)
 
 /* ---- writing ---- */
 
-accel_status accel__state_write_shared(accel *acc, const accel__state_objs *o, const char *dir)
+void accel__state_saves_release(accel__state_saves *s)
 {
-    (void)acc;
-    accel_status st = ACCEL_OK;
-    for (int k = 0; k < ACCEL__OBJ_KIND_COUNT && st == ACCEL_OK; k++) {
-        for (int i = 0; i < o->n[k] && st == ACCEL_OK; i++) {
+    for (int i = 0; s->w != NULL && i < s->n; i++) {
+        accel__state_writer_release(&s->w[i]);
+    }
+    accel__free(s->w);
+    accel__free(s->obj);
+    accel__free(s->index);
+    accel__free(s->sharded);
+    memset(s, 0, sizeof(*s));
+}
+
+accel_status accel__state_save_shared(accel *acc, const accel__state_objs *o, int writer,
+                                      accel__state_saves *s)
+{
+    memset(s, 0, sizeof(*s));
+    int n = 0;
+    for (int k = 0; k < ACCEL__OBJ_KIND_COUNT; k++) {
+        n += o->n[k];
+    }
+    s->w = accel__calloc((size_t)n + 1, sizeof(*s->w));
+    s->obj = accel__calloc((size_t)n + 1, sizeof(*s->obj));
+    s->index = accel__calloc((size_t)n + 1, sizeof(*s->index));
+    s->sharded = accel__calloc((size_t)n + 1, sizeof(*s->sharded));
+    if (s->w == NULL || s->obj == NULL || s->index == NULL || s->sharded == NULL) {
+        return accel__seterr(acc, ACCEL_ENOMEM, "accel_save_state: out of memory");
+    }
+    for (int k = 0; k < ACCEL__OBJ_KIND_COUNT; k++) {
+        for (int i = 0; i < o->n[k]; i++) {
             accel__object *obj = o->of[k][i];
             const accel__object_class *c = obj->cls;
             if (c->store == ACCEL__STORE_NONE) {
                 continue;
             }
-            char name[ACCEL__STATE_NAME_MAX], meta_key[ACCEL__STATE_NAME_MAX];
+            char name[ACCEL__STATE_NAME_MAX];
             accel__st_indexed_name(name, sizeof name, c->name, i, c->numbered_from_0,
                                    accel__st_ext(c->store));
-            snprintf(meta_key, sizeof meta_key, "accel_%s", c->name);
-            accel__state_writer w;
-            accel__state_writer_init(&w, name, c->store, ACCEL__STATE_SHARED);
-            st = accel__state_writer_save(&w, obj);
-            if (st == ACCEL_OK) {
-                st = accel__state_writer_write(&w, dir, c->format, meta_key);
+            accel__state_writer *w = &s->w[s->n];
+            accel__state_writer_init(w, name, c->store, ACCEL__STATE_SHARED);
+            s->obj[s->n] = obj;
+            s->index[s->n++] = i;
+            /* Only tensors can be sharded: the other parts are saved by the writer alone (a
+             * registered object's callback runs once). */
+            if (writer || c->store == ACCEL__STORE_TENSORS) {
+                ACCEL_TRY(accel__state_writer_save(w, obj));
             }
-            accel__state_writer_release(&w);
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* FNV-1a over the tensors' names, dtypes and shapes: processes that put different tensors
+ * into one sharded object disagree on it. */
+static uint64_t tensors_hash(const accel__state_writer *w)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < w->n_ts; i++) {
+        const accel_tensor *t = &w->ts[i].tensor;
+        for (const char *p = w->ts[i].name; *p; p++) {
+            h = (h ^ (unsigned char)*p) * 1099511628211ull;
+        }
+        h = (h ^ (uint64_t)t->dtype) * 1099511628211ull;
+        for (int d = 0; d < t->ndim; d++) {
+            h = (h ^ (uint64_t)t->shape[d]) * 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+/* The sum over processes of each tensor's piece, against its size. */
+static accel_status check_cover(accel *acc, const accel__state_writer *w)
+{
+    int64_t *sum = accel__calloc(w->n_ts + 1, sizeof(int64_t));
+    if (sum == NULL) {
+        return accel__seterr(acc, ACCEL_ENOMEM, "accel_save_state: out of memory");
+    }
+    accel_status st =
+        w->n_ts == 0 ? ACCEL_OK
+                     : accel__allreduce(acc->comm, w->counts, sum, w->n_ts, ACCEL_I64, ACCEL_SUM);
+    if (st != ACCEL_OK) {
+        st = accel__adopt_thread_error(acc, st);
+    }
+    for (size_t i = 0; st == ACCEL_OK && i < w->n_ts; i++) {
+        int64_t total = accel_tensor_numel(&w->ts[i].tensor);
+        if (sum[i] != total) {
+            st = accel__seterr(acc, ACCEL_EINVAL,
+                               "accel_save_state: %s: the processes' pieces of tensor %s hold "
+                               "%lld elements of its %lld (each element must be put by exactly "
+                               "one process)",
+                               w->file, w->ts[i].name, (long long)sum[i], (long long)total);
+        }
+    }
+    accel__free(sum);
+    return st;
+}
+
+accel_status accel__state_shard_decide(accel *acc, accel__state_saves *s)
+{
+    /* Sharded: some process put a true piece (a process owning whole tensors, or none of
+     * them, cannot tell by itself). */
+    int32_t *any = accel__calloc((size_t)s->n + 1, sizeof(int32_t));
+    if (any == NULL) {
+        return accel__seterr(acc, ACCEL_ENOMEM, "accel_save_state: out of memory");
+    }
+    for (int i = 0; i < s->n; i++) {
+        s->sharded[i] = s->w[i].n_true_pieces > 0;
+    }
+    accel_status st = ACCEL_OK;
+    if (acc->n_ranks > 1 && s->n > 0) {
+        st = accel__allreduce(acc->comm, s->sharded, any, (size_t)s->n, ACCEL_I32, ACCEL_MAX);
+        st = st != ACCEL_OK ? accel__adopt_thread_error(acc, st) : ACCEL_OK;
+        for (int i = 0; st == ACCEL_OK && i < s->n; i++) {
+            s->sharded[i] = any[i] != 0;
+        }
+    }
+    accel__free(any);
+    for (int i = 0; st == ACCEL_OK && i < s->n; i++) {
+        const accel__state_writer *w = &s->w[i];
+        if (!s->sharded[i]) {
+            continue;
+        }
+        if (acc->opt.save_on_each_node == 1) {
+            return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                 "accel_save_state: %s is sharded over the processes: with "
+                                 "save_on_each_node every node's folder would hold only its own "
+                                 "processes' shards; save to a file system all nodes share",
+                                 w->file);
+        }
+        /* Every process put the same tensors (else their pieces cannot be matched). */
+        int64_t mine[2] = {(int64_t)w->n_ts, (int64_t)(tensors_hash(w) >> 1)}, lo[2], hi[2];
+        memcpy(lo, mine, sizeof lo);
+        memcpy(hi, mine, sizeof hi);
+        if (acc->n_ranks > 1) {
+            st = accel__allreduce(acc->comm, mine, lo, 2, ACCEL_I64, ACCEL_MIN);
+            if (st == ACCEL_OK) {
+                st = accel__allreduce(acc->comm, mine, hi, 2, ACCEL_I64, ACCEL_MAX);
+            }
+            if (st != ACCEL_OK) {
+                return accel__adopt_thread_error(acc, st);
+            }
+        }
+        if (lo[0] != hi[0] || lo[1] != hi[1]) {
+            return accel__seterr(acc, ACCEL_EINVAL,
+                                 "accel_save_state: %s: the processes put different tensors "
+                                 "(names, dtypes or shapes; %lld to %lld tensors)",
+                                 w->file, (long long)lo[0], (long long)hi[0]);
+        }
+        /* The same tensors everywhere: a refusal below is every process's. */
+        for (size_t t = 0; t < w->n_ts; t++) {
+            if (accel_dtype_bits(w->ts[t].tensor.dtype) % 8 != 0) {
+                return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                     "accel_save_state: %s: tensor %s: pieces of sub-byte "
+                                     "tensors are not supported",
+                                     w->file, w->ts[t].name);
+            }
+        }
+        st = check_cover(acc, w);
+    }
+    return st;
+}
+
+accel_status accel__state_write_shared(accel *acc, const accel__state_saves *s, const char *dir,
+                                       int writer)
+{
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < s->n && st == ACCEL_OK; i++) {
+        const accel__object_class *c = s->obj[i]->cls;
+        char meta_key[ACCEL__STATE_NAME_MAX], stem[ACCEL__STATE_NAME_MAX];
+        snprintf(meta_key, sizeof meta_key, "accel_%s", c->name);
+        if (s->sharded[i]) {
+            accel__state_stem(stem, sizeof stem, c, s->index[i]);
+            st = accel__state_shard_write(&s->w[i], dir, stem, acc->rank, acc->n_ranks);
+            if (st == ACCEL_OK && writer) {
+                st = accel__state_shard_write_index(&s->w[i], dir, stem, meta_key, acc->n_ranks);
+            }
+        } else if (writer) {
+            st = accel__state_writer_write(&s->w[i], dir, c->format, meta_key);
         }
     }
     return st;

@@ -242,7 +242,18 @@ static accel_status plan_shared(accel__state_plan *p, const char *dir, int k, in
                            accel__st_ext(c->store));
     snprintf(meta_key, sizeof meta_key, "accel_%s", c->name);
     accel__state_file *f;
-    ACCEL_TRY(open_file(p, dir, name, c->store, meta_key, &f));
+    char stem[ACCEL__STATE_NAME_MAX], index[ACCEL__STATE_NAME_MAX];
+    accel__state_stem(stem, sizeof stem, c, i);
+    accel__state_index_name(index, sizeof index, stem);
+    if (c->store == ACCEL__STORE_TENSORS && accel__ckpt_marker_find(&p->marker, name) == NULL &&
+        accel__ckpt_marker_find(&p->marker, index) != NULL) {
+        /* Saved sharded: from its index and shards, whatever the processes and stage now. */
+        ACCEL_ASSERT(p->n_files < p->cap_files);
+        f = &p->files[p->n_files++];
+        ACCEL_TRY(accel__state_shard_open(f, dir, stem, meta_key, &p->marker));
+    } else {
+        ACCEL_TRY(open_file(p, dir, name, c->store, meta_key, &f));
+    }
     accel__state_reader r = reader(p, dir, f, k, i, ACCEL__STATE_SHARED);
     if (c->store == ACCEL__STORE_TENSORS) {
         snprintf(r.path, sizeof r.path, "%s.", meta_key);

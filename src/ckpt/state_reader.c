@@ -64,6 +64,7 @@ accel_status accel__state_file_open(accel__state_file *f, const char *dir, const
 
 void accel__state_file_close(accel__state_file *f)
 {
+    accel__state_shard_close(f->sh);
     accel_safetensors_close(f->st);
     json_decref(f->root);
     accel__free(f->read);
@@ -73,6 +74,9 @@ void accel__state_file_close(accel__state_file *f)
 
 accel_status accel__state_file_all_read(const accel__state_file *f, const char *dir)
 {
+    if (f->sh != NULL) {
+        return accel__state_shard_all_read(f, dir);
+    }
     size_t n = f->st ? accel_safetensors_count(f->st) : 0;
     for (size_t i = 0; i < n; i++) {
         if (!f->read[i]) {
@@ -371,23 +375,15 @@ static int same_shape(int na, const int64_t *a, int nb, const int64_t *b)
     return 1;
 }
 
-/* The piece of tensor `full` (its name in the file) into `piece`. */
-static accel_status get_piece(accel__state_reader *r, const char *full, accel_tensor piece,
-                              const accel__state_piece *whole)
+accel_status accel__state_check_piece(accel__state_reader *r, const char *full, accel_dtype dtype,
+                                      int ndim, const int64_t *shape, accel_tensor piece,
+                                      const accel__state_piece *whole)
 {
-    long i = accel_safetensors_find(r->f->st, full);
-    if (i < 0) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "checkpoint %s: %s has no tensor %s (the live %s has it)", r->dir,
-                             r->f->name, full, r->noun);
-    }
-    accel_tensor t;
-    ACCEL_TRY(accel_safetensors_tensor(r->f->st, (size_t)i, &t));
-    if (t.dtype != piece.dtype || !same_shape(t.ndim, t.shape, whole->ndim, whole->shape)) {
+    if (dtype != piece.dtype || !same_shape(ndim, shape, whole->ndim, whole->shape)) {
         char a[160], b[160];
         return accel__state_fail(
             r, ACCEL_EINVAL, "tensor %s is %s %s in the checkpoint vs %s %s in the %s", full,
-            accel_dtype_name(t.dtype), accel__shape_str(a, sizeof a, t.ndim, t.shape),
+            accel_dtype_name(dtype), accel__shape_str(a, sizeof a, ndim, shape),
             accel_dtype_name(piece.dtype), accel__shape_str(b, sizeof b, whole->ndim, whole->shape),
             r->noun);
     }
@@ -397,8 +393,11 @@ static accel_status get_piece(accel__state_reader *r, const char *full, accel_te
                                  "(move the model to the CPU first)",
                                  full, piece.device.index);
     }
-    int64_t total = accel_tensor_numel(&t), n = accel_tensor_numel(&piece);
-    size_t bits = accel_dtype_bits(t.dtype);
+    int64_t total = 1, n = accel_tensor_numel(&piece);
+    for (int d = 0; d < ndim; d++) {
+        total *= shape[d];
+    }
+    size_t bits = accel_dtype_bits(dtype);
     if (whole->offset < 0 || n > total - whole->offset || ((size_t)whole->offset * bits) % 8 != 0 ||
         (piece.data == NULL && n > 0)) {
         return accel__state_fail(r, ACCEL_EINVAL,
@@ -406,8 +405,27 @@ static accel_status get_piece(accel__state_reader *r, const char *full, accel_te
                                  full, (long long)whole->offset, (long long)(whole->offset + n),
                                  (long long)total);
     }
+    return ACCEL_OK;
+}
+
+/* The piece of tensor `full` (its name in the file) into `piece`. */
+static accel_status get_piece(accel__state_reader *r, const char *full, accel_tensor piece,
+                              const accel__state_piece *whole)
+{
+    if (r->f->sh != NULL) {
+        return accel__state_shard_get(r, full, piece, whole);
+    }
+    long i = accel_safetensors_find(r->f->st, full);
+    if (i < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "checkpoint %s: %s has no tensor %s (the live %s has it)", r->dir,
+                             r->f->name, full, r->noun);
+    }
+    accel_tensor t;
+    ACCEL_TRY(accel_safetensors_tensor(r->f->st, (size_t)i, &t));
+    ACCEL_TRY(accel__state_check_piece(r, full, t.dtype, t.ndim, t.shape, piece, whole));
     r->f->read[i] = 1;
-    size_t off = (size_t)whole->offset * bits / 8;
+    size_t off = (size_t)whole->offset * accel_dtype_bits(t.dtype) / 8;
     return accel__state_plan_copy(r->plan, piece.data, (const char *)t.data + off,
                                   accel_tensor_nbytes(&piece));
 }
@@ -415,7 +433,7 @@ static accel_status get_piece(accel__state_reader *r, const char *full, accel_te
 accel_status accel__state_get_piece(accel__state_reader *r, const char *name, accel_tensor piece,
                                     const accel__state_piece *whole)
 {
-    if (r->f->st == NULL) {
+    if (r->f->st == NULL && r->f->sh == NULL) {
         return accel__state_fail(r, ACCEL_EINVAL, "holds no tensors (tensor %s)", name);
     }
     char buf[256];

@@ -35,6 +35,8 @@ void accel__state_writer_release(accel__state_writer *w)
     }
     accel__free(w->names);
     accel__free(w->ts);
+    accel__free(w->offs);
+    accel__free(w->counts);
     accel__free(w->bytes);
     json_decref(w->open[0]);
     memset(w, 0, sizeof(*w));
@@ -88,10 +90,15 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
         return wfail(w, ACCEL_EINVAL, "tensor %s has no data", name);
     }
     int64_t total = numel_of(whole->ndim, whole->shape), n = accel_tensor_numel(&piece);
-    if (whole->offset != 0 || n != total) {
+    if (whole->offset < 0 || n > total - whole->offset) {
+        return wfail(w, ACCEL_EINVAL, "tensor %s: elements %lld to %lld are not a piece of %lld",
+                     name, (long long)whole->offset, (long long)(whole->offset + n),
+                     (long long)total);
+    }
+    if (n != total && w->part == ACCEL__STATE_RANK) {
         return wfail(w, ACCEL_EUNSUPPORTED,
-                     "tensor %s: saving a piece of it (elements %lld to %lld of %lld, a shard) "
-                     "is not supported yet: sharded checkpoints come with ZeRO sharding",
+                     "tensor %s: a per-process part holds whole tensors only (a piece of "
+                     "elements %lld to %lld of %lld was put)",
                      name, (long long)whole->offset, (long long)(whole->offset + n),
                      (long long)total);
     }
@@ -102,10 +109,18 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
             w->ts = ts;
         }
         char **names = ts ? accel__realloc(w->names, cap * sizeof(*names)) : NULL;
-        if (names == NULL) {
+        if (names != NULL) {
+            w->names = names;
+        }
+        int64_t *offs = names ? accel__realloc(w->offs, cap * sizeof(*offs)) : NULL;
+        if (offs != NULL) {
+            w->offs = offs;
+        }
+        int64_t *counts = offs ? accel__realloc(w->counts, cap * sizeof(*counts)) : NULL;
+        if (counts == NULL) {
             return wfail(w, ACCEL_ENOMEM, "out of memory");
         }
-        w->names = names;
+        w->counts = counts;
         w->cap_ts = cap;
     }
     size_t len = strlen(w->prefix) + strlen(name) + 1;
@@ -116,6 +131,9 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
     snprintf(full, len, "%s%s", w->prefix, name);
     accel_tensor t = accel_tensor_view(piece.data, piece.dtype, whole->ndim, whole->shape);
     w->names[w->n_ts] = full;
+    w->offs[w->n_ts] = whole->offset;
+    w->counts[w->n_ts] = n;
+    w->n_true_pieces += n != total;
     w->ts[w->n_ts++] = (accel_named_tensor){full, t};
     return ACCEL_OK;
 }

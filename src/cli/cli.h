@@ -108,5 +108,6 @@ extern const cli_verb cli_verb_config;
 extern const cli_verb cli_verb_test;
 extern const cli_verb cli_verb_env;
 extern const cli_verb cli_verb_estimate_memory;
+extern const cli_verb cli_verb_merge_weights;
 
 #endif /* ACCEL_CLI_H */

@@ -16,6 +16,7 @@ static const cli_verb *const verbs[] = {
     &cli_verb_test,
     &cli_verb_env,
     &cli_verb_estimate_memory,
+    &cli_verb_merge_weights,
 };
 #define N_VERBS (sizeof(verbs) / sizeof(verbs[0]))
 

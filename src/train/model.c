@@ -125,6 +125,10 @@ accel_status accel_model_set_device(accel_model *m, accel_device device)
 /* Releases the buffers of an allocated model (or of a failed allocation). */
 static void free_buffers(accel_model *m)
 {
+    if (m->join_master_shard != NULL) { /* freed inside a ZeRO-3 join region */
+        m->master = m->join_master_shard;
+        m->zero_stage = 3;
+    }
     if (m->zero_stage == 3) {
         accel__zero3_free(m); /* the page buffers: weights and compute copy */
     } else if (m->compute != m->master) {
@@ -441,6 +445,7 @@ float *accel_model_grad(accel_model *m)
 
 accel_status accel__model_zero_grad(accel_model *m)
 {
+    m->grad_reduced = 0;
     if (m->grad_pages) {
         accel__pages_drop_all(m->grad, m->flat.padded_numel * sizeof(float));
         return ACCEL_OK;
@@ -547,49 +552,104 @@ static accel_status model_prepare(accel__object *self)
 
 /* ---- the state protocol ---- */
 
-/* Sharded checkpoints have no file format yet: refused before anything is written or read. */
-static accel_status refuse_sharded(const accel_model *m, const char *what)
+/* Parameter i's part owned by this process under ZeRO (a 1-D view of the master) and where it
+ * lies in the parameter (whole->offset); an empty view when it owns none of it. */
+static accel_tensor master_part(const accel_model *m, int i, accel__state_piece *whole)
 {
-    return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
-                         "%s under ZeRO stage %d: sharded checkpoints are not implemented yet "
-                         "(save_model writes the full weights)",
-                         what, m->zero_stage);
+    const accel_param *p = &m->params[i];
+    size_t flat_off, shard_off, count;
+    accel__zero_param_part(m, i, m->rank, &flat_off, &shard_off, &count);
+    whole->ndim = p->ndim;
+    memcpy(whole->shape, p->shape, sizeof whole->shape);
+    whole->offset = count > 0 ? (int64_t)(flat_off - p->offset) : 0;
+    float *at = count > 0 ? accel__zero_master_at(m, flat_off, shard_off) : m->master;
+    accel_tensor t = accel_tensor_view(at, ACCEL_F32, 1, (int64_t[]){(int64_t)count});
+    t.device = p->data_view.device;
+    return t;
+}
+
+/* The geometry a sharded checkpoint was saved with (docs/checkpoint.md): informative, the
+ * pieces themselves say where they belong. */
+static accel_status put_geometry(const accel_model *m, accel__state_writer *w)
+{
+    ACCEL_TRY(accel__state_begin(w, "zero", 0));
+    ACCEL_TRY(accel__state_put_i64(w, "stage", m->zero_stage));
+    ACCEL_TRY(accel__state_put_i64(w, "num_processes", m->flat.n_ranks));
+    ACCEL_TRY(accel__state_put_i64(w, "numel", (int64_t)m->flat.numel));
+    ACCEL_TRY(accel__state_put_i64(w, "padded_numel", (int64_t)m->flat.padded_numel));
+    ACCEL_TRY(accel__state_put_i64(w, "pad_unit", (int64_t)m->flat.pad_unit));
+    ACCEL_TRY(accel__state_begin(w, "buckets", 1)); /* [offset, count, padded] */
+    for (int b = 0; b < m->flat.n_buckets; b++) {
+        const accel__flat_bucket *bk = &m->flat.buckets[b];
+        ACCEL_TRY(accel__state_begin(w, NULL, 1));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->offset));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->count));
+        ACCEL_TRY(accel__state_put_i64(w, NULL, (int64_t)bk->padded));
+        ACCEL_TRY(accel__state_end(w));
+    }
+    ACCEL_TRY(accel__state_end(w));
+    ACCEL_TRY(accel__state_begin(w, "flat_offsets", 0));
+    for (int i = 0; i < m->n_params; i++) {
+        ACCEL_TRY(accel__state_put_i64(w, m->params[i].name, (int64_t)m->params[i].offset));
+    }
+    ACCEL_TRY(accel__state_end(w));
+    return accel__state_end(w);
 }
 
 static accel_status model_state_save(accel__object *self, accel__state_writer *w)
 {
     accel_model *m = (accel_model *)self;
-    if (m->zero_stage >= 1) {
-        return refuse_sharded(m, "save_state");
-    }
     int shared = accel__state_writer_part(w) == ACCEL__STATE_SHARED;
     if (!shared && !accel__grad_state_window_open(m->acc)) {
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
     }
+    /* Under ZeRO every process puts the master pieces it owns (written in parallel, one shard
+     * file each; stage 3 holds nothing else, even alone); the gradients of an open window are
+     * full at every stage. */
+    int pieces = shared && (m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1));
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];
-        ACCEL_TRY(accel__state_put_tensor(w, p->name, shared ? p->data_view : p->grad_view));
+        if (pieces) {
+            accel__state_piece whole;
+            accel_tensor t = master_part(m, i, &whole);
+            ACCEL_TRY(accel__state_put_piece(w, p->name, t, &whole));
+        } else {
+            ACCEL_TRY(accel__state_put_tensor(w, p->name, shared ? p->data_view : p->grad_view));
+        }
     }
-    return ACCEL_OK;
+    return pieces && m->flat.n_ranks > 1 ? put_geometry(m, w) : ACCEL_OK;
 }
 
 static void model_loaded(accel__object *self, void *unused)
 {
     (void)unused;
+    accel_model *m = (accel_model *)self;
+    if (m->zero_stage == 3) {
+        /* Gathered units hold the old weights: dropped, the next use gathers the new master
+         * (nothing is in flight between steps, so this cannot fail). */
+        (void)accel__zero3_release_all(m);
+        return;
+    }
     /* The working copy follows the loaded master (a host conversion: cannot fail). */
-    (void)accel__model_refresh_compute((accel_model *)self);
+    (void)accel__model_refresh_compute(m);
 }
 
 static accel_status model_state_load(accel__object *self, accel__state_reader *r)
 {
     accel_model *m = (accel_model *)self;
-    if (m->zero_stage >= 1) {
-        return refuse_sharded(m, "load_state");
-    }
     int shared = accel__state_reader_part(r) == ACCEL__STATE_SHARED;
+    /* Whatever the saved layout (ckpt maps it): stages 0-2 hold the full master, so every
+     * process reads every weight; stage 3 reads only its pieces. */
+    int pieces = shared && m->zero_stage >= 3;
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];
-        ACCEL_TRY(accel__state_get_tensor(r, p->name, shared ? p->data_view : p->grad_view));
+        if (pieces) {
+            accel__state_piece whole;
+            accel_tensor t = master_part(m, i, &whole);
+            ACCEL_TRY(accel__state_get_piece(r, p->name, t, &whole));
+        } else {
+            ACCEL_TRY(accel__state_get_tensor(r, p->name, shared ? p->data_view : p->grad_view));
+        }
     }
     if (shared && accel__state_stage(r, 0, model_loaded) == NULL) {
         return ACCEL_ENOMEM;

@@ -197,6 +197,9 @@ void accel_optimizer_free(accel_optimizer *opt)
     accel__dev_free(dev, opt->state_a);
     accel__dev_free(dev, opt->state_b);
     accel__dev_free(dev, opt->state_c);
+    for (int k = 0; k < 3; k++) { /* freed inside a ZeRO join region */
+        accel__dev_free(dev, opt->shard_state[k]);
+    }
     accel__free(opt->segments);
     accel__free(opt->param_group);
     accel__object_unregister(&opt->obj);

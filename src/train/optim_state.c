@@ -14,13 +14,16 @@
 #include "train_internal.h"
 
 /*
- * Calls fn(arg, name, view) for every state tensor of opt: per buffer (SGD: momentum_buffer;
- * Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), per parameter, named as torch's
- * state_dict names them, viewed with the parameter's shape on the model's device. Absent
- * buffers are skipped.
+ * Calls fn(arg, name, view, whole) for every state tensor of opt: per buffer (SGD:
+ * momentum_buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), per parameter,
+ * named as torch's state_dict names them, on the model's device. Without ZeRO the view is the
+ * whole tensor with the parameter's shape; from stage 1 on the state holds only this
+ * process's pieces, so the view is the 1-D piece and `whole` says where it lies in the tensor
+ * (an empty piece when the process owns none of the parameter). Absent buffers are skipped.
  */
 static accel_status each_tensor(const accel_optimizer *opt,
-                                accel_status (*fn)(void *arg, const char *name, accel_tensor t),
+                                accel_status (*fn)(void *arg, const char *name, accel_tensor t,
+                                                   const accel__state_piece *whole),
                                 void *arg)
 {
     static const char *const sgd[] = {"momentum_buffer."};
@@ -34,32 +37,36 @@ static accel_status each_tensor(const accel_optimizer *opt,
             const accel_param *p = &m->params[i];
             char name[ACCEL_PARAM_NAME_MAX + 32];
             snprintf(name, sizeof name, "%s%s", names[b], p->name);
-            accel_tensor t = accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape);
+            accel__state_piece whole = {p->ndim, {0}, 0};
+            memcpy(whole.shape, p->shape, sizeof whole.shape);
+            accel_tensor t;
+            if (m->zero_stage >= 1) {
+                size_t flat_off, shard_off, count;
+                accel__zero_param_part(m, i, m->rank, &flat_off, &shard_off, &count);
+                whole.offset = count > 0 ? (int64_t)(flat_off - p->offset) : 0;
+                float *at =
+                    count > 0 ? accel__zero_state_at(m, bufs[b], flat_off, shard_off) : bufs[b];
+                t = accel_tensor_view(at, ACCEL_F32, 1, (int64_t[]){(int64_t)count});
+            } else {
+                t = accel_tensor_view(bufs[b] + p->offset, ACCEL_F32, p->ndim, p->shape);
+            }
             t.device = p->data_view.device; /* the state lives with the weights */
-            ACCEL_TRY(fn(arg, name, t));
+            ACCEL_TRY(fn(arg, name, t, &whole));
         }
     }
     return ACCEL_OK;
 }
 
-static accel_status put_tensor(void *w, const char *name, accel_tensor t)
+static accel_status put_piece(void *w, const char *name, accel_tensor t,
+                              const accel__state_piece *whole)
 {
-    return accel__state_put_tensor(w, name, t);
+    return accel__state_put_piece(w, name, t, whole);
 }
 
-static accel_status get_tensor(void *r, const char *name, accel_tensor t)
+static accel_status get_piece(void *r, const char *name, accel_tensor t,
+                              const accel__state_piece *whole)
 {
-    return accel__state_get_tensor(r, name, t);
-}
-
-/* The state is this process's shard from ZeRO stage 1 on, which has no file format yet:
- * refused before anything is written or read. */
-static accel_status refuse_sharded(const accel_optimizer *opt, const char *what)
-{
-    return accel__seterr(opt->acc, ACCEL_EUNSUPPORTED,
-                         "%s under ZeRO stage %d: sharded optimizer checkpoints are not "
-                         "implemented yet",
-                         what, opt->model->zero_stage);
+    return accel__state_get_piece(r, name, t, whole);
 }
 
 static const char *kind_name(accel__optim_kind kind)
@@ -71,10 +78,7 @@ accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
-    if (m->zero_stage >= 1) {
-        return refuse_sharded(opt, "save_state");
-    }
-    ACCEL_TRY(each_tensor(opt, put_tensor, w));
+    ACCEL_TRY(each_tensor(opt, put_piece, w));
     /* Hyper-parameters in this order (the metadata keeps it). */
     ACCEL_TRY(accel__state_put_str(w, "kind", kind_name(opt->kind)));
     ACCEL_TRY(accel__state_put_i64(w, "step", opt->n_steps));
@@ -171,9 +175,6 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
-    if (m->zero_stage >= 1) {
-        return refuse_sharded(opt, "load_state");
-    }
     const char *kind;
     ACCEL_TRY(accel__state_get_str(r, "kind", &kind));
     if (strcmp(kind, kind_name(opt->kind)) != 0) {
@@ -187,5 +188,5 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(load_hyper(opt, r, s));
-    return each_tensor(opt, get_tensor, r);
+    return each_tensor(opt, get_piece, r);
 }

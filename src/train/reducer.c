@@ -296,15 +296,15 @@ static void note_done(accel_model *m, accel__bucket *bk)
     }
 }
 
-/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back (they
- * read as zeros, the state zero_grad leaves). */
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back and
+ * read as zeros (what they contribute to a later reduction: sync.c). */
 static void release_unowned(accel_model *m, int b)
 {
     const accel__flat_bucket *fb = &m->flat.buckets[b];
     size_t po, pc;
     accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-    accel__pages_drop(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
-    accel__pages_drop(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
+    accel__pages_clear(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+    accel__pages_clear(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
 }
 
 /* Launches every consecutive ready bucket from next_launch on, then notes completions. */
@@ -320,7 +320,7 @@ static accel_status launch_ready(accel_model *m)
         accel_status wst = ACCEL_OK;
         if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, &wst)) {
             note_done(m, bk);
-            if (wst == ACCEL_OK && m->grad_pages) {
+            if (wst == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
                 release_unowned(m, b); /* early, so a backward never holds all gradients */
             }
         }
@@ -395,7 +395,7 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
-        if (st == ACCEL_OK && m->grad_pages) {
+        if (st == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
             release_unowned(m, b);
         }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {

@@ -56,6 +56,29 @@ static accel_status join_count(accel_model *m, float mine, float *total)
     return st == ACCEL_OK ? ACCEL_OK : accel__adopt_thread_error(m->acc, st);
 }
 
+/* ZeRO-2/3, a backward on gradients a previous backward reduced (sync_each_batch, two
+ * synchronising backwards per step): each process holds the average R only in its own
+ * pieces, zeros elsewhere. Stage 0 would add local gradients to R everywhere and average
+ * again, giving R + avg(local); scaling the owned pieces to N * R gives the same sum through
+ * the next average, (N * R + sum(local)) / N (up to rounding). */
+static accel_status rescale_reduced(accel_model *m)
+{
+    for (int b = 0; b < m->red.n_buckets; b++) {
+        if (m->red.buckets[b].n_params == 0) {
+            continue; /* never sent: still local */
+        }
+        size_t po, pc;
+        accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+        accel_status st =
+            accel__dev_scale(m->dev, accel__grad_span(m, po, pc), (float)m->acc->n_ranks, NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+    }
+    m->grad_reduced = 0;
+    return ACCEL_OK;
+}
+
 static accel_status model_backward_begin(accel_model *m)
 {
     accel *acc = m->acc;
@@ -69,6 +92,17 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
+    if (m->zero_stage == 3 && !accel__zero3_used(m)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "accel_backward: under ZeRO stage 3 no parameter was gathered since "
+                             "the last step, so the forward read released weights (zeros): a "
+                             "forward that reads accel_param.data itself must call "
+                             "accel_model_materialize (or accel_model_gather_all) first; nn "
+                             "models do it through nn_model_sink");
+    }
+    if (m->grad_reduced) {
+        ACCEL_TRY(rescale_reduced(m));
+    }
     if (m->comm_now && m->join_active) {
         float n = 0;
         ACCEL_TRY(join_count(m, 1.0f, &n));
@@ -123,6 +157,7 @@ static accel_status model_backward_end(accel_model *m)
         accel_status rst = accel__zero3_release_all(m);
         st = st != ACCEL_OK ? st : rst;
     }
+    m->grad_reduced |= m->comm_now && m->zero_stage >= 2;
     if (st == ACCEL_OK && m->comm_now && m->join_active && !m->join_divide_initial &&
         m->join_n_active > 0) {
         st = accel__reducer_scale(m, 1.0f / (float)m->join_n_active);
@@ -199,12 +234,9 @@ accel_status accel_join_begin(accel *acc, accel_model *m, int divide_by_initial_
         return accel__seterr(acc, ACCEL_EINVAL, "accel_join_begin: the model is not prepared");
     }
     if (m->zero_stage >= 1 && acc->n_ranks > 1) {
-        /* A joined process would have to step its shard with the others' gradients and
-         * learning rate (torch's ZeRO join hook): not implemented. */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_join_begin: join_uneven_inputs under ZeRO stage %d is not "
-                             "implemented yet (use even_batches)",
-                             m->zero_stage);
+        /* ZeRO: the region runs as DDP (a joined process then needs no shard of its own to
+         * step, and mirrors only buckets); the shards come back at accel_join_end. */
+        ACCEL_TRY(accel__zero_unshard(m));
     }
     m->join_active = 1;
     m->join_divide_initial = divide_by_initial_world_size != 0;
@@ -246,10 +278,12 @@ accel_status accel_join_end(accel *acc, accel_model *m)
             goto out;
         }
         ACCEL_TRY_GOTO(accel__model_broadcast_master(m, (int)cand), st, out);
+        ACCEL_TRY_GOTO(accel__zero_reshard(m, (int)cand), st, out);
     }
 out:
     m->join_active = 0;
     accel_status zst = accel__model_zero_grad(m);
-    accel_status rst = accel__model_refresh_compute(m);
+    /* Stage 3 refreshes a unit's copy when it is gathered. */
+    accel_status rst = m->zero_stage == 3 ? ACCEL_OK : accel__model_refresh_compute(m);
     return st != ACCEL_OK ? st : zst != ACCEL_OK ? zst : rst;
 }

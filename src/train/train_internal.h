@@ -78,6 +78,8 @@ struct accel_model {
     int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
     int n_unit_marks, unit_calls;
     struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
+    int join_saved_stage;     /* inside a ZeRO join region (run as DDP): the stage, else 0 */
+    float *join_master_shard; /* ... and stage 3's master shard while the weights serve */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
@@ -96,6 +98,7 @@ struct accel_model {
     int trigger_sync;  /* accel_trigger_sync_in_backward, consumed by the next backward */
     int in_backward;   /* between accel_backward_begin and accel_backward_end */
     int comm_now;      /* this backward all-reduces */
+    int grad_reduced;  /* ZeRO-2/3: a backward reduced the gradients since the last zero_grad */
     accel_status comm_err;
 
     /* join_uneven_inputs. */
@@ -138,6 +141,7 @@ struct accel_optimizer {
      * SGD: state_a = momentum buffer; Adam: state_a = exp_avg, state_b = exp_avg_sq,
      * state_c = max_exp_avg_sq (amsgrad). */
     float *state_a, *state_b, *state_c;
+    float *shard_state[3]; /* inside a ZeRO join region: the shards of a, b, c (zero.c) */
     long long n_steps;    /* real steps taken (Adam's `step`) */
     int step_was_skipped; /* last real step skipped by the fp16 scaler */
     int unscaled;         /* gradients already unscaled for the coming step */
@@ -264,6 +268,14 @@ accel_status accel__zero_gather_master(accel_model *m);
  * span; empty when the process owns none of it. */
 accel__dspan accel__zero_grad_part(const accel_model *m, int i);
 
+/* join_uneven_inputs under ZeRO: the region runs as DDP. unshard (accel_join_begin, every
+ * process): every optimizer's full state gathered (and stage 3's weights, which serve as the
+ * master), the model at stage 0 until reshard (accel_join_end, after root's weights were
+ * broadcast): root's optimizer state and step count broadcast, each process keeps its pieces,
+ * the stage restored. Collective. */
+accel_status accel__zero_unshard(accel_model *m);
+accel_status accel__zero_reshard(accel_model *m, int root);
+
 /* ---- ZeRO stage 3 (zero3.c) ---- */
 
 /* Every parameter's unit (registration order, runs numbered from 0: accel_model_set_unit's
@@ -276,6 +288,9 @@ void accel__zero3_free(accel_model *m);
 /* After the full weights were made identical on every process (prepare): this process's
  * pieces into its master shard, then every unit released. */
 accel_status accel__zero3_take_shard(accel_model *m);
+/* 1 unless the model is at stage 3 and no unit was gathered since the last release (a forward
+ * that read parameters without accel_model_materialize would have read zeros). */
+int accel__zero3_used(const accel_model *m);
 /* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */
 int accel__zero3_unit_state(const accel_model *m, int b);
 /* Waits for gathers in flight and releases every unit (their weights are stale after an

@@ -102,31 +102,26 @@ accel_status accel__zero_shard_segments(accel_optimizer *opt)
     return ACCEL_OK;
 }
 
-accel_status accel__zero_gather_master(accel_model *m)
+/* Per-bucket allgathers of every process's pieces into `full` (flat-indexed): from `shard`
+ * (shard-indexed) or, when shard is NULL, in place from each process's pieces of `full`. Only
+ * buckets with a trainable parameter unless all_buckets. All are posted before the first wait
+ * so the progress thread pipelines them. Collective. */
+static accel_status gather_pieces(accel_model *m, const float *shard, float *full, int all_buckets)
 {
     accel *acc = m->acc;
-    if (m->zero_stage == 3) {
-        return accel__zero3_release_all(m); /* gathered again, updated, where next used */
-    }
-    if (m->zero_stage == 0 || acc->n_ranks == 1) {
-        return accel__model_refresh_compute(m);
-    }
-    /* Every bucket with a trainable parameter (the others never change), all posted before
-     * the first wait so the progress thread pipelines them. */
-    double t0 = accel__now();
     accel_work *work[64];
     int n_work = 0;
     accel_status st = ACCEL_OK;
     for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
-        if (m->red.buckets[b].n_params == 0) {
-            continue;
+        if (!all_buckets && m->red.buckets[b].n_params == 0) {
+            continue; /* every parameter frozen: never changes */
         }
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-        accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, m->master + po,
-                                     m->master + m->flat.buckets[b].offset, pc, ACCEL_F32,
-                                     ACCEL_SUM, 0);
-        if (n_work == (int)(sizeof(work) / sizeof(work[0]))) {
+        const float *send = shard ? shard + m->flat.buckets[b].shard_offset : full + po;
+        accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, send, full + m->flat.buckets[b].offset,
+                                     pc, ACCEL_F32, ACCEL_SUM, 0);
+        if (n_work == (int)(sizeof(work) / sizeof(work[0]))) { /* bounded: wait the oldest */
             st = accel__work_wait(work[0], accel__comm_deadline(acc->comm));
             accel__work_free(work[0]);
             memmove(work, work + 1, (size_t)(n_work - 1) * sizeof(work[0]));
@@ -143,6 +138,20 @@ accel_status accel__zero_gather_master(accel_model *m)
         accel__work_free(work[k]);
         st = st != ACCEL_OK ? st : wst;
     }
+    return st;
+}
+
+accel_status accel__zero_gather_master(accel_model *m)
+{
+    accel *acc = m->acc;
+    if (m->zero_stage == 3) {
+        return accel__zero3_release_all(m); /* gathered again, updated, where next used */
+    }
+    if (m->zero_stage == 0 || acc->n_ranks == 1) {
+        return accel__model_refresh_compute(m);
+    }
+    double t0 = accel__now();
+    accel_status st = gather_pieces(m, NULL, m->master, 0);
     accel__prof_span(acc, "master allgather", ACCEL__PROF_COMM, t0, accel__now(), "buckets",
                      m->flat.n_buckets);
     if (st != ACCEL_OK) {
@@ -150,4 +159,113 @@ accel_status accel__zero_gather_master(accel_model *m)
                              m->zero_stage, accel_last_error(NULL));
     }
     return accel__model_refresh_compute(m);
+}
+
+/* ---- join_uneven_inputs: the region runs as DDP ---- */
+
+/* The optimizers of model m, one after the other (NULL: the first). */
+static accel_optimizer *next_optimizer(accel_model *m, accel_optimizer *opt)
+{
+    accel__object *o = opt == NULL ? m->acc->objects : opt->obj.next;
+    for (; o != NULL; o = o->next) {
+        if (o->kind == ACCEL__OBJ_OPTIMIZER && ((accel_optimizer *)o)->model == m) {
+            return (accel_optimizer *)o;
+        }
+    }
+    return NULL;
+}
+
+accel_status accel__zero_unshard(accel_model *m)
+{
+    if (m->zero_stage == 0) {
+        return ACCEL_OK;
+    }
+    accel *acc = m->acc;
+    size_t nbytes = m->flat.padded_numel * sizeof(float);
+    if (m->zero_stage == 3) {
+        ACCEL_TRY(accel_model_gather_all(m)); /* the full weights serve as the master */
+    }
+    for (accel_optimizer *opt = next_optimizer(m, NULL); opt != NULL;
+         opt = next_optimizer(m, opt)) {
+        float **bufs[3] = {&opt->state_a, &opt->state_b, &opt->state_c};
+        for (int k = 0; k < 3; k++) {
+            void *full = NULL;
+            if (*bufs[k] == NULL) {
+                continue;
+            }
+            accel_status st = accel__dev_alloc(m->dev, nbytes, 1, &full);
+            if (st == ACCEL_OK) {
+                st = gather_pieces(m, *bufs[k], full, 1);
+            }
+            if (st != ACCEL_OK) {
+                accel__dev_free(m->dev, full);
+                return accel__seterr(acc, st,
+                                     "accel_join_begin: gathering the optimizer state (ZeRO stage "
+                                     "%d): %s",
+                                     m->zero_stage, accel_last_error(NULL));
+            }
+            opt->shard_state[k] = *bufs[k];
+            *bufs[k] = full;
+        }
+        opt->segments_dirty = 1;
+    }
+    m->join_saved_stage = m->zero_stage;
+    if (m->zero_stage == 3) {
+        m->join_master_shard = m->master;
+        m->master = m->weights;
+    }
+    m->zero_stage = m->red.zero_stage = 0;
+    return ACCEL_OK;
+}
+
+accel_status accel__zero_reshard(accel_model *m, int root)
+{
+    int stage = m->join_saved_stage;
+    if (stage == 0) {
+        return ACCEL_OK;
+    }
+    accel *acc = m->acc;
+    accel_status st = ACCEL_OK;
+    /* The authoritative optimizer state is root's, as the weights (the caller broadcast
+     * them); every process then keeps its pieces again. */
+    for (accel_optimizer *opt = next_optimizer(m, NULL); opt != NULL;
+         opt = next_optimizer(m, opt)) {
+        float **bufs[3] = {&opt->state_a, &opt->state_b, &opt->state_c};
+        int64_t n_steps = opt->n_steps;
+        if (acc->n_ranks > 1 && st == ACCEL_OK) {
+            st = accel__broadcast(acc->comm, &n_steps, 1, ACCEL_I64, root);
+        }
+        opt->n_steps = n_steps;
+        for (int k = 0; k < 3; k++) {
+            if (opt->shard_state[k] == NULL) {
+                continue;
+            }
+            if (acc->n_ranks > 1 && st == ACCEL_OK) {
+                st = accel__broadcast(acc->comm, *bufs[k], m->flat.padded_numel, ACCEL_F32, root);
+            }
+            for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
+                size_t po, pc;
+                accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+                st = accel__dev_copy(m->dev, opt->shard_state[k] + m->flat.buckets[b].shard_offset,
+                                     *bufs[k] + po, pc * sizeof(float), ACCEL__COPY_D2D, NULL);
+            }
+            accel__dev_free(m->dev, *bufs[k]);
+            *bufs[k] = opt->shard_state[k];
+            opt->shard_state[k] = NULL;
+        }
+        opt->segments_dirty = 1;
+    }
+    m->zero_stage = m->red.zero_stage = stage;
+    m->join_saved_stage = 0;
+    if (stage == 3) {
+        m->master = m->join_master_shard;
+        m->join_master_shard = NULL;
+        accel_status tst = accel__zero3_take_shard(m); /* root's weights, now everyone's */
+        st = st != ACCEL_OK ? st : tst;
+    }
+    if (st != ACCEL_OK) {
+        return accel__seterr(acc, st, "accel_join_end: resharding (ZeRO stage %d): %s", stage,
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
 }

@@ -27,6 +27,7 @@ struct accel__zero3 {
     int n_units;
     z3_unit *units; /* per bucket */
     int cur, prev;  /* the unit materialized last and the one before, or -1 */
+    int used;       /* a unit was materialized (or all gathered) since the last release_all */
 };
 
 /* ---- units ---- */
@@ -56,7 +57,8 @@ void accel__zero3_units(const accel_model *m, int *unit_of)
     int u = 0;
     for (int i = 0; i < m->n_params; i++) {
         if (i > 0) {
-            int mi = m->unit_mark ? m->unit_mark[i] : 0, mp = m->unit_mark ? m->unit_mark[i - 1] : 0;
+            int mi = m->unit_mark ? m->unit_mark[i] : 0,
+                mp = m->unit_mark ? m->unit_mark[i - 1] : 0;
             const char *ni = m->params[i].name, *np = m->params[i - 1].name;
             size_t ki = unit_key(ni), kp = unit_key(np);
             int same = mi == mp && (mi != 0 || (ki == kp && strncmp(ni, np, ki) == 0));
@@ -211,10 +213,11 @@ accel_status accel_model_materialize(accel_model *m, int index)
                              index, m ? m->n_params : 0);
     }
     struct accel__zero3 *z = m->z3;
-    if (z == NULL || !m->obj.prepared) {
-        return ACCEL_OK;
+    if (z == NULL || !m->obj.prepared || m->zero_stage != 3) {
+        return ACCEL_OK; /* below stage 3, or a join region (all gathered, run as DDP) */
     }
     int b = m->flat_bucket[index];
+    z->used = 1;
     if (b == z->cur && z->units[b].resident) {
         return ACCEL_OK; /* the common case: the unit in use */
     }
@@ -251,7 +254,7 @@ accel_status accel_model_gather_all(accel_model *m)
     if (m == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_gather_all: model is NULL");
     }
-    if (m->z3 == NULL || !m->obj.prepared) {
+    if (m->z3 == NULL || !m->obj.prepared || m->zero_stage != 3) {
         return ACCEL_OK;
     }
     accel_status st = ACCEL_OK;
@@ -263,6 +266,7 @@ accel_status accel_model_gather_all(accel_model *m)
         st = st != ACCEL_OK ? st : wst;
     }
     m->z3->cur = m->z3->prev = -1;
+    m->z3->used = 1;
     return st;
 }
 
@@ -283,8 +287,14 @@ accel_status accel__zero3_release_all(accel_model *m)
             accel__pages_drop_all(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
         }
         z->cur = z->prev = -1;
+        z->used = 0;
     }
     return st;
+}
+
+int accel__zero3_used(const accel_model *m)
+{
+    return m->z3 == NULL || m->z3->used;
 }
 
 accel_status accel__zero3_take_shard(accel_model *m)
@@ -292,9 +302,9 @@ accel_status accel__zero3_take_shard(accel_model *m)
     for (int b = 0; b < m->flat.n_buckets; b++) {
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-        accel_status st = accel__dev_copy(m->dev, m->master + m->flat.buckets[b].shard_offset,
-                                          m->weights + po, pc * sizeof(float), ACCEL__COPY_D2D,
-                                          NULL);
+        accel_status st =
+            accel__dev_copy(m->dev, m->master + m->flat.buckets[b].shard_offset, m->weights + po,
+                            pc * sizeof(float), ACCEL__COPY_D2D, NULL);
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);
         }

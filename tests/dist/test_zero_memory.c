@@ -65,13 +65,13 @@ static void *count_calloc(size_t c, size_t n)
 }
 
 typedef struct usage {
-    long long alloc_nbytes;   /* allocator: master, optimizer state (+ small bookkeeping) */
-    size_t grad_nbytes;       /* gradients kept after the step */
-    size_t weights_nbytes;    /* stage 3: gathered weights resident after the step */
-    size_t forward_weights;   /* stage 3: gathered weights resident after a forward */
-    size_t state_nbytes;      /* optimizer state (exp_avg + exp_avg_sq) */
-    size_t full_nbytes;       /* one fp32 copy of the padded model */
-    size_t largest_unit;      /* bytes of the largest unit (stage 3) */
+    long long alloc_nbytes; /* allocator: master, optimizer state (+ small bookkeeping) */
+    size_t grad_nbytes;     /* gradients kept after the step */
+    size_t weights_nbytes;  /* stage 3: gathered weights resident after the step */
+    size_t forward_weights; /* stage 3: gathered weights resident after a forward */
+    size_t state_nbytes;    /* optimizer state (exp_avg + exp_avg_sq) */
+    size_t full_nbytes;     /* one fp32 copy of the padded model */
+    size_t largest_unit;    /* bytes of the largest unit (stage 3) */
     long long total;
 } usage;
 
@@ -159,9 +159,8 @@ int main(void)
         printf("stage | allocator (master, optimizer, ...) | gradients kept | gathered weights | "
                "total | vs stage 0\n");
         for (int s = 0; s <= 3; s++) {
-            printf("%d | %lld | %zu | %zu | %lld | %.3f\n", s, u[s].alloc_nbytes,
-                   u[s].grad_nbytes, u[s].weights_nbytes, u[s].total,
-                   (double)u[s].total / (double)u[0].total);
+            printf("%d | %lld | %zu | %zu | %lld | %.3f\n", s, u[s].alloc_nbytes, u[s].grad_nbytes,
+                   u[s].weights_nbytes, u[s].total, (double)u[s].total / (double)u[0].total);
         }
         printf("stage 3: %zu bytes of gathered weights after a forward, largest unit %zu\n",
                u[3].forward_weights, u[3].largest_unit);

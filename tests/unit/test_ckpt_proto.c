@@ -5,8 +5,8 @@
  * arrays) and a per-process part in a .json.
  *  - round trip: every value comes back bit for bit, the files are where the class says, the
  *    metadata keeps the order values were put in;
- *  - a piece of a saved tensor loads into a shard-sized buffer; saving a true piece is
- *    ACCEL_EUNSUPPORTED;
+ *  - a piece of a saved tensor loads into a shard-sized buffer; a piece that no other process
+ *    completes is refused at save (tests/ckpt/test_sharded_state.sh saves real shards);
  *  - every refusal names the folder, the file and the tensor (both shapes) or the key path,
  *    and modifies nothing (the staged apply never runs, no tensor is copied);
  *  - a writer misused by its object (a key put twice, a tensor in a JSON part, a container
@@ -361,10 +361,9 @@ int main(void)
         {SAVE_DEVICE, ACCEL_EUNSUPPORTED,
          "accel_save_state: probe_0.safetensors: tensor w is on cuda:1: checkpointing device "
          "memory is not supported yet (move the model to the CPU first)"},
-        {SAVE_PIECE, ACCEL_EUNSUPPORTED,
-         "accel_save_state: probe_0.safetensors: tensor big: saving a piece of it (elements 6 "
-         "to 12 of 12, a shard) is not supported yet: sharded checkpoints come with ZeRO "
-         "sharding"},
+        {SAVE_PIECE, ACCEL_EINVAL,
+         "accel_save_state: probe_0.safetensors: the processes' pieces of tensor big hold 6 "
+         "elements of its 12 (each element must be put by exactly one process)"},
     };
     for (size_t i = 0; i < sizeof bad_saves / sizeof bad_saves[0]; i++) {
         save_mode = bad_saves[i].mode;

@@ -383,6 +383,14 @@ static void test_units(void)
         CHECK(accel__zero3_unit_state(m, n_units - 2) == 2);
         CHECK(accel__zero3_unit_state(m, n_units - 3) == 1);
         CHECK(accel__zero3_unit_state(m, 0) == 0);
+        /* A backward after a forward that gathered nothing (it read released zeros) fails. */
+        CHECK_OK(acc, accel__zero3_release_all(m));
+        (void)accel_backward_begin(acc);
+        CHECK(accel_backward_end(acc) == ACCEL_EINVAL);
+        CHECK(strstr(accel_last_error(acc), "accel_model_materialize") != NULL);
+        CHECK_OK(acc, accel_model_materialize(m, 0));
+        (void)accel_backward_begin(acc);
+        CHECK_OK(acc, accel_backward_end(acc));
 
         CHECK(accel_model_materialize(m, n) == ACCEL_EINVAL);
         accel_free(acc);
