@@ -18,7 +18,11 @@
  * then initialises MPI itself (accel uses it, and leaves it to the program to finalise).
  *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
+ *                                                         [--backend shm|gloo|hier|...]
  *   mpirun -np 2 build/bench/collectives --backend mpi       (or shm: accel's shm against MPI)
+ *
+ * --backend forces a backend (accel_options.backend; default: accel's choice). For hier, start
+ * the processes as several machines (accel launch --num_machines, docs/comm.md).
  */
 #include <stdio.h>
 #include <stdlib.h>

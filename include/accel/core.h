@@ -73,7 +73,8 @@ typedef struct accel_options {
 
     /* Process state */
     int cpu;             /* force CPU even with GPUs (-1 unset; OR-ed with ACCELERATE_USE_CPU) */
-    const char *backend; /* "self" | "shm" | "mpi" | "nccl"; NULL = chosen from the env */
+    const char *backend; /* "self" | "shm" | "mpi" | "gloo" | "hier" | "nccl"; NULL = chosen
+                            from the env (docs/comm.md) */
     double timeout_s;    /* collective and rendezvous deadline; < 0 = ACCEL_TIMEOUT, 1800 */
     int debug;           /* -1 unset = ACCELERATE_DEBUG_MODE */
     const char *config_file; /* NULL = ACCELERATE_CONFIG_FILE, then the default locations */
@@ -166,7 +167,7 @@ ACCEL_API const char *accel_distributed_type_name(accel_distributed_type t);
 ACCEL_API accel_device accel_device_of(const accel *acc);
 /* "cpu" or "cuda:N" into a static-per-handle buffer, valid while acc lives. */
 ACCEL_API const char *accel_device_name(const accel *acc);
-/* The backend in use: "self", "shm", "mpi" or "nccl". */
+/* The backend in use: "self", "shm", "mpi", "gloo", "hier" or "nccl". */
 ACCEL_API const char *accel_backend_name(const accel *acc);
 /* The communication backends built into this library, comma-separated ("self, shm"). Static
  * string. Thread-safe. */

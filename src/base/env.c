@@ -57,7 +57,13 @@ static const accel__env_var env_table[] = {
     /* accel's own. */
     {"ACCEL_TIMEOUT", ACCEL__ENV_REAL, "1800", "seconds any collective or rendezvous may wait"},
     {"ACCEL_LOG_LEVEL", ACCEL__ENV_STRING, "warn", "debug | info | warn | error | off"},
-    {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL, "force a backend: self | shm | mpi | nccl"},
+    {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL,
+     "force a backend: self | shm | mpi | gloo | hier | nccl"},
+    {"ACCEL_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
+     "gloo, hier: the network interface to listen on (unset: GLOO_SOCKET_IFNAME, else the "
+     "interface of the route to MASTER_ADDR)"},
+    {"GLOO_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
+     "gloo, hier: PyTorch's name for ACCEL_SOCKET_IFNAME (which wins when both are set)"},
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP), 1 (optimizer state sharded), "
      "2 (+ gradients); 3 not implemented yet"},

@@ -30,6 +30,20 @@ extern const accel__comm_ops accel__mpi_ops;
      "with -DACCEL_MPI=ON"}
 #endif
 
+#if ACCEL_HAVE_GLOO
+extern const accel__comm_ops accel__gloo_ops;
+extern const accel__comm_ops accel__hier_ops;
+#define GLOO_BUILT 1, ACCEL__COMM_WIRE, &accel__gloo_ops
+#define HIER_BUILT 1, ACCEL__COMM_WIRE, &accel__hier_ops
+#define GLOO_MISSING ""
+#else
+#define GLOO_BUILT 0, 0, NULL
+#define HIER_BUILT 0, 0, NULL
+#define GLOO_MISSING                                                                               \
+    ": not in this build (it needs Debian's libgloo-dev at build time: apt-get install "           \
+    "libgloo-dev, then rebuild)"
+#endif
+
 /* Backends are values in this table (no strcmp chains, no weak symbols): one built in is
  * {name, 1, caps, &ops, doc}; a later one is listed unbuilt until its build option adds it. */
 const accel__comm_backend accel__comm_backends[] = {
@@ -37,7 +51,10 @@ const accel__comm_backend accel__comm_backends[] = {
     {"shm", 1, ACCEL__COMM_ZERO_COPY | ACCEL__COMM_WIRE, &accel__shm_ops,
      "processes of one machine, through POSIX shared memory (the default under accel launch)"},
     MPI_BACKEND,
-    {"gloo", 0, 0, NULL, "many machines over TCP (Gloo): not implemented yet (a later issue)"},
+    {"gloo", GLOO_BUILT, "many machines over TCP, through Gloo" GLOO_MISSING},
+    {"hier", HIER_BUILT,
+     "several machines with several processes each: shm inside a machine, gloo "
+     "across" GLOO_MISSING},
     {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,
      "CUDA GPUs over NCCL: not implemented yet (a later issue)"},
     {NULL, 0, 0, NULL, NULL},
@@ -173,6 +190,10 @@ accel_status accel__comm_wrap(accel__comm **out, const accel__comm_config *cfg,
     snprintf(c->master_addr, sizeof(c->master_addr), "%s",
              cfg->master_addr != NULL ? cfg->master_addr : "127.0.0.1");
     c->cfg.master_addr = c->master_addr;
+    if (cfg->socket_ifname != NULL) {
+        snprintf(c->socket_ifname, sizeof(c->socket_ifname), "%s", cfg->socket_ifname);
+        c->cfg.socket_ifname = c->socket_ifname;
+    }
     *out = c;
     return ACCEL_OK;
 }

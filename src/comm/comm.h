@@ -120,6 +120,16 @@ typedef struct accel__comm_config {
     const char *master_addr;    /* MASTER_ADDR */
     int master_port;            /* MASTER_PORT */
     double timeout_s;           /* the backend's deadline for every wait; the front end's default */
+    /* Many machines (gloo, hier): the network interface to listen on (ACCEL_SOCKET_IFNAME or
+     * GLOO_SOCKET_IFNAME; NULL: the one of the route to master_addr); store_served: the
+     * launcher serves the job's store at master_addr:master_port (ACCEL_STORE_SERVED), so no
+     * process does; restart_count (ACCEL_RESTART_COUNT) keeps a restart's store keys apart. */
+    const char *socket_ifname;
+    int store_served;
+    int restart_count;
+    /* Messages name rank r of this communicator "process process_base + r" (hier's machine-local
+     * shm communicators use their first process's job-wide index); 0 for the job's own. */
+    int process_base;
     accel__log_ctx log;         /* rank prefix and level of the communicator's log lines */
     struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;

@@ -40,6 +40,7 @@ struct accel__comm {
     char name[64];
     char job_id[256];
     char master_addr[256];
+    char socket_ifname[64];
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;              /* the progress thread waits here for queued work */

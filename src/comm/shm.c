@@ -147,17 +147,18 @@ accel_status accel__shm_check_abort(accel__shm *s)
         return ACCEL_OK;
     }
     int rank = (int)((w >> 8) & 0xffffff), pid = (int)(uint32_t)(w >> 32);
+    const int me = s->process_base + s->rank, who = s->process_base + rank; /* for messages */
     switch ((accel__shm_why)(w & 0xff)) {
     case ACCEL__SHM_DIED:
         return accel__seterr(NULL, ACCEL_EPEER,
                              "%s: process %d (pid %d) died (killed or exited) during a "
                              "collective; process %d cannot continue",
-                             s->what, rank, pid, s->rank);
+                             s->what, who, pid, me);
     case ACCEL__SHM_OTHER_CALL:
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "%s: process %d (pid %d) called a different collective (or "
                              "allocation) at this point; process %d cannot continue",
-                             s->what, rank, pid, s->rank);
+                             s->what, who, pid, me);
     case ACCEL__SHM_EXITED: {
         const accel__shm_line *l = &s->lines[rank];
         char how[48];
@@ -170,7 +171,7 @@ accel_status accel__shm_check_abort(accel__shm *s)
                              "%s #%llu: rank %d (pid %d) exited (%s) while rank %d waits for it "
                              "in this call: the processes made different numbers of collective "
                              "calls",
-                             s->what, (unsigned long long)s->n_calls, rank, pid, how, s->rank);
+                             s->what, (unsigned long long)s->n_calls, who, pid, how, me);
     }
     case ACCEL__SHM_CLASH:
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -183,8 +184,8 @@ accel_status accel__shm_check_abort(accel__shm *s)
         const accel__shm_line *l = &s->lines[rank];
         accel_status st = (accel_status)l->abort_status;
         return accel__seterr(NULL, st < 0 ? st : ACCEL_EPEER,
-                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what,
-                             rank, pid, (int)sizeof(l->abort_msg), l->abort_msg);
+                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what, who,
+                             pid, (int)sizeof(l->abort_msg), l->abort_msg);
     }
     case ACCEL__SHM_TIMEOUT:
         break;
@@ -193,7 +194,7 @@ accel_status accel__shm_check_abort(accel__shm *s)
                          "%s: process %d (pid %d) did not arrive within the %g s timeout "
                          "(stopped, hung, or calling a different collective); process %d "
                          "gives up",
-                         s->what, rank, pid, s->timeout_s, s->rank);
+                         s->what, who, pid, s->timeout_s, me);
 }
 
 /* ---- call declarations ---- */
@@ -416,9 +417,10 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
         if (r != s->rank &&
             !reached(atomic_load_explicit(&s->lines[r].progress, memory_order_acquire), step)) {
             first = first < 0 ? r : first;
-            len += (size_t)snprintf(
-                list + len, sizeof(list) - len, "%sprocess %d (pid %d)", len ? ", " : "", r,
-                (int)atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed));
+            len +=
+                (size_t)snprintf(list + len, sizeof(list) - len, "%sprocess %d (pid %d)",
+                                 len ? ", " : "", s->process_base + r,
+                                 (int)atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed));
         }
     }
     if (first < 0) {
@@ -432,7 +434,7 @@ static accel_status timed_out(accel__shm *s, uint32_t step)
     return accel__seterr(NULL, ACCEL_ETIMEDOUT,
                          "%s: process %d timed out after %g s waiting for %s "
                          "(stopped, hung, or calling a different collective)",
-                         s->what, s->rank, s->timeout_s, list);
+                         s->what, s->process_base + s->rank, s->timeout_s, list);
 }
 
 /* ---- waiting ---- */

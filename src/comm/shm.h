@@ -94,6 +94,7 @@ typedef struct accel__shm_sym {
 
 typedef struct accel__shm {
     int rank, n_ranks;
+    int process_base; /* messages name process process_base + rank (accel__comm_config) */
     double timeout_s;
     accel__log_ctx log;
     double spin_s;         /* ACCEL_SHM_SPIN_US */

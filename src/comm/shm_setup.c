@@ -433,6 +433,7 @@ static accel_status settings(accel__shm *s, const accel__comm_config *cfg)
     s->n_ranks = cfg->n_ranks;
     s->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
     s->log = cfg->log;
+    s->process_base = cfg->process_base;
     s->spin_s = (double)spin_us * 1e-6;
     s->oneshot_nbytes = (size_t)oneshot;
     s->nt_nbytes = (size_t)nt;

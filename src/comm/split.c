@@ -39,6 +39,7 @@ static void child_config(const accel__comm *c, const int32_t *all, const int *me
     const int32_t node = all[3 * me + 2];
     *out = c->cfg;
     out->job_id = "";
+    out->process_base = 0;
     out->local_n_ranks = 0;
     for (int i = 0; i < m; i++) {
         if (members[i] == me) {

@@ -406,6 +406,10 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
             b = "mpi"; /* mpirun / srun wired the processes together: MPI knows the job */
         } else if (l->local_n_ranks == l->n_ranks) {
             b = "shm";
+        } else if (!l->by_mpi) {
+            /* Several machines under accel launch (torchrun's variables): shm inside each and
+             * gloo across when a machine has several processes, else gloo alone. */
+            b = l->local_n_ranks > 1 ? "hier" : "gloo";
         } else {
             b = "mpi";
         }
@@ -514,6 +518,9 @@ typedef struct rendezvous {
     const char *job_id; /* NULL when unset */
     const char *addr;
     int port;
+    const char *ifname; /* ACCEL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME; NULL: the route's */
+    int store_served;   /* ACCEL_STORE_SERVED: the launcher serves the store */
+    int restart_count;  /* ACCEL_RESTART_COUNT */
 } rendezvous;
 
 static accel_status read_rendezvous(rendezvous *r)
@@ -537,6 +544,21 @@ static accel_status read_rendezvous(rendezvous *r)
                              port);
     }
     r->port = (int)port;
+    if (accel__env_string("ACCEL_SOCKET_IFNAME", &r->ifname) != ACCEL_OK &&
+        accel__env_string("GLOO_SOCKET_IFNAME", &r->ifname) != ACCEL_OK) {
+        r->ifname = NULL;
+    }
+    r->store_served = 0;
+    st = accel__env_bool("ACCEL_STORE_SERVED", &r->store_served);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    long long restarts = 0;
+    st = accel__env_int("ACCEL_RESTART_COUNT", &restarts);
+    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+        return st;
+    }
+    r->restart_count = (int)restarts;
     return ACCEL_OK;
 }
 
@@ -628,6 +650,9 @@ accel_status accel_init(accel **out, const accel_options *opts)
             .job_id = rdv.job_id,
             .master_addr = rdv.addr,
             .master_port = rdv.port,
+            .socket_ifname = rdv.ifname,
+            .store_served = rdv.store_served,
+            .restart_count = rdv.restart_count,
             .timeout_s = o.timeout_s,
             .log = acc->log,
             .trace = acc->trace,

@@ -134,6 +134,29 @@ static double to_double(accel_dtype dt, const void *p)
     }
 }
 
+/* Floating-point reductions are checked in the association of the backend: rank order
+ * (ref_group 0), or groups of ref_group consecutive ranks first and then the groups in order
+ * (hier: a machine's processes, then the machines). */
+static int ref_group;
+
+/* *af op= vf and *ad op= v, for a float reduction. */
+static void combine(accel_reduce_op op, float *af, double *ad, float vf, double v)
+{
+    if (op == ACCEL_SUM || op == ACCEL_AVG) {
+        *af += vf;
+        *ad += v;
+    } else if (op == ACCEL_PROD) {
+        *af *= vf;
+        *ad *= v;
+    } else if (op == ACCEL_MAX) {
+        *af = vf > *af ? vf : *af;
+        *ad = v > *ad ? v : *ad;
+    } else {
+        *af = vf < *af ? vf : *af;
+        *ad = v < *ad ? v : *ad;
+    }
+}
+
 /* The expected reduction of element i over all ranks, stored as dt at out. */
 static void ref_reduce(accel_dtype dt, accel_reduce_op op, size_t i, unsigned seed, void *out)
 {
@@ -148,27 +171,29 @@ static void ref_reduce(accel_dtype dt, accel_reduce_op op, size_t i, unsigned se
         return;
     }
     if (accel_dtype_is_float(dt)) {
+        /* Groups of ref_group consecutive ranks combine first, then the groups in order. */
+        const int group = ref_group > 0 ? ref_group : n_ranks;
         float af = 0;
         double ad = 0;
-        for (int r = 0; r < n_ranks; r++) {
-            gen(dt, r, i, seed, e);
-            double v = to_double(dt, e);
-            float vf = (float)v; /* exact: every non-f64 input is an f32 value */
-            if (r == 0) {
-                af = vf;
-                ad = v;
-            } else if (op == ACCEL_SUM || op == ACCEL_AVG) {
-                af += vf;
-                ad += v;
-            } else if (op == ACCEL_PROD) {
-                af *= vf;
-                ad *= v;
-            } else if (op == ACCEL_MAX) {
-                af = vf > af ? vf : af;
-                ad = v > ad ? v : ad;
+        for (int g0 = 0; g0 < n_ranks; g0 += group) {
+            float pf = 0;
+            double pd = 0;
+            for (int r = g0; r < g0 + group; r++) {
+                gen(dt, r, i, seed, e);
+                double v = to_double(dt, e);
+                float vf = (float)v; /* exact: every non-f64 input is an f32 value */
+                if (r == g0) {
+                    pf = vf;
+                    pd = v;
+                } else {
+                    combine(op, &pf, &pd, vf, v);
+                }
+            }
+            if (g0 == 0) {
+                af = pf;
+                ad = pd;
             } else {
-                af = vf < af ? vf : af;
-                ad = v < ad ? v : ad;
+                combine(op, &af, &ad, pf, pd);
             }
         }
         if (op == ACCEL_AVG) {

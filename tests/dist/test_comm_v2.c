@@ -54,9 +54,14 @@ static accel__comm *world_new(void)
     cfg.local_rank = env_int(mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK", 0);
     cfg.local_n_ranks = env_int(mpi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE", 1);
     cfg.backend = mpi ? "mpi" : n_ranks == 1 ? "self" : "shm";
+    if (getenv("ACCEL_TEST_BACKEND") != NULL) { /* tests/comm/test_gloo_collectives.sh */
+        cfg.backend = getenv("ACCEL_TEST_BACKEND");
+    }
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR");
     cfg.master_port = env_int("MASTER_PORT", 29500);
+    cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
+    cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);
     cfg.timeout_s = 60;
     cfg.log.rank = rank;
     cfg.log.n_ranks = n_ranks;

@@ -1,0 +1,33 @@
+/*
+ * The gloo backend's endpoint (private to src/comm/gloo), for the backend's ops (gloo.c) and
+ * the hier composition (hier.c), which runs one gloo communicator across its nodes.
+ */
+#ifndef ACCEL_COMM_GLOO_H
+#define ACCEL_COMM_GLOO_H
+
+#include "comm/comm.h"
+
+typedef struct accel__gloo accel__gloo;
+
+/* Connects cfg->rank of cfg->n_ranks through the store at cfg->master_addr:master_port (served
+ * by this process when `serve`), under keys starting with `prefix` (unique to this
+ * communicator in the job). process[q] is the job-wide index of rank q, used in messages (NULL:
+ * q itself). Collective; every wait has cfg->timeout_s. */
+accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
+                              int serve, const int *process);
+/* Runs one collective (comm.h semantics, bit-identical to the other backends). */
+accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
+/* Breaks the communicator on every member (any thread): the failure is recorded in the store
+ * naming this process and `msg`, and every connection is reset. */
+void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg);
+/* "gloo across 2 processes, listening on eth0": accel_state_summary's line. */
+void accel__gloo_describe(const accel__gloo *e, char *buf, size_t nbytes);
+/* Leaves (peers waiting on this process fail) and frees. Accepts NULL. */
+void accel__gloo_close(accel__gloo *e);
+
+/* Symmetric memory across machines is plain memory (accel_alloc_shared still works): the
+ * mem_alloc / mem_free ops of gloo and hier. */
+accel_status accel__gloo_plain_alloc(void *impl, size_t nbytes, void **out);
+accel_status accel__gloo_plain_free(void *impl, void *p);
+
+#endif /* ACCEL_COMM_GLOO_H */

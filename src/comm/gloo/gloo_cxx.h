@@ -1,0 +1,66 @@
+/*
+ * The C face of Gloo (private to src/comm/gloo): the one C++ file, gloo_cxx.cc, wraps a Gloo
+ * TCP context behind these functions, so the backend (gloo.c) stays C. Every function catches
+ * every C++ exception and returns a status; none throws.
+ *
+ * Data movement only: bytes, no dtypes, no reductions (gloo.c reduces with accel's own kernels
+ * in rank order, which Gloo's ring algorithms cannot promise). Every call waits at most the
+ * context's timeout. A failure fills *err: the message, and the rank of the peer whose
+ * connection failed when Gloo's message names one (-1 otherwise).
+ */
+#ifndef ACCEL_COMM_GLOO_CXX_H
+#define ACCEL_COMM_GLOO_CXX_H
+
+#include <stddef.h>
+
+#include "accel/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct accel__store accel__store;
+typedef struct accel__gloo_ctx accel__gloo_ctx;
+
+typedef struct accel__gloo_err {
+    char msg[400];
+    int peer;    /* the rank at the other end of the failed connection, or -1 */
+    int timeout; /* 1: a wait passed its deadline (else the connection failed) */
+} accel__gloo_err;
+
+/* Connects rank `rank` of n_ranks to every other through Gloo's TCP transport, meeting in the
+ * store under keys starting with `prefix`. The listening address: interface `ifname` when not
+ * NULL, else numeric address `host`. `store` is borrowed and used only during this call.
+ * ACCEL_ETIMEDOUT / ACCEL_EPEER / ACCEL_EIO with err set; ACCEL_EPEER with the message found
+ * there when another process published "<prefix>setup_failed" while this one waited. */
+accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store, const char *prefix,
+                                 int rank, int n_ranks, const char *ifname, const char *host,
+                                 double timeout_s, accel__gloo_err *err);
+/* Frees the context (its connections close; peers still waiting see them close). NULL ok. */
+void accel__gloo_free(accel__gloo_ctx *g);
+
+/* Every rank sends send_nbytes[q] bytes (consecutive in send) to rank q and receives
+ * recv_nbytes[q] bytes (consecutive in recv) from it; the own block is copied. */
+accel_status accel__gloo_alltoallv(accel__gloo_ctx *g, const void *send, const size_t *send_nbytes,
+                                   void *recv, const size_t *recv_nbytes, accel__gloo_err *err);
+/* recv receives every rank's block, rank q's nbytes[q] bytes after those of ranks < q; this
+ * rank's block comes from `send`, or is already in place in recv when send is NULL. */
+accel_status accel__gloo_allgatherv(accel__gloo_ctx *g, const void *send, void *recv,
+                                    const size_t *nbytes, accel__gloo_err *err);
+/* root's buf (nbytes) to every rank's buf. */
+accel_status accel__gloo_broadcast(accel__gloo_ctx *g, void *buf, size_t nbytes, int root,
+                                   accel__gloo_err *err);
+/* Every rank's nbytes bytes to root's recv, in rank order (recv unused elsewhere). */
+accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nbytes, void *recv,
+                                int root, accel__gloo_err *err);
+accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err);
+
+/* Shuts down every connection of the context (any thread): every wait on it, here and on the
+ * peers waiting on this rank, fails at once. */
+void accel__gloo_break(accel__gloo_ctx *g);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_COMM_GLOO_CXX_H */

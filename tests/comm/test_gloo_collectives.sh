@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The collective suite across "machines" (issue 16): jobs of M machines x L processes on this
+# host, started by M launchers (accel launch --num_machines M --machine_rank m
+# --main_process_ip 127.0.0.1; tests/comm/machines.sh).
+#  - gloo (the default with one process per machine), 2 x 1 and 3 x 1: tests/dist/test_collectives
+#    (every collective x dtype x op, in and out of place, checked against the exact result) and
+#    tests/dist/test_comm_backends (random inputs, wire dtypes: bit-identical to the rank-order
+#    reference that the shm backend is held to, so gloo and shm agree bit for bit);
+#  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
+#  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
+#    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
+#    that breaks one group only (an error on every member, never Gloo's abort of the process),
+#    abort from another thread waking a waiter on every process;
+#  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
+#    test_collectives with the floating-point results checked in hier's association (a
+#    machine's processes first, then the machines);
+#  - started by hand, the store served by another process (ACCEL_STORE_SERVED=1, what the
+#    launchers do), job id and restart count set: gloo 2 x 1 and hier 2 x 2 rendezvous as
+#    clients only, twice on one store (the second as restart 1), checking every allreduce.
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/machines.sh"
+gloo_built || exit 77
+tmp=$(mktemp -d)
+trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
+    local name=$1 m=$2 l=$3
+    shift 3
+    mkdir -p "$tmp/$name"
+    if [ -n "${by_hand:-}" ]; then
+        machines_start "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    else
+        machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
+    fi
+    if ! machines_wait 250; then
+        echo "FAIL: $name"
+        for f in "$tmp/$name"/*; do echo "== $f"; tail -n 20 "$f"; done
+        exit 1
+    fi
+    echo "$name: $(cat "$tmp/$name/r0.out")"
+}
+
+run gloo-2x1-collectives 2 1 -- "$B/tests/test_collectives"
+grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did not pick gloo"; exit 1; }
+run gloo-2x1-backends 2 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-3x1-backends 3 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-2x2-backends 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
+run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
+grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
+run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"
+store_port=$("$B/tests/progs/free_port")
+"$B/tests/progs/store_serve" "$store_port" >"$tmp/store.out" 2>&1 &
+store_pid=$!
+trap 'kill -9 "${MACHINE_PIDS[@]}" "$store_pid" 2>/dev/null; rm -rf "$tmp"' EXIT
+for i in $(seq 50); do grep -q ready "$tmp/store.out" && break; sleep 0.1; done
+by_hand=1
+for restart in 0 1; do
+    for ml in "2 1" "2 2"; do
+        set -- $ml
+        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 MASTER_PORT="$store_port" \
+            ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- "$B/tests/progs/allreduce_loop" \
+            --iters 20 --count 300000
+    done
+done
+echo "test_gloo_collectives: ok"
