@@ -13,11 +13,6 @@
 #include "core/profile.h"
 #include "train_internal.h"
 
-int accel__model_zero_stage(const accel_model *m)
-{
-    return m->zero_stage;
-}
-
 size_t accel__zero_state_numel(const accel_model *m)
 {
     return m->zero_stage >= 1 ? accel__flat_shard_numel(&m->flat) : m->flat.padded_numel;
