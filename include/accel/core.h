@@ -119,7 +119,7 @@ typedef struct accel_options {
     /* Sharding (version 2) */
     int zero_stage; /* -1 unset = ACCEL_ZERO_STAGE, then 0: DDP, every process holds the full
                        model and optimizer state. 1 (optimizer state sharded), 2 (+ gradients)
-                       and 3 (+ parameters) are not implemented yet: ACCEL_EUNSUPPORTED */
+                       and 3 (+ parameters): docs/training.md, "ZeRO stages" */
 
     /* Resuming (version 3): what the first accel_prepare loads, so that a job restarted by
      * `accel launch --max_restarts N` continues where its last checkpoint left it.

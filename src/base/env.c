@@ -66,7 +66,7 @@ static const accel__env_var env_table[] = {
      "gloo, hier: PyTorch's name for ACCEL_SOCKET_IFNAME (which wins when both are set)"},
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP), 1 (optimizer state sharded), "
-     "2 (+ gradients); 3 not implemented yet"},
+     "2 (+ gradients), 3 (+ parameters)"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},

@@ -290,7 +290,7 @@ accel_status accel__state_get_len(accel__state_reader *r, const char *key, size_
 accel_status accel__state_get_f64s(accel__state_reader *r, const char *key, double lo, double hi,
                                    double *out, size_t n)
 {
-    size_t len;
+    size_t len = 0; /* set on success; initialised for -O3's maybe-uninitialized */
     ACCEL_TRY(accel__state_get_len(r, key, &len));
     if (len != n) {
         return malformed(r, key, "has %zu elements, expected %zu", len, n);
@@ -332,7 +332,7 @@ accel_status accel__state_enter(accel__state_reader *r, const char *key)
 
 accel_status accel__state_enter_item(accel__state_reader *r, const char *key, size_t i)
 {
-    size_t n;
+    size_t n = 0;
     ACCEL_TRY(accel__state_get_len(r, key, &n));
     char what[96];
     snprintf(what, sizeof what, "%s[%zu]", key, i);

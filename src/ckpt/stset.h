@@ -22,7 +22,7 @@ typedef struct accel__stset accel__stset;
 
 /* The header of a safetensors file of `tensors` (their data unused) as accel_safetensors_write
  * writes it (owned: accel__free), and where each tensor's bytes start in the file
- * (data_start[i], input order). Implemented in safetensors.c. */
+ * (data_start[i], input order). Implemented in safetensors.c (the writer). */
 accel_status accel__safetensors_header(const char *path, const accel_named_tensor *tensors,
                                        size_t n, const accel_kv *metadata, size_t n_metadata,
                                        char **header, size_t *hlen, uint64_t *data_start);

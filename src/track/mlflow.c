@@ -454,9 +454,11 @@ static accel_status walk_files(const char *dir, const char *rel, file_fn fn, voi
             continue;
         }
         char sub[1024];
-        snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
+        int w = snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
         char *path = accel__path_join(dir, e->d_name);
-        if (path == NULL) {
+        if (w < 0 || (size_t)w >= sizeof(sub)) { /* a cut name would move the file elsewhere */
+            st = accel_tracker_seterr(ACCEL_EINVAL, "path too long under %s: %s", dir, e->d_name);
+        } else if (path == NULL) {
             st = accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
         } else if (accel__is_dir(path)) {
             st = walk_files(path, sub, fn, ctx);

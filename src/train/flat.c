@@ -13,9 +13,8 @@
 static accel_status lay_out(accel__flat *f, const accel__flat_param *params, int n_params, int nb,
                             int n_ranks, size_t pad_unit, size_t *offsets, const int *bucket);
 
-accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, int n_params,
-                               double first_nbytes, double cap_nbytes, int n_ranks, size_t pad_unit,
-                               size_t *offsets, int *bucket)
+/* What both builders require of their sizes. */
+static accel_status check_sizes(int n_params, int n_ranks, size_t pad_unit)
 {
     if (n_params < 1 || n_ranks < 1 || pad_unit < 1 || pad_unit % (size_t)n_ranks != 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -23,6 +22,14 @@ accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, 
                              "parameter and a pad unit that is a multiple of the ranks)",
                              n_params, n_ranks, pad_unit);
     }
+    return ACCEL_OK;
+}
+
+accel_status accel__flat_build(accel__flat *f, const accel__flat_param *params, int n_params,
+                               double first_nbytes, double cap_nbytes, int n_ranks, size_t pad_unit,
+                               size_t *offsets, int *bucket)
+{
+    ACCEL_TRY(check_sizes(n_params, n_ranks, pad_unit));
     /* Pass 1, backward order: DDP's size rule over trainable parameters (a frozen one inside
      * a bucket counts towards its size, one before its first trainable parameter does not).
      * Frozen parameters get the bucket of the next trainable one, resolved in pass 2. */
@@ -109,12 +116,7 @@ accel_status accel__flat_build_units(accel__flat *f, const accel__flat_param *pa
                                      const int *unit_of, int n_ranks, size_t pad_unit,
                                      size_t *offsets, int *bucket)
 {
-    if (n_params < 1 || n_ranks < 1 || pad_unit < 1 || pad_unit % (size_t)n_ranks != 0) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "flat geometry: %d parameters, %d ranks, pad unit %zu (need >= 1 "
-                             "parameter and a pad unit that is a multiple of the ranks)",
-                             n_params, n_ranks, pad_unit);
-    }
+    ACCEL_TRY(check_sizes(n_params, n_ranks, pad_unit));
     int n_units = unit_of[n_params - 1] + 1;
     for (int i = 0; i < n_params; i++) {
         if (params[i].numel == 0) {

@@ -120,7 +120,7 @@ accel_status accel_sgd_new(accel *acc, accel_model *m, const accel_sgd_options *
                              "dampening=%g)",
                              who, d.momentum, d.dampening);
     }
-    accel_optimizer *opt;
+    accel_optimizer *opt = NULL; /* set on success; for -O3's maybe-uninitialized */
     ACCEL_TRY(optim_new(acc, m, ACCEL__SGD, d.lr, d.weight_decay, &opt));
     opt->momentum = d.momentum;
     opt->dampening = d.dampening;
@@ -146,7 +146,7 @@ static accel_status adam_new(accel *acc, accel_model *m, const accel_adam_option
     if (!(d.beta2 >= 0 && d.beta2 < 1)) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: beta2=%g is not in [0, 1)", who, d.beta2);
     }
-    accel_optimizer *opt;
+    accel_optimizer *opt = NULL; /* set on success; for -O3's maybe-uninitialized */
     ACCEL_TRY(
         optim_new(acc, m, decoupled ? ACCEL__ADAMW : ACCEL__ADAM, d.lr, d.weight_decay, &opt));
     opt->beta1 = d.beta1;

@@ -148,7 +148,8 @@ accel_status accel__reducer_prepare(accel_model *m)
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                              "accel_prepare: comm_dtype=%s needs a backend that reduces through a "
                              "wire dtype, and %s does not",
-                             accel_dtype_name((accel_dtype)dt), accel__comm_backend_name(acc->comm));
+                             accel_dtype_name((accel_dtype)dt),
+                             accel__comm_backend_name(acc->comm));
     }
     r->staged = acc->n_ranks > 1 && accel__model_staged(m);
     r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;

@@ -84,7 +84,8 @@ static accel_status model_backward_begin(accel_model *m)
     accel *acc = m->acc;
     if (m->in_backward) {
         /* A backward that was never ended: finish it so its buckets do not leak. */
-        accel__log(&acc->log, ACCEL__LOG_WARN, "accel_backward_begin: the previous backward was not ended");
+        accel__log(&acc->log, ACCEL__LOG_WARN,
+                   "accel_backward_begin: the previous backward was not ended");
         ACCEL_TRY(accel_backward_end(acc));
     }
     int allowed = (m->accum_allows && m->no_sync_depth == 0) || m->trigger_sync;

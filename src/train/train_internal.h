@@ -49,7 +49,7 @@ typedef struct accel__reducer {
     accel__range *frozen;       /* frozen ranges, grouped by bucket */
     unsigned char *ready;       /* per parameter, current backward */
     int next_launch;            /* first bucket not yet launched */
-    int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter (not yet) */
+    int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter */
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
     accel__stream *comm_stream; /* staged: the communication thread's copies */
     /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
@@ -242,8 +242,6 @@ accel_status accel__reducer_mirror(accel_model *m);
 
 /* ---- ZeRO sharding (zero.c; the layout per stage is in docs/training.md) ---- */
 
-/* The model's stage (0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters). */
-int accel__model_zero_stage(const accel_model *m);
 /* Elements of each optimizer-state buffer: the shard from stage 1 on, else padded_numel. */
 size_t accel__zero_state_numel(const accel_model *m);
 /* The part of parameter i (registration index) owned by `rank`: flat range [*flat_off,

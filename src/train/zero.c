@@ -1,22 +1,18 @@
 /*
- * ZeRO sharding (DeepSpeed stages 1 and 2, FSDP SHARD_GRAD_OP): which elements of the flat
- * buffers this process owns, the optimizer segments cut down to them, and the allgather that
- * rebuilds every process's full master after each process stepped its own pieces.
+ * ZeRO sharding (DeepSpeed stages 1-3, FSDP SHARD_GRAD_OP and FULL_SHARD): which elements of
+ * the flat buffers this process owns, the optimizer segments cut down to them, and the
+ * allgather that rebuilds every process's full master after each process stepped its own
+ * pieces (stages 1-2; stage 3 keeps only the shard and gathers units on demand, zero3.c).
  *
  * Invariant: from stage 1 on, process r owns piece r of every bucket of the geometry
  * (flat.h); the optimizer state holds exactly those pieces, concatenated in bucket order (the
- * shard), and only they are updated by a step; after the step's allgather the master is
- * identical on every process again.
+ * shard), and only they are updated by a step; at stages 1-2, after the step's allgather the
+ * master is identical on every process again.
  */
 #include <string.h>
 
 #include "core/profile.h"
 #include "train_internal.h"
-
-int accel__model_zero_stage(const accel_model *m)
-{
-    return m->zero_stage;
-}
 
 size_t accel__zero_state_numel(const accel_model *m)
 {
