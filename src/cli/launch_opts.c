@@ -127,7 +127,7 @@ const cli_option launch_options[] = {
      &distributed, NULL},
 
     {"zero_stage", 0, 1, NULL, "0|1|2|3",
-     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP; 1-3 not implemented yet", &deepspeed, NULL},
+     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters", &deepspeed, NULL},
     {"gradient_accumulation_steps", 0, 1, NULL, "N",
      "micro-steps per optimizer step (ACCELERATE_GRADIENT_ACCUMULATION_STEPS; accel: any run, "
      "not only DeepSpeed)",
