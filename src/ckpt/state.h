@@ -184,10 +184,16 @@ struct accel__state_reader {
     size_t path_len[ACCEL__STATE_DEPTH];
 };
 
+/* accel_safetensors_open of `path` from `map`, a private writable mapping of its `map_nbytes`
+ * bytes (taken: owned from here, whatever the result), as kept by accel__ckpt_verify. */
+accel_status accel__safetensors_open_map(accel_safetensors **out, const char *path, void *map,
+                                         size_t map_nbytes);
 /* Opens dir/name (which the marker lists) as a file of `store`; meta_key: the metadata key
- * of a .safetensors' JSON values. */
+ * of a .safetensors' JSON values. A .safetensors whose verified mapping the marker kept is
+ * opened from it (the marker hands it over). */
 accel_status accel__state_file_open(accel__state_file *f, const char *dir, const char *name,
-                                    accel__state_store store, const char *meta_key);
+                                    accel__state_store store, const char *meta_key,
+                                    const accel__ckpt_marker *marker);
 void accel__state_file_close(accel__state_file *f);
 /* ACCEL_EINVAL naming the first tensor of f no object read. */
 accel_status accel__state_file_all_read(const accel__state_file *f, const char *dir);

@@ -212,7 +212,7 @@ static accel_status open_file(accel__state_plan *p, const char *dir, const char 
     ACCEL_ASSERT(p->n_files < p->cap_files);
     accel__state_file *f = &p->files[p->n_files++];
     *out = f;
-    return accel__state_file_open(f, dir, name, store, meta_key);
+    return accel__state_file_open(f, dir, name, store, meta_key, &p->marker);
 }
 
 static accel__state_reader reader(accel__state_plan *p, const char *dir, accel__state_file *f,
