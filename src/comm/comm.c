@@ -18,6 +18,17 @@
 
 extern const accel__comm_ops accel__self_ops;
 extern const accel__comm_ops accel__shm_ops;
+#ifdef ACCEL_HAVE_MPI
+extern const accel__comm_ops accel__mpi_ops;
+#define MPI_BACKEND                                                                                \
+    {"mpi", 1, ACCEL__COMM_WIRE, &accel__mpi_ops,                                                  \
+     "many machines over Open MPI: start the job with mpirun or srun"}
+#else
+#define MPI_BACKEND                                                                                \
+    {"mpi", 0, 0, NULL,                                                                            \
+     "this build has no MPI: install libopenmpi-dev (scripts/install-deps.sh) and configure "      \
+     "with -DACCEL_MPI=ON"}
+#endif
 
 /* Backends are values in this table (no strcmp chains, no weak symbols): one built in is
  * {name, 1, caps, &ops, doc}; a later one is listed unbuilt until its build option adds it. */
@@ -25,7 +36,7 @@ const accel__comm_backend accel__comm_backends[] = {
     {"self", 1, ACCEL__COMM_WIRE, &accel__self_ops, "one process: every collective is a copy"},
     {"shm", 1, ACCEL__COMM_ZERO_COPY | ACCEL__COMM_WIRE, &accel__shm_ops,
      "processes of one machine, through POSIX shared memory (the default under accel launch)"},
-    {"mpi", 0, 0, NULL, "many machines over Open MPI: not implemented yet (a later issue)"},
+    MPI_BACKEND,
     {"gloo", 0, 0, NULL, "many machines over TCP (Gloo): not implemented yet (a later issue)"},
     {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,
      "CUDA GPUs over NCCL: not implemented yet (a later issue)"},

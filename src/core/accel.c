@@ -54,6 +54,7 @@ accel_options accel_options_default(void)
 typedef struct layout {
     int rank, n_ranks, local_rank, local_n_ranks;
     int launched; /* a launcher set LOCAL_RANK (or equivalent): Accelerate's MULTI_CPU rule */
+    int by_mpi;   /* the layout came from an MPI / Slurm launcher's variables */
 } layout;
 
 /* One family of launcher variables: the first family whose world-size variable is set wins. */
@@ -142,6 +143,7 @@ static accel_status read_layout(layout *l)
         l->local_rank = local;
         l->local_n_ranks = local_n;
         l->launched = have_local || world > 1;
+        l->by_mpi = i > 0;
         return ACCEL_OK;
     }
     return ACCEL_OK;
@@ -397,8 +399,11 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
         }
     }
     if (b == NULL) {
+        const accel__comm_backend *mpi = accel__comm_backend_find("mpi");
         if (l->n_ranks == 1) {
             b = "self";
+        } else if (l->by_mpi && mpi != NULL && mpi->built) {
+            b = "mpi"; /* mpirun / srun wired the processes together: MPI knows the job */
         } else if (l->local_n_ranks == l->n_ranks) {
             b = "shm";
         } else {

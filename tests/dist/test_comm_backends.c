@@ -10,6 +10,11 @@
  * one-shot, two-shot (several chunks) and zero-copy paths, and equal that same path run on the
  * backend itself (convert, 16-bit allreduce, convert back: the reducer before comm v2).
  *
+ * Under mpirun (tests/comm/test_mpi_collectives.sh) the same processes run every case on the
+ * mpi backend and on shm, each against the reference, and compare the two backends' results
+ * directly through a hash of every result byte (out of place and in place: mpi's symmetric
+ * memory is plain memory).
+ *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
 #include <string.h>
@@ -32,6 +37,27 @@ static int env_int(const char *name, int dflt)
     return v != NULL && *v != '\0' ? atoi(v) : dflt;
 }
 
+/* Under mpirun the layout comes in Open MPI's variables (accel launch sets RANK, ...). */
+static int under_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") != NULL && getenv("WORLD_SIZE") == NULL;
+}
+
+static int layout(const char *name, const char *ompi, int dflt)
+{
+    return env_int(under_mpirun() ? ompi : name, dflt);
+}
+
+/* FNV-1a over every result byte a backend produced (backend against backend). */
+static uint64_t result_hash;
+static void hash_bytes(const void *p, size_t nbytes)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < nbytes; i++) {
+        result_hash = (result_hash ^ b[i]) * 1099511628211ull;
+    }
+}
+
 static accel__comm *comm_new(const char *backend, const char *job_id)
 {
     accel__comm_config cfg;
@@ -39,8 +65,8 @@ static accel__comm *comm_new(const char *backend, const char *job_id)
     cfg.backend = backend;
     cfg.rank = rank;
     cfg.n_ranks = n_ranks;
-    cfg.local_rank = env_int("LOCAL_RANK", 0);
-    cfg.local_n_ranks = env_int("LOCAL_WORLD_SIZE", 1);
+    cfg.local_rank = layout("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    cfg.local_n_ranks = layout("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     cfg.job_id = job_id;
     cfg.master_addr = getenv("MASTER_ADDR");
     cfg.master_port = env_int("MASTER_PORT", 29500);
@@ -81,13 +107,33 @@ static void gen(accel_dtype dt, int r, size_t i, void *out)
         memcpy(out, &v, 2);
         break;
     }
-    case ACCEL_I32: {
-        int32_t v = (int32_t)(h % 13) - 6;
-        memcpy(out, &v, 4);
+    case ACCEL_F8_E4M3:
+        *(uint8_t *)out = accel__f32_to_f8e4m3(f);
+        break;
+    case ACCEL_F8_E5M2:
+        *(uint8_t *)out = accel__f32_to_f8e5m2(f);
+        break;
+    case ACCEL_I8:
+    case ACCEL_I16:
+    case ACCEL_I32:
+    case ACCEL_I64: { /* small signed values, stored little-endian in the dtype's width */
+        int64_t v = (int64_t)(h % 13) - 6;
+        memcpy(out, &v, accel_dtype_nbytes(dt));
         break;
     }
-    default:
-        *(uint8_t *)out = (uint8_t)(h % 13);
+    case ACCEL_U8:
+    case ACCEL_U16: {
+        uint64_t v = h % 13;
+        memcpy(out, &v, accel_dtype_nbytes(dt));
+        break;
+    }
+    case ACCEL_BOOL:
+        *(uint8_t *)out = (uint8_t)(h % 3 == 0);
+        break;
+    default: /* moved, never reduced: any bytes */
+        for (size_t b = 0; b < accel_dtype_nbytes(dt); b++) {
+            ((uint8_t *)out)[b] = (uint8_t)(h >> (b % 4 * 8)) ^ (uint8_t)b;
+        }
         break;
     }
 }
@@ -150,6 +196,7 @@ static char *reference_reduce(accel_dtype dt, accel_dtype wire, accel_reduce_op 
 static void expect(const void *got, const void *want, size_t nbytes, const accel__comm *c,
                    const accel__coll *op, const char *form)
 {
+    hash_bytes(got, nbytes);
     if (nbytes == 0 || memcmp(got, want, nbytes) == 0) {
         return;
     }
@@ -165,6 +212,9 @@ static void expect(const void *got, const void *want, size_t nbytes, const accel
 }
 
 enum { OUT_OF_PLACE, IN_PLACE, SYMMETRIC };
+/* The last form run (mpirun: not SYMMETRIC, which is plain memory on mpi, as in place is, and
+ * which the launcher's runs cover on shm). */
+static int last_form = SYMMETRIC;
 static const char *const forms[] = {"out of place", "in place", "symmetric, in place"};
 
 /* One case on c in one form; buf (symmetric memory for SYMMETRIC) holds enough for any case. */
@@ -231,25 +281,35 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
     }
 }
 
+/* Every whole-byte dtype: the reducible ones with every op, the others (U32, U64, C64, the
+ * FNUZ and E8M0 FP8s) moved by the collectives that do not reduce. */
 static void matrix(accel__comm *c, char *sym)
 {
-    static const accel_dtype dts[] = {ACCEL_F32, ACCEL_F64, ACCEL_BF16, ACCEL_F16, ACCEL_I32,
-                                      ACCEL_U8};
     static const size_t counts[] = {0, 1, 13, 70001};
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         const size_t count = counts[ci];
         for (int kind = ACCEL__COLL_ALLREDUCE; kind <= ACCEL__COLL_GATHER; kind++) {
             const int reducing = kind == ACCEL__COLL_ALLREDUCE ||
                                  kind == ACCEL__COLL_REDUCE_SCATTER || kind == ACCEL__COLL_REDUCE;
-            for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+            for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
+                const accel_dtype dt = (accel_dtype)d;
+                if (accel_dtype_nbytes(dt) == 0 || (reducing && !accel__reduce_supported(dt))) {
+                    continue;
+                }
                 for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
-                    /* Large counts: a few pairs only (the small ones cover every pair). */
-                    if (count > 1000 && ((d != 0 && d != 2) || rop > ACCEL_AVG)) {
+                    /* Large counts: a few ops only (the small ones cover every pair): SUM and
+                     * MIN of every dtype (mpi hands those of integers and BOOL to MPI's own
+                     * ops), AVG of F32 and BF16. */
+                    const int big_avg = rop == ACCEL_AVG && (dt == ACCEL_F32 || dt == ACCEL_BF16);
+                    if (count > 1000 && rop != ACCEL_SUM && rop != ACCEL_MIN && !big_avg) {
                         continue;
                     }
+                    if (dt == ACCEL_BOOL && rop == ACCEL_AVG) {
+                        continue; /* refused: not defined for BOOL */
+                    }
                     int root = kind >= ACCEL__COLL_BROADCAST ? (int)(seed % (unsigned)n_ranks) : 0;
-                    for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
-                        run_case(c, sym, form, (accel__coll_kind)kind, dts[d],
+                    for (int form = OUT_OF_PLACE; form <= last_form; form++) {
+                        run_case(c, sym, form, (accel__coll_kind)kind, dt,
                                  (accel_reduce_op)rop, ACCEL_F32, count, root);
                     }
                 }
@@ -266,7 +326,7 @@ static void wire_cases(accel__comm *c, char *sym)
     for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
         for (int wi = 0; wi < 2; wi++) {
             for (int rop = ACCEL_SUM; rop <= ACCEL_PROD; rop++) {
-                for (int form = OUT_OF_PLACE; form <= SYMMETRIC; form++) {
+                for (int form = OUT_OF_PLACE; form <= last_form; form++) {
                     run_case(c, sym, form, ACCEL__COLL_ALLREDUCE, ACCEL_F32, (accel_reduce_op)rop,
                              wires[wi], counts[ci], 0);
                 }
@@ -306,12 +366,47 @@ static uint64_t all_cases(accel__comm *c)
     return zc;
 }
 
+/* mpirun: every case on mpi, then on shm (the seeds restart, so both see the same inputs),
+ * each against the reference, and the two backends' results against each other. */
+static int mpi_vs_shm(void)
+{
+#ifdef ACCEL_HAVE_MPI
+    last_form = IN_PLACE;
+    accel__comm *mpi = comm_new("mpi", NULL);
+    seed = 0;
+    result_hash = 1469598103934665603ull;
+    CHECK(all_cases(mpi) == 0);
+    const uint64_t h_mpi = result_hash;
+    const int n_cases = cases;
+    accel__comm *shm = comm_new("shm", NULL);
+    seed = 0;
+    result_hash = 1469598103934665603ull;
+    (void)all_cases(shm);
+    CHECK_MSG(result_hash == h_mpi, "mpi and shm results differ (hash %llx vs %llx)",
+              (unsigned long long)h_mpi, (unsigned long long)result_hash);
+    accel__comm_free(shm);
+    accel__comm_free(mpi);
+    if (rank == 0) {
+        printf("test_comm_backends: mpirun, %d processes: %d cases on mpi and on shm, each "
+               "bit-identical to the reference and to the other backend\n",
+               n_ranks, n_cases);
+    }
+    return 0;
+#else
+    printf("test_comm_backends: built without MPI: skipped\n");
+    return 77;
+#endif
+}
+
 int main(void)
 {
     /* Zero-copy above 64 KiB on symmetric memory: the 70001- and 300007-element cases. */
     setenv("ACCEL_SHM_ZEROCOPY_NBYTES", "65536", 1);
-    rank = env_int("RANK", 0);
-    n_ranks = env_int("WORLD_SIZE", 1);
+    rank = layout("RANK", "OMPI_COMM_WORLD_RANK", 0);
+    n_ranks = layout("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
+    if (under_mpirun()) {
+        return mpi_vs_shm();
+    }
     uint64_t zc;
     if (n_ranks == 1) {
         accel__comm *self = comm_new("self", NULL), *shm = comm_new("shm", NULL);

@@ -1,0 +1,86 @@
+/*
+ * The mpi backend's private state, shared by mpi.c (MPI start and finish, communicators, waits
+ * with deadlines, abort, split, plain symmetric memory) and mpi_coll.c (the collectives).
+ * Compiled only when the build found MPI (ACCEL_MPI, CMakeLists.txt).
+ */
+#ifndef ACCEL_COMM_MPI_IMPL_H
+#define ACCEL_COMM_MPI_IMPL_H
+
+#include <mpi.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "comm/comm.h"
+
+/* What a member tells its peers when it aborts the communicator (on the `ctl` communicator). */
+typedef struct accel__mpi_note {
+    int32_t rank;
+    int32_t status;
+    char msg[240];
+} accel__mpi_note;
+
+/* One plain "symmetric" allocation (mpi has no shared memory: collectives copy). */
+typedef struct accel__mpi_block {
+    void *p;
+    struct accel__mpi_block *next;
+} accel__mpi_block;
+
+typedef struct accel__mpi {
+    MPI_Comm comm; /* the collectives: a private copy, never the program's MPI_COMM_WORLD */
+    MPI_Comm ctl;  /* abort notices, so they never match a collective's messages */
+    int rank, n_ranks;
+    double timeout_s;
+    accel__log_ctx log;
+    MPI_Request abort_rx; /* always posted: a peer's notice ends every wait here */
+    accel__mpi_note rx_note, tx_note;
+    MPI_Request *abort_tx; /* n_ranks sends of tx_note, MPI_REQUEST_NULL when none */
+    _Atomic int aborted;   /* this member aborted, or heard a peer's notice */
+    int peer_note;         /* rx_note holds a peer's notice */
+    int stuck;             /* a request never completed: MPI objects must leak at destroy */
+    char *scratch;         /* grows to the largest need; no allocation in the steady state */
+    size_t scratch_nbytes;
+    int *counts, *displs;   /* n_ranks each: the v-collectives' per-process chunks */
+    int *rcounts, *rdispls; /* n_ranks each: what an all-to-all receives from each process */
+    const void **ins;       /* n_ranks operands of a local reduction */
+    MPI_Request *reqs;      /* 2 * n_ranks: the small-message exchange's sends and receives */
+    int *req_peer;          /* for each of reqs: the process a receive waits for, -1 a send */
+    accel__mpi_block *blocks;
+    const accel__coll *cur; /* the collective running (named in messages), or NULL */
+} accel__mpi;
+
+/* The MPI datatype that moves elements of dt (a named type, or a committed contiguous byte
+ * type for the formats MPI lacks: F16, BF16, the F8s), and the accel dtype of one of ours. */
+MPI_Datatype accel__mpi_type(accel_dtype dt);
+
+/* The user-defined reduction for `op` (MPI_Op_create, not commutative, so MPI combines in rank
+ * order): accel's own kernel over two operands, floats of 16 bits or fewer in f32. AVG
+ * divides by 2: only for communicators of two processes, where each element meets one
+ * combine. */
+MPI_Op accel__mpi_user_op(accel_reduce_op op);
+
+/* Waits for *req until the communicator's deadline, progressing MPI and watching for aborts.
+ * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an
+ * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
+ * this process). */
+accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
+/* The same for n requests at once (all must complete). peers: NULL, or for each request the
+ * process whose message it receives (-1: a send), so that a timeout names those that sent
+ * nothing. */
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const int *peers,
+                                const char *what);
+
+/* An MPI return code as an accel error naming the call and this process (EPEER). */
+accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what);
+
+/* Scratch of at least nbytes, or NULL (the error set). */
+char *accel__mpi_scratch(accel__mpi *m, size_t nbytes);
+
+/* Serialises accel's MPI calls when MPI was started below MPI_THREAD_MULTIPLE (by the program);
+ * no-ops otherwise. */
+void accel__mpi_lock(void);
+void accel__mpi_unlock(void);
+
+/* One collective (accel__comm_ops.run), in mpi_coll.c. */
+accel_status accel__mpi_run(void *impl, const accel__coll *op);
+
+#endif /* ACCEL_COMM_MPI_IMPL_H */
