@@ -315,22 +315,34 @@ static accel_status bind_data(accel_safetensors *st, uint64_t hlen)
     return ACCEL_OK;
 }
 
-accel_status accel_safetensors_open(accel_safetensors **out, const char *path)
+/* Opens `path`, or, with `map`, takes over that private writable mapping of its `map_nbytes`
+ * bytes (owned from here, whatever the result). */
+static accel_status open_st(accel_safetensors **out, const char *path, void *map,
+                            size_t map_nbytes)
 {
     if (out == NULL || path == NULL) {
+        if (map != NULL) {
+            munmap(map, map_nbytes);
+        }
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_safetensors_open: NULL %s",
                              out ? "path" : "out");
     }
     accel_safetensors *st = accel__calloc(1, sizeof *st);
     if (st == NULL || (st->path = accel__strdup(path)) == NULL) {
         accel__free(st);
+        if (map != NULL) {
+            munmap(map, map_nbytes);
+        }
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory opening %s", path);
     }
     accel_status rc = ACCEL_OK;
     /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    int fd = map != NULL ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     struct stat sb;
-    if (fd < 0) {
+    if (map != NULL) {
+        st->map = map; /* checked by the caller: a regular file, at least 8 bytes */
+        st->map_nbytes = map_nbytes;
+    } else if (fd < 0) {
         rc = accel__seterr(NULL, errno == ENOENT ? ACCEL_ENOTFOUND : ACCEL_EIO,
                            "cannot open %s: %s", path, strerror(errno));
     } else if (fstat(fd, &sb) != 0) {
@@ -381,6 +393,21 @@ accel_status accel_safetensors_open(accel_safetensors **out, const char *path)
     }
     *out = st;
     return ACCEL_OK;
+}
+
+accel_status accel_safetensors_open(accel_safetensors **out, const char *path)
+{
+    return open_st(out, path, NULL, 0);
+}
+
+accel_status accel__safetensors_open_map(accel_safetensors **out, const char *path, void *map,
+                                         size_t map_nbytes)
+{
+    if (map_nbytes < 8) { /* too short to be one: the file's own open says why */
+        munmap(map, map_nbytes);
+        return open_st(out, path, NULL, 0);
+    }
+    return open_st(out, path, map, map_nbytes);
 }
 
 void accel_safetensors_close(accel_safetensors *st)

@@ -513,9 +513,9 @@ static accel_status check_in_step(accel *acc, const accel__state_plan *p, const 
     return st;
 }
 
-/* Loads folder `src` (the protocol of the file comment); `verified`: the caller already
- * checked its checksums. */
-static accel_status load_from(accel *acc, const char *src, int verified)
+/* Loads folder `src` (the protocol of the file comment); `verified`: the marker of the
+ * caller's verification of it (taken), or NULL. */
+static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *verified)
 {
     static const char *who = "accel_load_state";
     accel_status st = ACCEL_OK;
@@ -536,6 +536,8 @@ static accel_status load_from(accel *acc, const char *src, int verified)
         if (st != ACCEL_OK) {
             accel__adopt_thread_error(acc, st);
         }
+    } else if (verified != NULL) {
+        accel__ckpt_marker_release(verified);
     }
     /* Nothing is modified anywhere unless every process validated its files. */
     st = agree(acc, st, who);
@@ -612,18 +614,26 @@ static accel_status load_newest(accel *acc)
     }
     char skipped[400] = "", newest_why[ACCEL__ERRMSG_NBYTES] = "";
     int64_t chosen = -1;
+    accel__ckpt_marker marker = {0};
     for (int64_t i = n - 1; st == ACCEL_OK && i >= 0 && chosen < 0; i--) {
         char *dir = auto_dir(base, its[i]);
         if (dir == NULL) {
             st = accel__adopt_thread_error(acc, ACCEL_ENOMEM);
             break;
         }
-        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, NULL);
+        /* The chosen folder's marker keeps the verified mappings, loaded from below. */
+        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &marker);
         if (vst == ACCEL_ECORRUPT) {
             accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
                        accel_last_error(NULL));
         }
+        if (vst != ACCEL_OK) {
+            memset(&marker, 0, sizeof marker); /* verify returned none */
+        }
         vst = agree(acc, vst, who);
+        if (vst != ACCEL_OK) {
+            accel__ckpt_marker_release(&marker); /* maybe verified here, damaged elsewhere */
+        }
         if (vst == ACCEL_OK) {
             chosen = its[i];
         } else if (vst == ACCEL_ECORRUPT) {
@@ -646,8 +656,11 @@ static accel_status load_newest(accel *acc)
     }
     if (st == ACCEL_OK) {
         char *dir = auto_dir(base, chosen);
-        st = dir ? load_from(acc, dir, 1) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
+        st = dir ? load_from(acc, dir, &marker) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
         accel__free(dir);
+    }
+    if (marker.files != NULL) { /* not handed to load_from */
+        accel__ckpt_marker_release(&marker);
     }
     ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
     if (st == ACCEL_OK && its[n - 1] + 1 > m->iteration && its[n - 1] < INT_MAX) {
@@ -668,7 +681,7 @@ static accel_status load_state(accel *acc, const char *dir)
         return ACCEL_ENOMEM;
     }
     if (dir != NULL) {
-        return load_from(acc, dir, 0);
+        return load_from(acc, dir, NULL);
     }
     if (acc->settings->ckpt.automatic_checkpoint_naming == 1) {
         return load_newest(acc);

@@ -10,6 +10,7 @@
 #define ACCEL_CKPT_STATE_H
 
 #include "accel/accel.h"
+#include "ckpt/safetensors.h"
 #include "ckpt/verify.h"
 #include "core/internal.h"
 #include "core/state_proto.h"
@@ -100,12 +101,14 @@ accel_status accel__state_shard_write_index(const accel__state_writer *w, const 
 
 /* ---- load: plan, then apply ---- */
 
-/* Verifies the folder (marker, sizes, and unless `verified` this process's share of the
- * checksums), then opens and validates everything this process needs from `dir` (only files
- * the marker lists) and has every object validate and stage its part; nothing is modified. */
+/* Verifies the folder (marker, sizes, and this process's share of the checksums) unless
+ * `verified` is the marker the caller's accel__ckpt_verify of `dir` returned (taken, whatever
+ * the result: its kept mappings are loaded from), then opens and validates everything this
+ * process needs from `dir` (only files the marker lists) and has every object validate and
+ * stage its part; nothing is modified. */
 typedef struct accel__state_plan accel__state_plan;
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   int verified, accel__state_plan **out);
+                                   accel__ckpt_marker *verified, accel__state_plan **out);
 /* Where this process resumes, for the check that all processes agree: the accumulation step
  * and sync_gradients, then per resume position (accel__state_resume_at) its epoch, batch and
  * length: 2 + 3 * accel__state_plan_n_positions values, owned by the plan. */
@@ -185,9 +188,11 @@ struct accel__state_reader {
 };
 
 /* Opens dir/name (which the marker lists) as a file of `store`; meta_key: the metadata key
- * of a .safetensors' JSON values. */
+ * of a .safetensors' JSON values. A .safetensors whose verified mapping the marker kept is
+ * opened from it (the marker hands it over). */
 accel_status accel__state_file_open(accel__state_file *f, const char *dir, const char *name,
-                                    accel__state_store store, const char *meta_key);
+                                    accel__state_store store, const char *meta_key,
+                                    const accel__ckpt_marker *marker);
 void accel__state_file_close(accel__state_file *f);
 /* ACCEL_EINVAL naming the first tensor of f no object read. */
 accel_status accel__state_file_all_read(const accel__state_file *f, const char *dir);

@@ -212,7 +212,7 @@ static accel_status open_file(accel__state_plan *p, const char *dir, const char 
     ACCEL_ASSERT(p->n_files < p->cap_files);
     accel__state_file *f = &p->files[p->n_files++];
     *out = f;
-    return accel__state_file_open(f, dir, name, store, meta_key);
+    return accel__state_file_open(f, dir, name, store, meta_key, &p->marker);
 }
 
 static accel__state_reader reader(accel__state_plan *p, const char *dir, accel__state_file *f,
@@ -393,17 +393,24 @@ static accel_status plan_all(accel *acc, accel__state_plan *p, const accel__stat
 }
 
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   int verified, accel__state_plan **out)
+                                   accel__ckpt_marker *verified, accel__state_plan **out)
 {
     accel__state_plan *p = accel__calloc(1, sizeof(*p));
     if (p == NULL) {
+        if (verified != NULL) {
+            accel__ckpt_marker_release(verified);
+        }
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
     }
     /* The processes of a machine split the checksums between them (agreed on before any
-     * file is applied); a folder just verified by the caller is checked for sizes only. */
-    accel_status st =
-        verified ? accel__ckpt_verify(dir, 0, 0, &p->marker)
-                 : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &p->marker);
+     * file is applied); a folder just verified by the caller keeps that verification. */
+    accel_status st = ACCEL_OK;
+    if (verified != NULL) {
+        p->marker = *verified;
+        memset(verified, 0, sizeof(*verified));
+    } else {
+        st = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &p->marker);
+    }
     if (st == ACCEL_OK) {
         st = plan_all(acc, p, o, dir);
     }

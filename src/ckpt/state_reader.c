@@ -20,7 +20,8 @@
 /* ---- reader: files ---- */
 
 accel_status accel__state_file_open(accel__state_file *f, const char *dir, const char *name,
-                                    accel__state_store store, const char *meta_key)
+                                    accel__state_store store, const char *meta_key,
+                                    const accel__ckpt_marker *marker)
 {
     memset(f, 0, sizeof(*f));
     snprintf(f->name, sizeof f->name, "%s", name);
@@ -32,8 +33,13 @@ accel_status accel__state_file_open(accel__state_file *f, const char *dir, const
     if (path == NULL) {
         return ACCEL_ENOMEM;
     }
-    accel_status st = store == ACCEL__STORE_BYTES ? accel__read_file(path, &f->bytes, &f->n_bytes)
-                                                  : accel_safetensors_open(&f->st, path);
+    void *map = NULL;
+    size_t map_nbytes = 0;
+    accel_status st =
+        store == ACCEL__STORE_BYTES ? accel__read_file(path, &f->bytes, &f->n_bytes)
+        : accel__ckpt_marker_take_map(marker, name, &map, &map_nbytes)
+            ? accel__safetensors_open_map(&f->st, path, map, map_nbytes)
+            : accel_safetensors_open(&f->st, path);
     accel__free(path);
     if (st == ACCEL_ENOTFOUND) {
         return accel__seterr(NULL, ACCEL_ECORRUPT, "checkpoint %s: file %s is missing", dir, name);

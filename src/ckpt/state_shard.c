@@ -332,7 +332,12 @@ accel_status accel__state_shard_open(accel__state_file *f, const char *dir, cons
                                  dir, name, ACCEL__CKPT_MARKER);
         }
         char *path = accel__path_join(dir, name);
-        accel_status st = path ? accel_safetensors_open(&sh->shards[r], path) : ACCEL_ENOMEM;
+        void *map = NULL;
+        size_t map_nbytes = 0;
+        accel_status st = path == NULL ? ACCEL_ENOMEM
+                          : accel__ckpt_marker_take_map(marker, name, &map, &map_nbytes)
+                              ? accel__safetensors_open_map(&sh->shards[r], path, map, map_nbytes)
+                              : accel_safetensors_open(&sh->shards[r], path);
         accel__free(path);
         if (st == ACCEL_ENOTFOUND) {
             st =

@@ -72,7 +72,8 @@ static accel_status map_file(const char *path, mapped *m)
     m->n = st == ACCEL_OK ? (size_t)sb.st_size : 0;
     m->p = NULL;
     if (st == ACCEL_OK && m->n > 0) {
-        void *p = mmap(NULL, m->n, PROT_READ, MAP_PRIVATE, fd, 0);
+        /* Private and writable as accel_safetensors_open's, so a loader can take it over. */
+        void *p = mmap(NULL, m->n, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
             st = accel__seterr(NULL, ACCEL_EIO, "cannot map %s: %s", path, strerror(errno));
         } else {
@@ -124,8 +125,10 @@ static void unmap_file(mapped *m)
     memset(m, 0, sizeof(*m));
 }
 
-/* Checksums of n files (sums[i]; sizes[i] their sizes), all blocks in parallel. */
-static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums, int64_t *sizes)
+/* Checksums of n files (sums[i]; sizes[i] their sizes), all blocks in parallel. With `keep`,
+ * keep[i] receives file i's mapping (owned; NULL for an empty file) instead of its unmapping. */
+static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums, int64_t *sizes,
+                                   void **keep)
 {
     mapped *m = accel__calloc(n + 1, sizeof(*m));
     if (m == NULL) {
@@ -143,6 +146,10 @@ static accel_status checksum_files(char *const *paths, size_t n, uint64_t *sums,
         for (size_t f = 0; f < n; f++) {
             sums[f] = XXH3_64bits(m[f].block_sums, 8 * (m[f].n / ACCEL__CKPT_BLOCK + 1));
             sizes[f] = (int64_t)m[f].n;
+            if (keep != NULL) {
+                keep[f] = (void *)m[f].p;
+                m[f].p = NULL;
+            }
         }
     }
     for (size_t f = 0; f < mapped_n; f++) {
@@ -231,7 +238,7 @@ accel_status accel__ckpt_marker_build(const char *dir, const char *extra, char *
         st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory building the marker");
     }
     if (st == ACCEL_OK) {
-        st = checksum_files(paths, n, sums, sizes);
+        st = checksum_files(paths, n, sums, sizes, NULL);
     }
     for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
         char hex[17];
@@ -290,6 +297,9 @@ void accel__ckpt_marker_release(accel__ckpt_marker *m)
 {
     for (size_t i = 0; m->files != NULL && i < m->n_files; i++) {
         accel__free(m->files[i].name);
+        if (m->files[i].map != NULL) {
+            munmap(m->files[i].map, m->files[i].map_nbytes);
+        }
     }
     accel__free(m->files);
     memset(m, 0, sizeof(*m));
@@ -302,8 +312,22 @@ static int cmp_file(const void *a, const void *b)
 
 const accel__ckpt_file *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name)
 {
-    accel__ckpt_file key = {(char *)name, 0, 0};
+    accel__ckpt_file key = {(char *)name, 0, 0, NULL, 0};
     return m->n_files ? bsearch(&key, m->files, m->n_files, sizeof key, cmp_file) : NULL;
+}
+
+int accel__ckpt_marker_take_map(const accel__ckpt_marker *m, const char *name, void **map,
+                                size_t *nbytes)
+{
+    /* The entries are the marker's own (non-const) array: handing over changes only the map. */
+    accel__ckpt_file *f = m ? (accel__ckpt_file *)accel__ckpt_marker_find(m, name) : NULL;
+    if (f == NULL || f->map == NULL) {
+        return 0;
+    }
+    *map = f->map;
+    *nbytes = f->map_nbytes;
+    f->map = NULL;
+    return 1;
 }
 
 /* A marker error: ACCEL_ECORRUPT naming the folder, the marker and the problem. */
@@ -469,16 +493,18 @@ static accel_status check_size(const char *dir, const accel__ckpt_file *f)
     return st;
 }
 
-/* The checksums of the listed files i with i % n_shares == share. */
-static accel_status check_sums(const char *dir, const accel__ckpt_marker *m, int share,
-                               int n_shares)
+/* The checksums of the listed files i with i % n_shares == share; with `keep`, their verified
+ * mappings stay in the marker's entries. */
+static accel_status check_sums(const char *dir, accel__ckpt_marker *m, int share, int n_shares,
+                               int keep)
 {
     size_t n = 0;
     char **paths = accel__calloc(m->n_files, sizeof(char *));
-    const accel__ckpt_file **files = accel__calloc(m->n_files, sizeof(*files));
+    accel__ckpt_file **files = accel__calloc(m->n_files, sizeof(*files));
     uint64_t *sums = accel__calloc(m->n_files, sizeof(uint64_t));
     int64_t *sizes = accel__calloc(m->n_files, sizeof(int64_t));
-    accel_status st = (paths && files && sums && sizes)
+    void **maps = keep ? accel__calloc(m->n_files, sizeof(void *)) : NULL;
+    accel_status st = (paths && files && sums && sizes && (maps || !keep))
                           ? ACCEL_OK
                           : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
     for (size_t i = 0; st == ACCEL_OK && i < m->n_files; i++) {
@@ -489,7 +515,11 @@ static accel_status check_sums(const char *dir, const accel__ckpt_marker *m, int
         }
     }
     if (st == ACCEL_OK) {
-        st = checksum_files(paths, n, sums, sizes);
+        st = checksum_files(paths, n, sums, sizes, maps);
+    }
+    for (size_t i = 0; st == ACCEL_OK && maps != NULL && i < n; i++) {
+        files[i]->map = maps[i]; /* released with the marker, whatever follows */
+        files[i]->map_nbytes = (size_t)sizes[i];
     }
     for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
         if (sums[i] != files[i]->xxh3 || sizes[i] != files[i]->nbytes) {
@@ -507,6 +537,7 @@ static accel_status check_sums(const char *dir, const accel__ckpt_marker *m, int
     accel__free(files);
     accel__free(sums);
     accel__free(sizes);
+    accel__free(maps);
     return st;
 }
 
@@ -519,7 +550,7 @@ accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel_
         st = check_size(dir, &m.files[i]);
     }
     if (st == ACCEL_OK && m.has_checksums && n_shares > 0) {
-        st = check_sums(dir, &m, share, n_shares);
+        st = check_sums(dir, &m, share, n_shares, out != NULL);
     }
     if (st == ACCEL_OK && !m.has_checksums && n_shares > 0 && share == 0) {
         accel__log(NULL, ACCEL__LOG_INFO,

@@ -27,6 +27,10 @@ typedef struct accel__ckpt_file {
     char *name; /* a plain file name inside the folder */
     int64_t nbytes;
     uint64_t xxh3; /* valid when the marker has checksums (version >= 2) */
+    /* The private, writable mapping whose bytes were checksummed (NULL: none kept), owned
+     * until accel__ckpt_marker_take_map hands it over: loading from it reads the disk once. */
+    void *map;
+    size_t map_nbytes;
 } accel__ckpt_file;
 
 typedef struct accel__ckpt_marker {
@@ -48,6 +52,10 @@ accel_status accel__ckpt_marker_read(const char *dir, accel__ckpt_marker *m);
 void accel__ckpt_marker_release(accel__ckpt_marker *m);
 /* The entry for `name`, or NULL when the marker does not list it. */
 const accel__ckpt_file *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name);
+/* Hands over the kept mapping of `name` (its bytes are the verified ones): 1 and *map, *nbytes
+ * (owned: munmap) when accel__ckpt_verify kept one, else 0. */
+int accel__ckpt_marker_take_map(const accel__ckpt_marker *m, const char *name, void **map,
+                                size_t *nbytes);
 
 /* The marker is valid and every listed file is a regular file of the recorded size (cheap: no
  * file is read). ACCEL_ECORRUPT naming the folder and file, ACCEL_ENOTFOUND: no folder. */
@@ -56,7 +64,9 @@ accel_status accel__ckpt_check_complete(const char *dir);
 /* As accel__ckpt_check_complete, then the checksums of the listed files i with
  * i % n_shares == share (processes of one machine share the reading); a version-1 marker has
  * none to check. ACCEL_ECORRUPT naming the folder and the first file whose bytes differ. The
- * marker read is returned in *m when m is not NULL (release it). */
+ * marker read is returned in *m when m is not NULL (release it); it then keeps the mappings
+ * of the files checksummed here, so that loading them reads the bytes verified, while they are
+ * in the page cache (accel__ckpt_marker_take_map). */
 accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel__ckpt_marker *m);
 
 #endif /* ACCEL_CKPT_VERIFY_H */

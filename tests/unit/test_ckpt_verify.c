@@ -18,11 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "accel/data.h"
+#include "ckpt/verify.h"
 #include "check.h"
 
 #define N_SAMPLES 20
@@ -511,6 +513,44 @@ static void test_newest_fallback(const char *root)
     fx_free(&f);
 }
 
+/* A verify that returns the marker keeps the mappings it hashed, one per file of its share,
+ * holding the file's bytes, handed over once (the loader loads those very bytes). */
+static void test_kept_maps(const char *root)
+{
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/maps", root);
+    fixture f;
+    fx_init(&f, NULL);
+    fx_set(&f, 5);
+    CHECK_OK(f.acc, accel_save_state(f.acc, dir));
+    for (int share = 0; share < 2; share++) {
+        accel__ckpt_marker m;
+        CHECK(accel__ckpt_verify(dir, share, 2, &m) == ACCEL_OK);
+        for (size_t i = 0; i < m.n_files; i++) {
+            void *map = NULL;
+            size_t n = 0;
+            int kept = accel__ckpt_marker_take_map(&m, m.files[i].name, &map, &n);
+            CHECK(kept == ((int)(i % 2) == share && m.files[i].nbytes > 0));
+            if (!kept) {
+                continue;
+            }
+            CHECK(n == (size_t)m.files[i].nbytes);
+            char p[600];
+            snprintf(p, sizeof p, "%s/%s", dir, m.files[i].name);
+            FILE *fp = fopen(p, "rb");
+            unsigned char *buf = malloc(n);
+            CHECK(fp != NULL && buf != NULL && fread(buf, 1, n, fp) == n);
+            CHECK(memcmp(buf, map, n) == 0);
+            fclose(fp);
+            free(buf);
+            munmap(map, n);
+            CHECK(accel__ckpt_marker_take_map(&m, m.files[i].name, &map, &n) == 0);
+        }
+        accel__ckpt_marker_release(&m);
+    }
+    fx_free(&f);
+}
+
 int main(void)
 {
     for (int i = 0; i < N_SAMPLES * 4; i++) {
@@ -521,6 +561,7 @@ int main(void)
     snprintf(root, sizeof root, "/tmp/accel_test_ckpt_verify_%d", (int)getpid());
     sh("rm -rf %s && mkdir -p %s", root, root);
     test_flipped_bytes(root);
+    test_kept_maps(root);
     test_bad_markers(root);
     test_version1_and_fields(root);
     test_newest_fallback(root);
