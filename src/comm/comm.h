@@ -192,6 +192,11 @@ typedef struct accel__comm_ops {
     void (*describe)(void *impl, char *buf, size_t nbytes);
 } accel__comm_ops;
 
+/* mem_alloc / mem_free for backends whose symmetric memory is plain memory (collectives copy):
+ * zeroed, aligned, impl unused. self, gloo and hier use them. */
+accel_status accel__comm_plain_alloc(void *impl, size_t nbytes, void **out);
+accel_status accel__comm_plain_free(void *impl, void *p);
+
 typedef struct accel__comm_backend {
     const char *name;
     int built;                  /* 1: in this build (ops set) */

@@ -62,7 +62,7 @@ static void self_destroy(void *impl)
 }
 
 /* Symmetric memory of one process is plain memory. */
-static accel_status self_alloc(void *impl, size_t nbytes, void **out)
+accel_status accel__comm_plain_alloc(void *impl, size_t nbytes, void **out)
 {
     (void)impl;
     void *p = accel__aligned_alloc(nbytes > 0 ? nbytes : 64);
@@ -75,7 +75,7 @@ static accel_status self_alloc(void *impl, size_t nbytes, void **out)
     return ACCEL_OK;
 }
 
-static accel_status self_dealloc(void *impl, void *p)
+accel_status accel__comm_plain_free(void *impl, void *p)
 {
     (void)impl;
     accel__aligned_free(p);
@@ -86,7 +86,7 @@ const accel__comm_ops accel__self_ops = {
     .init = self_init,
     .split = self_split,
     .run = self_run,
-    .mem_alloc = self_alloc,
-    .mem_free = self_dealloc,
+    .mem_alloc = accel__comm_plain_alloc,
+    .mem_free = accel__comm_plain_free,
     .destroy = self_destroy,
 };

@@ -608,33 +608,13 @@ static void gloo_destroy(void *impl)
     accel__gloo_close(impl);
 }
 
-accel_status accel__gloo_plain_alloc(void *impl, size_t nbytes, void **out)
-{
-    (void)impl;
-    void *p = accel__aligned_alloc(nbytes > 0 ? nbytes : 64);
-    if (p == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "accel_alloc_shared: out of memory for %zu bytes",
-                             nbytes);
-    }
-    memset(p, 0, nbytes);
-    *out = p;
-    return ACCEL_OK;
-}
-
-accel_status accel__gloo_plain_free(void *impl, void *p)
-{
-    (void)impl;
-    accel__aligned_free(p);
-    return ACCEL_OK;
-}
-
 const accel__comm_ops accel__gloo_ops = {
     .init = gloo_init,
     .split = gloo_split,
     .run = gloo_run,
     .abort = gloo_abort,
-    .mem_alloc = accel__gloo_plain_alloc,
-    .mem_free = accel__gloo_plain_free,
+    .mem_alloc = accel__comm_plain_alloc,
+    .mem_free = accel__comm_plain_free,
     .destroy = gloo_destroy,
     .describe = gloo_describe,
 };

@@ -25,9 +25,4 @@ void accel__gloo_describe(const accel__gloo *e, char *buf, size_t nbytes);
 /* Leaves (peers waiting on this process fail) and frees. Accepts NULL. */
 void accel__gloo_close(accel__gloo *e);
 
-/* Symmetric memory across machines is plain memory (accel_alloc_shared still works): the
- * mem_alloc / mem_free ops of gloo and hier. */
-accel_status accel__gloo_plain_alloc(void *impl, size_t nbytes, void **out);
-accel_status accel__gloo_plain_free(void *impl, void *p);
-
 #endif /* ACCEL_COMM_GLOO_H */

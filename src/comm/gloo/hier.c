@@ -587,8 +587,8 @@ const accel__comm_ops accel__hier_ops = {
     .split = hier_split,
     .run = hier_run,
     .abort = hier_abort,
-    .mem_alloc = accel__gloo_plain_alloc,
-    .mem_free = accel__gloo_plain_free,
+    .mem_alloc = accel__comm_plain_alloc,
+    .mem_free = accel__comm_plain_free,
     .destroy = hier_destroy,
     .describe = hier_describe,
 };
