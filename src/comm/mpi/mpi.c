@@ -248,7 +248,9 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
     }
     m->tx_note.rank = m->rank;
     m->tx_note.status = (int32_t)st;
-    snprintf(m->tx_note.msg, sizeof(m->tx_note.msg), "%s", msg);
+    size_t len = strnlen(msg, sizeof(m->tx_note.msg) - 1); /* cut to the wire message */
+    memcpy(m->tx_note.msg, msg, len);
+    m->tx_note.msg[len] = '\0';
     accel__mpi_lock();
     for (int q = 0; q < m->n_ranks; q++) {
         if (q != m->rank) {
@@ -318,7 +320,8 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
             accel__mpi_lock();
             missing_peers(n, reqs, peers, missing, sizeof(missing));
             accel__mpi_unlock();
-            char msg[sizeof(m->tx_note.msg)];
+            /* notify_peers cuts the notice to the wire message's size. */
+            char msg[sizeof(name) + sizeof(missing) + 64];
             snprintf(msg, sizeof(msg), "%s not complete after %.3g s%s", what, m->timeout_s,
                      missing);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);
