@@ -575,8 +575,6 @@ static void test_newest_fallback(const char *root)
     fx_free(&f);
 }
 
-/* A verify that returns the marker keeps the mappings it hashed, one per file of its share,
- * holding the file's bytes, handed over once (the loader loads those very bytes). */
 /* Files of several checksum blocks (16 MiB each): a byte flipped in the last, short block of
  * the weights or of the optimizer moments is found, and nothing of the state is modified,
  * although every earlier block verifies. */
@@ -607,6 +605,8 @@ static void test_late_block(const char *root)
     fx_free(&f);
 }
 
+/* A verify that returns the marker keeps the mappings it hashed, one per file of its share,
+ * holding the file's bytes, handed over once (the loader loads those very bytes). */
 static void test_kept_maps(const char *root)
 {
     char dir[300];
