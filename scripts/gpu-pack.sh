@@ -11,7 +11,7 @@ rm -rf "$OUT" && mkdir -p "$OUT/build-cuda" "$OUT/lib"
 cd "$BUILD"
 # Everything ctest -L gpu runs, plus CUDA programs in examples/ and bench/ and the CLI.
 progs=(accel libexec/accel/test_worker)
-progs+=($(ctest -N -V -L gpu | sed -n 's/^[0-9]*: Test command: //p' | tr ' ' '\n' |
+progs+=($(ctest -N -V -L gpu | sed -n 's/^[0-9]*: Test command: //p' | tr -d '"' | tr ' ' '\n' |
     grep "^$PWD/" | sed "s|^$PWD/||" | grep -v '\.sh$' | sort -u))
 for f in examples/cuda_* bench/cuda_* tests/test_*cuda* tests/progs/*cuda*; do
     [ -f "$f" ] && [ -x "$f" ] && progs+=("$f")

@@ -147,6 +147,7 @@ static void *buf_new(size_t nbytes, int dev)
     if (dev) {
         CU(cudaMalloc(&p, nbytes > 0 ? nbytes : 1));
         CU(cudaMemset(p, 0xA5, nbytes)); /* poisoned: every element must be written */
+        CU(cudaDeviceSynchronize()); /* before the collective's stream (non-blocking) runs */
     } else {
         p = malloc(nbytes > 0 ? nbytes : 1);
         CHECK(p != NULL);
@@ -328,7 +329,7 @@ static void refusals(accel__comm *c)
     accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, g, g, 64, ACCEL_F32, ACCEL_SUM, 0);
     op.wire = ACCEL_BF16;
     CHECK(accel__comm_run(c, &op) == ACCEL_EUNSUPPORTED);
-    CHECK_MSG(strstr(accel_last_error(NULL), "backend nccl cannot reduce through a bf16 wire") !=
+    CHECK_MSG(strstr(accel_last_error(NULL), "backend nccl cannot reduce through a BF16 wire") !=
                   NULL,
               "%s", accel_last_error(NULL));
     buf_free(g, 1);
