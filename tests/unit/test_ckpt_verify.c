@@ -26,8 +26,8 @@
 #include <xxhash.h>
 
 #include "accel/data.h"
-#include "ckpt/verify.h"
 #include "check.h"
+#include "ckpt/verify.h"
 
 #define N_SAMPLES 20
 
@@ -260,8 +260,7 @@ static int same_bytes(const char *a, const char *b)
 /* As expect_refused, and the whole state (every file a save_state writes: weights, optimizer
  * moments, scheduler, loader position, generators, registered object) is byte for byte what
  * it was before the load: saved to root/before and root/after and compared file by file. */
-static void expect_refused_whole(fixture *f, const char *dir, const char *needle,
-                                 const char *root)
+static void expect_refused_whole(fixture *f, const char *dir, const char *needle, const char *root)
 {
     char before[400], after[400];
     snprintf(before, sizeof before, "%s/before", root);
