@@ -26,8 +26,8 @@
 #include <xxhash.h>
 
 #include "accel/data.h"
-#include "check.h"
 #include "ckpt/verify.h"
+#include "check.h"
 
 #define N_SAMPLES 20
 
