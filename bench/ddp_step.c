@@ -34,6 +34,7 @@
 #include "accel/accel.h"
 #include "accel/check.h"
 #include "core/internal.h"
+#include "core/settings.h"
 
 #define BATCH 64
 #define D0 784
@@ -217,9 +218,9 @@ int main(int argc, char **argv)
         ACCEL_CHECK(accel_no_sync_begin(acc, model));
         t_local = fmin(t_local, time_steps(opt, warmup, steps));
         ACCEL_CHECK(accel_no_sync_end(acc, model));
-        acc->opt.overlap_comm = 1;
+        acc->settings->train.overlap_comm = 1;
         t_on = fmin(t_on, time_steps(opt, warmup, steps));
-        acc->opt.overlap_comm = 0;
+        acc->settings->train.overlap_comm = 0;
         t_off = fmin(t_off, time_steps(opt, warmup, steps));
     }
 
