@@ -70,14 +70,14 @@ typedef enum accel__option_id {
  * reads. Values as resolved into accel_options (flags 0 / 1). */
 typedef struct accel__train_settings {
     accel_precision mixed_precision;
-    int gradient_accumulation_steps;       /* <= 0 counts as 1 */
-    int sync_with_dataloader;              /* 1: the end of a loader closes the window */
-    int sync_each_batch;                   /* 1: communicate on every micro-step */
-    int adjust_scheduler;                  /* 1: step schedulers once per process */
-    int step_scheduler_with_optimizer;     /* 0: schedulers step on their own */
-    int split_batches;                     /* 1: schedulers step once per batch */
+    int gradient_accumulation_steps;   /* <= 0 counts as 1 */
+    int sync_with_dataloader;          /* 1: the end of a loader closes the window */
+    int sync_each_batch;               /* 1: communicate on every micro-step */
+    int adjust_scheduler;              /* 1: accumulating micro-steps count in step_count */
+    int step_scheduler_with_optimizer; /* 0: a scheduler ticks on every call */
+    int split_batches;                 /* 1: one tick per optimizer step, else one per process */
     double first_bucket_mb, bucket_cap_mb; /* DDP's bucket sizes */
-    int overlap_comm;                      /* 0: every bucket waits for backward_end */
+    int overlap_comm;                      /* 0: buckets launch at accel_backward_end */
     int comm_dtype;                        /* accel_dtype of the gradient wire; < 0: theirs */
     double init_scale, growth_factor, backoff_factor; /* the fp16 loss scaler */
     int growth_interval;
