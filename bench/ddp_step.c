@@ -15,6 +15,12 @@
  * with the samples/s of a separate --num_processes 1 run as well (see docs/performance.md).
  * The configurations alternate over --rounds R (default 5) rounds of --steps N (default 20)
  * timed steps after --warmup W (default 3); each reports its best round.
+ *
+ * --compute 0 skips the matrix products (about 99% of a step's instructions), leaving what the
+ * library does per step: readiness, bucket all-reduces, the SGD update and zero_grad. Use it to
+ * compare builds by instruction count, which a loaded machine does not disturb, e.g.
+ *     valgrind --tool=callgrind build/bench/ddp_step --compute 0 --rounds 1 --steps 5
+ * (docs/performance.md, "ddp_step against edb707f").
  */
 #include <cblas.h>
 #include <math.h>
@@ -28,6 +34,7 @@
 #include "accel/accel.h"
 #include "accel/check.h"
 #include "core/internal.h"
+#include "core/settings.h"
 
 #define BATCH 64
 #define D0 784
@@ -42,6 +49,7 @@ static accel_model *model;
 static const accel_param *P[NP];
 static float *x, *h1, *h2, *y, *dy, *dh2, *dh1;
 static int *labels;
+static int compute = 1; /* --compute 0: no matrix products */
 
 static float frand(unsigned *s)
 {
@@ -56,8 +64,10 @@ static void linear(const float *in, const accel_param *w, const accel_param *b, 
     for (int i = 0; i < BATCH; i++) {
         memcpy(out + (size_t)i * n, b->data, (size_t)n * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BATCH, n, k, 1.0f, in, k, w->data, k, 1.0f,
-                out, n);
+    if (compute) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BATCH, n, k, 1.0f, in, k, w->data, k,
+                    1.0f, out, n);
+    }
     if (relu) {
         for (size_t i = 0; i < (size_t)BATCH * n; i++) {
             out[i] = out[i] > 0 ? out[i] : 0;
@@ -68,8 +78,10 @@ static void linear(const float *in, const accel_param *w, const accel_param *b, 
 /* dW += dout^T in, db += sum dout; then marks both ready. */
 static void weight_grads(const float *dout, const float *in, int pw, int pb, int k, int n)
 {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, BATCH, 1.0f, dout, n, in, k, 1.0f,
-                P[pw]->grad, k);
+    if (compute) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, k, BATCH, 1.0f, dout, n, in, k,
+                    1.0f, P[pw]->grad, k);
+    }
     for (int i = 0; i < BATCH; i++) {
         for (int j = 0; j < n; j++) {
             P[pb]->grad[j] += dout[(size_t)i * n + j];
@@ -83,8 +95,10 @@ static void weight_grads(const float *dout, const float *in, int pw, int pb, int
 static void input_grads(const float *dout, const accel_param *w, const float *act, float *din,
                         int k, int n)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BATCH, k, n, 1.0f, dout, n, w->data, k,
-                0.0f, din, k);
+    if (compute) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BATCH, k, n, 1.0f, dout, n, w->data,
+                    k, 0.0f, din, k);
+    }
     for (size_t i = 0; i < (size_t)BATCH * k; i++) {
         din[i] = act[i] > 0 ? din[i] : 0;
     }
@@ -146,6 +160,8 @@ int main(int argc, char **argv)
             warmup = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--rounds") == 0) {
             rounds = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--compute") == 0) {
+            compute = atoi(argv[++i]) != 0;
         }
     }
     openblas_set_num_threads(1);
@@ -182,8 +198,8 @@ int main(int argc, char **argv)
     h2 = malloc(sizeof(float) * BATCH * D2);
     y = malloc(sizeof(float) * BATCH * D3);
     dy = malloc(sizeof(float) * BATCH * D3);
-    dh2 = malloc(sizeof(float) * BATCH * D2);
-    dh1 = malloc(sizeof(float) * BATCH * D1);
+    dh2 = calloc((size_t)BATCH * D2, sizeof(float)); /* zeros stay under --compute 0 */
+    dh1 = calloc((size_t)BATCH * D1, sizeof(float));
     labels = malloc(sizeof(int) * BATCH);
     seed = 7u + (unsigned)accel_process_index(acc);
     for (int i = 0; i < BATCH * D0; i++) {
@@ -202,16 +218,17 @@ int main(int argc, char **argv)
         ACCEL_CHECK(accel_no_sync_begin(acc, model));
         t_local = fmin(t_local, time_steps(opt, warmup, steps));
         ACCEL_CHECK(accel_no_sync_end(acc, model));
-        acc->opt.overlap_comm = 1;
+        acc->settings->train.overlap_comm = 1;
         t_on = fmin(t_on, time_steps(opt, warmup, steps));
-        acc->opt.overlap_comm = 0;
+        acc->settings->train.overlap_comm = 0;
         t_off = fmin(t_off, time_steps(opt, warmup, steps));
     }
 
     accel_print(acc,
                 "ddp_step: MLP 784-1024-1024-10, batch %d/process, fp32 SGD, %d process%s, "
-                "%d buckets, best of %d rounds x %d steps\n",
-                BATCH, n, n > 1 ? "es" : "", accel_model_num_buckets(model), rounds, steps);
+                "%d buckets, best of %d rounds x %d steps%s\n",
+                BATCH, n, n > 1 ? "es" : "", accel_model_num_buckets(model), rounds, steps,
+                compute ? "" : ", no matrix products (--compute 0)");
     accel_print(acc, "  local (no comm)  %8.2f ms/step  %9.0f samples/s per process\n",
                 t_local * 1e3, BATCH / t_local);
     if (n == 1) {

@@ -17,7 +17,8 @@
 # - public headers include only public headers; only accel/cuda.h may include CUDA headers.
 # - examples include only public headers.
 # - settings are resolved once, at accel_init: outside the CLI (launcher, test worker) only the
-#   files that resolve them read the environment (getenv, accel__env_*).
+#   files that resolve them read the environment (getenv, accel__env_*), and outside core only
+#   the module views in acc->settings are read, never acc->opt.
 set -u
 cd "$(dirname "$0")/.." || exit 2
 
@@ -105,6 +106,13 @@ while IFS=: read -r f line _; do
     report "$f:$line: reads the environment after accel_init; take the value from the resolved settings (src/core/settings.h)"
 done < <(git grep -n -E '\bgetenv\(|accel__env_(int|real|bool|string)\(' -- 'src/*.c' 'src/*.cu' \
     ':!src/cli/*' 2>/dev/null)
+
+# The options as resolved are core's (acc->opt): the other modules read their view in
+# acc->settings (src/core/settings.h), filled once at accel_init.
+while IFS=: read -r f line _; do
+    report "$f:$line: reads acc->opt; take the value from the module's view in acc->settings (src/core/settings.h)"
+done < <(git grep -n -E 'acc->opt\b' -- 'src/*.c' 'src/*.h' 'src/*.cu' ':!src/core/*' ':!src/cli/*' \
+    2>/dev/null)
 
 if [ $bad -ne 0 ]; then
     echo "check-layers: the lines above break DESIGN.md §2 (see the rules at the top of $0)" >&2

@@ -14,6 +14,7 @@
 #include "ckpt/state.h"
 #include "comm/comm.h"
 #include "core/gstate.h"
+#include "core/settings.h"
 
 const accel__state_kind accel__state_kinds[ACCEL__OBJ_KIND_COUNT] = {
     [ACCEL__OBJ_MODEL] = {"models", 0, "model", "models", "gradients"},
@@ -331,7 +332,7 @@ accel_status accel__state_shard_decide(accel *acc, accel__state_saves *s)
         if (!s->sharded[i]) {
             continue;
         }
-        if (acc->opt.save_on_each_node == 1) {
+        if (acc->settings->ckpt.save_on_each_node == 1) {
             return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                                  "accel_save_state: %s is sharded over the processes: with "
                                  "save_on_each_node every node's folder would hold only its own "

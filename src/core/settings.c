@@ -211,6 +211,24 @@ accel_status accel__settings_read_env(accel__settings *s)
 
 void accel__settings_views(accel__settings *s, const accel_options *o)
 {
+    s->train = (accel__train_settings){
+        .mixed_precision = o->mixed_precision,
+        .gradient_accumulation_steps = o->gradient_accumulation_steps,
+        .sync_with_dataloader = o->sync_with_dataloader,
+        .sync_each_batch = o->sync_each_batch,
+        .adjust_scheduler = o->adjust_scheduler,
+        .step_scheduler_with_optimizer = o->step_scheduler_with_optimizer,
+        .split_batches = o->split_batches,
+        .first_bucket_mb = o->first_bucket_mb,
+        .bucket_cap_mb = o->bucket_cap_mb,
+        .overlap_comm = o->overlap_comm,
+        .comm_dtype = o->comm_dtype,
+        .init_scale = o->init_scale,
+        .growth_factor = o->growth_factor,
+        .backoff_factor = o->backoff_factor,
+        .growth_interval = o->growth_interval,
+        .zero_stage = o->zero_stage,
+    };
     s->data.split_batches = o->split_batches;
     s->data.even_batches = o->even_batches;
     s->data.use_seedable_sampler = o->use_seedable_sampler;

@@ -64,8 +64,26 @@ typedef enum accel__option_id {
 /*
  * Per-module views of the resolved settings, filled by accel__settings_views: what each module
  * reads instead of acc->opt or the environment. Strings are owned by the accelerator (its
- * copies of the options) and live as long as it. Train still reads acc->opt (to follow).
+ * copies of the options) and live as long as it.
  */
+/* What train (models and their buckets, the reducer, accumulation, the fp16 scaler, schedulers)
+ * reads. Values as resolved into accel_options (flags 0 / 1). */
+typedef struct accel__train_settings {
+    accel_precision mixed_precision;
+    int gradient_accumulation_steps;   /* <= 0 counts as 1 */
+    int sync_with_dataloader;          /* 1: the end of a loader closes the window */
+    int sync_each_batch;               /* 1: communicate on every micro-step */
+    int adjust_scheduler;              /* 1: accumulating micro-steps count in step_count */
+    int step_scheduler_with_optimizer; /* 0: a scheduler ticks on every call */
+    int split_batches;                 /* 1: one tick per optimizer step, else one per process */
+    double first_bucket_mb, bucket_cap_mb; /* DDP's bucket sizes */
+    int overlap_comm;                      /* 0: buckets launch at accel_backward_end */
+    int comm_dtype;                        /* accel_dtype of the gradient wire; < 0: theirs */
+    double init_scale, growth_factor, backoff_factor; /* the fp16 loss scaler */
+    int growth_interval;
+    int zero_stage; /* 0-3 */
+} accel__train_settings;
+
 typedef struct accel__data_settings {
     int split_batches, even_batches, use_seedable_sampler; /* 0 / 1 */
     int dispatch_batches; /* -1: by dataset kind (1 for iterable datasets), else 0 / 1 */
@@ -97,6 +115,7 @@ typedef struct accel__setting accel__setting; /* one line of the table (settings
 
 typedef struct accel__settings {
     char src[ACCEL__OPT_COUNT][ACCEL__SOURCE_NBYTES]; /* "" until a source is recorded */
+    accel__train_settings train;
     accel__data_settings data;
     accel__ckpt_settings ckpt;
     accel__track_settings track;

@@ -113,7 +113,7 @@ void accel__grad_state_restore(accel *acc, long long step, int sync)
 
 int accel__grad_state_accum_steps(const accel *acc)
 {
-    int k = acc->opt.gradient_accumulation_steps;
+    int k = acc->settings->train.gradient_accumulation_steps;
     return k > 0 ? k : 1;
 }
 
@@ -126,7 +126,7 @@ accel_status accel__grad_state_advance(accel *acc)
 {
     ACCEL_TRY(accel__grad_state_open(acc));
     grad_state *g = put(acc);
-    if (acc->opt.sync_with_dataloader == 1 && g->end_of_dataloader) {
+    if (acc->settings->train.sync_with_dataloader == 1 && g->end_of_dataloader) {
         g->step = 0;
         g->sync_gradients = 1;
     } else {

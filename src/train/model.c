@@ -276,6 +276,7 @@ static accel_tensor param_view(const accel_model *m, const accel_param *p, void 
 static accel_status build_geometry(accel_model *m)
 {
     accel *acc = m->acc;
+    const accel__train_settings *ts = &acc->settings->train;
     accel__flat_param *fp = accel__calloc((size_t)m->n_params, sizeof(*fp));
     size_t *offsets = accel__calloc((size_t)m->n_params, sizeof(*offsets));
     m->flat_bucket = accel__calloc((size_t)m->n_params, sizeof(int));
@@ -287,7 +288,7 @@ static accel_status build_geometry(accel_model *m)
             fp[i].numel = m->params[i].numel;
             fp[i].frozen = m->params[i].frozen;
         }
-        m->zero_stage = acc->opt.zero_stage > 0 ? acc->opt.zero_stage : 0;
+        m->zero_stage = ts->zero_stage > 0 ? ts->zero_stage : 0;
         m->rank = m->zero_stage > 0 ? acc->rank : 0;
         int n = m->zero_stage > 0 ? acc->n_ranks : 1;
         size_t unit = m->zero_stage > 0 ? (size_t)n * 16 : 1;
@@ -303,9 +304,8 @@ static accel_status build_geometry(accel_model *m)
                 accel__free(unit_of);
             }
         } else {
-            st = accel__flat_build(&m->flat, fp, m->n_params, acc->opt.first_bucket_mb * 1048576.0,
-                                   acc->opt.bucket_cap_mb * 1048576.0, n, unit, offsets,
-                                   m->flat_bucket);
+            st = accel__flat_build(&m->flat, fp, m->n_params, ts->first_bucket_mb * 1048576.0,
+                                   ts->bucket_cap_mb * 1048576.0, n, unit, offsets, m->flat_bucket);
         }
         if (st == ACCEL_OK) {
             for (int i = 0; i < m->n_params; i++) {
@@ -335,7 +335,7 @@ accel_status accel_model_alloc(accel_model *m)
     if (m->n_params == 0) {
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
-    if (m->acc->opt.zero_stage == 3 && !accel__model_on_host(m)) {
+    if (m->acc->settings->train.zero_stage == 3 && !accel__model_on_host(m)) {
         return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
                              "accel_model_alloc: ZeRO stage 3 gathers weights in host memory; the "
                              "model is in %s memory",

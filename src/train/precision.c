@@ -150,11 +150,11 @@ static const accel__object_class scaler_class = {
 
 accel_status accel__precision_install(accel *acc)
 {
-    if (acc->opt.mixed_precision != ACCEL_PRECISION_FP16 ||
+    if (acc->settings->train.mixed_precision != ACCEL_PRECISION_FP16 ||
         accel__module(acc, ACCEL__MOD_PRECISION) != NULL) {
         return ACCEL_OK;
     }
-    const accel_options *o = &acc->opt;
+    const accel__train_settings *o = &acc->settings->train;
     if (!(o->init_scale > 0) || isinf(o->init_scale) || !(o->growth_factor >= 1.0) ||
         !(o->backoff_factor > 0 && o->backoff_factor <= 1.0) || o->growth_interval < 1) {
         return accel__seterr(acc, ACCEL_EINVAL,
@@ -203,7 +203,7 @@ accel_status accel__scaler_set(accel *acc, double scale, long long growth_tracke
     if (s == NULL) {
         return accel__seterr(acc, ACCEL_ESTATE,
                              "scaler state: no fp16 loss scaler (mixed_precision is %s)",
-                             accel_precision_name(acc->opt.mixed_precision));
+                             accel_precision_name(acc->settings->train.mixed_precision));
     }
     if (!(scale > 0) || isinf(scale) || growth_tracker < 0) {
         return accel__seterr(acc, ACCEL_EINVAL,
@@ -230,7 +230,7 @@ double accel_loss_scale(const accel *acc)
 
 accel_dtype accel__compute_dtype(const accel *acc)
 {
-    switch (acc->opt.mixed_precision) {
+    switch (acc->settings->train.mixed_precision) {
     case ACCEL_PRECISION_FP16:
         return ACCEL_F16;
     case ACCEL_PRECISION_BF16:
@@ -311,7 +311,7 @@ const float *accel_model_compute(const accel_model *m)
 
 accel_status accel__comm_dtype_check(accel *acc)
 {
-    int dt = acc->opt.comm_dtype;
+    int dt = acc->settings->train.comm_dtype;
     if (dt < 0 || dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16) {
         return ACCEL_OK;
     }

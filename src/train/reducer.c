@@ -146,7 +146,7 @@ accel_status accel__reducer_prepare(accel_model *m)
     }
     build_ranges(m);
     memset(r->ready, 1, (size_t)m->n_params);
-    int dt = acc->opt.comm_dtype;
+    int dt = acc->settings->train.comm_dtype;
     int compressed = acc->n_ranks > 1 && (dt == ACCEL_BF16 || dt == ACCEL_F16);
     if (compressed && !(accel__comm_caps(acc->comm) & ACCEL__COMM_WIRE)) {
         accel__reducer_free(m);
@@ -367,7 +367,7 @@ accel_status accel__reducer_ready(accel_model *m, int index)
     }
     accel__bucket *bk = &r->buckets[p->bucket];
     bk->pending--;
-    if (bk->pending == 0 && m->acc->opt.overlap_comm != 0 && m->comm_err == ACCEL_OK) {
+    if (bk->pending == 0 && m->acc->settings->train.overlap_comm != 0 && m->comm_err == ACCEL_OK) {
         accel_status st = launch_ready(m);
         if (st != ACCEL_OK) {
             m->comm_err = st; /* reported again by accel_backward_end */

@@ -353,11 +353,11 @@ accel_status accel_scheduler_step(accel_scheduler *s)
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_scheduler_step: scheduler is NULL");
     }
     accel *acc = s->acc;
-    if (!s->obj.prepared || acc->opt.step_scheduler_with_optimizer == 0) {
+    if (!s->obj.prepared || acc->settings->train.step_scheduler_with_optimizer == 0) {
         return tick(s);
     }
     if (!accel__grad_state_sync(acc)) {
-        if (acc->opt.adjust_scheduler == 1) {
+        if (acc->settings->train.adjust_scheduler == 1) {
             s->step_count++;
         }
         return ACCEL_OK;
@@ -365,7 +365,7 @@ accel_status accel_scheduler_step(accel_scheduler *s)
     if (s->opt->step_was_skipped) {
         return ACCEL_OK;
     }
-    if (acc->opt.split_batches == 1) {
+    if (acc->settings->train.split_batches == 1) {
         return tick(s);
     }
     for (int i = 0; i < acc->n_ranks; i++) {

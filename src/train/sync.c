@@ -27,7 +27,7 @@ accel_status accel_accumulate(accel *acc, accel_model *model)
     }
     ACCEL_TRY(accel__grad_state_advance(acc));
     int allow = accel__grad_state_sync(acc) ||
-                (accel_use_distributed(acc) && acc->opt.sync_each_batch == 1);
+                (accel_use_distributed(acc) && acc->settings->train.sync_each_batch == 1);
     if (model != NULL) {
         model->accum_allows = allow;
     } else {

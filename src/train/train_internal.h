@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "core/gstate.h"
 #include "core/internal.h"
+#include "core/settings.h"
 #include "core/state_proto.h"
 #include "device/device.h"
 #include "flat.h"

@@ -7,6 +7,7 @@
 #include "check.h"
 #include "core/gstate.h"
 #include "core/internal.h"
+#include "core/settings.h"
 
 static accel *new_acc(int accum_steps)
 {
@@ -150,7 +151,7 @@ static void test_accumulate(void)
         CHECK(accel_accumulation_step(acc) == 0);
     }
     /* sync_with_dataloader off: the end of the loader does not force a sync. */
-    acc->opt.sync_with_dataloader = 0;
+    acc->settings->train.sync_with_dataloader = 0;
     accel__grad_state_restore(acc, 0, 1);
     int syncs = 0;
     for (int b = 1; b <= 10; b++) {
@@ -171,7 +172,7 @@ static void test_accumulate(void)
     accel_optimizer *opt = accel_sgd(acc, m2, NULL);
     CHECK(opt != NULL);
     CHECK_OK(acc, accel_prepare(acc, opt, m2));
-    acc->opt.sync_with_dataloader = 1;
+    acc->settings->train.sync_with_dataloader = 1;
     for (int s = 0; s < 4; s++) {
         CHECK_OK(acc, accel_accumulate(acc, m2));
         double f = accel_backward_begin(acc);

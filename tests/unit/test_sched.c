@@ -208,11 +208,11 @@ static void test_stepping_rules(void)
     CHECK_NEAR(accel_scheduler_get_last_lr(s, 0), 0.5 * (100 - 6) / 100.0, 1e-12);
 
     /* split_batches: one tick per real step. */
-    acc->opt.split_batches = 1;
+    acc->settings->train.split_batches = 1;
     micro_step(s);
     micro_step(s);
     CHECK(accel_scheduler_last_step(s) == 7);
-    acc->opt.split_batches = 0;
+    acc->settings->train.split_batches = 0;
 
     /* A skipped optimizer step (fp16 overflow) does not advance the schedule. */
     CHECK_OK(acc, accel_accumulate(acc, model));
@@ -225,11 +225,11 @@ static void test_stepping_rules(void)
     opt->step_was_skipped = 0;
 
     /* step_scheduler_with_optimizer off: one tick per call, accumulating or not. */
-    acc->opt.step_scheduler_with_optimizer = 0;
+    acc->settings->train.step_scheduler_with_optimizer = 0;
     micro_step(s);
     micro_step(s);
     CHECK(accel_scheduler_last_step(s) == 9);
-    acc->opt.step_scheduler_with_optimizer = 1;
+    acc->settings->train.step_scheduler_with_optimizer = 1;
     acc->n_ranks = saved;
     accel_free(acc);
 
