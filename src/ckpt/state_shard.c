@@ -63,7 +63,7 @@ accel_status accel__state_shard_write(const accel__state_writer *w, const char *
         ts[n] =
             (accel_named_tensor){w->ts[i].name, accel_tensor_view(w->ts[i].tensor.data,
                                                                   w->ts[i].tensor.dtype, 1, shape)};
-        n++;
+        ts[n++].tensor.device = w->ts[i].tensor.device;
         if (json_object_set_new(offs, w->ts[i].name, json_integer((json_int_t)w->offs[i])) != 0) {
             st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory writing %s", name);
         }

@@ -132,6 +132,7 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
     }
     snprintf(full, len, "%s%s", w->prefix, name);
     accel_tensor t = accel_tensor_view(piece.data, piece.dtype, whole->ndim, whole->shape);
+    t.device = piece.device; /* where the writer copies it from */
     w->names[w->n_ts] = full;
     w->offs[w->n_ts] = whole->offset;
     w->counts[w->n_ts] = n;
