@@ -4,8 +4,8 @@
 # pinned buffers and write the same files as a CPU run.
 #  - Bit-exact resume: 120 steps straight vs 60, save, resume, 60 more: the same losses at every
 #    logged step from 60 on, and the same model.safetensors and optimizer.safetensors at the end.
-#    First for the CPU twin (--cpu, on any machine with the CUDA build), then on the GPU with 1
-#    process and with 2 processes sharing it.
+#    First for the CPU twin (--cpu, on any machine with the CUDA build), then on the GPU; each
+#    with 1 process and with 2 (on the GPU: sharing it).
 #  - A GPU checkpoint loaded on the CPU and saved again at once is the same files, and a CPU
 #    checkpoint loaded on the GPU likewise; trained on from there, each run follows the straight
 #    run of the other device within a relative 1e-3 (the two differ only in summation orders).
@@ -99,8 +99,9 @@ resume_exact() {
     same_files "${p}_full" "${p}_rest"
 }
 
-echo "== the CPU twin: bit-exact resume"
+echo "== the CPU twin: bit-exact resume, 1 and 2 processes"
 resume_exact cpu 1 --cpu
+resume_exact cpu2 2 --cpu
 
 echo "== the GPU"
 rc=0
