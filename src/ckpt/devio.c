@@ -133,9 +133,8 @@ accel_status accel__devio_to_host(accel__devio **io, accel_device where, const v
     return st;
 }
 
-accel_status accel__devio_from_host(accel__devio **io, accel_device where, void *dst,
-                                    size_t nbytes, size_t align, accel__devio_fill fill,
-                                    void *ctx)
+accel_status accel__devio_from_host(accel__devio **io, accel_device where, void *dst, size_t nbytes,
+                                    size_t align, accel__devio_fill fill, void *ctx)
 {
     if (!accel__devio_staged(where)) {
         return nbytes > 0 ? fill(ctx, dst, 0, nbytes) : ACCEL_OK;

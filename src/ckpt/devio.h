@@ -41,9 +41,8 @@ accel_status accel__devio_to_host(accel__devio **io, accel_device where, const v
  * device's default order, fill writing chunk i + 1 while chunk i is copied to the device.
  * Returns when dst holds the bytes. A failure may leave dst partly written.
  */
-accel_status accel__devio_from_host(accel__devio **io, accel_device where, void *dst,
-                                    size_t nbytes, size_t align, accel__devio_fill fill,
-                                    void *ctx);
+accel_status accel__devio_from_host(accel__devio **io, accel_device where, void *dst, size_t nbytes,
+                                    size_t align, accel__devio_fill fill, void *ctx);
 /* Waits for what is in flight and releases everything. Accepts NULL. */
 void accel__devio_free(accel__devio *io);
 

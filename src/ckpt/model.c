@@ -142,7 +142,7 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
     st = all_ok(acc, st);
     accel_status wst = ACCEL_OK; /* the main process's write failures: it still gathers */
     accel_status cst = ACCEL_OK; /* a device's copy failures: it still gathers */
-    accel__devio *io = NULL;      /* pieces in device memory come through staging */
+    accel__devio *io = NULL;     /* pieces in device memory come through staging */
     for (size_t r = 0, a = 0; st == ACCEL_OK && r < n_rounds; a = round_end[r++]) {
         size_t k = round_end[r] - a;
         char *at = send;
@@ -448,8 +448,9 @@ static accel_status convert_fill(void *ctx, void *buf, size_t off, size_t n)
 {
     const accel_tensor *t = ctx;
     size_t first = off / sizeof(float);
-    return accel_convert(buf, ACCEL_F32, (const char *)t->data + first * accel_dtype_nbytes(t->dtype),
-                         t->dtype, n / sizeof(float));
+    return accel_convert(buf, ACCEL_F32,
+                         (const char *)t->data + first * accel_dtype_nbytes(t->dtype), t->dtype,
+                         n / sizeof(float));
 }
 
 static accel_status load_model(accel *acc, accel_model *model, const char *path, int strict)

@@ -460,8 +460,7 @@ static accel_status run_staged(accel *acc, const accel__state_plan *p)
     accel_status st = ACCEL_OK;
     for (size_t i = 0; st == ACCEL_OK && i < p->n_staged; i++) {
         const copy_job *c = &p->staged[i];
-        st = accel__devio_from_host(&io, c->where, c->dst, c->nbytes, 1, fill_from,
-                                    (void *)c->src);
+        st = accel__devio_from_host(&io, c->where, c->dst, c->nbytes, 1, fill_from, (void *)c->src);
     }
     accel__devio_free(io);
     if (st != ACCEL_OK) {

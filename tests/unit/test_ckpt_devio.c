@@ -97,8 +97,8 @@ static void layer_cases(void)
                       "sink refused call 3");
             CHECK(s.calls == 3);
             fill_log f = {src, 0, 0, 2, 1, 0};
-            CHECK_ERR(NULL, accel__devio_from_host(&io, cpu, dst, 996, 1, log_fill, &f),
-                      ACCEL_EIO, "fill refused call 2");
+            CHECK_ERR(NULL, accel__devio_from_host(&io, cpu, dst, 996, 1, log_fill, &f), ACCEL_EIO,
+                      "fill refused call 2");
             CHECK(f.calls == 2);
         }
     }

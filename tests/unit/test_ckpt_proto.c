@@ -368,9 +368,9 @@ int main(void)
         save_mode = bad_saves[i].mode;
         if (bad_saves[i].mode == SAVE_DEVICE) { /* the reason depends on the build */
             CHECK(accel_save_state(acc, dir) == bad_saves[i].st);
-            CHECK_MSG(strncmp(accel_last_error(acc), bad_saves[i].msg,
-                              strlen(bad_saves[i].msg)) == 0,
-                      "got \"%s\"", accel_last_error(acc));
+            const char *want = bad_saves[i].msg;
+            CHECK_MSG(strncmp(accel_last_error(acc), want, strlen(want)) == 0, "got \"%s\"",
+                      accel_last_error(acc));
         } else {
             CHECK_ERR(acc, accel_save_state(acc, dir), bad_saves[i].st, bad_saves[i].msg);
         }
