@@ -5,9 +5,11 @@
  * Rendezvous: process 0 makes the ncclUniqueId and publishes it in the job's store
  * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
  * process 0, which keeps it open as long as the communicator lives); the others read it there.
- * Communicators are non-blocking (ncclConfig_t.blocking = 0), so that no NCCL call can hang a
- * process: every call that NCCL leaves in progress is settled by polling ncclCommGetAsyncError
- * up to the communicator's deadline, then ncclCommAbort.
+ * Communicators are blocking (NCCL's default): with non-blocking ones, a 1-rank u8 allgather of
+ * 1 MiB was sometimes incomplete when an event recorded after the call had completed (H100,
+ * NCCL 2.28.3, 2 runs in 4). A call that NCCL still leaves in progress is settled by polling
+ * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort; a collective
+ * that never completes (a dead or stuck peer) is aborted by the front end's watchdog.
  *
  * Collectives are NATIVE_ASYNC: post enqueues the NCCL call on the caller's stream (NULL: the
  * process's compute stream, so device buffers written by its kernels are ready in order) and
@@ -464,13 +466,6 @@ static nccl_impl *impl_new(const accel__comm_config *cfg)
     return e;
 }
 
-static ncclConfig_t nonblocking(void)
-{
-    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
-    c.blocking = 0;
-    return c;
-}
-
 /* World communicators made by this process: each gets its own key in the store. */
 static _Atomic unsigned n_worlds;
 
@@ -518,8 +513,7 @@ static accel_status nccl_init(const accel__comm_config *cfg, void **out)
         st = nccl_err(e, ncclSystemError, "ncclGetUniqueId");
     }
     if (st == ACCEL_OK) {
-        ncclConfig_t c = nonblocking();
-        ncclResult_t r = ncclCommInitRankConfig(&e->comm, cfg->n_ranks, id, cfg->rank, &c);
+        ncclResult_t r = ncclCommInitRank(&e->comm, cfg->n_ranks, id, cfg->rank);
         st = r == ncclSuccess || r == ncclInProgress ? settle(e, r, "ncclCommInitRank")
                                                      : nccl_err(e, r, "ncclCommInitRank");
     }
@@ -553,10 +547,9 @@ static accel_status nccl_split(void *impl, const accel__comm_split_info *how, vo
         c->stream_native = e->stream_native;
         c->stream_arg = e->stream_arg;
     }
-    ncclConfig_t cc = nonblocking();
-    ncclComm_t nc = NULL;
+    ncclComm_t nc = NULL; /* the parent's configuration (config NULL) */
     ncclResult_t r = ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
-                                   how->key, &nc, &cc);
+                                   how->key, &nc, NULL);
     accel_status st = settle(e, r, "ncclCommSplit");
     if (st == ACCEL_OK && c != NULL) {
         c->comm = nc;
