@@ -9,6 +9,8 @@
  *     build-cuda/accel launch --num_processes 2 build-cuda/examples/cuda_mlp
  *                              (2 processes; with one GPU they share it, gradients staged)
  *     build-cuda/examples/cuda_mlp --cpu                               (the CPU twin)
+ *     build-cuda/examples/cuda_mlp --steps 100 --save ckpt             (then resume:)
+ *     build-cuda/examples/cuda_mlp --steps 200 --resume ckpt
  *
  * Model: Linear(2, H) -> ReLU -> Linear(H, 3), cross entropy, on three noisy spirals in the
  * plane (1536 points, generated here in a fixed shuffled order). Each step takes a global
@@ -22,10 +24,12 @@
  * norm sum in another order.
  *
  * Options: --steps N (300), --hidden H (64), --batch B (64, global), --lr X (3e-3),
- * --precision no|bf16 (bf16), --log_every N (25), --cpu. Prints "step S loss L" every
- * log_every steps (the mean over the global batch) and "final loss L". Exits 77 when this
- * process has no GPU and --cpu was not given. Checkpoints from GPU memory are not supported
- * yet (docs/cuda.md).
+ * --precision no|bf16 (bf16), --log_every N (25), --cpu, --resume DIR (accel_load_state after
+ * prepare, then train from the checkpoint's step to step N), --save DIR (accel_save_state after
+ * the last step). Prints "step S loss L" every log_every steps (the mean over the global batch)
+ * and "final loss L". Exits 77 when this process has no GPU and --cpu was not given.
+ * Checkpoints hold the same files on the GPU and on the CPU (accel copies the weights and the
+ * optimizer state through pinned buffers), so a run saved on one resumes on the other.
  */
 #include <math.h>
 #include <stdio.h>
@@ -411,7 +415,8 @@ static void init_weights(Run *r, uint64_t seed)
 static void usage(void)
 {
     fprintf(stderr, "usage: cuda_mlp [--steps N] [--hidden H] [--batch B] [--lr X] "
-                    "[--precision no|bf16] [--log_every N] [--cpu]\n");
+                    "[--precision no|bf16] [--log_every N] [--cpu] [--resume DIR] "
+                    "[--save DIR]\n");
     exit(2);
 }
 
@@ -419,6 +424,7 @@ int main(int argc, char **argv)
 {
     int steps = 300, hidden = 64, batch = 64, log_every = 25, cpu = 0, bf16 = 1;
     double lr = 3e-3;
+    const char *resume = NULL, *save = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--cpu") == 0) {
             cpu = 1;
@@ -434,6 +440,10 @@ int main(int argc, char **argv)
             lr = atof(argv[++i]);
         } else if (strcmp(argv[i], "--log_every") == 0) {
             log_every = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--resume") == 0) {
+            resume = argv[++i];
+        } else if (strcmp(argv[i], "--save") == 0) {
+            save = argv[++i];
         } else if (strcmp(argv[i], "--precision") == 0) {
             const char *p = argv[++i];
             if (strcmp(p, "no") != 0 && strcmp(p, "bf16") != 0) {
@@ -519,8 +529,17 @@ int main(int argc, char **argv)
     r.s.loss = (float *)alloc_on(r.gpu, (size_t)local * sizeof(float));
     r.loss_host = (float *)alloc_on(0, (size_t)local * sizeof(float));
 
+    /* Resuming: weights, AdamW's moments and step, wherever the checkpoint was written; the
+     * data position follows from the step. */
+    int first = 0;
+    if (resume != NULL) {
+        ACCEL_CHECK(accel_load_state(r.acc, resume));
+        first = (int)accel_optimizer_num_steps(opt);
+        accel_print(r.acc, "resumed from %s at step %d\n", resume, first);
+    }
+
     double loss = 0;
-    for (int t = 0; t < steps; t++) {
+    for (int t = first; t < steps; t++) {
         r.batch.base = (int)(((long long)t * batch + (long long)rank * local) % N_POINTS);
         ACCEL_CHECK(accel_accumulate(r.acc, r.model));
         step(&r);
@@ -533,6 +552,10 @@ int main(int argc, char **argv)
         }
     }
     accel_print(r.acc, "final loss %.6f\n", loss);
+    if (save != NULL) {
+        ACCEL_CHECK(accel_save_state(r.acc, save));
+        accel_print(r.acc, "saved %s\n", save);
+    }
 
     free_on(r.gpu, (void *)r.batch.x);
     free_on(r.gpu, (void *)r.batch.y);

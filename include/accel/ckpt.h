@@ -50,11 +50,14 @@ typedef struct accel_kv {
  * name (byte order), data contiguous, compact JSON with "__metadata__" first, padded with
  * spaces to a multiple of 8 bytes. n_metadata == 0 writes no "__metadata__" key. Tensors may
  * have ndim 0 (scalars) or zero elements. Written temp -> fsync -> rename -> fsync(parent dir).
- *   tensors: CPU tensors, borrowed (read only). metadata: borrowed, may be NULL when 0.
+ *   tensors: borrowed (read only), in host memory or in a GPU's (tensor.device: copied
+ *   through pinned buffers, after the work queued on the GPU's compute stream).
+ *   metadata: borrowed, may be NULL when 0.
  * Returns ACCEL_OK; ACCEL_EINVAL naming the tensor or key at fault (duplicate or reserved name,
  * invalid UTF-8, unknown dtype, negative dimension, sub-byte elements that do not fill whole
  * bytes, NULL data with bytes to write);
- * ACCEL_EUNSUPPORTED for a tensor not on the CPU; ACCEL_EIO naming the path. On failure the
+ * ACCEL_EUNSUPPORTED for a tensor on a device this process cannot open (naming why); ACCEL_EIO
+ * naming the path or the device's failure. On failure the
  * previous file at `path`, if any, is untouched. Thread-safe for distinct paths.
  */
 ACCEL_API accel_status accel_safetensors_write(const char *path, const accel_named_tensor *tensors,

@@ -14,6 +14,7 @@
 
 #include "accel/accel.h"
 #include "ckpt/atomic.h"
+#include "ckpt/devio.h"
 #include "ckpt/state.h"
 #include "ckpt/stset.h"
 #include "comm/comm.h"
@@ -58,6 +59,15 @@ static accel_status whole_list(const accel__state_writer *w, accel_named_tensor 
         }
     }
     *out = ts;
+    return ACCEL_OK;
+}
+
+/* Appends the bytes at *(char **)ctx. */
+static accel_status append_to(void *ctx, const void *data, size_t n)
+{
+    char **at = ctx;
+    memcpy(*at, data, n);
+    *at += n;
     return ACCEL_OK;
 }
 
@@ -131,16 +141,19 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
     }
     st = all_ok(acc, st);
     accel_status wst = ACCEL_OK; /* the main process's write failures: it still gathers */
+    accel_status cst = ACCEL_OK; /* a device's copy failures: it still gathers */
+    accel__devio *io = NULL;     /* pieces in device memory come through staging */
     for (size_t r = 0, a = 0; st == ACCEL_OK && r < n_rounds; a = round_end[r++]) {
-        size_t k = round_end[r] - a, at = 0;
+        size_t k = round_end[r] - a;
+        char *at = send;
         for (size_t i = a; i < round_end[r]; i++) {
             size_t nb = (size_t)w->counts[i] * accel_dtype_nbytes(w->ts[i].tensor.dtype);
             desc[2 * (i - a)] = w->offs[i];
             desc[2 * (i - a) + 1] = w->counts[i];
-            if (nb > 0) {
-                memcpy(send + at, w->ts[i].tensor.data, nb);
+            if (cst == ACCEL_OK) {
+                cst = accel__devio_to_host(&io, w->ts[i].tensor.device, w->ts[i].tensor.data, nb,
+                                           append_to, &at);
             }
-            at += nb;
         }
         accel__coll g1 =
             ACCEL__COLL(ACCEL__COLL_GATHER, desc, descs, 2 * k, ACCEL_I64, ACCEL_SUM, 0);
@@ -163,6 +176,10 @@ static accel_status save_gathered(accel *acc, const accel__state_writer *w, cons
                 src += nb;
             }
         }
+    }
+    accel__devio_free(io);
+    if (st == ACCEL_OK) { /* a failed copy on any process fails the save everywhere */
+        st = all_ok(acc, cst);
     }
     if (set != NULL) {
         st = st == ACCEL_OK && wst == ACCEL_OK ? accel__stset_commit(set)
@@ -200,10 +217,6 @@ static accel_status save_model(accel *acc, accel_model *model, const char *dir,
     const accel_param *first = st == ACCEL_OK ? accel_model_param(model, 0) : NULL; /* allocates */
     if (st == ACCEL_OK && first == NULL) {
         st = accel__seterr(NULL, ACCEL_ENOMEM, "accel_save_model: %s", accel_last_error(NULL));
-    } else if (st == ACCEL_OK && first->data_view.device.type != ACCEL_DEVICE_CPU) {
-        st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                           "accel_save_model: saving a model on cuda:%d is not supported yet",
-                           first->data_view.device.index);
     }
     /* The weights as the model's checkpoint protocol puts them: whole tensors, or under ZeRO
      * each process's pieces (views: nothing is copied). */
@@ -428,6 +441,18 @@ static accel_status plan_load(load_ctx *c, accel_model *model, const char *path,
     return ACCEL_OK;
 }
 
+/* Bytes [off, off + n) of the F32 weights converted from tensor ctx. Validated by plan_load,
+ * so conversion cannot fail on arguments; bits as accel_convert documents (widening exact,
+ * narrowing RNE). */
+static accel_status convert_fill(void *ctx, void *buf, size_t off, size_t n)
+{
+    const accel_tensor *t = ctx;
+    size_t first = off / sizeof(float);
+    return accel_convert(buf, ACCEL_F32,
+                         (const char *)t->data + first * accel_dtype_nbytes(t->dtype), t->dtype,
+                         n / sizeof(float));
+}
+
 static accel_status load_model(accel *acc, accel_model *model, const char *path, int strict)
 {
     if (model == NULL || path == NULL) {
@@ -435,10 +460,11 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
                              model ? "path" : "model");
     }
     const accel_param *p0 = accel_model_num_params(model) > 0 ? accel_model_param(model, 0) : NULL;
-    if (p0 != NULL && p0->data_view.device.type != ACCEL_DEVICE_CPU) { /* issue 14 */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_load_model: loading a model on cuda:%d is not supported yet",
-                             p0->data_view.device.index);
+    accel_status dst = p0 != NULL && p0->data_view.device.type != ACCEL_DEVICE_CPU
+                           ? accel__devio_check(p0->data_view.device)
+                           : ACCEL_OK;
+    if (dst != ACCEL_OK) {
+        return accel__seterr(acc, dst, "accel_load_model: %s", accel_last_error(NULL));
     }
     load_ctx c = {0};
     accel_status st = ACCEL_OK;
@@ -469,6 +495,7 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
         st = plan_load(&c, model, path, strict);
     }
     int n = accel_model_num_params(model);
+    accel__devio *io = NULL; /* a model in device memory is filled through staging */
     for (int i = 0; st == ACCEL_OK && i < n; i++) {
         if (c.src_file[i] == NULL) {
             continue;
@@ -477,11 +504,11 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
         accel_tensor t;
         st = accel_safetensors_tensor(c.src_file[i], (size_t)c.src_index[i], &t);
         if (st == ACCEL_OK) {
-            /* Validated above, so conversion cannot fail on arguments; bits as accel_convert
-             * documents (widening exact, narrowing RNE). */
-            st = accel_convert(p->data, ACCEL_F32, t.data, t.dtype, p->numel);
+            st = accel__devio_from_host(&io, p->data_view.device, p->data_view.data,
+                                        p->numel * sizeof(float), sizeof(float), convert_fill, &t);
         }
     }
+    accel__devio_free(io);
     load_ctx_free(&c);
     if (st != ACCEL_OK && acc != NULL) {
         accel__adopt_thread_error(acc, st);

@@ -10,6 +10,7 @@
 
 #include "accel/ckpt.h"
 #include "ckpt/atomic.h"
+#include "ckpt/devio.h"
 #include "ckpt/safetensors.h"
 #include "core/internal.h"
 
@@ -117,11 +118,10 @@ static accel_status check_write_tensor(const char *path, const accel_named_tenso
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: tensor '%s' has ndim %d", path, nt->name,
                              t->ndim);
     }
-    if (t->device.type != ACCEL_DEVICE_CPU) {
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                             "%s: tensor '%s' is not on the CPU; copy "
-                             "it to host memory first",
-                             path, nt->name);
+    accel_status dst = t->device.type != ACCEL_DEVICE_CPU ? accel__devio_check(t->device) : 0;
+    if (dst != ACCEL_OK) {
+        return accel__seterr(NULL, dst, "%s: tensor '%s': %s", path, nt->name,
+                             accel_last_error(NULL));
     }
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0) {
@@ -285,6 +285,17 @@ accel_status accel__safetensors_header(const char *path, const accel_named_tenso
     return ACCEL_OK;
 }
 
+typedef struct file_sink {
+    int fd;
+    const char *path;
+} file_sink;
+
+static accel_status write_to(void *ctx, const void *data, size_t n)
+{
+    const file_sink *f = ctx;
+    return accel__write_all(f->fd, data, n, f->path);
+}
+
 accel_status accel_safetensors_write(const char *path, const accel_named_tensor *tensors, size_t n,
                                      const accel_kv *metadata, size_t n_metadata)
 {
@@ -304,9 +315,14 @@ accel_status accel_safetensors_write(const char *path, const accel_named_tensor 
         st = accel__afile_open(&f, path);
         if (st == ACCEL_OK) {
             st = accel__write_all(f.fd, header, hlen, path);
+            file_sink sink = {f.fd, path};
+            accel__devio *io = NULL; /* device memory comes through staging (devio.h) */
             for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
-                st = accel__write_all(f.fd, items[i].t->tensor.data, (size_t)items[i].nbytes, path);
+                const accel_tensor *t = &items[i].t->tensor;
+                st = accel__devio_to_host(&io, t->device, t->data, (size_t)items[i].nbytes,
+                                          write_to, &sink);
             }
+            accel__devio_free(io);
             st = st == ACCEL_OK ? accel__afile_commit(&f) : (accel__afile_abort(&f), st);
         }
     }

@@ -16,6 +16,7 @@
 
 #include "accel/ckpt.h"
 #include "ckpt/atomic.h"
+#include "ckpt/devio.h"
 #include "ckpt/stset.h"
 #include "comm/comm.h"
 #include "core/internal.h"
@@ -149,6 +150,21 @@ accel_status accel_save(accel *acc, const accel_named_tensor *tensors, size_t n,
 
 /* ---- sharded folders (the writing itself: stset.c) ---- */
 
+/* Tensor i of a shard set, written in order from byte `at`. */
+typedef struct stset_sink {
+    accel__stset *set;
+    size_t i;
+    uint64_t at;
+} stset_sink;
+
+static accel_status write_to(void *ctx, const void *data, size_t n)
+{
+    stset_sink *s = ctx;
+    accel_status st = accel__stset_write(s->set, s->i, s->at, data, n);
+    s->at += n;
+    return st;
+}
+
 accel_status accel_save_sharded(const char *dir, const char *prefix,
                                 const accel_named_tensor *tensors, size_t n,
                                 const accel_kv *metadata, size_t n_metadata,
@@ -169,10 +185,13 @@ accel_status accel_save_sharded(const char *dir, const char *prefix,
     ACCEL_TRY(
         accel__stset_open(&set, dir, prefix, tensors, n, metadata, n_metadata, max_shard_nbytes));
     accel_status st = ACCEL_OK;
+    accel__devio *io = NULL; /* device memory comes through staging (devio.h) */
     for (size_t i = 0; st == ACCEL_OK && i < n; i++) {
-        st = accel__stset_write(set, i, 0, tensors[i].tensor.data,
-                                accel_tensor_nbytes(&tensors[i].tensor));
+        stset_sink sink = {set, i, 0};
+        st = accel__devio_to_host(&io, tensors[i].tensor.device, tensors[i].tensor.data,
+                                  accel_tensor_nbytes(&tensors[i].tensor), write_to, &sink);
     }
+    accel__devio_free(io);
     if (st != ACCEL_OK) {
         accel__stset_abort(set);
         return st;

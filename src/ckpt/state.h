@@ -225,8 +225,9 @@ accel_status accel__state_check_piece(accel__state_reader *r, const char *full, 
                                       const accel__state_piece *whole);
 
 /* The plan's side of the reader (state_load.c). */
-accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void *src,
-                                    size_t nbytes);
+/* nbytes from src (a mapped file) to dst, memory of device `where` (staged: devio.h). */
+accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, accel_device where,
+                                    const void *src, size_t nbytes);
 void *accel__state_plan_stage(accel__state_plan *p, accel__object *obj, size_t nbytes,
                               void (*apply)(accel__object *obj, void *data));
 accel_status accel__state_plan_position(accel__state_plan *p, const accel__state_reader *r,

@@ -7,7 +7,8 @@
  *
  * Invariant: nothing live is written before every file validated; after the registered
  * objects' load callbacks, applying cannot fail (copies of validated data into memory sized
- * at plan time, and staged actions that cannot fail).
+ * at plan time, and staged actions that cannot fail) except where a device does: a copy into
+ * GPU memory that the GPU fails leaves the load partial, and says so.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 
 #include "base/parallel.h"
 #include "ckpt/atomic.h"
+#include "ckpt/devio.h"
 #include "ckpt/state.h"
 #include "core/gstate.h"
 #include "core/settings.h"
@@ -27,6 +29,7 @@ typedef struct copy_job {
     void *dst;
     const void *src;
     size_t nbytes;
+    accel_device where; /* dst's device (staged copies) */
 } copy_job;
 
 typedef struct stage {
@@ -56,6 +59,8 @@ struct accel__state_plan {
     size_t n_files, cap_files; /* sized at the start: readers point into it */
     copy_job *copies;
     size_t n_copies, cap_copies, copy_nbytes;
+    copy_job *staged; /* into device memory, through pinned buffers (devio.h) */
+    size_t n_staged, cap_staged;
     stage *stages;
     size_t n_stages, cap_stages;
     first_stage *firsts;
@@ -82,6 +87,7 @@ void accel__state_plan_free(accel__state_plan *p)
     }
     accel__free(p->files);
     accel__free(p->copies);
+    accel__free(p->staged);
     accel__free(p->stages);
     accel__free(p->firsts);
     accel__free(p->pos);
@@ -109,8 +115,19 @@ static void *grow(void *v, size_t *cap, size_t n, size_t size)
 
 /* ---- the reader's side: copies, stages, positions ---- */
 
-accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void *src, size_t nbytes)
+accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, accel_device where,
+                                    const void *src, size_t nbytes)
 {
+    if (accel__devio_staged(where)) {
+        /* Whole: the staging chunks it and overlaps the chunks' copies (devio.h). */
+        copy_job *staged = grow(p->staged, &p->cap_staged, p->n_staged, sizeof(*staged));
+        if (staged == NULL) {
+            return ACCEL_ENOMEM;
+        }
+        p->staged = staged;
+        p->staged[p->n_staged++] = (copy_job){dst, src, nbytes, where};
+        return ACCEL_OK;
+    }
     /* In pieces, so the copies spread over the process's CPUs. */
     for (size_t off = 0; off < nbytes; off += COPY_PIECE) {
         copy_job *copies = grow(p->copies, &p->cap_copies, p->n_copies, sizeof(*copies));
@@ -119,7 +136,7 @@ accel_status accel__state_plan_copy(accel__state_plan *p, void *dst, const void 
         }
         p->copies = copies;
         size_t n = nbytes - off < COPY_PIECE ? nbytes - off : COPY_PIECE;
-        p->copies[p->n_copies++] = (copy_job){(char *)dst + off, (const char *)src + off, n};
+        p->copies[p->n_copies++] = (copy_job){(char *)dst + off, (const char *)src + off, n, where};
         p->copy_nbytes += n;
     }
     return ACCEL_OK;
@@ -430,6 +447,31 @@ static void run_copy(void *ctx, size_t i)
     memcpy(c->dst, c->src, c->nbytes);
 }
 
+static accel_status fill_from(void *ctx, void *buf, size_t off, size_t n)
+{
+    memcpy(buf, (const char *)ctx + off, n);
+    return ACCEL_OK;
+}
+
+/* The copies into device memory, one after the other through the same pinned buffers. */
+static accel_status run_staged(accel *acc, const accel__state_plan *p)
+{
+    accel__devio *io = NULL;
+    accel_status st = ACCEL_OK;
+    for (size_t i = 0; st == ACCEL_OK && i < p->n_staged; i++) {
+        const copy_job *c = &p->staged[i];
+        st = accel__devio_from_host(&io, c->where, c->dst, c->nbytes, 1, fill_from, (void *)c->src);
+    }
+    accel__devio_free(io);
+    if (st != ACCEL_OK) {
+        return accel__seterr(acc, st,
+                             "accel_load_state: copying the checkpoint into device memory "
+                             "failed; the live state is partly loaded: %s",
+                             accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
 {
     /* Registered objects' callbacks first: they are the only step that can still fail. */
@@ -437,8 +479,10 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
         const first_stage *f = &p->firsts[i];
         ACCEL_TRY(f->apply(f->obj, f->data, f->n));
     }
-    /* The tensors (planned and validated): on the process's CPUs together. */
+    /* The tensors (planned and validated): on the process's CPUs together; into a device,
+     * through staging, which fails only when the device does. */
     accel__parallel_for(p->n_copies, p->copy_nbytes, run_copy, p->copies);
+    ACCEL_TRY(run_staged(acc, p));
     for (size_t i = 0; i < p->n_stages; i++) {
         p->stages[i].apply(p->stages[i].obj, p->stages[i].data);
     }

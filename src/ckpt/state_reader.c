@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "base/fs.h"
+#include "ckpt/devio.h"
 #include "ckpt/state.h"
 
 /* ---- reader: files ---- */
@@ -394,10 +395,12 @@ accel_status accel__state_check_piece(accel__state_reader *r, const char *full, 
             r->noun);
     }
     if (piece.device.type != ACCEL_DEVICE_CPU) {
-        return accel__state_fail(r, ACCEL_EUNSUPPORTED,
-                                 "tensor %s: loading into cuda:%d memory is not supported yet "
-                                 "(move the model to the CPU first)",
-                                 full, piece.device.index);
+        /* Copied in through staging when the load applies (devio.h): checked now, so that a
+         * device that cannot be opened fails the load before anything changes. */
+        accel_status st = accel__devio_check(piece.device);
+        if (st != ACCEL_OK) {
+            return accel__state_fail(r, st, "tensor %s: %s", full, accel_last_error(NULL));
+        }
     }
     int64_t total = 1, n = accel_tensor_numel(&piece);
     for (int d = 0; d < ndim; d++) {
@@ -432,7 +435,7 @@ static accel_status get_piece(accel__state_reader *r, const char *full, accel_te
     ACCEL_TRY(accel__state_check_piece(r, full, t.dtype, t.ndim, t.shape, piece, whole));
     r->f->read[i] = 1;
     size_t off = (size_t)whole->offset * accel_dtype_bits(t.dtype) / 8;
-    return accel__state_plan_copy(r->plan, piece.data, (const char *)t.data + off,
+    return accel__state_plan_copy(r->plan, piece.data, piece.device, (const char *)t.data + off,
                                   accel_tensor_nbytes(&piece));
 }
 

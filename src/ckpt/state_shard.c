@@ -63,7 +63,7 @@ accel_status accel__state_shard_write(const accel__state_writer *w, const char *
         ts[n] =
             (accel_named_tensor){w->ts[i].name, accel_tensor_view(w->ts[i].tensor.data,
                                                                   w->ts[i].tensor.dtype, 1, shape)};
-        n++;
+        ts[n++].tensor.device = w->ts[i].tensor.device;
         if (json_object_set_new(offs, w->ts[i].name, json_integer((json_int_t)w->offs[i])) != 0) {
             st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory writing %s", name);
         }
@@ -400,6 +400,7 @@ typedef struct shard_copy {
     accel__state_reader *r;
     const shard_tensor *t;
     char *dst;
+    accel_device where;
     size_t elem_nbytes;
 } shard_copy;
 
@@ -410,6 +411,7 @@ static accel_status plan_one(void *ctx, const accel__piece_copy *c)
     accel_tensor v;
     ACCEL_TRY(accel_safetensors_tensor(x->r->f->sh->shards[p->src], p->src_index, &v));
     return accel__state_plan_copy(x->r->plan, x->dst + (size_t)c->dst_elem * x->elem_nbytes,
+                                  x->where,
                                   (const char *)v.data + (size_t)c->src_elem * x->elem_nbytes,
                                   (size_t)c->count * x->elem_nbytes);
 }
@@ -425,7 +427,7 @@ accel_status accel__state_shard_get(accel__state_reader *r, const char *full, ac
     }
     ACCEL_TRY(accel__state_check_piece(r, full, t->dtype, t->ndim, t->shape, piece, whole));
     t->read = 1;
-    shard_copy x = {r, t, piece.data, accel_dtype_nbytes(t->dtype)};
+    shard_copy x = {r, t, piece.data, piece.device, accel_dtype_nbytes(t->dtype)};
     accel_status st = accel__reshard(t->pieces, t->n_pieces, whole->offset,
                                      accel_tensor_numel(&piece), plan_one, &x);
     if (st == ACCEL_EINVAL) { /* tiling was checked at open: cannot happen */

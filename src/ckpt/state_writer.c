@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/fs.h"
+#include "ckpt/devio.h"
 #include "ckpt/state.h"
 
 /* ---- writer ---- */
@@ -81,10 +82,11 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
         return wfail(w, ACCEL_EINVAL, "a tensor without a name or shape");
     }
     if (piece.device.type != ACCEL_DEVICE_CPU) {
-        return wfail(w, ACCEL_EUNSUPPORTED,
-                     "tensor %s is on cuda:%d: checkpointing device memory is not supported yet "
-                     "(move the model to the CPU first)",
-                     name, piece.device.index);
+        /* Device memory is copied out through staging when the file is written (devio.h). */
+        accel_status st = accel__devio_check(piece.device);
+        if (st != ACCEL_OK) {
+            return wfail(w, st, "tensor %s: %s", name, accel_last_error(NULL));
+        }
     }
     if (piece.data == NULL && accel_tensor_numel(&piece) > 0) {
         return wfail(w, ACCEL_EINVAL, "tensor %s has no data", name);
@@ -130,6 +132,7 @@ accel_status accel__state_put_piece(accel__state_writer *w, const char *name, ac
     }
     snprintf(full, len, "%s%s", w->prefix, name);
     accel_tensor t = accel_tensor_view(piece.data, piece.dtype, whole->ndim, whole->shape);
+    t.device = piece.device; /* where the writer copies it from */
     w->names[w->n_ts] = full;
     w->offs[w->n_ts] = whole->offset;
     w->counts[w->n_ts] = n;

@@ -54,12 +54,13 @@ typedef struct probe {
     float shard[3];
 } probe;
 
-/* A view; "on the GPU" when the mode asks (never dereferenced: refused before any copy). */
+/* A view; "on a GPU" that no machine has when the mode asks (never dereferenced: refused
+ * before any copy, whatever the build). */
 static accel_tensor view(void *p, accel_dtype dt, int ndim, const int64_t *shape)
 {
     accel_tensor t = accel_tensor_view(p, dt, ndim, shape);
     if (save_mode == SAVE_DEVICE || load_mode == LOAD_DEVICE) {
-        t.device = (accel_device){ACCEL_DEVICE_CUDA, 1};
+        t.device = (accel_device){ACCEL_DEVICE_CUDA, 99};
     }
     return t;
 }
@@ -343,8 +344,7 @@ int main(void)
     load_mode = LOAD_MISMATCH;
     refused(acc, &p, dir, ACCEL_EINVAL, file, "b is 1, the live probe needs 0");
     load_mode = LOAD_DEVICE;
-    refused(acc, &p, dir, ACCEL_EUNSUPPORTED, file,
-            "tensor w: loading into cuda:1 memory is not supported yet");
+    refused(acc, &p, dir, ACCEL_EUNSUPPORTED, file, "tensor w: device cuda:99");
     load_mode = LOAD_ALL;
 
     /* Writers misused: the save fails naming the file; the folder is not replaced. */
@@ -359,15 +359,21 @@ int main(void)
         {SAVE_OPEN, ACCEL_EINVAL,
          "accel_save_state: probe_0.safetensors: a state_save left 1 JSON containers open"},
         {SAVE_DEVICE, ACCEL_EUNSUPPORTED,
-         "accel_save_state: probe_0.safetensors: tensor w is on cuda:1: checkpointing device "
-         "memory is not supported yet (move the model to the CPU first)"},
+         "accel_save_state: probe_0.safetensors: tensor w: device cuda:99"}, /* : why */
         {SAVE_PIECE, ACCEL_EINVAL,
          "accel_save_state: probe_0.safetensors: the processes' pieces of tensor big hold 6 "
          "elements of its 12 (each element must be put by exactly one process)"},
     };
     for (size_t i = 0; i < sizeof bad_saves / sizeof bad_saves[0]; i++) {
         save_mode = bad_saves[i].mode;
-        CHECK_ERR(acc, accel_save_state(acc, dir), bad_saves[i].st, bad_saves[i].msg);
+        if (bad_saves[i].mode == SAVE_DEVICE) { /* the reason depends on the build */
+            CHECK(accel_save_state(acc, dir) == bad_saves[i].st);
+            const char *want = bad_saves[i].msg;
+            CHECK_MSG(strncmp(accel_last_error(acc), want, strlen(want)) == 0, "got \"%s\"",
+                      accel_last_error(acc));
+        } else {
+            CHECK_ERR(acc, accel_save_state(acc, dir), bad_saves[i].st, bad_saves[i].msg);
+        }
     }
     save_mode = SAVE_OK;
     probe_fill(&p, 1);
