@@ -48,7 +48,7 @@ static inline accel *bench_cuda_init(const char *prog, const accel_options *o)
 /* "NVIDIA H100 80GB HBM3, driver 13.0" for the process's GPU. */
 static inline const char *bench_gpu_name(accel *acc)
 {
-    static char buf[160];
+    static char buf[320];
     struct cudaDeviceProp p;
     int driver = 0;
     CUDA_CHECK(cudaGetDeviceProperties(&p, accel_cuda_device(acc)));
