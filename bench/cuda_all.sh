@@ -4,26 +4,38 @@
 #   cuda_allreduce   accel_allreduce on device buffers through staging, 2 processes, 1-256 MiB
 #   cuda_ckpt        accel_save_state from GPU memory vs cudaMemcpy + write of the same bytes
 # Usage: bench/cuda_all.sh [BUILD_DIR (build-cuda)] [OUT_DIR (bench-results-cuda)]
-# BUILD_DIR is a build configured with -DACCEL_CUDA=ON; the benchmarks are built first if
-# needed. Each one's full output is in OUT_DIR/<name>.txt (and on the terminal); the table at
-# the end is Markdown, for docs/performance.md. Exits 0 when every benchmark ran, 77 when none
-# could (no GPU), 1 when one failed or took longer than its time limit (LIMIT seconds, 150).
+# BUILD_DIR is a build configured with -DACCEL_CUDA=ON (the benchmarks are built first if
+# needed), or one packed by scripts/gpu-pack.sh (on the lent machine:
+# `bash scripts/gpu-run.sh bench/cuda_all.sh`). Each one's full output is in OUT_DIR/<name>.txt
+# (and on the terminal); the table at the end is Markdown, for docs/performance.md. Exits 0
+# when every benchmark ran, 77 when none could (no GPU), 1 when one failed or took longer than
+# its time limit (LIMIT seconds, 150).
 set -u
 build=${1:-build-cuda}
 out=${2:-bench-results-cuda}
 limit=${LIMIT:-150}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-if [ ! -f "$build/CMakeCache.txt" ] || ! grep -q '^ACCEL_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then
-    echo "cuda_all: $build is not a CUDA build: cmake -S . -B $build -DACCEL_CUDA=ON" >&2
-    exit 1
+# A CUDA build tree (with cmake here): build what runs. A packed one (scripts/gpu-pack.sh, run
+# through scripts/gpu-run.sh on the lent machine) has the programs already.
+if [ -f "$build/CMakeCache.txt" ] && command -v cmake >/dev/null 2>&1; then
+    if ! grep -q '^ACCEL_CUDA:BOOL=ON' "$build/CMakeCache.txt"; then
+        echo "cuda_all: $build is not a CUDA build: cmake -S . -B $build -DACCEL_CUDA=ON" >&2
+        exit 1
+    fi
+    cmake --build "$build" -j "$(nproc)" --target accel_cli bench_cuda_step bench_cuda_allreduce \
+        bench_cuda_ckpt >"$out/build.txt" 2>&1 || {
+        tail -30 "$out/build.txt"
+        echo "cuda_all: building the benchmarks failed (log: $out/build.txt)" >&2
+        exit 1
+    }
 fi
-cmake --build "$build" -j "$(nproc)" --target accel_cli bench_cuda_step bench_cuda_allreduce \
-    bench_cuda_ckpt >"$out/build.txt" 2>&1 || {
-    tail -30 "$out/build.txt"
-    echo "cuda_all: building the benchmarks failed (log: $out/build.txt)" >&2
-    exit 1
-}
+for p in accel bench/cuda_step bench/cuda_allreduce bench/cuda_ckpt; do
+    if [ ! -x "$build/$p" ]; then
+        echo "cuda_all: $build/$p is missing (a CUDA build: cmake -S . -B $build -DACCEL_CUDA=ON)" >&2
+        exit 1
+    fi
+done
 export OMP_NUM_THREADS=1
 launch=("$build/accel" launch --main_process_port 0 --num_processes)
 failed=0 ran=0 skipped=0

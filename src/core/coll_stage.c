@@ -1,7 +1,8 @@
 /*
  * Buffer collectives on device memory (used by coll_api.c). The host backends (shm, gloo, mpi)
  * read host memory only, so on a process that computes on a GPU a send or recv buffer in that
- * GPU's memory is staged through pinned host memory: the bytes the call reads are copied to the
+ * GPU's memory is staged through pinned host memory (a communicator that reads GPU memory,
+ * nccl, gets the buffers as they are): the bytes the call reads are copied to the
  * host on the compute stream (after the kernels queued there, so a buffer the user's kernels
  * write on accel_cuda_stream needs no synchronisation), the collective runs on the host copy,
  * and the bytes it writes are copied back before the call returns. Blocking calls only: a work
@@ -38,8 +39,9 @@ static accel_status on_device(accel *acc, const void *p, int *out)
         *out = 1;
         return ACCEL_OK;
     }
-    if (acc->device.type != ACCEL_DEVICE_CUDA) {
-        return ACCEL_OK;
+    if (acc->device.type != ACCEL_DEVICE_CUDA ||
+        (accel__comm_caps(acc->comm) & ACCEL__COMM_DEVICE_MEM)) {
+        return ACCEL_OK; /* a CPU process, or a communicator that reads GPU memory (nccl) */
     }
     return accel__dev_holds(acc->dev, p, out);
 }

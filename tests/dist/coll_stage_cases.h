@@ -9,7 +9,8 @@
  * out of place from a non-zero root, reduce_to and gather_to with NULL recv off the root,
  * allgather and reduce_scatter in and out of place with even and uneven counts, a send in
  * device memory with a host recv; and a work handle with a device buffer, refused with
- * ACCEL_EUNSUPPORTED on every process.
+ * ACCEL_EUNSUPPORTED on every process (where staged: a communicator that reads device memory,
+ * nccl, takes the buffers as they are and runs every case unstaged).
  */
 #ifndef ACCEL_TEST_COLL_STAGE_CASES_H
 #define ACCEL_TEST_COLL_STAGE_CASES_H
@@ -154,9 +155,13 @@ static void cs_mixed(accel *acc, accel__device *d, int force)
     accel__dev_free(d, dev);
 }
 
-/* A work handle with a device buffer: refused on every process, before anything moves. */
+/* A work handle with a device buffer: refused on every process, before anything moves (only
+ * where the buffer is staged: nccl reads it as it is). */
 static void cs_async_refused(accel *acc, accel__device *d, int force)
 {
+    if (!force && (accel__comm_caps(acc->comm) & ACCEL__COMM_DEVICE_MEM)) {
+        return;
+    }
     void *dev;
     CHECK_OK(NULL, accel__dev_alloc(d, 64, 1, &dev));
     accel_work *w = NULL;
