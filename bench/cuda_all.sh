@@ -9,11 +9,11 @@
 # `bash scripts/gpu-run.sh bench/cuda_all.sh`). Each one's full output is in OUT_DIR/<name>.txt
 # (and on the terminal); the table at the end is Markdown, for docs/performance.md. Exits 0
 # when every benchmark ran, 77 when none could (no GPU), 1 when one failed or took longer than
-# its time limit (LIMIT seconds, 150).
+# its time limit (LIMIT seconds, 90).
 set -u
 build=${1:-build-cuda}
 out=${2:-bench-results-cuda}
-limit=${LIMIT:-150}
+limit=${LIMIT:-90}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 # A CUDA build tree (with cmake here): build what runs. A packed one (scripts/gpu-pack.sh, run

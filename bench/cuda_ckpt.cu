@@ -4,7 +4,7 @@
  * cudaMemcpy to pinned host memory, write() to a file in the same folder, fsync (save_state
  * fsyncs every file too). ratio = raw time / save_state time (target >= 0.9).
  *
- *     build-cuda/bench/cuda_ckpt [--dir DIR] [--layers 6] [--hidden 4096] [--reps 3]
+ *     build-cuda/bench/cuda_ckpt [--dir DIR] [--layers 6] [--hidden 4096] [--reps 2]
  *
  * The model is --layers square fp32 weights of --hidden (default 100.7 M parameters, 1.2 GB
  * with AdamW's two moments). DIR (default $TMPDIR or /tmp) decides the filesystem; what is
@@ -104,7 +104,7 @@ static double raw_save(const char *file, const void *dev, void *pinned, size_t n
 
 int main(int argc, char **argv)
 {
-    int layers = 6, hidden = 4096, reps = 3;
+    int layers = 6, hidden = 4096, reps = 2;
     const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--dir") == 0) {
