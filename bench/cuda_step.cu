@@ -257,6 +257,19 @@ int main(int argc, char **argv)
                 flops / t_local / 1e12);
     accel_print(b.acc, "  reducer   %9.3f ms/step  %7.1f TFLOP/s per process  overhead %+.2f%%\n",
                 t_sync * 1e3, flops / t_sync / 1e12, overhead);
+    if (n > 1) { /* the last step communicated: when its buckets left and came back */
+        double first = 1e30, last = 0;
+        for (int k = 0; k < accel_model_num_buckets(b.model); k++) {
+            accel_bucket_info bi;
+            ACCEL_CHECK(accel_model_bucket_info(b.model, k, &bi));
+            if (bi.n_params > 0) {
+                first = bi.launch_time < first ? bi.launch_time : first;
+                last = bi.done_time > last ? bi.done_time : last;
+            }
+        }
+        accel_print(b.acc, "  last step: first bucket launched to last bucket done %.3f ms\n",
+                    (last - first) * 1e3);
+    }
     accel_print(b.acc, "| training step, reducer vs no comm | %s | %.3f vs %.3f ms, %+.2f%% | <= 2%% |\n",
                 config, t_sync * 1e3, t_local * 1e3, overhead);
 
