@@ -91,8 +91,10 @@ int main(int argc, char **argv)
                           k ? ", " : "", nbytes >> 20, busd, bush);
         }
     }
-    accel_print(acc, "| staged allreduce busbw, GB/s | %d process%s, device buffers | %s | - |\n",
-                n, n > 1 ? "es" : "", row);
+    accel_print(acc,
+                "| allreduce busbw on device buffers, GB/s | %d process%s, backend %s%s | %s | - |\n",
+                n, n > 1 ? "es" : "", accel_backend_name(acc),
+                strcmp(accel_backend_name(acc), "nccl") != 0 ? " (staged)" : "", row);
     CUDA_CHECK(cudaFree(dev));
     free(host);
     accel_free(acc);
