@@ -733,6 +733,7 @@ void accel_free(accel *acc)
     accel__profile_finish_local(acc);
     accel__comm_free(acc->comm);
     if (acc->dev != NULL) {
+        accel__coll_stage_free(acc);
         accel__device_close(acc->dev);
     }
     accel__trace_free(acc->trace);

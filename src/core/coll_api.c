@@ -9,12 +9,13 @@
  * in a scratch buffer, copied in when the call is posted and out by the collective's post hook,
  * so the asynchronous form keeps working. The declared call carries the user's count (`total`),
  * so mismatch messages show the call as written.
+ *
+ * Buffers in GPU memory are staged through pinned host memory around the call (coll_stage.c).
  */
 #include <string.h>
 
 #include "accel/collectives.h"
-#include "comm/comm.h"
-#include "internal.h"
+#include "coll_stage.h"
 
 static accel_status run(accel *acc, const char *fn, const accel__coll *op, accel_work **work)
 {
@@ -93,9 +94,6 @@ static accel_status uneven(accel *acc, const char *fn, accel__coll_kind kind, co
                            void *recv, size_t count, accel_dtype dt, accel_reduce_op op,
                            accel_work **work)
 {
-    if (acc == NULL) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "%s: accelerator is NULL", fn);
-    }
     const int gather = kind == ACCEL__COLL_ALLGATHER;
     const size_t n = (size_t)acc->n_ranks;
     if (count % n == 0) {
@@ -149,46 +147,67 @@ void accel_chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t 
     }
 }
 
+/* Every public buffer collective but the barrier: device buffers staged around the call. */
+static accel_status staged(accel *acc, const char *fn, accel__coll_kind kind, const void *send,
+                           void *recv, size_t count, accel_dtype dt, accel_reduce_op op, int root,
+                           accel_work **work)
+{
+    if (acc == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: accelerator is NULL", fn);
+    }
+    accel__coll_staging sg;
+    ACCEL_TRY(accel__coll_stage_begin(acc, fn, kind, count, dt, root, work != NULL, &send, &recv,
+                                      &sg));
+    accel_status st;
+    if (kind == ACCEL__COLL_REDUCE_SCATTER || kind == ACCEL__COLL_ALLGATHER) {
+        st = uneven(acc, fn, kind, send, recv, count, dt, op, work);
+    } else {
+        accel__coll o = ACCEL__COLL(kind, send, recv, count, dt, op, root);
+        st = run(acc, fn, &o, work);
+    }
+    return accel__coll_stage_end(acc, fn, &sg, st);
+}
+
 accel_status accel_allreduce(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
                              accel_reduce_op op, accel_work **work)
 {
-    accel__coll o = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-    return run(acc, "accel_allreduce", &o, work);
+    return staged(acc, "accel_allreduce", ACCEL__COLL_ALLREDUCE, send, recv, count, dt, op, 0,
+                  work);
 }
 
 accel_status accel_reduce_scatter(accel *acc, const void *send, void *recv, size_t count,
                                   accel_dtype dt, accel_reduce_op op, accel_work **work)
 {
-    return uneven(acc, "accel_reduce_scatter", ACCEL__COLL_REDUCE_SCATTER, send, recv, count, dt,
-                  op, work);
+    return staged(acc, "accel_reduce_scatter", ACCEL__COLL_REDUCE_SCATTER, send, recv, count, dt,
+                  op, 0, work);
 }
 
 accel_status accel_allgather(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
                              accel_work **work)
 {
-    return uneven(acc, "accel_allgather", ACCEL__COLL_ALLGATHER, send, recv, count, dt, ACCEL_SUM,
-                  work);
+    return staged(acc, "accel_allgather", ACCEL__COLL_ALLGATHER, send, recv, count, dt, ACCEL_SUM,
+                  0, work);
 }
 
 accel_status accel_broadcast(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
                              int root, accel_work **work)
 {
-    accel__coll o = ACCEL__COLL(ACCEL__COLL_BROADCAST, send, recv, count, dt, ACCEL_SUM, root);
-    return run(acc, "accel_broadcast", &o, work);
+    return staged(acc, "accel_broadcast", ACCEL__COLL_BROADCAST, send, recv, count, dt, ACCEL_SUM,
+                  root, work);
 }
 
 accel_status accel_reduce_to(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
                              accel_reduce_op op, int root, accel_work **work)
 {
-    accel__coll o = ACCEL__COLL(ACCEL__COLL_REDUCE, send, recv, count, dt, op, root);
-    return run(acc, "accel_reduce_to", &o, work);
+    return staged(acc, "accel_reduce_to", ACCEL__COLL_REDUCE, send, recv, count, dt, op, root,
+                  work);
 }
 
 accel_status accel_gather_to(accel *acc, const void *send, void *recv, size_t count, accel_dtype dt,
                              int root, accel_work **work)
 {
-    accel__coll o = ACCEL__COLL(ACCEL__COLL_GATHER, send, recv, count, dt, ACCEL_SUM, root);
-    return run(acc, "accel_gather_to", &o, work);
+    return staged(acc, "accel_gather_to", ACCEL__COLL_GATHER, send, recv, count, dt, ACCEL_SUM,
+                  root, work);
 }
 
 accel_status accel_barrier(accel *acc, accel_work **work)

@@ -67,6 +67,11 @@ struct accel {
     char *summary; /* accel_state_summary buffer */
     struct accel__trace *trace; /* the profiler's recorder (base/trace.h); lives as long as acc */
     char *profile_path;         /* where the open profiler session's file goes */
+    /* pinned host memory that buffer collectives on device memory stage through (coll_stage.c),
+     * and whether a call is using it (taken with __atomic builtins) */
+    void *stage_buf;
+    size_t stage_nbytes;
+    int stage_busy;
 };
 
 /* ---- The process's device (device_select.c) ---- */
@@ -87,6 +92,9 @@ accel_status accel__device_setup(accel *acc, int launched);
 /* NCCL's version ("2.28.9") into buf (src/core/cuda/cuda_api.c). */
 void accel__nccl_version(char *buf, size_t nbytes);
 #endif
+
+/* Frees the staging buffer of device-memory collectives (coll_stage.c); accel_free. */
+void accel__coll_stage_free(accel *acc);
 
 /* Module slot access: returns the state (NULL if none). */
 static inline void *accel__module(const accel *acc, accel__module_id id)

@@ -55,6 +55,13 @@ static accel_status cpu_host_alloc(accel__device *d, size_t nbytes, void **out)
     return cpu_alloc(d, nbytes, 0, out);
 }
 
+static accel_status cpu_holds(accel__device *d, const void *p, int *out)
+{
+    (void)d, (void)p;
+    *out = 0; /* all of it is host memory */
+    return ACCEL_OK;
+}
+
 static accel_status cpu_memset(accel__device *d, void *p, int byte, size_t nbytes, accel__stream *s)
 {
     (void)d, (void)s;
@@ -444,6 +451,7 @@ static const accel__device_ops cpu_ops = {
     .free = cpu_free,
     .host_alloc = cpu_host_alloc,
     .host_free = cpu_free,
+    .holds = cpu_holds,
     .memset = cpu_memset,
     .copy = cpu_copy,
     .stream_new = cpu_stream_new,

@@ -107,6 +107,12 @@ void accel__dev_host_free(accel__device *d, void *p)
     }
 }
 
+accel_status accel__dev_holds(accel__device *d, const void *p, int *out)
+{
+    *out = 0;
+    return p != NULL ? d->ops->holds(d, p, out) : ACCEL_OK;
+}
+
 accel_status accel__dev_memset(accel__device *d, void *p, int byte, size_t nbytes, accel__stream *s)
 {
     if (nbytes == 0) {

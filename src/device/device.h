@@ -100,6 +100,10 @@ void accel__dev_free(accel__device *d, void *p);
 /* Host memory the device copies from / to fastest (pinned on CUDA; plain on the CPU). */
 accel_status accel__dev_host_alloc(accel__device *d, size_t nbytes, void **out);
 void accel__dev_host_free(accel__device *d, void *p);
+/* *out = 1 when p points into d's own memory, which host code cannot read (CUDA device memory);
+ * 0 for host memory of any kind (pageable, pinned, managed) and always on the CPU. Device memory
+ * of another GPU is ACCEL_EINVAL naming both. Costs one driver query on CUDA. */
+accel_status accel__dev_holds(accel__device *d, const void *p, int *out);
 /* nbytes of p set to `byte`. */
 accel_status accel__dev_memset(accel__device *d, void *p, int byte, size_t nbytes,
                                accel__stream *s);

@@ -20,6 +20,7 @@ typedef struct accel__device_ops {
     void (*free)(accel__device *d, void *p);
     accel_status (*host_alloc)(accel__device *d, size_t nbytes, void **out);
     void (*host_free)(accel__device *d, void *p);
+    accel_status (*holds)(accel__device *d, const void *p, int *out);
     accel_status (*memset)(accel__device *d, void *p, int byte, size_t nbytes, accel__stream *s);
     accel_status (*copy)(accel__device *d, void *dst, const void *src, size_t nbytes,
                          accel__copy_kind kind, accel__stream *s);

@@ -263,6 +263,30 @@ static void cuda_host_free(accel__device *d, void *p)
     CUDA_WARN(cudaFreeHost(p));
 }
 
+static accel_status cuda_holds(accel__device *d, const void *p, int *out)
+{
+    ACCEL_TRY(use(d));
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e == cudaErrorInvalidValue) {
+        (void)cudaGetLastError(); /* older runtimes: host memory CUDA never saw */
+        *out = 0;
+        return ACCEL_OK;
+    }
+    CUDA_TRY(e);
+    if (a.type != cudaMemoryTypeDevice) {
+        *out = 0; /* pageable, pinned or managed: the host reads it */
+        return ACCEL_OK;
+    }
+    if (a.device != gpu_of(d)->ordinal) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "pointer %p is memory of cuda:%d, but this process computes on cuda:%d",
+                             (void *)(uintptr_t)p, a.device, gpu_of(d)->ordinal);
+    }
+    *out = 1;
+    return ACCEL_OK;
+}
+
 static accel_status cuda_memset(accel__device *d, void *p, int byte, size_t nbytes,
                                 accel__stream *s)
 {
@@ -525,6 +549,7 @@ static const accel__device_ops cuda_ops = {
     .free = cuda_free,
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
+    .holds = cuda_holds,
     .memset = cuda_memset,
     .copy = cuda_copy,
     .stream_new = cuda_stream_new,
