@@ -50,7 +50,8 @@
     X(save_on_each_node, FLAG)                                                                     \
     X(log_with, STRING)                                                                            \
     X(zero_stage, FLAG)                                                                            \
-    X(resume_from_checkpoint, STRING)
+    X(resume_from_checkpoint, STRING)                                                              \
+    X(zero_shard_size, INT)
 
 typedef enum accel__option_id {
 #define ACCEL__OPTION_ENUM(name, kind) ACCEL__OPT_##name,
