@@ -229,6 +229,24 @@ static void bucket_post(void *arg)
     hook_status(bk, st);
 }
 
+/* ZeRO-2/3 gradient pages: bucket b's mapped writable in one call before the backward writes
+ * it, instead of two faults per page (the zero page on the first read of an accumulation, then
+ * a copy on write). One bucket ahead of the launches, so pages the earlier buckets released
+ * are not all taken back at once: a backward holds only the buckets not yet reduced. */
+static void populate(accel_model *m, int b)
+{
+    if (m->grad_pages && b < m->flat.n_buckets) {
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        if (accel__pages_populate(m->grad + fb->offset, fb->padded * sizeof(float)) != 0 &&
+            !m->red.populate_failed) {
+            /* Where the kernel cannot, pages fault in one by one (said once). */
+            m->red.populate_failed = 1;
+            accel__log(&m->acc->log, ACCEL__LOG_DEBUG,
+                       "gradient pages are not populated in advance (MADV_POPULATE_WRITE)");
+        }
+    }
+}
+
 /* The bucket's reduction has a cross-replica step (post_cross). */
 static int crosses(const accel_model *m)
 {
@@ -239,6 +257,7 @@ static accel_status launch_bucket(accel_model *m, int b)
 {
     accel__reducer *r = &m->red;
     accel__bucket *bk = &r->buckets[b];
+    populate(m, b + 1);
     if (bk->n_params == 0) {
         return ACCEL_OK; /* every parameter frozen: nothing to send */
     }
@@ -369,6 +388,7 @@ static accel_status launch_ready(accel_model *m)
 void accel__reducer_begin(accel_model *m)
 {
     accel__reducer *r = &m->red;
+    populate(m, 0);
     memset(r->ready, 0, (size_t)m->n_params);
     for (int b = 0; b < r->n_buckets; b++) {
         r->buckets[b].pending = r->buckets[b].n_params;

@@ -105,6 +105,7 @@ static accel_status model_backward_begin(accel_model *m)
     if (m->grad_reduced) {
         ACCEL_TRY(rescale_reduced(m));
     }
+
     if (m->comm_now && m->join_active) {
         float n = 0;
         ACCEL_TRY(join_count(m, 1.0f, &n));

@@ -60,6 +60,7 @@ typedef struct accel__reducer {
      * as the collective's hooks, after the bucket's ready_ev. */
     int staged;
     void *host_buf; /* pinned host mirror of the fp32 gradients */
+    int populate_failed; /* the kernel cannot populate gradient pages (logged once) */
 } accel__reducer;
 
 struct accel_model {
