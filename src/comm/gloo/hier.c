@@ -576,9 +576,10 @@ static void hier_describe(void *impl, char *buf, size_t nbytes)
 /* ---- split ---- */
 
 /* Whether a child's members (parent ranks in child rank order) form a grid of machines x local
- * ranks: the same local ranks on each of its machines, ranked machine by machine, so that the
- * child is itself laid out as machine * L' + local rank. Its machines and local ranks (in
- * order) go to nodes / locals. */
+ * ranks: the same local ranks, in the same order, on each of its machines, ranked machine by
+ * machine (in any order of the machines), so that the child is itself laid out as machine * L'
+ * + local rank. Its machines and local ranks (in child order) go to nodes / locals. A machine
+ * cannot come twice: its members would repeat. */
 static int grid_of(const hier *h, const int *members, int n, int *nodes, int *n_nodes, int *locals,
                    int *n_locals)
 {
@@ -593,8 +594,7 @@ static int grid_of(const hier *h, const int *members, int n, int *nodes, int *n_
         if (i % nl == 0) {
             nodes[nn++] = members[i] / h->L;
         }
-        if (members[i] != nodes[nn - 1] * h->L + locals[i % nl] ||
-            (i % nl == 0 && nn > 1 && nodes[nn - 1] <= nodes[nn - 2])) {
+        if (members[i] != nodes[nn - 1] * h->L + locals[i % nl]) {
             return 0;
         }
     }
@@ -627,8 +627,8 @@ static accel_status hier_split(void *impl, const accel__comm_split_info *how, vo
     if (st == ACCEL_OK && !all_ok) {
         st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
                            "backend hier splits only into grids of machines x local ranks (the "
-                           "processes of some machines, with the same local ranks on each); use "
-                           "ACCEL_BACKEND=gloo for other groups");
+                           "same local ranks on each of the child's machines, ranked machine by "
+                           "machine); use ACCEL_BACKEND=gloo for other groups");
     }
     accel__comm_config in_cfg, x_cfg;
     void *in_child = NULL;
