@@ -17,7 +17,7 @@
 #include "base/base.h"
 
 /* The fields of accel_options, X(name, kind), in declaration order. Kinds: FLAG (-1 unset),
- * INT, REAL, STRING, PRECISION, DTYPE (comm_dtype). */
+ * INT, REAL, STRING, PRECISION, DTYPE (comm_dtype), SHARD (zero_shard_size). */
 #define ACCEL__OPTION_FIELDS(X)                                                                    \
     X(cpu, FLAG)                                                                                   \
     X(backend, STRING)                                                                             \
@@ -51,7 +51,7 @@
     X(log_with, STRING)                                                                            \
     X(zero_stage, FLAG)                                                                            \
     X(resume_from_checkpoint, STRING)                                                              \
-    X(zero_shard_size, INT)
+    X(zero_shard_size, SHARD)
 
 typedef enum accel__option_id {
 #define ACCEL__OPTION_ENUM(name, kind) ACCEL__OPT_##name,
