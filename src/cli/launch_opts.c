@@ -127,7 +127,8 @@ const cli_option launch_options[] = {
      &distributed, NULL},
 
     {"zero_stage", 0, 1, NULL, "0|1|2|3",
-     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters", &deepspeed, NULL},
+     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters",
+     &deepspeed, NULL},
     {"gradient_accumulation_steps", 0, 1, NULL, "N",
      "micro-steps per optimizer step (ACCELERATE_GRADIENT_ACCUMULATION_STEPS; accel: any run, "
      "not only DeepSpeed)",
@@ -254,9 +255,9 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
                               "HYBRID_SHARD_ZERO2 (or 1-5)");
         }
         /* The flag's strategy replaces the file's, hybrid or not (ACCEL_ZERO_SHARD_SIZE). */
-        *shard_size =
-            accel__config_fsdp_hybrid(cli_value(verb, a, "fsdp_sharding_strategy")) ? "machine"
-                                                                                     : "0";
+        *shard_size = accel__config_fsdp_hybrid(cli_value(verb, a, "fsdp_sharding_strategy"))
+                          ? "machine"
+                          : "0";
     } else if (cfg->zero_stage >= 0) {
         *stage = cfg->zero_stage;
     } else if (cli_given(verb, a, "use_deepspeed")) {

@@ -201,7 +201,8 @@ int main(void)
     /* Stage 2/3 keep 1/N of the gradients. */
     CHECK(u[2].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
     CHECK(u[3].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
-    CHECK(u[2].backward_grad_peak <= u[0].full_nbytes + pg && u[3].backward_grad_peak <= u[0].full_nbytes + pg);
+    CHECK(u[2].backward_grad_peak <= u[0].full_nbytes + pg &&
+          u[3].backward_grad_peak <= u[0].full_nbytes + pg);
     /* Stage 3: <= stage 0 / N + one unit, after the step and ... */
     CHECK_MSG(u[3].total <= u[0].total / n + (long long)(u[3].largest_unit + slack),
               "stage 3 total %lld vs stage 0 %lld / %d + unit %zu", u[3].total, u[0].total, n,

@@ -622,7 +622,8 @@ static accel_status hier_split(void *impl, const accel__comm_split_info *how, vo
     if (ok && n > 0) {
         ok = grid_of(h, how->members, n, nodes, &nn, locals, &nl);
     }
-    accel__coll agree = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, &ok, &all_ok, 1, ACCEL_I32, ACCEL_MIN, 0);
+    accel__coll agree =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, &ok, &all_ok, 1, ACCEL_I32, ACCEL_MIN, 0);
     accel_status st = hier_run(h, &agree);
     if (st == ACCEL_OK && !all_ok) {
         st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
