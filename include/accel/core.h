@@ -43,7 +43,7 @@ extern "C" {
 #define ACCEL_VERSION_STRING "0.1.0"
 
 /* The version of the accel_options layout; bumped when fields are appended. */
-#define ACCEL_OPTIONS_VERSION 3
+#define ACCEL_OPTIONS_VERSION 4
 
 /* Mixed precision. ACCEL_PRECISION_UNSET falls back to ACCELERATE_MIXED_PRECISION, then "no". */
 typedef enum accel_precision {
@@ -128,7 +128,19 @@ typedef struct accel_options {
      * a damaged newest one is skipped, as accel_load_state(acc, NULL) does), nothing when there
      * is none yet; any other value: that checkpoint folder, which must exist. */
     const char *resume_from_checkpoint;
+
+    /* Hybrid sharding (version 4): whom the ZeRO state (stages 1-3) is sharded over. -1 unset
+     * = ACCEL_ZERO_SHARD_SIZE, then the config file (fsdp_sharding_strategy HYBRID_SHARD or
+     * HYBRID_SHARD_ZERO2: ACCEL_SHARD_MACHINE), then 0: every process. N > 0: groups of N
+     * consecutive processes (N divides num_processes), each holding a full replica of the
+     * sharded state, gradients reduced inside a group and averaged across the groups.
+     * ACCEL_SHARD_MACHINE: the processes of each machine (FSDP's HYBRID_SHARD, DeepSpeed's
+     * hpZ). docs/training.md, "Hybrid sharding". */
+    int zero_shard_size;
 } accel_options;
+
+/* accel_options.zero_shard_size: shard inside each machine, replicate across machines. */
+#define ACCEL_SHARD_MACHINE (-2)
 
 /* Returns options with size/version filled and every other field unset. */
 ACCEL_API accel_options accel_options_default(void);

@@ -41,6 +41,11 @@ void accel__pages_drop(void *p, size_t nbytes);
 void accel__pages_clear(void *p, size_t nbytes);
 /* Gives back every page of a whole buffer from accel__pages_alloc(nbytes). */
 void accel__pages_drop_all(void *p, size_t nbytes);
+/* Maps every page of [p, p + nbytes) (inside one accel__pages_alloc buffer) writable now, in
+ * one call, where the kernel can (Linux >= 5.14: MADV_POPULATE_WRITE): pages not resident come
+ * back zero-filled, resident ones are untouched. 0, or -1 when the kernel cannot (the pages
+ * then fault in on first use, as before). */
+int accel__pages_populate(void *p, size_t nbytes);
 /* Bytes of [p, p + nbytes) (p page-aligned) that are resident now. */
 size_t accel__pages_resident(const void *p, size_t nbytes);
 

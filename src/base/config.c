@@ -423,6 +423,7 @@ static accel_status use_fsdp_strategy(accel__config *c, const char *key, const a
                    "a sharding strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
                    "HYBRID_SHARD_ZERO2, or 1-5)");
     }
+    c->zero_hybrid = accel__config_fsdp_hybrid(v->text);
     /* fsdp_reshard_after_forward (FSDP2's spelling) wins over the deprecated strategy. */
     if (strcmp(c->zero_stage_key, "fsdp_config.fsdp_reshard_after_forward") != 0) {
         c->zero_stage = stage;
@@ -517,6 +518,12 @@ int accel__config_fsdp_stage(const char *s)
         }
     }
     return -1;
+}
+
+int accel__config_fsdp_hybrid(const char *s)
+{
+    return accel__config_fsdp_stage(s) >= 0 &&
+           (strncasecmp(s, "HYBRID_SHARD", 12) == 0 || strcmp(s, "4") == 0 || strcmp(s, "5") == 0);
 }
 
 /* The distributed types of Accelerate (0.18 to 1.14) accel does not run, and why. */

@@ -33,6 +33,9 @@ typedef struct accel__config {
      * -1 otherwise. zero_stage_key says where it came from, for messages. */
     int zero_stage;
     char zero_stage_key[64];
+    /* fsdp_config.fsdp_sharding_strategy is HYBRID_SHARD or HYBRID_SHARD_ZERO2 (shard inside a
+     * machine, replicate across machines); 0 otherwise. */
+    int zero_hybrid;
     /* deepspeed_config.gradient_accumulation_steps under DEEPSPEED; -1 otherwise. */
     int gradient_accumulation_steps;
     /* Keys the file sets that accel does not act on, one line each, naming file and line. */
@@ -65,5 +68,8 @@ int accel__config_line(const accel__config *c, const char *key);
 /* ZeRO stage of an FSDP sharding strategy: FULL_SHARD / HYBRID_SHARD 3, SHARD_GRAD_OP /
  * HYBRID_SHARD_ZERO2 2, NO_SHARD 0, or PyTorch's numbers 1-5 for them; -1 when not one. */
 int accel__config_fsdp_stage(const char *strategy);
+/* 1 when an FSDP sharding strategy (as accel__config_fsdp_stage takes it) is a hybrid one:
+ * HYBRID_SHARD, HYBRID_SHARD_ZERO2, or PyTorch's 4 and 5 for them; else 0. */
+int accel__config_fsdp_hybrid(const char *strategy);
 
 #endif /* ACCEL_BASE_CONFIG_H */

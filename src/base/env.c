@@ -67,6 +67,10 @@ static const accel__env_var env_table[] = {
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP), 1 (optimizer state sharded), "
      "2 (+ gradients), 3 (+ parameters)"},
+    {"ACCEL_ZERO_SHARD_SIZE", ACCEL__ENV_STRING, "0",
+     "hybrid sharding (accel_options.zero_shard_size when unset): shard the ZeRO state over "
+     "groups of this many consecutive processes and replicate across the groups; machine: the "
+     "processes of each machine (FSDP's HYBRID_SHARD); 0: every process"},
     {"ACCEL_JOB_ID", ACCEL__ENV_STRING, NULL,
      "the job's secret name for its shared memory (accel launch sets a random one; unset: the "
      "processes agree on one through the store at MASTER_ADDR:MASTER_PORT)"},

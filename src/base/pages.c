@@ -64,6 +64,21 @@ void accel__pages_drop_all(void *p, size_t nbytes)
     }
 }
 
+int accel__pages_populate(void *p, size_t nbytes)
+{
+#ifdef MADV_POPULATE_WRITE
+    size_t pg = page_nbytes();
+    uintptr_t lo = (uintptr_t)p / pg * pg, hi = ((uintptr_t)p + nbytes + pg - 1) / pg * pg;
+    /* One call maps every page writable: no fault per page, and none of the two faults
+     * (zero page on read, copy on write) a read-modify-write of an untouched page takes. */
+    return hi > lo && madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0 ? -1 : 0;
+#else
+    (void)p;
+    (void)nbytes;
+    return -1;
+#endif
+}
+
 size_t accel__pages_resident(const void *p, size_t nbytes)
 {
     size_t pg = page_nbytes(), n_pages = (nbytes + pg - 1) / pg, resident = 0;

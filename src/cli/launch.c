@@ -253,6 +253,8 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
         (s->gradient_accumulation_steps > 0 && set_env_int("ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
                                                            s->gradient_accumulation_steps) != 0) ||
         (s->zero_stage >= 0 && set_env_int("ACCEL_ZERO_STAGE", s->zero_stage) != 0) ||
+        (s->zero_shard_size != NULL &&
+         setenv("ACCEL_ZERO_SHARD_SIZE", s->zero_shard_size, 1) != 0) ||
         (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
         set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
         setenv("ACCEL_LAUNCH_SOURCES", s->sources, 1) != 0 ||

@@ -35,6 +35,7 @@ typedef struct launch_settings {
     const char *mixed_precision; /* no | fp16 | bf16 | fp8 */
     int cpu, debug;
     int zero_stage;                  /* -1: not set by a flag or the file */
+    const char *zero_shard_size;     /* --fsdp_sharding_strategy: "machine" (HYBRID_*) or "0" */
     int gradient_accumulation_steps; /* 0: not set */
     const char *gpu_ids;             /* NULL: all */
     long threads;                    /* OMP_NUM_THREADS for every process */

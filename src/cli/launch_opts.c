@@ -127,7 +127,8 @@ const cli_option launch_options[] = {
      &distributed, NULL},
 
     {"zero_stage", 0, 1, NULL, "0|1|2|3",
-     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters", &deepspeed, NULL},
+     "the ZeRO stage (ACCEL_ZERO_STAGE): 0 DDP, 1 optimizer state, 2 + gradients, 3 + parameters",
+     &deepspeed, NULL},
     {"gradient_accumulation_steps", 0, 1, NULL, "N",
      "micro-steps per optimizer step (ACCELERATE_GRADIENT_ACCUMULATION_STEPS; accel: any run, "
      "not only DeepSpeed)",
@@ -135,7 +136,7 @@ const cli_option launch_options[] = {
 
     {"fsdp_sharding_strategy", 0, 1, NULL, "STRATEGY",
      "FULL_SHARD or HYBRID_SHARD (ZeRO stage 3), SHARD_GRAD_OP or HYBRID_SHARD_ZERO2 (2), "
-     "NO_SHARD (0)",
+     "NO_SHARD (0); HYBRID_* shard inside each machine (ACCEL_ZERO_SHARD_SIZE=machine)",
      &fsdp, NULL},
 
     {"mpirun_hostfile", 0, 1, NULL, "FILE",
@@ -236,10 +237,11 @@ static int read_config(const cli_verb *verb, const cli_args *a, accel__config *c
 /* The ZeRO stage: --zero_stage, else --fsdp_sharding_strategy, else the file's section
  * (DEEPSPEED / FSDP), else the paradigm flag's default; -1 when nothing asks for one. */
 static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__config *cfg,
-                        int *stage)
+                        int *stage, const char **shard_size)
 {
     long z;
     *stage = -1;
+    *shard_size = NULL;
     if (cli_given(verb, a, "zero_stage")) {
         if (get_long(verb, a, "zero_stage", 0, 3, -1, &z) != 0) {
             return -1;
@@ -252,6 +254,10 @@ static int resolve_zero(const cli_verb *verb, const cli_args *a, const accel__co
                               "expected FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, "
                               "HYBRID_SHARD_ZERO2 (or 1-5)");
         }
+        /* The flag's strategy replaces the file's, hybrid or not (ACCEL_ZERO_SHARD_SIZE). */
+        *shard_size = accel__config_fsdp_hybrid(cli_value(verb, a, "fsdp_sharding_strategy"))
+                          ? "machine"
+                          : "0";
     } else if (cfg->zero_stage >= 0) {
         *stage = cfg->zero_stage;
     } else if (cli_given(verb, a, "use_deepspeed")) {
@@ -312,6 +318,7 @@ static void record_sources(const cli_verb *verb, const cli_args *a, const accel_
         add_source(verb, a, s, "ACCEL_ZERO_STAGE", "zero_stage");
     } else if (cli_given(verb, a, "fsdp_sharding_strategy")) {
         add_source(verb, a, s, "ACCEL_ZERO_STAGE", "fsdp_sharding_strategy");
+        add_source(verb, a, s, "ACCEL_ZERO_SHARD_SIZE", "fsdp_sharding_strategy");
     } else if (cfg->zero_stage >= 0) {
         snprintf(s->sources + k, sizeof(s->sources) - k,
                  "ACCEL_ZERO_STAGE\taccel launch: config file %s:%s\n", cfg->path,
@@ -513,7 +520,7 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
         get_long(verb, &a, "gradient_accumulation_steps", 1, 1 << 30, 0, &accum) != 0 ||
         get_bool(verb, &a, "cpu", &s->cpu) != 0 || get_bool(verb, &a, "debug", &s->debug) != 0 ||
         get_bool(verb, &a, "same_network", &s->same_network) != 0 ||
-        resolve_zero(verb, &a, cfg, &s->zero_stage) != 0) {
+        resolve_zero(verb, &a, cfg, &s->zero_stage, &s->zero_shard_size) != 0) {
         goto fail;
     }
     if (procs < 1) { /* -1 in the file: Accelerate's "pass --num_processes" */

@@ -46,6 +46,7 @@ accel_options accel_options_default(void)
     o.automatic_checkpoint_naming = -1;
     o.iteration = -1;
     o.save_on_each_node = -1;
+    o.zero_shard_size = -1;
     return o;
 }
 
@@ -175,6 +176,22 @@ static void src_config(accel__settings *set, accel__option_id id, const accel__c
                         line > 0 ? " (line " : "", line, line > 0 ? ")" : "");
 }
 
+/* zero_shard_size against the processes: groups of equal size, so the shards of every
+ * replica match. */
+static accel_status check_shard_size(const accel_options *o, const layout *l)
+{
+    int n = o->zero_shard_size == ACCEL_SHARD_MACHINE ? l->local_n_ranks : o->zero_shard_size;
+    if (n > 0 && l->n_ranks % n != 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             o->zero_shard_size == ACCEL_SHARD_MACHINE
+                                 ? "zero_shard_size=machine: %d processes per machine do not "
+                                   "divide the %d processes (hybrid sharding needs equal machines)"
+                                 : "zero_shard_size=%d does not divide the %d processes",
+                             n, l->n_ranks);
+    }
+    return ACCEL_OK;
+}
+
 static accel_status resolve_options(accel_options *o, const layout *l, accel__settings *set)
 {
     accel__config cfg;
@@ -196,6 +213,9 @@ static accel_status resolve_options(accel_options *o, const layout *l, accel__se
     accel_status st = accel__settings_add(set, "config_file", value, src);
     if (st == ACCEL_OK) {
         st = resolve_with(o, &cfg, set);
+    }
+    if (st == ACCEL_OK) {
+        st = check_shard_size(o, l);
     }
     accel__config_free(&cfg);
     return st;
@@ -363,6 +383,34 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg, acc
     } else if (o->zero_stage > 3) {
         return accel__seterr(NULL, ACCEL_EINVAL, "option zero_stage=%d must be 0, 1, 2 or 3",
                              o->zero_stage);
+    }
+    /* Hybrid sharding: argument > ACCEL_ZERO_SHARD_SIZE (a count or "machine") > config file
+     * (a HYBRID_SHARD strategy) > 0 (every process). The count is checked against the layout
+     * by check_shard_size. */
+    if (o->zero_shard_size == -1) {
+        const char *s;
+        o->zero_shard_size = cfg->zero_hybrid ? ACCEL_SHARD_MACHINE : 0;
+        if (accel__env_string("ACCEL_ZERO_SHARD_SIZE", &s) == ACCEL_OK) {
+            char *end = NULL;
+            long v = strtol(s, &end, 10);
+            if (strcasecmp(s, "machine") == 0) {
+                o->zero_shard_size = ACCEL_SHARD_MACHINE;
+            } else if (end != s && *end == '\0' && v >= 0 && v <= 1 << 24) {
+                o->zero_shard_size = (int)v;
+            } else {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "environment variable ACCEL_ZERO_SHARD_SIZE=\"%s\" is not a "
+                                     "process count >= 0 or \"machine\"",
+                                     s);
+            }
+            accel__settings_src_env(set, ACCEL__OPT_zero_shard_size, "ACCEL_ZERO_SHARD_SIZE");
+        } else if (cfg->zero_hybrid) {
+            src_config(set, ACCEL__OPT_zero_shard_size, cfg, "fsdp_config.fsdp_sharding_strategy");
+        }
+    } else if (o->zero_shard_size < 0 && o->zero_shard_size != ACCEL_SHARD_MACHINE) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "option zero_shard_size=%d must be >= 0 or ACCEL_SHARD_MACHINE",
+                             o->zero_shard_size);
     }
     /* resume_from_checkpoint: argument > ACCELERATE_RESUME_FROM_CHECKPOINT > none. */
     if (o->resume_from_checkpoint == NULL) {

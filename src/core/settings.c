@@ -21,7 +21,7 @@ struct accel__setting {
     char source[ACCEL__SOURCE_NBYTES];
 };
 
-typedef enum field_kind { FLAG, INT, REAL, STRING, PRECISION, DTYPE } field_kind;
+typedef enum field_kind { FLAG, INT, REAL, STRING, PRECISION, DTYPE, SHARD } field_kind;
 
 typedef struct field {
     const char *name;
@@ -228,6 +228,7 @@ void accel__settings_views(accel__settings *s, const accel_options *o)
         .backoff_factor = o->backoff_factor,
         .growth_interval = o->growth_interval,
         .zero_stage = o->zero_stage,
+        .zero_shard_size = o->zero_shard_size,
     };
     s->data.split_batches = o->split_batches;
     s->data.even_batches = o->even_batches;
@@ -269,6 +270,14 @@ static void format_value(const accel_options *o, const field *f, char *buf, size
     case PRECISION:
         memcpy(&i, p, sizeof(i));
         snprintf(buf, nbytes, "%s", accel_precision_name((accel_precision)i));
+        break;
+    case SHARD:
+        memcpy(&i, p, sizeof(i));
+        if (i == ACCEL_SHARD_MACHINE || i == 0) {
+            snprintf(buf, nbytes, "%s", i == 0 ? "0 (every process)" : "machine");
+        } else {
+            snprintf(buf, nbytes, "%d", i);
+        }
         break;
     case DTYPE:
         memcpy(&i, p, sizeof(i));

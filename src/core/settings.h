@@ -17,7 +17,7 @@
 #include "base/base.h"
 
 /* The fields of accel_options, X(name, kind), in declaration order. Kinds: FLAG (-1 unset),
- * INT, REAL, STRING, PRECISION, DTYPE (comm_dtype). */
+ * INT, REAL, STRING, PRECISION, DTYPE (comm_dtype), SHARD (zero_shard_size). */
 #define ACCEL__OPTION_FIELDS(X)                                                                    \
     X(cpu, FLAG)                                                                                   \
     X(backend, STRING)                                                                             \
@@ -50,7 +50,8 @@
     X(save_on_each_node, FLAG)                                                                     \
     X(log_with, STRING)                                                                            \
     X(zero_stage, FLAG)                                                                            \
-    X(resume_from_checkpoint, STRING)
+    X(resume_from_checkpoint, STRING)                                                              \
+    X(zero_shard_size, SHARD)
 
 typedef enum accel__option_id {
 #define ACCEL__OPTION_ENUM(name, kind) ACCEL__OPT_##name,
@@ -81,7 +82,8 @@ typedef struct accel__train_settings {
     int comm_dtype;                        /* accel_dtype of the gradient wire; < 0: theirs */
     double init_scale, growth_factor, backoff_factor; /* the fp16 loss scaler */
     int growth_interval;
-    int zero_stage; /* 0-3 */
+    int zero_stage;      /* 0-3 */
+    int zero_shard_size; /* processes per shard group; 0: all; ACCEL_SHARD_MACHINE */
 } accel__train_settings;
 
 typedef struct accel__data_settings {

@@ -72,10 +72,11 @@ static accel_status clip_norm(accel_model *m, double max_norm, double norm_type,
     }
     double acc_norm;
     ACCEL_TRY(accel__model_read_sum(m, &acc_norm));
-    if (m->zero_stage >= 1 && m->acc->n_ranks > 1) {
+    if (m->zero_stage >= 1 && m->flat.n_ranks > 1) {
         /* Shard sums add up (in rank order: the same bits on every process); a NaN anywhere
-         * stays NaN through either reduction. */
-        st = accel__allreduce(m->acc->comm, &acc_norm, &acc_norm, 1, ACCEL_F64,
+         * stays NaN through either reduction. Over the shard group: the other replicas hold
+         * the same shards. */
+        st = accel__allreduce(accel__zero_comm(m), &acc_norm, &acc_norm, 1, ACCEL_F64,
                               inf_norm ? ACCEL_MAX : ACCEL_SUM);
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);

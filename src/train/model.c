@@ -153,6 +153,7 @@ void accel_model_free(accel_model *m)
         return;
     }
     accel__reducer_free(m);
+    accel__zero_groups_free(m);
     for (int i = 0; i < m->n_params; i++) {
         accel__free((void *)m->params[i].name);
     }
@@ -289,8 +290,10 @@ static accel_status build_geometry(accel_model *m)
             fp[i].frozen = m->params[i].frozen;
         }
         m->zero_stage = ts->zero_stage > 0 ? ts->zero_stage : 0;
-        m->rank = m->zero_stage > 0 ? acc->rank : 0;
-        int n = m->zero_stage > 0 ? acc->n_ranks : 1;
+        /* Sharded over the process's group (hybrid sharding), every process by default. */
+        int n = m->zero_stage > 0 ? accel__zero_group_size(acc) : 1;
+        m->rank = acc->rank % n;
+        m->replica = m->zero_stage > 0 ? acc->rank / n : 0;
         size_t unit = m->zero_stage > 0 ? (size_t)n * 16 : 1;
         if (m->zero_stage == 3) {
             /* One bucket per unit: a unit's gather and its gradients' reduce-scatter are one
@@ -539,6 +542,7 @@ static accel_status model_prepare(accel__object *self)
     ACCEL_TRY(accel__comm_dtype_check(acc));
     ACCEL_TRY(accel__precision_install(acc));
     ACCEL_TRY(accel_model_alloc(m));
+    ACCEL_TRY(accel__zero_groups_new(m));
     ACCEL_TRY(accel__reducer_prepare(m));
     if (acc->n_ranks > 1) {
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
@@ -552,13 +556,14 @@ static accel_status model_prepare(accel__object *self)
 
 /* ---- the state protocol ---- */
 
-/* Parameter i's part owned by this process under ZeRO (a 1-D view of the master) and where it
- * lies in the parameter (whole->offset); an empty view when it owns none of it. */
-static accel_tensor master_part(const accel_model *m, int i, accel__state_piece *whole)
+/* Parameter i's part owned by `rank` under ZeRO (this process's m->rank, or -1 for none: a
+ * later replica saving; a 1-D view of the master) and where it lies in the parameter
+ * (whole->offset); an empty view when it owns none of it. */
+static accel_tensor master_part(const accel_model *m, int i, int rank, accel__state_piece *whole)
 {
     const accel_param *p = &m->params[i];
     size_t flat_off, shard_off, count;
-    accel__zero_param_part(m, i, m->rank, &flat_off, &shard_off, &count);
+    accel__zero_param_part(m, i, rank, &flat_off, &shard_off, &count);
     whole->ndim = p->ndim;
     memcpy(whole->shape, p->shape, sizeof whole->shape);
     whole->offset = count > 0 ? (int64_t)(flat_off - p->offset) : 0;
@@ -575,6 +580,7 @@ static accel_status put_geometry(const accel_model *m, accel__state_writer *w)
     ACCEL_TRY(accel__state_begin(w, "zero", 0));
     ACCEL_TRY(accel__state_put_i64(w, "stage", m->zero_stage));
     ACCEL_TRY(accel__state_put_i64(w, "num_processes", m->flat.n_ranks));
+    ACCEL_TRY(accel__state_put_i64(w, "replicas", m->acc->n_ranks / m->flat.n_ranks));
     ACCEL_TRY(accel__state_put_i64(w, "numel", (int64_t)m->flat.numel));
     ACCEL_TRY(accel__state_put_i64(w, "padded_numel", (int64_t)m->flat.padded_numel));
     ACCEL_TRY(accel__state_put_i64(w, "pad_unit", (int64_t)m->flat.pad_unit));
@@ -611,7 +617,7 @@ static accel_status model_state_save(accel__object *self, accel__state_writer *w
         const accel_param *p = &m->params[i];
         if (pieces) {
             accel__state_piece whole;
-            accel_tensor t = master_part(m, i, &whole);
+            accel_tensor t = master_part(m, i, accel__zero_save_rank(m), &whole);
             ACCEL_TRY(accel__state_put_piece(w, p->name, t, &whole));
         } else {
             ACCEL_TRY(accel__state_put_tensor(w, p->name, shared ? p->data_view : p->grad_view));
@@ -645,7 +651,7 @@ static accel_status model_state_load(accel__object *self, accel__state_reader *r
         const accel_param *p = &m->params[i];
         if (pieces) {
             accel__state_piece whole;
-            accel_tensor t = master_part(m, i, &whole);
+            accel_tensor t = master_part(m, i, m->rank, &whole);
             ACCEL_TRY(accel__state_get_piece(r, p->name, t, &whole));
         } else {
             ACCEL_TRY(accel__state_get_tensor(r, p->name, shared ? p->data_view : p->grad_view));

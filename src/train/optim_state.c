@@ -18,10 +18,11 @@
  * momentum_buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq with amsgrad), per parameter,
  * named as torch's state_dict names them, on the model's device. Without ZeRO the view is the
  * whole tensor with the parameter's shape; from stage 1 on the state holds only this
- * process's pieces, so the view is the 1-D piece and `whole` says where it lies in the tensor
- * (an empty piece when the process owns none of the parameter). Absent buffers are skipped.
+ * process's pieces, so the view is the 1-D piece of `rank` (this process's m->rank, or -1 for
+ * none) and `whole` says where it lies in the tensor (an empty piece when the process owns none
+ * of the parameter). Absent buffers are skipped.
  */
-static accel_status each_tensor(const accel_optimizer *opt,
+static accel_status each_tensor(const accel_optimizer *opt, int rank,
                                 accel_status (*fn)(void *arg, const char *name, accel_tensor t,
                                                    const accel__state_piece *whole),
                                 void *arg)
@@ -42,7 +43,7 @@ static accel_status each_tensor(const accel_optimizer *opt,
             accel_tensor t;
             if (m->zero_stage >= 1) {
                 size_t flat_off, shard_off, count;
-                accel__zero_param_part(m, i, m->rank, &flat_off, &shard_off, &count);
+                accel__zero_param_part(m, i, rank, &flat_off, &shard_off, &count);
                 whole.offset = count > 0 ? (int64_t)(flat_off - p->offset) : 0;
                 float *at =
                     count > 0 ? accel__zero_state_at(m, bufs[b], flat_off, shard_off) : bufs[b];
@@ -78,7 +79,7 @@ accel_status accel__optim_state_save(accel__object *self, accel__state_writer *w
 {
     accel_optimizer *opt = (accel_optimizer *)self;
     const accel_model *m = opt->model;
-    ACCEL_TRY(each_tensor(opt, put_piece, w));
+    ACCEL_TRY(each_tensor(opt, accel__zero_save_rank(m), put_piece, w));
     /* Hyper-parameters in this order (the metadata keeps it). */
     ACCEL_TRY(accel__state_put_str(w, "kind", kind_name(opt->kind)));
     ACCEL_TRY(accel__state_put_i64(w, "step", opt->n_steps));
@@ -188,5 +189,5 @@ accel_status accel__optim_state_load(accel__object *self, accel__state_reader *r
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(load_hyper(opt, r, s));
-    return each_tensor(opt, get_piece, r);
+    return each_tensor(opt, opt->model->rank, get_piece, r);
 }

@@ -234,10 +234,35 @@ static void bucket_post(void *arg)
     hook_status(bk, st);
 }
 
+/* ZeRO-2/3 gradient pages: bucket b's mapped writable in one call before the backward writes
+ * it, instead of two faults per page (the zero page on the first read of an accumulation, then
+ * a copy on write). One bucket ahead of the launches, so pages the earlier buckets released
+ * are not all taken back at once: a backward holds only the buckets not yet reduced. */
+static void populate(accel_model *m, int b)
+{
+    if (m->grad_pages && b < m->flat.n_buckets) {
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        if (accel__pages_populate(m->grad + fb->offset, fb->padded * sizeof(float)) != 0 &&
+            !m->red.populate_failed) {
+            /* Where the kernel cannot, pages fault in one by one (said once). */
+            m->red.populate_failed = 1;
+            accel__log(&m->acc->log, ACCEL__LOG_DEBUG,
+                       "gradient pages are not populated in advance (MADV_POPULATE_WRITE)");
+        }
+    }
+}
+
+/* The bucket's reduction has a cross-replica step (post_cross). */
+static int crosses(const accel_model *m)
+{
+    return m->replica_comm != NULL && m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32;
+}
+
 static accel_status launch_bucket(accel_model *m, int b)
 {
     accel__reducer *r = &m->red;
     accel__bucket *bk = &r->buckets[b];
+    populate(m, b + 1);
     if (bk->n_params == 0) {
         return ACCEL_OK; /* every parameter frozen: nothing to send */
     }
@@ -251,6 +276,7 @@ static accel_status launch_bucket(accel_model *m, int b)
     /* DDP's bf16 / fp16 compression is the all-reduce's wire dtype: the result is exactly
      * compress -> reduce in fp32 -> round -> decompress, in place on the (symmetric) gradient. */
     float *buf = r->staged ? (float *)r->host_buf + bk->offset : m->grad + bk->offset;
+    accel__comm *comm = m->acc->comm;
     accel__coll op =
         ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, ACCEL_F32, bucket_op(m), 0);
     op.wire = r->comm_dtype;
@@ -260,11 +286,13 @@ static accel_status launch_bucket(accel_model *m, int b)
          * all-reduce only: compressed buckets keep the all-reduce (same values in the owned
          * piece, the rest unused). */
         const accel__flat_bucket *fb = &m->flat.buckets[b];
-        size_t piece = fb->padded / (size_t)m->acc->n_ranks;
+        size_t piece = fb->padded / (size_t)m->flat.n_ranks;
         op = ACCEL__COLL(ACCEL__COLL_REDUCE_SCATTER, m->grad + fb->offset,
                          m->grad + fb->offset + (size_t)m->rank * piece, piece, ACCEL_F32,
                          bucket_op(m), 0);
+        comm = accel__zero_comm(m); /* the shard group (hybrid sharding) */
     }
+    bk->crossed = !crosses(m);
     if (r->staged) {
         op.pre = bucket_pre;
         op.post = bucket_post;
@@ -286,9 +314,27 @@ static accel_status launch_bucket(accel_model *m, int b)
     }
     bk->launch_time = accel__now();
     bk->done_time = 0;
-    accel_status st = accel__comm_post(m->acc->comm, &op, on, &bk->work);
+    accel_status st = accel__comm_post(comm, &op, on, &bk->work);
     if (st != ACCEL_OK) {
         bk->work = NULL;
+        return accel__adopt_thread_error(m->acc, st);
+    }
+    return ACCEL_OK;
+}
+
+/* Hybrid sharding at stages 2-3: after the group's reduce-scatter, the owned piece holds the
+ * group's average; averaged across the replicas (the owners of the same piece in every group)
+ * it is the average over all processes. Every process posts these in bucket order. */
+static accel_status post_cross(accel_model *m, accel__bucket *bk)
+{
+    size_t po, pc;
+    accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, m->grad + po, m->grad + po, pc, ACCEL_F32,
+                                 bucket_op(m), 0);
+    bk->crossed = 1;
+    accel_status st = accel__comm_post(m->replica_comm, &op, NULL, &bk->xwork);
+    if (st != ACCEL_OK) {
+        bk->xwork = NULL;
         return accel__adopt_thread_error(m->acc, st);
     }
     return ACCEL_OK;
@@ -330,7 +376,17 @@ static accel_status launch_ready(accel_model *m)
     for (int b = 0; b < r->next_launch; b++) {
         accel__bucket *bk = &r->buckets[b];
         accel_status wst = ACCEL_OK;
-        if (bk->work != NULL && bk->done_time == 0 && accel_work_test(bk->work, &wst)) {
+        if (bk->work == NULL || bk->done_time != 0) {
+            continue;
+        }
+        if (!bk->crossed) {
+            /* The cross-replica steps go out in bucket order; a failure is the wait's. */
+            if (!accel_work_test(bk->work, &wst) || wst != ACCEL_OK) {
+                break;
+            }
+            ACCEL_TRY(post_cross(m, bk));
+        }
+        if (accel_work_test(bk->xwork != NULL ? bk->xwork : bk->work, &wst)) {
             note_done(m, bk);
             if (wst == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
                 release_unowned(m, b); /* early, so a backward never holds all gradients */
@@ -343,6 +399,7 @@ static accel_status launch_ready(accel_model *m)
 void accel__reducer_begin(accel_model *m)
 {
     accel__reducer *r = &m->red;
+    populate(m, 0);
     memset(r->ready, 0, (size_t)m->n_params);
     for (int b = 0; b < r->n_buckets; b++) {
         r->buckets[b].pending = r->buckets[b].n_params;
@@ -404,6 +461,16 @@ accel_status accel__reducer_wait(accel_model *m)
             continue;
         }
         accel_status st = accel_work_wait(bk->work);
+        if (st == ACCEL_OK && !bk->crossed) {
+            st = post_cross(m, bk);
+        }
+        if (bk->xwork != NULL) {
+            accel_status xst = accel_work_wait(bk->xwork);
+            st = st != ACCEL_OK ? st : xst;
+            accel_work_free(bk->xwork);
+            bk->xwork = NULL;
+        }
+        bk->crossed = 1;
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;

@@ -60,7 +60,8 @@ static accel_status join_count(accel_model *m, float mine, float *total)
  * synchronising backwards per step): each process holds the average R only in its own
  * pieces, zeros elsewhere. Stage 0 would add local gradients to R everywhere and average
  * again, giving R + avg(local); scaling the owned pieces to N * R gives the same sum through
- * the next average, (N * R + sum(local)) / N (up to rounding). */
+ * the next average, (N * R + sum(local)) / N (up to rounding). With hybrid sharding each of
+ * the replicas' owners holds R: N is the group's size, so the owners add up to N * R. */
 static accel_status rescale_reduced(accel_model *m)
 {
     for (int b = 0; b < m->red.n_buckets; b++) {
@@ -70,7 +71,7 @@ static accel_status rescale_reduced(accel_model *m)
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
         accel_status st =
-            accel__dev_scale(m->dev, accel__grad_span(m, po, pc), (float)m->acc->n_ranks, NULL);
+            accel__dev_scale(m->dev, accel__grad_span(m, po, pc), (float)m->flat.n_ranks, NULL);
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);
         }
@@ -104,6 +105,7 @@ static accel_status model_backward_begin(accel_model *m)
     if (m->grad_reduced) {
         ACCEL_TRY(rescale_reduced(m));
     }
+
     if (m->comm_now && m->join_active) {
         float n = 0;
         ACCEL_TRY(join_count(m, 1.0f, &n));

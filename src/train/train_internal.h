@@ -33,6 +33,9 @@ typedef struct accel__bucket {
     int n_frozen;         /*   reducer.frozen[frozen_first, frozen_first + n_frozen) */
     int pending;          /* parameters not yet ready in the current backward */
     accel_work *work;     /* in-flight collective, NULL when none */
+    accel_work *xwork;    /* hybrid ZeRO-2/3: the owned piece's all-reduce across the replicas,
+                             posted once work is complete; NULL when none */
+    int crossed;          /*   posted (or not needed) for the current backward */
     double launch_time, done_time;
     accel__event *ready_ev; /* on the GPU: recorded on the compute stream when launched */
     accel_status hook_st;   /* first failure of its hooks (communication thread), or OK; */
@@ -59,6 +62,7 @@ typedef struct accel__reducer {
     int staged;
     int on_device; /* a device communicator (nccl) reduces the GPU buffers on comm_stream */
     void *host_buf; /* pinned host mirror of the fp32 gradients */
+    int populate_failed; /* the kernel cannot populate gradient pages (logged once) */
 } accel__reducer;
 
 struct accel_model {
@@ -73,6 +77,13 @@ struct accel_model {
     int *flat_bucket; /* per parameter: its bucket of the geometry */
     int zero_stage;   /* 0 (DDP) .. 3, fixed at alloc (zero.c) */
     int rank;         /* this process's piece of every bucket (0 when nothing is sharded) */
+    /* Hybrid sharding (zero.c): the state is sharded over flat.n_ranks processes, the shard
+     * group; replica is this process's group (rank / group size), and replica 0 alone puts
+     * the pieces into checkpoints. From prepare: shard_comm joins the group (acc->comm when
+     * there is one group, borrowed) and replica_comm the processes with the same piece in
+     * every group (NULL when there is one group). */
+    int replica;
+    accel__comm *shard_comm, *replica_comm;
     /* Flat buffers of flat.padded_numel elements each, except the master at stage 3. */
     float *master;   /* fp32 master weights; at stage 3 only this process's shard */
     float *weights;  /* the full fp32 weights parameters view: the master at stages 0-2; at
@@ -244,10 +255,30 @@ accel_status accel__reducer_mirror(accel_model *m);
 
 /* ---- ZeRO sharding (zero.c; the layout per stage is in docs/training.md) ---- */
 
+/* Hybrid sharding: the processes of each shard group (accel_options.zero_shard_size
+ * resolved: the machine's processes, the count, or every process). */
+int accel__zero_group_size(const accel *acc);
+/* At prepare (collective): the shard and replica communicators (comm split) when there are
+ * several groups; otherwise shard_comm = acc->comm. free releases what new made. */
+accel_status accel__zero_groups_new(accel_model *m);
+void accel__zero_groups_free(accel_model *m);
+/* The communicator the state is sharded over: shard_comm once prepared, else acc->comm. */
+static inline accel__comm *accel__zero_comm(const accel_model *m)
+{
+    return m->shard_comm != NULL ? m->shard_comm : m->acc->comm;
+}
+/* The rank whose pieces this process puts into a checkpoint: its own in the first replica,
+ * -1 (nothing: the first replica holds the same pieces) in the others. */
+static inline int accel__zero_save_rank(const accel_model *m)
+{
+    return m->replica == 0 ? m->rank : -1;
+}
+
 /* Elements of each optimizer-state buffer: the shard from stage 1 on, else padded_numel. */
 size_t accel__zero_state_numel(const accel_model *m);
 /* The part of parameter i (registration index) owned by `rank`: flat range [*flat_off,
- * *flat_off + *count), at *shard_off in that rank's shard; *count 0 when it owns none. A
+ * *flat_off + *count), at *shard_off in that rank's shard; *count 0 when it owns none (or
+ * rank is -1: accel__zero_save_rank of a later replica). A
  * parameter lies in one bucket, so the part is one contiguous run of its row-major
  * flattening, from element *flat_off - params[i].offset. Stage 0: the whole parameter (rank
  * 0), *shard_off == *flat_off. */

@@ -14,6 +14,58 @@
 #include "core/profile.h"
 #include "train_internal.h"
 
+/* ---- hybrid sharding: the shard groups ---- */
+
+int accel__zero_group_size(const accel *acc)
+{
+    int size = acc->settings->train.zero_shard_size;
+    int n = size == ACCEL_SHARD_MACHINE ? acc->local_n_ranks : size;
+    /* accel_init checked that n divides the processes. */
+    return n > 0 && n < acc->n_ranks ? n : acc->n_ranks;
+}
+
+accel_status accel__zero_groups_new(accel_model *m)
+{
+    accel *acc = m->acc;
+    int size = m->flat.n_ranks;
+    if (m->shard_comm != NULL || m->zero_stage == 0 || size == acc->n_ranks) {
+        m->shard_comm = m->shard_comm != NULL ? m->shard_comm : acc->comm;
+        return ACCEL_OK;
+    }
+    /* Processes of a machine are numbered consecutively (accel launch, mpirun by slot), so the
+     * groups of `size` consecutive ranks are the machines under HYBRID_SHARD. Ranked by the
+     * parent rank, a group's rank r is piece r and a replica's rank is its group. */
+    accel__comm *shard = NULL, *replica = NULL;
+    accel_status st = accel__comm_split(acc->comm, acc->rank / size, acc->rank, &shard);
+    if (st == ACCEL_OK) {
+        st = accel__comm_split(acc->comm, acc->rank % size, acc->rank, &replica);
+    }
+    if (st != ACCEL_OK) {
+        accel__comm_free(shard);
+        return accel__seterr(acc, st,
+                             "accel_prepare: hybrid sharding (groups of %d processes): splitting "
+                             "the communicator: %s",
+                             size, accel_last_error(NULL));
+    }
+    m->shard_comm = shard;
+    m->replica_comm = replica;
+    accel__log(&acc->log, ACCEL__LOG_INFO,
+               "ZeRO stage %d sharded over %d processes (group %d), replicated %d times",
+               m->zero_stage, size, m->replica, acc->n_ranks / size);
+    return ACCEL_OK;
+}
+
+void accel__zero_groups_free(accel_model *m)
+{
+    if (m->shard_comm != m->acc->comm) {
+        accel__comm_free(m->shard_comm);
+    }
+    accel__comm_free(m->replica_comm);
+    m->shard_comm = m->replica_comm = NULL;
+}
+
+/* ---- which elements a process owns ---- */
+
 size_t accel__zero_state_numel(const accel_model *m)
 {
     return m->zero_stage >= 1 ? accel__flat_shard_numel(&m->flat) : m->flat.padded_numel;
@@ -26,6 +78,10 @@ void accel__zero_param_part(const accel_model *m, int i, int rank, size_t *flat_
     if (m->zero_stage == 0) {
         *flat_off = *shard_off = p->offset;
         *count = rank == 0 ? p->numel : 0;
+        return;
+    }
+    if (rank < 0) {
+        *flat_off = *shard_off = *count = 0;
         return;
     }
     int b = m->flat_bucket[i];
@@ -104,7 +160,6 @@ accel_status accel__zero_shard_segments(accel_optimizer *opt)
  * so the progress thread pipelines them. Collective. */
 static accel_status gather_pieces(accel_model *m, const float *shard, float *full, int all_buckets)
 {
-    accel *acc = m->acc;
     accel_work *work[64];
     int n_work = 0;
     accel_status st = ACCEL_OK;
@@ -118,7 +173,7 @@ static accel_status gather_pieces(accel_model *m, const float *shard, float *ful
         accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, send, full + m->flat.buckets[b].offset,
                                      pc, ACCEL_F32, ACCEL_SUM, 0);
         if (n_work == (int)(sizeof(work) / sizeof(work[0]))) { /* bounded: wait the oldest */
-            st = accel__work_wait(work[0], accel__comm_deadline(acc->comm));
+            st = accel__work_wait(work[0], accel__comm_deadline(accel__zero_comm(m)));
             accel__work_free(work[0]);
             memmove(work, work + 1, (size_t)(n_work - 1) * sizeof(work[0]));
             n_work--;
@@ -126,11 +181,11 @@ static accel_status gather_pieces(accel_model *m, const float *shard, float *ful
                 break;
             }
         }
-        st = accel__comm_post(acc->comm, &op, NULL, &work[n_work]);
+        st = accel__comm_post(accel__zero_comm(m), &op, NULL, &work[n_work]);
         n_work += st == ACCEL_OK;
     }
     for (int k = 0; k < n_work; k++) {
-        accel_status wst = accel__work_wait(work[k], accel__comm_deadline(acc->comm));
+        accel_status wst = accel__work_wait(work[k], accel__comm_deadline(accel__zero_comm(m)));
         accel__work_free(work[k]);
         st = st != ACCEL_OK ? st : wst;
     }
@@ -143,7 +198,7 @@ accel_status accel__zero_gather_master(accel_model *m)
     if (m->zero_stage == 3) {
         return accel__zero3_release_all(m); /* gathered again, updated, where next used */
     }
-    if (m->zero_stage == 0 || acc->n_ranks == 1) {
+    if (m->zero_stage == 0 || m->flat.n_ranks == 1) {
         return accel__model_refresh_compute(m);
     }
     double t0 = accel__now();

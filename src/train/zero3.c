@@ -177,7 +177,7 @@ static accel_status post_gather(accel_model *m, int b)
     size_t piece = fb->padded / (size_t)m->flat.n_ranks;
     accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, m->master + fb->shard_offset,
                                  m->weights + fb->offset, piece, ACCEL_F32, ACCEL_SUM, 0);
-    accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &u->work);
+    accel_status st = accel__comm_post(accel__zero_comm(m), &op, NULL, &u->work);
     if (st != ACCEL_OK) {
         u->work = NULL;
         return accel__seterr(m->acc, st, "ZeRO stage 3: gathering unit %d: %s", b,
@@ -191,7 +191,7 @@ static accel_status finish_gather(accel_model *m, int b)
 {
     z3_unit *u = &m->z3->units[b];
     if (u->work != NULL) {
-        accel_status st = accel__work_wait(u->work, accel__comm_deadline(m->acc->comm));
+        accel_status st = accel__work_wait(u->work, accel__comm_deadline(accel__zero_comm(m)));
         accel__work_free(u->work);
         u->work = NULL;
         if (st != ACCEL_OK) {

@@ -157,6 +157,10 @@ run 0 launch --use_deepspeed "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 2
 run 0 launch --use_fsdp --fsdp_sharding_strategy SHARD_GRAD_OP "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 2
+want_env 0 ACCEL_ZERO_SHARD_SIZE 0
+run 0 launch --use_fsdp --fsdp_sharding_strategy HYBRID_SHARD "$P/rank_info"
+want_env 0 ACCEL_ZERO_STAGE 3
+want_env 0 ACCEL_ZERO_SHARD_SIZE machine
 printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n' >"$T/ds3.yaml"
 run 0 launch --config_file "$T/ds3.yaml" "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 3

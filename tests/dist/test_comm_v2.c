@@ -338,6 +338,16 @@ static void splits(accel__comm *world)
     CHECK(strcmp(accel__comm_name(nested), name) == 0);
     accel__comm_free(nested);
     accel__comm_free(rev);
+    /* hier splits into grids of machines x local ranks only: {1, 2} (machine 0's second
+     * process, machine 1's first) is refused on every process alike, and the parent works on. */
+    if (strcmp(accel__comm_backend_name(world), "hier") == 0 && n_ranks == 4 &&
+        accel__comm_cfg(world)->local_n_ranks == 2) {
+        accel__comm *odd = NULL;
+        accel_status st = accel__comm_split(world, rank == 1 || rank == 2 ? 0 : 1, 0, &odd);
+        CHECK_MSG(st == ACCEL_EUNSUPPORTED && odd == NULL &&
+                      strstr(accel_last_error(NULL), "grids of machines x local ranks"),
+                  "%s", accel_last_error(NULL));
+    }
 
     /* A mismatch inside node group 0 breaks that group on its members only. */
     if (size == 2 && !mpi) {

@@ -23,6 +23,23 @@
 
 static _Atomic long long live; /* bytes held through accel's allocator */
 
+/* During a backward: the most gradient bytes resident at any parameter's grad_ready. */
+typedef struct grad_probe {
+    accel *acc;
+    accel_model *m;
+    size_t full_nbytes, peak;
+} grad_probe;
+
+static accel_status probe_ready(void *ctx, const nn_tensor *param)
+{
+    grad_probe *pr = ctx;
+    if (pr->m->grad_pages) {
+        size_t r = accel__pages_resident(pr->m->grad, pr->full_nbytes);
+        pr->peak = r > pr->peak ? r : pr->peak;
+    }
+    return accel_grad_ready(pr->m, param->param_index);
+}
+
 static void *count_malloc(size_t n)
 {
     size_t *p = malloc(n + 16);
@@ -68,6 +85,7 @@ typedef struct usage {
     long long alloc_nbytes; /* allocator: master, optimizer state (+ small bookkeeping) */
     size_t grad_nbytes;     /* gradients kept after the step */
     size_t weights_nbytes;  /* stage 3: gathered weights resident after the step */
+    size_t backward_grad_peak; /* gradient bytes resident during the backward, at most */
     size_t forward_weights; /* stage 3: gathered weights resident after a forward */
     size_t state_nbytes;    /* optimizer state (exp_avg + exp_avg_sq) */
     size_t full_nbytes;     /* one fp32 copy of the padded model */
@@ -123,7 +141,13 @@ static void run(int stage, usage *u)
     if (stage == 3) {
         u->forward_weights = accel__pages_resident(m->weights, u->full_nbytes);
     }
-    CHECK_OK(acc, accel_backward(acc, loss));
+    /* accel_backward by hand, sampling the resident gradient pages as parameters get ready. */
+    grad_probe probe = {acc, m, u->full_nbytes, 0};
+    nn_backward_hooks hooks = {&probe, probe_ready};
+    double seed = accel_backward_begin(acc);
+    CHECK_OK(NULL, nn_backward(loss, (float)seed, &hooks));
+    CHECK_OK(acc, accel_backward_end(acc));
+    u->backward_grad_peak = m->grad_pages ? probe.peak : u->full_nbytes;
     CHECK_OK(acc, accel_optimizer_step(opt));
     /* What a process keeps between steps (before zero_grad gives the gradients back). */
     if (m->grad_pages) {
@@ -164,6 +188,9 @@ int main(void)
         }
         printf("stage 3: %zu bytes of gathered weights after a forward, largest unit %zu\n",
                u[3].forward_weights, u[3].largest_unit);
+        printf("gradient bytes resident during the backward, at most: stage 2 %zu, stage 3 %zu "
+               "(full %zu)\n",
+               u[2].backward_grad_peak, u[3].backward_grad_peak, u[0].full_nbytes);
     }
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), slack = 64 * pg; /* page rounding, bookkeeping */
     /* Optimizer state: 1/N from stage 1 on (exactly, by construction of the shard). */
@@ -174,6 +201,8 @@ int main(void)
     /* Stage 2/3 keep 1/N of the gradients. */
     CHECK(u[2].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
     CHECK(u[3].grad_nbytes <= u[0].grad_nbytes / (size_t)n + slack);
+    CHECK(u[2].backward_grad_peak <= u[0].full_nbytes + pg &&
+          u[3].backward_grad_peak <= u[0].full_nbytes + pg);
     /* Stage 3: <= stage 0 / N + one unit, after the step and ... */
     CHECK_MSG(u[3].total <= u[0].total / n + (long long)(u[3].largest_unit + slack),
               "stage 3 total %lld vs stage 0 %lld / %d + unit %zu", u[3].total, u[0].total, n,

@@ -60,6 +60,7 @@ int main(int argc, char **argv)
                                   "ACCELERATE_DEBUG_MODE",
                                   "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
                                   "ACCEL_ZERO_STAGE",
+                                  "ACCEL_ZERO_SHARD_SIZE",
                                   "CUDA_VISIBLE_DEVICES",
                                   "ACCELERATE_CONFIG_FILE",
                                   "ACCEL_CONFIG_CHECKED",

@@ -193,6 +193,22 @@ int main(void)
                                                   "  fsdp_sharding_strategy: NO_SHARD\n"
                                                   "  fsdp_state_dict_type: FULL_STATE_DICT\n"),
                          ACCEL_OK, NULL));
+    /* HYBRID_SHARD: stage 3, sharded inside each machine; ACCEL_ZERO_SHARD_SIZE wins. */
+    const char *hy = write_file("fsdph.yaml", "distributed_type: FSDP\nfsdp_config:\n"
+                                              "  fsdp_sharding_strategy: HYBRID_SHARD\n");
+    acc = init_with(hy, ACCEL_OK, NULL);
+    CHECK(accel_resolved_options(acc)->zero_stage == 3);
+    CHECK(accel_resolved_options(acc)->zero_shard_size == ACCEL_SHARD_MACHINE);
+    accel_free(acc);
+    setenv("ACCEL_ZERO_SHARD_SIZE", "0", 1);
+    acc = init_with(hy, ACCEL_OK, NULL);
+    CHECK(accel_resolved_options(acc)->zero_shard_size == 0);
+    accel_free(acc);
+    setenv("ACCEL_ZERO_SHARD_SIZE", "two", 1);
+    accel_free(init_with(hy, ACCEL_EINVAL, "ACCEL_ZERO_SHARD_SIZE=\"two\""));
+    setenv("ACCEL_ZERO_SHARD_SIZE", "2", 1); /* a group larger than the one process */
+    accel_free(init_with(hy, ACCEL_EINVAL, "zero_shard_size=2 does not divide the 1 processes"));
+    unsetenv("ACCEL_ZERO_SHARD_SIZE");
     char *quiet_ds = check_capture_end(&captured);
     CHECK_MSG(quiet_ds[0] == '\0', "%s", quiet_ds);
 

@@ -583,6 +583,15 @@ static accel_status gloo_split(void *impl, const accel__comm_split_info *how, vo
     return ACCEL_OK;
 }
 
+accel_status accel__gloo_split(accel__gloo *e, const accel__comm_split_info *how,
+                               accel__gloo **child)
+{
+    void *c = NULL;
+    accel_status st = gloo_split(e, how, &c);
+    *child = c;
+    return st;
+}
+
 void accel__gloo_describe(const accel__gloo *e, char *buf, size_t nbytes)
 {
     snprintf(buf, nbytes, "gloo across %d processes, listening on %s", e->n_ranks, e->listen);

@@ -20,6 +20,10 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
 /* Breaks the communicator on every member (any thread): the failure is recorded in the store
  * naming this process and `msg`, and every connection is reset. */
 void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg);
+/* The backend's split (comm.h's ops->split, collective over e): *child is the new endpoint,
+ * NULL for a process in no child. */
+accel_status accel__gloo_split(accel__gloo *e, const accel__comm_split_info *how,
+                               accel__gloo **child);
 /* "gloo across 2 processes, listening on eth0": accel_state_summary's line. */
 void accel__gloo_describe(const accel__gloo *e, char *buf, size_t nbytes);
 /* Leaves (peers waiting on this process fail) and frees. Accepts NULL. */

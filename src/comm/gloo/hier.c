@@ -573,13 +573,128 @@ static void hier_describe(void *impl, char *buf, size_t nbytes)
              across, h->l);
 }
 
+/* ---- split ---- */
+
+/* Whether a child's members (parent ranks in child rank order) form a grid of machines x local
+ * ranks: the same local ranks, in the same order, on each of its machines, ranked machine by
+ * machine (in any order of the machines), so that the child is itself laid out as machine * L'
+ * + local rank. Its machines and local ranks (in child order) go to nodes / locals. A machine
+ * cannot come twice: its members would repeat. */
+static int grid_of(const hier *h, const int *members, int n, int *nodes, int *n_nodes, int *locals,
+                   int *n_locals)
+{
+    int nn = 0, nl = 0;
+    for (int i = 0; i < n && members[i] / h->L == members[0] / h->L; i++) {
+        locals[nl++] = members[i] % h->L;
+    }
+    if (n % nl != 0) {
+        return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        if (i % nl == 0) {
+            nodes[nn++] = members[i] / h->L;
+        }
+        if (members[i] != nodes[nn - 1] * h->L + locals[i % nl]) {
+            return 0;
+        }
+    }
+    *n_nodes = nn;
+    *n_locals = nl;
+    return 1;
+}
+
+/*
+ * A child that is a grid of machines x local ranks (a machine's processes, the processes of one
+ * local rank on every machine, or any such product) is a hier communicator of its own: its shm
+ * level split from this machine's segment, its gloo level from this local rank's. Every process
+ * first agrees (over the parent) that every child is such a grid, so either all split or all
+ * refuse.
+ */
 static accel_status hier_split(void *impl, const accel__comm_split_info *how, void **child)
 {
-    (void)impl;
-    (void)how;
+    hier *h = impl, *c = NULL;
     *child = NULL;
-    return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
-                         "backend hier cannot split communicators yet (use ACCEL_BACKEND=gloo)");
+    const int n = how->cfg != NULL ? how->cfg->n_ranks : 0;
+    int *nodes = accel__calloc((size_t)h->n_nodes + 1, sizeof(int));
+    int *locals = accel__calloc((size_t)h->L + 1, sizeof(int));
+    int32_t ok = nodes != NULL && locals != NULL, all_ok = 0;
+    int nn = 0, nl = 0;
+    if (ok && n > 0) {
+        ok = grid_of(h, how->members, n, nodes, &nn, locals, &nl);
+    }
+    accel__coll agree =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, &ok, &all_ok, 1, ACCEL_I32, ACCEL_MIN, 0);
+    accel_status st = hier_run(h, &agree);
+    if (st == ACCEL_OK && !all_ok) {
+        st = accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                           "backend hier splits only into grids of machines x local ranks (the "
+                           "same local ranks on each of the child's machines, ranked machine by "
+                           "machine); use ACCEL_BACKEND=gloo for other groups");
+    }
+    accel__comm_config in_cfg, x_cfg;
+    void *in_child = NULL;
+    accel__gloo *x_child = NULL;
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        me = how->members[i] == h->rank ? i : me;
+    }
+    /* The shm level: this machine's members (local ranks = the parent segment's ranks). */
+    if (st == ACCEL_OK) {
+        accel__comm_split_info in = {how->color, me, NULL, NULL};
+        if (n > 0) {
+            in_cfg = *how->cfg;
+            in_cfg.rank = me % nl;
+            in_cfg.n_ranks = nl;
+            in.cfg = &in_cfg;
+            in.members = locals;
+        }
+        st = accel__shm_ops.split(h->shm, &in, &in_child);
+    }
+    /* The gloo level: this local rank's members (machines = the parent's gloo ranks). */
+    if (st == ACCEL_OK) {
+        accel__comm_split_info x = {how->color, me, NULL, NULL};
+        if (n > 0) {
+            x_cfg = *how->cfg;
+            x_cfg.rank = me / nl;
+            x_cfg.n_ranks = nn;
+            x_cfg.local_rank = 0;
+            x_cfg.local_n_ranks = 1;
+            x.cfg = &x_cfg;
+            x.members = nodes;
+        }
+        st = accel__gloo_split(h->cross, &x, &x_child);
+    }
+    if (st == ACCEL_OK && n > 0) {
+        c = accel__calloc(1, sizeof(*c));
+        if (c == NULL || pthread_mutex_init(&c->mu, NULL) != 0) {
+            accel__free(c);
+            c = NULL;
+            st = accel__seterr(NULL, ACCEL_ENOMEM, "hier: out of memory");
+        } else {
+            pthread_cond_init(&c->cv, NULL);
+            c->rank = me;
+            c->n_ranks = n;
+            c->l = me % nl;
+            c->L = nl;
+            c->node = me / nl;
+            c->n_nodes = nn;
+            c->shm = in_child;
+            c->cross = x_child;
+            in_child = NULL;
+            x_child = NULL;
+        }
+    }
+    if (in_child != NULL) {
+        accel__shm_ops.destroy(in_child);
+    }
+    accel__gloo_close(x_child);
+    accel__free(nodes);
+    accel__free(locals);
+    if (st != ACCEL_OK) {
+        return st;
+    }
+    *child = c;
+    return ACCEL_OK;
 }
 
 const accel__comm_ops accel__hier_ops = {
