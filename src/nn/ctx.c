@@ -13,7 +13,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "nn_internal.h"
+#include "nn_gpu.h"
+
+#ifdef ACCEL_HAVE_CUDA
+extern const nn_gpu_ops accel__nn_cuda_ops;
+const nn_gpu_ops *const accel__nn_gpu = &accel__nn_cuda_ops;
+#else
+const nn_gpu_ops *const accel__nn_gpu = NULL;
+#endif
 
 #define NN_ALIGN 64
 #define NN_FIRST_BLOCK_NBYTES ((size_t)1 << 20)
@@ -37,33 +44,41 @@ accel_status nn_ctx_new(nn_ctx **out)
     return ACCEL_OK;
 }
 
-static void free_blocks(nn_block *b)
+/* Blocks of host memory, or of device memory (gpu: the device arena of a GPU ctx). */
+static void free_blocks(nn_block *b, int gpu)
 {
     while (b != NULL) {
         nn_block *next = b->next;
-        accel__aligned_free(b->mem);
+        if (gpu) {
+            accel__nn_gpu->free(b->mem);
+        } else {
+            accel__aligned_free(b->mem);
+        }
         accel__free(b);
         b = next;
     }
 }
+
+static void drop_gpu(nn_ctx *g);
 
 void nn_ctx_free(nn_ctx *g)
 {
     if (g == NULL) {
         return;
     }
-    free_blocks(g->blocks);
-    free_blocks(g->tmp);
+    free_blocks(g->blocks, 0);
+    free_blocks(g->tmp, 0);
+    drop_gpu(g);
     accel__free(g);
 }
 
-static nn_block *new_block(size_t cap)
+static nn_block *new_block(size_t cap, int gpu)
 {
     nn_block *b = accel__calloc(1, sizeof(*b));
     if (b == NULL) {
         return NULL;
     }
-    b->mem = accel__aligned_alloc(cap);
+    b->mem = gpu ? accel__nn_gpu->alloc(cap) : accel__aligned_alloc(cap);
     if (b->mem == NULL) {
         accel__free(b);
         return NULL;
@@ -72,24 +87,30 @@ static nn_block *new_block(size_t cap)
     return b;
 }
 
+/* Several blocks mean this step outgrew the arena: replace them by one block holding them
+ * all, so the next identical step fits without allocating. */
+static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
+{
+    if (*blocks != NULL && (*blocks)->next != NULL) {
+        nn_block *one = new_block(total_cap, gpu);
+        if (one != NULL) {
+            free_blocks(*blocks, gpu);
+            *blocks = one;
+            g->n_grows++;
+        }
+    }
+    for (nn_block *b = *blocks; b != NULL; b = b->next) {
+        b->used = 0;
+    }
+}
+
 void nn_ctx_reset(nn_ctx *g)
 {
     if (g == NULL) {
         return;
     }
-    /* Several blocks mean this step outgrew the arena: replace them by one block holding
-     * them all, so the next identical step fits without allocating. */
-    if (g->blocks != NULL && g->blocks->next != NULL) {
-        nn_block *one = new_block(g->total_cap);
-        if (one != NULL) {
-            free_blocks(g->blocks);
-            g->blocks = one;
-            g->n_grows++;
-        }
-    }
-    for (nn_block *b = g->blocks; b != NULL; b = b->next) {
-        b->used = 0;
-    }
+    coalesce(g, &g->blocks, g->total_cap, 0);
+    coalesce(g, &g->dblocks, g->dtotal_cap, 1);
     g->tape = NULL;
     g->n_nodes = 0;
     g->op_counter = 0;
@@ -98,6 +119,75 @@ void nn_ctx_reset(nn_ctx *g)
     g->first_msg[0] = '\0';
     g->step++;
     g->epoch++;
+}
+
+/* Back to the CPU: the device arena and the backend's state are released. */
+static void drop_gpu(nn_ctx *g)
+{
+    if (g->device.type == ACCEL_DEVICE_CUDA) {
+        free_blocks(g->dblocks, 1);
+        g->dblocks = NULL;
+        g->dtotal_cap = 0;
+        accel__nn_gpu->close(g);
+    }
+    g->device = (accel_device){ACCEL_DEVICE_CPU, 0};
+}
+
+accel_status nn_ctx_set_device(nn_ctx *g, accel_device device)
+{
+    if (g == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_ctx_set_device: ctx is NULL");
+    }
+    int busy = g->n_nodes > 0;
+    for (const nn_block *b = g->blocks; b != NULL && !busy; b = b->next) {
+        busy = b->used > 0;
+    }
+    /* (After backward the next allocation resets the ctx, so nothing stays live.) */
+    if (busy && !g->backward_done) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "nn_ctx_set_device: the ctx holds tensors; reset it first");
+    }
+    if (device.type == ACCEL_DEVICE_CPU) {
+        drop_gpu(g);
+        return ACCEL_OK;
+    }
+    if (device.type != ACCEL_DEVICE_CUDA) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_ctx_set_device: unknown device type %d",
+                             (int)device.type);
+    }
+    if (accel__nn_gpu == NULL) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "nn_ctx_set_device: cuda:%d: this build has no CUDA "
+                             "(configure with -DACCEL_CUDA=ON)",
+                             device.index);
+    }
+    if (g->device.type == ACCEL_DEVICE_CUDA && g->device.index == device.index) {
+        return ACCEL_OK;
+    }
+    drop_gpu(g);
+    accel_status st = accel__nn_gpu->open(g, device.index);
+    if (st != ACCEL_OK) {
+        return st;
+    }
+    g->device = device;
+    return ACCEL_OK;
+}
+
+accel_device nn_ctx_device(const nn_ctx *g)
+{
+    return g != NULL ? g->device : (accel_device){ACCEL_DEVICE_CPU, 0};
+}
+
+int accel__nn_gpu_refuse(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (nn__on_gpu(ts[k])) {
+            accel__nn_fail(g, ACCEL_EUNSUPPORTED,
+                           "%s: not implemented on CUDA yet (input %d is on the GPU)", op, k);
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int nn_ctx_set_grad_enabled(nn_ctx *g, int enabled)
@@ -147,7 +237,8 @@ nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
     return s;
 }
 
-void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
+/* Bump allocation from an arena of blocks (host, or the device arena when gpu). */
+static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gpu, size_t nbytes)
 {
     if (g->backward_done) {
         nn_ctx_reset(g);
@@ -156,21 +247,22 @@ void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
     if (nbytes == 0) {
         nbytes = NN_ALIGN;
     }
-    nn_block *b = g->blocks;
+    nn_block *b = *blocks;
     if (b == NULL || b->used + nbytes > b->cap) {
         /* Grow geometrically so the first step needs few blocks. */
-        size_t cap = g->total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : g->total_cap;
+        size_t cap = *total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : *total_cap;
         if (cap < nbytes) {
             cap = nbytes;
         }
-        b = new_block(cap);
+        b = new_block(cap, gpu);
         if (b == NULL) {
-            accel__nn_fail(g, ACCEL_ENOMEM, "nn arena: out of memory allocating %zu bytes", cap);
+            accel__nn_fail(g, ACCEL_ENOMEM, "nn arena%s: out of memory allocating %zu bytes",
+                           gpu ? " (GPU)" : "", cap);
             return NULL;
         }
-        b->next = g->blocks;
-        g->blocks = b;
-        g->total_cap += cap;
+        b->next = *blocks;
+        *blocks = b;
+        *total_cap += cap;
         g->n_grows++;
     }
     void *p = b->mem + b->used;
@@ -178,11 +270,40 @@ void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
     return p;
 }
 
+void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
+{
+    return arena_alloc(g, &g->blocks, &g->total_cap, 0, nbytes);
+}
+
 void *accel__nn_zalloc(nn_ctx *g, size_t nbytes)
 {
     void *p = accel__nn_alloc(g, nbytes);
     if (p != NULL) {
         memset(p, 0, nbytes);
+    }
+    return p;
+}
+
+void *accel__nn_dalloc(nn_ctx *g, size_t nbytes)
+{
+    if (g->device.type != ACCEL_DEVICE_CUDA) {
+        return accel__nn_alloc(g, nbytes);
+    }
+    return arena_alloc(g, &g->dblocks, &g->dtotal_cap, 1, nbytes);
+}
+
+void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes)
+{
+    if (g->device.type != ACCEL_DEVICE_CUDA) {
+        return accel__nn_zalloc(g, nbytes);
+    }
+    void *p = accel__nn_dalloc(g, nbytes);
+    if (p != NULL) {
+        accel_status st = accel__nn_gpu->zero(p, nbytes);
+        if (st != ACCEL_OK) {
+            accel__nn_fail(g, st, "%s", accel_last_error(NULL));
+            return NULL;
+        }
     }
     return p;
 }
@@ -205,7 +326,7 @@ void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes)
          * one block and no allocation. */
         size_t want = g->tmp_live == 0 ? g->tmp_peak : NN_FIRST_BLOCK_NBYTES;
         size_t cap = nbytes > want ? nbytes : want;
-        b = new_block(cap);
+        b = new_block(cap, 0);
         if (b == NULL) {
             accel__nn_fail(g, ACCEL_ENOMEM, "nn scratch: out of memory allocating %zu bytes", cap);
             return NULL;
@@ -227,7 +348,7 @@ void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
     if (mark.live == 0) {
         /* Nothing outlives this release: keep one block, of the peak need. */
         if (g->tmp != NULL && (g->tmp->next != NULL || g->tmp->cap < g->tmp_peak)) {
-            free_blocks(g->tmp);
+            free_blocks(g->tmp, 0);
             g->tmp = NULL;
         } else if (g->tmp != NULL) {
             g->tmp->used = 0;
@@ -239,7 +360,7 @@ void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
         nn_block *b = g->tmp;
         g->tmp = b->next;
         b->next = NULL;
-        free_blocks(b);
+        free_blocks(b, 0);
     }
     g->tmp->used = mark.used;
     g->tmp_live = mark.live;
@@ -287,8 +408,8 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     if (t == NULL) {
         return NULL;
     }
-    t->data = zero ? accel__nn_zalloc(g, (size_t)n * sizeof(float))
-                   : accel__nn_alloc(g, (size_t)n * sizeof(float));
+    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * sizeof(float))
+                   : accel__nn_dalloc(g, (size_t)n * sizeof(float));
     if (t->data == NULL) {
         return NULL;
     }
@@ -298,6 +419,7 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     }
     set_contig_strides(t);
     t->param_index = -1;
+    t->device_type = g->device.type;
     return t;
 }
 
@@ -322,8 +444,14 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
         return NULL;
     }
     nn_tensor *t = new_tensor(g, ndim, shape, 0);
+    size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
+    if (nn__on_gpu(t)) {
+        accel_status st = accel__nn_gpu->to_device(t->data, data, nbytes);
+        return st == ACCEL_OK ? t : accel__nn_fail(g, st, "nn_tensor_from: %s",
+                                                   accel_last_error(NULL));
+    }
     if (t != NULL) {
-        memcpy(t->data, data, (size_t)nn_numel(t) * sizeof(float));
+        memcpy(t->data, data, nbytes);
     }
     return t;
 }
@@ -368,7 +496,43 @@ float *nn_tensor_grad(const nn_tensor *t)
 
 float nn_item(const nn_tensor *t)
 {
+    float v = NAN;
+    if (nn__on_gpu(t)) {
+        if (accel__nn_gpu->to_host(&v, t->data, sizeof(v)) != ACCEL_OK) {
+            return NAN;
+        }
+        return v;
+    }
     return t != NULL ? t->data[0] : NAN;
+}
+
+static accel_status copy_out(const nn_tensor *t, const float *src, float *dst, const char *fn)
+{
+    if (t == NULL || dst == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: %s is NULL", fn, t ? "dst" : "tensor");
+    }
+    if (!nn_is_contiguous(t)) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: the tensor is not contiguous", fn);
+    }
+    if (src == NULL) {
+        return accel__seterr(NULL, ACCEL_ESTATE, "%s: the tensor has no gradient", fn);
+    }
+    size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
+    if (nn__on_gpu(t)) {
+        return accel__nn_gpu->to_host(dst, src, nbytes);
+    }
+    memcpy(dst, src, nbytes);
+    return ACCEL_OK;
+}
+
+accel_status nn_tensor_to_host(const nn_tensor *t, float *dst)
+{
+    return copy_out(t, t ? t->data : NULL, dst, "nn_tensor_to_host");
+}
+
+accel_status nn_tensor_grad_to_host(const nn_tensor *t, float *dst)
+{
+    return copy_out(t, nn_tensor_grad(t), dst, "nn_tensor_grad_to_host");
 }
 
 int accel__nn_dim(const nn_tensor *x, int dim)
@@ -450,7 +614,7 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
     if (owner->grad == NULL) {
         /* Intermediate gradients come from the arena like the values (no reset can happen
          * here: backward_done is set only after the replay). */
-        owner->grad = accel__nn_zalloc(g, (size_t)nn_numel(owner) * sizeof(float));
+        owner->grad = accel__nn_dzalloc(g, (size_t)nn_numel(owner) * sizeof(float));
         if (owner->grad == NULL) {
             return NULL;
         }
@@ -464,7 +628,7 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
     if (t != NULL && t->requires_grad && t->base == NULL && t->grad == NULL) {
         /* Nobody has written this gradient yet and t is its whole owner: the caller's write
          * is the first contribution, so it needs no zeroed buffer to add to. */
-        t->grad = accel__nn_alloc(g, (size_t)nn_numel(t) * sizeof(float));
+        t->grad = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
         *fresh = t->grad != NULL;
         return t->grad;
     }
@@ -549,7 +713,18 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
         return accel__seterr(NULL, ACCEL_ENOMEM, "nn_backward: out of memory");
     }
     int64_t n = nn_numel(out);
-    if (grad_out != NULL) {
+    if (nn__on_gpu(out)) {
+        if (grad_out == NULL && n != 1) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "nn_backward: loss has %lld elements; pass a scalar or use "
+                                 "nn_backward_grad",
+                                 (long long)n);
+        }
+        accel_status st = accel__nn_gpu->add_host(g, gout, grad_out ? grad_out : &seed, n);
+        if (st != ACCEL_OK) {
+            return st;
+        }
+    } else if (grad_out != NULL) {
         for (int64_t i = 0; i < n; i++) {
             gout[i] += grad_out[i];
         }
