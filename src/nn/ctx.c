@@ -180,6 +180,12 @@ accel_device nn_ctx_device(const nn_ctx *g)
 
 int accel__nn_gpu_refuse(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
 {
+    if (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) {
+        accel__nn_fail(g, ACCEL_EUNSUPPORTED,
+                       "%s: not implemented on CUDA yet (the ctx computes on cuda:%d)", op,
+                       g->device.index);
+        return 1;
+    }
     for (int k = 0; k < n; k++) {
         if (nn__on_gpu(ts[k])) {
             accel__nn_fail(g, ACCEL_EUNSUPPORTED,

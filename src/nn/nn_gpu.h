@@ -49,8 +49,17 @@ static inline int nn__on_gpu(const nn_tensor *t)
     return t != NULL && t->device_type == ACCEL_DEVICE_CUDA;
 }
 
+/* 1 when an op must take its GPU path: the ctx computes on a GPU or an input is on one (the
+ * GPU op then refuses whatever does not match, by name). */
+static inline int nn__use_gpu(const nn_ctx *g, const nn_tensor *a, const nn_tensor *b,
+                              const nn_tensor *c)
+{
+    return (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) || nn__on_gpu(a) ||
+           nn__on_gpu(b) || nn__on_gpu(c);
+}
+
 /* For the ops without a GPU implementation: fails with ACCEL_EUNSUPPORTED naming the op when
- * any of the n tensors is on a GPU (returns 1), else 0. */
+ * the ctx computes on a GPU or any of the n tensors is on one (returns 1), else 0. */
 int accel__nn_gpu_refuse(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
 
 /* Refuses, as the op's return, when one of the tensors is on a GPU. */

@@ -210,7 +210,7 @@ static nn_tensor *binop(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
 
 nn_tensor *nn_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
-    if (nn__on_gpu(a) || nn__on_gpu(b)) {
+    if (nn__use_gpu(g, a, b, NULL)) {
         return accel__nn_gpu->add(g, a, b);
     }
     return binop(g, OP_ADD, a, b);
@@ -410,7 +410,7 @@ nn_tensor *nn_relu(nn_ctx *g, nn_tensor *x)
 
 nn_tensor *nn_gelu(nn_ctx *g, nn_tensor *x, int approximate)
 {
-    if (nn__on_gpu(x)) {
+    if (nn__use_gpu(g, x, NULL, NULL)) {
         return accel__nn_gpu->gelu(g, x, approximate);
     }
     return unary(g, approximate ? U_GELU_TANH : U_GELU, x, 0.0f);
@@ -569,7 +569,7 @@ static void dropout_backward(nn_ctx *g, nn_node *n)
 
 nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p)
 {
-    if (nn__on_gpu(x)) {
+    if (nn__use_gpu(g, x, NULL, NULL)) {
         return accel__nn_gpu->dropout(g, x, p);
     }
     if (x == NULL) {

@@ -223,7 +223,7 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     if (g == NULL) {
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_linear");
     }
-    if (nn__on_gpu(x) || nn__on_gpu(w) || nn__on_gpu(bias)) {
+    if (nn__use_gpu(g, x, w, bias)) {
         return accel__nn_gpu->linear(g, x, w, bias, layout);
     }
     nn_fpscope fs;
@@ -653,7 +653,7 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
     if (g == NULL) {
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_causal_attention");
     }
-    if (nn__on_gpu(qkv)) {
+    if (nn__use_gpu(g, qkv, NULL, NULL)) {
         return accel__nn_gpu->attention(g, qkv, n_head, attn_dropout);
     }
     nn_fpscope fs;

@@ -295,7 +295,7 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
 nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                             const nn_cross_entropy_options *opts)
 {
-    if (nn__on_gpu(logits)) {
+    if (nn__use_gpu(g, logits, NULL, NULL)) {
         return accel__nn_gpu->cross_entropy(g, logits, targets, opts);
     }
     nn_fpscope fs;
@@ -459,7 +459,7 @@ static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_
 
 nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias, float eps)
 {
-    if (nn__on_gpu(x) || nn__on_gpu(weight) || nn__on_gpu(bias)) {
+    if (nn__use_gpu(g, x, weight, bias)) {
         return accel__nn_gpu->layernorm(g, x, weight, bias, eps);
     }
     nn_fpscope fs;
@@ -499,7 +499,7 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
     if (weight == NULL) {
         return NULL;
     }
-    if (nn__on_gpu(weight)) {
+    if (nn__use_gpu(g, weight, NULL, NULL)) {
         return accel__nn_gpu->embedding(g, weight, ids, ndim, shape);
     }
     if (weight->sink_compute != NULL) {

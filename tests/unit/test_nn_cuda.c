@@ -431,10 +431,16 @@ static void test_errors(void)
     CHECK(x != NULL && h != NULL);
     CHECK(nn_softmax(ggpu, x, -1) == NULL);
     CHECK_MSG(strcmp(accel_last_error(NULL),
-                     "nn_softmax: not implemented on CUDA yet (input 0 is on the GPU)") == 0,
+                     "nn_softmax: not implemented on CUDA yet (the ctx computes on cuda:0)") == 0,
               "%s", accel_last_error(NULL));
     CHECK(nn_matmul(ggpu, x, x) == NULL);
     CHECK(strstr(accel_last_error(NULL), "nn_matmul: not implemented on CUDA") != NULL);
+    CHECK(nn_softmax(gcpu, x, -1) == NULL); /* a GPU tensor on a CPU ctx */
+    CHECK_MSG(strcmp(accel_last_error(NULL),
+                     "nn_softmax: not implemented on CUDA yet (input 0 is on the GPU)") == 0,
+              "%s", accel_last_error(NULL));
+    CHECK(nn_embedding(ggpu, h, (const int32_t[]){0}, 0, NULL) == NULL); /* CPU weight */
+    CHECK(strstr(accel_last_error(NULL), "nn_embedding: input 0 is on the CPU") != NULL);
     CHECK(nn_add(ggpu, x, h) == NULL);
     CHECK_MSG(strcmp(accel_last_error(NULL),
                      "nn_add: input 1 is on the CPU and the ctx on cuda:0 (parameters on the "

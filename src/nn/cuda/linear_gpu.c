@@ -104,6 +104,13 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
 static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
 {
     nn_gpu_state *s = g->gpu;
+    /* Overwritten outputs are fresh arena memory: zero them, so no algorithm can turn stale
+     * NaNs into 0 * NaN even if it reads D when beta is 0 (ldd == m in every call here). */
+    if (p->beta == 0.0f &&
+        !accel__nn_cu_ok(g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), 0),
+                         what)) {
+        return 0;
+    }
     if (p->bias != NULL && lt_run(s, p, 1) == CUBLAS_STATUS_SUCCESS) {
         return 1;
     }

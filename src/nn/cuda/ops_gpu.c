@@ -174,7 +174,7 @@ static void emb_backward(nn_ctx *g, nn_node *n)
 nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
                                   const int64_t *shape)
 {
-    if (!accel__nn_cu_inputs(g, "nn_embedding", &weight, 1)) {
+    if (weight == NULL || !accel__nn_cu_inputs(g, "nn_embedding", &weight, 1)) {
         return NULL;
     }
     if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
@@ -302,7 +302,7 @@ static void ce_backward(nn_ctx *g, nn_node *n)
 nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts)
 {
-    if (!accel__nn_cu_inputs(g, "nn_cross_entropy", &logits, 1)) {
+    if (logits == NULL || !accel__nn_cu_inputs(g, "nn_cross_entropy", &logits, 1)) {
         return NULL;
     }
     nn_cross_entropy_options o = nn_cross_entropy_options_default();
