@@ -120,6 +120,10 @@ struct nn_ctx {
  * ENOMEM on failure. */
 void *accel__nn_alloc(nn_ctx *g, size_t nbytes);
 void *accel__nn_zalloc(nn_ctx *g, size_t nbytes);
+/* Releases a list of arena blocks (gpu: device memory, through the GPU backend). */
+void accel__nn_free_blocks(nn_block *b, int gpu);
+/* Back to the CPU: releases the device arena and the GPU backend's state (device.c). */
+void accel__nn_drop_gpu(nn_ctx *g);
 /* Tensor data and gradient memory: the device arena on a GPU ctx, else accel__nn_alloc /
  * accel__nn_zalloc (zeroing on a GPU is queued on the stream). NULL and ENOMEM on failure. */
 void *accel__nn_dalloc(nn_ctx *g, size_t nbytes);
