@@ -104,8 +104,11 @@ typedef struct run_out {
     float *grads[MAX_IN];
 } run_out;
 
+/* One forward (and, unless `forward_only`, backward: from gout, or d(y) = 1 when it is NULL)
+ * on g; the output and input gradients come back in host memory. */
 static run_out run_one(nn_ctx *g, int is_gpu, int autocast, const in_spec *spec, int n_in,
-                       float *const *data, case_fn fn, const void *arg, const float *gout)
+                       float *const *data, case_fn fn, const void *arg, const float *gout,
+                       int forward_only)
 {
     run_out r;
     memset(&r, 0, sizeof(r));
@@ -121,6 +124,9 @@ static run_out run_one(nn_ctx *g, int is_gpu, int autocast, const in_spec *spec,
     r.ny = nn_numel(y);
     r.y = xmalloc((size_t)r.ny * sizeof(float));
     CHECK_OK(NULL, nn_tensor_to_host(y, r.y));
+    if (forward_only) {
+        return r;
+    }
     if (gout == NULL) {
         CHECK_OK(NULL, nn_backward(y, 1.0f, NULL));
     } else {
@@ -155,8 +161,8 @@ static void check_case(const char *name, const in_spec *spec, int n_in, case_fn 
             data[k][i] = spec[k].offset + spec[k].scale * frand();
         }
     }
-    /* A first CPU run sizes the output gradient. */
-    run_out c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, NULL);
+    /* A forward on the CPU sizes the output gradient. */
+    run_out c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, NULL, !scalar);
     float *gout = NULL;
     if (!scalar) {
         gout = xmalloc((size_t)c.ny * sizeof(float));
@@ -164,9 +170,9 @@ static void check_case(const char *name, const in_spec *spec, int n_in, case_fn 
             gout[i] = frand();
         }
         free_run(&c, n_in);
-        c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout);
+        c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
     }
-    run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout);
+    run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout, 0);
     CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name,
               (long long)gg.ny, (long long)c.ny);
     double e = rel_err(gg.y, c.y, c.ny);
