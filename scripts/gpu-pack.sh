@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Packs what the lent GPU machine needs to run the CUDA build's GPU tests and benchmarks into .gpu/
+# (git-ignored; name it in the device tool's `carry`): the CUDA build's test programs, examples,
+# benchmarks and CLI, stripped, keeping build-cuda/'s layout and its CTest files, and the Debian
+# shared libraries they load that a CUDA image may lack (CUDA's own libraries are found there).
+# Then, on that machine: `bash scripts/gpu-run.sh [COMMAND...]`.
+set -euo pipefail
+BUILD=${1:-build-cuda}
+OUT=.gpu
+rm -rf "$OUT" && mkdir -p "$OUT/build-cuda" "$OUT/lib"
+cd "$BUILD"
+# Everything ctest -L gpu runs, plus CUDA programs in examples/ and bench/ and the CLI.
+progs=(accel libexec/accel/test_worker)
+progs+=($(ctest -N -V -L gpu | sed -n 's/^[0-9]*: Test command: //p' | tr -d '"' | tr ' ' '\n' |
+    grep "^$PWD/" | sed "s|^$PWD/||" | grep -v '\.sh$' | sort -u))
+for f in examples/cuda_* bench/cuda_* tests/test_*cuda* tests/progs/*cuda*; do
+    [ -f "$f" ] && [ -x "$f" ] && progs+=("$f")
+done
+for f in $(printf '%s\n' "${progs[@]}" | sort -u); do
+    [ -f "$f" ] || continue
+    mkdir -p "../$OUT/build-cuda/$(dirname "$f")"
+    strip -o "../$OUT/build-cuda/$f" "$f"
+done
+find . -name CTestTestfile.cmake -exec cp --parents {} "../$OUT/build-cuda/" \;
+cd ..
+for f in $(find "$OUT/build-cuda" -type f -perm -u+x); do ldd "$f"; done | awk '$3 ~ /^\// {print $3}' |
+    sort -u | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libnccl|libcublas|libcublasLt)\.so' |
+    while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
+du -sh "$OUT"
