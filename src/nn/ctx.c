@@ -417,14 +417,11 @@ float *nn_tensor_grad(const nn_tensor *t)
 
 float nn_item(const nn_tensor *t)
 {
-    float v = NAN;
-    if (nn__on_gpu(t)) {
-        if (accel__nn_gpu->to_host(&v, t->data, sizeof(v)) != ACCEL_OK) {
-            return NAN;
-        }
-        return v;
+    if (!nn__on_gpu(t)) {
+        return t != NULL ? t->data[0] : NAN;
     }
-    return t != NULL ? t->data[0] : NAN;
+    float v;
+    return accel__nn_gpu->to_host(&v, t->data, sizeof(v)) == ACCEL_OK ? v : NAN;
 }
 
 int accel__nn_dim(const nn_tensor *x, int dim)
