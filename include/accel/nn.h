@@ -65,6 +65,7 @@ typedef struct nn_tensor {
     void (*sink_compute)(void *ctx, int index, accel_tensor *view);
     /* params: the sink's materialize callback (nn_param_sink.materialize), or NULL */
     accel_status (*sink_materialize)(void *ctx, int index);
+    accel_device_type device_type; /* where data and grad are (the ctx's device) */
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -133,6 +134,23 @@ ACCEL_API int nn_ctx_set_autocast(nn_ctx *g, int mode);
 /* The dtype ops run in now: ACCEL_F32 (off), ACCEL_BF16 or ACCEL_F16. */
 ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
 
+/*
+ * The device a ctx computes on (CUDA builds): with {ACCEL_DEVICE_CUDA, k} every tensor the ctx
+ * makes (nn_tensor_new / nn_tensor_from, op results, gradients) has its data and gradient in
+ * GPU k's memory, and the ops that have a CUDA implementation run there (docs/cuda.md lists
+ * them; the others fail with ACCEL_EUNSUPPORTED naming the op). `data` and nn_tensor_grad are
+ * then device pointers: read them with nn_tensor_to_host / nn_tensor_grad_to_host, or from
+ * CUDA code. GPU ops are queued on the legacy default stream (ordered with accel's compute
+ * stream, which is a blocking stream); nn_item and the copies to the host wait for them.
+ * Call on a new or freshly reset ctx (no live tensors). Parameters stay on the CPU for now:
+ * a GPU op given a CPU tensor fails naming it.
+ * Returns ACCEL_OK; ACCEL_EUNSUPPORTED (a build without CUDA, or no usable GPU: the message
+ * says why); ACCEL_EINVAL (NULL ctx, unknown device type); ACCEL_ESTATE (the ctx holds
+ * tensors).
+ */
+ACCEL_API accel_status nn_ctx_set_device(nn_ctx *g, accel_device device);
+ACCEL_API accel_device nn_ctx_device(const nn_ctx *g);
+
 /* Arena statistics: bytes reserved, bytes in use, blocks, and how many times the arena had to
  * allocate a new block since creation (constant from step 2 in a steady loop). Separately,
  * the per-op scratch: memory an op (or one op's backward) needs only while it runs, such as
@@ -169,8 +187,14 @@ ACCEL_API int nn_is_contiguous(const nn_tensor *t);
  * reached it. Valid until the ctx is reset (parameters: the external gradient memory). */
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
-/* The scalar value of a one-element tensor (the loss). */
+/* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. */
 ACCEL_API float nn_item(const nn_tensor *t);
+
+/* Copies t's values (numel floats, t contiguous) / its gradient (NULL gradient: ACCEL_ESTATE)
+ * to host memory dst, from whichever device holds them; waits for the GPU's pending work.
+ * ACCEL_EINVAL on NULL arguments or a non-contiguous t. */
+ACCEL_API accel_status nn_tensor_to_host(const nn_tensor *t, float *dst);
+ACCEL_API accel_status nn_tensor_grad_to_host(const nn_tensor *t, float *dst);
 
 /* ===================================================================== backward */
 

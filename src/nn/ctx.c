@@ -13,7 +13,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 #define NN_ALIGN 64
 #define NN_FIRST_BLOCK_NBYTES ((size_t)1 << 20)
@@ -37,11 +37,15 @@ accel_status nn_ctx_new(nn_ctx **out)
     return ACCEL_OK;
 }
 
-static void free_blocks(nn_block *b)
+void accel__nn_free_blocks(nn_block *b, int gpu)
 {
     while (b != NULL) {
         nn_block *next = b->next;
-        accel__aligned_free(b->mem);
+        if (gpu) {
+            accel__nn_gpu->free(b->mem);
+        } else {
+            accel__aligned_free(b->mem);
+        }
         accel__free(b);
         b = next;
     }
@@ -52,18 +56,19 @@ void nn_ctx_free(nn_ctx *g)
     if (g == NULL) {
         return;
     }
-    free_blocks(g->blocks);
-    free_blocks(g->tmp);
+    accel__nn_free_blocks(g->blocks, 0);
+    accel__nn_free_blocks(g->tmp, 0);
+    accel__nn_drop_gpu(g);
     accel__free(g);
 }
 
-static nn_block *new_block(size_t cap)
+static nn_block *new_block(size_t cap, int gpu)
 {
     nn_block *b = accel__calloc(1, sizeof(*b));
     if (b == NULL) {
         return NULL;
     }
-    b->mem = accel__aligned_alloc(cap);
+    b->mem = gpu ? accel__nn_gpu->alloc(cap) : accel__aligned_alloc(cap);
     if (b->mem == NULL) {
         accel__free(b);
         return NULL;
@@ -72,24 +77,30 @@ static nn_block *new_block(size_t cap)
     return b;
 }
 
+/* Several blocks mean this step outgrew the arena: replace them by one block holding them
+ * all, so the next identical step fits without allocating. */
+static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
+{
+    if (*blocks != NULL && (*blocks)->next != NULL) {
+        nn_block *one = new_block(total_cap, gpu);
+        if (one != NULL) {
+            accel__nn_free_blocks(*blocks, gpu);
+            *blocks = one;
+            g->n_grows++;
+        }
+    }
+    for (nn_block *b = *blocks; b != NULL; b = b->next) {
+        b->used = 0;
+    }
+}
+
 void nn_ctx_reset(nn_ctx *g)
 {
     if (g == NULL) {
         return;
     }
-    /* Several blocks mean this step outgrew the arena: replace them by one block holding
-     * them all, so the next identical step fits without allocating. */
-    if (g->blocks != NULL && g->blocks->next != NULL) {
-        nn_block *one = new_block(g->total_cap);
-        if (one != NULL) {
-            free_blocks(g->blocks);
-            g->blocks = one;
-            g->n_grows++;
-        }
-    }
-    for (nn_block *b = g->blocks; b != NULL; b = b->next) {
-        b->used = 0;
-    }
+    coalesce(g, &g->blocks, g->total_cap, 0);
+    coalesce(g, &g->dblocks, g->dtotal_cap, 1);
     g->tape = NULL;
     g->n_nodes = 0;
     g->op_counter = 0;
@@ -147,7 +158,8 @@ nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
     return s;
 }
 
-void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
+/* Bump allocation from an arena of blocks (host, or the device arena when gpu). */
+static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gpu, size_t nbytes)
 {
     if (g->backward_done) {
         nn_ctx_reset(g);
@@ -156,21 +168,22 @@ void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
     if (nbytes == 0) {
         nbytes = NN_ALIGN;
     }
-    nn_block *b = g->blocks;
+    nn_block *b = *blocks;
     if (b == NULL || b->used + nbytes > b->cap) {
         /* Grow geometrically so the first step needs few blocks. */
-        size_t cap = g->total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : g->total_cap;
+        size_t cap = *total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : *total_cap;
         if (cap < nbytes) {
             cap = nbytes;
         }
-        b = new_block(cap);
+        b = new_block(cap, gpu);
         if (b == NULL) {
-            accel__nn_fail(g, ACCEL_ENOMEM, "nn arena: out of memory allocating %zu bytes", cap);
+            accel__nn_fail(g, ACCEL_ENOMEM, "nn arena%s: out of memory allocating %zu bytes",
+                           gpu ? " (GPU)" : "", cap);
             return NULL;
         }
-        b->next = g->blocks;
-        g->blocks = b;
-        g->total_cap += cap;
+        b->next = *blocks;
+        *blocks = b;
+        *total_cap += cap;
         g->n_grows++;
     }
     void *p = b->mem + b->used;
@@ -178,11 +191,40 @@ void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
     return p;
 }
 
+void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
+{
+    return arena_alloc(g, &g->blocks, &g->total_cap, 0, nbytes);
+}
+
 void *accel__nn_zalloc(nn_ctx *g, size_t nbytes)
 {
     void *p = accel__nn_alloc(g, nbytes);
     if (p != NULL) {
         memset(p, 0, nbytes);
+    }
+    return p;
+}
+
+void *accel__nn_dalloc(nn_ctx *g, size_t nbytes)
+{
+    if (g->device.type != ACCEL_DEVICE_CUDA) {
+        return accel__nn_alloc(g, nbytes);
+    }
+    return arena_alloc(g, &g->dblocks, &g->dtotal_cap, 1, nbytes);
+}
+
+void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes)
+{
+    if (g->device.type != ACCEL_DEVICE_CUDA) {
+        return accel__nn_zalloc(g, nbytes);
+    }
+    void *p = accel__nn_dalloc(g, nbytes);
+    if (p != NULL) {
+        accel_status st = accel__nn_gpu->zero(p, nbytes);
+        if (st != ACCEL_OK) {
+            accel__nn_fail(g, st, "%s", accel_last_error(NULL));
+            return NULL;
+        }
     }
     return p;
 }
@@ -205,7 +247,7 @@ void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes)
          * one block and no allocation. */
         size_t want = g->tmp_live == 0 ? g->tmp_peak : NN_FIRST_BLOCK_NBYTES;
         size_t cap = nbytes > want ? nbytes : want;
-        b = new_block(cap);
+        b = new_block(cap, 0);
         if (b == NULL) {
             accel__nn_fail(g, ACCEL_ENOMEM, "nn scratch: out of memory allocating %zu bytes", cap);
             return NULL;
@@ -227,7 +269,7 @@ void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
     if (mark.live == 0) {
         /* Nothing outlives this release: keep one block, of the peak need. */
         if (g->tmp != NULL && (g->tmp->next != NULL || g->tmp->cap < g->tmp_peak)) {
-            free_blocks(g->tmp);
+            accel__nn_free_blocks(g->tmp, 0);
             g->tmp = NULL;
         } else if (g->tmp != NULL) {
             g->tmp->used = 0;
@@ -239,7 +281,7 @@ void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
         nn_block *b = g->tmp;
         g->tmp = b->next;
         b->next = NULL;
-        free_blocks(b);
+        accel__nn_free_blocks(b, 0);
     }
     g->tmp->used = mark.used;
     g->tmp_live = mark.live;
@@ -287,8 +329,8 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     if (t == NULL) {
         return NULL;
     }
-    t->data = zero ? accel__nn_zalloc(g, (size_t)n * sizeof(float))
-                   : accel__nn_alloc(g, (size_t)n * sizeof(float));
+    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * sizeof(float))
+                   : accel__nn_dalloc(g, (size_t)n * sizeof(float));
     if (t->data == NULL) {
         return NULL;
     }
@@ -298,6 +340,7 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     }
     set_contig_strides(t);
     t->param_index = -1;
+    t->device_type = g->device.type;
     return t;
 }
 
@@ -322,8 +365,14 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
         return NULL;
     }
     nn_tensor *t = new_tensor(g, ndim, shape, 0);
+    size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
+    if (nn__on_gpu(t)) {
+        accel_status st = accel__nn_gpu->to_device(t->data, data, nbytes);
+        return st == ACCEL_OK ? t : accel__nn_fail(g, st, "nn_tensor_from: %s",
+                                                   accel_last_error(NULL));
+    }
     if (t != NULL) {
-        memcpy(t->data, data, (size_t)nn_numel(t) * sizeof(float));
+        memcpy(t->data, data, nbytes);
     }
     return t;
 }
@@ -368,7 +417,11 @@ float *nn_tensor_grad(const nn_tensor *t)
 
 float nn_item(const nn_tensor *t)
 {
-    return t != NULL ? t->data[0] : NAN;
+    if (!nn__on_gpu(t)) {
+        return t != NULL ? t->data[0] : NAN;
+    }
+    float v;
+    return accel__nn_gpu->to_host(&v, t->data, sizeof(v)) == ACCEL_OK ? v : NAN;
 }
 
 int accel__nn_dim(const nn_tensor *x, int dim)
@@ -450,7 +503,7 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
     if (owner->grad == NULL) {
         /* Intermediate gradients come from the arena like the values (no reset can happen
          * here: backward_done is set only after the replay). */
-        owner->grad = accel__nn_zalloc(g, (size_t)nn_numel(owner) * sizeof(float));
+        owner->grad = accel__nn_dzalloc(g, (size_t)nn_numel(owner) * sizeof(float));
         if (owner->grad == NULL) {
             return NULL;
         }
@@ -464,7 +517,7 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
     if (t != NULL && t->requires_grad && t->base == NULL && t->grad == NULL) {
         /* Nobody has written this gradient yet and t is its whole owner: the caller's write
          * is the first contribution, so it needs no zeroed buffer to add to. */
-        t->grad = accel__nn_alloc(g, (size_t)nn_numel(t) * sizeof(float));
+        t->grad = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
         *fresh = t->grad != NULL;
         return t->grad;
     }
@@ -549,7 +602,18 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
         return accel__seterr(NULL, ACCEL_ENOMEM, "nn_backward: out of memory");
     }
     int64_t n = nn_numel(out);
-    if (grad_out != NULL) {
+    if (nn__on_gpu(out)) {
+        if (grad_out == NULL && n != 1) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "nn_backward: loss has %lld elements; pass a scalar or use "
+                                 "nn_backward_grad",
+                                 (long long)n);
+        }
+        accel_status st = accel__nn_gpu->add_host(g, gout, grad_out ? grad_out : &seed, n);
+        if (st != ACCEL_OK) {
+            return st;
+        }
+    } else if (grad_out != NULL) {
         for (int64_t i = 0; i < n; i++) {
             gout[i] += grad_out[i];
         }

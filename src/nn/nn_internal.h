@@ -108,12 +108,26 @@ struct nn_ctx {
      * of the one block a quiet ctx keeps). */
     nn_block *tmp;
     size_t tmp_live, tmp_peak;
+    /* Device (nn_ctx_set_device): on a GPU, tensor data and gradients come from a second
+     * arena of device blocks (dblocks, newest first); `gpu` is the backend's state. */
+    accel_device device;
+    nn_block *dblocks;
+    size_t dtotal_cap;
+    void *gpu;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
  * ENOMEM on failure. */
 void *accel__nn_alloc(nn_ctx *g, size_t nbytes);
 void *accel__nn_zalloc(nn_ctx *g, size_t nbytes);
+/* Releases a list of arena blocks (gpu: device memory, through the GPU backend). */
+void accel__nn_free_blocks(nn_block *b, int gpu);
+/* Back to the CPU: releases the device arena and the GPU backend's state (device.c). */
+void accel__nn_drop_gpu(nn_ctx *g);
+/* Tensor data and gradient memory: the device arena on a GPU ctx, else accel__nn_alloc /
+ * accel__nn_zalloc (zeroing on a GPU is queued on the stream). NULL and ENOMEM on failure. */
+void *accel__nn_dalloc(nn_ctx *g, size_t nbytes);
+void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes);
 /* Per-op scratch, a stack next to the arena: an op (or replay, around each node's backward)
  * takes a mark on entry and releases to it on return, so scratch never outlives the op that
  * took it and the memory is reused by the next op. 64-byte aligned; NULL and ENOMEM (ctx

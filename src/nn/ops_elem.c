@@ -7,7 +7,7 @@
  * is indexed r*inner + j, the small one j. Loops are branch-free and marked NN_SIMD so they
  * vectorise, and row loops are OpenMP-parallel above a size threshold.
  */
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 /* ---- binary ---- */
 
@@ -210,21 +210,27 @@ static nn_tensor *binop(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
 
 nn_tensor *nn_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    if (nn__use_gpu(g, a, b, NULL)) {
+        return accel__nn_gpu->add(g, a, b);
+    }
     return binop(g, OP_ADD, a, b);
 }
 
 nn_tensor *nn_sub(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    NN_CPU_ONLY(g, "nn_sub", a, b);
     return binop(g, OP_SUB, a, b);
 }
 
 nn_tensor *nn_mul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    NN_CPU_ONLY(g, "nn_mul", a, b);
     return binop(g, OP_MUL, a, b);
 }
 
 nn_tensor *nn_div(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    NN_CPU_ONLY(g, "nn_div", a, b);
     return binop(g, OP_DIV, a, b);
 }
 
@@ -392,26 +398,33 @@ static nn_tensor *unary(nn_ctx *g, int op, nn_tensor *x, float s)
 
 nn_tensor *nn_scale(nn_ctx *g, nn_tensor *x, float s)
 {
+    NN_CPU_ONLY(g, "nn_scale", x);
     return unary(g, U_SCALE, x, s);
 }
 
 nn_tensor *nn_relu(nn_ctx *g, nn_tensor *x)
 {
+    NN_CPU_ONLY(g, "nn_relu", x);
     return unary(g, U_RELU, x, 0.0f);
 }
 
 nn_tensor *nn_gelu(nn_ctx *g, nn_tensor *x, int approximate)
 {
+    if (nn__use_gpu(g, x, NULL, NULL)) {
+        return accel__nn_gpu->gelu(g, x, approximate);
+    }
     return unary(g, approximate ? U_GELU_TANH : U_GELU, x, 0.0f);
 }
 
 nn_tensor *nn_tanh(nn_ctx *g, nn_tensor *x)
 {
+    NN_CPU_ONLY(g, "nn_tanh", x);
     return unary(g, U_TANH, x, 0.0f);
 }
 
 nn_tensor *nn_sigmoid(nn_ctx *g, nn_tensor *x)
 {
+    NN_CPU_ONLY(g, "nn_sigmoid", x);
     return unary(g, U_SIGMOID, x, 0.0f);
 }
 
@@ -516,16 +529,19 @@ static nn_tensor *reduce(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int mean
 
 nn_tensor *nn_sum(nn_ctx *g, nn_tensor *x, int dim, int keepdim)
 {
+    NN_CPU_ONLY(g, "nn_sum", x);
     return reduce(g, x, dim, keepdim, 0, 0);
 }
 
 nn_tensor *nn_mean(nn_ctx *g, nn_tensor *x, int dim, int keepdim)
 {
+    NN_CPU_ONLY(g, "nn_mean", x);
     return reduce(g, x, dim, keepdim, 1, 0);
 }
 
 nn_tensor *nn_sum_all(nn_ctx *g, nn_tensor *x)
 {
+    NN_CPU_ONLY(g, "nn_sum_all", x);
     return reduce(g, x, 0, 0, 0, 1);
 }
 
@@ -553,6 +569,9 @@ static void dropout_backward(nn_ctx *g, nn_node *n)
 
 nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p)
 {
+    if (nn__use_gpu(g, x, NULL, NULL)) {
+        return accel__nn_gpu->dropout(g, x, p);
+    }
     if (x == NULL) {
         return NULL;
     }
@@ -651,6 +670,7 @@ static nn_tensor *mse_impl(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_re
 
 nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_reduction reduction)
 {
+    NN_CPU_ONLY(g, "nn_mse_loss", input, target);
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
     nn_tensor *y = mse_impl(g, input, target, reduction);

@@ -13,7 +13,7 @@
  */
 #include <cblas.h>
 
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
                  int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
@@ -223,6 +223,9 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     if (g == NULL) {
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_linear");
     }
+    if (nn__use_gpu(g, x, w, bias)) {
+        return accel__nn_gpu->linear(g, x, w, bias, layout);
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
     nn_tmp_mark tm = accel__nn_tmp_mark(g);
@@ -349,6 +352,7 @@ static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 
 nn_tensor *nn_matmul(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
+    NN_CPU_ONLY(g, "nn_matmul", a, b);
     if (g == NULL) {
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_matmul");
     }
@@ -648,6 +652,9 @@ nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn
 {
     if (g == NULL) {
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_causal_attention");
+    }
+    if (nn__use_gpu(g, qkv, NULL, NULL)) {
+        return accel__nn_gpu->attention(g, qkv, n_head, attn_dropout);
     }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);

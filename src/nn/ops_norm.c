@@ -7,7 +7,7 @@
  * OpenMP-parallel over rows; parameter gradients (LayerNorm weight/bias, embedding rows) are
  * summed over rows serially so the result does not depend on the thread count.
  */
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 /* ---- softmax / log_softmax over dim, as (outer, len, inner) ---- */
 
@@ -108,11 +108,13 @@ static nn_tensor *softmax_impl(nn_ctx *g, nn_tensor *x, int dim, int log)
 
 nn_tensor *nn_softmax(nn_ctx *g, nn_tensor *x, int dim)
 {
+    NN_CPU_ONLY(g, "nn_softmax", x);
     return softmax_impl(g, x, dim, 0);
 }
 
 nn_tensor *nn_log_softmax(nn_ctx *g, nn_tensor *x, int dim)
 {
+    NN_CPU_ONLY(g, "nn_log_softmax", x);
     return softmax_impl(g, x, dim, 1);
 }
 
@@ -293,6 +295,9 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
 nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                             const nn_cross_entropy_options *opts)
 {
+    if (nn__use_gpu(g, logits, NULL, NULL)) {
+        return accel__nn_gpu->cross_entropy(g, logits, targets, opts);
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
     nn_tensor *y = cross_entropy_impl(g, logits, targets, opts);
@@ -454,6 +459,9 @@ static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_
 
 nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias, float eps)
 {
+    if (nn__use_gpu(g, x, weight, bias)) {
+        return accel__nn_gpu->layernorm(g, x, weight, bias, eps);
+    }
     nn_fpscope fs;
     accel__nn_fp_enter(g, &fs);
     nn_tensor *y = layernorm_impl(g, x, weight, bias, eps);
@@ -490,6 +498,9 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
 {
     if (weight == NULL) {
         return NULL;
+    }
+    if (nn__use_gpu(g, weight, NULL, NULL)) {
+        return accel__nn_gpu->embedding(g, weight, ids, ndim, shape);
     }
     if (weight->sink_compute != NULL) {
         accel__nn_autocast_note(g, weight); /* a model's forward usually starts here */

@@ -6,7 +6,7 @@
  * its gradient, so gradient written through a view lands in the owner directly. Only the
  * copy op needs a backward (a strided scatter-add).
  */
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
 {
@@ -78,6 +78,7 @@ nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
     if (x == NULL || nn_is_contiguous(x)) {
         return x;
     }
+    NN_CPU_ONLY(g, "nn_contiguous (a strided copy)", x);
     nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
     if (y == NULL) {
         return NULL;
@@ -245,6 +246,7 @@ nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim)
         if (xs[k] == NULL) {
             return NULL;
         }
+        NN_CPU_ONLY(g, "nn_concat", xs[k]);
         c[k] = accel__nn_contig(g, xs[k]);
         if (c[k] == NULL) {
             return NULL;

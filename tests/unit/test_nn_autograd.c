@@ -2,7 +2,8 @@
  * nn: the autograd machinery rather than op math: grad-ready hooks (once per parameter, only
  * when complete, reverse order), gradient accumulation, parameter sinks and flat buffers,
  * views sharing gradients, no-grad mode, arena reuse without growth, error propagation and
- * dropout reproducibility (independent of the thread count).
+ * dropout reproducibility (independent of the thread count), and the device API on the CPU
+ * (nn_ctx_set_device's refusals, copies to the host; the GPU side is test_nn_cuda).
  */
 #include <string.h>
 
@@ -221,6 +222,49 @@ static void test_nograd_errors(void)
     nn_ctx_free(g);
 }
 
+/* nn_ctx_set_device and the host copies, on any build (a GPU, where there is one, is given
+ * back at once: test_nn_cuda exercises it). */
+static void test_device_api(void)
+{
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    CHECK(nn_ctx_device(g).type == ACCEL_DEVICE_CPU && nn_ctx_device(NULL).type == ACCEL_DEVICE_CPU);
+    CHECK_ERR(NULL, nn_ctx_set_device(NULL, (accel_device){ACCEL_DEVICE_CPU, 0}), ACCEL_EINVAL,
+              "nn_ctx_set_device: ctx is NULL");
+    CHECK_ERR(NULL, nn_ctx_set_device(g, (accel_device){(accel_device_type)7, 0}), ACCEL_EINVAL,
+              "nn_ctx_set_device: unknown device type 7");
+    accel_status st = nn_ctx_set_device(g, (accel_device){ACCEL_DEVICE_CUDA, 0});
+    if (st == ACCEL_OK) {
+        CHECK(nn_ctx_device(g).type == ACCEL_DEVICE_CUDA);
+    } else {
+        CHECK_MSG(st == ACCEL_EUNSUPPORTED && strstr(accel_last_error(NULL), "cuda:0") != NULL,
+                  "%s", accel_last_error(NULL));
+        CHECK(nn_ctx_device(g).type == ACCEL_DEVICE_CPU);
+    }
+    CHECK_OK(NULL, nn_ctx_set_device(g, (accel_device){ACCEL_DEVICE_CPU, 0}));
+    CHECK(nn_ctx_device(g).type == ACCEL_DEVICE_CPU);
+
+    float v[6] = {1, 2, 3, 4, 5, 6}, out[6];
+    nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, (int64_t[]){2, 3}), 1);
+    CHECK_ERR(NULL, nn_ctx_set_device(g, (accel_device){ACCEL_DEVICE_CPU, 0}), ACCEL_ESTATE,
+              "nn_ctx_set_device: the ctx holds tensors; reset it first");
+    CHECK_OK(NULL, nn_tensor_to_host(x, out));
+    CHECK(memcmp(out, v, sizeof(v)) == 0);
+    CHECK_ERR(NULL, nn_tensor_grad_to_host(x, out), ACCEL_ESTATE,
+              "nn_tensor_grad_to_host: the tensor has no gradient");
+    CHECK_ERR(NULL, nn_tensor_to_host(nn_transpose(g, x, 0, 1), out), ACCEL_EINVAL,
+              "nn_tensor_to_host: the tensor is not contiguous");
+    CHECK_ERR(NULL, nn_tensor_to_host(x, NULL), ACCEL_EINVAL, "nn_tensor_to_host: dst is NULL");
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, nn_scale(g, x, 2.0f)), 1.0f, NULL));
+    CHECK_OK(NULL, nn_tensor_grad_to_host(x, out));
+    for (int i = 0; i < 6; i++) {
+        CHECK(out[i] == 2.0f);
+    }
+    /* After backward the next allocation resets the ctx: the device may change. */
+    CHECK_OK(NULL, nn_ctx_set_device(g, (accel_device){ACCEL_DEVICE_CPU, 0}));
+    nn_ctx_free(g);
+}
+
 /* A small two-layer step; returns the loss. */
 static float mini_step(nn_ctx *g, nn_mlp_layer *m, const float *xin, const int32_t *t)
 {
@@ -423,6 +467,7 @@ int main(void)
     test_hooks_and_sink();
     test_flat_and_views();
     test_nograd_errors();
+    test_device_api();
     test_arena_reuse();
     test_dropout_reproducible();
     test_fresh_then_accumulate();

@@ -1,0 +1,684 @@
+/*
+ * The nn toolkit's CUDA kernels (launchers in nn_kernels.h). Correctness first: element-wise
+ * kernels use grid-stride loops, row kernels one block per row with block reductions, sums
+ * over rows (bias, LayerNorm parameters, embedding scatter) one thread per column walking the
+ * rows in order, and attention one warp per query (or key) row with an online softmax, so no
+ * kernel keeps a T x T matrix, none uses atomics, and every result is deterministic.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "nn_kernels.h"
+
+#define THREADS 256
+#define ROW_THREADS 256
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t b = (n + THREADS - 1) / THREADS;
+    if (b < 1) {
+        b = 1;
+    }
+    return (unsigned)(b > 65536 ? 65536 : b);
+}
+
+#define GRID_LOOP(i, n)                                                                            \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float rnd_dt(float v, int rnd)
+{
+    if (rnd == 1) {
+        return __bfloat162float(__float2bfloat16_rn(v));
+    }
+    if (rnd == 2) {
+        return __half2float(__float2half_rn(v));
+    }
+    return v;
+}
+
+/* The CPU's counter-based RNG (nn_internal.h: nn__mix64, nn__uniform), bit for bit. */
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z)
+{
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ float uniform01(unsigned long long key, unsigned long long i)
+{
+    return (float)(mix64(key + i * 0xD1B54A32D192ED03ull) >> 40) * (1.0f / 16777216.0f);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+/* Sum (or max) over the block; every thread gets the result. sh: 32 floats of shared memory. */
+__device__ float block_reduce(float v, float *sh, int is_max)
+{
+    v = is_max ? warp_max(v) : warp_sum(v);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sh may still be read by the previous reduction */
+    if (lane == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(v) : warp_sum(v);
+}
+
+/* ---- element-wise ---- */
+
+__global__ void k_add(const float *a, int64_t na, const float *b, int64_t nb, float *y, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        y[i] = a[i % na] + b[i % nb];
+    }
+}
+
+__global__ void k_acc(float *dst, const float *src, int64_t n, int rnd, int write)
+{
+    GRID_LOOP(i, n)
+    {
+        float v = rnd_dt(src[i], rnd);
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
+__global__ void k_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cols) {
+        return;
+    }
+    float s = write ? 0.0f : dst[c];
+    for (int64_t r = 0; r < rows; r++) {
+        s += src[r * cols + c];
+    }
+    dst[c] = s;
+}
+
+__global__ void k_to_half(const float *src, void *dst, int64_t n, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        if (dt == 1) {
+            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+        } else {
+            ((__half *)dst)[i] = __float2half_rn(src[i]);
+        }
+    }
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_C 0.044715f
+
+__device__ __forceinline__ float gelu_f(float x, int approximate)
+{
+    if (approximate) {
+        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, int approximate)
+{
+    if (approximate) {
+        float x2 = x * x;
+        float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
+
+__global__ void k_gelu(const float *x, float *y, int64_t n, int approximate)
+{
+    GRID_LOOP(i, n)
+    {
+        y[i] = gelu_f(x[i], approximate);
+    }
+}
+
+__global__ void k_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
+                           int write)
+{
+    GRID_LOOP(i, n)
+    {
+        float v = gy[i] * gelu_grad(x[i], approximate);
+        gx[i] = write ? v : gx[i] + v;
+    }
+}
+
+__global__ void k_dropout(unsigned long long key, float p, const float *src, float *dst, int64_t n,
+                          int write)
+{
+    float keep_scale = 1.0f / (1.0f - p);
+    GRID_LOOP(i, n)
+    {
+        float m = uniform01(key, (unsigned long long)i) >= p ? keep_scale : 0.0f;
+        float v = src[i] * m;
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
+/* ---- embedding ---- */
+
+__global__ void k_embedding(const float *w, const int32_t *ids, float *y, int64_t rows, int64_t C)
+{
+    GRID_LOOP(i, rows * C)
+    {
+        int64_t r = i / C, c = i % C;
+        y[i] = w[(int64_t)ids[r] * C + c];
+    }
+}
+
+__global__ void k_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
+                                float *gw)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) {
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        gw[(int64_t)ids[r] * C + c] += gy[r * C + c];
+    }
+}
+
+/* ---- LayerNorm ---- */
+
+__global__ void k_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,
+                            float *rstd, int64_t C, float eps)
+{
+    __shared__ float sh[32];
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * C;
+    float s = 0.0f;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        s += xr[c];
+    }
+    float mu = block_reduce(s, sh, 0) / (float)C;
+    float v = 0.0f;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = xr[c] - mu;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(block_reduce(v, sh, 0) / (float)C + eps);
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
+        y[r * C + c] = (xr[c] - mu) * rs * wc + bc;
+    }
+    if (threadIdx.x == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+__global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *w,
+                                  const float *mean, const float *rstd, int64_t C, float *gx,
+                                  int write)
+{
+    __shared__ float sh[32];
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * C, *gr = gy + r * C;
+    float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float d = gr[c] * (w ? w[c] : 1.0f);
+        s1 += d;
+        s2 += d * (xr[c] - mu) * rs;
+    }
+    s1 = block_reduce(s1, sh, 0) / (float)C;
+    s2 = block_reduce(s2, sh, 0) / (float)C;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = rs * (gr[c] * (w ? w[c] : 1.0f) - s1 - (xr[c] - mu) * rs * s2);
+        gx[r * C + c] = write ? v : gx[r * C + c] + v;
+    }
+}
+
+__global__ void k_layernorm_bwd_params(const float *x, const float *gy, const float *mean,
+                                       const float *rstd, int64_t rows, int64_t C, float *gw,
+                                       float *gb)
+{
+    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) {
+        return;
+    }
+    float sw = 0.0f, sb = 0.0f;
+    for (int64_t r = 0; r < rows; r++) {
+        float g = gy[r * C + c];
+        sw += g * (x[r * C + c] - mean[r]) * rstd[r];
+        sb += g;
+    }
+    if (gw) {
+        gw[c] += sw;
+    }
+    if (gb) {
+        gb[c] += sb;
+    }
+}
+
+/* ---- cross entropy ---- */
+
+__global__ void k_ce_fwd(const float *x, const int32_t *t, int64_t C, int64_t ignore, float eps,
+                         float *lse, float *row_loss)
+{
+    __shared__ float sh[32];
+    int64_t r = blockIdx.x;
+    const float *xr = x + r * C;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        m = fmaxf(m, xr[c]);
+    }
+    m = block_reduce(m, sh, 1);
+    float s = 0.0f, sx = 0.0f;
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        s += expf(xr[c] - m);
+        sx += xr[c];
+    }
+    s = block_reduce(s, sh, 0);
+    sx = block_reduce(sx, sh, 0);
+    if (threadIdx.x == 0) {
+        float l = m + logf(s);
+        lse[r] = l;
+        row_loss[r] = t[r] == ignore ? 0.0f : l - (1.0f - eps) * xr[t[r]] - eps / (float)C * sx;
+    }
+}
+
+/* One block: a fixed-order sum in double (each thread a strided part, then a tree). */
+__global__ void k_sum_div(const float *v, int64_t n, double divisor, float *y)
+{
+    __shared__ double sh[ROW_THREADS];
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        s += v[i];
+    }
+    sh[threadIdx.x] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if ((int)threadIdx.x < k) {
+            sh[threadIdx.x] += sh[threadIdx.x + k];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        *y = (float)(sh[0] / divisor);
+    }
+}
+
+__global__ void k_ce_bwd(const float *x, const int32_t *t, const float *lse, const float *gy,
+                         int64_t C, int64_t ignore, float eps, float scale, int per_row, float *gx,
+                         int write)
+{
+    int64_t r = blockIdx.x;
+    float *gxr = gx + r * C;
+    if (t[r] == ignore) {
+        for (int64_t c = threadIdx.x; write && c < C; c += blockDim.x) {
+            gxr[c] = 0.0f;
+        }
+        return;
+    }
+    const float *xr = x + r * C;
+    float gr = (per_row ? gy[r] : gy[0]) * scale, l = lse[r], uni = eps / (float)C;
+    int64_t tr = t[r];
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float v = gr * (expf(xr[c] - l) - uni);
+        if (c == tr) {
+            v -= gr * (1.0f - eps);
+        }
+        gxr[c] = write ? v : gxr[c] + v;
+    }
+}
+
+/* ---- causal attention: one warp per row, online softmax ---- */
+
+#define PER_LANE (NN_CU_ATTN_MAX_HD / 32)
+#define ATTN_WARPS 4
+
+__device__ __forceinline__ float attn_keep(const nn_cu_attn &a, int64_t bh, int64_t t, int64_t s)
+{
+    if (a.p <= 0.0f) {
+        return 1.0f;
+    }
+    unsigned long long i = (unsigned long long)((bh * a.T + t) * a.T + s);
+    return uniform01(a.key, i) >= a.p ? 1.0f / (1.0f - a.p) : 0.0f;
+}
+
+/* Loads hd values of a row (rounded per a.rnd) into this lane's registers. */
+__device__ __forceinline__ void load_row(const float *src, int64_t hd, int lane, int rnd,
+                                         float *r)
+{
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int64_t d = lane + 32 * i;
+        r[i] = d < hd ? rnd_dt(src[d], rnd) : 0.0f;
+    }
+}
+
+/* The score of rows held in registers against a row in memory: (q . k) * scale. */
+__device__ __forceinline__ float dot_row(const float *q, const float *k, int64_t hd, int lane,
+                                         int rnd)
+{
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < hd) {
+            s += q[i] * rnd_dt(k[d], rnd);
+        }
+    }
+    return warp_sum(s);
+}
+
+__global__ void k_attn_fwd(nn_cu_attn a, const float *qkv, float *y, float *lse)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= a.B * a.H * a.T) {
+        return; /* the whole warp */
+    }
+    int64_t t = w % a.T, bh = w / a.T, h = bh % a.H, b = bh / a.H, C3 = 3 * a.C;
+    const float *base = qkv + b * a.T * C3 + h * a.hd;
+    float q[PER_LANE], acc[PER_LANE];
+    load_row(base + t * C3, a.hd, lane, a.rnd, q);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        acc[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= t; j++) {
+        const float *k = base + j * C3 + a.C, *v = k + a.C;
+        float s = dot_row(q, k, a.hd, lane, a.rnd) * a.scale;
+        float mn = fmaxf(m, s);
+        float corr = expf(m - mn), e = expf(s - mn);
+        l = l * corr + e;
+        float pe = e * attn_keep(a, bh, t, j);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int64_t d = lane + 32 * i;
+            acc[i] = acc[i] * corr + (d < a.hd ? pe * rnd_dt(v[d], a.rnd) : 0.0f);
+        }
+        m = mn;
+    }
+    float *yr = y + (b * a.T + t) * a.C + h * a.hd;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < a.hd) {
+            yr[d] = acc[i] / l;
+        }
+    }
+    if (lane == 0) {
+        lse[bh * a.T + t] = m + logf(l);
+    }
+}
+
+/* D[bh, t] = rnd(dO[t]) . O[t]. */
+__global__ void k_attn_bwd_d(nn_cu_attn a, const float *y, const float *gy, float *D)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= a.B * a.H * a.T) {
+        return;
+    }
+    int64_t t = w % a.T, bh = w / a.T, h = bh % a.H, b = bh / a.H;
+    int64_t off = (b * a.T + t) * a.C + h * a.hd;
+    float s = 0.0f;
+    for (int64_t d = lane; d < a.hd; d += 32) {
+        s += rnd_dt(gy[off + d], a.rnd) * y[off + d];
+    }
+    s = warp_sum(s);
+    if (lane == 0) {
+        D[bh * a.T + t] = s;
+    }
+}
+
+/* P, P' (dropped) and dS of score (t, j), rounded as the CPU's autocast rounds them. */
+__device__ __forceinline__ void attn_grad_terms(const nn_cu_attn &a, int64_t bh, int64_t t,
+                                                int64_t j, float s, float lse_t, float dp,
+                                                float D_t, float *pd_out, float *ds_out)
+{
+    float p = expf(s - lse_t);
+    float pd = rnd_dt(p * attn_keep(a, bh, t, j), a.rnd);
+    p = rnd_dt(p, a.rnd);
+    *pd_out = pd;
+    *ds_out = rnd_dt(pd * dp - p * D_t, a.rnd);
+}
+
+__device__ __forceinline__ void store_row(float *dst, const float *v, float f, int64_t hd, int lane,
+                                          int rnd, int write)
+{
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        int64_t d = lane + 32 * i;
+        if (d < hd) {
+            float x = rnd_dt(v[i] * f, rnd);
+            dst[d] = write ? x : dst[d] + x;
+        }
+    }
+}
+
+/* dq[t] = scale * sum over j <= t of dS[t, j] k[j]: one warp per query row. */
+__global__ void k_attn_bwd_q(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
+                             const float *D, float *gqkv, int write)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= a.B * a.H * a.T) {
+        return;
+    }
+    int64_t t = w % a.T, bh = w / a.T, h = bh % a.H, b = bh / a.H, C3 = 3 * a.C;
+    const float *base = qkv + b * a.T * C3 + h * a.hd;
+    float q[PER_LANE], dO[PER_LANE], dq[PER_LANE];
+    load_row(base + t * C3, a.hd, lane, a.rnd, q);
+    load_row(gy + (b * a.T + t) * a.C + h * a.hd, a.hd, lane, a.rnd, dO);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        dq[i] = 0.0f;
+    }
+    float lse_t = lse[bh * a.T + t], D_t = D[bh * a.T + t];
+    for (int64_t j = 0; j <= t; j++) {
+        const float *k = base + j * C3 + a.C, *v = k + a.C;
+        float s = dot_row(q, k, a.hd, lane, a.rnd) * a.scale;
+        float dp = dot_row(dO, v, a.hd, lane, a.rnd);
+        float pd, ds;
+        attn_grad_terms(a, bh, t, j, s, lse_t, dp, D_t, &pd, &ds);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int64_t d = lane + 32 * i;
+            dq[i] += d < a.hd ? ds * rnd_dt(k[d], a.rnd) : 0.0f;
+        }
+    }
+    store_row(gqkv + (b * a.T + t) * C3 + h * a.hd, dq, a.scale, a.hd, lane, a.rnd, write);
+}
+
+/* dk[j] = scale * sum over t >= j of dS[t, j] q[t]; dv[j] = sum of P'[t, j] dO[t]: one warp per
+ * key row. */
+__global__ void k_attn_bwd_kv(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
+                              const float *D, float *gqkv, int write)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= a.B * a.H * a.T) {
+        return;
+    }
+    int64_t j = w % a.T, bh = w / a.T, h = bh % a.H, b = bh / a.H, C3 = 3 * a.C;
+    const float *base = qkv + b * a.T * C3 + h * a.hd;
+    float k[PER_LANE], v[PER_LANE], dk[PER_LANE], dv[PER_LANE];
+    load_row(base + j * C3 + a.C, a.hd, lane, a.rnd, k);
+    load_row(base + j * C3 + 2 * a.C, a.hd, lane, a.rnd, v);
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        dk[i] = 0.0f;
+        dv[i] = 0.0f;
+    }
+    for (int64_t t = j; t < a.T; t++) {
+        const float *q = base + t * C3, *dO = gy + (b * a.T + t) * a.C + h * a.hd;
+        float s = dot_row(k, q, a.hd, lane, a.rnd) * a.scale;
+        float dp = dot_row(v, dO, a.hd, lane, a.rnd);
+        float pd, ds;
+        attn_grad_terms(a, bh, t, j, s, lse[bh * a.T + t], dp, D[bh * a.T + t], &pd, &ds);
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            int64_t d = lane + 32 * i;
+            if (d < a.hd) {
+                dk[i] += ds * rnd_dt(q[d], a.rnd);
+                dv[i] += pd * rnd_dt(dO[d], a.rnd);
+            }
+        }
+    }
+    float *dst = gqkv + (b * a.T + j) * C3 + h * a.hd;
+    store_row(dst + a.C, dk, a.scale, a.hd, lane, a.rnd, write);
+    store_row(dst + 2 * a.C, dv, 1.0f, a.hd, lane, a.rnd, write);
+}
+
+/* ---- launchers ---- */
+
+extern "C" {
+
+cudaError_t nn_cu_add(const float *a, int64_t na, const float *b, int64_t nb, float *y)
+{
+    int64_t n = na > nb ? na : nb;
+    k_add<<<grid_for(n), THREADS>>>(a, na, b, nb, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc(float *dst, const float *src, int64_t n, int rnd, int write)
+{
+    k_acc<<<grid_for(n), THREADS>>>(dst, src, n, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
+{
+    if (cols == 0) {
+        return cudaSuccess;
+    }
+    k_col_sum<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS>>>(src, rows, cols, dst,
+                                                                       write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_to_half(const float *src, void *dst, int64_t n, int dt)
+{
+    k_to_half<<<grid_for(n), THREADS>>>(src, dst, n, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_gelu(const float *x, float *y, int64_t n, int approximate)
+{
+    k_gelu<<<grid_for(n), THREADS>>>(x, y, n, approximate);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
+                           int write)
+{
+    k_gelu_bwd<<<grid_for(n), THREADS>>>(x, gy, gx, n, approximate, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_dropout(uint64_t key, float p, const float *src, float *dst, int64_t n, int write)
+{
+    k_dropout<<<grid_for(n), THREADS>>>(key, p, src, dst, n, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_embedding(const float *w, const int32_t *ids, float *y, int64_t rows, int64_t C)
+{
+    k_embedding<<<grid_for(rows * C), THREADS>>>(w, ids, y, rows, C);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
+                                float *gw)
+{
+    if (rows == 0 || C == 0) {
+        return cudaSuccess;
+    }
+    k_embedding_bwd<<<(unsigned)((C + THREADS - 1) / THREADS), THREADS>>>(ids, gy, rows, C, gw);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,
+                            float *rstd, int64_t rows, int64_t C, float eps)
+{
+    k_layernorm<<<(unsigned)rows, ROW_THREADS>>>(x, w, b, y, mean, rstd, C, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_layernorm_bwd(const float *x, const float *gy, const float *w, const float *mean,
+                                const float *rstd, int64_t rows, int64_t C, float *gx, int write,
+                                float *gw, float *gb)
+{
+    if (gx != NULL) {
+        k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS>>>(x, gy, w, mean, rstd, C, gx, write);
+    }
+    if (gw != NULL || gb != NULL) {
+        k_layernorm_bwd_params<<<(unsigned)((C + THREADS - 1) / THREADS), THREADS>>>(
+            x, gy, mean, rstd, rows, C, gw, gb);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_ce_fwd(const float *x, const int32_t *t, int64_t rows, int64_t C, int64_t ignore,
+                         float eps, float *lse, float *row_loss)
+{
+    k_ce_fwd<<<(unsigned)rows, ROW_THREADS>>>(x, t, C, ignore, eps, lse, row_loss);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_sum_div(const float *row_loss, int64_t rows, double divisor, float *y)
+{
+    k_sum_div<<<1, ROW_THREADS>>>(row_loss, rows, divisor, y);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_ce_bwd(const float *x, const int32_t *t, const float *lse, const float *gy,
+                         int64_t rows, int64_t C, int64_t ignore, float eps, float scale,
+                         int per_row, float *gx, int write)
+{
+    k_ce_bwd<<<(unsigned)rows, ROW_THREADS>>>(x, t, lse, gy, C, ignore, eps, scale, per_row, gx,
+                                               write);
+    return cudaGetLastError();
+}
+
+static unsigned attn_blocks(const nn_cu_attn *a)
+{
+    int64_t warps = a->B * a->H * a->T;
+    return (unsigned)((warps + ATTN_WARPS - 1) / ATTN_WARPS);
+}
+
+cudaError_t nn_cu_attn_fwd(const nn_cu_attn *a, const float *qkv, float *y, float *lse)
+{
+    k_attn_fwd<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, y, lse);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_attn_bwd(const nn_cu_attn *a, const float *qkv, const float *y, const float *lse,
+                           const float *gy, float *D, float *gqkv, int write)
+{
+    k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, y, gy, D);
+    k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, lse, gy, D, gqkv, write);
+    k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, lse, gy, D, gqkv, write);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

@@ -1,0 +1,465 @@
+/*
+ * The nn ops on CUDA tensors, except linear (linear_gpu.c): residual add, GELU, dropout,
+ * embedding, LayerNorm, fused softmax + cross entropy and fused causal attention. Each one
+ * validates as its CPU twin does (same messages), runs the kernels of nn_kernels.cu, and
+ * records a backward that runs on the GPU too. Dropout (also inside attention) draws the
+ * CPU's counter-based mask, so the same seed, step and op drop the same elements on both.
+ */
+#include "gpu_internal.h"
+
+/* ---- add: same shapes, or the smaller operand the trailing dims of the larger ---- */
+
+static void add_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t ny = nn_numel(n->out);
+    const float *gy = n->out->grad;
+    for (int side = 0; side < 2; side++) {
+        nn_tensor *t = n->in[side];
+        int64_t nt = nn_numel(t);
+        int fresh = 0;
+        float *gt = nt == ny ? accel__nn_grad_w(g, t, &fresh) : accel__nn_grad(g, t);
+        if (gt == NULL) {
+            continue;
+        }
+        cudaError_t e = nt == ny ? nn_cu_acc(gt, gy, ny, 0, fresh)
+                                 : nn_cu_col_sum(gy, nt ? ny / nt : 0, nt, gt, 0);
+        if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
+            return;
+        }
+    }
+}
+
+static int is_suffix(const nn_tensor *small, const nn_tensor *big)
+{
+    if (nn_numel(small) == 1 && nn_numel(big) >= 1) {
+        return 1;
+    }
+    if (small->ndim > big->ndim) {
+        return 0;
+    }
+    for (int d = 0; d < small->ndim; d++) {
+        if (small->shape[small->ndim - 1 - d] != big->shape[big->ndim - 1 - d]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
+{
+    if (a == NULL || b == NULL) {
+        return NULL;
+    }
+    nn_tensor *in[2] = {a, b};
+    if (!accel__nn_cu_inputs(g, "nn_add", in, 2)) {
+        return NULL;
+    }
+    int64_t na = nn_numel(a), nb = nn_numel(b);
+    int a_big = na > nb || (na == nb && a->ndim >= b->ndim);
+    const nn_tensor *big = a_big ? a : b, *small = a_big ? b : a;
+    if (!is_suffix(small, big)) {
+        char s1[64], s2[64];
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_add: shapes %s and %s do not broadcast (the smaller must be "
+                              "the trailing dims of the larger)",
+                              accel__nn_shape_str(a, s1, sizeof(s1)),
+                              accel__nn_shape_str(b, s2, sizeof(s2)));
+    }
+    nn_tensor *y = accel__nn_new(g, big->ndim, big->shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    if (nn_numel(y) > 0 && !accel__nn_cu_ok(g, nn_cu_add(a->data, na, b->data, nb, y->data),
+                                            "nn_add")) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, in, 2) && !accel__nn_record(g, "add", y, in, 2, add_backward)) {
+        return NULL;
+    }
+    return y;
+}
+
+/* ---- GELU ---- */
+
+static void gelu_backward(nn_ctx *g, nn_node *n)
+{
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    if (gx != NULL) {
+        accel__nn_cu_ok(g,
+                        nn_cu_gelu_bwd(n->in[0]->data, n->out->grad, gx, nn_numel(n->out),
+                                       (int)n->i[0], fresh),
+                        "nn_gelu (backward)");
+    }
+}
+
+nn_tensor *accel__nn_cu_gelu(nn_ctx *g, nn_tensor *x, int approximate)
+{
+    if (x == NULL || !accel__nn_cu_inputs(g, "nn_gelu", &x, 1)) {
+        return NULL;
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    int64_t n = y ? nn_numel(y) : 0;
+    if (y == NULL ||
+        (n > 0 && !accel__nn_cu_ok(g, nn_cu_gelu(x->data, y->data, n, approximate != 0), "nn_gelu"))) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, &x, 1)) {
+        nn_node *nd = accel__nn_record(g, approximate ? "gelu_tanh" : "gelu", y, &x, 1,
+                                       gelu_backward);
+        if (nd == NULL) {
+            return NULL;
+        }
+        nd->i[0] = approximate != 0;
+    }
+    return y;
+}
+
+/* ---- dropout ---- */
+
+static void dropout_backward(nn_ctx *g, nn_node *n)
+{
+    float *gx = accel__nn_grad(g, n->in[0]);
+    if (gx != NULL) {
+        accel__nn_cu_ok(g,
+                        nn_cu_dropout((uint64_t)n->i[0], n->f[0], n->out->grad, gx,
+                                      nn_numel(n->out), 0),
+                        "nn_dropout (backward)");
+    }
+}
+
+nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p)
+{
+    if (x == NULL || !accel__nn_cu_inputs(g, "nn_dropout", &x, 1)) {
+        return NULL;
+    }
+    uint64_t op_index = g->op_counter++; /* as the CPU op counts, so the masks agree */
+    if (!(p >= 0.0f && p < 1.0f)) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_dropout: p = %g not in [0, 1)", (double)p);
+    }
+    if (!g->training || p == 0.0f) {
+        return x;
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    if (y == NULL) {
+        return NULL;
+    }
+    uint64_t key = nn__key3(g->seed, g->step, op_index);
+    int64_t n = nn_numel(x);
+    if (n > 0 && !accel__nn_cu_ok(g, nn_cu_dropout(key, p, x->data, y->data, n, 1), "nn_dropout")) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, &x, 1)) {
+        nn_node *nd = accel__nn_record(g, "dropout", y, &x, 1, dropout_backward);
+        if (nd == NULL) {
+            return NULL;
+        }
+        nd->i[0] = (int64_t)key;
+        nd->f[0] = p;
+    }
+    return y;
+}
+
+/* ---- embedding ---- */
+
+static void emb_backward(nn_ctx *g, nn_node *n)
+{
+    float *gw = accel__nn_grad(g, n->in[0]);
+    if (gw != NULL) {
+        accel__nn_cu_ok(g, nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1], gw),
+                        "nn_embedding (backward)");
+    }
+}
+
+nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
+                                  const int64_t *shape)
+{
+    if (weight == NULL || !accel__nn_cu_inputs(g, "nn_embedding", &weight, 1)) {
+        return NULL;
+    }
+    if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
+        (ndim > 0 && shape == NULL)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_embedding: need 2-D weight, ids and an "
+                              "id shape of 0..%d dims",
+                              NN_MAX_DIMS - 1);
+    }
+    int64_t V = weight->shape[0], C = weight->shape[1], rows = 1;
+    int64_t oshape[NN_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        rows *= shape[d];
+        oshape[d] = shape[d];
+    }
+    oshape[ndim] = C;
+    for (int64_t r = 0; r < rows; r++) {
+        if (ids[r] < 0 || ids[r] >= V) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_embedding: id %d at position %lld outside [0, %lld)",
+                                  (int)ids[r], (long long)r, (long long)V);
+        }
+    }
+    nn_tensor *y = accel__nn_new(g, ndim + 1, oshape);
+    int32_t *idc = y ? accel__nn_cu_ints(g, ids, rows, "nn_embedding") : NULL;
+    if (idc == NULL) {
+        return NULL;
+    }
+    if (rows * C > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_embedding(weight->data, idc, y->data, rows, C), "nn_embedding")) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, &weight, 1)) {
+        nn_node *n = accel__nn_record(g, "embedding", y, &weight, 1, emb_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->p[0] = idc;
+    }
+    return y;
+}
+
+/* ---- LayerNorm: saves mean and 1/std per row ---- */
+
+static void ln_backward(nn_ctx *g, nn_node *n)
+{
+    int64_t rows = n->i[0], C = n->i[1];
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
+    float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
+    if (rows * C == 0 || (gx == NULL && gw == NULL && gb == NULL)) {
+        return;
+    }
+    const float *w = n->in[1] ? n->in[1]->data : NULL;
+    accel__nn_cu_ok(g,
+                    nn_cu_layernorm_bwd(n->in[0]->data, n->out->grad, w, n->p[0], n->p[1], rows,
+                                        C, gx, fresh, gw, gb),
+                    "nn_layernorm (backward)");
+}
+
+nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps)
+{
+    if (x == NULL) {
+        return NULL;
+    }
+    nn_tensor *in[3] = {x, w, b};
+    if (!accel__nn_cu_inputs(g, "nn_layernorm", in, 3)) {
+        return NULL;
+    }
+    if (x->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_layernorm: input must be >= 1-D");
+    }
+    int64_t C = x->shape[x->ndim - 1], rows = C ? nn_numel(x) / C : 0;
+    if ((w && nn_numel(w) != C) || (b && nn_numel(b) != C)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_layernorm: weight/bias must have %lld "
+                              "elements",
+                              (long long)C);
+    }
+    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    float *mean = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
+    float *rstd = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
+    if (y == NULL || mean == NULL || rstd == NULL) {
+        return NULL;
+    }
+    if (rows > 0 && !accel__nn_cu_ok(g,
+                                     nn_cu_layernorm(x->data, w ? w->data : NULL,
+                                                     b ? b->data : NULL, y->data, mean, rstd,
+                                                     rows, C, eps),
+                                     "nn_layernorm")) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, in, 3)) {
+        nn_node *n = accel__nn_record(g, "layernorm", y, in, 3, ln_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->p[0] = mean;
+        n->p[1] = rstd;
+    }
+    return y;
+}
+
+/* ---- fused softmax + cross entropy over the last dim ---- */
+
+static void ce_backward(nn_ctx *g, nn_node *n)
+{
+    int fresh;
+    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    if (gx == NULL || n->i[0] * n->i[1] == 0) {
+        return;
+    }
+    accel__nn_cu_ok(g,
+                    nn_cu_ce_bwd(n->in[0]->data, n->p[1], n->p[0], n->out->grad, n->i[0], n->i[1],
+                                 n->i[2], n->f[0], n->f[1], n->i[3] == NN_REDUCTION_NONE, gx,
+                                 fresh),
+                    "nn_cross_entropy (backward)");
+}
+
+nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
+                                      const nn_cross_entropy_options *opts)
+{
+    if (logits == NULL || !accel__nn_cu_inputs(g, "nn_cross_entropy", &logits, 1)) {
+        return NULL;
+    }
+    nn_cross_entropy_options o = nn_cross_entropy_options_default();
+    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, &o, opts,
+                            label_smoothing) != ACCEL_OK) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
+    }
+    if (targets == NULL || logits->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
+                              targets == NULL ? "targets is NULL" : "logits must have a class dim");
+    }
+    if (o.reduction < NN_REDUCTION_MEAN || o.reduction > NN_REDUCTION_NONE ||
+        !(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_cross_entropy: invalid reduction %d or "
+                              "label_smoothing %g",
+                              (int)o.reduction, (double)o.label_smoothing);
+    }
+    int64_t C = logits->shape[logits->ndim - 1];
+    int64_t rows = C ? nn_numel(logits) / C : 0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (targets[r] == o.ignore_index) {
+            continue;
+        }
+        if (targets[r] < 0 || targets[r] >= C) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_cross_entropy: target %d at position %lld is outside "
+                                  "[0, %lld) and not ignore_index %lld",
+                                  (int)targets[r], (long long)r, (long long)C,
+                                  (long long)o.ignore_index);
+        }
+        count++;
+    }
+    nn_tensor *y = o.reduction == NN_REDUCTION_NONE
+                       ? accel__nn_new(g, logits->ndim - 1, logits->shape)
+                       : accel__nn_new(g, 0, NULL);
+    float *lse = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
+    float *row_loss = o.reduction == NN_REDUCTION_NONE
+                          ? (y ? y->data : NULL)
+                          : accel__nn_dalloc(g, (size_t)rows * sizeof(float));
+    int32_t *tdev = accel__nn_cu_ints(g, targets, rows, "nn_cross_entropy");
+    if (y == NULL || lse == NULL || row_loss == NULL || tdev == NULL) {
+        return NULL;
+    }
+    float eps = o.label_smoothing;
+    if (rows > 0 && !accel__nn_cu_ok(g,
+                                     nn_cu_ce_fwd(logits->data, tdev, rows, C, o.ignore_index,
+                                                  eps, lse, row_loss),
+                                     "nn_cross_entropy")) {
+        return NULL;
+    }
+    float scale = 1.0f;
+    if (o.reduction != NN_REDUCTION_NONE) {
+        /* torch: mean over non-ignored targets; 0/0 = NaN when all are ignored. */
+        double divisor = o.reduction == NN_REDUCTION_MEAN ? (double)count : 1.0;
+        scale = o.reduction == NN_REDUCTION_MEAN ? (float)(1.0 / (double)count) : 1.0f;
+        if (!accel__nn_cu_ok(g, nn_cu_sum_div(row_loss, rows, divisor, y->data),
+                             "nn_cross_entropy")) {
+            return NULL;
+        }
+    }
+    if (accel__nn_needs_grad(g, &logits, 1)) {
+        nn_node *n = accel__nn_record(g, "cross_entropy", y, &logits, 1, ce_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = rows;
+        n->i[1] = C;
+        n->i[2] = o.ignore_index;
+        n->i[3] = o.reduction;
+        n->f[0] = eps;
+        n->f[1] = scale;
+        n->p[0] = lse;
+        n->p[1] = tdev;
+    }
+    return y;
+}
+
+/* ---- fused causal self-attention over packed qkv ---- */
+
+static nn_cu_attn attn_of(const nn_node *n)
+{
+    nn_cu_attn a = {n->i[0], n->i[1], n->i[2], n->i[3], n->i[4], n->f[0], n->f[1],
+                    (uint64_t)n->i[5], (int)n->i[6]};
+    return a;
+}
+
+static void attn_backward(nn_ctx *g, nn_node *n)
+{
+    nn_cu_attn a = attn_of(n);
+    int fresh;
+    float *gqkv = accel__nn_grad_w(g, n->in[0], &fresh);
+    float *D = accel__nn_dalloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
+    if (gqkv == NULL || D == NULL || a.B * a.T == 0) {
+        return;
+    }
+    accel__nn_cu_ok(g,
+                    nn_cu_attn_bwd(&a, n->in[0]->data, n->out->data, n->p[0], n->out->grad, D,
+                                   gqkv, fresh),
+                    "nn_causal_attention (backward)");
+}
+
+nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
+{
+    if (qkv == NULL || !accel__nn_cu_inputs(g, "nn_causal_attention", &qkv, 1)) {
+        return NULL;
+    }
+    uint64_t op_index = g->op_counter++;
+    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0 ||
+        !(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
+        char s1[64];
+        return accel__nn_fail(g, ACCEL_EINVAL,
+                              "nn_causal_attention: qkv %s must be [B, T, 3C] with C divisible "
+                              "by n_head %d, dropout in [0, 1)",
+                              accel__nn_shape_str(qkv, s1, sizeof(s1)), n_head);
+    }
+    nn_cu_attn a;
+    a.B = qkv->shape[0];
+    a.T = qkv->shape[1];
+    a.C = qkv->shape[2] / 3;
+    a.H = n_head;
+    a.hd = a.C / n_head;
+    a.scale = 1.0f / sqrtf((float)a.hd);
+    a.p = g->training ? attn_dropout : 0.0f;
+    a.key = nn__key3(g->seed, g->step, op_index);
+    a.rnd = accel__nn_cu_rnd(nn__autocast(g));
+    if (a.hd > NN_CU_ATTN_MAX_HD) {
+        return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
+                              "nn_causal_attention: head size %lld: CUDA supports up to %d",
+                              (long long)a.hd, NN_CU_ATTN_MAX_HD);
+    }
+    int64_t shape[3] = {a.B, a.T, a.C};
+    nn_tensor *y = accel__nn_new(g, 3, shape);
+    float *lse = accel__nn_dalloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
+    if (y == NULL || lse == NULL) {
+        return NULL;
+    }
+    if (a.B * a.T * a.C > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_attn_fwd(&a, qkv->data, y->data, lse), "nn_causal_attention")) {
+        return NULL;
+    }
+    if (accel__nn_needs_grad(g, &qkv, 1)) {
+        nn_node *n = accel__nn_record(g, "causal_attention", y, &qkv, 1, attn_backward);
+        if (n == NULL) {
+            return NULL;
+        }
+        n->i[0] = a.B;
+        n->i[1] = a.T;
+        n->i[2] = a.C;
+        n->i[3] = a.H;
+        n->i[4] = a.hd;
+        n->i[5] = (int64_t)a.key;
+        n->i[6] = a.rnd;
+        n->f[0] = a.scale;
+        n->f[1] = a.p;
+        n->p[0] = lse;
+    }
+    return y;
+}
