@@ -253,18 +253,6 @@ static ncclResult_t enqueue(nccl_impl *e, const accel__coll *op, const void *sen
                             ncclDataType_t dt, cudaStream_t s)
 {
     size_t nb = op->count * accel_dtype_nbytes(op->dtype);
-    if (e->n_ranks == 1) {
-        /* Every collective of one process is a copy (an average or product of one value is the
-         * value). Done here on the stream: NCCL's own one-rank path left the tail of large
-         * allgathers unwritten when the stream's event completed, 1 run in 3 under a busy GPU
-         * (H100, NCCL 2.28.3). */
-        if (op->kind == ACCEL__COLL_BARRIER || send == recv) {
-            return ncclSuccess;
-        }
-        return cudaMemcpyAsync(recv, send, nb, cudaMemcpyDeviceToDevice, s) == cudaSuccess
-                   ? ncclSuccess
-                   : ncclUnhandledCudaError;
-    }
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:
         return ncclAllReduce(send, recv, op->count, dt, nccl_op(op->op), e->comm, s);
