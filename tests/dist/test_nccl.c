@@ -168,7 +168,10 @@ static void buf_free(void *p, int dev)
 static void to_buf(void *dst, const void *src, size_t nbytes, int dev)
 {
     if (dev) {
+        /* From pageable memory cudaMemcpy may return before the DMA lands, and the collective's
+         * stream is non-blocking (not ordered after the legacy stream): wait for it. */
         CU(cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice));
+        CU(cudaDeviceSynchronize());
     } else {
         memcpy(dst, src, nbytes);
     }

@@ -5,9 +5,8 @@
  * Rendezvous: process 0 makes the ncclUniqueId and publishes it in the job's store
  * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
  * process 0, which keeps it open as long as the communicator lives); the others read it there.
- * Communicators are blocking (NCCL's default): with non-blocking ones, a 1-rank u8 allgather of
- * 1 MiB was sometimes incomplete when an event recorded after the call had completed (H100,
- * NCCL 2.28.3, 2 runs in 4). A call that NCCL still leaves in progress is settled by polling
+ * Communicators are blocking (NCCL's default, as in PyTorch; ncclCommSplit also refused the
+ * non-blocking configuration we passed). A call that NCCL still leaves in progress is settled by polling
  * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort; a collective
  * that never completes (a dead or stuck peer) is aborted by the front end's watchdog.
  *
@@ -253,18 +252,6 @@ static ncclResult_t enqueue(nccl_impl *e, const accel__coll *op, const void *sen
                             ncclDataType_t dt, cudaStream_t s)
 {
     size_t nb = op->count * accel_dtype_nbytes(op->dtype);
-    if (e->n_ranks == 1) {
-        /* Every collective of one process is a copy (an average or product of one value is the
-         * value). Done here on the stream: NCCL's own one-rank path left the tail of large
-         * allgathers unwritten when the stream's event completed, 1 run in 3 under a busy GPU
-         * (H100, NCCL 2.28.3). */
-        if (op->kind == ACCEL__COLL_BARRIER || send == recv) {
-            return ncclSuccess;
-        }
-        return cudaMemcpyAsync(recv, send, nb, cudaMemcpyDeviceToDevice, s) == cudaSuccess
-                   ? ncclSuccess
-                   : ncclUnhandledCudaError;
-    }
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:
         return ncclAllReduce(send, recv, op->count, dt, nccl_op(op->op), e->comm, s);
