@@ -283,7 +283,7 @@ int main(int argc, char **argv)
         printf("# ratio = busbw / memcpy; bandwidths in GB/s; times are the slowest rank's\n");
         printf("%-15s %10s %10s | %-34s | %-34s | %-34s | %7s | %-17s\n", "", "", "",
                "out of place", "in place", "in place, symmetric (accel_alloc_shared)", "",
-               "Open MPI's own");
+               base.name != NULL ? base.name : "no baseline");
         printf("%-15s %10s %10s | %10s %7s %7s %6s | %10s %7s %7s %6s | %10s %7s %7s %6s | %7s | "
                "%10s %6s\n",
                "collective", "size(B)", "count", "time(us)", "algbw", "busbw", "ratio", "time(us)",
