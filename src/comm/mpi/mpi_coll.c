@@ -135,8 +135,8 @@ static size_t req_at(const accel__mpi *m, size_t k, int kind, int q)
     return (k * N_KINDS + (size_t)kind) * (size_t)m->n_ranks + (size_t)q;
 }
 
-/* Posts one message of segment k of chunk `chunk` (a receive when recv_to != NULL, else a send
- * from `from`) with process q; nothing for an empty segment. */
+/* Posts request `kind` of segment k with process q: a receive of len elements into recv_to when
+ * it is not NULL, else a send of len elements from `from`; nothing when len is 0. */
 static int post(accel__mpi *m, const pipe *p, size_t k, int kind, int q, size_t len, char *recv_to,
                 const char *from, int tag)
 {
