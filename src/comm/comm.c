@@ -44,6 +44,17 @@ extern const accel__comm_ops accel__hier_ops;
     "libgloo-dev, then rebuild)"
 #endif
 
+#ifdef ACCEL_HAVE_CUDA
+extern const accel__comm_ops accel__nccl_ops;
+#define NCCL_BACKEND                                                                               \
+    {"nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, &accel__nccl_ops,              \
+     "CUDA GPUs over NCCL, one GPU per process"}
+#else
+#define NCCL_BACKEND                                                                               \
+    {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                          \
+     "CUDA GPUs over NCCL: not in this build (configure with -DACCEL_CUDA=ON)"}
+#endif
+
 /* Backends are values in this table (no strcmp chains, no weak symbols): one built in is
  * {name, 1, caps, &ops, doc}; a later one is listed unbuilt until its build option adds it. */
 const accel__comm_backend accel__comm_backends[] = {
@@ -55,8 +66,7 @@ const accel__comm_backend accel__comm_backends[] = {
     {"hier", HIER_BUILT,
      "several machines with several processes each: shm inside a machine, gloo "
      "across" GLOO_MISSING},
-    {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,
-     "CUDA GPUs over NCCL: not implemented yet (a later issue)"},
+    NCCL_BACKEND,
     {NULL, 0, 0, NULL, NULL},
 };
 

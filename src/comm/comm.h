@@ -130,6 +130,12 @@ typedef struct accel__comm_config {
     /* Messages name rank r of this communicator "process process_base + r" (hier's machine-local
      * shm communicators use their first process's job-wide index); 0 for the job's own. */
     int process_base;
+    /* Device backends (nccl): the process's native handle of a stream (core binds the
+     * device's, the compute stream for NULL) and the GPU's ordinal; stream_native NULL: the
+     * process runs on the CPU. */
+    void *(*stream_native)(void *arg, accel__stream *s);
+    void *stream_arg;
+    int device_ordinal;
     accel__log_ctx log;         /* rank prefix and level of the communicator's log lines */
     struct accel__trace *trace; /* profiler recorder for the progress thread's ranges, or NULL */
 } accel__comm_config;

@@ -387,9 +387,11 @@ static accel_status resolve_with(accel_options *o, const accel__config *cfg, acc
     return ACCEL_OK;
 }
 
-/* Picks the backend: the option, else ACCEL_BACKEND, else from the layout. */
-static accel_status choose_backend(const accel_options *o, const layout *l, char *out,
-                                   size_t out_nbytes)
+/* Picks the backend: the option, else ACCEL_BACKEND, else from the layout and the device:
+ * nccl when every process of the machine has a GPU of its own (NCCL refuses two ranks on one
+ * GPU; processes sharing one stage through a host backend) and the store can be reached. */
+static accel_status choose_backend(const accel *acc, const accel_options *o, const layout *l,
+                                   char *out, size_t out_nbytes)
 {
     const char *b = o->backend;
     if (b == NULL) {
@@ -400,8 +402,12 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
     }
     if (b == NULL) {
         const accel__comm_backend *mpi = accel__comm_backend_find("mpi");
+        const accel__comm_backend *nccl = accel__comm_backend_find("nccl");
         if (l->n_ranks == 1) {
             b = "self";
+        } else if (acc->device.type == ACCEL_DEVICE_CUDA && nccl != NULL && nccl->built &&
+                   l->local_n_ranks <= acc->n_gpus && !l->by_mpi) {
+            b = "nccl";
         } else if (l->by_mpi && mpi != NULL && mpi->built) {
             b = "mpi"; /* mpirun / srun wired the processes together: MPI knows the job */
         } else if (l->local_n_ranks == l->n_ranks) {
@@ -419,6 +425,12 @@ static accel_status choose_backend(const accel_options *o, const layout *l, char
     }
     strcpy(out, b);
     return ACCEL_OK;
+}
+
+/* comm's view of a stream of the process's device (cfg.stream_native). */
+static void *native_stream(void *dev, accel__stream *s)
+{
+    return accel__stream_native(dev, s);
 }
 
 /* The layout's lines, each with the launcher variable it came from: the family read_layout
@@ -632,7 +644,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
         st = accel__device_setup(acc, l.launched);
     }
     if (st == ACCEL_OK) {
-        st = choose_backend(&o, &l, acc->backend, sizeof(acc->backend));
+        st = choose_backend(acc, &o, &l, acc->backend, sizeof(acc->backend));
     }
     if (st == ACCEL_OK) {
         st = read_rendezvous(&rdv);
@@ -657,7 +669,22 @@ accel_status accel_init(accel **out, const accel_options *opts)
             .log = acc->log,
             .trace = acc->trace,
         };
-        st = accel__comm_new(&acc->comm, &cfg);
+        if (acc->device.type == ACCEL_DEVICE_CUDA) {
+            cfg.stream_native = native_stream;
+            cfg.stream_arg = acc->dev;
+            cfg.device_ordinal = acc->device.index;
+        }
+        if (st == ACCEL_OK && strcmp(acc->backend, "nccl") == 0 &&
+            acc->device.type == ACCEL_DEVICE_CUDA && l.local_n_ranks > acc->n_gpus) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "backend nccl needs a GPU per process, and %d processes share %d "
+                               "GPU%s on this machine (NCCL refuses two ranks on one GPU): use "
+                               "backend shm, which stages gradients through host memory",
+                               l.local_n_ranks, acc->n_gpus, acc->n_gpus == 1 ? "" : "s");
+        }
+        if (st == ACCEL_OK) {
+            st = accel__comm_new(&acc->comm, &cfg);
+        }
     }
     if (st == ACCEL_OK) {
         st = accel__settings_finish(set, &given, &o);

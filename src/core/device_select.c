@@ -46,6 +46,7 @@ accel_status accel__device_setup(accel *acc, int launched)
                                  accel_last_error(NULL));
         }
     }
+    acc->n_gpus = n_gpus;
     acc->device = accel__choose_device(acc->opt.cpu, n_gpus, acc->local_rank);
     accel_status st = accel__device_open(&acc->dev, acc->device);
     if (st != ACCEL_OK) {

@@ -53,6 +53,7 @@ struct accel {
     accel_distributed_type dist_type;
     accel_device device;
     struct accel__device *dev; /* the open handle of `device` (device/device.h) */
+    int n_gpus;                /* GPUs this process can see (0 on the CPU) */
     char device_name[32];
     char backend[16];
     struct accel__comm *comm;

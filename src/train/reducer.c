@@ -5,11 +5,11 @@
  * backward, launches each complete bucket strictly in bucket order on every process, asks for
  * bf16 / fp16 compression as the all-reduce's wire dtype (the communicator rounds inside its
  * reduction, no conversion pass on any thread), waits, and records profiler spans. Gradients
- * in GPU memory reach this build's communicators, which read host memory only, through
- * staging: the collective's hooks copy a bucket to pinned host memory after the compute stream
- * has produced it (an event recorded at launch) and back once reduced, on a stream of their
- * own, so the copies overlap the rest of backward (the single-GPU multi-process path; NCCL on
- * device buffers will take the stream instead).
+ * in GPU memory go to a device communicator (nccl) directly: each bucket's all-reduce is
+ * posted on the reducer's communication stream after an event recorded on the compute stream
+ * at launch, so it overlaps the rest of backward. Host communicators (several processes
+ * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
+ * memory after that event and back once reduced, on that same stream of their own.
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -37,10 +37,11 @@ void accel__train_force_staging(int on)
     force_staging = on;
 }
 
-/* No communicator of this build reads GPU memory (NCCL comes with comm v2). */
+/* Gradients in GPU memory and a communicator that reads host memory only. */
 int accel__model_staged(const accel_model *m)
 {
-    return !accel__model_on_host(m) || force_staging;
+    return force_staging || (!accel__model_on_host(m) &&
+                             !(accel__comm_caps(m->acc->comm) & ACCEL__COMM_DEVICE_MEM));
 }
 
 /* ---- building ---- */
@@ -90,12 +91,16 @@ static void build_ranges(accel_model *m)
     }
 }
 
-/* Staging: the pinned host mirror of the gradients and one event per bucket. */
-static accel_status alloc_staging(accel_model *m)
+/* The communication stream, one event per bucket, and when staged the pinned host mirror of
+ * the gradients. */
+static accel_status alloc_stream(accel_model *m)
 {
     accel__reducer *r = &m->red;
     size_t nbytes = m->flat.padded_numel * sizeof(float);
-    accel_status st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
+    accel_status st = accel__stream_new(m->dev, &r->comm_stream);
+    if (st == ACCEL_OK && r->staged) {
+        st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
+    }
     for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
         st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
     }
@@ -124,11 +129,11 @@ accel_status accel__reducer_prepare(accel_model *m)
         return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
                              r->zero_stage);
     }
-    if (r->zero_stage >= 1 && acc->n_ranks > 1 && accel__model_staged(m)) {
+    if (r->zero_stage >= 1 && acc->n_ranks > 1 &&
+        (accel__model_staged(m) || !accel__model_on_host(m))) {
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d with the model in %s memory needs a "
-                             "communicator that reads it (NCCL); this build stages through the "
-                             "host for DDP only",
+                             "accel_prepare: ZeRO stage %d with the model in %s memory is not "
+                             "supported yet (DDP is: stage 0)",
                              r->zero_stage, accel__device_name(m->dev));
     }
     r->n_buckets = m->flat.n_buckets;
@@ -152,11 +157,11 @@ accel_status accel__reducer_prepare(accel_model *m)
                              accel__comm_backend_name(acc->comm));
     }
     r->staged = acc->n_ranks > 1 && accel__model_staged(m);
+    r->on_device = acc->n_ranks > 1 && !r->staged && !accel__model_on_host(m);
     r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
     accel_status st = ACCEL_OK;
-    if (r->staged) {
-        st = accel__stream_new(m->dev, &r->comm_stream);
-        st = st == ACCEL_OK ? alloc_staging(m) : st;
+    if (r->staged || r->on_device) {
+        st = alloc_stream(m);
     }
     if (st != ACCEL_OK) {
         accel__reducer_free(m);
@@ -266,16 +271,22 @@ static accel_status launch_bucket(accel_model *m, int b)
         op.hook_arg = bk;
     }
     bk->hook_st = ACCEL_OK;
-    if (r->staged) {
-        /* The bucket leaves the GPU after everything queued on the compute stream so far. */
+    accel__stream *on = NULL;
+    if (r->staged || r->on_device) {
+        /* The bucket leaves after everything queued on the compute stream so far: staged, the
+         * hooks' copies wait for the event; on the device, the collective's stream does. */
         accel_status st = accel__event_record(m->dev, bk->ready_ev, NULL);
+        if (st == ACCEL_OK && r->on_device) {
+            st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
+            on = r->comm_stream;
+        }
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);
         }
     }
     bk->launch_time = accel__now();
     bk->done_time = 0;
-    accel_status st = accel__comm_post(m->acc->comm, &op, NULL, &bk->work);
+    accel_status st = accel__comm_post(m->acc->comm, &op, on, &bk->work);
     if (st != ACCEL_OK) {
         bk->work = NULL;
         return accel__adopt_thread_error(m->acc, st);

@@ -33,7 +33,7 @@ typedef struct accel__bucket {
     int pending;          /* parameters not yet ready in the current backward */
     accel_work *work;     /* in-flight collective, NULL when none */
     double launch_time, done_time;
-    accel__event *ready_ev; /* staged: recorded on the compute stream when launched */
+    accel__event *ready_ev; /* on the GPU: recorded on the compute stream when launched */
     accel_status hook_st;   /* first failure of its hooks (communication thread), or OK; */
     char *hook_msg;         /*   reported by the wait with this message */
 } accel__bucket;
@@ -51,11 +51,12 @@ typedef struct accel__reducer {
     int next_launch;            /* first bucket not yet launched */
     int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter */
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
-    accel__stream *comm_stream; /* staged: the communication thread's copies */
+    accel__stream *comm_stream; /* staged: the hooks' copies; on_device: the collectives */
     /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
      * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
      * as the collective's hooks, after the bucket's ready_ev. */
     int staged;
+    int on_device; /* a device communicator (nccl) reduces the GPU buffers on comm_stream */
     void *host_buf; /* pinned host mirror of the fp32 gradients */
 } accel__reducer;
 

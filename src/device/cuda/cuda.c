@@ -54,6 +54,9 @@ static const char *base_name(const char *path)
 static accel_status cuda_fail(cudaError_t e, const char *call, const char *file, int line)
 {
     accel_status st = (e == cudaErrorMemoryAllocation) ? ACCEL_ENOMEM : ACCEL_EIO;
+    /* Reported here, so consumed: the runtime keeps a failed call's error as the thread's "last
+     * error", and the next launch's cudaGetLastError would blame that kernel for it. */
+    (void)cudaGetLastError();
     return accel__seterr(NULL, st, "CUDA: %s failed: %s (%s) [%s:%d]", call, cudaGetErrorString(e),
                          cudaGetErrorName(e), base_name(file), line);
 }
@@ -205,6 +208,7 @@ static accel_status cuda_alloc(accel__device *d, size_t nbytes, int zero, void *
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, nbytes > 0 ? nbytes : 1);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* consumed: see cuda_fail */
         return accel__seterr(NULL, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
                              "cuda:%d: cudaMalloc of %zu bytes failed: %s (%s)", gpu_of(d)->ordinal,
                              nbytes, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -240,6 +244,7 @@ static accel_status cuda_host_alloc(accel__device *d, size_t nbytes, void **out)
     void *p = NULL;
     cudaError_t e = cudaHostAlloc(&p, nbytes > 0 ? nbytes : 1, cudaHostAllocPortable);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* consumed: see cuda_fail */
         return accel__seterr(NULL, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
                              "cuda:%d: cudaHostAlloc of %zu pinned bytes failed: %s (%s)",
                              gpu_of(d)->ordinal, nbytes, cudaGetErrorString(e),

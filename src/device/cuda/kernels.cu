@@ -187,7 +187,7 @@ template <accel_dtype DT> __global__ void nonfinite_kernel(const void *x, size_t
         bad |= nonfinite_at<DT>(x, i);
     }
     if (__syncthreads_or(bad) && threadIdx.x == 0) {
-        atomicOr(flag, 1); /* an integer flag: the result does not depend on the order */
+        atomicExch(flag, 1); /* "*flag = 1" (device.h), whichever block is first */
     }
 }
 
@@ -201,7 +201,7 @@ __global__ void unscale_check_kernel(float *x, size_t n, float f, int32_t *flag)
         bad |= (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
     }
     if (__syncthreads_or(bad) && threadIdx.x == 0) {
-        atomicOr(flag, 1);
+        atomicExch(flag, 1);
     }
 }
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Packs what the lent GPU machine needs to run the CUDA build's GPU tests and benchmarks into .gpu/
+# of the checkout the device tool sends (git-ignored; name it in the tool's `carry`):
+#   .gpu/src/            this source tree's tests/, bench/, scripts/ and examples/ (the shell
+#                        tests and drivers read them), so a build of another worktree runs too;
+#   .gpu/src/build-cuda/ the CUDA build's test programs, examples, benchmarks and CLI, stripped,
+#                        with its CTest files;
+#   .gpu/lib/            the Debian shared libraries they load that a CUDA image may lack (CUDA's
+#                        own libraries are found there).
+# Usage: scripts/gpu-pack.sh [BUILD_DIR (build-cuda)] [DEST_CHECKOUT (this one)]. Then, on that
+# machine: `bash scripts/gpu-run.sh [COMMAND...]`.
+set -euo pipefail
+SRC=$(pwd)
+BUILD=$(cd "${1:-build-cuda}" && pwd)
+OUT=$(cd "${2:-.}" && pwd)/.gpu
+rm -rf "$OUT" && mkdir -p "$OUT/src/build-cuda" "$OUT/lib"
+git ls-files tests bench scripts examples | tar -cf - -T - | tar -xf - -C "$OUT/src"
+cd "$BUILD"
+# Everything ctest -L gpu runs, plus CUDA programs in examples/ and bench/ and the CLI.
+progs=(accel libexec/accel/test_worker)
+progs+=($(ctest -N -V -L gpu | sed -n 's/^[0-9]*: Test command: //p' | tr -d '"' | tr ' ' '\n' |
+    grep "^$PWD/" | sed "s|^$PWD/||" | grep -v '\.sh$' | sort -u))
+for f in examples/cuda_* bench/cuda_* tests/test_*cuda* tests/progs/*cuda*; do
+    [ -f "$f" ] && [ -x "$f" ] && progs+=("$f")
+done
+for f in $(printf '%s\n' "${progs[@]}" | sort -u); do
+    [ -f "$f" ] || continue
+    mkdir -p "$OUT/src/build-cuda/$(dirname "$f")"
+    strip -o "$OUT/src/build-cuda/$f" "$f"
+done
+find . -name CTestTestfile.cmake -exec cp --parents {} "$OUT/src/build-cuda/" \;
+cd "$SRC"
+for f in $(find "$OUT/src/build-cuda" -type f -perm -u+x); do ldd "$f"; done |
+    awk '$3 ~ /^\// {print $3}' | sort -u |
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libnccl|libcublas|libcublasLt)\.so' |
+    while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
+du -sh "$OUT"

@@ -1,0 +1,578 @@
+/*
+ * The nccl backend: CUDA GPUs over NCCL, one GPU per process (NCCL refuses two ranks on one
+ * GPU: processes sharing a GPU use a host backend and the reducer's staging instead).
+ *
+ * Rendezvous: process 0 makes the ncclUniqueId and publishes it in the job's store
+ * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
+ * process 0, which keeps it open as long as the communicator lives); the others read it there.
+ * Communicators are blocking (NCCL's default): with non-blocking ones, a 1-rank u8 allgather of
+ * 1 MiB was sometimes incomplete when an event recorded after the call had completed (H100,
+ * NCCL 2.28.3, 2 runs in 4). A call that NCCL still leaves in progress is settled by polling
+ * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort; a collective
+ * that never completes (a dead or stuck peer) is aborted by the front end's watchdog.
+ *
+ * Collectives are NATIVE_ASYNC: post enqueues the NCCL call on the caller's stream (NULL: the
+ * process's compute stream, so device buffers written by its kernels are ready in order) and
+ * records an event; test queries the event, then NCCL's asynchronous error. Host buffers are
+ * staged (copied to a device buffer, reduced there, copied back when the event completes), so
+ * the library's own small host collectives (broadcasts of RNG state, metrics, barriers) work on
+ * this backend too. Reductions are NCCL's: ring / tree orders, not rank order, so sums of more
+ * than two processes may differ from the host backends in the last bits (documented); NCCL
+ * reduces F16 and BF16 natively in their own type.
+ *
+ * Not supported (ACCEL_EUNSUPPORTED naming it): a wire dtype (no caps WIRE: the front end and
+ * the reducer refuse DDP compression on this backend), reductions of dtypes NCCL lacks (I16, U16, BOOL, C64, the
+ * 8/6/4-bit formats; they still move in allgather, broadcast and gather), symmetric memory
+ * beyond plain host memory.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "base/base.h"
+#include "comm/comm.h"
+#include "comm/store.h"
+
+typedef struct nccl_req nccl_req;
+
+typedef struct nccl_impl {
+    ncclComm_t comm;
+    int rank, n_ranks, device;
+    double timeout_s;
+    accel__log_ctx log;
+    accel__store *store; /* kept open: process 0 may serve it */
+    void *(*stream_native)(void *arg, accel__stream *s);
+    void *stream_arg;
+    pthread_mutex_t mu; /* the request cache */
+    nccl_req *spare;    /* a finished request to reuse (its event and staging buffers) */
+    _Atomic int aborted;
+    accel_status abort_st;
+    char abort_msg[ACCEL__ERRMSG_NBYTES];
+    unsigned n_splits;
+} nccl_impl;
+
+struct nccl_req {
+    cudaEvent_t ev;
+    /* Staging of host buffers: device and pinned host scratch, grow-only. */
+    void *dbuf, *hbuf;
+    size_t nbytes;
+    void *recv; /* host destination of the result (NULL: none or not staged) */
+    size_t out_off, out_nbytes;
+};
+
+static accel_status cuda_err(cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* consumed: reported here */
+    return accel__seterr(NULL, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
+                         "nccl: %s failed: %s (%s)", what, cudaGetErrorString(e),
+                         cudaGetErrorName(e));
+}
+
+static accel_status nccl_err(nccl_impl *e, ncclResult_t r, const char *what)
+{
+    const char *detail = e != NULL && e->comm != NULL ? ncclGetLastError(e->comm) : "";
+    accel_status st = r == ncclRemoteError || r == ncclSystemError ? ACCEL_EPEER
+                      : r == ncclInvalidArgument || r == ncclInvalidUsage ? ACCEL_EINVAL
+                                                                          : ACCEL_EIO;
+    return accel__seterr(NULL, st, "nccl: %s on process %d of %d failed: %s%s%s", what,
+                         e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0,
+                         ncclGetErrorString(r), detail != NULL && *detail ? ": " : "",
+                         detail != NULL ? detail : "");
+}
+
+static void nap(void)
+{
+    struct timespec ts = {0, 100000}; /* 0.1 ms */
+    nanosleep(&ts, NULL);
+}
+
+/* Waits until the non-blocking communicator has finished the call that returned `r` (NCCL's
+ * ncclInProgress), at most the communicator's deadline; then aborts it (nothing hangs). */
+static accel_status settle(nccl_impl *e, ncclResult_t r, const char *what)
+{
+    double deadline = accel__now() + e->timeout_s;
+    while (r == ncclInProgress) {
+        if (atomic_load(&e->aborted)) {
+            return accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+        }
+        if (accel__now() > deadline) {
+            atomic_store(&e->aborted, 1);
+            e->abort_st = ACCEL_ETIMEDOUT;
+            snprintf(e->abort_msg, sizeof(e->abort_msg),
+                     "nccl: %s on process %d of %d not complete after %.3g s (a peer is dead, "
+                     "stuck or at another call); the communicator was aborted",
+                     what, e->rank, e->n_ranks, e->timeout_s);
+            (void)ncclCommAbort(e->comm);
+            return accel__seterr(NULL, ACCEL_ETIMEDOUT, "%s", e->abort_msg);
+        }
+        nap();
+        ncclResult_t q = ncclCommGetAsyncError(e->comm, &r);
+        if (q != ncclSuccess) {
+            r = q;
+        }
+    }
+    return r == ncclSuccess ? ACCEL_OK : nccl_err(e, r, what);
+}
+
+/* ---- dtypes and ops ---- */
+
+static int nccl_dtype(accel_dtype dt, ncclDataType_t *out)
+{
+    switch (dt) {
+    case ACCEL_F32: *out = ncclFloat32; return 1;
+    case ACCEL_F64: *out = ncclFloat64; return 1;
+    case ACCEL_F16: *out = ncclFloat16; return 1;
+    case ACCEL_BF16: *out = ncclBfloat16; return 1;
+    case ACCEL_I8: *out = ncclInt8; return 1;
+    case ACCEL_U8: *out = ncclUint8; return 1;
+    case ACCEL_I32: *out = ncclInt32; return 1;
+    case ACCEL_U32: *out = ncclUint32; return 1;
+    case ACCEL_I64: *out = ncclInt64; return 1;
+    case ACCEL_U64: *out = ncclUint64; return 1;
+    default: return 0;
+    }
+}
+
+static ncclRedOp_t nccl_op(accel_reduce_op op)
+{
+    switch (op) {
+    case ACCEL_AVG: return ncclAvg;
+    case ACCEL_MAX: return ncclMax;
+    case ACCEL_MIN: return ncclMin;
+    case ACCEL_PROD: return ncclProd;
+    default: return ncclSum;
+    }
+}
+
+static int reduces(accel__coll_kind k)
+{
+    return k == ACCEL__COLL_ALLREDUCE || k == ACCEL__COLL_REDUCE_SCATTER || k == ACCEL__COLL_REDUCE;
+}
+
+/* Input and output bytes of op on this rank (see comm.h for the counts). */
+static void io_bytes(const nccl_impl *e, const accel__coll *op, size_t *in, size_t *out)
+{
+    size_t nb = op->count * accel_dtype_nbytes(op->dtype), n = (size_t)e->n_ranks;
+    int root = e->rank == op->root;
+    switch (op->kind) {
+    case ACCEL__COLL_REDUCE_SCATTER: *in = nb * n; *out = nb; break;
+    case ACCEL__COLL_ALLGATHER: *in = nb; *out = nb * n; break;
+    case ACCEL__COLL_REDUCE: *in = nb; *out = root ? nb : 0; break;
+    case ACCEL__COLL_GATHER: *in = nb; *out = root ? nb * n : 0; break;
+    case ACCEL__COLL_BARRIER: *in = *out = 0; break;
+    default: *in = *out = nb; break; /* allreduce, broadcast */
+    }
+}
+
+static int on_device(const void *p)
+{
+    if (p == NULL) {
+        return 1; /* nothing to stage */
+    }
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+/* ---- requests ---- */
+
+static accel_status req_get(nccl_impl *e, size_t staging, nccl_req **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&e->mu);
+    nccl_req *q = e->spare;
+    e->spare = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (q == NULL) {
+        q = accel__calloc(1, sizeof(*q));
+        if (q == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "nccl: out of memory");
+        }
+        cudaError_t ce = cudaEventCreateWithFlags(&q->ev, cudaEventDisableTiming);
+        if (ce != cudaSuccess) {
+            accel__free(q);
+            return cuda_err(ce, "cudaEventCreate");
+        }
+    }
+    q->recv = NULL;
+    if (staging > q->nbytes) {
+        (void)cudaFree(q->dbuf);
+        (void)cudaFreeHost(q->hbuf);
+        q->dbuf = q->hbuf = NULL;
+        q->nbytes = 0;
+        cudaError_t ce = cudaMalloc(&q->dbuf, staging);
+        if (ce == cudaSuccess) {
+            ce = cudaHostAlloc(&q->hbuf, staging, cudaHostAllocDefault);
+        }
+        if (ce != cudaSuccess) {
+            (void)cudaFree(q->dbuf);
+            q->dbuf = NULL;
+            *out = q; /* released by the caller with req_put */
+            return cuda_err(ce, "allocating the staging buffers of a host collective");
+        }
+        q->nbytes = staging;
+    }
+    *out = q;
+    return ACCEL_OK;
+}
+
+static void req_destroy(nccl_req *q)
+{
+    if (q != NULL) {
+        (void)cudaEventDestroy(q->ev);
+        (void)cudaFree(q->dbuf);
+        (void)cudaFreeHost(q->hbuf);
+        accel__free(q);
+    }
+}
+
+static void req_put(nccl_impl *e, nccl_req *q)
+{
+    pthread_mutex_lock(&e->mu);
+    nccl_req *old = e->spare;
+    if (old == NULL || (q != NULL && q->nbytes >= old->nbytes)) {
+        e->spare = q;
+        q = old;
+    }
+    pthread_mutex_unlock(&e->mu);
+    req_destroy(q);
+}
+
+/* ---- collectives ---- */
+
+/* Enqueues op on s with device pointers send / recv. */
+static ncclResult_t enqueue(nccl_impl *e, const accel__coll *op, const void *send, void *recv,
+                            ncclDataType_t dt, cudaStream_t s)
+{
+    size_t nb = op->count * accel_dtype_nbytes(op->dtype);
+    switch (op->kind) {
+    case ACCEL__COLL_ALLREDUCE:
+        return ncclAllReduce(send, recv, op->count, dt, nccl_op(op->op), e->comm, s);
+    case ACCEL__COLL_REDUCE_SCATTER:
+        return ncclReduceScatter(send, recv, op->count, dt, nccl_op(op->op), e->comm, s);
+    case ACCEL__COLL_REDUCE:
+        return ncclReduce(send, recv, op->count, dt, nccl_op(op->op), op->root, e->comm, s);
+    case ACCEL__COLL_ALLGATHER:
+        return ncclAllGather(send, recv, nb, ncclUint8, e->comm, s);
+    case ACCEL__COLL_BROADCAST:
+        return ncclBroadcast(send, recv, nb, ncclUint8, op->root, e->comm, s);
+    case ACCEL__COLL_GATHER: {
+        ncclResult_t r = ncclGroupStart();
+        for (int q = 0; q < e->n_ranks && (r == ncclSuccess || r == ncclInProgress); q++) {
+            if (e->rank != op->root) {
+                r = q == op->root ? ncclSend(send, nb, ncclUint8, q, e->comm, s) : r;
+            } else if (q == e->rank) {
+                char *mine = (char *)recv + (size_t)q * nb;
+                if (mine != send && cudaMemcpyAsync(mine, send, nb, cudaMemcpyDeviceToDevice,
+                                                    s) != cudaSuccess) {
+                    r = ncclUnhandledCudaError;
+                }
+            } else {
+                r = ncclRecv((char *)recv + (size_t)q * nb, nb, ncclUint8, q, e->comm, s);
+            }
+        }
+        ncclResult_t end = ncclGroupEnd();
+        return r == ncclSuccess || r == ncclInProgress ? end : r;
+    }
+    case ACCEL__COLL_BARRIER:
+        /* An allreduce of one byte of the staging buffer (post gives it one). */
+        return ncclAllReduce(send, recv, 1, ncclUint8, ncclMax, e->comm, s);
+    }
+    return ncclInvalidArgument;
+}
+
+static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *stream,
+                              void **out)
+{
+    nccl_impl *e = impl;
+    *out = NULL;
+    const char *what = accel__coll_name(op->kind);
+    if (atomic_load(&e->aborted)) {
+        return accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+    }
+    ncclDataType_t dt = ncclUint8;
+    if (reduces(op->kind) && !nccl_dtype(op->dtype, &dt)) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "nccl: %s: NCCL cannot reduce dtype %s",
+                             what, accel_dtype_name(op->dtype));
+    }
+    cudaError_t ce = cudaSetDevice(e->device);
+    if (ce != cudaSuccess) {
+        return cuda_err(ce, "cudaSetDevice");
+    }
+    cudaStream_t s = e->stream_native(e->stream_arg, stream);
+    size_t in, outb;
+    io_bytes(e, op, &in, &outb);
+    int direct = op->kind != ACCEL__COLL_BARRIER && on_device(op->send) && on_device(op->recv);
+    size_t staging = direct ? 0 : (op->kind == ACCEL__COLL_BARRIER ? 64 : in + outb);
+    nccl_req *q;
+    accel_status st = req_get(e, staging, &q);
+    if (st != ACCEL_OK) {
+        req_put(e, q);
+        return st;
+    }
+    const void *send = op->send;
+    void *recv = op->recv;
+    if (!direct) {
+        /* Host buffers: inputs now to pinned memory and on to the device; the result comes
+         * back to pinned memory on the stream and to recv when test sees the event. */
+        char *dbuf = q->dbuf, *hbuf = q->hbuf;
+        if (in > 0) {
+            memcpy(hbuf, op->send, in);
+            ce = cudaMemcpyAsync(dbuf, hbuf, in, cudaMemcpyHostToDevice, s);
+        } else if (op->kind == ACCEL__COLL_BARRIER) {
+            ce = cudaMemsetAsync(dbuf, 0, 1, s);
+        }
+        if (ce != cudaSuccess) {
+            req_put(e, q);
+            return cuda_err(ce, "copying a host collective's input to the GPU");
+        }
+        send = dbuf;
+        recv = op->kind == ACCEL__COLL_BARRIER ? dbuf : dbuf + in;
+        if (op->kind == ACCEL__COLL_BROADCAST && e->rank == op->root) {
+            recv = dbuf; /* in place at the root */
+        }
+        q->recv = outb > 0 ? op->recv : NULL;
+        q->out_off = (size_t)((char *)recv - dbuf);
+        q->out_nbytes = outb;
+    }
+    ncclResult_t r = enqueue(e, op, send, recv, dt, s);
+    st = settle(e, r, what);
+    if (st == ACCEL_OK && q->recv != NULL) {
+        ce = cudaMemcpyAsync((char *)q->hbuf + q->out_off, (char *)q->dbuf + q->out_off,
+                             q->out_nbytes, cudaMemcpyDeviceToHost, s);
+        st = ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "copying a host collective's result");
+    }
+    if (st == ACCEL_OK) {
+        ce = cudaEventRecord(q->ev, s);
+        st = ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "cudaEventRecord");
+    }
+    if (st != ACCEL_OK) {
+        req_put(e, q);
+        return st;
+    }
+    *out = q;
+    return ACCEL_OK;
+}
+
+static int nccl_test(void *impl, void *req, accel_status *st)
+{
+    nccl_impl *e = impl;
+    nccl_req *q = req;
+    if (atomic_load(&e->aborted)) {
+        *st = accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+        return 1;
+    }
+    cudaError_t ce = cudaEventQuery(q->ev);
+    if (ce == cudaSuccess) {
+        if (q->recv != NULL) {
+            memcpy(q->recv, (char *)q->hbuf + q->out_off, q->out_nbytes);
+            q->recv = NULL;
+        }
+        *st = ACCEL_OK;
+        return 1;
+    }
+    if (ce != cudaErrorNotReady) {
+        *st = cuda_err(ce, "waiting for a collective");
+        return 1;
+    }
+    ncclResult_t r = ncclSuccess;
+    if (ncclCommGetAsyncError(e->comm, &r) == ncclSuccess && r != ncclSuccess &&
+        r != ncclInProgress) {
+        *st = nccl_err(e, r, "a collective");
+        return 1;
+    }
+    return 0;
+}
+
+static void nccl_req_free(void *impl, void *req)
+{
+    req_put(impl, req);
+}
+
+static accel_status nccl_group(void *impl, int begin)
+{
+    nccl_impl *e = impl;
+    if (begin) {
+        ncclResult_t r = ncclGroupStart();
+        return r == ncclSuccess ? ACCEL_OK : nccl_err(e, r, "ncclGroupStart");
+    }
+    return settle(e, ncclGroupEnd(), "ncclGroupEnd");
+}
+
+static void nccl_abort(void *impl, accel_status st, const char *msg)
+{
+    nccl_impl *e = impl;
+    if (atomic_exchange(&e->aborted, 1)) {
+        return;
+    }
+    e->abort_st = st;
+    snprintf(e->abort_msg, sizeof(e->abort_msg), "nccl: process %d of %d aborted: %s", e->rank,
+             e->n_ranks, msg);
+    (void)ncclCommAbort(e->comm); /* kernels waiting on peers stop; the comm is gone */
+}
+
+static void nccl_destroy(void *impl)
+{
+    nccl_impl *e = impl;
+    if (e == NULL) {
+        return;
+    }
+    if (e->comm != NULL && !atomic_load(&e->aborted)) {
+        (void)cudaSetDevice(e->device);
+        accel_status st = settle(e, ncclCommFinalize(e->comm), "ncclCommFinalize");
+        if (st == ACCEL_OK || !atomic_load(&e->aborted)) {
+            (void)ncclCommDestroy(e->comm);
+        }
+    }
+    req_destroy(e->spare);
+    accel__store_close(e->store);
+    pthread_mutex_destroy(&e->mu);
+    accel__free(e);
+}
+
+static void nccl_describe(void *impl, char *buf, size_t nbytes)
+{
+    nccl_impl *e = impl;
+    int v = 0;
+    (void)ncclGetVersion(&v);
+    snprintf(buf, nbytes, "nccl %d.%d.%d on cuda:%d", v / 10000, v / 100 % 100, v % 100,
+             e->device);
+}
+
+/* ---- creation ---- */
+
+static nccl_impl *impl_new(const accel__comm_config *cfg)
+{
+    nccl_impl *e = accel__calloc(1, sizeof(*e));
+    if (e == NULL) {
+        return NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    e->rank = cfg->rank;
+    e->n_ranks = cfg->n_ranks;
+    e->device = cfg->device_ordinal;
+    e->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    e->log = cfg->log;
+    e->stream_native = cfg->stream_native;
+    e->stream_arg = cfg->stream_arg;
+    return e;
+}
+
+/* World communicators made by this process: each gets its own key in the store. */
+static _Atomic unsigned n_worlds;
+
+static accel_status nccl_init(const accel__comm_config *cfg, void **out)
+{
+    *out = NULL;
+    if (cfg->device_ordinal < 0 || cfg->stream_native == NULL) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "nccl: process %d runs on the CPU: the nccl backend needs a CUDA "
+                             "GPU per process (use shm, gloo or mpi)",
+                             cfg->rank);
+    }
+    nccl_impl *e = impl_new(cfg);
+    if (e == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "nccl: out of memory");
+    }
+    cudaError_t ce = cudaSetDevice(e->device);
+    if (ce != cudaSuccess) {
+        nccl_destroy(e);
+        return cuda_err(ce, "cudaSetDevice");
+    }
+    ncclUniqueId id;
+    accel_status st = ACCEL_OK;
+    if (cfg->n_ranks > 1) {
+        char key[400];
+        snprintf(key, sizeof(key), "%.300s/%d/nccl/w%u/id", cfg->job_id != NULL ? cfg->job_id : "",
+                 cfg->restart_count, atomic_fetch_add(&n_worlds, 1));
+        accel__store_config sc = {.addr = cfg->master_addr,
+                                  .port = cfg->master_port,
+                                  .serve = !cfg->store_served && cfg->rank == 0,
+                                  .timeout_s = e->timeout_s};
+        st = accel__store_open(&e->store, &sc);
+        if (st == ACCEL_OK && cfg->rank == 0) {
+            ncclResult_t r = ncclGetUniqueId(&id);
+            st = r == ncclSuccess ? accel__store_set(e->store, key, &id, sizeof(id))
+                                  : nccl_err(e, r, "ncclGetUniqueId");
+        } else if (st == ACCEL_OK) {
+            size_t n = 0;
+            st = accel__store_get(e->store, key, &id, sizeof(id), &n, e->timeout_s);
+            if (st == ACCEL_OK && n != sizeof(id)) {
+                st = accel__seterr(NULL, ACCEL_EIO, "nccl: malformed unique id in the store");
+            }
+        }
+    } else if (ncclGetUniqueId(&id) != ncclSuccess) {
+        st = nccl_err(e, ncclSystemError, "ncclGetUniqueId");
+    }
+    if (st == ACCEL_OK) {
+        ncclResult_t r = ncclCommInitRank(&e->comm, cfg->n_ranks, id, cfg->rank);
+        st = r == ncclSuccess || r == ncclInProgress ? settle(e, r, "ncclCommInitRank")
+                                                     : nccl_err(e, r, "ncclCommInitRank");
+    }
+    if (st != ACCEL_OK) {
+        if (cfg->rank == 0 && e->store != NULL) {
+            accel__store_abandon(e->store); /* the others fail on their deadline, not at once */
+            e->store = NULL;
+        }
+        nccl_destroy(e);
+        return accel__seterr(NULL, st,
+                             "nccl: process %d of %d could not join the communicator on "
+                             "cuda:%d: %s",
+                             cfg->rank, cfg->n_ranks, cfg->device_ordinal, accel_last_error(NULL));
+    }
+    accel__log(&e->log, ACCEL__LOG_INFO, "nccl: %d processes connected, this one on cuda:%d",
+               e->n_ranks, e->device);
+    *out = e;
+    return ACCEL_OK;
+}
+
+static accel_status nccl_split(void *impl, const accel__comm_split_info *how, void **child)
+{
+    nccl_impl *e = impl;
+    *child = NULL;
+    nccl_impl *c = how->cfg != NULL ? impl_new(how->cfg) : NULL;
+    if (how->cfg != NULL && c == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "nccl: out of memory in accel__comm_split");
+    }
+    if (c != NULL) {
+        c->device = e->device;
+        c->stream_native = e->stream_native;
+        c->stream_arg = e->stream_arg;
+    }
+    ncclComm_t nc = NULL; /* the parent's configuration (config NULL) */
+    ncclResult_t r = ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
+                                   how->key, &nc, NULL);
+    accel_status st = settle(e, r, "ncclCommSplit");
+    if (st == ACCEL_OK && c != NULL) {
+        c->comm = nc;
+        st = settle(c, ncclInProgress, "ncclCommSplit"); /* the child's own setup */
+    }
+    if (st != ACCEL_OK) {
+        nccl_destroy(c);
+        return st;
+    }
+    *child = c;
+    return ACCEL_OK;
+}
+
+const accel__comm_ops accel__nccl_ops = {
+    .init = nccl_init,
+    .split = nccl_split,
+    .post = nccl_post,
+    .test = nccl_test,
+    .req_free = nccl_req_free,
+    .group = nccl_group,
+    .abort = nccl_abort,
+    .mem_alloc = accel__comm_plain_alloc,
+    .mem_free = accel__comm_plain_free,
+    .destroy = nccl_destroy,
+    .describe = nccl_describe,
+};
