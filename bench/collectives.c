@@ -11,11 +11,16 @@
  * buffer from accel_alloc_shared ("symmetric"), which the shm backend reduces without copies
  * above ACCEL_SHM_ZEROCOPY_NBYTES (the way the training module's gradient buffer is used).
  *
- * Under mpirun, in a build with MPI, two more columns: Open MPI's own blocking collective on
- * MPI_COMM_WORLD (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast), out of
- * place, timed the same way in the same run, and vs_mpi = its time / accel's out-of-place time
- * (above 1: accel is faster; the mpi backend's target is >= 0.95 at every size). The program
- * then initialises MPI itself (accel uses it, and leaves it to the program to finalise).
+ * Two more columns when a baseline runs on the same processes: another library's own collective,
+ * out of place, its batches alternating with accel's out-of-place ones (so that both see the
+ * same load on a shared machine), and vs_raw = its time / accel's (above 1: accel is faster;
+ * the mpi and gloo backends' target is >= 0.95 at every size). Under mpirun, in a build with
+ * MPI: Open MPI's blocking collective on MPI_COMM_WORLD (MPI_Allreduce, MPI_Allgather,
+ * MPI_Reduce_scatter_block, MPI_Bcast); the program then initialises MPI itself. Under the gloo
+ * and hier backends, in a build with Gloo: Gloo's own (gloo::allreduce's ring, gloo::allgather,
+ * gloo::broadcast: what PyTorch's gloo process group calls; bench/gloo_raw.cc), on a Gloo
+ * context of its own that meets through the job's store; Gloo has no reduce_scatter.
+ * --oop-only 1 leaves out the in-place columns (shorter runs).
  *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
  *                                                         [--backend shm|gloo|hier|...]
@@ -33,6 +38,9 @@
 #include "core/internal.h"
 #ifdef ACCEL_HAVE_MPI
 #include <mpi.h>
+#endif
+#ifdef BENCH_HAVE_GLOO
+#include "gloo_raw.h"
 #endif
 
 #define CHECK_ACC(acc, call)                                                                       \
@@ -74,6 +82,47 @@ static void run_once(accel *acc, coll c, float *send, float *recv, size_t count,
     }
 }
 
+/* The baseline: another library's own collective, out of place, on the same processes. */
+typedef struct baseline {
+    const char *name; /* for the header: "Open MPI's own", "Gloo's own" */
+    /* One call (count = the whole array, as run_once): 0 done, 1 not offered, -1 failed. */
+    int (*run)(void *ctx, coll c, float *send, float *recv, size_t count);
+    void *ctx;
+} baseline;
+
+#ifdef ACCEL_HAVE_MPI
+static int raw_mpi(void *ctx, coll c, float *send, float *recv, size_t count)
+{
+    (void)ctx;
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    const int cnt = (int)count, per = (int)(count / (size_t)n);
+    int rc = MPI_SUCCESS;
+    switch (c) {
+    case ALLREDUCE:
+        rc = MPI_Allreduce(send, recv, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case ALLGATHER:
+        rc = MPI_Allgather(send, per, MPI_FLOAT, recv, per, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case REDUCE_SCATTER:
+        rc = MPI_Reduce_scatter_block(send, recv, per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case BROADCAST:
+        rc = MPI_Bcast(recv, cnt, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+    }
+    return rc == MPI_SUCCESS ? 0 : -1;
+}
+#endif
+
+#ifdef BENCH_HAVE_GLOO
+static int raw_gloo(void *ctx, coll c, float *send, float *recv, size_t count)
+{
+    return bench_gloo_run(ctx, (int)c, send, recv, count);
+}
+#endif
+
 #define TRIALS 5
 
 /* Iterations per trial: ~0.05 s worth at memory speed, at least 2. */
@@ -103,84 +152,70 @@ static double memcpy_bw(void *dst, const void *src, size_t nbytes)
     return (double)nbytes / best;
 }
 
-/* Best batch time of one collective, the slowest rank's (every rank returns the same). */
-static double time_coll(accel *acc, coll c, float *send, float *recv, size_t count, int in_place)
+/* A batch of iters calls of accel's collective (base NULL) or the baseline's; its time per call
+ * on this process, or 0 when the baseline does not offer the collective. */
+static double batch(accel *acc, const baseline *base, coll c, float *send, float *recv,
+                    size_t count, int in_place, int iters)
 {
-    int iters = iters_for(count * sizeof(float));
-    for (int i = 0; i < 2 + iters / 10; i++) {
-        run_once(acc, c, send, recv, count, in_place); /* warm up: faults, caches */
-    }
-    /* Best of TRIALS batches: the machine is shared, and the best batch is the one least
-     * disturbed by other processes (memcpy is measured the same way). */
-    double t = 1e30;
-    for (int trial = 0; trial < TRIALS; trial++) {
-        CHECK_ACC(acc, accel_barrier(acc, NULL));
-        double t0 = accel__now();
-        for (int i = 0; i < iters; i++) {
+    CHECK_ACC(acc, accel_barrier(acc, NULL));
+    double t0 = accel__now();
+    for (int i = 0; i < iters; i++) {
+        if (base == NULL) {
             run_once(acc, c, send, recv, count, in_place);
+            continue;
         }
-        double ti = (accel__now() - t0) / iters;
-        t = ti < t ? ti : t;
+        int rc = base->run(base->ctx, c, send, recv, count);
+        if (rc != 0) {
+            if (rc < 0) {
+                fprintf(stderr, "%s %s failed\n", base->name, coll_names[c]);
+                exit(1);
+            }
+            return 0;
+        }
     }
-    CHECK_ACC(acc, accel_allreduce(acc, &t, &t, 1, ACCEL_F64, ACCEL_MAX, NULL));
-    return t;
+    return (accel__now() - t0) / iters;
 }
 
-/* Open MPI's own collective, out of place, timed as time_coll; 0 when MPI is not running. */
-static double time_raw_mpi(accel *acc, coll c, float *send, float *recv, size_t count)
+/* Best batch time of one collective, the slowest rank's (every rank returns the same); with
+ * base, the baseline's best too (*t_base, 0 if not offered), its batches alternating with
+ * accel's so that both see the same load on a shared machine. */
+static double time_coll(accel *acc, coll c, float *send, float *recv, size_t count, int in_place,
+                        const baseline *base, double *t_base)
 {
-#ifdef ACCEL_HAVE_MPI
-    int on = 0, off = 0;
-    MPI_Initialized(&on);
-    MPI_Finalized(&off);
-    int n = 1;
-    if (on && !off) {
-        MPI_Comm_size(MPI_COMM_WORLD, &n);
-    }
-    if (!on || off || n != accel_num_processes(acc) || count > (size_t)1 << 30) {
-        return 0;
-    }
-    const int cnt = (int)count, per = (int)(count / (size_t)n);
     int iters = iters_for(count * sizeof(float));
-    double t = 1e30;
-    for (int trial = -1; trial < TRIALS; trial++) { /* trial -1 warms up */
-        MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = accel__now();
-        for (int i = 0; i < (trial < 0 ? 2 + iters / 10 : iters); i++) {
-            switch (c) {
-            case ALLREDUCE:
-                MPI_Allreduce(send, recv, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                break;
-            case ALLGATHER:
-                MPI_Allgather(send, per, MPI_FLOAT, recv, per, MPI_FLOAT, MPI_COMM_WORLD);
-                break;
-            case REDUCE_SCATTER:
-                MPI_Reduce_scatter_block(send, recv, per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                break;
-            case BROADCAST:
-                MPI_Bcast(recv, cnt, MPI_FLOAT, 0, MPI_COMM_WORLD);
-                break;
-            }
-        }
-        double ti = (accel__now() - t0) / (trial < 0 ? 2 + iters / 10 : iters);
-        t = trial >= 0 && ti < t ? ti : t;
+    double t[2] = {1e30, base != NULL ? 1e30 : 0};
+    /* Warm up (faults, caches), then the best of TRIALS batches: the machine is shared, and
+     * the best batch is the one least disturbed by other processes (memcpy is measured the same
+     * way). */
+    (void)batch(acc, NULL, c, send, recv, count, in_place, 2 + iters / 10);
+    if (base != NULL && batch(acc, base, c, send, recv, count, 0, 2 + iters / 10) == 0) {
+        base = NULL, t[1] = 0;
     }
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return t;
-#else
-    (void)acc, (void)c, (void)send, (void)recv, (void)count;
-    return 0;
-#endif
+    for (int trial = 0; trial < TRIALS; trial++) {
+        double ti = batch(acc, NULL, c, send, recv, count, in_place, iters);
+        t[0] = ti < t[0] ? ti : t[0];
+        if (base != NULL) {
+            ti = batch(acc, base, c, send, recv, count, 0, iters);
+            t[1] = ti < t[1] ? ti : t[1];
+        }
+    }
+    CHECK_ACC(acc, accel_allreduce(acc, t, t, 2, ACCEL_F64, ACCEL_MAX, NULL));
+    if (t_base != NULL) {
+        *t_base = t[1];
+    }
+    return t[0];
 }
 
 int main(int argc, char **argv)
 {
     size_t max_mib = 256;
-    int only = -1;
+    int only = -1, oop_only = 0;
     accel_options o = accel_options_default();
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--max-mib") == 0) {
             max_mib = (size_t)atol(argv[i + 1]);
+        } else if (strcmp(argv[i], "--oop-only") == 0) {
+            oop_only = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--backend") == 0) {
             o.backend = argv[i + 1];
         } else if (strcmp(argv[i], "--coll") == 0) {
@@ -215,6 +250,31 @@ int main(int argc, char **argv)
         recv[i] = 0;
         sym[i] = (float)(i % 100);
     }
+    /* The baseline: Open MPI's own under mpirun, Gloo's own under gloo or hier. */
+    baseline base = {NULL, NULL, NULL};
+#ifdef ACCEL_HAVE_MPI
+    int world_n = 0;
+    if (own_mpi) {
+        MPI_Comm_size(MPI_COMM_WORLD, &world_n);
+    }
+    if (world_n == n) {
+        base = (baseline){"Open MPI's own", raw_mpi, NULL};
+    }
+#endif
+#ifdef BENCH_HAVE_GLOO
+    const char *be = accel_backend_name(acc), *addr = getenv("MASTER_ADDR"),
+               *port = getenv("MASTER_PORT"), *ifname = getenv("ACCEL_SOCKET_IFNAME");
+    ifname = ifname != NULL ? ifname : getenv("GLOO_SOCKET_IFNAME");
+    bench_gloo *gloo = NULL;
+    if (base.run == NULL && addr != NULL && port != NULL &&
+        (strcmp(be, "gloo") == 0 || strcmp(be, "hier") == 0)) {
+        gloo = bench_gloo_open(rank, n, addr, atoi(port), ifname, 60);
+        if (gloo == NULL) {
+            return 1;
+        }
+        base = (baseline){"Gloo's own", raw_gloo, gloo};
+    }
+#endif
     if (rank == 0) {
         printf("# accel collectives benchmark: %d processes, backend %s, f32\n", n,
                accel_backend_name(acc));
@@ -223,12 +283,12 @@ int main(int argc, char **argv)
         printf("# ratio = busbw / memcpy; bandwidths in GB/s; times are the slowest rank's\n");
         printf("%-15s %10s %10s | %-34s | %-34s | %-34s | %7s | %-17s\n", "", "", "",
                "out of place", "in place", "in place, symmetric (accel_alloc_shared)", "",
-               "Open MPI's own");
+               base.name != NULL ? base.name : "no baseline");
         printf("%-15s %10s %10s | %10s %7s %7s %6s | %10s %7s %7s %6s | %10s %7s %7s %6s | %7s | "
                "%10s %6s\n",
                "collective", "size(B)", "count", "time(us)", "algbw", "busbw", "ratio", "time(us)",
                "algbw", "busbw", "ratio", "time(us)", "algbw", "busbw", "ratio", "memcpy",
-               "time(us)", "vs_mpi");
+               "time(us)", "vs_raw");
     }
     for (int c = 0; c < 4; c++) {
         if (only >= 0 && c != only) {
@@ -236,10 +296,11 @@ int main(int argc, char **argv)
         }
         for (size_t nbytes = 4096; nbytes <= max_nbytes; nbytes *= 4) {
             size_t count = nbytes / sizeof(float);
-            double t_oop = time_coll(acc, (coll)c, send, recv, count, 0);
-            double t_ip = time_coll(acc, (coll)c, send, recv, count, 1);
-            double t_sym = time_coll(acc, (coll)c, sym, sym, count, 1);
-            double t_mpi = time_raw_mpi(acc, (coll)c, send, recv, count);
+            double t_raw = 0;
+            double t_oop = time_coll(acc, (coll)c, send, recv, count, 0,
+                                     base.run != NULL ? &base : NULL, &t_raw);
+            double t_ip = oop_only ? 0 : time_coll(acc, (coll)c, send, recv, count, 1, NULL, NULL);
+            double t_sym = oop_only ? 0 : time_coll(acc, (coll)c, sym, sym, count, 1, NULL, NULL);
             double mbw = 0;
             if (rank == 0) {
                 mbw = memcpy_bw(recv, send, nbytes); /* others wait in the barrier */
@@ -249,24 +310,30 @@ int main(int argc, char **argv)
                 double factor = c == ALLREDUCE   ? 2.0 * (n - 1) / n
                                 : c == BROADCAST ? 1.0
                                                  : (double)(n - 1) / n;
-                double bus_oop = (double)nbytes / t_oop * factor;
-                double bus_ip = (double)nbytes / t_ip * factor;
-                double bus_sym = (double)nbytes / t_sym * factor;
-                char raw[32] = "         -      -";
-                if (t_mpi > 0) {
-                    snprintf(raw, sizeof(raw), "%10.2f %6.2f", t_mpi * 1e6, t_mpi / t_oop);
+                char cols[3][48], raw[32] = "         -      -";
+                const double ts[3] = {t_oop, t_ip, t_sym};
+                for (int k = 0; k < 3; k++) {
+                    double bus = (double)nbytes / ts[k] * factor;
+                    if (ts[k] > 0) {
+                        snprintf(cols[k], sizeof(cols[k]), "%10.2f %7.2f %7.2f %6.2f",
+                                 ts[k] * 1e6, nbytes / ts[k] * 1e-9, bus * 1e-9, bus / mbw);
+                    } else {
+                        snprintf(cols[k], sizeof(cols[k]), "%10s %7s %7s %6s", "-", "-", "-", "-");
+                    }
                 }
-                printf("%-15s %10zu %10zu | %10.2f %7.2f %7.2f %6.2f | %10.2f %7.2f %7.2f %6.2f | "
-                       "%10.2f %7.2f %7.2f %6.2f | %7.2f | %s\n",
-                       coll_names[c], nbytes, count, t_oop * 1e6, nbytes / t_oop * 1e-9,
-                       bus_oop * 1e-9, bus_oop / mbw, t_ip * 1e6, nbytes / t_ip * 1e-9,
-                       bus_ip * 1e-9, bus_ip / mbw, t_sym * 1e6, nbytes / t_sym * 1e-9,
-                       bus_sym * 1e-9, bus_sym / mbw, mbw * 1e-9, raw);
+                if (t_raw > 0) {
+                    snprintf(raw, sizeof(raw), "%10.2f %6.2f", t_raw * 1e6, t_raw / t_oop);
+                }
+                printf("%-15s %10zu %10zu | %s | %s | %s | %7.2f | %s\n", coll_names[c], nbytes,
+                       count, cols[0], cols[1], cols[2], mbw * 1e-9, raw);
                 fflush(stdout);
             }
         }
     }
     CHECK_ACC(acc, accel_free_shared(acc, sym));
+#ifdef BENCH_HAVE_GLOO
+    bench_gloo_close(gloo);
+#endif
     accel_free(acc);
     free(send);
     free(recv);

@@ -13,7 +13,8 @@
 #    abort from another thread waking a waiter on every process;
 #  - hier (the default with several processes per machine), 2 x 2 and 2 x 1 forced:
 #    test_collectives with the floating-point results checked in hier's association (a
-#    machine's processes first, then the machines);
+#    machine's processes first, then the machines); test_comm_v2 on hier, 2 x 2 (split's
+#    children are hier communicators of one process per "machine", in rank order);
 #  - started by hand, the store served by another process (ACCEL_STORE_SERVED=1, what the
 #    launchers do), job id and restart count set: gloo 2 x 1 and hier 2 x 2 rendezvous as
 #    clients only, twice on one store (the second as restart 1), checking every allreduce.
@@ -51,6 +52,7 @@ run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
 grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
 run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"
+run hier-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=hier -- "$B/tests/test_comm_v2"
 store_port=$("$B/tests/progs/free_port")
 "$B/tests/progs/store_serve" "$store_port" >"$tmp/store.out" 2>&1 &
 store_pid=$!

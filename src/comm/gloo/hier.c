@@ -43,6 +43,9 @@ typedef struct hier {
     accel__store *store; /* the job's store, when this process serves it */
     void *work;          /* the padded, widened copy reductions run on (grow-only) */
     size_t work_nbytes;
+    int *process;        /* n_ranks: the job-wide process index of each rank, for messages */
+    char key[128];       /* the job's key and this communicator's name in it: with a split's */
+    char id[96];         /* sequence number, the names of its children's shm and gloo keys */
 
     /* The cross-machine worker of the pipeline. */
     pthread_t thread;
@@ -434,13 +437,14 @@ static void hier_destroy(void *impl)
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     accel__free(h->work);
+    accel__free(h->process);
     accel__free(h);
 }
 
 static _Atomic unsigned n_worlds; /* hier communicators made by this process */
 
 /* The job's key: ACCEL_JOB_ID, else a nonce process 0 publishes in the store. */
-static accel_status job_key(hier *h, const accel__comm_config *cfg, unsigned k, char *key,
+static accel_status job_key(hier *h, const accel__comm_config *cfg, const char *id, char *key,
                             size_t key_nbytes)
 {
     if (cfg->job_id != NULL && cfg->job_id[0] != '\0') {
@@ -448,7 +452,7 @@ static accel_status job_key(hier *h, const accel__comm_config *cfg, unsigned k, 
         return ACCEL_OK;
     }
     char name[96];
-    snprintf(name, sizeof(name), "hier/%d/w%u/nonce", cfg->restart_count, k);
+    snprintf(name, sizeof(name), "hier/%d/%s/nonce", cfg->restart_count, id);
     accel__store *st = h->store;
     accel__store_config sc = {
         .addr = cfg->master_addr, .port = cfg->master_port, .timeout_s = cfg->timeout_s};
@@ -470,7 +474,11 @@ static accel_status job_key(hier *h, const accel__comm_config *cfg, unsigned k, 
     return r;
 }
 
-static accel_status hier_init(const accel__comm_config *cfg, void **impl)
+/* A communicator of cfg's layout whose shm segment and gloo keys are named with the job's key
+ * and `id` (unique in the job); process: the job-wide index of each rank (NULL: process_base +
+ * rank). serve: this process runs the store (a world's process 0 without a launcher's store). */
+static accel_status hier_new(const accel__comm_config *cfg, const char *key, const char *id,
+                             const int *process, int serve, hier **out)
 {
     const int L = cfg->local_n_ranks, l = cfg->local_rank;
     if (L < 1 || cfg->n_ranks % L != 0 || cfg->rank % L != l) {
@@ -492,50 +500,56 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
     h->L = L;
     h->node = cfg->rank / L;
     h->n_nodes = cfg->n_ranks / L;
-    const unsigned k = atomic_fetch_add(&n_worlds, 1);
+    snprintf(h->id, sizeof(h->id), "%s", id);
+    h->process = accel__calloc((size_t)h->n_ranks, sizeof(int));
+    int *across_process = accel__calloc((size_t)h->n_nodes, sizeof(int));
     accel_status st = ACCEL_OK;
+    if (h->process == NULL || across_process == NULL) {
+        st = accel__seterr(NULL, ACCEL_ENOMEM, "hier: out of memory");
+    }
+    for (int r = 0; st == ACCEL_OK && r < h->n_ranks; r++) {
+        h->process[r] = process != NULL ? process[r] : cfg->process_base + r;
+    }
     /* Without a launcher's store, process 0 serves it for the life of the communicator. */
-    if (!cfg->store_served && cfg->rank == 0) {
+    if (st == ACCEL_OK && serve) {
         accel__store_config sc = {.addr = cfg->master_addr,
                                   .port = cfg->master_port,
                                   .serve = 1,
                                   .timeout_s = cfg->timeout_s};
         st = accel__store_open(&h->store, &sc);
     }
-    char key[128] = "";
-    if (st == ACCEL_OK) {
-        st = job_key(h, cfg, k, key, sizeof(key));
+    if (st == ACCEL_OK && key == NULL) {
+        st = job_key(h, cfg, id, h->key, sizeof(h->key));
+    } else if (st == ACCEL_OK) {
+        snprintf(h->key, sizeof(h->key), "%s", key);
     }
     if (st == ACCEL_OK) {
         /* Inside: this machine's processes, the segment named with the machine. */
-        char inner_id[200];
-        snprintf(inner_id, sizeof(inner_id), "%.100s-n%d-w%u", key, h->node, k);
+        char inner_id[256];
+        snprintf(inner_id, sizeof(inner_id), "%.100s-n%d-%s", h->key, h->node, id);
         accel__comm_config in = *cfg;
         in.rank = l;
         in.n_ranks = L;
         in.job_id = inner_id;
-        in.process_base = h->node * L;
+        in.process_base = h->process[h->node * L];
         st = accel__shm_ops.init(&in, &h->shm);
-    }
-    int *process = accel__calloc((size_t)h->n_nodes, sizeof(int));
-    if (st == ACCEL_OK && process == NULL) {
-        st = accel__seterr(NULL, ACCEL_ENOMEM, "hier: out of memory");
     }
     if (st == ACCEL_OK) {
         /* Across: local rank l of every machine. */
         char prefix[400];
-        snprintf(prefix, sizeof(prefix), "%.200s/%d/hier/w%u/l%d/", key, cfg->restart_count, k, l);
+        snprintf(prefix, sizeof(prefix), "%.200s/%d/hier/%s/l%d/", h->key, cfg->restart_count, id,
+                 l);
         accel__comm_config x = *cfg;
         x.rank = h->node;
         x.n_ranks = h->n_nodes;
         x.local_rank = 0;
         x.local_n_ranks = 1;
         for (int m = 0; m < h->n_nodes; m++) {
-            process[m] = m * L + l;
+            across_process[m] = h->process[m * L + l];
         }
-        st = accel__gloo_open(&h->cross, &x, prefix, 0, process);
+        st = accel__gloo_open(&h->cross, &x, prefix, 0, across_process);
     }
-    accel__free(process);
+    accel__free(across_process);
     if (st != ACCEL_OK) {
         if (h->shm != NULL) {
             accel__shm_ops.abort(h->shm, st, accel_last_error(NULL));
@@ -552,8 +566,15 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
     accel__log(&cfg->log, ACCEL__LOG_INFO,
                "hier: machine %d of %d, local rank %d of %d: shm inside, gloo across", h->node,
                h->n_nodes, l, L);
-    *impl = h;
+    *out = h;
     return ACCEL_OK;
+}
+
+static accel_status hier_init(const accel__comm_config *cfg, void **impl)
+{
+    char id[32];
+    snprintf(id, sizeof(id), "w%u", atomic_fetch_add(&n_worlds, 1));
+    return hier_new(cfg, NULL, id, NULL, !cfg->store_served && cfg->rank == 0, (hier **)impl);
 }
 
 static void hier_abort(void *impl, accel_status st, const char *msg)

@@ -21,18 +21,16 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "comm/reduce.h"
 #include "mpi_impl.h"
 
 #define ABORT_TAG 7301 /* on the ctl communicator, which carries nothing else */
 
 static pthread_mutex_t setup_mu = PTHREAD_MUTEX_INITIALIZER;
-static int started;      /* types and ops made (once per process) */
+static int started;      /* types made (once per process) */
 static int serialised;   /* MPI runs below MPI_THREAD_MULTIPLE: one accel MPI call at a time */
 static _Atomic int lost; /* a peer may be dead or stuck (a timeout, an MPI error): no finalise */
 static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;
 static MPI_Datatype types[ACCEL_DTYPE_COUNT];
-static MPI_Op user_ops[5];
 
 void accel__mpi_lock(void)
 {
@@ -51,11 +49,6 @@ void accel__mpi_unlock(void)
 MPI_Datatype accel__mpi_type(accel_dtype dt)
 {
     return (unsigned)dt < ACCEL_DTYPE_COUNT ? types[dt] : MPI_DATATYPE_NULL;
-}
-
-MPI_Op accel__mpi_user_op(accel_reduce_op op)
-{
-    return user_ops[op];
 }
 
 /* "allreduce(count=4096, f32, sum) (its all-to-all step)", or `what` outside a collective. */
@@ -87,38 +80,6 @@ accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what)
                          m->n_ranks, text);
 }
 
-/* ---- the user-defined reductions ---- */
-
-/* The accel dtype an MPI type of ours stands for. */
-static accel_dtype dtype_of(MPI_Datatype t)
-{
-    for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
-        if (types[d] == t) {
-            return (accel_dtype)d;
-        }
-    }
-    return ACCEL_DTYPE_COUNT;
-}
-
-/* inout = in op inout with in from the lower rank (MPI's order for a non-commutative op): the
- * kernel's operand order, so two processes give the bits accel's other backends give. */
-static void user_reduce(void *in, void *inout, int *len, MPI_Datatype *t, accel_reduce_op op)
-{
-    const void *ins[2] = {in, inout};
-    accel__reduce(dtype_of(*t), op, inout, NULL, ins, 2, (size_t)*len, 2);
-}
-
-#define DEF_USER_OP(name, OP)                                                                      \
-    static void name(void *in, void *inout, int *len, MPI_Datatype *t)                             \
-    {                                                                                              \
-        user_reduce(in, inout, len, t, OP);                                                        \
-    }
-DEF_USER_OP(op_sum, ACCEL_SUM)
-DEF_USER_OP(op_avg2, ACCEL_AVG)
-DEF_USER_OP(op_max, ACCEL_MAX)
-DEF_USER_OP(op_min, ACCEL_MIN)
-DEF_USER_OP(op_prod, ACCEL_PROD)
-
 /* ---- starting and finishing MPI ---- */
 
 static void finish_at_exit(void)
@@ -138,8 +99,8 @@ static void finish_at_exit(void)
     MPI_Finalize();
 }
 
-/* Named types where MPI has them (the built-in reductions need them); a contiguous byte type
- * of the element's size for the rest, one handle per dtype so the user ops can tell them apart. */
+/* Named types where MPI has them; a contiguous byte type of the element's size for the rest
+ * (collectives only move elements: accel's kernels reduce them). */
 static accel_status make_types(void)
 {
     static const struct {
@@ -167,16 +128,10 @@ static accel_status make_types(void)
                                  accel_dtype_name((accel_dtype)d));
         }
     }
-    MPI_User_function *fns[5] = {op_sum, op_avg2, op_max, op_min, op_prod};
-    for (int o = 0; o < 5; o++) {
-        if (MPI_Op_create(fns[o], 0, &user_ops[o]) != MPI_SUCCESS) {
-            return accel__seterr(NULL, ACCEL_EINTERNAL, "mpi: cannot create the reduction ops");
-        }
-    }
     return ACCEL_OK;
 }
 
-/* Initialises MPI if the program has not, and makes the types and ops (once). */
+/* Initialises MPI if the program has not, and makes the types (once). */
 static accel_status start(const accel__comm_config *cfg)
 {
     pthread_mutex_lock(&setup_mu);
@@ -403,11 +358,11 @@ static void endpoint_free(accel__mpi *m)
     accel__free(m->abort_tx);
     accel__free(m->counts);
     accel__free(m->displs);
-    accel__free(m->rcounts);
-    accel__free(m->rdispls);
     accel__free(m->ins);
     accel__free(m->reqs);
     accel__free(m->req_peer);
+    accel__free(m->pipe_reqs);
+    accel__free(m->pipe_peer);
     accel__free(m);
 }
 
@@ -431,13 +386,11 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->abort_tx = accel__malloc(n * sizeof(*m->abort_tx));
     m->counts = accel__calloc(n, sizeof(int));
     m->displs = accel__calloc(n, sizeof(int));
-    m->rcounts = accel__calloc(n, sizeof(int));
-    m->rdispls = accel__calloc(n, sizeof(int));
     m->ins = accel__calloc(n, sizeof(*m->ins));
     m->reqs = accel__calloc(2 * n, sizeof(*m->reqs));
     m->req_peer = accel__calloc(2 * n, sizeof(int));
-    if (m->abort_tx == NULL || m->counts == NULL || m->displs == NULL || m->rcounts == NULL ||
-        m->rdispls == NULL || m->ins == NULL || m->reqs == NULL || m->req_peer == NULL) {
+    if (m->abort_tx == NULL || m->counts == NULL || m->displs == NULL || m->ins == NULL ||
+        m->reqs == NULL || m->req_peer == NULL) {
         endpoint_free(m);
         return accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
     }

@@ -39,24 +39,20 @@ typedef struct accel__mpi {
     int stuck;             /* a request never completed: MPI objects must leak at destroy */
     char *scratch;         /* grows to the largest need; no allocation in the steady state */
     size_t scratch_nbytes;
-    int *counts, *displs;   /* n_ranks each: the v-collectives' per-process chunks */
-    int *rcounts, *rdispls; /* n_ranks each: what an all-to-all receives from each process */
+    int *counts, *displs;   /* n_ranks each: the per-process chunks of the pipelined path */
     const void **ins;       /* n_ranks operands of a local reduction */
     MPI_Request *reqs;      /* 2 * n_ranks: the small-message exchange's sends and receives */
     int *req_peer;          /* for each of reqs: the process a receive waits for, -1 a send */
+    MPI_Request *pipe_reqs; /* pipe_n each, grow-only: the pipelined path's requests */
+    int *pipe_peer;         /* and the process each receive waits for (-1: a send) */
+    size_t pipe_n;
     accel__mpi_block *blocks;
     const accel__coll *cur; /* the collective running (named in messages), or NULL */
 } accel__mpi;
 
 /* The MPI datatype that moves elements of dt (a named type, or a committed contiguous byte
- * type for the formats MPI lacks: F16, BF16, the F8s), and the accel dtype of one of ours. */
+ * type for the formats MPI lacks: F16, BF16, the F8s). */
 MPI_Datatype accel__mpi_type(accel_dtype dt);
-
-/* The user-defined reduction for `op` (MPI_Op_create, not commutative, so MPI combines in rank
- * order): accel's own kernel over two operands, floats of 16 bits or fewer in f32. AVG
- * divides by 2: only for communicators of two processes, where each element meets one
- * combine. */
-MPI_Op accel__mpi_user_op(accel_reduce_op op);
 
 /* Waits for *req until the communicator's deadline, progressing MPI and watching for aborts.
  * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an
