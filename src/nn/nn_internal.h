@@ -147,6 +147,17 @@ nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* 1 when `small`'s shape equals the trailing dims of `big` (or small has one element): the
+ * broadcasts nn_add accepts (ops_elem.c; the GPU path too). */
+int accel__nn_is_suffix(const nn_tensor *small, const nn_tensor *big);
+
+/* nn_cross_entropy's arguments (ops_norm.c; the GPU path too): the options copied into *o,
+ * checked, and every target checked against logits' class dim; *rows rows, *count of them not
+ * ignore_index. ACCEL_EINVAL with g's error set, naming the culprit. */
+accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
+                               const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
+                               int64_t *rows, int64_t *count);
 /* 1 when the op must be recorded (grad enabled and some input requires grad). */
 int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in);
 /* Appends a tape node producing `out` from inputs; marks out->requires_grad. NULL on OOM. */

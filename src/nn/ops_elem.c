@@ -131,8 +131,7 @@ static void bin_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-/* 1 when `small`'s shape equals the trailing dims of `big` (or small has one element). */
-static int is_suffix(const nn_tensor *small, const nn_tensor *big)
+int accel__nn_is_suffix(const nn_tensor *small, const nn_tensor *big)
 {
     if (nn_numel(small) == 1 && nn_numel(big) >= 1) {
         return 1;
@@ -162,7 +161,7 @@ static nn_tensor *binop_impl(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
     /* On equal sizes the operand with more dims gives the output shape ([T,C] + [1,T,C]). */
     int a_big = na > nb || (na == nb && a->ndim >= b->ndim);
     const nn_tensor *big = a_big ? a : b, *small = a_big ? b : a;
-    if (!is_suffix(small, big)) {
+    if (!accel__nn_is_suffix(small, big)) {
         char s1[64], s2[64];
         return accel__nn_fail(g, ACCEL_EINVAL,
                               "nn_%s: shapes %s and %s do not broadcast (the smaller must be "

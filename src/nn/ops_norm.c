@@ -201,48 +201,62 @@ static void ce_backward(nn_ctx *g, nn_node *n)
     }
 }
 
+accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
+                               const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
+                               int64_t *rows, int64_t *count)
+{
+    *o = nn_cross_entropy_options_default();
+    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, o, opts,
+                            label_smoothing) != ACCEL_OK) {
+        accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
+        return ACCEL_EINVAL;
+    }
+    if (targets == NULL || logits->ndim < 1) {
+        accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
+                       targets == NULL ? "targets is NULL" : "logits must have a class dim");
+        return ACCEL_EINVAL;
+    }
+    if (o->reduction < NN_REDUCTION_MEAN || o->reduction > NN_REDUCTION_NONE ||
+        !(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f)) {
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "nn_cross_entropy: invalid reduction %d or "
+                       "label_smoothing %g",
+                       (int)o->reduction, (double)o->label_smoothing);
+        return ACCEL_EINVAL;
+    }
+    int64_t C = logits->shape[logits->ndim - 1];
+    *rows = C ? nn_numel(logits) / C : 0;
+    *count = 0;
+    for (int64_t r = 0; r < *rows; r++) {
+        if (targets[r] == o->ignore_index) {
+            continue;
+        }
+        if (targets[r] < 0 || targets[r] >= C) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "nn_cross_entropy: target %d at position %lld is outside "
+                           "[0, %lld) and not ignore_index %lld",
+                           (int)targets[r], (long long)r, (long long)C, (long long)o->ignore_index);
+            return ACCEL_EINVAL;
+        }
+        (*count)++;
+    }
+    return ACCEL_OK;
+}
+
 static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                      const nn_cross_entropy_options *opts)
 {
-    if (logits == NULL) {
+    nn_cross_entropy_options o;
+    int64_t rows, count;
+    if (logits == NULL ||
+        accel__nn_ce_args(g, logits, targets, opts, &o, &rows, &count) != ACCEL_OK) {
         return NULL;
-    }
-    nn_cross_entropy_options o = nn_cross_entropy_options_default();
-    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, &o, opts,
-                            label_smoothing) != ACCEL_OK) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
-    }
-    if (targets == NULL || logits->ndim < 1) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
-                              targets == NULL ? "targets is NULL" : "logits must have a class dim");
-    }
-    if (o.reduction < NN_REDUCTION_MEAN || o.reduction > NN_REDUCTION_NONE ||
-        !(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_cross_entropy: invalid reduction %d or "
-                              "label_smoothing %g",
-                              (int)o.reduction, (double)o.label_smoothing);
     }
     logits = accel__nn_contig(g, logits);
     if (logits == NULL) {
         return NULL;
     }
     int64_t C = logits->shape[logits->ndim - 1];
-    int64_t rows = C ? nn_numel(logits) / C : 0;
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        if (targets[r] == o.ignore_index) {
-            continue;
-        }
-        if (targets[r] < 0 || targets[r] >= C) {
-            return accel__nn_fail(g, ACCEL_EINVAL,
-                                  "nn_cross_entropy: target %d at position %lld is outside "
-                                  "[0, %lld) and not ignore_index %lld",
-                                  (int)targets[r], (long long)r, (long long)C,
-                                  (long long)o.ignore_index);
-        }
-        count++;
-    }
     nn_tensor *y = o.reduction == NN_REDUCTION_NONE
                        ? accel__nn_new(g, logits->ndim - 1, logits->shape)
                        : accel__nn_new(g, 0, NULL);

@@ -29,22 +29,6 @@ static void add_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-static int is_suffix(const nn_tensor *small, const nn_tensor *big)
-{
-    if (nn_numel(small) == 1 && nn_numel(big) >= 1) {
-        return 1;
-    }
-    if (small->ndim > big->ndim) {
-        return 0;
-    }
-    for (int d = 0; d < small->ndim; d++) {
-        if (small->shape[small->ndim - 1 - d] != big->shape[big->ndim - 1 - d]) {
-            return 0;
-        }
-    }
-    return 1;
-}
-
 nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 {
     if (a == NULL || b == NULL) {
@@ -57,7 +41,7 @@ nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     int64_t na = nn_numel(a), nb = nn_numel(b);
     int a_big = na > nb || (na == nb && a->ndim >= b->ndim);
     const nn_tensor *big = a_big ? a : b, *small = a_big ? b : a;
-    if (!is_suffix(small, big)) {
+    if (!accel__nn_is_suffix(small, big)) {
         char s1[64], s2[64];
         return accel__nn_fail(g, ACCEL_EINVAL,
                               "nn_add: shapes %s and %s do not broadcast (the smaller must be "
@@ -302,41 +286,13 @@ static void ce_backward(nn_ctx *g, nn_node *n)
 nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts)
 {
-    if (logits == NULL || !accel__nn_cu_inputs(g, "nn_cross_entropy", &logits, 1)) {
+    nn_cross_entropy_options o;
+    int64_t rows, count;
+    if (logits == NULL || !accel__nn_cu_inputs(g, "nn_cross_entropy", &logits, 1) ||
+        accel__nn_ce_args(g, logits, targets, opts, &o, &rows, &count) != ACCEL_OK) {
         return NULL;
     }
-    nn_cross_entropy_options o = nn_cross_entropy_options_default();
-    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, &o, opts,
-                            label_smoothing) != ACCEL_OK) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
-    }
-    if (targets == NULL || logits->ndim < 1) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
-                              targets == NULL ? "targets is NULL" : "logits must have a class dim");
-    }
-    if (o.reduction < NN_REDUCTION_MEAN || o.reduction > NN_REDUCTION_NONE ||
-        !(o.label_smoothing >= 0.0f && o.label_smoothing <= 1.0f)) {
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_cross_entropy: invalid reduction %d or "
-                              "label_smoothing %g",
-                              (int)o.reduction, (double)o.label_smoothing);
-    }
     int64_t C = logits->shape[logits->ndim - 1];
-    int64_t rows = C ? nn_numel(logits) / C : 0;
-    int64_t count = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        if (targets[r] == o.ignore_index) {
-            continue;
-        }
-        if (targets[r] < 0 || targets[r] >= C) {
-            return accel__nn_fail(g, ACCEL_EINVAL,
-                                  "nn_cross_entropy: target %d at position %lld is outside "
-                                  "[0, %lld) and not ignore_index %lld",
-                                  (int)targets[r], (long long)r, (long long)C,
-                                  (long long)o.ignore_index);
-        }
-        count++;
-    }
     nn_tensor *y = o.reduction == NN_REDUCTION_NONE
                        ? accel__nn_new(g, logits->ndim - 1, logits->shape)
                        : accel__nn_new(g, 0, NULL);
