@@ -44,8 +44,7 @@ typedef struct hier {
     void *work;          /* the padded, widened copy reductions run on (grow-only) */
     size_t work_nbytes;
     int *process;        /* n_ranks: the job-wide process index of each rank, for messages */
-    char key[128];       /* the job's key and this communicator's name in it: with a split's */
-    char id[96];         /* sequence number, the names of its children's shm and gloo keys */
+    char key[128];       /* the job's key: names this communicator's shm segment and gloo keys */
 
     /* The cross-machine worker of the pipeline. */
     pthread_t thread;
@@ -475,10 +474,9 @@ static accel_status job_key(hier *h, const accel__comm_config *cfg, const char *
 }
 
 /* A communicator of cfg's layout whose shm segment and gloo keys are named with the job's key
- * and `id` (unique in the job); process: the job-wide index of each rank (NULL: process_base +
- * rank). serve: this process runs the store (a world's process 0 without a launcher's store). */
-static accel_status hier_new(const accel__comm_config *cfg, const char *key, const char *id,
-                             const int *process, int serve, hier **out)
+ * and `id` (unique in the job). serve: this process runs the store (a world's process 0 without
+ * a launcher's store). */
+static accel_status hier_new(const accel__comm_config *cfg, const char *id, int serve, hier **out)
 {
     const int L = cfg->local_n_ranks, l = cfg->local_rank;
     if (L < 1 || cfg->n_ranks % L != 0 || cfg->rank % L != l) {
@@ -500,7 +498,6 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *key, con
     h->L = L;
     h->node = cfg->rank / L;
     h->n_nodes = cfg->n_ranks / L;
-    snprintf(h->id, sizeof(h->id), "%s", id);
     h->process = accel__calloc((size_t)h->n_ranks, sizeof(int));
     int *across_process = accel__calloc((size_t)h->n_nodes, sizeof(int));
     accel_status st = ACCEL_OK;
@@ -508,7 +505,7 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *key, con
         st = accel__seterr(NULL, ACCEL_ENOMEM, "hier: out of memory");
     }
     for (int r = 0; st == ACCEL_OK && r < h->n_ranks; r++) {
-        h->process[r] = process != NULL ? process[r] : cfg->process_base + r;
+        h->process[r] = cfg->process_base + r;
     }
     /* Without a launcher's store, process 0 serves it for the life of the communicator. */
     if (st == ACCEL_OK && serve) {
@@ -518,10 +515,8 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *key, con
                                   .timeout_s = cfg->timeout_s};
         st = accel__store_open(&h->store, &sc);
     }
-    if (st == ACCEL_OK && key == NULL) {
+    if (st == ACCEL_OK) {
         st = job_key(h, cfg, id, h->key, sizeof(h->key));
-    } else if (st == ACCEL_OK) {
-        snprintf(h->key, sizeof(h->key), "%s", key);
     }
     if (st == ACCEL_OK) {
         /* Inside: this machine's processes, the segment named with the machine. */
@@ -574,7 +569,7 @@ static accel_status hier_init(const accel__comm_config *cfg, void **impl)
 {
     char id[32];
     snprintf(id, sizeof(id), "w%u", atomic_fetch_add(&n_worlds, 1));
-    return hier_new(cfg, NULL, id, NULL, !cfg->store_served && cfg->rank == 0, (hier **)impl);
+    return hier_new(cfg, id, !cfg->store_served && cfg->rank == 0, (hier **)impl);
 }
 
 static void hier_abort(void *impl, accel_status st, const char *msg)
