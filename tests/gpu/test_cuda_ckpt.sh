@@ -11,40 +11,10 @@
 #    run of the other device within a relative 1e-3 (the two differ only in summation orders).
 # Exits 77 (skipped) without the CUDA build or without a GPU (after the CPU part).
 set -euo pipefail
-BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
-EX=$BUILD/examples/cuda_mlp
-ACCEL=$BUILD/accel
-if [ ! -x "$EX" ]; then
-    echo "SKIP: $EX is not built (configure with -DACCEL_CUDA=ON)"
-    exit 77
-fi
-DIR=$(mktemp -d /tmp/accel_cuda_ckpt_XXXXXX)
-trap 'rm -rf "$DIR"' EXIT
-export OMP_NUM_THREADS=1
+source "$(dirname "$0")/cuda_mlp_lib.sh"
 ARGS=(--log_every 10)
 FULL=120
 HALF=60
-
-fail() {
-    echo "FAIL: $*"
-    exit 1
-}
-
-# run NAME NPROCS ARGS...: the losses ("S L" per logged step) in $DIR/NAME; returns the exit
-# code. Checkpoints go to $DIR/<name>.ckpt with --save.
-run() {
-    local name=$1 n=$2 rc=0
-    shift 2
-    if [ "$n" = 1 ]; then
-        "$EX" "${ARGS[@]}" "$@" >"$DIR/$name.out" 2>&1 || rc=$?
-    else
-        "$ACCEL" launch --main_process_port 0 --num_processes "$n" "$EX" "${ARGS[@]}" "$@" \
-            >"$DIR/$name.out" 2>&1 || rc=$?
-    fi
-    sed -n 's/^\(\[rank0\]: \)\{0,1\}step \([0-9]*\) loss \([0-9.]*\)$/\2 \3/p' "$DIR/$name.out" \
-        >"$DIR/$name"
-    return $rc
-}
 
 # must NAME NPROCS ARGS...: run, and fail the test (with the output) when it fails.
 must() {
@@ -75,14 +45,7 @@ same_files() {
 # near A B TOL: B's losses are A's (from step $HALF on) within TOL relative; prints the worst.
 near() {
     awk -v h=$HALF '$1 >= h' "$DIR/$1" >"$DIR/$1.tail"
-    paste -d' ' "$DIR/$1.tail" "$DIR/$2" | awk -v tol="$3" -v what="$2 vs $1" '
-        { if ($1 != $3) { print "step mismatch: " $0; bad = 1; exit }
-          d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (m < 0.1) m = 0.1
-          if (d / m > worst) worst = d / m
-          if (d > tol * m) { print what ": step " $1 ": " $2 " vs " $4; bad = 1 } n++ }
-        END { if (n == 0) { print what ": no losses"; bad = 1 }
-              printf "%s: %d steps, worst relative difference %.3g\n", what, n, worst
-              exit bad }' || fail "$2 does not follow $1"
+    compare "$1.tail" "$2" "$3" || fail "$2 does not follow $1"
 }
 
 # resume_exact PREFIX NPROCS [ARGS...]: straight, half + save, resume to the end.
