@@ -8,11 +8,15 @@ and computes the loss; every one of the B x T positions goes through the model a
 accelerator.backward, accelerator.clip_grad_norm_(1.0), AdamW (lr 6e-4, betas 0.9/0.95, eps
 1e-8, weight decay 0.1 on every parameter as accel_adamw does; fused on CUDA), zero_grad(None).
 Model: 12 layers, 768 wide, 12 heads, 1024 positions, vocabulary 50304, dropout 0, tied head,
-tanh GELU (GPT-2's gelu_new), SDPA attention (FlashAttention on an H100).
+tanh GELU (GPT-2's gelu_new), attention through torch's scaled_dot_product_attention (its fused
+kernels), as bench/gpt_step's gpt2-124m preset (which also has a tied head and the tanh GELU).
 
-Timing: --warmup steps (compilation happens there) are not timed; the --steps timed steps run
-between two torch.cuda.synchronize() calls. peak_mem_gib is torch.cuda.max_memory_allocated()
-over the whole run, warm-up included (on the CPU: the process's peak resident set size).
+Timing: --warmup steps (compilation happens there) are not timed. Each of the --steps timed
+steps is timed by CUDA events recorded between steps (nothing synchronises inside the loop, so
+the host queues work ahead as in training; the events include any time the GPU waits for the
+host); step_ms is the median step, as bench/gpt_step reports, and tokens_per_s = B x T /
+step_ms. peak_mem_gib is torch.cuda.max_memory_allocated() over the whole run, warm-up
+included (on the CPU: the process's peak resident set size).
 
 Output, last line machine-readable (bench/peers/run.sh parses it):
   torch_gpt2: <human summary>
@@ -23,6 +27,7 @@ import argparse
 import math
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -104,30 +109,44 @@ def main(argv):
         opt.zero_grad(set_to_none=True)
         return loss
 
-    def sync():
-        if a.device == "cuda":
-            torch.cuda.synchronize()
-
+    # Step boundaries: CUDA events recorded between steps (no synchronisation inside the
+    # timed loop, so the host queues ahead as in real training), host clock on the CPU.
     if a.device == "cuda":
+        def mark():
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            return e
+
+        def seconds(e0, e1):
+            return e0.elapsed_time(e1) / 1e3
         torch.cuda.reset_peak_memory_stats()
+    else:
+        mark = time.perf_counter
+
+        def seconds(t0, t1):
+            return t1 - t0
+
     t_start = time.perf_counter()
     first = None
     for i in range(a.warmup):
         loss = step(i)
         if first is None:
             first = loss.item()
-    sync()
-    t0 = time.perf_counter()
+    if a.device == "cuda":
+        torch.cuda.synchronize()
+    t_warm = time.perf_counter() - t_start
+    marks = [mark()]
     for i in range(a.warmup, a.warmup + a.steps):
         loss = step(i)
-    sync()
-    t1 = time.perf_counter()
-    last = loss.item()
+        marks.append(mark())
+    last = loss.item()  # waits for the last step
     if first is None:
         first = last
-
-    step_s = (t1 - t0) / a.steps
+    times = [seconds(marks[j], marks[j + 1]) for j in range(a.steps)]
+    # The median step, as bench/gpt_step reports.
+    step_s = statistics.median(times)
     tokens_per_s = a.batch * a.seq / step_s
+
     if a.device == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**30
         where = f"{torch.cuda.get_device_name()}, peak = torch.cuda.max_memory_allocated"
@@ -141,7 +160,8 @@ def main(argv):
     import transformers
     print(f"torch_gpt2: {'torch.compile' if a.compile else 'eager'} {a.mixed_precision}, "
           f"{n_params / 1e6:.1f} M parameters, B={a.batch} T={a.seq}, {a.steps} steps after "
-          f"{a.warmup} warm-up ({t0 - t_start:.1f} s), loss {first:.3f} -> {last:.3f}; {where}; "
+          f"{a.warmup} warm-up ({t_warm:.1f} s), median {step_s * 1e3:.2f} ms, mean "
+          f"{statistics.fmean(times) * 1e3:.2f} ms, loss {first:.3f} -> {last:.3f}; {where}; "
           f"torch {torch.__version__}, transformers {transformers.__version__}, "
           f"accelerate {accelerate.__version__}", flush=True)
     print(f"tokens_per_s={tokens_per_s:.1f} peak_mem_gib={peak:.3f} step_ms={step_s * 1e3:.3f}",
