@@ -53,26 +53,58 @@ if [ ! -x "$ours" ]; then
     exit 1
 fi
 
-# scripts/gpu-run.sh puts the Debian libraries packed for our programs (.gpu/lib) first on
-# LD_LIBRARY_PATH; Python's extensions must not pick them up in place of their own.
-py_ld=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v '/\.gpu/lib/*$' | paste -sd: -)
-if [ -n "$py_ld" ]; then
-    pyrun=(env LD_LIBRARY_PATH="$py_ld" PYTHONUNBUFFERED=1 "$python")
-else
-    pyrun=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 "$python")
-fi
-
 names=(ours eager compiled)
 labels=("accel bench/gpt_step, bf16" "PyTorch eager + Accelerate, bf16"
     "PyTorch torch.compile + Accelerate, bf16")
 declare -A tps mem ms runs skip
 failed=0 ran=0
 
-if ! why=$("${pyrun[@]}" -c 'import torch, transformers, accelerate' 2>&1); then
-    why=$(tail -1 <<<"$why")
-    echo "peers: skipping the PyTorch runs: $python cannot import torch, transformers and" \
-        "accelerate (${why:-no message})"
-    skip[eager]="skipped: no torch/transformers/accelerate in $python"
+# The library path for Python. scripts/gpu-run.sh puts the Debian libraries packed for our
+# programs (.gpu/lib) and the system's CUDA libraries first on LD_LIBRARY_PATH, where they could
+# stand in for the CUDA libraries torch's wheels bring. So a small check runs torch on the GPU
+# (a bf16 matmul, causal attention) with, in turn: no LD_LIBRARY_PATH, the one given less
+# .gpu/lib, the one given (each different one once). The first that works is used; exit 3 of
+# the check means torch works but sees no GPU.
+check='import sys, torch, transformers, accelerate
+if not torch.cuda.is_available(): sys.exit(3)
+a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+q = torch.randn(1, 2, 128, 64, device="cuda", dtype=torch.bfloat16)
+o = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+print(float((a @ a).float().sum() + o.float().sum()))'
+kept=$(tr ':' '\n' <<<"${LD_LIBRARY_PATH:-}" | grep -v '/\.gpu/lib/*$' | paste -sd: -)
+pyrun=() why="" nogpu=() tried=" "
+for ld in "" "$kept" "${LD_LIBRARY_PATH:-}"; do
+    case $tried in *" [$ld] "*) continue ;; esac
+    tried="${tried}[$ld] "
+    if [ -z "$ld" ]; then
+        try=(env -u LD_LIBRARY_PATH PYTHONUNBUFFERED=1 "$python")
+    else
+        try=(env LD_LIBRARY_PATH="$ld" PYTHONUNBUFFERED=1 "$python")
+    fi
+    rc=0
+    msg=$("${try[@]}" -c "$check" 2>&1) || rc=$?
+    if [ "$rc" = 0 ]; then
+        pyrun=("${try[@]}")
+        break
+    elif [ "$rc" = 3 ]; then
+        [ ${#nogpu[@]} -gt 0 ] || nogpu=("${try[@]}")
+    else
+        why=$(tail -1 <<<"$msg")
+    fi
+done
+if [ ${#pyrun[@]} -eq 0 ] && [ ${#nogpu[@]} -gt 0 ]; then
+    pyrun=("${nogpu[@]}")
+    echo "peers: skipping the PyTorch runs: torch in $python sees no GPU"
+    skip[eager]="skipped: torch sees no GPU"
+elif [ ${#pyrun[@]} -eq 0 ]; then
+    pyrun=(env PYTHONUNBUFFERED=1 "$python")
+    echo "peers: skipping the PyTorch runs: $python cannot run torch, transformers and" \
+        "accelerate on the GPU (${why:-no message})"
+    skip[eager]="skipped: no torch/transformers/accelerate on the GPU in $python (${why:0:80})"
+else
+    echo "peers: PyTorch runs as: ${pyrun[*]}"
+fi
+if [ -n "${skip[eager]:-}" ]; then
     skip[compiled]=${skip[eager]}
 fi
 

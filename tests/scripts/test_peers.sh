@@ -30,13 +30,22 @@ echo "gpt_step: GPT-2 124M on the fake device"
 echo "${OURS_LINE-[rank0]: tokens_per_s=400000.0 peak_mem_gib=13.000 step_ms=81.920}"
 exit "${OURS_RC:-0}"
 EOF
-# A fake python: `-c CODE` succeeds when TORCH=1 (the import check); a script run logs its
-# arguments and LD_LIBRARY_PATH and prints eager 200k tokens/s, 26 GiB, and compiled 300k
-# then 320k tokens/s (a second round is faster), 20 GiB.
+# A fake python: `-c CODE` (run.sh's check of torch on the GPU) succeeds with TORCH=1, fails
+# with TORCH=0, exits 3 (no GPU) with TORCH=nogpu, and with NEEDS_LD=1 fails while
+# LD_LIBRARY_PATH is unset; a script run logs its arguments and LD_LIBRARY_PATH and prints
+# eager 200k tokens/s, 26 GiB, and compiled 300k then 320k tokens/s (a second round is
+# faster), 20 GiB.
 cat >"$tmp/python" <<'EOF'
 #!/usr/bin/env bash
 if [ "$1" = -c ]; then
-    [ "${TORCH:-1}" = 1 ] || { echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 1; }
+    case ${TORCH:-1} in
+    0) echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 1 ;;
+    nogpu) exit 3 ;;
+    esac
+    if [ "${NEEDS_LD:-0}" = 1 ] && [ -z "${LD_LIBRARY_PATH+set}" ]; then
+        echo "ImportError: libcuda.so.1: cannot open shared object file" >&2
+        exit 1
+    fi
     echo "torch 9.9, transformers 9.9, accelerate 9.9"
     exit 0
 fi
@@ -65,15 +74,15 @@ peers() {
 # row NAME PROGRAM: the table row of PROGRAM (empty when none: the check after it fails).
 row() { grep "^| $2" "$tmp/$1/summary.md" 2>/dev/null || true; }
 
-# Two rounds, alternating, with the agreed flags; .gpu/lib is dropped from Python's
-# LD_LIBRARY_PATH, other folders kept.
+# Two rounds, alternating, with the agreed flags; Python runs without LD_LIBRARY_PATH when
+# torch works so.
 peers two ROUNDS=2 LD_LIBRARY_PATH=/x/.gpu/lib:/usr/keep
 [ "$rc" = 0 ] || fail "two rounds: exit $rc: $(cat "$tmp/two.out")"
 order=$(awk '{ print $1 ($0 ~ /--compile 1/ ? "-c" : "") }' "$tmp/two.log" | paste -sd' ' -)
 [ "$order" = "ours torch torch-c ours torch torch-c" ] || fail "run order: $order"
 grep -qx 'ours --device cuda --preset gpt2-124m --batch 8 --mixed_precision bf16 --steps 3' \
     "$tmp/two.log" || fail "ours' flags: $(cat "$tmp/two.log")"
-grep -q -- "torch --device cuda --batch 8 --seq 1024 --steps 3 --warmup 3 --compile 0 LD=/usr/keep$" \
+grep -q -- "torch --device cuda --batch 8 --seq 1024 --steps 3 --warmup 3 --compile 0 LD=unset$" \
     "$tmp/two.log" || fail "torch's flags or LD_LIBRARY_PATH: $(cat "$tmp/two.log")"
 r=$(row two 'accel bench/gpt_step')
 [ "$r" = "| accel bench/gpt_step, bf16 | 400.0k | 400.0k, 400.0k | 13.00 | 81.92 | 1.000 | 1.000 |" ] ||
@@ -87,10 +96,20 @@ r=$(row two 'PyTorch torch.compile')
 grep -q '^Python: torch 9.9' "$tmp/two/summary.md" || fail "no versions line"
 [ -s "$tmp/two/ours_2.txt" ] && [ -s "$tmp/two/compiled_1.txt" ] || fail "run outputs not kept"
 
+# Where torch needs LD_LIBRARY_PATH, it gets the one given less .gpu/lib.
+peers needld NEEDS_LD=1 LD_LIBRARY_PATH=/x/.gpu/lib:/usr/keep
+[ "$rc" = 0 ] && [ "$(grep -c 'LD=/usr/keep$' "$tmp/needld.log")" = 2 ] ||
+    fail "LD_LIBRARY_PATH less .gpu/lib: $rc $(cat "$tmp/needld.log")"
+# Torch without a GPU: skipped, saying so.
+peers nogputorch TORCH=nogpu
+[ "$rc" = 0 ] && row nogputorch 'PyTorch torch.compile' | grep -q 'skipped: torch sees no GPU' ||
+    fail "torch without a GPU: $rc $(cat "$tmp/nogputorch.out")"
+! grep -q '^torch' "$tmp/nogputorch.log" || fail "ran torch without a GPU"
+
 # Without torch: the torch rows say why, ours still runs, exit 0.
 peers notorch TORCH=0
 [ "$rc" = 0 ] || fail "without torch: exit $rc"
-grep -q 'cannot import torch' "$tmp/notorch.out" || fail "no skip message: $(cat "$tmp/notorch.out")"
+grep -q "cannot run torch.*No module named 'torch'" "$tmp/notorch.out" || fail "no skip message: $(cat "$tmp/notorch.out")"
 row notorch 'PyTorch eager' | grep -q 'skipped: no torch' || fail "eager row without torch"
 ! grep -q '^torch' "$tmp/notorch.log" || fail "ran torch without torch"
 row notorch 'accel bench/gpt_step' | grep -q '| 400.0k |' || fail "ours' row without torch"
