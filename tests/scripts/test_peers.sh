@@ -130,11 +130,12 @@ peers slow OURS_SLEEP=5 LIMIT=1 TORCH=0
 peers nogpu OURS_RC=77 TORCH=0
 [ "$rc" = 77 ] && row nogpu 'accel bench/gpt_step' | grep -q 'skipped: no GPU' || fail "77: $rc"
 
-# Bad settings and a missing gpt_step are refused with a message.
+# Bad settings are refused; a missing gpt_step is a failure, the PyTorch rows still run.
 peers badenv B=x
 [ "$rc" = 2 ] && grep -q 'batch must be a whole number' "$tmp/badenv.out" || fail "B=x: $rc"
 peers missing OURS="$tmp/nothing"
 [ "$rc" = 1 ] && grep -q "nothing is missing" "$tmp/missing.out" || fail "missing gpt_step: $rc"
+row missing 'PyTorch eager' | grep -q '| 200.0k |' || fail "no torch rows without gpt_step"
 
 # torch_gpt2.py checks its arguments before importing torch.
 if command -v python3 >/dev/null; then
