@@ -18,7 +18,8 @@
 # (inductor compiles; later rounds reuse its cache), so ROUNDS=2 is about 4-5 minutes.
 # On the lent machine, after scripts/gpu-pack.sh here:
 #   bash scripts/gpu-run.sh bench/peers/run.sh build-cuda $OUT/peers
-# Every run's full output is OUT_DIR/<name>_<round>.txt; the table is OUT_DIR/summary.md.
+# Every run's full output is in OUT_DIR/runs.log, the table in OUT_DIR/summary.md (two files:
+# the device tool brings back 8 at most).
 # The torch rows are skipped, saying why, where PYTHON cannot import torch, transformers and
 # accelerate or sees no GPU. Exits 0 when every run that was not skipped succeeded, 1 when one
 # failed, timed out or printed no result line, 77 when nothing ran (no GPU).
@@ -46,7 +47,9 @@ if [ "$rounds" -lt 1 ] || [ "$batch" -lt 1 ] || [ "$steps" -lt 1 ]; then
     echo "peers: ROUNDS, B and STEPS must be at least 1" >&2
     exit 2
 fi
-mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+mkdir -p "$out" && out=$(cd "$out" && pwd) && : >"$out/runs.log" || exit 1
+tmp=$(mktemp -d /tmp/peers-XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
 names=(ours eager compiled)
 labels=("accel bench/gpt_step, bf16" "PyTorch eager + Accelerate, bf16"
     "PyTorch torch.compile + Accelerate, bf16")
@@ -112,32 +115,34 @@ fi
 # run NAME ROUND COMMAND...: output to the terminal and OUT_DIR/NAME_ROUND.txt; records the
 # result line's figures, or why there are none.
 run() {
-    local name=$1 round=$2 file rc t0 t1 line
+    local name=$1 round=$2 file=$tmp/run.txt rc t0 t1 line where
     shift 2
-    file=$out/${name}_$round.txt
-    echo "== $name, round $round: $*"
+    where="runs.log: $name, round $round"
+    echo "== $name, round $round: $*" | tee -a "$out/runs.log"
     t0=$(date +%s.%N)
     timeout -k 10 "$limit" "$@" >"$file" 2>&1
     rc=$?
     t1=$(date +%s.%N)
-    cat "$file"
-    awk -v n="$name" -v rc="$rc" -v a="$t0" -v b="$t1" \
-        'BEGIN { printf "   (%s: exit %d after %.1f s)\n", n, rc, b - a }'
+    {
+        cat "$file"
+        awk -v n="$name" -v rc="$rc" -v a="$t0" -v b="$t1" \
+            'BEGIN { printf "   (%s: exit %d after %.1f s)\n", n, rc, b - a }'
+    } | tee -a "$out/runs.log"
     line=$(sed 's/^\[rank[0-9]*\]: //' "$file" | grep '^tokens_per_s=' | tail -1)
     case $rc in
     0) ;;
     77)
-        skip[$name]="skipped: no GPU (exit 77, see ${file##*/})"
+        skip[$name]="skipped: no GPU (exit 77; $where)"
         return
         ;;
     124 | 137)
         failed=1
-        skip[$name]="TIMED OUT after $limit s (${file##*/})"
+        skip[$name]="TIMED OUT after $limit s ($where)"
         return
         ;;
     *)
         failed=1
-        skip[$name]="FAILED: exit $rc (${file##*/})"
+        skip[$name]="FAILED: exit $rc ($where)"
         return
         ;;
     esac
@@ -150,7 +155,7 @@ run() {
                 exit 1
             print v[1], v[2], v[3] }' <<<"$line"); then
         failed=1
-        skip[$name]="FAILED: no valid 'tokens_per_s= peak_mem_gib= step_ms=' line (${file##*/})"
+        skip[$name]="FAILED: no valid 'tokens_per_s= peak_mem_gib= step_ms=' line ($where)"
         return
     fi
     ran=$((ran + 1))

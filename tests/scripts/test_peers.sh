@@ -94,7 +94,9 @@ r=$(row two 'PyTorch torch.compile')
 [ "$r" = "| PyTorch torch.compile + Accelerate, bf16 | 320.0k | 300.0k, 320.0k | 20.00 | 100.00 | 1.250 | 0.650 |" ] ||
     fail "compiled row (best of 300k, 320k): $r"
 grep -q '^Python: torch 9.9' "$tmp/two/summary.md" || fail "no versions line"
-[ -s "$tmp/two/ours_2.txt" ] && [ -s "$tmp/two/compiled_1.txt" ] || fail "run outputs not kept"
+[ "$(grep -c '^torch_gpt2: fake' "$tmp/two/runs.log")" = 4 ] &&
+    grep -q '^   (ours: exit 0 after' "$tmp/two/runs.log" || fail "runs.log: $(cat "$tmp/two/runs.log")"
+[ "$(ls "$tmp/two")" = "$(printf 'runs.log\nsummary.md')" ] || fail "files in OUT_DIR: $(ls "$tmp/two")"
 
 # Where torch needs LD_LIBRARY_PATH, it gets the one given less .gpu/lib.
 peers needld NEEDS_LD=1 LD_LIBRARY_PATH=/x/.gpu/lib:/usr/keep
