@@ -112,7 +112,7 @@ if [ -n "${skip[eager]:-}" ]; then
     skip[compiled]=${skip[eager]}
 fi
 
-# run NAME ROUND COMMAND...: output to the terminal and OUT_DIR/NAME_ROUND.txt; records the
+# run NAME ROUND COMMAND...: output to the terminal and OUT_DIR/runs.log; records the
 # result line's figures, or why there are none.
 run() {
     local name=$1 round=$2 file=$tmp/run.txt rc t0 t1 line where
