@@ -81,6 +81,15 @@ static nn_block *new_block(size_t cap, int gpu)
  * all, so the next identical step fits without allocating. */
 static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
 {
+    if (gpu && *blocks != NULL && (*blocks)->next != NULL) {
+        /* Device memory is the scarce one: release the blocks before taking the one, so the
+         * step's need is never held twice. Should the one not come, the next step regrows. */
+        accel__nn_free_blocks(*blocks, gpu);
+        *blocks = new_block(total_cap, gpu);
+        g->dtotal_cap = *blocks != NULL ? total_cap : 0;
+        g->n_grows++;
+        return;
+    }
     if (*blocks != NULL && (*blocks)->next != NULL) {
         nn_block *one = new_block(total_cap, gpu);
         if (one != NULL) {

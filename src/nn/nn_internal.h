@@ -148,6 +148,10 @@ nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
 #endif
     ;
 
+/* Where a sink's parameter `index` lives: the model's device for nn_model_sink, else the CPU
+ * (glue.c). nn_params_bind marks each parameter tensor with it. */
+accel_device_type accel__nn_sink_device(const nn_param_sink *s, int index);
+
 /* 1 when `small`'s shape equals the trailing dims of `big` (or small has one element): the
  * broadcasts nn_add accepts (ops_elem.c; the GPU path too). */
 int accel__nn_is_suffix(const nn_tensor *small, const nn_tensor *big);

@@ -322,6 +322,8 @@ static int build(ctx *c, trainer *t, int rows, float *x, float *y, int adam, int
         return -1;
     }
     TRY(c, accel_model_new(c->acc, &t->m));
+    /* the checks read the weights on the host: the model stays there */
+    TRY(c, accel_model_set_device(t->m, (accel_device){ACCEL_DEVICE_CPU, 0}));
     TRY(c, nn_params_for_model(&t->params, t->m));
     TRY(c, nn_linear_declare(&t->fc, t->params, "fc", D_IN, 1, 1, NN_LAYOUT_OUT_IN));
     TRY(c, nn_params_bind(t->params));

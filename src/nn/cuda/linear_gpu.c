@@ -141,10 +141,24 @@ static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, const ch
     return h;
 }
 
-/* The operand as the product reads it: t itself in fp32, else a rounded 2-byte copy. */
+/* The operand as the product reads it: t itself in fp32; under autocast a parameter's
+ * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
+ * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
+ * rounded 2-byte copy. */
 static const void *operand(nn_ctx *g, const nn_tensor *t, int rnd, const char *what)
 {
-    return rnd == 0 ? t->data : half_copy(g, t->data, nn_numel(t), rnd, what);
+    if (rnd == 0) {
+        return t->data;
+    }
+    if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
+        accel_tensor c;
+        t->sink_compute(t->sink_ctx, t->param_index, &c);
+        if (c.data != NULL && c.device.type == ACCEL_DEVICE_CUDA &&
+            c.dtype == (rnd == 1 ? ACCEL_BF16 : ACCEL_F16)) {
+            return c.data;
+        }
+    }
+    return half_copy(g, t->data, nn_numel(t), rnd, what);
 }
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. */
