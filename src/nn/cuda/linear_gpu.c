@@ -131,10 +131,12 @@ static cudaDataType_t in_type(int rnd)
     return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* n values rounded into a 2-byte copy (dtype of rnd) in the device arena; NULL on failure. */
-static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, const char *what)
+/* n values rounded into a 2-byte copy (dtype of rnd): in the device arena (kept for the
+ * step), or in per-op scratch (scratch: backward's transients); NULL on failure. */
+static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
+                       const char *what)
 {
-    void *h = accel__nn_dalloc(g, (size_t)n * 2);
+    void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
     if (h == NULL || (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(src, h, n, rnd), what))) {
         return NULL;
     }
@@ -158,7 +160,7 @@ static const void *operand(nn_ctx *g, const nn_tensor *t, int rnd, const char *w
             return c.data;
         }
     }
-    return half_copy(g, t->data, nn_numel(t), rnd, what);
+    return half_copy(g, t->data, nn_numel(t), rnd, 0, what);
 }
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. */
@@ -170,7 +172,7 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
         return lt_matmul(g, p, what);
     }
     int64_t n = p->m * p->n;
-    p->D = accel__nn_dalloc(g, (size_t)n * sizeof(float));
+    p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
            accel__nn_cu_ok(g, nn_cu_acc(grad, p->D, n, rnd, fresh), what);
@@ -184,7 +186,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT, rnd = (int)n->i[4];
     const void *xd = rnd ? n->p[0] : x->data, *wd = rnd ? n->p[1] : w->data;
     const float *gy = n->out->grad;
-    const void *gyd = rnd ? half_copy(g, gy, M * out, rnd, what) : gy;
+    const void *gyd = rnd ? half_copy(g, gy, M * out, rnd, 1, what) : gy;
     if (gyd == NULL) {
         return;
     }
@@ -231,8 +233,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
             return;
         }
         /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
-        float *gyr = accel__nn_dalloc(g, (size_t)(M * out) * sizeof(float));
-        float *sum = accel__nn_dalloc(g, (size_t)out * sizeof(float));
+        float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
+        float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
         if (gyr == NULL || sum == NULL ||
             (M > 0 && !accel__nn_cu_ok(g, nn_cu_acc(gyr, gy, M * out, rnd, 1), what))) {
             return;

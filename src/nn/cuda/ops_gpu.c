@@ -352,7 +352,7 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     nn_cu_attn a = attn_of(n);
     int fresh;
     float *gqkv = accel__nn_grad_w(g, n->in[0], &fresh);
-    float *D = accel__nn_dalloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
+    float *D = accel__nn_dtmp_alloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
     if (gqkv == NULL || D == NULL || a.B * a.T == 0) {
         return;
     }
