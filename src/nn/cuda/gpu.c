@@ -169,11 +169,11 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
             continue;
         }
         if (!nn__on_gpu(t)) {
-            accel__nn_fail(g, ACCEL_EINVAL,
-                           "%s: input %d is %s in host memory and the ctx on cuda:%d (a "
-                           "model on the CPU needs a CPU ctx)",
-                           op, k, t->param_index >= 0 ? "a parameter" : "a tensor",
-                           g->device.index);
+            accel__nn_fail(g, ACCEL_EINVAL, "%s: input %d is in host memory and the ctx on cuda:%d%s",
+                           op, k, g->device.index,
+                           t->param_index >= 0 ? " (a parameter of a model kept on the CPU: "
+                                                 "compute it with a CPU ctx)"
+                                               : "");
             return 0;
         }
         if (!nn_is_contiguous(t)) {
