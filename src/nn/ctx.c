@@ -83,11 +83,16 @@ static nn_block *new_block(size_t cap, int gpu)
 static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
 {
     if (gpu && *blocks != NULL && (*blocks)->next != NULL) {
-        /* Device memory is the scarce one: release the blocks before taking the one, so the
-         * step's need is never held twice. Should the one not come, the next step regrows. */
+        /* Device memory is the scarce one: the one block holds what the step used (the same
+         * allocations, back to back), and the blocks go before it comes, so the step's need
+         * is never held twice. Should it not come, the next step regrows. */
+        size_t need = 0;
+        for (nn_block *b = *blocks; b != NULL; b = b->next) {
+            need += b->used;
+        }
         accel__nn_free_blocks(*blocks, gpu);
-        *blocks = new_block(total_cap, gpu);
-        g->dtotal_cap = *blocks != NULL ? total_cap : 0;
+        *blocks = need > 0 ? new_block(need, gpu) : NULL;
+        g->dtotal_cap = *blocks != NULL ? need : 0;
         g->n_grows++;
         return;
     }
@@ -179,6 +184,11 @@ static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gp
         nbytes = NN_ALIGN;
     }
     nn_block *b = *blocks;
+    /* First fit on a GPU (its arena grows in bounded blocks, whose tails are worth filling);
+     * the host arena takes the newest block only. */
+    while (gpu && b != NULL && b->used + nbytes > b->cap) {
+        b = b->next;
+    }
     if (b == NULL || b->used + nbytes > b->cap) {
         /* Grow geometrically so the first step needs few blocks; on a GPU by at most
          * NN_GPU_GROW_MAX, so what is reserved stays near the need (doubling past half of the
