@@ -150,7 +150,9 @@ static void emb_backward(nn_ctx *g, nn_node *n)
 {
     float *gw = accel__nn_grad(g, n->in[0]);
     if (gw != NULL) {
-        accel__nn_cu_ok(g, nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1], gw),
+        accel__nn_cu_ok(g,
+                        nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1],
+                                            n->in[0]->shape[0], gw),
                         "nn_embedding (backward)");
     }
 }
