@@ -18,12 +18,12 @@
  * tokens/s) = t(alone) / t(N processes). Run alone it reports the 1-process figures.
  *
  * On a GPU (--device cuda, the default where accel runs on one; CUDA builds) it times the
- * training step of one process instead: forward, accel_backward, clipping at 1.0 and AdamW
- * (lr 3e-4, weight decay 0.1) with the model, its gradients, AdamW's state and nn's arenas in
- * GPU memory, on synthetic uniform tokens. After --warmup untimed steps, every step ends with
- * cudaDeviceSynchronize (the clipping norm synchronises anyway), so the host clock times the
- * GPU's work, not the launches. Prints its text, then one machine-readable line (bench/peers
- * parses it):
+ * training step of one process instead (process 0's, under a launcher): forward, accel_backward,
+ * clipping at 1.0 and AdamW (lr 3e-4, weight decay 0.1) with the model, its gradients, AdamW's
+ * state and nn's arenas in GPU memory, on synthetic uniform tokens. After --warmup untimed steps,
+ * every step ends with cudaDeviceSynchronize (the clipping norm synchronises anyway), so the host
+ * clock times the GPU's work, not the launches. Prints its text, then one machine-readable line
+ * (bench/peers parses it):
  *
  *     tokens_per_s=<x> peak_mem_gib=<y> step_ms=<z>
  *
@@ -194,9 +194,9 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
         double tok1 = (double)batch * T / s1, tokn = (double)n * batch * T / sn;
         printf("gpt_step: L=%d C=%d H=%d T=%d V=%d %s, %s GELU, %s, batch %d per "
                "process, %d processes x 1 thread, %d gradient bucket(s)\n",
-               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size,
-               cfg.tied ? "tied" : "untied", cfg.act == NN_ACT_GELU ? "exact" : "tanh",
-               mp_name(accel_mixed_precision(acc)), batch, n, n_buckets);
+               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, cfg.tied ? "tied" : "untied",
+               cfg.act == NN_ACT_GELU ? "exact" : "tanh", mp_name(accel_mixed_precision(acc)),
+               batch, n, n_buckets);
         printf("  params            %lld\n", (long long)nn_params_numel(p));
         printf("  sgemm 1024^3      %.2f GFLOP/s (process 0, alone)\n", peak * 1e-9);
         printf("  1 process         step %.2f ms (forward %.2f, backward %.2f, adamw %.2f), "
@@ -307,28 +307,30 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
     double med = bench_median(ts, steps);
     double tok_s = (double)count / med, flops = nn_gpt_train_flops(&cfg, batch, T);
     double peak_gib = (double)(peak - used0) / (double)(1ull << 30);
-    struct cudaDeviceProp prop;
-    const char *name = cudaGetDeviceProperties(&prop, accel_cuda_device(acc)) == cudaSuccess
-                           ? prop.name
-                           : "(unknown GPU)";
-    printf("gpt_step: L=%d C=%d H=%d T=%d V=%d %s, %s GELU, %s, batch %d, AdamW, clip 1.0, on "
-           "%s\n",
-           cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, cfg.tied ? "tied" : "untied",
-           cfg.act == NN_ACT_GELU ? "exact" : "tanh", mp_name(accel_mixed_precision(acc)), batch,
-           accel_device_name(acc));
-    printf("  device            %s\n", name);
-    printf("  params            %lld\n", (long long)nn_params_numel(p));
-    printf("  step              %.2f ms median, %.2f ms mean over %d steps (after %d warmup)\n",
-           med * 1e3, total / steps * 1e3, steps, warmup);
-    printf("  throughput        %.0f tokens/s, %.1f TFLOP/s (model FLOPs)\n", tok_s,
-           flops / med * 1e-12);
-    printf("  GPU memory        %.2f GiB peak beyond what was in use before the model "
-           "(cudaMemGetInfo)\n",
-           peak_gib);
-    printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
-           (double)loss_last, norm);
-    printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);
-    fflush(stdout);
+    if (accel_is_main_process(acc)) { /* under a launcher: process 0's figures only */
+        struct cudaDeviceProp prop;
+        const char *name = cudaGetDeviceProperties(&prop, accel_cuda_device(acc)) == cudaSuccess
+                               ? prop.name
+                               : "(unknown GPU)";
+        printf("gpt_step: L=%d C=%d H=%d T=%d V=%d %s, %s GELU, %s, batch %d, AdamW, clip 1.0, on "
+               "%s\n",
+               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, cfg.tied ? "tied" : "untied",
+               cfg.act == NN_ACT_GELU ? "exact" : "tanh", mp_name(accel_mixed_precision(acc)),
+               batch, accel_device_name(acc));
+        printf("  device            %s\n", name);
+        printf("  params            %lld\n", (long long)nn_params_numel(p));
+        printf("  step              %.2f ms median, %.2f ms mean over %d steps (after %d warmup)\n",
+               med * 1e3, total / steps * 1e3, steps, warmup);
+        printf("  throughput        %.0f tokens/s, %.1f TFLOP/s (model FLOPs)\n", tok_s,
+               flops / med * 1e-12);
+        printf("  GPU memory        %.2f GiB peak beyond what was in use before the model "
+               "(cudaMemGetInfo)\n",
+               peak_gib);
+        printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
+               (double)loss_last, norm);
+        printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);
+        fflush(stdout);
+    }
     nn_ctx_free(g);
     nn_gpt_free(m);
     nn_params_free(p);
@@ -352,10 +354,10 @@ int main(int argc, char **argv)
     struct {
         const char *flag;
         int *v;
-    } ints[] = {{"--steps", &steps},          {"--batch", &batch},
-                {"--threads", &threads},      {"--warmup", &warmup},
-                {"--layers", &cfg.n_layer},   {"--width", &cfg.n_embd},
-                {"--heads", &cfg.n_head},     {"--context", &cfg.block_size},
+    } ints[] = {{"--steps", &steps},         {"--batch", &batch},
+                {"--threads", &threads},     {"--warmup", &warmup},
+                {"--layers", &cfg.n_layer},  {"--width", &cfg.n_embd},
+                {"--heads", &cfg.n_head},    {"--context", &cfg.block_size},
                 {"--vocab", &cfg.vocab_size}};
     for (int i = 1; i < argc; i += 2) {
         size_t k = 0, n = sizeof ints / sizeof ints[0];
@@ -386,8 +388,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if (steps < 1 || batch < 1 || threads < 1 || warmup < 0 || cfg.n_layer < 1 ||
-        cfg.n_embd < 1 || cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0 || cfg.block_size < 1 ||
+    if (steps < 1 || batch < 1 || threads < 1 || warmup < 0 || cfg.n_layer < 1 || cfg.n_embd < 1 ||
+        cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0 || cfg.block_size < 1 ||
         cfg.vocab_size < 2) {
         fprintf(stderr, "gpt_step: steps, batch, threads and the model sizes must be >= 1 "
                         "(vocab >= 2, width a multiple of heads, warmup >= 0)\n");

@@ -12,12 +12,12 @@
  * By default the corpus is accel's own source and documentation (src/, include/, docs/ of the
  * project, found from the executable's or the current directory), so there is nothing to
  * download; --data names a file or a folder (read recursively) instead. Every byte is a token
- * (vocabulary 256, or --vocab, padded: the extra rows are never a target). The model is GPT-2 (pre-LayerNorm blocks, tied embeddings by default) from
- * the nn toolkit, trained with AdamW, linear warmup then cosine decay, gradient clipping at 1.0
- * and optional gradient accumulation, dropout and mixed precision. The main process shows a
- * progress bar, prints a line with loss, learning rate, gradient norm and tokens/s every
- * --log_every steps, logs the same values to the trackers named by --log_with, and finally
- * samples some text. --checkpoint_every saves the whole training state (automatic naming under
+ * (vocabulary 256, or --vocab, padded: the extra rows are never a target). The model is GPT-2
+ * (pre-LayerNorm blocks, tied embeddings by default) from the nn toolkit, trained with AdamW,
+ * linear warmup then cosine decay, gradient clipping at 1.0 and optional gradient accumulation,
+ * dropout and mixed precision. The main process shows a progress bar, prints a line with loss,
+ * learning rate, gradient norm and tokens/s every --log_every steps, logs the same values to
+ * the trackers named by --log_with, and finally samples some text. --checkpoint_every saves the whole training state (automatic naming under
  * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint
  * (accel_options.resume_from_checkpoint = "latest": accel_prepare loads it, so the same
  * command restarted by `accel launch --max_restarts N` after a failure goes on from there).
@@ -151,8 +151,8 @@ static int parse_args(int argc, char **argv, args *a)
         a->warmup = a->steps / 20;
     }
     if (a->layers < 1 || a->width < 1 || a->heads < 1 || a->width % a->heads != 0 ||
-        a->context < 2 || a->vocab < 256 || a->batch < 1 || a->steps < 1 || a->accum < 1 || a->log_every < 1 ||
-        a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
+        a->context < 2 || a->vocab < 256 || a->batch < 1 || a->steps < 1 || a->accum < 1 ||
+        a->log_every < 1 || a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
         a->checkpoint_every < 0 || a->total_limit < 0 || a->stop_at < 0 ||
         (a->tied != 0 && a->tied != 1)) {
         fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads, vocab "

@@ -340,8 +340,9 @@ typedef struct nn_param_sink {
      * Fills view->dtype with the precision the model computes in (ACCEL_BF16 / ACCEL_F16, or
      * ACCEL_F32 for none) and view->data with the numel values stored in that dtype (the
      * master rounded to nearest even) in the memory view->device names (the parameters'
-     * device), or NULL when there is none or it is not valid now. Consulted at every autocast use, so it may change between steps. A sink whose
-     * view->dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
+     * device), or NULL when there is none or it is not valid now. Consulted at every autocast use,
+     * so it may change between steps. A sink whose view->dtype is not ACCEL_F32 also turns on
+     * NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
     void (*compute)(void *ctx, int index, accel_tensor *view);
     /* Optional (may be NULL): called before an op reads parameter `index`'s data (forward: as
      * the op takes its inputs; backward: before the backward of a node that read it), so a

@@ -414,8 +414,8 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
     size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
     if (nn__on_gpu(t)) {
         accel_status st = accel__nn_gpu->to_device(t->data, data, nbytes);
-        return st == ACCEL_OK ? t : accel__nn_fail(g, st, "nn_tensor_from: %s",
-                                                   accel_last_error(NULL));
+        return st == ACCEL_OK ? t
+                              : accel__nn_fail(g, st, "nn_tensor_from: %s", accel_last_error(NULL));
     }
     if (t != NULL) {
         memcpy(t->data, data, nbytes);

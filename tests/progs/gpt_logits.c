@@ -147,8 +147,8 @@ int main(int argc, char **argv)
 
     nn_ctx *g = NULL;
     ACCEL_CHECK(nn_ctx_new(&g));
-    ACCEL_CHECK(nn_ctx_set_device(g, on_gpu ? accel_device_of(acc)
-                                            : (accel_device){ACCEL_DEVICE_CPU, 0}));
+    ACCEL_CHECK(
+        nn_ctx_set_device(g, on_gpu ? accel_device_of(acc) : (accel_device){ACCEL_DEVICE_CPU, 0}));
     nn_ctx_set_grad_enabled(g, 0);
     nn_ctx_set_training(g, 0);
     nn_tensor *logits = NULL;

@@ -15,7 +15,8 @@
  * Dropout (also inside attention) draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
- * gradients there like the same model's on the CPU. Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ * gradients there like the same model's on the CPU. Exits 77 (skipped) where the build has no CUDA
+ * or no GPU can be used.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -152,8 +153,8 @@ static void free_run(run_out *r, int n_in)
 }
 
 /* Runs fn on both devices over the same random inputs and output gradient and compares. */
-static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn,
-                       const void *arg, int autocast, int scalar, double tol_fwd, double tol_grad)
+static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn, const void *arg,
+                       int autocast, int scalar, double tol_fwd, double tol_grad)
 {
     float *data[MAX_IN];
     for (int k = 0; k < n_in; k++) {
@@ -175,8 +176,8 @@ static void check_case(const char *name, const in_spec *spec, int n_in, case_fn 
         c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
     }
     run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout, 0);
-    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name,
-              (long long)gg.ny, (long long)c.ny);
+    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name, (long long)gg.ny,
+              (long long)c.ny);
     double e = rel_err(gg.y, c.y, c.ny);
     printf("  %-34s forward %.3g", name, e);
     CHECK_MSG(e <= tol_fwd, "%s: forward rel err %g > %g", name, e, tol_fwd);
@@ -327,15 +328,15 @@ static void test_embedding(void)
 
 static void test_layernorm(void)
 {
-    in_spec s[3] = {{3, {4, 9, 96}, 2.0f, 3.0f, 1}, {1, {96}, 1.0f, 1.0f, 1},
-                    {1, {96}, 1.0f, 0.0f, 1}};
+    in_spec s[3] = {
+        {3, {4, 9, 96}, 2.0f, 3.0f, 1}, {1, {96}, 1.0f, 1.0f, 1}, {1, {96}, 1.0f, 0.0f, 1}};
     check_case("layernorm [4,9,96]", s, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
-    in_spec wide[3] = {{2, {5, 1000}, 1.0f, -2.0f, 1}, {1, {1000}, 1.0f, 1.0f, 1},
-                       {1, {1000}, 1.0f, 0.0f, 1}};
+    in_spec wide[3] = {
+        {2, {5, 1000}, 1.0f, -2.0f, 1}, {1, {1000}, 1.0f, 1.0f, 1}, {1, {1000}, 1.0f, 0.0f, 1}};
     check_case("layernorm [5,1000]", wide, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
     in_spec plain[1] = {{2, {6, 333}, 1.0f, 0.5f, 1}};
-    check_case("layernorm [6,333] no affine", plain, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
-               1e-5, 1e-4);
+    check_case("layernorm [6,333] no affine", plain, 1, f_layernorm_plain, NULL, ACCEL_F32, 0, 1e-5,
+               1e-4);
 }
 
 static void test_linear(void)
@@ -453,7 +454,7 @@ static void test_errors(void)
     CHECK_MSG(strcmp(accel_last_error(NULL),
                      "nn_add: input 1 is in host memory and the ctx on cuda:0") == 0,
               "%s", accel_last_error(NULL));
-    CHECK(nn_transpose(ggpu, x, 0, 1) != NULL); /* a view is fine ... */
+    CHECK(nn_transpose(ggpu, x, 0, 1) != NULL);                   /* a view is fine ... */
     CHECK(nn_gelu(ggpu, nn_transpose(ggpu, x, 0, 1), 0) == NULL); /* ... a strided input not */
     CHECK(strstr(accel_last_error(NULL), "strided view") != NULL);
     /* A ctx holding tensors cannot move. */
@@ -523,8 +524,8 @@ static void test_model_params(void)
     }
     double ey = rel_err(y[0], y[1], ROWS * OUT), ew = rel_err(gw[0], gw[1], IN * OUT);
     double eb = rel_err(gb[0], gb[1], OUT);
-    printf("  %-28s fwd %.2e  grad weight %.2e  bias %.2e\n", "model parameters on the GPU", ey,
-           ew, eb);
+    printf("  %-28s fwd %.2e  grad weight %.2e  bias %.2e\n", "model parameters on the GPU", ey, ew,
+           eb);
     CHECK_MSG(ey <= 1e-5 && ew <= 1e-5 && eb <= 1e-5, "%g %g %g", ey, ew, eb);
     nn_params_zero_grad(p[0]);
     CHECK_OK(NULL, nn_tensor_grad_to_host(l[0].weight, gw[0]));

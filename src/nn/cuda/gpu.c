@@ -44,8 +44,9 @@ static accel_status cu_open(nn_ctx *g, int ordinal)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError(); /* clear the sticky error of a machine without a GPU */
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "nn_ctx_set_device: cuda:%d: no usable GPU (%s)",
-                             ordinal, e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "nn_ctx_set_device: cuda:%d: no usable GPU (%s)", ordinal,
+                             e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
     }
     if (ordinal < 0 || ordinal >= n) {
         return accel__seterr(NULL, ACCEL_EINVAL, "nn_ctx_set_device: cuda:%d: %d GPU(s) visible",
@@ -169,8 +170,9 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
             continue;
         }
         if (!nn__on_gpu(t)) {
-            accel__nn_fail(g, ACCEL_EINVAL, "%s: input %d is in host memory and the ctx on cuda:%d%s",
-                           op, k, g->device.index,
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: input %d is in host memory and the ctx on cuda:%d%s", op, k,
+                           g->device.index,
                            t->param_index >= 0 ? " (a parameter of a model kept on the CPU: "
                                                  "compute it with a CPU ctx)"
                                                : "");
@@ -184,8 +186,8 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
         /* As the CPU ops' accel__nn_contig: a parameter is made present (a no-op but under
          * ZeRO-3, which refuses GPU models) and teaches NN_AUTOCAST_AUTO the model's dtype. */
         if (t->sink_materialize != NULL && accel__nn_param_use(t) != ACCEL_OK) {
-            accel__nn_fail(g, accel_last_status(NULL), "%s: parameter %d: %s", op,
-                           t->param_index, accel_last_error(NULL));
+            accel__nn_fail(g, accel_last_status(NULL), "%s: parameter %d: %s", op, t->param_index,
+                           accel_last_error(NULL));
             return 0;
         }
         if (t->sink_compute != NULL) {

@@ -28,7 +28,8 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS) {
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -45,8 +46,8 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
                                                 sizeof(p->bias));
         }
         if (st == CUBLAS_STATUS_SUCCESS) {
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                &bias_type, sizeof(bias_type));
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type));
         }
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -64,9 +65,9 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
         st = cublasLtMatmulPreferenceCreate(&pref);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &s->workspace_nbytes,
-                                                  sizeof(s->workspace_nbytes));
+        st =
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &s->workspace_nbytes, sizeof(s->workspace_nbytes));
     }
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
@@ -194,8 +195,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int fx;
     float *gx = in > 0 ? accel__nn_grad_w(g, x, &fx) : NULL;
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0, in, M, out, wd, in_out ? out : in, gyd, out, NULL, in, 0.0f, ty,
-                   NULL};
+        lt_mm p = {in_out, 0,   in,   M,  out,  wd, in_out ? out : in,
+                   gyd,    out, NULL, in, 0.0f, ty, NULL};
         if (out == 0) {
             if (fx) {
                 accel__nn_cu_ok(g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), 0),
@@ -288,24 +289,24 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     }
     if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
         float *br = accel__nn_dalloc(g, (size_t)out * sizeof(float));
-        if (br == NULL || (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1),
-                                                       what))) {
+        if (br == NULL ||
+            (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1), what))) {
             return NULL;
         }
         bd = br;
     }
     if (M * out > 0) {
         if (in == 0) {
-            if (!accel__nn_cu_ok(g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0),
-                                 what) ||
+            if (!accel__nn_cu_ok(
+                    g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0), what) ||
                 (bd != NULL &&
                  !accel__nn_cu_ok(g, nn_cu_add(y->data, M * out, bd, out, y->data), what))) {
                 return NULL;
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out, 0, out, M, in, wd, in_out ? out : in, xd, in, y->data, out,
-                       0.0f, in_type(rnd), bd};
+            lt_mm p = {!in_out, 0,  out,     M,   in,   wd,           in_out ? out : in,
+                       xd,      in, y->data, out, 0.0f, in_type(rnd), bd};
             if (!lt_matmul(g, &p, what)) {
                 return NULL;
             }
