@@ -17,10 +17,11 @@
  * linear warmup then cosine decay, gradient clipping at 1.0 and optional gradient accumulation,
  * dropout and mixed precision. The main process shows a progress bar, prints a line with loss,
  * learning rate, gradient norm and tokens/s every --log_every steps, logs the same values to
- * the trackers named by --log_with, and finally samples some text. --checkpoint_every saves the whole training state (automatic naming under
- * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint
- * (accel_options.resume_from_checkpoint = "latest": accel_prepare loads it, so the same
- * command restarted by `accel launch --max_restarts N` after a failure goes on from there).
+ * the trackers named by --log_with, and finally samples some text. --checkpoint_every saves the
+ * whole training state (automatic naming under project_dir/checkpoints) and --resume continues
+ * bit-identically from the newest checkpoint (accel_options.resume_from_checkpoint = "latest":
+ * accel_prepare loads it, so the same command restarted by `accel launch --max_restarts N` after a
+ * failure goes on from there).
  * --save_dir writes model.safetensors plus a transformers config.json, so the folder loads
  * with GPT2LMHeadModel.from_pretrained. --device cuda trains on the process's GPU (the default
  * where accel runs on one): the model's weights, gradients and optimizer state in GPU memory,
