@@ -381,7 +381,8 @@ ACCEL_API nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim,
 ACCEL_API accel_status nn_params_bind(nn_params *p);
 
 /* Phase 3: fills every parameter with its declared init from `seed` (counter-based per
- * parameter and element: independent of order and thread count). Must follow bind. */
+ * parameter and element: independent of order and thread count; parameters on a GPU get the
+ * same values, made on the host and copied over). Must follow bind. */
 ACCEL_API accel_status nn_params_init(nn_params *p, uint64_t seed);
 
 ACCEL_API int nn_params_count(const nn_params *p);
@@ -398,7 +399,7 @@ ACCEL_API int64_t nn_params_numel(const nn_params *p);
 ACCEL_API float *nn_params_flat_data(const nn_params *p, int64_t *count);
 ACCEL_API float *nn_params_flat_grad(const nn_params *p, int64_t *count);
 
-/* Zeroes every bound gradient. */
+/* Zeroes every bound gradient (on a GPU: queued on the legacy default stream). */
 ACCEL_API void nn_params_zero_grad(nn_params *p);
 
 /* ===================================================================== layers */
