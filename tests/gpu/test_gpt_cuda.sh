@@ -15,7 +15,8 @@
 # (--device cuda), and both give the same logits (1e-4 of the largest); where Python has numpy
 # and safetensors, tests/ckpt/gpt2_ref.py checks the GPU's logits against its numpy GPT-2 and,
 # where torch and transformers import, against GPT2LMHeadModel (else it says so). Last,
-# bench/gpt_step --device cuda prints its machine-readable line. Exits 77 (skipped) without the
+# bench/gpt_step --device cuda runs GPT-2 124M's shapes with 2 layers (T 1024, width 768, 12
+# heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77 (skipped) without the
 # CUDA build or without a GPU; every comparison prints its worst difference.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
@@ -130,8 +131,8 @@ else
     echo "no numpy + safetensors in python3: GPT-2 reference (and transformers) not checked"
 fi
 
-echo "== bench/gpt_step --device cuda"
-"$STEP" --device cuda "${MODEL[@]}" --vocab 256 --batch 4 --steps 3 --warmup 1 \
+echo "== bench/gpt_step --device cuda: GPT-2 124M's shapes (T 1024, width 768, 12 heads, V 50304), 2 layers"
+"$STEP" --device cuda --preset gpt2-124m --layers 2 --batch 4 --steps 2 --warmup 1 \
     --mixed_precision bf16 >"$DIR/step.out" 2>&1 || { cat "$DIR/step.out"; fail "gpt_step"; }
 cat "$DIR/step.out"
 grep -Eq '^tokens_per_s=[0-9.]+ peak_mem_gib=[0-9.]+ step_ms=[0-9.]+$' "$DIR/step.out" ||
