@@ -10,8 +10,8 @@
 #    (the same master, resharded), and merge-weights of it the same file;
 #  - resumed on 4 processes at stages 1 and 2 (from the stage-1 and the stage-2 checkpoint):
 #    bit-identical to the reference; on 2 processes at stage 2 and 3 processes at stage 1 (other
-#    reduction groupings): within 2e-2 (relative, max over weights: a last-bit difference of the
-#    master can flip a bf16 rounding of the compute copy, which Adam amplifies; measured 4.7e-3;
+#    reduction groupings): within 3e-2 (relative, max over weights: a last-bit difference of the
+#    master can flip a bf16 rounding of the compute copy, which Adam amplifies; measured 4.7e-3 and 1.1e-2;
 #    stage 0 differs from the reference by 5.6e-2);
 #  - saved inside an accumulation window at stage 2, resumed at stage 2: bit-identical.
 set -u
@@ -56,9 +56,9 @@ for stage in 1 2; do
     same "$T/r4b_$stage" "$T/ref" 0
 done
 run 2 2 6 "$T/r2" load 6 "$T/c1"
-same "$T/r2" "$T/ref" 2e-2
+same "$T/r2" "$T/ref" 3e-2
 run 3 1 6 "$T/r3" load 6 "$T/c2"
-same "$T/r3" "$T/ref" 2e-2
+same "$T/r3" "$T/ref" 3e-2
 # Inside an accumulation window (after the first micro-step of step 4).
 run 4 2 6 "$T/w2" save 7 "$T/cw" "$T/mw"
 [ -f "$T/cw/gradients_rank3.safetensors" ] || fail "no gradients in the window's checkpoint"
