@@ -11,8 +11,8 @@
 #  - resumed on 4 processes at stages 1 and 2 (from the stage-1 and the stage-2 checkpoint):
 #    bit-identical to the reference; on 2 processes at stage 2 and 3 processes at stage 1 (other
 #    reduction groupings): within 3e-2 (relative, max over weights: a last-bit difference of the
-#    master can flip a bf16 rounding of the compute copy, which Adam amplifies; measured 4.7e-3 and 1.1e-2;
-#    stage 0 differs from the reference by 5.6e-2);
+#    master can flip a bf16 rounding of the compute copy, which Adam amplifies; measured
+#    4.7e-3 and 1.1e-2; stage 0 differs from the reference by 5.6e-2);
 #  - saved inside an accumulation window at stage 2, resumed at stage 2: bit-identical.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
