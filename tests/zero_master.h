@@ -1,7 +1,8 @@
 /*
- * For the ZeRO tests (tests/dist, tests/progs/zero_train): the fp32 master of a model in registration order, read from the owners'
- * pieces, whatever the stage (a sharded master has no full copy anywhere: stage 3, and stages
- * 1-2 under mixed precision, where the gathered weights are the compute copy widened).
+ * For the ZeRO tests (tests/dist, tests/progs/zero_train): the fp32 master of a model in
+ * registration order, read from the owners' pieces, whatever the stage (a sharded master has no
+ * full copy anywhere: stage 3, and stages 1-2 under mixed precision, where the gathered weights are
+ * the compute copy widened).
  */
 #ifndef ACCEL_TESTS_ZERO_MASTER_H
 #define ACCEL_TESTS_ZERO_MASTER_H

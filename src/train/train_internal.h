@@ -96,9 +96,9 @@ struct accel_model {
                           compute copy is gathered from them at the next collective use */
     int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
     int n_unit_marks, unit_calls;
-    struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
+    struct accel__zero3 *z3; /* the units' state of a sharded master (zero3.c), or NULL */
     int join_saved_stage;     /* inside a ZeRO join region (run as DDP): the stage, else 0 */
-    float *join_master_shard; /* ... and stage 3's master shard while the weights serve */
+    float *join_master_shard; /* ... and a sharded master while the full weights serve */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts

@@ -31,7 +31,7 @@ typedef struct z3_unit {
 } z3_unit;
 
 struct accel__zero3 {
-    int widen;      /* stages 1-2: units are widened from the full compute copy */
+    int widen; /* stages 1-2: units are widened from the full compute copy */
     int n_units;
     z3_unit *units; /* per bucket */
     int cur, prev;  /* the unit materialized last and the one before, or -1 */

@@ -3,7 +3,8 @@
  * ZeRO stages 1, 2 and 3 against stage 0 (DDP): a small GPT (nn, tied embeddings) trained with
  * AdamW (two param groups), a cosine schedule, gradient accumulation 3 and clip_grad_norm 0.3,
  * in fp32, bf16, fp16 (one overflow injected on the last process: every process skips that
- * step), fp32 with a frozen parameter and bf16 compressed communication, and fp32 with
+ * step), fp32 with a frozen parameter and bf16 compressed communication, bf16 with a frozen
+ * parameter, and fp32 with
  * sync_each_batch (every micro-step reduces; stages 2-3 within 1e-5 there, see below). Each run is
  * made with stage 0, 1, 2 and 3 in this process, on the same data; the losses of every micro-step
  * and the final weights must match stage 0 BIT FOR BIT: the gradient reduce-scatter and the
@@ -33,9 +34,18 @@
 #define STEPS 4
 #define MICRO (STEPS * ACCUM)
 
-typedef enum { V_FP32, V_BF16, V_FP16_INF, V_FROZEN_COMPRESSED, V_SYNC_EACH, N_VARIANTS } variant;
-static const char *const variant_name[] = {"fp32", "bf16", "fp16+overflow", "fp32+frozen+bf16 wire",
-                                           "fp32+sync_each_batch"};
+typedef enum {
+    V_FP32,
+    V_BF16,
+    V_FP16_INF,
+    V_FROZEN_COMPRESSED,
+    V_SYNC_EACH,
+    V_BF16_FROZEN,
+    N_VARIANTS
+} variant;
+static const char *const variant_name[] = {
+    "fp32",       "bf16", "fp16+overflow", "fp32+frozen+bf16 wire", "fp32+sync_each_batch",
+    "bf16+frozen"};
 
 typedef struct result {
     float loss[MICRO];
@@ -76,9 +86,10 @@ static void run(int stage, variant v, result *out)
     accel_options o = accel_options_default();
     o.zero_stage = stage;
     o.gradient_accumulation_steps = ACCUM;
-    o.mixed_precision = v == V_BF16       ? ACCEL_PRECISION_BF16
-                        : v == V_FP16_INF ? ACCEL_PRECISION_FP16
-                                          : ACCEL_PRECISION_NO;
+    o.mixed_precision = v == V_BF16 || v == V_BF16_FROZEN ? ACCEL_PRECISION_BF16
+                        : v == V_FP16_INF                 ? ACCEL_PRECISION_FP16
+                                                          : ACCEL_PRECISION_NO;
+    int freeze = v == V_FROZEN_COMPRESSED || v == V_BF16_FROZEN;
     if (v == V_FROZEN_COMPRESSED) {
         o.comm_dtype = ACCEL_BF16;
     }
@@ -99,7 +110,7 @@ static void run(int stage, variant v, result *out)
     CHECK_OK(NULL, nn_params_init(p, 7 + (uint64_t)rank)); /* prepare broadcasts rank 0's */
     int frozen = accel_model_find(m, "transformer.wpe.weight");
     CHECK(frozen >= 0);
-    if (v == V_FROZEN_COMPRESSED) {
+    if (freeze) {
         CHECK_OK(acc, accel_model_freeze(m, frozen, 1));
     }
     accel_adam_options ao = accel_adamw_options_default();
@@ -169,12 +180,12 @@ static void run(int stage, variant v, result *out)
             CHECK(accel__pages_resident(m->grad, m->flat.padded_numel * 4) == 0);
         }
     }
-    out->master_nbytes = (m->master_shard ? accel__flat_shard_numel(&m->flat)
-                                          : m->flat.padded_numel) *
-                         sizeof(float);
+    out->master_nbytes =
+        (m->master_shard ? accel__flat_shard_numel(&m->flat) : m->flat.padded_numel) *
+        sizeof(float);
     out->widened = m->master_shard && stage < 3;
-    CHECK(m->master_shard == (stage == 3 || (stage >= 1 && v != V_FP32 &&
-                                             v != V_FROZEN_COMPRESSED && v != V_SYNC_EACH)));
+    CHECK(m->master_shard ==
+          (stage == 3 || (stage >= 1 && o.mixed_precision != ACCEL_PRECISION_NO)));
     if (m->master_shard) {
         /* Every unit was released by the last step: nothing of the full weights is resident. */
         CHECK(accel__pages_resident(m->weights, m->flat.padded_numel * sizeof(float)) == 0);
@@ -209,7 +220,7 @@ static void run(int stage, variant v, result *out)
     if (out->widened) {
         zero_read_master(acc, m, out->weights); /* compared: the fp32 master */
     }
-    if (v == V_FROZEN_COMPRESSED) {
+    if (freeze) {
         CHECK(memcmp(frozen0, accel_model_param(m, frozen)->data,
                      accel_model_param(m, frozen)->numel * sizeof(float)) == 0);
     }
@@ -254,12 +265,12 @@ int main(void)
                 CHECK_MSG(dl <= 2e-3 && rms <= 2e-3 && dw <= 5e-2, "%s stage %d", variant_name[v],
                           stage);
                 CHECK_MSG(r[stage].master_nbytes * 2 <= r[0].master_nbytes,
-                          "%s stage %d: %zu bytes of master (stage 0: %zu)", variant_name[v],
-                          stage, r[stage].master_nbytes, r[0].master_nbytes);
+                          "%s stage %d: %zu bytes of master (stage 0: %zu)", variant_name[v], stage,
+                          r[stage].master_nbytes, r[0].master_nbytes);
                 if (stage == 2) { /* the same mode: bit for bit */
                     CHECK_MSG(memcmp(r[2].loss, r[1].loss, sizeof r[0].loss) == 0 &&
-                                  memcmp(r[2].weights, r[1].weights,
-                                         r[0].numel * sizeof(float)) == 0,
+                                  memcmp(r[2].weights, r[1].weights, r[0].numel * sizeof(float)) ==
+                                      0,
                               "%s: stages 1 and 2 differ", variant_name[v]);
                 }
             } else {

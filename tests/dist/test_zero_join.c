@@ -146,8 +146,7 @@ int main(void)
                 continue;
             }
             CHECK(memcmp(w[stage][0], w[0][0], n[0] * sizeof(float)) == 0);
-            CHECK(memcmp(w[stage][1], w[stage == 3 && bf16 ? 3 : 1][1],
-                         n[0] * sizeof(float)) == 0);
+            CHECK(memcmp(w[stage][1], w[stage == 3 && bf16 ? 3 : 1][1], n[0] * sizeof(float)) == 0);
         }
         for (int stage = 0; stage <= 3; stage++) {
             free(w[stage][0]);

@@ -86,14 +86,14 @@ static void *count_calloc(size_t c, size_t n)
 }
 
 typedef struct usage {
-    long long alloc_nbytes; /* allocator: master, optimizer state (+ small bookkeeping) */
-    size_t grad_nbytes;     /* gradients kept after the step */
-    size_t weights_nbytes;  /* stage 3: gathered weights resident after the step */
+    long long alloc_nbytes;    /* allocator: master, optimizer state (+ small bookkeeping) */
+    size_t grad_nbytes;        /* gradients kept after the step */
+    size_t weights_nbytes;     /* stage 3: gathered weights resident after the step */
     size_t backward_grad_peak; /* gradient bytes resident during the backward, at most */
-    size_t forward_weights; /* stage 3: gathered weights resident after a forward */
-    size_t state_nbytes;    /* optimizer state (exp_avg + exp_avg_sq) */
-    size_t full_nbytes;     /* one fp32 copy of the padded model */
-    size_t largest_unit;    /* bytes of the largest unit (stage 3) */
+    size_t forward_weights;    /* stage 3: gathered weights resident after a forward */
+    size_t state_nbytes;       /* optimizer state (exp_avg + exp_avg_sq) */
+    size_t full_nbytes;        /* one fp32 copy of the padded model */
+    size_t largest_unit;       /* bytes of the largest unit (stage 3) */
     long long total;
     long long master_nbytes; /* bf16: the fp32 master held (+ bookkeeping), after the step */
 } usage;
@@ -211,9 +211,8 @@ int main(void)
         printf("bf16: fp32 master bytes held after the step (stages 0 / 1 / 2): %lld / %lld / "
                "%lld; totals %lld / %lld / %lld; stages 1-2: %zu / %zu bytes of widened weights "
                "after a forward (largest bucket %zu)\n",
-               h[0].master_nbytes, h[1].master_nbytes, h[2].master_nbytes, h[0].total,
-               h[1].total, h[2].total, h[1].forward_weights, h[2].forward_weights,
-               h[1].largest_unit);
+               h[0].master_nbytes, h[1].master_nbytes, h[2].master_nbytes, h[0].total, h[1].total,
+               h[2].total, h[1].forward_weights, h[2].forward_weights, h[1].largest_unit);
     }
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), slack = 64 * pg; /* page rounding, bookkeeping */
     /* Optimizer state: 1/N from stage 1 on (exactly, by construction of the shard). */
