@@ -276,13 +276,16 @@ accel_status accel__zero_unshard(accel_model *m)
     if (m->zero_stage == 3) {
         ACCEL_TRY(accel_model_gather_all(m)); /* the full weights serve as the master */
     } else if (m->master_shard) {
-        /* The fp32 master (not the widened compute copy) serves the region's DDP. */
+        /* The fp32 master (not the widened compute copy) serves the region's DDP; the
+         * compute copy follows it (it may be stale after a checkpoint load). */
         accel_status st = gather_pieces(m, m->master, m->weights, ACCEL_F32, 1);
         if (st != ACCEL_OK) {
             return accel__seterr(acc, st,
                                  "accel_join_begin: gathering the master (ZeRO stage %d): %s",
                                  m->zero_stage, accel_last_error(NULL));
         }
+        ACCEL_TRY(accel__model_refresh_compute(m));
+        m->compute_stale = 0;
     }
     for (accel_optimizer *opt = next_optimizer(m, NULL); opt != NULL;
          opt = next_optimizer(m, opt)) {

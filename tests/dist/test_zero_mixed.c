@@ -12,7 +12,8 @@
  *  - an SGD step on hand-set gradients updates the fp32 master pieces exactly (w - lr * mean g)
  *    and the all-gathered working copy is round(new master) on every process;
  *  - a checkpoint load writes the master pieces: the working copy is stale (compute_view
- *    refuses) until the next materialize, which all-gathers it from the loaded pieces.
+ *    refuses) until the next materialize, which all-gathers it from the loaded pieces (stage
+ *    2), or a join region, which gathers the fp32 master and rounds it (stage 1).
  */
 #include <string.h>
 
@@ -161,8 +162,28 @@ static void run(int stage, accel_precision mp, const char *dir)
     CHECK(accel_model_compute_view(m, &view) == ACCEL_ESTATE);
     zero_read_master(acc, m, got);
     CHECK(memcmp(got, want, numel * sizeof(float)) == 0);
-    CHECK_OK(acc, accel_model_materialize(m, 1));
-    CHECK_OK(acc, accel_model_compute_view(m, &view));
+    if (stage == 1) {
+        /* A join region right after the load runs as DDP on the gathered fp32 master: the
+         * working copy follows it there. */
+        CHECK_OK(acc, accel_join_begin(acc, m, 0));
+        CHECK_OK(acc, accel_model_compute_view(m, &view));
+        at = 0;
+        for (int i = 0; i < N_PARAMS; i++) {
+            const accel_param *p = accel_model_param(m, i);
+            CHECK(memcmp(p->data, want + at, p->numel * sizeof(float)) == 0);
+            for (size_t k = 0; k < p->numel; k++) {
+                float c;
+                CHECK_OK(NULL, accel_convert(&c, ACCEL_F32,
+                                             (const uint16_t *)view.data + p->offset + k, dt, 1));
+                CHECK(c == rounded(want[at + k], dt));
+            }
+            at += p->numel;
+        }
+        CHECK_OK(acc, accel_join_end(acc, m));
+    } else {
+        CHECK_OK(acc, accel_model_materialize(m, 1));
+        CHECK_OK(acc, accel_model_compute_view(m, &view));
+    }
     check_gathered(acc, m, want, dt);
 
     free(want);
