@@ -148,7 +148,7 @@ accel_status accel__zero3_alloc(accel_model *m)
 /* The compute copy is a page buffer of its own (stage 3 under mixed precision). */
 static int compute_pages(const accel_model *m)
 {
-    return m->compute != m->weights && (m->z3 == NULL || !m->z3->widen);
+    return !m->z3->widen && m->compute != m->weights;
 }
 
 void accel__zero3_free(accel_model *m)
