@@ -205,7 +205,7 @@ int main(void)
     int k = 0;
     for (int stage = 1; stage <= 2; stage++) {
         for (int p = 0; p < 2; p++) {
-            char dir[64];
+            char dir[96];
             snprintf(dir, sizeof dir, "%s/c%d", root, k++);
             run(stage, p == 0 ? ACCEL_PRECISION_BF16 : ACCEL_PRECISION_FP16, dir);
             printf("stage %d %s: ok\n", stage, p == 0 ? "bf16" : "fp16");
