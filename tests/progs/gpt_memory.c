@@ -18,7 +18,8 @@
  *                     resident bytes after the last backward, before the optimizer step
  *                     (under ZeRO-2/3 this process's shard of reduced gradients); else 0
  *   gathered_bytes N  ZeRO-3: resident bytes of the full weights' pages (and of the compute
- *                     copy's) after the last forward, the units gathered then; else 0
+ *                     copy's) after the last forward, the units gathered then; ZeRO-1/2 under
+ *                     mixed precision: the buckets widened to fp32 then; else 0
  * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
