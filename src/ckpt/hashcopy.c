@@ -88,28 +88,44 @@ static void stripes_portable(uint64_t acc[8], const unsigned char *src, const un
 /* ---- AVX2 stripes: the same arithmetic, four accumulators a register ---- */
 
 #ifdef HAVE_AVX2_PATH
+/*
+ * With nt, the copy uses non-temporal stores, which need 32-byte-aligned destinations: the
+ * stores then run `shift` bytes behind the stripes (dst + shift is aligned), each loading its
+ * 64 bytes again at src + shift (the same or the next cache lines, just read), and the first
+ * `shift` and last 64 - shift bytes are left to the caller (returned in *done_from, *done_to:
+ * the destination bytes written here, relative to dst).
+ */
 __attribute__((target("avx2"))) static void stripes_avx2(uint64_t acc[8],
                                                          const unsigned char *src,
                                                          const unsigned char *secret, size_t s,
-                                                         size_t e, unsigned char *dst, int nt)
+                                                         size_t e, unsigned char *dst, int nt,
+                                                         size_t *done_from, size_t *done_to)
 {
     __m256i a0 = _mm256_loadu_si256((const __m256i *)acc);
     __m256i a1 = _mm256_loadu_si256((const __m256i *)(acc + 4));
     const __m256i p32 = _mm256_set1_epi32((int)P32_1);
-    for (; s < e; s++) {
-        const unsigned char *in = src + s * STRIPE;
-        const unsigned char *key = secret + 8 * (s % STRIPES_PER_BLOCK);
+    size_t shift = nt ? (32 - ((uintptr_t)dst & 31)) & 31 : 0;
+    /* The last stripe's shifted window would pass the run's end: it is the caller's. */
+    size_t stores_end = shift ? e - 1 : e;
+    unsigned char *out = dst != NULL ? dst + shift : NULL;
+    *done_from = shift;
+    *done_to = (stores_end - s) * STRIPE + shift;
+    for (size_t i = s; i < e; i++) {
+        const unsigned char *in = src + i * STRIPE;
+        const unsigned char *key = secret + 8 * (i % STRIPES_PER_BLOCK);
         __m256i d0 = _mm256_loadu_si256((const __m256i *)in);
         __m256i d1 = _mm256_loadu_si256((const __m256i *)(in + 32));
-        if (dst != NULL) {
+        if (out != NULL && i < stores_end) {
+            __m256i w0 = shift ? _mm256_loadu_si256((const __m256i *)(in + shift)) : d0;
+            __m256i w1 = shift ? _mm256_loadu_si256((const __m256i *)(in + shift + 32)) : d1;
             if (nt) {
-                _mm256_stream_si256((__m256i *)dst, d0);
-                _mm256_stream_si256((__m256i *)(dst + 32), d1);
+                _mm256_stream_si256((__m256i *)out, w0);
+                _mm256_stream_si256((__m256i *)(out + 32), w1);
             } else {
-                _mm256_storeu_si256((__m256i *)dst, d0);
-                _mm256_storeu_si256((__m256i *)(dst + 32), d1);
+                _mm256_storeu_si256((__m256i *)out, w0);
+                _mm256_storeu_si256((__m256i *)(out + 32), w1);
             }
-            dst += STRIPE;
+            out += STRIPE;
         }
         __m256i k0 = _mm256_xor_si256(d0, _mm256_loadu_si256((const __m256i *)key));
         __m256i k1 = _mm256_xor_si256(d1, _mm256_loadu_si256((const __m256i *)(key + 32)));
@@ -118,7 +134,7 @@ __attribute__((target("avx2"))) static void stripes_avx2(uint64_t acc[8],
         __m256i m1 = _mm256_mul_epu32(k1, _mm256_srli_epi64(k1, 32));
         a0 = _mm256_add_epi64(a0, _mm256_add_epi64(m0, _mm256_shuffle_epi32(d0, 0x4e)));
         a1 = _mm256_add_epi64(a1, _mm256_add_epi64(m1, _mm256_shuffle_epi32(d1, 0x4e)));
-        if (s % STRIPES_PER_BLOCK == STRIPES_PER_BLOCK - 1) {
+        if (i % STRIPES_PER_BLOCK == STRIPES_PER_BLOCK - 1) {
             const unsigned char *sk = secret + SCRAMBLE_AT;
             __m256i t0 = _mm256_xor_si256(a0, _mm256_srli_epi64(a0, 47));
             __m256i t1 = _mm256_xor_si256(a1, _mm256_srli_epi64(a1, 47));
@@ -149,6 +165,7 @@ static int have_avx2(void)
 }
 #endif
 
+/* Stripes [s, e) hashed, and copied to dst (stripe s's destination) when dst is not NULL. */
 static void stripes(uint64_t acc[8], const unsigned char *src, const unsigned char *secret,
                     size_t s, size_t e, unsigned char *dst)
 {
@@ -157,8 +174,14 @@ static void stripes(uint64_t acc[8], const unsigned char *src, const unsigned ch
     }
 #ifdef HAVE_AVX2_PATH
     if (have_avx2()) {
-        int nt = dst != NULL && ((uintptr_t)dst & 31) == 0 && (e - s) * STRIPE >= NT_MIN_NBYTES;
-        stripes_avx2(acc, src, secret, s, e, dst, nt);
+        int nt = dst != NULL && (e - s) * STRIPE >= NT_MIN_NBYTES;
+        size_t from = 0, to = 0;
+        stripes_avx2(acc, src, secret, s, e, dst, nt, &from, &to);
+        if (dst != NULL) {
+            /* What the aligned stores left: the first and last few bytes. */
+            memcpy(dst, src + s * STRIPE, from);
+            memcpy(dst + to, src + s * STRIPE + to, (e - s) * STRIPE - to);
+        }
         return;
     }
 #endif

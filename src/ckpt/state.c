@@ -46,6 +46,7 @@ typedef struct ckpt_module {
     char *last_dir;
     int iteration;       /* Accelerate's project_configuration.iteration, from the options */
     int warned_auto_dir; /* the ignored `dir` of automatic naming was logged */
+    int loaded;          /* a load_state succeeded on this accelerator */
 } ckpt_module;
 
 static void module_free(accel *acc, void *state)
@@ -366,6 +367,9 @@ static accel_status save_state(accel *acc, const char *dir)
     if (m == NULL) {
         return ACCEL_ENOMEM;
     }
+    if (acc->partial_load[0] != '\0') {
+        return accel__seterr(acc, ACCEL_ESTATE, "%s: refused: %s", who, acc->partial_load);
+    }
     int automatic = acc->settings->ckpt.automatic_checkpoint_naming == 1;
     char *base = NULL, *target = NULL;
     if (automatic) {
@@ -513,6 +517,40 @@ static accel_status check_in_step(accel *acc, const accel__state_plan *p, const 
     return st;
 }
 
+/*
+ * Whether the live state has nothing a load could lose (the fused load, docs/checkpoint.md
+ * "Fast verified loads"): no optimizer has stepped and no load succeeded since accel_init, so
+ * the weights are the ones the program made before loading and makes again when rerun; or a
+ * refused fused load left them partly written already.
+ */
+static int nothing_to_lose(accel *acc)
+{
+    if (acc->partial_load[0] != '\0') {
+        return 1;
+    }
+    const ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+    if (m != NULL && m->loaded) {
+        return 0;
+    }
+    for (const accel__object *o = acc->objects; o != NULL; o = o->next) {
+        if (o->kind == ACCEL__OBJ_OPTIMIZER &&
+            accel_optimizer_num_steps((const accel_optimizer *)o) > 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A fused load refused after writing tensors: steps and saves refuse until a load succeeds. */
+static void mark_partial(accel *acc, const char *src)
+{
+    snprintf(acc->partial_load, sizeof acc->partial_load,
+             "the model and optimizer state are partly loaded from checkpoint %s, which "
+             "accel_load_state refused after writing part of it (the live state had nothing to "
+             "lose: no step since accel_init); load a valid checkpoint or restart the program",
+             src);
+}
+
 /* Loads folder `src` (the protocol of the file comment); `verified`: the marker of the
  * caller's verification of it (taken), or NULL. */
 static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *verified)
@@ -531,18 +569,26 @@ static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *v
     if (st == ACCEL_OK) {
         st = accel__state_collect(acc, &objs);
     }
+    /* The same on every process: steps and loads are collective. */
+    int fused = verified == NULL && nothing_to_lose(acc);
     if (st == ACCEL_OK) {
-        st = accel__state_plan_new(acc, &objs, src, verified, &plan);
+        st = accel__state_plan_new(acc, &objs, src, verified, fused, &plan);
         if (st != ACCEL_OK) {
             accel__adopt_thread_error(acc, st);
         }
     } else if (verified != NULL) {
         accel__ckpt_marker_release(verified);
     }
-    /* Nothing is modified anywhere unless every process validated its files. */
+    /* Nothing is modified anywhere unless every process validated its files (the fused load:
+     * every file but those it checks while copying). */
     st = agree(acc, st, who);
     if (st == ACCEL_OK) {
         st = check_in_step(acc, plan, src);
+    }
+    int written = 0;
+    if (st == ACCEL_OK) {
+        written = fused;
+        st = agree(acc, accel__state_plan_apply_fused(plan, src), who);
     }
     if (st == ACCEL_OK) {
         st = accel__state_plan_apply(acc, plan);
@@ -551,6 +597,14 @@ static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *v
     if (st == ACCEL_OK) {
         advance_iteration(acc, src);
         set_last_dir(acc, src);
+        acc->partial_load[0] = '\0';
+        ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+        m->loaded = 1; /* load_state made the module (module_of) */
+    } else if (written) {
+        char why[ACCEL__ERRMSG_NBYTES];
+        snprintf(why, sizeof why, "%s", accel_last_error(acc));
+        mark_partial(acc, src);
+        st = accel__seterr(acc, st, "%s; %s", why, acc->partial_load);
     }
     accel__state_plan_free(plan);
     accel__state_objs_release(&objs);

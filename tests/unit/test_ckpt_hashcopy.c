@@ -19,12 +19,13 @@
 
 static unsigned char *src, *dst;
 
-/* Segments of layout `kind` over [0, n): 0 none, 1 all, 2 many of odd sizes with gaps. */
+/* Segments of layout `kind` over [0, n): 0 none, 1 all (to a 64-byte-aligned place), 2 many
+ * of odd sizes with gaps, 3 all to a place 5 bytes past alignment. */
 static size_t make_segs(int kind, size_t n, accel__copy_seg *segs, size_t max)
 {
     size_t k = 0;
-    if (kind == 1) {
-        segs[k++] = (accel__copy_seg){0, n, dst + GUARD};
+    if (kind == 1 || kind == 3) {
+        segs[k++] = (accel__copy_seg){0, n, dst + GUARD + (kind == 3 ? 5 : 0)};
     } else if (kind == 2) {
         size_t off = 3, len = 1;
         while (off < n && k < max) {
@@ -73,7 +74,7 @@ static void check_one(size_t n, size_t at, int kind)
 int main(void)
 {
     src = malloc(MAX_N + 64);
-    dst = malloc(MAX_N + 2 * GUARD + 64);
+    dst = aligned_alloc(64, MAX_N + 2 * GUARD + 64);
     CHECK(src != NULL && dst != NULL);
     uint64_t x = 0x243f6a8885a308d3ull;
     for (size_t i = 0; i < MAX_N + 64; i++) {
@@ -85,13 +86,13 @@ int main(void)
                                    4096, 4097, 65536 + 3, 1 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (size_t at = 0; at < 3; at++) {
-            for (int kind = 0; kind < 3; kind++) {
+            for (int kind = 0; kind < 4; kind++) {
                 check_one(sizes[i], at * 13, kind);
             }
         }
     }
     /* A whole checkpoint block and one a stripe short (the large, streamed copies). */
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         check_one(MAX_N, 0, kind);
         check_one(MAX_N - 64, 64, kind);
     }
