@@ -47,6 +47,7 @@ typedef struct ckpt_module {
     int iteration;       /* Accelerate's project_configuration.iteration, from the options */
     int warned_auto_dir; /* the ignored `dir` of automatic naming was logged */
     int loaded;          /* a load_state succeeded on this accelerator */
+    accel__fused_mode fused_mode;
 } ckpt_module;
 
 static void module_free(accel *acc, void *state)
@@ -525,10 +526,13 @@ static accel_status check_in_step(accel *acc, const accel__state_plan *p, const 
  */
 static int nothing_to_lose(accel *acc)
 {
+    const ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+    if (m != NULL && m->fused_mode != ACCEL__FUSED_AUTO) {
+        return m->fused_mode == ACCEL__FUSED_ALWAYS;
+    }
     if (acc->partial_load[0] != '\0') {
         return 1;
     }
-    const ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
     if (m != NULL && m->loaded) {
         return 0;
     }
@@ -539,6 +543,14 @@ static int nothing_to_lose(accel *acc)
         }
     }
     return 1;
+}
+
+void accel__ckpt_set_fused_mode(accel *acc, accel__fused_mode mode)
+{
+    ckpt_module *m = module_of(acc);
+    if (m != NULL) {
+        m->fused_mode = mode;
+    }
 }
 
 /* A fused load refused after writing tensors: steps and saves refuse until a load succeeds. */

@@ -112,6 +112,15 @@ typedef struct accel__state_plan accel__state_plan;
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
                                    accel__ckpt_marker *verified, int fused,
                                    accel__state_plan **out);
+/* Which loads are fused: AUTO those with nothing to lose (docs/checkpoint.md); NEVER and ALWAYS
+ * are for measuring both kinds in one process (bench/ckpt) and for tests. */
+typedef enum accel__fused_mode {
+    ACCEL__FUSED_AUTO = 0,
+    ACCEL__FUSED_NEVER,
+    ACCEL__FUSED_ALWAYS
+} accel__fused_mode;
+void accel__ckpt_set_fused_mode(accel *acc, accel__fused_mode mode);
+
 /* The fused load's first step (a no-op for a plan made without `fused`): the copies out of the
  * deferred files, each file checked in the same pass. ACCEL_ECORRUPT naming the damaged file:
  * the live tensors are then partly written. */

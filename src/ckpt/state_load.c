@@ -466,6 +466,15 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
     if (st == ACCEL_OK) {
         st = plan_all(acc, p, o, dir);
     }
+    if (st == ACCEL_ECORRUPT && p->fused) {
+        /* Damage can fail a tensor file's parsing before its checksum is known: name it as the
+         * two-pass load does (checksums of the share, from new mappings: a loader that failed
+         * may have released the lent ones), else keep the parser's message. */
+        char why[ACCEL__ERRMSG_NBYTES];
+        snprintf(why, sizeof why, "%s", accel_last_error(NULL));
+        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, NULL);
+        st = vst != ACCEL_OK ? vst : accel__seterr(NULL, st, "%s", why);
+    }
     if (st == ACCEL_OK && p->fused) {
         st = verify_rest(acc, p, dir);
     }
