@@ -674,6 +674,7 @@ static accel_status load_newest(accel *acc)
         return accel_last_status(acc);
     }
     int64_t *its = NULL, n = 0;
+    int loaded = 0; /* the fused path loaded the chosen folder already */
     accel_status st = list_candidates(acc, base, &its, &n);
     if (st == ACCEL_OK && n == 0) {
         st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: no checkpoint in %s", who, base);
@@ -681,6 +682,10 @@ static accel_status load_newest(accel *acc)
     char skipped[400] = "", newest_why[ACCEL__ERRMSG_NBYTES] = "";
     int64_t chosen = -1;
     accel__ckpt_marker marker = {0};
+    /* With nothing to lose, each candidate is checked for completeness only and loaded fused
+     * (its checksums checked while copying); a damaged one is then skipped after the load
+     * refused it, the state marked partly loaded until a later candidate loads. */
+    int fused = nothing_to_lose(acc);
     for (int64_t i = n - 1; st == ACCEL_OK && i >= 0 && chosen < 0; i--) {
         char *dir = auto_dir(base, its[i]);
         if (dir == NULL) {
@@ -688,7 +693,9 @@ static accel_status load_newest(accel *acc)
             break;
         }
         /* The chosen folder's marker keeps the verified mappings, loaded from below. */
-        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &marker);
+        accel_status vst = fused ? accel__ckpt_check_complete(dir)
+                                 : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks,
+                                                      &marker);
         if (vst == ACCEL_ECORRUPT) {
             accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
                        accel_last_error(NULL));
@@ -699,6 +706,18 @@ static accel_status load_newest(accel *acc)
         vst = agree(acc, vst, who);
         if (vst != ACCEL_OK) {
             accel__ckpt_marker_release(&marker); /* maybe verified here, damaged elsewhere */
+        }
+        if (vst == ACCEL_OK && fused) {
+            vst = load_from(acc, dir, NULL);
+            if (vst == ACCEL_ECORRUPT) {
+                accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s",
+                           who, accel_last_error(acc));
+            } else if (vst != ACCEL_OK) {
+                st = vst; /* not damage: the caller's to see, as for a named folder */
+            }
+            if (vst == ACCEL_OK) {
+                loaded = 1;
+            }
         }
         if (vst == ACCEL_OK) {
             chosen = its[i];
@@ -715,12 +734,14 @@ static accel_status load_newest(accel *acc)
         accel__free(dir);
     }
     if (st == ACCEL_OK && chosen < 0) {
+        int add = acc->partial_load[0] != '\0' && strstr(newest_why, "partly loaded") == NULL;
         st = accel__seterr(acc, ACCEL_ECORRUPT,
                            "%s: no valid checkpoint in %s: %s %s damaged (each named in a "
-                           "warning); the newest: %s",
-                           who, base, skipped, n > 1 ? "are all" : "is", newest_why);
+                           "warning); the newest: %s%s%s",
+                           who, base, skipped, n > 1 ? "are all" : "is", newest_why,
+                           add ? "; " : "", add ? acc->partial_load : "");
     }
-    if (st == ACCEL_OK) {
+    if (st == ACCEL_OK && !loaded) {
         char *dir = auto_dir(base, chosen);
         st = dir ? load_from(acc, dir, &marker) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
         accel__free(dir);
