@@ -7,8 +7,10 @@
  *                  destination before the verdict, as every fused design)
  *   fused 1-pass   map, each 16 MiB block hashed in the copy loop itself (accel__xxh3_copy:
  *                  every 64-byte stripe loaded once, hashed in registers, stored)
- *   plain, streaming stores   plain with the copy loop of fused 1-pass without the hash
- *                  (accel__copy_nt: non-temporal stores), the baseline for what the hash costs
+ *   plain, streaming stores   plain with non-temporal stores (accel__copy_nt), as the loader
+ *                  copies now: the baseline for what the hash costs
+ *   hash, streaming copy   hash, then copy with streaming stores (the two-pass verified load
+ *                  as the loader does it now)
  *   remap 4K/2M    map, copy each chunk into new anonymous pages and XXH3 it there, then mremap
  *                  the new pages over the destination (safe: nothing is written before all
  *                  hashes are known; 2M: the new pages with MADV_HUGEPAGE)
@@ -63,12 +65,14 @@ enum {
     POP_HASH_COPY,
     POP_PLAIN,
     PLAIN_NT,
+    HASH_COPY_NT,
     N_DESIGNS
 };
 
 static const char *names[N_DESIGNS] = {
     "plain (map, copy)", "hash, then copy", "fused 256K chunks", "fused 1-pass",
     "remap 4K pages",    "remap 2M pages",  "populate, hash, copy", "populate, copy", "plain, streaming stores",
+    "hash, streaming copy",
 };
 
 static volatile uint64_t sink; /* keeps the hashes */
@@ -103,6 +107,7 @@ static void piece(void *ctx, size_t i)
     uint64_t h = 0;
     switch (j->design) {
     case HASH_COPY:
+    case HASH_COPY_NT:
     case POP_HASH_COPY:
         h = XXH3_64bits(p, len); /* the copy waits for every piece: second pass below */
         break;
@@ -135,7 +140,11 @@ static void copy_piece(void *ctx, size_t i)
 {
     const job *j = ctx;
     size_t o = i * PIECE;
-    memcpy(j->dst + o, j->src + o, min_sz(PIECE, j->n - o));
+    if (j->design == HASH_COPY_NT) {
+        accel__copy_nt(j->dst + o, j->src + o, min_sz(PIECE, j->n - o));
+    } else {
+        memcpy(j->dst + o, j->src + o, min_sz(PIECE, j->n - o));
+    }
 }
 
 static void run(size_t n_pieces, size_t nbytes, int threads, void (*fn)(void *, size_t), job *j)
@@ -187,7 +196,7 @@ static int load(int design, int fd, char *dst, size_t n, int threads, uint64_t *
         }
     } else {
         run(n_pieces, n, threads, piece, &j);
-        if (design == HASH_COPY || design == POP_HASH_COPY) {
+        if (design == HASH_COPY || design == HASH_COPY_NT || design == POP_HASH_COPY) {
             run(n_pieces, n, threads, copy_piece, &j);
         }
     }
@@ -235,7 +244,7 @@ int main(int argc, char **argv)
         on[d] = list == NULL || d == PLAIN;
     }
     for (const char *c = list; c != NULL && *c != '\0'; c++) {
-        if (*c >= '0' && *c < '0' + N_DESIGNS) {
+        if (*c >= '0' && *c <= '9' && *c - '0' < N_DESIGNS) {
             on[*c - '0'] = 1;
         }
     }

@@ -9,6 +9,12 @@
  * own files and the writer the shared ones; all agree; the writer commits (marker last, rename,
  * parent fsync) and only then rotates. Invariant: a process killed at any moment leaves every
  * earlier checkpoint complete, and a checkpoint is complete only when every process's files are.
+ *
+ * Load protocol: every process plans (verifies, opens, validates); all agree; positions are
+ * compared; the fused load's copies run with their checksums (only when the live state has
+ * nothing to lose, nothing_to_lose below); all agree; the rest is applied; all agree.
+ * Invariant: with something to lose, a refused load modifies nothing; a refused fused load
+ * leaves acc->partial_load set, which optimizer steps and saves refuse, until a load succeeds.
  */
 #include <limits.h>
 #include <stdio.h>

@@ -321,6 +321,11 @@ static accel_status plan_rank(accel *acc, accel__state_plan *p, const char *dir,
              accel__st_ext(c->rank_store));
     accel__state_file *f;
     ACCEL_TRY(open_file(p, dir, name, c->rank_store, NULL, &f));
+    if (!json) {
+        /* Gradients of an open window: a later load saved outside a window leaves the live
+         * ones alone, so a refused fused load must not have written them. */
+        accel__ckpt_keep_apart(&p->marker, name);
+    }
     accel__state_reader r = reader(p, dir, f, k, 0, ACCEL__STATE_RANK);
     if (json) {
         int64_t who, procs;

@@ -39,6 +39,7 @@ typedef struct accel__ckpt_file {
     size_t lent_nbytes;
     int deferred; /* its checksum is not checked yet (accel__ckpt_verify_deferred) */
     int fused;    /* it is checked while its bytes are copied (accel__ckpt_copy_verified) */
+    int apart;    /* never fused: checked before anything is written (accel__ckpt_keep_apart) */
 } accel__ckpt_file;
 
 typedef struct accel__ckpt_marker {
@@ -88,6 +89,11 @@ accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel_
  */
 accel_status accel__ckpt_verify_deferred(const char *dir, int share, int n_shares,
                                          accel__ckpt_marker *m);
+
+/* Keeps file `name` of m out of the fused pass (its checksum is then checked before anything
+ * is written): for state a later successful load might not overwrite (per-process gradients
+ * saved inside an accumulation window). No-op for a name m does not list. */
+void accel__ckpt_keep_apart(accel__ckpt_marker *m, const char *name);
 
 /* A copy a loader plans: nbytes from src (inside a file's mapping or elsewhere) to dst. */
 typedef struct accel__ckpt_copy {
