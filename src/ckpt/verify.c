@@ -509,6 +509,11 @@ static accel_status map_deferred(const char *dir, accel__ckpt_file *f)
     accel__free(path);
     if (st == ACCEL_OK) {
         accel__free(mf.block_sums);
+        if (mf.p != NULL) {
+            /* Faulted in by the copies, as an unverified load's mapping (no read-ahead
+             * advice: the pass is not this one's single sequential reader). */
+            (void)madvise((void *)mf.p, mf.n, MADV_NORMAL);
+        }
         f->map = (void *)mf.p; /* NULL for an empty file */
         f->map_nbytes = mf.n;
         f->deferred = 1;
