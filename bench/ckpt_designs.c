@@ -6,7 +6,7 @@
  *   fused          map, for each 256 KiB chunk XXH3 it and copy it at once (writes the
  *                  destination before the verdict, as every fused design)
  *   fused 1-pass   map, each 16 MiB block hashed in the copy loop itself (accel__xxh3_copy:
- *                  every 64-byte stripe loaded once, hashed in registers, stored)
+ *                  every 64-byte stripe read from memory once, hashed, stored)
  *   plain, streaming stores   plain with non-temporal stores (accel__copy_nt), as the loader
  *                  copies now: the baseline for what the hash costs
  *   hash, streaming copy   hash, then copy with streaming stores (the two-pass verified load

@@ -5,8 +5,9 @@
  * the process's CPUs, with the checksum of verify.c (XXH3-64 of the 16 MiB blocks' XXH3-64s).
  *
  * Invariant: every deferred file of this process's share is checked by one of the two, over
- * the bytes of the mapping its loader reads; a fused copy's bytes are stored from the very
- * registers that were hashed (hashcopy.h), so what was checked is what was loaded.
+ * the bytes of the mapping its loader reads (fused: in the pass that copies them, hashcopy.h),
+ * and a copy out of a fused file is made by that pass or, when it overlaps another, after the
+ * verdict.
  */
 #include <stdlib.h>
 #include <string.h>
