@@ -714,15 +714,13 @@ static accel_status load_newest(accel *acc)
             accel__ckpt_marker_release(&marker); /* maybe verified here, damaged elsewhere */
         }
         if (vst == ACCEL_OK && fused) {
+            /* Damage found while loading is skipped like damage found before; any other
+             * failure is the caller's to see, as for a named folder (below). */
             vst = load_from(acc, dir, NULL);
+            loaded = vst == ACCEL_OK;
             if (vst == ACCEL_ECORRUPT) {
                 accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s",
                            who, accel_last_error(acc));
-            } else if (vst != ACCEL_OK) {
-                st = vst; /* not damage: the caller's to see, as for a named folder */
-            }
-            if (vst == ACCEL_OK) {
-                loaded = 1;
             }
         }
         if (vst == ACCEL_OK) {
