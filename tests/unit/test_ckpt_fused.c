@@ -11,7 +11,8 @@
  *  - a damaged non-tensor file (scheduler, generators) is refused before anything is written:
  *    nothing modified, nothing marked;
  *  - after an optimizer step the load is the two-pass one: a damaged tensor file modifies
- *    nothing and marks nothing.
+ *    nothing and marks nothing;
+ *  - gradients saved inside an accumulation window are checked before anything is written.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -29,17 +30,25 @@ typedef struct fixture {
     accel_scheduler *sch;
 } fixture;
 
-/* A model "w" of rows x 16 floats and "b" of 16, AdamW, a linear schedule; prepared. */
-static void fx_init(fixture *f, int64_t rows)
+/* A model "w" of rows x 16 floats and "b" of 16, AdamW, a linear schedule; prepared; with
+ * `accum` gradient accumulation steps (0: none). */
+static void fx_init_accum(fixture *f, int64_t rows, int accum)
 {
     memset(f, 0, sizeof(*f));
-    CHECK_OK(NULL, accel_init(&f->acc, NULL));
+    accel_options o = accel_options_default();
+    o.gradient_accumulation_steps = accum;
+    CHECK_OK(NULL, accel_init(&f->acc, &o));
     CHECK_OK(f->acc, accel_model_new(f->acc, &f->m));
     CHECK_OK(f->acc, accel_model_add_param(f->m, "w", 2, (int64_t[]){rows, 16}, NULL));
     CHECK_OK(f->acc, accel_model_add_param(f->m, "b", 1, (int64_t[]){16}, NULL));
     CHECK((f->opt = accel_adamw(f->acc, f->m, NULL)) != NULL);
     CHECK((f->sch = accel_linear_schedule(f->acc, f->opt, 2, 100)) != NULL);
     CHECK_OK(f->acc, accel_prepare(f->acc, f->m, f->opt, f->sch));
+}
+
+static void fx_init(fixture *f, int64_t rows)
+{
+    fx_init_accum(f, rows, 0);
 }
 
 static void fx_set(fixture *f, float v)
@@ -232,12 +241,49 @@ static void test_rows(const char *root, int64_t rows)
     expect_untouched(bad, "model.safetensors", rows, 1);
 }
 
+/* Gradients saved inside an accumulation window (gradients_rank0.safetensors) are never
+ * fused: a later load saved outside a window would leave them as a refused load wrote them.
+ * Damaged, they are refused before anything is written. */
+static void test_gradients(const char *root)
+{
+    char good[400], cmd[900];
+    snprintf(good, sizeof good, "%s/grads", root);
+    fixture f;
+    fx_init_accum(&f, 16, 2);
+    CHECK_OK(f.acc, accel_accumulate(f.acc, f.m)); /* the first of two micro-steps */
+    float *g = accel_model_grad(f.m);
+    for (size_t i = 0; i < accel_model_numel(f.m); i++) {
+        g[i] = 3.0f;
+    }
+    fx_set(&f, 5.0f);
+    CHECK_OK(f.acc, accel_save_state(f.acc, good));
+    accel_free(f.acc);
+    snprintf(cmd, sizeof cmd, "test -f %s/gradients_rank0.safetensors", good);
+    sh(cmd);
+    flip_byte(good, "gradients_rank0.safetensors", -1);
+
+    fx_init_accum(&f, 16, 2);
+    fx_set(&f, 9.0f);
+    accel_status st = accel_load_state(f.acc, good);
+    const char *msg = accel_last_error(f.acc);
+    CHECK_MSG(st == ACCEL_ECORRUPT && strstr(msg, "gradients_rank0.safetensors") != NULL &&
+                  strstr(msg, "partly loaded") == NULL,
+              "damaged gradients: %s: %s", accel_status_name(st), msg);
+    CHECK(fx_holds(&f, 9.0f));
+    g = accel_model_grad(f.m);
+    for (size_t i = 0; g != NULL && i < accel_model_numel(f.m); i++) {
+        CHECK_MSG(g[i] == 0.0f, "gradient %zu written by a refused load", i);
+    }
+    accel_free(f.acc);
+}
+
 int main(void)
 {
     char root[] = "/tmp/accel_test_ckpt_fused_XXXXXX";
     CHECK(mkdtemp(root) != NULL);
     test_rows(root, 16);     /* every file one checksum block */
     test_rows(root, 300000); /* 19.2 MB of weights: two blocks, moments three */
+    test_gradients(root);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     sh(cmd);
