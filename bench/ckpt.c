@@ -297,8 +297,8 @@ static int bench_state(const char *dir, size_t n, int no_dd)
         for (int v = 0; v < 2; v++) {
             printf("  verified, %s: median %.3f s (%.0f MB/s) [%.3f-%.3f]: throughput kept = "
                    "%.3f [%.3f-%.3f] (target >= 0.9); CPU time kept = %.3f\n",
-                   what[v], med[v], (double)nbytes / med[v] / 1e6, lo[v], hi[v],
-                   med[2] / med[v], med[2] / hi[v], med[2] / lo[v], cmed[2] / cmed[v]);
+                   what[v], med[v], (double)nbytes / med[v] / 1e6, lo[v], hi[v], med[2] / med[v],
+                   med[2] / hi[v], med[2] / lo[v], cmed[2] / cmed[v]);
         }
         printf("  checksum pass alone%s: median %.3f s (cpu %.3f s)\n",
                warm ? "" : " (it reads the disk)", med[3], cmed[3]);

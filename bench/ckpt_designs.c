@@ -70,9 +70,9 @@ enum {
 };
 
 static const char *names[N_DESIGNS] = {
-    "plain (map, copy)", "hash, then copy", "fused 256K chunks", "fused 1-pass",
-    "remap 4K pages",    "remap 2M pages",  "populate, hash, copy", "populate, copy", "plain, streaming stores",
-    "hash, streaming copy",
+    "plain (map, copy)",       "hash, then copy",      "fused 256K chunks",    "fused 1-pass",
+    "remap 4K pages",          "remap 2M pages",       "populate, hash, copy", "populate, copy",
+    "plain, streaming stores", "hash, streaming copy",
 };
 
 static volatile uint64_t sink; /* keeps the hashes */

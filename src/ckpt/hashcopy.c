@@ -95,8 +95,7 @@ static void stripes_portable(uint64_t acc[8], const unsigned char *src, const un
  * `shift` and last 64 - shift bytes are left to the caller (returned in *done_from, *done_to:
  * the destination bytes written here, relative to dst).
  */
-__attribute__((target("avx2"))) static void stripes_avx2(uint64_t acc[8],
-                                                         const unsigned char *src,
+__attribute__((target("avx2"))) static void stripes_avx2(uint64_t acc[8], const unsigned char *src,
                                                          const unsigned char *secret, size_t s,
                                                          size_t e, unsigned char *dst, int nt,
                                                          size_t *done_from, size_t *done_to)

@@ -1,8 +1,9 @@
 /*
  * XXH3-64 of a buffer computed in the same pass that copies parts of it elsewhere (private to
  * src/ckpt): each 64-byte stripe is read from memory once, hashed in registers and stored, so
- * verifying bytes while loading them costs no second read of memory (docs/performance.md, "Checkpoint
- * checksums"). The result is bit-identical to libxxhash's XXH3_64bits of the whole buffer.
+ * verifying bytes while loading them costs no second read of memory (docs/performance.md,
+ * "Checkpoint checksums"). The result is bit-identical to libxxhash's XXH3_64bits of the whole
+ * buffer.
  */
 #ifndef ACCEL_CKPT_HASHCOPY_H
 #define ACCEL_CKPT_HASHCOPY_H

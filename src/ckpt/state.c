@@ -699,9 +699,9 @@ static accel_status load_newest(accel *acc)
             break;
         }
         /* The chosen folder's marker keeps the verified mappings, loaded from below. */
-        accel_status vst = fused ? accel__ckpt_check_complete(dir)
-                                 : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks,
-                                                      &marker);
+        accel_status vst =
+            fused ? accel__ckpt_check_complete(dir)
+                  : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &marker);
         if (vst == ACCEL_ECORRUPT) {
             accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
                        accel_last_error(NULL));
@@ -719,8 +719,8 @@ static accel_status load_newest(accel *acc)
             vst = load_from(acc, dir, NULL);
             loaded = vst == ACCEL_OK;
             if (vst == ACCEL_ECORRUPT) {
-                accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s",
-                           who, accel_last_error(acc));
+                accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
+                           accel_last_error(acc));
             }
         }
         if (vst == ACCEL_OK) {

@@ -439,15 +439,14 @@ static accel_status verify_rest(accel *acc, accel__state_plan *p, const char *di
     if (c == NULL) {
         return ACCEL_ENOMEM;
     }
-    accel_status st = accel__ckpt_verify_rest(dir, &p->marker, acc->local_rank,
-                                              acc->local_n_ranks, c, p->n_copies);
+    accel_status st = accel__ckpt_verify_rest(dir, &p->marker, acc->local_rank, acc->local_n_ranks,
+                                              c, p->n_copies);
     accel__free(c);
     return st;
 }
 
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   accel__ckpt_marker *verified, int fused,
-                                   accel__state_plan **out)
+                                   accel__ckpt_marker *verified, int fused, accel__state_plan **out)
 {
     accel__state_plan *p = accel__calloc(1, sizeof(*p));
     if (p == NULL) {

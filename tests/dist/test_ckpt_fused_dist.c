@@ -76,8 +76,8 @@ int main(void)
 
     CHECK_OK(acc, accel_load_state(acc, dir));
     for (size_t i = 0; i < n; i++) {
-        CHECK_MSG(w[i] == expected(i), "process %d: weight %zu is %g after the valid load", rank,
-                  i, (double)w[i]);
+        CHECK_MSG(w[i] == expected(i), "process %d: weight %zu is %g after the valid load", rank, i,
+                  (double)w[i]);
     }
     CHECK_OK(acc, accel_optimizer_step(opt));
     CHECK_OK(acc, accel_wait_for_everyone(acc));

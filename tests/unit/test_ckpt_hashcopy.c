@@ -67,8 +67,8 @@ static void check_one(size_t n, size_t at, int kind)
             same += src[at + segs[i].off + j] == 0xa5;
         }
     }
-    CHECK_MSG(changed + same == covered, "n %zu layout %d: %zu bytes written, %zu copied", n,
-              kind, changed + same, covered);
+    CHECK_MSG(changed + same == covered, "n %zu layout %d: %zu bytes written, %zu copied", n, kind,
+              changed + same, covered);
 }
 
 int main(void)
@@ -81,9 +81,9 @@ int main(void)
         x = x * 6364136223846793005ull + 1442695040888963407ull;
         src[i] = (unsigned char)(x >> 56);
     }
-    static const size_t sizes[] = {0,    1,    17,   64,   129,  239,  240,  241,  255,
-                                   256,  257,  1023, 1024, 1025, 1087, 1088, 1089, 2048,
-                                   4096, 4097, 65536 + 3, 1 << 20};
+    static const size_t sizes[] = {0,    1,    17,   64,   129,       239,    240,  241,
+                                   255,  256,  257,  1023, 1024,      1025,   1087, 1088,
+                                   1089, 2048, 4096, 4097, 65536 + 3, 1 << 20};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (size_t at = 0; at < 3; at++) {
             for (int kind = 0; kind < 4; kind++) {
