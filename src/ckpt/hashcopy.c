@@ -14,6 +14,8 @@
 #include <string.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_generateSecret_fromSeed */
 #include <xxhash.h>
+
+#include "comm/reduce.h"
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(ACCEL_HASHCOPY_PORTABLE)
 #include <immintrin.h>
 #define HAVE_AVX2_PATH 1
@@ -153,15 +155,6 @@ __attribute__((target("avx2"))) static void stripes_avx2(uint64_t acc[8], const 
     _mm256_storeu_si256((__m256i *)(acc + 4), a1);
 }
 
-static int have_avx2(void)
-{
-    static int known = -1; /* a race only computes the same answer twice */
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
-    }
-    return known;
-}
 #endif
 
 /* Stripes [s, e) hashed, and copied to dst (stripe s's destination) when dst is not NULL. */
@@ -172,7 +165,7 @@ static void stripes(uint64_t acc[8], const unsigned char *src, const unsigned ch
         return;
     }
 #ifdef HAVE_AVX2_PATH
-    if (have_avx2()) {
+    if (accel__isa_best() >= ACCEL__ISA_AVX2) { /* the reductions' CPU check */
         int nt = dst != NULL && (e - s) * STRIPE >= NT_MIN_NBYTES;
         size_t from = 0, to = 0;
         stripes_avx2(acc, src, secret, s, e, dst, nt, &from, &to);

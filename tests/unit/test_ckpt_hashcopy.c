@@ -1,5 +1,5 @@
 /*
- * accel__xxh3_copy (src/ckpt/hashcopy.c): the checksum fused with the copy equals libxxhash's
+ * accel__xxh3_copy (src/ckpt/hashcopy.c), its AVX2 path and its portable one: the checksum fused
  * XXH3_64bits for every length around the algorithm's edges (240-byte short inputs, 64-byte
  * stripes, 1024-byte scramble blocks, a 16 MiB checkpoint block), at odd source offsets, with
  * no segment, one whole segment, and many segments of odd sizes and gaps; every segment's
@@ -13,6 +13,16 @@
 
 #include "check.h"
 #include "ckpt/hashcopy.h"
+
+/* The portable path too, compiled here under another name (the library takes the AVX2 path
+ * wherever the CPU has it). */
+#define ACCEL_HASHCOPY_PORTABLE 1
+#define accel__xxh3_copy portable_xxh3_copy
+#include "ckpt/hashcopy.c"
+#undef accel__xxh3_copy
+
+typedef uint64_t (*hash_copy_fn)(const void *, size_t, const accel__copy_seg *, size_t);
+static hash_copy_fn fns[2] = {accel__xxh3_copy, portable_xxh3_copy};
 
 #define MAX_N ((size_t)16 << 20)
 #define GUARD 64
@@ -39,16 +49,17 @@ static size_t make_segs(int kind, size_t n, accel__copy_seg *segs, size_t max)
     return k;
 }
 
-static void check_one(size_t n, size_t at, int kind)
+static void check_one(size_t n, size_t at, int kind, int fn)
 {
     accel__copy_seg segs[64];
     size_t k = make_segs(kind, n, segs, 64);
     size_t lim = n + 2 * GUARD + 64; /* every destination lies below */
     memset(dst, 0xa5, lim);
-    uint64_t got = accel__xxh3_copy(src + at, n, segs, k);
+    uint64_t got = fns[fn](src + at, n, segs, k);
     uint64_t want = XXH3_64bits(src + at, n);
-    CHECK_MSG(got == want, "n %zu at %zu layout %d: %016llx, XXH3_64bits %016llx", n, at, kind,
-              (unsigned long long)got, (unsigned long long)want);
+    CHECK_MSG(got == want, "%s: n %zu at %zu layout %d: %016llx, XXH3_64bits %016llx",
+              fn ? "portable" : "library", n, at, kind, (unsigned long long)got,
+              (unsigned long long)want);
     size_t covered = 0;
     for (size_t i = 0; i < k; i++) {
         CHECK_MSG(memcmp(segs[i].dst, src + at + segs[i].off, segs[i].nbytes) == 0,
@@ -87,14 +98,17 @@ int main(void)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (size_t at = 0; at < 3; at++) {
             for (int kind = 0; kind < 4; kind++) {
-                check_one(sizes[i], at * 13, kind);
+                check_one(sizes[i], at * 13, kind, 0);
+                check_one(sizes[i], at * 13, kind, 1);
             }
         }
     }
     /* A whole checkpoint block and one a stripe short (the large, streamed copies). */
     for (int kind = 0; kind < 4; kind++) {
-        check_one(MAX_N, 0, kind);
-        check_one(MAX_N - 64, 64, kind);
+        for (int fn = 0; fn < 2; fn++) {
+            check_one(MAX_N, 0, kind, fn);
+            check_one(MAX_N - 64, 64, kind, fn);
+        }
     }
     free(src);
     free(dst);
