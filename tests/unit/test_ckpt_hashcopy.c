@@ -1,9 +1,10 @@
 /*
  * accel__xxh3_copy (src/ckpt/hashcopy.c), its AVX2 path and its portable one: the checksum
- * fused with the copy equals libxxhash's XXH3_64bits for every length around the algorithm's edges (240-byte short inputs, 64-byte
- * stripes, 1024-byte scramble blocks, a 16 MiB checkpoint block), at odd source offsets, with
- * no segment, one whole segment, and many segments of odd sizes and gaps; every segment's
- * bytes reach their destination and nothing around them is written.
+ * fused with the copy equals libxxhash's XXH3_64bits for every length around the algorithm's
+ * edges (240-byte short inputs, 64-byte stripes, 1024-byte scramble blocks, a 16 MiB
+ * checkpoint block), at odd source offsets, with no segment, one whole segment, and many
+ * segments of odd sizes and gaps; every segment's bytes reach their destination and nothing
+ * around them is written.
  */
 #include <stdint.h>
 #include <stdio.h>
