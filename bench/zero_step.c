@@ -101,6 +101,8 @@ static void setup(stage *s, const nn_gpt_config *cfg, const int32_t *ids, const 
     accel_status st;
     size_t before = count_alloc_live();
     ACCEL_CHECK(accel_model_new(s->acc, &s->model));
+    /* ZeRO with the model on a GPU is not done: host memory */
+    ACCEL_CHECK(accel_model_set_device(s->model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&s->p, s->model));
     ACCEL_CHECK(nn_gpt_declare(&s->m, s->p, cfg));
     ACCEL_CHECK(nn_params_bind(s->p));

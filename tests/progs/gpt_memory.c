@@ -69,6 +69,8 @@ int main(int argc, char **argv)
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
     ACCEL_CHECK(accel_model_new(acc, &model));
+    /* measures host memory: the model stays there in a CUDA build too */
+    ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&params, model));
     ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
     ACCEL_CHECK(nn_params_bind(params));
