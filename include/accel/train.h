@@ -351,7 +351,8 @@ ACCEL_API void accel_optimizer_free(accel_optimizer *opt);
  * flat buffers), as torch.optim. A no-op returning ACCEL_OK on micro-steps where
  * accel_sync_gradients is 0. With an fp16 loss scaler the step is skipped when a gradient is
  * inf/nan on any process (see accel_optimizer_step_was_skipped).
- * Returns ACCEL_OK; ACCEL_EINVAL when the optimizer was not prepared.
+ * Returns ACCEL_OK; ACCEL_EINVAL when the optimizer was not prepared; ACCEL_ESTATE while a
+ * refused accel_load_state has left the state partly loaded (until a load succeeds).
  */
 ACCEL_API accel_status accel_optimizer_step(accel_optimizer *opt);
 /* Zeroes the model's gradients, only when accel_sync_gradients (Accelerate). */
