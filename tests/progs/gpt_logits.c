@@ -9,7 +9,8 @@
  * the model the example trained makes the two sides differ), loads DIR/model.safetensors with
  * accel_load_model in strict mode (every name and shape must match), and runs one forward
  * pass in eval mode without grad over the first batch x context bytes of FILE. Writes the
- * input ids (int32 [B, T]) and the logits (float32 [B, T, 256]) as .npy files.
+ * input ids (int32 [B, T]) and the logits (float32 [B, T, 256]) as .npy files. --device cuda
+ * loads the weights into a model on the process's GPU and computes there (tests/gpu).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,7 @@ int main(int argc, char **argv)
 {
     int layers = 2, width = 64, heads = 4, context = 32, tied = 1, batch = 2;
     const char *dir = NULL, *tokens = NULL, *out = NULL, *ids_out = NULL, *act = "gelu_new";
+    const char *device = "cpu";
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *f = argv[i], *v = argv[i + 1];
         if (strcmp(f, "--dir") == 0) {
@@ -72,6 +74,8 @@ int main(int argc, char **argv)
             ids_out = v;
         } else if (strcmp(f, "--activation") == 0) {
             act = v;
+        } else if (strcmp(f, "--device") == 0) {
+            device = v;
         } else if (strcmp(f, "--layers") == 0) {
             layers = atoi(v);
         } else if (strcmp(f, "--width") == 0) {
@@ -89,11 +93,12 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    int on_gpu = strcmp(device, "cuda") == 0;
     if (dir == NULL || tokens == NULL || out == NULL || ids_out == NULL || batch < 1 ||
-        context < 1) {
+        context < 1 || (!on_gpu && strcmp(device, "cpu") != 0)) {
         fprintf(stderr, "usage: gpt_logits --dir DIR --tokens FILE --out LOGITS.npy --ids_out "
                         "IDS.npy [--layers --width --heads --context --tied --activation "
-                        "--batch]\n");
+                        "--batch --device cpu|cuda]\n");
         return 2;
     }
 
@@ -114,6 +119,11 @@ int main(int argc, char **argv)
 
     accel *acc = NULL;
     ACCEL_CHECK(accel_init(&acc, NULL));
+    if (on_gpu && accel_device_of(acc).type != ACCEL_DEVICE_CUDA) {
+        fprintf(stderr, "gpt_logits: --device cuda: accel runs on %s here\n",
+                accel_device_name(acc));
+        return 1;
+    }
     nn_gpt_config cfg = nn_gpt_config_default();
     cfg.n_layer = layers;
     cfg.n_head = heads;
@@ -127,6 +137,9 @@ int main(int argc, char **argv)
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
     ACCEL_CHECK(accel_model_new(acc, &model));
+    if (!on_gpu) { /* a CUDA build would put it on the GPU */
+        ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
+    }
     ACCEL_CHECK(nn_params_for_model(&params, model));
     ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
     ACCEL_CHECK(nn_params_bind(params));
@@ -134,13 +147,16 @@ int main(int argc, char **argv)
 
     nn_ctx *g = NULL;
     ACCEL_CHECK(nn_ctx_new(&g));
+    ACCEL_CHECK(
+        nn_ctx_set_device(g, on_gpu ? accel_device_of(acc) : (accel_device){ACCEL_DEVICE_CPU, 0}));
     nn_ctx_set_grad_enabled(g, 0);
     nn_ctx_set_training(g, 0);
     nn_tensor *logits = NULL;
     ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, NULL, batch, context, &logits, NULL));
     int64_t shape[3] = {batch, context, 256};
-    if (write_npy(out, "<f4", logits->data, (size_t)nn_numel(logits) * sizeof(float), 3, shape) !=
-            0 ||
+    float *host = malloc((size_t)nn_numel(logits) * sizeof(float));
+    ACCEL_CHECK(host ? nn_tensor_to_host(logits, host) : ACCEL_ENOMEM);
+    if (write_npy(out, "<f4", host, (size_t)nn_numel(logits) * sizeof(float), 3, shape) != 0 ||
         write_npy(ids_out, "<i4", ids, n_ids * sizeof(int32_t), 2, shape) != 0) {
         fprintf(stderr, "gpt_logits: cannot write %s / %s\n", out, ids_out);
         return 1;
@@ -152,5 +168,6 @@ int main(int argc, char **argv)
     nn_params_free(params);
     accel_free(acc);
     free(ids);
+    free(host);
     return 0;
 }

@@ -18,7 +18,8 @@
  *                     resident bytes after the last backward, before the optimizer step
  *                     (under ZeRO-2/3 this process's shard of reduced gradients); else 0
  *   gathered_bytes N  ZeRO-3: resident bytes of the full weights' pages (and of the compute
- *                     copy's) after the last forward, the units gathered then; else 0
+ *                     copy's) after the last forward, the units gathered then; ZeRO-1/2 under
+ *                     mixed precision: the buckets widened to fp32 then; else 0
  * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
@@ -69,6 +70,8 @@ int main(int argc, char **argv)
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
     ACCEL_CHECK(accel_model_new(acc, &model));
+    /* measures host memory: the model stays there in a CUDA build too */
+    ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&params, model));
     ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
     ACCEL_CHECK(nn_params_bind(params));
