@@ -25,7 +25,6 @@ Exits 77 when --device cuda finds no CUDA device, 2 on bad arguments.
 """
 import argparse
 import math
-import os
 import resource
 import statistics
 import sys
