@@ -18,6 +18,8 @@
 #include <accel/accel.h>
 #include <accel/nn.h>
 
+#include "small_gpt.h"
+
 /* A version 1.0 .npy file: magic, header dict padded with spaces to a 64-byte boundary. */
 static int write_npy(const char *path, const char *descr, const void *data, size_t nbytes, int ndim,
                      const int64_t *shape)
@@ -114,21 +116,12 @@ int main(int argc, char **argv)
 
     accel *acc = NULL;
     ACCEL_CHECK(accel_init(&acc, NULL));
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = layers;
-    cfg.n_head = heads;
-    cfg.n_embd = width;
-    cfg.block_size = context;
-    cfg.vocab_size = 256;
-    cfg.tied = tied;
+    nn_gpt_config cfg = small_gpt_config(layers, heads, width, context, 256, tied);
     cfg.act = strcmp(act, "gelu") == 0 ? NN_ACT_GELU : NN_ACT_GELU_TANH;
-    cfg.dropout = 0.0f;
     accel_model *model = NULL;
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
-    ACCEL_CHECK(accel_model_new(acc, &model));
-    ACCEL_CHECK(nn_params_for_model(&params, model));
-    ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
+    small_gpt_declare(acc, &cfg, &model, &params, &gpt);
     ACCEL_CHECK(nn_params_bind(params));
     ACCEL_CHECK(accel_load_model(acc, model, dir, 1));
 

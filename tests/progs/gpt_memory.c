@@ -30,6 +30,7 @@
 #include <accel/nn.h>
 
 #include "count_alloc.h"
+#include "small_gpt.h"
 
 int main(int argc, char **argv)
 {
@@ -57,22 +58,13 @@ int main(int argc, char **argv)
     accel_options o = accel_options_default();
     ACCEL_CHECK(accel_init(&acc, &o));
 
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = layers;
-    cfg.n_head = heads;
-    cfg.n_embd = width;
-    cfg.block_size = context;
-    cfg.vocab_size = vocab;
-    cfg.tied = tied;
+    nn_gpt_config cfg = small_gpt_config(layers, heads, width, context, vocab, tied);
+    cfg.dropout = nn_gpt_config_default().dropout;
     size_t before = count_alloc_live();
     accel_model *model = NULL;
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
-    ACCEL_CHECK(accel_model_new(acc, &model));
-    ACCEL_CHECK(nn_params_for_model(&params, model));
-    ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
-    ACCEL_CHECK(nn_params_bind(params));
-    ACCEL_CHECK(nn_params_init(params, 1337));
+    small_gpt_new(acc, &cfg, 1337, &model, &params, &gpt);
     accel_adam_options ao = accel_adamw_options_default();
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
