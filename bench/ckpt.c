@@ -10,11 +10,11 @@
  * Then the same for accel_save_state of a prepared 100M-parameter model with AdamW (model +
  * optimizer folder, 1.2 GB, staging folder + fsyncs + marker + rename) against dd of the same
  * size, and accel_load_state (validate, verify the checksums, copy into the live buffers)
- * against the same load without checksums (the same files under a version-1 marker) and the
- * checksum pass alone: medians of 7 interleaved rounds with the page cache warm and of 3 after
+ * fused (checksums checked while copying) and two-pass (every checksum before any copy) against
+ * the same load without checksums (the same files under a version-1 marker) and the checksum
+ * pass alone: medians [min-max] of 7 interleaved rounds with the page cache warm and of 3 after
  * evicting the files, the throughput kept with verification (target >= 0.9) in wall and CPU
- * time, and what hashing everything before copying anything keeps, about plain / (plain +
- * pass).
+ * time.
  *   --state_only 1 skips the single-file and dd comparisons of the writes (load_state only).
  */
 #include <fcntl.h>
@@ -27,6 +27,7 @@
 
 #include "accel/accel.h"
 #include "bench.h"
+#include "ckpt/state.h"
 #include "ckpt/verify.h"
 #include "core/internal.h"
 
@@ -238,29 +239,37 @@ static int bench_state(const char *dir, size_t n, int no_dd)
         return 1;
     }
     /* Warm: 7 rounds after one load of each folder that fills the page cache; evicted: 3
-     * rounds, each measurement after evicting. A round times a verified load, a plain load and
-     * the checksum pass alone (accel__ckpt_verify) in rotating order, so drift in the machine's
-     * load hits all three; throughput kept is judged on the medians, in wall time and in the
-     * process's CPU time (all threads, less sensitive to other programs on the machine). */
-    const char *dirs[2] = {state_dir, plain_dir};
-    static const char *what[3] = {"verified", "plain", "checksum pass"};
+     * rounds, each measurement after evicting. A round times a fused verified load (checksums
+     * checked while copying: what a load with nothing to lose does), a two-pass verified load
+     * (every checksum before any copy: a load with something to lose), a plain load (the same
+     * bytes under a version-1 marker: no checksums) and the checksum pass alone
+     * (accel__ckpt_verify), in rotating order, so drift in the machine's load hits all four;
+     * throughput kept is judged on the medians, in wall time and in the process's CPU time
+     * (all threads, less sensitive to other programs on the machine). */
+    const char *dirs[3] = {state_dir, state_dir, plain_dir};
+    static const accel__fused_mode modes[3] = {ACCEL__FUSED_ALWAYS, ACCEL__FUSED_NEVER,
+                                               ACCEL__FUSED_AUTO};
+    static const char *what[4] = {"fused", "two-pass", "plain", "checksum pass"};
     for (int warm = 1; warm >= 0; warm--) {
         int reps = warm ? 7 : 3;
-        double t[3][7], c[3][7];
-        for (int v = 0; warm && v < 2; v++) {
+        double t[4][7], c[4][7];
+        for (int v = 0; warm && v < 3; v += 2) {
             if (accel_load_state(acc, dirs[v]) != ACCEL_OK) {
                 fprintf(stderr, "bench/ckpt: %s\n", accel_last_error(acc));
                 return 1;
             }
         }
         for (int r = 0; r < reps; r++) {
-            for (int k = 0; k < 3; k++) {
-                int v = (r + k) % 3;
+            for (int k = 0; k < 4; k++) {
+                int v = (r + k) % 4;
                 if (!warm) {
                     evict_tree(state_dir); /* the plain folder's files are the same inodes */
                 }
+                if (v < 3) {
+                    accel__ckpt_set_fused_mode(acc, modes[v]);
+                }
                 double t0 = accel__now(), c0 = cpu_seconds();
-                accel_status st = v < 2 ? accel_load_state(acc, dirs[v])
+                accel_status st = v < 3 ? accel_load_state(acc, dirs[v])
                                         : accel__ckpt_verify(state_dir, 0, 1, NULL);
                 if (st != ACCEL_OK) {
                     fprintf(stderr, "bench/ckpt: %s: %s\n", what[v], accel_last_error(acc));
@@ -269,33 +278,32 @@ static int bench_state(const char *dir, size_t n, int no_dd)
                 t[v][r] = accel__now() - t0;
                 c[v][r] = cpu_seconds() - c0;
             }
-            printf("  %s rep %d: verified %.3f s (cpu %.3f), plain %.3f s (cpu %.3f), checksum "
-                   "pass %.3f s (cpu %.3f), kept %.3f (cpu %.3f)\n",
+            printf("  %s rep %d: fused %.3f s (cpu %.3f), two-pass %.3f s (cpu %.3f), plain "
+                   "%.3f s (cpu %.3f), checksum pass %.3f s (cpu %.3f)\n",
                    warm ? "warm" : "evicted", r, t[0][r], c[0][r], t[1][r], c[1][r], t[2][r],
-                   c[2][r], t[1][r] / t[0][r], c[1][r] / c[0][r]);
+                   c[2][r], t[3][r], c[3][r]);
         }
-        double med[3], cmed[3];
-        for (int v = 0; v < 3; v++) {
-            med[v] = bench_median(t[v], reps);
+        double med[4], cmed[4], lo[4], hi[4];
+        for (int v = 0; v < 4; v++) {
+            med[v] = bench_median(t[v], reps); /* sorts */
+            lo[v] = t[v][0];
+            hi[v] = t[v][reps - 1];
             cmed[v] = bench_median(c[v], reps);
         }
-        printf("load_state (%s, %d rounds): verified median %.3f s (%.0f MB/s), plain (version-1 "
-               "marker, no checksums) median %.3f s (%.0f MB/s), throughput kept = %.3f "
-               "(target >= 0.9); CPU time kept = %.3f\n",
-               warm ? "page cache warm" : "evicted", reps, med[0], (double)nbytes / med[0] / 1e6,
-               med[1], (double)nbytes / med[1] / 1e6, med[1] / med[0], cmed[1] / cmed[0]);
-        printf("  checksum pass alone%s: median %.3f s (cpu %.3f s); the rest of a verified "
-               "load: %.3f s (cpu %.3f s)\n",
-               warm ? "" : " (it reads the disk)", med[2], cmed[2], med[0] - med[2],
-               cmed[0] - cmed[2]);
-        if (warm) {
-            /* Hashing every byte before copying any (so that a damaged file modifies nothing)
-             * adds about one checksum pass to a plain load. */
-            printf("  hashing everything before copying anything keeps about plain / (plain + "
-                   "pass) = %.3f (cpu %.3f)\n",
-                   med[1] / (med[1] + med[2]), cmed[1] / (cmed[1] + cmed[2]));
+        printf("load_state (%s, %d rounds): plain (version-1 marker, no checksums) median %.3f s "
+               "(%.0f MB/s) [%.3f-%.3f]\n",
+               warm ? "page cache warm" : "evicted", reps, med[2], (double)nbytes / med[2] / 1e6,
+               lo[2], hi[2]);
+        for (int v = 0; v < 2; v++) {
+            printf("  verified, %s: median %.3f s (%.0f MB/s) [%.3f-%.3f]: throughput kept = "
+                   "%.3f [%.3f-%.3f] (target >= 0.9); CPU time kept = %.3f\n",
+                   what[v], med[v], (double)nbytes / med[v] / 1e6, lo[v], hi[v], med[2] / med[v],
+                   med[2] / hi[v], med[2] / lo[v], cmed[2] / cmed[v]);
         }
+        printf("  checksum pass alone%s: median %.3f s (cpu %.3f s)\n",
+               warm ? "" : " (it reads the disk)", med[3], cmed[3]);
     }
+    accel__ckpt_set_fused_mode(acc, ACCEL__FUSED_AUTO);
     char rm[1100];
     snprintf(rm, sizeof rm, "rm -rf %s %s", state_dir, plain_dir);
     int rc = system(rm);

@@ -17,8 +17,26 @@
  * synchronised steps of every process. Scaling efficiency = N-process tokens/s / (N x 1-process
  * tokens/s) = t(alone) / t(N processes). Run alone it reports the 1-process figures.
  *
- * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N]
- *        (threads: BLAS/OpenMP threads when run as 1 process)
+ * On a GPU (--device cuda, the default where accel runs on one; CUDA builds) it times the
+ * training step of one process instead (process 0's, under a launcher): forward, accel_backward,
+ * clipping at 1.0 and AdamW (lr 3e-4, weight decay 0.1) with the model, its gradients, AdamW's
+ * state and nn's arenas in GPU memory, on synthetic uniform tokens. After --warmup untimed steps,
+ * every step ends with cudaDeviceSynchronize (the clipping norm synchronises anyway), so the host
+ * clock times the GPU's work, not the launches. Prints its text, then one machine-readable line
+ * (bench/peers parses it):
+ *
+ *     tokens_per_s=<x> peak_mem_gib=<y> step_ms=<z>
+ *
+ * step_ms is the median step, tokens_per_s = batch x T / step_ms, and peak_mem_gib the most
+ * GPU memory in use during the steps less what was in use before the model was made
+ * (cudaMemGetInfo after each step: the model's buffers, AdamW's moments, nn's device arena,
+ * which holds everything a step allocates until it ends, and cuBLASLt's workspace).
+ *
+ * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]
+ *        [--preset gpt2-124m] [--layers N --width N --heads N --context N --vocab N]
+ *        [--mixed_precision no|bf16|fp16] [--warmup N]
+ *        (threads: BLAS/OpenMP threads when run as 1 process; the preset is GPT-2 124M: 12
+ *        layers, width 768, 12 heads, T = 1024, vocabulary 50304, tied head, tanh GELU)
  */
 #include <cblas.h>
 #include <math.h>
@@ -34,6 +52,9 @@
 #include "core/internal.h"
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
+#endif
+#ifdef ACCEL_HAVE_CUDA
+#include "accel/cuda.h"
 #endif
 
 /* Seconds of one C = A B on 1024^3 (buffers allocated by the caller). */
@@ -58,6 +79,12 @@ static void synthetic_tokens(int32_t *ids, int32_t *tg, long count, int vocab, i
     }
 }
 
+/* "fp32" for no mixed precision, else its name. */
+static const char *mp_name(accel_precision p)
+{
+    return p == ACCEL_PRECISION_NO || p == ACCEL_PRECISION_UNSET ? "fp32" : accel_precision_name(p);
+}
+
 /* One step through accel: forward, accel_backward (all-reduce unless no_sync), AdamW. Writes
  * the forward, backward (with its communication) and optimizer seconds to t[0..2]. */
 static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, const int32_t *ids,
@@ -78,10 +105,9 @@ static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, c
 }
 
 /* The multi-process mode (see the top of the file). */
-static int run_distributed(accel *acc, int steps, int batch)
+static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
 {
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
-    nn_gpt_config cfg = bench_gpt_config();
     const int T = cfg.block_size, K = 2, warmup = 2;
     int rounds = (steps + K - 1) / K;
     accel_model *model;
@@ -166,9 +192,11 @@ static int run_distributed(accel *acc, int steps, int batch)
         double peak = 2.0 * gn * (double)gn * gn / bench_median(tgemm, i1);
         double flops = nn_gpt_train_flops(&cfg, batch, T);
         double tok1 = (double)batch * T / s1, tokn = (double)n * batch * T / sn;
-        printf("gpt_step: L=%d C=%d H=%d T=%d V=%d untied, exact GELU, fp32, batch %d per "
+        printf("gpt_step: L=%d C=%d H=%d T=%d V=%d %s, %s GELU, %s, batch %d per "
                "process, %d processes x 1 thread, %d gradient bucket(s)\n",
-               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, batch, n, n_buckets);
+               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, cfg.tied ? "tied" : "untied",
+               cfg.act == NN_ACT_GELU ? "exact" : "tanh", mp_name(accel_mixed_precision(acc)),
+               batch, n, n_buckets);
         printf("  params            %lld\n", (long long)nn_params_numel(p));
         printf("  sgemm 1024^3      %.2f GFLOP/s (process 0, alone)\n", peak * 1e-9);
         printf("  1 process         step %.2f ms (forward %.2f, backward %.2f, adamw %.2f), "
@@ -199,35 +227,219 @@ static int run_distributed(accel *acc, int steps, int batch)
     return 0;
 }
 
+#ifdef ACCEL_HAVE_CUDA
+/* Bytes of GPU memory in use now (on the whole device). */
+static size_t gpu_used(void)
+{
+    size_t free_b = 0, total_b = 0;
+    cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+        fprintf(stderr, "gpt_step: cudaMemGetInfo: %s\n", cudaGetErrorString(e));
+        exit(1);
+    }
+    return total_b - free_b;
+}
+
+static void cuda_sync(void)
+{
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) {
+        fprintf(stderr, "gpt_step: cudaDeviceSynchronize: %s (%s)\n", cudaGetErrorString(e),
+                cudaGetErrorName(e));
+        exit(1);
+    }
+}
+
+/* One process's step on its GPU (see the top of the file). */
+static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int warmup)
+{
+    const int T = cfg.block_size;
+    size_t used0 = gpu_used(), peak = used0;
+    accel_model *model;
+    nn_params *p;
+    nn_gpt *m;
+    ACCEL_CHECK(accel_model_new(acc, &model)); /* on the accelerator's GPU */
+    ACCEL_CHECK(nn_params_for_model(&p, model));
+    ACCEL_CHECK(nn_gpt_declare(&m, p, &cfg));
+    ACCEL_CHECK(nn_params_bind(p));
+    ACCEL_CHECK(nn_params_init(p, 1234));
+    accel_adam_options ao = accel_adamw_options_default();
+    ao.lr = 3e-4;
+    ao.weight_decay = 0.1;
+    accel_optimizer *opt = accel_adamw(acc, model, &ao);
+    ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
+    ACCEL_CHECK(accel_prepare(acc, model, opt));
+    nn_ctx *g;
+    ACCEL_CHECK(nn_ctx_new(&g));
+    ACCEL_CHECK(nn_ctx_set_device(g, accel_device_of(acc)));
+
+    long count = (long)batch * T;
+    int32_t *ids = malloc((size_t)count * sizeof(int32_t));
+    int32_t *tg = malloc((size_t)count * sizeof(int32_t));
+    double *ts = malloc((size_t)steps * sizeof(double));
+    ACCEL_CHECK(ids && tg && ts ? ACCEL_OK : ACCEL_ENOMEM);
+    synthetic_tokens(ids, tg, count, cfg.vocab_size, accel_process_index(acc));
+    float loss_first = 0.0f, loss_last = 0.0f;
+    double norm = 0.0, total = 0.0;
+    for (int s = -warmup; s < steps; s++) {
+        double t0 = accel__now();
+        nn_tensor *loss = NULL;
+        ACCEL_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
+        ACCEL_CHECK(accel_backward(acc, loss));
+        ACCEL_CHECK(accel_clip_grad_norm(acc, model, 1.0, 2.0, &norm));
+        ACCEL_CHECK(accel_optimizer_step(opt));
+        ACCEL_CHECK(accel_optimizer_zero_grad(opt));
+        cuda_sync();
+        double dt = accel__now() - t0;
+        size_t used = gpu_used();
+        peak = used > peak ? used : peak;
+        if (s == -warmup) {
+            loss_first = nn_item(loss);
+        }
+        if (s == steps - 1) {
+            loss_last = nn_item(loss);
+        }
+        if (s >= 0) {
+            ts[s] = dt;
+            total += dt;
+        }
+    }
+    double med = bench_median(ts, steps);
+    double tok_s = (double)count / med, flops = nn_gpt_train_flops(&cfg, batch, T);
+    double peak_gib = (double)(peak - used0) / (double)(1ull << 30);
+    if (accel_is_main_process(acc)) { /* under a launcher: process 0's figures only */
+        struct cudaDeviceProp prop;
+        const char *name = cudaGetDeviceProperties(&prop, accel_cuda_device(acc)) == cudaSuccess
+                               ? prop.name
+                               : "(unknown GPU)";
+        printf("gpt_step: L=%d C=%d H=%d T=%d V=%d %s, %s GELU, %s, batch %d, AdamW, clip 1.0, on "
+               "%s\n",
+               cfg.n_layer, cfg.n_embd, cfg.n_head, T, cfg.vocab_size, cfg.tied ? "tied" : "untied",
+               cfg.act == NN_ACT_GELU ? "exact" : "tanh", mp_name(accel_mixed_precision(acc)),
+               batch, accel_device_name(acc));
+        printf("  device            %s\n", name);
+        printf("  params            %lld\n", (long long)nn_params_numel(p));
+        printf("  step              %.2f ms median, %.2f ms mean over %d steps (after %d warmup)\n",
+               med * 1e3, total / steps * 1e3, steps, warmup);
+        printf("  throughput        %.0f tokens/s, %.1f TFLOP/s (model FLOPs)\n", tok_s,
+               flops / med * 1e-12);
+        printf("  GPU memory        %.2f GiB peak beyond what was in use before the model "
+               "(cudaMemGetInfo)\n",
+               peak_gib);
+        printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
+               (double)loss_last, norm);
+        printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);
+        fflush(stdout);
+    }
+    nn_ctx_free(g);
+    nn_gpt_free(m);
+    nn_params_free(p);
+    free(ids);
+    free(tg);
+    free(ts);
+    return 0;
+}
+#endif
+
+static const char usage[] =
+    "usage: gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]\n"
+    "                [--preset gpt2-124m] [--layers N] [--width N] [--heads N] [--context N]\n"
+    "                [--vocab N] [--mixed_precision no|bf16|fp16] [--warmup N]\n";
+
 int main(int argc, char **argv)
 {
-    int steps = 10, batch = 8, threads = 1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--steps") == 0) {
-            steps = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--threads") == 0) {
-            threads = atoi(argv[i + 1]);
+    int steps = 10, batch = 8, threads = 1, warmup = 3;
+    const char *device = NULL, *mp = NULL;
+    nn_gpt_config cfg = bench_gpt_config();
+    struct {
+        const char *flag;
+        int *v;
+    } ints[] = {{"--steps", &steps},         {"--batch", &batch},
+                {"--threads", &threads},     {"--warmup", &warmup},
+                {"--layers", &cfg.n_layer},  {"--width", &cfg.n_embd},
+                {"--heads", &cfg.n_head},    {"--context", &cfg.block_size},
+                {"--vocab", &cfg.vocab_size}};
+    for (int i = 1; i < argc; i += 2) {
+        size_t k = 0, n = sizeof ints / sizeof ints[0];
+        while (k < n && strcmp(argv[i], ints[k].flag) != 0) {
+            k++;
+        }
+        if (i + 1 >= argc) {
+            fputs(usage, stderr);
+            return 2;
+        }
+        if (k < n) {
+            *ints[k].v = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--device") == 0) {
+            device = argv[i + 1];
+        } else if (strcmp(argv[i], "--mixed_precision") == 0) {
+            mp = argv[i + 1];
+        } else if (strcmp(argv[i], "--preset") == 0 && strcmp(argv[i + 1], "gpt2-124m") == 0) {
+            /* Flags after the preset still change it. */
+            cfg.n_layer = 12;
+            cfg.n_embd = 768;
+            cfg.n_head = 12;
+            cfg.block_size = 1024;
+            cfg.vocab_size = 50304; /* 50257 padded to a multiple of 128 */
+            cfg.tied = 1;
+            cfg.act = NN_ACT_GELU_TANH;
         } else {
-            fprintf(stderr, "usage: gpt_step [--steps N] [--batch B] [--threads N]\n");
+            fputs(usage, stderr);
             return 2;
         }
     }
-    if (steps < 1 || batch < 1 || threads < 1) {
-        fprintf(stderr, "gpt_step: steps, batch and threads must be >= 1\n");
+    if (steps < 1 || batch < 1 || threads < 1 || warmup < 0 || cfg.n_layer < 1 || cfg.n_embd < 1 ||
+        cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0 || cfg.block_size < 1 ||
+        cfg.vocab_size < 2) {
+        fprintf(stderr, "gpt_step: steps, batch, threads and the model sizes must be >= 1 "
+                        "(vocab >= 2, width a multiple of heads, warmup >= 0)\n");
+        return 2;
+    }
+    if (device != NULL && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
+        fprintf(stderr, "gpt_step: --device must be cpu or cuda, not %s\n", device);
+        return 2;
+    }
+    accel_options o = accel_options_default();
+    if (device != NULL && strcmp(device, "cpu") == 0) {
+        o.cpu = 1; /* the accelerator, and with it the model, on the CPU */
+    }
+    for (int q = ACCEL_PRECISION_NO; mp != NULL && q <= ACCEL_PRECISION_BF16; q++) {
+        if (strcmp(mp, accel_precision_name((accel_precision)q)) == 0) {
+            o.mixed_precision = (accel_precision)q;
+        }
+    }
+    if (mp != NULL && o.mixed_precision == ACCEL_PRECISION_UNSET) {
+        fprintf(stderr, "gpt_step: --mixed_precision must be no, bf16 or fp16, not %s\n", mp);
         return 2;
     }
     accel *acc = NULL;
-    ACCEL_CHECK(accel_init(&acc, NULL));
-    if (accel_num_processes(acc) > 1) {
-        threads = 1; /* the configuration: N processes x 1 thread */
+    ACCEL_CHECK(accel_init(&acc, &o));
+    int on_gpu = accel_device_of(acc).type == ACCEL_DEVICE_CUDA;
+    if (device != NULL && strcmp(device, "cuda") == 0 && !on_gpu) {
+        fprintf(stderr,
+                "gpt_step: --device cuda: accel runs on %s here (a build without CUDA, no usable "
+                "GPU, or ACCELERATE_USE_CPU=1; ACCEL_LOG_LEVEL=debug says which)\n",
+                accel_device_name(acc));
+        accel_free(acc);
+        return 1;
     }
-    openblas_set_num_threads(threads);
-#ifdef ACCEL_HAVE_OPENMP
-    omp_set_num_threads(threads);
+    int rc;
+    if (on_gpu) {
+#ifdef ACCEL_HAVE_CUDA
+        rc = run_cuda(acc, cfg, steps, batch, warmup);
+#else
+        rc = 1; /* accel runs on a GPU only in CUDA builds */
 #endif
-    int rc = run_distributed(acc, steps, batch);
+    } else {
+        if (accel_num_processes(acc) > 1) {
+            threads = 1; /* the configuration: N processes x 1 thread */
+        }
+        openblas_set_num_threads(threads);
+#ifdef ACCEL_HAVE_OPENMP
+        omp_set_num_threads(threads);
+#endif
+        rc = run_distributed(acc, cfg, steps, batch);
+    }
     accel_free(acc);
     return rc;
 }

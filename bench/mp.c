@@ -39,6 +39,8 @@ static double gpt_step(accel_precision mp, int steps, int *skipped)
     ACCEL_CHECK(accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
+    /* the CPU benchmark: the model stays in host memory in a CUDA build too */
+    ACCEL_CHECK(accel_model_set_device(m, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&p, m));
     ACCEL_CHECK(nn_gpt_declare(&gpt, p, &cfg));
     ACCEL_CHECK(nn_params_bind(p));

@@ -5,8 +5,9 @@
  * (everything accel allocates for the model and its AdamW, counted through
  * accel_replace_allocator, plus the resident pages of the buffers accel maps itself: the shm
  * backend's shared gradients, ZeRO-2/3's gradient and weight pages; tests/count_alloc.h),
- * under stage 3 the full weights resident after forward (the units gathered then), and the
- * training throughput relative to stage 0.
+ * under stage 3 the full weights resident after forward (the units gathered then; under mixed
+ * precision at stages 1-2 the buckets widened to fp32 then), and the training throughput
+ * relative to stage 0.
  *
  * Each stage has its own accelerator (zero_stage is an accelerator option), all alive at once,
  * with the same initial weights and tokens; rounds alternate K steps of every stage, so a
@@ -43,7 +44,8 @@ typedef struct stage {
     int ok;
     char why[512];
     size_t nbytes;   /* training state per process between backward and the step */
-    size_t gathered; /* stage 3: full weights resident after forward (the units gathered) */
+    size_t gathered; /* full weights resident after forward (stage 3: the units gathered;
+                        stages 1-2 under mixed precision: the buckets widened) */
     double *t;       /* step seconds, slowest process */
     float loss;
 } stage;
@@ -101,6 +103,8 @@ static void setup(stage *s, const nn_gpt_config *cfg, const int32_t *ids, const 
     accel_status st;
     size_t before = count_alloc_live();
     ACCEL_CHECK(accel_model_new(s->acc, &s->model));
+    /* ZeRO with the model on a GPU is not done: host memory */
+    ACCEL_CHECK(accel_model_set_device(s->model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&s->p, s->model));
     ACCEL_CHECK(nn_gpt_declare(&s->m, s->p, cfg));
     ACCEL_CHECK(nn_params_bind(s->p));

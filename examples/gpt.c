@@ -6,21 +6,26 @@
  *     build/examples/gpt --steps 50 --log_with jsonl --project_dir runs
  *     build/examples/gpt --data shakespeare.txt --layers 6 --width 192 --context 256
  *     build/examples/gpt --checkpoint_every 100 --project_dir runs        (then add --resume)
+ *     build/examples/gpt --device cuda --mixed_precision bf16 --layers 12 --width 768 \
+ *         --heads 12 --context 1024 --vocab 50304 --batch 16       (GPT-2 124M's shape on a GPU)
  *
  * By default the corpus is accel's own source and documentation (src/, include/, docs/ of the
  * project, found from the executable's or the current directory), so there is nothing to
  * download; --data names a file or a folder (read recursively) instead. Every byte is a token
- * (vocabulary 256). The model is GPT-2 (pre-LayerNorm blocks, tied embeddings by default) from
- * the nn toolkit, trained with AdamW, linear warmup then cosine decay, gradient clipping at 1.0
- * and optional gradient accumulation, dropout and mixed precision. The main process shows a
- * progress bar, prints a line with loss, learning rate, gradient norm and tokens/s every
- * --log_every steps, logs the same values to the trackers named by --log_with, and finally
- * samples some text. --checkpoint_every saves the whole training state (automatic naming under
- * project_dir/checkpoints) and --resume continues bit-identically from the newest checkpoint
- * (accel_options.resume_from_checkpoint = "latest": accel_prepare loads it, so the same
- * command restarted by `accel launch --max_restarts N` after a failure goes on from there).
+ * (vocabulary 256, or --vocab, padded: the extra rows are never a target). The model is GPT-2
+ * (pre-LayerNorm blocks, tied embeddings by default) from the nn toolkit, trained with AdamW,
+ * linear warmup then cosine decay, gradient clipping at 1.0 and optional gradient accumulation,
+ * dropout and mixed precision. The main process shows a progress bar, prints a line with loss,
+ * learning rate, gradient norm and tokens/s every --log_every steps, logs the same values to
+ * the trackers named by --log_with, and finally samples some text. --checkpoint_every saves the
+ * whole training state (automatic naming under project_dir/checkpoints) and --resume continues
+ * bit-identically from the newest checkpoint (accel_options.resume_from_checkpoint = "latest":
+ * accel_prepare loads it, so the same command restarted by `accel launch --max_restarts N` after a
+ * failure goes on from there).
  * --save_dir writes model.safetensors plus a transformers config.json, so the folder loads
- * with GPT2LMHeadModel.from_pretrained.
+ * with GPT2LMHeadModel.from_pretrained. --device cuda trains on the process's GPU (the default
+ * where accel runs on one): the model's weights, gradients and optimizer state in GPU memory,
+ * the nn ctx on the same GPU (docs/cuda.md).
  */
 #define _DEFAULT_SOURCE /* scandir, PATH_MAX under -std=c11 */
 
@@ -40,16 +45,19 @@
 /* ------------------------------------------------------------------------ command line */
 
 typedef struct args {
-    int layers, width, heads, context, batch, steps, warmup, accum, seed, log_every, sample;
+    int layers, width, heads, context, vocab, batch, steps, warmup, accum, seed, log_every, sample;
     int tied, checkpoint_every, total_limit, stop_at, resume;
     double lr, dropout;
-    const char *data, *mixed_precision, *log_with, *project_dir, *save_dir, *activation;
+    const char *data, *mixed_precision, *log_with, *project_dir, *save_dir, *activation, *device;
 } args;
 
 static const char usage[] =
     "usage: gpt [options]\n"
     "  --data PATH              text file or folder (default: the project's src, include, docs)\n"
     "  --layers N --width N --heads N --context N      model (default 4, 128, 4, 128)\n"
+    "  --vocab N                vocabulary size, >= 256 (bytes; more rows pad it, as GPT-2\n"
+    "                           124M's 50304; default 256)\n"
+    "  --device D               cpu or cuda (default: cuda where accel runs on a GPU)\n"
     "  --tied 0|1               lm_head shares the token embedding (default 1)\n"
     "  --activation A           gelu_new (tanh form, GPT-2's; default) or gelu (exact erf)\n"
     "  --dropout X              embedding, attention and residual dropout (default 0)\n"
@@ -76,6 +84,7 @@ static int parse_args(int argc, char **argv, args *a)
                 .width = 128,
                 .heads = 4,
                 .context = 128,
+                .vocab = 256,
                 .batch = 8,
                 .steps = 1000,
                 .warmup = -1,
@@ -96,6 +105,7 @@ static int parse_args(int argc, char **argv, args *a)
         {"--width", &a->width, NULL, NULL},
         {"--heads", &a->heads, NULL, NULL},
         {"--context", &a->context, NULL, NULL},
+        {"--vocab", &a->vocab, NULL, NULL},
         {"--batch", &a->batch, NULL, NULL},
         {"--steps", &a->steps, NULL, NULL},
         {"--warmup", &a->warmup, NULL, NULL},
@@ -113,6 +123,7 @@ static int parse_args(int argc, char **argv, args *a)
         {"--save_dir", NULL, &a->save_dir, NULL},
         {"--mixed_precision", NULL, &a->mixed_precision, NULL},
         {"--activation", NULL, &a->activation, NULL},
+        {"--device", NULL, &a->device, NULL},
         {"--lr", NULL, NULL, &a->lr},
         {"--dropout", NULL, NULL, &a->dropout},
     };
@@ -141,15 +152,20 @@ static int parse_args(int argc, char **argv, args *a)
         a->warmup = a->steps / 20;
     }
     if (a->layers < 1 || a->width < 1 || a->heads < 1 || a->width % a->heads != 0 ||
-        a->context < 2 || a->batch < 1 || a->steps < 1 || a->accum < 1 || a->log_every < 1 ||
-        a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
+        a->context < 2 || a->vocab < 256 || a->batch < 1 || a->steps < 1 || a->accum < 1 ||
+        a->log_every < 1 || a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
         a->checkpoint_every < 0 || a->total_limit < 0 || a->stop_at < 0 ||
         (a->tied != 0 && a->tied != 1)) {
-        fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads)\n");
+        fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads, vocab "
+                        ">= 256)\n");
         return -1;
     }
     if (strcmp(a->activation, "gelu") != 0 && strcmp(a->activation, "gelu_new") != 0) {
         fprintf(stderr, "gpt: --activation must be gelu or gelu_new, not %s\n", a->activation);
+        return -1;
+    }
+    if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0) {
+        fprintf(stderr, "gpt: --device must be cpu or cuda, not %s\n", a->device);
         return -1;
     }
     return 0;
@@ -271,15 +287,19 @@ static accel_status windows_get(void *ctx, int64_t i, accel_sample *out)
 
 /* ------------------------------------------------------------------------ sampling */
 
-/* Generates n bytes after `prompt` (temperature 0.8) and prints them, on the calling process. */
+/* Generates n bytes after `prompt` (temperature 0.8) and prints them, on the calling process.
+ * Only the 256 byte logits are drawn from (a padded vocabulary's other rows are not bytes). */
 static void sample_text(nn_ctx *g, const nn_gpt *m, const char *prompt, int n, int context,
                         uint64_t seed)
 {
+    int V = nn_gpt_get_config(m)->vocab_size;
     int32_t *ids = malloc((size_t)context * sizeof(int32_t));
     float *p = malloc(256 * sizeof(float));
-    if (ids == NULL || p == NULL) {
+    float *all = malloc((size_t)context * V * sizeof(float)); /* the logits, on the host */
+    if (ids == NULL || p == NULL || all == NULL) {
         free(ids);
         free(p);
+        free(all);
         return;
     }
     int t = 0;
@@ -290,10 +310,11 @@ static void sample_text(nn_ctx *g, const nn_gpt *m, const char *prompt, int n, i
     printf("---- sample ----\n%s", prompt);
     for (int k = 0; k < n; k++) {
         nn_tensor *logits = NULL;
-        if (nn_gpt_forward(g, m, ids, NULL, 1, t, &logits, NULL) != ACCEL_OK) {
+        if (nn_gpt_forward(g, m, ids, NULL, 1, t, &logits, NULL) != ACCEL_OK ||
+            nn_tensor_to_host(logits, all) != ACCEL_OK) {
             break;
         }
-        const float *last = logits->data + (int64_t)(t - 1) * 256;
+        const float *last = all + (int64_t)(t - 1) * V;
         double mx = last[0], sum = 0.0;
         for (int v = 1; v < 256; v++) {
             mx = last[v] > mx ? last[v] : mx;
@@ -325,6 +346,7 @@ static void sample_text(nn_ctx *g, const nn_gpt *m, const char *prompt, int n, i
     nn_ctx_set_training(g, prev_train);
     free(ids);
     free(p);
+    free(all);
 }
 
 /* ------------------------------------------------------------------------ saving */
@@ -436,17 +458,21 @@ static accel_status run_state_load(void *ctx, const void *data, size_t nbytes)
     return ACCEL_OK;
 }
 
-/* FNV-1a over the bytes of every parameter's fp32 master weights: equal fingerprints mean
- * bit-identical weights (the exact-resume check prints it). */
-static unsigned long long weights_fingerprint(accel_model *model)
+/* FNV-1a over the bytes of every parameter's fp32 master weights (copied to the host from
+ * wherever the model is): equal fingerprints mean bit-identical weights (the exact-resume
+ * check prints it). */
+static unsigned long long weights_fingerprint(const nn_params *params)
 {
     unsigned long long h = 1469598103934665603ull;
-    for (int i = 0; i < accel_model_num_params(model); i++) {
-        const accel_param *p = accel_model_param(model, i);
-        const unsigned char *bytes = (const unsigned char *)p->data;
-        for (size_t k = 0; k < p->numel * sizeof(float); k++) {
+    for (int i = 0; i < nn_params_count(params); i++) {
+        const nn_tensor *t = nn_params_get(params, i);
+        size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
+        unsigned char *bytes = malloc(nbytes);
+        ACCEL_CHECK(bytes ? nn_tensor_to_host(t, (float *)bytes) : ACCEL_ENOMEM);
+        for (size_t k = 0; k < nbytes; k++) {
             h = (h ^ bytes[k]) * 1099511628211ull;
         }
+        free(bytes);
     }
     return h;
 }
@@ -482,6 +508,9 @@ int main(int argc, char **argv)
         return 2;
     }
     o.log_with = a.log_with;
+    if (a.device && strcmp(a.device, "cpu") == 0) {
+        o.cpu = 1; /* the accelerator, and with it the model, on the CPU */
+    }
     int checkpointing = a.checkpoint_every > 0 || a.resume;
     o.project_dir = a.project_dir ? a.project_dir : (a.log_with || checkpointing ? "runs" : NULL);
     if (checkpointing) { /* ProjectConfiguration(automatic_checkpoint_naming=True, ...) */
@@ -494,6 +523,14 @@ int main(int argc, char **argv)
     ACCEL_CHECK(accel_init(&acc, &o));
     ACCEL_CHECK(accel_set_seed(acc, (uint64_t)a.seed, 0));
     int nproc = accel_num_processes(acc);
+    accel_device device = accel_device_of(acc); /* the model's and the nn ctx's */
+    if (a.device && strcmp(a.device, "cuda") == 0 && device.type != ACCEL_DEVICE_CUDA) {
+        fprintf(stderr,
+                "gpt: --device cuda: accel runs on %s here (a build without CUDA, no usable GPU, "
+                "or ACCELERATE_USE_CPU=1; ACCEL_LOG_LEVEL=debug says which)\n",
+                accel_device_name(acc));
+        return 1;
+    }
 
     /* The corpus, as int32 tokens (bytes). Every process reads it: it is small. */
     corpus c = {0};
@@ -543,7 +580,7 @@ int main(int argc, char **argv)
     cfg.n_head = a.heads;
     cfg.n_embd = a.width;
     cfg.block_size = a.context;
-    cfg.vocab_size = 256;
+    cfg.vocab_size = a.vocab;
     cfg.tied = a.tied;
     cfg.act = strcmp(a.activation, "gelu") == 0 ? NN_ACT_GELU : NN_ACT_GELU_TANH;
     cfg.dropout = (float)a.dropout;
@@ -573,6 +610,7 @@ int main(int argc, char **argv)
      * registered before accel_prepare, which restores it with everything else on --resume. */
     nn_ctx *g = NULL;
     ACCEL_CHECK(nn_ctx_new(&g));
+    ACCEL_CHECK(nn_ctx_set_device(g, device));
     nn_ctx_set_seed(g, (uint64_t)a.seed);
     run_state rs = {.g = g};
     ACCEL_CHECK(accel_register_for_checkpointing(acc, run_state_save, run_state_load, &rs));
@@ -583,10 +621,10 @@ int main(int argc, char **argv)
     accel_print(acc,
                 "gpt: %lld parameters (%d layers, width %d, %d heads, context %d), corpus %lld "
                 "bytes, %d process(es) x batch %d x accumulation %d = %lld tokens/step, "
-                "precision %s\n",
+                "precision %s, on %s\n",
                 (long long)nn_params_numel(params), a.layers, a.width, a.heads, a.context,
                 (long long)w.n_tokens, nproc, a.batch, a.accum, tokens_per_step,
-                accel_precision_name(accel_mixed_precision(acc)));
+                accel_precision_name(accel_mixed_precision(acc)), accel_device_name(acc));
     accel_value config[] = {ACCEL_SCALAR("layers", a.layers),
                             ACCEL_SCALAR("width", a.width),
                             ACCEL_SCALAR("heads", a.heads),
@@ -693,7 +731,7 @@ int main(int argc, char **argv)
                 "taking %.2f s; the maxima over processes)\n",
                 100.0 * wait[0], 1e3 * wait[1], rs.step - first_step, wait[2]);
     accel_print(acc, "final step %d | weights fingerprint %016llx\n", rs.step,
-                weights_fingerprint(model));
+                weights_fingerprint(params));
     if (a.log_with) { /* where to look: trackers write under logging_dir (= project_dir) */
         const char *logs = accel_resolved_options(acc)->logging_dir;
         int tb = strstr(a.log_with, "tensorboard") || strstr(a.log_with, "all");

@@ -124,6 +124,8 @@ int main(int argc, char **argv)
     nn_params *params = NULL;
     nn_linear_layer fc;
     ACCEL_CHECK(accel_model_new(acc, &model));
+    /* a CPU program (it reads the weights on the host): the model stays in host memory */
+    ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&params, model));
     ACCEL_CHECK(nn_linear_declare(&fc, params, "", 1, 2, 0, NN_LAYOUT_OUT_IN));
     ACCEL_CHECK(nn_params_bind(params));

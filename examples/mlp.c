@@ -108,6 +108,8 @@ int main(int argc, char **argv)
     nn_params *params = NULL;
     nn_mlp_layer net;
     ACCEL_CHECK(accel_model_new(acc, &model));
+    /* ReLU has no CUDA kernel in nn yet: the model stays in host memory */
+    ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
     ACCEL_CHECK(nn_params_for_model(&params, model));
     ACCEL_CHECK(nn_mlp_declare(&net, params, "net", 2, hidden, N_CLASSES, NN_ACT_RELU,
                                NN_LAYOUT_OUT_IN, "fc1", "fc2"));

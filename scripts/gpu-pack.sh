@@ -20,6 +20,8 @@ cd "$BUILD"
 progs=(accel libexec/accel/test_worker)
 progs+=($(ctest -N -V -L gpu | sed -n 's/^[0-9]*: Test command: //p' | tr -d '"' | tr ' ' '\n' |
     grep "^$PWD/" | sed "s|^$PWD/||" | grep -v '\.sh$' | sort -u))
+# The C programs that run on the GPU too (tests/gpu/test_gpt_cuda.sh, bench/peers).
+progs+=(examples/gpt bench/gpt_step tests/progs/gpt_logits)
 for f in examples/cuda_* bench/cuda_* tests/test_*cuda* tests/progs/*cuda*; do
     [ -f "$f" ] && [ -x "$f" ] && progs+=("$f")
 done

@@ -142,7 +142,9 @@ static inline accel_status count_alloc_install(void)
 }
 
 /* Resident bytes of model m's full weights (and compute copy) when accel maps them itself
- * (ZeRO-3's pages: the units gathered at the time), else 0 (they are counted memory). */
+ * (ZeRO-3's pages: the units gathered at the time; stages 1-2 under mixed precision: the
+ * buckets widened to fp32, the compute copy being counted memory), else 0 (they are counted
+ * memory). */
 static inline size_t count_alloc_gathered(accel_model *m)
 {
     const accel_param *p0 = accel_model_param(m, 0);
@@ -151,7 +153,7 @@ static inline size_t count_alloc_gathered(accel_model *m)
     const char *c = p0->compute_view.data;
     if (!count_alloc_owns(w)) {
         total = count_alloc_resident(w, nbytes);
-        if (c != NULL && c != (const char *)p0->data) {
+        if (c != NULL && c != (const char *)p0->data && !count_alloc_owns(c)) {
             c -= p0->offset * accel_dtype_nbytes(p0->compute_view.dtype);
             total +=
                 count_alloc_resident(c, nbytes / 4 * accel_dtype_nbytes(p0->compute_view.dtype));

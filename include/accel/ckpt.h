@@ -248,7 +248,8 @@ ACCEL_API accel_status accel_merge_weights(const char *checkpoint_dir, const cha
  * moment leaves every earlier checkpoint complete.
  * Save pre-hooks run on every process first. A collective: every process calls it.
  * Returns ACCEL_OK; ACCEL_EINVAL (dir NULL without automatic naming, automatic naming without
- * project_dir, the automatic target already exists); ACCEL_EIO naming the file; the first
+ * project_dir, the automatic target already exists); ACCEL_ESTATE after a refused load left
+ * the state partly loaded (accel_load_state); ACCEL_EIO naming the file; the first
  * failure of a hook or registered object; ACCEL_EPEER / ACCEL_ETIMEDOUT. Every process
  * returns an error when any process failed, and the checkpoint is then not created.
  */
@@ -263,10 +264,15 @@ ACCEL_API accel_status accel_save_state(accel *acc, const char *dir);
  *        iteration counter to at least n + 1, so the next save does not collide (Accelerate
  *        leaves it and the next save fails).
  * Load pre-hooks run on every process first. Then every file is validated on every process
- * (the marker complete, each file's header, sizes, names and shapes, the numbers of models,
- * optimizers, schedulers, loaders and registered objects) before anything is modified: on
- * failure no object changes. Registered objects' load callbacks run before accel's own state
- * is applied. Saved with another number of processes: weights, optimizer, schedulers, scaler
+ * (the marker complete, every file's checksum, each file's header, sizes, names and shapes,
+ * the numbers of models, optimizers, schedulers, loaders and registered objects) before
+ * anything is modified: on failure no object changes. Except when the live state has nothing
+ * to lose (no optimizer step and no successful load since accel_init, as when resuming at the
+ * start of a run): the .safetensors checksums are then checked while their tensors are copied
+ * in (docs/checkpoint.md, "Fast verified loads"), so a damaged tensor file can leave the
+ * tensors partly loaded; the error says so, and accel_optimizer_step and accel_save_state
+ * return ACCEL_ESTATE until a load succeeds. Registered objects' load callbacks run before
+ * accel's own state is applied. Saved with another number of processes: weights, optimizer, schedulers, scaler
  * and registered objects load; loader positions are rescaled and the resume is not exact
  * (a warning says so). A collective.
  * Returns ACCEL_OK; ACCEL_ENOTFOUND (no such folder, no checkpoint yet); ACCEL_ECORRUPT naming

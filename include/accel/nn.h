@@ -328,7 +328,9 @@ ACCEL_API nn_tensor *nn_causal_attention(nn_ctx *g, nn_tensor *qkv, int n_head, 
  * Where parameters live. declare is called once per parameter in order (PyTorch/HF name,
  * shape) and returns the parameter's index (>= 0) or a negative accel_status; after every
  * declaration, bind gives the data (numel fp32 values) and gradient (same size, or NULL for a
- * frozen parameter) of each index. The memory must outlive the tensors.
+ * frozen parameter) of each index. The memory must outlive the tensors. A sink of yours gives
+ * host memory; nn_model_sink gives the model's memory wherever the model is (on a GPU: device
+ * pointers, read by the ops of a ctx on that GPU).
  */
 typedef struct nn_param_sink {
     void *ctx;
@@ -336,10 +338,11 @@ typedef struct nn_param_sink {
     accel_status (*bind)(void *ctx, int index, float **data, float **grad);
     /* Optional (may be NULL): the parameter's mixed-precision working copy as a typed view.
      * Fills view->dtype with the precision the model computes in (ACCEL_BF16 / ACCEL_F16, or
-     * ACCEL_F32 for none) and view->data with the numel values stored in that dtype in host
-     * memory (the master rounded to nearest even), or NULL when there is none or it is not
-     * valid now. Consulted at every autocast use, so it may change between steps. A sink whose
-     * view->dtype is not ACCEL_F32 also turns on NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
+     * ACCEL_F32 for none) and view->data with the numel values stored in that dtype (the
+     * master rounded to nearest even) in the memory view->device names (the parameters'
+     * device), or NULL when there is none or it is not valid now. Consulted at every autocast use,
+     * so it may change between steps. A sink whose view->dtype is not ACCEL_F32 also turns on
+     * NN_AUTOCAST_AUTO (see nn_ctx_set_autocast). */
     void (*compute)(void *ctx, int index, accel_tensor *view);
     /* Optional (may be NULL): called before an op reads parameter `index`'s data (forward: as
      * the op takes its inputs; backward: before the backward of a node that read it), so a
@@ -378,7 +381,8 @@ ACCEL_API nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim,
 ACCEL_API accel_status nn_params_bind(nn_params *p);
 
 /* Phase 3: fills every parameter with its declared init from `seed` (counter-based per
- * parameter and element: independent of order and thread count). Must follow bind. */
+ * parameter and element: independent of order and thread count; parameters on a GPU get the
+ * same values, made on the host and copied over). Must follow bind. */
 ACCEL_API accel_status nn_params_init(nn_params *p, uint64_t seed);
 
 ACCEL_API int nn_params_count(const nn_params *p);
@@ -395,7 +399,7 @@ ACCEL_API int64_t nn_params_numel(const nn_params *p);
 ACCEL_API float *nn_params_flat_data(const nn_params *p, int64_t *count);
 ACCEL_API float *nn_params_flat_grad(const nn_params *p, int64_t *count);
 
-/* Zeroes every bound gradient. */
+/* Zeroes every bound gradient (on a GPU: queued on the legacy default stream). */
 ACCEL_API void nn_params_zero_grad(nn_params *p);
 
 /* ===================================================================== layers */
@@ -518,7 +522,11 @@ ACCEL_API double nn_gpt_train_flops(const nn_gpt_config *cfg, int64_t B, int64_t
 /*
  * A sink that registers each declared parameter in `model` (accel_model_add_param, same name
  * and shape) and binds it to the model's master weights and gradient views (allocating the
- * model's flat buffers at the first bind). Declare everything before accel_prepare.
+ * model's flat buffers at the first bind). Declare everything before accel_prepare. The model
+ * stays on its device: the accelerator's (a GPU in a CUDA build with one) unless
+ * accel_model_set_device chose another before the first declaration. Parameters on a GPU are
+ * computed with by a ctx on that GPU (nn_ctx_set_device(g, accel_device_of(acc))); a CPU ctx
+ * refuses them, naming the op.
  */
 ACCEL_API nn_param_sink nn_model_sink(accel_model *model);
 

@@ -139,7 +139,8 @@ ACCEL_API int accel_model_find(const accel_model *m, const char *name);
 /* The flat buffers as CPU conveniences (NULL before alloc). master: fp32 weights; grad: fp32
  * gradients, in the layout described at the top (accel_model_numel elements with zero_stage
  * 0). NULL with ACCEL_ESTATE where a float pointer cannot apply (the buffer is not in host
- * memory). Borrowed. */
+ * memory, or the master is sharded: ZeRO stage 3, and stages 1-2 under mixed precision with
+ * several processes; accel_save_model writes it). Borrowed. */
 ACCEL_API float *accel_model_master(accel_model *m);
 ACCEL_API float *accel_model_grad(accel_model *m);
 
@@ -153,7 +154,8 @@ ACCEL_API float *accel_model_grad(accel_model *m);
  * accel_model_compute_view: fills *out with the whole copy as a 1-D view (same layout as the
  * master, compute dtype; the master itself in fp32 mode). Returns ACCEL_OK, ACCEL_EINVAL for a
  * NULL argument, ACCEL_ESTATE while the copy is not valid (not allocated, or allocated but not
- * yet prepared; fp32 mode is valid from alloc). Borrowed.
+ * yet prepared, or, with a sharded master at ZeRO stages 1-2, after a checkpoint load until
+ * the next materialize, gather_all or step; fp32 mode is valid from alloc). Borrowed.
  * accel_model_compute: the fp32 convenience: the master in fp32 mode; NULL before alloc, and
  * NULL with ACCEL_ESTATE under bf16 / fp16 (the copy is not fp32; use the view).
  */
@@ -191,14 +193,19 @@ ACCEL_API int accel_model_num_units(const accel_model *m);
  * order, as a forward does) and prefetching the next unit in the direction of the pass (forward:
  * registration order, inside accel_backward_begin/end: reverse); units left behind are released
  * (their memory given back; reading them gives zeros). nn calls it through nn_model_sink for
- * every parameter an op reads, forward and backward. A no-op below stage 3 or for an unprepared
- * model. Returns ACCEL_OK, ACCEL_EINVAL for a bad index, or the collective's failure.
+ * every parameter an op reads, forward and backward. Stages 1-2 under mixed precision with
+ * several processes (the fp32 master sharded): the same with the gradient buckets as units,
+ * whose data is the working copy widened to fp32 (no communication, except after a checkpoint
+ * load: the first call all-gathers the working copy from the loaded master pieces, so call it
+ * on every process). A no-op otherwise or for an unprepared model. Returns ACCEL_OK,
+ * ACCEL_EINVAL for a bad index, or the collective's failure.
  */
 ACCEL_API accel_status accel_model_materialize(accel_model *m, int index);
 /*
  * Stage 3: gathers every unit (summon_full_params): each process then holds all the weights
- * until the next optimizer step or materialize releases them. Collective. A no-op below
- * stage 3.
+ * until the next optimizer step or materialize releases them. Collective. Stages 1-2 under
+ * mixed precision with a sharded master: every parameter's data is the working copy widened
+ * to fp32 (not the fp32 master) until then. A no-op otherwise.
  */
 ACCEL_API accel_status accel_model_gather_all(accel_model *m);
 
@@ -344,7 +351,8 @@ ACCEL_API void accel_optimizer_free(accel_optimizer *opt);
  * flat buffers), as torch.optim. A no-op returning ACCEL_OK on micro-steps where
  * accel_sync_gradients is 0. With an fp16 loss scaler the step is skipped when a gradient is
  * inf/nan on any process (see accel_optimizer_step_was_skipped).
- * Returns ACCEL_OK; ACCEL_EINVAL when the optimizer was not prepared.
+ * Returns ACCEL_OK; ACCEL_EINVAL when the optimizer was not prepared; ACCEL_ESTATE while a
+ * refused accel_load_state has left the state partly loaded (until a load succeeds).
  */
 ACCEL_API accel_status accel_optimizer_step(accel_optimizer *opt);
 /* Zeroes the model's gradients, only when accel_sync_gradients (Accelerate). */

@@ -466,6 +466,17 @@ static accel_status load_model(accel *acc, accel_model *model, const char *path,
     if (dst != ACCEL_OK) {
         return accel__seterr(acc, dst, "accel_load_model: %s", accel_last_error(NULL));
     }
+    /* A prepared model whose fp32 master is a shard holds full weights only for gathered units,
+     * which are dropped on release: weights written there would be lost without a word. */
+    if (p0 != NULL && p0->data_view.device.type == ACCEL_DEVICE_CPU &&
+        ((const accel__object *)model)->prepared && accel_model_master(model) == NULL) {
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_load_model: %s: the model is prepared and each process holds "
+                             "only its shard of the fp32 master (ZeRO stage 3, or stages 1-2 "
+                             "under mixed precision): load the weights before accel_prepare, or "
+                             "resume with accel_load_state",
+                             path);
+    }
     load_ctx c = {0};
     accel_status st = ACCEL_OK;
     if (accel__is_dir(path)) {

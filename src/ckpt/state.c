@@ -9,6 +9,12 @@
  * own files and the writer the shared ones; all agree; the writer commits (marker last, rename,
  * parent fsync) and only then rotates. Invariant: a process killed at any moment leaves every
  * earlier checkpoint complete, and a checkpoint is complete only when every process's files are.
+ *
+ * Load protocol: every process plans (verifies, opens, validates); all agree; positions are
+ * compared; the fused load's copies run with their checksums (only when the live state has
+ * nothing to lose, nothing_to_lose below); all agree; the rest is applied; all agree.
+ * Invariant: with something to lose, a refused load modifies nothing; a refused fused load
+ * leaves acc->partial_load set, which optimizer steps and saves refuse, until a load succeeds.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -46,6 +52,8 @@ typedef struct ckpt_module {
     char *last_dir;
     int iteration;       /* Accelerate's project_configuration.iteration, from the options */
     int warned_auto_dir; /* the ignored `dir` of automatic naming was logged */
+    int loaded;          /* a load_state succeeded on this accelerator */
+    accel__fused_mode fused_mode;
 } ckpt_module;
 
 static void module_free(accel *acc, void *state)
@@ -366,6 +374,9 @@ static accel_status save_state(accel *acc, const char *dir)
     if (m == NULL) {
         return ACCEL_ENOMEM;
     }
+    if (acc->partial_load[0] != '\0') {
+        return accel__seterr(acc, ACCEL_ESTATE, "%s: refused: %s", who, acc->partial_load);
+    }
     int automatic = acc->settings->ckpt.automatic_checkpoint_naming == 1;
     char *base = NULL, *target = NULL;
     if (automatic) {
@@ -513,6 +524,51 @@ static accel_status check_in_step(accel *acc, const accel__state_plan *p, const 
     return st;
 }
 
+/*
+ * Whether the live state has nothing a load could lose (the fused load, docs/checkpoint.md
+ * "Fast verified loads"): no optimizer has stepped and no load succeeded since accel_init, so
+ * the weights are the ones the program made before loading and makes again when rerun; or a
+ * refused fused load left them partly written already.
+ */
+static int nothing_to_lose(accel *acc)
+{
+    const ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+    if (m != NULL && m->fused_mode != ACCEL__FUSED_AUTO) {
+        return m->fused_mode == ACCEL__FUSED_ALWAYS;
+    }
+    if (acc->partial_load[0] != '\0') {
+        return 1;
+    }
+    if (m != NULL && m->loaded) {
+        return 0;
+    }
+    for (const accel__object *o = acc->objects; o != NULL; o = o->next) {
+        if (o->kind == ACCEL__OBJ_OPTIMIZER &&
+            accel_optimizer_num_steps((const accel_optimizer *)o) > 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void accel__ckpt_set_fused_mode(accel *acc, accel__fused_mode mode)
+{
+    ckpt_module *m = module_of(acc);
+    if (m != NULL) {
+        m->fused_mode = mode;
+    }
+}
+
+/* A fused load refused after writing tensors: steps and saves refuse until a load succeeds. */
+static void mark_partial(accel *acc, const char *src)
+{
+    snprintf(acc->partial_load, sizeof acc->partial_load,
+             "the model and optimizer state are partly loaded from checkpoint %s, which "
+             "accel_load_state refused after writing part of it (the live state had nothing to "
+             "lose: no step since accel_init); load a valid checkpoint or restart the program",
+             src);
+}
+
 /* Loads folder `src` (the protocol of the file comment); `verified`: the marker of the
  * caller's verification of it (taken), or NULL. */
 static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *verified)
@@ -531,18 +587,26 @@ static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *v
     if (st == ACCEL_OK) {
         st = accel__state_collect(acc, &objs);
     }
+    /* The same on every process: steps and loads are collective. */
+    int fused = verified == NULL && nothing_to_lose(acc);
     if (st == ACCEL_OK) {
-        st = accel__state_plan_new(acc, &objs, src, verified, &plan);
+        st = accel__state_plan_new(acc, &objs, src, verified, fused, &plan);
         if (st != ACCEL_OK) {
             accel__adopt_thread_error(acc, st);
         }
     } else if (verified != NULL) {
         accel__ckpt_marker_release(verified);
     }
-    /* Nothing is modified anywhere unless every process validated its files. */
+    /* Nothing is modified anywhere unless every process validated its files (the fused load:
+     * every file but those it checks while copying). */
     st = agree(acc, st, who);
     if (st == ACCEL_OK) {
         st = check_in_step(acc, plan, src);
+    }
+    int written = 0;
+    if (st == ACCEL_OK) {
+        written = fused;
+        st = agree(acc, accel__state_plan_apply_fused(plan, src), who);
     }
     if (st == ACCEL_OK) {
         st = accel__state_plan_apply(acc, plan);
@@ -551,6 +615,14 @@ static accel_status load_from(accel *acc, const char *src, accel__ckpt_marker *v
     if (st == ACCEL_OK) {
         advance_iteration(acc, src);
         set_last_dir(acc, src);
+        acc->partial_load[0] = '\0';
+        ckpt_module *m = accel__module(acc, ACCEL__MOD_CKPT);
+        m->loaded = 1; /* load_state made the module (module_of) */
+    } else if (written) {
+        char why[ACCEL__ERRMSG_NBYTES];
+        snprintf(why, sizeof why, "%s", accel_last_error(acc));
+        mark_partial(acc, src);
+        st = accel__seterr(acc, st, "%s; %s", why, acc->partial_load);
     }
     accel__state_plan_free(plan);
     accel__state_objs_release(&objs);
@@ -608,6 +680,7 @@ static accel_status load_newest(accel *acc)
         return accel_last_status(acc);
     }
     int64_t *its = NULL, n = 0;
+    int loaded = 0; /* the fused path loaded the chosen folder already */
     accel_status st = list_candidates(acc, base, &its, &n);
     if (st == ACCEL_OK && n == 0) {
         st = accel__seterr(acc, ACCEL_ENOTFOUND, "%s: no checkpoint in %s", who, base);
@@ -615,6 +688,10 @@ static accel_status load_newest(accel *acc)
     char skipped[400] = "", newest_why[ACCEL__ERRMSG_NBYTES] = "";
     int64_t chosen = -1;
     accel__ckpt_marker marker = {0};
+    /* With nothing to lose, each candidate is checked for completeness only and loaded fused
+     * (its checksums checked while copying); a damaged one is then skipped after the load
+     * refused it, the state marked partly loaded until a later candidate loads. */
+    int fused = nothing_to_lose(acc);
     for (int64_t i = n - 1; st == ACCEL_OK && i >= 0 && chosen < 0; i--) {
         char *dir = auto_dir(base, its[i]);
         if (dir == NULL) {
@@ -622,7 +699,9 @@ static accel_status load_newest(accel *acc)
             break;
         }
         /* The chosen folder's marker keeps the verified mappings, loaded from below. */
-        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &marker);
+        accel_status vst =
+            fused ? accel__ckpt_check_complete(dir)
+                  : accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &marker);
         if (vst == ACCEL_ECORRUPT) {
             accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
                        accel_last_error(NULL));
@@ -633,6 +712,16 @@ static accel_status load_newest(accel *acc)
         vst = agree(acc, vst, who);
         if (vst != ACCEL_OK) {
             accel__ckpt_marker_release(&marker); /* maybe verified here, damaged elsewhere */
+        }
+        if (vst == ACCEL_OK && fused) {
+            /* Damage found while loading is skipped like damage found before; any other
+             * failure is the caller's to see, as for a named folder (below). */
+            vst = load_from(acc, dir, NULL);
+            loaded = vst == ACCEL_OK;
+            if (vst == ACCEL_ECORRUPT) {
+                accel__log(&acc->log, ACCEL__LOG_WARN, "%s: skipping damaged checkpoint: %s", who,
+                           accel_last_error(acc));
+            }
         }
         if (vst == ACCEL_OK) {
             chosen = its[i];
@@ -649,12 +738,14 @@ static accel_status load_newest(accel *acc)
         accel__free(dir);
     }
     if (st == ACCEL_OK && chosen < 0) {
+        int add = acc->partial_load[0] != '\0' && strstr(newest_why, "partly loaded") == NULL;
         st = accel__seterr(acc, ACCEL_ECORRUPT,
                            "%s: no valid checkpoint in %s: %s %s damaged (each named in a "
-                           "warning); the newest: %s",
-                           who, base, skipped, n > 1 ? "are all" : "is", newest_why);
+                           "warning); the newest: %s%s%s",
+                           who, base, skipped, n > 1 ? "are all" : "is", newest_why,
+                           add ? "; " : "", add ? acc->partial_load : "");
     }
-    if (st == ACCEL_OK) {
+    if (st == ACCEL_OK && !loaded) {
         char *dir = auto_dir(base, chosen);
         st = dir ? load_from(acc, dir, &marker) : accel__adopt_thread_error(acc, ACCEL_ENOMEM);
         accel__free(dir);

@@ -105,10 +105,26 @@ accel_status accel__state_shard_write_index(const accel__state_writer *w, const 
  * `verified` is the marker the caller's accel__ckpt_verify of `dir` returned (taken, whatever
  * the result: its kept mappings are loaded from), then opens and validates everything this
  * process needs from `dir` (only files the marker lists) and has every object validate and
- * stage its part; nothing is modified. */
+ * stage its part; nothing is modified. With `fused` (and verified NULL), the checksums of the
+ * .safetensors files the load copies from are left to accel__state_plan_apply_fused
+ * (verify.h: the fused load); every other checksum is checked here. */
 typedef struct accel__state_plan accel__state_plan;
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   accel__ckpt_marker *verified, accel__state_plan **out);
+                                   accel__ckpt_marker *verified, int fused,
+                                   accel__state_plan **out);
+/* Which loads are fused: AUTO those with nothing to lose (docs/checkpoint.md); NEVER and ALWAYS
+ * are for measuring both kinds in one process (bench/ckpt) and for tests. */
+typedef enum accel__fused_mode {
+    ACCEL__FUSED_AUTO = 0,
+    ACCEL__FUSED_NEVER,
+    ACCEL__FUSED_ALWAYS
+} accel__fused_mode;
+void accel__ckpt_set_fused_mode(accel *acc, accel__fused_mode mode);
+
+/* The fused load's first step (a no-op for a plan made without `fused`): the copies out of the
+ * deferred files, each file checked in the same pass. ACCEL_ECORRUPT naming the damaged file:
+ * the live tensors are then partly written. */
+accel_status accel__state_plan_apply_fused(accel__state_plan *p, const char *dir);
 /* Where this process resumes, for the check that all processes agree: the accumulation step
  * and sync_gradients, then per resume position (accel__state_resume_at) its epoch, batch and
  * length: 2 + 3 * accel__state_plan_n_positions values, owned by the plan. */
@@ -118,7 +134,8 @@ const int64_t *accel__state_plan_positions(const accel__state_plan *p);
  * the stem of its per-process file ("dl_state_dict_rank"). */
 void accel__state_plan_position_owner(const accel__state_plan *p, size_t i, const char **noun,
                                       int *index, const char **file);
-/* Runs the registered objects' load callbacks, then applies the rest (cannot fail). */
+/* Runs the registered objects' load callbacks, then applies the rest (cannot fail); after
+ * accel__state_plan_apply_fused, the copies it made are not made again. */
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p);
 void accel__state_plan_free(accel__state_plan *p);
 

@@ -19,6 +19,7 @@
 #include "ckpt/atomic.h"
 #include "ckpt/devio.h"
 #include "ckpt/state.h"
+#include "comm/reduce.h"
 #include "core/gstate.h"
 #include "core/settings.h"
 
@@ -72,6 +73,8 @@ struct accel__state_plan {
     int64_t step;
     int sync;
     int dropped[ACCEL__OBJ_KIND_COUNT]; /* per-process tensor parts not loaded */
+    int fused;                          /* checksums checked while copying (verify.h) */
+    unsigned char *copied;              /* per copy: made by accel__state_plan_apply_fused */
 };
 
 void accel__state_plan_free(accel__state_plan *p)
@@ -87,6 +90,7 @@ void accel__state_plan_free(accel__state_plan *p)
     }
     accel__free(p->files);
     accel__free(p->copies);
+    accel__free(p->copied);
     accel__free(p->staged);
     accel__free(p->stages);
     accel__free(p->firsts);
@@ -317,6 +321,11 @@ static accel_status plan_rank(accel *acc, accel__state_plan *p, const char *dir,
              accel__st_ext(c->rank_store));
     accel__state_file *f;
     ACCEL_TRY(open_file(p, dir, name, c->rank_store, NULL, &f));
+    if (!json) {
+        /* Gradients of an open window: a later load saved outside a window leaves the live
+         * ones alone, so a refused fused load must not have written them. */
+        accel__ckpt_keep_apart(&p->marker, name);
+    }
     accel__state_reader r = reader(p, dir, f, k, 0, ACCEL__STATE_RANK);
     if (json) {
         int64_t who, procs;
@@ -409,8 +418,35 @@ static accel_status plan_all(accel *acc, accel__state_plan *p, const accel__stat
     return accel__grad_state_open(acc);
 }
 
+/* The host copies as verify.h sees them (owned: accel__free). */
+static accel__ckpt_copy *ckpt_copies(const accel__state_plan *p)
+{
+    accel__ckpt_copy *c = accel__calloc(p->n_copies + 1, sizeof(*c));
+    for (size_t i = 0; c != NULL && i < p->n_copies; i++) {
+        c[i] = (accel__ckpt_copy){p->copies[i].dst, p->copies[i].src, p->copies[i].nbytes};
+    }
+    if (c == NULL) {
+        accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    return c;
+}
+
+/* The fused plan: the deferred files no copy reads from (of this process's share) are checked
+ * now, before anything is written. */
+static accel_status verify_rest(accel *acc, accel__state_plan *p, const char *dir)
+{
+    accel__ckpt_copy *c = ckpt_copies(p);
+    if (c == NULL) {
+        return ACCEL_ENOMEM;
+    }
+    accel_status st = accel__ckpt_verify_rest(dir, &p->marker, acc->local_rank, acc->local_n_ranks,
+                                              c, p->n_copies);
+    accel__free(c);
+    return st;
+}
+
 accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const char *dir,
-                                   accel__ckpt_marker *verified, accel__state_plan **out)
+                                   accel__ckpt_marker *verified, int fused, accel__state_plan **out)
 {
     accel__state_plan *p = accel__calloc(1, sizeof(*p));
     if (p == NULL) {
@@ -425,11 +461,26 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
     if (verified != NULL) {
         p->marker = *verified;
         memset(verified, 0, sizeof(*verified));
+    } else if (fused) {
+        p->fused = 1;
+        st = accel__ckpt_verify_deferred(dir, acc->local_rank, acc->local_n_ranks, &p->marker);
     } else {
         st = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, &p->marker);
     }
     if (st == ACCEL_OK) {
         st = plan_all(acc, p, o, dir);
+    }
+    if (st == ACCEL_ECORRUPT && p->fused) {
+        /* Damage can fail a tensor file's parsing before its checksum is known: name it as the
+         * two-pass load does (checksums of the share, from new mappings: a loader that failed
+         * may have released the lent ones), else keep the parser's message. */
+        char why[ACCEL__ERRMSG_NBYTES];
+        snprintf(why, sizeof why, "%s", accel_last_error(NULL));
+        accel_status vst = accel__ckpt_verify(dir, acc->local_rank, acc->local_n_ranks, NULL);
+        st = vst != ACCEL_OK ? vst : accel__seterr(NULL, st, "%s", why);
+    }
+    if (st == ACCEL_OK && p->fused) {
+        st = verify_rest(acc, p, dir);
     }
     if (st != ACCEL_OK) {
         accel__state_plan_free(p);
@@ -444,7 +495,25 @@ accel_status accel__state_plan_new(accel *acc, const accel__state_objs *o, const
 static void run_copy(void *ctx, size_t i)
 {
     const copy_job *c = &((const copy_job *)ctx)[i];
-    memcpy(c->dst, c->src, c->nbytes);
+    /* Streaming stores, as the fused load's copies (hashcopy.h): a load with checksums and one
+     * without differ only by the checksums, and the copy does not evict the caches. */
+    accel__copy_nt(c->dst, c->src, c->nbytes);
+}
+
+accel_status accel__state_plan_apply_fused(accel__state_plan *p, const char *dir)
+{
+    if (!p->fused) {
+        return ACCEL_OK;
+    }
+    accel__ckpt_copy *c = ckpt_copies(p);
+    p->copied = accel__calloc(p->n_copies + 1, 1);
+    if (c == NULL || p->copied == NULL) {
+        accel__free(c);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    accel_status st = accel__ckpt_copy_verified(dir, &p->marker, c, p->n_copies, p->copied);
+    accel__free(c);
+    return st;
 }
 
 static accel_status fill_from(void *ctx, void *buf, size_t off, size_t n)
@@ -481,6 +550,19 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
     }
     /* The tensors (planned and validated): on the process's CPUs together; into a device,
      * through staging, which fails only when the device does. */
+    if (p->copied != NULL) {
+        /* The fused pass made most copies: the rest (sources outside the checked mappings)
+         * move to the front. */
+        size_t n = 0, nbytes = 0;
+        for (size_t i = 0; i < p->n_copies; i++) {
+            if (!p->copied[i]) {
+                nbytes += p->copies[i].nbytes;
+                p->copies[n++] = p->copies[i];
+            }
+        }
+        p->n_copies = n;
+        p->copy_nbytes = nbytes;
+    }
     accel__parallel_for(p->n_copies, p->copy_nbytes, run_copy, p->copies);
     ACCEL_TRY(run_staged(acc, p));
     for (size_t i = 0; i < p->n_stages; i++) {

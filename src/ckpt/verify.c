@@ -40,7 +40,6 @@
  * process may run on (accel__parallel_for), so verifying a folder costs a fraction of reading
  * it.
  */
-#define ACCEL__CKPT_BLOCK ((size_t)16 << 20)
 /* The marker's name for it ("checksum"). */
 #define ACCEL__CKPT_CHECKSUM "xxh3-64/16MiB"
 /* The marker's own checksum: XXH3-64 of the marker's bytes with this field's 16 digits as '0'. */
@@ -312,7 +311,7 @@ static int cmp_file(const void *a, const void *b)
 
 const accel__ckpt_file *accel__ckpt_marker_find(const accel__ckpt_marker *m, const char *name)
 {
-    accel__ckpt_file key = {(char *)name, 0, 0, NULL, 0};
+    accel__ckpt_file key = {.name = (char *)name};
     return m->n_files ? bsearch(&key, m->files, m->n_files, sizeof key, cmp_file) : NULL;
 }
 
@@ -326,6 +325,8 @@ int accel__ckpt_marker_take_map(const accel__ckpt_marker *m, const char *name, v
     }
     *map = f->map;
     *nbytes = f->map_nbytes;
+    f->lent = f->map;
+    f->lent_nbytes = f->map_nbytes;
     f->map = NULL;
     return 1;
 }
@@ -493,10 +494,38 @@ static accel_status check_size(const char *dir, const accel__ckpt_file *f)
     return st;
 }
 
+static int is_tensor_file(const char *name)
+{
+    size_t n = strlen(name), e = strlen(".safetensors");
+    return n > e && strcmp(name + n - e, ".safetensors") == 0;
+}
+
+/* Maps a .safetensors file of the folder for the loader, its checksum deferred. */
+static accel_status map_deferred(const char *dir, accel__ckpt_file *f)
+{
+    char *path = accel__path_join(dir, f->name);
+    mapped mf;
+    accel_status st = path ? map_file(path, &mf) : ACCEL_ENOMEM;
+    accel__free(path);
+    if (st == ACCEL_OK) {
+        accel__free(mf.block_sums);
+        if (mf.p != NULL) {
+            /* Faulted in by the copies, as an unverified load's mapping (no read-ahead
+             * advice: the pass is not this one's single sequential reader). */
+            (void)madvise((void *)mf.p, mf.n, MADV_NORMAL);
+        }
+        f->map = (void *)mf.p; /* NULL for an empty file */
+        f->map_nbytes = mf.n;
+        f->deferred = 1;
+    }
+    return st;
+}
+
 /* The checksums of the listed files i with i % n_shares == share; with `keep`, their verified
- * mappings stay in the marker's entries. */
+ * mappings stay in the marker's entries. With `defer`, the .safetensors files (all of them,
+ * whatever the share) are mapped and kept instead, their checksums deferred. */
 static accel_status check_sums(const char *dir, accel__ckpt_marker *m, int share, int n_shares,
-                               int keep)
+                               int keep, int defer)
 {
     size_t n = 0;
     char **paths = accel__calloc(m->n_files, sizeof(char *));
@@ -508,7 +537,9 @@ static accel_status check_sums(const char *dir, accel__ckpt_marker *m, int share
                           ? ACCEL_OK
                           : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
     for (size_t i = 0; st == ACCEL_OK && i < m->n_files; i++) {
-        if ((int)(i % (size_t)n_shares) == share) {
+        if (defer && is_tensor_file(m->files[i].name)) {
+            st = map_deferred(dir, &m->files[i]);
+        } else if ((int)(i % (size_t)n_shares) == share) {
             files[n] = &m->files[i];
             paths[n] = accel__path_join(dir, m->files[i].name);
             st = paths[n++] ? ACCEL_OK : ACCEL_ENOMEM;
@@ -541,7 +572,8 @@ static accel_status check_sums(const char *dir, accel__ckpt_marker *m, int share
     return st;
 }
 
-accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel__ckpt_marker *out)
+static accel_status verify(const char *dir, int share, int n_shares, accel__ckpt_marker *out,
+                           int defer)
 {
     accel__ckpt_marker m;
     ACCEL_TRY(accel__ckpt_marker_read(dir, &m));
@@ -550,7 +582,7 @@ accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel_
         st = check_size(dir, &m.files[i]);
     }
     if (st == ACCEL_OK && m.has_checksums && n_shares > 0) {
-        st = check_sums(dir, &m, share, n_shares, out != NULL);
+        st = check_sums(dir, &m, share, n_shares, out != NULL, defer);
     }
     if (st == ACCEL_OK && !m.has_checksums && n_shares > 0 && share == 0) {
         accel__log(NULL, ACCEL__LOG_INFO,
@@ -564,6 +596,17 @@ accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel_
         *out = m;
     }
     return st;
+}
+
+accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel__ckpt_marker *out)
+{
+    return verify(dir, share, n_shares, out, 0);
+}
+
+accel_status accel__ckpt_verify_deferred(const char *dir, int share, int n_shares,
+                                         accel__ckpt_marker *m)
+{
+    return verify(dir, share, n_shares, m, 1);
 }
 
 accel_status accel__ckpt_check_complete(const char *dir)

@@ -22,6 +22,8 @@
 #define ACCEL__CKPT_MARKER "accel_checkpoint.json"
 /* The marker version this library writes; it reads 1 and 2. */
 #define ACCEL__CKPT_VERSION 2
+/* A file's checksum is the XXH3-64 of the XXH3-64s of its blocks of this size. */
+#define ACCEL__CKPT_BLOCK ((size_t)16 << 20)
 
 typedef struct accel__ckpt_file {
     char *name; /* a plain file name inside the folder */
@@ -31,6 +33,13 @@ typedef struct accel__ckpt_file {
      * until accel__ckpt_marker_take_map hands it over: loading from it reads the disk once. */
     void *map;
     size_t map_nbytes;
+    /* The mapping handed over (by accel__ckpt_marker_take_map; NULL: none), still alive in its
+     * loader: loads copy from it, so a copy's source tells which file it reads. */
+    const unsigned char *lent;
+    size_t lent_nbytes;
+    int deferred; /* its checksum is not checked yet (accel__ckpt_verify_deferred) */
+    int fused;    /* it is checked while its bytes are copied (accel__ckpt_copy_verified) */
+    int apart;    /* never fused: checked before anything is written (accel__ckpt_keep_apart) */
 } accel__ckpt_file;
 
 typedef struct accel__ckpt_marker {
@@ -68,5 +77,45 @@ accel_status accel__ckpt_check_complete(const char *dir);
  * of the files checksummed here, so that loading them reads the bytes verified, while they are
  * in the page cache (accel__ckpt_marker_take_map). */
 accel_status accel__ckpt_verify(const char *dir, int share, int n_shares, accel__ckpt_marker *m);
+
+/*
+ * The fused load (docs/checkpoint.md, "Fast verified loads"): checksums checked while the bytes
+ * are copied into the live buffers, so that a verified load reads memory once. Only for a live
+ * state that has nothing to lose: a damaged file is found after some bytes were written.
+ *
+ * accel__ckpt_verify_deferred is accel__ckpt_verify with the checksums of the .safetensors
+ * files deferred: every one is mapped (kept in *m for the loader: take_map) and marked
+ * deferred; the other files of this process's share are checked now.
+ */
+accel_status accel__ckpt_verify_deferred(const char *dir, int share, int n_shares,
+                                         accel__ckpt_marker *m);
+
+/* Keeps file `name` of m out of the fused pass (its checksum is then checked before anything
+ * is written): for state a later successful load might not overwrite (per-process gradients
+ * saved inside an accumulation window). No-op for a name m does not list. */
+void accel__ckpt_keep_apart(accel__ckpt_marker *m, const char *name);
+
+/* A copy a loader plans: nbytes from src (inside a file's mapping or elsewhere) to dst. */
+typedef struct accel__ckpt_copy {
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} accel__ckpt_copy;
+
+/* Once the loader planned its copies (after accel__ckpt_verify_deferred): every deferred file
+ * whose lent mapping holds the source of one of the n copies is marked fused (checked by
+ * accel__ckpt_copy_verified); the other deferred files of this process's share are checked
+ * now. Nothing is written. ACCEL_ECORRUPT naming the folder and the first damaged file. */
+accel_status accel__ckpt_verify_rest(const char *dir, accel__ckpt_marker *m, int share,
+                                     int n_shares, const accel__ckpt_copy *copies, size_t n);
+
+/* Runs every copy whose source lies in a fused file of m (sets done[i] = 1 for those), each
+ * fused file hashed in the same pass (hashcopy.h), blocks spread over the process's CPUs; the
+ * other copies are left to the caller. ACCEL_ECORRUPT naming the folder and the first damaged
+ * file: the copies were made all the same (the caller must treat the live state as partly
+ * loaded). */
+accel_status accel__ckpt_copy_verified(const char *dir, const accel__ckpt_marker *m,
+                                       const accel__ckpt_copy *copies, size_t n,
+                                       unsigned char *done);
 
 #endif /* ACCEL_CKPT_VERIFY_H */

@@ -5,7 +5,9 @@
  * accel's own training state under ZeRO stages 0-3, following the buffers accel allocates
  * (src/train/model.c, optim.c, zero.c, zero3.c): an fp32 master, fp32 gradients, two fp32
  * AdamW moments, and under mixed precision a 2-byte compute copy. Padding of the flat buffers
- * to the shard size (at most 16 x n_ranks elements per bucket) is left out.
+ * to the shard size (at most 16 x n_ranks elements per bucket) is left out, and so are the
+ * buckets stages 1-2 widen to fp32 during a pass under mixed precision (at most three, given
+ * back after each backward: transient, as activations).
  * tests/cli/test_estimate_memory.sh holds these figures against the bytes accel allocates.
  */
 #include <string.h>
@@ -80,10 +82,13 @@ cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int sta
     z.compute = mixed ? 2 * p : 0;
     z.grads = 4 * p;
     z.adam = 8 * p;
-    /* Stage 1 shards the optimizer state. The fp32 master stays full up to stage 2 (DESIGN.md
-     * §3: the weights nn binds to), unlike DeepSpeed's. */
+    /* Stage 1 shards the optimizer state, and under mixed precision the fp32 master too (as
+     * DeepSpeed: the full weights are the compute copy); with one process nothing is sharded. */
     if (stage >= 1) {
         z.adam = shard(z.adam, n_ranks);
+        if (mixed && n_ranks > 1) {
+            z.master = shard(z.master, n_ranks);
+        }
     }
     /* Stage 2: gradients are pages; once a bucket is reduce-scattered the pieces of other
      * processes are given back, so between backward and the step a process holds its shard. */
@@ -93,7 +98,7 @@ cli_mem_zero cli_mem_zero_stage(const cli_mem_model *m, cli_mem_dtype d, int sta
     /* Stage 3 also shards the master; the full weights (and the compute copy) are pages in
      * which at most three adjacent units are gathered at a time. */
     if (stage >= 3) {
-        z.master = shard(z.master, n_ranks);
+        z.master = shard(4 * p, n_ranks);
         z.compute = 0;
         z.gather = m->gather_numel * (mixed ? 6 : 4);
     }

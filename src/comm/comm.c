@@ -47,8 +47,8 @@ extern const accel__comm_ops accel__hier_ops;
 #ifdef ACCEL_HAVE_CUDA
 extern const accel__comm_ops accel__nccl_ops;
 #define NCCL_BACKEND                                                                               \
-    {"nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, &accel__nccl_ops,              \
-     "CUDA GPUs over NCCL, one GPU per process"}
+    {"nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM | ACCEL__COMM_WIRE,             \
+     &accel__nccl_ops, "CUDA GPUs over NCCL, one GPU per process"}
 #else
 #define NCCL_BACKEND                                                                               \
     {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                          \

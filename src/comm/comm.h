@@ -43,8 +43,9 @@
  *  - `split` is ncclCommSplit for nccl and MPI_Comm_split for mpi; shm creates a new segment.
  *  - Wire dtype (caps WIRE): shm and self round inside their reduction kernels; mpi and gloo
  *    would convert to the 16-bit format, move half the bytes and reduce with the same fp32
- *    rule; nccl would convert on the stream and reduce bf16 on the wire (documented as
- *    NCCL-rounded). A backend without WIRE refuses such a call (ACCEL_EUNSUPPORTED).
+ *    rule; nccl converts on the stream and reduces in the 16-bit format (NCCL rounds partial
+ *    sums: exact to the rule on 1-2 processes). A backend without WIRE refuses such a call
+ *    (ACCEL_EUNSUPPORTED).
  *  - Rendezvous: a backend that must agree on something before it can talk (shm's segment name
  *    without ACCEL_JOB_ID, nccl's ncclUniqueId) uses the job's store (store.h) at
  *    cfg->master_addr:master_port; mpi needs none (the launcher has wired it).

@@ -64,6 +64,10 @@ struct accel {
     int rng_seeded;  /* 0 until accel_set_seed or first use */
 
     int resume_pending; /* resume_from_checkpoint set and the first accel_prepare to come */
+    /* Not empty after accel_load_state refused a fused load that had written part of the
+     * tensors (src/ckpt/state.c): why; optimizer steps and saves refuse with it until a load
+     * succeeds. */
+    char partial_load[400];
     char *summary; /* accel_state_summary buffer */
     struct accel__trace *trace; /* the profiler's recorder (base/trace.h); lives as long as acc */
     char *profile_path;         /* where the open profiler session's file goes */

@@ -123,7 +123,7 @@ const float *accel__nn_cast(nn_ctx *g, const nn_tensor *t, accel_dtype dt, int *
     if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
         accel_tensor c;
         t->sink_compute(t->sink_ctx, t->param_index, &c);
-        if (c.data != NULL && c.dtype == dt) {
+        if (c.data != NULL && c.dtype == dt && c.device.type == ACCEL_DEVICE_CPU) {
             float *r = accel__nn_tmp_scratch(g, n, 0);
             if (r != NULL) {
                 widen(dt, r, c.data, n);

@@ -17,6 +17,7 @@
 
 #define NN_ALIGN 64
 #define NN_FIRST_BLOCK_NBYTES ((size_t)1 << 20)
+#define NN_GPU_GROW_MAX ((size_t)1 << 30)
 
 accel_status nn_ctx_new(nn_ctx **out)
 {
@@ -57,7 +58,7 @@ void nn_ctx_free(nn_ctx *g)
         return;
     }
     accel__nn_free_blocks(g->blocks, 0);
-    accel__nn_free_blocks(g->tmp, 0);
+    accel__nn_free_blocks(g->tmp.top, 0);
     accel__nn_drop_gpu(g);
     accel__free(g);
 }
@@ -81,6 +82,20 @@ static nn_block *new_block(size_t cap, int gpu)
  * all, so the next identical step fits without allocating. */
 static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
 {
+    if (gpu && *blocks != NULL && (*blocks)->next != NULL) {
+        /* Device memory is the scarce one: the one block holds what the step used (the same
+         * allocations, back to back), and the blocks go before it comes, so the step's need
+         * is never held twice. Should it not come, the next step regrows. */
+        size_t need = 0;
+        for (nn_block *b = *blocks; b != NULL; b = b->next) {
+            need += b->used;
+        }
+        accel__nn_free_blocks(*blocks, gpu);
+        *blocks = need > 0 ? new_block(need, gpu) : NULL;
+        g->dtotal_cap = *blocks != NULL ? need : 0;
+        g->n_grows++;
+        return;
+    }
     if (*blocks != NULL && (*blocks)->next != NULL) {
         nn_block *one = new_block(total_cap, gpu);
         if (one != NULL) {
@@ -151,10 +166,10 @@ nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
     }
     s.n_grows = g->n_grows;
     s.n_nodes = g->n_nodes;
-    for (const nn_block *b = g->tmp; b != NULL; b = b->next) {
+    for (const nn_block *b = g->tmp.top; b != NULL; b = b->next) {
         s.scratch_nbytes += b->cap;
     }
-    s.scratch_peak_nbytes = g->tmp_peak;
+    s.scratch_peak_nbytes = g->tmp.peak;
     return s;
 }
 
@@ -169,9 +184,19 @@ static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gp
         nbytes = NN_ALIGN;
     }
     nn_block *b = *blocks;
+    /* First fit on a GPU (its arena grows in bounded blocks, whose tails are worth filling);
+     * the host arena takes the newest block only. */
+    while (gpu && b != NULL && b->used + nbytes > b->cap) {
+        b = b->next;
+    }
     if (b == NULL || b->used + nbytes > b->cap) {
-        /* Grow geometrically so the first step needs few blocks. */
+        /* Grow geometrically so the first step needs few blocks; on a GPU by at most
+         * NN_GPU_GROW_MAX, so what is reserved stays near the need (doubling past half of the
+         * GPU's memory would fail where the need fits). */
         size_t cap = *total_cap < NN_FIRST_BLOCK_NBYTES ? NN_FIRST_BLOCK_NBYTES : *total_cap;
+        if (gpu && cap > NN_GPU_GROW_MAX) {
+            cap = NN_GPU_GROW_MAX;
+        }
         if (cap < nbytes) {
             cap = nbytes;
         }
@@ -231,60 +256,81 @@ void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes)
 
 nn_tmp_mark accel__nn_tmp_mark(const nn_ctx *g)
 {
-    nn_tmp_mark m = {g->tmp, g->tmp != NULL ? g->tmp->used : 0, g->tmp_live};
+    nn_tmp_mark m = {g->tmp.top,  g->tmp.top != NULL ? g->tmp.top->used : 0,   g->tmp.live,
+                     g->dtmp.top, g->dtmp.top != NULL ? g->dtmp.top->used : 0, g->dtmp.live};
     return m;
 }
 
-void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes)
+static void *stack_alloc(nn_ctx *g, nn_stack *s, int gpu, size_t nbytes)
 {
     nbytes = (nbytes + NN_ALIGN - 1) & ~(size_t)(NN_ALIGN - 1);
     if (nbytes == 0) {
         nbytes = NN_ALIGN;
     }
-    nn_block *b = g->tmp;
+    nn_block *b = s->top;
     if (b == NULL || b->used + nbytes > b->cap) {
         /* The first block after a full release holds the peak need, so a steady loop needs
          * one block and no allocation. */
-        size_t want = g->tmp_live == 0 ? g->tmp_peak : NN_FIRST_BLOCK_NBYTES;
+        size_t want = s->live == 0 ? s->peak : NN_FIRST_BLOCK_NBYTES;
         size_t cap = nbytes > want ? nbytes : want;
-        b = new_block(cap, 0);
+        b = new_block(cap, gpu);
         if (b == NULL) {
-            accel__nn_fail(g, ACCEL_ENOMEM, "nn scratch: out of memory allocating %zu bytes", cap);
+            accel__nn_fail(g, ACCEL_ENOMEM, "nn scratch%s: out of memory allocating %zu bytes",
+                           gpu ? " (GPU)" : "", cap);
             return NULL;
         }
-        b->next = g->tmp;
-        g->tmp = b;
+        b->next = s->top;
+        s->top = b;
     }
     void *p = b->mem + b->used;
     b->used += nbytes;
-    g->tmp_live += nbytes;
-    if (g->tmp_live > g->tmp_peak) {
-        g->tmp_peak = g->tmp_live;
+    s->live += nbytes;
+    if (s->live > s->peak) {
+        s->peak = s->live;
     }
     return p;
 }
 
-void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
+void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes)
 {
-    if (mark.live == 0) {
+    return stack_alloc(g, &g->tmp, 0, nbytes);
+}
+
+void *accel__nn_dtmp_alloc(nn_ctx *g, size_t nbytes)
+{
+    return stack_alloc(g, g->device.type == ACCEL_DEVICE_CUDA ? &g->dtmp : &g->tmp,
+                       g->device.type == ACCEL_DEVICE_CUDA, nbytes);
+}
+
+static void stack_release(nn_stack *s, int gpu, nn_block *top, size_t used, size_t live)
+{
+    if (live == 0) {
         /* Nothing outlives this release: keep one block, of the peak need. */
-        if (g->tmp != NULL && (g->tmp->next != NULL || g->tmp->cap < g->tmp_peak)) {
-            accel__nn_free_blocks(g->tmp, 0);
-            g->tmp = NULL;
-        } else if (g->tmp != NULL) {
-            g->tmp->used = 0;
+        if (s->top != NULL && (s->top->next != NULL || s->top->cap < s->peak)) {
+            accel__nn_free_blocks(s->top, gpu);
+            s->top = NULL;
+        } else if (s->top != NULL) {
+            s->top->used = 0;
         }
-        g->tmp_live = 0;
+        s->live = 0;
         return;
     }
-    while (g->tmp != mark.top) { /* blocks taken after the mark (it had one: live > 0) */
-        nn_block *b = g->tmp;
-        g->tmp = b->next;
+    while (s->top != top) { /* blocks taken after the mark (it had one: live > 0) */
+        nn_block *b = s->top;
+        s->top = b->next;
         b->next = NULL;
-        accel__nn_free_blocks(b, 0);
+        accel__nn_free_blocks(b, gpu);
     }
-    g->tmp->used = mark.used;
-    g->tmp_live = mark.live;
+    s->top->used = used;
+    s->live = live;
+}
+
+void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark)
+{
+    stack_release(&g->tmp, 0, mark.top, mark.used, mark.live);
+    if (g->dtmp.top != NULL || mark.dlive != 0) {
+        stack_release(&g->dtmp, 1, mark.dtop, mark.dused, mark.dlive);
+    }
 }
 
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
@@ -368,8 +414,8 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
     size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
     if (nn__on_gpu(t)) {
         accel_status st = accel__nn_gpu->to_device(t->data, data, nbytes);
-        return st == ACCEL_OK ? t : accel__nn_fail(g, st, "nn_tensor_from: %s",
-                                                   accel_last_error(NULL));
+        return st == ACCEL_OK ? t
+                              : accel__nn_fail(g, st, "nn_tensor_from: %s", accel_last_error(NULL));
     }
     if (t != NULL) {
         memcpy(t->data, data, nbytes);

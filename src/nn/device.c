@@ -18,6 +18,8 @@ void accel__nn_drop_gpu(nn_ctx *g)
         accel__nn_free_blocks(g->dblocks, 1);
         g->dblocks = NULL;
         g->dtotal_cap = 0;
+        accel__nn_free_blocks(g->dtmp.top, 1);
+        g->dtmp = (nn_stack){NULL, 0, 0};
         accel__nn_gpu->close(g);
     }
     g->device = (accel_device){ACCEL_DEVICE_CPU, 0};

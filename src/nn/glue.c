@@ -12,14 +12,9 @@
 
 static int model_declare(void *ctx, const char *name, int ndim, const int64_t *shape)
 {
-    /* nn's ops run on the CPU (CUDA ops are the nn-on-CUDA issue's work), so the models it
-     * declares into live there whatever the accelerator's device. Before the first parameter
-     * the model is not allocated yet, so this cannot fail. */
-    accel_device cpu = {ACCEL_DEVICE_CPU, 0};
-    accel_status placed = accel_model_set_device((accel_model *)ctx, cpu);
-    if (placed != ACCEL_OK) {
-        return (int)placed;
-    }
+    /* The model stays where it is placed (the accelerator's device unless
+     * accel_model_set_device chose another): on a GPU its parameters bind to device memory
+     * and the ops computing with them run on a GPU ctx (nn_ctx_set_device). */
     int index = -1;
     accel_status st = accel_model_add_param((accel_model *)ctx, name, ndim, shape, &index);
     return st == ACCEL_OK ? index : (int)st;
@@ -33,16 +28,26 @@ static accel_status model_bind(void *ctx, int index, float **data, float **grad)
                    ? accel_last_status(NULL)
                    : accel__seterr(NULL, ACCEL_EINVAL, "nn_model_sink: no parameter %d", index);
     }
-    /* The model's grad view of a parameter is fixed once its buffers exist (buckets are
-     * slices of the same flat buffer), so binding it once is enough. */
-    *data = p->data;
-    *grad = p->grad;
+    /* The model's views of a parameter are fixed once its buffers exist (buckets are slices
+     * of the same flat buffer), so binding it once is enough. The views, not p->data /
+     * p->grad: those host conveniences are NULL when the model is on a GPU. */
+    *data = p->data_view.data;
+    *grad = p->grad_view.data;
     return ACCEL_OK;
 }
 
+accel_device_type accel__nn_sink_device(const nn_param_sink *s, int index)
+{
+    if (s->declare != model_declare) {
+        return ACCEL_DEVICE_CPU; /* other sinks give host memory (nn_param_sink's contract) */
+    }
+    const accel_param *p = accel_model_param((accel_model *)s->ctx, index);
+    return p != NULL ? p->data_view.device.type : ACCEL_DEVICE_CPU;
+}
+
 /* The parameter's view of the model's mixed-precision working copy (data NULL until prepare
- * has made it valid, or on another device than the host); its dtype says which precision the
- * model computes in. */
+ * has made it valid); its dtype says which precision the model computes in and its device
+ * where the copy is (the ops read it only on that device). */
 static void model_compute(void *ctx, int index, accel_tensor *view)
 {
     accel_model *m = ctx;
@@ -52,9 +57,6 @@ static void model_compute(void *ctx, int index, accel_tensor *view)
         return;
     }
     *view = p->compute_view;
-    if (view->device.type != ACCEL_DEVICE_CPU) {
-        view->data = NULL;
-    }
 }
 
 /* ZeRO stage 3: the parameter's unit gathered before an op reads it (a no-op below). */

@@ -81,6 +81,13 @@ typedef struct nn_block {
     unsigned char *mem;
 } nn_block;
 
+/* A per-op scratch stack: blocks newest first, bytes live now, and the most ever live (the
+ * size of the one block a quiet stack keeps). */
+typedef struct nn_stack {
+    nn_block *top;
+    size_t live, peak;
+} nn_stack;
+
 struct nn_ctx {
     nn_block *blocks; /* newest first */
     size_t total_cap;
@@ -104,10 +111,8 @@ struct nn_ctx {
      * outermost one saves, sets and restores the MXCSR). */
     int flush_denormal;
     int fp_depth;
-    /* Per-op scratch: blocks newest first, bytes live now, and the most ever live (the size
-     * of the one block a quiet ctx keeps). */
-    nn_block *tmp;
-    size_t tmp_live, tmp_peak;
+    /* Per-op scratch in host memory, and on a GPU ctx in device memory (dtmp). */
+    nn_stack tmp, dtmp;
     /* Device (nn_ctx_set_device): on a GPU, tensor data and gradients come from a second
      * arena of device blocks (dblocks, newest first); `gpu` is the backend's state. */
     accel_device device;
@@ -135,9 +140,14 @@ void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes);
 typedef struct nn_tmp_mark {
     nn_block *top;
     size_t used, live;
+    nn_block *dtop; /* the device stack's */
+    size_t dused, dlive;
 } nn_tmp_mark;
 nn_tmp_mark accel__nn_tmp_mark(const nn_ctx *g);
 void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes);
+/* Per-op scratch for tensor data: device memory on a GPU ctx (kernels queued in stream order
+ * read it before a later op's kernels can reuse it), else accel__nn_tmp_alloc. */
+void *accel__nn_dtmp_alloc(nn_ctx *g, size_t nbytes);
 void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark);
 /* A new contiguous owner tensor (uninitialised data). */
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
@@ -147,6 +157,10 @@ nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* Where a sink's parameter `index` lives: the model's device for nn_model_sink, else the CPU
+ * (glue.c). nn_params_bind marks each parameter tensor with it. */
+accel_device_type accel__nn_sink_device(const nn_param_sink *s, int index);
 
 /* 1 when `small`'s shape equals the trailing dims of `big` (or small has one element): the
  * broadcasts nn_add accepts (ops_elem.c; the GPU path too). */

@@ -9,7 +9,7 @@
  */
 #include <stdio.h>
 
-#include "nn_internal.h"
+#include "nn_gpu.h"
 
 typedef struct param_entry {
     char *name;
@@ -198,9 +198,39 @@ accel_status nn_params_bind(nn_params *p)
         t->data = data;
         t->grad = grad;
         t->requires_grad = grad != NULL;
+        t->device_type = p->standalone ? ACCEL_DEVICE_CPU : accel__nn_sink_device(&p->sink, index);
     }
     p->bound = 1;
     return ACCEL_OK;
+}
+
+/* dst[0..n) = parameter `i`'s initial values (a pure function of seed, i and k). */
+static void init_values(nn_init in, uint64_t seed, int i, float *dst, int64_t n)
+{
+    uint64_t key = nn__key3(seed, 0x6e6e696e6974ull /* "nninit" */, (uint64_t)i);
+    for (int64_t k = 0; k < n; k++) {
+        switch (in.kind) {
+        case NN_INIT_ZEROS:
+            dst[k] = 0.0f;
+            break;
+        case NN_INIT_ONES:
+            dst[k] = 1.0f;
+            break;
+        case NN_INIT_UNIFORM:
+            dst[k] = in.a * (2.0f * nn__uniform(key, (uint64_t)k) - 1.0f);
+            break;
+        case NN_INIT_NORMAL: {
+            /* Box-Muller on two 53-bit uniforms; u1 in (0, 1] keeps the log finite. */
+            double u1 = ((double)(nn__mix64(key + 2 * (uint64_t)k) >> 11) + 1.0) * 0x1p-53;
+            double u2 = (double)(nn__mix64(key + 2 * (uint64_t)k + 1) >> 11) * 0x1p-53;
+            double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+            dst[k] = (float)(in.a * z);
+            break;
+        }
+        default:
+            break;
+        }
+    }
 }
 
 accel_status nn_params_init(nn_params *p, uint64_t seed)
@@ -209,36 +239,31 @@ accel_status nn_params_init(nn_params *p, uint64_t seed)
         return accel__seterr(NULL, p ? ACCEL_ESTATE : ACCEL_EINVAL, "nn_params_init: %s",
                              p ? "bind the set first" : "set is NULL");
     }
-    for (int i = 0; i < p->n; i++) {
+    float *host = NULL; /* GPU parameters: the values are made here and copied over */
+    accel_status st = ACCEL_OK;
+    for (int i = 0; i < p->n && st == ACCEL_OK; i++) {
         nn_tensor *t = p->v[i].t;
         nn_init in = p->v[i].init;
         int64_t n = nn_numel(t);
-        uint64_t key = nn__key3(seed, 0x6e6e696e6974ull /* "nninit" */, (uint64_t)i);
-        for (int64_t k = 0; k < n; k++) {
-            switch (in.kind) {
-            case NN_INIT_ZEROS:
-                t->data[k] = 0.0f;
-                break;
-            case NN_INIT_ONES:
-                t->data[k] = 1.0f;
-                break;
-            case NN_INIT_UNIFORM:
-                t->data[k] = in.a * (2.0f * nn__uniform(key, (uint64_t)k) - 1.0f);
-                break;
-            case NN_INIT_NORMAL: {
-                /* Box-Muller on two 53-bit uniforms; u1 in (0, 1] keeps the log finite. */
-                double u1 = ((double)(nn__mix64(key + 2 * (uint64_t)k) >> 11) + 1.0) * 0x1p-53;
-                double u2 = (double)(nn__mix64(key + 2 * (uint64_t)k + 1) >> 11) * 0x1p-53;
-                double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-                t->data[k] = (float)(in.a * z);
-                break;
-            }
-            default:
-                break;
-            }
+        if (!nn__on_gpu(t)) {
+            init_values(in, seed, i, t->data, n);
+            continue;
         }
+        if (in.kind == NN_INIT_NONE) {
+            continue;
+        }
+        float *h = accel__realloc(host, (size_t)n * sizeof(float));
+        if (h == NULL) {
+            st = accel__seterr(NULL, ACCEL_ENOMEM, "nn_params_init(%s): out of memory",
+                               p->v[i].name);
+            break;
+        }
+        host = h;
+        init_values(in, seed, i, host, n);
+        st = accel__nn_gpu->to_device(t->data, host, (size_t)n * sizeof(float));
     }
-    return ACCEL_OK;
+    accel__free(host);
+    return st;
 }
 
 int nn_params_count(const nn_params *p)
@@ -298,8 +323,11 @@ void nn_params_zero_grad(nn_params *p)
 {
     for (int i = 0; p && i < p->n; i++) {
         nn_tensor *t = p->v[i].t;
-        if (t->grad != NULL) {
-            memset(t->grad, 0, (size_t)nn_numel(t) * sizeof(float));
+        size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
+        if (t->grad != NULL && nn__on_gpu(t)) {
+            (void)accel__nn_gpu->zero(t->grad, nbytes); /* queued; fails only on a broken GPU */
+        } else if (t->grad != NULL) {
+            memset(t->grad, 0, nbytes);
         }
     }
 }

@@ -125,13 +125,15 @@ accel_status accel_model_set_device(accel_model *m, accel_device device)
 /* Releases the buffers of an allocated model (or of a failed allocation). */
 static void free_buffers(accel_model *m)
 {
-    if (m->join_master_shard != NULL) { /* freed inside a ZeRO-3 join region */
+    if (m->join_master_shard != NULL) { /* freed inside a ZeRO join region */
         m->master = m->join_master_shard;
-        m->zero_stage = 3;
+        m->master_shard = 1;
+        m->zero_stage = m->join_saved_stage;
     }
-    if (m->zero_stage == 3) {
-        accel__zero3_free(m); /* the page buffers: weights and compute copy */
-    } else if (m->compute != m->master) {
+    if (m->master_shard) {
+        accel__zero3_free(m); /* the page buffers: weights (and stage 3's compute copy) */
+    }
+    if (m->compute != NULL && m->compute != m->master && m->compute != m->weights) {
         accel__dev_free(m->dev, m->compute);
     }
     accel__dev_free(m->dev, m->master);
@@ -142,6 +144,7 @@ static void free_buffers(accel_model *m)
     accel__flat_free(&m->flat);
     m->master = m->grad = m->weights = NULL;
     m->compute = NULL;
+    m->master_shard = 0;
     m->dev_sum = NULL;
     m->dev_flag = NULL;
     m->flat_bucket = NULL;
@@ -349,20 +352,27 @@ accel_status accel_model_alloc(accel_model *m)
     m->compute_dtype = accel__compute_dtype(m->acc);
     size_t cbytes = n * accel_dtype_nbytes(m->compute_dtype);
     void *master = NULL, *compute = NULL, *sum = NULL, *flag = NULL;
-    /* Stage 3 keeps only this process's shard of the master; the full weights are pages. */
-    size_t master_nbytes = m->zero_stage == 3 ? accel__flat_shard_numel(&m->flat) * sizeof(float)
-                                              : nbytes;
+    /* Stage 3, and stages 1-2 under mixed precision when there is something to shard, keep
+     * only this process's shard of the fp32 master; the full weights are pages (zero3.c).
+     * Stages 1-2 compute from the full compute copy every process keeps (DeepSpeed's bf16
+     * model), all-gathered after each step. (Host memory only, as stage 3: prepare refuses
+     * sharded stages on a GPU.) */
+    m->master_shard =
+        m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1 &&
+                               m->compute_dtype != ACCEL_F32 && accel__model_on_host(m));
+    size_t master_nbytes =
+        m->master_shard ? accel__flat_shard_numel(&m->flat) * sizeof(float) : nbytes;
     int ok = accel__dev_alloc(m->dev, master_nbytes, 1, &master) == ACCEL_OK;
     m->master = master;
     ok = ok && (m->grad = grad_alloc(m, nbytes)) != NULL;
-    if (m->zero_stage == 3) {
+    if (m->zero_stage != 3 && ok && m->compute_dtype != ACCEL_F32) {
+        ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
+    }
+    m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
+    if (m->master_shard) {
         ok = ok && accel__zero3_alloc(m) == ACCEL_OK;
     } else {
-        if (ok && m->compute_dtype != ACCEL_F32) {
-            ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
-        }
         m->weights = m->master;
-        m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
     }
     ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&
          accel__dev_alloc(m->dev, sizeof(int32_t), 1, &flag) == ACCEL_OK;
@@ -431,11 +441,13 @@ static float *host_f32(accel_model *m, float *buf, const char *who)
 
 float *accel_model_master(accel_model *m)
 {
-    if (m != NULL && m->zero_stage == 3) {
+    if (m != NULL && m->master_shard) {
         accel__seterr(m->acc, ACCEL_ESTATE,
-                      "accel_model_master: under ZeRO stage 3 each process holds a shard of the "
-                      "master; parameters' data are valid while their unit is gathered "
-                      "(accel_model_gather_all)");
+                      "accel_model_master: under ZeRO stage %d%s each process holds a shard of "
+                      "the fp32 master; parameters' data are valid while their unit is gathered "
+                      "(accel_model_gather_all)%s; accel_save_model writes the master",
+                      m->zero_stage, m->zero_stage == 3 ? "" : " with mixed precision",
+                      m->zero_stage == 3 ? "" : " and hold the compute copy widened to fp32");
         return NULL;
     }
     return host_f32(m, m ? m->master : NULL, "accel_model_master");
@@ -548,7 +560,7 @@ static accel_status model_prepare(accel__object *self)
         /* Every process starts from process 0's weights (DDP's sync_module_states). */
         ACCEL_TRY(accel__model_broadcast_master(m, 0));
     }
-    if (m->zero_stage == 3) {
+    if (m->master_shard) {
         return accel__zero3_take_shard(m); /* the full weights go; units come back on use */
     }
     return accel__model_refresh_compute(m);
@@ -610,9 +622,9 @@ static accel_status model_state_save(accel__object *self, accel__state_writer *w
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
     }
     /* Under ZeRO every process puts the master pieces it owns (written in parallel, one shard
-     * file each; stage 3 holds nothing else, even alone); the gradients of an open window are
-     * full at every stage. */
-    int pieces = shared && (m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1));
+     * file each; a sharded master holds nothing else, even alone); the gradients of an open
+     * window are full at every stage. */
+    int pieces = shared && (m->master_shard || (m->zero_stage >= 1 && m->flat.n_ranks > 1));
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];
         if (pieces) {
@@ -630,10 +642,13 @@ static void model_loaded(accel__object *self, void *unused)
 {
     (void)unused;
     accel_model *m = (accel_model *)self;
-    if (m->zero_stage == 3) {
+    if (m->master_shard) {
         /* Gathered units hold the old weights: dropped, the next use gathers the new master
-         * (nothing is in flight between steps, so this cannot fail). */
+         * (nothing is in flight between steps, so this cannot fail). At stages 1-2 the
+         * compute copy follows the master pieces at the next collective use (materialize,
+         * gather_all, the step): a load cannot communicate here. */
         (void)accel__zero3_release_all(m);
+        m->compute_stale = m->zero_stage != 3;
         return;
     }
     /* The working copy follows the loaded master (a host conversion: cannot fail). */
@@ -644,9 +659,9 @@ static accel_status model_state_load(accel__object *self, accel__state_reader *r
 {
     accel_model *m = (accel_model *)self;
     int shared = accel__state_reader_part(r) == ACCEL__STATE_SHARED;
-    /* Whatever the saved layout (ckpt maps it): stages 0-2 hold the full master, so every
-     * process reads every weight; stage 3 reads only its pieces. */
-    int pieces = shared && m->zero_stage >= 3;
+    /* Whatever the saved layout (ckpt maps it): a full master reads every weight on every
+     * process; a sharded one only its pieces. */
+    int pieces = shared && m->master_shard;
     for (int i = 0; i < m->n_params; i++) {
         const accel_param *p = &m->params[i];
         if (pieces) {

@@ -346,6 +346,10 @@ accel_status accel_optimizer_step(accel_optimizer *opt)
                              "accel_optimizer_step: the optimizer was not prepared "
                              "(accel_prepare(acc, model, optimizer, ...))");
     }
+    if (acc->partial_load[0] != '\0') {
+        return accel__seterr(acc, ACCEL_ESTATE, "accel_optimizer_step: refused: %s",
+                             acc->partial_load);
+    }
     if (!accel__grad_state_sync(acc)) {
         return ACCEL_OK;
     }

@@ -286,6 +286,13 @@ accel_status accel_model_compute_view(const accel_model *m, accel_tensor *out)
                              accel_dtype_name(m->compute_dtype),
                              m->allocated ? "prepared" : "allocated");
     }
+    if (m->compute_stale) {
+        return accel__seterr(m->acc, ACCEL_ESTATE,
+                             "accel_model_compute_view: a checkpoint load wrote the sharded "
+                             "master; the %s working copy is gathered from it at the next "
+                             "forward (accel_model_materialize) or accel_model_gather_all",
+                             accel_dtype_name(m->compute_dtype));
+    }
     int64_t n = (int64_t)m->flat.padded_numel;
     *out = accel_tensor_view(m->compute, m->compute_dtype, 1, &n);
     out->device = accel__device_which(m->dev);

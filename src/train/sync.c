@@ -94,13 +94,14 @@ static accel_status model_backward_begin(accel_model *m)
     accel__reducer_begin(m);
     m->comm_err = ACCEL_OK;
     m->in_backward = 1;
-    if (m->zero_stage == 3 && !accel__zero3_used(m)) {
+    if (m->master_shard && !accel__zero3_used(m)) {
         return accel__seterr(acc, ACCEL_EINVAL,
-                             "accel_backward: under ZeRO stage 3 no parameter was gathered since "
-                             "the last step, so the forward read released weights (zeros): a "
-                             "forward that reads accel_param.data itself must call "
+                             "accel_backward: under ZeRO stage %d%s no parameter was gathered "
+                             "since the last step, so the forward read released weights (zeros): "
+                             "a forward that reads accel_param.data itself must call "
                              "accel_model_materialize (or accel_model_gather_all) first; nn "
-                             "models do it through nn_model_sink");
+                             "models do it through nn_model_sink",
+                             m->zero_stage, m->zero_stage == 3 ? "" : " with mixed precision");
     }
     if (m->grad_reduced) {
         ACCEL_TRY(rescale_reduced(m));
@@ -155,8 +156,9 @@ accel_status accel_grad_ready(accel_model *m, int index)
 static accel_status model_backward_end(accel_model *m)
 {
     accel_status st = accel__reducer_finish(m);
-    if (m->zero_stage == 3) {
-        /* FSDP reshards after backward: the next forward gathers what it uses. */
+    if (m->master_shard) {
+        /* FSDP reshards after backward: the next forward gathers what it uses (stages 1-2:
+         * the widened fp32 units go, the compute copy stays). */
         accel_status rst = accel__zero3_release_all(m);
         st = st != ACCEL_OK ? st : rst;
     }
@@ -286,7 +288,8 @@ accel_status accel_join_end(accel *acc, accel_model *m)
 out:
     m->join_active = 0;
     accel_status zst = accel__model_zero_grad(m);
-    /* Stage 3 refreshes a unit's copy when it is gathered. */
-    accel_status rst = m->zero_stage == 3 ? ACCEL_OK : accel__model_refresh_compute(m);
+    /* A sharded master: stage 3 refreshes a unit's copy when it is gathered, stages 1-2 took
+     * it from the full weights when resharding. */
+    accel_status rst = m->master_shard ? ACCEL_OK : accel__model_refresh_compute(m);
     return st != ACCEL_OK ? st : zst != ACCEL_OK ? zst : rst;
 }

@@ -84,15 +84,21 @@ struct accel_model {
      * every group (NULL when there is one group). */
     int replica;
     accel__comm *shard_comm, *replica_comm;
-    /* Flat buffers of flat.padded_numel elements each, except the master at stage 3. */
-    float *master;   /* fp32 master weights; at stage 3 only this process's shard */
-    float *weights;  /* the full fp32 weights parameters view: the master at stages 0-2; at
-                        stage 3 a page buffer holding the gathered units only (zero3.c) */
+    /* Flat buffers of flat.padded_numel elements each, except a sharded master. */
+    float *master;   /* fp32 master weights; only this process's shard when master_shard */
+    int master_shard; /* the master is the shard (SHARD-indexed): stage 3, and stages 1-2
+                         under mixed precision with several processes in the shard group */
+    float *weights;  /* the full fp32 weights parameters view: the master unless
+                        master_shard; then a page buffer holding the gathered units only
+                        (zero3.c): at stage 3 the fp32 master's units, at stages 1-2 the
+                        compute copy's units widened to fp32 */
+    int compute_stale; /* master_shard at stages 1-2: a load wrote the master pieces; the
+                          compute copy is gathered from them at the next collective use */
     int *unit_mark;  /* accel_model_set_unit's unit per parameter (0: by name), or NULL */
     int n_unit_marks, unit_calls;
-    struct accel__zero3 *z3; /* stage 3's gather state (zero3.c), NULL below stage 3 */
+    struct accel__zero3 *z3; /* the units' state of a sharded master (zero3.c), or NULL */
     int join_saved_stage;     /* inside a ZeRO join region (run as DDP): the stage, else 0 */
-    float *join_master_shard; /* ... and stage 3's master shard while the weights serve */
+    float *join_master_shard; /* ... and a sharded master while the full weights serve */
     float *grad;     /* fp32 gradients (accumulated in fp32 across micro-steps) */
     int grad_shared; /* grad is from accel__comm_alloc: bucket all-reduces are zero-copy */
     int grad_pages;  /* grad is from accel__pages_alloc (ZeRO-2/3 on the host): the parts
@@ -284,17 +290,24 @@ size_t accel__zero_state_numel(const accel_model *m);
  * 0), *shard_off == *flat_off. */
 void accel__zero_param_part(const accel_model *m, int i, int rank, size_t *flat_off,
                             size_t *shard_off, size_t *count);
-/* Where this process's owned elements live: the master (flat-indexed at stages 0-2) and an
- * optimizer state buffer (flat-indexed at stage 0, shard-indexed from stage 1). */
+/* Where this process's owned elements live: the master (flat-indexed unless master_shard) and
+ * an optimizer state buffer (flat-indexed at stage 0, shard-indexed from stage 1). */
 float *accel__zero_master_at(const accel_model *m, size_t flat_off, size_t shard_off);
 float *accel__zero_state_at(const accel_model *m, float *buf, size_t flat_off, size_t shard_off);
 /* Cuts the optimizer's segments down to the pieces this process owns (stage >= 1; a no-op at
  * stage 0). ACCEL_ENOMEM. */
 accel_status accel__zero_shard_segments(accel_optimizer *opt);
-/* After this process wrote its pieces of the master (an optimizer step, a load): every
- * process's full master from the owners' pieces (per-bucket allgather in place) and the
- * compute copy refreshed. Collective; a no-op at stage 0. */
+/* After this process wrote its pieces of the master (an optimizer step): every process's
+ * full master from the owners' pieces (per-bucket allgather in place) and the compute copy
+ * refreshed; with a sharded master at stages 1-2, the owned pieces rounded into the compute
+ * copy and the COMPUTE copy all-gathered; stage 3 releases its units. Collective; at stage 0
+ * only the compute refresh. */
 accel_status accel__zero_gather_master(accel_model *m);
+/* master_shard at stages 1-2: this process's master pieces rounded into its pieces of the
+ * compute copy, then the compute copy all-gathered per bucket (every bucket, or only those
+ * with a trainable parameter), compute_stale cleared and the widened units released.
+ * Collective. */
+accel_status accel__zero_gather_compute(accel_model *m, int all_buckets);
 /* The owned part of parameter i (accel__zero_param_part for this process) as a gradient
  * span; empty when the process owns none of it. */
 accel__dspan accel__zero_grad_part(const accel_model *m, int i);
@@ -312,14 +325,16 @@ accel_status accel__zero_reshard(accel_model *m, int root);
 /* Every parameter's unit (registration order, runs numbered from 0: accel_model_set_unit's
  * ranges, else by name) into unit_of[n_params]. */
 void accel__zero3_units(const accel_model *m, int *unit_of);
-/* The gather state and the page buffers of an allocated stage-3 model (weights, and the
- * compute copy under mixed precision). ACCEL_ENOMEM. */
+/* The unit state and the page buffers of a model whose master is sharded (master_shard):
+ * the weights, and at stage 3 the compute copy under mixed precision (stages 1-2 keep a full
+ * compute copy, allocated by the caller). ACCEL_ENOMEM. */
 accel_status accel__zero3_alloc(accel_model *m);
 void accel__zero3_free(accel_model *m);
-/* After the full weights were made identical on every process (prepare): this process's
- * pieces into its master shard, then every unit released. */
+/* After the full weights were made identical on every process (prepare, join's end): this
+ * process's pieces into its master shard, at stages 1-2 the compute copy rounded from the full
+ * weights, then every unit released. */
 accel_status accel__zero3_take_shard(accel_model *m);
-/* 1 unless the model is at stage 3 and no unit was gathered since the last release (a forward
+/* 1 unless the master is sharded and no unit was gathered since the last release (a forward
  * that read parameters without accel_model_materialize would have read zeros). */
 int accel__zero3_used(const accel_model *m);
 /* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */

@@ -4,10 +4,15 @@
  * allgather that rebuilds every process's full master after each process stepped its own
  * pieces (stages 1-2; stage 3 keeps only the shard and gathers units on demand, zero3.c).
  *
+ * Under mixed precision with several processes, stages 1-2 keep only the shard of the fp32
+ * master too (master_shard): after the step each process rounds its updated pieces into its
+ * pieces of the full compute copy (bf16 / fp16) and the compute copy is all-gathered, half the
+ * bytes of an fp32 master allgather (DeepSpeed's bf16 model with fp32 master partitions).
+ *
  * Invariant: from stage 1 on, process r owns piece r of every bucket of the geometry
  * (flat.h); the optimizer state holds exactly those pieces, concatenated in bucket order (the
  * shard), and only they are updated by a step; at stages 1-2, after the step's allgather the
- * master is identical on every process again.
+ * full master (or, with a sharded master, the compute copy) is identical on every process.
  */
 #include <string.h>
 
@@ -99,7 +104,7 @@ void accel__zero_param_part(const accel_model *m, int i, int rank, size_t *flat_
 
 float *accel__zero_master_at(const accel_model *m, size_t flat_off, size_t shard_off)
 {
-    return m->master + (m->zero_stage == 3 ? shard_off : flat_off);
+    return m->master + (m->master_shard ? shard_off : flat_off);
 }
 
 float *accel__zero_state_at(const accel_model *m, float *buf, size_t flat_off, size_t shard_off)
@@ -154,12 +159,14 @@ accel_status accel__zero_shard_segments(accel_optimizer *opt)
     return ACCEL_OK;
 }
 
-/* Per-bucket allgathers of every process's pieces into `full` (flat-indexed): from `shard`
- * (shard-indexed) or, when shard is NULL, in place from each process's pieces of `full`. Only
- * buckets with a trainable parameter unless all_buckets. All are posted before the first wait
- * so the progress thread pipelines them. Collective. */
-static accel_status gather_pieces(accel_model *m, const float *shard, float *full, int all_buckets)
+/* Per-bucket allgathers of every process's pieces into `full` (flat-indexed, elements of
+ * dtype dt): from `shard` (shard-indexed) or, when shard is NULL, in place from each process's
+ * pieces of `full`. Only buckets with a trainable parameter unless all_buckets. All are posted
+ * before the first wait so the progress thread pipelines them. Collective. */
+static accel_status gather_pieces(accel_model *m, const void *shard, void *full, accel_dtype dt,
+                                  int all_buckets)
 {
+    size_t es = accel_dtype_nbytes(dt);
     accel_work *work[64];
     int n_work = 0;
     accel_status st = ACCEL_OK;
@@ -169,9 +176,11 @@ static accel_status gather_pieces(accel_model *m, const float *shard, float *ful
         }
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-        const float *send = shard ? shard + m->flat.buckets[b].shard_offset : full + po;
-        accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, send, full + m->flat.buckets[b].offset,
-                                     pc, ACCEL_F32, ACCEL_SUM, 0);
+        const char *send = shard ? (const char *)shard + m->flat.buckets[b].shard_offset * es
+                                 : (const char *)full + po * es;
+        accel__coll op =
+            ACCEL__COLL(ACCEL__COLL_ALLGATHER, send, (char *)full + m->flat.buckets[b].offset * es,
+                        pc, dt, ACCEL_SUM, 0);
         if (n_work == (int)(sizeof(work) / sizeof(work[0]))) { /* bounded: wait the oldest */
             st = accel__work_wait(work[0], accel__comm_deadline(accel__zero_comm(m)));
             accel__work_free(work[0]);
@@ -192,17 +201,48 @@ static accel_status gather_pieces(accel_model *m, const float *shard, float *ful
     return st;
 }
 
+accel_status accel__zero_gather_compute(accel_model *m, int all_buckets)
+{
+    accel *acc = m->acc;
+    size_t es = accel_dtype_nbytes(m->compute_dtype);
+    accel_status st = ACCEL_OK;
+    for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
+        size_t po, pc;
+        accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+        st = accel__dev_convert(
+            m->dev, accel__dspan_of((char *)m->compute + po * es, m->compute_dtype, pc),
+            accel__dspan_f32(m->master + m->flat.buckets[b].shard_offset, pc), NULL);
+    }
+    if (st != ACCEL_OK) {
+        return accel__adopt_thread_error(acc, st); /* local: before any collective */
+    }
+    double t0 = accel__now();
+    st = gather_pieces(m, NULL, m->compute, m->compute_dtype, all_buckets);
+    accel__prof_span(acc, "compute allgather", ACCEL__PROF_COMM, t0, accel__now(), "buckets",
+                     m->flat.n_buckets);
+    if (st != ACCEL_OK) {
+        return accel__seterr(acc, st, "ZeRO stage %d: gathering the updated %s weights: %s",
+                             m->zero_stage, accel_dtype_name(m->compute_dtype),
+                             accel_last_error(NULL));
+    }
+    m->compute_stale = 0;
+    return accel__zero3_release_all(m); /* widened units hold the old values */
+}
+
 accel_status accel__zero_gather_master(accel_model *m)
 {
     accel *acc = m->acc;
     if (m->zero_stage == 3) {
         return accel__zero3_release_all(m); /* gathered again, updated, where next used */
     }
+    if (m->master_shard) {
+        return accel__zero_gather_compute(m, m->compute_stale);
+    }
     if (m->zero_stage == 0 || m->flat.n_ranks == 1) {
         return accel__model_refresh_compute(m);
     }
     double t0 = accel__now();
-    accel_status st = gather_pieces(m, NULL, m->master, 0);
+    accel_status st = gather_pieces(m, NULL, m->master, ACCEL_F32, 0);
     accel__prof_span(acc, "master allgather", ACCEL__PROF_COMM, t0, accel__now(), "buckets",
                      m->flat.n_buckets);
     if (st != ACCEL_OK) {
@@ -235,6 +275,17 @@ accel_status accel__zero_unshard(accel_model *m)
     size_t nbytes = m->flat.padded_numel * sizeof(float);
     if (m->zero_stage == 3) {
         ACCEL_TRY(accel_model_gather_all(m)); /* the full weights serve as the master */
+    } else if (m->master_shard) {
+        /* The fp32 master (not the widened compute copy) serves the region's DDP; the
+         * compute copy follows it (it may be stale after a checkpoint load). */
+        accel_status st = gather_pieces(m, m->master, m->weights, ACCEL_F32, 1);
+        if (st != ACCEL_OK) {
+            return accel__seterr(acc, st,
+                                 "accel_join_begin: gathering the master (ZeRO stage %d): %s",
+                                 m->zero_stage, accel_last_error(NULL));
+        }
+        ACCEL_TRY(accel__model_refresh_compute(m));
+        m->compute_stale = 0;
     }
     for (accel_optimizer *opt = next_optimizer(m, NULL); opt != NULL;
          opt = next_optimizer(m, opt)) {
@@ -246,7 +297,7 @@ accel_status accel__zero_unshard(accel_model *m)
             }
             accel_status st = accel__dev_alloc(m->dev, nbytes, 1, &full);
             if (st == ACCEL_OK) {
-                st = gather_pieces(m, *bufs[k], full, 1);
+                st = gather_pieces(m, *bufs[k], full, ACCEL_F32, 1);
             }
             if (st != ACCEL_OK) {
                 accel__dev_free(m->dev, full);
@@ -261,9 +312,10 @@ accel_status accel__zero_unshard(accel_model *m)
         opt->segments_dirty = 1;
     }
     m->join_saved_stage = m->zero_stage;
-    if (m->zero_stage == 3) {
+    if (m->master_shard) {
         m->join_master_shard = m->master;
         m->master = m->weights;
+        m->master_shard = 0;
     }
     m->zero_stage = m->red.zero_stage = 0;
     return ACCEL_OK;
@@ -308,9 +360,10 @@ accel_status accel__zero_reshard(accel_model *m, int root)
     }
     m->zero_stage = m->red.zero_stage = stage;
     m->join_saved_stage = 0;
-    if (stage == 3) {
+    if (m->join_master_shard != NULL) {
         m->master = m->join_master_shard;
         m->join_master_shard = NULL;
+        m->master_shard = 1;
         accel_status tst = accel__zero3_take_shard(m); /* root's weights, now everyone's */
         st = st != ACCEL_OK ? st : tst;
     }

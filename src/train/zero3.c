@@ -7,6 +7,13 @@
  * accel__flat_build_units), so its gather is one equal-count allgather of the owners' pieces
  * and its gradients one reduce-scatter.
  *
+ * Stages 1-2 under mixed precision with several processes (master_shard) use the same unit
+ * machinery with the size-based buckets as units: the fp32 master is the shard too, the full
+ * compute copy (bf16 / fp16) is what every process keeps, and "gathering" a unit widens its
+ * compute copy into the fp32 weight pages (no communication): nn's fp32 reads of parameters
+ * (layer norm, embedding, bias adds) then see exactly the values the model computes with, as
+ * DeepSpeed's bf16 model does.
+ *
  * Invariants: every process materializes the same units in the same order (a forward is the
  * same program everywhere), so gathers are issued identically; at most three units are
  * resident between calls (the one in use, the one before it, the prefetched next one); a
@@ -24,6 +31,7 @@ typedef struct z3_unit {
 } z3_unit;
 
 struct accel__zero3 {
+    int widen; /* stages 1-2: units are widened from the full compute copy */
     int n_units;
     z3_unit *units; /* per bucket */
     int cur, prev;  /* the unit materialized last and the one before, or -1 */
@@ -118,35 +126,51 @@ accel_status accel__zero3_alloc(accel_model *m)
         m->z3->cur = m->z3->prev = -1;
     }
     m->weights = accel__pages_alloc(n * sizeof(float));
-    m->compute = m->weights;
-    if (m->compute_dtype != ACCEL_F32) {
-        m->compute = accel__pages_alloc(n * accel_dtype_nbytes(m->compute_dtype));
+    if (m->zero_stage == 3) {
+        m->compute = m->weights;
+        if (m->compute_dtype != ACCEL_F32) {
+            m->compute = accel__pages_alloc(n * accel_dtype_nbytes(m->compute_dtype));
+        }
+    } else if (m->z3 != NULL) {
+        m->z3->widen = 1; /* the caller allocates the full compute copy */
     }
-    if (m->z3 == NULL || m->z3->units == NULL || m->weights == NULL || m->compute == NULL) {
+    if (m->z3 == NULL || m->z3->units == NULL || m->weights == NULL ||
+        (m->zero_stage == 3 && m->compute == NULL)) {
         accel__zero3_free(m);
         return accel__seterr(m->acc, ACCEL_ENOMEM,
-                             "accel_model_alloc: out of memory for stage 3's gathered weights (%zu "
-                             "elements)",
+                             "accel_model_alloc: out of memory for the gathered weights of a "
+                             "sharded master (%zu elements)",
                              n);
     }
     return ACCEL_OK;
 }
 
+/* The compute copy is a page buffer of its own (stage 3 under mixed precision). */
+static int compute_pages(const accel_model *m)
+{
+    return !m->z3->widen && m->compute != m->weights;
+}
+
 void accel__zero3_free(accel_model *m)
 {
     size_t n = m->flat.padded_numel;
+    int own_compute = m->zero_stage == 3; /* stage 3's compute copy: pages, or the weights */
     if (m->z3 != NULL) {
         (void)accel__zero3_release_all(m);
+    }
+    if (own_compute && m->compute != NULL && m->compute != m->weights) {
+        accel__pages_free(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
+    }
+    if (m->z3 != NULL) {
         accel__free(m->z3->units);
         accel__free(m->z3);
         m->z3 = NULL;
     }
-    if (m->compute != NULL && m->compute != m->weights) {
-        accel__pages_free(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
-    }
     accel__pages_free(m->weights, n * sizeof(float));
     m->weights = NULL;
-    m->compute = NULL;
+    if (own_compute) {
+        m->compute = NULL;
+    }
 }
 
 /* ---- gathering and releasing ---- */
@@ -159,14 +183,15 @@ static void release(accel_model *m, int b)
         return;
     }
     accel__pages_drop(m->weights + fb->offset, fb->padded * sizeof(float));
-    if (m->compute != m->weights) {
+    if (compute_pages(m)) {
         size_t es = accel_dtype_nbytes(m->compute_dtype);
         accel__pages_drop((char *)m->compute + fb->offset * es, fb->padded * es);
     }
     u->resident = 0;
 }
 
-/* Posts the allgather of unit b's pieces into the weights, unless resident or in flight. */
+/* Posts the allgather of unit b's pieces into the weights, unless resident or in flight; at
+ * stages 1-2 widens its compute copy into them instead (no communication). */
 static accel_status post_gather(accel_model *m, int b)
 {
     z3_unit *u = &m->z3->units[b];
@@ -174,6 +199,18 @@ static accel_status post_gather(accel_model *m, int b)
         return ACCEL_OK;
     }
     const accel__flat_bucket *fb = &m->flat.buckets[b];
+    if (m->z3->widen) {
+        size_t es = accel_dtype_nbytes(m->compute_dtype);
+        accel_status st = accel__dev_convert(
+            m->dev, accel__dspan_f32(m->weights + fb->offset, fb->padded),
+            accel__dspan_of((char *)m->compute + fb->offset * es, m->compute_dtype, fb->padded),
+            NULL);
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+        u->resident = 1;
+        return ACCEL_OK;
+    }
     size_t piece = fb->padded / (size_t)m->flat.n_ranks;
     accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, m->master + fb->shard_offset,
                                  m->weights + fb->offset, piece, ACCEL_F32, ACCEL_SUM, 0);
@@ -213,8 +250,11 @@ accel_status accel_model_materialize(accel_model *m, int index)
                              index, m ? m->n_params : 0);
     }
     struct accel__zero3 *z = m->z3;
-    if (z == NULL || !m->obj.prepared || m->zero_stage != 3) {
-        return ACCEL_OK; /* below stage 3, or a join region (all gathered, run as DDP) */
+    if (z == NULL || !m->obj.prepared || m->zero_stage == 0) {
+        return ACCEL_OK; /* a full master, or a join region (all gathered, run as DDP) */
+    }
+    if (m->compute_stale) {
+        ACCEL_TRY(accel__zero_gather_compute(m, 1)); /* after a load: collective, as this */
     }
     int b = m->flat_bucket[index];
     z->used = 1;
@@ -254,8 +294,11 @@ accel_status accel_model_gather_all(accel_model *m)
     if (m == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_gather_all: model is NULL");
     }
-    if (m->z3 == NULL || !m->obj.prepared || m->zero_stage != 3) {
+    if (m->z3 == NULL || !m->obj.prepared || m->zero_stage == 0) {
         return ACCEL_OK;
+    }
+    if (m->compute_stale) {
+        ACCEL_TRY(accel__zero_gather_compute(m, 1));
     }
     accel_status st = ACCEL_OK;
     for (int b = 0; b < m->z3->n_units && st == ACCEL_OK; b++) {
@@ -283,7 +326,7 @@ accel_status accel__zero3_release_all(accel_model *m)
         /* The pages units share at their edges go too: nothing of the full weights stays. */
         size_t n = m->flat.padded_numel;
         accel__pages_drop_all(m->weights, n * sizeof(float));
-        if (m->compute != m->weights) {
+        if (compute_pages(m)) {
             accel__pages_drop_all(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
         }
         z->cur = z->prev = -1;
@@ -308,6 +351,10 @@ accel_status accel__zero3_take_shard(accel_model *m)
         if (st != ACCEL_OK) {
             return accel__adopt_thread_error(m->acc, st);
         }
+    }
+    if (m->z3->widen) {
+        ACCEL_TRY(accel__model_refresh_compute(m)); /* the full weights are still here */
+        m->compute_stale = 0;
     }
     return accel__zero3_release_all(m);
 }

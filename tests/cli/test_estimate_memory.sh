@@ -70,14 +70,14 @@ expect_row int8 2 "int8 N/A N/A N/A N/A"
 # 10P = 1,244,398,080; stage 2 4P + 4P/4 + 8P/4 = 7P = 871,078,656; stage 3 16P/4 = 4P =
 # 497,759,232 plus the weights of three adjacent units ([wte, wpe] 39,383,808 + h.0 + h.1
 # 2 x 7,087,872 = 53,559,552) x 4 B = 214,238,208: 711,997,440. bfloat16 (18 B per
-# parameter): stage 0 18P = 2,239,916,544; stage 1 master 4P + compute 2P + gradients 4P +
-# moments 8P/4 = 12P = 1,493,277,696; stage 2 4P + 2P + 4P/4 + 8P/4 = 9P = 1,119,958,272;
+# parameter): stage 0 18P = 2,239,916,544; stage 1 master 4P/4 + compute 2P + gradients 4P +
+# moments 8P/4 = 9P = 1,119,958,272; stage 2 4P/4 + 2P + 4P/4 + 8P/4 = 6P = 746,638,848;
 # stage 3 4P + 53,559,552 x 6 B (fp32 and bf16) = 497,759,232 + 321,357,312 = 819,116,544.
 est 0 --bytes --num_processes 4 "$T/config.json" --dtypes float32 bfloat16
 expect_row float32 1 "float32 154389504 497759232 1991036928"
 expect_row bfloat16 1 "bfloat16 77194752 248879616 995518464"
 expect_row float32 2 "float32 1991036928 1244398080 871078656 711997440"
-expect_row bfloat16 2 "bfloat16 2239916544 1493277696 1119958272 819116544"
+expect_row bfloat16 2 "bfloat16 2239916544 1119958272 746638848 819116544"
 [ -z "$(rows float16)" ] || fail "--dtypes float32 bfloat16 printed float16"
 grep -q "Training memory per process, 4 processes" "$T/out" || fail "ZeRO table title"
 # One process: nothing is divided; stage 3 still gathers units into its pages.

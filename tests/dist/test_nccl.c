@@ -4,8 +4,8 @@
  * The nccl backend through comm v2 (src/comm/comm.h), one GPU per process: every collective
  * on device buffers (out of place and in place) and on host buffers (staged through the GPU),
  * for each dtype NCCL reduces and each reduction, against a reference computed here from every
- * process's input; groups; a split; what it refuses (a wire dtype, reducing I16) and the
- * broken state after an abort. Inputs are small integers, so every sum is exact in every
+ * process's input; a wire dtype (DDP compression); groups; a split; what it refuses (reducing
+ * I16) and the broken state after an abort. Inputs are small integers, so every sum is exact in every
  * dtype whatever order NCCL combines them in; averages are compared with a tolerance.
  * Exits 77 without a CUDA build or GPU, and when processes would share a GPU (NCCL refuses
  * two ranks on one GPU; tests/dist/test_cuda_staging covers that case).
@@ -328,14 +328,82 @@ static void grouped(accel__comm *c)
 /* What the backend refuses, by name, and the communicator staying usable after it. */
 static void refusals(accel__comm *c)
 {
-    float *g = buf_new(64 * 4, 1);
-    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, g, g, 64, ACCEL_F32, ACCEL_SUM, 0);
-    op.wire = ACCEL_BF16;
+    int16_t *g = buf_new(64 * 2, 1);
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, g, g, 64, ACCEL_I16, ACCEL_SUM, 0);
     CHECK(accel__comm_run(c, &op) == ACCEL_EUNSUPPORTED);
-    CHECK_MSG(strstr(accel_last_error(NULL), "backend nccl cannot reduce through a BF16 wire") !=
-                  NULL,
-              "%s", accel_last_error(NULL));
+    CHECK_MSG(strstr(accel_last_error(NULL), "NCCL cannot reduce dtype") != NULL, "%s",
+              accel_last_error(NULL));
     buf_free(g, 1);
+}
+
+/* Input element i of process r for the wire cases: fractions below bf16's (and fp16's)
+ * precision, so rounding the inputs and the result both matter. */
+static float wire_val(int r, size_t i)
+{
+    return 1.0f + (float)(i % 97) * 0x1p-13f + (float)r * 0x1p-9f - (float)(i % 5) * 0.75f;
+}
+
+static float round_to(accel_dtype wire, float v)
+{
+    return wire == ACCEL_BF16 ? accel__bf16_to_f32(accel__f32_to_bf16(v))
+                              : accel__f16_to_f32(accel__f32_to_f16(v));
+}
+
+/* DDP compression (a wire dtype): each input rounded, combined in fp32 in rank order, the
+ * result rounded. NCCL reduces in the 16-bit format, which gives exactly that on 1 or 2
+ * processes (one rounded addition); on more it rounds partial sums, so a tolerance. */
+static void wire(accel__comm *c)
+{
+    const size_t count = 3000;
+    const accel_dtype wires[2] = {ACCEL_BF16, ACCEL_F16};
+    const accel_reduce_op ops[2] = {ACCEL_SUM, ACCEL_AVG};
+    float *h = malloc(count * 4), *got = malloc(count * 4);
+    CHECK(h != NULL && got != NULL);
+    for (int w = 0; w < 2; w++) {
+        for (int o = 0; o < 2; o++) {
+            for (int dev = 0; dev < 2; dev++) {
+                for (int in_place = 0; in_place < 2; in_place++) {
+                    for (size_t i = 0; i < count; i++) {
+                        h[i] = wire_val(rank, i);
+                    }
+                    float *in = buf_new(count * 4, dev);
+                    float *out = in_place ? in : buf_new(count * 4, dev);
+                    to_buf(in, h, count * 4, dev);
+                    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, in, out, count,
+                                                 ACCEL_F32, ops[o], 0);
+                    op.wire = wires[w];
+                    CHECK_OK(NULL, accel__comm_run(c, &op));
+                    from_buf(got, out, count * 4, dev);
+                    for (size_t i = 0; i < count; i++) {
+                        float acc = round_to(wires[w], wire_val(0, i));
+                        for (int r = 1; r < n_ranks; r++) {
+                            acc += round_to(wires[w], wire_val(r, i));
+                        }
+                        if (ops[o] == ACCEL_AVG) {
+                            acc /= (float)n_ranks;
+                        }
+                        float want = round_to(wires[w], acc);
+                        float tol = n_ranks <= 2 ? 0.0f
+                                                 : (wires[w] == ACCEL_BF16 ? 0x1p-7f : 0x1p-10f) *
+                                                       (float)n_ranks * fabsf(want);
+                        CHECK_MSG(fabsf(got[i] - want) <= tol,
+                                  "allreduce %s through %s (%s, %s): element %zu is %.9g, want "
+                                  "%.9g (rank %d of %d)",
+                                  ops[o] == ACCEL_SUM ? "sum" : "avg", accel_dtype_name(wires[w]),
+                                  dev ? "device" : "host", in_place ? "in place" : "out of place",
+                                  i, got[i], want, rank, n_ranks);
+                    }
+                    if (!in_place) {
+                        buf_free(out, dev);
+                    }
+                    buf_free(in, dev);
+                    cases++;
+                }
+            }
+        }
+    }
+    free(h);
+    free(got);
 }
 
 static void split(accel__comm *c)
@@ -381,6 +449,7 @@ int main(void)
     collectives(c);
     grouped(c);
     refusals(c);
+    wire(c);
     split(c);
     /* After an abort every call fails at once, naming the abort. */
     accel__comm_abort(c, ACCEL_EPEER, "test abort");

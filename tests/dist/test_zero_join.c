@@ -8,12 +8,17 @@
  * After the join, stage 0 (as DDP) keeps each joined process's stale optimizer state, so its
  * processes drift apart; the ZeRO stages continue from the last joiner's state, so every
  * process stays identical and stages 1, 2 and 3 agree bit for bit.
+ * Under bf16, stages 1-2 keep only the shard of the fp32 master and nn reads the compute copy
+ * widened where it reads parameters in fp32 (docs/training.md), so their steps before the
+ * region already differ from stage 0's by that rounding: there stages 1 and 2 agree with each
+ * other bit for bit and with stage 0 within a tolerance (the fp32 master is compared).
  */
 #include <string.h>
 
 #include "accel/nn.h"
 #include "check.h"
 #include "small_gpt.h"
+#include "zero_master.h"
 
 #define B 2
 #define T 8
@@ -27,7 +32,7 @@ static void tokens(int phase, int step, int seq, int32_t *ids, int32_t *tg)
 }
 
 /* The weights in registration order (stage 3: gathered), identical on every process when
- * `same` (checked). */
+ * `same` (checked); the fp32 master when the gathered weights are the widened compute copy. */
 static float *weights(accel *acc, accel_model *m, int same)
 {
     CHECK_OK(acc, accel_model_gather_all(m));
@@ -42,6 +47,9 @@ static float *weights(accel *acc, accel_model *m, int same)
     CHECK_OK(acc, accel_allreduce(acc, w, mx, numel, ACCEL_F32, ACCEL_MAX, NULL));
     CHECK(!same || memcmp(w, mx, numel * sizeof(float)) == 0);
     free(mx);
+    if (m->master_shard && m->zero_stage < 3) {
+        zero_read_master(acc, m, w);
+    }
     return w;
 }
 
@@ -110,14 +118,26 @@ int main(void)
         }
         for (int stage = 1; stage <= 3; stage++) {
             CHECK(n[stage] == n[0]);
-            double d = 0;
+            double d = 0, sq = 0;
             for (size_t k = 0; k < n[0]; k++) {
-                d = fmax(d, fabs((double)w[stage][0][k] - w[0][0][k]));
+                double e = (double)w[stage][0][k] - w[0][0][k];
+                d = fmax(d, fabs(e));
+                sq += e * e;
             }
-            printf("%s stage %d: at join_end max |weight diff| vs stage 0 %.3g\n",
-                   bf16 ? "bf16" : "fp32", stage, d);
+            double rms = sqrt(sq / (double)n[0]);
+            printf("%s stage %d: at join_end max |weight diff| vs stage 0 %.3g (rms %.3g)\n",
+                   bf16 ? "bf16" : "fp32", stage, d, rms);
+            if (bf16 && stage < 3) {
+                /* Up to 6 AdamW steps of lr 1e-2 from differently rounded forwards: any one
+                 * weight may move apart by about that much, the rms stays small. */
+                CHECK_MSG(rms <= 5e-3 && d <= 1e-1, "bf16 stage %d: %g (rms %g) from stage 0",
+                          stage, d, rms);
+                CHECK(memcmp(w[stage][0], w[1][0], n[0] * sizeof(float)) == 0);
+                CHECK(memcmp(w[stage][1], w[1][1], n[0] * sizeof(float)) == 0);
+                continue;
+            }
             CHECK(memcmp(w[stage][0], w[0][0], n[0] * sizeof(float)) == 0);
-            CHECK(memcmp(w[stage][1], w[1][1], n[0] * sizeof(float)) == 0);
+            CHECK(memcmp(w[stage][1], w[stage == 3 && bf16 ? 3 : 1][1], n[0] * sizeof(float)) == 0);
         }
         for (int stage = 0; stage <= 3; stage++) {
             free(w[stage][0]);

@@ -10,6 +10,10 @@
  * stage 2's kept gradients are 1/N of stage 0's (within page rounding), and stage 3's total after
  * the step is at most stage 0's / N plus one unit's full size; during a forward stage 3 holds at
  * most three units' weights. Prints the table (docs/training.md quotes it).
+ * Then stages 0-2 under bf16: the fp32 master a process holds (the allocator's bytes less the
+ * optimizer state and the full bf16 compute copy, plus the resident fp32 weight pages) is 1/N
+ * of stage 0's at stages 1-2 (within bookkeeping and page rounding), and during a forward at
+ * most three buckets are widened into fp32 pages.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -83,21 +87,26 @@ static void *count_calloc(size_t c, size_t n)
 }
 
 typedef struct usage {
-    long long alloc_nbytes; /* allocator: master, optimizer state (+ small bookkeeping) */
-    size_t grad_nbytes;     /* gradients kept after the step */
-    size_t weights_nbytes;  /* stage 3: gathered weights resident after the step */
+    long long alloc_nbytes;    /* allocator: master, optimizer state (+ small bookkeeping) */
+    size_t grad_nbytes;        /* gradients kept after the step */
+    size_t weights_nbytes;     /* stage 3: gathered weights resident after the step */
     size_t backward_grad_peak; /* gradient bytes resident during the backward, at most */
-    size_t forward_weights; /* stage 3: gathered weights resident after a forward */
-    size_t state_nbytes;    /* optimizer state (exp_avg + exp_avg_sq) */
-    size_t full_nbytes;     /* one fp32 copy of the padded model */
-    size_t largest_unit;    /* bytes of the largest unit (stage 3) */
+    size_t forward_weights;    /* stage 3: gathered weights resident after a forward */
+    size_t state_nbytes;       /* optimizer state (exp_avg + exp_avg_sq) */
+    size_t full_nbytes;        /* one fp32 copy of the padded model */
+    size_t largest_unit;       /* bytes of the largest unit (stage 3) */
     long long total;
+    long long master_nbytes; /* bf16: the fp32 master held (+ bookkeeping), after the step */
 } usage;
 
-static void run(int stage, usage *u)
+static void run(int stage, int bf16, usage *u)
 {
     accel_options o = accel_options_default();
     o.zero_stage = stage;
+    o.mixed_precision = bf16 ? ACCEL_PRECISION_BF16 : ACCEL_PRECISION_NO;
+    if (bf16) {
+        o.bucket_cap_mb = 0.5; /* several buckets: the widened window is a few of them */
+    }
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc);
@@ -130,7 +139,7 @@ static void run(int stage, usage *u)
     CHECK_OK(acc, accel_accumulate(acc, m));
     nn_tensor *loss = NULL;
     CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
-    if (stage == 3) {
+    if (m->master_shard) {
         u->forward_weights = accel__pages_resident(m->weights, u->full_nbytes);
     }
     /* accel_backward by hand, sampling the resident gradient pages as parameters get ready. */
@@ -150,10 +159,13 @@ static void run(int stage, usage *u)
             u->alloc_nbytes -= (long long)u->full_nbytes; /* already counted by the allocator */
         }
     }
-    if (stage == 3) {
+    if (m->master_shard) {
         u->weights_nbytes = accel__pages_resident(m->weights, u->full_nbytes);
     }
     u->total = u->alloc_nbytes + (long long)u->grad_nbytes + (long long)u->weights_nbytes;
+    u->master_nbytes = u->alloc_nbytes - (long long)u->state_nbytes -
+                       (bf16 ? (long long)m->flat.padded_numel * 2 : 0) +
+                       (long long)u->weights_nbytes;
     nn_ctx_free(g);
     nn_gpt_free(gpt);
     nn_params_free(p);
@@ -165,8 +177,13 @@ int main(void)
     CHECK_OK(NULL, accel_replace_allocator(count_malloc, count_realloc, count_calloc, count_free));
     usage u[4];
     memset(u, 0, sizeof u);
+    usage h[3]; /* bf16, stages 0-2 */
+    memset(h, 0, sizeof h);
     for (int stage = 0; stage <= 3; stage++) {
-        run(stage, &u[stage]);
+        run(stage, 0, &u[stage]);
+    }
+    for (int stage = 0; stage <= 2; stage++) {
+        run(stage, 1, &h[stage]);
     }
     int n = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
     if (getenv("RANK") == NULL || strcmp(getenv("RANK"), "0") == 0) {
@@ -183,6 +200,11 @@ int main(void)
         printf("gradient bytes resident during the backward, at most: stage 2 %zu, stage 3 %zu "
                "(full %zu)\n",
                u[2].backward_grad_peak, u[3].backward_grad_peak, u[0].full_nbytes);
+        printf("bf16: fp32 master bytes held after the step (stages 0 / 1 / 2): %lld / %lld / "
+               "%lld; totals %lld / %lld / %lld; stages 1-2: %zu / %zu bytes of widened weights "
+               "after a forward (largest bucket %zu)\n",
+               h[0].master_nbytes, h[1].master_nbytes, h[2].master_nbytes, h[0].total, h[1].total,
+               h[2].total, h[1].forward_weights, h[2].forward_weights, h[1].largest_unit);
     }
     size_t pg = (size_t)sysconf(_SC_PAGESIZE), slack = 64 * pg; /* page rounding, bookkeeping */
     /* Optimizer state: 1/N from stage 1 on (exactly, by construction of the shard). */
@@ -201,5 +223,14 @@ int main(void)
               u[3].largest_unit);
     /* ... at most three units gathered during a forward. */
     CHECK(u[3].forward_weights <= 3 * u[3].largest_unit + 6 * pg);
+    /* bf16: stages 1-2 hold 1/N of the fp32 master, and no widened weights between steps. */
+    for (int s = 1; s <= 2; s++) {
+        CHECK_MSG(h[s].master_nbytes <= h[0].master_nbytes / n + (long long)slack,
+                  "bf16 stage %d: %lld bytes of fp32 master, stage 0 %lld / %d", s,
+                  h[s].master_nbytes, h[0].master_nbytes, n);
+        CHECK(h[s].weights_nbytes == 0);
+        CHECK(h[s].forward_weights <= 3 * h[s].largest_unit + 6 * pg);
+        CHECK(h[s].total < h[0].total);
+    }
     return 0;
 }

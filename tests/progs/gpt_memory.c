@@ -18,7 +18,8 @@
  *                     resident bytes after the last backward, before the optimizer step
  *                     (under ZeRO-2/3 this process's shard of reduced gradients); else 0
  *   gathered_bytes N  ZeRO-3: resident bytes of the full weights' pages (and of the compute
- *                     copy's) after the last forward, the units gathered then; else 0
+ *                     copy's) after the last forward, the units gathered then; ZeRO-1/2 under
+ *                     mixed precision: the buckets widened to fp32 then; else 0
  * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
@@ -30,7 +31,6 @@
 #include <accel/nn.h>
 
 #include "count_alloc.h"
-#include "small_gpt.h"
 
 int main(int argc, char **argv)
 {
@@ -58,13 +58,24 @@ int main(int argc, char **argv)
     accel_options o = accel_options_default();
     ACCEL_CHECK(accel_init(&acc, &o));
 
-    nn_gpt_config cfg = small_gpt_config(layers, heads, width, context, vocab, tied);
-    cfg.dropout = nn_gpt_config_default().dropout;
+    nn_gpt_config cfg = nn_gpt_config_default();
+    cfg.n_layer = layers;
+    cfg.n_head = heads;
+    cfg.n_embd = width;
+    cfg.block_size = context;
+    cfg.vocab_size = vocab;
+    cfg.tied = tied;
     size_t before = count_alloc_live();
     accel_model *model = NULL;
     nn_params *params = NULL;
     nn_gpt *gpt = NULL;
-    small_gpt_new(acc, &cfg, 1337, &model, &params, &gpt);
+    ACCEL_CHECK(accel_model_new(acc, &model));
+    /* measures host memory: the model stays there in a CUDA build too */
+    ACCEL_CHECK(accel_model_set_device(model, (accel_device){ACCEL_DEVICE_CPU, 0}));
+    ACCEL_CHECK(nn_params_for_model(&params, model));
+    ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
+    ACCEL_CHECK(nn_params_bind(params));
+    ACCEL_CHECK(nn_params_init(params, 1337));
     accel_adam_options ao = accel_adamw_options_default();
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));

@@ -26,6 +26,7 @@
 #include "accel/nn.h"
 #include "ckpt/state.h"
 #include "small_gpt.h"
+#include "zero_master.h"
 
 #define GLOBAL 12 /* sequences per micro-step, all processes together */
 #define T 8
@@ -242,18 +243,21 @@ int main(int argc, char **argv)
             }
         }
     }
-    TRY(acc, accel_model_gather_all(m)); /* stage 3: every weight readable (collective) */
+    /* The fp32 master from the owners' pieces (collective): under mixed precision at stages
+     * 1-2 the gathered weights are the compute copy widened. */
+    float *master = malloc(accel_model_numel(m) * sizeof(float));
+    zero_read_master(acc, m, master);
     if (rank == 0) {
         FILE *f = fopen(out, "wb");
-        for (int i = 0; f != NULL && i < accel_model_num_params(m); i++) {
-            const accel_param *ap = accel_model_param(m, i);
-            fwrite(ap->data, sizeof(float), ap->numel, f);
+        if (f != NULL) {
+            fwrite(master, sizeof(float), accel_model_numel(m), f);
         }
         if (f == NULL || fclose(f) != 0) {
             fprintf(stderr, "zero_train: cannot write %s\n", out);
             return 1;
         }
     }
+    free(master);
     free(ids);
     free(tg);
     nn_ctx_free(g);

@@ -555,10 +555,12 @@ static void test_newest_fallback(const char *root)
     CHECK(accel_checkpoint_iteration(f.acc) == 4);
     fx_free(&f);
 
-    /* Every folder damaged: ECORRUPT listing them, never ENOTFOUND, nothing modified. */
+    /* Every folder damaged: ECORRUPT listing them, never ENOTFOUND. With something to lose
+     * (a step taken), nothing is modified. */
     snprintf(dir, sizeof dir, "%s/checkpoint_0", base);
     flip_byte(dir, "random_states_0.json", -1);
     fx_init(&f, project);
+    CHECK_OK(f.acc, accel_optimizer_step(f.opt));
     fx_set(&f, 55);
     st = load_newest_logged(&f, log);
     char want[1024];
@@ -571,6 +573,15 @@ static void test_newest_fallback(const char *root)
     CHECK_ERR(f.acc, st, ACCEL_ECORRUPT, want);
     CHECK(fx_holds(&f, 55));
     CHECK(file_has(log, "checkpoint_0: file random_states_0.json is damaged"));
+    fx_free(&f);
+    /* With nothing to lose the candidates load fused: checkpoint_2's damaged weights were
+     * partly written, which the error says, and steps refuse (test_ckpt_fused.c). */
+    fx_init(&f, project);
+    st = load_newest_logged(&f, log);
+    CHECK_MSG(st == ACCEL_ECORRUPT && strstr(accel_last_error(f.acc), want) != NULL &&
+                  strstr(accel_last_error(f.acc), "partly loaded from checkpoint ") != NULL,
+              "%s: %s", accel_status_name(st), accel_last_error(f.acc));
+    CHECK(accel_optimizer_step(f.opt) == ACCEL_ESTATE);
     fx_free(&f);
 }
 

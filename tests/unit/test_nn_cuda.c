@@ -14,12 +14,15 @@
  *    product's rounding to bf16 can fall either side of a tie on the other device's sum).
  * Dropout (also inside attention) draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
- * the op. Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
+ * gradients there like the same model's on the CPU. Exits 77 (skipped) where the build has no CUDA
+ * or no GPU can be used.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "accel/accel.h"
 #include "accel/nn.h"
 #include "check.h"
 
@@ -150,8 +153,8 @@ static void free_run(run_out *r, int n_in)
 }
 
 /* Runs fn on both devices over the same random inputs and output gradient and compares. */
-static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn,
-                       const void *arg, int autocast, int scalar, double tol_fwd, double tol_grad)
+static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn, const void *arg,
+                       int autocast, int scalar, double tol_fwd, double tol_grad)
 {
     float *data[MAX_IN];
     for (int k = 0; k < n_in; k++) {
@@ -173,8 +176,8 @@ static void check_case(const char *name, const in_spec *spec, int n_in, case_fn 
         c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
     }
     run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout, 0);
-    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name,
-              (long long)gg.ny, (long long)c.ny);
+    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name, (long long)gg.ny,
+              (long long)c.ny);
     double e = rel_err(gg.y, c.y, c.ny);
     printf("  %-34s forward %.3g", name, e);
     CHECK_MSG(e <= tol_fwd, "%s: forward rel err %g > %g", name, e, tol_fwd);
@@ -325,15 +328,15 @@ static void test_embedding(void)
 
 static void test_layernorm(void)
 {
-    in_spec s[3] = {{3, {4, 9, 96}, 2.0f, 3.0f, 1}, {1, {96}, 1.0f, 1.0f, 1},
-                    {1, {96}, 1.0f, 0.0f, 1}};
+    in_spec s[3] = {
+        {3, {4, 9, 96}, 2.0f, 3.0f, 1}, {1, {96}, 1.0f, 1.0f, 1}, {1, {96}, 1.0f, 0.0f, 1}};
     check_case("layernorm [4,9,96]", s, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
-    in_spec wide[3] = {{2, {5, 1000}, 1.0f, -2.0f, 1}, {1, {1000}, 1.0f, 1.0f, 1},
-                       {1, {1000}, 1.0f, 0.0f, 1}};
+    in_spec wide[3] = {
+        {2, {5, 1000}, 1.0f, -2.0f, 1}, {1, {1000}, 1.0f, 1.0f, 1}, {1, {1000}, 1.0f, 0.0f, 1}};
     check_case("layernorm [5,1000]", wide, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
     in_spec plain[1] = {{2, {6, 333}, 1.0f, 0.5f, 1}};
-    check_case("layernorm [6,333] no affine", plain, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
-               1e-5, 1e-4);
+    check_case("layernorm [6,333] no affine", plain, 1, f_layernorm_plain, NULL, ACCEL_F32, 0, 1e-5,
+               1e-4);
 }
 
 static void test_linear(void)
@@ -446,19 +449,108 @@ static void test_errors(void)
                      "nn_softmax: not implemented on CUDA yet (input 0 is on the GPU)") == 0,
               "%s", accel_last_error(NULL));
     CHECK(nn_embedding(ggpu, h, (const int32_t[]){0}, 0, NULL) == NULL); /* CPU weight */
-    CHECK(strstr(accel_last_error(NULL), "nn_embedding: input 0 is on the CPU") != NULL);
+    CHECK(strstr(accel_last_error(NULL), "nn_embedding: input 0 is in host memory") != NULL);
     CHECK(nn_add(ggpu, x, h) == NULL);
     CHECK_MSG(strcmp(accel_last_error(NULL),
-                     "nn_add: input 1 is on the CPU and the ctx on cuda:0 (parameters on the "
-                     "GPU are not supported yet)") == 0,
+                     "nn_add: input 1 is in host memory and the ctx on cuda:0") == 0,
               "%s", accel_last_error(NULL));
-    CHECK(nn_transpose(ggpu, x, 0, 1) != NULL); /* a view is fine ... */
+    CHECK(nn_transpose(ggpu, x, 0, 1) != NULL);                   /* a view is fine ... */
     CHECK(nn_gelu(ggpu, nn_transpose(ggpu, x, 0, 1), 0) == NULL); /* ... a strided input not */
     CHECK(strstr(accel_last_error(NULL), "strided view") != NULL);
     /* A ctx holding tensors cannot move. */
     CHECK(nn_ctx_set_device(ggpu, (accel_device){ACCEL_DEVICE_CPU, 0}) == ACCEL_ESTATE);
     float item = nn_item(x);
     CHECK(item == 1.0f);
+}
+
+/* The parameters of an accel_model on the GPU (the accelerator's device in a CUDA build):
+ * nn_model_sink binds the model's device views, nn_params_init writes them, a GPU ctx computes
+ * with them and accumulates their gradients in the model's device memory, as the same model
+ * kept on the CPU does with a CPU ctx (fp32 1e-5); nn_params_zero_grad zeroes them. A CPU ctx
+ * refuses them naming the parameter; an op without a CUDA kernel names itself. */
+static void test_model_params(void)
+{
+    accel *acc = NULL;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    if (accel_device_of(acc).type != ACCEL_DEVICE_CUDA) {
+        printf("test_nn_cuda: model parameters not checked: accel runs on %s\n",
+               accel_device_name(acc));
+        accel_free(acc);
+        return;
+    }
+    enum { IN = 24, OUT = 40, ROWS = 6 };
+    accel_model *m[2];
+    nn_params *p[2];
+    nn_linear_layer l[2];
+    for (int d = 0; d < 2; d++) { /* 0: the GPU (default), 1: kept on the CPU */
+        CHECK_OK(acc, accel_model_new(acc, &m[d]));
+        if (d == 1) {
+            CHECK_OK(acc, accel_model_set_device(m[d], (accel_device){ACCEL_DEVICE_CPU, 0}));
+        }
+        CHECK_OK(NULL, nn_params_for_model(&p[d], m[d]));
+        CHECK_OK(NULL, nn_linear_declare(&l[d], p[d], "fc", IN, OUT, 1, NN_LAYOUT_IN_OUT));
+        CHECK_OK(NULL, nn_params_bind(p[d]));
+        CHECK_OK(NULL, nn_params_init(p[d], 7));
+    }
+    const accel_param *wp = accel_model_param(m[0], 0);
+    CHECK(wp != NULL && wp->data == NULL && wp->data_view.device.type == ACCEL_DEVICE_CUDA);
+    CHECK(l[0].weight->data == wp->data_view.data && l[0].weight->grad == wp->grad_view.data);
+    float w[2][IN * OUT], x[ROWS * IN], dy[ROWS * OUT], y[2][ROWS * OUT], gw[2][IN * OUT];
+    float gb[2][OUT];
+    for (int d = 0; d < 2; d++) {
+        CHECK_OK(NULL, nn_tensor_to_host(l[d].weight, w[d]));
+    }
+    CHECK(memcmp(w[0], w[1], sizeof w[0]) == 0); /* the same init, wherever it lands */
+    for (int i = 0; i < ROWS * IN; i++) {
+        x[i] = frand();
+    }
+    for (int i = 0; i < ROWS * OUT; i++) {
+        dy[i] = frand();
+    }
+    int64_t xs[2] = {ROWS, IN};
+    for (int d = 0; d < 2; d++) {
+        nn_ctx *g = d == 0 ? ggpu : gcpu;
+        prepare(g, d == 0, ACCEL_F32);
+        for (int rep = 0; rep < 2; rep++) { /* two passes: gradients accumulate */
+            nn_tensor *xt = nn_tensor_from(g, x, 2, xs);
+            nn_tensor *yt = nn_linear_forward(g, &l[d], xt);
+            CHECK_MSG(yt != NULL, "%s", accel_last_error(NULL));
+            CHECK_OK(NULL, nn_tensor_to_host(yt, y[d]));
+            CHECK_OK(NULL, nn_backward_grad(yt, dy, NULL));
+            nn_ctx_reset(g);
+        }
+        CHECK_OK(NULL, nn_tensor_grad_to_host(l[d].weight, gw[d]));
+        CHECK_OK(NULL, nn_tensor_grad_to_host(l[d].bias, gb[d]));
+    }
+    double ey = rel_err(y[0], y[1], ROWS * OUT), ew = rel_err(gw[0], gw[1], IN * OUT);
+    double eb = rel_err(gb[0], gb[1], OUT);
+    printf("  %-28s fwd %.2e  grad weight %.2e  bias %.2e\n", "model parameters on the GPU", ey, ew,
+           eb);
+    CHECK_MSG(ey <= 1e-5 && ew <= 1e-5 && eb <= 1e-5, "%g %g %g", ey, ew, eb);
+    nn_params_zero_grad(p[0]);
+    CHECK_OK(NULL, nn_tensor_grad_to_host(l[0].weight, gw[0]));
+    for (int i = 0; i < IN * OUT; i++) {
+        CHECK(gw[0][i] == 0.0f);
+    }
+    /* A CPU ctx refuses GPU parameters; an op without a CUDA kernel names itself. */
+    prepare(ggpu, 1, ACCEL_F32);
+    nn_ctx_reset(gcpu);
+    nn_tensor *xc = nn_tensor_from(gcpu, x, 2, xs);
+    CHECK(nn_linear_forward(gcpu, &l[0], xc) == NULL);
+    CHECK_MSG(accel_last_status(NULL) == ACCEL_EINVAL &&
+                  strstr(accel_last_error(NULL), "nn_linear: parameter 0 is on the GPU") != NULL,
+              "%s", accel_last_error(NULL));
+    CHECK(nn_relu(ggpu, l[0].weight) == NULL);
+    CHECK_MSG(accel_last_status(NULL) == ACCEL_EUNSUPPORTED &&
+                  strstr(accel_last_error(NULL), "nn_relu: not implemented on CUDA") != NULL,
+              "%s", accel_last_error(NULL));
+    nn_ctx_reset(gcpu);
+    nn_ctx_reset(ggpu);
+    for (int d = 0; d < 2; d++) {
+        nn_params_free(p[d]);
+        accel_model_free(m[d]);
+    }
+    accel_free(acc);
 }
 
 int main(void)
@@ -492,6 +584,7 @@ int main(void)
     test_attention();
     test_gpt();
     test_errors();
+    test_model_params();
     free(poison_buf);
     nn_ctx_free(ggpu);
     nn_ctx_free(gcpu);

@@ -191,8 +191,7 @@ static int check_collectives(ctx *c)
     accel_tensor pi = accel_tensor_view(pad_in, ACCEL_F32, 1, (int64_t[]){my_rows});
     accel_tensor po = {.data = pad_out};
     TRY(c, accel_pad_across_processes_size(c->acc, &pi, 0, &max_rows));
-    EXPECT(c, max_rows == (n < 8 ? n : 8), "pad_across_processes: %lld rows",
-           (long long)max_rows);
+    EXPECT(c, max_rows == (n < 8 ? n : 8), "pad_across_processes: %lld rows", (long long)max_rows);
     TRY(c, accel_pad_across_processes(c->acc, &pi, 0, NULL, 0, &po));
     EXPECT(c, po.shape[0] == max_rows, "pad_across_processes: padded to %lld",
            (long long)po.shape[0]);
@@ -237,8 +236,9 @@ static int check_rng(ctx *c)
         TRY(c, accel_gather(c->acc, &in, &out));
         for (int q = 1; q < c->n; q++) {
             int same = memcmp(all, all + q * ACCEL_RNG_STATE_WORDS, sizeof(st)) == 0;
-            EXPECT(c, same == !specific, "set_seed(42, device_specific=%d): process %d's "
-                                         "generator is %s process 0's",
+            EXPECT(c, same == !specific,
+                   "set_seed(42, device_specific=%d): process %d's "
+                   "generator is %s process 0's",
                    specific, q, same ? "the same as" : "not");
         }
     }
@@ -322,6 +322,8 @@ static int build(ctx *c, trainer *t, int rows, float *x, float *y, int adam, int
         return -1;
     }
     TRY(c, accel_model_new(c->acc, &t->m));
+    /* the checks read the weights on the host: the model stays there */
+    TRY(c, accel_model_set_device(t->m, (accel_device){ACCEL_DEVICE_CPU, 0}));
     TRY(c, nn_params_for_model(&t->params, t->m));
     TRY(c, nn_linear_declare(&t->fc, t->params, "fc", D_IN, 1, 1, NN_LAYOUT_OUT_IN));
     TRY(c, nn_params_bind(t->params));
@@ -395,7 +397,8 @@ static int check_training(ctx *c)
 {
     int k = accel_gradient_accumulation_steps(c->acc), bs = 4, steps = 4, skipped = 0;
     int rows = k * c->n * bs * steps;
-    float *x = malloc(sizeof(float) * (size_t)rows * D_IN), *y = malloc(sizeof(float) * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)rows * D_IN),
+          *y = malloc(sizeof(float) * (size_t)rows);
     EXPECT(c, x && y, "out of memory");
     trainer t;
     nn_ctx *g = NULL;
@@ -447,8 +450,9 @@ static int check_training(ctx *c)
         const accel_param *pp = accel_model_param(t.m, j < D_IN ? iw : ib);
         double got = accel_model_master(t.m)[pp->offset + (j < D_IN ? (size_t)j : 0)];
         if (fabs(got - ref[j]) > tol * (1.0 + fabs(ref[j]))) {
-            rc = failed(c, "after %d steps (accumulation %d, precision %s) weight %d is %.7g, "
-                           "the reference %.7g",
+            rc = failed(c,
+                        "after %d steps (accumulation %d, precision %s) weight %d is %.7g, "
+                        "the reference %.7g",
                         steps, k, accel_precision_name(p), j, got, ref[j]);
         }
     }
@@ -479,7 +483,8 @@ static int check_checkpoint(ctx *c)
     TRY(c, accel_broadcast_object(c->acc, &dir, &nbytes, 0));
     EXPECT(c, ((char *)dir)[0] != '\0', "process 0 could not create a folder in /tmp");
     int rows = 40 * c->n;
-    float *x = malloc(sizeof(float) * (size_t)rows * D_IN), *y = malloc(sizeof(float) * (size_t)rows);
+    float *x = malloc(sizeof(float) * (size_t)rows * D_IN),
+          *y = malloc(sizeof(float) * (size_t)rows);
     trainer t;
     nn_ctx *g = NULL;
     float a[D_IN + 1];
@@ -524,8 +529,7 @@ static const struct check {
     {"collectives", "every collective", check_collectives},
     {"rng", "random number generator synchronisation", check_rng},
     {"gather_for_metrics", "data loader sharding and gather_for_metrics", check_gather_for_metrics},
-    {"training", "training with gradient accumulation in the configured precision",
-     check_training},
+    {"training", "training with gradient accumulation in the configured precision", check_training},
     {"checkpoint", "checkpoint and exact resume", check_checkpoint},
 };
 

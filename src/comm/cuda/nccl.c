@@ -19,10 +19,15 @@
  * than two processes may differ from the host backends in the last bits (documented); NCCL
  * reduces F16 and BF16 natively in their own type.
  *
- * Not supported (ACCEL_EUNSUPPORTED naming it): a wire dtype (no caps WIRE: the front end and
- * the reducer refuse DDP compression on this backend), reductions of dtypes NCCL lacks (I16, U16, BOOL, C64, the
- * 8/6/4-bit formats; they still move in allgather, broadcast and gather), symmetric memory
- * beyond plain host memory.
+ * A wire dtype (DDP's bf16 / fp16 compression, caps WIRE) is what PyTorch's bf16 compress hook
+ * does on NCCL: the F32 input is rounded to the 16-bit format on the stream, NCCL reduces in
+ * that format, and the result is widened into recv. On 1 or 2 processes that is exactly the
+ * front end's rule (inputs rounded, combined in fp32, the result rounded); on more, NCCL rounds
+ * its partial sums at each hop, so the last bits may differ from the host backends.
+ *
+ * Not supported (ACCEL_EUNSUPPORTED naming it): reductions of dtypes NCCL lacks (I16, U16,
+ * BOOL, C64, the 8/6/4-bit formats; they still move in allgather, broadcast and gather),
+ * symmetric memory beyond plain host memory.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -36,6 +41,7 @@
 #include "base/base.h"
 #include "comm/comm.h"
 #include "comm/store.h"
+#include "nccl_wire.h"
 
 typedef struct nccl_req nccl_req;
 
@@ -60,6 +66,8 @@ struct nccl_req {
     /* Staging of host buffers: device and pinned host scratch, grow-only. */
     void *dbuf, *hbuf;
     size_t nbytes;
+    uint16_t *wbuf; /* a wire dtype's 16-bit copy of the data (device), grow-only */
+    size_t wnbytes;
     void *recv; /* host destination of the result (NULL: none or not staged) */
     size_t out_off, out_nbytes;
 };
@@ -183,7 +191,7 @@ static int on_device(const void *p)
 
 /* ---- requests ---- */
 
-static accel_status req_get(nccl_impl *e, size_t staging, nccl_req **out)
+static accel_status req_get(nccl_impl *e, size_t staging, size_t wire, nccl_req **out)
 {
     *out = NULL;
     pthread_mutex_lock(&e->mu);
@@ -219,6 +227,18 @@ static accel_status req_get(nccl_impl *e, size_t staging, nccl_req **out)
         }
         q->nbytes = staging;
     }
+    if (wire > q->wnbytes) {
+        (void)cudaFree(q->wbuf);
+        q->wbuf = NULL;
+        q->wnbytes = 0;
+        cudaError_t ce = cudaMalloc((void **)&q->wbuf, wire);
+        if (ce != cudaSuccess) {
+            q->wbuf = NULL;
+            *out = q;
+            return cuda_err(ce, "allocating the wire buffer of a compressed allreduce");
+        }
+        q->wnbytes = wire;
+    }
     *out = q;
     return ACCEL_OK;
 }
@@ -229,6 +249,7 @@ static void req_destroy(nccl_req *q)
         (void)cudaEventDestroy(q->ev);
         (void)cudaFree(q->dbuf);
         (void)cudaFreeHost(q->hbuf);
+        (void)cudaFree(q->wbuf);
         accel__free(q);
     }
 }
@@ -288,6 +309,26 @@ static ncclResult_t enqueue(nccl_impl *e, const accel__coll *op, const void *sen
     return ncclInvalidArgument;
 }
 
+/* An allreduce through a wire dtype: send rounded into the 16-bit buffer, reduced there in
+ * that format, widened into recv, all on s. */
+static accel_status enqueue_wire(nccl_impl *e, const accel__coll *op, const float *send,
+                                 float *recv, uint16_t *wbuf, cudaStream_t s)
+{
+    int bf16 = op->wire == ACCEL_BF16;
+    cudaError_t ce = accel__nccl_wire_pack(wbuf, send, op->count, bf16, s);
+    if (ce != cudaSuccess) {
+        return cuda_err(ce, "rounding an allreduce's input to its wire dtype");
+    }
+    ncclResult_t r = ncclAllReduce(wbuf, wbuf, op->count, bf16 ? ncclBfloat16 : ncclFloat16,
+                                   nccl_op(op->op), e->comm, s);
+    accel_status st = settle(e, r, "allreduce");
+    if (st != ACCEL_OK) {
+        return st;
+    }
+    ce = accel__nccl_wire_unpack(recv, wbuf, op->count, bf16, s);
+    return ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "widening an allreduce's wire result");
+}
+
 static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *stream,
                               void **out)
 {
@@ -311,8 +352,10 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
     io_bytes(e, op, &in, &outb);
     int direct = op->kind != ACCEL__COLL_BARRIER && on_device(op->send) && on_device(op->recv);
     size_t staging = direct ? 0 : (op->kind == ACCEL__COLL_BARRIER ? 64 : in + outb);
+    /* The front end admits a wire dtype only on an F32 allreduce, as BF16 or F16. */
+    int wire = op->wire == ACCEL_BF16 || op->wire == ACCEL_F16;
     nccl_req *q;
-    accel_status st = req_get(e, staging, &q);
+    accel_status st = req_get(e, staging, wire ? op->count * sizeof(uint16_t) : 0, &q);
     if (st != ACCEL_OK) {
         req_put(e, q);
         return st;
@@ -342,8 +385,8 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
         q->out_off = (size_t)((char *)recv - dbuf);
         q->out_nbytes = outb;
     }
-    ncclResult_t r = enqueue(e, op, send, recv, dt, s);
-    st = settle(e, r, what);
+    st = wire ? enqueue_wire(e, op, send, recv, q->wbuf, s)
+              : settle(e, enqueue(e, op, send, recv, dt, s), what);
     if (st == ACCEL_OK && q->recv != NULL) {
         ce = cudaMemcpyAsync((char *)q->hbuf + q->out_off, (char *)q->dbuf + q->out_off,
                              q->out_nbytes, cudaMemcpyDeviceToHost, s);

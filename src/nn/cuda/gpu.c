@@ -44,8 +44,9 @@ static accel_status cu_open(nn_ctx *g, int ordinal)
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
         cudaGetLastError(); /* clear the sticky error of a machine without a GPU */
-        return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "nn_ctx_set_device: cuda:%d: no usable GPU (%s)",
-                             ordinal, e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "nn_ctx_set_device: cuda:%d: no usable GPU (%s)", ordinal,
+                             e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
     }
     if (ordinal < 0 || ordinal >= n) {
         return accel__seterr(NULL, ACCEL_EINVAL, "nn_ctx_set_device: cuda:%d: %d GPU(s) visible",
@@ -82,6 +83,7 @@ static void *cu_alloc(size_t nbytes)
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, nbytes);
     if (e != cudaSuccess) {
+        cudaGetLastError(); /* not the next kernel launch's error */
         cuda_err(e, "cudaMalloc");
         return NULL;
     }
@@ -142,27 +144,54 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
         return 0;
     }
     if (g->device.type != ACCEL_DEVICE_CUDA) {
-        accel__nn_fail(g, ACCEL_EINVAL,
-                       "%s: the inputs are on the GPU but the ctx computes on the CPU "
-                       "(nn_ctx_set_device)",
-                       op);
+        int k = 0;
+        while (k < n && !nn__on_gpu(ts[k])) {
+            k++;
+        }
+        const nn_tensor *t = k < n ? ts[k] : NULL;
+        if (t != NULL && t->param_index >= 0) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: parameter %d is on the GPU (the model's device) but the ctx "
+                           "computes on the CPU: nn_ctx_set_device(g, accel_device_of(acc)), or "
+                           "keep the model on the CPU (accel_model_set_device before "
+                           "nn_params_for_model)",
+                           op, t->param_index);
+        } else {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: input %d is on the GPU but the ctx computes on the CPU "
+                           "(nn_ctx_set_device)",
+                           op, k);
+        }
         return 0;
     }
     for (int k = 0; k < n; k++) {
-        if (ts[k] == NULL) {
+        nn_tensor *t = ts[k];
+        if (t == NULL) {
             continue;
         }
-        if (!nn__on_gpu(ts[k])) {
+        if (!nn__on_gpu(t)) {
             accel__nn_fail(g, ACCEL_EINVAL,
-                           "%s: input %d is on the CPU and the ctx on cuda:%d (parameters on "
-                           "the GPU are not supported yet)",
-                           op, k, g->device.index);
+                           "%s: input %d is in host memory and the ctx on cuda:%d%s", op, k,
+                           g->device.index,
+                           t->param_index >= 0 ? " (a parameter of a model kept on the CPU: "
+                                                 "compute it with a CPU ctx)"
+                                               : "");
             return 0;
         }
-        if (!nn_is_contiguous(ts[k])) {
+        if (!nn_is_contiguous(t)) {
             accel__nn_fail(g, ACCEL_EUNSUPPORTED,
                            "%s: input %d is a strided view: not supported on CUDA yet", op, k);
             return 0;
+        }
+        /* As the CPU ops' accel__nn_contig: a parameter is made present (a no-op but under
+         * ZeRO-3, which refuses GPU models) and teaches NN_AUTOCAST_AUTO the model's dtype. */
+        if (t->sink_materialize != NULL && accel__nn_param_use(t) != ACCEL_OK) {
+            accel__nn_fail(g, accel_last_status(NULL), "%s: parameter %d: %s", op, t->param_index,
+                           accel_last_error(NULL));
+            return 0;
+        }
+        if (t->sink_compute != NULL) {
+            accel__nn_autocast_note(g, t);
         }
     }
     return 1;

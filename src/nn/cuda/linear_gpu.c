@@ -28,7 +28,8 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (st == CUBLAS_STATUS_SUCCESS) {
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
@@ -45,8 +46,8 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
                                                 sizeof(p->bias));
         }
         if (st == CUBLAS_STATUS_SUCCESS) {
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                &bias_type, sizeof(bias_type));
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type));
         }
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -64,9 +65,9 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
         st = cublasLtMatmulPreferenceCreate(&pref);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &s->workspace_nbytes,
-                                                  sizeof(s->workspace_nbytes));
+        st =
+            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &s->workspace_nbytes, sizeof(s->workspace_nbytes));
     }
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
@@ -131,20 +132,36 @@ static cudaDataType_t in_type(int rnd)
     return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* n values rounded into a 2-byte copy (dtype of rnd) in the device arena; NULL on failure. */
-static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, const char *what)
+/* n values rounded into a 2-byte copy (dtype of rnd): in the device arena (kept for the
+ * step), or in per-op scratch (scratch: backward's transients); NULL on failure. */
+static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
+                       const char *what)
 {
-    void *h = accel__nn_dalloc(g, (size_t)n * 2);
+    void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
     if (h == NULL || (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(src, h, n, rnd), what))) {
         return NULL;
     }
     return h;
 }
 
-/* The operand as the product reads it: t itself in fp32, else a rounded 2-byte copy. */
+/* The operand as the product reads it: t itself in fp32; under autocast a parameter's
+ * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
+ * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
+ * rounded 2-byte copy. */
 static const void *operand(nn_ctx *g, const nn_tensor *t, int rnd, const char *what)
 {
-    return rnd == 0 ? t->data : half_copy(g, t->data, nn_numel(t), rnd, what);
+    if (rnd == 0) {
+        return t->data;
+    }
+    if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
+        accel_tensor c;
+        t->sink_compute(t->sink_ctx, t->param_index, &c);
+        if (c.data != NULL && c.device.type == ACCEL_DEVICE_CUDA &&
+            c.dtype == (rnd == 1 ? ACCEL_BF16 : ACCEL_F16)) {
+            return c.data;
+        }
+    }
+    return half_copy(g, t->data, nn_numel(t), rnd, 0, what);
 }
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. */
@@ -156,7 +173,7 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
         return lt_matmul(g, p, what);
     }
     int64_t n = p->m * p->n;
-    p->D = accel__nn_dalloc(g, (size_t)n * sizeof(float));
+    p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
            accel__nn_cu_ok(g, nn_cu_acc(grad, p->D, n, rnd, fresh), what);
@@ -170,7 +187,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT, rnd = (int)n->i[4];
     const void *xd = rnd ? n->p[0] : x->data, *wd = rnd ? n->p[1] : w->data;
     const float *gy = n->out->grad;
-    const void *gyd = rnd ? half_copy(g, gy, M * out, rnd, what) : gy;
+    const void *gyd = rnd ? half_copy(g, gy, M * out, rnd, 1, what) : gy;
     if (gyd == NULL) {
         return;
     }
@@ -178,8 +195,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int fx;
     float *gx = in > 0 ? accel__nn_grad_w(g, x, &fx) : NULL;
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0, in, M, out, wd, in_out ? out : in, gyd, out, NULL, in, 0.0f, ty,
-                   NULL};
+        lt_mm p = {in_out, 0,   in,   M,  out,  wd, in_out ? out : in,
+                   gyd,    out, NULL, in, 0.0f, ty, NULL};
         if (out == 0) {
             if (fx) {
                 accel__nn_cu_ok(g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), 0),
@@ -217,8 +234,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
             return;
         }
         /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
-        float *gyr = accel__nn_dalloc(g, (size_t)(M * out) * sizeof(float));
-        float *sum = accel__nn_dalloc(g, (size_t)out * sizeof(float));
+        float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
+        float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
         if (gyr == NULL || sum == NULL ||
             (M > 0 && !accel__nn_cu_ok(g, nn_cu_acc(gyr, gy, M * out, rnd, 1), what))) {
             return;
@@ -272,24 +289,24 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     }
     if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
         float *br = accel__nn_dalloc(g, (size_t)out * sizeof(float));
-        if (br == NULL || (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1),
-                                                       what))) {
+        if (br == NULL ||
+            (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1), what))) {
             return NULL;
         }
         bd = br;
     }
     if (M * out > 0) {
         if (in == 0) {
-            if (!accel__nn_cu_ok(g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0),
-                                 what) ||
+            if (!accel__nn_cu_ok(
+                    g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0), what) ||
                 (bd != NULL &&
                  !accel__nn_cu_ok(g, nn_cu_add(y->data, M * out, bd, out, y->data), what))) {
                 return NULL;
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out, 0, out, M, in, wd, in_out ? out : in, xd, in, y->data, out,
-                       0.0f, in_type(rnd), bd};
+            lt_mm p = {!in_out, 0,  out,     M,   in,   wd,           in_out ? out : in,
+                       xd,      in, y->data, out, 0.0f, in_type(rnd), bd};
             if (!lt_matmul(g, &p, what)) {
                 return NULL;
             }

@@ -1,9 +1,11 @@
 /*
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h). Correctness first: element-wise
  * kernels use grid-stride loops, row kernels one block per row with block reductions, sums
- * over rows (bias, LayerNorm parameters, embedding scatter) one thread per column walking the
- * rows in order, and attention one warp per query (or key) row with an online softmax, so no
- * kernel keeps a T x T matrix, none uses atomics, and every result is deterministic.
+ * over rows (bias, LayerNorm parameters) one block per 32 columns whose 32 lanes each sum every
+ * 32nd row, then the lanes in order, the embedding scatter one thread per (column, slice of the
+ * vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
+ * online softmax, so no kernel keeps a T x T matrix, none uses atomics, and every result is
+ * deterministic (the order of every sum depends only on the shapes).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -13,6 +15,11 @@
 
 #define THREADS 256
 #define ROW_THREADS 256
+/* Column sums: a block is CS_COLS columns x CS_LANES lanes over the rows. */
+#define CS_COLS 32
+#define CS_LANES 32
+/* The embedding scatter: up to this many vocabulary slices, each its own threads. */
+#define EMB_SLICES 64
 
 static unsigned grid_for(int64_t n)
 {
@@ -101,17 +108,27 @@ __global__ void k_acc(float *dst, const float *src, int64_t n, int rnd, int writ
     }
 }
 
+/* Lane threadIdx.y of column c sums rows lane, lane + CS_LANES, ...; lane 0 then adds the
+ * lanes' sums in lane order. */
 __global__ void k_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= cols) {
-        return;
+    __shared__ float sh[CS_LANES][CS_COLS + 1];
+    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
+    float s = 0.0f;
+    if (c < cols) {
+        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
+            s += src[r * cols + c];
+        }
     }
-    float s = write ? 0.0f : dst[c];
-    for (int64_t r = 0; r < rows; r++) {
-        s += src[r * cols + c];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CS_LANES; k++) {
+            t += sh[k][threadIdx.x];
+        }
+        dst[c] = write ? t : dst[c] + t;
     }
-    dst[c] = s;
 }
 
 __global__ void k_to_half(const float *src, void *dst, int64_t n, int dt)
@@ -191,15 +208,21 @@ __global__ void k_embedding(const float *w, const int32_t *ids, float *y, int64_
     }
 }
 
+/* Thread (c, slice) adds, rows in order, the rows whose id falls in its slice of the
+ * vocabulary: every gw element is summed in row order by one thread. */
 __global__ void k_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                float *gw)
+                                int64_t V, float *gw)
 {
     int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) {
         return;
     }
+    int64_t per = (V + gridDim.y - 1) / gridDim.y, lo = (int64_t)blockIdx.y * per, hi = lo + per;
     for (int64_t r = 0; r < rows; r++) {
-        gw[(int64_t)ids[r] * C + c] += gy[r * C + c];
+        int64_t v = ids[r];
+        if (v >= lo && v < hi) {
+            gw[v * C + c] += gy[r * C + c];
+        }
     }
 }
 
@@ -253,25 +276,36 @@ __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *
     }
 }
 
+/* As k_col_sum, for the weight and bias sums at once. */
 __global__ void k_layernorm_bwd_params(const float *x, const float *gy, const float *mean,
                                        const float *rstd, int64_t rows, int64_t C, float *gw,
                                        float *gb)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) {
-        return;
-    }
+    __shared__ float shw[CS_LANES][CS_COLS + 1], shb[CS_LANES][CS_COLS + 1];
+    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
     float sw = 0.0f, sb = 0.0f;
-    for (int64_t r = 0; r < rows; r++) {
-        float g = gy[r * C + c];
-        sw += g * (x[r * C + c] - mean[r]) * rstd[r];
-        sb += g;
+    if (c < C) {
+        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
+            float g = gy[r * C + c];
+            sw += g * (x[r * C + c] - mean[r]) * rstd[r];
+            sb += g;
+        }
     }
-    if (gw) {
-        gw[c] += sw;
-    }
-    if (gb) {
-        gb[c] += sb;
+    shw[threadIdx.y][threadIdx.x] = sw;
+    shb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < CS_LANES; k++) {
+            tw += shw[k][threadIdx.x];
+            tb += shb[k][threadIdx.x];
+        }
+        if (gw) {
+            gw[c] += tw;
+        }
+        if (gb) {
+            gb[c] += tb;
+        }
     }
 }
 
@@ -571,8 +605,8 @@ cudaError_t nn_cu_col_sum(const float *src, int64_t rows, int64_t cols, float *d
     if (cols == 0) {
         return cudaSuccess;
     }
-    k_col_sum<<<(unsigned)((cols + THREADS - 1) / THREADS), THREADS>>>(src, rows, cols, dst,
-                                                                       write);
+    k_col_sum<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES)>>>(
+        src, rows, cols, dst, write);
     return cudaGetLastError();
 }
 
@@ -608,12 +642,13 @@ cudaError_t nn_cu_embedding(const float *w, const int32_t *ids, float *y, int64_
 }
 
 cudaError_t nn_cu_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                float *gw)
+                                int64_t V, float *gw)
 {
-    if (rows == 0 || C == 0) {
+    if (rows == 0 || C == 0 || V == 0) {
         return cudaSuccess;
     }
-    k_embedding_bwd<<<(unsigned)((C + THREADS - 1) / THREADS), THREADS>>>(ids, gy, rows, C, gw);
+    dim3 grid((unsigned)((C + THREADS - 1) / THREADS), (unsigned)(V < EMB_SLICES ? V : EMB_SLICES));
+    k_embedding_bwd<<<grid, THREADS>>>(ids, gy, rows, C, V, gw);
     return cudaGetLastError();
 }
 
@@ -632,8 +667,8 @@ cudaError_t nn_cu_layernorm_bwd(const float *x, const float *gy, const float *w,
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS>>>(x, gy, w, mean, rstd, C, gx, write);
     }
     if (gw != NULL || gb != NULL) {
-        k_layernorm_bwd_params<<<(unsigned)((C + THREADS - 1) / THREADS), THREADS>>>(
-            x, gy, mean, rstd, rows, C, gw, gb);
+        k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS),
+                                 dim3(CS_COLS, CS_LANES)>>>(x, gy, mean, rstd, rows, C, gw, gb);
     }
     return cudaGetLastError();
 }

@@ -27,7 +27,8 @@ extern "C" {
 cudaError_t nn_cu_add(const float *a, int64_t na, const float *b, int64_t nb, float *y);
 /* dst[i] (+)= rnd(src[i]). */
 cudaError_t nn_cu_acc(float *dst, const float *src, int64_t n, int rnd, int write);
-/* dst[c] (+)= sum over r of src[r * cols + c], rows in order. */
+/* dst[c] (+)= sum over r of src[r * cols + c], in a fixed order (32 interleaved partial sums,
+ * then those in order). */
 cudaError_t nn_cu_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
 cudaError_t nn_cu_to_half(const float *src, void *dst, int64_t n, int dt);
@@ -41,10 +42,11 @@ cudaError_t nn_cu_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n
 cudaError_t nn_cu_dropout(uint64_t key, float p, const float *src, float *dst, int64_t n,
                           int write);
 
-/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order. */
+/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order (V: gw's rows,
+ * every id below it). */
 cudaError_t nn_cu_embedding(const float *w, const int32_t *ids, float *y, int64_t rows, int64_t C);
 cudaError_t nn_cu_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                float *gw);
+                                int64_t V, float *gw);
 
 /* LayerNorm over rows of C (w / b may be NULL: ones / zeros); saves mean and 1/std. */
 cudaError_t nn_cu_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,

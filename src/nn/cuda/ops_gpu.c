@@ -53,8 +53,8 @@ nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     if (y == NULL) {
         return NULL;
     }
-    if (nn_numel(y) > 0 && !accel__nn_cu_ok(g, nn_cu_add(a->data, na, b->data, nb, y->data),
-                                            "nn_add")) {
+    if (nn_numel(y) > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_add(a->data, na, b->data, nb, y->data), "nn_add")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, in, 2) && !accel__nn_record(g, "add", y, in, 2, add_backward)) {
@@ -70,10 +70,10 @@ static void gelu_backward(nn_ctx *g, nn_node *n)
     int fresh;
     float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
     if (gx != NULL) {
-        accel__nn_cu_ok(g,
-                        nn_cu_gelu_bwd(n->in[0]->data, n->out->grad, gx, nn_numel(n->out),
-                                       (int)n->i[0], fresh),
-                        "nn_gelu (backward)");
+        accel__nn_cu_ok(
+            g,
+            nn_cu_gelu_bwd(n->in[0]->data, n->out->grad, gx, nn_numel(n->out), (int)n->i[0], fresh),
+            "nn_gelu (backward)");
     }
 }
 
@@ -85,12 +85,13 @@ nn_tensor *accel__nn_cu_gelu(nn_ctx *g, nn_tensor *x, int approximate)
     nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
     int64_t n = y ? nn_numel(y) : 0;
     if (y == NULL ||
-        (n > 0 && !accel__nn_cu_ok(g, nn_cu_gelu(x->data, y->data, n, approximate != 0), "nn_gelu"))) {
+        (n > 0 &&
+         !accel__nn_cu_ok(g, nn_cu_gelu(x->data, y->data, n, approximate != 0), "nn_gelu"))) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, &x, 1)) {
-        nn_node *nd = accel__nn_record(g, approximate ? "gelu_tanh" : "gelu", y, &x, 1,
-                                       gelu_backward);
+        nn_node *nd =
+            accel__nn_record(g, approximate ? "gelu_tanh" : "gelu", y, &x, 1, gelu_backward);
         if (nd == NULL) {
             return NULL;
         }
@@ -105,10 +106,9 @@ static void dropout_backward(nn_ctx *g, nn_node *n)
 {
     float *gx = accel__nn_grad(g, n->in[0]);
     if (gx != NULL) {
-        accel__nn_cu_ok(g,
-                        nn_cu_dropout((uint64_t)n->i[0], n->f[0], n->out->grad, gx,
-                                      nn_numel(n->out), 0),
-                        "nn_dropout (backward)");
+        accel__nn_cu_ok(
+            g, nn_cu_dropout((uint64_t)n->i[0], n->f[0], n->out->grad, gx, nn_numel(n->out), 0),
+            "nn_dropout (backward)");
     }
 }
 
@@ -150,8 +150,9 @@ static void emb_backward(nn_ctx *g, nn_node *n)
 {
     float *gw = accel__nn_grad(g, n->in[0]);
     if (gw != NULL) {
-        accel__nn_cu_ok(g, nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1], gw),
-                        "nn_embedding (backward)");
+        accel__nn_cu_ok(
+            g, nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1], n->in[0]->shape[0], gw),
+            "nn_embedding (backward)");
     }
 }
 
@@ -217,8 +218,8 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     }
     const float *w = n->in[1] ? n->in[1]->data : NULL;
     accel__nn_cu_ok(g,
-                    nn_cu_layernorm_bwd(n->in[0]->data, n->out->grad, w, n->p[0], n->p[1], rows,
-                                        C, gx, fresh, gw, gb),
+                    nn_cu_layernorm_bwd(n->in[0]->data, n->out->grad, w, n->p[0], n->p[1], rows, C,
+                                        gx, fresh, gw, gb),
                     "nn_layernorm (backward)");
 }
 
@@ -247,11 +248,11 @@ nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tens
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    if (rows > 0 && !accel__nn_cu_ok(g,
-                                     nn_cu_layernorm(x->data, w ? w->data : NULL,
-                                                     b ? b->data : NULL, y->data, mean, rstd,
-                                                     rows, C, eps),
-                                     "nn_layernorm")) {
+    if (rows > 0 &&
+        !accel__nn_cu_ok(g,
+                         nn_cu_layernorm(x->data, w ? w->data : NULL, b ? b->data : NULL, y->data,
+                                         mean, rstd, rows, C, eps),
+                         "nn_layernorm")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, in, 3)) {
@@ -305,10 +306,10 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
         return NULL;
     }
     float eps = o.label_smoothing;
-    if (rows > 0 && !accel__nn_cu_ok(g,
-                                     nn_cu_ce_fwd(logits->data, tdev, rows, C, o.ignore_index,
-                                                  eps, lse, row_loss),
-                                     "nn_cross_entropy")) {
+    if (rows > 0 &&
+        !accel__nn_cu_ok(
+            g, nn_cu_ce_fwd(logits->data, tdev, rows, C, o.ignore_index, eps, lse, row_loss),
+            "nn_cross_entropy")) {
         return NULL;
     }
     float scale = 1.0f;
@@ -342,8 +343,8 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 
 static nn_cu_attn attn_of(const nn_node *n)
 {
-    nn_cu_attn a = {n->i[0], n->i[1], n->i[2], n->i[3], n->i[4], n->f[0], n->f[1],
-                    (uint64_t)n->i[5], (int)n->i[6]};
+    nn_cu_attn a = {n->i[0], n->i[1], n->i[2],           n->i[3],     n->i[4],
+                    n->f[0], n->f[1], (uint64_t)n->i[5], (int)n->i[6]};
     return a;
 }
 
@@ -352,14 +353,13 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     nn_cu_attn a = attn_of(n);
     int fresh;
     float *gqkv = accel__nn_grad_w(g, n->in[0], &fresh);
-    float *D = accel__nn_dalloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
+    float *D = accel__nn_dtmp_alloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
     if (gqkv == NULL || D == NULL || a.B * a.T == 0) {
         return;
     }
-    accel__nn_cu_ok(g,
-                    nn_cu_attn_bwd(&a, n->in[0]->data, n->out->data, n->p[0], n->out->grad, D,
-                                   gqkv, fresh),
-                    "nn_causal_attention (backward)");
+    accel__nn_cu_ok(
+        g, nn_cu_attn_bwd(&a, n->in[0]->data, n->out->data, n->p[0], n->out->grad, D, gqkv, fresh),
+        "nn_causal_attention (backward)");
 }
 
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
