@@ -8,8 +8,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "accel/accel.h"
 
@@ -65,6 +65,29 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* The first 16 KiB of the file at path as a string, in a static buffer (valid until the next
+ * call). */
+static inline char *check_slurp(const char *path)
+{
+    static char buf[16384];
+    FILE *f = fopen(path, "r");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* How many times needle occurs in s, overlapping occurrences included. */
+static inline int check_count(const char *s, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
 
 /* stderr (where the library's warnings go) captured into a file between begin and end. */
 typedef struct check_capture {

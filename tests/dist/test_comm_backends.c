@@ -24,6 +24,7 @@
 #include "base/half.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
+#include "comm_env.h"
 
 /* src/comm/shm.h (not included: it is the backend's private header). */
 uint64_t accel__shm_zero_copy_calls(void);
@@ -31,23 +32,6 @@ uint64_t accel__shm_zero_copy_calls(void);
 static int rank, n_ranks;
 static unsigned seed;
 static int cases;
-
-static int env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v != NULL && *v != '\0' ? atoi(v) : dflt;
-}
-
-/* Under mpirun the layout comes in Open MPI's variables (accel launch sets RANK, ...). */
-static int under_mpirun(void)
-{
-    return getenv("OMPI_COMM_WORLD_SIZE") != NULL && getenv("WORLD_SIZE") == NULL;
-}
-
-static int layout(const char *name, const char *ompi, int dflt)
-{
-    return env_int(under_mpirun() ? ompi : name, dflt);
-}
 
 /* FNV-1a over every result byte a backend produced (backend against backend). */
 static uint64_t result_hash;
@@ -61,22 +45,8 @@ static void hash_bytes(const void *p, size_t nbytes)
 
 static accel__comm *comm_new(const char *backend, const char *job_id)
 {
-    accel__comm_config cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.backend = backend;
-    cfg.rank = rank;
-    cfg.n_ranks = n_ranks;
-    cfg.local_rank = layout("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", 0);
-    cfg.local_n_ranks = layout("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+    accel__comm_config cfg = comm_env_config(backend);
     cfg.job_id = job_id;
-    cfg.master_addr = getenv("MASTER_ADDR");
-    cfg.master_port = env_int("MASTER_PORT", 29500);
-    cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
-    cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);
-    cfg.timeout_s = 60;
-    cfg.log.rank = rank;
-    cfg.log.n_ranks = n_ranks;
-    cfg.log.level = ACCEL__LOG_WARN;
     accel__comm *c;
     CHECK_OK(NULL, accel__comm_new(&c, &cfg));
     return c;

@@ -27,14 +27,9 @@
 
 #include "check.h"
 #include "comm/comm.h"
+#include "comm_env.h"
 
 static int rank, n_ranks;
-
-static int env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v != NULL && *v != '\0' ? atoi(v) : dflt;
-}
 
 static void sleep_s(double s)
 {
@@ -46,26 +41,14 @@ static int mpi; /* started by mpirun: the mpi backend */
 
 static accel__comm *world_new(void)
 {
-    accel__comm_config cfg;
-    memset(&cfg, 0, sizeof(cfg));
-    mpi = getenv("OMPI_COMM_WORLD_SIZE") != NULL && getenv("WORLD_SIZE") == NULL;
-    cfg.rank = rank = env_int(mpi ? "OMPI_COMM_WORLD_RANK" : "RANK", 0);
-    cfg.n_ranks = n_ranks = env_int(mpi ? "OMPI_COMM_WORLD_SIZE" : "WORLD_SIZE", 1);
-    cfg.local_rank = env_int(mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK", 0);
-    cfg.local_n_ranks = env_int(mpi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE", 1);
+    mpi = under_mpirun();
+    accel__comm_config cfg = comm_env_config(NULL);
+    rank = cfg.rank;
+    n_ranks = cfg.n_ranks;
     cfg.backend = mpi ? "mpi" : n_ranks == 1 ? "self" : "shm";
     if (getenv("ACCEL_TEST_BACKEND") != NULL) { /* tests/comm/test_gloo_collectives.sh */
         cfg.backend = getenv("ACCEL_TEST_BACKEND");
     }
-    cfg.job_id = getenv("ACCEL_JOB_ID");
-    cfg.master_addr = getenv("MASTER_ADDR");
-    cfg.master_port = env_int("MASTER_PORT", 29500);
-    cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
-    cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);
-    cfg.timeout_s = 60;
-    cfg.log.rank = rank;
-    cfg.log.n_ranks = n_ranks;
-    cfg.log.level = ACCEL__LOG_WARN;
     accel__comm *c;
     CHECK_OK(NULL, accel__comm_new(&c, &cfg));
     return c;

@@ -8,34 +8,11 @@
 
 #include "accel/data.h"
 #include "check.h"
-
-typedef struct ids {
-    int64_t n;
-} ids;
-
-static int64_t ids_len(void *ctx)
-{
-    return ((ids *)ctx)->n;
-}
-
-static accel_status ids_get(void *ctx, int64_t i, accel_sample *out)
-{
-    (void)ctx;
-    int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
-    *x = i;
-    out->n_fields = 1;
-    out->name[0] = "x";
-    out->field[0] = accel_tensor_view(x, ACCEL_I64, 0, NULL);
-    return ACCEL_OK;
-}
+#include "index_dataset.h"
 
 static void run(accel *acc, int64_t n, int dispatch, int objects)
 {
-    ids d = {n};
-    accel_dataset ds = {0};
-    ds.ctx = &d;
-    ds.len = ids_len;
-    ds.get = ids_get;
+    accel_dataset ds = ids_dataset(&n);
     accel_loader_options o = accel_loader_options_default();
     o.batch_size = 3;
     o.dispatch_batches = dispatch;

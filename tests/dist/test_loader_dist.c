@@ -10,22 +10,7 @@
 
 #include "accel/data.h"
 #include "check.h"
-
-static int64_t ids_len(void *ctx)
-{
-    return *(int64_t *)ctx;
-}
-
-static accel_status ids_get(void *ctx, int64_t i, accel_sample *out)
-{
-    (void)ctx;
-    int64_t *x = accel_sample_scratch(out, 0, sizeof(int64_t));
-    *x = i;
-    out->n_fields = 1;
-    out->name[0] = "x";
-    out->field[0] = accel_tensor_view(x, ACCEL_I64, 0, NULL);
-    return ACCEL_OK;
-}
+#include "index_dataset.h"
 
 /* The same dataset, except that sample 7 cannot be read. */
 static accel_status bad_get(void *ctx, int64_t i, accel_sample *out)
@@ -43,10 +28,7 @@ int main(void)
     int nr = accel_num_processes(acc), rank = accel_process_index(acc);
     CHECK_OK(acc, accel_set_seed(acc, 1000, 1)); /* a different loader seed on every process */
     int64_t n = 48;
-    accel_dataset ds = {0};
-    ds.ctx = &n;
-    ds.len = ids_len;
-    ds.get = ids_get;
+    accel_dataset ds = ids_dataset(&n);
     accel_loader_options o = accel_loader_options_default();
     o.batch_size = 4;
     o.shuffle = 1;

@@ -12,26 +12,6 @@
 
 #include "check.h"
 
-static char *slurp(const char *path)
-{
-    static char buf[16384];
-    FILE *f = fopen(path, "r");
-    CHECK_MSG(f != NULL, "cannot open %s", path);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) {
-        n++;
-    }
-    return n;
-}
-
 int main(void)
 {
     const char *job = getenv("ACCEL_JOB_ID");
@@ -116,10 +96,11 @@ int main(void)
     CHECK_OK(acc, accel_wait_for_everyone(acc));
     int failed = 0;
     if (rank == 0) {
-        const char *s = slurp(logpath);
-        CHECK_MSG(count(s, "main only") == 1 && strstr(s, "[rank 0/3] dist INFO: main only\n"),
+        const char *s = check_slurp(logpath);
+        CHECK_MSG(check_count(s, "main only") == 1 &&
+                      strstr(s, "[rank 0/3] dist INFO: main only\n"),
                   "%s", s);
-        CHECK_MSG(count(s, "everyone") == n, "%s", s);
+        CHECK_MSG(check_count(s, "everyone") == n, "%s", s);
         for (int r = 0; r < n; r++) {
             char line[64];
             snprintf(line, sizeof(line), "[rank %d/%d] dist INFO: everyone\n", r, n);
@@ -138,15 +119,15 @@ int main(void)
         }
         char path[400];
         snprintf(path, sizeof(path), "%s/dist/metrics.jsonl", dir);
-        s = slurp(path);
-        CHECK_MSG(count(s, "\n") == 4 && count(s, "\"rank\": 0") == 4, "%s", s);
+        s = check_slurp(path);
+        CHECK_MSG(check_count(s, "\n") == 4 && check_count(s, "\"rank\": 0") == 4, "%s", s);
         for (int r = 0; r < n; r++) {
             snprintf(path, sizeof(path), "%s/progress_%d.txt", dir, r);
-            s = slurp(path);
+            s = check_slurp(path);
             /* The 100 % line once: the close has nothing newer to print. */
-            CHECK_MSG(r == 0 ? count(s, "4/4") == 1 : s[0] == '\0', "rank %d: %s", r, s);
+            CHECK_MSG(r == 0 ? check_count(s, "4/4") == 1 : s[0] == '\0', "rank %d: %s", r, s);
             snprintf(path, sizeof(path), "%s/profile_%d.json", dir, r);
-            s = slurp(path);
+            s = check_slurp(path);
             char pid[32];
             snprintf(pid, sizeof(pid), "\"pid\": %d", r);
             CHECK_MSG(strstr(s, "\"work\"") != NULL && strstr(s, pid) != NULL, "%s", s);

@@ -11,25 +11,13 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 
 #define B 2 /* sequences per process per step */
 #define T 8
 #define STEPS 3
 #define ACCUM 2
 #define LR 0.05f
-
-static nn_gpt_config config(void)
-{
-    nn_gpt_config c = nn_gpt_config_default();
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
-    c.block_size = T;
-    c.vocab_size = 32;
-    c.tied = 1;
-    c.dropout = 0.0f;
-    return c;
-}
 
 static void tokens(int step, int seq, int32_t *ids, int32_t *tg)
 {
@@ -46,17 +34,13 @@ int main(void)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
-    nn_gpt_config cfg = config();
+    nn_gpt_config cfg = small_gpt_config(2, 2, 16, T, 32, 1);
 
-    /* The distributed model. */
+    /* The distributed model (prepare broadcasts rank 0's init). */
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    CHECK_OK(NULL, nn_params_for_model(&p, m));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
-    CHECK_OK(NULL, nn_params_bind(p));
-    CHECK_OK(NULL, nn_params_init(p, 11 + (uint64_t)rank)); /* prepare broadcasts rank 0's */
+    small_gpt_new(acc, &cfg, 11 + (uint64_t)rank, &m, &p, &gpt);
     CHECK(accel_model_num_params(m) == nn_params_count(p));
     for (int i = 0; i < nn_params_count(p); i++) {
         const accel_param *ap = accel_model_param(m, i);

@@ -14,6 +14,7 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 
 #define T 8
 
@@ -88,21 +89,11 @@ int main(void)
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", dir);
     snprintf(weights, sizeof weights, "%s/weights", dir);
 
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 2;
-    cfg.n_head = 2;
-    cfg.n_embd = 16;
-    cfg.block_size = T;
-    cfg.vocab_size = 32;
-    cfg.dropout = 0.0f;
+    nn_gpt_config cfg = small_gpt_config(2, 2, 16, T, 32, 1);
     accel_model *model;
     nn_params *params;
     nn_gpt *gpt;
-    CHECK_OK(acc, accel_model_new(acc, &model));
-    CHECK_OK(NULL, nn_params_for_model(&params, model));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, params, &cfg));
-    CHECK_OK(NULL, nn_params_bind(params));
-    CHECK_OK(NULL, nn_params_init(params, 7));
+    small_gpt_new(acc, &cfg, 7, &model, &params, &gpt);
     accel_optimizer *opt = accel_adamw(acc, model, NULL);
     CHECK(opt != NULL);
     CHECK_OK(acc, accel_prepare(acc, model, opt));

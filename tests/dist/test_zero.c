@@ -25,6 +25,7 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 #include "train/train_internal.h"
 #include "zero_master.h"
 
@@ -60,19 +61,6 @@ typedef struct result {
     int widened;                      /* nn read the widened compute copy (sharded master, 1-2) */
 } result;
 
-static nn_gpt_config config(void)
-{
-    nn_gpt_config c = nn_gpt_config_default();
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 32;
-    c.block_size = T;
-    c.vocab_size = 64;
-    c.tied = 1;
-    c.dropout = 0.0f;
-    return c;
-}
-
 static void tokens(int micro, int seq, int32_t *ids, int32_t *tg)
 {
     for (int t = 0; t < T; t++) {
@@ -99,15 +87,11 @@ static void run(int stage, variant v, result *out)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
-    nn_gpt_config cfg = config();
+    nn_gpt_config cfg = small_gpt_config(2, 2, 32, T, 64, 1);
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    CHECK_OK(NULL, nn_params_for_model(&p, m));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
-    CHECK_OK(NULL, nn_params_bind(p));
-    CHECK_OK(NULL, nn_params_init(p, 7 + (uint64_t)rank)); /* prepare broadcasts rank 0's */
+    small_gpt_new(acc, &cfg, 7 + (uint64_t)rank, &m, &p, &gpt); /* prepare broadcasts rank 0's */
     int frozen = accel_model_find(m, "transformer.wpe.weight");
     CHECK(frozen >= 0);
     if (freeze) {

@@ -17,6 +17,7 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 #include "zero_master.h"
 
 #define B 2
@@ -63,21 +64,11 @@ static void run(int stage, int bf16, size_t *numel, float *out[2])
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc);
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 2;
-    cfg.n_head = 2;
-    cfg.n_embd = 16;
-    cfg.block_size = T;
-    cfg.vocab_size = 48;
-    cfg.dropout = 0.0f;
+    nn_gpt_config cfg = small_gpt_config(2, 2, 16, T, 48, 1);
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    CHECK_OK(NULL, nn_params_for_model(&p, m));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
-    CHECK_OK(NULL, nn_params_bind(p));
-    CHECK_OK(NULL, nn_params_init(p, 3));
+    small_gpt_new(acc, &cfg, 3, &m, &p, &gpt);
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 1e-2;
     accel_optimizer *opt = accel_adamw(acc, m, &ao);

@@ -20,6 +20,7 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 #include "train/train_internal.h"
 
 #define B 2
@@ -109,20 +110,11 @@ static void run(int stage, int bf16, usage *u)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc);
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = 4;
-    cfg.n_head = 4;
-    cfg.n_embd = 128;
-    cfg.block_size = T;
-    cfg.vocab_size = 1024;
-    cfg.tied = 1;
-    cfg.dropout = 0.0f;
+    nn_gpt_config cfg = small_gpt_config(4, 4, 128, T, 1024, 1);
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    CHECK_OK(NULL, nn_params_for_model(&p, m));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
+    small_gpt_declare(acc, &cfg, &m, &p, &gpt);
     long long before = live;
     CHECK_OK(NULL, nn_params_bind(p)); /* allocates the model's buffers */
     CHECK_OK(NULL, nn_params_init(p, 5));

@@ -13,51 +13,22 @@ set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 GPT=$B/examples/gpt
 [ -x "$GPT" ] || { echo "missing $GPT"; exit 1; }
-tmp=$(mktemp -d)
-pids=()
-watchdog=
-cleanup() {
-    [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-seed=${SEED:-$RANDOM}
-RANDOM=$seed
-
-fail() {
-    echo "FAIL (seed $seed, delay ${delay}s): $*"
-    for f in "$tmp"/*.err; do echo "== $f"; tail -5 "$f"; done
-    exit 1
-}
+PD_READY='^step' PD_READY_S=20 PD_WATCHDOG_S=40
+. "$(dirname "$0")/../peer_death.sh"
 
 start_job() { # job checkpoint_every env...
     local job=$1 every=$2
     shift 2
-    pids=()
-    for r in 0 1 2; do
-        env "$@" RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 ACCEL_JOB_ID="$job" \
-            OMP_NUM_THREADS=1 "$GPT" --layers 1 --width 32 --heads 2 --context 32 --batch 2 \
-            --steps 100000 --log_every 1 --sample 0 --checkpoint_every "$every" --total_limit 2 \
-            --project_dir "$tmp/$job.proj" >"$tmp/$job.$r.out" 2>"$tmp/$job.$r.err" &
-        pids+=($!)
-    done
-    (sleep 40; kill -9 "${pids[@]}" 2>/dev/null) >/dev/null 2>&1 &
-    watchdog=$!
-    for _ in $(seq 200); do
-        grep -q "^step" "$tmp/$job.0.out" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    fail "$job: rank 0 logged no step in 20 s"
+    pd_start "$job" 3 "$@" OMP_NUM_THREADS=1 -- "$GPT" --layers 1 --width 32 --heads 2 \
+        --context 32 --batch 2 --steps 100000 --log_every 1 --sample 0 --checkpoint_every "$every" \
+        --total_limit 2 --project_dir "$tmp/$job.proj"
 }
 
 # check_survivor job rank status pattern: exit 1, and the last stderr line is exactly one
 # "gpt.c:LINE: CALL: STATUS: [wrapper: ]diagnosis" with the diagnosis naming process 1.
 check_survivor() {
     local job=$1 r=$2 status=$3 diag=$4
-    wait "${pids[$r]}"
-    local rc=$?
-    [ "$rc" -eq 1 ] || fail "$job: rank $r exited $rc (expected 1)"
+    pd_survivor "$job" "$r"
     local line
     line=$(tail -1 "$tmp/$job.$r.err")
     echo "$line" | grep -Eq ": $status: (accel_backward_end: gradient all-reduce failed: )?$diag\$" ||
@@ -67,35 +38,27 @@ check_survivor() {
     echo "$job: rank $r: ${line#*: }"
 }
 
-delay=0
 for every in 0 4; do
 # 1. SIGKILL.
 job=gpd$$-kill$every
 start_job "$job" "$every"
-delay=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", r % 100 / 100 }')
-sleep "$delay"
-kill -9 "${pids[1]}"
+pd_signal KILL
 wait "${pids[1]}" 2>/dev/null
 p1=${pids[1]}
 for r in 0 2; do
     check_survivor "$job" $r EPEER "allreduce: process 1 \\(pid $p1\\) died \\(killed or exited\\) during a collective; process $r cannot continue"
 done
-wait "${pids[1]}" 2>/dev/null
-kill "$watchdog" 2>/dev/null
+pd_end
 
 # 2. SIGSTOP, 2 s timeout: a survivor either times out itself (naming the processes it waited
 #    for) or reads the first one's diagnosis.
 job=gpd$$-stop$every
 start_job "$job" "$every" ACCEL_TIMEOUT=2
-delay=$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", r % 100 / 100 }')
-sleep "$delay"
-kill -STOP "${pids[1]}"
+pd_signal STOP
 p1=${pids[1]}
 for r in 0 2; do
     check_survivor "$job" $r ETIMEDOUT "allreduce: (process $r timed out after 2 s waiting for process 1 \\(pid $p1\\) \\(stopped, hung, or calling a different collective\\)|process 1 \\(pid $p1\\) did not arrive within the 2 s timeout \\(stopped, hung, or calling a different collective\\); process $r gives up)"
 done
-kill -9 "${pids[1]}"
-wait "${pids[1]}" 2>/dev/null
-kill "$watchdog" 2>/dev/null
+pd_end
 done
 echo "PASS"

@@ -25,6 +25,7 @@
 #include "accel/accel.h"
 #include "accel/nn.h"
 #include "ckpt/state.h"
+#include "small_gpt.h"
 #include "zero_master.h"
 
 #define GLOBAL 12 /* sequences per micro-step, all processes together */
@@ -183,22 +184,12 @@ int main(int argc, char **argv)
         return 2;
     }
     int per = GLOBAL / n;
-    nn_gpt_config cfg = nn_gpt_config_default();
-    cfg.n_layer = peak_dir ? 6 : 2; /* peak: tensors large next to the writer's bookkeeping */
-    cfg.n_head = 2;
-    cfg.n_embd = peak_dir ? 64 : 16;
-    cfg.block_size = T;
-    cfg.vocab_size = 40;
-    cfg.tied = 1;
-    cfg.dropout = 0.0f;
+    /* peak: tensors large next to the writer's bookkeeping */
+    nn_gpt_config cfg = small_gpt_config(peak_dir ? 6 : 2, 2, peak_dir ? 64 : 16, T, 40, 1);
     accel_model *m;
-    TRY(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    TRY(NULL, nn_params_for_model(&p, m));
-    TRY(NULL, nn_gpt_declare(&gpt, p, &cfg));
-    TRY(NULL, nn_params_bind(p));
-    TRY(NULL, nn_params_init(p, 7));
+    small_gpt_new(acc, &cfg, 7, &m, &p, &gpt);
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 1e-2;
     ao.weight_decay = 0.1;

@@ -15,6 +15,7 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 
 #define B 4
 #define T 32
@@ -54,18 +55,6 @@ static void batch(int step, int32_t *ids, int32_t *tg)
     }
 }
 
-static nn_gpt_config config(void)
-{
-    nn_gpt_config c = nn_gpt_config_default();
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 32;
-    c.block_size = T;
-    c.vocab_size = V;
-    c.dropout = 0.0f;
-    return c;
-}
-
 /* Trains and returns the mean of the last TAIL losses; *skipped counts skipped steps. */
 static double train(accel_precision mp, int *skipped)
 {
@@ -74,14 +63,10 @@ static double train(accel_precision mp, int *skipped)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
     nn_params *p;
     nn_gpt *gpt;
-    nn_gpt_config cfg = config();
-    CHECK_OK(NULL, nn_params_for_model(&p, m));
-    CHECK_OK(NULL, nn_gpt_declare(&gpt, p, &cfg));
-    CHECK_OK(NULL, nn_params_bind(p));
-    CHECK_OK(NULL, nn_params_init(p, 7));
+    nn_gpt_config cfg = small_gpt_config(2, 2, 32, T, V, 1);
+    small_gpt_new(acc, &cfg, 7, &m, &p, &gpt);
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 3e-3;
     accel_optimizer *opt;

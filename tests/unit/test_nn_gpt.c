@@ -9,18 +9,12 @@
 
 #include "accel/nn.h"
 #include "check.h"
+#include "small_gpt.h"
 
 static nn_gpt_config small_config(int tied)
 {
-    nn_gpt_config c = nn_gpt_config_default();
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_embd = 32;
-    c.block_size = 16;
-    c.vocab_size = 64;
-    c.tied = tied;
+    nn_gpt_config c = small_gpt_config(2, 4, 32, 16, 64, tied);
     c.act = NN_ACT_GELU;
-    c.dropout = 0.0f;
     return c;
 }
 

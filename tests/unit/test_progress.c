@@ -24,15 +24,6 @@ static const char *contents(FILE *f)
     return buf;
 }
 
-static int count(const char *s, const char *needle)
-{
-    int n = 0;
-    for (const char *p = strstr(s, needle); p; p = strstr(p + 1, needle)) {
-        n++;
-    }
-    return n;
-}
-
 int main(void)
 {
     accel__progress_set_clock(fake_clock);
@@ -60,12 +51,13 @@ int main(void)
     }
     accel_progress_close(p);
     const char *s = contents(f);
-    CHECK_MSG(count(s, "\n") == 4 && strchr(s, '\r') == NULL, "%s", s);
+    CHECK_MSG(check_count(s, "\n") == 4 && strchr(s, '\r') == NULL, "%s", s);
     CHECK_MSG(strstr(s, "train:  25% 25/100 [00:05<00:15, 5.00it/s, loss=2.5, lr=0.0003]\n") !=
                   NULL,
               "%s", s);
     CHECK(strstr(s, "train:  75% 75/100 [00:15<00:05, 5.00it/s, loss=2.5, lr=0.0003]\n") != NULL);
-    CHECK(count(s, "train: 100% 100/100 [00:20<00:00, 5.00it/s, loss=2.5, lr=0.0003]\n") == 1);
+    CHECK(check_count(s, "train: 100% 100/100 [00:20<00:00, 5.00it/s, loss=2.5, lr=0.0003]\n") ==
+          1);
     fclose(f);
 
     /* A field set after the last line (gpt.c's final loss): the close shows it, once. Closed
@@ -81,7 +73,8 @@ int main(void)
     accel_progress_set_field(p, "loss", 1.5);
     accel_progress_close(p);
     s = contents(f);
-    CHECK_MSG(count(s, "100/100") == 2 && strstr(s, "100/100 [00:20<00:00, 5.00it/s, loss=1.5]\n"),
+    CHECK_MSG(check_count(s, "100/100") == 2 &&
+                  strstr(s, "100/100 [00:20<00:00, 5.00it/s, loss=1.5]\n"),
               "%s", s);
     fclose(f);
     f = tmpfile();
@@ -91,7 +84,7 @@ int main(void)
     accel_progress_update(p, 3);
     accel_progress_close(p);
     s = contents(f);
-    CHECK_MSG(count(s, "\n") == 1 && strstr(s, " 3/100 "), "%s", s);
+    CHECK_MSG(check_count(s, "\n") == 1 && strstr(s, " 3/100 "), "%s", s);
     fclose(f);
     o.percent_step = 25;
 
@@ -133,7 +126,7 @@ int main(void)
     accel_progress_close(p);
     s = contents(f);
     /* Lines at t=12 (3 done), 24, 36 and the close at 40. */
-    CHECK_MSG(count(s, "\n") == 4, "%s", s);
+    CHECK_MSG(check_count(s, "\n") == 4, "%s", s);
     CHECK_MSG(strstr(s, "train:  30% 3/10 [00:12<00:28, 4.00s/it]\n") != NULL, "%s", s);
     fclose(f);
 
@@ -152,7 +145,8 @@ int main(void)
     }
     accel_progress_close(p);
     s = contents(f);
-    CHECK_MSG(count(s, "\r") == 5 && count(s, "\n") == 1 && s[strlen(s) - 1] == '\n', "%s", s);
+    CHECK_MSG(check_count(s, "\r") == 5 && check_count(s, "\n") == 1 && s[strlen(s) - 1] == '\n',
+              "%s", s);
     CHECK_MSG(strstr(s, "\r 25%|##      | 1/4 [00:01<00:03, 1.00it/s]") != NULL, "%s", s);
     CHECK(strstr(s, "\r100%|########| 4/4 [00:04<00:00, 1.00it/s]\n") != NULL);
     fclose(f);

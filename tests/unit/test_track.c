@@ -29,17 +29,6 @@ static char *capture_end(void)
     return check_capture_end(&cap);
 }
 
-static char *slurp(const char *path)
-{
-    static char buf[16384];
-    FILE *f = fopen(path, "r");
-    CHECK_MSG(f != NULL, "cannot open %s", path);
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 static accel *make(const char *project_dir, const char *log_with)
 {
     accel_options o = accel_options_default();
@@ -235,7 +224,7 @@ static void test_jsonl_csv(void)
     /* Flushed on every call: readable before the run ends. */
     char path[600];
     snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
-    char *text = slurp(path);
+    char *text = check_slurp(path);
     char *line = strtok(text, "\n");
     json_error_t jerr;
     json_t *j = json_loads(line, 0, &jerr);
@@ -258,7 +247,7 @@ static void test_jsonl_csv(void)
     CHECK(strtok(NULL, "\n") == NULL);
 
     snprintf(path, sizeof(path), "%s/metrics.csv", run);
-    text = slurp(path);
+    text = check_slurp(path);
     /* Strip the time column (field 2) for an exact comparison. */
     char rows[4][256];
     int n_rows = 0;
@@ -305,7 +294,7 @@ static void test_jsonl_csv(void)
     CHECK_OK(acc, accel_log(acc, g, 1, 1));
     accel_free(acc);
     snprintf(path, sizeof(path), "%s/tab2/metrics.csv", tmpdir);
-    text = slurp(path);
+    text = check_slurp(path);
     CHECK_MSG(strncmp(text, "step,time,x,y\n0,", 16) == 0, "%s", text);
     char *last = strrchr(text, '\n');
     *last = '\0';
@@ -325,7 +314,7 @@ static void test_csv_empty_first(void)
     accel_free(acc);
     char path[512];
     snprintf(path, sizeof(path), "%s/empty/metrics.csv", tmpdir);
-    char *text = slurp(path);
+    char *text = check_slurp(path);
     int commas[3] = {0}, line = 0;
     for (char *p = text; *p && line < 3; p++) {
         if (*p == ',') {
@@ -358,16 +347,16 @@ static void test_all(void)
     CHECK(strncmp(ml, prefix, strlen(prefix)) == 0);
     char path[700];
     snprintf(path, sizeof(path), "%s/metrics/loss", ml);
-    char *text = slurp(path);
+    char *text = check_slurp(path);
     long long ts;
     double val;
     long long step;
     CHECK(sscanf(text, "%lld %lf %lld", &ts, &val, &step) == 3 && val == 1 && step == 0);
     snprintf(path, sizeof(path), "%s/params/lr", ml);
-    CHECK(strcmp(slurp(path), "0.1") == 0);
+    CHECK(strcmp(check_slurp(path), "0.1") == 0);
     CHECK_OK(acc, accel_end_training(acc));
     snprintf(path, sizeof(path), "%s/meta.yaml", ml);
-    CHECK(strstr(slurp(path), "status: 3\n") != NULL);
+    CHECK(strstr(check_slurp(path), "status: 3\n") != NULL);
     accel_free(acc);
 
     /* The mlflow tracker's first line (info level) says where the run is and that MLflow 3
@@ -449,7 +438,7 @@ static void test_resume(void)
 
     /* jsonl and csv: steps 0..11 once each, in order. */
     snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
-    char *text = slurp(path);
+    char *text = check_slurp(path);
     CHECK_MSG(count_lines(text) == 12, "%s", text);
     int step = 0;
     for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"), step++) {
@@ -461,7 +450,7 @@ static void test_resume(void)
         json_decref(j);
     }
     snprintf(path, sizeof(path), "%s/metrics.csv", run);
-    text = slurp(path);
+    text = check_slurp(path);
     CHECK_MSG(count_lines(text) == 13, "%s", text);
     step = 0;
     for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n")) {
@@ -477,7 +466,7 @@ static void test_resume(void)
 
     /* mlflow: one run named "res", finished, its history continued. */
     snprintf(path, sizeof(path), "%s/metrics/loss", ml_first);
-    text = slurp(path);
+    text = check_slurp(path);
     CHECK_MSG(count_lines(text) == 12, "%s", text);
     step = 0;
     for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n"), step++) {
@@ -487,9 +476,9 @@ static void test_resume(void)
         CHECK(v == (s < 6 ? s : 100 + s));
     }
     snprintf(path, sizeof(path), "%s/meta.yaml", ml_first);
-    CHECK(strstr(slurp(path), "status: 3\n") != NULL);
+    CHECK(strstr(check_slurp(path), "status: 3\n") != NULL);
     snprintf(path, sizeof(path), "%s/params/lr", ml_first);
-    CHECK(strcmp(slurp(path), "0.1") == 0);
+    CHECK(strcmp(check_slurp(path), "0.1") == 0);
     char exp_dir[512];
     snprintf(exp_dir, sizeof(exp_dir), "%s", ml_first);
     *strrchr(exp_dir, '/') = '\0';
