@@ -172,6 +172,20 @@ int accel__nn_is_suffix(const nn_tensor *small, const nn_tensor *big);
 accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
                                const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
                                int64_t *rows, int64_t *count);
+/* nn_embedding's arguments (ops_norm.c; the GPU path too): weight 2-D, ids and an id shape of
+ * 0..NN_MAX_DIMS-1 dims, every id in [0, V). Fills oshape (ndim + 1 dims: the id shape, then
+ * C) and *rows. 0 after failing g, naming the culprit. */
+int accel__nn_embedding_args(nn_ctx *g, const nn_tensor *weight, const int32_t *ids, int ndim,
+                             const int64_t *shape, int64_t *oshape, int64_t *rows);
+/* nn_linear's arguments (ops_matmul.c; the GPU path too): weight 2-D and input >= 1-D whose
+ * last dim (and the bias's size) match the weight in `layout`. Returns the output (x's shape
+ * with the last dim *out) with *in, *out and *M = rows of x filled; NULL after failing g. */
+nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
+                                const nn_tensor *bias, nn_layout layout, int64_t *in,
+                                int64_t *out, int64_t *M);
+/* nn_causal_attention's arguments (ops_matmul.c; the GPU path too): qkv [B, T, 3C] with C
+ * divisible by n_head, dropout in [0, 1). 0 after failing g. */
+int accel__nn_attention_args(nn_ctx *g, const nn_tensor *qkv, int n_head, float attn_dropout);
 /* 1 when the op must be recorded (grad enabled and some input requires grad). */
 int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in);
 /* Appends a tape node producing `out` from inputs; marks out->requires_grad. NULL on OOM. */

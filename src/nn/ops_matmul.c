@@ -144,6 +144,31 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     }
 }
 
+nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
+                                const nn_tensor *bias, nn_layout layout, int64_t *in,
+                                int64_t *out, int64_t *M)
+{
+    if (w->ndim != 2 || x->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
+    }
+    int in_out = layout == NN_LAYOUT_IN_OUT;
+    *in = in_out ? w->shape[0] : w->shape[1];
+    *out = in_out ? w->shape[1] : w->shape[0];
+    if (x->shape[x->ndim - 1] != *in || (bias != NULL && nn_numel(bias) != *out)) {
+        char s1[64], s2[64];
+        return accel__nn_fail(
+            g, ACCEL_EINVAL, "nn_linear: input %s does not match weight %s (%s layout)%s",
+            accel__nn_shape_str(x, s1, sizeof(s1)), accel__nn_shape_str(w, s2, sizeof(s2)),
+            in_out ? "[in, out]" : "[out, in]",
+            bias != NULL && nn_numel(bias) != *out ? " or bias size" : "");
+    }
+    *M = *in ? nn_numel(x) / *in : 0;
+    int64_t shape[NN_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof(shape));
+    shape[x->ndim - 1] = *out;
+    return accel__nn_new(g, x->ndim, shape);
+}
+
 static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
                               nn_layout layout)
 {
@@ -157,27 +182,12 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
     if (x == NULL || w == NULL || (bias_in != NULL && bias == NULL)) {
         return NULL;
     }
-    if (w->ndim != 2 || x->ndim < 1) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
-    }
-    int in_out = layout == NN_LAYOUT_IN_OUT;
-    int64_t in = in_out ? w->shape[0] : w->shape[1], out = in_out ? w->shape[1] : w->shape[0];
-    if (x->shape[x->ndim - 1] != in || (bias != NULL && nn_numel(bias) != out)) {
-        char s1[64], s2[64];
-        return accel__nn_fail(
-            g, ACCEL_EINVAL, "nn_linear: input %s does not match weight %s (%s layout)%s",
-            accel__nn_shape_str(x, s1, sizeof(s1)), accel__nn_shape_str(w, s2, sizeof(s2)),
-            in_out ? "[in, out]" : "[out, in]",
-            bias != NULL && nn_numel(bias) != out ? " or bias size" : "");
-    }
-    int64_t M = in ? nn_numel(x) / in : 0;
-    int64_t shape[NN_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(shape));
-    shape[x->ndim - 1] = out;
-    nn_tensor *y = accel__nn_new(g, x->ndim, shape);
+    int64_t in, out, M;
+    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, &in, &out, &M);
     if (y == NULL) {
         return NULL;
     }
+    int in_out = layout == NN_LAYOUT_IN_OUT;
     accel_dtype dt = nn__autocast(g);
     const float *xd = x->data, *wd = w->data, *bd = bias ? bias->data : NULL;
     int x_op = 0, w_op = 0;
@@ -565,6 +575,20 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     }
 }
 
+int accel__nn_attention_args(nn_ctx *g, const nn_tensor *qkv, int n_head, float attn_dropout)
+{
+    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0 ||
+        !(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
+        char s1[64];
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "nn_causal_attention: qkv %s must be [B, T, 3C] with C divisible by n_head "
+                       "%d, dropout in [0, 1)",
+                       accel__nn_shape_str(qkv, s1, sizeof(s1)), n_head);
+        return 0;
+    }
+    return 1;
+}
+
 static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
     if (qkv == NULL) {
@@ -575,13 +599,8 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
     if (qkv == NULL) {
         return NULL;
     }
-    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0 ||
-        !(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
-        char s1[64];
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_causal_attention: qkv %s must be [B, T, 3C] with C divisible "
-                              "by n_head %d, dropout in [0, 1)",
-                              accel__nn_shape_str(qkv, s1, sizeof(s1)), n_head);
+    if (!accel__nn_attention_args(g, qkv, n_head, attn_dropout)) {
+        return NULL;
     }
     attn_dims d;
     d.B = qkv->shape[0];

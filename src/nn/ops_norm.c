@@ -507,6 +507,35 @@ static void emb_backward(nn_ctx *g, nn_node *n)
     }
 }
 
+int accel__nn_embedding_args(nn_ctx *g, const nn_tensor *weight, const int32_t *ids, int ndim,
+                             const int64_t *shape, int64_t *oshape, int64_t *rows)
+{
+    if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
+        (ndim > 0 && shape == NULL)) {
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "nn_embedding: need 2-D weight, ids and an "
+                       "id shape of 0..%d dims",
+                       NN_MAX_DIMS - 1);
+        return 0;
+    }
+    int64_t V = weight->shape[0];
+    *rows = 1;
+    for (int d = 0; d < ndim; d++) {
+        *rows *= shape[d];
+        oshape[d] = shape[d];
+    }
+    oshape[ndim] = weight->shape[1];
+    for (int64_t r = 0; r < *rows; r++) {
+        if (ids[r] < 0 || ids[r] >= V) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "nn_embedding: id %d at position %lld outside [0, %lld)",
+                           (int)ids[r], (long long)r, (long long)V);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
                         const int64_t *shape)
 {
@@ -519,31 +548,15 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
     if (weight->sink_compute != NULL) {
         accel__nn_autocast_note(g, weight); /* a model's forward usually starts here */
     }
-    if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
-        (ndim > 0 && shape == NULL)) {
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_embedding: need 2-D weight, ids and an "
-                              "id shape of 0..%d dims",
-                              NN_MAX_DIMS - 1);
+    int64_t oshape[NN_MAX_DIMS], rows;
+    if (!accel__nn_embedding_args(g, weight, ids, ndim, shape, oshape, &rows)) {
+        return NULL;
     }
     weight = accel__nn_contig(g, weight);
     if (weight == NULL) {
         return NULL;
     }
-    int64_t V = weight->shape[0], C = weight->shape[1], rows = 1;
-    int64_t oshape[NN_MAX_DIMS];
-    for (int d = 0; d < ndim; d++) {
-        rows *= shape[d];
-        oshape[d] = shape[d];
-    }
-    oshape[ndim] = C;
-    for (int64_t r = 0; r < rows; r++) {
-        if (ids[r] < 0 || ids[r] >= V) {
-            return accel__nn_fail(g, ACCEL_EINVAL,
-                                  "nn_embedding: id %d at position %lld outside [0, %lld)",
-                                  (int)ids[r], (long long)r, (long long)V);
-        }
-    }
+    int64_t C = weight->shape[1];
     nn_tensor *y = accel__nn_new(g, ndim + 1, oshape);
     int32_t *idc = accel__nn_alloc(g, (size_t)rows * sizeof(int32_t));
     if (y == NULL || idc == NULL) {

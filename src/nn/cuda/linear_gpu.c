@@ -257,27 +257,12 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     if (!accel__nn_cu_inputs(g, what, ins, 3)) {
         return NULL;
     }
-    if (w->ndim != 2 || x->ndim < 1) {
-        return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
-    }
-    int in_out = layout == NN_LAYOUT_IN_OUT;
-    int64_t in = in_out ? w->shape[0] : w->shape[1], out = in_out ? w->shape[1] : w->shape[0];
-    if (x->shape[x->ndim - 1] != in || (bias != NULL && nn_numel(bias) != out)) {
-        char s1[64], s2[64];
-        return accel__nn_fail(
-            g, ACCEL_EINVAL, "nn_linear: input %s does not match weight %s (%s layout)%s",
-            accel__nn_shape_str(x, s1, sizeof(s1)), accel__nn_shape_str(w, s2, sizeof(s2)),
-            in_out ? "[in, out]" : "[out, in]",
-            bias != NULL && nn_numel(bias) != out ? " or bias size" : "");
-    }
-    int64_t M = in ? nn_numel(x) / in : 0;
-    int64_t shape[NN_MAX_DIMS];
-    memcpy(shape, x->shape, sizeof(shape));
-    shape[x->ndim - 1] = out;
-    nn_tensor *y = accel__nn_new(g, x->ndim, shape);
+    int64_t in, out, M;
+    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, &in, &out, &M);
     if (y == NULL) {
         return NULL;
     }
+    int in_out = layout == NN_LAYOUT_IN_OUT;
     if (in == 0) { /* no input features: y is the bias (or zeros) for every row */
         M = nn_numel(y) / (out ? out : 1);
     }

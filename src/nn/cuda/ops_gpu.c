@@ -162,27 +162,11 @@ nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
     if (weight == NULL || !accel__nn_cu_inputs(g, "nn_embedding", &weight, 1)) {
         return NULL;
     }
-    if (ids == NULL || weight->ndim != 2 || ndim < 0 || ndim >= NN_MAX_DIMS ||
-        (ndim > 0 && shape == NULL)) {
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_embedding: need 2-D weight, ids and an "
-                              "id shape of 0..%d dims",
-                              NN_MAX_DIMS - 1);
+    int64_t oshape[NN_MAX_DIMS], rows;
+    if (!accel__nn_embedding_args(g, weight, ids, ndim, shape, oshape, &rows)) {
+        return NULL;
     }
-    int64_t V = weight->shape[0], C = weight->shape[1], rows = 1;
-    int64_t oshape[NN_MAX_DIMS];
-    for (int d = 0; d < ndim; d++) {
-        rows *= shape[d];
-        oshape[d] = shape[d];
-    }
-    oshape[ndim] = C;
-    for (int64_t r = 0; r < rows; r++) {
-        if (ids[r] < 0 || ids[r] >= V) {
-            return accel__nn_fail(g, ACCEL_EINVAL,
-                                  "nn_embedding: id %d at position %lld outside [0, %lld)",
-                                  (int)ids[r], (long long)r, (long long)V);
-        }
-    }
+    int64_t C = weight->shape[1];
     nn_tensor *y = accel__nn_new(g, ndim + 1, oshape);
     int32_t *idc = y ? accel__nn_cu_ints(g, ids, rows, "nn_embedding") : NULL;
     if (idc == NULL) {
@@ -368,13 +352,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         return NULL;
     }
     uint64_t op_index = g->op_counter++;
-    if (qkv->ndim != 3 || n_head <= 0 || qkv->shape[2] % (3 * (int64_t)n_head) != 0 ||
-        !(attn_dropout >= 0.0f && attn_dropout < 1.0f)) {
-        char s1[64];
-        return accel__nn_fail(g, ACCEL_EINVAL,
-                              "nn_causal_attention: qkv %s must be [B, T, 3C] with C divisible "
-                              "by n_head %d, dropout in [0, 1)",
-                              accel__nn_shape_str(qkv, s1, sizeof(s1)), n_head);
+    if (!accel__nn_attention_args(g, qkv, n_head, attn_dropout)) {
+        return NULL;
     }
     nn_cu_attn a;
     a.B = qkv->shape[0];
