@@ -79,6 +79,33 @@ static inline char *check_slurp(const char *path)
     return buf;
 }
 
+/* The whole file at path, NUL-terminated, in malloc'd memory (free it); *n its size. A file
+ * that cannot be read fails the test. */
+static inline char *check_read_file(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    CHECK(buf != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len);
+    buf[len] = '\0';
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+/* Fails the test unless files a and b hold the same bytes. */
+static inline void check_same_file(const char *a, const char *b)
+{
+    size_t na, nb;
+    char *x = check_read_file(a, &na), *y = check_read_file(b, &nb);
+    CHECK_MSG(na == nb && memcmp(x, y, na) == 0, "%s differs from %s", b, a);
+    free(x);
+    free(y);
+}
+
 /* How many times needle occurs in s, overlapping occurrences included. */
 static inline int check_count(const char *s, const char *needle)
 {

@@ -16,20 +16,6 @@
 #include "check.h"
 #include "ckpt/devio.h"
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK_MSG(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    CHECK(buf != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 /* Every safetensors and index file of folder a is the same in b; returns how many shard files
  * (".shard-" in the name) there were. */
 static int same_dir(const char *a, const char *b)
@@ -44,11 +30,7 @@ static int same_dir(const char *a, const char *b)
         char pa[512], pb[512];
         snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
         snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
-        size_t na, nb;
-        char *x = slurp(pa, &na), *y = slurp(pb, &nb);
-        CHECK_MSG(na == nb && memcmp(x, y, na) == 0, "%s differs from %s", pb, pa);
-        free(x);
-        free(y);
+        check_same_file(pa, pb);
         files++;
         shards += strstr(e->d_name, ".shard-") != NULL;
     }

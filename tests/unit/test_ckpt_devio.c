@@ -164,31 +164,13 @@ static void train(job *j, int steps, int key)
     }
 }
 
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK_MSG(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)len + 1);
-    CHECK(buf != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len);
-    fclose(f);
-    *n = (size_t)len;
-    return buf;
-}
-
 /* File `name` is the same in folders a and b. */
 static void same_file(const char *a, const char *b, const char *name)
 {
     char pa[300], pb[300];
     snprintf(pa, sizeof pa, "%s/%s", a, name);
     snprintf(pb, sizeof pb, "%s/%s", b, name);
-    size_t na, nb;
-    char *x = slurp(pa, &na), *y = slurp(pb, &nb);
-    CHECK_MSG(na == nb && memcmp(x, y, na) == 0, "%s differs from %s", pb, pa);
-    free(x);
-    free(y);
+    check_same_file(pa, pb);
 }
 
 /* Folders a and b hold the same files (a sharded save: at least 3). */

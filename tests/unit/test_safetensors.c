@@ -23,20 +23,6 @@ static char *tpath(const char *name)
     return buf[k];
 }
 
-static unsigned char *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    CHECK(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)sz + 1);
-    CHECK(fread(b, 1, (size_t)sz, f) == (size_t)sz);
-    fclose(f);
-    *n = (size_t)sz;
-    return b;
-}
-
 /* The reference layout: sorted by alignment then name, "__metadata__" first, compact, padded. */
 static void test_exact_layout(void)
 {
@@ -56,7 +42,7 @@ static void test_exact_layout(void)
                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]},"
                        "\"a\":{\"dtype\":\"I8\",\"shape\":[3],\"data_offsets\":[16,19]}}";
     size_t jl = strlen(json), padded = (jl + 7) / 8 * 8, n;
-    unsigned char *f = read_all(p, &n);
+    unsigned char *f = (unsigned char *)check_read_file(p, &n);
     CHECK(n == 8 + padded + 19);
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) {
@@ -75,7 +61,7 @@ static void test_exact_layout(void)
     /* An empty set: "{}" padded to 8. */
     p = tpath("empty.safetensors");
     CHECK_OK(NULL, accel_safetensors_write(p, NULL, 0, NULL, 0));
-    f = read_all(p, &n);
+    f = (unsigned char *)check_read_file(p, &n);
     CHECK(n == 16 && f[0] == 8 && memcmp(f + 8, "{}      ", 8) == 0);
     free(f);
     accel_safetensors *st;
