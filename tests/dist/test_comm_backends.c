@@ -27,8 +27,8 @@
  */
 #include <string.h>
 
-#include "base/half.h"
 #include "check.h"
+#include "base/half.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
 #include "comm_env.h"
@@ -271,8 +271,8 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
         op.recv = rank == root ? op.recv : NULL;
     }
     CHECK_OK(NULL, accel__comm_run(c, &op));
-    const int has_result =
-        (kind != ACCEL__COLL_REDUCE && kind != ACCEL__COLL_GATHER) || rank == root;
+    const int has_result = (kind != ACCEL__COLL_REDUCE && kind != ACCEL__COLL_GATHER) ||
+                           rank == root;
     if (has_result) {
         const size_t got_n = kind == ACCEL__COLL_REDUCE_SCATTER ? count : whole;
         expect(op.recv, want, got_n * es, c, &op, forms[form]);
@@ -319,8 +319,8 @@ static void matrix(accel__comm *c, char *sym)
                     }
                     int root = kind >= ACCEL__COLL_BROADCAST ? (int)(seed % (unsigned)n_ranks) : 0;
                     for (int form = OUT_OF_PLACE; form <= last_form; form++) {
-                        run_case(c, sym, form, (accel__coll_kind)kind, dt, (accel_reduce_op)rop,
-                                 ACCEL_F32, count, root);
+                        run_case(c, sym, form, (accel__coll_kind)kind, dt,
+                                 (accel_reduce_op)rop, ACCEL_F32, count, root);
                     }
                 }
             }
