@@ -27,7 +27,7 @@ tmp=$(mktemp -d)
 trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
 run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
-    local name=$1 m=$2 l=$3
+    local name=$1 m=$2 l=$3 start=$SECONDS
     shift 3
     mkdir -p "$tmp/$name"
     if [ -n "${by_hand:-}" ]; then
@@ -40,14 +40,27 @@ run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
         for f in "$tmp/$name"/*; do echo "== $f"; tail -n 20 "$f"; done
         exit 1
     fi
-    echo "$name: $(cat "$tmp/$name/r0.out")"
+    echo "$name ($((SECONDS - start)) s): $(cat "$tmp/$name/r0.out")"
 }
 
 run gloo-2x1-collectives 2 1 -- "$B/tests/test_collectives"
 grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did not pick gloo"; exit 1; }
-run gloo-2x1-backends 2 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
-run gloo-3x1-backends 3 1 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
-run gloo-2x2-backends 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_backends"
+# test_comm_backends on gloo runs on the counts of gloo's paths only (each case costs a few
+# round trips): 1 element, with every collective x dtype x op in and out of place; then, with one
+# dtype of each element size, 0 elements, the largest f32 allreduce of the one-shot path (all
+# inputs together 64 KiB: ONESHOT_NBYTES in src/comm/gloo/gloo.c), one element more (the block
+# path, its split leaving a remainder) and one large count (70001: every dtype size on the
+# block path, with a remainder on 2-4 processes). The shm runs (dist/test_comm_backends) keep
+# the full count list.
+backends() { # name M L
+    local n=$(($2 * $3))
+    local edge=$((65536 / (4 * n)))
+    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001" \
+        -- "$B/tests/test_comm_backends"
+}
+backends gloo-2x1-backends 2 1
+backends gloo-3x1-backends 3 1
+backends gloo-2x2-backends 2 2
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
 grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }

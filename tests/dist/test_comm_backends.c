@@ -16,6 +16,13 @@
  * directly through a hash of every result byte (out of place and in place: mpi's symmetric
  * memory is plain memory).
  *
+ * ACCEL_TEST_COUNTS (a list of counts, default below) replaces the counts of every case (the
+ * wire cases take those above 0): the multi-machine tests give the ones at the gloo backend's
+ * path boundaries, since every one of its cases costs a few TCP round trips. The first count
+ * then runs every collective x dtype x op, the others one dtype of each element size (F32,
+ * BF16, U8, I64: what the paths of a backend that only moves bytes tell apart), with the ops
+ * of their count.
+ *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
 #include <string.h>
@@ -32,6 +39,29 @@ uint64_t accel__shm_zero_copy_calls(void);
 static int rank, n_ranks;
 static unsigned seed;
 static int cases;
+
+/* The counts from ACCEL_TEST_COUNTS (n_counts 0: each kind of case keeps its own list). */
+enum { MAX_COUNTS = 16 };
+static size_t env_counts[MAX_COUNTS];
+static size_t n_counts;
+
+static void read_counts(void)
+{
+    const char *env = getenv("ACCEL_TEST_COUNTS"), *s = env;
+    while (s != NULL) {
+        s += strspn(s, " ");
+        if (*s == '\0') {
+            break;
+        }
+        char *end;
+        const unsigned long long v = strtoull(s, &end, 10);
+        CHECK_MSG(end != s && n_counts < MAX_COUNTS && v <= 300007,
+                  "ACCEL_TEST_COUNTS=\"%s\": expected at most %d counts of at most 300007", env,
+                  MAX_COUNTS);
+        env_counts[n_counts++] = (size_t)v;
+        s = end;
+    }
+}
 
 /* FNV-1a over every result byte a backend produced (backend against backend). */
 static uint64_t result_hash;
@@ -258,8 +288,10 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
  * FNUZ and E8M0 FP8s) moved by the collectives that do not reduce. */
 static void matrix(accel__comm *c, char *sym)
 {
-    static const size_t counts[] = {0, 1, 13, 70001};
-    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+    static const size_t own[] = {0, 1, 13, 70001};
+    const size_t *counts = n_counts > 0 ? env_counts : own;
+    const size_t n = n_counts > 0 ? n_counts : sizeof(own) / sizeof(own[0]);
+    for (size_t ci = 0; ci < n; ci++) {
         const size_t count = counts[ci];
         for (int kind = ACCEL__COLL_ALLREDUCE; kind <= ACCEL__COLL_GATHER; kind++) {
             const int reducing = kind == ACCEL__COLL_ALLREDUCE ||
@@ -267,6 +299,11 @@ static void matrix(accel__comm *c, char *sym)
             for (int d = 0; d < ACCEL_DTYPE_COUNT; d++) {
                 const accel_dtype dt = (accel_dtype)d;
                 if (accel_dtype_nbytes(dt) == 0 || (reducing && !accel__reduce_supported(dt))) {
+                    continue;
+                }
+                const int sample = dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_U8 ||
+                                   dt == ACCEL_I64;
+                if (n_counts > 0 && ci > 0 && !sample) {
                     continue;
                 }
                 for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
@@ -294,9 +331,14 @@ static void matrix(accel__comm *c, char *sym)
 /* The wire dtype against the compressed path, computed here and run on the backend. */
 static void wire_cases(accel__comm *c, char *sym)
 {
-    static const size_t counts[] = {1, 13, 4099, 70001, 300007};
+    static const size_t own[] = {1, 13, 4099, 70001, 300007};
     static const accel_dtype wires[] = {ACCEL_BF16, ACCEL_F16};
-    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+    const size_t *counts = n_counts > 0 ? env_counts : own;
+    const size_t n = n_counts > 0 ? n_counts : sizeof(own) / sizeof(own[0]);
+    for (size_t ci = 0; ci < n; ci++) {
+        if (counts[ci] == 0) {
+            continue;
+        }
         for (int wi = 0; wi < 2; wi++) {
             for (int rop = ACCEL_SUM; rop <= ACCEL_PROD; rop++) {
                 for (int form = OUT_OF_PLACE; form <= last_form; form++) {
@@ -377,6 +419,7 @@ int main(void)
     setenv("ACCEL_SHM_ZEROCOPY_NBYTES", "65536", 1);
     rank = layout("RANK", "OMPI_COMM_WORLD_RANK", 0);
     n_ranks = layout("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
+    read_counts();
     if (under_mpirun()) {
         return mpi_vs_shm();
     }
@@ -392,6 +435,8 @@ int main(void)
         accel__comm_free(self);
         accel__comm_free(shm);
     } else {
+        /* Symmetric memory is shm's own; elsewhere it is plain memory, as in place is. */
+        last_form = strcmp(backend, "shm") == 0 ? SYMMETRIC : IN_PLACE;
         accel__comm *c = comm_new(backend, getenv("ACCEL_JOB_ID"));
         zc = all_cases(c);
         accel__comm_free(c);
