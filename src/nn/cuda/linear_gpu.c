@@ -82,8 +82,8 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     }
     /* The heuristic assumes 256-byte aligned operands unless told otherwise; arena memory is
      * 64-byte aligned and parameter views sit at any element offset of the flat buffers, and
-     * an algorithm picked for alignment the pointers lack faults (a sticky error) instead of
-     * failing. So it is told each pointer's actual alignment. */
+     * an algorithm picked for alignment the pointers lack may fault (a sticky error that loses
+     * the context) rather than fail. So it is told each pointer's actual alignment. */
     const void *ptrs[4] = {p->A, p->B, p->D, p->D};
     static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
@@ -135,8 +135,9 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
                          what)) {
         return 0;
     }
-    /* The bias epilogue reads the bias in 16-byte vectors: a less aligned bias (a parameter
-     * view at an odd offset) takes the plain product and the bias kernel. */
+    /* No preference covers the bias pointer, and epilogue kernels may read it in 16-byte
+     * vectors: a less aligned bias (a parameter view at an odd offset) takes the plain
+     * product and the bias kernel. */
     if (p->bias != NULL && alignment_of(p->bias) >= 16 &&
         lt_run(s, p, 1) == CUBLAS_STATUS_SUCCESS) {
         return 1;
