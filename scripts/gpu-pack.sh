@@ -5,8 +5,8 @@
 #                        tests and drivers read them), so a build of another worktree runs too;
 #   .gpu/src/build-cuda/ the CUDA build's test programs, examples, benchmarks and CLI, stripped,
 #                        with its CTest files;
-#   .gpu/lib/            the Debian shared libraries they load that a CUDA image may lack (CUDA's
-#                        own libraries are found there).
+#   .gpu/lib.tar.gz      the Debian shared libraries they load that a CUDA image may lack (CUDA's
+#                        own libraries are found there), unpacked into .gpu/lib/ by gpu-run.sh.
 # Usage: scripts/gpu-pack.sh [BUILD_DIR (build-cuda)] [DEST_CHECKOUT (this one)]. Then, on that
 # machine: `bash scripts/gpu-run.sh [COMMAND...]`.
 set -euo pipefail
@@ -36,4 +36,13 @@ for f in $(find "$OUT/src/build-cuda" -type f -perm -u+x); do ldd "$f"; done |
     awk '$3 ~ /^\// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libnccl|libcublas|libcublasLt)\.so' |
     while read -r lib; do cp -L "$lib" "$OUT/lib/"; done
-du -sh "$OUT"
+# The device tool sends at most 64 MiB (the checkout and what `carry` names); the libraries are
+# most of the pack (OpenBLAS alone is about 35 MiB), so they travel gzipped (a third of the
+# size) and scripts/gpu-run.sh unpacks them there.
+tar -C "$OUT" -czf "$OUT/lib.tar.gz" lib && rm -rf "$OUT/lib"
+pack=$(du -sk "$OUT" | cut -f1)
+tree=$(git ls-files -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
+echo "gpu-pack: $OUT is $((pack / 1024)) MiB; with this checkout's tracked files $(((pack + tree) / 1024)) MiB of the device tool's 64"
+if [ $((pack + tree)) -gt $((60 * 1024)) ]; then
+    echo "gpu-pack: WARNING: near or over the 64 MiB the device tool sends" >&2
+fi

@@ -5,6 +5,9 @@
 # the packed source tree.
 set -uo pipefail
 REPO=$PWD
+if [ -f .gpu/lib.tar.gz ]; then
+    rm -rf .gpu/lib && tar -C .gpu -xzf .gpu/lib.tar.gz || echo "gpu-run: cannot unpack .gpu/lib.tar.gz"
+fi
 BUILD=$(sed -n 's|^# Build directory: \(.*\)$|\1|p' .gpu/src/build-cuda/CTestTestfile.cmake)
 SRC=${BUILD%/*}
 if [ "$SRC" = "$REPO" ]; then

@@ -86,7 +86,9 @@ if [ "$rc" != 0 ] && grep -q -- "--device cuda: accel runs on" "$DIR/probe.out";
     exit 77
 fi
 [ "$rc" = 0 ] || { cat "$DIR/probe.out"; fail "examples/gpt --device cuda exited with $rc"; }
-grep -m1 "parameters" "$DIR/probe.out"
+# (set -e: a grep that finds nothing would end the test without a word)
+grep -m1 "parameters" "$DIR/probe.out" ||
+    { cat "$DIR/probe.out"; fail "examples/gpt --device cuda printed no 'parameters' line"; }
 
 echo "== fp32, 1 process"
 run cpu_fp32 1 --device cpu --mixed_precision no

@@ -23,6 +23,17 @@ typedef struct lt_mm {
     const float *bias; /* m floats added to every column (epilogue), or NULL */
 } lt_mm;
 
+/* The largest power of two up to 256 that divides the address (cuBLASLt's alignment unit). */
+static uint32_t alignment_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 1;
+    while (al < 256 && (a & (2 * (uintptr_t)al - 1)) == 0) {
+        al *= 2;
+    }
+    return al;
+}
+
 static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
 {
     cublasLtMatmulDesc_t op = NULL;
@@ -69,6 +80,18 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &s->workspace_nbytes, sizeof(s->workspace_nbytes));
     }
+    /* The heuristic assumes 256-byte aligned operands unless told otherwise; arena memory is
+     * 64-byte aligned and parameter views sit at any element offset of the flat buffers, and
+     * an algorithm picked for alignment the pointers lack may fault (a sticky error that loses
+     * the context) rather than fail. So it is told each pointer's actual alignment. */
+    const void *ptrs[4] = {p->A, p->B, p->D, p->D};
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++) {
+        uint32_t al = alignment_of(ptrs[i]);
+        st = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof(al));
+    }
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -112,7 +135,11 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
                          what)) {
         return 0;
     }
-    if (p->bias != NULL && lt_run(s, p, 1) == CUBLAS_STATUS_SUCCESS) {
+    /* No preference covers the bias pointer, and epilogue kernels may read it in 16-byte
+     * vectors: a less aligned bias (a parameter view at an odd offset) takes the plain
+     * product and the bias kernel. */
+    if (p->bias != NULL && alignment_of(p->bias) >= 16 &&
+        lt_run(s, p, 1) == CUBLAS_STATUS_SUCCESS) {
         return 1;
     }
     cublasStatus_t st = lt_run(s, p, 0);
