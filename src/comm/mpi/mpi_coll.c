@@ -105,8 +105,8 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
         for (size_t f = 0; q != me && (root < 0 || q == root) && f < n_frag && rc == MPI_SUCCESS;
              f++) {
             const size_t len = count - f * frag < frag ? count - f * frag : frag;
-            rc = MPI_Isend((const char *)send + f * frag * es, (int)len, t, q, DIRECT_TAG,
-                           m->comm, &reqs[k++]);
+            rc = MPI_Isend((const char *)send + f * frag * es, (int)len, t, q, DIRECT_TAG, m->comm,
+                           &reqs[k++]);
         }
     }
     accel__mpi_unlock();
@@ -176,8 +176,8 @@ static int post_out_recvs(accel__mpi *m, const pipe *p, char *recv)
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + n - i) % n;
             const size_t len = seg_len((size_t)m->counts[q], p->seg, k);
-            rc = post(m, p, k, OUT_RECV, q, len,
-                      recv + ((size_t)m->displs[q] + k * p->seg) * p->es, NULL, GATHER_TAG);
+            rc = post(m, p, k, OUT_RECV, q, len, recv + ((size_t)m->displs[q] + k * p->seg) * p->es,
+                      NULL, GATHER_TAG);
         }
     }
     return rc;
@@ -313,8 +313,8 @@ static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const cha
             m->counts[q] = (int)cnt;
             m->displs[q] = (int)off;
         }
-        char *mine = root < 0 || me == root ? out + (size_t)m->displs[me] * es
-                                            : tmp + (size_t)n * per * es;
+        char *mine =
+            root < 0 || me == root ? out + (size_t)m->displs[me] * es : tmp + (size_t)n * per * es;
         ACCEL_TRY(pipelined(m, dt, op->op, send, out, mine, root, tmp));
     }
     if (wire_nbytes > 0 && (root < 0 || me == root)) {
