@@ -5,13 +5,14 @@
  * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR.
  *
  * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
- * chunk: every reduction is an all-to-all of rank blocks (each rank gets block r of every
- * rank), a reduction of block r with accel's kernels in rank order (fp32 accumulation for the
- * 16-bit dtypes, the wire dtype's rounding), and an allgather of the reduced blocks. That moves
- * what a ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to
- * every other backend. Small allreduces (all inputs together <= 64 KiB) take one round trip:
- * every rank gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at
- * the root; the rest are Gloo's own.
+ * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
+ * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
+ * an allreduce then sends the reduced blocks to every rank, as point-to-point messages
+ * pipelined in segments (pipelined() below), reduce_scatter keeps them. That moves what a ring
+ * moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
+ * backend. Small allreduces (all inputs together <= 64 KiB) take one round trip: every rank
+ * gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at the root;
+ * the rest are Gloo's own.
  *
  * Failures: the first process that sees one (a connection closed by a dead peer, a deadline)
  * records its diagnosis in the store ("<prefix>abort"), then resets all its connections, so
@@ -367,7 +368,7 @@ static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, voi
  * arrives, so the connections stay busy in both directions. (Gloo's alltoallv then allgatherv,
  * one message per peer each with a ready-notice round trip and an idle link between them,
  * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
-#define SEG_NBYTES ((size_t)512 << 10)
+#define SEG_NBYTES ((size_t)1 << 20)
 #define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
 enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
 
@@ -385,7 +386,7 @@ static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype
     for (int q = 0; q < n; q++) {
         per = cnt[q] > per ? cnt[q] : per;
     }
-    size_t seg = SEG_NBYTES / es > 0 ? SEG_NBYTES / es : 1;
+    size_t seg = SEG_NBYTES / es;
     seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
     const size_t n_seg = (per + seg - 1) / seg;
     char *in = NULL;
