@@ -5,13 +5,14 @@
  * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR.
  *
  * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
- * chunk: every reduction is an all-to-all of rank blocks (each rank gets block r of every
- * rank), a reduction of block r with accel's kernels in rank order (fp32 accumulation for the
- * 16-bit dtypes, the wire dtype's rounding), and an allgather of the reduced blocks. That moves
- * what a ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to
- * every other backend. Small allreduces (all inputs together <= 64 KiB) take one round trip:
- * every rank gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at
- * the root; the rest are Gloo's own.
+ * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
+ * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
+ * an allreduce then sends the reduced blocks to every rank, as point-to-point messages
+ * pipelined in segments (pipelined() below), reduce_scatter keeps them. That moves what a ring
+ * moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
+ * backend. Small allreduces (all inputs together <= 64 KiB) take one round trip: every rank
+ * gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at the root;
+ * the rest are Gloo's own.
  *
  * Failures: the first process that sees one (a connection closed by a dead peer, a deadline)
  * records its diagnosis in the store ("<prefix>abort"), then resets all its connections, so
@@ -21,6 +22,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,8 +50,8 @@ struct accel__gloo {
     accel__gloo_ctx *g;
     uint64_t n_splits;
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
-    void *scratch[2];
-    size_t scratch_nbytes[2];
+    void *scratch[3];
+    size_t scratch_nbytes[3];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
     /* The first failure: every later call repeats it. */
@@ -110,7 +112,7 @@ void accel__gloo_close(accel__gloo *e)
     accel__gloo_free(e->g);
     accel__store_close(e->store);
     pthread_mutex_destroy(&e->mu);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         accel__free(e->scratch[i]);
     }
     accel__free(e->process);
@@ -121,9 +123,24 @@ void accel__gloo_close(accel__gloo *e)
     accel__free(e);
 }
 
+/* Gloo writes to its sockets with plain writev: a write to a peer that just died raises
+ * SIGPIPE, whose default action ends this process before Gloo can report the peer (PyTorch
+ * never sees it: Python ignores SIGPIPE). A program that left SIGPIPE at its default gets it
+ * ignored, as Python does, so the write fails with EPIPE and the dead peer is an ACCEL_EPEER
+ * naming it; a handler or disposition the program set is kept. */
+static void ignore_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+        sa.sa_handler == SIG_DFL) {
+        signal(SIGPIPE, SIG_IGN);
+    }
+}
+
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
                               int serve, const int *process)
 {
+    ignore_sigpipe();
     accel__gloo *e = accel__calloc(1, sizeof(*e));
     const size_t n = (size_t)cfg->n_ranks;
     if (e == NULL || pthread_mutex_init(&e->mu, NULL) != 0) {
@@ -344,6 +361,103 @@ static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, voi
     return ACCEL_OK;
 }
 
+/* Large allreduces: rank q owns chunk q; every rank sends chunk q of its input to q, q reduces
+ * the n inputs in rank order and sends the reduced chunk to every rank (what a ring moves,
+ * 2 (n-1)/n of the message per rank). The chunks travel as point-to-point messages in segments
+ * of SEG_NBYTES, every receive posted first: segment k is reduced and sent on while k + 1
+ * arrives, so the connections stay busy in both directions. (Gloo's alltoallv then allgatherv,
+ * one message per peer each with a ready-notice round trip and an idle link between them,
+ * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
+#define SEG_NBYTES ((size_t)1 << 20)
+#define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
+enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
+
+static size_t seg_len(size_t cnt, size_t seg, size_t k)
+{
+    return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
+}
+
+static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype dt,
+                              const char *data, char *result, const size_t *off, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const size_t es = accel_dtype_nbytes(dt), *cnt = e->cnt, mine = cnt[me];
+    size_t per = 0;
+    for (int q = 0; q < n; q++) {
+        per = cnt[q] > per ? cnt[q] : per;
+    }
+    size_t seg = SEG_NBYTES / es;
+    seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
+    const size_t n_seg = (per + seg - 1) / seg;
+    char *in = NULL;
+    size_t *ix = NULL; /* message index of (segment, peer, kind); SIZE_MAX: none */
+    ACCEL_TRY(scratch(e, 0, mine * es * (size_t)n + 1, (void **)&in));
+    ACCEL_TRY(scratch(e, 2, n_seg * (size_t)n * N_MSG * sizeof(size_t), (void **)&ix));
+    accel__gloo_msgs_begin(e->g);
+#define IX(k, q, kind) ix[((k) * (size_t)n + (size_t)(q)) * N_MSG + (kind)]
+#define POST(k, q, kind, buf, len)                                                                 \
+    do {                                                                                           \
+        IX(k, q, kind) = SIZE_MAX;                                                                 \
+        if ((len) > 0) {                                                                           \
+            GLOO_CALL(what, accel__gloo_post, e->g, (kind) >= MSG_IN_SEND, q,                      \
+                      (uint32_t)((k)*2 + ((kind) == MSG_OUT || (kind) == MSG_OUT_SEND)),           \
+                      (void *)(buf), (len)*es, &IX(k, q, kind));                                   \
+        }                                                                                          \
+    } while (0)
+#define WAIT(k, q, kind)                                                                           \
+    do {                                                                                           \
+        if (IX(k, q, kind) != SIZE_MAX) {                                                          \
+            GLOO_CALL(what, accel__gloo_wait, e->g, IX(k, q, kind));                               \
+        }                                                                                          \
+    } while (0)
+    for (size_t k = 0; k < n_seg; k++) {
+        for (int q = 0; q < n; q++) {
+            IX(k, q, MSG_OUT_SEND) = SIZE_MAX;
+            if (q != me) {
+                POST(k, q, MSG_IN, in + ((size_t)q * mine + k * seg) * es, seg_len(mine, seg, k));
+                POST(k, q, MSG_OUT, result + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
+            }
+        }
+    }
+    for (size_t k = 0; k < n_seg; k++) {
+        for (int q = 0; q < n; q++) {
+            if (q != me) {
+                POST(k, q, MSG_IN_SEND, data + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
+            }
+        }
+    }
+    for (size_t k = 0; k < n_seg && k * seg < mine; k++) {
+        const size_t len = seg_len(mine, seg, k);
+        for (int q = 0; q < n; q++) {
+            e->in[q] =
+                q == me ? data + (off[me] + k * seg) * es : in + ((size_t)q * mine + k * seg) * es;
+            if (q != me) {
+                WAIT(k, q, MSG_IN);
+            }
+        }
+        char *to = result + (off[me] + k * seg) * es;
+        accel__reduce(dt, op->op, to, NULL, e->in, n, len, n);
+        for (int q = 0; q < n; q++) {
+            if (q != me) {
+                POST(k, q, MSG_OUT_SEND, to, len);
+            }
+        }
+    }
+    for (size_t k = 0; k < n_seg; k++) {
+        for (int q = 0; q < n; q++) {
+            if (q != me) {
+                WAIT(k, q, MSG_OUT);
+                WAIT(k, q, MSG_IN_SEND);
+                WAIT(k, q, MSG_OUT_SEND);
+            }
+        }
+    }
+#undef WAIT
+#undef POST
+#undef IX
+    return ACCEL_OK;
+}
+
 /* Allreduce into out (the user's recv, or scratch for a non-root reduce). */
 static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
 {
@@ -351,11 +465,9 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     if (op->count * accel_dtype_nbytes(op->dtype) * (size_t)n <= ONESHOT_NBYTES) {
         return allreduce_oneshot(e, op, out, what);
     }
-    size_t off_me = 0;
+    size_t *off = e->send_nbytes; /* here: the chunks' offsets, in elements */
     for (int q = 0; q < n; q++) {
-        size_t off;
-        accel__chunk_range(op->count, n, q, &off, &e->cnt[q]);
-        off_me = q == e->rank ? off : off_me;
+        accel__chunk_range(op->count, n, q, &off[q], &e->cnt[q]);
     }
     /* A wire dtype: every input is rounded to it first, and the 16-bit blocks travel and reduce
      * (accel__reduce accumulates them in fp32 and rounds once: what accel__reduce_wire is). */
@@ -370,11 +482,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
                                                                               op->count);
         data = result = w;
     }
-    ACCEL_TRY(reduce_blocks(e, op, dt, data, e->cnt, (char *)result + off_me * es, what));
-    for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = e->cnt[q] * es;
-    }
-    GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
+    ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
     if (op->wire != ACCEL_F32) {
         (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, result,
                                                                               op->count);

@@ -165,6 +165,10 @@ struct accel__gloo_ctx {
     std::vector<ino_t> sockets;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
+    /* The current batch of point-to-point messages (accel__gloo_post), and its slots' base. */
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> msgs;
+    std::vector<char> msg_is_send;
+    uint64_t msg_base = 0;
 };
 
 /* Calls f(fd, inode, local address, remote address) for every connected socket of this
@@ -324,6 +328,43 @@ extern "C" accel_status accel__gloo_alltoallv(accel__gloo_ctx *g, const void *se
         o.setTag(g->tag++);
         o.setTimeout(g->timeout);
         gloo::alltoallv(o);
+    });
+}
+
+extern "C" void accel__gloo_msgs_begin(accel__gloo_ctx *g)
+{
+    /* The last batch's messages were all waited for: gloo.c begins no batch on a context
+     * that failed (it is broken for good, and keeps the messages until freed). Slots: a byte
+     * of our own above Gloo's collectives' prefixes, the tag, then the caller's key. */
+    g->msgs.clear();
+    g->msg_is_send.clear();
+    g->msg_base = (uint64_t)0x7e << 56 | (uint64_t)(g->tag++ & 0xffffffu) << 32;
+}
+
+extern "C" accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int peer, uint32_t key,
+                                         void *buf, size_t nbytes, size_t *index,
+                                         accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        auto b = g->ctx->createUnboundBuffer(buf, nbytes);
+        if (is_send) {
+            b->send(peer, g->msg_base | key, 0, nbytes);
+        } else {
+            b->recv(peer, g->msg_base | key, 0, nbytes);
+        }
+        *index = g->msgs.size();
+        g->msgs.push_back(std::move(b));
+        g->msg_is_send.push_back((char)is_send);
+    });
+}
+
+extern "C" accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        auto &b = g->msgs.at(index);
+        if (!(g->msg_is_send[index] ? b->waitSend(g->timeout) : b->waitRecv(g->timeout))) {
+            throw std::runtime_error("gloo: a point-to-point message was aborted");
+        }
     });
 }
 

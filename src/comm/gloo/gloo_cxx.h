@@ -12,6 +12,7 @@
 #define ACCEL_COMM_GLOO_CXX_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "accel/status.h"
 
@@ -54,6 +55,18 @@ accel_status accel__gloo_broadcast(accel__gloo_ctx *g, void *buf, size_t nbytes,
 accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nbytes, void *recv,
                                 int root, accel__gloo_err *err);
 accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err);
+
+/* Point-to-point messages, for algorithms Gloo's collectives cannot express. A batch begins
+ * with accel__gloo_msgs_begin (a fresh tag); each post starts one message of nbytes > 0 to or
+ * from `peer` under `key` (the two ends of a message give the same key, unique in the batch)
+ * and returns its index in the batch; a wait waits for one message by index, at most the
+ * context's timeout. Posting every receive before the data can arrive spares the sender
+ * Gloo's wait for the receiver's ready notice. The buffers stay in use until their message is
+ * waited for; after a failure, until the context is freed. */
+void accel__gloo_msgs_begin(accel__gloo_ctx *g);
+accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int peer, uint32_t key, void *buf,
+                              size_t nbytes, size_t *index, accel__gloo_err *err);
+accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err);
 
 /* Shuts down every connection of the context (any thread): every wait on it, here and on the
  * peers waiting on this rank, fails at once. */

@@ -221,17 +221,27 @@ accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
     return accel__mpi_waitall(m, 1, req, NULL, what);
 }
 
-/* After a timeout: ": nothing arrived from process 1, 3" for the receives still pending. */
+static int pending(MPI_Request req, int peer)
+{
+    int done = 1;
+    if (peer >= 0) {
+        (void)MPI_Request_get_status(req, &done, MPI_STATUS_IGNORE);
+    }
+    return !done;
+}
+
+/* After a timeout: ": nothing arrived from process 1, 3" for the receives still pending (a
+ * process named once, though several pieces may be missing from it). */
 static void missing_peers(int n, MPI_Request *reqs, const int *peers, char *buf, size_t nbytes)
 {
     size_t len = 0;
     buf[0] = '\0';
     for (int k = 0; peers != NULL && k < n && len + 16 < nbytes; k++) {
-        int done = 1;
-        if (peers[k] >= 0) {
-            (void)MPI_Request_get_status(reqs[k], &done, MPI_STATUS_IGNORE);
+        int named = 0;
+        for (int j = 0; j < k && !named; j++) {
+            named = peers[j] == peers[k] && pending(reqs[j], peers[j]);
         }
-        if (!done) {
+        if (!named && pending(reqs[k], peers[k])) {
             len += (size_t)snprintf(buf + len, nbytes - len, "%s%d",
                                     len == 0 ? ": nothing arrived from process " : ", ", peers[k]);
         }

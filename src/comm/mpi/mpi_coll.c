@@ -41,6 +41,13 @@ static accel_status posted(accel__mpi *m, int rc, MPI_Request *req, const char *
  * reduce) and reduces all of them in rank order itself: one round of point-to-point messages
  * instead of a nonblocking collective's multi-step schedule, while the bytes stay few. */
 #define DIRECT_NBYTES ((size_t)64 << 10) /* (n_ranks - 1) x message bytes at most */
+/* Open MPI's shared-memory transport copies a message of up to 4 KiB (its header included)
+ * through its queues at once; a longer one takes a rendezvous (a handshake, then the receiver
+ * reads it with a process_vm_readv system call), which doubled the time of a 4 KiB allreduce.
+ * So a message of up to DIRECT_FRAG_MAX bytes goes in pieces of DIRECT_FRAG_NBYTES; above it
+ * the single rendezvous copy is faster than many pieces. */
+#define DIRECT_FRAG_NBYTES ((size_t)4032)
+#define DIRECT_FRAG_MAX ((size_t)16 << 10)
 #define DIRECT_TAG 7302
 #define SCATTER_TAG 7303 /* the pipelined path's first step: chunk q of every input to q */
 #define GATHER_TAG 7304  /* its second: the reduced chunks back */
@@ -48,33 +55,63 @@ static accel_status posted(accel__mpi *m, int rc, MPI_Request *req, const char *
  * stay small against the copy, small enough that a segment of every input fits in cache. */
 #define SEG_NBYTES ((size_t)128 << 10)
 
+/* n_req null requests (and peers -1) in the endpoint's grow-only arrays, or NULL (ENOMEM). */
+static MPI_Request *pipe_reqs(accel__mpi *m, size_t n_req)
+{
+    if (n_req > m->pipe_n) {
+        MPI_Request *r = accel__realloc(m->pipe_reqs, n_req * sizeof(*r));
+        m->pipe_reqs = r != NULL ? r : m->pipe_reqs;
+        int *p = r != NULL ? accel__realloc(m->pipe_peer, n_req * sizeof(*p)) : NULL;
+        if (p == NULL) {
+            accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory for %zu requests", n_req);
+            return NULL;
+        }
+        m->pipe_peer = p;
+        m->pipe_n = n_req;
+    }
+    for (size_t i = 0; i < n_req; i++) {
+        m->pipe_reqs[i] = MPI_REQUEST_NULL;
+        m->pipe_peer[i] = -1;
+    }
+    return m->pipe_reqs;
+}
+
 /* The direct path over count elements of dt; tmp holds n_ranks x count elements. */
 static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, const void *send,
                            void *recv, size_t count, int root, char *tmp)
 {
     const int n = m->n_ranks, me = m->rank;
-    const size_t nb = count * accel_dtype_nbytes(dt);
+    const size_t es = accel_dtype_nbytes(dt), nb = count * es;
+    const size_t frag = nb <= DIRECT_FRAG_MAX ? DIRECT_FRAG_NBYTES / es : count; /* per message */
+    const size_t n_frag = count / frag + (count % frag != 0);
     const MPI_Datatype t = accel__mpi_type(dt);
     const int gets = root < 0 || me == root;
+    MPI_Request *reqs = pipe_reqs(m, 2 * (size_t)n * n_frag);
+    if (reqs == NULL) {
+        return ACCEL_ENOMEM;
+    }
     int k = 0, rc = MPI_SUCCESS;
     accel__mpi_lock();
     for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
         m->ins[q] = q == me ? send : tmp + (size_t)q * nb;
-        if (q != me && gets) {
-            m->req_peer[k] = q;
-            rc = MPI_Irecv(tmp + (size_t)q * nb, (int)count, t, q, DIRECT_TAG, m->comm,
-                           &m->reqs[k++]);
+        for (size_t f = 0; q != me && gets && f < n_frag && rc == MPI_SUCCESS; f++) {
+            const size_t len = count - f * frag < frag ? count - f * frag : frag;
+            m->pipe_peer[k] = q;
+            rc = MPI_Irecv(tmp + (size_t)q * nb + f * frag * es, (int)len, t, q, DIRECT_TAG,
+                           m->comm, &reqs[k++]);
         }
     }
     for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
-        if (q != me && (root < 0 || q == root)) {
-            m->req_peer[k] = -1;
-            rc = MPI_Isend(send, (int)count, t, q, DIRECT_TAG, m->comm, &m->reqs[k++]);
+        for (size_t f = 0; q != me && (root < 0 || q == root) && f < n_frag && rc == MPI_SUCCESS;
+             f++) {
+            const size_t len = count - f * frag < frag ? count - f * frag : frag;
+            rc = MPI_Isend((const char *)send + f * frag * es, (int)len, t, q, DIRECT_TAG, m->comm,
+                           &reqs[k++]);
         }
     }
     accel__mpi_unlock();
     /* What was posted completes before its buffers go, even when a later post failed. */
-    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "exchange step");
+    accel_status st = accel__mpi_waitall(m, k, reqs, m->pipe_peer, "exchange step");
     if (rc != MPI_SUCCESS) {
         return accel__mpi_fail(m, rc, "exchange step");
     }
@@ -99,27 +136,6 @@ enum { IN_RECV, IN_SEND, OUT_RECV, OUT_SEND, N_KINDS };
 static size_t seg_len(size_t cnt, size_t seg, size_t k)
 {
     return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
-}
-
-/* n_req null requests (and peers -1) in the endpoint's grow-only arrays, or NULL (ENOMEM). */
-static MPI_Request *pipe_reqs(accel__mpi *m, size_t n_req)
-{
-    if (n_req > m->pipe_n) {
-        MPI_Request *r = accel__realloc(m->pipe_reqs, n_req * sizeof(*r));
-        m->pipe_reqs = r != NULL ? r : m->pipe_reqs;
-        int *p = r != NULL ? accel__realloc(m->pipe_peer, n_req * sizeof(*p)) : NULL;
-        if (p == NULL) {
-            accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory for %zu requests", n_req);
-            return NULL;
-        }
-        m->pipe_peer = p;
-        m->pipe_n = n_req;
-    }
-    for (size_t i = 0; i < n_req; i++) {
-        m->pipe_reqs[i] = MPI_REQUEST_NULL;
-        m->pipe_peer[i] = -1;
-    }
-    return m->pipe_reqs;
 }
 
 /* One pipelined collective's layout: chunk q is m->counts[q] elements at m->displs[q]. */
@@ -160,8 +176,8 @@ static int post_out_recvs(accel__mpi *m, const pipe *p, char *recv)
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + n - i) % n;
             const size_t len = seg_len((size_t)m->counts[q], p->seg, k);
-            rc = post(m, p, k, OUT_RECV, q, len,
-                      recv + ((size_t)m->displs[q] + k * p->seg) * p->es, NULL, GATHER_TAG);
+            rc = post(m, p, k, OUT_RECV, q, len, recv + ((size_t)m->displs[q] + k * p->seg) * p->es,
+                      NULL, GATHER_TAG);
         }
     }
     return rc;
@@ -297,8 +313,8 @@ static accel_status reduce_slice(accel__mpi *m, const accel__coll *op, const cha
             m->counts[q] = (int)cnt;
             m->displs[q] = (int)off;
         }
-        char *mine = root < 0 || me == root ? out + (size_t)m->displs[me] * es
-                                            : tmp + (size_t)n * per * es;
+        char *mine =
+            root < 0 || me == root ? out + (size_t)m->displs[me] * es : tmp + (size_t)n * per * es;
         ACCEL_TRY(pipelined(m, dt, op->op, send, out, mine, root, tmp));
     }
     if (wire_nbytes > 0 && (root < 0 || me == root)) {

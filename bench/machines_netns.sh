@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Many machines on one host, over an emulated network (issue 16's benchmark, not a test).
+#
+# Each "machine" is a network namespace with one interface into a switch (a bridge in a namespace
+# of its own). Every link is shaped with tc's token bucket at RATE in each direction, so what
+# crosses between machines is as slow as a real network's link (1 Gbit/s by default) while the
+# processes of one machine still talk through memory. Then, for each layout, two or more
+# launchers (one per machine) run bench/collectives' allreduce with Gloo's own ring (what
+# PyTorch's gloo process group runs) measured in the same run:
+#   gloo 2x1, gloo 4x1   flat gloo, one process per machine (vs_raw: accel / Gloo's own)
+#   hier 2x2, gloo 2x2   2 machines x 2 processes: hier against flat gloo on the same processes
+#
+#   bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]
+#   bench/machines_netns.sh build 1gbit 1024 64 hier:2x2 gloo:2x2
+#
+# Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
+# process: on a 2-core host, 4 processes oversubscribe it.
+set -u
+B=${1:?usage: bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]}
+RATE=${2:-1gbit}
+QUEUE=${QUEUE:-5ms}
+MIN_KIB=${3:-1024}
+MAX_MIB=${4:-64}
+shift $(($# < 4 ? $# : 4))
+LAYOUTS=("$@")
+[ ${#LAYOUTS[@]} -gt 0 ] || LAYOUTS=(gloo:2x1 gloo:4x1 hier:2x2 gloo:2x2)
+if [ "$(id -u)" -ne 0 ] || ! command -v tc >/dev/null; then
+    echo "machines_netns: needs root and iproute2 (ip, tc)" >&2
+    exit 1
+fi
+[ -x "$B/bench/collectives" ] || { echo "machines_netns: no $B/bench/collectives" >&2; exit 1; }
+
+id=$$
+sw=accel-sw-$id
+out=$(mktemp -d)
+made=()
+cleanup() {
+    for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    rm -rf "$out"
+}
+trap cleanup EXIT
+
+# machine M's namespace: accel-bm<id>-M, address 10.80.0.(M+1), link shaped at RATE both ways.
+machine_ns() { echo "accel-bm$id-$1"; }
+add_machine() {
+    local m=$1 ns
+    ns=$(machine_ns "$m")
+    ip netns add "$ns" && made+=("$ns")
+    ip link add "bm${id}m$m" type veth peer name "bm${id}s$m"
+    ip link set "bm${id}m$m" netns "$ns"
+    ip link set "bm${id}s$m" netns "$sw"
+    ip -n "$ns" addr add "10.80.0.$((m + 1))/24" dev "bm${id}m$m"
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set "bm${id}m$m" up
+    ip -n "$sw" link set "bm${id}s$m" master br0 up
+    # The queue holds QUEUE (5 ms) at RATE, as a switch port would; beyond it packets drop and TCP
+    # backs off.
+    ip netns exec "$ns" tc qdisc add dev "bm${id}m$m" root tbf rate "$RATE" burst 64kb latency "$QUEUE"
+    ip netns exec "$sw" tc qdisc add dev "bm${id}s$m" root tbf rate "$RATE" burst 64kb latency "$QUEUE"
+}
+
+set -e
+ip netns add "$sw" && made+=("$sw")
+ip -n "$sw" link add br0 type bridge
+ip -n "$sw" link set br0 up
+n_machines=0
+for layout in "${LAYOUTS[@]}"; do
+    m=${layout#*:}
+    m=${m%x*}
+    [ "$m" -gt "$n_machines" ] && n_machines=$m
+done
+for m in $(seq 0 $((n_machines - 1))); do add_machine "$m"; done
+set +e
+
+echo "# machines_netns: links shaped at $RATE each way (tc tbf), $(nproc) CPUs, sizes" \
+    "$MIN_KIB KiB - $MAX_MIB MiB, allreduce f32 out of place"
+echo "# layout      size(B)   accel(us)  Gloo's own(us)  vs_raw"
+port=29600
+for layout in "${LAYOUTS[@]}"; do
+    be=${layout%%:*} shape=${layout#*:}
+    nm=${shape%x*} per=${shape#*x}
+    port=$((port + 1))
+    pids=()
+    for m in $(seq $((nm - 1)) -1 0); do
+        ip netns exec "$(machine_ns "$m")" env OMP_NUM_THREADS=1 "$B/accel" launch \
+            --num_machines "$nm" --machine_rank "$m" --main_process_ip 10.80.0.1 \
+            --main_process_port "$port" --num_processes $((nm * per)) \
+            "$B/bench/collectives" --backend "$be" --coll "${COLL:-allreduce}" --oop-only 1 \
+            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" >"$out/$layout.$m" 2>&1 &
+        pids+=($!)
+    done
+    rc=0
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    if [ $rc -ne 0 ] || ! grep -q "^\[rank0\]: ${COLL:-allreduce}" "$out/$layout.0"; then
+        echo "machines_netns: $layout failed:" >&2
+        tail -n 5 "$out/$layout".* >&2
+        continue
+    fi
+    # rank 0's rows: name size count | time algbw busbw ratio | ... | memcpy | raw_time vs_raw
+    awk -v l="$layout" '/^\[rank0\]: (allreduce|allgather|broadcast)/ {
+        printf "%-10s %10s %11s %15s %7s\n", l, $3, $6, $(NF - 1), $NF }' "$out/$layout.0"
+done
