@@ -49,13 +49,14 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 # round trips): 1 element, with every collective x dtype x op in and out of place; then, with one
 # dtype of each element size, 0 elements, the largest f32 allreduce of the one-shot path (all
 # inputs together 64 KiB: ONESHOT_NBYTES in src/comm/gloo/gloo.c), one element more (the block
-# path, its split leaving a remainder) and one large count (70001: every dtype size on the
-# block path, with a remainder on 2-4 processes). The shm runs (dist/test_comm_backends) keep
-# the full count list.
+# path, its split leaving a remainder), one large count (70001: every dtype size on the
+# block path, with a remainder on 2-4 processes) and one that spans several of the pipelined
+# allreduce's 1 MiB segments with a short last one (2621447: 2-10 segments per chunk on 2
+# processes, by element size). The shm runs (dist/test_comm_backends) keep the full count list.
 backends() { # name M L
     local n=$(($2 * $3))
     local edge=$((65536 / (4 * n)))
-    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001" \
+    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 2621447" \
         -- "$B/tests/test_comm_backends"
 }
 backends gloo-2x1-backends 2 1
