@@ -12,6 +12,7 @@
 #
 #   bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]
 #   bench/machines_netns.sh build 1gbit 1024 64 hier:2x2 gloo:2x2
+#   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -55,8 +56,9 @@ add_machine() {
     ip -n "$sw" link set "bm${id}s$m" master br0 up
     # The queue holds QUEUE (5 ms) at RATE, as a switch port would; beyond it packets drop and TCP
     # backs off.
-    ip netns exec "$ns" tc qdisc add dev "bm${id}m$m" root tbf rate "$RATE" burst 64kb latency "$QUEUE"
-    ip netns exec "$sw" tc qdisc add dev "bm${id}s$m" root tbf rate "$RATE" burst 64kb latency "$QUEUE"
+    local shape=(root tbf rate "$RATE" burst 64kb latency "$QUEUE")
+    ip netns exec "$ns" tc qdisc add dev "bm${id}m$m" "${shape[@]}"
+    ip netns exec "$sw" tc qdisc add dev "bm${id}s$m" "${shape[@]}"
 }
 
 set -e

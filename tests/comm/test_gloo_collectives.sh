@@ -56,8 +56,8 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 backends() { # name M L
     local n=$(($2 * $3))
     local edge=$((65536 / (4 * n)))
-    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 2621447" \
-        -- "$B/tests/test_comm_backends"
+    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo \
+        ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 2621447" -- "$B/tests/test_comm_backends"
 }
 backends gloo-2x1-backends 2 1
 backends gloo-3x1-backends 3 1
