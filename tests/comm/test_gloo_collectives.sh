@@ -49,17 +49,17 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 # round trips): 1 element, with every collective x dtype x op in and out of place; then, with one
 # dtype of each element size, 0 elements, the largest f32 allreduce of the one-shot path (all
 # inputs together 64 KiB: ONESHOT_NBYTES in src/comm/gloo/gloo.c), one element more (the block
-# path, its split leaving a remainder), one large count (70001: every dtype size on the
-# block path, with a remainder on 2-4 processes) and one that spans several of the pipelined
-# allreduce's 1 MiB segments with a short last one (2621447: 2-10 segments per chunk on 2
-# processes, by element size). The shm runs (dist/test_comm_backends) keep the full count list.
-backends() { # name M L
+# path, its split leaving a remainder) and one large count (70001: every dtype size on the
+# block path, with a remainder on 2-4 processes); on 2 processes also one that spans several of
+# the pipelined allreduce's 1 MiB segments with a short last one (2621447: 2-10 segments per
+# chunk by element size). The shm runs (dist/test_comm_backends) keep the full count list.
+backends() { # name M L [more counts]
     local n=$(($2 * $3))
     local edge=$((65536 / (4 * n)))
     run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo \
-        ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 2621447" -- "$B/tests/test_comm_backends"
+        ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 ${4:-}" -- "$B/tests/test_comm_backends"
 }
-backends gloo-2x1-backends 2 1
+backends gloo-2x1-backends 2 1 2621447
 backends gloo-3x1-backends 3 1
 backends gloo-2x2-backends 2 2
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"

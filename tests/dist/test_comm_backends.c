@@ -44,6 +44,7 @@ static int cases;
 enum { MAX_COUNTS = 16 };
 static size_t env_counts[MAX_COUNTS];
 static size_t n_counts;
+static size_t max_count = 300007; /* the largest count of any case (buffers are sized by it) */
 
 static void read_counts(void)
 {
@@ -55,10 +56,11 @@ static void read_counts(void)
         }
         char *end;
         const unsigned long long v = strtoull(s, &end, 10);
-        CHECK_MSG(end != s && n_counts < MAX_COUNTS && v <= 300007,
-                  "ACCEL_TEST_COUNTS=\"%s\": expected at most %d counts of at most 300007", env,
+        CHECK_MSG(end != s && n_counts < MAX_COUNTS && v <= (1u << 24),
+                  "ACCEL_TEST_COUNTS=\"%s\": expected at most %d counts of at most 2^24", env,
                   MAX_COUNTS);
         env_counts[n_counts++] = (size_t)v;
+        max_count = (size_t)v > max_count ? (size_t)v : max_count;
         s = end;
     }
 }
@@ -370,7 +372,7 @@ static void wire_cases(accel__comm *c, char *sym)
 /* Everything on c; returns the zero-copy calls it made. */
 static uint64_t all_cases(accel__comm *c)
 {
-    const size_t sym_nbytes = 2 * 300007 * 8 * (size_t)n_ranks + 64;
+    const size_t sym_nbytes = 2 * max_count * 8 * (size_t)n_ranks + 64;
     void *sym = NULL;
     CHECK_OK(NULL, accel__comm_alloc(c, sym_nbytes, &sym));
     uint64_t zc0 = accel__shm_zero_copy_calls();
