@@ -256,7 +256,12 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
         int done = 0, heard = 0;
         accel__mpi_lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc == MPI_SUCCESS && !done && (spin & 15) == 15 && !m->peer_note &&
+        /* Also once the messages are complete: a peer that gave up on this call (its
+         * deadline) sent its notice before returning, and its user may then free or reuse the
+         * buffer a large message is still read from (Open MPI reads it from the peer's memory
+         * after the fact), so data from a call a peer abandoned is refused, never returned as a
+         * result. */
+        if (rc == MPI_SUCCESS && (done || (spin & 15) == 15) && !m->peer_note &&
             m->abort_rx != MPI_REQUEST_NULL) {
             (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
         }
@@ -266,12 +271,12 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
             atomic_store(&lost, 1);
             return accel__mpi_fail(m, rc, what);
         }
-        if (done) {
-            return ACCEL_OK;
-        }
         if (heard) {
             m->peer_note = 1;
             atomic_store(&m->aborted, 1);
+        }
+        if (done && !atomic_load(&m->aborted)) {
+            return ACCEL_OK;
         }
         if (atomic_load(&m->aborted)) {
             m->stuck = 1;
