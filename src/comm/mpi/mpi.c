@@ -216,6 +216,25 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
     accel__mpi_unlock();
 }
 
+accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what)
+{
+    int heard = 0;
+    accel__mpi_lock();
+    if (!m->peer_note && m->abort_rx != MPI_REQUEST_NULL) {
+        (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
+    }
+    accel__mpi_unlock();
+    if (heard) {
+        m->peer_note = 1;
+        atomic_store(&m->aborted, 1);
+    }
+    if (atomic_load(&m->aborted)) {
+        m->stuck = 1;
+        return aborted_error(m, what);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
 {
     return accel__mpi_waitall(m, 1, req, NULL, what);
@@ -256,12 +275,7 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
         int done = 0, heard = 0;
         accel__mpi_lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        /* Also once the messages are complete: a peer that gave up on this call (its
-         * deadline) sent its notice before returning, and its user may then free or reuse the
-         * buffer a large message is still read from (Open MPI reads it from the peer's memory
-         * after the fact), so data from a call a peer abandoned is refused, never returned as a
-         * result. */
-        if (rc == MPI_SUCCESS && (done || (spin & 15) == 15) && !m->peer_note &&
+        if (rc == MPI_SUCCESS && !done && (spin & 15) == 15 && !m->peer_note &&
             m->abort_rx != MPI_REQUEST_NULL) {
             (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
         }
@@ -275,7 +289,7 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
             m->peer_note = 1;
             atomic_store(&m->aborted, 1);
         }
-        if (done && !atomic_load(&m->aborted)) {
+        if (done) {
             return ACCEL_OK;
         }
         if (atomic_load(&m->aborted)) {
@@ -394,6 +408,7 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->ctl = MPI_COMM_NULL;
     m->abort_rx = MPI_REQUEST_NULL;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    m->prev_enter = accel__now();
     m->log = cfg->log;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->n_ranks);
