@@ -216,6 +216,25 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
     accel__mpi_unlock();
 }
 
+accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what)
+{
+    int heard = 0;
+    accel__mpi_lock();
+    if (!m->peer_note && m->abort_rx != MPI_REQUEST_NULL) {
+        (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
+    }
+    accel__mpi_unlock();
+    if (heard) {
+        m->peer_note = 1;
+        atomic_store(&m->aborted, 1);
+    }
+    if (atomic_load(&m->aborted)) {
+        m->stuck = 1;
+        return aborted_error(m, what);
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what)
 {
     return accel__mpi_waitall(m, 1, req, NULL, what);
@@ -266,12 +285,12 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
             atomic_store(&lost, 1);
             return accel__mpi_fail(m, rc, what);
         }
-        if (done) {
-            return ACCEL_OK;
-        }
         if (heard) {
             m->peer_note = 1;
             atomic_store(&m->aborted, 1);
+        }
+        if (done) {
+            return ACCEL_OK;
         }
         if (atomic_load(&m->aborted)) {
             m->stuck = 1;
@@ -389,6 +408,7 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->ctl = MPI_COMM_NULL;
     m->abort_rx = MPI_REQUEST_NULL;
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
+    m->prev_enter = accel__now();
     m->log = cfg->log;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->n_ranks);

@@ -30,6 +30,7 @@ typedef struct accel__mpi {
     MPI_Comm ctl;  /* abort notices, so they never match a collective's messages */
     int rank, n_ranks;
     double timeout_s;
+    double prev_enter; /* when this process entered its previous collective (or made this one) */
     accel__log_ctx log;
     MPI_Request abort_rx; /* always posted: a peer's notice ends every wait here */
     accel__mpi_note rx_note, tx_note;
@@ -54,6 +55,12 @@ typedef struct accel__mpi {
  * type for the formats MPI lacks: F16, BF16, the F8s). */
 MPI_Datatype accel__mpi_type(accel_dtype dt);
 
+/* After a collective's messages completed: ACCEL_OK, or the abort error when a peer's notice
+ * has arrived. A peer that gave up on the call (its deadline) sends its notice before
+ * returning, and its user may then free or reuse a buffer that Open MPI still reads a large
+ * message from (from the peer's memory, after the fact): data from a call a peer abandoned is
+ * refused, never returned as a result. */
+accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what);
 /* Waits for *req until the communicator's deadline, progressing MPI and watching for aborts.
  * `what` names the call in messages (with m->cur, the step of that collective). Errors: EPEER (an
  * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
