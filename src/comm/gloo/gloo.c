@@ -7,8 +7,8 @@
  * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
  * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
  * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
- * an allreduce then sends the reduced blocks to every rank, as point-to-point messages
- * pipelined in segments (pipelined() below), reduce_scatter keeps them. That moves what a ring
+ * an allreduce then sends the reduced blocks to every rank (from 4 MiB as point-to-point
+ * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a ring
  * moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
  * backend. Small allreduces (all inputs together <= 64 KiB) take one round trip: every rank
  * gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at the root;
@@ -369,6 +369,10 @@ static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, voi
  * one message per peer each with a ready-notice round trip and an idle link between them,
  * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
 #define SEG_NBYTES ((size_t)1 << 20)
+/* Below 4 MiB, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
+ * messages cost 2-3x more per call from 64 KiB to 1 MiB, while over a 1 Gbit/s link they
+ * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"). */
+#define PIPELINE_NBYTES ((size_t)4 << 20)
 #define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
 enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
 
@@ -482,7 +486,16 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
                                                                               op->count);
         data = result = w;
     }
-    ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
+    if (op->count * es >= PIPELINE_NBYTES) {
+        ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
+    } else {
+        char *mine = (char *)result + off[e->rank] * es; /* reduce_blocks reuses off's table */
+        ACCEL_TRY(reduce_blocks(e, op, dt, data, e->cnt, mine, what));
+        for (int q = 0; q < n; q++) {
+            e->recv_nbytes[q] = e->cnt[q] * es;
+        }
+        GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
+    }
     if (op->wire != ACCEL_F32) {
         (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, result,
                                                                               op->count);
