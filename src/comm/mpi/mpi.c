@@ -216,18 +216,24 @@ static void notify_peers(accel__mpi *m, accel_status st, const char *msg)
     accel__mpi_unlock();
 }
 
-accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what)
+/* Takes a peer's abort notice if one has arrived (the MPI lock held). */
+static void poll_notice(accel__mpi *m)
 {
     int heard = 0;
-    accel__mpi_lock();
     if (!m->peer_note && m->abort_rx != MPI_REQUEST_NULL) {
         (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
     }
-    accel__mpi_unlock();
     if (heard) {
         m->peer_note = 1;
         atomic_store(&m->aborted, 1);
     }
+}
+
+accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what)
+{
+    accel__mpi_lock();
+    poll_notice(m);
+    accel__mpi_unlock();
     if (atomic_load(&m->aborted)) {
         m->stuck = 1;
         return aborted_error(m, what);
@@ -272,22 +278,17 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
 {
     const double deadline = accel__now() + m->timeout_s;
     for (unsigned spin = 0;; spin++) {
-        int done = 0, heard = 0;
+        int done = 0;
         accel__mpi_lock();
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc == MPI_SUCCESS && !done && (spin & 15) == 15 && !m->peer_note &&
-            m->abort_rx != MPI_REQUEST_NULL) {
-            (void)MPI_Test(&m->abort_rx, &heard, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS && !done && (spin & 15) == 15) {
+            poll_notice(m);
         }
         accel__mpi_unlock();
         if (rc != MPI_SUCCESS) {
             m->stuck = 1;
             atomic_store(&lost, 1);
             return accel__mpi_fail(m, rc, what);
-        }
-        if (heard) {
-            m->peer_note = 1;
-            atomic_store(&m->aborted, 1);
         }
         if (done) {
             return ACCEL_OK;
