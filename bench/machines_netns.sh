@@ -20,6 +20,7 @@ set -u
 B=${1:?usage: bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]}
 RATE=${2:-1gbit}
 QUEUE=${QUEUE:-5ms}
+COLL=${COLL:-allreduce}
 MIN_KIB=${3:-1024}
 MAX_MIB=${4:-64}
 shift $(($# < 4 ? $# : 4))
@@ -75,7 +76,7 @@ for m in $(seq 0 $((n_machines - 1))); do add_machine "$m"; done
 set +e
 
 echo "# machines_netns: links shaped at $RATE each way (tc tbf), $(nproc) CPUs, sizes" \
-    "$MIN_KIB KiB - $MAX_MIB MiB, allreduce f32 out of place"
+    "$MIN_KIB KiB - $MAX_MIB MiB, $COLL f32 out of place"
 echo "# layout      size(B)   accel(us)  Gloo's own(us)  vs_raw"
 port=29600
 for layout in "${LAYOUTS[@]}"; do
@@ -87,18 +88,18 @@ for layout in "${LAYOUTS[@]}"; do
         ip netns exec "$(machine_ns "$m")" env OMP_NUM_THREADS=1 "$B/accel" launch \
             --num_machines "$nm" --machine_rank "$m" --main_process_ip 10.80.0.1 \
             --main_process_port "$port" --num_processes $((nm * per)) \
-            "$B/bench/collectives" --backend "$be" --coll "${COLL:-allreduce}" --oop-only 1 \
+            "$B/bench/collectives" --backend "$be" --coll "$COLL" --oop-only 1 \
             --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" >"$out/$layout.$m" 2>&1 &
         pids+=($!)
     done
     rc=0
     for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    if [ $rc -ne 0 ] || ! grep -q "^\[rank0\]: ${COLL:-allreduce}" "$out/$layout.0"; then
+    if [ $rc -ne 0 ] || ! grep -q "^\[rank0\]: $COLL " "$out/$layout.0"; then
         echo "machines_netns: $layout failed:" >&2
         tail -n 5 "$out/$layout".* >&2
         continue
     fi
     # rank 0's rows: name size count | time algbw busbw ratio | ... | memcpy | raw_time vs_raw
-    awk -v l="$layout" '/^\[rank0\]: (allreduce|allgather|broadcast)/ {
+    awk -v l="$layout" -v c="$COLL" '$1 == "[rank0]:" && $2 == c {
         printf "%-10s %10s %11s %15s %7s\n", l, $3, $6, $(NF - 1), $NF }' "$out/$layout.0"
 done
