@@ -8,11 +8,12 @@
  * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
  * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
  * an allreduce then sends the reduced blocks to every rank (from 4 MiB as point-to-point
- * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a ring
- * moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
- * backend. Small allreduces (all inputs together <= 64 KiB) take one round trip: every rank
- * gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at the root;
- * the rest are Gloo's own.
+ * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a
+ * ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
+ * backend. Every call begins with one exchange of envelopes declaring it (exchange() below),
+ * which checks that every member makes the same call, serves as the barrier, and carries a small
+ * allreduce's inputs (all together <= 64 KiB): one round trip, every rank reducing them in rank
+ * order. Reduce is the allreduce, kept at the root; the rest are Gloo's own.
  *
  * Failures: the first process that sees one (a connection closed by a dead peer, a deadline)
  * records its diagnosis in the store ("<prefix>abort"), then resets all its connections, so
@@ -337,28 +338,30 @@ static accel_status reduce_blocks(accel__gloo *e, const accel__coll *op, accel_d
     return ACCEL_OK;
 }
 
-/* Small messages: one round trip instead of two (latency, not bandwidth, is what they cost):
- * every rank gathers every input and reduces them all, in rank order. */
+/* Small allreduces (every input together at most this) travel whole in the call's envelope
+ * (exchange() below): one round trip, every rank reducing all the inputs in rank order.
+ * (Latency, not bandwidth, is what they cost.) */
 #define ONESHOT_NBYTES ((size_t)64 << 10)
 
-static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, void *out,
-                                      const char *what)
+static int travels_inline(const accel__gloo *e, const accel__coll *op)
+{
+    return (op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE) &&
+           op->count * accel_dtype_nbytes(op->dtype) * (size_t)e->n_ranks <= ONESHOT_NBYTES;
+}
+
+/* The inputs that came in the envelopes (stride bytes apart, after each declaration). */
+static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, const char *env,
+                             size_t stride, size_t head)
 {
     const int n = e->n_ranks;
-    const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
-    char *all = NULL;
-    ACCEL_TRY(scratch(e, 0, nb * (size_t)n + 1, (void **)&all));
     for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = nb;
-        e->in[q] = all + (size_t)q * nb;
+        e->in[q] = q == e->rank ? op->send : env + (size_t)q * stride + head;
     }
-    GLOO_CALL(what, accel__gloo_allgatherv, e->g, op->send, all, e->recv_nbytes);
     if (op->wire != ACCEL_F32) {
         accel__reduce_wire(op->wire, op->op, out, NULL, e->in, n, op->count, n);
     } else {
         accel__reduce(op->dtype, op->op, out, NULL, e->in, n, op->count, n);
     }
-    return ACCEL_OK;
 }
 
 /* Large allreduces: rank q owns chunk q; every rank sends chunk q of its input to q, q reduces
@@ -462,13 +465,11 @@ static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype
     return ACCEL_OK;
 }
 
-/* Allreduce into out (the user's recv, or scratch for a non-root reduce). */
+/* Allreduce into out (the user's recv, or scratch for a non-root reduce), of inputs too large
+ * to travel inline. */
 static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
 {
     const int n = e->n_ranks;
-    if (op->count * accel_dtype_nbytes(op->dtype) * (size_t)n <= ONESHOT_NBYTES) {
-        return allreduce_oneshot(e, op, out, what);
-    }
     size_t *off = e->send_nbytes; /* here: the chunks' offsets, in elements */
     for (int q = 0; q < n; q++) {
         accel__chunk_range(op->count, n, q, &off[q], &e->cnt[q]);
@@ -503,7 +504,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     return ACCEL_OK;
 }
 
-/* ---- the call check ---- */
+/* ---- the envelope: every call's first exchange ---- */
 
 /* A collective as every member declares it; fields that do not apply to the kind are 0. */
 typedef struct call_desc {
@@ -531,36 +532,67 @@ static call_desc describe(const accel__coll *op)
     return d;
 }
 
-/* Every member's declaration of the call, compared before any data moves: Gloo's transport
- * aborts the process when a message is larger than the buffer posted for it, so a mismatched
- * call must never reach it. Every member sees the same table and fails alike (ACCEL_EINVAL,
- * naming two calls), without touching the connections. */
-static accel_status check_call(accel__gloo *e, const accel__coll *op, const char *what)
+static accel__coll undescribe(const call_desc *d)
 {
-    const int n = e->n_ranks;
-    call_desc mine = describe(op), *all = NULL;
-    ACCEL_TRY(scratch(e, 0, sizeof(call_desc) * (size_t)n, (void **)&all));
-    for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = sizeof(call_desc);
+    return (accel__coll){.kind = (accel__coll_kind)d->kind,
+                         .count = d->count,
+                         .total = d->total,
+                         .dtype = (accel_dtype)d->dtype,
+                         .op = (accel_reduce_op)d->op,
+                         .root = d->root,
+                         .wire = (accel_dtype)d->wire};
+}
+
+/* Every member sends every other an envelope: its declaration of the call, and for a small
+ * allreduce (travels_inline) its input. The declarations are compared before any other data
+ * moves: Gloo's transport aborts the process when a message is larger than the buffer posted
+ * for it, so a mismatched call must never reach it. Envelopes are received into buffers of the
+ * largest envelope's size, which a mismatched one fits too. Every member sees the same table
+ * and fails alike (ACCEL_EINVAL, naming two calls), the connections untouched. One round trip
+ * that is also the barrier, and a small allreduce's whole data movement; *env receives the
+ * table (stride bytes per member). */
+static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what, char **env,
+                             size_t *stride)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const size_t head = sizeof(call_desc);
+    const size_t st = (head + ONESHOT_NBYTES / (size_t)n + 7) & ~(size_t)7;
+    const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
+    char *all = NULL;
+    size_t *ix = NULL;
+    ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
+    ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+    call_desc mine = describe(op);
+    memcpy(all + (size_t)me * st, &mine, head);
+    if (payload > 0) {
+        memcpy(all + (size_t)me * st + head, op->send, payload);
     }
-    GLOO_CALL(what, accel__gloo_allgatherv, e->g, &mine, all, e->recv_nbytes);
+    accel__gloo_msgs_begin(e->g);
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, all + (size_t)q * st, st, &ix[q]);
+        }
+    }
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, all + (size_t)me * st, head + payload,
+                      &ix[n + q]);
+        }
+    }
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_wait, e->g, ix[q]);
+            GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
+        }
+    }
+    call_desc first;
+    memcpy(&first, all, head);
     for (int q = 1; q < n; q++) {
-        if (memcmp(&all[q], &all[0], sizeof(call_desc)) != 0) {
+        call_desc dq;
+        memcpy(&dq, all + (size_t)q * st, head);
+        if (memcmp(&dq, &first, head) != 0) {
             char a[160], b[160];
-            accel__coll c0 = {.kind = (accel__coll_kind)all[0].kind,
-                              .count = all[0].count,
-                              .total = all[0].total,
-                              .dtype = (accel_dtype)all[0].dtype,
-                              .op = (accel_reduce_op)all[0].op,
-                              .root = all[0].root,
-                              .wire = (accel_dtype)all[0].wire};
-            accel__coll cq = {.kind = (accel__coll_kind)all[q].kind,
-                              .count = all[q].count,
-                              .total = all[q].total,
-                              .dtype = (accel_dtype)all[q].dtype,
-                              .op = (accel_reduce_op)all[q].op,
-                              .root = all[q].root,
-                              .wire = (accel_dtype)all[q].wire};
+            accel__coll c0 = undescribe(&first), cq = undescribe(&dq);
             accel__coll_str(&c0, n, a, sizeof(a));
             accel__coll_str(&cq, n, b, sizeof(b));
             pthread_mutex_lock(&e->mu);
@@ -574,6 +606,8 @@ static accel_status check_call(accel__gloo *e, const accel__coll *op, const char
             return accel__seterr(NULL, ACCEL_EINVAL, "%s", e->broken_msg);
         }
     }
+    *env = all;
+    *stride = st;
     return ACCEL_OK;
 }
 
@@ -584,9 +618,17 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     }
     char what[160];
     accel__coll_str(op, e->n_ranks, what, sizeof(what));
-    ACCEL_TRY(check_call(e, op, what));
+    char *env = NULL;
+    size_t stride = 0;
+    ACCEL_TRY(exchange(e, op, what, &env, &stride));
     const int n = e->n_ranks, me = e->rank;
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
+    if (travels_inline(e, op)) { /* the data came with the envelopes */
+        if (op->kind == ACCEL__COLL_ALLREDUCE || me == op->root) {
+            allreduce_inline(e, op, op->recv, env, stride, sizeof(call_desc));
+        }
+        return ACCEL_OK;
+    }
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:
         return allreduce(e, op, op->recv, what);
@@ -632,8 +674,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
         GLOO_CALL(what, accel__gloo_gather, e->g, send, nb, op->recv, op->root);
         return ACCEL_OK;
     }
-    case ACCEL__COLL_BARRIER:
-        GLOO_CALL(what, accel__gloo_barrier, e->g);
+    case ACCEL__COLL_BARRIER: /* the exchange was one */
         return ACCEL_OK;
     }
     return accel__seterr(NULL, ACCEL_EINTERNAL, "gloo: unknown collective %d", (int)op->kind);

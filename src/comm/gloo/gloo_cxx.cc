@@ -24,7 +24,6 @@
 
 #include <gloo/allgatherv.h>
 #include <gloo/alltoallv.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
@@ -411,16 +410,6 @@ extern "C" accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send,
         o.setTag(g->tag++);
         o.setTimeout(g->timeout);
         gloo::gather(o);
-    });
-}
-
-extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err)
-{
-    return guard(g, err, [&] {
-        gloo::BarrierOptions o(g->ctx);
-        o.setTag(g->tag++);
-        o.setTimeout(g->timeout);
-        gloo::barrier(o);
     });
 }
 

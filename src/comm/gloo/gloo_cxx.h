@@ -54,7 +54,6 @@ accel_status accel__gloo_broadcast(accel__gloo_ctx *g, void *buf, size_t nbytes,
 /* Every rank's nbytes bytes to root's recv, in rank order (recv unused elsewhere). */
 accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nbytes, void *recv,
                                 int root, accel__gloo_err *err);
-accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err);
 
 /* Point-to-point messages, for algorithms Gloo's collectives cannot express. A batch begins
  * with accel__gloo_msgs_begin (a fresh tag); each post starts one message of nbytes > 0 to or
