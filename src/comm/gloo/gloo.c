@@ -55,6 +55,9 @@ struct accel__gloo {
     size_t scratch_nbytes[3];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
+    /* The envelopes of call env_seq land in table env[env_seq % 2] (exchange()). */
+    char *env[2];
+    uint64_t env_seq;
     /* The first failure: every later call repeats it. */
     _Atomic int broken;
     accel_status broken_st;
@@ -121,6 +124,7 @@ void accel__gloo_close(accel__gloo *e)
     accel__free(e->send_nbytes);
     accel__free(e->recv_nbytes);
     accel__free(e->in);
+    accel__free(e->env[0]);
     accel__free(e);
 }
 
@@ -551,6 +555,18 @@ static accel__coll undescribe(const call_desc *d)
  * and fails alike (ACCEL_EINVAL, naming two calls), the connections untouched. One round trip
  * that is also the barrier, and a small allreduce's whole data movement; *env receives the
  * table (stride bytes per member). */
+/* Posts the receives of call seq's envelopes (table seq % 2, stride st). */
+static accel_status post_envelopes(accel__gloo *e, uint64_t seq, size_t st, const char *what)
+{
+    for (int q = 0; q < e->n_ranks; q++) {
+        if (q != e->rank) {
+            GLOO_CALL(what, accel__gloo_env_recv, e->g, seq, q, e->env[seq & 1] + (size_t)q * st,
+                      st);
+        }
+    }
+    return ACCEL_OK;
+}
+
 static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what, char **env,
                              size_t *stride)
 {
@@ -558,10 +574,18 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     const size_t head = sizeof(call_desc);
     const size_t st = (head + ONESHOT_NBYTES / (size_t)n + 7) & ~(size_t)7;
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
-    char *all = NULL;
+    const uint64_t seq = e->env_seq;
     size_t *ix = NULL;
-    ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
-    ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+    ACCEL_TRY(scratch(e, 2, sizeof(size_t) * (size_t)n, (void **)&ix));
+    if (e->env[0] == NULL) { /* the first call: later ones find their receives posted */
+        e->env[0] = accel__malloc(2 * (size_t)n * st);
+        if (e->env[0] == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory for envelopes");
+        }
+        e->env[1] = e->env[0] + (size_t)n * st;
+        ACCEL_TRY(post_envelopes(e, seq, st, what));
+    }
+    char *all = e->env[seq & 1];
     call_desc mine = describe(op);
     memcpy(all + (size_t)me * st, &mine, head);
     if (payload > 0) {
@@ -570,21 +594,18 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     accel__gloo_msgs_begin(e->g);
     for (int q = 0; q < n; q++) {
         if (q != me) {
-            GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, all + (size_t)q * st, st, &ix[q]);
+            GLOO_CALL(what, accel__gloo_env_send, e->g, seq, q, all + (size_t)me * st,
+                      head + payload, &ix[q]);
         }
     }
     for (int q = 0; q < n; q++) {
         if (q != me) {
-            GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, all + (size_t)me * st, head + payload,
-                      &ix[n + q]);
-        }
-    }
-    for (int q = 0; q < n; q++) {
-        if (q != me) {
+            GLOO_CALL(what, accel__gloo_env_wait, e->g, seq, q);
             GLOO_CALL(what, accel__gloo_wait, e->g, ix[q]);
-            GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
         }
     }
+    e->env_seq = seq + 1;
+    ACCEL_TRY(post_envelopes(e, seq + 1, st, what));
     call_desc first;
     memcpy(&first, all, head);
     for (int q = 1; q < n; q++) {

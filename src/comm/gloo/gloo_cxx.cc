@@ -168,6 +168,8 @@ struct accel__gloo_ctx {
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> msgs;
     std::vector<char> msg_is_send;
     uint64_t msg_base = 0;
+    /* The envelopes' receives (accel__gloo_env_recv): one per peer for each of two calls. */
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> env[2];
 };
 
 /* Calls f(fd, inode, local address, remote address) for every connected socket of this
@@ -364,6 +366,46 @@ extern "C" accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel
         if (!(g->msg_is_send[index] ? b->waitSend(g->timeout) : b->waitRecv(g->timeout))) {
             throw std::runtime_error("gloo: a point-to-point message was aborted");
         }
+    });
+}
+
+/* Envelope slots: a byte of their own, then the call's number. */
+static uint64_t env_slot(uint64_t seq)
+{
+    return (uint64_t)0x7d << 56 | (seq & (((uint64_t)1 << 56) - 1));
+}
+
+extern "C" accel_status accel__gloo_env_recv(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
+                                             size_t nbytes, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        auto &slots = g->env[seq & 1];
+        slots.resize((size_t)g->ctx->size);
+        slots[(size_t)peer] = g->ctx->createUnboundBuffer(buf, nbytes);
+        slots[(size_t)peer]->recv(peer, env_slot(seq), 0, nbytes);
+    });
+}
+
+extern "C" accel_status accel__gloo_env_wait(accel__gloo_ctx *g, uint64_t seq, int peer,
+                                             accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        auto &b = g->env[seq & 1].at((size_t)peer);
+        if (b == nullptr || !b->waitRecv(g->timeout)) {
+            throw std::runtime_error("gloo: an envelope's receive was aborted");
+        }
+    });
+}
+
+extern "C" accel_status accel__gloo_env_send(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
+                                             size_t nbytes, size_t *index, accel__gloo_err *err)
+{
+    return guard(g, err, [&] {
+        auto b = g->ctx->createUnboundBuffer(buf, nbytes);
+        b->send(peer, env_slot(seq), 0, nbytes);
+        *index = g->msgs.size();
+        g->msgs.push_back(std::move(b));
+        g->msg_is_send.push_back(1);
     });
 }
 
