@@ -89,7 +89,6 @@ void accel__gloo_close(accel__gloo *e)
     accel__free(e->send_nbytes);
     accel__free(e->recv_nbytes);
     accel__free(e->in);
-    accel__free(e->env[0]);
     accel__free(e);
 }
 
@@ -105,6 +104,28 @@ static void ignore_sigpipe(void)
         sa.sa_handler == SIG_DFL) {
         signal(SIGPIPE, SIG_IGN);
     }
+}
+
+/* e->remote: whether some member has a peer on another host. Every member must take the same
+ * allreduce path (gloo_coll.c's pipelining threshold depends on it), so they agree on it. */
+static accel_status agree_remote(accel__gloo *e)
+{
+    const int n = e->n_ranks;
+    int32_t mine = accel__gloo_remote_peers(e->g) > 0;
+    int32_t *all = accel__calloc((size_t)n, sizeof(int32_t));
+    if (all == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory");
+    }
+    for (int q = 0; q < n; q++) {
+        e->recv_nbytes[q] = sizeof(int32_t);
+    }
+    accel__gloo_err err;
+    accel_status st = accel__gloo_allgatherv(e->g, &mine, all, e->recv_nbytes, &err);
+    for (int q = 0; q < n && st == ACCEL_OK; q++) {
+        e->remote |= all[q] != 0;
+    }
+    accel__free(all);
+    return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
 }
 
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
@@ -175,6 +196,11 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
             accel__store_abandon(e->store);
             e->store = NULL;
         }
+        accel__gloo_close(e);
+        return st;
+    }
+    st = agree_remote(e);
+    if (st != ACCEL_OK) {
         accel__gloo_close(e);
         return st;
     }

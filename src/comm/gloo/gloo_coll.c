@@ -93,10 +93,11 @@ static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, c
  * one message per peer each with a ready-notice round trip and an idle link between them,
  * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
 #define SEG_NBYTES ((size_t)1 << 20)
-/* Below 4 MiB, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
+/* Below this, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
  * messages cost 2-3x more per call from 64 KiB to 1 MiB, while over a 1 Gbit/s link they
- * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"). */
-#define PIPELINE_NBYTES ((size_t)4 << 20)
+ * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"):
+ * 1 MiB when some member has a peer on another host, else 4 MiB. */
+#define PIPELINE_NBYTES(e) ((e)->remote ? (size_t)1 << 20 : (size_t)4 << 20)
 #define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
 enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
 
@@ -208,7 +209,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
                                                                               op->count);
         data = result = w;
     }
-    if (op->count * es >= PIPELINE_NBYTES) {
+    if (op->count * es >= PIPELINE_NBYTES(e)) {
         ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
     } else {
         char *mine = (char *)result + off[e->rank] * es; /* reduce_blocks reuses off's table */
@@ -271,19 +272,9 @@ static accel__coll undescribe(const call_desc *d)
  * largest envelope's size, which a mismatched one fits too. Every member sees the same table
  * and fails alike (ACCEL_EINVAL, naming two calls), the connections untouched. One round trip
  * that is also the barrier, and a small allreduce's whole data movement; *env receives the
- * table (stride bytes per member). */
-/* Posts the receives of call seq's envelopes (table seq % 2, stride st). */
-static accel_status post_envelopes(accel__gloo *e, uint64_t seq, size_t st, const char *what)
-{
-    for (int q = 0; q < e->n_ranks; q++) {
-        if (q != e->rank) {
-            GLOO_CALL(what, accel__gloo_env_recv, e->g, seq, q, e->env[seq & 1] + (size_t)q * st,
-                      st);
-        }
-    }
-    return ACCEL_OK;
-}
-
+ * table (stride bytes per member). The receives are posted here, not one call ahead: a receive
+ * posted ahead sends its ready notice to a peer that may have left the communicator already,
+ * whose connection reset then discards what this process had not read yet of the last call. */
 static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what, char **env,
                              size_t *stride)
 {
@@ -291,18 +282,10 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     const size_t head = sizeof(call_desc);
     const size_t st = (head + ONESHOT_NBYTES / (size_t)n + 7) & ~(size_t)7;
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
-    const uint64_t seq = e->env_seq;
+    char *all = NULL;
     size_t *ix = NULL;
-    ACCEL_TRY(scratch(e, 2, sizeof(size_t) * (size_t)n, (void **)&ix));
-    if (e->env[0] == NULL) { /* the first call: later ones find their receives posted */
-        e->env[0] = accel__malloc(2 * (size_t)n * st);
-        if (e->env[0] == NULL) {
-            return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory for envelopes");
-        }
-        e->env[1] = e->env[0] + (size_t)n * st;
-        ACCEL_TRY(post_envelopes(e, seq, st, what));
-    }
-    char *all = e->env[seq & 1];
+    ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
+    ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
     call_desc mine = describe(op);
     memcpy(all + (size_t)me * st, &mine, head);
     if (payload > 0) {
@@ -311,18 +294,21 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     accel__gloo_msgs_begin(e->g);
     for (int q = 0; q < n; q++) {
         if (q != me) {
-            GLOO_CALL(what, accel__gloo_env_send, e->g, seq, q, all + (size_t)me * st,
-                      head + payload, &ix[q]);
+            GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, all + (size_t)q * st, st, &ix[q]);
         }
     }
     for (int q = 0; q < n; q++) {
         if (q != me) {
-            GLOO_CALL(what, accel__gloo_env_wait, e->g, seq, q);
-            GLOO_CALL(what, accel__gloo_wait, e->g, ix[q]);
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, all + (size_t)me * st, head + payload,
+                      &ix[n + q]);
         }
     }
-    e->env_seq = seq + 1;
-    ACCEL_TRY(post_envelopes(e, seq + 1, st, what));
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_wait, e->g, ix[q]);
+            GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
+        }
+    }
     call_desc first;
     memcpy(&first, all, head);
     for (int q = 1; q < n; q++) {

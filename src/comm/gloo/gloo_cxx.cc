@@ -8,6 +8,7 @@
 #include "gloo_cxx.h"
 
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -152,6 +153,31 @@ bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
     return false;
 }
 
+/* Whether a is an address of one of this host's interfaces (in this network namespace). */
+static bool on_this_host(const sockaddr_storage &a)
+{
+    struct ifaddrs *all = nullptr;
+    if (getifaddrs(&all) != 0) {
+        return false;
+    }
+    bool found = false;
+    for (struct ifaddrs *i = all; i != nullptr && !found; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a.ss_family) {
+            continue;
+        }
+        if (a.ss_family == AF_INET) {
+            found = reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr ==
+                    reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr;
+        } else if (a.ss_family == AF_INET6) {
+            found = memcmp(&reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr,
+                           &reinterpret_cast<const sockaddr_in6 *>(i->ifa_addr)->sin6_addr,
+                           sizeof(in6_addr)) == 0;
+        }
+    }
+    freeifaddrs(all);
+    return found;
+}
+
 } // namespace
 
 struct accel__gloo_ctx {
@@ -162,14 +188,14 @@ struct accel__gloo_ctx {
     std::vector<std::vector<std::string>> peers;
     /* The sockets of this context's connections (inodes), found right after connecting. */
     std::vector<ino_t> sockets;
+    /* How many peers listen on an address that is not one of this host's. */
+    int remote_peers = 0;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
     /* The current batch of point-to-point messages (accel__gloo_post), and its slots' base. */
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> msgs;
     std::vector<char> msg_is_send;
     uint64_t msg_base = 0;
-    /* The envelopes' receives (accel__gloo_env_recv): one per peer for each of two calls. */
-    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> env[2];
 };
 
 /* Calls f(fd, inode, local address, remote address) for every connected socket of this
@@ -272,6 +298,7 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
             if (q != rank) {
                 auto peer = peer_address(adapter, q, rank, n_ranks);
                 g->peers[(size_t)q].push_back(peer.str());
+                g->remote_peers += !on_this_host(peer.getSockaddr());
                 ends.push_back({peer.getSockaddr(), q});
                 auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
                     g->ctx->getPair(q)->address());
@@ -305,6 +332,11 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
     }
     *out = g;
     return ACCEL_OK;
+}
+
+extern "C" int accel__gloo_remote_peers(const accel__gloo_ctx *g)
+{
+    return g->remote_peers;
 }
 
 extern "C" void accel__gloo_free(accel__gloo_ctx *g)
@@ -366,46 +398,6 @@ extern "C" accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel
         if (!(g->msg_is_send[index] ? b->waitSend(g->timeout) : b->waitRecv(g->timeout))) {
             throw std::runtime_error("gloo: a point-to-point message was aborted");
         }
-    });
-}
-
-/* Envelope slots: a byte of their own, then the call's number. */
-static uint64_t env_slot(uint64_t seq)
-{
-    return (uint64_t)0x7d << 56 | (seq & (((uint64_t)1 << 56) - 1));
-}
-
-extern "C" accel_status accel__gloo_env_recv(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
-                                             size_t nbytes, accel__gloo_err *err)
-{
-    return guard(g, err, [&] {
-        auto &slots = g->env[seq & 1];
-        slots.resize((size_t)g->ctx->size);
-        slots[(size_t)peer] = g->ctx->createUnboundBuffer(buf, nbytes);
-        slots[(size_t)peer]->recv(peer, env_slot(seq), 0, nbytes);
-    });
-}
-
-extern "C" accel_status accel__gloo_env_wait(accel__gloo_ctx *g, uint64_t seq, int peer,
-                                             accel__gloo_err *err)
-{
-    return guard(g, err, [&] {
-        auto &b = g->env[seq & 1].at((size_t)peer);
-        if (b == nullptr || !b->waitRecv(g->timeout)) {
-            throw std::runtime_error("gloo: an envelope's receive was aborted");
-        }
-    });
-}
-
-extern "C" accel_status accel__gloo_env_send(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
-                                             size_t nbytes, size_t *index, accel__gloo_err *err)
-{
-    return guard(g, err, [&] {
-        auto b = g->ctx->createUnboundBuffer(buf, nbytes);
-        b->send(peer, env_slot(seq), 0, nbytes);
-        *index = g->msgs.size();
-        g->msgs.push_back(std::move(b));
-        g->msg_is_send.push_back(1);
     });
 }
 

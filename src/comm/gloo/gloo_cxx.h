@@ -37,6 +37,9 @@ typedef struct accel__gloo_err {
 accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store, const char *prefix,
                                  int rank, int n_ranks, const char *ifname, const char *host,
                                  double timeout_s, accel__gloo_err *err);
+/* How many peers listen on an address of another host (not one of this network namespace's
+ * interfaces). */
+int accel__gloo_remote_peers(const accel__gloo_ctx *g);
 /* Frees the context (its connections close; peers still waiting see them close). NULL ok. */
 void accel__gloo_free(accel__gloo_ctx *g);
 
@@ -66,19 +69,6 @@ void accel__gloo_msgs_begin(accel__gloo_ctx *g);
 accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int peer, uint32_t key, void *buf,
                               size_t nbytes, size_t *index, accel__gloo_err *err);
 accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err);
-
-/* Envelopes: the first message of every call (gloo.c's exchange), numbered by call. The
- * receives of call seq from every peer are posted one call ahead (accel__gloo_env_recv, into
- * buf of nbytes, kept until the receive of call seq + 2 replaces it), so a peer's envelope goes
- * out as soon as the peer sends it, never waiting for this rank's ready notice;
- * accel__gloo_env_wait waits for one (at most the context's timeout). accel__gloo_env_send
- * sends this rank's envelope of call seq as a message of the current batch (waited for with
- * accel__gloo_wait). */
-accel_status accel__gloo_env_recv(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
-                                  size_t nbytes, accel__gloo_err *err);
-accel_status accel__gloo_env_wait(accel__gloo_ctx *g, uint64_t seq, int peer, accel__gloo_err *err);
-accel_status accel__gloo_env_send(accel__gloo_ctx *g, uint64_t seq, int peer, void *buf,
-                                  size_t nbytes, size_t *index, accel__gloo_err *err);
 
 /* Shuts down every connection of the context (any thread): every wait on it, here and on the
  * peers waiting on this rank, fails at once. */

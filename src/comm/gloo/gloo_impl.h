@@ -24,14 +24,12 @@ struct accel__gloo {
     char listen[96]; /* "eth0" or "10.0.0.2 (route to MASTER_ADDR)", for describe */
     accel__gloo_ctx *g;
     uint64_t n_splits;
+    int remote; /* some member has a peer on another host */
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
     void *scratch[3];
     size_t scratch_nbytes[3];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
-    /* The envelopes of call env_seq land in table env[env_seq % 2] (exchange()). */
-    char *env[2];
-    uint64_t env_seq;
     /* The first failure: every later call repeats it. */
     _Atomic int broken;
     accel_status broken_st;
