@@ -21,7 +21,7 @@
  * gloo::broadcast: what PyTorch's gloo process group calls; bench/gloo_raw.cc), on a Gloo
  * context of its own that meets through the job's store; Gloo has no reduce_scatter.
  * --oop-only 1 leaves out the in-place columns (shorter runs); --min-kib K starts the sizes at
- * K KiB instead of 4 (a slow network's small sizes take long).
+ * K KiB instead of 4 (a slow network's small sizes take long), --min-bytes B at B bytes (latency).
  *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
  *                                                         [--backend shm|gloo|hier|...]
@@ -209,14 +209,16 @@ static double time_coll(accel *acc, coll c, float *send, float *recv, size_t cou
 
 int main(int argc, char **argv)
 {
-    size_t max_mib = 256, min_kib = 4;
+    size_t max_mib = 256, min_nbytes = 4 << 10;
     int only = -1, oop_only = 0;
     accel_options o = accel_options_default();
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--max-mib") == 0) {
             max_mib = (size_t)atol(argv[i + 1]);
         } else if (strcmp(argv[i], "--min-kib") == 0) {
-            min_kib = (size_t)atol(argv[i + 1]);
+            min_nbytes = (size_t)atol(argv[i + 1]) << 10;
+        } else if (strcmp(argv[i], "--min-bytes") == 0) {
+            min_nbytes = (size_t)atol(argv[i + 1]);
         } else if (strcmp(argv[i], "--oop-only") == 0) {
             oop_only = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--backend") == 0) {
@@ -297,7 +299,7 @@ int main(int argc, char **argv)
         if (only >= 0 && c != only) {
             continue;
         }
-        for (size_t nbytes = min_kib << 10; nbytes <= max_nbytes; nbytes *= 4) {
+        for (size_t nbytes = min_nbytes; nbytes <= max_nbytes; nbytes *= 4) {
             size_t count = nbytes / sizeof(float);
             double t_raw = 0;
             double t_oop = time_coll(acc, (coll)c, send, recv, count, 0,

@@ -73,8 +73,8 @@ static void post_test_wait(accel__comm *c)
         for (size_t i = 0; i < counts[k]; i++) {
             buf[k][i] = (float)(rank + 1) * (float)(i % 7 + k);
         }
-        accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf[k], buf[k], counts[k], ACCEL_F32,
-                                     ACCEL_SUM, 0);
+        accel__coll op =
+            ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf[k], buf[k], counts[k], ACCEL_F32, ACCEL_SUM, 0);
         /* Host backends ignore the stream: any value is accepted and changes nothing. */
         accel__stream *stream = k == 1 ? (accel__stream *)&counts : NULL;
         CHECK_OK(NULL, accel__comm_post(c, &op, stream, &w[k]));
@@ -84,7 +84,8 @@ static void post_test_wait(accel__comm *c)
     CHECK(one == (int)sum_ranks(n_ranks));
     for (int k = 0; k < K; k++) {
         accel_status st = ACCEL_EINTERNAL;
-        CHECK(accel__work_test(w[k], &st) == 1 && st == ACCEL_OK); /* posted before the blocking call */
+        CHECK(accel__work_test(w[k], &st) == 1 &&
+              st == ACCEL_OK); /* posted before the blocking call */
         CHECK_OK(NULL, accel__work_wait(w[k], accel__now() - 1)); /* complete: no waiting */
         for (size_t i = 0; i < counts[k]; i++) {
             CHECK(buf[k][i] == sum_ranks(n_ranks) * (float)(i % 7 + k));
@@ -298,8 +299,8 @@ static void splits(accel__comm *world)
     CHECK(r[0] == (float)size * s[2 * (rank % 2)] && r[1] == (float)size * s[2 * (rank % 2) + 1]);
     int ids[2];
     ids[rank % 2] = rank;
-    accel__coll ag = ACCEL__COLL(ACCEL__COLL_ALLGATHER, ids + rank % 2, ids, 1, ACCEL_I32,
-                                 ACCEL_SUM, 0);
+    accel__coll ag =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, ids + rank % 2, ids, 1, ACCEL_I32, ACCEL_SUM, 0);
     accel_work *w;
     CHECK_OK(NULL, accel__comm_post(node, &ag, NULL, &w));
     CHECK_OK(NULL, accel__work_wait(w, accel__comm_deadline(node)));
@@ -333,6 +334,8 @@ static void splits(accel__comm *world)
     }
 
     /* A mismatch inside node group 0 breaks that group on its members only. */
+    accel__comm *again = NULL; /* for a second mismatch */
+    CHECK_OK(NULL, accel__comm_split(world, rank / 2, rank, &again));
     if (size == 2 && !mpi) {
         float m[5] = {0};
         accel_status st = ACCEL_OK;
@@ -344,7 +347,18 @@ static void splits(accel__comm *world)
         } else {
             CHECK_OK(NULL, accel__allreduce(node, m, m, 5, ACCEL_F32, ACCEL_SUM));
         }
+        /* Again on a fresh group, a small call against a large one: on gloo the small one's
+         * inputs travel with its declaration, and the large one's buffers must not take them. */
+        if (rank < 2) {
+            float *big = calloc(1 << 18, sizeof(float));
+            CHECK(big != NULL);
+            st = accel__allreduce(again, big, big, rank == 0 ? 3 : 1 << 18, ACCEL_F32, ACCEL_SUM);
+            CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(NULL), "collective mismatch"),
+                      "%s", accel_last_error(NULL));
+            free(big);
+        }
     }
+    accel__comm_free(again);
     float all = 1.0f;
     CHECK_OK(NULL, accel__allreduce(world, &all, &all, 1, ACCEL_F32, ACCEL_SUM));
     CHECK(all == (float)n_ranks);

@@ -4,15 +4,7 @@
  * a multi-machine accel launch, else by process 0), listening on ACCEL_SOCKET_IFNAME /
  * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR.
  *
- * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
- * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
- * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
- * an allreduce then sends the reduced blocks to every rank (from 4 MiB as point-to-point
- * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a ring
- * moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
- * backend. Small allreduces (all inputs together <= 64 KiB) take one round trip: every rank
- * gathers all inputs and reduces them in rank order. Reduce is the allreduce, kept at the root;
- * the rest are Gloo's own.
+ * The collectives are in gloo_coll.c.
  *
  * Failures: the first process that sees one (a connection closed by a dead peer, a deadline)
  * records its diagnosis in the store ("<prefix>abort"), then resets all its connections, so
@@ -31,34 +23,11 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "base/convert.h"
 #include "comm/comm.h"
-#include "comm/reduce.h"
 #include "comm/store.h"
 #include "gloo.h"
 #include "gloo_cxx.h"
-
-struct accel__gloo {
-    int rank, n_ranks;
-    int *process; /* the job-wide process index of each rank, for messages */
-    double timeout_s;
-    accel__log_ctx log;
-    accel__store *store;
-    pthread_mutex_t mu; /* the failure record and the store (abort may come from any thread) */
-    char prefix[400];
-    char listen[96]; /* "eth0" or "10.0.0.2 (route to MASTER_ADDR)", for describe */
-    accel__gloo_ctx *g;
-    uint64_t n_splits;
-    /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
-    void *scratch[3];
-    size_t scratch_nbytes[3];
-    size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
-    const void **in;
-    /* The first failure: every later call repeats it. */
-    _Atomic int broken;
-    accel_status broken_st;
-    char broken_msg[ACCEL__ERRMSG_NBYTES];
-};
+#include "gloo_impl.h"
 
 /* ---- setup ---- */
 
@@ -137,6 +106,28 @@ static void ignore_sigpipe(void)
     }
 }
 
+/* e->remote: whether some member has a peer on another host. Every member must take the same
+ * allreduce path (gloo_coll.c's pipelining threshold depends on it), so they agree on it. */
+static accel_status agree_remote(accel__gloo *e)
+{
+    const int n = e->n_ranks;
+    int32_t mine = accel__gloo_remote_peers(e->g) > 0;
+    int32_t *all = accel__calloc((size_t)n, sizeof(int32_t));
+    if (all == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory");
+    }
+    for (int q = 0; q < n; q++) {
+        e->recv_nbytes[q] = sizeof(int32_t);
+    }
+    accel__gloo_err err;
+    accel_status st = accel__gloo_allgatherv(e->g, &mine, all, e->recv_nbytes, &err);
+    for (int q = 0; q < n && st == ACCEL_OK; q++) {
+        e->remote |= all[q] != 0;
+    }
+    accel__free(all);
+    return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
+}
+
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
                               int serve, const int *process)
 {
@@ -208,6 +199,11 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         accel__gloo_close(e);
         return st;
     }
+    st = agree_remote(e);
+    if (st != ACCEL_OK) {
+        accel__gloo_close(e);
+        return st;
+    }
     snprintf(e->listen, sizeof(e->listen), "%s",
              cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
     accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %d processes connected, listening on %s, store %s",
@@ -256,9 +252,8 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
     return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
 }
 
-/* A failed Gloo call: the diagnosis naming the process at fault, recorded by fail(). */
-static accel_status failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
-                           const char *what)
+accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
+                                const char *what)
 {
     char msg[ACCEL__ERRMSG_NBYTES];
     const int me = e->process[e->rank];
@@ -286,357 +281,6 @@ void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg)
     snprintf(m, sizeof(m), "gloo: process %d aborted the communicator: %s", e->process[e->rank],
              msg);
     (void)fail(e, st, m);
-}
-
-/* ---- the collectives ---- */
-
-/* Scratch buffer i of at least nbytes. */
-static accel_status scratch(accel__gloo *e, int i, size_t nbytes, void **out)
-{
-    if (e->scratch_nbytes[i] < nbytes) {
-        void *p = accel__realloc(e->scratch[i], nbytes);
-        if (p == NULL) {
-            return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory for %zu bytes", nbytes);
-        }
-        e->scratch[i] = p;
-        e->scratch_nbytes[i] = nbytes;
-    }
-    *out = e->scratch[i];
-    return ACCEL_OK;
-}
-
-/* Calls a gloo_cxx function (its error out-parameter appended) and turns a failure into the
- * communicator's failure, returned from the caller. */
-#define GLOO_CALL(what, fn, ...)                                                                   \
-    do {                                                                                           \
-        accel__gloo_err err_;                                                                      \
-        accel_status st_ = fn(__VA_ARGS__, &err_);                                                 \
-        if (st_ != ACCEL_OK) {                                                                     \
-            return failed(e, st_, &err_, (what));                                                  \
-        }                                                                                          \
-    } while (0)
-
-/* The reduction at the heart of allreduce / reduce_scatter / reduce: `data` holds n blocks (rank
- * q's at off[q], cnt[q] elements of dtype dt); rank q receives block q of every rank, reduces
- * them in rank order and writes its block to out_block. */
-static accel_status reduce_blocks(accel__gloo *e, const accel__coll *op, accel_dtype dt,
-                                  const void *data, const size_t *cnt, void *out_block,
-                                  const char *what)
-{
-    const int n = e->n_ranks, me = e->rank;
-    const size_t es = accel_dtype_nbytes(dt), mine = cnt[me] * es;
-    void *blocks = NULL;
-    ACCEL_TRY(scratch(e, 0, mine * (size_t)n + 1, &blocks));
-    for (int q = 0; q < n; q++) {
-        e->send_nbytes[q] = cnt[q] * es;
-        e->recv_nbytes[q] = mine;
-        e->in[q] = (const char *)blocks + (size_t)q * mine;
-    }
-    GLOO_CALL(what, accel__gloo_alltoallv, e->g, data, e->send_nbytes, blocks, e->recv_nbytes);
-    accel__reduce(dt, op->op, out_block, NULL, e->in, n, cnt[me], n);
-    return ACCEL_OK;
-}
-
-/* Small messages: one round trip instead of two (latency, not bandwidth, is what they cost):
- * every rank gathers every input and reduces them all, in rank order. */
-#define ONESHOT_NBYTES ((size_t)64 << 10)
-
-static accel_status allreduce_oneshot(accel__gloo *e, const accel__coll *op, void *out,
-                                      const char *what)
-{
-    const int n = e->n_ranks;
-    const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
-    char *all = NULL;
-    ACCEL_TRY(scratch(e, 0, nb * (size_t)n + 1, (void **)&all));
-    for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = nb;
-        e->in[q] = all + (size_t)q * nb;
-    }
-    GLOO_CALL(what, accel__gloo_allgatherv, e->g, op->send, all, e->recv_nbytes);
-    if (op->wire != ACCEL_F32) {
-        accel__reduce_wire(op->wire, op->op, out, NULL, e->in, n, op->count, n);
-    } else {
-        accel__reduce(op->dtype, op->op, out, NULL, e->in, n, op->count, n);
-    }
-    return ACCEL_OK;
-}
-
-/* Large allreduces: rank q owns chunk q; every rank sends chunk q of its input to q, q reduces
- * the n inputs in rank order and sends the reduced chunk to every rank (what a ring moves,
- * 2 (n-1)/n of the message per rank). The chunks travel as point-to-point messages in segments
- * of SEG_NBYTES, every receive posted first: segment k is reduced and sent on while k + 1
- * arrives, so the connections stay busy in both directions. (Gloo's alltoallv then allgatherv,
- * one message per peer each with a ready-notice round trip and an idle link between them,
- * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
-#define SEG_NBYTES ((size_t)1 << 20)
-/* Below 4 MiB, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
- * messages cost 2-3x more per call from 64 KiB to 1 MiB, while over a 1 Gbit/s link they
- * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"). */
-#define PIPELINE_NBYTES ((size_t)4 << 20)
-#define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
-enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
-
-static size_t seg_len(size_t cnt, size_t seg, size_t k)
-{
-    return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
-}
-
-static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype dt,
-                              const char *data, char *result, const size_t *off, const char *what)
-{
-    const int n = e->n_ranks, me = e->rank;
-    const size_t es = accel_dtype_nbytes(dt), *cnt = e->cnt, mine = cnt[me];
-    size_t per = 0;
-    for (int q = 0; q < n; q++) {
-        per = cnt[q] > per ? cnt[q] : per;
-    }
-    size_t seg = SEG_NBYTES / es;
-    seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
-    const size_t n_seg = (per + seg - 1) / seg;
-    char *in = NULL;
-    size_t *ix = NULL; /* message index of (segment, peer, kind); SIZE_MAX: none */
-    ACCEL_TRY(scratch(e, 0, mine * es * (size_t)n + 1, (void **)&in));
-    ACCEL_TRY(scratch(e, 2, n_seg * (size_t)n * N_MSG * sizeof(size_t), (void **)&ix));
-    accel__gloo_msgs_begin(e->g);
-#define IX(k, q, kind) ix[((k) * (size_t)n + (size_t)(q)) * N_MSG + (kind)]
-#define POST(k, q, kind, buf, len)                                                                 \
-    do {                                                                                           \
-        IX(k, q, kind) = SIZE_MAX;                                                                 \
-        if ((len) > 0) {                                                                           \
-            GLOO_CALL(what, accel__gloo_post, e->g, (kind) >= MSG_IN_SEND, q,                      \
-                      (uint32_t)((k)*2 + ((kind) == MSG_OUT || (kind) == MSG_OUT_SEND)),           \
-                      (void *)(buf), (len)*es, &IX(k, q, kind));                                   \
-        }                                                                                          \
-    } while (0)
-#define WAIT(k, q, kind)                                                                           \
-    do {                                                                                           \
-        if (IX(k, q, kind) != SIZE_MAX) {                                                          \
-            GLOO_CALL(what, accel__gloo_wait, e->g, IX(k, q, kind));                               \
-        }                                                                                          \
-    } while (0)
-    for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            IX(k, q, MSG_OUT_SEND) = SIZE_MAX;
-            if (q != me) {
-                POST(k, q, MSG_IN, in + ((size_t)q * mine + k * seg) * es, seg_len(mine, seg, k));
-                POST(k, q, MSG_OUT, result + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
-            }
-        }
-    }
-    for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                POST(k, q, MSG_IN_SEND, data + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
-            }
-        }
-    }
-    for (size_t k = 0; k < n_seg && k * seg < mine; k++) {
-        const size_t len = seg_len(mine, seg, k);
-        for (int q = 0; q < n; q++) {
-            e->in[q] =
-                q == me ? data + (off[me] + k * seg) * es : in + ((size_t)q * mine + k * seg) * es;
-            if (q != me) {
-                WAIT(k, q, MSG_IN);
-            }
-        }
-        char *to = result + (off[me] + k * seg) * es;
-        accel__reduce(dt, op->op, to, NULL, e->in, n, len, n);
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                POST(k, q, MSG_OUT_SEND, to, len);
-            }
-        }
-    }
-    for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                WAIT(k, q, MSG_OUT);
-                WAIT(k, q, MSG_IN_SEND);
-                WAIT(k, q, MSG_OUT_SEND);
-            }
-        }
-    }
-#undef WAIT
-#undef POST
-#undef IX
-    return ACCEL_OK;
-}
-
-/* Allreduce into out (the user's recv, or scratch for a non-root reduce). */
-static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
-{
-    const int n = e->n_ranks;
-    if (op->count * accel_dtype_nbytes(op->dtype) * (size_t)n <= ONESHOT_NBYTES) {
-        return allreduce_oneshot(e, op, out, what);
-    }
-    size_t *off = e->send_nbytes; /* here: the chunks' offsets, in elements */
-    for (int q = 0; q < n; q++) {
-        accel__chunk_range(op->count, n, q, &off[q], &e->cnt[q]);
-    }
-    /* A wire dtype: every input is rounded to it first, and the 16-bit blocks travel and reduce
-     * (accel__reduce accumulates them in fp32 and rounds once: what accel__reduce_wire is). */
-    const accel_dtype dt = op->wire != ACCEL_F32 ? op->wire : op->dtype;
-    const size_t es = accel_dtype_nbytes(dt);
-    const void *data = op->send;
-    void *result = out;
-    if (op->wire != ACCEL_F32) {
-        void *w = NULL;
-        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &w));
-        (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(w, op->send,
-                                                                              op->count);
-        data = result = w;
-    }
-    if (op->count * es >= PIPELINE_NBYTES) {
-        ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
-    } else {
-        char *mine = (char *)result + off[e->rank] * es; /* reduce_blocks reuses off's table */
-        ACCEL_TRY(reduce_blocks(e, op, dt, data, e->cnt, mine, what));
-        for (int q = 0; q < n; q++) {
-            e->recv_nbytes[q] = e->cnt[q] * es;
-        }
-        GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
-    }
-    if (op->wire != ACCEL_F32) {
-        (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, result,
-                                                                              op->count);
-    }
-    return ACCEL_OK;
-}
-
-/* ---- the call check ---- */
-
-/* A collective as every member declares it; fields that do not apply to the kind are 0. */
-typedef struct call_desc {
-    uint64_t count, total;
-    int32_t kind, dtype, op, root, wire, pad;
-} call_desc;
-
-static call_desc describe(const accel__coll *op)
-{
-    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
-                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
-    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
-                       op->kind == ACCEL__COLL_GATHER;
-    call_desc d;
-    memset(&d, 0, sizeof(d));
-    d.kind = (int32_t)op->kind;
-    if (op->kind != ACCEL__COLL_BARRIER) {
-        d.count = op->count;
-        d.total = op->total;
-        d.dtype = (int32_t)op->dtype;
-        d.op = reducing ? (int32_t)op->op : 0;
-        d.root = rooted ? op->root : 0;
-        d.wire = (int32_t)op->wire;
-    }
-    return d;
-}
-
-/* Every member's declaration of the call, compared before any data moves: Gloo's transport
- * aborts the process when a message is larger than the buffer posted for it, so a mismatched
- * call must never reach it. Every member sees the same table and fails alike (ACCEL_EINVAL,
- * naming two calls), without touching the connections. */
-static accel_status check_call(accel__gloo *e, const accel__coll *op, const char *what)
-{
-    const int n = e->n_ranks;
-    call_desc mine = describe(op), *all = NULL;
-    ACCEL_TRY(scratch(e, 0, sizeof(call_desc) * (size_t)n, (void **)&all));
-    for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = sizeof(call_desc);
-    }
-    GLOO_CALL(what, accel__gloo_allgatherv, e->g, &mine, all, e->recv_nbytes);
-    for (int q = 1; q < n; q++) {
-        if (memcmp(&all[q], &all[0], sizeof(call_desc)) != 0) {
-            char a[160], b[160];
-            accel__coll c0 = {.kind = (accel__coll_kind)all[0].kind,
-                              .count = all[0].count,
-                              .total = all[0].total,
-                              .dtype = (accel_dtype)all[0].dtype,
-                              .op = (accel_reduce_op)all[0].op,
-                              .root = all[0].root,
-                              .wire = (accel_dtype)all[0].wire};
-            accel__coll cq = {.kind = (accel__coll_kind)all[q].kind,
-                              .count = all[q].count,
-                              .total = all[q].total,
-                              .dtype = (accel_dtype)all[q].dtype,
-                              .op = (accel_reduce_op)all[q].op,
-                              .root = all[q].root,
-                              .wire = (accel_dtype)all[q].wire};
-            accel__coll_str(&c0, n, a, sizeof(a));
-            accel__coll_str(&cq, n, b, sizeof(b));
-            pthread_mutex_lock(&e->mu);
-            e->broken_st = ACCEL_EINVAL;
-            snprintf(e->broken_msg, sizeof(e->broken_msg),
-                     "gloo: collective mismatch: process %d called %s, process %d called %s "
-                     "(every process must make the same collective calls in the same order)",
-                     e->process[0], a, e->process[q], b);
-            atomic_store(&e->broken, 1);
-            pthread_mutex_unlock(&e->mu);
-            return accel__seterr(NULL, ACCEL_EINVAL, "%s", e->broken_msg);
-        }
-    }
-    return ACCEL_OK;
-}
-
-accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
-{
-    if (atomic_load(&e->broken)) {
-        return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
-    }
-    char what[160];
-    accel__coll_str(op, e->n_ranks, what, sizeof(what));
-    ACCEL_TRY(check_call(e, op, what));
-    const int n = e->n_ranks, me = e->rank;
-    const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
-    switch (op->kind) {
-    case ACCEL__COLL_ALLREDUCE:
-        return allreduce(e, op, op->recv, what);
-    case ACCEL__COLL_REDUCE: {
-        void *out = op->recv;
-        if (me != op->root) {
-            ACCEL_TRY(scratch(e, 1, nb + 1, &out));
-        }
-        accel__coll ar = *op;
-        ar.kind = ACCEL__COLL_ALLREDUCE;
-        return allreduce(e, &ar, out, what);
-    }
-    case ACCEL__COLL_REDUCE_SCATTER: {
-        for (int q = 0; q < n; q++) {
-            e->cnt[q] = op->count;
-        }
-        return reduce_blocks(e, op, op->dtype, op->send, e->cnt, op->recv, what);
-    }
-    case ACCEL__COLL_ALLGATHER: {
-        for (int q = 0; q < n; q++) {
-            e->recv_nbytes[q] = nb;
-        }
-        const int in_place = op->send == (const char *)op->recv + (size_t)me * nb;
-        GLOO_CALL(what, accel__gloo_allgatherv, e->g, in_place ? NULL : op->send, op->recv,
-                  e->recv_nbytes);
-        return ACCEL_OK;
-    }
-    case ACCEL__COLL_BROADCAST:
-        if (me == op->root && op->send != op->recv && nb > 0) {
-            memcpy(op->recv, op->send, nb);
-        }
-        GLOO_CALL(what, accel__gloo_broadcast, e->g, op->recv, nb, op->root);
-        return ACCEL_OK;
-    case ACCEL__COLL_GATHER: {
-        const void *send = op->send;
-        if (me == op->root && send == (const char *)op->recv + (size_t)me * nb) {
-            void *copy =
-                NULL; /* Gloo copies the root's own block with memcpy: no overlap allowed */
-            ACCEL_TRY(scratch(e, 1, nb + 1, &copy));
-            memcpy(copy, send, nb);
-            send = copy;
-        }
-        GLOO_CALL(what, accel__gloo_gather, e->g, send, nb, op->recv, op->root);
-        return ACCEL_OK;
-    }
-    case ACCEL__COLL_BARRIER:
-        GLOO_CALL(what, accel__gloo_barrier, e->g);
-        return ACCEL_OK;
-    }
-    return accel__seterr(NULL, ACCEL_EINTERNAL, "gloo: unknown collective %d", (int)op->kind);
 }
 
 /* ---- the backend ---- */

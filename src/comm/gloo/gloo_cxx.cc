@@ -8,6 +8,7 @@
 #include "gloo_cxx.h"
 
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -24,7 +25,6 @@
 
 #include <gloo/allgatherv.h>
 #include <gloo/alltoallv.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
@@ -153,6 +153,31 @@ bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
     return false;
 }
 
+/* Whether a is an address of one of this host's interfaces (in this network namespace). */
+static bool on_this_host(const sockaddr_storage &a)
+{
+    struct ifaddrs *all = nullptr;
+    if (getifaddrs(&all) != 0) {
+        return false;
+    }
+    bool found = false;
+    for (struct ifaddrs *i = all; i != nullptr && !found; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a.ss_family) {
+            continue;
+        }
+        if (a.ss_family == AF_INET) {
+            found = reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr ==
+                    reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr;
+        } else if (a.ss_family == AF_INET6) {
+            found = memcmp(&reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr,
+                           &reinterpret_cast<const sockaddr_in6 *>(i->ifa_addr)->sin6_addr,
+                           sizeof(in6_addr)) == 0;
+        }
+    }
+    freeifaddrs(all);
+    return found;
+}
+
 } // namespace
 
 struct accel__gloo_ctx {
@@ -163,6 +188,8 @@ struct accel__gloo_ctx {
     std::vector<std::vector<std::string>> peers;
     /* The sockets of this context's connections (inodes), found right after connecting. */
     std::vector<ino_t> sockets;
+    /* How many peers listen on an address that is not one of this host's. */
+    int remote_peers = 0;
     uint32_t tag = 0;
     std::chrono::milliseconds timeout;
     /* The current batch of point-to-point messages (accel__gloo_post), and its slots' base. */
@@ -271,6 +298,7 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
             if (q != rank) {
                 auto peer = peer_address(adapter, q, rank, n_ranks);
                 g->peers[(size_t)q].push_back(peer.str());
+                g->remote_peers += !on_this_host(peer.getSockaddr());
                 ends.push_back({peer.getSockaddr(), q});
                 auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
                     g->ctx->getPair(q)->address());
@@ -304,6 +332,11 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
     }
     *out = g;
     return ACCEL_OK;
+}
+
+extern "C" int accel__gloo_remote_peers(const accel__gloo_ctx *g)
+{
+    return g->remote_peers;
 }
 
 extern "C" void accel__gloo_free(accel__gloo_ctx *g)
@@ -411,16 +444,6 @@ extern "C" accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send,
         o.setTag(g->tag++);
         o.setTimeout(g->timeout);
         gloo::gather(o);
-    });
-}
-
-extern "C" accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err)
-{
-    return guard(g, err, [&] {
-        gloo::BarrierOptions o(g->ctx);
-        o.setTag(g->tag++);
-        o.setTimeout(g->timeout);
-        gloo::barrier(o);
     });
 }
 

@@ -37,6 +37,9 @@ typedef struct accel__gloo_err {
 accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store, const char *prefix,
                                  int rank, int n_ranks, const char *ifname, const char *host,
                                  double timeout_s, accel__gloo_err *err);
+/* How many peers listen on an address of another host (not one of this network namespace's
+ * interfaces). */
+int accel__gloo_remote_peers(const accel__gloo_ctx *g);
 /* Frees the context (its connections close; peers still waiting see them close). NULL ok. */
 void accel__gloo_free(accel__gloo_ctx *g);
 
@@ -54,7 +57,6 @@ accel_status accel__gloo_broadcast(accel__gloo_ctx *g, void *buf, size_t nbytes,
 /* Every rank's nbytes bytes to root's recv, in rank order (recv unused elsewhere). */
 accel_status accel__gloo_gather(accel__gloo_ctx *g, const void *send, size_t nbytes, void *recv,
                                 int root, accel__gloo_err *err);
-accel_status accel__gloo_barrier(accel__gloo_ctx *g, accel__gloo_err *err);
 
 /* Point-to-point messages, for algorithms Gloo's collectives cannot express. A batch begins
  * with accel__gloo_msgs_begin (a fresh tag); each post starts one message of nbytes > 0 to or

@@ -1,0 +1,56 @@
+/*
+ * The gloo backend's inside, shared by its two halves (private to src/comm/gloo): gloo.c sets up,
+ * records failures and is the backend; gloo_coll.c runs the collectives.
+ */
+#ifndef ACCEL_COMM_GLOO_IMPL_H
+#define ACCEL_COMM_GLOO_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "gloo.h"
+#include "gloo_cxx.h"
+
+struct accel__gloo {
+    int rank, n_ranks;
+    int *process; /* the job-wide process index of each rank, for messages */
+    double timeout_s;
+    accel__log_ctx log;
+    accel__store *store;
+    pthread_mutex_t mu; /* the failure record and the store (abort may come from any thread) */
+    char prefix[400];
+    char listen[96]; /* "eth0" or "10.0.0.2 (route to MASTER_ADDR)", for describe */
+    accel__gloo_ctx *g;
+    uint64_t n_splits;
+    int remote; /* some member has a peer on another host */
+    /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
+    void *scratch[3];
+    size_t scratch_nbytes[3];
+    size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
+    const void **in;
+    /* The first failure: every later call repeats it. */
+    _Atomic int broken;
+    accel_status broken_st;
+    char broken_msg[ACCEL__ERRMSG_NBYTES];
+};
+
+/* A failed Gloo call (what: the collective, for the message): the diagnosis naming the process
+ * at fault is recorded in the store and every connection reset (the communicator is broken
+ * for good); returns the status to report. */
+accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
+                                const char *what);
+
+/* Calls a gloo_cxx function (its error out-parameter appended) and turns a failure into the
+ * communicator's failure, returned from the caller. */
+#define GLOO_CALL(what, fn, ...)                                                                   \
+    do {                                                                                           \
+        accel__gloo_err err_;                                                                      \
+        accel_status st_ = fn(__VA_ARGS__, &err_);                                                 \
+        if (st_ != ACCEL_OK) {                                                                     \
+            return accel__gloo_failed(e, st_, &err_, (what));                                      \
+        }                                                                                          \
+    } while (0)
+
+#endif /* ACCEL_COMM_GLOO_IMPL_H */
