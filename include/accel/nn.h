@@ -140,8 +140,10 @@ ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
  * GPU k's memory, and the ops that have a CUDA implementation run there (docs/cuda.md lists
  * them; the others fail with ACCEL_EUNSUPPORTED naming the op). `data` and nn_tensor_grad are
  * then device pointers: read them with nn_tensor_to_host / nn_tensor_grad_to_host, or from
- * CUDA code. GPU ops are queued on the legacy default stream (ordered with accel's compute
- * stream, which is a blocking stream); nn_item and the copies to the host wait for them.
+ * CUDA code. GPU ops are queued on GPU k's compute stream (accel_cuda_stream(acc) for an
+ * accelerator on that GPU, accel_cuda_device_stream(k) in accel/cuda.h without one): launch
+ * your own kernels reading or writing nn tensors on it. nn_item and the copies to the host
+ * wait for it; the host ints an op takes (ids, targets) are staged and copied asynchronously.
  * Call on a new or freshly reset ctx (no live tensors). Parameters stay on the CPU for now:
  * a GPU op given a CPU tensor fails naming it.
  * Returns ACCEL_OK; ACCEL_EUNSUPPORTED (a build without CUDA, or no usable GPU: the message
@@ -399,7 +401,7 @@ ACCEL_API int64_t nn_params_numel(const nn_params *p);
 ACCEL_API float *nn_params_flat_data(const nn_params *p, int64_t *count);
 ACCEL_API float *nn_params_flat_grad(const nn_params *p, int64_t *count);
 
-/* Zeroes every bound gradient (on a GPU: queued on the legacy default stream). */
+/* Zeroes every bound gradient (on a GPU: queued on the GPU's compute stream). */
 ACCEL_API void nn_params_zero_grad(nn_params *p);
 
 /* ===================================================================== layers */

@@ -6,8 +6,8 @@
  *
  * Invariants: every tensor of a CUDA ctx has its data and gradient in that GPU's memory (the
  * tensor structs, tape nodes and anything the host reads stay in host memory); GPU ops run on
- * the legacy default stream in issue order, so nothing here synchronises except the copies to
- * the host.
+ * the GPU's compute stream (the one accel_cuda_stream gives) in issue order, so nothing here
+ * synchronises except the copies to the host and those of user memory to the GPU.
  */
 #ifndef ACCEL_NN_GPU_H
 #define ACCEL_NN_GPU_H
@@ -21,11 +21,13 @@ typedef struct nn_gpu_ops {
     /* Device memory (NULL and the thread error on failure) and its release. */
     void *(*alloc)(size_t nbytes);
     void (*free)(void *p);
-    /* Queued zeroing; copies host <-> device (to_host: wait for the result). */
-    accel_status (*zero)(void *p, size_t nbytes);
-    accel_status (*to_device)(void *dst, const void *src, size_t nbytes);
-    accel_status (*to_host)(void *dst, const void *src, size_t nbytes);
-    /* d[i] += h[i] for n floats (h in host memory): seeds backward. */
+    /* Zeroing (queued) and copies host <-> device (both finished when they return) on the
+     * compute stream of g, or with g NULL of the GPU that holds the device pointer. */
+    accel_status (*zero)(nn_ctx *g, void *p, size_t nbytes);
+    accel_status (*to_device)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
+    accel_status (*to_host)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
+    /* d[i] += h[i] for n floats (h in host memory, staged: queued, h reusable at once):
+     * seeds backward. */
     accel_status (*add_host)(nn_ctx *g, float *d, const float *h, int64_t n);
     /* The ops: same contracts as the public ones, on tensors of a CUDA ctx. */
     nn_tensor *(*add)(nn_ctx *g, nn_tensor *a, nn_tensor *b);

@@ -103,7 +103,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     if (st == CUBLAS_STATUS_SUCCESS) {
         float alpha = 1.0f;
         st = cublasLtMatmul(s->lt, op, &alpha, p->A, la, p->B, lb, &p->beta, p->D, ld, p->D, ld,
-                            &res.algo, s->workspace, s->workspace_nbytes, 0);
+                            &res.algo, s->workspace, s->workspace_nbytes, s->stream);
     }
     if (pref) {
         cublasLtMatmulPreferenceDestroy(pref);
@@ -131,7 +131,7 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
     /* Overwritten outputs are fresh arena memory: zero them, so no algorithm can turn stale
      * NaNs into 0 * NaN even if it reads D when beta is 0 (ldd == m in every call here). */
     if (p->beta == 0.0f &&
-        !accel__nn_cu_ok(g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), 0),
+        !accel__nn_cu_ok(g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), nn__cu_stream(g)),
                          what)) {
         return 0;
     }
@@ -151,7 +151,7 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
     }
     /* The bias adds to every column of the column-major D (m x n, ldd == m here). */
     return p->bias == NULL ||
-           accel__nn_cu_ok(g, nn_cu_add(p->D, p->m * p->n, p->bias, p->m, p->D), what);
+           accel__nn_cu_ok(g, nn_cu_add(nn__cu_stream(g), p->D, p->m * p->n, p->bias, p->m, p->D), what);
 }
 
 static cudaDataType_t in_type(int rnd)
@@ -165,7 +165,7 @@ static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scra
                        const char *what)
 {
     void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
-    if (h == NULL || (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(src, h, n, rnd), what))) {
+    if (h == NULL || (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), src, h, n, rnd), what))) {
         return NULL;
     }
     return h;
@@ -203,7 +203,7 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
     p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
-           accel__nn_cu_ok(g, nn_cu_acc(grad, p->D, n, rnd, fresh), what);
+           accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
 }
 
 static void linear_backward(nn_ctx *g, nn_node *n)
@@ -226,7 +226,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                    gyd,    out, NULL, in, 0.0f, ty, NULL};
         if (out == 0) {
             if (fx) {
-                accel__nn_cu_ok(g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), 0),
+                accel__nn_cu_ok(g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), nn__cu_stream(g)),
                                 what);
             }
         } else if (!grad_matmul(g, &p, gx, fx, rnd, what)) {
@@ -247,7 +247,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         }
         if (M == 0) {
             if (fw) {
-                accel__nn_cu_ok(g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), 0),
+                accel__nn_cu_ok(g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), nn__cu_stream(g)),
                                 what);
             }
         } else if (!grad_matmul(g, &p, gw, fw, rnd, what)) {
@@ -257,18 +257,18 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
     if (gb != NULL) {
         if (rnd == 0) {
-            accel__nn_cu_ok(g, nn_cu_col_sum(gy, M, out, gb, 0), what);
+            accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gy, M, out, gb, 0), what);
             return;
         }
         /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
         float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
         float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
         if (gyr == NULL || sum == NULL ||
-            (M > 0 && !accel__nn_cu_ok(g, nn_cu_acc(gyr, gy, M * out, rnd, 1), what))) {
+            (M > 0 && !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gyr, gy, M * out, rnd, 1), what))) {
             return;
         }
-        if (accel__nn_cu_ok(g, nn_cu_col_sum(gyr, M, out, sum, 1), what)) {
-            accel__nn_cu_ok(g, nn_cu_acc(gb, sum, out, rnd, 0), what);
+        if (accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyr, M, out, sum, 1), what)) {
+            accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, sum, out, rnd, 0), what);
         }
     }
 }
@@ -302,7 +302,7 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
         float *br = accel__nn_dalloc(g, (size_t)out * sizeof(float));
         if (br == NULL ||
-            (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1), what))) {
+            (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), br, bias->data, out, rnd, 1), what))) {
             return NULL;
         }
         bd = br;
@@ -310,9 +310,9 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     if (M * out > 0) {
         if (in == 0) {
             if (!accel__nn_cu_ok(
-                    g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0), what) ||
+                    g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), nn__cu_stream(g)), what) ||
                 (bd != NULL &&
-                 !accel__nn_cu_ok(g, nn_cu_add(y->data, M * out, bd, out, y->data), what))) {
+                 !accel__nn_cu_ok(g, nn_cu_add(nn__cu_stream(g), y->data, M * out, bd, out, y->data), what))) {
                 return NULL;
             }
         } else {
