@@ -280,6 +280,20 @@ typedef enum nn_layout { NN_LAYOUT_OUT_IN = 0, NN_LAYOUT_IN_OUT = 1 } nn_layout;
 ACCEL_API nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
                                nn_layout layout);
 
+/* linear(gelu(linear(x, w1, b1), approximate), w2, b2): a transformer's MLP as one op (both
+ * weights in `layout`; b1 / b2 may be NULL). On the CPU it is exactly those three ops (the
+ * same bits, forward and backward). On a GPU with the tanh form (approximate != 0, GPT-2's)
+ * cuBLASLt fuses the first bias and GELU into the first product (GELU_AUX_BIAS, keeping the
+ * GELU input for backward) and GELU's derivative and the first bias's gradient into the
+ * product that makes the hidden gradient (DGELU_BGRAD), so the hidden activation's gradient is
+ * never materialised before GELU; results agree with the three ops to cuBLASLt's GELU
+ * (within bf16 tolerance; under autocast the hidden gradient is not rounded before the
+ * derivative). The erf form, a hidden width that is not a multiple of 8 and empty products
+ * take the three ops on a GPU too. */
+ACCEL_API nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                           nn_tensor *w2, nn_tensor *b2, nn_layout layout,
+                                           int approximate);
+
 typedef enum nn_reduction {
     NN_REDUCTION_MEAN = 0,
     NN_REDUCTION_SUM,

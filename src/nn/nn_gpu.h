@@ -37,6 +37,9 @@ typedef struct nn_gpu_ops {
                             const int64_t *shape);
     nn_tensor *(*layernorm)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
     nn_tensor *(*linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, nn_layout layout);
+    /* nn_linear_gelu_linear with the tanh GELU. */
+    nn_tensor *(*linear_gelu_linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                     nn_tensor *w2, nn_tensor *b2, nn_layout layout);
     nn_tensor *(*cross_entropy)(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                 const nn_cross_entropy_options *opts);
     nn_tensor *(*attention)(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
@@ -56,8 +59,8 @@ static inline int nn__on_gpu(const nn_tensor *t)
 static inline int nn__use_gpu(const nn_ctx *g, const nn_tensor *a, const nn_tensor *b,
                               const nn_tensor *c)
 {
-    return (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) || nn__on_gpu(a) ||
-           nn__on_gpu(b) || nn__on_gpu(c);
+    return (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) || nn__on_gpu(a) || nn__on_gpu(b) ||
+           nn__on_gpu(c);
 }
 
 /* For the ops without a GPU implementation: fails with ACCEL_EUNSUPPORTED naming the op when
@@ -68,7 +71,7 @@ int accel__nn_gpu_refuse(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
 #define NN_CPU_ONLY(g, op, ...)                                                                    \
     do {                                                                                           \
         nn_tensor *const nn_ts_[] = {__VA_ARGS__};                                                 \
-        if (accel__nn_gpu_refuse((g), (op), nn_ts_, (int)(sizeof(nn_ts_) / sizeof(nn_ts_[0])))) { \
+        if (accel__nn_gpu_refuse((g), (op), nn_ts_, (int)(sizeof(nn_ts_) / sizeof(nn_ts_[0])))) {  \
             return NULL;                                                                           \
         }                                                                                          \
     } while (0)

@@ -325,7 +325,8 @@ void nn_params_zero_grad(nn_params *p)
         nn_tensor *t = p->v[i].t;
         size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
         if (t->grad != NULL && nn__on_gpu(t)) {
-            (void)accel__nn_gpu->zero(NULL, t->grad, nbytes); /* queued; fails only on a broken GPU */
+            (void)accel__nn_gpu->zero(NULL, t->grad,
+                                      nbytes); /* queued; fails only on a broken GPU */
         } else if (t->grad != NULL) {
             memset(t->grad, 0, nbytes);
         }

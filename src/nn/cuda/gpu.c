@@ -209,8 +209,8 @@ static accel_status bank_grow(nn_stage_bank *b, size_t cap)
     if (e != cudaSuccess) {
         cudaGetLastError();
         return accel__seterr(NULL, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
-                             "nn (CUDA): cudaHostAlloc of %zu pinned staging bytes failed: %s",
-                             cap, cudaGetErrorString(e));
+                             "nn (CUDA): cudaHostAlloc of %zu pinned staging bytes failed: %s", cap,
+                             cudaGetErrorString(e));
     }
     b->host = h;
     b->cap = cap;
@@ -394,6 +394,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .embedding = accel__nn_cu_embedding,
     .layernorm = accel__nn_cu_layernorm,
     .linear = accel__nn_cu_linear,
+    .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,
     .attention = accel__nn_cu_attention,
 };

@@ -74,5 +74,7 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
 nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
                                nn_layout layout);
+nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                           nn_tensor *w2, nn_tensor *b2, nn_layout layout);
 
 #endif /* ACCEL_NN_CUDA_GPU_INTERNAL_H */
