@@ -680,6 +680,11 @@ static void test_model_params(void)
 
 int main(void)
 {
+    /* nn says at level info when cuBLASLt offers no algorithm with a fused epilogue (the op
+     * then runs plain products and kernels): show it in this test's output. */
+    if (getenv("ACCEL_LOG_LEVEL") == NULL) {
+        setenv("ACCEL_LOG_LEVEL", "info", 1);
+    }
     CHECK_OK(NULL, nn_ctx_new(&gcpu));
     CHECK_OK(NULL, nn_ctx_new(&ggpu));
     accel_status st = nn_ctx_set_device(ggpu, (accel_device){ACCEL_DEVICE_CUDA, 0});
