@@ -456,6 +456,18 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
             return NULL;
         }
         bd = br;
+    } else if (bd != NULL && alignment_of(bd) < 16 && in > 0 && M * out > 0) {
+        /* Epilogues may read the bias in 16-byte vectors, and a parameter view can sit at any
+         * offset: an aligned copy keeps the fused epilogue (lt_matmul would go without it). */
+        float *ba = accel__nn_dalloc(g, (size_t)out * sizeof(float));
+        if (ba == NULL ||
+            !accel__nn_cu_ok(g,
+                             cudaMemcpyAsync(ba, bd, (size_t)out * sizeof(float),
+                                             cudaMemcpyDeviceToDevice, nn__cu_stream(g)),
+                             what)) {
+            return NULL;
+        }
+        bd = ba;
     }
     float *aux = NULL; /* the GELU input, for backward */
     if (kind == LIN_FUSED_GELU &&
