@@ -321,7 +321,9 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, float *gx, int fresh, con
     p->act = ACT_DGELU;
     p->aux = a->p[3];
     if (b1 != NULL && b1->requires_grad) {
-        p->dbias = accel__nn_dalloc(g, (size_t)p->m * sizeof(float));
+        /* Zeroed, so the sums are right whether the epilogue stores them (as documented) or
+         * adds them. */
+        p->dbias = accel__nn_dzalloc(g, (size_t)p->m * sizeof(float));
         if (p->dbias == NULL) {
             return 0;
         }
