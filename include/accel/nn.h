@@ -143,7 +143,8 @@ ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
  * CUDA code. GPU ops are queued on GPU k's compute stream (accel_cuda_stream(acc) for an
  * accelerator on that GPU, accel_cuda_device_stream(k) in accel/cuda.h without one): launch
  * your own kernels reading or writing nn tensors on it. nn_item and the copies to the host
- * wait for it; the host ints an op takes (ids, targets) are staged and copied asynchronously.
+ * wait for it; nn_tensor_from's data and the host ints an op takes (ids, targets) are copied
+ * into pinned staging and from there asynchronously (the caller's buffer is free on return).
  * Call on a new or freshly reset ctx (no live tensors). Parameters stay on the CPU for now:
  * a GPU op given a CPU tensor fails naming it.
  * Returns ACCEL_OK; ACCEL_EUNSUPPORTED (a build without CUDA, or no usable GPU: the message

@@ -158,19 +158,6 @@ static accel_status cu_zero(nn_ctx *g, void *p, size_t nbytes)
     return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemsetAsync");
 }
 
-/* Copies of user memory (nn_tensor_from, nn_params_init): the caller may free or change src
- * when this returns, and these are not per-step paths, so the copy is waited for. */
-static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t nbytes)
-{
-    cudaStream_t st;
-    ACCEL_TRY(stream_for(g, dst, &st, "copy to the GPU"));
-    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, st);
-    if (e == cudaSuccess) {
-        e = cudaStreamSynchronize(st);
-    }
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (to the GPU)");
-}
-
 /* The host reads dst next: the copy is queued after the ops that wrote src, then waited for. */
 static accel_status cu_to_host(nn_ctx *g, void *dst, const void *src, size_t nbytes)
 {
@@ -257,20 +244,17 @@ static unsigned char *stage_room(nn_ctx *g, nn_gpu_state *s, size_t nbytes, acce
     return h;
 }
 
-void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op)
+/* Queues the copy of nbytes of host memory h to device memory d on g's stream, from pinned
+ * staging (h is free again on return); 0 and the ctx error (naming op) on failure. */
+static int stage_to(nn_ctx *g, void *d, const void *h, size_t nbytes, const char *op)
 {
-    /* The arena first: its allocation may reset the ctx (a new step, a new epoch). */
-    void *d = accel__nn_dalloc(g, nbytes);
-    if (d == NULL || nbytes == 0) {
-        return d;
-    }
     nn_gpu_state *s = g->gpu;
     accel_status st = ACCEL_OK;
     unsigned char *pin = stage_room(g, s, nbytes, &st);
     if (pin == NULL) {
         accel__nn_fail(g, st, "%s: staging %zu bytes for the GPU: %s", op, nbytes,
                        accel_last_error(NULL));
-        return NULL;
+        return 0;
     }
     memcpy(pin, h, nbytes);
     nn_stage_bank *b = &s->bank[s->cur];
@@ -283,17 +267,46 @@ void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op
         accel__nn_fail(g, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
                        "%s: copying %zu staged bytes to cuda:%d: %s (%s)", op, nbytes, s->ordinal,
                        cudaGetErrorString(e), cudaGetErrorName(e));
-        return NULL;
+        return 0;
     }
     b->pending = 1;
-    return d;
+    return 1;
+}
+
+void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op)
+{
+    /* The arena first: its allocation may reset the ctx (a new step, a new epoch). */
+    void *d = accel__nn_dalloc(g, nbytes);
+    if (d == NULL || nbytes == 0) {
+        return d;
+    }
+    return stage_to(g, d, h, nbytes, op) ? d : NULL;
+}
+
+/* Copies of user memory: through a ctx's staging (nn_tensor_from: queued, src free on return,
+ * the host does not wait for the GPU), or without one (nn_params_init) a copy waited for. */
+static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t nbytes)
+{
+    if (g != NULL && g->gpu != NULL) {
+        /* On failure the thread's error is the staging's (accel__nn_fail sets both). */
+        return nbytes == 0 || stage_to(g, dst, src, nbytes, "copy to the GPU")
+                   ? ACCEL_OK
+                   : accel_last_status(NULL);
+    }
+    cudaStream_t st;
+    ACCEL_TRY(stream_for(g, dst, &st, "copy to the GPU"));
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(st);
+    }
+    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (to the GPU)");
 }
 
 static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
 {
     float *tmp = accel__nn_cu_stage(g, h, (size_t)n * sizeof(float), "nn_backward (seed)");
     if (tmp == NULL) {
-        return accel__seterr(NULL, g->first_err, "%s", g->first_msg);
+        return accel_last_status(NULL); /* the thread's error is the staging's */
     }
     cudaError_t e = nn_cu_acc(nn__cu_stream(g), d, tmp, n, 0, 0);
     return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "nn_backward: seeding the gradient");
