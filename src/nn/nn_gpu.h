@@ -21,8 +21,9 @@ typedef struct nn_gpu_ops {
     /* Device memory (NULL and the thread error on failure) and its release. */
     void *(*alloc)(size_t nbytes);
     void (*free)(void *p);
-    /* Zeroing (queued) and copies host <-> device (both finished when they return) on the
-     * compute stream of g, or with g NULL of the GPU that holds the device pointer. */
+    /* On the compute stream of g, or with g NULL of the GPU that holds the device pointer:
+     * zeroing (queued); a copy to the device (src reusable on return: with g staged through
+     * pinned memory and queued, without g finished); a copy to the host (finished). */
     accel_status (*zero)(nn_ctx *g, void *p, size_t nbytes);
     accel_status (*to_device)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
     accel_status (*to_host)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
