@@ -18,6 +18,15 @@
 /* cuBLASLt's workspace: what its heuristics ask for on Hopper is at most a few MiB. */
 #define WORKSPACE_NBYTES ((size_t)32 << 20)
 
+/* A failed copy or memset of nbytes. */
+static accel_status cuda_err_n(cudaError_t e, const char *what, size_t nbytes)
+{
+    accel_status st = e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO;
+    cudaGetLastError(); /* reported here: not the next launch's error */
+    return accel__seterr(NULL, st, "nn (CUDA): %s of %zu bytes failed: %s (%s)", what, nbytes,
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
 static accel_status cuda_err(cudaError_t e, const char *what)
 {
     accel_status st = e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO;
@@ -153,21 +162,21 @@ static accel_status stream_for(nn_ctx *g, const void *p, cudaStream_t *out, cons
 static accel_status cu_zero(nn_ctx *g, void *p, size_t nbytes)
 {
     cudaStream_t st;
-    ACCEL_TRY(stream_for(g, p, &st, "zeroing"));
+    ACCEL_TRY(stream_for(g, p, &st, "cudaPointerGetAttributes (zeroing)"));
     cudaError_t e = cudaMemsetAsync(p, 0, nbytes, st);
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemsetAsync");
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemsetAsync", nbytes);
 }
 
 /* The host reads dst next: the copy is queued after the ops that wrote src, then waited for. */
 static accel_status cu_to_host(nn_ctx *g, void *dst, const void *src, size_t nbytes)
 {
     cudaStream_t st;
-    ACCEL_TRY(stream_for(g, src, &st, "copy to the host"));
+    ACCEL_TRY(stream_for(g, src, &st, "cudaPointerGetAttributes (copy to the host)"));
     cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, st);
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize(st);
     }
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (to the host)");
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the host", nbytes);
 }
 
 /* Waits until no copy reads bank b's pinned memory. */
@@ -294,12 +303,12 @@ static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t n
                    : accel_last_status(NULL);
     }
     cudaStream_t st;
-    ACCEL_TRY(stream_for(g, dst, &st, "copy to the GPU"));
+    ACCEL_TRY(stream_for(g, dst, &st, "cudaPointerGetAttributes (copy to the GPU)"));
     cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, st);
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize(st);
     }
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (to the GPU)");
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the GPU", nbytes);
 }
 
 static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
