@@ -44,6 +44,15 @@ ACCEL_API int accel_cuda_device(const accel *acc);
  * NULL with ACCEL_ESTATE in accel_last_error(acc) when acc runs on the CPU. */
 ACCEL_API cudaStream_t accel_cuda_stream(accel *acc);
 
+/* The compute stream of GPU `ordinal` (a CUDA ordinal of this process): the stream
+ * accel_cuda_stream returns for an accelerator on that GPU, and the one the nn toolkit queues
+ * the ops of a ctx on cuda:ordinal on (nn_ctx_set_device). For programs that use nn on a GPU
+ * without an accelerator handle. Makes the GPU the calling thread's current device (opening
+ * it through accel's device layer the first time, which makes the stream); the stream is
+ * valid while the process runs. NULL with the thread's error (accel_last_error(NULL)) naming
+ * the ordinal when the GPU cannot be opened. Thread-safe. */
+ACCEL_API cudaStream_t accel_cuda_device_stream(int ordinal);
+
 /* Device pointers to a model's whole flat buffers (the layout of accel/train.h: parameters in
  * reverse registration order, accel_param.offset elements in): the fp32 master weights and the
  * fp32 gradients. NULL with ACCEL_ESTATE when the model is not allocated or not on a GPU.

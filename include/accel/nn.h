@@ -140,8 +140,11 @@ ACCEL_API accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g);
  * GPU k's memory, and the ops that have a CUDA implementation run there (docs/cuda.md lists
  * them; the others fail with ACCEL_EUNSUPPORTED naming the op). `data` and nn_tensor_grad are
  * then device pointers: read them with nn_tensor_to_host / nn_tensor_grad_to_host, or from
- * CUDA code. GPU ops are queued on the legacy default stream (ordered with accel's compute
- * stream, which is a blocking stream); nn_item and the copies to the host wait for them.
+ * CUDA code. GPU ops are queued on GPU k's compute stream (accel_cuda_stream(acc) for an
+ * accelerator on that GPU, accel_cuda_device_stream(k) in accel/cuda.h without one): launch
+ * your own kernels reading or writing nn tensors on it. nn_item and the copies to the host
+ * wait for it; nn_tensor_from's data and the host ints an op takes (ids, targets) are copied
+ * into pinned staging and from there asynchronously (the caller's buffer is free on return).
  * Call on a new or freshly reset ctx (no live tensors). Parameters stay on the CPU for now:
  * a GPU op given a CPU tensor fails naming it.
  * Returns ACCEL_OK; ACCEL_EUNSUPPORTED (a build without CUDA, or no usable GPU: the message
@@ -278,6 +281,20 @@ typedef enum nn_layout { NN_LAYOUT_OUT_IN = 0, NN_LAYOUT_IN_OUT = 1 } nn_layout;
 ACCEL_API nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
                                nn_layout layout);
 
+/* linear(gelu(linear(x, w1, b1), approximate), w2, b2): a transformer's MLP as one op (both
+ * weights in `layout`; b1 / b2 may be NULL). On the CPU it is exactly those three ops (the
+ * same bits, forward and backward). On a GPU with the tanh form (approximate != 0, GPT-2's)
+ * cuBLASLt fuses the first bias and GELU into the first product (GELU_AUX_BIAS, keeping the
+ * GELU input for backward) and GELU's derivative and the first bias's gradient into the
+ * product that makes the hidden gradient (DGELU_BGRAD), so the hidden activation's gradient is
+ * never materialised before GELU; results agree with the three ops to cuBLASLt's GELU
+ * (within bf16 tolerance; under autocast the hidden gradient is not rounded before the
+ * derivative). The erf form, a hidden width that is not a multiple of 8 and empty products
+ * take the three ops on a GPU too. */
+ACCEL_API nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                           nn_tensor *w2, nn_tensor *b2, nn_layout layout,
+                                           int approximate);
+
 typedef enum nn_reduction {
     NN_REDUCTION_MEAN = 0,
     NN_REDUCTION_SUM,
@@ -399,7 +416,7 @@ ACCEL_API int64_t nn_params_numel(const nn_params *p);
 ACCEL_API float *nn_params_flat_data(const nn_params *p, int64_t *count);
 ACCEL_API float *nn_params_flat_grad(const nn_params *p, int64_t *count);
 
-/* Zeroes every bound gradient (on a GPU: queued on the legacy default stream). */
+/* Zeroes every bound gradient (on a GPU: queued on the GPU's compute stream). */
 ACCEL_API void nn_params_zero_grad(nn_params *p);
 
 /* ===================================================================== layers */

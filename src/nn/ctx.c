@@ -245,7 +245,7 @@ void *accel__nn_dzalloc(nn_ctx *g, size_t nbytes)
     }
     void *p = accel__nn_dalloc(g, nbytes);
     if (p != NULL) {
-        accel_status st = accel__nn_gpu->zero(p, nbytes);
+        accel_status st = accel__nn_gpu->zero(g, p, nbytes);
         if (st != ACCEL_OK) {
             accel__nn_fail(g, st, "%s", accel_last_error(NULL));
             return NULL;
@@ -413,7 +413,7 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
     nn_tensor *t = new_tensor(g, ndim, shape, 0);
     size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
     if (nn__on_gpu(t)) {
-        accel_status st = accel__nn_gpu->to_device(t->data, data, nbytes);
+        accel_status st = accel__nn_gpu->to_device(g, t->data, data, nbytes);
         return st == ACCEL_OK ? t
                               : accel__nn_fail(g, st, "nn_tensor_from: %s", accel_last_error(NULL));
     }
@@ -467,7 +467,7 @@ float nn_item(const nn_tensor *t)
         return t != NULL ? t->data[0] : NAN;
     }
     float v;
-    return accel__nn_gpu->to_host(&v, t->data, sizeof(v)) == ACCEL_OK ? v : NAN;
+    return accel__nn_gpu->to_host(NULL, &v, t->data, sizeof(v)) == ACCEL_OK ? v : NAN;
 }
 
 int accel__nn_dim(const nn_tensor *x, int dim)

@@ -101,7 +101,7 @@ static accel_status copy_out(const nn_tensor *t, const float *src, float *dst, c
     }
     size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
     if (nn__on_gpu(t)) {
-        return accel__nn_gpu->to_host(dst, src, nbytes);
+        return accel__nn_gpu->to_host(NULL, dst, src, nbytes);
     }
     memcpy(dst, src, nbytes);
     return ACCEL_OK;

@@ -143,6 +143,13 @@ accel_status nn_mlp_declare(nn_mlp_layer *l, nn_params *p, const char *prefix, i
 
 nn_tensor *nn_mlp_forward(nn_ctx *g, const nn_mlp_layer *l, nn_tensor *x)
 {
+    if ((l->act == NN_ACT_GELU || l->act == NN_ACT_GELU_TANH) && l->fc.layout == l->proj.layout) {
+        /* One op: on a GPU cuBLASLt fuses GELU into the products (the same bits on the CPU). */
+        nn_tensor *y =
+            nn_linear_gelu_linear(g, x, l->fc.weight, l->fc.bias, l->proj.weight, l->proj.bias,
+                                  l->fc.layout, l->act == NN_ACT_GELU_TANH);
+        return nn_dropout(g, y, l->dropout);
+    }
     nn_tensor *h = activate(g, l->act, nn_linear_forward(g, &l->fc, x));
     return nn_dropout(g, nn_linear_forward(g, &l->proj, h), l->dropout);
 }

@@ -6,8 +6,8 @@
  *
  * Invariants: every tensor of a CUDA ctx has its data and gradient in that GPU's memory (the
  * tensor structs, tape nodes and anything the host reads stay in host memory); GPU ops run on
- * the legacy default stream in issue order, so nothing here synchronises except the copies to
- * the host.
+ * the GPU's compute stream (the one accel_cuda_stream gives) in issue order, so nothing here
+ * synchronises except the copies to the host and those of user memory to the GPU.
  */
 #ifndef ACCEL_NN_GPU_H
 #define ACCEL_NN_GPU_H
@@ -21,11 +21,14 @@ typedef struct nn_gpu_ops {
     /* Device memory (NULL and the thread error on failure) and its release. */
     void *(*alloc)(size_t nbytes);
     void (*free)(void *p);
-    /* Queued zeroing; copies host <-> device (to_host: wait for the result). */
-    accel_status (*zero)(void *p, size_t nbytes);
-    accel_status (*to_device)(void *dst, const void *src, size_t nbytes);
-    accel_status (*to_host)(void *dst, const void *src, size_t nbytes);
-    /* d[i] += h[i] for n floats (h in host memory): seeds backward. */
+    /* On the compute stream of g, or with g NULL of the GPU that holds the device pointer:
+     * zeroing (queued); a copy to the device (src reusable on return: with g staged through
+     * pinned memory and queued, without g finished); a copy to the host (finished). */
+    accel_status (*zero)(nn_ctx *g, void *p, size_t nbytes);
+    accel_status (*to_device)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
+    accel_status (*to_host)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
+    /* d[i] += h[i] for n floats (h in host memory, staged: queued, h reusable at once):
+     * seeds backward. */
     accel_status (*add_host)(nn_ctx *g, float *d, const float *h, int64_t n);
     /* The ops: same contracts as the public ones, on tensors of a CUDA ctx. */
     nn_tensor *(*add)(nn_ctx *g, nn_tensor *a, nn_tensor *b);
@@ -35,6 +38,9 @@ typedef struct nn_gpu_ops {
                             const int64_t *shape);
     nn_tensor *(*layernorm)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
     nn_tensor *(*linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, nn_layout layout);
+    /* nn_linear_gelu_linear with the tanh GELU. */
+    nn_tensor *(*linear_gelu_linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                     nn_tensor *w2, nn_tensor *b2, nn_layout layout);
     nn_tensor *(*cross_entropy)(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                 const nn_cross_entropy_options *opts);
     nn_tensor *(*attention)(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
@@ -54,8 +60,8 @@ static inline int nn__on_gpu(const nn_tensor *t)
 static inline int nn__use_gpu(const nn_ctx *g, const nn_tensor *a, const nn_tensor *b,
                               const nn_tensor *c)
 {
-    return (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) || nn__on_gpu(a) ||
-           nn__on_gpu(b) || nn__on_gpu(c);
+    return (g != NULL && g->device.type == ACCEL_DEVICE_CUDA) || nn__on_gpu(a) || nn__on_gpu(b) ||
+           nn__on_gpu(c);
 }
 
 /* For the ops without a GPU implementation: fails with ACCEL_EUNSUPPORTED naming the op when
@@ -66,7 +72,7 @@ int accel__nn_gpu_refuse(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
 #define NN_CPU_ONLY(g, op, ...)                                                                    \
     do {                                                                                           \
         nn_tensor *const nn_ts_[] = {__VA_ARGS__};                                                 \
-        if (accel__nn_gpu_refuse((g), (op), nn_ts_, (int)(sizeof(nn_ts_) / sizeof(nn_ts_[0])))) { \
+        if (accel__nn_gpu_refuse((g), (op), nn_ts_, (int)(sizeof(nn_ts_) / sizeof(nn_ts_[0])))) {  \
             return NULL;                                                                           \
         }                                                                                          \
     } while (0)

@@ -145,8 +145,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
 }
 
 nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
-                                const nn_tensor *bias, nn_layout layout, int64_t *in,
-                                int64_t *out, int64_t *M)
+                                const nn_tensor *bias, nn_layout layout, int64_t *in, int64_t *out,
+                                int64_t *M)
 {
     if (w->ndim != 2 || x->ndim < 1) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
@@ -243,6 +243,20 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     accel__nn_tmp_release(g, tm);
     accel__nn_fp_leave(g, &fs);
     return y;
+}
+
+nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                 nn_tensor *w2, nn_tensor *b2, nn_layout layout, int approximate)
+{
+    if (g == NULL) {
+        return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_linear_gelu_linear");
+    }
+    /* cuBLASLt's GELU epilogues are the tanh form: the erf form takes the three ops. */
+    if (approximate && nn__use_gpu(g, x, w1, w2)) {
+        return accel__nn_gpu->linear_gelu_linear(g, x, w1, b1, w2, b2, layout);
+    }
+    nn_tensor *h = nn_gelu(g, nn_linear(g, x, w1, b1, layout), approximate);
+    return nn_linear(g, h, w2, b2, layout);
 }
 
 /* ---- matmul: a [..., M, K] x b [K, N] or [..., K, N] ---- */

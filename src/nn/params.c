@@ -260,7 +260,7 @@ accel_status nn_params_init(nn_params *p, uint64_t seed)
         }
         host = h;
         init_values(in, seed, i, host, n);
-        st = accel__nn_gpu->to_device(t->data, host, (size_t)n * sizeof(float));
+        st = accel__nn_gpu->to_device(NULL, t->data, host, (size_t)n * sizeof(float));
     }
     accel__free(host);
     return st;
@@ -325,7 +325,8 @@ void nn_params_zero_grad(nn_params *p)
         nn_tensor *t = p->v[i].t;
         size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
         if (t->grad != NULL && nn__on_gpu(t)) {
-            (void)accel__nn_gpu->zero(t->grad, nbytes); /* queued; fails only on a broken GPU */
+            (void)accel__nn_gpu->zero(NULL, t->grad,
+                                      nbytes); /* queued; fails only on a broken GPU */
         } else if (t->grad != NULL) {
             memset(t->grad, 0, nbytes);
         }

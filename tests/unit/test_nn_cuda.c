@@ -11,11 +11,19 @@
  *    approximations within a few ulp); LayerNorm and attention gradients 1e-4 (each element
  *    is a difference of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
  *  - bf16 autocast (linear, attention): 1e-2 (both sides round the same operands, but a
- *    product's rounding to bf16 can fall either side of a tie on the other device's sum).
+ *    product's rounding to bf16 can fall either side of a tie on the other device's sum);
+ *  - nn_linear_gelu_linear, fused by cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues: 1e-2 in
+ *    fp32 (cuBLASLt's tanh GELU and its derivative are its own approximations, not the CPU's
+ *    formula) and 2e-2 under bf16 autocast (the hidden gradient is not rounded before GELU's
+ *    derivative, as the three ops round it); where it takes the three ops (the erf form, a
+ *    hidden width not a multiple of 8) the ops' own tolerances.
  * Dropout (also inside attention) draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
- * gradients there like the same model's on the CPU. Exits 77 (skipped) where the build has no CUDA
+ * gradients there like the same model's on the CPU. The host ids and targets ops stage through
+ * pinned memory (asynchronous copies, double-buffered across steps) are checked over several
+ * steps, the caller's buffer overwritten as soon as each op returns, one step outgrowing the
+ * staging so it grows within the step. Exits 77 (skipped) where the build has no CUDA
  * or no GPU can be used.
  */
 #include <stdlib.h>
@@ -274,6 +282,19 @@ static nn_tensor *f_attention(nn_ctx *g, nn_tensor **in, const void *arg)
     return nn_causal_attention(g, in[0], a->n_head, a->p);
 }
 
+typedef struct lgl_arg {
+    nn_layout layout;
+    int b1, b2, approximate;
+} lgl_arg;
+
+/* in: x, w1, w2, b1, b2. */
+static nn_tensor *f_lgl(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const lgl_arg *a = arg;
+    return nn_linear_gelu_linear(g, in[0], in[1], a->b1 ? in[3] : NULL, in[2], a->b2 ? in[4] : NULL,
+                                 a->layout, a->approximate);
+}
+
 /* A small GPT-2 step with every GPU op, a tied embedding (used by embedding and the head:
  * its gradient accumulates) and a residual read twice. in: wte [V, C], wpe [T, C], ln w, ln b,
  * c_attn [C, 3C], c_proj [C, C]. */
@@ -429,6 +450,110 @@ static void test_gpt(void)
     check_case("mini GPT step (all ops composed)", s, 6, f_gpt, &a, ACCEL_F32, 1, 1e-4, 1e-4);
 }
 
+static void test_linear_gelu_linear(void)
+{
+    static const struct {
+        const char *name;
+        int64_t in, hidden, out;
+        nn_layout layout;
+        int b1, b2, approximate, grad_x, autocast;
+        double tol;
+    } cases[] = {
+        {"lgl fused [in,out] biases", 24, 64, 40, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-2},
+        {"lgl fused [out,in] biases", 24, 64, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_F32, 1e-2},
+        {"lgl fused no b1, odd in/out", 13, 32, 9, NN_LAYOUT_IN_OUT, 0, 1, 1, 1, ACCEL_F32, 1e-2},
+        {"lgl fused, x without grad", 32, 96, 32, NN_LAYOUT_IN_OUT, 1, 0, 1, 0, ACCEL_F32, 1e-2},
+        {"lgl fused bf16 [in,out]", 64, 256, 64, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
+        {"lgl fused bf16 [out,in]", 48, 128, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
+        {"lgl hidden 12: three ops", 16, 12, 16, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-5},
+        {"lgl erf form: three ops", 16, 32, 16, NN_LAYOUT_IN_OUT, 1, 1, 0, 1, ACCEL_F32, 1e-5},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int io = cases[i].layout == NN_LAYOUT_IN_OUT;
+        int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
+        in_spec s[5] = {{3, {2, 7, in}, 1.5f, 0.0f, cases[i].grad_x},
+                        {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
+                        {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
+                        {1, {hid}, 0.5f, 0.0f, cases[i].b1},
+                        {1, {out}, 0.5f, 0.0f, cases[i].b2}};
+        lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
+        check_case(cases[i].name, s, 5, f_lgl, &a, cases[i].autocast, 0, cases[i].tol,
+                   cases[i].tol);
+    }
+    /* Only the second weight needs a gradient: the first product records nothing and the
+     * second is a plain linear. */
+    in_spec s[5] = {{3, {2, 5, 16}, 1.0f, 0.0f, 0},
+                    {2, {16, 64}, 0.4f, 0.0f, 0},
+                    {2, {64, 8}, 0.3f, 0.0f, 1},
+                    {1, {64}, 0.5f, 0.0f, 0},
+                    {1, {8}, 0.5f, 0.0f, 1}};
+    lgl_arg a = {NN_LAYOUT_IN_OUT, 1, 1, 1};
+    check_case("lgl fused, only w2 b2 with grad", s, 5, f_lgl, &a, ACCEL_F32, 0, 1e-2, 1e-2);
+}
+
+/* Ids and targets go to the GPU from pinned staging, asynchronously: the caller's buffer is
+ * free as soon as the op returns (overwritten here at once), one step's banks alternate with
+ * the next's, and a step that stages more than its bank holds waits for it and grows it. */
+static void test_staging(void)
+{
+    enum { V = 97, C = 8, MAXN = 70000 };
+    float *w = xmalloc((size_t)V * C * sizeof(float)), *logits = xmalloc(2 * MAXN * sizeof(float));
+    int32_t *ids = xmalloc(MAXN * sizeof(int32_t)), *keep = xmalloc(3 * MAXN * sizeof(int32_t));
+    float *yg = xmalloc((size_t)MAXN * C * sizeof(float));
+    for (int i = 0; i < V * C; i++) {
+        w[i] = frand();
+    }
+    for (int step = 0; step < 6; step++) {
+        /* Step 3 stages 3 x 70000 ids (820 KiB): more than the banks held until then. */
+        int64_t n = step == 3 ? MAXN : 50 + 1000 * step, reps = step == 3 ? 3 : 2;
+        int64_t wshape[2] = {V, C}, shape[1] = {n};
+        nn_ctx_reset(ggpu);
+        nn_tensor *wt = nn_tensor_from(ggpu, w, 2, wshape);
+        nn_tensor *ys[3] = {NULL};
+        for (int r = 0; r < reps; r++) {
+            for (int64_t i = 0; i < n; i++) {
+                ids[i] = keep[r * MAXN + i] = (int32_t)(next() % V);
+            }
+            ys[r] = nn_embedding(ggpu, wt, ids, 1, shape);
+            CHECK_MSG(ys[r] != NULL, "staging step %d: %s", step, accel_last_error(NULL));
+            memset(ids, 0, (size_t)n * sizeof(int32_t)); /* the op must not read it any more */
+        }
+        for (int r = 0; r < reps; r++) {
+            CHECK_OK(NULL, nn_tensor_to_host(ys[r], yg));
+            for (int64_t i = 0; i < n * C; i++) {
+                float want = w[keep[r * MAXN + i / C] * C + i % C];
+                CHECK_MSG(yg[i] == want, "staging step %d, copy %d: row %lld has the wrong ids",
+                          step, r, (long long)(i / C));
+            }
+        }
+        /* Targets too: rows of logits {0, 64} cost exactly 64 for target 0 and 0 for target 1
+         * (e^-64 vanishes next to 1), so the summed loss counts the zeros staged. */
+        int64_t lshape[2] = {n, 2}, zeros = 0;
+        for (int64_t i = 0; i < n; i++) {
+            logits[2 * i] = 0.0f;
+            logits[2 * i + 1] = 64.0f;
+            ids[i] = (int32_t)(next() % 2);
+            zeros += ids[i] == 0;
+        }
+        nn_tensor *l = nn_tensor_from(ggpu, logits, 2, lshape);
+        nn_cross_entropy_options o = nn_cross_entropy_options_default();
+        o.reduction = NN_REDUCTION_SUM;
+        nn_tensor *loss = nn_cross_entropy(ggpu, l, ids, &o);
+        memset(ids, 0, (size_t)n * sizeof(int32_t));
+        CHECK_MSG(loss != NULL, "staging step %d: %s", step, accel_last_error(NULL));
+        float got = nn_item(loss);
+        CHECK_MSG(got == 64.0f * (float)zeros, "staging step %d: cross entropy %g, want %g", step,
+                  (double)got, 64.0 * (double)zeros);
+    }
+    nn_ctx_reset(ggpu);
+    printf("  staging: 6 steps of ids and targets, one outgrowing the banks: ok\n");
+    free(w);
+    free(logits);
+    free(ids);
+    free(keep);
+    free(yg);
+}
+
 /* Ops without a CUDA kernel, and CPU tensors given to a GPU op, fail naming the op. */
 static void test_errors(void)
 {
@@ -555,6 +680,11 @@ static void test_model_params(void)
 
 int main(void)
 {
+    /* nn says at level info when cuBLASLt offers no algorithm with a fused epilogue (the op
+     * then runs plain products and kernels): show it in this test's output. */
+    if (getenv("ACCEL_LOG_LEVEL") == NULL) {
+        setenv("ACCEL_LOG_LEVEL", "info", 1);
+    }
     CHECK_OK(NULL, nn_ctx_new(&gcpu));
     CHECK_OK(NULL, nn_ctx_new(&ggpu));
     accel_status st = nn_ctx_set_device(ggpu, (accel_device){ACCEL_DEVICE_CUDA, 0});
@@ -583,6 +713,8 @@ int main(void)
     test_cross_entropy();
     test_attention();
     test_gpt();
+    test_linear_gelu_linear();
+    test_staging();
     test_errors();
     test_model_params();
     free(poison_buf);

@@ -1,7 +1,9 @@
 /*
  * The accelerator's side of accel/cuda.h (built with ACCEL_CUDA only): the device ordinal and
  * compute stream of a handle, and the GPU facts `accel env` and accel_state_summary print
- * (NCCL's version among them). Reads only: opens no device and creates no CUDA context.
+ * (NCCL's version among them). Reads only: opens no device and creates no CUDA context, except
+ * accel_cuda_device_stream, which opens the GPU it is asked about (its compute stream is made
+ * with the device).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,17 @@ cudaStream_t accel_cuda_stream(accel *acc)
         return NULL;
     }
     return accel__stream_native(acc->dev, NULL);
+}
+
+cudaStream_t accel_cuda_device_stream(int ordinal)
+{
+    accel__device *d = NULL;
+    if (accel__device_open(&d, (accel_device){ACCEL_DEVICE_CUDA, ordinal}) != ACCEL_OK) {
+        accel__seterr(NULL, accel_last_status(NULL), "accel_cuda_device_stream(%d): %s", ordinal,
+                      accel_last_error(NULL));
+        return NULL;
+    }
+    return accel__stream_native(d, NULL);
 }
 
 void accel__nccl_version(char *buf, size_t nbytes)

@@ -1,24 +1,49 @@
 /*
  * The nn toolkit's CUDA backend (the table of nn_gpu.h): opening a GPU for a ctx (its
- * cuBLASLt handle and workspace), device memory for the ctx's device arena, copies, and the
- * checks shared by the GPU ops.
+ * cuBLASLt handle and workspace, its pinned staging), device memory for the ctx's device
+ * arena, copies, and the checks shared by the GPU ops.
  *
- * Everything is queued on the legacy default stream: it is ordered with accel's compute
- * stream (a blocking stream) and with the synchronous copies used here, so no call needs an
- * explicit synchronisation.
+ * Everything is queued on the GPU's compute stream (accel_cuda_device_stream: the stream
+ * accel_cuda_stream gives, where accel's own kernels and the reducer's events go), so ops,
+ * accel's optimizer and the gradient buckets are ordered without synchronising. The host waits
+ * only where it reads a result (to_host synchronises the stream after its copy) and where
+ * pinned staging memory is about to be overwritten (its bank's event).
  */
 #include <stdio.h>
+#include <string.h>
 
+#include "accel/cuda.h"
 #include "gpu_internal.h"
 
 /* cuBLASLt's workspace: what its heuristics ask for on Hopper is at most a few MiB. */
 #define WORKSPACE_NBYTES ((size_t)32 << 20)
+
+/* A failed copy or memset of nbytes. */
+static accel_status cuda_err_n(cudaError_t e, const char *what, size_t nbytes)
+{
+    accel_status st = e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO;
+    cudaGetLastError(); /* reported here: not the next launch's error */
+    return accel__seterr(NULL, st, "nn (CUDA): %s of %zu bytes failed: %s (%s)", what, nbytes,
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+}
 
 static accel_status cuda_err(cudaError_t e, const char *what)
 {
     accel_status st = e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO;
     return accel__seterr(NULL, st, "nn (CUDA): %s failed: %s (%s)", what, cudaGetErrorString(e),
                          cudaGetErrorName(e));
+}
+
+static void bank_free(nn_stage_bank *b)
+{
+    if (b->done != NULL) {
+        cudaEventSynchronize(b->done); /* no copy may still read the pinned memory */
+        cudaEventDestroy(b->done);
+    }
+    if (b->host != NULL) {
+        cudaFreeHost(b->host);
+    }
+    memset(b, 0, sizeof(*b));
 }
 
 static void cu_close(nn_ctx *g)
@@ -28,6 +53,8 @@ static void cu_close(nn_ctx *g)
         return;
     }
     cudaSetDevice(s->ordinal);
+    bank_free(&s->bank[0]);
+    bank_free(&s->bank[1]);
     if (s->lt != NULL) {
         cublasLtDestroy(s->lt);
     }
@@ -62,6 +89,22 @@ static accel_status cu_open(nn_ctx *g, int ordinal)
         cu_close(g);
         return cuda_err(e, "cudaSetDevice");
     }
+    s->stream = accel_cuda_device_stream(ordinal);
+    if (s->stream == NULL) {
+        accel_status st = accel_last_status(NULL);
+        accel__seterr(NULL, st, "nn_ctx_set_device: cuda:%d: no compute stream: %s", ordinal,
+                      accel_last_error(NULL));
+        cu_close(g);
+        return st;
+    }
+    for (int k = 0; k < 2; k++) {
+        if ((e = cudaEventCreateWithFlags(&s->bank[k].done, cudaEventDisableTiming)) !=
+            cudaSuccess) {
+            s->bank[k].done = NULL;
+            cu_close(g);
+            return cuda_err(e, "cudaEventCreateWithFlags (staging)");
+        }
+    }
     cublasStatus_t bs = cublasLtCreate(&s->lt);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         s->lt = NULL;
@@ -95,35 +138,186 @@ static void cu_free(void *p)
     cudaFree(p);
 }
 
-static accel_status cu_zero(void *p, size_t nbytes)
+/* The stream for a copy or memset touching device pointer p: g's, or without a ctx the
+ * compute stream of the GPU that holds p. */
+static accel_status stream_for(nn_ctx *g, const void *p, cudaStream_t *out, const char *what)
 {
-    cudaError_t e = cudaMemsetAsync(p, 0, nbytes, 0);
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemsetAsync");
+    if (g != NULL && g->gpu != NULL) {
+        *out = nn__cu_stream(g);
+        return ACCEL_OK;
+    }
+    struct cudaPointerAttributes a;
+    cudaError_t e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return cuda_err(e, what);
+    }
+    if (a.type != cudaMemoryTypeDevice) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn (CUDA): %s: %p is not GPU memory", what, p);
+    }
+    *out = accel_cuda_device_stream(a.device);
+    return *out != NULL ? ACCEL_OK : accel_last_status(NULL);
 }
 
-static accel_status cu_to_device(void *dst, const void *src, size_t nbytes)
+static accel_status cu_zero(nn_ctx *g, void *p, size_t nbytes)
 {
-    cudaError_t e = cudaMemcpy(dst, src, nbytes, cudaMemcpyHostToDevice);
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpy (to the GPU)");
+    cudaStream_t st;
+    ACCEL_TRY(stream_for(g, p, &st, "cudaPointerGetAttributes (zeroing)"));
+    cudaError_t e = cudaMemsetAsync(p, 0, nbytes, st);
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemsetAsync", nbytes);
 }
 
-static accel_status cu_to_host(void *dst, const void *src, size_t nbytes)
+/* The host reads dst next: the copy is queued after the ops that wrote src, then waited for. */
+static accel_status cu_to_host(nn_ctx *g, void *dst, const void *src, size_t nbytes)
 {
-    cudaError_t e = cudaMemcpy(dst, src, nbytes, cudaMemcpyDeviceToHost);
-    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpy (to the host)");
+    cudaStream_t st;
+    ACCEL_TRY(stream_for(g, src, &st, "cudaPointerGetAttributes (copy to the host)"));
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(st);
+    }
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the host", nbytes);
+}
+
+/* Waits until no copy reads bank b's pinned memory. */
+static accel_status bank_wait(nn_stage_bank *b)
+{
+    if (b->pending) {
+        cudaError_t e = cudaEventSynchronize(b->done);
+        if (e != cudaSuccess) {
+            return cuda_err(e, "cudaEventSynchronize (staging)");
+        }
+        b->pending = 0;
+    }
+    return ACCEL_OK;
+}
+
+/* Replaces b's pinned memory by `cap` bytes (b has no copy in flight). */
+static accel_status bank_grow(nn_stage_bank *b, size_t cap)
+{
+    if (b->host != NULL) {
+        cudaFreeHost(b->host);
+        b->host = NULL;
+        b->cap = 0;
+    }
+    void *h = NULL;
+    cudaError_t e = cudaHostAlloc(&h, cap, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return accel__seterr(NULL, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
+                             "nn (CUDA): cudaHostAlloc of %zu pinned staging bytes failed: %s", cap,
+                             cudaGetErrorString(e));
+    }
+    b->host = h;
+    b->cap = cap;
+    return ACCEL_OK;
+}
+
+/* Pinned room for nbytes of this step's staging. A new step (ctx epoch) takes the other bank,
+ * so the host fills it while the previous step's copies from this one may still run; a bank
+ * is waited for only when it is taken again (two steps later) or when one step outgrows it. */
+static unsigned char *stage_room(nn_ctx *g, nn_gpu_state *s, size_t nbytes, accel_status *st)
+{
+    nn_stage_bank *b = &s->bank[s->cur];
+    if (s->stage_epoch != g->epoch) {
+        s->stage_want = b->used > s->stage_want ? b->used : s->stage_want;
+        s->cur ^= 1;
+        s->stage_epoch = g->epoch;
+        b = &s->bank[s->cur];
+        if ((*st = bank_wait(b)) != ACCEL_OK) {
+            return NULL;
+        }
+        b->used = 0;
+        if (b->cap < s->stage_want && (*st = bank_grow(b, s->stage_want)) != ACCEL_OK) {
+            return NULL;
+        }
+    }
+    size_t need = (nbytes + 63) & ~(size_t)63;
+    if (b->used + need > b->cap) {
+        /* This step outgrew the bank: once its copies are done, all of it is free again. */
+        if ((*st = bank_wait(b)) != ACCEL_OK) {
+            return NULL;
+        }
+        size_t want = b->used + need;
+        s->stage_want = want > s->stage_want ? want : s->stage_want;
+        b->used = 0;
+        if (need > b->cap) {
+            size_t cap = need < ((size_t)64 << 10) ? ((size_t)64 << 10) : need;
+            if ((*st = bank_grow(b, cap)) != ACCEL_OK) {
+                return NULL;
+            }
+        }
+    }
+    unsigned char *h = b->host + b->used;
+    b->used += need;
+    return h;
+}
+
+/* Queues the copy of nbytes of host memory h to device memory d on g's stream, from pinned
+ * staging (h is free again on return); 0 and the ctx error (naming op) on failure. */
+static int stage_to(nn_ctx *g, void *d, const void *h, size_t nbytes, const char *op)
+{
+    nn_gpu_state *s = g->gpu;
+    accel_status st = ACCEL_OK;
+    unsigned char *pin = stage_room(g, s, nbytes, &st);
+    if (pin == NULL) {
+        accel__nn_fail(g, st, "%s: staging %zu bytes for the GPU: %s", op, nbytes,
+                       accel_last_error(NULL));
+        return 0;
+    }
+    memcpy(pin, h, nbytes);
+    nn_stage_bank *b = &s->bank[s->cur];
+    cudaError_t e = cudaMemcpyAsync(d, pin, nbytes, cudaMemcpyHostToDevice, s->stream);
+    if (e == cudaSuccess) {
+        e = cudaEventRecord(b->done, s->stream);
+    }
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        accel__nn_fail(g, e == cudaErrorMemoryAllocation ? ACCEL_ENOMEM : ACCEL_EIO,
+                       "%s: copying %zu staged bytes to cuda:%d: %s (%s)", op, nbytes, s->ordinal,
+                       cudaGetErrorString(e), cudaGetErrorName(e));
+        return 0;
+    }
+    b->pending = 1;
+    return 1;
+}
+
+void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op)
+{
+    /* The arena first: its allocation may reset the ctx (a new step, a new epoch). */
+    void *d = accel__nn_dalloc(g, nbytes);
+    if (d == NULL || nbytes == 0) {
+        return d;
+    }
+    return stage_to(g, d, h, nbytes, op) ? d : NULL;
+}
+
+/* Copies of user memory: through a ctx's staging (nn_tensor_from: queued, src free on return,
+ * the host does not wait for the GPU), or without one (nn_params_init) a copy waited for. */
+static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t nbytes)
+{
+    if (g != NULL && g->gpu != NULL) {
+        /* On failure the thread's error is the staging's (accel__nn_fail sets both). */
+        return nbytes == 0 || stage_to(g, dst, src, nbytes, "copy to the GPU")
+                   ? ACCEL_OK
+                   : accel_last_status(NULL);
+    }
+    cudaStream_t st;
+    ACCEL_TRY(stream_for(g, dst, &st, "cudaPointerGetAttributes (copy to the GPU)"));
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, st);
+    if (e == cudaSuccess) {
+        e = cudaStreamSynchronize(st);
+    }
+    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the GPU", nbytes);
 }
 
 static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
 {
-    float *tmp = accel__nn_dalloc(g, (size_t)n * sizeof(float));
+    float *tmp = accel__nn_cu_stage(g, h, (size_t)n * sizeof(float), "nn_backward (seed)");
     if (tmp == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "nn_backward: out of GPU memory");
+        return accel_last_status(NULL); /* the thread's error is the staging's */
     }
-    accel_status st = cu_to_device(tmp, h, (size_t)n * sizeof(float));
-    if (st != ACCEL_OK) {
-        return st;
-    }
-    cudaError_t e = nn_cu_acc(d, tmp, n, 0, 0);
+    cudaError_t e = nn_cu_acc(nn__cu_stream(g), d, tmp, n, 0, 0);
     return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "nn_backward: seeding the gradient");
 }
 
@@ -199,12 +393,7 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
 
 int32_t *accel__nn_cu_ints(nn_ctx *g, const int32_t *h, int64_t n, const char *op)
 {
-    int32_t *d = accel__nn_dalloc(g, (size_t)n * sizeof(int32_t));
-    if (d == NULL) {
-        return NULL;
-    }
-    cudaError_t e = cudaMemcpy(d, h, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);
-    return accel__nn_cu_ok(g, e, op) ? d : NULL;
+    return accel__nn_cu_stage(g, h, (size_t)n * sizeof(int32_t), op);
 }
 
 int accel__nn_cu_rnd(accel_dtype dt)
@@ -227,6 +416,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .embedding = accel__nn_cu_embedding,
     .layernorm = accel__nn_cu_layernorm,
     .linear = accel__nn_cu_linear,
+    .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,
     .attention = accel__nn_cu_attention,
 };

@@ -1,7 +1,8 @@
 /*
  * Shared by the nn toolkit's CUDA files: the per-ctx GPU state and the checks every GPU op
  * makes. Temporaries of GPU ops (targets, ids, low-precision copies, row statistics) come from
- * the ctx's device arena and live for the step, like the CPU ops' arena scratch.
+ * the ctx's device arena and live for the step, like the CPU ops' arena scratch. Everything a
+ * ctx queues goes on one stream, the GPU's compute stream (nn__cu_stream).
  */
 #ifndef ACCEL_NN_CUDA_GPU_INTERNAL_H
 #define ACCEL_NN_CUDA_GPU_INTERNAL_H
@@ -12,20 +13,51 @@
 #include "nn/nn_gpu.h"
 #include "nn_kernels.h"
 
+/* Pinned host memory the step's host inputs (ids, targets, a host gradient seed) are copied
+ * from: bytes [0, used) hold this step's, and `done` completes when the last copy queued from
+ * it has. */
+typedef struct nn_stage_bank {
+    unsigned char *host;
+    size_t cap, used;
+    cudaEvent_t done;
+    int pending; /* done was recorded after a copy */
+} nn_stage_bank;
+
 /* g->gpu of a CUDA ctx. */
 typedef struct nn_gpu_state {
     int ordinal;
+    cudaStream_t stream; /* the GPU's compute stream (accel_cuda_device_stream): every op's */
     cublasLtHandle_t lt;
     void *workspace; /* cuBLASLt's */
     size_t workspace_nbytes;
+    /* Double-buffered staging: a step fills bank[cur] while the copies of the previous step
+     * (the other bank) may still be in flight. stage_epoch: the ctx epoch bank[cur] serves;
+     * stage_want: the most one step staged, the size a bank grows to when it is next taken. */
+    nn_stage_bank bank[2];
+    int cur;
+    uint64_t stage_epoch;
+    size_t stage_want;
 } nn_gpu_state;
+
+/* The compute stream of g (a CUDA ctx): every kernel, cuBLASLt call, memset and copy of the
+ * ctx's ops is queued on it, so they run in issue order with each other, with accel's own work
+ * on the model's buffers and with the reducer's events, which are recorded on it. */
+static inline cudaStream_t nn__cu_stream(const nn_ctx *g)
+{
+    return ((const nn_gpu_state *)g->gpu)->stream;
+}
 
 /* 1 when e is cudaSuccess; else records "op: CUDA: <error>" as the ctx's error and returns 0. */
 int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op);
 /* 1 when g computes on a GPU and each non-NULL tensor of ts is on it and contiguous; else
  * records an error naming op and the input and returns 0. */
 int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
-/* A device copy of n host ints in the device arena, or NULL (ctx error set). */
+/* A device copy of nbytes of host memory in the device arena, or NULL (ctx error set naming
+ * op): the bytes are copied into the ctx's pinned staging and from there to the GPU by an
+ * asynchronous copy on the compute stream, so h may be reused as soon as this returns and
+ * the host does not wait for the GPU. */
+void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op);
+/* The same for n host ints. */
 int32_t *accel__nn_cu_ints(nn_ctx *g, const int32_t *h, int64_t n, const char *op);
 /* The kernels' rounding mode for an autocast dtype (0 none, 1 bf16, 2 fp16). */
 int accel__nn_cu_rnd(accel_dtype dt);
@@ -42,5 +74,7 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
 nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
                                nn_layout layout);
+nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                           nn_tensor *w2, nn_tensor *b2, nn_layout layout);
 
 #endif /* ACCEL_NN_CUDA_GPU_INTERNAL_H */

@@ -21,7 +21,15 @@ typedef struct lt_mm {
     float beta; /* D = op(A) op(B) + beta D */
     cudaDataType_t in_type;
     const float *bias; /* m floats added to every column (epilogue), or NULL */
+    /* A GELU epilogue (linear_gelu_linear): ACT_GELU D = gelu(product + bias) with aux = the
+     * product + bias; ACT_DGELU D = product * gelu'(aux), and with dbias the column sums of D
+     * into m floats. aux: m x n fp32, column-major with leading dimension m. */
+    int act;
+    float *aux;
+    float *dbias;
 } lt_mm;
+
+enum { ACT_NONE = 0, ACT_GELU, ACT_DGELU };
 
 /* The largest power of two up to 256 that divides the address (cuBLASLt's alignment unit). */
 static uint32_t alignment_of(const void *p)
@@ -34,7 +42,36 @@ static uint32_t alignment_of(const void *p)
     return al;
 }
 
-static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
+/* The epilogue lt_run asks for when it uses p's bias / activation. */
+static cublasLtEpilogue_t epilogue_of(const lt_mm *p)
+{
+    if (p->act == ACT_GELU) {
+        return p->bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    }
+    if (p->act == ACT_DGELU) {
+        return p->dbias != NULL ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    }
+    return CUBLASLT_EPILOGUE_BIAS;
+}
+
+static const char *epilogue_name(cublasLtEpilogue_t ep)
+{
+    switch (ep) {
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+        return "GELU_AUX_BIAS";
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+        return "GELU_AUX";
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+        return "DGELU_BGRAD";
+    case CUBLASLT_EPILOGUE_DGELU:
+        return "DGELU";
+    default:
+        return "BIAS";
+    }
+}
+
+/* One cuBLASLt product of p; with_epilogue: with p's bias / GELU epilogue (epilogue_of). */
+static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
 {
     cublasLtMatmulDesc_t op = NULL;
     cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
@@ -48,17 +85,31 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     if (st == CUBLAS_STATUS_SUCCESS) {
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
     }
-    if (st == CUBLAS_STATUS_SUCCESS && with_bias) {
-        cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    if (st == CUBLAS_STATUS_SUCCESS && with_epilogue) {
+        cublasLtEpilogue_t ep = epilogue_of(p);
+        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD), fp32
+         * either way: the type of D. */
+        const void *bias = p->act == ACT_DGELU ? (const void *)p->dbias : (const void *)p->bias;
         int32_t bias_type = CUDA_R_32F;
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
-        if (st == CUBLAS_STATUS_SUCCESS) {
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
-                                                sizeof(p->bias));
+        if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias));
         }
-        if (st == CUBLAS_STATUS_SUCCESS) {
+        if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof(bias_type));
+        }
+        /* The GELU input: written by GELU_AUX*, read by DGELU*, in D's type (fp32, the
+         * default aux type), leading dimension m (a multiple of 8: the caller checks). */
+        if (st == CUBLAS_STATUS_SUCCESS && p->act != ACT_NONE) {
+            int64_t ld_aux = p->m;
+            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                &p->aux, sizeof(p->aux));
+            if (st == CUBLAS_STATUS_SUCCESS) {
+                st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ld_aux, sizeof(ld_aux));
+            }
         }
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
@@ -103,7 +154,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     if (st == CUBLAS_STATUS_SUCCESS) {
         float alpha = 1.0f;
         st = cublasLtMatmul(s->lt, op, &alpha, p->A, la, p->B, lb, &p->beta, p->D, ld, p->D, ld,
-                            &res.algo, s->workspace, s->workspace_nbytes, 0);
+                            &res.algo, s->workspace, s->workspace_nbytes, s->stream);
     }
     if (pref) {
         cublasLtMatmulPreferenceDestroy(pref);
@@ -123,24 +174,71 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_bias)
     return st;
 }
 
-/* Runs p (its bias through the epilogue, or a bias kernel after a plain product); 0 and the
- * ctx error on failure. */
+/* Said once per process and epilogue: the fused path is slower without it, not wrong. */
+static void note_fallback(cublasLtEpilogue_t ep, const lt_mm *p, cublasStatus_t st)
+{
+    static int said[4];
+    int k = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX ? 1
+            : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD || ep == CUBLASLT_EPILOGUE_DGELU    ? 2
+                                                                                      : 0;
+    if (k > 0 && !said[k]) {
+        said[k] = 1;
+        accel__log(NULL, ACCEL__LOG_INFO,
+                   "nn (CUDA): cuBLASLt's %s epilogue is not available for a %lld x %lld x %lld "
+                   "product (%s): a plain product and GELU kernels instead",
+                   epilogue_name(ep), (long long)p->m, (long long)p->n, (long long)p->k,
+                   cublasGetStatusString(st));
+    }
+}
+
+/* What an epilogue does, after a plain product in D: the bias, GELU (keeping its input in
+ * aux) or GELU's derivative (and the bias gradient). 0 and the ctx error on failure. */
+static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
+{
+    cudaStream_t cs = nn__cu_stream(g);
+    int64_t n = p->m * p->n;
+    if (p->act == ACT_NONE) {
+        /* The bias adds to every column of the column-major D (m x n, ldd == m here). */
+        return p->bias == NULL ||
+               accel__nn_cu_ok(g, nn_cu_add(cs, p->D, n, p->bias, p->m, p->D), what);
+    }
+    if (p->act == ACT_GELU) {
+        cudaError_t e = p->bias != NULL ? nn_cu_add(cs, p->D, n, p->bias, p->m, p->aux)
+                                        : cudaMemcpyAsync(p->aux, p->D, (size_t)n * sizeof(float),
+                                                          cudaMemcpyDeviceToDevice, cs);
+        return accel__nn_cu_ok(g, e, what) &&
+               accel__nn_cu_ok(g, nn_cu_gelu(cs, p->aux, p->D, n, 1), what);
+    }
+    /* D (the product) times gelu'(aux) in place; the bias gradient sums D's columns, that is
+     * the rows of the row-major [n, m] it also is. */
+    return accel__nn_cu_ok(g, nn_cu_gelu_bwd(cs, p->aux, p->D, p->D, n, 1, 1), what) &&
+           (p->dbias == NULL ||
+            accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, p->n, p->m, p->dbias, 1), what));
+}
+
+/* Runs p: its bias / GELU through the epilogue, or a plain product and the epilogue's kernels
+ * where cuBLASLt offers no algorithm with it; 0 and the ctx error on failure. */
 static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
 {
     nn_gpu_state *s = g->gpu;
     /* Overwritten outputs are fresh arena memory: zero them, so no algorithm can turn stale
      * NaNs into 0 * NaN even if it reads D when beta is 0 (ldd == m in every call here). */
     if (p->beta == 0.0f &&
-        !accel__nn_cu_ok(g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), 0),
-                         what)) {
+        !accel__nn_cu_ok(
+            g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), nn__cu_stream(g)),
+            what)) {
         return 0;
     }
     /* No preference covers the bias pointer, and epilogue kernels may read it in 16-byte
      * vectors: a less aligned bias (a parameter view at an odd offset) takes the plain
-     * product and the bias kernel. */
-    if (p->bias != NULL && alignment_of(p->bias) >= 16 &&
-        lt_run(s, p, 1) == CUBLAS_STATUS_SUCCESS) {
-        return 1;
+     * product and the bias kernel. Aux and bias-gradient buffers come from the arena. */
+    int want = p->act != ACT_NONE || p->bias != NULL;
+    if (want && (p->bias == NULL || alignment_of(p->bias) >= 16)) {
+        cublasStatus_t st = lt_run(s, p, 1);
+        if (st == CUBLAS_STATUS_SUCCESS) {
+            return 1;
+        }
+        note_fallback(epilogue_of(p), p, st);
     }
     cublasStatus_t st = lt_run(s, p, 0);
     if (st != CUBLAS_STATUS_SUCCESS) {
@@ -149,9 +247,7 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
                        cublasGetStatusString(st));
         return 0;
     }
-    /* The bias adds to every column of the column-major D (m x n, ldd == m here). */
-    return p->bias == NULL ||
-           accel__nn_cu_ok(g, nn_cu_add(p->D, p->m * p->n, p->bias, p->m, p->D), what);
+    return epilogue_kernels(g, p, what);
 }
 
 static cudaDataType_t in_type(int rnd)
@@ -165,7 +261,8 @@ static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scra
                        const char *what)
 {
     void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
-    if (h == NULL || (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(src, h, n, rnd), what))) {
+    if (h == NULL ||
+        (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), src, h, n, rnd), what))) {
         return NULL;
     }
     return h;
@@ -203,12 +300,49 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
     p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
-           accel__nn_cu_ok(g, nn_cu_acc(grad, p->D, n, rnd, fresh), what);
+           accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
+}
+
+/* What a linear node is (n->i[5]): a plain nn_linear, or one of the two products of
+ * nn_linear_gelu_linear. FUSED_GELU (the first): y = gelu(x W1 + b1) with the GELU input kept
+ * (n->p[3]); its output gradient arrives already through GELU's derivative (dZ, written by the
+ * second node) and its bias gradient may too (n->p[2]). FUSED_DGELU (the second, reading the
+ * first's private output): its input gradient is the product through the DGELU(_BGRAD)
+ * epilogue with the first node's GELU input (n->p[3] is that node). */
+enum { LIN_PLAIN = 0, LIN_FUSED_DGELU = 1, LIN_FUSED_GELU = 2 };
+
+/* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
+ * node's output gradient) and the first bias's gradient into an arena buffer the first node
+ * then adds. p: the input-gradient product, D unset. */
+static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, float *gx, int fresh, const char *what)
+{
+    nn_node *a = n->p[3];
+    const nn_tensor *b1 = a->in[2];
+    p->act = ACT_DGELU;
+    p->aux = a->p[3];
+    if (b1 != NULL && b1->requires_grad) {
+        /* Zeroed, so the sums are right whether the epilogue stores them (as documented) or
+         * adds them. */
+        p->dbias = accel__nn_dzalloc(g, (size_t)p->m * sizeof(float));
+        if (p->dbias == NULL) {
+            return 0;
+        }
+        a->p[2] = p->dbias;
+    }
+    /* The first node's output is private to the op, so its gradient is always fresh here; an
+     * epilogue never accumulates (beta would enter before the derivative), so anything else
+     * would go through scratch. */
+    int64_t count = p->m * p->n;
+    p->D = fresh ? gx : accel__nn_dtmp_alloc(g, (size_t)count * sizeof(float));
+    p->beta = 0.0f;
+    return p->D != NULL && lt_matmul(g, p, what) &&
+           (fresh || accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gx, p->D, count, 0, 0), what));
 }
 
 static void linear_backward(nn_ctx *g, nn_node *n)
 {
-    static const char what[] = "nn_linear (backward)";
+    const char *what =
+        n->i[5] != LIN_PLAIN ? "nn_linear_gelu_linear (backward)" : "nn_linear (backward)";
     nn_tensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
     int64_t M = n->i[0], in = n->i[1], out = n->i[2];
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT, rnd = (int)n->i[4];
@@ -222,12 +356,17 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int fx;
     float *gx = in > 0 ? accel__nn_grad_w(g, x, &fx) : NULL;
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0,   in,   M,  out,  wd, in_out ? out : in,
-                   gyd,    out, NULL, in, 0.0f, ty, NULL};
-        if (out == 0) {
+        lt_mm p = {in_out, 0,  in,   M,        out,  wd,  in_out ? out : in, gyd, out, NULL, in,
+                   0.0f,   ty, NULL, ACT_NONE, NULL, NULL};
+        if (n->i[5] == LIN_FUSED_DGELU) {
+            if (!dgelu_grad(g, n, &p, gx, fx, what)) {
+                return;
+            }
+        } else if (out == 0) {
             if (fx) {
-                accel__nn_cu_ok(g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), 0),
-                                what);
+                accel__nn_cu_ok(
+                    g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), nn__cu_stream(g)),
+                    what);
             }
         } else if (!grad_matmul(g, &p, gx, fx, rnd, what)) {
             return;
@@ -239,44 +378,56 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     if (gw != NULL) {
         lt_mm p;
         if (in_out) { /* dW [in, out] = X^T dY: column-major out x in = dY X^T */
-            lt_mm q = {0, 1, out, in, M, gyd, out, xd, in, NULL, out, 0.0f, ty, NULL};
+            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,  in,
+                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL};
             p = q;
         } else { /* dW [out, in] = dY^T X: column-major in x out = X dY^T */
-            lt_mm q = {0, 1, in, out, M, xd, in, gyd, out, NULL, in, 0.0f, ty, NULL};
+            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd, out,
+                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL};
             p = q;
         }
         if (M == 0) {
             if (fw) {
-                accel__nn_cu_ok(g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), 0),
-                                what);
+                accel__nn_cu_ok(
+                    g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), nn__cu_stream(g)),
+                    what);
             }
         } else if (!grad_matmul(g, &p, gw, fw, rnd, what)) {
             return;
         }
     }
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
+    if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
+        accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0), what);
+        return;
+    }
     if (gb != NULL) {
         if (rnd == 0) {
-            accel__nn_cu_ok(g, nn_cu_col_sum(gy, M, out, gb, 0), what);
+            accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gy, M, out, gb, 0), what);
             return;
         }
         /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
         float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
         float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
         if (gyr == NULL || sum == NULL ||
-            (M > 0 && !accel__nn_cu_ok(g, nn_cu_acc(gyr, gy, M * out, rnd, 1), what))) {
+            (M > 0 &&
+             !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gyr, gy, M * out, rnd, 1), what))) {
             return;
         }
-        if (accel__nn_cu_ok(g, nn_cu_col_sum(gyr, M, out, sum, 1), what)) {
-            accel__nn_cu_ok(g, nn_cu_acc(gb, sum, out, rnd, 0), what);
+        if (accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyr, M, out, sum, 1), what)) {
+            accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, sum, out, rnd, 0), what);
         }
     }
 }
 
-nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
-                               nn_layout layout)
+/* y = x W (+ bias) recorded as a node of `kind`: for LIN_FUSED_GELU y = gelu(...) with the GELU
+ * input kept for backward; for LIN_FUSED_DGELU `first` is the LIN_FUSED_GELU node that made x.
+ * *rec: the node (NULL when nothing was recorded). NULL on failure, the ctx error set. */
+static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                             nn_layout layout, int kind, nn_node *first, const char *what,
+                             nn_node **rec)
 {
-    static const char what[] = "nn_linear";
+    *rec = NULL;
     if (x == NULL || w == NULL) {
         return NULL;
     }
@@ -302,30 +453,57 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
     if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
         float *br = accel__nn_dalloc(g, (size_t)out * sizeof(float));
         if (br == NULL ||
-            (out > 0 && !accel__nn_cu_ok(g, nn_cu_acc(br, bias->data, out, rnd, 1), what))) {
+            (out > 0 &&
+             !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), br, bias->data, out, rnd, 1), what))) {
             return NULL;
         }
         bd = br;
+    } else if (bd != NULL && alignment_of(bd) < 16 && in > 0 && M * out > 0) {
+        /* Epilogues may read the bias in 16-byte vectors, and a parameter view can sit at any
+         * offset: an aligned copy keeps the fused epilogue (lt_matmul would go without it). */
+        float *ba = accel__nn_dalloc(g, (size_t)out * sizeof(float));
+        if (ba == NULL ||
+            !accel__nn_cu_ok(g,
+                             cudaMemcpyAsync(ba, bd, (size_t)out * sizeof(float),
+                                             cudaMemcpyDeviceToDevice, nn__cu_stream(g)),
+                             what)) {
+            return NULL;
+        }
+        bd = ba;
+    }
+    float *aux = NULL; /* the GELU input, for backward */
+    if (kind == LIN_FUSED_GELU &&
+        (aux = accel__nn_dalloc(g, (size_t)(M * out) * sizeof(float))) == NULL) {
+        return NULL;
     }
     if (M * out > 0) {
         if (in == 0) {
-            if (!accel__nn_cu_ok(
-                    g, cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float), 0), what) ||
+            if (!accel__nn_cu_ok(g,
+                                 cudaMemsetAsync(y->data, 0, (size_t)(M * out) * sizeof(float),
+                                                 nn__cu_stream(g)),
+                                 what) ||
                 (bd != NULL &&
-                 !accel__nn_cu_ok(g, nn_cu_add(y->data, M * out, bd, out, y->data), what))) {
+                 !accel__nn_cu_ok(
+                     g, nn_cu_add(nn__cu_stream(g), y->data, M * out, bd, out, y->data), what))) {
                 return NULL;
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out, 0,  out,     M,   in,   wd,           in_out ? out : in,
-                       xd,      in, y->data, out, 0.0f, in_type(rnd), bd};
+            lt_mm p = {!in_out,           0,  out,      M,       in,  wd,
+                       in_out ? out : in, xd, in,       y->data, out, 0.0f,
+                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL};
+            if (kind == LIN_FUSED_GELU) {
+                p.act = ACT_GELU;
+                p.aux = aux;
+            }
             if (!lt_matmul(g, &p, what)) {
                 return NULL;
             }
         }
     }
     if (accel__nn_needs_grad(g, ins, 3)) {
-        nn_node *n = accel__nn_record(g, "linear", y, ins, 3, linear_backward);
+        static const char *const names[] = {"linear", "linear_dgelu", "linear_gelu"};
+        nn_node *n = accel__nn_record(g, names[kind], y, ins, 3, linear_backward);
         if (n == NULL) {
             return NULL;
         }
@@ -334,8 +512,40 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
         n->i[2] = out;
         n->i[3] = layout;
         n->i[4] = rnd;
+        n->i[5] = kind;
         n->p[0] = (void *)xd;
         n->p[1] = (void *)wd;
+        n->p[3] = kind == LIN_FUSED_GELU ? (void *)aux : (void *)first;
+        *rec = n;
     }
     return y;
+}
+
+nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                               nn_layout layout)
+{
+    nn_node *n;
+    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, "nn_linear", &n);
+}
+
+nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
+                                           nn_tensor *w2, nn_tensor *b2, nn_layout layout)
+{
+    static const char what[] = "nn_linear_gelu_linear";
+    if (x == NULL || w1 == NULL || w2 == NULL) {
+        return NULL;
+    }
+    /* cuBLASLt's GELU input (aux) needs a leading dimension, the hidden width, that is a
+     * multiple of 8; empty products have nothing to fuse. Those take the three ops. */
+    int64_t hidden = w1->ndim == 2 ? w1->shape[layout == NN_LAYOUT_IN_OUT ? 1 : 0] : 0;
+    int64_t in = x->ndim >= 1 ? x->shape[x->ndim - 1] : 0;
+    if (hidden <= 0 || hidden % 8 != 0 || in == 0 || nn_numel(x) == 0 || nn_numel(w2) == 0) {
+        nn_tensor *h = accel__nn_cu_gelu(g, accel__nn_cu_linear(g, x, w1, b1, layout), 1);
+        return accel__nn_cu_linear(g, h, w2, b2, layout);
+    }
+    nn_node *first, *second;
+    nn_tensor *h = linear_fwd(g, x, w1, b1, layout, LIN_FUSED_GELU, NULL, what, &first);
+    /* Without a first node (nothing before needs a gradient) the second is a plain linear. */
+    return linear_fwd(g, h, w2, b2, layout, first ? LIN_FUSED_DGELU : LIN_PLAIN, first, what,
+                      &second);
 }

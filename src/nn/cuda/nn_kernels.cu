@@ -396,8 +396,7 @@ __device__ __forceinline__ float attn_keep(const nn_cu_attn &a, int64_t bh, int6
 }
 
 /* Loads hd values of a row (rounded per a.rnd) into this lane's registers. */
-__device__ __forceinline__ void load_row(const float *src, int64_t hd, int lane, int rnd,
-                                         float *r)
+__device__ __forceinline__ void load_row(const float *src, int64_t hd, int lane, int rnd, float *r)
 {
 #pragma unroll
     for (int i = 0; i < PER_LANE; i++) {
@@ -587,111 +586,117 @@ __global__ void k_attn_bwd_kv(nn_cu_attn a, const float *qkv, const float *lse, 
 
 extern "C" {
 
-cudaError_t nn_cu_add(const float *a, int64_t na, const float *b, int64_t nb, float *y)
+cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b, int64_t nb,
+                      float *y)
 {
     int64_t n = na > nb ? na : nb;
-    k_add<<<grid_for(n), THREADS>>>(a, na, b, nb, y, n);
+    k_add<<<grid_for(n), THREADS, 0, s>>>(a, na, b, nb, y, n);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_acc(float *dst, const float *src, int64_t n, int rnd, int write)
+cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write)
 {
-    k_acc<<<grid_for(n), THREADS>>>(dst, src, n, rnd, write);
+    k_acc<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, rnd, write);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
+cudaError_t nn_cu_col_sum(cudaStream_t s, const float *src, int64_t rows, int64_t cols, float *dst,
+                          int write)
 {
     if (cols == 0) {
         return cudaSuccess;
     }
-    k_col_sum<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES)>>>(
+    k_col_sum<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES), 0, s>>>(
         src, rows, cols, dst, write);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_to_half(const float *src, void *dst, int64_t n, int dt)
+cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt)
 {
-    k_to_half<<<grid_for(n), THREADS>>>(src, dst, n, dt);
+    k_to_half<<<grid_for(n), THREADS, 0, s>>>(src, dst, n, dt);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_gelu(const float *x, float *y, int64_t n, int approximate)
+cudaError_t nn_cu_gelu(cudaStream_t s, const float *x, float *y, int64_t n, int approximate)
 {
-    k_gelu<<<grid_for(n), THREADS>>>(x, y, n, approximate);
+    k_gelu<<<grid_for(n), THREADS, 0, s>>>(x, y, n, approximate);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
-                           int write)
+cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, float *gx, int64_t n,
+                           int approximate, int write)
 {
-    k_gelu_bwd<<<grid_for(n), THREADS>>>(x, gy, gx, n, approximate, write);
+    k_gelu_bwd<<<grid_for(n), THREADS, 0, s>>>(x, gy, gx, n, approximate, write);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_dropout(uint64_t key, float p, const float *src, float *dst, int64_t n, int write)
+cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
+                          int64_t n, int write)
 {
-    k_dropout<<<grid_for(n), THREADS>>>(key, p, src, dst, n, write);
+    k_dropout<<<grid_for(n), THREADS, 0, s>>>(key, p, src, dst, n, write);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_embedding(const float *w, const int32_t *ids, float *y, int64_t rows, int64_t C)
+cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, float *y,
+                            int64_t rows, int64_t C)
 {
-    k_embedding<<<grid_for(rows * C), THREADS>>>(w, ids, y, rows, C);
+    k_embedding<<<grid_for(rows * C), THREADS, 0, s>>>(w, ids, y, rows, C);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                int64_t V, float *gw)
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
+                                int64_t C, int64_t V, float *gw)
 {
     if (rows == 0 || C == 0 || V == 0) {
         return cudaSuccess;
     }
     dim3 grid((unsigned)((C + THREADS - 1) / THREADS), (unsigned)(V < EMB_SLICES ? V : EMB_SLICES));
-    k_embedding_bwd<<<grid, THREADS>>>(ids, gy, rows, C, V, gw);
+    k_embedding_bwd<<<grid, THREADS, 0, s>>>(ids, gy, rows, C, V, gw);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,
-                            float *rstd, int64_t rows, int64_t C, float eps)
+cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
+                            float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps)
 {
-    k_layernorm<<<(unsigned)rows, ROW_THREADS>>>(x, w, b, y, mean, rstd, C, eps);
+    k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_layernorm_bwd(const float *x, const float *gy, const float *w, const float *mean,
-                                const float *rstd, int64_t rows, int64_t C, float *gx, int write,
-                                float *gw, float *gb)
+cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
+                                const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                float *gx, int write, float *gw, float *gb)
 {
     if (gx != NULL) {
-        k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS>>>(x, gy, w, mean, rstd, C, gx, write);
+        k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
+                                                                 write);
     }
     if (gw != NULL || gb != NULL) {
-        k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS),
-                                 dim3(CS_COLS, CS_LANES)>>>(x, gy, mean, rstd, rows, C, gw, gb);
+        k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES),
+                                 0, s>>>(x, gy, mean, rstd, rows, C, gw, gb);
     }
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_ce_fwd(const float *x, const int32_t *t, int64_t rows, int64_t C, int64_t ignore,
-                         float eps, float *lse, float *row_loss)
+cudaError_t nn_cu_ce_fwd(cudaStream_t s, const float *x, const int32_t *t, int64_t rows, int64_t C,
+                         int64_t ignore, float eps, float *lse, float *row_loss)
 {
-    k_ce_fwd<<<(unsigned)rows, ROW_THREADS>>>(x, t, C, ignore, eps, lse, row_loss);
+    k_ce_fwd<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, C, ignore, eps, lse, row_loss);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_sum_div(const float *row_loss, int64_t rows, double divisor, float *y)
+cudaError_t nn_cu_sum_div(cudaStream_t s, const float *row_loss, int64_t rows, double divisor,
+                          float *y)
 {
-    k_sum_div<<<1, ROW_THREADS>>>(row_loss, rows, divisor, y);
+    k_sum_div<<<1, ROW_THREADS, 0, s>>>(row_loss, rows, divisor, y);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_ce_bwd(const float *x, const int32_t *t, const float *lse, const float *gy,
-                         int64_t rows, int64_t C, int64_t ignore, float eps, float scale,
-                         int per_row, float *gx, int write)
+cudaError_t nn_cu_ce_bwd(cudaStream_t s, const float *x, const int32_t *t, const float *lse,
+                         const float *gy, int64_t rows, int64_t C, int64_t ignore, float eps,
+                         float scale, int per_row, float *gx, int write)
 {
-    k_ce_bwd<<<(unsigned)rows, ROW_THREADS>>>(x, t, lse, gy, C, ignore, eps, scale, per_row, gx,
-                                               write);
+    k_ce_bwd<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, lse, gy, C, ignore, eps, scale, per_row,
+                                                    gx, write);
     return cudaGetLastError();
 }
 
@@ -701,18 +706,19 @@ static unsigned attn_blocks(const nn_cu_attn *a)
     return (unsigned)((warps + ATTN_WARPS - 1) / ATTN_WARPS);
 }
 
-cudaError_t nn_cu_attn_fwd(const nn_cu_attn *a, const float *qkv, float *y, float *lse)
+cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                           float *lse)
 {
-    k_attn_fwd<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, y, lse);
+    k_attn_fwd<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, y, lse);
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_attn_bwd(const nn_cu_attn *a, const float *qkv, const float *y, const float *lse,
-                           const float *gy, float *D, float *gqkv, int write)
+cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                           const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
-    k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, y, gy, D);
-    k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, lse, gy, D, gqkv, write);
-    k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS>>>(*a, qkv, lse, gy, D, gqkv, write);
+    k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, y, gy, D);
+    k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
     return cudaGetLastError();
 }
 

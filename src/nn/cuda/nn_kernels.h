@@ -1,8 +1,8 @@
 /*
  * The nn toolkit's CUDA kernels (nn_kernels.cu) as plain C launchers. Each one checks nothing
  * (the ops in ops_gpu.c / linear_gpu.c validated shapes and devices), queues its kernels on
- * the legacy default stream and returns the launch status (cudaGetLastError); a fault inside a
- * kernel surfaces at the next synchronisation.
+ * the stream s (the ctx's compute stream) and returns the launch status (cudaGetLastError); a fault
+ * inside a kernel surfaces at the next synchronisation.
  *
  * `write` arguments: 1 stores into the destination (a fresh gradient), 0 adds to it. `rnd`
  * arguments: 0 none, 1 round to bf16, 2 round to fp16 (nearest even), as the CPU's autocast
@@ -24,48 +24,52 @@ extern "C" {
 #define NN_CU_ATTN_MAX_HD 256
 
 /* y[i] = a[i % na] + b[i % nb] for i < max(na, nb) (the smaller size divides the larger). */
-cudaError_t nn_cu_add(const float *a, int64_t na, const float *b, int64_t nb, float *y);
+cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b, int64_t nb,
+                      float *y);
 /* dst[i] (+)= rnd(src[i]). */
-cudaError_t nn_cu_acc(float *dst, const float *src, int64_t n, int rnd, int write);
+cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write);
 /* dst[c] (+)= sum over r of src[r * cols + c], in a fixed order (32 interleaved partial sums,
  * then those in order). */
-cudaError_t nn_cu_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write);
+cudaError_t nn_cu_col_sum(cudaStream_t s, const float *src, int64_t rows, int64_t cols, float *dst,
+                          int write);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
-cudaError_t nn_cu_to_half(const float *src, void *dst, int64_t n, int dt);
+cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt);
 
 /* GELU (approximate 0: erf, 1: tanh) and its backward gx (+)= gelu'(x) gy. */
-cudaError_t nn_cu_gelu(const float *x, float *y, int64_t n, int approximate);
-cudaError_t nn_cu_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
-                           int write);
+cudaError_t nn_cu_gelu(cudaStream_t s, const float *x, float *y, int64_t n, int approximate);
+cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, float *gx, int64_t n,
+                           int approximate, int write);
 
 /* Inverted dropout with the CPU's counter-based mask: dst (+)= src * mask(key, i). */
-cudaError_t nn_cu_dropout(uint64_t key, float p, const float *src, float *dst, int64_t n,
-                          int write);
+cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
+                          int64_t n, int write);
 
 /* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order (V: gw's rows,
  * every id below it). */
-cudaError_t nn_cu_embedding(const float *w, const int32_t *ids, float *y, int64_t rows, int64_t C);
-cudaError_t nn_cu_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                int64_t V, float *gw);
+cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, float *y,
+                            int64_t rows, int64_t C);
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
+                                int64_t C, int64_t V, float *gw);
 
 /* LayerNorm over rows of C (w / b may be NULL: ones / zeros); saves mean and 1/std. */
-cudaError_t nn_cu_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,
-                            float *rstd, int64_t rows, int64_t C, float eps);
+cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
+                            float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps);
 /* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients. */
-cudaError_t nn_cu_layernorm_bwd(const float *x, const float *gy, const float *w, const float *mean,
-                                const float *rstd, int64_t rows, int64_t C, float *gx, int write,
-                                float *gw, float *gb);
+cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
+                                const float *mean, const float *rstd, int64_t rows, int64_t C,
+                                float *gx, int write, float *gw, float *gb);
 
 /* Cross entropy per row: lse[r] and row_loss[r] (0 where t[r] == ignore). */
-cudaError_t nn_cu_ce_fwd(const float *x, const int32_t *t, int64_t rows, int64_t C, int64_t ignore,
-                         float eps, float *lse, float *row_loss);
+cudaError_t nn_cu_ce_fwd(cudaStream_t s, const float *x, const int32_t *t, int64_t rows, int64_t C,
+                         int64_t ignore, float eps, float *lse, float *row_loss);
 /* *y = (sum of row_loss in double) / divisor (one block, fixed order). */
-cudaError_t nn_cu_sum_div(const float *row_loss, int64_t rows, double divisor, float *y);
+cudaError_t nn_cu_sum_div(cudaStream_t s, const float *row_loss, int64_t rows, double divisor,
+                          float *y);
 /* gx (+)= gr * (softmax - eps / C - (1 - eps) onehot), gr = (per_row ? gy[r] : gy[0]) * scale;
  * ignored rows get nothing (zeros when write). */
-cudaError_t nn_cu_ce_bwd(const float *x, const int32_t *t, const float *lse, const float *gy,
-                         int64_t rows, int64_t C, int64_t ignore, float eps, float scale,
-                         int per_row, float *gx, int write);
+cudaError_t nn_cu_ce_bwd(cudaStream_t s, const float *x, const int32_t *t, const float *lse,
+                         const float *gy, int64_t rows, int64_t C, int64_t ignore, float eps,
+                         float scale, int per_row, float *gx, int write);
 
 /* Fused causal attention over packed qkv [B, T, 3C] (H heads of hd): y [B, T, C] and the
  * per-row log-sum-exp lse [B, H, T], one online-softmax pass per query row (no T x T
@@ -76,10 +80,11 @@ typedef struct nn_cu_attn {
     uint64_t key;
     int rnd;
 } nn_cu_attn;
-cudaError_t nn_cu_attn_fwd(const nn_cu_attn *a, const float *qkv, float *y, float *lse);
+cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                           float *lse);
 /* Backward from dO = gy: gqkv (+)= rnd(dq | dk | dv); D: B*H*T floats of scratch. */
-cudaError_t nn_cu_attn_bwd(const nn_cu_attn *a, const float *qkv, const float *y, const float *lse,
-                           const float *gy, float *D, float *gqkv, int write);
+cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                           const float *lse, const float *gy, float *D, float *gqkv, int write);
 
 #ifdef __cplusplus
 }

@@ -21,8 +21,8 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (gt == NULL) {
             continue;
         }
-        cudaError_t e = nt == ny ? nn_cu_acc(gt, gy, ny, 0, fresh)
-                                 : nn_cu_col_sum(gy, nt ? ny / nt : 0, nt, gt, 0);
+        cudaError_t e = nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
+                                 : nn_cu_col_sum(nn__cu_stream(g), gy, nt ? ny / nt : 0, nt, gt, 0);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
@@ -54,7 +54,8 @@ nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
         return NULL;
     }
     if (nn_numel(y) > 0 &&
-        !accel__nn_cu_ok(g, nn_cu_add(a->data, na, b->data, nb, y->data), "nn_add")) {
+        !accel__nn_cu_ok(g, nn_cu_add(nn__cu_stream(g), a->data, na, b->data, nb, y->data),
+                         "nn_add")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, in, 2) && !accel__nn_record(g, "add", y, in, 2, add_backward)) {
@@ -70,10 +71,10 @@ static void gelu_backward(nn_ctx *g, nn_node *n)
     int fresh;
     float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
     if (gx != NULL) {
-        accel__nn_cu_ok(
-            g,
-            nn_cu_gelu_bwd(n->in[0]->data, n->out->grad, gx, nn_numel(n->out), (int)n->i[0], fresh),
-            "nn_gelu (backward)");
+        accel__nn_cu_ok(g,
+                        nn_cu_gelu_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, gx,
+                                       nn_numel(n->out), (int)n->i[0], fresh),
+                        "nn_gelu (backward)");
     }
 }
 
@@ -86,7 +87,8 @@ nn_tensor *accel__nn_cu_gelu(nn_ctx *g, nn_tensor *x, int approximate)
     int64_t n = y ? nn_numel(y) : 0;
     if (y == NULL ||
         (n > 0 &&
-         !accel__nn_cu_ok(g, nn_cu_gelu(x->data, y->data, n, approximate != 0), "nn_gelu"))) {
+         !accel__nn_cu_ok(g, nn_cu_gelu(nn__cu_stream(g), x->data, y->data, n, approximate != 0),
+                          "nn_gelu"))) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, &x, 1)) {
@@ -106,9 +108,10 @@ static void dropout_backward(nn_ctx *g, nn_node *n)
 {
     float *gx = accel__nn_grad(g, n->in[0]);
     if (gx != NULL) {
-        accel__nn_cu_ok(
-            g, nn_cu_dropout((uint64_t)n->i[0], n->f[0], n->out->grad, gx, nn_numel(n->out), 0),
-            "nn_dropout (backward)");
+        accel__nn_cu_ok(g,
+                        nn_cu_dropout(nn__cu_stream(g), (uint64_t)n->i[0], n->f[0], n->out->grad,
+                                      gx, nn_numel(n->out), 0),
+                        "nn_dropout (backward)");
     }
 }
 
@@ -130,7 +133,9 @@ nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p)
     }
     uint64_t key = nn__key3(g->seed, g->step, op_index);
     int64_t n = nn_numel(x);
-    if (n > 0 && !accel__nn_cu_ok(g, nn_cu_dropout(key, p, x->data, y->data, n, 1), "nn_dropout")) {
+    if (n > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_dropout(nn__cu_stream(g), key, p, x->data, y->data, n, 1),
+                         "nn_dropout")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, &x, 1)) {
@@ -150,9 +155,10 @@ static void emb_backward(nn_ctx *g, nn_node *n)
 {
     float *gw = accel__nn_grad(g, n->in[0]);
     if (gw != NULL) {
-        accel__nn_cu_ok(
-            g, nn_cu_embedding_bwd(n->p[0], n->out->grad, n->i[0], n->i[1], n->in[0]->shape[0], gw),
-            "nn_embedding (backward)");
+        accel__nn_cu_ok(g,
+                        nn_cu_embedding_bwd(nn__cu_stream(g), n->p[0], n->out->grad, n->i[0],
+                                            n->i[1], n->in[0]->shape[0], gw),
+                        "nn_embedding (backward)");
     }
 }
 
@@ -173,7 +179,8 @@ nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
         return NULL;
     }
     if (rows * C > 0 &&
-        !accel__nn_cu_ok(g, nn_cu_embedding(weight->data, idc, y->data, rows, C), "nn_embedding")) {
+        !accel__nn_cu_ok(g, nn_cu_embedding(nn__cu_stream(g), weight->data, idc, y->data, rows, C),
+                         "nn_embedding")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, &weight, 1)) {
@@ -202,8 +209,8 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     }
     const float *w = n->in[1] ? n->in[1]->data : NULL;
     accel__nn_cu_ok(g,
-                    nn_cu_layernorm_bwd(n->in[0]->data, n->out->grad, w, n->p[0], n->p[1], rows, C,
-                                        gx, fresh, gw, gb),
+                    nn_cu_layernorm_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, w, n->p[0],
+                                        n->p[1], rows, C, gx, fresh, gw, gb),
                     "nn_layernorm (backward)");
 }
 
@@ -234,8 +241,8 @@ nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tens
     }
     if (rows > 0 &&
         !accel__nn_cu_ok(g,
-                         nn_cu_layernorm(x->data, w ? w->data : NULL, b ? b->data : NULL, y->data,
-                                         mean, rstd, rows, C, eps),
+                         nn_cu_layernorm(nn__cu_stream(g), x->data, w ? w->data : NULL,
+                                         b ? b->data : NULL, y->data, mean, rstd, rows, C, eps),
                          "nn_layernorm")) {
         return NULL;
     }
@@ -262,9 +269,9 @@ static void ce_backward(nn_ctx *g, nn_node *n)
         return;
     }
     accel__nn_cu_ok(g,
-                    nn_cu_ce_bwd(n->in[0]->data, n->p[1], n->p[0], n->out->grad, n->i[0], n->i[1],
-                                 n->i[2], n->f[0], n->f[1], n->i[3] == NN_REDUCTION_NONE, gx,
-                                 fresh),
+                    nn_cu_ce_bwd(nn__cu_stream(g), n->in[0]->data, n->p[1], n->p[0], n->out->grad,
+                                 n->i[0], n->i[1], n->i[2], n->f[0], n->f[1],
+                                 n->i[3] == NN_REDUCTION_NONE, gx, fresh),
                     "nn_cross_entropy (backward)");
 }
 
@@ -290,10 +297,10 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
         return NULL;
     }
     float eps = o.label_smoothing;
-    if (rows > 0 &&
-        !accel__nn_cu_ok(
-            g, nn_cu_ce_fwd(logits->data, tdev, rows, C, o.ignore_index, eps, lse, row_loss),
-            "nn_cross_entropy")) {
+    if (rows > 0 && !accel__nn_cu_ok(g,
+                                     nn_cu_ce_fwd(nn__cu_stream(g), logits->data, tdev, rows, C,
+                                                  o.ignore_index, eps, lse, row_loss),
+                                     "nn_cross_entropy")) {
         return NULL;
     }
     float scale = 1.0f;
@@ -301,7 +308,7 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
         /* torch: mean over non-ignored targets; 0/0 = NaN when all are ignored. */
         double divisor = o.reduction == NN_REDUCTION_MEAN ? (double)count : 1.0;
         scale = o.reduction == NN_REDUCTION_MEAN ? (float)(1.0 / (double)count) : 1.0f;
-        if (!accel__nn_cu_ok(g, nn_cu_sum_div(row_loss, rows, divisor, y->data),
+        if (!accel__nn_cu_ok(g, nn_cu_sum_div(nn__cu_stream(g), row_loss, rows, divisor, y->data),
                              "nn_cross_entropy")) {
             return NULL;
         }
@@ -341,9 +348,10 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     if (gqkv == NULL || D == NULL || a.B * a.T == 0) {
         return;
     }
-    accel__nn_cu_ok(
-        g, nn_cu_attn_bwd(&a, n->in[0]->data, n->out->data, n->p[0], n->out->grad, D, gqkv, fresh),
-        "nn_causal_attention (backward)");
+    accel__nn_cu_ok(g,
+                    nn_cu_attn_bwd(nn__cu_stream(g), &a, n->in[0]->data, n->out->data, n->p[0],
+                                   n->out->grad, D, gqkv, fresh),
+                    "nn_causal_attention (backward)");
 }
 
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
@@ -377,7 +385,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         return NULL;
     }
     if (a.B * a.T * a.C > 0 &&
-        !accel__nn_cu_ok(g, nn_cu_attn_fwd(&a, qkv->data, y->data, lse), "nn_causal_attention")) {
+        !accel__nn_cu_ok(g, nn_cu_attn_fwd(nn__cu_stream(g), &a, qkv->data, y->data, lse),
+                         "nn_causal_attention")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, &qkv, 1)) {
