@@ -25,6 +25,8 @@ typedef struct nn_gpu_ops {
     accel_status (*zero)(void *p, size_t nbytes);
     accel_status (*to_device)(void *dst, const void *src, size_t nbytes);
     accel_status (*to_host)(void *dst, const void *src, size_t nbytes);
+    /* Queued copy between two non-overlapping device buffers. */
+    accel_status (*copy)(void *dst, const void *src, size_t nbytes);
     /* d[i] += h[i] for n floats (h in host memory): seeds backward. */
     accel_status (*add_host)(nn_ctx *g, float *d, const float *h, int64_t n);
     /* The ops: same contracts as the public ones, on tensors of a CUDA ctx. */

@@ -113,6 +113,12 @@ static accel_status cu_to_host(void *dst, const void *src, size_t nbytes)
     return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpy (to the host)");
 }
 
+static accel_status cu_copy(void *dst, const void *src, size_t nbytes)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, 0);
+    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (on the GPU)");
+}
+
 static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
 {
     float *tmp = accel__nn_dalloc(g, (size_t)n * sizeof(float));
@@ -220,6 +226,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .zero = cu_zero,
     .to_device = cu_to_device,
     .to_host = cu_to_host,
+    .copy = cu_copy,
     .add_host = cu_add_host,
     .add = accel__nn_cu_add,
     .gelu = accel__nn_cu_gelu,
