@@ -8,7 +8,9 @@
  * output's gradient with the node's, replays that tape and rewinds again.
  *
  * Invariant: what outlives a segment (its output, the gradients it writes into tensors from
- * outside it) is allocated before the segment's mark, never after it. Nothing here depends on
+ * outside it) is allocated before the segment's mark, never after it. The tensors from outside
+ * are found on the segment's tape: a node's backward writes gradients only into its inputs
+ * (n->in), as accel__nn_record takes them. Nothing here depends on
  * the device: the device arena is rewound like the host one and the one copy goes through the
  * GPU table.
  */
@@ -20,7 +22,8 @@ typedef struct nn_segment {
     void *fn_ctx;
     uint64_t op_start, seed, step;
     int training;
-    int autocast;       /* the dtype the first run computed in */
+    int autocast_mode; /* the ctx's autocast mode and learned dtype when the first run began */
+    accel_dtype autocast_auto;
     int n_outer;        /* owners from outside the segment that its ops read and that */
     nn_tensor *outer[]; /* require grad (not parameters): the segment adds to their gradient */
 } nn_segment;
@@ -135,6 +138,7 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     uint64_t op_counter = g->op_counter, seed = g->seed, step = g->step;
     int training = g->training, grad_enabled = g->grad_enabled, mode = g->autocast_mode;
     accel_dtype learned = g->autocast_auto;
+    /* (AUTO may learn its dtype inside the segment: it then learns it at the same op again) */
     nn_arena_mark m = accel__nn_arena_mark(g);
     g->tape = NULL; /* the second run records a tape of its own */
     g->n_nodes = 0;
@@ -143,7 +147,8 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     g->step = s->step;
     g->training = s->training;
     g->grad_enabled = 1;
-    g->autocast_mode = s->autocast;
+    g->autocast_mode = s->autocast_mode;
+    g->autocast_auto = s->autocast_auto;
 
     nn_tensor *y = s->fn(g, s->fn_ctx, n->in[0]);
     if (g->first_err != ACCEL_OK) {
@@ -219,8 +224,8 @@ static nn_tensor *close_segment(nn_ctx *g, const nn_arena_mark *m, nn_segment *p
                                 nn_tensor *y)
 {
     nn_tmp_mark tm = accel__nn_tmp_mark(g);
-    nn_tensor **outer = accel__nn_tmp_alloc(g, (size_t)(4 * (g->n_nodes - m->n_nodes) + 1) *
-                                                   sizeof(*outer));
+    nn_tensor **outer =
+        accel__nn_tmp_alloc(g, (size_t)(4 * (g->n_nodes - m->n_nodes) + 1) * sizeof(*outer));
     if (outer == NULL) {
         accel__nn_arena_keep(g, m);
         return NULL;
@@ -236,15 +241,16 @@ static nn_tensor *close_segment(nn_ctx *g, const nn_arena_mark *m, nn_segment *p
     /* The output first: its struct cannot reach the old output's data, which lies above the
      * old output's struct; its data moves down. Then the node, once the data is safe. */
     nn_tensor *out = accel__nn_new(g, ndim, shape);
-    accel_status st =
-        out != NULL ? move_data(g, out->data, src, (size_t)nn_numel(out) * sizeof(float)) : ACCEL_OK;
+    accel_status st = out != NULL
+                          ? move_data(g, out->data, src, (size_t)nn_numel(out) * sizeof(float))
+                          : ACCEL_OK;
     if (out != NULL && st != ACCEL_OK) {
         out = accel__nn_fail(g, st, "nn_checkpoint: %s", accel_last_error(NULL));
     }
     nn_segment *s =
         out != NULL ? accel__nn_alloc(g, sizeof(*s) + (size_t)n_outer * sizeof(nn_tensor *)) : NULL;
-    nn_node *n = s != NULL ? accel__nn_record(g, "checkpoint", out, &x, 1, checkpoint_backward)
-                           : NULL;
+    nn_node *n =
+        s != NULL ? accel__nn_record(g, "checkpoint", out, &x, 1, checkpoint_backward) : NULL;
     if (n != NULL) {
         *s = *proto;
         s->n_outer = n_outer;
@@ -275,8 +281,14 @@ nn_tensor *nn_checkpoint(nn_ctx *g, nn_segment_fn fn, void *fn_ctx, nn_tensor *x
     if (!g->grad_enabled) {
         return fn(g, fn_ctx, x);
     }
-    nn_segment proto = {fn, fn_ctx, g->op_counter, g->seed, g->step, g->training,
-                        (int)nn__autocast(g), 0};
+    nn_segment proto = {.fn = fn,
+                        .fn_ctx = fn_ctx,
+                        .op_start = g->op_counter,
+                        .seed = g->seed,
+                        .step = g->step,
+                        .training = g->training,
+                        .autocast_mode = g->autocast_mode,
+                        .autocast_auto = g->autocast_auto};
     nn_arena_mark m = accel__nn_arena_mark(g);
     nn_tensor *y = fn(g, fn_ctx, x);
     if (y == NULL || !y->requires_grad || g->tape == m.tape) {

@@ -43,15 +43,14 @@ static nn_tensor *seg_fn(nn_ctx *g, void *ctx, nn_tensor *x)
     case 2:
         return nn_add(g, x, nn_gelu(g, s->c, 1));
     default:
-        return nn_add(g, x,
-                      nn_causal_attention(g, nn_linear(g, x, s->w3, NULL, NN_LAYOUT_IN_OUT), H,
-                                          0.2f));
+        return nn_add(
+            g, x, nn_causal_attention(g, nn_linear(g, x, s->w3, NULL, NN_LAYOUT_IN_OUT), H, 0.2f));
     }
 }
 
 static float *host_data[N_LEAF];
 static const int64_t shapes[N_LEAF][3] = {{B, T, C}, {C, 4 * C, 0}, {4 * C, 0, 0}, {4 * C, C, 0},
-                                          {C, 0, 0},  {C, 3 * C, 0}, {V, C, 0}};
+                                          {C, 0, 0}, {C, 3 * C, 0}, {V, C, 0}};
 static const int ndims[N_LEAF] = {3, 2, 1, 2, 1, 2, 2};
 
 static int64_t numel_of(int k)

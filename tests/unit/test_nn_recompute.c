@@ -103,8 +103,8 @@ static void compare_gpt(float dropout, int autocast)
                       (double)rc.grads[s][i]);
         }
         CHECK_MSG(plain.ready[s].n == nn_params_count(plain.p) && rc.ready[s].n == plain.ready[s].n,
-                  "step %d: %d / %d parameters ready, want %d", s, plain.ready[s].n,
-                  rc.ready[s].n, nn_params_count(plain.p));
+                  "step %d: %d / %d parameters ready, want %d", s, plain.ready[s].n, rc.ready[s].n,
+                  nn_params_count(plain.p));
         CHECK(memcmp(plain.ready[s].order, rc.ready[s].order,
                      (size_t)plain.ready[s].n * sizeof(int)) == 0);
     }
@@ -124,8 +124,8 @@ static void compare_gpt(float dropout, int autocast)
         CHECK(rc.stats[s].peak_nbytes < plain.stats[s].peak_nbytes);
     }
     if (want > 0) {
-        double got = (double)plain.stats[STEPS - 1].peak_nbytes -
-                     (double)rc.stats[STEPS - 1].peak_nbytes;
+        double got =
+            (double)plain.stats[STEPS - 1].peak_nbytes - (double)rc.stats[STEPS - 1].peak_nbytes;
         CHECK_MSG(got >= want, "peak drop %.0f bytes, want >= %.0f", got, want);
     }
     /* Steady state: from step 2 on neither arena allocates. */
