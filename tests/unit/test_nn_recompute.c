@@ -3,7 +3,8 @@
  * few steps with and without recomputation, with dropout 0 and 0.1 and under bf16 autocast,
  * gives bit-identical losses and gradients and reports its parameters to grad_ready in the
  * same order; the step's peak arena bytes drop by at least what the model's shape says the
- * blocks' activations take; the arena stops growing. A segment reading a tensor from outside,
+ * blocks' activations take; the arena stops growing. Through accel (bf16 mixed precision,
+ * accel_backward, AdamW) the losses are the same. A segment reading a tensor from outside,
  * nested segments, the no-grad path and the misuse errors.
  */
 #include <string.h>
@@ -159,6 +160,63 @@ static void check_peak_deep(void)
            peak[1], want);
 }
 
+/* Through accel: a model under bf16 mixed precision (autocast AUTO learns bf16 from the sink's
+ * working copy), accel_backward reporting to the reducer, AdamW: STEPS losses. */
+static void accel_losses(int recompute, float *losses)
+{
+    accel_options o = accel_options_default();
+    o.cpu = 1;
+    o.mixed_precision = ACCEL_PRECISION_BF16;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    nn_gpt_config cfg = small_gpt_config(3, 2, 16, 16, 32, 1);
+    cfg.dropout = 0.1f;
+    accel_model *m;
+    nn_params *p;
+    nn_gpt *gpt;
+    small_gpt_new(acc, &cfg, 3, &m, &p, &gpt);
+    nn_gpt_set_recompute(gpt, recompute);
+    accel_optimizer *opt = accel_adamw(acc, m, NULL);
+    CHECK(opt != NULL);
+    CHECK_OK(acc, accel_prepare(acc, m, opt));
+    nn_ctx *g;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    nn_ctx_set_seed(g, 4);
+    int32_t ids[B * 16], tg[B * 16];
+    for (int i = 0; i < B * 16; i++) {
+        ids[i] = (i * 11 + 2) % 32;
+        tg[i] = (i * 3 + 5) % 32;
+    }
+    for (int s = 0; s < STEPS; s++) {
+        nn_tensor *loss = NULL;
+        CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, 16, NULL, &loss));
+        CHECK(nn_ctx_autocast_dtype(g) == ACCEL_BF16);
+        CHECK_OK(acc, accel_backward(acc, loss));
+        losses[s] = nn_item(loss);
+        CHECK_OK(acc, accel_optimizer_step(opt));
+        CHECK_OK(acc, accel_optimizer_zero_grad(opt));
+        nn_ctx_reset(g);
+    }
+    nn_ctx_free(g);
+    nn_gpt_free(gpt);
+    nn_params_free(p);
+    accel_free(acc);
+}
+
+static void check_accel(void)
+{
+    float plain[STEPS], rc[STEPS];
+    accel_losses(0, plain);
+    accel_losses(1, rc);
+    for (int s = 0; s < STEPS; s++) {
+        CHECK_MSG(memcmp(&plain[s], &rc[s], sizeof(float)) == 0,
+                  "accel, bf16: step %d: loss %.9g plain, %.9g recomputed", s, (double)plain[s],
+                  (double)rc[s]);
+    }
+    printf("accel, bf16, AdamW: %d steps, the same losses (%.6f ... %.6f)\n", STEPS,
+           (double)plain[0], (double)plain[STEPS - 1]);
+}
+
 /* ---- segments of one's own ---- */
 
 typedef struct seg_ctx {
@@ -271,6 +329,7 @@ int main(void)
     compare_gpt(0.1f, ACCEL_F32);
     compare_gpt(0.1f, ACCEL_BF16);
     check_peak_deep();
+    check_accel();
     check_custom();
     check_no_grad();
     printf("ok\n");
