@@ -10,9 +10,8 @@
  * Invariant: what outlives a segment (its output, the gradients it writes into tensors from
  * outside it) is allocated before the segment's mark, never after it. The tensors from outside
  * are found on the segment's tape: a node's backward writes gradients only into its inputs
- * (n->in), as accel__nn_record takes them. Nothing here depends on
- * the device: the device arena is rewound like the host one and the one copy goes through the
- * GPU table.
+ * (n->in), as accel__nn_record takes them. Nothing here depends on the device: the device
+ * arena is rewound like the host one and the one copy goes through the GPU table.
  */
 #include "nn_gpu.h"
 
