@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPT-2 124M training on one GPU, accel against its PyTorch peer, in one call (issue 15):
 #   ours      BUILD_DIR/bench/gpt_step --device cuda --preset gpt2-124m --batch B
-#             --mixed_precision bf16 --steps STEPS --recompute RECOMPUTE
+#             --mixed_precision bf16 --steps STEPS [--recompute 1 where RECOMPUTE=1]
 #   eager     bench/peers/torch_gpt2.py --batch B --seq 1024 --steps STEPS --warmup WARMUP
 #             --compile 0 (transformers GPT2LMHeadModel + Accelerate bf16)
 #   compiled  the same with --compile 1 (torch.compile through Accelerate)
@@ -171,10 +171,12 @@ run() {
     fi
 }
 
+recompute_flag=()
+[ "$recompute" = 0 ] || recompute_flag=(--recompute "$recompute")
 for ((r = 1; r <= rounds; r++)); do
     [ -n "${skip[ours]:-}" ] ||
         run ours "$r" "$ours" --device cuda --preset gpt2-124m --batch "$batch" \
-            --mixed_precision bf16 --steps "$steps" --recompute "$recompute"
+            --mixed_precision bf16 --steps "$steps" "${recompute_flag[@]}"
     for c in 0 1; do
         name=${names[c + 1]}
         [ -n "${skip[$name]:-}" ] ||

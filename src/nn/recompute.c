@@ -15,14 +15,38 @@
  */
 #include "nn_gpu.h"
 
+/* The ctx state a run of a segment depends on: the dropout keys (op counter, seed, step),
+ * the modes, and autocast's mode and learned dtype (AUTO may learn its dtype inside the
+ * segment: it then learns it at the same op again). */
+typedef struct run_state {
+    uint64_t op_counter, seed, step;
+    int training, grad_enabled, autocast_mode;
+    accel_dtype autocast_auto;
+} run_state;
+
+static run_state get_state(const nn_ctx *g)
+{
+    run_state r = {g->op_counter,   g->seed,          g->step,         g->training,
+                   g->grad_enabled, g->autocast_mode, g->autocast_auto};
+    return r;
+}
+
+static void set_state(nn_ctx *g, const run_state *r)
+{
+    g->op_counter = r->op_counter;
+    g->seed = r->seed;
+    g->step = r->step;
+    g->training = r->training;
+    g->grad_enabled = r->grad_enabled;
+    g->autocast_mode = r->autocast_mode;
+    g->autocast_auto = r->autocast_auto;
+}
+
 /* What a checkpoint node needs to run its segment again. */
 typedef struct nn_segment {
     nn_segment_fn fn;
     void *fn_ctx;
-    uint64_t op_start, seed, step;
-    int training;
-    int autocast_mode; /* the ctx's autocast mode and learned dtype when the first run began */
-    accel_dtype autocast_auto;
+    run_state first;    /* the state when the first run began */
     int n_outer;        /* owners from outside the segment that its ops read and that */
     nn_tensor *outer[]; /* require grad (not parameters): the segment adds to their gradient */
 } nn_segment;
@@ -134,20 +158,11 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
             }
         }
     }
-    uint64_t op_counter = g->op_counter, seed = g->seed, step = g->step;
-    int training = g->training, grad_enabled = g->grad_enabled, mode = g->autocast_mode;
-    accel_dtype learned = g->autocast_auto;
-    /* (AUTO may learn its dtype inside the segment: it then learns it at the same op again) */
+    run_state now = get_state(g);
     nn_arena_mark m = accel__nn_arena_mark(g);
     g->tape = NULL; /* the second run records a tape of its own */
     g->n_nodes = 0;
-    g->op_counter = s->op_start;
-    g->seed = s->seed;
-    g->step = s->step;
-    g->training = s->training;
-    g->grad_enabled = 1;
-    g->autocast_mode = s->autocast_mode;
-    g->autocast_auto = s->autocast_auto;
+    set_state(g, &s->first);
 
     nn_tensor *y = s->fn(g, s->fn_ctx, n->in[0]);
     if (g->first_err != ACCEL_OK) {
@@ -172,13 +187,7 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     for (int k = 0; k < s->n_outer; k++) {
         s->outer[k]->grad_reserved = NULL;
     }
-    g->op_counter = op_counter;
-    g->seed = seed;
-    g->step = step;
-    g->training = training;
-    g->grad_enabled = grad_enabled;
-    g->autocast_mode = mode;
-    g->autocast_auto = learned;
+    set_state(g, &now);
     accel__nn_arena_rewind(g, &m);
 }
 
@@ -280,14 +289,7 @@ nn_tensor *nn_checkpoint(nn_ctx *g, nn_segment_fn fn, void *fn_ctx, nn_tensor *x
     if (!g->grad_enabled) {
         return fn(g, fn_ctx, x);
     }
-    nn_segment proto = {.fn = fn,
-                        .fn_ctx = fn_ctx,
-                        .op_start = g->op_counter,
-                        .seed = g->seed,
-                        .step = g->step,
-                        .training = g->training,
-                        .autocast_mode = g->autocast_mode,
-                        .autocast_auto = g->autocast_auto};
+    nn_segment proto = {.fn = fn, .fn_ctx = fn_ctx, .first = get_state(g)};
     nn_arena_mark m = accel__nn_arena_mark(g);
     nn_tensor *y = fn(g, fn_ctx, x);
     if (y == NULL || !y->requires_grad || g->tape == m.tape) {
