@@ -148,10 +148,16 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
 {
     nn_segment *s = n->p[0];
     /* A gradient the segment writes first must outlive its rewind: set its memory aside now,
-     * below the mark (accel__nn_grad / _grad_w take it as a fresh gradient). */
+     * below the mark (accel__nn_grad / _grad_w take it as a fresh gradient). An enclosing
+     * segment's reservation stands (mine[k] says which ones are this call's). */
+    unsigned char *mine = accel__nn_tmp_alloc(g, (size_t)s->n_outer + 1);
+    if (mine == NULL) {
+        return;
+    }
     for (int k = 0; k < s->n_outer; k++) {
         nn_tensor *o = s->outer[k];
-        if (o->grad == NULL && o->grad_reserved == NULL) {
+        mine[k] = o->grad == NULL && o->grad_reserved == NULL;
+        if (mine[k]) {
             o->grad_reserved = accel__nn_dalloc(g, (size_t)nn_numel(o) * sizeof(float));
             if (o->grad_reserved == NULL) {
                 return;
@@ -185,7 +191,10 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     }
 
     for (int k = 0; k < s->n_outer; k++) {
-        s->outer[k]->grad_reserved = NULL;
+        /* used (the gradient exists now) or ours: an unused one of ours dies with the step */
+        if (mine[k] || s->outer[k]->grad != NULL) {
+            s->outer[k]->grad_reserved = NULL;
+        }
     }
     set_state(g, &now);
     accel__nn_arena_rewind(g, &m);
