@@ -32,9 +32,13 @@
  * (cudaMemGetInfo after each step: the model's buffers, AdamW's moments, nn's device arena,
  * which holds everything a step allocates until it ends, and cuBLASLt's workspace).
  *
+ * Both modes also print the step's peak of nn's arena (nn_ctx_stats.peak_nbytes: activations,
+ * their gradients and the tape), which --recompute 1 (activation recomputation per block,
+ * nn_gpt_set_recompute) lowers.
+ *
  * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]
  *        [--preset gpt2-124m] [--layers N --width N --heads N --context N --vocab N]
- *        [--mixed_precision no|bf16|fp16] [--warmup N]
+ *        [--mixed_precision no|bf16|fp16] [--warmup N] [--recompute 0|1]
  *        (threads: BLAS/OpenMP threads when run as 1 process; the preset is GPT-2 124M: 12
  *        layers, width 768, 12 heads, T = 1024, vocabulary 50304, tied head, tanh GELU)
  */
@@ -88,7 +92,8 @@ static const char *mp_name(accel_precision p)
 /* One step through accel: forward, accel_backward (all-reduce unless no_sync), AdamW. Writes
  * the forward, backward (with its communication) and optimizer seconds to t[0..2]. */
 static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, const int32_t *ids,
-                       const int32_t *tg, int batch, int T, float *loss_out, double t[3])
+                       const int32_t *tg, int batch, int T, float *loss_out, double t[3],
+                       size_t *arena_peak)
 {
     double t0 = accel__now();
     nn_tensor *loss = NULL;
@@ -96,6 +101,8 @@ static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, c
     double t1 = accel__now();
     ACCEL_CHECK(accel_backward(acc, loss));
     double t2 = accel__now();
+    size_t peak = nn_ctx_get_stats(g).peak_nbytes;
+    *arena_peak = peak > *arena_peak ? peak : *arena_peak;
     ACCEL_CHECK(accel_optimizer_step(opt));
     ACCEL_CHECK(accel_optimizer_zero_grad(opt));
     *loss_out = nn_item(loss);
@@ -105,7 +112,7 @@ static void accel_step(accel *acc, nn_ctx *g, nn_gpt *m, accel_optimizer *opt, c
 }
 
 /* The multi-process mode (see the top of the file). */
-static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
+static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch, int recompute)
 {
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
     const int T = cfg.block_size, K = 2, warmup = 2;
@@ -118,6 +125,7 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
     ACCEL_CHECK(nn_gpt_declare(&m, p, &cfg));
     ACCEL_CHECK(nn_params_bind(p));
     ACCEL_CHECK(nn_params_init(p, 1234));
+    nn_gpt_set_recompute(m, recompute);
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 3e-4;
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
@@ -146,6 +154,7 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
     ACCEL_CHECK(tm && tgemm ? ACCEL_OK : ACCEL_ENOMEM);
     float loss = 0, loss_first = 0;
     int i1 = 0, in = 0;
+    size_t arena_peak = 0;
     for (int r = -1; r < rounds; r++) { /* round -1 warms both phases up, untimed */
         int k_steps = r < 0 ? warmup : K;
         /* Phase 1: process 0 alone, no communication; the others wait in the barrier. */
@@ -153,7 +162,7 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
             ACCEL_CHECK(accel_no_sync_begin(acc, model));
             for (int k = 0; k < k_steps; k++) {
                 double t[3];
-                accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
+                accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t, &arena_peak);
                 if (r < 0 && k == 0) {
                     loss_first = loss;
                 }
@@ -172,7 +181,7 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
          * process there is nothing more to measure). */
         for (int k = 0; k < k_steps && n > 1; k++) {
             double t[3];
-            accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t);
+            accel_step(acc, g, m, opt, ids, tg, batch, T, &loss, t, &arena_peak);
             if (r >= 0) {
                 for (int part = 0; part < 3; part++) {
                     tm[(4 + part) * total + in] = t[part];
@@ -211,6 +220,8 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch)
                 "  scaling efficiency %.3f  (= %d-process tokens/s / (%d x 1-process tokens/s))\n",
                 tokn / (n * tok1), n, n);
         }
+        printf("  nn arena peak     %.3f GiB (nn_ctx_stats.peak_nbytes, recompute %d)\n",
+               (double)arena_peak / (double)(1ull << 30), recompute);
         printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss);
         fflush(stdout);
     }
@@ -251,7 +262,8 @@ static void cuda_sync(void)
 }
 
 /* One process's step on its GPU (see the top of the file). */
-static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int warmup)
+static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int warmup,
+                    int recompute)
 {
     const int T = cfg.block_size;
     size_t used0 = gpu_used(), peak = used0;
@@ -263,6 +275,7 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
     ACCEL_CHECK(nn_gpt_declare(&m, p, &cfg));
     ACCEL_CHECK(nn_params_bind(p));
     ACCEL_CHECK(nn_params_init(p, 1234));
+    nn_gpt_set_recompute(m, recompute);
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = 3e-4;
     ao.weight_decay = 0.1;
@@ -281,11 +294,14 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
     synthetic_tokens(ids, tg, count, cfg.vocab_size, accel_process_index(acc));
     float loss_first = 0.0f, loss_last = 0.0f;
     double norm = 0.0, total = 0.0;
+    size_t arena_peak = 0;
     for (int s = -warmup; s < steps; s++) {
         double t0 = accel__now();
         nn_tensor *loss = NULL;
         ACCEL_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
         ACCEL_CHECK(accel_backward(acc, loss));
+        size_t step_peak = nn_ctx_get_stats(g).peak_nbytes;
+        arena_peak = step_peak > arena_peak ? step_peak : arena_peak;
         ACCEL_CHECK(accel_clip_grad_norm(acc, model, 1.0, 2.0, &norm));
         ACCEL_CHECK(accel_optimizer_step(opt));
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
@@ -326,6 +342,8 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
         printf("  GPU memory        %.2f GiB peak beyond what was in use before the model "
                "(cudaMemGetInfo)\n",
                peak_gib);
+        printf("  nn arena peak     %.3f GiB (nn_ctx_stats.peak_nbytes, recompute %d)\n",
+               (double)arena_peak / (double)(1ull << 30), recompute);
         printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
                (double)loss_last, norm);
         printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);
@@ -344,11 +362,12 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
 static const char usage[] =
     "usage: gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]\n"
     "                [--preset gpt2-124m] [--layers N] [--width N] [--heads N] [--context N]\n"
-    "                [--vocab N] [--mixed_precision no|bf16|fp16] [--warmup N]\n";
+    "                [--vocab N] [--mixed_precision no|bf16|fp16] [--warmup N]\n"
+    "                [--recompute 0|1]\n";
 
 int main(int argc, char **argv)
 {
-    int steps = 10, batch = 8, threads = 1, warmup = 3;
+    int steps = 10, batch = 8, threads = 1, warmup = 3, recompute = 0;
     const char *device = NULL, *mp = NULL;
     nn_gpt_config cfg = bench_gpt_config();
     struct {
@@ -358,7 +377,7 @@ int main(int argc, char **argv)
                 {"--threads", &threads},     {"--warmup", &warmup},
                 {"--layers", &cfg.n_layer},  {"--width", &cfg.n_embd},
                 {"--heads", &cfg.n_head},    {"--context", &cfg.block_size},
-                {"--vocab", &cfg.vocab_size}};
+                {"--vocab", &cfg.vocab_size},  {"--recompute", &recompute}};
     for (int i = 1; i < argc; i += 2) {
         size_t k = 0, n = sizeof ints / sizeof ints[0];
         while (k < n && strcmp(argv[i], ints[k].flag) != 0) {
@@ -390,9 +409,10 @@ int main(int argc, char **argv)
     }
     if (steps < 1 || batch < 1 || threads < 1 || warmup < 0 || cfg.n_layer < 1 || cfg.n_embd < 1 ||
         cfg.n_head < 1 || cfg.n_embd % cfg.n_head != 0 || cfg.block_size < 1 ||
-        cfg.vocab_size < 2) {
+        cfg.vocab_size < 2 || (recompute != 0 && recompute != 1)) {
         fprintf(stderr, "gpt_step: steps, batch, threads and the model sizes must be >= 1 "
-                        "(vocab >= 2, width a multiple of heads, warmup >= 0)\n");
+                        "(vocab >= 2, width a multiple of heads, warmup >= 0, recompute 0 or "
+                        "1)\n");
         return 2;
     }
     if (device != NULL && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0) {
@@ -426,7 +446,7 @@ int main(int argc, char **argv)
     int rc;
     if (on_gpu) {
 #ifdef ACCEL_HAVE_CUDA
-        rc = run_cuda(acc, cfg, steps, batch, warmup);
+        rc = run_cuda(acc, cfg, steps, batch, warmup, recompute);
 #else
         rc = 1; /* accel runs on a GPU only in CUDA builds */
 #endif
@@ -438,7 +458,7 @@ int main(int argc, char **argv)
 #ifdef ACCEL_HAVE_OPENMP
         omp_set_num_threads(threads);
 #endif
-        rc = run_distributed(acc, cfg, steps, batch);
+        rc = run_distributed(acc, cfg, steps, batch, recompute);
     }
     accel_free(acc);
     return rc;

@@ -46,7 +46,7 @@
 
 typedef struct args {
     int layers, width, heads, context, vocab, batch, steps, warmup, accum, seed, log_every, sample;
-    int tied, checkpoint_every, total_limit, stop_at, resume;
+    int tied, checkpoint_every, total_limit, stop_at, resume, recompute;
     double lr, dropout;
     const char *data, *mixed_precision, *log_with, *project_dir, *save_dir, *activation, *device;
 } args;
@@ -61,6 +61,9 @@ static const char usage[] =
     "  --tied 0|1               lm_head shares the token embedding (default 1)\n"
     "  --activation A           gelu_new (tanh form, GPT-2's; default) or gelu (exact erf)\n"
     "  --dropout X              embedding, attention and residual dropout (default 0)\n"
+    "  --recompute 0|1          recompute each block's activations in backward instead of\n"
+    "                           keeping them (gradient checkpointing: less memory, one more\n"
+    "                           forward; same losses; default 0)\n"
     "  --batch N                sequences per process per micro-step (default 8)\n"
     "  --steps N                optimizer steps (default 1000)\n"
     "  --lr X --warmup N        peak learning rate and warmup steps (default 2e-3, steps/20)\n"
@@ -117,6 +120,7 @@ static int parse_args(int argc, char **argv, args *a)
         {"--checkpoint_every", &a->checkpoint_every, NULL, NULL},
         {"--total_limit", &a->total_limit, NULL, NULL},
         {"--stop_at", &a->stop_at, NULL, NULL},
+        {"--recompute", &a->recompute, NULL, NULL},
         {"--data", NULL, &a->data, NULL},
         {"--log_with", NULL, &a->log_with, NULL},
         {"--project_dir", NULL, &a->project_dir, NULL},
@@ -155,7 +159,7 @@ static int parse_args(int argc, char **argv, args *a)
         a->context < 2 || a->vocab < 256 || a->batch < 1 || a->steps < 1 || a->accum < 1 ||
         a->log_every < 1 || a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
         a->checkpoint_every < 0 || a->total_limit < 0 || a->stop_at < 0 ||
-        (a->tied != 0 && a->tied != 1)) {
+        (a->tied != 0 && a->tied != 1) || (a->recompute != 0 && a->recompute != 1)) {
         fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads, vocab "
                         ">= 256)\n");
         return -1;
@@ -592,6 +596,7 @@ int main(int argc, char **argv)
     ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
     ACCEL_CHECK(nn_params_bind(params));
     ACCEL_CHECK(nn_params_init(params, (uint64_t)a.seed));
+    nn_gpt_set_recompute(gpt, a.recompute);
 
     accel_adam_options ao = accel_adamw_options_default();
     ao.lr = a.lr;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPT-2 124M training on one GPU, accel against its PyTorch peer, in one call (issue 15):
 #   ours      BUILD_DIR/bench/gpt_step --device cuda --preset gpt2-124m --batch B
-#             --mixed_precision bf16 --steps STEPS
+#             --mixed_precision bf16 --steps STEPS [--recompute 1 where RECOMPUTE=1]
 #   eager     bench/peers/torch_gpt2.py --batch B --seq 1024 --steps STEPS --warmup WARMUP
 #             --compile 0 (transformers GPT2LMHeadModel + Accelerate bf16)
 #   compiled  the same with --compile 1 (torch.compile through Accelerate)
@@ -13,7 +13,8 @@
 # Usage: bench/peers/run.sh [BUILD_DIR (build-cuda)] [OUT_DIR (bench-results-peers)]
 # Environment: B (32) sequences per step, STEPS (20) timed steps, WARMUP (3) untimed torch steps,
 # ROUNDS (2), LIMIT (300) seconds per run, PYTHON (python3: needs torch, transformers and
-# accelerate), OURS (BUILD_DIR/bench/gpt_step).
+# accelerate), OURS (BUILD_DIR/bench/gpt_step), RECOMPUTE (0; 1: ours recomputes each block's
+# activations in backward, for less memory: docs/cuda.md; the torch runs never do).
 # Expected on an H100 at B=32: ours and eager 10-30 s a run; compiled 1-2 min the first time
 # (inductor compiles; later rounds reuse its cache), so ROUNDS=2 is about 4-5 minutes.
 # On the lent machine, after scripts/gpu-pack.sh here:
@@ -32,10 +33,11 @@ steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 rounds=${ROUNDS:-2}
 limit=${LIMIT:-300}
+recompute=${RECOMPUTE:-0}
 python=${PYTHON:-python3}
 ours=${OURS:-$build/bench/gpt_step}
 seq=1024 # gpt_step's gpt2-124m preset
-for v in batch steps warmup rounds limit; do
+for v in batch steps warmup rounds limit recompute; do
     case ${!v} in
     '' | *[!0-9]*)
         echo "peers: $v must be a whole number (got '${!v}')" >&2
@@ -169,10 +171,12 @@ run() {
     fi
 }
 
+recompute_flag=()
+[ "$recompute" = 0 ] || recompute_flag=(--recompute "$recompute")
 for ((r = 1; r <= rounds; r++)); do
     [ -n "${skip[ours]:-}" ] ||
         run ours "$r" "$ours" --device cuda --preset gpt2-124m --batch "$batch" \
-            --mixed_precision bf16 --steps "$steps"
+            --mixed_precision bf16 --steps "$steps" "${recompute_flag[@]}"
     for c in 0 1; do
         name=${names[c + 1]}
         [ -n "${skip[$name]:-}" ] ||

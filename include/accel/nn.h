@@ -66,6 +66,9 @@ typedef struct nn_tensor {
     /* params: the sink's materialize callback (nn_param_sink.materialize), or NULL */
     accel_status (*sink_materialize)(void *ctx, int index);
     accel_device_type device_type; /* where data and grad are (the ctx's device) */
+    /* gradient memory set aside by a recomputed segment's backward (nn_checkpoint) for an
+     * input whose gradient it writes first, so that the gradient outlives the segment */
+    float *grad_reserved;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -167,6 +170,10 @@ typedef struct nn_ctx_stats {
     int n_nodes;                /* ops on the tape now */
     size_t scratch_nbytes;      /* per-op scratch reserved now */
     size_t scratch_peak_nbytes; /* the most per-op scratch any op has needed */
+    /* The most arena bytes (host and device arenas together) in use at once since the last
+     * reset: a step's peak. Without recomputation it is what the step allocated; segments
+     * run under nn_checkpoint give theirs back (see there). */
+    size_t peak_nbytes;
 } nn_ctx_stats;
 ACCEL_API nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g);
 
@@ -223,6 +230,38 @@ ACCEL_API accel_status nn_backward(nn_tensor *loss, float seed, const nn_backwar
  * grad_out has numel(out) floats in out's contiguous order (borrowed). */
 ACCEL_API accel_status nn_backward_grad(nn_tensor *out, const float *grad_out,
                                         const nn_backward_hooks *hooks);
+
+/* ===================================================================== recomputation */
+
+/* A segment of the forward for nn_checkpoint: y from x (and from whatever fn_ctx leads to:
+ * parameters, tensors made before the segment) by nn ops on g. NULL on failure. */
+typedef nn_tensor *(*nn_segment_fn)(nn_ctx *g, void *fn_ctx, nn_tensor *x);
+
+/*
+ * Activation recomputation (torch.utils.checkpoint; transformers' gradient checkpointing):
+ * returns fn(g, fn_ctx, x), keeping for backward only the segment's output and its inputs.
+ * Everything fn made in between (its activations and tape nodes, in host and device memory)
+ * goes back to the arena as soon as fn returns; nn_backward runs fn again when it reaches the
+ * segment, back-propagates through that second run and gives its memory back too. A step's
+ * peak arena memory (nn_ctx_stats.peak_nbytes) then holds one segment's activations at a
+ * time instead of all of them, for one more forward of each segment.
+ *
+ * The second run sees the state of the first: its dropout draws (the ctx's op counter, seed
+ * and step), training mode and autocast dtype, so the loss and every gradient are
+ * bit-identical to those of the plain call fn(g, fn_ctx, x). Gradients reach x and the
+ * tensors from outside fn reads as usual; parameters used in the segment are handed to the
+ * grad_ready hooks once the whole segment is back-propagated. With grad disabled, or when
+ * nothing fn reads requires grad, this is the plain call (nothing is recomputed).
+ *
+ * Rules for fn: compute the same thing on every run (same ops, shapes and inputs); return a
+ * tensor one of its ops made (not x, nor a view: reshape after the checkpoint instead), else
+ * ACCEL_EINVAL; tensors it makes are valid only inside it. fn_ctx (borrowed) and what it
+ * leads to must stay valid and unchanged until backward has run. Segments may nest. On a GPU
+ * ctx the same: the memory given back is the device arena's.
+ * Returns a new tensor of the ctx; NULL (as the ops: accel_last_error) on failure, with
+ * ACCEL_EINVAL for a NULL ctx or fn; a NULL x returns NULL without a new message.
+ */
+ACCEL_API nn_tensor *nn_checkpoint(nn_ctx *g, nn_segment_fn fn, void *fn_ctx, nn_tensor *x);
 
 /* ===================================================================== views */
 /* Views share data and gradient with their input; dims may be negative (from the end). */
@@ -514,6 +553,13 @@ typedef struct nn_gpt nn_gpt;
 ACCEL_API accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *cfg);
 ACCEL_API void nn_gpt_free(nn_gpt *m);
 ACCEL_API const nn_gpt_config *nn_gpt_get_config(const nn_gpt *m);
+
+/* Activation recomputation per transformer block (transformers'
+ * model.gradient_checkpointing_enable()): with enabled != 0 nn_gpt_forward runs each block
+ * under nn_checkpoint, so a training step holds one block's activations at a time (and each
+ * block's input) for one more forward per block; losses and gradients are unchanged, bit for
+ * bit. Off by default. Returns the previous setting (0 for a NULL model). */
+ACCEL_API int nn_gpt_set_recompute(nn_gpt *m, int enabled);
 
 /* Standalone convenience: a new nn_params (flat buffers), declare, bind, init(seed). */
 ACCEL_API accel_status nn_gpt_build(nn_gpt **out, nn_params **params_out, const nn_gpt_config *cfg,

@@ -86,10 +86,7 @@ static void coalesce(nn_ctx *g, nn_block **blocks, size_t total_cap, int gpu)
         /* Device memory is the scarce one: the one block holds what the step used (the same
          * allocations, back to back), and the blocks go before it comes, so the step's need
          * is never held twice. Should it not come, the next step regrows. */
-        size_t need = 0;
-        for (nn_block *b = *blocks; b != NULL; b = b->next) {
-            need += b->used;
-        }
+        size_t need = g->dpeak; /* the most live at once: rewound segments reuse memory */
         accel__nn_free_blocks(*blocks, gpu);
         *blocks = need > 0 ? new_block(need, gpu) : NULL;
         g->dtotal_cap = *blocks != NULL ? need : 0;
@@ -118,6 +115,8 @@ void nn_ctx_reset(nn_ctx *g)
     coalesce(g, &g->dblocks, g->dtotal_cap, 1);
     g->tape = NULL;
     g->n_nodes = 0;
+    g->live = g->dlive = g->dpeak = g->peak = 0;
+    g->dfloor = NULL;
     g->op_counter = 0;
     g->backward_done = 0;
     g->first_err = ACCEL_OK;
@@ -170,6 +169,7 @@ nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
         s.scratch_nbytes += b->cap;
     }
     s.scratch_peak_nbytes = g->tmp.peak;
+    s.peak_nbytes = g->peak;
     return s;
 }
 
@@ -184,10 +184,11 @@ static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gp
         nbytes = NN_ALIGN;
     }
     nn_block *b = *blocks;
-    /* First fit on a GPU (its arena grows in bounded blocks, whose tails are worth filling);
-     * the host arena takes the newest block only. */
+    /* First fit on a GPU (its arena grows in bounded blocks, whose tails are worth filling),
+     * down to the floor of the innermost arena mark; the host arena takes the newest block
+     * only. */
     while (gpu && b != NULL && b->used + nbytes > b->cap) {
-        b = b->next;
+        b = b == g->dfloor ? NULL : b->next;
     }
     if (b == NULL || b->used + nbytes > b->cap) {
         /* Grow geometrically so the first step needs few blocks; on a GPU by at most
@@ -213,6 +214,14 @@ static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gp
     }
     void *p = b->mem + b->used;
     b->used += nbytes;
+    size_t *live = gpu ? &g->dlive : &g->live;
+    *live += nbytes;
+    if (gpu && g->dlive > g->dpeak) {
+        g->dpeak = g->dlive;
+    }
+    if (g->live + g->dlive > g->peak) {
+        g->peak = g->live + g->dlive;
+    }
     return p;
 }
 
@@ -546,6 +555,17 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
         return NULL;
     }
     nn_tensor *owner = t->base ? t->base : t;
+    if (owner->grad == NULL && owner->grad_reserved != NULL) {
+        /* Set aside by a recomputed segment (recompute.c): zero it as a fresh gradient. */
+        size_t nbytes = (size_t)nn_numel(owner) * sizeof(float);
+        accel_status st = nn__on_gpu(owner) ? accel__nn_gpu->zero(owner->grad_reserved, nbytes)
+                                            : (memset(owner->grad_reserved, 0, nbytes), ACCEL_OK);
+        if (st != ACCEL_OK) {
+            accel__nn_fail(g, st, "%s", accel_last_error(NULL));
+            return NULL;
+        }
+        owner->grad = owner->grad_reserved;
+    }
     if (owner->grad == NULL) {
         /* Intermediate gradients come from the arena like the values (no reset can happen
          * here: backward_done is set only after the replay). */
@@ -563,14 +583,16 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
     if (t != NULL && t->requires_grad && t->base == NULL && t->grad == NULL) {
         /* Nobody has written this gradient yet and t is its whole owner: the caller's write
          * is the first contribution, so it needs no zeroed buffer to add to. */
-        t->grad = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        t->grad = t->grad_reserved != NULL
+                      ? t->grad_reserved
+                      : accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
         *fresh = t->grad != NULL;
         return t->grad;
     }
     return accel__nn_grad(g, t);
 }
 
-static accel_status replay(nn_ctx *g, const nn_backward_hooks *hooks)
+accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
 {
     nn_fpscope fs;
     accel_status st = ACCEL_OK;
@@ -672,7 +694,7 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
         }
         gout[0] += seed;
     }
-    accel_status st = replay(g, hooks);
+    accel_status st = accel__nn_replay(g, hooks);
     g->backward_done = 1;
     return st;
 }

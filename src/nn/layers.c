@@ -217,7 +217,24 @@ struct nn_gpt {
     nn_layernorm_layer ln_f;
     nn_tensor *lm_head; /* wte.weight when tied */
     int32_t *pos;       /* 0..block_size-1 for the position embedding */
+    int recompute;      /* blocks under nn_checkpoint */
 };
+
+int nn_gpt_set_recompute(nn_gpt *m, int enabled)
+{
+    if (m == NULL) {
+        return 0;
+    }
+    int prev = m->recompute;
+    m->recompute = enabled != 0;
+    return prev;
+}
+
+/* A block as a checkpointed segment (its layer struct is the segment's context). */
+static nn_tensor *block_segment(nn_ctx *g, void *layer, nn_tensor *x)
+{
+    return nn_block_forward(g, layer, x);
+}
 
 accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *config)
 {
@@ -349,7 +366,8 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
                           nn_embedding_forward(g, &m->wpe, m->pos, 1, &T));
     x = nn_dropout(g, x, c->dropout);
     for (int i = 0; i < c->n_layer; i++) {
-        x = nn_block_forward(g, &m->h[i], x);
+        x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
+                         : nn_block_forward(g, &m->h[i], x);
     }
     x = nn_layernorm_forward(g, &m->ln_f, x);
     nn_tensor *logits = nn_linear(g, x, m->lm_head, NULL, NN_LAYOUT_OUT_IN);

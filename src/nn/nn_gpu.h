@@ -27,6 +27,8 @@ typedef struct nn_gpu_ops {
     accel_status (*zero)(nn_ctx *g, void *p, size_t nbytes);
     accel_status (*to_device)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
     accel_status (*to_host)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
+    /* Queued copy between two non-overlapping device buffers, on g's compute stream. */
+    accel_status (*copy)(nn_ctx *g, void *dst, const void *src, size_t nbytes);
     /* d[i] += h[i] for n floats (h in host memory, staged: queued, h reusable at once):
      * seeds backward. */
     accel_status (*add_host)(nn_ctx *g, float *d, const float *h, int64_t n);

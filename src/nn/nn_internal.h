@@ -119,6 +119,13 @@ struct nn_ctx {
     nn_block *dblocks;
     size_t dtotal_cap;
     void *gpu;
+    /* Bytes live in the host / device arena (what a rewind to a mark gives back is no longer
+     * live), the device arena's most live this step (the one block a reset keeps on a GPU) and
+     * the most of both together (nn_ctx_stats.peak_nbytes). */
+    size_t live, dlive, dpeak, peak;
+    /* The oldest device block allocations may use while a mark is taken (first fit must not
+     * reach below the innermost mark, or a rewind would not free what it placed there). */
+    nn_block *dfloor;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
@@ -149,6 +156,27 @@ void *accel__nn_tmp_alloc(nn_ctx *g, size_t nbytes);
  * read it before a later op's kernels can reuse it), else accel__nn_tmp_alloc. */
 void *accel__nn_dtmp_alloc(nn_ctx *g, size_t nbytes);
 void accel__nn_tmp_release(nn_ctx *g, nn_tmp_mark mark);
+/* A point in both arenas and the tape to rewind to (activation recomputation, recompute.c):
+ * what is allocated after the mark is given back by accel__nn_arena_rewind, so the memory is
+ * reused. Marks nest (rewind the newest first); while one is taken the device arena only fills
+ * blocks newer than it, so everything after it is above the mark. */
+typedef struct nn_arena_mark {
+    nn_block *top, *dtop; /* the newest blocks then, and how much of them was used */
+    size_t used, dused;
+    size_t live, dlive;
+    nn_block *dfloor; /* the floor before this mark */
+    nn_node *tape;
+    int n_nodes;
+} nn_arena_mark;
+nn_arena_mark accel__nn_arena_mark(nn_ctx *g);
+/* Frees everything allocated after m (tensors, nodes: the tape goes back to m's) and drops m. */
+void accel__nn_arena_rewind(nn_ctx *g, const nn_arena_mark *m);
+/* Drops m and keeps what was allocated after it. */
+void accel__nn_arena_keep(nn_ctx *g, const nn_arena_mark *m);
+/* 1 when host-arena pointer p (a tensor struct, a node) was allocated after m. */
+int accel__nn_arena_after(const nn_ctx *g, const nn_arena_mark *m, const void *p);
+/* Reverse-mode replay of g's tape (newest node first) with hooks (may be NULL). */
+accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks);
 /* A new contiguous owner tensor (uninitialised data). */
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
 /* Records an error (thread message + ctx first error) and returns NULL. */

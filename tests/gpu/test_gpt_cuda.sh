@@ -18,6 +18,13 @@
 # bench/gpt_step --device cuda runs GPT-2 124M's shapes with 2 layers (T 1024, width 768, 12
 # heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77 (skipped) without the
 # CUDA build or without a GPU; every comparison prints its worst difference.
+#
+# Activation recomputation (--recompute 1, nn_checkpoint per block) runs the same mechanism on
+# the GPU as on the CPU: with dropout 0.1, fp32, the GPU run with recomputation follows the
+# GPU run without it (step 1 <= 2e-4, every step <= 1e-3 relative: the same kernels, only
+# cuBLASLt may pick another algorithm for other operand alignments) and the CPU run with it
+# (the fp32 tolerances above); gpt_step's nn arena peak at GPT-2 124M's shapes is lower with
+# it than without.
 set -euo pipefail
 BUILD=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR is not set}
 SRC=${ACCEL_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -102,6 +109,14 @@ run gpu_bf16 1 --device cuda --mixed_precision bf16
 learns gpu_bf16
 compare gpu_bf16 cpu_bf16 1e-2 2e-2 || fail "bf16: the GPU run does not follow the CPU run"
 
+echo "== recomputation (--recompute 1), dropout 0.1, fp32"
+run gpu_drop 1 --device cuda --mixed_precision no --dropout 0.1
+run gpu_drop_rc 1 --device cuda --mixed_precision no --dropout 0.1 --recompute 1
+run cpu_drop_rc 1 --device cpu --mixed_precision no --dropout 0.1 --recompute 1
+learns gpu_drop_rc
+compare gpu_drop_rc gpu_drop 2e-4 1e-3 || fail "recompute: the GPU run with it differs from without"
+compare gpu_drop_rc cpu_drop_rc 3e-4 2e-3 || fail "recompute: the GPU run does not follow the CPU run"
+
 echo "== fp32, 2 processes"
 run cpu_np2 2 --device cpu --mixed_precision no
 run gpu_np2 2 --device cuda --mixed_precision no
@@ -139,4 +154,14 @@ echo "== bench/gpt_step --device cuda: GPT-2 124M's shapes (T 1024, width 768, 1
 cat "$DIR/step.out"
 grep -Eq '^tokens_per_s=[0-9.]+ peak_mem_gib=[0-9.]+ step_ms=[0-9.]+$' "$DIR/step.out" ||
     fail "gpt_step printed no 'tokens_per_s=<x> peak_mem_gib=<y> step_ms=<z>' line"
+"$STEP" --device cuda --preset gpt2-124m --layers 2 --batch 4 --steps 2 --warmup 1 \
+    --mixed_precision bf16 --recompute 1 >"$DIR/step_rc.out" 2>&1 ||
+    { cat "$DIR/step_rc.out"; fail "gpt_step --recompute 1"; }
+arena() { sed -n 's/^ *nn arena peak *\([0-9.]*\) GiB.*/\1/p' "$1"; }
+a0=$(arena "$DIR/step.out")
+a1=$(arena "$DIR/step_rc.out")
+[ -n "$a0" ] && [ -n "$a1" ] || fail "gpt_step printed no 'nn arena peak' line"
+echo "nn arena peak: $a0 GiB without recomputation, $a1 GiB with it (--recompute 1)"
+awk -v a="$a0" -v b="$a1" 'BEGIN { exit !(b < a) }' ||
+    fail "the arena peak with recomputation ($a1 GiB) is not below the one without ($a0 GiB)"
 echo "ok"

@@ -3,9 +3,11 @@
  * in an accel_model, AdamW, accel_prepare), counted through accel_replace_allocator, for
  * comparison with `accel estimate-memory` (tests/cli/test_estimate_memory.sh; count_alloc.h).
  *
- *   gpt_memory [--layers N --width N --heads N --context N --vocab N --tied 0|1 --steps N]
- *   (defaults: the example's 4, 128, 4, 128, 256 (bytes), 1, 2; precision and ZeRO stage from
- *   accel's configuration: ACCELERATE_MIXED_PRECISION, ACCEL_ZERO_STAGE)
+ *   gpt_memory [--layers N --width N --heads N --context N --vocab N --tied 0|1 --steps N
+ *               --batch N --dropout_pct N --recompute 0|1]
+ *   (defaults: the example's 4, 128, 4, 128, 256 (bytes), 1, 2, batch 8, GPT-2's dropout 10%,
+ *   no recomputation; precision and ZeRO stage from accel's configuration:
+ *   ACCELERATE_MIXED_PRECISION, ACCEL_ZERO_STAGE)
  *
  * Prints, on the main process, one "key value" line each:
  *   params N          parameters of the model
@@ -20,6 +22,9 @@
  *   gathered_bytes N  ZeRO-3: resident bytes of the full weights' pages (and of the compute
  *                     copy's) after the last forward, the units gathered then; ZeRO-1/2 under
  *                     mixed precision: the buckets widened to fp32 then; else 0
+ *   arena_peak_bytes N  the most bytes nn's step arena held at once in any step
+ *                     (nn_ctx_stats.peak_nbytes: activations, their gradients, the tape), which
+ *                     --recompute 1 (nn_gpt_set_recompute) lowers
  * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
@@ -35,12 +40,14 @@
 int main(int argc, char **argv)
 {
     int layers = 4, width = 128, heads = 4, context = 128, vocab = 256, tied = 1, steps = 2;
+    int batch = 8, dropout_pct = 10, recompute = 0;
     struct {
         const char *flag;
         int *v;
     } opts[] = {{"--layers", &layers},   {"--width", &width}, {"--heads", &heads},
                 {"--context", &context}, {"--vocab", &vocab}, {"--tied", &tied},
-                {"--steps", &steps}};
+                {"--steps", &steps},     {"--batch", &batch}, {"--dropout_pct", &dropout_pct},
+                {"--recompute", &recompute}};
     for (int i = 1; i < argc; i += 2) {
         size_t k = 0, n = sizeof(opts) / sizeof(opts[0]);
         while (k < n && strcmp(argv[i], opts[k].flag) != 0) {
@@ -65,6 +72,7 @@ int main(int argc, char **argv)
     cfg.block_size = context;
     cfg.vocab_size = vocab;
     cfg.tied = tied;
+    cfg.dropout = (float)dropout_pct / 100.0f;
     size_t before = count_alloc_live();
     accel_model *model = NULL;
     nn_params *params = NULL;
@@ -76,28 +84,31 @@ int main(int argc, char **argv)
     ACCEL_CHECK(nn_gpt_declare(&gpt, params, &cfg));
     ACCEL_CHECK(nn_params_bind(params));
     ACCEL_CHECK(nn_params_init(params, 1337));
+    nn_gpt_set_recompute(gpt, recompute);
     accel_adam_options ao = accel_adamw_options_default();
     accel_optimizer *opt = accel_adamw(acc, model, &ao);
     ACCEL_CHECK(opt ? ACCEL_OK : accel_last_status(acc));
     ACCEL_CHECK(accel_prepare(acc, model, opt));
     size_t prepared = count_alloc_live() - before;
 
-    /* A few steps of the example's loop on synthetic tokens (batch 8). */
+    /* A few steps of the example's loop on synthetic tokens. */
     nn_ctx *g = NULL;
     ACCEL_CHECK(nn_ctx_new(&g));
-    int32_t *ids = malloc(sizeof(int32_t) * 8 * (size_t)context);
-    int32_t *tg = malloc(sizeof(int32_t) * 8 * (size_t)context);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)batch * (size_t)context);
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)batch * (size_t)context);
     ACCEL_CHECK(ids && tg ? ACCEL_OK : ACCEL_ENOMEM);
-    for (int i = 0; i < 8 * context; i++) {
+    for (int i = 0; i < batch * context; i++) {
         ids[i] = (int32_t)((i * 7 + accel_process_index(acc)) % vocab);
         tg[i] = (int32_t)((i * 7 + 1) % vocab);
     }
-    size_t mapped = 0, gathered = 0;
+    size_t mapped = 0, gathered = 0, arena_peak = 0;
     for (int s = 0; s < steps; s++) {
         nn_tensor *loss = NULL;
-        ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, 8, context, NULL, &loss));
+        ACCEL_CHECK(nn_gpt_forward(g, gpt, ids, tg, batch, context, NULL, &loss));
         gathered = count_alloc_gathered(model);
         ACCEL_CHECK(accel_backward(acc, loss));
+        size_t peak = nn_ctx_get_stats(g).peak_nbytes;
+        arena_peak = peak > arena_peak ? peak : arena_peak;
         mapped = count_alloc_mapped_grad(model);
         ACCEL_CHECK(accel_optimizer_step(opt));
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
@@ -106,9 +117,9 @@ int main(int argc, char **argv)
     nn_ctx_free(g);
     accel_print(acc,
                 "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n"
-                "gathered_bytes %zu\n",
+                "gathered_bytes %zu\narena_peak_bytes %zu\n",
                 (long long)nn_params_numel(params), prepared, count_alloc_live() - before, mapped,
-                gathered);
+                gathered, arena_peak);
     free(ids);
     free(tg);
     nn_gpt_free(gpt);

@@ -311,6 +311,12 @@ static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t n
     return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the GPU", nbytes);
 }
 
+static accel_status cu_copy(nn_ctx *g, void *dst, const void *src, size_t nbytes)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToDevice, nn__cu_stream(g));
+    return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "cudaMemcpyAsync (on the GPU)");
+}
+
 static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
 {
     float *tmp = accel__nn_cu_stage(g, h, (size_t)n * sizeof(float), "nn_backward (seed)");
@@ -409,6 +415,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .zero = cu_zero,
     .to_device = cu_to_device,
     .to_host = cu_to_host,
+    .copy = cu_copy,
     .add_host = cu_add_host,
     .add = accel__nn_cu_add,
     .gelu = accel__nn_cu_gelu,
