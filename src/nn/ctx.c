@@ -558,7 +558,7 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
     if (owner->grad == NULL && owner->grad_reserved != NULL) {
         /* Set aside by a recomputed segment (recompute.c): zero it as a fresh gradient. */
         size_t nbytes = (size_t)nn_numel(owner) * sizeof(float);
-        accel_status st = nn__on_gpu(owner) ? accel__nn_gpu->zero(owner->grad_reserved, nbytes)
+        accel_status st = nn__on_gpu(owner) ? accel__nn_gpu->zero(g, owner->grad_reserved, nbytes)
                                             : (memset(owner->grad_reserved, 0, nbytes), ACCEL_OK);
         if (st != ACCEL_OK) {
             accel__nn_fail(g, st, "%s", accel_last_error(NULL));
