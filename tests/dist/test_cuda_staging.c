@@ -1,5 +1,5 @@
 /* ACCEL_TEST_NPROCS: 2 3
- * ACCEL_TEST_LABELS: gpu
+ * ACCEL_TEST_LABELS: gpu sim
  *
  * Several processes training on one GPU (or on as many as there are): each process's model is
  * in GPU memory and its gradients reach the host communicator (shm) through staging. The cases

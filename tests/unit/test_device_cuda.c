@@ -1,4 +1,4 @@
-/* ACCEL_TEST_LABELS: gpu
+/* ACCEL_TEST_LABELS: gpu sim
  *
  * The CUDA device (src/device/cuda/) against the CPU device on the same inputs, drawn fresh
  * each run (the seed is printed; ACCEL_TEST_SEED=N repeats a run), at odd counts and past the
