@@ -469,8 +469,7 @@ static accel_status memset_locked(accel__device *d, void *p, int byte, size_t nb
     return enqueue(d, s, &op);
 }
 
-static accel_status sim_memset(accel__device *d, void *p, int byte, size_t nbytes,
-                               accel__stream *s)
+static accel_status sim_memset(accel__device *d, void *p, int byte, size_t nbytes, accel__stream *s)
 {
     LOCKED(memset_locked(d, p, byte, nbytes, s));
 }
@@ -740,8 +739,8 @@ static accel_status unsupported(const char *who, accel_dtype dt)
 {
     const char *name = accel_dtype_name(dt);
     /* The CUDA device's words, so tests of its errors pass on the simulation too. */
-    return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "cuda device: %s does not support dtype %s",
-                         who, name ? name : "?");
+    return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "cuda device: %s does not support dtype %s", who,
+                         name ? name : "?");
 }
 
 static size_t span_nbytes(accel__dspan x)
@@ -793,14 +792,13 @@ static accel_status sim_abs_max(accel__device *d, accel__dspan x, double *acc, a
     KERNEL_OP("abs_max", 0, sizeof(double), s, .kernel = K_ABS_MAX, .x = x, .out = acc);
 }
 
-static accel_status sim_nonfinite(accel__device *d, accel__dspan x, int32_t *flag,
-                                  accel__stream *s)
+static accel_status sim_nonfinite(accel__device *d, accel__dspan x, int32_t *flag, accel__stream *s)
 {
     KERNEL_OP("nonfinite", 0, sizeof(int32_t), s, .kernel = K_NONFINITE, .x = x, .out = flag);
 }
 
-static accel_status sim_unscale_check(accel__device *d, accel__dspan x, float factor,
-                                      int32_t *flag, accel__stream *s)
+static accel_status sim_unscale_check(accel__device *d, accel__dspan x, float factor, int32_t *flag,
+                                      accel__stream *s)
 {
     KERNEL_OP("unscale_check", 1, sizeof(int32_t), s, .kernel = K_UNSCALE, .x = x, .f1 = factor,
               .out = flag);
@@ -868,8 +866,7 @@ static accel_status sim_adam_step(accel__device *d, const accel__adam_args *a, a
     LOCKED(adam_locked(d, a, s));
 }
 
-accel_status accel__sim_launch(accel__device *d, accel__stream *s, void (*fn)(void *arg),
-                               void *arg)
+accel_status accel__sim_launch(accel__device *d, accel__stream *s, void (*fn)(void *arg), void *arg)
 {
     if (!accel__device_is_sim(d) || fn == NULL) {
         return accel__seterr(NULL, fn == NULL ? ACCEL_EINVAL : ACCEL_EUNSUPPORTED,

@@ -70,8 +70,7 @@ static void test_checks(void)
                 "is device memory of cuda:0, but the copy's kind says host memory");
     CHECK_FAILS(accel__dev_copy(g0, a, host, 32, ACCEL__COPY_D2D, NULL), ACCEL_EINVAL,
                 "is host memory, not device memory");
-    CHECK_FAILS(accel__dev_copy(g0, host, a, 32, ACCEL__COPY_H2H, NULL), ACCEL_EINVAL,
-                "copy H2H");
+    CHECK_FAILS(accel__dev_copy(g0, host, a, 32, ACCEL__COPY_H2H, NULL), ACCEL_EINVAL, "copy H2H");
     CHECK_FAILS(accel__dev_copy(g0, a + 4, host, 32, ACCEL__COPY_H2D, NULL), ACCEL_EINVAL,
                 "run past the end of its device allocation (32 bytes");
     CHECK_FAILS(accel__dev_scale(g0, accel__dspan_f32(host, 8), 2.0f, NULL), ACCEL_EINVAL,
