@@ -30,41 +30,14 @@ accel_distributed_type accel__choose_dist_type(accel_device device, int launched
     return device.type == ACCEL_DEVICE_CUDA ? ACCEL_DIST_MULTI_GPU : ACCEL_DIST_MULTI_CPU;
 }
 
-/* ACCEL_SIM_GPU=n: n simulated GPUs stand in for CUDA (a testing aid of builds without CUDA;
- * src/device/sim.h). A CUDA build refuses it, so a real GPU is never replaced unnoticed. */
-static accel_status sim_setup(int *n_sim)
-{
-    long long n = 0;
-    accel_status st = accel__env_int("ACCEL_SIM_GPU", &n);
-    *n_sim = 0;
-    if (st == ACCEL_ENOTFOUND || (st == ACCEL_OK && n == 0)) {
-        return ACCEL_OK;
-    }
-    if (st != ACCEL_OK) {
-        return st;
-    }
-#ifdef ACCEL_HAVE_CUDA
-    return accel__seterr(NULL, ACCEL_EINVAL,
-                         "accel_init: ACCEL_SIM_GPU=%lld: simulated GPUs are a testing aid of "
-                         "builds without CUDA, and this build drives real GPUs (unset "
-                         "ACCEL_SIM_GPU)",
-                         n);
-#else
-    if (n < 0 || n > ACCEL__SIM_MAX_GPUS) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "accel_init: environment variable ACCEL_SIM_GPU=%lld must be 0..%d", n,
-                             ACCEL__SIM_MAX_GPUS);
-    }
-    accel__device_sim_enable((int)n);
-    *n_sim = (int)n;
-    return ACCEL_OK;
-#endif
-}
-
 accel_status accel__device_setup(accel *acc, int launched)
 {
-    int n_gpus = 0, n_sim = 0;
-    ACCEL_TRY(sim_setup(&n_sim));
+    int n_gpus = 0, n_sim = acc->sim_gpus;
+#ifndef ACCEL_HAVE_CUDA
+    if (n_sim > 0) {
+        accel__device_sim_enable(n_sim); /* the CUDA type opens simulated GPUs (a testing aid) */
+    }
+#endif
     char why[512] = "cpu = 1 or ACCELERATE_USE_CPU";
     if (!acc->opt.cpu) {
         accel_status st = accel__device_count(ACCEL_DEVICE_CUDA, &n_gpus);
