@@ -175,6 +175,9 @@ static int run(const run_spec *rs)
         int inf = fp16 && t == INF_STEP;
         CHECK_MSG(inf ? !isfinite(norm) : norm > 0.5 && isfinite(norm), "step %d: norm %g", t,
                   norm);
+        if (t % 3 == 1) {
+            CHECK_OK(acc, accel_clip_grad_value(acc, m, 0.01)); /* the clamp kernel */
+        }
         CHECK_OK(acc, accel_optimizer_step(opt));
         CHECK_MSG(accel_optimizer_step_was_skipped(acc) == inf, "step %d", t);
         CHECK_OK(acc, accel_optimizer_zero_grad(opt));
@@ -213,6 +216,50 @@ static void same_file(const char *what, const char *a, const char *b)
               what, a, b, na, nb, k);
     free(x);
     free(y);
+}
+
+/* accel_load_model of the CPU's file into a model on the device, then accel_save_model of it
+ * in shards of 2 KiB (an index and several files), against the CPU model's sharded save. */
+static void check_model_files(const char *cpu_model, const char *root)
+{
+    char dirs[2][256];
+    for (int on_cpu = 0; on_cpu < 2; on_cpu++) {
+        accel_options o = accel_options_default();
+        accel *acc;
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        accel_model *m;
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        if (on_cpu) {
+            CHECK_OK(acc, accel_model_set_device(m, (accel_device){ACCEL_DEVICE_CPU, 0}));
+        }
+        for (int i = 0; i < NP; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "layer%d.weight", i);
+            CHECK_OK(acc, accel_model_add_param(m, name, 1, &numel[i], NULL));
+        }
+        CHECK_OK(acc, accel_model_alloc(m));
+        CHECK_OK(acc, accel_load_model(acc, m, cpu_model, 1));
+        CHECK_OK(acc, accel_prepare(acc, m));
+        snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root,
+                 on_cpu ? "cpu" : "dev");
+        CHECK_OK(acc, accel_save_model(acc, m, dirs[on_cpu], "2KiB"));
+        accel_free(acc);
+    }
+    DIR *d = opendir(dirs[1]);
+    CHECK_MSG(d != NULL, "cannot open %s", dirs[1]);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        char a[512], b[512];
+        snprintf(a, sizeof(a), "%s/%s", dirs[0], e->d_name);
+        snprintf(b, sizeof(b), "%s/%s", dirs[1], e->d_name);
+        same_file("sharded save_model after load_model", a, b);
+        files++;
+    }
+    closedir(d);
+    CHECK_MSG(files >= 3, "%d files: expected an index and shards", files);
 }
 
 /* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
@@ -264,6 +311,9 @@ static int check_config(config cfg, const char *root)
     }
     closedir(d);
     CHECK(compared >= 2);
+    if (cfg.zero_stage == 0) {
+        check_model_files(dir[3], root);
+    }
     return 0;
 }
 
