@@ -621,6 +621,12 @@ static accel_status model_state_save(accel__object *self, accel__state_writer *w
     if (!shared && !accel__grad_state_window_open(m->acc)) {
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
     }
+    if (!shared && m->grad_reduced) {
+        /* sync_each_batch at ZeRO-2/3: the next backward would first scale the reduced pieces
+         * (sync.c); done now, the same operation on the same values, so the saved gradients
+         * need no flag and a resume continues bit for bit. */
+        ACCEL_TRY(accel__model_rescale_reduced(m));
+    }
     /* Under ZeRO every process puts the master pieces it owns (written in parallel, one shard
      * file each; a sharded master holds nothing else, even alone); the gradients of an open
      * window are full at every stage. */
