@@ -30,7 +30,9 @@
 #define MAXN 520
 #define ACC 2
 #define STEPS 8
-#define SAVE_AT 4  /* optimizer steps done when the state is saved */
+#define SAVE_AT                                                                                    \
+    4              /* optimizer steps done when the state is saved (again one micro-step later,    \
+                    * inside the accumulation window: with each process's gradients) */
 #define INF_STEP 2 /* the step whose gradients hold an inf on the last process */
 #define FROZEN 1
 
@@ -79,12 +81,12 @@ typedef struct config {
 
 typedef struct run_spec {
     config cfg;
-    int on_cpu, from, to;
-    const char *load, *save, *model_dir;
+    int on_cpu, from; /* from: the first micro-step (after a load) */
+    const char *load, *save, *save_mid, *model_dir;
 } run_spec;
 
-/* Trains steps [from, to) with the model on the CPU or the simulated GPU and writes the final
- * weights with accel_save_model into rs->model_dir (under ZeRO with mixed precision a CPU
+/* Trains micro-steps [from, STEPS * ACC) with the model on the CPU or the simulated GPU and writes
+ * the final weights with accel_save_model into rs->model_dir (under ZeRO with mixed precision a CPU
  * process holds only its shard of the fp32 master: the file is where the weights are whole).
  * Returns 77 when there is no sim. */
 static int run(const run_spec *rs)
@@ -138,8 +140,9 @@ static int run(const run_spec *rs)
     }
     static kargs ka[ACC][NP];
     int fp16 = rs->cfg.precision == ACCEL_PRECISION_FP16;
-    for (int t = rs->from; t < rs->to; t++) {
-        for (int micro = 0; micro < ACC; micro++) {
+    for (int ms = rs->from; ms < STEPS * ACC; ms++) {
+        int t = ms / ACC, micro = ms % ACC;
+        {
             CHECK_OK(acc, accel_accumulate(acc, m));
             for (int i = 0; i < NP; i++) { /* the forward's reads (sharded master: a no-op) */
                 CHECK_OK(acc, accel_model_materialize(m, i));
@@ -168,6 +171,13 @@ static int run(const run_spec *rs)
                 CHECK_OK(acc, accel_grad_ready(m, i));
             }
             CHECK_OK(acc, accel_backward_end(acc));
+        }
+        if (rs->save_mid != NULL && ms == SAVE_AT * ACC) {
+            CHECK_OK(acc, accel_save_state(acc, rs->save_mid));
+        }
+        if (micro < ACC - 1) {
+            CHECK(!accel_sync_gradients(acc));
+            continue;
         }
         CHECK(accel_sync_gradients(acc));
         double norm = 0;
@@ -240,8 +250,7 @@ static void check_model_files(const char *cpu_model, const char *root)
         CHECK_OK(acc, accel_model_alloc(m));
         CHECK_OK(acc, accel_load_model(acc, m, cpu_model, 1));
         CHECK_OK(acc, accel_prepare(acc, m));
-        snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root,
-                 on_cpu ? "cpu" : "dev");
+        snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root, on_cpu ? "cpu" : "dev");
         CHECK_OK(acc, accel_save_model(acc, m, dirs[on_cpu], "2KiB"));
         accel_free(acc);
     }
@@ -265,26 +274,31 @@ static void check_model_files(const char *cpu_model, const char *root)
 /* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
 static int check_config(config cfg, const char *root)
 {
-    char what[64], dir[6][256];
+    char what[64], dir[10][256];
     snprintf(what, sizeof(what), "ZeRO stage %d, %s%s", cfg.zero_stage,
              cfg.precision == ACCEL_PRECISION_FP16 ? "fp16" : "bf16",
              cfg.sync_each_batch ? ", sync_each_batch" : "");
-    const char *names[6] = {"dev_state", "cpu_state",   "dev_model",
-                            "cpu_model", "cpu_resumed", "dev_resumed"};
-    for (int k = 0; k < 6; k++) {
+    const char *names[10] = {"dev_state",       "cpu_state",      "dev_model", "cpu_model",
+                             "cpu_resumed",     "dev_resumed",    "dev_mid",   "cpu_mid",
+                             "cpu_resumed_mid", "dev_resumed_mid"};
+    for (int k = 0; k < 10; k++) {
         snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d", root, names[k], cfg.zero_stage,
                  cfg.sync_each_batch);
     }
-    run_spec dev_full = {cfg, 0, 0, STEPS, NULL, dir[0], dir[2]};
+    run_spec dev_full = {cfg, 0, 0, NULL, dir[0], dir[6], dir[2]};
     if (run(&dev_full) == 77) {
         return 77;
     }
-    run_spec cpu_full = {cfg, 1, 0, STEPS, NULL, dir[1], dir[3]};
+    run_spec cpu_full = {cfg, 1, 0, NULL, dir[1], dir[7], dir[3]};
     (void)run(&cpu_full);
-    run_spec cpu_from_dev = {cfg, 1, SAVE_AT, STEPS, dir[0], NULL, dir[4]};
+    run_spec cpu_from_dev = {cfg, 1, SAVE_AT * ACC, dir[0], NULL, NULL, dir[4]};
     (void)run(&cpu_from_dev);
-    run_spec dev_from_cpu = {cfg, 0, SAVE_AT, STEPS, dir[1], NULL, dir[5]};
+    run_spec dev_from_cpu = {cfg, 0, SAVE_AT * ACC, dir[1], NULL, NULL, dir[5]};
     (void)run(&dev_from_cpu);
+    run_spec cpu_from_dev_mid = {cfg, 1, SAVE_AT * ACC + 1, dir[6], NULL, NULL, dir[8]};
+    (void)run(&cpu_from_dev_mid);
+    run_spec dev_from_cpu_mid = {cfg, 0, SAVE_AT * ACC + 1, dir[7], NULL, NULL, dir[9]};
+    (void)run(&dev_from_cpu_mid);
 
     char a[512], b[512], c[512];
     snprintf(a, sizeof(a), "%s/model.safetensors", dir[2]);
@@ -294,23 +308,33 @@ static int check_config(config cfg, const char *root)
     same_file(what, c, b); /* the device's checkpoint resumed on the CPU */
     snprintf(c, sizeof(c), "%s/model.safetensors", dir[5]);
     same_file(what, c, a); /* the CPU's resumed on the device */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[8]);
+    same_file(what, c, b); /* inside the window: the device's resumed on the CPU */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[9]);
+    same_file(what, c, a); /* and the CPU's on the device */
 
-    /* The state's tensor files: model and optimizer (one file, or each process's shard under
-     * ZeRO), and the scaler. */
-    DIR *d = opendir(dir[1]);
-    CHECK_MSG(d != NULL, "cannot open %s", dir[1]);
-    int compared = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (strstr(e->d_name, ".safetensors") == NULL && strcmp(e->d_name, "scaler.json") != 0) {
-            continue;
+    /* The states' tensor files: model and optimizer (one file, or each process's shard under
+     * ZeRO), each process's gradients inside the window, and the scaler. */
+    for (int k = 0; k < 2; k++) {
+        const char *cpu_dir = dir[k ? 7 : 1], *dev_dir = dir[k ? 6 : 0];
+        DIR *d = opendir(cpu_dir);
+        CHECK_MSG(d != NULL, "cannot open %s", cpu_dir);
+        int compared = 0, grads = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strstr(e->d_name, ".safetensors") == NULL &&
+                strcmp(e->d_name, "scaler.json") != 0) {
+                continue;
+            }
+            snprintf(a, sizeof(a), "%.250s/%.250s", dev_dir, e->d_name);
+            snprintf(b, sizeof(b), "%.250s/%.250s", cpu_dir, e->d_name);
+            same_file(what, a, b);
+            compared++;
+            grads += strstr(e->d_name, "gradients") != NULL;
         }
-        snprintf(a, sizeof(a), "%s/%s", dir[0], e->d_name);
-        snprintf(b, sizeof(b), "%s/%s", dir[1], e->d_name);
-        same_file(what, a, b);
-        compared++;
+        closedir(d);
+        CHECK(compared >= 2);
+        CHECK_MSG((grads > 0) == (k == 1), "%s: %d gradient files in %s", what, grads, cpu_dir);
     }
-    closedir(d);
-    CHECK(compared >= 2);
     if (cfg.zero_stage == 0) {
         check_model_files(dir[3], root);
     }
