@@ -19,36 +19,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "device_impl.h"
-#include "sim.h"
+#include "sim_impl.h"
 
-typedef struct sim_stream sim_stream;
+typedef struct accel__sim_stream sim_stream;
 typedef struct sim_gpu sim_gpu;
+typedef accel__sim_op sim_op;
 
-enum { OP_COPY, OP_MEMSET, OP_KERNEL, OP_WAIT, OP_HOST };
-enum { K_SGD, K_ADAM, K_CONVERT, K_SCALE, K_CLAMP, K_POW_SUM, K_ABS_MAX, K_NONFINITE, K_UNSCALE };
-
-/* One queued operation: the arguments of whatever it is, copied at issue. */
-typedef struct sim_op {
-    struct sim_op *next;
-    int kind, kernel;
-    void *dst; /* copy, memset */
-    const void *src;
-    size_t nbytes;
-    int byte;
-    accel__dspan x, y; /* kernels: operand (destination), source */
-    float f1, f2;
-    double p;
-    void *out; /* a reduction's accumulator or flag */
-    accel__sgd_args sgd;
-    accel__adam_args adam;
-    sim_stream *on; /* wait: run this stream up to seq first (NULL: nothing to wait for) */
-    uint64_t seq;
-    void (*fn)(void *); /* host kernel */
-    void *arg;
-} sim_op;
-
-struct sim_stream {
+struct accel__sim_stream {
     sim_gpu *gpu;
     sim_op *head, *tail;
     uint64_t issued, done; /* operations issued and run so far */
@@ -138,7 +115,8 @@ static sim_block *find_block(const void *p)
 }
 
 /* Host code touched device memory: say which block before the fault takes its course (the
- * previous handler, or the default crash, when the access is retried). */
+ * previous handler, or the default crash, when the access is retried). snprintf is not
+ * async-signal-safe; the process is dying of a bug either way, and the line is the point. */
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
     (void)sig, (void)uc;
@@ -171,8 +149,8 @@ static void install_handler(void)
 }
 
 /* p .. p + nbytes must be device memory of d, inside one block. */
-static accel_status need_dev(accel__device *d, const char *who, const char *what, const void *p,
-                             size_t nbytes)
+accel_status accel__sim_need_dev(accel__device *d, const char *who, const char *what, const void *p,
+                                 size_t nbytes)
 {
     const sim_block *b = find_block(p);
     if (b == NULL) {
@@ -264,7 +242,7 @@ static sim_stream *stream_of(accel__device *d, accel__stream *s)
     return s != NULL ? s->impl : &gpu_of(d)->compute;
 }
 
-static accel_status enqueue(accel__device *d, accel__stream *s, const sim_op *tmpl)
+accel_status accel__sim_enqueue(accel__device *d, accel__stream *s, const sim_op *tmpl)
 {
     if (s != NULL && s->dev != d) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -299,6 +277,16 @@ static accel_status enqueue(accel__device *d, accel__stream *s, const sim_op *tm
         pthread_mutex_unlock(&sim.lock);                                                           \
         return locked_st_;                                                                         \
     } while (0)
+
+void accel__sim_lock(void)
+{
+    pthread_mutex_lock(&sim.lock);
+}
+
+void accel__sim_unlock(void)
+{
+    pthread_mutex_unlock(&sim.lock);
+}
 
 /* ---- handles ---- */
 
@@ -464,9 +452,9 @@ static accel_status sim_holds(accel__device *d, const void *p, int *out)
 static accel_status memset_locked(accel__device *d, void *p, int byte, size_t nbytes,
                                   accel__stream *s)
 {
-    ACCEL_TRY(need_dev(d, "memset", "the destination", p, nbytes));
-    sim_op op = {.kind = OP_MEMSET, .dst = p, .byte = byte, .nbytes = nbytes};
-    return enqueue(d, s, &op);
+    ACCEL_TRY(accel__sim_need_dev(d, "memset", "the destination", p, nbytes));
+    sim_op op = {.kind = ACCEL__SIM_MEMSET, .dst = p, .byte = byte, .nbytes = nbytes};
+    return accel__sim_enqueue(d, s, &op);
 }
 
 static accel_status sim_memset(accel__device *d, void *p, int byte, size_t nbytes, accel__stream *s)
@@ -483,12 +471,12 @@ static accel_status copy_locked(accel__device *d, void *dst, const void *src, si
     snprintf(who, sizeof(who), "copy %s", kind_names[kind]);
     int dst_dev = kind == ACCEL__COPY_H2D || kind == ACCEL__COPY_D2D;
     int src_dev = kind == ACCEL__COPY_D2H || kind == ACCEL__COPY_D2D;
-    ACCEL_TRY(dst_dev ? need_dev(d, who, "the destination", dst, nbytes)
+    ACCEL_TRY(dst_dev ? accel__sim_need_dev(d, who, "the destination", dst, nbytes)
                       : need_host(d, who, "the destination", dst, nbytes));
-    ACCEL_TRY(src_dev ? need_dev(d, who, "the source", src, nbytes)
+    ACCEL_TRY(src_dev ? accel__sim_need_dev(d, who, "the source", src, nbytes)
                       : need_host(d, who, "the source", src, nbytes));
-    sim_op op = {.kind = OP_COPY, .dst = dst, .src = src, .nbytes = nbytes};
-    ACCEL_TRY(enqueue(d, s, &op));
+    sim_op op = {.kind = ACCEL__SIM_COPY, .dst = dst, .src = src, .nbytes = nbytes};
+    ACCEL_TRY(accel__sim_enqueue(d, s, &op));
     if (s == NULL && kind != ACCEL__COPY_D2D) {
         /* The default order's promise: host memory may be read or reused on return. */
         sim_stream *cs = &gpu_of(d)->compute;
@@ -621,8 +609,8 @@ static accel_status wait_locked(accel__device *d, accel__stream *s, accel__event
     if (ev->on == NULL || ev->on == stream_of(d, s) || ev->on->done >= ev->seq) {
         return ACCEL_OK;
     }
-    sim_op op = {.kind = OP_WAIT, .on = ev->on, .seq = ev->seq};
-    return enqueue(d, s, &op);
+    sim_op op = {.kind = ACCEL__SIM_WAIT, .on = ev->on, .seq = ev->seq};
+    return accel__sim_enqueue(d, s, &op);
 }
 
 static accel_status sim_stream_wait_event(accel__device *d, accel__stream *s, accel__event *e)
@@ -664,64 +652,26 @@ static void *sim_native_stream(accel__device *d, accel__stream *s)
     return stream_of(d, s); /* opaque, distinct per stream */
 }
 
-/* ---- kernels: checked when issued, run by the CPU device when their stream runs ---- */
-
-static void run_kernel(const sim_op *op, accel_status *st)
-{
-    accel__device *cpu = accel__device_cpu();
-    const accel__device_ops *k = cpu->ops;
-    static accel__stream quiet; /* non-NULL: the CPU kernel stays on this thread */
-    switch (op->kernel) {
-    case K_SGD:
-        *st = k->sgd_step(cpu, &op->sgd, &quiet);
-        break;
-    case K_ADAM:
-        *st = k->adam_step(cpu, &op->adam, &quiet);
-        break;
-    case K_CONVERT:
-        *st = k->convert(cpu, op->x, op->y, &quiet);
-        break;
-    case K_SCALE:
-        *st = k->scale(cpu, op->x, op->f1, &quiet);
-        break;
-    case K_CLAMP:
-        *st = k->clamp(cpu, op->x, op->f1, op->f2, &quiet);
-        break;
-    case K_POW_SUM:
-        *st = k->pow_sum(cpu, op->x, op->p, op->out, &quiet);
-        break;
-    case K_ABS_MAX:
-        *st = k->abs_max(cpu, op->x, op->out, &quiet);
-        break;
-    case K_NONFINITE:
-        *st = k->nonfinite(cpu, op->x, op->out, &quiet);
-        break;
-    default:
-        *st = k->unscale_check(cpu, op->x, op->f1, op->out, &quiet);
-        break;
-    }
-}
-
 static void run_op(sim_stream *s, sim_op *op)
 {
     accel_status st = ACCEL_OK;
     switch (op->kind) {
-    case OP_COPY:
+    case ACCEL__SIM_COPY:
         memcpy(op->dst, op->src, op->nbytes);
         break;
-    case OP_MEMSET:
+    case ACCEL__SIM_MEMSET:
         memset(op->dst, op->byte, op->nbytes);
         break;
-    case OP_WAIT:
+    case ACCEL__SIM_WAIT:
         if (op->on != NULL) {
             flush(op->on, op->seq);
         }
         break;
-    case OP_HOST:
+    case ACCEL__SIM_HOST:
         op->fn(op->arg);
         break;
     default:
-        run_kernel(op, &st);
+        accel__sim_run_kernel(op, &st);
         break;
     }
     if (st != ACCEL_OK && s->err == ACCEL_OK) {
@@ -730,140 +680,9 @@ static void run_op(sim_stream *s, sim_op *op)
     }
 }
 
-static int is_float(accel_dtype dt)
-{
-    return dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_F16;
-}
-
-static accel_status unsupported(const char *who, accel_dtype dt)
-{
-    const char *name = accel_dtype_name(dt);
-    /* The CUDA device's words, so tests of its errors pass on the simulation too. */
-    return accel__seterr(NULL, ACCEL_EUNSUPPORTED, "cuda device: %s does not support dtype %s", who,
-                         name ? name : "?");
-}
-
-static size_t span_nbytes(accel__dspan x)
-{
-    return x.count * accel_dtype_nbytes(x.dtype);
-}
-
-/* Checks a kernel's operand x (dtypes: F32 only, or any float) and its result (`out`,
- * out_nbytes of device memory; NULL: none), then queues it. */
-static accel_status kernel_locked(accel__device *d, const char *who, int f32_only, sim_op *op,
-                                  size_t out_nbytes, accel__stream *s)
-{
-    if (f32_only ? op->x.dtype != ACCEL_F32 : !is_float(op->x.dtype)) {
-        return unsupported(who, op->x.dtype);
-    }
-    ACCEL_TRY(need_dev(d, who, "x", op->x.data, span_nbytes(op->x)));
-    if (out_nbytes > 0) {
-        ACCEL_TRY(need_dev(d, who, "the result", op->out, out_nbytes));
-    }
-    op->kind = OP_KERNEL;
-    return enqueue(d, s, op);
-}
-
-#define KERNEL_OP(who, f32_only, out_nbytes, s, ...)                                               \
-    do {                                                                                           \
-        sim_op op_ = {__VA_ARGS__};                                                                \
-        LOCKED(kernel_locked(d, who, f32_only, &op_, out_nbytes, s));                              \
-    } while (0)
-
-static accel_status sim_scale(accel__device *d, accel__dspan x, float factor, accel__stream *s)
-{
-    KERNEL_OP("scale", 1, 0, s, .kernel = K_SCALE, .x = x, .f1 = factor);
-}
-
-static accel_status sim_clamp(accel__device *d, accel__dspan x, float lo, float hi,
-                              accel__stream *s)
-{
-    KERNEL_OP("clamp", 1, 0, s, .kernel = K_CLAMP, .x = x, .f1 = lo, .f2 = hi);
-}
-
-static accel_status sim_pow_sum(accel__device *d, accel__dspan x, double p, double *acc,
-                                accel__stream *s)
-{
-    KERNEL_OP("pow_sum", 0, sizeof(double), s, .kernel = K_POW_SUM, .x = x, .p = p, .out = acc);
-}
-
-static accel_status sim_abs_max(accel__device *d, accel__dspan x, double *acc, accel__stream *s)
-{
-    KERNEL_OP("abs_max", 0, sizeof(double), s, .kernel = K_ABS_MAX, .x = x, .out = acc);
-}
-
-static accel_status sim_nonfinite(accel__device *d, accel__dspan x, int32_t *flag, accel__stream *s)
-{
-    KERNEL_OP("nonfinite", 0, sizeof(int32_t), s, .kernel = K_NONFINITE, .x = x, .out = flag);
-}
-
-static accel_status sim_unscale_check(accel__device *d, accel__dspan x, float factor, int32_t *flag,
-                                      accel__stream *s)
-{
-    KERNEL_OP("unscale_check", 1, sizeof(int32_t), s, .kernel = K_UNSCALE, .x = x, .f1 = factor,
-              .out = flag);
-}
-
 static accel_status sim_zero(accel__device *d, accel__dspan x, accel__stream *s)
 {
-    LOCKED(memset_locked(d, x.data, 0, span_nbytes(x), s));
-}
-
-static accel_status convert_locked(accel__device *d, accel__dspan dst, accel__dspan src,
-                                   accel__stream *s)
-{
-    if (!is_float(src.dtype)) {
-        return unsupported("convert (source)", src.dtype);
-    }
-    if (!is_float(dst.dtype)) {
-        return unsupported("convert (destination)", dst.dtype);
-    }
-    ACCEL_TRY(need_dev(d, "convert", "the source", src.data, span_nbytes(src)));
-    ACCEL_TRY(need_dev(d, "convert", "the destination", dst.data, span_nbytes(dst)));
-    sim_op op = {.kind = OP_KERNEL, .kernel = K_CONVERT, .x = dst, .y = src};
-    return enqueue(d, s, &op);
-}
-
-static accel_status sim_convert(accel__device *d, accel__dspan dst, accel__dspan src,
-                                accel__stream *s)
-{
-    LOCKED(convert_locked(d, dst, src, s));
-}
-
-static accel_status sgd_locked(accel__device *d, const accel__sgd_args *a, accel__stream *s)
-{
-    size_t nb = a->count * sizeof(float);
-    ACCEL_TRY(need_dev(d, "sgd_step", "param", a->param, nb));
-    ACCEL_TRY(need_dev(d, "sgd_step", "grad", a->grad, nb));
-    if (a->momentum != 0) {
-        ACCEL_TRY(need_dev(d, "sgd_step", "momentum_buf", a->momentum_buf, nb));
-    }
-    sim_op op = {.kind = OP_KERNEL, .kernel = K_SGD, .sgd = *a};
-    return enqueue(d, s, &op);
-}
-
-static accel_status sim_sgd_step(accel__device *d, const accel__sgd_args *a, accel__stream *s)
-{
-    LOCKED(sgd_locked(d, a, s));
-}
-
-static accel_status adam_locked(accel__device *d, const accel__adam_args *a, accel__stream *s)
-{
-    size_t nb = a->count * sizeof(float);
-    ACCEL_TRY(need_dev(d, "adam_step", "param", a->param, nb));
-    ACCEL_TRY(need_dev(d, "adam_step", "grad", a->grad, nb));
-    ACCEL_TRY(need_dev(d, "adam_step", "exp_avg", a->exp_avg, nb));
-    ACCEL_TRY(need_dev(d, "adam_step", "exp_avg_sq", a->exp_avg_sq, nb));
-    if (a->max_exp_avg_sq != NULL) {
-        ACCEL_TRY(need_dev(d, "adam_step", "max_exp_avg_sq", a->max_exp_avg_sq, nb));
-    }
-    sim_op op = {.kind = OP_KERNEL, .kernel = K_ADAM, .adam = *a};
-    return enqueue(d, s, &op);
-}
-
-static accel_status sim_adam_step(accel__device *d, const accel__adam_args *a, accel__stream *s)
-{
-    LOCKED(adam_locked(d, a, s));
+    LOCKED(memset_locked(d, x.data, 0, x.count * accel_dtype_nbytes(x.dtype), s));
 }
 
 accel_status accel__sim_launch(accel__device *d, accel__stream *s, void (*fn)(void *arg), void *arg)
@@ -873,8 +692,8 @@ accel_status accel__sim_launch(accel__device *d, accel__stream *s, void (*fn)(vo
                              "accel__sim_launch: %s",
                              fn == NULL ? "fn is NULL" : "the device is not a simulated GPU");
     }
-    sim_op op = {.kind = OP_HOST, .fn = fn, .arg = arg};
-    LOCKED(enqueue(d, s, &op));
+    sim_op op = {.kind = ACCEL__SIM_HOST, .fn = fn, .arg = arg};
+    LOCKED(accel__sim_enqueue(d, s, &op));
 }
 
 static const accel__device_ops sim_ops = {
@@ -897,14 +716,14 @@ static const accel__device_ops sim_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .native_stream = sim_native_stream,
-    .sgd_step = sim_sgd_step,
-    .adam_step = sim_adam_step,
-    .convert = sim_convert,
+    .sgd_step = accel__sim_sgd_step,
+    .adam_step = accel__sim_adam_step,
+    .convert = accel__sim_convert,
     .zero = sim_zero,
-    .scale = sim_scale,
-    .clamp = sim_clamp,
-    .pow_sum = sim_pow_sum,
-    .abs_max = sim_abs_max,
-    .nonfinite = sim_nonfinite,
-    .unscale_check = sim_unscale_check,
+    .scale = accel__sim_scale,
+    .clamp = accel__sim_clamp,
+    .pow_sum = accel__sim_pow_sum,
+    .abs_max = accel__sim_abs_max,
+    .nonfinite = accel__sim_nonfinite,
+    .unscale_check = accel__sim_unscale_check,
 };
