@@ -176,9 +176,13 @@ static accel_status gather_pieces(accel_model *m, const void *shard, void *full,
     }
     size_t es = accel_dtype_nbytes(dt);
     char *host = m->red.host_buf;
+    ACCEL_ASSERT(host != NULL); /* staged with several processes: made by reducer_prepare */
     accel_status st = ACCEL_OK;
     /* A local failure still joins the collective (with poison), so no peer waits in vain. */
     for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
+        if (!all_buckets && m->red.buckets[b].n_params == 0) {
+            continue;
+        }
         size_t po, pc;
         accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
         const char *src = shard ? (const char *)shard + m->flat.buckets[b].shard_offset * es
