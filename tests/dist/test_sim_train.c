@@ -354,6 +354,7 @@ int main(void)
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
         if (check_config(configs[k], root) == 77) {
+            (void)rmdir(root); /* made before anything is written */
             return 77;
         }
     }
