@@ -3,16 +3,19 @@
  *
  * The device code paths on the simulated GPU (ACCEL_SIM_GPU, src/device/sim.h), against the
  * same run with the model on the CPU, bit for bit. A user's llm.c-style loop: host-written
- * "kernels" queued on the compute stream (accel__sim_launch) read the fp16 compute copy and add
+ * "kernels" queued on the compute stream (accel__sim_launch) read the compute copy and add
  * their gradients into the model's gradient buffer in device memory between
  * accel_backward_begin, accel_grad_ready and accel_backward_end (with 2 processes the buckets
- * are staged through host memory); fp16 mixed precision with the scaler's inf check (the last
- * process's gradient is inf at one step: every process skips it), gradient accumulation 2,
- * several buckets with a frozen parameter inside one, clip_grad_norm that clips, AdamW. Then
- * the checkpoints: save_state from device memory resumed on the CPU, and the CPU's resumed on
- * the device, each continue bit-identically to the uninterrupted runs, and the state's and
- * save_model's tensor files are the same bytes from either device. The sim's page protection
- * makes any host read of device memory crash. Exits 77 where the device is not simulated.
+ * are staged through host memory); gradient accumulation 2, several buckets with a frozen
+ * parameter inside one, clip_grad_norm that clips, clip_grad_value, AdamW. Configurations: DDP
+ * with fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1
+ * with bf16, ZeRO-2 with fp16 and with bf16 + sync_each_batch. For each, save_state from device
+ * memory (at a step and inside the accumulation window) resumed on the CPU, and the CPU's
+ * resumed on the device, continue bit-identically to the uninterrupted runs, and the states'
+ * and save_model's tensor files are the same bytes from either device. Also: load_model into a
+ * device model and a sharded save_model from it; a join region (uneven inputs); the refusals
+ * of stage 3 and of ZeRO in a join region on the device. The sim's page protection makes any
+ * host read of device memory crash. Exits 77 where the device is not simulated.
  */
 #include <dirent.h>
 #include <math.h>
@@ -77,6 +80,7 @@ typedef struct config {
     int zero_stage;
     accel_precision precision;
     int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
+    int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
 } config;
 
 typedef struct run_spec {
@@ -140,7 +144,12 @@ static int run(const run_spec *rs)
     }
     static kargs ka[ACC][NP];
     int fp16 = rs->cfg.precision == ACCEL_PRECISION_FP16;
-    for (int ms = rs->from; ms < STEPS * ACC; ms++) {
+    int end = STEPS * ACC;
+    if (rs->cfg.join) {
+        CHECK_OK(acc, accel_join_begin(acc, m, 1));
+        end = (STEPS - rank) * ACC;
+    }
+    for (int ms = rs->from; ms < end; ms++) {
         int t = ms / ACC, micro = ms % ACC;
         {
             CHECK_OK(acc, accel_accumulate(acc, m));
@@ -194,6 +203,9 @@ static int run(const run_spec *rs)
         if (rs->save != NULL && t + 1 == SAVE_AT) {
             CHECK_OK(acc, accel_save_state(acc, rs->save));
         }
+    }
+    if (rs->cfg.join) {
+        CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
     }
     CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
     accel_free(acc);
@@ -269,6 +281,22 @@ static void check_model_files(const char *cpu_model, const char *root)
     }
     closedir(d);
     CHECK_MSG(files >= 3, "%d files: expected an index and shards", files);
+}
+
+/* A join region (uneven inputs, DDP, bf16): device vs CPU. */
+static void check_join(const char *root)
+{
+    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1};
+    char dev[256], cpu[256], a[300], b[300];
+    snprintf(dev, sizeof(dev), "%s/join_dev", root);
+    snprintf(cpu, sizeof(cpu), "%s/join_cpu", root);
+    run_spec on_dev = {cfg, 0, 0, NULL, NULL, NULL, dev};
+    run_spec on_cpu = {cfg, 1, 0, NULL, NULL, NULL, cpu};
+    (void)run(&on_dev);
+    (void)run(&on_cpu);
+    snprintf(a, sizeof(a), "%s/model.safetensors", dev);
+    snprintf(b, sizeof(b), "%s/model.safetensors", cpu);
+    same_file("join region", a, b);
 }
 
 /* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
@@ -347,10 +375,10 @@ int main(void)
     snprintf(root, sizeof(root), "/tmp/accel_test_sim_train_%d", (int)getppid());
     (void)mkdir(root, 0700);
     const config configs[] = {
-        {0, ACCEL_PRECISION_FP16, 0}, /* DDP */
-        {1, ACCEL_PRECISION_BF16, 0}, /* ZeRO-1: allreduce, step the shard, allgather */
-        {2, ACCEL_PRECISION_FP16, 0}, /* ZeRO-2: reduce-scatter, step the shard, allgather */
-        {2, ACCEL_PRECISION_BF16, 1},
+        {0, ACCEL_PRECISION_FP16, 0, 0}, /* DDP */
+        {1, ACCEL_PRECISION_BF16, 0, 0}, /* ZeRO-1: allreduce, step the shard, allgather */
+        {2, ACCEL_PRECISION_FP16, 0, 0}, /* ZeRO-2: reduce-scatter, step the shard, allgather */
+        {2, ACCEL_PRECISION_BF16, 1, 0},
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
         if (check_config(configs[k], root) == 77) {
@@ -358,6 +386,8 @@ int main(void)
             return 77;
         }
     }
+    check_join(root);
+
     /* Stage 3 gathers units in host memory: refused on the device, naming it. */
     accel_options o = accel_options_default();
     o.zero_stage = 3;
@@ -370,6 +400,17 @@ int main(void)
     CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
                   strstr(accel_last_error(acc), "cuda memory"),
               "%s", accel_last_error(acc));
+    accel_free(acc);
+    /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
+    o.zero_stage = 1;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+    CHECK_OK(acc, accel_prepare(acc, m));
+    if (accel_num_processes(acc) > 1) { /* (one process: nothing is sharded) */
+        CHECK(accel_join_begin(acc, m, 1) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "join region"), "%s", accel_last_error(acc));
+    }
     accel_free(acc);
 
     CHECK_OK(NULL, accel_init(&acc, NULL));
