@@ -10,7 +10,7 @@
  * at launch, so it overlaps the rest of backward. Host communicators (several processes
  * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
  * memory after that event and back once reduced, on that same stream of their own (ZeRO-2: the
- * padded bucket out, the owned piece back, the other pieces zeroed on the device).
+ * padded bucket out, the owned piece back; the other pieces are zeroed on the device).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -240,27 +240,29 @@ static void bucket_pre(void *arg)
     hook_status(bk, st);
 }
 
-/* After the data moved, when staged: what it wrote back to the device; after a reduce-scatter
- * the other processes' pieces are zeroed, as release_unowned gives them back on the host.
- * Complete on return, so the gradients are final once the collective is. */
+/* After the data moved, when staged: what it wrote back to the device (after a reduce-scatter
+ * the owned piece). At stages 2-3 the other processes' pieces are then zeroed on the device, as
+ * release_unowned gives them back on the host. Complete on return, so the gradients are final
+ * once the collective is. */
 static void bucket_post(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
     const accel__flat_bucket *fb = &m->flat.buckets[bk->index];
-    size_t off = bk->offset, count = bk->count;
-    if (scatters(m)) {
-        accel__flat_piece(&m->flat, bk->index, m->rank, &off, &count);
+    size_t po = 0, pc = 0;
+    if (r->zero_stage >= 2) {
+        accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
     }
+    size_t off = scatters(m) ? po : bk->offset, count = scatters(m) ? pc : bk->count;
     accel_status st = accel__dev_copy(m->dev, m->grad + off, (float *)r->host_buf + off,
                                       count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
-    if (st == ACCEL_OK && scatters(m)) {
-        st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, off - fb->offset),
-                             r->comm_stream);
+    if (st == ACCEL_OK && r->zero_stage >= 2) {
         size_t end = fb->offset + fb->padded;
+        st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset),
+                             r->comm_stream);
         if (st == ACCEL_OK) {
-            st = accel__dev_zero(m->dev, accel__grad_span(m, off + count, end - off - count),
+            st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc),
                                  r->comm_stream);
         }
     }

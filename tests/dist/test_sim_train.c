@@ -81,6 +81,7 @@ typedef struct config {
     accel_precision precision;
     int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
     int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
+    accel_dtype comm_dtype; /* bf16: compressed all-reduces (ZeRO-2 keeps the all-reduce) */
 } config;
 
 typedef struct run_spec {
@@ -99,6 +100,7 @@ static int run(const run_spec *rs)
     o.mixed_precision = rs->cfg.precision;
     o.zero_stage = rs->cfg.zero_stage;
     o.sync_each_batch = rs->cfg.sync_each_batch;
+    o.comm_dtype = rs->cfg.comm_dtype;
     o.gradient_accumulation_steps = ACC;
     o.first_bucket_mb = 2048.0 / 1048576.0;
     o.bucket_cap_mb = 4096.0 / 1048576.0;
@@ -286,7 +288,7 @@ static void check_model_files(const char *cpu_model, const char *root)
 /* A join region (uneven inputs, DDP, bf16): device vs CPU. */
 static void check_join(const char *root)
 {
-    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1};
+    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1, ACCEL_F32};
     char dev[256], cpu[256], a[300], b[300];
     snprintf(dev, sizeof(dev), "%s/join_dev", root);
     snprintf(cpu, sizeof(cpu), "%s/join_cpu", root);
@@ -303,15 +305,16 @@ static void check_join(const char *root)
 static int check_config(config cfg, const char *root)
 {
     char what[64], dir[10][256];
-    snprintf(what, sizeof(what), "ZeRO stage %d, %s%s", cfg.zero_stage,
+    snprintf(what, sizeof(what), "ZeRO stage %d, %s%s%s", cfg.zero_stage,
              cfg.precision == ACCEL_PRECISION_FP16 ? "fp16" : "bf16",
-             cfg.sync_each_batch ? ", sync_each_batch" : "");
+             cfg.sync_each_batch ? ", sync_each_batch" : "",
+             cfg.comm_dtype == ACCEL_BF16 ? ", comm_dtype bf16" : "");
     const char *names[10] = {"dev_state",       "cpu_state",      "dev_model", "cpu_model",
                              "cpu_resumed",     "dev_resumed",    "dev_mid",   "cpu_mid",
                              "cpu_resumed_mid", "dev_resumed_mid"};
     for (int k = 0; k < 10; k++) {
-        snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d", root, names[k], cfg.zero_stage,
-                 cfg.sync_each_batch);
+        snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d_%d", root, names[k], cfg.zero_stage,
+                 cfg.sync_each_batch, (int)cfg.comm_dtype);
     }
     run_spec dev_full = {cfg, 0, 0, NULL, dir[0], dir[6], dir[2]};
     if (run(&dev_full) == 77) {
@@ -375,10 +378,10 @@ int main(void)
     snprintf(root, sizeof(root), "/tmp/accel_test_sim_train_%d", (int)getppid());
     (void)mkdir(root, 0700);
     const config configs[] = {
-        {0, ACCEL_PRECISION_FP16, 0, 0}, /* DDP */
-        {1, ACCEL_PRECISION_BF16, 0, 0}, /* ZeRO-1: allreduce, step the shard, allgather */
-        {2, ACCEL_PRECISION_FP16, 0, 0}, /* ZeRO-2: reduce-scatter, step the shard, allgather */
-        {2, ACCEL_PRECISION_BF16, 1, 0},
+        {0, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32}, /* DDP */
+        {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32}, /* ZeRO-1: allreduce, step, allgather */
+        {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32}, /* ZeRO-2: reduce-scatter, step, allgather */
+        {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32}, {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16},
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
         if (check_config(configs[k], root) == 77) {
