@@ -94,6 +94,10 @@ static const accel__env_var env_table[] = {
     {"ACCEL_TEST_PREFLIGHT_CLOSED", ACCEL__ENV_STRING, NULL,
      "test hook of accel launch --preflight: 1 makes this machine's launcher endpoint "
      "unreachable"},
+    {"ACCEL_SIM_GPU", ACCEL__ENV_INT, "0",
+     "TESTING AID, never for training: in a build without CUDA, n > 0 (at most 8) makes the "
+     "cuda device n simulated GPUs (host memory behind page protection, work deferred until "
+     "synchronised; docs/cuda.md, Testing without a GPU); a CUDA build refuses it"},
     {"ACCEL_TEST_FAIL_CHECK", ACCEL__ENV_STRING, NULL,
      "test hook of accel test: the named check fails on purpose"},
     {"ACCEL_TEST_REPORT", ACCEL__ENV_STRING, NULL,

@@ -13,6 +13,7 @@
 #include "comm/comm.h"
 #include "config.h"
 #include "device/device.h"
+#include "device/sim.h"
 #include "internal.h"
 #include "layout.h"
 #include "profile.h"
@@ -365,6 +366,36 @@ static accel_status resolve_all(accel_options *o, accel__layout *l, accel__log_l
     return accel__settings_read_env(set);
 }
 
+/* ACCEL_SIM_GPU=n: n simulated GPUs stand in for CUDA (a testing aid of builds without CUDA;
+ * src/device/sim.h). A CUDA build refuses it, so a real GPU is never replaced unnoticed. */
+static accel_status sim_gpus_env(int *n_sim)
+{
+    long long n = 0;
+    accel_status st = accel__env_int("ACCEL_SIM_GPU", &n);
+    *n_sim = 0;
+    if (st == ACCEL_ENOTFOUND || (st == ACCEL_OK && n == 0)) {
+        return ACCEL_OK;
+    }
+    if (st != ACCEL_OK) {
+        return st;
+    }
+#ifdef ACCEL_HAVE_CUDA
+    return accel__seterr(NULL, ACCEL_EINVAL,
+                         "accel_init: ACCEL_SIM_GPU=%lld: simulated GPUs are a testing aid of "
+                         "builds without CUDA, and this build drives real GPUs (unset "
+                         "ACCEL_SIM_GPU)",
+                         n);
+#else
+    if (n < 0 || n > ACCEL__SIM_MAX_GPUS) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "accel_init: environment variable ACCEL_SIM_GPU=%lld must be 0..%d", n,
+                             ACCEL__SIM_MAX_GPUS);
+    }
+    *n_sim = (int)n;
+    return ACCEL_OK;
+#endif
+}
+
 accel_status accel_init(accel **out, const accel_options *opts)
 {
     if (out == NULL) {
@@ -411,6 +442,9 @@ accel_status accel_init(accel **out, const accel_options *opts)
     }
 
     st = accel__layout_machines(acc);
+    if (st == ACCEL_OK) {
+        st = sim_gpus_env(&acc->sim_gpus);
+    }
     if (st == ACCEL_OK) {
         st = accel__device_setup(acc, l.launched);
     }

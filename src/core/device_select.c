@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "device/device.h"
+#include "device/sim.h"
 #include "internal.h"
 
 accel_device accel__choose_device(int force_cpu, int n_gpus, int local_rank)
@@ -31,7 +32,12 @@ accel_distributed_type accel__choose_dist_type(accel_device device, int launched
 
 accel_status accel__device_setup(accel *acc, int launched)
 {
-    int n_gpus = 0;
+    int n_gpus = 0, n_sim = acc->sim_gpus;
+#ifndef ACCEL_HAVE_CUDA
+    if (n_sim > 0) {
+        accel__device_sim_enable(n_sim); /* the CUDA type opens simulated GPUs (a testing aid) */
+    }
+#endif
     char why[512] = "cpu = 1 or ACCELERATE_USE_CPU";
     if (!acc->opt.cpu) {
         accel_status st = accel__device_count(ACCEL_DEVICE_CUDA, &n_gpus);
@@ -59,7 +65,8 @@ accel_status accel__device_setup(accel *acc, int launched)
         snprintf(acc->device_name, sizeof(acc->device_name), "cuda:%d", acc->device.index);
         char about[256];
         accel__device_describe(acc->dev, about, sizeof(about));
-        accel__log(&acc->log, ACCEL__LOG_INFO, "device cuda:%d: %s", acc->device.index, about);
+        accel__log(&acc->log, n_sim ? ACCEL__LOG_WARN : ACCEL__LOG_INFO, "device cuda:%d: %s%s",
+                   acc->device.index, about, n_sim ? " (not a GPU: unset ACCEL_SIM_GPU)" : "");
         if (acc->local_n_ranks > n_gpus) {
             accel__log(&acc->log, ACCEL__LOG_INFO,
                        "%d processes on this machine share %d GPU%s (process %d -> cuda:%d)",

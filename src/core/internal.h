@@ -54,6 +54,7 @@ struct accel {
     accel_device device;
     struct accel__device *dev; /* the open handle of `device` (device/device.h) */
     int n_gpus;                /* GPUs this process can see (0 on the CPU) */
+    int sim_gpus;              /* ACCEL_SIM_GPU: simulated GPUs (a testing aid; 0: none) */
     char device_name[32];
     char backend[16];
     struct accel__comm *comm;

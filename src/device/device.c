@@ -1,12 +1,14 @@
 /*
  * The device front end: opening a device by kind, and the checks every backend shares before
  * an operation is dispatched through its table (handles and pointers present, span counts
- * consistent, empty spans skipped). Invariant: a backend operation never sees a NULL handle,
- * a NULL pointer for a non-empty span, or an empty span.
+ * consistent, empty spans skipped). In a build without CUDA the CUDA type opens the simulated
+ * GPUs of sim.h once enabled (ACCEL_SIM_GPU, a testing aid). Invariant: a backend operation
+ * never sees a NULL handle, a NULL pointer for a non-empty span, or an empty span.
  */
 #include <string.h>
 
 #include "device_impl.h"
+#include "sim.h"
 
 accel_status accel__device_open(accel__device **out, accel_device which)
 {
@@ -28,6 +30,9 @@ accel_status accel__device_open(accel__device **out, accel_device which)
 #ifdef ACCEL_HAVE_CUDA
         return accel__device_cuda_open(out, which.index);
 #else
+        if (accel__device_sim_count() > 0) {
+            return accel__device_sim_open(out, which.index); /* a testing aid (sim.h) */
+        }
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
                              "device cuda:%d: accel was built without CUDA (configure with "
                              "-DACCEL_CUDA=ON)",
@@ -50,6 +55,10 @@ accel_status accel__device_count(accel_device_type type, int *n)
 #ifdef ACCEL_HAVE_CUDA
         return accel__device_cuda_count(n);
 #else
+        if (accel__device_sim_count() > 0) {
+            *n = accel__device_sim_count();
+            return ACCEL_OK;
+        }
         return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
                              "accel was built without CUDA (configure with -DACCEL_CUDA=ON)");
 #endif

@@ -355,8 +355,8 @@ accel_status accel_model_alloc(accel_model *m)
     /* Stage 3, and stages 1-2 under mixed precision when there is something to shard, keep
      * only this process's shard of the fp32 master; the full weights are pages (zero3.c).
      * Stages 1-2 compute from the full compute copy every process keeps (DeepSpeed's bf16
-     * model), all-gathered after each step. (Host memory only, as stage 3: prepare refuses
-     * sharded stages on a GPU.) */
+     * model), all-gathered after each step. (Host memory only, as stage 3: on a GPU stages 1-2
+     * keep the full fp32 master, all-gathered through host staging, zero.c.) */
     m->master_shard =
         m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1 &&
                                m->compute_dtype != ACCEL_F32 && accel__model_on_host(m));
@@ -620,6 +620,12 @@ static accel_status model_state_save(accel__object *self, accel__state_writer *w
     int shared = accel__state_writer_part(w) == ACCEL__STATE_SHARED;
     if (!shared && !accel__grad_state_window_open(m->acc)) {
         return ACCEL_OK; /* after a step the gradients hold nothing a resume needs */
+    }
+    if (!shared && m->grad_reduced) {
+        /* sync_each_batch at ZeRO-2/3: the next backward would first scale the reduced pieces
+         * (sync.c); done now, the same operation on the same values, so the saved gradients
+         * need no flag and a resume continues bit for bit. */
+        ACCEL_TRY(accel__model_rescale_reduced(m));
     }
     /* Under ZeRO every process puts the master pieces it owns (written in parallel, one shard
      * file each; a sharded master holds nothing else, even alone); the gradients of an open

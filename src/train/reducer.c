@@ -9,7 +9,8 @@
  * posted on the reducer's communication stream after an event recorded on the compute stream
  * at launch, so it overlaps the rest of backward. Host communicators (several processes
  * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
- * memory after that event and back once reduced, on that same stream of their own.
+ * memory after that event and back once reduced, on that same stream of their own (ZeRO-2: the
+ * padded bucket out, the owned piece back; the other pieces are zeroed on the device).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -40,8 +41,8 @@ void accel__train_force_staging(int on)
 /* Gradients in GPU memory and a communicator that reads host memory only. */
 int accel__model_staged(const accel_model *m)
 {
-    return force_staging || (!accel__model_on_host(m) &&
-                             !(accel__comm_caps(m->acc->comm) & ACCEL__COMM_DEVICE_MEM));
+    return force_staging ||
+           (!accel__model_on_host(m) && !(accel__comm_caps(m->acc->comm) & ACCEL__COMM_DEVICE_MEM));
 }
 
 /* ---- building ---- */
@@ -131,10 +132,20 @@ accel_status accel__reducer_prepare(accel_model *m)
     }
     if (r->zero_stage >= 1 && acc->n_ranks > 1 &&
         (accel__model_staged(m) || !accel__model_on_host(m))) {
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d with the model in %s memory is not "
-                             "supported yet (DDP is: stage 0)",
-                             r->zero_stage, accel__device_name(m->dev));
+        /* Stages 1-2 on a device go through host staging (gradient buckets here, the
+         * allgathers in zero.c); a communicator that reads device memory, the replicas'
+         * cross-group reduction of hybrid sharding and stage 3 do not yet. */
+        const char *what = !accel__model_staged(m)   ? "on a backend reading device memory"
+                           : m->replica_comm != NULL ? "with hybrid sharding (zero_shard_size)"
+                           : r->zero_stage == 3      ? "through host staging"
+                                                     : NULL;
+        if (what != NULL) {
+            return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                                 "accel_prepare: ZeRO stage %d with the model in %s memory is not "
+                                 "supported %s yet (stages 1-2 on backend shm are; DDP, stage 0, "
+                                 "runs on every backend)",
+                                 r->zero_stage, accel__device_name(m->dev), what);
+        }
     }
     r->n_buckets = m->flat.n_buckets;
     r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
@@ -200,17 +211,28 @@ static void hook_status(accel__bucket *bk, accel_status st)
     }
 }
 
-/* Before the data moves, when staged: the bucket's gradients to host memory, ordered after
- * the compute stream's work on them. */
+/* The bucket's reduction is a reduce-scatter into the owners' pieces (ZeRO-2/3, uncompressed):
+ * it reads the whole padded bucket and writes this process's piece. */
+static int scatters(const accel_model *m)
+{
+    return m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32;
+}
+
+/* Before the data moves, when staged: what the collective reads (the bucket's range; for a
+ * reduce-scatter the whole padded bucket) to host memory, ordered after the compute stream's
+ * work on it. */
 static void bucket_pre(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
+    const accel__flat_bucket *fb = &m->flat.buckets[bk->index];
+    size_t off = scatters(m) ? fb->offset : bk->offset,
+           count = scatters(m) ? fb->padded : bk->count;
     accel_status st = accel__stream_wait_event(m->dev, r->comm_stream, bk->ready_ev);
     if (st == ACCEL_OK) {
-        st = accel__dev_copy(m->dev, (float *)r->host_buf + bk->offset, m->grad + bk->offset,
-                             bk->count * sizeof(float), ACCEL__COPY_D2H, r->comm_stream);
+        st = accel__dev_copy(m->dev, (float *)r->host_buf + off, m->grad + off,
+                             count * sizeof(float), ACCEL__COPY_D2H, r->comm_stream);
     }
     if (st == ACCEL_OK) {
         st = accel__stream_sync(m->dev, r->comm_stream); /* host bytes ready for the collective */
@@ -218,16 +240,32 @@ static void bucket_pre(void *arg)
     hook_status(bk, st);
 }
 
-/* After the data moved, when staged: back to the device. Complete on return, so the gradients
- * are final once the collective is. */
+/* After the data moved, when staged: what it wrote back to the device (after a reduce-scatter
+ * the owned piece). At stages 2-3 the other processes' pieces are then zeroed on the device, as
+ * release_unowned gives them back on the host. Complete on return, so the gradients are final
+ * once the collective is. */
 static void bucket_post(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
-    accel_status st =
-        accel__dev_copy(m->dev, m->grad + bk->offset, (float *)r->host_buf + bk->offset,
-                        bk->count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
+    const accel__flat_bucket *fb = &m->flat.buckets[bk->index];
+    size_t po = 0, pc = 0;
+    if (r->zero_stage >= 2) {
+        accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
+    }
+    size_t off = scatters(m) ? po : bk->offset, count = scatters(m) ? pc : bk->count;
+    accel_status st = accel__dev_copy(m->dev, m->grad + off, (float *)r->host_buf + off,
+                                      count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
+    if (st == ACCEL_OK && r->zero_stage >= 2) {
+        size_t end = fb->offset + fb->padded;
+        st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset),
+                             r->comm_stream);
+        if (st == ACCEL_OK) {
+            st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc),
+                                 r->comm_stream);
+        }
+    }
     if (st == ACCEL_OK) {
         st = accel__stream_sync(m->dev, r->comm_stream);
     }
@@ -255,7 +293,7 @@ static void populate(accel_model *m, int b)
 /* The bucket's reduction has a cross-replica step (post_cross). */
 static int crosses(const accel_model *m)
 {
-    return m->replica_comm != NULL && m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32;
+    return m->replica_comm != NULL && scatters(m);
 }
 
 static accel_status launch_bucket(accel_model *m, int b)
@@ -280,16 +318,16 @@ static accel_status launch_bucket(accel_model *m, int b)
     accel__coll op =
         ACCEL__COLL(ACCEL__COLL_ALLREDUCE, buf, buf, bk->count, ACCEL_F32, bucket_op(m), 0);
     op.wire = r->comm_dtype;
-    if (r->zero_stage >= 2 && r->comm_dtype == ACCEL_F32) {
+    if (scatters(m)) {
         /* ZeRO-2: the whole padded bucket reduce-scattered in place, so piece r (rank r's
          * part of its shard) receives the reduced values. The wire dtype exists for the
          * all-reduce only: compressed buckets keep the all-reduce (same values in the owned
          * piece, the rest unused). */
         const accel__flat_bucket *fb = &m->flat.buckets[b];
         size_t piece = fb->padded / (size_t)m->flat.n_ranks;
-        op = ACCEL__COLL(ACCEL__COLL_REDUCE_SCATTER, m->grad + fb->offset,
-                         m->grad + fb->offset + (size_t)m->rank * piece, piece, ACCEL_F32,
-                         bucket_op(m), 0);
+        float *full = r->staged ? (float *)r->host_buf + fb->offset : m->grad + fb->offset;
+        op = ACCEL__COLL(ACCEL__COLL_REDUCE_SCATTER, full, full + (size_t)m->rank * piece, piece,
+                         ACCEL_F32, bucket_op(m), 0);
         comm = accel__zero_comm(m); /* the shard group (hybrid sharding) */
     }
     bk->crossed = !crosses(m);
@@ -345,12 +383,8 @@ static void note_done(accel_model *m, accel__bucket *bk)
 {
     if (bk->done_time == 0) {
         bk->done_time = accel__now();
-        accel__prof_span(m->acc,
-                         m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32
-                             ? "bucket reduce_scatter"
-                             : "bucket allreduce",
-                         ACCEL__PROF_COMM, bk->launch_time,
-                         bk->done_time, "bucket", bk->index);
+        accel__prof_span(m->acc, scatters(m) ? "bucket reduce_scatter" : "bucket allreduce",
+                         ACCEL__PROF_COMM, bk->launch_time, bk->done_time, "bucket", bk->index);
     }
 }
 

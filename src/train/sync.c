@@ -62,7 +62,7 @@ static accel_status join_count(accel_model *m, float mine, float *total)
  * again, giving R + avg(local); scaling the owned pieces to N * R gives the same sum through
  * the next average, (N * R + sum(local)) / N (up to rounding). With hybrid sharding each of
  * the replicas' owners holds R: N is the group's size, so the owners add up to N * R. */
-static accel_status rescale_reduced(accel_model *m)
+accel_status accel__model_rescale_reduced(accel_model *m)
 {
     for (int b = 0; b < m->red.n_buckets; b++) {
         if (m->red.buckets[b].n_params == 0) {
@@ -104,7 +104,7 @@ static accel_status model_backward_begin(accel_model *m)
                              m->zero_stage, m->zero_stage == 3 ? "" : " with mixed precision");
     }
     if (m->grad_reduced) {
-        ACCEL_TRY(rescale_reduced(m));
+        ACCEL_TRY(accel__model_rescale_reduced(m));
     }
 
     if (m->comm_now && m->join_active) {

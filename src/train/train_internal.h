@@ -225,6 +225,9 @@ static inline int accel__model_on_host(const accel_model *m)
  * since no communicator of this build reads GPU memory; on the CPU only when a test forced it
  * with accel__train_force_staging (so the GPU path's logic runs on machines without one). */
 int accel__model_staged(const accel_model *m);
+/* ZeRO-2/3 with grad_reduced: each process's own pieces scaled by the group's size, so a later
+ * reduction adds to them as stage 0 would (sync.c); clears grad_reduced. */
+accel_status accel__model_rescale_reduced(accel_model *m);
 void accel__train_force_staging(int on);
 /* The master weights of process `root` to every process (a collective): in place on the host,
  * through a pinned host copy when staged. */

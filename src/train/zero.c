@@ -159,12 +159,51 @@ accel_status accel__zero_shard_segments(accel_optimizer *opt)
     return ACCEL_OK;
 }
 
+static accel_status gather_host(accel_model *m, const void *shard, void *full, accel_dtype dt,
+                                int all_buckets);
+
 /* Per-bucket allgathers of every process's pieces into `full` (flat-indexed, elements of
  * dtype dt): from `shard` (shard-indexed) or, when shard is NULL, in place from each process's
- * pieces of `full`. Only buckets with a trainable parameter unless all_buckets. All are posted
- * before the first wait so the progress thread pipelines them. Collective. */
+ * pieces of `full`. Only buckets with a trainable parameter unless all_buckets. Buffers in
+ * device memory that the communicator cannot read go through the reducer's pinned mirror of
+ * the gradients (free between backwards, and at least as large: dt is at most 4 bytes): this
+ * process's pieces out, the gather in place there, the buckets back. Collective. */
 static accel_status gather_pieces(accel_model *m, const void *shard, void *full, accel_dtype dt,
                                   int all_buckets)
+{
+    if (!accel__model_staged(m)) {
+        return gather_host(m, shard, full, dt, all_buckets);
+    }
+    size_t es = accel_dtype_nbytes(dt);
+    char *host = m->red.host_buf;
+    ACCEL_ASSERT(host != NULL); /* staged with several processes: made by reducer_prepare */
+    accel_status st = ACCEL_OK;
+    /* A local failure still joins the collective (with poison), so no peer waits in vain. */
+    for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
+        if (!all_buckets && m->red.buckets[b].n_params == 0) {
+            continue;
+        }
+        size_t po, pc;
+        accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
+        const char *src = shard ? (const char *)shard + m->flat.buckets[b].shard_offset * es
+                                : (const char *)full + po * es;
+        st = accel__dev_copy(m->dev, host + po * es, src, pc * es, ACCEL__COPY_D2H, NULL);
+    }
+    accel_status gst = gather_host(m, NULL, host, dt, all_buckets);
+    for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK && gst == ACCEL_OK; b++) {
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        if (all_buckets || m->red.buckets[b].n_params > 0) {
+            st = accel__dev_copy(m->dev, (char *)full + fb->offset * es, host + fb->offset * es,
+                                 fb->padded * es, ACCEL__COPY_H2D, NULL);
+        }
+    }
+    return gst != ACCEL_OK ? gst : st;
+}
+
+/* gather_pieces on buffers the communicator reads. All are posted before the first wait so
+ * the progress thread pipelines them. */
+static accel_status gather_host(accel_model *m, const void *shard, void *full, accel_dtype dt,
+                                int all_buckets)
 {
     size_t es = accel_dtype_nbytes(dt);
     accel_work *work[64];
@@ -272,6 +311,13 @@ accel_status accel__zero_unshard(accel_model *m)
         return ACCEL_OK;
     }
     accel *acc = m->acc;
+    if (!accel__model_on_host(m)) {
+        /* (Every process has its model on the same kind of device: all refuse alike.) */
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_join_begin: ZeRO stage %d with the model in %s memory is not "
+                             "supported yet in a join region (DDP, stage 0, is)",
+                             m->zero_stage, accel__device_name(m->dev));
+    }
     size_t nbytes = m->flat.padded_numel * sizeof(float);
     if (m->zero_stage == 3) {
         ACCEL_TRY(accel_model_gather_all(m)); /* the full weights serve as the master */

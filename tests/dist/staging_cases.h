@@ -14,7 +14,8 @@
  *  3. Training: AdamW, bf16 compute copy, clip_grad_norm, 12 steps of a least-squares model
  *     with each process's batch: the weights stay bit-identical across processes and track a
  *     host fp32 run of the full batch within 1e-4 (the only differences: the all-reduce's
- *     summation order and the norm's; weights ~1, lr 1e-2).
+ *     summation order and the norm's; weights ~1, lr 1e-2). Also under ZeRO stages 1 and 2
+ *     (fp32, so that a host model keeps its whole master: its weights can be read back).
  */
 #ifndef ACCEL_TEST_STAGING_CASES_H
 #define ACCEL_TEST_STAGING_CASES_H
@@ -201,12 +202,13 @@ static void sc_adamw(double *w, const float *g, double *m1, double *m2, int t, d
     }
 }
 
-/* The run on the accelerator's device, or with host_model on the CPU; the final weights in
- * out. */
-static void sc_training(int host_model, float *out)
+/* The run on the accelerator's device, or with host_model on the CPU, at ZeRO stage
+ * zero_stage (bf16 at stage 0, fp32 above); the final weights in out. */
+static void sc_training(int host_model, int zero_stage, float *out)
 {
     accel_options o = accel_options_default();
-    o.mixed_precision = ACCEL_PRECISION_BF16;
+    o.mixed_precision = zero_stage == 0 ? ACCEL_PRECISION_BF16 : ACCEL_PRECISION_NO;
+    o.zero_stage = zero_stage;
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
@@ -240,11 +242,11 @@ static void sc_training(int host_model, float *out)
     }
     for (int t = 1; t <= SC_STEPS; t++) {
         CHECK_OK(acc, accel_accumulate(acc, m));
-        /* Forward reads the bf16 compute copy, as a mixed-precision run does. */
-        uint16_t wc16[SC_DIN];
+        /* Forward reads the compute copy (bf16 under mixed precision), as a real one does. */
         float wc[SC_DIN], g[SC_DIN];
-        sc_get(d, wc16, w->compute_view.data, sizeof(wc16));
-        CHECK_OK(NULL, accel_convert(wc, ACCEL_F32, wc16, ACCEL_BF16, SC_DIN));
+        accel_dtype cdt = w->compute_view.dtype;
+        sc_get(d, g, w->compute_view.data, SC_DIN * accel_dtype_nbytes(cdt));
+        CHECK_OK(NULL, accel_convert(wc, ACCEL_F32, g, cdt, SC_DIN));
         (void)accel_backward_begin(acc);
         sc_lsq_grad(wc, t, rank * SC_BATCH, SC_BATCH, g);
         sc_put(d, w->grad_view.data, g, sizeof(g));
@@ -261,8 +263,10 @@ static void sc_training(int host_model, float *out)
             rw[k] = (float)ref[k];
         }
         uint16_t r16[SC_DIN];
-        CHECK_OK(NULL, accel_convert(r16, ACCEL_BF16, rw, ACCEL_F32, SC_DIN));
-        CHECK_OK(NULL, accel_convert(rw, ACCEL_F32, r16, ACCEL_BF16, SC_DIN));
+        if (zero_stage == 0) {
+            CHECK_OK(NULL, accel_convert(r16, ACCEL_BF16, rw, ACCEL_F32, SC_DIN));
+            CHECK_OK(NULL, accel_convert(rw, ACCEL_F32, r16, ACCEL_BF16, SC_DIN));
+        }
         sc_lsq_grad(rw, t, 0, n * SC_BATCH, rg);
         sc_adamw(ref, rg, m1, m2, t, ao.lr);
     }
@@ -273,8 +277,8 @@ static void sc_training(int host_model, float *out)
     }
     sc_same_everywhere(acc, got, sizeof(got));
     if (rank == 0) {
-        printf("training on %s, %d processes, %d steps: max |w - w_ref| = %.3g\n",
-               accel__device_name(d), n, SC_STEPS, maxd);
+        printf("training on %s, %d processes, ZeRO stage %d, %d steps: max |w - w_ref| = %.3g\n",
+               accel__device_name(d), n, zero_stage, SC_STEPS, maxd);
     }
     CHECK_MSG(maxd <= 1e-4, "max |w - w_ref| = %.3g", maxd);
     memcpy(out, got, sizeof(got));

@@ -1,5 +1,5 @@
 /* ACCEL_TEST_NPROCS: 2 3
- * ACCEL_TEST_LABELS: gpu
+ * ACCEL_TEST_LABELS: gpu sim
  *
  * accel_allreduce and the other buffer collectives on GPU memory (processes sharing one GPU, or
  * one each): the cases of coll_stage_cases.h, each call on device buffers bit-identical to the

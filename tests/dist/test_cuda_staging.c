@@ -1,11 +1,12 @@
 /* ACCEL_TEST_NPROCS: 2 3
- * ACCEL_TEST_LABELS: gpu
+ * ACCEL_TEST_LABELS: gpu sim
  *
  * Several processes training on one GPU (or on as many as there are): each process's model is
  * in GPU memory and its gradients reach the host communicator (shm) through staging. The cases
- * of staging_cases.h, then the same training run with the model on the CPU: the weights must
- * be bit-identical, since every element-wise device kernel (AdamW, the bf16 compute copy) gives
- * the CPU's bits and the all-reduce runs on the same host bytes. Exits 77 without a GPU.
+ * of staging_cases.h, then the same training run with the model on the CPU (DDP, ZeRO-1,
+ * ZeRO-2): the weights must be bit-identical, since every element-wise device kernel (AdamW, the
+ * bf16 compute copy) gives the CPU's bits and the all-reduce runs on the same host bytes. Exits 77
+ * without a GPU.
  */
 #include "staging_cases.h"
 
@@ -22,11 +23,14 @@ int main(void)
     accel_free(acc);
     sc_allreduce(ACCEL_F32);
     sc_allreduce(ACCEL_BF16);
-    float gpu[SC_DIN], cpu[SC_DIN];
-    sc_training(0, gpu);
-    sc_training(1, cpu);
-    for (int k = 0; k < SC_DIN; k++) {
-        CHECK_MSG(memcmp(&gpu[k], &cpu[k], 4) == 0, "w[%d]: GPU %.9g, CPU %.9g", k, gpu[k], cpu[k]);
+    for (int stage = 0; stage <= 2; stage++) { /* DDP, then ZeRO-1 and 2 through staging */
+        float gpu[SC_DIN], cpu[SC_DIN];
+        sc_training(0, stage, gpu);
+        sc_training(1, stage, cpu);
+        for (int k = 0; k < SC_DIN; k++) {
+            CHECK_MSG(memcmp(&gpu[k], &cpu[k], 4) == 0, "stage %d: w[%d]: GPU %.9g, CPU %.9g",
+                      stage, k, gpu[k], cpu[k]);
+        }
     }
     printf("test_cuda_staging: ok\n");
     return 0;

@@ -14,7 +14,9 @@ int main(void)
     sc_allreduce(ACCEL_F32);
     sc_allreduce(ACCEL_BF16);
     float w[SC_DIN];
-    sc_training(0, w);
+    for (int stage = 0; stage <= 2; stage++) {
+        sc_training(0, stage, w);
+    }
     printf("test_staging: ok\n");
     return 0;
 }

@@ -1,4 +1,4 @@
-/* ACCEL_TEST_LABELS: gpu
+/* ACCEL_TEST_LABELS: gpu sim
  *
  * The CUDA device (src/device/cuda/) against the CPU device on the same inputs, drawn fresh
  * each run (the seed is printed; ACCEL_TEST_SEED=N repeats a run), at odd counts and past the
@@ -24,6 +24,7 @@
 #include "base/half.h"
 #include "check.h"
 #include "device/device.h"
+#include "device/sim.h"
 
 static accel__device *cpu, *gpu;
 static accel__stream *gstream;
@@ -434,8 +435,9 @@ static void test_plumbing(void)
 {
     char about[256];
     accel__device_describe(gpu, about, sizeof(about));
-    CHECK_MSG(strstr(about, "compute capability") && strstr(about, "driver") &&
-                  strstr(about, "runtime"),
+    CHECK_MSG(accel__device_is_sim(gpu) ? strstr(about, "simulated GPU") != NULL
+                                        : strstr(about, "compute capability") &&
+                                              strstr(about, "driver") && strstr(about, "runtime"),
               "%s", about);
     printf("test_device_cuda: %s: %s\n", accel__device_name(gpu), about);
     accel__device *again;
@@ -529,6 +531,8 @@ static void test_plumbing(void)
 
 int main(void)
 {
+    const char *sim = getenv("ACCEL_SIM_GPU"); /* a build without CUDA: the simulated GPU */
+    accel__device_sim_enable(sim ? atoi(sim) : 0);
     CHECK_OK(NULL, accel__device_open(&cpu, (accel_device){ACCEL_DEVICE_CPU, 0}));
     accel_status st = accel__device_open(&gpu, (accel_device){ACCEL_DEVICE_CUDA, 0});
     if (st != ACCEL_OK) {

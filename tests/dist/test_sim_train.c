@@ -1,0 +1,429 @@
+/* ACCEL_TEST_NPROCS: 1 2
+ * ACCEL_TEST_LABELS: sim
+ *
+ * The device code paths on the simulated GPU (ACCEL_SIM_GPU, src/device/sim.h), against the
+ * same run with the model on the CPU, bit for bit. A user's llm.c-style loop: host-written
+ * "kernels" queued on the compute stream (accel__sim_launch) read the compute copy and add
+ * their gradients into the model's gradient buffer in device memory between
+ * accel_backward_begin, accel_grad_ready and accel_backward_end (with 2 processes the buckets
+ * are staged through host memory); gradient accumulation 2, several buckets with a frozen
+ * parameter inside one, clip_grad_norm that clips, clip_grad_value, AdamW. Configurations: DDP
+ * with fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1
+ * with bf16, ZeRO-2 with fp16 and with bf16 + sync_each_batch. For each, save_state from device
+ * memory (at a step and inside the accumulation window) resumed on the CPU, and the CPU's
+ * resumed on the device, continue bit-identically to the uninterrupted runs, and the states'
+ * and save_model's tensor files are the same bytes from either device. Also: load_model into a
+ * device model and a sharded save_model from it; a join region (uneven inputs); the refusals
+ * of stage 3 and of ZeRO in a join region on the device. The sim's page protection makes any
+ * host read of device memory crash. Exits 77 where the device is not simulated.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "device/device.h"
+#include "device/sim.h"
+
+#define NP 4
+#define MAXN 520
+#define ACC 2
+#define STEPS 8
+#define SAVE_AT                                                                                    \
+    4              /* optimizer steps done when the state is saved (again one micro-step later,    \
+                    * inside the accumulation window: with each process's gradients) */
+#define INF_STEP 2 /* the step whose gradients hold an inf on the last process */
+#define FROZEN 1
+
+static const int64_t numel[NP] = {300, 280, 513, 64};
+
+static float gen(uint64_t key, uint64_t i)
+{
+    uint64_t z = key * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull + 7;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+/* One backward "kernel": parameter p's gradient from its compute copy, added in. */
+typedef struct kargs {
+    float *grad;
+    const void *wc;
+    accel_dtype dt;
+    size_t n;
+    int p, t, micro, rank, inf;
+    float seed;
+} kargs;
+
+static void grad_kernel(void *arg)
+{
+    const kargs *k = arg;
+    float w[MAXN];
+    CHECK_OK(NULL, accel_convert(w, ACCEL_F32, k->wc, k->dt, k->n));
+    for (size_t j = 0; j < k->n; j++) {
+        float g = (w[j] - gen((uint64_t)k->p, j)) * (1.0f + 0.25f * (float)k->rank) +
+                  0.05f * gen((uint64_t)(1000 * k->t + 10 * k->micro + k->rank + 100), j);
+        k->grad[j] += k->seed * g;
+    }
+    if (k->inf) {
+        k->grad[0] = INFINITY;
+    }
+}
+
+/* A configuration: ZeRO stage and mixed precision (fp16: the scaler's inf check). */
+typedef struct config {
+    int zero_stage;
+    accel_precision precision;
+    int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
+    int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
+    accel_dtype comm_dtype; /* bf16: compressed all-reduces (ZeRO-2 keeps the all-reduce) */
+} config;
+
+typedef struct run_spec {
+    config cfg;
+    int on_cpu, from; /* from: the first micro-step (after a load) */
+    const char *load, *save, *save_mid, *model_dir;
+} run_spec;
+
+/* Trains micro-steps [from, STEPS * ACC) with the model on the CPU or the simulated GPU and writes
+ * the final weights with accel_save_model into rs->model_dir (under ZeRO with mixed precision a CPU
+ * process holds only its shard of the fp32 master: the file is where the weights are whole).
+ * Returns 77 when there is no sim. */
+static int run(const run_spec *rs)
+{
+    accel_options o = accel_options_default();
+    o.mixed_precision = rs->cfg.precision;
+    o.zero_stage = rs->cfg.zero_stage;
+    o.sync_each_batch = rs->cfg.sync_each_batch;
+    o.comm_dtype = rs->cfg.comm_dtype;
+    o.gradient_accumulation_steps = ACC;
+    o.first_bucket_mb = 2048.0 / 1048576.0;
+    o.bucket_cap_mb = 4096.0 / 1048576.0;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel__device *d;
+    CHECK_OK(NULL, accel__device_open(&d, accel_device_of(acc)));
+    if (!rs->on_cpu && !accel__device_is_sim(d)) {
+        fprintf(stderr, "test_sim_train: skipped: %s is not a simulated GPU (ACCEL_SIM_GPU=1)\n",
+                accel_device_name(acc));
+        accel_free(acc);
+        return 77;
+    }
+    int rank = accel_process_index(acc), n = accel_num_processes(acc);
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    if (rs->on_cpu) {
+        CHECK_OK(acc, accel_model_set_device(m, (accel_device){ACCEL_DEVICE_CPU, 0}));
+        CHECK_OK(NULL, accel__device_open(&d, (accel_device){ACCEL_DEVICE_CPU, 0}));
+    }
+    for (int i = 0; i < NP; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "layer%d.weight", i);
+        CHECK_OK(acc, accel_model_add_param(m, name, 1, &numel[i], NULL));
+    }
+    CHECK_OK(acc, accel_model_freeze(m, FROZEN, 1));
+    for (int i = 0; i < NP; i++) {
+        float w0[MAXN];
+        for (int64_t j = 0; j < numel[i]; j++) {
+            w0[j] = 0.5f * gen((uint64_t)(50 + i), (uint64_t)j) + (float)rank; /* prepare: 0's */
+        }
+        CHECK_OK(NULL, accel__dev_copy(d, accel_model_param(m, i)->data_view.data, w0,
+                                       (size_t)numel[i] * 4, ACCEL__COPY_H2D, NULL));
+    }
+    accel_adam_options ao = accel_adamw_options_default();
+    ao.lr = 1e-2;
+    accel_optimizer *opt;
+    CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
+    CHECK_OK(acc, accel_prepare(acc, m, opt));
+    CHECK(accel_model_num_buckets(m) > 1);
+    if (rs->load != NULL) {
+        CHECK_OK(acc, accel_load_state(acc, rs->load));
+    }
+    static kargs ka[ACC][NP];
+    int fp16 = rs->cfg.precision == ACCEL_PRECISION_FP16;
+    int end = STEPS * ACC;
+    if (rs->cfg.join) {
+        CHECK_OK(acc, accel_join_begin(acc, m, 1));
+        end = (STEPS - rank) * ACC;
+    }
+    for (int ms = rs->from; ms < end; ms++) {
+        int t = ms / ACC, micro = ms % ACC;
+        {
+            CHECK_OK(acc, accel_accumulate(acc, m));
+            for (int i = 0; i < NP; i++) { /* the forward's reads (sharded master: a no-op) */
+                CHECK_OK(acc, accel_model_materialize(m, i));
+            }
+            float seed = (float)accel_backward_begin(acc);
+            for (int i = NP - 1; i >= 0; i--) {
+                const accel_param *p = accel_model_param(m, i);
+                if (i != FROZEN) {
+                    ka[micro][i] =
+                        (kargs){p->grad_view.data,
+                                p->compute_view.data,
+                                p->compute_view.dtype,
+                                p->numel,
+                                i,
+                                t,
+                                micro,
+                                rank,
+                                fp16 && t == INF_STEP && micro == 0 && rank == n - 1 && i == 0,
+                                seed};
+                    if (rs->on_cpu) {
+                        grad_kernel(&ka[micro][i]);
+                    } else {
+                        CHECK_OK(NULL, accel__sim_launch(d, NULL, grad_kernel, &ka[micro][i]));
+                    }
+                }
+                CHECK_OK(acc, accel_grad_ready(m, i));
+            }
+            CHECK_OK(acc, accel_backward_end(acc));
+        }
+        if (rs->save_mid != NULL && ms == SAVE_AT * ACC) {
+            CHECK_OK(acc, accel_save_state(acc, rs->save_mid));
+        }
+        if (micro < ACC - 1) {
+            CHECK(!accel_sync_gradients(acc));
+            continue;
+        }
+        CHECK(accel_sync_gradients(acc));
+        double norm = 0;
+        CHECK_OK(acc, accel_clip_grad_norm(acc, m, 0.5, 2.0, &norm));
+        int inf = fp16 && t == INF_STEP;
+        CHECK_MSG(inf ? !isfinite(norm) : norm > 0.5 && isfinite(norm), "step %d: norm %g", t,
+                  norm);
+        if (t % 3 == 1) {
+            CHECK_OK(acc, accel_clip_grad_value(acc, m, 0.01)); /* the clamp kernel */
+        }
+        CHECK_OK(acc, accel_optimizer_step(opt));
+        CHECK_MSG(accel_optimizer_step_was_skipped(acc) == inf, "step %d", t);
+        CHECK_OK(acc, accel_optimizer_zero_grad(opt));
+        if (rs->save != NULL && t + 1 == SAVE_AT) {
+            CHECK_OK(acc, accel_save_state(acc, rs->save));
+        }
+    }
+    if (rs->cfg.join) {
+        CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
+    }
+    CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
+    accel_free(acc);
+    return 0;
+}
+
+static void *slurp(const char *path, size_t *nbytes)
+{
+    FILE *f = fopen(path, "rb");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    CHECK(fseek(f, 0, SEEK_END) == 0);
+    long len = ftell(f);
+    CHECK(len >= 0 && fseek(f, 0, SEEK_SET) == 0);
+    void *buf = malloc((size_t)len + 1);
+    CHECK(buf != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len);
+    fclose(f);
+    *nbytes = (size_t)len;
+    return buf;
+}
+
+/* Files a and b hold the same bytes; what: the comparison, for the message. */
+static void same_file(const char *what, const char *a, const char *b)
+{
+    size_t na, nb, k = 0;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    while (k < na && k < nb && x[k] == y[k]) {
+        k++;
+    }
+    CHECK_MSG(na == nb && k == na, "%s: %s and %s differ (%zu and %zu bytes, first at byte %zu)",
+              what, a, b, na, nb, k);
+    free(x);
+    free(y);
+}
+
+/* accel_load_model of the CPU's file into a model on the device, then accel_save_model of it
+ * in shards of 2 KiB (an index and several files), against the CPU model's sharded save. */
+static void check_model_files(const char *cpu_model, const char *root)
+{
+    char dirs[2][256];
+    for (int on_cpu = 0; on_cpu < 2; on_cpu++) {
+        accel_options o = accel_options_default();
+        accel *acc;
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        accel_model *m;
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        if (on_cpu) {
+            CHECK_OK(acc, accel_model_set_device(m, (accel_device){ACCEL_DEVICE_CPU, 0}));
+        }
+        for (int i = 0; i < NP; i++) {
+            char name[16];
+            snprintf(name, sizeof(name), "layer%d.weight", i);
+            CHECK_OK(acc, accel_model_add_param(m, name, 1, &numel[i], NULL));
+        }
+        CHECK_OK(acc, accel_model_alloc(m));
+        CHECK_OK(acc, accel_load_model(acc, m, cpu_model, 1));
+        CHECK_OK(acc, accel_prepare(acc, m));
+        snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root, on_cpu ? "cpu" : "dev");
+        CHECK_OK(acc, accel_save_model(acc, m, dirs[on_cpu], "2KiB"));
+        accel_free(acc);
+    }
+    DIR *d = opendir(dirs[1]);
+    CHECK_MSG(d != NULL, "cannot open %s", dirs[1]);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        char a[512], b[512];
+        snprintf(a, sizeof(a), "%s/%s", dirs[0], e->d_name);
+        snprintf(b, sizeof(b), "%s/%s", dirs[1], e->d_name);
+        same_file("sharded save_model after load_model", a, b);
+        files++;
+    }
+    closedir(d);
+    CHECK_MSG(files >= 3, "%d files: expected an index and shards", files);
+}
+
+/* A join region (uneven inputs, DDP, bf16): device vs CPU. */
+static void check_join(const char *root)
+{
+    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1, ACCEL_F32};
+    char dev[256], cpu[256], a[300], b[300];
+    snprintf(dev, sizeof(dev), "%s/join_dev", root);
+    snprintf(cpu, sizeof(cpu), "%s/join_cpu", root);
+    run_spec on_dev = {cfg, 0, 0, NULL, NULL, NULL, dev};
+    run_spec on_cpu = {cfg, 1, 0, NULL, NULL, NULL, cpu};
+    (void)run(&on_dev);
+    (void)run(&on_cpu);
+    snprintf(a, sizeof(a), "%s/model.safetensors", dev);
+    snprintf(b, sizeof(b), "%s/model.safetensors", cpu);
+    same_file("join region", a, b);
+}
+
+/* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
+static int check_config(config cfg, const char *root)
+{
+    char what[64], dir[10][256];
+    snprintf(what, sizeof(what), "ZeRO stage %d, %s%s%s", cfg.zero_stage,
+             cfg.precision == ACCEL_PRECISION_FP16 ? "fp16" : "bf16",
+             cfg.sync_each_batch ? ", sync_each_batch" : "",
+             cfg.comm_dtype == ACCEL_BF16 ? ", comm_dtype bf16" : "");
+    const char *names[10] = {"dev_state",       "cpu_state",      "dev_model", "cpu_model",
+                             "cpu_resumed",     "dev_resumed",    "dev_mid",   "cpu_mid",
+                             "cpu_resumed_mid", "dev_resumed_mid"};
+    for (int k = 0; k < 10; k++) {
+        snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d_%d", root, names[k], cfg.zero_stage,
+                 cfg.sync_each_batch, (int)cfg.comm_dtype);
+    }
+    run_spec dev_full = {cfg, 0, 0, NULL, dir[0], dir[6], dir[2]};
+    if (run(&dev_full) == 77) {
+        return 77;
+    }
+    run_spec cpu_full = {cfg, 1, 0, NULL, dir[1], dir[7], dir[3]};
+    (void)run(&cpu_full);
+    run_spec cpu_from_dev = {cfg, 1, SAVE_AT * ACC, dir[0], NULL, NULL, dir[4]};
+    (void)run(&cpu_from_dev);
+    run_spec dev_from_cpu = {cfg, 0, SAVE_AT * ACC, dir[1], NULL, NULL, dir[5]};
+    (void)run(&dev_from_cpu);
+    run_spec cpu_from_dev_mid = {cfg, 1, SAVE_AT * ACC + 1, dir[6], NULL, NULL, dir[8]};
+    (void)run(&cpu_from_dev_mid);
+    run_spec dev_from_cpu_mid = {cfg, 0, SAVE_AT * ACC + 1, dir[7], NULL, NULL, dir[9]};
+    (void)run(&dev_from_cpu_mid);
+
+    char a[512], b[512], c[512];
+    snprintf(a, sizeof(a), "%s/model.safetensors", dir[2]);
+    snprintf(b, sizeof(b), "%s/model.safetensors", dir[3]);
+    same_file(what, a, b); /* device vs CPU */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[4]);
+    same_file(what, c, b); /* the device's checkpoint resumed on the CPU */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[5]);
+    same_file(what, c, a); /* the CPU's resumed on the device */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[8]);
+    same_file(what, c, b); /* inside the window: the device's resumed on the CPU */
+    snprintf(c, sizeof(c), "%s/model.safetensors", dir[9]);
+    same_file(what, c, a); /* and the CPU's on the device */
+
+    /* The states' tensor files: model and optimizer (one file, or each process's shard under
+     * ZeRO), each process's gradients inside the window, and the scaler. */
+    for (int k = 0; k < 2; k++) {
+        const char *cpu_dir = dir[k ? 7 : 1], *dev_dir = dir[k ? 6 : 0];
+        DIR *d = opendir(cpu_dir);
+        CHECK_MSG(d != NULL, "cannot open %s", cpu_dir);
+        int compared = 0, grads = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            if (strstr(e->d_name, ".safetensors") == NULL &&
+                strcmp(e->d_name, "scaler.json") != 0) {
+                continue;
+            }
+            snprintf(a, sizeof(a), "%.250s/%.250s", dev_dir, e->d_name);
+            snprintf(b, sizeof(b), "%.250s/%.250s", cpu_dir, e->d_name);
+            same_file(what, a, b);
+            compared++;
+            grads += strstr(e->d_name, "gradients") != NULL;
+        }
+        closedir(d);
+        CHECK(compared >= 2);
+        CHECK_MSG((grads > 0) == (k == 1), "%s: %d gradient files in %s", what, grads, cpu_dir);
+    }
+    if (cfg.zero_stage == 0) {
+        check_model_files(dir[3], root);
+    }
+    return 0;
+}
+
+int main(void)
+{
+    char root[128];
+    snprintf(root, sizeof(root), "/tmp/accel_test_sim_train_%d", (int)getppid());
+    (void)mkdir(root, 0700);
+    const config configs[] = {
+        {0, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32}, /* DDP */
+        {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32}, /* ZeRO-1: allreduce, step, allgather */
+        {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32}, /* ZeRO-2: reduce-scatter, step, allgather */
+        {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32}, {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16},
+    };
+    for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
+        if (check_config(configs[k], root) == 77) {
+            (void)rmdir(root); /* made before anything is written */
+            return 77;
+        }
+    }
+    check_join(root);
+
+    /* Stage 3 gathers units in host memory: refused on the device, naming it. */
+    accel_options o = accel_options_default();
+    o.zero_stage = 3;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+    CHECK(accel_prepare(acc, m) == ACCEL_EUNSUPPORTED);
+    CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
+                  strstr(accel_last_error(acc), "cuda memory"),
+              "%s", accel_last_error(acc));
+    accel_free(acc);
+    /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
+    o.zero_stage = 1;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+    CHECK_OK(acc, accel_prepare(acc, m));
+    if (accel_num_processes(acc) > 1) { /* (one process: nothing is sharded) */
+        CHECK(accel_join_begin(acc, m, 1) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "join region"), "%s", accel_last_error(acc));
+    }
+    accel_free(acc);
+
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    if (accel_process_index(acc) == 0) {
+        char cmd[200];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+        CHECK(system(cmd) == 0);
+    }
+    accel_free(acc);
+    printf("test_sim_train: ok\n");
+    return 0;
+}
