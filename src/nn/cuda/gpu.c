@@ -167,16 +167,31 @@ static accel_status cu_zero(nn_ctx *g, void *p, size_t nbytes)
     return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemsetAsync", nbytes);
 }
 
-/* The host reads dst next: the copy is queued after the ops that wrote src, then waited for. */
-static accel_status cu_to_host(nn_ctx *g, void *dst, const void *src, size_t nbytes)
+/* A copy between the host and a GPU, queued on the compute stream of the GPU side
+ * after the ops before it, then waited for. */
+static accel_status copy_waited(nn_ctx *g, void *dst, const void *src, size_t nbytes,
+                                enum cudaMemcpyKind kind)
 {
+    const int to_host = kind == cudaMemcpyDeviceToHost;
     cudaStream_t st;
-    ACCEL_TRY(stream_for(g, src, &st, "cudaPointerGetAttributes (copy to the host)"));
-    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyDeviceToHost, st);
+    ACCEL_TRY(stream_for(g, to_host ? src : dst, &st,
+                         to_host ? "cudaPointerGetAttributes (copy to the host)"
+                                 : "cudaPointerGetAttributes (copy to the GPU)"));
+    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, kind, st);
     if (e == cudaSuccess) {
         e = cudaStreamSynchronize(st);
     }
-    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the host", nbytes);
+    return e == cudaSuccess
+               ? ACCEL_OK
+               : cuda_err_n(e,
+                            to_host ? "cudaMemcpyAsync to the host" : "cudaMemcpyAsync to the GPU",
+                            nbytes);
+}
+
+/* The host reads dst next. */
+static accel_status cu_to_host(nn_ctx *g, void *dst, const void *src, size_t nbytes)
+{
+    return copy_waited(g, dst, src, nbytes, cudaMemcpyDeviceToHost);
 }
 
 /* Waits until no copy reads bank b's pinned memory. */
@@ -302,13 +317,7 @@ static accel_status cu_to_device(nn_ctx *g, void *dst, const void *src, size_t n
                    ? ACCEL_OK
                    : accel_last_status(NULL);
     }
-    cudaStream_t st;
-    ACCEL_TRY(stream_for(g, dst, &st, "cudaPointerGetAttributes (copy to the GPU)"));
-    cudaError_t e = cudaMemcpyAsync(dst, src, nbytes, cudaMemcpyHostToDevice, st);
-    if (e == cudaSuccess) {
-        e = cudaStreamSynchronize(st);
-    }
-    return e == cudaSuccess ? ACCEL_OK : cuda_err_n(e, "cudaMemcpyAsync to the GPU", nbytes);
+    return copy_waited(g, dst, src, nbytes, cudaMemcpyHostToDevice);
 }
 
 static accel_status cu_copy(nn_ctx *g, void *dst, const void *src, size_t nbytes)
