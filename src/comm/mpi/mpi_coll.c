@@ -52,8 +52,10 @@ static accel_status posted(accel__mpi *m, int rc, MPI_Request *req, const char *
 #define SCATTER_TAG 7303 /* the pipelined path's first step: chunk q of every input to q */
 #define GATHER_TAG 7304  /* its second: the reduced chunks back */
 /* Bytes per message of the pipelined path: large enough that per-message costs (a few us)
- * stay small against the copy, small enough that a segment of every input fits in cache. */
-#define SEG_NBYTES ((size_t)128 << 10)
+ * stay small against the copy, small enough that a segment of every input fits in cache.
+ * (128 KiB gave 0.89-0.98 of MPI_Allreduce at 1 MiB on 2 processes, 256 KiB 0.94-1.08:
+ * docs/performance.md.) */
+#define SEG_NBYTES ((size_t)256 << 10)
 
 /* n_req null requests (and peers -1) in the endpoint's grow-only arrays, or NULL (ENOMEM). */
 static MPI_Request *pipe_reqs(accel__mpi *m, size_t n_req)
