@@ -70,13 +70,13 @@ static int travels_inline(const accel__gloo *e, const accel__coll *op)
            op->count * accel_dtype_nbytes(op->dtype) * (size_t)e->n_ranks <= ONESHOT_NBYTES;
 }
 
-/* The inputs that came in the envelopes (stride bytes apart, after each declaration). */
-static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, const char *env,
-                             size_t stride, size_t head)
+/* The inputs that came in the envelopes: rank q's at in0 + q * stride. */
+static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, const char *in0,
+                             size_t stride)
 {
     const int n = e->n_ranks;
     for (int q = 0; q < n; q++) {
-        e->in[q] = q == e->rank ? op->send : env + (size_t)q * stride + head;
+        e->in[q] = q == e->rank ? op->send : in0 + (size_t)q * stride;
     }
     if (op->wire != ACCEL_F32) {
         accel__reduce_wire(op->wire, op->op, out, NULL, e->in, n, op->count, n);
@@ -349,7 +349,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
     if (travels_inline(e, op)) { /* the data came with the envelopes */
         if (op->kind == ACCEL__COLL_ALLREDUCE || me == op->root) {
-            allreduce_inline(e, op, op->recv, env, stride, sizeof(call_desc));
+            allreduce_inline(e, op, op->recv, env + sizeof(call_desc), stride);
         }
         return ACCEL_OK;
     }

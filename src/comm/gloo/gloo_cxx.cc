@@ -133,49 +133,51 @@ gloo::transport::tcp::Address peer_address(StoreAdapter &store, int q, int rank,
     return gloo::transport::tcp::Address(mine);
 }
 
-/* Same family, address and port. */
-bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
+/* Same family and address, and with `ports` the same port too. */
+static bool same_address(const sockaddr *a, const sockaddr *b, bool ports)
 {
-    if (a.ss_family != b.ss_family) {
+    if (a->sa_family != b->sa_family) {
         return false;
     }
-    if (a.ss_family == AF_INET) {
-        auto x = reinterpret_cast<const sockaddr_in *>(&a);
-        auto y = reinterpret_cast<const sockaddr_in *>(&b);
-        return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+    if (a->sa_family == AF_INET) {
+        auto x = reinterpret_cast<const sockaddr_in *>(a);
+        auto y = reinterpret_cast<const sockaddr_in *>(b);
+        return (!ports || x->sin_port == y->sin_port) && x->sin_addr.s_addr == y->sin_addr.s_addr;
     }
-    if (a.ss_family == AF_INET6) {
-        auto x = reinterpret_cast<const sockaddr_in6 *>(&a);
-        auto y = reinterpret_cast<const sockaddr_in6 *>(&b);
-        return x->sin6_port == y->sin6_port &&
+    if (a->sa_family == AF_INET6) {
+        auto x = reinterpret_cast<const sockaddr_in6 *>(a);
+        auto y = reinterpret_cast<const sockaddr_in6 *>(b);
+        return (!ports || x->sin6_port == y->sin6_port) &&
                memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0;
     }
     return false;
 }
 
-/* Whether a is an address of one of this host's interfaces (in this network namespace). */
-static bool on_this_host(const sockaddr_storage &a)
+bool same_endpoint(const sockaddr_storage &a, const sockaddr_storage &b)
+{
+    return same_address(reinterpret_cast<const sockaddr *>(&a),
+                        reinterpret_cast<const sockaddr *>(&b), true);
+}
+
+/* How many of addrs are not addresses of this host's interfaces (in this network namespace):
+ * all of them when the interfaces cannot be listed. */
+static int count_remote(const std::vector<sockaddr_storage> &addrs)
 {
     struct ifaddrs *all = nullptr;
     if (getifaddrs(&all) != 0) {
-        return false;
+        return (int)addrs.size();
     }
-    bool found = false;
-    for (struct ifaddrs *i = all; i != nullptr && !found; i = i->ifa_next) {
-        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a.ss_family) {
-            continue;
+    int remote = 0;
+    for (const sockaddr_storage &a : addrs) {
+        bool found = false;
+        for (struct ifaddrs *i = all; i != nullptr && !found; i = i->ifa_next) {
+            found = i->ifa_addr != nullptr &&
+                    same_address(reinterpret_cast<const sockaddr *>(&a), i->ifa_addr, false);
         }
-        if (a.ss_family == AF_INET) {
-            found = reinterpret_cast<const sockaddr_in *>(&a)->sin_addr.s_addr ==
-                    reinterpret_cast<const sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr;
-        } else if (a.ss_family == AF_INET6) {
-            found = memcmp(&reinterpret_cast<const sockaddr_in6 *>(&a)->sin6_addr,
-                           &reinterpret_cast<const sockaddr_in6 *>(i->ifa_addr)->sin6_addr,
-                           sizeof(in6_addr)) == 0;
-        }
+        remote += !found;
     }
     freeifaddrs(all);
-    return found;
+    return remote;
 }
 
 } // namespace
@@ -294,17 +296,19 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
          * at a listening address of a pair (ours, or the peer's for that pair). Gloo names a
          * peer in its messages by the remote address of that socket. */
         std::vector<std::pair<sockaddr_storage, int>> ends;
+        std::vector<sockaddr_storage> listening; /* the peers' listening addresses */
         for (int q = 0; q < n_ranks; q++) {
             if (q != rank) {
                 auto peer = peer_address(adapter, q, rank, n_ranks);
                 g->peers[(size_t)q].push_back(peer.str());
-                g->remote_peers += !on_this_host(peer.getSockaddr());
+                listening.push_back(peer.getSockaddr());
                 ends.push_back({peer.getSockaddr(), q});
                 auto &self = dynamic_cast<const gloo::transport::tcp::Address &>(
                     g->ctx->getPair(q)->address());
                 ends.push_back({self.getSockaddr(), q});
             }
         }
+        g->remote_peers = count_remote(listening);
         for_each_socket(
             [&](int, ino_t ino, const sockaddr_storage &mine, const sockaddr_storage &theirs) {
                 if (std::find(before.begin(), before.end(), ino) != before.end()) {
