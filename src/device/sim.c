@@ -510,6 +510,14 @@ static accel_status sim_stream_new(accel__device *d, accel__stream *s)
     return ACCEL_OK;
 }
 
+/* The queued ops from head on stop pointing at ss (freed). */
+static void forget_stream(sim_op *head, const sim_stream *ss)
+{
+    for (sim_op *op = head; op != NULL; op = op->next) {
+        op->on = op->on == ss ? NULL : op->on;
+    }
+}
+
 /* (The front end synchronised s first.) Events and waits that point at s are complete. */
 static void sim_stream_free(accel__device *d, accel__stream *s)
 {
@@ -529,14 +537,10 @@ static void sim_stream_free(accel__device *d, accel__stream *s)
         }
     }
     for (int g = 0; g < ACCEL__SIM_MAX_GPUS; g++) {
-        for (sim_op *op = sim.gpus[g].compute.head; op != NULL; op = op->next) {
-            op->on = op->on == ss ? NULL : op->on;
-        }
+        forget_stream(sim.gpus[g].compute.head, ss);
     }
     for (sim_stream *o = sim.streams; o != NULL; o = o->next_live) {
-        for (sim_op *op = o->head; op != NULL; op = op->next) {
-            op->on = op->on == ss ? NULL : op->on;
-        }
+        forget_stream(o->head, ss);
     }
     pthread_mutex_unlock(&sim.lock);
     accel__free(ss);
