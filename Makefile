@@ -11,15 +11,21 @@
 #                the gpu-labelled tests need and run them (each exits 77, skipped, without a
 #                GPU), so a broken CUDA build fails CI on machines without GPUs; without nvcc
 #                one line says it is skipped
+#   make test-cuemu  the CUDA emulator build (CUEMU_BUILD, ACCEL_CUDA_EMU=ON; tests/cuemu): the
+#                same CUDA code compiled for the CPU, the NVIDIA libraries replaced by emulators,
+#                so the GPU tests run here against the CPU (needs the CUDA headers; skipped
+#                with one line without them)
 #   make         build only;  make install [PREFIX=/usr/local];  make format;  make clean
 BUILD ?= build
 ASAN_BUILD ?= build-asan
 CUDA_BUILD ?= build-cuda
+CUEMU_BUILD ?= build-cuemu
+CUDA_INCLUDE ?= $(or $(wildcard $(dir $(shell command -v nvcc 2>/dev/null))../include/cuda_runtime_api.h),$(wildcard /usr/local/cuda/include/cuda_runtime_api.h))
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-cuda test-fast test-asan demo demo-run bench install format clean
+.PHONY: all deps build test test-cuda test-cuemu test-fast test-asan demo demo-run bench install format clean
 
 all: build
 
@@ -38,6 +44,7 @@ test: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
 	@$(MAKE) --no-print-directory test-cuda
+	@$(MAKE) --no-print-directory test-cuemu
 	@bash tests/pyenv.sh notice
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
@@ -48,6 +55,15 @@ test-cuda:
 		cd $(CUDA_BUILD) && ctest -L gpu --output-on-failure -j $(JOBS) --timeout 600; \
 	else \
 		echo "make test: nvcc is not on PATH, so the CUDA build (ACCEL_CUDA=ON) is not compiled"; \
+	fi
+
+test-cuemu:
+	@if [ -n "$(CUDA_INCLUDE)" ]; then \
+		cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON $(CMAKE_FLAGS) && \
+		cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks && \
+		cd $(CUEMU_BUILD) && ctest -L 'gpu|cuemu' --output-on-failure -j $(JOBS) --timeout 600; \
+	else \
+		echo "make test: no CUDA headers (cuda_runtime_api.h), so the CUDA emulator build is not run"; \
 	fi
 
 test-fast: build

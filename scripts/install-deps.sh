@@ -3,7 +3,8 @@
 # Run as root (or with sudo available). Safe to run repeatedly: does nothing when all is present.
 set -eu
 pkgs=(build-essential cmake pkg-config libopenblas-dev libyaml-dev libjansson-dev libxxhash-dev
-      libopenmpi-dev openmpi-bin libgloo-dev procps python3 python3-venv)
+      libopenmpi-dev openmpi-bin libgloo-dev procps python3 python3-venv
+      libboost-context-dev) # boost-context: the CUDA emulator build's fibers (tests/cuemu)
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

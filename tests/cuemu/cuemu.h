@@ -1,0 +1,51 @@
+/*
+ * The CUDA emulator build (cmake -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON; docs/testing.md): a
+ * testing aid that runs accel's own CUDA code, host code and kernels, on a machine without a
+ * GPU. The NVIDIA libraries below it are replaced by this folder: cudart.c (the runtime),
+ * kernel.cc (kernel launches, threads as fibers), cublas.c (cuBLAS / cuBLASLt), nccl.c (NCCL
+ * with one rank). Everything runs synchronously on the calling thread when it is issued, one
+ * call at a time across threads (cuemu_lock); stream-ordering mistakes are the simulated GPU's
+ * to find (src/device/sim.h), not this build's.
+ *
+ * This header is the pieces' interface to each other (C and C++).
+ */
+#ifndef ACCEL_CUEMU_H
+#define ACCEL_CUEMU_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What a pointer points into. */
+typedef enum { CUEMU_UNKNOWN, CUEMU_DEVICE, CUEMU_PINNED } cuemu_kind;
+
+/* The allocation p points into: CUEMU_DEVICE (cudaMalloc), CUEMU_PINNED (cudaHostAlloc), or
+ * CUEMU_UNKNOWN (any other host memory). For a known one, its start, size and device when the
+ * out-pointers are not NULL. */
+cuemu_kind cuemu_lookup(const void *p, const void **base, size_t *nbytes, int *device);
+
+/* 1 when [p, p + nbytes) lies inside one device allocation. */
+int cuemu_is_device(const void *p, size_t nbytes);
+
+/* Records err (a cudaError_t) as the runtime's last error, which cudaGetLastError returns and
+ * clears, and prints "cuemu: <message>" on stderr. */
+void cuemu_set_error(int err, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* One emulated operation at a time across host threads (recursive: a piece may call another). */
+void cuemu_lock(void);
+void cuemu_unlock(void);
+
+/* The calling thread's current device (cudaSetDevice). */
+int cuemu_current_device(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ACCEL_CUEMU_H */
