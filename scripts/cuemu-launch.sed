@@ -6,6 +6,10 @@
 # holds commas (f<A, B>) that would split a macro argument. A launch configuration may span
 # lines (they are joined, newlines kept, so line numbers do not move) and may use ->, but no
 # other '>' (a comparison or shift there: bracket it in a variable first).
+# nvcc's `#pragma unroll [n]` becomes GCC's (g++ warns about a pragma it does not know, and a
+# diagnostic pragma cannot silence that warning in g++ 12).
+s/^([[:space:]]*)#[[:space:]]*pragma[[:space:]]+unroll[[:space:]]*$/\1#pragma GCC unroll 16/
+s/^([[:space:]]*)#[[:space:]]*pragma[[:space:]]+unroll[[:space:]]+([^[:space:]].*)$/\1#pragma GCC unroll \2/
 /<<</ {
     :join
     />>>/! {

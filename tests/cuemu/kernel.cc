@@ -103,18 +103,25 @@ const char *op_name(op_kind op)
     return "?";
 }
 
-/* The kernel's name as launched, without the launch macro's parentheses. */
+/* The kernel's name as launched, without the parentheses the launch rewrite adds. */
+struct kernel_name {
+    char s[256];
+    explicit kernel_name(const char *k)
+    {
+        size_t len = strlen(k);
+        if (len >= 2 && k[0] == '(' && k[len - 1] == ')') {
+            k++;
+            len -= 2;
+        }
+        snprintf(s, sizeof s, "%.*s", (int)len, k);
+    }
+};
+
 void print_kernel(FILE *f)
 {
-    const char *k = g_run.site->kernel;
-    size_t len = strlen(k);
-    if (len >= 2 && k[0] == '(' && k[len - 1] == ')') {
-        k++;
-        len -= 2;
-    }
-    fprintf(f, "kernel %.*s (launched at %s:%d), block (%u,%u,%u) of grid (%u,%u,%u), ", (int)len, k,
-            g_run.site->file, g_run.site->line, g_block_idx.x, g_block_idx.y, g_block_idx.z,
-            g_grid_dim.x, g_grid_dim.y, g_grid_dim.z);
+    fprintf(f, "kernel %s (launched at %s:%d), block (%u,%u,%u) of grid (%u,%u,%u), ",
+            kernel_name(g_run.site->kernel).s, g_run.site->file, g_run.site->line, g_block_idx.x,
+            g_block_idx.y, g_block_idx.z, g_grid_dim.x, g_grid_dim.y, g_grid_dim.z);
 }
 
 void describe(FILE *f, const kthread *t)
@@ -513,7 +520,8 @@ void warp_shfl(op_kind op, unsigned mask, const void *in, void *out, size_t nbyt
 
 int launch_check(const launch_site &s)
 {
-    const char *k = s.kernel;
+    kernel_name name(s.kernel);
+    const char *k = name.s;
     const dim3 &g = s.grid, &b = s.block;
     unsigned long long threads = (unsigned long long)b.x * b.y * b.z;
     if (g.x == 0 || g.y == 0 || g.z == 0 || b.x == 0 || b.y == 0 || b.z == 0) {
@@ -557,7 +565,7 @@ int check_pointer_arg(const launch_site &s, int index, const void *p)
     cuemu_set_error(cudaErrorInvalidValue,
                     "kernel %s (%s:%d): argument %d (%p) is host memory, not device memory "
                     "(cudaMalloc); the kernel did not run",
-                    s.kernel, s.file, s.line, index, p);
+                    kernel_name(s.kernel).s, s.file, s.line, index, p);
     return 1;
 }
 

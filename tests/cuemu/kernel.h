@@ -38,9 +38,6 @@
 
 #include "cuemu/cuemu.h"
 
-/* nvcc's `#pragma unroll` means nothing to g++ (and -Wall would warn about it). */
-#pragma GCC diagnostic ignored "-Wunknown-pragmas"
-
 /* ---- qualifiers ---- */
 
 #undef __shared__
