@@ -37,15 +37,20 @@ struct kthread {
     bctx::fcontext_t ctx;
     uint3 tid;
     int state;
+    unsigned ready_pass; /* the pass that made it ready: it runs in a later one */
     op_kind op;
     unsigned mask; /* warp operations */
     int arg, width;
     int pred;
     unsigned result; /* a barrier's reduction, a vote */
-    size_t nbytes;   /* a shuffle's value */
     unsigned char in[16], out[16];
     const char *file; /* where it waits */
     int line;
+};
+
+/* A warp's lanes: those waiting at a warp operation, those exited or absent (a partial warp). */
+struct warp_lanes {
+    unsigned waiting, gone;
 };
 
 /* The launch being run (one at a time: cuemu_lock). */
@@ -54,11 +59,16 @@ struct block_run {
     void (*body)(void *);
     void *ctx;
     kthread *thr;
+    warp_lanes *warps;
     unsigned n;        /* threads in the block */
     unsigned n_exited; /* of them */
     unsigned n_at_barrier;
     kthread *cur;
     bctx::fcontext_t sched; /* the scheduler, while a fiber runs */
+    int reverse;            /* ACCEL_CUEMU_ORDER=reverse */
+    unsigned pass;          /* passes over the threads, each in order, so far */
+    unsigned pos;           /* how far this pass got */
+    int progress;           /* some thread ran in this pass */
 };
 
 block_run g_run;
@@ -69,6 +79,7 @@ char *g_stacks;
 size_t g_stack_stride;
 unsigned g_stack_count;
 kthread *g_threads;
+warp_lanes *g_warps;
 
 int g_reverse = -1; /* ACCEL_CUEMU_ORDER, read at the first launch */
 
@@ -168,20 +179,60 @@ void describe(FILE *f, const kthread *t)
     abort();
 }
 
-kthread *current(const char *what)
+kthread *current(op_kind op)
 {
     if (g_run.cur == nullptr) {
-        fprintf(stderr, "cuemu: %s called outside a kernel\n", what);
+        fprintf(stderr, "cuemu: %s called outside a kernel\n", op_name(op));
         abort();
     }
     return g_run.cur;
 }
 
-/* Back to the scheduler until this thread is resumed. */
+/* ---- switching: each thread hands over to the next ready one of the pass directly; the
+ * scheduler only starts a pass and sees it end ---- */
+
+kthread g_dead; /* the "from" of a jump out of an exited fiber: nothing to save */
+
+/* The next thread of this pass, or nullptr at its end. A thread made ready during the pass
+ * waits for the next one, so that each pass runs threads strictly in order. */
+kthread *next_ready(void)
+{
+    for (unsigned k = g_run.pos + 1; k < g_run.n; k++) {
+        kthread *t = &g_run.thr[g_run.reverse ? g_run.n - 1 - k : k];
+        if (t->state == READY && t->ready_pass != g_run.pass) {
+            g_run.pos = k;
+            g_run.progress = 1;
+            return t;
+        }
+    }
+    g_run.pos = g_run.n;
+    return nullptr;
+}
+
+/* Where the jump that resumed us came from: save its context (fcontext is one-shot). */
+void came_from(bctx::transfer_t t)
+{
+    kthread *from = static_cast<kthread *>(t.data);
+    if (from == nullptr) {
+        g_run.sched = t.fctx;
+    } else if (from != &g_dead) {
+        from->ctx = t.fctx;
+    }
+}
+
+/* Leaves `me` (nullptr: the scheduler) for `to` (nullptr: the scheduler) until resumed. */
+void switch_to(kthread *me, kthread *to)
+{
+    g_run.cur = to;
+    g_thread_idx = to != nullptr ? &to->tid : &k_zero;
+    came_from(bctx::jump_fcontext(to != nullptr ? to->ctx : g_run.sched, me));
+}
+
+/* The running thread waits: on to the next thread of the pass. */
 void yield(void)
 {
-    bctx::transfer_t t = bctx::jump_fcontext(g_run.sched, nullptr);
-    g_run.sched = t.fctx;
+    kthread *me = g_run.cur;
+    switch_to(me, next_ready());
 }
 
 /* ---- block barriers ---- */
@@ -191,8 +242,12 @@ void open_barrier(const kthread *last)
 {
     unsigned count = 0;
     for (unsigned i = 0; i < g_run.n; i++) {
-        if (g_run.thr[i].op != last->op) {
-            fail(&g_run.thr[i], last, "threads wait at different barriers");
+        const kthread *t = &g_run.thr[i];
+        /* CUDA allows __syncthreads in conditional code only where the whole block takes the
+         * same branch: threads at two different barriers are a divergent barrier. */
+        if (t->op != last->op || t->line != last->line ||
+            (t->file != last->file && strcmp(t->file, last->file) != 0)) {
+            fail(t, last, "a divergent barrier: threads wait at different barriers");
         }
         count += g_run.thr[i].pred != 0;
     }
@@ -213,6 +268,7 @@ void open_barrier(const kthread *last)
     for (unsigned i = 0; i < g_run.n; i++) {
         g_run.thr[i].result = r;
         g_run.thr[i].state = READY;
+        g_run.thr[i].ready_pass = g_run.pass;
     }
     g_run.n_at_barrier = 0;
 }
@@ -245,20 +301,9 @@ kthread *warp_base(const kthread *t)
     return g_run.thr + ((unsigned)(t - g_run.thr) / 32u) * 32u;
 }
 
-/* Lanes that take part in t's operation: named in its mask, existing and not exited. */
-unsigned live_lanes(const kthread *t)
+warp_lanes *warp_of(const kthread *t)
 {
-    kthread *w = warp_base(t);
-    unsigned live = 0;
-    for (unsigned j = 0; j < 32; j++) {
-        if ((t->mask >> j) & 1u) {
-            unsigned idx = (unsigned)(w - g_run.thr) + j;
-            if (idx < g_run.n && w[j].state != EXITED) {
-                live |= 1u << j;
-            }
-        }
-    }
-    return live;
+    return &g_run.warps[(unsigned)(t - g_run.thr) / 32u];
 }
 
 /* The lane a shuffle reads for lane `lane`, or -1 for "its own value". */
@@ -281,25 +326,29 @@ int shfl_source(const kthread *t, unsigned lane)
     }
 }
 
-/* If every live lane named in t's mask waits at t's operation with t's mask, do it. */
+/* If every live lane named in t's mask waits at t's operation with t's mask, do it. The
+ * bitmasks make the common case (a lane that is not the last to arrive) O(1). */
 void try_complete_warp(kthread *t)
 {
-    unsigned live = live_lanes(t);
-    kthread *w = warp_base(t);
-    for (unsigned j = 0; j < 32; j++) {
-        if (((live >> j) & 1u) && (w[j].state != AT_WARP || w[j].mask != t->mask)) {
-            return; /* lane j has yet to arrive (or waits elsewhere: the scheduler will see) */
-        }
+    warp_lanes *wl = warp_of(t);
+    unsigned live = t->mask & ~wl->gone; /* the lanes that take part */
+    if ((wl->waiting & live) != live) {
+        return;
     }
+    kthread *w = warp_base(t);
     unsigned ballot = 0;
     for (unsigned j = 0; j < 32; j++) {
         if ((live >> j) & 1u) {
+            if (w[j].mask != t->mask) {
+                return; /* lane j waits at another operation: the scheduler will see */
+            }
             if (w[j].op != t->op || w[j].width != t->width) {
                 fail(&w[j], t, "lanes of one warp operation call different intrinsics");
             }
             ballot |= (unsigned)(w[j].pred != 0) << j;
         }
     }
+    wl->waiting &= ~live;
     for (unsigned j = 0; j < 32; j++) {
         if (!((live >> j) & 1u)) {
             continue;
@@ -319,17 +368,19 @@ void try_complete_warp(kthread *t)
             break;
         default: {
             int s = shfl_source(l, j);
+            /* Whole buffers: a fixed-size copy is a few moves, the extra bytes are unused. */
             if (s < 0) {
-                memcpy(l->out, l->in, l->nbytes);
+                memcpy(l->out, l->in, sizeof l->out);
             } else if (s < 32 && ((live >> s) & 1u)) {
-                memcpy(l->out, w[s].in, l->nbytes);
+                memcpy(l->out, w[s].in, sizeof l->out);
             } else {
-                memset(l->out, 0xff, l->nbytes); /* an absent lane: undefined on a GPU */
+                memset(l->out, 0xff, sizeof l->out); /* an absent lane: undefined on a GPU */
             }
             break;
         }
         }
         l->state = READY;
+        l->ready_pass = g_run.pass;
     }
 }
 
@@ -337,7 +388,7 @@ void try_complete_warp(kthread *t)
 
 void fiber_main(bctx::transfer_t t)
 {
-    g_run.sched = t.fctx;
+    came_from(t);
     g_run.body(g_run.ctx);
     kthread *me = g_run.cur;
     me->state = EXITED;
@@ -346,13 +397,15 @@ void fiber_main(bctx::transfer_t t)
         barrier_after_exit();
     }
     /* Lanes waiting at a warp operation that named this lane may now go on without it. */
+    warp_lanes *wl = warp_of(me);
+    wl->gone |= 1u << lane_of(me);
     kthread *w = warp_base(me);
-    for (unsigned j = 0; j < 32 && w + j < g_run.thr + g_run.n; j++) {
-        if (w[j].state == AT_WARP && ((w[j].mask >> lane_of(me)) & 1u)) {
+    for (unsigned j = 0; j < 32; j++) {
+        if (((wl->waiting >> j) & 1u) && ((w[j].mask >> lane_of(me)) & 1u)) {
             try_complete_warp(&w[j]);
         }
     }
-    bctx::jump_fcontext(g_run.sched, nullptr);
+    switch_to(&g_dead, next_ready());
     abort(); /* an exited fiber is never resumed */
 }
 
@@ -370,7 +423,15 @@ void reserve_fibers(unsigned n)
     void *p = mmap(nullptr, stride * n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     kthread *thr = static_cast<kthread *>(realloc(g_threads, sizeof(kthread) * n));
-    if (p == MAP_FAILED || thr == nullptr) {
+    if (thr != nullptr) {
+        g_threads = thr;
+    }
+    size_t n_warps = (n + 31) / 32;
+    warp_lanes *warps = static_cast<warp_lanes *>(realloc(g_warps, sizeof(warp_lanes) * n_warps));
+    if (warps != nullptr) {
+        g_warps = warps;
+    }
+    if (p == MAP_FAILED || thr == nullptr || warps == nullptr) {
         fprintf(stderr, "cuemu: no memory for %u fiber stacks of %zu KiB\n", n,
                 k_stack_nbytes / 1024);
         abort();
@@ -381,11 +442,10 @@ void reserve_fibers(unsigned n)
     g_stacks = static_cast<char *>(p);
     g_stack_stride = stride;
     g_stack_count = n;
-    g_threads = thr;
 }
 
 /* Runs one block to its end (all threads exited). */
-void run_block(unsigned n, int reverse)
+void run_block(unsigned n)
 {
     for (unsigned i = 0; i < n; i++) {
         kthread *t = &g_run.thr[i];
@@ -394,27 +454,28 @@ void run_block(unsigned n, int reverse)
         t->tid.y = i / g_block_dim.x % g_block_dim.y;
         t->tid.z = i / (g_block_dim.x * g_block_dim.y);
         t->state = READY;
-        char *top = g_stacks + g_stack_stride * (i + 1);
-        t->ctx = bctx::make_fcontext(top, k_stack_nbytes, fiber_main);
+        /* Stacks start at staggered offsets: at one offset their hot frames would all fall in
+         * the same cache sets. */
+        size_t color = (i % 64) * 64;
+        char *top = g_stacks + g_stack_stride * (i + 1) - color;
+        t->ctx = bctx::make_fcontext(top, k_stack_nbytes - color, fiber_main);
+    }
+    for (unsigned w = 0; w < (n + 31) / 32; w++) {
+        g_run.warps[w].waiting = 0;
+        g_run.warps[w].gone = n - 32 * w >= 32 ? 0u : ~0u << (n - 32 * w);
     }
     g_run.n_exited = 0;
     g_run.n_at_barrier = 0;
+    g_run.pass = 0; /* the threads start ready in pass 0 and run from pass 1 */
     while (g_run.n_exited < n) {
-        int progress = 0;
-        for (unsigned k = 0; k < n; k++) {
-            kthread *t = &g_run.thr[reverse ? n - 1 - k : k];
-            if (t->state != READY) {
-                continue;
-            }
-            g_run.cur = t;
-            g_thread_idx = &t->tid;
-            bctx::transfer_t r = bctx::jump_fcontext(t->ctx, nullptr);
-            t->ctx = r.fctx;
-            progress = 1;
+        g_run.pass++;
+        g_run.pos = (unsigned)-1;
+        g_run.progress = 0;
+        kthread *first = next_ready();
+        if (first != nullptr) {
+            switch_to(nullptr, first); /* back when the pass ends */
         }
-        g_run.cur = nullptr;
-        g_thread_idx = &k_zero;
-        if (!progress && g_run.n_exited < n) {
+        if (!g_run.progress && g_run.n_exited < n) {
             /* Everyone left waits: name a waiting thread and one it waits for. */
             const kthread *a = nullptr, *b = nullptr;
             for (unsigned i = 0; i < n && a == nullptr; i++) {
@@ -460,7 +521,7 @@ dim3 g_block_dim(0, 0, 0), g_grid_dim(0, 0, 0);
 
 int block_barrier(op_kind op, int pred, const char *file, int line)
 {
-    kthread *t = current(op_name(op));
+    kthread *t = current(op);
     t->state = AT_BARRIER;
     t->op = op;
     t->pred = pred;
@@ -489,13 +550,14 @@ static void warp_wait(kthread *t, op_kind op, unsigned mask, const char *file, i
              mask, lane_of(t));
     }
     t->state = AT_WARP;
+    warp_of(t)->waiting |= 1u << lane_of(t);
     try_complete_warp(t);
     yield();
 }
 
 unsigned warp_vote(op_kind op, unsigned mask, int pred, const char *file, int line)
 {
-    kthread *t = current(op_name(op));
+    kthread *t = current(op);
     t->pred = pred;
     t->width = 32;
     warp_wait(t, op, mask, file, line);
@@ -505,17 +567,28 @@ unsigned warp_vote(op_kind op, unsigned mask, int pred, const char *file, int li
 void warp_shfl(op_kind op, unsigned mask, const void *in, void *out, size_t nbytes, int arg,
                int width, const char *file, int line)
 {
-    kthread *t = current(op_name(op));
+    kthread *t = current(op);
     if (width < 1 || width > 32 || (width & (width - 1)) != 0) {
         fail(t, nullptr, "%s at %s:%d: width %d is not a power of 2 up to 32", op_name(op), file,
              line, width);
     }
-    memcpy(t->in, in, nbytes);
-    t->nbytes = nbytes;
+    if (nbytes == 4) { /* the common sizes as fixed copies (no call) */
+        memcpy(t->in, in, 4);
+    } else if (nbytes == 8) {
+        memcpy(t->in, in, 8);
+    } else {
+        memcpy(t->in, in, nbytes);
+    }
     t->arg = arg;
     t->width = width;
     warp_wait(t, op, mask, file, line);
-    memcpy(out, t->out, nbytes);
+    if (nbytes == 4) {
+        memcpy(out, t->out, 4);
+    } else if (nbytes == 8) {
+        memcpy(out, t->out, 8);
+    } else {
+        memcpy(out, t->out, nbytes);
+    }
 }
 
 int launch_check(const launch_site &s)
@@ -581,7 +654,9 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
     g_run.body = body;
     g_run.ctx = ctx;
     g_run.thr = g_threads;
+    g_run.warps = g_warps;
     g_run.n = n;
+    g_run.reverse = g_reverse;
     g_block_dim = site.block;
     g_grid_dim = site.grid;
     unsigned long long blocks = (unsigned long long)site.grid.x * site.grid.y * site.grid.z;
@@ -590,7 +665,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
         g_block_idx.x = (unsigned)(b % site.grid.x);
         g_block_idx.y = (unsigned)(b / site.grid.x % site.grid.y);
         g_block_idx.z = (unsigned)(b / ((unsigned long long)site.grid.x * site.grid.y));
-        run_block(n, g_reverse);
+        run_block(n);
     }
     g_run.site = nullptr;
     g_block_dim = dim3(0, 0, 0);

@@ -171,6 +171,28 @@ __global__ void k_deadlock(int *out)
     out[threadIdx.x] = 1;
 }
 
+/* Half the block at one barrier, half at another. */
+__global__ void k_divergent(int *out)
+{
+    if (threadIdx.x < 16) {
+        __syncthreads();
+    } else {
+        __syncthreads();
+    }
+    out[threadIdx.x] = 1;
+}
+
+/* Lane 0 shuffles with the whole warp while the others wait at the block's barrier. */
+__global__ void k_warp_deadlock(int *out)
+{
+    int v = (int)threadIdx.x;
+    if (threadIdx.x == 0) {
+        v = __shfl_xor_sync(0xffffffffu, v, 1);
+    }
+    __syncthreads();
+    out[threadIdx.x] = v;
+}
+
 __global__ void k_touch(int *p)
 {
     p[threadIdx.x] = 7;
@@ -365,10 +387,17 @@ static int child_neighbour(int with_barrier)
     return 0;
 }
 
-static int child_deadlock(void)
+/* Child: a launch that must abort (which: 0 exit before a barrier, 1 divergent, 2 warp). */
+static int child_deadlock(int which)
 {
     int *out = dev_alloc<int>(64);
-    k_deadlock<<<2, 64>>>(out);
+    if (which == 0) {
+        k_deadlock<<<2, 64>>>(out);
+    } else if (which == 1) {
+        k_divergent<<<1, 32>>>(out);
+    } else {
+        k_warp_deadlock<<<1, 64>>>(out);
+    }
     printf("returned\n");
     return 0;
 }
@@ -405,17 +434,30 @@ static void test_order(void)
           "a bad order accepted: %s", fwd);
 }
 
-static void test_deadlock(void)
+/* Runs a child that must abort; its message must hold every one of `want`. */
+static void expect_abort(const char *mode, const char *const *want, int n_want)
 {
     char out[4096];
-    int st = run_child("deadlock", "forward", out, sizeof out);
-    CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0), "status %d", st);
-    CHECK(strstr(out, "returned") == nullptr, "the deadlocked launch returned");
-    CHECK(strstr(out, "k_deadlock") != nullptr && strstr(out, "block (1,0,0)") != nullptr &&
-              strstr(out, "thread (5,0,0) has exited") != nullptr &&
-              strstr(out, "__syncthreads") != nullptr,
-          "message: %s", out);
-    fprintf(stderr, "expected deadlock report: %s", out);
+    int st = run_child(mode, "forward", out, sizeof out);
+    CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0), "%s: status %d", mode, st);
+    CHECK(strstr(out, "returned") == nullptr, "%s: the launch returned", mode);
+    for (int i = 0; i < n_want; i++) {
+        CHECK(strstr(out, want[i]) != nullptr, "%s: no \"%s\" in: %s", mode, want[i], out);
+    }
+    fprintf(stderr, "expected report (%s): %s", mode, out);
+}
+
+static void test_deadlock(void)
+{
+    const char *exited[] = {"k_deadlock", "block (1,0,0)", "thread (5,0,0) has exited",
+                            "waits at __syncthreads"};
+    expect_abort("deadlock", exited, 4);
+    const char *divergent[] = {"k_divergent", "divergent barrier", "thread (0,0,0)",
+                               "thread (31,0,0)"};
+    expect_abort("divergent", divergent, 4);
+    const char *warp[] = {"k_warp_deadlock", "no thread can go on",
+                          "waits at __shfl_xor_sync(mask 0xffffffff)", "waits at __syncthreads"};
+    expect_abort("warp-deadlock", warp, 4);
 }
 
 int main(int argc, char **argv)
@@ -428,7 +470,13 @@ int main(int argc, char **argv)
             return child_neighbour(0);
         }
         if (strcmp(argv[1], "deadlock") == 0) {
-            return child_deadlock();
+            return child_deadlock(0);
+        }
+        if (strcmp(argv[1], "divergent") == 0) {
+            return child_deadlock(1);
+        }
+        if (strcmp(argv[1], "warp-deadlock") == 0) {
+            return child_deadlock(2);
         }
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
