@@ -20,8 +20,14 @@
 #include "cublas_impl.h"
 #include "cuemu.h"
 
-enum { LT_HANDLE = 0x4C54484Eu, BLAS_HANDLE = 0x424C4153u, DESC = 0x44455343u,
-       LAYOUT = 0x4C41594Fu, PREF = 0x50524546u, ALGO = 0x414C474Fu };
+enum {
+    LT_HANDLE = 0x4C54484Eu,
+    BLAS_HANDLE = 0x424C4153u,
+    DESC = 0x44455343u,
+    LAYOUT = 0x4C41594Fu,
+    PREF = 0x50524546u,
+    ALGO = 0x414C474Fu
+};
 
 struct cublasLtContext {
     uint32_t magic;
@@ -65,8 +71,14 @@ typedef struct attr_info {
     size_t offset, nbytes; /* nbytes 0: known, not emulated */
 } attr_info;
 
-#define ATTR(id, type, field) {id, #id, offsetof(type, field), sizeof(((type *)0)->field)}
-#define NOT_EMULATED(id) {id, #id, 0, 0}
+#define ATTR(id, type, field)                                                                      \
+    {                                                                                              \
+        id, #id, offsetof(type, field), sizeof(((type *)0)->field)                                 \
+    }
+#define NOT_EMULATED(id)                                                                           \
+    {                                                                                              \
+        id, #id, 0, 0                                                                              \
+    }
 
 static const attr_info desc_attrs[] = {
     ATTR(CUBLASLT_MATMUL_DESC_COMPUTE_TYPE, lt_desc, compute_type),
@@ -289,9 +301,15 @@ cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream)
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *desc, cublasComputeType_t compute,
                                         cudaDataType_t scale)
 {
-    lt_desc init = {DESC,    (int32_t)compute, (int32_t)scale, CUBLASLT_POINTER_MODE_HOST,
-                    CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT, NULL,
-                    NULL,    0,                -1,             -1};
+    lt_desc init = {.magic = DESC,
+                    .compute_type = (int32_t)compute,
+                    .scale_type = (int32_t)scale,
+                    .pointer_mode = CUBLASLT_POINTER_MODE_HOST,
+                    .transa = CUBLAS_OP_N,
+                    .transb = CUBLAS_OP_N,
+                    .epilogue = CUBLASLT_EPILOGUE_DEFAULT,
+                    .aux_type = -1, /* the documented default: D's type */
+                    .bias_type = -1};
     NEW_OBJECT("cublasLtMatmulDescCreate", desc, init);
 }
 
@@ -301,8 +319,8 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc)
 }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
-                                              cublasLtMatmulDescAttributes_t attr,
-                                              const void *buf, size_t nbytes)
+                                              cublasLtMatmulDescAttributes_t attr, const void *buf,
+                                              size_t nbytes)
 {
     static const char fn[] = "cublasLtMatmulDescSetAttribute";
     if (!live(desc, DESC)) {
@@ -469,8 +487,15 @@ static cublasStatus_t lt_gemm(const char *fn, cublasLtHandle_t handle, cublasLtM
  * cublasLtMatmulAlgoGetHeuristic() depend on its value to determine expected pointer
  * alignment"). An algorithm relies on them; a product whose pointers are less aligned would
  * fault or be wrong on a GPU, so cublasLtMatmul refuses it. */
-enum { ALGO_MAGIC, ALGO_ALIGN_A, ALGO_ALIGN_B, ALGO_ALIGN_C, ALGO_ALIGN_D, ALGO_ALIGN_BIAS,
-       ALGO_ALIGN_AUX };
+enum {
+    ALGO_MAGIC,
+    ALGO_ALIGN_A,
+    ALGO_ALIGN_B,
+    ALGO_ALIGN_C,
+    ALGO_ALIGN_D,
+    ALGO_ALIGN_BIAS,
+    ALGO_ALIGN_AUX
+};
 
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -535,12 +560,12 @@ static cublasStatus_t check_aligned(const char *fn, const char *which, const voi
     return CUBLAS_STATUS_SUCCESS;
 }
 
-cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
-                              const void *alpha, const void *A, cublasLtMatrixLayout_t a,
-                              const void *B, cublasLtMatrixLayout_t b, const void *beta,
-                              const void *C, cublasLtMatrixLayout_t c, void *D,
-                              cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t *algo,
-                              void *workspace, size_t workspace_nbytes, cudaStream_t stream)
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B,
+                              cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspace_nbytes, cudaStream_t stream)
 {
     static const char fn[] = "cublasLtMatmul";
     (void)stream; /* synchronous at issue (cuemu.h) */

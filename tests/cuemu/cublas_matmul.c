@@ -151,8 +151,15 @@ static void store(void *p, int32_t type, int64_t i, float v)
 
 /* ---- the epilogue's pieces ---- */
 
-enum { EP_BIAS = 1, EP_GELU = 2, EP_AUX_OUT = 4, EP_DGELU = 8, EP_BGRAD = 16, EP_BGRADA = 32,
-       EP_BGRADB = 64 };
+enum {
+    EP_BIAS = 1,
+    EP_GELU = 2,
+    EP_AUX_OUT = 4,
+    EP_DGELU = 8,
+    EP_BGRAD = 16,
+    EP_BGRADA = 32,
+    EP_BGRADB = 64
+};
 
 /* What epilogue ep does (EP_* bits); 0 with *st set when it is not emulated or unknown. */
 static unsigned epilogue_parts(uint32_t ep, cublasStatus_t *st)
@@ -397,8 +404,9 @@ static cublasStatus_t check_pointers(const cuemu_gemm *g, unsigned parts)
     int32_t bias_type = g->bias_type == -1 ? g->d_type : g->bias_type;
     uint64_t bias_count = (parts & EP_BGRADB) ? n : m;
     if ((parts & (EP_BIAS | EP_BGRAD | EP_BGRADA | EP_BGRADB)) && bias_count > 0) {
-        const char *what = (parts & EP_BIAS) ? "the bias (CUBLASLT_MATMUL_DESC_BIAS_POINTER)"
-                                             : "the bias gradient (CUBLASLT_MATMUL_DESC_BIAS_POINTER)";
+        const char *what = (parts & EP_BIAS)
+                               ? "the bias (CUBLASLT_MATMUL_DESC_BIAS_POINTER)"
+                               : "the bias gradient (CUBLASLT_MATMUL_DESC_BIAS_POINTER)";
         if (g->bias == NULL) {
             return cuemu_blas_fail(CUBLAS_STATUS_INVALID_VALUE, g->fn, "%s is not set", what);
         }
@@ -420,8 +428,9 @@ cublasStatus_t cuemu_gemm_check(const cuemu_gemm *g, int with_pointers)
     cublasStatus_t st;
     unsigned parts = epilogue_parts(g->epilogue, &st);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
-        return cuemu_blas_fail(st, g->fn, "epilogue %u (a ReLU one) is not emulated: accel does "
-                                          "not use it",
+        return cuemu_blas_fail(st, g->fn,
+                               "epilogue %u (a ReLU one) is not emulated: accel does "
+                               "not use it",
                                (unsigned)g->epilogue);
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
