@@ -210,9 +210,10 @@ static unsigned epilogue_parts(uint32_t ep, cublasStatus_t *st)
     }
 }
 
-/* The documentation only says "x:=GELU(x)". It does not name the approximation; cuBLASLt's
- * GELU is the tanh form (what accel's gelu_tanh, GPT-2 and Transformer Engine use with it);
- * this is an assumption, checked against a real GPU by the nn CUDA tests. */
+/* The documentation only says "x:=GELU(x)" and never names the approximation. cuBLASLt's
+ * GELU is taken to be the tanh form, as accel assumes (nn_linear_gelu_linear sends only the
+ * tanh form to the epilogue, and the fallback kernels compute it); the fused-MLP cases of
+ * test_nn_cuda compare the CPU with a real GPU. An assumption, not a quote. */
 #define GELU_K 0.7978845608028654f /* sqrt(2 / pi) */
 #define GELU_C 0.044715f
 
@@ -237,8 +238,8 @@ static cublasStatus_t check_ld(const cuemu_gemm *g, const char *which, uint64_t 
 {
     if (ld < 1 || (uint64_t)ld < rows) {
         return cuemu_blas_fail(CUBLAS_STATUS_INVALID_VALUE, g->fn,
-                               "%s's leading dimension %lld is less than its %llu rows", which,
-                               (long long)ld, (unsigned long long)rows);
+                               "%s's leading dimension %lld is less than max(1, its %llu rows)",
+                               which, (long long)ld, (unsigned long long)rows);
     }
     return CUBLAS_STATUS_SUCCESS;
 }
