@@ -175,7 +175,9 @@ typedef struct accel__comm_ops {
     /* Host backends: runs op to completion on the calling thread. */
     accel_status (*run)(void *impl, const accel__coll *op);
     /* Native-async backends: launches op ordered on `stream` (NULL: the backend's own) and
-     * returns a request in *req. test: 1 when req is complete (*st its status, the message set
+     * returns a request in *req; ACCEL_EUNSUPPORTED refuses op before anything is launched
+     * (the same on every member: it depends on op alone), which leaves the communicator
+     * usable, any other failure breaks it. test: 1 when req is complete (*st its status, the message set
      * when it failed), 0 if not yet; never blocks. req_free: releases a complete request. */
     accel_status (*post)(void *impl, const accel__coll *op, accel__stream *stream, void **req);
     int (*test)(void *impl, void *req, accel_status *st);

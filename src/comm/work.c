@@ -229,7 +229,9 @@ static accel_status launch(accel__comm *c, accel_work *w)
         if (st != ACCEL_OK) {
             char msg[ACCEL__ERRMSG_NBYTES];
             snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
-            accel__comm_mark_broken(c, st, msg);
+            if (st != ACCEL_EUNSUPPORTED) { /* a refusal launched nothing (comm.h, post) */
+                accel__comm_mark_broken(c, st, msg);
+            }
             complete(c, w, st, msg);
         }
         return st;

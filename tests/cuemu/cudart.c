@@ -245,9 +245,9 @@ static cudaError_t add_alloc(void **out, size_t nbytes, cuemu_kind kind, const c
      * its own address. */
     size_t cap = (nbytes + 255) / 256 * 256;
     char *p = aligned_alloc(256, cap > 0 ? cap : 256);
-    if (p == NULL || (g_n == g_cap && (g_cap = g_cap ? 2 * g_cap : 64,
-                                       g_allocs = realloc(g_allocs, g_cap * sizeof *g_allocs)) ==
-                                          NULL)) {
+    if (p == NULL ||
+        (g_n == g_cap && (g_cap = g_cap ? 2 * g_cap : 64,
+                          g_allocs = realloc(g_allocs, g_cap * sizeof *g_allocs)) == NULL)) {
         free(p);
         cuemu_unlock();
         FAIL(cudaErrorMemoryAllocation, "%s(%zu bytes): host memory exhausted", fn, nbytes);
@@ -384,14 +384,13 @@ static cudaError_t check_end(const char *fn, const char *which, const void *p, s
         FAIL(cudaErrorInvalidValue, "%s(%s): %s %p is device memory", fn, kind_name(k), which, p);
     }
     if (dev && !cuemu_is_device(p, n)) {
-        FAIL(cudaErrorInvalidValue, "%s: %s %p + %zu bytes runs past its cudaMalloc allocation",
-             fn, which, p, n);
+        FAIL(cudaErrorInvalidValue, "%s: %s %p + %zu bytes runs past its cudaMalloc allocation", fn,
+             which, p, n);
     }
     return cudaSuccess;
 }
 
-static cudaError_t copy(const char *fn, void *dst, const void *src, size_t n,
-                        enum cudaMemcpyKind k)
+static cudaError_t copy(const char *fn, void *dst, const void *src, size_t n, enum cudaMemcpyKind k)
 {
     if (k == cudaMemcpyDefault) {
         k = (enum cudaMemcpyKind)((cuemu_lookup(src, NULL, NULL, NULL) == CUEMU_DEVICE ? 2 : 0) +
@@ -400,11 +399,11 @@ static cudaError_t copy(const char *fn, void *dst, const void *src, size_t n,
     if ((int)k < 0 || (int)k > 3) {
         FAIL(cudaErrorInvalidMemcpyDirection, "%s: invalid direction %d", fn, (int)k);
     }
-    cudaError_t e = check_end(fn, "dst", dst, n, k == cudaMemcpyHostToDevice ||
-                                                     k == cudaMemcpyDeviceToDevice, k);
+    cudaError_t e = check_end(fn, "dst", dst, n,
+                              k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice, k);
     if (e == cudaSuccess) {
-        e = check_end(fn, "src", src, n, k == cudaMemcpyDeviceToHost ||
-                                             k == cudaMemcpyDeviceToDevice, k);
+        e = check_end(fn, "src", src, n,
+                      k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice, k);
     }
     if (e != cudaSuccess) {
         return e;

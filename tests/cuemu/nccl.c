@@ -187,10 +187,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
-    static const char *const names[] = {
-        "no error",       "unhandled cuda error", "unhandled system error", "internal error",
-        "invalid argument", "invalid usage",      "remote process exited or there was a network error",
-        "NCCL operation in progress"};
+    static const char *const names[] = {"no error",
+                                        "unhandled cuda error",
+                                        "unhandled system error",
+                                        "internal error",
+                                        "invalid argument",
+                                        "invalid usage",
+                                        "remote process exited or there was a network error",
+                                        "NCCL operation in progress"};
     return (int)r >= 0 && (int)r < (int)(sizeof names / sizeof names[0]) ? names[r]
                                                                          : "unknown result code";
 }
