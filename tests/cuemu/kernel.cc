@@ -13,6 +13,7 @@
  */
 #include "cuemu/kernel.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,15 +74,17 @@ struct block_run {
 
 block_run g_run;
 
-/* Fiber stacks: one region, a guard page below each stack, kept between launches. */
-constexpr size_t k_stack_nbytes = 64 * 1024;
+/* Fiber stacks: one region, a guard below each stack, kept between launches. The guard is
+ * 64 KiB so that a big local array that overflows lands in it, not in the next stack. */
+constexpr size_t k_guard_nbytes = 64 * 1024;
+size_t g_stack_nbytes; /* ACCEL_CUEMU_STACK_KIB (64), read at the first launch */
 char *g_stacks;
 size_t g_stack_stride;
 unsigned g_stack_count;
 kthread *g_threads;
 warp_lanes *g_warps;
 
-int g_reverse = -1; /* ACCEL_CUEMU_ORDER, read at the first launch */
+int g_reverse; /* ACCEL_CUEMU_ORDER, read at the first launch */
 
 const char *op_name(op_kind op)
 {
@@ -415,8 +418,7 @@ void reserve_fibers(unsigned n)
     if (n <= g_stack_count) {
         return;
     }
-    long page = sysconf(_SC_PAGESIZE);
-    size_t stride = k_stack_nbytes + (size_t)page;
+    size_t stride = g_stack_nbytes + k_guard_nbytes;
     if (g_stacks != nullptr) {
         munmap(g_stacks, g_stack_stride * g_stack_count);
     }
@@ -433,11 +435,11 @@ void reserve_fibers(unsigned n)
     }
     if (p == MAP_FAILED || thr == nullptr || warps == nullptr) {
         fprintf(stderr, "cuemu: no memory for %u fiber stacks of %zu KiB\n", n,
-                k_stack_nbytes / 1024);
+                g_stack_nbytes / 1024);
         abort();
     }
     for (unsigned i = 0; i < n; i++) { /* overflowing a stack faults instead of corrupting */
-        mprotect(static_cast<char *>(p) + stride * i, (size_t)page, PROT_NONE);
+        mprotect(static_cast<char *>(p) + stride * i, k_guard_nbytes, PROT_NONE);
     }
     g_stacks = static_cast<char *>(p);
     g_stack_stride = stride;
@@ -458,7 +460,7 @@ void run_block(unsigned n)
          * the same cache sets. */
         size_t color = (i % 64) * 64;
         char *top = g_stacks + g_stack_stride * (i + 1) - color;
-        t->ctx = bctx::make_fcontext(top, k_stack_nbytes - color, fiber_main);
+        t->ctx = bctx::make_fcontext(top, g_stack_nbytes - color, fiber_main);
     }
     for (unsigned w = 0; w < (n + 31) / 32; w++) {
         g_run.warps[w].waiting = 0;
@@ -500,17 +502,87 @@ void run_block(unsigned n)
     }
 }
 
-int read_order(void)
+/* ---- a stack overflow names the kernel and thread instead of a bare SIGSEGV ---- */
+
+struct sigaction g_old_segv;
+
+void on_segv(int sig, siginfo_t *si, void *uctx)
+{
+    const char *a = static_cast<const char *>(si->si_addr);
+    size_t span = g_stack_stride * g_stack_count;
+    if (g_run.cur != nullptr && a >= g_stacks && a < g_stacks + span &&
+        (size_t)(a - g_stacks) % g_stack_stride < k_guard_nbytes) {
+        /* Not async-signal-safe, but the process ends here anyway. */
+        char msg[512];
+        int len = snprintf(msg, sizeof msg,
+                           "cuemu: kernel %s (launched at %s:%d), block (%u,%u,%u), thread "
+                           "(%u,%u,%u): its locals overflowed the fiber stack of %zu KiB "
+                           "(raise ACCEL_CUEMU_STACK_KIB)\n",
+                           kernel_name(g_run.site->kernel).s, g_run.site->file, g_run.site->line,
+                           g_block_idx.x, g_block_idx.y, g_block_idx.z, g_run.cur->tid.x,
+                           g_run.cur->tid.y, g_run.cur->tid.z, g_stack_nbytes / 1024);
+        if (write(2, msg, len > 0 ? (size_t)len : 0) < 0) {
+            /* nothing more to say */
+        }
+        abort();
+    }
+    /* Not ours: the handler that was there before. */
+    if ((g_old_segv.sa_flags & SA_SIGINFO) && g_old_segv.sa_sigaction != nullptr) {
+        g_old_segv.sa_sigaction(sig, si, uctx);
+    } else if (g_old_segv.sa_handler != SIG_DFL && g_old_segv.sa_handler != SIG_IGN) {
+        g_old_segv.sa_handler(sig);
+    } else {
+        sigaction(SIGSEGV, &g_old_segv, nullptr); /* the fault repeats, with the default */
+    }
+}
+
+/* A fault on a guard page needs a stack of its own to be handled on. Once per host thread. */
+void ensure_signal_stack(void)
+{
+    static thread_local bool done;
+    if (done) {
+        return;
+    }
+    done = true;
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+        stack_t st;
+        st.ss_size = 64 * 1024;
+        st.ss_sp = malloc(st.ss_size); /* the thread's for its lifetime */
+        st.ss_flags = 0;
+        if (st.ss_sp != nullptr) {
+            sigaltstack(&st, nullptr);
+        }
+    }
+}
+
+/* The environment, once. */
+void configure(void)
 {
     const char *v = getenv("ACCEL_CUEMU_ORDER");
-    if (v == nullptr || v[0] == '\0' || strcmp(v, "forward") == 0) {
-        return 0;
+    if (v != nullptr && strcmp(v, "reverse") == 0) {
+        g_reverse = 1;
+    } else if (v != nullptr && v[0] != '\0' && strcmp(v, "forward") != 0) {
+        fprintf(stderr, "cuemu: ACCEL_CUEMU_ORDER=%s: expected forward or reverse\n", v);
+        abort();
     }
-    if (strcmp(v, "reverse") == 0) {
-        return 1;
+    long kib = 64;
+    v = getenv("ACCEL_CUEMU_STACK_KIB");
+    if (v != nullptr && v[0] != '\0') {
+        char *end;
+        kib = strtol(v, &end, 10);
+        if (*end != '\0' || kib < 16 || kib > 65536) {
+            fprintf(stderr, "cuemu: ACCEL_CUEMU_STACK_KIB=%s: expected 16 to 65536\n", v);
+            abort();
+        }
     }
-    fprintf(stderr, "cuemu: ACCEL_CUEMU_ORDER=%s: expected forward or reverse\n", v);
-    abort();
+    g_stack_nbytes = (size_t)kib * 1024;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
 }
 
 } // namespace
@@ -645,9 +717,10 @@ int check_pointer_arg(const launch_site &s, int index, const void *p)
 void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
 {
     cuemu_lock();
-    if (g_reverse < 0) {
-        g_reverse = read_order();
+    if (g_stack_nbytes == 0) {
+        configure();
     }
+    ensure_signal_stack();
     unsigned n = site.block.x * site.block.y * site.block.z;
     reserve_fibers(n);
     g_run.site = &site;
