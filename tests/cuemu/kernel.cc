@@ -446,6 +446,24 @@ void reserve_fibers(unsigned n)
     g_stack_count = n;
 }
 
+/* The launch's dynamic shared memory (launch_check capped it at 48 KiB). */
+void reserve_dynamic_shared(size_t nbytes)
+{
+    static size_t have;
+    if (nbytes <= have && g_dynamic_shared != nullptr) {
+        return;
+    }
+    void *p = nullptr;
+    size_t want = nbytes < 1024 ? 1024 : nbytes;
+    if (posix_memalign(&p, 128, want) != 0) {
+        fprintf(stderr, "cuemu: no memory for %zu bytes of dynamic shared memory\n", want);
+        abort();
+    }
+    free(g_dynamic_shared);
+    g_dynamic_shared = static_cast<char *>(p);
+    have = want;
+}
+
 /* Runs one block to its end (all threads exited). */
 void run_block(unsigned n)
 {
@@ -588,6 +606,7 @@ void configure(void)
 } // namespace
 
 const uint3 *g_thread_idx = &k_zero;
+char *g_dynamic_shared;
 uint3 g_block_idx;
 dim3 g_block_dim(0, 0, 0), g_grid_dim(0, 0, 0);
 
@@ -730,6 +749,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
     g_run.warps = g_warps;
     g_run.n = n;
     g_run.reverse = g_reverse;
+    reserve_dynamic_shared(site.smem);
     g_block_dim = site.block;
     g_grid_dim = site.grid;
     unsigned long long blocks = (unsigned long long)site.grid.x * site.grid.y * site.grid.z;
@@ -738,6 +758,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
         g_block_idx.x = (unsigned)(b % site.grid.x);
         g_block_idx.y = (unsigned)(b / site.grid.x % site.grid.y);
         g_block_idx.z = (unsigned)(b / ((unsigned long long)site.grid.x * site.grid.y));
+        memset(g_dynamic_shared, 0xff, site.smem); /* unwritten shared memory reads NaN */
         run_block(n);
     }
     g_run.site = nullptr;

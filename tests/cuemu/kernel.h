@@ -4,7 +4,8 @@
  * compiles and runs on the CPU (kernel.cc schedules it).
  *
  * What a kernel sees: threadIdx, blockIdx, blockDim, gridDim, warpSize; __shared__ is a
- * function-static variable (blocks run one after another, so one copy is right); barriers
+ * function-static variable (blocks run one after another, so one copy is right), dynamic shared
+ * memory a buffer of the launch's smem bytes; barriers
  * (__syncthreads*, __syncwarp), warp shuffles and votes switch between the block's threads,
  * which are fibers; atomics are plain read-modify-writes (threads never switch inside one);
  * device math is the host's (-ffp-contract=off stands for nvcc's -fmad=false).
@@ -70,6 +71,9 @@ enum op_kind {
 extern const uint3 *g_thread_idx;
 extern uint3 g_block_idx;
 extern dim3 g_block_dim, g_grid_dim;
+/* The launch's dynamic shared memory (its smem bytes, 0xFF at the start of each block): what
+ * the launch rewrite makes of `extern __shared__ T name[];`. */
+extern char *g_dynamic_shared;
 
 /* A block-wide barrier; the __syncthreads_* reductions' result (OP_SYNCTHREADS: 0). */
 int block_barrier(op_kind op, int pred, const char *file, int line);

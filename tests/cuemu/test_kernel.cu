@@ -2,7 +2,8 @@
  * The emulator's kernel scheduler (tests/cuemu/kernel.cc), tested with kernels of its own in
  * CUDA syntax (this file goes through scripts/cuemu-launch.sed like every .cu): block
  * reductions with __syncthreads and warp shuffles, every shuffle mode and width, votes, 2D
- * blocks, grid-stride loops, atomics, launch errors, host pointers given to a kernel; in child
+ * blocks, dynamic shared memory, grid-stride loops, atomics, launch errors, host pointers given
+ * to a kernel; in child
  * processes (this program run again with a mode argument): a missing barrier that
  * ACCEL_CUEMU_ORDER=reverse exposes, and the launches that must abort with a message naming the
  * kernel, block and threads: a barrier an exited thread never reaches, a divergent barrier, a
@@ -115,6 +116,19 @@ __global__ void k_transpose(const int *in, int *out, int n)
     if (x < n && y < n) {
         out[y * n + x] = tile[threadIdx.x][threadIdx.y];
     }
+}
+
+/* Each block reverses its slice through dynamic shared memory; out2 gets what a slot held before
+ * the block wrote it (0xFF bytes: a NaN). */
+__global__ void k_reverse_dyn(const float *in, float *out, float *out2)
+{
+    extern __shared__ float dyn[];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    out2[base + t] = dyn[t];
+    __syncthreads();
+    dyn[t] = in[base + t];
+    __syncthreads();
+    out[base + t] = dyn[blockDim.x - 1 - t];
 }
 
 __global__ void k_axpb(const float *x, float *y, size_t n, float a, float b)
@@ -307,6 +321,30 @@ static void test_transpose(void)
     }
     cudaFree(in);
     cudaFree(out);
+}
+
+static void test_dynamic_shared(void)
+{
+    const int n = 96;
+    float h[n], r[n], before[n];
+    for (int i = 0; i < n; i++) {
+        h[i] = (float)i;
+    }
+    float *in = dev_alloc<float>(n), *out = dev_alloc<float>(n), *out2 = dev_alloc<float>(n);
+    to_dev(in, h, n);
+    k_reverse_dyn<<<3, 32, 32 * sizeof(float)>>>(in, out, out2);
+    CUDA_OK(cudaGetLastError());
+    to_host(r, out, n);
+    to_host(before, out2, n);
+    for (int i = 0; i < n; i++) {
+        int b = i / 32, t = i % 32;
+        CHECK(r[i] == h[b * 32 + 31 - t], "dynamic shared: out[%d] = %g", i, (double)r[i]);
+        CHECK(before[i] != before[i], "block %d saw %g in fresh shared memory", b,
+              (double)before[i]);
+    }
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(out2);
 }
 
 static void test_grid_stride_and_atomics(void)
@@ -510,6 +548,7 @@ int main(int argc, char **argv)
     test_block_sum();
     test_shuffles();
     test_transpose();
+    test_dynamic_shared();
     test_grid_stride_and_atomics();
     test_launch_errors();
     test_order();
