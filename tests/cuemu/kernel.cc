@@ -508,10 +508,10 @@ void run_block(unsigned n)
                 if (t->state == EXITED) {
                     continue;
                 }
-                if (a->state == AT_BARRIER ? t->state != AT_BARRIER
-                                           : (warp_base(t) == warp_base(a) &&
-                                              ((a->mask >> lane_of(t)) & 1u) &&
-                                              (t->state != AT_WARP || t->mask != a->mask))) {
+                if (a->state == AT_BARRIER
+                        ? t->state != AT_BARRIER
+                        : (warp_base(t) == warp_base(a) && ((a->mask >> lane_of(t)) & 1u) &&
+                           (t->state != AT_WARP || t->mask != a->mask))) {
                     b = t;
                 }
             }
@@ -520,7 +520,7 @@ void run_block(unsigned n)
     }
 }
 
-/* ---- a stack overflow names the kernel and thread instead of a bare SIGSEGV ---- */
+/* ---- a fault in a kernel names the kernel and thread instead of a bare SIGSEGV ---- */
 
 struct sigaction g_old_segv;
 
@@ -528,23 +528,36 @@ void on_segv(int sig, siginfo_t *si, void *uctx)
 {
     const char *a = static_cast<const char *>(si->si_addr);
     size_t span = g_stack_stride * g_stack_count;
-    if (g_run.cur != nullptr && a >= g_stacks && a < g_stacks + span &&
-        (size_t)(a - g_stacks) % g_stack_stride < k_guard_nbytes) {
+    if (g_run.cur != nullptr) {
+        int overflow = a >= g_stacks && a < g_stacks + span &&
+                       (size_t)(a - g_stacks) % g_stack_stride < k_guard_nbytes;
         /* Not async-signal-safe, but the process ends here anyway. */
         char msg[512];
         int len = snprintf(msg, sizeof msg,
                            "cuemu: kernel %s (launched at %s:%d), block (%u,%u,%u), thread "
-                           "(%u,%u,%u): its locals overflowed the fiber stack of %zu KiB "
-                           "(raise ACCEL_CUEMU_STACK_KIB)\n",
+                           "(%u,%u,%u): ",
                            kernel_name(g_run.site->kernel).s, g_run.site->file, g_run.site->line,
                            g_block_idx.x, g_block_idx.y, g_block_idx.z, g_run.cur->tid.x,
-                           g_run.cur->tid.y, g_run.cur->tid.z, g_stack_nbytes / 1024);
-        if (write(2, msg, len > 0 ? (size_t)len : 0) < 0) {
-            /* nothing more to say */
+                           g_run.cur->tid.y, g_run.cur->tid.z);
+        if (len > 0 && (size_t)len < sizeof msg) {
+            if (overflow) {
+                snprintf(msg + len, sizeof msg - (size_t)len,
+                         "its locals overflowed the fiber stack of %zu KiB (raise "
+                         "ACCEL_CUEMU_STACK_KIB)\n",
+                         g_stack_nbytes / 1024);
+            } else {
+                snprintf(msg + len, sizeof msg - (size_t)len,
+                         "invalid memory access at %p (SIGSEGV)\n", si->si_addr);
+            }
+            if (write(2, msg, strlen(msg)) < 0) {
+                /* nothing more to say */
+            }
         }
-        abort();
+        if (overflow) {
+            abort();
+        }
     }
-    /* Not ours: the handler that was there before. */
+    /* Otherwise the handler that was there before. */
     if ((g_old_segv.sa_flags & SA_SIGINFO) && g_old_segv.sa_sigaction != nullptr) {
         g_old_segv.sa_sigaction(sig, si, uctx);
     } else if (g_old_segv.sa_handler != SIG_DFL && g_old_segv.sa_handler != SIG_IGN) {
@@ -636,11 +649,11 @@ static void warp_wait(kthread *t, op_kind op, unsigned mask, const char *file, i
     t->mask = mask;
     t->file = file;
     t->line = line;
-    if (!((mask >> lane_of(t)) & 1u)) {
-        fail(t, nullptr, "%s: the mask 0x%08x does not name the calling lane %u", op_name(op),
-             mask, lane_of(t));
-    }
     t->state = AT_WARP;
+    if (!((mask >> lane_of(t)) & 1u)) {
+        fail(t, nullptr, "%s: the mask 0x%08x does not name the calling lane %u", op_name(op), mask,
+             lane_of(t));
+    }
     warp_of(t)->waiting |= 1u << lane_of(t);
     try_complete_warp(t);
     yield();
@@ -722,8 +735,7 @@ int check_pointer_arg(const launch_site &s, int index, const void *p)
         return 0;
     }
     /* One past the end of an allocation (an empty span at its end) is a device pointer too. */
-    if (cuemu_lookup(static_cast<const char *>(p) - 1, nullptr, nullptr, nullptr) ==
-        CUEMU_DEVICE) {
+    if (cuemu_lookup(static_cast<const char *>(p) - 1, nullptr, nullptr, nullptr) == CUEMU_DEVICE) {
         return 0;
     }
     cuemu_set_error(cudaErrorInvalidValue,

@@ -115,7 +115,9 @@ template <class T> int check_arg(const launch_site &site, int index, const T &v)
 template <class... P> class launcher
 {
   public:
-    launcher(void (*kernel)(P...), const launch_site &site) : kernel_(kernel), site_(site) {}
+    launcher(void (*kernel)(P...), const launch_site &site) : kernel_(kernel), site_(site)
+    {
+    }
 
     /* The launch proper: CUDA copies the arguments, converted to the parameters' types. */
     template <class... A> void operator()(A &&...args) const
@@ -268,8 +270,12 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,
 }
 
 /* Memory fences order nothing here: one thread runs at a time. */
-inline void __threadfence(void) {}
-inline void __threadfence_block(void) {}
+inline void __threadfence(void)
+{
+}
+inline void __threadfence_block(void)
+{
+}
 template <class T> T __ldg(const T *p)
 {
     return *p;
