@@ -500,6 +500,29 @@ inline float __saturatef(float x)
 {
     return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : (x != x ? 0.0f : x));
 }
+/* CUDA's min / max overloads: the usual arithmetic conversions, fmin / fmax for floats. */
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>
+std::common_type_t<A, B> min(A a, B b)
+{
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point<T>::value) {
+        return (T)fmin((double)a, (double)b);
+    } else {
+        return (T)a < (T)b ? (T)a : (T)b;
+    }
+}
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>
+std::common_type_t<A, B> max(A a, B b)
+{
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point<T>::value) {
+        return (T)fmax((double)a, (double)b);
+    } else {
+        return (T)a > (T)b ? (T)a : (T)b;
+    }
+}
 inline int __popc(unsigned x)
 {
     return __builtin_popcount(x);
