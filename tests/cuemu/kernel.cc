@@ -38,6 +38,7 @@ struct kthread {
     bctx::fcontext_t ctx;
     uint3 tid;
     int state;
+    int started; /* it has a fiber (it may run on the stack of a thread that exited) */
     unsigned ready_pass; /* the pass that made it ready: it runs in a later one */
     op_kind op;
     unsigned mask; /* warp operations */
@@ -223,9 +224,20 @@ void came_from(bctx::transfer_t t)
     }
 }
 
-/* Leaves `me` (nullptr: the scheduler) for `to` (nullptr: the scheduler) until resumed. */
+void fiber_main(bctx::transfer_t t);
+
+/* Leaves `me` (nullptr: the scheduler) for `to` (nullptr: the scheduler) until resumed. A thread
+ * that has not started gets a fiber on its own stack. */
 void switch_to(kthread *me, kthread *to)
 {
+    if (to != nullptr && !to->started) {
+        /* Stacks start at staggered offsets: at one offset their hot frames would all fall in
+         * the same cache sets. */
+        size_t i = (size_t)(to - g_run.thr), color = (i % 64) * 64;
+        char *top = g_stacks + g_stack_stride * (i + 1) - color;
+        to->ctx = bctx::make_fcontext(top, g_stack_nbytes - color, fiber_main);
+        to->started = 1;
+    }
     g_run.cur = to;
     g_thread_idx = to != nullptr ? &to->tid : &k_zero;
     came_from(bctx::jump_fcontext(to != nullptr ? to->ctx : g_run.sched, me));
@@ -389,11 +401,9 @@ void try_complete_warp(kthread *t)
 
 /* ---- fibers and the scheduler ---- */
 
-void fiber_main(bctx::transfer_t t)
+/* A thread's end: it may let others go on, or be the last one a barrier waited for. */
+void thread_exit(kthread *me)
 {
-    came_from(t);
-    g_run.body(g_run.ctx);
-    kthread *me = g_run.cur;
     me->state = EXITED;
     g_run.n_exited++;
     if (g_run.n_at_barrier > 0 && g_run.n_at_barrier + g_run.n_exited == g_run.n) {
@@ -408,8 +418,25 @@ void fiber_main(bctx::transfer_t t)
             try_complete_warp(&w[j]);
         }
     }
-    switch_to(&g_dead, next_ready());
-    abort(); /* an exited fiber is never resumed */
+}
+
+/* When its thread exits, a fiber runs the next thread itself if that one has not started: a
+ * kernel without barriers then runs a whole block on one stack, without a switch. */
+void fiber_main(bctx::transfer_t t)
+{
+    came_from(t);
+    for (;;) {
+        g_run.body(g_run.ctx);
+        thread_exit(g_run.cur);
+        kthread *next = next_ready();
+        if (next == nullptr || next->started) {
+            switch_to(&g_dead, next);
+            abort(); /* an exited fiber is never resumed */
+        }
+        next->started = 1;
+        g_run.cur = next;
+        g_thread_idx = &next->tid;
+    }
 }
 
 /* Stacks and thread records for n threads. */
@@ -474,11 +501,6 @@ void run_block(unsigned n)
         t->tid.y = i / g_block_dim.x % g_block_dim.y;
         t->tid.z = i / (g_block_dim.x * g_block_dim.y);
         t->state = READY;
-        /* Stacks start at staggered offsets: at one offset their hot frames would all fall in
-         * the same cache sets. */
-        size_t color = (i % 64) * 64;
-        char *top = g_stacks + g_stack_stride * (i + 1) - color;
-        t->ctx = bctx::make_fcontext(top, g_stack_nbytes - color, fiber_main);
     }
     for (unsigned w = 0; w < (n + 31) / 32; w++) {
         g_run.warps[w].waiting = 0;
