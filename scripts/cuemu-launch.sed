@@ -10,6 +10,9 @@
 # diagnostic pragma cannot silence that warning in g++ 12).
 s/^([[:space:]]*)#[[:space:]]*pragma[[:space:]]+unroll[[:space:]]*$/\1#pragma GCC unroll 16/
 s/^([[:space:]]*)#[[:space:]]*pragma[[:space:]]+unroll[[:space:]]+([^[:space:]].*)$/\1#pragma GCC unroll \2/
+# Dynamic shared memory, `extern __shared__ [__align__(n)] T name[];`, becomes a pointer to the
+# launch's smem bytes (kernel.h: cuemu::g_dynamic_shared), as every such array aliases them.
+s/^([[:space:]]*)extern[[:space:]]+__shared__[[:space:]]+(__align__[[:space:]]*\([^)]*\)[[:space:]]+)?(.*[^[:space:]])[[:space:]]+([A-Za-z_][A-Za-z0-9_]*)[[:space:]]*\[[[:space:]]*\][[:space:]]*;/\1\3 *const \4 = reinterpret_cast<\3 *>(::cuemu::g_dynamic_shared);/
 /<<</ {
     :join
     />>>/! {

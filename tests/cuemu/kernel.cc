@@ -13,6 +13,7 @@
  */
 #include "cuemu/kernel.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@ struct kthread {
     bctx::fcontext_t ctx;
     uint3 tid;
     int state;
+    int started; /* it has a fiber (it may run on the stack of a thread that exited) */
     unsigned ready_pass; /* the pass that made it ready: it runs in a later one */
     op_kind op;
     unsigned mask; /* warp operations */
@@ -73,15 +75,17 @@ struct block_run {
 
 block_run g_run;
 
-/* Fiber stacks: one region, a guard page below each stack, kept between launches. */
-constexpr size_t k_stack_nbytes = 64 * 1024;
+/* Fiber stacks: one region, a guard below each stack, kept between launches. The guard is
+ * 64 KiB so that a big local array that overflows lands in it, not in the next stack. */
+constexpr size_t k_guard_nbytes = 64 * 1024;
+size_t g_stack_nbytes; /* ACCEL_CUEMU_STACK_KIB (64), read at the first launch */
 char *g_stacks;
 size_t g_stack_stride;
 unsigned g_stack_count;
 kthread *g_threads;
 warp_lanes *g_warps;
 
-int g_reverse = -1; /* ACCEL_CUEMU_ORDER, read at the first launch */
+int g_reverse; /* ACCEL_CUEMU_ORDER, read at the first launch */
 
 const char *op_name(op_kind op)
 {
@@ -220,9 +224,20 @@ void came_from(bctx::transfer_t t)
     }
 }
 
-/* Leaves `me` (nullptr: the scheduler) for `to` (nullptr: the scheduler) until resumed. */
+void fiber_main(bctx::transfer_t t);
+
+/* Leaves `me` (nullptr: the scheduler) for `to` (nullptr: the scheduler) until resumed. A thread
+ * that has not started gets a fiber on its own stack. */
 void switch_to(kthread *me, kthread *to)
 {
+    if (to != nullptr && !to->started) {
+        /* Stacks start at staggered offsets: at one offset their hot frames would all fall in
+         * the same cache sets. */
+        size_t i = (size_t)(to - g_run.thr), color = (i % 64) * 64;
+        char *top = g_stacks + g_stack_stride * (i + 1) - color;
+        to->ctx = bctx::make_fcontext(top, g_stack_nbytes - color, fiber_main);
+        to->started = 1;
+    }
     g_run.cur = to;
     g_thread_idx = to != nullptr ? &to->tid : &k_zero;
     came_from(bctx::jump_fcontext(to != nullptr ? to->ctx : g_run.sched, me));
@@ -386,11 +401,9 @@ void try_complete_warp(kthread *t)
 
 /* ---- fibers and the scheduler ---- */
 
-void fiber_main(bctx::transfer_t t)
+/* A thread's end: it may let others go on, or be the last one a barrier waited for. */
+void thread_exit(kthread *me)
 {
-    came_from(t);
-    g_run.body(g_run.ctx);
-    kthread *me = g_run.cur;
     me->state = EXITED;
     g_run.n_exited++;
     if (g_run.n_at_barrier > 0 && g_run.n_at_barrier + g_run.n_exited == g_run.n) {
@@ -405,8 +418,25 @@ void fiber_main(bctx::transfer_t t)
             try_complete_warp(&w[j]);
         }
     }
-    switch_to(&g_dead, next_ready());
-    abort(); /* an exited fiber is never resumed */
+}
+
+/* When its thread exits, a fiber runs the next thread itself if that one has not started: a
+ * kernel without barriers then runs a whole block on one stack, without a switch. */
+void fiber_main(bctx::transfer_t t)
+{
+    came_from(t);
+    for (;;) {
+        g_run.body(g_run.ctx);
+        thread_exit(g_run.cur);
+        kthread *next = next_ready();
+        if (next == nullptr || next->started) {
+            switch_to(&g_dead, next);
+            abort(); /* an exited fiber is never resumed */
+        }
+        next->started = 1;
+        g_run.cur = next;
+        g_thread_idx = &next->tid;
+    }
 }
 
 /* Stacks and thread records for n threads. */
@@ -415,8 +445,7 @@ void reserve_fibers(unsigned n)
     if (n <= g_stack_count) {
         return;
     }
-    long page = sysconf(_SC_PAGESIZE);
-    size_t stride = k_stack_nbytes + (size_t)page;
+    size_t stride = g_stack_nbytes + k_guard_nbytes;
     if (g_stacks != nullptr) {
         munmap(g_stacks, g_stack_stride * g_stack_count);
     }
@@ -433,15 +462,33 @@ void reserve_fibers(unsigned n)
     }
     if (p == MAP_FAILED || thr == nullptr || warps == nullptr) {
         fprintf(stderr, "cuemu: no memory for %u fiber stacks of %zu KiB\n", n,
-                k_stack_nbytes / 1024);
+                g_stack_nbytes / 1024);
         abort();
     }
     for (unsigned i = 0; i < n; i++) { /* overflowing a stack faults instead of corrupting */
-        mprotect(static_cast<char *>(p) + stride * i, (size_t)page, PROT_NONE);
+        mprotect(static_cast<char *>(p) + stride * i, k_guard_nbytes, PROT_NONE);
     }
     g_stacks = static_cast<char *>(p);
     g_stack_stride = stride;
     g_stack_count = n;
+}
+
+/* The launch's dynamic shared memory (launch_check capped it at 48 KiB). */
+void reserve_dynamic_shared(size_t nbytes)
+{
+    static size_t have;
+    if (nbytes <= have && g_dynamic_shared != nullptr) {
+        return;
+    }
+    void *p = nullptr;
+    size_t want = nbytes < 1024 ? 1024 : nbytes;
+    if (posix_memalign(&p, 128, want) != 0) {
+        fprintf(stderr, "cuemu: no memory for %zu bytes of dynamic shared memory\n", want);
+        abort();
+    }
+    free(g_dynamic_shared);
+    g_dynamic_shared = static_cast<char *>(p);
+    have = want;
 }
 
 /* Runs one block to its end (all threads exited). */
@@ -454,11 +501,6 @@ void run_block(unsigned n)
         t->tid.y = i / g_block_dim.x % g_block_dim.y;
         t->tid.z = i / (g_block_dim.x * g_block_dim.y);
         t->state = READY;
-        /* Stacks start at staggered offsets: at one offset their hot frames would all fall in
-         * the same cache sets. */
-        size_t color = (i % 64) * 64;
-        char *top = g_stacks + g_stack_stride * (i + 1) - color;
-        t->ctx = bctx::make_fcontext(top, k_stack_nbytes - color, fiber_main);
     }
     for (unsigned w = 0; w < (n + 31) / 32; w++) {
         g_run.warps[w].waiting = 0;
@@ -488,10 +530,10 @@ void run_block(unsigned n)
                 if (t->state == EXITED) {
                     continue;
                 }
-                if (a->state == AT_BARRIER ? t->state != AT_BARRIER
-                                           : (warp_base(t) == warp_base(a) &&
-                                              ((a->mask >> lane_of(t)) & 1u) &&
-                                              (t->state != AT_WARP || t->mask != a->mask))) {
+                if (a->state == AT_BARRIER
+                        ? t->state != AT_BARRIER
+                        : (warp_base(t) == warp_base(a) && ((a->mask >> lane_of(t)) & 1u) &&
+                           (t->state != AT_WARP || t->mask != a->mask))) {
                     b = t;
                 }
             }
@@ -500,22 +542,106 @@ void run_block(unsigned n)
     }
 }
 
-int read_order(void)
+/* ---- a fault in a kernel names the kernel and thread instead of a bare SIGSEGV ---- */
+
+struct sigaction g_old_segv;
+
+void on_segv(int sig, siginfo_t *si, void *uctx)
+{
+    const char *a = static_cast<const char *>(si->si_addr);
+    size_t span = g_stack_stride * g_stack_count;
+    if (g_run.cur != nullptr) {
+        int overflow = a >= g_stacks && a < g_stacks + span &&
+                       (size_t)(a - g_stacks) % g_stack_stride < k_guard_nbytes;
+        /* Not async-signal-safe, but the process ends here anyway. */
+        char msg[512];
+        int len = snprintf(msg, sizeof msg,
+                           "cuemu: kernel %s (launched at %s:%d), block (%u,%u,%u), thread "
+                           "(%u,%u,%u): ",
+                           kernel_name(g_run.site->kernel).s, g_run.site->file, g_run.site->line,
+                           g_block_idx.x, g_block_idx.y, g_block_idx.z, g_run.cur->tid.x,
+                           g_run.cur->tid.y, g_run.cur->tid.z);
+        if (len > 0 && (size_t)len < sizeof msg) {
+            if (overflow) {
+                snprintf(msg + len, sizeof msg - (size_t)len,
+                         "its locals overflowed the fiber stack of %zu KiB (raise "
+                         "ACCEL_CUEMU_STACK_KIB)\n",
+                         g_stack_nbytes / 1024);
+            } else {
+                snprintf(msg + len, sizeof msg - (size_t)len,
+                         "invalid memory access at %p (SIGSEGV)\n", si->si_addr);
+            }
+            if (write(2, msg, strlen(msg)) < 0) {
+                /* nothing more to say */
+            }
+        }
+        if (overflow) {
+            abort();
+        }
+    }
+    /* Otherwise the handler that was there before. */
+    if ((g_old_segv.sa_flags & SA_SIGINFO) && g_old_segv.sa_sigaction != nullptr) {
+        g_old_segv.sa_sigaction(sig, si, uctx);
+    } else if (g_old_segv.sa_handler != SIG_DFL && g_old_segv.sa_handler != SIG_IGN) {
+        g_old_segv.sa_handler(sig);
+    } else {
+        sigaction(SIGSEGV, &g_old_segv, nullptr); /* the fault repeats, with the default */
+    }
+}
+
+/* A fault on a guard page needs a stack of its own to be handled on. Once per host thread. */
+void ensure_signal_stack(void)
+{
+    static thread_local bool done;
+    if (done) {
+        return;
+    }
+    done = true;
+    stack_t cur;
+    if (sigaltstack(nullptr, &cur) == 0 && (cur.ss_flags & SS_DISABLE)) {
+        stack_t st;
+        st.ss_size = 64 * 1024;
+        st.ss_sp = malloc(st.ss_size); /* the thread's for its lifetime */
+        st.ss_flags = 0;
+        if (st.ss_sp != nullptr) {
+            sigaltstack(&st, nullptr);
+        }
+    }
+}
+
+/* The environment, once. */
+void configure(void)
 {
     const char *v = getenv("ACCEL_CUEMU_ORDER");
-    if (v == nullptr || v[0] == '\0' || strcmp(v, "forward") == 0) {
-        return 0;
+    if (v != nullptr && strcmp(v, "reverse") == 0) {
+        g_reverse = 1;
+    } else if (v != nullptr && v[0] != '\0' && strcmp(v, "forward") != 0) {
+        fprintf(stderr, "cuemu: ACCEL_CUEMU_ORDER=%s: expected forward or reverse\n", v);
+        abort();
     }
-    if (strcmp(v, "reverse") == 0) {
-        return 1;
+    long kib = 64;
+    v = getenv("ACCEL_CUEMU_STACK_KIB");
+    if (v != nullptr && v[0] != '\0') {
+        char *end;
+        kib = strtol(v, &end, 10);
+        if (*end != '\0' || kib < 16 || kib > 65536) {
+            fprintf(stderr, "cuemu: ACCEL_CUEMU_STACK_KIB=%s: expected 16 to 65536\n", v);
+            abort();
+        }
     }
-    fprintf(stderr, "cuemu: ACCEL_CUEMU_ORDER=%s: expected forward or reverse\n", v);
-    abort();
+    g_stack_nbytes = (size_t)kib * 1024;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
 }
 
 } // namespace
 
 const uint3 *g_thread_idx = &k_zero;
+char *g_dynamic_shared;
 uint3 g_block_idx;
 dim3 g_block_dim(0, 0, 0), g_grid_dim(0, 0, 0);
 
@@ -545,11 +671,11 @@ static void warp_wait(kthread *t, op_kind op, unsigned mask, const char *file, i
     t->mask = mask;
     t->file = file;
     t->line = line;
-    if (!((mask >> lane_of(t)) & 1u)) {
-        fail(t, nullptr, "%s: the mask 0x%08x does not name the calling lane %u", op_name(op),
-             mask, lane_of(t));
-    }
     t->state = AT_WARP;
+    if (!((mask >> lane_of(t)) & 1u)) {
+        fail(t, nullptr, "%s: the mask 0x%08x does not name the calling lane %u", op_name(op), mask,
+             lane_of(t));
+    }
     warp_of(t)->waiting |= 1u << lane_of(t);
     try_complete_warp(t);
     yield();
@@ -631,8 +757,7 @@ int check_pointer_arg(const launch_site &s, int index, const void *p)
         return 0;
     }
     /* One past the end of an allocation (an empty span at its end) is a device pointer too. */
-    if (cuemu_lookup(static_cast<const char *>(p) - 1, nullptr, nullptr, nullptr) ==
-        CUEMU_DEVICE) {
+    if (cuemu_lookup(static_cast<const char *>(p) - 1, nullptr, nullptr, nullptr) == CUEMU_DEVICE) {
         return 0;
     }
     cuemu_set_error(cudaErrorInvalidValue,
@@ -645,9 +770,10 @@ int check_pointer_arg(const launch_site &s, int index, const void *p)
 void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
 {
     cuemu_lock();
-    if (g_reverse < 0) {
-        g_reverse = read_order();
+    if (g_stack_nbytes == 0) {
+        configure();
     }
+    ensure_signal_stack();
     unsigned n = site.block.x * site.block.y * site.block.z;
     reserve_fibers(n);
     g_run.site = &site;
@@ -657,6 +783,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
     g_run.warps = g_warps;
     g_run.n = n;
     g_run.reverse = g_reverse;
+    reserve_dynamic_shared(site.smem);
     g_block_dim = site.block;
     g_grid_dim = site.grid;
     unsigned long long blocks = (unsigned long long)site.grid.x * site.grid.y * site.grid.z;
@@ -665,6 +792,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
         g_block_idx.x = (unsigned)(b % site.grid.x);
         g_block_idx.y = (unsigned)(b / site.grid.x % site.grid.y);
         g_block_idx.z = (unsigned)(b / ((unsigned long long)site.grid.x * site.grid.y));
+        memset(g_dynamic_shared, 0xff, site.smem); /* unwritten shared memory reads NaN */
         run_block(n);
     }
     g_run.site = nullptr;

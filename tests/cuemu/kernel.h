@@ -4,7 +4,8 @@
  * compiles and runs on the CPU (kernel.cc schedules it).
  *
  * What a kernel sees: threadIdx, blockIdx, blockDim, gridDim, warpSize; __shared__ is a
- * function-static variable (blocks run one after another, so one copy is right); barriers
+ * function-static variable (blocks run one after another, so one copy is right), dynamic shared
+ * memory a buffer of the launch's smem bytes; barriers
  * (__syncthreads*, __syncwarp), warp shuffles and votes switch between the block's threads,
  * which are fibers; atomics are plain read-modify-writes (threads never switch inside one);
  * device math is the host's (-ffp-contract=off stands for nvcc's -fmad=false).
@@ -70,6 +71,9 @@ enum op_kind {
 extern const uint3 *g_thread_idx;
 extern uint3 g_block_idx;
 extern dim3 g_block_dim, g_grid_dim;
+/* The launch's dynamic shared memory (its smem bytes, 0xFF at the start of each block): what
+ * the launch rewrite makes of `extern __shared__ T name[];`. */
+extern char *g_dynamic_shared;
 
 /* A block-wide barrier; the __syncthreads_* reductions' result (OP_SYNCTHREADS: 0). */
 int block_barrier(op_kind op, int pred, const char *file, int line);
@@ -111,7 +115,9 @@ template <class T> int check_arg(const launch_site &site, int index, const T &v)
 template <class... P> class launcher
 {
   public:
-    launcher(void (*kernel)(P...), const launch_site &site) : kernel_(kernel), site_(site) {}
+    launcher(void (*kernel)(P...), const launch_site &site) : kernel_(kernel), site_(site)
+    {
+    }
 
     /* The launch proper: CUDA copies the arguments, converted to the parameters' types. */
     template <class... A> void operator()(A &&...args) const
@@ -264,8 +270,12 @@ T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize,
 }
 
 /* Memory fences order nothing here: one thread runs at a time. */
-inline void __threadfence(void) {}
-inline void __threadfence_block(void) {}
+inline void __threadfence(void)
+{
+}
+inline void __threadfence_block(void)
+{
+}
 template <class T> T __ldg(const T *p)
 {
     return *p;
@@ -489,6 +499,29 @@ inline double rsqrt(double x)
 inline float __saturatef(float x)
 {
     return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : (x != x ? 0.0f : x));
+}
+/* CUDA's min / max overloads: the usual arithmetic conversions, fmin / fmax for floats. */
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>
+std::common_type_t<A, B> min(A a, B b)
+{
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point<T>::value) {
+        return (T)fmin((double)a, (double)b);
+    } else {
+        return (T)a < (T)b ? (T)a : (T)b;
+    }
+}
+template <class A, class B,
+          class = std::enable_if_t<std::is_arithmetic<A>::value && std::is_arithmetic<B>::value>>
+std::common_type_t<A, B> max(A a, B b)
+{
+    using T = std::common_type_t<A, B>;
+    if constexpr (std::is_floating_point<T>::value) {
+        return (T)fmax((double)a, (double)b);
+    } else {
+        return (T)a > (T)b ? (T)a : (T)b;
+    }
 }
 inline int __popc(unsigned x)
 {

@@ -2,10 +2,12 @@
  * The emulator's kernel scheduler (tests/cuemu/kernel.cc), tested with kernels of its own in
  * CUDA syntax (this file goes through scripts/cuemu-launch.sed like every .cu): block
  * reductions with __syncthreads and warp shuffles, every shuffle mode and width, votes, 2D
- * blocks, grid-stride loops, atomics, launch errors, host pointers given to a kernel; in child
+ * blocks, dynamic shared memory, grid-stride loops, atomics, launch errors, host pointers given
+ * to a kernel; in child
  * processes (this program run again with a mode argument): a missing barrier that
- * ACCEL_CUEMU_ORDER=reverse exposes, and a barrier an exited thread never reaches (abort with
- * a message naming the kernel, block and threads).
+ * ACCEL_CUEMU_ORDER=reverse exposes, and the launches that must abort with a message naming the
+ * kernel, block and threads: a barrier an exited thread never reaches, a divergent barrier, a
+ * warp deadlock, a fiber stack overflow.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -116,6 +118,19 @@ __global__ void k_transpose(const int *in, int *out, int n)
     }
 }
 
+/* Each block reverses its slice through dynamic shared memory; out2 gets what a slot held before
+ * the block wrote it (0xFF bytes: a NaN). */
+__global__ void k_reverse_dyn(const float *in, float *out, float *out2)
+{
+    extern __shared__ float dyn[];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    out2[base + t] = dyn[t];
+    __syncthreads();
+    dyn[t] = in[base + t];
+    __syncthreads();
+    out[base + t] = dyn[blockDim.x - 1 - t];
+}
+
 __global__ void k_axpb(const float *x, float *y, size_t n, float a, float b)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -191,6 +206,16 @@ __global__ void k_warp_deadlock(int *out)
     }
     __syncthreads();
     out[threadIdx.x] = v;
+}
+
+/* 40 KB of locals: more than a 16 KiB fiber stack. */
+__global__ void k_big_locals(int *out)
+{
+    volatile char buf[40000];
+    for (int i = 0; i < (int)sizeof buf; i++) {
+        buf[i] = (char)i;
+    }
+    out[threadIdx.x] = buf[threadIdx.x];
 }
 
 __global__ void k_touch(int *p)
@@ -298,6 +323,30 @@ static void test_transpose(void)
     cudaFree(out);
 }
 
+static void test_dynamic_shared(void)
+{
+    const int n = 96;
+    float h[n], r[n], before[n];
+    for (int i = 0; i < n; i++) {
+        h[i] = (float)i;
+    }
+    float *in = dev_alloc<float>(n), *out = dev_alloc<float>(n), *out2 = dev_alloc<float>(n);
+    to_dev(in, h, n);
+    k_reverse_dyn<<<3, 32, 32 * sizeof(float)>>>(in, out, out2);
+    CUDA_OK(cudaGetLastError());
+    to_host(r, out, n);
+    to_host(before, out2, n);
+    for (int i = 0; i < n; i++) {
+        int b = i / 32, t = i % 32;
+        CHECK(r[i] == h[b * 32 + 31 - t], "dynamic shared: out[%d] = %g", i, (double)r[i]);
+        CHECK(before[i] != before[i], "block %d saw %g in fresh shared memory", b,
+              (double)before[i]);
+    }
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(out2);
+}
+
 static void test_grid_stride_and_atomics(void)
 {
     const size_t n = 1000;
@@ -387,7 +436,8 @@ static int child_neighbour(int with_barrier)
     return 0;
 }
 
-/* Child: a launch that must abort (which: 0 exit before a barrier, 1 divergent, 2 warp). */
+/* Child: a launch that must abort (which: 0 exit before a barrier, 1 divergent barrier, 2 warp
+ * deadlock, 3 stack overflow). */
 static int child_deadlock(int which)
 {
     int *out = dev_alloc<int>(64);
@@ -395,8 +445,10 @@ static int child_deadlock(int which)
         k_deadlock<<<2, 64>>>(out);
     } else if (which == 1) {
         k_divergent<<<1, 32>>>(out);
-    } else {
+    } else if (which == 2) {
         k_warp_deadlock<<<1, 64>>>(out);
+    } else {
+        k_big_locals<<<1, 2>>>(out);
     }
     printf("returned\n");
     return 0;
@@ -404,11 +456,11 @@ static int child_deadlock(int which)
 
 static char g_self[4096];
 
-/* Runs this program with `mode` (env order, stderr into stdout); its output and status. */
-static int run_child(const char *mode, const char *order, char *buf, size_t cap)
+/* Runs this program with `mode` (env: VAR=value, stderr into stdout); its output and status. */
+static int run_child(const char *mode, const char *env, char *buf, size_t cap)
 {
     char cmd[5000];
-    snprintf(cmd, sizeof cmd, "ACCEL_CUEMU_ORDER=%s '%s' %s 2>&1", order, g_self, mode);
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>&1", env, g_self, mode);
     FILE *f = popen(cmd, "r");
     if (f == nullptr) {
         perror("popen");
@@ -422,23 +474,23 @@ static int run_child(const char *mode, const char *order, char *buf, size_t cap)
 static void test_order(void)
 {
     char fwd[256], rev[256];
-    int s1 = run_child("neighbour-barrier", "forward", fwd, sizeof fwd);
-    int s2 = run_child("neighbour-barrier", "reverse", rev, sizeof rev);
+    int s1 = run_child("neighbour-barrier", "ACCEL_CUEMU_ORDER=forward", fwd, sizeof fwd);
+    int s2 = run_child("neighbour-barrier", "ACCEL_CUEMU_ORDER=reverse", rev, sizeof rev);
     CHECK(s1 == 0 && s2 == 0 && strcmp(fwd, rev) == 0, "with a barrier: %s vs %s", fwd, rev);
-    s1 = run_child("neighbour-race", "forward", fwd, sizeof fwd);
-    s2 = run_child("neighbour-race", "reverse", rev, sizeof rev);
+    s1 = run_child("neighbour-race", "ACCEL_CUEMU_ORDER=forward", fwd, sizeof fwd);
+    s2 = run_child("neighbour-race", "ACCEL_CUEMU_ORDER=reverse", rev, sizeof rev);
     CHECK(s1 == 0 && s2 == 0 && strcmp(fwd, rev) != 0,
           "without a barrier the orders agree (%s): the race is not exposed", fwd);
-    s1 = run_child("neighbour-race", "sideways", fwd, sizeof fwd);
+    s1 = run_child("neighbour-race", "ACCEL_CUEMU_ORDER=sideways", fwd, sizeof fwd);
     CHECK(s1 != 0 && strstr(fwd, "ACCEL_CUEMU_ORDER=sideways") != nullptr,
           "a bad order accepted: %s", fwd);
 }
 
 /* Runs a child that must abort; its message must hold every one of `want`. */
-static void expect_abort(const char *mode, const char *const *want, int n_want)
+static void expect_abort(const char *mode, const char *env, const char *const *want, int n_want)
 {
     char out[4096];
-    int st = run_child(mode, "forward", out, sizeof out);
+    int st = run_child(mode, env, out, sizeof out);
     CHECK(WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0), "%s: status %d", mode, st);
     CHECK(strstr(out, "returned") == nullptr, "%s: the launch returned", mode);
     for (int i = 0; i < n_want; i++) {
@@ -451,13 +503,16 @@ static void test_deadlock(void)
 {
     const char *exited[] = {"k_deadlock", "block (1,0,0)", "thread (5,0,0) has exited",
                             "waits at __syncthreads"};
-    expect_abort("deadlock", exited, 4);
+    expect_abort("deadlock", "", exited, 4);
     const char *divergent[] = {"k_divergent", "divergent barrier", "thread (0,0,0)",
                                "thread (31,0,0)"};
-    expect_abort("divergent", divergent, 4);
+    expect_abort("divergent", "", divergent, 4);
     const char *warp[] = {"k_warp_deadlock", "no thread can go on",
                           "waits at __shfl_xor_sync(mask 0xffffffff)", "waits at __syncthreads"};
-    expect_abort("warp-deadlock", warp, 4);
+    expect_abort("warp-deadlock", "", warp, 4);
+    const char *stack[] = {"k_big_locals", "thread (0,0,0)", "overflowed the fiber stack of 16 KiB",
+                           "ACCEL_CUEMU_STACK_KIB"};
+    expect_abort("stack", "ACCEL_CUEMU_STACK_KIB=16", stack, 4);
 }
 
 int main(int argc, char **argv)
@@ -478,6 +533,9 @@ int main(int argc, char **argv)
         if (strcmp(argv[1], "warp-deadlock") == 0) {
             return child_deadlock(2);
         }
+        if (strcmp(argv[1], "stack") == 0) {
+            return child_deadlock(3);
+        }
         fprintf(stderr, "unknown mode %s\n", argv[1]);
         return 2;
     }
@@ -490,6 +548,7 @@ int main(int argc, char **argv)
     test_block_sum();
     test_shuffles();
     test_transpose();
+    test_dynamic_shared();
     test_grid_stride_and_atomics();
     test_launch_errors();
     test_order();
