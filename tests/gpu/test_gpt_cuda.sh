@@ -19,6 +19,9 @@
 # heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77 (skipped) without the
 # CUDA build or without a GPU; every comparison prints its worst difference.
 #
+# In the CUDA emulator build (ACCEL_CUEMU=1, tests/cuemu) the model sees context 16,
+# and gpt_step small shapes: emulated kernels run on one CPU thread.
+#
 # Activation recomputation (--recompute 1, nn_checkpoint per block) runs the same mechanism on
 # the GPU as on the CPU: with dropout 0.1, fp32, the GPU run with recomputation follows the
 # GPU run without it (step 1 <= 2e-4, every step <= 1e-3 relative: the same kernels, only
@@ -48,6 +51,10 @@ fail() {
 cat "$SRC"/examples/*.c >"$DIR/corpus.txt" # a fixed corpus, packed with the GPU build too
 
 MODEL=(--layers 2 --width 64 --heads 4 --context 32)
+if [ "${ACCEL_CUEMU:-0}" = 1 ]; then
+    # The CUDA emulator build (tests/cuemu) runs kernels on one CPU thread: half the work.
+    MODEL=(--layers 2 --width 64 --heads 4 --context 16)
+fi
 ARGS=("${MODEL[@]}" --batch 4 --steps 20 --lr 3e-3 --log_every 1 --sample 0
     --data "$DIR/corpus.txt")
 
@@ -151,7 +158,6 @@ fi
 SHAPE=(--preset gpt2-124m --layers 2 --batch 4)
 what="GPT-2 124M's shapes (T 1024, width 768, 12 heads, V 50304), 2 layers"
 if [ "${ACCEL_CUEMU:-0}" = 1 ]; then
-    # The CUDA emulator build (tests/cuemu) runs kernels on one CPU thread: small shapes.
     SHAPE=(--layers 2 --width 64 --heads 4 --context 64 --vocab 512 --batch 2)
     what="small shapes (the CUDA emulator)"
 fi
