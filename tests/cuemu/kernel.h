@@ -5,15 +5,22 @@
  *
  * What a kernel sees: threadIdx, blockIdx, blockDim, gridDim, warpSize; __shared__ is a
  * function-static variable (blocks run one after another, so one copy is right), dynamic shared
- * memory a buffer of the launch's smem bytes; barriers
- * (__syncthreads*, __syncwarp), warp shuffles and votes switch between the block's threads,
- * which are fibers; atomics are plain read-modify-writes (threads never switch inside one);
- * device math is the host's (-ffp-contract=off stands for nvcc's -fmad=false).
+ * memory a buffer of the launch's smem bytes (0xFF, a NaN, at the start of each block);
+ * barriers (__syncthreads*, __syncwarp), warp shuffles (__shfl*_sync) and votes (__ballot_sync,
+ * __any_sync, __all_sync) switch between the block's threads, which are fibers; atomics are
+ * plain read-modify-writes (threads never switch inside one); device math is the host's, exact
+ * where the GPU's fast intrinsics approximate (-ffp-contract=off stands for nvcc's -fmad=false).
  *
  * A launch `k<<<grid, block, smem, stream>>>(args)` arrives here as
  * `CUEMU_LAUNCH((k), grid, block, smem, stream)(args)`: the parameters are converted to the
  * kernel's parameter types once (as CUDA copies them at launch), pointers among them are checked
  * to be device memory, and kernel.cc runs the grid before the launch returns.
+ *
+ * Environment: ACCEL_CUEMU_ORDER=reverse runs threads and blocks last to first (a kernel whose
+ * result changes has a race); ACCEL_CUEMU_STACK_KIB (64) is each thread's stack.
+ * Not provided (a kernel using them does not compile): cooperative groups, __activemask,
+ * __match_*_sync / __reduce_*_sync, textures and surfaces, __CUDA_ARCH__ device paths, dynamic
+ * parallelism; __constant__ is an ordinary global.
  */
 #ifndef ACCEL_CUEMU_KERNEL_H
 #define ACCEL_CUEMU_KERNEL_H
@@ -102,7 +109,7 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx);
 
 template <class T> int check_arg(const launch_site &site, int index, const T &v)
 {
-    if constexpr (std::is_pointer<T>::value) {
+    if constexpr (std::is_pointer<T>::value && std::is_object<std::remove_pointer_t<T>>::value) {
         return check_pointer_arg(site, index, (const void *)v);
     } else {
         (void)site;

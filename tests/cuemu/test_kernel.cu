@@ -3,13 +3,11 @@
  * CUDA syntax (this file goes through scripts/cuemu-launch.sed like every .cu): block
  * reductions with __syncthreads and warp shuffles, every shuffle mode and width, votes, 2D
  * blocks, dynamic shared memory, grid-stride loops, atomics, launch errors, host pointers given
- * to a kernel; in child
- * processes (this program run again with a mode argument): a missing barrier that
- * ACCEL_CUEMU_ORDER=reverse exposes, and the launches that must abort with a message naming the
- * kernel, block and threads: a barrier an exited thread never reaches, a divergent barrier, a
- * warp deadlock, a fiber stack overflow.
+ * to a kernel; in child processes (this program run again with a mode argument): a missing
+ * barrier that ACCEL_CUEMU_ORDER=reverse exposes, and the launches that must abort with a
+ * message naming the kernel, block and threads: a barrier an exited thread never reaches, a
+ * divergent barrier, a warp deadlock, a fiber stack overflow.
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
