@@ -709,6 +709,10 @@ static unsigned attn_blocks(const nn_cu_attn *a)
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse)
 {
+    cudaError_t e;
+    if (nn_cu_attn_fwd_tc(s, a, qkv, y, lse, &e)) {
+        return e;
+    }
     k_attn_fwd<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, y, lse);
     return cudaGetLastError();
 }
