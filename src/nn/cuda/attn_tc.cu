@@ -145,16 +145,21 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
         /* O *= corr per row, through the scratch (S is no longer needed), where any row's max
          * grew; the first tile's O is zero. */
         if (j0 > 0 && __any_sync(0xffffffffu, corr != 1.0f)) {
-            for (int f = 0; f < nf; f++) {
-                __syncwarp();
-                wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
-                __syncwarp();
+            float4 *mine = reinterpret_cast<float4 *>(scr + r * 16 + half * 8);
 #pragma unroll
-                for (int c = 0; c < 8; c++) {
-                    scr[r * 16 + half * 8 + c] *= corr;
+            for (int f = 0; f < HDF; f++) { /* unrolled, so that o stays in registers */
+                if (f < nf) {
+                    __syncwarp();
+                    wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
+                    __syncwarp();
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        float4 v = mine[c];
+                        mine[c] = make_float4(v.x * corr, v.y * corr, v.z * corr, v.w * corr);
+                    }
+                    __syncwarp();
+                    wmma::load_matrix_sync(o[f], scr, 16, wmma::mem_row_major);
                 }
-                __syncwarp();
-                wmma::load_matrix_sync(o[f], scr, 16, wmma::mem_row_major);
             }
         }
         __syncwarp(); /* P's rows are written */
@@ -163,10 +168,13 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
         for (int k = 0; k < KT / 16; k++) {
             frag_a pa;
             wmma::load_matrix_sync(pa, sp + 16 * warp * KT + 16 * k, KT);
-            for (int f = 0; f < nf; f++) {
-                frag_b_row vb;
-                wmma::load_matrix_sync(vb, sv + 16 * k * hd + 16 * f, hd);
-                wmma::mma_sync(o[f], pa, vb, o[f]);
+#pragma unroll
+            for (int f = 0; f < HDF; f++) {
+                if (f < nf) {
+                    frag_b_row vb;
+                    wmma::load_matrix_sync(vb, sv + 16 * k * hd + 16 * f, hd);
+                    wmma::mma_sync(o[f], pa, vb, o[f]);
+                }
             }
         }
     }
@@ -175,15 +183,20 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     }
     /* y = O / l: each fragment through the scratch, 8 consecutive floats per lane. */
     float inv = 1.0f / l;
-    float *yr = y + (b * a.T + t) * a.C + h * a.hd + half * 8;
-    for (int f = 0; f < nf; f++) {
-        __syncwarp();
-        wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
-        __syncwarp();
-        if (t < a.T) {
+    float4 *yr = reinterpret_cast<float4 *>(y + (b * a.T + t) * a.C + h * a.hd + half * 8);
+    const float4 *mine = reinterpret_cast<const float4 *>(scr + r * 16 + half * 8);
 #pragma unroll
-            for (int c = 0; c < 8; c++) {
-                yr[16 * f + c] = scr[r * 16 + half * 8 + c] * inv;
+    for (int f = 0; f < HDF; f++) {
+        if (f < nf) {
+            __syncwarp();
+            wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float4 v = mine[c];
+                if (t < a.T) {
+                    yr[4 * f + c] = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+                }
             }
         }
     }
