@@ -17,24 +17,31 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-namespace nvcuda {
-namespace wmma {
+namespace nvcuda
+{
+namespace wmma
+{
 
-struct matrix_a {};
-struct matrix_b {};
-struct accumulator {};
-struct row_major {};
-struct col_major {};
+struct matrix_a {
+};
+struct matrix_b {
+};
+struct accumulator {
+};
+struct row_major {
+};
+struct col_major {
+};
 enum layout_t { mem_row_major, mem_col_major };
 
-template <typename Use, int M, int N, int K, typename T, typename Layout = void>
-struct fragment {
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
     static_assert(M == 16 && N == 16 && K == 16, "cuemu wmma: only the 16x16x16 shape");
     static constexpr int num_elements = 256;
     T x[256];
 };
 
-namespace detail {
+namespace detail
+{
 inline float to_f(float v)
 {
     return v;
@@ -60,8 +67,7 @@ inline void check(const void *p, unsigned ldm, size_t elem, const char *what)
 }
 
 /* Element (r, c) of a 16x16 tile at p with leading dimension ldm. */
-template <typename T>
-inline T at(const T *p, unsigned ldm, int r, int c, bool row)
+template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
 {
     return row ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
 }

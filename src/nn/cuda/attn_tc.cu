@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef __CUDACC__
@@ -38,7 +39,8 @@ template <> __device__ __forceinline__ __half tc_cvt<__half>(float v)
     return __float2half_rn(v);
 }
 
-template <typename T> struct __align__(8) tc_quad {
+template <typename T> struct __align__(8) tc_quad
+{
     T v[4];
 };
 
@@ -163,7 +165,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
             }
         }
         __syncwarp(); /* P's rows are written */
-        /* O += P V: V [KT][hd] is B row-major. */
+                      /* O += P V: V [KT][hd] is B row-major. */
 #pragma unroll
         for (int k = 0; k < KT / 16; k++) {
             frag_a pa;
@@ -220,6 +222,9 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     if (g_attn_kind < 0) {
         const char *e = getenv("ACCEL_NN_ATTN");
         g_attn_kind = e != NULL && strcmp(e, "warp") == 0 ? NN_CU_ATTN_WARP : NN_CU_ATTN_AUTO;
+        if (e != NULL && *e != '\0' && strcmp(e, "warp") != 0 && strcmp(e, "auto") != 0) {
+            fprintf(stderr, "accel: ACCEL_NN_ATTN=%s ignored (warp or auto)\n", e);
+        }
     }
     if (g_attn_kind == NN_CU_ATTN_WARP || (a->rnd != 1 && a->rnd != 2) || a->p > 0.0f ||
         a->hd % 16 != 0 || a->hd > 128 || ((uintptr_t)qkv & 15) != 0 || ((uintptr_t)y & 15) != 0) {
