@@ -164,8 +164,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
                 }
             }
         }
-        __syncwarp(); /* P's rows are written */
-                      /* O += P V: V [KT][hd] is B row-major. */
+        /* O += P V once every lane wrote its P; V [KT][hd] is B row-major. */
+        __syncwarp();
 #pragma unroll
         for (int k = 0; k < KT / 16; k++) {
             frag_a pa;
