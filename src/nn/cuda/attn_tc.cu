@@ -15,9 +15,6 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #ifdef __CUDACC__
 #include <mma.h>
 #endif
@@ -207,7 +204,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     }
 }
 
-static int g_attn_kind = -1; /* NN_CU_ATTN_AUTO / _WARP; -1: ACCEL_NN_ATTN not read yet */
+static int g_attn_kind = NN_CU_ATTN_AUTO;
 
 extern "C" {
 
@@ -219,13 +216,6 @@ void nn_cu_attn_set_kernel(int kind)
 int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
                       cudaError_t *err)
 {
-    if (g_attn_kind < 0) {
-        const char *e = getenv("ACCEL_NN_ATTN");
-        g_attn_kind = e != NULL && strcmp(e, "warp") == 0 ? NN_CU_ATTN_WARP : NN_CU_ATTN_AUTO;
-        if (e != NULL && *e != '\0' && strcmp(e, "warp") != 0 && strcmp(e, "auto") != 0) {
-            fprintf(stderr, "accel: ACCEL_NN_ATTN=%s ignored (warp or auto)\n", e);
-        }
-    }
     if (g_attn_kind == NN_CU_ATTN_WARP || (a->rnd != 1 && a->rnd != 2) || a->p > 0.0f ||
         a->hd % 16 != 0 || a->hd > 128 || ((uintptr_t)qkv & 15) != 0 || ((uintptr_t)y & 15) != 0) {
         return 0;

@@ -87,9 +87,9 @@ cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
  * queued it (*err: the launch status), 0 when it does not apply. */
 int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
                       cudaError_t *err);
-/* Which forward nn_cu_attn_fwd runs: AUTO (the tensor-core kernel where it applies) or WARP (the
- * warp kernel always). The default is AUTO unless ACCEL_NN_ATTN=warp at the first forward (A/B
- * timing); tests switch in-process. */
+/* Which forward nn_cu_attn_fwd runs: AUTO (the tensor-core kernel where it applies; the
+ * default) or WARP (the warp kernel always). ops_gpu.c sets it from ACCEL_NN_ATTN at the first
+ * attention forward (A/B timing); tests switch in-process. */
 #define NN_CU_ATTN_AUTO 0
 #define NN_CU_ATTN_WARP 1
 void nn_cu_attn_set_kernel(int kind);
