@@ -41,7 +41,7 @@ test: deps
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
 	@$(MAKE) --no-print-directory test-cuda
 	@$(MAKE) --no-print-directory test-cuemu
@@ -102,4 +102,4 @@ format:
 	find include src tests examples bench -name '*.[ch]' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(CUEMU_BUILD)
