@@ -4,7 +4,8 @@
 #   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
 #                DESIGN.md §2), build with -Werror, run the unit tests under
 #                AddressSanitizer + UndefinedBehaviorSanitizer, compile the CUDA build and run
-#                its GPU tests (test-cuda), then the whole suite (its Python
+#                its GPU tests (test-cuda), run them on the CUDA emulator (test-cuemu), then
+#                the whole suite (its Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
