@@ -4,7 +4,8 @@
 #   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
 #                DESIGN.md §2), build with -Werror, run the unit tests under
 #                AddressSanitizer + UndefinedBehaviorSanitizer, compile the CUDA build and run
-#                its GPU tests (test-cuda), then the whole suite (its Python
+#                its GPU tests (test-cuda), run them on the CUDA emulator (test-cuemu), then
+#                the whole suite (its Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
@@ -41,7 +42,7 @@ test: deps
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
 	@$(MAKE) --no-print-directory test-cuda
 	@$(MAKE) --no-print-directory test-cuemu
@@ -102,4 +103,4 @@ format:
 	find include src tests examples bench -name '*.[ch]' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(CUDA_BUILD) $(CUEMU_BUILD)

@@ -69,75 +69,12 @@ static int known_type(int32_t type)
     return type == CUDA_R_32F || type == CUDA_R_16F || type == CUDA_R_16BF;
 }
 
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u = bits_of(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-        return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN stays a NaN */
-    }
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-static uint16_t to_f16(float f)
-{
-    uint32_t u = bits_of(f);
-    uint32_t sign = (u >> 16) & 0x8000u, exp = (u >> 23) & 0xFFu, man = u & 0x7FFFFFu;
-    if (exp == 0xFF) {
-        return (uint16_t)(sign | 0x7C00u | (man ? 0x200u : 0));
-    }
-    int e = (int)exp - 127 + 15;
-    if (e >= 31) {
-        return (uint16_t)(sign | 0x7C00u);
-    }
-    if (e <= 0) { /* subnormal: units of 2^-24, from the 24-bit significand */
-        if (e < -10) {
-            return (uint16_t)sign;
-        }
-        man |= 0x800000u;
-        int shift = 14 - e;
-        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        h += rem > half || (rem == half && (h & 1u));
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = sign | ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1FFFu;
-    h += rem > 0x1000u || (rem == 0x1000u && (h & 1u)); /* a carry rounds up into inf */
-    return (uint16_t)h;
-}
-
-static float from_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-    if (exp == 0) {
-        float v = ldexpf((float)man, -24);
-        return sign ? -v : v;
-    }
-    if (exp == 31) {
-        return float_of(sign | 0x7F800000u | (man << 13));
-    }
-    return float_of(sign | ((exp + 112) << 23) | (man << 13));
-}
-
 static float load(const void *p, int32_t type, int64_t i)
 {
     if (type == CUDA_R_32F) {
         return ((const float *)p)[i];
     }
-    uint16_t h = ((const uint16_t *)p)[i];
-    return type == CUDA_R_16BF ? float_of((uint32_t)h << 16) : from_f16(h);
+    return cuemu_from_half(((const uint16_t *)p)[i], type == CUDA_R_16BF);
 }
 
 static void store(void *p, int32_t type, int64_t i, float v)
@@ -145,7 +82,7 @@ static void store(void *p, int32_t type, int64_t i, float v)
     if (type == CUDA_R_32F) {
         ((float *)p)[i] = v;
     } else {
-        ((uint16_t *)p)[i] = type == CUDA_R_16BF ? to_bf16(v) : to_f16(v);
+        ((uint16_t *)p)[i] = cuemu_to_half(v, type == CUDA_R_16BF);
     }
 }
 

@@ -13,6 +13,7 @@
 #define ACCEL_CUEMU_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,10 @@ void cuemu_unlock(void);
 
 /* The calling thread's current device (cudaSetDevice). */
 int cuemu_current_device(void);
+
+/* fp32 to bf16 (bf16 = 1) or fp16 bits, rounded to nearest even; and back, exactly (half.c). */
+uint16_t cuemu_to_half(float f, int bf16);
+float cuemu_from_half(uint16_t h, int bf16);
 
 #ifdef __cplusplus
 }

@@ -1,52 +1,188 @@
 /*
- * NCCL in the emulator build (cuemu.h), for communicators of one rank: every collective of one
- * rank is a copy (a reduction of one input is that input, an average divides by one), and
- * point-to-point messages to oneself pair up inside a group. A communicator of more ranks is
- * refused with ncclInvalidUsage and a message, as the emulated devices of two processes share
- * no memory; the multi-process GPU paths (host staging) need no NCCL.
+ * NCCL in the emulator build (cuemu.h). The ranks of a communicator are processes of this
+ * machine (each with its own emulated GPU: ACCEL_CUEMU_DEVICES); they meet in a POSIX
+ * shared-memory segment named in the ncclUniqueId, with one slot per rank. Every call runs when
+ * it is issued (cuemu.h): a collective moves its data through the slots in chunks of a slot,
+ * each chunk between two barriers of the segment, and reduces in rank order in the dtype's own
+ * arithmetic (16-bit floats rounded after each combine, as NCCL's reductions round at each
+ * hop); calls inside ncclGroupStart / ncclGroupEnd run at the group's end in order, their
+ * point-to-point messages in rounds through the slots. So a call blocks until the peers make
+ * the same call, where NCCL would return and let its kernel wait on the stream: accel's nccl
+ * backend issues calls in the same order on every rank, so this only changes when they wait.
+ * Unlike NCCL, every member of a communicator must take part in a group's point-to-point
+ * rounds (accel's gather and scatter give every member a message).
  *
- * Buffers must be device memory of the size the call implies (cuemu_is_device), as on a GPU.
+ * A peer that aborts (ncclCommAbort) fails its peers' calls with ncclRemoteError; one that
+ * never arrives fails them after ACCEL_CUEMU_NCCL_TIMEOUT_S seconds (60), as NCCL's kernels
+ * would hang until a watchdog aborts them. After a failure the communicator only reports it
+ * (ncclCommGetAsyncError), as NCCL's does. Buffers must be device memory of the size the call
+ * implies (cuemu_is_device).
  */
+#include <fcntl.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
 #include "cuemu.h"
 
+#define SLOT_NBYTES ((size_t)4 << 20)
+#define MAX_RANKS 64
+
+typedef struct seg_hdr {
+    _Atomic unsigned count, gen; /* the barrier */
+    _Atomic int aborted;         /* a member aborted */
+    _Atomic int more[MAX_RANKS]; /* point-to-point rounds: member r has messages left */
+} seg_hdr;
+
 struct ncclComm {
-    int dead; /* aborted or destroyed: every later call is ncclInvalidArgument */
+    int rank, n;
+    int dead;            /* destroyed: every later call is ncclInvalidArgument */
+    _Atomic int aborted; /* this process aborted it */
+    ncclResult_t failed; /* the first failure: later calls report it */
+    seg_hdr *h;          /* the segment (n > 1) or private memory (n = 1) */
+    char *slots;         /* n slots of SLOT_NBYTES after the header */
+    size_t map_nbytes;
+    unsigned n_splits; /* children made, for their segments' names */
+    char name[96];
     char last[256];
 };
 
-/* The pending sends of the open group (to oneself), matched by receives of the same size. */
-typedef struct p2p {
-    const void *send;
-    void *recv;
-    size_t nbytes;
-} p2p;
-
-static _Thread_local int t_group;
-static _Thread_local p2p t_sends[64], t_recvs[64];
-static _Thread_local int t_n_sends, t_n_recvs;
 static _Thread_local char t_last[256];
 
-static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *what)
+static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *fmt, ...)
 {
+    char what[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     char *dst = c != NULL ? c->last : t_last;
     snprintf(dst, 256, "%s: %s", fn, what);
     fprintf(stderr, "cuemu: %s\n", dst);
+    if (c != NULL && c->failed == ncclSuccess && r != ncclInvalidArgument) {
+        c->failed = r;
+    }
     return r;
 }
+
+static char *slot(ncclComm_t c, int r)
+{
+    return c->slots + (size_t)r * SLOT_NBYTES;
+}
+
+/* ---- the segment ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ncclResult_t barrier(ncclComm_t c, const char *fn)
+{
+    if (c->n == 1) {
+        return ncclSuccess;
+    }
+    seg_hdr *h = c->h;
+    unsigned gen = atomic_load(&h->gen);
+    if (atomic_fetch_add(&h->count, 1) == (unsigned)c->n - 1) {
+        atomic_store(&h->count, 0);
+        atomic_fetch_add(&h->gen, 1);
+        return ncclSuccess;
+    }
+    const char *s = getenv("ACCEL_CUEMU_NCCL_TIMEOUT_S");
+    double limit = s != NULL && atof(s) > 0 ? atof(s) : 60.0, t0 = now_s();
+    for (unsigned spins = 0; atomic_load(&h->gen) == gen; spins++) {
+        if (atomic_load(&c->aborted)) {
+            return fail(c, ncclInvalidUsage, fn, "the communicator was aborted");
+        }
+        if (atomic_load(&h->aborted)) {
+            return fail(c, ncclRemoteError, fn, "a peer aborted the communicator");
+        }
+        if (spins < 200) {
+            sched_yield();
+            continue;
+        }
+        if (now_s() - t0 > limit) {
+            return fail(c, ncclRemoteError, fn, "a peer did not make the call within %.0f s",
+                        limit);
+        }
+        nanosleep(&(struct timespec){0, 20000}, NULL);
+    }
+    return ncclSuccess;
+}
+
+/* Maps (n > 1: creates or joins, by name) the memory of a communicator of n ranks. */
+static ncclResult_t attach(ncclComm_t c, const char *fn)
+{
+    c->map_nbytes = sizeof(seg_hdr) + 64 + (size_t)c->n * SLOT_NBYTES;
+    if (c->n == 1) {
+        c->h = calloc(1, c->map_nbytes);
+        if (c->h == NULL) {
+            return fail(c, ncclSystemError, fn, "out of memory");
+        }
+    } else {
+        int fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)c->map_nbytes) != 0) {
+            if (fd >= 0) {
+                close(fd);
+            }
+            return fail(c, ncclSystemError, fn, "cannot make the segment %s", c->name);
+        }
+        void *p = mmap(NULL, c->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            return fail(c, ncclSystemError, fn, "cannot map the segment %s", c->name);
+        }
+        c->h = p;
+    }
+    c->slots = (char *)c->h + ((sizeof(seg_hdr) + 63) / 64) * 64;
+    ncclResult_t r = barrier(c, fn); /* everyone has mapped it: the name can go */
+    if (c->n > 1 && c->rank == 0) {
+        shm_unlink(c->name);
+    }
+    return r;
+}
+
+static ncclResult_t new_comm(ncclComm_t *out, int n, int rank, const char *name, const char *fn)
+{
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return fail(NULL, ncclSystemError, fn, "out of memory");
+    }
+    c->n = n;
+    c->rank = rank;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    ncclResult_t r = attach(c, fn);
+    if (r != ncclSuccess) {
+        snprintf(t_last, sizeof t_last, "%s", c->last);
+        free(c);
+        return r;
+    }
+    *out = c;
+    return ncclSuccess;
+}
+
+/* ---- checks ---- */
 
 static size_t type_nbytes(ncclDataType_t t)
 {
     switch (t) {
     case ncclInt8:
     case ncclUint8:
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
         return 1;
     case ncclFloat16:
     case ncclBfloat16:
@@ -60,54 +196,337 @@ static size_t type_nbytes(ncclDataType_t t)
     case ncclFloat64:
         return 8;
     default:
-        return 0;
+        return 0; /* fp8: accel moves those as bytes */
     }
 }
 
-/* Checks the communicator, the dtype and the buffers of a call; 0 bytes when invalid. */
-static ncclResult_t check(ncclComm_t c, const char *fn, ncclDataType_t t, size_t count,
-                          const void *send, const void *recv, size_t *nbytes)
+static ncclResult_t usable(ncclComm_t c, const char *fn)
 {
     if (c == NULL || c->dead) {
         return fail(NULL, ncclInvalidArgument, fn, "the communicator is NULL or destroyed");
     }
+    if (c->failed != ncclSuccess) {
+        return fail(c, c->failed, fn, "the communicator failed before: %s", c->last);
+    }
+    return ncclSuccess;
+}
+
+/* Checks a call's communicator, dtype, root and buffers (of send_n and recv_n elements). */
+static ncclResult_t check(ncclComm_t c, const char *fn, ncclDataType_t t, int root,
+                          const void *send, size_t send_n, const void *recv, size_t recv_n)
+{
+    ncclResult_t r = usable(c, fn);
+    if (r != ncclSuccess) {
+        return r;
+    }
     size_t es = type_nbytes(t);
     if (es == 0) {
-        return fail(c, ncclInvalidArgument, fn, "unknown datatype");
+        return fail(c, ncclInvalidArgument, fn, "unsupported datatype %d", (int)t);
     }
-    *nbytes = count * es;
-    if (*nbytes > 0 && ((send != NULL && !cuemu_is_device(send, *nbytes)) ||
-                        (recv != NULL && !cuemu_is_device(recv, *nbytes)))) {
+    if (root < 0 || root >= c->n) {
+        return fail(c, ncclInvalidArgument, fn, "root %d is not a rank of %d", root, c->n);
+    }
+    if ((send_n > 0 && !cuemu_is_device(send, send_n * es)) ||
+        (recv_n > 0 && !cuemu_is_device(recv, recv_n * es))) {
         return fail(c, ncclInvalidArgument, fn,
                     "a buffer is not device memory of the size the call needs");
     }
     return ncclSuccess;
 }
 
-static ncclResult_t copy_call(ncclComm_t c, const char *fn, const void *send, void *recv,
-                              size_t count, ncclDataType_t t)
+/* ---- reductions, in rank order, in the dtype's arithmetic ---- */
+
+#define COMBINE(acc, v, op)                                                                        \
+    ((op) == ncclProd  ? (acc) * (v)                                                               \
+     : (op) == ncclMax ? ((v) > (acc) ? (v) : (acc))                                               \
+     : (op) == ncclMin ? ((v) < (acc) ? (v) : (acc))                                               \
+                       : (acc) + (v))
+
+#define REDUCE_AS(T)                                                                               \
+    do {                                                                                           \
+        T *d = dst;                                                                                \
+        for (size_t i = 0; i < len; i++) {                                                         \
+            T acc = ((const T *)(void *)slot(c, 0))[at + i];                                       \
+            for (int r = 1; r < c->n; r++) {                                                       \
+                T v = ((const T *)(void *)slot(c, r))[at + i];                                     \
+                acc = (T)COMBINE(acc, v, op);                                                      \
+            }                                                                                      \
+            d[i] = op == ncclAvg ? (T)(acc / (T)c->n) : acc;                                       \
+        }                                                                                          \
+    } while (0)
+
+/* dst[0, len) = the reduction of the slots' elements [at, at + len). */
+static void reduce_slots(ncclComm_t c, void *dst, size_t at, size_t len, ncclDataType_t t,
+                         ncclRedOp_t op)
 {
-    size_t nb = 0;
-    ncclResult_t r = check(c, fn, t, count, send, recv, &nb);
-    if (r == ncclSuccess && nb > 0 && send != recv) {
-        cuemu_lock();
-        memmove(recv, send, nb);
-        cuemu_unlock();
+    switch (t) {
+    case ncclInt8:
+        REDUCE_AS(int8_t);
+        break;
+    case ncclUint8:
+        REDUCE_AS(uint8_t);
+        break;
+    case ncclInt32:
+        REDUCE_AS(int32_t);
+        break;
+    case ncclUint32:
+        REDUCE_AS(uint32_t);
+        break;
+    case ncclInt64:
+        REDUCE_AS(int64_t);
+        break;
+    case ncclUint64:
+        REDUCE_AS(uint64_t);
+        break;
+    case ncclFloat32:
+        REDUCE_AS(float);
+        break;
+    case ncclFloat64:
+        REDUCE_AS(double);
+        break;
+    default: { /* fp16 / bf16: each combine rounded to the format */
+        int bf16 = t == ncclBfloat16;
+        uint16_t *d = dst;
+        for (size_t i = 0; i < len; i++) {
+            float acc = cuemu_from_half(((const uint16_t *)(void *)slot(c, 0))[at + i], bf16);
+            for (int r = 1; r < c->n; r++) {
+                float v = cuemu_from_half(((const uint16_t *)(void *)slot(c, r))[at + i], bf16);
+                acc = cuemu_from_half(cuemu_to_half(COMBINE(acc, v, op), bf16), bf16);
+            }
+            d[i] = cuemu_to_half(op == ncclAvg ? acc / (float)c->n : acc, bf16);
+        }
+    }
+    }
+}
+
+/* ---- the collectives, each in chunks of a slot ---- */
+
+typedef enum { K_ALLREDUCE, K_REDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST } coll_kind;
+
+typedef struct coll {
+    coll_kind kind;
+    const char *fn;
+    const char *send;
+    char *recv;
+    size_t count; /* elements: per rank for reduce_scatter's output and allgather's input */
+    ncclDataType_t t;
+    ncclRedOp_t op;
+    int root;
+    ncclComm_t c;
+} coll;
+
+static ncclResult_t run_coll(const coll *k)
+{
+    ncclComm_t c = k->c;
+    const size_t es = type_nbytes(k->t), per = SLOT_NBYTES / es, me = (size_t)c->rank;
+    /* The elements every rank writes to its slot: the input (reduce_scatter: all of it). */
+    const size_t total = k->kind == K_REDUCE_SCATTER ? k->count * (size_t)c->n : k->count;
+    ncclResult_t r = ncclSuccess;
+    for (size_t off = 0; r == ncclSuccess && off < total; off += per) {
+        size_t len = total - off < per ? total - off : per;
+        if (k->kind != K_BROADCAST || c->rank == k->root) {
+            memcpy(slot(c, c->rank), k->send + off * es, len * es);
+        }
+        if ((r = barrier(c, k->fn)) != ncclSuccess) {
+            break;
+        }
+        switch (k->kind) {
+        case K_ALLREDUCE:
+            reduce_slots(c, k->recv + off * es, 0, len, k->t, k->op);
+            break;
+        case K_REDUCE:
+            if (c->rank == k->root) {
+                reduce_slots(c, k->recv + off * es, 0, len, k->t, k->op);
+            }
+            break;
+        case K_REDUCE_SCATTER: { /* the part of [off, off + len) that is this rank's */
+            size_t lo = me * k->count, hi = lo + k->count;
+            size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
+            if (a < b) {
+                reduce_slots(c, k->recv + (a - lo) * es, a - off, b - a, k->t, k->op);
+            }
+            break;
+        }
+        case K_ALLGATHER:
+            for (int q = 0; q < c->n; q++) {
+                memcpy(k->recv + ((size_t)q * k->count + off) * es, slot(c, q), len * es);
+            }
+            break;
+        case K_BROADCAST:
+            memcpy(k->recv + off * es, slot(c, k->root), len * es);
+            break;
+        }
+        r = barrier(c, k->fn); /* the slots are free again */
     }
     return r;
 }
 
-static ncclResult_t check_op(ncclComm_t c, const char *fn, ncclRedOp_t op)
+/* ---- groups: calls queued until the outermost ncclGroupEnd ---- */
+
+typedef struct p2p {
+    ncclComm_t c;
+    int is_send, peer;
+    char *buf;
+    size_t nbytes, done;
+    int complete;
+} p2p;
+
+#define MAX_QUEUED 256
+
+static _Thread_local int t_group;
+static _Thread_local coll t_colls[MAX_QUEUED];
+static _Thread_local p2p t_p2p[MAX_QUEUED];
+static _Thread_local int t_n_colls, t_n_p2p;
+
+static ncclResult_t issue(const coll *k)
 {
-    return (int)op >= (int)ncclSum && (int)op <= (int)ncclAvg
-               ? ncclSuccess
-               : fail(c, ncclInvalidArgument, fn, "unknown reduction op");
+    if (t_group == 0) {
+        return run_coll(k);
+    }
+    if (t_n_colls == MAX_QUEUED) {
+        return fail(k->c, ncclInvalidUsage, k->fn, "more than %d calls in one group", MAX_QUEUED);
+    }
+    t_colls[t_n_colls++] = *k;
+    return ncclSuccess;
 }
 
-static ncclResult_t check_root(ncclComm_t c, const char *fn, int root)
+/* A message piece in a slot: to whom, how many bytes (the data follows, padded to 8). */
+typedef struct piece {
+    int32_t dst;
+    uint32_t pad;
+    uint64_t nbytes;
+} piece;
+
+/* The group's messages on communicator c, in rounds: each member packs what fits of its sends
+ * into its slot (a message may take several rounds), then takes the pieces addressed to it,
+ * from each source in order, into its receives from that source in order. */
+static ncclResult_t exchange(ncclComm_t c)
 {
-    return root == 0 ? ncclSuccess : fail(c, ncclInvalidArgument, fn, "root is not rank 0");
+    const char *fn = "ncclGroupEnd";
+    ncclResult_t r = ncclSuccess;
+    for (;;) {
+        char *mine = slot(c, c->rank), *at = mine + 8;
+        uint32_t n_pieces = 0;
+        int left = 0;
+        for (int i = 0; i < t_n_p2p; i++) {
+            p2p *m = &t_p2p[i];
+            if (m->c != c || !m->is_send || m->complete) {
+                continue;
+            }
+            size_t room = (size_t)(mine + SLOT_NBYTES - at);
+            if (room <= sizeof(piece)) {
+                left = 1;
+                break;
+            }
+            size_t len = m->nbytes - m->done;
+            len = len < room - sizeof(piece) ? len : (room - sizeof(piece)) / 8 * 8;
+            piece p = {m->peer, 0, len};
+            memcpy(at, &p, sizeof p);
+            memcpy(at + sizeof p, m->buf + m->done, len);
+            at += sizeof p + (len + 7) / 8 * 8;
+            n_pieces++;
+            m->done += len;
+            m->complete = m->done == m->nbytes;
+            if (!m->complete) {
+                left = 1;
+                break;
+            }
+        }
+        memcpy(mine, &n_pieces, sizeof n_pieces);
+        atomic_store(&c->h->more[c->rank], left);
+        if ((r = barrier(c, fn)) != ncclSuccess) {
+            return r;
+        }
+        for (int q = 0; q < c->n; q++) {
+            const char *src = slot(c, q), *p = src + 8;
+            uint32_t np;
+            memcpy(&np, src, sizeof np);
+            for (uint32_t k = 0; k < np; k++) {
+                piece pc;
+                memcpy(&pc, p, sizeof pc);
+                if (pc.dst == c->rank) {
+                    p2p *m = NULL;
+                    for (int i = 0; i < t_n_p2p && m == NULL; i++) {
+                        p2p *x = &t_p2p[i];
+                        m = x->c == c && !x->is_send && x->peer == q && !x->complete ? x : NULL;
+                    }
+                    if (m == NULL || m->done + pc.nbytes > m->nbytes) {
+                        return fail(c, ncclInvalidUsage, fn,
+                                    "rank %d sent %llu bytes that no receive posted here takes", q,
+                                    (unsigned long long)pc.nbytes);
+                    }
+                    memcpy(m->buf + m->done, p + sizeof pc, pc.nbytes);
+                    m->done += pc.nbytes;
+                    m->complete = m->done == m->nbytes;
+                }
+                p += sizeof pc + (pc.nbytes + 7) / 8 * 8;
+            }
+        }
+        int any = 0;
+        for (int q = 0; q < c->n; q++) {
+            any |= atomic_load(&c->h->more[q]);
+        }
+        if ((r = barrier(c, fn)) != ncclSuccess || !any) {
+            break;
+        }
+    }
+    for (int i = 0; r == ncclSuccess && i < t_n_p2p; i++) {
+        const p2p *m = &t_p2p[i];
+        if (m->c == c && !m->is_send && !m->complete) {
+            r = fail(c, ncclInvalidUsage, fn, "a receive from rank %d got %zu of %zu bytes",
+                     m->peer, m->done, m->nbytes);
+        }
+    }
+    return r;
 }
+
+static ncclResult_t queue_p2p(ncclComm_t c, const char *fn, int is_send, void *buf, size_t count,
+                              ncclDataType_t t, int peer)
+{
+    ncclResult_t r = check(c, fn, t, peer, buf, is_send ? count : 0, buf, is_send ? 0 : count);
+    if (r != ncclSuccess) {
+        return r;
+    }
+    if (t_group == 0) {
+        return fail(c, ncclInvalidUsage, fn, "the emulator runs messages in groups only");
+    }
+    if (t_n_p2p == MAX_QUEUED) {
+        return fail(c, ncclInvalidUsage, fn, "more than %d messages in one group", MAX_QUEUED);
+    }
+    t_p2p[t_n_p2p++] = (p2p){c, is_send, peer, buf, count * type_nbytes(t), 0, 0};
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart(void)
+{
+    t_group++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+    if (t_group == 0) {
+        return fail(NULL, ncclInvalidUsage, "ncclGroupEnd", "no group is open");
+    }
+    if (--t_group > 0) {
+        return ncclSuccess;
+    }
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; r == ncclSuccess && i < t_n_colls; i++) {
+        r = run_coll(&t_colls[i]);
+    }
+    for (int i = 0; r == ncclSuccess && i < t_n_p2p; i++) {
+        int first = 1; /* each communicator's messages once, at its first message */
+        for (int j = 0; j < i; j++) {
+            first &= t_p2p[j].c != t_p2p[i].c;
+        }
+        r = first ? exchange(t_p2p[i].c) : r;
+    }
+    t_n_colls = t_n_p2p = 0;
+    return r;
+}
+
+/* ---- the API ---- */
 
 ncclResult_t ncclGetVersion(int *version)
 {
@@ -117,72 +536,101 @@ ncclResult_t ncclGetVersion(int *version)
 
 ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
+    static _Atomic unsigned seq;
     memset(id, 0, sizeof *id);
-    snprintf(id->internal, sizeof id->internal, "cuemu %ld", (long)rand());
+    snprintf(id->internal, sizeof id->internal, "/accel_cuemu_nccl_%ld_%u", (long)getpid(),
+             atomic_fetch_add(&seq, 1));
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
 {
-    (void)id;
     *comm = NULL;
-    if (nranks != 1 || rank != 0) {
-        return fail(NULL, ncclInvalidUsage, "ncclCommInitRank",
-                    "the CUDA emulator has communicators of one rank only");
+    if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks ||
+        strncmp(id.internal, "/accel_cuemu_nccl_", 18) != 0) {
+        return fail(NULL, ncclInvalidArgument, "ncclCommInitRank",
+                    "rank %d of %d, or an id not made by ncclGetUniqueId (at most %d ranks)", rank,
+                    nranks, MAX_RANKS);
     }
-    *comm = calloc(1, sizeof **comm);
-    return *comm != NULL ? ncclSuccess
-                         : fail(NULL, ncclSystemError, "ncclCommInitRank", "out of memory");
+    return new_comm(comm, nranks, rank, id.internal, "ncclCommInitRank");
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                            ncclConfig_t *config)
 {
-    (void)key;
     (void)config;
+    const char *fn = "ncclCommSplit";
     *newcomm = NULL;
-    if (comm == NULL || comm->dead) {
-        return fail(NULL, ncclInvalidArgument, "ncclCommSplit", "the communicator is NULL");
+    ncclResult_t r = usable(comm, fn);
+    if (r != ncclSuccess) {
+        return r;
     }
-    if (color == NCCL_SPLIT_NOCOLOR) {
-        return ncclSuccess;
+    int mine[2] = {color, key};
+    memcpy(slot(comm, comm->rank), mine, sizeof mine);
+    if ((r = barrier(comm, fn)) != ncclSuccess) {
+        return r;
     }
-    *newcomm = calloc(1, sizeof **newcomm);
-    return *newcomm != NULL ? ncclSuccess
-                            : fail(comm, ncclSystemError, "ncclCommSplit", "out of memory");
+    int n = 0, rank = 0;
+    for (int q = 0; q < comm->n; q++) {
+        int other[2];
+        memcpy(other, slot(comm, q), sizeof other);
+        if (color != NCCL_SPLIT_NOCOLOR && other[0] == color) {
+            n++; /* ranks of the child: by key, then by parent rank */
+            rank += other[1] < key || (other[1] == key && q < comm->rank);
+        }
+    }
+    unsigned k = comm->n_splits++;
+    if ((r = barrier(comm, fn)) != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) {
+        return r;
+    }
+    char name[128];
+    snprintf(name, sizeof name, "%.80s_s%u_c%d", comm->name, k, color);
+    return new_comm(newcomm, n, rank, name, fn);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
-    return comm != NULL && !comm->dead
-               ? ncclSuccess
-               : fail(NULL, ncclInvalidArgument, "ncclCommFinalize", "the communicator is NULL");
+    return usable(comm, "ncclCommFinalize");
 }
 
-static ncclResult_t release(ncclComm_t comm, const char *fn)
+static ncclResult_t release(ncclComm_t comm, const char *fn, int abort)
 {
     if (comm == NULL || comm->dead) {
         return fail(NULL, ncclInvalidArgument, fn, "the communicator is NULL or destroyed");
     }
-    comm->dead = 1; /* kept allocated: a use after destroy is then reported, not undefined */
+    if (abort) {
+        /* Another thread may wait in this communicator's barrier: the memory stays mapped and
+         * the struct allocated (a later call is reported, not undefined). */
+        atomic_store(&comm->aborted, 1);
+        if (comm->n > 1) {
+            atomic_store(&comm->h->aborted, 1);
+        }
+    } else if (comm->n > 1) {
+        munmap(comm->h, comm->map_nbytes);
+    } else {
+        free(comm->h);
+    }
+    comm->dead = 1;
     return ncclSuccess;
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    return release(comm, "ncclCommDestroy");
+    return release(comm, "ncclCommDestroy", 0);
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    return release(comm, "ncclCommAbort");
+    return release(comm, "ncclCommAbort", 1);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
 {
-    *async_error = ncclSuccess;
-    return comm != NULL ? ncclSuccess
-                        : fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
+    if (comm == NULL) {
+        return fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
+    }
+    *async_error = comm->failed;
+    return ncclSuccess;
 }
 
 const char *ncclGetErrorString(ncclResult_t r)
@@ -204,116 +652,78 @@ const char *ncclGetLastError(ncclComm_t comm)
     return comm != NULL ? comm->last : t_last;
 }
 
+static int valid_op(ncclRedOp_t op)
+{
+    return (int)op >= (int)ncclSum && (int)op <= (int)ncclAvg;
+}
+
+/* Checks and issues one collective. */
+static ncclResult_t collective(coll k, size_t send_n, size_t recv_n)
+{
+    ncclResult_t r = check(k.c, k.fn, k.t, k.root, k.send, send_n, k.recv, recv_n);
+    if (r == ncclSuccess && !valid_op(k.op)) {
+        r = fail(k.c, ncclInvalidArgument, k.fn, "unknown reduction op %d", (int)k.op);
+    }
+    return r == ncclSuccess ? issue(&k) : r;
+}
+
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    ncclResult_t r = check_op(comm, "ncclAllReduce", op);
-    return r == ncclSuccess ? copy_call(comm, "ncclAllReduce", send, recv, count, t) : r;
+    return collective((coll){K_ALLREDUCE, "ncclAllReduce", send, recv, count, t, op, 0, comm},
+                      count, count);
 }
 
 ncclResult_t ncclReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    ncclResult_t r = check_op(comm, "ncclReduce", op);
-    r = r == ncclSuccess ? check_root(comm, "ncclReduce", root) : r;
-    return r == ncclSuccess ? copy_call(comm, "ncclReduce", send, recv, count, t) : r;
+    int is_root = comm != NULL && comm->rank == root;
+    return collective((coll){K_REDUCE, "ncclReduce", send, recv, count, t, op, root, comm}, count,
+                      is_root ? count : 0);
 }
 
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    ncclResult_t r = check_op(comm, "ncclReduceScatter", op);
-    return r == ncclSuccess ? copy_call(comm, "ncclReduceScatter", send, recv, recvcount, t) : r;
+    size_t n = comm != NULL ? (size_t)comm->n : 1;
+    return collective(
+        (coll){K_REDUCE_SCATTER, "ncclReduceScatter", send, recv, recvcount, t, op, 0, comm},
+        recvcount * n, recvcount);
 }
 
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t t,
                            ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    return copy_call(comm, "ncclAllGather", send, recv, sendcount, t);
+    size_t n = comm != NULL ? (size_t)comm->n : 1;
+    return collective(
+        (coll){K_ALLGATHER, "ncclAllGather", send, recv, sendcount, t, ncclSum, 0, comm}, sendcount,
+        sendcount * n);
 }
 
 ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
                            ncclComm_t comm, cudaStream_t stream)
 {
     (void)stream;
-    ncclResult_t r = check_root(comm, "ncclBroadcast", root);
-    return r == ncclSuccess ? copy_call(comm, "ncclBroadcast", send, recv, count, t) : r;
-}
-
-/* Pairs the group's sends and receives in order; each pair must have the same size. */
-static ncclResult_t match(void)
-{
-    ncclResult_t r = ncclSuccess;
-    if (t_n_sends != t_n_recvs) {
-        r = fail(NULL, ncclInvalidUsage, "ncclGroupEnd",
-                 "sends to and receives from rank 0 do not pair up in the group");
-    }
-    for (int i = 0; r == ncclSuccess && i < t_n_sends; i++) {
-        if (t_sends[i].nbytes != t_recvs[i].nbytes) {
-            r = fail(NULL, ncclInvalidUsage, "ncclGroupEnd",
-                     "a send and its receive differ in size");
-        } else if (t_sends[i].nbytes > 0) {
-            cuemu_lock();
-            memmove(t_recvs[i].recv, t_sends[i].send, t_sends[i].nbytes);
-            cuemu_unlock();
-        }
-    }
-    t_n_sends = t_n_recvs = 0;
-    return r;
-}
-
-static ncclResult_t queue(ncclComm_t comm, const char *fn, int is_send, const void *send,
-                          void *recv, size_t count, ncclDataType_t t, int peer)
-{
-    size_t nb = 0;
-    ncclResult_t r = check(comm, fn, t, count, send, recv, &nb);
-    if (r != ncclSuccess) {
-        return r;
-    }
-    if (peer != 0) {
-        return fail(comm, ncclInvalidArgument, fn, "peer is not rank 0");
-    }
-    if (t_group == 0) {
-        return fail(comm, ncclInvalidUsage, fn,
-                    "a message to oneself outside a group would wait forever");
-    }
-    p2p *list = is_send ? t_sends : t_recvs;
-    int *n = is_send ? &t_n_sends : &t_n_recvs;
-    if (*n == 64) {
-        return fail(comm, ncclInvalidUsage, fn, "more than 64 messages in one group");
-    }
-    list[(*n)++] = (p2p){send, recv, nb};
-    return ncclSuccess;
+    int is_root = comm != NULL && comm->rank == root;
+    return collective(
+        (coll){K_BROADCAST, "ncclBroadcast", send, recv, count, t, ncclSum, root, comm},
+        is_root ? count : 0, count);
 }
 
 ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
     (void)stream;
-    return queue(comm, "ncclSend", 1, send, NULL, count, t, peer);
+    return queue_p2p(comm, "ncclSend", 1, (void *)send, count, t, peer);
 }
 
 ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t stream)
 {
     (void)stream;
-    return queue(comm, "ncclRecv", 0, NULL, recv, count, t, peer);
-}
-
-ncclResult_t ncclGroupStart(void)
-{
-    t_group++;
-    return ncclSuccess;
-}
-
-ncclResult_t ncclGroupEnd(void)
-{
-    if (t_group == 0) {
-        return fail(NULL, ncclInvalidUsage, "ncclGroupEnd", "no group is open");
-    }
-    return --t_group == 0 ? match() : ncclSuccess;
+    return queue_p2p(comm, "ncclRecv", 0, recv, count, t, peer);
 }

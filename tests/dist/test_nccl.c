@@ -1,5 +1,5 @@
-/* ACCEL_TEST_NPROCS: 1 2
- * ACCEL_TEST_LABELS: gpu
+/* ACCEL_TEST_NPROCS: 1 2 3
+ * ACCEL_TEST_LABELS: gpu nccl
  *
  * The nccl backend through comm v2 (src/comm/comm.h), one GPU per process: every collective
  * on device buffers (out of place and in place) and on host buffers (staged through the GPU),

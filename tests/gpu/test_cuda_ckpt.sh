@@ -10,6 +10,9 @@
 #    checkpoint loaded on the GPU likewise; trained on from there, each run follows the straight
 #    run of the other device within a relative 1e-3 (the two differ only in summation orders).
 # Exits 77 (skipped) without the CUDA build or without a GPU (after the CPU part).
+# In the CUDA emulator build it also runs with a GPU per process (ctest ".../nccl"): the
+# 2-process runs then take the nccl backend.
+# ACCEL_TEST_LABELS: nccl
 set -euo pipefail
 source "$(dirname "$0")/cuda_mlp_lib.sh"
 ARGS=(--log_every 10)

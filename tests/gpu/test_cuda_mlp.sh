@@ -6,6 +6,9 @@
 # works (final loss below half the first). The twin itself is checked first, on any machine
 # with the CUDA build: it learns, and 2 processes follow 1 within 1e-3. Exits 77 (skipped)
 # without the CUDA build or without a GPU.
+# In the CUDA emulator build it also runs with a GPU per process (ctest ".../nccl"): the
+# 2-process runs then take the nccl backend.
+# ACCEL_TEST_LABELS: nccl
 set -euo pipefail
 source "$(dirname "$0")/cuda_mlp_lib.sh"
 ARGS=(--steps 200 --log_every 20)

@@ -19,7 +19,7 @@
 # heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77 (skipped) without the
 # CUDA build or without a GPU; every comparison prints its worst difference.
 #
-# In the CUDA emulator build (ACCEL_CUEMU=1, tests/cuemu) the model sees context 16,
+# In the CUDA emulator build (ACCEL_CUEMU=1, tests/cuemu) the model sees context 8,
 # and gpt_step small shapes: emulated kernels run on one CPU thread.
 #
 # Activation recomputation (--recompute 1, nn_checkpoint per block) runs the same mechanism on
@@ -52,8 +52,8 @@ cat "$SRC"/examples/*.c >"$DIR/corpus.txt" # a fixed corpus, packed with the GPU
 
 MODEL=(--layers 2 --width 64 --heads 4 --context 32)
 if [ "${ACCEL_CUEMU:-0}" = 1 ]; then
-    # The CUDA emulator build (tests/cuemu) runs kernels on one CPU thread: half the work.
-    MODEL=(--layers 2 --width 64 --heads 4 --context 16)
+    # The CUDA emulator build (tests/cuemu) runs kernels on one CPU thread: a quarter of the rows.
+    MODEL=(--layers 2 --width 64 --heads 4 --context 8)
 fi
 ARGS=("${MODEL[@]}" --batch 4 --steps 20 --lr 3e-3 --log_every 1 --sample 0
     --data "$DIR/corpus.txt")
