@@ -547,4 +547,6 @@ inline int __ffs(int x)
     return __builtin_ffs(x);
 }
 
+#include "cuemu/wmma.h"
+
 #endif /* ACCEL_CUEMU_KERNEL_H */

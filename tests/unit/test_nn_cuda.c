@@ -422,7 +422,17 @@ static void test_attention(void)
         {"attention B2 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_F32, 1e-5, 1e-4},
         {"attention B1 T64 H2 hd64", 1, 64, 128, 2, 0.0f, ACCEL_F32, 1e-5, 1e-4},
         {"attention hd40 dropout 0.2", 2, 20, 80, 2, 0.2f, ACCEL_F32, 1e-5, 1e-4},
+        /* Autocast without dropout, hd a multiple of 16 up to 128: the tensor-core forward
+         * (partial query and key tiles, both tile shapes, fp16, one row); hd 160 and dropout:
+         * the warp kernel. */
         {"attention bf16 T33 H4 hd32", 2, 33, 128, 4, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 B2 H3 T70 hd64", 2, 70, 192, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T130 hd32", 1, 130, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T90 hd128", 1, 90, 256, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
+        {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
+        {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 dropout 0.1 (warp)", 2, 24, 64, 2, 0.1f, ACCEL_BF16, 1e-2, 1e-2},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         in_spec s[1] = {{3, {cases[i].B, cases[i].T, 3 * cases[i].C}, 1.5f, 0.0f, 1}};
@@ -430,6 +440,46 @@ static void test_attention(void)
         check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
                    cases[i].tol_grad);
     }
+}
+
+#ifdef ACCEL_HAVE_CUDA
+void nn_cu_attn_set_kernel(int kind); /* nn_kernels.h: 0 auto (tensor cores), 1 warp kernel */
+#endif
+
+/* The tensor-core forward against the warp kernel on the same GPU and inputs: outputs close
+ * but not identical (P is rounded to bf16 on tensor cores, so identical means the tensor-core
+ * kernel did not run), gradients (the warp backward on each forward's y and lse) close. */
+static void test_attention_kernels(void)
+{
+#ifdef ACCEL_HAVE_CUDA
+    enum { B = 2, T = 70, H = 3, C = 192 };
+    in_spec s[1] = {{3, {B, T, 3 * C}, 1.5f, 0.0f, 1}};
+    attn_arg a = {H, 0.0f};
+    float *data[1] = {xmalloc((size_t)B * T * 3 * C * sizeof(float))};
+    float *gout = xmalloc((size_t)B * T * C * sizeof(float));
+    for (int64_t i = 0; i < (int64_t)B * T * 3 * C; i++) {
+        data[0][i] = 1.5f * frand();
+    }
+    for (int64_t i = 0; i < (int64_t)B * T * C; i++) {
+        gout[i] = frand();
+    }
+    nn_cu_attn_set_kernel(0);
+    run_out tc = run_one(ggpu, 1, ACCEL_BF16, s, 1, data, f_attention, &a, gout, 0);
+    nn_cu_attn_set_kernel(1);
+    run_out warp = run_one(ggpu, 1, ACCEL_BF16, s, 1, data, f_attention, &a, gout, 0);
+    nn_cu_attn_set_kernel(0);
+    double e = rel_err(tc.y, warp.y, tc.ny);
+    double eg = rel_err(tc.grads[0], warp.grads[0], (int64_t)B * T * 3 * C);
+    printf("  attention tensor cores vs warp     forward %.3g, grad 0 %.3g\n", e, eg);
+    CHECK_MSG(e > 0.0, "attention: the tensor-core forward gave the warp kernel's output bit for "
+                       "bit: did it run?");
+    CHECK_MSG(e <= 1e-2 && eg <= 1e-2, "attention: tensor cores vs warp: forward %g, grad %g", e,
+              eg);
+    free_run(&tc, 1);
+    free_run(&warp, 1);
+    free(gout);
+    free(data[0]);
+#endif
 }
 
 static void test_gpt(void)
@@ -714,6 +764,7 @@ int main(void)
     test_linear();
     test_cross_entropy();
     test_attention();
+    test_attention_kernels();
     test_gpt();
     test_linear_gelu_linear();
     test_staging();

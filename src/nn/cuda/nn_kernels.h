@@ -82,6 +82,17 @@ typedef struct nn_cu_attn {
 } nn_cu_attn;
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse);
+/* The tensor-core forward (attn_tc.cu), which nn_cu_attn_fwd runs where it applies: rnd bf16
+ * or fp16, p == 0, hd a multiple of 16 up to 128, qkv and y 16-byte aligned. Returns 1 when it
+ * queued it (*err: the launch status), 0 when it does not apply. */
+int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
+                      cudaError_t *err);
+/* Which forward nn_cu_attn_fwd runs: AUTO (the tensor-core kernel where it applies; the
+ * default) or WARP (the warp kernel always). ops_gpu.c sets it from ACCEL_NN_ATTN at the first
+ * attention forward (A/B timing); tests switch in-process. */
+#define NN_CU_ATTN_AUTO 0
+#define NN_CU_ATTN_WARP 1
+void nn_cu_attn_set_kernel(int kind);
 /* Backward from dO = gy: gqkv (+)= rnd(dq | dk | dv); D: B*H*T floats of scratch. */
 cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                            const float *lse, const float *gy, float *D, float *gqkv, int write);

@@ -354,8 +354,29 @@ static void attn_backward(nn_ctx *g, nn_node *n)
                     "nn_causal_attention (backward)");
 }
 
+/* ACCEL_NN_ATTN, read at the first attention forward (an nn ctx needs no accel_init, so
+ * there are no resolved settings to take it from). */
+static void attn_kernel_from_env(void)
+{
+    static int done;
+    const char *v;
+    if (done) {
+        return;
+    }
+    done = 1;
+    if (accel__env_string("ACCEL_NN_ATTN", &v) != ACCEL_OK) {
+        return;
+    }
+    if (strcmp(v, "warp") == 0) {
+        nn_cu_attn_set_kernel(NN_CU_ATTN_WARP);
+    } else if (strcmp(v, "auto") != 0) {
+        accel__log(NULL, ACCEL__LOG_WARN, "ACCEL_NN_ATTN=%s ignored: auto or warp", v);
+    }
+}
+
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
+    attn_kernel_from_env();
     if (qkv == NULL || !accel__nn_cu_inputs(g, "nn_causal_attention", &qkv, 1)) {
         return NULL;
     }
