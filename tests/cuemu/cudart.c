@@ -50,11 +50,6 @@ void cuemu_unlock(void)
     pthread_mutex_unlock(&g_mu);
 }
 
-int cuemu_current_device(void)
-{
-    return t_device;
-}
-
 void cuemu_set_error(int err, const char *fmt, ...)
 {
     char msg[512];
@@ -496,11 +491,6 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
     return new_handle((void **)s, STREAM_MAGIC);
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *s)
-{
-    return new_handle((void **)s, STREAM_MAGIC);
-}
-
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     return free_handle(s, STREAM_MAGIC, "cudaStreamDestroy");
@@ -509,11 +499,6 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     return check_handle(s, STREAM_MAGIC, "cudaStreamSynchronize");
-}
-
-cudaError_t cudaStreamQuery(cudaStream_t s)
-{
-    return check_handle(s, STREAM_MAGIC, "cudaStreamQuery");
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
@@ -562,11 +547,6 @@ cudaError_t cudaGetLastError(void)
     cudaError_t e = t_last;
     t_last = cudaSuccess;
     return e;
-}
-
-cudaError_t cudaPeekAtLastError(void)
-{
-    return t_last;
 }
 
 const char *cudaGetErrorName(cudaError_t e)

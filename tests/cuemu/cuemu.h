@@ -42,9 +42,6 @@ void cuemu_set_error(int err, const char *fmt, ...)
 void cuemu_lock(void);
 void cuemu_unlock(void);
 
-/* The calling thread's current device (cudaSetDevice). */
-int cuemu_current_device(void);
-
 /* fp32 to bf16 (bf16 = 1) or fp16 bits, rounded to nearest even; and back, exactly (half.c). */
 uint16_t cuemu_to_half(float f, int bf16);
 float cuemu_from_half(uint16_t h, int bf16);
