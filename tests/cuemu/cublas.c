@@ -51,7 +51,6 @@ typedef struct lt_desc {
 typedef struct lt_layout {
     uint32_t magic;
     uint32_t type;
-    int32_t order, batch_count;
     uint64_t rows, cols;
     int64_t ld;
 } lt_layout;
@@ -114,18 +113,6 @@ static const attr_info desc_attrs[] = {
     NOT_EMULATED(CUBLASLT_MATMUL_DESC_D_OUT_SCALE_POINTER),
     NOT_EMULATED(CUBLASLT_MATMUL_DESC_D_OUT_SCALE_MODE),
     NOT_EMULATED(CUBLASLT_MATMUL_DESC_EMULATION_DESCRIPTOR),
-};
-
-static const attr_info layout_attrs[] = {
-    ATTR(CUBLASLT_MATRIX_LAYOUT_TYPE, lt_layout, type),
-    ATTR(CUBLASLT_MATRIX_LAYOUT_ORDER, lt_layout, order),
-    ATTR(CUBLASLT_MATRIX_LAYOUT_ROWS, lt_layout, rows),
-    ATTR(CUBLASLT_MATRIX_LAYOUT_COLS, lt_layout, cols),
-    ATTR(CUBLASLT_MATRIX_LAYOUT_LD, lt_layout, ld),
-    ATTR(CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, lt_layout, batch_count),
-    NOT_EMULATED(CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET),
-    NOT_EMULATED(CUBLASLT_MATRIX_LAYOUT_PLANE_OFFSET),
-    NOT_EMULATED(CUBLASLT_MATRIX_LAYOUT_BATCH_MODE),
 };
 
 static const attr_info pref_attrs[] = {
@@ -352,35 +339,13 @@ cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t desc,
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *layout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld)
 {
-    lt_layout init = {LAYOUT, (uint32_t)type, CUBLASLT_ORDER_COL, 1, rows, cols, ld};
+    lt_layout init = {LAYOUT, (uint32_t)type, rows, cols, ld};
     NEW_OBJECT("cublasLtMatrixLayoutCreate", layout, init);
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout)
 {
     return free_object("cublasLtMatrixLayoutDestroy", "layout", layout, LAYOUT);
-}
-
-cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t layout,
-                                                cublasLtMatrixLayoutAttribute_t attr,
-                                                const void *buf, size_t nbytes)
-{
-    static const char fn[] = "cublasLtMatrixLayoutSetAttribute";
-    if (!live(layout, LAYOUT)) {
-        return bad_object(fn, "layout", layout);
-    }
-    return set_attr(fn, layout, layout_attrs, COUNT(layout_attrs), attr, buf, nbytes);
-}
-
-cublasStatus_t cublasLtMatrixLayoutGetAttribute(cublasLtMatrixLayout_t layout,
-                                                cublasLtMatrixLayoutAttribute_t attr, void *buf,
-                                                size_t nbytes, size_t *written)
-{
-    static const char fn[] = "cublasLtMatrixLayoutGetAttribute";
-    if (!live(layout, LAYOUT)) {
-        return bad_object(fn, "layout", layout);
-    }
-    return get_attr(fn, layout, layout_attrs, COUNT(layout_attrs), attr, buf, nbytes, written);
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref)
@@ -406,20 +371,10 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     return set_attr(fn, pref, pref_attrs, COUNT(pref_attrs), attr, buf, nbytes);
 }
 
-cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t pref,
-                                                    cublasLtMatmulPreferenceAttributes_t attr,
-                                                    void *buf, size_t nbytes, size_t *written)
-{
-    static const char fn[] = "cublasLtMatmulPreferenceGetAttribute";
-    if (!live(pref, PREF)) {
-        return bad_object(fn, "preference", pref);
-    }
-    return get_attr(fn, pref, pref_attrs, COUNT(pref_attrs), attr, buf, nbytes, written);
-}
-
 /* ---- cublasLt products ---- */
 
-/* One layout's fields in g; NOT_SUPPORTED for orders and batches accel does not use. */
+/* One layout's fields in g (column-major, one matrix: accel sets no layout attribute, so the
+ * emulation has no setter for the order or batch count). */
 static cublasStatus_t take_layout(const char *fn, const char *which, cublasLtMatrixLayout_t l,
                                   int32_t *type, uint64_t *rows, uint64_t *cols, int64_t *ld)
 {
@@ -429,12 +384,6 @@ static cublasStatus_t take_layout(const char *fn, const char *which, cublasLtMat
         return bad_object(fn, what, l);
     }
     const lt_layout *x = (const lt_layout *)l;
-    if (x->order != CUBLASLT_ORDER_COL || x->batch_count != 1) {
-        return cuemu_blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, fn,
-                               "%s's layout has order %d and batch count %d: only one "
-                               "column-major matrix (CUBLASLT_ORDER_COL, 1) is emulated",
-                               which, (int)x->order, (int)x->batch_count);
-    }
     *type = (int32_t)x->type;
     *rows = x->rows;
     *cols = x->cols;
@@ -741,11 +690,6 @@ const char *cublasGetStatusName(cublasStatus_t st)
 const char *cublasGetStatusString(cublasStatus_t st)
 {
     return status_string(st);
-}
-
-const char *cublasLtGetStatusName(cublasStatus_t st)
-{
-    return status_name(st);
 }
 
 const char *cublasLtGetStatusString(cublasStatus_t st)
