@@ -355,8 +355,11 @@ accel_status accel_model_alloc(accel_model *m)
     /* Stage 3, and stages 1-2 under mixed precision when there is something to shard, keep
      * only this process's shard of the fp32 master; the full weights are pages (zero3.c).
      * Stages 1-2 compute from the full compute copy every process keeps (DeepSpeed's bf16
-     * model), all-gathered after each step. (Host memory only, as stage 3: on a GPU stages 1-2
-     * keep the full fp32 master, all-gathered through host staging, zero.c.) */
+     * model), all-gathered after each step. (Host memory only, as stage 3: the full fp32
+     * weights that parameters view are then pages holding the gathered units, and device
+     * memory has no such pages, so a sharded master would save nothing there. On a GPU stages
+     * 1-2 keep the full fp32 master, all-gathered in place on a device communicator, through
+     * host staging on a host one: zero.c.) */
     m->master_shard =
         m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1 &&
                                m->compute_dtype != ACCEL_F32 && accel__model_on_host(m));
