@@ -131,19 +131,22 @@ accel_status accel__reducer_prepare(accel_model *m)
         return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
                              r->zero_stage);
     }
-    if (r->zero_stage >= 1 && acc->n_ranks > 1 &&
-        (accel__model_staged(m) || !accel__model_on_host(m)) &&
-        (m->replica_comm != NULL || r->zero_stage == 3)) {
+    int staged = accel__model_staged(m);
+    if (r->zero_stage >= 1 && acc->n_ranks > 1 && (staged || !accel__model_on_host(m)) &&
+        (r->zero_stage == 3 || (m->replica_comm != NULL && staged))) {
         /* Stages 1-2 on a device run on either path: a communicator that reads device memory
-         * (nccl) reduces and gathers the GPU buffers in place, a host one goes through
-         * staging (gradient buckets here, the allgathers in zero.c). The replicas'
-         * cross-group reduction of hybrid sharding and stage 3's units do not yet. */
-        const char *what = m->replica_comm != NULL ? "with hybrid sharding (zero_shard_size)"
-                                                   : "with its units gathered on demand";
+         * (nccl) reduces and gathers the GPU buffers in place (hybrid sharding's cross-replica
+         * reduction too), a host one goes through staging (gradient buckets here, the
+         * allgathers in zero.c), which has no cross-replica step. Stage 3's units are
+         * gathered in host pages (zero3.c). */
+        const char *what = r->zero_stage == 3 ? "with its units gathered on demand"
+                                              : "with hybrid sharding (zero_shard_size) through "
+                                                "host staging";
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                              "accel_prepare: ZeRO stage %d with the model in %s memory is not "
-                             "supported %s yet (stages 1-2 without hybrid sharding are, on every "
-                             "backend; stage 3 runs with the model in host memory)",
+                             "supported %s yet (stages 1-2 are, on every backend, and with "
+                             "hybrid sharding on nccl; stage 3 runs with the model in host "
+                             "memory)",
                              r->zero_stage, accel__device_name(m->dev), what);
     }
     r->n_buckets = m->flat.n_buckets;
@@ -166,7 +169,7 @@ accel_status accel__reducer_prepare(accel_model *m)
                              accel_dtype_name((accel_dtype)dt),
                              accel__comm_backend_name(acc->comm));
     }
-    r->staged = acc->n_ranks > 1 && accel__model_staged(m);
+    r->staged = acc->n_ranks > 1 && staged;
     r->on_device = acc->n_ranks > 1 && !r->staged && !accel__model_on_host(m);
     r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
     accel_status st = ACCEL_OK;

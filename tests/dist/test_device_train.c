@@ -12,9 +12,10 @@
  * several buckets with a frozen parameter inside one, clip_grad_norm that clips (under ZeRO
  * the shards' sums of squares all-reduced), clip_grad_value, AdamW. Configurations: DDP with
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
- * fp32 and bf16, ZeRO-2 with fp32, with fp16 and with bf16 + sync_each_batch (with and without
- * bf16 compressed all-reduces). Under ZeRO each process's optimizer state is its shard (device
- * memory). For each, save_state from device memory (at a step and inside the accumulation
+ * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
+ * bf16 compressed all-reduces) and with bf16 + hybrid sharding (groups of one process,
+ * replicated: on nccl; refused through staging). Under ZeRO each process's optimizer state is
+ * its shard (device memory). For each, save_state from device memory (at a step and inside the accumulation
  * window) resumed on the CPU, and the CPU's resumed on the device, continue bit-identically to
  * the uninterrupted runs, and the states' and save_model's tensor files are the same bytes from
  * either device. Bit for bit holds because both sides reduce in rank order in fp32 (shm,
@@ -84,22 +85,28 @@ static void grad_kernel(void *arg)
     }
 }
 
-/* Before each accel_init: a port of its own for the rendezvous store. On nccl process 0
- * serves the store while its communicator lives, so a process that freed its accelerator and
- * starts the next one could reach process 0's old store, still closing (a race of back-to-back
- * communicators reported in the closing note); every process makes the same sequence of
- * accelerators, so they agree on the port. */
-static void next_world(void)
+static char root[128]; /* the test's folder, shared by the processes */
+
+/* Instead of accel_free. On nccl process 0 serves the rendezvous store while its communicator
+ * lives, so a process that freed its accelerator and starts the next one could reach process
+ * 0's old store, still closing, and fail (a race of back-to-back communicators, reported in
+ * the closing note). So process 0 says when its accelerator is gone (a file per accelerator:
+ * every process makes the same sequence) and the others wait for that. */
+static void end_world(accel *acc)
 {
-    static long base = -1, n_worlds;
-    if (base < 0) {
-        const char *p = getenv("MASTER_PORT");
-        base = p != NULL ? atol(p) : 0;
+    static int n_worlds;
+    int rank = accel_process_index(acc);
+    accel_free(acc);
+    char path[200];
+    snprintf(path, sizeof(path), "%s/world_%d", root, n_worlds++);
+    if (rank == 0) {
+        FILE *f = fopen(path, "w");
+        CHECK_MSG(f != NULL && fclose(f) == 0, "cannot create %s", path);
+        return;
     }
-    if (base > 0 && base + n_worlds < 65536) {
-        char port[24];
-        snprintf(port, sizeof(port), "%ld", base + n_worlds++);
-        CHECK(setenv("MASTER_PORT", port, 1) == 0);
+    for (int ms = 0; access(path, F_OK) != 0; ms++) {
+        CHECK_MSG(ms < 60000, "process 0 did not free its accelerator within 60 s (%s)", path);
+        usleep(1000);
     }
 }
 
@@ -134,6 +141,7 @@ typedef struct config {
     int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
     int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
     accel_dtype comm_dtype; /* bf16: compressed all-reduces (ZeRO-2 keeps the all-reduce) */
+    int shard; /* zero_shard_size (hybrid sharding: groups of one, replicated), or 0 */
 } config;
 
 typedef struct run_spec {
@@ -155,6 +163,9 @@ static int run(const run_spec *rs)
     o.zero_stage = rs->cfg.zero_stage;
     o.sync_each_batch = rs->cfg.sync_each_batch;
     o.comm_dtype = rs->cfg.comm_dtype;
+    if (rs->cfg.shard > 0) {
+        o.zero_shard_size = rs->cfg.shard;
+    }
     o.gradient_accumulation_steps = ACC;
     o.first_bucket_mb = 2048.0 / 1048576.0;
     o.bucket_cap_mb = 4096.0 / 1048576.0;
@@ -162,7 +173,6 @@ static int run(const run_spec *rs)
         o.cpu = 1; /* the host backend (shm) too, not only the model on the CPU */
     }
     accel *acc;
-    next_world();
     CHECK_OK(NULL, accel_init(&acc, &o));
     accel__device *d;
     CHECK_OK(NULL, accel__device_open(&d, accel_device_of(acc)));
@@ -171,7 +181,7 @@ static int run(const run_spec *rs)
         fprintf(stderr,
                 "test_device_train: skipped: the accelerator's device is the CPU (no GPU; "
                 "ACCEL_SIM_GPU=1 simulates one)\n");
-        accel_free(acc);
+        accel_free(acc); /* the test ends: no accelerator follows */
         return 77;
     }
     if (!rs->on_cpu && n > 2 && strcmp(accel_backend_name(acc), "nccl") == 0 &&
@@ -179,7 +189,7 @@ static int run(const run_spec *rs)
         fprintf(stderr, "test_device_train: skipped: NCCL sums %d processes in ring order, not "
                         "in the CPU run's rank order, so the runs are not bit-identical\n",
                 n);
-        accel_free(acc);
+        accel_free(acc); /* the test ends: no accelerator follows */
         return 77;
     }
     if (!rs->on_cpu && n > 2 && strcmp(accel_backend_name(acc), "nccl") == 0 &&
@@ -189,7 +199,7 @@ static int run(const run_spec *rs)
         printf("test_device_train: ZeRO stage %d with comm_dtype %s not compared on nccl with %d "
                "processes (partial sums rounded to the wire dtype)\n",
                rs->cfg.zero_stage, accel_dtype_name(rs->cfg.comm_dtype), n);
-        accel_free(acc);
+        end_world(acc);
         return SKIP_CONFIG;
     }
     accel_model *m;
@@ -216,17 +226,29 @@ static int run(const run_spec *rs)
     ao.lr = 1e-2;
     accel_optimizer *opt;
     CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
+    int nccl = strcmp(accel_backend_name(acc), "nccl") == 0;
+    if (!rs->on_cpu && n > 1 && rs->cfg.shard > 0 && !nccl) {
+        /* Hybrid sharding's cross-replica step reads device memory: not through staging. */
+        CHECK(accel_prepare(acc, m, opt) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "hybrid sharding"), "%s", accel_last_error(acc));
+        printf("test_device_train: ZeRO stage %d with hybrid sharding refused on %s, as "
+               "documented\n",
+               rs->cfg.zero_stage, accel_backend_name(acc));
+        end_world(acc);
+        return SKIP_CONFIG;
+    }
     CHECK_OK(acc, accel_prepare(acc, m, opt));
     CHECK(accel_model_num_buckets(m) > 1);
     if (!rs->on_cpu && n > 1) {
         /* The path under test: a device communicator reads the GPU buffers, a host one
          * stages them; under ZeRO the full fp32 master stays (model.c) and the optimizer
          * state is this process's shard, in device memory. */
-        int nccl = strcmp(accel_backend_name(acc), "nccl") == 0, held = 0;
+        int held = 0;
         CHECK(m->red.on_device == nccl && m->red.staged == !nccl && !m->master_shard);
         size_t state = accel__zero_state_numel(m);
+        size_t group = rs->cfg.shard > 0 ? (size_t)rs->cfg.shard : (size_t)n;
         CHECK_MSG(rs->cfg.zero_stage == 0 ? state == m->flat.padded_numel
-                                          : state * (size_t)n == m->flat.padded_numel,
+                                          : state * group == m->flat.padded_numel,
                   "stage %d: optimizer state of %zu elements for %zu parameters (padded)",
                   rs->cfg.zero_stage, state, m->flat.padded_numel);
         CHECK_OK(NULL, accel__dev_holds(d, opt->state_a, &held));
@@ -297,7 +319,7 @@ static int run(const run_spec *rs)
         CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
     }
     CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
-    accel_free(acc);
+    end_world(acc);
     return 0;
 }
 
@@ -331,14 +353,13 @@ static void same_file(const char *what, const char *a, const char *b)
 
 /* accel_load_model of the CPU's file into a model on the device, then accel_save_model of it
  * in shards of 2 KiB (an index and several files), against the CPU model's sharded save. */
-static void check_model_files(const char *cpu_model, const char *root)
+static void check_model_files(const char *cpu_model)
 {
     char dirs[2][256];
     for (int on_cpu = 0; on_cpu < 2; on_cpu++) {
         accel_options o = accel_options_default();
         accel *acc;
-        next_world();
-    CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK_OK(NULL, accel_init(&acc, &o));
         accel_model *m;
         CHECK_OK(acc, accel_model_new(acc, &m));
         if (on_cpu) {
@@ -354,7 +375,7 @@ static void check_model_files(const char *cpu_model, const char *root)
         CHECK_OK(acc, accel_prepare(acc, m));
         snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root, on_cpu ? "cpu" : "dev");
         CHECK_OK(acc, accel_save_model(acc, m, dirs[on_cpu], "2KiB"));
-        accel_free(acc);
+        end_world(acc);
     }
     DIR *d = opendir(dirs[1]);
     CHECK_MSG(d != NULL, "cannot open %s", dirs[1]);
@@ -374,9 +395,9 @@ static void check_model_files(const char *cpu_model, const char *root)
 }
 
 /* A join region (uneven inputs, DDP, bf16): device vs CPU. */
-static void check_join(const char *root)
+static void check_join(void)
 {
-    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1, ACCEL_F32};
+    config cfg = {0, ACCEL_PRECISION_BF16, 0, 1, ACCEL_F32, 0};
     char dev[256], cpu[256], a[300], b[300];
     snprintf(dev, sizeof(dev), "%s/join_dev", root);
     snprintf(cpu, sizeof(cpu), "%s/join_cpu", root);
@@ -390,21 +411,22 @@ static void check_join(const char *root)
 }
 
 /* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
-static int check_config(config cfg, const char *root)
+static int check_config(config cfg)
 {
-    char what[64], dir[10][256];
-    snprintf(what, sizeof(what), "ZeRO stage %d, %s%s%s", cfg.zero_stage,
+    char what[128], dir[10][256];
+    snprintf(what, sizeof(what), "ZeRO stage %d, %s%s%s%s", cfg.zero_stage,
              cfg.precision == ACCEL_PRECISION_FP16   ? "fp16"
              : cfg.precision == ACCEL_PRECISION_BF16 ? "bf16"
                                                      : "fp32",
              cfg.sync_each_batch ? ", sync_each_batch" : "",
-             cfg.comm_dtype == ACCEL_BF16 ? ", comm_dtype bf16" : "");
+             cfg.comm_dtype == ACCEL_BF16 ? ", comm_dtype bf16" : "",
+             cfg.shard > 0 ? ", hybrid sharding" : "");
     const char *names[10] = {"dev_state",       "cpu_state",      "dev_model", "cpu_model",
                              "cpu_resumed",     "dev_resumed",    "dev_mid",   "cpu_mid",
                              "cpu_resumed_mid", "dev_resumed_mid"};
     for (int k = 0; k < 10; k++) {
-        snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d_%d", root, names[k], cfg.zero_stage,
-                 cfg.sync_each_batch, (int)cfg.comm_dtype);
+        snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d_%d_%d", root, names[k], cfg.zero_stage,
+                 cfg.sync_each_batch, (int)cfg.comm_dtype, cfg.shard);
     }
     run_spec dev_full = {cfg, 0, 0, NULL, dir[0], dir[6], dir[2]};
     int st = run(&dev_full);
@@ -458,37 +480,37 @@ static int check_config(config cfg, const char *root)
         CHECK_MSG((grads > 0) == (k == 1), "%s: %d gradient files in %s", what, grads, cpu_dir);
     }
     if (cfg.zero_stage == 0) {
-        check_model_files(dir[3], root);
+        check_model_files(dir[3]);
     }
     return 0;
 }
 
 int main(void)
 {
-    char root[128];
     snprintf(root, sizeof(root), "/tmp/accel_test_device_train_%d", (int)getppid());
     (void)mkdir(root, 0700);
     const config configs[] = {
-        {0, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32}, /* DDP */
-        {1, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32},   /* ZeRO-1: allreduce, step, allgather */
-        {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32},
-        {2, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32}, /* ZeRO-2: reduce-scatter, step, allgather */
-        {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32},
-        {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32}, {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16},
+        {0, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0}, /* DDP */
+        {1, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0}, /* ZeRO-1: allreduce, step, allgather */
+        {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 0},
+        {2, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0}, /* ZeRO-2: reduce-scatter, step, allgather */
+        {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0},
+        {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
+        {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16, 0},
+        {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid: groups of 1, replicated */
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
-        if (check_config(configs[k], root) == 77) {
+        if (check_config(configs[k]) == 77) {
             (void)rmdir(root); /* made before anything is written */
             return 77;
         }
     }
-    check_join(root);
+    check_join();
 
     /* Stage 3 gathers units in host memory: refused on the device, naming it. */
     accel_options o = accel_options_default();
     o.zero_stage = 3;
     accel *acc;
-    next_world();
     CHECK_OK(NULL, accel_init(&acc, &o));
     accel_model *m;
     CHECK_OK(acc, accel_model_new(acc, &m));
@@ -497,10 +519,9 @@ int main(void)
     CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
                   strstr(accel_last_error(acc), "cuda memory"),
               "%s", accel_last_error(acc));
-    accel_free(acc);
+    end_world(acc);
     /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
     o.zero_stage = 1;
-    next_world();
     CHECK_OK(NULL, accel_init(&acc, &o));
     CHECK_OK(acc, accel_model_new(acc, &m));
     CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
@@ -509,9 +530,8 @@ int main(void)
         CHECK(accel_join_begin(acc, m, 1) == ACCEL_EUNSUPPORTED);
         CHECK_MSG(strstr(accel_last_error(acc), "join region"), "%s", accel_last_error(acc));
     }
-    accel_free(acc);
+    end_world(acc);
 
-    next_world();
     CHECK_OK(NULL, accel_init(&acc, NULL));
     CHECK_OK(acc, accel_barrier(acc, NULL));
     if (accel_process_index(acc) == 0) {
@@ -519,7 +539,7 @@ int main(void)
         snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
         CHECK(system(cmd) == 0);
     }
-    accel_free(acc);
+    accel_free(acc); /* the last: no accelerator follows */
     printf("test_device_train: ok\n");
     return 0;
 }
