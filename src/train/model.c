@@ -342,9 +342,12 @@ accel_status accel_model_alloc(accel_model *m)
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
     if (m->acc->settings->train.zero_stage == 3 && !accel__model_on_host(m)) {
+        /* Its units are gathered into host pages (zero3.c); in device memory that needs
+         * virtual memory mapped per unit, without which it would hold what stage 2 holds. */
         return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
-                             "accel_model_alloc: ZeRO stage 3 gathers weights in host memory; the "
-                             "model is in %s memory",
+                             "accel_model_alloc: ZeRO stage 3 with the model in %s memory is not "
+                             "supported yet (its units are gathered into host memory pages); "
+                             "stages 1-2 run on GPUs, stage 3 with the model in host memory",
                              accel__device_name(m->dev));
     }
     ACCEL_TRY(build_geometry(m));

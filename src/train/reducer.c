@@ -405,7 +405,8 @@ static accel_status release_unowned(accel_model *m, int b)
         accel__pages_clear(m->grad + po + pc, (end - po - pc) * sizeof(float));
         return ACCEL_OK;
     }
-    accel_status st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset), NULL);
+    accel_status st =
+        accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset), NULL);
     if (st == ACCEL_OK) {
         st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc), NULL);
     }

@@ -15,16 +15,16 @@
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
  * bf16 compressed all-reduces) and with bf16 + hybrid sharding (groups of one process,
  * replicated: on nccl; refused through staging). Under ZeRO each process's optimizer state is
- * its shard (device memory). For each, save_state from device memory (at a step and inside the accumulation
- * window) resumed on the CPU, and the CPU's resumed on the device, continue bit-identically to
- * the uninterrupted runs, and the states' and save_model's tensor files are the same bytes from
- * either device. Bit for bit holds because both sides reduce in rank order in fp32 (shm,
- * staging, the emulated NCCL of the cuemu build) and every kernel is element-wise or reduces in
- * a fixed order; a real NCCL sums more than two processes in ring order, so there the test
- * skips (77, saying so). Also: load_model into a device model and a sharded save_model from
- * it; a join region (uneven inputs); the refusals of stage 3 and of ZeRO in a join region on
- * the device. The sim's page protection makes any host read of device memory crash. Exits 77
- * where the accelerator has no device (no GPU, ACCEL_SIM_GPU unset).
+ * its shard (device memory). For each, save_state from device memory (at a step and inside the
+ * accumulation window) resumed on the CPU, and the CPU's resumed on the device, continue
+ * bit-identically to the uninterrupted runs, and the states' and save_model's tensor files are the
+ * same bytes from either device. Bit for bit holds because both sides reduce in rank order in fp32
+ * (shm, staging, the emulated NCCL of the cuemu build) and every kernel is element-wise or reduces
+ * in a fixed order; a real NCCL sums more than two processes in ring order, so there the test skips
+ * (77, saying so). Also: load_model into a device model and a sharded save_model from it; a join
+ * region (uneven inputs); the refusals of stage 3 and of ZeRO in a join region on the device. The
+ * sim's page protection makes any host read of device memory crash. Exits 77 where the accelerator
+ * has no device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
 #include <math.h>
@@ -127,8 +127,8 @@ static void launch(accel__device *d, int on_cpu, kargs *k)
     kargs h = *k;
     h.grad = grad;
     h.wc = wc;
-    CHECK_OK(NULL, accel__dev_copy(d, wc, k->wc, k->n * accel_dtype_nbytes(k->dt),
-                                   ACCEL__COPY_D2H, NULL));
+    CHECK_OK(NULL, accel__dev_copy(d, wc, k->wc, k->n * accel_dtype_nbytes(k->dt), ACCEL__COPY_D2H,
+                                   NULL));
     CHECK_OK(NULL, accel__dev_copy(d, grad, k->grad, k->n * 4, ACCEL__COPY_D2H, NULL));
     grad_kernel(&h);
     CHECK_OK(NULL, accel__dev_copy(d, k->grad, grad, k->n * 4, ACCEL__COPY_H2D, NULL));
@@ -141,7 +141,7 @@ typedef struct config {
     int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
     int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
     accel_dtype comm_dtype; /* bf16: compressed all-reduces (ZeRO-2 keeps the all-reduce) */
-    int shard; /* zero_shard_size (hybrid sharding: groups of one, replicated), or 0 */
+    int shard;              /* zero_shard_size (hybrid sharding: groups of one, replicated), or 0 */
 } config;
 
 typedef struct run_spec {
@@ -177,23 +177,22 @@ static int run(const run_spec *rs)
     accel__device *d;
     CHECK_OK(NULL, accel__device_open(&d, accel_device_of(acc)));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);
+    int nccl = strcmp(accel_backend_name(acc), "nccl") == 0;
     if (!rs->on_cpu && accel_device_of(acc).type == ACCEL_DEVICE_CPU) {
-        fprintf(stderr,
-                "test_device_train: skipped: the accelerator's device is the CPU (no GPU; "
-                "ACCEL_SIM_GPU=1 simulates one)\n");
+        fprintf(stderr, "test_device_train: skipped: the accelerator's device is the CPU (no GPU; "
+                        "ACCEL_SIM_GPU=1 simulates one)\n");
         accel_free(acc); /* the test ends: no accelerator follows */
         return 77;
     }
-    if (!rs->on_cpu && n > 2 && strcmp(accel_backend_name(acc), "nccl") == 0 &&
-        getenv("ACCEL_CUEMU") == NULL) {
-        fprintf(stderr, "test_device_train: skipped: NCCL sums %d processes in ring order, not "
-                        "in the CPU run's rank order, so the runs are not bit-identical\n",
+    if (!rs->on_cpu && n > 2 && nccl && getenv("ACCEL_CUEMU") == NULL) {
+        fprintf(stderr,
+                "test_device_train: skipped: NCCL sums %d processes in ring order, not "
+                "in the CPU run's rank order, so the runs are not bit-identical\n",
                 n);
         accel_free(acc); /* the test ends: no accelerator follows */
         return 77;
     }
-    if (!rs->on_cpu && n > 2 && strcmp(accel_backend_name(acc), "nccl") == 0 &&
-        rs->cfg.comm_dtype != ACCEL_F32) {
+    if (!rs->on_cpu && n > 2 && nccl && rs->cfg.comm_dtype != ACCEL_F32) {
         /* NCCL reduces a wire dtype in it (nccl.c): rounded at every addition beyond two
          * processes, where the host backends round the fp32 sum once. */
         printf("test_device_train: ZeRO stage %d with comm_dtype %s not compared on nccl with %d "
@@ -226,7 +225,6 @@ static int run(const run_spec *rs)
     ao.lr = 1e-2;
     accel_optimizer *opt;
     CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
-    int nccl = strcmp(accel_backend_name(acc), "nccl") == 0;
     if (!rs->on_cpu && n > 1 && rs->cfg.shard > 0 && !nccl) {
         /* Hybrid sharding's cross-replica step reads device memory: not through staging. */
         CHECK(accel_prepare(acc, m, opt) == ACCEL_EUNSUPPORTED);
@@ -491,7 +489,7 @@ int main(void)
     (void)mkdir(root, 0700);
     const config configs[] = {
         {0, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0}, /* DDP */
-        {1, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0}, /* ZeRO-1: allreduce, step, allgather */
+        {1, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0},   /* ZeRO-1: allreduce, step, allgather */
         {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0}, /* ZeRO-2: reduce-scatter, step, allgather */
         {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0},
