@@ -1,4 +1,4 @@
-/* ACCEL_TEST_NPROCS: 1 2 3
+/* ACCEL_TEST_NPROCS: 1 2 3 4
  * ACCEL_TEST_LABELS: gpu sim nccl
  *
  * Training with the model in device memory against the same run with the model on the CPU, bit
@@ -13,18 +13,18 @@
  * the shards' sums of squares all-reduced), clip_grad_value, AdamW. Configurations: DDP with
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
- * bf16 compressed all-reduces) and with bf16 + hybrid sharding (groups of one process,
- * replicated: on nccl; refused through staging). Under ZeRO each process's optimizer state is
- * its shard (device memory). For each, save_state from device memory (at a step and inside the
- * accumulation window) resumed on the CPU, and the CPU's resumed on the device, continue
- * bit-identically to the uninterrupted runs, and the states' and save_model's tensor files are the
- * same bytes from either device. Bit for bit holds because both sides reduce in rank order in fp32
- * (shm, staging, the emulated NCCL of the cuemu build) and every kernel is element-wise or reduces
- * in a fixed order; a real NCCL sums more than two processes in ring order, so there the test skips
- * (77, saying so). Also: load_model into a device model and a sharded save_model from it; a join
- * region (uneven inputs); the refusals of stage 3 and of ZeRO in a join region on the device. The
- * sim's page protection makes any host read of device memory crash. Exits 77 where the accelerator
- * has no device (no GPU, ACCEL_SIM_GPU unset).
+ * bf16 compressed all-reduces) and with bf16 + hybrid sharding (2 groups of 2 on 4 processes,
+ * else groups of one process, replicated: on nccl; refused through staging). Under ZeRO each
+ * process's optimizer state is its shard (device memory). For each, save_state from device memory
+ * (at a step and inside the accumulation window) resumed on the CPU, and the CPU's resumed on the
+ * device, continue bit-identically to the uninterrupted runs, and the states' and save_model's
+ * tensor files are the same bytes from either device. Bit for bit holds because both sides reduce
+ * in rank order in fp32 (shm, staging, the emulated NCCL of the cuemu build) and every kernel is
+ * element-wise or reduces in a fixed order; a real NCCL sums more than two processes in ring order,
+ * so there the test skips (77, saying so). Also: load_model into a device model and a sharded
+ * save_model from it; a join region (uneven inputs); the refusals of stage 3 and of ZeRO in a join
+ * region on the device. The sim's page protection makes any host read of device memory crash. Exits
+ * 77 where the accelerator has no device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
 #include <math.h>
@@ -141,7 +141,7 @@ typedef struct config {
     int sync_each_batch; /* every micro-step reduces (ZeRO-2: later ones add to reduced pieces) */
     int join;            /* uneven inputs: process r trains STEPS - r steps in a join region */
     accel_dtype comm_dtype; /* bf16: compressed all-reduces (ZeRO-2 keeps the all-reduce) */
-    int shard;              /* zero_shard_size (hybrid sharding: groups of one, replicated), or 0 */
+    int hybrid;             /* hybrid sharding (zero_shard_size: see shard_size) */
 } config;
 
 typedef struct run_spec {
@@ -149,6 +149,15 @@ typedef struct run_spec {
     int on_cpu, from; /* from: the first micro-step (after a load) */
     const char *load, *save, *save_mid, *model_dir;
 } run_spec;
+
+/* The hybrid configuration's groups: 2 of 2 processes on 4, else groups of one (replicated;
+ * what divides every process count). The launcher's WORLD_SIZE: needed before accel_init. */
+static int shard_size(void)
+{
+    const char *ws = getenv("WORLD_SIZE");
+    int n = ws != NULL ? atoi(ws) : 1;
+    return n == 4 ? 2 : 1;
+}
 
 /* Trains micro-steps [from, STEPS * ACC) with the model on the CPU or the device and writes
  * the final weights with accel_save_model into rs->model_dir (under ZeRO with mixed precision a CPU
@@ -163,8 +172,8 @@ static int run(const run_spec *rs)
     o.zero_stage = rs->cfg.zero_stage;
     o.sync_each_batch = rs->cfg.sync_each_batch;
     o.comm_dtype = rs->cfg.comm_dtype;
-    if (rs->cfg.shard > 0) {
-        o.zero_shard_size = rs->cfg.shard;
+    if (rs->cfg.hybrid) {
+        o.zero_shard_size = shard_size();
     }
     o.gradient_accumulation_steps = ACC;
     o.first_bucket_mb = 2048.0 / 1048576.0;
@@ -225,7 +234,7 @@ static int run(const run_spec *rs)
     ao.lr = 1e-2;
     accel_optimizer *opt;
     CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
-    if (!rs->on_cpu && n > 1 && rs->cfg.shard > 0 && !nccl) {
+    if (!rs->on_cpu && n > 1 && rs->cfg.hybrid && !nccl) {
         /* Hybrid sharding's cross-replica step reads device memory: not through staging. */
         CHECK(accel_prepare(acc, m, opt) == ACCEL_EUNSUPPORTED);
         CHECK_MSG(strstr(accel_last_error(acc), "hybrid sharding"), "%s", accel_last_error(acc));
@@ -244,7 +253,7 @@ static int run(const run_spec *rs)
         int held = 0;
         CHECK(m->red.on_device == nccl && m->red.staged == !nccl && !m->master_shard);
         size_t state = accel__zero_state_numel(m);
-        size_t group = rs->cfg.shard > 0 ? (size_t)rs->cfg.shard : (size_t)n;
+        size_t group = rs->cfg.hybrid ? (size_t)shard_size() : (size_t)n;
         CHECK_MSG(rs->cfg.zero_stage == 0 ? state == m->flat.padded_numel
                                           : state * group == m->flat.padded_numel,
                   "stage %d: optimizer state of %zu elements for %zu parameters (padded)",
@@ -418,13 +427,13 @@ static int check_config(config cfg)
                                                      : "fp32",
              cfg.sync_each_batch ? ", sync_each_batch" : "",
              cfg.comm_dtype == ACCEL_BF16 ? ", comm_dtype bf16" : "",
-             cfg.shard > 0 ? ", hybrid sharding" : "");
+             cfg.hybrid ? ", hybrid sharding" : "");
     const char *names[10] = {"dev_state",       "cpu_state",      "dev_model", "cpu_model",
                              "cpu_resumed",     "dev_resumed",    "dev_mid",   "cpu_mid",
                              "cpu_resumed_mid", "dev_resumed_mid"};
     for (int k = 0; k < 10; k++) {
         snprintf(dir[k], sizeof(dir[k]), "%s/%s_%d_%d_%d_%d", root, names[k], cfg.zero_stage,
-                 cfg.sync_each_batch, (int)cfg.comm_dtype, cfg.shard);
+                 cfg.sync_each_batch, (int)cfg.comm_dtype, cfg.hybrid);
     }
     run_spec dev_full = {cfg, 0, 0, NULL, dir[0], dir[6], dir[2]};
     int st = run(&dev_full);
@@ -495,7 +504,7 @@ int main(void)
         {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16, 0},
-        {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid: groups of 1, replicated */
+        {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid sharding */
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
         if (check_config(configs[k]) == 77) {
