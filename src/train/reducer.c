@@ -5,9 +5,10 @@
  * backward, launches each complete bucket strictly in bucket order on every process, asks for
  * bf16 / fp16 compression as the all-reduce's wire dtype (the communicator rounds inside its
  * reduction, no conversion pass on any thread), waits, and records profiler spans. Gradients
- * in GPU memory go to a device communicator (nccl) directly: each bucket's all-reduce is
- * posted on the reducer's communication stream after an event recorded on the compute stream
- * at launch, so it overlaps the rest of backward. Host communicators (several processes
+ * in GPU memory go to a device communicator (nccl) directly: each bucket's all-reduce (at
+ * ZeRO-2 its in-place reduce-scatter, the other pieces zeroed once it completed) is posted on
+ * the reducer's communication stream after an event recorded on the compute stream at launch,
+ * so it overlaps the rest of backward. Host communicators (several processes
  * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
  * memory after that event and back once reduced, on that same stream of their own (ZeRO-2: the
  * padded bucket out, the owned piece back; the other pieces are zeroed on the device).
@@ -130,22 +131,23 @@ accel_status accel__reducer_prepare(accel_model *m)
         return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
                              r->zero_stage);
     }
-    if (r->zero_stage >= 1 && acc->n_ranks > 1 &&
-        (accel__model_staged(m) || !accel__model_on_host(m))) {
-        /* Stages 1-2 on a device go through host staging (gradient buckets here, the
-         * allgathers in zero.c); a communicator that reads device memory, the replicas'
-         * cross-group reduction of hybrid sharding and stage 3 do not yet. */
-        const char *what = !accel__model_staged(m)   ? "on a backend reading device memory"
-                           : m->replica_comm != NULL ? "with hybrid sharding (zero_shard_size)"
-                           : r->zero_stage == 3      ? "through host staging"
-                                                     : NULL;
-        if (what != NULL) {
-            return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                                 "accel_prepare: ZeRO stage %d with the model in %s memory is not "
-                                 "supported %s yet (stages 1-2 on backend shm are; DDP, stage 0, "
-                                 "runs on every backend)",
-                                 r->zero_stage, accel__device_name(m->dev), what);
-        }
+    int staged = accel__model_staged(m);
+    if (r->zero_stage >= 1 && acc->n_ranks > 1 && (staged || !accel__model_on_host(m)) &&
+        (r->zero_stage == 3 || (m->replica_comm != NULL && staged))) {
+        /* Stages 1-2 on a device run on either path: a communicator that reads device memory
+         * (nccl) reduces and gathers the GPU buffers in place (hybrid sharding's cross-replica
+         * reduction too), a host one goes through staging (gradient buckets here, the
+         * allgathers in zero.c), which has no cross-replica step. Stage 3's units are
+         * gathered in host pages (zero3.c). */
+        const char *what = r->zero_stage == 3 ? "with its units gathered on demand"
+                                              : "with hybrid sharding (zero_shard_size) through "
+                                                "host staging";
+        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
+                             "accel_prepare: ZeRO stage %d with the model in %s memory is not "
+                             "supported %s yet (stages 1-2 are, on every backend, and with "
+                             "hybrid sharding on nccl; stage 3 runs with the model in host "
+                             "memory)",
+                             r->zero_stage, accel__device_name(m->dev), what);
     }
     r->n_buckets = m->flat.n_buckets;
     r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
@@ -167,7 +169,7 @@ accel_status accel__reducer_prepare(accel_model *m)
                              accel_dtype_name((accel_dtype)dt),
                              accel__comm_backend_name(acc->comm));
     }
-    r->staged = acc->n_ranks > 1 && accel__model_staged(m);
+    r->staged = acc->n_ranks > 1 && staged;
     r->on_device = acc->n_ranks > 1 && !r->staged && !accel__model_on_host(m);
     r->comm_dtype = compressed ? (accel_dtype)dt : ACCEL_F32;
     accel_status st = ACCEL_OK;
@@ -388,15 +390,27 @@ static void note_done(accel_model *m, accel__bucket *bk)
     }
 }
 
-/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it are given back and
- * read as zeros (what they contribute to a later reduction: sync.c). */
-static void release_unowned(accel_model *m, int b)
+/* ZeRO-2/3: once bucket b is reduced, the other processes' pieces of it read as zeros (what
+ * they contribute to a later reduction: sync.c). On the host their pages are given back; in
+ * device memory reduced by the communicator in place (on_device) they are zeroed on the
+ * compute stream, after the collective completed (staging zeroes them in bucket_post). */
+static accel_status release_unowned(accel_model *m, int b)
 {
     const accel__flat_bucket *fb = &m->flat.buckets[b];
     size_t po, pc;
     accel__flat_piece(&m->flat, b, m->rank, &po, &pc);
-    accel__pages_clear(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
-    accel__pages_clear(m->grad + po + pc, (fb->offset + fb->padded - po - pc) * sizeof(float));
+    size_t end = fb->offset + fb->padded;
+    if (m->grad_pages) {
+        accel__pages_clear(m->grad + fb->offset, (po - fb->offset) * sizeof(float));
+        accel__pages_clear(m->grad + po + pc, (end - po - pc) * sizeof(float));
+        return ACCEL_OK;
+    }
+    accel_status st =
+        accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset), NULL);
+    if (st == ACCEL_OK) {
+        st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc), NULL);
+    }
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
 }
 
 /* Launches every consecutive ready bucket from next_launch on, then notes completions. */
@@ -423,7 +437,7 @@ static accel_status launch_ready(accel_model *m)
         if (accel_work_test(bk->xwork != NULL ? bk->xwork : bk->work, &wst)) {
             note_done(m, bk);
             if (wst == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
-                release_unowned(m, b); /* early, so a backward never holds all gradients */
+                (void)release_unowned(m, b); /* early: a backward never holds all gradients */
             }
         }
     }
@@ -508,8 +522,8 @@ accel_status accel__reducer_wait(accel_model *m)
         note_done(m, bk);
         accel_work_free(bk->work);
         bk->work = NULL;
-        if (st == ACCEL_OK && m->grad_pages && r->zero_stage >= 2) {
-            release_unowned(m, b);
+        if (st == ACCEL_OK && (m->grad_pages || r->on_device) && r->zero_stage >= 2) {
+            st = release_unowned(m, b);
         }
         if (st == ACCEL_OK && bk->hook_st != ACCEL_OK) {
             st = bk->hook_st;

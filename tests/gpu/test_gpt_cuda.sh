@@ -7,6 +7,7 @@
 #   fp32, 1 process          <= 3e-4                <= 2e-3
 #   bf16, 1 process          <= 1e-2                <= 2e-2
 #   fp32, 2 processes        <= 3e-4                <= 2e-3   (the GPU shared: staged buckets)
+#   ZeRO-2 vs DDP, 2 procs   <= 1e-4                <= 1e-4   (the same sums on 2 processes)
 #
 # Step 1 is the forward of the initial weights (losses are printed with 4 decimals, so 1e-4 of
 # it is the print); later steps add the drift of summation orders through AdamW (bf16: and the
@@ -128,6 +129,13 @@ echo "== fp32, 2 processes"
 run cpu_np2 2 --device cpu --mixed_precision no
 run gpu_np2 2 --device cuda --mixed_precision no
 compare gpu_np2 cpu_np2 3e-4 2e-3 || fail "2 processes: the GPU run does not follow the CPU run"
+
+echo "== ZeRO-2, fp32, 2 processes"
+# The gradients reduce-scattered (staged through the host where the GPU is shared, in place on
+# nccl with a GPU each), the optimizer state sharded, the weights all-gathered: on 2 processes
+# the same sums as DDP's all-reduce, so the same losses up to their printed 4 decimals.
+ACCEL_ZERO_STAGE=2 run gpu_np2_zero2 2 --device cuda --mixed_precision no
+compare gpu_np2_zero2 gpu_np2 1e-4 1e-4 || fail "ZeRO-2 on the GPU does not follow DDP"
 
 echo "== the GPU model's model.safetensors"
 [ -s "$DIR/gpu_model/model.safetensors" ] || fail "no $DIR/gpu_model/model.safetensors"
