@@ -367,8 +367,8 @@ template <typename T, int ST> __device__ __forceinline__ void tc_put(T *x, const
  * added to dst (the lane's row, when `valid`), through the scratch (16 x 16 floats). */
 template <typename T, int HDF>
 __device__ __forceinline__ void
-tc_store_rows(float *scr, const wmma::fragment<wmma::accumulator, 16, 16, 16, float> *acc,
-              int nf, float *dst, float f, int write, bool valid)
+tc_store_rows(float *scr, const wmma::fragment<wmma::accumulator, 16, 16, 16, float> *acc, int nf,
+              float *dst, float f, int write, bool valid)
 {
     int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
     const float4 *mine = reinterpret_cast<const float4 *>(scr + r * 16 + half * 8);
@@ -439,8 +439,8 @@ __global__ void __launch_bounds__(32 * NW)
     /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's. */
     float D_t = 0.0f, lse_t = 0.0f;
     if (t < a.T) {
-        const float4 *yr = reinterpret_cast<const float4 *>(y + (b * a.T + t) * a.C + h * a.hd +
-                                                            half * (hd / 2));
+        const float4 *yr =
+            reinterpret_cast<const float4 *>(y + (b * a.T + t) * a.C + h * a.hd + half * (hd / 2));
         const T *dr = sdo + (16 * warp + r) * LDH + half * (hd / 2);
         for (int d = 0; d < hd / 8; d++) {
             float4 v = yr[d];
@@ -578,11 +578,9 @@ template <typename T, int HDF, int NW, int ST>
 static void tc_bwd_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                           const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
-    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW)));
-    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, 32 * NW, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv,
-                                                                 write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, 32 * NW, 0, s>>>(*a, qkv, lse, gy, D, gqkv,
-                                                                  write);
+    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
 }
 
 extern "C" {
