@@ -422,9 +422,10 @@ __global__ void __launch_bounds__(32 * NW)
     __shared__ __align__(32) T sds[NW * 16 * LDP];
     __shared__ __align__(32) float ss[NW * 16 * LDS];
 
-    int64_t nbh = a.B * a.H, nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
-    /* Tile-major, the longest query tiles (most keys) first across every head. */
-    int64_t qt = nqt - 1 - (int64_t)blockIdx.x / nbh, bh = (int64_t)blockIdx.x % nbh;
+    int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
+     * tiles (most keys) first. */
+    int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
     int64_t h = bh % a.H, b = bh / a.H, t0 = qt * QT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1, half = lane & 1;
@@ -505,9 +506,10 @@ __global__ void __launch_bounds__(32 * NW)
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ float slse[ST], sD[ST];
 
-    int64_t nbh = a.B * a.H, C3 = 3 * a.C;
-    /* Tile-major, the first key tiles (most queries) first across every head. */
-    int64_t kt = (int64_t)blockIdx.x / nbh, bh = (int64_t)blockIdx.x % nbh;
+    int64_t nkt = (a.T + KT - 1) / KT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's Q and dO in L2), the first key tiles
+     * (most queries) first. */
+    int64_t kt = (int64_t)blockIdx.x % nkt, bh = (int64_t)blockIdx.x / nkt;
     int64_t h = bh % a.H, b = bh / a.H, j0 = kt * KT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1;
