@@ -1,23 +1,22 @@
 /* ACCEL_TEST_LABELS: gpu
  *
- * The nn ops on CUDA (src/nn/cuda/) against the same ops on the CPU, on fresh random inputs
- * each run (the seed is printed; ACCEL_TEST_SEED=N repeats a run): the forward output and the
- * gradient of every input, for a random output gradient (or d(loss) = 1 for a scalar loss),
- * compared as rel = ||gpu - cpu|| / ||cpu||. Before each case the GPU ctx's arena is filled
- * with NaN, so an output or fresh gradient element a kernel forgot to write fails the
- * comparison. Tolerances, per op:
+ * The nn ops on CUDA (src/nn/cuda/) against the same ops on the CPU, through
+ * tests/nn_cuda_check.h (fresh random inputs each run, the forward output and the gradient of
+ * every input for a random output gradient, or d(loss) = 1 for a scalar loss, over a
+ * NaN-poisoned GPU arena). Attention has its own program (test_nn_cuda_attn.c). Tolerances,
+ * per op:
  *  - fp32: 1e-5 forward and backward (add, GELU, dropout, embedding, cross entropy, linear;
  *    the summation order differs from the CPU's, and the CPU's exp/erf/tanh are its own
- *    approximations within a few ulp); LayerNorm and attention gradients 1e-4 (each element
- *    is a difference of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
- *  - bf16 autocast (linear, attention): 1e-2 (both sides round the same operands, but a
- *    product's rounding to bf16 can fall either side of a tie on the other device's sum);
+ *    approximations within a few ulp); LayerNorm gradients 1e-4 (each element is a difference
+ *    of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
+ *  - bf16 autocast (linear): 1e-2 (both sides round the same operands, but a product's
+ *    rounding to bf16 can fall either side of a tie on the other device's sum);
  *  - nn_linear_gelu_linear, fused by cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues: 1e-2 in
  *    fp32 (cuBLASLt's tanh GELU and its derivative are its own approximations, not the CPU's
  *    formula) and 2e-2 under bf16 autocast (the hidden gradient is not rounded before GELU's
  *    derivative, as the three ops round it); where it takes the three ops (the erf form, a
  *    hidden width not a multiple of 8) the ops' own tolerances.
- * Dropout (also inside attention) draws the CPU's counter-based mask: the same elements drop.
+ * Dropout draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
  * gradients there like the same model's on the CPU. The host ids and targets ops stage through
@@ -26,195 +25,7 @@
  * staging so it grows within the step. Exits 77 (skipped) where the build has no CUDA
  * or no GPU can be used.
  */
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "accel/accel.h"
-#include "accel/nn.h"
-#include "check.h"
-
-#define POISON_N ((int64_t)4 << 20) /* floats of NaN laid in the GPU arena before each case */
-#define MAX_IN 6
-
-static nn_ctx *gcpu, *ggpu;
-static uint64_t seed;
-static float *poison_buf;
-
-static uint64_t next(void) /* splitmix64 */
-{
-    uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    return (float)((double)(next() >> 11) * 0x1p-52 - 1.0);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    CHECK(p != NULL);
-    return p;
-}
-
-static int64_t numel(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) {
-        n *= shape[d];
-    }
-    return n;
-}
-
-/* ||out - ref|| / ||ref|| over the columns [c0, c0 + n) of rows x ld matrices. */
-static double rel_err_cols(const float *out, const float *ref, int64_t rows, int64_t ld, int64_t c0,
-                           int64_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = c0; c < c0 + n; c++) {
-            double d = (double)out[r * ld + c] - (double)ref[r * ld + c];
-            num += d * d;
-            den += (double)ref[r * ld + c] * (double)ref[r * ld + c];
-        }
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
-static double rel_err(const float *out, const float *ref, int64_t n)
-{
-    return rel_err_cols(out, ref, 1, n, 0, n);
-}
-
-/* Resets a ctx to the same state on both devices (step, seed, autocast); on the GPU, lays NaN
- * over the start of its arena first, where the case's tensors will be carved. */
-static void prepare(nn_ctx *g, int is_gpu, int autocast)
-{
-    int64_t shape[1] = {POISON_N};
-    nn_ctx_reset(g);
-    if (is_gpu) {
-        for (int k = 0; k < 2; k++) { /* twice: the first may grow the arena by a new block */
-            CHECK_MSG(nn_tensor_from(g, poison_buf, 1, shape) != NULL, "%s",
-                      accel_last_error(NULL));
-            nn_ctx_reset(g);
-        }
-    }
-    nn_ctx_set_step(g, 7);
-    nn_ctx_set_seed(g, 1234);
-    nn_ctx_set_autocast(g, autocast);
-    nn_ctx_set_training(g, 1);
-}
-
-typedef struct in_spec {
-    int ndim;
-    int64_t shape[4];
-    float scale, offset; /* values: offset + scale * U(-1, 1) */
-    int grad;            /* requires grad */
-} in_spec;
-
-typedef nn_tensor *(*case_fn)(nn_ctx *g, nn_tensor **in, const void *arg);
-
-typedef struct run_out {
-    float *y;
-    int64_t ny;
-    float *grads[MAX_IN];
-} run_out;
-
-/* One forward (and, unless `forward_only`, backward: from gout, or d(y) = 1 when it is NULL)
- * on g; the output and input gradients come back in host memory. */
-static run_out run_one(nn_ctx *g, int is_gpu, int autocast, const in_spec *spec, int n_in,
-                       float *const *data, case_fn fn, const void *arg, const float *gout,
-                       int forward_only)
-{
-    run_out r;
-    memset(&r, 0, sizeof(r));
-    prepare(g, is_gpu, autocast);
-    nn_tensor *in[MAX_IN] = {NULL};
-    for (int k = 0; k < n_in; k++) {
-        in[k] = nn_tensor_from(g, data[k], spec[k].ndim, spec[k].shape);
-        CHECK_MSG(in[k] != NULL, "%s", accel_last_error(NULL));
-        nn_tensor_requires_grad(in[k], spec[k].grad);
-    }
-    nn_tensor *y = fn(g, in, arg);
-    CHECK_MSG(y != NULL, "%s: %s", is_gpu ? "gpu" : "cpu", accel_last_error(NULL));
-    r.ny = nn_numel(y);
-    r.y = xmalloc((size_t)r.ny * sizeof(float));
-    CHECK_OK(NULL, nn_tensor_to_host(y, r.y));
-    if (forward_only) {
-        return r;
-    }
-    if (gout == NULL) {
-        CHECK_OK(NULL, nn_backward(y, 1.0f, NULL));
-    } else {
-        CHECK_OK(NULL, nn_backward_grad(y, gout, NULL));
-    }
-    for (int k = 0; k < n_in; k++) {
-        if (spec[k].grad) {
-            r.grads[k] = xmalloc((size_t)nn_numel(in[k]) * sizeof(float));
-            CHECK_OK(NULL, nn_tensor_grad_to_host(in[k], r.grads[k]));
-        }
-    }
-    return r;
-}
-
-static void free_run(run_out *r, int n_in)
-{
-    free(r->y);
-    for (int k = 0; k < n_in; k++) {
-        free(r->grads[k]);
-    }
-}
-
-/* Runs fn on both devices over the same random inputs and output gradient and compares. */
-static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn, const void *arg,
-                       int autocast, int scalar, double tol_fwd, double tol_grad)
-{
-    float *data[MAX_IN];
-    for (int k = 0; k < n_in; k++) {
-        int64_t n = numel(spec[k].ndim, spec[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = spec[k].offset + spec[k].scale * frand();
-        }
-    }
-    /* A forward on the CPU sizes the output gradient. */
-    run_out c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, NULL, !scalar);
-    float *gout = NULL;
-    if (!scalar) {
-        gout = xmalloc((size_t)c.ny * sizeof(float));
-        for (int64_t i = 0; i < c.ny; i++) {
-            gout[i] = frand();
-        }
-        free_run(&c, n_in);
-        c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
-    }
-    run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout, 0);
-    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name, (long long)gg.ny,
-              (long long)c.ny);
-    double e = rel_err(gg.y, c.y, c.ny);
-    printf("  %-34s forward %.3g", name, e);
-    CHECK_MSG(e <= tol_fwd, "%s: forward rel err %g > %g", name, e, tol_fwd);
-    for (int k = 0; k < n_in; k++) {
-        if (spec[k].grad) {
-            double eg = rel_err(gg.grads[k], c.grads[k], numel(spec[k].ndim, spec[k].shape));
-            printf(", grad %d %.3g", k, eg);
-            CHECK_MSG(eg <= tol_grad, "%s: gradient of input %d: rel err %g > %g", name, k, eg,
-                      tol_grad);
-        }
-    }
-    printf("\n");
-    fflush(stdout);
-    free_run(&c, n_in);
-    free_run(&gg, n_in);
-    free(gout);
-    for (int k = 0; k < n_in; k++) {
-        free(data[k]);
-    }
-}
+#include "nn_cuda_check.h"
 
 /* ---- the cases ---- */
 
@@ -278,25 +89,6 @@ static nn_tensor *f_ce(nn_ctx *g, nn_tensor **in, const void *arg)
 {
     const ce_arg *a = arg;
     return nn_cross_entropy(g, in[0], a->targets, &a->opts);
-}
-
-typedef struct attn_arg {
-    int n_head;
-    float p;
-} attn_arg;
-
-static nn_tensor *f_attention(nn_ctx *g, nn_tensor **in, const void *arg)
-{
-    const attn_arg *a = arg;
-    return nn_causal_attention(g, in[0], a->n_head, a->p);
-}
-
-/* Two attentions over the same qkv: the second backward adds to the first's gradient. */
-static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
-{
-    const attn_arg *a = arg;
-    nn_tensor *y1 = nn_causal_attention(g, in[0], a->n_head, a->p);
-    return nn_add(g, y1, nn_causal_attention(g, in[0], a->n_head, a->p));
 }
 
 typedef struct lgl_arg {
@@ -424,141 +216,6 @@ static void test_cross_entropy(void)
     check_case("cross_entropy sum, smoothing 0.1", s, 1, f_ce, &a, ACCEL_F32, 1, 1e-5, 1e-5);
     a.opts.reduction = NN_REDUCTION_NONE;
     check_case("cross_entropy none, smoothing 0.1", s, 1, f_ce, &a, ACCEL_F32, 0, 1e-5, 1e-5);
-}
-
-static void test_attention(void)
-{
-    static const struct {
-        const char *name;
-        int64_t B, T, C;
-        int H;
-        float p;
-        int autocast;
-        double tol_fwd, tol_grad;
-    } cases[] = {
-        {"attention B2 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_F32, 1e-5, 1e-4},
-        {"attention B1 T64 H2 hd64", 1, 64, 128, 2, 0.0f, ACCEL_F32, 1e-5, 1e-4},
-        {"attention hd40 dropout 0.2", 2, 20, 80, 2, 0.2f, ACCEL_F32, 1e-5, 1e-4},
-        /* Autocast without dropout, hd a multiple of 16 up to 128: the tensor-core forward
-         * and backward (partial query and key tiles, whole tiles, both tile shapes, fp16, one
-         * row); hd 160 and dropout: the warp kernels. */
-        {"attention bf16 T33 H4 hd32", 2, 33, 128, 4, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 B2 H3 T70 hd64", 2, 70, 192, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 T128 hd64", 1, 128, 128, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 T130 hd32", 1, 130, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 T90 hd128", 1, 90, 256, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
-        {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
-        {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 dropout 0.1 (warp)", 2, 24, 64, 2, 0.1f, ACCEL_BF16, 1e-2, 1e-2},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        in_spec s[1] = {{3, {cases[i].B, cases[i].T, 3 * cases[i].C}, 1.5f, 0.0f, 1}};
-        attn_arg a = {cases[i].H, cases[i].p};
-        check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
-                   cases[i].tol_grad);
-    }
-    in_spec s[1] = {{3, {1, 70, 3 * 128}, 1.5f, 0.0f, 1}};
-    attn_arg a = {2, 0.0f};
-    check_case("attention bf16 twice (grads add up)", s, 1, f_attention_twice, &a, ACCEL_BF16, 0,
-               1e-2, 1e-2);
-}
-
-#ifdef ACCEL_HAVE_CUDA
-void nn_cu_attn_set_kernel(int kind); /* nn_kernels.h: 0 auto (tensor cores), 1 warp kernels */
-void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd); /* nn_kernels.h */
-
-/* The attention forward, then the kernel its backward will take (arg: attn_kind_arg). */
-typedef struct attn_kind_arg {
-    attn_arg attn;
-    int bwd_kind;
-} attn_kind_arg;
-
-static nn_tensor *f_attention_then(nn_ctx *g, nn_tensor **in, const void *arg)
-{
-    const attn_kind_arg *a = arg;
-    nn_tensor *y = nn_causal_attention(g, in[0], a->attn.n_head, a->attn.p);
-    nn_cu_attn_set_kernel(a->bwd_kind);
-    return y;
-}
-#endif
-
-/* The tensor-core kernels against the warp kernels on the same GPU and inputs, three runs:
- * both directions on tensor cores (tc), the tensor-core forward with the warp backward (mixed)
- * and both warp (warp). The kernels' counters say which ran (results alone cannot: every sum
- * is rounded to bf16 / fp16, so the two kernels can agree bit for bit). tc and mixed share
- * their forward bit for bit, so their gradients differ only by the backward: dq, dk and dv
- * within 2e-3 each (both backwards round the same operands and sum in fp32; the emulator's
- * agree bit for bit in bf16; 2e-3 still fails a 1% error in any one of them). Otherwise 1e-2
- * as against the CPU. */
-static void test_attention_kernels(void)
-{
-#ifdef ACCEL_HAVE_CUDA
-    static const struct {
-        const char *name;
-        int64_t B, T, C;
-        int H;
-        int autocast;
-    } cases[] = {
-        {"bf16 B2 H3 T70 hd64", 2, 70, 192, 3, ACCEL_BF16},
-        {"bf16 T128 hd64", 1, 128, 128, 2, ACCEL_BF16},
-        {"bf16 T90 hd128", 1, 90, 256, 2, ACCEL_BF16},
-        {"fp16 T70 hd48", 1, 70, 96, 2, ACCEL_F16},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int64_t B = cases[i].B, T = cases[i].T, C = cases[i].C, n = B * T * 3 * C;
-        in_spec s[1] = {{3, {B, T, 3 * C}, 1.5f, 0.0f, 1}};
-        attn_kind_arg tc_arg = {{cases[i].H, 0.0f}, 0}, mixed_arg = {{cases[i].H, 0.0f}, 1};
-        float *data[1] = {xmalloc((size_t)n * sizeof(float))};
-        float *gout = xmalloc((size_t)(B * T * C) * sizeof(float));
-        for (int64_t k = 0; k < n; k++) {
-            data[0][k] = 1.5f * frand();
-        }
-        for (int64_t k = 0; k < B * T * C; k++) {
-            gout[k] = frand();
-        }
-        int ac = cases[i].autocast;
-        unsigned long f0, b0, f1, b1, f2, b2, f3, b3;
-        nn_cu_attn_tc_counts(&f0, &b0);
-        nn_cu_attn_set_kernel(0);
-        run_out tc = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &tc_arg, gout, 0);
-        nn_cu_attn_tc_counts(&f1, &b1);
-        nn_cu_attn_set_kernel(0);
-        run_out mixed = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &mixed_arg, gout, 0);
-        nn_cu_attn_tc_counts(&f2, &b2);
-        nn_cu_attn_set_kernel(1);
-        run_out warp = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &mixed_arg, gout, 0);
-        nn_cu_attn_tc_counts(&f3, &b3);
-        nn_cu_attn_set_kernel(0);
-        CHECK_MSG(f1 - f0 == 1 && b1 - b0 == 1 && f2 - f1 == 1 && b2 - b1 == 0 && f3 == f2 &&
-                      b3 == b2,
-                  "attention %s: tensor-core forwards / backwards queued per run: tc %lu / %lu "
-                  "(want 1 / 1), mixed %lu / %lu (1 / 0), warp %lu / %lu (0 / 0)",
-                  cases[i].name, f1 - f0, b1 - b0, f2 - f1, b2 - b1, f3 - f2, b3 - b2);
-        double ey = rel_err(tc.y, warp.y, tc.ny), ey_mixed = rel_err(tc.y, mixed.y, tc.ny);
-        double eb[3], eg = rel_err(tc.grads[0], warp.grads[0], n);
-        for (int part = 0; part < 3; part++) { /* dq, dk, dv */
-            eb[part] = rel_err_cols(tc.grads[0], mixed.grads[0], B * T, 3 * C, part * C, C);
-        }
-        printf("  attention %-19s tensor cores vs warp: forward %.3g, backward dq %.3g dk %.3g "
-               "dv %.3g, both %.3g\n",
-               cases[i].name, ey, eb[0], eb[1], eb[2], eg);
-        CHECK_MSG(ey_mixed == 0.0, "attention %s: the same forward differs between runs (%g)",
-                  cases[i].name, ey_mixed);
-        CHECK_MSG(eb[0] <= 2e-3 && eb[1] <= 2e-3 && eb[2] <= 2e-3,
-                  "attention %s: tensor-core backward vs warp backward (same forward): dq %g, "
-                  "dk %g, dv %g > 2e-3",
-                  cases[i].name, eb[0], eb[1], eb[2]);
-        CHECK_MSG(ey <= 1e-2 && eg <= 1e-2,
-                  "attention %s: tensor cores vs warp: forward %g, forward and backward %g",
-                  cases[i].name, ey, eg);
-        free_run(&tc, 1);
-        free_run(&mixed, 1);
-        free_run(&warp, 1);
-        free(gout);
-        free(data[0]);
-    }
-#endif
 }
 
 static void test_gpt(void)
@@ -811,47 +468,19 @@ static void test_model_params(void)
 
 int main(void)
 {
-    /* nn says at level info when cuBLASLt offers no algorithm with a fused epilogue (the op
-     * then runs plain products and kernels): show it in this test's output. */
-    if (getenv("ACCEL_LOG_LEVEL") == NULL) {
-        setenv("ACCEL_LOG_LEVEL", "info", 1);
-    }
-    CHECK_OK(NULL, nn_ctx_new(&gcpu));
-    CHECK_OK(NULL, nn_ctx_new(&ggpu));
-    accel_status st = nn_ctx_set_device(ggpu, (accel_device){ACCEL_DEVICE_CUDA, 0});
-    if (st != ACCEL_OK) {
-        CHECK_MSG(st == ACCEL_EUNSUPPORTED, "%s: %s", accel_status_name(st),
-                  accel_last_error(NULL));
-        fprintf(stderr, "test_nn_cuda: skipped: %s\n", accel_last_error(NULL));
-        nn_ctx_free(ggpu);
-        nn_ctx_free(gcpu);
+    if (nn_cuda_check_init("test_nn_cuda") != 0) {
         return 77;
-    }
-    CHECK(nn_ctx_device(ggpu).type == ACCEL_DEVICE_CUDA);
-    const char *s = getenv("ACCEL_TEST_SEED");
-    seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_nn_cuda: seed %llu (ACCEL_TEST_SEED=%llu repeats this run)\n",
-           (unsigned long long)seed, (unsigned long long)seed);
-    fflush(stdout);
-    poison_buf = xmalloc((size_t)POISON_N * sizeof(float));
-    for (int64_t i = 0; i < POISON_N; i++) {
-        poison_buf[i] = NAN;
     }
     test_elementwise();
     test_embedding();
     test_layernorm();
     test_linear();
     test_cross_entropy();
-    test_attention();
-    test_attention_kernels();
     test_gpt();
     test_linear_gelu_linear();
     test_staging();
     test_errors();
     test_model_params();
-    free(poison_buf);
-    nn_ctx_free(ggpu);
-    nn_ctx_free(gcpu);
-    printf("test_nn_cuda: ok\n");
+    nn_cuda_check_done("test_nn_cuda");
     return 0;
 }
