@@ -7,7 +7,7 @@
  * row sums, which cancellation amplifies); bf16 / fp16 autocast 1e-2 (both sides round the same
  * operands, but a product's rounding to bf16 can fall either side of a tie on the other
  * device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel (head sizes
- * up to 64 and up to 128), fp16, one row, the warp kernels' cases (head 160, dropout, whose
+ * up to 64 and up to 128, the smallest 16), fp16, one row, the warp kernels' cases (head 160, dropout, whose
  * mask is the CPU's counter-based one), and a gradient that adds up over two attentions. Then
  * the tensor-core kernels against the warp kernels in the same process (below). Exits 77
  * (skipped) where the build has no CUDA or no GPU can be used.
@@ -49,6 +49,7 @@ static void test_attention(void)
         /* Autocast without dropout, hd a multiple of 16 up to 128: the tensor-core forward
          * and backward (partial query and key tiles, whole tiles, both tile shapes, fp16, one
          * row); hd 160 and dropout: the warp kernels. */
+        {"attention bf16 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 T33 H4 hd32", 2, 33, 128, 4, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 B2 H3 T70 hd64", 2, 70, 192, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 T128 hd64", 1, 128, 128, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
