@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU benchmarks of issue 14 in one go (about a minute on an H100), then one table:
+# The GPU benchmarks of issues 14 and 15 in one go (about a minute on an H100), then one table:
 #   cuda_step        training step, reducer vs no communication: 1 process, then 2 sharing the GPU
 #   cuda_allreduce   accel_allreduce on device buffers through staging, 2 processes, 1-256 MiB
 #   cuda_ckpt        accel_save_state from GPU memory vs cudaMemcpy + write of the same bytes
+#   cuda_attn        nn's attention kernels at one GPT-2 124M layer: tensor cores vs warp kernels
 # Usage: bench/cuda_all.sh [BUILD_DIR (build-cuda)] [OUT_DIR (bench-results-cuda)]
 # BUILD_DIR is a build configured with -DACCEL_CUDA=ON (the benchmarks are built first if
 # needed), or one packed by scripts/gpu-pack.sh (on the lent machine:
@@ -24,13 +25,13 @@ if [ -f "$build/CMakeCache.txt" ] && command -v cmake >/dev/null 2>&1; then
         exit 1
     fi
     cmake --build "$build" -j "$(nproc)" --target accel_cli bench_cuda_step bench_cuda_allreduce \
-        bench_cuda_ckpt >"$out/build.txt" 2>&1 || {
+        bench_cuda_ckpt bench_cuda_attn >"$out/build.txt" 2>&1 || {
         tail -30 "$out/build.txt"
         echo "cuda_all: building the benchmarks failed (log: $out/build.txt)" >&2
         exit 1
     }
 fi
-for p in accel bench/cuda_step bench/cuda_allreduce bench/cuda_ckpt; do
+for p in accel bench/cuda_step bench/cuda_allreduce bench/cuda_ckpt bench/cuda_attn; do
     if [ ! -x "$build/$p" ]; then
         echo "cuda_all: $build/$p is missing (a CUDA build: cmake -S . -B $build -DACCEL_CUDA=ON)" >&2
         exit 1
@@ -78,6 +79,7 @@ run step_np1 "$build/bench/cuda_step"
 run step_np2 "${launch[@]}" 2 "$build/bench/cuda_step"
 run allreduce_np2 "${launch[@]}" 2 "$build/bench/cuda_allreduce"
 run ckpt "$build/bench/cuda_ckpt" --dir "$out"
+run attn "$build/bench/cuda_attn"
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null |
     head -1)

@@ -105,9 +105,9 @@ static const accel__env_var env_table[] = {
     {"OMP_NUM_THREADS", ACCEL__ENV_INT, NULL,
      "threads per process (OpenMP, BLAS); accel launch sets max(1, cores / processes) when unset"},
     {"ACCEL_NN_ATTN", ACCEL__ENV_STRING, "auto",
-     "nn on CUDA: the attention forward, auto (tensor cores under bf16 / fp16 autocast where "
-     "they apply) | warp (the fp32 warp-per-row kernel always; A/B timing); read at the first "
-     "attention forward"},
+     "nn on CUDA: the attention kernels, auto (tensor cores under bf16 / fp16 autocast where "
+     "they apply, forward and backward) | warp (the fp32 warp-per-row kernels always; A/B "
+     "timing); read at the first attention forward"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

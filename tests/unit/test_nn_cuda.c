@@ -1,23 +1,22 @@
 /* ACCEL_TEST_LABELS: gpu
  *
- * The nn ops on CUDA (src/nn/cuda/) against the same ops on the CPU, on fresh random inputs
- * each run (the seed is printed; ACCEL_TEST_SEED=N repeats a run): the forward output and the
- * gradient of every input, for a random output gradient (or d(loss) = 1 for a scalar loss),
- * compared as rel = ||gpu - cpu|| / ||cpu||. Before each case the GPU ctx's arena is filled
- * with NaN, so an output or fresh gradient element a kernel forgot to write fails the
- * comparison. Tolerances, per op:
+ * The nn ops on CUDA (src/nn/cuda/) against the same ops on the CPU, through
+ * tests/nn_cuda_check.h (fresh random inputs each run, the forward output and the gradient of
+ * every input for a random output gradient, or d(loss) = 1 for a scalar loss, over a
+ * NaN-poisoned GPU arena). Attention has its own program (test_nn_cuda_attn.c). Tolerances,
+ * per op:
  *  - fp32: 1e-5 forward and backward (add, GELU, dropout, embedding, cross entropy, linear;
  *    the summation order differs from the CPU's, and the CPU's exp/erf/tanh are its own
- *    approximations within a few ulp); LayerNorm and attention gradients 1e-4 (each element
- *    is a difference of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
- *  - bf16 autocast (linear, attention): 1e-2 (both sides round the same operands, but a
- *    product's rounding to bf16 can fall either side of a tie on the other device's sum);
+ *    approximations within a few ulp); LayerNorm gradients 1e-4 (each element is a difference
+ *    of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
+ *  - bf16 autocast (linear): 1e-2 (both sides round the same operands, but a product's
+ *    rounding to bf16 can fall either side of a tie on the other device's sum);
  *  - nn_linear_gelu_linear, fused by cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues: 1e-2 in
  *    fp32 (cuBLASLt's tanh GELU and its derivative are its own approximations, not the CPU's
  *    formula) and 2e-2 under bf16 autocast (the hidden gradient is not rounded before GELU's
  *    derivative, as the three ops round it); where it takes the three ops (the erf form, a
  *    hidden width not a multiple of 8) the ops' own tolerances.
- * Dropout (also inside attention) draws the CPU's counter-based mask: the same elements drop.
+ * Dropout draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
  * gradients there like the same model's on the CPU. The host ids and targets ops stage through
@@ -26,186 +25,7 @@
  * staging so it grows within the step. Exits 77 (skipped) where the build has no CUDA
  * or no GPU can be used.
  */
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-
-#include "accel/accel.h"
-#include "accel/nn.h"
-#include "check.h"
-
-#define POISON_N ((int64_t)4 << 20) /* floats of NaN laid in the GPU arena before each case */
-#define MAX_IN 6
-
-static nn_ctx *gcpu, *ggpu;
-static uint64_t seed;
-static float *poison_buf;
-
-static uint64_t next(void) /* splitmix64 */
-{
-    uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    return (float)((double)(next() >> 11) * 0x1p-52 - 1.0);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    CHECK(p != NULL);
-    return p;
-}
-
-static int64_t numel(int ndim, const int64_t *shape)
-{
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) {
-        n *= shape[d];
-    }
-    return n;
-}
-
-static double rel_err(const float *out, const float *ref, int64_t n)
-{
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)out[i] - (double)ref[i];
-        num += d * d;
-        den += (double)ref[i] * (double)ref[i];
-    }
-    return den > 0.0 ? sqrt(num / den) : sqrt(num);
-}
-
-/* Resets a ctx to the same state on both devices (step, seed, autocast); on the GPU, lays NaN
- * over the start of its arena first, where the case's tensors will be carved. */
-static void prepare(nn_ctx *g, int is_gpu, int autocast)
-{
-    int64_t shape[1] = {POISON_N};
-    nn_ctx_reset(g);
-    if (is_gpu) {
-        for (int k = 0; k < 2; k++) { /* twice: the first may grow the arena by a new block */
-            CHECK_MSG(nn_tensor_from(g, poison_buf, 1, shape) != NULL, "%s",
-                      accel_last_error(NULL));
-            nn_ctx_reset(g);
-        }
-    }
-    nn_ctx_set_step(g, 7);
-    nn_ctx_set_seed(g, 1234);
-    nn_ctx_set_autocast(g, autocast);
-    nn_ctx_set_training(g, 1);
-}
-
-typedef struct in_spec {
-    int ndim;
-    int64_t shape[4];
-    float scale, offset; /* values: offset + scale * U(-1, 1) */
-    int grad;            /* requires grad */
-} in_spec;
-
-typedef nn_tensor *(*case_fn)(nn_ctx *g, nn_tensor **in, const void *arg);
-
-typedef struct run_out {
-    float *y;
-    int64_t ny;
-    float *grads[MAX_IN];
-} run_out;
-
-/* One forward (and, unless `forward_only`, backward: from gout, or d(y) = 1 when it is NULL)
- * on g; the output and input gradients come back in host memory. */
-static run_out run_one(nn_ctx *g, int is_gpu, int autocast, const in_spec *spec, int n_in,
-                       float *const *data, case_fn fn, const void *arg, const float *gout,
-                       int forward_only)
-{
-    run_out r;
-    memset(&r, 0, sizeof(r));
-    prepare(g, is_gpu, autocast);
-    nn_tensor *in[MAX_IN] = {NULL};
-    for (int k = 0; k < n_in; k++) {
-        in[k] = nn_tensor_from(g, data[k], spec[k].ndim, spec[k].shape);
-        CHECK_MSG(in[k] != NULL, "%s", accel_last_error(NULL));
-        nn_tensor_requires_grad(in[k], spec[k].grad);
-    }
-    nn_tensor *y = fn(g, in, arg);
-    CHECK_MSG(y != NULL, "%s: %s", is_gpu ? "gpu" : "cpu", accel_last_error(NULL));
-    r.ny = nn_numel(y);
-    r.y = xmalloc((size_t)r.ny * sizeof(float));
-    CHECK_OK(NULL, nn_tensor_to_host(y, r.y));
-    if (forward_only) {
-        return r;
-    }
-    if (gout == NULL) {
-        CHECK_OK(NULL, nn_backward(y, 1.0f, NULL));
-    } else {
-        CHECK_OK(NULL, nn_backward_grad(y, gout, NULL));
-    }
-    for (int k = 0; k < n_in; k++) {
-        if (spec[k].grad) {
-            r.grads[k] = xmalloc((size_t)nn_numel(in[k]) * sizeof(float));
-            CHECK_OK(NULL, nn_tensor_grad_to_host(in[k], r.grads[k]));
-        }
-    }
-    return r;
-}
-
-static void free_run(run_out *r, int n_in)
-{
-    free(r->y);
-    for (int k = 0; k < n_in; k++) {
-        free(r->grads[k]);
-    }
-}
-
-/* Runs fn on both devices over the same random inputs and output gradient and compares. */
-static void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn, const void *arg,
-                       int autocast, int scalar, double tol_fwd, double tol_grad)
-{
-    float *data[MAX_IN];
-    for (int k = 0; k < n_in; k++) {
-        int64_t n = numel(spec[k].ndim, spec[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = spec[k].offset + spec[k].scale * frand();
-        }
-    }
-    /* A forward on the CPU sizes the output gradient. */
-    run_out c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, NULL, !scalar);
-    float *gout = NULL;
-    if (!scalar) {
-        gout = xmalloc((size_t)c.ny * sizeof(float));
-        for (int64_t i = 0; i < c.ny; i++) {
-            gout[i] = frand();
-        }
-        free_run(&c, n_in);
-        c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
-    }
-    run_out gg = run_one(ggpu, 1, autocast, spec, n_in, data, fn, arg, gout, 0);
-    CHECK_MSG(gg.ny == c.ny, "%s: %lld outputs on the GPU, %lld on the CPU", name, (long long)gg.ny,
-              (long long)c.ny);
-    double e = rel_err(gg.y, c.y, c.ny);
-    printf("  %-34s forward %.3g", name, e);
-    CHECK_MSG(e <= tol_fwd, "%s: forward rel err %g > %g", name, e, tol_fwd);
-    for (int k = 0; k < n_in; k++) {
-        if (spec[k].grad) {
-            double eg = rel_err(gg.grads[k], c.grads[k], numel(spec[k].ndim, spec[k].shape));
-            printf(", grad %d %.3g", k, eg);
-            CHECK_MSG(eg <= tol_grad, "%s: gradient of input %d: rel err %g > %g", name, k, eg,
-                      tol_grad);
-        }
-    }
-    printf("\n");
-    fflush(stdout);
-    free_run(&c, n_in);
-    free_run(&gg, n_in);
-    free(gout);
-    for (int k = 0; k < n_in; k++) {
-        free(data[k]);
-    }
-}
+#include "nn_cuda_check.h"
 
 /* ---- the cases ---- */
 
@@ -269,17 +89,6 @@ static nn_tensor *f_ce(nn_ctx *g, nn_tensor **in, const void *arg)
 {
     const ce_arg *a = arg;
     return nn_cross_entropy(g, in[0], a->targets, &a->opts);
-}
-
-typedef struct attn_arg {
-    int n_head;
-    float p;
-} attn_arg;
-
-static nn_tensor *f_attention(nn_ctx *g, nn_tensor **in, const void *arg)
-{
-    const attn_arg *a = arg;
-    return nn_causal_attention(g, in[0], a->n_head, a->p);
 }
 
 typedef struct lgl_arg {
@@ -407,79 +216,6 @@ static void test_cross_entropy(void)
     check_case("cross_entropy sum, smoothing 0.1", s, 1, f_ce, &a, ACCEL_F32, 1, 1e-5, 1e-5);
     a.opts.reduction = NN_REDUCTION_NONE;
     check_case("cross_entropy none, smoothing 0.1", s, 1, f_ce, &a, ACCEL_F32, 0, 1e-5, 1e-5);
-}
-
-static void test_attention(void)
-{
-    static const struct {
-        const char *name;
-        int64_t B, T, C;
-        int H;
-        float p;
-        int autocast;
-        double tol_fwd, tol_grad;
-    } cases[] = {
-        {"attention B2 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_F32, 1e-5, 1e-4},
-        {"attention B1 T64 H2 hd64", 1, 64, 128, 2, 0.0f, ACCEL_F32, 1e-5, 1e-4},
-        {"attention hd40 dropout 0.2", 2, 20, 80, 2, 0.2f, ACCEL_F32, 1e-5, 1e-4},
-        /* Autocast without dropout, hd a multiple of 16 up to 128: the tensor-core forward
-         * (partial query and key tiles, both tile shapes, fp16, one row); hd 160 and dropout:
-         * the warp kernel. */
-        {"attention bf16 T33 H4 hd32", 2, 33, 128, 4, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 B2 H3 T70 hd64", 2, 70, 192, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 T130 hd32", 1, 130, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 T90 hd128", 1, 90, 256, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
-        {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
-        {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
-        {"attention bf16 dropout 0.1 (warp)", 2, 24, 64, 2, 0.1f, ACCEL_BF16, 1e-2, 1e-2},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        in_spec s[1] = {{3, {cases[i].B, cases[i].T, 3 * cases[i].C}, 1.5f, 0.0f, 1}};
-        attn_arg a = {cases[i].H, cases[i].p};
-        check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
-                   cases[i].tol_grad);
-    }
-}
-
-#ifdef ACCEL_HAVE_CUDA
-void nn_cu_attn_set_kernel(int kind); /* nn_kernels.h: 0 auto (tensor cores), 1 warp kernel */
-#endif
-
-/* The tensor-core forward against the warp kernel on the same GPU and inputs: outputs close
- * but not identical (P is rounded to bf16 on tensor cores, so identical means the tensor-core
- * kernel did not run), gradients (the warp backward on each forward's y and lse) close. */
-static void test_attention_kernels(void)
-{
-#ifdef ACCEL_HAVE_CUDA
-    enum { B = 2, T = 70, H = 3, C = 192 };
-    in_spec s[1] = {{3, {B, T, 3 * C}, 1.5f, 0.0f, 1}};
-    attn_arg a = {H, 0.0f};
-    float *data[1] = {xmalloc((size_t)B * T * 3 * C * sizeof(float))};
-    float *gout = xmalloc((size_t)B * T * C * sizeof(float));
-    for (int64_t i = 0; i < (int64_t)B * T * 3 * C; i++) {
-        data[0][i] = 1.5f * frand();
-    }
-    for (int64_t i = 0; i < (int64_t)B * T * C; i++) {
-        gout[i] = frand();
-    }
-    nn_cu_attn_set_kernel(0);
-    run_out tc = run_one(ggpu, 1, ACCEL_BF16, s, 1, data, f_attention, &a, gout, 0);
-    nn_cu_attn_set_kernel(1);
-    run_out warp = run_one(ggpu, 1, ACCEL_BF16, s, 1, data, f_attention, &a, gout, 0);
-    nn_cu_attn_set_kernel(0);
-    double e = rel_err(tc.y, warp.y, tc.ny);
-    double eg = rel_err(tc.grads[0], warp.grads[0], (int64_t)B * T * 3 * C);
-    printf("  attention tensor cores vs warp     forward %.3g, grad 0 %.3g\n", e, eg);
-    CHECK_MSG(e > 0.0, "attention: the tensor-core forward gave the warp kernel's output bit for "
-                       "bit: did it run?");
-    CHECK_MSG(e <= 1e-2 && eg <= 1e-2, "attention: tensor cores vs warp: forward %g, grad %g", e,
-              eg);
-    free_run(&tc, 1);
-    free_run(&warp, 1);
-    free(gout);
-    free(data[0]);
-#endif
 }
 
 static void test_gpt(void)
@@ -732,47 +468,19 @@ static void test_model_params(void)
 
 int main(void)
 {
-    /* nn says at level info when cuBLASLt offers no algorithm with a fused epilogue (the op
-     * then runs plain products and kernels): show it in this test's output. */
-    if (getenv("ACCEL_LOG_LEVEL") == NULL) {
-        setenv("ACCEL_LOG_LEVEL", "info", 1);
-    }
-    CHECK_OK(NULL, nn_ctx_new(&gcpu));
-    CHECK_OK(NULL, nn_ctx_new(&ggpu));
-    accel_status st = nn_ctx_set_device(ggpu, (accel_device){ACCEL_DEVICE_CUDA, 0});
-    if (st != ACCEL_OK) {
-        CHECK_MSG(st == ACCEL_EUNSUPPORTED, "%s: %s", accel_status_name(st),
-                  accel_last_error(NULL));
-        fprintf(stderr, "test_nn_cuda: skipped: %s\n", accel_last_error(NULL));
-        nn_ctx_free(ggpu);
-        nn_ctx_free(gcpu);
+    if (nn_cuda_check_init("test_nn_cuda") != 0) {
         return 77;
-    }
-    CHECK(nn_ctx_device(ggpu).type == ACCEL_DEVICE_CUDA);
-    const char *s = getenv("ACCEL_TEST_SEED");
-    seed = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL);
-    printf("test_nn_cuda: seed %llu (ACCEL_TEST_SEED=%llu repeats this run)\n",
-           (unsigned long long)seed, (unsigned long long)seed);
-    fflush(stdout);
-    poison_buf = xmalloc((size_t)POISON_N * sizeof(float));
-    for (int64_t i = 0; i < POISON_N; i++) {
-        poison_buf[i] = NAN;
     }
     test_elementwise();
     test_embedding();
     test_layernorm();
     test_linear();
     test_cross_entropy();
-    test_attention();
-    test_attention_kernels();
     test_gpt();
     test_linear_gelu_linear();
     test_staging();
     test_errors();
     test_model_params();
-    free(poison_buf);
-    nn_ctx_free(ggpu);
-    nn_ctx_free(gcpu);
-    printf("test_nn_cuda: ok\n");
+    nn_cuda_check_done("test_nn_cuda");
     return 0;
 }

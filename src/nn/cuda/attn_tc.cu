@@ -1,20 +1,24 @@
 /*
- * Causal attention forward on tensor cores (FlashAttention-2's schedule) for bf16 / fp16
- * autocast: one block per (batch, head, tile of 64 query rows), 4 warps of 16 rows each. The
+ * Causal attention on tensor cores (FlashAttention-2's schedules) for bf16 / fp16 autocast.
+ * Forward: one block per (batch, head, tile of 64 query rows), 4 warps of 16 rows each. The
  * Q tile and each key / value tile are rounded once into shared memory; per key tile a warp
  * computes S = Q K^T by WMMA (fp32 sums), the scale, the causal mask and the online softmax per
  * row in fp32 (running max m, sum l), P rounded to the autocast dtype, and O += P V by WMMA
  * with O kept in accumulator fragments (rescaled through shared memory when a row's max
- * grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does, so the
- * warp kernels' backward (nn_kernels.cu) takes its output unchanged.
+ * grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does, so either
+ * backward takes its output. Backward: a dQ kernel per query tile, then a dK/dV kernel per key
+ * tile (below), writing gqkv exactly where k_attn_bwd_* do, rounded as they round.
  *
- * Shared memory is static and at most 48 KiB: head sizes up to 64 use key tiles of 64, up to
- * 128 key tiles of 32; larger heads, dropout and misaligned tensors run the warp kernel.
+ * Shared memory is static and at most 48 KiB: head sizes up to 64 use key tiles of 64 (the
+ * backward: 64 own rows, streamed tiles of 32), up to 128 key tiles of 32 (backward: 32 own
+ * rows); larger heads, dropout and misaligned tensors run the warp kernels.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <atomic>
 #ifdef __CUDACC__
 #include <mma.h>
 #endif
@@ -36,28 +40,53 @@ template <> __device__ __forceinline__ __half tc_cvt<__half>(float v)
     return __float2half_rn(v);
 }
 
+template <typename T> __device__ __forceinline__ float tc_f(T v);
+template <> __device__ __forceinline__ float tc_f<__nv_bfloat16>(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+template <> __device__ __forceinline__ float tc_f<__half>(__half v)
+{
+    return __half2float(v);
+}
+/* v rounded to T and back: what a product reading v in T sees. */
+template <typename T> __device__ __forceinline__ float tc_round(float v)
+{
+    return tc_f<T>(tc_cvt<T>(v));
+}
+
 template <typename T> struct __align__(8) tc_quad
 {
     T v[4];
 };
 
-/* rows x hd floats of head h from packed qkv rows [row0, row0 + rows) (part: 0 q, 1 k, 2 v) into
- * dst [rows][hd] rounded to T, rows past T zero: 128-bit loads, consecutive threads along a row. */
+/* rows x hd floats (row i at src + i * stride; rows from `valid` on read as zero) into dst
+ * [rows][ld] rounded to T: 128-bit loads, consecutive threads along a row. */
 template <typename T>
-__device__ __forceinline__ void tc_load_tile(const nn_cu_attn &a, const float *qkv, int64_t b,
-                                             int64_t h, int part, int64_t row0, int rows, T *dst)
+__device__ __forceinline__ void tc_load_rows(const float *src, int64_t stride, int64_t valid,
+                                             int rows, int hd, T *dst, int ld)
 {
-    int q4 = (int)(a.hd / 4);
-    const float *base = qkv + (b * a.T) * 3 * a.C + part * a.C + h * a.hd;
+    int q4 = hd / 4;
     for (int i = threadIdx.x; i < rows * q4; i += blockDim.x) {
         int r = i / q4, c = (i % q4) * 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (row0 + r < a.T) {
-            v = *reinterpret_cast<const float4 *>(base + (row0 + r) * 3 * a.C + c);
+        if (r < valid) {
+            v = *reinterpret_cast<const float4 *>(src + r * stride + c);
         }
         tc_quad<T> q = {{tc_cvt<T>(v.x), tc_cvt<T>(v.y), tc_cvt<T>(v.z), tc_cvt<T>(v.w)}};
-        *reinterpret_cast<tc_quad<T> *>(dst + r * a.hd + c) = q; /* one 64-bit store */
+        *reinterpret_cast<tc_quad<T> *>(dst + r * ld + c) = q; /* one 64-bit store */
     }
+}
+
+/* rows x hd of head h from packed qkv rows [row0, row0 + rows) (part: 0 q, 1 k, 2 v) into
+ * dst [rows][ld]. */
+template <typename T>
+__device__ __forceinline__ void tc_load_tile(const nn_cu_attn &a, const float *qkv, int64_t b,
+                                             int64_t h, int part, int64_t row0, int rows, T *dst,
+                                             int ld)
+{
+    const float *src = qkv + (b * a.T + row0) * 3 * a.C + part * a.C + h * a.hd;
+    tc_load_rows<T>(src, 3 * a.C, a.T - row0, rows, (int)a.hd, dst, ld);
 }
 
 /* HDF: head size / 16 at most; KT: keys per tile. */
@@ -85,7 +114,7 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
     float *scr = ss + warp * 16 * KT; /* the warp's S rows, also its O scratch */
 
-    tc_load_tile<T>(a, qkv, b, h, 0, t0, TC_QT, sq);
+    tc_load_tile<T>(a, qkv, b, h, 0, t0, TC_QT, sq, hd);
     frag_c o[HDF];
 #pragma unroll
     for (int f = 0; f < HDF; f++) {
@@ -95,8 +124,8 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     int64_t last = (t0 + TC_QT < a.T ? t0 + TC_QT : a.T) - 1; /* the tile's last query row */
     for (int64_t j0 = 0; j0 <= last; j0 += KT) {
         __syncthreads(); /* every warp is done with the previous K, V (and Q is loaded) */
-        tc_load_tile<T>(a, qkv, b, h, 1, j0, KT, sk);
-        tc_load_tile<T>(a, qkv, b, h, 2, j0, KT, sv);
+        tc_load_tile<T>(a, qkv, b, h, 1, j0, KT, sk, hd);
+        tc_load_tile<T>(a, qkv, b, h, 2, j0, KT, sv, hd);
         __syncthreads();
         if (j0 > wt0 + 15 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's rows */
@@ -204,7 +233,357 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     }
 }
 
+/* ---- backward: FlashAttention-2's two-kernel, atomic-free schedule ----
+ *
+ * Both kernels own 16 rows per warp (queries in the dQ kernel, keys in the dK/dV kernel) and
+ * stream tiles of ST rows of the other side through shared memory. Per streamed tile a warp
+ * recomputes the scores of its rows against the tile (S = Q K^T, or its transpose) and
+ * dP = dO V^T by WMMA with fp32 sums, forms P = exp(S * scale - lse) under the causal mask and
+ * dS = P dP - P D element-wise in fp32 (rounded as k_attn_bwd_* and the CPU round them), and
+ * accumulates dQ += dS K, or dV += P^T dO and dK += dS^T Q, in accumulator fragments. Each
+ * output row is written by one warp once, so no atomics and the sums run in a fixed order.
+ * Shared tiles are padded by 8 elements (16 bytes) per row, fp32 scratch rows by 4, so that
+ * the 16 rows of a WMMA load or an element-wise pass fall on different banks. */
+
+/* The padded leading dimensions: bf16 / fp16 tiles of head rows, P / dS rows of ST, fp32
+ * scratch rows of ST. */
+template <int HDF> struct tc_ldh {
+    static const int v = 16 * HDF + 8;
+};
+
+template <typename T> struct __align__(16) tc_oct
+{
+    T v[8];
+};
+
+/* out [16][ST] (the warp's scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T, both in
+ * shared memory with leading dimension LDH. */
+template <typename T, int HDF, int ST, int LDS>
+__device__ __forceinline__ void tc_scores(float *out, const T *own, const T *stream, int nf)
+{
+    const int LDH = tc_ldh<HDF>::v;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> s[ST / 16];
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+        wmma::fill_fragment(s[n], 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < HDF; k++) {
+        if (k < nf) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, own + 16 * k, LDH);
+#pragma unroll
+            for (int n = 0; n < ST / 16; n++) {
+                /* Stream rows are B's columns: [ST][hd] is B col-major. */
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * n * LDH + 16 * k, LDH);
+                wmma::mma_sync(s[n], fa, fb, s[n]);
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+        wmma::store_matrix_sync(out + 16 * n, s[n], LDS, wmma::mem_row_major);
+    }
+}
+
+/* acc [16][hd] += x [16][ST] (shared, ldm ST + 8) times stream [ST][hd] (shared, ldm LDH). */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void
+tc_accumulate(wmma::fragment<wmma::accumulator, 16, 16, 16, float> *acc, const T *x,
+              const T *stream, int nf)
+{
+    const int LDH = tc_ldh<HDF>::v;
+#pragma unroll
+    for (int k = 0; k < ST / 16; k++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, x + 16 * k, ST + 8);
+#pragma unroll
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
+                wmma::mma_sync(acc[f], fa, fb, acc[f]);
+            }
+        }
+    }
+}
+
+/* The lane's ST / 2 entries of the warp's 16 x ST tile: lanes 2r and 2r + 1 own row r, half of
+ * its columns each. P = rnd(exp(S * scale - lse)) where query t sees key j (j <= t < T), else
+ * 0. KEY_ROWS: rows are keys and columns queries (lse per column, in shared memory), else rows
+ * are queries (lse_row). row0 / col0: the tile's first row / column. */
+template <typename T, int ST, int LDS, bool KEY_ROWS>
+__device__ __forceinline__ void tc_probs(const nn_cu_attn &a, const float *scr, int64_t row0,
+                                         int64_t col0, const float *lse_col, float lse_row,
+                                         float *p)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float *s = scr + r * LDS + half * HC;
+#pragma unroll
+    for (int c = 0; c < HC; c++) {
+        int64_t row = row0 + r, col = col0 + half * HC + c;
+        int64_t t = KEY_ROWS ? col : row, j = KEY_ROWS ? row : col;
+        float l = KEY_ROWS ? lse_col[half * HC + c] : lse_row;
+        p[c] = (j <= t && t < a.T) ? tc_round<T>(expf(s[c] * a.scale - l)) : 0.0f;
+    }
+}
+
+/* In place of the lane's P entries: dS = rnd(P dP - P D), dP from the scratch, D per column
+ * (KEY_ROWS) or per row. */
+template <typename T, int ST, int LDS, bool KEY_ROWS>
+__device__ __forceinline__ void tc_dscores(const float *scr, const float *D_col, float D_row,
+                                           float *p)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float *dp = scr + r * LDS + half * HC;
+#pragma unroll
+    for (int c = 0; c < HC; c++) {
+        float d = KEY_ROWS ? D_col[half * HC + c] : D_row;
+        p[c] = tc_round<T>(p[c] * dp[c] - p[c] * d);
+    }
+}
+
+/* The lane's ST / 2 values into row r of x [16][ST + 8] (16-byte stores). */
+template <typename T, int ST> __device__ __forceinline__ void tc_put(T *x, const float *v)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    tc_oct<T> *dst = reinterpret_cast<tc_oct<T> *>(x + r * (ST + 8) + half * HC);
+#pragma unroll
+    for (int c = 0; c < HC / 8; c++) {
+        tc_oct<T> o;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            o.v[e] = tc_cvt<T>(v[8 * c + e]);
+        }
+        dst[c] = o;
+    }
+}
+
+/* Row r of the warp's [16][hd] accumulators, times f and rounded to T, stored into (write) or
+ * added to dst (the lane's row, when `valid`), through the scratch (16 x 16 floats). */
+template <typename T, int HDF>
+__device__ __forceinline__ void
+tc_store_rows(float *scr, const wmma::fragment<wmma::accumulator, 16, 16, 16, float> *acc, int nf,
+              float *dst, float f, int write, bool valid)
+{
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float4 *mine = reinterpret_cast<const float4 *>(scr + r * 16 + half * 8);
+    float4 *out = reinterpret_cast<float4 *>(dst + half * 8);
+#pragma unroll
+    for (int k = 0; k < HDF; k++) {
+        if (k < nf) {
+            __syncwarp();
+            wmma::store_matrix_sync(scr, acc[k], 16, wmma::mem_row_major);
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float4 v = mine[c];
+                float4 x = make_float4(tc_round<T>(v.x * f), tc_round<T>(v.y * f),
+                                       tc_round<T>(v.z * f), tc_round<T>(v.w * f));
+                if (valid && !write) {
+                    float4 o = out[4 * k + c];
+                    x = make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w);
+                }
+                if (valid) {
+                    out[4 * k + c] = x;
+                }
+            }
+        }
+    }
+}
+
+/* Shared bytes of the backward kernels (at most): 2 tiles of 16 NW own rows and 2 of ST
+ * streamed rows (LDH wide), NW fp32 scratch tiles [16][ST + 4], XS bf16 / fp16 tiles
+ * [16][ST + 8] per warp (P and dS, or dS only), and ST floats each of lse and D. */
+template <typename T, int HDF, int NW, int ST, int XS> struct tc_bwd_smem {
+    static const int v = (2 * 16 * NW + 2 * ST) * tc_ldh<HDF>::v * (int)sizeof(T) +
+                         NW * 16 * (ST + 4) * 4 + XS * NW * 16 * (ST + 8) * (int)sizeof(T) +
+                         2 * ST * 4;
+};
+
+/* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
+ * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
+ * next, reads it). */
+template <typename T, int HDF, int NW, int ST>
+__global__ void __launch_bounds__(32 * NW)
+    k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
+                     const float *gy, float *D, float *gqkv, int write)
+{
+    const int LDH = tc_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
+    static_assert(tc_bwd_smem<T, HDF, NW, ST, 1>::v <= 48 * 1024, "static shared memory");
+    __shared__ __align__(32) T sq[QT * LDH];
+    __shared__ __align__(32) T sdo[QT * LDH];
+    __shared__ __align__(32) T sk[ST * LDH];
+    __shared__ __align__(32) T sv[ST * LDH];
+    __shared__ __align__(32) T sds[NW * 16 * LDP];
+    __shared__ __align__(32) float ss[NW * 16 * LDS];
+
+    int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
+     * tiles (most keys) first. */
+    int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
+    int64_t h = bh % a.H, b = bh / a.H, t0 = qt * QT;
+    int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = lane >> 1, half = lane & 1;
+    int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
+    float *scr = ss + warp * 16 * LDS;
+    T *xds = sds + warp * 16 * LDP;
+    const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
+
+    tc_load_rows<T>(qkv_b + t0 * C3, C3, a.T - t0, QT, hd, sq, LDH);
+    tc_load_rows<T>(gy_b + t0 * a.C, a.C, a.T - t0, QT, hd, sdo, LDH);
+    __syncthreads();
+    /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's. */
+    float D_t = 0.0f, lse_t = 0.0f;
+    if (t < a.T) {
+        const float4 *yr =
+            reinterpret_cast<const float4 *>(y + (b * a.T + t) * a.C + h * a.hd + half * (hd / 2));
+        const T *dr = sdo + (16 * warp + r) * LDH + half * (hd / 2);
+        for (int d = 0; d < hd / 8; d++) {
+            float4 v = yr[d];
+            D_t += tc_f<T>(dr[4 * d]) * v.x + tc_f<T>(dr[4 * d + 1]) * v.y +
+                   tc_f<T>(dr[4 * d + 2]) * v.z + tc_f<T>(dr[4 * d + 3]) * v.w;
+        }
+        lse_t = lse[bh * a.T + t];
+    }
+    D_t += __shfl_xor_sync(0xffffffffu, D_t, 1);
+    if (half == 0 && t < a.T) {
+        D[bh * a.T + t] = D_t;
+    }
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[HDF];
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        wmma::fill_fragment(dq[f], 0.0f);
+    }
+    int64_t last = (t0 + QT < a.T ? t0 + QT : a.T) - 1; /* the tile's last query */
+    for (int64_t j0 = 0; j0 <= last; j0 += ST) {
+        __syncthreads(); /* every warp is done with the previous K, V */
+        tc_load_rows<T>(qkv_b + j0 * C3 + a.C, C3, a.T - j0, ST, hd, sk, LDH);
+        tc_load_rows<T>(qkv_b + j0 * C3 + 2 * a.C, C3, a.T - j0, ST, hd, sv, LDH);
+        __syncthreads();
+        if (j0 > wt0 + 15 || wt0 >= a.T) {
+            continue; /* every key of the tile is after this warp's queries */
+        }
+        float p[ST / 2];
+        tc_scores<T, HDF, ST, LDS>(scr, sq + 16 * warp * LDH, sk, nf);
+        __syncwarp();
+        tc_probs<T, ST, LDS, false>(a, scr, wt0, j0, nullptr, lse_t, p);
+        __syncwarp(); /* S is read before dP overwrites it */
+        tc_scores<T, HDF, ST, LDS>(scr, sdo + 16 * warp * LDH, sv, nf);
+        __syncwarp();
+        tc_dscores<T, ST, LDS, false>(scr, nullptr, D_t, p);
+        tc_put<T, ST>(xds, p);
+        __syncwarp();
+        tc_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+    }
+    if (wt0 >= a.T) {
+        return; /* no real rows (after the last __syncthreads) */
+    }
+    tc_store_rows<T, HDF>(scr, dq, nf, gqkv + (b * a.T + t) * C3 + h * a.hd, a.scale, write,
+                          t < a.T);
+}
+
+/* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
+ * it. */
+template <typename T, int HDF, int NW, int ST>
+__global__ void __launch_bounds__(32 * NW)
+    k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
+                      const float *D, float *gqkv, int write)
+{
+    const int LDH = tc_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
+    static_assert(tc_bwd_smem<T, HDF, NW, ST, 2>::v <= 48 * 1024, "static shared memory");
+    __shared__ __align__(32) T sk[KT * LDH];
+    __shared__ __align__(32) T sv[KT * LDH];
+    __shared__ __align__(32) T sq[ST * LDH];
+    __shared__ __align__(32) T sdo[ST * LDH];
+    __shared__ __align__(32) T sp[NW * 16 * LDP];
+    __shared__ __align__(32) T sds[NW * 16 * LDP];
+    __shared__ __align__(32) float ss[NW * 16 * LDS];
+    __shared__ float slse[ST], sD[ST];
+
+    int64_t nkt = (a.T + KT - 1) / KT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's Q and dO in L2), the first key tiles
+     * (most queries) first. */
+    int64_t kt = (int64_t)blockIdx.x % nkt, bh = (int64_t)blockIdx.x / nkt;
+    int64_t h = bh % a.H, b = bh / a.H, j0 = kt * KT;
+    int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = lane >> 1;
+    int64_t wj0 = j0 + 16 * warp, j = wj0 + r;
+    float *scr = ss + warp * 16 * LDS;
+    T *xp = sp + warp * 16 * LDP, *xds = sds + warp * 16 * LDP;
+    const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
+
+    tc_load_rows<T>(qkv_b + j0 * C3 + a.C, C3, a.T - j0, KT, hd, sk, LDH);
+    tc_load_rows<T>(qkv_b + j0 * C3 + 2 * a.C, C3, a.T - j0, KT, hd, sv, LDH);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[HDF], dv[HDF];
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        wmma::fill_fragment(dk[f], 0.0f);
+        wmma::fill_fragment(dv[f], 0.0f);
+    }
+    for (int64_t i0 = j0; i0 < a.T; i0 += ST) {
+        __syncthreads(); /* every warp is done with the previous Q, dO (and K, V are loaded) */
+        tc_load_rows<T>(qkv_b + i0 * C3, C3, a.T - i0, ST, hd, sq, LDH);
+        tc_load_rows<T>(gy_b + i0 * a.C, a.C, a.T - i0, ST, hd, sdo, LDH);
+        for (int i = threadIdx.x; i < ST; i += blockDim.x) {
+            bool in = i0 + i < a.T;
+            slse[i] = in ? lse[bh * a.T + i0 + i] : 0.0f;
+            sD[i] = in ? D[bh * a.T + i0 + i] : 0.0f;
+        }
+        __syncthreads();
+        if (i0 + ST - 1 < wj0 || wj0 >= a.T) {
+            continue; /* every query of the tile is before this warp's keys */
+        }
+        float p[ST / 2];
+        tc_scores<T, HDF, ST, LDS>(scr, sk + 16 * warp * LDH, sq, nf); /* S^T */
+        __syncwarp();
+        tc_probs<T, ST, LDS, true>(a, scr, wj0, i0, slse, 0.0f, p);
+        tc_put<T, ST>(xp, p);
+        __syncwarp(); /* S^T is read before dP^T overwrites it */
+        tc_scores<T, HDF, ST, LDS>(scr, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
+        __syncwarp();
+        tc_dscores<T, ST, LDS, true>(scr, sD, 0.0f, p);
+        tc_put<T, ST>(xds, p);
+        __syncwarp();
+        tc_accumulate<T, HDF, ST>(dv, xp, sdo, nf);
+        tc_accumulate<T, HDF, ST>(dk, xds, sq, nf);
+    }
+    if (wj0 >= a.T) {
+        return; /* no real rows (after the last __syncthreads) */
+    }
+    float *dst = gqkv + (b * a.T + j) * C3 + h * a.hd;
+    tc_store_rows<T, HDF>(scr, dk, nf, dst + a.C, a.scale, write, j < a.T);
+    tc_store_rows<T, HDF>(scr, dv, nf, dst + 2 * a.C, 1.0f, write, j < a.T);
+}
+
 static int g_attn_kind = NN_CU_ATTN_AUTO;
+/* Tensor-core forwards and backwards queued (nn_cu_attn_tc_counts). */
+static std::atomic<unsigned long> g_tc_fwd, g_tc_bwd;
+
+/* The tensor-core kernels apply (forward and backward alike): autocast bf16 / fp16, no
+ * dropout, hd a multiple of 16 up to 128, the tensors 16-byte aligned (128-bit accesses). */
+static bool tc_applies(const nn_cu_attn *a, const void *p1, const void *p2, const void *p3,
+                       const void *p4)
+{
+    uintptr_t any = (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3 | (uintptr_t)p4;
+    return g_attn_kind != NN_CU_ATTN_WARP && (a->rnd == 1 || a->rnd == 2) && a->p <= 0.0f &&
+           a->hd % 16 == 0 && a->hd <= 128 && (any & 15) == 0;
+}
+
+/* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
+template <typename T, int HDF, int NW, int ST>
+static void tc_bwd_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                          const float *lse, const float *gy, float *D, float *gqkv, int write)
+{
+    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+}
 
 extern "C" {
 
@@ -213,11 +592,16 @@ void nn_cu_attn_set_kernel(int kind)
     g_attn_kind = kind;
 }
 
+void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd)
+{
+    *fwd = g_tc_fwd.load();
+    *bwd = g_tc_bwd.load();
+}
+
 int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
                       cudaError_t *err)
 {
-    if (g_attn_kind == NN_CU_ATTN_WARP || (a->rnd != 1 && a->rnd != 2) || a->p > 0.0f ||
-        a->hd % 16 != 0 || a->hd > 128 || ((uintptr_t)qkv & 15) != 0 || ((uintptr_t)y & 15) != 0) {
+    if (!tc_applies(a, qkv, y, qkv, y)) {
         return 0;
     }
     unsigned blocks = (unsigned)(a->B * a->H * ((a->T + TC_QT - 1) / TC_QT));
@@ -233,6 +617,32 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     } else {
         k_attn_fwd_tc<__half, 8, 32><<<blocks, threads, 0, s>>>(*a, qkv, y, lse);
     }
+    g_tc_fwd++;
+    *err = cudaGetLastError();
+    return 1;
+}
+
+int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                      const float *lse, const float *gy, float *D, float *gqkv, int write,
+                      cudaError_t *err)
+{
+    if (!tc_applies(a, qkv, y, gy, gqkv)) {
+        return 0;
+    }
+    /* Head sizes up to 64: 4 warps (64 own rows) and streamed tiles of 32; up to 128: 2 warps,
+     * so that each kernel's static shared memory stays within 48 KiB. */
+    if (a->hd <= 64) {
+        if (a->rnd == 1) {
+            tc_bwd_launch<__nv_bfloat16, 4, 4, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        } else {
+            tc_bwd_launch<__half, 4, 4, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        }
+    } else if (a->rnd == 1) {
+        tc_bwd_launch<__nv_bfloat16, 8, 2, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    } else {
+        tc_bwd_launch<__half, 8, 2, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    }
+    g_tc_bwd++;
     *err = cudaGetLastError();
     return 1;
 }

@@ -4,9 +4,9 @@
  * over rows (bias, LayerNorm parameters) one block per 32 columns whose 32 lanes each sum every
  * 32nd row, then the lanes in order, the embedding scatter one thread per (column, slice of the
  * vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
- * online softmax (the autocast forward runs on tensor cores instead: attn_tc.cu), so no kernel
- * keeps a T x T matrix, none uses atomics, and every result is deterministic (the order of
- * every sum depends only on the shapes).
+ * online softmax (under autocast both directions run on tensor cores instead: attn_tc.cu), so
+ * no kernel keeps a T x T matrix, none uses atomics, and every result is deterministic (the
+ * order of every sum depends only on the shapes).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -721,6 +721,10 @@ cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                            const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
+    cudaError_t e;
+    if (nn_cu_attn_bwd_tc(s, a, qkv, y, lse, gy, D, gqkv, write, &e)) {
+        return e;
+    }
     k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, y, gy, D);
     k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
     k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);

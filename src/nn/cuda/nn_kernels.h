@@ -87,15 +87,27 @@ cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
  * queued it (*err: the launch status), 0 when it does not apply. */
 int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
                       cudaError_t *err);
-/* Which forward nn_cu_attn_fwd runs: AUTO (the tensor-core kernel where it applies; the
- * default) or WARP (the warp kernel always). ops_gpu.c sets it from ACCEL_NN_ATTN at the first
- * attention forward (A/B timing); tests switch in-process. */
+/* Which kernels nn_cu_attn_fwd and nn_cu_attn_bwd run: AUTO (the tensor-core kernels where
+ * they apply; the default) or WARP (the warp kernels always). ops_gpu.c sets it from
+ * ACCEL_NN_ATTN at the first attention forward (A/B timing); tests switch in-process (each
+ * direction reads it when it is queued). */
 #define NN_CU_ATTN_AUTO 0
 #define NN_CU_ATTN_WARP 1
 void nn_cu_attn_set_kernel(int kind);
+/* How many tensor-core forwards and backwards were queued so far, in this process: tests that
+ * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
+ * bit once rounded to bf16). */
+void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd);
 /* Backward from dO = gy: gqkv (+)= rnd(dq | dk | dv); D: B*H*T floats of scratch. */
 cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                            const float *lse, const float *gy, float *D, float *gqkv, int write);
+/* The tensor-core backward (attn_tc.cu), which nn_cu_attn_bwd runs where it applies (as the
+ * forward, with gy and gqkv 16-byte aligned too): a dQ kernel per query tile, then a dK/dV
+ * kernel per key tile, no atomics. Returns 1 when it queued them (*err: the launch status), 0
+ * when it does not apply. */
+int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                      const float *lse, const float *gy, float *D, float *gqkv, int write,
+                      cudaError_t *err);
 
 #ifdef __cplusplus
 }

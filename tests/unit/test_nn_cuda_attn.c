@@ -1,0 +1,181 @@
+/* ACCEL_TEST_LABELS: gpu
+ *
+ * nn_causal_attention on CUDA (src/nn/cuda/: the warp-per-row kernels, and the tensor-core
+ * forward and backward of attn_tc.cu under bf16 / fp16 autocast) against the CPU op, through
+ * tests/nn_cuda_check.h (the output and the qkv gradient for a random output gradient,
+ * NaN-poisoned GPU arena): fp32 1e-5 forward, 1e-4 gradients (each element is a difference of
+ * row sums, which cancellation amplifies); bf16 / fp16 autocast 1e-2 (both sides round the same
+ * operands, but a product's rounding to bf16 can fall either side of a tie on the other
+ * device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel (head sizes
+ * up to 64 and up to 128, the smallest 16), fp16, one row, the warp kernels' cases (head 160, dropout, whose
+ * mask is the CPU's counter-based one), and a gradient that adds up over two attentions. Then
+ * the tensor-core kernels against the warp kernels in the same process (below). Exits 77
+ * (skipped) where the build has no CUDA or no GPU can be used.
+ */
+#include "nn_cuda_check.h"
+
+typedef struct attn_arg {
+    int n_head;
+    float p;
+} attn_arg;
+
+static nn_tensor *f_attention(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const attn_arg *a = arg;
+    return nn_causal_attention(g, in[0], a->n_head, a->p);
+}
+
+/* Two attentions over the same qkv: the second backward adds to the first's gradient. */
+static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const attn_arg *a = arg;
+    nn_tensor *y1 = nn_causal_attention(g, in[0], a->n_head, a->p);
+    return nn_add(g, y1, nn_causal_attention(g, in[0], a->n_head, a->p));
+}
+
+static void test_attention(void)
+{
+    static const struct {
+        const char *name;
+        int64_t B, T, C;
+        int H;
+        float p;
+        int autocast;
+        double tol_fwd, tol_grad;
+    } cases[] = {
+        {"attention B2 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_F32, 1e-5, 1e-4},
+        {"attention B1 T64 H2 hd64", 1, 64, 128, 2, 0.0f, ACCEL_F32, 1e-5, 1e-4},
+        {"attention hd40 dropout 0.2", 2, 20, 80, 2, 0.2f, ACCEL_F32, 1e-5, 1e-4},
+        /* Autocast without dropout, hd a multiple of 16 up to 128: the tensor-core forward
+         * and backward (partial query and key tiles, whole tiles, both tile shapes, fp16, one
+         * row); hd 160 and dropout: the warp kernels. */
+        {"attention bf16 T37 H3 hd16", 2, 37, 48, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T33 H4 hd32", 2, 33, 128, 4, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 B2 H3 T70 hd64", 2, 70, 192, 3, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T128 hd64", 1, 128, 128, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T130 hd32", 1, 130, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 T90 hd128", 1, 90, 256, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
+        {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
+        {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention bf16 dropout 0.1 (warp)", 2, 24, 64, 2, 0.1f, ACCEL_BF16, 1e-2, 1e-2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        in_spec s[1] = {{3, {cases[i].B, cases[i].T, 3 * cases[i].C}, 1.5f, 0.0f, 1}};
+        attn_arg a = {cases[i].H, cases[i].p};
+        check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
+                   cases[i].tol_grad);
+    }
+    in_spec s[1] = {{3, {1, 70, 3 * 128}, 1.5f, 0.0f, 1}};
+    attn_arg a = {2, 0.0f};
+    check_case("attention bf16 twice (grads add up)", s, 1, f_attention_twice, &a, ACCEL_BF16, 0,
+               1e-2, 1e-2);
+}
+
+#ifdef ACCEL_HAVE_CUDA
+void nn_cu_attn_set_kernel(int kind); /* nn_kernels.h: 0 auto (tensor cores), 1 warp kernels */
+void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd); /* nn_kernels.h */
+
+/* The attention forward, then the kernel its backward will take (arg: attn_kind_arg). */
+typedef struct attn_kind_arg {
+    attn_arg attn;
+    int bwd_kind;
+} attn_kind_arg;
+
+static nn_tensor *f_attention_then(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const attn_kind_arg *a = arg;
+    nn_tensor *y = nn_causal_attention(g, in[0], a->attn.n_head, a->attn.p);
+    nn_cu_attn_set_kernel(a->bwd_kind);
+    return y;
+}
+#endif
+
+/* The tensor-core kernels against the warp kernels on the same GPU and inputs, three runs:
+ * both directions on tensor cores (tc), the tensor-core forward with the warp backward (mixed)
+ * and both warp (warp). The kernels' counters say which ran (results alone cannot: every sum
+ * is rounded to bf16 / fp16, so the two kernels can agree bit for bit). tc and mixed share
+ * their forward bit for bit, so their gradients differ only by the backward: dq, dk and dv
+ * within 2e-3 each (both backwards round the same operands and sum in fp32; the emulator's
+ * agree bit for bit in bf16; 2e-3 still fails a 1% error in any one of them). Otherwise 1e-2
+ * as against the CPU. */
+static void test_attention_kernels(void)
+{
+#ifdef ACCEL_HAVE_CUDA
+    static const struct {
+        const char *name;
+        int64_t B, T, C;
+        int H;
+        int autocast;
+    } cases[] = {
+        {"bf16 B2 H3 T70 hd64", 2, 70, 192, 3, ACCEL_BF16},
+        {"bf16 T128 hd64", 1, 128, 128, 2, ACCEL_BF16},
+        {"bf16 T90 hd128", 1, 90, 256, 2, ACCEL_BF16},
+        {"fp16 T70 hd48", 1, 70, 96, 2, ACCEL_F16},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t B = cases[i].B, T = cases[i].T, C = cases[i].C, n = B * T * 3 * C;
+        in_spec s[1] = {{3, {B, T, 3 * C}, 1.5f, 0.0f, 1}};
+        attn_kind_arg tc_arg = {{cases[i].H, 0.0f}, 0}, mixed_arg = {{cases[i].H, 0.0f}, 1};
+        float *data[1] = {xmalloc((size_t)n * sizeof(float))};
+        float *gout = xmalloc((size_t)(B * T * C) * sizeof(float));
+        for (int64_t k = 0; k < n; k++) {
+            data[0][k] = 1.5f * frand();
+        }
+        for (int64_t k = 0; k < B * T * C; k++) {
+            gout[k] = frand();
+        }
+        int ac = cases[i].autocast;
+        unsigned long f0, b0, f1, b1, f2, b2, f3, b3;
+        nn_cu_attn_tc_counts(&f0, &b0);
+        nn_cu_attn_set_kernel(0);
+        run_out tc = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &tc_arg, gout, 0);
+        nn_cu_attn_tc_counts(&f1, &b1);
+        nn_cu_attn_set_kernel(0);
+        run_out mixed = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &mixed_arg, gout, 0);
+        nn_cu_attn_tc_counts(&f2, &b2);
+        nn_cu_attn_set_kernel(1);
+        run_out warp = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &mixed_arg, gout, 0);
+        nn_cu_attn_tc_counts(&f3, &b3);
+        nn_cu_attn_set_kernel(0);
+        CHECK_MSG(f1 - f0 == 1 && b1 - b0 == 1 && f2 - f1 == 1 && b2 - b1 == 0 && f3 == f2 &&
+                      b3 == b2,
+                  "attention %s: tensor-core forwards / backwards queued per run: tc %lu / %lu "
+                  "(want 1 / 1), mixed %lu / %lu (1 / 0), warp %lu / %lu (0 / 0)",
+                  cases[i].name, f1 - f0, b1 - b0, f2 - f1, b2 - b1, f3 - f2, b3 - b2);
+        double ey = rel_err(tc.y, warp.y, tc.ny), ey_mixed = rel_err(tc.y, mixed.y, tc.ny);
+        double eb[3], eg = rel_err(tc.grads[0], warp.grads[0], n);
+        for (int part = 0; part < 3; part++) { /* dq, dk, dv */
+            eb[part] = rel_err_cols(tc.grads[0], mixed.grads[0], B * T, 3 * C, part * C, C);
+        }
+        printf("  attention %-19s tensor cores vs warp: forward %.3g, backward dq %.3g dk %.3g "
+               "dv %.3g, both %.3g\n",
+               cases[i].name, ey, eb[0], eb[1], eb[2], eg);
+        CHECK_MSG(ey_mixed == 0.0, "attention %s: the same forward differs between runs (%g)",
+                  cases[i].name, ey_mixed);
+        CHECK_MSG(eb[0] <= 2e-3 && eb[1] <= 2e-3 && eb[2] <= 2e-3,
+                  "attention %s: tensor-core backward vs warp backward (same forward): dq %g, "
+                  "dk %g, dv %g > 2e-3",
+                  cases[i].name, eb[0], eb[1], eb[2]);
+        CHECK_MSG(ey <= 1e-2 && eg <= 1e-2,
+                  "attention %s: tensor cores vs warp: forward %g, forward and backward %g",
+                  cases[i].name, ey, eg);
+        free_run(&tc, 1);
+        free_run(&mixed, 1);
+        free_run(&warp, 1);
+        free(gout);
+        free(data[0]);
+    }
+#endif
+}
+
+int main(void)
+{
+    if (nn_cuda_check_init("test_nn_cuda_attn") != 0) {
+        return 77;
+    }
+    test_attention();
+    test_attention_kernels();
+    nn_cuda_check_done("test_nn_cuda_attn");
+    return 0;
+}
