@@ -189,11 +189,11 @@ static void *watch_main(void *arg)
     accel__watch *w = arg;
     int polling = 1;
     for (;;) {
+        if (polling) {
+            fetch_peers(w); /* first: a loss of process 0 names its pid */
+        }
         if (polling && !atomic_load(&w->failed)) {
             polling = !poll_lost(w);
-        }
-        if (polling) {
-            fetch_peers(w);
         }
         check_stalls(w);
         pthread_mutex_lock(&w->mu);
