@@ -217,9 +217,12 @@ static void *watch_main(void *arg)
 
 void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
 {
+    if (w == NULL) {
+        return; /* one process: nobody else to name */
+    }
     size_t len = strlen(buf);
     int named = 0, known = 0;
-    for (int i = 0; w != NULL && i < w->n_peers && len + 100 < nbytes; i++) {
+    for (int i = 0; i < w->n_peers && len + 100 < nbytes; i++) {
         const peer *p = &w->peers[i];
         int pid = atomic_load(&p->pid);
         if (pid <= 0 || !p->local) {
