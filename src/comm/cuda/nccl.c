@@ -4,7 +4,8 @@
  *
  * Rendezvous: process 0 makes the ncclUniqueId and publishes it in the job's store
  * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
- * process 0, which keeps it open as long as the communicator lives); the others read it there.
+ * process 0, which keeps it open as long as the communicator or a split child lives, and until
+ * the others have left: see the watch below); the others read it there.
  * Communicators are blocking (NCCL's default, as in PyTorch; ncclCommSplit also refused the
  * non-blocking configuration we passed). A call that NCCL still leaves in progress is settled by polling
  * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort.
