@@ -283,6 +283,11 @@ void accel__store_abandon(accel__store *st)
     accel__store_close(st);
 }
 
+accel_status accel__store_broken(const accel__store *st)
+{
+    return st->broken;
+}
+
 void accel__store_interrupt(accel__store *st)
 {
     if (st != NULL && st->fd >= 0) {

@@ -100,6 +100,10 @@ accel_status accel__store_declare(accel__store *st, const char *key, const void 
                                   size_t nbytes);
 /* Withdraws the declaration: closing the client afterwards is a clean departure. */
 accel_status accel__store_depart(accel__store *st);
+/* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
+ * connection, an answer that did not come): tells a get that timed out on a missing key (st
+ * still usable) from one the server did not answer. */
+accel_status accel__store_broken(const accel__store *st);
 /* From any thread: makes the call in progress on st (and every later one) fail at once with
  * ACCEL_EPEER, to stop a thread waiting in a get. The connection ends (a declaration on it is
  * then a loss): use it on clients that declared nothing. */

@@ -1,6 +1,8 @@
 /*
- * The liveness watch (watch.h): one thread per process polling the job's "lost" key on its own
- * store client and the members' operation counts, every period.
+ * The liveness watch (watch.h): one thread per process waiting for the job's "lost" key on its
+ * own store client, a period at a time (a get parked at the server, answered at once when the
+ * key is set: one round trip per period), and looking at the members' operation counts
+ * between the waits.
  *
  * Invariants: members are added, removed and failed under mu, and each is failed at most once;
  * the owner's client (presence) is used only by the owner's thread (start, the last leave); the
@@ -85,14 +87,16 @@ static int stopping(accel__watch *w)
     return stop;
 }
 
-/* Polls the lost key once. Returns 0 to go on polling, 1 when the store is no use any more. */
+/* Waits up to a period for the lost key (the server answers at once when it is set). Returns 0
+ * to go on polling, 1 when the store is no use any more. */
 static int poll_lost(accel__watch *w)
 {
     char value[256], msg[ACCEL__ERRMSG_NBYTES];
     size_t n = 0;
-    accel_status st = accel__store_get(w->poll, w->lost_key, value, sizeof(value) - 1, &n, 0);
-    if (st == ACCEL_ENOTFOUND) {
-        return 0;
+    accel_status st =
+        accel__store_get(w->poll, w->lost_key, value, sizeof(value) - 1, &n, w->cfg.period_s);
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(w->poll) == ACCEL_OK) {
+        return 0; /* not set within the period: nobody was lost */
     }
     if (stopping(w)) {
         return 1;
@@ -197,7 +201,7 @@ static void *watch_main(void *arg)
         }
         check_stalls(w);
         pthread_mutex_lock(&w->mu);
-        if (!w->stop) {
+        if (!w->stop && !polling) { /* else the get above waited the period */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's default clock */
             long ns = ts.tv_nsec + (long)(w->cfg.period_s * 1e9);
@@ -351,7 +355,7 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     w->cfg.what = w->what;
     w->cfg.prefix = w->prefix;
     w->cfg.addr = w->addr;
-    w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : 0.5;
+    w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : 1.0;
     snprintf(w->lost_key, sizeof(w->lost_key), "%s/lost", w->prefix);
     host_id(w->host_id, sizeof(w->host_id));
     if (gethostname(w->hostname, sizeof(w->hostname)) != 0) {

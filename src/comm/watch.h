@@ -7,8 +7,9 @@
  * How it sees a death: each process declares its presence in the job's store (store.h) with
  * the text "process R (pid P) on host H"; when its connection ends without a departure (it was
  * killed, crashed, or exited without leaving; its machine vanished: keepalive notices in about
- * 10 s) the server records that text under the job's "lost" key, which every watcher polls
- * (one round trip per period on its own store client). When the store's server goes away
+ * 10 s) the server records that text under the job's "lost" key, which every watcher waits
+ * for (a get parked at the server, answered as soon as the key is set; one round trip per
+ * period, on its own store client). When the store's server goes away
  * (process 0 served it and died), that names process 0.
  * How it sees a stall: members count their operations (posted, done); when some are in flight
  * and neither count moved for the member's timeout, the member is failed with ETIMEDOUT and the
@@ -41,7 +42,7 @@ typedef struct accel__watch_config {
     int process, n_processes; /* this process and the job's count (messages' "process R") */
     int local_process, local_n_processes; /* this machine's processes: [process - local, +n) */
     double timeout_s;        /* a stalled member's limit; also the store's */
-    double period_s;         /* how often the thread looks; 0: 0.5 s */
+    double period_s;         /* how often the thread looks at the stalls; 0: 1 s */
     accel__log_ctx log;
 } accel__watch_config;
 
