@@ -540,8 +540,9 @@ static accel_status presence(accel__store *st, const char *key, const void *valu
     }
     uint8_t status, *ans = NULL;
     size_t ans_len;
-    accel_status s = exchange(st, req, len, accel__now() + st->timeout_s,
-                              key != NULL ? "a declaration" : "a departure", &status, &ans, &ans_len);
+    const char *what = key != NULL ? "a declaration" : "a departure";
+    accel_status s =
+        exchange(st, req, len, accel__now() + st->timeout_s, what, &status, &ans, &ans_len);
     accel__free(req);
     accel__free(ans);
     return s;

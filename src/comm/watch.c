@@ -122,8 +122,9 @@ static int poll_lost(accel__watch *w)
         } else {
             snprintf(who, sizeof(who), "process 0");
         }
-        snprintf(msg, sizeof(msg), "%s: the job's store at %s, served by %s, %s; process %d cannot continue",
-                 w->what, accel__store_name(w->poll), who,
+        snprintf(msg, sizeof(msg),
+                 "%s: the job's store at %s, served by %s, %s; process %d cannot continue", w->what,
+                 accel__store_name(w->poll), who,
                  st == ACCEL_EPEER ? "closed the connection: its server exited or died, or its "
                                      "machine is unreachable"
                                    : "did not answer in time: its server is stopped or hung",
@@ -234,11 +235,11 @@ void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
         }
         known++;
         const char *state = accel__shm_pid_gone(pid, p->start) ? "died"
-                            : accel__shm_pid_stopped(pid)       ? "is stopped (SIGSTOP or a debugger)"
-                                                                : NULL;
+                            : accel__shm_pid_stopped(pid) ? "is stopped (SIGSTOP or a debugger)"
+                                                          : NULL;
         if (state != NULL) {
-            len += (size_t)snprintf(buf + len, nbytes - len, "; process %d (pid %d) %s",
-                                    p->process, pid, state);
+            len += (size_t)snprintf(buf + len, nbytes - len, "; process %d (pid %d) %s", p->process,
+                                    pid, state);
             named++;
         }
     }
@@ -392,8 +393,10 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
                      w->hostname);
         st = accel__store_declare(store, w->lost_key, value, (size_t)n);
     }
-    accel__store_config pc = {
-        .addr = w->addr, .port = accel__store_port(store), .timeout_s = cfg->timeout_s, .grace_s = cfg->timeout_s};
+    accel__store_config pc = {.addr = w->addr,
+                              .port = accel__store_port(store),
+                              .timeout_s = cfg->timeout_s,
+                              .grace_s = cfg->timeout_s};
     if (st == ACCEL_OK) {
         st = accel__store_open(&w->poll, &pc);
     }

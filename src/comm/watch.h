@@ -34,15 +34,15 @@
 typedef struct accel__watch accel__watch;
 
 typedef struct accel__watch_config {
-    const char *what;        /* the backend, starting messages ("nccl") */
-    const char *prefix;      /* the job's keys: <prefix>/lost, <prefix>/who/<r>, <prefix>/left/<r> */
-    const char *addr;        /* the store's address (MASTER_ADDR; the port is the client's) */
-    int launcher_serves;     /* accel launch serves the store (ACCEL_STORE_SERVED), not process 0 */
-    int serves;              /* this process serves the store (process 0 without the launcher's) */
+    const char *what;    /* the backend, starting messages ("nccl") */
+    const char *prefix;  /* the job's keys: <prefix>/lost, <prefix>/who/<r>, <prefix>/left/<r> */
+    const char *addr;    /* the store's address (MASTER_ADDR; the port is the client's) */
+    int launcher_serves; /* accel launch serves the store (ACCEL_STORE_SERVED), not process 0 */
+    int serves;          /* this process serves the store (process 0 without the launcher's) */
     int process, n_processes; /* this process and the job's count (messages' "process R") */
     int local_process, local_n_processes; /* this machine's processes: [process - local, +n) */
-    double timeout_s;        /* a stalled member's limit; also the store's */
-    double period_s;         /* how often the thread looks at the stalls; 0: 1 s */
+    double timeout_s;                     /* a stalled member's limit; also the store's */
+    double period_s;                      /* how often the thread looks at the stalls; 0: 1 s */
     accel__log_ctx log;
 } accel__watch_config;
 
