@@ -291,10 +291,16 @@ static void wait_departures(accel__watch *w)
         }
     }
     double deadline = accel__now() + w->cfg.timeout_s;
-    while (!atomic_load(&w->failed) && accel__now() < deadline) {
+    for (int round = 0; !atomic_load(&w->failed) && accel__now() < deadline; round++) {
         accel_status st = accel__store_wait(w->presence, list, (size_t)n, w->cfg.period_s);
         if (st != ACCEL_ETIMEDOUT) {
             break;
+        }
+        if (round == 4) {
+            accel__log(&w->cfg.log, ACCEL__LOG_INFO,
+                       "%s: process 0 serves the job's store and waits (at most %g s) for the "
+                       "other processes to leave their communicators: %s",
+                       w->what, w->cfg.timeout_s, accel_last_error(NULL));
         }
     }
     accel__free(names);
