@@ -400,6 +400,34 @@ static accel_status missing(const accel__store *st, const uint8_t *key, size_t n
                          st->name, (int)n, (const char *)key, timeout_s);
 }
 
+/* Sends request op with key count n_keys and, when key is not NULL, key and the value (a set, a
+ * declaration; a departure has neither), and waits for the answer until the store's timeout. */
+static accel_status send_key_value(accel__store *st, uint8_t op, uint16_t n_keys, const char *key,
+                                   const void *value, size_t nbytes, const char *what)
+{
+    size_t len = 4 + STORE_REQ_HEAD + (key != NULL ? 2 + strlen(key) + 4 + nbytes : 0);
+    uint8_t *req = accel__calloc(1, len);
+    if (req == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "store %s: out of memory", st->name);
+    }
+    req[4] = op;
+    store_put16(req + 6, n_keys);
+    if (key != NULL) {
+        uint8_t *p = put_key(req + 4 + STORE_REQ_HEAD, key);
+        store_put32(p, (uint32_t)nbytes);
+        if (nbytes > 0) {
+            memcpy(p + 4, value, nbytes);
+        }
+    }
+    uint8_t status, *ans = NULL;
+    size_t ans_len;
+    accel_status s =
+        exchange(st, req, len, accel__now() + st->timeout_s, what, &status, &ans, &ans_len);
+    accel__free(req);
+    accel__free(ans);
+    return s;
+}
+
 accel_status accel__store_set(accel__store *st, const char *key, const void *value, size_t nbytes)
 {
     ACCEL_TRY(check_key(st, key));
@@ -409,24 +437,7 @@ accel_status accel__store_set(accel__store *st, const char *key, const void *val
                              "(at most %u)",
                              st->name, nbytes, key, ACCEL__STORE_VALUE_MAX);
     }
-    size_t len = 4 + STORE_REQ_HEAD + 2 + strlen(key) + 4 + nbytes;
-    uint8_t *req = accel__calloc(1, len);
-    if (req == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "store %s: out of memory", st->name);
-    }
-    req[4] = STORE_SET;
-    uint8_t *p = put_key(req + 4 + STORE_REQ_HEAD, key);
-    store_put32(p, (uint32_t)nbytes);
-    if (nbytes > 0) {
-        memcpy(p + 4, value, nbytes);
-    }
-    uint8_t status, *ans = NULL;
-    size_t ans_len;
-    accel_status s =
-        exchange(st, req, len, accel__now() + st->timeout_s, "a set", &status, &ans, &ans_len);
-    accel__free(req);
-    accel__free(ans);
-    return s;
+    return send_key_value(st, STORE_SET, 0, key, value, nbytes, "a set");
 }
 
 accel_status accel__store_get(accel__store *st, const char *key, void *buf, size_t cap,
@@ -521,33 +532,6 @@ accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t
     return s;
 }
 
-/* A presence request: with a key (a declaration) or without (the departure). */
-static accel_status presence(accel__store *st, const char *key, const void *value, size_t nbytes)
-{
-    size_t len = 4 + STORE_REQ_HEAD + (key != NULL ? 2 + strlen(key) + 4 + nbytes : 0);
-    uint8_t *req = accel__calloc(1, len);
-    if (req == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "store %s: out of memory", st->name);
-    }
-    req[4] = STORE_PRESENCE;
-    if (key != NULL) {
-        store_put16(req + 6, 1);
-        uint8_t *p = put_key(req + 4 + STORE_REQ_HEAD, key);
-        store_put32(p, (uint32_t)nbytes);
-        if (nbytes > 0) {
-            memcpy(p + 4, value, nbytes);
-        }
-    }
-    uint8_t status, *ans = NULL;
-    size_t ans_len;
-    const char *what = key != NULL ? "a declaration" : "a departure";
-    accel_status s =
-        exchange(st, req, len, accel__now() + st->timeout_s, what, &status, &ans, &ans_len);
-    accel__free(req);
-    accel__free(ans);
-    return s;
-}
-
 accel_status accel__store_declare(accel__store *st, const char *key, const void *value,
                                   size_t nbytes)
 {
@@ -557,10 +541,10 @@ accel_status accel__store_declare(accel__store *st, const char *key, const void 
                              st->name, nbytes);
     }
     accel__store_keepalive(st->fd); /* this end notices a vanished server machine too */
-    return presence(st, key, value, nbytes);
+    return send_key_value(st, STORE_PRESENCE, 1, key, value, nbytes, "a declaration");
 }
 
 accel_status accel__store_depart(accel__store *st)
 {
-    return presence(st, NULL, NULL, 0);
+    return send_key_value(st, STORE_PRESENCE, 0, NULL, NULL, 0, "a departure");
 }
