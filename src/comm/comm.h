@@ -199,6 +199,10 @@ typedef struct accel__comm_ops {
      * network interface ("shm within a machine, gloo across on eth0 (10.0.0.2)"). NULL: the
      * backend's name says it all. */
     void (*describe)(void *impl, char *buf, size_t nbytes);
+    /* Optional: appends to the message in buf (nbytes in all) what the backend knows of the
+     * processes that may hold up a collective ("; process 1 (pid 123) is stopped"), for the
+     * front end's watchdog's timeout. Any thread, quick. NULL: nothing known. */
+    void (*suspects)(void *impl, char *buf, size_t nbytes);
 } accel__comm_ops;
 
 /* mem_alloc / mem_free for backends whose symmetric memory is plain memory (collectives copy):

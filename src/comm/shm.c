@@ -112,6 +112,13 @@ int accel__shm_pid_gone(int pid, uint64_t start)
     return state == 'Z' || state == 'X' || (start != 0 && now_start != start);
 }
 
+int accel__shm_pid_stopped(int pid)
+{
+    char state;
+    uint64_t start;
+    return pid > 0 && proc_stat(pid, &state, &start) == 0 && (state == 'T' || state == 't');
+}
+
 static void wake_all(accel__shm *s)
 {
     for (int r = 0; r < s->n_ranks; r++) {

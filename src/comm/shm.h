@@ -221,6 +221,8 @@ void accel__shm_leave(accel__shm *s);
 int accel__shm_pid_gone(int pid, uint64_t start);
 /* The /proc start time of pid, or 0 if unreadable. */
 uint64_t accel__shm_pid_start(int pid);
+/* 1 when process pid is stopped (SIGSTOP, SIGTSTP, a debugger's trace stop). */
+int accel__shm_pid_stopped(int pid);
 
 /* Zero-copy descriptors in the control lines. put (before a collective's first sync) takes the
  * next of two copies by call parity; get (after that sync) reads `rank`'s copy of the same call.

@@ -22,7 +22,8 @@
 #include "base/base.h"
 #include "store_wire.h"
 
-/* How long past its own deadline a get/wait waits for the server's "missing" answer. */
+/* How long past its own deadline a get/wait waits for the server's "missing" answer, unless
+ * the config says otherwise. */
 #define ANSWER_GRACE_S 5.0
 
 struct accel__store {
@@ -30,6 +31,7 @@ struct accel__store {
     accel__store_server *srv; /* this process serves the store */
     int port;
     double timeout_s;
+    double grace_s; /* see ANSWER_GRACE_S */
     accel_status broken;
     char name[320]; /* "addr:port" */
 };
@@ -238,6 +240,7 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
     st->fd = -1;
     st->port = cfg->port;
     st->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    st->grace_s = cfg->grace_s > 0 ? cfg->grace_s : ANSWER_GRACE_S;
     accel_status s = ACCEL_OK;
     if (cfg->serve) {
         s = accel__store_server_start(&st->srv, cfg->addr, cfg->port, cfg->on_set, cfg->hook_arg,
@@ -278,6 +281,29 @@ void accel__store_abandon(accel__store *st)
         st->srv = NULL;
     }
     accel__store_close(st);
+}
+
+accel_status accel__store_broken(const accel__store *st)
+{
+    return st->broken;
+}
+
+void accel__store_interrupt(accel__store *st)
+{
+    if (st != NULL && st->fd >= 0) {
+        shutdown(st->fd, SHUT_RDWR); /* the fd stays open (and valid) until accel__store_close */
+    }
+}
+
+void accel__store_keepalive(int fd)
+{
+    int on = 1, idle_s = 2, intvl_s = 2, count = 3;
+    unsigned user_ms = 8000; /* unacknowledged data: the same bound as the probes */
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl_s, sizeof(intvl_s));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms));
 }
 
 int accel__store_port(const accel__store *st)
@@ -374,6 +400,34 @@ static accel_status missing(const accel__store *st, const uint8_t *key, size_t n
                          st->name, (int)n, (const char *)key, timeout_s);
 }
 
+/* Sends request op with key count n_keys and, when key is not NULL, key and the value (a set, a
+ * declaration; a departure has neither), and waits for the answer until the store's timeout. */
+static accel_status send_key_value(accel__store *st, uint8_t op, uint16_t n_keys, const char *key,
+                                   const void *value, size_t nbytes, const char *what)
+{
+    size_t len = 4 + STORE_REQ_HEAD + (key != NULL ? 2 + strlen(key) + 4 + nbytes : 0);
+    uint8_t *req = accel__calloc(1, len);
+    if (req == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "store %s: out of memory", st->name);
+    }
+    req[4] = op;
+    store_put16(req + 6, n_keys);
+    if (key != NULL) {
+        uint8_t *p = put_key(req + 4 + STORE_REQ_HEAD, key);
+        store_put32(p, (uint32_t)nbytes);
+        if (nbytes > 0) {
+            memcpy(p + 4, value, nbytes);
+        }
+    }
+    uint8_t status, *ans = NULL;
+    size_t ans_len;
+    accel_status s =
+        exchange(st, req, len, accel__now() + st->timeout_s, what, &status, &ans, &ans_len);
+    accel__free(req);
+    accel__free(ans);
+    return s;
+}
+
 accel_status accel__store_set(accel__store *st, const char *key, const void *value, size_t nbytes)
 {
     ACCEL_TRY(check_key(st, key));
@@ -383,24 +437,7 @@ accel_status accel__store_set(accel__store *st, const char *key, const void *val
                              "(at most %u)",
                              st->name, nbytes, key, ACCEL__STORE_VALUE_MAX);
     }
-    size_t len = 4 + STORE_REQ_HEAD + 2 + strlen(key) + 4 + nbytes;
-    uint8_t *req = accel__calloc(1, len);
-    if (req == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "store %s: out of memory", st->name);
-    }
-    req[4] = STORE_SET;
-    uint8_t *p = put_key(req + 4 + STORE_REQ_HEAD, key);
-    store_put32(p, (uint32_t)nbytes);
-    if (nbytes > 0) {
-        memcpy(p + 4, value, nbytes);
-    }
-    uint8_t status, *ans = NULL;
-    size_t ans_len;
-    accel_status s =
-        exchange(st, req, len, accel__now() + st->timeout_s, "a set", &status, &ans, &ans_len);
-    accel__free(req);
-    accel__free(ans);
-    return s;
+    return send_key_value(st, STORE_SET, 0, key, value, nbytes, "a set");
 }
 
 accel_status accel__store_get(accel__store *st, const char *key, void *buf, size_t cap,
@@ -415,7 +452,7 @@ accel_status accel__store_get(accel__store *st, const char *key, void *buf, size
     uint8_t status, *ans = NULL;
     size_t ans_len = 0;
     double wait_s = timeout_s > 0 ? timeout_s : 0;
-    ACCEL_TRY(exchange(st, req, len, accel__now() + wait_s + ANSWER_GRACE_S, "a get", &status, &ans,
+    ACCEL_TRY(exchange(st, req, len, accel__now() + wait_s + st->grace_s, "a get", &status, &ans,
                        &ans_len));
     accel_status s = ACCEL_OK;
     if (status != STORE_OK) {
@@ -485,7 +522,7 @@ accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t
     uint8_t status, *ans = NULL;
     size_t ans_len = 0;
     double wait_s = timeout_s > 0 ? timeout_s : 0;
-    accel_status s = exchange(st, req, len, accel__now() + wait_s + ANSWER_GRACE_S, "a wait",
+    accel_status s = exchange(st, req, len, accel__now() + wait_s + st->grace_s, "a wait",
                               &status, &ans, &ans_len);
     accel__free(req);
     if (s == ACCEL_OK && status != STORE_OK) {
@@ -493,4 +530,21 @@ accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t
     }
     accel__free(ans);
     return s;
+}
+
+accel_status accel__store_declare(accel__store *st, const char *key, const void *value,
+                                  size_t nbytes)
+{
+    ACCEL_TRY(check_key(st, key));
+    if (nbytes > ACCEL__STORE_VALUE_MAX || (value == NULL && nbytes > 0)) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "store %s: declared value of %zu bytes",
+                             st->name, nbytes);
+    }
+    accel__store_keepalive(st->fd); /* this end notices a vanished server machine too */
+    return send_key_value(st, STORE_PRESENCE, 1, key, value, nbytes, "a declaration");
+}
+
+accel_status accel__store_depart(accel__store *st)
+{
+    return send_key_value(st, STORE_PRESENCE, 0, NULL, NULL, 0, "a departure");
 }

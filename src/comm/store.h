@@ -10,7 +10,14 @@
  * serves as a counter or a claim ("the first to add gets 1"). Keys are never deleted: use fresh
  * names for each use. Every call has a deadline; a server that dies closes the connection and
  * every waiting client fails at once with ACCEL_EPEER, a stopped or unreachable one with
- * ACCEL_ETIMEDOUT; messages name the address. Plain POSIX sockets, no authentication: any local
+ * ACCEL_ETIMEDOUT; messages name the address.
+ *
+ * Presence: a client may declare a key and value that the server sets when the client's
+ * connection ends without a departure (the process died or exited without leaving, or its
+ * machine vanished: keepalive notices within about 10 s). Waiters on that key (a parked get) then
+ * learn it at once: the liveness watch of backends that cannot see their peers die (watch.h).
+ *
+ * Plain POSIX sockets, no authentication: any local
  * user can connect, so nothing secret may be stored here (the shm backend's nonce only names
  * files that are private to the user anyway).
  *
@@ -44,6 +51,9 @@ typedef struct accel__store_config {
                                  the deadline of set and add */
     accel__store_hook on_set; /* serve only; may be NULL */
     void *hook_arg;
+    /* How long past its own wait a get or wait may take to be answered before it fails with
+     * ACCEL_ETIMEDOUT (a stopped server); 0: 5 s. */
+    double grace_s;
 } accel__store_config;
 
 /* Connects to the store at addr:port, first starting the server there when cfg->serve. The
@@ -80,5 +90,23 @@ accel_status accel__store_add(accel__store *st, const char *key, int64_t delta, 
  * ACCEL_ETIMEDOUT (ACCEL_ENOTFOUND with timeout_s 0) naming the first missing key. */
 accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t n_keys,
                                double timeout_s);
+
+/* Declares this client's presence: when its connection ends without accel__store_depart (the
+ * process dies or exits without it; its machine vanishes: TCP keepalive on both ends notices
+ * within about 10 s), the server sets key to the nbytes bytes at value, unless key exists (the
+ * first loss is kept), and answers the gets waiting for it. A second declaration replaces the
+ * first. A client that serves the store declares nothing the others could see after it died. */
+accel_status accel__store_declare(accel__store *st, const char *key, const void *value,
+                                  size_t nbytes);
+/* Withdraws the declaration: closing the client afterwards is a clean departure. */
+accel_status accel__store_depart(accel__store *st);
+/* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
+ * connection, an answer that did not come): tells a get that timed out on a missing key (st
+ * still usable) from one the server did not answer. */
+accel_status accel__store_broken(const accel__store *st);
+/* From any thread: makes the call in progress on st (and every later one) fail at once with
+ * ACCEL_EPEER, to stop a thread waiting in a get. The connection ends (a declaration on it is
+ * then a loss): use it on clients that declared nothing. */
+void accel__store_interrupt(accel__store *st);
 
 #endif /* ACCEL_COMM_STORE_H */

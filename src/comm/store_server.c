@@ -6,7 +6,8 @@
  * request whose keys are missing is parked with its deadline and answered as soon as the last
  * key appears or the deadline passes; the server never blocks on a client (answers go through
  * a per-connection output buffer), so one stalled or hostile client cannot stop the others. A
- * malformed request gets a BAD answer and the connection is closed.
+ * malformed request gets a BAD answer and the connection is closed. A connection that declared
+ * its presence and ends without departing sets its declared key (unless it exists) as it goes.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +49,10 @@ typedef struct conn {
     size_t n_keys, next_key;
     double deadline;
     int closing; /* close once the output is flushed */
+    /* A declared presence: the key and value set if the connection ends; NULL when none. */
+    char *gone_key;
+    uint8_t *gone_value;
+    size_t gone_nbytes;
 } conn;
 
 struct accel__store_server {
@@ -257,6 +262,65 @@ static int read_key(const uint8_t **p, const uint8_t *end, const uint8_t **k, ui
     return 0;
 }
 
+static void forget_presence(conn *c)
+{
+    accel__free(c->gone_key);
+    accel__free(c->gone_value);
+    c->gone_key = NULL;
+    c->gone_value = NULL;
+    c->gone_nbytes = 0;
+}
+
+/* A PRESENCE request's fields in [p, end): one key and a value (a declaration) or nothing (the
+ * departure). */
+static void declare(conn *c, size_t n_keys, const uint8_t *p, const uint8_t *end)
+{
+    if (n_keys == 0 && p == end) {
+        forget_presence(c);
+        answer(c, STORE_OK, NULL, 0, NULL, 0);
+        return;
+    }
+    const uint8_t *k;
+    uint16_t kn;
+    if (n_keys != 1 || read_key(&p, end, &k, &kn) != 0 || end - p < 4 ||
+        (size_t)(end - p - 4) != store_get32(p)) {
+        bad(c, "malformed presence");
+        return;
+    }
+    size_t nbytes = store_get32(p);
+    char *key = accel__malloc((size_t)kn + 1);
+    uint8_t *value = accel__malloc(nbytes > 0 ? nbytes : 1);
+    if (key == NULL || value == NULL) {
+        accel__free(key);
+        accel__free(value);
+        bad(c, "server out of memory");
+        return;
+    }
+    memcpy(key, k, kn);
+    key[kn] = '\0';
+    memcpy(value, p + 4, nbytes);
+    forget_presence(c);
+    c->gone_key = key;
+    c->gone_value = value;
+    c->gone_nbytes = nbytes;
+    accel__store_keepalive(c->fd); /* a vanished client machine ends the connection too */
+    answer(c, STORE_OK, NULL, 0, NULL, 0);
+}
+
+/* c ends: if it declared its presence and did not depart, its key is set (the first loss is
+ * kept) and its waiters answered. */
+static void lost(accel__store_server *srv, conn *c)
+{
+    unpark(c); /* c takes no answer any more */
+    entry *e;
+    if (c->gone_key != NULL &&
+        find(srv, (const uint8_t *)c->gone_key, strlen(c->gone_key)) == NULL &&
+        put(srv, (const uint8_t *)c->gone_key, strlen(c->gone_key), c->gone_value,
+            c->gone_nbytes, &e) == 0) {
+        updated(srv, e);
+    }
+}
+
 /* Handles one request body (len bytes at body); body stays valid only during the call. */
 static void handle(accel__store_server *srv, conn *c, const uint8_t *body, size_t len)
 {
@@ -316,6 +380,10 @@ static void handle(accel__store_server *srv, conn *c, const uint8_t *body, size_
             answer(c, STORE_OK, raw, 8, NULL, 0);
         }
         updated(srv, e);
+        return;
+    }
+    if (op == STORE_PRESENCE) {
+        declare(c, n_keys, p, end);
         return;
     }
     if (op != STORE_GET && op != STORE_WAIT) {
@@ -458,6 +526,7 @@ static int flush_out(conn *c)
 static void conn_free(conn *c)
 {
     unpark(c);
+    forget_presence(c);
     close(c->fd);
     accel__free(c->in);
     accel__free(c->out);
@@ -541,8 +610,9 @@ static void *serve(void *arg)
                 done |= flush_out(c) != 0;
             }
             if (done) {
+                srv->conns[i] = NULL; /* before lost(): updated() skips it */
+                lost(srv, c);
                 conn_free(c);
-                srv->conns[i] = NULL;
             }
         }
         /* Drop the finished connections, keeping the order of the others. */

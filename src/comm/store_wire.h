@@ -17,7 +17,9 @@
 #define STORE_BODY_MAX (STORE_REQ_HEAD + 2u + ACCEL__STORE_KEY_MAX + 4u + ACCEL__STORE_VALUE_MAX)
 #define STORE_WAIT_KEYS_MAX 4096u
 
-enum { STORE_SET = 1, STORE_GET = 2, STORE_ADD = 3, STORE_WAIT = 4 };
+/* PRESENCE with one key and a value declares the connection's presence (the server sets key to
+ * value if the connection ends without a PRESENCE of no key, its departure). */
+enum { STORE_SET = 1, STORE_GET = 2, STORE_ADD = 3, STORE_WAIT = 4, STORE_PRESENCE = 5 };
 /* Response status: OK; MISSING: the deadline passed (payload: the first missing key); BAD: a
  * malformed request (payload: why), after which the server closes the connection. */
 enum { STORE_OK = 0, STORE_MISSING = 1, STORE_BAD = 2 };
@@ -62,5 +64,9 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
 void accel__store_server_stop(accel__store_server *srv);
 /* Lets the server run until the process exits (its memory stays in use), without its hook. */
 void accel__store_server_detach(accel__store_server *srv);
+
+/* TCP keepalive and a user timeout on a presence connection (either end), so that a machine
+ * that vanishes (no FIN ever comes) ends the connection within about 10 s. */
+void accel__store_keepalive(int fd);
 
 #endif /* ACCEL_COMM_STORE_WIRE_H */

@@ -336,6 +336,9 @@ static accel_status wait_watchdog(accel__comm *c, accel_work *w)
     }
     char msg[ACCEL__ERRMSG_NBYTES];
     snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+    if (c->be->ops->suspects != NULL) {
+        c->be->ops->suspects(c->impl, msg, sizeof(msg));
+    }
     pthread_mutex_unlock(&c->mu);
     accel__comm_abort(c, ACCEL_ETIMEDOUT, msg);
     pthread_mutex_lock(&c->mu);

@@ -13,10 +13,13 @@
  * rounds (accel's gather and scatter give every member a message).
  *
  * A peer that aborts (ncclCommAbort) fails its peers' calls with ncclRemoteError; one that
- * never arrives fails them after ACCEL_CUEMU_NCCL_TIMEOUT_S seconds (60), as NCCL's kernels
- * would hang until a watchdog aborts them. After a failure the communicator only reports it
- * (ncclCommGetAsyncError), as NCCL's does. Buffers must be device memory of the size the call
- * implies (cuemu_is_device).
+ * never arrives (dead or stopped: the emulator does not look, NCCL does not either) fails them
+ * after ACCEL_CUEMU_NCCL_TIMEOUT_S seconds (60), as NCCL's kernels would hang until a watchdog
+ * aborts them. ncclCommAbort from another thread makes a call blocked in the communicator
+ * return at once (ncclInvalidUsage), as NCCL's abort stops its kernels: that is how accel's
+ * watch (src/comm/watch.h) gets a process out of a collective with a dead peer. After a
+ * failure the communicator only reports it (ncclCommGetAsyncError), as NCCL's does. Buffers
+ * must be device memory of the size the call implies (cuemu_is_device).
  */
 #include <fcntl.h>
 #include <sched.h>

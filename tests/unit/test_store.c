@@ -5,9 +5,13 @@
  * program on the port that is not a store, a malformed request (that client is dropped, the
  * others carry on), the server's hook, a server that dies (clients waiting in get fail with
  * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
- * failure (it keeps serving and holding its port, without its hook).
+ * failure (it keeps serving and holding its port, without its hook). Presence: a client that
+ * declared a key and dies (or exits without departing) has it set by the server, which wakes a
+ * get waiting for it; one that departs does not; a second declaration replaces the first; the
+ * first loss is kept; interrupting a client stops a get in progress at once.
  */
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -15,6 +19,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "base/base.h"
 #include "comm/store.h"
 
 static accel__store *open_store(int port, int serve, double timeout_s)
@@ -298,6 +303,74 @@ static void abandoned(void)
     accel__store_close(st);
 }
 
+/* Children of presence(): declare, then leave in the way i says. */
+static void presence_child(accel__store *st, int i)
+{
+    if (i == 0) { /* exits without departing */
+        CHECK_OK(NULL, accel__store_declare(st, "lost/a", "process 7 (pid 1)", 17));
+        _exit(0);
+    }
+    if (i == 1) { /* departs, then exits */
+        CHECK_OK(NULL, accel__store_declare(st, "lost/b", "b", 1));
+        CHECK_OK(NULL, accel__store_depart(st));
+        return;
+    }
+    /* i == 2: replaces its declaration, then is killed; i == 3: loses "lost/a" again */
+    CHECK_OK(NULL, accel__store_declare(st, i == 2 ? "lost/c" : "lost/a", "second", 6));
+    if (i == 2) {
+        CHECK_OK(NULL, accel__store_declare(st, "lost/d", "d", 1));
+    }
+    raise(SIGKILL);
+}
+
+static void *interrupt_later(void *arg)
+{
+    struct timespec ts = {0, 200000000};
+    nanosleep(&ts, NULL);
+    accel__store_interrupt(arg);
+    return NULL;
+}
+
+static void presence(void)
+{
+    accel__store *srv = open_store(0, 1, 10);
+    int port = accel__store_port(srv);
+    char buf[32];
+    size_t n = 0;
+    /* a loss wakes the get waiting for it at once */
+    pid_t pid = child(port, presence_child, 0);
+    double t0 = accel__now();
+    CHECK_OK(NULL, accel__store_get(srv, "lost/a", buf, sizeof(buf), &n, 30));
+    CHECK_MSG(accel__now() - t0 < 5, "the loss took %.1f s", accel__now() - t0);
+    CHECK(n == 17 && memcmp(buf, "process 7 (pid 1)", 17) == 0);
+    reap_ok(pid);
+    /* a departure is not a loss */
+    reap_ok(child(port, presence_child, 1));
+    /* killed: the second declaration is what is set */
+    int ws;
+    pid = child(port, presence_child, 2);
+    CHECK(waitpid(pid, &ws, 0) == pid && WIFSIGNALED(ws));
+    CHECK_OK(NULL, accel__store_get(srv, "lost/d", buf, sizeof(buf), &n, 10));
+    /* ... and the first loss of a key stays */
+    pid = child(port, presence_child, 3);
+    CHECK(waitpid(pid, &ws, 0) == pid && WIFSIGNALED(ws));
+    CHECK_OK(NULL, accel__store_set(srv, "sync", "", 0)); /* the server handled the close */
+    CHECK_OK(NULL, accel__store_get(srv, "lost/a", buf, sizeof(buf), &n, 0));
+    CHECK(n == 17);
+    expect(accel__store_get(srv, "lost/b", buf, sizeof(buf), &n, 0), ACCEL_ENOTFOUND, "lost/b");
+    expect(accel__store_get(srv, "lost/c", buf, sizeof(buf), &n, 0), ACCEL_ENOTFOUND, "lost/c");
+    /* interrupting a client ends its get at once */
+    accel__store *st = open_store(port, 0, 10);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, interrupt_later, st) == 0);
+    t0 = accel__now();
+    expect(accel__store_get(st, "never", buf, sizeof(buf), &n, 30), ACCEL_EPEER, "during a get");
+    CHECK(accel__now() - t0 < 5);
+    pthread_join(th, NULL);
+    accel__store_close(st);
+    accel__store_close(srv);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -306,6 +379,7 @@ int main(void)
     server_trouble(SIGKILL);
     server_trouble(SIGSTOP);
     abandoned();
+    presence();
     printf("store: ok\n");
     return 0;
 }

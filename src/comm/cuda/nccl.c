@@ -4,11 +4,21 @@
  *
  * Rendezvous: process 0 makes the ncclUniqueId and publishes it in the job's store
  * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
- * process 0, which keeps it open as long as the communicator lives); the others read it there.
+ * process 0, which keeps it open as long as the communicator or a split child lives, and until
+ * the others have left: see the watch below); the others read it there.
  * Communicators are blocking (NCCL's default, as in PyTorch; ncclCommSplit also refused the
  * non-blocking configuration we passed). A call that NCCL still leaves in progress is settled by polling
- * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort; a collective
- * that never completes (a dead or stuck peer) is aborted by the front end's watchdog.
+ * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort.
+ *
+ * Dead and stuck peers: NCCL's kernels wait for a dead peer forever (within a machine NCCL
+ * reports nothing), so every process runs a liveness watch (watch.h) over the job's store,
+ * shared by the world communicator and its split children: a peer that dies is named within
+ * about a second, a collective that makes no progress for the timeout fails naming the stopped
+ * or dead processes of this machine. Either aborts the communicator from the watch's thread
+ * (ncclCommAbort, which NCCL allows while another thread waits in it), and every waiter (test,
+ * settle, a call blocked in NCCL) then returns the watch's message. The collective path only
+ * counts its operations for the watch (two relaxed atomic adds). ncclCommAbort frees what
+ * ncclCommGetAsyncError and ncclGetLastError read: those calls and the abort hold comm_mu.
  *
  * Collectives are NATIVE_ASYNC: post enqueues the NCCL call on the caller's stream (NULL: the
  * process's compute stream, so device buffers written by its kernels are ready in order) and
@@ -41,6 +51,7 @@
 #include "base/base.h"
 #include "comm/comm.h"
 #include "comm/store.h"
+#include "comm/watch.h"
 #include "nccl_wire.h"
 
 typedef struct nccl_req nccl_req;
@@ -50,12 +61,15 @@ typedef struct nccl_impl {
     int rank, n_ranks, device;
     double timeout_s;
     accel__log_ctx log;
-    accel__store *store; /* kept open: process 0 may serve it */
+    accel__watch *watch; /* shared with the split children; holds the store client */
+    accel__watch_member wm;
     void *(*stream_native)(void *arg, accel__stream *s);
     void *stream_arg;
-    pthread_mutex_t mu; /* the request cache */
-    nccl_req *spare;    /* a finished request to reuse (its event and staging buffers) */
-    _Atomic int aborted;
+    pthread_mutex_t mu;      /* the request cache and the abort's claim */
+    pthread_mutex_t comm_mu; /* ncclCommAbort against the calls that read what it frees */
+    nccl_req *spare;         /* a finished request to reuse (its event and staging buffers) */
+    int abort_claimed;       /* under mu: the first abort writes the status and message */
+    _Atomic int aborted;     /* released after abort_st and abort_msg are written */
     accel_status abort_st;
     char abort_msg[ACCEL__ERRMSG_NBYTES];
     unsigned n_splits;
@@ -70,6 +84,7 @@ struct nccl_req {
     size_t wnbytes;
     void *recv; /* host destination of the result (NULL: none or not staged) */
     size_t out_off, out_nbytes;
+    int in_flight; /* counted in the watch's posted, not yet in its done */
 };
 
 static accel_status cuda_err(cudaError_t e, const char *what)
@@ -80,16 +95,74 @@ static accel_status cuda_err(cudaError_t e, const char *what)
                          cudaGetErrorName(e));
 }
 
+/* The abort's status and message, as the thread's error. */
+static accel_status aborted_err(nccl_impl *e)
+{
+    return accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+}
+
 static accel_status nccl_err(nccl_impl *e, ncclResult_t r, const char *what)
 {
-    const char *detail = e != NULL && e->comm != NULL ? ncclGetLastError(e->comm) : "";
+    if (e != NULL && atomic_load_explicit(&e->aborted, memory_order_acquire)) {
+        return aborted_err(e); /* the failure is the abort's echo: report its cause */
+    }
+    char detail[256] = "";
+    if (e != NULL && e->comm != NULL) {
+        pthread_mutex_lock(&e->comm_mu);
+        if (!atomic_load(&e->aborted)) {
+            const char *d = ncclGetLastError(e->comm);
+            snprintf(detail, sizeof(detail), "%s", d != NULL ? d : "");
+        }
+        pthread_mutex_unlock(&e->comm_mu);
+    }
     accel_status st = r == ncclRemoteError || r == ncclSystemError ? ACCEL_EPEER
                       : r == ncclInvalidArgument || r == ncclInvalidUsage ? ACCEL_EINVAL
                                                                           : ACCEL_EIO;
     return accel__seterr(NULL, st, "nccl: %s on process %d of %d failed: %s%s%s", what,
                          e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0,
-                         ncclGetErrorString(r), detail != NULL && *detail ? ": " : "",
-                         detail != NULL ? detail : "");
+                         ncclGetErrorString(r), *detail ? ": " : "", detail);
+}
+
+/* Breaks the communicator with st and msg (the first abort wins): kernels and calls waiting on
+ * peers stop, every later call reports it. Any thread. */
+static void abort_comm(nccl_impl *e, accel_status st, const char *msg)
+{
+    pthread_mutex_lock(&e->mu);
+    int first = !e->abort_claimed;
+    if (first) {
+        e->abort_claimed = 1;
+        e->abort_st = st;
+        snprintf(e->abort_msg, sizeof(e->abort_msg), "%s", msg);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!first) {
+        return;
+    }
+    pthread_mutex_lock(&e->comm_mu);
+    atomic_store_explicit(&e->aborted, 1, memory_order_release);
+    if (e->comm != NULL) {
+        (void)ncclCommAbort(e->comm); /* the comm is gone */
+    }
+    pthread_mutex_unlock(&e->comm_mu);
+}
+
+/* The watch's failure of this communicator (its thread). */
+static void watch_fail(void *arg, accel_status st, const char *msg)
+{
+    abort_comm(arg, st, msg);
+}
+
+/* The async error of the communicator, ncclSuccess once it is aborted. */
+static ncclResult_t async_error(nccl_impl *e)
+{
+    ncclResult_t r = ncclSuccess;
+    pthread_mutex_lock(&e->comm_mu);
+    if (!atomic_load(&e->aborted)) {
+        ncclResult_t q = ncclCommGetAsyncError(e->comm, &r);
+        r = q != ncclSuccess ? q : r;
+    }
+    pthread_mutex_unlock(&e->comm_mu);
+    return r;
 }
 
 static void nap(void)
@@ -104,24 +177,20 @@ static accel_status settle(nccl_impl *e, ncclResult_t r, const char *what)
 {
     double deadline = accel__now() + e->timeout_s;
     while (r == ncclInProgress) {
-        if (atomic_load(&e->aborted)) {
-            return accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+        if (atomic_load_explicit(&e->aborted, memory_order_acquire)) {
+            return aborted_err(e);
         }
         if (accel__now() > deadline) {
-            atomic_store(&e->aborted, 1);
-            e->abort_st = ACCEL_ETIMEDOUT;
-            snprintf(e->abort_msg, sizeof(e->abort_msg),
+            char msg[ACCEL__ERRMSG_NBYTES];
+            snprintf(msg, sizeof(msg),
                      "nccl: %s on process %d of %d not complete after %.3g s (a peer is dead, "
                      "stuck or at another call); the communicator was aborted",
                      what, e->rank, e->n_ranks, e->timeout_s);
-            (void)ncclCommAbort(e->comm);
-            return accel__seterr(NULL, ACCEL_ETIMEDOUT, "%s", e->abort_msg);
+            abort_comm(e, ACCEL_ETIMEDOUT, msg);
+            return aborted_err(e);
         }
         nap();
-        ncclResult_t q = ncclCommGetAsyncError(e->comm, &r);
-        if (q != ncclSuccess) {
-            r = q;
-        }
+        r = async_error(e);
     }
     return r == ncclSuccess ? ACCEL_OK : nccl_err(e, r, what);
 }
@@ -254,8 +323,18 @@ static void req_destroy(nccl_req *q)
     }
 }
 
+/* q's operation is over (complete, failed or given up): the watch stops counting it. */
+static void req_over(nccl_impl *e, nccl_req *q)
+{
+    if (q != NULL && q->in_flight) {
+        q->in_flight = 0;
+        atomic_fetch_add_explicit(&e->wm.done, 1, memory_order_relaxed);
+    }
+}
+
 static void req_put(nccl_impl *e, nccl_req *q)
 {
+    req_over(e, q);
     pthread_mutex_lock(&e->mu);
     nccl_req *old = e->spare;
     if (old == NULL || (q != NULL && q->nbytes >= old->nbytes)) {
@@ -335,8 +414,8 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
     nccl_impl *e = impl;
     *out = NULL;
     const char *what = accel__coll_name(op->kind);
-    if (atomic_load(&e->aborted)) {
-        return accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+    if (atomic_load_explicit(&e->aborted, memory_order_acquire)) {
+        return aborted_err(e);
     }
     ncclDataType_t dt = ncclUint8;
     if (reduces(op->kind) && !nccl_dtype(op->dtype, &dt)) {
@@ -385,6 +464,8 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
         q->out_off = (size_t)((char *)recv - dbuf);
         q->out_nbytes = outb;
     }
+    q->in_flight = 1; /* from here until test sees it complete: a call may block in NCCL */
+    atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed);
     st = wire ? enqueue_wire(e, op, send, recv, q->wbuf, s)
               : settle(e, enqueue(e, op, send, recv, dt, s), what);
     if (st == ACCEL_OK && q->recv != NULL) {
@@ -408,12 +489,13 @@ static int nccl_test(void *impl, void *req, accel_status *st)
 {
     nccl_impl *e = impl;
     nccl_req *q = req;
-    if (atomic_load(&e->aborted)) {
-        *st = accel__seterr(NULL, e->abort_st, "%s", e->abort_msg);
+    if (atomic_load_explicit(&e->aborted, memory_order_acquire)) {
+        *st = aborted_err(e);
         return 1;
     }
     cudaError_t ce = cudaEventQuery(q->ev);
     if (ce == cudaSuccess) {
+        req_over(e, q);
         if (q->recv != NULL) {
             memcpy(q->recv, (char *)q->hbuf + q->out_off, q->out_nbytes);
             q->recv = NULL;
@@ -425,9 +507,8 @@ static int nccl_test(void *impl, void *req, accel_status *st)
         *st = cuda_err(ce, "waiting for a collective");
         return 1;
     }
-    ncclResult_t r = ncclSuccess;
-    if (ncclCommGetAsyncError(e->comm, &r) == ncclSuccess && r != ncclSuccess &&
-        r != ncclInProgress) {
+    ncclResult_t r = async_error(e);
+    if (r != ncclSuccess && r != ncclInProgress) {
         *st = nccl_err(e, r, "a collective");
         return 1;
     }
@@ -452,13 +533,14 @@ static accel_status nccl_group(void *impl, int begin)
 static void nccl_abort(void *impl, accel_status st, const char *msg)
 {
     nccl_impl *e = impl;
-    if (atomic_exchange(&e->aborted, 1)) {
-        return;
-    }
-    e->abort_st = st;
-    snprintf(e->abort_msg, sizeof(e->abort_msg), "nccl: process %d of %d aborted: %s", e->rank,
-             e->n_ranks, msg);
-    (void)ncclCommAbort(e->comm); /* kernels waiting on peers stop; the comm is gone */
+    char full[ACCEL__ERRMSG_NBYTES];
+    snprintf(full, sizeof(full), "nccl: process %d of %d aborted: %s", e->rank, e->n_ranks, msg);
+    abort_comm(e, st, full);
+}
+
+static void nccl_suspects(void *impl, char *buf, size_t nbytes)
+{
+    accel__watch_suspects(((nccl_impl *)impl)->watch, buf, nbytes);
 }
 
 static void nccl_destroy(void *impl)
@@ -469,13 +551,16 @@ static void nccl_destroy(void *impl)
     }
     if (e->comm != NULL && !atomic_load(&e->aborted)) {
         (void)cudaSetDevice(e->device);
-        accel_status st = settle(e, ncclCommFinalize(e->comm), "ncclCommFinalize");
-        if (st == ACCEL_OK || !atomic_load(&e->aborted)) {
-            (void)ncclCommDestroy(e->comm);
-        }
+        (void)settle(e, ncclCommFinalize(e->comm), "ncclCommFinalize");
+    }
+    /* The watch may abort the communicator until it is left; the last to leave departs from
+     * the store (process 0 first waits for the others). */
+    accel__watch_leave(e->watch, &e->wm);
+    if (e->comm != NULL && !atomic_load(&e->aborted)) {
+        (void)ncclCommDestroy(e->comm);
     }
     req_destroy(e->spare);
-    accel__store_close(e->store);
+    pthread_mutex_destroy(&e->comm_mu);
     pthread_mutex_destroy(&e->mu);
     accel__free(e);
 }
@@ -498,10 +583,14 @@ static nccl_impl *impl_new(const accel__comm_config *cfg)
         return NULL;
     }
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->comm_mu, NULL);
+    e->wm.fail = watch_fail;
+    e->wm.arg = e;
     e->rank = cfg->rank;
     e->n_ranks = cfg->n_ranks;
     e->device = cfg->device_ordinal;
     e->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
+    e->wm.timeout_s = e->timeout_s;
     e->log = cfg->log;
     e->stream_native = cfg->stream_native;
     e->stream_arg = cfg->stream_arg;
@@ -531,22 +620,24 @@ static accel_status nccl_init(const accel__comm_config *cfg, void **out)
     }
     ncclUniqueId id;
     accel_status st = ACCEL_OK;
+    accel__store *store = NULL; /* kept open by the watch: process 0 may serve it */
+    char prefix[360], key[400];
+    snprintf(prefix, sizeof(prefix), "%.300s/%d/nccl/w%u", cfg->job_id != NULL ? cfg->job_id : "",
+             cfg->restart_count, atomic_fetch_add(&n_worlds, 1));
+    snprintf(key, sizeof(key), "%s/id", prefix);
+    accel__store_config sc = {.addr = cfg->master_addr,
+                              .port = cfg->master_port,
+                              .serve = !cfg->store_served && cfg->rank == 0,
+                              .timeout_s = e->timeout_s};
     if (cfg->n_ranks > 1) {
-        char key[400];
-        snprintf(key, sizeof(key), "%.300s/%d/nccl/w%u/id", cfg->job_id != NULL ? cfg->job_id : "",
-                 cfg->restart_count, atomic_fetch_add(&n_worlds, 1));
-        accel__store_config sc = {.addr = cfg->master_addr,
-                                  .port = cfg->master_port,
-                                  .serve = !cfg->store_served && cfg->rank == 0,
-                                  .timeout_s = e->timeout_s};
-        st = accel__store_open(&e->store, &sc);
+        st = accel__store_open(&store, &sc);
         if (st == ACCEL_OK && cfg->rank == 0) {
             ncclResult_t r = ncclGetUniqueId(&id);
-            st = r == ncclSuccess ? accel__store_set(e->store, key, &id, sizeof(id))
+            st = r == ncclSuccess ? accel__store_set(store, key, &id, sizeof(id))
                                   : nccl_err(e, r, "ncclGetUniqueId");
         } else if (st == ACCEL_OK) {
             size_t n = 0;
-            st = accel__store_get(e->store, key, &id, sizeof(id), &n, e->timeout_s);
+            st = accel__store_get(store, key, &id, sizeof(id), &n, e->timeout_s);
             if (st == ACCEL_OK && n != sizeof(id)) {
                 st = accel__seterr(NULL, ACCEL_EIO, "nccl: malformed unique id in the store");
             }
@@ -559,11 +650,32 @@ static accel_status nccl_init(const accel__comm_config *cfg, void **out)
         st = r == ncclSuccess || r == ncclInProgress ? settle(e, r, "ncclCommInitRank")
                                                      : nccl_err(e, r, "ncclCommInitRank");
     }
-    if (st != ACCEL_OK) {
-        if (cfg->rank == 0 && e->store != NULL) {
-            accel__store_abandon(e->store); /* the others fail on their deadline, not at once */
-            e->store = NULL;
+    if (st != ACCEL_OK && store != NULL) {
+        if (cfg->rank == 0) {
+            accel__store_abandon(store); /* the others fail on their deadline, not at once */
+        } else {
+            accel__store_close(store);
         }
+        store = NULL;
+    }
+    if (st == ACCEL_OK && store != NULL) {
+        accel__watch_config wc = {.what = "nccl",
+                                  .prefix = prefix,
+                                  .addr = cfg->master_addr,
+                                  .launcher_serves = cfg->store_served,
+                                  .serves = sc.serve,
+                                  .process = cfg->process_base + cfg->rank,
+                                  .n_processes = cfg->n_ranks,
+                                  .local_process = cfg->local_rank,
+                                  .local_n_processes = cfg->local_n_ranks,
+                                  .timeout_s = e->timeout_s,
+                                  .log = cfg->log};
+        st = accel__watch_start(&e->watch, store, &wc); /* takes store */
+        if (st == ACCEL_OK) {
+            accel__watch_join(e->watch, &e->wm);
+        }
+    }
+    if (st != ACCEL_OK) {
         nccl_destroy(e);
         return accel__seterr(NULL, st,
                              "nccl: process %d of %d could not join the communicator on "
@@ -590,9 +702,11 @@ static accel_status nccl_split(void *impl, const accel__comm_split_info *how, vo
         c->stream_arg = e->stream_arg;
     }
     ncclComm_t nc = NULL; /* the parent's configuration (config NULL) */
+    atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed); /* collective: watched */
     ncclResult_t r = ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
                                    how->key, &nc, NULL);
     accel_status st = settle(e, r, "ncclCommSplit");
+    atomic_fetch_add_explicit(&e->wm.done, 1, memory_order_relaxed);
     if (st == ACCEL_OK && c != NULL) {
         c->comm = nc;
         st = settle(c, ncclInProgress, "ncclCommSplit"); /* the child's own setup */
@@ -600,6 +714,10 @@ static accel_status nccl_split(void *impl, const accel__comm_split_info *how, vo
     if (st != ACCEL_OK) {
         nccl_destroy(c);
         return st;
+    }
+    if (c != NULL && e->watch != NULL) {
+        c->watch = e->watch; /* the parent's watch: a death fails the children too */
+        accel__watch_join(c->watch, &c->wm);
     }
     *child = c;
     return ACCEL_OK;
@@ -617,4 +735,5 @@ const accel__comm_ops accel__nccl_ops = {
     .mem_free = accel__comm_plain_free,
     .destroy = nccl_destroy,
     .describe = nccl_describe,
+    .suspects = nccl_suspects,
 };

@@ -1,0 +1,418 @@
+/*
+ * The liveness watch (watch.h): one thread per process waiting for the job's "lost" key on its
+ * own store client, a period at a time (a get parked at the server, answered at once when the
+ * key is set: one round trip per period), and looking at the members' operation counts
+ * between the waits.
+ *
+ * Invariants: members are added, removed and failed under mu, and each is failed at most once;
+ * the owner's client (presence) is used only by the owner's thread (start, the last leave); the
+ * thread's client (poll) only by the thread, except accel__store_interrupt at the end. A store
+ * error the thread sees after the stop request is the stop, not a failure.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shm.h"
+#include "watch.h"
+
+typedef struct peer {
+    int process;
+    _Atomic int pid; /* 0 until known (start is written first) */
+    uint64_t start;
+    int local; /* same machine (same boot and pid namespace) */
+} peer;
+
+struct accel__watch {
+    accel__watch_config cfg; /* strings point into the copies below */
+    char what[32], prefix[400], addr[256];
+    char lost_key[420];
+    char host_id[128], hostname[64];
+    accel__store *presence, *poll;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    accel__watch_member *members;
+    _Atomic int failed; /* a loss was seen: every member failed */
+    peer *peers;        /* this machine's other processes, and process 0 */
+    int n_peers;
+};
+
+/* "<boot id>/<pid namespace>": equal for processes whose pids mean the same thing. */
+static void host_id(char *buf, size_t nbytes)
+{
+    char boot[64] = "?", ns[64] = "?";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fgets(boot, sizeof(boot), f) != NULL) {
+            boot[strcspn(boot, "\n")] = '\0';
+        }
+        fclose(f);
+    }
+    ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+    ns[n > 0 ? n : 1] = '\0';
+    snprintf(buf, nbytes, "%s/%s", boot, ns);
+}
+
+static void key_of(const accel__watch *w, char *buf, size_t nbytes, const char *kind, int process)
+{
+    snprintf(buf, nbytes, "%s/%s/%d", w->prefix, kind, process);
+}
+
+/* ---- failing members (the thread) ---- */
+
+static void fail_all(accel__watch *w, accel_status st, const char *msg)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->stop && !atomic_exchange(&w->failed, 1)) {
+        accel__log(&w->cfg.log, ACCEL__LOG_ERROR, "%s", msg);
+        for (accel__watch_member *m = w->members; m != NULL; m = m->next) {
+            if (!m->failed) {
+                m->failed = 1;
+                m->fail(m->arg, st, msg);
+            }
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static int stopping(accel__watch *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int stop = w->stop;
+    pthread_mutex_unlock(&w->mu);
+    return stop;
+}
+
+/* Waits up to a period for the lost key (the server answers at once when it is set). Returns 0
+ * to go on polling, 1 when the store is no use any more. */
+static int poll_lost(accel__watch *w)
+{
+    char value[256], msg[ACCEL__ERRMSG_NBYTES];
+    size_t n = 0;
+    accel_status st =
+        accel__store_get(w->poll, w->lost_key, value, sizeof(value) - 1, &n, w->cfg.period_s);
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(w->poll) == ACCEL_OK) {
+        return 0; /* not set within the period: nobody was lost */
+    }
+    if (stopping(w)) {
+        return 1;
+    }
+    const int me = w->cfg.process;
+    if (st == ACCEL_OK) {
+        value[n] = '\0';
+        snprintf(msg, sizeof(msg),
+                 "%s: %s exited or died (its connection to the job's store at %s ended without "
+                 "leaving the communicator); process %d cannot continue",
+                 w->what, value, accel__store_name(w->poll), me);
+        fail_all(w, ACCEL_EPEER, msg);
+    } else if (st == ACCEL_EPEER || st == ACCEL_ETIMEDOUT) {
+        int pid0 = 0;
+        for (int i = 0; i < w->n_peers; i++) {
+            pid0 = w->peers[i].process == 0 ? atomic_load(&w->peers[i].pid) : pid0;
+        }
+        char who[96];
+        if (w->cfg.launcher_serves) {
+            snprintf(who, sizeof(who), "machine 0's accel launch");
+        } else if (pid0 > 0) {
+            snprintf(who, sizeof(who), "process 0 (pid %d)", pid0);
+        } else {
+            snprintf(who, sizeof(who), "process 0");
+        }
+        snprintf(msg, sizeof(msg),
+                 "%s: the job's store at %s, served by %s, %s; process %d cannot continue", w->what,
+                 accel__store_name(w->poll), who,
+                 st == ACCEL_EPEER ? "closed the connection: its server exited or died, or its "
+                                     "machine is unreachable"
+                                   : "did not answer in time: its server is stopped or hung",
+                 me);
+        fail_all(w, st, msg);
+    } else {
+        accel__log(&w->cfg.log, ACCEL__LOG_WARN,
+                   "%s: the liveness watch stops polling the store: %s", w->what,
+                   accel_last_error(NULL));
+    }
+    return 1;
+}
+
+/* Reads the identities of the peers still unknown (published at their start). */
+static void fetch_peers(accel__watch *w)
+{
+    for (int i = 0; i < w->n_peers; i++) {
+        peer *p = &w->peers[i];
+        if (atomic_load(&p->pid) != 0) {
+            continue;
+        }
+        char key[440], value[256], id[128] = "";
+        size_t n = 0;
+        key_of(w, key, sizeof(key), "who", p->process);
+        if (accel__store_get(w->poll, key, value, sizeof(value) - 1, &n, 0) != ACCEL_OK) {
+            continue;
+        }
+        value[n] = '\0';
+        int pid = 0;
+        unsigned long long start = 0;
+        if (sscanf(value, "%d %llu %127s", &pid, &start, id) == 3 && pid > 0) {
+            p->start = start;
+            p->local = strcmp(id, w->host_id) == 0;
+            atomic_store(&p->pid, pid);
+        }
+    }
+}
+
+static void check_stalls(accel__watch *w)
+{
+    double now = accel__now();
+    pthread_mutex_lock(&w->mu);
+    for (accel__watch_member *m = w->members; m != NULL && !w->stop; m = m->next) {
+        uint64_t posted = atomic_load_explicit(&m->posted, memory_order_relaxed);
+        uint64_t done = atomic_load_explicit(&m->done, memory_order_relaxed);
+        if (posted != m->seen_posted || done != m->seen_done) {
+            m->seen_posted = posted;
+            m->seen_done = done;
+            m->moved_at = now;
+        } else if (done < posted && !m->failed && now - m->moved_at > m->timeout_s) {
+            char msg[ACCEL__ERRMSG_NBYTES];
+            int len = snprintf(msg, sizeof(msg),
+                               "%s: process %d of %d: a collective made no progress for %.3g s "
+                               "(a peer is dead, stopped, stuck or at another call)",
+                               w->what, w->cfg.process, w->cfg.n_processes, m->timeout_s);
+            accel__watch_suspects(w, msg + len, sizeof(msg) - (size_t)len);
+            accel__log(&w->cfg.log, ACCEL__LOG_ERROR, "%s", msg);
+            m->failed = 1;
+            m->fail(m->arg, ACCEL_ETIMEDOUT, msg);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *watch_main(void *arg)
+{
+    accel__watch *w = arg;
+    int polling = 1;
+    for (;;) {
+        if (polling) {
+            fetch_peers(w); /* first: a loss of process 0 names its pid */
+        }
+        if (polling && !atomic_load(&w->failed)) {
+            polling = !poll_lost(w);
+        }
+        check_stalls(w);
+        pthread_mutex_lock(&w->mu);
+        if (!w->stop && !polling) { /* else the get above waited the period */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts); /* the condition variable's default clock */
+            long ns = ts.tv_nsec + (long)(w->cfg.period_s * 1e9);
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        }
+        int stop = w->stop;
+        pthread_mutex_unlock(&w->mu);
+        if (stop) {
+            return NULL;
+        }
+    }
+}
+
+/* ---- the owner's side ---- */
+
+void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
+{
+    if (w == NULL) {
+        return; /* one process: nobody else to name */
+    }
+    size_t len = strlen(buf);
+    int named = 0, known = 0;
+    for (int i = 0; i < w->n_peers && len + 100 < nbytes; i++) {
+        const peer *p = &w->peers[i];
+        int pid = atomic_load(&p->pid);
+        if (pid <= 0 || !p->local) {
+            continue;
+        }
+        known++;
+        const char *state = accel__shm_pid_gone(pid, p->start) ? "died"
+                            : accel__shm_pid_stopped(pid) ? "is stopped (SIGSTOP or a debugger)"
+                                                          : NULL;
+        if (state != NULL) {
+            len += (size_t)snprintf(buf + len, nbytes - len, "; process %d (pid %d) %s", p->process,
+                                    pid, state);
+            named++;
+        }
+    }
+    if (named == 0 && len + 100 < nbytes) {
+        snprintf(buf + len, nbytes - len,
+                 "; none of the %d other processes known on this machine is dead or stopped",
+                 known);
+    }
+}
+
+void accel__watch_join(accel__watch *w, accel__watch_member *m)
+{
+    pthread_mutex_lock(&w->mu);
+    m->seen_posted = m->seen_done = 0;
+    m->moved_at = accel__now();
+    m->failed = 0;
+    m->next = w->members;
+    w->members = m;
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void watch_free(accel__watch *w)
+{
+    accel__store_close(w->poll);
+    accel__store_close(w->presence);
+    accel__free(w->peers);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    accel__free(w);
+}
+
+/* Process 0 serving the store: waits until every other process has left (or one is lost, or the
+ * timeout passes), so that the store does not go away under them. */
+static void wait_departures(accel__watch *w)
+{
+    int n = w->cfg.n_processes - 1;
+    char(*names)[440] = accel__malloc((size_t)n * sizeof(*names) + 1);
+    const char **list = accel__malloc((size_t)n * sizeof(*list) + 1);
+    if (names == NULL || list == NULL) {
+        accel__free(names);
+        accel__free(list);
+        return;
+    }
+    for (int i = 0, q = 0; q < w->cfg.n_processes; q++) {
+        if (q != w->cfg.process) {
+            key_of(w, names[i], sizeof(names[i]), "left", q);
+            list[i] = names[i];
+            i++;
+        }
+    }
+    double deadline = accel__now() + w->cfg.timeout_s;
+    for (int round = 0; !atomic_load(&w->failed) && accel__now() < deadline; round++) {
+        accel_status st = accel__store_wait(w->presence, list, (size_t)n, w->cfg.period_s);
+        if (st != ACCEL_ETIMEDOUT) {
+            break;
+        }
+        if (round == 4) {
+            accel__log(&w->cfg.log, ACCEL__LOG_INFO,
+                       "%s: process 0 serves the job's store and waits (at most %g s) for the "
+                       "other processes to leave their communicators: %s",
+                       w->what, w->cfg.timeout_s, accel_last_error(NULL));
+        }
+    }
+    accel__free(names);
+    accel__free(list);
+}
+
+void accel__watch_leave(accel__watch *w, accel__watch_member *m)
+{
+    if (w == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&w->mu);
+    for (accel__watch_member **p = &w->members; *p != NULL; p = &(*p)->next) {
+        if (*p == m) {
+            *p = m->next;
+            break;
+        }
+    }
+    int last = w->members == NULL;
+    pthread_mutex_unlock(&w->mu);
+    if (!last) {
+        return;
+    }
+    if (w->cfg.serves) {
+        wait_departures(w);
+    } else {
+        char key[440];
+        key_of(w, key, sizeof(key), "left", w->cfg.process);
+        (void)accel__store_set(w->presence, key, "", 0);
+    }
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    accel__store_interrupt(w->poll); /* a get waiting on a stopped server */
+    pthread_join(w->thread, NULL);
+    if (!w->cfg.serves) {
+        (void)accel__store_depart(w->presence); /* closing now is no loss */
+    }
+    watch_free(w);
+}
+
+accel_status accel__watch_start(accel__watch **out, accel__store *store,
+                                const accel__watch_config *cfg)
+{
+    *out = NULL;
+    accel__watch *w = accel__calloc(1, sizeof(*w));
+    if (w == NULL) {
+        accel__store_close(store);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "%s: out of memory for the watch", cfg->what);
+    }
+    w->presence = store;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->cfg = *cfg;
+    snprintf(w->what, sizeof(w->what), "%s", cfg->what);
+    snprintf(w->prefix, sizeof(w->prefix), "%s", cfg->prefix);
+    snprintf(w->addr, sizeof(w->addr), "%s", cfg->addr);
+    w->cfg.what = w->what;
+    w->cfg.prefix = w->prefix;
+    w->cfg.addr = w->addr;
+    w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : 1.0;
+    snprintf(w->lost_key, sizeof(w->lost_key), "%s/lost", w->prefix);
+    host_id(w->host_id, sizeof(w->host_id));
+    if (gethostname(w->hostname, sizeof(w->hostname)) != 0) {
+        snprintf(w->hostname, sizeof(w->hostname), "?");
+    }
+    w->hostname[sizeof(w->hostname) - 1] = '\0';
+
+    /* The peers whose pids may be named: this machine's other processes, and process 0. */
+    int first = cfg->process - cfg->local_process;
+    w->peers = accel__calloc((size_t)cfg->local_n_processes + 1, sizeof(peer));
+    if (w->peers == NULL) {
+        watch_free(w);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "%s: out of memory for the watch", cfg->what);
+    }
+    for (int q = first; q < first + cfg->local_n_processes; q++) {
+        if (q != cfg->process && q >= 0 && q < cfg->n_processes) {
+            w->peers[w->n_peers++].process = q;
+        }
+    }
+    if (cfg->process != 0 && first != 0) {
+        w->peers[w->n_peers++].process = 0;
+    }
+
+    /* Who this process is, then its presence (process 0 serving the store cannot outlive it:
+     * the others see the server go instead). */
+    char key[440], value[256];
+    int pid = (int)getpid();
+    key_of(w, key, sizeof(key), "who", cfg->process);
+    int n = snprintf(value, sizeof(value), "%d %llu %s %s", pid,
+                     (unsigned long long)accel__shm_pid_start(pid), w->host_id, w->hostname);
+    accel_status st = accel__store_set(store, key, value, (size_t)n);
+    if (st == ACCEL_OK && !cfg->serves) {
+        n = snprintf(value, sizeof(value), "process %d (pid %d) on host %s", cfg->process, pid,
+                     w->hostname);
+        st = accel__store_declare(store, w->lost_key, value, (size_t)n);
+    }
+    accel__store_config pc = {.addr = w->addr,
+                              .port = accel__store_port(store),
+                              .timeout_s = cfg->timeout_s,
+                              .grace_s = cfg->timeout_s};
+    if (st == ACCEL_OK) {
+        st = accel__store_open(&w->poll, &pc);
+    }
+    if (st == ACCEL_OK && pthread_create(&w->thread, NULL, watch_main, w) != 0) {
+        st = accel__seterr(NULL, ACCEL_EINTERNAL, "%s: cannot start the watch thread", w->what);
+    }
+    if (st != ACCEL_OK) {
+        watch_free(w); /* no departure: the others learn that this process is gone */
+        return st;
+    }
+    *out = w;
+    return ACCEL_OK;
+}

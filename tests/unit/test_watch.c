@@ -1,0 +1,275 @@
+/*
+ * The liveness watch (src/comm/watch.h), with forked processes of one machine and a store:
+ *  - a process killed: every other one's member fails with EPEER naming it and its pid, in
+ *    about a second;
+ *  - a process stopped while another has an operation in flight: that member fails with
+ *    ETIMEDOUT after its timeout, naming the stopped process and its pid;
+ *  - process 0 serving the store killed: the others fail with EPEER naming process 0;
+ *  - a clean end: nobody fails, and process 0 (serving) leaves only after the others left.
+ * Each child reports its member's failures on a pipe as "status message" lines.
+ */
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "check.h"
+#include "comm/store.h"
+#include "comm/watch.h"
+
+static int report_fd; /* the children's end of the pipe */
+static int port;
+
+static void on_fail(void *arg, accel_status st, const char *msg)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof(line), "%d %s %s\n", *(int *)arg, accel_status_name(st), msg);
+    CHECK(write(report_fd, line, (size_t)n) == n); /* one write: lines do not interleave */
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static accel__store *open_store(int serve)
+{
+    accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = serve, .timeout_s = 10};
+    accel__store *st = NULL;
+    CHECK_OK(NULL, accel__store_open(&st, &c));
+    return st;
+}
+
+typedef struct job {
+    const char *prefix;
+    int n, launcher; /* launcher: the parent serves the store, not process 0 */
+    double timeout_s;
+} job;
+
+/* What process i does once every process has joined (m is its member). */
+typedef void (*act_fn)(const job *j, int i, accel__watch *w, accel__watch_member *m);
+
+static void child_main(const job *j, int i, act_fn act)
+{
+    int serves = !j->launcher && i == 0;
+    accel__store *st = open_store(serves);
+    accel__store *sync = open_store(0);
+    accel__watch_config wc = {.what = "test",
+                              .prefix = j->prefix,
+                              .addr = "127.0.0.1",
+                              .launcher_serves = j->launcher,
+                              .serves = serves,
+                              .process = i,
+                              .n_processes = j->n,
+                              .local_process = i,
+                              .local_n_processes = j->n,
+                              .timeout_s = j->timeout_s,
+                              .period_s = 0.1,
+                              .log = {.rank = -1, .level = ACCEL__LOG_OFF}};
+    accel__watch *w = NULL;
+    CHECK_OK(NULL, accel__watch_start(&w, st, &wc));
+    static accel__watch_member m;
+    static int me;
+    me = i;
+    m.fail = on_fail;
+    m.arg = &me;
+    m.timeout_s = j->timeout_s;
+    accel__watch_join(w, &m);
+    char key[64];
+    snprintf(key, sizeof(key), "%s/joined", j->prefix);
+    int64_t v = 0;
+    CHECK_OK(NULL, accel__store_add(sync, key, 1, &v));
+    snprintf(key, sizeof(key), "%s/all", j->prefix);
+    if (v == j->n) {
+        CHECK_OK(NULL, accel__store_set(sync, key, "", 0));
+    }
+    char buf[4];
+    size_t n;
+    CHECK_OK(NULL, accel__store_get(sync, key, buf, sizeof(buf), &n, 10));
+    accel__store_close(sync);
+    act(j, i, w, &m);
+    _exit(0);
+}
+
+/* Starts j's processes; pids[i] is process i. */
+static void start(const job *j, act_fn act, pid_t *pids)
+{
+    for (int i = 0; i < j->n; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            child_main(j, i, act);
+        }
+    }
+}
+
+/* Reads report lines for up to limit_s s, until `want` lines came; returns how many. */
+static int read_reports(int fd, char *buf, size_t cap, int want, double limit_s)
+{
+    size_t len = 0;
+    int lines = 0;
+    double deadline = accel__now() + limit_s;
+    while (lines < want && accel__now() < deadline) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 100) == 1) {
+            ssize_t k = read(fd, buf + len, cap - 1 - len);
+            CHECK(k > 0);
+            len += (size_t)k;
+            buf[len] = '\0';
+            lines = 0;
+            for (const char *s = buf; (s = strchr(s, '\n')) != NULL; s++) {
+                lines++;
+            }
+        }
+    }
+    buf[len] = '\0';
+    return lines;
+}
+
+static void reap(pid_t pid, int want_ok)
+{
+    int ws;
+    CHECK(waitpid(pid, &ws, 0) == pid);
+    if (want_ok) {
+        CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child %d failed (%#x)", (int)pid, ws);
+    }
+}
+
+/* ---- the scenarios ---- */
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void killed_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)w;
+    (void)m;
+    if (i == j->n - 1) {
+        raise(SIGKILL);
+    }
+    sleep_s(5); /* the failure is reported meanwhile */
+}
+
+static void stopped_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    if (i == 1) {
+        raise(SIGSTOP);
+    }
+    atomic_fetch_add(&m->posted, 1); /* an operation in flight that never completes */
+    sleep_s(5);
+}
+
+static void server_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    (void)m;
+    if (i == 0) {
+        sleep_s(0.2); /* the last one's barrier set is answered first */
+        raise(SIGKILL);
+    }
+    sleep_s(5);
+}
+
+static void clean_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    if (i == 1) {
+        sleep_s(0.5); /* process 0 must wait for this one */
+    }
+    double t0 = accel__now();
+    accel__watch_leave(w, m);
+    if (i == 0) {
+        CHECK_MSG(accel__now() - t0 > 0.3, "process 0 left after %.2f s, before process 1",
+                  accel__now() - t0);
+    }
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int p[2];
+    CHECK(pipe(p) == 0);
+    report_fd = p[1];
+    char buf[8192], want[128];
+    pid_t pids[3];
+    accel__store *srv;
+
+    /* 1. process 2 of 3 killed: 0 and 1 fail with EPEER naming it */
+    port = free_port();
+    srv = open_store(1);
+    job kill_job = {"k", 3, 1, 30};
+    start(&kill_job, killed_act, pids);
+    double t0 = accel__now();
+    int lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
+    CHECK_MSG(lines == 2, "%d reports in %.1f s: %s", lines, accel__now() - t0, buf);
+    CHECK_MSG(accel__now() - t0 < 5, "the death took %.1f s to be seen", accel__now() - t0);
+    snprintf(want, sizeof(want), "EPEER test: process 2 (pid %d) on host", (int)pids[2]);
+    CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
+    for (int i = 0; i < 3; i++) {
+        kill(pids[i], SIGKILL);
+        reap(pids[i], 0);
+    }
+    accel__store_close(srv);
+
+    /* 2. process 1 of 2 stopped while 0 waits: 0 fails with ETIMEDOUT naming it */
+    port = free_port();
+    srv = open_store(1);
+    job stop_job = {"s", 2, 1, 1};
+    start(&stop_job, stopped_act, pids);
+    lines = read_reports(p[0], buf, sizeof(buf), 1, 10);
+    CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
+    snprintf(want, sizeof(want), "process 1 (pid %d) is stopped", (int)pids[1]);
+    CHECK_MSG(strncmp(buf, "0 ETIMEDOUT test: process 0 of 2: a collective made no progress", 60) ==
+                      0 &&
+                  strstr(buf, want) != NULL,
+              "\"%s\" lacks \"%s\"", buf, want);
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        reap(pids[i], 0);
+    }
+    accel__store_close(srv);
+
+    /* 3. process 0 serving the store killed: 1 and 2 fail with EPEER naming it */
+    port = free_port();
+    job server_job = {"v", 3, 0, 30};
+    start(&server_job, server_act, pids);
+    lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
+    CHECK_MSG(lines == 2, "%d reports: %s", lines, buf);
+    /* (its pid too, when the others had read it before it died: not waited for here) */
+    snprintf(want, sizeof(want), "EPEER test: the job's store at 127.0.0.1:%d, served by process 0",
+             port);
+    CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
+    for (int i = 0; i < 3; i++) {
+        kill(pids[i], SIGKILL);
+        reap(pids[i], 0);
+    }
+
+    /* 4. a clean end: no failure, process 0 leaves after the others */
+    port = free_port();
+    job clean_job = {"c", 3, 0, 30};
+    start(&clean_job, clean_act, pids);
+    for (int i = 0; i < 3; i++) {
+        reap(pids[i], 1);
+    }
+    lines = read_reports(p[0], buf, sizeof(buf), 1, 0.5);
+    CHECK_MSG(lines == 0, "a clean end reported: %s", buf);
+    printf("watch: ok\n");
+    return 0;
+}
