@@ -168,8 +168,9 @@ static accel_status recv_all(accel__store *st, uint8_t *buf, size_t n, double de
     return ACCEL_OK;
 }
 
-/* Connects (retrying while nobody listens yet) and exchanges the greeting. */
-static accel_status connect_store(accel__store *st, const char *addr, double deadline)
+/* Connects (retrying while nobody listens yet) and exchanges the greeting; *again when the
+ * connection closed before the greeting (connect again). */
+static accel_status connect_greet(accel__store *st, const char *addr, double deadline, int *again)
 {
     char port_s[16];
     snprintf(port_s, sizeof(port_s), "%d", st->port);
@@ -209,6 +210,16 @@ static accel_status connect_store(accel__store *st, const char *addr, double dea
     if (s == ACCEL_OK) {
         s = recv_all(st, back, 8, deadline, "the greeting");
     }
+    if (s == ACCEL_EPEER && accel__now() < deadline) {
+        /* Closed before greeting: a store going away (the previous communicator's, on the same
+         * port) or one not up yet behind a stale listener. Connect again. */
+        close(st->fd);
+        st->fd = -1;
+        st->broken = ACCEL_OK;
+        sleep_s(0.01);
+        *again = 1;
+        return ACCEL_OK;
+    }
     if (s == ACCEL_OK &&
         (store_get32(back) != STORE_MAGIC || store_get32(back + 4) != STORE_VERSION)) {
         s = ACCEL_EIO;
@@ -220,6 +231,17 @@ static accel_status connect_store(accel__store *st, const char *addr, double dea
                              st->name);
     }
     return ACCEL_OK;
+}
+
+static accel_status connect_store(accel__store *st, const char *addr, double deadline)
+{
+    for (;;) {
+        int again = 0;
+        accel_status s = connect_greet(st, addr, deadline, &again);
+        if (!again) {
+            return s;
+        }
+    }
 }
 
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg)
@@ -522,8 +544,8 @@ accel_status accel__store_wait(accel__store *st, const char *const *keys, size_t
     uint8_t status, *ans = NULL;
     size_t ans_len = 0;
     double wait_s = timeout_s > 0 ? timeout_s : 0;
-    accel_status s = exchange(st, req, len, accel__now() + wait_s + st->grace_s, "a wait",
-                              &status, &ans, &ans_len);
+    accel_status s = exchange(st, req, len, accel__now() + wait_s + st->grace_s, "a wait", &status,
+                              &ans, &ans_len);
     accel__free(req);
     if (s == ACCEL_OK && status != STORE_OK) {
         s = missing(st, ans, ans_len, timeout_s);
@@ -537,8 +559,8 @@ accel_status accel__store_declare(accel__store *st, const char *key, const void 
 {
     ACCEL_TRY(check_key(st, key));
     if (nbytes > ACCEL__STORE_VALUE_MAX || (value == NULL && nbytes > 0)) {
-        return accel__seterr(NULL, ACCEL_EINVAL, "store %s: declared value of %zu bytes",
-                             st->name, nbytes);
+        return accel__seterr(NULL, ACCEL_EINVAL, "store %s: declared value of %zu bytes", st->name,
+                             nbytes);
     }
     accel__store_keepalive(st->fd); /* this end notices a vanished server machine too */
     return send_key_value(st, STORE_PRESENCE, 1, key, value, nbytes, "a declaration");

@@ -340,6 +340,15 @@ void accel__watch_leave(accel__watch *w, accel__watch_member *m)
     if (!w->cfg.serves) {
         (void)accel__store_depart(w->presence); /* closing now is no loss */
     }
+    if (!w->cfg.serves && !w->cfg.launcher_serves) {
+        /* Process 0 closes its store once every process has left: waiting for that (a get of
+         * a key nobody sets ends when the server goes) means that no process starts its next
+         * communicator, on the same MASTER_PORT, on the old store. */
+        char key[440], byte;
+        size_t n = 0;
+        key_of(w, key, sizeof(key), "closed", w->cfg.process);
+        (void)accel__store_get(w->presence, key, &byte, 1, &n, w->cfg.timeout_s);
+    }
     watch_free(w);
 }
 

@@ -18,7 +18,9 @@
  * A watch is shared by a communicator and its split children (members): on a death every
  * member fails; on a stall, that member. Cost on the operation path: two relaxed atomic adds.
  * Process 0, when it serves the store, waits at the watch's end (at most the timeout) until
- * every other process has left it, so that it does not take the store away under them. A
+ * every other process has left it, so that it does not take the store away under them, and the
+ * others wait until it has closed the store, so that none starts its next communicator (on the
+ * same MASTER_PORT) on the old one. A
  * process that forks (without exec) shares its presence connection with the child: its death
  * is then seen when the child's copy closes too.
  */

@@ -87,29 +87,6 @@ static void grad_kernel(void *arg)
 
 static char root[128]; /* the test's folder, shared by the processes */
 
-/* Instead of accel_free. On nccl process 0 serves the rendezvous store while its communicator
- * lives, so a process that freed its accelerator and starts the next one could reach process
- * 0's old store, still closing, and fail (a race of back-to-back communicators, reported in
- * the closing note). So process 0 says when its accelerator is gone (a file per accelerator:
- * every process makes the same sequence) and the others wait for that. */
-static void end_world(accel *acc)
-{
-    static int n_worlds;
-    int rank = accel_process_index(acc);
-    accel_free(acc);
-    char path[200];
-    snprintf(path, sizeof(path), "%s/world_%d", root, n_worlds++);
-    if (rank == 0) {
-        FILE *f = fopen(path, "w");
-        CHECK_MSG(f != NULL && fclose(f) == 0, "cannot create %s", path);
-        return;
-    }
-    for (int ms = 0; access(path, F_OK) != 0; ms++) {
-        CHECK_MSG(ms < 60000, "process 0 did not free its accelerator within 60 s (%s)", path);
-        usleep(1000);
-    }
-}
-
 /* Runs a backward "kernel" where the model lives: on the CPU directly, on the simulated GPU
  * queued on its compute stream (k must outlive the launch), on a CUDA GPU on the host between
  * copies in the compute stream's order (each returns once done). */
@@ -207,7 +184,7 @@ static int run(const run_spec *rs)
         printf("test_device_train: ZeRO stage %d with comm_dtype %s not compared on nccl with %d "
                "processes (partial sums rounded to the wire dtype)\n",
                rs->cfg.zero_stage, accel_dtype_name(rs->cfg.comm_dtype), n);
-        end_world(acc);
+        accel_free(acc);
         return SKIP_CONFIG;
     }
     accel_model *m;
@@ -241,7 +218,7 @@ static int run(const run_spec *rs)
         printf("test_device_train: ZeRO stage %d with hybrid sharding refused on %s, as "
                "documented\n",
                rs->cfg.zero_stage, accel_backend_name(acc));
-        end_world(acc);
+        accel_free(acc);
         return SKIP_CONFIG;
     }
     CHECK_OK(acc, accel_prepare(acc, m, opt));
@@ -326,7 +303,7 @@ static int run(const run_spec *rs)
         CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
     }
     CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
-    end_world(acc);
+    accel_free(acc);
     return 0;
 }
 
@@ -382,7 +359,7 @@ static void check_model_files(const char *cpu_model)
         CHECK_OK(acc, accel_prepare(acc, m));
         snprintf(dirs[on_cpu], sizeof(dirs[on_cpu]), "%s/sharded_%s", root, on_cpu ? "cpu" : "dev");
         CHECK_OK(acc, accel_save_model(acc, m, dirs[on_cpu], "2KiB"));
-        end_world(acc);
+        accel_free(acc);
     }
     DIR *d = opendir(dirs[1]);
     CHECK_MSG(d != NULL, "cannot open %s", dirs[1]);
@@ -526,7 +503,7 @@ int main(void)
     CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
                   strstr(accel_last_error(acc), "cuda memory"),
               "%s", accel_last_error(acc));
-    end_world(acc);
+    accel_free(acc);
     /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
     o.zero_stage = 1;
     CHECK_OK(NULL, accel_init(&acc, &o));
@@ -537,7 +514,7 @@ int main(void)
         CHECK(accel_join_begin(acc, m, 1) == ACCEL_EUNSUPPORTED);
         CHECK_MSG(strstr(accel_last_error(acc), "join region"), "%s", accel_last_error(acc));
     }
-    end_world(acc);
+    accel_free(acc);
 
     CHECK_OK(NULL, accel_init(&acc, NULL));
     CHECK_OK(acc, accel_barrier(acc, NULL));
