@@ -5,6 +5,8 @@
  * records a backward that runs on the GPU too. Dropout (also inside attention) draws the
  * CPU's counter-based mask, so the same seed, step and op drop the same elements on both.
  */
+#include <pthread.h>
+
 #include "gpu_internal.h"
 
 /* ---- add: same shapes, or the smaller operand the trailing dims of the larger ---- */
@@ -356,14 +358,9 @@ static void attn_backward(nn_ctx *g, nn_node *n)
 
 /* ACCEL_NN_ATTN, read at the first attention forward (an nn ctx needs no accel_init, so
  * there are no resolved settings to take it from). */
-static void attn_kernel_from_env(void)
+static void attn_kernel_read_env(void)
 {
-    static int done;
     const char *v;
-    if (done) {
-        return;
-    }
-    done = 1;
     if (accel__env_string("ACCEL_NN_ATTN", &v) != ACCEL_OK) {
         return;
     }
@@ -372,6 +369,13 @@ static void attn_kernel_from_env(void)
     } else if (strcmp(v, "auto") != 0) {
         accel__log(NULL, ACCEL__LOG_WARN, "ACCEL_NN_ATTN=%s ignored: auto or warp", v);
     }
+}
+
+/* Once per process, whichever ctx (and thread) runs attention first. */
+static void attn_kernel_from_env(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, attn_kernel_read_env);
 }
 
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
