@@ -11,7 +11,7 @@
 #
 # Step 1 is the forward of the initial weights (losses are printed with 4 decimals, so 1e-4 of
 # it is the print); later steps add the drift of summation orders through AdamW (bf16: and the
-# attention probabilities, which the GPU keeps in fp32). Then the GPU model saved with
+# tensor-core attention's, whose products sum in tiles). Then the GPU model saved with
 # --save_dir loads on the CPU (tests/progs/gpt_logits, strict names) and on the GPU again
 # (--device cuda), and both give the same logits (1e-4 of the largest); where Python has numpy
 # and safetensors, tests/ckpt/gpt2_ref.py checks the GPU's logits against its numpy GPT-2 and,
