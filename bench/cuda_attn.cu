@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench.h"
 #include "cuda_bench.h"
 #include "nn/cuda/nn_kernels.h"
 
@@ -42,12 +43,6 @@ __global__ void k_init(float *x, size_t n, uint64_t seed, float scale)
     }
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 /* The buffers of one layer's attention. */
 typedef struct bufs {
     float *qkv, *y, *lse, *gy, *D, *gqkv;
@@ -57,7 +52,7 @@ typedef struct bufs {
  * the host clock times the GPU's work (a launch costs microseconds, a call milliseconds). */
 static float time_dir(const nn_cu_attn *a, const bufs *b, int backward, int iters)
 {
-    float ms[64];
+    double ms[64];
     for (int i = -1; i < iters; i++) {
         CUDA_CHECK(cudaDeviceSynchronize());
         double t0 = bench_now();
@@ -68,11 +63,10 @@ static float time_dir(const nn_cu_attn *a, const bufs *b, int backward, int iter
         }
         CUDA_CHECK(cudaDeviceSynchronize());
         if (i >= 0) {
-            ms[i] = (float)(1e3 * (bench_now() - t0));
+            ms[i] = 1e3 * (bench_now() - t0);
         }
     }
-    qsort(ms, (size_t)iters, sizeof(float), cmp_float);
-    return ms[iters / 2];
+    return (float)bench_median(ms, iters);
 }
 
 static double rel_err(const float *out, const float *ref, size_t n)
