@@ -175,17 +175,21 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
                 me, s->master_addr, strerror(errno));
         return 1;
     }
+    const char *closed = getenv("ACCEL_TEST_PREFLIGHT_CLOSED");
+    if (closed != NULL && strcmp(closed, "1") == 0) {
+        /* Test hook: this machine's endpoint is published but unreachable (a firewall). Closed
+         * before it is published: a probe that connected in between would be reset, not
+         * refused. */
+        close(lfd);
+        lfd = -1;
+    }
     snprintf(key, sizeof(key), "launch/leader/%d", me);
     if (accel__store_set(st, key, ep, strlen(ep)) != ACCEL_OK) {
         fprintf(stderr, "accel launch: preflight: %s\n", accel_last_error(NULL));
-        close(lfd);
+        if (lfd >= 0) {
+            close(lfd);
+        }
         return 1;
-    }
-    const char *closed = getenv("ACCEL_TEST_PREFLIGHT_CLOSED");
-    if (closed != NULL && strcmp(closed, "1") == 0) {
-        /* Test hook: this machine's endpoint is published but unreachable (a firewall). */
-        close(lfd);
-        lfd = -1;
     }
     fflush(NULL); /* the probes must not write our buffered output again */
     int n_left = 0, failed = 0;
