@@ -372,7 +372,8 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
     x = nn_layernorm_forward(g, &m->ln_f, x);
     if (logits_out == NULL && targets != NULL) {
         /* Training: the head and the loss in chunks, without the [B, T, V] logits. */
-        nn_tensor *loss = nn_linear_cross_entropy(g, x, m->lm_head, targets, NN_LAYOUT_OUT_IN, NULL);
+        nn_tensor *loss =
+            nn_linear_cross_entropy(g, x, m->lm_head, targets, NN_LAYOUT_OUT_IN, NULL);
         if (loss == NULL) {
             return accel_last_status(NULL);
         }
