@@ -397,19 +397,23 @@ __global__ void k_lce_rows(float *x, const int32_t *t, int64_t C, int64_t ignore
     int ignored = tr == ignore;
     /* Read before the first barrier, so before any thread overwrites the row. */
     float xt = threadIdx.x == 0 && !ignored ? xr[tr] : 0.0f;
-    float m = -INFINITY;
+    /* One pass for the max and the sum of exponentials (online softmax: the sum is rescaled
+     * when the max grows), so the row is read twice in all, not three times. */
+    float m = -INFINITY, s = 0.0f, sx = 0.0f;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        m = fmaxf(m, xr[c]);
+        float v = xr[c];
+        sx += v;
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f;
+            m = v;
+        } else if (v != -INFINITY) { /* (-inf adds nothing; -inf - -inf would be NaN) */
+            s += expf(v - m);
+        }
     }
-    m = block_reduce(m, sh, 1);
-    float s = 0.0f, sx = 0.0f;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        s += expf(xr[c] - m);
-        sx += xr[c];
-    }
-    s = block_reduce(s, sh, 0);
+    float mb = block_reduce(m, sh, 1);
+    s = block_reduce(m == -INFINITY ? 0.0f : s * expf(m - mb), sh, 0);
     sx = block_reduce(sx, sh, 0);
-    float l = m + logf(s), uni = eps / (float)C;
+    float l = mb + logf(s), uni = eps / (float)C;
     if (threadIdx.x == 0) {
         row_loss[r] = ignored ? 0.0f : l - (1.0f - eps) * xt - uni * sx;
     }
