@@ -206,10 +206,11 @@ accel_status accel__nn_ce_check(nn_ctx *g, const char *who, int64_t rows, int64_
                                 const int32_t *targets, const nn_cross_entropy_options *opts,
                                 nn_cross_entropy_options *o, int64_t *count);
 /* nn_linear_cross_entropy's arguments (ops_lce.c; the GPU path too): x [..., C] and w 2-D in
- * `layout` with C > 0 input features and V > 0 classes, then the cross-entropy checks. Fills
- * *o, *rows (of x), *C, *V and *count (targets not ignored). 0 after failing g. */
+ * `layout` with C > 0 input features and V > 0 classes, then the cross-entropy checks, and
+ * reduction none refused (ACCEL_EUNSUPPORTED) when need_grad. Fills *o, *rows (of x), *C, *V
+ * and *count (targets not ignored). 0 after failing g. */
 int accel__nn_lce_args(nn_ctx *g, const nn_tensor *x, const nn_tensor *w, nn_layout layout,
-                       const int32_t *targets, const nn_cross_entropy_options *opts,
+                       const int32_t *targets, const nn_cross_entropy_options *opts, int need_grad,
                        nn_cross_entropy_options *o, int64_t *rows, int64_t *C, int64_t *V,
                        int64_t *count);
 /* Rows per chunk of nn_linear_cross_entropy: o->chunk_rows, else ACCEL_NN_CE_CHUNK_ROWS, else

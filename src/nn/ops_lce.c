@@ -36,7 +36,7 @@ int64_t accel__nn_lce_chunk_rows(const nn_cross_entropy_options *o, int64_t rows
 }
 
 int accel__nn_lce_args(nn_ctx *g, const nn_tensor *x, const nn_tensor *w, nn_layout layout,
-                       const int32_t *targets, const nn_cross_entropy_options *opts,
+                       const int32_t *targets, const nn_cross_entropy_options *opts, int need_grad,
                        nn_cross_entropy_options *o, int64_t *rows, int64_t *C, int64_t *V,
                        int64_t *count)
 {
@@ -58,8 +58,17 @@ int accel__nn_lce_args(nn_ctx *g, const nn_tensor *x, const nn_tensor *w, nn_lay
     *C = in_out ? w->shape[0] : w->shape[1];
     *V = in_out ? w->shape[1] : w->shape[0];
     *rows = nn_numel(x) / *C;
-    return accel__nn_ce_check(g, "nn_linear_cross_entropy", *rows, *V, targets, opts, o, count) ==
-           ACCEL_OK;
+    if (accel__nn_ce_check(g, "nn_linear_cross_entropy", *rows, *V, targets, opts, o, count) !=
+        ACCEL_OK) {
+        return 0;
+    }
+    if (o->reduction == NN_REDUCTION_NONE && need_grad) {
+        accel__nn_fail(g, ACCEL_EUNSUPPORTED,
+                       "nn_linear_cross_entropy: reduction none is forward-only (its gradient is "
+                       "not a scaled constant); use nn_linear + nn_cross_entropy");
+        return 0;
+    }
+    return 1;
 }
 
 /* x[c] = gr * (softmax(x)[c] - uni) in place for a row with log-sum-exp l: ce_row_grad's
@@ -187,15 +196,10 @@ static nn_tensor *lce_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, const int32_t 
     nn_cross_entropy_options o;
     lce_run a;
     int64_t count;
-    if (!accel__nn_lce_args(g, x, w, layout, targets, opts, &o, &a.rows, &a.C, &a.V, &count)) {
-        return NULL;
-    }
     int need_x = accel__nn_needs_grad(g, &x, 1), need_w = accel__nn_needs_grad(g, &w, 1);
-    if (o.reduction == NN_REDUCTION_NONE && (need_x || need_w)) {
-        return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
-                              "nn_linear_cross_entropy: reduction none is forward-only (its "
-                              "gradient is not a scaled constant); use nn_linear + "
-                              "nn_cross_entropy");
+    if (!accel__nn_lce_args(g, x, w, layout, targets, opts, need_x || need_w, &o, &a.rows, &a.C,
+                            &a.V, &count)) {
+        return NULL;
     }
     nn_tensor *y = o.reduction == NN_REDUCTION_NONE ? accel__nn_new(g, x->ndim - 1, x->shape)
                                                     : accel__nn_new(g, 0, NULL);

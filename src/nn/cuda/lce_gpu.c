@@ -118,16 +118,13 @@ nn_tensor *accel__nn_cu_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor 
     nn_cross_entropy_options o;
     lce_run a;
     int64_t count;
-    if (!accel__nn_cu_inputs(g, what, ins, 2) ||
-        !accel__nn_lce_args(g, x, w, layout, targets, opts, &o, &a.rows, &a.C, &a.V, &count)) {
+    if (!accel__nn_cu_inputs(g, what, ins, 2)) {
         return NULL;
     }
     int need_x = accel__nn_needs_grad(g, &x, 1), need_w = accel__nn_needs_grad(g, &w, 1);
-    if (o.reduction == NN_REDUCTION_NONE && (need_x || need_w)) {
-        return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
-                              "nn_linear_cross_entropy: reduction none is forward-only (its "
-                              "gradient is not a scaled constant); use nn_linear + "
-                              "nn_cross_entropy");
+    if (!accel__nn_lce_args(g, x, w, layout, targets, opts, need_x || need_w, &o, &a.rows, &a.C,
+                            &a.V, &count)) {
+        return NULL;
     }
     nn_tensor *y = o.reduction == NN_REDUCTION_NONE ? accel__nn_new(g, x->ndim - 1, x->shape)
                                                     : accel__nn_new(g, 0, NULL);
