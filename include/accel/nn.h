@@ -348,9 +348,9 @@ typedef struct nn_cross_entropy_options {
     int64_t ignore_index;   /* targets equal to it contribute nothing (default -100) */
     nn_reduction reduction; /* mean: divided by the number of non-ignored targets */
     float label_smoothing;  /* torch semantics: (1-e) one-hot + e/C uniform */
-    /* Version 2. nn_linear_cross_entropy only (nn_cross_entropy ignores it): rows of logits
-     * per chunk; 0 (the default): ACCEL_NN_CE_CHUNK_ROWS when set, else as many rows as keep
-     * one chunk's fp32 logits within 256 MiB. Negative: ACCEL_EINVAL. */
+    /* Version 2. nn_linear_cross_entropy's rows of logits per chunk (nn_cross_entropy does not
+     * use it); 0 (the default): ACCEL_NN_CE_CHUNK_ROWS when set, else as many rows as keep
+     * one chunk's fp32 logits within 256 MiB. Negative: ACCEL_EINVAL (from both ops). */
     int64_t chunk_rows;
 } nn_cross_entropy_options;
 ACCEL_API nn_cross_entropy_options nn_cross_entropy_options_default(void);
