@@ -34,7 +34,8 @@
  *
  * Both modes also print the step's peak of nn's arena (nn_ctx_stats.peak_nbytes: activations,
  * their gradients and the tape), which --recompute 1 (activation recomputation per block,
- * nn_gpt_set_recompute) lowers.
+ * nn_gpt_set_recompute) lowers; the GPU mode also the per-op scratch's peak (one chunk of the
+ * head's logits: nn_linear_cross_entropy, ACCEL_NN_CE_CHUNK_ROWS).
  *
  * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]
  *        [--preset gpt2-124m] [--layers N --width N --heads N --context N --vocab N]
@@ -344,6 +345,9 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
                peak_gib);
         printf("  nn arena peak     %.3f GiB (nn_ctx_stats.peak_nbytes, recompute %d)\n",
                (double)arena_peak / (double)(1ull << 30), recompute);
+        /* The head's chunk of logits (nn_linear_cross_entropy) is the largest per-op need. */
+        printf("  nn per-op scratch %.3f GiB peak (nn_ctx_stats.scratch_peak_nbytes)\n",
+               (double)nn_ctx_get_stats(g).scratch_peak_nbytes / (double)(1ull << 30));
         printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
                (double)loss_last, norm);
         printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);

@@ -340,7 +340,7 @@ typedef enum nn_reduction {
     NN_REDUCTION_NONE
 } nn_reduction;
 
-#define NN_CROSS_ENTROPY_OPTIONS_VERSION 1
+#define NN_CROSS_ENTROPY_OPTIONS_VERSION 2
 
 /* Start from nn_cross_entropy_options_default(). */
 typedef struct nn_cross_entropy_options {
@@ -348,6 +348,10 @@ typedef struct nn_cross_entropy_options {
     int64_t ignore_index;   /* targets equal to it contribute nothing (default -100) */
     nn_reduction reduction; /* mean: divided by the number of non-ignored targets */
     float label_smoothing;  /* torch semantics: (1-e) one-hot + e/C uniform */
+    /* Version 2. nn_linear_cross_entropy's rows of logits per chunk (nn_cross_entropy does not
+     * use it); 0 (the default): ACCEL_NN_CE_CHUNK_ROWS when set, else as many rows as keep
+     * one chunk's fp32 logits within 256 MiB. Negative: ACCEL_EINVAL (from both ops). */
+    int64_t chunk_rows;
 } nn_cross_entropy_options;
 ACCEL_API nn_cross_entropy_options nn_cross_entropy_options_default(void);
 
@@ -356,6 +360,32 @@ ACCEL_API nn_cross_entropy_options nn_cross_entropy_options_default(void);
  * or [...] for NN_REDUCTION_NONE (0 where ignored). opts NULL = defaults. */
 ACCEL_API nn_tensor *nn_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts);
+
+/*
+ * nn_cross_entropy(nn_linear(x, w, NULL, layout), targets, opts) without the logits in memory
+ * (a language model's tied head and loss; Liger-Kernel's fused linear cross entropy): the rows
+ * of x [..., C] are taken in chunks (opts->chunk_rows); per chunk the logits x_c W^T are made
+ * (with nn_linear's autocast rounding), then one pass gives each row's log-sum-exp and loss
+ * and, when a gradient is needed, overwrites the chunk's logits with d(loss)/d(logits)
+ * (softmax minus the one-hot, times 1/count for the mean), which two products turn into
+ * x_c's rows of dx = dlogits W and into dW += dlogits^T x_c right away. Backward only scales
+ * the stored dx [rows, C] and dW (w's shape), both fp32, by the incoming gradient (a scalar)
+ * and adds them (rounded to the autocast dtype, as nn_linear's backward rounds its
+ * contributions) into x's and w's gradients. Memory: one chunk of logits (at most 256 MiB by
+ * default) plus dx and dW instead of the [rows, V] logits and their gradient; a forward
+ * without gradients (no-grad mode, or neither x nor w requiring grad: evaluation) keeps only
+ * the loss. Results: the unfused ops' within fp32 summation order (with a chunk of all the
+ * rows, a seed of 1 or a power of two and gradients that were zero before it, the CPU gives
+ * the same bits); under autocast within bf16 / fp16 tolerance. Reduction NONE
+ * is forward-only: with a gradient needed it fails with ACCEL_EUNSUPPORTED (use the two
+ * ops). Targets as nn_cross_entropy's (rows int32 values, borrowed during the call; ignored
+ * rows give zero loss and gradient); label smoothing is supported. w is 2-D in `layout`
+ * ([V, C] for NN_LAYOUT_OUT_IN: GPT-2's tied wte). Returns the scalar loss ([...] for NONE);
+ * NULL (accel_last_error) with ACCEL_EINVAL for mismatched shapes, bad targets or options.
+ */
+ACCEL_API nn_tensor *nn_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor *w,
+                                             const int32_t *targets, nn_layout layout,
+                                             const nn_cross_entropy_options *opts);
 
 /* Mean squared error (torch mse_loss) of same-shape tensors. */
 ACCEL_API nn_tensor *nn_mse_loss(nn_ctx *g, nn_tensor *input, nn_tensor *target,
@@ -568,7 +598,9 @@ ACCEL_API accel_status nn_gpt_build(nn_gpt **out, nn_params **params_out, const 
 /*
  * Forward pass over token ids [B, T] (int32, borrowed during the call; T <= block_size).
  * logits_out (may be NULL) receives [B, T, V]; when targets ([B, T], -100 ignored) is not
- * NULL, loss_out receives the mean cross entropy.
+ * NULL, loss_out receives the mean cross entropy. Without logits_out the head and the loss
+ * are one nn_linear_cross_entropy (the [B, T, V] logits are never made); with it, nn_linear
+ * then nn_cross_entropy.
  */
 ACCEL_API accel_status nn_gpt_forward(nn_ctx *g, const nn_gpt *m, const int32_t *ids,
                                       const int32_t *targets, int64_t B, int64_t T,

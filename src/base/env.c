@@ -108,6 +108,10 @@ static const accel__env_var env_table[] = {
      "nn on CUDA: the attention kernels, auto (tensor cores under bf16 / fp16 autocast where "
      "they apply, forward and backward) | warp (the fp32 warp-per-row kernels always; A/B "
      "timing); read at the first attention forward"},
+    {"ACCEL_NN_CE_CHUNK_ROWS", ACCEL__ENV_INT, "0",
+     "nn_linear_cross_entropy (the GPT's head and loss): rows of logits per chunk; 0: as many "
+     "as keep a chunk's fp32 logits within 256 MiB (tests set a few rows to exercise chunks); "
+     "read at the first call"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

@@ -370,6 +370,16 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
                          : nn_block_forward(g, &m->h[i], x);
     }
     x = nn_layernorm_forward(g, &m->ln_f, x);
+    if (logits_out == NULL && targets != NULL) {
+        /* Training: the head and the loss in chunks, without the [B, T, V] logits. */
+        nn_tensor *loss =
+            nn_linear_cross_entropy(g, x, m->lm_head, targets, NN_LAYOUT_OUT_IN, NULL);
+        if (loss == NULL) {
+            return accel_last_status(NULL);
+        }
+        *loss_out = loss;
+        return ACCEL_OK;
+    }
     nn_tensor *logits = nn_linear(g, x, m->lm_head, NULL, NN_LAYOUT_OUT_IN);
     if (logits == NULL) {
         return accel_last_status(NULL);

@@ -46,6 +46,9 @@ typedef struct nn_gpu_ops {
     nn_tensor *(*cross_entropy)(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                 const nn_cross_entropy_options *opts);
     nn_tensor *(*attention)(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
+    nn_tensor *(*linear_cross_entropy)(nn_ctx *g, nn_tensor *x, nn_tensor *w,
+                                       const int32_t *targets, nn_layout layout,
+                                       const nn_cross_entropy_options *opts);
 } nn_gpu_ops;
 
 /* The CUDA table, or NULL in a build without CUDA. */

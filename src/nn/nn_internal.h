@@ -200,6 +200,24 @@ int accel__nn_is_suffix(const nn_tensor *small, const nn_tensor *big);
 accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
                                const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
                                int64_t *rows, int64_t *count);
+/* The same checks for `rows` targets over C classes, messages naming `who` (also
+ * nn_linear_cross_entropy's). */
+accel_status accel__nn_ce_check(nn_ctx *g, const char *who, int64_t rows, int64_t C,
+                                const int32_t *targets, const nn_cross_entropy_options *opts,
+                                nn_cross_entropy_options *o, int64_t *count);
+/* nn_linear_cross_entropy's arguments (ops_lce.c; the GPU path too): x [..., C] and w 2-D in
+ * `layout` with C > 0 input features and V > 0 classes, then the cross-entropy checks, and
+ * reduction none refused (ACCEL_EUNSUPPORTED) when need_grad. Fills *o, *rows (of x), *C, *V
+ * and *count (targets not ignored). 0 after failing g. */
+int accel__nn_lce_args(nn_ctx *g, const nn_tensor *x, const nn_tensor *w, nn_layout layout,
+                       const int32_t *targets, const nn_cross_entropy_options *opts, int need_grad,
+                       nn_cross_entropy_options *o, int64_t *rows, int64_t *C, int64_t *V,
+                       int64_t *count);
+/* Rows per chunk of nn_linear_cross_entropy: o->chunk_rows, else ACCEL_NN_CE_CHUNK_ROWS, else
+ * as many as keep a chunk's fp32 logits within NN_LCE_CHUNK_NBYTES (a multiple of 128 rows
+ * when that is at least 128); at most rows, at least 1. */
+#define NN_LCE_CHUNK_NBYTES ((int64_t)256 << 20)
+int64_t accel__nn_lce_chunk_rows(const nn_cross_entropy_options *o, int64_t rows, int64_t V);
 /* nn_embedding's arguments (ops_norm.c; the GPU path too): weight 2-D, ids and an id shape of
  * 0..NN_MAX_DIMS-1 dims, every id in [0, V). Fills oshape (ndim + 1 dims: the id shape, then
  * C) and *rows. 0 after failing g, naming the culprit. */
@@ -264,6 +282,12 @@ void accel__nn_fp_resume(const nn_fpscope *s);
 #define NN_KERNEL
 #endif
 
+/* Cross entropy's row statistic (ops_norm.c): the log-sum-exp of x[0..C) (returned) and the
+ * plain sum *sx (label smoothing). */
+float accel__nn_ce_row_stats(const float *x, int64_t C, float *sx);
+/* Row-major C = alpha op(A) op(B) + beta C through cblas_sgemm (ops_matmul.c). */
+void accel__nn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 /* Largest of x[0..n) (-inf when n == 0), vectorised (ops_norm.c). */
 float accel__nn_row_max(const float *x, int64_t n);
 

@@ -15,8 +15,8 @@
 
 #include "nn_gpu.h"
 
-static void gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
-                 int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
+void accel__nn_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A,
+                    int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc)
 {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
@@ -33,14 +33,14 @@ static int gemm_acc(nn_ctx *g, accel_dtype dt, int write, int ta, int tb, int64_
                     int64_t ldb, float *C, int64_t ldc)
 {
     if (dt == ACCEL_F32) {
-        gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, write ? 0.0f : 1.0f, C, ldc);
+        accel__nn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, write ? 0.0f : 1.0f, C, ldc);
         return 1;
     }
     float *tmp = accel__nn_tmp_scratch(g, M * N, 0);
     if (tmp == NULL) {
         return 0;
     }
-    gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N);
+    accel__nn_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, 0.0f, tmp, N);
     if (ldc == N) { /* contiguous: one call, so the conversion can use its threads */
         N *= M;
         M = 1;
@@ -207,9 +207,9 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
         beta = 1.0f;
     }
     if (in_out) {
-        gemm(0, 0, M, out, in, 1.0f, xd, in, wd, out, beta, y->data, out);
+        accel__nn_gemm(0, 0, M, out, in, 1.0f, xd, in, wd, out, beta, y->data, out);
     } else {
-        gemm(0, 1, M, out, in, 1.0f, xd, in, wd, in, beta, y->data, out);
+        accel__nn_gemm(0, 1, M, out, in, 1.0f, xd, in, wd, in, beta, y->data, out);
     }
     nn_tensor *ins[3] = {x, w, bias};
     if (accel__nn_needs_grad(g, ins, 3)) {
@@ -349,11 +349,11 @@ static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
         }
     }
     if (b2d) {
-        gemm(0, 0, batch * M, N, K, 1.0f, ad, K, bd, N, 0.0f, y->data, N);
+        accel__nn_gemm(0, 0, batch * M, N, K, 1.0f, ad, K, bd, N, 0.0f, y->data, N);
     } else {
         for (int64_t i = 0; i < batch; i++) {
-            gemm(0, 0, M, N, K, 1.0f, ad + i * M * K, K, bd + i * K * N, N, 0.0f,
-                 y->data + i * M * N, N);
+            accel__nn_gemm(0, 0, M, N, K, 1.0f, ad + i * M * K, K, bd + i * K * N, N, 0.0f,
+                           y->data + i * M * N, N);
         }
     }
     nn_tensor *ins[2] = {a, b};
@@ -417,7 +417,8 @@ static void causal_abt(int64_t T, int64_t hd, float alpha, const float *A, int64
     int64_t tb = attn_block(T);
     for (int64_t i0 = 0; i0 < T; i0 += tb) {
         int64_t i1 = i0 + tb < T ? i0 + tb : T;
-        gemm(0, 1, i1 - i0, i1, hd, alpha, A + i0 * lda, lda, B, ldb, 0.0f, S + i0 * T, T);
+        accel__nn_gemm(0, 1, i1 - i0, i1, hd, alpha, A + i0 * lda, lda, B, ldb, 0.0f, S + i0 * T,
+                       T);
     }
 }
 
@@ -428,7 +429,8 @@ static void causal_pv(int64_t T, int64_t hd, float alpha, const float *P, const 
     int64_t tb = attn_block(T);
     for (int64_t i0 = 0; i0 < T; i0 += tb) {
         int64_t i1 = i0 + tb < T ? i0 + tb : T;
-        gemm(0, 0, i1 - i0, hd, i1, alpha, P + i0 * T, T, V, ldv, beta, Y + i0 * ldy, ldy);
+        accel__nn_gemm(0, 0, i1 - i0, hd, i1, alpha, P + i0 * T, T, V, ldv, beta, Y + i0 * ldy,
+                       ldy);
     }
 }
 
@@ -440,8 +442,8 @@ static void causal_ptx(int64_t T, int64_t hd, float alpha, const float *P, const
     int64_t tb = attn_block(T);
     for (int64_t j0 = 0; j0 < T; j0 += tb) {
         int64_t j1 = j0 + tb < T ? j0 + tb : T;
-        gemm(1, 0, j1 - j0, hd, T - j0, alpha, P + j0 * T + j0, T, X + j0 * ldx, ldx, beta,
-             Y + j0 * ldy, ldy);
+        accel__nn_gemm(1, 0, j1 - j0, hd, T - j0, alpha, P + j0 * T + j0, T, X + j0 * ldx, ldx,
+                       beta, Y + j0 * ldy, ldy);
     }
 }
 

@@ -142,8 +142,7 @@ NN_KERNEL float accel__nn_row_max(const float *x, int64_t n)
     return m;
 }
 
-/* The row's log-sum-exp (returned) and plain sum *sx, for the loss and label smoothing. */
-NN_KERNEL static float ce_row_stats(const float *restrict x, int64_t C, float *sx_out)
+NN_KERNEL float accel__nn_ce_row_stats(const float *restrict x, int64_t C, float *sx_out)
 {
     float m = accel__nn_row_max(x, C), s = 0.0f, sx = 0.0f;
     NN_SIMD_SUM(s, sx)
@@ -201,46 +200,56 @@ static void ce_backward(nn_ctx *g, nn_node *n)
     }
 }
 
-accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
-                               const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
-                               int64_t *rows, int64_t *count)
+accel_status accel__nn_ce_check(nn_ctx *g, const char *who, int64_t rows, int64_t C,
+                                const int32_t *targets, const nn_cross_entropy_options *opts,
+                                nn_cross_entropy_options *o, int64_t *count)
 {
     *o = nn_cross_entropy_options_default();
-    if (ACCEL__OPTIONS_COPY(NULL, "nn_cross_entropy", nn_cross_entropy_options, o, opts,
-                            label_smoothing) != ACCEL_OK) {
+    if (ACCEL__OPTIONS_COPY(NULL, who, nn_cross_entropy_options, o, opts, label_smoothing) !=
+        ACCEL_OK) {
         accel__nn_fail(g, ACCEL_EINVAL, "%s", accel_last_error(NULL));
         return ACCEL_EINVAL;
     }
-    if (targets == NULL || logits->ndim < 1) {
-        accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: %s",
-                       targets == NULL ? "targets is NULL" : "logits must have a class dim");
+    if (targets == NULL) {
+        accel__nn_fail(g, ACCEL_EINVAL, "%s: targets is NULL", who);
         return ACCEL_EINVAL;
     }
     if (o->reduction < NN_REDUCTION_MEAN || o->reduction > NN_REDUCTION_NONE ||
-        !(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f)) {
+        !(o->label_smoothing >= 0.0f && o->label_smoothing <= 1.0f) || o->chunk_rows < 0) {
         accel__nn_fail(g, ACCEL_EINVAL,
-                       "nn_cross_entropy: invalid reduction %d or "
-                       "label_smoothing %g",
-                       (int)o->reduction, (double)o->label_smoothing);
+                       "%s: invalid reduction %d, label_smoothing %g or chunk_rows %lld", who,
+                       (int)o->reduction, (double)o->label_smoothing, (long long)o->chunk_rows);
         return ACCEL_EINVAL;
     }
-    int64_t C = logits->shape[logits->ndim - 1];
-    *rows = C ? nn_numel(logits) / C : 0;
     *count = 0;
-    for (int64_t r = 0; r < *rows; r++) {
+    for (int64_t r = 0; r < rows; r++) {
         if (targets[r] == o->ignore_index) {
             continue;
         }
         if (targets[r] < 0 || targets[r] >= C) {
             accel__nn_fail(g, ACCEL_EINVAL,
-                           "nn_cross_entropy: target %d at position %lld is outside "
+                           "%s: target %d at position %lld is outside "
                            "[0, %lld) and not ignore_index %lld",
-                           (int)targets[r], (long long)r, (long long)C, (long long)o->ignore_index);
+                           who, (int)targets[r], (long long)r, (long long)C,
+                           (long long)o->ignore_index);
             return ACCEL_EINVAL;
         }
         (*count)++;
     }
     return ACCEL_OK;
+}
+
+accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t *targets,
+                               const nn_cross_entropy_options *opts, nn_cross_entropy_options *o,
+                               int64_t *rows, int64_t *count)
+{
+    if (logits->ndim < 1) {
+        accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: logits must have a class dim");
+        return ACCEL_EINVAL;
+    }
+    int64_t C = logits->shape[logits->ndim - 1];
+    *rows = C ? nn_numel(logits) / C : 0;
+    return accel__nn_ce_check(g, "nn_cross_entropy", *rows, C, targets, opts, o, count);
 }
 
 static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
@@ -272,7 +281,7 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = logits->data + r * C;
         float sx;
-        lse[r] = ce_row_stats(xr, C, &sx);
+        lse[r] = accel__nn_ce_row_stats(xr, C, &sx);
         row_loss[r] = tcopy[r] == o.ignore_index
                           ? 0.0f
                           : lse[r] - (1.0f - eps) * xr[tcopy[r]] - eps / (float)C * sx;

@@ -23,6 +23,10 @@
 # In the CUDA emulator build (ACCEL_CUEMU=1, tests/cuemu) the model sees context 8,
 # and gpt_step small shapes: emulated kernels run on one CPU thread.
 #
+# The training steps take the fused head and loss (nn_linear_cross_entropy) in chunks of 12
+# rows (ACCEL_NN_CE_CHUNK_ROWS, on both devices), so every step runs several chunks and a
+# partial last one; gpt_step at the end takes the default chunks (256 MiB of logits).
+#
 # Activation recomputation (--recompute 1, nn_checkpoint per block) runs the same mechanism on
 # the GPU as on the CPU: with dropout 0.1, fp32, the GPU run with recomputation follows the
 # GPU run without it (step 1 <= 2e-4, every step <= 1e-3 relative: the same kernels, only
@@ -105,6 +109,8 @@ fi
 grep -m1 "parameters" "$DIR/probe.out" ||
     { cat "$DIR/probe.out"; fail "examples/gpt --device cuda printed no 'parameters' line"; }
 
+export ACCEL_NN_CE_CHUNK_ROWS=12
+
 echo "== fp32, 1 process"
 run cpu_fp32 1 --device cpu --mixed_precision no
 run gpu_fp32 1 --device cuda --mixed_precision no --save_dir "$DIR/gpu_model"
@@ -169,6 +175,7 @@ if [ "${ACCEL_CUEMU:-0}" = 1 ]; then
     SHAPE=(--layers 2 --width 64 --heads 4 --context 64 --vocab 512 --batch 2)
     what="small shapes (the CUDA emulator)"
 fi
+unset ACCEL_NN_CE_CHUNK_ROWS
 echo "== bench/gpt_step --device cuda: $what"
 "$STEP" --device cuda "${SHAPE[@]}" --steps 2 --warmup 1 \
     --mixed_precision bf16 >"$DIR/step.out" 2>&1 || { cat "$DIR/step.out"; fail "gpt_step"; }

@@ -25,6 +25,8 @@
  *   arena_peak_bytes N  the most bytes nn's step arena held at once in any step
  *                     (nn_ctx_stats.peak_nbytes: activations, their gradients, the tape), which
  *                     --recompute 1 (nn_gpt_set_recompute) lowers
+ *   scratch_peak_bytes N  the most per-op scratch any op needed (nn_ctx_stats.
+ *                     scratch_peak_nbytes: the head's chunk of logits, nn_linear_cross_entropy)
  * state_bytes + mapped_grad_bytes is the training state held between backward and the step.
  */
 #include <stdio.h>
@@ -114,12 +116,13 @@ int main(int argc, char **argv)
         ACCEL_CHECK(accel_optimizer_zero_grad(opt));
         nn_ctx_reset(g);
     }
+    size_t scratch_peak = nn_ctx_get_stats(g).scratch_peak_nbytes;
     nn_ctx_free(g);
     accel_print(acc,
                 "params %lld\nprepared_bytes %zu\nstate_bytes %zu\nmapped_grad_bytes %zu\n"
-                "gathered_bytes %zu\narena_peak_bytes %zu\n",
+                "gathered_bytes %zu\narena_peak_bytes %zu\nscratch_peak_bytes %zu\n",
                 (long long)nn_params_numel(params), prepared, count_alloc_live() - before, mapped,
-                gathered, arena_peak);
+                gathered, arena_peak, scratch_peak);
     free(ids);
     free(tg);
     nn_gpt_free(gpt);

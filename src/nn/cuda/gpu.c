@@ -435,4 +435,5 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,
     .attention = accel__nn_cu_attention,
+    .linear_cross_entropy = accel__nn_cu_linear_cross_entropy,
 };

@@ -62,7 +62,18 @@ int32_t *accel__nn_cu_ints(nn_ctx *g, const int32_t *h, int64_t n, const char *o
 /* The kernels' rounding mode for an autocast dtype (0 none, 1 bf16, 2 fp16). */
 int accel__nn_cu_rnd(accel_dtype dt);
 
-/* The op entry points of the table (ops_gpu.c, linear_gpu.c). */
+/* linear_gpu.c's helpers for the other GPU ops. The operand a product reads for t (t's data
+ * in fp32; under autocast rnd a 2-byte copy, in the arena or, with `scratch`, per-op scratch,
+ * or a parameter's working copy); NULL and the ctx error on failure. */
+const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
+                                 const char *what);
+/* Column-major D (m x n, fp32, ldd) = op(A) op(B) + beta D through cuBLASLt, A and B fp32 or
+ * (rnd) 2-byte, fp32 accumulation; 0 and the ctx error (naming `what`) on failure. */
+int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
+                        int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
+                        int rnd, const char *what);
+
+/* The op entry points of the table (ops_gpu.c, linear_gpu.c, lce_gpu.c). */
 nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b);
 nn_tensor *accel__nn_cu_gelu(nn_ctx *g, nn_tensor *x, int approximate);
 nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p);
@@ -74,6 +85,9 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
 nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
                                nn_layout layout);
+nn_tensor *accel__nn_cu_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor *w,
+                                             const int32_t *targets, nn_layout layout,
+                                             const nn_cross_entropy_options *opts);
 nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
                                            nn_tensor *w2, nn_tensor *b2, nn_layout layout);
 

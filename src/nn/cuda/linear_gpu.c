@@ -271,8 +271,9 @@ static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scra
 /* The operand as the product reads it: t itself in fp32; under autocast a parameter's
  * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
  * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
- * rounded 2-byte copy. */
-static const void *operand(nn_ctx *g, const nn_tensor *t, int rnd, const char *what)
+ * rounded 2-byte copy (in the arena; per-op scratch with `scratch`). */
+const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
+                                 const char *what)
 {
     if (rnd == 0) {
         return t->data;
@@ -285,7 +286,16 @@ static const void *operand(nn_ctx *g, const nn_tensor *t, int rnd, const char *w
             return c.data;
         }
     }
-    return half_copy(g, t->data, nn_numel(t), rnd, 0, what);
+    return half_copy(g, t->data, nn_numel(t), rnd, scratch, what);
+}
+
+int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
+                        int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
+                        int rnd, const char *what)
+{
+    lt_mm p = {ta,   tb,           m,    n,        k,    A,   lda, B, ldb, D, ldd,
+               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL};
+    return lt_matmul(g, &p, what);
 }
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. */
@@ -445,7 +455,8 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         M = nn_numel(y) / (out ? out : 1);
     }
     int rnd = accel__nn_cu_rnd(nn__autocast(g));
-    const void *xd = operand(g, x, rnd, what), *wd = operand(g, w, rnd, what);
+    const void *xd = accel__nn_cu_operand(g, x, rnd, 0, what);
+    const void *wd = accel__nn_cu_operand(g, w, rnd, 0, what);
     const float *bd = bias ? bias->data : NULL;
     if (xd == NULL || wd == NULL) {
         return NULL;

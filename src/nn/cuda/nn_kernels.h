@@ -71,6 +71,17 @@ cudaError_t nn_cu_ce_bwd(cudaStream_t s, const float *x, const int32_t *t, const
                          const float *gy, int64_t rows, int64_t C, int64_t ignore, float eps,
                          float scale, int per_row, float *gx, int write);
 
+/* nn_linear_cross_entropy's fused classifier over a chunk of `rows` logits rows of C: per row
+ * the loss into row_loss[r] (0 where t[r] == ignore) and, when grad, the logits' gradient
+ * scale * (softmax - eps / C - (1 - eps) onehot) (zeros for an ignored row) written over x
+ * (rnd 0) or, rounded to bf16 (rnd 1) / fp16 (rnd 2), into the 2-byte gh (rows x C). */
+cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t rows, int64_t C,
+                           int64_t ignore, float eps, float scale, int grad, int rnd, void *gh,
+                           float *row_loss);
+/* dst[i] (+)= rnd(*seed * src[i]), seed a device scalar (a backward's incoming gradient). */
+cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
+                            const float *seed, int rnd, int write);
+
 /* Fused causal attention over packed qkv [B, T, 3C] (H heads of hd): y [B, T, C] and the
  * per-row log-sum-exp lse [B, H, T], one online-softmax pass per query row (no T x T
  * matrix). p > 0: the CPU's counter-based dropout on the probabilities. */
