@@ -367,9 +367,14 @@ accel_status accel_model_alloc(accel_model *m)
         ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
     }
     m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
-    if (m->master_shard) {
-        ok = ok && accel__zero3_alloc(m) == ACCEL_OK;
-    } else {
+    if (m->master_shard && ok) {
+        accel_status zst = accel__zero3_alloc(m);
+        if (zst != ACCEL_OK) { /* its own message (a GPU without reserved ranges, say) */
+            m->master_shard = 0; /* zero3.c has released what it made */
+            free_buffers(m);
+            return zst;
+        }
+    } else if (!m->master_shard) {
         m->weights = m->master;
     }
     ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&

@@ -226,7 +226,7 @@ void accel__zero3_free(accel_model *m)
     if (m->z3 != NULL) {
         (void)accel__zero3_release_all(m);
     }
-    if (m->z3 != NULL && m->z3->wr != NULL) { /* device ranges */
+    if (m->z3 != NULL && !accel__model_on_host(m)) { /* device ranges (perhaps not made) */
         accel__dev_range_release(m->z3->cr);
         accel__dev_range_release(m->z3->wr);
         accel__dev_host_free(m->dev, m->z3->stage);
@@ -290,7 +290,7 @@ static void release(accel_model *m, int b)
 {
     z3_unit *u = &m->z3->units[b];
     const accel__flat_bucket *fb = &m->flat.buckets[b];
-    if (m->z3->wr != NULL) {
+    if (!accel__model_on_host(m)) {
         /* The caller drained the compute stream. An unmap of what was mapped cannot fail
          * (device.h); if the device is gone, the next call says so. */
         if (u->mapped) {
@@ -490,14 +490,14 @@ accel_status accel__zero3_release_all(accel_model *m)
         accel_status wst = finish_gather(m, b);
         st = st != ACCEL_OK ? st : wst;
     }
-    if (z != NULL && z->wr != NULL) {
+    if (z != NULL && !accel__model_on_host(m)) {
         accel_status dst = drain(m);
         st = st != ACCEL_OK ? st : dst;
     }
     for (int b = 0; z != NULL && b < z->n_units; b++) {
         release(m, b);
     }
-    if (z != NULL && z->wr != NULL) {
+    if (z != NULL && !accel__model_on_host(m)) {
         if (z->all_mapped) {
             (void)accel__dev_range_unmap(z->wr, 0, m->flat.padded_numel * sizeof(float));
             z->all_mapped = 0;

@@ -14,16 +14,19 @@
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
  * bf16 compressed all-reduces) and with bf16 + hybrid sharding (2 groups of 2 on 4 processes,
- * else groups of one process, replicated: on nccl; refused through staging). Under ZeRO each
- * process's optimizer state is its shard (device memory). For each, save_state from device memory
+ * else groups of one process, replicated: on nccl; refused through staging), ZeRO-3 with fp32
+ * and with bf16 + sync_each_batch (a unit per layer, gathered into reserved device memory:
+ * nothing mapped between steps; check_stage3_memory bounds what is mapped with units of
+ * several granules). Under ZeRO each process's optimizer state is its shard (device memory). For each, save_state from device memory
  * (at a step and inside the accumulation window) resumed on the CPU, and the CPU's resumed on the
  * device, continue bit-identically to the uninterrupted runs, and the states' and save_model's
  * tensor files are the same bytes from either device. Bit for bit holds because both sides reduce
  * in rank order in fp32 (shm, staging, the emulated NCCL of the cuemu build) and every kernel is
  * element-wise or reduces in a fixed order; a real NCCL sums more than two processes in ring order,
  * so there the test skips (77, saying so). Also: load_model into a device model and a sharded
- * save_model from it; a join region (uneven inputs); the refusals of stage 3 and of ZeRO in a join
- * region on the device. The sim's page protection makes any host read of device memory crash. Exits
+ * save_model from it; a join region (uneven inputs); the refusals of ZeRO in a join region on the
+ * device, of stage 3 with hybrid sharding, and (CUDA emulator) of stage 3 on a GPU without
+ * virtual memory management. The sim's page protection makes any host read of device memory crash. Exits
  * 77 where the accelerator has no device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
@@ -623,6 +626,21 @@ int main(void)
         accel_free(acc);
     }
     o.zero_shard_size = 0;
+    if (getenv("ACCEL_CUEMU") != NULL) {
+        /* The CUDA emulator playing a GPU without virtual memory management: stage 3 refused
+         * at alloc, naming the GPU and why. */
+        setenv("ACCEL_CUEMU_NO_VMM", "1", 1);
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+        CHECK(accel_model_alloc(m) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
+                      strstr(accel_last_error(acc), "does not support virtual memory") &&
+                      strstr(accel_last_error(acc), "accel CUDA emulator"),
+                  "%s", accel_last_error(acc));
+        accel_free(acc);
+        unsetenv("ACCEL_CUEMU_NO_VMM");
+    }
     /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
     o.zero_stage = 1;
     CHECK_OK(NULL, accel_init(&acc, &o));
