@@ -416,6 +416,12 @@ static cudaError_t check_end(const char *fn, const char *which, const void *p, s
     if (!dev && kind == CUEMU_DEVICE) {
         FAIL(cudaErrorInvalidValue, "%s(%s): %s %p is device memory", fn, kind_name(k), which, p);
     }
+    if (dev && cuemu_vmm_accessible(p, n) == 0) {
+        FAIL(cudaErrorInvalidValue,
+             "%s: %s %p + %zu bytes reaches unmapped memory of a reserved address range (no "
+             "cuMemMap + cuMemSetAccess there: on a GPU an illegal address)",
+             fn, which, p, n);
+    }
     if (dev && !cuemu_is_device(p, n)) {
         FAIL(cudaErrorInvalidValue, "%s: %s %p + %zu bytes runs past its cudaMalloc allocation", fn,
              which, p, n);
