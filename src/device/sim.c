@@ -767,21 +767,29 @@ static void sim_range_release(accel__device *d, void *base, size_t nbytes)
     pthread_mutex_unlock(&sim.lock);
 }
 
-static accel_status sim_range_map(accel__device *d, void *at, size_t nbytes, void **phys)
+/* Maps (on) or unmaps a run of granules. Unmapping runs no queued work: work still queued that
+ * reads it then faults, as a GPU would read unmapped memory, instead of passing by luck. */
+static void set_granules(void *at, size_t nbytes, int on)
 {
-    (void)d;
     pthread_mutex_lock(&sim.lock);
     sim_block *b = find_block(at);
-    for (size_t g = 0; g < nbytes / SIM_GRANULE; g++) {
-        b->on[((char *)at - b->base) / SIM_GRANULE + g] = 1;
+    memset(b->on + ((char *)at - b->base) / SIM_GRANULE, on, nbytes / SIM_GRANULE);
+    if (on) { /* fresh physical memory is garbage on a GPU: poison */
+        (void)mprotect(at, nbytes, PROT_READ | PROT_WRITE);
+        memset(at, 0xFF, nbytes);
+    } else {
+        (void)madvise(at, nbytes, MADV_DONTNEED);
     }
-    /* Fresh physical memory is garbage on a GPU: poison. */
-    (void)mprotect(at, nbytes, PROT_READ | PROT_WRITE);
-    memset(at, 0xFF, nbytes);
-    if (sim.open_depth == 0) {
+    if (!on || sim.open_depth == 0) {
         (void)mprotect(at, nbytes, PROT_NONE);
     }
     pthread_mutex_unlock(&sim.lock);
+}
+
+static accel_status sim_range_map(accel__device *d, void *at, size_t nbytes, void **phys)
+{
+    (void)d;
+    set_granules(at, nbytes, 1);
     *phys = at;
     return ACCEL_OK;
 }
@@ -789,16 +797,7 @@ static accel_status sim_range_map(accel__device *d, void *at, size_t nbytes, voi
 static accel_status sim_range_unmap(accel__device *d, void *at, size_t nbytes, void *phys)
 {
     (void)d, (void)phys;
-    pthread_mutex_lock(&sim.lock);
-    /* Without running queued work: work still queued that reads it then faults, as a GPU would
-     * read unmapped memory, instead of passing by luck. */
-    sim_block *b = find_block(at);
-    for (size_t g = 0; g < nbytes / SIM_GRANULE; g++) {
-        b->on[((char *)at - b->base) / SIM_GRANULE + g] = 0;
-    }
-    (void)mprotect(at, nbytes, PROT_NONE);
-    (void)madvise(at, nbytes, MADV_DONTNEED);
-    pthread_mutex_unlock(&sim.lock);
+    set_granules(at, nbytes, 0);
     return ACCEL_OK;
 }
 

@@ -490,7 +490,11 @@ accel_status accel__zero3_release_all(accel_model *m)
         accel_status wst = finish_gather(m, b);
         st = st != ACCEL_OK ? st : wst;
     }
-    if (z != NULL && !accel__model_on_host(m)) {
+    int any = z != NULL && z->all_mapped;
+    for (int b = 0; z != NULL && b < z->n_units; b++) {
+        any |= z->units[b].mapped;
+    }
+    if (any && !accel__model_on_host(m)) {
         accel_status dst = drain(m);
         st = st != ACCEL_OK ? st : dst;
     }
