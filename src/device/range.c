@@ -104,8 +104,8 @@ accel_status accel__dev_range_map(accel__dev_range *r, size_t offset, size_t nby
     ACCEL_TRY(span(r, "accel__dev_range_map", offset, nbytes, &first, &end));
     for (size_t g = first; g < end; g++) {
         if (r->count[g] == 0) {
-            accel_status st = r->dev->ops->range_map(r->dev, r->base + g * r->granule, r->granule,
-                                                     &r->handle[g]);
+            accel_status st =
+                r->dev->ops->range_map(r->dev, r->base + g * r->granule, r->granule, &r->handle[g]);
             if (st != ACCEL_OK) {
                 for (size_t k = first; k < g; k++) { /* undo: nothing changes */
                     if (--r->count[k] == 0) {

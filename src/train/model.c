@@ -369,7 +369,7 @@ accel_status accel_model_alloc(accel_model *m)
     m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
     if (m->master_shard && ok) {
         accel_status zst = accel__zero3_alloc(m);
-        if (zst != ACCEL_OK) { /* its own message (a GPU without reserved ranges, say) */
+        if (zst != ACCEL_OK) {   /* its own message (a GPU without reserved ranges, say) */
             m->master_shard = 0; /* zero3.c has released what it made */
             free_buffers(m);
             return zst;

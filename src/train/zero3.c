@@ -271,8 +271,8 @@ static accel_status map_unit(accel_model *m, int b, int on)
     }
     if (st != ACCEL_OK) {
         return accel__seterr(m->acc, st, "ZeRO stage 3: %s unit %d (%zu parameters) on %s: %s",
-                             on ? "mapping" : "unmapping", b, fb->count,
-                             accel__device_name(m->dev), accel_last_error(NULL));
+                             on ? "mapping" : "unmapping", b, fb->count, accel__device_name(m->dev),
+                             accel_last_error(NULL));
     }
     z->units[b].mapped = on;
     return ACCEL_OK;
@@ -324,8 +324,8 @@ static accel_status staged_gather(accel_model *m, int b)
     if (cst != ACCEL_OK) {
         memset(mine, 0xFF, piece * sizeof(float));
     }
-    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, m->z3->stage, piece, ACCEL_F32,
-                                 ACCEL_SUM, 0);
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, m->z3->stage, piece, ACCEL_F32, ACCEL_SUM, 0);
     accel_work *w = NULL;
     accel_status st = accel__comm_post(accel__zero_comm(m), &op, NULL, &w);
     if (st == ACCEL_OK) {

@@ -32,8 +32,7 @@ static void *entry(const char *name)
 {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q;
-    CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) ==
-          cudaSuccess);
+    CHECK(cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) == cudaSuccess);
     CHECK(q == cudaDriverEntryPointSuccess && fn != NULL);
     return fn;
 }
@@ -62,8 +61,7 @@ int main(void)
     CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                        unsigned long long);
     CUresult (*release)(CUmemGenericAllocationHandle);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                    unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
     CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*unmap)(CUdeviceptr, size_t);
     void *p;
@@ -102,13 +100,13 @@ int main(void)
     CHECK(create(&h, g / 2, &prop, 0) == CUDA_ERROR_INVALID_VALUE);
     CHECK(create(&h, 2 * g, &prop, 0) == CUDA_SUCCESS);
     CHECK(create(&h2, g, &prop, 0) == CUDA_SUCCESS);
-    CHECK(map(va + 4096, g, 0, h, 0) == CUDA_ERROR_INVALID_VALUE); /* misaligned */
+    CHECK(map(va + 4096, g, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);      /* misaligned */
     CHECK(map(va + 3 * g, 2 * g, 0, h, 0) == CUDA_ERROR_INVALID_VALUE); /* past the range */
-    CHECK(map(va, 3 * g, 0, h, 0) == CUDA_ERROR_INVALID_VALUE); /* past the allocation */
+    CHECK(map(va, 3 * g, 0, h, 0) == CUDA_ERROR_INVALID_VALUE);         /* past the allocation */
     CHECK(map(va, 2 * g, 0, h, 0) == CUDA_SUCCESS);
     CHECK(cuemu_vmm_mapped_bytes() == 2 * g);
     CHECK(map(va + g, g, 0, h2, 0) == CUDA_ERROR_INVALID_VALUE); /* over a mapping */
-    CHECK(faults(base)); /* mapped, no access yet */
+    CHECK(faults(base));                                         /* mapped, no access yet */
     CUmemAccessDesc a = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     CHECK(set_access(va, 3 * g, &a, 1) == CUDA_ERROR_INVALID_VALUE); /* not all mapped */
     CHECK(!cuemu_is_device(base, 16));
@@ -123,10 +121,10 @@ int main(void)
     CHECK(cudaMemcpy(probe, base + g - 4, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(probe, data, 8) == 0);
 
-    CHECK(release(h) == CUDA_SUCCESS);                    /* lives on while mapped */
-    CHECK(release(h) == CUDA_ERROR_INVALID_VALUE);        /* but only once */
+    CHECK(release(h) == CUDA_SUCCESS);                          /* lives on while mapped */
+    CHECK(release(h) == CUDA_ERROR_INVALID_VALUE);              /* but only once */
     CHECK(address_free(va, 4 * g) == CUDA_ERROR_INVALID_VALUE); /* still mapped */
-    CHECK(unmap(va, g) == CUDA_ERROR_INVALID_VALUE);      /* cuts the mapping */
+    CHECK(unmap(va, g) == CUDA_ERROR_INVALID_VALUE);            /* cuts the mapping */
     CHECK(unmap(va, 2 * g) == CUDA_SUCCESS);
     CHECK(cuemu_vmm_mapped_bytes() == 0 && !cuemu_is_device(base, 16));
     CHECK(faults(base) && faults(base + g));

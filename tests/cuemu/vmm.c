@@ -37,9 +37,9 @@ typedef struct phys {
 typedef struct span {
     uintptr_t va;
     size_t nbytes;
-    int device;      /* reservations: the device registered for lookups */
-    phys *handle;    /* mappings: what is mapped there */
-    int accessible;  /* mappings: cuMemSetAccess granted read-write */
+    int device;     /* reservations: the device registered for lookups */
+    phys *handle;   /* mappings: what is mapped there */
+    int accessible; /* mappings: cuMemSetAccess granted read-write */
 } span;
 
 static span g_res[MAX_ENTRIES], g_maps[MAX_ENTRIES];
@@ -130,8 +130,8 @@ static CUresult emu_reserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUd
     (void)addr; /* a hint */
     /* Over-reserved to align the start to the granule, the rest given back. */
     size_t align = alignment > GRANULE ? alignment : GRANULE;
-    char *p = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
-                   0);
+    char *p =
+        mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
         cuemu_set_error(cudaErrorMemoryAllocation, "cuMemAddressReserve(%zu): no addresses", size);
         cuemu_unlock();
@@ -251,8 +251,8 @@ static CUresult emu_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
     }
     for (int k = 0; k < g_n_maps; k++) {
         if (va < g_maps[k].va + g_maps[k].nbytes && g_maps[k].va < va + size) {
-            BAD("cuMemMap(%p, %zu bytes): overlaps the mapping at %p (unmap it first)",
-                (void *)va, size, (void *)g_maps[k].va);
+            BAD("cuMemMap(%p, %zu bytes): overlaps the mapping at %p (unmap it first)", (void *)va,
+                size, (void *)g_maps[k].va);
         }
     }
     /* Mapped, but not accessible until cuMemSetAccess. */
@@ -324,8 +324,7 @@ static CUresult emu_unmap(CUdeviceptr ptr, size_t size)
         }
     }
     if (size == 0 || inside != size) {
-        BAD("cuMemUnmap(%p, %zu bytes): only %zu bytes of it are mapped", (void *)va, size,
-            inside);
+        BAD("cuMemUnmap(%p, %zu bytes): only %zu bytes of it are mapped", (void *)va, size, inside);
     }
     /* Inaccessible again, and not the allocation's memory any more. */
     (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
@@ -363,8 +362,7 @@ static CUresult emu_device_attribute(int *v, CUdevice_attribute attr, CUdevice d
         return CUDA_ERROR_INVALID_DEVICE;
     }
     if (attr != CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) {
-        cuemu_set_error(cudaErrorInvalidValue, "cuDeviceGetAttribute(%d): not emulated",
-                        (int)attr);
+        cuemu_set_error(cudaErrorInvalidValue, "cuDeviceGetAttribute(%d): not emulated", (int)attr);
         return CUDA_ERROR_INVALID_VALUE;
     }
     /* ACCEL_CUEMU_NO_VMM=1 plays a GPU without it (tests of the refusal). */

@@ -17,17 +17,18 @@
  * else groups of one process, replicated: on nccl; refused through staging), ZeRO-3 with fp32
  * and with bf16 + sync_each_batch (a unit per layer, gathered into reserved device memory:
  * nothing mapped between steps; check_stage3_memory bounds what is mapped with units of
- * several granules). Under ZeRO each process's optimizer state is its shard (device memory). For each, save_state from device memory
- * (at a step and inside the accumulation window) resumed on the CPU, and the CPU's resumed on the
- * device, continue bit-identically to the uninterrupted runs, and the states' and save_model's
- * tensor files are the same bytes from either device. Bit for bit holds because both sides reduce
- * in rank order in fp32 (shm, staging, the emulated NCCL of the cuemu build) and every kernel is
- * element-wise or reduces in a fixed order; a real NCCL sums more than two processes in ring order,
- * so there the test skips (77, saying so). Also: load_model into a device model and a sharded
- * save_model from it; a join region (uneven inputs); the refusals of ZeRO in a join region on the
- * device, of stage 3 with hybrid sharding, and (CUDA emulator) of stage 3 on a GPU without
- * virtual memory management. The sim's page protection makes any host read of device memory crash. Exits
- * 77 where the accelerator has no device (no GPU, ACCEL_SIM_GPU unset).
+ * several granules). Under ZeRO each process's optimizer state is its shard (device memory).
+ * For each, save_state from device memory (at a step and inside the accumulation window)
+ * resumed on the CPU, and the CPU's resumed on the device, continue bit-identically to the
+ * uninterrupted runs, and the states' and save_model's tensor files are the same bytes from either
+ * device. Bit for bit holds because both sides reduce in rank order in fp32 (shm, staging, the
+ * emulated NCCL of the cuemu build) and every kernel is element-wise or reduces in a fixed order; a
+ * real NCCL sums more than two processes in ring order, so there the test skips (77, saying so).
+ * Also: load_model into a device model and a sharded save_model from it; a join region (uneven
+ * inputs); the refusals of ZeRO in a join region on the device, of stage 3 with hybrid sharding,
+ * and (CUDA emulator) of stage 3 on a GPU without virtual memory management. The sim's page
+ * protection makes any host read of device memory crash. Exits 77 where the accelerator has no
+ * device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
 #include <math.h>

@@ -47,8 +47,8 @@ static void check_device(accel__device *d, int is_cpu)
     for (size_t k = 0; k < n; k++) {
         w[k] = (unsigned char)(k * 31 + 7);
     }
-    CHECK_OK(NULL, accel__dev_copy(d, base + a_off, w, n, is_cpu ? ACCEL__COPY_H2H : ACCEL__COPY_H2D,
-                                   NULL));
+    CHECK_OK(NULL, accel__dev_copy(d, base + a_off, w, n,
+                                   is_cpu ? ACCEL__COPY_H2H : ACCEL__COPY_H2D, NULL));
     memset(back, 0, n);
     CHECK_OK(NULL, accel__dev_copy(d, back, base + a_off, n,
                                    is_cpu ? ACCEL__COPY_H2H : ACCEL__COPY_D2H, NULL));

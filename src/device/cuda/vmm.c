@@ -29,8 +29,7 @@ static struct {
     CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *,
                        unsigned long long);
     CUresult (*release)(CUmemGenericAllocationHandle);
-    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
-                    unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
     CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
     CUresult (*unmap)(CUdeviceptr, size_t);
     CUresult (*device_get)(CUdevice *, int);
@@ -45,8 +44,7 @@ static void load_one(void *slot, const char *name)
 {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || fn == NULL) {
         (void)cudaGetLastError(); /* consumed: not a later kernel's error */
         fn = NULL;
@@ -169,7 +167,6 @@ accel_status accel__cuda_vmm_map(int ordinal, void *at, size_t nbytes, void **ph
 accel_status accel__cuda_vmm_unmap(void *at, size_t nbytes, void *phys)
 {
     DRV_TRY(drv.unmap((CUdeviceptr)(uintptr_t)at, nbytes), "cuMemUnmap", -1, nbytes);
-    DRV_TRY(drv.release((CUmemGenericAllocationHandle)(uintptr_t)phys), "cuMemRelease", -1,
-            nbytes);
+    DRV_TRY(drv.release((CUmemGenericAllocationHandle)(uintptr_t)phys), "cuMemRelease", -1, nbytes);
     return ACCEL_OK;
 }
