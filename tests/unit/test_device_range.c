@@ -7,7 +7,8 @@
  *     while either is mapped, `mapped` and `peak` follow, reset_peak restarts the peak;
  *  3. data written into mapped memory reads back (copies), across granule boundaries;
  *  4. bad input: past the end, unmapping what is not mapped (EINVAL, nothing changes);
- *  5. on the CPU, a read of an unmapped granule faults (a child process dies of SIGSEGV).
+ *  5. on the CPU, a read of an unmapped granule faults (a child process dies of SIGSEGV); on
+ *     the simulated GPU, so does queued work that runs after its memory was unmapped.
  * The CPU and the simulation are checked in every build; a CUDA build without a GPU then exits
  * 77 (its GPU part skipped).
  */
@@ -96,6 +97,38 @@ static void check_device(accel__device *d, int is_cpu)
     free(back);
 }
 
+/* A host "kernel" reading the first byte of its argument. */
+static void read_byte(void *arg)
+{
+    volatile char *p = arg;
+    (void)p[0];
+}
+
+/* The simulated GPU: work queued before an unmap that reads the unmapped memory crashes when
+ * it runs (on a GPU: an illegal address), with the simulation's message. */
+static void check_sim_unmap_race(accel__device *sim)
+{
+    size_t g;
+    CHECK_OK(NULL, accel__dev_range_granularity(sim, &g));
+    accel__dev_range *r;
+    CHECK_OK(NULL, accel__dev_range_reserve(sim, g, &r));
+    CHECK_OK(NULL, accel__dev_range_map(r, 0, g));
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_OK(NULL, accel__sim_launch(sim, NULL, read_byte, accel__dev_range_base(r)));
+        CHECK_OK(NULL, accel__dev_range_unmap(r, 0, g)); /* no sync first: the bug */
+        (void)accel__stream_sync(sim, NULL);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+              "queued work reading an unmapped granule did not fault (status %#x)", status);
+    accel__dev_range_release(r);
+}
+
 int main(void)
 {
     accel__device *cpu, *sim, *gpu;
@@ -104,6 +137,7 @@ int main(void)
     accel__device_sim_enable(1);
     CHECK_OK(NULL, accel__device_sim_open(&sim, 0));
     check_device(sim, 0);
+    check_sim_unmap_race(sim);
     accel__device_sim_enable(0);
 #ifdef ACCEL_HAVE_CUDA
     if (accel__device_open(&gpu, (accel_device){ACCEL_DEVICE_CUDA, 0}) != ACCEL_OK) {
