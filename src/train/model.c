@@ -367,15 +367,17 @@ accel_status accel_model_alloc(accel_model *m)
         ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
     }
     m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
-    if (m->master_shard && ok) {
+    if (!m->master_shard) {
+        m->weights = m->master;
+    } else if (!ok) {
+        m->master_shard = 0; /* nothing of zero3.c's made: free_buffers must not free it */
+    } else {
         accel_status zst = accel__zero3_alloc(m);
         if (zst != ACCEL_OK) {   /* its own message (a GPU without reserved ranges, say) */
             m->master_shard = 0; /* zero3.c has released what it made */
             free_buffers(m);
             return zst;
         }
-    } else if (!m->master_shard) {
-        m->weights = m->master;
     }
     ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&
          accel__dev_alloc(m->dev, sizeof(int32_t), 1, &flag) == ACCEL_OK;
