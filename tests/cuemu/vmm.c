@@ -25,10 +25,8 @@
 
 #define GRANULE ((size_t)2 << 20)
 #define MAX_ENTRIES 4096
-#define HANDLE_MAGIC 0x564d4d48u /* "VMMH" */
 
 typedef struct phys {
-    unsigned magic;
     int fd, device, released;
     size_t nbytes;
     int n_maps;
@@ -43,8 +41,22 @@ typedef struct span {
 } span;
 
 static span g_res[MAX_ENTRIES], g_maps[MAX_ENTRIES];
+static phys *g_live[MAX_ENTRIES]; /* allocations not yet destroyed: handles are checked here */
+static int g_n_live;
 static int g_n_res, g_n_maps;
 static size_t g_mapped;
+
+/* 1 when p is a handle of cuMemCreate not yet destroyed (never dereferenced before). Under the
+ * lock. */
+static int live(const phys *p)
+{
+    for (int i = 0; i < g_n_live; i++) {
+        if (g_live[i] == p) {
+            return 1;
+        }
+    }
+    return 0;
+}
 
 /* The driver's errors as the runtime's: recorded and printed (cuemu_set_error). */
 #define BAD(...)                                                                                   \
@@ -201,7 +213,13 @@ static CUresult emu_create(CUmemGenericAllocationHandle *h, size_t size,
     }
     memset(m, 0xFF, size); /* garbage, as fresh device memory */
     (void)munmap(m, size);
-    *p = (phys){HANDLE_MAGIC, fd, prop->location.id, 0, size, 0};
+    if (g_n_live == MAX_ENTRIES) {
+        free(p);
+        close(fd);
+        BAD("cuMemCreate: more than %d live allocations", MAX_ENTRIES);
+    }
+    *p = (phys){fd, prop->location.id, 0, size, 0};
+    g_live[g_n_live++] = p;
     *h = (CUmemGenericAllocationHandle)(uintptr_t)p;
     cuemu_unlock();
     return CUDA_SUCCESS;
@@ -209,8 +227,13 @@ static CUresult emu_create(CUmemGenericAllocationHandle *h, size_t size,
 
 static void destroy(phys *p)
 {
+    for (int i = 0; i < g_n_live; i++) {
+        if (g_live[i] == p) {
+            g_live[i] = g_live[--g_n_live];
+            break;
+        }
+    }
     close(p->fd);
-    p->magic = 0;
     free(p);
 }
 
@@ -218,7 +241,7 @@ static CUresult emu_release(CUmemGenericAllocationHandle h)
 {
     cuemu_lock();
     phys *p = (phys *)(uintptr_t)h;
-    if (p == NULL || p->magic != HANDLE_MAGIC || p->released) {
+    if (!live(p) || p->released) {
         BAD("cuMemRelease(%#llx): not a live allocation handle", (unsigned long long)h);
     }
     /* The memory lives on while mapped (the driver frees it at the last unmap). */
@@ -236,7 +259,7 @@ static CUresult emu_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
     cuemu_lock();
     phys *p = (phys *)(uintptr_t)h;
     uintptr_t va = (uintptr_t)ptr;
-    if (p == NULL || p->magic != HANDLE_MAGIC || p->released) {
+    if (!live(p) || p->released) {
         BAD("cuMemMap(%p): handle %#llx is not a live allocation", (void *)va,
             (unsigned long long)h);
     }
