@@ -735,6 +735,9 @@ int main(int argc, char **argv)
                 "data wait: %.3f%% of step time (%.1f ms in accel_loader_next over %d steps "
                 "taking %.2f s; the maxima over processes)\n",
                 100.0 * wait[0], 1e3 * wait[1], rs.step - first_step, wait[2]);
+    /* Under ZeRO stage 3 every unit gathered first (collective; a no-op otherwise): released
+     * units read as zeros on the CPU and are not mapped at all on a GPU. */
+    ACCEL_CHECK(accel_model_gather_all(model));
     accel_print(acc, "final step %d | weights fingerprint %016llx\n", rs.step,
                 weights_fingerprint(params));
     if (a.log_with) { /* where to look: trackers write under logging_dir (= project_dir) */

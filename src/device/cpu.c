@@ -16,6 +16,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "base/convert.h"
 #include "cpu_impl.h"
@@ -444,6 +446,53 @@ static accel_status cpu_adam_step(accel__device *d, const accel__adam_args *a, a
     return ACCEL_OK;
 }
 
+/* ---- reserved ranges: host pages (PROT_NONE while unmapped, so a stray read faults) ---- */
+
+static accel_status cpu_range_granularity(accel__device *d, size_t *out)
+{
+    (void)d;
+    long pg = sysconf(_SC_PAGESIZE);
+    *out = pg > 0 ? (size_t)pg : 4096;
+    return ACCEL_OK;
+}
+
+static accel_status cpu_range_reserve(accel__device *d, size_t nbytes, void **base)
+{
+    (void)d;
+    void *p = mmap(NULL, nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "cpu: cannot reserve %zu bytes of addresses",
+                             nbytes);
+    }
+    *base = p;
+    return ACCEL_OK;
+}
+
+static void cpu_range_release(accel__device *d, void *base, size_t nbytes)
+{
+    (void)d;
+    (void)munmap(base, nbytes);
+}
+
+static accel_status cpu_range_map(accel__device *d, void *at, size_t nbytes, void **phys)
+{
+    (void)d;
+    if (mprotect(at, nbytes, PROT_READ | PROT_WRITE) != 0) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "cpu: cannot map %zu bytes at %p", nbytes, at);
+    }
+    *phys = at; /* the pages themselves: anything non-NULL */
+    return ACCEL_OK;
+}
+
+static accel_status cpu_range_unmap(accel__device *d, void *at, size_t nbytes, void *phys)
+{
+    (void)d, (void)phys;
+    /* Given back (zeros when mapped again), then inaccessible. */
+    (void)madvise(at, nbytes, MADV_DONTNEED);
+    (void)mprotect(at, nbytes, PROT_NONE);
+    return ACCEL_OK;
+}
+
 static const accel__device_ops cpu_ops = {
     .name = "cpu",
     .describe = cpu_describe,
@@ -474,6 +523,11 @@ static const accel__device_ops cpu_ops = {
     .abs_max = cpu_abs_max,
     .nonfinite = cpu_nonfinite,
     .unscale_check = cpu_unscale_check,
+    .range_granularity = cpu_range_granularity,
+    .range_reserve = cpu_range_reserve,
+    .range_release = cpu_range_release,
+    .range_map = cpu_range_map,
+    .range_unmap = cpu_range_unmap,
 };
 
 static accel__device cpu_device = {&cpu_ops, {ACCEL_DEVICE_CPU, 0}, NULL};

@@ -111,6 +111,46 @@ accel_status accel__dev_memset(accel__device *d, void *p, int byte, size_t nbyte
 accel_status accel__dev_copy(accel__device *d, void *dst, const void *src, size_t nbytes,
                              accel__copy_kind kind, accel__stream *s);
 
+/* ---- reserved address ranges (ZeRO-3's gathered units: range.c) ---- */
+
+/*
+ * A range of device virtual addresses reserved once, into which physical memory is mapped
+ * and unmapped piecewise: what stays at one address (parameters view it) while only a few
+ * parts of it take memory (CUDA's virtual memory management: cuMemAddressReserve, cuMemCreate,
+ * cuMemMap). Memory comes and goes in granules (accel__dev_range_granularity: 2 MiB on
+ * current GPUs, a page on the CPU); map and unmap take any byte range and count, per granule,
+ * how many mapped ranges cover it, so two neighbours sharing a granule at their edge keep it
+ * while either is mapped. Freshly mapped memory holds garbage (the CPU's: zeros). A handle
+ * belongs to one thread.
+ */
+typedef struct accel__dev_range accel__dev_range;
+
+/* The granule of d's reserved ranges in bytes. ACCEL_EUNSUPPORTED naming the device when it
+ * cannot map memory into reserved ranges (a GPU without virtual memory management). */
+accel_status accel__dev_range_granularity(accel__device *d, size_t *out);
+/* Reserves nbytes (rounded up to the granule) of d's address space, nothing mapped. *out:
+ * free with accel__dev_range_release. */
+accel_status accel__dev_range_reserve(accel__device *d, size_t nbytes, accel__dev_range **out);
+/* The first address of the range (device memory once mapped). */
+void *accel__dev_range_base(const accel__dev_range *r);
+/* Maps the granules covering [offset, offset + nbytes) (those not yet covered). ACCEL_ENOMEM
+ * naming the size when the device is full; ACCEL_EINVAL past the end. On failure nothing
+ * changes. */
+accel_status accel__dev_range_map(accel__dev_range *r, size_t offset, size_t nbytes);
+/* Undoes one accel__dev_range_map of the same byte range: granules no other mapped range
+ * covers go back to the device. The caller makes sure no queued work still touches them (an
+ * event or stream sync): unmapping does not wait for the device. */
+accel_status accel__dev_range_unmap(accel__dev_range *r, size_t offset, size_t nbytes);
+/* Bytes of physical memory mapped into r now, and the most since it was reserved or since
+ * accel__dev_range_reset_peak (which starts the peak again at what is mapped now). */
+size_t accel__dev_range_mapped(const accel__dev_range *r);
+size_t accel__dev_range_peak(const accel__dev_range *r);
+void accel__dev_range_reset_peak(accel__dev_range *r);
+/* 1 when the granule holding byte `offset` is mapped. */
+int accel__dev_range_is_mapped(const accel__dev_range *r, size_t offset);
+/* Unmaps everything and gives the addresses back. Accepts NULL. */
+void accel__dev_range_release(accel__dev_range *r);
+
 /* ---- streams and events ---- */
 
 accel_status accel__stream_new(accel__device *d, accel__stream **out);

@@ -35,6 +35,14 @@ typedef struct accel__device_ops {
     int (*event_query)(accel__device *d, accel__event *e);
     accel_status (*event_sync)(accel__device *d, accel__event *e);
     void *(*native_stream)(accel__device *d, accel__stream *s);
+    /* reserved ranges (range.c keeps the per-granule counts): NULL when unsupported. Map and
+     * unmap get one granule-aligned run of granules; map returns the physical allocation
+     * (*phys, never NULL) that unmap gets back. */
+    accel_status (*range_granularity)(accel__device *d, size_t *out);
+    accel_status (*range_reserve)(accel__device *d, size_t nbytes, void **base);
+    void (*range_release)(accel__device *d, void *base, size_t nbytes);
+    accel_status (*range_map)(accel__device *d, void *at, size_t nbytes, void **phys);
+    accel_status (*range_unmap)(accel__device *d, void *at, size_t nbytes, void *phys);
     /* kernels */
     accel_status (*sgd_step)(accel__device *d, const accel__sgd_args *a, accel__stream *s);
     accel_status (*adam_step)(accel__device *d, const accel__adam_args *a, accel__stream *s);

@@ -50,7 +50,12 @@ typedef struct sim_block {
     char *base;
     size_t nbytes, mapped;
     int gpu;
+    unsigned char *on; /* a reserved range: which granules are mapped (else NULL) */
 } sim_block;
+
+/* The granule of reserved ranges: smaller than a GPU's 2 MiB, so that tests' small models
+ * span several. */
+#define SIM_GRANULE ((size_t)65536)
 
 static struct {
     pthread_mutex_t lock;
@@ -83,8 +88,15 @@ static int index_of(const accel__device *d)
 static void set_access(int open)
 {
     for (int i = 0; i < sim.n_blocks; i++) {
-        (void)mprotect(sim.blocks[i].base, sim.blocks[i].mapped,
-                       open ? PROT_READ | PROT_WRITE : PROT_NONE);
+        const sim_block *b = &sim.blocks[i];
+        for (size_t g = 0; b->on != NULL && g < b->mapped / SIM_GRANULE; g++) {
+            /* The unmapped granules of a range stay inaccessible even to queued work. */
+            (void)mprotect(b->base + g * SIM_GRANULE, SIM_GRANULE,
+                           open && b->on[g] ? PROT_READ | PROT_WRITE : PROT_NONE);
+        }
+        if (b->on == NULL) {
+            (void)mprotect(b->base, b->mapped, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+        }
     }
 }
 
@@ -126,8 +138,12 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
         int n = snprintf(msg, sizeof(msg),
                          "accel: host code touched simulated device memory at %p (%zu bytes at "
                          "%p on simulated cuda:%d, ACCEL_SIM_GPU): on a GPU this reads garbage "
-                         "or crashes; reach device memory through copies or queued kernels\n",
-                         si->si_addr, b->nbytes, (void *)b->base, b->gpu);
+                         "or crashes; reach device memory through copies or queued kernels%s\n",
+                         si->si_addr, b->nbytes, (void *)b->base, b->gpu,
+                         b->on != NULL && !b->on[((char *)si->si_addr - b->base) / SIM_GRANULE]
+                             ? " (or: it touched an UNMAPPED granule of a reserved range: "
+                               "unmapped before the queued work that reads it had run)"
+                             : "");
         if (n > 0 && write(2, msg, (size_t)n) < 0) {
             n = 0; /* nothing more to do */
         }
@@ -169,6 +185,14 @@ accel_status accel__sim_need_dev(accel__device *d, const char *who, const char *
                              "simulated cuda:%d: %s: %s: %zu bytes at %p run past the end of its "
                              "device allocation (%zu bytes at %p)",
                              index_of(d), who, what, nbytes, p, b->nbytes, (void *)b->base);
+    }
+    for (size_t g = off / SIM_GRANULE; b->on != NULL && g * SIM_GRANULE < off + nbytes; g++) {
+        if (!b->on[g]) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "simulated cuda:%d: %s: %s: %zu bytes at %p reach an unmapped "
+                                 "granule (%zu) of a reserved range",
+                                 index_of(d), who, what, nbytes, p, g);
+        }
     }
     return ACCEL_OK;
 }
@@ -379,7 +403,7 @@ static accel_status alloc_locked(accel__device *d, size_t nbytes, int zero, void
     if (sim.open_depth == 0) {
         (void)mprotect(p, mapped, PROT_NONE);
     }
-    sim.blocks[sim.n_blocks++] = (sim_block){p, nbytes, mapped, index_of(d)};
+    sim.blocks[sim.n_blocks++] = (sim_block){p, nbytes, mapped, index_of(d), NULL};
     *out = p;
     return ACCEL_OK;
 }
@@ -394,7 +418,7 @@ static void sim_free(accel__device *d, void *p)
     pthread_mutex_lock(&sim.lock);
     flush_all(); /* cudaFree waits for the device */
     int i = 0;
-    while (i < sim.n_blocks && sim.blocks[i].base != p) {
+    while (i < sim.n_blocks && (sim.blocks[i].base != p || sim.blocks[i].on != NULL)) {
         i++;
     }
     if (i == sim.n_blocks) {
@@ -700,6 +724,83 @@ accel_status accel__sim_launch(accel__device *d, accel__stream *s, void (*fn)(vo
     LOCKED(accel__sim_enqueue(d, s, &op));
 }
 
+/* ---- reserved ranges: a block whose granules are mapped one by one ---- */
+
+static accel_status sim_range_granularity(accel__device *d, size_t *out)
+{
+    (void)d;
+    *out = SIM_GRANULE;
+    return ACCEL_OK;
+}
+
+static accel_status sim_range_reserve(accel__device *d, size_t nbytes, void **base)
+{
+    unsigned char *on = accel__calloc(nbytes / SIM_GRANULE + 1, 1);
+    pthread_mutex_lock(&sim.lock);
+    /* An ordinary block (poisoned), all of it unmapped at once. */
+    accel_status st = on != NULL ? alloc_locked(d, nbytes, 0, base) : ACCEL_ENOMEM;
+    if (st == ACCEL_OK) {
+        sim_block *b = &sim.blocks[sim.n_blocks - 1];
+        b->on = on;
+        (void)mprotect(b->base, b->mapped, PROT_NONE);
+        (void)madvise(b->base, b->mapped, MADV_DONTNEED);
+    }
+    pthread_mutex_unlock(&sim.lock);
+    if (st != ACCEL_OK) {
+        accel__free(on);
+        return on == NULL ? accel__seterr(NULL, st, "simulated cuda: out of memory") : st;
+    }
+    return ACCEL_OK;
+}
+
+static void sim_range_release(accel__device *d, void *base, size_t nbytes)
+{
+    (void)d, (void)nbytes;
+    pthread_mutex_lock(&sim.lock);
+    flush_all(); /* as cudaFree */
+    sim_block *b = find_block(base);
+    if (b != NULL) {
+        (void)munmap(b->base, b->mapped);
+        accel__free(b->on);
+        *b = sim.blocks[--sim.n_blocks];
+    }
+    pthread_mutex_unlock(&sim.lock);
+}
+
+/* Maps (on) or unmaps a run of granules. Unmapping runs no queued work: work still queued that
+ * reads it then faults, as a GPU would read unmapped memory, instead of passing by luck. */
+static void set_granules(void *at, size_t nbytes, int on)
+{
+    pthread_mutex_lock(&sim.lock);
+    sim_block *b = find_block(at);
+    memset(b->on + ((char *)at - b->base) / SIM_GRANULE, on, nbytes / SIM_GRANULE);
+    if (on) { /* fresh physical memory is garbage on a GPU: poison */
+        (void)mprotect(at, nbytes, PROT_READ | PROT_WRITE);
+        memset(at, 0xFF, nbytes);
+    } else {
+        (void)madvise(at, nbytes, MADV_DONTNEED);
+    }
+    if (!on || sim.open_depth == 0) {
+        (void)mprotect(at, nbytes, PROT_NONE);
+    }
+    pthread_mutex_unlock(&sim.lock);
+}
+
+static accel_status sim_range_map(accel__device *d, void *at, size_t nbytes, void **phys)
+{
+    (void)d;
+    set_granules(at, nbytes, 1);
+    *phys = at;
+    return ACCEL_OK;
+}
+
+static accel_status sim_range_unmap(accel__device *d, void *at, size_t nbytes, void *phys)
+{
+    (void)d, (void)phys;
+    set_granules(at, nbytes, 0);
+    return ACCEL_OK;
+}
+
 static const accel__device_ops sim_ops = {
     .name = "cuda",
     .describe = sim_describe,
@@ -730,4 +831,9 @@ static const accel__device_ops sim_ops = {
     .abs_max = accel__sim_abs_max,
     .nonfinite = accel__sim_nonfinite,
     .unscale_check = accel__sim_unscale_check,
+    .range_granularity = sim_range_granularity,
+    .range_reserve = sim_range_reserve,
+    .range_release = sim_range_release,
+    .range_map = sim_range_map,
+    .range_unmap = sim_range_unmap,
 };

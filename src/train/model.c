@@ -341,15 +341,6 @@ accel_status accel_model_alloc(accel_model *m)
     if (m->n_params == 0) {
         return accel__seterr(m->acc, ACCEL_EINVAL, "accel_model_alloc: the model has no parameter");
     }
-    if (m->acc->settings->train.zero_stage == 3 && !accel__model_on_host(m)) {
-        /* Its units are gathered into host pages (zero3.c); in device memory that needs
-         * virtual memory mapped per unit, without which it would hold what stage 2 holds. */
-        return accel__seterr(m->acc, ACCEL_EUNSUPPORTED,
-                             "accel_model_alloc: ZeRO stage 3 with the model in %s memory is not "
-                             "supported yet (its units are gathered into host memory pages); "
-                             "stages 1-2 run on GPUs, stage 3 with the model in host memory",
-                             accel__device_name(m->dev));
-    }
     ACCEL_TRY(build_geometry(m));
     size_t n = m->flat.padded_numel, nbytes = n * sizeof(float);
     m->compute_dtype = accel__compute_dtype(m->acc);
@@ -358,11 +349,12 @@ accel_status accel_model_alloc(accel_model *m)
     /* Stage 3, and stages 1-2 under mixed precision when there is something to shard, keep
      * only this process's shard of the fp32 master; the full weights are pages (zero3.c).
      * Stages 1-2 compute from the full compute copy every process keeps (DeepSpeed's bf16
-     * model), all-gathered after each step. (Host memory only, as stage 3: the full fp32
-     * weights that parameters view are then pages holding the gathered units, and device
-     * memory has no such pages, so a sharded master would save nothing there. On a GPU stages
-     * 1-2 keep the full fp32 master, all-gathered in place on a device communicator, through
-     * host staging on a host one: zero.c.) */
+     * model), all-gathered after each step. (Host memory only: the full fp32 weights that
+     * parameters view are then pages holding the gathered units; in device memory they would
+     * have to be a reserved range as at stage 3, which stages 1-2 do not use, so a sharded
+     * master would save nothing there. On a GPU stages 1-2 keep the full fp32 master,
+     * all-gathered in place on a device communicator, through host staging on a host one:
+     * zero.c. Stage 3 on a GPU maps its units into reserved device ranges: zero3.c.) */
     m->master_shard =
         m->zero_stage == 3 || (m->zero_stage >= 1 && m->flat.n_ranks > 1 &&
                                m->compute_dtype != ACCEL_F32 && accel__model_on_host(m));
@@ -375,10 +367,17 @@ accel_status accel_model_alloc(accel_model *m)
         ok = accel__dev_alloc(m->dev, cbytes, 1, &compute) == ACCEL_OK;
     }
     m->compute = m->compute_dtype == ACCEL_F32 ? m->master : compute;
-    if (m->master_shard) {
-        ok = ok && accel__zero3_alloc(m) == ACCEL_OK;
-    } else {
+    if (!m->master_shard) {
         m->weights = m->master;
+    } else if (!ok) {
+        m->master_shard = 0; /* nothing of zero3.c's made: free_buffers must not free it */
+    } else {
+        accel_status zst = accel__zero3_alloc(m);
+        if (zst != ACCEL_OK) {   /* its own message (a GPU without reserved ranges, say) */
+            m->master_shard = 0; /* zero3.c has released what it made */
+            free_buffers(m);
+            return zst;
+        }
     }
     ok = ok && accel__dev_alloc(m->dev, sizeof(double), 1, &sum) == ACCEL_OK &&
          accel__dev_alloc(m->dev, sizeof(int32_t), 1, &flag) == ACCEL_OK;

@@ -340,6 +340,11 @@ accel_status accel__zero3_take_shard(accel_model *m);
 /* 1 unless the master is sharded and no unit was gathered since the last release (a forward
  * that read parameters without accel_model_materialize would have read zeros). */
 int accel__zero3_used(const accel_model *m);
+/* Stage 3 with the model in device memory (tests): the bytes of the weights' and compute
+ * copy's reserved ranges mapped now and at most since the weights became the shard; whether
+ * the granule of the weights holding flat element flat_index is mapped (0 on the host). */
+void accel__zero3_mapped(const accel_model *m, size_t *now, size_t *peak);
+int accel__zero3_is_mapped(const accel_model *m, size_t flat_index);
 /* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */
 int accel__zero3_unit_state(const accel_model *m, int b);
 /* Waits for gathers in flight and releases every unit (their weights are stale after an

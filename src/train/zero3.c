@@ -14,10 +14,20 @@
  * (layer norm, embedding, bias adds) then see exactly the values the model computes with, as
  * DeepSpeed's bf16 model does.
  *
+ * With the model in device memory (stage 3 only) the full weights and the compute copy are
+ * reserved address ranges (device.h: CUDA virtual memory) instead of pages: a unit's gather
+ * maps physical memory under its bytes first, then all-gathers into it (in place on the
+ * compute stream on a device communicator; through a pinned buffer of one unit otherwise),
+ * and its release waits for the compute stream (work queued there may still read it) before
+ * unmapping. Units share granules at their edges; the range counts mappings per granule, so the
+ * CPU's layout is kept (the same shards and checkpoints on either device).
+ *
  * Invariants: every process materializes the same units in the same order (a forward is the
  * same program everywhere), so gathers are issued identically; at most three units are
  * resident between calls (the one in use, the one before it, the prefetched next one); a
  * unit's weights are valid exactly while it is resident, and an optimizer step releases all.
+ * On a device a unit is mapped exactly while it is resident or its gather is in flight (and
+ * everything is, from alloc until the weights were taken apart into the shard).
  */
 #include <ctype.h>
 #include <string.h>
@@ -27,11 +37,19 @@
 
 typedef struct z3_unit {
     int resident;     /* weights (and compute copy) hold the gathered values */
+    int mapped;       /* device ranges: its bytes are mapped */
     accel_work *work; /* gather in flight */
 } z3_unit;
 
 struct accel__zero3 {
     int widen; /* stages 1-2: units are widened from the full compute copy */
+    /* The model in device memory: the weights' and the compute copy's reserved ranges (cr
+     * NULL when the compute copy is the weights); all_mapped: the whole weights are mapped
+     * (from alloc until take_shard); stage: a pinned buffer of the largest unit where the
+     * communicator reads host memory only. */
+    accel__dev_range *wr, *cr;
+    int all_mapped;
+    float *stage;
     int n_units;
     z3_unit *units; /* per bucket */
     int cur, prev;  /* the unit materialized last and the one before, or -1 */
@@ -116,6 +134,49 @@ int accel_model_num_units(const accel_model *m)
 
 /* ---- buffers ---- */
 
+/* Stage 3 with the model in device memory: the weights and the compute copy as reserved
+ * ranges, the weights mapped whole and zeroed (parameters are initialised through them, and
+ * padding is zero), and the staging buffer where needed. */
+static accel_status device_alloc(accel_model *m)
+{
+    struct accel__zero3 *z = m->z3;
+    size_t n = m->flat.padded_numel, g = 0;
+    accel_status st = accel__dev_range_granularity(m->dev, &g);
+    if (st != ACCEL_OK) {
+        return accel__seterr(m->acc, st,
+                             "accel_model_alloc: ZeRO stage 3 with the model in %s memory maps its "
+                             "units into reserved virtual memory, which this device cannot: %s",
+                             accel__device_name(m->dev), accel_last_error(NULL));
+    }
+    st = accel__dev_range_reserve(m->dev, n * sizeof(float), &z->wr);
+    if (st == ACCEL_OK && m->compute_dtype != ACCEL_F32) {
+        st = accel__dev_range_reserve(m->dev, n * accel_dtype_nbytes(m->compute_dtype), &z->cr);
+    }
+    if (st == ACCEL_OK) {
+        st = accel__dev_range_map(z->wr, 0, n * sizeof(float));
+        z->all_mapped = st == ACCEL_OK;
+    }
+    m->weights = z->wr ? accel__dev_range_base(z->wr) : NULL;
+    m->compute = z->cr ? accel__dev_range_base(z->cr) : m->weights;
+    if (st == ACCEL_OK) {
+        st = accel__dev_memset(m->dev, m->weights, 0, n * sizeof(float), NULL);
+    }
+    if (st == ACCEL_OK && accel__model_staged(m)) {
+        size_t most = 0;
+        for (int b = 0; b < m->flat.n_buckets; b++) {
+            most = m->flat.buckets[b].padded > most ? m->flat.buckets[b].padded : most;
+        }
+        void *p = NULL;
+        st = accel__dev_host_alloc(m->dev, most * sizeof(float), &p);
+        z->stage = p;
+    }
+    if (st != ACCEL_OK) {
+        return accel__seterr(m->acc, st, "accel_model_alloc: ZeRO stage 3 on %s: %s",
+                             accel__device_name(m->dev), accel_last_error(NULL));
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel__zero3_alloc(accel_model *m)
 {
     size_t n = m->flat.padded_numel;
@@ -124,6 +185,13 @@ accel_status accel__zero3_alloc(accel_model *m)
         m->z3->units = accel__calloc((size_t)m->flat.n_buckets, sizeof(z3_unit));
         m->z3->n_units = m->flat.n_buckets;
         m->z3->cur = m->z3->prev = -1;
+    }
+    if (m->z3 != NULL && m->z3->units != NULL && !accel__model_on_host(m)) {
+        accel_status st = device_alloc(m); /* stage 3 only (model.c) */
+        if (st != ACCEL_OK) {
+            accel__zero3_free(m);
+        }
+        return st;
     }
     m->weights = accel__pages_alloc(n * sizeof(float));
     if (m->zero_stage == 3) {
@@ -158,6 +226,16 @@ void accel__zero3_free(accel_model *m)
     if (m->z3 != NULL) {
         (void)accel__zero3_release_all(m);
     }
+    if (m->z3 != NULL && !accel__model_on_host(m)) { /* device ranges (perhaps not made) */
+        accel__dev_range_release(m->z3->cr);
+        accel__dev_range_release(m->z3->wr);
+        accel__dev_host_free(m->dev, m->z3->stage);
+        accel__free(m->z3->units);
+        accel__free(m->z3);
+        m->z3 = NULL;
+        m->weights = m->compute = NULL;
+        return;
+    }
     if (own_compute && m->compute != NULL && m->compute != m->weights) {
         accel__pages_free(m->compute, n * accel_dtype_nbytes(m->compute_dtype));
     }
@@ -175,10 +253,52 @@ void accel__zero3_free(accel_model *m)
 
 /* ---- gathering and releasing ---- */
 
+/* Maps (on = 1) or unmaps unit b's bytes of the device ranges. */
+static accel_status map_unit(accel_model *m, int b, int on)
+{
+    struct accel__zero3 *z = m->z3;
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t es = accel_dtype_nbytes(m->compute_dtype);
+    accel_status (*fn)(accel__dev_range *, size_t, size_t) =
+        on ? accel__dev_range_map : accel__dev_range_unmap;
+    accel_status st = fn(z->wr, fb->offset * sizeof(float), fb->padded * sizeof(float));
+    if (st == ACCEL_OK && z->cr != NULL) {
+        st = fn(z->cr, fb->offset * es, fb->padded * es);
+        if (st != ACCEL_OK && on) {
+            (void)accel__dev_range_unmap(z->wr, fb->offset * sizeof(float),
+                                         fb->padded * sizeof(float));
+        }
+    }
+    if (st != ACCEL_OK) {
+        return accel__seterr(m->acc, st, "ZeRO stage 3: %s unit %d (%zu parameters) on %s: %s",
+                             on ? "mapping" : "unmapping", b, fb->count, accel__device_name(m->dev),
+                             accel_last_error(NULL));
+    }
+    z->units[b].mapped = on;
+    return ACCEL_OK;
+}
+
+/* Device ranges: before unmapping, the compute stream's queued work (which may read any
+ * resident unit) has finished. One wait for every unit released at once. */
+static accel_status drain(accel_model *m)
+{
+    accel_status st = accel__stream_sync(m->dev, NULL);
+    return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);
+}
+
 static void release(accel_model *m, int b)
 {
     z3_unit *u = &m->z3->units[b];
     const accel__flat_bucket *fb = &m->flat.buckets[b];
+    if (!accel__model_on_host(m)) {
+        /* The caller drained the compute stream. An unmap of what was mapped cannot fail
+         * (device.h); if the device is gone, the next call says so. */
+        if (u->mapped) {
+            (void)map_unit(m, b, 0);
+        }
+        u->resident = 0;
+        return;
+    }
     if (!u->resident) {
         return;
     }
@@ -188,6 +308,41 @@ static void release(accel_model *m, int b)
         accel__pages_drop((char *)m->compute + fb->offset * es, fb->padded * es);
     }
     u->resident = 0;
+}
+
+/* Unit b gathered through the pinned staging buffer (a device model, a host communicator):
+ * this process's piece out, the allgather in place there, the unit back into its mapped
+ * memory, then its compute copy. Done when it returns. A local failure still joins the
+ * collective (with poison), so no peer waits in vain. */
+static accel_status staged_gather(accel_model *m, int b)
+{
+    const accel__flat_bucket *fb = &m->flat.buckets[b];
+    size_t piece = fb->padded / (size_t)m->flat.n_ranks;
+    float *mine = m->z3->stage + (size_t)m->rank * piece;
+    accel_status cst = accel__dev_copy(m->dev, mine, m->master + fb->shard_offset,
+                                       piece * sizeof(float), ACCEL__COPY_D2H, NULL);
+    if (cst != ACCEL_OK) {
+        memset(mine, 0xFF, piece * sizeof(float));
+    }
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, mine, m->z3->stage, piece, ACCEL_F32, ACCEL_SUM, 0);
+    accel_work *w = NULL;
+    accel_status st = accel__comm_post(accel__zero_comm(m), &op, NULL, &w);
+    if (st == ACCEL_OK) {
+        st = accel__work_wait(w, accel__comm_deadline(accel__zero_comm(m)));
+        accel__work_free(w);
+    }
+    if (st == ACCEL_OK && cst == ACCEL_OK) {
+        cst = accel__dev_copy(m->dev, m->weights + fb->offset, m->z3->stage,
+                              fb->padded * sizeof(float), ACCEL__COPY_H2D, NULL);
+    }
+    if (st != ACCEL_OK || cst != ACCEL_OK) {
+        return accel__seterr(m->acc, st != ACCEL_OK ? st : cst,
+                             "ZeRO stage 3: gathering unit %d through host memory: %s", b,
+                             accel_last_error(NULL));
+    }
+    m->z3->units[b].resident = 1;
+    return accel__model_refresh_compute_range(m, fb->offset, fb->padded);
 }
 
 /* Posts the allgather of unit b's pieces into the weights, unless resident or in flight; at
@@ -212,6 +367,12 @@ static accel_status post_gather(accel_model *m, int b)
         return ACCEL_OK;
     }
     size_t piece = fb->padded / (size_t)m->flat.n_ranks;
+    if (m->z3->wr != NULL && !u->mapped) {
+        ACCEL_TRY(map_unit(m, b, 1));
+    }
+    if (m->z3->stage != NULL) {
+        return staged_gather(m, b);
+    }
     accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, m->master + fb->shard_offset,
                                  m->weights + fb->offset, piece, ACCEL_F32, ACCEL_SUM, 0);
     accel_status st = accel__comm_post(accel__zero_comm(m), &op, NULL, &u->work);
@@ -262,18 +423,26 @@ accel_status accel_model_materialize(accel_model *m, int index)
         return ACCEL_OK; /* the common case: the unit in use */
     }
     double t0 = accel__now();
-    ACCEL_TRY(post_gather(m, b));
-    ACCEL_TRY(finish_gather(m, b));
     /* Forward runs in registration order, which is decreasing bucket order (memory is reverse
      * registration order); backward the other way. */
     int next = m->in_backward ? b + 1 : b - 1;
-    if (next >= 0 && next < z->n_units) {
-        ACCEL_TRY(post_gather(m, next));
-    }
+    /* Released first (the same units either way): on a device the memory goes back before the
+     * next unit's comes, so at most three are ever mapped. */
+    int drained = z->wr == NULL;
     for (int u = 0; u < z->n_units; u++) {
-        if (u != b && u != z->cur && u != next && z->units[u].work == NULL) {
+        if (u != b && u != z->cur && u != next && z->units[u].work == NULL &&
+            (z->units[u].resident || z->units[u].mapped)) {
+            if (!drained) {
+                ACCEL_TRY(drain(m));
+                drained = 1;
+            }
             release(m, u);
         }
+    }
+    ACCEL_TRY(post_gather(m, b));
+    ACCEL_TRY(finish_gather(m, b));
+    if (next >= 0 && next < z->n_units) {
+        ACCEL_TRY(post_gather(m, next));
     }
     if (b != z->cur) {
         z->prev = z->cur;
@@ -320,9 +489,26 @@ accel_status accel__zero3_release_all(accel_model *m)
     for (int b = 0; z != NULL && b < z->n_units; b++) {
         accel_status wst = finish_gather(m, b);
         st = st != ACCEL_OK ? st : wst;
+    }
+    int any = z != NULL && z->all_mapped;
+    for (int b = 0; z != NULL && b < z->n_units; b++) {
+        any |= z->units[b].mapped;
+    }
+    if (any && !accel__model_on_host(m)) {
+        accel_status dst = drain(m);
+        st = st != ACCEL_OK ? st : dst;
+    }
+    for (int b = 0; z != NULL && b < z->n_units; b++) {
         release(m, b);
     }
-    if (z != NULL) {
+    if (z != NULL && !accel__model_on_host(m)) {
+        if (z->all_mapped) {
+            (void)accel__dev_range_unmap(z->wr, 0, m->flat.padded_numel * sizeof(float));
+            z->all_mapped = 0;
+        }
+        z->cur = z->prev = -1;
+        z->used = 0;
+    } else if (z != NULL) {
         /* The pages units share at their edges go too: nothing of the full weights stays. */
         size_t n = m->flat.padded_numel;
         accel__pages_drop_all(m->weights, n * sizeof(float));
@@ -356,5 +542,26 @@ accel_status accel__zero3_take_shard(accel_model *m)
         ACCEL_TRY(accel__model_refresh_compute(m)); /* the full weights are still here */
         m->compute_stale = 0;
     }
-    return accel__zero3_release_all(m);
+    accel_status st = accel__zero3_release_all(m);
+    if (m->z3->wr != NULL) {
+        accel__dev_range_reset_peak(m->z3->wr); /* from here on: units only */
+        if (m->z3->cr != NULL) {
+            accel__dev_range_reset_peak(m->z3->cr);
+        }
+    }
+    return st;
+}
+
+void accel__zero3_mapped(const accel_model *m, size_t *now, size_t *peak)
+{
+    const struct accel__zero3 *z = m->z3;
+    *now = z ? accel__dev_range_mapped(z->wr) + accel__dev_range_mapped(z->cr) : 0;
+    *peak = z ? accel__dev_range_peak(z->wr) + accel__dev_range_peak(z->cr) : 0;
+}
+
+int accel__zero3_is_mapped(const accel_model *m, size_t flat_index)
+{
+    const struct accel__zero3 *z = m->z3;
+    return z != NULL && z->wr != NULL &&
+           accel__dev_range_is_mapped(z->wr, flat_index * sizeof(float));
 }

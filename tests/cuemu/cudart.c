@@ -129,6 +129,12 @@ cudaError_t cudaSetDevice(int device)
     return cudaSuccess;
 }
 
+cudaError_t cudaGetDevice(int *device)
+{
+    *device = t_device;
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 {
     if (prop == NULL || device < 0 || device >= n_devices()) {
@@ -223,7 +229,42 @@ int cuemu_is_device(const void *p, size_t nbytes)
     if (cuemu_lookup(p, &base, &n, NULL) != CUEMU_DEVICE) {
         return 0;
     }
-    return (size_t)((const char *)p - (const char *)base) + nbytes <= n;
+    /* Inside a reserved range (vmm.c) only where mapped and accessible. */
+    return (size_t)((const char *)p - (const char *)base) + nbytes <= n &&
+           cuemu_vmm_accessible(p, nbytes) != 0;
+}
+
+/* Inserts a known block into the table (under the lock). */
+static void insert(char *p, size_t nbytes, cuemu_kind kind, int dev)
+{
+    long i = find_below(p) + 1;
+    memmove(&g_allocs[i + 1], &g_allocs[i], (g_n - (size_t)i) * sizeof *g_allocs);
+    g_allocs[i] = (alloc){p, nbytes, kind, dev};
+    g_n++;
+}
+
+int cuemu_register_device(void *p, size_t nbytes, int device)
+{
+    cuemu_lock();
+    if (g_n == g_cap && (g_cap = g_cap ? 2 * g_cap : 64,
+                         g_allocs = realloc(g_allocs, g_cap * sizeof *g_allocs)) == NULL) {
+        cuemu_unlock();
+        return -1;
+    }
+    insert(p, nbytes, CUEMU_DEVICE, device);
+    cuemu_unlock();
+    return 0;
+}
+
+void cuemu_unregister_device(void *p)
+{
+    cuemu_lock();
+    long i = find_below(p);
+    if (i >= 0 && g_allocs[i].base == p) {
+        memmove(&g_allocs[i], &g_allocs[i + 1], (g_n - (size_t)i - 1) * sizeof *g_allocs);
+        g_n--;
+    }
+    cuemu_unlock();
 }
 
 static cudaError_t add_alloc(void **out, size_t nbytes, cuemu_kind kind, const char *fn)
@@ -251,10 +292,7 @@ static cudaError_t add_alloc(void **out, size_t nbytes, cuemu_kind kind, const c
         memset(p, 0xFF, cap > 0 ? cap : 256);
         g_device_bytes[dev] += nbytes;
     }
-    long i = find_below(p) + 1;
-    memmove(&g_allocs[i + 1], &g_allocs[i], (g_n - (size_t)i) * sizeof *g_allocs);
-    g_allocs[i] = (alloc){p, nbytes, kind, dev};
-    g_n++;
+    insert(p, nbytes, kind, dev);
     cuemu_unlock();
     *out = p;
     return cudaSuccess;
@@ -377,6 +415,12 @@ static cudaError_t check_end(const char *fn, const char *which, const void *p, s
     }
     if (!dev && kind == CUEMU_DEVICE) {
         FAIL(cudaErrorInvalidValue, "%s(%s): %s %p is device memory", fn, kind_name(k), which, p);
+    }
+    if (dev && cuemu_vmm_accessible(p, n) == 0) {
+        FAIL(cudaErrorInvalidValue,
+             "%s: %s %p + %zu bytes reaches unmapped memory of a reserved address range (no "
+             "cuMemMap + cuMemSetAccess there: on a GPU an illegal address)",
+             fn, which, p, n);
     }
     if (dev && !cuemu_is_device(p, n)) {
         FAIL(cudaErrorInvalidValue, "%s: %s %p + %zu bytes runs past its cudaMalloc allocation", fn,

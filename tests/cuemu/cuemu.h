@@ -30,6 +30,15 @@ cuemu_kind cuemu_lookup(const void *p, const void **base, size_t *nbytes, int *d
 /* 1 when [p, p + nbytes) lies inside one device allocation. */
 int cuemu_is_device(const void *p, size_t nbytes);
 
+/* Registers [p, p + nbytes) as device memory of `device` without allocating it (a reserved
+ * address range of vmm.c); 0, or -1 out of memory. Unregistered by its start. */
+int cuemu_register_device(void *p, size_t nbytes, int device);
+void cuemu_unregister_device(void *p);
+/* vmm.c: -1 when [p, p + nbytes) is not in a reserved range, else 1 when it is wholly mapped
+ * and accessible (cuMemSetAccess), 0 when not; the bytes mapped into reserved ranges now. */
+int cuemu_vmm_accessible(const void *p, size_t nbytes);
+size_t cuemu_vmm_mapped_bytes(void);
+
 /* Records err (a cudaError_t) as the runtime's last error, which cudaGetLastError returns and
  * clears, and prints "cuemu: <message>" on stderr. */
 void cuemu_set_error(int err, const char *fmt, ...)

@@ -14,17 +14,21 @@
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
  * bf16 compressed all-reduces) and with bf16 + hybrid sharding (2 groups of 2 on 4 processes,
- * else groups of one process, replicated: on nccl; refused through staging). Under ZeRO each
- * process's optimizer state is its shard (device memory). For each, save_state from device memory
- * (at a step and inside the accumulation window) resumed on the CPU, and the CPU's resumed on the
- * device, continue bit-identically to the uninterrupted runs, and the states' and save_model's
- * tensor files are the same bytes from either device. Bit for bit holds because both sides reduce
- * in rank order in fp32 (shm, staging, the emulated NCCL of the cuemu build) and every kernel is
- * element-wise or reduces in a fixed order; a real NCCL sums more than two processes in ring order,
- * so there the test skips (77, saying so). Also: load_model into a device model and a sharded
- * save_model from it; a join region (uneven inputs); the refusals of stage 3 and of ZeRO in a join
- * region on the device. The sim's page protection makes any host read of device memory crash. Exits
- * 77 where the accelerator has no device (no GPU, ACCEL_SIM_GPU unset).
+ * else groups of one process, replicated: on nccl; refused through staging), ZeRO-3 with fp32
+ * and with bf16 + sync_each_batch (a unit per layer, gathered into reserved device memory:
+ * nothing mapped between steps; check_stage3_memory bounds what is mapped with units of
+ * several granules). Under ZeRO each process's optimizer state is its shard (device memory).
+ * For each, save_state from device memory (at a step and inside the accumulation window)
+ * resumed on the CPU, and the CPU's resumed on the device, continue bit-identically to the
+ * uninterrupted runs, and the states' and save_model's tensor files are the same bytes from either
+ * device. Bit for bit holds because both sides reduce in rank order in fp32 (shm, staging, the
+ * emulated NCCL of the cuemu build) and every kernel is element-wise or reduces in a fixed order; a
+ * real NCCL sums more than two processes in ring order, so there the test skips (77, saying so).
+ * Also: load_model into a device model and a sharded save_model from it; a join region (uneven
+ * inputs); the refusals of ZeRO in a join region on the device, of stage 3 with hybrid sharding,
+ * and (CUDA emulator) of stage 3 on a GPU without virtual memory management. The sim's page
+ * protection makes any host read of device memory crash. Exits 77 where the accelerator has no
+ * device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
 #include <math.h>
@@ -197,6 +201,9 @@ static int run(const run_spec *rs)
         char name[16];
         snprintf(name, sizeof(name), "layer%d.weight", i);
         CHECK_OK(acc, accel_model_add_param(m, name, 1, &numel[i], NULL));
+        if (rs->cfg.zero_stage == 3) {
+            CHECK_OK(acc, accel_model_set_unit(m, i, 1)); /* a unit per layer */
+        }
     }
     CHECK_OK(acc, accel_model_freeze(m, FROZEN, 1));
     for (int i = 0; i < NP; i++) {
@@ -225,10 +232,11 @@ static int run(const run_spec *rs)
     CHECK(accel_model_num_buckets(m) > 1);
     if (!rs->on_cpu && n > 1) {
         /* The path under test: a device communicator reads the GPU buffers, a host one
-         * stages them; under ZeRO the full fp32 master stays (model.c) and the optimizer
-         * state is this process's shard, in device memory. */
+         * stages them; under ZeRO-1/2 the full fp32 master stays (model.c), at stage 3 it is
+         * the shard; the optimizer state is this process's shard, in device memory. */
         int held = 0;
-        CHECK(m->red.on_device == nccl && m->red.staged == !nccl && !m->master_shard);
+        CHECK(m->red.on_device == nccl && m->red.staged == !nccl &&
+              m->master_shard == (rs->cfg.zero_stage == 3));
         size_t state = accel__zero_state_numel(m);
         size_t group = rs->cfg.hybrid ? (size_t)shard_size() : (size_t)n;
         CHECK_MSG(rs->cfg.zero_stage == 0 ? state == m->flat.padded_numel
@@ -258,6 +266,7 @@ static int run(const run_spec *rs)
             float seed = (float)accel_backward_begin(acc);
             for (int i = NP - 1; i >= 0; i--) {
                 const accel_param *p = accel_model_param(m, i);
+                CHECK_OK(acc, accel_model_materialize(m, i)); /* stage 3: its unit gathered */
                 if (i != FROZEN) {
                     ka[micro][i] =
                         (kargs){p->grad_view.data,
@@ -301,6 +310,15 @@ static int run(const run_spec *rs)
     }
     if (rs->cfg.join) {
         CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
+    }
+    if (rs->cfg.zero_stage == 3 && !rs->on_cpu) {
+        /* Between steps no unit is mapped; at most three ever were (here all in a granule
+         * or two: check_stage3_memory measures bigger units). */
+        size_t now, peak, g;
+        accel__zero3_mapped(m, &now, &peak);
+        CHECK_OK(NULL, accel__dev_range_granularity(d, &g));
+        CHECK_MSG(now == 0 && peak > 0 && peak <= 2 * 3 * 3 * g, "mapped %zu, peak %zu", now,
+                  peak);
     }
     CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
     accel_free(acc);
@@ -394,6 +412,104 @@ static void check_join(void)
     same_file("join region", a, b);
 }
 
+/* The emulator's own count of memory mapped into reserved ranges (tests/cuemu/vmm.c), in the
+ * CUDA emulator build only. */
+size_t cuemu_vmm_mapped_bytes(void) __attribute__((weak));
+
+/* ZeRO stage 3 with bf16 on the device, units of several granules: during a forward and a
+ * backward at most three units are mapped (weights and compute copy, plus the granules they
+ * share with neighbours), a unit that left the window is unmapped (its inner granules), and
+ * after the step nothing is. */
+#define Z3_UNITS 6
+#define Z3_NUMEL 1100000 /* 4.4 MB of fp32: more than two 2 MiB granules */
+static void check_stage3_memory(void)
+{
+    accel_options o = accel_options_default();
+    o.zero_stage = 3;
+    o.mixed_precision = ACCEL_PRECISION_BF16;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel__device *d;
+    CHECK_OK(NULL, accel__device_open(&d, accel_device_of(acc)));
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    int64_t n = Z3_NUMEL;
+    for (int i = 0; i < Z3_UNITS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "blocks.%d.weight", i); /* a unit each, by name */
+        CHECK_OK(acc, accel_model_add_param(m, name, 1, &n, NULL));
+    }
+    CHECK_OK(acc, accel_model_alloc(m));
+    float *w0 = malloc(Z3_NUMEL * sizeof(float));
+    CHECK(w0 != NULL);
+    for (int i = 0; i < Z3_UNITS; i++) {
+        for (size_t j = 0; j < Z3_NUMEL; j++) {
+            w0[j] = gen((uint64_t)(70 + i), j);
+        }
+        CHECK_OK(NULL, accel__dev_copy(d, accel_model_param(m, i)->data_view.data, w0,
+                                       Z3_NUMEL * 4, ACCEL__COPY_H2D, NULL));
+    }
+    accel_optimizer *opt;
+    accel_adam_options ao = accel_adamw_options_default();
+    CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
+    CHECK_OK(acc, accel_prepare(acc, m, opt));
+    CHECK(accel_model_num_units(m) == Z3_UNITS);
+    size_t g, now, peak, unit = 0;
+    CHECK_OK(NULL, accel__dev_range_granularity(d, &g));
+    for (int b = 0; b < m->flat.n_buckets; b++) {
+        unit = m->flat.buckets[b].padded > unit ? m->flat.buckets[b].padded : unit;
+    }
+    /* Three units of fp32 weights and bf16 compute copy, each range's span two granules more
+     * than its bytes at most. */
+    size_t bound = 3 * (unit * 4 + 2 * g) + 3 * (unit * 2 + 2 * g);
+    accel__zero3_mapped(m, &now, &peak);
+    CHECK_MSG(now == 0, "%zu bytes mapped after prepare", now);
+    CHECK_OK(acc, accel_accumulate(acc, m));
+    for (int i = 0; i < Z3_UNITS; i++) { /* forward */
+        CHECK_OK(acc, accel_model_materialize(m, i));
+        accel__zero3_mapped(m, &now, &peak);
+        CHECK_MSG(now <= bound && now >= unit * 6, "forward at %d: %zu bytes mapped (bound %zu)",
+                  i, now, bound);
+        if (cuemu_vmm_mapped_bytes != NULL) {
+            CHECK_MSG(cuemu_vmm_mapped_bytes() == now, "the emulator maps %zu bytes, accel %zu",
+                      cuemu_vmm_mapped_bytes(), now);
+        }
+        if (i >= 3) { /* the unit of parameter i - 3 left the window */
+            const accel__flat_bucket *fb = &m->flat.buckets[m->flat_bucket[i - 3]];
+            CHECK_MSG(!accel__zero3_is_mapped(m, fb->offset + fb->padded / 2),
+                      "forward at %d: the unit of parameter %d is still mapped", i, i - 3);
+            CHECK(accel__zero3_unit_state(m, m->flat_bucket[i - 3]) == 0);
+        }
+    }
+    (void)accel_backward_begin(acc);
+    for (int i = Z3_UNITS - 1; i >= 0; i--) {
+        CHECK_OK(acc, accel_model_materialize(m, i));
+        CHECK_OK(acc, accel_grad_ready(m, i));
+    }
+    CHECK_OK(acc, accel_backward_end(acc));
+    CHECK_OK(acc, accel_optimizer_step(opt));
+    accel__zero3_mapped(m, &now, &peak);
+    CHECK_MSG(now == 0 && peak <= bound, "after the step: %zu bytes mapped, peak %zu (bound %zu)",
+              now, peak, bound);
+    if (cuemu_vmm_mapped_bytes != NULL) {
+        CHECK(cuemu_vmm_mapped_bytes() == 0);
+    }
+    /* The weights came back whole: gathered, they are process 0's. */
+    CHECK_OK(acc, accel_model_gather_all(m));
+    CHECK_OK(NULL, accel__dev_copy(d, w0, accel_model_param(m, Z3_UNITS - 1)->data_view.data,
+                                   Z3_NUMEL * 4, ACCEL__COPY_D2H, NULL));
+    float lr = 1e-3f; /* AdamW's first step moves each weight by lr (zero gradients: 0) */
+    for (size_t j = 0; j < Z3_NUMEL; j += 4099) {
+        float want = gen(70 + Z3_UNITS - 1, j) * (1.0f - lr * 0.01f);
+        CHECK_MSG(fabsf(w0[j] - want) <= 1e-6f, "weight %zu: %g, expected %g", j, w0[j], want);
+    }
+    printf("test_device_train: ZeRO stage 3 on %s: at most %zu bytes mapped (bound %zu; %zu per "
+           "unit in fp32)\n",
+           accel__device_name(d), peak, bound, unit * 4);
+    free(w0);
+    accel_free(acc);
+}
+
 /* Device vs CPU, and each one's checkpoint resumed on the other, for one configuration. */
 static int check_config(config cfg)
 {
@@ -482,6 +598,8 @@ int main(void)
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16, 0},
         {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid sharding */
+        {3, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0},   /* ZeRO-3: units gathered, mapped */
+        {3, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
     };
     for (size_t k = 0; k < sizeof(configs) / sizeof(configs[0]); k++) {
         if (check_config(configs[k]) == 77) {
@@ -491,19 +609,39 @@ int main(void)
     }
     check_join();
 
-    /* Stage 3 gathers units in host memory: refused on the device, naming it. */
+    check_stage3_memory();
+    /* Stage 3 on the device, but not yet with hybrid sharding: refused, naming it. */
     accel_options o = accel_options_default();
-    o.zero_stage = 3;
     accel *acc;
-    CHECK_OK(NULL, accel_init(&acc, &o));
     accel_model *m;
-    CHECK_OK(acc, accel_model_new(acc, &m));
-    CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
-    CHECK(accel_prepare(acc, m) == ACCEL_EUNSUPPORTED);
-    CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
-                  strstr(accel_last_error(acc), "cuda memory"),
-              "%s", accel_last_error(acc));
-    accel_free(acc);
+    o.zero_stage = 3;
+    o.zero_shard_size = shard_size();
+    if (o.zero_shard_size > 1) {
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+        CHECK(accel_prepare(acc, m) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
+                      strstr(accel_last_error(acc), "hybrid sharding"),
+                  "%s", accel_last_error(acc));
+        accel_free(acc);
+    }
+    o.zero_shard_size = 0;
+    if (getenv("ACCEL_CUEMU") != NULL) {
+        /* The CUDA emulator playing a GPU without virtual memory management: stage 3 refused
+         * at alloc, naming the GPU and why. */
+        setenv("ACCEL_CUEMU_NO_VMM", "1", 1);
+        CHECK_OK(NULL, accel_init(&acc, &o));
+        CHECK_OK(acc, accel_model_new(acc, &m));
+        CHECK_OK(acc, accel_model_add_param(m, "w", 1, &numel[0], NULL));
+        CHECK(accel_model_alloc(m) == ACCEL_EUNSUPPORTED);
+        CHECK_MSG(strstr(accel_last_error(acc), "ZeRO stage 3") &&
+                      strstr(accel_last_error(acc), "does not support virtual memory") &&
+                      strstr(accel_last_error(acc), "accel CUDA emulator"),
+                  "%s", accel_last_error(acc));
+        accel_free(acc);
+        unsetenv("ACCEL_CUEMU_NO_VMM");
+    }
     /* ZeRO-1 on the device trains, but not yet in a join region: refused, naming it. */
     o.zero_stage = 1;
     CHECK_OK(NULL, accel_init(&acc, &o));

@@ -8,6 +8,7 @@
 #   bf16, 1 process          <= 1e-2                <= 2e-2
 #   fp32, 2 processes        <= 3e-4                <= 2e-3   (the GPU shared: staged buckets)
 #   ZeRO-2 vs DDP, 2 procs   <= 1e-4                <= 1e-4   (the same sums on 2 processes)
+#   ZeRO-3 vs DDP, 2 procs   <= 1e-4                <= 1e-4   (units in reserved GPU memory)
 #
 # Step 1 is the forward of the initial weights (losses are printed with 4 decimals, so 1e-4 of
 # it is the print); later steps add the drift of summation orders through AdamW (bf16: and the
@@ -142,6 +143,12 @@ echo "== ZeRO-2, fp32, 2 processes"
 # the same sums as DDP's all-reduce, so the same losses up to their printed 4 decimals.
 ACCEL_ZERO_STAGE=2 run gpu_np2_zero2 2 --device cuda --mixed_precision no
 compare gpu_np2_zero2 gpu_np2 1e-4 1e-4 || fail "ZeRO-2 on the GPU does not follow DDP"
+
+echo "== ZeRO-3, fp32, 2 processes"
+# The units (wte/wpe, each block, ln_f) mapped into reserved GPU memory and gathered before
+# use, released (unmapped) after; gradients as at stage 2: the same losses as DDP's.
+ACCEL_ZERO_STAGE=3 run gpu_np2_zero3 2 --device cuda --mixed_precision no
+compare gpu_np2_zero3 gpu_np2 1e-4 1e-4 || fail "ZeRO-3 on the GPU does not follow DDP"
 
 echo "== the GPU model's model.safetensors"
 [ -s "$DIR/gpu_model/model.safetensors" ] || fail "no $DIR/gpu_model/model.safetensors"

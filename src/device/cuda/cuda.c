@@ -21,6 +21,7 @@
 
 #include "device/device_impl.h"
 #include "kernels.h"
+#include "vmm.h"
 
 /* GPUs one process can address (CUDA ordinals are small; more is refused by name). */
 #define MAX_GPUS 64
@@ -542,6 +543,39 @@ static accel_status cuda_adam_step(accel__device *d, const accel__adam_args *a, 
                     "adam_step");
 }
 
+/* ---- reserved ranges: the driver's virtual memory management (vmm.c) ---- */
+
+static accel_status cuda_range_granularity(accel__device *d, size_t *out)
+{
+    ACCEL_TRY(use(d));
+    return accel__cuda_vmm_granularity(gpu_of(d)->ordinal, gpu_of(d)->about, out);
+}
+
+static accel_status cuda_range_reserve(accel__device *d, size_t nbytes, void **base)
+{
+    ACCEL_TRY(use(d));
+    return accel__cuda_vmm_reserve(gpu_of(d)->ordinal, nbytes, base);
+}
+
+static void cuda_range_release(accel__device *d, void *base, size_t nbytes)
+{
+    if (use(d) == ACCEL_OK) {
+        accel__cuda_vmm_release(base, nbytes);
+    }
+}
+
+static accel_status cuda_range_map(accel__device *d, void *at, size_t nbytes, void **phys)
+{
+    ACCEL_TRY(use(d));
+    return accel__cuda_vmm_map(gpu_of(d)->ordinal, at, nbytes, phys);
+}
+
+static accel_status cuda_range_unmap(accel__device *d, void *at, size_t nbytes, void *phys)
+{
+    ACCEL_TRY(use(d));
+    return accel__cuda_vmm_unmap(at, nbytes, phys);
+}
+
 static const accel__device_ops cuda_ops = {
     .name = "cuda",
     .describe = cuda_describe,
@@ -572,4 +606,9 @@ static const accel__device_ops cuda_ops = {
     .abs_max = cuda_abs_max,
     .nonfinite = cuda_nonfinite,
     .unscale_check = cuda_unscale_check,
+    .range_granularity = cuda_range_granularity,
+    .range_reserve = cuda_range_reserve,
+    .range_release = cuda_range_release,
+    .range_map = cuda_range_map,
+    .range_unmap = cuda_range_unmap,
 };
