@@ -221,14 +221,9 @@ static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
 static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
 {
     nn_gpu_state *s = g->gpu;
-    /* Overwritten outputs are fresh arena memory: zero them, so no algorithm can turn stale
-     * NaNs into 0 * NaN even if it reads D when beta is 0 (ldd == m in every call here). */
-    if (p->beta == 0.0f &&
-        !accel__nn_cu_ok(
-            g, cudaMemsetAsync(p->D, 0, (size_t)(p->m * p->n) * sizeof(float), nn__cu_stream(g)),
-            what)) {
-        return 0;
-    }
+    /* An overwritten output (beta 0) is fresh arena memory and is not cleared first: as in
+     * BLAS, cuBLASLt does not read C when beta is 0 (PyTorch and llm.c rely on it too), and a
+     * memset would add a full write of every product's output. */
     /* No preference covers the bias pointer, and epilogue kernels may read it in 16-byte
      * vectors: a less aligned bias (a parameter view at an odd offset) takes the plain
      * product and the bias kernel. Aux and bias-gradient buffers come from the arena. */
