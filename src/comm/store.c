@@ -570,3 +570,43 @@ accel_status accel__store_depart(accel__store *st)
 {
     return send_key_value(st, STORE_PRESENCE, 0, NULL, NULL, 0, "a departure");
 }
+
+accel_status accel__store_beat(accel__store *st, int id, const char *name, double silent_s,
+                               double answer_s, accel__store_silent *out, int cap, int *n_out)
+{
+    *n_out = 0;
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (n == 0 || n > ACCEL__STORE_BEAT_NAME_MAX || id < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "store %s: a beat as %d with a name of %zu bytes",
+                             st->name, id, n);
+    }
+    uint8_t req[4 + STORE_REQ_HEAD + 8 + ACCEL__STORE_BEAT_NAME_MAX] = {0};
+    req[4] = STORE_BEAT;
+    store_put32(req + 8, to_ms(silent_s));
+    store_put32(req + 4 + STORE_REQ_HEAD, (uint32_t)id);
+    store_put32(req + 4 + STORE_REQ_HEAD + 4, (uint32_t)n);
+    memcpy(req + 4 + STORE_REQ_HEAD + 8, name, n);
+    uint8_t status, *ans = NULL;
+    size_t len = 0;
+    ACCEL_TRY(exchange(st, req, 4 + STORE_REQ_HEAD + 8 + n, accel__now() + answer_s, "a beat",
+                       &status, &ans, &len));
+    accel_status s = ACCEL_OK;
+    size_t off = 0;
+    while (s == ACCEL_OK && off < len) {
+        size_t m = off + 10 <= len ? store_get16(ans + off + 8) : 0;
+        if (status != STORE_OK || off + 10 > len || m > ACCEL__STORE_BEAT_NAME_MAX ||
+            off + 10 + m > len) {
+            st->broken = ACCEL_EIO;
+            s = accel__seterr(NULL, ACCEL_EIO, "store %s: malformed answer to a beat", st->name);
+        } else if (*n_out < cap) {
+            accel__store_silent *q = &out[(*n_out)++];
+            q->id = (int)store_get32(ans + off);
+            q->silent_s = store_get32(ans + off + 4) * 1e-3;
+            memcpy(q->name, ans + off + 10, m);
+            q->name[m] = '\0';
+        }
+        off += 10 + m;
+    }
+    accel__free(ans);
+    return s;
+}
