@@ -68,6 +68,7 @@ typedef struct nccl_impl {
     pthread_mutex_t mu;      /* the request cache and the abort's claim */
     pthread_mutex_t comm_mu; /* ncclCommAbort against the calls that read what it frees */
     nccl_req *spare;         /* a finished request to reuse (its event and staging buffers) */
+    nccl_req *flight;        /* posted requests whose event is recorded and not yet seen done */
     int abort_claimed;       /* under mu: the first abort writes the status and message */
     _Atomic int aborted;     /* released after abort_st and abort_msg are written */
     accel_status abort_st;
@@ -84,7 +85,8 @@ struct nccl_req {
     size_t wnbytes;
     void *recv; /* host destination of the result (NULL: none or not staged) */
     size_t out_off, out_nbytes;
-    int in_flight; /* counted in the watch's posted, not yet in its done */
+    _Atomic int in_flight; /* counted in the watch's posted, not yet in its done */
+    nccl_req *next;        /* in the flight list (under mu) */
 };
 
 static accel_status cuda_err(cudaError_t e, const char *what)
@@ -323,19 +325,53 @@ static void req_destroy(nccl_req *q)
     }
 }
 
-/* q's operation is over (complete, failed or given up): the watch stops counting it. */
+/* q's operation is over (complete, failed or given up): the watch stops counting it. Either
+ * thread (the owner's test, the watch's progress): counted once. */
 static void req_over(nccl_impl *e, nccl_req *q)
 {
-    if (q != NULL && q->in_flight) {
-        q->in_flight = 0;
+    if (q != NULL && atomic_exchange(&q->in_flight, 0)) {
         atomic_fetch_add_explicit(&e->wm.done, 1, memory_order_relaxed);
     }
+}
+
+static void flight_unlink(nccl_impl *e, nccl_req *q)
+{
+    for (nccl_req **p = &e->flight; *p != NULL; p = &(*p)->next) {
+        if (*p == q) {
+            *p = q->next;
+            break;
+        }
+    }
+}
+
+/* The watch's progress (its thread, before it judges a stall): a posted collective that is
+ * complete on the GPU is done even if nobody tested it yet (work posted and waited for much
+ * later is no stall). */
+static void watch_progress(void *arg)
+{
+    nccl_impl *e = arg;
+    pthread_mutex_lock(&e->mu);
+    if (e->flight != NULL) {
+        (void)cudaSetDevice(e->device); /* else this thread would make a context on GPU 0 */
+    }
+    for (nccl_req **p = &e->flight; *p != NULL;) {
+        nccl_req *q = *p;
+        if (cudaEventQuery(q->ev) == cudaSuccess) {
+            *p = q->next;
+            req_over(e, q);
+        } else {
+            p = &q->next;
+        }
+    }
+    (void)cudaGetLastError(); /* a query's "not ready" is not the owner's error */
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void req_put(nccl_impl *e, nccl_req *q)
 {
     req_over(e, q);
     pthread_mutex_lock(&e->mu);
+    flight_unlink(e, q);
     nccl_req *old = e->spare;
     if (old == NULL || (q != NULL && q->nbytes >= old->nbytes)) {
         e->spare = q;
@@ -464,7 +500,7 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
         q->out_off = (size_t)((char *)recv - dbuf);
         q->out_nbytes = outb;
     }
-    q->in_flight = 1; /* from here until test sees it complete: a call may block in NCCL */
+    atomic_store(&q->in_flight, 1); /* from here until it is seen complete */
     atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed);
     st = wire ? enqueue_wire(e, op, send, recv, q->wbuf, s)
               : settle(e, enqueue(e, op, send, recv, dt, s), what);
@@ -481,6 +517,10 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
         req_put(e, q);
         return st;
     }
+    pthread_mutex_lock(&e->mu);
+    q->next = e->flight; /* the watch may see it complete before anyone tests it */
+    e->flight = q;
+    pthread_mutex_unlock(&e->mu);
     *out = q;
     return ACCEL_OK;
 }
@@ -495,6 +535,9 @@ static int nccl_test(void *impl, void *req, accel_status *st)
     }
     cudaError_t ce = cudaEventQuery(q->ev);
     if (ce == cudaSuccess) {
+        pthread_mutex_lock(&e->mu);
+        flight_unlink(e, q);
+        pthread_mutex_unlock(&e->mu);
         req_over(e, q);
         if (q->recv != NULL) {
             memcpy(q->recv, (char *)q->hbuf + q->out_off, q->out_nbytes);
@@ -585,6 +628,7 @@ static nccl_impl *impl_new(const accel__comm_config *cfg)
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->comm_mu, NULL);
     e->wm.fail = watch_fail;
+    e->wm.progress = watch_progress;
     e->wm.arg = e;
     e->rank = cfg->rank;
     e->n_ranks = cfg->n_ranks;
