@@ -20,8 +20,17 @@
  * watch (src/comm/watch.h) gets a process out of a collective with a dead peer. After a
  * failure the communicator only reports it (ncclCommGetAsyncError), as NCCL's does. Buffers
  * must be device memory of the size the call implies (cuemu_is_device).
+ *
+ * Non-blocking communicators (ncclCommInitRankConfig with config->blocking = 0; a split with
+ * config NULL inherits it): every call on one returns ncclInProgress at once and runs on the
+ * communicator's own worker thread (init, a collective, a group's calls at ncclGroupEnd, a
+ * split, finalize); ncclCommGetAsyncError says ncclInProgress until it is done, then its
+ * result. A call issued while the previous one is still in progress is refused
+ * (ncclInvalidUsage), as NCCL requires polling first; a group may hold the calls of one
+ * non-blocking communicator only. ncclCommAbort stops the worker's call and joins it.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -57,6 +66,7 @@ struct ncclComm {
     unsigned n_splits; /* children made, for their segments' names */
     char name[96];
     char last[256];
+    struct worker *w; /* non-blocking: the thread that runs its calls; NULL: blocking */
 };
 
 static _Thread_local char t_last[256];
@@ -203,6 +213,8 @@ static size_t type_nbytes(ncclDataType_t t)
     }
 }
 
+static ncclResult_t idle(ncclComm_t c, const char *fn);
+
 static ncclResult_t usable(ncclComm_t c, const char *fn)
 {
     if (c == NULL || c->dead) {
@@ -211,7 +223,7 @@ static ncclResult_t usable(ncclComm_t c, const char *fn)
     if (c->failed != ncclSuccess) {
         return fail(c, c->failed, fn, "the communicator failed before: %s", c->last);
     }
-    return ncclSuccess;
+    return idle(c, fn);
 }
 
 /* Checks a call's communicator, dtype, root and buffers (of send_n and recv_n elements). */
@@ -381,10 +393,12 @@ static _Thread_local coll t_colls[MAX_QUEUED];
 static _Thread_local p2p t_p2p[MAX_QUEUED];
 static _Thread_local int t_n_colls, t_n_p2p;
 
+static ncclResult_t submit_coll(const coll *k);
+
 static ncclResult_t issue(const coll *k)
 {
     if (t_group == 0) {
-        return run_coll(k);
+        return k->c->w != NULL ? submit_coll(k) : run_coll(k);
     }
     if (t_n_colls == MAX_QUEUED) {
         return fail(k->c, ncclInvalidUsage, k->fn, "more than %d calls in one group", MAX_QUEUED);
@@ -500,6 +514,9 @@ static ncclResult_t queue_p2p(ncclComm_t c, const char *fn, int is_send, void *b
     return ncclSuccess;
 }
 
+static ncclResult_t submit_group(ncclComm_t c);
+static ncclResult_t run_group(void);
+
 ncclResult_t ncclGroupStart(void)
 {
     t_group++;
@@ -514,6 +531,28 @@ ncclResult_t ncclGroupEnd(void)
     if (--t_group > 0) {
         return ncclSuccess;
     }
+    ncclComm_t nb = NULL; /* the group's non-blocking communicator, if any */
+    int mixed = 0;
+    for (int i = 0; i < t_n_colls + t_n_p2p; i++) {
+        ncclComm_t c = i < t_n_colls ? t_colls[i].c : t_p2p[i - t_n_colls].c;
+        mixed |= (nb != NULL && c != nb) || (nb == NULL && i > 0 && c->w != NULL);
+        nb = c->w != NULL ? c : nb;
+    }
+    if (nb != NULL) {
+        ncclResult_t r = mixed ? fail(nb, ncclInvalidUsage, "ncclGroupEnd",
+                                      "the emulator runs a group with a non-blocking "
+                                      "communicator only when all its calls are on that one")
+                               : submit_group(nb);
+        t_n_colls = t_n_p2p = 0;
+        return r;
+    }
+    return run_group();
+}
+
+/* The calls queued in this thread's group, in order: collectives, then each communicator's
+ * messages. */
+static ncclResult_t run_group(void)
+{
     ncclResult_t r = ncclSuccess;
     for (int i = 0; r == ncclSuccess && i < t_n_colls; i++) {
         r = run_coll(&t_colls[i]);
@@ -527,6 +566,172 @@ ncclResult_t ncclGroupEnd(void)
     }
     t_n_colls = t_n_p2p = 0;
     return r;
+}
+
+/* ---- non-blocking communicators: a worker thread per communicator ---- */
+
+typedef enum { J_INIT, J_COLL, J_GROUP, J_SPLIT, J_NOP } job_kind;
+
+typedef struct job {
+    job_kind kind;
+    coll k;                 /* J_COLL */
+    coll colls[MAX_QUEUED]; /* J_GROUP: the caller's queued calls */
+    p2p msgs[MAX_QUEUED];
+    int n_colls, n_msgs;
+    int color, key;   /* J_SPLIT */
+    ncclComm_t child; /* J_SPLIT: made by the call, attached here (or NULL) */
+} job;
+
+static _Thread_local job t_job; /* a call being handed over (large: not on the stack) */
+
+typedef struct worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int has_job, quit;
+    job j;
+    _Atomic ncclResult_t state; /* ncclInProgress while a call runs, then its result */
+} worker;
+
+static ncclResult_t run_group(void);
+static ncclResult_t split_exchange(ncclComm_t comm, int color, int key, int *n, int *rank,
+                                   unsigned *k);
+
+static ncclResult_t run_job(ncclComm_t c, job *j)
+{
+    switch (j->kind) {
+    case J_INIT:
+        return attach(c, "ncclCommInitRankConfig");
+    case J_COLL:
+        return run_coll(&j->k);
+    case J_GROUP: /* the caller's queue, as this thread's own */
+        memcpy(t_colls, j->colls, (size_t)j->n_colls * sizeof(coll));
+        memcpy(t_p2p, j->msgs, (size_t)j->n_msgs * sizeof(p2p));
+        t_n_colls = j->n_colls;
+        t_n_p2p = j->n_msgs;
+        return run_group();
+    case J_SPLIT: {
+        int n = 0, rank = 0;
+        unsigned k = 0;
+        ncclResult_t r = split_exchange(c, j->color, j->key, &n, &rank, &k);
+        if (j->child == NULL) {
+            return r;
+        }
+        ncclComm_t ch = j->child;
+        ncclResult_t rc = r;
+        if (r == ncclSuccess) {
+            ch->n = n;
+            ch->rank = rank;
+            snprintf(ch->name, sizeof ch->name, "%.80s_s%u_c%d", c->name, k, j->color);
+            rc = attach(ch, "ncclCommSplit");
+        }
+        atomic_store(&ch->w->state, rc); /* the child's own call: its setup */
+        return r;
+    }
+    case J_NOP:
+        break;
+    }
+    return ncclSuccess;
+}
+
+static void *worker_main(void *arg)
+{
+    ncclComm_t c = arg;
+    worker *w = c->w;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->has_job && !w->quit) {
+            pthread_cond_wait(&w->cv, &w->mu);
+        }
+        if (w->quit) {
+            break;
+        }
+        pthread_mutex_unlock(&w->mu);
+        ncclResult_t r = run_job(c, &w->j);
+        pthread_mutex_lock(&w->mu);
+        w->has_job = 0;
+        atomic_store(&w->state, r);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Makes c non-blocking: its worker, in progress (its setup is the first job). */
+static ncclResult_t worker_start(ncclComm_t c, const char *fn)
+{
+    c->w = calloc(1, sizeof *c->w);
+    if (c->w == NULL) {
+        return fail(NULL, ncclSystemError, fn, "out of memory");
+    }
+    pthread_mutex_init(&c->w->mu, NULL);
+    pthread_cond_init(&c->w->cv, NULL);
+    atomic_store(&c->w->state, ncclInProgress);
+    if (pthread_create(&c->w->thread, NULL, worker_main, c) != 0) {
+        free(c->w);
+        c->w = NULL;
+        return fail(NULL, ncclSystemError, fn, "cannot start a worker thread");
+    }
+    return ncclSuccess;
+}
+
+/* Hands j to c's worker: ncclInProgress (c's state until it is done). */
+static ncclResult_t submit(ncclComm_t c, const job *j)
+{
+    pthread_mutex_lock(&c->w->mu);
+    c->w->j = *j;
+    c->w->has_job = 1;
+    atomic_store(&c->w->state, ncclInProgress);
+    pthread_cond_signal(&c->w->cv);
+    pthread_mutex_unlock(&c->w->mu);
+    return ncclInProgress;
+}
+
+/* A non-blocking communicator takes a call only once its previous one is done. */
+static ncclResult_t idle(ncclComm_t c, const char *fn)
+{
+    if (c != NULL && c->w != NULL && !c->dead && atomic_load(&c->w->state) == ncclInProgress) {
+        return fail(c, ncclInvalidUsage, fn,
+                    "called on a non-blocking communicator whose previous call is still in "
+                    "progress (poll ncclCommGetAsyncError until it is not ncclInProgress)");
+    }
+    return ncclSuccess;
+}
+
+static ncclResult_t submit_coll(const coll *k)
+{
+    t_job.kind = J_COLL;
+    t_job.k = *k;
+    return submit(k->c, &t_job);
+}
+
+static ncclResult_t submit_group(ncclComm_t c)
+{
+    ncclResult_t r = idle(c, "ncclGroupEnd");
+    if (r != ncclSuccess) {
+        return r;
+    }
+    t_job.kind = J_GROUP;
+    memcpy(t_job.colls, t_colls, (size_t)t_n_colls * sizeof(coll));
+    memcpy(t_job.msgs, t_p2p, (size_t)t_n_p2p * sizeof(p2p));
+    t_job.n_colls = t_n_colls;
+    t_job.n_msgs = t_n_p2p;
+    return submit(c, &t_job);
+}
+
+static void worker_stop(ncclComm_t c)
+{
+    if (c->w == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&c->w->mu);
+    c->w->quit = 1;
+    pthread_cond_signal(&c->w->cv);
+    pthread_mutex_unlock(&c->w->mu);
+    pthread_join(c->w->thread, NULL); /* an aborted call returns at its next barrier spin */
+    pthread_mutex_destroy(&c->w->mu);
+    pthread_cond_destroy(&c->w->cv);
+    free(c->w);
+    c->w = NULL;
 }
 
 /* ---- the API ---- */
@@ -558,32 +763,106 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     return new_comm(comm, nranks, rank, id.internal, "ncclCommInitRank");
 }
 
+/* The blocking config of a call: config's, else the parent's (a split), else blocking. */
+static int nonblocking(const ncclConfig_t *config, ncclComm_t parent)
+{
+    if (config != NULL && config->blocking != NCCL_CONFIG_UNDEF_INT) {
+        return config->blocking == 0;
+    }
+    return config == NULL && parent != NULL && parent->w != NULL;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    const char *fn = "ncclCommInitRankConfig";
+    if (config != NULL && (config->magic != 0xcafebeef || config->size != sizeof(ncclConfig_t))) {
+        *comm = NULL;
+        return fail(NULL, ncclInvalidArgument, fn, "config not from NCCL_CONFIG_INITIALIZER");
+    }
+    if (!nonblocking(config, NULL)) {
+        return ncclCommInitRank(comm, nranks, id, rank);
+    }
+    *comm = NULL;
+    if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks ||
+        strncmp(id.internal, "/accel_cuemu_nccl_", 18) != 0) {
+        return fail(NULL, ncclInvalidArgument, fn, "rank %d of %d, or a bad id", rank, nranks);
+    }
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return fail(NULL, ncclSystemError, fn, "out of memory");
+    }
+    c->n = nranks;
+    c->rank = rank;
+    snprintf(c->name, sizeof c->name, "%.95s", id.internal);
+    ncclResult_t r = worker_start(c, fn);
+    if (r != ncclSuccess) {
+        free(c);
+        return r;
+    }
+    *comm = c; /* usable for ncclCommGetAsyncError (and ncclCommAbort) at once, as NCCL's */
+    t_job.kind = J_INIT;
+    return submit(c, &t_job);
+}
+
+/* A split's exchange through the parent: the child's size and this rank in it, and the
+ * split's number (for the child's segment name). */
+static ncclResult_t split_exchange(ncclComm_t comm, int color, int key, int *n, int *rank,
+                                   unsigned *k)
+{
+    const char *fn = "ncclCommSplit";
+    int mine[2] = {color, key};
+    memcpy(slot(comm, comm->rank), mine, sizeof mine);
+    ncclResult_t r = barrier(comm, fn);
+    if (r != ncclSuccess) {
+        return r;
+    }
+    *n = *rank = 0;
+    for (int q = 0; q < comm->n; q++) {
+        int other[2];
+        memcpy(other, slot(comm, q), sizeof other);
+        if (color != NCCL_SPLIT_NOCOLOR && other[0] == color) {
+            (*n)++; /* ranks of the child: by key, then by parent rank */
+            *rank += other[1] < key || (other[1] == key && q < comm->rank);
+        }
+    }
+    *k = comm->n_splits++;
+    return barrier(comm, fn);
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                            ncclConfig_t *config)
 {
-    (void)config;
     const char *fn = "ncclCommSplit";
     *newcomm = NULL;
     ncclResult_t r = usable(comm, fn);
     if (r != ncclSuccess) {
         return r;
     }
-    int mine[2] = {color, key};
-    memcpy(slot(comm, comm->rank), mine, sizeof mine);
-    if ((r = barrier(comm, fn)) != ncclSuccess) {
-        return r;
+    if (nonblocking(config, comm) != (comm->w != NULL)) {
+        return fail(comm, ncclInvalidArgument, fn,
+                    "the emulator splits a communicator only into one of the same blocking mode");
+    }
+    if (comm->w != NULL) {
+        t_job.kind = J_SPLIT;
+        t_job.color = color;
+        t_job.key = key;
+        t_job.child = NULL;
+        if (color != NCCL_SPLIT_NOCOLOR) {
+            ncclComm_t c = calloc(1, sizeof *c);
+            if (c == NULL || worker_start(c, fn) != ncclSuccess) {
+                free(c);
+                return fail(comm, ncclSystemError, fn, "out of memory");
+            }
+            t_job.child = c;
+            *newcomm = c; /* in progress until the parent's worker has attached it */
+        }
+        return submit(comm, &t_job);
     }
     int n = 0, rank = 0;
-    for (int q = 0; q < comm->n; q++) {
-        int other[2];
-        memcpy(other, slot(comm, q), sizeof other);
-        if (color != NCCL_SPLIT_NOCOLOR && other[0] == color) {
-            n++; /* ranks of the child: by key, then by parent rank */
-            rank += other[1] < key || (other[1] == key && q < comm->rank);
-        }
-    }
-    unsigned k = comm->n_splits++;
-    if ((r = barrier(comm, fn)) != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) {
+    unsigned k = 0;
+    if ((r = split_exchange(comm, color, key, &n, &rank, &k)) != ncclSuccess ||
+        color == NCCL_SPLIT_NOCOLOR) {
         return r;
     }
     char name[128];
@@ -593,7 +872,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
-    return usable(comm, "ncclCommFinalize");
+    ncclResult_t r = usable(comm, "ncclCommFinalize");
+    if (r != ncclSuccess || comm->w == NULL) {
+        return r;
+    }
+    t_job.kind = J_NOP; /* every call already ran: quiescent once the worker says so */
+    return submit(comm, &t_job);
 }
 
 static ncclResult_t release(ncclComm_t comm, const char *fn, int abort)
@@ -602,13 +886,19 @@ static ncclResult_t release(ncclComm_t comm, const char *fn, int abort)
         return fail(NULL, ncclInvalidArgument, fn, "the communicator is NULL or destroyed");
     }
     if (abort) {
-        /* Another thread may wait in this communicator's barrier: the memory stays mapped and
-         * the struct allocated (a later call is reported, not undefined). */
+        /* Another thread (or the worker) may wait in this communicator's barrier: the memory
+         * stays mapped and the struct allocated (a later call is reported, not undefined). A
+         * non-blocking one still being set up may have no memory yet (its worker is joined
+         * first: it sets the memory up). */
         atomic_store(&comm->aborted, 1);
-        if (comm->n > 1) {
+        worker_stop(comm);
+        if (comm->n > 1 && comm->h != NULL) {
             atomic_store(&comm->h->aborted, 1);
         }
-    } else if (comm->n > 1) {
+    } else if (comm->w != NULL && atomic_load(&comm->w->state) == ncclInProgress) {
+        return fail(comm, ncclInvalidUsage, fn,
+                    "a call is still in progress on this non-blocking communicator");
+    } else if ((worker_stop(comm), comm->n > 1)) {
         munmap(comm->h, comm->map_nbytes);
     } else {
         free(comm->h);
@@ -632,7 +922,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
     if (comm == NULL) {
         return fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
     }
-    *async_error = comm->failed;
+    *async_error = comm->w != NULL && !comm->dead ? atomic_load(&comm->w->state) : comm->failed;
     return ncclSuccess;
 }
 

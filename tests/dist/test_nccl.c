@@ -6,10 +6,10 @@
  * for each dtype NCCL reduces and each reduction, against a reference computed here from every
  * process's input; a wire dtype (DDP compression); groups; a split; what it refuses (reducing
  * I16) and the broken state after an abort; a collective posted and left untested for twice
- * the timeout is no stall for the liveness watch (its result is right). Inputs are small integers, so every sum is exact in every
- * dtype whatever order NCCL combines them in; averages are compared with a tolerance.
- * Exits 77 without a CUDA build or GPU, and when processes would share a GPU (NCCL refuses
- * two ranks on one GPU; tests/dist/test_cuda_staging covers that case).
+ * the timeout is no stall for the liveness watch (its result is right). Inputs are small integers,
+ * so every sum is exact in every dtype whatever order NCCL combines them in; averages are compared
+ * with a tolerance. Exits 77 without a CUDA build or GPU, and when processes would share a GPU
+ * (NCCL refuses two ranks on one GPU; tests/dist/test_cuda_staging covers that case).
  */
 #include <math.h>
 #include <string.h>

@@ -6,17 +6,23 @@
  * (MASTER_ADDR:MASTER_PORT, served by the launcher under a multi-machine accel launch, else by
  * process 0, which keeps it open as long as the communicator or a split child lives, and until
  * the others have left: see the watch below); the others read it there.
- * Communicators are blocking (NCCL's default, as in PyTorch; ncclCommSplit also refused the
- * non-blocking configuration we passed). A call that NCCL still leaves in progress is settled by polling
- * ncclCommGetAsyncError up to the communicator's deadline, then ncclCommAbort.
+ * Communicators are non-blocking (ncclConfig_t.blocking = 0; split children inherit it): no
+ * NCCL call waits for peers, each returns at once, ncclInProgress while NCCL finishes it, and
+ * is settled by polling ncclCommGetAsyncError up to the communicator's deadline, then
+ * ncclCommAbort. So every call on a communicator is short, and all of them, the polls and the
+ * abort hold comm_mu: the watch's ncclCommAbort (from its thread) never runs while another
+ * thread is inside NCCL on that communicator (NCCL allows one thread at a time on a
+ * communicator, and the abort frees it). While the owner has a group open on the communicator
+ * (ncclGroupStart .. ncclGroupEnd, with calls queued on it), the abort is left to the owner's
+ * ncclGroupEnd, which does it at once after launching the group.
  *
  * Dead and stuck peers: NCCL's kernels wait for a dead peer forever (within a machine NCCL
  * reports nothing), so every process runs a liveness watch (watch.h) over the job's store,
  * shared by the world communicator and its split children: a peer that dies is named within
  * about a second, a collective that makes no progress for the timeout fails naming the stopped
- * or dead processes of this machine. Either aborts the communicator from the watch's thread
- * (ncclCommAbort, which NCCL allows while another thread waits in it), and every waiter (test,
- * settle, a call blocked in NCCL) then returns the watch's message. The collective path only
+ * or dead processes of this machine and the silent ones of every machine (heartbeats). Either
+ * aborts the communicator from the watch's thread (ncclCommAbort under comm_mu, above), and
+ * every waiter (test, settle) then returns the watch's message. The collective path only
  * counts its operations for the watch (two relaxed atomic adds). ncclCommAbort frees what
  * ncclCommGetAsyncError and ncclGetLastError read: those calls and the abort hold comm_mu.
  *
@@ -66,7 +72,9 @@ typedef struct nccl_impl {
     void *(*stream_native)(void *arg, accel__stream *s);
     void *stream_arg;
     pthread_mutex_t mu;      /* the request cache and the abort's claim */
-    pthread_mutex_t comm_mu; /* ncclCommAbort against the calls that read what it frees */
+    pthread_mutex_t comm_mu; /* every NCCL call on comm, and its abort (see the top) */
+    int group_open;          /* under comm_mu: the owner's groups open on comm */
+    int abort_deferred;      /* under comm_mu: an abort left to the owner's ncclGroupEnd */
     nccl_req *spare;         /* a finished request to reuse (its event and staging buffers) */
     nccl_req *flight;        /* posted requests whose event is recorded and not yet seen done */
     int abort_claimed;       /* under mu: the first abort writes the status and message */
@@ -120,9 +128,14 @@ static accel_status nccl_err(nccl_impl *e, ncclResult_t r, const char *what)
     accel_status st = r == ncclRemoteError || r == ncclSystemError ? ACCEL_EPEER
                       : r == ncclInvalidArgument || r == ncclInvalidUsage ? ACCEL_EINVAL
                                                                           : ACCEL_EIO;
-    return accel__seterr(NULL, st, "nccl: %s on process %d of %d failed: %s%s%s", what,
-                         e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0,
-                         ncclGetErrorString(r), *detail ? ": " : "", detail);
+    char msg[ACCEL__ERRMSG_NBYTES];
+    snprintf(msg, sizeof(msg), "nccl: %s on process %d of %d failed: %s%s%s", what,
+             e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0, ncclGetErrorString(r),
+             *detail ? ": " : "", detail);
+    if (st == ACCEL_EPEER && e != NULL) {
+        accel__watch_suspects(e->watch, msg, sizeof(msg)); /* a peer's abort: whose stall? */
+    }
+    return accel__seterr(NULL, st, "%s", msg);
 }
 
 /* Breaks the communicator with st and msg (the first abort wins): kernels and calls waiting on
@@ -142,10 +155,21 @@ static void abort_comm(nccl_impl *e, accel_status st, const char *msg)
     }
     pthread_mutex_lock(&e->comm_mu);
     atomic_store_explicit(&e->aborted, 1, memory_order_release);
-    if (e->comm != NULL) {
+    if (e->comm != NULL && e->group_open > 0) {
+        e->abort_deferred = 1; /* calls queued on comm: the owner's ncclGroupEnd aborts */
+    } else if (e->comm != NULL) {
         (void)ncclCommAbort(e->comm); /* the comm is gone */
     }
     pthread_mutex_unlock(&e->comm_mu);
+}
+
+/* The abort left to the owner (comm_mu held). */
+static void abort_deferred(nccl_impl *e)
+{
+    if (e->abort_deferred && e->group_open == 0) {
+        e->abort_deferred = 0;
+        (void)ncclCommAbort(e->comm);
+    }
 }
 
 /* The watch's failure of this communicator (its thread). */
@@ -188,6 +212,7 @@ static accel_status settle(nccl_impl *e, ncclResult_t r, const char *what)
                      "nccl: %s on process %d of %d not complete after %.3g s (a peer is dead, "
                      "stuck or at another call); the communicator was aborted",
                      what, e->rank, e->n_ranks, e->timeout_s);
+            accel__watch_suspects(e->watch, msg, sizeof(msg)); /* who is stopped or silent */
             abort_comm(e, ACCEL_ETIMEDOUT, msg);
             return aborted_err(e);
         }
@@ -424,6 +449,17 @@ static ncclResult_t enqueue(nccl_impl *e, const accel__coll *op, const void *sen
     return ncclInvalidArgument;
 }
 
+/* enqueue under comm_mu; ncclInvalidUsage once aborted (the comm is gone). */
+static ncclResult_t enqueue_locked(nccl_impl *e, const accel__coll *op, const void *send,
+                                   void *recv, ncclDataType_t dt, cudaStream_t s)
+{
+    pthread_mutex_lock(&e->comm_mu);
+    ncclResult_t r =
+        atomic_load(&e->aborted) ? ncclInvalidUsage : enqueue(e, op, send, recv, dt, s);
+    pthread_mutex_unlock(&e->comm_mu);
+    return r;
+}
+
 /* An allreduce through a wire dtype: send rounded into the 16-bit buffer, reduced there in
  * that format, widened into recv, all on s. */
 static accel_status enqueue_wire(nccl_impl *e, const accel__coll *op, const float *send,
@@ -434,9 +470,10 @@ static accel_status enqueue_wire(nccl_impl *e, const accel__coll *op, const floa
     if (ce != cudaSuccess) {
         return cuda_err(ce, "rounding an allreduce's input to its wire dtype");
     }
-    ncclResult_t r = ncclAllReduce(wbuf, wbuf, op->count, bf16 ? ncclBfloat16 : ncclFloat16,
-                                   nccl_op(op->op), e->comm, s);
-    accel_status st = settle(e, r, "allreduce");
+    accel__coll half = *op;
+    half.dtype = bf16 ? ACCEL_BF16 : ACCEL_F16;
+    accel_status st = settle(
+        e, enqueue_locked(e, &half, wbuf, wbuf, bf16 ? ncclBfloat16 : ncclFloat16, s), "allreduce");
     if (st != ACCEL_OK) {
         return st;
     }
@@ -503,7 +540,7 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
     atomic_store(&q->in_flight, 1); /* from here until it is seen complete */
     atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed);
     st = wire ? enqueue_wire(e, op, send, recv, q->wbuf, s)
-              : settle(e, enqueue(e, op, send, recv, dt, s), what);
+              : settle(e, enqueue_locked(e, op, send, recv, dt, s), what);
     if (st == ACCEL_OK && q->recv != NULL) {
         ce = cudaMemcpyAsync((char *)q->hbuf + q->out_off, (char *)q->dbuf + q->out_off,
                              q->out_nbytes, cudaMemcpyDeviceToHost, s);
@@ -566,11 +603,15 @@ static void nccl_req_free(void *impl, void *req)
 static accel_status nccl_group(void *impl, int begin)
 {
     nccl_impl *e = impl;
+    pthread_mutex_lock(&e->comm_mu);
+    ncclResult_t r = begin ? ncclGroupStart() : ncclGroupEnd();
+    e->group_open += begin ? 1 : -1;
+    abort_deferred(e);
+    pthread_mutex_unlock(&e->comm_mu);
     if (begin) {
-        ncclResult_t r = ncclGroupStart();
         return r == ncclSuccess ? ACCEL_OK : nccl_err(e, r, "ncclGroupStart");
     }
-    return settle(e, ncclGroupEnd(), "ncclGroupEnd");
+    return settle(e, r, "ncclGroupEnd");
 }
 
 static void nccl_abort(void *impl, accel_status st, const char *msg)
@@ -594,13 +635,18 @@ static void nccl_destroy(void *impl)
     }
     if (e->comm != NULL && !atomic_load(&e->aborted)) {
         (void)cudaSetDevice(e->device);
-        (void)settle(e, ncclCommFinalize(e->comm), "ncclCommFinalize");
+        pthread_mutex_lock(&e->comm_mu);
+        ncclResult_t r = atomic_load(&e->aborted) ? ncclSuccess : ncclCommFinalize(e->comm);
+        pthread_mutex_unlock(&e->comm_mu);
+        (void)settle(e, r, "ncclCommFinalize");
     }
     /* The watch may abort the communicator until it is left; the last to leave departs from
      * the store (process 0 first waits for the others). */
     accel__watch_leave(e->watch, &e->wm);
     if (e->comm != NULL && !atomic_load(&e->aborted)) {
         (void)ncclCommDestroy(e->comm);
+    } else if (e->abort_deferred) {
+        (void)ncclCommAbort(e->comm); /* a group left open */
     }
     req_destroy(e->spare);
     pthread_mutex_destroy(&e->comm_mu);
@@ -690,9 +736,14 @@ static accel_status nccl_init(const accel__comm_config *cfg, void **out)
         st = nccl_err(e, ncclSystemError, "ncclGetUniqueId");
     }
     if (st == ACCEL_OK) {
-        ncclResult_t r = ncclCommInitRank(&e->comm, cfg->n_ranks, id, cfg->rank);
-        st = r == ncclSuccess || r == ncclInProgress ? settle(e, r, "ncclCommInitRank")
-                                                     : nccl_err(e, r, "ncclCommInitRank");
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0; /* see the top: no call waits for peers */
+        pthread_mutex_lock(&e->comm_mu);
+        ncclResult_t r = ncclCommInitRankConfig(&e->comm, cfg->n_ranks, id, cfg->rank, &config);
+        pthread_mutex_unlock(&e->comm_mu);
+        st = (r == ncclSuccess || r == ncclInProgress) && e->comm != NULL
+                 ? settle(e, r, "ncclCommInitRankConfig")
+                 : nccl_err(e, r, "ncclCommInitRankConfig");
     }
     if (st != ACCEL_OK && store != NULL) {
         if (cfg->rank == 0) {
@@ -747,15 +798,24 @@ static accel_status nccl_split(void *impl, const accel__comm_split_info *how, vo
     }
     ncclComm_t nc = NULL; /* the parent's configuration (config NULL) */
     atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed); /* collective: watched */
-    ncclResult_t r = ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
-                                   how->key, &nc, NULL);
+    pthread_mutex_lock(&e->comm_mu);
+    ncclResult_t r = atomic_load(&e->aborted)
+                         ? ncclInvalidUsage
+                         : ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
+                                         how->key, &nc, NULL);
+    pthread_mutex_unlock(&e->comm_mu);
     accel_status st = settle(e, r, "ncclCommSplit");
     atomic_fetch_add_explicit(&e->wm.done, 1, memory_order_relaxed);
+    if (c != NULL) {
+        c->comm = nc; /* non-blocking: made at once, set up meanwhile */
+    }
     if (st == ACCEL_OK && c != NULL) {
-        c->comm = nc;
         st = settle(c, ncclInProgress, "ncclCommSplit"); /* the child's own setup */
     }
     if (st != ACCEL_OK) {
+        if (c != NULL && c->comm != NULL) {
+            abort_comm(c, st, accel_last_error(NULL)); /* its setup may be in progress */
+        }
         nccl_destroy(c);
         return st;
     }
