@@ -9,7 +9,7 @@
  * malformed request gets a BAD answer and the connection is closed. A connection that declared
  * its presence and ends without departing sets its declared key (unless it exists) as it goes.
  * A connection that beats (the liveness watch's) is heard at each request it sends; a beat
- * learns which other beaters have been silent for longer than it asks.
+ * learns which other beaters have been silent for longer than it asks (or are behind it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,6 +59,7 @@ typedef struct conn {
      * last request came (every request counts as a beat). */
     char *beat_name;
     uint32_t beat_id;
+    uint64_t beat_count; /* the beater's progress (the watch: operations posted) */
     double heard_at;
 } conn;
 
@@ -314,47 +315,51 @@ static void declare(conn *c, size_t n_keys, const uint8_t *p, const uint8_t *end
     answer(c, STORE_OK, NULL, 0, NULL, 0);
 }
 
-/* A BEAT request's fields in [p, end): u32 id, u32 length + the beater's name; timeout_ms is
- * the silence the beater asks about. Names c as a beater and answers with every other beater
- * silent for longer: per entry u32 id, u32 silence in ms, u16 length + name (at most
- * STORE_SILENT_MAX entries; one pass over the connections). */
+/* A BEAT request's fields in [p, end): u32 id, u32 flags, u64 count, u32 length + name;
+ * timeout_ms is the silence asked about. Names c as a beater and answers with every other
+ * beater silent for longer or (flag 1) whose count is below c's: per entry u32 id, u32 silence
+ * in ms, u64 count, u16 length + name (at most STORE_SILENT_MAX; one pass over the
+ * connections). */
 static void beat(accel__store_server *srv, conn *c, const uint8_t *p, const uint8_t *end,
                  uint32_t timeout_ms)
 {
-    if (end - p < 8 || (size_t)(end - p - 8) != store_get32(p + 4) || store_get32(p + 4) == 0 ||
-        store_get32(p + 4) > STORE_BEAT_NAME_MAX) {
+    size_t n = end - p >= 20 ? store_get32(p + 16) : 0;
+    if (end - p < 20 || (size_t)(end - p - 20) != n || n == 0 || n > STORE_BEAT_NAME_MAX) {
         bad(c, "malformed beat");
         return;
     }
-    size_t n = store_get32(p + 4);
-    if (c->beat_name == NULL || strlen(c->beat_name) != n || memcmp(c->beat_name, p + 8, n) != 0) {
+    if (c->beat_name == NULL || strlen(c->beat_name) != n || memcmp(c->beat_name, p + 20, n) != 0) {
         char *name = accel__malloc(n + 1);
         if (name == NULL) {
             bad(c, "server out of memory");
             return;
         }
-        memcpy(name, p + 8, n);
+        memcpy(name, p + 20, n);
         name[n] = '\0';
         accel__free(c->beat_name);
         c->beat_name = name;
     }
     c->beat_id = store_get32(p);
-    uint8_t out[STORE_SILENT_MAX * (10 + STORE_BEAT_NAME_MAX)];
+    c->beat_count = store_get64(p + 8);
+    int behind = store_get32(p + 4) & 1;
+    uint8_t out[STORE_SILENT_MAX * (18 + STORE_BEAT_NAME_MAX)];
     size_t len = 0;
     int listed = 0;
     double now = accel__now();
     for (size_t i = 0; i < srv->n_conns && listed < STORE_SILENT_MAX; i++) {
         const conn *o = srv->conns[i];
         if (o == NULL || o == c || o->beat_name == NULL ||
-            (now - o->heard_at) * 1000.0 <= (double)timeout_ms) {
+            ((now - o->heard_at) * 1000.0 <= (double)timeout_ms &&
+             !(behind && o->beat_count < c->beat_count))) {
             continue;
         }
         size_t m = strlen(o->beat_name);
         store_put32(out + len, o->beat_id);
         store_put32(out + len + 4, (uint32_t)((now - o->heard_at) * 1000.0));
-        store_put16(out + len + 8, (uint16_t)m);
-        memcpy(out + len + 10, o->beat_name, m);
-        len += 10 + m;
+        store_put64(out + len + 8, o->beat_count);
+        store_put16(out + len + 16, (uint16_t)m);
+        memcpy(out + len + 18, o->beat_name, m);
+        len += 18 + m;
         listed++;
     }
     answer(c, STORE_OK, out, len, NULL, 0);

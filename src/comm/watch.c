@@ -46,6 +46,9 @@ struct accel__watch {
     pthread_mutex_t beat_mu;
     accel__store_silent silent[ACCEL__STORE_SILENT_MAX]; /* the last beat's answer */
     int n_silent;
+    uint64_t beat_count; /* the count the last beat carried */
+    accel__watch_member *world; /* the oldest member (the world communicator): its count beats */
+    int slow; /* the thread's: a member has waited more than silent_s (ask who is behind) */
     double store_due; /* when the answer of the thread's store call in progress was due; 0: none */
 };
 
@@ -149,14 +152,19 @@ static int beat(accel__watch *w)
 {
     accel__store_silent silent[ACCEL__STORE_SILENT_MAX];
     int n = 0;
+    pthread_mutex_lock(&w->mu);
+    uint64_t count = w->world != NULL ? atomic_load(&w->world->posted) : 0;
+    pthread_mutex_unlock(&w->mu);
     set_store_due(w, accel__now());
-    accel_status st = accel__store_beat(w->poll, w->cfg.process, w->beat_name, w->silent_s,
-                                        w->cfg.timeout_s, silent, ACCEL__STORE_SILENT_MAX, &n);
+    accel_status st =
+        accel__store_beat(w->poll, w->cfg.process, w->beat_name, count, w->slow, w->silent_s,
+                          w->cfg.timeout_s, silent, ACCEL__STORE_SILENT_MAX, &n);
     pthread_mutex_lock(&w->beat_mu);
     w->store_due = 0;
     if (st == ACCEL_OK) {
         memcpy(w->silent, silent, (size_t)n * sizeof(silent[0]));
         w->n_silent = n;
+        w->beat_count = count;
     }
     pthread_mutex_unlock(&w->beat_mu);
     if (st != ACCEL_OK) {
@@ -218,11 +226,13 @@ static void fetch_peers(accel__watch *w)
 }
 
 /* Counts the members stalled (operations in flight, none completed for the timeout); with
- * act, fails them with a message naming the suspects. */
+ * act, fails them with a message naming the suspects. Notes in w->slow whether one has waited
+ * for more than silent_s (the beats then ask who is behind). */
 static int check_stalls(accel__watch *w, int act)
 {
     double now = accel__now();
     int stalled = 0;
+    w->slow = 0;
     pthread_mutex_lock(&w->mu);
     for (accel__watch_member *m = w->members; m != NULL && !w->stop; m = m->next) {
         if (m->progress != NULL && !m->failed) {
@@ -234,9 +244,13 @@ static int check_stalls(accel__watch *w, int act)
             m->seen_posted = posted;
             m->seen_done = done;
             m->moved_at = now;
-        } else if (done < posted && !m->failed && now - m->moved_at > m->timeout_s && !act) {
+            continue;
+        }
+        double waited = done < posted && !m->failed ? now - m->moved_at : 0;
+        w->slow |= waited > w->silent_s;
+        if (waited > m->timeout_s && !act) {
             stalled++;
-        } else if (done < posted && !m->failed && now - m->moved_at > m->timeout_s) {
+        } else if (waited > m->timeout_s) {
             char msg[ACCEL__ERRMSG_NBYTES];
             int len = snprintf(msg, sizeof(msg),
                                "%s: process %d of %d: a collective made no progress for %.3g s "
@@ -321,10 +335,17 @@ void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
         for (int k = 0; k < named && !dup; k++) {
             dup = seen[k] == q->id; /* /proc said more */
         }
-        if (!dup) {
+        if (!dup && q->silent_s > w->silent_s) {
             len += (size_t)snprintf(buf + len, nbytes - len,
                                     "; %s: no heartbeat for %.3g s (stopped or hung?)", q->name,
                                     q->silent_s);
+            heard++;
+        } else if (!dup && q->count < w->beat_count) {
+            len += (size_t)snprintf(buf + len, nbytes - len,
+                                    "; %s is behind: %llu operations posted on the job's first "
+                                    "communicator, %llu here (busy, hung or at another call?)",
+                                    q->name, (unsigned long long)q->count,
+                                    (unsigned long long)w->beat_count);
             heard++;
         }
     }
@@ -355,6 +376,7 @@ void accel__watch_join(accel__watch *w, accel__watch_member *m)
     m->failed = 0;
     m->next = w->members;
     w->members = m;
+    w->world = w->world != NULL ? w->world : m;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -415,6 +437,12 @@ void accel__watch_leave(accel__watch *w, accel__watch_member *m)
         if (*p == m) {
             *p = m->next;
             break;
+        }
+    }
+    if (w->world == m) { /* the next oldest counts */
+        w->world = w->members;
+        while (w->world != NULL && w->world->next != NULL) {
+            w->world = w->world->next;
         }
     }
     int last = w->members == NULL;

@@ -9,6 +9,8 @@
  *  - two "machines" of 2 processes: process 3 stopped while the others wait: each fails with
  *    ETIMEDOUT, process 0 and 1 naming process 3 by its missing heartbeat (they cannot see it
  *    in /proc: not their machine), process 2 by /proc, and none names a live process;
+ *  - the same, process 3 running but never posting (busy elsewhere): it is named as behind
+ *    (its count of operations posted), not as silent;
  *  - process 0 serving the store stopped: process 1 fails with ETIMEDOUT naming process 0;
  *  - an operation complete but never tested (the member's progress counts it): no stall.
  * Each child reports its member's failures on a pipe as "status message" lines.
@@ -208,6 +210,16 @@ static void machines_act(const job *j, int i, accel__watch *w, accel__watch_memb
     sleep_s(8);
 }
 
+static void behind_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    if (i != 3) {
+        atomic_fetch_add(&m->posted, 1); /* process 3 never gets to it */
+    }
+    sleep_s(8);
+}
+
 static void server_stop_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
 {
     (void)j;
@@ -368,6 +380,33 @@ int main(void)
         reap(mp[i], 0);
     }
     accel__store_close(srv);
+    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
+
+    /* 5b. process 3 busy elsewhere: named as behind by 0, 1 and 2 */
+    port = free_port();
+    srv = open_store(1);
+    job behind_job = {"b", 4, 1, 3, 2};
+    start(&behind_job, behind_act, mp);
+    lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
+    CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
+    snprintf(want, sizeof(want), "; process 3 (pid %d) on host ", (int)mp[3]);
+    for (char *line = buf; *line != '\0';) {
+        char *end = strchr(line, '\n'), *at = strstr(line, want);
+        *end = '\0';
+        CHECK_MSG(at != NULL && strstr(at, " is behind: 0 operations posted on the job's first") &&
+                      strstr(line, "no heartbeat") == NULL,
+                  "not named as behind: %s", line);
+        CHECK_MSG(strstr(line, "process 0 (pid") == NULL && strstr(line, "process 1 (pid") == NULL &&
+                      strstr(line, "process 2 (pid") == NULL,
+                  "a process at the collective named: %s", line);
+        line = end + 1;
+    }
+    for (int i = 0; i < 4; i++) {
+        kill(mp[i], SIGKILL);
+        reap(mp[i], 0);
+    }
+    accel__store_close(srv);
+    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
 
     /* 6. process 0 serving the store stopped: process 1 names it */
     port = free_port();
