@@ -20,7 +20,11 @@
  * more than half the timeout (at least 3 periods: a beat late by a few periods on a loaded
  * machine is no accusation). A stopped process keeps its TCP connection (the kernel answers
  * keepalive for it), but not its beats. If the store's server itself stops answering, the
- * process serving it (process 0, or machine 0's accel launch) is the one named.
+ * process serving it (process 0, or machine 0's accel launch) is the one named. Each beat also
+ * carries the count of operations this process posted on its oldest member (the world
+ * communicator); once a member has waited half the timeout, the beats ask for the processes
+ * behind this one, which the stall's message names too (busy elsewhere, hung in a kernel or a
+ * syscall, or at another call, while their watch thread still beats).
  *
  * A watch is shared by a communicator and its split children (members): on a death every
  * member fails; on a stall, that member. Cost on the operation path: two relaxed atomic adds.
