@@ -77,6 +77,7 @@ typedef struct nccl_impl {
     int abort_deferred;      /* under comm_mu: an abort left to the owner's ncclGroupEnd */
     nccl_req *spare;         /* a finished request to reuse (its event and staging buffers) */
     nccl_req *flight;        /* posted requests whose event is recorded and not yet seen done */
+    nccl_req *grouped;       /* the owner's: posted in the open group, newest first */
     int abort_claimed;       /* under mu: the first abort writes the status and message */
     _Atomic int aborted;     /* released after abort_st and abort_msg are written */
     accel_status abort_st;
@@ -94,7 +95,9 @@ struct nccl_req {
     void *recv; /* host destination of the result (NULL: none or not staged) */
     size_t out_off, out_nbytes;
     _Atomic int in_flight; /* counted in the watch's posted, not yet in its done */
-    nccl_req *next;        /* in the flight list (under mu) */
+    nccl_req *next;        /* in the flight list (under mu) or the group's (the owner's) */
+    cudaStream_t stream;   /* posted inside a group: its copy and event wait for the group end */
+    accel_status st;       /* the group end's failure, reported by test */
 };
 
 static accel_status cuda_err(cudaError_t e, const char *what)
@@ -306,6 +309,7 @@ static accel_status req_get(nccl_impl *e, size_t staging, size_t wire, nccl_req 
         }
     }
     q->recv = NULL;
+    q->st = ACCEL_OK;
     if (staging > q->nbytes) {
         (void)cudaFree(q->dbuf);
         (void)cudaFreeHost(q->hbuf);
@@ -481,6 +485,8 @@ static accel_status enqueue_wire(nccl_impl *e, const accel__coll *op, const floa
     return ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "widening an allreduce's wire result");
 }
 
+static accel_status req_finish(nccl_impl *e, nccl_req *q, cudaStream_t s);
+
 static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *stream,
                               void **out)
 {
@@ -506,6 +512,12 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
     size_t staging = direct ? 0 : (op->kind == ACCEL__COLL_BARRIER ? 64 : in + outb);
     /* The front end admits a wire dtype only on an F32 allreduce, as BF16 or F16. */
     int wire = op->wire == ACCEL_BF16 || op->wire == ACCEL_F16;
+    if (wire && e->group_open > 0) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "nccl: a compressed (%s wire) allreduce inside a group: its widening "
+                             "would run before the group's launch; post it outside the group",
+                             accel_dtype_name(op->wire));
+    }
     nccl_req *q;
     accel_status st = req_get(e, staging, wire ? op->count * sizeof(uint16_t) : 0, &q);
     if (st != ACCEL_OK) {
@@ -541,25 +553,70 @@ static accel_status nccl_post(void *impl, const accel__coll *op, accel__stream *
     atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed);
     st = wire ? enqueue_wire(e, op, send, recv, q->wbuf, s)
               : settle(e, enqueue_locked(e, op, send, recv, dt, s), what);
-    if (st == ACCEL_OK && q->recv != NULL) {
-        ce = cudaMemcpyAsync((char *)q->hbuf + q->out_off, (char *)q->dbuf + q->out_off,
-                             q->out_nbytes, cudaMemcpyDeviceToHost, s);
-        st = ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "copying a host collective's result");
-    }
-    if (st == ACCEL_OK) {
-        ce = cudaEventRecord(q->ev, s);
-        st = ce == cudaSuccess ? ACCEL_OK : cuda_err(ce, "cudaEventRecord");
+    if (st == ACCEL_OK && e->group_open > 0) {
+        q->stream = s; /* NCCL launches the group at its end: the rest waits until then */
+        q->next = e->grouped;
+        e->grouped = q;
+    } else if (st == ACCEL_OK) {
+        st = req_finish(e, q, s);
     }
     if (st != ACCEL_OK) {
         req_put(e, q);
         return st;
     }
+    *out = q;
+    return ACCEL_OK;
+}
+
+/* After q's NCCL call is launched on s: a staged result's copy back, the event test waits
+ * for, and the watch's flight list. */
+static accel_status req_finish(nccl_impl *e, nccl_req *q, cudaStream_t s)
+{
+    cudaError_t ce = cudaSuccess;
+    if (q->recv != NULL) {
+        ce = cudaMemcpyAsync((char *)q->hbuf + q->out_off, (char *)q->dbuf + q->out_off,
+                             q->out_nbytes, cudaMemcpyDeviceToHost, s);
+        if (ce != cudaSuccess) {
+            return cuda_err(ce, "copying a host collective's result");
+        }
+    }
+    ce = cudaEventRecord(q->ev, s);
+    if (ce != cudaSuccess) {
+        return cuda_err(ce, "cudaEventRecord");
+    }
     pthread_mutex_lock(&e->mu);
     q->next = e->flight; /* the watch may see it complete before anyone tests it */
     e->flight = q;
     pthread_mutex_unlock(&e->mu);
-    *out = q;
     return ACCEL_OK;
+}
+
+/* The group's end (launched or failed with st): its requests get their copies and events, in
+ * the order posted, or st. */
+static accel_status group_finish(nccl_impl *e, accel_status st)
+{
+    nccl_req *rev = NULL;
+    while (e->grouped != NULL) { /* newest first: reverse */
+        nccl_req *q = e->grouped;
+        e->grouped = q->next;
+        q->next = rev;
+        rev = q;
+    }
+    char msg[ACCEL__ERRMSG_NBYTES];
+    snprintf(msg, sizeof(msg), "%s", st != ACCEL_OK ? accel_last_error(NULL) : "");
+    while (rev != NULL) {
+        nccl_req *q = rev;
+        rev = q->next;
+        q->st = st == ACCEL_OK ? req_finish(e, q, q->stream) : st;
+        st = q->st;
+        if (st != ACCEL_OK && msg[0] == '\0') {
+            snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+        }
+        if (q->st != ACCEL_OK) {
+            req_over(e, q); /* over: the watch no longer counts it */
+        }
+    }
+    return st == ACCEL_OK ? ACCEL_OK : accel__seterr(NULL, st, "%s", msg);
 }
 
 static int nccl_test(void *impl, void *req, accel_status *st)
@@ -568,6 +625,10 @@ static int nccl_test(void *impl, void *req, accel_status *st)
     nccl_req *q = req;
     if (atomic_load_explicit(&e->aborted, memory_order_acquire)) {
         *st = aborted_err(e);
+        return 1;
+    }
+    if (q->st != ACCEL_OK) {
+        *st = accel__seterr(NULL, q->st, "nccl: a collective of a group that failed to launch");
         return 1;
     }
     cudaError_t ce = cudaEventQuery(q->ev);
@@ -611,7 +672,7 @@ static accel_status nccl_group(void *impl, int begin)
     if (begin) {
         return r == ncclSuccess ? ACCEL_OK : nccl_err(e, r, "ncclGroupStart");
     }
-    return settle(e, r, "ncclGroupEnd");
+    return group_finish(e, settle(e, r, "ncclGroupEnd"));
 }
 
 static void nccl_abort(void *impl, accel_status st, const char *msg)
