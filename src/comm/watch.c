@@ -499,7 +499,8 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     w->cfg.prefix = w->prefix;
     w->cfg.addr = w->addr;
     /* Beats every period; silent for half the timeout (at least 3 periods) is named. */
-    double period = cfg->timeout_s / 8 < 0.1 ? 0.1 : cfg->timeout_s / 8 > 1 ? 1 : cfg->timeout_s / 8;
+    double period = cfg->timeout_s / 8;
+    period = period < 0.1 ? 0.1 : period > 1 ? 1 : period;
     w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : period;
     w->silent_s = cfg->timeout_s / 2 > 3 * w->cfg.period_s ? cfg->timeout_s / 2
                                                            : 3 * w->cfg.period_s;

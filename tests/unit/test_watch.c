@@ -368,7 +368,8 @@ int main(void)
             CHECK_MSG(strstr(line, want) != NULL, "\"%s\" lacks \"%s\"", line, want);
         }
         /* no false accusation: the live ones beat, and process 3 is named once */
-        CHECK_MSG(strstr(line, "process 0 (pid") == NULL && strstr(line, "process 1 (pid") == NULL &&
+        CHECK_MSG(strstr(line, "process 0 (pid") == NULL &&
+                      strstr(line, "process 1 (pid") == NULL &&
                       strstr(line, "process 2 (pid") == NULL,
                   "a live process named: %s", line);
         CHECK_MSG(strstr(strstr(line, "process 3 (pid") + 1, "process 3 (pid") == NULL,
@@ -396,7 +397,8 @@ int main(void)
         CHECK_MSG(at != NULL && strstr(at, " is behind: 0 operations posted on the job's first") &&
                       strstr(line, "no heartbeat") == NULL,
                   "not named as behind: %s", line);
-        CHECK_MSG(strstr(line, "process 0 (pid") == NULL && strstr(line, "process 1 (pid") == NULL &&
+        CHECK_MSG(strstr(line, "process 0 (pid") == NULL &&
+                      strstr(line, "process 1 (pid") == NULL &&
                       strstr(line, "process 2 (pid") == NULL,
                   "a process at the collective named: %s", line);
         line = end + 1;
