@@ -1,10 +1,10 @@
 /*
  * Private interface of save_state / load_state. src/ckpt/state.c orchestrates (naming,
- * collectives, hooks, commit, registered objects); state_io.c collects the objects and writes
- * their files; state_load.c plans (opens and validates everything) and applies a load;
- * state_writer.c and state_reader.c implement the state protocol's writer and reader
- * (core/state_proto.h). ckpt knows objects only through their class (core/object.h) and this
- * folder protocol.
+ * collectives, commit); state_registry.c keeps the module's state, registered objects and
+ * hooks; state_io.c collects the objects and writes their files; state_load.c plans (opens and
+ * validates everything) and applies a load; state_writer.c and state_reader.c implement the state
+ * protocol's writer and reader (core/state_proto.h). ckpt knows objects only through their class
+ * (core/object.h) and this folder protocol.
  */
 #ifndef ACCEL_CKPT_STATE_H
 #define ACCEL_CKPT_STATE_H
@@ -138,6 +138,30 @@ void accel__state_plan_position_owner(const accel__state_plan *p, size_t i, cons
  * accel__state_plan_apply_fused, the copies it made are not made again. */
 accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p);
 void accel__state_plan_free(accel__state_plan *p);
+
+/* ---- the module's state and registrations (state_registry.c) ---- */
+
+/* One per accelerator, made on first use; the registered objects and hooks are private to
+ * state_registry.c. */
+typedef struct accel__ckpt_module {
+    struct accel__ckpt_custom **custom;
+    int n_custom, cap_custom;
+    struct accel__ckpt_hook *hooks;
+    int n_hooks, cap_hooks, next_handle;
+    char *last_dir;
+    int iteration;       /* Accelerate's project_configuration.iteration, from the options */
+    int warned_auto_dir; /* the ignored `dir` of automatic naming was logged */
+    int loaded;          /* a load_state succeeded on this accelerator */
+    accel__fused_mode fused_mode;
+} accel__ckpt_module;
+/* The accelerator's module state, made (iteration from the options) on first use; NULL, with
+ * acc's error set, when out of memory. */
+accel__ckpt_module *accel__ckpt_module_of(accel *acc);
+/* Runs the save (is_load 0) or load pre-hooks in registration order; the first failure stops
+ * them and is returned, naming the hook's handle. */
+accel_status accel__ckpt_run_hooks(accel *acc, int is_load, const char *dir);
+/* Records dir as accel_checkpoint_dir's answer (kept as it was when out of memory). */
+void accel__ckpt_set_last_dir(accel *acc, const char *dir);
 
 /* ---- the protocol's writer and reader (state_writer.c, state_reader.c), as ckpt drives them */
 

@@ -8,15 +8,6 @@
 
 typedef accel__sim_op sim_op;
 
-/* The locked body of an operation, as in sim.c. */
-#define LOCKED(call)                                                                               \
-    do {                                                                                           \
-        accel__sim_lock();                                                                         \
-        accel_status locked_st_ = (call);                                                          \
-        accel__sim_unlock();                                                                       \
-        return locked_st_;                                                                         \
-    } while (0)
-
 void accel__sim_run_kernel(const sim_op *op, accel_status *st)
 {
     accel__device *cpu = accel__device_cpu();
@@ -90,7 +81,7 @@ static accel_status kernel_locked(accel__device *d, const char *who, int f32_onl
 #define KERNEL_OP(who, f32_only, out_nbytes, s, ...)                                               \
     do {                                                                                           \
         sim_op op_ = {__VA_ARGS__};                                                                \
-        LOCKED(kernel_locked(d, who, f32_only, &op_, out_nbytes, s));                              \
+        ACCEL__SIM_LOCKED(kernel_locked(d, who, f32_only, &op_, out_nbytes, s));                   \
     } while (0)
 
 accel_status accel__sim_scale(accel__device *d, accel__dspan x, float factor, accel__stream *s)
@@ -147,7 +138,7 @@ static accel_status convert_locked(accel__device *d, accel__dspan dst, accel__ds
 accel_status accel__sim_convert(accel__device *d, accel__dspan dst, accel__dspan src,
                                 accel__stream *s)
 {
-    LOCKED(convert_locked(d, dst, src, s));
+    ACCEL__SIM_LOCKED(convert_locked(d, dst, src, s));
 }
 
 static accel_status sgd_locked(accel__device *d, const accel__sgd_args *a, accel__stream *s)
@@ -164,7 +155,7 @@ static accel_status sgd_locked(accel__device *d, const accel__sgd_args *a, accel
 
 accel_status accel__sim_sgd_step(accel__device *d, const accel__sgd_args *a, accel__stream *s)
 {
-    LOCKED(sgd_locked(d, a, s));
+    ACCEL__SIM_LOCKED(sgd_locked(d, a, s));
 }
 
 static accel_status adam_locked(accel__device *d, const accel__adam_args *a, accel__stream *s)
@@ -183,5 +174,5 @@ static accel_status adam_locked(accel__device *d, const accel__adam_args *a, acc
 
 accel_status accel__sim_adam_step(accel__device *d, const accel__adam_args *a, accel__stream *s)
 {
-    LOCKED(adam_locked(d, a, s));
+    ACCEL__SIM_LOCKED(adam_locked(d, a, s));
 }

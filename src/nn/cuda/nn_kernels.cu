@@ -1,5 +1,6 @@
 /*
- * The nn toolkit's CUDA kernels (launchers in nn_kernels.h). Correctness first: element-wise
+ * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
+ * (ce_kernels.cu) and tensor-core attention (attn_tc.cu). Correctness first: element-wise
  * kernels use grid-stride loops, row kernels one block per row with block reductions, sums
  * over rows (bias, LayerNorm parameters) one block per 32 columns whose 32 lanes each sum every
  * 32nd row, then the lanes in order, the embedding scatter one thread per (column, slice of the
@@ -13,38 +14,13 @@
 #include <math.h>
 
 #include "nn_kernels.h"
+#include "nn_kernels_dev.cuh"
 
-#define THREADS 256
-#define ROW_THREADS 256
 /* Column sums: a block is CS_COLS columns x CS_LANES lanes over the rows. */
 #define CS_COLS 32
 #define CS_LANES 32
 /* The embedding scatter: up to this many vocabulary slices, each its own threads. */
 #define EMB_SLICES 64
-
-static unsigned grid_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b < 1) {
-        b = 1;
-    }
-    return (unsigned)(b > 65536 ? 65536 : b);
-}
-
-#define GRID_LOOP(i, n)                                                                            \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
-
-__device__ __forceinline__ float rnd_dt(float v, int rnd)
-{
-    if (rnd == 1) {
-        return __bfloat162float(__float2bfloat16_rn(v));
-    }
-    if (rnd == 2) {
-        return __half2float(__float2half_rn(v));
-    }
-    return v;
-}
 
 /* The CPU's counter-based RNG (nn_internal.h: nn__mix64, nn__uniform), bit for bit. */
 __device__ __forceinline__ unsigned long long mix64(unsigned long long z)
@@ -58,36 +34,6 @@ __device__ __forceinline__ unsigned long long mix64(unsigned long long z)
 __device__ __forceinline__ float uniform01(unsigned long long key, unsigned long long i)
 {
     return (float)(mix64(key + i * 0xD1B54A32D192ED03ull) >> 40) * (1.0f / 16777216.0f);
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    }
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    }
-    return v;
-}
-
-/* Sum (or max) over the block; every thread gets the result. sh: 32 floats of shared memory. */
-__device__ float block_reduce(float v, float *sh, int is_max)
-{
-    v = is_max ? warp_max(v) : warp_sum(v);
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    __syncthreads(); /* sh may still be read by the previous reduction */
-    if (lane == 0) {
-        sh[w] = v;
-    }
-    __syncthreads();
-    v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
-    return is_max ? warp_max(v) : warp_sum(v);
 }
 
 /* ---- element-wise ---- */
@@ -307,139 +253,6 @@ __global__ void k_layernorm_bwd_params(const float *x, const float *gy, const fl
         if (gb) {
             gb[c] += tb;
         }
-    }
-}
-
-/* ---- cross entropy ---- */
-
-__global__ void k_ce_fwd(const float *x, const int32_t *t, int64_t C, int64_t ignore, float eps,
-                         float *lse, float *row_loss)
-{
-    __shared__ float sh[32];
-    int64_t r = blockIdx.x;
-    const float *xr = x + r * C;
-    float m = -INFINITY;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        m = fmaxf(m, xr[c]);
-    }
-    m = block_reduce(m, sh, 1);
-    float s = 0.0f, sx = 0.0f;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        s += expf(xr[c] - m);
-        sx += xr[c];
-    }
-    s = block_reduce(s, sh, 0);
-    sx = block_reduce(sx, sh, 0);
-    if (threadIdx.x == 0) {
-        float l = m + logf(s);
-        lse[r] = l;
-        row_loss[r] = t[r] == ignore ? 0.0f : l - (1.0f - eps) * xr[t[r]] - eps / (float)C * sx;
-    }
-}
-
-/* One block: a fixed-order sum in double (each thread a strided part, then a tree). */
-__global__ void k_sum_div(const float *v, int64_t n, double divisor, float *y)
-{
-    __shared__ double sh[ROW_THREADS];
-    double s = 0.0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        s += v[i];
-    }
-    sh[threadIdx.x] = s;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
-        if ((int)threadIdx.x < k) {
-            sh[threadIdx.x] += sh[threadIdx.x + k];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        *y = (float)(sh[0] / divisor);
-    }
-}
-
-__global__ void k_ce_bwd(const float *x, const int32_t *t, const float *lse, const float *gy,
-                         int64_t C, int64_t ignore, float eps, float scale, int per_row, float *gx,
-                         int write)
-{
-    int64_t r = blockIdx.x;
-    float *gxr = gx + r * C;
-    if (t[r] == ignore) {
-        for (int64_t c = threadIdx.x; write && c < C; c += blockDim.x) {
-            gxr[c] = 0.0f;
-        }
-        return;
-    }
-    const float *xr = x + r * C;
-    float gr = (per_row ? gy[r] : gy[0]) * scale, l = lse[r], uni = eps / (float)C;
-    int64_t tr = t[r];
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = gr * (expf(xr[c] - l) - uni);
-        if (c == tr) {
-            v -= gr * (1.0f - eps);
-        }
-        gxr[c] = write ? v : gxr[c] + v;
-    }
-}
-
-/* ---- nn_linear_cross_entropy: the fused classifier over a chunk of logits ---- */
-
-/* k_ce_fwd and k_ce_bwd in one pass over the row: the loss, then (grad) the logits' gradient
- * scale * (softmax - eps / C - (1 - eps) onehot), zero for an ignored row, over the logits
- * (rnd 0) or rounded into the 2-byte gh (the product's operand). */
-__global__ void k_lce_rows(float *x, const int32_t *t, int64_t C, int64_t ignore, float eps,
-                           float scale, int grad, int rnd, void *gh, float *row_loss)
-{
-    __shared__ float sh[32];
-    int64_t r = blockIdx.x;
-    float *xr = x + r * C;
-    int64_t tr = t[r];
-    int ignored = tr == ignore;
-    /* Read before the first barrier, so before any thread overwrites the row. */
-    float xt = threadIdx.x == 0 && !ignored ? xr[tr] : 0.0f;
-    /* One pass for the max and the sum of exponentials (online softmax: the sum is rescaled
-     * when the max grows), so the row is read twice in all, not three times. */
-    float m = -INFINITY, s = 0.0f, sx = 0.0f;
-    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float v = xr[c];
-        sx += v;
-        if (v > m) {
-            s = s * expf(m - v) + 1.0f;
-            m = v;
-        } else if (v != -INFINITY) { /* (-inf adds nothing; -inf - -inf would be NaN) */
-            s += expf(v - m);
-        }
-    }
-    float mb = block_reduce(m, sh, 1);
-    s = block_reduce(m == -INFINITY ? 0.0f : s * expf(m - mb), sh, 0);
-    sx = block_reduce(sx, sh, 0);
-    float l = mb + logf(s), uni = eps / (float)C;
-    if (threadIdx.x == 0) {
-        row_loss[r] = ignored ? 0.0f : l - (1.0f - eps) * xt - uni * sx;
-    }
-    for (int64_t c = threadIdx.x; grad && c < C; c += blockDim.x) {
-        float v = ignored ? 0.0f : scale * (expf(xr[c] - l) - uni);
-        if (c == tr && !ignored) {
-            v -= scale * (1.0f - eps);
-        }
-        if (rnd == 0) {
-            xr[c] = v;
-        } else if (rnd == 1) {
-            ((__nv_bfloat16 *)gh)[r * C + c] = __float2bfloat16_rn(v);
-        } else {
-            ((__half *)gh)[r * C + c] = __float2half_rn(v);
-        }
-    }
-}
-
-__global__ void k_scale_acc(float *dst, const float *src, int64_t n, const float *seed, int rnd,
-                            int write)
-{
-    float f = *seed;
-    GRID_LOOP(i, n)
-    {
-        float v = rnd_dt(f * src[i], rnd);
-        dst[i] = write ? v : dst[i] + v;
     }
 }
 
@@ -736,45 +549,6 @@ cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy,
         k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES),
                                  0, s>>>(x, gy, mean, rstd, rows, C, gw, gb);
     }
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_ce_fwd(cudaStream_t s, const float *x, const int32_t *t, int64_t rows, int64_t C,
-                         int64_t ignore, float eps, float *lse, float *row_loss)
-{
-    k_ce_fwd<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, C, ignore, eps, lse, row_loss);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_sum_div(cudaStream_t s, const float *row_loss, int64_t rows, double divisor,
-                          float *y)
-{
-    k_sum_div<<<1, ROW_THREADS, 0, s>>>(row_loss, rows, divisor, y);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_ce_bwd(cudaStream_t s, const float *x, const int32_t *t, const float *lse,
-                         const float *gy, int64_t rows, int64_t C, int64_t ignore, float eps,
-                         float scale, int per_row, float *gx, int write)
-{
-    k_ce_bwd<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, lse, gy, C, ignore, eps, scale, per_row,
-                                                    gx, write);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t rows, int64_t C,
-                           int64_t ignore, float eps, float scale, int grad, int rnd, void *gh,
-                           float *row_loss)
-{
-    k_lce_rows<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, C, ignore, eps, scale, grad, rnd, gh,
-                                                      row_loss);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
-                            const float *seed, int rnd, int write)
-{
-    k_scale_acc<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, seed, rnd, write);
     return cudaGetLastError();
 }
 

@@ -1,8 +1,9 @@
 /*
- * The nn toolkit's CUDA kernels (nn_kernels.cu) as plain C launchers. Each one checks nothing
- * (the ops in ops_gpu.c / linear_gpu.c validated shapes and devices), queues its kernels on
- * the stream s (the ctx's compute stream) and returns the launch status (cudaGetLastError); a fault
- * inside a kernel surfaces at the next synchronisation.
+ * The nn toolkit's CUDA kernels (nn_kernels.cu, ce_kernels.cu, attn_tc.cu) as plain C
+ * launchers. Each one checks nothing (the ops in ops_gpu.c / linear_gpu.c validated shapes and
+ * devices), queues its kernels on the stream s (the ctx's compute stream) and returns the
+ * launch status (cudaGetLastError); a fault inside a kernel surfaces at the next
+ * synchronisation.
  *
  * `write` arguments: 1 stores into the destination (a fresh gradient), 0 adds to it. `rnd`
  * arguments: 0 none, 1 round to bf16, 2 round to fp16 (nearest even), as the CPU's autocast

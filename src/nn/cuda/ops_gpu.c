@@ -1,7 +1,7 @@
 /*
  * The nn ops on CUDA tensors, except linear (linear_gpu.c): residual add, GELU, dropout,
  * embedding, LayerNorm, fused softmax + cross entropy and fused causal attention. Each one
- * validates as its CPU twin does (same messages), runs the kernels of nn_kernels.cu, and
+ * validates as its CPU twin does (same messages), runs the kernels of nn_kernels.h, and
  * records a backward that runs on the GPU too. Dropout (also inside attention) draws the
  * CPU's counter-based mask, so the same seed, step and op drop the same elements on both.
  */

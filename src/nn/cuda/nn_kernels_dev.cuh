@@ -1,0 +1,73 @@
+/*
+ * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu) share: the launch
+ * sizes, the grid-stride loop, the autocast rounding and the warp and block reductions. Device
+ * code only: include it from .cu files, never from C.
+ */
+#ifndef ACCEL_NN_CUDA_KERNELS_DEV_CUH
+#define ACCEL_NN_CUDA_KERNELS_DEV_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+/* Threads of an element-wise block and of a row kernel's block (one block per row). */
+#define THREADS 256
+#define ROW_THREADS 256
+
+/* Blocks for n elements of grid-stride work (at least 1, at most 65536). */
+static inline unsigned grid_for(int64_t n)
+{
+    int64_t b = (n + THREADS - 1) / THREADS;
+    if (b < 1) {
+        b = 1;
+    }
+    return (unsigned)(b > 65536 ? 65536 : b);
+}
+
+#define GRID_LOOP(i, n)                                                                            \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float rnd_dt(float v, int rnd)
+{
+    if (rnd == 1) {
+        return __bfloat162float(__float2bfloat16_rn(v));
+    }
+    if (rnd == 2) {
+        return __half2float(__float2half_rn(v));
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    return v;
+}
+
+/* Sum (or max) over the block; every thread gets the result. sh: 32 floats of shared memory. */
+__device__ inline float block_reduce(float v, float *sh, int is_max)
+{
+    v = is_max ? warp_max(v) : warp_sum(v);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* sh may still be read by the previous reduction */
+    if (lane == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
+    return is_max ? warp_max(v) : warp_sum(v);
+}
+
+#endif /* ACCEL_NN_CUDA_KERNELS_DEV_CUH */
