@@ -2,10 +2,10 @@
 #   make demo    install missing Debian packages, build, train examples/gpt under accel launch
 #                (bf16, accumulation, TensorBoard, checkpoints), then resume it (DEMO_DIR)
 #   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
-#                DESIGN.md §2), build with -Werror, run the unit tests under
-#                AddressSanitizer + UndefinedBehaviorSanitizer, compile the CUDA build and run
-#                its GPU tests (test-cuda), run them on the CUDA emulator (test-cuemu), then
-#                the whole suite (its Python
+#                DESIGN.md §2), build with -Werror, run the whole suite while the other builds
+#                compile in the background (other-builds), then the unit tests under
+#                AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA build's GPU tests
+#                (test-cuda) and the same on the CUDA emulator (test-cuemu) (the suite's Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
@@ -26,7 +26,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test test-cuda test-cuemu test-fast test-asan demo demo-run bench install format clean
+.PHONY: all deps build test other-builds test-cuda test-cuemu test-fast test-asan demo demo-run bench install format clean
 
 all: build
 
@@ -37,17 +37,31 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The sanitizer, CUDA and emulator builds compile (nice 19, scripts/overlap.sh) while the main
+# suite runs; their tests run after it.
 test: deps
 	bash scripts/check-layers.sh
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
-	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
+	@bash tests/pyenv.sh notice
+	@bash scripts/overlap.sh $(BUILD)/other-builds.log "$(MAKE) --no-print-directory other-builds" \
+		"cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600"
 	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
 	@$(MAKE) --no-print-directory test-cuda
 	@$(MAKE) --no-print-directory test-cuemu
-	@bash tests/pyenv.sh notice
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# Configures and builds what the ASan+UBSan unit tests, test-cuda and test-cuemu run.
+other-builds:
+	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
+	@if command -v nvcc >/dev/null 2>&1; then \
+		cmake -S . -B $(CUDA_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON $(CMAKE_FLAGS) && \
+		cmake --build $(CUDA_BUILD) -j $(JOBS) --target gpu_checks; \
+	fi
+	@if [ -n "$(CUDA_INCLUDE)" ]; then \
+		cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON $(CMAKE_FLAGS) && \
+		cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks; \
+	fi
 
 test-cuda:
 	@if command -v nvcc >/dev/null 2>&1; then \

@@ -570,3 +570,48 @@ accel_status accel__store_depart(accel__store *st)
 {
     return send_key_value(st, STORE_PRESENCE, 0, NULL, NULL, 0, "a departure");
 }
+
+accel_status accel__store_beat(accel__store *st, int id, const char *name, uint64_t count,
+                               int behind, double silent_s, double answer_s,
+                               accel__store_silent *out, int cap, int *n_out)
+{
+    *n_out = 0;
+    size_t n = name != NULL ? strlen(name) : 0;
+    if (n == 0 || n > ACCEL__STORE_BEAT_NAME_MAX || id < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "store %s: a beat as %d with a name of %zu bytes",
+                             st->name, id, n);
+    }
+    uint8_t req[4 + STORE_REQ_HEAD + 20 + ACCEL__STORE_BEAT_NAME_MAX] = {0};
+    uint8_t *p = req + 4 + STORE_REQ_HEAD;
+    req[4] = STORE_BEAT;
+    store_put32(req + 8, to_ms(silent_s));
+    store_put32(p, (uint32_t)id);
+    store_put32(p + 4, behind ? 1u : 0u);
+    store_put64(p + 8, count);
+    store_put32(p + 16, (uint32_t)n);
+    memcpy(p + 20, name, n);
+    uint8_t status, *ans = NULL;
+    size_t len = 0;
+    ACCEL_TRY(exchange(st, req, 4 + STORE_REQ_HEAD + 20 + n, accel__now() + answer_s, "a beat",
+                       &status, &ans, &len));
+    accel_status s = ACCEL_OK;
+    size_t off = 0;
+    while (s == ACCEL_OK && off < len) {
+        size_t m = off + 18 <= len ? store_get16(ans + off + 16) : 0;
+        if (status != STORE_OK || off + 18 > len || m > ACCEL__STORE_BEAT_NAME_MAX ||
+            off + 18 + m > len) {
+            st->broken = ACCEL_EIO;
+            s = accel__seterr(NULL, ACCEL_EIO, "store %s: malformed answer to a beat", st->name);
+        } else if (*n_out < cap) {
+            accel__store_silent *q = &out[(*n_out)++];
+            q->id = (int)store_get32(ans + off);
+            q->silent_s = store_get32(ans + off + 4) * 1e-3;
+            q->count = store_get64(ans + off + 8);
+            memcpy(q->name, ans + off + 18, m);
+            q->name[m] = '\0';
+        }
+        off += 18 + m;
+    }
+    accel__free(ans);
+    return s;
+}

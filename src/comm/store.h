@@ -17,6 +17,13 @@
  * machine vanished: keepalive notices within about 10 s). Waiters on that key (a parked get) then
  * learn it at once: the liveness watch of backends that cannot see their peers die (watch.h).
  *
+ * Heartbeats: a client that beats (accel__store_beat, every period) is heard at each request it
+ * sends; each beat is answered with the other beaters that have not been heard for longer than
+ * the beater asks (the server's clock: no clocks are compared across machines), and on request
+ * with those whose progress count (carried by the beats) is below the beater's. A process that
+ * is stopped, hung or cut off keeps its connection (TCP keepalive answers for it) but stops
+ * beating: the liveness watch names it that way.
+ *
  * Plain POSIX sockets, no authentication: any local
  * user can connect, so nothing secret may be stored here (the shm backend's nonce only names
  * files that are private to the user anyway).
@@ -37,6 +44,8 @@ typedef struct accel__store accel__store;
 
 #define ACCEL__STORE_KEY_MAX 512
 #define ACCEL__STORE_VALUE_MAX (1u << 20)
+#define ACCEL__STORE_BEAT_NAME_MAX 200 /* bytes of a beater's name */
+#define ACCEL__STORE_SILENT_MAX 32     /* silent beaters listed in one answer, at most */
 
 /* Called on the server thread after a set or add has been applied and before its caller gets
  * the answer (so whatever the hook does has happened when accel__store_set returns anywhere).
@@ -100,6 +109,24 @@ accel_status accel__store_declare(accel__store *st, const char *key, const void 
                                   size_t nbytes);
 /* Withdraws the declaration: closing the client afterwards is a clean departure. */
 accel_status accel__store_depart(accel__store *st);
+/* A beater worth naming (accel__store_beat): not heard for a while, or behind. */
+typedef struct accel__store_silent {
+    int id;                                    /* the beater's id (the watch: its process) */
+    double silent_s;                           /* since its last request, on the server */
+    uint64_t count;                            /* its progress, as of its last beat */
+    char name[ACCEL__STORE_BEAT_NAME_MAX + 1]; /* its name, as it beats it */
+} accel__store_silent;
+
+/* Beats: the server hears this client (as beater id, named name: 1..ACCEL__STORE_BEAT_NAME_MAX
+ * bytes, with progress count, e.g. operations posted) now and at each later request of it, and
+ * answers with the other beaters not heard for more than silent_s, and, with behind, those
+ * whose count is below this one's (at most cap of them, ACCEL__STORE_SILENT_MAX at most) in
+ * out[0..*n_out). The answer must come within answer_s (a stopped or hung server:
+ * ACCEL_ETIMEDOUT, and st is broken). Costs the server one pass over its connections. */
+accel_status accel__store_beat(accel__store *st, int id, const char *name, uint64_t count,
+                               int behind, double silent_s, double answer_s,
+                               accel__store_silent *out, int cap, int *n_out);
+
 /* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
  * connection, an answer that did not come): tells a get that timed out on a missing key (st
  * still usable) from one the server did not answer. */

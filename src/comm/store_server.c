@@ -8,6 +8,8 @@
  * a per-connection output buffer), so one stalled or hostile client cannot stop the others. A
  * malformed request gets a BAD answer and the connection is closed. A connection that declared
  * its presence and ends without departing sets its declared key (unless it exists) as it goes.
+ * A connection that beats (the liveness watch's) is heard at each request it sends; a beat
+ * learns which other beaters have been silent for longer than it asks (or are behind it).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +55,12 @@ typedef struct conn {
     char *gone_key;
     uint8_t *gone_value;
     size_t gone_nbytes;
+    /* Heartbeats: the beater's id and name (NULL: the connection does not beat) and when its
+     * last request came (every request counts as a beat). */
+    char *beat_name;
+    uint32_t beat_id;
+    uint64_t beat_count; /* the beater's progress (the watch: operations posted) */
+    double heard_at;
 } conn;
 
 struct accel__store_server {
@@ -307,6 +315,56 @@ static void declare(conn *c, size_t n_keys, const uint8_t *p, const uint8_t *end
     answer(c, STORE_OK, NULL, 0, NULL, 0);
 }
 
+/* A BEAT request's fields in [p, end): u32 id, u32 flags, u64 count, u32 length + name;
+ * timeout_ms is the silence asked about. Names c as a beater and answers with every other
+ * beater silent for longer or (flag 1) whose count is below c's: per entry u32 id, u32 silence
+ * in ms, u64 count, u16 length + name (at most STORE_SILENT_MAX; one pass over the
+ * connections). */
+static void beat(accel__store_server *srv, conn *c, const uint8_t *p, const uint8_t *end,
+                 uint32_t timeout_ms)
+{
+    size_t n = end - p >= 20 ? store_get32(p + 16) : 0;
+    if (end - p < 20 || (size_t)(end - p - 20) != n || n == 0 || n > STORE_BEAT_NAME_MAX) {
+        bad(c, "malformed beat");
+        return;
+    }
+    if (c->beat_name == NULL || strlen(c->beat_name) != n || memcmp(c->beat_name, p + 20, n) != 0) {
+        char *name = accel__malloc(n + 1);
+        if (name == NULL) {
+            bad(c, "server out of memory");
+            return;
+        }
+        memcpy(name, p + 20, n);
+        name[n] = '\0';
+        accel__free(c->beat_name);
+        c->beat_name = name;
+    }
+    c->beat_id = store_get32(p);
+    c->beat_count = store_get64(p + 8);
+    int behind = store_get32(p + 4) & 1;
+    uint8_t out[STORE_SILENT_MAX * (18 + STORE_BEAT_NAME_MAX)];
+    size_t len = 0;
+    int listed = 0;
+    double now = accel__now();
+    for (size_t i = 0; i < srv->n_conns && listed < STORE_SILENT_MAX; i++) {
+        const conn *o = srv->conns[i];
+        if (o == NULL || o == c || o->beat_name == NULL ||
+            ((now - o->heard_at) * 1000.0 <= (double)timeout_ms &&
+             !(behind && o->beat_count < c->beat_count))) {
+            continue;
+        }
+        size_t m = strlen(o->beat_name);
+        store_put32(out + len, o->beat_id);
+        store_put32(out + len + 4, (uint32_t)((now - o->heard_at) * 1000.0));
+        store_put64(out + len + 8, o->beat_count);
+        store_put16(out + len + 16, (uint16_t)m);
+        memcpy(out + len + 18, o->beat_name, m);
+        len += 18 + m;
+        listed++;
+    }
+    answer(c, STORE_OK, out, len, NULL, 0);
+}
+
 /* c ends: if it declared its presence and did not depart, its key is set (the first loss is
  * kept) and its waiters answered. */
 static void lost(accel__store_server *srv, conn *c)
@@ -328,6 +386,7 @@ static void handle(accel__store_server *srv, conn *c, const uint8_t *body, size_
         bad(c, "short request");
         return;
     }
+    c->heard_at = accel__now(); /* a beat, if c beats */
     uint8_t op = body[0];
     size_t n_keys = store_get16(body + 2);
     uint32_t timeout_ms = store_get32(body + 4);
@@ -384,6 +443,10 @@ static void handle(accel__store_server *srv, conn *c, const uint8_t *body, size_
     }
     if (op == STORE_PRESENCE) {
         declare(c, n_keys, p, end);
+        return;
+    }
+    if (op == STORE_BEAT) {
+        beat(srv, c, p, end, timeout_ms);
         return;
     }
     if (op != STORE_GET && op != STORE_WAIT) {
@@ -527,6 +590,7 @@ static void conn_free(conn *c)
 {
     unpark(c);
     forget_presence(c);
+    accel__free(c->beat_name);
     close(c->fd);
     accel__free(c->in);
     accel__free(c->out);

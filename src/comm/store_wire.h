@@ -18,8 +18,19 @@
 #define STORE_WAIT_KEYS_MAX 4096u
 
 /* PRESENCE with one key and a value declares the connection's presence (the server sets key to
- * value if the connection ends without a PRESENCE of no key, its departure). */
-enum { STORE_SET = 1, STORE_GET = 2, STORE_ADD = 3, STORE_WAIT = 4, STORE_PRESENCE = 5 };
+ * value if the connection ends without a PRESENCE of no key, its departure). BEAT (no key; the
+ * timeout field is the silence asked about) names the connection as a beater and is answered
+ * with the beaters silent for longer (store.h, accel__store_beat). */
+enum {
+    STORE_SET = 1,
+    STORE_GET = 2,
+    STORE_ADD = 3,
+    STORE_WAIT = 4,
+    STORE_PRESENCE = 5,
+    STORE_BEAT = 6
+};
+#define STORE_BEAT_NAME_MAX ACCEL__STORE_BEAT_NAME_MAX
+#define STORE_SILENT_MAX ACCEL__STORE_SILENT_MAX
 /* Response status: OK; MISSING: the deadline passed (payload: the first missing key); BAD: a
  * malformed request (payload: why), after which the server closes the connection. */
 enum { STORE_OK = 0, STORE_MISSING = 1, STORE_BAD = 2 };

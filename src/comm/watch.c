@@ -1,13 +1,15 @@
 /*
- * The liveness watch (watch.h): one thread per process waiting for the job's "lost" key on its
- * own store client, a period at a time (a get parked at the server, answered at once when the
- * key is set: one round trip per period), and looking at the members' operation counts
- * between the waits.
+ * The liveness watch (watch.h): one thread per process beating through its own store client
+ * and waiting for the job's "lost" key there, a period at a time (a get parked at the server,
+ * answered at once when the key is set: two round trips per period), and looking at the
+ * members' operation counts between the waits. The last beat's answer (who is silent) is kept
+ * for the messages of stalls.
  *
  * Invariants: members are added, removed and failed under mu, and each is failed at most once;
  * the owner's client (presence) is used only by the owner's thread (start, the last leave); the
  * thread's client (poll) only by the thread, except accel__store_interrupt at the end. A store
- * error the thread sees after the stop request is the stop, not a failure.
+ * error the thread sees after the stop request is the stop, not a failure. The beat's answer
+ * and store_due are under beat_mu, which is taken inside mu, never around it.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -39,6 +41,15 @@ struct accel__watch {
     _Atomic int failed; /* a loss was seen: every member failed */
     peer *peers;        /* this machine's other processes, and process 0 */
     int n_peers;
+    char beat_name[ACCEL__STORE_BEAT_NAME_MAX + 1]; /* "process R (pid P) on host H" */
+    double silent_s; /* a process not heard for longer is named */
+    pthread_mutex_t beat_mu;
+    accel__store_silent silent[ACCEL__STORE_SILENT_MAX]; /* the last beat's answer */
+    int n_silent;
+    uint64_t beat_count; /* the count the last beat carried */
+    accel__watch_member *world; /* the oldest member (the world communicator): its count beats */
+    int slow; /* the thread's: a member has waited more than silent_s (ask who is behind) */
+    double store_due; /* when the answer of the thread's store call in progress was due; 0: none */
 };
 
 /* "<boot id>/<pid namespace>": equal for processes whose pids mean the same thing. */
@@ -87,53 +98,104 @@ static int stopping(accel__watch *w)
     return stop;
 }
 
-/* Waits up to a period for the lost key (the server answers at once when it is set). Returns 0
- * to go on polling, 1 when the store is no use any more. */
-static int poll_lost(accel__watch *w)
+/* Who serves the store, for messages: "process 0 (pid 123)" or "machine 0's accel launch". */
+static void store_server_name(const accel__watch *w, char *buf, size_t nbytes)
 {
-    char value[256], msg[ACCEL__ERRMSG_NBYTES];
-    size_t n = 0;
-    accel_status st =
-        accel__store_get(w->poll, w->lost_key, value, sizeof(value) - 1, &n, w->cfg.period_s);
-    if (st == ACCEL_ETIMEDOUT && accel__store_broken(w->poll) == ACCEL_OK) {
-        return 0; /* not set within the period: nobody was lost */
+    int pid0 = 0;
+    for (int i = 0; i < w->n_peers; i++) {
+        pid0 = w->peers[i].process == 0 ? atomic_load(&w->peers[i].pid) : pid0;
     }
+    if (w->cfg.launcher_serves) {
+        snprintf(buf, nbytes, "machine 0's accel launch");
+    } else if (pid0 > 0) {
+        snprintf(buf, nbytes, "process 0 (pid %d)", pid0);
+    } else {
+        snprintf(buf, nbytes, "process 0");
+    }
+}
+
+/* The thread's store call failed with st (the client is broken): the store's server is gone or
+ * stopped, which every member learns (or, for another error, the watch stops polling). */
+static void store_failed(accel__watch *w, accel_status st)
+{
     if (stopping(w)) {
-        return 1;
+        return;
     }
-    const int me = w->cfg.process;
-    if (st == ACCEL_OK) {
-        value[n] = '\0';
-        snprintf(msg, sizeof(msg),
-                 "%s: %s exited or died (its connection to the job's store at %s ended without "
-                 "leaving the communicator); process %d cannot continue",
-                 w->what, value, accel__store_name(w->poll), me);
-        fail_all(w, ACCEL_EPEER, msg);
-    } else if (st == ACCEL_EPEER || st == ACCEL_ETIMEDOUT) {
-        int pid0 = 0;
-        for (int i = 0; i < w->n_peers; i++) {
-            pid0 = w->peers[i].process == 0 ? atomic_load(&w->peers[i].pid) : pid0;
-        }
-        char who[96];
-        if (w->cfg.launcher_serves) {
-            snprintf(who, sizeof(who), "machine 0's accel launch");
-        } else if (pid0 > 0) {
-            snprintf(who, sizeof(who), "process 0 (pid %d)", pid0);
-        } else {
-            snprintf(who, sizeof(who), "process 0");
-        }
+    if (st == ACCEL_EPEER || st == ACCEL_ETIMEDOUT) {
+        char who[96], msg[ACCEL__ERRMSG_NBYTES];
+        store_server_name(w, who, sizeof(who));
         snprintf(msg, sizeof(msg),
                  "%s: the job's store at %s, served by %s, %s; process %d cannot continue", w->what,
                  accel__store_name(w->poll), who,
                  st == ACCEL_EPEER ? "closed the connection: its server exited or died, or its "
                                      "machine is unreachable"
                                    : "did not answer in time: its server is stopped or hung",
-                 me);
+                 w->cfg.process);
         fail_all(w, st, msg);
     } else {
         accel__log(&w->cfg.log, ACCEL__LOG_WARN,
                    "%s: the liveness watch stops polling the store: %s", w->what,
                    accel_last_error(NULL));
+    }
+}
+
+static void set_store_due(accel__watch *w, double due)
+{
+    pthread_mutex_lock(&w->beat_mu);
+    w->store_due = due;
+    pthread_mutex_unlock(&w->beat_mu);
+}
+
+/* Beats, and keeps the answer (who is silent). Returns 0 to go on polling, 1 when the store is
+ * no use any more. The answer may take the timeout (a loaded server), as the gets' may. */
+static int beat(accel__watch *w)
+{
+    accel__store_silent silent[ACCEL__STORE_SILENT_MAX];
+    int n = 0;
+    pthread_mutex_lock(&w->mu);
+    uint64_t count = w->world != NULL ? atomic_load(&w->world->posted) : 0;
+    pthread_mutex_unlock(&w->mu);
+    set_store_due(w, accel__now());
+    accel_status st =
+        accel__store_beat(w->poll, w->cfg.process, w->beat_name, count, w->slow, w->silent_s,
+                          w->cfg.timeout_s, silent, ACCEL__STORE_SILENT_MAX, &n);
+    pthread_mutex_lock(&w->beat_mu);
+    w->store_due = 0;
+    if (st == ACCEL_OK) {
+        memcpy(w->silent, silent, (size_t)n * sizeof(silent[0]));
+        w->n_silent = n;
+        w->beat_count = count;
+    }
+    pthread_mutex_unlock(&w->beat_mu);
+    if (st != ACCEL_OK) {
+        store_failed(w, st);
+        return 1;
+    }
+    return 0;
+}
+
+/* Waits up to a period for the lost key (the server answers at once when it is set). Returns 0
+ * to go on polling, 1 when the store is no use any more. */
+static int poll_lost(accel__watch *w)
+{
+    char value[256], msg[ACCEL__ERRMSG_NBYTES];
+    size_t n = 0;
+    set_store_due(w, accel__now() + w->cfg.period_s);
+    accel_status st =
+        accel__store_get(w->poll, w->lost_key, value, sizeof(value) - 1, &n, w->cfg.period_s);
+    set_store_due(w, 0);
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(w->poll) == ACCEL_OK) {
+        return 0; /* not set within the period: nobody was lost */
+    }
+    if (st != ACCEL_OK) {
+        store_failed(w, st);
+    } else if (!stopping(w)) {
+        value[n] = '\0';
+        snprintf(msg, sizeof(msg),
+                 "%s: %s exited or died (its connection to the job's store at %s ended without "
+                 "leaving the communicator); process %d cannot continue",
+                 w->what, value, accel__store_name(w->poll), w->cfg.process);
+        fail_all(w, ACCEL_EPEER, msg);
     }
     return 1;
 }
@@ -163,18 +225,32 @@ static void fetch_peers(accel__watch *w)
     }
 }
 
-static void check_stalls(accel__watch *w)
+/* Counts the members stalled (operations in flight, none completed for the timeout); with
+ * act, fails them with a message naming the suspects. Notes in w->slow whether one has waited
+ * for more than silent_s (the beats then ask who is behind). */
+static int check_stalls(accel__watch *w, int act)
 {
     double now = accel__now();
+    int stalled = 0;
+    w->slow = 0;
     pthread_mutex_lock(&w->mu);
     for (accel__watch_member *m = w->members; m != NULL && !w->stop; m = m->next) {
+        if (m->progress != NULL && !m->failed) {
+            m->progress(m->arg); /* operations complete but not tested yet are done */
+        }
         uint64_t posted = atomic_load_explicit(&m->posted, memory_order_relaxed);
         uint64_t done = atomic_load_explicit(&m->done, memory_order_relaxed);
         if (posted != m->seen_posted || done != m->seen_done) {
             m->seen_posted = posted;
             m->seen_done = done;
             m->moved_at = now;
-        } else if (done < posted && !m->failed && now - m->moved_at > m->timeout_s) {
+            continue;
+        }
+        double waited = done < posted && !m->failed ? now - m->moved_at : 0;
+        w->slow |= waited > w->silent_s;
+        if (waited > m->timeout_s && !act) {
+            stalled++;
+        } else if (waited > m->timeout_s) {
             char msg[ACCEL__ERRMSG_NBYTES];
             int len = snprintf(msg, sizeof(msg),
                                "%s: process %d of %d: a collective made no progress for %.3g s "
@@ -187,6 +263,7 @@ static void check_stalls(accel__watch *w)
         }
     }
     pthread_mutex_unlock(&w->mu);
+    return stalled;
 }
 
 static void *watch_main(void *arg)
@@ -195,12 +272,18 @@ static void *watch_main(void *arg)
     int polling = 1;
     for (;;) {
         if (polling) {
+            polling = !beat(w);
+        }
+        if (polling) {
             fetch_peers(w); /* first: a loss of process 0 names its pid */
         }
         if (polling && !atomic_load(&w->failed)) {
             polling = !poll_lost(w);
         }
-        check_stalls(w);
+        if (check_stalls(w, 0) > 0 && polling) {
+            polling = !beat(w); /* the message names who is silent now */
+        }
+        check_stalls(w, 1);
         pthread_mutex_lock(&w->mu);
         if (!w->stop && !polling) { /* else the get above waited the period */
             struct timespec ts;
@@ -226,7 +309,7 @@ void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
         return; /* one process: nobody else to name */
     }
     size_t len = strlen(buf);
-    int named = 0, known = 0;
+    int named = 0, known = 0, seen[ACCEL__STORE_SILENT_MAX + 1];
     for (int i = 0; i < w->n_peers && len + 100 < nbytes; i++) {
         const peer *p = &w->peers[i];
         int pid = atomic_load(&p->pid);
@@ -237,16 +320,51 @@ void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes)
         const char *state = accel__shm_pid_gone(pid, p->start) ? "died"
                             : accel__shm_pid_stopped(pid) ? "is stopped (SIGSTOP or a debugger)"
                                                           : NULL;
-        if (state != NULL) {
+        if (state != NULL && named <= ACCEL__STORE_SILENT_MAX) {
             len += (size_t)snprintf(buf + len, nbytes - len, "; process %d (pid %d) %s", p->process,
                                     pid, state);
-            named++;
+            seen[named++] = p->process;
         }
     }
-    if (named == 0 && len + 100 < nbytes) {
+    /* The heartbeats: every machine's silent processes, and the store's own silence. */
+    int heard = 0;
+    pthread_mutex_lock(&w->beat_mu);
+    for (int i = 0; i < w->n_silent && len + 100 < nbytes; i++) {
+        const accel__store_silent *q = &w->silent[i];
+        int dup = q->id == w->cfg.process;
+        for (int k = 0; k < named && !dup; k++) {
+            dup = seen[k] == q->id; /* /proc said more */
+        }
+        if (!dup && q->silent_s > w->silent_s) {
+            len += (size_t)snprintf(buf + len, nbytes - len,
+                                    "; %s: no heartbeat for %.3g s (stopped or hung?)", q->name,
+                                    q->silent_s);
+            heard++;
+        } else if (!dup && q->count < w->beat_count) {
+            len += (size_t)snprintf(buf + len, nbytes - len,
+                                    "; %s is behind: %llu operations posted on the job's first "
+                                    "communicator, %llu here (busy, hung or at another call?)",
+                                    q->name, (unsigned long long)q->count,
+                                    (unsigned long long)w->beat_count);
+            heard++;
+        }
+    }
+    double late = w->store_due > 0 ? accel__now() - w->store_due : 0;
+    pthread_mutex_unlock(&w->beat_mu);
+    if (late > w->silent_s && len + 100 < nbytes) {
+        char who[96];
+        store_server_name(w, who, sizeof(who));
+        len += (size_t)snprintf(buf + len, nbytes - len,
+                                "; the job's store at %s, served by %s, has not answered for "
+                                "%.3g s (stopped or hung?)",
+                                accel__store_name(w->poll), who, late);
+        heard++;
+    }
+    if (named + heard == 0 && len + 100 < nbytes) {
         snprintf(buf + len, nbytes - len,
-                 "; none of the %d other processes known on this machine is dead or stopped",
-                 known);
+                 "; none of the %d other processes known on this machine is dead or stopped, "
+                 "and every process beat within %.3g s",
+                 known, w->silent_s);
     }
 }
 
@@ -258,6 +376,7 @@ void accel__watch_join(accel__watch *w, accel__watch_member *m)
     m->failed = 0;
     m->next = w->members;
     w->members = m;
+    w->world = w->world != NULL ? w->world : m;
     pthread_mutex_unlock(&w->mu);
 }
 
@@ -266,6 +385,7 @@ static void watch_free(accel__watch *w)
     accel__store_close(w->poll);
     accel__store_close(w->presence);
     accel__free(w->peers);
+    pthread_mutex_destroy(&w->beat_mu);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
     accel__free(w);
@@ -319,6 +439,12 @@ void accel__watch_leave(accel__watch *w, accel__watch_member *m)
             break;
         }
     }
+    if (w->world == m) { /* the next oldest counts */
+        w->world = w->members;
+        while (w->world != NULL && w->world->next != NULL) {
+            w->world = w->world->next;
+        }
+    }
     int last = w->members == NULL;
     pthread_mutex_unlock(&w->mu);
     if (!last) {
@@ -363,6 +489,7 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     }
     w->presence = store;
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->beat_mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     w->cfg = *cfg;
     snprintf(w->what, sizeof(w->what), "%s", cfg->what);
@@ -371,7 +498,12 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     w->cfg.what = w->what;
     w->cfg.prefix = w->prefix;
     w->cfg.addr = w->addr;
-    w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : 1.0;
+    /* Beats every period; silent for half the timeout (at least 3 periods) is named. */
+    double period = cfg->timeout_s / 8;
+    period = period < 0.1 ? 0.1 : period > 1 ? 1 : period;
+    w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : period;
+    w->silent_s = cfg->timeout_s / 2 > 3 * w->cfg.period_s ? cfg->timeout_s / 2
+                                                           : 3 * w->cfg.period_s;
     snprintf(w->lost_key, sizeof(w->lost_key), "%s/lost", w->prefix);
     host_id(w->host_id, sizeof(w->host_id));
     if (gethostname(w->hostname, sizeof(w->hostname)) != 0) {
@@ -403,10 +535,10 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     int n = snprintf(value, sizeof(value), "%d %llu %s %s", pid,
                      (unsigned long long)accel__shm_pid_start(pid), w->host_id, w->hostname);
     accel_status st = accel__store_set(store, key, value, (size_t)n);
+    snprintf(w->beat_name, sizeof(w->beat_name), "process %d (pid %d) on host %s", cfg->process,
+             pid, w->hostname);
     if (st == ACCEL_OK && !cfg->serves) {
-        n = snprintf(value, sizeof(value), "process %d (pid %d) on host %s", cfg->process, pid,
-                     w->hostname);
-        st = accel__store_declare(store, w->lost_key, value, (size_t)n);
+        st = accel__store_declare(store, w->lost_key, w->beat_name, strlen(w->beat_name));
     }
     accel__store_config pc = {.addr = w->addr,
                               .port = accel__store_port(store),

@@ -13,7 +13,18 @@
  * (process 0 served it and died), that names process 0.
  * How it sees a stall: members count their operations (posted, done); when some are in flight
  * and neither count moved for the member's timeout, the member is failed with ETIMEDOUT and the
- * processes of this machine that are stopped (SIGSTOP, a debugger) or dead are named.
+ * processes of this machine that are stopped (SIGSTOP, a debugger) or dead are named (/proc),
+ * and so are the processes of any machine whose heartbeat stopped: each watch beats through the
+ * store every period (accel__store_beat, on the thread's client; the period is an eighth of
+ * the timeout, between 0.1 and 1 s) and the server lists the processes it has not heard for
+ * more than half the timeout (at least 3 periods: a beat late by a few periods on a loaded
+ * machine is no accusation). A stopped process keeps its TCP connection (the kernel answers
+ * keepalive for it), but not its beats. If the store's server itself stops answering, the
+ * process serving it (process 0, or machine 0's accel launch) is the one named. Each beat also
+ * carries the count of operations this process posted on its oldest member (the world
+ * communicator); once a member has waited half the timeout, the beats ask for the processes
+ * behind this one, which the stall's message names too (busy elsewhere, hung in a kernel or a
+ * syscall, or at another call, while their watch thread still beats).
  *
  * A watch is shared by a communicator and its split children (members): on a death every
  * member fails; on a stall, that member. Cost on the operation path: two relaxed atomic adds.
@@ -44,7 +55,8 @@ typedef struct accel__watch_config {
     int process, n_processes; /* this process and the job's count (messages' "process R") */
     int local_process, local_n_processes; /* this machine's processes: [process - local, +n) */
     double timeout_s;                     /* a stalled member's limit; also the store's */
-    double period_s;                      /* how often the thread looks at the stalls; 0: 1 s */
+    double period_s; /* how often the thread beats and looks at the stalls; 0: timeout / 8 in
+                        [0.1, 1] s */
     accel__log_ctx log;
 } accel__watch_config;
 
@@ -55,6 +67,10 @@ typedef struct accel__watch_member {
     _Atomic uint64_t posted, done;
     double timeout_s;
     void (*fail)(void *arg, accel_status st, const char *msg);
+    /* Optional: called on the watch's thread (its lock held: quick, no watch calls) before a
+     * stall is judged, to count in done the operations that are complete but that nobody has
+     * tested yet (a user may post work and wait for it much later: no stall). */
+    void (*progress)(void *arg);
     void *arg;
     /* the watch's own */
     uint64_t seen_posted, seen_done;
@@ -76,9 +92,12 @@ void accel__watch_join(accel__watch *w, accel__watch_member *m);
  * communicators (the one that started the watch or joined m), never by fail. */
 void accel__watch_leave(accel__watch *w, accel__watch_member *m);
 
-/* Appends to buf (nbytes in all) what is known of this machine's processes: "; process 1
- * (pid 123) is stopped (SIGSTOP or a debugger)", or "; no process of this machine is dead or
- * stopped". Any thread; for messages of a stall seen elsewhere (the front end's watchdog). */
+/* Appends to buf (nbytes in all) what is known of the job's processes: this machine's that are
+ * dead or stopped ("; process 1 (pid 123) is stopped (SIGSTOP or a debugger)"), any machine's
+ * whose heartbeat stopped ("; process 3 (pid 456) on host h: no heartbeat for 2.1 s (stopped
+ * or hung?)", as of the last beat, at most a period old), a store that stopped answering, or
+ * that none is known. Any thread; for messages of a stall seen elsewhere (the front end's
+ * watchdog). */
 void accel__watch_suspects(accel__watch *w, char *buf, size_t nbytes);
 
 #endif /* ACCEL_COMM_WATCH_H */

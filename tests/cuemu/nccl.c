@@ -20,6 +20,14 @@
  * watch (src/comm/watch.h) gets a process out of a collective with a dead peer. After a
  * failure the communicator only reports it (ncclCommGetAsyncError), as NCCL's does. Buffers
  * must be device memory of the size the call implies (cuemu_is_device).
+ *
+ * Non-blocking communicators (ncclCommInitRankConfig with config->blocking = 0; a split with
+ * config NULL inherits it): every call on one returns ncclInProgress at once and runs on the
+ * communicator's own worker thread (init, a collective, a group's calls at ncclGroupEnd, a
+ * split, finalize); ncclCommGetAsyncError says ncclInProgress until it is done, then its
+ * result. A call issued while the previous one is still in progress is refused
+ * (ncclInvalidUsage), as NCCL requires polling first; a group may hold the calls of one
+ * non-blocking communicator only. ncclCommAbort stops the worker's call and joins it.
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -36,35 +44,11 @@
 #include <nccl.h>
 
 #include "cuemu.h"
-
-#define SLOT_NBYTES ((size_t)4 << 20)
-#define MAX_RANKS 64
-
-typedef struct seg_hdr {
-    _Atomic unsigned count, gen; /* the barrier */
-    _Atomic int aborted;         /* a member aborted */
-    _Atomic int more[MAX_RANKS]; /* point-to-point rounds: member r has messages left */
-} seg_hdr;
-
-struct ncclComm {
-    int rank, n;
-    int dead;            /* destroyed: every later call is ncclInvalidArgument */
-    _Atomic int aborted; /* this process aborted it */
-    ncclResult_t failed; /* the first failure: later calls report it */
-    seg_hdr *h;          /* the segment (n > 1) or private memory (n = 1) */
-    char *slots;         /* n slots of SLOT_NBYTES after the header */
-    size_t map_nbytes;
-    unsigned n_splits; /* children made, for their segments' names */
-    char name[96];
-    char last[256];
-};
+#include "nccl_emu.h"
 
 static _Thread_local char t_last[256];
 
-static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *fmt, ...)
+ncclResult_t cuemu_nccl_fail(ncclComm_t c, ncclResult_t r, const char *fn, const char *fmt, ...)
 {
     char what[200];
     va_list ap;
@@ -80,11 +64,6 @@ static ncclResult_t fail(ncclComm_t c, ncclResult_t r, const char *fn, const cha
     return r;
 }
 
-static char *slot(ncclComm_t c, int r)
-{
-    return c->slots + (size_t)r * SLOT_NBYTES;
-}
-
 /* ---- the segment ---- */
 
 static double now_s(void)
@@ -94,7 +73,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static ncclResult_t barrier(ncclComm_t c, const char *fn)
+ncclResult_t cuemu_nccl_barrier(ncclComm_t c, const char *fn)
 {
     if (c->n == 1) {
         return ncclSuccess;
@@ -110,18 +89,18 @@ static ncclResult_t barrier(ncclComm_t c, const char *fn)
     double limit = s != NULL && atof(s) > 0 ? atof(s) : 60.0, t0 = now_s();
     for (unsigned spins = 0; atomic_load(&h->gen) == gen; spins++) {
         if (atomic_load(&c->aborted)) {
-            return fail(c, ncclInvalidUsage, fn, "the communicator was aborted");
+            return cuemu_nccl_fail(c, ncclInvalidUsage, fn, "the communicator was aborted");
         }
         if (atomic_load(&h->aborted)) {
-            return fail(c, ncclRemoteError, fn, "a peer aborted the communicator");
+            return cuemu_nccl_fail(c, ncclRemoteError, fn, "a peer aborted the communicator");
         }
         if (spins < 200) {
             sched_yield();
             continue;
         }
         if (now_s() - t0 > limit) {
-            return fail(c, ncclRemoteError, fn, "a peer did not make the call within %.0f s",
-                        limit);
+            return cuemu_nccl_fail(c, ncclRemoteError, fn,
+                                   "a peer did not make the call within %.0f s", limit);
         }
         nanosleep(&(struct timespec){0, 20000}, NULL);
     }
@@ -129,13 +108,13 @@ static ncclResult_t barrier(ncclComm_t c, const char *fn)
 }
 
 /* Maps (n > 1: creates or joins, by name) the memory of a communicator of n ranks. */
-static ncclResult_t attach(ncclComm_t c, const char *fn)
+ncclResult_t cuemu_nccl_attach(ncclComm_t c, const char *fn)
 {
     c->map_nbytes = sizeof(seg_hdr) + 64 + (size_t)c->n * SLOT_NBYTES;
     if (c->n == 1) {
         c->h = calloc(1, c->map_nbytes);
         if (c->h == NULL) {
-            return fail(c, ncclSystemError, fn, "out of memory");
+            return cuemu_nccl_fail(c, ncclSystemError, fn, "out of memory");
         }
     } else {
         int fd = shm_open(c->name, O_CREAT | O_RDWR, 0600);
@@ -143,17 +122,17 @@ static ncclResult_t attach(ncclComm_t c, const char *fn)
             if (fd >= 0) {
                 close(fd);
             }
-            return fail(c, ncclSystemError, fn, "cannot make the segment %s", c->name);
+            return cuemu_nccl_fail(c, ncclSystemError, fn, "cannot make the segment %s", c->name);
         }
         void *p = mmap(NULL, c->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);
         if (p == MAP_FAILED) {
-            return fail(c, ncclSystemError, fn, "cannot map the segment %s", c->name);
+            return cuemu_nccl_fail(c, ncclSystemError, fn, "cannot map the segment %s", c->name);
         }
         c->h = p;
     }
     c->slots = (char *)c->h + ((sizeof(seg_hdr) + 63) / 64) * 64;
-    ncclResult_t r = barrier(c, fn); /* everyone has mapped it: the name can go */
+    ncclResult_t r = cuemu_nccl_barrier(c, fn); /* everyone has mapped it: the name can go */
     if (c->n > 1 && c->rank == 0) {
         shm_unlink(c->name);
     }
@@ -164,12 +143,12 @@ static ncclResult_t new_comm(ncclComm_t *out, int n, int rank, const char *name,
 {
     ncclComm_t c = calloc(1, sizeof *c);
     if (c == NULL) {
-        return fail(NULL, ncclSystemError, fn, "out of memory");
+        return cuemu_nccl_fail(NULL, ncclSystemError, fn, "out of memory");
     }
     c->n = n;
     c->rank = rank;
     snprintf(c->name, sizeof c->name, "%s", name);
-    ncclResult_t r = attach(c, fn);
+    ncclResult_t r = cuemu_nccl_attach(c, fn);
     if (r != ncclSuccess) {
         snprintf(t_last, sizeof t_last, "%s", c->last);
         free(c);
@@ -181,7 +160,7 @@ static ncclResult_t new_comm(ncclComm_t *out, int n, int rank, const char *name,
 
 /* ---- checks ---- */
 
-static size_t type_nbytes(ncclDataType_t t)
+size_t cuemu_nccl_type_nbytes(ncclDataType_t t)
 {
     switch (t) {
     case ncclInt8:
@@ -206,12 +185,13 @@ static size_t type_nbytes(ncclDataType_t t)
 static ncclResult_t usable(ncclComm_t c, const char *fn)
 {
     if (c == NULL || c->dead) {
-        return fail(NULL, ncclInvalidArgument, fn, "the communicator is NULL or destroyed");
+        return cuemu_nccl_fail(NULL, ncclInvalidArgument, fn,
+                               "the communicator is NULL or destroyed");
     }
     if (c->failed != ncclSuccess) {
-        return fail(c, c->failed, fn, "the communicator failed before: %s", c->last);
+        return cuemu_nccl_fail(c, c->failed, fn, "the communicator failed before: %s", c->last);
     }
-    return ncclSuccess;
+    return c->w != NULL ? cuemu_nccl_idle(c, fn) : ncclSuccess;
 }
 
 /* Checks a call's communicator, dtype, root and buffers (of send_n and recv_n elements). */
@@ -222,159 +202,23 @@ static ncclResult_t check(ncclComm_t c, const char *fn, ncclDataType_t t, int ro
     if (r != ncclSuccess) {
         return r;
     }
-    size_t es = type_nbytes(t);
+    size_t es = cuemu_nccl_type_nbytes(t);
     if (es == 0) {
-        return fail(c, ncclInvalidArgument, fn, "unsupported datatype %d", (int)t);
+        return cuemu_nccl_fail(c, ncclInvalidArgument, fn, "unsupported datatype %d", (int)t);
     }
     if (root < 0 || root >= c->n) {
-        return fail(c, ncclInvalidArgument, fn, "root %d is not a rank of %d", root, c->n);
+        return cuemu_nccl_fail(c, ncclInvalidArgument, fn, "root %d is not a rank of %d", root,
+                               c->n);
     }
     if ((send_n > 0 && !cuemu_is_device(send, send_n * es)) ||
         (recv_n > 0 && !cuemu_is_device(recv, recv_n * es))) {
-        return fail(c, ncclInvalidArgument, fn,
-                    "a buffer is not device memory of the size the call needs");
+        return cuemu_nccl_fail(c, ncclInvalidArgument, fn,
+                               "a buffer is not device memory of the size the call needs");
     }
     return ncclSuccess;
 }
 
-/* ---- reductions, in rank order, in the dtype's arithmetic ---- */
-
-#define COMBINE(acc, v, op)                                                                        \
-    ((op) == ncclProd  ? (acc) * (v)                                                               \
-     : (op) == ncclMax ? ((v) > (acc) ? (v) : (acc))                                               \
-     : (op) == ncclMin ? ((v) < (acc) ? (v) : (acc))                                               \
-                       : (acc) + (v))
-
-#define REDUCE_AS(T)                                                                               \
-    do {                                                                                           \
-        T *d = dst;                                                                                \
-        for (size_t i = 0; i < len; i++) {                                                         \
-            T acc = ((const T *)(void *)slot(c, 0))[at + i];                                       \
-            for (int r = 1; r < c->n; r++) {                                                       \
-                T v = ((const T *)(void *)slot(c, r))[at + i];                                     \
-                acc = (T)COMBINE(acc, v, op);                                                      \
-            }                                                                                      \
-            d[i] = op == ncclAvg ? (T)(acc / (T)c->n) : acc;                                       \
-        }                                                                                          \
-    } while (0)
-
-/* dst[0, len) = the reduction of the slots' elements [at, at + len). */
-static void reduce_slots(ncclComm_t c, void *dst, size_t at, size_t len, ncclDataType_t t,
-                         ncclRedOp_t op)
-{
-    switch (t) {
-    case ncclInt8:
-        REDUCE_AS(int8_t);
-        break;
-    case ncclUint8:
-        REDUCE_AS(uint8_t);
-        break;
-    case ncclInt32:
-        REDUCE_AS(int32_t);
-        break;
-    case ncclUint32:
-        REDUCE_AS(uint32_t);
-        break;
-    case ncclInt64:
-        REDUCE_AS(int64_t);
-        break;
-    case ncclUint64:
-        REDUCE_AS(uint64_t);
-        break;
-    case ncclFloat32:
-        REDUCE_AS(float);
-        break;
-    case ncclFloat64:
-        REDUCE_AS(double);
-        break;
-    default: { /* fp16 / bf16: each combine rounded to the format */
-        int bf16 = t == ncclBfloat16;
-        uint16_t *d = dst;
-        for (size_t i = 0; i < len; i++) {
-            float acc = cuemu_from_half(((const uint16_t *)(void *)slot(c, 0))[at + i], bf16);
-            for (int r = 1; r < c->n; r++) {
-                float v = cuemu_from_half(((const uint16_t *)(void *)slot(c, r))[at + i], bf16);
-                acc = cuemu_from_half(cuemu_to_half(COMBINE(acc, v, op), bf16), bf16);
-            }
-            d[i] = cuemu_to_half(op == ncclAvg ? acc / (float)c->n : acc, bf16);
-        }
-    }
-    }
-}
-
-/* ---- the collectives, each in chunks of a slot ---- */
-
-typedef enum { K_ALLREDUCE, K_REDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST } coll_kind;
-
-typedef struct coll {
-    coll_kind kind;
-    const char *fn;
-    const char *send;
-    char *recv;
-    size_t count; /* elements: per rank for reduce_scatter's output and allgather's input */
-    ncclDataType_t t;
-    ncclRedOp_t op;
-    int root;
-    ncclComm_t c;
-} coll;
-
-static ncclResult_t run_coll(const coll *k)
-{
-    ncclComm_t c = k->c;
-    const size_t es = type_nbytes(k->t), per = SLOT_NBYTES / es, me = (size_t)c->rank;
-    /* The elements every rank writes to its slot: the input (reduce_scatter: all of it). */
-    const size_t total = k->kind == K_REDUCE_SCATTER ? k->count * (size_t)c->n : k->count;
-    ncclResult_t r = ncclSuccess;
-    for (size_t off = 0; r == ncclSuccess && off < total; off += per) {
-        size_t len = total - off < per ? total - off : per;
-        if (k->kind != K_BROADCAST || c->rank == k->root) {
-            memcpy(slot(c, c->rank), k->send + off * es, len * es);
-        }
-        if ((r = barrier(c, k->fn)) != ncclSuccess) {
-            break;
-        }
-        switch (k->kind) {
-        case K_ALLREDUCE:
-            reduce_slots(c, k->recv + off * es, 0, len, k->t, k->op);
-            break;
-        case K_REDUCE:
-            if (c->rank == k->root) {
-                reduce_slots(c, k->recv + off * es, 0, len, k->t, k->op);
-            }
-            break;
-        case K_REDUCE_SCATTER: { /* the part of [off, off + len) that is this rank's */
-            size_t lo = me * k->count, hi = lo + k->count;
-            size_t a = off > lo ? off : lo, b = off + len < hi ? off + len : hi;
-            if (a < b) {
-                reduce_slots(c, k->recv + (a - lo) * es, a - off, b - a, k->t, k->op);
-            }
-            break;
-        }
-        case K_ALLGATHER:
-            for (int q = 0; q < c->n; q++) {
-                memcpy(k->recv + ((size_t)q * k->count + off) * es, slot(c, q), len * es);
-            }
-            break;
-        case K_BROADCAST:
-            memcpy(k->recv + off * es, slot(c, k->root), len * es);
-            break;
-        }
-        r = barrier(c, k->fn); /* the slots are free again */
-    }
-    return r;
-}
-
 /* ---- groups: calls queued until the outermost ncclGroupEnd ---- */
-
-typedef struct p2p {
-    ncclComm_t c;
-    int is_send, peer;
-    char *buf;
-    size_t nbytes, done;
-    int complete;
-} p2p;
-
-#define MAX_QUEUED 256
 
 static _Thread_local int t_group;
 static _Thread_local coll t_colls[MAX_QUEUED];
@@ -384,10 +228,11 @@ static _Thread_local int t_n_colls, t_n_p2p;
 static ncclResult_t issue(const coll *k)
 {
     if (t_group == 0) {
-        return run_coll(k);
+        return k->c->w != NULL ? cuemu_nccl_submit_coll(k) : cuemu_nccl_run_coll(k);
     }
     if (t_n_colls == MAX_QUEUED) {
-        return fail(k->c, ncclInvalidUsage, k->fn, "more than %d calls in one group", MAX_QUEUED);
+        return cuemu_nccl_fail(k->c, ncclInvalidUsage, k->fn, "more than %d calls in one group",
+                               MAX_QUEUED);
     }
     t_colls[t_n_colls++] = *k;
     return ncclSuccess;
@@ -437,7 +282,7 @@ static ncclResult_t exchange(ncclComm_t c)
         }
         memcpy(mine, &n_pieces, sizeof n_pieces);
         atomic_store(&c->h->more[c->rank], left);
-        if ((r = barrier(c, fn)) != ncclSuccess) {
+        if ((r = cuemu_nccl_barrier(c, fn)) != ncclSuccess) {
             return r;
         }
         for (int q = 0; q < c->n; q++) {
@@ -454,9 +299,10 @@ static ncclResult_t exchange(ncclComm_t c)
                         m = x->c == c && !x->is_send && x->peer == q && !x->complete ? x : NULL;
                     }
                     if (m == NULL || m->done + pc.nbytes > m->nbytes) {
-                        return fail(c, ncclInvalidUsage, fn,
-                                    "rank %d sent %llu bytes that no receive posted here takes", q,
-                                    (unsigned long long)pc.nbytes);
+                        return cuemu_nccl_fail(
+                            c, ncclInvalidUsage, fn,
+                            "rank %d sent %llu bytes that no receive posted here takes", q,
+                            (unsigned long long)pc.nbytes);
                     }
                     memcpy(m->buf + m->done, p + sizeof pc, pc.nbytes);
                     m->done += pc.nbytes;
@@ -469,15 +315,16 @@ static ncclResult_t exchange(ncclComm_t c)
         for (int q = 0; q < c->n; q++) {
             any |= atomic_load(&c->h->more[q]);
         }
-        if ((r = barrier(c, fn)) != ncclSuccess || !any) {
+        if ((r = cuemu_nccl_barrier(c, fn)) != ncclSuccess || !any) {
             break;
         }
     }
     for (int i = 0; r == ncclSuccess && i < t_n_p2p; i++) {
         const p2p *m = &t_p2p[i];
         if (m->c == c && !m->is_send && !m->complete) {
-            r = fail(c, ncclInvalidUsage, fn, "a receive from rank %d got %zu of %zu bytes",
-                     m->peer, m->done, m->nbytes);
+            r = cuemu_nccl_fail(c, ncclInvalidUsage, fn,
+                                "a receive from rank %d got %zu of %zu bytes", m->peer, m->done,
+                                m->nbytes);
         }
     }
     return r;
@@ -491,14 +338,18 @@ static ncclResult_t queue_p2p(ncclComm_t c, const char *fn, int is_send, void *b
         return r;
     }
     if (t_group == 0) {
-        return fail(c, ncclInvalidUsage, fn, "the emulator runs messages in groups only");
+        return cuemu_nccl_fail(c, ncclInvalidUsage, fn,
+                               "the emulator runs messages in groups only");
     }
     if (t_n_p2p == MAX_QUEUED) {
-        return fail(c, ncclInvalidUsage, fn, "more than %d messages in one group", MAX_QUEUED);
+        return cuemu_nccl_fail(c, ncclInvalidUsage, fn, "more than %d messages in one group",
+                               MAX_QUEUED);
     }
-    t_p2p[t_n_p2p++] = (p2p){c, is_send, peer, buf, count * type_nbytes(t), 0, 0};
+    t_p2p[t_n_p2p++] = (p2p){c, is_send, peer, buf, count * cuemu_nccl_type_nbytes(t), 0, 0};
     return ncclSuccess;
 }
+
+static ncclResult_t run_group(void);
 
 ncclResult_t ncclGroupStart(void)
 {
@@ -509,14 +360,37 @@ ncclResult_t ncclGroupStart(void)
 ncclResult_t ncclGroupEnd(void)
 {
     if (t_group == 0) {
-        return fail(NULL, ncclInvalidUsage, "ncclGroupEnd", "no group is open");
+        return cuemu_nccl_fail(NULL, ncclInvalidUsage, "ncclGroupEnd", "no group is open");
     }
     if (--t_group > 0) {
         return ncclSuccess;
     }
+    ncclComm_t nb = NULL; /* the group's non-blocking communicator, if any */
+    int mixed = 0;
+    for (int i = 0; i < t_n_colls + t_n_p2p; i++) {
+        ncclComm_t c = i < t_n_colls ? t_colls[i].c : t_p2p[i - t_n_colls].c;
+        mixed |= (nb != NULL && c != nb) || (nb == NULL && i > 0 && c->w != NULL);
+        nb = c->w != NULL ? c : nb;
+    }
+    if (nb != NULL) {
+        ncclResult_t r =
+            mixed ? cuemu_nccl_fail(nb, ncclInvalidUsage, "ncclGroupEnd",
+                                    "the emulator runs a group with a non-blocking "
+                                    "communicator only when all its calls are on that one")
+                  : cuemu_nccl_submit_group(nb, t_colls, t_n_colls, t_p2p, t_n_p2p);
+        t_n_colls = t_n_p2p = 0;
+        return r;
+    }
+    return run_group();
+}
+
+/* The calls queued in this thread's group, in order: collectives, then each communicator's
+ * messages. */
+static ncclResult_t run_group(void)
+{
     ncclResult_t r = ncclSuccess;
     for (int i = 0; r == ncclSuccess && i < t_n_colls; i++) {
-        r = run_coll(&t_colls[i]);
+        r = cuemu_nccl_run_coll(&t_colls[i]);
     }
     for (int i = 0; r == ncclSuccess && i < t_n_p2p; i++) {
         int first = 1; /* each communicator's messages once, at its first message */
@@ -527,6 +401,15 @@ ncclResult_t ncclGroupEnd(void)
     }
     t_n_colls = t_n_p2p = 0;
     return r;
+}
+
+ncclResult_t cuemu_nccl_run_queued(const coll *colls, int n_colls, const p2p *msgs, int n_msgs)
+{
+    memcpy(t_colls, colls, (size_t)n_colls * sizeof(coll));
+    memcpy(t_p2p, msgs, (size_t)n_msgs * sizeof(p2p));
+    t_n_colls = n_colls;
+    t_n_p2p = n_msgs;
+    return run_group();
 }
 
 /* ---- the API ---- */
@@ -551,39 +434,110 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     *comm = NULL;
     if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks ||
         strncmp(id.internal, "/accel_cuemu_nccl_", 18) != 0) {
-        return fail(NULL, ncclInvalidArgument, "ncclCommInitRank",
-                    "rank %d of %d, or an id not made by ncclGetUniqueId (at most %d ranks)", rank,
-                    nranks, MAX_RANKS);
+        return cuemu_nccl_fail(
+            NULL, ncclInvalidArgument, "ncclCommInitRank",
+            "rank %d of %d, or an id not made by ncclGetUniqueId (at most %d ranks)", rank, nranks,
+            MAX_RANKS);
     }
     return new_comm(comm, nranks, rank, id.internal, "ncclCommInitRank");
+}
+
+/* The blocking config of a call: config's, else the parent's (a split), else blocking. */
+static int nonblocking(const ncclConfig_t *config, ncclComm_t parent)
+{
+    if (config != NULL && config->blocking != NCCL_CONFIG_UNDEF_INT) {
+        return config->blocking == 0;
+    }
+    return config == NULL && parent != NULL && parent->w != NULL;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *config)
+{
+    const char *fn = "ncclCommInitRankConfig";
+    if (config != NULL && (config->magic != 0xcafebeef || config->size != sizeof(ncclConfig_t))) {
+        *comm = NULL;
+        return cuemu_nccl_fail(NULL, ncclInvalidArgument, fn,
+                               "config not from NCCL_CONFIG_INITIALIZER");
+    }
+    if (!nonblocking(config, NULL)) {
+        return ncclCommInitRank(comm, nranks, id, rank);
+    }
+    *comm = NULL;
+    if (nranks < 1 || nranks > MAX_RANKS || rank < 0 || rank >= nranks ||
+        strncmp(id.internal, "/accel_cuemu_nccl_", 18) != 0) {
+        return cuemu_nccl_fail(NULL, ncclInvalidArgument, fn, "rank %d of %d, or a bad id", rank,
+                               nranks);
+    }
+    ncclComm_t c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return cuemu_nccl_fail(NULL, ncclSystemError, fn, "out of memory");
+    }
+    c->n = nranks;
+    c->rank = rank;
+    snprintf(c->name, sizeof c->name, "%.95s", id.internal);
+    ncclResult_t r = cuemu_nccl_worker_start(c, fn);
+    if (r != ncclSuccess) {
+        free(c);
+        return r;
+    }
+    *comm = c; /* usable for ncclCommGetAsyncError (and ncclCommAbort) at once, as NCCL's */
+    return cuemu_nccl_submit_init(c);
+}
+
+ncclResult_t cuemu_nccl_split_exchange(ncclComm_t comm, int color, int key, int *n, int *rank,
+                                       unsigned *k)
+{
+    const char *fn = "ncclCommSplit";
+    int mine[2] = {color, key};
+    memcpy(slot(comm, comm->rank), mine, sizeof mine);
+    ncclResult_t r = cuemu_nccl_barrier(comm, fn);
+    if (r != ncclSuccess) {
+        return r;
+    }
+    *n = *rank = 0;
+    for (int q = 0; q < comm->n; q++) {
+        int other[2];
+        memcpy(other, slot(comm, q), sizeof other);
+        if (color != NCCL_SPLIT_NOCOLOR && other[0] == color) {
+            (*n)++; /* ranks of the child: by key, then by parent rank */
+            *rank += other[1] < key || (other[1] == key && q < comm->rank);
+        }
+    }
+    *k = comm->n_splits++;
+    return cuemu_nccl_barrier(comm, fn);
 }
 
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
                            ncclConfig_t *config)
 {
-    (void)config;
     const char *fn = "ncclCommSplit";
     *newcomm = NULL;
     ncclResult_t r = usable(comm, fn);
     if (r != ncclSuccess) {
         return r;
     }
-    int mine[2] = {color, key};
-    memcpy(slot(comm, comm->rank), mine, sizeof mine);
-    if ((r = barrier(comm, fn)) != ncclSuccess) {
-        return r;
+    if (nonblocking(config, comm) != (comm->w != NULL)) {
+        return cuemu_nccl_fail(
+            comm, ncclInvalidArgument, fn,
+            "the emulator splits a communicator only into one of the same blocking mode");
+    }
+    if (comm->w != NULL) {
+        ncclComm_t c = NULL;
+        if (color != NCCL_SPLIT_NOCOLOR) {
+            c = calloc(1, sizeof *c);
+            if (c == NULL || cuemu_nccl_worker_start(c, fn) != ncclSuccess) {
+                free(c);
+                return cuemu_nccl_fail(comm, ncclSystemError, fn, "out of memory");
+            }
+            *newcomm = c; /* in progress until the parent's worker has attached it */
+        }
+        return cuemu_nccl_submit_split(comm, color, key, c);
     }
     int n = 0, rank = 0;
-    for (int q = 0; q < comm->n; q++) {
-        int other[2];
-        memcpy(other, slot(comm, q), sizeof other);
-        if (color != NCCL_SPLIT_NOCOLOR && other[0] == color) {
-            n++; /* ranks of the child: by key, then by parent rank */
-            rank += other[1] < key || (other[1] == key && q < comm->rank);
-        }
-    }
-    unsigned k = comm->n_splits++;
-    if ((r = barrier(comm, fn)) != ncclSuccess || color == NCCL_SPLIT_NOCOLOR) {
+    unsigned k = 0;
+    if ((r = cuemu_nccl_split_exchange(comm, color, key, &n, &rank, &k)) != ncclSuccess ||
+        color == NCCL_SPLIT_NOCOLOR) {
         return r;
     }
     char name[128];
@@ -593,22 +547,33 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)
 {
-    return usable(comm, "ncclCommFinalize");
+    ncclResult_t r = usable(comm, "ncclCommFinalize");
+    if (r != ncclSuccess || comm->w == NULL) {
+        return r;
+    }
+    return cuemu_nccl_submit_nop(comm);
 }
 
 static ncclResult_t release(ncclComm_t comm, const char *fn, int abort)
 {
     if (comm == NULL || comm->dead) {
-        return fail(NULL, ncclInvalidArgument, fn, "the communicator is NULL or destroyed");
+        return cuemu_nccl_fail(NULL, ncclInvalidArgument, fn,
+                               "the communicator is NULL or destroyed");
     }
     if (abort) {
-        /* Another thread may wait in this communicator's barrier: the memory stays mapped and
-         * the struct allocated (a later call is reported, not undefined). */
+        /* Another thread (or the worker) may wait in this communicator's barrier: the memory
+         * stays mapped and the struct allocated (a later call is reported, not undefined). A
+         * non-blocking one still being set up may have no memory yet (its worker is joined
+         * first: it sets the memory up). */
         atomic_store(&comm->aborted, 1);
-        if (comm->n > 1) {
+        cuemu_nccl_worker_stop(comm);
+        if (comm->n > 1 && comm->h != NULL) {
             atomic_store(&comm->h->aborted, 1);
         }
-    } else if (comm->n > 1) {
+    } else if (comm->w != NULL && cuemu_nccl_state(comm) == ncclInProgress) {
+        return cuemu_nccl_fail(comm, ncclInvalidUsage, fn,
+                               "a call is still in progress on this non-blocking communicator");
+    } else if ((cuemu_nccl_worker_stop(comm), comm->n > 1)) {
         munmap(comm->h, comm->map_nbytes);
     } else {
         free(comm->h);
@@ -630,9 +595,9 @@ ncclResult_t ncclCommAbort(ncclComm_t comm)
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
 {
     if (comm == NULL) {
-        return fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
+        return cuemu_nccl_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
     }
-    *async_error = comm->failed;
+    *async_error = comm->w != NULL && !comm->dead ? cuemu_nccl_state(comm) : comm->failed;
     return ncclSuccess;
 }
 
@@ -665,7 +630,7 @@ static ncclResult_t collective(coll k, size_t send_n, size_t recv_n)
 {
     ncclResult_t r = check(k.c, k.fn, k.t, k.root, k.send, send_n, k.recv, recv_n);
     if (r == ncclSuccess && !valid_op(k.op)) {
-        r = fail(k.c, ncclInvalidArgument, k.fn, "unknown reduction op %d", (int)k.op);
+        r = cuemu_nccl_fail(k.c, ncclInvalidArgument, k.fn, "unknown reduction op %d", (int)k.op);
     }
     return r == ncclSuccess ? issue(&k) : r;
 }

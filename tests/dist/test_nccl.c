@@ -5,13 +5,15 @@
  * on device buffers (out of place and in place) and on host buffers (staged through the GPU),
  * for each dtype NCCL reduces and each reduction, against a reference computed here from every
  * process's input; a wire dtype (DDP compression); groups; a split; what it refuses (reducing
- * I16) and the broken state after an abort. Inputs are small integers, so every sum is exact in every
- * dtype whatever order NCCL combines them in; averages are compared with a tolerance.
- * Exits 77 without a CUDA build or GPU, and when processes would share a GPU (NCCL refuses
- * two ranks on one GPU; tests/dist/test_cuda_staging covers that case).
+ * I16) and the broken state after an abort; a collective posted and left untested for twice
+ * the timeout is no stall for the liveness watch (its result is right). Inputs are small integers,
+ * so every sum is exact in every dtype whatever order NCCL combines them in; averages are compared
+ * with a tolerance. Exits 77 without a CUDA build or GPU, and when processes would share a GPU
+ * (NCCL refuses two ranks on one GPU; tests/dist/test_cuda_staging covers that case).
  */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "check.h"
 
@@ -50,7 +52,7 @@ static void *native(void *arg, accel__stream *s)
     return stream;
 }
 
-static accel__comm *comm_new(int device)
+static accel__comm *comm_new(int device, double timeout_s)
 {
     accel__comm_config cfg;
     memset(&cfg, 0, sizeof(cfg));
@@ -62,7 +64,7 @@ static accel__comm *comm_new(int device)
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR") ? getenv("MASTER_ADDR") : "127.0.0.1";
     cfg.master_port = env_int("MASTER_PORT", 29500);
-    cfg.timeout_s = 60;
+    cfg.timeout_s = timeout_s;
     cfg.log.rank = rank;
     cfg.log.n_ranks = n_ranks;
     cfg.log.level = ACCEL__LOG_WARN;
@@ -427,6 +429,28 @@ static void split(accel__comm *c)
     accel__comm_free(child);
 }
 
+/* Posted, complete, and waited for only after twice the timeout: the watch must not call the
+ * untested operation a stall (it asks the backend which posted ones are complete). */
+static void untested(int device)
+{
+    accel__comm *c = comm_new(device, 1);
+    int32_t v = rank + 1, *d = buf_new(4, 1);
+    to_buf(d, &v, 4, 1);
+    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, d, d, 1, ACCEL_I32, ACCEL_SUM, 0);
+    accel_work *w = NULL;
+    CHECK_OK(NULL, accel__comm_post(c, &op, NULL, &w));
+    struct timespec ts = {2, 500000000};
+    nanosleep(&ts, NULL);
+    CHECK_OK(NULL, accel__work_wait(w, accel__comm_deadline(c)));
+    accel__work_free(w);
+    from_buf(&v, d, 4, 1);
+    CHECK_MSG(v == n_ranks * (n_ranks + 1) / 2, "untested allreduce: %d", v);
+    CHECK_OK(NULL, accel__barrier(c));
+    buf_free(d, 1);
+    accel__comm_free(c);
+    cases++;
+}
+
 int main(void)
 {
     rank = env_int("RANK", 0);
@@ -445,7 +469,7 @@ int main(void)
     int device = env_int("LOCAL_RANK", 0);
     CU(cudaSetDevice(device));
     CU(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    accel__comm *c = comm_new(device);
+    accel__comm *c = comm_new(device, 60);
     collectives(c);
     grouped(c);
     refusals(c);
@@ -456,6 +480,7 @@ int main(void)
     CHECK(accel__barrier(c) == ACCEL_EPEER);
     CHECK_MSG(strstr(accel_last_error(NULL), "test abort") != NULL, "%s", accel_last_error(NULL));
     accel__comm_free(c);
+    untested(device);
     CU(cudaStreamDestroy(stream));
     printf("test_nccl: %d cases on %d process%s: ok\n", cases, n_ranks, n_ranks == 1 ? "" : "es");
     return 0;

@@ -8,7 +8,10 @@
  * failure (it keeps serving and holding its port, without its hook). Presence: a client that
  * declared a key and dies (or exits without departing) has it set by the server, which wakes a
  * get waiting for it; one that departs does not; a second declaration replaces the first; the
- * first loss is kept; interrupting a client stops a get in progress at once.
+ * first loss is kept; interrupting a client stops a get in progress at once. Heartbeats: a
+ * beat lists exactly the other beaters not heard for longer than asked (a client that never
+ * beat is not one; any request of a beater counts as heard), with their ids, names and
+ * silences, and when asked those whose count is behind; a bad name is refused.
  */
 #include <netinet/in.h>
 #include <pthread.h>
@@ -371,6 +374,65 @@ static void presence(void)
     accel__store_close(srv);
 }
 
+/* Heartbeats between three clients of one server: a, b beat, c never does. */
+static void heartbeats(void)
+{
+    accel__store *srv = open_store(0, 1, 10);
+    int port = accel__store_port(srv);
+    accel__store *a = open_store(port, 0, 10), *b = open_store(port, 0, 10);
+    accel__store_silent s[ACCEL__STORE_SILENT_MAX];
+    int n = -1;
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK(n == 0);
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK(n == 0); /* a was heard just now */
+    struct timespec ts = {0, 500000000};
+    nanosleep(&ts, NULL);
+    /* b: a has been silent for 0.5 s; srv (never beat) is not listed */
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK_MSG(n == 1 && s[0].id == 1 && s[0].silent_s >= 0.45 && s[0].silent_s < 5 &&
+                  strcmp(s[0].name, "process 1 (pid 11) on host x") == 0,
+              "n %d id %d silent %g name %s", n, s[0].id, s[0].silent_s, s[0].name);
+    /* a larger threshold: nobody */
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 0, 0, 3, 5, s, 4, &n));
+    CHECK(n == 0);
+    /* any request of a counts as heard: a get */
+    char buf[8];
+    size_t len;
+    expect(accel__store_get(a, "none", buf, sizeof(buf), &len, 0), ACCEL_ENOTFOUND, "none");
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK(n == 0);
+    /* a sees b as heard (it just beat), with a new name kept */
+    nanosleep(&ts, NULL);
+    CHECK_OK(NULL, accel__store_beat(b, 7, "process 7", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK(n == 0);
+    nanosleep(&ts, NULL);
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK_MSG(n == 1 && s[0].id == 7 && strcmp(s[0].name, "process 7") == 0, "n %d", n);
+    /* a client that closes is no longer listed */
+    accel__store_close(b);
+    CHECK_OK(NULL, accel__store_set(srv, "sync", "", 0));
+    nanosleep(&ts, NULL);
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 0, 0, 0.3, 5, s, 4, &n));
+    CHECK(n == 0);
+    /* counts: asked for, the beaters behind this one are listed too, heard or not */
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 5, 0, 30, 5, s, 4, &n));
+    b = open_store(port, 0, 10);
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 3, 1, 30, 5, s, 4, &n));
+    CHECK(n == 0); /* a (5) is not behind b (3) */
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 5, 1, 30, 5, s, 4, &n));
+    CHECK_MSG(n == 1 && s[0].id == 2 && s[0].count == 3 && s[0].silent_s < 30, "n %d", n);
+    CHECK_OK(NULL, accel__store_beat(a, 1, "process 1 (pid 11) on host x", 5, 0, 30, 5, s, 4, &n));
+    CHECK(n == 0); /* not asked */
+    CHECK_OK(NULL, accel__store_beat(b, 2, "process 2", 3, 1, 30, 5, s, 4, &n));
+    CHECK(n == 0); /* a is still ahead */
+    accel__store_close(b);
+    expect(accel__store_beat(a, 1, "", 0, 0, 0.3, 5, s, 4, &n), ACCEL_EINVAL, "a beat as 1");
+    accel__store_close(a);
+    accel__store_close(srv);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -380,6 +442,7 @@ int main(void)
     server_trouble(SIGSTOP);
     abandoned();
     presence();
+    heartbeats();
     printf("store: ok\n");
     return 0;
 }

@@ -5,13 +5,21 @@
  *  - a process stopped while another has an operation in flight: that member fails with
  *    ETIMEDOUT after its timeout, naming the stopped process and its pid;
  *  - process 0 serving the store killed: the others fail with EPEER naming process 0;
- *  - a clean end: nobody fails, and process 0 (serving) leaves only after the others left.
+ *  - a clean end: nobody fails, and process 0 (serving) leaves only after the others left;
+ *  - two "machines" of 2 processes: process 3 stopped while the others wait: each fails with
+ *    ETIMEDOUT, process 0 and 1 naming process 3 by its missing heartbeat (they cannot see it
+ *    in /proc: not their machine), process 2 by /proc, and none names a live process;
+ *  - the same, process 3 running but never posting (busy elsewhere): it is named as behind
+ *    (its count of operations posted), not as silent;
+ *  - process 0 serving the store stopped: process 1 fails with ETIMEDOUT naming process 0;
+ *  - an operation complete but never tested (the member's progress counts it): no stall.
  * Each child reports its member's failures on a pipe as "status message" lines.
  */
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -23,6 +31,8 @@
 #include "comm/watch.h"
 
 static int report_fd; /* the children's end of the pipe */
+static double complete_at; /* progress: the operation in flight completes then (0: never) */
+static accel__watch_member *the_member;
 static int port;
 
 static void on_fail(void *arg, accel_status st, const char *msg)
@@ -30,6 +40,16 @@ static void on_fail(void *arg, accel_status st, const char *msg)
     char line[1200];
     int n = snprintf(line, sizeof(line), "%d %s %s\n", *(int *)arg, accel_status_name(st), msg);
     CHECK(write(report_fd, line, (size_t)n) == n); /* one write: lines do not interleave */
+}
+
+/* The backend's side: an operation completes at complete_at, and nobody tests it. */
+static void progress(void *arg)
+{
+    (void)arg;
+    if (complete_at > 0 && accel__now() > complete_at &&
+        atomic_load(&the_member->done) < atomic_load(&the_member->posted)) {
+        atomic_fetch_add(&the_member->done, 1);
+    }
 }
 
 static int free_port(void)
@@ -55,6 +75,7 @@ typedef struct job {
     const char *prefix;
     int n, launcher; /* launcher: the parent serves the store, not process 0 */
     double timeout_s;
+    int per_machine; /* processes per "machine" (0: all on one) */
 } job;
 
 /* What process i does once every process has joined (m is its member). */
@@ -62,6 +83,7 @@ typedef void (*act_fn)(const job *j, int i, accel__watch *w, accel__watch_member
 
 static void child_main(const job *j, int i, act_fn act)
 {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed check leaves no stopped child behind */
     int serves = !j->launcher && i == 0;
     accel__store *st = open_store(serves);
     accel__store *sync = open_store(0);
@@ -72,8 +94,8 @@ static void child_main(const job *j, int i, act_fn act)
                               .serves = serves,
                               .process = i,
                               .n_processes = j->n,
-                              .local_process = i,
-                              .local_n_processes = j->n,
+                              .local_process = j->per_machine > 0 ? i % j->per_machine : i,
+                              .local_n_processes = j->per_machine > 0 ? j->per_machine : j->n,
                               .timeout_s = j->timeout_s,
                               .period_s = 0.1,
                               .log = {.rank = -1, .level = ACCEL__LOG_OFF}};
@@ -81,8 +103,10 @@ static void child_main(const job *j, int i, act_fn act)
     CHECK_OK(NULL, accel__watch_start(&w, st, &wc));
     static accel__watch_member m;
     static int me;
+    the_member = &m;
     me = i;
     m.fail = on_fail;
+    m.progress = progress;
     m.arg = &me;
     m.timeout_s = j->timeout_s;
     accel__watch_join(w, &m);
@@ -175,6 +199,52 @@ static void stopped_act(const job *j, int i, accel__watch *w, accel__watch_membe
     sleep_s(5);
 }
 
+static void machines_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    if (i == 3) {
+        raise(SIGSTOP);
+    }
+    atomic_fetch_add(&m->posted, 1);
+    sleep_s(8);
+}
+
+static void behind_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    if (i != 3) {
+        atomic_fetch_add(&m->posted, 1); /* process 3 never gets to it */
+    }
+    sleep_s(8);
+}
+
+static void server_stop_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    (void)w;
+    if (i == 0) {
+        sleep_s(0.2); /* the last one's barrier set is answered first */
+        raise(SIGSTOP);
+    }
+    atomic_fetch_add(&m->posted, 1);
+    sleep_s(8);
+}
+
+static void untested_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
+{
+    (void)j;
+    complete_at = accel__now() + 0.2;
+    atomic_fetch_add(&m->posted, 1); /* posted, complete at 0.2 s, never tested */
+    sleep_s(3);
+    CHECK(atomic_load(&m->done) == 1);
+    if (i == 1) {
+        sleep_s(0.3);
+    }
+    accel__watch_leave(w, m);
+}
+
 static void server_act(const job *j, int i, accel__watch *w, accel__watch_member *m)
 {
     (void)j;
@@ -214,7 +284,7 @@ int main(void)
     /* 1. process 2 of 3 killed: 0 and 1 fail with EPEER naming it */
     port = free_port();
     srv = open_store(1);
-    job kill_job = {"k", 3, 1, 30};
+    job kill_job = {"k", 3, 1, 30, 0};
     start(&kill_job, killed_act, pids);
     double t0 = accel__now();
     int lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
@@ -231,7 +301,7 @@ int main(void)
     /* 2. process 1 of 2 stopped while 0 waits: 0 fails with ETIMEDOUT naming it */
     port = free_port();
     srv = open_store(1);
-    job stop_job = {"s", 2, 1, 1};
+    job stop_job = {"s", 2, 1, 1, 0};
     start(&stop_job, stopped_act, pids);
     lines = read_reports(p[0], buf, sizeof(buf), 1, 10);
     CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
@@ -248,7 +318,7 @@ int main(void)
 
     /* 3. process 0 serving the store killed: 1 and 2 fail with EPEER naming it */
     port = free_port();
-    job server_job = {"v", 3, 0, 30};
+    job server_job = {"v", 3, 0, 30, 0};
     start(&server_job, server_act, pids);
     lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
     CHECK_MSG(lines == 2, "%d reports: %s", lines, buf);
@@ -263,13 +333,106 @@ int main(void)
 
     /* 4. a clean end: no failure, process 0 leaves after the others */
     port = free_port();
-    job clean_job = {"c", 3, 0, 30};
+    job clean_job = {"c", 3, 0, 30, 0};
     start(&clean_job, clean_act, pids);
     for (int i = 0; i < 3; i++) {
         reap(pids[i], 1);
     }
     lines = read_reports(p[0], buf, sizeof(buf), 1, 0.5);
     CHECK_MSG(lines == 0, "a clean end reported: %s", buf);
+
+    /* 5. two machines of 2; process 3 stopped: 0 and 1 name it by its heartbeat, 2 by /proc */
+    pid_t mp[4];
+    port = free_port();
+    srv = open_store(1);
+    job machines_job = {"m", 4, 1, 3, 2};
+    start(&machines_job, machines_act, mp);
+    lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
+    CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
+    for (int i = 0; i < 3; i++) {
+        char *line = buf, *end;
+        snprintf(want, sizeof(want), "%d ETIMEDOUT test: process %d of 4: a collective", i, i);
+        while (line != NULL && strncmp(line, want, strlen(want)) != 0) {
+            line = strchr(line, '\n');
+            line = line != NULL ? line + 1 : NULL;
+        }
+        CHECK_MSG(line != NULL, "no line \"%s\" in %s", want, buf);
+        end = strchr(line, '\n');
+        *end = '\0';
+        if (i < 2) {
+            snprintf(want, sizeof(want), "; process 3 (pid %d) on host ", (int)mp[3]);
+            CHECK_MSG(strstr(line, want) != NULL && strstr(line, ": no heartbeat for ") != NULL,
+                      "\"%s\" lacks \"%s...: no heartbeat for\"", line, want);
+        } else {
+            snprintf(want, sizeof(want), "; process 3 (pid %d) is stopped", (int)mp[3]);
+            CHECK_MSG(strstr(line, want) != NULL, "\"%s\" lacks \"%s\"", line, want);
+        }
+        /* no false accusation: the live ones beat, and process 3 is named once */
+        CHECK_MSG(strstr(line, "process 0 (pid") == NULL &&
+                      strstr(line, "process 1 (pid") == NULL &&
+                      strstr(line, "process 2 (pid") == NULL,
+                  "a live process named: %s", line);
+        CHECK_MSG(strstr(strstr(line, "process 3 (pid") + 1, "process 3 (pid") == NULL,
+                  "process 3 named twice: %s", line);
+        *end = '\n';
+    }
+    for (int i = 0; i < 4; i++) {
+        kill(mp[i], SIGKILL);
+        reap(mp[i], 0);
+    }
+    accel__store_close(srv);
+    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
+
+    /* 5b. process 3 busy elsewhere: named as behind by 0, 1 and 2 */
+    port = free_port();
+    srv = open_store(1);
+    job behind_job = {"b", 4, 1, 3, 2};
+    start(&behind_job, behind_act, mp);
+    lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
+    CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
+    snprintf(want, sizeof(want), "; process 3 (pid %d) on host ", (int)mp[3]);
+    for (char *line = buf; *line != '\0';) {
+        char *end = strchr(line, '\n'), *at = strstr(line, want);
+        *end = '\0';
+        CHECK_MSG(at != NULL && strstr(at, " is behind: 0 operations posted on the job's first") &&
+                      strstr(line, "no heartbeat") == NULL,
+                  "not named as behind: %s", line);
+        CHECK_MSG(strstr(line, "process 0 (pid") == NULL &&
+                      strstr(line, "process 1 (pid") == NULL &&
+                      strstr(line, "process 2 (pid") == NULL,
+                  "a process at the collective named: %s", line);
+        line = end + 1;
+    }
+    for (int i = 0; i < 4; i++) {
+        kill(mp[i], SIGKILL);
+        reap(mp[i], 0);
+    }
+    accel__store_close(srv);
+    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
+
+    /* 6. process 0 serving the store stopped: process 1 names it */
+    port = free_port();
+    job server_stop_job = {"z", 2, 0, 1.5, 0};
+    start(&server_stop_job, server_stop_act, pids);
+    lines = read_reports(p[0], buf, sizeof(buf), 1, 15);
+    CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
+    snprintf(want, sizeof(want), "1 ETIMEDOUT test: the job's store at 127.0.0.1:%d, served by "
+             "process 0 (pid %d), did not answer", port, (int)pids[0]);
+    CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        reap(pids[i], 0);
+    }
+
+    /* 7. an operation complete but never tested, for 3 timeouts: no stall */
+    port = free_port();
+    job untested_job = {"u", 2, 0, 1, 0};
+    start(&untested_job, untested_act, pids);
+    for (int i = 0; i < 2; i++) {
+        reap(pids[i], 1);
+    }
+    lines = read_reports(p[0], buf, sizeof(buf), 1, 0.2);
+    CHECK_MSG(lines == 0, "an untested complete operation was a stall: %s", buf);
     printf("watch: ok\n");
     return 0;
 }
