@@ -397,45 +397,89 @@ static void widen(const void *x, int32_t type, int64_t ld, int trans, int by_row
     }
 }
 
+/* D(i, j) from its dot product: alpha, beta * C, the epilogue, the bias gradient (bgrad[i] gets
+ * column j after every column before it). */
+static void finish(const cuemu_gemm *g, unsigned parts, uint64_t i, uint64_t j, float acc,
+                   float *bgrad)
+{
+    int32_t bias_type = g->bias_type == -1 ? g->d_type : g->bias_type;
+    int32_t aux_type = g->aux_type == -1 ? g->d_type : g->aux_type;
+    float v = g->alpha * acc;
+    if (g->beta != 0.0f) {
+        v += g->beta * load(g->C, g->c_type, (int64_t)(j * (uint64_t)g->ldc + i));
+    }
+    if (parts & EP_BIAS) {
+        v += load(g->bias, bias_type, (int64_t)i);
+    }
+    if (parts & EP_AUX_OUT) {
+        store(g->aux, aux_type, (int64_t)(j * (uint64_t)g->aux_ld + i), v);
+    }
+    if (parts & EP_GELU) {
+        v = gelu(v);
+    }
+    if (parts & EP_DGELU) {
+        v *= gelu_grad(load(g->aux, aux_type, (int64_t)(j * (uint64_t)g->aux_ld + i)));
+    }
+    /* "Bias gradient" of DGELU_BGRAD: the text says both gradients are applied
+     * "independently ... to matmul output", which could be read as the sums of the
+     * raw product. The bias in question is the forward GELU_AUX_BIAS bias, added
+     * before the GELU, so its gradient is the sum of the DGELU output over the
+     * columns (the n dimension) per row of D; this is what is emulated. */
+    if (parts & EP_BGRAD) {
+        bgrad[i] += v;
+    }
+    store(g->D, g->d_type, (int64_t)(j * (uint64_t)g->ldd + i), v);
+}
+
+/* Products in blocks of k_mb rows by k_nb columns: the block's dot products are independent
+ * chains that the CPU overlaps (one chain waits on its adds' latency). Each one still sums
+ * p = 0..k-1 in order, one rounding per product and per add, so D is the same bit for bit. */
+enum { k_mb = 4, k_nb = 2 };
+
 static void compute(const cuemu_gemm *g, unsigned parts, const float *at, const float *bt,
                     float *bgrad)
 {
     uint64_t m = g->d_rows, n = g->d_cols, k = g->ta ? g->a_rows : g->a_cols;
     int32_t bias_type = g->bias_type == -1 ? g->d_type : g->bias_type;
-    int32_t aux_type = g->aux_type == -1 ? g->d_type : g->aux_type;
-    for (uint64_t j = 0; j < n; j++) {
-        for (uint64_t i = 0; i < m; i++) {
-            const float *a = at + i * k, *b = bt + j * k;
-            float acc = 0.0f;
-            for (uint64_t p = 0; p < k; p++) {
-                float prod = a[p] * b[p];
-                acc += prod;
+    for (uint64_t j0 = 0; j0 < n; j0 += k_nb) {
+        uint64_t nj = n - j0 < k_nb ? n - j0 : k_nb;
+        for (uint64_t i0 = 0; i0 < m; i0 += k_mb) {
+            uint64_t mi = m - i0 < k_mb ? m - i0 : k_mb;
+            float acc[k_mb][k_nb] = {{0.0f}};
+            if (mi == k_mb && nj == k_nb) {
+                const float *a0 = at + i0 * k, *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;
+                const float *b0 = bt + j0 * k, *b1 = b0 + k;
+                float c00 = 0, c10 = 0, c20 = 0, c30 = 0, c01 = 0, c11 = 0, c21 = 0, c31 = 0;
+                for (uint64_t p = 0; p < k; p++) {
+                    float x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p], y0 = b0[p], y1 = b1[p];
+                    c00 += x0 * y0;
+                    c10 += x1 * y0;
+                    c20 += x2 * y0;
+                    c30 += x3 * y0;
+                    c01 += x0 * y1;
+                    c11 += x1 * y1;
+                    c21 += x2 * y1;
+                    c31 += x3 * y1;
+                }
+                acc[0][0] = c00, acc[1][0] = c10, acc[2][0] = c20, acc[3][0] = c30;
+                acc[0][1] = c01, acc[1][1] = c11, acc[2][1] = c21, acc[3][1] = c31;
+            } else {
+                for (uint64_t jj = 0; jj < nj; jj++) {
+                    for (uint64_t ii = 0; ii < mi; ii++) {
+                        const float *a = at + (i0 + ii) * k, *b = bt + (j0 + jj) * k;
+                        float s = 0.0f;
+                        for (uint64_t p = 0; p < k; p++) {
+                            s += a[p] * b[p];
+                        }
+                        acc[ii][jj] = s;
+                    }
+                }
             }
-            float v = g->alpha * acc;
-            if (g->beta != 0.0f) {
-                v += g->beta * load(g->C, g->c_type, (int64_t)(j * (uint64_t)g->ldc + i));
+            for (uint64_t jj = 0; jj < nj; jj++) {
+                for (uint64_t ii = 0; ii < mi; ii++) {
+                    finish(g, parts, i0 + ii, j0 + jj, acc[ii][jj], bgrad);
+                }
             }
-            if (parts & EP_BIAS) {
-                v += load(g->bias, bias_type, (int64_t)i);
-            }
-            if (parts & EP_AUX_OUT) {
-                store(g->aux, aux_type, (int64_t)(j * (uint64_t)g->aux_ld + i), v);
-            }
-            if (parts & EP_GELU) {
-                v = gelu(v);
-            }
-            if (parts & EP_DGELU) {
-                v *= gelu_grad(load(g->aux, aux_type, (int64_t)(j * (uint64_t)g->aux_ld + i)));
-            }
-            /* "Bias gradient" of DGELU_BGRAD: the text says both gradients are applied
-             * "independently ... to matmul output", which could be read as the sums of the
-             * raw product. The bias in question is the forward GELU_AUX_BIAS bias, added
-             * before the GELU, so its gradient is the sum of the DGELU output over the
-             * columns (the n dimension) per row of D; this is what is emulated. */
-            if (parts & EP_BGRAD) {
-                bgrad[i] += v;
-            }
-            store(g->D, g->d_type, (int64_t)(j * (uint64_t)g->ldd + i), v);
         }
     }
     for (uint64_t r = 0; (parts & EP_BGRADA) && r < m; r++) {

@@ -128,14 +128,25 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c)
 {
-    float out[256];
+    /* The operands widened once (exact), then each row of d summed over k ascending for all
+     * 16 columns at once: every element still gets c + p0 + p1 + ... in that order (the
+     * independent columns are what the compiler may run side by side). */
+    float fa[256], fb[256], out[256];
+    for (int i = 0; i < 256; i++) {
+        fa[i] = detail::to_f(a.x[i]);
+        fb[i] = detail::to_f(b.x[i]);
+    }
     for (int m = 0; m < 16; m++) {
+        float *o = out + m * 16;
         for (int n = 0; n < 16; n++) {
-            float s = c.x[m * 16 + n];
-            for (int k = 0; k < 16; k++) {
-                s += detail::to_f(a.x[m * 16 + k]) * detail::to_f(b.x[k * 16 + n]);
+            o[n] = c.x[m * 16 + n];
+        }
+        for (int k = 0; k < 16; k++) {
+            float av = fa[m * 16 + k];
+            const float *br = fb + k * 16;
+            for (int n = 0; n < 16; n++) {
+                o[n] += av * br[n];
             }
-            out[m * 16 + n] = s;
         }
     }
     for (int i = 0; i < 256; i++) {
