@@ -167,7 +167,7 @@ accel_status accel__nccl_settle(nccl_impl *e, ncclResult_t r, const char *what)
                      "nccl: %s on process %d of %d not complete after %.3g s (a peer is dead, "
                      "stuck or at another call); the communicator was aborted",
                      what, e->rank, e->n_ranks, e->timeout_s);
-           accel__watch_suspects(e->watch, msg, sizeof(msg)); /* who is stopped or silent */
+            accel__watch_suspects(e->watch, msg, sizeof(msg)); /* who is stopped or silent */
             abort_comm(e, ACCEL_ETIMEDOUT, msg);
             return accel__nccl_aborted_err(e);
         }
