@@ -50,23 +50,25 @@ test: deps
 	@$(MAKE) --no-print-directory test-cuda
 	@$(MAKE) --no-print-directory test-cuemu
 
+# The other three builds, each configured and built in one command: other-builds runs them
+# (make test, in the background), and test-cuda / test-cuemu before their tests.
+ASAN_CHECKS_BUILD = cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON \
+	-DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS) && cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
+CUDA_CHECKS_BUILD = cmake -S . -B $(CUDA_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON $(CMAKE_FLAGS) && \
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target gpu_checks
+CUEMU_CHECKS_BUILD = cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON \
+	$(CMAKE_FLAGS) && cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks
+HAVE_NVCC = command -v nvcc >/dev/null 2>&1
+
 # Configures and builds what the ASan+UBSan unit tests, test-cuda and test-cuemu run.
 other-builds:
-	cmake -S . -B $(ASAN_BUILD) -DACCEL_WERROR=ON -DACCEL_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug $(CMAKE_FLAGS)
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target unit_checks
-	@if command -v nvcc >/dev/null 2>&1; then \
-		cmake -S . -B $(CUDA_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON $(CMAKE_FLAGS) && \
-		cmake --build $(CUDA_BUILD) -j $(JOBS) --target gpu_checks; \
-	fi
-	@if [ -n "$(CUDA_INCLUDE)" ]; then \
-		cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON $(CMAKE_FLAGS) && \
-		cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks; \
-	fi
+	$(ASAN_CHECKS_BUILD)
+	@if $(HAVE_NVCC); then $(CUDA_CHECKS_BUILD); fi
+	@if [ -n "$(CUDA_INCLUDE)" ]; then $(CUEMU_CHECKS_BUILD); fi
 
 test-cuda:
-	@if command -v nvcc >/dev/null 2>&1; then \
-		cmake -S . -B $(CUDA_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON $(CMAKE_FLAGS) && \
-		cmake --build $(CUDA_BUILD) -j $(JOBS) --target gpu_checks && \
+	@if $(HAVE_NVCC); then \
+		$(CUDA_CHECKS_BUILD) && \
 		cd $(CUDA_BUILD) && ctest -L gpu --output-on-failure -j $(JOBS) --timeout 600; \
 	else \
 		echo "make test: nvcc is not on PATH, so the CUDA build (ACCEL_CUDA=ON) is not compiled"; \
@@ -74,8 +76,7 @@ test-cuda:
 
 test-cuemu:
 	@if [ -n "$(CUDA_INCLUDE)" ]; then \
-		cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON $(CMAKE_FLAGS) && \
-		cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks && \
+		$(CUEMU_CHECKS_BUILD) && \
 		cd $(CUEMU_BUILD) && ctest -L 'gpu|cuemu' --output-on-failure -j $(JOBS) --timeout 600; \
 	else \
 		echo "make test: no CUDA headers (cuda_runtime_api.h), so the CUDA emulator build is not run"; \

@@ -27,6 +27,13 @@ static float frand(void) /* uniform in [-1, 1) */
     return (float)((double)(rng >> 11) * 0x1p-52 - 1.0);
 }
 
+static void fill(float *a, int64_t n, float scale) /* scale * frand(), in index order */
+{
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = scale * frand();
+    }
+}
+
 static double rel_err(const float *a, const float *b, int64_t n)
 {
     double num = 0.0, den = 0.0;
@@ -102,12 +109,8 @@ static void check_case(const lce_case *k)
     float *xv = malloc((size_t)nx * sizeof(float)), *wv = malloc((size_t)nw * sizeof(float));
     int32_t t[64];
     CHECK(xv != NULL && wv != NULL && k->rows <= 64);
-    for (int64_t i = 0; i < nx; i++) {
-        xv[i] = 2.0f * frand();
-    }
-    for (int64_t i = 0; i < nw; i++) {
-        wv[i] = frand();
-    }
+    fill(xv, nx, 2.0f);
+    fill(wv, nw, 1.0f);
     for (int64_t r = 0; r < k->rows; r++) {
         int32_t v = (int32_t)((frand() + 1.0f) * 0.5f * (float)k->V);
         t[r] = v < k->V ? v : (int32_t)k->V - 1;
@@ -177,12 +180,8 @@ static void test_forward_only(void)
     enum { R = 10, C = 8, V = 30 };
     float xv[R * C], wv[V * C];
     int32_t t[R];
-    for (int i = 0; i < R * C; i++) {
-        xv[i] = frand();
-    }
-    for (int i = 0; i < V * C; i++) {
-        wv[i] = frand();
-    }
+    fill(xv, R * C, 1.0f);
+    fill(wv, V * C, 1.0f);
     for (int r = 0; r < R; r++) {
         t[r] = r == 4 ? -100 : (r * 7) % V;
     }
@@ -267,12 +266,8 @@ static void test_recompute(void)
     enum { R = 11, C = 16, V = 40 };
     float xv[R * C], wv[V * C];
     int32_t t[R];
-    for (int i = 0; i < R * C; i++) {
-        xv[i] = frand();
-    }
-    for (int i = 0; i < V * C; i++) {
-        wv[i] = frand();
-    }
+    fill(xv, R * C, 1.0f);
+    fill(wv, V * C, 1.0f);
     for (int r = 0; r < R; r++) {
         t[r] = (r * 13) % V;
     }

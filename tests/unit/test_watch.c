@@ -30,7 +30,7 @@
 #include "comm/store.h"
 #include "comm/watch.h"
 
-static int report_fd; /* the children's end of the pipe */
+static int report_fd;      /* the children's end of the pipe */
 static double complete_at; /* progress: the operation in flight completes then (0: never) */
 static accel__watch_member *the_member;
 static int port;
@@ -170,6 +170,15 @@ static void reap(pid_t pid, int want_ok)
     }
 }
 
+/* Ends a scenario whose processes may still run (or be stopped): each killed and reaped. */
+static void kill_all(const pid_t *pids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        kill(pids[i], SIGKILL);
+        reap(pids[i], 0);
+    }
+}
+
 /* ---- the scenarios ---- */
 
 static void sleep_s(double s)
@@ -292,10 +301,7 @@ int main(void)
     CHECK_MSG(accel__now() - t0 < 5, "the death took %.1f s to be seen", accel__now() - t0);
     snprintf(want, sizeof(want), "EPEER test: process 2 (pid %d) on host", (int)pids[2]);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
-    for (int i = 0; i < 3; i++) {
-        kill(pids[i], SIGKILL);
-        reap(pids[i], 0);
-    }
+    kill_all(pids, 3);
     accel__store_close(srv);
 
     /* 2. process 1 of 2 stopped while 0 waits: 0 fails with ETIMEDOUT naming it */
@@ -310,10 +316,7 @@ int main(void)
                       0 &&
                   strstr(buf, want) != NULL,
               "\"%s\" lacks \"%s\"", buf, want);
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        reap(pids[i], 0);
-    }
+    kill_all(pids, 2);
     accel__store_close(srv);
 
     /* 3. process 0 serving the store killed: 1 and 2 fail with EPEER naming it */
@@ -326,10 +329,7 @@ int main(void)
     snprintf(want, sizeof(want), "EPEER test: the job's store at 127.0.0.1:%d, served by process 0",
              port);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
-    for (int i = 0; i < 3; i++) {
-        kill(pids[i], SIGKILL);
-        reap(pids[i], 0);
-    }
+    kill_all(pids, 3);
 
     /* 4. a clean end: no failure, process 0 leaves after the others */
     port = free_port();
@@ -378,10 +378,7 @@ int main(void)
                   "process 3 named twice: %s", line);
         *end = '\n';
     }
-    for (int i = 0; i < 4; i++) {
-        kill(mp[i], SIGKILL);
-        reap(mp[i], 0);
-    }
+    kill_all(mp, 4);
     accel__store_close(srv);
     (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
 
@@ -405,10 +402,7 @@ int main(void)
                   "a process at the collective named: %s", line);
         line = end + 1;
     }
-    for (int i = 0; i < 4; i++) {
-        kill(mp[i], SIGKILL);
-        reap(mp[i], 0);
-    }
+    kill_all(mp, 4);
     accel__store_close(srv);
     (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
 
@@ -418,13 +412,12 @@ int main(void)
     start(&server_stop_job, server_stop_act, pids);
     lines = read_reports(p[0], buf, sizeof(buf), 1, 15);
     CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
-    snprintf(want, sizeof(want), "1 ETIMEDOUT test: the job's store at 127.0.0.1:%d, served by "
-             "process 0 (pid %d), did not answer", port, (int)pids[0]);
+    snprintf(want, sizeof(want),
+             "1 ETIMEDOUT test: the job's store at 127.0.0.1:%d, served by "
+             "process 0 (pid %d), did not answer",
+             port, (int)pids[0]);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        reap(pids[i], 0);
-    }
+    kill_all(pids, 2);
 
     /* 7. an operation complete but never tested, for 3 timeouts: no stall */
     port = free_port();
