@@ -33,6 +33,7 @@ struct accel__watch {
     char lost_key[420];
     char host_id[128], hostname[64];
     accel__store *presence, *poll;
+    int first_beat_ok; /* the beat accel__watch_start made: the thread polls the store */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -42,13 +43,13 @@ struct accel__watch {
     peer *peers;        /* this machine's other processes, and process 0 */
     int n_peers;
     char beat_name[ACCEL__STORE_BEAT_NAME_MAX + 1]; /* "process R (pid P) on host H" */
-    double silent_s; /* a process not heard for longer is named */
+    double silent_s;                                /* a process not heard for longer is named */
     pthread_mutex_t beat_mu;
     accel__store_silent silent[ACCEL__STORE_SILENT_MAX]; /* the last beat's answer */
     int n_silent;
-    uint64_t beat_count; /* the count the last beat carried */
+    uint64_t beat_count;        /* the count the last beat carried */
     accel__watch_member *world; /* the oldest member (the world communicator): its count beats */
-    int slow; /* the thread's: a member has waited more than silent_s (ask who is behind) */
+    int slow;         /* the thread's: a member has waited more than silent_s (ask who is behind) */
     double store_due; /* when the answer of the thread's store call in progress was due; 0: none */
 };
 
@@ -269,7 +270,7 @@ static int check_stalls(accel__watch *w, int act)
 static void *watch_main(void *arg)
 {
     accel__watch *w = arg;
-    int polling = 1;
+    int polling = w->first_beat_ok;
     for (;;) {
         if (polling) {
             polling = !beat(w);
@@ -502,8 +503,8 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
     double period = cfg->timeout_s / 8;
     period = period < 0.1 ? 0.1 : period > 1 ? 1 : period;
     w->cfg.period_s = cfg->period_s > 0 ? cfg->period_s : period;
-    w->silent_s = cfg->timeout_s / 2 > 3 * w->cfg.period_s ? cfg->timeout_s / 2
-                                                           : 3 * w->cfg.period_s;
+    w->silent_s =
+        cfg->timeout_s / 2 > 3 * w->cfg.period_s ? cfg->timeout_s / 2 : 3 * w->cfg.period_s;
     snprintf(w->lost_key, sizeof(w->lost_key), "%s/lost", w->prefix);
     host_id(w->host_id, sizeof(w->host_id));
     if (gethostname(w->hostname, sizeof(w->hostname)) != 0) {
@@ -546,6 +547,12 @@ accel_status accel__watch_start(accel__watch **out, accel__store *store,
                               .grace_s = cfg->timeout_s};
     if (st == ACCEL_OK) {
         st = accel__store_open(&w->poll, &pc);
+    }
+    if (st == ACCEL_OK) {
+        /* The first beat before this returns: from then on the others' stall messages can name
+         * this process, even if it stops before its thread has run (the thread beats again at
+         * once: one extra round trip). */
+        w->first_beat_ok = !beat(w);
     }
     if (st == ACCEL_OK && pthread_create(&w->thread, NULL, watch_main, w) != 0) {
         st = accel__seterr(NULL, ACCEL_EINTERNAL, "%s: cannot start the watch thread", w->what);

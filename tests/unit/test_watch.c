@@ -345,9 +345,7 @@ int main(void)
     pid_t mp[4];
     port = free_port();
     srv = open_store(1);
-    /* Timeout 6 s: process 3 must stop within half of it (the silence that names it) after the
-     * others posted; under ASan on a loaded machine 1.5 s was not always enough. */
-    job machines_job = {"m", 4, 1, 6, 2};
+    job machines_job = {"m", 4, 1, 3, 2};
     start(&machines_job, machines_act, mp);
     lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
     CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
