@@ -4,13 +4,14 @@
  * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
  * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
  * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
- * an allreduce then sends the reduced blocks to every rank (from 4 MiB as point-to-point
- * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a
- * ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
- * backend. Every call begins with one exchange of envelopes declaring it (exchange() below),
- * which checks that every member makes the same call, serves as the barrier, and carries a small
- * allreduce's inputs (all together <= 64 KiB): one round trip, every rank reducing them in rank
- * order. Reduce is the allreduce, kept at the root; the rest are Gloo's own.
+ * an allreduce then sends the reduced blocks to every rank (from 1 MiB over a network, 4 MiB on
+ * one host, as point-to-point messages in segments on a ring-like schedule: pipelined() below),
+ * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
+ * and gives results bit-identical to every other backend. Every call begins with one exchange
+ * of envelopes declaring it (exchange() below), which checks that every member makes the same
+ * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB):
+ * one round trip, every rank reducing them in rank order. Reduce is the allreduce, kept at the
+ * root; the rest are Gloo's own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
