@@ -14,8 +14,9 @@
 #   bench/machines_netns.sh build 1gbit 1024 64 hier:2x2 gloo:2x2
 #   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
 #   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
-#   BASELINE=0 ...    accel alone (no Gloo ring in the run), with per layout the packets the
-#                     links' queues dropped and the TCP segments retransmitted (all machines)
+#   BASELINE=0 ...    accel alone (no Gloo ring in the run)
+# After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
+# every machine retransmitted during it.
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -117,7 +118,8 @@ for layout in "${LAYOUTS[@]}"; do
             --num_machines "$nm" --machine_rank "$m" --main_process_ip 10.80.0.1 \
             --main_process_port "$port" --num_processes $((nm * per)) \
             "$B/bench/collectives" --backend "$be" --coll "$COLL" --oop-only 1 \
-            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" --max-iters "$MAX_ITERS" --baseline "$BASELINE" >"$out/$layout.$m" 2>&1 &
+            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" --max-iters "$MAX_ITERS" \
+            --baseline "$BASELINE" >"$out/$layout.$m" 2>&1 &
         pids+=($!)
     done
     rc=0

@@ -53,8 +53,8 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 # path, its split leaving a remainder) and one large count (70001: every dtype size on the
 # block path, with a remainder on 2-4 processes); on 2 and 3 processes also one that spans
 # several of the pipelined allreduce's 1 MiB segments with a short last one (2621447: 2-10
-# segments per chunk by element size on 2, 2-4 for f32 and f64 on 3, where the schedule keeps
-# two receives posted). 4 x 1 runs the pipelined count alone (1310723: 2 segments per chunk in
+# segments per chunk by element size on 2, 2-7 on 3, where the schedule keeps two receives
+# posted). 4 x 1 runs the pipelined count alone (1310723: 2 segments per chunk in
 # f32, 3 in f64). The shm runs (dist/test_comm_backends) keep the full count list.
 backends() { # name M L [more counts]
     local n=$(($2 * $3))
