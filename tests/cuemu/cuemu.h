@@ -38,6 +38,9 @@ void cuemu_unregister_device(void *p);
  * and accessible (cuMemSetAccess), 0 when not; the bytes mapped into reserved ranges now. */
 int cuemu_vmm_accessible(const void *p, size_t nbytes);
 size_t cuemu_vmm_mapped_bytes(void);
+/* vmm.c: the calls so far of driver entry point `entry` ("cuMemCreate", "cuMemMap",
+ * "cuMemSetAccess", "cuMemUnmap" or "cuMemRelease"; 0 for any other name). */
+size_t cuemu_vmm_calls(const char *entry);
 
 /* Records err (a cudaError_t) as the runtime's last error, which cudaGetLastError returns and
  * clears, and prints "cuemu: <message>" on stderr. */
