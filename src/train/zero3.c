@@ -59,7 +59,7 @@ struct accel__zero3 {
     /* The model in device memory: the weights' and the compute copy's reserved ranges (cr
      * NULL when the compute copy is the weights); all_mapped: the whole weights are mapped
      * (from alloc until take_shard); stage: a pinned buffer of the largest unit where the
-     * communicator reads host memory only. */
+     * communicator reads host memory only and there are several processes. */
     accel__dev_range *wr, *cr;
     int all_mapped;
     float *stage;
@@ -179,7 +179,7 @@ static accel_status device_alloc(accel_model *m)
     for (int b = 0; b < z->n_units && st == ACCEL_OK; b++) {
         st = accel__event_new(m->dev, &z->units[b].left);
     }
-    if (st == ACCEL_OK && accel__model_staged(m)) {
+    if (st == ACCEL_OK && accel__model_staged(m) && m->flat.n_ranks > 1) {
         size_t most = 0;
         for (int b = 0; b < m->flat.n_buckets; b++) {
             most = m->flat.buckets[b].padded > most ? m->flat.buckets[b].padded : most;
@@ -395,6 +395,19 @@ static accel_status post_gather(accel_model *m, int b)
     u->deferred = 0; /* gathered again into its memory: the gather is ordered after its readers */
     if (m->z3->wr != NULL && !u->mapped) {
         ACCEL_TRY(map_unit(m, b, 1));
+    }
+    if (m->z3->wr != NULL && m->flat.n_ranks == 1) {
+        /* One process: its shard is the unit, copied on the compute stream (no host round
+         * trip, which would wait for the stream, whatever the backend). */
+        accel_status st =
+            accel__dev_copy(m->dev, m->weights + fb->offset, m->master + fb->shard_offset,
+                            fb->padded * sizeof(float), ACCEL__COPY_D2D, NULL);
+        if (st != ACCEL_OK) {
+            return accel__seterr(m->acc, st, "ZeRO stage 3: gathering unit %d: %s", b,
+                                 accel_last_error(NULL));
+        }
+        u->resident = 1;
+        return accel__model_refresh_compute_range(m, fb->offset, fb->padded);
     }
     if (m->z3->stage != NULL) {
         return staged_gather(m, b);
