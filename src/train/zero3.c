@@ -443,20 +443,15 @@ static accel_status finish_gather(accel_model *m, int b)
 }
 
 /* Device ranges, before units b and next are gathered: the units leaving the window (all but
- * b, next and the current one) are deferred behind an event on the compute stream; deferred
- * ones whose event has completed are unmapped without waiting; then, while mapping b and next
- * would exceed Z3_MAX_MAPPED units, the host waits for the oldest deferred one. So the GPU
- * keeps computing on the window while the host maps and posts the next gather. */
-static accel_status slide_window(accel_model *m, int b, int next)
+ * b, next and the current one) are deferred behind an event on the compute stream, and
+ * deferred ones whose event has completed are unmapped, without waiting. */
+static accel_status leave_window(accel_model *m, int b, int next)
 {
     struct accel__zero3 *z = m->z3;
-    int mapped = 0, need = 0;
     for (int k = 0; k < z->n_units; k++) {
         z3_unit *u = &z->units[k];
-        int keep = k == b || k == z->cur || k == next;
-        if (keep) {
+        if (k == b || k == z->cur || k == next) {
             u->deferred = 0; /* back in the window: gathered into its memory again */
-            need += !u->mapped;
         } else if (u->deferred && accel__event_query(m->dev, u->left)) {
             release(m, k);
         } else if (!u->deferred && u->work == NULL && (u->resident || u->mapped)) {
@@ -468,9 +463,24 @@ static accel_status slide_window(accel_model *m, int b, int next)
             u->deferred = 1;
             u->seq = ++z->n_left;
         }
-        mapped += u->mapped;
     }
-    while (mapped + need > Z3_MAX_MAPPED) {
+    return ACCEL_OK;
+}
+
+/* Device ranges, before unit b is gathered: while mapping it would make more than
+ * Z3_MAX_MAPPED units mapped, the oldest deferred unit goes, the host waiting for its event
+ * only when the GPU has not finished with it yet (it is more than a unit behind). */
+static accel_status make_room(accel_model *m, int b)
+{
+    struct accel__zero3 *z = m->z3;
+    if (z->wr == NULL || b < 0 || b >= z->n_units) {
+        return ACCEL_OK;
+    }
+    int mapped = 0;
+    for (int k = 0; k < z->n_units; k++) {
+        mapped += z->units[k].mapped;
+    }
+    while (mapped + !z->units[b].mapped > Z3_MAX_MAPPED) {
         int old = -1;
         for (int k = 0; k < z->n_units; k++) {
             if (z->units[k].deferred && (old < 0 || z->units[k].seq < z->units[old].seq)) {
@@ -478,17 +488,19 @@ static accel_status slide_window(accel_model *m, int b, int next)
             }
         }
         if (old < 0) {
-            break; /* the window alone (after gather_all: everything, until it moves on) */
+            break; /* the window alone */
         }
-        double t0 = accel__now();
-        accel_status st = accel__event_sync(m->dev, z->units[old].left);
-        if (st != ACCEL_OK) {
-            return accel__adopt_thread_error(m->acc, st);
+        if (!accel__event_query(m->dev, z->units[old].left)) {
+            double t0 = accel__now();
+            accel_status st = accel__event_sync(m->dev, z->units[old].left);
+            if (st != ACCEL_OK) {
+                return accel__adopt_thread_error(m->acc, st);
+            }
+            accel__prof_span(m->acc, "unit release wait", ACCEL__PROF_COMM, t0, accel__now(),
+                             "unit", old);
+            z->n_waits++;
         }
-        accel__prof_span(m->acc, "unit release wait", ACCEL__PROF_COMM, t0, accel__now(), "unit",
-                         old);
         release(m, old);
-        z->n_waits++;
         mapped--;
     }
     return ACCEL_OK;
@@ -520,7 +532,7 @@ accel_status accel_model_materialize(accel_model *m, int index)
     /* Released first (the same units either way): on a device the memory goes back (or is
      * deferred) before the next unit's comes. */
     if (z->wr != NULL) {
-        ACCEL_TRY(slide_window(m, b, next));
+        ACCEL_TRY(leave_window(m, b, next));
     } else {
         for (int u = 0; u < z->n_units; u++) {
             if (u != b && u != z->cur && u != next && z->units[u].work == NULL &&
@@ -529,9 +541,11 @@ accel_status accel_model_materialize(accel_model *m, int index)
             }
         }
     }
+    ACCEL_TRY(make_room(m, b));
     ACCEL_TRY(post_gather(m, b));
     ACCEL_TRY(finish_gather(m, b));
     if (next >= 0 && next < z->n_units) {
+        ACCEL_TRY(make_room(m, next)); /* after b's gather: the GPU had time to finish more */
         ACCEL_TRY(post_gather(m, next));
     }
     if (b != z->cur) {

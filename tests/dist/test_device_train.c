@@ -589,7 +589,7 @@ static void check_stage3_memory(void)
         const accel__flat_bucket *fb = &m->flat.buckets[b];
         n_mapped += accel__zero3_is_mapped(m, fb->offset + fb->padded / 2);
     }
-    CHECK_MSG(n_mapped == 4 && waits - waits_before == Z3_UNITS - 4,
+    CHECK_MSG(n_mapped == 4 && waits - waits_before <= Z3_UNITS - 4,
               "after gather_all and a materialize: %d units mapped, %llu waits", n_mapped,
               (unsigned long long)(waits - waits_before));
     CHECK_OK(acc, accel__zero3_release_all(m));
