@@ -17,14 +17,14 @@
  * With the model in device memory (stage 3 only) the full weights and the compute copy are
  * reserved address ranges (device.h: CUDA virtual memory) instead of pages: a unit's gather
  * maps physical memory under its bytes first, then all-gathers into it (in place on the
- * compute stream on a device communicator; through a pinned buffer of one unit otherwise).
- * A unit leaving the window is not unmapped at once: work queued on the compute stream may
- * still read it, so it records an event there and stays mapped ("deferred") until the event
- * has completed (queried without waiting at the next unit change), and the host waits for the
- * event only when mapping another unit would exceed Z3_MAX_MAPPED units (the GPU is that far
- * behind) and at release_all (an optimizer step). Units share granules at their edges; the
- * range counts mappings per granule, so the CPU's layout is kept (the same shards and
- * checkpoints on either device).
+ * compute stream on a device communicator; through a pinned buffer of one unit otherwise;
+ * with one process, a copy of the shard on the compute stream). A unit leaving the window is not
+ * unmapped at once: work queued on the compute stream may still read it, so it records an event
+ * there and stays mapped ("deferred") until the event has completed (queried without waiting at the
+ * next unit change), and the host waits for the event only when mapping another unit would exceed
+ * Z3_MAX_MAPPED units (the GPU is that far behind) and at release_all (an optimizer step). Units
+ * share granules at their edges; the range counts mappings per granule, so the CPU's layout is kept
+ * (the same shards and checkpoints on either device).
  *
  * Invariants: every process materializes the same units in the same order (a forward is the
  * same program everywhere), so gathers are issued identically (which units are deferred or
