@@ -35,7 +35,10 @@
  * Both modes also print the step's peak of nn's arena (nn_ctx_stats.peak_nbytes: activations,
  * their gradients and the tape), which --recompute 1 (activation recomputation per block,
  * nn_gpt_set_recompute) lowers; the GPU mode also the per-op scratch's peak (one chunk of the
- * head's logits: nn_linear_cross_entropy, ACCEL_NN_CE_CHUNK_ROWS).
+ * head's logits: nn_linear_cross_entropy, ACCEL_NN_CE_CHUNK_ROWS). At ZeRO stage 3
+ * (ACCEL_ZERO_STAGE=3) the GPU mode also prints, per step, the units' driver allocations
+ * (cuMemCreate + cuMemMap + cuMemSetAccess each), those given back, and the unit changes at
+ * which the host waited for the GPU before unmapping (docs/cuda.md, "ZeRO stage 3 on a GPU").
  *
  * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]
  *        [--preset gpt2-124m] [--layers N --width N --heads N --context N --vocab N]
