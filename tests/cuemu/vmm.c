@@ -52,6 +52,7 @@ static const char *const g_counted[] = {"cuMemCreate", "cuMemMap", "cuMemSetAcce
                                         "cuMemRelease"};
 enum { N_CREATE, N_MAP, N_SET_ACCESS, N_UNMAP, N_RELEASE, N_COUNTED };
 static size_t g_calls[N_COUNTED];
+static int g_fail_create; /* > 0: the g_fail_create-th cuMemCreate from now fails */
 
 /* 1 when p is a handle of cuMemCreate not yet destroyed (never dereferenced before). Under the
  * lock. */
@@ -74,6 +75,13 @@ static int live(const phys *p)
     } while (0)
 
 static span *reservation_of(uintptr_t va, size_t n);
+
+void cuemu_vmm_fail_create(int n)
+{
+    cuemu_lock();
+    g_fail_create = n;
+    cuemu_unlock();
+}
 
 size_t cuemu_vmm_calls(const char *entry)
 {
@@ -214,6 +222,12 @@ static CUresult emu_create(CUmemGenericAllocationHandle *h, size_t size,
         BAD("cuMemCreate(%zu bytes): the size must be a non-zero multiple of the granularity "
             "(%zu), the properties those of pinned memory of a visible device, flags 0",
             size, GRANULE);
+    }
+    if (g_fail_create > 0 && --g_fail_create == 0) {
+        /* A driver error, which the runtime's last error does not see (as on a GPU). */
+        fprintf(stderr, "cuemu: cuMemCreate(%zu): out of memory (test hook)\n", size);
+        cuemu_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     phys *p = calloc(1, sizeof(*p));
     int fd = memfd_create("cuemu-cuMemCreate", MFD_CLOEXEC);

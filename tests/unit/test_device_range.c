@@ -12,7 +12,8 @@
  *  6. the backend's calls: a byte range of many granules is three allocations (its two edge
  *     granules and the run between), a neighbour sharing an edge granule adds none for it and
  *     keeps it (with its bytes) when the first goes, each allocation goes back in one call;
- *     in the emulator build the emulator's driver counts agree.
+ *     in the emulator build the emulator's driver counts agree, and a map whose second
+ *     cuMemCreate fails (an emulator hook) says so and gives back what it had made.
  * The CPU and the simulation are checked in every build; a CUDA build without a GPU then exits
  * 77 (its GPU part skipped).
  */
@@ -104,6 +105,8 @@ static void check_device(accel__device *d, int is_cpu)
 /* The emulator's count of calls of a driver entry point (tests/cuemu/vmm.c), in the CUDA
  * emulator build only. */
 size_t cuemu_vmm_calls(const char *entry) __attribute__((weak));
+void cuemu_vmm_fail_create(int n) __attribute__((weak));
+size_t cuemu_vmm_mapped_bytes(void) __attribute__((weak));
 
 /* The range's backend calls are `maps` and `unmaps` (and, in the emulator, the driver's). */
 static void expect_calls(const accel__dev_range *r, size_t maps, size_t unmaps, size_t emu0[2])
@@ -163,6 +166,24 @@ static void check_coalescing(accel__device *d, int is_cpu, int is_cuda)
     CHECK_OK(NULL, accel__dev_range_unmap(r, 0, 12 * g));
     expect_calls(r, 5, 5, is_cuda ? emu0 : NULL);
     CHECK(accel__dev_range_mapped(r) == 0 && accel__dev_range_peak(r) == 12 * g);
+    if (is_cuda && cuemu_vmm_fail_create != NULL) {
+        /* The emulator's second cuMemCreate fails: the map says so, naming the call, and gives
+         * back the allocation it had made (nothing changes). */
+        size_t creates = cuemu_vmm_calls("cuMemCreate"), unmaps = cuemu_vmm_calls("cuMemUnmap");
+        cuemu_vmm_fail_create(2);
+        CHECK(accel__dev_range_map(r, g / 2, 10 * g) == ACCEL_ENOMEM);
+        CHECK_MSG(strstr(accel_last_error(NULL), "cuMemCreate") &&
+                      strstr(accel_last_error(NULL), "out of memory"),
+                  "%s", accel_last_error(NULL));
+        expect_calls(r, 6, 6, NULL);
+        CHECK(cuemu_vmm_calls("cuMemCreate") == creates + 2 &&
+              cuemu_vmm_calls("cuMemUnmap") == unmaps + 1);
+        CHECK(accel__dev_range_mapped(r) == 0 && !accel__dev_range_is_mapped(r, 0) &&
+              cuemu_vmm_mapped_bytes() == 0);
+        CHECK_OK(NULL, accel__dev_range_map(r, g / 2, 10 * g)); /* and works again */
+        CHECK_OK(NULL, accel__dev_range_unmap(r, g / 2, 10 * g));
+        expect_calls(r, 9, 9, NULL);
+    }
     accel__dev_range_release(r);
 }
 
