@@ -26,7 +26,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test other-builds test-cuda test-cuemu test-fast test-asan demo demo-run bench install format clean
+.PHONY: all deps build test other-builds test-cuda test-cuemu test-fast demo demo-run bench install format clean
 
 all: build
 

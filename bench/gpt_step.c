@@ -35,7 +35,10 @@
  * Both modes also print the step's peak of nn's arena (nn_ctx_stats.peak_nbytes: activations,
  * their gradients and the tape), which --recompute 1 (activation recomputation per block,
  * nn_gpt_set_recompute) lowers; the GPU mode also the per-op scratch's peak (one chunk of the
- * head's logits: nn_linear_cross_entropy, ACCEL_NN_CE_CHUNK_ROWS).
+ * head's logits: nn_linear_cross_entropy, ACCEL_NN_CE_CHUNK_ROWS). At ZeRO stage 3
+ * (ACCEL_ZERO_STAGE=3) the GPU mode also prints, per step, the units' driver allocations
+ * (cuMemCreate + cuMemMap + cuMemSetAccess each), those given back, and the unit changes at
+ * which the host waited for the GPU before unmapping (docs/cuda.md, "ZeRO stage 3 on a GPU").
  *
  * Usage: [accel launch -n 2] gpt_step [--steps N] [--batch B] [--threads N] [--device cpu|cuda]
  *        [--preset gpt2-124m] [--layers N --width N --heads N --context N --vocab N]
@@ -55,6 +58,7 @@
 #include "accel/nn.h"
 #include "bench.h"
 #include "core/internal.h"
+#include "train/train_internal.h"
 #ifdef ACCEL_HAVE_OPENMP
 #include <omp.h>
 #endif
@@ -296,7 +300,12 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
     float loss_first = 0.0f, loss_last = 0.0f;
     double norm = 0.0, total = 0.0;
     size_t arena_peak = 0;
+    size_t maps0 = 0, unmaps0 = 0, maps1 = 0, unmaps1 = 0; /* ZeRO-3's driver allocations */
+    uint64_t waits0 = 0, waits1 = 0;
     for (int s = -warmup; s < steps; s++) {
+        if (s == 0 && model->zero_stage == 3) {
+            accel__zero3_calls(model, &maps0, &unmaps0, &waits0);
+        }
         double t0 = accel__now();
         nn_tensor *loss = NULL;
         ACCEL_CHECK(nn_gpt_forward(g, m, ids, tg, batch, T, NULL, &loss));
@@ -320,6 +329,9 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
             ts[s] = dt;
             total += dt;
         }
+    }
+    if (model->zero_stage == 3) {
+        accel__zero3_calls(model, &maps1, &unmaps1, &waits1);
     }
     double med = bench_median(ts, steps);
     double tok_s = (double)count / med, flops = nn_gpt_train_flops(&cfg, batch, T);
@@ -350,6 +362,14 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
                (double)nn_ctx_get_stats(g).scratch_peak_nbytes / (double)(1ull << 30));
         printf("  loss              %.4f -> %.4f (last grad norm %.3f)\n", (double)loss_first,
                (double)loss_last, norm);
+        if (model->zero_stage == 3) {
+            /* Per step: units mapped (cuMemCreate + cuMemMap + cuMemSetAccess each) and given
+             * back, and the unit changes at which the host waited for the GPU (docs/cuda.md). */
+            printf("  ZeRO-3 units      %.1f driver allocations, %.1f given back, %.1f release "
+                   "waits per step (%d units)\n",
+                   (double)(maps1 - maps0) / steps, (double)(unmaps1 - unmaps0) / steps,
+                   (double)(waits1 - waits0) / steps, accel_model_num_units(model));
+        }
         printf("tokens_per_s=%.1f peak_mem_gib=%.3f step_ms=%.3f\n", tok_s, peak_gib, med * 1e3);
         fflush(stdout);
     }

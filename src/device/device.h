@@ -120,8 +120,12 @@ accel_status accel__dev_copy(accel__device *d, void *dst, const void *src, size_
  * cuMemMap). Memory comes and goes in granules (accel__dev_range_granularity: 2 MiB on
  * current GPUs, a page on the CPU); map and unmap take any byte range and count, per granule,
  * how many mapped ranges cover it, so two neighbours sharing a granule at their edge keep it
- * while either is mapped. Freshly mapped memory holds garbage (the CPU's: zeros). A handle
- * belongs to one thread.
+ * while either is mapped. A map costs at most three physical allocations of the backend
+ * (CUDA: cuMemCreate + cuMemMap + cuMemSetAccess each) whatever its length: one for the
+ * granules the byte range covers whole, one for each granule at its ends it covers in part;
+ * an allocation goes back whole (one cuMemUnmap) once no mapped range covers any of its
+ * granules, so for disjoint byte ranges exactly when the one that mapped it is unmapped.
+ * Freshly mapped memory holds garbage (the CPU's: zeros). A handle belongs to one thread.
  */
 typedef struct accel__dev_range accel__dev_range;
 
@@ -137,7 +141,7 @@ void *accel__dev_range_base(const accel__dev_range *r);
  * naming the size when the device is full; ACCEL_EINVAL past the end. On failure nothing
  * changes. */
 accel_status accel__dev_range_map(accel__dev_range *r, size_t offset, size_t nbytes);
-/* Undoes one accel__dev_range_map of the same byte range: granules no other mapped range
+/* Undoes one accel__dev_range_map of the same byte range: allocations no other mapped range
  * covers go back to the device. The caller makes sure no queued work still touches them (an
  * event or stream sync): unmapping does not wait for the device. */
 accel_status accel__dev_range_unmap(accel__dev_range *r, size_t offset, size_t nbytes);
@@ -148,6 +152,10 @@ size_t accel__dev_range_peak(const accel__dev_range *r);
 void accel__dev_range_reset_peak(accel__dev_range *r);
 /* 1 when the granule holding byte `offset` is mapped. */
 int accel__dev_range_is_mapped(const accel__dev_range *r, size_t offset);
+/* The backend's map and unmap calls on r so far (each a physical allocation made or given
+ * back: on CUDA cuMemCreate + cuMemMap + cuMemSetAccess, and cuMemUnmap + cuMemRelease). NULL
+ * counts none. */
+void accel__dev_range_calls(const accel__dev_range *r, size_t *maps, size_t *unmaps);
 /* Unmaps everything and gives the addresses back. Accepts NULL. */
 void accel__dev_range_release(accel__dev_range *r);
 

@@ -35,9 +35,10 @@ typedef struct accel__device_ops {
     int (*event_query)(accel__device *d, accel__event *e);
     accel_status (*event_sync)(accel__device *d, accel__event *e);
     void *(*native_stream)(accel__device *d, accel__stream *s);
-    /* reserved ranges (range.c keeps the per-granule counts): NULL when unsupported. Map and
-     * unmap get one granule-aligned run of granules; map returns the physical allocation
-     * (*phys, never NULL) that unmap gets back. */
+    /* reserved ranges (range.c keeps the per-granule counts): NULL when unsupported. Map
+     * gets one granule-aligned run of granules, backs it with one physical allocation and
+     * returns it (*phys, never NULL); unmap gets exactly a run that one map mapped, with its
+     * allocation. */
     accel_status (*range_granularity)(accel__device *d, size_t *out);
     accel_status (*range_reserve)(accel__device *d, size_t nbytes, void **base);
     void (*range_release)(accel__device *d, void *base, size_t nbytes);

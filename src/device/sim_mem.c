@@ -1,8 +1,8 @@
 /*
  * The simulated GPU's device memory (sim.h): the block table of its mmap'ed allocations, their
  * page protection and the fault handler that names a block host code touched, the checks that a
- * pointer is device (or host) memory, and the reserved ranges whose granules are mapped one by
- * one (CUDA VMM).
+ * pointer is device (or host) memory, and the reserved ranges whose granules are mapped and
+ * unmapped in runs (CUDA VMM).
  *
  * Invariant: every block is PROT_NONE except while queued work runs (open_depth > 0, sim.c's
  * flush opens it), and an unmapped granule of a range stays PROT_NONE even then. The state here
@@ -269,7 +269,7 @@ accel_status accel__sim_holds(accel__device *d, const void *p, int *out)
     ACCEL__SIM_LOCKED(holds_locked(d, p, out));
 }
 
-/* ---- reserved ranges: a block whose granules are mapped one by one ---- */
+/* ---- reserved ranges: a block whose granules are mapped in runs (range.c) ---- */
 
 accel_status accel__sim_range_granularity(accel__device *d, size_t *out)
 {

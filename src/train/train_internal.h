@@ -345,7 +345,12 @@ int accel__zero3_used(const accel_model *m);
  * the granule of the weights holding flat element flat_index is mapped (0 on the host). */
 void accel__zero3_mapped(const accel_model *m, size_t *now, size_t *peak);
 int accel__zero3_is_mapped(const accel_model *m, size_t flat_index);
-/* Unit (bucket) b of a stage-3 model: 0 released, 1 gather in flight, 2 resident (tests). */
+/* The backend's map and unmap calls on both ranges so far (each one physical allocation: on
+ * CUDA cuMemCreate + cuMemMap + cuMemSetAccess, or cuMemUnmap + cuMemRelease), and how often
+ * materialize waited for the GPU to finish with a unit that left the window (tests). */
+void accel__zero3_calls(const accel_model *m, size_t *maps, size_t *unmaps, uint64_t *waits);
+/* Unit (bucket) b of a stage-3 model: 0 released (or, on a device, left the window and not yet
+ * unmapped), 1 gather in flight, 2 resident (tests). */
 int accel__zero3_unit_state(const accel_model *m, int b);
 /* Waits for gathers in flight and releases every unit (their weights are stale after an
  * optimizer step; FSDP reshards after backward). */

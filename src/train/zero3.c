@@ -17,17 +17,24 @@
  * With the model in device memory (stage 3 only) the full weights and the compute copy are
  * reserved address ranges (device.h: CUDA virtual memory) instead of pages: a unit's gather
  * maps physical memory under its bytes first, then all-gathers into it (in place on the
- * compute stream on a device communicator; through a pinned buffer of one unit otherwise),
- * and its release waits for the compute stream (work queued there may still read it) before
- * unmapping. Units share granules at their edges; the range counts mappings per granule, so the
- * CPU's layout is kept (the same shards and checkpoints on either device).
+ * compute stream on a device communicator; through a pinned buffer of one unit otherwise;
+ * with one process, a copy of the shard on the compute stream). A unit leaving the window is not
+ * unmapped at once: work queued on the compute stream may still read it, so it records an event
+ * there and stays mapped ("deferred") until the event has completed (queried without waiting at the
+ * next unit change), and the host waits for the event only when mapping another unit would exceed
+ * Z3_MAX_MAPPED units (the GPU is that far behind) and at release_all (an optimizer step). Units
+ * share granules at their edges; the range counts mappings per granule, so the CPU's layout is kept
+ * (the same shards and checkpoints on either device).
  *
  * Invariants: every process materializes the same units in the same order (a forward is the
- * same program everywhere), so gathers are issued identically; at most three units are
- * resident between calls (the one in use, the one before it, the prefetched next one); a
- * unit's weights are valid exactly while it is resident, and an optimizer step releases all.
- * On a device a unit is mapped exactly while it is resident or its gather is in flight (and
- * everything is, from alloc until the weights were taken apart into the shard).
+ * same program everywhere), so gathers are issued identically (which units are deferred or
+ * unmapped may differ between processes, with the GPU's progress, but only decides mapping,
+ * never a collective); at most three units are resident between calls (the one in use, the
+ * one before it, the prefetched next one); a unit's weights are valid exactly while it is
+ * resident, and an optimizer step releases all. On a device a unit is mapped exactly while it
+ * is resident, its gather is in flight or it is deferred (and everything is, from alloc until
+ * the weights were taken apart into the shard); at most Z3_MAX_MAPPED units are mapped after
+ * each materialize.
  */
 #include <ctype.h>
 #include <string.h>
@@ -35,10 +42,16 @@
 #include "core/profile.h"
 #include "train_internal.h"
 
+/* Units mapped at most on a device: the window's three and one that left it. */
+#define Z3_MAX_MAPPED 4
+
 typedef struct z3_unit {
-    int resident;     /* weights (and compute copy) hold the gathered values */
-    int mapped;       /* device ranges: its bytes are mapped */
-    accel_work *work; /* gather in flight */
+    int resident;       /* weights (and compute copy) hold the gathered values */
+    int mapped;         /* device ranges: its bytes are mapped */
+    int deferred;       /* device ranges: left the window, unmapped once `left` completes */
+    uint64_t seq;       /* deferred: when it left (oldest first) */
+    accel__event *left; /* device ranges: recorded on the compute stream when it left */
+    accel_work *work;   /* gather in flight */
 } z3_unit;
 
 struct accel__zero3 {
@@ -46,14 +59,16 @@ struct accel__zero3 {
     /* The model in device memory: the weights' and the compute copy's reserved ranges (cr
      * NULL when the compute copy is the weights); all_mapped: the whole weights are mapped
      * (from alloc until take_shard); stage: a pinned buffer of the largest unit where the
-     * communicator reads host memory only. */
+     * communicator reads host memory only and there are several processes. */
     accel__dev_range *wr, *cr;
     int all_mapped;
     float *stage;
     int n_units;
-    z3_unit *units; /* per bucket */
-    int cur, prev;  /* the unit materialized last and the one before, or -1 */
-    int used;       /* a unit was materialized (or all gathered) since the last release_all */
+    z3_unit *units;   /* per bucket */
+    int cur, prev;    /* the unit materialized last and the one before, or -1 */
+    int used;         /* a unit was materialized (or all gathered) since the last release_all */
+    uint64_t n_left;  /* units deferred so far (their seq) */
+    uint64_t n_waits; /* deferred units the host had to wait for (the memory bound) */
 };
 
 /* ---- units ---- */
@@ -161,7 +176,10 @@ static accel_status device_alloc(accel_model *m)
     if (st == ACCEL_OK) {
         st = accel__dev_memset(m->dev, m->weights, 0, n * sizeof(float), NULL);
     }
-    if (st == ACCEL_OK && accel__model_staged(m)) {
+    for (int b = 0; b < z->n_units && st == ACCEL_OK; b++) {
+        st = accel__event_new(m->dev, &z->units[b].left);
+    }
+    if (st == ACCEL_OK && accel__model_staged(m) && m->flat.n_ranks > 1) {
         size_t most = 0;
         for (int b = 0; b < m->flat.n_buckets; b++) {
             most = m->flat.buckets[b].padded > most ? m->flat.buckets[b].padded : most;
@@ -227,6 +245,11 @@ void accel__zero3_free(accel_model *m)
         (void)accel__zero3_release_all(m);
     }
     if (m->z3 != NULL && !accel__model_on_host(m)) { /* device ranges (perhaps not made) */
+        for (int b = 0; b < m->z3->n_units; b++) {
+            if (m->z3->units[b].left != NULL) {
+                accel__event_free(m->dev, m->z3->units[b].left);
+            }
+        }
         accel__dev_range_release(m->z3->cr);
         accel__dev_range_release(m->z3->wr);
         accel__dev_host_free(m->dev, m->z3->stage);
@@ -291,12 +314,14 @@ static void release(accel_model *m, int b)
     z3_unit *u = &m->z3->units[b];
     const accel__flat_bucket *fb = &m->flat.buckets[b];
     if (!accel__model_on_host(m)) {
-        /* The caller drained the compute stream. An unmap of what was mapped cannot fail
-         * (device.h); if the device is gone, the next call says so. */
+        /* The caller made sure the compute stream is done with it (its event, or a drain).
+         * An unmap of what was mapped cannot fail (device.h); if the device is gone, the next
+         * call says so. */
         if (u->mapped) {
             (void)map_unit(m, b, 0);
         }
         u->resident = 0;
+        u->deferred = 0;
         return;
     }
     if (!u->resident) {
@@ -367,8 +392,22 @@ static accel_status post_gather(accel_model *m, int b)
         return ACCEL_OK;
     }
     size_t piece = fb->padded / (size_t)m->flat.n_ranks;
+    u->deferred = 0; /* gathered again into its memory: the gather is ordered after its readers */
     if (m->z3->wr != NULL && !u->mapped) {
         ACCEL_TRY(map_unit(m, b, 1));
+    }
+    if (m->z3->wr != NULL && m->flat.n_ranks == 1) {
+        /* One process: its shard is the unit, copied on the compute stream (no host round
+         * trip, which would wait for the stream, whatever the backend). */
+        accel_status st =
+            accel__dev_copy(m->dev, m->weights + fb->offset, m->master + fb->shard_offset,
+                            fb->padded * sizeof(float), ACCEL__COPY_D2D, NULL);
+        if (st != ACCEL_OK) {
+            return accel__seterr(m->acc, st, "ZeRO stage 3: gathering unit %d: %s", b,
+                                 accel_last_error(NULL));
+        }
+        u->resident = 1;
+        return accel__model_refresh_compute_range(m, fb->offset, fb->padded);
     }
     if (m->z3->stage != NULL) {
         return staged_gather(m, b);
@@ -403,6 +442,70 @@ static accel_status finish_gather(accel_model *m, int b)
     return ACCEL_OK;
 }
 
+/* Device ranges, before units b and next are gathered: the units leaving the window (all but
+ * b, next and the current one) are deferred behind an event on the compute stream, and
+ * deferred ones whose event has completed are unmapped, without waiting. */
+static accel_status leave_window(accel_model *m, int b, int next)
+{
+    struct accel__zero3 *z = m->z3;
+    for (int k = 0; k < z->n_units; k++) {
+        z3_unit *u = &z->units[k];
+        if (k == b || k == z->cur || k == next) {
+            u->deferred = 0; /* back in the window: gathered into its memory again */
+        } else if (u->deferred && accel__event_query(m->dev, u->left)) {
+            release(m, k);
+        } else if (!u->deferred && u->work == NULL && (u->resident || u->mapped)) {
+            accel_status st = accel__event_record(m->dev, u->left, NULL);
+            if (st != ACCEL_OK) {
+                return accel__adopt_thread_error(m->acc, st);
+            }
+            u->resident = 0;
+            u->deferred = 1;
+            u->seq = ++z->n_left;
+        }
+    }
+    return ACCEL_OK;
+}
+
+/* Device ranges, before unit b is gathered: while mapping it would make more than
+ * Z3_MAX_MAPPED units mapped, the oldest deferred unit goes, the host waiting for its event
+ * only when the GPU has not finished with it yet (it is more than a unit behind). */
+static accel_status make_room(accel_model *m, int b)
+{
+    struct accel__zero3 *z = m->z3;
+    if (z->wr == NULL || b < 0 || b >= z->n_units) {
+        return ACCEL_OK;
+    }
+    int mapped = 0;
+    for (int k = 0; k < z->n_units; k++) {
+        mapped += z->units[k].mapped;
+    }
+    while (mapped + !z->units[b].mapped > Z3_MAX_MAPPED) {
+        int old = -1;
+        for (int k = 0; k < z->n_units; k++) {
+            if (z->units[k].deferred && (old < 0 || z->units[k].seq < z->units[old].seq)) {
+                old = k;
+            }
+        }
+        if (old < 0) {
+            break; /* the window alone */
+        }
+        if (!accel__event_query(m->dev, z->units[old].left)) {
+            double t0 = accel__now();
+            accel_status st = accel__event_sync(m->dev, z->units[old].left);
+            if (st != ACCEL_OK) {
+                return accel__adopt_thread_error(m->acc, st);
+            }
+            accel__prof_span(m->acc, "unit release wait", ACCEL__PROF_COMM, t0, accel__now(),
+                             "unit", old);
+            z->n_waits++;
+        }
+        release(m, old);
+        mapped--;
+    }
+    return ACCEL_OK;
+}
+
 accel_status accel_model_materialize(accel_model *m, int index)
 {
     if (m == NULL || index < 0 || index >= m->n_params) {
@@ -426,22 +529,23 @@ accel_status accel_model_materialize(accel_model *m, int index)
     /* Forward runs in registration order, which is decreasing bucket order (memory is reverse
      * registration order); backward the other way. */
     int next = m->in_backward ? b + 1 : b - 1;
-    /* Released first (the same units either way): on a device the memory goes back before the
-     * next unit's comes, so at most three are ever mapped. */
-    int drained = z->wr == NULL;
-    for (int u = 0; u < z->n_units; u++) {
-        if (u != b && u != z->cur && u != next && z->units[u].work == NULL &&
-            (z->units[u].resident || z->units[u].mapped)) {
-            if (!drained) {
-                ACCEL_TRY(drain(m));
-                drained = 1;
+    /* Released first (the same units either way): on a device the memory goes back (or is
+     * deferred) before the next unit's comes. */
+    if (z->wr != NULL) {
+        ACCEL_TRY(leave_window(m, b, next));
+    } else {
+        for (int u = 0; u < z->n_units; u++) {
+            if (u != b && u != z->cur && u != next && z->units[u].work == NULL &&
+                z->units[u].resident) {
+                release(m, u);
             }
-            release(m, u);
         }
     }
+    ACCEL_TRY(make_room(m, b));
     ACCEL_TRY(post_gather(m, b));
     ACCEL_TRY(finish_gather(m, b));
     if (next >= 0 && next < z->n_units) {
+        ACCEL_TRY(make_room(m, next)); /* after b's gather: the GPU had time to finish more */
         ACCEL_TRY(post_gather(m, next));
     }
     if (b != z->cur) {
@@ -550,6 +654,17 @@ accel_status accel__zero3_take_shard(accel_model *m)
         }
     }
     return st;
+}
+
+void accel__zero3_calls(const accel_model *m, size_t *maps, size_t *unmaps, uint64_t *waits)
+{
+    const struct accel__zero3 *z = m->z3;
+    size_t wm = 0, wu = 0, cm = 0, cu = 0;
+    accel__dev_range_calls(z ? z->wr : NULL, &wm, &wu);
+    accel__dev_range_calls(z ? z->cr : NULL, &cm, &cu);
+    *maps = wm + cm;
+    *unmaps = wu + cu;
+    *waits = z ? z->n_waits : 0;
 }
 
 void accel__zero3_mapped(const accel_model *m, size_t *now, size_t *peak)

@@ -38,6 +38,12 @@ void cuemu_unregister_device(void *p);
  * and accessible (cuMemSetAccess), 0 when not; the bytes mapped into reserved ranges now. */
 int cuemu_vmm_accessible(const void *p, size_t nbytes);
 size_t cuemu_vmm_mapped_bytes(void);
+/* vmm.c: the calls so far of driver entry point `entry` ("cuMemCreate", "cuMemMap",
+ * "cuMemSetAccess", "cuMemUnmap" or "cuMemRelease"; 0 for any other name). */
+size_t cuemu_vmm_calls(const char *entry);
+/* vmm.c, a test hook: the n-th cuMemCreate from now fails with CUDA_ERROR_OUT_OF_MEMORY (0:
+ * none does). */
+void cuemu_vmm_fail_create(int n);
 
 /* Records err (a cudaError_t) as the runtime's last error, which cudaGetLastError returns and
  * clears, and prints "cuemu: <message>" on stderr. */

@@ -2,10 +2,11 @@
  * The emulator's virtual memory management (vmm.c), reached as accel reaches the driver
  * (cudaGetDriverEntryPointByVersion): what the real driver requires is refused
  * (CUDA_ERROR_INVALID_VALUE): misaligned sizes and addresses, a map outside a reservation or
- * over a mapping, an unmap cutting a mapping, freeing a reservation still mapped, a released
- * handle; memory is inaccessible between cuMemMap and cuMemSetAccess and after cuMemUnmap (a
- * read faults: a child dies of SIGSEGV); mapped memory is device memory to the runtime's
- * copies; the mapped-bytes count follows.
+ * over a mapping, an unmap cutting a mapping (or, stricter than the driver, spanning two),
+ * freeing a reservation still mapped, a released handle; memory is inaccessible between
+ * cuMemMap and cuMemSetAccess and after cuMemUnmap (a read faults: a child dies of SIGSEGV);
+ * mapped memory is device memory to the runtime's copies; the mapped-bytes count and the call
+ * counts follow.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -140,6 +141,17 @@ int main(void)
     CHECK(cudaMemcpy(probe, base, 8, cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(probe, data, 8) == 0);
     CHECK(unmap(va, g) == CUDA_SUCCESS && release(h2) == CUDA_SUCCESS);
+
+    /* One unmap per mapping: two neighbours are two calls, each counted. */
+    size_t creates = cuemu_vmm_calls("cuMemCreate"), unmaps = cuemu_vmm_calls("cuMemUnmap");
+    CHECK(create(&h, g, &prop, 0) == CUDA_SUCCESS && create(&h2, g, &prop, 0) == CUDA_SUCCESS);
+    CHECK(map(va, g, 0, h, 0) == CUDA_SUCCESS && map(va + g, g, 0, h2, 0) == CUDA_SUCCESS);
+    CHECK(unmap(va, 2 * g) == CUDA_ERROR_INVALID_VALUE); /* spans two mappings */
+    CHECK(cuemu_vmm_mapped_bytes() == 2 * g);
+    CHECK(unmap(va, g) == CUDA_SUCCESS && unmap(va + g, g) == CUDA_SUCCESS);
+    CHECK(release(h) == CUDA_SUCCESS && release(h2) == CUDA_SUCCESS);
+    CHECK(cuemu_vmm_calls("cuMemCreate") == creates + 2 &&
+          cuemu_vmm_calls("cuMemUnmap") == unmaps + 3 && cuemu_vmm_calls("cuMemFree") == 0);
     CHECK(address_free(va, 4 * g) == CUDA_SUCCESS);
     (void)cudaGetLastError(); /* the refusals above were recorded */
     printf("test_vmm: ok\n");

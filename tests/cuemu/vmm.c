@@ -8,8 +8,10 @@
  * inaccessible mapping back, so a later read of unmapped memory faults as it would on a GPU.
  * The granularity is 2 MiB, as on current GPUs. What the driver requires is enforced, with
  * CUDA_ERROR_INVALID_VALUE and a message: addresses and sizes granularity-aligned, a mapping
- * only into unmapped addresses of one reservation, an unmap of whole mappings only, no
- * reservation freed while mapped, handles valid, properties of pinned device memory.
+ * only into unmapped addresses of one reservation, an unmap of exactly one whole mapping (the
+ * driver documents "no partial unmap"; one mapping per call is stricter, and what accel does),
+ * no reservation freed while mapped, handles valid, properties of pinned device memory. Each
+ * entry point counts its calls (cuemu_vmm_calls), so tests can bound the driver calls.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +47,12 @@ static phys *g_live[MAX_ENTRIES]; /* allocations not yet destroyed: handles are 
 static int g_n_live;
 static int g_n_res, g_n_maps;
 static size_t g_mapped;
+/* Calls so far of cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease. */
+static const char *const g_counted[] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
+                                        "cuMemRelease"};
+enum { N_CREATE, N_MAP, N_SET_ACCESS, N_UNMAP, N_RELEASE, N_COUNTED };
+static size_t g_calls[N_COUNTED];
+static int g_fail_create; /* > 0: the g_fail_create-th cuMemCreate from now fails */
 
 /* 1 when p is a handle of cuMemCreate not yet destroyed (never dereferenced before). Under the
  * lock. */
@@ -67,6 +75,24 @@ static int live(const phys *p)
     } while (0)
 
 static span *reservation_of(uintptr_t va, size_t n);
+
+void cuemu_vmm_fail_create(int n)
+{
+    cuemu_lock();
+    g_fail_create = n;
+    cuemu_unlock();
+}
+
+size_t cuemu_vmm_calls(const char *entry)
+{
+    size_t n = 0;
+    cuemu_lock();
+    for (int k = 0; k < N_COUNTED; k++) {
+        n += strcmp(entry, g_counted[k]) == 0 ? g_calls[k] : 0;
+    }
+    cuemu_unlock();
+    return n;
+}
 
 size_t cuemu_vmm_mapped_bytes(void)
 {
@@ -191,10 +217,17 @@ static CUresult emu_create(CUmemGenericAllocationHandle *h, size_t size,
                            const CUmemAllocationProp *prop, unsigned long long flags)
 {
     cuemu_lock();
+    g_calls[N_CREATE]++;
     if (h == NULL || size == 0 || size % GRANULE != 0 || !check_prop(prop) || flags != 0) {
         BAD("cuMemCreate(%zu bytes): the size must be a non-zero multiple of the granularity "
             "(%zu), the properties those of pinned memory of a visible device, flags 0",
             size, GRANULE);
+    }
+    if (g_fail_create > 0 && --g_fail_create == 0) {
+        /* A driver error, which the runtime's last error does not see (as on a GPU). */
+        fprintf(stderr, "cuemu: cuMemCreate(%zu): out of memory (test hook)\n", size);
+        cuemu_unlock();
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
     phys *p = calloc(1, sizeof(*p));
     int fd = memfd_create("cuemu-cuMemCreate", MFD_CLOEXEC);
@@ -240,6 +273,7 @@ static void destroy(phys *p)
 static CUresult emu_release(CUmemGenericAllocationHandle h)
 {
     cuemu_lock();
+    g_calls[N_RELEASE]++;
     phys *p = (phys *)(uintptr_t)h;
     if (!live(p) || p->released) {
         BAD("cuMemRelease(%#llx): not a live allocation handle", (unsigned long long)h);
@@ -257,6 +291,7 @@ static CUresult emu_map(CUdeviceptr ptr, size_t size, size_t offset, CUmemGeneri
                         unsigned long long flags)
 {
     cuemu_lock();
+    g_calls[N_MAP]++;
     phys *p = (phys *)(uintptr_t)h;
     uintptr_t va = (uintptr_t)ptr;
     if (!live(p) || p->released) {
@@ -297,6 +332,7 @@ static CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDe
                                size_t count)
 {
     cuemu_lock();
+    g_calls[N_SET_ACCESS]++;
     uintptr_t va = (uintptr_t)ptr, covered = va;
     if (desc == NULL || count != 1 || desc->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         desc->flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
@@ -332,8 +368,10 @@ static CUresult emu_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDe
 static CUresult emu_unmap(CUdeviceptr ptr, size_t size)
 {
     cuemu_lock();
+    g_calls[N_UNMAP]++;
     uintptr_t va = (uintptr_t)ptr, end = va + size;
-    /* Whole mappings only: each one inside the range entirely, and the range covered. */
+    /* Exactly one whole mapping: the range is what one cuMemMap mapped. */
+    int n_inside = 0;
     size_t inside = 0;
     for (int k = 0; k < g_n_maps; k++) {
         uintptr_t a = g_maps[k].va, b = a + g_maps[k].nbytes;
@@ -344,10 +382,16 @@ static CUresult emu_unmap(CUdeviceptr ptr, size_t size)
                     (void *)va, size, (void *)a, g_maps[k].nbytes);
             }
             inside += g_maps[k].nbytes;
+            n_inside++;
         }
     }
     if (size == 0 || inside != size) {
         BAD("cuMemUnmap(%p, %zu bytes): only %zu bytes of it are mapped", (void *)va, size, inside);
+    }
+    if (n_inside != 1) {
+        BAD("cuMemUnmap(%p, %zu bytes): spans %d mappings: unmap each as it was mapped (the "
+            "emulator is stricter than the driver's documentation here)",
+            (void *)va, size, n_inside);
     }
     /* Inaccessible again, and not the allocation's memory any more. */
     (void)mmap((void *)va, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,

@@ -312,12 +312,12 @@ static int run(const run_spec *rs)
         CHECK_OK(acc, accel_join_end(acc, m)); /* the joined ones mirror the buckets */
     }
     if (rs->cfg.zero_stage == 3 && !rs->on_cpu) {
-        /* Between steps no unit is mapped; at most three ever were (here all in a granule
+        /* Between steps no unit is mapped; at most four ever were (here all in a granule
          * or two: check_stage3_memory measures bigger units). */
         size_t now, peak, g;
         accel__zero3_mapped(m, &now, &peak);
         CHECK_OK(NULL, accel__dev_range_granularity(d, &g));
-        CHECK_MSG(now == 0 && peak > 0 && peak <= 2 * 3 * 3 * g, "mapped %zu, peak %zu", now,
+        CHECK_MSG(now == 0 && peak > 0 && peak <= 2 * 4 * 3 * g, "mapped %zu, peak %zu", now,
                   peak);
     }
     CHECK_OK(acc, accel_save_model(acc, m, rs->model_dir, NULL));
@@ -412,14 +412,60 @@ static void check_join(void)
     same_file("join region", a, b);
 }
 
-/* The emulator's own count of memory mapped into reserved ranges (tests/cuemu/vmm.c), in the
- * CUDA emulator build only. */
+/* The emulator's own count of memory mapped into reserved ranges and of its driver calls
+ * (tests/cuemu/vmm.c), in the CUDA emulator build only. */
 size_t cuemu_vmm_mapped_bytes(void) __attribute__((weak));
+size_t cuemu_vmm_calls(const char *entry) __attribute__((weak));
+
+/* The driver calls of reserved ranges since the last call: accel's count of map and unmap
+ * calls (accel__zero3_calls) and, in the emulator build, the emulator's own of each entry
+ * point, which must agree (one map: cuMemCreate + cuMemMap + cuMemSetAccess; one unmap:
+ * cuMemUnmap + cuMemRelease). */
+static void range_calls(const accel_model *m, size_t *maps, size_t *unmaps)
+{
+    static size_t last_maps, last_unmaps, last_emu[5];
+    static int primed; /* the first call only takes the counts (the emulator's count earlier
+                        * runs' models too) */
+    static const char *const entries[5] = {"cuMemCreate", "cuMemMap", "cuMemSetAccess",
+                                           "cuMemUnmap", "cuMemRelease"};
+    uint64_t waits;
+    size_t total_maps, total_unmaps;
+    accel__zero3_calls(m, &total_maps, &total_unmaps, &waits);
+    *maps = total_maps - last_maps;
+    *unmaps = total_unmaps - last_unmaps;
+    last_maps = total_maps;
+    last_unmaps = total_unmaps;
+    for (int k = 0; k < 5 && cuemu_vmm_calls != NULL; k++) {
+        size_t now = cuemu_vmm_calls(entries[k]), want = k < 3 ? *maps : *unmaps;
+        CHECK_MSG(!primed || now - last_emu[k] == want, "%s called %zu times, accel counts %zu",
+                  entries[k], now - last_emu[k], want);
+        last_emu[k] = now;
+    }
+    primed = 1;
+}
+
+/* A simulated kernel reading the first and last float of every unit's weights. */
+typedef struct unit_reads {
+    const float *at[2 * 8];
+    int n;
+    float sum;
+} unit_reads;
+
+static void read_units(void *arg)
+{
+    unit_reads *r = arg;
+    for (int k = 0; k < r->n; k++) {
+        r->sum += *r->at[k];
+    }
+}
 
 /* ZeRO stage 3 with bf16 on the device, units of several granules: during a forward and a
- * backward at most three units are mapped (weights and compute copy, plus the granules they
- * share with neighbours), a unit that left the window is unmapped (its inner granules), and
- * after the step nothing is. */
+ * backward at most four units are mapped (weights and compute copy, plus the granules they
+ * share with neighbours): the window's three and the one that left it last, whose unmap waits
+ * for its event on the compute stream; the unit before that is unmapped (its inner granules),
+ * and after the step nothing is. Mapping a unit costs at most three driver allocations per
+ * range whatever its granules (the emulator agrees), and on the simulated GPU, a kernel
+ * queued to read units that then leave the window runs before they are unmapped. */
 #define Z3_UNITS 6
 #define Z3_NUMEL 1100000 /* 4.4 MB of fp32: more than two 2 MiB granules */
 static void check_stage3_memory(void)
@@ -459,11 +505,13 @@ static void check_stage3_memory(void)
     for (int b = 0; b < m->flat.n_buckets; b++) {
         unit = m->flat.buckets[b].padded > unit ? m->flat.buckets[b].padded : unit;
     }
-    /* Three units of fp32 weights and bf16 compute copy, each range's span two granules more
+    /* Four units of fp32 weights and bf16 compute copy, each range's span two granules more
      * than its bytes at most. */
-    size_t bound = 3 * (unit * 4 + 2 * g) + 3 * (unit * 2 + 2 * g);
+    size_t bound = 4 * (unit * 4 + 2 * g) + 4 * (unit * 2 + 2 * g);
+    size_t maps, unmaps, most_maps = 0;
     accel__zero3_mapped(m, &now, &peak);
     CHECK_MSG(now == 0, "%zu bytes mapped after prepare", now);
+    range_calls(m, &maps, &unmaps);
     CHECK_OK(acc, accel_accumulate(acc, m));
     for (int i = 0; i < Z3_UNITS; i++) { /* forward */
         CHECK_OK(acc, accel_model_materialize(m, i));
@@ -474,7 +522,20 @@ static void check_stage3_memory(void)
             CHECK_MSG(cuemu_vmm_mapped_bytes() == now, "the emulator maps %zu bytes, accel %zu",
                       cuemu_vmm_mapped_bytes(), now);
         }
-        if (i >= 3) { /* the unit of parameter i - 3 left the window */
+        /* Units mapped here: two at the first (it and the next), else the next; at most three
+         * allocations each per range (two edge granules, the run between), not one a granule. */
+        range_calls(m, &maps, &unmaps);
+        CHECK_MSG(maps <= (i == 0 ? 2u : 1u) * 2 * 3,
+                  "forward at %d: %zu driver allocations for units of %zu granules", i, maps,
+                  unit * 4 / g);
+        most_maps = maps > most_maps ? maps : most_maps;
+        if (i >= 2) { /* the unit of parameter i - 2 left the window: deferred, still mapped */
+            const accel__flat_bucket *fb = &m->flat.buckets[m->flat_bucket[i - 2]];
+            CHECK_MSG(accel__zero3_is_mapped(m, fb->offset + fb->padded / 2),
+                      "forward at %d: the unit of parameter %d was unmapped at once", i, i - 2);
+            CHECK(accel__zero3_unit_state(m, m->flat_bucket[i - 2]) == 0);
+        }
+        if (i >= 3) { /* the unit of parameter i - 3 left the window before: unmapped */
             const accel__flat_bucket *fb = &m->flat.buckets[m->flat_bucket[i - 3]];
             CHECK_MSG(!accel__zero3_is_mapped(m, fb->offset + fb->padded / 2),
                       "forward at %d: the unit of parameter %d is still mapped", i, i - 3);
@@ -491,6 +552,7 @@ static void check_stage3_memory(void)
     accel__zero3_mapped(m, &now, &peak);
     CHECK_MSG(now == 0 && peak <= bound, "after the step: %zu bytes mapped, peak %zu (bound %zu)",
               now, peak, bound);
+    size_t step_peak = peak;
     if (cuemu_vmm_mapped_bytes != NULL) {
         CHECK(cuemu_vmm_mapped_bytes() == 0);
     }
@@ -503,9 +565,40 @@ static void check_stage3_memory(void)
         float want = gen(70 + Z3_UNITS - 1, j) * (1.0f - lr * 0.01f);
         CHECK_MSG(fabsf(w0[j] - want) <= 1e-6f, "weight %zu: %g, expected %g", j, w0[j], want);
     }
+    /* Everything is mapped now. A kernel queued to read every unit, then a materialize that
+     * moves the window: the units leaving it stay mapped until their event says the kernel
+     * has run (on the simulated GPU it runs only when something waits for it, so an unmap
+     * that did not wait would make it fault), and the bound unmaps all but four. */
+    static unit_reads reads;
+    reads.n = 0;
+    for (int i = 0; i < Z3_UNITS; i++) {
+        const float *w = accel_model_param(m, i)->data_view.data;
+        reads.at[reads.n++] = w;
+        reads.at[reads.n++] = w + Z3_NUMEL - 1;
+    }
+    if (accel__device_is_sim(d)) {
+        CHECK_OK(NULL, accel__sim_launch(d, NULL, read_units, &reads));
+    }
+    uint64_t waits_before, waits;
+    accel__zero3_calls(m, &maps, &unmaps, &waits_before);
+    CHECK_OK(acc, accel_model_materialize(m, 0));
+    CHECK_OK(NULL, accel__stream_sync(d, NULL));
+    accel__zero3_calls(m, &maps, &unmaps, &waits);
+    int n_mapped = 0;
+    for (int b = 0; b < Z3_UNITS; b++) {
+        const accel__flat_bucket *fb = &m->flat.buckets[b];
+        n_mapped += accel__zero3_is_mapped(m, fb->offset + fb->padded / 2);
+    }
+    CHECK_MSG(n_mapped == 4 && waits - waits_before <= Z3_UNITS - 4,
+              "after gather_all and a materialize: %d units mapped, %llu waits", n_mapped,
+              (unsigned long long)(waits - waits_before));
+    CHECK_OK(acc, accel__zero3_release_all(m));
+    accel__zero3_mapped(m, &now, &peak);
+    CHECK(now == 0);
     printf("test_device_train: ZeRO stage 3 on %s: at most %zu bytes mapped (bound %zu; %zu per "
-           "unit in fp32)\n",
-           accel__device_name(d), peak, bound, unit * 4);
+           "unit in fp32, %zu granules of %zu bytes), at most %zu driver allocations per unit "
+           "change\n",
+           accel__device_name(d), step_peak, bound, unit * 4, unit * 4 / g, g, most_maps);
     free(w0);
     accel_free(acc);
 }

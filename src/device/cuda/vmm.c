@@ -1,7 +1,9 @@
 /*
  * CUDA virtual memory management for reserved ranges (vmm.h): cuMemAddressReserve,
  * cuMemCreate (pinned device memory of the GPU), cuMemMap, cuMemSetAccess, cuMemUnmap,
- * cuMemRelease, cuMemAddressFree.
+ * cuMemRelease, cuMemAddressFree. One map is one run of granules (range.c coalesces the
+ * granules that come and go together): one cuMemCreate of its size, one cuMemMap, one
+ * cuMemSetAccess; its unmap is one cuMemUnmap of exactly that run, then cuMemRelease.
  *
  * The driver functions come through the runtime (cudaGetDriverEntryPointByVersion, the ABI of
  * CUDA 12.0), not by linking libcuda: libaccel then loads wherever the runtime does (a
@@ -68,16 +70,27 @@ static void load(void)
     load_one(&drv.error_string, "cuGetErrorString");
 }
 
-/* The thread error for a failed driver call: ACCEL_ENOMEM when out of memory. */
-static accel_status fail(CUresult r, const char *call, int ordinal, size_t nbytes)
+/* The thread error for a failed driver call (at: the address it was given, or NULL):
+ * ACCEL_ENOMEM when out of memory. */
+static accel_status fail_at(CUresult r, const char *call, int ordinal, size_t nbytes,
+                            const void *at)
 {
     const char *s = NULL;
+    char where[48] = "";
     if (drv.error_string == NULL || drv.error_string(r, &s) != CUDA_SUCCESS || s == NULL) {
         s = "unknown error";
     }
+    if (at != NULL) {
+        snprintf(where, sizeof(where), " at %p", at);
+    }
     return accel__seterr(NULL, r == CUDA_ERROR_OUT_OF_MEMORY ? ACCEL_ENOMEM : ACCEL_EIO,
-                         "CUDA driver: %s (cuda:%d, %zu bytes) failed: %s (CUresult %d)", call,
-                         ordinal, nbytes, s, (int)r);
+                         "CUDA driver: %s (cuda:%d, %zu bytes%s) failed: %s (CUresult %d)", call,
+                         ordinal, nbytes, where, s, (int)r);
+}
+
+static accel_status fail(CUresult r, const char *call, int ordinal, size_t nbytes)
+{
+    return fail_at(r, call, ordinal, nbytes, NULL);
 }
 
 #define DRV_TRY(call, what, ordinal, nbytes)                                                       \
@@ -145,11 +158,16 @@ accel_status accel__cuda_vmm_map(int ordinal, void *at, size_t nbytes, void **ph
     CUmemAllocationProp p = prop_of(ordinal);
     CUmemGenericAllocationHandle h;
     CUdeviceptr va = (CUdeviceptr)(uintptr_t)at;
-    DRV_TRY(drv.create(&h, nbytes, &p, 0), "cuMemCreate", ordinal, nbytes);
-    CUresult r = drv.map(va, nbytes, 0, h, 0);
+    CUresult r = drv.create(&h, nbytes, &p, 0);
+    if (r != CUDA_SUCCESS) {
+        return fail_at(r, "cuMemCreate", ordinal, nbytes, at);
+    }
+    const char *call = "cuMemMap";
+    r = drv.map(va, nbytes, 0, h, 0);
     if (r == CUDA_SUCCESS) {
         CUmemAccessDesc a = {{CU_MEM_LOCATION_TYPE_DEVICE, ordinal},
                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+        call = "cuMemSetAccess";
         r = drv.set_access(va, nbytes, &a, 1);
         if (r != CUDA_SUCCESS) {
             (void)drv.unmap(va, nbytes);
@@ -157,7 +175,7 @@ accel_status accel__cuda_vmm_map(int ordinal, void *at, size_t nbytes, void **ph
     }
     if (r != CUDA_SUCCESS) {
         (void)drv.release(h);
-        return fail(r, "cuMemMap / cuMemSetAccess", ordinal, nbytes);
+        return fail_at(r, call, ordinal, nbytes, at);
     }
     /* Kept (not released at once) so that unmap hands the same allocation back. */
     *phys = (void *)(uintptr_t)h;
@@ -166,7 +184,10 @@ accel_status accel__cuda_vmm_map(int ordinal, void *at, size_t nbytes, void **ph
 
 accel_status accel__cuda_vmm_unmap(void *at, size_t nbytes, void *phys)
 {
-    DRV_TRY(drv.unmap((CUdeviceptr)(uintptr_t)at, nbytes), "cuMemUnmap", -1, nbytes);
+    CUresult r = drv.unmap((CUdeviceptr)(uintptr_t)at, nbytes);
+    if (r != CUDA_SUCCESS) {
+        return fail_at(r, "cuMemUnmap", -1, nbytes, at);
+    }
     DRV_TRY(drv.release((CUmemGenericAllocationHandle)(uintptr_t)phys), "cuMemRelease", -1, nbytes);
     return ACCEL_OK;
 }

@@ -17,9 +17,11 @@
 accel_status accel__cuda_vmm_granularity(int ordinal, const char *name, size_t *out);
 accel_status accel__cuda_vmm_reserve(int ordinal, size_t nbytes, void **base);
 void accel__cuda_vmm_release(void *base, size_t nbytes);
-/* cuMemCreate of nbytes on the GPU, cuMemMap at `at`, cuMemSetAccess read-write for it. */
+/* cuMemCreate of nbytes (a run of granules) on the GPU, cuMemMap at `at`, cuMemSetAccess
+ * read-write for it: three driver calls whatever the run's length. */
 accel_status accel__cuda_vmm_map(int ordinal, void *at, size_t nbytes, void **phys);
-/* cuMemUnmap, then cuMemRelease of the allocation. */
+/* cuMemUnmap of exactly the run one accel__cuda_vmm_map mapped, then cuMemRelease of its
+ * allocation. */
 accel_status accel__cuda_vmm_unmap(void *at, size_t nbytes, void *phys);
 
 #endif /* ACCEL_DEVICE_CUDA_VMM_H */
