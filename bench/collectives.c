@@ -21,7 +21,9 @@
  * gloo::broadcast: what PyTorch's gloo process group calls; bench/gloo_raw.cc), on a Gloo
  * context of its own that meets through the job's store; Gloo has no reduce_scatter.
  * --oop-only 1 leaves out the in-place columns (shorter runs); --min-kib K starts the sizes at
- * K KiB instead of 4 (a slow network's small sizes take long), --min-bytes B at B bytes (latency).
+ * K KiB instead of 4 (a slow network's small sizes take long), --min-bytes B at B bytes (latency);
+ * --max-iters N caps the calls per batch (about 0.05 s of memcpy's worth by default, at most
+ * 2000: minutes per size over a 1 Gbit/s link); --baseline 0 runs accel's alone.
  *
  *   accel launch --num_processes 2 build/bench/collectives [--max-mib 256] [--coll NAME]
  *                                                         [--backend shm|gloo|hier|...]
@@ -126,12 +128,15 @@ static int raw_gloo(void *ctx, coll c, float *send, float *recv, size_t count)
 
 #define TRIALS 5
 
+/* --max-iters: a cap on iters_for (over a slow network, memory speed's counts take minutes). */
+static size_t max_iters = 2000;
+
 /* Iterations per trial: ~0.05 s worth at memory speed, at least 2. */
 static int iters_for(size_t nbytes)
 {
     size_t it = (size_t)(128u << 20) / (nbytes > 0 ? nbytes : 1);
-    if (it > 2000) {
-        it = 2000;
+    if (it > max_iters) {
+        it = max_iters;
     }
     return it < 2 ? 2 : (int)it;
 }
@@ -210,7 +215,7 @@ static double time_coll(accel *acc, coll c, float *send, float *recv, size_t cou
 int main(int argc, char **argv)
 {
     size_t max_mib = 256, min_nbytes = 4 << 10;
-    int only = -1, oop_only = 0;
+    int only = -1, oop_only = 0, want_base = 1;
     accel_options o = accel_options_default();
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--max-mib") == 0) {
@@ -219,6 +224,10 @@ int main(int argc, char **argv)
             min_nbytes = (size_t)atol(argv[i + 1]) << 10;
         } else if (strcmp(argv[i], "--min-bytes") == 0) {
             min_nbytes = (size_t)atol(argv[i + 1]);
+        } else if (strcmp(argv[i], "--baseline") == 0) {
+            want_base = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--max-iters") == 0) {
+            max_iters = (size_t)atol(argv[i + 1]);
         } else if (strcmp(argv[i], "--oop-only") == 0) {
             oop_only = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--backend") == 0) {
@@ -262,7 +271,7 @@ int main(int argc, char **argv)
     if (own_mpi) {
         MPI_Comm_size(MPI_COMM_WORLD, &world_n);
     }
-    if (world_n == n) {
+    if (want_base && world_n == n) {
         base = (baseline){"Open MPI's own", raw_mpi, NULL};
     }
 #endif
@@ -271,7 +280,7 @@ int main(int argc, char **argv)
                *port = getenv("MASTER_PORT"), *ifname = getenv("ACCEL_SOCKET_IFNAME");
     ifname = ifname != NULL ? ifname : getenv("GLOO_SOCKET_IFNAME");
     bench_gloo *gloo = NULL;
-    if (base.run == NULL && addr != NULL && port != NULL &&
+    if (want_base && base.run == NULL && addr != NULL && port != NULL &&
         (strcmp(be, "gloo") == 0 || strcmp(be, "hier") == 0)) {
         gloo = bench_gloo_open(rank, n, addr, atoi(port), ifname, 60);
         if (gloo == NULL) {

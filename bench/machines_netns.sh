@@ -13,6 +13,10 @@
 #   bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]
 #   bench/machines_netns.sh build 1gbit 1024 64 hier:2x2 gloo:2x2
 #   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
+#   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
+#   BASELINE=0 ...    accel alone (no Gloo ring in the run)
+# After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
+# every machine retransmitted during it.
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -21,6 +25,8 @@ B=${1:?usage: bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS
 RATE=${2:-1gbit}
 QUEUE=${QUEUE:-5ms}
 COLL=${COLL:-allreduce}
+MAX_ITERS=${MAX_ITERS:-2000}
+BASELINE=${BASELINE:-1}
 MIN_KIB=${3:-1024}
 MAX_MIB=${4:-64}
 shift $(($# < 4 ? $# : 4))
@@ -62,6 +68,28 @@ add_machine() {
     ip netns exec "$sw" tc qdisc add dev "bm${id}s$m" "${shape[@]}"
 }
 
+# "DROPPED RETRANS": packets dropped by every shaped queue, TCP segments retransmitted by every
+# machine, so far.
+counters() {
+    local d=0 r=0 ns x
+    for ns in "${made[@]}"; do
+        x=$(ip netns exec "$ns" tc -s qdisc show 2>/dev/null | awk '/dropped/ {
+            for (i = 1; i < NF; i++) if ($i ~ /dropped/) { v = $(i + 1); sub(",", "", v); s += v } }
+            END { print s + 0 }')
+        d=$((d + x))
+        x=$(ip netns exec "$ns" awk '$1 == "Tcp:" && !h { h = 1; for (i = 1; i <= NF; i++) c[$i] = i;
+            next } $1 == "Tcp:" { print $c["RetransSegs"] }' /proc/net/snmp)
+        r=$((r + x))
+    done
+    echo "$d $r"
+}
+counters_since() { # the counters' growth since $1
+    local now
+    now=$(counters)
+    echo "$1 $now" | awk '{ printf "queues dropped %d packets, TCP retransmitted %d segments\n",
+        $3 - $1, $4 - $2 }'
+}
+
 set -e
 ip netns add "$sw" && made+=("$sw")
 ip -n "$sw" link add br0 type bridge
@@ -83,13 +111,15 @@ for layout in "${LAYOUTS[@]}"; do
     be=${layout%%:*} shape=${layout#*:}
     nm=${shape%x*} per=${shape#*x}
     port=$((port + 1))
+    counters_before=$(counters)
     pids=()
     for m in $(seq $((nm - 1)) -1 0); do
         ip netns exec "$(machine_ns "$m")" env OMP_NUM_THREADS=1 "$B/accel" launch \
             --num_machines "$nm" --machine_rank "$m" --main_process_ip 10.80.0.1 \
             --main_process_port "$port" --num_processes $((nm * per)) \
             "$B/bench/collectives" --backend "$be" --coll "$COLL" --oop-only 1 \
-            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" >"$out/$layout.$m" 2>&1 &
+            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" --max-iters "$MAX_ITERS" \
+            --baseline "$BASELINE" >"$out/$layout.$m" 2>&1 &
         pids+=($!)
     done
     rc=0
@@ -102,4 +132,5 @@ for layout in "${LAYOUTS[@]}"; do
     # rank 0's rows: name size count | time algbw busbw ratio | ... | memcpy | raw_time vs_raw
     awk -v l="$layout" -v c="$COLL" '$1 == "[rank0]:" && $2 == c {
         printf "%-10s %10s %11s %15s %7s\n", l, $3, $6, $(NF - 1), $NF }' "$out/$layout.0"
+    echo "# $layout: $(counters_since "$counters_before")"
 done

@@ -2,10 +2,11 @@
 # The collective suite across "machines" (issue 16): jobs of M machines x L processes on this
 # host, started by M launchers (accel launch --num_machines M --machine_rank m
 # --main_process_ip 127.0.0.1; tests/comm/machines.sh).
-#  - gloo (the default with one process per machine), 2 x 1 and 3 x 1: tests/dist/test_collectives
+#  - gloo (the default with one process per machine): tests/dist/test_collectives on 2 x 1
 #    (every collective x dtype x op, in and out of place, checked against the exact result) and
-#    tests/dist/test_comm_backends (random inputs, wire dtypes: bit-identical to the rank-order
-#    reference that the shm backend is held to, so gloo and shm agree bit for bit);
+#    tests/dist/test_comm_backends on 2 x 1, 3 x 1 and 4 x 1 (random inputs, wire dtypes:
+#    bit-identical to the rank-order reference that the shm backend is held to, so gloo and
+#    shm agree bit for bit);
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
 #  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
 #    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
@@ -50,9 +51,11 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 # dtype of each element size, 0 elements, the largest f32 allreduce of the one-shot path (all
 # inputs together 64 KiB: ONESHOT_NBYTES in src/comm/gloo/gloo.c), one element more (the block
 # path, its split leaving a remainder) and one large count (70001: every dtype size on the
-# block path, with a remainder on 2-4 processes); on 2 processes also one that spans several of
-# the pipelined allreduce's 1 MiB segments with a short last one (2621447: 2-10 segments per
-# chunk by element size). The shm runs (dist/test_comm_backends) keep the full count list.
+# block path, with a remainder on 2-4 processes); on 2 and 3 processes also one that spans
+# several of the pipelined allreduce's 1 MiB segments with a short last one (2621447: 2-10
+# segments per chunk by element size on 2, 2-7 on 3, where the schedule keeps two receives
+# posted). 4 x 1 runs the pipelined count alone (1310723: 2 segments per chunk in
+# f32, 3 in f64). The shm runs (dist/test_comm_backends) keep the full count list.
 backends() { # name M L [more counts]
     local n=$(($2 * $3))
     local edge=$((65536 / (4 * n)))
@@ -60,7 +63,9 @@ backends() { # name M L [more counts]
         ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 ${4:-}" -- "$B/tests/test_comm_backends"
 }
 backends gloo-2x1-backends 2 1 2621447
-backends gloo-3x1-backends 3 1
+backends gloo-3x1-backends 3 1 2621447
+run gloo-4x1-backends 4 1 ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS=1310723 -- \
+    "$B/tests/test_comm_backends"
 backends gloo-2x2-backends 2 2
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"

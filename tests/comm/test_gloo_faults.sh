@@ -3,6 +3,8 @@
 # middle of an allreduce loop (tests/progs/allreduce_loop). Every other process must exit with
 # an error within 10 s of the death, saying EPEER and naming the dead process:
 #  - gloo, 2 machines x 1 process, process 1 dies (large messages: inside the data exchange);
+#  - gloo, 3 machines x 1 process, process 2 dies (5 MiB messages: the pipelined allreduce's
+#    schedule, two receives posted at a time);
 #  - hier, 2 machines x 2 processes, process 3 dies (4 MiB messages: the pipelined path, with
 #    the cross-machine worker busy when the death is seen);
 #  - the same with asynchronous allreduces (the failure travels to the waiter);
@@ -68,7 +70,7 @@ case_kill() { # name M L dead count async
         [ "$r" -eq "$dead" ] && continue
         local rc=${rcs[$r]} t err="$tmp/$name/r$r.err"
         t=$(awk -v a="$(cat "$tmp/$name.death")" -v b="${ends[$r]}" \
-            'BEGIN { printf "%.2f", b > a ? b - a : 0 }') # (the watcher polls: it may see it late)
+            'BEGIN { printf "%.2f", (b > a ? b - a : 0) }') # (the watcher polls: it may see it late)
         [ "$rc" -ne 0 ] || fail_case "$name" "process $r exited 0"
         [ "$rc" -ne 137 ] || fail_case "$name" "process $r hung"
         [ "$rc" -ne 3 ] || fail_case "$name" "process $r: the next call did not fail alike"
@@ -81,6 +83,7 @@ case_kill() { # name M L dead count async
 }
 
 case_kill gloo-2x1 2 1 1 262144 0
+case_kill gloo-3x1 3 1 2 1310723 0
 case_kill hier-2x2 2 2 3 1048576 0
 case_kill hier-2x2-async 2 2 3 1048576 1
 # A wrong interface on machine 1: it publishes its setup failure, which ends machine 0's wait.

@@ -4,13 +4,14 @@
  * Reductions never use Gloo's ring allreduce, whose combination order depends on the rank and
  * chunk: every reduction sends block r of every rank to rank r, which reduces them with accel's
  * kernels in rank order (fp32 accumulation for the 16-bit dtypes, the wire dtype's rounding);
- * an allreduce then sends the reduced blocks to every rank (from 4 MiB as point-to-point
- * messages pipelined in segments: pipelined() below), reduce_scatter keeps them. That moves what a
- * ring moves (2 (n-1)/n of the message per rank) and gives results bit-identical to every other
- * backend. Every call begins with one exchange of envelopes declaring it (exchange() below),
- * which checks that every member makes the same call, serves as the barrier, and carries a small
- * allreduce's inputs (all together <= 64 KiB): one round trip, every rank reducing them in rank
- * order. Reduce is the allreduce, kept at the root; the rest are Gloo's own.
+ * an allreduce then sends the reduced blocks to every rank (from 1 MiB over a network, 4 MiB on
+ * one host, as point-to-point messages in segments on a ring-like schedule: pipelined() below),
+ * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
+ * and gives results bit-identical to every other backend. Every call begins with one exchange
+ * of envelopes declaring it (exchange() below), which checks that every member makes the same
+ * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB):
+ * one round trip, every rank reducing them in rank order. Reduce is the allreduce, kept at the
+ * root; the rest are Gloo's own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -88,102 +89,121 @@ static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, c
 /* Large allreduces: rank q owns chunk q; every rank sends chunk q of its input to q, q reduces
  * the n inputs in rank order and sends the reduced chunk to every rank (what a ring moves,
  * 2 (n-1)/n of the message per rank). The chunks travel as point-to-point messages in segments
- * of SEG_NBYTES, every receive posted first: segment k is reduced and sent on while k + 1
- * arrives, so the connections stay busy in both directions. (Gloo's alltoallv then allgatherv,
- * one message per peer each with a ready-notice round trip and an idle link between them,
- * reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.) */
+ * of SEG_NBYTES, so segment k is reduced and sent on while k + 1 arrives. (Gloo's alltoallv
+ * then allgatherv, one message per peer each with a ready-notice round trip and an idle link
+ * between them, reached 0.7 of Gloo's own ring over a 1 Gbit/s link: docs/performance.md.)
+ *
+ * Every rank follows the same schedule: round j sends segment j of chunk me + s to rank me + s,
+ * for s = 1 .. n-1, then the reduced segment j - 1 of its own chunk to the same ranks in the
+ * same order; it receives in the mirrored order (step s from rank me - s). Gloo sends a message
+ * only once its receive is posted, so the receiver paces its senders: with more than two ranks
+ * at most WINDOW receives are posted at a time, so each machine's link carries about one flow
+ * each way, as in a ring, instead of n - 1 flows overflowing its queue (over the emulated
+ * 1 Gbit/s network this cut TCP retransmissions 3-10x and gained 0.05-0.08 of Gloo's ring at
+ * 4 x 1; docs/performance.md, sixth pass). With a window of two, the next step's sender already
+ * holds its ready notice when this step ends, so the link does not idle. Two ranks have one
+ * flow each way anyway: every receive is posted at once (a window cost them a quarter). */
 #define SEG_NBYTES ((size_t)1 << 20)
+#define WINDOW 2
 /* Below this, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
  * messages cost 2-3x more per call from 64 KiB to 1 MiB, while over a 1 Gbit/s link they
- * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"):
+ * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"; at
+ * 256 KiB the scheduled exchange did not beat the two Gloo calls there either, sixth pass):
  * 1 MiB when some member has a peer on another host, else 4 MiB. */
 #define PIPELINE_NBYTES(e) ((e)->remote ? (size_t)1 << 20 : (size_t)4 << 20)
 #define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
-enum { MSG_IN, MSG_OUT, MSG_IN_SEND, MSG_OUT_SEND, N_MSG }; /* per segment and peer */
 
 static size_t seg_len(size_t cnt, size_t seg, size_t k)
 {
     return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
 }
 
+/* A receive of the schedule: segment k from rank q, of its input or (reduced) of its chunk. */
+typedef struct slot {
+    char *buf;
+    size_t nbytes, k, ix;
+    int q, reduced, last_in; /* last_in: the last input of this rank's segment k */
+} slot;
+
 static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype dt,
                               const char *data, char *result, const size_t *off, const char *what)
 {
     const int n = e->n_ranks, me = e->rank;
     const size_t es = accel_dtype_nbytes(dt), *cnt = e->cnt, mine = cnt[me];
+    const size_t window = n > 2 ? WINDOW : SIZE_MAX;
     size_t per = 0;
     for (int q = 0; q < n; q++) {
         per = cnt[q] > per ? cnt[q] : per;
     }
     size_t seg = SEG_NBYTES / es;
     seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
-    const size_t n_seg = (per + seg - 1) / seg;
+    const size_t n_seg = (per + seg - 1) / seg, max_msgs = 2 * n_seg * (size_t)n;
     char *in = NULL;
-    size_t *ix = NULL; /* message index of (segment, peer, kind); SIZE_MAX: none */
+    slot *rx = NULL; /* the receives in schedule order */
+    size_t *sx = NULL, n_rx = 0, n_sx = 0, posted = 0;
     ACCEL_TRY(scratch(e, 0, mine * es * (size_t)n + 1, (void **)&in));
-    ACCEL_TRY(scratch(e, 2, n_seg * (size_t)n * N_MSG * sizeof(size_t), (void **)&ix));
+    ACCEL_TRY(scratch(e, 2, max_msgs * (sizeof(slot) + sizeof(size_t)), (void **)&rx));
+    sx = (size_t *)(rx + max_msgs);
+    for (size_t j = 0; j <= n_seg; j++) {
+        for (int reduced = 0; reduced < 2; reduced++) {
+            const size_t k = j - (size_t)reduced;
+            if ((reduced == 0 && j == n_seg) || (reduced == 1 && j == 0)) {
+                continue;
+            }
+            for (int s = 1; s < n; s++) {
+                const int q = (me - s + n) % n;
+                const size_t len = seg_len(reduced ? cnt[q] : mine, seg, k);
+                char *buf = reduced ? result + (off[q] + k * seg) * es
+                                    : in + ((size_t)q * mine + k * seg) * es;
+                if (len > 0) {
+                    rx[n_rx++] =
+                        (slot){buf, len * es, k, SIZE_MAX, q, reduced, !reduced && s == n - 1};
+                }
+            }
+        }
+    }
     accel__gloo_msgs_begin(e->g);
-#define IX(k, q, kind) ix[((k) * (size_t)n + (size_t)(q)) * N_MSG + (kind)]
-#define POST(k, q, kind, buf, len)                                                                 \
+#define POST_RECVS(upto)                                                                           \
+    for (; posted < n_rx && posted < (upto); posted++) {                                           \
+        slot *r_ = &rx[posted];                                                                    \
+        GLOO_CALL(what, accel__gloo_post, e->g, 0, r_->q,                                          \
+                  (uint32_t)(r_->k * 2 + (size_t)r_->reduced), r_->buf, r_->nbytes, &r_->ix);      \
+    }
+#define SEND(k, q, reduced, buf, len)                                                              \
     do {                                                                                           \
-        IX(k, q, kind) = SIZE_MAX;                                                                 \
         if ((len) > 0) {                                                                           \
-            GLOO_CALL(what, accel__gloo_post, e->g, (kind) >= MSG_IN_SEND, q,                      \
-                      (uint32_t)((k)*2 + ((kind) == MSG_OUT || (kind) == MSG_OUT_SEND)),           \
-                      (void *)(buf), (len)*es, &IX(k, q, kind));                                   \
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, q, (uint32_t)((k)*2 + (size_t)(reduced)),   \
+                      (void *)(buf), (len)*es, &sx[n_sx++]);                                       \
         }                                                                                          \
     } while (0)
-#define WAIT(k, q, kind)                                                                           \
-    do {                                                                                           \
-        if (IX(k, q, kind) != SIZE_MAX) {                                                          \
-            GLOO_CALL(what, accel__gloo_wait, e->g, IX(k, q, kind));                               \
-        }                                                                                          \
-    } while (0)
+    POST_RECVS(window); /* first, so that the peers' first sends find them */
     for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            IX(k, q, MSG_OUT_SEND) = SIZE_MAX;
-            if (q != me) {
-                POST(k, q, MSG_IN, in + ((size_t)q * mine + k * seg) * es, seg_len(mine, seg, k));
-                POST(k, q, MSG_OUT, result + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
+        for (int s = 1; s < n; s++) {
+            const int q = (me + s) % n;
+            SEND(k, q, 0, data + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
+        }
+    }
+    for (size_t t = 0; t < n_rx; t++) {
+        POST_RECVS(window == SIZE_MAX ? SIZE_MAX : t + window);
+        GLOO_CALL(what, accel__gloo_wait, e->g, rx[t].ix);
+        if (rx[t].last_in) { /* this rank's segment k has every input: reduce it, send it on */
+            const size_t k = rx[t].k, len = seg_len(mine, seg, k);
+            char *to = result + (off[me] + k * seg) * es;
+            for (int q = 0; q < n; q++) {
+                e->in[q] = q == me ? data + (off[me] + k * seg) * es
+                                   : in + ((size_t)q * mine + k * seg) * es;
+            }
+            accel__reduce(dt, op->op, to, NULL, e->in, n, len, n);
+            for (int s = 1; s < n; s++) {
+                SEND(k, (me + s) % n, 1, to, len);
             }
         }
     }
-    for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                POST(k, q, MSG_IN_SEND, data + (off[q] + k * seg) * es, seg_len(cnt[q], seg, k));
-            }
-        }
+    for (size_t i = 0; i < n_sx; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, sx[i]);
     }
-    for (size_t k = 0; k < n_seg && k * seg < mine; k++) {
-        const size_t len = seg_len(mine, seg, k);
-        for (int q = 0; q < n; q++) {
-            e->in[q] =
-                q == me ? data + (off[me] + k * seg) * es : in + ((size_t)q * mine + k * seg) * es;
-            if (q != me) {
-                WAIT(k, q, MSG_IN);
-            }
-        }
-        char *to = result + (off[me] + k * seg) * es;
-        accel__reduce(dt, op->op, to, NULL, e->in, n, len, n);
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                POST(k, q, MSG_OUT_SEND, to, len);
-            }
-        }
-    }
-    for (size_t k = 0; k < n_seg; k++) {
-        for (int q = 0; q < n; q++) {
-            if (q != me) {
-                WAIT(k, q, MSG_OUT);
-                WAIT(k, q, MSG_IN_SEND);
-                WAIT(k, q, MSG_OUT_SEND);
-            }
-        }
-    }
-#undef WAIT
-#undef POST
-#undef IX
+#undef SEND
+#undef POST_RECVS
     return ACCEL_OK;
 }
 
