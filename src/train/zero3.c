@@ -442,6 +442,13 @@ static accel_status finish_gather(accel_model *m, int b)
     return ACCEL_OK;
 }
 
+/* 1 when unit k is in the window that materializing b opens: b, the unit materialized before
+ * it (z->cur, not yet updated) and the prefetched next. */
+static int in_window(const struct accel__zero3 *z, int k, int b, int next)
+{
+    return k == b || k == z->cur || k == next;
+}
+
 /* Device ranges, before units b and next are gathered: the units leaving the window (all but
  * b, next and the current one) are deferred behind an event on the compute stream, and
  * deferred ones whose event has completed are unmapped, without waiting. */
@@ -450,7 +457,7 @@ static accel_status leave_window(accel_model *m, int b, int next)
     struct accel__zero3 *z = m->z3;
     for (int k = 0; k < z->n_units; k++) {
         z3_unit *u = &z->units[k];
-        if (k == b || k == z->cur || k == next) {
+        if (in_window(z, k, b, next)) {
             u->deferred = 0; /* back in the window: gathered into its memory again */
         } else if (u->deferred && accel__event_query(m->dev, u->left)) {
             release(m, k);
@@ -535,8 +542,7 @@ accel_status accel_model_materialize(accel_model *m, int index)
         ACCEL_TRY(leave_window(m, b, next));
     } else {
         for (int u = 0; u < z->n_units; u++) {
-            if (u != b && u != z->cur && u != next && z->units[u].work == NULL &&
-                z->units[u].resident) {
+            if (!in_window(z, u, b, next) && z->units[u].work == NULL && z->units[u].resident) {
                 release(m, u);
             }
         }

@@ -179,6 +179,20 @@ static void kill_all(const pid_t *pids, int n)
     }
 }
 
+/* Runs j to its end, every process exiting 0, then expects no report within wait_s s. */
+static void expect_no_report(const job *j, act_fn act, int fd, double wait_s, const char *what)
+{
+    pid_t pids[8];
+    char buf[8192];
+    CHECK(j->n <= 8);
+    start(j, act, pids);
+    for (int i = 0; i < j->n; i++) {
+        reap(pids[i], 1);
+    }
+    int lines = read_reports(fd, buf, sizeof(buf), 1, wait_s);
+    CHECK_MSG(lines == 0, "%s: %s", what, buf);
+}
+
 /* ---- the scenarios ---- */
 
 static void sleep_s(double s)
@@ -334,12 +348,7 @@ int main(void)
     /* 4. a clean end: no failure, process 0 leaves after the others */
     port = free_port();
     job clean_job = {"c", 3, 0, 30, 0};
-    start(&clean_job, clean_act, pids);
-    for (int i = 0; i < 3; i++) {
-        reap(pids[i], 1);
-    }
-    lines = read_reports(p[0], buf, sizeof(buf), 1, 0.5);
-    CHECK_MSG(lines == 0, "a clean end reported: %s", buf);
+    expect_no_report(&clean_job, clean_act, p[0], 0.5, "a clean end reported");
 
     /* 5. two machines of 2; process 3 stopped: 0 and 1 name it by its heartbeat, 2 by /proc */
     pid_t mp[4];
@@ -420,12 +429,8 @@ int main(void)
     /* 7. an operation complete but never tested, for 3 timeouts: no stall */
     port = free_port();
     job untested_job = {"u", 2, 0, 1, 0};
-    start(&untested_job, untested_act, pids);
-    for (int i = 0; i < 2; i++) {
-        reap(pids[i], 1);
-    }
-    lines = read_reports(p[0], buf, sizeof(buf), 1, 0.2);
-    CHECK_MSG(lines == 0, "an untested complete operation was a stall: %s", buf);
+    expect_no_report(&untested_job, untested_act, p[0], 0.2,
+                     "an untested complete operation was a stall");
     printf("watch: ok\n");
     return 0;
 }
