@@ -13,7 +13,11 @@
 #                    torch.compile in one run
 #   variants.log     ours with the warp attention kernels, ZeRO stage 3 vs 0, bench/cuda_attn
 #   kernels.csv      Nsight Compute's duration of every kernel of one 124M step (where ncu works)
-# Environment: B (32), STEPS (10), ROUNDS (1) for the peers; SKIP_NCU=1.
+#   cuda_all.md      bench/cuda_all.sh's table (CUDA_ALL=1)
+#   racecheck.log    compute-sanitizer's shared-memory race check of the attention test
+#                    (RACECHECK=1, where the sanitizer works)
+# Environment: B (32), STEPS (10), ROUNDS (1) for the peers; WARP=0 skips the warp-attention
+# run; SKIP_NCU=1; CUDA_ALL=1; RACECHECK=1.
 set -u
 out=${1:?usage: gpu-session.sh OUT_DIR}
 mkdir -p "$out/peers"
@@ -39,8 +43,10 @@ if ! grep -q '^tokens_per_s=' "$out/peers/runs.log"; then
 fi
 
 {
-    stamp "ours, warp attention kernels (ACCEL_NN_ATTN=warp), B = $b"
-    ACCEL_NN_ATTN=warp timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+    if [ "${WARP:-1}" != 0 ]; then
+        stamp "ours, warp attention kernels (ACCEL_NN_ATTN=warp), B = $b"
+        ACCEL_NN_ATTN=warp timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+    fi
     for z in 0 3; do
         stamp "ours, ACCEL_ZERO_STAGE=$z, B = 8"
         ACCEL_ZERO_STAGE=$z timeout -k 5 45 "${step[@]}" --batch 8 --steps 5 2>&1 | tail -8
@@ -64,4 +70,15 @@ stamp "the other GPU tests"
     >>"$out/gpu_tests.log" 2>&1
 echo "   exit $?"; grep -E 'tests passed|Failed|\*\*\*|Not Run|driver allocations' "$out/gpu_tests.log"
 
+if [ "${CUDA_ALL:-0}" = 1 ]; then
+    stamp "bench/cuda_all.sh"
+    LIMIT=60 timeout -k 5 200 bench/cuda_all.sh build-cuda /tmp/cuda_all >/dev/null 2>&1
+    echo "   exit $?"; cp /tmp/cuda_all/summary.md "$out/cuda_all.md" 2>/dev/null && cat "$out/cuda_all.md"
+fi
+if [ "${RACECHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+    stamp "compute-sanitizer --tool racecheck unit/test_nn_cuda_attn"
+    timeout -k 5 120 compute-sanitizer --tool racecheck build-cuda/tests/test_nn_cuda_attn \
+        >"$out/racecheck.log" 2>&1
+    echo "   exit $?"; tail -4 "$out/racecheck.log"
+fi
 stamp done
