@@ -22,12 +22,16 @@
  * must be device memory of the size the call implies (cuemu_is_device).
  *
  * Non-blocking communicators (ncclCommInitRankConfig with config->blocking = 0; a split with
- * config NULL inherits it): every call on one returns ncclInProgress at once and runs on the
- * communicator's own worker thread (init, a collective, a group's calls at ncclGroupEnd, a
- * split, finalize); ncclCommGetAsyncError says ncclInProgress until it is done, then its
- * result. A call issued while the previous one is still in progress is refused
- * (ncclInvalidUsage), as NCCL requires polling first; a group may hold the calls of one
- * non-blocking communicator only. ncclCommAbort stops the worker's call and joins it.
+ * config NULL inherits it): every call on one runs on the communicator's own worker thread
+ * (init, a collective, a group's calls at ncclGroupEnd, a split, finalize) and returns
+ * ncclInProgress at once, except ncclCommSplit, which returns ncclSuccess as NCCL's does while
+ * *newcomm stays NULL until the parent's worker has set the child up (and not before the
+ * parent is polled: NCCL's setup takes long enough on a GPU); ncclCommGetAsyncError says ncclInProgress until the call is done, then
+ * its result (a split's includes the child's setup, as NCCL reports it on the parent). A call
+ * issued while the previous one is still in progress is refused with ncclInvalidArgument, as
+ * NCCL's ncclCommEnsureReady does; ncclCommGetAsyncError(NULL) is ncclInvalidArgument too. A
+ * group may hold the calls of one non-blocking communicator only. ncclCommAbort stops the
+ * worker's call and joins it (a split's *newcomm is written by then).
  */
 #include <fcntl.h>
 #include <sched.h>
@@ -530,9 +534,12 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
                 free(c);
                 return cuemu_nccl_fail(comm, ncclSystemError, fn, "out of memory");
             }
-            *newcomm = c; /* in progress until the parent's worker has attached it */
         }
-        return cuemu_nccl_submit_split(comm, color, key, c);
+        /* As NCCL's (init.cc, 2.27 to 2.30): ncclSuccess, not ncclInProgress, though the split
+         * only runs now on the parent's worker, which writes *newcomm (NULL until then) when it
+         * is done, before the parent leaves ncclInProgress. The caller polls the PARENT. */
+        r = cuemu_nccl_submit_split(comm, color, key, c, newcomm);
+        return r == ncclInProgress ? ncclSuccess : r;
     }
     int n = 0, rank = 0;
     unsigned k = 0;
@@ -598,6 +605,7 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error)
         return cuemu_nccl_fail(NULL, ncclInvalidArgument, "ncclCommGetAsyncError", "NULL comm");
     }
     *async_error = comm->w != NULL && !comm->dead ? cuemu_nccl_state(comm) : comm->failed;
+    atomic_store(&comm->polled, 1); /* after the read: a split still in progress says so */
     return ncclSuccess;
 }
 

@@ -30,6 +30,7 @@ struct ncclComm {
     char *slots;         /* n slots of SLOT_NBYTES after the header */
     size_t map_nbytes;
     unsigned n_splits; /* children made, for their segments' names */
+    _Atomic int polled; /* ncclCommGetAsyncError was called since the last split was issued */
     char name[96];
     char last[256];
     struct worker *w; /* non-blocking: the thread that runs its calls; NULL: blocking */
@@ -87,14 +88,17 @@ ncclResult_t cuemu_nccl_run_coll(const coll *k);
 ncclResult_t cuemu_nccl_worker_start(ncclComm_t c, const char *fn);
 void cuemu_nccl_worker_stop(ncclComm_t c); /* joins it (an aborted call ends at once) */
 ncclResult_t cuemu_nccl_state(ncclComm_t c);
-/* ncclInvalidUsage (recorded) while c's previous call is in progress, else ncclSuccess. */
+/* ncclInvalidArgument (not lasting, as NCCL's) while c's previous call is in progress, else
+ * ncclSuccess. */
 ncclResult_t cuemu_nccl_idle(ncclComm_t c, const char *fn);
 ncclResult_t cuemu_nccl_submit_init(ncclComm_t c);
 ncclResult_t cuemu_nccl_submit_coll(const coll *k);
 ncclResult_t cuemu_nccl_submit_group(ncclComm_t c, const coll *colls, int n_colls, const p2p *msgs,
                                      int n_msgs);
-/* child: made by the caller (its worker started), set up by comm's worker; NULL: no color. */
-ncclResult_t cuemu_nccl_submit_split(ncclComm_t comm, int color, int key, ncclComm_t child);
+/* child: made by the caller (its worker started), set up by comm's worker, which writes it to
+ * *newcomm when done (NULL: no color). */
+ncclResult_t cuemu_nccl_submit_split(ncclComm_t comm, int color, int key, ncclComm_t child,
+                                     ncclComm_t *newcomm);
 ncclResult_t cuemu_nccl_submit_nop(ncclComm_t c);
 
 #endif /* ACCEL_CUEMU_NCCL_EMU_H */

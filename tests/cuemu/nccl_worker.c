@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "nccl_emu.h"
 
@@ -21,8 +22,9 @@ typedef struct job {
     coll colls[MAX_QUEUED]; /* J_GROUP: the caller's queued calls */
     p2p msgs[MAX_QUEUED];
     int n_colls, n_msgs;
-    int color, key;   /* J_SPLIT */
-    ncclComm_t child; /* J_SPLIT: made by the call, attached here (or NULL) */
+    int color, key;      /* J_SPLIT */
+    ncclComm_t child;    /* J_SPLIT: made by the call, attached here (or NULL) */
+    ncclComm_t *newcomm; /* J_SPLIT: the caller's, written when the split is done */
 } job;
 
 static _Thread_local job t_job; /* a call being handed over (large: not on the stack) */
@@ -49,18 +51,28 @@ static ncclResult_t run_job(ncclComm_t c, job *j)
         int n = 0, rank = 0;
         unsigned k = 0;
         ncclResult_t r = cuemu_nccl_split_exchange(c, j->color, j->key, &n, &rank, &k);
-        if (j->child == NULL) {
-            return r;
-        }
         ncclComm_t ch = j->child;
-        ncclResult_t rc = r;
-        if (r == ncclSuccess) {
-            ch->n = n;
-            ch->rank = rank;
-            snprintf(ch->name, sizeof ch->name, "%.80s_s%u_c%d", c->name, k, j->color);
-            rc = cuemu_nccl_attach(ch, "ncclCommSplit");
+        if (ch != NULL) {
+            ncclResult_t rc = r;
+            if (r == ncclSuccess) {
+                ch->n = n;
+                ch->rank = rank;
+                snprintf(ch->name, sizeof ch->name, "%.80s_s%u_c%d", c->name, k, j->color);
+                rc = cuemu_nccl_attach(ch, "ncclCommSplit");
+            }
+            atomic_store(&ch->w->state, rc); /* the child's own call: its setup */
+            r = r == ncclSuccess ? rc : r;   /* NCCL reports the child's setup on the parent */
         }
-        atomic_store(&ch->w->state, rc); /* the child's own call: its setup */
+        /* NCCL's child setup (topology, transports) takes tens of milliseconds on a GPU, so a
+         * caller that reads *newcomm without polling the parent first finds NULL there. Here
+         * the worker holds the result until the parent has been polled once (or aborted), so
+         * such a caller finds NULL every time. Then *newcomm is written, success or not
+         * (NCCL's ncclCommInitRankFunc stores it at its exit), before the parent's state
+         * changes. */
+        while (!atomic_load(&c->polled) && !atomic_load(&c->aborted)) {
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+        }
+        __atomic_store_n(j->newcomm, ch, __ATOMIC_RELEASE);
         return r;
     }
     case J_NOP:
@@ -121,14 +133,16 @@ static ncclResult_t submit(ncclComm_t c, const job *j)
     return ncclInProgress;
 }
 
-/* A non-blocking communicator takes a call only once its previous one is done. */
+/* A non-blocking communicator takes a call only once its previous one is done: NCCL's
+ * ncclCommEnsureReady (init.cc), which every call but ncclCommGetAsyncError and the abort
+ * passes, refuses it with ncclInvalidArgument and this warning (not a lasting failure). */
 ncclResult_t cuemu_nccl_idle(ncclComm_t c, const char *fn)
 {
     if (c != NULL && c->w != NULL && !c->dead && atomic_load(&c->w->state) == ncclInProgress) {
-        return cuemu_nccl_fail(
-            c, ncclInvalidUsage, fn,
-            "called on a non-blocking communicator whose previous call is still in "
-            "progress (poll ncclCommGetAsyncError until it is not ncclInProgress)");
+        return cuemu_nccl_fail(c, ncclInvalidArgument, fn,
+                               "Attempt to use communicator before the previous operation "
+                               "returned ncclSuccess (it is non-blocking: poll "
+                               "ncclCommGetAsyncError until it is not ncclInProgress)");
     }
     return ncclSuccess;
 }
@@ -161,12 +175,15 @@ ncclResult_t cuemu_nccl_submit_init(ncclComm_t c)
     return submit(c, &t_job);
 }
 
-ncclResult_t cuemu_nccl_submit_split(ncclComm_t comm, int color, int key, ncclComm_t child)
+ncclResult_t cuemu_nccl_submit_split(ncclComm_t comm, int color, int key, ncclComm_t child,
+                                     ncclComm_t *newcomm)
 {
     t_job.kind = J_SPLIT;
     t_job.color = color;
     t_job.key = key;
     t_job.child = child;
+    t_job.newcomm = newcomm;
+    atomic_store(&comm->polled, 0);
     return submit(comm, &t_job);
 }
 

@@ -2,9 +2,11 @@
  * The emulator's non-blocking NCCL communicators (tests/cuemu/nccl.c), as accel's nccl backend
  * uses them: ncclCommInitRankConfig with blocking = 0 returns ncclInProgress and the
  * communicator at once, ncclCommGetAsyncError says ncclInProgress until the call is done, a
- * call issued meanwhile is refused (ncclInvalidUsage), collectives, groups, splits (inheriting
- * the mode) and finalize complete the same way with the right results; the blocking default
- * still completes at once; ncclCommAbort stops a call that waits for a peer that never comes
+ * call issued meanwhile is refused (ncclInvalidArgument, as NCCL's ncclCommEnsureReady),
+ * collectives, groups and finalize complete the same way with the right results; a split
+ * (inheriting the mode) returns ncclSuccess as NCCL's does, with the child NULL until the
+ * PARENT is polled out of ncclInProgress (a child without a color stays NULL); the blocking
+ * default still completes at once; ncclCommAbort stops a call that waits for a peer that never comes
  * (2 ranks, one absent) promptly.
  */
 #include <stdio.h>
@@ -48,6 +50,7 @@ int main(void)
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c = NULL;
+    ncclResult_t r = ncclInProgress;
     CHECK(ncclCommInitRankConfig(&c, 1, id, 0, &cfg) == ncclInProgress && c != NULL);
     CHECK(settle(c) == ncclSuccess);
 
@@ -65,13 +68,24 @@ int main(void)
     CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(h[0] == 1 && h[3] == 4);
 
-    /* a split inherits the mode; the child is set up in progress */
+    /* A split inherits the mode. As NCCL's: ncclSuccess, the child NULL while the parent is
+     * in progress (here until it is polled), polling a NULL child is an invalid argument (what
+     * accel's backend did on the H200), a call on the parent meanwhile is refused. */
     ncclComm_t child = NULL;
-    CHECK(ncclCommSplit(c, 0, 0, &child, NULL) == ncclInProgress && child != NULL);
-    CHECK(settle(c) == ncclSuccess && settle(child) == ncclSuccess);
+    CHECK(ncclCommSplit(c, 0, 0, &child, NULL) == ncclSuccess);
+    CHECK(__atomic_load_n(&child, __ATOMIC_ACQUIRE) == NULL); /* held until c is polled */
+    CHECK(ncclCommGetAsyncError(NULL, &r) == ncclInvalidArgument);
+    CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, NULL) == ncclInvalidArgument);
+    CHECK(strstr(ncclGetLastError(c), "before the previous operation") != NULL);
+    CHECK(ncclCommGetAsyncError(c, &r) == ncclSuccess && r == ncclInProgress);
+    CHECK(settle(c) == ncclSuccess && child != NULL && settle(child) == ncclSuccess);
     CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, child, NULL) == ncclInProgress);
     CHECK(settle(child) == ncclSuccess);
     CHECK(ncclCommAbort(child) == ncclSuccess);
+    /* no color: no child, the parent still takes part */
+    child = c;
+    CHECK(ncclCommSplit(c, NCCL_SPLIT_NOCOLOR, 0, &child, NULL) == ncclSuccess);
+    CHECK(settle(c) == ncclSuccess && child == NULL);
 
     CHECK(ncclCommFinalize(c) == ncclInProgress);
     CHECK(settle(c) == ncclSuccess);
@@ -88,13 +102,13 @@ int main(void)
     CHECK(ncclGetUniqueId(&id) == ncclSuccess);
     CHECK(ncclCommInitRankConfig(&c, 2, id, 0, &cfg) == ncclInProgress);
     double t0 = now_s();
-    ncclResult_t r = ncclInProgress;
+    r = ncclInProgress;
     while (now_s() - t0 < 0.3) {
         CHECK(ncclCommGetAsyncError(c, &r) == ncclSuccess && r == ncclInProgress);
     }
     /* a call before the previous one is done is refused */
-    CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, NULL) == ncclInvalidUsage);
-    CHECK(strstr(ncclGetLastError(c), "still in progress") != NULL);
+    CHECK(ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, NULL) == ncclInvalidArgument);
+    CHECK(strstr(ncclGetLastError(c), "before the previous operation") != NULL);
     t0 = now_s();
     CHECK(ncclCommAbort(c) == ncclSuccess);
     CHECK(now_s() - t0 < 2);

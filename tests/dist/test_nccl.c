@@ -408,11 +408,16 @@ static void wire(accel__comm *c)
     free(got);
 }
 
+/* NCCL's ncclCommSplit returns ncclSuccess on a non-blocking parent while the split still runs
+ * (the child NULL until then): the parent must be usable at once after accel__comm_split
+ * (NCCL refuses a call on a parent still in progress), the child too, and a process without a
+ * color gets no child and leaves the parent usable. */
 static void split(accel__comm *c)
 {
     accel__comm *child = NULL;
     CHECK_OK(NULL, accel__comm_split(c, rank % 2, rank, &child));
     CHECK(child != NULL);
+    CHECK_OK(NULL, accel__barrier(c));
     int cn = accel__comm_n_ranks(child);
     CHECK(cn == (n_ranks + 1 - rank % 2) / 2);
     int32_t v = rank, *d = buf_new(4, 1);
@@ -427,6 +432,15 @@ static void split(accel__comm *c)
     CHECK_MSG(v == want, "split allreduce: %d, want %d", v, want);
     buf_free(d, 1);
     accel__comm_free(child);
+    child = c;
+    CHECK_OK(NULL, accel__comm_split(c, rank == 0 ? 0 : -1, rank, &child));
+    CHECK(rank == 0 ? child != NULL && accel__comm_n_ranks(child) == 1 : child == NULL);
+    CHECK_OK(NULL, accel__barrier(c));
+    if (child != NULL) {
+        CHECK_OK(NULL, accel__barrier(child));
+        accel__comm_free(child);
+    }
+    cases += 2;
 }
 
 /* Posted, complete, and waited for only after twice the timeout: the watch must not call the

@@ -71,24 +71,37 @@ accel_status accel__nccl_err(nccl_impl *e, ncclResult_t r, const char *what)
     if (e != NULL && atomic_load_explicit(&e->aborted, memory_order_acquire)) {
         return accel__nccl_aborted_err(e); /* the failure is the abort's echo: report its cause */
     }
-    char detail[256] = "";
-    if (e != NULL && e->comm != NULL) {
+    /* NCCL's own reason: ncclGetErrorString only says "run with NCCL_DEBUG=WARN", while
+     * ncclGetLastError holds the text of NCCL's last WARN whatever NCCL_DEBUG is (in NCCL 2.x
+     * it is process-wide, so it may be an older warning: it is labelled as NCCL's last). The
+     * comm may be NULL (an init or a split whose communicator never came): NCCL ignores the
+     * argument. The runtime version is the library loaded, not the headers built against. */
+    char detail[320] = "";
+    if (e == NULL || e->comm == NULL) {
+        const char *d = ncclGetLastError(NULL);
+        snprintf(detail, sizeof(detail), "%s", d != NULL ? d : "");
+    } else {
         pthread_mutex_lock(&e->comm_mu);
-        if (!atomic_load(&e->aborted)) {
+        if (!atomic_load(&e->aborted)) { /* the abort frees what it reads */
             const char *d = ncclGetLastError(e->comm);
             snprintf(detail, sizeof(detail), "%s", d != NULL ? d : "");
         }
         pthread_mutex_unlock(&e->comm_mu);
     }
+    for (size_t n = strlen(detail); n > 0 && (detail[n - 1] == '\n' || detail[n - 1] == ' ');) {
+        detail[--n] = '\0'; /* NCCL's warnings may end in a newline */
+    }
+    int v = 0;
+    (void)ncclGetVersion(&v);
     accel_status st = r == ncclRemoteError || r == ncclSystemError ? ACCEL_EPEER
                       : r == ncclInvalidArgument || r == ncclInvalidUsage ? ACCEL_EINVAL
                                                                           : ACCEL_EIO;
     char msg[ACCEL__ERRMSG_NBYTES];
-    snprintf(msg, sizeof(msg), "nccl: %s on process %d of %d failed: %s%s%s", what,
-             e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0, ncclGetErrorString(r),
-             *detail ? ": " : "", detail);
+    snprintf(msg, sizeof(msg), "nccl: %s on process %d of %d failed: %s [NCCL %d.%d.%d%s%s]",
+             what, e != NULL ? e->rank : -1, e != NULL ? e->n_ranks : 0, ncclGetErrorString(r),
+             v / 10000, v / 100 % 100, v % 100, *detail ? "; its last warning: " : "", detail);
     if (st == ACCEL_EPEER && e != NULL) {
-       accel__watch_suspects(e->watch, msg, sizeof(msg)); /* a peer's abort: whose stall? */
+        accel__watch_suspects(e->watch, msg, sizeof(msg)); /* a peer's abort: whose stall? */
     }
     return accel__seterr(NULL, st, "%s", msg);
 }
@@ -359,21 +372,51 @@ static accel_status nccl_split(void *impl, const accel__comm_split_info *how, vo
         c->stream_native = e->stream_native;
         c->stream_arg = e->stream_arg;
     }
-    ncclComm_t nc = NULL; /* the parent's configuration (config NULL) */
+    /* NCCL (init.cc's ncclCommSplit, 2.27 to 2.30) returns ncclSuccess on a non-blocking
+     * parent although it has only handed the split to its group thread: that thread writes
+     * *newcomm (NULL until then) at its end, and only after that does the parent's async
+     * error, ncclInProgress since before ncclCommSplit returned, change; polling it to
+     * ncclSuccess also joins the thread. So the parent is polled whatever the call returned,
+     * and *newcomm read only then. Read at once (as this did), it was NULL, whose
+     * ncclCommGetAsyncError is ncclInvalidArgument: the H200's "ncclCommSplit ... invalid
+     * argument". Any other call on the parent before then is refused with ncclInvalidArgument
+     * too (ncclCommEnsureReady: "Attempt to use communicator before the previous operation
+     * returned ncclSuccess"), and NCCL reports a failure of the child's setup on the parent.
+     * *newcomm is the parent's split_out, not a local: a settle ended by an abort may return
+     * before NCCL's thread has written it (the abort joins that thread holding comm_mu, taken
+     * below). config NULL: the child copies the parent's configuration, non-blocking too. */
     atomic_fetch_add_explicit(&e->wm.posted, 1, memory_order_relaxed); /* collective: watched */
     pthread_mutex_lock(&e->comm_mu);
+    e->split_out = NULL;
     ncclResult_t r = atomic_load(&e->aborted)
                          ? ncclInvalidUsage
                          : ncclCommSplit(e->comm, how->color < 0 ? NCCL_SPLIT_NOCOLOR : how->color,
-                                         how->key, &nc, NULL);
+                                         how->key, &e->split_out, NULL);
     pthread_mutex_unlock(&e->comm_mu);
-    accel_status st = accel__nccl_settle(e, r, "ncclCommSplit");
+    accel_status st = r == ncclSuccess || r == ncclInProgress
+                          ? accel__nccl_settle(e, ncclInProgress, "ncclCommSplit")
+                          : accel__nccl_err(e, r, "ncclCommSplit");
     atomic_fetch_add_explicit(&e->wm.done, 1, memory_order_relaxed);
+    /* Settled: NCCL's thread is done, or joined by the parent's abort, which holds comm_mu. */
+    pthread_mutex_lock(&e->comm_mu);
+    ncclComm_t nc = e->split_out;
+    e->split_out = NULL;
+    pthread_mutex_unlock(&e->comm_mu);
     if (c != NULL) {
-        c->comm = nc; /* non-blocking: made at once, set up meanwhile */
+        c->comm = nc;
+    } else if (nc != NULL) {
+        (void)ncclCommAbort(nc); /* not in a child, yet NCCL made one: not ours to keep */
+    }
+    if (st == ACCEL_OK && c != NULL && nc == NULL) {
+        st = accel__seterr(NULL, ACCEL_EIO,
+                           "nccl: ncclCommSplit on process %d of %d completed without a "
+                           "communicator for color %d",
+                           e->rank, e->n_ranks, how->color);
     }
     if (st == ACCEL_OK && c != NULL) {
-        st = accel__nccl_settle(c, ncclInProgress, "ncclCommSplit"); /* the child's own setup */
+        /* The child's own state: NCCL reports its setup on the parent, so it is normally
+         * ncclSuccess already; polled all the same (bounded, as every wait). */
+        st = accel__nccl_settle(c, ncclInProgress, "ncclCommSplit (the child's setup)");
     }
     if (st != ACCEL_OK) {
         if (c != NULL && c->comm != NULL) {

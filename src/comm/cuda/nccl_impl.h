@@ -39,6 +39,7 @@ typedef struct nccl_impl {
     accel_status abort_st;
     char abort_msg[ACCEL__ERRMSG_NBYTES];
     unsigned n_splits;
+    ncclComm_t split_out; /* under comm_mu: ncclCommSplit's *newcomm, written by NCCL's thread */
 } nccl_impl;
 
 struct nccl_req {
