@@ -427,7 +427,9 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, cons
 {
     nn_node *a = n->p[3];
     const nn_tensor *b1 = a->in[2];
-    int rnd = (int)n->i[4];
+    /* The first node's mode decides the types of its aux and of h's gradient (the two nodes
+     * differ only if NN_AUTOCAST_AUTO learned the dtype from the second weight). */
+    int rnd = (int)a->i[4];
     p->act = ACT_DGELU;
     p->aux = a->p[3];
     p->d_type = in_type(rnd);
@@ -481,9 +483,10 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     }
     cudaDataType_t ty = in_type(rnd);
     int fx = 1;
-    void *gx = in <= 0                             ? NULL
-               : rnd && n->i[5] == LIN_FUSED_DGELU ? half_grad(g, x, M * in, what)
-                                                   : accel__nn_grad_w(g, x, &fx);
+    int half_gx = n->i[5] == LIN_FUSED_DGELU && ((const nn_node *)n->p[3])->i[4] != 0;
+    void *gx = in <= 0   ? NULL
+               : half_gx ? half_grad(g, x, M * in, what)
+                         : accel__nn_grad_w(g, x, &fx);
     if (gx == NULL && g->first_err != ACCEL_OK) {
         return;
     }
