@@ -236,6 +236,8 @@ static void test_gpt(void)
     check_case("mini GPT step (all ops composed)", s, 6, f_gpt, &a, ACCEL_F32, 1, 1e-4, 1e-4);
 }
 
+void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h: 2 all, 1 no DGELU_BGRAD, 0 none */
+
 static void test_linear_gelu_linear(void)
 {
     static const struct {
@@ -251,10 +253,24 @@ static void test_linear_gelu_linear(void)
         {"lgl fused, x without grad", 32, 96, 32, NN_LAYOUT_IN_OUT, 1, 0, 1, 0, ACCEL_F32, 1e-2},
         {"lgl fused bf16 [in,out]", 64, 256, 64, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
         {"lgl fused bf16 [out,in]", 48, 128, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
+        {"lgl fused bf16 no b1, x without grad", 24, 64, 16, NN_LAYOUT_IN_OUT, 0, 1, 1, 0,
+         ACCEL_BF16, 2e-2},
+        {"lgl fused fp16 [in,out]", 64, 128, 48, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F16, 2e-2},
         {"lgl hidden 12: three ops", 16, 12, 16, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-5},
         {"lgl erf form: three ops", 16, 32, 16, NN_LAYOUT_IN_OUT, 1, 1, 0, 1, ACCEL_F32, 1e-5},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    /* Each case three times: with cuBLASLt's epilogues; as if cuBLASLt had no DGELU_BGRAD
+     * (DGELU, then the bias gradient summed by a kernel); as if it had no epilogue at all (the
+     * plain products and the epilogues' kernels). Under autocast each writes the 2-byte h,
+     * GELU input, dZ and bias gradient the epilogues would. */
+    static const char *const mode[3] = {" (no epilogues)", " (no DGELU_BGRAD)", ""};
+    size_t n_cases = sizeof(cases) / sizeof(cases[0]);
+    for (size_t r = 0; r < 3 * n_cases; r++) {
+        size_t i = r % n_cases;
+        int level = 2 - (int)(r / n_cases);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", cases[i].name, mode[level]);
+        accel__nn_cu_lt_epilogues(level);
         int io = cases[i].layout == NN_LAYOUT_IN_OUT;
         int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
         in_spec s[5] = {{3, {2, 7, in}, 1.5f, 0.0f, cases[i].grad_x},
@@ -263,9 +279,9 @@ static void test_linear_gelu_linear(void)
                         {1, {hid}, 0.5f, 0.0f, cases[i].b1},
                         {1, {out}, 0.5f, 0.0f, cases[i].b2}};
         lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
-        check_case(cases[i].name, s, 5, f_lgl, &a, cases[i].autocast, 0, cases[i].tol,
-                   cases[i].tol);
+        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, cases[i].tol, cases[i].tol);
     }
+    accel__nn_cu_lt_epilogues(2);
     /* Only the second weight needs a gradient: the first product records nothing and the
      * second is a plain linear. */
     in_spec s[5] = {{3, {2, 5, 16}, 1.0f, 0.0f, 0},

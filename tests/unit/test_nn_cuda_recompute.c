@@ -1,13 +1,14 @@
 /* ACCEL_TEST_LABELS: gpu
  *
- * Activation recomputation (nn_checkpoint) on a GPU ctx: four segments, each back-propagated
+ * Activation recomputation (nn_checkpoint) on a GPU ctx: five segments, each back-propagated
  * plain and checkpointed on the GPU, give the same loss and the same gradients of the input and
  * of every weight the segment reads from outside (the reserved-gradient path): an MLP with
  * dropout (the output copied down on the device), a lone LayerNorm (the output already where
- * the copy would go), a small tensor first (the copy overlaps: through device scratch) and
- * attention with dropout (the second run draws the same masks). The kernels use no atomics, so
- * the results should be bit-identical; the tolerance is 1e-6 of the largest element in case
- * cuBLASLt picks another algorithm for other operand addresses (each comparison prints its
+ * the copy would go), a small tensor first (the copy overlaps: through device scratch),
+ * attention with dropout (the second run draws the same masks) and nn_linear_gelu_linear under
+ * bf16 autocast (its hidden tensor and that tensor's gradient held in 2 bytes). The kernels use no
+ * atomics, so the results should be bit-identical; the tolerance is 1e-6 of the largest element in
+ * case cuBLASLt picks another algorithm for other operand addresses (each comparison prints its
  * worst difference). Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
  * ACCEL_TEST_ON_CPU=1 runs the same comparisons on a CPU ctx (a check of the test itself).
  */
@@ -27,7 +28,7 @@ typedef struct seg {
 } seg;
 
 static const char *const mode_name[] = {"mlp + dropout", "layernorm alone", "small tensor first",
-                                        "attention + dropout"};
+                                        "attention + dropout", "fused mlp, bf16 autocast"};
 
 static nn_tensor *seg_fn(nn_ctx *g, void *ctx, nn_tensor *x)
 {
@@ -42,9 +43,13 @@ static nn_tensor *seg_fn(nn_ctx *g, void *ctx, nn_tensor *x)
         return nn_layernorm(g, x, NULL, NULL, 1e-5f);
     case 2:
         return nn_add(g, x, nn_gelu(g, s->c, 1));
-    default:
+    case 3:
         return nn_add(
             g, x, nn_causal_attention(g, nn_linear(g, x, s->w3, NULL, NN_LAYOUT_IN_OUT), H, 0.2f));
+    default:
+        /* cuBLASLt's GELU epilogues with the hidden tensor and its gradient in 2 bytes. */
+        return nn_add(g, x,
+                      nn_linear_gelu_linear(g, x, s->w1, s->b1, s->w2, NULL, NN_LAYOUT_IN_OUT, 1));
     }
 }
 
@@ -78,6 +83,7 @@ static int run(int mode, int checkpoint, float *loss, float **grads)
     }
     CHECK_OK(NULL, st);
     nn_ctx_set_seed(g, 11);
+    nn_ctx_set_autocast(g, mode == 4 ? ACCEL_BF16 : ACCEL_F32);
     nn_tensor *leaf[N_LEAF];
     for (int k = 0; k < N_LEAF; k++) {
         leaf[k] = nn_tensor_requires_grad(nn_tensor_from(g, host_data[k], ndims[k], shapes[k]), 1);
@@ -122,7 +128,7 @@ int main(void)
         }
     }
     int rc = 0;
-    for (int mode = 0; mode < 4 && rc == 0; mode++) {
+    for (int mode = 0; mode < 5 && rc == 0; mode++) {
         float loss[2];
         for (int cp = 0; cp < 2 && rc == 0; cp++) {
             rc = run(mode, cp, &loss[cp], grads[cp]); /* 77: no GPU */

@@ -72,6 +72,10 @@ const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scr
 int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
                         int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
                         int rnd, const char *what);
+/* Test hook: which cuBLASLt epilogues products ask for, as if cuBLASLt had no algorithm with
+ * the others (so their fallbacks run): 2 all (the default), 1 all but DGELU_BGRAD, 0 none.
+ * Process-wide; not thread-safe. */
+void accel__nn_cu_lt_epilogues(int level);
 
 /* The op entry points of the table (ops_gpu.c, linear_gpu.c, lce_gpu.c). */
 nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b);

@@ -5,7 +5,9 @@
  * are rounded into 2-byte copies and multiplied with fp32 accumulation into an fp32 output,
  * as the CPU's autocast does: the bias is added in fp32 by cuBLASLt's bias epilogue (a plain
  * product plus a bias kernel where cuBLASLt offers no algorithm with the epilogue), and in
- * backward each gradient contribution is rounded to the dtype before it is added.
+ * backward each gradient contribution is rounded to the dtype before it is added. One
+ * exception: nn_linear_gelu_linear's hidden tensor, read only rounded, is written in 2 bytes
+ * by the GELU epilogue (and its gradient by the DGELU epilogue) under autocast.
  */
 #include "gpu_internal.h"
 
@@ -16,17 +18,21 @@ typedef struct lt_mm {
     int64_t lda;
     const void *B;
     int64_t ldb;
-    float *D;
+    void *D; /* of d_type */
     int64_t ldd;
     float beta; /* D = op(A) op(B) + beta D */
     cudaDataType_t in_type;
-    const float *bias; /* m floats added to every column (epilogue), or NULL */
+    const void *bias; /* m values of d_type added to every column (epilogue), or NULL */
     /* A GELU epilogue (linear_gelu_linear): ACT_GELU D = gelu(product + bias) with aux = the
      * product + bias; ACT_DGELU D = product * gelu'(aux), and with dbias the column sums of D
-     * into m floats. aux: m x n fp32, column-major with leading dimension m. */
+     * (before D is rounded to its type) into m values. aux: m x n, column-major with leading
+     * dimension m; aux and dbias of d_type, as cuBLASLt requires. */
     int act;
-    float *aux;
-    float *dbias;
+    void *aux;
+    void *dbias;
+    /* D's type: fp32, or under autocast in_type for the fused MLP's two epilogue products (h
+     * and dZ are only ever read rounded). */
+    cudaDataType_t d_type;
 } lt_mm;
 
 enum { ACT_NONE = 0, ACT_GELU, ACT_DGELU };
@@ -87,10 +93,10 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
     }
     if (st == CUBLAS_STATUS_SUCCESS && with_epilogue) {
         cublasLtEpilogue_t ep = epilogue_of(p);
-        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD), fp32
-         * either way: the type of D. */
-        const void *bias = p->act == ACT_DGELU ? (const void *)p->dbias : (const void *)p->bias;
-        int32_t bias_type = CUDA_R_32F;
+        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD) in
+         * the type of D: cuBLASLt's rule outside integer and fp8 kernels. */
+        const void *bias = p->act == ACT_DGELU ? (const void *)p->dbias : p->bias;
+        int32_t bias_type = p->d_type;
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
         if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
@@ -100,8 +106,9 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                 sizeof(bias_type));
         }
-        /* The GELU input: written by GELU_AUX*, read by DGELU*, in D's type (fp32, the
-         * default aux type), leading dimension m (a multiple of 8: the caller checks). */
+        /* The GELU input: written by GELU_AUX*, read by DGELU*, in D's type (the default
+         * aux type; another is allowed only with an fp8 D), leading dimension m (a multiple
+         * of 8: the caller checks). */
         if (st == CUBLAS_STATUS_SUCCESS && p->act != ACT_NONE) {
             int64_t ld_aux = p->m;
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
@@ -121,7 +128,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
                                         p->ldb);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p->m, p->n, p->ldd);
+        st = cublasLtMatrixLayoutCreate(&ld, p->d_type, p->m, p->n, p->ldd);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         st = cublasLtMatmulPreferenceCreate(&pref);
@@ -174,21 +181,54 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
     return st;
 }
 
-/* Said once per process and epilogue: the fused path is slower without it, not wrong. */
-static void note_fallback(cublasLtEpilogue_t ep, const lt_mm *p, cublasStatus_t st)
+/* Said once per process and epilogue: the fused path is slower without it, not wrong.
+ * instead: what runs in its place. */
+static void note_fallback(cublasLtEpilogue_t ep, const lt_mm *p, cublasStatus_t st,
+                          const char *instead)
 {
     static int said[4];
     int k = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX ? 1
-            : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD || ep == CUBLASLT_EPILOGUE_DGELU    ? 2
+            : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD                                     ? 2
+            : ep == CUBLASLT_EPILOGUE_DGELU                                           ? 3
                                                                                       : 0;
     if (k > 0 && !said[k]) {
         said[k] = 1;
         accel__log(NULL, ACCEL__LOG_INFO,
                    "nn (CUDA): cuBLASLt's %s epilogue is not available for a %lld x %lld x %lld "
-                   "product (%s): a plain product and GELU kernels instead",
+                   "%s product (%s): %s instead",
                    epilogue_name(ep), (long long)p->m, (long long)p->n, (long long)p->k,
-                   cublasGetStatusString(st));
+                   p->d_type == CUDA_R_32F ? "fp32" : "2-byte", cublasGetStatusString(st), instead);
     }
+}
+
+/* The kernels' rounding mode (1 bf16, 2 fp16) of a 2-byte cuBLASLt type. */
+static int rnd_of(cudaDataType_t t)
+{
+    return t == CUDA_R_16BF ? 1 : 2;
+}
+
+/* What a GELU epilogue with a 2-byte D does, after the plain product t (m x n fp32, column-
+ * major, ld m): as cuBLASLt's, GELU and its derivative in fp32 from the fp32 product and only
+ * the results rounded (h and its input; dZ and the bias gradient, summed before rounding). */
+static int epilogue_kernels_half(nn_ctx *g, const lt_mm *p, float *t, const char *what)
+{
+    cudaStream_t cs = nn__cu_stream(g);
+    int64_t n = p->m * p->n;
+    int dt = rnd_of(p->d_type);
+    if (p->act == ACT_GELU) {
+        return accel__nn_cu_ok(g, nn_cu_bias_gelu_half(cs, t, p->bias, p->m, n, p->aux, p->D, dt),
+                               what);
+    }
+    if (!accel__nn_cu_ok(g, nn_cu_dgelu_half(cs, t, p->aux, n, dt), what) ||
+        !accel__nn_cu_ok(g, nn_cu_to_half(cs, t, p->D, n, dt), what)) {
+        return 0;
+    }
+    if (p->dbias == NULL) {
+        return 1;
+    }
+    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float));
+    return sum != NULL && accel__nn_cu_ok(g, nn_cu_col_sum(cs, t, p->n, p->m, sum, 1), what) &&
+           accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
 }
 
 /* What an epilogue does, after a plain product in D: the bias, GELU (keeping its input in
@@ -216,6 +256,43 @@ static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
             accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, p->n, p->m, p->dbias, 1), what));
 }
 
+/* Which epilogues products may ask cuBLASLt for (accel__nn_cu_lt_epilogues, a test hook):
+ * 2 all, 1 all but DGELU_BGRAD, 0 none. */
+static int lt_epilogues = 2;
+
+void accel__nn_cu_lt_epilogues(int level)
+{
+    lt_epilogues = level;
+}
+
+static cublasStatus_t lt_try(nn_gpu_state *s, const lt_mm *p)
+{
+    int allowed =
+        lt_epilogues >= 2 || (lt_epilogues == 1 && epilogue_of(p) != CUBLASLT_EPILOGUE_DGELU_BGRAD);
+    return allowed ? lt_run(s, p, 1) : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+/* A 2-byte DGELU_BGRAD's first fallback: DGELU alone into the 2-byte D, and the bias gradient
+ * summed from D as it was rounded (the CPU's definition: the sum of the rounded dZ, itself
+ * rounded), one read of 2 bytes per element. 1 done, 0 with the ctx error, -1 when cuBLASLt
+ * has no DGELU either (nothing was queued). */
+static int dgelu_then_sum(nn_ctx *g, const lt_mm *p, const char *what)
+{
+    lt_mm q = *p;
+    q.dbias = NULL;
+    cublasStatus_t st = lt_try(g->gpu, &q);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        note_fallback(CUBLASLT_EPILOGUE_DGELU, &q, st, "a plain product and GELU kernels");
+        return -1;
+    }
+    cudaStream_t cs = nn__cu_stream(g);
+    int dt = rnd_of(p->d_type);
+    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float));
+    return sum != NULL &&
+           accel__nn_cu_ok(g, nn_cu_col_sum_half(cs, p->D, p->n, p->m, sum, dt), what) &&
+           accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
+}
+
 /* Runs p: its bias / GELU through the epilogue, or a plain product and the epilogue's kernels
  * where cuBLASLt offers no algorithm with it; 0 and the ctx error on failure. */
 static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
@@ -229,20 +306,41 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
      * product and the bias kernel. Aux and bias-gradient buffers come from the arena. */
     int want = p->act != ACT_NONE || p->bias != NULL;
     if (want && (p->bias == NULL || alignment_of(p->bias) >= 16)) {
-        cublasStatus_t st = lt_run(s, p, 1);
+        cublasStatus_t st = lt_try(s, p);
         if (st == CUBLAS_STATUS_SUCCESS) {
             return 1;
         }
-        note_fallback(epilogue_of(p), p, st);
+        int half_bgrad = p->act == ACT_DGELU && p->dbias != NULL && p->d_type != CUDA_R_32F;
+        note_fallback(epilogue_of(p), p, st,
+                      half_bgrad ? "DGELU and a bias-gradient kernel"
+                                 : "a plain product and GELU kernels");
+        int r = half_bgrad ? dgelu_then_sum(g, p, what) : -1;
+        if (r >= 0) {
+            return r;
+        }
     }
-    cublasStatus_t st = lt_run(s, p, 0);
+    lt_mm q = *p;
+    if (p->d_type != CUDA_R_32F) {
+        /* A 2-byte GELU epilogue's fallback: the product in fp32 (GELU and its derivative
+         * read it unrounded), in the arena in forward (ops take no scratch marks there), in
+         * per-op scratch in backward. */
+        size_t nbytes = (size_t)(p->m * p->n) * sizeof(float);
+        q.D = p->act == ACT_DGELU ? accel__nn_dtmp_alloc(g, nbytes) : accel__nn_dalloc(g, nbytes);
+        q.d_type = CUDA_R_32F;
+        q.ldd = p->m;
+        if (q.D == NULL) {
+            return 0;
+        }
+    }
+    cublasStatus_t st = lt_run(s, &q, 0);
     if (st != CUBLAS_STATUS_SUCCESS) {
         accel__nn_fail(g, ACCEL_EIO, "%s: cuBLASLt matmul (%lld x %lld x %lld) failed: %s", what,
                        (long long)p->m, (long long)p->n, (long long)p->k,
                        cublasGetStatusString(st));
         return 0;
     }
-    return epilogue_kernels(g, p, what);
+    return p->d_type != CUDA_R_32F ? epilogue_kernels_half(g, p, q.D, what)
+                                   : epilogue_kernels(g, p, what);
 }
 
 static cudaDataType_t in_type(int rnd)
@@ -288,8 +386,8 @@ int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t
                         int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
                         int rnd, const char *what)
 {
-    lt_mm p = {ta,   tb,           m,    n,        k,    A,   lda, B, ldb, D, ldd,
-               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL};
+    lt_mm p = {ta,   tb,           m,    n,        k,    A,    lda,       B, ldb, D, ldd,
+               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
     return lt_matmul(g, &p, what);
 }
 
@@ -313,22 +411,33 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
  * (n->p[3]); its output gradient arrives already through GELU's derivative (dZ, written by the
  * second node) and its bias gradient may too (n->p[2]). FUSED_DGELU (the second, reading the
  * first's private output): its input gradient is the product through the DGELU(_BGRAD)
- * epilogue with the first node's GELU input (n->p[3] is that node). */
+ * epilogue with the first node's GELU input (n->p[3] is that node).
+ * Under autocast the first node's output is only ever read rounded (by the second product),
+ * and its gradient too (by the first node's products), so both are kept in the 2-byte dtype:
+ * y->data holds h as 2-byte values (its first half) and y->grad dZ likewise, with the GELU
+ * input (aux) and the first bias's gradient (n->p[2]) also 2-byte, as cuBLASLt requires of an
+ * epilogue's aux and bias with a 2-byte D. The tensor is private to the op, so nothing else
+ * reads them as fp32. */
 enum { LIN_PLAIN = 0, LIN_FUSED_DGELU = 1, LIN_FUSED_GELU = 2 };
 
 /* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
  * node's output gradient) and the first bias's gradient into an arena buffer the first node
  * then adds. p: the input-gradient product, D unset. */
-static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, float *gx, int fresh, const char *what)
+static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, const char *what)
 {
     nn_node *a = n->p[3];
     const nn_tensor *b1 = a->in[2];
+    /* The first node's mode decides the types of its aux and of h's gradient (the two nodes
+     * differ only if NN_AUTOCAST_AUTO learned the dtype from the second weight). */
+    int rnd = (int)a->i[4];
     p->act = ACT_DGELU;
     p->aux = a->p[3];
+    p->d_type = in_type(rnd);
+    size_t elem_nbytes = rnd ? 2 : sizeof(float);
     if (b1 != NULL && b1->requires_grad) {
         /* Zeroed, so the sums are right whether the epilogue stores them (as documented) or
          * adds them. */
-        p->dbias = accel__nn_dzalloc(g, (size_t)p->m * sizeof(float));
+        p->dbias = accel__nn_dzalloc(g, (size_t)p->m * elem_nbytes);
         if (p->dbias == NULL) {
             return 0;
         }
@@ -336,12 +445,25 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, float *gx, int fresh, con
     }
     /* The first node's output is private to the op, so its gradient is always fresh here; an
      * epilogue never accumulates (beta would enter before the derivative), so anything else
-     * would go through scratch. */
+     * would go through scratch (fp32 only: a 2-byte gradient is always fresh, half_grad). */
     int64_t count = p->m * p->n;
     p->D = fresh ? gx : accel__nn_dtmp_alloc(g, (size_t)count * sizeof(float));
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
            (fresh || accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gx, p->D, count, 0, 0), what));
+}
+
+/* The 2-byte gradient (dZ) of the fused MLP's private hidden tensor x under autocast: its
+ * first and only contribution, written by the DGELU epilogue and read by the first node's
+ * products as they are. NULL and the ctx error on failure. */
+static void *half_grad(nn_ctx *g, nn_tensor *x, int64_t count, const char *what)
+{
+    if (x->base != NULL || x->grad != NULL || x->grad_reserved != NULL) {
+        accel__nn_fail(g, ACCEL_ESTATE, "%s: the hidden tensor's gradient was already taken", what);
+        return NULL;
+    }
+    x->grad = accel__nn_dalloc(g, (size_t)count * 2);
+    return x->grad;
 }
 
 static void linear_backward(nn_ctx *g, nn_node *n)
@@ -353,16 +475,24 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int in_out = n->i[3] == NN_LAYOUT_IN_OUT, rnd = (int)n->i[4];
     const void *xd = rnd ? n->p[0] : x->data, *wd = rnd ? n->p[1] : w->data;
     const float *gy = n->out->grad;
-    const void *gyd = rnd ? half_copy(g, gy, M * out, rnd, 1, what) : gy;
+    /* The first fused node's gradient (dZ) is 2-byte already under autocast (half_grad). */
+    int half_gy = rnd != 0 && n->i[5] == LIN_FUSED_GELU;
+    const void *gyd = rnd && !half_gy ? half_copy(g, gy, M * out, rnd, 1, what) : gy;
     if (gyd == NULL) {
         return;
     }
     cudaDataType_t ty = in_type(rnd);
-    int fx;
-    float *gx = in > 0 ? accel__nn_grad_w(g, x, &fx) : NULL;
+    int fx = 1;
+    int half_gx = n->i[5] == LIN_FUSED_DGELU && ((const nn_node *)n->p[3])->i[4] != 0;
+    void *gx = in <= 0   ? NULL
+               : half_gx ? half_grad(g, x, M * in, what)
+                         : accel__nn_grad_w(g, x, &fx);
+    if (gx == NULL && g->first_err != ACCEL_OK) {
+        return;
+    }
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0,  in,   M,        out,  wd,  in_out ? out : in, gyd, out, NULL, in,
-                   0.0f,   ty, NULL, ACT_NONE, NULL, NULL};
+        lt_mm p = {in_out, 0,  in,   M,        out,  wd,   in_out ? out : in, gyd, out, NULL, in,
+                   0.0f,   ty, NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
         if (n->i[5] == LIN_FUSED_DGELU) {
             if (!dgelu_grad(g, n, &p, gx, fx, what)) {
                 return;
@@ -383,12 +513,12 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     if (gw != NULL) {
         lt_mm p;
         if (in_out) { /* dW [in, out] = X^T dY: column-major out x in = dY X^T */
-            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,  in,
-                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL};
+            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,   in,
+                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
             p = q;
         } else { /* dW [out, in] = dY^T X: column-major in x out = X dY^T */
-            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd, out,
-                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL};
+            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd,  out,
+                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
             p = q;
         }
         if (M == 0) {
@@ -403,7 +533,16 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     }
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
     if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
-        accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0), what);
+        /* Under autocast the epilogue stored the sum already rounded, in 2 bytes. */
+        accel__nn_cu_ok(g,
+                        half_gy ? nn_cu_acc_half(nn__cu_stream(g), gb, n->p[2], out, rnd)
+                                : nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0),
+                        what);
+        return;
+    }
+    if (half_gy && gb != NULL) {
+        /* dgelu_grad sums the first bias's gradient whenever it needs one. */
+        accel__nn_fail(g, ACCEL_ESTATE, "%s: the first bias's gradient was not summed", what);
         return;
     }
     if (gb != NULL) {
@@ -426,11 +565,13 @@ static void linear_backward(nn_ctx *g, nn_node *n)
 }
 
 /* y = x W (+ bias) recorded as a node of `kind`: for LIN_FUSED_GELU y = gelu(...) with the GELU
- * input kept for backward; for LIN_FUSED_DGELU `first` is the LIN_FUSED_GELU node that made x.
- * *rec: the node (NULL when nothing was recorded). NULL on failure, the ctx error set. */
+ * input kept for backward (under autocast y->data holds h in 2 bytes); for LIN_FUSED_DGELU
+ * `first` is the LIN_FUSED_GELU node that made x. x_op: the operand the product reads for x
+ * when the caller has it (the fused MLP's 2-byte h), else NULL. *rec: the node (NULL when
+ * nothing was recorded). NULL on failure, the ctx error set. */
 static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
-                             nn_layout layout, int kind, nn_node *first, const char *what,
-                             nn_node **rec)
+                             nn_layout layout, int kind, nn_node *first, const void *x_op,
+                             const char *what, nn_node **rec)
 {
     *rec = NULL;
     if (x == NULL || w == NULL) {
@@ -450,13 +591,20 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         M = nn_numel(y) / (out ? out : 1);
     }
     int rnd = accel__nn_cu_rnd(nn__autocast(g));
-    const void *xd = accel__nn_cu_operand(g, x, rnd, 0, what);
+    const void *xd = x_op != NULL ? x_op : accel__nn_cu_operand(g, x, rnd, 0, what);
     const void *wd = accel__nn_cu_operand(g, w, rnd, 0, what);
-    const float *bd = bias ? bias->data : NULL;
+    const void *bd = bias ? bias->data : NULL;
     if (xd == NULL || wd == NULL) {
         return NULL;
     }
-    if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
+    /* Under autocast the fused first product writes h in 2 bytes, and cuBLASLt then takes
+     * its bias, its GELU input (aux) and, in backward, its bias gradient in that type too. */
+    int half_out = rnd != 0 && kind == LIN_FUSED_GELU;
+    if (bias != NULL && half_out) { /* the CPU's rounded bias, exactly, in 2 bytes */
+        if ((bd = half_copy(g, bias->data, out, rnd, 0, what)) == NULL) {
+            return NULL;
+        }
+    } else if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
         float *br = accel__nn_dalloc(g, (size_t)out * sizeof(float));
         if (br == NULL ||
             (out > 0 &&
@@ -477,9 +625,9 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         }
         bd = ba;
     }
-    float *aux = NULL; /* the GELU input, for backward */
+    void *aux = NULL; /* the GELU input, for backward */
     if (kind == LIN_FUSED_GELU &&
-        (aux = accel__nn_dalloc(g, (size_t)(M * out) * sizeof(float))) == NULL) {
+        (aux = accel__nn_dalloc(g, (size_t)(M * out) * (half_out ? 2 : sizeof(float)))) == NULL) {
         return NULL;
     }
     if (M * out > 0) {
@@ -495,12 +643,13 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out,           0,  out,      M,       in,  wd,
-                       in_out ? out : in, xd, in,       y->data, out, 0.0f,
-                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL};
+            lt_mm p = {!in_out,           0,  out,      M,       in,   wd,
+                       in_out ? out : in, xd, in,       y->data, out,  0.0f,
+                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL, CUDA_R_32F};
             if (kind == LIN_FUSED_GELU) {
                 p.act = ACT_GELU;
                 p.aux = aux;
+                p.d_type = half_out ? in_type(rnd) : CUDA_R_32F;
             }
             if (!lt_matmul(g, &p, what)) {
                 return NULL;
@@ -531,7 +680,7 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
                                nn_layout layout)
 {
     nn_node *n;
-    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, "nn_linear", &n);
+    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, NULL, "nn_linear", &n);
 }
 
 nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
@@ -550,8 +699,10 @@ nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w
         return accel__nn_cu_linear(g, h, w2, b2, layout);
     }
     nn_node *first, *second;
-    nn_tensor *h = linear_fwd(g, x, w1, b1, layout, LIN_FUSED_GELU, NULL, what, &first);
+    nn_tensor *h = linear_fwd(g, x, w1, b1, layout, LIN_FUSED_GELU, NULL, NULL, what, &first);
+    /* Under autocast h holds its 2-byte values: the second product reads them as they are. */
+    const void *h_op = h != NULL && accel__nn_cu_rnd(nn__autocast(g)) != 0 ? h->data : NULL;
     /* Without a first node (nothing before needs a gradient) the second is a plain linear. */
-    return linear_fwd(g, h, w2, b2, layout, first ? LIN_FUSED_DGELU : LIN_PLAIN, first, what,
+    return linear_fwd(g, h, w2, b2, layout, first ? LIN_FUSED_DGELU : LIN_PLAIN, first, h_op, what,
                       &second);
 }

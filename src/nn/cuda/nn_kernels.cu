@@ -583,3 +583,103 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 }
 
 } /* extern "C" */
+
+/* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
+
+__device__ __forceinline__ float half_load(const void *p, int64_t i, int dt)
+{
+    return dt == 1 ? __bfloat162float(((const __nv_bfloat16 *)p)[i])
+                   : __half2float(((const __half *)p)[i]);
+}
+
+__device__ __forceinline__ void half_store(void *p, int64_t i, float v, int dt)
+{
+    if (dt == 1) {
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    } else {
+        ((__half *)p)[i] = __float2half_rn(v);
+    }
+}
+
+__global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
+                                 void *h, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        float z = t[i] + (bias != NULL ? half_load(bias, i % m, dt) : 0.0f);
+        half_store(aux, i, z, dt);
+        half_store(h, i, gelu_f(z, 1), dt);
+    }
+}
+
+__global__ void k_dgelu_half(float *t, const void *aux, int64_t n, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        t[i] *= gelu_grad(half_load(aux, i, dt), 1);
+    }
+}
+
+__global__ void k_acc_half(float *dst, const void *src, int64_t n, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        dst[i] += half_load(src, i, dt);
+    }
+}
+
+/* k_col_sum over 2-byte values: the same partial sums in the same order. */
+__global__ void k_col_sum_half(const void *src, int64_t rows, int64_t cols, float *dst, int dt)
+{
+    __shared__ float sh[CS_LANES][CS_COLS + 1];
+    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
+    float s = 0.0f;
+    if (c < cols) {
+        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
+            s += half_load(src, r * cols + c, dt);
+        }
+    }
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CS_LANES; k++) {
+            t += sh[k][threadIdx.x];
+        }
+        dst[c] = t;
+    }
+}
+
+extern "C" {
+
+cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
+                                 int64_t n, void *aux, void *h, int dt)
+{
+    k_bias_gelu_half<<<grid_for(n), THREADS, 0, s>>>(t, bias, m, n, aux, h, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt)
+{
+    k_dgelu_half<<<grid_for(n), THREADS, 0, s>>>(t, aux, n, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt)
+{
+    k_acc_half<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_col_sum_half(cudaStream_t s, const void *src, int64_t rows, int64_t cols,
+                               float *dst, int dt)
+{
+    if (cols == 0) {
+        return cudaSuccess;
+    }
+    k_col_sum_half<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES), 0, s>>>(
+        src, rows, cols, dst, dt);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

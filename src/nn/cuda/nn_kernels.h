@@ -120,6 +120,18 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write,
                       cudaError_t *err);
+/* The fused MLP's fallback where cuBLASLt has no 2-byte GELU epilogue (linear_gpu.c), dt 1
+ * bf16 / 2 fp16 for every 2-byte array. From the fp32 product t (n values, columns of m):
+ * z = t + bias[i % m] (bias 2-byte, or NULL), aux = rnd(z), h = rnd(gelu_tanh(z)). */
+cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
+                                 int64_t n, void *aux, void *h, int dt);
+/* t[i] *= gelu_tanh'(aux[i]) in fp32, aux 2-byte. */
+cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt);
+/* dst[i] += src[i], src 2-byte (a sum cuBLASLt stored rounded). */
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt);
+/* nn_cu_col_sum (write) of a 2-byte src, each value widened to fp32, in the same order. */
+cudaError_t nn_cu_col_sum_half(cudaStream_t s, const void *src, int64_t rows, int64_t cols,
+                               float *dst, int dt);
 
 #ifdef __cplusplus
 }
