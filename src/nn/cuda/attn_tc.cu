@@ -4,7 +4,7 @@
  * Q tile and each key / value tile are rounded once into shared memory; per key tile a warp
  * computes S = Q K^T by WMMA (fp32 sums), the scale, the causal mask and the online softmax per
  * row in fp32 (running max m, sum l), P rounded to the autocast dtype, and O += P V by WMMA
- * with O kept in accumulator fragments (rescaled through shared memory when a row's max
+ * with O kept in accumulator fragments (rescaled per row in registers when a row's max
  * grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does, so either
  * backward takes its output. Backward: a dQ kernel per query tile, then a dK/dV kernel per key
  * tile (below), writing gqkv exactly where k_attn_bwd_* do, rounded as they round.
@@ -89,32 +89,96 @@ __device__ __forceinline__ void tc_load_tile(const nn_cu_attn &a, const float *q
     tc_load_rows<T>(src, 3 * a.C, a.T - row0, rows, (int)a.hd, dst, ld);
 }
 
-/* HDF: head size / 16 at most; KT: keys per tile. */
+/* ---- forward ----
+ *
+ * Shared memory of a block: the K and V tiles [KT][LDH] (LDH = 16 HDF + 8, so that the 8 rows of
+ * each WMMA load phase start on different banks; the Q tile is staged there once, its fragments
+ * then stay in registers), and per warp one fp32 scratch [16][KT + 8] that holds S, then P (T,
+ * [16][KT + 8]) over the start of it. A lane pair owns row r of the warp's 16 and lane `half`
+ * takes the columns 8c + 4 half .. + 3, so its float4 reads of S (8 lanes a phase: banks
+ * 8r + 4 half) and its 8-byte writes of P (16 lanes a phase: banks 4r + 2 half) are
+ * conflict-free, as is the WMMA store of S (row starts 8 banks apart). */
+
+/* This thread's share of a KT x hd tile (src: its row 0, rows `stride` apart; rows from
+ * `valid` on read as zero) rounded to T into dst [KT][16 HDF + 8]. NT / KT threads share a row,
+ * thread q taking its float4s q, q + NT / KT, ...: one row pointer a thread, immediate offsets,
+ * and every 128-bit load issued before the first store, so a tile costs one memory latency, not
+ * one per load. Consecutive lanes read consecutive 16 bytes of a row; at hd 64 the 8-byte
+ * stores of a half warp (8 rows, 2 lanes each) cover the 32 banks once. */
+template <typename T, int HDF, int KT, int NT>
+__device__ __forceinline__ void tc_fwd_load_tile(const float *src, int64_t stride, int64_t valid,
+                                                 int hd, T *dst)
+{
+    const int TPR = NT / KT, N = 4 * HDF / TPR, LDH = 16 * HDF + 8;
+    static_assert(NT % KT == 0 && 4 * HDF % TPR == 0, "whole float4s per thread");
+    int r = threadIdx.x / TPR, q = threadIdx.x % TPR;
+    const float4 *p = reinterpret_cast<const float4 *>(src + r * stride) + q;
+    float4 v[N];
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        v[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < valid && 4 * (k * TPR + q) < hd) {
+            v[k] = p[k * TPR];
+        }
+    }
+    tc_quad<T> *d = reinterpret_cast<tc_quad<T> *>(dst + r * LDH) + q;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        if (4 * (k * TPR + q) < hd) {
+            tc_quad<T> x = {
+                {tc_cvt<T>(v[k].x), tc_cvt<T>(v[k].y), tc_cvt<T>(v[k].z), tc_cvt<T>(v[k].w)}};
+            d[k * TPR] = x;
+        }
+    }
+}
+
+/* HDF: head size / 16 at most; KT: keys per tile. Heads up to 64 fit 128 registers without
+ * spills (4 blocks, 16 warps an SM; the shared memory would allow 6), heads up to 128 168
+ * (3 blocks; ptxas spills 4 bytes in bf16). */
 template <typename T, int HDF, int KT>
-__global__ void __launch_bounds__(32 * TC_WARPS)
+__global__ void __launch_bounds__(32 * TC_WARPS, HDF <= 4 ? 4 : 3)
     k_attn_fwd_tc(nn_cu_attn a, const float *qkv, float *y, float *lse)
 {
     typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> frag_a;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> frag_b_row;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> frag_b_col;
     typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-    __shared__ __align__(32) T sq[TC_QT * 16 * HDF];
-    __shared__ __align__(32) T sk[KT * 16 * HDF];
-    __shared__ __align__(32) T sv[KT * 16 * HDF];
-    __shared__ __align__(32) T sp[TC_QT * KT];
-    __shared__ __align__(32) float ss[TC_QT * KT];
+    const int LDH = 16 * HDF + 8, LDS = KT + 8;
+    static_assert(2 * KT >= TC_QT, "the Q tile is staged where K and V go");
+    __shared__ __align__(32) T skv[2 * KT * LDH];
+    __shared__ __align__(32) float ss[TC_WARPS * 16 * LDS];
+    T *sk = skv, *sv = skv + KT * LDH;
 
-    int64_t nqt = (a.T + TC_QT - 1) / TC_QT;
+    int64_t nqt = (a.T + TC_QT - 1) / TC_QT, C3 = 3 * a.C;
     /* The longest query tiles (most keys) first, so the last wave is short ones. */
     int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
     int64_t h = bh % a.H, b = bh / a.H, t0 = qt * TC_QT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* Lanes 2r and 2r + 1 own row r of the warp's 16: half of its columns each. */
     int r = lane >> 1, half = lane & 1;
     int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
-    float *scr = ss + warp * 16 * KT; /* the warp's S rows, also its O scratch */
+    float *scr = ss + warp * 16 * LDS; /* the warp's S rows, then its P rows */
+    T *sp = reinterpret_cast<T *>(scr);
+    const float *qkv_bh = qkv + b * a.T * C3 + h * a.hd;
 
-    tc_load_tile<T>(a, qkv, b, h, 0, t0, TC_QT, sq, hd);
+    /* Which row of a 16 x 16 tile each of the lane's accumulator elements holds: the layout is
+     * the architecture's, and loading a tile of row numbers shows it. O is then scaled per row
+     * in registers (the row's factor from the lane that owns the row), not through memory. */
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i >> 4);
+    }
+    __syncwarp();
+    frag_c rows;
+    wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
+
+    tc_load_rows<T>(qkv_bh + t0 * C3, C3, a.T - t0, TC_QT, hd, skv, LDH);
+    __syncthreads();
+    frag_a qa[HDF]; /* the warp's 16 query rows, for every key tile */
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        if (f < nf) {
+            wmma::load_matrix_sync(qa[f], skv + 16 * warp * LDH + 16 * f, LDH);
+        }
+    }
     frag_c o[HDF];
 #pragma unroll
     for (int f = 0; f < HDF; f++) {
@@ -123,70 +187,84 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
     float m = -INFINITY, l = 0.0f;
     int64_t last = (t0 + TC_QT < a.T ? t0 + TC_QT : a.T) - 1; /* the tile's last query row */
     for (int64_t j0 = 0; j0 <= last; j0 += KT) {
-        __syncthreads(); /* every warp is done with the previous K, V (and Q is loaded) */
-        tc_load_tile<T>(a, qkv, b, h, 1, j0, KT, sk, hd);
-        tc_load_tile<T>(a, qkv, b, h, 2, j0, KT, sv, hd);
+        __syncthreads(); /* every warp is done with the previous K, V (and with Q's staging) */
+        tc_fwd_load_tile<T, HDF, KT, 32 * TC_WARPS>(qkv_bh + j0 * C3 + a.C, C3, a.T - j0, hd, sk);
+        tc_fwd_load_tile<T, HDF, KT, 32 * TC_WARPS>(qkv_bh + j0 * C3 + 2 * a.C, C3, a.T - j0, hd,
+                                                    sv);
         __syncthreads();
         if (j0 > wt0 + 15 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's rows */
         }
-        /* S = Q K^T: K's rows are B's columns, so K [KT][hd] is B col-major. */
+        /* The 16-key column blocks that reach this warp's rows: those after its last row are
+         * masked whole (P = 0), so neither product needs them. */
+        int64_t reach = (wt0 + 15 - j0) / 16 + 1;
+        int nb = reach < KT / 16 ? (int)reach : KT / 16;
+        /* S = Q K^T, one 16-key block at a time (fewer live registers): K's rows are B's
+         * columns, so K [KT][hd] is B col-major. */
 #pragma unroll
         for (int n = 0; n < KT / 16; n++) {
-            frag_c s;
-            wmma::fill_fragment(s, 0.0f);
-            for (int k = 0; k < nf; k++) {
-                frag_a qa;
-                frag_b_col kb;
-                wmma::load_matrix_sync(qa, sq + 16 * warp * hd + 16 * k, hd);
-                wmma::load_matrix_sync(kb, sk + 16 * n * hd + 16 * k, hd);
-                wmma::mma_sync(s, qa, kb, s);
+            if (n < nb) {
+                frag_c s;
+                wmma::fill_fragment(s, 0.0f);
+#pragma unroll
+                for (int k = 0; k < HDF; k++) {
+                    if (k < nf) {
+                        frag_b_col kb;
+                        wmma::load_matrix_sync(kb, sk + 16 * n * LDH + 16 * k, LDH);
+                        wmma::mma_sync(s, qa[k], kb, s);
+                    }
+                }
+                wmma::store_matrix_sync(scr + 16 * n, s, LDS, wmma::mem_row_major);
             }
-            wmma::store_matrix_sync(scr + 16 * n, s, KT, wmma::mem_row_major);
         }
         __syncwarp();
-        /* Online softmax of row r over this lane's half of the tile's columns. */
-        const int HC = KT / 2;
-        float srow[HC], mx = -INFINITY;
+        /* Online softmax of row r over this lane's columns (unstored blocks are masked). */
+        int64_t see = t < a.T ? t - j0 : -1; /* the last column row t sees */
+        int lim = see < KT ? (int)see : KT;
+        float srow[KT / 2], mx = -INFINITY;
+        const float4 *sr = reinterpret_cast<const float4 *>(scr + r * LDS + 4 * half);
 #pragma unroll
-        for (int c = 0; c < HC; c++) {
-            int64_t j = j0 + half * HC + c;
-            float v = scr[r * KT + half * HC + c] * a.scale;
-            srow[c] = (j <= t && t < a.T) ? v : -INFINITY;
-            mx = fmaxf(mx, srow[c]);
+        for (int c = 0; c < KT / 8; c++) {
+            float4 v = sr[2 * c];
+            int col = 8 * c + 4 * half;
+            srow[4 * c] = col <= lim ? v.x * a.scale : -INFINITY;
+            srow[4 * c + 1] = col + 1 <= lim ? v.y * a.scale : -INFINITY;
+            srow[4 * c + 2] = col + 2 <= lim ? v.z * a.scale : -INFINITY;
+            srow[4 * c + 3] = col + 3 <= lim ? v.w * a.scale : -INFINITY;
+            mx = fmaxf(fmaxf(mx, fmaxf(srow[4 * c], srow[4 * c + 1])),
+                       fmaxf(srow[4 * c + 2], srow[4 * c + 3]));
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         float mn = fmaxf(m, mx), corr = 1.0f, sum = 0.0f;
         if (mn != -INFINITY) {
             corr = expf(m - mn);
         }
-        T *pr = sp + (16 * warp + r) * KT + half * HC;
+        __syncwarp(); /* every lane has read its S before P overwrites it */
+        T *pr = sp + r * LDS + 4 * half;
 #pragma unroll
-        for (int c = 0; c < HC; c++) {
-            float e = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mn);
-            sum += e;
-            pr[c] = tc_cvt<T>(e);
+        for (int c = 0; c < KT / 8; c++) {
+            float e[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                e[u] = srow[4 * c + u] == -INFINITY ? 0.0f : expf(srow[4 * c + u] - mn);
+                sum += e[u];
+            }
+            tc_quad<T> q = {{tc_cvt<T>(e[0]), tc_cvt<T>(e[1]), tc_cvt<T>(e[2]), tc_cvt<T>(e[3])}};
+            *reinterpret_cast<tc_quad<T> *>(pr + 8 * c) = q;
         }
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         l = l * corr + sum;
         m = mn;
-        /* O *= corr per row, through the scratch (S is no longer needed), where any row's max
-         * grew; the first tile's O is zero. */
+        /* O *= corr per row where any row's max grew (the first tile's O is zero). */
         if (j0 > 0 && __any_sync(0xffffffffu, corr != 1.0f)) {
-            float4 *mine = reinterpret_cast<float4 *>(scr + r * 16 + half * 8);
 #pragma unroll
-            for (int f = 0; f < HDF; f++) { /* unrolled, so that o stays in registers */
-                if (f < nf) {
-                    __syncwarp();
-                    wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
-                    __syncwarp();
+            for (int i = 0; i < rows.num_elements; i++) {
+                float ci = __shfl_sync(0xffffffffu, corr, 2 * (int)rows.x[i]);
 #pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        float4 v = mine[c];
-                        mine[c] = make_float4(v.x * corr, v.y * corr, v.z * corr, v.w * corr);
+                for (int f = 0; f < HDF; f++) {
+                    if (f < nf) {
+                        o[f].x[i] *= ci;
                     }
-                    __syncwarp();
-                    wmma::load_matrix_sync(o[f], scr, 16, wmma::mem_row_major);
                 }
             }
         }
@@ -194,14 +272,16 @@ __global__ void __launch_bounds__(32 * TC_WARPS)
         __syncwarp();
 #pragma unroll
         for (int k = 0; k < KT / 16; k++) {
-            frag_a pa;
-            wmma::load_matrix_sync(pa, sp + 16 * warp * KT + 16 * k, KT);
+            if (k < nb) {
+                frag_a pa;
+                wmma::load_matrix_sync(pa, sp + 16 * k, LDS);
 #pragma unroll
-            for (int f = 0; f < HDF; f++) {
-                if (f < nf) {
-                    frag_b_row vb;
-                    wmma::load_matrix_sync(vb, sv + 16 * k * hd + 16 * f, hd);
-                    wmma::mma_sync(o[f], pa, vb, o[f]);
+                for (int f = 0; f < HDF; f++) {
+                    if (f < nf) {
+                        frag_b_row vb;
+                        wmma::load_matrix_sync(vb, sv + 16 * k * LDH + 16 * f, LDH);
+                        wmma::mma_sync(o[f], pa, vb, o[f]);
+                    }
                 }
             }
         }
