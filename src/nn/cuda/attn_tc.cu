@@ -132,9 +132,9 @@ __device__ __forceinline__ void tc_fwd_load_tile(const float *src, int64_t strid
     }
 }
 
-/* HDF: head size / 16 at most; KT: keys per tile. Heads up to 64 fit 128 registers without
- * spills (4 blocks, 16 warps an SM; the shared memory would allow 6), heads up to 128 168
- * (3 blocks; ptxas spills 4 bytes in bf16). */
+/* HDF: head size / 16 at most; KT: keys per tile. Heads up to 64 fit 128 registers (4 blocks,
+ * 16 warps an SM; the shared memory would allow 6), heads up to 128 168 (3 blocks); ptxas
+ * (CUDA 13, sm_90) spills 4 to 8 bytes in either. */
 template <typename T, int HDF, int KT>
 __global__ void __launch_bounds__(32 * TC_WARPS, HDF <= 4 ? 4 : 3)
     k_attn_fwd_tc(nn_cu_attn a, const float *qkv, float *y, float *lse)
@@ -170,7 +170,12 @@ __global__ void __launch_bounds__(32 * TC_WARPS, HDF <= 4 ? 4 : 3)
     frag_c rows;
     wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
 
-    tc_load_rows<T>(qkv_bh + t0 * C3, C3, a.T - t0, TC_QT, hd, skv, LDH);
+    /* The Q tile, KT rows a batch of loads. */
+#pragma unroll
+    for (int q0 = 0; q0 < TC_QT; q0 += KT) {
+        tc_fwd_load_tile<T, HDF, KT, 32 * TC_WARPS>(qkv_bh + (t0 + q0) * C3, C3, a.T - t0 - q0, hd,
+                                                    skv + q0 * LDH);
+    }
     __syncthreads();
     frag_a qa[HDF]; /* the warp's 16 query rows, for every key tile */
 #pragma unroll
