@@ -1,11 +1,11 @@
 /*
  * Causal attention on tensor cores (FlashAttention-2's schedules) for bf16 / fp16 autocast.
- * Forward: one block per (batch, head, tile of 64 query rows), 4 warps of 16 rows each. The
- * Q tile and each key / value tile are rounded once into shared memory; per key tile a warp
- * computes S = Q K^T by WMMA (fp32 sums), the scale, the causal mask and the online softmax per
- * row in fp32 (running max m, sum l), P rounded to the autocast dtype, and O += P V by WMMA
- * with O kept in accumulator fragments (rescaled through shared memory when a row's max
- * grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does, so either
+ * Forward: one block per (batch, head, tile of 128 query rows, 64 for heads over 64), a warp
+ * per 16 rows. The Q tile and each key / value tile are rounded once into shared memory; per
+ * 32 keys a warp computes S = Q K^T by WMMA (fp32 sums), the scale, the causal mask and the
+ * online softmax per row in fp32 (running max m, sum l), P rounded to the autocast dtype, and
+ * O += P V by WMMA with O kept in accumulator fragments (rescaled per row in registers when a
+ * row's max grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does: either
  * backward takes its output. Backward: a dQ kernel per query tile, then a dK/dV kernel per key
  * tile (below), writing gqkv exactly where k_attn_bwd_* do, rounded as they round.
  *
@@ -26,9 +26,6 @@
 #include "nn_kernels.h"
 
 using namespace nvcuda;
-
-#define TC_QT 64 /* query rows per block */
-#define TC_WARPS 4
 
 template <typename T> __device__ __forceinline__ T tc_cvt(float v);
 template <> __device__ __forceinline__ __nv_bfloat16 tc_cvt<__nv_bfloat16>(float v)
@@ -89,121 +86,225 @@ __device__ __forceinline__ void tc_load_tile(const nn_cu_attn &a, const float *q
     tc_load_rows<T>(src, 3 * a.C, a.T - row0, rows, (int)a.hd, dst, ld);
 }
 
-/* HDF: head size / 16 at most; KT: keys per tile. */
-template <typename T, int HDF, int KT>
-__global__ void __launch_bounds__(32 * TC_WARPS)
+/* ---- forward ----
+ *
+ * One block per (batch, head, tile of 16 NW query rows), NW warps of 16 rows each. Shared
+ * memory: the K and V tiles [KT][LDH] (LDH = 16 HDF + 8, so that the 8 rows of each WMMA load
+ * phase start on different banks; the Q tile is staged there once, its fragments then stay in
+ * registers), and per warp one fp32 scratch [16][KS + 8] that holds S of KS keys, then P (T,
+ * [16][KS + 8]) over the start of it: a key tile is taken KS keys at a time, which keeps the
+ * scratch small enough for 8 warps to share one K / V tile (half the tile loads per query row
+ * of 4 warps). A lane pair owns row r of the warp's 16 and lane `half` takes the columns
+ * 8c + 4 half .. + 3, so its float4 reads of S (8 lanes a phase: banks 8r + 4 half) and its
+ * 8-byte writes of P (16 lanes a phase: 2 banks at 20r + 2 half + 4c) are conflict-free, as are
+ * the WMMA store of S (row starts 8 banks apart) and the loads of P (rows 20 banks apart). */
+
+/* This thread's share of M tiles of KT x hd (tile m at src + m C; row i at + i stride; rows from
+ * `valid` on read as zero) rounded to T into dst + m (dst2 - dst) [KT][16 HDF + 8]. A row's 16
+ * HDF / 4 float4s are shared by NT / KT threads: lane pairs take adjacent float4s (a 32-byte
+ * sector) of 8 consecutive rows a half warp, so the 8-byte stores of a half warp cover the 32
+ * banks once. One row pointer a thread with immediate offsets, and every 128-bit load issued
+ * before the first store, so the tiles cost one memory latency, not one per load. */
+template <typename T, int HDF, int KT, int NT, int M>
+__device__ __forceinline__ void tc_fwd_load(const float *src, int64_t stride, int64_t C,
+                                            int64_t valid, int hd, T *dst, T *dst2)
+{
+    const int TPR = NT / KT, N = 4 * HDF / TPR, LDH = 16 * HDF + 8;
+    static_assert(NT % (2 * KT) == 0 && 4 * HDF % TPR == 0, "lane pairs, whole float4s");
+    int r = (threadIdx.x >> 1) % KT, q = 2 * (threadIdx.x / (2 * KT)) + (threadIdx.x & 1);
+    const float4 *p = reinterpret_cast<const float4 *>(src + r * stride) + q;
+    float4 v[M][N];
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            v[m][k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < valid && 4 * (k * TPR + q) < hd) {
+                v[m][k] = p[m * (C / 4) + k * TPR];
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < M; m++) {
+        tc_quad<T> *d = reinterpret_cast<tc_quad<T> *>((m ? dst2 : dst) + r * LDH) + q;
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            if (4 * (k * TPR + q) < hd) {
+                float4 x = v[m][k];
+                tc_quad<T> o = {{tc_cvt<T>(x.x), tc_cvt<T>(x.y), tc_cvt<T>(x.z), tc_cvt<T>(x.w)}};
+                d[k * TPR] = o;
+            }
+        }
+    }
+}
+
+/* HDF: head size / 16 at most; KT: keys per tile; NW: warps (16 NW query rows); KV: K and V
+ * loaded in one batch (else one after the other, fewer registers). Heads up to 64 (NW 8) fit
+ * 128 registers, 2 blocks and 16 warps an SM; heads up to 128 (NW 4) 168, 3 blocks. */
+template <typename T, int HDF, int KT, int NW, bool KV>
+__global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
     k_attn_fwd_tc(nn_cu_attn a, const float *qkv, float *y, float *lse)
 {
     typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> frag_a;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> frag_b_row;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> frag_b_col;
     typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-    __shared__ __align__(32) T sq[TC_QT * 16 * HDF];
-    __shared__ __align__(32) T sk[KT * 16 * HDF];
-    __shared__ __align__(32) T sv[KT * 16 * HDF];
-    __shared__ __align__(32) T sp[TC_QT * KT];
-    __shared__ __align__(32) float ss[TC_QT * KT];
+    const int LDH = 16 * HDF + 8, QT = 16 * NW, KS = KT < 32 ? KT : 32, LDS = KS + 8;
+    static_assert(2 * KT >= QT && QT % KT == 0, "the Q tile is staged where K and V go");
+    __shared__ __align__(32) T skv[2 * KT * LDH];
+    __shared__ __align__(32) float ss[NW * 16 * LDS];
+    T *sk = skv, *sv = skv + KT * LDH;
 
-    int64_t nqt = (a.T + TC_QT - 1) / TC_QT;
+    int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
     /* The longest query tiles (most keys) first, so the last wave is short ones. */
     int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
-    int64_t h = bh % a.H, b = bh / a.H, t0 = qt * TC_QT;
+    int64_t h = bh % a.H, b = bh / a.H, t0 = qt * QT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    /* Lanes 2r and 2r + 1 own row r of the warp's 16: half of its columns each. */
     int r = lane >> 1, half = lane & 1;
     int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
-    float *scr = ss + warp * 16 * KT; /* the warp's S rows, also its O scratch */
+    float *scr = ss + warp * 16 * LDS; /* the warp's S rows, then its P rows */
+    T *sp = reinterpret_cast<T *>(scr);
+    const float *qkv_bh = qkv + b * a.T * C3 + h * a.hd;
 
-    tc_load_tile<T>(a, qkv, b, h, 0, t0, TC_QT, sq, hd);
+    /* Which row of a 16 x 16 tile each of the lane's accumulator elements holds: the layout is
+     * the architecture's, and loading a tile of row numbers shows it. O is then scaled per row
+     * in registers (the row's factor from the lane that owns the row), not through memory. */
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i >> 4);
+    }
+    __syncwarp();
+    frag_c rows;
+    wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
+
+    /* The Q tile, KT rows a batch of loads. */
+#pragma unroll
+    for (int q0 = 0; q0 < QT; q0 += KT) {
+        tc_fwd_load<T, HDF, KT, 32 * NW, 1>(qkv_bh + (t0 + q0) * C3, C3, 0, a.T - t0 - q0, hd,
+                                            skv + q0 * LDH, nullptr);
+    }
+    __syncthreads();
+    frag_a qa[HDF]; /* the warp's 16 query rows, for every key tile */
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        if (f < nf) {
+            wmma::load_matrix_sync(qa[f], skv + 16 * warp * LDH + 16 * f, LDH);
+        }
+    }
     frag_c o[HDF];
 #pragma unroll
     for (int f = 0; f < HDF; f++) {
         wmma::fill_fragment(o[f], 0.0f);
     }
     float m = -INFINITY, l = 0.0f;
-    int64_t last = (t0 + TC_QT < a.T ? t0 + TC_QT : a.T) - 1; /* the tile's last query row */
+    int64_t last = (t0 + QT < a.T ? t0 + QT : a.T) - 1; /* the tile's last query row */
     for (int64_t j0 = 0; j0 <= last; j0 += KT) {
-        __syncthreads(); /* every warp is done with the previous K, V (and Q is loaded) */
-        tc_load_tile<T>(a, qkv, b, h, 1, j0, KT, sk, hd);
-        tc_load_tile<T>(a, qkv, b, h, 2, j0, KT, sv, hd);
+        __syncthreads(); /* every warp is done with the previous K, V (and with Q's staging) */
+        const float *kr = qkv_bh + j0 * C3 + a.C;
+        if (KV) {
+            tc_fwd_load<T, HDF, KT, 32 * NW, 2>(kr, C3, a.C, a.T - j0, hd, sk, sv);
+        } else {
+            tc_fwd_load<T, HDF, KT, 32 * NW, 1>(kr, C3, 0, a.T - j0, hd, sk, nullptr);
+            tc_fwd_load<T, HDF, KT, 32 * NW, 1>(kr + a.C, C3, 0, a.T - j0, hd, sv, nullptr);
+        }
         __syncthreads();
-        if (j0 > wt0 + 15 || wt0 >= a.T) {
-            continue; /* every key of the tile is after this warp's rows */
-        }
-        /* S = Q K^T: K's rows are B's columns, so K [KT][hd] is B col-major. */
 #pragma unroll
-        for (int n = 0; n < KT / 16; n++) {
-            frag_c s;
-            wmma::fill_fragment(s, 0.0f);
-            for (int k = 0; k < nf; k++) {
-                frag_a qa;
-                frag_b_col kb;
-                wmma::load_matrix_sync(qa, sq + 16 * warp * hd + 16 * k, hd);
-                wmma::load_matrix_sync(kb, sk + 16 * n * hd + 16 * k, hd);
-                wmma::mma_sync(s, qa, kb, s);
+        for (int s0 = 0; s0 < KT; s0 += KS) {
+            int64_t c0 = j0 + s0; /* the chunk's first key */
+            if (c0 > wt0 + 15 || wt0 >= a.T) {
+                break; /* every key from here on is after this warp's rows */
             }
-            wmma::store_matrix_sync(scr + 16 * n, s, KT, wmma::mem_row_major);
-        }
-        __syncwarp();
-        /* Online softmax of row r over this lane's half of the tile's columns. */
-        const int HC = KT / 2;
-        float srow[HC], mx = -INFINITY;
+            /* The 16-key column blocks that reach this warp's rows: those after its last row
+             * are masked whole (P = 0), so neither product needs them. */
+            int64_t reach = (wt0 + 15 - c0) / 16 + 1;
+            int nb = reach < KS / 16 ? (int)reach : KS / 16;
+            /* S = Q K^T, one 16-key block at a time (fewer live registers): K's rows are B's
+             * columns, so K [KT][hd] is B col-major. */
 #pragma unroll
-        for (int c = 0; c < HC; c++) {
-            int64_t j = j0 + half * HC + c;
-            float v = scr[r * KT + half * HC + c] * a.scale;
-            srow[c] = (j <= t && t < a.T) ? v : -INFINITY;
-            mx = fmaxf(mx, srow[c]);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        float mn = fmaxf(m, mx), corr = 1.0f, sum = 0.0f;
-        if (mn != -INFINITY) {
-            corr = expf(m - mn);
-        }
-        T *pr = sp + (16 * warp + r) * KT + half * HC;
+            for (int n = 0; n < KS / 16; n++) {
+                if (n < nb) {
+                    frag_c s;
+                    wmma::fill_fragment(s, 0.0f);
 #pragma unroll
-        for (int c = 0; c < HC; c++) {
-            float e = srow[c] == -INFINITY ? 0.0f : expf(srow[c] - mn);
-            sum += e;
-            pr[c] = tc_cvt<T>(e);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * corr + sum;
-        m = mn;
-        /* O *= corr per row, through the scratch (S is no longer needed), where any row's max
-         * grew; the first tile's O is zero. */
-        if (j0 > 0 && __any_sync(0xffffffffu, corr != 1.0f)) {
-            float4 *mine = reinterpret_cast<float4 *>(scr + r * 16 + half * 8);
-#pragma unroll
-            for (int f = 0; f < HDF; f++) { /* unrolled, so that o stays in registers */
-                if (f < nf) {
-                    __syncwarp();
-                    wmma::store_matrix_sync(scr, o[f], 16, wmma::mem_row_major);
-                    __syncwarp();
-#pragma unroll
-                    for (int c = 0; c < 2; c++) {
-                        float4 v = mine[c];
-                        mine[c] = make_float4(v.x * corr, v.y * corr, v.z * corr, v.w * corr);
+                    for (int k = 0; k < HDF; k++) {
+                        if (k < nf) {
+                            frag_b_col kb;
+                            wmma::load_matrix_sync(kb, sk + (s0 + 16 * n) * LDH + 16 * k, LDH);
+                            wmma::mma_sync(s, qa[k], kb, s);
+                        }
                     }
-                    __syncwarp();
-                    wmma::load_matrix_sync(o[f], scr, 16, wmma::mem_row_major);
+                    wmma::store_matrix_sync(scr + 16 * n, s, LDS, wmma::mem_row_major);
                 }
             }
-        }
-        /* O += P V once every lane wrote its P; V [KT][hd] is B row-major. */
-        __syncwarp();
+            __syncwarp();
+            /* Online softmax of row r over this lane's columns (unstored blocks are masked). */
+            int64_t see = t < a.T ? t - c0 : -1; /* the last column row t sees */
+            int lim = see < KS ? (int)see : KS;
+            float srow[KS / 2], mx = -INFINITY;
+            const float4 *sr = reinterpret_cast<const float4 *>(scr + r * LDS + 4 * half);
 #pragma unroll
-        for (int k = 0; k < KT / 16; k++) {
-            frag_a pa;
-            wmma::load_matrix_sync(pa, sp + 16 * warp * KT + 16 * k, KT);
+            for (int c = 0; c < KS / 8; c++) {
+                float4 v = sr[2 * c];
+                int col = 8 * c + 4 * half;
+                srow[4 * c] = col <= lim ? v.x * a.scale : -INFINITY;
+                srow[4 * c + 1] = col + 1 <= lim ? v.y * a.scale : -INFINITY;
+                srow[4 * c + 2] = col + 2 <= lim ? v.z * a.scale : -INFINITY;
+                srow[4 * c + 3] = col + 3 <= lim ? v.w * a.scale : -INFINITY;
+                mx = fmaxf(fmaxf(mx, fmaxf(srow[4 * c], srow[4 * c + 1])),
+                           fmaxf(srow[4 * c + 2], srow[4 * c + 3]));
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            float mn = fmaxf(m, mx), corr = 1.0f, sum = 0.0f;
+            if (mn != -INFINITY) {
+                corr = expf(m - mn);
+            }
+            __syncwarp(); /* every lane has read its S before P overwrites it */
+            T *pr = sp + r * LDS + 4 * half;
 #pragma unroll
-            for (int f = 0; f < HDF; f++) {
-                if (f < nf) {
-                    frag_b_row vb;
-                    wmma::load_matrix_sync(vb, sv + 16 * k * hd + 16 * f, hd);
-                    wmma::mma_sync(o[f], pa, vb, o[f]);
+            for (int c = 0; c < KS / 8; c++) {
+                float e[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    e[u] = srow[4 * c + u] == -INFINITY ? 0.0f : expf(srow[4 * c + u] - mn);
+                    sum += e[u];
+                }
+                tc_quad<T> q = {
+                    {tc_cvt<T>(e[0]), tc_cvt<T>(e[1]), tc_cvt<T>(e[2]), tc_cvt<T>(e[3])}};
+                *reinterpret_cast<tc_quad<T> *>(pr + 8 * c) = q;
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            l = l * corr + sum;
+            m = mn;
+            /* O *= corr per row where any row's max grew (the first chunk's O is zero). */
+            if (c0 > 0 && __any_sync(0xffffffffu, corr != 1.0f)) {
+#pragma unroll
+                for (int i = 0; i < rows.num_elements; i++) {
+                    float ci = __shfl_sync(0xffffffffu, corr, 2 * (int)rows.x[i]);
+#pragma unroll
+                    for (int f = 0; f < HDF; f++) {
+                        if (f < nf) {
+                            o[f].x[i] *= ci;
+                        }
+                    }
                 }
             }
+            /* O += P V once every lane wrote its P; V [KT][hd] is B row-major. */
+            __syncwarp();
+#pragma unroll
+            for (int k = 0; k < KS / 16; k++) {
+                if (k < nb) {
+                    frag_a pa;
+                    wmma::load_matrix_sync(pa, sp + 16 * k, LDS);
+#pragma unroll
+                    for (int f = 0; f < HDF; f++) {
+                        if (f < nf) {
+                            frag_b_row vb;
+                            wmma::load_matrix_sync(vb, sv + (s0 + 16 * k) * LDH + 16 * f, LDH);
+                            wmma::mma_sync(o[f], pa, vb, o[f]);
+                        }
+                    }
+                }
+            }
+            __syncwarp(); /* every lane has read P before the next chunk's S overwrites it */
         }
     }
     if (wt0 >= a.T) {
@@ -604,18 +705,23 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     if (!tc_applies(a, qkv, y, qkv, y)) {
         return 0;
     }
-    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + TC_QT - 1) / TC_QT));
-    unsigned threads = 32 * TC_WARPS;
+    /* Heads up to 64: 8 warps (128 query rows) share key tiles of 64, K and V loaded together;
+     * up to 128: 4 warps and tiles of 32, K then V (registers). */
+    unsigned bh = (unsigned)(a->B * a->H);
     if (a->hd <= 64) {
+        unsigned blocks = bh * (unsigned)((a->T + 127) / 128);
         if (a->rnd == 1) {
-            k_attn_fwd_tc<__nv_bfloat16, 4, 64><<<blocks, threads, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<__nv_bfloat16, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse);
         } else {
-            k_attn_fwd_tc<__half, 4, 64><<<blocks, threads, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<__half, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse);
         }
-    } else if (a->rnd == 1) {
-        k_attn_fwd_tc<__nv_bfloat16, 8, 32><<<blocks, threads, 0, s>>>(*a, qkv, y, lse);
     } else {
-        k_attn_fwd_tc<__half, 8, 32><<<blocks, threads, 0, s>>>(*a, qkv, y, lse);
+        unsigned blocks = bh * (unsigned)((a->T + 63) / 64);
+        if (a->rnd == 1) {
+            k_attn_fwd_tc<__nv_bfloat16, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse);
+        } else {
+            k_attn_fwd_tc<__half, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse);
+        }
     }
     g_tc_fwd++;
     *err = cudaGetLastError();
