@@ -120,6 +120,11 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write,
                       cudaError_t *err);
+/* Queues the tensor-core backward's two kernels (attn_tc_bwd.cu) once nn_cu_attn_bwd_tc has
+ * checked that they apply; the launch status is cudaGetLastError's. */
+void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
+                                    const float *y, const float *lse, const float *gy, float *D,
+                                    float *gqkv, int write);
 
 #ifdef __cplusplus
 }
