@@ -1,16 +1,17 @@
 /* ACCEL_TEST_LABELS: gpu
  *
  * nn_causal_attention on CUDA (src/nn/cuda/: the warp-per-row kernels, and the tensor-core
- * forward and backward of attn_tc.cu under bf16 / fp16 autocast) against the CPU op, through
- * tests/nn_cuda_check.h (the output and the qkv gradient for a random output gradient,
- * NaN-poisoned GPU arena): fp32 1e-5 forward, 1e-4 gradients (each element is a difference of
- * row sums, which cancellation amplifies); bf16 / fp16 autocast 1e-2 (both sides round the same
- * operands, but a product's rounding to bf16 can fall either side of a tie on the other
- * device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel (head sizes
- * up to 64 and up to 128, the smallest 16), fp16, one row, the warp kernels' cases (head 160, dropout, whose
- * mask is the CPU's counter-based one), and a gradient that adds up over two attentions. Then
- * the tensor-core kernels against the warp kernels in the same process (below). Exits 77
- * (skipped) where the build has no CUDA or no GPU can be used.
+ * forward of attn_tc.cu and backward of attn_tc_bwd.cu under bf16 / fp16 autocast) against the
+ * CPU op, through tests/nn_cuda_check.h (the output and the qkv gradient for a random output
+ * gradient, NaN-poisoned GPU arena): fp32 1e-5 forward, 1e-4 gradients (each element is a
+ * difference of row sums, which cancellation amplifies); bf16 / fp16 autocast 1e-2 (both sides
+ * round the same operands, but a product's rounding to bf16 can fall either side of a tie on
+ * the other device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel
+ * (head sizes up to 64 and up to 128, the smallest 16; several whole tiles before a partial
+ * one, which the backward runs unmasked), fp16, one row, the warp kernels' cases (head 160,
+ * dropout, whose mask is the CPU's counter-based one), and a gradient that adds up over two
+ * attentions. Then the tensor-core kernels against the warp kernels in the same process
+ * (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
  */
 #include "nn_cuda_check.h"
 
@@ -56,9 +57,12 @@ static void test_attention(void)
         {"attention bf16 T130 hd32", 1, 130, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 T90 hd128", 1, 90, 256, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         /* The forward's tile loads with a head narrower than the tile (hd 96 in the hd-128
-         * shape), and many key tiles per query tile (O rescaled on the later ones). */
+         * shape); many key tiles per query tile (O rescaled on the later ones) and several
+         * whole tiles before a partial one (the backward's unmasked element-wise path beside
+         * its masked one), for both tile shapes. */
         {"attention bf16 T75 hd96", 1, 75, 192, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 B2 H2 T200 hd64", 2, 200, 128, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
+        {"attention fp16 T100 hd128", 1, 100, 256, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
         {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
         {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
         {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
@@ -114,6 +118,7 @@ static void test_attention_kernels(void)
     } cases[] = {
         {"bf16 B2 H3 T70 hd64", 2, 70, 192, 3, ACCEL_BF16},
         {"bf16 T128 hd64", 1, 128, 128, 2, ACCEL_BF16},
+        {"bf16 T200 hd64", 1, 200, 128, 2, ACCEL_BF16},
         {"bf16 T90 hd128", 1, 90, 256, 2, ACCEL_BF16},
         {"fp16 T70 hd48", 1, 70, 96, 2, ACCEL_F16},
     };

@@ -132,6 +132,11 @@ cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t 
 /* nn_cu_col_sum (write) of a 2-byte src, each value widened to fp32, in the same order. */
 cudaError_t nn_cu_col_sum_half(cudaStream_t s, const void *src, int64_t rows, int64_t cols,
                                float *dst, int dt);
+/* Queues the tensor-core backward's two kernels (attn_tc_bwd.cu) once nn_cu_attn_bwd_tc has
+ * checked that they apply; the launch status is cudaGetLastError's. */
+void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
+                                    const float *y, const float *lse, const float *gy, float *D,
+                                    float *gqkv, int write);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,522 @@
+/*
+ * The tensor-core causal attention backward (FlashAttention-2's two-kernel, atomic-free
+ * schedule) for bf16 / fp16 autocast; attn_tc.cu decides where it applies and queues it.
+ *
+ * Both kernels own 16 rows per warp (queries in the dQ kernel, keys in the dK/dV kernel) and
+ * stream tiles of ST rows of the other side through shared memory. Per streamed tile a warp
+ * recomputes the scores of its rows against the tile (S = Q K^T, or its transpose) and
+ * dP = dO V^T by WMMA with fp32 sums, forms P = exp(S * scale - lse) under the causal mask and
+ * dS = P dP - P D element-wise in fp32 (rounded as k_attn_bwd_* and the CPU round them), and
+ * accumulates dQ += dS K, or dV += P^T dO and dK += dS^T Q, in accumulator fragments. Each
+ * output row is written by one warp once, so no atomics and the sums run in a fixed order.
+ * Invariant: the results do not depend on the lane mapping or the load schedule below, only
+ * on the tile shapes (the WMMA sums' order), which are those of the first version.
+ *
+ * Cost (hd <= 64, 4 warps, streamed tiles of 32): a tile's rows arrive in one round of 128-bit
+ * loads all in flight (bw_load2), one L2 latency where a load-then-store loop waited ~9; the
+ * element-wise passes use 128-bit shared accesses without conflicting reads and skip the
+ * causal test on tiles wholly below the diagonal. Registers bound the blocks per SM: the dQ
+ * kernel fits 5 (96 registers, 41 KB shared), the dK/dV kernel 4 (capped at 128 registers
+ * without spills, 41.3 KB). Static shared memory stays within 48 KiB.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
+
+#include "nn_kernels.h"
+
+using namespace nvcuda;
+
+namespace
+{
+
+template <typename T> __device__ __forceinline__ T bw_cvt(float v);
+template <> __device__ __forceinline__ __nv_bfloat16 bw_cvt<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half bw_cvt<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+
+template <typename T> __device__ __forceinline__ float bw_f(T v);
+template <> __device__ __forceinline__ float bw_f<__nv_bfloat16>(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+template <> __device__ __forceinline__ float bw_f<__half>(__half v)
+{
+    return __half2float(v);
+}
+/* v rounded to T and back: what a product reading v in T sees. */
+template <typename T> __device__ __forceinline__ float bw_round(float v)
+{
+    return bw_f<T>(bw_cvt<T>(v));
+}
+
+template <typename T> struct __align__(8) bw_quad
+{
+    T v[4];
+};
+
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> bw_acc;
+
+/* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
+ * padding put the 16 rows of a WMMA load on different banks. */
+template <int HDF> struct bw_ldh {
+    static const int v = 16 * HDF + 8;
+};
+
+/* One thread's share of N float4 of each of two row sets (a tile of two tensors), held in
+ * registers between the loads and the rounded stores into shared memory, so that all 2 N loads
+ * are in flight at once (one L2 latency per round, not one per load). */
+template <int N> struct bw_regs {
+    float4 a[N], b[N];
+};
+
+/* Loads float4 number base + k * blockDim.x + threadIdx.x (k < N) of rows x hd of src_a and
+ * src_b (row i at src + i * stride); rows from `valid` on, and indices past the tile, read as
+ * zero. */
+template <int N>
+__device__ __forceinline__ void bw_fetch(bw_regs<N> &r, const float *src_a, int64_t stride_a,
+                                         const float *src_b, int64_t stride_b, int valid,
+                                         int rows, int hd, int base)
+{
+    int q4 = hd / 4;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q4, c = (i % q4) * 4;
+        float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        r.a[k] = z;
+        r.b[k] = z;
+        if (i < rows * q4 && row < valid) {
+            r.a[k] = *reinterpret_cast<const float4 *>(src_a + row * stride_a + c);
+            r.b[k] = *reinterpret_cast<const float4 *>(src_b + row * stride_b + c);
+        }
+    }
+}
+
+/* bw_fetch's values rounded to T into dst_a, dst_b [rows][ld] (one 64-bit store each). */
+template <typename T, int N>
+__device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b, int ld,
+                                         int rows, int hd, int base)
+{
+    int q4 = hd / 4;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q4, c = (i % q4) * 4;
+        if (i < rows * q4) {
+            float4 a = r.a[k], b = r.b[k];
+            bw_quad<T> qa = {{bw_cvt<T>(a.x), bw_cvt<T>(a.y), bw_cvt<T>(a.z), bw_cvt<T>(a.w)}};
+            bw_quad<T> qb = {{bw_cvt<T>(b.x), bw_cvt<T>(b.y), bw_cvt<T>(b.z), bw_cvt<T>(b.w)}};
+            *reinterpret_cast<bw_quad<T> *>(dst_a + row * ld + c) = qa;
+            *reinterpret_cast<bw_quad<T> *>(dst_b + row * ld + c) = qb;
+        }
+    }
+}
+
+/* A whole tile of two tensors (rows x hd each), N float4 per thread and tensor per round. */
+template <typename T, int N>
+__device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, const float *src_b,
+                                         int64_t stride_b, int valid, int rows, int hd, T *dst_a,
+                                         T *dst_b, int ld)
+{
+    for (int base = 0; base < rows * (hd / 4); base += N * (int)blockDim.x) {
+        bw_regs<N> r;
+        bw_fetch<N>(r, src_a, stride_a, src_b, stride_b, valid, rows, hd, base);
+        bw_stash<T, N>(r, dst_a, dst_b, ld, rows, hd, base);
+    }
+}
+
+/* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T,
+ * both in shared memory with leading dimension LDH. */
+template <typename T, int HDF, int ST, int LDS>
+__device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
+{
+    const int LDH = bw_ldh<HDF>::v;
+    bw_acc s[ST / 16];
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+        wmma::fill_fragment(s[n], 0.0f);
+    }
+#pragma unroll
+    for (int k = 0; k < HDF; k++) {
+        if (k < nf) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, own + 16 * k, LDH);
+#pragma unroll
+            for (int n = 0; n < ST / 16; n++) {
+                /* Stream rows are B's columns: [ST][hd] is B col-major. */
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * n * LDH + 16 * k, LDH);
+                wmma::mma_sync(s[n], fa, fb, s[n]);
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+        wmma::store_matrix_sync(out + 16 * n, s[n], LDS, wmma::mem_row_major);
+    }
+}
+
+/* acc [16][hd] += x [16][ST] (shared, ldm ST + 8) times stream [ST][hd] (shared, ldm LDH). */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void bw_accumulate(bw_acc *acc, const T *x, const T *stream, int nf)
+{
+    const int LDH = bw_ldh<HDF>::v;
+#pragma unroll
+    for (int k = 0; k < ST / 16; k++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+        wmma::load_matrix_sync(fa, x + 16 * k, ST + 8);
+#pragma unroll
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
+                wmma::mma_sync(acc[f], fa, fb, acc[f]);
+            }
+        }
+    }
+}
+
+template <typename T> struct __align__(16) bw_oct
+{
+    T v[8];
+};
+
+/* The element-wise passes over the warp's 16 x ST tile: lanes 2r and 2r + 1 own row r, half
+ * of its columns each (HC = ST / 2 consecutive ones), read and written with explicit 128-bit
+ * shared accesses (the compiler left the scalar loads of a plain loop as 16 LDS.32 with 4-way
+ * conflicts: banks 4r + 16 half + c). A 128-bit access is served by quarter warps, and 8
+ * lanes on 4 rows of ST + 4 floats cover all 32 banks: the scratch reads are conflict-free,
+ * 4 instructions where there were 16; the P / dS stores are 2-way (2 instructions). */
+
+/* P = rnd(exp(S * scale - lse)) where query t sees key j (j <= t < T), else 0, the lane's HC
+ * entries. KEY_ROWS: rows are keys and columns queries (lse per column, in shared memory,
+ * 16-byte aligned), else rows are queries (lse_row). MASK false: every element is visible (the
+ * caller checked), so no per-element test. row0 / col0: the tile's first row / column. */
+template <typename T, int ST, int LDS, bool KEY_ROWS, bool MASK>
+__device__ __forceinline__ void bw_probs(float scale, int64_t T_, const float *scr, int64_t row0,
+                                         int64_t col0, const float *lse_col, float lse_row,
+                                         float *p)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float4 *s4 = reinterpret_cast<const float4 *>(scr + r * LDS + half * HC);
+#pragma unroll
+    for (int q = 0; q < HC / 4; q++) {
+        float4 sv = s4[q], lv = make_float4(lse_row, lse_row, lse_row, lse_row);
+        if (KEY_ROWS) {
+            lv = reinterpret_cast<const float4 *>(lse_col + half * HC)[q];
+        }
+        float sx[4] = {sv.x, sv.y, sv.z, sv.w}, lx[4] = {lv.x, lv.y, lv.z, lv.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int c = 4 * q + e;
+            float v = bw_round<T>(expf(sx[e] * scale - lx[e]));
+            if (MASK) {
+                int64_t row = row0 + r, col = col0 + half * HC + c;
+                int64_t t = KEY_ROWS ? col : row, j = KEY_ROWS ? row : col;
+                v = (j <= t && t < T_) ? v : 0.0f;
+            }
+            p[c] = v;
+        }
+    }
+}
+
+/* In place of the lane's P entries: dS = rnd(P dP - P D), dP from the scratch, D per column
+ * (KEY_ROWS, in shared memory, 16-byte aligned) or per row. */
+template <typename T, int ST, int LDS, bool KEY_ROWS>
+__device__ __forceinline__ void bw_dscores(const float *scr, const float *D_col, float D_row,
+                                           float *p)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float4 *dp4 = reinterpret_cast<const float4 *>(scr + r * LDS + half * HC);
+#pragma unroll
+    for (int q = 0; q < HC / 4; q++) {
+        float4 dpv = dp4[q], dv = make_float4(D_row, D_row, D_row, D_row);
+        if (KEY_ROWS) {
+            dv = reinterpret_cast<const float4 *>(D_col + half * HC)[q];
+        }
+        float dpx[4] = {dpv.x, dpv.y, dpv.z, dpv.w}, dx[4] = {dv.x, dv.y, dv.z, dv.w};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int c = 4 * q + e;
+            p[c] = bw_round<T>(p[c] * dpx[e] - p[c] * dx[e]);
+        }
+    }
+}
+
+/* The lane's HC values into row r of x [16][ST + 8] (16-byte stores). */
+template <typename T, int ST> __device__ __forceinline__ void bw_put(T *x, const float *v)
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    bw_oct<T> *dst = reinterpret_cast<bw_oct<T> *>(x + r * (ST + 8) + half * HC);
+#pragma unroll
+    for (int c = 0; c < HC / 8; c++) {
+        bw_oct<T> o;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            o.v[e] = bw_cvt<T>(v[8 * c + e]);
+        }
+        dst[c] = o;
+    }
+}
+
+/* Row r of the warp's [16][hd] accumulators, times f and rounded to T, stored into (write) or
+ * added to dst (the lane's row, when `valid`), through the scratch (16 x 16 floats). */
+template <typename T, int HDF>
+__device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int nf, float *dst,
+                                              float f, int write, bool valid)
+{
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    const float4 *mine = reinterpret_cast<const float4 *>(scr + r * 16 + half * 8);
+    float4 *out = reinterpret_cast<float4 *>(dst + half * 8);
+#pragma unroll
+    for (int k = 0; k < HDF; k++) {
+        if (k < nf) {
+            __syncwarp();
+            wmma::store_matrix_sync(scr, acc[k], 16, wmma::mem_row_major);
+            __syncwarp();
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                float4 v = mine[c];
+                float4 x = make_float4(bw_round<T>(v.x * f), bw_round<T>(v.y * f),
+                                       bw_round<T>(v.z * f), bw_round<T>(v.w * f));
+                if (valid && !write) {
+                    float4 o = out[4 * k + c];
+                    x = make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w);
+                }
+                if (valid) {
+                    out[4 * k + c] = x;
+                }
+            }
+        }
+    }
+}
+
+/* Shared bytes of the backward kernels (at most): 2 tiles of 16 NW own rows and 2 of ST
+ * streamed rows (LDH wide), NW fp32 scratch tiles [16][ST + 4], NW bf16 / fp16 tiles
+ * [16][ST + 8] (dS; the dK/dV kernel's P, then its dS) and ST floats each of lse and D. */
+template <typename T, int HDF, int NW, int ST> struct bw_smem {
+    static const int v = (2 * 16 * NW + 2 * ST) * bw_ldh<HDF>::v * (int)sizeof(T) +
+                         NW * 16 * (ST + 4) * 4 + NW * 16 * (ST + 8) * (int)sizeof(T) +
+                         2 * ST * 4;
+};
+
+} /* namespace */
+
+/* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
+ * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
+ * next, reads it). */
+template <typename T, int HDF, int NW, int ST>
+__global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memory allows */
+    k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
+                     const float *gy, float *D, float *gqkv, int write)
+{
+    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
+    static_assert(ST % 16 == 0, "a lane's HC columns are 16-byte stores");
+    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    __shared__ __align__(32) T sq[QT * LDH];
+    __shared__ __align__(32) T sdo[QT * LDH];
+    __shared__ __align__(32) T sk[ST * LDH];
+    __shared__ __align__(32) T sv[ST * LDH];
+    __shared__ __align__(32) T sds[NW * 16 * LDP];
+    __shared__ __align__(32) float ss[NW * 16 * LDS];
+
+    int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
+     * tiles (most keys) first. */
+    int64_t qt = nqt - 1 - (int64_t)blockIdx.x % nqt, bh = (int64_t)blockIdx.x / nqt;
+    int64_t h = bh % a.H, b = bh / a.H, t0 = qt * QT;
+    int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = lane >> 1, half = lane & 1;
+    int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
+    float *scr = ss + warp * 16 * LDS;
+    T *xds = sds + warp * 16 * LDP;
+    const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
+    const float *k_b = qkv_b + a.C, *v_b = qkv_b + 2 * a.C;
+    int own_valid = (int)(a.T - t0 < QT ? a.T - t0 : QT);
+
+    bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo, LDH);
+    __syncthreads();
+    /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's. */
+    float D_t = 0.0f, lse_t = 0.0f;
+    if (t < a.T) {
+        const float4 *yr =
+            reinterpret_cast<const float4 *>(y + (b * a.T + t) * a.C + h * a.hd + half * (hd / 2));
+        const T *dr = sdo + (16 * warp + r) * LDH + half * (hd / 2);
+        for (int d = 0; d < hd / 8; d++) {
+            float4 v = yr[d];
+            D_t += bw_f<T>(dr[4 * d]) * v.x + bw_f<T>(dr[4 * d + 1]) * v.y +
+                   bw_f<T>(dr[4 * d + 2]) * v.z + bw_f<T>(dr[4 * d + 3]) * v.w;
+        }
+        lse_t = lse[bh * a.T + t];
+    }
+    D_t += __shfl_xor_sync(0xffffffffu, D_t, 1);
+    if (half == 0 && t < a.T) {
+        D[bh * a.T + t] = D_t;
+    }
+
+    bw_acc dq[HDF];
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        wmma::fill_fragment(dq[f], 0.0f);
+    }
+    int64_t last = (t0 + QT < a.T ? t0 + QT : a.T) - 1; /* the tile's last query */
+    for (int64_t j0 = 0; j0 <= last; j0 += ST) {
+        __syncthreads(); /* every warp is done with the previous K, V */
+        bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, (int)(a.T - j0 < ST ? a.T - j0 : ST),
+                       ST, hd, sk, sv, LDH);
+        __syncthreads();
+        if (j0 > wt0 + 15 || wt0 >= a.T) {
+            continue; /* every key of the tile is after this warp's queries */
+        }
+        float p[ST / 2];
+        bw_scores<T, HDF, ST, LDS>(scr, sq + 16 * warp * LDH, sk, nf);
+        __syncwarp();
+        /* Unmasked where every key of the tile is at or before the warp's first query and
+         * all 16 queries are real rows. */
+        if (j0 + ST - 1 <= wt0 && wt0 + 15 < a.T) {
+            bw_probs<T, ST, LDS, false, false>(a.scale, a.T, scr, wt0, j0, nullptr, lse_t, p);
+        } else {
+            bw_probs<T, ST, LDS, false, true>(a.scale, a.T, scr, wt0, j0, nullptr, lse_t, p);
+        }
+        __syncwarp(); /* S is read before dP overwrites it */
+        bw_scores<T, HDF, ST, LDS>(scr, sdo + 16 * warp * LDH, sv, nf);
+        __syncwarp();
+        bw_dscores<T, ST, LDS, false>(scr, nullptr, D_t, p);
+        bw_put<T, ST>(xds, p);
+        __syncwarp();
+        bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+    }
+    if (wt0 >= a.T) {
+        return; /* no real rows (after the last __syncthreads) */
+    }
+    bw_store_rows<T, HDF>(scr, dq, nf, gqkv + (b * a.T + t) * C3 + h * a.hd, a.scale, write,
+                          t < a.T);
+}
+
+/* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
+ * it. */
+template <typename T, int HDF, int NW, int ST>
+__global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (5 spill) */
+    k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
+                      const float *D, float *gqkv, int write)
+{
+    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
+    static_assert(ST % 16 == 0 && ST <= 32 * NW, "16-byte stores; one lse, D a thread");
+    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    __shared__ __align__(32) T sk[KT * LDH];
+    __shared__ __align__(32) T sv[KT * LDH];
+    __shared__ __align__(32) T sq[ST * LDH];
+    __shared__ __align__(32) T sdo[ST * LDH];
+    __shared__ __align__(32) T sx[NW * 16 * LDP];
+    __shared__ __align__(32) float ss[NW * 16 * LDS];
+    __shared__ __align__(16) float slse[ST], sD[ST];
+
+    int64_t nkt = (a.T + KT - 1) / KT, C3 = 3 * a.C;
+    /* Head-major (the blocks in flight share one head's Q and dO in L2), the first key tiles
+     * (most queries) first. */
+    int64_t kt = (int64_t)blockIdx.x % nkt, bh = (int64_t)blockIdx.x / nkt;
+    int64_t h = bh % a.H, b = bh / a.H, j0 = kt * KT;
+    int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r = lane >> 1;
+    int64_t wj0 = j0 + 16 * warp, j = wj0 + r;
+    float *scr = ss + warp * 16 * LDS;
+    T *xs = sx + warp * 16 * LDP;
+    const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
+    const float *lse_h = lse + bh * a.T, *D_h = D + bh * a.T;
+    int own_valid = (int)(a.T - j0 < KT ? a.T - j0 : KT);
+
+    bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
+                   sk, sv, LDH);
+    bw_acc dk[HDF], dv[HDF];
+#pragma unroll
+    for (int f = 0; f < HDF; f++) {
+        wmma::fill_fragment(dk[f], 0.0f);
+        wmma::fill_fragment(dv[f], 0.0f);
+    }
+    for (int64_t i0 = j0; i0 < a.T; i0 += ST) {
+        __syncthreads(); /* every warp is done with the previous Q, dO (and K, V are loaded) */
+        /* The tile's lse and D (a thread each): their loads fly with the rows'. */
+        int64_t it = i0 + threadIdx.x;
+        float lse_i = 0.0f, D_i = 0.0f;
+        if (threadIdx.x < ST && it < a.T) {
+            lse_i = lse_h[it];
+            D_i = D_h[it];
+        }
+        bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C,
+                       (int)(a.T - i0 < ST ? a.T - i0 : ST), ST, hd, sq, sdo, LDH);
+        if (threadIdx.x < ST) {
+            slse[threadIdx.x] = lse_i;
+            sD[threadIdx.x] = D_i;
+        }
+        __syncthreads();
+        if (i0 + ST - 1 < wj0 || wj0 >= a.T) {
+            continue; /* every query of the tile is before this warp's keys */
+        }
+        float p[ST / 2];
+        bw_scores<T, HDF, ST, LDS>(scr, sk + 16 * warp * LDH, sq, nf); /* S^T */
+        __syncwarp();
+        /* Unmasked where every query of the tile is at or after the warp's last key and
+         * before T. */
+        if (wj0 + 15 <= i0 && i0 + ST <= a.T) {
+            bw_probs<T, ST, LDS, true, false>(a.scale, a.T, scr, wj0, i0, slse, 0.0f, p);
+        } else {
+            bw_probs<T, ST, LDS, true, true>(a.scale, a.T, scr, wj0, i0, slse, 0.0f, p);
+        }
+        bw_put<T, ST>(xs, p);
+        __syncwarp(); /* P is in place, and S^T read before dP^T overwrites it */
+        bw_accumulate<T, HDF, ST>(dv, xs, sdo, nf);
+        bw_scores<T, HDF, ST, LDS>(scr, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
+        __syncwarp(); /* dP^T is in place, and every lane's P read before dS overwrites it */
+        bw_dscores<T, ST, LDS, true>(scr, sD, 0.0f, p);
+        bw_put<T, ST>(xs, p);
+        __syncwarp();
+        bw_accumulate<T, HDF, ST>(dk, xs, sq, nf);
+    }
+    if (wj0 >= a.T) {
+        return; /* no real rows (after the last __syncthreads) */
+    }
+    float *dst = gqkv + (b * a.T + j) * C3 + h * a.hd;
+    bw_store_rows<T, HDF>(scr, dk, nf, dst + a.C, a.scale, write, j < a.T);
+    bw_store_rows<T, HDF>(scr, dv, nf, dst + 2 * a.C, 1.0f, write, j < a.T);
+}
+
+/* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
+template <typename T, int HDF, int NW, int ST>
+static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                      const float *lse, const float *gy, float *D, float *gqkv, int write)
+{
+    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+}
+
+extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a,
+                                               const float *qkv, const float *y, const float *lse,
+                                               const float *gy, float *D, float *gqkv, int write)
+{
+    /* Head sizes up to 64: 4 warps (64 own rows) and streamed tiles of 32; up to 128: 2 warps,
+     * so that each kernel's static shared memory stays within 48 KiB. */
+    if (a->hd <= 64) {
+        if (a->rnd == 1) {
+            bw_launch<__nv_bfloat16, 4, 4, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        } else {
+            bw_launch<__half, 4, 4, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        }
+    } else if (a->rnd == 1) {
+        bw_launch<__nv_bfloat16, 8, 2, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    } else {
+        bw_launch<__half, 8, 2, 32>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    }
+}
