@@ -23,68 +23,10 @@
 #include <mma.h>
 #endif
 
+#include "attn_tc.cuh"
 #include "nn_kernels.h"
 
 using namespace nvcuda;
-
-template <typename T> __device__ __forceinline__ T tc_cvt(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 tc_cvt<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half tc_cvt<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-
-template <typename T> __device__ __forceinline__ float tc_f(T v);
-template <> __device__ __forceinline__ float tc_f<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float tc_f<__half>(__half v)
-{
-    return __half2float(v);
-}
-/* v rounded to T and back: what a product reading v in T sees. */
-template <typename T> __device__ __forceinline__ float tc_round(float v)
-{
-    return tc_f<T>(tc_cvt<T>(v));
-}
-
-template <typename T> struct __align__(8) tc_quad
-{
-    T v[4];
-};
-
-/* rows x hd floats (row i at src + i * stride; rows from `valid` on read as zero) into dst
- * [rows][ld] rounded to T: 128-bit loads, consecutive threads along a row. */
-template <typename T>
-__device__ __forceinline__ void tc_load_rows(const float *src, int64_t stride, int64_t valid,
-                                             int rows, int hd, T *dst, int ld)
-{
-    int q4 = hd / 4;
-    for (int i = threadIdx.x; i < rows * q4; i += blockDim.x) {
-        int r = i / q4, c = (i % q4) * 4;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < valid) {
-            v = *reinterpret_cast<const float4 *>(src + r * stride + c);
-        }
-        tc_quad<T> q = {{tc_cvt<T>(v.x), tc_cvt<T>(v.y), tc_cvt<T>(v.z), tc_cvt<T>(v.w)}};
-        *reinterpret_cast<tc_quad<T> *>(dst + r * ld + c) = q; /* one 64-bit store */
-    }
-}
-
-/* rows x hd of head h from packed qkv rows [row0, row0 + rows) (part: 0 q, 1 k, 2 v) into
- * dst [rows][ld]. */
-template <typename T>
-__device__ __forceinline__ void tc_load_tile(const nn_cu_attn &a, const float *qkv, int64_t b,
-                                             int64_t h, int part, int64_t row0, int rows, T *dst,
-                                             int ld)
-{
-    const float *src = qkv + (b * a.T + row0) * 3 * a.C + part * a.C + h * a.hd;
-    tc_load_rows<T>(src, 3 * a.C, a.T - row0, rows, (int)a.hd, dst, ld);
-}
 
 /* ---- forward ----
  *

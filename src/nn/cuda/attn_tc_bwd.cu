@@ -28,42 +28,13 @@
 #include <mma.h>
 #endif
 
+#include "attn_tc.cuh"
 #include "nn_kernels.h"
 
 using namespace nvcuda;
 
 namespace
 {
-
-template <typename T> __device__ __forceinline__ T bw_cvt(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 bw_cvt<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
-template <> __device__ __forceinline__ __half bw_cvt<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-
-template <typename T> __device__ __forceinline__ float bw_f(T v);
-template <> __device__ __forceinline__ float bw_f<__nv_bfloat16>(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-template <> __device__ __forceinline__ float bw_f<__half>(__half v)
-{
-    return __half2float(v);
-}
-/* v rounded to T and back: what a product reading v in T sees. */
-template <typename T> __device__ __forceinline__ float bw_round(float v)
-{
-    return bw_f<T>(bw_cvt<T>(v));
-}
-
-template <typename T> struct __align__(8) bw_quad
-{
-    T v[4];
-};
 
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> bw_acc;
 
@@ -113,10 +84,10 @@ __device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b
         int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q4, c = (i % q4) * 4;
         if (i < rows * q4) {
             float4 a = r.a[k], b = r.b[k];
-            bw_quad<T> qa = {{bw_cvt<T>(a.x), bw_cvt<T>(a.y), bw_cvt<T>(a.z), bw_cvt<T>(a.w)}};
-            bw_quad<T> qb = {{bw_cvt<T>(b.x), bw_cvt<T>(b.y), bw_cvt<T>(b.z), bw_cvt<T>(b.w)}};
-            *reinterpret_cast<bw_quad<T> *>(dst_a + row * ld + c) = qa;
-            *reinterpret_cast<bw_quad<T> *>(dst_b + row * ld + c) = qb;
+            tc_quad<T> qa = {{tc_cvt<T>(a.x), tc_cvt<T>(a.y), tc_cvt<T>(a.z), tc_cvt<T>(a.w)}};
+            tc_quad<T> qb = {{tc_cvt<T>(b.x), tc_cvt<T>(b.y), tc_cvt<T>(b.z), tc_cvt<T>(b.w)}};
+            *reinterpret_cast<tc_quad<T> *>(dst_a + row * ld + c) = qa;
+            *reinterpret_cast<tc_quad<T> *>(dst_b + row * ld + c) = qb;
         }
     }
 }
@@ -219,7 +190,7 @@ __device__ __forceinline__ void bw_probs(float scale, int64_t T_, const float *s
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int c = 4 * q + e;
-            float v = bw_round<T>(expf(sx[e] * scale - lx[e]));
+            float v = tc_round<T>(expf(sx[e] * scale - lx[e]));
             if (MASK) {
                 int64_t row = row0 + r, col = col0 + half * HC + c;
                 int64_t t = KEY_ROWS ? col : row, j = KEY_ROWS ? row : col;
@@ -249,7 +220,7 @@ __device__ __forceinline__ void bw_dscores(const float *scr, const float *D_col,
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             int c = 4 * q + e;
-            p[c] = bw_round<T>(p[c] * dpx[e] - p[c] * dx[e]);
+            p[c] = tc_round<T>(p[c] * dpx[e] - p[c] * dx[e]);
         }
     }
 }
@@ -265,7 +236,7 @@ template <typename T, int ST> __device__ __forceinline__ void bw_put(T *x, const
         bw_oct<T> o;
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            o.v[e] = bw_cvt<T>(v[8 * c + e]);
+            o.v[e] = tc_cvt<T>(v[8 * c + e]);
         }
         dst[c] = o;
     }
@@ -289,8 +260,8 @@ __device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int
 #pragma unroll
             for (int c = 0; c < 2; c++) {
                 float4 v = mine[c];
-                float4 x = make_float4(bw_round<T>(v.x * f), bw_round<T>(v.y * f),
-                                       bw_round<T>(v.z * f), bw_round<T>(v.w * f));
+                float4 x = make_float4(tc_round<T>(v.x * f), tc_round<T>(v.y * f),
+                                       tc_round<T>(v.z * f), tc_round<T>(v.w * f));
                 if (valid && !write) {
                     float4 o = out[4 * k + c];
                     x = make_float4(o.x + x.x, o.y + x.y, o.z + x.z, o.w + x.w);
@@ -356,8 +327,8 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
         const T *dr = sdo + (16 * warp + r) * LDH + half * (hd / 2);
         for (int d = 0; d < hd / 8; d++) {
             float4 v = yr[d];
-            D_t += bw_f<T>(dr[4 * d]) * v.x + bw_f<T>(dr[4 * d + 1]) * v.y +
-                   bw_f<T>(dr[4 * d + 2]) * v.z + bw_f<T>(dr[4 * d + 3]) * v.w;
+            D_t += tc_f<T>(dr[4 * d]) * v.x + tc_f<T>(dr[4 * d + 1]) * v.y +
+                   tc_f<T>(dr[4 * d + 2]) * v.z + tc_f<T>(dr[4 * d + 3]) * v.w;
         }
         lse_t = lse[bh * a.T + t];
     }
