@@ -134,17 +134,6 @@ __global__ void k_lce_rows(float *x, const int32_t *t, int64_t C, int64_t ignore
     }
 }
 
-__global__ void k_scale_acc(float *dst, const float *src, int64_t n, const float *seed, int rnd,
-                            int write)
-{
-    float f = *seed;
-    GRID_LOOP(i, n)
-    {
-        float v = rnd_dt(f * src[i], rnd);
-        dst[i] = write ? v : dst[i] + v;
-    }
-}
-
 /* ---- launchers ---- */
 
 extern "C" {
@@ -178,13 +167,6 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
 {
     k_lce_rows<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, t, C, ignore, eps, scale, grad, rnd, gh,
                                                       row_loss);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
-                            const float *seed, int rnd, int write)
-{
-    k_scale_acc<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, seed, rnd, write);
     return cudaGetLastError();
 }
 

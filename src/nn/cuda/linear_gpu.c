@@ -211,9 +211,12 @@ static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
     }
     /* D (the product) times gelu'(aux) in place; the bias gradient sums D's columns, that is
      * the rows of the row-major [n, m] it also is. */
+    float *part = NULL;
     return accel__nn_cu_ok(g, nn_cu_gelu_bwd(cs, p->aux, p->D, p->D, n, 1, 1), what) &&
            (p->dbias == NULL ||
-            accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, p->n, p->m, p->dbias, 1), what));
+            (accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
+             accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, 0, p->n, p->m, p->dbias, 1, 0, part),
+                             what)));
 }
 
 /* Runs p: its bias / GELU through the epilogue, or a plain product and the epilogue's kernels
@@ -406,22 +409,12 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0), what);
         return;
     }
-    if (gb != NULL) {
-        if (rnd == 0) {
-            accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gy, M, out, gb, 0), what);
-            return;
-        }
-        /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
-        float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
-        float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
-        if (gyr == NULL || sum == NULL ||
-            (M > 0 &&
-             !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gyr, gy, M * out, rnd, 1), what))) {
-            return;
-        }
-        if (accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyr, M, out, sum, 1), what)) {
-            accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, sum, out, rnd, 0), what);
-        }
+    float *part = NULL;
+    if (gb != NULL && accel__nn_cu_sum_parts(g, M, out, 1, &part)) {
+        /* Under autocast the bias gradient of a low-precision kernel: the rounded dY (the
+         * 2-byte copy the products read, half the bytes of dY) summed, then rounded. */
+        accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyd, rnd, M, out, gb, 0, rnd, part),
+                        what);
     }
 }
 

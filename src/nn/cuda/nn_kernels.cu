@@ -1,10 +1,9 @@
 /*
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
- * (ce_kernels.cu) and tensor-core attention (attn_tc.cu). Correctness first: element-wise
- * kernels use grid-stride loops, row kernels one block per row with block reductions, sums
- * over rows (bias, LayerNorm parameters) one block per 32 columns whose 32 lanes each sum every
- * 32nd row, then the lanes in order, the embedding scatter one thread per (column, slice of the
- * vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
+ * (ce_kernels.cu), tensor-core attention (attn_tc.cu) and the element-wise kernels and sums over
+ * rows (ew_kernels.cu). Correctness first: dropout uses a grid-stride loop, row kernels one
+ * block per row with block reductions, the embedding scatter one thread per (column, slice of
+ * the vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
  * online softmax (under autocast both directions run on tensor cores instead: attn_tc.cu), so
  * no kernel keeps a T x T matrix, none uses atomics, and every result is deterministic (the
  * order of every sum depends only on the shapes).
@@ -16,9 +15,6 @@
 #include "nn_kernels.h"
 #include "nn_kernels_dev.cuh"
 
-/* Column sums: a block is CS_COLS columns x CS_LANES lanes over the rows. */
-#define CS_COLS 32
-#define CS_LANES 32
 /* The embedding scatter: up to this many vocabulary slices, each its own threads. */
 #define EMB_SLICES 64
 
@@ -37,100 +33,6 @@ __device__ __forceinline__ float uniform01(unsigned long long key, unsigned long
 }
 
 /* ---- element-wise ---- */
-
-__global__ void k_add(const float *a, int64_t na, const float *b, int64_t nb, float *y, int64_t n)
-{
-    GRID_LOOP(i, n)
-    {
-        y[i] = a[i % na] + b[i % nb];
-    }
-}
-
-__global__ void k_acc(float *dst, const float *src, int64_t n, int rnd, int write)
-{
-    GRID_LOOP(i, n)
-    {
-        float v = rnd_dt(src[i], rnd);
-        dst[i] = write ? v : dst[i] + v;
-    }
-}
-
-/* Lane threadIdx.y of column c sums rows lane, lane + CS_LANES, ...; lane 0 then adds the
- * lanes' sums in lane order. */
-__global__ void k_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
-{
-    __shared__ float sh[CS_LANES][CS_COLS + 1];
-    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
-    float s = 0.0f;
-    if (c < cols) {
-        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
-            s += src[r * cols + c];
-        }
-    }
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        float t = 0.0f;
-        for (int k = 0; k < CS_LANES; k++) {
-            t += sh[k][threadIdx.x];
-        }
-        dst[c] = write ? t : dst[c] + t;
-    }
-}
-
-__global__ void k_to_half(const float *src, void *dst, int64_t n, int dt)
-{
-    GRID_LOOP(i, n)
-    {
-        if (dt == 1) {
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        } else {
-            ((__half *)dst)[i] = __float2half_rn(src[i]);
-        }
-    }
-}
-
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define GELU_C 0.044715f
-
-__device__ __forceinline__ float gelu_f(float x, int approximate)
-{
-    if (approximate) {
-        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-
-__device__ __forceinline__ float gelu_grad(float x, int approximate)
-{
-    if (approximate) {
-        float x2 = x * x;
-        float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
-        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    }
-    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-    return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
-}
-
-__global__ void k_gelu(const float *x, float *y, int64_t n, int approximate)
-{
-    GRID_LOOP(i, n)
-    {
-        y[i] = gelu_f(x[i], approximate);
-    }
-}
-
-__global__ void k_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
-                           int write)
-{
-    GRID_LOOP(i, n)
-    {
-        float v = gy[i] * gelu_grad(x[i], approximate);
-        gx[i] = write ? v : gx[i] + v;
-    }
-}
 
 __global__ void k_dropout(unsigned long long key, float p, const float *src, float *dst, int64_t n,
                           int write)
@@ -220,39 +122,6 @@ __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float v = rs * (gr[c] * (w ? w[c] : 1.0f) - s1 - (xr[c] - mu) * rs * s2);
         gx[r * C + c] = write ? v : gx[r * C + c] + v;
-    }
-}
-
-/* As k_col_sum, for the weight and bias sums at once. */
-__global__ void k_layernorm_bwd_params(const float *x, const float *gy, const float *mean,
-                                       const float *rstd, int64_t rows, int64_t C, float *gw,
-                                       float *gb)
-{
-    __shared__ float shw[CS_LANES][CS_COLS + 1], shb[CS_LANES][CS_COLS + 1];
-    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
-    float sw = 0.0f, sb = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
-            float g = gy[r * C + c];
-            sw += g * (x[r * C + c] - mean[r]) * rstd[r];
-            sb += g;
-        }
-    }
-    shw[threadIdx.y][threadIdx.x] = sw;
-    shb[threadIdx.y][threadIdx.x] = sb;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < CS_LANES; k++) {
-            tw += shw[k][threadIdx.x];
-            tb += shb[k][threadIdx.x];
-        }
-        if (gw) {
-            gw[c] += tw;
-        }
-        if (gb) {
-            gb[c] += tb;
-        }
     }
 }
 
@@ -461,50 +330,6 @@ __global__ void k_attn_bwd_kv(nn_cu_attn a, const float *qkv, const float *lse, 
 
 extern "C" {
 
-cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b, int64_t nb,
-                      float *y)
-{
-    int64_t n = na > nb ? na : nb;
-    k_add<<<grid_for(n), THREADS, 0, s>>>(a, na, b, nb, y, n);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write)
-{
-    k_acc<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, rnd, write);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_col_sum(cudaStream_t s, const float *src, int64_t rows, int64_t cols, float *dst,
-                          int write)
-{
-    if (cols == 0) {
-        return cudaSuccess;
-    }
-    k_col_sum<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES), 0, s>>>(
-        src, rows, cols, dst, write);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt)
-{
-    k_to_half<<<grid_for(n), THREADS, 0, s>>>(src, dst, n, dt);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_gelu(cudaStream_t s, const float *x, float *y, int64_t n, int approximate)
-{
-    k_gelu<<<grid_for(n), THREADS, 0, s>>>(x, y, n, approximate);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, float *gx, int64_t n,
-                           int approximate, int write)
-{
-    k_gelu_bwd<<<grid_for(n), THREADS, 0, s>>>(x, gy, gx, n, approximate, write);
-    return cudaGetLastError();
-}
-
 cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
                           int64_t n, int write)
 {
@@ -539,17 +364,16 @@ cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, cons
 
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, float *gw, float *gb)
+                                float *gx, int write, float *gw, float *gb, float *part)
 {
     if (gx != NULL) {
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
                                                                  write);
     }
-    if (gw != NULL || gb != NULL) {
-        k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES),
-                                 0, s>>>(x, gy, mean, rstd, rows, C, gw, gb);
-    }
-    return cudaGetLastError();
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess
+               ? e
+               : nn_cu_layernorm_bwd_params(s, x, gy, mean, rstd, rows, C, gw, gb, part);
 }
 
 static unsigned attn_blocks(const nn_cu_attn *a)

@@ -23,8 +23,13 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (gt == NULL) {
             continue;
         }
+        int64_t rows = nt ? ny / nt : 0;
+        float *part = NULL;
+        if (nt != ny && !accel__nn_cu_sum_parts(g, rows, nt, 1, &part)) {
+            return;
+        }
         cudaError_t e = nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
-                                 : nn_cu_col_sum(nn__cu_stream(g), gy, nt ? ny / nt : 0, nt, gt, 0);
+                                 : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
@@ -210,9 +215,13 @@ static void ln_backward(nn_ctx *g, nn_node *n)
         return;
     }
     const float *w = n->in[1] ? n->in[1]->data : NULL;
+    float *part = NULL;
+    if ((gw != NULL || gb != NULL) && !accel__nn_cu_sum_parts(g, rows, C, 2, &part)) {
+        return;
+    }
     accel__nn_cu_ok(g,
                     nn_cu_layernorm_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, w, n->p[0],
-                                        n->p[1], rows, C, gx, fresh, gw, gb),
+                                        n->p[1], rows, C, gx, fresh, gw, gb, part),
                     "nn_layernorm (backward)");
 }
 
