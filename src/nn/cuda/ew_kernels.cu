@@ -11,7 +11,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
-#include <string.h>
 
 #include "nn_kernels.h"
 #include "nn_kernels_dev.cuh"
@@ -104,22 +103,6 @@ __global__ void k_scale_acc(float *dst, const float *src, int64_t n4, int64_t n,
         float v = rnd_dt(f * src[i], rnd);
         dst[i] = write ? v : dst[i] + v;
     }
-}
-
-/* Four values rounded (dt 1 bf16, 2 fp16) and packed for one 8-byte store. */
-__device__ __forceinline__ uint2 pack_half4(float4 v, int dt)
-{
-    uint2 u;
-    if (dt == 1) {
-        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        memcpy(&u.x, &lo, 4);
-        memcpy(&u.y, &hi, 4);
-    } else {
-        __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-        memcpy(&u.x, &lo, 4);
-        memcpy(&u.y, &hi, 4);
-    }
-    return u;
 }
 
 __global__ void k_to_half(const float *src, void *dst, int64_t n4, int64_t n, int dt)

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Threads of an element-wise block and of a row kernel's block (one block per row). */
 #define THREADS 256
@@ -68,6 +69,22 @@ __device__ inline float block_reduce(float v, float *sh, int is_max)
     __syncthreads();
     v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
     return is_max ? warp_max(v) : warp_sum(v);
+}
+
+/* Four values rounded (dt 1 bf16, 2 fp16) and packed for one 8-byte store. */
+__device__ __forceinline__ uint2 pack_half4(float4 v, int dt)
+{
+    uint2 u;
+    if (dt == 1) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    } else {
+        __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    }
+    return u;
 }
 
 #endif /* ACCEL_NN_CUDA_KERNELS_DEV_CUH */
