@@ -92,18 +92,20 @@ __global__ void k_ce_bwd(const float *x, const int32_t *t, const float *lse, con
  * loads of a 50304-wide row. */
 #define LCE_THREADS 1024
 
-/* The online softmax's running max m and sum s (of exp(v - m)) after the values v. */
-__device__ __forceinline__ void online_add(float &m, float &s, float mx, const float *v, int nv)
+/* The online softmax's running max m and sum s (of exp(v - m)) after a value whose max is mx:
+ * the sum rescaled where the max grows. */
+__device__ __forceinline__ void online_max(float &m, float &s, float mx)
 {
     if (mx > m) {
         s *= expf(m - mx); /* 0 while m is -inf: s is still 0 then */
         m = mx;
     }
-    if (m != -INFINITY) { /* (-inf values add nothing; -inf - -inf would be NaN) */
-        for (int k = 0; k < nv; k++) {
-            s += expf(v[k] - m);
-        }
-    }
+}
+
+/* exp(v - m), 0 while m is -inf (-inf values add nothing; -inf - -inf would be NaN). */
+__device__ __forceinline__ float exp_from(float v, float m)
+{
+    return m != -INFINITY ? expf(v - m) : 0.0f;
 }
 
 /* The logits' gradient of element c: scale * (softmax - eps / C - (1 - eps) onehot). */
@@ -137,15 +139,16 @@ __global__ void __launch_bounds__(LCE_THREADS)
     float m = -INFINITY, s = 0.0f, sx = 0.0f;
 #pragma unroll 4
     for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-        float4 v4 = x4[j];
-        float v[4] = {v4.x, v4.y, v4.z, v4.w};
-        sx += (v[0] + v[1]) + (v[2] + v[3]);
-        online_add(m, s, fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3])), v, 4);
+        float4 v = x4[j];
+        sx += (v.x + v.y) + (v.z + v.w);
+        online_max(m, s, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        s += (exp_from(v.x, m) + exp_from(v.y, m)) + (exp_from(v.z, m) + exp_from(v.w, m));
     }
     for (int64_t c = 4 * n4 + threadIdx.x; c < C; c += blockDim.x) {
         float v = xr[c];
         sx += v;
-        online_add(m, s, v, &v, 1);
+        online_max(m, s, v);
+        s += exp_from(v, m);
     }
     float mb = block_reduce(m, sh, 1);
     s = block_reduce(m == -INFINITY ? 0.0f : s * expf(m - mb), sh, 0);

@@ -248,8 +248,9 @@ __global__ void k_sum_parts(const float *part, int64_t nparts, int64_t cols, flo
 }
 
 /* As k_col_sum, LayerNorm's weight and bias gradients at once (both accumulate): part holds
- * the weight's partial rows, then the bias's. */
-__global__ void __launch_bounds__(CS_COLS *CS_LANES)
+ * the weight's partial rows, then the bias's. Two blocks per SM (32 registers a thread), as
+ * k_col_sum, for the loads in flight. */
+__global__ void __launch_bounds__(CS_COLS *CS_LANES, 2)
     k_layernorm_bwd_params(const float *x, const float *gy, const float *mean, const float *rstd,
                            int64_t rows, int64_t C, int64_t chunk, float *part, float *gw,
                            float *gb)
