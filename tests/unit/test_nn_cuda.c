@@ -163,6 +163,15 @@ static void test_embedding(void)
     emb_arg a = {ids, {3, 17}};
     in_spec w[1] = {{2, {50, 40}, 1.0f, 0.0f, 1}};
     check_case("embedding [50,40] by [3,17]", w, 1, f_embedding, &a, ACCEL_F32, 0, 1e-6, 1e-6);
+    /* 2000 ids, one of them a third of all rows, over 300 columns (two blocks of columns):
+     * every row of gw still sums its rows in row order, as the CPU does (bit for bit). */
+    static int32_t many[2000];
+    for (int i = 0; i < 2000; i++) {
+        many[i] = i % 3 == 1 ? 7 : (int32_t)(next() % 290);
+    }
+    emb_arg b = {many, {4, 500}};
+    in_spec wide[1] = {{2, {300, 300}, 1.0f, 0.0f, 1}};
+    check_case("embedding [300,300] by [4,500]", wide, 1, f_embedding, &b, ACCEL_F32, 0, 0.0, 0.0);
 }
 
 static void test_layernorm(void)

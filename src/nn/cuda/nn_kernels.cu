@@ -2,11 +2,11 @@
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
  * (ce_kernels.cu), tensor-core attention (attn_tc.cu) and the element-wise kernels and sums over
  * rows (ew_kernels.cu). Correctness first: dropout uses a grid-stride loop, row kernels one
- * block per row with block reductions, the embedding scatter one thread per (column, slice of
- * the vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
- * online softmax (under autocast both directions run on tensor cores instead: attn_tc.cu), so
- * no kernel keeps a T x T matrix, none uses atomics, and every result is deterministic (the
- * order of every sum depends only on the shapes).
+ * block per row with block reductions, the embedding scatter one thread per (distinct id,
+ * column) adding that id's rows in row order, and attention one warp per query (or key) row
+ * with an online softmax (under autocast both directions run on tensor cores instead:
+ * attn_tc.cu), so no kernel keeps a T x T matrix, none uses atomics, and every result is
+ * deterministic (the order of every sum depends only on the shapes and the ids).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -15,8 +15,8 @@
 #include "nn_kernels.h"
 #include "nn_kernels_dev.cuh"
 
-/* The embedding scatter: up to this many vocabulary slices, each its own threads. */
-#define EMB_SLICES 64
+/* The embedding scatter: at most this many blocks along the distinct ids. */
+#define EMB_BLOCKS 65536
 
 /* The CPU's counter-based RNG (nn_internal.h: nn__mix64, nn__uniform), bit for bit. */
 __device__ __forceinline__ unsigned long long mix64(unsigned long long z)
@@ -57,21 +57,23 @@ __global__ void k_embedding(const float *w, const int32_t *ids, float *y, int64_
     }
 }
 
-/* Thread (c, slice) adds, rows in order, the rows whose id falls in its slice of the
- * vocabulary: every gw element is summed in row order by one thread. */
-__global__ void k_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                int64_t V, float *gw)
+/* Block (k, y), grid-strided over the distinct ids k, adds id gid[k]'s rows of gy, in row
+ * order, to its row of gw: thread x column y * blockDim.x + x. */
+__global__ void k_embedding_bwd(const int32_t *order, const int32_t *start, const int32_t *gid,
+                                int64_t nd, const float *gy, int64_t C, float *gw)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) {
         return;
     }
-    int64_t per = (V + gridDim.y - 1) / gridDim.y, lo = (int64_t)blockIdx.y * per, hi = lo + per;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t v = ids[r];
-        if (v >= lo && v < hi) {
-            gw[v * C + c] += gy[r * C + c];
+    for (int64_t k = blockIdx.x; k < nd; k += gridDim.x) {
+        int64_t r0 = start[k], r1 = start[k + 1];
+        float *dst = gw + (int64_t)gid[k] * C + c, acc = *dst;
+#pragma unroll 4
+        for (int64_t j = r0; j < r1; j++) {
+            acc += gy[(int64_t)order[j] * C + c];
         }
+        *dst = acc;
     }
 }
 
@@ -344,14 +346,16 @@ cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, 
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
-                                int64_t C, int64_t V, float *gw)
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int32_t *start,
+                                const int32_t *gid, int64_t nd, const float *gy, int64_t C,
+                                float *gw)
 {
-    if (rows == 0 || C == 0 || V == 0) {
+    if (nd == 0 || C == 0) {
         return cudaSuccess;
     }
-    dim3 grid((unsigned)((C + THREADS - 1) / THREADS), (unsigned)(V < EMB_SLICES ? V : EMB_SLICES));
-    k_embedding_bwd<<<grid, THREADS, 0, s>>>(ids, gy, rows, C, V, gw);
+    dim3 grid((unsigned)(nd < EMB_BLOCKS ? nd : EMB_BLOCKS),
+              (unsigned)((C + THREADS - 1) / THREADS));
+    k_embedding_bwd<<<grid, THREADS, 0, s>>>(order, start, gid, nd, gy, C, gw);
     return cudaGetLastError();
 }
 

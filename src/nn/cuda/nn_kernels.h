@@ -51,12 +51,14 @@ cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, floa
 cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
                           int64_t n, int write);
 
-/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order (V: gw's rows,
- * every id below it). */
+/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order, given the rows
+ * grouped by id: for each of the nd distinct ids gid[k], its rows order[start[k]] ..
+ * order[start[k + 1] - 1] in increasing order (one thread per gw element adds them in turn). */
 cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, float *y,
                             int64_t rows, int64_t C);
-cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
-                                int64_t C, int64_t V, float *gw);
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int32_t *start,
+                                const int32_t *gid, int64_t nd, const float *gy, int64_t C,
+                                float *gw);
 
 /* LayerNorm over rows of C (w / b may be NULL: ones / zeros); saves mean and 1/std. */
 cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
