@@ -189,6 +189,14 @@ static void test_layernorm(void)
     in_spec tall[3] = {
         {3, {3, 700, 37}, 1.0f, 0.5f, 1}, {1, {37}, 1.0f, 1.0f, 1}, {1, {37}, 1.0f, 0.0f, 1}};
     check_case("layernorm [3,700,37]", tall, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    /* The register-row kernels' widths: 768 (6 float4s a lane), 512 (4), GPT-2's 9 rows of a
+     * block of 8. */
+    in_spec gpt2[3] = {
+        {2, {9, 768}, 1.0f, 0.5f, 1}, {1, {768}, 1.0f, 1.0f, 1}, {1, {768}, 1.0f, 0.0f, 1}};
+    check_case("layernorm [9,768]", gpt2, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    in_spec half_k[1] = {{2, {17, 512}, 1.0f, -0.5f, 1}};
+    check_case("layernorm [17,512] no affine", half_k, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
+               1e-5, 1e-4);
 }
 
 static void test_linear(void)

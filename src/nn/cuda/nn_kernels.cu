@@ -127,6 +127,127 @@ __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *
     }
 }
 
+/* LayerNorm with one warp per row held in registers (LN_VECS float4s a lane), where C is a
+ * multiple of 4 up to 128 LN_VECS and every row pointer 16-byte aligned: one read of x (and
+ * gy), warp reductions only, 16-byte loads and stores, LN_ROWS rows a block. The same formulas
+ * as k_layernorm / k_layernorm_bwd_x (two-pass variance), summed in another fixed order. */
+#define LN_ROWS 8
+
+__device__ __forceinline__ float4 ld4_or(const float *p, int64_t j, float dflt)
+{
+    return p ? ((const float4 *)p)[j] : make_float4(dflt, dflt, dflt, dflt);
+}
+
+__device__ __forceinline__ float sum4(float4 v)
+{
+    return (v.x + v.y) + (v.z + v.w);
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS)
+    k_layernorm_warp(const float *x, const float *w, const float *b, float *y, float *mean,
+                     float *rstd, int64_t rows, int64_t C, float eps)
+{
+    int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), n4 = C / 4;
+    if (r >= rows) {
+        return; /* the whole warp */
+    }
+    const float4 *xr = (const float4 *)(x + r * C);
+    float4 v[LN_VECS];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        s += sum4(v[i]);
+    }
+    float mu = warp_sum(s) / (float)C, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        if (lane + 32 * i < n4) {
+            float4 d = make_float4(v[i].x - mu, v[i].y - mu, v[i].z - mu, v[i].w - mu);
+            q += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
+        }
+    }
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
+    float4 *yr = (float4 *)(y + r * C);
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        if (j < n4) {
+            float4 wc = ld4_or(w, j, 1.0f), bc = ld4_or(b, j, 0.0f);
+            yr[j] = make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
+                                (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
+        }
+    }
+    if (lane == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+/* One element of k_layernorm_bwd_x's sums: d = gy w, s1 += d, s2 += d xhat. */
+__device__ __forceinline__ void ln_bwd_terms(float g, float wc, float xv, float mu, float rs,
+                                             float &s1, float &s2)
+{
+    float d = g * wc;
+    s1 += d;
+    s2 += d * (xv - mu) * rs;
+}
+
+__device__ __forceinline__ float ln_bwd_out(float g, float wc, float xv, float mu, float rs,
+                                            float s1, float s2)
+{
+    return rs * (g * wc - s1 - (xv - mu) * rs * s2);
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS)
+    k_layernorm_bwd_x_warp(const float *x, const float *gy, const float *w, const float *mean,
+                           const float *rstd, int64_t rows, int64_t C, float *gx, int write)
+{
+    int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), n4 = C / 4;
+    if (r >= rows) {
+        return;
+    }
+    const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
+    float4 xv[LN_VECS], gv[LN_VECS];
+    float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
+        ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
+        ln_bwd_terms(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2);
+        ln_bwd_terms(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2);
+        ln_bwd_terms(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2);
+    }
+    /* Lanes past the row added gy = 0 terms: nothing. */
+    s1 = warp_sum(s1) / (float)C;
+    s2 = warp_sum(s2) / (float)C;
+    float4 *dst = (float4 *)(gx + r * C);
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        if (j < n4) {
+            float4 wc = ld4_or(w, j, 1.0f);
+            float4 o = make_float4(ln_bwd_out(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2));
+            if (!write) {
+                float4 p = dst[j];
+                o = make_float4(p.x + o.x, p.y + o.y, p.z + o.z, p.w + o.w);
+            }
+            dst[j] = o;
+        }
+    }
+}
+
 /* ---- causal attention: one warp per row, online softmax ---- */
 
 #define PER_LANE (NN_CU_ATTN_MAX_HD / 32)
@@ -330,6 +451,34 @@ __global__ void k_attn_bwd_kv(nn_cu_attn a, const float *qkv, const float *lse, 
 
 /* ---- launchers ---- */
 
+/* The register-row kernels' float4s per lane for C (0: they do not apply, see above). */
+static int ln_vecs(int64_t C, const void *a, const void *b, const void *c, const void *d)
+{
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    if (C % 4 != 0 || C > 128 * 8 || (any & 15) != 0) {
+        return 0;
+    }
+    return C <= 128 * 2 ? 2 : C <= 128 * 4 ? 4 : C <= 128 * 6 ? 6 : 8;
+}
+
+template <int V>
+static void ln_fwd_warp(cudaStream_t s, const float *x, const float *w, const float *b, float *y,
+                        float *mean, float *rstd, int64_t rows, int64_t C, float eps)
+{
+    unsigned grid = (unsigned)((rows + LN_ROWS - 1) / LN_ROWS);
+    k_layernorm_warp<V><<<grid, 32 * LN_ROWS, 0, s>>>(x, w, b, y, mean, rstd, rows, C, eps);
+}
+
+template <int V>
+static void ln_bwd_warp(cudaStream_t s, const float *x, const float *gy, const float *w,
+                        const float *mean, const float *rstd, int64_t rows, int64_t C, float *gx,
+                        int write)
+{
+    unsigned grid = (unsigned)((rows + LN_ROWS - 1) / LN_ROWS);
+    dim3 block(32 * LN_ROWS);
+    k_layernorm_bwd_x_warp<V><<<grid, block, 0, s>>>(x, gy, w, mean, rstd, rows, C, gx, write);
+}
+
 extern "C" {
 
 cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
@@ -362,7 +511,19 @@ cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int3
 cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
                             float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps)
 {
-    k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
+    /* x and y: the rows' starts are aligned when the pointers are (C % 4 == 0). */
+    int nv = ln_vecs(C, x, w, b, y);
+    if (nv == 2) {
+        ln_fwd_warp<2>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 4) {
+        ln_fwd_warp<4>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 6) {
+        ln_fwd_warp<6>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 8) {
+        ln_fwd_warp<8>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else {
+        k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
+    }
     return cudaGetLastError();
 }
 
@@ -370,7 +531,16 @@ cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
                                 float *gx, int write, float *gw, float *gb, float *part)
 {
-    if (gx != NULL) {
+    int nv = gx != NULL ? ln_vecs(C, x, gy, w, gx) : -1;
+    if (nv == 2) {
+        ln_bwd_warp<2>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+    } else if (nv == 4) {
+        ln_bwd_warp<4>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+    } else if (nv == 6) {
+        ln_bwd_warp<6>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+    } else if (nv == 8) {
+        ln_bwd_warp<8>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+    } else if (nv == 0) {
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
                                                                  write);
     }
