@@ -194,6 +194,10 @@ static void test_layernorm(void)
     in_spec gpt2[3] = {
         {2, {9, 768}, 1.0f, 0.5f, 1}, {1, {768}, 1.0f, 1.0f, 1}, {1, {768}, 1.0f, 0.0f, 1}};
     check_case("layernorm [9,768]", gpt2, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    /* 300 rows: the parameter gradients from three blocks of 128 rows (the last partial). */
+    in_spec gpt2_tall[3] = {
+        {3, {2, 150, 768}, 1.0f, 0.5f, 1}, {1, {768}, 1.0f, 1.0f, 1}, {1, {768}, 1.0f, 0.0f, 1}};
+    check_case("layernorm [2,150,768]", gpt2_tall, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
     in_spec half_k[1] = {{2, {17, 512}, 1.0f, -0.5f, 1}};
     check_case("layernorm [17,512] no affine", half_k, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
                1e-5, 1e-4);

@@ -396,6 +396,13 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
     return cudaGetLastError();
 }
 
+cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                            float *dst, int write, int rnd)
+{
+    k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, nparts, cols, dst, write, rnd);
+    return cudaGetLastError();
+}
+
 cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const float *gy,
                                        const float *mean, const float *rstd, int64_t rows,
                                        int64_t C, float *gw, float *gb, float *part)

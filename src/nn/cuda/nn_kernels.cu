@@ -202,38 +202,62 @@ __device__ __forceinline__ float ln_bwd_out(float g, float wc, float xv, float m
     return rs * (g * wc - s1 - (xv - mu) * rs * s2);
 }
 
-template <int LN_VECS>
-__global__ void __launch_bounds__(32 * LN_ROWS)
-    k_layernorm_bwd_x_warp(const float *x, const float *gy, const float *w, const float *mean,
-                           const float *rstd, int64_t rows, int64_t C, float *gx, int write)
+/* With PARAMS, LayerNorm's weight and bias gradients too, from the x and gy already in
+ * registers (the second read of both by k_layernorm_bwd_params saved): a block takes LNB_ROWS
+ * rows, warp k of it rows k LNB_ROWS / LN_ROWS onwards in order, each lane summing its
+ * columns; then the warps' sums are added in warp order through shared memory, into gw / gb
+ * for a single block, else into part (the weight's rows, then the bias's) for nn_cu_sum_parts. */
+#define LNB_ROWS 128
+
+/* k_layernorm_bwd_x_warp's arguments. */
+typedef struct ln_bwd_args {
+    const float *x, *gy, *w, *mean, *rstd;
+    int64_t rows, C;
+    float *gx;
+    int write;
+    float *part, *gw, *gb;
+} ln_bwd_args;
+
+template <int LN_VECS, bool PARAMS>
+__device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
 {
-    int lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), n4 = C / 4;
-    if (r >= rows) {
-        return;
+    const float *x = a.x, *gy = a.gy, *w = a.w, *mean = a.mean, *rstd = a.rstd;
+    int64_t rows = a.rows, C = a.C;
+    float *gx = a.gx, *part = a.part, *gw = a.gw, *gb = a.gb;
+    int write = a.write;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t n4 = C / 4, per = PARAMS ? LNB_ROWS / LN_ROWS : 1;
+    int64_t r0 = ((int64_t)blockIdx.x * LN_ROWS + warp) * per;
+    float4 aw[PARAMS ? LN_VECS : 1], ab[PARAMS ? LN_VECS : 1];
+    for (int i = 0; PARAMS && i < LN_VECS; i++) {
+        aw[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ab[i] = aw[i];
     }
-    const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
-    float4 xv[LN_VECS], gv[LN_VECS];
-    float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+    for (int64_t r = r0; r < r0 + per && r < rows; r++) {
+        const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
+        float4 xv[LN_VECS], gv[LN_VECS];
+        float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < LN_VECS; i++) {
-        int64_t j = lane + 32 * i;
-        xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
-        ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
-        ln_bwd_terms(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2);
-        ln_bwd_terms(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2);
-        ln_bwd_terms(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2);
-    }
-    /* Lanes past the row added gy = 0 terms: nothing. */
-    s1 = warp_sum(s1) / (float)C;
-    s2 = warp_sum(s2) / (float)C;
-    float4 *dst = (float4 *)(gx + r * C);
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
+            ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2);
+        }
+        /* Lanes past the row added gy = 0 terms: nothing. */
+        s1 = warp_sum(s1) / (float)C;
+        s2 = warp_sum(s2) / (float)C;
+        float4 *dst = (float4 *)(gx + r * C);
 #pragma unroll
-    for (int i = 0; i < LN_VECS; i++) {
-        int64_t j = lane + 32 * i;
-        if (j < n4) {
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            if (j >= n4) {
+                continue;
+            }
             float4 wc = ld4_or(w, j, 1.0f);
             float4 o = make_float4(ln_bwd_out(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2),
                                    ln_bwd_out(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2),
@@ -244,8 +268,59 @@ __global__ void __launch_bounds__(32 * LN_ROWS)
                 o = make_float4(p.x + o.x, p.y + o.y, p.z + o.z, p.w + o.w);
             }
             dst[j] = o;
+            if constexpr (PARAMS) { /* as k_layernorm_bwd_params: g (x - mean) rstd, and g */
+                aw[i].x += gv[i].x * (xv[i].x - mu) * rs;
+                aw[i].y += gv[i].y * (xv[i].y - mu) * rs;
+                aw[i].z += gv[i].z * (xv[i].z - mu) * rs;
+                aw[i].w += gv[i].w * (xv[i].w - mu) * rs;
+                ab[i] = make_float4(ab[i].x + gv[i].x, ab[i].y + gv[i].y, ab[i].z + gv[i].z,
+                                    ab[i].w + gv[i].w);
+            }
         }
     }
+    if constexpr (PARAMS) {
+        __shared__ float4 shw[32 * LN_VECS], shb[32 * LN_VECS];
+        for (int k = 0; k < LN_ROWS; k++) { /* the warps' sums in warp order */
+            if (warp == k) {
+                for (int i = 0; i < LN_VECS; i++) {
+                    int j = lane + 32 * i;
+                    float4 pw = k ? shw[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    float4 pb = k ? shb[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    shw[j] =
+                        make_float4(pw.x + aw[i].x, pw.y + aw[i].y, pw.z + aw[i].z, pw.w + aw[i].w);
+                    shb[j] =
+                        make_float4(pb.x + ab[i].x, pb.y + ab[i].y, pb.z + ab[i].z, pb.w + ab[i].w);
+                }
+            }
+            __syncthreads();
+        }
+        const float *tw = (const float *)shw, *tb = (const float *)shb;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            if (gridDim.x > 1) {
+                part[(int64_t)blockIdx.x * C + c] = tw[c];
+                part[((int64_t)gridDim.x + blockIdx.x) * C + c] = tb[c];
+                continue;
+            }
+            if (gw) {
+                gw[c] += tw[c];
+            }
+            if (gb) {
+                gb[c] += tb[c];
+            }
+        }
+    }
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_bwd_x_warp(ln_bwd_args a)
+{
+    ln_bwd_rows<LN_VECS, false>(a);
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_bwd_warp_params(ln_bwd_args a)
+{
+    ln_bwd_rows<LN_VECS, true>(a);
 }
 
 /* ---- causal attention: one warp per row, online softmax ---- */
@@ -469,14 +544,22 @@ static void ln_fwd_warp(cudaStream_t s, const float *x, const float *w, const fl
     k_layernorm_warp<V><<<grid, 32 * LN_ROWS, 0, s>>>(x, w, b, y, mean, rstd, rows, C, eps);
 }
 
-template <int V>
-static void ln_bwd_warp(cudaStream_t s, const float *x, const float *gy, const float *w,
-                        const float *mean, const float *rstd, int64_t rows, int64_t C, float *gx,
-                        int write)
+template <int V> static void ln_bwd_warp(cudaStream_t s, const ln_bwd_args &a)
 {
-    unsigned grid = (unsigned)((rows + LN_ROWS - 1) / LN_ROWS);
     dim3 block(32 * LN_ROWS);
-    k_layernorm_bwd_x_warp<V><<<grid, block, 0, s>>>(x, gy, w, mean, rstd, rows, C, gx, write);
+    if (a.gw == NULL && a.gb == NULL) {
+        unsigned grid = (unsigned)((a.rows + LN_ROWS - 1) / LN_ROWS);
+        k_layernorm_bwd_x_warp<V><<<grid, block, 0, s>>>(a);
+        return;
+    }
+    unsigned grid = (unsigned)((a.rows + LNB_ROWS - 1) / LNB_ROWS);
+    k_layernorm_bwd_warp_params<V><<<grid, block, 0, s>>>(a);
+    if (grid > 1 && a.gw != NULL) {
+        nn_cu_sum_parts(s, a.part, grid, a.C, a.gw, 0, 0);
+    }
+    if (grid > 1 && a.gb != NULL) {
+        nn_cu_sum_parts(s, a.part + (int64_t)grid * a.C, grid, a.C, a.gb, 0, 0);
+    }
 }
 
 extern "C" {
@@ -527,27 +610,36 @@ cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, cons
     return cudaGetLastError();
 }
 
+int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C)
+{
+    int64_t blocks = (rows + LNB_ROWS - 1) / LNB_ROWS, sums = nn_cu_col_sum_part_count(rows, C);
+    return 2 * (blocks > 1 && blocks * C > sums ? blocks * C : sums);
+}
+
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
                                 float *gx, int write, float *gw, float *gb, float *part)
 {
+    /* The register-row kernel makes the parameter gradients too (from the same reads). */
     int nv = gx != NULL ? ln_vecs(C, x, gy, w, gx) : -1;
+    ln_bwd_args a = {x, gy, w, mean, rstd, rows, C, gx, write, part, gw, gb};
     if (nv == 2) {
-        ln_bwd_warp<2>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+        ln_bwd_warp<2>(s, a);
     } else if (nv == 4) {
-        ln_bwd_warp<4>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+        ln_bwd_warp<4>(s, a);
     } else if (nv == 6) {
-        ln_bwd_warp<6>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+        ln_bwd_warp<6>(s, a);
     } else if (nv == 8) {
-        ln_bwd_warp<8>(s, x, gy, w, mean, rstd, rows, C, gx, write);
+        ln_bwd_warp<8>(s, a);
     } else if (nv == 0) {
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
                                                                  write);
     }
     cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess
-               ? e
-               : nn_cu_layernorm_bwd_params(s, x, gy, mean, rstd, rows, C, gw, gb, part);
+    if (e != cudaSuccess || nv > 0) {
+        return e;
+    }
+    return nn_cu_layernorm_bwd_params(s, x, gy, mean, rstd, rows, C, gw, gb, part);
 }
 
 static unsigned attn_blocks(const nn_cu_attn *a)

@@ -39,6 +39,10 @@ cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, i
 cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t rows, int64_t cols,
                           float *dst, int write, int rnd, float *part);
 int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
+/* dst[c] (+)= rnd(part[0 * cols + c] + part[1 * cols + c] + ... + part[(nparts - 1) * cols + c]),
+ * in that order (partial rows of a sum over rows). */
+cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                            float *dst, int write, int rnd);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
 cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt);
 
@@ -64,12 +68,16 @@ cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int3
 cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
                             float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps);
 /* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients, each summed
- * over the rows in nn_cu_col_sum's order. part: 2 * nn_cu_col_sum_part_count(rows, C) floats
- * of scratch (may be NULL when that is 0). */
+ * over the rows in a fixed order: with gx, where C is a multiple of 4 up to 1024 and the
+ * pointers 16-byte aligned, in blocks of 128 rows (8 runs of 16 consecutive rows, each in row
+ * order, the runs in order), then the blocks in order; otherwise in nn_cu_col_sum's order.
+ * part: nn_cu_layernorm_bwd_part_count(rows, C) floats of scratch (NULL when that is 0). */
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
                                 float *gx, int write, float *gw, float *gb, float *part);
-/* Only the parameter gradients of nn_cu_layernorm_bwd. */
+int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C);
+/* Only the parameter gradients of nn_cu_layernorm_bwd, in nn_cu_col_sum's order (part:
+ * 2 * nn_cu_col_sum_part_count(rows, C) floats). */
 cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const float *gy,
                                        const float *mean, const float *rstd, int64_t rows,
                                        int64_t C, float *gw, float *gb, float *part);

@@ -261,8 +261,9 @@ static void ln_backward(nn_ctx *g, nn_node *n)
         return;
     }
     const float *w = n->in[1] ? n->in[1]->data : NULL;
-    float *part = NULL;
-    if ((gw != NULL || gb != NULL) && !accel__nn_cu_sum_parts(g, rows, C, 2, &part)) {
+    int64_t np = gw != NULL || gb != NULL ? nn_cu_layernorm_bwd_part_count(rows, C) : 0;
+    float *part = np > 0 ? accel__nn_dtmp_alloc(g, (size_t)np * sizeof(float)) : NULL;
+    if (np > 0 && part == NULL) {
         return;
     }
     accel__nn_cu_ok(g,
