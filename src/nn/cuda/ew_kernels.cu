@@ -63,15 +63,17 @@ __device__ __forceinline__ void store4(float4 *d, float4 v, int write)
 __global__ void k_add(const float *a, int64_t na, const float *b, int64_t nb, float *y, int64_t n4,
                       int64_t n)
 {
+    /* No 64-bit remainder (tens of instructions) for the operand as large as y. */
     int64_t a4 = na / 4, b4 = nb / 4;
     GRID_LOOP(i, n4)
     {
-        float4 u = ((const float4 *)a)[i % a4], v = ((const float4 *)b)[i % b4];
+        float4 u = ((const float4 *)a)[a4 == n4 ? i : i % a4];
+        float4 v = ((const float4 *)b)[b4 == n4 ? i : i % b4];
         ((float4 *)y)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
     }
     TAIL_LOOP(i, n4, n)
     {
-        y[i] = a[i % na] + b[i % nb];
+        y[i] = a[na == n ? i : i % na] + b[nb == n ? i : i % nb];
     }
 }
 
