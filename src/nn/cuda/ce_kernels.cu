@@ -9,6 +9,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include <atomic>
+
 #include "nn_kernels.h"
 #include "nn_kernels_dev.cuh"
 
@@ -86,10 +88,11 @@ __global__ void k_ce_bwd(const float *x, const int32_t *t, const float *lse, con
 
 /* ---- nn_linear_cross_entropy: the fused classifier over a chunk of logits ---- */
 
-/* Threads of a k_lce_rows block (one row of V logits): 1024 keep the whole GPU busy through
- * a chunk (1280 rows of the 124M model: 4.85 waves of 264 blocks on 132 SMs, where 256
- * threads made 1.2 waves, the second one mostly idle) and give each thread a dozen 16-byte
- * loads of a 50304-wide row. */
+/* Threads of a k_lce_rows block (a row of V logits at a time): 1024 give each thread a dozen
+ * 16-byte loads of a 50304-wide row, and the launch one block per SM (the grid walks the rows),
+ * so the rows being read at once (132 x 201 KB = 26.5 MB on an H200) stay in L2 between the
+ * two passes: the second pass, over the row backwards (what the first read last first), reads
+ * L2 rather than memory. (256-thread blocks, one per row, kept 1056 rows in flight: 212 MB.) */
 #define LCE_THREADS 1024
 
 /* The online softmax's running max m and sum s (of exp(v - m)) after a value whose max is mx:
@@ -124,12 +127,10 @@ __device__ __forceinline__ float lce_grad(float v, int64_t c, int64_t tr, int ig
  * then (grad) a read and a write of the logits' gradient, zero for an ignored row, over the
  * logits (rnd 0) or rounded into the 2-byte gh (the product's operand). n4: the row's leading
  * 16-byte vectors (0 where the launcher found a row or gh unaligned), the rest scalars. */
-__global__ void __launch_bounds__(LCE_THREADS)
-    k_lce_rows(float *x, const int32_t *t, int64_t C, int64_t n4, int64_t ignore, float eps,
-               float scale, int grad, int rnd, void *gh, float *row_loss)
+__device__ __forceinline__ void lce_row(int64_t r, float *sh, float *x, const int32_t *t, int64_t C,
+                                        int64_t n4, int64_t ignore, float eps, float scale,
+                                        int grad, int rnd, void *gh, float *row_loss)
 {
-    __shared__ float sh[32];
-    int64_t r = blockIdx.x;
     float *xr = x + r * C;
     float4 *x4 = (float4 *)xr;
     int64_t tr = t[r];
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(LCE_THREADS)
         return;
     }
 #pragma unroll 4
-    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+    for (int64_t j = n4 - 1 - threadIdx.x; j >= 0; j -= blockDim.x) {
         float4 v = x4[j];
         int64_t c = 4 * j;
         float4 g = make_float4(lce_grad(v.x, c, tr, ignored, l, uni, scale, eps),
@@ -184,6 +185,33 @@ __global__ void __launch_bounds__(LCE_THREADS)
             ((__half *)gh)[r * C + c] = __float2half_rn(v);
         }
     }
+}
+
+__global__ void __launch_bounds__(LCE_THREADS)
+    k_lce_rows(float *x, const int32_t *t, int64_t rows, int64_t C, int64_t n4, int64_t ignore,
+               float eps, float scale, int grad, int rnd, void *gh, float *row_loss)
+{
+    __shared__ float sh[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        lce_row(r, sh, x, t, C, n4, ignore, eps, scale, grad, rnd, gh, row_loss);
+    }
+}
+
+/* The device's SMs (k_lce_rows' blocks), looked up once. */
+static unsigned lce_blocks(void)
+{
+    static std::atomic<int> sms(0);
+    int n = sms.load(std::memory_order_relaxed);
+    if (n == 0) {
+        int dev = 0;
+        cudaDeviceProp p;
+        n = cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess
+                ? p.multiProcessorCount
+                : 0;
+        n = n > 0 ? n : 132;
+        sms.store(n, std::memory_order_relaxed);
+    }
+    return (unsigned)n;
 }
 
 /* ---- launchers ---- */
@@ -220,8 +248,9 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
     /* Rows (and gh's rows) start 16-byte (8-byte) aligned when C is a multiple of 4. */
     uintptr_t al = (uintptr_t)x & 15, alh = (uintptr_t)gh & 7;
     int64_t n4 = C % 4 == 0 && al == 0 && (rnd == 0 || !grad || alh == 0) ? C / 4 : 0;
-    k_lce_rows<<<(unsigned)rows, LCE_THREADS, 0, s>>>(x, t, C, n4, ignore, eps, scale, grad, rnd,
-                                                      gh, row_loss);
+    unsigned grid = rows < (int64_t)lce_blocks() ? (unsigned)rows : lce_blocks();
+    k_lce_rows<<<grid, LCE_THREADS, 0, s>>>(x, t, rows, C, n4, ignore, eps, scale, grad, rnd, gh,
+                                            row_loss);
     return cudaGetLastError();
 }
 
