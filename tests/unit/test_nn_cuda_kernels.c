@@ -4,8 +4,8 @@
  * through their launchers (nn_kernels.h) on device buffers at every offset of a 16-byte
  * vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path (aligned
  * pointers) and the scalar one (the tail, unaligned pointers) run:
- *  - acc, add, scale_acc and to_half (bf16) against the same arithmetic on the host, bit for
- *    bit (they add, multiply and round: nothing the host computes differently);
+ *  - acc, acc_half, add, scale_acc and to_half (bf16) against the same arithmetic on the host,
+ *    bit for bit (they add, multiply and round: nothing the host computes differently);
  *  - to_half (fp16), gelu and its backward: every offset gives the bits of offset 0 (the
  *    vector and scalar paths run the same per-element code);
  *  - the column sum over fp32 and bf16 input, accumulating or writing, rounding or not, over
@@ -151,6 +151,22 @@ static void test_elementwise(void)
                     ref[i] = ha[off + i] + hb[i % nb];
                 }
                 check_floats("add", off, n, ref);
+            }
+            /* Widening 2-byte values (8-byte loads where aligned): bf16 of the inputs, and fp16
+             * 1 + k / 1024 (exact). */
+            for (int dt = 1; dt <= 2; dt++) {
+                for (int write = 0; write < 2; write++) {
+                    fill();
+                    for (int64_t i = 0; i < n; i++) {
+                        r16[off + i] = dt == 1 ? bf16_bits(ha[i]) : (uint16_t)(0x3C00 + i % 1024);
+                        float v = dt == 1 ? bf16_round(ha[i]) : 1.0f + (float)(i % 1024) / 1024.0f;
+                        ref[i] = write ? v : hc[off + i] + v;
+                    }
+                    to_dev(db, r16, sizeof(r16));
+                    CHECK(nn_cu_acc_half(NULL, dc + off, (uint16_t *)db + off, n, dt, write) ==
+                          cudaSuccess);
+                    check_floats("acc_half", off, n, ref);
+                }
             }
             /* bf16 copies at 2-byte offsets 0..3 (8-byte stores where aligned). */
             fill();

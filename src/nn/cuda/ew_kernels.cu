@@ -90,6 +90,35 @@ __global__ void k_acc(float *dst, const float *src, int64_t n4, int64_t n, int r
     }
 }
 
+/* A 2-byte value of dt (1 bf16, 2 fp16) as a float. */
+__device__ __forceinline__ float half_f(uint16_t h, int dt)
+{
+    if (dt == 1) {
+        return __uint_as_float((unsigned)h << 16);
+    }
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+
+__global__ void k_acc_half(float *dst, const void *src, int64_t n4, int64_t n, int dt, int write)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    GRID_LOOP(i, n4)
+    {
+        uint2 u = ((const uint2 *)src)[i];
+        float4 v =
+            make_float4(half_f((uint16_t)(u.x & 0xFFFFu), dt), half_f((uint16_t)(u.x >> 16), dt),
+                        half_f((uint16_t)(u.y & 0xFFFFu), dt), half_f((uint16_t)(u.y >> 16), dt));
+        store4((float4 *)dst + i, v, write);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = half_f(h[i], dt);
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
 __global__ void k_scale_acc(float *dst, const float *src, int64_t n4, int64_t n, const float *seed,
                             int rnd, int write)
 {
@@ -337,6 +366,15 @@ cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, i
 {
     int64_t n4 = vec4_count(n, dst, src, NULL);
     k_acc<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt,
+                           int write)
+{
+    /* The 2-byte source takes 8-byte loads. */
+    int64_t n4 = ((uintptr_t)src & 7) == 0 ? vec4_count(n, dst, NULL, NULL) : 0;
+    k_acc_half<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, dt, write);
     return cudaGetLastError();
 }
 

@@ -27,6 +27,9 @@ typedef struct lt_mm {
     int act;
     float *aux;
     float *dbias;
+    /* Non-NULL: the product goes here instead of D, in in_type (2 bytes; act none, beta 0),
+     * rounded to nearest even as it is stored, as rnd_dt rounds. */
+    void *Dh;
 } lt_mm;
 
 enum { ACT_NONE = 0, ACT_GELU, ACT_DGELU };
@@ -120,8 +123,10 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
         st = cublasLtMatrixLayoutCreate(&lb, p->in_type, p->tb ? p->n : p->k, p->tb ? p->k : p->n,
                                         p->ldb);
     }
+    void *D = p->Dh != NULL ? p->Dh : (void *)p->D;
     if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatrixLayoutCreate(&ld, CUDA_R_32F, p->m, p->n, p->ldd);
+        st = cublasLtMatrixLayoutCreate(&ld, p->Dh != NULL ? p->in_type : CUDA_R_32F, p->m, p->n,
+                                        p->ldd);
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         st = cublasLtMatmulPreferenceCreate(&pref);
@@ -135,7 +140,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
      * 64-byte aligned and parameter views sit at any element offset of the flat buffers, and
      * an algorithm picked for alignment the pointers lack may fault (a sticky error that loses
      * the context) rather than fail. So it is told each pointer's actual alignment. */
-    const void *ptrs[4] = {p->A, p->B, p->D, p->D};
+    const void *ptrs[4] = {p->A, p->B, D, D};
     static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -153,7 +158,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         float alpha = 1.0f;
-        st = cublasLtMatmul(s->lt, op, &alpha, p->A, la, p->B, lb, &p->beta, p->D, ld, p->D, ld,
+        st = cublasLtMatmul(s->lt, op, &alpha, p->A, la, p->B, lb, &p->beta, D, ld, D, ld,
                             &res.algo, s->workspace, s->workspace_nbytes, s->stream);
     }
     if (pref) {
@@ -291,8 +296,8 @@ int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t
                         int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
                         int rnd, const char *what)
 {
-    lt_mm p = {ta,   tb,           m,    n,        k,    A,   lda, B, ldb, D, ldd,
-               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL};
+    lt_mm p = {ta,   tb,           m,    n,        k,    A,    lda, B, ldb, D, ldd,
+               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL, NULL};
     return lt_matmul(g, &p, what);
 }
 
@@ -304,11 +309,13 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
         p->beta = fresh ? 0.0f : 1.0f;
         return lt_matmul(g, p, what);
     }
+    /* The product stored rounded, in 2 bytes (the rounding rnd_dt would do on its fp32 copy),
+     * then widened into grad: 2 + 2 bytes an element in between instead of 4 + 4. */
     int64_t n = p->m * p->n;
-    p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
+    p->Dh = accel__nn_dtmp_alloc(g, (size_t)n * 2);
     p->beta = 0.0f;
-    return p->D != NULL && lt_matmul(g, p, what) &&
-           accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
+    return p->Dh != NULL && lt_matmul(g, p, what) &&
+           accel__nn_cu_ok(g, nn_cu_acc_half(nn__cu_stream(g), grad, p->Dh, n, rnd, fresh), what);
 }
 
 /* What a linear node is (n->i[5]): a plain nn_linear, or one of the two products of
@@ -364,8 +371,9 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int fx;
     float *gx = in > 0 ? accel__nn_grad_w(g, x, &fx) : NULL;
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0,  in,   M,        out,  wd,  in_out ? out : in, gyd, out, NULL, in,
-                   0.0f,   ty, NULL, ACT_NONE, NULL, NULL};
+        lt_mm p = {in_out,   0,    in,   M,   out,  wd, in_out ? out : in,
+                   gyd,      out,  NULL, in,  0.0f, ty, NULL,
+                   ACT_NONE, NULL, NULL, NULL};
         if (n->i[5] == LIN_FUSED_DGELU) {
             if (!dgelu_grad(g, n, &p, gx, fx, what)) {
                 return;
@@ -386,12 +394,12 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     if (gw != NULL) {
         lt_mm p;
         if (in_out) { /* dW [in, out] = X^T dY: column-major out x in = dY X^T */
-            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,  in,
-                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL};
+            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,   in,
+                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL, NULL};
             p = q;
         } else { /* dW [out, in] = dY^T X: column-major in x out = X dY^T */
-            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd, out,
-                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL};
+            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd,  out,
+                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL, NULL};
             p = q;
         }
         if (M == 0) {
@@ -488,9 +496,9 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out,           0,  out,      M,       in,  wd,
-                       in_out ? out : in, xd, in,       y->data, out, 0.0f,
-                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL};
+            lt_mm p = {!in_out,           0,  out,      M,       in,   wd,
+                       in_out ? out : in, xd, in,       y->data, out,  0.0f,
+                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL, NULL};
             if (kind == LIN_FUSED_GELU) {
                 p.act = ACT_GELU;
                 p.aux = aux;

@@ -31,6 +31,9 @@ cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b
                       float *y);
 /* dst[i] (+)= rnd(src[i]). */
 cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write);
+/* dst[i] (+)= src[i], src bf16 (dt 1) or fp16 (dt 2). */
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt,
+                           int write);
 /* dst[c] (+)= rnd(sum over r of src[r * cols + c]), src fp32 (src_dt 0), bf16 (1) or fp16 (2),
  * in a fixed order: the rows in chunks of 512 (more where rows / 512 exceeds 65535), within a
  * chunk 32 interleaved partial sums (row r goes to r % 32) added in order, then the chunks'
