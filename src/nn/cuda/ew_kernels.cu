@@ -2,10 +2,11 @@
  * The nn toolkit's element-wise kernels and sums over rows (launchers in nn_kernels.h).
  * Element-wise kernels move 16-byte vectors (four floats; four 2-byte values in one 8-byte
  * store) where the launcher found every pointer aligned, then finish the scalar tail, so each
- * one is a single pass at memory speed. Sums over rows (bias gradients, LayerNorm's parameter
- * gradients) split the rows into chunks of CS_ROWS so the grid fills the GPU: a first kernel
- * sums each chunk (32 lanes, each every 32nd row, then the lanes in order) into a partial row
- * of scratch, a second adds the partial rows in chunk order. The order of every sum depends
+ * one is a single pass at memory speed. Sums over rows (bias gradients; LayerNorm's parameter
+ * gradients where nn_kernels.cu's register-row kernel does not make them) split the rows into
+ * chunks of CS_ROWS so the grid fills the GPU: a first kernel sums each chunk (32 lanes, each
+ * every 32nd row, then the lanes in order) into a partial row of scratch, a second adds the
+ * partial rows in chunk order. The order of every sum depends
  * only on the shapes, and no kernel uses atomics: results are deterministic.
  */
 #include <cuda_bf16.h>
