@@ -248,6 +248,9 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
     /* Rows (and gh's rows) start 16-byte (8-byte) aligned when C is a multiple of 4. */
     uintptr_t al = (uintptr_t)x & 15, alh = (uintptr_t)gh & 7;
     int64_t n4 = C % 4 == 0 && al == 0 && (rnd == 0 || !grad || alh == 0) ? C / 4 : 0;
+    if (rows == 0) {
+        return cudaSuccess;
+    }
     unsigned grid = rows < (int64_t)lce_blocks() ? (unsigned)rows : lce_blocks();
     k_lce_rows<<<grid, LCE_THREADS, 0, s>>>(x, t, rows, C, n4, ignore, eps, scale, grad, rnd, gh,
                                             row_loss);
