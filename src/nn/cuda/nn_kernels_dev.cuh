@@ -1,6 +1,7 @@
 /*
  * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu) share: the launch
- * sizes, the grid-stride loop, the autocast rounding and the warp and block reductions. Device
+ * sizes, the grid-stride loop, the autocast rounding, the warp and block reductions and the
+ * packing of four 2-byte values for one 8-byte store. Device
  * code only: include it from .cu files, never from C.
  */
 #ifndef ACCEL_NN_CUDA_KERNELS_DEV_CUH
