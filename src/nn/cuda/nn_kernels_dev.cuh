@@ -1,8 +1,8 @@
 /*
- * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu) share: the launch
- * sizes, the grid-stride loop, the autocast rounding, the warp and block reductions and the
- * packing of four 2-byte values for one 8-byte store. Device
- * code only: include it from .cu files, never from C.
+ * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu, ew_kernels.cu) share:
+ * the launch sizes, the grid-stride loop, the autocast rounding, the warp and block reductions
+ * and the packing of four 2-byte values for one 8-byte store. Device code only: include it
+ * from .cu files, never from C.
  */
 #ifndef ACCEL_NN_CUDA_KERNELS_DEV_CUH
 #define ACCEL_NN_CUDA_KERNELS_DEV_CUH
