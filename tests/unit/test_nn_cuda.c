@@ -143,6 +143,15 @@ static void test_elementwise(void)
     check_case("gelu (tanh)", x, 1, f_gelu, &tanh_form, ACCEL_F32, 0, 1e-5, 1e-5);
     float p = 0.3f;
     check_case("dropout 0.3 then 0.5", x, 1, f_dropout, &p, ACCEL_F32, 0, 1e-6, 1e-6);
+    /* 999 and 1002 elements: the vector kernels' scalar tails (3 and 2 elements). */
+    in_spec odd[1] = {{2, {3, 333}, 4.0f, 0.0f, 1}}, even[1] = {{2, {3, 334}, 4.0f, 0.0f, 1}};
+    check_case("gelu (tanh) [3,333]", odd, 1, f_gelu, &tanh_form, ACCEL_F32, 0, 1e-5, 1e-5);
+    check_case("gelu (erf) [3,334]", even, 1, f_gelu, &exact, ACCEL_F32, 0, 1e-5, 1e-5);
+    /* The bias gradient summed over 1300 rows: three chunks of partial sums, then their sum. */
+    in_spec tall[2] = {{2, {1300, 20}, 1.0f, 0.0f, 1}, {1, {20}, 1.0f, 0.0f, 1}};
+    check_case("add [1300,20] + [20]", tall, 2, f_add, NULL, ACCEL_F32, 0, 1e-5, 1e-5);
+    in_spec tall_odd[2] = {{1, {37}, 1.0f, 0.0f, 1}, {3, {4, 150, 37}, 1.0f, 0.0f, 1}};
+    check_case("add [37] + [4,150,37]", tall_odd, 2, f_add, NULL, ACCEL_F32, 0, 1e-5, 1e-5);
 }
 
 static void test_embedding(void)
@@ -154,6 +163,15 @@ static void test_embedding(void)
     emb_arg a = {ids, {3, 17}};
     in_spec w[1] = {{2, {50, 40}, 1.0f, 0.0f, 1}};
     check_case("embedding [50,40] by [3,17]", w, 1, f_embedding, &a, ACCEL_F32, 0, 1e-6, 1e-6);
+    /* 2000 ids, one of them a third of all rows, over 300 columns (two blocks of columns):
+     * every row of gw still sums its rows in row order, as the CPU does (bit for bit). */
+    static int32_t many[2000];
+    for (int i = 0; i < 2000; i++) {
+        many[i] = i % 3 == 1 ? 7 : (int32_t)(next() % 290);
+    }
+    emb_arg b = {many, {4, 500}};
+    in_spec wide[1] = {{2, {300, 300}, 1.0f, 0.0f, 1}};
+    check_case("embedding [300,300] by [4,500]", wide, 1, f_embedding, &b, ACCEL_F32, 0, 0.0, 0.0);
 }
 
 static void test_layernorm(void)
@@ -167,6 +185,22 @@ static void test_layernorm(void)
     in_spec plain[1] = {{2, {6, 333}, 1.0f, 0.5f, 1}};
     check_case("layernorm [6,333] no affine", plain, 1, f_layernorm_plain, NULL, ACCEL_F32, 0, 1e-5,
                1e-4);
+    /* 2100 rows of an odd width: the parameter gradients in five chunks, then their sum. */
+    in_spec tall[3] = {
+        {3, {3, 700, 37}, 1.0f, 0.5f, 1}, {1, {37}, 1.0f, 1.0f, 1}, {1, {37}, 1.0f, 0.0f, 1}};
+    check_case("layernorm [3,700,37]", tall, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    /* The register-row kernels' widths: 768 (6 float4s a lane), 512 (4), GPT-2's 9 rows of a
+     * block of 8. */
+    in_spec gpt2[3] = {
+        {2, {9, 768}, 1.0f, 0.5f, 1}, {1, {768}, 1.0f, 1.0f, 1}, {1, {768}, 1.0f, 0.0f, 1}};
+    check_case("layernorm [9,768]", gpt2, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    /* 300 rows: the parameter gradients from three blocks of 128 rows (the last partial). */
+    in_spec gpt2_tall[3] = {
+        {3, {2, 150, 768}, 1.0f, 0.5f, 1}, {1, {768}, 1.0f, 1.0f, 1}, {1, {768}, 1.0f, 0.0f, 1}};
+    check_case("layernorm [2,150,768]", gpt2_tall, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    in_spec half_k[1] = {{2, {17, 512}, 1.0f, -0.5f, 1}};
+    check_case("layernorm [17,512] no affine", half_k, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
+               1e-5, 1e-4);
 }
 
 static void test_linear(void)
@@ -185,6 +219,10 @@ static void test_linear(void)
         {"linear bf16 [out,in] + bias", 4, 16, 64, 48, NN_LAYOUT_OUT_IN, 1, ACCEL_BF16, 1e-2},
         {"linear bf16 [in,out] + bias", 4, 16, 64, 48, NN_LAYOUT_IN_OUT, 1, ACCEL_BF16, 1e-2},
         {"linear bf16 [in,out]", 2, 8, 32, 96, NN_LAYOUT_IN_OUT, 0, ACCEL_BF16, 1e-2},
+        /* Bias gradients over more than one chunk of rows (fp32 dY, the bf16 copy). */
+        {"linear [in,out] 1100 rows + bias", 2, 550, 16, 36, NN_LAYOUT_IN_OUT, 1, ACCEL_F32, 1e-5},
+        {"linear bf16 [out,in] 1200 rows + bias", 3, 400, 32, 40, NN_LAYOUT_OUT_IN, 1, ACCEL_BF16,
+         1e-2},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int in_out = cases[i].layout == NN_LAYOUT_IN_OUT;

@@ -9,7 +9,8 @@
  * several chunks with a partial last one, one chunk, both layouts, mean and sum, ignore_index
  * (a whole chunk of ignored rows), label smoothing, a random incoming gradient (the stored dx
  * and dW scaled by it), a weight also read by an embedding (gradients add), and reduction
- * none without gradients (evaluation: the loss only, nothing recorded). Exits 77 (skipped)
+ * none without gradients (evaluation: the loss only, nothing recorded), and vocabularies that
+ * are not a multiple of 4 (the kernel's scalar path). Exits 77 (skipped)
  * where the build has no CUDA or no GPU can be used.
  */
 #include "nn_cuda_check.h"
@@ -93,6 +94,34 @@ static void test_lce(void)
     }
 }
 
+/* A vocabulary that is not a multiple of 4 (1001, 1002): rows of logits the classifier kernel
+ * reads as scalars, not 16-byte vectors. */
+static void test_odd_vocab(void)
+{
+    enum { ROWS = 13, C = 32 };
+    static const struct {
+        const char *name;
+        int64_t V;
+        int autocast;
+        double tol_fwd, tol_grad;
+    } cases[] = {
+        {"vocab 1001 fp32", 1001, ACCEL_F32, 1e-5, 1e-4},
+        {"vocab 1002 bf16", 1002, ACCEL_BF16, 1e-2, 1e-2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int32_t t[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            t[r] = r == 5 ? -100 : (int32_t)(next() % (uint64_t)cases[i].V);
+        }
+        in_spec s[2] = {{2, {ROWS, C}, 1.0f, 0.0f, 1}, {2, {cases[i].V, C}, 0.5f, 0.0f, 1}};
+        lce_arg a = {t, NN_LAYOUT_OUT_IN, nn_cross_entropy_options_default(), 0, 0};
+        a.opts.chunk_rows = 5;
+        a.opts.label_smoothing = 0.1f;
+        check_case(cases[i].name, s, 2, f_lce, &a, cases[i].autocast, 1, cases[i].tol_fwd,
+                   cases[i].tol_grad);
+    }
+}
+
 /* Evaluation: no grad, reduction none: per-row losses equal the CPU's, nothing recorded. */
 static void test_eval(void)
 {
@@ -146,6 +175,7 @@ int main(void)
         return 77;
     }
     test_lce();
+    test_odd_vocab();
     test_eval();
     nn_cuda_check_done("test_nn_cuda_lce");
     return 0;

@@ -336,6 +336,13 @@ static accel_status cu_add_host(nn_ctx *g, float *d, const float *h, int64_t n)
     return e == cudaSuccess ? ACCEL_OK : cuda_err(e, "nn_backward: seeding the gradient");
 }
 
+int accel__nn_cu_sum_parts(nn_ctx *g, int64_t rows, int64_t cols, int n, float **part)
+{
+    int64_t count = nn_cu_col_sum_part_count(rows, cols) * n;
+    *part = count > 0 ? accel__nn_dtmp_alloc(g, (size_t)count * sizeof(float)) : NULL;
+    return count == 0 || *part != NULL;
+}
+
 int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op)
 {
     if (e == cudaSuccess) {

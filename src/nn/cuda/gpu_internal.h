@@ -61,6 +61,9 @@ void *accel__nn_cu_stage(nn_ctx *g, const void *h, size_t nbytes, const char *op
 int32_t *accel__nn_cu_ints(nn_ctx *g, const int32_t *h, int64_t n, const char *op);
 /* The kernels' rounding mode for an autocast dtype (0 none, 1 bf16, 2 fp16). */
 int accel__nn_cu_rnd(accel_dtype dt);
+/* *part = scratch for n sums over rows x cols (nn_cu_col_sum's partial rows; NULL where the
+ * sums need none), in per-op scratch; 0 and the ctx error on failure. */
+int accel__nn_cu_sum_parts(nn_ctx *g, int64_t rows, int64_t cols, int n, float **part);
 
 /* linear_gpu.c's helpers for the other GPU ops. The operand a product reads for t (t's data
  * in fp32; under autocast rnd a 2-byte copy, in the arena or, with `scratch`, per-op scratch,

@@ -226,8 +226,9 @@ static int epilogue_kernels_half(nn_ctx *g, const lt_mm *p, float *t, const char
     if (p->dbias == NULL) {
         return 1;
     }
-    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float));
-    return sum != NULL && accel__nn_cu_ok(g, nn_cu_col_sum(cs, t, p->n, p->m, sum, 1), what) &&
+    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float)), *part = NULL;
+    return sum != NULL && accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
+           accel__nn_cu_ok(g, nn_cu_col_sum(cs, t, 0, p->n, p->m, sum, 1, 0, part), what) &&
            accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
 }
 
@@ -251,9 +252,12 @@ static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
     }
     /* D (the product) times gelu'(aux) in place; the bias gradient sums D's columns, that is
      * the rows of the row-major [n, m] it also is. */
+    float *part = NULL;
     return accel__nn_cu_ok(g, nn_cu_gelu_bwd(cs, p->aux, p->D, p->D, n, 1, 1), what) &&
            (p->dbias == NULL ||
-            accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, p->n, p->m, p->dbias, 1), what));
+            (accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
+             accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, 0, p->n, p->m, p->dbias, 1, 0, part),
+                             what)));
 }
 
 /* Which epilogues products may ask cuBLASLt for (accel__nn_cu_lt_epilogues, a test hook):
@@ -287,9 +291,9 @@ static int dgelu_then_sum(nn_ctx *g, const lt_mm *p, const char *what)
     }
     cudaStream_t cs = nn__cu_stream(g);
     int dt = rnd_of(p->d_type);
-    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float));
-    return sum != NULL &&
-           accel__nn_cu_ok(g, nn_cu_col_sum_half(cs, p->D, p->n, p->m, sum, dt), what) &&
+    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float)), *part = NULL;
+    return sum != NULL && accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
+           accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, dt, p->n, p->m, sum, 1, 0, part), what) &&
            accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
 }
 
@@ -399,11 +403,14 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
         p->beta = fresh ? 0.0f : 1.0f;
         return lt_matmul(g, p, what);
     }
+    /* The product stored rounded, in 2 bytes (the rounding rnd_dt would do on its fp32 copy),
+     * then widened into grad: 2 + 2 bytes an element in between instead of 4 + 4. */
     int64_t n = p->m * p->n;
-    p->D = accel__nn_dtmp_alloc(g, (size_t)n * sizeof(float));
+    p->D = accel__nn_dtmp_alloc(g, (size_t)n * 2);
+    p->d_type = in_type(rnd);
     p->beta = 0.0f;
     return p->D != NULL && lt_matmul(g, p, what) &&
-           accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
+           accel__nn_cu_ok(g, nn_cu_acc_half(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
 }
 
 /* What a linear node is (n->i[5]): a plain nn_linear, or one of the two products of
@@ -535,7 +542,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
         /* Under autocast the epilogue stored the sum already rounded, in 2 bytes. */
         accel__nn_cu_ok(g,
-                        half_gy ? nn_cu_acc_half(nn__cu_stream(g), gb, n->p[2], out, rnd)
+                        half_gy ? nn_cu_acc_half(nn__cu_stream(g), gb, n->p[2], out, rnd, 0)
                                 : nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0),
                         what);
         return;
@@ -545,22 +552,12 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         accel__nn_fail(g, ACCEL_ESTATE, "%s: the first bias's gradient was not summed", what);
         return;
     }
-    if (gb != NULL) {
-        if (rnd == 0) {
-            accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gy, M, out, gb, 0), what);
-            return;
-        }
-        /* The bias gradient of a low-precision kernel: the rounded dY summed, then rounded. */
-        float *gyr = accel__nn_dtmp_alloc(g, (size_t)(M * out) * sizeof(float));
-        float *sum = accel__nn_dtmp_alloc(g, (size_t)out * sizeof(float));
-        if (gyr == NULL || sum == NULL ||
-            (M > 0 &&
-             !accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gyr, gy, M * out, rnd, 1), what))) {
-            return;
-        }
-        if (accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyr, M, out, sum, 1), what)) {
-            accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gb, sum, out, rnd, 0), what);
-        }
+    float *part = NULL;
+    if (gb != NULL && accel__nn_cu_sum_parts(g, M, out, 1, &part)) {
+        /* Under autocast the bias gradient of a low-precision kernel: the rounded dY (the
+         * 2-byte copy the products read, half the bytes of dY) summed, then rounded. */
+        accel__nn_cu_ok(g, nn_cu_col_sum(nn__cu_stream(g), gyd, rnd, M, out, gb, 0, rnd, part),
+                        what);
     }
 }
 

@@ -1,13 +1,12 @@
 /*
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
- * (ce_kernels.cu) and tensor-core attention (attn_tc.cu). Correctness first: element-wise
- * kernels use grid-stride loops, row kernels one block per row with block reductions, sums
- * over rows (bias, LayerNorm parameters) one block per 32 columns whose 32 lanes each sum every
- * 32nd row, then the lanes in order, the embedding scatter one thread per (column, slice of the
- * vocabulary) walking the rows in order, and attention one warp per query (or key) row with an
- * online softmax (under autocast both directions run on tensor cores instead: attn_tc.cu), so
- * no kernel keeps a T x T matrix, none uses atomics, and every result is deterministic (the
- * order of every sum depends only on the shapes).
+ * (ce_kernels.cu), tensor-core attention (attn_tc.cu) and the element-wise kernels and sums over
+ * rows (ew_kernels.cu). Correctness first: dropout uses a grid-stride loop, row kernels one
+ * block per row with block reductions, the embedding scatter one thread per (distinct id,
+ * column) adding that id's rows in row order, and attention one warp per query (or key) row
+ * with an online softmax (under autocast both directions run on tensor cores instead:
+ * attn_tc.cu), so no kernel keeps a T x T matrix, none uses atomics, and every result is
+ * deterministic (the order of every sum depends only on the shapes and the ids).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -16,11 +15,8 @@
 #include "nn_kernels.h"
 #include "nn_kernels_dev.cuh"
 
-/* Column sums: a block is CS_COLS columns x CS_LANES lanes over the rows. */
-#define CS_COLS 32
-#define CS_LANES 32
-/* The embedding scatter: up to this many vocabulary slices, each its own threads. */
-#define EMB_SLICES 64
+/* The embedding scatter: at most this many blocks along the distinct ids. */
+#define EMB_BLOCKS 65536
 
 /* The CPU's counter-based RNG (nn_internal.h: nn__mix64, nn__uniform), bit for bit. */
 __device__ __forceinline__ unsigned long long mix64(unsigned long long z)
@@ -37,100 +33,6 @@ __device__ __forceinline__ float uniform01(unsigned long long key, unsigned long
 }
 
 /* ---- element-wise ---- */
-
-__global__ void k_add(const float *a, int64_t na, const float *b, int64_t nb, float *y, int64_t n)
-{
-    GRID_LOOP(i, n)
-    {
-        y[i] = a[i % na] + b[i % nb];
-    }
-}
-
-__global__ void k_acc(float *dst, const float *src, int64_t n, int rnd, int write)
-{
-    GRID_LOOP(i, n)
-    {
-        float v = rnd_dt(src[i], rnd);
-        dst[i] = write ? v : dst[i] + v;
-    }
-}
-
-/* Lane threadIdx.y of column c sums rows lane, lane + CS_LANES, ...; lane 0 then adds the
- * lanes' sums in lane order. */
-__global__ void k_col_sum(const float *src, int64_t rows, int64_t cols, float *dst, int write)
-{
-    __shared__ float sh[CS_LANES][CS_COLS + 1];
-    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
-    float s = 0.0f;
-    if (c < cols) {
-        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
-            s += src[r * cols + c];
-        }
-    }
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        float t = 0.0f;
-        for (int k = 0; k < CS_LANES; k++) {
-            t += sh[k][threadIdx.x];
-        }
-        dst[c] = write ? t : dst[c] + t;
-    }
-}
-
-__global__ void k_to_half(const float *src, void *dst, int64_t n, int dt)
-{
-    GRID_LOOP(i, n)
-    {
-        if (dt == 1) {
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        } else {
-            ((__half *)dst)[i] = __float2half_rn(src[i]);
-        }
-    }
-}
-
-#define SQRT_2_OVER_PI 0.7978845608028654f
-#define GELU_C 0.044715f
-
-__device__ __forceinline__ float gelu_f(float x, int approximate)
-{
-    if (approximate) {
-        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
-        return 0.5f * x * (1.0f + tanhf(u));
-    }
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-
-__device__ __forceinline__ float gelu_grad(float x, int approximate)
-{
-    if (approximate) {
-        float x2 = x * x;
-        float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
-        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
-        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-    }
-    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
-    return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
-}
-
-__global__ void k_gelu(const float *x, float *y, int64_t n, int approximate)
-{
-    GRID_LOOP(i, n)
-    {
-        y[i] = gelu_f(x[i], approximate);
-    }
-}
-
-__global__ void k_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n, int approximate,
-                           int write)
-{
-    GRID_LOOP(i, n)
-    {
-        float v = gy[i] * gelu_grad(x[i], approximate);
-        gx[i] = write ? v : gx[i] + v;
-    }
-}
 
 __global__ void k_dropout(unsigned long long key, float p, const float *src, float *dst, int64_t n,
                           int write)
@@ -155,21 +57,23 @@ __global__ void k_embedding(const float *w, const int32_t *ids, float *y, int64_
     }
 }
 
-/* Thread (c, slice) adds, rows in order, the rows whose id falls in its slice of the
- * vocabulary: every gw element is summed in row order by one thread. */
-__global__ void k_embedding_bwd(const int32_t *ids, const float *gy, int64_t rows, int64_t C,
-                                int64_t V, float *gw)
+/* Block (k, y), grid-strided over the distinct ids k, adds id gid[k]'s rows of gy, in row
+ * order, to its row of gw: thread x column y * blockDim.x + x. */
+__global__ void k_embedding_bwd(const int32_t *order, const int32_t *start, const int32_t *gid,
+                                int64_t nd, const float *gy, int64_t C, float *gw)
 {
-    int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) {
         return;
     }
-    int64_t per = (V + gridDim.y - 1) / gridDim.y, lo = (int64_t)blockIdx.y * per, hi = lo + per;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t v = ids[r];
-        if (v >= lo && v < hi) {
-            gw[v * C + c] += gy[r * C + c];
+    for (int64_t k = blockIdx.x; k < nd; k += gridDim.x) {
+        int64_t r0 = start[k], r1 = start[k + 1];
+        float *dst = gw + (int64_t)gid[k] * C + c, acc = *dst;
+#pragma unroll 4
+        for (int64_t j = r0; j < r1; j++) {
+            acc += gy[(int64_t)order[j] * C + c];
         }
+        *dst = acc;
     }
 }
 
@@ -223,37 +127,200 @@ __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *
     }
 }
 
-/* As k_col_sum, for the weight and bias sums at once. */
-__global__ void k_layernorm_bwd_params(const float *x, const float *gy, const float *mean,
-                                       const float *rstd, int64_t rows, int64_t C, float *gw,
-                                       float *gb)
+/* LayerNorm with one warp per row held in registers (LN_VECS float4s a lane), where C is a
+ * multiple of 4 up to 128 LN_VECS and every row pointer 16-byte aligned: one read of x (and
+ * gy), warp reductions only, 16-byte loads and stores, LN_ROWS rows a block. The same formulas
+ * as k_layernorm / k_layernorm_bwd_x (two-pass variance), summed in another fixed order. */
+#define LN_ROWS 8
+
+__device__ __forceinline__ float4 ld4_or(const float *p, int64_t j, float dflt)
 {
-    __shared__ float shw[CS_LANES][CS_COLS + 1], shb[CS_LANES][CS_COLS + 1];
-    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
-    float sw = 0.0f, sb = 0.0f;
-    if (c < C) {
-        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
-            float g = gy[r * C + c];
-            sw += g * (x[r * C + c] - mean[r]) * rstd[r];
-            sb += g;
+    return p ? ((const float4 *)p)[j] : make_float4(dflt, dflt, dflt, dflt);
+}
+
+__device__ __forceinline__ float sum4(float4 v)
+{
+    return (v.x + v.y) + (v.z + v.w);
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS)
+    k_layernorm_warp(const float *x, const float *w, const float *b, float *y, float *mean,
+                     float *rstd, int64_t rows, int64_t C, float eps)
+{
+    int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), n4 = C / 4;
+    if (r >= rows) {
+        return; /* the whole warp */
+    }
+    const float4 *xr = (const float4 *)(x + r * C);
+    float4 v[LN_VECS];
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        s += sum4(v[i]);
+    }
+    float mu = warp_sum(s) / (float)C, q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        if (lane + 32 * i < n4) {
+            float4 d = make_float4(v[i].x - mu, v[i].y - mu, v[i].z - mu, v[i].w - mu);
+            q += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
         }
     }
-    shw[threadIdx.y][threadIdx.x] = sw;
-    shb[threadIdx.y][threadIdx.x] = sb;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float tw = 0.0f, tb = 0.0f;
-        for (int k = 0; k < CS_LANES; k++) {
-            tw += shw[k][threadIdx.x];
-            tb += shb[k][threadIdx.x];
-        }
-        if (gw) {
-            gw[c] += tw;
-        }
-        if (gb) {
-            gb[c] += tb;
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
+    float4 *yr = (float4 *)(y + r * C);
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        if (j < n4) {
+            float4 wc = ld4_or(w, j, 1.0f), bc = ld4_or(b, j, 0.0f);
+            yr[j] = make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
+                                (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
         }
     }
+    if (lane == 0) {
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+}
+
+/* One element of k_layernorm_bwd_x's sums: d = gy w, s1 += d, s2 += d xhat. */
+__device__ __forceinline__ void ln_bwd_terms(float g, float wc, float xv, float mu, float rs,
+                                             float &s1, float &s2)
+{
+    float d = g * wc;
+    s1 += d;
+    s2 += d * (xv - mu) * rs;
+}
+
+__device__ __forceinline__ float ln_bwd_out(float g, float wc, float xv, float mu, float rs,
+                                            float s1, float s2)
+{
+    return rs * (g * wc - s1 - (xv - mu) * rs * s2);
+}
+
+/* With PARAMS, LayerNorm's weight and bias gradients too, from the x and gy already in
+ * registers (the second read of both by k_layernorm_bwd_params saved): a block takes LNB_ROWS
+ * rows, warp k of it rows k LNB_ROWS / LN_ROWS onwards in order, each lane summing its
+ * columns; then the warps' sums are added in warp order through shared memory, into gw / gb
+ * for a single block, else into part (the weight's rows, then the bias's) for nn_cu_sum_parts. */
+#define LNB_ROWS 128
+
+/* k_layernorm_bwd_x_warp's arguments. */
+typedef struct ln_bwd_args {
+    const float *x, *gy, *w, *mean, *rstd;
+    int64_t rows, C;
+    float *gx;
+    int write;
+    float *part, *gw, *gb;
+} ln_bwd_args;
+
+template <int LN_VECS, bool PARAMS>
+__device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
+{
+    const float *x = a.x, *gy = a.gy, *w = a.w, *mean = a.mean, *rstd = a.rstd;
+    int64_t rows = a.rows, C = a.C;
+    float *gx = a.gx, *part = a.part, *gw = a.gw, *gb = a.gb;
+    int write = a.write;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t n4 = C / 4, per = PARAMS ? LNB_ROWS / LN_ROWS : 1;
+    int64_t r0 = ((int64_t)blockIdx.x * LN_ROWS + warp) * per;
+    float4 aw[PARAMS ? LN_VECS : 1], ab[PARAMS ? LN_VECS : 1];
+    for (int i = 0; PARAMS && i < LN_VECS; i++) {
+        aw[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        ab[i] = aw[i];
+    }
+    for (int64_t r = r0; r < r0 + per && r < rows; r++) {
+        const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
+        float4 xv[LN_VECS], gv[LN_VECS];
+        float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
+            ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2);
+            ln_bwd_terms(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2);
+        }
+        /* Lanes past the row added gy = 0 terms: nothing. */
+        s1 = warp_sum(s1) / (float)C;
+        s2 = warp_sum(s2) / (float)C;
+        float4 *dst = (float4 *)(gx + r * C);
+#pragma unroll
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            if (j >= n4) {
+                continue;
+            }
+            float4 wc = ld4_or(w, j, 1.0f);
+            float4 o = make_float4(ln_bwd_out(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2),
+                                   ln_bwd_out(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2));
+            if (!write) {
+                float4 p = dst[j];
+                o = make_float4(p.x + o.x, p.y + o.y, p.z + o.z, p.w + o.w);
+            }
+            dst[j] = o;
+            if constexpr (PARAMS) { /* as k_layernorm_bwd_params: g (x - mean) rstd, and g */
+                aw[i].x += gv[i].x * (xv[i].x - mu) * rs;
+                aw[i].y += gv[i].y * (xv[i].y - mu) * rs;
+                aw[i].z += gv[i].z * (xv[i].z - mu) * rs;
+                aw[i].w += gv[i].w * (xv[i].w - mu) * rs;
+                ab[i] = make_float4(ab[i].x + gv[i].x, ab[i].y + gv[i].y, ab[i].z + gv[i].z,
+                                    ab[i].w + gv[i].w);
+            }
+        }
+    }
+    if constexpr (PARAMS) {
+        __shared__ float4 shw[32 * LN_VECS], shb[32 * LN_VECS];
+        for (int k = 0; k < LN_ROWS; k++) { /* the warps' sums in warp order */
+            if (warp == k) {
+                for (int i = 0; i < LN_VECS; i++) {
+                    int j = lane + 32 * i;
+                    float4 pw = k ? shw[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    float4 pb = k ? shb[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    shw[j] =
+                        make_float4(pw.x + aw[i].x, pw.y + aw[i].y, pw.z + aw[i].z, pw.w + aw[i].w);
+                    shb[j] =
+                        make_float4(pb.x + ab[i].x, pb.y + ab[i].y, pb.z + ab[i].z, pb.w + ab[i].w);
+                }
+            }
+            __syncthreads();
+        }
+        const float *tw = (const float *)shw, *tb = (const float *)shb;
+        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+            if (gridDim.x > 1) {
+                part[(int64_t)blockIdx.x * C + c] = tw[c];
+                part[((int64_t)gridDim.x + blockIdx.x) * C + c] = tb[c];
+                continue;
+            }
+            if (gw) {
+                gw[c] += tw[c];
+            }
+            if (gb) {
+                gb[c] += tb[c];
+            }
+        }
+    }
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_bwd_x_warp(ln_bwd_args a)
+{
+    ln_bwd_rows<LN_VECS, false>(a);
+}
+
+template <int LN_VECS>
+__global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_bwd_warp_params(ln_bwd_args a)
+{
+    ln_bwd_rows<LN_VECS, true>(a);
 }
 
 /* ---- causal attention: one warp per row, online softmax ---- */
@@ -459,51 +526,43 @@ __global__ void k_attn_bwd_kv(nn_cu_attn a, const float *qkv, const float *lse, 
 
 /* ---- launchers ---- */
 
-extern "C" {
-
-cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b, int64_t nb,
-                      float *y)
+/* The register-row kernels' float4s per lane for C (0: they do not apply, see above). */
+static int ln_vecs(int64_t C, const void *a, const void *b, const void *c, const void *d)
 {
-    int64_t n = na > nb ? na : nb;
-    k_add<<<grid_for(n), THREADS, 0, s>>>(a, na, b, nb, y, n);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write)
-{
-    k_acc<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, rnd, write);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_col_sum(cudaStream_t s, const float *src, int64_t rows, int64_t cols, float *dst,
-                          int write)
-{
-    if (cols == 0) {
-        return cudaSuccess;
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    if (C % 4 != 0 || C > 128 * 8 || (any & 15) != 0) {
+        return 0;
     }
-    k_col_sum<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES), 0, s>>>(
-        src, rows, cols, dst, write);
-    return cudaGetLastError();
+    return C <= 128 * 2 ? 2 : C <= 128 * 4 ? 4 : C <= 128 * 6 ? 6 : 8;
 }
 
-cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt)
+template <int V>
+static void ln_fwd_warp(cudaStream_t s, const float *x, const float *w, const float *b, float *y,
+                        float *mean, float *rstd, int64_t rows, int64_t C, float eps)
 {
-    k_to_half<<<grid_for(n), THREADS, 0, s>>>(src, dst, n, dt);
-    return cudaGetLastError();
+    unsigned grid = (unsigned)((rows + LN_ROWS - 1) / LN_ROWS);
+    k_layernorm_warp<V><<<grid, 32 * LN_ROWS, 0, s>>>(x, w, b, y, mean, rstd, rows, C, eps);
 }
 
-cudaError_t nn_cu_gelu(cudaStream_t s, const float *x, float *y, int64_t n, int approximate)
+template <int V> static void ln_bwd_warp(cudaStream_t s, const ln_bwd_args &a)
 {
-    k_gelu<<<grid_for(n), THREADS, 0, s>>>(x, y, n, approximate);
-    return cudaGetLastError();
+    dim3 block(32 * LN_ROWS);
+    if (a.gw == NULL && a.gb == NULL) {
+        unsigned grid = (unsigned)((a.rows + LN_ROWS - 1) / LN_ROWS);
+        k_layernorm_bwd_x_warp<V><<<grid, block, 0, s>>>(a);
+        return;
+    }
+    unsigned grid = (unsigned)((a.rows + LNB_ROWS - 1) / LNB_ROWS);
+    k_layernorm_bwd_warp_params<V><<<grid, block, 0, s>>>(a);
+    if (grid > 1 && a.gw != NULL) {
+        nn_cu_sum_parts(s, a.part, grid, a.C, a.gw, 0, 0);
+    }
+    if (grid > 1 && a.gb != NULL) {
+        nn_cu_sum_parts(s, a.part + (int64_t)grid * a.C, grid, a.C, a.gb, 0, 0);
+    }
 }
 
-cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, float *gx, int64_t n,
-                           int approximate, int write)
-{
-    k_gelu_bwd<<<grid_for(n), THREADS, 0, s>>>(x, gy, gx, n, approximate, write);
-    return cudaGetLastError();
-}
+extern "C" {
 
 cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
                           int64_t n, int write)
@@ -519,37 +578,68 @@ cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, 
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
-                                int64_t C, int64_t V, float *gw)
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int32_t *start,
+                                const int32_t *gid, int64_t nd, const float *gy, int64_t C,
+                                float *gw)
 {
-    if (rows == 0 || C == 0 || V == 0) {
+    if (nd == 0 || C == 0) {
         return cudaSuccess;
     }
-    dim3 grid((unsigned)((C + THREADS - 1) / THREADS), (unsigned)(V < EMB_SLICES ? V : EMB_SLICES));
-    k_embedding_bwd<<<grid, THREADS, 0, s>>>(ids, gy, rows, C, V, gw);
+    dim3 grid((unsigned)(nd < EMB_BLOCKS ? nd : EMB_BLOCKS),
+              (unsigned)((C + THREADS - 1) / THREADS));
+    k_embedding_bwd<<<grid, THREADS, 0, s>>>(order, start, gid, nd, gy, C, gw);
     return cudaGetLastError();
 }
 
 cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
                             float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps)
 {
-    k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
+    /* x and y: the rows' starts are aligned when the pointers are (C % 4 == 0). */
+    int nv = ln_vecs(C, x, w, b, y);
+    if (nv == 2) {
+        ln_fwd_warp<2>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 4) {
+        ln_fwd_warp<4>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 6) {
+        ln_fwd_warp<6>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else if (nv == 8) {
+        ln_fwd_warp<8>(s, x, w, b, y, mean, rstd, rows, C, eps);
+    } else {
+        k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
+    }
     return cudaGetLastError();
+}
+
+int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C)
+{
+    int64_t blocks = (rows + LNB_ROWS - 1) / LNB_ROWS, sums = nn_cu_col_sum_part_count(rows, C);
+    return 2 * (blocks > 1 && blocks * C > sums ? blocks * C : sums);
 }
 
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, float *gw, float *gb)
+                                float *gx, int write, float *gw, float *gb, float *part)
 {
-    if (gx != NULL) {
+    /* The register-row kernel makes the parameter gradients too (from the same reads). */
+    int nv = gx != NULL ? ln_vecs(C, x, gy, w, gx) : -1;
+    ln_bwd_args a = {x, gy, w, mean, rstd, rows, C, gx, write, part, gw, gb};
+    if (nv == 2) {
+        ln_bwd_warp<2>(s, a);
+    } else if (nv == 4) {
+        ln_bwd_warp<4>(s, a);
+    } else if (nv == 6) {
+        ln_bwd_warp<6>(s, a);
+    } else if (nv == 8) {
+        ln_bwd_warp<8>(s, a);
+    } else if (nv == 0) {
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
                                                                  write);
     }
-    if (gw != NULL || gb != NULL) {
-        k_layernorm_bwd_params<<<(unsigned)((C + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES),
-                                 0, s>>>(x, gy, mean, rstd, rows, C, gw, gb);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || nv > 0) {
+        return e;
     }
-    return cudaGetLastError();
+    return nn_cu_layernorm_bwd_params(s, x, gy, mean, rstd, rows, C, gw, gb, part);
 }
 
 static unsigned attn_blocks(const nn_cu_attn *a)
@@ -579,106 +669,6 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
     k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, y, gy, D);
     k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
     k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
-    return cudaGetLastError();
-}
-
-} /* extern "C" */
-
-/* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
-
-__device__ __forceinline__ float half_load(const void *p, int64_t i, int dt)
-{
-    return dt == 1 ? __bfloat162float(((const __nv_bfloat16 *)p)[i])
-                   : __half2float(((const __half *)p)[i]);
-}
-
-__device__ __forceinline__ void half_store(void *p, int64_t i, float v, int dt)
-{
-    if (dt == 1) {
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    } else {
-        ((__half *)p)[i] = __float2half_rn(v);
-    }
-}
-
-__global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
-                                 void *h, int dt)
-{
-    GRID_LOOP(i, n)
-    {
-        float z = t[i] + (bias != NULL ? half_load(bias, i % m, dt) : 0.0f);
-        half_store(aux, i, z, dt);
-        half_store(h, i, gelu_f(z, 1), dt);
-    }
-}
-
-__global__ void k_dgelu_half(float *t, const void *aux, int64_t n, int dt)
-{
-    GRID_LOOP(i, n)
-    {
-        t[i] *= gelu_grad(half_load(aux, i, dt), 1);
-    }
-}
-
-__global__ void k_acc_half(float *dst, const void *src, int64_t n, int dt)
-{
-    GRID_LOOP(i, n)
-    {
-        dst[i] += half_load(src, i, dt);
-    }
-}
-
-/* k_col_sum over 2-byte values: the same partial sums in the same order. */
-__global__ void k_col_sum_half(const void *src, int64_t rows, int64_t cols, float *dst, int dt)
-{
-    __shared__ float sh[CS_LANES][CS_COLS + 1];
-    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x;
-    float s = 0.0f;
-    if (c < cols) {
-        for (int64_t r = threadIdx.y; r < rows; r += CS_LANES) {
-            s += half_load(src, r * cols + c, dt);
-        }
-    }
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < cols) {
-        float t = 0.0f;
-        for (int k = 0; k < CS_LANES; k++) {
-            t += sh[k][threadIdx.x];
-        }
-        dst[c] = t;
-    }
-}
-
-extern "C" {
-
-cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
-                                 int64_t n, void *aux, void *h, int dt)
-{
-    k_bias_gelu_half<<<grid_for(n), THREADS, 0, s>>>(t, bias, m, n, aux, h, dt);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt)
-{
-    k_dgelu_half<<<grid_for(n), THREADS, 0, s>>>(t, aux, n, dt);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt)
-{
-    k_acc_half<<<grid_for(n), THREADS, 0, s>>>(dst, src, n, dt);
-    return cudaGetLastError();
-}
-
-cudaError_t nn_cu_col_sum_half(cudaStream_t s, const void *src, int64_t rows, int64_t cols,
-                               float *dst, int dt)
-{
-    if (cols == 0) {
-        return cudaSuccess;
-    }
-    k_col_sum_half<<<(unsigned)((cols + CS_COLS - 1) / CS_COLS), dim3(CS_COLS, CS_LANES), 0, s>>>(
-        src, rows, cols, dst, dt);
     return cudaGetLastError();
 }
 

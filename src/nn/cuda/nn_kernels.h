@@ -8,7 +8,9 @@
  * `write` arguments: 1 stores into the destination (a fresh gradient), 0 adds to it. `rnd`
  * arguments: 0 none, 1 round to bf16, 2 round to fp16 (nearest even), as the CPU's autocast
  * rounds what a low-precision kernel would read or produce. No kernel uses floating-point
- * atomics: sums over rows run in a fixed order, so results are deterministic.
+ * atomics: sums over rows run in a fixed order, so results are deterministic. Element-wise
+ * kernels move 16-byte vectors where every pointer they get is 16-byte aligned (8-byte for a
+ * 2-byte destination), scalars otherwise: the results are the same either way.
  */
 #ifndef ACCEL_NN_CUDA_KERNELS_H
 #define ACCEL_NN_CUDA_KERNELS_H
@@ -29,10 +31,21 @@ cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b
                       float *y);
 /* dst[i] (+)= rnd(src[i]). */
 cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write);
-/* dst[c] (+)= sum over r of src[r * cols + c], in a fixed order (32 interleaved partial sums,
- * then those in order). */
-cudaError_t nn_cu_col_sum(cudaStream_t s, const float *src, int64_t rows, int64_t cols, float *dst,
-                          int write);
+/* dst[i] (+)= src[i], src bf16 (dt 1) or fp16 (dt 2). */
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt,
+                           int write);
+/* dst[c] (+)= rnd(sum over r of src[r * cols + c]), src fp32 (src_dt 0), bf16 (1) or fp16 (2),
+ * in a fixed order: the rows in chunks of 512 (more where rows / 512 exceeds 65535), within a
+ * chunk 32 interleaved partial sums (row r goes to r % 32) added in order, then the chunks'
+ * sums in order. part: nn_cu_col_sum_part_count(rows, cols) floats of scratch (may be NULL
+ * when that is 0: up to 512 rows, one pass straight into dst). */
+cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t rows, int64_t cols,
+                          float *dst, int write, int rnd, float *part);
+int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
+/* dst[c] (+)= rnd(part[0 * cols + c] + part[1 * cols + c] + ... + part[(nparts - 1) * cols + c]),
+ * in that order (partial rows of a sum over rows). */
+cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                            float *dst, int write, int rnd);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
 cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt);
 
@@ -45,20 +58,32 @@ cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, floa
 cudaError_t nn_cu_dropout(cudaStream_t s, uint64_t key, float p, const float *src, float *dst,
                           int64_t n, int write);
 
-/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order (V: gw's rows,
- * every id below it). */
+/* y[r] = w[ids[r]] (rows of C); backward gw[ids[r]] += gy[r], rows in order, given the rows
+ * grouped by id: for each of the nd distinct ids gid[k], its rows order[start[k]] ..
+ * order[start[k + 1] - 1] in increasing order (one thread per gw element adds them in turn). */
 cudaError_t nn_cu_embedding(cudaStream_t s, const float *w, const int32_t *ids, float *y,
                             int64_t rows, int64_t C);
-cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *ids, const float *gy, int64_t rows,
-                                int64_t C, int64_t V, float *gw);
+cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int32_t *start,
+                                const int32_t *gid, int64_t nd, const float *gy, int64_t C,
+                                float *gw);
 
 /* LayerNorm over rows of C (w / b may be NULL: ones / zeros); saves mean and 1/std. */
 cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
                             float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps);
-/* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients. */
+/* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients, each summed
+ * over the rows in a fixed order: with gx, where C is a multiple of 4 up to 1024 and the
+ * pointers 16-byte aligned, in blocks of 128 rows (8 runs of 16 consecutive rows, each in row
+ * order, the runs in order), then the blocks in order; otherwise in nn_cu_col_sum's order.
+ * part: nn_cu_layernorm_bwd_part_count(rows, C) floats of scratch (NULL when that is 0). */
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, float *gw, float *gb);
+                                float *gx, int write, float *gw, float *gb, float *part);
+int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C);
+/* Only the parameter gradients of nn_cu_layernorm_bwd, in nn_cu_col_sum's order (part:
+ * 2 * nn_cu_col_sum_part_count(rows, C) floats). */
+cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const float *gy,
+                                       const float *mean, const float *rstd, int64_t rows,
+                                       int64_t C, float *gw, float *gb, float *part);
 
 /* Cross entropy per row: lse[r] and row_loss[r] (0 where t[r] == ignore). */
 cudaError_t nn_cu_ce_fwd(cudaStream_t s, const float *x, const int32_t *t, int64_t rows, int64_t C,
@@ -127,11 +152,6 @@ cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bia
                                  int64_t n, void *aux, void *h, int dt);
 /* t[i] *= gelu_tanh'(aux[i]) in fp32, aux 2-byte. */
 cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt);
-/* dst[i] += src[i], src 2-byte (a sum cuBLASLt stored rounded). */
-cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt);
-/* nn_cu_col_sum (write) of a 2-byte src, each value widened to fp32, in the same order. */
-cudaError_t nn_cu_col_sum_half(cudaStream_t s, const void *src, int64_t rows, int64_t cols,
-                               float *dst, int dt);
 /* Queues the tensor-core backward's two kernels (attn_tc_bwd.cu) once nn_cu_attn_bwd_tc has
  * checked that they apply; the launch status is cudaGetLastError's. */
 void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a, const float *qkv,

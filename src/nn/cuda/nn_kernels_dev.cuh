@@ -1,7 +1,8 @@
 /*
- * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu) share: the launch
- * sizes, the grid-stride loop, the autocast rounding and the warp and block reductions. Device
- * code only: include it from .cu files, never from C.
+ * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu, ew_kernels.cu) share:
+ * the launch sizes, the grid-stride loop, the autocast rounding, the warp and block reductions
+ * and the packing of four 2-byte values for one 8-byte store. Device code only: include it
+ * from .cu files, never from C.
  */
 #ifndef ACCEL_NN_CUDA_KERNELS_DEV_CUH
 #define ACCEL_NN_CUDA_KERNELS_DEV_CUH
@@ -10,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Threads of an element-wise block and of a row kernel's block (one block per row). */
 #define THREADS 256
@@ -68,6 +70,22 @@ __device__ inline float block_reduce(float v, float *sh, int is_max)
     __syncthreads();
     v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
     return is_max ? warp_max(v) : warp_sum(v);
+}
+
+/* Four values rounded (dt 1 bf16, 2 fp16) and packed for one 8-byte store. */
+__device__ __forceinline__ uint2 pack_half4(float4 v, int dt)
+{
+    uint2 u;
+    if (dt == 1) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    } else {
+        __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        memcpy(&u.x, &lo, 4);
+        memcpy(&u.y, &hi, 4);
+    }
+    return u;
 }
 
 #endif /* ACCEL_NN_CUDA_KERNELS_DEV_CUH */

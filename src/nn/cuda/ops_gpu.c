@@ -6,6 +6,7 @@
  * CPU's counter-based mask, so the same seed, step and op drop the same elements on both.
  */
 #include <pthread.h>
+#include <string.h>
 
 #include "gpu_internal.h"
 
@@ -23,8 +24,13 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (gt == NULL) {
             continue;
         }
+        int64_t rows = nt ? ny / nt : 0;
+        float *part = NULL;
+        if (nt != ny && !accel__nn_cu_sum_parts(g, rows, nt, 1, &part)) {
+            return;
+        }
         cudaError_t e = nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
-                                 : nn_cu_col_sum(nn__cu_stream(g), gy, nt ? ny / nt : 0, nt, gt, 0);
+                                 : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
@@ -153,13 +159,54 @@ nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p)
 
 /* ---- embedding ---- */
 
+/* The ids grouped by value for the backward scatter (a stable counting sort on the host, whose
+ * ids these are), staged to the device: [order: the rows, by id then row | start: nd + 1
+ * offsets into order | id: the nd distinct ids, ascending]. NULL and the ctx error on failure. */
+static int32_t *emb_groups(nn_ctx *g, const int32_t *ids, int64_t rows, int64_t V, int64_t *nd)
+{
+    nn_tmp_mark tm = accel__nn_tmp_mark(g);
+    int32_t *cnt = accel__nn_tmp_alloc(g, (size_t)(V + 1) * sizeof(int32_t));
+    int32_t *h = accel__nn_tmp_alloc(g, (size_t)(3 * rows + 1) * sizeof(int32_t));
+    int32_t *dev = NULL;
+    if (cnt != NULL && h != NULL) {
+        memset(cnt, 0, (size_t)(V + 1) * sizeof(int32_t));
+        for (int64_t r = 0; r < rows; r++) {
+            cnt[ids[r] + 1]++;
+        }
+        int64_t n = 0;
+        int32_t *start = h + rows, *gid = NULL;
+        for (int64_t v = 0; v < V; v++) { /* cnt[v]: where id v's rows begin */
+            if (cnt[v + 1] > 0) {
+                start[n++] = cnt[v];
+            }
+            cnt[v + 1] += cnt[v];
+        }
+        start[n] = (int32_t)rows;
+        gid = start + n + 1;
+        for (int64_t v = 0, k = 0; v < V; v++) {
+            if (cnt[v + 1] > cnt[v]) {
+                gid[k++] = (int32_t)v;
+            }
+        }
+        for (int64_t r = 0; r < rows; r++) {
+            h[cnt[ids[r]]++] = (int32_t)r;
+        }
+        *nd = n;
+        dev = accel__nn_cu_ints(g, h, rows + 2 * n + 1, "nn_embedding");
+    }
+    accel__nn_tmp_release(g, tm);
+    return dev;
+}
+
 static void emb_backward(nn_ctx *g, nn_node *n)
 {
     float *gw = accel__nn_grad(g, n->in[0]);
-    if (gw != NULL) {
+    int64_t rows = n->i[0], nd = n->i[2];
+    if (gw != NULL && nd > 0) {
+        const int32_t *grp = n->p[1];
         accel__nn_cu_ok(g,
-                        nn_cu_embedding_bwd(nn__cu_stream(g), n->p[0], n->out->grad, n->i[0],
-                                            n->i[1], n->in[0]->shape[0], gw),
+                        nn_cu_embedding_bwd(nn__cu_stream(g), grp, grp + rows, grp + rows + nd + 1,
+                                            nd, n->out->grad, n->i[1], gw),
                         "nn_embedding (backward)");
     }
 }
@@ -186,13 +233,17 @@ nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
         return NULL;
     }
     if (accel__nn_needs_grad(g, &weight, 1)) {
-        nn_node *n = accel__nn_record(g, "embedding", y, &weight, 1, emb_backward);
+        int64_t nd = 0;
+        int32_t *grp = emb_groups(g, ids, rows, weight->shape[0], &nd);
+        nn_node *n = grp ? accel__nn_record(g, "embedding", y, &weight, 1, emb_backward) : NULL;
         if (n == NULL) {
             return NULL;
         }
         n->i[0] = rows;
         n->i[1] = C;
+        n->i[2] = nd;
         n->p[0] = idc;
+        n->p[1] = grp;
     }
     return y;
 }
@@ -210,9 +261,14 @@ static void ln_backward(nn_ctx *g, nn_node *n)
         return;
     }
     const float *w = n->in[1] ? n->in[1]->data : NULL;
+    int64_t np = gw != NULL || gb != NULL ? nn_cu_layernorm_bwd_part_count(rows, C) : 0;
+    float *part = np > 0 ? accel__nn_dtmp_alloc(g, (size_t)np * sizeof(float)) : NULL;
+    if (np > 0 && part == NULL) {
+        return;
+    }
     accel__nn_cu_ok(g,
                     nn_cu_layernorm_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, w, n->p[0],
-                                        n->p[1], rows, C, gx, fresh, gw, gb),
+                                        n->p[1], rows, C, gx, fresh, gw, gb, part),
                     "nn_layernorm (backward)");
 }
 

@@ -1,0 +1,514 @@
+/*
+ * The nn toolkit's element-wise kernels and sums over rows (launchers in nn_kernels.h).
+ * Element-wise kernels move 16-byte vectors (four floats; four 2-byte values in one 8-byte
+ * store) where the launcher found every pointer aligned, then finish the scalar tail, so each
+ * one is a single pass at memory speed. Sums over rows (bias gradients; LayerNorm's parameter
+ * gradients where nn_kernels.cu's register-row kernel does not make them) split the rows into
+ * chunks of CS_ROWS so the grid fills the GPU: a first kernel sums each chunk (32 lanes, each
+ * every 32nd row, then the lanes in order) into a partial row of scratch, a second adds the
+ * partial rows in chunk order. The order of every sum depends
+ * only on the shapes, and no kernel uses atomics: results are deterministic.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "nn_kernels.h"
+#include "nn_kernels_dev.cuh"
+
+/* Column sums: a block is CS_COLS columns x CS_LANES lanes over at most CS_ROWS rows. */
+#define CS_COLS 32
+#define CS_LANES 32
+#define CS_ROWS 512
+/* The most chunks a column sum splits its rows into (the grid's y extent). */
+#define CS_MAX_CHUNKS 65535
+
+/* ---- vectors ---- */
+
+/* n4 = n / 4 when every pointer is 16-byte aligned (a kernel then moves float4s), else 0. */
+static inline int64_t vec4_count(int64_t n, const void *a, const void *b, const void *c)
+{
+    uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    return (any & 15) == 0 ? n / 4 : 0;
+}
+
+/* Blocks for n elements of which n4 vectors. */
+static inline unsigned vec_grid(int64_t n4, int64_t n)
+{
+    return grid_for(n4 > 0 ? n4 : n);
+}
+
+/* The scalar elements after the vectors: [4 n4, n), grid-strided. */
+#define TAIL_LOOP(i, n4, n)                                                                        \
+    for (int64_t i = 4 * (n4) + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);           \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float4 rnd4(float4 v, int rnd)
+{
+    return make_float4(rnd_dt(v.x, rnd), rnd_dt(v.y, rnd), rnd_dt(v.z, rnd), rnd_dt(v.w, rnd));
+}
+
+/* *d = v (write) or *d + v, one 16-byte load and store. */
+__device__ __forceinline__ void store4(float4 *d, float4 v, int write)
+{
+    if (!write) {
+        float4 o = *d;
+        v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+    }
+    *d = v;
+}
+
+/* ---- element-wise ---- */
+
+/* a4 / b4: the operands' vector counts (both multiples of 4 floats when n4 > 0). */
+__global__ void k_add(const float *a, int64_t na, const float *b, int64_t nb, float *y, int64_t n4,
+                      int64_t n)
+{
+    /* No 64-bit remainder (tens of instructions) for the operand as large as y. */
+    int64_t a4 = na / 4, b4 = nb / 4;
+    GRID_LOOP(i, n4)
+    {
+        float4 u = ((const float4 *)a)[a4 == n4 ? i : i % a4];
+        float4 v = ((const float4 *)b)[b4 == n4 ? i : i % b4];
+        ((float4 *)y)[i] = make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        y[i] = a[na == n ? i : i % na] + b[nb == n ? i : i % nb];
+    }
+}
+
+__global__ void k_acc(float *dst, const float *src, int64_t n4, int64_t n, int rnd, int write)
+{
+    GRID_LOOP(i, n4)
+    {
+        store4((float4 *)dst + i, rnd4(((const float4 *)src)[i], rnd), write);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = rnd_dt(src[i], rnd);
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
+/* A 2-byte value of dt (1 bf16, 2 fp16) as a float. */
+__device__ __forceinline__ float half_f(uint16_t h, int dt)
+{
+    if (dt == 1) {
+        return __uint_as_float((unsigned)h << 16);
+    }
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+
+__global__ void k_acc_half(float *dst, const void *src, int64_t n4, int64_t n, int dt, int write)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    GRID_LOOP(i, n4)
+    {
+        uint2 u = ((const uint2 *)src)[i];
+        float4 v =
+            make_float4(half_f((uint16_t)(u.x & 0xFFFFu), dt), half_f((uint16_t)(u.x >> 16), dt),
+                        half_f((uint16_t)(u.y & 0xFFFFu), dt), half_f((uint16_t)(u.y >> 16), dt));
+        store4((float4 *)dst + i, v, write);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = half_f(h[i], dt);
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
+__global__ void k_scale_acc(float *dst, const float *src, int64_t n4, int64_t n, const float *seed,
+                            int rnd, int write)
+{
+    float f = *seed;
+    GRID_LOOP(i, n4)
+    {
+        float4 v = ((const float4 *)src)[i];
+        store4((float4 *)dst + i, rnd4(make_float4(f * v.x, f * v.y, f * v.z, f * v.w), rnd),
+               write);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = rnd_dt(f * src[i], rnd);
+        dst[i] = write ? v : dst[i] + v;
+    }
+}
+
+__global__ void k_to_half(const float *src, void *dst, int64_t n4, int64_t n, int dt)
+{
+    GRID_LOOP(i, n4)
+    {
+        ((uint2 *)dst)[i] = pack_half4(((const float4 *)src)[i], dt);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        if (dt == 1) {
+            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+        } else {
+            ((__half *)dst)[i] = __float2half_rn(src[i]);
+        }
+    }
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_C 0.044715f
+
+__device__ __forceinline__ float gelu_f(float x, int approximate)
+{
+    if (approximate) {
+        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, int approximate)
+{
+    if (approximate) {
+        float x2 = x * x;
+        float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
+
+__global__ void k_gelu(const float *x, float *y, int64_t n4, int64_t n, int approximate)
+{
+    GRID_LOOP(i, n4)
+    {
+        float4 v = ((const float4 *)x)[i];
+        ((float4 *)y)[i] = make_float4(gelu_f(v.x, approximate), gelu_f(v.y, approximate),
+                                       gelu_f(v.z, approximate), gelu_f(v.w, approximate));
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        y[i] = gelu_f(x[i], approximate);
+    }
+}
+
+__global__ void k_gelu_bwd(const float *x, const float *gy, float *gx, int64_t n4, int64_t n,
+                           int approximate, int write)
+{
+    GRID_LOOP(i, n4)
+    {
+        float4 v = ((const float4 *)x)[i], g = ((const float4 *)gy)[i];
+        float4 d =
+            make_float4(g.x * gelu_grad(v.x, approximate), g.y * gelu_grad(v.y, approximate),
+                        g.z * gelu_grad(v.z, approximate), g.w * gelu_grad(v.w, approximate));
+        store4((float4 *)gx + i, d, write);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = gy[i] * gelu_grad(x[i], approximate);
+        gx[i] = write ? v : gx[i] + v;
+    }
+}
+
+/* ---- sums over rows ---- */
+
+template <typename T> __device__ __forceinline__ float load_f(const T *p);
+template <> __device__ __forceinline__ float load_f<float>(const float *p)
+{
+    return *p;
+}
+template <> __device__ __forceinline__ float load_f<__nv_bfloat16>(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+template <> __device__ __forceinline__ float load_f<__half>(const __half *p)
+{
+    return __half2float(*p);
+}
+
+/* dst = v (write) or dst + v, v rounded first (rnd). */
+__device__ __forceinline__ void put_sum(float *dst, float v, int write, int rnd)
+{
+    v = rnd_dt(v, rnd);
+    *dst = write ? v : *dst + v;
+}
+
+/* Chunk blockIdx.y of rows [chunk y, chunk (y + 1)): lane threadIdx.y of column c sums rows
+ * r0 + lane, r0 + lane + CS_LANES, ..., then lane 0 adds the lanes in order: into dst when the
+ * grid has one chunk, else into part[y * cols + c] for k_sum_parts. */
+template <typename T>
+__global__ void __launch_bounds__(CS_COLS *CS_LANES)
+    k_col_sum(const T *src, int64_t rows, int64_t cols, int64_t chunk, float *part, float *dst,
+              int write, int rnd)
+{
+    __shared__ float sh[CS_LANES][CS_COLS + 1];
+    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x, r0 = (int64_t)blockIdx.y * chunk;
+    int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float s = 0.0f;
+    if (c < cols) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_LANES) {
+            s += load_f(src + r * cols + c);
+        }
+    }
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CS_LANES; k++) {
+            t += sh[k][threadIdx.x];
+        }
+        if (gridDim.y == 1) {
+            put_sum(dst + c, t, write, rnd);
+        } else {
+            part[(int64_t)blockIdx.y * cols + c] = t;
+        }
+    }
+}
+
+/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). */
+__global__ void k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, int write,
+                            int rnd)
+{
+    GRID_LOOP(c, cols)
+    {
+        float t = 0.0f;
+        for (int64_t k = 0; k < nparts; k++) {
+            t += part[k * cols + c];
+        }
+        put_sum(dst + c, t, write, rnd);
+    }
+}
+
+/* As k_col_sum, LayerNorm's weight and bias gradients at once (both accumulate): part holds
+ * the weight's partial rows, then the bias's. Two blocks per SM (32 registers a thread), as
+ * k_col_sum, for the loads in flight. */
+__global__ void __launch_bounds__(CS_COLS *CS_LANES, 2)
+    k_layernorm_bwd_params(const float *x, const float *gy, const float *mean, const float *rstd,
+                           int64_t rows, int64_t C, int64_t chunk, float *part, float *gw,
+                           float *gb)
+{
+    __shared__ float shw[CS_LANES][CS_COLS + 1], shb[CS_LANES][CS_COLS + 1];
+    int64_t c = (int64_t)blockIdx.x * CS_COLS + threadIdx.x, r0 = (int64_t)blockIdx.y * chunk;
+    int64_t r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float sw = 0.0f, sb = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_LANES) {
+            float g = gy[r * C + c];
+            sw += g * (x[r * C + c] - mean[r]) * rstd[r];
+            sb += g;
+        }
+    }
+    shw[threadIdx.y][threadIdx.x] = sw;
+    shb[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int k = 0; k < CS_LANES; k++) {
+            tw += shw[k][threadIdx.x];
+            tb += shb[k][threadIdx.x];
+        }
+        if (gridDim.y > 1) {
+            part[(int64_t)blockIdx.y * C + c] = tw;
+            part[((int64_t)gridDim.y + blockIdx.y) * C + c] = tb;
+            return;
+        }
+        if (gw) {
+            gw[c] += tw;
+        }
+        if (gb) {
+            gb[c] += tb;
+        }
+    }
+}
+
+/* ---- launchers ---- */
+
+/* Rows per chunk of a column sum: CS_ROWS, or more where the chunks would overflow the grid
+ * (a multiple of CS_LANES, so every lane walks whole strides). */
+static int64_t cs_chunk(int64_t rows)
+{
+    int64_t chunk = CS_ROWS;
+    if ((rows + chunk - 1) / chunk > CS_MAX_CHUNKS) {
+        chunk = (rows + CS_MAX_CHUNKS - 1) / CS_MAX_CHUNKS;
+        chunk = (chunk + CS_LANES - 1) / CS_LANES * CS_LANES;
+    }
+    return chunk;
+}
+
+static int64_t cs_chunks(int64_t rows)
+{
+    int64_t chunk = cs_chunk(rows), n = (rows + chunk - 1) / chunk;
+    return n < 1 ? 1 : n;
+}
+
+/* k_col_sum over src of element type T. */
+template <typename T>
+static void col_sum_first(cudaStream_t s, dim3 grid, const void *src, int64_t rows, int64_t cols,
+                          int64_t chunk, float *part, float *dst, int write, int rnd)
+{
+    const T *p = (const T *)src;
+    dim3 block(CS_COLS, CS_LANES);
+    k_col_sum<T><<<grid, block, 0, s>>>(p, rows, cols, chunk, part, dst, write, rnd);
+}
+
+extern "C" {
+
+cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b, int64_t nb,
+                      float *y)
+{
+    int64_t n = na > nb ? na : nb;
+    int64_t n4 = na > 0 && nb > 0 && na % 4 == 0 && nb % 4 == 0 ? vec4_count(n, a, b, y) : 0;
+    k_add<<<vec_grid(n4, n), THREADS, 0, s>>>(a, na, b, nb, y, n4, n);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write)
+{
+    int64_t n4 = vec4_count(n, dst, src, NULL);
+    k_acc<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt,
+                           int write)
+{
+    /* The 2-byte source takes 8-byte loads. */
+    int64_t n4 = ((uintptr_t)src & 7) == 0 ? vec4_count(n, dst, NULL, NULL) : 0;
+    k_acc_half<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, dt, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
+                            const float *seed, int rnd, int write)
+{
+    int64_t n4 = vec4_count(n, dst, src, NULL);
+    k_scale_acc<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, seed, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt)
+{
+    /* The 2-byte destination takes 8-byte stores. */
+    int64_t n4 = ((uintptr_t)dst & 7) == 0 ? vec4_count(n, src, NULL, NULL) : 0;
+    k_to_half<<<vec_grid(n4, n), THREADS, 0, s>>>(src, dst, n4, n, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_gelu(cudaStream_t s, const float *x, float *y, int64_t n, int approximate)
+{
+    int64_t n4 = vec4_count(n, x, y, NULL);
+    k_gelu<<<vec_grid(n4, n), THREADS, 0, s>>>(x, y, n4, n, approximate);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_gelu_bwd(cudaStream_t s, const float *x, const float *gy, float *gx, int64_t n,
+                           int approximate, int write)
+{
+    int64_t n4 = vec4_count(n, x, gy, gx);
+    k_gelu_bwd<<<vec_grid(n4, n), THREADS, 0, s>>>(x, gy, gx, n4, n, approximate, write);
+    return cudaGetLastError();
+}
+
+int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols)
+{
+    int64_t n = cs_chunks(rows);
+    return n > 1 ? n * cols : 0;
+}
+
+cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t rows, int64_t cols,
+                          float *dst, int write, int rnd, float *part)
+{
+    if (cols == 0) {
+        return cudaSuccess;
+    }
+    int64_t chunk = cs_chunk(rows), chunks = cs_chunks(rows);
+    dim3 grid((unsigned)((cols + CS_COLS - 1) / CS_COLS), (unsigned)chunks);
+    if (src_dt == 1) {
+        col_sum_first<__nv_bfloat16>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+    } else if (src_dt == 2) {
+        col_sum_first<__half>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+    } else {
+        col_sum_first<float>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+    }
+    if (chunks > 1) {
+        k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, chunks, cols, dst, write, rnd);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                            float *dst, int write, int rnd)
+{
+    k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, nparts, cols, dst, write, rnd);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const float *gy,
+                                       const float *mean, const float *rstd, int64_t rows,
+                                       int64_t C, float *gw, float *gb, float *part)
+{
+    if (C == 0 || (gw == NULL && gb == NULL)) {
+        return cudaSuccess;
+    }
+    int64_t chunk = cs_chunk(rows), chunks = cs_chunks(rows);
+    dim3 grid((unsigned)((C + CS_COLS - 1) / CS_COLS), (unsigned)chunks);
+    k_layernorm_bwd_params<<<grid, dim3(CS_COLS, CS_LANES), 0, s>>>(x, gy, mean, rstd, rows, C,
+                                                                    chunk, part, gw, gb);
+    if (chunks > 1 && gw != NULL) {
+        k_sum_parts<<<grid_for(C), THREADS, 0, s>>>(part, chunks, C, gw, 0, 0);
+    }
+    if (chunks > 1 && gb != NULL) {
+        k_sum_parts<<<grid_for(C), THREADS, 0, s>>>(part + chunks * C, chunks, C, gb, 0, 0);
+    }
+    return cudaGetLastError();
+}
+
+} /* extern "C" */
+
+/* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
+
+__device__ __forceinline__ void half_store(void *p, int64_t i, float v, int dt)
+{
+    if (dt == 1) {
+        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    } else {
+        ((__half *)p)[i] = __float2half_rn(v);
+    }
+}
+
+__global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
+                                 void *h, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        float z = t[i] + (bias != NULL ? half_f(((const uint16_t *)bias)[i % m], dt) : 0.0f);
+        half_store(aux, i, z, dt);
+        half_store(h, i, gelu_f(z, 1), dt);
+    }
+}
+
+__global__ void k_dgelu_half(float *t, const void *aux, int64_t n, int dt)
+{
+    GRID_LOOP(i, n)
+    {
+        t[i] *= gelu_grad(half_f(((const uint16_t *)aux)[i], dt), 1);
+    }
+}
+
+extern "C" {
+
+cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
+                                 int64_t n, void *aux, void *h, int dt)
+{
+    k_bias_gelu_half<<<grid_for(n), THREADS, 0, s>>>(t, bias, m, n, aux, h, dt);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt)
+{
+    k_dgelu_half<<<grid_for(n), THREADS, 0, s>>>(t, aux, n, dt);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

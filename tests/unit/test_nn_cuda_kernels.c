@@ -1,0 +1,312 @@
+/* ACCEL_TEST_LABELS: gpu
+ *
+ * The nn toolkit's element-wise and column-sum kernels (src/nn/cuda/ew_kernels.cu), called
+ * through their launchers (nn_kernels.h) on device buffers at every offset of a 16-byte
+ * vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path (aligned
+ * pointers) and the scalar one (the tail, unaligned pointers) run:
+ *  - acc, acc_half, add, scale_acc and to_half (bf16) against the same arithmetic on the host,
+ *    bit for bit (they add, multiply and round: nothing the host computes differently);
+ *  - to_half (fp16), gelu and its backward: every offset gives the bits of offset 0 (the
+ *    vector and scalar paths run the same per-element code);
+ *  - the column sum over fp32 and bf16 input, accumulating or writing, rounding or not, over
+ *    1 to 1500 rows (one chunk of 512 rows and several): bit for bit against the order
+ *    nn_kernels.h documents, replayed on the host.
+ * Exits 77 (skipped) without a CUDA build or a GPU.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+#ifdef ACCEL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "nn/cuda/nn_kernels.h"
+
+#define MAXN 5000
+
+static uint64_t state = 88172645463325252ull;
+
+static float frand(void) /* xorshift64, uniform in [-2, 2) */
+{
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return (float)((double)(state >> 11) * 0x1p-51 - 2.0);
+}
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Round to nearest even bf16 (finite inputs), as __float2bfloat16_rn. */
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u = bits(f);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float bf16_round(float f)
+{
+    uint32_t u = (uint32_t)bf16_bits(f) << 16;
+    float r;
+    memcpy(&r, &u, 4);
+    return r;
+}
+
+static void *dev_alloc(size_t nbytes)
+{
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, nbytes) == cudaSuccess);
+    return p;
+}
+
+static void to_dev(void *d, const void *h, size_t nbytes)
+{
+    CHECK(cudaMemcpy(d, h, nbytes, cudaMemcpyHostToDevice) == cudaSuccess);
+}
+
+static void to_host(void *h, const void *d, size_t nbytes)
+{
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(cudaMemcpy(h, d, nbytes, cudaMemcpyDeviceToHost) == cudaSuccess);
+}
+
+static float *da, *db, *dc, *dseed;
+static float ha[MAXN], hb[MAXN], hc[MAXN], ref[MAXN], out[MAXN];
+static uint16_t h16[MAXN], r16[MAXN];
+
+static const int64_t lengths[] = {0, 1, 3, 4, 5, 7, 8, 1003, 4099};
+#define NLEN (sizeof(lengths) / sizeof(lengths[0]))
+
+static void fill(void)
+{
+    for (int i = 0; i < MAXN; i++) {
+        ha[i] = frand();
+        hb[i] = frand();
+        hc[i] = frand();
+    }
+    to_dev(da, ha, sizeof(ha));
+    to_dev(db, hb, sizeof(hb));
+    to_dev(dc, hc, sizeof(hc));
+}
+
+static void check_floats(const char *what, int off, int64_t n, const float *want)
+{
+    to_host(out, dc, sizeof(out));
+    for (int64_t i = 0; i < n; i++) {
+        CHECK_MSG(bits(out[off + i]) == bits(want[i]), "%s: offset %d n %lld: [%lld] %g, want %g",
+                  what, off, (long long)n, (long long)i, (double)out[off + i], (double)want[i]);
+    }
+    /* Nothing past the end was written. */
+    for (int64_t i = off + n; i < MAXN && i < off + n + 8; i++) {
+        CHECK_MSG(bits(out[i]) == bits(hc[i]), "%s: offset %d n %lld: wrote [%lld]", what, off,
+                  (long long)n, (long long)(i - off));
+    }
+}
+
+static void test_elementwise(void)
+{
+    for (int off = 0; off < 4; off++) {
+        for (size_t k = 0; k < NLEN; k++) {
+            int64_t n = lengths[k];
+            for (int rnd = 0; rnd < 2; rnd++) {
+                for (int write = 0; write < 2; write++) {
+                    fill();
+                    CHECK(nn_cu_acc(NULL, dc + off, da + off, n, rnd, write) == cudaSuccess);
+                    for (int64_t i = 0; i < n; i++) {
+                        float v = rnd ? bf16_round(ha[off + i]) : ha[off + i];
+                        ref[i] = write ? v : hc[off + i] + v;
+                    }
+                    check_floats("acc", off, n, ref);
+                    fill();
+                    float f = 0.37f;
+                    to_dev(dseed, &f, sizeof(f));
+                    CHECK(nn_cu_scale_acc(NULL, dc + off, da + off, n, dseed, rnd, write) ==
+                          cudaSuccess);
+                    for (int64_t i = 0; i < n; i++) {
+                        float v = f * ha[off + i];
+                        v = rnd ? bf16_round(v) : v;
+                        ref[i] = write ? v : hc[off + i] + v;
+                    }
+                    check_floats("scale_acc", off, n, ref);
+                }
+            }
+            /* y = a + b broadcast: b of 4 (vectors), 12 and 1 (scalars: not a multiple of 4
+             * where n is not). */
+            static const int64_t nbs[] = {4, 12, 1};
+            for (size_t j = 0; j < 3; j++) {
+                int64_t nb = nbs[j];
+                if (n == 0 || n % nb != 0) {
+                    continue;
+                }
+                fill();
+                CHECK(nn_cu_add(NULL, da + off, n, db, nb, dc + off) == cudaSuccess);
+                for (int64_t i = 0; i < n; i++) {
+                    ref[i] = ha[off + i] + hb[i % nb];
+                }
+                check_floats("add", off, n, ref);
+            }
+            /* Widening 2-byte values (8-byte loads where aligned): bf16 of the inputs, and fp16
+             * 1 + k / 1024 (exact). */
+            for (int dt = 1; dt <= 2; dt++) {
+                for (int write = 0; write < 2; write++) {
+                    fill();
+                    for (int64_t i = 0; i < n; i++) {
+                        r16[off + i] = dt == 1 ? bf16_bits(ha[i]) : (uint16_t)(0x3C00 + i % 1024);
+                        float v = dt == 1 ? bf16_round(ha[i]) : 1.0f + (float)(i % 1024) / 1024.0f;
+                        ref[i] = write ? v : hc[off + i] + v;
+                    }
+                    to_dev(db, r16, sizeof(r16));
+                    CHECK(nn_cu_acc_half(NULL, dc + off, (uint16_t *)db + off, n, dt, write) ==
+                          cudaSuccess);
+                    check_floats("acc_half", off, n, ref);
+                }
+            }
+            /* bf16 copies at 2-byte offsets 0..3 (8-byte stores where aligned). */
+            fill();
+            memset(r16, 0xAB, sizeof(r16));
+            to_dev(dc, r16, sizeof(r16));
+            CHECK(nn_cu_to_half(NULL, da + off, (uint16_t *)dc + off, n, 1) == cudaSuccess);
+            to_host(h16, dc, sizeof(h16));
+            for (int64_t i = 0; i < n; i++) {
+                CHECK_MSG(h16[off + i] == bf16_bits(ha[off + i]),
+                          "to_half: offset %d n %lld [%lld]", off, (long long)n, (long long)i);
+            }
+            CHECK(h16[off + n] == 0xABAB);
+        }
+    }
+}
+
+/* Kernels checked against themselves at offset 0 (the vector path for n >= 4). */
+static void test_same_bits(void)
+{
+    const int64_t n = 1003;
+    float base[3][MAXN], x[MAXN], g[MAXN];
+    uint16_t base16[MAXN];
+    fill();
+    memcpy(x, ha, sizeof(x));
+    memcpy(g, hb, sizeof(g));
+    for (int off = 0; off < 4; off++) {
+        float got[3][MAXN];
+        /* One input for every offset: the same values at da + off. */
+        to_dev(da + off, x, (size_t)n * sizeof(float));
+        to_dev(db + off, g, (size_t)n * sizeof(float));
+        CHECK(nn_cu_gelu(NULL, da + off, dc + off, n, 1) == cudaSuccess);
+        to_host(got[0], dc + off, (size_t)n * sizeof(float));
+        CHECK(nn_cu_gelu(NULL, da + off, dc + off, n, 0) == cudaSuccess);
+        to_host(got[1], dc + off, (size_t)n * sizeof(float));
+        to_dev(dc + off, hc, (size_t)n * sizeof(float));
+        CHECK(nn_cu_gelu_bwd(NULL, da + off, db + off, dc + off, n, 1, 0) == cudaSuccess);
+        to_host(got[2], dc + off, (size_t)n * sizeof(float));
+        CHECK(nn_cu_to_half(NULL, da + off, (uint16_t *)dc + off, n, 2) == cudaSuccess);
+        to_host(h16, (uint16_t *)dc + off, (size_t)n * 2);
+        if (off == 0) {
+            memcpy(base, got, sizeof(base));
+            memcpy(base16, h16, sizeof(base16));
+            continue;
+        }
+        for (int k = 0; k < 3; k++) {
+            CHECK_MSG(memcmp(base[k], got[k], (size_t)n * sizeof(float)) == 0,
+                      "gelu kernel %d: offset %d differs from offset 0", k, off);
+        }
+        CHECK_MSG(memcmp(base16, h16, (size_t)n * 2) == 0, "to_half fp16: offset %d differs", off);
+    }
+}
+
+/* The column sum's documented order: chunks of 512 rows; in a chunk lane l (0..31) sums rows
+ * l, l + 32, ...; the lanes in order; then the chunks in order. */
+static float col_ref(const float *src, int64_t rows, int64_t cols, int64_t c)
+{
+    int64_t chunks = rows <= 512 ? 1 : (rows + 511) / 512;
+    float total = 0.0f, chunk_sum = 0.0f;
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t r1 = (k + 1) * 512 < rows ? (k + 1) * 512 : rows;
+        chunk_sum = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            float s = 0.0f;
+            for (int64_t r = k * 512 + l; r < r1; r += 32) {
+                s += src[r * cols + c];
+            }
+            chunk_sum += s;
+        }
+        total += chunk_sum;
+    }
+    return chunks == 1 ? chunk_sum : total;
+}
+
+static void test_col_sum(void)
+{
+    static const int64_t shapes[][2] = {{1, 5}, {31, 33}, {512, 3}, {513, 7}, {1500, 3}, {40, 70}};
+    float *src = malloc(1500 * 70 * sizeof(float)), *srcr = malloc(1500 * 70 * sizeof(float));
+    uint16_t *src16 = malloc(1500 * 70 * 2);
+    float *dsrc = dev_alloc(1500 * 70 * sizeof(float)), *part = dev_alloc(3 * 70 * sizeof(float));
+    CHECK(src != NULL && srcr != NULL && src16 != NULL);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1];
+        CHECK(nn_cu_col_sum_part_count(rows, cols) <= 3 * cols);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            src[i] = frand();
+            src16[i] = bf16_bits(src[i]);
+            srcr[i] = bf16_round(src[i]);
+        }
+        for (int dt = 0; dt < 2; dt++) {
+            for (int mode = 0; mode < 4; mode++) { /* write, rnd */
+                int write = mode & 1, rnd = mode >> 1;
+                fill();
+                to_dev(dsrc, dt ? (const void *)src16 : (const void *)src,
+                       (size_t)(rows * cols) * (dt ? 2 : 4));
+                CHECK(nn_cu_col_sum(NULL, dsrc, dt, rows, cols, dc, write, rnd, part) ==
+                      cudaSuccess);
+                for (int64_t c = 0; c < cols; c++) {
+                    float v = col_ref(dt ? srcr : src, rows, cols, c);
+                    v = rnd ? bf16_round(v) : v;
+                    ref[c] = write ? v : hc[c] + v;
+                }
+                char what[64];
+                snprintf(what, sizeof(what), "col_sum %lldx%lld dt %d write %d rnd %d",
+                         (long long)rows, (long long)cols, dt, write, rnd);
+                check_floats(what, 0, cols, ref);
+            }
+        }
+    }
+    CHECK(cudaFree(dsrc) == cudaSuccess && cudaFree(part) == cudaSuccess);
+    free(src);
+    free(srcr);
+    free(src16);
+}
+
+int main(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+        printf("test_nn_cuda_kernels: skipped: no GPU\n");
+        return 77;
+    }
+    da = dev_alloc(sizeof(ha));
+    db = dev_alloc(sizeof(hb));
+    dc = dev_alloc(sizeof(hc));
+    dseed = dev_alloc(sizeof(float));
+    test_elementwise();
+    test_same_bits();
+    test_col_sum();
+    CHECK(cudaFree(da) == cudaSuccess && cudaFree(db) == cudaSuccess);
+    CHECK(cudaFree(dc) == cudaSuccess && cudaFree(dseed) == cudaSuccess);
+    printf("test_nn_cuda_kernels: ok\n");
+    return 0;
+}
+
+#else
+
+int main(void)
+{
+    printf("test_nn_cuda_kernels: skipped: built without CUDA\n");
+    return 77;
+}
+
+#endif
