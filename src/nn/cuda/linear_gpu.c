@@ -324,7 +324,9 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
         }
     }
     lt_mm q = *p;
-    if (p->d_type != CUDA_R_32F) {
+    /* A plain product stores a 2-byte D itself (the gradient products under autocast). */
+    int half_epilogue = p->d_type != CUDA_R_32F && p->act != ACT_NONE;
+    if (half_epilogue) {
         /* A 2-byte GELU epilogue's fallback: the product in fp32 (GELU and its derivative
          * read it unrounded), in the arena in forward (ops take no scratch marks there), in
          * per-op scratch in backward. */
@@ -343,8 +345,7 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
                        cublasGetStatusString(st));
         return 0;
     }
-    return p->d_type != CUDA_R_32F ? epilogue_kernels_half(g, p, q.D, what)
-                                   : epilogue_kernels(g, p, what);
+    return half_epilogue ? epilogue_kernels_half(g, p, q.D, what) : epilogue_kernels(g, p, what);
 }
 
 static cudaDataType_t in_type(int rnd)
