@@ -8,9 +8,9 @@
 # PARTS (default "nn peers variants ncu tests"):
 #   nn        ctest -L gpu -R 'nn_cuda|gpt_cuda' (the nn ops and the GPT against the CPU)
 #   ab        bench/gpt_step (GPT-2 124M, B, bf16) and bench/cuda_attn of this build against
-#             those of an earlier build in BASE_DIR (.base: gpt_step, cuda_attn, copied there
-#             stripped before the change), alternating, AB_ROUNDS (2) rounds: same machine, same
-#             call, so the ratio is the change's
+#             those of earlier builds, each a folder in BASES (default .base) holding gpt_step and
+#             cuda_attn copied there stripped before a change, alternating, AB_ROUNDS (2) rounds:
+#             same machine, same call, so the ratios are the changes' ("bench" is this build)
 #   peers     bench/peers/run.sh: ours vs PyTorch eager and torch.compile in one run
 #   variants  ours with the warp attention kernels (WARP=0 skips), ZeRO stage 3 vs 0 at B = 8,
 #             bench/cuda_attn
@@ -39,25 +39,22 @@ part_nn() {
 }
 
 part_ab() {
-    local base=${BASE_DIR:-$PWD/.base} r
-    if [ ! -x "$base/gpt_step" ]; then
-        echo "ab: no earlier build in $base: skipped"
-        return
-    fi
+    local bases=(${BASES:-$PWD/.base}) r d who prog
+    for d in "${bases[@]}"; do
+        [ -x "$d/gpt_step" ] || { echo "ab: no earlier build in $d: skipped"; return; }
+    done
     {
         for ((r = 1; r <= ${AB_ROUNDS:-2}; r++)); do
-            for who in base new; do
+            for d in "${bases[@]}" build-cuda/bench; do
+                who=${d##*/}
                 stamp "gpt_step, $who, round $r"
-                local prog=build-cuda/bench/gpt_step
-                [ "$who" = new ] || prog=$base/gpt_step
-                timeout -k 5 60 "$prog" "${opts[@]}" --batch "$b" --steps "${STEPS:-10}" 2>&1 | tail -8
+                timeout -k 5 60 "$d/gpt_step" "${opts[@]}" --batch "$b" --steps "${STEPS:-10}" 2>&1 |
+                    tail -8
             done
         done
-        for who in base new; do
-            stamp "cuda_attn, $who"
-            local prog=build-cuda/bench/cuda_attn
-            [ "$who" = new ] || prog=$base/cuda_attn
-            timeout -k 5 60 "$prog" 2>&1 | tail -7
+        for d in "${bases[@]}" build-cuda/bench; do
+            stamp "cuda_attn, ${d##*/}"
+            timeout -k 5 60 "$d/cuda_attn" 2>&1 | tail -7
         done
     } >"$out/ab.log" 2>&1
     cat "$out/ab.log"
