@@ -441,9 +441,14 @@ static accel_status cpu_sgd_step(accel__device *d, const accel__sgd_args *a, acc
 
 static accel_status cpu_adam_step(accel__device *d, const accel__adam_args *a, accel__stream *s)
 {
-    (void)d;
     accel__cpu_adam(a, s == NULL);
-    return ACCEL_OK;
+    if (a->compute == NULL) {
+        return ACCEL_OK;
+    }
+    /* The compute copy after the update: host memory gains nothing from fusing the two, and
+     * cpu_convert's rounding is the reference the GPU's fused store matches. */
+    return cpu_convert(d, accel__dspan_of(a->compute, a->compute_dtype, a->count),
+                       accel__dspan_f32(a->param, a->count), s);
 }
 
 /* ---- reserved ranges: host pages (PROT_NONE while unmapped, so a stray read faults) ---- */

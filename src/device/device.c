@@ -289,6 +289,12 @@ accel_status accel__dev_adam_step(accel__device *d, const accel__adam_args *a, a
                              : a->exp_avg == NULL ? "exp_avg"
                                                   : "exp_avg_sq");
     }
+    if (a->compute != NULL && a->compute_dtype != ACCEL_BF16 && a->compute_dtype != ACCEL_F16) {
+        const char *name = accel_dtype_name(a->compute_dtype);
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "adam_step: the compute copy has dtype %s (BF16 or F16 only)",
+                             name != NULL ? name : "?");
+    }
     return d->ops->adam_step(d, a, s);
 }
 

@@ -195,7 +195,10 @@ typedef struct accel__sgd_args {
 
 /* torch.optim.Adam (decoupled = 0: L2 added to the gradient) / AdamW (decoupled = 1) over n
  * elements of fp32 parallel arrays. max_exp_avg_sq non-NULL selects amsgrad. The bias
- * corrections of this step are passed in: 1 - beta1^t and sqrt(1 - beta2^t). */
+ * corrections of this step are passed in: 1 - beta1^t and sqrt(1 - beta2^t). compute non-NULL:
+ * count elements of compute_dtype (BF16 or F16) that receive the updated param rounded, in the
+ * same pass (a mixed-precision model's compute copy: the bits accel__dev_convert would write,
+ * without reading the param again). */
 typedef struct accel__adam_args {
     float *param;
     const float *grad;
@@ -206,6 +209,8 @@ typedef struct accel__adam_args {
     float beta1, beta2, eps;
     float bias_correction1, bias_correction2_sqrt;
     int maximize;
+    void *compute;
+    accel_dtype compute_dtype;
 } accel__adam_args;
 
 /* One update, element for element the arithmetic of torch's single-tensor implementation in

@@ -168,6 +168,10 @@ static accel_status adam_locked(accel__device *d, const accel__adam_args *a, acc
     if (a->max_exp_avg_sq != NULL) {
         ACCEL_TRY(accel__sim_need_dev(d, "adam_step", "max_exp_avg_sq", a->max_exp_avg_sq, nb));
     }
+    if (a->compute != NULL) {
+        ACCEL_TRY(accel__sim_need_dev(d, "adam_step", "compute", a->compute,
+                                      a->count * accel_dtype_nbytes(a->compute_dtype)));
+    }
     sim_op op = {.kind = ACCEL__SIM_KERNEL, .kernel = ACCEL__SIM_K_ADAM, .adam = *a};
     return accel__sim_enqueue(d, s, &op);
 }

@@ -2,8 +2,10 @@
  * Gradient clipping (torch.nn.utils.clip_grad_norm_ / clip_grad_value_) over a model's flat
  * gradient buffer, through the model's device kernels, and the unscale entry point of the
  * fp16 loss scaler. Invariants: frozen parameters are neither counted in the norm nor
- * modified; the norm is summed parameter by parameter in registration order (each from 0 in
- * double), so it has the same bits on every device and every process.
+ * modified; the norm is summed run by run (clip_run: trainable gradients contiguous in memory,
+ * the whole flat buffer when nothing is frozen), each run from 0 in double and the runs in
+ * registration order of their first parameter, so the order depends only on the geometry,
+ * the frozen flags and the rank: the same bits on every run of a device kind and process.
  */
 #include <math.h>
 
@@ -53,17 +55,43 @@ static accel__dspan clip_span(const accel_model *m, int i)
                               : accel__grad_span(m, p->offset, p->numel);
 }
 
+/* The run of clip spans from parameter *i on (registration order), advancing *i past it: the
+ * spans of consecutive trainable parameters as long as each touches the run so far in memory
+ * (the layout is reverse registration order, so usually at its start), as one span; count 0
+ * after the last. A frozen parameter lies between its neighbours' spans and so ends a run;
+ * under ZeRO a run ends at the edge of this process's piece of a bucket. One kernel (norm,
+ * scale) per run instead of one per parameter: a single run for a model without frozen
+ * parameters at stage 0, where the per-parameter loop cost 3 launches for each parameter. */
+static accel__dspan clip_run(const accel_model *m, int *i)
+{
+    float *lo = NULL, *hi = NULL;
+    for (; *i < m->n_params; (*i)++) {
+        accel__dspan g = clip_span(m, *i);
+        if (m->params[*i].frozen || g.count == 0) {
+            continue;
+        }
+        float *a = g.data, *b = a + g.count;
+        if (lo == NULL) {
+            lo = a, hi = b;
+        } else if (a == hi) {
+            hi = b;
+        } else if (b == lo) {
+            lo = a;
+        } else {
+            break; /* parameter *i starts the next run */
+        }
+    }
+    return accel__dspan_f32(lo, lo != NULL ? (size_t)(hi - lo) : 0);
+}
+
 /* The norm (one device result, read once; under ZeRO each process's shard sum combined over
  * the processes), then the scaling when it exceeds max_norm. */
 static accel_status clip_norm(accel_model *m, double max_norm, double norm_type, double *total_norm)
 {
     int inf_norm = isinf(norm_type);
     accel_status st = accel__dev_memset(m->dev, m->dev_sum, 0, sizeof(double), NULL);
-    for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
-        accel__dspan g = clip_span(m, i);
-        if (m->params[i].frozen || g.count == 0) {
-            continue;
-        }
+    int i = 0;
+    for (accel__dspan g = clip_run(m, &i); g.count > 0 && st == ACCEL_OK; g = clip_run(m, &i)) {
         st = inf_norm ? accel__dev_abs_max(m->dev, g, m->dev_sum, NULL)
                       : accel__dev_pow_sum(m->dev, g, norm_type, m->dev_sum, NULL);
     }
@@ -89,11 +117,9 @@ static accel_status clip_norm(accel_model *m, double max_norm, double norm_type,
     double coef = max_norm / (total + 1e-6);
     /* torch multiplies by min(coef, 1); a NaN norm turns the gradients into NaN as there. */
     if (coef < 1.0 || isnan(coef)) {
-        for (int i = 0; i < m->n_params && st == ACCEL_OK; i++) {
-            accel__dspan g = clip_span(m, i);
-            if (!m->params[i].frozen && g.count > 0) {
-                st = accel__dev_scale(m->dev, g, (float)coef, NULL);
-            }
+        i = 0;
+        for (accel__dspan g = clip_run(m, &i); g.count > 0 && st == ACCEL_OK; g = clip_run(m, &i)) {
+            st = accel__dev_scale(m->dev, g, (float)coef, NULL);
         }
     }
     return st == ACCEL_OK ? st : accel__adopt_thread_error(m->acc, st);

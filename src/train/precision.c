@@ -263,6 +263,18 @@ accel_status accel__model_refresh_compute_range(accel_model *m, size_t offset, s
     return ACCEL_OK;
 }
 
+void *accel__model_compute_fused(const accel_model *m, const float *param, size_t offset)
+{
+    /* Only once valid (the first refresh publishes the views), and only when the update's
+     * param is the weights the copy is rounded from (stage 0: master == weights). */
+    if (m->compute == NULL || m->compute == m->weights || !m->compute_valid ||
+        param != m->weights + offset ||
+        (m->compute_dtype != ACCEL_BF16 && m->compute_dtype != ACCEL_F16)) {
+        return NULL;
+    }
+    return (char *)m->compute + offset * sizeof(uint16_t);
+}
+
 accel_status accel__model_refresh_compute(accel_model *m)
 {
     return accel__model_refresh_compute_range(m, 0, m->flat.padded_numel);

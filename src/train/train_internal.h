@@ -374,6 +374,11 @@ accel_dtype accel__compute_dtype(const accel *acc);
  * anything writes the master weights (prepare, optimizer step, checkpoint load). */
 accel_status accel__model_refresh_compute(accel_model *m);
 accel_status accel__model_refresh_compute_range(accel_model *m, size_t offset, size_t count);
+/* Where an update of the weights from flat element `offset` (param: the master it writes) may
+ * write the compute copy in its own pass (accel__adam_args.compute), which then stands for
+ * accel__model_refresh_compute_range over the same elements: a valid 16-bit copy rounded from
+ * those very weights (stage 0). NULL when the refresh must follow instead. */
+void *accel__model_compute_fused(const accel_model *m, const float *param, size_t offset);
 /* Compressed communication: validation at prepare. */
 accel_status accel__comm_dtype_check(accel *acc);
 

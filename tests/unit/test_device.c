@@ -187,6 +187,7 @@ static void test_adam(void)
     size_t nb = NMAX * 4;
     float *p = malloc(nb), *g = malloc(nb), *m = malloc(nb), *v = malloc(nb), *x = malloc(nb);
     float *rp = malloc(nb), *rm = malloc(nb), *rv = malloc(nb), *rx = malloc(nb);
+    uint16_t *cc = malloc(NMAX * 2), *rc = malloc(NMAX * 2);
     for (size_t c = 0; c < N_COUNTS; c++) {
         size_t n = counts[c];
         for (int variant = 0; variant < 3; variant++) { /* Adam, AdamW, AdamW + amsgrad */
@@ -219,16 +220,27 @@ static void test_adam(void)
                                       1e-8f,
                                       1.0f - 0.9f * 0.9f,
                                       sqrtf(1.0f - 0.999f * 0.999f),
-                                      variant == 1};
+                                      variant == 1,
+                                      variant > 0 ? cc : NULL, /* with a compute copy */
+                                      variant == 2 ? ACCEL_F16 : ACCEL_BF16};
                 CHECK_OK(NULL, accel__dev_adam_step(dev, &a, s));
                 adam_ref(&a, rp, g, rm, rv, variant == 2 ? rx : NULL);
                 CHECK_MSG(same_bits(p, rp, n) && same_bits(m, rm, n) && same_bits(v, rv, n),
                           "adam variant %d n %zu", variant, n);
                 CHECK(variant != 2 || same_bits(x, rx, n));
+                if (a.compute != NULL) { /* the updated params rounded */
+                    CHECK_OK(NULL, accel_convert(rc, a.compute_dtype, rp, ACCEL_F32, n));
+                    CHECK_MSG(memcmp(cc, rc, n * 2) == 0, "adam compute copy n %zu", n);
+                }
             }
         }
     }
+    /* A compute copy in a dtype other than BF16 / F16 is refused. */
+    accel__adam_args bad = {p,    g,      m,     v,    NULL, 4, 1e-3f, 0.0f,     1,
+                            0.9f, 0.999f, 1e-8f, 0.1f, 0.1f, 0, p,     ACCEL_F32};
+    CHECK(accel__dev_adam_step(dev, &bad, NULL) == ACCEL_EINVAL);
     free(p), free(g), free(m), free(v), free(x), free(rp), free(rm), free(rv), free(rx);
+    free(cc), free(rc);
 }
 
 /* The scalar reference conversions of base/half.h, element by element. */

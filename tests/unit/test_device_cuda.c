@@ -8,7 +8,8 @@
  *    clamp, nonfinite and the flags; and, except that the NaNs that float arithmetic makes may
  *    differ in payload (a GPU returns its canonical NaN), scale and unscale_check (specials in
  *    the inputs), SGD (momentum, dampening, nesterov, maximize, weight decay, first step) and
- *    Adam / AdamW (amsgrad, maximize) over several steps; abs_max exactly (NaN: NaN on both);
+ *    Adam / AdamW (amsgrad, maximize, the bf16 / f16 compute copy written in the same pass)
+ *    over several steps; abs_max exactly (NaN: NaN on both);
  *  - to rounding: pow_sum, whose GPU sum is a fixed tree (the CPU's is sequential): |gpu - cpu|
  *    <= count * 2^-52 * |cpu| for p = 1 and 2 (the sequential sum's error bound, terms of one
  *    sign), count * 2^-50 * |cpu| for other p (the pow()s differ in their last bits too); and
@@ -241,6 +242,24 @@ static void test_elementwise(ew_kind kind)
     }
 }
 
+/* The scale kernel keeps four loads of a thread in flight while a whole stride of four fits
+ * (4096 blocks of 256 threads: from 2^22 elements): once through that loop and the rest one at
+ * a time, where the emulator's shortened last count takes only the latter. */
+static void test_scale_wide(void)
+{
+    size_t n = (4u << 20) + 1001;
+    float *x = xmalloc(n * 4), *got = xmalloc(n * 4);
+    fill_f32(x, n, 1);
+    float *gx = dup_to_gpu(x, n * 4);
+    CHECK_OK(NULL, accel__dev_scale(cpu, accel__dspan_f32(x, n), -0.75f, NULL));
+    CHECK_OK(NULL, accel__dev_scale(gpu, accel__dspan_f32(gx, n), -0.75f, gstream));
+    CHECK_OK(NULL, accel__stream_sync(gpu, gstream));
+    from_gpu(got, gx, n * 4);
+    same_floats("scale, four loads in flight", x, got, n);
+    accel__dev_free(gpu, gx);
+    free(x), free(got);
+}
+
 static void test_nonfinite(void)
 {
     static const accel_dtype dts[] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
@@ -405,16 +424,24 @@ static void test_adam(void)
         }
         float *g = xmalloc(n * 4), *gg;
         CHECK_OK(NULL, accel__dev_alloc(gpu, n * 4, 0, (void **)&gg));
+        /* The compute copy written in the same pass at the even steps (the odd ones leave it):
+         * bf16 or f16 by variant, poisoned first on the GPU (the emulator's allocations). */
+        accel_dtype cdt = (variant >> 1) & 1 ? ACCEL_F16 : ACCEL_BF16;
+        uint16_t *hc = xmalloc(n * 2), *gc = xmalloc(n * 2), *dc;
+        CHECK_OK(NULL, accel__dev_alloc(gpu, n * 2, 0, (void **)&dc));
         for (int t = 1; t <= 4; t++) {
             fill_f32(g, n, 0);
             CHECK_OK(NULL, accel__dev_copy(gpu, gg, g, n * 4, ACCEL__COPY_H2D, NULL));
             float bc1 = (float)(1.0 - pow(0.9, t)), bc2 = (float)sqrt(1.0 - pow(0.999, t));
+            void *copy = t % 2 ? NULL : hc;
             accel__adam_args a = {h[0],   g,     h[1],  h[2],      amsgrad ? h[3] : NULL,
                                   n,      1e-3f, 0.01f, decoupled, 0.9f,
-                                  0.999f, 1e-8f, bc1,   bc2,       maximize};
+                                  0.999f, 1e-8f, bc1,   bc2,       maximize,
+                                  copy,   cdt};
             CHECK_OK(NULL, accel__dev_adam_step(cpu, &a, NULL));
             a.param = d[0], a.grad = gg, a.exp_avg = d[1], a.exp_avg_sq = d[2];
             a.max_exp_avg_sq = amsgrad ? d[3] : NULL;
+            a.compute = t % 2 ? NULL : dc;
             CHECK_OK(NULL, accel__dev_adam_step(gpu, &a, t % 2 ? gstream : NULL));
             CHECK_OK(NULL, accel__stream_sync(gpu, gstream));
         }
@@ -424,12 +451,21 @@ static void test_adam(void)
             snprintf(what, sizeof(what), "adam variant %d buffer %d, %zu", variant, k, n);
             same_floats(what, h[k], got, n);
         }
+        /* The copy is the final params rounded (the CPU's is its convert after the step). */
+        from_gpu(gc, dc, n * 2);
+        char what[64];
+        snprintf(what, sizeof(what), "adam variant %d compute copy %s, %zu", variant,
+                 accel_dtype_name(cdt), n);
+        same_bytes(what, hc, gc, n * 2);
+        uint16_t *want = (uint16_t *)got; /* n * 4 bytes: room for the reference */
+        CHECK_OK(NULL, accel_convert(want, cdt, h[0], ACCEL_F32, n));
+        same_bytes(what, want, hc, n * 2);
         for (int k = 0; k < 4; k++) {
             accel__dev_free(gpu, d[k]);
             free(h[k]);
         }
-        accel__dev_free(gpu, gg);
-        free(g), free(got);
+        accel__dev_free(gpu, gg), accel__dev_free(gpu, dc);
+        free(g), free(got), free(hc), free(gc);
     }
 }
 
@@ -561,6 +597,7 @@ int main(void)
     test_elementwise(K_CLAMP);
     test_elementwise(K_ZERO);
     test_elementwise(K_UNSCALE);
+    test_scale_wide();
     test_nonfinite();
     test_reductions();
     test_sgd();

@@ -198,16 +198,19 @@ static void test_clip(void)
     CHECK_OK(acc, accel_model_add_param(m, "a", 1, (int64_t[]){5}, NULL));
     CHECK_OK(acc, accel_model_add_param(m, "b", 1, (int64_t[]){3}, NULL));
     CHECK_OK(acc, accel_model_add_param(m, "frozen", 1, (int64_t[]){2}, NULL));
+    /* Laid out c, frozen, b, a: clipping's runs are {c} and {b, a}, the frozen one between. */
+    CHECK_OK(acc, accel_model_add_param(m, "c", 1, (int64_t[]){2}, NULL));
     CHECK_OK(acc, accel_model_freeze_by_name(m, "frozen", 1));
     CHECK_OK(acc, accel_prepare(acc, m));
-    const float ga[5] = {1, -2, 3, -4, 0.5f}, gb[3] = {-6, 0.25f, 2};
+    const float ga[5] = {1, -2, 3, -4, 0.5f}, gb[3] = {-6, 0.25f, 2}, gc[2] = {1.5f, -3};
     double norms[3] = {2.0, 3.0, INFINITY};
     for (int k = 0; k < 3; k++) {
         float *a = accel_model_param(m, 0)->grad, *b = accel_model_param(m, 1)->grad;
-        float *fz = accel_model_param(m, 2)->grad;
+        float *fz = accel_model_param(m, 2)->grad, *c = accel_model_param(m, 3)->grad;
         memcpy(a, ga, sizeof(ga));
         memcpy(b, gb, sizeof(gb));
-        fz[0] = 100.0f; /* never counted nor touched */
+        memcpy(c, gc, sizeof(gc));
+        fz[0] = 100.0f, fz[1] = NAN; /* never counted nor touched */
         double p = norms[k], s = 0, mx = 0;
         for (int i = 0; i < 5; i++) {
             s += pow(fabs(ga[i]), p == INFINITY ? 1 : p);
@@ -217,6 +220,10 @@ static void test_clip(void)
             s += pow(fabs(gb[i]), p == INFINITY ? 1 : p);
             mx = fmax(mx, fabs(gb[i]));
         }
+        for (int i = 0; i < 2; i++) {
+            s += pow(fabs(gc[i]), p == INFINITY ? 1 : p);
+            mx = fmax(mx, fabs(gc[i]));
+        }
         double want = (p == INFINITY) ? mx : pow(s, 1.0 / p);
         double total = 0;
         CHECK_OK(acc, accel_clip_grad_norm(acc, m, 1.5, p, &total));
@@ -224,7 +231,8 @@ static void test_clip(void)
         double coef = 1.5 / (want + 1e-6);
         CHECK_NEAR(a[3], -4 * coef, 1e-6);
         CHECK_NEAR(b[0], -6 * coef, 1e-6);
-        CHECK(fz[0] == 100.0f);
+        CHECK_NEAR(c[1], -3 * coef, 1e-6);
+        CHECK(fz[0] == 100.0f && isnan(fz[1]));
     }
     /* Below the limit: untouched. */
     float *a = accel_model_param(m, 0)->grad;

@@ -539,7 +539,8 @@ static accel_status cuda_adam_step(accel__device *d, const accel__adam_args *a, 
         accel__adam_coef_make(a->lr, a->weight_decay, a->decoupled, a->beta1, a->beta2, a->eps,
                               a->bias_correction1, a->bias_correction2_sqrt, a->maximize);
     return launched(accel__cu_adam_step(&c, a->param, a->grad, a->exp_avg, a->exp_avg_sq,
-                                        a->max_exp_avg_sq, a->count, stream_of(d, s)->stream),
+                                        a->max_exp_avg_sq, a->compute, a->compute_dtype, a->count,
+                                        stream_of(d, s)->stream),
                     "adam_step");
 }
 

@@ -162,10 +162,21 @@ __global__ void convert_kernel(void *dst, const void *src, size_t n)
     }
 }
 
+/* Four loads of a thread in flight before its stores (a whole flat gradient buffer goes
+ * through here at once: with one load at a time the resident threads keep too few bytes in
+ * flight to stream HBM); the same products as one element at a time. */
 __global__ void scale_kernel(float *x, size_t n, float f)
 {
-    GRID_STRIDE(i, n)
-    {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        float a = x[i], b = x[i + stride], c = x[i + 2 * stride], d = x[i + 3 * stride];
+        x[i] = __fmul_rn(a, f);
+        x[i + stride] = __fmul_rn(b, f);
+        x[i + 2 * stride] = __fmul_rn(c, f);
+        x[i + 3 * stride] = __fmul_rn(d, f);
+    }
+    for (; i < n; i += stride) {
         x[i] = __fmul_rn(x[i], f);
     }
 }
@@ -222,8 +233,12 @@ __global__ void sgd_kernel(accel__cu_sgd a)
     }
 }
 
+/* CT: the dtype of the compute copy written from the new param in the same pass (BF16, F16:
+ * convert_kernel's rounding, without a second kernel reading the master again), or F32 for
+ * none. */
+template <accel_dtype CT>
 __global__ void adam_kernel(accel__adam_coef c, float *param, const float *grad, float *m, float *v,
-                            float *vmax, size_t n)
+                            float *vmax, void *compute, size_t n)
 {
     GRID_STRIDE(i, n)
     {
@@ -241,7 +256,11 @@ __global__ void adam_kernel(accel__adam_coef c, float *param, const float *grad,
             vmax[i] = s;
         }
         float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(s), c.bc2_sqrt), c.eps);
-        param[i] = __fsub_rn(decayed, __fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
+        float np = __fsub_rn(decayed, __fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
+        param[i] = np;
+        if (CT != ACCEL_F32) {
+            store<CT>(compute, i, np);
+        }
     }
 }
 
@@ -316,8 +335,19 @@ __global__ void reduce_blocks(Op op, const void *x, size_t n, double *partial)
 {
     __shared__ double sh[kThreads];
     double r = op.init();
-    GRID_STRIDE(i, n)
-    {
+    /* The thread's elements in grid-stride order, four loads in flight at a time (as the
+     * scale); combined one by one in that order, so the same bits as a plain loop. */
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        float a = load<DT>(x, i), b = load<DT>(x, i + stride);
+        float c = load<DT>(x, i + 2 * stride), d = load<DT>(x, i + 3 * stride);
+        r = op.combine(r, op.term(a));
+        r = op.combine(r, op.term(b));
+        r = op.combine(r, op.term(c));
+        r = op.combine(r, op.term(d));
+    }
+    for (; i < n; i += stride) {
         r = op.combine(r, op.term(load<DT>(x, i)));
     }
     sh[threadIdx.x] = r;
@@ -460,9 +490,17 @@ cudaError_t accel__cu_sgd_step(const accel__cu_sgd *a, cudaStream_t s)
 }
 
 cudaError_t accel__cu_adam_step(const accel__adam_coef *c, float *param, const float *grad,
-                                float *m, float *v, float *vmax, size_t n, cudaStream_t s)
+                                float *m, float *v, float *vmax, void *compute,
+                                accel_dtype compute_dt, size_t n, cudaStream_t s)
 {
-    adam_kernel<<<grid_for(n), kThreads, 0, s>>>(*c, param, grad, m, v, vmax, n);
+    unsigned g = grid_for(n);
+    if (compute == nullptr) {
+        adam_kernel<ACCEL_F32><<<g, kThreads, 0, s>>>(*c, param, grad, m, v, vmax, nullptr, n);
+    } else if (compute_dt == ACCEL_BF16) {
+        adam_kernel<ACCEL_BF16><<<g, kThreads, 0, s>>>(*c, param, grad, m, v, vmax, compute, n);
+    } else {
+        adam_kernel<ACCEL_F16><<<g, kThreads, 0, s>>>(*c, param, grad, m, v, vmax, compute, n);
+    }
     return cudaGetLastError();
 }
 

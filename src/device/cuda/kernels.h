@@ -61,9 +61,12 @@ typedef struct accel__cu_sgd {
     int nesterov, first_step;
 } accel__cu_sgd;
 cudaError_t accel__cu_sgd_step(const accel__cu_sgd *a, cudaStream_t s);
-/* Adam / AdamW with the constants of accel__adam_coef_make; vmax NULL unless amsgrad. */
+/* Adam / AdamW with the constants of accel__adam_coef_make; vmax NULL unless amsgrad; compute
+ * NULL, or n elements of compute_dt (BF16, F16) that receive the new param rounded as
+ * accel__cu_convert would (one pass: the master is not read again). */
 cudaError_t accel__cu_adam_step(const accel__adam_coef *c, float *param, const float *grad,
-                                float *m, float *v, float *vmax, size_t n, cudaStream_t s);
+                                float *m, float *v, float *vmax, void *compute,
+                                accel_dtype compute_dt, size_t n, cudaStream_t s);
 
 #ifdef __cplusplus
 }
