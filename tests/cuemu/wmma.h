@@ -10,6 +10,17 @@
  * its own copy, so a store followed by other lanes' reads of that memory needs a __syncwarp
  * between them, as on a GPU. mma_sync sums in fp32, k ascending. Misuse that is undefined on
  * a GPU (a pointer not 32-byte aligned, ldm not a multiple of 16 bytes) aborts with a message.
+ *
+ * Built with ACCEL_CUEMU_WMMA_LANES defined (the whole emulator build: cmake
+ * -DCMAKE_CXX_FLAGS=-DACCEL_CUEMU_WMMA_LANES), fragments are laid out per lane as on sm_80+
+ * instead (an inline namespace keeps the two apart at link time): 8 elements a lane, those of
+ * mma.m16n8k16 twice. Lane l = 4 g + q holds accumulator and matrix_a element i at row
+ * g + 8 ((i >> 1) & 1), column (k) 2 q + (i & 1) + 8 (i >> 2), matrix_b element i at k
+ * 2 q + (i & 1) + 8 ((i >> 1) & 1), column g + 8 (i >> 2). fp16 matrix_a / matrix_b have 16
+ * elements a lane as in CUDA's <mma.h> (the second 8 repeat the first here; the real layout
+ * is not documented). mma_sync gathers the warp's fragments by shuffles (full warps only) and
+ * sums as the whole-tile fragments do. This runs code that relies on the sm_80+ layout (after
+ * checking it) on that layout.
  */
 #ifndef ACCEL_CUEMU_WMMA_H
 #define ACCEL_CUEMU_WMMA_H
@@ -34,6 +45,7 @@ struct col_major {
 };
 enum layout_t { mem_row_major, mem_col_major };
 
+#ifndef ACCEL_CUEMU_WMMA_LANES
 template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
     static_assert(M == 16 && N == 16 && K == 16, "cuemu wmma: only the 16x16x16 shape");
     static constexpr int num_elements = 256;
@@ -153,6 +165,163 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
         d.x[i] = out[i];
     }
 }
+
+#else  /* ACCEL_CUEMU_WMMA_LANES */
+inline namespace lanes
+{
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cuemu wmma: only the 16x16x16 shape");
+    static constexpr int num_elements =
+        std::is_same<T, __half>::value && !std::is_same<Use, accumulator>::value ? 16 : 8;
+    T x[num_elements];
+};
+
+namespace detail
+{
+inline float to_f(float v)
+{
+    return v;
+}
+inline float to_f(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+inline float to_f(__half v)
+{
+    return __half2float(v);
+}
+
+inline void check(const void *p, unsigned ldm, size_t elem, const char *what)
+{
+    if (((uintptr_t)p & 31) != 0 || (ldm * elem) % 16 != 0) {
+        fprintf(stderr,
+                "cuemu: wmma %s: pointer %p must be 32-byte aligned and ldm %u a multiple of "
+                "16 bytes (undefined on a GPU)\n",
+                what, p, ldm);
+        abort();
+    }
+}
+
+inline int lane()
+{
+    return (int)((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31);
+}
+
+/* Row and column of this lane's element i (of the first 8) in a 16x16 tile: matrix_b's row is
+ * k, the others' column is k. */
+template <typename Use> inline int row_of(int l, int i)
+{
+    if (std::is_same<Use, matrix_b>::value) {
+        return 2 * (l & 3) + (i & 1) + 8 * ((i >> 1) & 1);
+    }
+    return (l >> 2) + 8 * ((i >> 1) & 1);
+}
+template <typename Use> inline int col_of(int l, int i)
+{
+    if (std::is_same<Use, matrix_b>::value) {
+        return (l >> 2) + 8 * (i >> 2);
+    }
+    return 2 * (l & 3) + (i & 1) + 8 * (i >> 2);
+}
+
+template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
+{
+    return row ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+}
+
+/* Every lane's 8 elements of one fragment into a whole tile (full warp, 16 bytes a shuffle). */
+template <typename Use, typename T, typename Layout>
+inline void gather(const fragment<Use, 16, 16, 16, T, Layout> &f, float *tile)
+{
+    struct chunk {
+        unsigned char b[16];
+    };
+    const int per = (int)(16 / sizeof(T)); /* elements a shuffle */
+    for (int src = 0; src < 32; src++) {
+        for (int i0 = 0; i0 < 8; i0 += per) {
+            chunk c;
+            memcpy(c.b, f.x + i0, 16);
+            c = __shfl_sync(0xffffffffu, c, src);
+            T v[16 / sizeof(T)];
+            memcpy(v, c.b, 16);
+            for (int i = i0; i < i0 + per; i++) {
+                tile[row_of<Use>(src, i) * 16 + col_of<Use>(src, i)] = to_f(v[i - i0]);
+            }
+        }
+    }
+}
+} // namespace detail
+
+template <typename Use, typename T, typename Layout>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v)
+{
+    for (int i = 0; i < f.num_elements; i++) {
+        f.x[i] = v;
+    }
+}
+
+template <typename Use, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm)
+{
+    static_assert(!std::is_same<Use, accumulator>::value, "accumulators take a layout_t");
+    detail::check(p, ldm, sizeof(T), "load_matrix_sync");
+    bool row = std::is_same<Layout, row_major>::value;
+    int l = detail::lane();
+    for (int i = 0; i < f.num_elements; i++) {
+        f.x[i] =
+            detail::at(p, ldm, detail::row_of<Use>(l, i % 8), detail::col_of<Use>(l, i % 8), row);
+    }
+}
+
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
+                             unsigned ldm, layout_t layout)
+{
+    detail::check(p, ldm, sizeof(float), "load_matrix_sync");
+    int l = detail::lane();
+    for (int i = 0; i < 8; i++) {
+        f.x[i] = detail::at(p, ldm, detail::row_of<accumulator>(l, i),
+                            detail::col_of<accumulator>(l, i), layout == mem_row_major);
+    }
+}
+
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
+                              unsigned ldm, layout_t layout)
+{
+    detail::check(p, ldm, sizeof(float), "store_matrix_sync");
+    int l = detail::lane();
+    for (int i = 0; i < 8; i++) {
+        int r = detail::row_of<accumulator>(l, i), c = detail::col_of<accumulator>(l, i);
+        if (layout == mem_row_major) {
+            p[(size_t)r * ldm + c] = f.x[i];
+        } else {
+            p[(size_t)c * ldm + r] = f.x[i];
+        }
+    }
+}
+
+/* d = a b + c over the warp's fragments, fp32 sums with k ascending (d may be c). */
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
+                     const fragment<matrix_a, 16, 16, 16, T, LA> &a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+                     const fragment<accumulator, 16, 16, 16, float> &c)
+{
+    float fa[256], fb[256], fc[256];
+    detail::gather(a, fa);
+    detail::gather(b, fb);
+    detail::gather(c, fc);
+    int l = detail::lane();
+    for (int i = 0; i < 8; i++) {
+        int m = detail::row_of<accumulator>(l, i), n = detail::col_of<accumulator>(l, i);
+        float o = fc[m * 16 + n];
+        for (int k = 0; k < 16; k++) {
+            o += fa[m * 16 + k] * fb[k * 16 + n];
+        }
+        d.x[i] = o;
+    }
+}
+} // namespace lanes
+#endif /* ACCEL_CUEMU_WMMA_LANES */
 
 } // namespace wmma
 } // namespace nvcuda

@@ -8,10 +8,10 @@
  * round the same operands, but a product's rounding to bf16 can fall either side of a tie on
  * the other device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel
  * (head sizes up to 64 and up to 128, the smallest 16; several whole tiles before a partial
- * one, which the backward runs unmasked), fp16, one row, the warp kernels' cases (head 160,
- * dropout, whose mask is the CPU's counter-based one), and a gradient that adds up over two
- * attentions. Then the tensor-core kernels against the warp kernels in the same process
- * (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ * one, which the backward runs unmasked), fp16, one row (fp16 and bf16), the warp kernels'
+ * cases (head 160, dropout, whose mask is the CPU's counter-based one), and a gradient that
+ * adds up over two attentions. Then the tensor-core kernels against the warp kernels in the
+ * same process (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
  */
 #include "nn_cuda_check.h"
 
@@ -65,6 +65,7 @@ static void test_attention(void)
         {"attention fp16 T100 hd128", 1, 100, 256, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
         {"attention fp16 T70 hd48", 2, 70, 96, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
         {"attention fp16 T1 hd64", 2, 1, 128, 2, 0.0f, ACCEL_F16, 1e-2, 1e-2},
+        {"attention bf16 T1 hd32", 1, 1, 64, 2, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 T20 hd160 (warp)", 1, 20, 160, 1, 0.0f, ACCEL_BF16, 1e-2, 1e-2},
         {"attention bf16 dropout 0.1 (warp)", 2, 24, 64, 2, 0.1f, ACCEL_BF16, 1e-2, 1e-2},
     };
@@ -81,7 +82,9 @@ static void test_attention(void)
 }
 
 #ifdef ACCEL_HAVE_CUDA
-void nn_cu_attn_set_kernel(int kind); /* nn_kernels.h: 0 auto (tensor cores), 1 warp kernels */
+/* nn_kernels.h: 0 auto (tensor cores), 1 warp kernels, 2 tensor cores without the forward's
+ * register fast path. */
+void nn_cu_attn_set_kernel(int kind);
 void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd); /* nn_kernels.h */
 
 /* The attention forward, then the kernel its backward will take (arg: attn_kind_arg). */
@@ -99,14 +102,17 @@ static nn_tensor *f_attention_then(nn_ctx *g, nn_tensor **in, const void *arg)
 }
 #endif
 
-/* The tensor-core kernels against the warp kernels on the same GPU and inputs, three runs:
- * both directions on tensor cores (tc), the tensor-core forward with the warp backward (mixed)
- * and both warp (warp). The kernels' counters say which ran (results alone cannot: every sum
- * is rounded to bf16 / fp16, so the two kernels can agree bit for bit). tc and mixed share
- * their forward bit for bit, so their gradients differ only by the backward: dq, dk and dv
- * within 2e-3 each (both backwards round the same operands and sum in fp32; the emulator's
- * agree bit for bit in bf16; 2e-3 still fails a 1% error in any one of them). Otherwise 1e-2
- * as against the CPU. */
+/* The tensor-core kernels against the warp kernels on the same GPU and inputs, four runs:
+ * both directions on tensor cores (tc), the tensor-core forward with the warp backward (mixed),
+ * both warp (warp), and tc with the forward off its register fast path (slow). The kernels'
+ * counters say which ran (results alone cannot: every sum is rounded to bf16 / fp16, so the
+ * two kernels can agree bit for bit). tc and mixed share their forward bit for bit, so their
+ * gradients differ only by the backward: dq, dk and dv within 2e-3 each (both backwards round
+ * the same operands and sum in fp32; the emulator's agree bit for bit in bf16; 2e-3 still
+ * fails a 1% error in any one of them). tc and slow differ only where the fast path runs (the
+ * sm_80+ fragment layout: a GPU's bf16, or the emulator built with ACCEL_CUEMU_WMMA_LANES;
+ * exp2f for expf and per-lane sums, so a P can round the other way): forward and gradients
+ * within 2e-3 (bit for bit where it does not run). Otherwise 1e-2 as against the CPU. */
 static void test_attention_kernels(void)
 {
 #ifdef ACCEL_HAVE_CUDA
@@ -126,6 +132,7 @@ static void test_attention_kernels(void)
         int64_t B = cases[i].B, T = cases[i].T, C = cases[i].C, n = B * T * 3 * C;
         in_spec s[1] = {{3, {B, T, 3 * C}, 1.5f, 0.0f, 1}};
         attn_kind_arg tc_arg = {{cases[i].H, 0.0f}, 0}, mixed_arg = {{cases[i].H, 0.0f}, 1};
+        attn_kind_arg slow_arg = {{cases[i].H, 0.0f}, 2};
         float *data[1] = {xmalloc((size_t)n * sizeof(float))};
         float *gout = xmalloc((size_t)(B * T * C) * sizeof(float));
         for (int64_t k = 0; k < n; k++) {
@@ -135,7 +142,7 @@ static void test_attention_kernels(void)
             gout[k] = frand();
         }
         int ac = cases[i].autocast;
-        unsigned long f0, b0, f1, b1, f2, b2, f3, b3;
+        unsigned long f0, b0, f1, b1, f2, b2, f3, b3, f4, b4;
         nn_cu_attn_tc_counts(&f0, &b0);
         nn_cu_attn_set_kernel(0);
         run_out tc = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &tc_arg, gout, 0);
@@ -146,32 +153,43 @@ static void test_attention_kernels(void)
         nn_cu_attn_set_kernel(1);
         run_out warp = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &mixed_arg, gout, 0);
         nn_cu_attn_tc_counts(&f3, &b3);
+        nn_cu_attn_set_kernel(2);
+        run_out slow = run_one(ggpu, 1, ac, s, 1, data, f_attention_then, &slow_arg, gout, 0);
+        nn_cu_attn_tc_counts(&f4, &b4);
         nn_cu_attn_set_kernel(0);
         CHECK_MSG(f1 - f0 == 1 && b1 - b0 == 1 && f2 - f1 == 1 && b2 - b1 == 0 && f3 == f2 &&
-                      b3 == b2,
+                      b3 == b2 && f4 - f3 == 1 && b4 - b3 == 1,
                   "attention %s: tensor-core forwards / backwards queued per run: tc %lu / %lu "
-                  "(want 1 / 1), mixed %lu / %lu (1 / 0), warp %lu / %lu (0 / 0)",
-                  cases[i].name, f1 - f0, b1 - b0, f2 - f1, b2 - b1, f3 - f2, b3 - b2);
+                  "(want 1 / 1), mixed %lu / %lu (1 / 0), warp %lu / %lu (0 / 0), slow %lu / "
+                  "%lu (1 / 1)",
+                  cases[i].name, f1 - f0, b1 - b0, f2 - f1, b2 - b1, f3 - f2, b3 - b2, f4 - f3,
+                  b4 - b3);
         double ey = rel_err(tc.y, warp.y, tc.ny), ey_mixed = rel_err(tc.y, mixed.y, tc.ny);
+        double ey_slow = rel_err(tc.y, slow.y, tc.ny);
+        double eg_slow = rel_err(tc.grads[0], slow.grads[0], n);
         double eb[3], eg = rel_err(tc.grads[0], warp.grads[0], n);
         for (int part = 0; part < 3; part++) { /* dq, dk, dv */
             eb[part] = rel_err_cols(tc.grads[0], mixed.grads[0], B * T, 3 * C, part * C, C);
         }
         printf("  attention %-19s tensor cores vs warp: forward %.3g, backward dq %.3g dk %.3g "
-               "dv %.3g, both %.3g\n",
-               cases[i].name, ey, eb[0], eb[1], eb[2], eg);
+               "dv %.3g, both %.3g; fast vs slow forward: y %.3g, gradient %.3g\n",
+               cases[i].name, ey, eb[0], eb[1], eb[2], eg, ey_slow, eg_slow);
         CHECK_MSG(ey_mixed == 0.0, "attention %s: the same forward differs between runs (%g)",
                   cases[i].name, ey_mixed);
         CHECK_MSG(eb[0] <= 2e-3 && eb[1] <= 2e-3 && eb[2] <= 2e-3,
                   "attention %s: tensor-core backward vs warp backward (same forward): dq %g, "
                   "dk %g, dv %g > 2e-3",
                   cases[i].name, eb[0], eb[1], eb[2]);
+        CHECK_MSG(ey_slow <= 2e-3 && eg_slow <= 2e-3,
+                  "attention %s: tensor-core forward, fast path vs not: y %g, gradient %g > 2e-3",
+                  cases[i].name, ey_slow, eg_slow);
         CHECK_MSG(ey <= 1e-2 && eg <= 1e-2,
                   "attention %s: tensor cores vs warp: forward %g, forward and backward %g",
                   cases[i].name, ey, eg);
         free_run(&tc, 1);
         free_run(&mixed, 1);
         free_run(&warp, 1);
+        free_run(&slow, 1);
         free(gout);
         free(data[0]);
     }

@@ -6,8 +6,12 @@
  * online softmax per row in fp32 (running max m, sum l), P rounded to the autocast dtype, and
  * O += P V by WMMA with O kept in accumulator fragments (rescaled per row in registers when a
  * row's max grows). It writes y = O / l and lse = m + log(l) exactly where k_attn_fwd does: either
- * backward takes its output. Backward: a dQ kernel per query tile, then a dK/dV kernel per key
- * tile (attn_tc_bwd.cu), writing gqkv exactly where k_attn_bwd_* do, rounded as they round.
+ * backward takes its output. Where the GPU's WMMA fragments have the sm_80+ layout (each warp
+ * checks at start; bf16, not fp16, whose matrix_a has 16 elements a lane), S and P never leave
+ * registers (tc_fwd_chunk_fast); ACCEL_NN_ATTN_FAST=0 (NN_CU_ATTN_TC_SLOW) keeps the path
+ * through shared memory, bit for bit the first tensor-core forward. Backward: a dQ kernel per query
+ * tile, then a dK/dV kernel per key tile (attn_tc_bwd.cu), writing gqkv exactly where k_attn_bwd_*
+ * do, rounded as they round.
  *
  * Shared memory is static and at most 48 KiB: head sizes up to 64 use key tiles of 64 (the
  * backward: 64 own rows, streamed tiles of 32), up to 128 key tiles of 32 (backward: 32 own
@@ -80,17 +84,112 @@ __device__ __forceinline__ void tc_fwd_load(const float *src, int64_t stride, in
     }
 }
 
+template <typename T>
+using tc_frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major>;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> tc_frag_c;
+
+/* The register fast path of one chunk of KS keys (rows of sk and sv; the first is key c0) for
+ * a warp whose rows start at wt0, on the sm_80+ fragment layout (attn_tc.cuh, tc_lay_*, checked
+ * at kernel start): S = Q K^T stays in accumulator fragments, masked (only where `mask`: some
+ * key of the nb 16-key blocks is after the warp's first row), and P = exp2(S sl2 - m) (sl2:
+ * scale log2(e), > 0, so the max is taken before scaling; one FMA and one MUFU op a score)
+ * where it lies. A lane holds 4 columns of rows g and g + 8 of
+ * each block, so a row's max is its lane's and 2 quad shuffles; its sum l stays per lane (the
+ * factors are the quad's alike) until the end. P's fragment for block k is S's element for
+ * element (the matrix_a layout is the accumulator's), rounded to T: no shared memory between
+ * the two products. m, l: rows g and g + 8 (m in the log2 domain). */
+template <typename T, int HDF, int KS, int LDH>
+__device__ __forceinline__ void
+tc_fwd_chunk_fast(tc_frag_c (&o)[HDF], const tc_frag_a<T> (&qa)[HDF], const T *sk, const T *sv,
+                  int nf, int nb, bool mask, int64_t c0, int64_t wt0, float sl2, float (&m)[2],
+                  float (&l)[2], int lane)
+{
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> frag_b_row;
+    typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> frag_b_col;
+    tc_frag_c s[KS / 16];
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < KS / 16; n++) {
+        if (n < nb) {
+            wmma::fill_fragment(s[n], 0.0f);
+#pragma unroll
+            for (int k = 0; k < HDF; k++) {
+                if (k < nf) {
+                    frag_b_col kb;
+                    wmma::load_matrix_sync(kb, sk + 16 * n * LDH + 16 * k, LDH);
+                    wmma::mma_sync(s[n], qa[k], kb, s[n]);
+                }
+            }
+            if (mask) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    if (c0 + 16 * n + tc_lay_col(lane, i) > wt0 + tc_lay_row(lane, i)) {
+                        s[n].x[i] = -INFINITY;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[n].x[i]);
+            }
+        }
+    }
+    float base[2], corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float mn = fmaxf(m[r], mx[r] * sl2);   /* sl2 > 0: the max of the scaled scores */
+        base[r] = mn == -INFINITY ? 0.0f : mn; /* a row masked whole so far: P = 0, not NaN */
+        corr[r] = exp2f(m[r] - base[r]);       /* 0 on the row's first keys (m = -inf) */
+        l[r] *= corr[r];
+        m[r] = mn;
+    }
+    /* O *= corr per row where any row's max grew (the first chunk's O is zero). */
+    if (c0 > 0 && __any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    o[f].x[i] *= corr[(i >> 1) & 1];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < KS / 16; k++) {
+        if (k < nb) {
+            tc_frag_a<T> pa;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                float e = exp2f(fmaf(s[k].x[i], sl2, -base[(i >> 1) & 1]));
+                l[(i >> 1) & 1] += e;
+                pa.x[i] = tc_cvt<T>(e);
+            }
+#pragma unroll
+            for (int f = 0; f < HDF; f++) {
+                if (f < nf) {
+                    frag_b_row vb;
+                    wmma::load_matrix_sync(vb, sv + 16 * k * LDH + 16 * f, LDH);
+                    wmma::mma_sync(o[f], pa, vb, o[f]);
+                }
+            }
+        }
+    }
+}
+
 /* HDF: head size / 16 at most; KT: keys per tile; NW: warps (16 NW query rows); KV: K and V
  * loaded in one batch (else one after the other, fewer registers). Heads up to 64 (NW 8) fit
  * 128 registers, 2 blocks and 16 warps an SM; heads up to 128 (NW 4) 168, 3 blocks. */
 template <typename T, int HDF, int KT, int NW, bool KV>
 __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
-    k_attn_fwd_tc(nn_cu_attn a, const float *qkv, float *y, float *lse)
+    k_attn_fwd_tc(nn_cu_attn a, const float *qkv, float *y, float *lse, bool fast_ok)
 {
-    typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> frag_a;
+    typedef tc_frag_a<T> frag_a;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> frag_b_row;
     typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> frag_b_col;
-    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+    typedef tc_frag_c frag_c;
     const int LDH = 16 * HDF + 8, QT = 16 * NW, KS = KT < 32 ? KT : 32, LDS = KS + 8;
     static_assert(2 * KT >= QT && QT % KT == 0, "the Q tile is staged where K and V go");
     __shared__ __align__(32) T skv[2 * KT * LDH];
@@ -108,15 +207,35 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
     T *sp = reinterpret_cast<T *>(scr);
     const float *qkv_bh = qkv + b * a.T * C3 + h * a.hd;
 
-    /* Which row of a 16 x 16 tile each of the lane's accumulator elements holds: the layout is
-     * the architecture's, and loading a tile of row numbers shows it. O is then scaled per row
-     * in registers (the row's factor from the lane that owns the row), not through memory. */
+    /* Where in a 16 x 16 tile each of the lane's accumulator and matrix_a elements lies: the
+     * layout is the architecture's, and loading a tile of element numbers 16 row + column (in
+     * fp32, and in T, exact to 256 in bf16 and fp16) shows it. The register fast path runs
+     * where both match the sm_80+ layout exactly (tc_lay_*) in every lane; otherwise (an
+     * fp16 matrix_a has 16 elements a lane; the emulator's default fragments hold whole tiles)
+     * the path through the scratch, which scales O per row in registers (the row's factor from
+     * the lane that owns the row) from the learnt rows alone. */
+    T *sidx = reinterpret_cast<T *>(scr + 256);
     for (int i = lane; i < 256; i += 32) {
-        scr[i] = (float)(i >> 4);
+        scr[i] = (float)i;
+        sidx[i] = tc_cvt<T>((float)i);
     }
     __syncwarp();
     frag_c rows;
     wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
+    bool fast = fast_ok && rows.num_elements == 8;
+    if (fast) {
+        frag_a at;
+        wmma::load_matrix_sync(at, sidx, 16);
+        fast = at.num_elements == 8;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float want = (float)(16 * tc_lay_row(lane, i) + tc_lay_col(lane, i));
+            fast = fast && rows.x[i] == want && tc_f<T>(at.x[i]) == want;
+        }
+    }
+    fast = __all_sync(0xffffffffu, fast);
+    float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.0f, 0.0f}; /* the fast path's rows */
+    const float sl2 = a.scale * 1.4426950408889634f;            /* scale log2(e) */
 
     /* The Q tile, KT rows a batch of loads. */
 #pragma unroll
@@ -159,6 +278,14 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
              * are masked whole (P = 0), so neither product needs them. */
             int64_t reach = (wt0 + 15 - c0) / 16 + 1;
             int nb = reach < KS / 16 ? (int)reach : KS / 16;
+            if (fast) {
+                /* No mask where every key of the nb blocks is at or before the warp's first
+                 * row (and so before T). */
+                bool mask = c0 + 16 * nb - 1 > wt0;
+                tc_fwd_chunk_fast<T, HDF, KS, LDH>(o, qa, sk + s0 * LDH, sv + s0 * LDH, nf, nb,
+                                                   mask, c0, wt0, sl2, m2, l2, lane);
+                continue;
+            }
             /* S = Q K^T, one 16-key block at a time (fewer live registers): K's rows are B's
              * columns, so K [KT][hd] is B col-major. */
 #pragma unroll
@@ -220,7 +347,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
             if (c0 > 0 && __any_sync(0xffffffffu, corr != 1.0f)) {
 #pragma unroll
                 for (int i = 0; i < rows.num_elements; i++) {
-                    float ci = __shfl_sync(0xffffffffu, corr, 2 * (int)rows.x[i]);
+                    float ci = __shfl_sync(0xffffffffu, corr, 2 * ((int)rows.x[i] >> 4));
 #pragma unroll
                     for (int f = 0; f < HDF; f++) {
                         if (f < nf) {
@@ -251,6 +378,34 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
     }
     if (wt0 >= a.T) {
         return; /* no real rows (after the last __syncthreads) */
+    }
+    if (fast) {
+        /* Rows g and g + 8 from the fragments: a lane's 2 consecutive columns of a row as one
+         * 8-byte store, a quad's 32 consecutive bytes (a whole sector) per 8 columns. */
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            float lt = l2[u] + __shfl_xor_sync(0xffffffffu, l2[u], 1);
+            lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+            int64_t tr = wt0 + tc_lay_row(lane, 2 * u);
+            if (tr >= a.T) {
+                continue;
+            }
+            float inv = 1.0f / lt;
+            float *yr = y + (b * a.T + tr) * a.C + h * a.hd + tc_lay_col(lane, 0);
+#pragma unroll
+            for (int f = 0; f < HDF; f++) {
+                if (f < nf) {
+                    *reinterpret_cast<float2 *>(yr + 16 * f) =
+                        make_float2(o[f].x[2 * u] * inv, o[f].x[2 * u + 1] * inv);
+                    *reinterpret_cast<float2 *>(yr + 16 * f + 8) =
+                        make_float2(o[f].x[2 * u + 4] * inv, o[f].x[2 * u + 5] * inv);
+                }
+            }
+            if ((lane & 3) == 0) {
+                lse[bh * a.T + tr] = m2[u] * 0.6931471805599453f + logf(lt); /* natural log */
+            }
+        }
+        return;
     }
     /* y = O / l: each fragment through the scratch, 8 consecutive floats per lane. */
     float inv = 1.0f / l;
@@ -311,20 +466,22 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     }
     /* Heads up to 64: 8 warps (128 query rows) share key tiles of 64, K and V loaded together;
      * up to 128: 4 warps and tiles of 32, K then V (registers). */
+    typedef __nv_bfloat16 bf16; /* one launch a line: scripts/cuemu-launch.sed */
     unsigned bh = (unsigned)(a->B * a->H);
+    bool fast = g_attn_kind != NN_CU_ATTN_TC_SLOW && a->scale > 0.0f; /* tc_fwd_chunk_fast */
     if (a->hd <= 64) {
         unsigned blocks = bh * (unsigned)((a->T + 127) / 128);
         if (a->rnd == 1) {
-            k_attn_fwd_tc<__nv_bfloat16, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<bf16, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse, fast);
         } else {
-            k_attn_fwd_tc<__half, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<__half, 4, 64, 8, true><<<blocks, 256, 0, s>>>(*a, qkv, y, lse, fast);
         }
     } else {
         unsigned blocks = bh * (unsigned)((a->T + 63) / 64);
         if (a->rnd == 1) {
-            k_attn_fwd_tc<__nv_bfloat16, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<bf16, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, fast);
         } else {
-            k_attn_fwd_tc<__half, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse);
+            k_attn_fwd_tc<__half, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, fast);
         }
     }
     g_tc_fwd++;

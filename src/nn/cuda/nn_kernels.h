@@ -125,11 +125,14 @@ cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y, float *lse,
                       cudaError_t *err);
 /* Which kernels nn_cu_attn_fwd and nn_cu_attn_bwd run: AUTO (the tensor-core kernels where
- * they apply; the default) or WARP (the warp kernels always). ops_gpu.c sets it from
- * ACCEL_NN_ATTN at the first attention forward (A/B timing); tests switch in-process (each
- * direction reads it when it is queued). */
+ * they apply; the default), WARP (the warp kernels always) or TC_SLOW (as AUTO, but the
+ * tensor-core forward never takes its register fast path: S and P through shared memory, as
+ * before it). ops_gpu.c sets it from ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST at the first
+ * attention forward (A/B timing); tests switch in-process (each direction reads it when it is
+ * queued). */
 #define NN_CU_ATTN_AUTO 0
 #define NN_CU_ATTN_WARP 1
+#define NN_CU_ATTN_TC_SLOW 2
 void nn_cu_attn_set_kernel(int kind);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
