@@ -274,7 +274,19 @@ static void test_gpt(void)
     check_case("mini GPT step (all ops composed)", s, 6, f_gpt, &a, ACCEL_F32, 1, 1e-4, 1e-4);
 }
 
+#ifdef ACCEL_HAVE_CUDA
 void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h: 2 all, 1 no DGELU_BGRAD, 0 none */
+#endif
+
+/* Which cuBLASLt epilogues the products may use (a build without CUDA never gets here). */
+static void set_epilogues(int level)
+{
+#ifdef ACCEL_HAVE_CUDA
+    accel__nn_cu_lt_epilogues(level);
+#else
+    (void)level;
+#endif
+}
 
 static void test_linear_gelu_linear(void)
 {
@@ -308,7 +320,7 @@ static void test_linear_gelu_linear(void)
         int level = 2 - (int)(r / n_cases);
         char name[96];
         snprintf(name, sizeof name, "%s%s", cases[i].name, mode[level]);
-        accel__nn_cu_lt_epilogues(level);
+        set_epilogues(level);
         int io = cases[i].layout == NN_LAYOUT_IN_OUT;
         int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
         in_spec s[5] = {{3, {2, 7, in}, 1.5f, 0.0f, cases[i].grad_x},
@@ -319,7 +331,7 @@ static void test_linear_gelu_linear(void)
         lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
         check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, cases[i].tol, cases[i].tol);
     }
-    accel__nn_cu_lt_epilogues(2);
+    set_epilogues(2);
     /* Only the second weight needs a gradient: the first product records nothing and the
      * second is a plain linear. */
     in_spec s[5] = {{3, {2, 5, 16}, 1.0f, 0.0f, 0},
