@@ -12,8 +12,9 @@
 #             cuda_attn copied there stripped before a change, alternating, AB_ROUNDS (2) rounds:
 #             same machine, same call, so the ratios are the changes' ("bench" is this build)
 #   peers     bench/peers/run.sh: ours vs PyTorch eager and torch.compile in one run
-#   variants  ours with the warp attention kernels (WARP=0 skips), ZeRO stage 3 vs 0 at B = 8,
-#             bench/cuda_attn
+#   variants  ours with the warp attention kernels (WARP=0 skips), with cuBLASLt's DGELU_BGRAD
+#             epilogue for the MLP's hidden gradient (DGELU=0 skips), ZeRO stage 3 vs 0 at
+#             B = 8, bench/cuda_attn
 #   ncu       Nsight Compute's duration of every kernel of one step, summed per kernel
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
 #   cuda_all  bench/cuda_all.sh's table
@@ -78,6 +79,10 @@ part_variants() {
         if [ "${WARP:-1}" != 0 ]; then
             stamp "ours, warp attention kernels (ACCEL_NN_ATTN=warp), B = $b"
             ACCEL_NN_ATTN=warp timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+        fi
+        if [ "${DGELU:-1}" != 0 ]; then
+            stamp "ours, the MLP's hidden gradient by cuBLASLt's DGELU_BGRAD (ACCEL_NN_DGELU=epilogue), B = $b"
+            ACCEL_NN_DGELU=epilogue timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
         fi
         for z in 0 3; do
             stamp "ours, ACCEL_ZERO_STAGE=$z, B = 8"

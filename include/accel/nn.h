@@ -324,12 +324,13 @@ ACCEL_API nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
  * weights in `layout`; b1 / b2 may be NULL). On the CPU it is exactly those three ops (the
  * same bits, forward and backward). On a GPU with the tanh form (approximate != 0, GPT-2's)
  * cuBLASLt fuses the first bias and GELU into the first product (GELU_AUX_BIAS, keeping the
- * GELU input for backward) and GELU's derivative and the first bias's gradient into the
- * product that makes the hidden gradient (DGELU_BGRAD), so the hidden activation's gradient is
- * never materialised before GELU; results agree with the three ops to cuBLASLt's GELU
- * (within bf16 tolerance; under autocast the hidden gradient is not rounded before the
- * derivative). The erf form, a hidden width that is not a multiple of 8 and empty products
- * take the three ops on a GPU too. */
+ * GELU input for backward); in backward, in fp32, GELU's derivative and the first bias's
+ * gradient go into the product that makes the hidden gradient (DGELU_BGRAD), and under bf16 /
+ * fp16 autocast, by default, one kernel after that product (stored in 2 bytes) applies the
+ * derivative and sums the bias gradient (ACCEL_NN_DGELU=epilogue: DGELU_BGRAD, which does not
+ * round the hidden gradient before the derivative). Results agree with the three ops to
+ * cuBLASLt's GELU (within bf16 tolerance). The erf form, a hidden width that is not a
+ * multiple of 8 and empty products take the three ops on a GPU too. */
 ACCEL_API nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
                                            nn_tensor *w2, nn_tensor *b2, nn_layout layout,
                                            int approximate);

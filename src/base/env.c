@@ -116,6 +116,11 @@ static const accel__env_var env_table[] = {
      "nn_linear_cross_entropy (the GPT's head and loss): rows of logits per chunk; 0: as many "
      "as keep a chunk's fp32 logits within 256 MiB (tests set a few rows to exercise chunks); "
      "read at the first call"},
+    {"ACCEL_NN_DGELU", ACCEL__ENV_STRING, "kernel",
+     "nn on CUDA, under bf16 / fp16 autocast: how nn_linear_gelu_linear's backward makes the "
+     "hidden gradient and the first bias's, kernel (a plain 2-byte product, then one pass for "
+     "GELU's derivative and the bias gradient) | epilogue (cuBLASLt's DGELU_BGRAD epilogue; A/B "
+     "timing); read at the first fused MLP backward"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

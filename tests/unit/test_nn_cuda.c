@@ -14,8 +14,10 @@
  *  - nn_linear_gelu_linear, fused by cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues: 1e-2 in
  *    fp32 (cuBLASLt's tanh GELU and its derivative are its own approximations, not the CPU's
  *    formula) and 2e-2 under bf16 autocast (the hidden gradient is not rounded before GELU's
- *    derivative, as the three ops round it); where it takes the three ops (the erf form, a
- *    hidden width not a multiple of 8) the ops' own tolerances.
+ *    derivative, as the three ops round it); under autocast by default (a plain 2-byte
+ *    product, then one kernel for the derivative and the bias gradient, which rounds the
+ *    hidden gradient first as the three ops do) 1e-2; where it takes the three ops (the erf
+ *    form, a hidden width not a multiple of 8) the ops' own tolerances.
  * Dropout draws the CPU's counter-based mask: the same elements drop.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
@@ -276,62 +278,81 @@ static void test_gpt(void)
 
 #ifdef ACCEL_HAVE_CUDA
 void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h: 2 all, 1 no DGELU_BGRAD, 0 none */
-#endif
-
-/* Which cuBLASLt epilogues the products may use (a build without CUDA never gets here). */
-static void set_epilogues(int level)
-{
-#ifdef ACCEL_HAVE_CUDA
-    accel__nn_cu_lt_epilogues(level);
+void accel__nn_cu_dgelu_kernel(int on);    /* gpu_internal.h: 1 kernel (default), 0 epilogue */
 #else
+/* The library without CUDA has no such hooks (and this program skips before any case). */
+static void accel__nn_cu_lt_epilogues(int level)
+{
     (void)level;
-#endif
 }
+static void accel__nn_cu_dgelu_kernel(int on)
+{
+    (void)on;
+}
+#endif
 
 static void test_linear_gelu_linear(void)
 {
     static const struct {
         const char *name;
-        int64_t in, hidden, out;
+        int64_t rows, in, hidden, out;
         nn_layout layout;
         int b1, b2, approximate, grad_x, autocast;
         double tol;
     } cases[] = {
-        {"lgl fused [in,out] biases", 24, 64, 40, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-2},
-        {"lgl fused [out,in] biases", 24, 64, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_F32, 1e-2},
-        {"lgl fused no b1, odd in/out", 13, 32, 9, NN_LAYOUT_IN_OUT, 0, 1, 1, 1, ACCEL_F32, 1e-2},
-        {"lgl fused, x without grad", 32, 96, 32, NN_LAYOUT_IN_OUT, 1, 0, 1, 0, ACCEL_F32, 1e-2},
-        {"lgl fused bf16 [in,out]", 64, 256, 64, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
-        {"lgl fused bf16 [out,in]", 48, 128, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
-        {"lgl fused bf16 no b1, x without grad", 24, 64, 16, NN_LAYOUT_IN_OUT, 0, 1, 1, 0,
+        {"lgl fused [in,out] biases", 7, 24, 64, 40, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-2},
+        {"lgl fused [out,in] biases", 7, 24, 64, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_F32, 1e-2},
+        {"lgl fused no b1, odd in/out", 7, 13, 32, 9, NN_LAYOUT_IN_OUT, 0, 1, 1, 1, ACCEL_F32,
+         1e-2},
+        {"lgl fused, x without grad", 7, 32, 96, 32, NN_LAYOUT_IN_OUT, 1, 0, 1, 0, ACCEL_F32, 1e-2},
+        {"lgl fused bf16 [in,out]", 7, 64, 256, 64, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
+        {"lgl fused bf16 [out,in]", 7, 48, 128, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_BF16, 2e-2},
+        {"lgl fused bf16 no b1, x without grad", 7, 24, 64, 16, NN_LAYOUT_IN_OUT, 0, 1, 1, 0,
          ACCEL_BF16, 2e-2},
-        {"lgl fused fp16 [in,out]", 64, 128, 48, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F16, 2e-2},
-        {"lgl hidden 12: three ops", 16, 12, 16, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-5},
-        {"lgl erf form: three ops", 16, 32, 16, NN_LAYOUT_IN_OUT, 1, 1, 0, 1, ACCEL_F32, 1e-5},
+        {"lgl fused fp16 [in,out]", 7, 64, 128, 48, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F16, 2e-2},
+        /* 600 rows: the hidden gradient's bias sum over two chunks of rows (scratch partial
+         * rows); hidden 264: a full and a partial block of 256 columns. */
+        {"lgl fused bf16, 600 rows, hidden 264", 300, 16, 264, 8, NN_LAYOUT_IN_OUT, 1, 1, 1, 1,
+         ACCEL_BF16, 2e-2},
+        {"lgl hidden 12: three ops", 7, 16, 12, 16, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-5},
+        {"lgl erf form: three ops", 7, 16, 32, 16, NN_LAYOUT_IN_OUT, 1, 1, 0, 1, ACCEL_F32, 1e-5},
     };
-    /* Each case three times: with cuBLASLt's epilogues; as if cuBLASLt had no DGELU_BGRAD
-     * (DGELU, then the bias gradient summed by a kernel); as if it had no epilogue at all (the
-     * plain products and the epilogues' kernels). Under autocast each writes the 2-byte h,
-     * GELU input, dZ and bias gradient the epilogues would. */
-    static const char *const mode[3] = {" (no epilogues)", " (no DGELU_BGRAD)", ""};
+    /* Each case four times. Under autocast, by default (level 3), the hidden gradient's
+     * product stored plain in 2 bytes and one kernel for GELU's derivative and the bias
+     * gradient. Then with cuBLASLt's DGELU_BGRAD epilogue (ACCEL_NN_DGELU=epilogue; fp32's
+     * only way); as if cuBLASLt had no DGELU_BGRAD (DGELU, then the bias gradient summed by a
+     * kernel); as if it had no epilogue at all (the plain products and the epilogues'
+     * kernels). Under autocast each writes the 2-byte h, GELU input, dZ and bias gradient the
+     * epilogues would. */
+    static const char *const mode[4] = {" (no epilogues)", " (no DGELU_BGRAD)",
+                                        " (DGELU_BGRAD epilogue)", ""};
     size_t n_cases = sizeof(cases) / sizeof(cases[0]);
-    for (size_t r = 0; r < 3 * n_cases; r++) {
+    for (size_t r = 0; r < 4 * n_cases; r++) {
         size_t i = r % n_cases;
-        int level = 2 - (int)(r / n_cases);
+        int level = 3 - (int)(r / n_cases);
+        if (level == 3 && cases[i].autocast == ACCEL_F32) {
+            continue; /* fp32 takes the epilogue either way: level 2 runs it */
+        }
         char name[96];
-        snprintf(name, sizeof name, "%s%s", cases[i].name, mode[level]);
-        set_epilogues(level);
+        snprintf(name, sizeof name, "%s%s", cases[i].name,
+                 level == 2 && cases[i].autocast == ACCEL_F32 ? "" : mode[level]);
+        accel__nn_cu_lt_epilogues(level < 2 ? level : 2);
+        accel__nn_cu_dgelu_kernel(level == 3);
         int io = cases[i].layout == NN_LAYOUT_IN_OUT;
         int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
-        in_spec s[5] = {{3, {2, 7, in}, 1.5f, 0.0f, cases[i].grad_x},
+        in_spec s[5] = {{3, {2, cases[i].rows, in}, 1.5f, 0.0f, cases[i].grad_x},
                         {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
                         {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
                         {1, {hid}, 0.5f, 0.0f, cases[i].b1},
                         {1, {out}, 0.5f, 0.0f, cases[i].b2}};
         lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
-        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, cases[i].tol, cases[i].tol);
+        /* The default path under autocast rounds the hidden gradient before GELU's
+         * derivative, as the three ops do: the autocast linear's tolerance. */
+        double tol = level == 3 ? 1e-2 : cases[i].tol;
+        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, tol, tol);
     }
-    set_epilogues(2);
+    accel__nn_cu_dgelu_kernel(1);
+    accel__nn_cu_lt_epilogues(2);
     /* Only the second weight needs a gradient: the first product records nothing and the
      * second is a plain linear. */
     in_spec s[5] = {{3, {2, 5, 16}, 1.0f, 0.0f, 0},

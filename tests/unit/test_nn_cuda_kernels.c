@@ -10,7 +10,10 @@
  *    vector and scalar paths run the same per-element code);
  *  - the column sum over fp32 and bf16 input, accumulating or writing, rounding or not, over
  *    1 to 1500 rows (one chunk of 512 rows and several): bit for bit against the order
- *    nn_kernels.h documents, replayed on the host.
+ *    nn_kernels.h documents, replayed on the host;
+ *  - the fused MLP's hidden gradient from a 2-byte product (dgelu_bgrad_half): dZ against the
+ *    GELU backward kernel (the same code), its bias gradient bit for bit against the column
+ *    sum's order over that dZ.
  * Exits 77 (skipped) without a CUDA build or a GPU.
  */
 #include <stdint.h>
@@ -281,6 +284,97 @@ static void test_col_sum(void)
     free(src16);
 }
 
+/* The fused MLP's hidden gradient from a 2-byte product (nn_cu_dgelu_bgrad_half, bf16):
+ * dZ = rnd(P * gelu_tanh'(aux)) against nn_cu_gelu_bwd on the widened inputs, rounded on the
+ * host. Both kernels run the same gelu_grad with -fmad=false, so the bits should agree; the
+ * check still allows 1 bf16 ulp in 1 value of 1000 (a tie moved by a compiler that schedules
+ * the two differently is not what this test is about). The bias gradient is checked bit for
+ * bit against the column sum's documented order over the kernel's own dZ, then rounded. Over
+ * 1 to 1500 rows (one chunk and several), 8 to 264 columns (full and partial blocks of 256),
+ * 16-byte accesses (aligned, columns a multiple of 8) and single values (7 columns, or d one
+ * element off), with and without the bias gradient. */
+static void test_dgelu_bgrad(void)
+{
+    static const int64_t shapes[][3] = {{1, 8, 0},     {31, 264, 0}, {512, 16, 0}, {513, 264, 0},
+                                        {1500, 24, 0}, {40, 7, 0},   {513, 16, 1}, {33, 24, 1}};
+    enum { MAXE = 513 * 264 };
+    uint16_t *p16 = malloc(MAXE * 2), *a16 = malloc(MAXE * 2), *z16 = malloc((MAXE + 8) * 2);
+    uint16_t *db16 = malloc(300 * 2);
+    float *pw = malloc(MAXE * sizeof(float)), *aw = malloc(MAXE * sizeof(float));
+    float *gz = malloc(MAXE * sizeof(float)), *zf = malloc(MAXE * sizeof(float));
+    CHECK(p16 != NULL && a16 != NULL && z16 != NULL && db16 != NULL && pw != NULL && aw != NULL &&
+          gz != NULL && zf != NULL);
+    uint16_t *dd = dev_alloc((MAXE + 8) * 2), *daux = dev_alloc((MAXE + 8) * 2);
+    uint16_t *ddb = dev_alloc(300 * 2);
+    float *dpw = dev_alloc(MAXE * sizeof(float)), *daw = dev_alloc(MAXE * sizeof(float));
+    float *dgz = dev_alloc(MAXE * sizeof(float)), *part = dev_alloc(3 * 264 * sizeof(float));
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], off = shapes[s][2], n = rows * cols;
+        CHECK(n <= MAXE && nn_cu_col_sum_part_count(rows, cols) <= 3 * cols);
+        for (int64_t i = 0; i < n; i++) {
+            p16[i] = bf16_bits(frand());
+            a16[i] = bf16_bits(frand());
+            uint32_t u = (uint32_t)p16[i] << 16, v = (uint32_t)a16[i] << 16;
+            memcpy(&pw[i], &u, 4);
+            memcpy(&aw[i], &v, 4);
+        }
+        /* The reference: the device's GELU backward over the widened values, rounded here. */
+        to_dev(dpw, pw, (size_t)n * sizeof(float));
+        to_dev(daw, aw, (size_t)n * sizeof(float));
+        CHECK(nn_cu_gelu_bwd(NULL, daw, dpw, dgz, n, 1, 1) == cudaSuccess);
+        to_host(gz, dgz, (size_t)n * sizeof(float));
+        for (int with_db = 0; with_db < 2; with_db++) {
+            memset(z16, 0xAB, (size_t)(n + 8) * 2);
+            memcpy(z16 + off, p16, (size_t)n * 2);
+            to_dev(dd, z16, (size_t)(n + 8) * 2);
+            to_dev(daux + off, a16, (size_t)n * 2);
+            memset(db16, 0xAB, 300 * 2);
+            to_dev(ddb, db16, 300 * 2);
+            CHECK(nn_cu_dgelu_bgrad_half(NULL, dd + off, daux + off, rows, cols,
+                                         with_db ? ddb : NULL, part, 1) == cudaSuccess);
+            to_host(z16, dd, (size_t)(n + 8) * 2);
+            to_host(db16, ddb, 300 * 2);
+            int64_t inexact = 0;
+            for (int64_t i = 0; i < n; i++) {
+                uint16_t want = bf16_bits(gz[i]), got = z16[off + i];
+                int d = (int)got - (int)want;
+                CHECK_MSG(d >= -1 && d <= 1 && (got ^ want) < 0x8000,
+                          "dgelu_bgrad %lldx%lld off %lld: [%lld] %04x, want %04x", (long long)rows,
+                          (long long)cols, (long long)off, (long long)i, got, want);
+                inexact += d != 0;
+                uint32_t u = (uint32_t)got << 16;
+                memcpy(&zf[i], &u, 4);
+            }
+            CHECK_MSG(inexact * 1000 <= n, "dgelu_bgrad %lldx%lld: %lld values 1 ulp off",
+                      (long long)rows, (long long)cols, (long long)inexact);
+            for (int64_t i = 0; i < off; i++) {
+                CHECK(z16[i] == 0xABAB);
+            }
+            for (int64_t i = off + n; i < n + 8; i++) {
+                CHECK_MSG(z16[i] == 0xABAB, "dgelu_bgrad wrote past the end");
+            }
+            for (int64_t c = 0; c < cols + 1 && c < 300; c++) {
+                uint16_t want =
+                    with_db && c < cols ? bf16_bits(col_ref(zf, rows, cols, c)) : 0xABAB;
+                CHECK_MSG(db16[c] == want, "dgelu_bgrad %lldx%lld bias [%lld]: %04x, want %04x",
+                          (long long)rows, (long long)cols, (long long)c, db16[c], want);
+            }
+        }
+    }
+    CHECK(cudaFree(dd) == cudaSuccess && cudaFree(daux) == cudaSuccess);
+    CHECK(cudaFree(ddb) == cudaSuccess && cudaFree(dpw) == cudaSuccess);
+    CHECK(cudaFree(daw) == cudaSuccess && cudaFree(dgz) == cudaSuccess);
+    CHECK(cudaFree(part) == cudaSuccess);
+    free(p16);
+    free(a16);
+    free(z16);
+    free(db16);
+    free(pw);
+    free(aw);
+    free(gz);
+    free(zf);
+}
+
 int main(void)
 {
     int n = 0;
@@ -295,6 +389,7 @@ int main(void)
     test_elementwise();
     test_same_bits();
     test_col_sum();
+    test_dgelu_bgrad();
     CHECK(cudaFree(da) == cudaSuccess && cudaFree(db) == cudaSuccess);
     CHECK(cudaFree(dc) == cudaSuccess && cudaFree(dseed) == cudaSuccess);
     printf("test_nn_cuda_kernels: ok\n");

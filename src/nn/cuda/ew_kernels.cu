@@ -6,8 +6,9 @@
  * gradients where nn_kernels.cu's register-row kernel does not make them) split the rows into
  * chunks of CS_ROWS so the grid fills the GPU: a first kernel sums each chunk (32 lanes, each
  * every 32nd row, then the lanes in order) into a partial row of scratch, a second adds the
- * partial rows in chunk order. The order of every sum depends
- * only on the shapes, and no kernel uses atomics: results are deterministic.
+ * partial rows in chunk order; the fused MLP's hidden gradient (k_dgelu_bgrad_half) makes its
+ * bias gradient in the same pass and order. The order of every sum depends only on the shapes,
+ * and no kernel uses atomics: results are deterministic.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -508,6 +509,184 @@ cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bia
 cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt)
 {
     k_dgelu_half<<<grid_for(n), THREADS, 0, s>>>(t, aux, n, dt);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */
+
+/* ---- the fused MLP's hidden gradient from a plain 2-byte product (nn_cu_dgelu_bgrad_half) ---- */
+
+/* The 2-byte bits of v rounded to dt (1 bf16, 2 fp16), nearest even. */
+__device__ __forceinline__ uint16_t half_bits(float v, int dt)
+{
+    uint16_t u;
+    if (dt == 1) {
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        memcpy(&u, &b, 2);
+    } else {
+        __half h = __float2half_rn(v);
+        memcpy(&u, &h, 2);
+    }
+    return u;
+}
+
+/* VEC consecutive 2-byte values at p (VEC 8: one 16-byte access, else one value). */
+template <int VEC> struct half_vec {
+    uint16_t h[VEC];
+};
+
+template <int VEC> __device__ __forceinline__ half_vec<VEC> load_vec(const uint16_t *p)
+{
+    half_vec<VEC> v;
+    if (VEC == 8) {
+        uint4 u = *(const uint4 *)p;
+        memcpy(v.h, &u, 16);
+    } else {
+        v.h[0] = *p;
+    }
+    return v;
+}
+
+template <int VEC> __device__ __forceinline__ void store_vec(uint16_t *p, const half_vec<VEC> &v)
+{
+    if (VEC == 8) {
+        uint4 u;
+        memcpy(&u, v.h, 16);
+        *(uint4 *)p = u;
+    } else {
+        *p = v.h[0];
+    }
+}
+
+/* p = rnd(p * gelu_tanh'(a)), and the rounded values added to the column sums s. */
+template <int VEC, int DT>
+__device__ __forceinline__ void dgelu_vec(half_vec<VEC> &p, const half_vec<VEC> &a, float *s)
+{
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        p.h[k] = half_bits(half_f(p.h[k], DT) * gelu_grad(half_f(a.h[k], DT), 1), DT);
+        s[k] += half_f(p.h[k], DT);
+    }
+}
+
+/* Block (blockIdx.x, blockIdx.y): CS_COLS threads of VEC columns each (columns c0 .. c0 + VEC
+ * - 1) over chunk blockIdx.y of the rows, in k_col_sum's lanes. Each element of d becomes
+ * rnd(d * gelu_tanh'(aux)) in place, and with dbias each thread adds its rounded values to
+ * its VEC column sums, lane threadIdx.y taking rows r0 + lane, r0 + lane + CS_LANES, ... in
+ * order; then one thread per column adds the CS_LANES lanes in order: k_col_sum's order, so
+ * the sums are nn_cu_col_sum's of the rounded dZ, bit for bit. The shared partial sums are
+ * stored column-major within a thread's vector (sh[lane][k * CS_COLS + x] for column
+ * x * VEC + k), so both the stores and the reads of consecutive threads are consecutive words:
+ * no bank conflicts. */
+template <int VEC, int DT>
+__global__ void __launch_bounds__(CS_COLS *CS_LANES)
+    k_dgelu_bgrad_half(uint16_t *d, const uint16_t *aux, int64_t rows, int64_t cols, int64_t chunk,
+                       float *part, uint16_t *dbias)
+{
+    __shared__ float sh[CS_LANES][CS_COLS * VEC];
+    int64_t c0 = ((int64_t)blockIdx.x * CS_COLS + threadIdx.x) * VEC;
+    int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float s[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        s[k] = 0.0f;
+    }
+    /* Two of the lane's rows a step, both loaded before either is stored: the compiler may
+     * not move a load above a store to d it cannot prove elsewhere, and two rows in flight
+     * keep 64 KiB of loads pending per SM (one 1024-thread block), about twice what HBM's
+     * latency needs. The lane still takes its rows in order. */
+    if (c0 < cols) { /* VEC 8: cols is a multiple of 8, so the whole vector is in range */
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += 2 * CS_LANES) {
+            int two = r + CS_LANES < r1;
+            half_vec<VEC> p0 = load_vec<VEC>(d + r * cols + c0), p1 = p0;
+            half_vec<VEC> a0 = load_vec<VEC>(aux + r * cols + c0), a1 = a0;
+            if (two) {
+                p1 = load_vec<VEC>(d + (r + CS_LANES) * cols + c0);
+                a1 = load_vec<VEC>(aux + (r + CS_LANES) * cols + c0);
+            }
+            dgelu_vec<VEC, DT>(p0, a0, s);
+            store_vec<VEC>(d + r * cols + c0, p0);
+            if (two) {
+                dgelu_vec<VEC, DT>(p1, a1, s);
+                store_vec<VEC>(d + (r + CS_LANES) * cols + c0, p1);
+            }
+        }
+    }
+    if (dbias == NULL) { /* the same for the whole block */
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        sh[threadIdx.y][k * CS_COLS + threadIdx.x] = s[k];
+    }
+    __syncthreads();
+    int t = threadIdx.y * CS_COLS + threadIdx.x;
+    int64_t c = (int64_t)blockIdx.x * CS_COLS * VEC + (t % CS_COLS) * VEC + t / CS_COLS;
+    if (t >= CS_COLS * VEC || c >= cols) {
+        return;
+    }
+    float tot = 0.0f;
+    for (int l = 0; l < CS_LANES; l++) {
+        tot += sh[l][t];
+    }
+    if (gridDim.y == 1) {
+        dbias[c] = half_bits(tot, DT);
+    } else {
+        part[(int64_t)blockIdx.y * cols + c] = tot;
+    }
+}
+
+/* dst[c] = the nparts partial rows' column c, added in row order, rounded to 2 bytes. */
+__global__ void k_sum_parts_half(const float *part, int64_t nparts, int64_t cols, uint16_t *dst,
+                                 int dt)
+{
+    GRID_LOOP(c, cols)
+    {
+        float t = 0.0f;
+        for (int64_t k = 0; k < nparts; k++) {
+            t += part[k * cols + c];
+        }
+        dst[c] = half_bits(t, dt);
+    }
+}
+
+/* The kernel for VEC and the 2-byte type, both constants of its loop. */
+template <int VEC>
+static void dgelu_bgrad_first(cudaStream_t s, dim3 grid, void *d, const void *aux, int64_t rows,
+                              int64_t cols, int64_t chunk, float *part, void *dbias, int dt)
+{
+    uint16_t *dd = (uint16_t *)d, *db = (uint16_t *)dbias;
+    const uint16_t *a = (const uint16_t *)aux;
+    dim3 block(CS_COLS, CS_LANES);
+    if (dt == 1) {
+        k_dgelu_bgrad_half<VEC, 1><<<grid, block, 0, s>>>(dd, a, rows, cols, chunk, part, db);
+    } else {
+        k_dgelu_bgrad_half<VEC, 2><<<grid, block, 0, s>>>(dd, a, rows, cols, chunk, part, db);
+    }
+}
+
+extern "C" {
+
+cudaError_t nn_cu_dgelu_bgrad_half(cudaStream_t s, void *d, const void *aux, int64_t rows,
+                                   int64_t cols, void *dbias, float *part, int dt)
+{
+    if (cols == 0 || (rows == 0 && dbias == NULL)) {
+        return cudaSuccess;
+    }
+    /* The column sum's chunks of rows, with or without a bias gradient: they fill the GPU. */
+    int64_t chunk = cs_chunk(rows), chunks = cs_chunks(rows);
+    int vec = cols % 8 == 0 && (((uintptr_t)d | (uintptr_t)aux) & 15) == 0;
+    int64_t per_block = (int64_t)CS_COLS * (vec ? 8 : 1);
+    dim3 grid((unsigned)((cols + per_block - 1) / per_block), (unsigned)chunks);
+    if (vec) {
+        dgelu_bgrad_first<8>(s, grid, d, aux, rows, cols, chunk, part, dbias, dt);
+    } else {
+        dgelu_bgrad_first<1>(s, grid, d, aux, rows, cols, chunk, part, dbias, dt);
+    }
+    if (chunks > 1 && dbias != NULL) {
+        k_sum_parts_half<<<grid_for(cols), THREADS, 0, s>>>(part, chunks, cols, (uint16_t *)dbias,
+                                                            dt);
+    }
     return cudaGetLastError();
 }
 

@@ -79,6 +79,11 @@ int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t
  * the others (so their fallbacks run): 2 all (the default), 1 all but DGELU_BGRAD, 0 none.
  * Process-wide; not thread-safe. */
 void accel__nn_cu_lt_epilogues(int level);
+/* Test hook: how the fused MLP makes its hidden gradient under autocast, overriding
+ * ACCEL_NN_DGELU: 1 a plain 2-byte product and nn_cu_dgelu_bgrad_half (the default), 0
+ * cuBLASLt's DGELU(_BGRAD) epilogue (and its fallbacks, accel__nn_cu_lt_epilogues).
+ * Process-wide; not thread-safe. */
+void accel__nn_cu_dgelu_kernel(int on);
 
 /* The op entry points of the table (ops_gpu.c, linear_gpu.c, lce_gpu.c). */
 nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b);

@@ -7,8 +7,12 @@
  * product plus a bias kernel where cuBLASLt offers no algorithm with the epilogue), and in
  * backward each gradient contribution is rounded to the dtype before it is added. One
  * exception: nn_linear_gelu_linear's hidden tensor, read only rounded, is written in 2 bytes
- * by the GELU epilogue (and its gradient by the DGELU epilogue) under autocast.
+ * by the GELU epilogue under autocast, and its gradient too (by default a plain 2-byte product
+ * and one kernel for GELU's derivative and the bias gradient; or the DGELU epilogue).
  */
+#include <pthread.h>
+#include <string.h>
+
 #include "gpu_internal.h"
 
 typedef struct lt_mm {
@@ -428,6 +432,41 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
  * reads them as fp32. */
 enum { LIN_PLAIN = 0, LIN_FUSED_DGELU = 1, LIN_FUSED_GELU = 2 };
 
+/* How the fused MLP makes its hidden gradient under autocast (ACCEL_NN_DGELU, read once; the
+ * test hook accel__nn_cu_dgelu_kernel): 1 "kernel" (the default), the product stored plain in
+ * 2 bytes, then nn_cu_dgelu_bgrad_half for GELU's derivative and the bias gradient in one pass
+ * (2 + 2 bytes read and 2 written an element; the CPU's definition: the hidden gradient
+ * rounded before the derivative, the bias gradient summed from the rounded dZ); 0 "epilogue",
+ * cuBLASLt's DGELU_BGRAD (from the fp32 product; a separate kernel of its own on Hopper) and
+ * its fallbacks. fp32 always takes the epilogue. */
+static int dgelu_kernel = 1;
+static pthread_once_t dgelu_once = PTHREAD_ONCE_INIT;
+
+static void dgelu_read_env(void)
+{
+    const char *v;
+    if (accel__env_string("ACCEL_NN_DGELU", &v) != ACCEL_OK) {
+        return;
+    }
+    if (strcmp(v, "epilogue") == 0) {
+        dgelu_kernel = 0;
+    } else if (strcmp(v, "kernel") != 0) {
+        accel__log(NULL, ACCEL__LOG_WARN, "ACCEL_NN_DGELU=%s ignored: kernel or epilogue", v);
+    }
+}
+
+void accel__nn_cu_dgelu_kernel(int on)
+{
+    pthread_once(&dgelu_once, dgelu_read_env);
+    dgelu_kernel = on;
+}
+
+static int use_dgelu_kernel(void)
+{
+    pthread_once(&dgelu_once, dgelu_read_env);
+    return dgelu_kernel;
+}
+
 /* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
  * node's output gradient) and the first bias's gradient into an arena buffer the first node
  * then adds. p: the input-gradient product, D unset. */
@@ -438,11 +477,31 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, cons
     /* The first node's mode decides the types of its aux and of h's gradient (the two nodes
      * differ only if NN_AUTOCAST_AUTO learned the dtype from the second weight). */
     int rnd = (int)a->i[4];
+    int want_db = b1 != NULL && b1->requires_grad;
+    p->d_type = in_type(rnd);
+    if (rnd != 0 && use_dgelu_kernel()) {
+        /* gx is the 2-byte, always fresh hidden gradient (half_grad): the product lands there
+         * and the kernel turns it into dZ in place; the bias gradient is stored, not added. */
+        float *part = NULL;
+        void *db = want_db ? accel__nn_dalloc(g, (size_t)p->m * 2) : NULL;
+        if (want_db && (db == NULL || !accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part))) {
+            return 0;
+        }
+        if (want_db) {
+            a->p[2] = db;
+        }
+        p->D = gx;
+        p->beta = 0.0f;
+        return lt_matmul(g, p, what) &&
+               accel__nn_cu_ok(
+                   g,
+                   nn_cu_dgelu_bgrad_half(nn__cu_stream(g), gx, a->p[3], p->n, p->m, db, part, rnd),
+                   what);
+    }
     p->act = ACT_DGELU;
     p->aux = a->p[3];
-    p->d_type = in_type(rnd);
     size_t elem_nbytes = rnd ? 2 : sizeof(float);
-    if (b1 != NULL && b1->requires_grad) {
+    if (want_db) {
         /* Zeroed, so the sums are right whether the epilogue stores them (as documented) or
          * adds them. */
         p->dbias = accel__nn_dzalloc(g, (size_t)p->m * elem_nbytes);

@@ -155,6 +155,15 @@ cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bia
                                  int64_t n, void *aux, void *h, int dt);
 /* t[i] *= gelu_tanh'(aux[i]) in fp32, aux 2-byte. */
 cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t n, int dt);
+/* The fused MLP's hidden gradient from its plain 2-byte product (linear_gpu.c, the default
+ * under autocast), one pass: d (rows x cols, 2-byte of dt) holds the product dY W2^T and
+ * becomes dZ = rnd(d * gelu_tanh'(aux)) in place (aux 2-byte, the same layout); with dbias
+ * (cols 2-byte values, or NULL) also dbias = rnd(the column sums of the rounded dZ), summed in
+ * nn_cu_col_sum's order (part: nn_cu_col_sum_part_count(rows, cols) floats of scratch, NULL
+ * when that is 0). 16-byte accesses where cols is a multiple of 8 and d and aux are 16-byte
+ * aligned, one value a thread otherwise: the results are the same. */
+cudaError_t nn_cu_dgelu_bgrad_half(cudaStream_t s, void *d, const void *aux, int64_t rows,
+                                   int64_t cols, void *dbias, float *part, int dt);
 /* Queues the tensor-core backward's two kernels (attn_tc_bwd.cu) once nn_cu_attn_bwd_tc has
  * checked that they apply; the launch status is cudaGetLastError's. */
 void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
