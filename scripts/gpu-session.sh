@@ -84,7 +84,11 @@ part_variants() {
             stamp "ours, the MLP's hidden gradient by cuBLASLt's DGELU_BGRAD (ACCEL_NN_DGELU=epilogue), B = $b"
             ACCEL_NN_DGELU=epilogue timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
         fi
-        for z in 0 3; do
+        if [ "${FAST:-1}" != 0 ]; then
+            stamp "ours, attention without the register fast path (ACCEL_NN_ATTN_FAST=0), B = $b"
+            ACCEL_NN_ATTN_FAST=0 timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+        fi
+        for z in ${ZERO_STAGES-0 3}; do
             stamp "ours, ACCEL_ZERO_STAGE=$z, B = 8"
             ACCEL_ZERO_STAGE=$z timeout -k 5 45 "${step[@]}" --batch 8 --steps 5 2>&1 | tail -8
         done
