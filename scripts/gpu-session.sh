@@ -13,8 +13,9 @@
 #             same machine, same call, so the ratios are the changes' ("bench" is this build)
 #   peers     bench/peers/run.sh: ours vs PyTorch eager and torch.compile in one run
 #   variants  ours with the warp attention kernels (WARP=0 skips), with cuBLASLt's DGELU_BGRAD
-#             epilogue for the MLP's hidden gradient (DGELU=0 skips), ZeRO stage 3 vs 0 at
-#             B = 8, bench/cuda_attn
+#             epilogue for the MLP's hidden gradient (DGELU=0 skips), without the attention's
+#             register fast path (FAST=0 skips), ZeRO stage 3 vs 0 at B = 8 (ZERO_STAGES=""
+#             skips), bench/cuda_attn
 #   ncu       Nsight Compute's duration of every kernel of one step, summed per kernel
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
 #   cuda_all  bench/cuda_all.sh's table
