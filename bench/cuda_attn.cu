@@ -12,7 +12,8 @@
  * T (T + 1) / 2: S and P V; backward 2.5 times that: S recomputed, dP, dV, dK, dQ, the usual
  * FlashAttention count; the dK/dV kernel's second S is not counted). Then the two kernels'
  * outputs are compared (relative L2 error of y and of the qkv gradient), so a kernel that is
- * fast but wrong at this shape shows here too. Prints a table, then a summary row for
+ * fast but wrong at this shape shows here too. ACCEL_NN_ATTN_FAST=0 times the tensor-core
+ * backward's scratch path instead of its register path. Prints a table, then a summary row for
  * bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when the kernels disagree by more than
  * 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
  */
@@ -136,6 +137,10 @@ int main(int argc, char **argv)
     const char *names[2] = {"tensor cores", "warp"};
     float ms[2][2];
     float *y_host[2], *g_host[2];
+    /* ACCEL_NN_ATTN_FAST=0: the tensor-core backward's scratch path (A/B timing; the library
+     * reads the variable in ops_gpu.c, which this program does not go through). */
+    const char *fast = getenv("ACCEL_NN_ATTN_FAST");
+    nn_cu_attn_bwd_set_fast(fast == NULL || strcmp(fast, "0") != 0);
     for (int k = 0; k < 2; k++) {
         nn_cu_attn_set_kernel(k == 0 ? NN_CU_ATTN_AUTO : NN_CU_ATTN_WARP);
         ms[k][0] = time_dir(&a, &b, 0, iters);

@@ -108,6 +108,10 @@ static const accel__env_var env_table[] = {
      "nn on CUDA: the attention kernels, auto (tensor cores under bf16 / fp16 autocast where "
      "they apply, forward and backward) | warp (the fp32 warp-per-row kernels always; A/B "
      "timing); read at the first attention forward"},
+    {"ACCEL_NN_ATTN_FAST", ACCEL__ENV_INT, "1",
+     "nn on CUDA: 1 forms the tensor-core attention backward's P and dS in registers (exp2), 0 "
+     "through an fp32 shared-memory scratch (expf; A/B timing); read at the first attention "
+     "forward"},
     {"ACCEL_NN_CE_CHUNK_ROWS", ACCEL__ENV_INT, "0",
      "nn_linear_cross_entropy (the GPT's head and loss): rows of logits per chunk; 0: as many "
      "as keep a chunk's fp32 logits within 256 MiB (tests set a few rows to exercise chunks); "

@@ -12,12 +12,18 @@
  * Invariant: the results do not depend on the lane mapping or the load schedule below, only
  * on the tile shapes (the WMMA sums' order), which are those of the first version.
  *
+ * Two element-wise paths: the register path (the default; see its section below) forms P and
+ * dS in the accumulator fragments with exp2f on base-2 scores; the scratch path
+ * (ACCEL_NN_ATTN_FAST=0, nn_cu_attn_bwd_set_fast) stores S and dP to an fp32 shared scratch
+ * and forms them with expf, as the first version did (bit-identical to it).
+ *
  * Cost (hd <= 64, 4 warps, streamed tiles of 32): a tile's rows arrive in one round of 128-bit
  * loads all in flight (bw_load2), one L2 latency where a load-then-store loop waited ~9; the
  * element-wise passes use 128-bit shared accesses without conflicting reads and skip the
  * causal test on tiles wholly below the diagonal. Registers bound the blocks per SM: the dQ
  * kernel fits 5 (96 registers, 41 KB shared), the dK/dV kernel 4 (capped at 128 registers
- * without spills, 41.3 KB). Static shared memory stays within 48 KiB.
+ * without spills, 41.3 KB; the register path: 8 and 12 bytes spilled, 47.4 KB and 41.5 KB).
+ * Static shared memory stays within 48 KiB.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -105,13 +111,12 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
-/* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T,
- * both in shared memory with leading dimension LDH. */
-template <typename T, int HDF, int ST, int LDS>
-__device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
+/* s [ST / 16] (accumulator fragments) = own [16][hd] times stream [ST][hd]^T, both in shared
+ * memory with leading dimension LDH. */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void bw_scores_frag(bw_acc *s, const T *own, const T *stream, int nf)
 {
     const int LDH = bw_ldh<HDF>::v;
-    bw_acc s[ST / 16];
 #pragma unroll
     for (int n = 0; n < ST / 16; n++) {
         wmma::fill_fragment(s[n], 0.0f);
@@ -130,6 +135,14 @@ __device__ __forceinline__ void bw_scores(float *out, const T *own, const T *str
             }
         }
     }
+}
+
+/* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T. */
+template <typename T, int HDF, int ST, int LDS>
+__device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
+{
+    bw_acc s[ST / 16];
+    bw_scores_frag<T, HDF, ST>(s, own, stream, nf);
 #pragma unroll
     for (int n = 0; n < ST / 16; n++) {
         wmma::store_matrix_sync(out + 16 * n, s[n], LDS, wmma::mem_row_major);
@@ -274,6 +287,154 @@ __device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int
     }
 }
 
+/* ---- the register path (ACCEL_NN_ATTN_FAST, the default) ----
+ *
+ * S and dP are not stored to the fp32 scratch and read back: P = rnd(exp2(S scale log2(e) -
+ * lse log2(e))) and dS = rnd(P dP - P D) are formed in the accumulator fragments themselves,
+ * and only the T tiles the next products read (P in the dK/dV kernel, dS in both) go to
+ * shared memory. Which (row, column) an accumulator element holds is the architecture's
+ * business, so each warp learns it once by loading tiles of row and column numbers; the path
+ * needs elements 2q and 2q + 1 to be one row's columns c, c + 1 with c even (true of every
+ * GPU's layout and of the emulator's), so that a pair is one 32-bit store of two T and shares
+ * one 64-bit read of per-column lse / D (bw_no_pairs: where a layout is not so). Per 16 x 32
+ * tile and lane this drops two fp32 fragment stores, 8 LDS.128 of the scratch and a
+ * __syncwarp per pass. P waits for dS in shared memory, not in registers across the dP
+ * product: both kernels run at their register caps (128, 96), and ptxas -v (bf16, hd 64)
+ * reports 8 and 12 bytes of spills this way, 40 to 56 with P in registers. The dK/dV kernel's
+ * P stays in its P tile (dV's operand), so dS goes to a second tile (sx2: 47.4 KB, still 4
+ * blocks an SM; dS in the fp32 scratch used as a T tile spilled 44 bytes); the dQ kernel's P
+ * goes to that scratch (a new tile would cost its fifth block) and dS to its dS tile. */
+
+static const int BW_NE = bw_acc::num_elements;
+
+template <typename T> struct __align__(4) bw_pair
+{
+    T v[2];
+};
+
+/* Where element pair q of an accumulator fragment lies: byte q % 4 of word q / 4 holds its
+ * column (low 4 bits) and row (high 4): a GPU's 4 pairs in one register (the dK/dV kernel
+ * has none to spare), unpacked with constant shifts once the loops are unrolled. */
+struct bw_map {
+    unsigned pk[(BW_NE / 2 + 3) / 4];
+};
+
+__device__ __forceinline__ int bw_col(const bw_map &m, int q)
+{
+    return (int)((m.pk[q / 4] >> (8 * (q % 4))) & 15u);
+}
+__device__ __forceinline__ int bw_row(const bw_map &m, int q)
+{
+    return (int)((m.pk[q / 4] >> (8 * (q % 4) + 4)) & 15u);
+}
+
+/* The warp's map, through its scratch (16 x 16 floats); true where the layout pairs columns
+ * as the register path needs (the same answer in every lane and warp). */
+__device__ __forceinline__ bool bw_learn(bw_map &m, float *scr)
+{
+    int lane = threadIdx.x & 31;
+    bw_acc rows, cols;
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i >> 4);
+    }
+    __syncwarp();
+    wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i & 15);
+    }
+    __syncwarp();
+    wmma::load_matrix_sync(cols, scr, 16, wmma::mem_row_major);
+    __syncwarp(); /* every lane has loaded before the scratch is reused */
+    bool ok = true;
+#pragma unroll
+    for (int w = 0; w < (BW_NE / 2 + 3) / 4; w++) {
+        m.pk[w] = 0;
+    }
+#pragma unroll
+    for (int q = 0; q < BW_NE / 2; q++) {
+        int r = (int)rows.x[2 * q], c = (int)cols.x[2 * q];
+        ok = ok && (int)rows.x[2 * q + 1] == r && (int)cols.x[2 * q + 1] == c + 1 && c % 2 == 0;
+        m.pk[q / 4] |= (unsigned)(c | r << 4) << (8 * (q % 4));
+    }
+    return __all_sync(0xffffffffu, ok) != 0;
+}
+
+/* Every GPU's accumulator layout (and the emulator's) pairs columns as bw_learn asks; one that
+ * did not would need the scratch path (ACCEL_NN_ATTN_FAST=0), so the kernel stops loudly
+ * rather than compute with a wrong map. (Keeping the scratch path in the same kernel as a
+ * fallback cost ~10 more spilled registers; a trap costs none.) */
+__device__ __forceinline__ void bw_no_pairs()
+{
+#ifdef __CUDA_ARCH__
+    __trap();
+#endif
+}
+
+/* P of the warp's 16 x ST tile in s (fp32 sums of S) into x [16][LDP]. lse2 = lse log2(e),
+ * +inf past T, in shared memory per column (KEY_ROWS, the dK/dV kernel: rows are keys,
+ * columns queries) or per row (the warp's 16). MASK: the causal
+ * test, query t sees key j where j <= t; lim: the first column's index minus the first row's
+ * (rows and columns past T are zero already: their lse2 is +inf). s2 = scale log2(e). */
+template <typename T, int ST, int LDP, bool KEY_ROWS, bool MASK>
+__device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, float s2,
+                                            const float *lse2, int lim, T *x)
+{
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+#pragma unroll
+        for (int q = 0; q < BW_NE / 2; q++) {
+            int c = bw_col(m, q), r = bw_row(m, q);
+            float2 l;
+            if (KEY_ROWS) {
+                l = reinterpret_cast<const float2 *>(lse2 + 16 * n + c)[0];
+            } else {
+                l.x = l.y = lse2[r];
+            }
+            float e0 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
+            float e1 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
+            if (MASK) {
+                /* Rows queries: column - row <= t0 - j0; rows keys: row - column <= i0 - j0
+                 * (first query minus first key). */
+                int d = c - r, ln = KEY_ROWS ? lim + 16 * n : lim - 16 * n;
+                bool v0 = KEY_ROWS ? -d <= ln : d <= ln, v1 = KEY_ROWS ? -d - 1 <= ln : d + 1 <= ln;
+                e0 = v0 ? e0 : 0.0f;
+                e1 = v1 ? e1 : 0.0f;
+            }
+            bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
+            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
+        }
+    }
+}
+
+/* dS = rnd(P dP - P D) from the dP sums in dp into x [16][LDP], P from px [16][LDP] (where
+ * bw_probs_rf put it: a lane reads back only its own pairs, and no P registers stay live
+ * across the dP product), D in shared memory per column (KEY_ROWS) or per row. */
+template <typename T, int ST, int LDP, bool KEY_ROWS>
+__device__ __forceinline__ void bw_dscores_rf(const bw_acc *dp, const bw_map &m, const float *D,
+                                              const T *px, T *x)
+{
+#pragma unroll
+    for (int n = 0; n < ST / 16; n++) {
+#pragma unroll
+        for (int q = 0; q < BW_NE / 2; q++) {
+            int c = bw_col(m, q), r = bw_row(m, q);
+            float2 d;
+            if (KEY_ROWS) {
+                d = reinterpret_cast<const float2 *>(D + 16 * n + c)[0];
+            } else {
+                d.x = d.y = D[r];
+            }
+            bw_pair<T> pp = *reinterpret_cast<const bw_pair<T> *>(px + r * LDP + c + 16 * n);
+            float p0 = tc_f<T>(pp.v[0]), p1 = tc_f<T>(pp.v[1]);
+            float g0 = dp[n].x[2 * q], g1 = dp[n].x[2 * q + 1];
+            bw_pair<T> o = {{tc_cvt<T>(p0 * g0 - p0 * d.x), tc_cvt<T>(p1 * g1 - p1 * d.y)}};
+            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
+        }
+    }
+}
+
 /* Shared bytes of the backward kernels (at most): 2 tiles of 16 NW own rows and 2 of ST
  * streamed rows (LDH wide), NW fp32 scratch tiles [16][ST + 4], NW bf16 / fp16 tiles
  * [16][ST + 8] (dS; the dK/dV kernel's P, then its dS) and ST floats each of lse and D. */
@@ -287,21 +448,23 @@ template <typename T, int HDF, int NW, int ST> struct bw_smem {
 
 /* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
  * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
- * next, reads it). */
-template <typename T, int HDF, int NW, int ST>
+ * next, reads it). FAST: the register path where the layout allows it. */
+template <typename T, int HDF, int NW, int ST, bool FAST>
 __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memory allows */
     k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
                      const float *gy, float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
     static_assert(ST % 16 == 0, "a lane's HC columns are 16-byte stores");
-    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    static_assert(bw_smem<T, HDF, NW, ST>::v + 2 * QT * 4 <= 48 * 1024, "static shared memory");
+    static_assert(16 * LDP * sizeof(T) <= 16 * LDS * sizeof(float), "a T tile in the scratch");
     __shared__ __align__(32) T sq[QT * LDH];
     __shared__ __align__(32) T sdo[QT * LDH];
     __shared__ __align__(32) T sk[ST * LDH];
     __shared__ __align__(32) T sv[ST * LDH];
     __shared__ __align__(32) T sds[NW * 16 * LDP];
     __shared__ __align__(32) float ss[NW * 16 * LDS];
+    __shared__ float sl2[FAST ? QT : 1], sdr[FAST ? QT : 1]; /* lse2, D of the own rows */
 
     int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
     /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
@@ -336,6 +499,18 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     if (half == 0 && t < a.T) {
         D[bh * a.T + t] = D_t;
     }
+    /* The register path: the rows' lse2 (+inf past T: P = 0) and D, for the lanes whose
+     * element pairs are on them (bw_learn's __syncwarp orders these stores before the reads). */
+    if (FAST && half == 0) {
+        sl2[16 * warp + r] = t < a.T ? lse_t * 1.44269504088896341f : INFINITY;
+        sdr[16 * warp + r] = D_t;
+    }
+    bw_map map;
+    if (FAST && !bw_learn(map, scr)) {
+        bw_no_pairs();
+    }
+    const bool fast = FAST;
+    float s2 = a.scale * 1.44269504088896341f;
 
     bw_acc dq[HDF];
 #pragma unroll
@@ -350,6 +525,26 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
         __syncthreads();
         if (j0 > wt0 + 15 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's queries */
+        }
+        if (fast) {
+            /* P goes to the scratch (as a T tile; the fp32 scratch is unused here) and comes
+             * back for dS, which goes to xds. */
+            bw_acc s[ST / 16];
+            T *xp = reinterpret_cast<T *>(scr);
+            bw_scores_frag<T, HDF, ST>(s, sq + 16 * warp * LDH, sk, nf);
+            /* Unmasked where every key of the tile is at or before the warp's first query
+             * (queries past T have P = 0 from their lse2). */
+            const float *l2 = sl2 + 16 * warp, *dw = sdr + 16 * warp;
+            if (j0 + ST - 1 <= wt0) {
+                bw_probs_rf<T, ST, LDP, false, false>(s, map, s2, l2, 0, xp);
+            } else {
+                bw_probs_rf<T, ST, LDP, false, true>(s, map, s2, l2, (int)(wt0 - j0), xp);
+            }
+            bw_scores_frag<T, HDF, ST>(s, sdo + 16 * warp * LDH, sv, nf); /* dP */
+            bw_dscores_rf<T, ST, LDP, false>(s, map, dw, xp, xds);
+            __syncwarp();
+            bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+            continue;
         }
         float p[ST / 2];
         bw_scores<T, HDF, ST, LDS>(scr, sq + 16 * warp * LDH, sk, nf);
@@ -377,20 +572,23 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
 }
 
 /* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
- * it. */
-template <typename T, int HDF, int NW, int ST>
+ * it. FAST: the register path where the layout allows it (slse then holds lse2). */
+template <typename T, int HDF, int NW, int ST, bool FAST>
 __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (5 spill) */
     k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
                       const float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
     static_assert(ST % 16 == 0 && ST <= 32 * NW, "16-byte stores; one lse, D a thread");
-    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    static_assert(bw_smem<T, HDF, NW, ST>::v + (FAST ? NW * 16 * LDP * (int)sizeof(T) : 0) <=
+                      48 * 1024,
+                  "static shared memory");
     __shared__ __align__(32) T sk[KT * LDH];
     __shared__ __align__(32) T sv[KT * LDH];
     __shared__ __align__(32) T sq[ST * LDH];
     __shared__ __align__(32) T sdo[ST * LDH];
     __shared__ __align__(32) T sx[NW * 16 * LDP];
+    __shared__ __align__(32) T sx2[FAST ? NW * 16 * LDP : 16]; /* the register path's dS */
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ __align__(16) float slse[ST], sD[ST];
 
@@ -416,6 +614,12 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         wmma::fill_fragment(dk[f], 0.0f);
         wmma::fill_fragment(dv[f], 0.0f);
     }
+    bw_map map;
+    if (FAST && !bw_learn(map, scr)) {
+        bw_no_pairs();
+    }
+    const bool fast = FAST;
+    float s2 = a.scale * 1.44269504088896341f;
     for (int64_t i0 = j0; i0 < a.T; i0 += ST) {
         __syncthreads(); /* every warp is done with the previous Q, dO (and K, V are loaded) */
         /* The tile's lse and D (a thread each): their loads fly with the rows'. */
@@ -428,12 +632,32 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C,
                        (int)(a.T - i0 < ST ? a.T - i0 : ST), ST, hd, sq, sdo, LDH);
         if (threadIdx.x < ST) {
-            slse[threadIdx.x] = lse_i;
+            /* The register path: base 2, and +inf past T (P = 0 there without a test). */
+            slse[threadIdx.x] = !fast ? lse_i : it < a.T ? lse_i * 1.44269504088896341f : INFINITY;
             sD[threadIdx.x] = D_i;
         }
         __syncthreads();
         if (i0 + ST - 1 < wj0 || wj0 >= a.T) {
             continue; /* every query of the tile is before this warp's keys */
+        }
+        if (fast) {
+            /* P goes to xs (dV's operand) and stays there for dS, which goes to sx2. */
+            bw_acc s[ST / 16];
+            T *xds = sx2 + warp * 16 * LDP;
+            bw_scores_frag<T, HDF, ST>(s, sk + 16 * warp * LDH, sq, nf); /* S^T */
+            /* Unmasked where every query of the tile is at or after the warp's last key. */
+            if (wj0 + 15 <= i0) {
+                bw_probs_rf<T, ST, LDP, true, false>(s, map, s2, slse, 0, xs);
+            } else {
+                bw_probs_rf<T, ST, LDP, true, true>(s, map, s2, slse, (int)(i0 - wj0), xs);
+            }
+            __syncwarp(); /* P is in place */
+            bw_accumulate<T, HDF, ST>(dv, xs, sdo, nf);
+            bw_scores_frag<T, HDF, ST>(s, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
+            bw_dscores_rf<T, ST, LDP, true>(s, map, sD, xs, xds);
+            __syncwarp();
+            bw_accumulate<T, HDF, ST>(dk, xds, sq, nf);
+            continue;
         }
         float p[ST / 2];
         bw_scores<T, HDF, ST, LDS>(scr, sk + 16 * warp * LDH, sq, nf); /* S^T */
@@ -463,14 +687,33 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     bw_store_rows<T, HDF>(scr, dv, nf, dst + 2 * a.C, 1.0f, write, j < a.T);
 }
 
+static int g_bw_fast = 1; /* nn_cu_attn_bwd_set_fast */
+
 /* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
+template <typename T, int HDF, int NW, int ST, bool FAST>
+static void bw_launch_as(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                         const float *lse, const float *gy, float *D, float *gqkv, int write)
+{
+    /* Short names: the emulator's translator wants a launch on one line. */
+    unsigned nb = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST, FAST><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST, FAST><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+}
+
 template <typename T, int HDF, int NW, int ST>
 static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
-    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
-    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    if (g_bw_fast) {
+        bw_launch_as<T, HDF, NW, ST, true>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    } else {
+        bw_launch_as<T, HDF, NW, ST, false>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    }
+}
+
+extern "C" void nn_cu_attn_bwd_set_fast(int on)
+{
+    g_bw_fast = on != 0;
 }
 
 extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a,

@@ -131,6 +131,11 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
 #define NN_CU_ATTN_AUTO 0
 #define NN_CU_ATTN_WARP 1
 void nn_cu_attn_set_kernel(int kind);
+/* The tensor-core backward's element-wise work: 1 (the default) forms P and dS in the WMMA
+ * accumulators' registers (exp2 on base-2 scores), 0 goes through the fp32 shared scratch
+ * (expf) as before. ops_gpu.c sets it from ACCEL_NN_ATTN_FAST at the first attention forward
+ * (A/B timing); tests switch in-process (read when a backward is queued). */
+void nn_cu_attn_bwd_set_fast(int on);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */

@@ -412,10 +412,14 @@ static void attn_backward(nn_ctx *g, nn_node *n)
                     "nn_causal_attention (backward)");
 }
 
-/* ACCEL_NN_ATTN, read at the first attention forward (an nn ctx needs no accel_init, so
- * there are no resolved settings to take it from). */
+/* ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST, read at the first attention forward (an nn ctx needs
+ * no accel_init, so there are no resolved settings to take them from). */
 static void attn_kernel_read_env(void)
 {
+    long long fast;
+    if (accel__env_int("ACCEL_NN_ATTN_FAST", &fast) == ACCEL_OK) {
+        nn_cu_attn_bwd_set_fast(fast != 0);
+    }
     const char *v;
     if (accel__env_string("ACCEL_NN_ATTN", &v) != ACCEL_OK) {
         return;
