@@ -172,6 +172,9 @@ int main(int argc, char **argv)
     printf("tensor cores vs warp: y rel err %.3g, qkv gradient rel err %.3g (tolerance 1e-2); "
            "tensor-core forwards / backwards queued: %lu / %lu\n",
            ey, eg, tc_fwd, tc_bwd);
+    printf("tensor-core backward path %d (0 scratch, ACCEL_NN_ATTN_FAST=0; 1 registers; 2 "
+           "registers and A operands built in them)\n",
+           nn_cu_attn_bwd_mode());
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",
            B, H, T, hd, dt, ms[0][0], ms[0][1], ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);

@@ -38,6 +38,7 @@ static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
 
 #ifdef ACCEL_HAVE_CUDA
 void nn_cu_attn_bwd_set_fast(int on); /* nn_kernels.h: 1 register path (default), 0 scratch */
+int nn_cu_attn_bwd_mode(void);        /* nn_kernels.h: the last backward's path, 0 to 2 */
 #endif
 
 static void test_attention(void)
@@ -80,11 +81,22 @@ static void test_attention(void)
         check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
                    cases[i].tol_grad);
     }
+#ifdef ACCEL_HAVE_CUDA
+    int mode_f16 = nn_cu_attn_bwd_mode(); /* the last tensor-core case: fp16 T1 */
+#endif
     in_spec s[1] = {{3, {1, 70, 3 * 128}, 1.5f, 0.0f, 1}};
     attn_arg a = {2, 0.0f};
     check_case("attention bf16 twice (grads add up)", s, 1, f_attention_twice, &a, ACCEL_BF16, 0,
                1e-2, 1e-2);
 #ifdef ACCEL_HAVE_CUDA
+    /* Which element-wise path the backward took: the register path, for bf16 with its A
+     * operands in registers where the device's layouts allow (sm_80 on, and the emulator). */
+    int mode_bf16 = nn_cu_attn_bwd_mode();
+    printf("  tensor-core backward paths: bf16 %d, fp16 %d (2: A operands in registers)\n",
+           mode_bf16, mode_f16);
+    CHECK_MSG((mode_bf16 == 1 || mode_bf16 == 2) && mode_f16 == 1,
+              "tensor-core backward path: bf16 %d (want 1 or 2), fp16 %d (want 1)", mode_bf16,
+              mode_f16);
     /* The tensor-core backward's scratch path (ACCEL_NN_ATTN_FAST=0; the cases above take the
      * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16. */
     nn_cu_attn_bwd_set_fast(0);
@@ -94,6 +106,8 @@ static void test_attention(void)
     in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
     check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
                1e-2, 1e-2);
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d",
+              nn_cu_attn_bwd_mode());
     nn_cu_attn_bwd_set_fast(1);
 #endif
 }

@@ -30,11 +30,13 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
 #ifdef __CUDACC__
 #include <mma.h>
 #endif
 
 #include "attn_tc.cuh"
+#include "attn_tc_bwd.cuh"
 #include "nn_kernels.h"
 
 using namespace nvcuda;
@@ -42,7 +44,6 @@ using namespace nvcuda;
 namespace
 {
 
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> bw_acc;
 
 /* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
  * padding put the 16 rows of a WMMA load on different banks. */
@@ -169,6 +170,25 @@ __device__ __forceinline__ void bw_accumulate(bw_acc *acc, const T *x, const T *
     }
 }
 
+/* acc [16][hd] += x [16][ST] (A fragments, one per 16 columns) times stream [ST][hd]. */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void bw_accumulate_a(bw_acc *acc, const bw_fa<T> *fa, const T *stream,
+                                                int nf)
+{
+    const int LDH = bw_ldh<HDF>::v;
+#pragma unroll
+    for (int k = 0; k < ST / 16; k++) {
+#pragma unroll
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
+                wmma::mma_sync(acc[f], fa[k], fb, acc[f]);
+            }
+        }
+    }
+}
+
 template <typename T> struct __align__(16) bw_oct
 {
     T v[8];
@@ -287,154 +307,6 @@ __device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int
     }
 }
 
-/* ---- the register path (ACCEL_NN_ATTN_FAST, the default) ----
- *
- * S and dP are not stored to the fp32 scratch and read back: P = rnd(exp2(S scale log2(e) -
- * lse log2(e))) and dS = rnd(P dP - P D) are formed in the accumulator fragments themselves,
- * and only the T tiles the next products read (P in the dK/dV kernel, dS in both) go to
- * shared memory. Which (row, column) an accumulator element holds is the architecture's
- * business, so each warp learns it once by loading tiles of row and column numbers; the path
- * needs elements 2q and 2q + 1 to be one row's columns c, c + 1 with c even (true of every
- * GPU's layout and of the emulator's), so that a pair is one 32-bit store of two T and shares
- * one 64-bit read of per-column lse / D (bw_no_pairs: where a layout is not so). Per 16 x 32
- * tile and lane this drops two fp32 fragment stores, 8 LDS.128 of the scratch and a
- * __syncwarp per pass. P waits for dS in shared memory, not in registers across the dP
- * product: both kernels run at their register caps (128, 96), and ptxas -v (bf16, hd 64)
- * reports 8 and 12 bytes of spills this way, 40 to 56 with P in registers. The dK/dV kernel's
- * P stays in its P tile (dV's operand), so dS goes to a second tile (sx2: 47.4 KB, still 4
- * blocks an SM; dS in the fp32 scratch used as a T tile spilled 44 bytes); the dQ kernel's P
- * goes to that scratch (a new tile would cost its fifth block) and dS to its dS tile. */
-
-static const int BW_NE = bw_acc::num_elements;
-
-template <typename T> struct __align__(4) bw_pair
-{
-    T v[2];
-};
-
-/* Where element pair q of an accumulator fragment lies: byte q % 4 of word q / 4 holds its
- * column (low 4 bits) and row (high 4): a GPU's 4 pairs in one register (the dK/dV kernel
- * has none to spare), unpacked with constant shifts once the loops are unrolled. */
-struct bw_map {
-    unsigned pk[(BW_NE / 2 + 3) / 4];
-};
-
-__device__ __forceinline__ int bw_col(const bw_map &m, int q)
-{
-    return (int)((m.pk[q / 4] >> (8 * (q % 4))) & 15u);
-}
-__device__ __forceinline__ int bw_row(const bw_map &m, int q)
-{
-    return (int)((m.pk[q / 4] >> (8 * (q % 4) + 4)) & 15u);
-}
-
-/* The warp's map, through its scratch (16 x 16 floats); true where the layout pairs columns
- * as the register path needs (the same answer in every lane and warp). */
-__device__ __forceinline__ bool bw_learn(bw_map &m, float *scr)
-{
-    int lane = threadIdx.x & 31;
-    bw_acc rows, cols;
-    __syncwarp();
-    for (int i = lane; i < 256; i += 32) {
-        scr[i] = (float)(i >> 4);
-    }
-    __syncwarp();
-    wmma::load_matrix_sync(rows, scr, 16, wmma::mem_row_major);
-    __syncwarp();
-    for (int i = lane; i < 256; i += 32) {
-        scr[i] = (float)(i & 15);
-    }
-    __syncwarp();
-    wmma::load_matrix_sync(cols, scr, 16, wmma::mem_row_major);
-    __syncwarp(); /* every lane has loaded before the scratch is reused */
-    bool ok = true;
-#pragma unroll
-    for (int w = 0; w < (BW_NE / 2 + 3) / 4; w++) {
-        m.pk[w] = 0;
-    }
-#pragma unroll
-    for (int q = 0; q < BW_NE / 2; q++) {
-        int r = (int)rows.x[2 * q], c = (int)cols.x[2 * q];
-        ok = ok && (int)rows.x[2 * q + 1] == r && (int)cols.x[2 * q + 1] == c + 1 && c % 2 == 0;
-        m.pk[q / 4] |= (unsigned)(c | r << 4) << (8 * (q % 4));
-    }
-    return __all_sync(0xffffffffu, ok) != 0;
-}
-
-/* Every GPU's accumulator layout (and the emulator's) pairs columns as bw_learn asks; one that
- * did not would need the scratch path (ACCEL_NN_ATTN_FAST=0), so the kernel stops loudly
- * rather than compute with a wrong map. (Keeping the scratch path in the same kernel as a
- * fallback cost ~10 more spilled registers; a trap costs none.) */
-__device__ __forceinline__ void bw_no_pairs()
-{
-#ifdef __CUDA_ARCH__
-    __trap();
-#endif
-}
-
-/* P of the warp's 16 x ST tile in s (fp32 sums of S) into x [16][LDP]. lse2 = lse log2(e),
- * +inf past T, in shared memory per column (KEY_ROWS, the dK/dV kernel: rows are keys,
- * columns queries) or per row (the warp's 16). MASK: the causal
- * test, query t sees key j where j <= t; lim: the first column's index minus the first row's
- * (rows and columns past T are zero already: their lse2 is +inf). s2 = scale log2(e). */
-template <typename T, int ST, int LDP, bool KEY_ROWS, bool MASK>
-__device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, float s2,
-                                            const float *lse2, int lim, T *x)
-{
-#pragma unroll
-    for (int n = 0; n < ST / 16; n++) {
-#pragma unroll
-        for (int q = 0; q < BW_NE / 2; q++) {
-            int c = bw_col(m, q), r = bw_row(m, q);
-            float2 l;
-            if (KEY_ROWS) {
-                l = reinterpret_cast<const float2 *>(lse2 + 16 * n + c)[0];
-            } else {
-                l.x = l.y = lse2[r];
-            }
-            float e0 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
-            float e1 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
-            if (MASK) {
-                /* Rows queries: column - row <= t0 - j0; rows keys: row - column <= i0 - j0
-                 * (first query minus first key). */
-                int d = c - r, ln = KEY_ROWS ? lim + 16 * n : lim - 16 * n;
-                bool v0 = KEY_ROWS ? -d <= ln : d <= ln, v1 = KEY_ROWS ? -d - 1 <= ln : d + 1 <= ln;
-                e0 = v0 ? e0 : 0.0f;
-                e1 = v1 ? e1 : 0.0f;
-            }
-            bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
-            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
-        }
-    }
-}
-
-/* dS = rnd(P dP - P D) from the dP sums in dp into x [16][LDP], P from px [16][LDP] (where
- * bw_probs_rf put it: a lane reads back only its own pairs, and no P registers stay live
- * across the dP product), D in shared memory per column (KEY_ROWS) or per row. */
-template <typename T, int ST, int LDP, bool KEY_ROWS>
-__device__ __forceinline__ void bw_dscores_rf(const bw_acc *dp, const bw_map &m, const float *D,
-                                              const T *px, T *x)
-{
-#pragma unroll
-    for (int n = 0; n < ST / 16; n++) {
-#pragma unroll
-        for (int q = 0; q < BW_NE / 2; q++) {
-            int c = bw_col(m, q), r = bw_row(m, q);
-            float2 d;
-            if (KEY_ROWS) {
-                d = reinterpret_cast<const float2 *>(D + 16 * n + c)[0];
-            } else {
-                d.x = d.y = D[r];
-            }
-            bw_pair<T> pp = *reinterpret_cast<const bw_pair<T> *>(px + r * LDP + c + 16 * n);
-            float p0 = tc_f<T>(pp.v[0]), p1 = tc_f<T>(pp.v[1]);
-            float g0 = dp[n].x[2 * q], g1 = dp[n].x[2 * q + 1];
-            bw_pair<T> o = {{tc_cvt<T>(p0 * g0 - p0 * d.x), tc_cvt<T>(p1 * g1 - p1 * d.y)}};
-            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
-        }
-    }
-}
-
 /* Shared bytes of the backward kernels (at most): 2 tiles of 16 NW own rows and 2 of ST
  * streamed rows (LDH wide), NW fp32 scratch tiles [16][ST + 4], NW bf16 / fp16 tiles
  * [16][ST + 8] (dS; the dK/dV kernel's P, then its dS) and ST floats each of lse and D. */
@@ -448,13 +320,15 @@ template <typename T, int HDF, int NW, int ST> struct bw_smem {
 
 /* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
  * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
- * next, reads it). FAST: the register path where the layout allows it. */
-template <typename T, int HDF, int NW, int ST, bool FAST>
+ * next, reads it). MODE (bw_mode): 0 the scratch path, 1 the register path, 2 with its A
+ * operands built in registers. */
+template <typename T, int HDF, int NW, int ST, int MODE>
 __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memory allows */
     k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
                      const float *gy, float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
+    constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0, "a lane's HC columns are 16-byte stores");
     static_assert(bw_smem<T, HDF, NW, ST>::v + 2 * QT * 4 <= 48 * 1024, "static shared memory");
     static_assert(16 * LDP * sizeof(T) <= 16 * LDS * sizeof(float), "a T tile in the scratch");
@@ -505,11 +379,12 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
         sl2[16 * warp + r] = t < a.T ? lse_t * 1.44269504088896341f : INFINITY;
         sdr[16 * warp + r] = D_t;
     }
+    /* bw_mode checked that this device's layouts suit MODE. */
+    const bool fast = FAST, direct = MODE == 2;
     bw_map map;
-    if (FAST && !bw_learn(map, scr)) {
-        bw_no_pairs();
+    if (FAST) {
+        bw_learn(map, scr);
     }
-    const bool fast = FAST;
     float s2 = a.scale * 1.44269504088896341f;
 
     bw_acc dq[HDF];
@@ -528,7 +403,7 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
         }
         if (fast) {
             /* P goes to the scratch (as a T tile; the fp32 scratch is unused here) and comes
-             * back for dS, which goes to xds. */
+             * back for dS, which goes to xds (MODE 1) or into dQ's A operands (MODE 2). */
             bw_acc s[ST / 16];
             T *xp = reinterpret_cast<T *>(scr);
             bw_scores_frag<T, HDF, ST>(s, sq + 16 * warp * LDH, sk, nf);
@@ -536,14 +411,21 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
              * (queries past T have P = 0 from their lse2). */
             const float *l2 = sl2 + 16 * warp, *dw = sdr + 16 * warp;
             if (j0 + ST - 1 <= wt0) {
-                bw_probs_rf<T, ST, LDP, false, false>(s, map, s2, l2, 0, xp);
+                bw_probs_rf<T, ST, LDP, false, false, false>(s, map, s2, l2, 0, xp, nullptr);
             } else {
-                bw_probs_rf<T, ST, LDP, false, true>(s, map, s2, l2, (int)(wt0 - j0), xp);
+                bw_probs_rf<T, ST, LDP, false, true, false>(s, map, s2, l2, (int)(wt0 - j0), xp,
+                                                            nullptr);
             }
             bw_scores_frag<T, HDF, ST>(s, sdo + 16 * warp * LDH, sv, nf); /* dP */
-            bw_dscores_rf<T, ST, LDP, false>(s, map, dw, xp, xds);
-            __syncwarp();
-            bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+            if (direct) {
+                bw_fa<T> fa[ST / 16];
+                bw_dscores_rf<T, ST, LDP, false, true>(s, map, dw, xp, nullptr, fa);
+                bw_accumulate_a<T, HDF, ST>(dq, fa, sk, nf);
+            } else {
+                bw_dscores_rf<T, ST, LDP, false, false>(s, map, dw, xp, xds, nullptr);
+                __syncwarp();
+                bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+            }
             continue;
         }
         float p[ST / 2];
@@ -572,15 +454,16 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
 }
 
 /* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
- * it. FAST: the register path where the layout allows it (slse then holds lse2). */
-template <typename T, int HDF, int NW, int ST, bool FAST>
+ * it. MODE as for the dQ kernel (slse holds lse2 where MODE > 0). */
+template <typename T, int HDF, int NW, int ST, int MODE>
 __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (5 spill) */
     k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
                       const float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
+    constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0 && ST <= 32 * NW, "16-byte stores; one lse, D a thread");
-    static_assert(bw_smem<T, HDF, NW, ST>::v + (FAST ? NW * 16 * LDP * (int)sizeof(T) : 0) <=
+    static_assert(bw_smem<T, HDF, NW, ST>::v + (MODE == 1 ? NW * 16 * LDP * (int)sizeof(T) : 0) <=
                       48 * 1024,
                   "static shared memory");
     __shared__ __align__(32) T sk[KT * LDH];
@@ -588,7 +471,7 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     __shared__ __align__(32) T sq[ST * LDH];
     __shared__ __align__(32) T sdo[ST * LDH];
     __shared__ __align__(32) T sx[NW * 16 * LDP];
-    __shared__ __align__(32) T sx2[FAST ? NW * 16 * LDP : 16]; /* the register path's dS */
+    __shared__ __align__(32) T sx2[MODE == 1 ? NW * 16 * LDP : 16]; /* dS, MODE 1 */
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ __align__(16) float slse[ST], sD[ST];
 
@@ -614,11 +497,12 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         wmma::fill_fragment(dk[f], 0.0f);
         wmma::fill_fragment(dv[f], 0.0f);
     }
+    /* bw_mode checked that this device's layouts suit MODE. */
+    const bool fast = FAST, direct = MODE == 2;
     bw_map map;
-    if (FAST && !bw_learn(map, scr)) {
-        bw_no_pairs();
+    if (FAST) {
+        bw_learn(map, scr);
     }
-    const bool fast = FAST;
     float s2 = a.scale * 1.44269504088896341f;
     for (int64_t i0 = j0; i0 < a.T; i0 += ST) {
         __syncthreads(); /* every warp is done with the previous Q, dO (and K, V are loaded) */
@@ -645,18 +529,37 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
             bw_acc s[ST / 16];
             T *xds = sx2 + warp * 16 * LDP;
             bw_scores_frag<T, HDF, ST>(s, sk + 16 * warp * LDH, sq, nf); /* S^T */
-            /* Unmasked where every query of the tile is at or after the warp's last key. */
-            if (wj0 + 15 <= i0) {
-                bw_probs_rf<T, ST, LDP, true, false>(s, map, s2, slse, 0, xs);
+            /* Unmasked where every query of the tile is at or after the warp's last key. P
+             * and dS go straight into the A operands of dV and dK where the layouts allow
+             * (P also to xs, which dS reads back), else through xs and sx2. */
+            int lim = (int)(i0 - wj0);
+            bool unmasked = wj0 + 15 <= i0;
+            bw_fa<T> fa[ST / 16];
+            if (direct) {
+                if (unmasked) {
+                    bw_probs_rf<T, ST, LDP, true, false, true>(s, map, s2, slse, 0, xs, fa);
+                } else {
+                    bw_probs_rf<T, ST, LDP, true, true, true>(s, map, s2, slse, lim, xs, fa);
+                }
+                bw_accumulate_a<T, HDF, ST>(dv, fa, sdo, nf);
             } else {
-                bw_probs_rf<T, ST, LDP, true, true>(s, map, s2, slse, (int)(i0 - wj0), xs);
+                if (unmasked) {
+                    bw_probs_rf<T, ST, LDP, true, false, false>(s, map, s2, slse, 0, xs, nullptr);
+                } else {
+                    bw_probs_rf<T, ST, LDP, true, true, false>(s, map, s2, slse, lim, xs, nullptr);
+                }
+                __syncwarp(); /* P is in place */
+                bw_accumulate<T, HDF, ST>(dv, xs, sdo, nf);
             }
-            __syncwarp(); /* P is in place */
-            bw_accumulate<T, HDF, ST>(dv, xs, sdo, nf);
             bw_scores_frag<T, HDF, ST>(s, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
-            bw_dscores_rf<T, ST, LDP, true>(s, map, sD, xs, xds);
-            __syncwarp();
-            bw_accumulate<T, HDF, ST>(dk, xds, sq, nf);
+            if (direct) {
+                bw_dscores_rf<T, ST, LDP, true, true>(s, map, sD, xs, nullptr, fa);
+                bw_accumulate_a<T, HDF, ST>(dk, fa, sq, nf);
+            } else {
+                bw_dscores_rf<T, ST, LDP, true, false>(s, map, sD, xs, xds, nullptr);
+                __syncwarp();
+                bw_accumulate<T, HDF, ST>(dk, xds, sq, nf);
+            }
             continue;
         }
         float p[ST / 2];
@@ -688,32 +591,83 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
 }
 
 static int g_bw_fast = 1; /* nn_cu_attn_bwd_set_fast */
+static std::atomic<int> g_bw_layout(-1); /* bw_mode's probe: bit 0 pairs, bit 1 direct */
+static std::atomic<int> g_bw_last(-1);   /* nn_cu_attn_bwd_mode */
+
+/* This device's layouts, as the kernels would learn them (bit 0: bw_learn's column pairs, bit
+ * 1: bw_learn_a's A operands), written as a float to out. */
+__global__ void k_bw_probe(float *out)
+{
+    __shared__ __align__(32) float scr[256];
+    bw_map m;
+    bool pairs = bw_learn(m, scr), direct = pairs && bw_learn_a<__nv_bfloat16>(m, scr);
+    if (threadIdx.x == 0) {
+        *out = (float)((pairs ? 1 : 0) + (direct ? 2 : 0));
+    }
+}
+
+/* The kernels' MODE: 0 where ACCEL_NN_ATTN_FAST=0 or the accumulator layout lacks column
+ * pairs (no GPU so far), 2 for bf16 where the A operand's layout matches the accumulator's
+ * (sm_80 and later, and the emulator), else 1. The layouts are probed once a process, at the
+ * first backward, into D (the caller's scratch, which the dQ kernel then overwrites): one
+ * stream synchronisation, once. */
+static int bw_mode(cudaStream_t s, float *D, bool bf16)
+{
+    if (!g_bw_fast) {
+        return 0;
+    }
+    int layout = g_bw_layout.load();
+    if (layout < 0) {
+        float v = 0.0f;
+        k_bw_probe<<<1, 32, 0, s>>>(D);
+        if (cudaMemcpyAsync(&v, D, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess) {
+            return 0; /* the error stays for the caller's cudaGetLastError */
+        }
+        layout = (int)v;
+        g_bw_layout.store(layout);
+    }
+    return (layout & 1) == 0 ? 0 : bf16 && (layout & 2) ? 2 : 1;
+}
 
 /* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
-template <typename T, int HDF, int NW, int ST, bool FAST>
+template <typename T, int HDF, int NW, int ST, int MODE>
 static void bw_launch_as(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                          const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
     /* Short names: the emulator's translator wants a launch on one line. */
     unsigned nb = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
-    k_attn_bwd_dq_tc<T, HDF, NW, ST, FAST><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST, FAST><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
 }
 
 template <typename T, int HDF, int NW, int ST>
 static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
-    if (g_bw_fast) {
-        bw_launch_as<T, HDF, NW, ST, true>(s, a, qkv, y, lse, gy, D, gqkv, write);
-    } else {
-        bw_launch_as<T, HDF, NW, ST, false>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    const int M2 = bw_direct<T>::v ? 2 : 1; /* no MODE 2 kernels for fp16 */
+    int mode = bw_mode(s, D, bw_direct<T>::v);
+    g_bw_last.store(mode);
+    switch (mode) {
+    case 2:
+        bw_launch_as<T, HDF, NW, ST, M2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        break;
+    case 1:
+        bw_launch_as<T, HDF, NW, ST, 1>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        break;
+    default:
+        bw_launch_as<T, HDF, NW, ST, 0>(s, a, qkv, y, lse, gy, D, gqkv, write);
     }
 }
 
 extern "C" void nn_cu_attn_bwd_set_fast(int on)
 {
     g_bw_fast = on != 0;
+}
+
+extern "C" int nn_cu_attn_bwd_mode(void)
+{
+    return g_bw_last.load();
 }
 
 extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a,

@@ -136,6 +136,10 @@ void nn_cu_attn_set_kernel(int kind);
  * (expf) as before. ops_gpu.c sets it from ACCEL_NN_ATTN_FAST at the first attention forward
  * (A/B timing); tests switch in-process (read when a backward is queued). */
 void nn_cu_attn_bwd_set_fast(int on);
+/* The element-wise path the last tensor-core backward took (-1: none yet): 0 the scratch, 1
+ * the register path, 2 the register path with its A operands built in registers (bf16 where
+ * the device's WMMA layouts allow; attn_tc_bwd.cu). For tests and bench/cuda_attn. */
+int nn_cu_attn_bwd_mode(void);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */
