@@ -419,10 +419,10 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
             bw_scores_frag<T, HDF, ST>(s, sdo + 16 * warp * LDH, sv, nf); /* dP */
             if (direct) {
                 bw_fa<T> fa[ST / 16];
-                bw_dscores_rf<T, ST, LDP, false, true>(s, map, dw, xp, nullptr, fa);
+                bw_dscores_rf<T, ST, LDP, false, false, true>(s, map, dw, xp, nullptr, fa);
                 bw_accumulate_a<T, HDF, ST>(dq, fa, sk, nf);
             } else {
-                bw_dscores_rf<T, ST, LDP, false, false>(s, map, dw, xp, xds, nullptr);
+                bw_dscores_rf<T, ST, LDP, false, false, false>(s, map, dw, xp, xds, nullptr);
                 __syncwarp();
                 bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
             }
@@ -525,21 +525,21 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
             continue; /* every query of the tile is before this warp's keys */
         }
         if (fast) {
-            /* P goes to xs (dV's operand) and stays there for dS, which goes to sx2. */
+            /* MODE 2: P goes into dV's A operands and stays there for dS, which replaces it
+             * as dK's (no shared memory; ptxas spills no more than with P in xs). MODE 1: P
+             * goes to xs (dV's operand) and stays there for dS, which goes to sx2. */
             bw_acc s[ST / 16];
             T *xds = sx2 + warp * 16 * LDP;
             bw_scores_frag<T, HDF, ST>(s, sk + 16 * warp * LDH, sq, nf); /* S^T */
-            /* Unmasked where every query of the tile is at or after the warp's last key. P
-             * and dS go straight into the A operands of dV and dK where the layouts allow
-             * (P also to xs, which dS reads back), else through xs and sx2. */
+            /* Unmasked where every query of the tile is at or after the warp's last key. */
             int lim = (int)(i0 - wj0);
             bool unmasked = wj0 + 15 <= i0;
             bw_fa<T> fa[ST / 16];
             if (direct) {
                 if (unmasked) {
-                    bw_probs_rf<T, ST, LDP, true, false, true>(s, map, s2, slse, 0, xs, fa);
+                    bw_probs_rf<T, ST, LDP, true, false, true>(s, map, s2, slse, 0, nullptr, fa);
                 } else {
-                    bw_probs_rf<T, ST, LDP, true, true, true>(s, map, s2, slse, lim, xs, fa);
+                    bw_probs_rf<T, ST, LDP, true, true, true>(s, map, s2, slse, lim, nullptr, fa);
                 }
                 bw_accumulate_a<T, HDF, ST>(dv, fa, sdo, nf);
             } else {
@@ -553,10 +553,10 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
             }
             bw_scores_frag<T, HDF, ST>(s, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
             if (direct) {
-                bw_dscores_rf<T, ST, LDP, true, true>(s, map, sD, xs, nullptr, fa);
+                bw_dscores_rf<T, ST, LDP, true, true, true>(s, map, sD, nullptr, nullptr, fa);
                 bw_accumulate_a<T, HDF, ST>(dk, fa, sq, nf);
             } else {
-                bw_dscores_rf<T, ST, LDP, true, false>(s, map, sD, xs, xds, nullptr);
+                bw_dscores_rf<T, ST, LDP, true, false, false>(s, map, sD, xs, xds, nullptr);
                 __syncwarp();
                 bw_accumulate<T, HDF, ST>(dk, xds, sq, nf);
             }

@@ -40,14 +40,14 @@ using bw_fa = bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_m
  * the emulator's; bw_mode probes it), so that a pair is one 32-bit store of two T and shares one
  * 64-bit read of per-column lse / D. MODE 1 writes the T tiles the next products read (P in the
  * dK/dV kernel, dS in both) to shared memory; MODE 2 (bf16) builds those A operands in
- * registers (bw_learn_a) and writes only P, which dS reads back. Per 16 x 32 tile, warp and
- * pass this drops two fp32 fragment stores, 8 LDS.128 of the scratch and lse / D, a
- * __syncwarp, and in MODE 2 the A operands' store and load. P waits for dS in shared memory,
- * not in registers across the dP product: both kernels run at their register caps (128, 96),
- * and ptxas -v (bf16, hd 64) reports 8 to 12 bytes of spills this way, 40 to 56 with P in
- * registers. MODE 1's dK/dV kernel keeps P in its P tile (dV's operand), so dS goes to a second
- * tile (sx2: 47.4 KB, still 4 blocks an SM); the dQ kernel's P goes to its idle fp32 scratch
- * (a new tile would cost its fifth block). */
+ * registers (bw_learn_a). Per 16 x 32 tile, warp and pass this drops two fp32 fragment stores,
+ * 8 LDS.128 of the scratch and lse / D, a __syncwarp, and in MODE 2 the A operands' store and
+ * load. Both kernels run at their register caps (128, 96), so where P waits for dS was chosen
+ * by ptxas -v (bf16, hd 64): MODE 2's dK/dV kernel keeps it in dV's A operands (8 bytes
+ * spilled, as with P in shared memory); the dQ kernels' P goes to the idle fp32 scratch (a new
+ * tile would cost the fifth block; 4 to 12 bytes spilled, 16 to 40 with P in registers), and
+ * MODE 1's dK/dV kernel keeps P in its P tile (dV's operand), so dS goes to a second tile
+ * (sx2: 47.4 KB, still 4 blocks an SM). */
 
 static const int BW_NE = bw_acc::num_elements;
 
@@ -151,7 +151,7 @@ template <typename T> __device__ __forceinline__ bool bw_learn_a(const bw_map &m
     return __all_sync(0xffffffffu, ok) != 0;
 }
 
-/* P of the warp's 16 x ST tile in s (fp32 sums of S) into x [16][LDP], and into the A
+/* P of the warp's 16 x ST tile in s (fp32 sums of S) into x [16][LDP], or into the A
  * fragments fa when TO_A (bw_learn_a said the layouts agree). lse2 = lse log2(e),
  * +inf past T, in shared memory per column (KEY_ROWS, the dK/dV kernel: rows are keys,
  * columns queries) or per row (the warp's 16). MASK: the causal
@@ -183,20 +183,21 @@ __device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, fl
                 e1 = v1 ? e1 : 0.0f;
             }
             bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
-            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
             if (TO_A) {
                 fa[n].x[2 * q] = o.v[0];
                 fa[n].x[2 * q + 1] = o.v[1];
+            } else {
+                *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
             }
         }
     }
 }
 
 /* dS = rnd(P dP - P D) from the dP sums in dp into the A fragments fa (TO_A) or x [16][LDP],
- * P from px [16][LDP] (where bw_probs_rf put it: a lane reads back only its own pairs, and no
- * P registers stay live across the dP product), D in shared memory per column (KEY_ROWS) or
- * per row. */
-template <typename T, int ST, int LDP, bool KEY_ROWS, bool TO_A>
+ * P from fa (P_IN_A, where bw_probs_rf put it: dS replaces it pair by pair) or px [16][LDP]
+ * (a lane reads back only its own pairs), D in shared memory per column (KEY_ROWS) or per
+ * row. */
+template <typename T, int ST, int LDP, bool KEY_ROWS, bool P_IN_A, bool TO_A>
 __device__ __forceinline__ void bw_dscores_rf(const bw_acc *dp, const bw_map &m, const float *D,
                                               const T *px, T *x, bw_fa<T> *fa)
 {
@@ -211,7 +212,13 @@ __device__ __forceinline__ void bw_dscores_rf(const bw_acc *dp, const bw_map &m,
             } else {
                 d.x = d.y = D[r];
             }
-            bw_pair<T> pp = *reinterpret_cast<const bw_pair<T> *>(px + r * LDP + c + 16 * n);
+            bw_pair<T> pp;
+            if (P_IN_A) {
+                pp.v[0] = fa[n].x[2 * q];
+                pp.v[1] = fa[n].x[2 * q + 1];
+            } else {
+                pp = *reinterpret_cast<const bw_pair<T> *>(px + r * LDP + c + 16 * n);
+            }
             float p0 = tc_f<T>(pp.v[0]), p1 = tc_f<T>(pp.v[1]);
             float g0 = dp[n].x[2 * q], g1 = dp[n].x[2 * q + 1];
             bw_pair<T> o = {{tc_cvt<T>(p0 * g0 - p0 * d.x), tc_cvt<T>(p1 * g1 - p1 * d.y)}};
