@@ -13,8 +13,8 @@
  * T (T + 1) / 2: S and P V; backward 2.5 times that: S recomputed, dP, dV, dK, dQ, the usual
  * FlashAttention count; the dK/dV kernel's second S is not counted). Then the two kernels'
  * outputs are compared (relative L2 error of y and of the qkv gradient), so a kernel that is
- * fast but wrong at this shape shows here too; the forward with and without its fast path
- * must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c). Prints a table, then a summary row for
+ * fast but wrong at this shape shows here too; with and without their register paths (the
+ * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c). Prints a table, then a summary row for
  * bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when the kernels disagree by more than
  * 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
  */
@@ -135,14 +135,18 @@ int main(int argc, char **argv)
     CUDA_CHECK(cudaGetLastError());
 
     double fwd_flop = 4.0 * B * H * hd * (double)T * (T + 1) / 2.0, bwd_flop = 2.5 * fwd_flop;
-    const char *names[3] = {"tensor cores", "warp", "tensor cores, forward not fast"};
+    const char *names[3] = {"tensor cores", "warp", "tensor cores, no register paths"};
     const int kinds[3] = {NN_CU_ATTN_AUTO, NN_CU_ATTN_WARP, NN_CU_ATTN_TC_SLOW};
     float ms[3][2];
     float *y_host[3], *g_host[3];
+    int bwd_mode = -1; /* the tensor-core backward's path (the first row's) */
     for (int k = 0; k < 3; k++) {
         nn_cu_attn_set_kernel(kinds[k]);
         ms[k][0] = time_dir(&a, &b, 0, iters);
         ms[k][1] = time_dir(&a, &b, 1, iters);
+        if (k == 0) {
+            bwd_mode = nn_cu_attn_bwd_mode();
+        }
         y_host[k] = (float *)malloc(n_y * sizeof(float));
         g_host[k] = (float *)malloc(n_qkv * sizeof(float));
         if (y_host[k] == NULL || g_host[k] == NULL) {
@@ -157,6 +161,7 @@ int main(int argc, char **argv)
     nn_cu_attn_tc_counts(&tc_fwd, &tc_bwd);
     double ey = rel_err(y_host[0], y_host[1], n_y), eg = rel_err(g_host[0], g_host[1], n_qkv);
     double ey_slow = rel_err(y_host[0], y_host[2], n_y);
+    double eg_slow = rel_err(g_host[0], g_host[2], n_qkv);
 
     const char *dt = rnd == 1 ? "bf16" : "fp16";
     printf("cuda_attn: %s; B %d, H %d, T %d, head %d, %s autocast, median of %d calls\n", prop.name,
@@ -171,18 +176,20 @@ int main(int argc, char **argv)
     printf("tensor cores vs warp: y rel err %.3g, qkv gradient rel err %.3g (tolerance 1e-2); "
            "tensor-core forwards / backwards queued: %lu / %lu\n",
            ey, eg, tc_fwd, tc_bwd);
-    printf("tensor-core forward with vs without its fast path: y rel err %.3g (tolerance 2e-3); "
-           "forward %.2fx faster\n",
-           ey_slow, ms[2][0] / ms[0][0]);
+    printf("tensor cores with vs without their register paths: y rel err %.3g, qkv gradient rel "
+           "err %.3g (tolerance 2e-3); forward %.2fx, backward %.2fx faster; backward path %d (0 "
+           "scratch; 1 registers; 2 registers and A operands built in them)\n",
+           ey_slow, eg_slow, ms[2][0] / ms[0][0], ms[2][1] / ms[0][1], bwd_mode);
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",
            B, H, T, hd, dt, ms[0][0], ms[0][1], ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);
-    int bad = !(ey <= 1e-2 && eg <= 1e-2 && ey_slow <= 2e-3) || tc_fwd == 0 || tc_bwd == 0;
+    int bad = !(ey <= 1e-2 && eg <= 1e-2 && ey_slow <= 2e-3 && eg_slow <= 2e-3) || tc_fwd == 0 ||
+              tc_bwd == 0;
     if (bad) {
         fprintf(stderr, "cuda_attn: the tensor-core kernels %s\n",
                 tc_fwd == 0 || tc_bwd == 0 ? "did not run"
                                            : "disagree with the warp kernels beyond 1e-2, or "
-                                             "their forward with its fast path with that "
+                                             "with their register paths with those "
                                              "without beyond 2e-3");
     }
     for (int k = 0; k < 3; k++) {

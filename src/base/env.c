@@ -109,9 +109,10 @@ static const accel__env_var env_table[] = {
      "they apply, forward and backward) | warp (the fp32 warp-per-row kernels always; A/B "
      "timing); read at the first attention forward"},
     {"ACCEL_NN_ATTN_FAST", ACCEL__ENV_INT, "1",
-     "nn on CUDA: 0 keeps the tensor-core attention forward off its register fast path (S and "
-     "P through shared memory; A/B timing, or a fallback); 1: the fast path where the GPU's "
-     "fragment layout is the expected one; read at the first attention forward"},
+     "nn on CUDA: 0 keeps the tensor-core attention off its register paths (forward: S and P "
+     "through shared memory; backward: P and dS through an fp32 shared scratch, expf), for A/B "
+     "timing or as a fallback; 1: the register paths wherever the GPU's WMMA fragment layout "
+     "allows them (checked at run time); read at the first attention forward"},
     {"ACCEL_NN_CE_CHUNK_ROWS", ACCEL__ENV_INT, "0",
      "nn_linear_cross_entropy (the GPT's head and loss): rows of logits per chunk; 0: as many "
      "as keep a chunk's fp32 logits within 256 MiB (tests set a few rows to exercise chunks); "

@@ -9,9 +9,11 @@
  * the other device's sum). Shapes: partial and whole tiles, both tile shapes of each kernel
  * (head sizes up to 64 and up to 128, the smallest 16; several whole tiles before a partial
  * one, which the backward runs unmasked), fp16, one row (fp16 and bf16), the warp kernels'
- * cases (head 160, dropout, whose mask is the CPU's counter-based one), and a gradient that
- * adds up over two attentions. Then the tensor-core kernels against the warp kernels in the
- * same process (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ * cases (head 160, dropout, whose mask is the CPU's counter-based one), a gradient that adds up
+ * over two attentions, and the tensor-core backward's scratch path (the other cases take its
+ * register path) at both tile shapes. Then the tensor-core kernels against the warp kernels in
+ * the same process (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be
+ * used.
  */
 #include "nn_cuda_check.h"
 
@@ -33,6 +35,11 @@ static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
     nn_tensor *y1 = nn_causal_attention(g, in[0], a->n_head, a->p);
     return nn_add(g, y1, nn_causal_attention(g, in[0], a->n_head, a->p));
 }
+
+#ifdef ACCEL_HAVE_CUDA
+void nn_cu_attn_bwd_set_fast(int on); /* nn_kernels.h: 1 register path (default), 0 scratch */
+int nn_cu_attn_bwd_mode(void);        /* nn_kernels.h: the last backward's path, 0 to 2 */
+#endif
 
 static void test_attention(void)
 {
@@ -75,10 +82,35 @@ static void test_attention(void)
         check_case(cases[i].name, s, 1, f_attention, &a, cases[i].autocast, 0, cases[i].tol_fwd,
                    cases[i].tol_grad);
     }
+#ifdef ACCEL_HAVE_CUDA
+    int mode_f16 = nn_cu_attn_bwd_mode(); /* the last tensor-core case: fp16 T1 */
+#endif
     in_spec s[1] = {{3, {1, 70, 3 * 128}, 1.5f, 0.0f, 1}};
     attn_arg a = {2, 0.0f};
     check_case("attention bf16 twice (grads add up)", s, 1, f_attention_twice, &a, ACCEL_BF16, 0,
                1e-2, 1e-2);
+#ifdef ACCEL_HAVE_CUDA
+    /* Which element-wise path the backward took: the register path, for bf16 with its A
+     * operands in registers where the device's layouts allow (sm_80 on, and the emulator). */
+    int mode_bf16 = nn_cu_attn_bwd_mode();
+    printf("  tensor-core backward paths: bf16 %d, fp16 %d (2: A operands in registers)\n",
+           mode_bf16, mode_f16);
+    CHECK_MSG((mode_bf16 == 1 || mode_bf16 == 2) && mode_f16 == 1,
+              "tensor-core backward path: bf16 %d (want 1 or 2), fp16 %d (want 1)", mode_bf16,
+              mode_f16);
+    /* The tensor-core backward's scratch path (ACCEL_NN_ATTN_FAST=0; the cases above take the
+     * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16. */
+    nn_cu_attn_bwd_set_fast(0);
+    in_spec s2[1] = {{3, {2, 200, 3 * 128}, 1.5f, 0.0f, 1}};
+    check_case("attention bf16 B2 H2 T200 hd64 (scratch path)", s2, 1, f_attention, &a, ACCEL_BF16,
+               0, 1e-2, 1e-2);
+    in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
+    check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
+               1e-2, 1e-2);
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d",
+              nn_cu_attn_bwd_mode());
+    nn_cu_attn_bwd_set_fast(1);
+#endif
 }
 
 #ifdef ACCEL_HAVE_CUDA
@@ -104,15 +136,17 @@ static nn_tensor *f_attention_then(nn_ctx *g, nn_tensor **in, const void *arg)
 
 /* The tensor-core kernels against the warp kernels on the same GPU and inputs, four runs:
  * both directions on tensor cores (tc), the tensor-core forward with the warp backward (mixed),
- * both warp (warp), and tc with the forward off its register fast path (slow). The kernels'
- * counters say which ran (results alone cannot: every sum is rounded to bf16 / fp16, so the
- * two kernels can agree bit for bit). tc and mixed share their forward bit for bit, so their
- * gradients differ only by the backward: dq, dk and dv within 2e-3 each (both backwards round
- * the same operands and sum in fp32; the emulator's agree bit for bit in bf16; 2e-3 still
- * fails a 1% error in any one of them). tc and slow differ only where the fast path runs (the
- * sm_80+ fragment layout: a GPU's bf16, or the emulator built with ACCEL_CUEMU_WMMA_LANES;
- * exp2f for expf and per-lane sums, so a P can round the other way): forward and gradients
- * within 2e-3 (bit for bit where it does not run). Otherwise 1e-2 as against the CPU. */
+ * both warp (warp), and tc without its register paths (slow: NN_CU_ATTN_TC_SLOW, both
+ * directions). The kernels' counters say which ran (results alone cannot: every sum is rounded
+ * to bf16 / fp16, so the two kernels can agree bit for bit). tc and mixed share their forward
+ * bit for bit, so their gradients differ only by the backward: dq, dk and dv within 2e-3 each
+ * (both backwards round the same operands and sum in fp32; in the emulator they differ by
+ * ~1e-4 in bf16, where the register path's exp2f rounds a P the other way; 2e-3 still fails a
+ * 1% error in any one of them). tc and slow differ only where the register paths run (the
+ * forward's: the sm_80+ fragment layout, a GPU's bf16 or the emulator built with
+ * ACCEL_CUEMU_WMMA_LANES; the backward's: wherever its probe allows; exp2f for expf, per-lane
+ * sums, so a P can round the other way): forward and gradients within 2e-3. Otherwise 1e-2 as
+ * against the CPU. */
 static void test_attention_kernels(void)
 {
 #ifdef ACCEL_HAVE_CUDA
@@ -172,7 +206,7 @@ static void test_attention_kernels(void)
             eb[part] = rel_err_cols(tc.grads[0], mixed.grads[0], B * T, 3 * C, part * C, C);
         }
         printf("  attention %-19s tensor cores vs warp: forward %.3g, backward dq %.3g dk %.3g "
-               "dv %.3g, both %.3g; fast vs slow forward: y %.3g, gradient %.3g\n",
+               "dv %.3g, both %.3g; with vs without register paths: y %.3g, gradient %.3g\n",
                cases[i].name, ey, eb[0], eb[1], eb[2], eg, ey_slow, eg_slow);
         CHECK_MSG(ey_mixed == 0.0, "attention %s: the same forward differs between runs (%g)",
                   cases[i].name, ey_mixed);

@@ -450,6 +450,7 @@ extern "C" {
 void nn_cu_attn_set_kernel(int kind)
 {
     g_attn_kind = kind;
+    nn_cu_attn_bwd_set_fast(kind != NN_CU_ATTN_TC_SLOW);
 }
 
 void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd)

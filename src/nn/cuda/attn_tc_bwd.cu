@@ -12,23 +12,31 @@
  * Invariant: the results do not depend on the lane mapping or the load schedule below, only
  * on the tile shapes (the WMMA sums' order), which are those of the first version.
  *
+ * Two element-wise paths: the register path (the default; see its section below) forms P and
+ * dS in the accumulator fragments with exp2f on base-2 scores; the scratch path
+ * (ACCEL_NN_ATTN_FAST=0, nn_cu_attn_bwd_set_fast) stores S and dP to an fp32 shared scratch
+ * and forms them with expf, as the first version did (bit-identical to it).
+ *
  * Cost (hd <= 64, 4 warps, streamed tiles of 32): a tile's rows arrive in one round of 128-bit
  * loads all in flight (bw_load2), one L2 latency where a load-then-store loop waited ~9; the
  * element-wise passes use 128-bit shared accesses without conflicting reads and skip the
  * causal test on tiles wholly below the diagonal. Registers bound the blocks per SM: the dQ
  * kernel fits 5 (96 registers, 41 KB shared), the dK/dV kernel 4 (capped at 128 registers
- * without spills, 41.3 KB). Static shared memory stays within 48 KiB.
+ * without spills, 41.3 KB; the register path: 8 and 12 bytes spilled, 47.4 KB and 41.5 KB).
+ * Static shared memory stays within 48 KiB.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
 #ifdef __CUDACC__
 #include <mma.h>
 #endif
 
 #include "attn_tc.cuh"
+#include "attn_tc_bwd.cuh"
 #include "nn_kernels.h"
 
 using namespace nvcuda;
@@ -36,7 +44,6 @@ using namespace nvcuda;
 namespace
 {
 
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> bw_acc;
 
 /* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
  * padding put the 16 rows of a WMMA load on different banks. */
@@ -105,13 +112,12 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
-/* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T,
- * both in shared memory with leading dimension LDH. */
-template <typename T, int HDF, int ST, int LDS>
-__device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
+/* s [ST / 16] (accumulator fragments) = own [16][hd] times stream [ST][hd]^T, both in shared
+ * memory with leading dimension LDH. */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void bw_scores_frag(bw_acc *s, const T *own, const T *stream, int nf)
 {
     const int LDH = bw_ldh<HDF>::v;
-    bw_acc s[ST / 16];
 #pragma unroll
     for (int n = 0; n < ST / 16; n++) {
         wmma::fill_fragment(s[n], 0.0f);
@@ -130,6 +136,14 @@ __device__ __forceinline__ void bw_scores(float *out, const T *own, const T *str
             }
         }
     }
+}
+
+/* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T. */
+template <typename T, int HDF, int ST, int LDS>
+__device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
+{
+    bw_acc s[ST / 16];
+    bw_scores_frag<T, HDF, ST>(s, own, stream, nf);
 #pragma unroll
     for (int n = 0; n < ST / 16; n++) {
         wmma::store_matrix_sync(out + 16 * n, s[n], LDS, wmma::mem_row_major);
@@ -151,6 +165,25 @@ __device__ __forceinline__ void bw_accumulate(bw_acc *acc, const T *x, const T *
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
                 wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
                 wmma::mma_sync(acc[f], fa, fb, acc[f]);
+            }
+        }
+    }
+}
+
+/* acc [16][hd] += x [16][ST] (A fragments, one per 16 columns) times stream [ST][hd]. */
+template <typename T, int HDF, int ST>
+__device__ __forceinline__ void bw_accumulate_a(bw_acc *acc, const bw_fa<T> *fa, const T *stream,
+                                                int nf)
+{
+    const int LDH = bw_ldh<HDF>::v;
+#pragma unroll
+    for (int k = 0; k < ST / 16; k++) {
+#pragma unroll
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
+                wmma::mma_sync(acc[f], fa[k], fb, acc[f]);
             }
         }
     }
@@ -287,21 +320,25 @@ template <typename T, int HDF, int NW, int ST> struct bw_smem {
 
 /* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
  * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
- * next, reads it). */
-template <typename T, int HDF, int NW, int ST>
+ * next, reads it). MODE (bw_mode): 0 the scratch path, 1 the register path, 2 with its A
+ * operands built in registers. */
+template <typename T, int HDF, int NW, int ST, int MODE>
 __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memory allows */
     k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
                      const float *gy, float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
+    constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0, "a lane's HC columns are 16-byte stores");
-    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    static_assert(bw_smem<T, HDF, NW, ST>::v + 2 * QT * 4 <= 48 * 1024, "static shared memory");
+    static_assert(16 * LDP * sizeof(T) <= 16 * LDS * sizeof(float), "a T tile in the scratch");
     __shared__ __align__(32) T sq[QT * LDH];
     __shared__ __align__(32) T sdo[QT * LDH];
     __shared__ __align__(32) T sk[ST * LDH];
     __shared__ __align__(32) T sv[ST * LDH];
     __shared__ __align__(32) T sds[NW * 16 * LDP];
     __shared__ __align__(32) float ss[NW * 16 * LDS];
+    __shared__ float sl2[FAST ? QT : 1], sdr[FAST ? QT : 1]; /* lse2, D of the own rows */
 
     int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
     /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
@@ -336,6 +373,19 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     if (half == 0 && t < a.T) {
         D[bh * a.T + t] = D_t;
     }
+    /* The register path: the rows' lse2 (+inf past T: P = 0) and D, for the lanes whose
+     * element pairs are on them (bw_learn's __syncwarp orders these stores before the reads). */
+    if (FAST && half == 0) {
+        sl2[16 * warp + r] = t < a.T ? lse_t * 1.44269504088896341f : INFINITY;
+        sdr[16 * warp + r] = D_t;
+    }
+    /* bw_mode checked that this device's layouts suit MODE. */
+    const bool fast = FAST, direct = MODE == 2;
+    bw_map map;
+    if (FAST) {
+        bw_learn(map, scr);
+    }
+    float s2 = a.scale * 1.44269504088896341f;
 
     bw_acc dq[HDF];
 #pragma unroll
@@ -350,6 +400,33 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
         __syncthreads();
         if (j0 > wt0 + 15 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's queries */
+        }
+        if (fast) {
+            /* P goes to the scratch (as a T tile; the fp32 scratch is unused here) and comes
+             * back for dS, which goes to xds (MODE 1) or into dQ's A operands (MODE 2). */
+            bw_acc s[ST / 16];
+            T *xp = reinterpret_cast<T *>(scr);
+            bw_scores_frag<T, HDF, ST>(s, sq + 16 * warp * LDH, sk, nf);
+            /* Unmasked where every key of the tile is at or before the warp's first query
+             * (queries past T have P = 0 from their lse2). */
+            const float *l2 = sl2 + 16 * warp, *dw = sdr + 16 * warp;
+            if (j0 + ST - 1 <= wt0) {
+                bw_probs_rf<T, ST, LDP, false, false, false>(s, map, s2, l2, 0, xp, nullptr);
+            } else {
+                bw_probs_rf<T, ST, LDP, false, true, false>(s, map, s2, l2, (int)(wt0 - j0), xp,
+                                                            nullptr);
+            }
+            bw_scores_frag<T, HDF, ST>(s, sdo + 16 * warp * LDH, sv, nf); /* dP */
+            if (direct) {
+                bw_fa<T> fa[ST / 16];
+                bw_dscores_rf<T, ST, LDP, false, false, true>(s, map, dw, xp, nullptr, fa);
+                bw_accumulate_a<T, HDF, ST>(dq, fa, sk, nf);
+            } else {
+                bw_dscores_rf<T, ST, LDP, false, false, false>(s, map, dw, xp, xds, nullptr);
+                __syncwarp();
+                bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
+            }
+            continue;
         }
         float p[ST / 2];
         bw_scores<T, HDF, ST, LDS>(scr, sq + 16 * warp * LDH, sk, nf);
@@ -377,20 +454,24 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
 }
 
 /* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
- * it. */
-template <typename T, int HDF, int NW, int ST>
+ * it. MODE as for the dQ kernel (slse holds lse2 where MODE > 0). */
+template <typename T, int HDF, int NW, int ST, int MODE>
 __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (5 spill) */
     k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
                       const float *D, float *gqkv, int write)
 {
     const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
+    constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0 && ST <= 32 * NW, "16-byte stores; one lse, D a thread");
-    static_assert(bw_smem<T, HDF, NW, ST>::v <= 48 * 1024, "static shared memory");
+    static_assert(bw_smem<T, HDF, NW, ST>::v + (MODE == 1 ? NW * 16 * LDP * (int)sizeof(T) : 0) <=
+                      48 * 1024,
+                  "static shared memory");
     __shared__ __align__(32) T sk[KT * LDH];
     __shared__ __align__(32) T sv[KT * LDH];
     __shared__ __align__(32) T sq[ST * LDH];
     __shared__ __align__(32) T sdo[ST * LDH];
     __shared__ __align__(32) T sx[NW * 16 * LDP];
+    __shared__ __align__(32) T sx2[MODE == 1 ? NW * 16 * LDP : 16]; /* dS, MODE 1 */
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ __align__(16) float slse[ST], sD[ST];
 
@@ -416,6 +497,13 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         wmma::fill_fragment(dk[f], 0.0f);
         wmma::fill_fragment(dv[f], 0.0f);
     }
+    /* bw_mode checked that this device's layouts suit MODE. */
+    const bool fast = FAST, direct = MODE == 2;
+    bw_map map;
+    if (FAST) {
+        bw_learn(map, scr);
+    }
+    float s2 = a.scale * 1.44269504088896341f;
     for (int64_t i0 = j0; i0 < a.T; i0 += ST) {
         __syncthreads(); /* every warp is done with the previous Q, dO (and K, V are loaded) */
         /* The tile's lse and D (a thread each): their loads fly with the rows'. */
@@ -428,12 +516,51 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C,
                        (int)(a.T - i0 < ST ? a.T - i0 : ST), ST, hd, sq, sdo, LDH);
         if (threadIdx.x < ST) {
-            slse[threadIdx.x] = lse_i;
+            /* The register path: base 2, and +inf past T (P = 0 there without a test). */
+            slse[threadIdx.x] = !fast ? lse_i : it < a.T ? lse_i * 1.44269504088896341f : INFINITY;
             sD[threadIdx.x] = D_i;
         }
         __syncthreads();
         if (i0 + ST - 1 < wj0 || wj0 >= a.T) {
             continue; /* every query of the tile is before this warp's keys */
+        }
+        if (fast) {
+            /* MODE 2: P goes into dV's A operands and stays there for dS, which replaces it
+             * as dK's (no shared memory; ptxas spills no more than with P in xs). MODE 1: P
+             * goes to xs (dV's operand) and stays there for dS, which goes to sx2. */
+            bw_acc s[ST / 16];
+            T *xds = sx2 + warp * 16 * LDP;
+            bw_scores_frag<T, HDF, ST>(s, sk + 16 * warp * LDH, sq, nf); /* S^T */
+            /* Unmasked where every query of the tile is at or after the warp's last key. */
+            int lim = (int)(i0 - wj0);
+            bool unmasked = wj0 + 15 <= i0;
+            bw_fa<T> fa[ST / 16];
+            if (direct) {
+                if (unmasked) {
+                    bw_probs_rf<T, ST, LDP, true, false, true>(s, map, s2, slse, 0, nullptr, fa);
+                } else {
+                    bw_probs_rf<T, ST, LDP, true, true, true>(s, map, s2, slse, lim, nullptr, fa);
+                }
+                bw_accumulate_a<T, HDF, ST>(dv, fa, sdo, nf);
+            } else {
+                if (unmasked) {
+                    bw_probs_rf<T, ST, LDP, true, false, false>(s, map, s2, slse, 0, xs, nullptr);
+                } else {
+                    bw_probs_rf<T, ST, LDP, true, true, false>(s, map, s2, slse, lim, xs, nullptr);
+                }
+                __syncwarp(); /* P is in place */
+                bw_accumulate<T, HDF, ST>(dv, xs, sdo, nf);
+            }
+            bw_scores_frag<T, HDF, ST>(s, sv + 16 * warp * LDH, sdo, nf); /* dP^T */
+            if (direct) {
+                bw_dscores_rf<T, ST, LDP, true, true, true>(s, map, sD, nullptr, nullptr, fa);
+                bw_accumulate_a<T, HDF, ST>(dk, fa, sq, nf);
+            } else {
+                bw_dscores_rf<T, ST, LDP, true, false, false>(s, map, sD, xs, xds, nullptr);
+                __syncwarp();
+                bw_accumulate<T, HDF, ST>(dk, xds, sq, nf);
+            }
+            continue;
         }
         float p[ST / 2];
         bw_scores<T, HDF, ST, LDS>(scr, sk + 16 * warp * LDH, sq, nf); /* S^T */
@@ -463,14 +590,84 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     bw_store_rows<T, HDF>(scr, dv, nf, dst + 2 * a.C, 1.0f, write, j < a.T);
 }
 
+static int g_bw_fast = 1; /* nn_cu_attn_bwd_set_fast */
+static std::atomic<int> g_bw_layout(-1); /* bw_mode's probe: bit 0 pairs, bit 1 direct */
+static std::atomic<int> g_bw_last(-1);   /* nn_cu_attn_bwd_mode */
+
+/* This device's layouts, as the kernels would learn them (bit 0: bw_learn's column pairs, bit
+ * 1: bw_learn_a's A operands), written as a float to out. */
+__global__ void k_bw_probe(float *out)
+{
+    __shared__ __align__(32) float scr[256];
+    bw_map m;
+    bool pairs = bw_learn(m, scr), direct = pairs && bw_learn_a<__nv_bfloat16>(m, scr);
+    if (threadIdx.x == 0) {
+        *out = (float)((pairs ? 1 : 0) + (direct ? 2 : 0));
+    }
+}
+
+/* The kernels' MODE: 0 where ACCEL_NN_ATTN_FAST=0 or the accumulator layout lacks column
+ * pairs (no GPU so far), 2 for bf16 where the A operand's layout matches the accumulator's
+ * (sm_80 and later, and the emulator), else 1. The layouts are probed once a process, at the
+ * first backward, into D (the caller's scratch, which the dQ kernel then overwrites): one
+ * stream synchronisation, once. */
+static int bw_mode(cudaStream_t s, float *D, bool bf16)
+{
+    if (!g_bw_fast) {
+        return 0;
+    }
+    int layout = g_bw_layout.load();
+    if (layout < 0) {
+        float v = 0.0f;
+        k_bw_probe<<<1, 32, 0, s>>>(D);
+        if (cudaMemcpyAsync(&v, D, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess) {
+            return 0; /* the error stays for the caller's cudaGetLastError */
+        }
+        layout = (int)v;
+        g_bw_layout.store(layout);
+    }
+    return (layout & 1) == 0 ? 0 : bf16 && (layout & 2) ? 2 : 1;
+}
+
 /* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
+template <typename T, int HDF, int NW, int ST, int MODE>
+static void bw_launch_as(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
+                         const float *lse, const float *gy, float *D, float *gqkv, int write)
+{
+    /* Short names: the emulator's translator wants a launch on one line. */
+    unsigned nb = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+}
+
 template <typename T, int HDF, int NW, int ST>
 static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
-    unsigned blocks = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
-    k_attn_bwd_dq_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST><<<blocks, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    const int M2 = bw_direct<T>::v ? 2 : 1; /* no MODE 2 kernels for fp16 */
+    int mode = bw_mode(s, D, bw_direct<T>::v);
+    g_bw_last.store(mode);
+    switch (mode) {
+    case 2:
+        bw_launch_as<T, HDF, NW, ST, M2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        break;
+    case 1:
+        bw_launch_as<T, HDF, NW, ST, 1>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        break;
+    default:
+        bw_launch_as<T, HDF, NW, ST, 0>(s, a, qkv, y, lse, gy, D, gqkv, write);
+    }
+}
+
+extern "C" void nn_cu_attn_bwd_set_fast(int on)
+{
+    g_bw_fast = on != 0;
+}
+
+extern "C" int nn_cu_attn_bwd_mode(void)
+{
+    return g_bw_last.load();
 }
 
 extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a,

@@ -126,14 +126,24 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
                       cudaError_t *err);
 /* Which kernels nn_cu_attn_fwd and nn_cu_attn_bwd run: AUTO (the tensor-core kernels where
  * they apply; the default), WARP (the warp kernels always) or TC_SLOW (as AUTO, but the
- * tensor-core forward never takes its register fast path: S and P through shared memory, as
- * before it). ops_gpu.c sets it from ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST at the first
+ * tensor-core kernels never take their register paths: the forward's S and P and the
+ * backward's P and dS through shared memory, as before them; it sets
+ * nn_cu_attn_bwd_set_fast). ops_gpu.c sets it from ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST at the first
  * attention forward (A/B timing); tests switch in-process (each direction reads it when it is
  * queued). */
 #define NN_CU_ATTN_AUTO 0
 #define NN_CU_ATTN_WARP 1
 #define NN_CU_ATTN_TC_SLOW 2
 void nn_cu_attn_set_kernel(int kind);
+/* The tensor-core backward's element-wise work: 1 (the default) forms P and dS in the WMMA
+ * accumulators' registers (exp2 on base-2 scores), 0 goes through the fp32 shared scratch
+ * (expf) as before. nn_cu_attn_set_kernel sets it (0 for TC_SLOW, else 1); tests switch the
+ * backward alone in-process (read when a backward is queued). */
+void nn_cu_attn_bwd_set_fast(int on);
+/* The element-wise path the last tensor-core backward took (-1: none yet): 0 the scratch, 1
+ * the register path, 2 the register path with its A operands built in registers (bf16 where
+ * the device's WMMA layouts allow; attn_tc_bwd.cu). For tests and bench/cuda_attn. */
+int nn_cu_attn_bwd_mode(void);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */

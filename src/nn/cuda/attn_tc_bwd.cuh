@@ -1,0 +1,235 @@
+/*
+ * The tensor-core attention backward's register path (attn_tc_bwd.cu, MODE 1 and 2): which
+ * (row, column) each WMMA accumulator element holds, learned at run time, and the element-wise
+ * passes that form P and dS in the accumulators and write them as T pairs or A operands.
+ * Invariant: nothing here assumes a fragment layout; what the passes need of it (column pairs,
+ * A operands laid out as accumulators) is checked where it is learned.
+ */
+#ifndef ACCEL_NN_ATTN_TC_BWD_CUH
+#define ACCEL_NN_ATTN_TC_BWD_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+
+#ifdef __CUDACC__
+#include <mma.h>
+#endif
+
+#include "attn_tc.cuh"
+
+/* nvcc's #pragma unroll; g++'s in the emulator build (which rewrites it in .cu files only). */
+#ifdef __CUDACC__
+#define BW_UNROLL _Pragma("unroll")
+#else
+#define BW_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace bw_wmma = nvcuda::wmma;
+typedef bw_wmma::fragment<bw_wmma::accumulator, 16, 16, 16, float> bw_acc;
+template <typename T>
+using bw_fa = bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_major>;
+
+/* ---- the register path (ACCEL_NN_ATTN_FAST, the default) ----
+ *
+ * S and dP are not stored to the fp32 scratch and read back: P = rnd(exp2(S scale log2(e) -
+ * lse log2(e))) and dS = rnd(P dP - P D) are formed in the accumulator fragments themselves.
+ * Which (row, column) an accumulator element holds is the architecture's business, so each
+ * warp learns it once by loading tiles of row and column numbers (bw_learn); the path needs
+ * elements 2q and 2q + 1 to be one row's columns c, c + 1 with c even (every GPU's layout and
+ * the emulator's; bw_mode probes it), so that a pair is one 32-bit store of two T and shares one
+ * 64-bit read of per-column lse / D. MODE 1 writes the T tiles the next products read (P in the
+ * dK/dV kernel, dS in both) to shared memory; MODE 2 (bf16) builds those A operands in
+ * registers (bw_learn_a). Per 16 x 32 tile, warp and pass this drops two fp32 fragment stores,
+ * 8 LDS.128 of the scratch and lse / D, a __syncwarp, and in MODE 2 the A operands' store and
+ * load. Both kernels run at their register caps (128, 96), so where P waits for dS was chosen
+ * by ptxas -v (bf16, hd 64): MODE 2's dK/dV kernel keeps it in dV's A operands (8 bytes
+ * spilled, as with P in shared memory); the dQ kernels' P goes to the idle fp32 scratch (a new
+ * tile would cost the fifth block; 4 to 12 bytes spilled, 16 to 40 with P in registers), and
+ * MODE 1's dK/dV kernel keeps P in its P tile (dV's operand), so dS goes to a second tile
+ * (sx2: 47.4 KB, still 4 blocks an SM). */
+
+static const int BW_NE = bw_acc::num_elements;
+
+template <typename T> struct __align__(4) bw_pair
+{
+    T v[2];
+};
+
+/* Where element pair q of an accumulator fragment lies: byte q % 4 of word q / 4 holds its
+ * column (low 4 bits) and row (high 4): a GPU's 4 pairs in one register (the dK/dV kernel
+ * has none to spare), unpacked with constant shifts once the loops are unrolled. */
+struct bw_map {
+    unsigned pk[(BW_NE / 2 + 3) / 4];
+};
+
+__device__ __forceinline__ int bw_col(const bw_map &m, int q)
+{
+    return (int)((m.pk[q / 4] >> (8 * (q % 4))) & 15u);
+}
+__device__ __forceinline__ int bw_row(const bw_map &m, int q)
+{
+    return (int)((m.pk[q / 4] >> (8 * (q % 4) + 4)) & 15u);
+}
+
+/* The warp's map, through its scratch (16 x 16 floats); true where the layout pairs columns
+ * as the register path needs (the same answer in every lane and warp). */
+__device__ __forceinline__ bool bw_learn(bw_map &m, float *scr)
+{
+    int lane = threadIdx.x & 31;
+    bw_acc rows, cols;
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i >> 4);
+    }
+    __syncwarp();
+    bw_wmma::load_matrix_sync(rows, scr, 16, bw_wmma::mem_row_major);
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        scr[i] = (float)(i & 15);
+    }
+    __syncwarp();
+    bw_wmma::load_matrix_sync(cols, scr, 16, bw_wmma::mem_row_major);
+    __syncwarp(); /* every lane has loaded before the scratch is reused */
+    bool ok = true;
+    BW_UNROLL
+    for (int w = 0; w < (BW_NE / 2 + 3) / 4; w++) {
+        m.pk[w] = 0;
+    }
+    BW_UNROLL
+    for (int q = 0; q < BW_NE / 2; q++) {
+        int r = (int)rows.x[2 * q], c = (int)cols.x[2 * q];
+        ok = ok && (int)rows.x[2 * q + 1] == r && (int)cols.x[2 * q + 1] == c + 1 && c % 2 == 0;
+        m.pk[q / 4] |= (unsigned)(c | r << 4) << (8 * (q % 4));
+    }
+    return __all_sync(0xffffffffu, ok) != 0;
+}
+
+/* Whether the next product's A operand can be built from an accumulator in registers: a
+ * row-major matrix_a fragment of T whose element i lies where accumulator element i does
+ * (true of the m16n8k16 layouts behind bf16 WMMA on sm_80 and later, as FlashAttention-2
+ * uses; and of the emulator's). Compile time first: the element counts must match, which
+ * rules out fp16, whose WMMA fragment keeps Volta's 16 elements a lane (so fp16 keeps the
+ * shared-memory tiles, and the emulator tests both ways). Then the layout, learned by loading
+ * T tiles of row and column numbers (exact in bf16) into A fragments through a warp's scratch
+ * (bw_mode's probe; one kernel holding both ways spilled 40 more bytes). */
+template <typename T> struct bw_direct {
+    static const bool v = false;
+};
+template <> struct bw_direct<__nv_bfloat16> {
+    static const bool v = bw_fa<__nv_bfloat16>::num_elements == BW_NE;
+};
+
+template <typename T> __device__ __forceinline__ bool bw_learn_a(const bw_map &m, float *scr)
+{
+    if (!bw_direct<T>::v) {
+        return false;
+    }
+    int lane = threadIdx.x & 31;
+    T *xt = reinterpret_cast<T *>(scr);
+    bw_fa<T> rows, cols;
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        xt[i] = tc_cvt<T>((float)(i >> 4));
+    }
+    __syncwarp();
+    bw_wmma::load_matrix_sync(rows, xt, 16);
+    __syncwarp();
+    for (int i = lane; i < 256; i += 32) {
+        xt[i] = tc_cvt<T>((float)(i & 15));
+    }
+    __syncwarp();
+    bw_wmma::load_matrix_sync(cols, xt, 16);
+    __syncwarp(); /* every lane has loaded before the scratch is reused */
+    bool ok = true;
+    BW_UNROLL
+    for (int q = 0; q < BW_NE / 2; q++) {
+        int r = bw_row(m, q), c = bw_col(m, q);
+        ok = ok && (int)tc_f<T>(rows.x[2 * q]) == r && (int)tc_f<T>(rows.x[2 * q + 1]) == r &&
+             (int)tc_f<T>(cols.x[2 * q]) == c && (int)tc_f<T>(cols.x[2 * q + 1]) == c + 1;
+    }
+    return __all_sync(0xffffffffu, ok) != 0;
+}
+
+/* P of the warp's 16 x ST tile in s (fp32 sums of S) into x [16][LDP], or into the A
+ * fragments fa when TO_A (bw_learn_a said the layouts agree). lse2 = lse log2(e),
+ * +inf past T, in shared memory per column (KEY_ROWS, the dK/dV kernel: rows are keys,
+ * columns queries) or per row (the warp's 16). MASK: the causal
+ * test, query t sees key j where j <= t; lim: the first column's index minus the first row's
+ * (rows and columns past T are zero already: their lse2 is +inf). s2 = scale log2(e). */
+template <typename T, int ST, int LDP, bool KEY_ROWS, bool MASK, bool TO_A>
+__device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, float s2,
+                                            const float *lse2, int lim, T *x, bw_fa<T> *fa)
+{
+    BW_UNROLL
+    for (int n = 0; n < ST / 16; n++) {
+        BW_UNROLL
+        for (int q = 0; q < BW_NE / 2; q++) {
+            int c = bw_col(m, q), r = bw_row(m, q);
+            float2 l;
+            if (KEY_ROWS) {
+                l = reinterpret_cast<const float2 *>(lse2 + 16 * n + c)[0];
+            } else {
+                l.x = l.y = lse2[r];
+            }
+            float e0 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
+            float e1 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
+            if (MASK) {
+                /* Rows queries: column - row <= t0 - j0; rows keys: row - column <= i0 - j0
+                 * (first query minus first key). */
+                int d = c - r, ln = KEY_ROWS ? lim + 16 * n : lim - 16 * n;
+                bool v0 = KEY_ROWS ? -d <= ln : d <= ln, v1 = KEY_ROWS ? -d - 1 <= ln : d + 1 <= ln;
+                e0 = v0 ? e0 : 0.0f;
+                e1 = v1 ? e1 : 0.0f;
+            }
+            bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
+            if (TO_A) {
+                fa[n].x[2 * q] = o.v[0];
+                fa[n].x[2 * q + 1] = o.v[1];
+            } else {
+                *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
+            }
+        }
+    }
+}
+
+/* dS = rnd(P dP - P D) from the dP sums in dp into the A fragments fa (TO_A) or x [16][LDP],
+ * P from fa (P_IN_A, where bw_probs_rf put it: dS replaces it pair by pair) or px [16][LDP]
+ * (a lane reads back only its own pairs), D in shared memory per column (KEY_ROWS) or per
+ * row. */
+template <typename T, int ST, int LDP, bool KEY_ROWS, bool P_IN_A, bool TO_A>
+__device__ __forceinline__ void bw_dscores_rf(const bw_acc *dp, const bw_map &m, const float *D,
+                                              const T *px, T *x, bw_fa<T> *fa)
+{
+    BW_UNROLL
+    for (int n = 0; n < ST / 16; n++) {
+        BW_UNROLL
+        for (int q = 0; q < BW_NE / 2; q++) {
+            int c = bw_col(m, q), r = bw_row(m, q);
+            float2 d;
+            if (KEY_ROWS) {
+                d = reinterpret_cast<const float2 *>(D + 16 * n + c)[0];
+            } else {
+                d.x = d.y = D[r];
+            }
+            bw_pair<T> pp;
+            if (P_IN_A) {
+                pp.v[0] = fa[n].x[2 * q];
+                pp.v[1] = fa[n].x[2 * q + 1];
+            } else {
+                pp = *reinterpret_cast<const bw_pair<T> *>(px + r * LDP + c + 16 * n);
+            }
+            float p0 = tc_f<T>(pp.v[0]), p1 = tc_f<T>(pp.v[1]);
+            float g0 = dp[n].x[2 * q], g1 = dp[n].x[2 * q + 1];
+            bw_pair<T> o = {{tc_cvt<T>(p0 * g0 - p0 * d.x), tc_cvt<T>(p1 * g1 - p1 * d.y)}};
+            if (TO_A) {
+                fa[n].x[2 * q] = o.v[0];
+                fa[n].x[2 * q + 1] = o.v[1];
+            } else {
+                *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
+            }
+        }
+    }
+}
+
+#endif
