@@ -45,14 +45,8 @@ struct col_major {
 };
 enum layout_t { mem_row_major, mem_col_major };
 
-#ifndef ACCEL_CUEMU_WMMA_LANES
-template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
-    static_assert(M == 16 && N == 16 && K == 16, "cuemu wmma: only the 16x16x16 shape");
-    static constexpr int num_elements = 256;
-    T x[256];
-};
-
-namespace detail
+/* What both layouts use: an element as a float, and the alignment rules of a load / store. */
+namespace common
 {
 inline float to_f(float v)
 {
@@ -77,6 +71,18 @@ inline void check(const void *p, unsigned ldm, size_t elem, const char *what)
         abort();
     }
 }
+} // namespace common
+
+#ifndef ACCEL_CUEMU_WMMA_LANES
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    static_assert(M == 16 && N == 16 && K == 16, "cuemu wmma: only the 16x16x16 shape");
+    static constexpr int num_elements = 256;
+    T x[256];
+};
+
+namespace detail
+{
+using namespace common;
 
 /* Element (r, c) of a 16x16 tile at p with leading dimension ldm. */
 template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
@@ -178,29 +184,7 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 
 namespace detail
 {
-inline float to_f(float v)
-{
-    return v;
-}
-inline float to_f(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-inline float to_f(__half v)
-{
-    return __half2float(v);
-}
-
-inline void check(const void *p, unsigned ldm, size_t elem, const char *what)
-{
-    if (((uintptr_t)p & 31) != 0 || (ldm * elem) % 16 != 0) {
-        fprintf(stderr,
-                "cuemu: wmma %s: pointer %p must be 32-byte aligned and ldm %u a multiple of "
-                "16 bytes (undefined on a GPU)\n",
-                what, p, ldm);
-        abort();
-    }
-}
+using namespace common;
 
 inline int lane()
 {
