@@ -88,7 +88,7 @@ gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,nohea
     echo "GPU: ${gpu:-none found by nvidia-smi}"
     "$build/accel" env 2>/dev/null | sed -n 's/^  - \(CUDA runtime\|CUDA driver\|NCCL\): /\1 /p' |
         paste -sd',' - | sed 's/,/, /g'
-    echo "accel: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "accel: ${ACCEL_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "| benchmark | configuration | figure | target |"
     echo "|---|---|---|---|"

@@ -15,6 +15,10 @@ BUILD=$(cd "${1:-build-cuda}" && pwd)
 OUT=$(cd "${2:-.}" && pwd)/.gpu
 rm -rf "$OUT" && mkdir -p "$OUT/src/build-cuda" "$OUT/lib"
 git ls-files tests bench scripts examples | tar -cf - -T - | tar -xf - -C "$OUT/src"
+# The commit the build is of (the device machine's copy of .git may be older): gpu-run.sh
+# exports it as ACCEL_COMMIT for the benchmarks' tables.
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src include || echo '+changes')" \
+    >"$OUT/COMMIT"
 cd "$BUILD"
 # Everything ctest -L gpu runs, plus CUDA programs in examples/ and bench/ and the CLI.
 progs=(accel libexec/accel/test_worker)

@@ -22,6 +22,7 @@ for lib in libcudart.so.13 libnccl.so.2 libcublas.so.13 libcublasLt.so.13; do
 done
 export LD_LIBRARY_PATH=$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ACCEL_BUILD_DIR=$SRC/build-cuda ACCEL_SOURCE_DIR=$SRC
+[ -f .gpu/COMMIT ] && export ACCEL_COMMIT=$(cat .gpu/COMMIT)
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader
 cd "$SRC" || exit 1
 if [ $# -eq 0 ]; then set -- bash -c 'cd build-cuda && ctest -L gpu --output-on-failure'; fi

@@ -194,7 +194,7 @@ print(f"torch {torch.__version__}, transformers {transformers.__version__}, acce
     echo
     echo "GPU: ${gpu:-none found by nvidia-smi}"
     echo "Python: ${versions:-no torch/transformers/accelerate}"
-    echo "accel: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "accel: ${ACCEL_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')}, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo "GPT-2 124M, B=$batch, T=$seq, bf16, $steps timed steps, best of $rounds round(s)"
     echo
     echo "| program | tokens/s (best) | every round | peak GiB | step ms | ours / this, tokens/s | ours / this, peak memory |"
