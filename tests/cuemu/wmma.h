@@ -11,9 +11,9 @@
  * between them, as on a GPU. mma_sync sums in fp32, k ascending. Misuse that is undefined on
  * a GPU (a pointer not 32-byte aligned, ldm not a multiple of 16 bytes) aborts with a message.
  *
- * Built with ACCEL_CUEMU_WMMA_LANES defined (the whole emulator build: cmake
- * -DCMAKE_CXX_FLAGS=-DACCEL_CUEMU_WMMA_LANES), fragments are laid out per lane as on sm_80+
- * instead (an inline namespace keeps the two apart at link time): 8 elements a lane, those of
+ * With ACCEL_CUEMU_WMMA_LANES defined (the emulator build's default: cmake's ACCEL_CUEMU_WMMA
+ * is "lanes"; "whole" gives the whole-tile fragments above), fragments are laid out per lane
+ * as on sm_80+ instead (an inline namespace keeps the two apart at link time): 8 elements a lane, those of
  * mma.m16n8k16 twice. Lane l = 4 g + q holds accumulator and matrix_a element i at row
  * g + 8 ((i >> 1) & 1), column (k) 2 q + (i & 1) + 8 (i >> 2), matrix_b element i at k
  * 2 q + (i & 1) + 8 ((i >> 1) & 1), column g + 8 (i >> 2). fp16 matrix_a / matrix_b have 16

@@ -144,10 +144,9 @@ static nn_tensor *f_attention_then(nn_ctx *g, nn_tensor **in, const void *arg)
  * (both backwards round the same operands and sum in fp32; in the emulator they differ by
  * ~1e-4 in bf16, where the register path's exp2f rounds a P the other way; 2e-3 still fails a
  * 1% error in any one of them). tc and slow differ only where the register paths run (the
- * forward's: the sm_80+ fragment layout, a GPU's bf16 or the emulator built with
- * ACCEL_CUEMU_WMMA_LANES; the backward's: wherever its probe allows; exp2f for expf, per-lane
- * sums, so a P can round the other way): forward and gradients within 2e-3. Otherwise 1e-2 as
- * against the CPU. */
+ * forward's: the sm_80+ fragment layout, a GPU's bf16 or the emulator's default build; the
+ * backward's: wherever its probe allows; exp2f for expf, per-lane sums, so a P can round the
+ * other way): forward and gradients within 2e-3. Otherwise 1e-2 as against the CPU. */
 static void test_attention_kernels(void)
 {
 #ifdef ACCEL_HAVE_CUDA

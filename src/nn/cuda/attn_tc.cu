@@ -211,9 +211,10 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
      * layout is the architecture's, and loading a tile of element numbers 16 row + column (in
      * fp32, and in T, exact to 256 in bf16 and fp16) shows it. The register fast path runs
      * where both match the sm_80+ layout exactly (tc_lay_*) in every lane; otherwise (an
-     * fp16 matrix_a has 16 elements a lane; the emulator's default fragments hold whole tiles)
-     * the path through the scratch, which scales O per row in registers (the row's factor from
-     * the lane that owns the row) from the learnt rows alone. */
+     * fp16 matrix_a has 16 elements a lane; the emulator's whole-tile fragments,
+     * ACCEL_CUEMU_WMMA=whole, hold 256) the path through the scratch, which scales O per row
+     * in registers (the row's factor from the lane that owns the row) from the learnt rows
+     * alone. */
     T *sidx = reinterpret_cast<T *>(scr + 256);
     for (int i = lane; i < 256; i += 32) {
         scr[i] = (float)i;
