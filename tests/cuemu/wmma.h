@@ -45,7 +45,8 @@ struct col_major {
 };
 enum layout_t { mem_row_major, mem_col_major };
 
-/* What both layouts use: an element as a float, and the alignment rules of a load / store. */
+/* What both layouts use: an element as a float, the alignment rules of a load / store, and an
+ * element of a tile in memory. */
 namespace common
 {
 inline float to_f(float v)
@@ -71,6 +72,12 @@ inline void check(const void *p, unsigned ldm, size_t elem, const char *what)
         abort();
     }
 }
+
+/* Element (r, c) of a 16x16 tile at p with leading dimension ldm. */
+template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
+{
+    return row ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
+}
 } // namespace common
 
 #ifndef ACCEL_CUEMU_WMMA_LANES
@@ -84,20 +91,7 @@ namespace detail
 {
 using namespace common;
 
-/* Element (r, c) of a 16x16 tile at p with leading dimension ldm. */
-template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
-{
-    return row ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
-}
 } // namespace detail
-
-template <typename Use, typename T, typename Layout>
-inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v)
-{
-    for (int i = 0; i < 256; i++) {
-        f.x[i] = v;
-    }
-}
 
 /* matrix_a / matrix_b with their layout in the type. */
 template <typename Use, typename T, typename Layout>
@@ -208,11 +202,6 @@ template <typename Use> inline int col_of(int l, int i)
     return 2 * (l & 3) + (i & 1) + 8 * (i >> 2);
 }
 
-template <typename T> inline T at(const T *p, unsigned ldm, int r, int c, bool row)
-{
-    return row ? p[(size_t)r * ldm + c] : p[(size_t)c * ldm + r];
-}
-
 /* Every lane's 8 elements of one fragment into a whole tile (full warp, 16 bytes a shuffle). */
 template <typename Use, typename T, typename Layout>
 inline void gather(const fragment<Use, 16, 16, 16, T, Layout> &f, float *tile)
@@ -235,14 +224,6 @@ inline void gather(const fragment<Use, 16, 16, 16, T, Layout> &f, float *tile)
     }
 }
 } // namespace detail
-
-template <typename Use, typename T, typename Layout>
-inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v)
-{
-    for (int i = 0; i < f.num_elements; i++) {
-        f.x[i] = v;
-    }
-}
 
 template <typename Use, typename T, typename Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm)
@@ -306,6 +287,15 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
 }
 } // namespace lanes
 #endif /* ACCEL_CUEMU_WMMA_LANES */
+
+/* Either layout's fragment (lanes' through its inline namespace). */
+template <typename Use, typename T, typename Layout>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const T &v)
+{
+    for (int i = 0; i < f.num_elements; i++) {
+        f.x[i] = v;
+    }
+}
 
 } // namespace wmma
 } // namespace nvcuda
