@@ -179,10 +179,8 @@ __device__ __forceinline__ void lce_row(int64_t r, float *sh, float *x, const in
         float v = lce_grad(xr[c], c, tr, ignored, l, uni, scale, eps);
         if (rnd == 0) {
             xr[c] = v;
-        } else if (rnd == 1) {
-            ((__nv_bfloat16 *)gh)[r * C + c] = __float2bfloat16_rn(v);
         } else {
-            ((__half *)gh)[r * C + c] = __float2half_rn(v);
+            ((uint16_t *)gh)[r * C + c] = half_bits(v, rnd);
         }
     }
 }

@@ -146,11 +146,7 @@ __global__ void k_to_half(const float *src, void *dst, int64_t n4, int64_t n, in
     }
     TAIL_LOOP(i, n4, n)
     {
-        if (dt == 1) {
-            ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
-        } else {
-            ((__half *)dst)[i] = __float2half_rn(src[i]);
-        }
+        ((uint16_t *)dst)[i] = half_bits(src[i], dt);
     }
 }
 
@@ -469,23 +465,14 @@ cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const flo
 
 /* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
 
-__device__ __forceinline__ void half_store(void *p, int64_t i, float v, int dt)
-{
-    if (dt == 1) {
-        ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
-    } else {
-        ((__half *)p)[i] = __float2half_rn(v);
-    }
-}
-
 __global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
                                  void *h, int dt)
 {
     GRID_LOOP(i, n)
     {
         float z = t[i] + (bias != NULL ? half_f(((const uint16_t *)bias)[i % m], dt) : 0.0f);
-        half_store(aux, i, z, dt);
-        half_store(h, i, gelu_f(z, 1), dt);
+        ((uint16_t *)aux)[i] = half_bits(z, dt);
+        ((uint16_t *)h)[i] = half_bits(gelu_f(z, 1), dt);
     }
 }
 
@@ -515,20 +502,6 @@ cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t 
 } /* extern "C" */
 
 /* ---- the fused MLP's hidden gradient from a plain 2-byte product (nn_cu_dgelu_bgrad_half) ---- */
-
-/* The 2-byte bits of v rounded to dt (1 bf16, 2 fp16), nearest even. */
-__device__ __forceinline__ uint16_t half_bits(float v, int dt)
-{
-    uint16_t u;
-    if (dt == 1) {
-        __nv_bfloat16 b = __float2bfloat16_rn(v);
-        memcpy(&u, &b, 2);
-    } else {
-        __half h = __float2half_rn(v);
-        memcpy(&u, &h, 2);
-    }
-    return u;
-}
 
 /* VEC consecutive 2-byte values at p (VEC 8: one 16-byte access, else one value). */
 template <int VEC> struct half_vec {

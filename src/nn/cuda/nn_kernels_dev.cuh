@@ -72,6 +72,20 @@ __device__ inline float block_reduce(float v, float *sh, int is_max)
     return is_max ? warp_max(v) : warp_sum(v);
 }
 
+/* The 2-byte bits of v rounded to dt (1 bf16, 2 fp16), nearest even. */
+__device__ __forceinline__ uint16_t half_bits(float v, int dt)
+{
+    uint16_t u;
+    if (dt == 1) {
+        __nv_bfloat16 b = __float2bfloat16_rn(v);
+        memcpy(&u, &b, 2);
+    } else {
+        __half h = __float2half_rn(v);
+        memcpy(&u, &h, 2);
+    }
+    return u;
+}
+
 /* Four values rounded (dt 1 bf16, 2 fp16) and packed for one 8-byte store. */
 __device__ __forceinline__ uint2 pack_half4(float4 v, int dt)
 {
