@@ -33,11 +33,18 @@ opts=(--device cuda --preset gpt2-124m --mixed_precision bf16)
 step=(build-cuda/bench/gpt_step "${opts[@]}")
 stamp() { echo "== $(date -u +%T) $*"; }
 
+# gpu_ctest CTEST_ARGS...: the GPU tests ctest selects with them, appended to gpu_tests.log;
+# prints the exit status and this run's failures and skips.
+gpu_ctest() {
+    local log=/tmp/gpu-ctest.log
+    (cd build-cuda && timeout -k 5 100 ctest -L gpu "$@" -j3 --output-on-failure) >"$log" 2>&1
+    echo "   exit $?"; cat "$log" >>"$out/gpu_tests.log"
+    grep -E 'tests passed|Failed|\*\*\*|Not Run' "$log"
+}
+
 part_nn() {
     stamp "nn and GPT on the GPU: ctest -L gpu -R 'nn_cuda|gpt_cuda'"
-    (cd build-cuda && timeout -k 5 100 ctest -L gpu -R 'nn_cuda|gpt_cuda' -j3 --output-on-failure) \
-        >>"$out/gpu_tests.log" 2>&1
-    echo "   exit $?"; grep -E 'tests passed|Failed|\*\*\*|Not Run' "$out/gpu_tests.log"
+    gpu_ctest -R 'nn_cuda|gpt_cuda'
 }
 
 part_ab() {
@@ -114,9 +121,7 @@ part_ncu() {
 
 part_tests() {
     stamp "the other GPU tests"
-    (cd build-cuda && timeout -k 5 100 ctest -L gpu -E 'nn_cuda|gpt_cuda' -j3 --output-on-failure) \
-        >>"$out/gpu_tests.log" 2>&1
-    echo "   exit $?"; grep -E 'tests passed|Failed|\*\*\*|Not Run' "$out/gpu_tests.log"
+    gpu_ctest -E 'nn_cuda|gpt_cuda'
 }
 
 part_cuda_all() {
