@@ -242,7 +242,6 @@ nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
         n->i[0] = rows;
         n->i[1] = C;
         n->i[2] = nd;
-        n->p[0] = idc;
         n->p[1] = grp;
     }
     return y;
