@@ -20,10 +20,13 @@
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
 #   cuda_all  bench/cuda_all.sh's table
 #   racecheck compute-sanitizer's shared-memory race check of the attention test
+#   diag      where the time goes, in depth: Nsight Compute's full sections of the attention
+#             kernels (bench/cuda_attn) and speed-of-light of the head's and LayerNorm's
+#             kernels (one step), into diag.log
 # Writes into OUT_DIR (the device tool brings back at most 8 files, two folders down):
 # session.log (everything, in order), gpu_tests.log, ab.log, peers/summary.md, peers/runs.log,
-# variants.log, kernels.csv, cuda_all.md, racecheck.log.
-# Environment: B (32), STEPS (10), ROUNDS (1) for the peers.
+# variants.log, kernels.csv, cuda_all.md, racecheck.log, diag.log.
+# Environment: B (32), STEPS (10), ROUNDS (1) and PROFILE (0: bench/peers/run.sh) for the peers.
 set -u
 out=${1:?usage: gpu-session.sh OUT_DIR}
 mkdir -p "$out/peers"
@@ -136,6 +139,22 @@ part_racecheck() {
     timeout -k 5 120 compute-sanitizer --tool racecheck build-cuda/tests/test_nn_cuda_attn \
         >"$out/racecheck.log" 2>&1
     echo "   exit $?"; tail -4 "$out/racecheck.log"
+}
+
+part_diag() {
+    command -v ncu >/dev/null 2>&1 || { echo "ncu: not here"; return; }
+    stamp "diag: ncu --set full, attention kernels (bench/cuda_attn) -> diag.log"
+    {
+        timeout -k 5 150 ncu --set full --clock-control none -k 'regex:k_attn_.*_tc' \
+            --launch-count 3 build-cuda/bench/cuda_attn 2>&1 | grep -v '^==PROF==' | cut -c1-150
+        echo "exit ${PIPESTATUS[0]}"
+        timeout -k 5 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats \
+            --clock-control none -k 'regex:k_lce_rows|k_layernorm|k_to_half|k_acc' --launch-count 6 \
+            "${step[@]}" --batch "$b" --steps 1 --warmup 0 2>&1 | grep -v '^==PROF==' | cut -c1-150
+        echo "exit ${PIPESTATUS[0]}"
+    } >"$out/diag.log" 2>&1
+    grep -E 'k_attn|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy' \
+        "$out/diag.log" | head -40
 }
 
 for p in ${PARTS:-nn peers variants ncu tests}; do

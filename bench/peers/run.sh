@@ -14,7 +14,8 @@
 # Environment: B (32) sequences per step, STEPS (20) timed steps, WARMUP (3) untimed torch steps,
 # ROUNDS (2), LIMIT (300) seconds per run, PYTHON (python3: needs torch, transformers and
 # accelerate), OURS (BUILD_DIR/bench/gpt_step), RECOMPUTE (0; 1: ours recomputes each block's
-# activations in backward, for less memory: docs/cuda.md; the torch runs never do).
+# activations in backward, for less memory: docs/cuda.md; the torch runs never do), PROFILE (0;
+# N: each torch run then profiles one more step and prints its N longest kernels into runs.log).
 # Expected on an H100 at B=32: ours and eager 10-30 s a run; compiled 1-2 min the first time
 # (inductor compiles; later rounds reuse its cache), so ROUNDS=2 is about 4-5 minutes.
 # On the lent machine, after scripts/gpu-pack.sh here:
@@ -33,6 +34,7 @@ steps=${STEPS:-20}
 warmup=${WARMUP:-3}
 rounds=${ROUNDS:-2}
 limit=${LIMIT:-300}
+profile=${PROFILE:-0}
 recompute=${RECOMPUTE:-0}
 python=${PYTHON:-python3}
 ours=${OURS:-$build/bench/gpt_step}
@@ -181,7 +183,7 @@ for ((r = 1; r <= rounds; r++)); do
         name=${names[c + 1]}
         [ -n "${skip[$name]:-}" ] ||
             run "$name" "$r" "${pyrun[@]}" "$here/torch_gpt2.py" --device cuda --batch "$batch" \
-                --seq "$seq" --steps "$steps" --warmup "$warmup" --compile "$c"
+                --seq "$seq" --steps "$steps" --warmup "$warmup" --compile "$c" --profile "$profile"
     done
 done
 

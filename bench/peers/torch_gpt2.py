@@ -50,17 +50,45 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=6e-4)
     p.add_argument("--weight_decay", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timed steps, profile one more step (torch.profiler) and "
+                        "print its N longest kernels, summed by name (0: no profile)")
     a = p.parse_args(argv)
     for name in ("batch", "seq", "steps", "n_layer", "n_embd", "n_head", "n_positions", "vocab"):
         if getattr(a, name) < 1:
             p.error(f"--{name} must be at least 1 (got {getattr(a, name)})")
-    if a.warmup < 0:
-        p.error(f"--warmup must be at least 0 (got {a.warmup})")
+    if a.warmup < 0 or a.profile < 0:
+        p.error(f"--warmup and --profile must be at least 0 (got {a.warmup}, {a.profile})")
     if a.n_embd % a.n_head:
         p.error(f"--n_embd {a.n_embd} is not a multiple of --n_head {a.n_head}")
     if a.seq > a.n_positions:
         p.error(f"--seq {a.seq} is longer than --n_positions {a.n_positions}")
     return a
+
+
+def print_profile(torch, run_step, n):
+    """One step under torch.profiler: its n longest kernels (device time summed by name)."""
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        run_step()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    t, c, total = {}, {}, 0.0
+    for e in prof.events():
+        us = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
+        us = us if str(getattr(e, "device_type", "")).endswith("CUDA") else 0.0
+        if us > 0:
+            t[e.name] = t.get(e.name, 0.0) + us
+            c[e.name] = c.get(e.name, 0) + 1
+            total += us
+    print(f"torch_gpt2: profile of one step: {total / 1e3:.2f} ms of kernels", flush=True)
+    if total == 0:  # an older or newer profiler's event fields: its own table
+        key = "self_device_time_total" if hasattr(torch.autograd.profiler_util.FunctionEventAvg,
+                                                  "self_device_time_total") else "self_cuda_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=n, max_name_column_width=90))
+    for name in sorted(t, key=t.get, reverse=True)[:n]:
+        print(f"{t[name] / 1e3:10.3f} ms {c[name]:5d}  {name[:110]}", flush=True)
 
 
 def main(argv):
@@ -145,6 +173,12 @@ def main(argv):
     # The median step, as bench/gpt_step reports.
     step_s = statistics.median(times)
     tokens_per_s = a.batch * a.seq / step_s
+
+    if a.profile:
+        try:
+            print_profile(torch, lambda: step(a.warmup + a.steps), a.profile)
+        except Exception as e:  # a diagnostic: the figures above stand without it
+            print(f"torch_gpt2: profile failed: {e!r}", flush=True)
 
     if a.device == "cuda":
         peak = torch.cuda.max_memory_allocated() / 2**30

@@ -82,7 +82,7 @@ order=$(awk '{ print $1 ($0 ~ /--compile 1/ ? "-c" : "") }' "$tmp/two.log" | pas
 [ "$order" = "ours torch torch-c ours torch torch-c" ] || fail "run order: $order"
 grep -qx 'ours --device cuda --preset gpt2-124m --batch 8 --mixed_precision bf16 --steps 3' \
     "$tmp/two.log" || fail "ours' flags: $(cat "$tmp/two.log")"
-grep -q -- "torch --device cuda --batch 8 --seq 1024 --steps 3 --warmup 3 --compile 0 LD=unset$" \
+grep -q -- "torch --device cuda --batch 8 --seq 1024 --steps 3 --warmup 3 --compile 0 --profile 0 LD=unset$" \
     "$tmp/two.log" || fail "torch's flags or LD_LIBRARY_PATH: $(cat "$tmp/two.log")"
 r=$(row two 'accel bench/gpt_step')
 [ "$r" = "| accel bench/gpt_step, bf16 | 400.0k | 400.0k, 400.0k | 13.00 | 81.92 | 1.000 | 1.000 |" ] ||
