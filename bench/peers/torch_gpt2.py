@@ -76,7 +76,7 @@ def print_profile(torch, run_step, n):
             torch.cuda.synchronize()
     t, c, total = {}, {}, 0.0
     for e in prof.events():
-        us = getattr(e, "device_time", None) or getattr(e, "cuda_time", 0.0)
+        us = e.device_time if hasattr(e, "device_time") else getattr(e, "cuda_time", 0.0)
         us = us if str(getattr(e, "device_type", "")).endswith("CUDA") else 0.0
         if us > 0:
             t[e.name] = t.get(e.name, 0.0) + us
