@@ -477,7 +477,8 @@ void reserve_fibers(unsigned n)
     g_stack_count = n;
 }
 
-/* The launch's dynamic shared memory (launch_check capped it at 48 KiB). */
+/* The launch's dynamic shared memory (launch_check capped it at 48 KiB, or up to 227 KiB by
+ * cudaFuncSetAttribute). */
 void reserve_dynamic_shared(size_t nbytes)
 {
     static size_t have;
