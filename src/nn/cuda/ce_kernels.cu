@@ -332,12 +332,13 @@ __global__ void __launch_bounds__(LCE_THREADS)
 }
 
 /* The device's SMs (k_lce_rows' blocks) and the dynamic shared memory a block may opt into,
- * looked up once. */
+ * looked up once: lce_optin is stored before lce_sms is published (release / acquire), so a
+ * caller that saw the SM count reads the limit too. */
 static std::atomic<int> lce_sms(0), lce_optin(0);
 
 static unsigned lce_blocks(void)
 {
-    int n = lce_sms.load(std::memory_order_relaxed);
+    int n = lce_sms.load(std::memory_order_acquire);
     if (n == 0) {
         int dev = 0;
         cudaDeviceProp p;
@@ -345,7 +346,7 @@ static unsigned lce_blocks(void)
             cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess;
         n = ok && p.multiProcessorCount > 0 ? p.multiProcessorCount : 132;
         lce_optin.store(ok ? (int)p.sharedMemPerBlockOptin : 48 << 10, std::memory_order_relaxed);
-        lce_sms.store(n, std::memory_order_relaxed);
+        lce_sms.store(n, std::memory_order_release);
     }
     return (unsigned)n;
 }
