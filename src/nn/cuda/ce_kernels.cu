@@ -248,8 +248,11 @@ __device__ __forceinline__ void lce_block_stats(float &m, float &s, float &sx, f
     sx = warp_sum(sxw);
 }
 
-/* Loads of the next row in flight per thread (x 16 bytes x LCE_THREADS: 64 KB per SM). */
-#define LCE_BATCH 4
+/* Loads of the next row in flight per thread (x 16 bytes x LCE_THREADS: 80 KB per SM). A
+ * 50304-wide row is 12576 slots, 12 or 13 a thread: 5 at a time makes every thread's sweep
+ * three round trips to memory (4 at a time made threads 0-287 wait on a fourth, and the row's
+ * barrier wait for them). 61 registers (ptxas, sm_90), under the 64 of 1024 threads. */
+#define LCE_BATCH 5
 
 /* One sweep over a thread's share of a row's 16-byte slots (j = threadIdx.x + k LCE_THREADS):
  * where cur_r >= 0 the gradient of row cur_r from its slots in row (written to x's row, rnd 0,
