@@ -367,7 +367,8 @@ static void set_contig_strides(nn_tensor *t)
     }
 }
 
-static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero)
+static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero,
+                             size_t elem_nbytes)
 {
     if (ndim < 0 || ndim > NN_MAX_DIMS || (ndim > 0 && shape == NULL)) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: ndim %d out of range 0..%d", ndim,
@@ -384,8 +385,8 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     if (t == NULL) {
         return NULL;
     }
-    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * sizeof(float))
-                   : accel__nn_dalloc(g, (size_t)n * sizeof(float));
+    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * elem_nbytes)
+                   : accel__nn_dalloc(g, (size_t)n * elem_nbytes);
     if (t->data == NULL) {
         return NULL;
     }
@@ -401,7 +402,12 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
 
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape)
 {
-    return new_tensor(g, ndim, shape, 0);
+    return new_tensor(g, ndim, shape, 0, sizeof(float));
+}
+
+nn_tensor *accel__nn_new_half(nn_ctx *g, int ndim, const int64_t *shape)
+{
+    return new_tensor(g, ndim, shape, 0, 2);
 }
 
 nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape)
@@ -410,7 +416,7 @@ nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape)
         accel__seterr(NULL, ACCEL_EINVAL, "nn_tensor_new: ctx is NULL");
         return NULL;
     }
-    return new_tensor(g, ndim, shape, 1);
+    return new_tensor(g, ndim, shape, 1, sizeof(float));
 }
 
 nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t *shape)
@@ -419,7 +425,7 @@ nn_tensor *nn_tensor_from(nn_ctx *g, const float *data, int ndim, const int64_t 
         accel__seterr(NULL, ACCEL_EINVAL, "nn_tensor_from: %s is NULL", g ? "data" : "ctx");
         return NULL;
     }
-    nn_tensor *t = new_tensor(g, ndim, shape, 0);
+    nn_tensor *t = new_tensor(g, ndim, shape, 0, sizeof(float));
     size_t nbytes = t != NULL ? (size_t)nn_numel(t) * sizeof(float) : 0;
     if (nn__on_gpu(t)) {
         accel_status st = accel__nn_gpu->to_device(g, t->data, data, nbytes);

@@ -179,6 +179,9 @@ int accel__nn_arena_after(const nn_ctx *g, const nn_arena_mark *m, const void *p
 accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks);
 /* A new contiguous owner tensor (uninitialised data). */
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
+/* The same with data of 2 bytes an element: an op's private tensor that holds autocast's
+ * 2-byte values (the fused MLP's hidden h on a GPU), which only that op's code reads. */
+nn_tensor *accel__nn_new_half(nn_ctx *g, int ndim, const int64_t *shape);
 /* Records an error (thread message + ctx first error) and returns NULL. */
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -225,9 +228,10 @@ int accel__nn_embedding_args(nn_ctx *g, const nn_tensor *weight, const int32_t *
                              const int64_t *shape, int64_t *oshape, int64_t *rows);
 /* nn_linear's arguments (ops_matmul.c; the GPU path too): weight 2-D and input >= 1-D whose
  * last dim (and the bias's size) match the weight in `layout`. Returns the output (x's shape
- * with the last dim *out) with *in, *out and *M = rows of x filled; NULL after failing g. */
+ * with the last dim *out; its data 2 bytes an element where half, accel__nn_new_half) with
+ * *in, *out and *M = rows of x filled; NULL after failing g. */
 nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
-                                const nn_tensor *bias, nn_layout layout, int64_t *in,
+                                const nn_tensor *bias, nn_layout layout, int half, int64_t *in,
                                 int64_t *out, int64_t *M);
 /* nn_causal_attention's arguments (ops_matmul.c; the GPU path too): qkv [B, T, 3C] with C
  * divisible by n_head, dropout in [0, 1). 0 after failing g. */

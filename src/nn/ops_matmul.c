@@ -145,8 +145,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
 }
 
 nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
-                                const nn_tensor *bias, nn_layout layout, int64_t *in, int64_t *out,
-                                int64_t *M)
+                                const nn_tensor *bias, nn_layout layout, int half, int64_t *in,
+                                int64_t *out, int64_t *M)
 {
     if (w->ndim != 2 || x->ndim < 1) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear: weight must be 2-D, input >= 1-D");
@@ -166,7 +166,7 @@ nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *
     int64_t shape[NN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(shape));
     shape[x->ndim - 1] = *out;
-    return accel__nn_new(g, x->ndim, shape);
+    return half ? accel__nn_new_half(g, x->ndim, shape) : accel__nn_new(g, x->ndim, shape);
 }
 
 static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
@@ -183,7 +183,7 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
         return NULL;
     }
     int64_t in, out, M;
-    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, &in, &out, &M);
+    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, 0, &in, &out, &M);
     if (y == NULL) {
         return NULL;
     }

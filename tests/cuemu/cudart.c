@@ -150,6 +150,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
     prop->warpSize = 32;
     prop->maxThreadsPerBlock = 1024;
     prop->sharedMemPerBlock = 48 << 10;
+    prop->sharedMemPerBlockOptin = CUEMU_SMEM_OPTIN;
     prop->pciBusID = g_visible[device];
     return cudaSuccess;
 }

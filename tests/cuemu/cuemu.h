@@ -45,6 +45,9 @@ size_t cuemu_vmm_calls(const char *entry);
  * none does). */
 void cuemu_vmm_fail_create(int n);
 
+/* The dynamic shared memory a block may opt into (cudaFuncSetAttribute), as on sm_90. */
+#define CUEMU_SMEM_OPTIN (227 << 10)
+
 /* Records err (a cudaError_t) as the runtime's last error, which cudaGetLastError returns and
  * clears, and prints "cuemu: <message>" on stderr. */
 void cuemu_set_error(int err, const char *fmt, ...)

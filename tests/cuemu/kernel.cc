@@ -20,6 +20,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <mutex>
+
 #include <boost/context/detail/fcontext.hpp>
 
 namespace bctx = boost::context::detail;
@@ -475,7 +477,8 @@ void reserve_fibers(unsigned n)
     g_stack_count = n;
 }
 
-/* The launch's dynamic shared memory (launch_check capped it at 48 KiB). */
+/* The launch's dynamic shared memory (launch_check capped it at 48 KiB, or up to 227 KiB by
+ * cudaFuncSetAttribute). */
 void reserve_dynamic_shared(size_t nbytes)
 {
     static size_t have;
@@ -733,6 +736,31 @@ void warp_shfl(op_kind op, unsigned mask, const void *in, void *out, size_t nbyt
     }
 }
 
+namespace
+{
+
+/* cudaFuncSetAttribute's MaxDynamicSharedMemorySize per kernel (a few kernels ask). */
+struct smem_attr {
+    const void *func;
+    size_t nbytes;
+};
+std::mutex g_attr_lock;
+smem_attr g_attrs[64];
+int g_n_attrs;
+
+size_t max_dynamic_shared(const void *func)
+{
+    std::lock_guard<std::mutex> hold(g_attr_lock);
+    for (int i = 0; i < g_n_attrs; i++) {
+        if (g_attrs[i].func == func) {
+            return g_attrs[i].nbytes;
+        }
+    }
+    return 48 * 1024;
+}
+
+} // namespace
+
 int launch_check(const launch_site &s)
 {
     kernel_name name(s.kernel);
@@ -758,10 +786,13 @@ int launch_check(const launch_site &s)
                         s.file, s.line, g.x, g.y, g.z);
         return 1;
     }
-    if (s.smem > 48 * 1024) {
-        cuemu_set_error(cudaErrorInvalidValue,
-                        "kernel %s (%s:%d): %zu bytes of dynamic shared memory (at most 48 KiB)", k,
-                        s.file, s.line, s.smem);
+    size_t smem_max = max_dynamic_shared(s.func);
+    if (s.smem > smem_max) {
+        cuemu_set_error(
+            cudaErrorInvalidValue,
+            "kernel %s (%s:%d): %zu bytes of dynamic shared memory (at most %zu: 48 KiB "
+            "unless cudaFuncSetAttribute's MaxDynamicSharedMemorySize allows more)",
+            k, s.file, s.line, s.smem, smem_max);
         return 1;
     }
     return 0;
@@ -819,3 +850,31 @@ void launch_run(const launch_site &site, void (*body)(void *), void *ctx)
 }
 
 } // namespace cuemu
+
+/* sm_90's limit: 227 KiB a block, with the block's static shared memory (not counted here). */
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                            int value)
+{
+    if (func == nullptr || attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        value > CUEMU_SMEM_OPTIN) {
+        cuemu_set_error(cudaErrorInvalidValue,
+                        "cudaFuncSetAttribute(%p, %d, %d): the emulator takes only "
+                        "MaxDynamicSharedMemorySize, 0 to %d bytes",
+                        func, (int)attr, value, CUEMU_SMEM_OPTIN);
+        return cudaErrorInvalidValue;
+    }
+    std::lock_guard<std::mutex> hold(cuemu::g_attr_lock);
+    for (int i = 0; i < cuemu::g_n_attrs; i++) {
+        if (cuemu::g_attrs[i].func == func) {
+            cuemu::g_attrs[i].nbytes = (size_t)value;
+            return cudaSuccess;
+        }
+    }
+    if (cuemu::g_n_attrs == (int)(sizeof(cuemu::g_attrs) / sizeof(cuemu::g_attrs[0]))) {
+        cuemu_set_error(cudaErrorMemoryAllocation,
+                        "cudaFuncSetAttribute: more kernels than the emulator's table holds");
+        return cudaErrorMemoryAllocation;
+    }
+    cuemu::g_attrs[cuemu::g_n_attrs++] = {func, (size_t)value};
+    return cudaSuccess;
+}

@@ -5,7 +5,9 @@
  *
  * What a kernel sees: threadIdx, blockIdx, blockDim, gridDim, warpSize; __shared__ is a
  * function-static variable (blocks run one after another, so one copy is right), dynamic shared
- * memory a buffer of the launch's smem bytes (0xFF, a NaN, at the start of each block);
+ * memory a buffer of the launch's smem bytes (0xFF, a NaN, at the start of each block; over 48 KiB
+ * only up to what cudaFuncSetAttribute's MaxDynamicSharedMemorySize allowed the kernel, at most
+ * sm_90's 227 KiB less its static shared memory, which the emulator does not count);
  * barriers (__syncthreads*, __syncwarp), warp shuffles (__shfl*_sync) and votes (__ballot_sync,
  * __any_sync, __all_sync) switch between the block's threads, which are fibers; atomics are
  * plain read-modify-writes (threads never switch inside one); device math is the host's, exact
@@ -100,6 +102,7 @@ struct launch_site {
     dim3 grid, block;
     size_t smem;
     cudaStream_t stream;
+    const void *func; /* the kernel, as cudaFuncSetAttribute names it */
 };
 /* 0 when the launch may run; otherwise it recorded the error (cuemu_set_error). */
 int launch_check(const launch_site &site);
@@ -169,7 +172,8 @@ template <class... P>
 launcher<P...> make_launcher(void (*kernel)(P...), const char *name, const char *file, int line,
                              dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream = 0)
 {
-    return launcher<P...>(kernel, launch_site{name, file, line, grid, block, smem, stream});
+    return launcher<P...>(kernel, launch_site{name, file, line, grid, block, smem, stream,
+                                              reinterpret_cast<const void *>(kernel)});
 }
 
 } // namespace cuemu

@@ -2,11 +2,11 @@
  * The emulator's kernel scheduler (tests/cuemu/kernel.cc), tested with kernels of its own in
  * CUDA syntax (this file goes through scripts/cuemu-launch.sed like every .cu): block
  * reductions with __syncthreads and warp shuffles, every shuffle mode and width, votes, 2D
- * blocks, dynamic shared memory, grid-stride loops, atomics, launch errors, host pointers given
- * to a kernel; in child processes (this program run again with a mode argument): a missing
- * barrier that ACCEL_CUEMU_ORDER=reverse exposes, and the launches that must abort with a
- * message naming the kernel, block and threads: a barrier an exited thread never reaches, a
- * divergent barrier, a warp deadlock, a fiber stack overflow.
+ * blocks, dynamic shared memory (past 48 KiB only as cudaFuncSetAttribute allows), grid-stride
+ * loops, atomics, launch errors, host pointers given to a kernel; in child processes (this program
+ * run again with a mode argument): a missing barrier that ACCEL_CUEMU_ORDER=reverse exposes, and
+ * the launches that must abort with a message naming the kernel, block and threads: a barrier an
+ * exited thread never reaches, a divergent barrier, a warp deadlock, a fiber stack overflow.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -345,6 +345,44 @@ static void test_dynamic_shared(void)
     cudaFree(out2);
 }
 
+/* Past 48 KiB of dynamic shared memory a kernel needs cudaFuncSetAttribute's
+ * MaxDynamicSharedMemorySize (up to sm_90's 227 KiB): refused before, run after. */
+static void test_dynamic_shared_optin(void)
+{
+    const int n = 32;
+    const size_t big = 200 << 10;
+    float h[n], r[n];
+    for (int i = 0; i < n; i++) {
+        h[i] = (float)i;
+    }
+    float *in = dev_alloc<float>(n), *out = dev_alloc<float>(n), *out2 = dev_alloc<float>(n);
+    to_dev(in, h, n);
+    k_reverse_dyn<<<1, n, big>>>(in, out, out2);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "200 KiB accepted without the attribute");
+    CHECK(cudaFuncSetAttribute((const void *)k_reverse_dyn,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (228 << 10)) == cudaErrorInvalidValue,
+          "228 KiB allowed (sm_90: at most 227 KiB)");
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "the attribute's error was not recorded");
+    CUDA_OK(cudaFuncSetAttribute((const void *)k_reverse_dyn,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)big));
+    k_reverse_dyn<<<1, n, big>>>(in, out, out2);
+    CUDA_OK(cudaGetLastError());
+    to_host(r, out, n);
+    for (int i = 0; i < n; i++) {
+        CHECK(r[i] == h[n - 1 - i], "opted-in shared memory: out[%d] = %g", i, (double)r[i]);
+    }
+    k_reverse_dyn<<<1, n, big + 4>>>(in, out, out2);
+    CHECK(cudaGetLastError() == cudaErrorInvalidValue, "more than the attribute accepted");
+    cudaDeviceProp prop;
+    CUDA_OK(cudaGetDeviceProperties(&prop, 0));
+    CHECK(prop.sharedMemPerBlockOptin == (227 << 10), "sharedMemPerBlockOptin %zu",
+          prop.sharedMemPerBlockOptin);
+    cudaFree(in);
+    cudaFree(out);
+    cudaFree(out2);
+}
+
 static void test_grid_stride_and_atomics(void)
 {
     const size_t n = 1000;
@@ -550,6 +588,7 @@ int main(int argc, char **argv)
     test_shuffles();
     test_transpose();
     test_dynamic_shared();
+    test_dynamic_shared_optin();
     test_grid_stride_and_atomics();
     test_launch_errors();
     test_order();

@@ -9,9 +9,11 @@
  * several chunks with a partial last one, one chunk, both layouts, mean and sum, ignore_index
  * (a whole chunk of ignored rows), label smoothing, a random incoming gradient (the stored dx
  * and dW scaled by it), a weight also read by an embedding (gradients add), and reduction
- * none without gradients (evaluation: the loss only, nothing recorded), and vocabularies that
- * are not a multiple of 4 (the kernel's scalar path). Exits 77 (skipped)
- * where the build has no CUDA or no GPU can be used.
+ * none without gradients (evaluation: the loss only, nothing recorded), vocabularies that
+ * are not a multiple of 4 (the kernel's scalar path), GPT-2's 50304 (the one-read kernel with
+ * its row in 201 KB of shared memory, several batches of loads a thread) and 60000 (past the
+ * 227 KB a block may hold: the two-pass kernel). Exits 77 (skipped) where the build has no CUDA
+ * or no GPU can be used.
  */
 #include "nn_cuda_check.h"
 
@@ -95,7 +97,7 @@ static void test_lce(void)
 }
 
 /* A vocabulary that is not a multiple of 4 (1001, 1002): rows of logits the classifier kernel
- * reads as scalars, not 16-byte vectors. */
+ * reads as scalars, not 16-byte vectors; and the vector paths' limits of shared memory. */
 static void test_odd_vocab(void)
 {
     enum { ROWS = 13, C = 32 };
@@ -107,6 +109,12 @@ static void test_odd_vocab(void)
     } cases[] = {
         {"vocab 1001 fp32", 1001, ACCEL_F32, 1e-5, 1e-4},
         {"vocab 1002 bf16", 1002, ACCEL_BF16, 1e-2, 1e-2},
+        /* GPT-2's rows: 201 KB of shared memory (opted into past 48 KB), 12 or 13 slots of
+         * 16 bytes a thread (batches of loads with a partial last one); rows too long for it
+         * (240 KB), which the two-pass kernel reads twice as 16-byte vectors. */
+        {"vocab 50304 bf16", 50304, ACCEL_BF16, 1e-2, 1e-2},
+        {"vocab 50304 fp32", 50304, ACCEL_F32, 1e-5, 1e-4},
+        {"vocab 60000 fp32", 60000, ACCEL_F32, 1e-5, 1e-4},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         int32_t t[ROWS];

@@ -111,6 +111,14 @@ __device__ __forceinline__ float exp_from(float v, float m)
     return m != -INFINITY ? expf(v - m) : 0.0f;
 }
 
+/* Four values folded into a thread's running max m, sum s of exp(v - m) and plain sum sx. */
+__device__ __forceinline__ void lce_fold4(float4 v, float &m, float &s, float &sx)
+{
+    sx += (v.x + v.y) + (v.z + v.w);
+    online_max(m, s, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+    s += (exp_from(v.x, m) + exp_from(v.y, m)) + (exp_from(v.z, m) + exp_from(v.w, m));
+}
+
 /* The logits' gradient of element c: scale * (softmax - eps / C - (1 - eps) onehot). */
 __device__ __forceinline__ float lce_grad(float v, int64_t c, int64_t tr, int ignored, float l,
                                           float uni, float scale, float eps)
@@ -140,10 +148,7 @@ __device__ __forceinline__ void lce_row(int64_t r, float *sh, float *x, const in
     float m = -INFINITY, s = 0.0f, sx = 0.0f;
 #pragma unroll 4
     for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-        float4 v = x4[j];
-        sx += (v.x + v.y) + (v.z + v.w);
-        online_max(m, s, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-        s += (exp_from(v.x, m) + exp_from(v.y, m)) + (exp_from(v.z, m) + exp_from(v.w, m));
+        lce_fold4(x4[j], m, s, sx);
     }
     for (int64_t c = 4 * n4 + threadIdx.x; c < C; c += blockDim.x) {
         float v = xr[c];
@@ -195,19 +200,156 @@ __global__ void __launch_bounds__(LCE_THREADS)
     }
 }
 
-/* The device's SMs (k_lce_rows' blocks), looked up once. */
+/* ---- the row in shared memory: one read of the logits ---- */
+
+/* Four gradients of lce_grad (elements c..c+3), the target's test once for the four. */
+__device__ __forceinline__ float4 lce_grad4(float4 v, int64_t c, int64_t tr, int ignored, float l,
+                                            float uni, float scale, float eps)
+{
+    if (ignored) {
+        return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    float4 g = make_float4(scale * (expf(v.x - l) - uni), scale * (expf(v.y - l) - uni),
+                           scale * (expf(v.z - l) - uni), scale * (expf(v.w - l) - uni));
+    if ((uint64_t)(tr - c) < 4) { /* the target is one of the four */
+        float d = scale * (1.0f - eps);
+        int k = (int)(tr - c);
+        g.x = k == 0 ? g.x - d : g.x;
+        g.y = k == 1 ? g.y - d : g.y;
+        g.z = k == 2 ? g.z - d : g.z;
+        g.w = k == 3 ? g.w - d : g.w;
+    }
+    return g;
+}
+
+/* The block's max m, sum s of exp(v - m) and plain sum sx from every thread's, behind one
+ * barrier: each warp folds its lanes' (s rescaled to the warp's max), writes three values into
+ * half `par` of sh (2 x 96 floats), and every warp folds the warps'. The halves alternate row
+ * by row: a warp that has passed this barrier can only reach the next row's reduction (which
+ * writes the other half) before the slowest warp has read this one, and cannot reach the one
+ * after (this half again) before every warp has passed the next barrier. */
+__device__ __forceinline__ void lce_block_stats(float &m, float &s, float &sx, float *sh, int par)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mw = warp_max(m);
+    s = warp_sum(m == -INFINITY ? 0.0f : s * expf(m - mw));
+    sx = warp_sum(sx);
+    float *h = sh + 96 * par;
+    if (lane == 0) {
+        h[w] = mw;
+        h[32 + w] = s;
+        h[64 + w] = sx;
+    }
+    __syncthreads();
+    mw = lane < nw ? h[lane] : -INFINITY;
+    float sw = lane < nw ? h[32 + lane] : 0.0f, sxw = lane < nw ? h[64 + lane] : 0.0f;
+    m = warp_max(mw);
+    s = warp_sum(mw == -INFINITY ? 0.0f : sw * expf(mw - m));
+    sx = warp_sum(sxw);
+}
+
+/* Loads of the next row in flight per thread (x 16 bytes x LCE_THREADS: 80 KB per SM). A
+ * 50304-wide row is 12576 slots, 12 or 13 a thread: 5 at a time makes every thread's sweep
+ * three round trips to memory (4 at a time made threads 0-287 wait on a fourth, and the row's
+ * barrier wait for them). 61 registers (ptxas, sm_90), under the 64 of 1024 threads. */
+#define LCE_BATCH 5
+
+/* One sweep over a thread's share of a row's 16-byte slots (j = threadIdx.x + k LCE_THREADS):
+ * where cur_r >= 0 the gradient of row cur_r from its slots in row (written to x's row, rnd 0,
+ * or rounded into gh), then, where nx is not NULL, the next row's slot loaded from nx into the
+ * same place and folded into m, s, sx. A thread touches only its own slots, so a sweep needs no
+ * barrier, and the next row's loads (LCE_BATCH at a time) overlap the gradient's arithmetic. */
+__device__ __forceinline__ void lce_sweep(float4 *row, int64_t n4, int64_t cur_r, float4 *x4,
+                                          int64_t tr, int ignored, float l, float uni, float scale,
+                                          float eps, int rnd, void *gh, const float4 *nx, float &m,
+                                          float &s, float &sx)
+{
+    for (int64_t j0 = threadIdx.x; j0 < n4; j0 += LCE_BATCH * LCE_THREADS) {
+        float4 nv[LCE_BATCH];
+#pragma unroll
+        for (int u = 0; u < LCE_BATCH; u++) {
+            int64_t j = j0 + (int64_t)u * LCE_THREADS;
+            if (nx != NULL && j < n4) {
+                nv[u] = nx[j];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < LCE_BATCH; u++) {
+            int64_t j = j0 + (int64_t)u * LCE_THREADS;
+            if (j >= n4) {
+                break;
+            }
+            if (cur_r >= 0) {
+                float4 g = lce_grad4(row[j], 4 * j, tr, ignored, l, uni, scale, eps);
+                if (rnd == 0) {
+                    x4[j] = g;
+                } else {
+                    ((uint2 *)gh)[cur_r * n4 + j] = pack_half4(g, rnd);
+                }
+            }
+            if (nx != NULL) {
+                row[j] = nv[u];
+                lce_fold4(nv[u], m, s, sx);
+            }
+        }
+    }
+}
+
+/* lce_row with the gradient, for rows of 16-byte vectors that fit shared memory (n4 x 16 bytes
+ * of dynamic shared memory): the logits are read from memory once. Each block walks rows
+ * blockIdx.x, + gridDim.x, ...; the sweep that writes one row's gradient from shared memory
+ * loads the next row into the slots it frees, so the loads stay in flight through the
+ * arithmetic, and the statistics need one barrier per row (lce_block_stats). */
+__global__ void __launch_bounds__(LCE_THREADS)
+    k_lce_rows_smem(float *x, const int32_t *t, int64_t rows, int64_t C, int64_t ignore, float eps,
+                    float scale, int rnd, void *gh, float *row_loss)
+{
+    extern __shared__ float4 lce_smem_row[];
+    __shared__ float sh[2 * 96];
+    int64_t n4 = C / 4, r = blockIdx.x;
+    float uni = eps / (float)C;
+    float m = -INFINITY, s = 0.0f, sx = 0.0f;
+    /* The target's logit, read by thread 0 before the row's gradient can overwrite it. */
+    int64_t tr = t[r];
+    float xt = threadIdx.x == 0 && tr != ignore ? x[r * C + tr] : 0.0f;
+    lce_sweep(lce_smem_row, n4, -1, NULL, 0, 1, 0.0f, uni, scale, eps, rnd, gh,
+              (const float4 *)(x + r * C), m, s, sx);
+    for (int par = 0; r < rows; par ^= 1) {
+        lce_block_stats(m, s, sx, sh, par);
+        int ignored = tr == ignore;
+        float l = m + logf(s);
+        if (threadIdx.x == 0) {
+            row_loss[r] = ignored ? 0.0f : l - (1.0f - eps) * xt - uni * sx;
+        }
+        int64_t rn = r + gridDim.x, trn = rn < rows ? t[rn] : ignore;
+        float xtn = threadIdx.x == 0 && rn < rows && trn != ignore ? x[rn * C + trn] : 0.0f;
+        m = -INFINITY;
+        s = 0.0f;
+        sx = 0.0f;
+        lce_sweep(lce_smem_row, n4, r, (float4 *)(x + r * C), tr, ignored, l, uni, scale, eps, rnd,
+                  gh, rn < rows ? (const float4 *)(x + rn * C) : NULL, m, s, sx);
+        r = rn;
+        tr = trn;
+        xt = xtn;
+    }
+}
+
+/* The device's SMs (k_lce_rows' blocks) and the dynamic shared memory a block may opt into,
+ * looked up once: lce_optin is stored before lce_sms is published (release / acquire), so a
+ * caller that saw the SM count reads the limit too. */
+static std::atomic<int> lce_sms(0), lce_optin(0);
+
 static unsigned lce_blocks(void)
 {
-    static std::atomic<int> sms(0);
-    int n = sms.load(std::memory_order_relaxed);
+    int n = lce_sms.load(std::memory_order_acquire);
     if (n == 0) {
         int dev = 0;
         cudaDeviceProp p;
-        n = cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess
-                ? p.multiProcessorCount
-                : 0;
-        n = n > 0 ? n : 132;
-        sms.store(n, std::memory_order_relaxed);
+        int ok =
+            cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess;
+        n = ok && p.multiProcessorCount > 0 ? p.multiProcessorCount : 132;
+        lce_optin.store(ok ? (int)p.sharedMemPerBlockOptin : 48 << 10, std::memory_order_relaxed);
+        lce_sms.store(n, std::memory_order_release);
     }
     return (unsigned)n;
 }
@@ -250,6 +392,24 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
         return cudaSuccess;
     }
     unsigned grid = rows < (int64_t)lce_blocks() ? (unsigned)rows : lce_blocks();
+    /* The row in shared memory (GPT-2's 50304 logits: 201 KB of the H200's 227 KB) beside the
+     * reductions' 768 static bytes. */
+    size_t smem = (size_t)n4 * 16;
+    if (grad && n4 > 0 && 4 * n4 == C &&
+        smem + 2 * 96 * sizeof(float) <= (size_t)lce_optin.load(std::memory_order_relaxed)) {
+        /* Set on every launch that needs it: the attribute is per device, and this is cheap. */
+        if (smem > (48 << 10)) {
+            cudaError_t e =
+                cudaFuncSetAttribute((const void *)k_lce_rows_smem,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (e != cudaSuccess) {
+                return e;
+            }
+        }
+        k_lce_rows_smem<<<grid, LCE_THREADS, smem, s>>>(x, t, rows, C, ignore, eps, scale, rnd, gh,
+                                                        row_loss);
+        return cudaGetLastError();
+    }
     k_lce_rows<<<grid, LCE_THREADS, 0, s>>>(x, t, rows, C, n4, ignore, eps, scale, grad, rnd, gh,
                                             row_loss);
     return cudaGetLastError();

@@ -639,7 +639,12 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         return NULL;
     }
     int64_t in, out, M;
-    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, &in, &out, &M);
+    int rnd = accel__nn_cu_rnd(nn__autocast(g));
+    /* Under autocast the fused first product writes h in 2 bytes, and cuBLASLt then takes
+     * its bias, its GELU input (aux) and, in backward, its bias gradient in that type too;
+     * h's data is allocated at 2 bytes an element (only this file reads it). */
+    int half_out = rnd != 0 && kind == LIN_FUSED_GELU;
+    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, half_out, &in, &out, &M);
     if (y == NULL) {
         return NULL;
     }
@@ -647,16 +652,12 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
     if (in == 0) { /* no input features: y is the bias (or zeros) for every row */
         M = nn_numel(y) / (out ? out : 1);
     }
-    int rnd = accel__nn_cu_rnd(nn__autocast(g));
     const void *xd = x_op != NULL ? x_op : accel__nn_cu_operand(g, x, rnd, 0, what);
     const void *wd = accel__nn_cu_operand(g, w, rnd, 0, what);
     const void *bd = bias ? bias->data : NULL;
     if (xd == NULL || wd == NULL) {
         return NULL;
     }
-    /* Under autocast the fused first product writes h in 2 bytes, and cuBLASLt then takes
-     * its bias, its GELU input (aux) and, in backward, its bias gradient in that type too. */
-    int half_out = rnd != 0 && kind == LIN_FUSED_GELU;
     if (bias != NULL && half_out) { /* the CPU's rounded bias, exactly, in 2 bytes */
         if ((bd = half_copy(g, bias->data, out, rnd, 0, what)) == NULL) {
             return NULL;
