@@ -69,6 +69,16 @@ typedef struct nn_tensor {
     /* gradient memory set aside by a recomputed segment's backward (nn_checkpoint) for an
      * input whose gradient it writes first, so that the gradient outlives the segment */
     float *grad_reserved;
+    /* CUDA autocast "half shadows": the 2-byte values (rnd 1 bf16, 2 fp16) a low-precision
+     * product reads, written by the op that produced the fp32 values in the same pass, so no
+     * separate rounding pass is needed. shadow: data rounded (owners only; data never changes
+     * after its op). grad_shadow: the gradient rounded, valid while the gradient is unchanged
+     * (dropped whenever a backward adds to it); grad_shadow_rnd: set in forward by the product
+     * that will read this tensor's gradient rounded, asking the gradient's writers for it. */
+    void *shadow;
+    int shadow_rnd;
+    void *grad_shadow;
+    int grad_shadow_rnd;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */

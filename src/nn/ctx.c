@@ -555,6 +555,8 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
         return NULL;
     }
     nn_tensor *owner = t->base ? t->base : t;
+    /* The caller adds to the gradient: a rounded copy made before would go stale. */
+    owner->grad_shadow = NULL;
     if (owner->grad == NULL && owner->grad_reserved != NULL) {
         /* Set aside by a recomputed segment (recompute.c): zero it as a fresh gradient. */
         size_t nbytes = (size_t)nn_numel(owner) * sizeof(float);
@@ -586,6 +588,7 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
         t->grad = t->grad_reserved != NULL
                       ? t->grad_reserved
                       : accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        t->grad_shadow = NULL;
         *fresh = t->grad != NULL;
         return t->grad;
     }

@@ -238,7 +238,8 @@ int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in);
 nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *const *in, int n_in,
                           nn_backward_fn bw);
 /* The gradient of t (allocating the owner's zeroed gradient on first use), laid out like t;
- * NULL when t does not require grad. Only called during backward. */
+ * NULL when t does not require grad. Only called during backward, by a caller that will add to
+ * it: the owner's grad_shadow (its rounded copy, nn_tensor) is dropped. */
 float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
 /* The gradient of t for a backward that will overwrite all of it. When t is an owner whose
  * gradient does not exist yet, returns uninitialised arena memory and sets *fresh = 1: the

@@ -17,6 +17,10 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     *v = *x;
     v->base = x->base ? x->base : x;
     v->grad = NULL;
+    /* Shadows belong to the owner (accel__nn_cu_operand reads them there). */
+    v->shadow = NULL;
+    v->grad_shadow = NULL;
+    v->grad_shadow_rnd = 0;
     v->param_index = -1;
     v->use_ctx = NULL;
     v->next_ready = NULL;

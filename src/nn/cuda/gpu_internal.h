@@ -70,6 +70,24 @@ int accel__nn_cu_sum_parts(nn_ctx *g, int64_t rows, int64_t cols, int n, float *
  * or a parameter's working copy); NULL and the ctx error on failure. */
 const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
                                  const char *what);
+/* Half shadows (nn_tensor.shadow / grad_shadow): the rounding a producer does for the
+ * product that reads its output (or gradient) rounded, in the pass that writes the fp32 values,
+ * instead of a separate pass. accel__nn_cu_shadow_rnd: the dtype (rnd) an op of g writes its
+ * output's shadow in, 0 for none (no autocast, or shadows off). accel__nn_cu_shadow_alloc:
+ * t's shadow (numel(t) 2-byte values in the arena), set on t (an owner) before its producer's
+ * kernel fills it; NULL and the ctx error on OOM. accel__nn_cu_grad_shadow_alloc: for a
+ * backward about to write all of owner t's gradient (fresh or added to), room for the shadow
+ * t's consumer asked for (t->grad_shadow_rnd), or NULL when none is wanted (or on OOM, the ctx
+ * error set); the caller sets t->grad_shadow once its kernel is queued (after taking the
+ * gradient, which drops an older shadow). */
+int accel__nn_cu_shadow_rnd(const nn_ctx *g);
+void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd);
+void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t);
+/* Test hooks: shadows on (1, the default; ACCEL_NN_SHADOW) or off (0: every operand rounded by
+ * its own pass), process-wide, not thread-safe; and how many such rounding passes
+ * (accel__nn_cu_operand's copies and linear backward's dY) were queued in this process. */
+void accel__nn_cu_set_shadows(int on);
+unsigned long accel__nn_cu_half_copies(void);
 /* Column-major D (m x n, fp32, ldd) = op(A) op(B) + beta D through cuBLASLt, A and B fp32 or
  * (rnd) 2-byte, fp32 accumulation; 0 and the ctx error (naming `what`) on failure. */
 int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,

@@ -29,11 +29,20 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (nt != ny && !accel__nn_cu_sum_parts(g, rows, nt, 1, &part)) {
             return;
         }
-        cudaError_t e = nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
-                                 : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
+        /* A linear's output (the residual branch) gets its gradient rounded too, in this
+         * pass, for that linear's backward products (its grad_shadow_rnd asks for it). */
+        void *h = nt == ny && ny > 0 ? accel__nn_cu_grad_shadow_alloc(g, t) : NULL;
+        if (h == NULL && g->first_err != ACCEL_OK) {
+            return;
+        }
+        cudaError_t e =
+            h != NULL  ? nn_cu_acc_shadow(nn__cu_stream(g), gt, gy, ny, fresh, h, t->grad_shadow_rnd)
+            : nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
+                       : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
+        t->grad_shadow = h;
     }
 }
 
@@ -296,11 +305,15 @@ nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tens
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    if (rows > 0 &&
-        !accel__nn_cu_ok(g,
-                         nn_cu_layernorm(nn__cu_stream(g), x->data, w ? w->data : NULL,
-                                         b ? b->data : NULL, y->data, mean, rstd, rows, C, eps),
-                         "nn_layernorm")) {
+    /* Under autocast the output's rounded copy too, for the product that normally reads it
+     * (2 more bytes an element here instead of a 6-byte rounding pass there). */
+    int rnd = accel__nn_cu_shadow_rnd(g);
+    nn_cu_ln a = {x->data, NULL, NULL, w ? w->data : NULL, b ? b->data : NULL, y->data, NULL,
+                  rnd,     mean, rstd, rows, C, eps};
+    if (rnd != 0 && rows * C > 0 && (a.yh = accel__nn_cu_shadow_alloc(g, y, rnd)) == NULL) {
+        return NULL;
+    }
+    if (rows > 0 && !accel__nn_cu_ok(g, nn_cu_layernorm(nn__cu_stream(g), &a), "nn_layernorm")) {
         return NULL;
     }
     if (accel__nn_needs_grad(g, in, 3)) {

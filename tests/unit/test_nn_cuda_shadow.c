@@ -1,0 +1,150 @@
+/* ACCEL_TEST_LABELS: gpu
+ *
+ * Half shadows on CUDA (nn_tensor.shadow / grad_shadow, src/nn/cuda/linear_gpu.c): under bf16 /
+ * fp16 autocast LayerNorm's forward writes its output's 2-byte copy and the residual add's
+ * backward the 2-byte copy of a linear output's gradient, which the products then read instead
+ * of rounding the fp32 values in a pass of their own. Through tests/nn_cuda_check.h (random
+ * inputs, NaN-poisoned GPU arena), a GPT-2 block (LayerNorm, qkv product, attention,
+ * projection, residual add, LayerNorm, fused MLP, residual add):
+ *  - against the CPU under bf16 and fp16 autocast (2e-2: the fused MLP's tolerance);
+ *  - on the GPU with shadows on and off: the same bits, output and every input gradient, and
+ *    4 rounding passes fewer per block (qkv's, the projection's and the MLP's inputs, the
+ *    projection's and the MLP's output gradients; attention's output and qkv's gradient still
+ *    take their pass);
+ * with variants: the projection's output also read by GELU, whose backward adds to its
+ *   gradient after the residual add wrote it and its shadow (the shadow must be dropped, not
+ *   read stale); the qkv product reading a slice of LayerNorm's output at an offset (the
+ *   owner's shadow at the view's offset); and the projection applied twice (the second
+ *   product's 2-byte input gradient kept as the first's dY shadow).
+ * Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ */
+#include "nn_cuda_check.h"
+
+#ifdef ACCEL_HAVE_CUDA
+void accel__nn_cu_set_shadows(int on);        /* gpu_internal.h */
+unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h */
+#else
+static void accel__nn_cu_set_shadows(int on)
+{
+    (void)on;
+}
+static unsigned long accel__nn_cu_half_copies(void)
+{
+    return 0;
+}
+#endif
+
+enum { B = 3, T = 16, C = 32, H = 2 };
+
+typedef struct block_arg {
+    int also_gelu; /* the projection's output read by GELU too, before the residual add */
+    int slice;     /* the qkv product reads rows [1, B) of LayerNorm's output (a view) */
+    int chain;     /* the projection twice: the second's input gradient is the first's dY */
+} block_arg;
+
+/* in: x [B, T, C], LayerNorm weight [C], c_attn [C, 3C], c_proj [C, C], c_fc [C, 4C],
+ * c_proj (MLP) [4C, C]; all [in, out]. */
+static nn_tensor *f_block(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const block_arg *a = arg;
+    nn_tensor *x = in[0];
+    if (a->slice) {
+        x = nn_slice(g, x, 0, 1, B);
+    }
+    nn_tensor *h = nn_layernorm(g, in[0], in[1], NULL, 1e-5f);
+    if (a->slice) {
+        h = nn_slice(g, h, 0, 1, B);
+    }
+    nn_tensor *qkv = nn_linear(g, h, in[2], NULL, NN_LAYOUT_IN_OUT);
+    nn_tensor *p =
+        nn_linear(g, nn_causal_attention(g, qkv, H, 0.0f), in[3], NULL, NN_LAYOUT_IN_OUT);
+    if (a->chain) {
+        p = nn_linear(g, p, in[3], NULL, NN_LAYOUT_IN_OUT);
+    }
+    nn_tensor *z = a->also_gelu ? nn_gelu(g, p, 1) : NULL;
+    x = nn_add(g, x, p);
+    if (z != NULL) {
+        x = nn_add(g, x, z);
+    }
+    nn_tensor *m = nn_linear_gelu_linear(g, nn_layernorm(g, x, in[1], NULL, 1e-5f), in[4], NULL,
+                                         in[5], NULL, NN_LAYOUT_IN_OUT, 1);
+    return nn_add(g, x, m);
+}
+
+static const in_spec specs[6] = {
+    {3, {B, T, C}, 1.0f, 0.0f, 1}, {1, {C}, 0.2f, 1.0f, 1},        {2, {C, 3 * C}, 0.3f, 0.0f, 1},
+    {2, {C, C}, 0.3f, 0.0f, 1},    {2, {C, 4 * C}, 0.3f, 0.0f, 1}, {2, {4 * C, C}, 0.3f, 0.0f, 1},
+};
+
+/* The block on the GPU with shadows off and on: identical bits, and the passes saved. */
+static void check_same_bits(const char *name, const block_arg *a, int autocast)
+{
+    float *data[6];
+    for (int k = 0; k < 6; k++) {
+        int64_t n = numel(specs[k].ndim, specs[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = specs[k].offset + specs[k].scale * frand();
+        }
+    }
+    int64_t ny = (a->slice ? B - 1 : B) * T * C;
+    float *gout = xmalloc((size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < ny; i++) {
+        gout[i] = frand();
+    }
+    unsigned long c0 = accel__nn_cu_half_copies();
+    accel__nn_cu_set_shadows(0);
+    run_out off = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    unsigned long c1 = accel__nn_cu_half_copies();
+    accel__nn_cu_set_shadows(1);
+    run_out on = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    unsigned long c2 = accel__nn_cu_half_copies();
+    CHECK(on.ny == off.ny && on.ny == ny);
+    CHECK_MSG(memcmp(on.y, off.y, (size_t)ny * sizeof(float)) == 0,
+              "%s: the output differs with shadows", name);
+    for (int k = 0; k < 6; k++) {
+        size_t nbytes = (size_t)numel(specs[k].ndim, specs[k].shape) * sizeof(float);
+        CHECK_MSG(memcmp(on.grads[k], off.grads[k], nbytes) == 0,
+                  "%s: the gradient of input %d differs with shadows", name, k);
+    }
+    /* The projection's gradient shadow is dropped when GELU adds to it: one pass comes back.
+     * Chained, the first projection's dY is the second's 2-byte input-gradient product. */
+    unsigned long saved = a->also_gelu ? 3 : a->chain ? 5 : 4;
+    printf("  %-34s same bits; rounding passes %lu without shadows, %lu with\n", name, c1 - c0,
+           c2 - c1);
+    CHECK_MSG(c1 - c0 == (c2 - c1) + saved, "%s: %lu rounding passes saved, expected %lu", name,
+              (c1 - c0) - (c2 - c1), saved);
+    free_run(&off, 6);
+    free_run(&on, 6);
+    free(gout);
+    for (int k = 0; k < 6; k++) {
+        free(data[k]);
+    }
+}
+
+int main(void)
+{
+    int rc = nn_cuda_check_init("test_nn_cuda_shadow");
+    if (rc != 0) {
+        return rc;
+    }
+    static const struct {
+        const char *name;
+        block_arg a;
+        int autocast;
+    } cases[] = {
+        {"block bf16", {0, 0, 0}, ACCEL_BF16},
+        {"block fp16", {0, 0, 0}, ACCEL_F16},
+        {"block bf16, projection also to GELU", {1, 0, 0}, ACCEL_BF16},
+        {"block bf16, qkv reads a slice", {0, 1, 0}, ACCEL_BF16},
+        {"block bf16, projection twice", {0, 0, 1}, ACCEL_BF16},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[96];
+        snprintf(name, sizeof(name), "%s vs cpu", cases[i].name);
+        check_case(name, specs, 6, f_block, &cases[i].a, cases[i].autocast, 0, 2e-2, 2e-2);
+        check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
+    }
+    nn_cuda_check_done("test_nn_cuda_shadow");
+    return 0;
+}
