@@ -410,6 +410,15 @@ ACCEL_API nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
 ACCEL_API nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias,
                                   float eps);
 
+/* A residual add and the LayerNorm after it (a transformer's x = x + branch, then LN(x)):
+ * nn_layernorm(nn_add(x, r), weight, bias, eps), which it returns, and the sum, which *sum
+ * receives (an op output like nn_add's; set only on success). The tape holds the same two
+ * nodes as the two ops, so values and gradients are theirs bit for bit; on a GPU, where x and
+ * r have the same shape, one pass computes both (llm.c's fused residual: the sum is written,
+ * not read back), else it is the two ops. NULL on failure (ctx error set), as the ops. */
+ACCEL_API nn_tensor *nn_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                      nn_tensor *bias, float eps, nn_tensor **sum);
+
 /* Inverted dropout with probability p while training (identity otherwise or when p == 0). */
 ACCEL_API nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p);
 

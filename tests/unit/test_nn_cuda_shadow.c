@@ -16,6 +16,10 @@
  *   read stale); the qkv product reading a slice of LayerNorm's output at an offset (the
  *   owner's shadow at the view's offset); and the projection applied twice (the second
  *   product's 2-byte input gradient kept as the first's dY shadow).
+ * And nn_add_layernorm (the residual add fused into LayerNorm's kernel, which also writes the
+ * shadow): against the CPU, and bit for bit against nn_add + nn_layernorm on the GPU, with a
+ * width the register-row kernel takes (32), one it does not (30), and a broadcast residual
+ * (the two ops), under bf16 autocast and in fp32.
  * Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
  */
 #include "nn_cuda_check.h"
@@ -122,6 +126,74 @@ static void check_same_bits(const char *name, const block_arg *a, int autocast)
     }
 }
 
+/* ---- nn_add_layernorm: the residual add fused into the LayerNorm after it ---- */
+
+typedef struct addln_arg {
+    int fused;
+    int bcast; /* r is [C], broadcast over the rows (not fused: the two ops) */
+} addln_arg;
+
+/* in: x [rows, C], r ([rows, C] or [C]), LayerNorm weight and bias [C], w [C, C]. Both outputs
+ * go on: linear(LN(x + r)) + gelu(x + r). */
+static nn_tensor *f_addln(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const addln_arg *a = arg;
+    nn_tensor *s = NULL, *y;
+    if (a->fused) {
+        y = nn_add_layernorm(g, in[0], in[1], in[2], in[3], 1e-5f, &s);
+    } else {
+        s = nn_add(g, in[0], in[1]);
+        y = nn_layernorm(g, s, in[2], in[3], 1e-5f);
+    }
+    return nn_add(g, nn_linear(g, y, in[4], NULL, NN_LAYOUT_IN_OUT), nn_gelu(g, s, 1));
+}
+
+/* Fused and as two ops, against the CPU and bit for bit against each other on the GPU; C a
+ * multiple of 4 (the register-row kernel) or not (one block per row). */
+static void test_add_layernorm(int64_t width, int bcast, int autocast)
+{
+    enum { ROWS = 37 };
+    in_spec s[5] = {{2, {ROWS, width}, 1.0f, 0.0f, 1},
+                    {bcast ? 1 : 2, {bcast ? width : ROWS, width}, 1.0f, 0.0f, 1},
+                    {1, {width}, 0.2f, 1.0f, 1},
+                    {1, {width}, 0.2f, 0.0f, 1},
+                    {2, {width, width}, 0.3f, 0.0f, 1}};
+    char name[96];
+    snprintf(name, sizeof(name), "add_layernorm width %lld%s %s", (long long)width,
+             bcast ? " broadcast" : "", autocast == ACCEL_BF16 ? "bf16" : "fp32");
+    addln_arg fused = {1, bcast}, two = {0, bcast};
+    double tol = autocast == ACCEL_BF16 ? 2e-2 : 1e-4;
+    check_case(name, s, 5, f_addln, &fused, autocast, 0, tol, tol);
+    float *data[5];
+    for (int k = 0; k < 5; k++) {
+        int64_t n = numel(s[k].ndim, s[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = s[k].offset + s[k].scale * frand();
+        }
+    }
+    float *gout = xmalloc((size_t)(ROWS * width) * sizeof(float));
+    for (int64_t i = 0; i < ROWS * width; i++) {
+        gout[i] = frand();
+    }
+    run_out r1 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &fused, gout, 0);
+    run_out r2 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &two, gout, 0);
+    CHECK_MSG(memcmp(r1.y, r2.y, (size_t)(ROWS * width) * sizeof(float)) == 0,
+              "%s: fused output differs from the two ops'", name);
+    for (int k = 0; k < 5; k++) {
+        size_t nbytes = (size_t)numel(s[k].ndim, s[k].shape) * sizeof(float);
+        CHECK_MSG(memcmp(r1.grads[k], r2.grads[k], nbytes) == 0,
+                  "%s: gradient of input %d differs from the two ops'", name, k);
+    }
+    printf("  %-34s same bits as nn_add + nn_layernorm\n", name);
+    free_run(&r1, 5);
+    free_run(&r2, 5);
+    free(gout);
+    for (int k = 0; k < 5; k++) {
+        free(data[k]);
+    }
+}
+
 int main(void)
 {
     int rc = nn_cuda_check_init("test_nn_cuda_shadow");
@@ -145,6 +217,10 @@ int main(void)
         check_case(name, specs, 6, f_block, &cases[i].a, cases[i].autocast, 0, 2e-2, 2e-2);
         check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
     }
+    test_add_layernorm(32, 0, ACCEL_BF16);
+    test_add_layernorm(32, 0, ACCEL_F32);
+    test_add_layernorm(30, 0, ACCEL_BF16);
+    test_add_layernorm(32, 1, ACCEL_BF16);
     nn_cuda_check_done("test_nn_cuda_shadow");
     return 0;
 }

@@ -438,6 +438,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .dropout = accel__nn_cu_dropout,
     .embedding = accel__nn_cu_embedding,
     .layernorm = accel__nn_cu_layernorm,
+    .add_layernorm = accel__nn_cu_add_layernorm,
     .linear = accel__nn_cu_linear,
     .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,

@@ -110,6 +110,8 @@ nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p);
 nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
                                   const int64_t *shape);
 nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
+nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w,
+                                      nn_tensor *b, float eps, nn_tensor **sum);
 nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts);
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
