@@ -367,6 +367,7 @@ static void set_contig_strides(nn_tensor *t)
     }
 }
 
+/* zero: 1 zeroed data, 0 uninitialised, -1 none (data NULL: accel__nn_new_shell). */
 static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero)
 {
     if (ndim < 0 || ndim > NN_MAX_DIMS || (ndim > 0 && shape == NULL)) {
@@ -384,10 +385,12 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     if (t == NULL) {
         return NULL;
     }
-    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * sizeof(float))
-                   : accel__nn_dalloc(g, (size_t)n * sizeof(float));
-    if (t->data == NULL) {
-        return NULL;
+    if (zero >= 0) {
+        t->data = zero ? accel__nn_dzalloc(g, (size_t)n * sizeof(float))
+                       : accel__nn_dalloc(g, (size_t)n * sizeof(float));
+        if (t->data == NULL) {
+            return NULL;
+        }
     }
     t->ndim = ndim;
     for (int d = 0; d < ndim; d++) {
@@ -402,6 +405,11 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape)
 {
     return new_tensor(g, ndim, shape, 0);
+}
+
+nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape)
+{
+    return new_tensor(g, ndim, shape, -1);
 }
 
 nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape)

@@ -201,9 +201,15 @@ accel_status nn_block_declare(nn_block_layer *l, nn_params *p, const char *prefi
 }
 
 /* LayerNorm l of x, or of x + r when r is not NULL (then *x becomes the sum): a residual add
- * and the LayerNorm after it as one op (nn_add_layernorm, one pass on a GPU). */
-static nn_tensor *norm_after(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor **x, nn_tensor *r)
+ * and the LayerNorm after it as one op (nn_add_layernorm, one pass on a GPU). products: only
+ * products read the output (a block's ln_1, ln_2), which on a GPU under autocast then holds
+ * only their 2-byte operand (accel__nn_norm_operand). */
+static nn_tensor *norm_after(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor **x, nn_tensor *r,
+                             int products)
 {
+    if (products) {
+        return accel__nn_norm_operand(g, *x, r, l->weight, l->bias, l->eps, x);
+    }
     if (r == NULL) {
         return nn_layernorm_forward(g, l, *x);
     }
@@ -217,13 +223,13 @@ static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, n
                              nn_tensor **branch)
 {
     *branch = NULL;
-    nn_tensor *h = norm_after(g, &l->ln_1, &x, r);
+    nn_tensor *h = norm_after(g, &l->ln_1, &x, r, 1);
     h = nn_causal_attention(g, nn_linear_forward(g, &l->c_attn, h), l->n_head, l->dropout);
     h = nn_dropout(g, nn_linear_forward(g, &l->c_proj, h), l->dropout);
     if (h == NULL) {
         return NULL;
     }
-    *branch = nn_mlp_forward(g, &l->mlp, norm_after(g, &l->ln_2, &x, h));
+    *branch = nn_mlp_forward(g, &l->mlp, norm_after(g, &l->ln_2, &x, h, 1));
     return *branch != NULL ? x : NULL;
 }
 
@@ -396,7 +402,7 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
         x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
                          : block_open(g, &m->h[i], x, r, &r);
     }
-    x = norm_after(g, &m->ln_f, &x, r);
+    x = norm_after(g, &m->ln_f, &x, r, 0);
     if (logits_out == NULL && targets != NULL) {
         /* Training: the head and the loss in chunks, without the [B, T, V] logits. */
         nn_tensor *loss =

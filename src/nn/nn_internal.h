@@ -179,6 +179,15 @@ int accel__nn_arena_after(const nn_ctx *g, const nn_arena_mark *m, const void *p
 accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks);
 /* A new contiguous owner tensor (uninitialised data). */
 nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
+/* The same without data (data NULL): a GPU op output whose values only its half shadow holds
+ * (accel__nn_norm_operand). */
+nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape);
+/* LayerNorm of x, or of x + r (r non-NULL: nn_add_layernorm, *sum the sum), for an output that
+ * only products read (nn_linear, nn_linear_gelu_linear: a GPT block's ln_1 and ln_2). On the CPU
+ * exactly nn_layernorm / nn_add_layernorm; on a GPU under autocast (with shadows on) the output
+ * holds only its 2-byte shadow: data is NULL, and every op but those products refuses it. */
+nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                  nn_tensor *bias, float eps, nn_tensor **sum);
 /* Records an error (thread message + ctx first error) and returns NULL. */
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
 #if defined(__GNUC__)

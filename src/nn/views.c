@@ -186,7 +186,8 @@ nn_tensor *nn_slice(nn_ctx *g, nn_tensor *x, int dim, int64_t start, int64_t end
         return NULL;
     }
     v->shape[d] = end - start;
-    v->data = x->data + start * x->stride[d];
+    /* (a shell, accel__nn_norm_operand's output, has no data: its views neither) */
+    v->data = x->data != NULL ? x->data + start * x->stride[d] : NULL;
     v->offset = x->offset + start * x->stride[d];
     return v;
 }

@@ -8,14 +8,17 @@
  * projection, residual add, LayerNorm, fused MLP, residual add):
  *  - against the CPU under bf16 and fp16 autocast (2e-2: the fused MLP's tolerance);
  *  - on the GPU with shadows on and off: the same bits, output and every input gradient, and
- *    4 rounding passes fewer per block (qkv's, the projection's and the MLP's inputs, the
- *    projection's and the MLP's output gradients; attention's output and qkv's gradient still
- *    take their pass);
+ *    under autocast 4 rounding passes fewer per block (qkv's, the projection's and the MLP's
+ *    inputs, the projection's and the MLP's output gradients; attention's output and qkv's
+ *    gradient still take their pass);
  * with variants: the projection's output also read by GELU, whose backward adds to its
- *   gradient after the residual add wrote it and its shadow (the shadow must be dropped, not
- *   read stale); the qkv product reading a slice of LayerNorm's output at an offset (the
- *   owner's shadow at the view's offset); and the projection applied twice (the second
- *   product's 2-byte input gradient kept as the first's dY shadow).
+ * gradient after the residual add wrote it and its shadow (the shadow must be dropped, not read
+ * stale); the qkv product reading a slice of LayerNorm's output at an offset (the owner's
+ * shadow at the view's offset); the projection applied twice (the second product's 2-byte
+ * input gradient kept as the first's dY shadow); and the LayerNorms as the GPT's blocks make
+ * them (accel__nn_norm_operand: under autocast the output holds only its shadow, no fp32
+ * values; also in fp32, where it is a plain output). Such an output is refused by the ops that
+ * read fp32 values and by a product in another dtype.
  * And nn_add_layernorm (the residual add fused into LayerNorm's kernel, which also writes the
  * shadow): against the CPU, and bit for bit against nn_add + nn_layernorm on the GPU, with a
  * width the register-row kernel takes (32), one it does not (30), and a broadcast residual
@@ -24,6 +27,9 @@
  */
 #include "nn_cuda_check.h"
 
+/* nn_internal.h: LayerNorm (of x + r) whose output only products read, as the GPT's blocks. */
+nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                  nn_tensor *bias, float eps, nn_tensor **sum);
 #ifdef ACCEL_HAVE_CUDA
 void accel__nn_cu_set_shadows(int on);        /* gpu_internal.h */
 unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h */
@@ -44,6 +50,7 @@ typedef struct block_arg {
     int also_gelu; /* the projection's output read by GELU too, before the residual add */
     int slice;     /* the qkv product reads rows [1, B) of LayerNorm's output (a view) */
     int chain;     /* the projection twice: the second's input gradient is the first's dY */
+    int operand;   /* the LayerNorms as the GPT's blocks make them (accel__nn_norm_operand) */
 } block_arg;
 
 /* in: x [B, T, C], LayerNorm weight [C], c_attn [C, 3C], c_proj [C, C], c_fc [C, 4C],
@@ -55,7 +62,8 @@ static nn_tensor *f_block(nn_ctx *g, nn_tensor **in, const void *arg)
     if (a->slice) {
         x = nn_slice(g, x, 0, 1, B);
     }
-    nn_tensor *h = nn_layernorm(g, in[0], in[1], NULL, 1e-5f);
+    nn_tensor *h = a->operand ? accel__nn_norm_operand(g, in[0], NULL, in[1], NULL, 1e-5f, NULL)
+                              : nn_layernorm(g, in[0], in[1], NULL, 1e-5f);
     if (a->slice) {
         h = nn_slice(g, h, 0, 1, B);
     }
@@ -66,12 +74,16 @@ static nn_tensor *f_block(nn_ctx *g, nn_tensor **in, const void *arg)
         p = nn_linear(g, p, in[3], NULL, NN_LAYOUT_IN_OUT);
     }
     nn_tensor *z = a->also_gelu ? nn_gelu(g, p, 1) : NULL;
-    x = nn_add(g, x, p);
-    if (z != NULL) {
-        x = nn_add(g, x, z);
+    if (a->operand) { /* as nn_block_forward: the residual add in ln_2's kernel */
+        h = accel__nn_norm_operand(g, x, p, in[1], NULL, 1e-5f, &x);
+    } else {
+        x = nn_add(g, x, p);
+        if (z != NULL) {
+            x = nn_add(g, x, z);
+        }
+        h = nn_layernorm(g, x, in[1], NULL, 1e-5f);
     }
-    nn_tensor *m = nn_linear_gelu_linear(g, nn_layernorm(g, x, in[1], NULL, 1e-5f), in[4], NULL,
-                                         in[5], NULL, NN_LAYOUT_IN_OUT, 1);
+    nn_tensor *m = nn_linear_gelu_linear(g, h, in[4], NULL, in[5], NULL, NN_LAYOUT_IN_OUT, 1);
     return nn_add(g, x, m);
 }
 
@@ -113,7 +125,7 @@ static void check_same_bits(const char *name, const block_arg *a, int autocast)
     }
     /* The projection's gradient shadow is dropped when GELU adds to it: one pass comes back.
      * Chained, the first projection's dY is the second's 2-byte input-gradient product. */
-    unsigned long saved = a->also_gelu ? 3 : a->chain ? 5 : 4;
+    unsigned long saved = autocast == ACCEL_F32 ? 0 : a->also_gelu ? 3 : a->chain ? 5 : 4;
     printf("  %-34s same bits; rounding passes %lu without shadows, %lu with\n", name, c1 - c0,
            c2 - c1);
     CHECK_MSG(c1 - c0 == (c2 - c1) + saved, "%s: %lu rounding passes saved, expected %lu", name,
@@ -194,6 +206,41 @@ static void test_add_layernorm(int64_t width, int bcast, int autocast)
     }
 }
 
+/* accel__nn_norm_operand's output on the GPU under autocast holds no fp32 values: the ops that
+ * would read them refuse it, naming it, and so does a product in another dtype; in fp32 it is a
+ * plain output. */
+static void test_shell(void)
+{
+    int64_t shape[2] = {4, C}, wshape[2] = {C, C};
+    float xs[4 * C], ws[C * C], v[4 * C];
+    for (int i = 0; i < 4 * C; i++) {
+        xs[i] = frand();
+    }
+    for (int i = 0; i < C * C; i++) {
+        ws[i] = frand();
+    }
+    prepare(ggpu, 1, ACCEL_BF16);
+    nn_tensor *x = nn_tensor_from(ggpu, xs, 2, shape), *w = nn_tensor_from(ggpu, ws, 2, wshape);
+    CHECK(x != NULL && w != NULL);
+    nn_tensor *h = accel__nn_norm_operand(ggpu, x, NULL, NULL, NULL, 1e-5f, NULL);
+    CHECK_MSG(h != NULL && h->data == NULL && h->shadow != NULL, "%s", accel_last_error(NULL));
+    nn_tensor *y = nn_linear(ggpu, h, w, NULL, NN_LAYOUT_IN_OUT);
+    CHECK_MSG(y != NULL && nn_tensor_to_host(y, v) == ACCEL_OK, "%s", accel_last_error(NULL));
+    CHECK(nn_tensor_to_host(h, v) == ACCEL_ESTATE);
+    CHECK(nn_gelu(ggpu, h, 1) == NULL);
+    CHECK_MSG(strstr(accel_last_error(NULL), "holds only the 2-byte copy") != NULL, "%s",
+              accel_last_error(NULL));
+    nn_ctx_set_autocast(ggpu, ACCEL_F16);
+    CHECK(nn_linear(ggpu, h, w, NULL, NN_LAYOUT_IN_OUT) == NULL);
+    CHECK_MSG(strstr(accel_last_error(NULL), "holds only its bf16 copy") != NULL, "%s",
+              accel_last_error(NULL));
+    prepare(ggpu, 1, ACCEL_F32);
+    x = nn_tensor_from(ggpu, xs, 2, shape);
+    h = accel__nn_norm_operand(ggpu, x, NULL, NULL, NULL, 1e-5f, NULL);
+    CHECK(h != NULL && h->data != NULL && nn_tensor_to_host(h, v) == ACCEL_OK);
+    printf("  shell LayerNorm output               refused where fp32 values are read\n");
+}
+
 int main(void)
 {
     int rc = nn_cuda_check_init("test_nn_cuda_shadow");
@@ -205,11 +252,14 @@ int main(void)
         block_arg a;
         int autocast;
     } cases[] = {
-        {"block bf16", {0, 0, 0}, ACCEL_BF16},
-        {"block fp16", {0, 0, 0}, ACCEL_F16},
-        {"block bf16, projection also to GELU", {1, 0, 0}, ACCEL_BF16},
-        {"block bf16, qkv reads a slice", {0, 1, 0}, ACCEL_BF16},
-        {"block bf16, projection twice", {0, 0, 1}, ACCEL_BF16},
+        {"block bf16", {0, 0, 0, 0}, ACCEL_BF16},
+        {"block fp16", {0, 0, 0, 0}, ACCEL_F16},
+        {"block bf16, projection also to GELU", {1, 0, 0, 0}, ACCEL_BF16},
+        {"block bf16, qkv reads a slice", {0, 1, 0, 0}, ACCEL_BF16},
+        {"block bf16, projection twice", {0, 0, 1, 0}, ACCEL_BF16},
+        {"block bf16, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_BF16},
+        {"block fp16, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_F16},
+        {"block fp32, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_F32},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char name[96];
@@ -217,6 +267,7 @@ int main(void)
         check_case(name, specs, 6, f_block, &cases[i].a, cases[i].autocast, 0, 2e-2, 2e-2);
         check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
     }
+    test_shell();
     test_add_layernorm(32, 0, ACCEL_BF16);
     test_add_layernorm(32, 0, ACCEL_F32);
     test_add_layernorm(30, 0, ACCEL_BF16);

@@ -49,9 +49,12 @@ static inline cudaStream_t nn__cu_stream(const nn_ctx *g)
 
 /* 1 when e is cudaSuccess; else records "op: CUDA: <error>" as the ctx's error and returns 0. */
 int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op);
-/* 1 when g computes on a GPU and each non-NULL tensor of ts is on it and contiguous; else
- * records an error naming op and the input and returns 0. */
+/* 1 when g computes on a GPU and each non-NULL tensor of ts is on it, contiguous and holds its
+ * fp32 values; else records an error naming op and the input and returns 0. The _product_
+ * form, for a product that reads ts[0] through accel__nn_cu_operand: ts[0] may hold only its
+ * half shadow (accel__nn_norm_operand's output; the operand then checks the dtype). */
 int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
+int accel__nn_cu_product_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
 /* A device copy of nbytes of host memory in the device arena, or NULL (ctx error set naming
  * op): the bytes are copied into the ctx's pinned staging and from there to the GPU by an
  * asynchronous copy on the compute stream, so h may be reused as soon as this returns and
@@ -111,7 +114,7 @@ nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
                                   const int64_t *shape);
 nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
 nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w,
-                                      nn_tensor *b, float eps, nn_tensor **sum);
+                                      nn_tensor *b, float eps, nn_tensor **sum, int operand_only);
 nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts);
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);

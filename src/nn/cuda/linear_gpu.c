@@ -436,12 +436,20 @@ static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scra
 const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
                                  const char *what)
 {
+    const nn_tensor *owner = t->base != NULL ? t->base : t;
+    if (rnd != 0 && owner->shadow != NULL && owner->shadow_rnd == rnd) {
+        return (const uint16_t *)owner->shadow + t->offset;
+    }
+    if (owner->data == NULL && nn_numel(owner) > 0) { /* a shell read in another dtype */
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "%s: the input holds only its %s copy (a GPT block's LayerNorm output) "
+                       "and the product reads %s",
+                       what, owner->shadow_rnd == 1 ? "bf16" : "fp16",
+                       rnd == 1 ? "bf16" : rnd == 2 ? "fp16" : "fp32");
+        return NULL;
+    }
     if (rnd == 0) {
         return t->data;
-    }
-    const nn_tensor *owner = t->base != NULL ? t->base : t;
-    if (owner->shadow != NULL && owner->shadow_rnd == rnd) {
-        return (const uint16_t *)owner->shadow + t->offset;
     }
     if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
         accel_tensor c;
@@ -717,7 +725,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         return NULL;
     }
     nn_tensor *ins[3] = {x, w, bias};
-    if (!accel__nn_cu_inputs(g, what, ins, 3)) {
+    if (!accel__nn_cu_product_inputs(g, what, ins, 3)) {
         return NULL;
     }
     int64_t in, out, M;

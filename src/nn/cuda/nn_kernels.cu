@@ -103,7 +103,9 @@ __global__ void k_layernorm(nn_cu_ln a)
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float wc = a.w ? a.w[c] : 1.0f, bc = a.b ? a.b[c] : 0.0f, xv = ln_in(a, o + c);
         float y = (xv - mu) * rs * wc + bc;
-        a.y[o + c] = y;
+        if (a.y) {
+            a.y[o + c] = y;
+        }
         if (a.res) {
             a.sum[o + c] = xv;
         }
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_warp(nn_cu_ln a)
         }
     }
     float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + a.eps);
-    float4 *yr = (float4 *)(a.y + r * C);
+    float4 *yr = a.y != NULL ? (float4 *)(a.y + r * C) : NULL;
     uint2 *hr = a.yh != NULL ? (uint2 *)((uint16_t *)a.yh + r * C) : NULL;
 #pragma unroll
     for (int i = 0; i < LN_VECS; i++) {
@@ -197,7 +199,9 @@ __global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_warp(nn_cu_ln a)
             float4 y =
                 make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
                             (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
-            yr[j] = y;
+            if (yr != NULL) {
+                yr[j] = y;
+            }
             if (hr != NULL) { /* the half shadow: k_to_half's bits, 8 bytes a lane */
                 hr[j] = pack_half4(y, a.dt);
             }

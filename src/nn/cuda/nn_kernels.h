@@ -72,9 +72,9 @@ cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int3
                                 float *gw);
 
 /* LayerNorm over rows of C of x, or of x + res (res non-NULL: a residual add fused in, the
- * sum, k_add's bits, also stored into sum): y = its output (w / b may be NULL: ones / zeros),
- * with yh non-NULL also y rounded to dt (1 bf16, 2 fp16) into the 2-byte yh (a half shadow,
- * nn_cu_to_half's bits); saves mean and 1/std per row. */
+ * sum, k_add's bits, also stored into sum): y = its output (w / b may be NULL: ones / zeros;
+ * y may be NULL: not stored), with yh non-NULL also y rounded to dt (1 bf16, 2 fp16) into the
+ * 2-byte yh (a half shadow, nn_cu_to_half's bits); saves mean and 1/std per row. */
 typedef struct nn_cu_ln {
     const float *x, *res;
     float *sum;

@@ -35,10 +35,10 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (h == NULL && g->first_err != ACCEL_OK) {
             return;
         }
-        cudaError_t e =
-            h != NULL  ? nn_cu_acc_shadow(nn__cu_stream(g), gt, gy, ny, fresh, h, t->grad_shadow_rnd)
-            : nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
-                       : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
+        cudaStream_t cs = nn__cu_stream(g);
+        cudaError_t e = h != NULL  ? nn_cu_acc_shadow(cs, gt, gy, ny, fresh, h, t->grad_shadow_rnd)
+                        : nt == ny ? nn_cu_acc(cs, gt, gy, ny, 0, fresh)
+                                   : nn_cu_col_sum(cs, gy, 0, rows, nt, gt, 0, 0, part);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
@@ -281,9 +281,11 @@ static void ln_backward(nn_ctx *g, nn_node *n)
 }
 
 /* LayerNorm of x, or (r non-NULL, the same shape as x) of the sum x + r, which *sum receives:
- * one kernel, and the tape nodes the two ops would record (the add's, then the LayerNorm's). */
+ * one kernel, and the tape nodes the two ops would record (the add's, then the LayerNorm's).
+ * operand_only: the output is read only by products, so with a shadow its fp32 values are not
+ * stored at all (a shell tensor: 4 bytes an element neither written nor allocated). */
 static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w, nn_tensor *b,
-                             float eps, nn_tensor **sum)
+                             float eps, nn_tensor **sum, int operand_only)
 {
     if (x == NULL) {
         return NULL;
@@ -302,16 +304,19 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
                               "elements",
                               (long long)C);
     }
+    /* Under autocast the output's rounded copy too, for the product that normally reads it
+     * (2 more bytes an element here instead of a 6-byte rounding pass there). */
+    int rnd = accel__nn_cu_shadow_rnd(g);
+    int shell = operand_only && rnd != 0 && rows * C > 0;
     nn_tensor *s = r != NULL ? accel__nn_new(g, x->ndim, x->shape) : NULL;
-    nn_tensor *y = r == NULL || s != NULL ? accel__nn_new(g, x->ndim, x->shape) : NULL;
+    nn_tensor *y = r != NULL && s == NULL ? NULL
+                   : shell                ? accel__nn_new_shell(g, x->ndim, x->shape)
+                                          : accel__nn_new(g, x->ndim, x->shape);
     float *mean = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
     float *rstd = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    /* Under autocast the output's rounded copy too, for the product that normally reads it
-     * (2 more bytes an element here instead of a 6-byte rounding pass there). */
-    int rnd = accel__nn_cu_shadow_rnd(g);
     nn_cu_ln a = {x->data, r ? r->data : NULL, s ? s->data : NULL, w ? w->data : NULL,
                   b ? b->data : NULL, y->data, NULL, rnd, mean, rstd, rows, C, eps};
     if (rnd != 0 && rows * C > 0 && (a.yh = accel__nn_cu_shadow_alloc(g, y, rnd)) == NULL) {
@@ -344,24 +349,24 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
 
 nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps)
 {
-    return ln_forward(g, x, NULL, w, b, eps, NULL);
+    return ln_forward(g, x, NULL, w, b, eps, NULL, 0);
 }
 
 nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w,
-                                      nn_tensor *b, float eps, nn_tensor **sum)
+                                      nn_tensor *b, float eps, nn_tensor **sum, int operand_only)
 {
-    if (x == NULL || r == NULL) {
+    if (x == NULL || (r == NULL && !operand_only)) {
         return NULL;
     }
-    if (!accel__nn_same_shape(x, r)) { /* a broadcast: the two ops */
+    if (r != NULL && !accel__nn_same_shape(x, r)) { /* a broadcast: the two ops */
         nn_tensor *s = accel__nn_cu_add(g, x, r);
-        nn_tensor *y = accel__nn_cu_layernorm(g, s, w, b, eps);
+        nn_tensor *y = s != NULL ? ln_forward(g, s, NULL, w, b, eps, NULL, operand_only) : NULL;
         if (y != NULL) {
             *sum = s;
         }
         return y;
     }
-    return ln_forward(g, x, r, w, b, eps, sum);
+    return ln_forward(g, x, r, w, b, eps, r != NULL ? sum : NULL, operand_only);
 }
 
 /* ---- fused softmax + cross entropy over the last dim ---- */
