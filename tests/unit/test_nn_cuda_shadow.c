@@ -22,7 +22,8 @@
  * And nn_add_layernorm (the residual add fused into LayerNorm's kernel, which also writes the
  * shadow): against the CPU, and bit for bit against nn_add + nn_layernorm on the GPU, with a
  * width the register-row kernel takes (32), one it does not (30), and a broadcast residual
- * (the two ops), under bf16 autocast and in fp32.
+ * (the two ops), under bf16 autocast and in fp32. Last, a checkpointed segment whose replay
+ * writes the shadow of an outside tensor's gradient above its mark: dropped at the rewind.
  * Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
  */
 #include "nn_cuda_check.h"
@@ -241,6 +242,44 @@ static void test_shell(void)
     printf("  shell LayerNorm output               refused where fp32 values are read\n");
 }
 
+/* A checkpointed segment x + gelu(c) whose input x is a linear's output: the replay's add
+ * writes x's gradient and its shadow above the segment's mark, so the shadow must be dropped
+ * at the rewind (the linear's backward then rounds dY itself): the same bits with shadows on
+ * and off, x's shadow gone after backward. */
+static nn_tensor *seg_add_gelu(nn_ctx *g, void *ctx, nn_tensor *x)
+{
+    return nn_add(g, x, nn_gelu(g, (nn_tensor *)ctx, 1));
+}
+
+static void test_checkpoint(void)
+{
+    int64_t shape[2] = {8, C}, wshape[2] = {C, C};
+    float xs[8 * C], ws[C * C], cs[8 * C], gout[8 * C], out[2][C * C];
+    for (int i = 0; i < 8 * C; i++) {
+        xs[i] = frand();
+        cs[i] = frand();
+        gout[i] = frand();
+    }
+    for (int i = 0; i < C * C; i++) {
+        ws[i] = frand();
+    }
+    for (int on = 0; on < 2; on++) {
+        accel__nn_cu_set_shadows(on);
+        prepare(ggpu, 1, ACCEL_BF16);
+        nn_tensor *x = nn_tensor_from(ggpu, xs, 2, shape);
+        nn_tensor *w = nn_tensor_requires_grad(nn_tensor_from(ggpu, ws, 2, wshape), 1);
+        nn_tensor *c = nn_tensor_from(ggpu, cs, 2, shape);
+        nn_tensor *h = nn_linear(ggpu, x, w, NULL, NN_LAYOUT_IN_OUT);
+        nn_tensor *y = nn_checkpoint(ggpu, seg_add_gelu, c, h);
+        CHECK_MSG(y != NULL, "%s", accel_last_error(NULL));
+        CHECK_OK(NULL, nn_backward_grad(y, gout, NULL));
+        CHECK(h->grad_shadow == NULL);
+        CHECK_OK(NULL, nn_tensor_grad_to_host(w, out[on]));
+    }
+    CHECK_MSG(memcmp(out[0], out[1], sizeof(out[0])) == 0, "checkpoint: dW differs with shadows");
+    printf("  checkpointed segment on a linear's output: same bits, its shadow dropped\n");
+}
+
 int main(void)
 {
     int rc = nn_cuda_check_init("test_nn_cuda_shadow");
@@ -268,6 +307,7 @@ int main(void)
         check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
     }
     test_shell();
+    test_checkpoint();
     test_add_layernorm(32, 0, ACCEL_BF16);
     test_add_layernorm(32, 0, ACCEL_F32);
     test_add_layernorm(30, 0, ACCEL_BF16);
