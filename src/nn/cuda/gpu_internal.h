@@ -68,11 +68,14 @@ int accel__nn_cu_rnd(accel_dtype dt);
  * sums need none), in per-op scratch; 0 and the ctx error on failure. */
 int accel__nn_cu_sum_parts(nn_ctx *g, int64_t rows, int64_t cols, int n, float **part);
 
-/* linear_gpu.c's helpers for the other GPU ops. The operand a product reads for t (t's data
- * in fp32; under autocast rnd a 2-byte copy, in the arena or, with `scratch`, per-op scratch,
- * or a parameter's working copy); NULL and the ctx error on failure. */
+/* shadow_gpu.c. The operand a product reads for t (t's data in fp32; under autocast rnd its
+ * half shadow, or a parameter's working copy, or a 2-byte copy, in the arena or, with
+ * `scratch`, per-op scratch); NULL and the ctx error on failure. accel__nn_cu_half_copy: n
+ * values of src rounded into such a copy (a pass of its own). */
 const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
                                  const char *what);
+void *accel__nn_cu_half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
+                             const char *what);
 /* Half shadows (nn_tensor.shadow / grad_shadow): the rounding a producer does for the
  * product that reads its output (or gradient) rounded, in the pass that writes the fp32 values,
  * instead of a separate pass. accel__nn_cu_shadow_rnd: the dtype (rnd) an op of g writes its
@@ -82,7 +85,8 @@ const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scr
  * backward about to write all of owner t's gradient (fresh or added to), room for the shadow
  * t's consumer asked for (t->grad_shadow_rnd), or NULL when none is wanted (or on OOM, the ctx
  * error set); the caller sets t->grad_shadow once its kernel is queued (after taking the
- * gradient, which drops an older shadow). */
+ * gradient, which drops an older shadow). accel__nn_cu_shadows_on: 1 unless they are off. */
+int accel__nn_cu_shadows_on(void);
 int accel__nn_cu_shadow_rnd(const nn_ctx *g);
 void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd);
 void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t);

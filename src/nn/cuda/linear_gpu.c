@@ -357,111 +357,6 @@ static cudaDataType_t in_type(int rnd)
     return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* Rounding passes queued by half_copy (accel__nn_cu_half_copies). */
-static unsigned long n_half_copies;
-
-unsigned long accel__nn_cu_half_copies(void)
-{
-    return n_half_copies;
-}
-
-/* Whether producers write half shadows (ACCEL_NN_SHADOW, read once; the test hook
- * accel__nn_cu_set_shadows): 1 (the default) or 0, every product operand rounded by its own
- * pass as before them (A/B timing, and the tests' reference for bit-identical results). */
-static int shadows_on = 1;
-static pthread_once_t shadow_once = PTHREAD_ONCE_INIT;
-
-static void shadow_read_env(void)
-{
-    long long v;
-    if (accel__env_int("ACCEL_NN_SHADOW", &v) == ACCEL_OK) {
-        shadows_on = v != 0;
-    }
-}
-
-void accel__nn_cu_set_shadows(int on)
-{
-    pthread_once(&shadow_once, shadow_read_env);
-    shadows_on = on;
-}
-
-static int shadows_enabled(void)
-{
-    pthread_once(&shadow_once, shadow_read_env);
-    return shadows_on;
-}
-
-int accel__nn_cu_shadow_rnd(const nn_ctx *g)
-{
-    return shadows_enabled() ? accel__nn_cu_rnd(nn__autocast(g)) : 0;
-}
-
-void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd)
-{
-    void *h = accel__nn_dalloc(g, (size_t)nn_numel(t) * 2);
-    if (h != NULL) {
-        t->shadow = h;
-        t->shadow_rnd = rnd;
-    }
-    return h;
-}
-
-void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t)
-{
-    if (t->base != NULL || t->grad_shadow_rnd == 0 || !shadows_enabled()) {
-        return NULL;
-    }
-    return accel__nn_dalloc(g, (size_t)nn_numel(t) * 2);
-}
-
-/* n values rounded into a 2-byte copy (dtype of rnd): in the device arena (kept for the
- * step), or in per-op scratch (scratch: backward's transients); NULL on failure. */
-static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
-                       const char *what)
-{
-    n_half_copies++;
-    void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
-    if (h == NULL ||
-        (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), src, h, n, rnd), what))) {
-        return NULL;
-    }
-    return h;
-}
-
-/* The operand as the product reads it: t itself in fp32; under autocast the shadow its
- * producer wrote (of t's owner: a contiguous view reads it at its offset), or a parameter's
- * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
- * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
- * rounded 2-byte copy (in the arena; per-op scratch with `scratch`). */
-const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
-                                 const char *what)
-{
-    const nn_tensor *owner = t->base != NULL ? t->base : t;
-    if (rnd != 0 && owner->shadow != NULL && owner->shadow_rnd == rnd) {
-        return (const uint16_t *)owner->shadow + t->offset;
-    }
-    if (owner->data == NULL && nn_numel(owner) > 0) { /* a shell read in another dtype */
-        accel__nn_fail(g, ACCEL_EINVAL,
-                       "%s: the input holds only its %s copy (a GPT block's LayerNorm output) "
-                       "and the product reads %s",
-                       what, owner->shadow_rnd == 1 ? "bf16" : "fp16",
-                       rnd == 1 ? "bf16" : rnd == 2 ? "fp16" : "fp32");
-        return NULL;
-    }
-    if (rnd == 0) {
-        return t->data;
-    }
-    if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
-        accel_tensor c;
-        t->sink_compute(t->sink_ctx, t->param_index, &c);
-        if (c.data != NULL && c.device.type == ACCEL_DEVICE_CUDA &&
-            c.dtype == (rnd == 1 ? ACCEL_BF16 : ACCEL_F16)) {
-            return c.data;
-        }
-    }
-    return half_copy(g, t->data, nn_numel(t), rnd, scratch, what);
-}
-
 int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
                         int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
                         int rnd, const char *what)
@@ -632,9 +527,10 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     int half_gy = rnd != 0 && n->i[5] == LIN_FUSED_GELU;
     /* The rounded dY: the shadow its writer made (the residual add's backward), else a copy. */
     const nn_tensor *yt = n->out;
-    const void *gyd = !rnd || half_gy                                         ? (const void *)gy
-                      : yt->grad_shadow != NULL && yt->grad_shadow_rnd == rnd ? yt->grad_shadow
-                                                   : half_copy(g, gy, M * out, rnd, 1, what);
+    const void *gyd = !rnd || half_gy ? (const void *)gy
+                      : yt->grad_shadow != NULL && yt->grad_shadow_rnd == rnd
+                          ? yt->grad_shadow
+                          : accel__nn_cu_half_copy(g, gy, M * out, rnd, 1, what);
     if (gyd == NULL) {
         return;
     }
@@ -751,7 +647,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         /* (the working copy when the model keeps one, aligned as the epilogue needs) */
         bd = accel__nn_cu_operand(g, bias, rnd, 0, what);
         if (bd != NULL && alignment_of(bd) < 16) {
-            bd = half_copy(g, bias->data, out, rnd, 0, what);
+            bd = accel__nn_cu_half_copy(g, bias->data, out, rnd, 0, what);
         }
         if (bd == NULL) {
             return NULL;
@@ -811,7 +707,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
     if (accel__nn_needs_grad(g, ins, 3)) {
         /* Backward reads dY only rounded (but the fused first product's, 2-byte already):
          * its writers are asked for a shadow. */
-        y->grad_shadow_rnd = kind != LIN_FUSED_GELU && shadows_enabled() ? rnd : 0;
+        y->grad_shadow_rnd = kind != LIN_FUSED_GELU && accel__nn_cu_shadows_on() ? rnd : 0;
         static const char *const names[] = {"linear", "linear_dgelu", "linear_gelu"};
         nn_node *n = accel__nn_record(g, names[kind], y, ins, 3, linear_backward);
         if (n == NULL) {
