@@ -69,6 +69,16 @@ typedef struct nn_tensor {
     /* gradient memory set aside by a recomputed segment's backward (nn_checkpoint) for an
      * input whose gradient it writes first, so that the gradient outlives the segment */
     float *grad_reserved;
+    /* CUDA autocast "half shadows": the 2-byte values (rnd 1 bf16, 2 fp16) a low-precision
+     * product reads, written by the op that produced the fp32 values in the same pass, so no
+     * separate rounding pass is needed. shadow: data rounded (owners only; data never changes
+     * after its op). grad_shadow: the gradient rounded, valid while the gradient is unchanged
+     * (dropped whenever a backward adds to it); grad_shadow_rnd: set in forward by the product
+     * that will read this tensor's gradient rounded, asking the gradient's writers for it. */
+    void *shadow;
+    int shadow_rnd;
+    void *grad_shadow;
+    int grad_shadow_rnd;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -399,6 +409,15 @@ ACCEL_API nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *i
 /* LayerNorm over the last dim; weight / bias [C] or NULL. */
 ACCEL_API nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *bias,
                                   float eps);
+
+/* A residual add and the LayerNorm after it (a transformer's x = x + branch, then LN(x)):
+ * nn_layernorm(nn_add(x, r), weight, bias, eps), which it returns, and the sum, which *sum
+ * receives (an op output like nn_add's; set only on success). The tape holds the same two
+ * nodes as the two ops, so values and gradients are theirs bit for bit; on a GPU, where x and
+ * r have the same shape, one pass computes both (llm.c's fused residual: the sum is written,
+ * not read back), else it is the two ops. NULL on failure (ctx error set), as the ops. */
+ACCEL_API nn_tensor *nn_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                      nn_tensor *bias, float eps, nn_tensor **sum);
 
 /* Inverted dropout with probability p while training (identity otherwise or when p == 0). */
 ACCEL_API nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p);

@@ -122,6 +122,10 @@ static const accel__env_var env_table[] = {
      "hidden gradient and the first bias's, kernel (a plain 2-byte product, then one pass for "
      "GELU's derivative and the bias gradient) | epilogue (cuBLASLt's DGELU_BGRAD epilogue; A/B "
      "timing); read at the first fused MLP backward"},
+    {"ACCEL_NN_SHADOW", ACCEL__ENV_INT, "1",
+     "nn on CUDA, under bf16 / fp16 autocast: 1 the ops that feed a product (LayerNorm; the "
+     "residual add's backward) also write its 2-byte operand in the same pass | 0 a separate "
+     "rounding pass per operand (A/B timing); read at the first use"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

@@ -367,6 +367,7 @@ static void set_contig_strides(nn_tensor *t)
     }
 }
 
+/* zero: 1 zeroed data, 0 uninitialised, -1 none (data NULL: accel__nn_new_shell). */
 static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero,
                              size_t elem_nbytes)
 {
@@ -385,10 +386,12 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     if (t == NULL) {
         return NULL;
     }
-    t->data = zero ? accel__nn_dzalloc(g, (size_t)n * elem_nbytes)
-                   : accel__nn_dalloc(g, (size_t)n * elem_nbytes);
-    if (t->data == NULL) {
-        return NULL;
+    if (zero >= 0) {
+        t->data = zero ? accel__nn_dzalloc(g, (size_t)n * elem_nbytes)
+                       : accel__nn_dalloc(g, (size_t)n * elem_nbytes);
+        if (t->data == NULL) {
+            return NULL;
+        }
     }
     t->ndim = ndim;
     for (int d = 0; d < ndim; d++) {
@@ -408,6 +411,11 @@ nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape)
 nn_tensor *accel__nn_new_half(nn_ctx *g, int ndim, const int64_t *shape)
 {
     return new_tensor(g, ndim, shape, 0, 2);
+}
+
+nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape)
+{
+    return new_tensor(g, ndim, shape, -1, 0);
 }
 
 nn_tensor *nn_tensor_new(nn_ctx *g, int ndim, const int64_t *shape)
@@ -561,6 +569,8 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
         return NULL;
     }
     nn_tensor *owner = t->base ? t->base : t;
+    /* The caller adds to the gradient: a rounded copy made before would go stale. */
+    owner->grad_shadow = NULL;
     if (owner->grad == NULL && owner->grad_reserved != NULL) {
         /* Set aside by a recomputed segment (recompute.c): zero it as a fresh gradient. */
         size_t nbytes = (size_t)nn_numel(owner) * sizeof(float);
@@ -592,6 +602,7 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
         t->grad = t->grad_reserved != NULL
                       ? t->grad_reserved
                       : accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        t->grad_shadow = NULL;
         *fresh = t->grad != NULL;
         return t->grad;
     }

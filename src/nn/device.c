@@ -109,6 +109,11 @@ static accel_status copy_out(const nn_tensor *t, const float *src, float *dst, c
 
 accel_status nn_tensor_to_host(const nn_tensor *t, float *dst)
 {
+    if (t != NULL && t->data == NULL && nn_numel(t) > 0) { /* accel__nn_norm_operand's */
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "nn_tensor_to_host: the tensor holds only the 2-byte copy its "
+                             "products read (a GPT block's LayerNorm output under autocast)");
+    }
     return copy_out(t, t ? t->data : NULL, dst, "nn_tensor_to_host");
 }
 

@@ -200,14 +200,44 @@ accel_status nn_block_declare(nn_block_layer *l, nn_params *p, const char *prefi
     return ACCEL_OK;
 }
 
-nn_tensor *nn_block_forward(nn_ctx *g, const nn_block_layer *l, nn_tensor *x)
+/* LayerNorm l of x, or of x + r when r is not NULL (then *x becomes the sum): a residual add
+ * and the LayerNorm after it as one op (nn_add_layernorm, one pass on a GPU). products: only
+ * products read the output (a block's ln_1, ln_2), which on a GPU under autocast then holds
+ * only their 2-byte operand (accel__nn_norm_operand). */
+static nn_tensor *norm_after(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor **x, nn_tensor *r,
+                             int products)
 {
-    nn_tensor *h = nn_layernorm_forward(g, &l->ln_1, x);
+    if (products) {
+        return accel__nn_norm_operand(g, *x, r, l->weight, l->bias, l->eps, x);
+    }
+    if (r == NULL) {
+        return nn_layernorm_forward(g, l, *x);
+    }
+    return nn_add_layernorm(g, *x, r, l->weight, l->bias, l->eps, x);
+}
+
+/* A block of input x + r (r: the previous block's branch not added yet, or NULL) whose own
+ * last residual add is left to the next LayerNorm: returns the residual stream before it and
+ * *branch (the MLP's output) to add; NULL (and *branch NULL) on failure. */
+static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, nn_tensor *r,
+                             nn_tensor **branch)
+{
+    *branch = NULL;
+    nn_tensor *h = norm_after(g, &l->ln_1, &x, r, 1);
     h = nn_causal_attention(g, nn_linear_forward(g, &l->c_attn, h), l->n_head, l->dropout);
     h = nn_dropout(g, nn_linear_forward(g, &l->c_proj, h), l->dropout);
-    x = nn_add(g, x, h);
-    h = nn_mlp_forward(g, &l->mlp, nn_layernorm_forward(g, &l->ln_2, x));
-    return nn_add(g, x, h);
+    if (h == NULL) {
+        return NULL;
+    }
+    *branch = nn_mlp_forward(g, &l->mlp, norm_after(g, &l->ln_2, &x, h, 1));
+    return *branch != NULL ? x : NULL;
+}
+
+nn_tensor *nn_block_forward(nn_ctx *g, const nn_block_layer *l, nn_tensor *x)
+{
+    nn_tensor *m;
+    x = block_open(g, l, x, NULL, &m);
+    return x != NULL ? nn_add(g, x, m) : NULL;
 }
 
 struct nn_gpt {
@@ -365,11 +395,14 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
     nn_tensor *x = nn_add(g, nn_embedding_forward(g, &m->wte, ids, 2, bt),
                           nn_embedding_forward(g, &m->wpe, m->pos, 1, &T));
     x = nn_dropout(g, x, c->dropout);
+    /* Without recomputation a block's last residual add goes into the next LayerNorm (r: the
+     * branch still to add); a checkpointed block is a segment that ends with its add. */
+    nn_tensor *r = NULL;
     for (int i = 0; i < c->n_layer; i++) {
         x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
-                         : nn_block_forward(g, &m->h[i], x);
+                         : block_open(g, &m->h[i], x, r, &r);
     }
-    x = nn_layernorm_forward(g, &m->ln_f, x);
+    x = norm_after(g, &m->ln_f, &x, r, 0);
     if (logits_out == NULL && targets != NULL) {
         /* Training: the head and the loss in chunks, without the [B, T, V] logits. */
         nn_tensor *loss =

@@ -39,6 +39,10 @@ typedef struct nn_gpu_ops {
     nn_tensor *(*embedding)(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
                             const int64_t *shape);
     nn_tensor *(*layernorm)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
+    /* nn_add_layernorm (r may be NULL only with operand_only: nn_layernorm);
+     * operand_only: accel__nn_norm_operand. */
+    nn_tensor *(*add_layernorm)(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w, nn_tensor *b,
+                                float eps, nn_tensor **sum, int operand_only);
     nn_tensor *(*linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, nn_layout layout);
     /* nn_linear_gelu_linear with the tanh GELU. */
     nn_tensor *(*linear_gelu_linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,

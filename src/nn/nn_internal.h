@@ -182,6 +182,15 @@ nn_tensor *accel__nn_new(nn_ctx *g, int ndim, const int64_t *shape);
 /* The same with data of 2 bytes an element: an op's private tensor that holds autocast's
  * 2-byte values (the fused MLP's hidden h on a GPU), which only that op's code reads. */
 nn_tensor *accel__nn_new_half(nn_ctx *g, int ndim, const int64_t *shape);
+/* The same without data (data NULL): a GPU op output whose values only its half shadow holds
+ * (accel__nn_norm_operand). */
+nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape);
+/* LayerNorm of x, or of x + r (r non-NULL: nn_add_layernorm, *sum the sum), for an output that
+ * only products read (nn_linear, nn_linear_gelu_linear: a GPT block's ln_1 and ln_2). On the CPU
+ * exactly nn_layernorm / nn_add_layernorm; on a GPU under autocast (with shadows on) the output
+ * holds only its 2-byte shadow: data is NULL, and every op but those products refuses it. */
+nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                  nn_tensor *bias, float eps, nn_tensor **sum);
 /* Records an error (thread message + ctx first error) and returns NULL. */
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -242,7 +251,8 @@ int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in);
 nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *const *in, int n_in,
                           nn_backward_fn bw);
 /* The gradient of t (allocating the owner's zeroed gradient on first use), laid out like t;
- * NULL when t does not require grad. Only called during backward. */
+ * NULL when t does not require grad. Only called during backward, by a caller that will add to
+ * it: the owner's grad_shadow (its rounded copy, nn_tensor) is dropped. */
 float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
 /* The gradient of t for a backward that will overwrite all of it. When t is an owner whose
  * gradient does not exist yet, returns uninitialised arena memory and sets *fresh = 1: the

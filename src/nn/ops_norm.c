@@ -492,6 +492,33 @@ nn_tensor *nn_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_tensor *b
     return y;
 }
 
+nn_tensor *nn_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                            nn_tensor *bias, float eps, nn_tensor **sum)
+{
+    if (sum == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_add_layernorm: sum is NULL");
+    }
+    if (nn__use_gpu(g, x, r, weight) || nn__on_gpu(bias)) {
+        return accel__nn_gpu->add_layernorm(g, x, r, weight, bias, eps, sum, 0);
+    }
+    nn_tensor *s = nn_add(g, x, r);
+    nn_tensor *y = nn_layernorm(g, s, weight, bias, eps);
+    if (y != NULL) {
+        *sum = s;
+    }
+    return y;
+}
+
+nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                  nn_tensor *bias, float eps, nn_tensor **sum)
+{
+    if (nn__use_gpu(g, x, r, weight) || nn__on_gpu(bias)) {
+        return accel__nn_gpu->add_layernorm(g, x, r, weight, bias, eps, sum, 1);
+    }
+    return r != NULL ? nn_add_layernorm(g, x, r, weight, bias, eps, sum)
+                     : nn_layernorm(g, x, weight, bias, eps);
+}
+
 /* ---- embedding ---- */
 
 /* Scatter-add of gradient rows into the table, in row order (repeated ids sum serially). */

@@ -195,6 +195,9 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
         if (mine[k] || s->outer[k]->grad != NULL) {
             s->outer[k]->grad_reserved = NULL;
         }
+        /* A rounded copy of that gradient made by the replay lies above the mark (CUDA
+         * autocast's half shadows): it dies with the rewind. */
+        s->outer[k]->grad_shadow = NULL;
     }
     set_state(g, &now);
     accel__nn_arena_rewind(g, &m);

@@ -17,6 +17,10 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     *v = *x;
     v->base = x->base ? x->base : x;
     v->grad = NULL;
+    /* Shadows belong to the owner (accel__nn_cu_operand reads them there). */
+    v->shadow = NULL;
+    v->grad_shadow = NULL;
+    v->grad_shadow_rnd = 0;
     v->param_index = -1;
     v->use_ctx = NULL;
     v->next_ready = NULL;
@@ -182,7 +186,8 @@ nn_tensor *nn_slice(nn_ctx *g, nn_tensor *x, int dim, int64_t start, int64_t end
         return NULL;
     }
     v->shape[d] = end - start;
-    v->data = x->data + start * x->stride[d];
+    /* (a shell, accel__nn_norm_operand's output, has no data: its views neither) */
+    v->data = x->data != NULL ? x->data + start * x->stride[d] : NULL;
     v->offset = x->offset + start * x->stride[d];
     return v;
 }

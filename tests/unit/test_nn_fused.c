@@ -4,7 +4,8 @@
  * ops', for both GELU forms, both weight layouts, with and without biases, in fp32 and under
  * bf16 autocast. A GPT's MLP (nn_mlp_forward, which takes the fused op for GELU) gives the
  * same bits as the three ops too. The GPU's fused form (cuBLASLt epilogues) is compared with
- * this one in unit/test_nn_cuda.
+ * this one in unit/test_nn_cuda. nn_add_layernorm is exactly nn_add -> nn_layernorm (its GPU
+ * form, one kernel, is compared in unit/test_nn_cuda_shadow).
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -159,6 +160,56 @@ static void check_mlp(nn_ctx *g)
     nn_params_free(p);
 }
 
+/* nn_add_layernorm against nn_add + nn_layernorm: the LayerNorm's output, the sum, and the
+ * gradients of the two addends and of LayerNorm's weight and bias, through both outputs. */
+static void check_add_layernorm(nn_ctx *g)
+{
+    enum { R = 6, C = 20 };
+    float xs[R * C], rs[R * C], ws[C], bs[C], gout[R * C], out[2][5][R * C];
+    for (int i = 0; i < R * C; i++) {
+        xs[i] = 2.0f * frand();
+        rs[i] = frand();
+        gout[i] = frand();
+    }
+    for (int i = 0; i < C; i++) {
+        ws[i] = 1.0f + 0.2f * frand();
+        bs[i] = 0.2f * frand();
+    }
+    int64_t shape[2] = {R, C}, cshape[1] = {C};
+    for (int fused = 0; fused < 2; fused++) {
+        nn_ctx_reset(g);
+        nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, xs, 2, shape), 1);
+        nn_tensor *r = nn_tensor_requires_grad(nn_tensor_from(g, rs, 2, shape), 1);
+        nn_tensor *w = nn_tensor_requires_grad(nn_tensor_from(g, ws, 1, cshape), 1);
+        nn_tensor *b = nn_tensor_requires_grad(nn_tensor_from(g, bs, 1, cshape), 1);
+        nn_tensor *sum = NULL, *y;
+        if (fused) {
+            y = nn_add_layernorm(g, x, r, w, b, 1e-5f, &sum);
+        } else {
+            sum = nn_add(g, x, r);
+            y = nn_layernorm(g, sum, w, b, 1e-5f);
+        }
+        CHECK_MSG(y != NULL && sum != NULL, "%s", accel_last_error(NULL));
+        memcpy(out[fused][0], y->data, sizeof(out[0][0]));
+        memcpy(out[fused][1], sum->data, sizeof(out[0][0]));
+        nn_tensor *z = nn_add(g, y, nn_gelu(g, sum, 1));
+        CHECK_OK(NULL, nn_backward_grad(z, gout, NULL));
+        CHECK_OK(NULL, nn_tensor_grad_to_host(x, out[fused][2]));
+        CHECK_OK(NULL, nn_tensor_grad_to_host(r, out[fused][3]));
+        CHECK_OK(NULL, nn_tensor_grad_to_host(w, out[fused][4]));
+        CHECK_OK(NULL, nn_tensor_grad_to_host(b, out[fused][4] + C));
+    }
+    static const char *const names[5] = {"add_layernorm y", "sum", "dx", "dr", "dw | db"};
+    for (int k = 0; k < 5; k++) {
+        same_bits(names[k], out[1][k], out[0][k], k == 4 ? 2 * C : R * C);
+    }
+    nn_tensor *none = NULL;
+    CHECK(nn_add_layernorm(g, NULL, NULL, NULL, NULL, 1e-5f, NULL) == NULL);
+    CHECK(accel_last_status(NULL) == ACCEL_EINVAL);
+    CHECK(nn_add_layernorm(g, NULL, NULL, NULL, NULL, 1e-5f, &none) == NULL && none == NULL);
+    printf("  nn_add_layernorm: same bits as nn_add + nn_layernorm\n");
+}
+
 int main(void)
 {
     nn_ctx *g;
@@ -172,6 +223,7 @@ int main(void)
         check_op(g, (nn_layout)layout, 1, 1, 1, ACCEL_BF16);
     }
     check_mlp(g);
+    check_add_layernorm(g);
     nn_ctx_free(g);
     printf("test_nn_fused: ok\n");
     return 0;

@@ -92,6 +92,29 @@ __global__ void k_acc(float *dst, const float *src, int64_t n4, int64_t n, int r
     }
 }
 
+/* k_acc without rounding, also writing the result rounded to dt into the 2-byte h (a half
+ * shadow of dst): one more 8-byte store a vector instead of a rounding pass over dst. */
+__global__ void k_acc_shadow(float *dst, const float *src, int64_t n4, int64_t n, int write,
+                             void *h, int dt)
+{
+    GRID_LOOP(i, n4)
+    {
+        float4 v = ((const float4 *)src)[i];
+        if (!write) {
+            float4 o = ((const float4 *)dst)[i];
+            v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+        }
+        ((float4 *)dst)[i] = v;
+        ((uint2 *)h)[i] = pack_half4(v, dt);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        float v = write ? src[i] : dst[i] + src[i];
+        dst[i] = v;
+        ((uint16_t *)h)[i] = half_bits(v, dt);
+    }
+}
+
 /* A 2-byte value of dt (1 bf16, 2 fp16) as a float. */
 __device__ __forceinline__ float half_f(uint16_t h, int dt)
 {
@@ -364,6 +387,15 @@ cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, i
 {
     int64_t n4 = vec4_count(n, dst, src, NULL);
     k_acc<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_acc_shadow(cudaStream_t s, float *dst, const float *src, int64_t n, int write,
+                             void *h, int dt)
+{
+    /* The 2-byte shadow takes 8-byte stores. */
+    int64_t n4 = ((uintptr_t)h & 7) == 0 ? vec4_count(n, dst, src, NULL) : 0;
+    k_acc_shadow<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, write, h, dt);
     return cudaGetLastError();
 }
 

@@ -353,7 +353,8 @@ int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op)
     return 0;
 }
 
-int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
+/* shell_ok: input 0 may be a shell (accel__nn_norm_operand's output: no fp32 values). */
+static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, int shell_ok)
 {
     if (g == NULL) {
         accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", op);
@@ -399,6 +400,14 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
                            "%s: input %d is a strided view: not supported on CUDA yet", op, k);
             return 0;
         }
+        const nn_tensor *owner = t->base != NULL ? t->base : t;
+        if (owner->data == NULL && nn_numel(owner) > 0 && !(shell_ok && k == 0)) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: input %d holds only the 2-byte copy that products read (a GPT "
+                           "block's LayerNorm output under autocast): use nn_layernorm",
+                           op, k);
+            return 0;
+        }
         /* As the CPU ops' accel__nn_contig: a parameter is made present (a no-op but under
          * ZeRO-3, which refuses GPU models) and teaches NN_AUTOCAST_AUTO the model's dtype. */
         if (t->sink_materialize != NULL && accel__nn_param_use(t) != ACCEL_OK) {
@@ -411,6 +420,16 @@ int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
         }
     }
     return 1;
+}
+
+int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
+{
+    return check_inputs(g, op, ts, n, 0);
+}
+
+int accel__nn_cu_product_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
+{
+    return check_inputs(g, op, ts, n, 1);
 }
 
 int32_t *accel__nn_cu_ints(nn_ctx *g, const int32_t *h, int64_t n, const char *op)
@@ -438,6 +457,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .dropout = accel__nn_cu_dropout,
     .embedding = accel__nn_cu_embedding,
     .layernorm = accel__nn_cu_layernorm,
+    .add_layernorm = accel__nn_cu_add_layernorm,
     .linear = accel__nn_cu_linear,
     .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,

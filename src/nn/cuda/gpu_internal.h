@@ -49,9 +49,12 @@ static inline cudaStream_t nn__cu_stream(const nn_ctx *g)
 
 /* 1 when e is cudaSuccess; else records "op: CUDA: <error>" as the ctx's error and returns 0. */
 int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op);
-/* 1 when g computes on a GPU and each non-NULL tensor of ts is on it and contiguous; else
- * records an error naming op and the input and returns 0. */
+/* 1 when g computes on a GPU and each non-NULL tensor of ts is on it, contiguous and holds its
+ * fp32 values; else records an error naming op and the input and returns 0. The _product_
+ * form, for a product that reads ts[0] through accel__nn_cu_operand: ts[0] may hold only its
+ * half shadow (accel__nn_norm_operand's output; the operand then checks the dtype). */
 int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
+int accel__nn_cu_product_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
 /* A device copy of nbytes of host memory in the device arena, or NULL (ctx error set naming
  * op): the bytes are copied into the ctx's pinned staging and from there to the GPU by an
  * asynchronous copy on the compute stream, so h may be reused as soon as this returns and
@@ -65,11 +68,33 @@ int accel__nn_cu_rnd(accel_dtype dt);
  * sums need none), in per-op scratch; 0 and the ctx error on failure. */
 int accel__nn_cu_sum_parts(nn_ctx *g, int64_t rows, int64_t cols, int n, float **part);
 
-/* linear_gpu.c's helpers for the other GPU ops. The operand a product reads for t (t's data
- * in fp32; under autocast rnd a 2-byte copy, in the arena or, with `scratch`, per-op scratch,
- * or a parameter's working copy); NULL and the ctx error on failure. */
+/* shadow_gpu.c. The operand a product reads for t (t's data in fp32; under autocast rnd its
+ * half shadow, or a parameter's working copy, or a 2-byte copy, in the arena or, with
+ * `scratch`, per-op scratch); NULL and the ctx error on failure. accel__nn_cu_half_copy: n
+ * values of src rounded into such a copy (a pass of its own). */
 const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
                                  const char *what);
+void *accel__nn_cu_half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
+                             const char *what);
+/* Half shadows (nn_tensor.shadow / grad_shadow): the rounding a producer does for the
+ * product that reads its output (or gradient) rounded, in the pass that writes the fp32 values,
+ * instead of a separate pass. accel__nn_cu_shadow_rnd: the dtype (rnd) an op of g writes its
+ * output's shadow in, 0 for none (no autocast, or shadows off). accel__nn_cu_shadow_alloc:
+ * t's shadow (numel(t) 2-byte values in the arena), set on t (an owner) before its producer's
+ * kernel fills it; NULL and the ctx error on OOM. accel__nn_cu_grad_shadow_alloc: for a
+ * backward about to write all of owner t's gradient (fresh or added to), room for the shadow
+ * t's consumer asked for (t->grad_shadow_rnd), or NULL when none is wanted (or on OOM, the ctx
+ * error set); the caller sets t->grad_shadow once its kernel is queued (after taking the
+ * gradient, which drops an older shadow). accel__nn_cu_shadows_on: 1 unless they are off. */
+int accel__nn_cu_shadows_on(void);
+int accel__nn_cu_shadow_rnd(const nn_ctx *g);
+void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd);
+void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t);
+/* Test hooks: shadows on (1, the default; ACCEL_NN_SHADOW) or off (0: every operand rounded by
+ * its own pass), process-wide, not thread-safe; and how many such rounding passes
+ * (accel__nn_cu_operand's copies and linear backward's dY) were queued in this process. */
+void accel__nn_cu_set_shadows(int on);
+unsigned long accel__nn_cu_half_copies(void);
 /* Column-major D (m x n, fp32, ldd) = op(A) op(B) + beta D through cuBLASLt, A and B fp32 or
  * (rnd) 2-byte, fp32 accumulation; 0 and the ctx error (naming `what`) on failure. */
 int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
@@ -92,6 +117,8 @@ nn_tensor *accel__nn_cu_dropout(nn_ctx *g, nn_tensor *x, float p);
 nn_tensor *accel__nn_cu_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int ndim,
                                   const int64_t *shape);
 nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps);
+nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w,
+                                      nn_tensor *b, float eps, nn_tensor **sum, int operand_only);
 nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_t *targets,
                                       const nn_cross_entropy_options *opts);
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);

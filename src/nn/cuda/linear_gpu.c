@@ -357,40 +357,6 @@ static cudaDataType_t in_type(int rnd)
     return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
 }
 
-/* n values rounded into a 2-byte copy (dtype of rnd): in the device arena (kept for the
- * step), or in per-op scratch (scratch: backward's transients); NULL on failure. */
-static void *half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
-                       const char *what)
-{
-    void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
-    if (h == NULL ||
-        (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), src, h, n, rnd), what))) {
-        return NULL;
-    }
-    return h;
-}
-
-/* The operand as the product reads it: t itself in fp32; under autocast a parameter's
- * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
- * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
- * rounded 2-byte copy (in the arena; per-op scratch with `scratch`). */
-const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
-                                 const char *what)
-{
-    if (rnd == 0) {
-        return t->data;
-    }
-    if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
-        accel_tensor c;
-        t->sink_compute(t->sink_ctx, t->param_index, &c);
-        if (c.data != NULL && c.device.type == ACCEL_DEVICE_CUDA &&
-            c.dtype == (rnd == 1 ? ACCEL_BF16 : ACCEL_F16)) {
-            return c.data;
-        }
-    }
-    return half_copy(g, t->data, nn_numel(t), rnd, scratch, what);
-}
-
 int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
                         int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
                         int rnd, const char *what)
@@ -400,8 +366,10 @@ int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t
     return lt_matmul(g, &p, what);
 }
 
-/* grad (+)= the product of p, rounded under autocast: p->D is set here. */
-static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, const char *what)
+/* grad (+)= the product of p, rounded under autocast: p->D is set here. t: the tensor whose
+ * gradient grad is (an input's), or NULL (a weight's). */
+static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, nn_tensor *t, int fresh, int rnd,
+                       const char *what)
 {
     if (rnd == 0) {
         p->D = grad;
@@ -409,13 +377,26 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, int fresh, int rnd, con
         return lt_matmul(g, p, what);
     }
     /* The product stored rounded, in 2 bytes (the rounding rnd_dt would do on its fp32 copy),
-     * then widened into grad: 2 + 2 bytes an element in between instead of 4 + 4. */
+     * then widened into grad: 2 + 2 bytes an element in between instead of 4 + 4. A fresh
+     * gradient is then exactly those 2-byte values widened: when t's consumer asked for its
+     * gradient's shadow, they are it (kept in the arena instead of per-op scratch). */
     int64_t n = p->m * p->n;
-    p->D = accel__nn_dtmp_alloc(g, (size_t)n * 2);
+    int keep = fresh && t != NULL && t->base == NULL && t->grad_shadow_rnd == rnd;
+    p->D = keep ? accel__nn_cu_grad_shadow_alloc(g, t) : accel__nn_dtmp_alloc(g, (size_t)n * 2);
     p->d_type = in_type(rnd);
     p->beta = 0.0f;
-    return p->D != NULL && lt_matmul(g, p, what) &&
-           accel__nn_cu_ok(g, nn_cu_acc_half(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what);
+    if (p->D == NULL && keep && g->first_err == ACCEL_OK) { /* shadows off */
+        keep = 0;
+        p->D = accel__nn_dtmp_alloc(g, (size_t)n * 2);
+    }
+    if (p->D == NULL || !lt_matmul(g, p, what) ||
+        !accel__nn_cu_ok(g, nn_cu_acc_half(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what)) {
+        return 0;
+    }
+    if (keep) {
+        t->grad_shadow = p->D;
+    }
+    return 1;
 }
 
 /* What a linear node is (n->i[5]): a plain nn_linear, or one of the two products of
@@ -544,7 +525,12 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     const float *gy = n->out->grad;
     /* The first fused node's gradient (dZ) is 2-byte already under autocast (half_grad). */
     int half_gy = rnd != 0 && n->i[5] == LIN_FUSED_GELU;
-    const void *gyd = rnd && !half_gy ? half_copy(g, gy, M * out, rnd, 1, what) : gy;
+    /* The rounded dY: the shadow its writer made (the residual add's backward), else a copy. */
+    const nn_tensor *yt = n->out;
+    const void *gyd = !rnd || half_gy ? (const void *)gy
+                      : yt->grad_shadow != NULL && yt->grad_shadow_rnd == rnd
+                          ? yt->grad_shadow
+                          : accel__nn_cu_half_copy(g, gy, M * out, rnd, 1, what);
     if (gyd == NULL) {
         return;
     }
@@ -570,7 +556,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, &p, gx, fx, rnd, what)) {
+        } else if (!grad_matmul(g, &p, gx, x, fx, rnd, what)) {
             return;
         }
     }
@@ -594,7 +580,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, &p, gw, fw, rnd, what)) {
+        } else if (!grad_matmul(g, &p, gw, NULL, fw, rnd, what)) {
             return;
         }
     }
@@ -635,7 +621,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         return NULL;
     }
     nn_tensor *ins[3] = {x, w, bias};
-    if (!accel__nn_cu_inputs(g, what, ins, 3)) {
+    if (!accel__nn_cu_product_inputs(g, what, ins, 3)) {
         return NULL;
     }
     int64_t in, out, M;
@@ -659,7 +645,12 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         return NULL;
     }
     if (bias != NULL && half_out) { /* the CPU's rounded bias, exactly, in 2 bytes */
-        if ((bd = half_copy(g, bias->data, out, rnd, 0, what)) == NULL) {
+        /* (the working copy when the model keeps one, aligned as the epilogue needs) */
+        bd = accel__nn_cu_operand(g, bias, rnd, 0, what);
+        if (bd != NULL && alignment_of(bd) < 16) {
+            bd = accel__nn_cu_half_copy(g, bias->data, out, rnd, 0, what);
+        }
+        if (bd == NULL) {
             return NULL;
         }
     } else if (bias != NULL && rnd != 0) { /* the CPU's autocast rounds the bias too */
@@ -715,6 +706,9 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
         }
     }
     if (accel__nn_needs_grad(g, ins, 3)) {
+        /* Backward reads dY only rounded (but the fused first product's, 2-byte already):
+         * its writers are asked for a shadow. */
+        y->grad_shadow_rnd = kind != LIN_FUSED_GELU && accel__nn_cu_shadows_on() ? rnd : 0;
         static const char *const names[] = {"linear", "linear_dgelu", "linear_gelu"};
         nn_node *n = accel__nn_record(g, names[kind], y, ins, 3, linear_backward);
         if (n == NULL) {

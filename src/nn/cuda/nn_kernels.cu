@@ -79,30 +79,43 @@ __global__ void k_embedding_bwd(const int32_t *order, const int32_t *start, cons
 
 /* ---- LayerNorm ---- */
 
-__global__ void k_layernorm(const float *x, const float *w, const float *b, float *y, float *mean,
-                            float *rstd, int64_t C, float eps)
+/* x + res (the fused residual add) or x alone: the LayerNorm input, bit for bit k_add's sum. */
+__device__ __forceinline__ float ln_in(const nn_cu_ln &a, int64_t i)
+{
+    return a.res ? a.x[i] + a.res[i] : a.x[i];
+}
+
+__global__ void k_layernorm(nn_cu_ln a)
 {
     __shared__ float sh[32];
-    int64_t r = blockIdx.x;
-    const float *xr = x + r * C;
+    int64_t r = blockIdx.x, C = a.C, o = r * C;
     float s = 0.0f;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        s += xr[c];
+        s += ln_in(a, o + c);
     }
     float mu = block_reduce(s, sh, 0) / (float)C;
     float v = 0.0f;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float d = xr[c] - mu;
+        float d = ln_in(a, o + c) - mu;
         v += d * d;
     }
-    float rs = 1.0f / sqrtf(block_reduce(v, sh, 0) / (float)C + eps);
+    float rs = 1.0f / sqrtf(block_reduce(v, sh, 0) / (float)C + a.eps);
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float wc = w ? w[c] : 1.0f, bc = b ? b[c] : 0.0f;
-        y[r * C + c] = (xr[c] - mu) * rs * wc + bc;
+        float wc = a.w ? a.w[c] : 1.0f, bc = a.b ? a.b[c] : 0.0f, xv = ln_in(a, o + c);
+        float y = (xv - mu) * rs * wc + bc;
+        if (a.y) {
+            a.y[o + c] = y;
+        }
+        if (a.res) {
+            a.sum[o + c] = xv;
+        }
+        if (a.yh) {
+            ((uint16_t *)a.yh)[o + c] = half_bits(y, a.dt);
+        }
     }
     if (threadIdx.x == 0) {
-        mean[r] = mu;
-        rstd[r] = rs;
+        a.mean[r] = mu;
+        a.rstd[r] = rs;
     }
 }
 
@@ -144,22 +157,27 @@ __device__ __forceinline__ float sum4(float4 v)
 }
 
 template <int LN_VECS>
-__global__ void __launch_bounds__(32 * LN_ROWS)
-    k_layernorm_warp(const float *x, const float *w, const float *b, float *y, float *mean,
-                     float *rstd, int64_t rows, int64_t C, float eps)
+__global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_warp(nn_cu_ln a)
 {
     int lane = threadIdx.x & 31;
-    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), n4 = C / 4;
-    if (r >= rows) {
+    int64_t r = (int64_t)blockIdx.x * LN_ROWS + (threadIdx.x >> 5), C = a.C, n4 = C / 4;
+    if (r >= a.rows) {
         return; /* the whole warp */
     }
-    const float4 *xr = (const float4 *)(x + r * C);
+    const float4 *xr = (const float4 *)(a.x + r * C);
+    const float4 *rr = a.res != NULL ? (const float4 *)(a.res + r * C) : NULL;
+    float4 *sr = a.res != NULL ? (float4 *)(a.sum + r * C) : NULL;
     float4 v[LN_VECS];
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < LN_VECS; i++) {
         int64_t j = lane + 32 * i;
         v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (rr != NULL && j < n4) { /* the residual add, stored as k_add would */
+            float4 u = rr[j];
+            v[i] = make_float4(v[i].x + u.x, v[i].y + u.y, v[i].z + u.z, v[i].w + u.w);
+            sr[j] = v[i];
+        }
         s += sum4(v[i]);
     }
     float mu = warp_sum(s) / (float)C, q = 0.0f;
@@ -170,20 +188,28 @@ __global__ void __launch_bounds__(32 * LN_ROWS)
             q += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
         }
     }
-    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
-    float4 *yr = (float4 *)(y + r * C);
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + a.eps);
+    float4 *yr = a.y != NULL ? (float4 *)(a.y + r * C) : NULL;
+    uint2 *hr = a.yh != NULL ? (uint2 *)((uint16_t *)a.yh + r * C) : NULL;
 #pragma unroll
     for (int i = 0; i < LN_VECS; i++) {
         int64_t j = lane + 32 * i;
         if (j < n4) {
-            float4 wc = ld4_or(w, j, 1.0f), bc = ld4_or(b, j, 0.0f);
-            yr[j] = make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
-                                (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
+            float4 wc = ld4_or(a.w, j, 1.0f), bc = ld4_or(a.b, j, 0.0f);
+            float4 y =
+                make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
+                            (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
+            if (yr != NULL) {
+                yr[j] = y;
+            }
+            if (hr != NULL) { /* the half shadow: k_to_half's bits, 8 bytes a lane */
+                hr[j] = pack_half4(y, a.dt);
+            }
         }
     }
     if (lane == 0) {
-        mean[r] = mu;
-        rstd[r] = rs;
+        a.mean[r] = mu;
+        a.rstd[r] = rs;
     }
 }
 
@@ -536,12 +562,10 @@ static int ln_vecs(int64_t C, const void *a, const void *b, const void *c, const
     return C <= 128 * 2 ? 2 : C <= 128 * 4 ? 4 : C <= 128 * 6 ? 6 : 8;
 }
 
-template <int V>
-static void ln_fwd_warp(cudaStream_t s, const float *x, const float *w, const float *b, float *y,
-                        float *mean, float *rstd, int64_t rows, int64_t C, float eps)
+template <int V> static void ln_fwd_warp(cudaStream_t s, const nn_cu_ln &a)
 {
-    unsigned grid = (unsigned)((rows + LN_ROWS - 1) / LN_ROWS);
-    k_layernorm_warp<V><<<grid, 32 * LN_ROWS, 0, s>>>(x, w, b, y, mean, rstd, rows, C, eps);
+    unsigned grid = (unsigned)((a.rows + LN_ROWS - 1) / LN_ROWS);
+    k_layernorm_warp<V><<<grid, 32 * LN_ROWS, 0, s>>>(a);
 }
 
 template <int V> static void ln_bwd_warp(cudaStream_t s, const ln_bwd_args &a)
@@ -591,21 +615,22 @@ cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int3
     return cudaGetLastError();
 }
 
-cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
-                            float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps)
+cudaError_t nn_cu_layernorm(cudaStream_t s, const nn_cu_ln *a)
 {
-    /* x and y: the rows' starts are aligned when the pointers are (C % 4 == 0). */
-    int nv = ln_vecs(C, x, w, b, y);
+    /* x and y: the rows' starts are aligned when the pointers are (C % 4 == 0); the residual,
+     * the sum and the shadow (8-byte stores: 16-byte aligned rows too) likewise. */
+    uintptr_t more = (uintptr_t)a->res | (uintptr_t)a->sum | (uintptr_t)a->yh;
+    int nv = (more & 15) == 0 ? ln_vecs(a->C, a->x, a->w, a->b, a->y) : 0;
     if (nv == 2) {
-        ln_fwd_warp<2>(s, x, w, b, y, mean, rstd, rows, C, eps);
+        ln_fwd_warp<2>(s, *a);
     } else if (nv == 4) {
-        ln_fwd_warp<4>(s, x, w, b, y, mean, rstd, rows, C, eps);
+        ln_fwd_warp<4>(s, *a);
     } else if (nv == 6) {
-        ln_fwd_warp<6>(s, x, w, b, y, mean, rstd, rows, C, eps);
+        ln_fwd_warp<6>(s, *a);
     } else if (nv == 8) {
-        ln_fwd_warp<8>(s, x, w, b, y, mean, rstd, rows, C, eps);
+        ln_fwd_warp<8>(s, *a);
     } else {
-        k_layernorm<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, w, b, y, mean, rstd, C, eps);
+        k_layernorm<<<(unsigned)a->rows, ROW_THREADS, 0, s>>>(*a);
     }
     return cudaGetLastError();
 }

@@ -31,6 +31,10 @@ cudaError_t nn_cu_add(cudaStream_t s, const float *a, int64_t na, const float *b
                       float *y);
 /* dst[i] (+)= rnd(src[i]). */
 cudaError_t nn_cu_acc(cudaStream_t s, float *dst, const float *src, int64_t n, int rnd, int write);
+/* dst[i] (+)= src[i], and h[i] = the new dst[i] rounded to dt (1 bf16, 2 fp16) in 2 bytes (a
+ * half shadow of dst; nn_cu_to_half's bits). */
+cudaError_t nn_cu_acc_shadow(cudaStream_t s, float *dst, const float *src, int64_t n, int write,
+                             void *h, int dt);
 /* dst[i] (+)= src[i], src bf16 (dt 1) or fp16 (dt 2). */
 cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t n, int dt,
                            int write);
@@ -67,9 +71,22 @@ cudaError_t nn_cu_embedding_bwd(cudaStream_t s, const int32_t *order, const int3
                                 const int32_t *gid, int64_t nd, const float *gy, int64_t C,
                                 float *gw);
 
-/* LayerNorm over rows of C (w / b may be NULL: ones / zeros); saves mean and 1/std. */
-cudaError_t nn_cu_layernorm(cudaStream_t s, const float *x, const float *w, const float *b,
-                            float *y, float *mean, float *rstd, int64_t rows, int64_t C, float eps);
+/* LayerNorm over rows of C of x, or of x + res (res non-NULL: a residual add fused in, the
+ * sum, k_add's bits, also stored into sum): y = its output (w / b may be NULL: ones / zeros;
+ * y may be NULL: not stored), with yh non-NULL also y rounded to dt (1 bf16, 2 fp16) into the
+ * 2-byte yh (a half shadow, nn_cu_to_half's bits); saves mean and 1/std per row. */
+typedef struct nn_cu_ln {
+    const float *x, *res;
+    float *sum;
+    const float *w, *b;
+    float *y;
+    void *yh;
+    int dt;
+    float *mean, *rstd;
+    int64_t rows, C;
+    float eps;
+} nn_cu_ln;
+cudaError_t nn_cu_layernorm(cudaStream_t s, const nn_cu_ln *a);
 /* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients, each summed
  * over the rows in a fixed order: with gx, where C is a multiple of 4 up to 1024 and the
  * pointers 16-byte aligned, in blocks of 128 rows (8 runs of 16 consecutive rows, each in row

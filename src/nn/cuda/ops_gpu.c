@@ -29,11 +29,20 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (nt != ny && !accel__nn_cu_sum_parts(g, rows, nt, 1, &part)) {
             return;
         }
-        cudaError_t e = nt == ny ? nn_cu_acc(nn__cu_stream(g), gt, gy, ny, 0, fresh)
-                                 : nn_cu_col_sum(nn__cu_stream(g), gy, 0, rows, nt, gt, 0, 0, part);
+        /* A linear's output (the residual branch) gets its gradient rounded too, in this
+         * pass, for that linear's backward products (its grad_shadow_rnd asks for it). */
+        void *h = nt == ny && ny > 0 ? accel__nn_cu_grad_shadow_alloc(g, t) : NULL;
+        if (h == NULL && g->first_err != ACCEL_OK) {
+            return;
+        }
+        cudaStream_t cs = nn__cu_stream(g);
+        cudaError_t e = h != NULL  ? nn_cu_acc_shadow(cs, gt, gy, ny, fresh, h, t->grad_shadow_rnd)
+                        : nt == ny ? nn_cu_acc(cs, gt, gy, ny, 0, fresh)
+                                   : nn_cu_col_sum(cs, gy, 0, rows, nt, gt, 0, 0, part);
         if (!accel__nn_cu_ok(g, e, "nn_add (backward)")) {
             return;
         }
+        t->grad_shadow = h;
     }
 }
 
@@ -271,13 +280,18 @@ static void ln_backward(nn_ctx *g, nn_node *n)
                     "nn_layernorm (backward)");
 }
 
-nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps)
+/* LayerNorm of x, or (r non-NULL, the same shape as x) of the sum x + r, which *sum receives:
+ * one kernel, and the tape nodes the two ops would record (the add's, then the LayerNorm's).
+ * operand_only: the output is read only by products, so with a shadow its fp32 values are not
+ * stored at all (a shell tensor: 4 bytes an element neither written nor allocated). */
+static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w, nn_tensor *b,
+                             float eps, nn_tensor **sum, int operand_only)
 {
     if (x == NULL) {
         return NULL;
     }
-    nn_tensor *in[3] = {x, w, b};
-    if (!accel__nn_cu_inputs(g, "nn_layernorm", in, 3)) {
+    nn_tensor *in[4] = {x, w, b, r};
+    if (!accel__nn_cu_inputs(g, r ? "nn_add_layernorm" : "nn_layernorm", in, r ? 4 : 3)) {
         return NULL;
     }
     if (x->ndim < 1) {
@@ -290,21 +304,35 @@ nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tens
                               "elements",
                               (long long)C);
     }
-    nn_tensor *y = accel__nn_new(g, x->ndim, x->shape);
+    /* Under autocast the output's rounded copy too, for the product that normally reads it
+     * (2 more bytes an element here instead of a 6-byte rounding pass there). */
+    int rnd = accel__nn_cu_shadow_rnd(g);
+    int shell = operand_only && rnd != 0 && rows * C > 0;
+    nn_tensor *s = r != NULL ? accel__nn_new(g, x->ndim, x->shape) : NULL;
+    nn_tensor *y = r != NULL && s == NULL ? NULL
+                   : shell                ? accel__nn_new_shell(g, x->ndim, x->shape)
+                                          : accel__nn_new(g, x->ndim, x->shape);
     float *mean = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
     float *rstd = accel__nn_dalloc(g, (size_t)rows * sizeof(float));
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    if (rows > 0 &&
-        !accel__nn_cu_ok(g,
-                         nn_cu_layernorm(nn__cu_stream(g), x->data, w ? w->data : NULL,
-                                         b ? b->data : NULL, y->data, mean, rstd, rows, C, eps),
-                         "nn_layernorm")) {
+    nn_cu_ln a = {x->data, r ? r->data : NULL, s ? s->data : NULL, w ? w->data : NULL,
+                  b ? b->data : NULL, y->data, NULL, rnd, mean, rstd, rows, C, eps};
+    if (rnd != 0 && rows * C > 0 && (a.yh = accel__nn_cu_shadow_alloc(g, y, rnd)) == NULL) {
         return NULL;
     }
-    if (accel__nn_needs_grad(g, in, 3)) {
-        nn_node *n = accel__nn_record(g, "layernorm", y, in, 3, ln_backward);
+    if (rows > 0 && !accel__nn_cu_ok(g, nn_cu_layernorm(nn__cu_stream(g), &a), "nn_layernorm")) {
+        return NULL;
+    }
+    nn_tensor *ar[2] = {x, r};
+    if (r != NULL && accel__nn_needs_grad(g, ar, 2) &&
+        !accel__nn_record(g, "add", s, ar, 2, add_backward)) {
+        return NULL;
+    }
+    nn_tensor *lin[3] = {r != NULL ? s : x, w, b};
+    if (accel__nn_needs_grad(g, lin, 3)) {
+        nn_node *n = accel__nn_record(g, "layernorm", y, lin, 3, ln_backward);
         if (n == NULL) {
             return NULL;
         }
@@ -313,7 +341,32 @@ nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tens
         n->p[0] = mean;
         n->p[1] = rstd;
     }
+    if (sum != NULL) {
+        *sum = s;
+    }
     return y;
+}
+
+nn_tensor *accel__nn_cu_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, float eps)
+{
+    return ln_forward(g, x, NULL, w, b, eps, NULL, 0);
+}
+
+nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w,
+                                      nn_tensor *b, float eps, nn_tensor **sum, int operand_only)
+{
+    if (x == NULL || (r == NULL && !operand_only)) {
+        return NULL;
+    }
+    if (r != NULL && !accel__nn_same_shape(x, r)) { /* a broadcast: the two ops */
+        nn_tensor *s = accel__nn_cu_add(g, x, r);
+        nn_tensor *y = s != NULL ? ln_forward(g, s, NULL, w, b, eps, NULL, operand_only) : NULL;
+        if (y != NULL) {
+            *sum = s;
+        }
+        return y;
+    }
+    return ln_forward(g, x, r, w, b, eps, r != NULL ? sum : NULL, operand_only);
 }
 
 /* ---- fused softmax + cross entropy over the last dim ---- */

@@ -1,0 +1,114 @@
+/*
+ * The operands that products read under bf16 / fp16 autocast (accel__nn_cu_operand): a
+ * tensor's half shadow when its producer wrote one (nn_tensor.shadow, grad_shadow: the 2-byte
+ * values written in the producer's own pass), a parameter's working copy, else a rounding pass
+ * of their own (accel__nn_cu_half_copy, counted for the tests). Also the switch that turns
+ * shadows off (ACCEL_NN_SHADOW) and their allocation. Invariant: a shadow holds exactly the
+ * values a rounding pass would make from the fp32 values, so reading it changes no bit.
+ */
+#include <pthread.h>
+
+#include "gpu_internal.h"
+
+/* Rounding passes queued by accel__nn_cu_half_copy (accel__nn_cu_half_copies). */
+static unsigned long n_half_copies;
+
+unsigned long accel__nn_cu_half_copies(void)
+{
+    return n_half_copies;
+}
+
+/* Whether producers write half shadows (ACCEL_NN_SHADOW, read once; the test hook
+ * accel__nn_cu_set_shadows): 1 (the default) or 0, every product operand rounded by its own
+ * pass as before them (A/B timing, and the tests' reference for bit-identical results). */
+static int shadows_on = 1;
+static pthread_once_t shadow_once = PTHREAD_ONCE_INIT;
+
+static void shadow_read_env(void)
+{
+    long long v;
+    if (accel__env_int("ACCEL_NN_SHADOW", &v) == ACCEL_OK) {
+        shadows_on = v != 0;
+    }
+}
+
+void accel__nn_cu_set_shadows(int on)
+{
+    pthread_once(&shadow_once, shadow_read_env);
+    shadows_on = on;
+}
+
+int accel__nn_cu_shadows_on(void)
+{
+    pthread_once(&shadow_once, shadow_read_env);
+    return shadows_on;
+}
+
+int accel__nn_cu_shadow_rnd(const nn_ctx *g)
+{
+    return accel__nn_cu_shadows_on() ? accel__nn_cu_rnd(nn__autocast(g)) : 0;
+}
+
+void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd)
+{
+    void *h = accel__nn_dalloc(g, (size_t)nn_numel(t) * 2);
+    if (h != NULL) {
+        t->shadow = h;
+        t->shadow_rnd = rnd;
+    }
+    return h;
+}
+
+void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t)
+{
+    if (t->base != NULL || t->grad_shadow_rnd == 0 || !accel__nn_cu_shadows_on()) {
+        return NULL;
+    }
+    return accel__nn_dalloc(g, (size_t)nn_numel(t) * 2);
+}
+
+void *accel__nn_cu_half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, int scratch,
+                             const char *what)
+{
+    n_half_copies++;
+    void *h = scratch ? accel__nn_dtmp_alloc(g, (size_t)n * 2) : accel__nn_dalloc(g, (size_t)n * 2);
+    if (h == NULL ||
+        (n > 0 && !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), src, h, n, rnd), what))) {
+        return NULL;
+    }
+    return h;
+}
+
+/* The operand as the product reads it: t itself in fp32; under autocast the shadow its
+ * producer wrote (of t's owner: a contiguous view reads it at its offset), or a parameter's
+ * working copy on the GPU when the model keeps one in that dtype (the master rounded, the
+ * same values a copy would hold, valid from accel_prepare to the next optimizer step), else a
+ * rounded 2-byte copy (in the arena; per-op scratch with `scratch`). */
+const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scratch,
+                                 const char *what)
+{
+    const nn_tensor *owner = t->base != NULL ? t->base : t;
+    if (rnd != 0 && owner->shadow != NULL && owner->shadow_rnd == rnd) {
+        return (const uint16_t *)owner->shadow + t->offset;
+    }
+    if (owner->data == NULL && nn_numel(owner) > 0) { /* a shell read in another dtype */
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "%s: the input holds only its %s copy (a GPT block's LayerNorm output) "
+                       "and the product reads %s",
+                       what, owner->shadow_rnd == 1 ? "bf16" : "fp16",
+                       rnd == 1 ? "bf16" : rnd == 2 ? "fp16" : "fp32");
+        return NULL;
+    }
+    if (rnd == 0) {
+        return t->data;
+    }
+    if (t->sink_compute != NULL && t->base == NULL && t->param_index >= 0) {
+        accel_tensor c;
+        t->sink_compute(t->sink_ctx, t->param_index, &c);
+        if (c.data != NULL && c.device.type == ACCEL_DEVICE_CUDA &&
+            c.dtype == (rnd == 1 ? ACCEL_BF16 : ACCEL_F16)) {
+            return c.data;
+        }
+    }
+    return accel__nn_cu_half_copy(g, t->data, nn_numel(t), rnd, scratch, what);
+}

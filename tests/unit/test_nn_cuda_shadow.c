@@ -1,0 +1,317 @@
+/* ACCEL_TEST_LABELS: gpu
+ *
+ * Half shadows on CUDA (nn_tensor.shadow / grad_shadow, src/nn/cuda/linear_gpu.c): under bf16 /
+ * fp16 autocast LayerNorm's forward writes its output's 2-byte copy and the residual add's
+ * backward the 2-byte copy of a linear output's gradient, which the products then read instead
+ * of rounding the fp32 values in a pass of their own. Through tests/nn_cuda_check.h (random
+ * inputs, NaN-poisoned GPU arena), a GPT-2 block (LayerNorm, qkv product, attention,
+ * projection, residual add, LayerNorm, fused MLP, residual add):
+ *  - against the CPU under bf16 and fp16 autocast (2e-2: the fused MLP's tolerance);
+ *  - on the GPU with shadows on and off: the same bits, output and every input gradient, and
+ *    under autocast 4 rounding passes fewer per block (qkv's, the projection's and the MLP's
+ *    inputs, the projection's and the MLP's output gradients; attention's output and qkv's
+ *    gradient still take their pass);
+ * with variants: the projection's output also read by GELU, whose backward adds to its
+ * gradient after the residual add wrote it and its shadow (the shadow must be dropped, not read
+ * stale); the qkv product reading a slice of LayerNorm's output at an offset (the owner's
+ * shadow at the view's offset); the projection applied twice (the second product's 2-byte
+ * input gradient kept as the first's dY shadow); and the LayerNorms as the GPT's blocks make
+ * them (accel__nn_norm_operand: under autocast the output holds only its shadow, no fp32
+ * values; also in fp32, where it is a plain output). Such an output is refused by the ops that
+ * read fp32 values and by a product in another dtype.
+ * And nn_add_layernorm (the residual add fused into LayerNorm's kernel, which also writes the
+ * shadow): against the CPU, and bit for bit against nn_add + nn_layernorm on the GPU, with a
+ * width the register-row kernel takes (32), one it does not (30), and a broadcast residual
+ * (the two ops), under bf16 autocast and in fp32. Last, a checkpointed segment whose replay
+ * writes the shadow of an outside tensor's gradient above its mark: dropped at the rewind.
+ * Exits 77 (skipped) where the build has no CUDA or no GPU can be used.
+ */
+#include "nn_cuda_check.h"
+
+/* nn_internal.h: LayerNorm (of x + r) whose output only products read, as the GPT's blocks. */
+nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
+                                  nn_tensor *bias, float eps, nn_tensor **sum);
+#ifdef ACCEL_HAVE_CUDA
+void accel__nn_cu_set_shadows(int on);        /* gpu_internal.h */
+unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h */
+#else
+static void accel__nn_cu_set_shadows(int on)
+{
+    (void)on;
+}
+static unsigned long accel__nn_cu_half_copies(void)
+{
+    return 0;
+}
+#endif
+
+enum { B = 3, T = 16, C = 32, H = 2 };
+
+typedef struct block_arg {
+    int also_gelu; /* the projection's output read by GELU too, before the residual add */
+    int slice;     /* the qkv product reads rows [1, B) of LayerNorm's output (a view) */
+    int chain;     /* the projection twice: the second's input gradient is the first's dY */
+    int operand;   /* the LayerNorms as the GPT's blocks make them (accel__nn_norm_operand) */
+} block_arg;
+
+/* in: x [B, T, C], LayerNorm weight [C], c_attn [C, 3C], c_proj [C, C], c_fc [C, 4C],
+ * c_proj (MLP) [4C, C]; all [in, out]. */
+static nn_tensor *f_block(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const block_arg *a = arg;
+    nn_tensor *x = in[0];
+    if (a->slice) {
+        x = nn_slice(g, x, 0, 1, B);
+    }
+    nn_tensor *h = a->operand ? accel__nn_norm_operand(g, in[0], NULL, in[1], NULL, 1e-5f, NULL)
+                              : nn_layernorm(g, in[0], in[1], NULL, 1e-5f);
+    if (a->slice) {
+        h = nn_slice(g, h, 0, 1, B);
+    }
+    nn_tensor *qkv = nn_linear(g, h, in[2], NULL, NN_LAYOUT_IN_OUT);
+    nn_tensor *p =
+        nn_linear(g, nn_causal_attention(g, qkv, H, 0.0f), in[3], NULL, NN_LAYOUT_IN_OUT);
+    if (a->chain) {
+        p = nn_linear(g, p, in[3], NULL, NN_LAYOUT_IN_OUT);
+    }
+    nn_tensor *z = a->also_gelu ? nn_gelu(g, p, 1) : NULL;
+    if (a->operand) { /* as nn_block_forward: the residual add in ln_2's kernel */
+        h = accel__nn_norm_operand(g, x, p, in[1], NULL, 1e-5f, &x);
+    } else {
+        x = nn_add(g, x, p);
+        if (z != NULL) {
+            x = nn_add(g, x, z);
+        }
+        h = nn_layernorm(g, x, in[1], NULL, 1e-5f);
+    }
+    nn_tensor *m = nn_linear_gelu_linear(g, h, in[4], NULL, in[5], NULL, NN_LAYOUT_IN_OUT, 1);
+    return nn_add(g, x, m);
+}
+
+static const in_spec specs[6] = {
+    {3, {B, T, C}, 1.0f, 0.0f, 1}, {1, {C}, 0.2f, 1.0f, 1},        {2, {C, 3 * C}, 0.3f, 0.0f, 1},
+    {2, {C, C}, 0.3f, 0.0f, 1},    {2, {C, 4 * C}, 0.3f, 0.0f, 1}, {2, {4 * C, C}, 0.3f, 0.0f, 1},
+};
+
+/* The block on the GPU with shadows off and on: identical bits, and the passes saved. */
+static void check_same_bits(const char *name, const block_arg *a, int autocast)
+{
+    float *data[6];
+    for (int k = 0; k < 6; k++) {
+        int64_t n = numel(specs[k].ndim, specs[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = specs[k].offset + specs[k].scale * frand();
+        }
+    }
+    int64_t ny = (a->slice ? B - 1 : B) * T * C;
+    float *gout = xmalloc((size_t)ny * sizeof(float));
+    for (int64_t i = 0; i < ny; i++) {
+        gout[i] = frand();
+    }
+    unsigned long c0 = accel__nn_cu_half_copies();
+    accel__nn_cu_set_shadows(0);
+    run_out off = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    unsigned long c1 = accel__nn_cu_half_copies();
+    accel__nn_cu_set_shadows(1);
+    run_out on = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    unsigned long c2 = accel__nn_cu_half_copies();
+    CHECK(on.ny == off.ny && on.ny == ny);
+    CHECK_MSG(memcmp(on.y, off.y, (size_t)ny * sizeof(float)) == 0,
+              "%s: the output differs with shadows", name);
+    for (int k = 0; k < 6; k++) {
+        size_t nbytes = (size_t)numel(specs[k].ndim, specs[k].shape) * sizeof(float);
+        CHECK_MSG(memcmp(on.grads[k], off.grads[k], nbytes) == 0,
+                  "%s: the gradient of input %d differs with shadows", name, k);
+    }
+    /* The projection's gradient shadow is dropped when GELU adds to it: one pass comes back.
+     * Chained, the first projection's dY is the second's 2-byte input-gradient product. */
+    unsigned long saved = autocast == ACCEL_F32 ? 0 : a->also_gelu ? 3 : a->chain ? 5 : 4;
+    printf("  %-34s same bits; rounding passes %lu without shadows, %lu with\n", name, c1 - c0,
+           c2 - c1);
+    CHECK_MSG(c1 - c0 == (c2 - c1) + saved, "%s: %lu rounding passes saved, expected %lu", name,
+              (c1 - c0) - (c2 - c1), saved);
+    free_run(&off, 6);
+    free_run(&on, 6);
+    free(gout);
+    for (int k = 0; k < 6; k++) {
+        free(data[k]);
+    }
+}
+
+/* ---- nn_add_layernorm: the residual add fused into the LayerNorm after it ---- */
+
+typedef struct addln_arg {
+    int fused;
+    int bcast; /* r is [C], broadcast over the rows (not fused: the two ops) */
+} addln_arg;
+
+/* in: x [rows, C], r ([rows, C] or [C]), LayerNorm weight and bias [C], w [C, C]. Both outputs
+ * go on: linear(LN(x + r)) + gelu(x + r). */
+static nn_tensor *f_addln(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const addln_arg *a = arg;
+    nn_tensor *s = NULL, *y;
+    if (a->fused) {
+        y = nn_add_layernorm(g, in[0], in[1], in[2], in[3], 1e-5f, &s);
+    } else {
+        s = nn_add(g, in[0], in[1]);
+        y = nn_layernorm(g, s, in[2], in[3], 1e-5f);
+    }
+    return nn_add(g, nn_linear(g, y, in[4], NULL, NN_LAYOUT_IN_OUT), nn_gelu(g, s, 1));
+}
+
+/* Fused and as two ops, against the CPU and bit for bit against each other on the GPU; C a
+ * multiple of 4 (the register-row kernel) or not (one block per row). */
+static void test_add_layernorm(int64_t width, int bcast, int autocast)
+{
+    enum { ROWS = 37 };
+    in_spec s[5] = {{2, {ROWS, width}, 1.0f, 0.0f, 1},
+                    {bcast ? 1 : 2, {bcast ? width : ROWS, width}, 1.0f, 0.0f, 1},
+                    {1, {width}, 0.2f, 1.0f, 1},
+                    {1, {width}, 0.2f, 0.0f, 1},
+                    {2, {width, width}, 0.3f, 0.0f, 1}};
+    char name[96];
+    snprintf(name, sizeof(name), "add_layernorm width %lld%s %s", (long long)width,
+             bcast ? " broadcast" : "", autocast == ACCEL_BF16 ? "bf16" : "fp32");
+    addln_arg fused = {1, bcast}, two = {0, bcast};
+    double tol = autocast == ACCEL_BF16 ? 2e-2 : 1e-4;
+    check_case(name, s, 5, f_addln, &fused, autocast, 0, tol, tol);
+    float *data[5];
+    for (int k = 0; k < 5; k++) {
+        int64_t n = numel(s[k].ndim, s[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = s[k].offset + s[k].scale * frand();
+        }
+    }
+    float *gout = xmalloc((size_t)(ROWS * width) * sizeof(float));
+    for (int64_t i = 0; i < ROWS * width; i++) {
+        gout[i] = frand();
+    }
+    run_out r1 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &fused, gout, 0);
+    run_out r2 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &two, gout, 0);
+    CHECK_MSG(memcmp(r1.y, r2.y, (size_t)(ROWS * width) * sizeof(float)) == 0,
+              "%s: fused output differs from the two ops'", name);
+    for (int k = 0; k < 5; k++) {
+        size_t nbytes = (size_t)numel(s[k].ndim, s[k].shape) * sizeof(float);
+        CHECK_MSG(memcmp(r1.grads[k], r2.grads[k], nbytes) == 0,
+                  "%s: gradient of input %d differs from the two ops'", name, k);
+    }
+    printf("  %-34s same bits as nn_add + nn_layernorm\n", name);
+    free_run(&r1, 5);
+    free_run(&r2, 5);
+    free(gout);
+    for (int k = 0; k < 5; k++) {
+        free(data[k]);
+    }
+}
+
+/* accel__nn_norm_operand's output on the GPU under autocast holds no fp32 values: the ops that
+ * would read them refuse it, naming it, and so does a product in another dtype; in fp32 it is a
+ * plain output. */
+static void test_shell(void)
+{
+    int64_t shape[2] = {4, C}, wshape[2] = {C, C};
+    float xs[4 * C], ws[C * C], v[4 * C];
+    for (int i = 0; i < 4 * C; i++) {
+        xs[i] = frand();
+    }
+    for (int i = 0; i < C * C; i++) {
+        ws[i] = frand();
+    }
+    prepare(ggpu, 1, ACCEL_BF16);
+    nn_tensor *x = nn_tensor_from(ggpu, xs, 2, shape), *w = nn_tensor_from(ggpu, ws, 2, wshape);
+    CHECK(x != NULL && w != NULL);
+    nn_tensor *h = accel__nn_norm_operand(ggpu, x, NULL, NULL, NULL, 1e-5f, NULL);
+    CHECK_MSG(h != NULL && h->data == NULL && h->shadow != NULL, "%s", accel_last_error(NULL));
+    nn_tensor *y = nn_linear(ggpu, h, w, NULL, NN_LAYOUT_IN_OUT);
+    CHECK_MSG(y != NULL && nn_tensor_to_host(y, v) == ACCEL_OK, "%s", accel_last_error(NULL));
+    CHECK(nn_tensor_to_host(h, v) == ACCEL_ESTATE);
+    CHECK(nn_gelu(ggpu, h, 1) == NULL);
+    CHECK_MSG(strstr(accel_last_error(NULL), "holds only the 2-byte copy") != NULL, "%s",
+              accel_last_error(NULL));
+    nn_ctx_set_autocast(ggpu, ACCEL_F16);
+    CHECK(nn_linear(ggpu, h, w, NULL, NN_LAYOUT_IN_OUT) == NULL);
+    CHECK_MSG(strstr(accel_last_error(NULL), "holds only its bf16 copy") != NULL, "%s",
+              accel_last_error(NULL));
+    prepare(ggpu, 1, ACCEL_F32);
+    x = nn_tensor_from(ggpu, xs, 2, shape);
+    h = accel__nn_norm_operand(ggpu, x, NULL, NULL, NULL, 1e-5f, NULL);
+    CHECK(h != NULL && h->data != NULL && nn_tensor_to_host(h, v) == ACCEL_OK);
+    printf("  shell LayerNorm output               refused where fp32 values are read\n");
+}
+
+/* A checkpointed segment x + gelu(c) whose input x is a linear's output: the replay's add
+ * writes x's gradient and its shadow above the segment's mark, so the shadow must be dropped
+ * at the rewind (the linear's backward then rounds dY itself): the same bits with shadows on
+ * and off, x's shadow gone after backward. */
+static nn_tensor *seg_add_gelu(nn_ctx *g, void *ctx, nn_tensor *x)
+{
+    return nn_add(g, x, nn_gelu(g, (nn_tensor *)ctx, 1));
+}
+
+static void test_checkpoint(void)
+{
+    int64_t shape[2] = {8, C}, wshape[2] = {C, C};
+    float xs[8 * C], ws[C * C], cs[8 * C], gout[8 * C], out[2][C * C];
+    for (int i = 0; i < 8 * C; i++) {
+        xs[i] = frand();
+        cs[i] = frand();
+        gout[i] = frand();
+    }
+    for (int i = 0; i < C * C; i++) {
+        ws[i] = frand();
+    }
+    for (int on = 0; on < 2; on++) {
+        accel__nn_cu_set_shadows(on);
+        prepare(ggpu, 1, ACCEL_BF16);
+        nn_tensor *x = nn_tensor_from(ggpu, xs, 2, shape);
+        nn_tensor *w = nn_tensor_requires_grad(nn_tensor_from(ggpu, ws, 2, wshape), 1);
+        nn_tensor *c = nn_tensor_from(ggpu, cs, 2, shape);
+        nn_tensor *h = nn_linear(ggpu, x, w, NULL, NN_LAYOUT_IN_OUT);
+        nn_tensor *y = nn_checkpoint(ggpu, seg_add_gelu, c, h);
+        CHECK_MSG(y != NULL, "%s", accel_last_error(NULL));
+        CHECK_OK(NULL, nn_backward_grad(y, gout, NULL));
+        CHECK(h->grad_shadow == NULL);
+        CHECK_OK(NULL, nn_tensor_grad_to_host(w, out[on]));
+    }
+    CHECK_MSG(memcmp(out[0], out[1], sizeof(out[0])) == 0, "checkpoint: dW differs with shadows");
+    printf("  checkpointed segment on a linear's output: same bits, its shadow dropped\n");
+}
+
+int main(void)
+{
+    int rc = nn_cuda_check_init("test_nn_cuda_shadow");
+    if (rc != 0) {
+        return rc;
+    }
+    static const struct {
+        const char *name;
+        block_arg a;
+        int autocast;
+    } cases[] = {
+        {"block bf16", {0, 0, 0, 0}, ACCEL_BF16},
+        {"block fp16", {0, 0, 0, 0}, ACCEL_F16},
+        {"block bf16, projection also to GELU", {1, 0, 0, 0}, ACCEL_BF16},
+        {"block bf16, qkv reads a slice", {0, 1, 0, 0}, ACCEL_BF16},
+        {"block bf16, projection twice", {0, 0, 1, 0}, ACCEL_BF16},
+        {"block bf16, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_BF16},
+        {"block fp16, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_F16},
+        {"block fp32, LayerNorms as the GPT's", {0, 0, 0, 1}, ACCEL_F32},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char name[96];
+        snprintf(name, sizeof(name), "%s vs cpu", cases[i].name);
+        check_case(name, specs, 6, f_block, &cases[i].a, cases[i].autocast, 0, 2e-2, 2e-2);
+        check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
+    }
+    test_shell();
+    test_checkpoint();
+    test_add_layernorm(32, 0, ACCEL_BF16);
+    test_add_layernorm(32, 0, ACCEL_F32);
+    test_add_layernorm(30, 0, ACCEL_BF16);
+    test_add_layernorm(32, 1, ACCEL_BF16);
+    nn_cuda_check_done("test_nn_cuda_shadow");
+    return 0;
+}
