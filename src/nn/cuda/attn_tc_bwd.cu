@@ -112,6 +112,39 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
+/* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
+ * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
+ * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
+ * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero. */
+template <typename T, int N>
+__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
+                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
+                                          T *dst_b, int ld)
+{
+    int q8 = hd / 8;
+    for (int base = 0; base < rows * q8; base += N * (int)blockDim.x) {
+        uint4 ra[N], rb[N];
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            ra[k] = make_uint4(0u, 0u, 0u, 0u);
+            rb[k] = ra[k];
+            if (i < rows * q8 && row < valid) {
+                ra[k] = *reinterpret_cast<const uint4 *>(src_a + row * stride_a + c);
+                rb[k] = *reinterpret_cast<const uint4 *>(src_b + row * stride_b + c);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            if (i < rows * q8) {
+                *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
+                *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
+            }
+        }
+    }
+}
+
 /* s [ST / 16] (accumulator fragments) = own [16][hd] times stream [ST][hd]^T, both in shared
  * memory with leading dimension LDH. */
 template <typename T, int HDF, int ST>
@@ -354,7 +387,19 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     const float *k_b = qkv_b + a.C, *v_b = qkv_b + 2 * a.C;
     int own_valid = (int)(a.T - t0 < QT ? a.T - t0 : QT);
 
-    bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo, LDH);
+    /* The 2-byte copies where the caller has both (the same values). */
+    const T *qh_b = nullptr, *gh_b = nullptr;
+    if (a.qkv_h != nullptr && a.dy_h != nullptr) {
+        qh_b = static_cast<const T *>(a.qkv_h) + b * a.T * C3 + h * a.hd;
+        gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
+    }
+    if (qh_b != nullptr) {
+        bw_load2h<T, 2>(qh_b + t0 * C3, C3, gh_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo,
+                        LDH);
+    } else {
+        bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo,
+                       LDH);
+    }
     __syncthreads();
     /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's. */
     float D_t = 0.0f, lse_t = 0.0f;
@@ -395,8 +440,13 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     int64_t last = (t0 + QT < a.T ? t0 + QT : a.T) - 1; /* the tile's last query */
     for (int64_t j0 = 0; j0 <= last; j0 += ST) {
         __syncthreads(); /* every warp is done with the previous K, V */
-        bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, (int)(a.T - j0 < ST ? a.T - j0 : ST),
-                       ST, hd, sk, sv, LDH);
+        int valid = (int)(a.T - j0 < ST ? a.T - j0 : ST);
+        if (qh_b != nullptr) {
+            bw_load2h<T, 2>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3, valid, ST, hd,
+                            sk, sv, LDH);
+        } else {
+            bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
+        }
         __syncthreads();
         if (j0 > wt0 + 15 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's queries */
@@ -489,8 +539,19 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     const float *lse_h = lse + bh * a.T, *D_h = D + bh * a.T;
     int own_valid = (int)(a.T - j0 < KT ? a.T - j0 : KT);
 
-    bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
-                   sk, sv, LDH);
+    /* The 2-byte copies where the caller has both (the same values). */
+    const T *qh_b = nullptr, *gh_b = nullptr;
+    if (a.qkv_h != nullptr && a.dy_h != nullptr) {
+        qh_b = static_cast<const T *>(a.qkv_h) + b * a.T * C3 + h * a.hd;
+        gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
+    }
+    if (qh_b != nullptr) {
+        bw_load2h<T, 2>(qh_b + j0 * C3 + a.C, C3, qh_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
+                        sk, sv, LDH);
+    } else {
+        bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT,
+                       hd, sk, sv, LDH);
+    }
     bw_acc dk[HDF], dv[HDF];
 #pragma unroll
     for (int f = 0; f < HDF; f++) {
@@ -513,8 +574,12 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
             lse_i = lse_h[it];
             D_i = D_h[it];
         }
-        bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C,
-                       (int)(a.T - i0 < ST ? a.T - i0 : ST), ST, hd, sq, sdo, LDH);
+        int valid = (int)(a.T - i0 < ST ? a.T - i0 : ST);
+        if (qh_b != nullptr) {
+            bw_load2h<T, 2>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
+        } else {
+            bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
+        }
         if (threadIdx.x < ST) {
             /* The register path: base 2, and +inf past T (P = 0 there without a test). */
             slse[threadIdx.x] = !fast ? lse_i : it < a.T ? lse_i * 1.44269504088896341f : INFINITY;
@@ -674,6 +739,13 @@ extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn 
                                                const float *qkv, const float *y, const float *lse,
                                                const float *gy, float *D, float *gqkv, int write)
 {
+    /* The 2-byte copies are read 16 bytes at a time: without that alignment the kernels
+     * round the fp32 tiles themselves (the same values). */
+    nn_cu_attn ac = *a;
+    if ((uintptr_t)ac.qkv_h % 16 != 0 || (uintptr_t)ac.dy_h % 16 != 0) {
+        ac.qkv_h = ac.dy_h = nullptr;
+    }
+    a = &ac;
     /* Head sizes up to 64: 4 warps (64 own rows) and streamed tiles of 32; up to 128: 2 warps,
      * so that each kernel's static shared memory stays within 48 KiB. */
     if (a->hd <= 64) {

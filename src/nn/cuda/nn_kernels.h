@@ -116,6 +116,10 @@ typedef struct nn_cu_attn {
     float scale, p;
     uint64_t key;
     int rnd;
+    /* 2-byte (rnd's dtype) copies the tensor-core kernels read instead of rounding fp32 tiles
+     * themselves, or NULL (then they round as before): qkv_h of qkv (same layout), dy_h of the
+     * output's gradient (same layout as y). Same values: the kernels round to rnd's dtype. */
+    const void *qkv_h, *dy_h;
 } nn_cu_attn;
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse);
