@@ -14,9 +14,9 @@
  * FlashAttention count; the dK/dV kernel's second S is not counted). Then the two kernels'
  * outputs are compared (relative L2 error of y and of the qkv gradient), so a kernel that is
  * fast but wrong at this shape shows here too; with and without their register paths (the
- * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c). Prints a table, then a summary row for
- * bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when the kernels disagree by more than
- * 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
+ * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c).
+ * Prints a table, then a summary row for bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when
+ * the kernels disagree by more than 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
  */
 #include <math.h>
 #include <stdint.h>

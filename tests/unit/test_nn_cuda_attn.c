@@ -13,8 +13,8 @@
  * over two attentions, and the tensor-core backward's scratch path (the other cases take its
  * register path) at both tile shapes. Then the tensor-core kernels against the warp kernels in
  * the same process, and the tensor-core backward from 2-byte copies of qkv and dy against it
- * from the fp32 tensors, bit for bit (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be
- * used.
+ * from the fp32 tensors, bit for bit (below). Exits 77 (skipped) where the build has no CUDA or no
+ * GPU can be used.
  */
 #include "nn_cuda_check.h"
 
@@ -110,8 +110,7 @@ static void test_attention(void)
     in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
     check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
                1e-2, 1e-2);
-    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d",
-              nn_cu_attn_bwd_mode());
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d", nn_cu_attn_bwd_mode());
     nn_cu_attn_bwd_set_fast(1);
 #endif
 }

@@ -49,7 +49,6 @@ using namespace nvcuda;
 namespace
 {
 
-
 /* One thread's share of N float4 of each of two row sets (a tile of two tensors), held in
  * registers between the loads and the rounded stores into shared memory, so that all 2 N loads
  * are in flight at once (one L2 latency per round, not one per load). */
@@ -62,8 +61,8 @@ template <int N> struct bw_regs {
  * zero. */
 template <int N>
 __device__ __forceinline__ void bw_fetch(bw_regs<N> &r, const float *src_a, int64_t stride_a,
-                                         const float *src_b, int64_t stride_b, int valid,
-                                         int rows, int hd, int base)
+                                         const float *src_b, int64_t stride_b, int valid, int rows,
+                                         int hd, int base)
 {
     int q4 = hd / 4;
 #pragma unroll
@@ -81,8 +80,8 @@ __device__ __forceinline__ void bw_fetch(bw_regs<N> &r, const float *src_a, int6
 
 /* bw_fetch's values rounded to T into dst_a, dst_b [rows][ld] (one 64-bit store each). */
 template <typename T, int N>
-__device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b, int ld,
-                                         int rows, int hd, int base)
+__device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b, int ld, int rows,
+                                         int hd, int base)
 {
     int q4 = hd / 4;
 #pragma unroll
@@ -114,18 +113,23 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
 /* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
  * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
  * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
- * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero. */
-template <typename T, int N>
-__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
-                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
-                                          T *dst_b, int ld)
+ * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero.
+ * NT is blockDim.x; Q8 the chunks a row where known at compile time (hd 16 HDF; 0: q8), so
+ * that the chunk's row and column are a shift and a mask, not a division by a runtime value,
+ * and the loop's trip count is constant. */
+template <typename T, int N, int NT, int Q8>
+__device__ __forceinline__ void bw_load2h_q(const T *src_a, int64_t stride_a, const T *src_b,
+                                            int64_t stride_b, int valid, int rows, int q8, T *dst_a,
+                                            T *dst_b, int ld)
 {
-    int q8 = hd / 8;
-    for (int base = 0; base < rows * q8; base += N * (int)blockDim.x) {
+    if (Q8 > 0) {
+        q8 = Q8;
+    }
+    for (int base = 0; base < rows * q8; base += N * NT) {
         uint4 ra[N], rb[N];
 #pragma unroll
         for (int k = 0; k < N; k++) {
-            int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
             ra[k] = make_uint4(0u, 0u, 0u, 0u);
             rb[k] = ra[k];
             if (i < rows * q8 && row < valid) {
@@ -135,12 +139,26 @@ __device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, cons
         }
 #pragma unroll
         for (int k = 0; k < N; k++) {
-            int i = base + k * (int)blockDim.x + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
             if (i < rows * q8) {
                 *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
                 *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
             }
         }
+    }
+}
+
+template <typename T, int N, int NT, int HDF>
+__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
+                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
+                                          T *dst_b, int ld)
+{
+    if (hd == 16 * HDF) {
+        bw_load2h_q<T, N, NT, 2 * HDF>(src_a, stride_a, src_b, stride_b, valid, rows, 2 * HDF,
+                                       dst_a, dst_b, ld);
+    } else {
+        bw_load2h_q<T, N, NT, 0>(src_a, stride_a, src_b, stride_b, valid, rows, hd / 8, dst_a,
+                                 dst_b, ld);
     }
 }
 
@@ -344,11 +362,10 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
         gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
     }
     if (qh_b != nullptr) {
-        bw_load2h<T, 2>(qh_b + t0 * C3, C3, gh_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo,
-                        LDH);
+        bw_load2h<T, 2, 32 * NW, HDF>(qh_b + t0 * C3, C3, gh_b + t0 * a.C, a.C, own_valid, QT, hd,
+                                      sq, sdo, LDH);
     } else {
-        bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo,
-                       LDH);
+        bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo, LDH);
     }
     __syncthreads();
     /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's; for
@@ -403,8 +420,8 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
         __syncthreads(); /* every warp is done with the previous K, V */
         int valid = (int)(a.T - j0 < ST ? a.T - j0 : ST);
         if (qh_b != nullptr) {
-            bw_load2h<T, 2>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3, valid, ST, hd,
-                            sk, sv, LDH);
+            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3,
+                                          valid, ST, hd, sk, sv, LDH);
         } else {
             bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
         }
@@ -423,12 +440,11 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
                 int64_t ut0 = wt0 + 16 * u; /* the row block's first query */
                 const float *l2 = sl2 + 16 * R * warp + 16 * u;
                 if (j0 + ST - 1 <= ut0) {
-                    bw_probs_rf<T, ST, LDP, false, false, true>(s + u * NS, map, s2, l2, 0,
-                                                                nullptr, fa + u * NS);
+                    bw_probs_rf<T, ST, LDP, false, false, true>(s + u * NS, map, s2, l2, 0, nullptr,
+                                                                fa + u * NS);
                 } else {
-                    bw_probs_rf<T, ST, LDP, false, true, true>(s + u * NS, map, s2, l2,
-                                                               (int)(ut0 - j0), nullptr,
-                                                               fa + u * NS);
+                    bw_probs_rf<T, ST, LDP, false, true, true>(
+                        s + u * NS, map, s2, l2, (int)(ut0 - j0), nullptr, fa + u * NS);
                 }
             }
             bw_scores_frag<T, HDF, ST, R>(s, sdo + 16 * R * warp * LDH, sv, nf); /* dP */
@@ -491,8 +507,8 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
 #pragma unroll
     for (int u = 0; u < R; u++) {
         int64_t tu = t + 16 * u;
-        bw_store_rows<T, HDF>(scr, dq + u * HDF, nf, gqkv + (b * a.T + tu) * C3 + h * a.hd,
-                              a.scale, write, tu < a.T);
+        bw_store_rows<T, HDF>(scr, dq + u * HDF, nf, gqkv + (b * a.T + tu) * C3 + h * a.hd, a.scale,
+                              write, tu < a.T);
     }
 }
 
@@ -511,7 +527,7 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
     __shared__ __align__(32) T sv[KT * LDH];
     __shared__ __align__(32) T sq[ST * LDH];
     __shared__ __align__(32) T sdo[ST * LDH];
-    __shared__ __align__(32) T sx[MODE == 2 ? 16 : NW * 16 * LDP]; /* P (MODE 0, 1) */
+    __shared__ __align__(32) T sx[MODE == 2 ? 16 : NW * 16 * LDP];  /* P (MODE 0, 1) */
     __shared__ __align__(32) T sx2[MODE == 1 ? NW * 16 * LDP : 16]; /* dS, MODE 1 */
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ __align__(16) float slse[ST], sD[ST];
@@ -541,11 +557,11 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
         gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
     }
     if (qh_b != nullptr) {
-        bw_load2h<T, 2>(qh_b + j0 * C3 + a.C, C3, qh_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
-                        sk, sv, LDH);
+        bw_load2h<T, 2, 32 * NW, HDF>(qh_b + j0 * C3 + a.C, C3, qh_b + j0 * C3 + 2 * a.C, C3,
+                                      own_valid, KT, hd, sk, sv, LDH);
     } else {
-        bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT,
-                       hd, sk, sv, LDH);
+        bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
+                       sk, sv, LDH);
     }
     bw_acc dk[R * HDF], dv[R * HDF];
 #pragma unroll
@@ -571,7 +587,8 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
         }
         int valid = (int)(a.T - i0 < ST ? a.T - i0 : ST);
         if (qh_b != nullptr) {
-            bw_load2h<T, 2>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
+            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd,
+                                          sq, sdo, LDH);
         } else {
             bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
         }
@@ -597,9 +614,8 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
                     bw_probs_rf<T, ST, LDP, true, false, true>(s + u * NS, map, s2, slse, 0,
                                                                nullptr, fa + u * NS);
                 } else {
-                    bw_probs_rf<T, ST, LDP, true, true, true>(s + u * NS, map, s2, slse,
-                                                              (int)(i0 - uj0), nullptr,
-                                                              fa + u * NS);
+                    bw_probs_rf<T, ST, LDP, true, true, true>(
+                        s + u * NS, map, s2, slse, (int)(i0 - uj0), nullptr, fa + u * NS);
                 }
             }
             bw_accumulate_a<T, HDF, ST, R>(dv, fa, sdo, nf);
@@ -682,10 +698,10 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
     }
 }
 
-static int g_bw_fast = 1;  /* nn_cu_attn_bwd_set_fast */
-static int g_bw_rows = 32; /* nn_cu_attn_bwd_set_rows */
-static std::atomic<int> g_bw_layout(-1); /* bw_mode's probe: bit 0 pairs, bit 1 direct */
-static std::atomic<int> g_bw_last(-1);   /* nn_cu_attn_bwd_mode */
+static int g_bw_fast = 1;                  /* nn_cu_attn_bwd_set_fast */
+static int g_bw_rows = 32;                 /* nn_cu_attn_bwd_set_rows */
+static std::atomic<int> g_bw_layout(-1);   /* bw_mode's probe: bit 0 pairs, bit 1 direct */
+static std::atomic<int> g_bw_last(-1);     /* nn_cu_attn_bwd_mode */
 static std::atomic<int> g_bw_last_rows(0); /* nn_cu_attn_bwd_rows */
 
 /* This device's layouts, as the kernels would learn them (bit 0: bw_learn's column pairs, bit
@@ -733,8 +749,9 @@ static void bw_launch_as(cudaStream_t s, const nn_cu_attn *a, const float *qkv, 
     /* Short names: the emulator's translator wants a launch on one line. */
     const int64_t rows = 16 * NW * R;
     unsigned nb = (unsigned)(a->B * a->H * ((a->T + rows - 1) / rows)), th = 32 * NW;
-    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    const nn_cu_attn &q = *a;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(q, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(q, qkv, lse, gy, D, gqkv, write);
 }
 
 template <typename T, int HDF, int NW, int ST>
