@@ -14,9 +14,9 @@
  * FlashAttention count; the dK/dV kernel's second S is not counted). Then the two kernels'
  * outputs are compared (relative L2 error of y and of the qkv gradient), so a kernel that is
  * fast but wrong at this shape shows here too; with and without their register paths (the
- * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c). Prints a table, then a summary row for
- * bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when the kernels disagree by more than
- * 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
+ * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c).
+ * Prints a table, then a summary row for bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when
+ * the kernels disagree by more than 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
  */
 #include <math.h>
 #include <stdint.h>
@@ -157,6 +157,32 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaMemcpy(g_host[k], b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
     }
     nn_cu_attn_set_kernel(NN_CU_ATTN_AUTO);
+    /* The tensor-core backward from 2-byte copies of qkv and dy (nn_cu_attn's qkv_h, dy_h, as
+     * the step makes them; not timed: the dy copy costs the step one pass, ~0.03 ms here on
+     * an H200): the same gradient bit for bit, faster. */
+    nn_cu_attn ah = a;
+    void *qkv_h, *dy_h;
+    CUDA_CHECK(cudaMalloc(&qkv_h, n_qkv * 2));
+    CUDA_CHECK(cudaMalloc(&dy_h, n_y * 2));
+    CUDA_CHECK(nn_cu_to_half(0, b.qkv, qkv_h, (int64_t)n_qkv, rnd));
+    CUDA_CHECK(nn_cu_to_half(0, b.gy, dy_h, (int64_t)n_y, rnd));
+    ah.qkv_h = qkv_h;
+    ah.dy_h = dy_h;
+    float ms_h = time_dir(&ah, &b, 1, iters);
+    int rows_h = nn_cu_attn_bwd_rows();
+    float *g_h = (float *)malloc(n_qkv * sizeof(float));
+    if (g_h == NULL) {
+        fprintf(stderr, "cuda_attn: out of host memory\n");
+        return 1;
+    }
+    CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    int same_h = memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
+    /* The same at 16 rows a warp (nn_cu_attn_bwd_set_rows; the same gradient bit for bit). */
+    nn_cu_attn_bwd_set_rows(16);
+    float ms_h16 = time_dir(&ah, &b, 1, iters);
+    nn_cu_attn_bwd_set_rows(32);
+    CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    same_h = same_h && memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
     unsigned long tc_fwd, tc_bwd;
     nn_cu_attn_tc_counts(&tc_fwd, &tc_bwd);
     double ey = rel_err(y_host[0], y_host[1], n_y), eg = rel_err(g_host[0], g_host[1], n_qkv);
@@ -180,11 +206,15 @@ int main(int argc, char **argv)
            "err %.3g (tolerance 2e-3); forward %.2fx, backward %.2fx faster; backward path %d (0 "
            "scratch; 1 registers; 2 registers and A operands built in them)\n",
            ey_slow, eg_slow, ms[2][0] / ms[0][0], ms[2][1] / ms[0][1], bwd_mode);
+    printf("tensor-core backward from 2-byte copies of qkv and dy: %.3f ms, %.1f TFLOP/s "
+           "(%.2fx), %d rows a warp; at 16 rows a warp %.3f ms; qkv gradients %s\n",
+           ms_h, bwd_flop / (ms_h * 1e9), ms[0][1] / ms_h, rows_h, ms_h16,
+           same_h ? "bit-identical" : "DIFFER from the fp32 tiles' (must be identical)");
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",
            B, H, T, hd, dt, ms[0][0], ms[0][1], ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);
     int bad = !(ey <= 1e-2 && eg <= 1e-2 && ey_slow <= 2e-3 && eg_slow <= 2e-3) || tc_fwd == 0 ||
-              tc_bwd == 0;
+              tc_bwd == 0 || !same_h;
     if (bad) {
         fprintf(stderr, "cuda_attn: the tensor-core kernels %s\n",
                 tc_fwd == 0 || tc_bwd == 0 ? "did not run"
@@ -196,6 +226,9 @@ int main(int argc, char **argv)
         free(y_host[k]);
         free(g_host[k]);
     }
+    free(g_h);
+    cudaFree(qkv_h);
+    cudaFree(dy_h);
     cudaFree(b.qkv);
     cudaFree(b.gqkv);
     cudaFree(b.y);

@@ -12,8 +12,9 @@
  * cases (head 160, dropout, whose mask is the CPU's counter-based one), a gradient that adds up
  * over two attentions, and the tensor-core backward's scratch path (the other cases take its
  * register path) at both tile shapes. Then the tensor-core kernels against the warp kernels in
- * the same process (below). Exits 77 (skipped) where the build has no CUDA or no GPU can be
- * used.
+ * the same process, and the tensor-core backward from 2-byte copies of qkv and dy against it
+ * from the fp32 tensors, bit for bit (below). Exits 77 (skipped) where the build has no CUDA or no
+ * GPU can be used.
  */
 #include "nn_cuda_check.h"
 
@@ -37,8 +38,9 @@ static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
 }
 
 #ifdef ACCEL_HAVE_CUDA
-void nn_cu_attn_bwd_set_fast(int on); /* nn_kernels.h: 1 register path (default), 0 scratch */
-int nn_cu_attn_bwd_mode(void);        /* nn_kernels.h: the last backward's path, 0 to 2 */
+#include <cuda_runtime_api.h>
+
+#include "nn/cuda/nn_kernels.h"
 #endif
 
 static void test_attention(void)
@@ -108,17 +110,12 @@ static void test_attention(void)
     in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
     check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
                1e-2, 1e-2);
-    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d",
-              nn_cu_attn_bwd_mode());
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d", nn_cu_attn_bwd_mode());
     nn_cu_attn_bwd_set_fast(1);
 #endif
 }
 
 #ifdef ACCEL_HAVE_CUDA
-/* nn_kernels.h: 0 auto (tensor cores), 1 warp kernels, 2 tensor cores without the forward's
- * register fast path. */
-void nn_cu_attn_set_kernel(int kind);
-void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd); /* nn_kernels.h */
 
 /* The attention forward, then the kernel its backward will take (arg: attn_kind_arg). */
 typedef struct attn_kind_arg {
@@ -230,6 +227,104 @@ static void test_attention_kernels(void)
 #endif
 }
 
+#ifdef ACCEL_HAVE_CUDA
+static void *dev_alloc(size_t nbytes)
+{
+    void *p = NULL;
+    CHECK(cudaMalloc(&p, nbytes) == cudaSuccess);
+    return p;
+}
+#endif
+
+/* The tensor-core backward reading the 2-byte copies of qkv and dy (nn_cu_attn's qkv_h, dy_h,
+ * made by nn_cu_to_half) against it rounding the fp32 tiles itself (NULL copies), and with 32
+ * rows a warp (the default on path 2 up to head size 64) against 16, called directly on the
+ * same inputs: the same rounded values go into the same products summed in the same order, so
+ * the gradients must agree bit for bit, written and added (write 0) alike. Both tile shapes, a
+ * partial tile, bf16 and fp16 (the register path with A operands in registers, and without). */
+static void test_attention_bwd_copies(void)
+{
+#ifdef ACCEL_HAVE_CUDA
+    static const struct {
+        int64_t B, T, H, hd;
+        int rnd;
+    } cases[] = {{2, 200, 2, 64, 1}, {1, 90, 2, 128, 1}, {1, 70, 2, 48, 2}, {2, 37, 3, 16, 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        nn_cu_attn a;
+        memset(&a, 0, sizeof(a));
+        a.B = cases[i].B, a.T = cases[i].T, a.H = cases[i].H, a.hd = cases[i].hd;
+        a.C = a.H * a.hd;
+        a.scale = 1.0f / sqrtf((float)a.hd);
+        a.rnd = cases[i].rnd;
+        size_t n_qkv = (size_t)(a.B * a.T * 3 * a.C), n_y = (size_t)(a.B * a.T * a.C);
+        size_t n_bht = (size_t)(a.B * a.H * a.T);
+        float *hq = xmalloc(n_qkv * sizeof(float)), *hg = xmalloc(n_y * sizeof(float));
+        float *out[4];
+        for (int k = 0; k < 4; k++) {
+            out[k] = xmalloc(n_qkv * sizeof(float));
+        }
+        for (size_t k = 0; k < n_qkv; k++) {
+            hq[k] = 1.5f * frand();
+        }
+        for (size_t k = 0; k < n_y; k++) {
+            hg[k] = frand();
+        }
+        float *qkv = dev_alloc(n_qkv * 4), *y = dev_alloc(n_y * 4), *gy = dev_alloc(n_y * 4);
+        float *lse = dev_alloc(n_bht * 4), *D = dev_alloc(n_bht * 4), *g = dev_alloc(n_qkv * 4);
+        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2);
+        CHECK(cudaMemcpy(qkv, hq, n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK(cudaMemcpy(gy, hg, n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK(nn_cu_to_half(NULL, qkv, qh, (int64_t)n_qkv, a.rnd) == cudaSuccess);
+        CHECK(nn_cu_to_half(NULL, gy, gh, (int64_t)n_y, a.rnd) == cudaSuccess);
+        CHECK(nn_cu_attn_fwd(NULL, &a, qkv, y, lse) == cudaSuccess);
+        unsigned long f0, b0, f1, b1;
+        nn_cu_attn_tc_counts(&f0, &b0);
+        /* 0: fp32 tiles, written; 1: the copies, written; 2: the copies, added to run 1's;
+         * 3: fp32 tiles, 16 rows a warp, written. */
+        int rows[4];
+        for (int run = 0; run < 4; run++) {
+            a.qkv_h = run == 1 || run == 2 ? qh : NULL;
+            a.dy_h = a.qkv_h != NULL ? gh : NULL;
+            nn_cu_attn_bwd_set_rows(run == 3 ? 16 : 32);
+            CHECK(nn_cu_attn_bwd(NULL, &a, qkv, y, lse, gy, D, g, run != 2) == cudaSuccess);
+            rows[run] = nn_cu_attn_bwd_rows();
+            CHECK(cudaMemcpy(out[run], g, n_qkv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        }
+        nn_cu_attn_bwd_set_rows(32);
+        nn_cu_attn_tc_counts(&f1, &b1);
+        size_t diff = 0, diff_add = 0, diff_rows = 0;
+        for (size_t k = 0; k < n_qkv; k++) {
+            diff += memcmp(&out[0][k], &out[1][k], sizeof(float)) != 0;
+            float twice = out[0][k] + out[0][k];
+            diff_add += memcmp(&twice, &out[2][k], sizeof(float)) != 0;
+            diff_rows += memcmp(&out[0][k], &out[3][k], sizeof(float)) != 0;
+        }
+        printf("  attention backward %s B%lld T%lld hd%lld (path %d, %d rows a warp): from 2-byte "
+               "copies %zu and %zu (added), at %d rows a warp %zu, of %zu values differ\n",
+               a.rnd == 1 ? "bf16" : "fp16", (long long)a.B, (long long)a.T, (long long)a.hd,
+               nn_cu_attn_bwd_mode(), rows[0], diff, diff_add, rows[3], diff_rows, n_qkv);
+        /* 32 rows a warp where path 2 runs at head sizes up to 64 (bf16 on sm_80 on, and the
+         * emulator), 16 elsewhere and when asked. */
+        int want_rows = nn_cu_attn_bwd_mode() == 2 && a.hd <= 64 ? 32 : 16;
+        CHECK_MSG(b1 - b0 == 4 && diff == 0 && diff_add == 0 && diff_rows == 0 &&
+                      rows[0] == want_rows && rows[1] == want_rows && rows[3] == 16,
+                  "attention backward (case %zu): %lu tensor-core backwards (want 4), %zu / %zu / "
+                  "%zu values differ (copies, added, 16 rows a warp), rows a warp %d, %d (want "
+                  "%d), %d (want 16)",
+                  i, b1 - b0, diff, diff_add, diff_rows, rows[0], rows[1], want_rows, rows[3]);
+        void *bufs[8] = {qkv, y, gy, lse, D, g, qh, gh};
+        for (int k = 0; k < 8; k++) {
+            CHECK(cudaFree(bufs[k]) == cudaSuccess);
+        }
+        free(hq);
+        free(hg);
+        for (int k = 0; k < 4; k++) {
+            free(out[k]);
+        }
+    }
+#endif
+}
+
 int main(void)
 {
     if (nn_cuda_check_init("test_nn_cuda_attn") != 0) {
@@ -237,6 +332,7 @@ int main(void)
     }
     test_attention();
     test_attention_kernels();
+    test_attention_bwd_copies();
     nn_cuda_check_done("test_nn_cuda_attn");
     return 0;
 }

@@ -2,7 +2,8 @@
  * The tensor-core causal attention backward (FlashAttention-2's two-kernel, atomic-free
  * schedule) for bf16 / fp16 autocast; attn_tc.cu decides where it applies and queues it.
  *
- * Both kernels own 16 rows per warp (queries in the dQ kernel, keys in the dK/dV kernel) and
+ * Both kernels own 16 R rows per warp (queries in the dQ kernel, keys in the dK/dV kernel; R 2
+ * on the register path with A operands in registers at head sizes up to 64, else 1) and
  * stream tiles of ST rows of the other side through shared memory. Per streamed tile a warp
  * recomputes the scores of its rows against the tile (S = Q K^T, or its transpose) and
  * dP = dO V^T by WMMA with fp32 sums, forms P = exp(S * scale - lse) under the causal mask and
@@ -17,12 +18,16 @@
  * (ACCEL_NN_ATTN_FAST=0, nn_cu_attn_bwd_set_fast) stores S and dP to an fp32 shared scratch
  * and forms them with expf, as the first version did (bit-identical to it).
  *
- * Cost (hd <= 64, 4 warps, streamed tiles of 32): a tile's rows arrive in one round of 128-bit
- * loads all in flight (bw_load2), one L2 latency where a load-then-store loop waited ~9; the
- * element-wise passes use 128-bit shared accesses without conflicting reads and skip the
- * causal test on tiles wholly below the diagonal. Registers bound the blocks per SM: the dQ
- * kernel fits 5 (96 registers, 41 KB shared), the dK/dV kernel 4 (capped at 128 registers
- * without spills, 41.3 KB; the register path: 8 and 12 bytes spilled, 47.4 KB and 41.5 KB).
+ * Cost (hd <= 64, 64 own rows a block, streamed tiles of 32): a tile's rows arrive in one
+ * round of loads all in flight (bw_load2; bw_load2h from the caller's 2-byte copies, qkv_h and
+ * dy_h: a quarter of the instructions), one L2 latency where a load-then-store loop waited ~9;
+ * with R = 2 (2 warps of 32 rows) each streamed WMMA fragment loaded serves two products and
+ * each warp has twice the independent accumulators (ptxas, bf16: dK/dV 234 registers, 4 blocks
+ * of 2 warps an SM; dQ 168, 6 blocks; no spills). The element-wise passes use 128-bit shared
+ * accesses without conflicting reads and skip the causal test on tiles wholly below the
+ * diagonal. Registers bound the blocks per SM: at R = 1 the dQ kernel fits 5 (96 registers,
+ * 41 KB shared), the dK/dV kernel 4 (capped at 128 registers without spills, 41.3 KB; the
+ * register path: 8 and 12 bytes spilled, 47.4 KB and 41.5 KB).
  * Static shared memory stays within 48 KiB.
  */
 #include <cuda_bf16.h>
@@ -44,13 +49,6 @@ using namespace nvcuda;
 namespace
 {
 
-
-/* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
- * padding put the 16 rows of a WMMA load on different banks. */
-template <int HDF> struct bw_ldh {
-    static const int v = 16 * HDF + 8;
-};
-
 /* One thread's share of N float4 of each of two row sets (a tile of two tensors), held in
  * registers between the loads and the rounded stores into shared memory, so that all 2 N loads
  * are in flight at once (one L2 latency per round, not one per load). */
@@ -63,8 +61,8 @@ template <int N> struct bw_regs {
  * zero. */
 template <int N>
 __device__ __forceinline__ void bw_fetch(bw_regs<N> &r, const float *src_a, int64_t stride_a,
-                                         const float *src_b, int64_t stride_b, int valid,
-                                         int rows, int hd, int base)
+                                         const float *src_b, int64_t stride_b, int valid, int rows,
+                                         int hd, int base)
 {
     int q4 = hd / 4;
 #pragma unroll
@@ -82,8 +80,8 @@ __device__ __forceinline__ void bw_fetch(bw_regs<N> &r, const float *src_a, int6
 
 /* bw_fetch's values rounded to T into dst_a, dst_b [rows][ld] (one 64-bit store each). */
 template <typename T, int N>
-__device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b, int ld,
-                                         int rows, int hd, int base)
+__device__ __forceinline__ void bw_stash(const bw_regs<N> &r, T *dst_a, T *dst_b, int ld, int rows,
+                                         int hd, int base)
 {
     int q4 = hd / 4;
 #pragma unroll
@@ -112,29 +110,55 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
-/* s [ST / 16] (accumulator fragments) = own [16][hd] times stream [ST][hd]^T, both in shared
- * memory with leading dimension LDH. */
-template <typename T, int HDF, int ST>
-__device__ __forceinline__ void bw_scores_frag(bw_acc *s, const T *own, const T *stream, int nf)
+/* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
+ * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
+ * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
+ * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero.
+ * NT is blockDim.x; Q8 the chunks a row where known at compile time (hd 16 HDF; 0: q8), so
+ * that the chunk's row and column are a shift and a mask, not a division by a runtime value,
+ * and the loop's trip count is constant. */
+template <typename T, int N, int NT, int Q8>
+__device__ __forceinline__ void bw_load2h_q(const T *src_a, int64_t stride_a, const T *src_b,
+                                            int64_t stride_b, int valid, int rows, int q8, T *dst_a,
+                                            T *dst_b, int ld)
 {
-    const int LDH = bw_ldh<HDF>::v;
-#pragma unroll
-    for (int n = 0; n < ST / 16; n++) {
-        wmma::fill_fragment(s[n], 0.0f);
+    if (Q8 > 0) {
+        q8 = Q8;
     }
+    for (int base = 0; base < rows * q8; base += N * NT) {
+        uint4 ra[N], rb[N];
 #pragma unroll
-    for (int k = 0; k < HDF; k++) {
-        if (k < nf) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, own + 16 * k, LDH);
-#pragma unroll
-            for (int n = 0; n < ST / 16; n++) {
-                /* Stream rows are B's columns: [ST][hd] is B col-major. */
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, stream + 16 * n * LDH + 16 * k, LDH);
-                wmma::mma_sync(s[n], fa, fb, s[n]);
+        for (int k = 0; k < N; k++) {
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            ra[k] = make_uint4(0u, 0u, 0u, 0u);
+            rb[k] = ra[k];
+            if (i < rows * q8 && row < valid) {
+                ra[k] = *reinterpret_cast<const uint4 *>(src_a + row * stride_a + c);
+                rb[k] = *reinterpret_cast<const uint4 *>(src_b + row * stride_b + c);
             }
         }
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            if (i < rows * q8) {
+                *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
+                *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
+            }
+        }
+    }
+}
+
+template <typename T, int N, int NT, int HDF>
+__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
+                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
+                                          T *dst_b, int ld)
+{
+    if (hd == 16 * HDF) {
+        bw_load2h_q<T, N, NT, 2 * HDF>(src_a, stride_a, src_b, stride_b, valid, rows, 2 * HDF,
+                                       dst_a, dst_b, ld);
+    } else {
+        bw_load2h_q<T, N, NT, 0>(src_a, stride_a, src_b, stride_b, valid, rows, hd / 8, dst_a,
+                                 dst_b, ld);
     }
 }
 
@@ -165,25 +189,6 @@ __device__ __forceinline__ void bw_accumulate(bw_acc *acc, const T *x, const T *
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
                 wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
                 wmma::mma_sync(acc[f], fa, fb, acc[f]);
-            }
-        }
-    }
-}
-
-/* acc [16][hd] += x [16][ST] (A fragments, one per 16 columns) times stream [ST][hd]. */
-template <typename T, int HDF, int ST>
-__device__ __forceinline__ void bw_accumulate_a(bw_acc *acc, const bw_fa<T> *fa, const T *stream,
-                                                int nf)
-{
-    const int LDH = bw_ldh<HDF>::v;
-#pragma unroll
-    for (int k = 0; k < ST / 16; k++) {
-#pragma unroll
-        for (int f = 0; f < HDF; f++) {
-            if (f < nf) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
-                wmma::mma_sync(acc[f], fa[k], fb, acc[f]);
             }
         }
     }
@@ -307,38 +312,34 @@ __device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int
     }
 }
 
-/* Shared bytes of the backward kernels (at most): 2 tiles of 16 NW own rows and 2 of ST
- * streamed rows (LDH wide), NW fp32 scratch tiles [16][ST + 4], NW bf16 / fp16 tiles
- * [16][ST + 8] (dS; the dK/dV kernel's P, then its dS) and ST floats each of lse and D. */
-template <typename T, int HDF, int NW, int ST> struct bw_smem {
-    static const int v = (2 * 16 * NW + 2 * ST) * bw_ldh<HDF>::v * (int)sizeof(T) +
-                         NW * 16 * (ST + 4) * 4 + NW * 16 * (ST + 8) * (int)sizeof(T) +
-                         2 * ST * 4;
-};
-
 } /* namespace */
 
-/* dQ and D: one block per (batch, head, tile of 16 NW queries), over the key tiles up to the
+/* dQ and D: one block per (batch, head, tile of 16 R NW queries), over the key tiles up to the
  * causal limit. D[bh, t] = rnd(dO[t]) . O[t] is computed here (the dK/dV kernel, which runs
  * next, reads it). MODE (bw_mode): 0 the scratch path, 1 the register path, 2 with its A
- * operands built in registers. */
-template <typename T, int HDF, int NW, int ST, int MODE>
-__global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memory allows */
+ * operands built in registers. R (MODE 2 only): 16-row blocks a warp owns; with 2, each
+ * streamed fragment loaded serves two products and P waits for dS in registers. */
+template <typename T, int HDF, int NW, int ST, int MODE, int R>
+__global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memory allows */
     k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
                      const float *gy, float *D, float *gqkv, int write)
 {
-    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW;
+    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, QT = 16 * NW * R, NS = ST / 16;
     constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0, "a lane's HC columns are 16-byte stores");
-    static_assert(bw_smem<T, HDF, NW, ST>::v + 2 * QT * 4 <= 48 * 1024, "static shared memory");
+    static_assert(R == 1 || MODE == 2, "two row blocks a warp: the register path's A operands");
     static_assert(16 * LDP * sizeof(T) <= 16 * LDS * sizeof(float), "a T tile in the scratch");
     __shared__ __align__(32) T sq[QT * LDH];
     __shared__ __align__(32) T sdo[QT * LDH];
     __shared__ __align__(32) T sk[ST * LDH];
     __shared__ __align__(32) T sv[ST * LDH];
-    __shared__ __align__(32) T sds[NW * 16 * LDP];
+    __shared__ __align__(32) T sds[MODE == 2 ? 16 : NW * 16 * LDP];
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ float sl2[FAST ? QT : 1], sdr[FAST ? QT : 1]; /* lse2, D of the own rows */
+    static_assert(sizeof(sq) + sizeof(sdo) + sizeof(sk) + sizeof(sv) + sizeof(sds) + sizeof(ss) +
+                          sizeof(sl2) + sizeof(sdr) <=
+                      48 * 1024,
+                  "static shared memory");
 
     int64_t nqt = (a.T + QT - 1) / QT, C3 = 3 * a.C;
     /* Head-major (the blocks in flight share one head's K and V in L2), the longest query
@@ -347,37 +348,59 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     int64_t h = bh % a.H, b = bh / a.H, t0 = qt * QT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1, half = lane & 1;
-    int64_t wt0 = t0 + 16 * warp, t = wt0 + r;
+    int64_t wt0 = t0 + 16 * R * warp, t = wt0 + r;
     float *scr = ss + warp * 16 * LDS;
-    T *xds = sds + warp * 16 * LDP;
+    T *xds = sds + (MODE == 2 ? 0 : warp * 16 * LDP);
     const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
     const float *k_b = qkv_b + a.C, *v_b = qkv_b + 2 * a.C;
     int own_valid = (int)(a.T - t0 < QT ? a.T - t0 : QT);
 
-    bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo, LDH);
+    /* The 2-byte copies where the caller has both (the same values). */
+    const T *qh_b = nullptr, *gh_b = nullptr;
+    if (a.qkv_h != nullptr && a.dy_h != nullptr) {
+        qh_b = static_cast<const T *>(a.qkv_h) + b * a.T * C3 + h * a.hd;
+        gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
+    }
+    if (qh_b != nullptr) {
+        bw_load2h<T, 2, 32 * NW, HDF>(qh_b + t0 * C3, C3, gh_b + t0 * a.C, a.C, own_valid, QT, hd,
+                                      sq, sdo, LDH);
+    } else {
+        bw_load2<T, 4>(qkv_b + t0 * C3, C3, gy_b + t0 * a.C, a.C, own_valid, QT, hd, sq, sdo, LDH);
+    }
     __syncthreads();
-    /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's. */
+    /* D over this lane's half of row t (dO as rounded into shared memory), then the pair's; for
+     * each of the warp's R row blocks (rows t + 16 u). */
     float D_t = 0.0f, lse_t = 0.0f;
-    if (t < a.T) {
-        const float4 *yr =
-            reinterpret_cast<const float4 *>(y + (b * a.T + t) * a.C + h * a.hd + half * (hd / 2));
-        const T *dr = sdo + (16 * warp + r) * LDH + half * (hd / 2);
-        for (int d = 0; d < hd / 8; d++) {
-            float4 v = yr[d];
-            D_t += tc_f<T>(dr[4 * d]) * v.x + tc_f<T>(dr[4 * d + 1]) * v.y +
-                   tc_f<T>(dr[4 * d + 2]) * v.z + tc_f<T>(dr[4 * d + 3]) * v.w;
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        int64_t tu = t + 16 * u;
+        float Du = 0.0f, lu = 0.0f;
+        if (tu < a.T) {
+            const float4 *yr = reinterpret_cast<const float4 *>(y + (b * a.T + tu) * a.C +
+                                                                h * a.hd + half * (hd / 2));
+            const T *dr = sdo + (16 * R * warp + 16 * u + r) * LDH + half * (hd / 2);
+            for (int d = 0; d < hd / 8; d++) {
+                float4 v = yr[d];
+                Du += tc_f<T>(dr[4 * d]) * v.x + tc_f<T>(dr[4 * d + 1]) * v.y +
+                      tc_f<T>(dr[4 * d + 2]) * v.z + tc_f<T>(dr[4 * d + 3]) * v.w;
+            }
+            lu = lse[bh * a.T + tu];
         }
-        lse_t = lse[bh * a.T + t];
-    }
-    D_t += __shfl_xor_sync(0xffffffffu, D_t, 1);
-    if (half == 0 && t < a.T) {
-        D[bh * a.T + t] = D_t;
-    }
-    /* The register path: the rows' lse2 (+inf past T: P = 0) and D, for the lanes whose
-     * element pairs are on them (bw_learn's __syncwarp orders these stores before the reads). */
-    if (FAST && half == 0) {
-        sl2[16 * warp + r] = t < a.T ? lse_t * 1.44269504088896341f : INFINITY;
-        sdr[16 * warp + r] = D_t;
+        Du += __shfl_xor_sync(0xffffffffu, Du, 1);
+        if (half == 0 && tu < a.T) {
+            D[bh * a.T + tu] = Du;
+        }
+        /* The register path: the rows' lse2 (+inf past T: P = 0) and D, for the lanes whose
+         * element pairs are on them (bw_learn's __syncwarp orders these stores before the
+         * reads). */
+        if (FAST && half == 0) {
+            sl2[16 * R * warp + 16 * u + r] = tu < a.T ? lu * 1.44269504088896341f : INFINITY;
+            sdr[16 * R * warp + 16 * u + r] = Du;
+        }
+        if (u == 0) {
+            D_t = Du; /* the scratch path's (R is 1 there) */
+            lse_t = lu;
+        }
     }
     /* bw_mode checked that this device's layouts suit MODE. */
     const bool fast = FAST, direct = MODE == 2;
@@ -387,19 +410,51 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     }
     float s2 = a.scale * 1.44269504088896341f;
 
-    bw_acc dq[HDF];
+    bw_acc dq[R * HDF];
 #pragma unroll
-    for (int f = 0; f < HDF; f++) {
+    for (int f = 0; f < R * HDF; f++) {
         wmma::fill_fragment(dq[f], 0.0f);
     }
     int64_t last = (t0 + QT < a.T ? t0 + QT : a.T) - 1; /* the tile's last query */
     for (int64_t j0 = 0; j0 <= last; j0 += ST) {
         __syncthreads(); /* every warp is done with the previous K, V */
-        bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, (int)(a.T - j0 < ST ? a.T - j0 : ST),
-                       ST, hd, sk, sv, LDH);
+        int valid = (int)(a.T - j0 < ST ? a.T - j0 : ST);
+        if (qh_b != nullptr) {
+            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3,
+                                          valid, ST, hd, sk, sv, LDH);
+        } else {
+            bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
+        }
         __syncthreads();
-        if (j0 > wt0 + 15 || wt0 >= a.T) {
+        if (j0 > wt0 + 16 * R - 1 || wt0 >= a.T) {
             continue; /* every key of the tile is after this warp's queries */
+        }
+        if (R > 1) {
+            /* P waits for dS in dQ's A operands (registers to spare at R = 2, not at R = 1),
+             * and dS replaces it there. */
+            bw_acc s[R * NS];
+            bw_fa<T> fa[R * NS];
+            bw_scores_frag<T, HDF, ST, R>(s, sq + 16 * R * warp * LDH, sk, nf);
+#pragma unroll
+            for (int u = 0; u < R; u++) {
+                int64_t ut0 = wt0 + 16 * u; /* the row block's first query */
+                const float *l2 = sl2 + 16 * R * warp + 16 * u;
+                if (j0 + ST - 1 <= ut0) {
+                    bw_probs_rf<T, ST, LDP, false, false, true>(s + u * NS, map, s2, l2, 0, nullptr,
+                                                                fa + u * NS);
+                } else {
+                    bw_probs_rf<T, ST, LDP, false, true, true>(
+                        s + u * NS, map, s2, l2, (int)(ut0 - j0), nullptr, fa + u * NS);
+                }
+            }
+            bw_scores_frag<T, HDF, ST, R>(s, sdo + 16 * R * warp * LDH, sv, nf); /* dP */
+#pragma unroll
+            for (int u = 0; u < R; u++) {
+                bw_dscores_rf<T, ST, LDP, false, true, true>(
+                    s + u * NS, map, sdr + 16 * R * warp + 16 * u, nullptr, nullptr, fa + u * NS);
+            }
+            bw_accumulate_a<T, HDF, ST, R>(dq, fa, sk, nf);
+            continue;
         }
         if (fast) {
             /* P goes to the scratch (as a T tile; the fp32 scratch is unused here) and comes
@@ -449,31 +504,37 @@ __global__ void __launch_bounds__(32 * NW, 5) /* 5 blocks an SM: as shared memor
     if (wt0 >= a.T) {
         return; /* no real rows (after the last __syncthreads) */
     }
-    bw_store_rows<T, HDF>(scr, dq, nf, gqkv + (b * a.T + t) * C3 + h * a.hd, a.scale, write,
-                          t < a.T);
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        int64_t tu = t + 16 * u;
+        bw_store_rows<T, HDF>(scr, dq + u * HDF, nf, gqkv + (b * a.T + tu) * C3 + h * a.hd, a.scale,
+                              write, tu < a.T);
+    }
 }
 
-/* dK and dV: one block per (batch, head, tile of 16 NW keys), over the query tiles at or after
- * it. MODE as for the dQ kernel (slse holds lse2 where MODE > 0). */
-template <typename T, int HDF, int NW, int ST, int MODE>
-__global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (5 spill) */
+/* dK and dV: one block per (batch, head, tile of 16 R NW keys), over the query tiles at or
+ * after it. MODE and R as for the dQ kernel (slse holds lse2 where MODE > 0). */
+template <typename T, int HDF, int NW, int ST, int MODE, int R>
+__global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an SM (5 spill) */
     k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
                       const float *D, float *gqkv, int write)
 {
-    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW;
+    const int LDH = bw_ldh<HDF>::v, LDS = ST + 4, LDP = ST + 8, KT = 16 * NW * R, NS = ST / 16;
     constexpr bool FAST = MODE > 0;
     static_assert(ST % 16 == 0 && ST <= 32 * NW, "16-byte stores; one lse, D a thread");
-    static_assert(bw_smem<T, HDF, NW, ST>::v + (MODE == 1 ? NW * 16 * LDP * (int)sizeof(T) : 0) <=
-                      48 * 1024,
-                  "static shared memory");
+    static_assert(R == 1 || MODE == 2, "two row blocks a warp: the register path's A operands");
     __shared__ __align__(32) T sk[KT * LDH];
     __shared__ __align__(32) T sv[KT * LDH];
     __shared__ __align__(32) T sq[ST * LDH];
     __shared__ __align__(32) T sdo[ST * LDH];
-    __shared__ __align__(32) T sx[NW * 16 * LDP];
+    __shared__ __align__(32) T sx[MODE == 2 ? 16 : NW * 16 * LDP];  /* P (MODE 0, 1) */
     __shared__ __align__(32) T sx2[MODE == 1 ? NW * 16 * LDP : 16]; /* dS, MODE 1 */
     __shared__ __align__(32) float ss[NW * 16 * LDS];
     __shared__ __align__(16) float slse[ST], sD[ST];
+    static_assert(sizeof(sk) + sizeof(sv) + sizeof(sq) + sizeof(sdo) + sizeof(sx) + sizeof(sx2) +
+                          sizeof(ss) + sizeof(slse) + sizeof(sD) <=
+                      48 * 1024,
+                  "static shared memory");
 
     int64_t nkt = (a.T + KT - 1) / KT, C3 = 3 * a.C;
     /* Head-major (the blocks in flight share one head's Q and dO in L2), the first key tiles
@@ -482,18 +543,29 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     int64_t h = bh % a.H, b = bh / a.H, j0 = kt * KT;
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1;
-    int64_t wj0 = j0 + 16 * warp, j = wj0 + r;
+    int64_t wj0 = j0 + 16 * R * warp, j = wj0 + r;
     float *scr = ss + warp * 16 * LDS;
-    T *xs = sx + warp * 16 * LDP;
+    T *xs = sx + (MODE == 2 ? 0 : warp * 16 * LDP);
     const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
     const float *lse_h = lse + bh * a.T, *D_h = D + bh * a.T;
     int own_valid = (int)(a.T - j0 < KT ? a.T - j0 : KT);
 
-    bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
-                   sk, sv, LDH);
-    bw_acc dk[HDF], dv[HDF];
+    /* The 2-byte copies where the caller has both (the same values). */
+    const T *qh_b = nullptr, *gh_b = nullptr;
+    if (a.qkv_h != nullptr && a.dy_h != nullptr) {
+        qh_b = static_cast<const T *>(a.qkv_h) + b * a.T * C3 + h * a.hd;
+        gh_b = static_cast<const T *>(a.dy_h) + b * a.T * a.C + h * a.hd;
+    }
+    if (qh_b != nullptr) {
+        bw_load2h<T, 2, 32 * NW, HDF>(qh_b + j0 * C3 + a.C, C3, qh_b + j0 * C3 + 2 * a.C, C3,
+                                      own_valid, KT, hd, sk, sv, LDH);
+    } else {
+        bw_load2<T, 4>(qkv_b + j0 * C3 + a.C, C3, qkv_b + j0 * C3 + 2 * a.C, C3, own_valid, KT, hd,
+                       sk, sv, LDH);
+    }
+    bw_acc dk[R * HDF], dv[R * HDF];
 #pragma unroll
-    for (int f = 0; f < HDF; f++) {
+    for (int f = 0; f < R * HDF; f++) {
         wmma::fill_fragment(dk[f], 0.0f);
         wmma::fill_fragment(dv[f], 0.0f);
     }
@@ -513,8 +585,13 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
             lse_i = lse_h[it];
             D_i = D_h[it];
         }
-        bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C,
-                       (int)(a.T - i0 < ST ? a.T - i0 : ST), ST, hd, sq, sdo, LDH);
+        int valid = (int)(a.T - i0 < ST ? a.T - i0 : ST);
+        if (qh_b != nullptr) {
+            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd,
+                                          sq, sdo, LDH);
+        } else {
+            bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
+        }
         if (threadIdx.x < ST) {
             /* The register path: base 2, and +inf past T (P = 0 there without a test). */
             slse[threadIdx.x] = !fast ? lse_i : it < a.T ? lse_i * 1.44269504088896341f : INFINITY;
@@ -523,6 +600,33 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
         __syncthreads();
         if (i0 + ST - 1 < wj0 || wj0 >= a.T) {
             continue; /* every query of the tile is before this warp's keys */
+        }
+        if (R > 1) {
+            /* MODE 2 with R row blocks: as below, each streamed fragment serving R products. */
+            bw_acc s[R * NS];
+            bw_fa<T> fa[R * NS];
+            bw_scores_frag<T, HDF, ST, R>(s, sk + 16 * R * warp * LDH, sq, nf); /* S^T */
+#pragma unroll
+            for (int u = 0; u < R; u++) {
+                /* Unmasked where every query of the tile is at or after the block's last key. */
+                int64_t uj0 = wj0 + 16 * u;
+                if (uj0 + 15 <= i0) {
+                    bw_probs_rf<T, ST, LDP, true, false, true>(s + u * NS, map, s2, slse, 0,
+                                                               nullptr, fa + u * NS);
+                } else {
+                    bw_probs_rf<T, ST, LDP, true, true, true>(
+                        s + u * NS, map, s2, slse, (int)(i0 - uj0), nullptr, fa + u * NS);
+                }
+            }
+            bw_accumulate_a<T, HDF, ST, R>(dv, fa, sdo, nf);
+            bw_scores_frag<T, HDF, ST, R>(s, sv + 16 * R * warp * LDH, sdo, nf); /* dP^T */
+#pragma unroll
+            for (int u = 0; u < R; u++) {
+                bw_dscores_rf<T, ST, LDP, true, true, true>(s + u * NS, map, sD, nullptr, nullptr,
+                                                            fa + u * NS);
+            }
+            bw_accumulate_a<T, HDF, ST, R>(dk, fa, sq, nf);
+            continue;
         }
         if (fast) {
             /* MODE 2: P goes into dV's A operands and stays there for dS, which replaces it
@@ -585,14 +689,20 @@ __global__ void __launch_bounds__(32 * NW, 4) /* 128 registers: 4 blocks an SM (
     if (wj0 >= a.T) {
         return; /* no real rows (after the last __syncthreads) */
     }
-    float *dst = gqkv + (b * a.T + j) * C3 + h * a.hd;
-    bw_store_rows<T, HDF>(scr, dk, nf, dst + a.C, a.scale, write, j < a.T);
-    bw_store_rows<T, HDF>(scr, dv, nf, dst + 2 * a.C, 1.0f, write, j < a.T);
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        int64_t ju = j + 16 * u;
+        float *dst = gqkv + (b * a.T + ju) * C3 + h * a.hd;
+        bw_store_rows<T, HDF>(scr, dk + u * HDF, nf, dst + a.C, a.scale, write, ju < a.T);
+        bw_store_rows<T, HDF>(scr, dv + u * HDF, nf, dst + 2 * a.C, 1.0f, write, ju < a.T);
+    }
 }
 
-static int g_bw_fast = 1; /* nn_cu_attn_bwd_set_fast */
-static std::atomic<int> g_bw_layout(-1); /* bw_mode's probe: bit 0 pairs, bit 1 direct */
-static std::atomic<int> g_bw_last(-1);   /* nn_cu_attn_bwd_mode */
+static int g_bw_fast = 1;                  /* nn_cu_attn_bwd_set_fast */
+static int g_bw_rows = 32;                 /* nn_cu_attn_bwd_set_rows */
+static std::atomic<int> g_bw_layout(-1);   /* bw_mode's probe: bit 0 pairs, bit 1 direct */
+static std::atomic<int> g_bw_last(-1);     /* nn_cu_attn_bwd_mode */
+static std::atomic<int> g_bw_last_rows(0); /* nn_cu_attn_bwd_rows */
 
 /* This device's layouts, as the kernels would learn them (bit 0: bw_learn's column pairs, bit
  * 1: bw_learn_a's A operands), written as a float to out. */
@@ -630,15 +740,18 @@ static int bw_mode(cudaStream_t s, float *D, bool bf16)
     return (layout & 1) == 0 ? 0 : bf16 && (layout & 2) ? 2 : 1;
 }
 
-/* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 NW own rows a block. */
-template <typename T, int HDF, int NW, int ST, int MODE>
+/* The dQ kernel (which writes D) then the dK/dV kernel, each tile of 16 R NW own rows a
+ * block. */
+template <typename T, int HDF, int NW, int ST, int MODE, int R = 1>
 static void bw_launch_as(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                          const float *lse, const float *gy, float *D, float *gqkv, int write)
 {
     /* Short names: the emulator's translator wants a launch on one line. */
-    unsigned nb = (unsigned)(a->B * a->H * ((a->T + 16 * NW - 1) / (16 * NW))), th = 32 * NW;
-    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, y, lse, gy, D, gqkv, write);
-    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE><<<nb, th, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
+    const int64_t rows = 16 * NW * R;
+    unsigned nb = (unsigned)(a->B * a->H * ((a->T + rows - 1) / rows)), th = 32 * NW;
+    const nn_cu_attn &q = *a;
+    k_attn_bwd_dq_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(q, qkv, y, lse, gy, D, gqkv, write);
+    k_attn_bwd_dkv_tc<T, HDF, NW, ST, MODE, R><<<nb, th, 0, s>>>(q, qkv, lse, gy, D, gqkv, write);
 }
 
 template <typename T, int HDF, int NW, int ST>
@@ -648,6 +761,15 @@ static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, con
     const int M2 = bw_direct<T>::v ? 2 : 1; /* no MODE 2 kernels for fp16 */
     int mode = bw_mode(s, D, bw_direct<T>::v);
     g_bw_last.store(mode);
+    g_bw_last_rows.store(16);
+    /* MODE 2 at head sizes up to 64: 32 rows a warp (half the warps a block, the same rows)
+     * unless nn_cu_attn_bwd_set_rows(16). */
+    const int R2 = M2 == 2 && HDF <= 4 && NW % 2 == 0 ? 2 : 1;
+    if (mode == 2 && R2 == 2 && g_bw_rows == 32) {
+        bw_launch_as<T, HDF, NW / R2, ST, M2, R2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        g_bw_last_rows.store(32);
+        return;
+    }
     switch (mode) {
     case 2:
         bw_launch_as<T, HDF, NW, ST, M2>(s, a, qkv, y, lse, gy, D, gqkv, write);
@@ -665,6 +787,16 @@ extern "C" void nn_cu_attn_bwd_set_fast(int on)
     g_bw_fast = on != 0;
 }
 
+extern "C" void nn_cu_attn_bwd_set_rows(int rows)
+{
+    g_bw_rows = rows == 16 ? 16 : 32;
+}
+
+extern "C" int nn_cu_attn_bwd_rows(void)
+{
+    return g_bw_last_rows.load();
+}
+
 extern "C" int nn_cu_attn_bwd_mode(void)
 {
     return g_bw_last.load();
@@ -674,6 +806,13 @@ extern "C" void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn 
                                                const float *qkv, const float *y, const float *lse,
                                                const float *gy, float *D, float *gqkv, int write)
 {
+    /* The 2-byte copies are read 16 bytes at a time: without that alignment the kernels
+     * round the fp32 tiles themselves (the same values). */
+    nn_cu_attn ac = *a;
+    if ((uintptr_t)ac.qkv_h % 16 != 0 || (uintptr_t)ac.dy_h % 16 != 0) {
+        ac.qkv_h = ac.dy_h = nullptr;
+    }
+    a = &ac;
     /* Head sizes up to 64: 4 warps (64 own rows) and streamed tiles of 32; up to 128: 2 warps,
      * so that each kernel's static shared memory stays within 48 KiB. */
     if (a->hd <= 64) {

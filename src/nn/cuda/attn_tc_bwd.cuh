@@ -30,6 +30,70 @@ typedef bw_wmma::fragment<bw_wmma::accumulator, 16, 16, 16, float> bw_acc;
 template <typename T>
 using bw_fa = bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_major>;
 
+/* ---- the products (both paths) ---- */
+
+/* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
+ * padding put the 16 rows of a WMMA load on different banks. */
+template <int HDF> struct bw_ldh {
+    static const int v = 16 * HDF + 8;
+};
+
+/* s [R][ST / 16] (accumulator fragments) = own [16 R][hd] times stream [ST][hd]^T, both in
+ * shared memory with leading dimension LDH. With R = 2 each streamed fragment loaded serves
+ * two products (one per 16 own rows); every sum runs over k in the same order as with R = 1. */
+template <typename T, int HDF, int ST, int R = 1>
+__device__ __forceinline__ void bw_scores_frag(bw_acc *s, const T *own, const T *stream, int nf)
+{
+    const int LDH = bw_ldh<HDF>::v, NS = ST / 16;
+    BW_UNROLL
+    for (int n = 0; n < R * NS; n++) {
+        bw_wmma::fill_fragment(s[n], 0.0f);
+    }
+    BW_UNROLL
+    for (int k = 0; k < HDF; k++) {
+        if (k < nf) {
+            bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_major> fa[R];
+            BW_UNROLL
+            for (int r = 0; r < R; r++) {
+                bw_wmma::load_matrix_sync(fa[r], own + 16 * r * LDH + 16 * k, LDH);
+            }
+            BW_UNROLL
+            for (int n = 0; n < NS; n++) {
+                /* Stream rows are B's columns: [ST][hd] is B col-major. */
+                bw_wmma::fragment<bw_wmma::matrix_b, 16, 16, 16, T, bw_wmma::col_major> fb;
+                bw_wmma::load_matrix_sync(fb, stream + 16 * n * LDH + 16 * k, LDH);
+                BW_UNROLL
+                for (int r = 0; r < R; r++) {
+                    bw_wmma::mma_sync(s[r * NS + n], fa[r], fb, s[r * NS + n]);
+                }
+            }
+        }
+    }
+}
+
+/* acc [R][hd / 16] += x [16 R][ST] (A fragments [R][ST / 16]) times stream [ST][hd]: each
+ * fragment of the stream loaded serves R products, each sum in R = 1's order. */
+template <typename T, int HDF, int ST, int R = 1>
+__device__ __forceinline__ void bw_accumulate_a(bw_acc *acc, const bw_fa<T> *fa, const T *stream,
+                                                int nf)
+{
+    const int LDH = bw_ldh<HDF>::v, NS = ST / 16;
+    BW_UNROLL
+    for (int k = 0; k < NS; k++) {
+        BW_UNROLL
+        for (int f = 0; f < HDF; f++) {
+            if (f < nf) {
+                bw_wmma::fragment<bw_wmma::matrix_b, 16, 16, 16, T, bw_wmma::row_major> fb;
+                bw_wmma::load_matrix_sync(fb, stream + 16 * k * LDH + 16 * f, LDH);
+                BW_UNROLL
+                for (int r = 0; r < R; r++) {
+                    bw_wmma::mma_sync(acc[r * HDF + f], fa[r * NS + k], fb, acc[r * HDF + f]);
+                }
+            }
+        }
+    }
+}
+
 /* ---- the register path (ACCEL_NN_ATTN_FAST, the default) ----
  *
  * S and dP are not stored to the fp32 scratch and read back: P = rnd(exp2(S scale log2(e) -
@@ -42,10 +106,11 @@ using bw_fa = bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_m
  * dK/dV kernel, dS in both) to shared memory; MODE 2 (bf16) builds those A operands in
  * registers (bw_learn_a). Per 16 x 32 tile, warp and pass this drops two fp32 fragment stores,
  * 8 LDS.128 of the scratch and lse / D, a __syncwarp, and in MODE 2 the A operands' store and
- * load. Both kernels run at their register caps (128, 96), so where P waits for dS was chosen
- * by ptxas -v (bf16, hd 64): MODE 2's dK/dV kernel keeps it in dV's A operands (8 bytes
- * spilled, as with P in shared memory); the dQ kernels' P goes to the idle fp32 scratch (a new
- * tile would cost the fifth block; 4 to 12 bytes spilled, 16 to 40 with P in registers), and
+ * load. At 16 rows a warp both kernels run at their register caps (128, 96), so where P waits
+ * for dS was chosen by ptxas -v (bf16, hd 64): MODE 2's dK/dV kernel keeps it in dV's A
+ * operands (8 bytes spilled, as with P in shared memory); the dQ kernels' P goes to the idle
+ * fp32 scratch (a new tile would cost the fifth block; 4 to 12 bytes spilled, 16 to 40 with P
+ * in registers; at 32 rows a warp, 168 registers, it stays in dQ's A operands), and
  * MODE 1's dK/dV kernel keeps P in its P tile (dV's operand), so dS goes to a second tile
  * (sx2: 47.4 KB, still 4 blocks an SM). */
 

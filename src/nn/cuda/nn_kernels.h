@@ -133,6 +133,10 @@ typedef struct nn_cu_attn {
     float scale, p;
     uint64_t key;
     int rnd;
+    /* 2-byte (rnd's dtype) copies the tensor-core kernels read instead of rounding fp32 tiles
+     * themselves, or NULL (then they round as before): qkv_h of qkv (same layout), dy_h of the
+     * output's gradient (same layout as y). Same values: the kernels round to rnd's dtype. */
+    const void *qkv_h, *dy_h;
 } nn_cu_attn;
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse);
@@ -161,6 +165,13 @@ void nn_cu_attn_bwd_set_fast(int on);
  * the register path, 2 the register path with its A operands built in registers (bf16 where
  * the device's WMMA layouts allow; attn_tc_bwd.cu). For tests and bench/cuda_attn. */
 int nn_cu_attn_bwd_mode(void);
+/* Rows a warp owns in the tensor-core backward's kernels on the register path with A operands
+ * in registers (path 2) at head sizes up to 64: 32 (the default: each fragment of a streamed
+ * tile loaded serves two products) or 16 (as before; for A/B timing and tests: the results are
+ * the same bit for bit). Read when a backward is queued. nn_cu_attn_bwd_rows: what the last
+ * tensor-core backward used (16 elsewhere; 0: none yet). */
+void nn_cu_attn_bwd_set_rows(int rows);
+int nn_cu_attn_bwd_rows(void);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */
