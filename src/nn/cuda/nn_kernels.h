@@ -116,6 +116,10 @@ typedef struct nn_cu_attn {
     float scale, p;
     uint64_t key;
     int rnd;
+    /* 2-byte (rnd's dtype) copies the tensor-core kernels read instead of rounding fp32 tiles
+     * themselves, or NULL (then they round as before): qkv_h of qkv (same layout), dy_h of the
+     * output's gradient (same layout as y). Same values: the kernels round to rnd's dtype. */
+    const void *qkv_h, *dy_h;
 } nn_cu_attn;
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse);
@@ -144,6 +148,21 @@ void nn_cu_attn_bwd_set_fast(int on);
  * the register path, 2 the register path with its A operands built in registers (bf16 where
  * the device's WMMA layouts allow; attn_tc_bwd.cu). For tests and bench/cuda_attn. */
 int nn_cu_attn_bwd_mode(void);
+/* Whether the tensor-core kernels take this attention (autocast bf16 / fp16, no dropout, head
+ * size a multiple of 16 up to 128, not NN_CU_ATTN_WARP; given 16-byte aligned tensors), so
+ * that a 2-byte copy of qkv (qkv_h) is worth making. */
+int nn_cu_attn_tc_takes_half(const nn_cu_attn *a);
+/* The tensor-core forward at 32 query rows a warp (attn_tc_fwd.cu), which nn_cu_attn_fwd_tc
+ * runs first: bf16, head size 64, scale > 0, where the device's WMMA fragments have the sm_80+
+ * layouts (probed at the first call into lse: one stream synchronisation). Reads a->qkv_h when
+ * it is not NULL. Returns 1 when it queued the kernel, 0 when it does not apply. */
+int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                              float *lse);
+/* The kernel the last tensor-core forward took (-1: none yet): 0 without its register path
+ * (NN_CU_ATTN_TC_SLOW), 1 16 query rows a warp (its register path where each warp finds the
+ * sm_80+ layout), 2 32 rows a warp (accel__nn_cu_attn_fwd_tc2). For tests and
+ * bench/cuda_attn. */
+int nn_cu_attn_fwd_mode(void);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */

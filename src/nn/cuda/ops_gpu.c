@@ -389,10 +389,11 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 
 /* ---- fused causal self-attention over packed qkv ---- */
 
+/* The forward's arguments, with its 2-byte copy of qkv (p[1], or NULL). */
 static nn_cu_attn attn_of(const nn_node *n)
 {
     nn_cu_attn a = {n->i[0], n->i[1], n->i[2],           n->i[3],     n->i[4],
-                    n->f[0], n->f[1], (uint64_t)n->i[5], (int)n->i[6]};
+                    n->f[0], n->f[1], (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL};
     return a;
 }
 
@@ -457,6 +458,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     a.p = g->training ? attn_dropout : 0.0f;
     a.key = nn__key3(g->seed, g->step, op_index);
     a.rnd = accel__nn_cu_rnd(nn__autocast(g));
+    a.qkv_h = NULL;
+    a.dy_h = NULL;
     if (a.hd > NN_CU_ATTN_MAX_HD) {
         return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
                               "nn_causal_attention: head size %lld: CUDA supports up to %d",
@@ -467,6 +470,19 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     float *lse = accel__nn_dalloc(g, (size_t)(a.B * a.H * a.T) * sizeof(float));
     if (y == NULL || lse == NULL) {
         return NULL;
+    }
+    /* Where the tensor-core kernels run, qkv rounded once into a 2-byte copy (kept for the
+     * step): they read it instead of rounding fp32 tiles (half the bytes, no conversions),
+     * forward and backward alike. */
+    int64_t n_qkv = a.B * a.T * 3 * a.C;
+    if (n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
+        void *h = accel__nn_dalloc(g, (size_t)n_qkv * 2);
+        if (h == NULL || !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), qkv->data, h, n_qkv,
+                                                           a.rnd),
+                                          "nn_causal_attention")) {
+            return NULL;
+        }
+        a.qkv_h = h;
     }
     if (a.B * a.T * a.C > 0 &&
         !accel__nn_cu_ok(g, nn_cu_attn_fwd(nn__cu_stream(g), &a, qkv->data, y->data, lse),
@@ -488,6 +504,7 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         n->f[0] = a.scale;
         n->f[1] = a.p;
         n->p[0] = lse;
+        n->p[1] = (void *)a.qkv_h; /* attn_of */
     }
     return y;
 }
