@@ -205,10 +205,10 @@ __device__ __forceinline__ void f2_chunk(f2_c (&o)[2][F2_NF], const f2_a (&qa)[2
             m[u][r] = mn;
         }
     }
-    if (!first && __any_sync(0xffffffffu, corr[0][0] != 1.0f || corr[0][1] != 1.0f ||
-                                              corr[1][0] != 1.0f || corr[1][1] != 1.0f)) {
+    /* O *= corr per tile where any of its rows' max grew (the first chunk's O is zero). */
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < 2; u++) {
+        if (!first && __any_sync(0xffffffffu, corr[u][0] != 1.0f || corr[u][1] != 1.0f)) {
 #pragma unroll
             for (int f = 0; f < F2_NF; f++) {
 #pragma unroll
