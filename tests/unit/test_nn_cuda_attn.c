@@ -243,7 +243,9 @@ static void test_attention_kernels(void)
  * head 64 takes the kernel of 32 query rows a warp (nn_cu_attn_fwd_mode 2) where the WMMA
  * layouts are sm_80+'s: here with more (batch, head) pairs than its block group of 32,
  * several query and key tiles, and one row; head 32 (and head 64 elsewhere) the kernel of 16
- * rows a warp (1), which reads fp32 either way. */
+ * rows a warp (1), which reads fp32 either way. Then kernel 2 writing the copy itself
+ * (nn_cu_attn_fwd_tc_half, as nn_causal_attention runs it): the same y and lse, and the same
+ * bytes as nn_cu_to_half's copy over the whole of qkv (poisoned before). */
 static void test_attention_half_copy(void)
 {
     /* The sm_80+ layouts: a GPU from sm_80 on, the emulator with per-lane fragments. */
@@ -290,7 +292,45 @@ static void test_attention_half_copy(void)
             CHECK(cudaMemcpy(l[k], d_l[k], (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost) ==
                   cudaSuccess);
         }
+        /* The forward that writes the copy itself (where kernel 2 runs): the same y and lse,
+         * and every byte of the copy nn_cu_to_half wrote. */
+        size_t nh = (size_t)n * 2;
+        void *d_h2 = NULL;
+        CHECK(cudaMalloc(&d_h2, nh) == cudaSuccess);
+        CHECK(cudaMemset(d_h2, 0xFF, nh) == cudaSuccess);
+        CHECK(cudaMemset(d_y[1], 0xFF, (size_t)ny * sizeof(float)) == cudaSuccess);
+        CHECK(cudaMemset(d_l[1], 0xFF, (size_t)nl * sizeof(float)) == cudaSuccess);
+        a.qkv_h = NULL;
+        cudaError_t err = cudaErrorUnknown;
+        int wrote = nn_cu_attn_fwd_tc_half(0, &a, d_qkv, d_y[1], d_l[1], d_h2, &err);
+        int same_h = 0, same_yl = 0;
+        if (wrote) {
+            unsigned char *h1 = xmalloc(nh), *h2 = xmalloc(nh);
+            float *y3 = xmalloc((size_t)ny * sizeof(float)),
+                  *l3 = xmalloc((size_t)nl * sizeof(float));
+            CHECK(err == cudaSuccess);
+            CHECK(cudaMemcpy(h1, d_h, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(h2, d_h2, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(y3, d_y[1], (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            CHECK(cudaMemcpy(l3, d_l[1], (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            same_h = memcmp(h1, h2, nh) == 0;
+            same_yl = memcmp(y3, y[0], (size_t)ny * sizeof(float)) == 0 &&
+                      memcmp(l3, l[0], (size_t)nl * sizeof(float)) == 0;
+            free(h1);
+            free(h2);
+            free(y3);
+            free(l3);
+        }
+        cudaFree(d_h2);
         int want = cases[i].hd == 64 && layout ? 2 : 1;
+        printf("  attention bf16 B%lld T%lld H%lld hd%lld: the forward writing the copy: %s%s\n",
+               (long long)B, (long long)T, (long long)H, (long long)cases[i].hd,
+               wrote ? "ran" : "did not apply",
+               wrote ? (same_h && same_yl ? ", copy, y and lse the same" : ", DIFFERS") : "");
+        CHECK(wrote == (want == 2));
+        CHECK(!wrote || (same_h && same_yl));
         printf("  attention bf16 B%lld T%lld H%lld hd%lld: forward kernel %d / %d (want %d), "
                "2-byte copy vs fp32: y %s, lse %s\n",
                (long long)B, (long long)T, (long long)H, (long long)cases[i].hd, mode[0], mode[1],

@@ -484,7 +484,7 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     typedef __nv_bfloat16 bf16; /* one launch a line: scripts/cuemu-launch.sed */
     unsigned bh = (unsigned)(a->B * a->H);
     bool fast = g_attn_kind != NN_CU_ATTN_TC_SLOW && a->scale > 0.0f; /* tc_fwd_chunk_fast */
-    if (fast && accel__nn_cu_attn_fwd_tc2(s, a, qkv, y, lse)) { /* attn_tc_fwd.cu */
+    if (fast && accel__nn_cu_attn_fwd_tc2(s, a, qkv, y, lse, NULL)) { /* attn_tc_fwd.cu */
         g_fwd_last.store(2);
         g_tc_fwd++;
         *err = cudaGetLastError();
@@ -506,6 +506,19 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
             k_attn_fwd_tc<__half, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, fast);
         }
     }
+    g_tc_fwd++;
+    *err = cudaGetLastError();
+    return 1;
+}
+
+int nn_cu_attn_fwd_tc_half(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                           float *lse, void *qkv_h, cudaError_t *err)
+{
+    if (!tc_applies(a, qkv, y, qkv_h, y) || a->qkv_h != NULL || g_attn_kind == NN_CU_ATTN_TC_SLOW ||
+        !accel__nn_cu_attn_fwd_tc2(s, a, qkv, y, lse, qkv_h)) {
+        return 0;
+    }
+    g_fwd_last.store(2);
     g_tc_fwd++;
     *err = cudaGetLastError();
     return 1;

@@ -15,7 +15,9 @@
  * size is a compile-time 64 and the chunk of 32 keys is either wholly below the warp's
  * diagonal (no mask, no tests) or the diagonal chunk (a fixed pattern); exponentials by
  * one MUFU.EX2 each (f2_exp2, flush to zero, without exp2f's range fix-ups). qkv comes as
- * fp32 (rounded to bf16 as the tiles are loaded) or as its bf16 copy (nn_cu_attn.qkv_h).
+ * fp32 (rounded to bf16 as the tiles are loaded) or as its bf16 copy (nn_cu_attn.qkv_h); from
+ * fp32 the kernel can also write that copy for the backward (nn_cu_attn_fwd_tc_half), each
+ * element once, so that no separate pass over qkv makes it.
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -49,7 +51,7 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> f2_c;
 /* A 16 x 16 bf16 fragment whose lane pairs start at p (the tile + g LD + 2 q): a row-major
  * matrix_a (element pair j at row g + 8 (j & 1), column 2 q + 8 (j >> 1)) or a col-major
  * matrix_b stored [n][k] (pair j at n g + 8 (j >> 1), k 2 q + 8 (j & 1)): the sm_80+ layout
- * (attn_tc.cuh), which f2_probe checks. Four 32-bit shared loads at constant offsets. */
+ * (attn_tc.cuh), which k_f2_probe checks. Four 32-bit shared loads at constant offsets. */
 template <bool B, typename F> __device__ __forceinline__ void f2_frag(F &f, const bf16 *p)
 {
 #pragma unroll
@@ -65,7 +67,8 @@ __device__ __forceinline__ uint4 f2_get8(const float *p, bool ok)
 {
     uint4 r = make_uint4(0u, 0u, 0u, 0u);
     if (ok) {
-        float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+        float4 a = reinterpret_cast<const float4 *>(p)[0],
+               b = reinterpret_cast<const float4 *>(p)[1];
         __nv_bfloat162 h[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
                                __floats2bfloat162_rn(b.x, b.y), __floats2bfloat162_rn(b.z, b.w)};
         memcpy(&r, h, sizeof r);
@@ -80,9 +83,11 @@ __device__ __forceinline__ uint4 f2_get8(const bf16 *p, bool ok)
 /* Rows [0, 16 NR) of a source tile (row i at src + i stride; rows from `valid` read as zero)
  * into dst [row][F2_LD]: thread t takes 8 elements (8 t % 64) of rows t / 8 + 16 i, so each
  * quarter warp stores one row's 128 bytes (no bank conflict) and the loads of all NR rows are
- * in flight before the first store. */
-template <int NR, typename S>
-__device__ __forceinline__ void f2_rows(const S *src, int64_t stride, int valid, bf16 *dst)
+ * in flight before the first store. W and out: the valid rows rounded also to out (the same
+ * layout as src: qkv's 2-byte copy). */
+template <int NR, bool W, typename S>
+__device__ __forceinline__ void f2_rows(const S *src, int64_t stride, int valid, bf16 *dst,
+                                        bf16 *out)
 {
     int c = 8 * (threadIdx.x & 7), r = threadIdx.x >> 3;
     uint4 v[NR];
@@ -93,15 +98,18 @@ __device__ __forceinline__ void f2_rows(const S *src, int64_t stride, int valid,
 #pragma unroll
     for (int i = 0; i < NR; i++) {
         *reinterpret_cast<uint4 *>(dst + (r + 16 * i) * F2_LD + c) = v[i];
+        if (W && out != nullptr && r + 16 * i < valid) {
+            *reinterpret_cast<uint4 *>(out + (int64_t)(r + 16 * i) * stride + c) = v[i];
+        }
     }
 }
 
 /* The V tile of F2_KT keys (key i at src + i stride; keys from `valid` read as zero)
  * transposed into dst [dim][F2_LD]: lane p takes keys 2 p and 2 p + 1, warp w the 16 dims
  * from 16 w, and stores each dim's key pair as one 32-bit word; a store instruction's 32
- * lanes write one dim's 32 consecutive words (no bank conflict). */
-template <typename S>
-__device__ __forceinline__ void f2_vt(const S *src, int64_t stride, int valid, bf16 *dst)
+ * lanes write one dim's 32 consecutive words (no bank conflict). W and out: as f2_rows. */
+template <bool W, typename S>
+__device__ __forceinline__ void f2_vt(const S *src, int64_t stride, int valid, bf16 *dst, bf16 *out)
 {
     int p = threadIdx.x & 31, d0 = 16 * (threadIdx.x >> 5);
     uint4 v[2][2];
@@ -110,6 +118,18 @@ __device__ __forceinline__ void f2_vt(const S *src, int64_t stride, int valid, b
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             v[k][h] = f2_get8(src + (int64_t)(2 * p + k) * stride + d0 + 8 * h, 2 * p + k < valid);
+        }
+    }
+    if (W && out != nullptr) {
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (2 * p + k < valid) {
+                    *reinterpret_cast<uint4 *>(out + (int64_t)(2 * p + k) * stride + d0 + 8 * h) =
+                        v[k][h];
+                }
+            }
         }
     }
 #pragma unroll
@@ -150,9 +170,8 @@ __device__ __forceinline__ float f2_exp2(float x)
  * of a diagonal block lies above the diagonal. */
 template <bool DIAG>
 __device__ __forceinline__ void f2_chunk(f2_c (&o)[2][F2_NF], const f2_a (&qa)[2][F2_NF],
-                                         const bf16 *kf, const bf16 *vf, unsigned dmask,
-                                         float sl2, bool first, float (&m)[2][2],
-                                         float (&l)[2][2])
+                                         const bf16 *kf, const bf16 *vf, unsigned dmask, float sl2,
+                                         bool first, float (&m)[2][2], float (&l)[2][2])
 {
     f2_c s[2][2];
 #pragma unroll
@@ -252,10 +271,13 @@ __device__ __forceinline__ void f2_chunk(f2_c (&o)[2][F2_NF], const f2_a (&qa)[2
 #define F2_GROUP 32
 
 /* One block per (batch, head, 128 query rows); S: float (qkv, rounded here) or bf16 (its
- * copy). 168 registers (3 blocks, 12 warps an SM), 18 KiB of shared memory. */
-template <typename S>
+ * copy). W: qkv rounded also into hout (its 2-byte copy, for the backward), each row by one
+ * block: Q's by the block of its query tile, K's and V's by the block whose query tile holds
+ * them (its last two key tiles). 168 registers (3 blocks, 12 warps an SM), 18 KiB of shared
+ * memory. */
+template <typename S, bool W>
 __global__ void __launch_bounds__(128, 3)
-    k_attn_fwd_tc2(nn_cu_attn a, const S *qkv, float *y, float *lse)
+    k_attn_fwd_tc2(nn_cu_attn a, const S *qkv, float *y, float *lse, bf16 *hout)
 {
     __shared__ __align__(16) bf16 skv[2 * F2_KT * F2_LD]; /* K, V^T; first the Q tile */
     bf16 *sk = skv, *svt = skv + F2_KT * F2_LD;
@@ -268,10 +290,12 @@ __global__ void __launch_bounds__(128, 3)
     int h = bh % (int)a.H, b = bh / (int)a.H, t0 = qt * F2_QT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wt0 = t0 + 32 * warp;
     int64_t C3 = 3 * a.C;
-    const S *qkv_bh = qkv + (int64_t)b * nt * C3 + (int64_t)h * F2_HD;
+    int64_t off_bh = (int64_t)b * nt * C3 + (int64_t)h * F2_HD; /* also in hout */
+    const S *qkv_bh = qkv + off_bh;
     const float sl2 = a.scale * 1.4426950408889634f; /* scale log2(e) */
 
-    f2_rows<F2_QT / 16>(qkv_bh + t0 * C3, C3, nt - t0, skv);
+    f2_rows<F2_QT / 16, W>(qkv_bh + t0 * C3, C3, nt - t0, skv,
+                           W ? hout + off_bh + t0 * C3 : nullptr);
     __syncthreads();
     /* The lane's pair offset in every fragment: row (or n) g, column (or k) 2 q. */
     int lo = (lane >> 2) * F2_LD + 2 * (lane & 3);
@@ -296,8 +320,9 @@ __global__ void __launch_bounds__(128, 3)
     for (int j0 = 0; j0 <= last; j0 += F2_KT) {
         __syncthreads(); /* every warp is done with the previous K, V^T (and Q's staging) */
         const S *kr = qkv_bh + j0 * C3 + a.C;
-        f2_rows<F2_KT / 16>(kr, C3, nt - j0, sk);
-        f2_vt(kr + a.C, C3, nt - j0, svt);
+        bf16 *ho = W && j0 >= t0 ? hout + off_bh + j0 * C3 + a.C : nullptr; /* its K rows */
+        f2_rows<F2_KT / 16, W>(kr, C3, nt - j0, sk, ho);
+        f2_vt<W>(kr + a.C, C3, nt - j0, svt, W && ho != nullptr ? ho + a.C : nullptr);
         __syncthreads();
         if (wt0 >= nt) {
             continue; /* no real rows: only the tile loads */
@@ -306,11 +331,11 @@ __global__ void __launch_bounds__(128, 3)
         for (int s0 = 0; s0 < F2_KT; s0 += 32) {
             int c0 = j0 + s0; /* the chunk's first key: rows and chunks start on 32s */
             if (c0 < wt0) {
-                f2_chunk<false>(o, qa, sk + lo + s0 * F2_LD, svt + lo + s0, dmask, sl2, c0 == 0,
-                                m, l);
+                f2_chunk<false>(o, qa, sk + lo + s0 * F2_LD, svt + lo + s0, dmask, sl2, c0 == 0, m,
+                                l);
             } else if (c0 == wt0) {
-                f2_chunk<true>(o, qa, sk + lo + s0 * F2_LD, svt + lo + s0, dmask, sl2, c0 == 0,
-                               m, l);
+                f2_chunk<true>(o, qa, sk + lo + s0 * F2_LD, svt + lo + s0, dmask, sl2, c0 == 0, m,
+                               l);
             }
         }
     }
@@ -379,15 +404,16 @@ __global__ void k_f2_probe(float *out)
 static std::atomic<int> g_f2_layout(-1); /* k_f2_probe's answer, once a process */
 
 /* Queues k_attn_fwd_tc2 where it applies (bf16, head 64, the sm_80+ layouts, scale > 0, T
- * and the grid within int) and returns 1, else 0. The layouts are probed at the first call, into lse
- * (which the kernel then overwrites): one stream synchronisation, once a process; a failed
- * probe answers 0 and leaves its error for the caller's cudaGetLastError. */
+ * and the grid within int) and returns 1, else 0. The layouts are probed at the first call,
+ * into lse (which the kernel then overwrites): one stream synchronisation, once a process; a
+ * failed probe answers 0 and leaves its error for the caller's cudaGetLastError. */
 extern "C" int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
-                                          float *y, float *lse)
+                                         float *y, float *lse, void *qkv_h_out)
 {
+    uintptr_t al = (uintptr_t)a->qkv_h | (uintptr_t)qkv_h_out;
     if (a->rnd != 1 || a->hd != F2_HD || a->scale <= 0.0f || a->T >= INT32_MAX / 2 ||
-        a->B * a->H * ((a->T + F2_QT - 1) / F2_QT) >= INT32_MAX ||
-        (a->qkv_h != NULL && ((uintptr_t)a->qkv_h & 15) != 0)) {
+        a->B * a->H * ((a->T + F2_QT - 1) / F2_QT) >= INT32_MAX || (al & 15) != 0 ||
+        (a->qkv_h != NULL && qkv_h_out != NULL)) {
         return 0;
     }
     int layout = g_f2_layout.load();
@@ -406,10 +432,13 @@ extern "C" int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, co
     }
     unsigned blocks = (unsigned)(a->B * a->H * ((a->T + F2_QT - 1) / F2_QT));
     const bf16 *qh = static_cast<const bf16 *>(a->qkv_h);
+    bf16 *ho = static_cast<bf16 *>(qkv_h_out);
     if (qh != NULL) {
-        k_attn_fwd_tc2<bf16><<<blocks, 128, 0, s>>>(*a, qh, y, lse);
+        k_attn_fwd_tc2<bf16, false><<<blocks, 128, 0, s>>>(*a, qh, y, lse, nullptr);
+    } else if (ho != NULL) {
+        k_attn_fwd_tc2<float, true><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, ho);
     } else {
-        k_attn_fwd_tc2<float><<<blocks, 128, 0, s>>>(*a, qkv, y, lse);
+        k_attn_fwd_tc2<float, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, nullptr);
     }
     return 1;
 }

@@ -392,8 +392,8 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 /* The forward's arguments, with its 2-byte copy of qkv (p[1], or NULL). */
 static nn_cu_attn attn_of(const nn_node *n)
 {
-    nn_cu_attn a = {n->i[0], n->i[1], n->i[2],           n->i[3],     n->i[4],
-                    n->f[0], n->f[1], (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL};
+    nn_cu_attn a = {n->i[0], n->i[1],           n->i[2],      n->i[3], n->i[4], n->f[0],
+                    n->f[1], (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL};
     return a;
 }
 
@@ -472,20 +472,28 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         return NULL;
     }
     /* Where the tensor-core kernels run, qkv rounded once into a 2-byte copy (kept for the
-     * step): they read it instead of rounding fp32 tiles (half the bytes, no conversions),
-     * forward and backward alike. */
+     * step) that they read instead of rounding fp32 tiles (half the bytes, no conversions):
+     * written by the forward itself where its 32-row kernel runs (no separate pass over
+     * qkv), else by a pass before the forward. */
     int64_t n_qkv = a.B * a.T * 3 * a.C;
+    cudaStream_t cs = nn__cu_stream(g);
+    int done = 0;
     if (n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
         void *h = accel__nn_dalloc(g, (size_t)n_qkv * 2);
-        if (h == NULL || !accel__nn_cu_ok(g, nn_cu_to_half(nn__cu_stream(g), qkv->data, h, n_qkv,
-                                                           a.rnd),
-                                          "nn_causal_attention")) {
+        cudaError_t err = cudaSuccess;
+        if (h == NULL) {
+            return NULL;
+        }
+        done = nn_cu_attn_fwd_tc_half(cs, &a, qkv->data, y->data, lse, h, &err);
+        if ((done && !accel__nn_cu_ok(g, err, "nn_causal_attention")) ||
+            (!done && !accel__nn_cu_ok(g, nn_cu_to_half(cs, qkv->data, h, n_qkv, a.rnd),
+                                       "nn_causal_attention"))) {
             return NULL;
         }
         a.qkv_h = h;
     }
-    if (a.B * a.T * a.C > 0 &&
-        !accel__nn_cu_ok(g, nn_cu_attn_fwd(nn__cu_stream(g), &a, qkv->data, y->data, lse),
+    if (!done && a.B * a.T * a.C > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_attn_fwd(cs, &a, qkv->data, y->data, lse),
                          "nn_causal_attention")) {
         return NULL;
     }
