@@ -18,6 +18,12 @@
  */
 #include "nn_cuda_check.h"
 
+#ifdef ACCEL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "nn/cuda/nn_kernels.h" /* the launchers, for the 2-byte copy's test */
+#endif
+
 typedef struct attn_arg {
     int n_head;
     float p;
@@ -324,6 +330,120 @@ static void test_attention_bwd_copies(void)
     }
 #endif
 }
+/* The tensor-core forward through its launcher on device buffers, with qkv's 2-byte copy
+ * (qkv_h, as nn_causal_attention passes it) and without it (the kernel rounds the fp32
+ * tiles): y and lse bit for bit the same, as the copy holds the same rounded values. bf16 at
+ * head 64 takes the kernel of 32 query rows a warp (nn_cu_attn_fwd_mode 2) where the WMMA
+ * layouts are sm_80+'s: here with more (batch, head) pairs than its block group of 32,
+ * several query and key tiles, and one row; head 32 (and head 64 elsewhere) the kernel of 16
+ * rows a warp (1), which reads fp32 either way. Then kernel 2 writing the copy itself
+ * (nn_cu_attn_fwd_tc_half, as nn_causal_attention runs it): the same y and lse, and the same
+ * bytes as nn_cu_to_half's copy over the whole of qkv (poisoned before). */
+static void test_attention_half_copy(void)
+{
+    /* The sm_80+ layouts: a GPU from sm_80 on, the emulator with per-lane fragments. */
+    struct cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+    int layout = prop.major >= 8;
+#ifndef ACCEL_CUEMU_WMMA_LANES
+    if (strstr(prop.name, "emulator") != NULL) {
+        layout = 0; /* ACCEL_CUEMU_WMMA=whole */
+    }
+#endif
+    static const struct {
+        int64_t B, T, H, hd;
+    } cases[] = {{3, 40, 12, 64}, {1, 200, 2, 64}, {1, 1, 2, 64}, {2, 70, 3, 32}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int64_t B = cases[i].B, T = cases[i].T, H = cases[i].H, C = H * cases[i].hd;
+        int64_t n = B * T * 3 * C, ny = B * T * C, nl = B * H * T;
+        float *qkv = xmalloc((size_t)n * sizeof(float));
+        float *y[2] = {xmalloc((size_t)ny * sizeof(float)), xmalloc((size_t)ny * sizeof(float))};
+        float *l[2] = {xmalloc((size_t)nl * sizeof(float)), xmalloc((size_t)nl * sizeof(float))};
+        for (int64_t k = 0; k < n; k++) {
+            qkv[k] = 1.5f * frand();
+        }
+        void *d_qkv = NULL, *d_h = NULL, *d_y[2] = {NULL, NULL}, *d_l[2] = {NULL, NULL};
+        CHECK(cudaMalloc(&d_qkv, (size_t)n * sizeof(float)) == cudaSuccess);
+        CHECK(cudaMalloc(&d_h, (size_t)n * 2) == cudaSuccess);
+        CHECK(cudaMemcpy(d_qkv, qkv, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+        CHECK(nn_cu_to_half(0, d_qkv, d_h, n, 1) == cudaSuccess);
+        nn_cu_attn a;
+        memset(&a, 0, sizeof a);
+        a.B = B, a.T = T, a.C = C, a.H = H, a.hd = cases[i].hd;
+        a.scale = 1.0f / sqrtf((float)a.hd);
+        a.rnd = 1;
+        int mode[2];
+        for (int k = 0; k < 2; k++) {
+            CHECK(cudaMalloc(&d_y[k], (size_t)ny * sizeof(float)) == cudaSuccess);
+            CHECK(cudaMalloc(&d_l[k], (size_t)nl * sizeof(float)) == cudaSuccess);
+            a.qkv_h = k ? d_h : NULL;
+            CHECK(nn_cu_attn_fwd(0, &a, d_qkv, d_y[k], d_l[k]) == cudaSuccess);
+            mode[k] = nn_cu_attn_fwd_mode();
+            CHECK(cudaMemcpy(y[k], d_y[k], (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            CHECK(cudaMemcpy(l[k], d_l[k], (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+        }
+        /* The forward that writes the copy itself (where kernel 2 runs): the same y and lse,
+         * and every byte of the copy nn_cu_to_half wrote. */
+        size_t nh = (size_t)n * 2;
+        void *d_h2 = NULL;
+        CHECK(cudaMalloc(&d_h2, nh) == cudaSuccess);
+        CHECK(cudaMemset(d_h2, 0xFF, nh) == cudaSuccess);
+        CHECK(cudaMemset(d_y[1], 0xFF, (size_t)ny * sizeof(float)) == cudaSuccess);
+        CHECK(cudaMemset(d_l[1], 0xFF, (size_t)nl * sizeof(float)) == cudaSuccess);
+        a.qkv_h = NULL;
+        cudaError_t err = cudaErrorUnknown;
+        int wrote = nn_cu_attn_fwd_tc_half(0, &a, d_qkv, d_y[1], d_l[1], d_h2, &err);
+        int same_h = 0, same_yl = 0;
+        if (wrote) {
+            unsigned char *h1 = xmalloc(nh), *h2 = xmalloc(nh);
+            float *y3 = xmalloc((size_t)ny * sizeof(float)),
+                  *l3 = xmalloc((size_t)nl * sizeof(float));
+            CHECK(err == cudaSuccess);
+            CHECK(cudaMemcpy(h1, d_h, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(h2, d_h2, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+            CHECK(cudaMemcpy(y3, d_y[1], (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            CHECK(cudaMemcpy(l3, d_l[1], (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost) ==
+                  cudaSuccess);
+            same_h = memcmp(h1, h2, nh) == 0;
+            same_yl = memcmp(y3, y[0], (size_t)ny * sizeof(float)) == 0 &&
+                      memcmp(l3, l[0], (size_t)nl * sizeof(float)) == 0;
+            free(h1);
+            free(h2);
+            free(y3);
+            free(l3);
+        }
+        cudaFree(d_h2);
+        int want = cases[i].hd == 64 && layout ? 2 : 1;
+        printf("  attention bf16 B%lld T%lld H%lld hd%lld: the forward writing the copy: %s%s\n",
+               (long long)B, (long long)T, (long long)H, (long long)cases[i].hd,
+               wrote ? "ran" : "did not apply",
+               wrote ? (same_h && same_yl ? ", copy, y and lse the same" : ", DIFFERS") : "");
+        CHECK(wrote == (want == 2));
+        CHECK(!wrote || (same_h && same_yl));
+        printf("  attention bf16 B%lld T%lld H%lld hd%lld: forward kernel %d / %d (want %d), "
+               "2-byte copy vs fp32: y %s, lse %s\n",
+               (long long)B, (long long)T, (long long)H, (long long)cases[i].hd, mode[0], mode[1],
+               want, memcmp(y[0], y[1], (size_t)ny * sizeof(float)) ? "differ" : "same",
+               memcmp(l[0], l[1], (size_t)nl * sizeof(float)) ? "differ" : "same");
+        CHECK(mode[0] == want && mode[1] == want);
+        CHECK(memcmp(y[0], y[1], (size_t)ny * sizeof(float)) == 0);
+        CHECK(memcmp(l[0], l[1], (size_t)nl * sizeof(float)) == 0);
+        for (int k = 0; k < 2; k++) {
+            cudaFree(d_y[k]);
+            cudaFree(d_l[k]);
+            free(y[k]);
+            free(l[k]);
+        }
+        cudaFree(d_h);
+        cudaFree(d_qkv);
+        free(qkv);
+    }
+}
+#endif
 
 int main(void)
 {
@@ -333,6 +453,9 @@ int main(void)
     test_attention();
     test_attention_kernels();
     test_attention_bwd_copies();
+#ifdef ACCEL_HAVE_CUDA
+    test_attention_half_copy();
+#endif
     nn_cuda_check_done("test_nn_cuda_attn");
     return 0;
 }

@@ -9,7 +9,9 @@
  * backward takes its output. Where the GPU's WMMA fragments have the sm_80+ layout (each warp
  * checks at start; bf16, not fp16, whose matrix_a has 16 elements a lane), S and P never leave
  * registers (tc_fwd_chunk_fast); ACCEL_NN_ATTN_FAST=0 (NN_CU_ATTN_TC_SLOW) keeps the path
- * through shared memory, bit for bit the first tensor-core forward. Backward: a dQ kernel per query
+ * through shared memory, bit for bit the first tensor-core forward. In bf16 at head size 64
+ * where a one-time probe finds that layout, attn_tc_fwd.cu's kernel of 32 query rows a warp
+ * runs instead (nn_cu_attn_fwd_mode 2). Backward: a dQ kernel per query
  * tile, then a dK/dV kernel per key tile (attn_tc_bwd.cu), writing gqkv exactly where k_attn_bwd_*
  * do, rounded as they round.
  *
@@ -435,6 +437,7 @@ __global__ void __launch_bounds__(32 * NW, NW == 8 ? 2 : 3)
 static int g_attn_kind = NN_CU_ATTN_AUTO;
 /* Tensor-core forwards and backwards queued (nn_cu_attn_tc_counts). */
 static std::atomic<unsigned long> g_tc_fwd, g_tc_bwd;
+static std::atomic<int> g_fwd_last(-1); /* nn_cu_attn_fwd_mode */
 
 /* The tensor-core kernels apply (forward and backward alike): autocast bf16 / fp16, no
  * dropout, hd a multiple of 16 up to 128, the tensors 16-byte aligned (128-bit accesses). */
@@ -442,16 +445,26 @@ static bool tc_applies(const nn_cu_attn *a, const void *p1, const void *p2, cons
                        const void *p4)
 {
     uintptr_t any = (uintptr_t)p1 | (uintptr_t)p2 | (uintptr_t)p3 | (uintptr_t)p4;
-    return g_attn_kind != NN_CU_ATTN_WARP && (a->rnd == 1 || a->rnd == 2) && a->p <= 0.0f &&
-           a->hd % 16 == 0 && a->hd <= 128 && (any & 15) == 0;
+    return nn_cu_attn_tc_takes_half(a) && (any & 15) == 0;
 }
 
 extern "C" {
+
+int nn_cu_attn_tc_takes_half(const nn_cu_attn *a)
+{
+    return g_attn_kind != NN_CU_ATTN_WARP && (a->rnd == 1 || a->rnd == 2) && a->p <= 0.0f &&
+           a->hd % 16 == 0 && a->hd <= 128;
+}
 
 void nn_cu_attn_set_kernel(int kind)
 {
     g_attn_kind = kind;
     nn_cu_attn_bwd_set_fast(kind != NN_CU_ATTN_TC_SLOW);
+}
+
+int nn_cu_attn_fwd_mode(void)
+{
+    return g_fwd_last.load();
 }
 
 void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd)
@@ -471,6 +484,13 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     typedef __nv_bfloat16 bf16; /* one launch a line: scripts/cuemu-launch.sed */
     unsigned bh = (unsigned)(a->B * a->H);
     bool fast = g_attn_kind != NN_CU_ATTN_TC_SLOW && a->scale > 0.0f; /* tc_fwd_chunk_fast */
+    if (fast && accel__nn_cu_attn_fwd_tc2(s, a, qkv, y, lse, NULL)) { /* attn_tc_fwd.cu */
+        g_fwd_last.store(2);
+        g_tc_fwd++;
+        *err = cudaGetLastError();
+        return 1;
+    }
+    g_fwd_last.store(fast ? 1 : 0);
     if (a->hd <= 64) {
         unsigned blocks = bh * (unsigned)((a->T + 127) / 128);
         if (a->rnd == 1) {
@@ -486,6 +506,19 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
             k_attn_fwd_tc<__half, 8, 32, 4, false><<<blocks, 128, 0, s>>>(*a, qkv, y, lse, fast);
         }
     }
+    g_tc_fwd++;
+    *err = cudaGetLastError();
+    return 1;
+}
+
+int nn_cu_attn_fwd_tc_half(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                           float *lse, void *qkv_h, cudaError_t *err)
+{
+    if (!tc_applies(a, qkv, y, qkv_h, y) || a->qkv_h != NULL || g_attn_kind == NN_CU_ATTN_TC_SLOW ||
+        !accel__nn_cu_attn_fwd_tc2(s, a, qkv, y, lse, qkv_h)) {
+        return 0;
+    }
+    g_fwd_last.store(2);
     g_tc_fwd++;
     *err = cudaGetLastError();
     return 1;

@@ -172,6 +172,29 @@ int nn_cu_attn_bwd_mode(void);
  * tensor-core backward used (16 elsewhere; 0: none yet). */
 void nn_cu_attn_bwd_set_rows(int rows);
 int nn_cu_attn_bwd_rows(void);
+/* Whether the tensor-core kernels take this attention (autocast bf16 / fp16, no dropout, head
+ * size a multiple of 16 up to 128, not NN_CU_ATTN_WARP; given 16-byte aligned tensors), so
+ * that a 2-byte copy of qkv (qkv_h) is worth making. */
+int nn_cu_attn_tc_takes_half(const nn_cu_attn *a);
+/* The tensor-core forward at 32 query rows a warp (attn_tc_fwd.cu), which nn_cu_attn_fwd_tc
+ * runs first: bf16, head size 64, scale > 0, where the device's WMMA fragments have the sm_80+
+ * layouts (probed at the first call into lse: one stream synchronisation). Reads a->qkv_h when
+ * it is not NULL. Returns 1 when it queued the kernel, 0 when it does not apply. */
+int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                              float *lse, void *qkv_h_out);
+/* The forward that also writes qkv's 2-byte copy: where the kernel of 32 query rows a warp
+ * applies (as accel__nn_cu_attn_fwd_tc2, not ACCEL_NN_ATTN_FAST=0, a->qkv_h NULL, qkv_h
+ * 16-byte aligned), queues it reading fp32 qkv and writing rnd(qkv) into qkv_h (same layout,
+ * every element, the values nn_cu_to_half writes) besides y and lse, and returns 1 (*err: the
+ * launch status); else queues nothing and returns 0 (the caller makes the copy and runs
+ * nn_cu_attn_fwd). Saves the copy's separate pass over qkv. */
+int nn_cu_attn_fwd_tc_half(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
+                           float *lse, void *qkv_h, cudaError_t *err);
+/* The kernel the last tensor-core forward took (-1: none yet): 0 without its register path
+ * (NN_CU_ATTN_TC_SLOW), 1 16 query rows a warp (its register path where each warp finds the
+ * sm_80+ layout), 2 32 rows a warp (accel__nn_cu_attn_fwd_tc2). For tests and
+ * bench/cuda_attn. */
+int nn_cu_attn_fwd_mode(void);
 /* How many tensor-core forwards and backwards were queued so far, in this process: tests that
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */

@@ -442,10 +442,11 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 
 /* ---- fused causal self-attention over packed qkv ---- */
 
+/* The forward's arguments, with its 2-byte copy of qkv (p[1], or NULL). */
 static nn_cu_attn attn_of(const nn_node *n)
 {
-    nn_cu_attn a = {n->i[0], n->i[1], n->i[2],           n->i[3],     n->i[4],
-                    n->f[0], n->f[1], (uint64_t)n->i[5], (int)n->i[6], NULL, NULL};
+    nn_cu_attn a = {n->i[0], n->i[1],           n->i[2],      n->i[3], n->i[4], n->f[0],
+                    n->f[1], (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL};
     return a;
 }
 
@@ -526,6 +527,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     a.p = g->training ? attn_dropout : 0.0f;
     a.key = nn__key3(g->seed, g->step, op_index);
     a.rnd = accel__nn_cu_rnd(nn__autocast(g));
+    a.qkv_h = NULL;
+    a.dy_h = NULL;
     if (a.hd > NN_CU_ATTN_MAX_HD) {
         return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
                               "nn_causal_attention: head size %lld: CUDA supports up to %d",
@@ -537,8 +540,29 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     if (y == NULL || lse == NULL) {
         return NULL;
     }
-    if (a.B * a.T * a.C > 0 &&
-        !accel__nn_cu_ok(g, nn_cu_attn_fwd(nn__cu_stream(g), &a, qkv->data, y->data, lse),
+    /* Where the tensor-core kernels run, qkv rounded once into a 2-byte copy (kept for the
+     * step) that they read instead of rounding fp32 tiles (half the bytes, no conversions):
+     * written by the forward itself where its 32-row kernel runs (no separate pass over
+     * qkv), else by a pass before the forward. */
+    int64_t n_qkv = a.B * a.T * 3 * a.C;
+    cudaStream_t cs = nn__cu_stream(g);
+    int done = 0;
+    if (n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
+        void *h = accel__nn_dalloc(g, (size_t)n_qkv * 2);
+        cudaError_t err = cudaSuccess;
+        if (h == NULL) {
+            return NULL;
+        }
+        done = nn_cu_attn_fwd_tc_half(cs, &a, qkv->data, y->data, lse, h, &err);
+        if ((done && !accel__nn_cu_ok(g, err, "nn_causal_attention")) ||
+            (!done && !accel__nn_cu_ok(g, nn_cu_to_half(cs, qkv->data, h, n_qkv, a.rnd),
+                                       "nn_causal_attention"))) {
+            return NULL;
+        }
+        a.qkv_h = h;
+    }
+    if (!done && a.B * a.T * a.C > 0 &&
+        !accel__nn_cu_ok(g, nn_cu_attn_fwd(cs, &a, qkv->data, y->data, lse),
                          "nn_causal_attention")) {
         return NULL;
     }
@@ -557,6 +581,7 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         n->f[0] = a.scale;
         n->f[1] = a.p;
         n->p[0] = lse;
+        n->p[1] = (void *)a.qkv_h; /* attn_of */
     }
     return y;
 }
