@@ -330,6 +330,8 @@ static void test_attention_bwd_copies(void)
     }
 #endif
 }
+
+#ifdef ACCEL_HAVE_CUDA
 /* The tensor-core forward through its launcher on device buffers, with qkv's 2-byte copy
  * (qkv_h, as nn_causal_attention passes it) and without it (the kernel rounds the fp32
  * tiles): y and lse bit for bit the same, as the copy holds the same rounded values. bf16 at
