@@ -14,7 +14,8 @@
 #   peers     bench/peers/run.sh: ours vs PyTorch eager and torch.compile in one run
 #   variants  ours with the warp attention kernels (WARP=0 skips), with cuBLASLt's DGELU_BGRAD
 #             epilogue for the MLP's hidden gradient (DGELU=0 skips), without the attention's
-#             register fast path (FAST=0 skips), ZeRO stage 3 vs 0 at B = 8 (ZERO_STAGES=""
+#             register fast path (FAST=0 skips), with the head's chunks of each row count in
+#             CE_CHUNKS (default none), ZeRO stage 3 vs 0 at B = 8 (ZERO_STAGES=""
 #             skips), bench/cuda_attn
 #   ncu       Nsight Compute's duration of every kernel of one step, summed per kernel
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
@@ -99,6 +100,10 @@ part_variants() {
             stamp "ours, attention without the register fast path (ACCEL_NN_ATTN_FAST=0), B = $b"
             ACCEL_NN_ATTN_FAST=0 timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
         fi
+        for c in ${CE_CHUNKS-}; do
+            stamp "ours, the head's chunks of $c rows (ACCEL_NN_CE_CHUNK_ROWS=$c), B = $b"
+            ACCEL_NN_CE_CHUNK_ROWS=$c timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+        done
         for z in ${ZERO_STAGES-0 3}; do
             stamp "ours, ACCEL_ZERO_STAGE=$z, B = 8"
             ACCEL_ZERO_STAGE=$z timeout -k 5 45 "${step[@]}" --batch 8 --steps 5 2>&1 | tail -8
