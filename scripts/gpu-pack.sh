@@ -4,7 +4,8 @@
 #   .gpu/src/            this source tree's tests/, bench/, scripts/ and examples/ (the shell
 #                        tests and drivers read them), so a build of another worktree runs too;
 #   .gpu/src/build-cuda/ the CUDA build's test programs, examples, benchmarks and CLI, stripped,
-#                        with its CTest files;
+#                        with its CTest files (the programs in .gpu/src/bin.tar.gz, which
+#                        gpu-run.sh unpacks);
 #   .gpu/lib.tar.gz      the Debian shared libraries they load that a CUDA image may lack (CUDA's
 #                        own libraries are found there), unpacked into .gpu/lib/ by gpu-run.sh.
 # Usage: scripts/gpu-pack.sh [BUILD_DIR (build-cuda)] [DEST_CHECKOUT (this one)]. Then, on that
@@ -44,6 +45,10 @@ for f in $(find "$OUT/src/build-cuda" -type f -perm -u+x); do ldd "$f"; done |
 # most of the pack (OpenBLAS alone is about 35 MiB), so they travel gzipped (a third of the
 # size) and scripts/gpu-run.sh unpacks them there.
 tar -C "$OUT" -czf "$OUT/lib.tar.gz" lib && rm -rf "$OUT/lib"
+# The programs compressed too (each links libaccel statically: about 4 MiB stripped, a third
+# of that compressed), so that the pack stays under the device tool's limit.
+(cd "$OUT/src" && find build-cuda -type f -perm -u+x -print0 | tar --null -czf bin.tar.gz -T - &&
+    find build-cuda -type f -perm -u+x -delete)
 pack=$(du -sk "$OUT" | cut -f1)
 tree=$(git ls-files -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)
 echo "gpu-pack: $OUT is $((pack / 1024)) MiB; with this checkout's tracked files $(((pack + tree) / 1024)) MiB of the device tool's 64"

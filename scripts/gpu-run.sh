@@ -8,6 +8,10 @@ REPO=$PWD
 if [ -f .gpu/lib.tar.gz ]; then
     rm -rf .gpu/lib && tar -C .gpu -xzf .gpu/lib.tar.gz || echo "gpu-run: cannot unpack .gpu/lib.tar.gz"
 fi
+if [ -f .gpu/src/bin.tar.gz ]; then
+    tar -C .gpu/src -xzf .gpu/src/bin.tar.gz && rm -f .gpu/src/bin.tar.gz ||
+        echo "gpu-run: cannot unpack .gpu/src/bin.tar.gz"
+fi
 BUILD=$(sed -n 's|^# Build directory: \(.*\)$|\1|p' .gpu/src/build-cuda/CTestTestfile.cmake)
 SRC=${BUILD%/*}
 if [ "$SRC" = "$REPO" ]; then
