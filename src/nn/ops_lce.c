@@ -22,13 +22,14 @@ static void read_env_chunk_rows(void)
     }
 }
 
-int64_t accel__nn_lce_chunk_rows(const nn_cross_entropy_options *o, int64_t rows, int64_t V)
+int64_t accel__nn_lce_chunk_rows(const nn_cross_entropy_options *o, int64_t rows, int64_t V,
+                                 int64_t nbytes)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, read_env_chunk_rows);
     int64_t r = o->chunk_rows > 0 ? o->chunk_rows : (int64_t)env_chunk_rows;
     if (r <= 0) {
-        r = NN_LCE_CHUNK_NBYTES / ((int64_t)sizeof(float) * (V > 0 ? V : 1));
+        r = nbytes / ((int64_t)sizeof(float) * (V > 0 ? V : 1));
         r = r >= 128 ? r - r % 128 : r; /* whole tiles for the products */
     }
     r = r < rows ? r : rows;
@@ -208,7 +209,7 @@ static nn_tensor *lce_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, const int32_t 
     }
     a.dt = nn__autocast(g);
     a.in_out = layout == NN_LAYOUT_IN_OUT;
-    a.chunk = accel__nn_lce_chunk_rows(&o, a.rows, a.V);
+    a.chunk = accel__nn_lce_chunk_rows(&o, a.rows, a.V, NN_LCE_CHUNK_NBYTES);
     a.t = targets;
     a.ignore = o.ignore_index;
     a.eps = o.label_smoothing;

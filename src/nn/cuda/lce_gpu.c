@@ -134,7 +134,7 @@ nn_tensor *accel__nn_cu_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor 
     a.rnd = accel__nn_cu_rnd(nn__autocast(g));
     a.in_out = layout == NN_LAYOUT_IN_OUT;
     a.esz = a.rnd ? 2 : (int64_t)sizeof(float);
-    a.chunk = accel__nn_lce_chunk_rows(&o, a.rows, a.V);
+    a.chunk = accel__nn_lce_chunk_rows(&o, a.rows, a.V, 2 * NN_LCE_CHUNK_NBYTES);
     a.ignore = o.ignore_index;
     a.eps = o.label_smoothing;
     /* torch: mean over non-ignored targets; 0/0 = NaN when all are ignored. */
