@@ -79,6 +79,12 @@ typedef struct nn_tensor {
     int shadow_rnd;
     void *grad_shadow;
     int grad_shadow_rnd;
+    /* A gradient written as "a copy of grad_pending" not made yet (a residual add's backward on
+     * CUDA): the next backward that writes it starts from grad_pending instead of the copy;
+     * anything else makes the copy first (accel__nn_grad, the replay). next_pending: the ctx's
+     * list of them. */
+    const float *grad_pending;
+    struct nn_tensor *next_pending;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */

@@ -124,8 +124,9 @@ static const accel__env_var env_table[] = {
      "timing); read at the first fused MLP backward"},
     {"ACCEL_NN_SHADOW", ACCEL__ENV_INT, "1",
      "nn on CUDA, under bf16 / fp16 autocast: 1 the ops that feed a product (LayerNorm; the "
-     "residual add's backward) also write its 2-byte operand in the same pass | 0 a separate "
-     "rounding pass per operand (A/B timing); read at the first use"},
+     "residual add's backward) also write its 2-byte operand in the same pass, and the residual "
+     "add's backward leaves its gradient copy to LayerNorm's backward | 0 a separate rounding "
+     "pass per operand and the copy at once (A/B timing); read at the first use"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

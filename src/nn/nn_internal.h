@@ -126,6 +126,8 @@ struct nn_ctx {
     /* The oldest device block allocations may use while a mark is taken (first fit must not
      * reach below the innermost mark, or a rewind would not free what it placed there). */
     nn_block *dfloor;
+    /* Tensors whose gradient is a pending copy (nn_tensor.grad_pending), newest first. */
+    nn_tensor *pending;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
@@ -256,6 +258,16 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
  * and re-reading the intermediate gradients of single-consumer ops. Otherwise as
  * accel__nn_grad with *fresh = 0 (add into it). */
 float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh);
+/* Deferred gradient copies (GPU residual adds): accel__nn_grad_defer, right after
+ * accel__nn_grad_w gave a fresh gradient of owner t, records that it equals src (a gradient
+ * nothing writes any more) without copying. accel__nn_grad_take is accel__nn_grad_w for a
+ * backward that can start from such a copy itself: *base = the pending source (then *fresh is
+ * 1: write all of the gradient as *base + the contribution), else NULL. accel__nn_grad_settle
+ * makes t's pending copy (accel__nn_grad and the replay do, before anything reads or adds);
+ * 0 and the ctx error on failure. */
+void accel__nn_grad_defer(nn_ctx *g, nn_tensor *t, const float *src);
+float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base);
+int accel__nn_grad_settle(nn_ctx *g, nn_tensor *t);
 /* x if contiguous, else a recorded copy. */
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
 /* Canonical dim in [0, ndim) or -1. */

@@ -35,6 +35,14 @@ static void add_backward(nn_ctx *g, nn_node *n)
         if (h == NULL && g->first_err != ACCEL_OK) {
             return;
         }
+        if (h == NULL && nt == ny && fresh && accel__nn_cu_shadows_on()) {
+            /* The other side (the residual stream): its gradient is a copy of dY, left to its
+             * next writer (LayerNorm's backward starts from dY instead of adding to the copy),
+             * or made before anything else reads it (accel__nn_grad_defer). ACCEL_NN_SHADOW=0
+             * copies at once, as before (A/B timing). */
+            accel__nn_grad_defer(g, t, gy);
+            continue;
+        }
         cudaStream_t cs = nn__cu_stream(g);
         cudaError_t e = h != NULL  ? nn_cu_acc_shadow(cs, gt, gy, ny, fresh, h, t->grad_shadow_rnd)
                         : nt == ny ? nn_cu_acc(cs, gt, gy, ny, 0, fresh)
@@ -262,7 +270,8 @@ static void ln_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1];
     int fresh;
-    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    const float *gbase; /* a residual add's deferred copy: gx = gbase + the gradient */
+    float *gx = accel__nn_grad_take(g, n->in[0], &fresh, &gbase);
     float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
     float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
     if (rows * C == 0 || (gx == NULL && gw == NULL && gb == NULL)) {
@@ -276,7 +285,7 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     }
     accel__nn_cu_ok(g,
                     nn_cu_layernorm_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, w, n->p[0],
-                                        n->p[1], rows, C, gx, fresh, gw, gb, part),
+                                        n->p[1], rows, C, gx, fresh, gbase, gw, gb, part),
                     "nn_layernorm (backward)");
 }
 
