@@ -74,7 +74,9 @@ typedef struct nn_tensor {
      * separate rounding pass is needed. shadow: data rounded (owners only; data never changes
      * after its op). grad_shadow: the gradient rounded, valid while the gradient is unchanged
      * (dropped whenever a backward adds to it); grad_shadow_rnd: set in forward by the product
-     * that will read this tensor's gradient rounded, asking the gradient's writers for it. */
+     * that will read this tensor's gradient rounded, asking the gradient's writers for it.
+     * data NULL with a shadow: the values exist only as the shadow (a GPT block's LayerNorm
+     * output under autocast, read only by products; other ops refuse such a tensor). */
     void *shadow;
     int shadow_rnd;
     void *grad_shadow;
