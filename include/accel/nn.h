@@ -81,12 +81,10 @@ typedef struct nn_tensor {
     int shadow_rnd;
     void *grad_shadow;
     int grad_shadow_rnd;
-    /* A gradient written as "a copy of grad_pending" not made yet (a residual add's backward on
-     * CUDA): the next backward that writes it starts from grad_pending instead of the copy;
-     * anything else makes the copy first (accel__nn_grad, the replay). next_pending: the ctx's
-     * list of them. */
-    const float *grad_pending;
-    struct nn_tensor *next_pending;
+    /* grad borrowed: it points at another tensor's final gradient (a residual add's dY on
+     * CUDA: both addends' gradients are dY itself), read-only; the first backward that writes
+     * this gradient gives it memory of its own (starting from the borrowed values). */
+    int grad_borrowed;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -212,7 +210,9 @@ ACCEL_API int64_t nn_numel(const nn_tensor *t);
 ACCEL_API int nn_is_contiguous(const nn_tensor *t);
 
 /* The gradient of t laid out like t->data (same strides), or NULL when backward has not
- * reached it. Valid until the ctx is reset (parameters: the external gradient memory). */
+ * reached it. Valid until the ctx is reset (parameters: the external gradient memory). An
+ * intermediate's gradient is read-only and may share memory with another's (on a GPU the two
+ * inputs of a same-shape nn_add borrow its output's gradient). */
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
 /* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. */

@@ -115,7 +115,6 @@ void nn_ctx_reset(nn_ctx *g)
     coalesce(g, &g->dblocks, g->dtotal_cap, 1);
     g->tape = NULL;
     g->n_nodes = 0;
-    g->pending = NULL;
     g->live = g->dlive = g->dpeak = g->peak = 0;
     g->dfloor = NULL;
     g->op_counter = 0;
@@ -565,9 +564,9 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
     }
     nn_tensor *owner = t->base ? t->base : t;
     /* The caller adds to the gradient: a rounded copy made before would go stale, and a
-     * deferred copy must be made first. */
+     * borrowed gradient needs memory of its own first. */
     owner->grad_shadow = NULL;
-    if (!accel__nn_grad_settle(g, owner)) {
+    if (!accel__nn_grad_own(g, owner)) {
         return NULL;
     }
     if (owner->grad == NULL && owner->grad_reserved != NULL) {
@@ -608,51 +607,56 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
     return accel__nn_grad(g, t);
 }
 
-void accel__nn_grad_defer(nn_ctx *g, nn_tensor *t, const float *src)
+int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src)
 {
-    t->grad_pending = src;
-    t->next_pending = g->pending;
-    g->pending = t;
+    (void)g;
+    if (t == NULL || !t->requires_grad || t->base != NULL || t->grad != NULL ||
+        t->grad_reserved != NULL) {
+        return 0;
+    }
+    t->grad = src;
+    t->grad_borrowed = 1;
+    t->grad_shadow = NULL;
+    return 1;
 }
 
 float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base)
 {
     *base = NULL;
-    if (t != NULL && t->requires_grad && t->base == NULL && t->grad_pending != NULL) {
-        *base = t->grad_pending;
-        t->grad_pending = NULL;
+    if (t != NULL && t->requires_grad && t->base == NULL && t->grad_borrowed) {
+        float *own = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        if (own == NULL) {
+            return NULL;
+        }
+        *base = t->grad;
+        t->grad = own;
+        t->grad_borrowed = 0;
         t->grad_shadow = NULL;
         *fresh = 1;
-        return t->grad;
+        return own;
     }
     return accel__nn_grad_w(g, t, fresh);
 }
 
-int accel__nn_grad_settle(nn_ctx *g, nn_tensor *t)
+int accel__nn_grad_own(nn_ctx *g, nn_tensor *t)
 {
-    if (t->grad_pending == NULL) {
+    if (!t->grad_borrowed) {
         return 1;
     }
     size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
-    accel_status st = nn__on_gpu(t) ? accel__nn_gpu->copy(g, t->grad, t->grad_pending, nbytes)
-                                    : (memcpy(t->grad, t->grad_pending, nbytes), ACCEL_OK);
-    t->grad_pending = NULL;
+    float *own = accel__nn_dalloc(g, nbytes);
+    if (own == NULL) {
+        return 0;
+    }
+    accel_status st = nn__on_gpu(t) ? accel__nn_gpu->copy(g, own, t->grad, nbytes)
+                                    : (memcpy(own, t->grad, nbytes), ACCEL_OK);
     if (st != ACCEL_OK) {
         accel__nn_fail(g, st, "%s", accel_last_error(NULL));
         return 0;
     }
+    t->grad = own;
+    t->grad_borrowed = 0;
     return 1;
-}
-
-/* Every deferred copy still pending, at the end of a replay: gradients readable as ever. */
-static void settle_all(nn_ctx *g)
-{
-    for (nn_tensor *t = g->pending; t != NULL; t = t->next_pending) {
-        if (!accel__nn_grad_settle(g, t)) {
-            break;
-        }
-    }
-    g->pending = NULL;
 }
 
 accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
@@ -675,12 +679,6 @@ accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
                 st = accel__seterr(NULL, st, "nn_backward: %s: %s", n->op, accel_last_error(NULL));
                 break;
             }
-            /* Backward functions read their output's gradient directly: a deferred copy is
-             * made now (it was not taken by a writer that could start from it). */
-            if (!accel__nn_grad_settle(g, n->out)) {
-                st = accel__seterr(NULL, g->first_err, "nn_backward: %s: %s", n->op, g->first_msg);
-                break;
-            }
             nn_tmp_mark tm = accel__nn_tmp_mark(g);
             n->backward(g, n);
             accel__nn_tmp_release(g, tm);
@@ -698,7 +696,6 @@ accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
             accel__nn_fp_resume(&fs);
         }
     }
-    settle_all(g);
     accel__nn_fp_leave(g, &fs);
     return st;
 }

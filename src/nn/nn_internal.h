@@ -126,8 +126,6 @@ struct nn_ctx {
     /* The oldest device block allocations may use while a mark is taken (first fit must not
      * reach below the innermost mark, or a rewind would not free what it placed there). */
     nn_block *dfloor;
-    /* Tensors whose gradient is a pending copy (nn_tensor.grad_pending), newest first. */
-    nn_tensor *pending;
 };
 
 /* Arena allocation (64-byte aligned); resets the ctx first if backward already ran. NULL and
@@ -258,16 +256,17 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
  * and re-reading the intermediate gradients of single-consumer ops. Otherwise as
  * accel__nn_grad with *fresh = 0 (add into it). */
 float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh);
-/* Deferred gradient copies (GPU residual adds): accel__nn_grad_defer, right after
- * accel__nn_grad_w gave a fresh gradient of owner t, records that it equals src (a gradient
- * nothing writes any more) without copying. accel__nn_grad_take is accel__nn_grad_w for a
- * backward that can start from such a copy itself: *base = the pending source (then *fresh is
- * 1: write all of the gradient as *base + the contribution), else NULL. accel__nn_grad_settle
- * makes t's pending copy (accel__nn_grad and the replay do, before anything reads or adds);
- * 0 and the ctx error on failure. */
-void accel__nn_grad_defer(nn_ctx *g, nn_tensor *t, const float *src);
+/* Borrowed gradients (nn_tensor.grad_borrowed; GPU residual adds): accel__nn_grad_borrow makes
+ * t's gradient src itself (a gradient nothing writes any more: the backward's own dY) when t is
+ * an owner whose gradient does not exist yet and has no reserved memory; 1 done, 0 not (then
+ * write it as usual). accel__nn_grad_take is accel__nn_grad_w for a backward that can start
+ * from borrowed values itself: *base = them (*fresh is then 1: write all of t's new gradient as
+ * *base + the contribution), else NULL. accel__nn_grad_own gives a borrowed gradient memory of
+ * its own (a copy), as accel__nn_grad does before anything adds to it; 0 and the ctx error on
+ * failure. */
+int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src);
 float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base);
-int accel__nn_grad_settle(nn_ctx *g, nn_tensor *t);
+int accel__nn_grad_own(nn_ctx *g, nn_tensor *t);
 /* x if contiguous, else a recorded copy. */
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
 /* Canonical dim in [0, ndim) or -1. */

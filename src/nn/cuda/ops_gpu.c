@@ -19,6 +19,13 @@ static void add_backward(nn_ctx *g, nn_node *n)
     for (int side = 0; side < 2; side++) {
         nn_tensor *t = n->in[side];
         int64_t nt = nn_numel(t);
+        /* A same-shape addend's gradient is dY itself: borrowed, not copied (both sides may
+         * share it; whoever adds to one first gives it its own memory: LayerNorm's backward
+         * starts from dY). ACCEL_NN_SHADOW=0 copies, as before (A/B timing). */
+        if (nt == ny && ny > 0 && accel__nn_cu_shadows_on() &&
+            accel__nn_grad_borrow(g, t, n->out->grad)) {
+            continue;
+        }
         int fresh = 0;
         float *gt = nt == ny ? accel__nn_grad_w(g, t, &fresh) : accel__nn_grad(g, t);
         if (gt == NULL) {
@@ -34,14 +41,6 @@ static void add_backward(nn_ctx *g, nn_node *n)
         void *h = nt == ny && ny > 0 ? accel__nn_cu_grad_shadow_alloc(g, t) : NULL;
         if (h == NULL && g->first_err != ACCEL_OK) {
             return;
-        }
-        if (h == NULL && nt == ny && fresh && accel__nn_cu_shadows_on()) {
-            /* The other side (the residual stream): its gradient is a copy of dY, left to its
-             * next writer (LayerNorm's backward starts from dY instead of adding to the copy),
-             * or made before anything else reads it (accel__nn_grad_defer). ACCEL_NN_SHADOW=0
-             * copies at once, as before (A/B timing). */
-            accel__nn_grad_defer(g, t, gy);
-            continue;
         }
         cudaStream_t cs = nn__cu_stream(g);
         cudaError_t e = h != NULL  ? nn_cu_acc_shadow(cs, gt, gy, ny, fresh, h, t->grad_shadow_rnd)
@@ -270,7 +269,7 @@ static void ln_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1];
     int fresh;
-    const float *gbase; /* a residual add's deferred copy: gx = gbase + the gradient */
+    const float *gbase; /* a residual add's dY, borrowed: gx = gbase + the gradient */
     float *gx = accel__nn_grad_take(g, n->in[0], &fresh, &gbase);
     float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
     float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
