@@ -74,11 +74,17 @@ typedef struct nn_tensor {
      * separate rounding pass is needed. shadow: data rounded (owners only; data never changes
      * after its op). grad_shadow: the gradient rounded, valid while the gradient is unchanged
      * (dropped whenever a backward adds to it); grad_shadow_rnd: set in forward by the product
-     * that will read this tensor's gradient rounded, asking the gradient's writers for it. */
+     * that will read this tensor's gradient rounded, asking the gradient's writers for it.
+     * data NULL with a shadow: the values exist only as the shadow (a GPT block's LayerNorm
+     * output under autocast, read only by products; other ops refuse such a tensor). */
     void *shadow;
     int shadow_rnd;
     void *grad_shadow;
     int grad_shadow_rnd;
+    /* grad borrowed: it points at another tensor's final gradient (a residual add's dY on
+     * CUDA: both addends' gradients are dY itself), read-only; the first backward that writes
+     * this gradient gives it memory of its own (starting from the borrowed values). */
+    int grad_borrowed;
 } nn_tensor;
 
 /* ===================================================================== contexts and tape */
@@ -204,7 +210,9 @@ ACCEL_API int64_t nn_numel(const nn_tensor *t);
 ACCEL_API int nn_is_contiguous(const nn_tensor *t);
 
 /* The gradient of t laid out like t->data (same strides), or NULL when backward has not
- * reached it. Valid until the ctx is reset (parameters: the external gradient memory). */
+ * reached it. Valid until the ctx is reset (parameters: the external gradient memory). An
+ * intermediate's gradient is read-only and may share memory with another's (on a GPU the two
+ * inputs of a same-shape nn_add borrow its output's gradient). */
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
 /* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. */

@@ -123,9 +123,11 @@ static const accel__env_var env_table[] = {
      "GELU's derivative and the bias gradient) | epilogue (cuBLASLt's DGELU_BGRAD epilogue; A/B "
      "timing); read at the first fused MLP backward"},
     {"ACCEL_NN_SHADOW", ACCEL__ENV_INT, "1",
-     "nn on CUDA, under bf16 / fp16 autocast: 1 the ops that feed a product (LayerNorm; the "
-     "residual add's backward) also write its 2-byte operand in the same pass | 0 a separate "
-     "rounding pass per operand (A/B timing); read at the first use"},
+     "nn on CUDA, under bf16 / fp16 autocast: 1 the ops that feed a product (LayerNorm, a "
+     "linear's backward) also write its 2-byte operand in the same pass, a GPT block's "
+     "LayerNorm outputs are held only in 2 bytes, and a residual add's inputs borrow its "
+     "gradient instead of copies | 0 as before: a rounding pass per operand and copies (A/B "
+     "timing); read at the first use"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

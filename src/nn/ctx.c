@@ -569,8 +569,12 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t)
         return NULL;
     }
     nn_tensor *owner = t->base ? t->base : t;
-    /* The caller adds to the gradient: a rounded copy made before would go stale. */
+    /* The caller adds to the gradient: a rounded copy made before would go stale, and a
+     * borrowed gradient needs memory of its own first. */
     owner->grad_shadow = NULL;
+    if (!accel__nn_grad_own(g, owner)) {
+        return NULL;
+    }
     if (owner->grad == NULL && owner->grad_reserved != NULL) {
         /* Set aside by a recomputed segment (recompute.c): zero it as a fresh gradient. */
         size_t nbytes = (size_t)nn_numel(owner) * sizeof(float);
@@ -607,6 +611,58 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
         return t->grad;
     }
     return accel__nn_grad(g, t);
+}
+
+int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src)
+{
+    (void)g;
+    if (t == NULL || !t->requires_grad || t->base != NULL || t->grad != NULL ||
+        t->grad_reserved != NULL) {
+        return 0;
+    }
+    t->grad = src;
+    t->grad_borrowed = 1;
+    t->grad_shadow = NULL;
+    return 1;
+}
+
+float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base)
+{
+    *base = NULL;
+    if (t != NULL && t->requires_grad && t->base == NULL && t->grad_borrowed) {
+        float *own = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        if (own == NULL) {
+            return NULL;
+        }
+        *base = t->grad;
+        t->grad = own;
+        t->grad_borrowed = 0;
+        t->grad_shadow = NULL;
+        *fresh = 1;
+        return own;
+    }
+    return accel__nn_grad_w(g, t, fresh);
+}
+
+int accel__nn_grad_own(nn_ctx *g, nn_tensor *t)
+{
+    if (!t->grad_borrowed) {
+        return 1;
+    }
+    size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
+    float *own = accel__nn_dalloc(g, nbytes);
+    if (own == NULL) {
+        return 0;
+    }
+    accel_status st = nn__on_gpu(t) ? accel__nn_gpu->copy(g, own, t->grad, nbytes)
+                                    : (memcpy(own, t->grad, nbytes), ACCEL_OK);
+    if (st != ACCEL_OK) {
+        accel__nn_fail(g, st, "%s", accel_last_error(NULL));
+        return 0;
+    }
+    t->grad = own;
+    t->grad_borrowed = 0;
+    return 1;
 }
 
 accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)

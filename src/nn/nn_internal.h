@@ -263,6 +263,17 @@ float *accel__nn_grad(nn_ctx *g, nn_tensor *t);
  * and re-reading the intermediate gradients of single-consumer ops. Otherwise as
  * accel__nn_grad with *fresh = 0 (add into it). */
 float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh);
+/* Borrowed gradients (nn_tensor.grad_borrowed; GPU residual adds): accel__nn_grad_borrow makes
+ * t's gradient src itself (a gradient nothing writes any more: the backward's own dY) when t is
+ * an owner whose gradient does not exist yet and has no reserved memory; 1 done, 0 not (then
+ * write it as usual). accel__nn_grad_take is accel__nn_grad_w for a backward that can start
+ * from borrowed values itself: *base = them (*fresh is then 1: write all of t's new gradient as
+ * *base + the contribution), else NULL. accel__nn_grad_own gives a borrowed gradient memory of
+ * its own (a copy), as accel__nn_grad does before anything adds to it; 0 and the ctx error on
+ * failure. */
+int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src);
+float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base);
+int accel__nn_grad_own(nn_ctx *g, nn_tensor *t);
 /* x if contiguous, else a recorded copy. */
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
 /* Canonical dim in [0, ndim) or -1. */

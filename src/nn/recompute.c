@@ -156,6 +156,11 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     }
     for (int k = 0; k < s->n_outer; k++) {
         nn_tensor *o = s->outer[k];
+        /* A borrowed gradient gets memory of its own below the mark, before the replay adds to
+         * it (that would allocate above the mark, which the rewind frees). */
+        if (!accel__nn_grad_own(g, o)) {
+            return;
+        }
         mine[k] = o->grad == NULL && o->grad_reserved == NULL;
         if (mine[k]) {
             o->grad_reserved = accel__nn_dalloc(g, (size_t)nn_numel(o) * sizeof(float));

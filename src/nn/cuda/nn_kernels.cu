@@ -121,7 +121,7 @@ __global__ void k_layernorm(nn_cu_ln a)
 
 __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *w,
                                   const float *mean, const float *rstd, int64_t C, float *gx,
-                                  int write)
+                                  int write, const float *gbase, void *gh, int dt)
 {
     __shared__ float sh[32];
     int64_t r = blockIdx.x;
@@ -136,7 +136,11 @@ __global__ void k_layernorm_bwd_x(const float *x, const float *gy, const float *
     s2 = block_reduce(s2, sh, 0) / (float)C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
         float v = rs * (gr[c] * (w ? w[c] : 1.0f) - s1 - (xr[c] - mu) * rs * s2);
-        gx[r * C + c] = write ? v : gx[r * C + c] + v;
+        float o = !write ? gx[r * C + c] + v : gbase ? gbase[r * C + c] + v : v;
+        gx[r * C + c] = o;
+        if (gh) {
+            ((uint16_t *)gh)[r * C + c] = half_bits(o, dt);
+        }
     }
 }
 
@@ -242,6 +246,9 @@ typedef struct ln_bwd_args {
     float *gx;
     int write;
     float *part, *gw, *gb;
+    const float *gbase; /* write: gx = gbase + the gradient (NULL: gx = it) */
+    void *gh;           /* or NULL: gx rounded to dt (1 bf16, 2 fp16), 2 bytes (its shadow) */
+    int dt;
 } ln_bwd_args;
 
 template <int LN_VECS, bool PARAMS>
@@ -278,6 +285,8 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
         s1 = warp_sum(s1) / (float)C;
         s2 = warp_sum(s2) / (float)C;
         float4 *dst = (float4 *)(gx + r * C);
+        const float4 *base = a.gbase != NULL ? (const float4 *)(a.gbase + r * C) : NULL;
+        uint2 *hr = a.gh != NULL ? (uint2 *)((uint16_t *)a.gh + r * C) : NULL;
 #pragma unroll
         for (int i = 0; i < LN_VECS; i++) {
             int64_t j = lane + 32 * i;
@@ -289,11 +298,14 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
                                    ln_bwd_out(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2),
                                    ln_bwd_out(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2),
                                    ln_bwd_out(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2));
-            if (!write) {
-                float4 p = dst[j];
+            if (!write || base != NULL) { /* the same sum as a copy of gbase, then added to */
+                float4 p = !write ? dst[j] : base[j];
                 o = make_float4(p.x + o.x, p.y + o.y, p.z + o.z, p.w + o.w);
             }
             dst[j] = o;
+            if (hr != NULL) {
+                hr[j] = pack_half4(o, a.dt);
+            }
             if constexpr (PARAMS) { /* as k_layernorm_bwd_params: g (x - mean) rstd, and g */
                 aw[i].x += gv[i].x * (xv[i].x - mu) * rs;
                 aw[i].y += gv[i].y * (xv[i].y - mu) * rs;
@@ -643,11 +655,15 @@ int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C)
 
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, float *gw, float *gb, float *part)
+                                float *gx, int write, const float *gbase, void *gh, int dt,
+                                float *gw, float *gb, float *part)
 {
     /* The register-row kernel makes the parameter gradients too (from the same reads). */
-    int nv = gx != NULL ? ln_vecs(C, x, gy, w, gx) : -1;
-    ln_bwd_args a = {x, gy, w, mean, rstd, rows, C, gx, write, part, gw, gb};
+    gbase = write ? gbase : NULL;
+    int nv = gx == NULL                                          ? -1
+             : (((uintptr_t)gbase | (uintptr_t)gh) & 15) != 0 ? 0
+                                                                  : ln_vecs(C, x, gy, w, gx);
+    ln_bwd_args a = {x, gy, w, mean, rstd, rows, C, gx, write, part, gw, gb, gbase, gh, dt};
     if (nv == 2) {
         ln_bwd_warp<2>(s, a);
     } else if (nv == 4) {
@@ -658,7 +674,7 @@ cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy,
         ln_bwd_warp<8>(s, a);
     } else if (nv == 0) {
         k_layernorm_bwd_x<<<(unsigned)rows, ROW_THREADS, 0, s>>>(x, gy, w, mean, rstd, C, gx,
-                                                                 write);
+                                                                 write, gbase, gh, dt);
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || nv > 0) {

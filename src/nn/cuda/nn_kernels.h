@@ -87,14 +87,17 @@ typedef struct nn_cu_ln {
     float eps;
 } nn_cu_ln;
 cudaError_t nn_cu_layernorm(cudaStream_t s, const nn_cu_ln *a);
-/* gx (+)= the input gradient; gw / gb (may be NULL) += the parameter gradients, each summed
+/* gx (+)= the input gradient (with write and gbase non-NULL: gx = gbase + it, the bits of a copy
+ * of gbase added to), and with gh non-NULL the new gx rounded to dt (1 bf16, 2 fp16) into the
+ * 2-byte gh (its half shadow); gw / gb (may be NULL) += the parameter gradients, each summed
  * over the rows in a fixed order: with gx, where C is a multiple of 4 up to 1024 and the
  * pointers 16-byte aligned, in blocks of 128 rows (8 runs of 16 consecutive rows, each in row
  * order, the runs in order), then the blocks in order; otherwise in nn_cu_col_sum's order.
  * part: nn_cu_layernorm_bwd_part_count(rows, C) floats of scratch (NULL when that is 0). */
 cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
                                 const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, float *gw, float *gb, float *part);
+                                float *gx, int write, const float *gbase, void *gh, int dt,
+                                float *gw, float *gb, float *part);
 int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C);
 /* Only the parameter gradients of nn_cu_layernorm_bwd, in nn_cu_col_sum's order (part:
  * 2 * nn_cu_col_sum_part_count(rows, C) floats). */

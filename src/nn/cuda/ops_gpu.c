@@ -19,6 +19,16 @@ static void add_backward(nn_ctx *g, nn_node *n)
     for (int side = 0; side < 2; side++) {
         nn_tensor *t = n->in[side];
         int64_t nt = nn_numel(t);
+        /* A same-shape addend's gradient is dY itself: borrowed, not copied (both sides may
+         * share it; whoever adds to one first gives it its own memory: LayerNorm's backward
+         * starts from dY). ACCEL_NN_SHADOW=0 copies, as before (A/B timing). */
+        if (nt == ny && ny > 0 && accel__nn_cu_shadows_on() &&
+            accel__nn_grad_borrow(g, t, n->out->grad)) {
+            if (n->out->grad_shadow != NULL && n->out->grad_shadow_rnd == t->grad_shadow_rnd) {
+                t->grad_shadow = n->out->grad_shadow; /* dY's shadow is t's gradient's too */
+            }
+            continue;
+        }
         int fresh = 0;
         float *gt = nt == ny ? accel__nn_grad_w(g, t, &fresh) : accel__nn_grad(g, t);
         if (gt == NULL) {
@@ -43,6 +53,19 @@ static void add_backward(nn_ctx *g, nn_node *n)
             return;
         }
         t->grad_shadow = h;
+    }
+}
+
+/* y = a + b: an addend of y's shape borrows y's gradient in backward (add_backward), with its
+ * shadow, so y's gradient is wanted rounded wherever an addend's is (a linear's output: the
+ * residual branch), which LayerNorm's backward then writes. */
+static void want_shadow_of_sum(nn_tensor *y, const nn_tensor *a, const nn_tensor *b)
+{
+    int64_t ny = nn_numel(y);
+    int ra = nn_numel(a) == ny ? a->grad_shadow_rnd : 0,
+        rb = nn_numel(b) == ny ? b->grad_shadow_rnd : 0;
+    if (accel__nn_cu_shadows_on() && (ra != 0 || rb != 0)) {
+        y->grad_shadow_rnd = ra != 0 ? ra : rb;
     }
 }
 
@@ -78,6 +101,7 @@ nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     if (accel__nn_needs_grad(g, in, 2) && !accel__nn_record(g, "add", y, in, 2, add_backward)) {
         return NULL;
     }
+    want_shadow_of_sum(y, a, b);
     return y;
 }
 
@@ -262,7 +286,15 @@ static void ln_backward(nn_ctx *g, nn_node *n)
 {
     int64_t rows = n->i[0], C = n->i[1];
     int fresh;
-    float *gx = accel__nn_grad_w(g, n->in[0], &fresh);
+    const float *gbase; /* a residual add's dY, borrowed: gx = gbase + the gradient */
+    nn_tensor *x = n->in[0];
+    float *gx = accel__nn_grad_take(g, x, &fresh, &gbase);
+    /* The residual stream's gradient, rounded too when a branch's product will read it (the
+     * add's inputs borrow it with its shadow): a 2-byte store here, no pass there. */
+    void *gh = gx != NULL && rows * C > 0 ? accel__nn_cu_grad_shadow_alloc(g, x) : NULL;
+    if (gh == NULL && g->first_err != ACCEL_OK) {
+        return;
+    }
     float *gw = n->in[1] ? accel__nn_grad(g, n->in[1]) : NULL;
     float *gb = n->in[2] ? accel__nn_grad(g, n->in[2]) : NULL;
     if (rows * C == 0 || (gx == NULL && gw == NULL && gb == NULL)) {
@@ -275,9 +307,11 @@ static void ln_backward(nn_ctx *g, nn_node *n)
         return;
     }
     accel__nn_cu_ok(g,
-                    nn_cu_layernorm_bwd(nn__cu_stream(g), n->in[0]->data, n->out->grad, w, n->p[0],
-                                        n->p[1], rows, C, gx, fresh, gw, gb, part),
+                    nn_cu_layernorm_bwd(nn__cu_stream(g), x->data, n->out->grad, w, n->p[0],
+                                        n->p[1], rows, C, gx, fresh, gbase, gh, x->grad_shadow_rnd,
+                                        gw, gb, part),
                     "nn_layernorm (backward)");
+    x->grad_shadow = gh;
 }
 
 /* LayerNorm of x, or (r non-NULL, the same shape as x) of the sum x + r, which *sum receives:
@@ -317,8 +351,9 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
     if (y == NULL || mean == NULL || rstd == NULL) {
         return NULL;
     }
-    nn_cu_ln a = {x->data, r ? r->data : NULL, s ? s->data : NULL, w ? w->data : NULL,
-                  b ? b->data : NULL, y->data, NULL, rnd, mean, rstd, rows, C, eps};
+    nn_cu_ln a = {.x = x->data, .res = r ? r->data : NULL, .sum = s ? s->data : NULL,
+                  .w = w ? w->data : NULL, .b = b ? b->data : NULL, .y = y->data, .dt = rnd,
+                  .mean = mean, .rstd = rstd, .rows = rows, .C = C, .eps = eps};
     if (rnd != 0 && rows * C > 0 && (a.yh = accel__nn_cu_shadow_alloc(g, y, rnd)) == NULL) {
         return NULL;
     }
@@ -329,6 +364,9 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
     if (r != NULL && accel__nn_needs_grad(g, ar, 2) &&
         !accel__nn_record(g, "add", s, ar, 2, add_backward)) {
         return NULL;
+    }
+    if (r != NULL) {
+        want_shadow_of_sum(s, x, r);
     }
     nn_tensor *lin[3] = {r != NULL ? s : x, w, b};
     if (accel__nn_needs_grad(g, lin, 3)) {
