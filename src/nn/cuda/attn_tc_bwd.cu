@@ -423,9 +423,11 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 12 / NW) /* R 1: as shar
     for (int64_t j0 = 0; j0 <= last; j0 += ST) {
         __syncthreads(); /* every warp is done with the previous K, V */
         int valid = (int)(a.T - j0 < ST ? a.T - j0 : ST);
+        /* From the copies: one round of all loads on path 2; two on paths 0 and 1, at their
+         * 96-register cap (ptxas, one round: 16 bytes spilled, two: 8). */
         if (qh_b != nullptr) {
-            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3,
-                                          valid, ST, hd, sk, sv, LDH);
+            bw_load2h<T, MODE == 2 ? 2 : 1, 32 * NW, HDF>(
+                qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
         } else {
             bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
         }
@@ -595,9 +597,11 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 4 : 8 / NW) /* R 1: 128 regi
             D_i = D_h[it];
         }
         int valid = (int)(a.T - i0 < ST ? a.T - i0 : ST);
+        /* From the copies: one round of all loads on path 2; two on paths 0 and 1, at their
+         * 128-register cap (ptxas, one round: 40 bytes spilled, two: 28). */
         if (qh_b != nullptr) {
-            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd,
-                                          sq, sdo, LDH);
+            bw_load2h<T, MODE == 2 ? 2 : 1, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C,
+                                                          valid, ST, hd, sq, sdo, LDH);
         } else {
             bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
         }
