@@ -110,58 +110,6 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
-/* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
- * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
- * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
- * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero.
- * NT is blockDim.x; Q8 the chunks a row where known at compile time (hd 16 HDF; 0: q8), so
- * that the chunk's row and column are a shift and a mask, not a division by a runtime value,
- * and the loop's trip count is constant. */
-template <typename T, int N, int NT, int Q8>
-__device__ __forceinline__ void bw_load2h_q(const T *src_a, int64_t stride_a, const T *src_b,
-                                            int64_t stride_b, int valid, int rows, int q8, T *dst_a,
-                                            T *dst_b, int ld)
-{
-    if (Q8 > 0) {
-        q8 = Q8;
-    }
-    for (int base = 0; base < rows * q8; base += N * NT) {
-        uint4 ra[N], rb[N];
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
-            ra[k] = make_uint4(0u, 0u, 0u, 0u);
-            rb[k] = ra[k];
-            if (i < rows * q8 && row < valid) {
-                ra[k] = *reinterpret_cast<const uint4 *>(src_a + row * stride_a + c);
-                rb[k] = *reinterpret_cast<const uint4 *>(src_b + row * stride_b + c);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
-            if (i < rows * q8) {
-                *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
-                *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
-            }
-        }
-    }
-}
-
-template <typename T, int N, int NT, int HDF>
-__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
-                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
-                                          T *dst_b, int ld)
-{
-    if (hd == 16 * HDF) {
-        bw_load2h_q<T, N, NT, 2 * HDF>(src_a, stride_a, src_b, stride_b, valid, rows, 2 * HDF,
-                                       dst_a, dst_b, ld);
-    } else {
-        bw_load2h_q<T, N, NT, 0>(src_a, stride_a, src_b, stride_b, valid, rows, hd / 8, dst_a,
-                                 dst_b, ld);
-    }
-}
-
 /* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T. */
 template <typename T, int HDF, int ST, int LDS>
 __device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
