@@ -291,6 +291,23 @@ __device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, fl
             } else {
                 l.x = l.y = lse2[r];
             }
+            if (TO_A) {
+                /* P rounded to T once and masked in T: the same bits as the float round trip
+                 * below, two conversions fewer a pair (kept to this path: on the others, at
+                 * their register caps, ptxas spilled 28 -> 72 bytes with it). */
+                T o0 = tc_cvt<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
+                T o1 = tc_cvt<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
+                if (MASK) {
+                    int d = c - r, ln = KEY_ROWS ? lim + 16 * n : lim - 16 * n;
+                    bool v0 = KEY_ROWS ? -d <= ln : d <= ln;
+                    bool v1 = KEY_ROWS ? -d - 1 <= ln : d + 1 <= ln;
+                    o0 = v0 ? o0 : tc_cvt<T>(0.0f);
+                    o1 = v1 ? o1 : tc_cvt<T>(0.0f);
+                }
+                fa[n].x[2 * q] = o0;
+                fa[n].x[2 * q + 1] = o1;
+                continue;
+            }
             float e0 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
             float e1 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
             if (MASK) {
@@ -302,12 +319,7 @@ __device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, fl
                 e1 = v1 ? e1 : 0.0f;
             }
             bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
-            if (TO_A) {
-                fa[n].x[2 * q] = o.v[0];
-                fa[n].x[2 * q + 1] = o.v[1];
-            } else {
-                *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
-            }
+            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
         }
     }
 }
