@@ -169,7 +169,8 @@ int main(int argc, char **argv)
     ah.qkv_h = qkv_h;
     ah.dy_h = dy_h;
     float ms_h = time_dir(&ah, &b, 1, iters);
-    int rows_h = nn_cu_attn_bwd_rows();
+    int rows_h, block_h;
+    nn_cu_attn_bwd_rows(&rows_h, &block_h);
     float *g_h = (float *)malloc(n_qkv * sizeof(float));
     if (g_h == NULL) {
         fprintf(stderr, "cuda_attn: out of host memory\n");
@@ -177,12 +178,16 @@ int main(int argc, char **argv)
     }
     CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
     int same_h = memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
-    /* The same at 16 rows a warp (nn_cu_attn_bwd_set_rows; the same gradient bit for bit). */
-    nn_cu_attn_bwd_set_rows(16);
-    float ms_h16 = time_dir(&ah, &b, 1, iters);
-    nn_cu_attn_bwd_set_rows(32);
-    CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
-    same_h = same_h && memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
+    /* The same at 32 rows a warp and 64 a block, and 16 and 64 (nn_cu_attn_bwd_set_rows; the
+     * same gradient bit for bit). */
+    float ms_h64[2];
+    for (int k = 0; k < 2; k++) {
+        nn_cu_attn_bwd_set_rows(k == 0 ? 32 : 16, 64);
+        ms_h64[k] = time_dir(&ah, &b, 1, iters);
+        CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+        same_h = same_h && memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
+    }
+    nn_cu_attn_bwd_set_rows(32, 128);
     unsigned long tc_fwd, tc_bwd;
     nn_cu_attn_tc_counts(&tc_fwd, &tc_bwd);
     double ey = rel_err(y_host[0], y_host[1], n_y), eg = rel_err(g_host[0], g_host[1], n_qkv);
@@ -207,8 +212,9 @@ int main(int argc, char **argv)
            "scratch; 1 registers; 2 registers and A operands built in them)\n",
            ey_slow, eg_slow, ms[2][0] / ms[0][0], ms[2][1] / ms[0][1], bwd_mode);
     printf("tensor-core backward from 2-byte copies of qkv and dy: %.3f ms, %.1f TFLOP/s "
-           "(%.2fx), %d rows a warp; at 16 rows a warp %.3f ms; qkv gradients %s\n",
-           ms_h, bwd_flop / (ms_h * 1e9), ms[0][1] / ms_h, rows_h, ms_h16,
+           "(%.2fx), %d rows a warp, %d a block; at 32 / 64 %.3f ms, at 16 / 64 %.3f ms; qkv "
+           "gradients %s\n",
+           ms_h, bwd_flop / (ms_h * 1e9), ms[0][1] / ms_h, rows_h, block_h, ms_h64[0], ms_h64[1],
            same_h ? "bit-identical" : "DIFFER from the fp32 tiles' (must be identical)");
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",

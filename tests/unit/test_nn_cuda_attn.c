@@ -43,12 +43,6 @@ static nn_tensor *f_attention_twice(nn_ctx *g, nn_tensor **in, const void *arg)
     return nn_add(g, y1, nn_causal_attention(g, in[0], a->n_head, a->p));
 }
 
-#ifdef ACCEL_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "nn/cuda/nn_kernels.h"
-#endif
-
 static void test_attention(void)
 {
     static const struct {
@@ -244,10 +238,11 @@ static void *dev_alloc(size_t nbytes)
 
 /* The tensor-core backward reading the 2-byte copies of qkv and dy (nn_cu_attn's qkv_h, dy_h,
  * made by nn_cu_to_half) against it rounding the fp32 tiles itself (NULL copies), and with 32
- * rows a warp (the default on path 2 up to head size 64) against 16, called directly on the
- * same inputs: the same rounded values go into the same products summed in the same order, so
- * the gradients must agree bit for bit, written and added (write 0) alike. Both tile shapes, a
- * partial tile, bf16 and fp16 (the register path with A operands in registers, and without). */
+ * rows a warp and 128 a block (the default on path 2 up to head size 64) against 32 and 64,
+ * and 16 and 64, called directly on the same inputs: the same rounded values go into the same
+ * products summed in the same order, so the gradients must agree bit for bit, written and
+ * added (write 0) alike. Both tile shapes, a partial tile, bf16 and fp16 (the register path
+ * with A operands in registers, and without). */
 static void test_attention_bwd_copies(void)
 {
 #ifdef ACCEL_HAVE_CUDA
@@ -265,8 +260,8 @@ static void test_attention_bwd_copies(void)
         size_t n_qkv = (size_t)(a.B * a.T * 3 * a.C), n_y = (size_t)(a.B * a.T * a.C);
         size_t n_bht = (size_t)(a.B * a.H * a.T);
         float *hq = xmalloc(n_qkv * sizeof(float)), *hg = xmalloc(n_y * sizeof(float));
-        float *out[4];
-        for (int k = 0; k < 4; k++) {
+        float *out[5];
+        for (int k = 0; k < 5; k++) {
             out[k] = xmalloc(n_qkv * sizeof(float));
         }
         for (size_t k = 0; k < n_qkv; k++) {
@@ -286,45 +281,52 @@ static void test_attention_bwd_copies(void)
         unsigned long f0, b0, f1, b1;
         nn_cu_attn_tc_counts(&f0, &b0);
         /* 0: fp32 tiles, written; 1: the copies, written; 2: the copies, added to run 1's;
-         * 3: fp32 tiles, 16 rows a warp, written. */
-        int rows[4];
-        for (int run = 0; run < 4; run++) {
+         * 3: fp32 tiles, 16 rows a warp and 64 a block; 4: 32 and 64. */
+        static const int shape[5][2] = {{32, 128}, {32, 128}, {32, 128}, {16, 64}, {32, 64}};
+        int got[5][2];
+        for (int run = 0; run < 5; run++) {
             a.qkv_h = run == 1 || run == 2 ? qh : NULL;
             a.dy_h = a.qkv_h != NULL ? gh : NULL;
-            nn_cu_attn_bwd_set_rows(run == 3 ? 16 : 32);
+            nn_cu_attn_bwd_set_rows(shape[run][0], shape[run][1]);
             CHECK(nn_cu_attn_bwd(NULL, &a, qkv, y, lse, gy, D, g, run != 2) == cudaSuccess);
-            rows[run] = nn_cu_attn_bwd_rows();
+            nn_cu_attn_bwd_rows(&got[run][0], &got[run][1]);
             CHECK(cudaMemcpy(out[run], g, n_qkv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
         }
-        nn_cu_attn_bwd_set_rows(32);
+        nn_cu_attn_bwd_set_rows(32, 128);
         nn_cu_attn_tc_counts(&f1, &b1);
-        size_t diff = 0, diff_add = 0, diff_rows = 0;
+        size_t diff = 0, diff_add = 0, diff_16 = 0, diff_64 = 0;
         for (size_t k = 0; k < n_qkv; k++) {
             diff += memcmp(&out[0][k], &out[1][k], sizeof(float)) != 0;
             float twice = out[0][k] + out[0][k];
             diff_add += memcmp(&twice, &out[2][k], sizeof(float)) != 0;
-            diff_rows += memcmp(&out[0][k], &out[3][k], sizeof(float)) != 0;
+            diff_16 += memcmp(&out[0][k], &out[3][k], sizeof(float)) != 0;
+            diff_64 += memcmp(&out[0][k], &out[4][k], sizeof(float)) != 0;
         }
-        printf("  attention backward %s B%lld T%lld hd%lld (path %d, %d rows a warp): from 2-byte "
-               "copies %zu and %zu (added), at %d rows a warp %zu, of %zu values differ\n",
+        printf("  attention backward %s B%lld T%lld hd%lld (path %d, rows a warp / block %d / %d): "
+               "from 2-byte copies %zu and %zu (added), at %d / %d %zu, at %d / %d %zu, of %zu "
+               "values differ\n",
                a.rnd == 1 ? "bf16" : "fp16", (long long)a.B, (long long)a.T, (long long)a.hd,
-               nn_cu_attn_bwd_mode(), rows[0], diff, diff_add, rows[3], diff_rows, n_qkv);
+               nn_cu_attn_bwd_mode(), got[0][0], got[0][1], diff, diff_add, got[3][0], got[3][1],
+               diff_16, got[4][0], got[4][1], diff_64, n_qkv);
         /* 32 rows a warp where path 2 runs at head sizes up to 64 (bf16 on sm_80 on, and the
          * emulator), 16 elsewhere and when asked. */
-        int want_rows = nn_cu_attn_bwd_mode() == 2 && a.hd <= 64 ? 32 : 16;
-        CHECK_MSG(b1 - b0 == 4 && diff == 0 && diff_add == 0 && diff_rows == 0 &&
-                      rows[0] == want_rows && rows[1] == want_rows && rows[3] == 16,
-                  "attention backward (case %zu): %lu tensor-core backwards (want 4), %zu / %zu / "
-                  "%zu values differ (copies, added, 16 rows a warp), rows a warp %d, %d (want "
-                  "%d), %d (want 16)",
-                  i, b1 - b0, diff, diff_add, diff_rows, rows[0], rows[1], want_rows, rows[3]);
+        int r2 = nn_cu_attn_bwd_mode() == 2 && a.hd <= 64;
+        CHECK_MSG(b1 - b0 == 5 && diff == 0 && diff_add == 0 && diff_16 == 0 && diff_64 == 0,
+                  "attention backward (case %zu): %lu tensor-core backwards (want 5), %zu / %zu / "
+                  "%zu / %zu values differ (copies, added, 16 / 64 rows, 32 / 64 rows)",
+                  i, b1 - b0, diff, diff_add, diff_16, diff_64);
+        CHECK_MSG(!r2 || (got[0][0] == 32 && got[0][1] == 128 && got[3][0] == 16 &&
+                          got[3][1] == 64 && got[4][0] == 32 && got[4][1] == 64),
+                  "attention backward (case %zu): rows a warp / block %d / %d, %d / %d, %d / %d "
+                  "(want 32 / 128, 16 / 64, 32 / 64)",
+                  i, got[0][0], got[0][1], got[3][0], got[3][1], got[4][0], got[4][1]);
         void *bufs[8] = {qkv, y, gy, lse, D, g, qh, gh};
         for (int k = 0; k < 8; k++) {
             CHECK(cudaFree(bufs[k]) == cudaSuccess);
         }
         free(hq);
         free(hg);
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < 5; k++) {
             free(out[k]);
         }
     }

@@ -110,58 +110,6 @@ __device__ __forceinline__ void bw_load2(const float *src_a, int64_t stride_a, c
     }
 }
 
-/* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
- * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
- * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
- * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero.
- * NT is blockDim.x; Q8 the chunks a row where known at compile time (hd 16 HDF; 0: q8), so
- * that the chunk's row and column are a shift and a mask, not a division by a runtime value,
- * and the loop's trip count is constant. */
-template <typename T, int N, int NT, int Q8>
-__device__ __forceinline__ void bw_load2h_q(const T *src_a, int64_t stride_a, const T *src_b,
-                                            int64_t stride_b, int valid, int rows, int q8, T *dst_a,
-                                            T *dst_b, int ld)
-{
-    if (Q8 > 0) {
-        q8 = Q8;
-    }
-    for (int base = 0; base < rows * q8; base += N * NT) {
-        uint4 ra[N], rb[N];
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
-            ra[k] = make_uint4(0u, 0u, 0u, 0u);
-            rb[k] = ra[k];
-            if (i < rows * q8 && row < valid) {
-                ra[k] = *reinterpret_cast<const uint4 *>(src_a + row * stride_a + c);
-                rb[k] = *reinterpret_cast<const uint4 *>(src_b + row * stride_b + c);
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
-            if (i < rows * q8) {
-                *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
-                *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
-            }
-        }
-    }
-}
-
-template <typename T, int N, int NT, int HDF>
-__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
-                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
-                                          T *dst_b, int ld)
-{
-    if (hd == 16 * HDF) {
-        bw_load2h_q<T, N, NT, 2 * HDF>(src_a, stride_a, src_b, stride_b, valid, rows, 2 * HDF,
-                                       dst_a, dst_b, ld);
-    } else {
-        bw_load2h_q<T, N, NT, 0>(src_a, stride_a, src_b, stride_b, valid, rows, hd / 8, dst_a,
-                                 dst_b, ld);
-    }
-}
-
 /* out [16][ST] (the warp's fp32 scratch, ldm LDS) = own [16][hd] times stream [ST][hd]^T. */
 template <typename T, int HDF, int ST, int LDS>
 __device__ __forceinline__ void bw_scores(float *out, const T *own, const T *stream, int nf)
@@ -320,7 +268,7 @@ __device__ __forceinline__ void bw_store_rows(float *scr, const bw_acc *acc, int
  * operands built in registers. R (MODE 2 only): 16-row blocks a warp owns; with 2, each
  * streamed fragment loaded serves two products and P waits for dS in registers. */
 template <typename T, int HDF, int NW, int ST, int MODE, int R>
-__global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memory allows */
+__global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 12 / NW) /* R 1: as shared memory allows */
     k_attn_bwd_dq_tc(nn_cu_attn a, const float *qkv, const float *y, const float *lse,
                      const float *gy, float *D, float *gqkv, int write)
 {
@@ -334,8 +282,9 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
     __shared__ __align__(32) T sk[ST * LDH];
     __shared__ __align__(32) T sv[ST * LDH];
     __shared__ __align__(32) T sds[MODE == 2 ? 16 : NW * 16 * LDP];
-    __shared__ __align__(32) float ss[NW * 16 * LDS];
-    __shared__ float sl2[FAST ? QT : 1], sdr[FAST ? QT : 1]; /* lse2, D of the own rows */
+    __shared__ __align__(32) float ss[R == 1 ? NW * 16 * LDS : 16]; /* R 2: in sk */
+    __shared__ float sl2[FAST ? QT : 1], sdr[FAST ? QT : 1];        /* lse2, D of the own rows */
+    static_assert(R == 1 || sizeof(sk) >= NW * 256 * sizeof(float), "R 2: the scratch in sk");
     static_assert(sizeof(sq) + sizeof(sdo) + sizeof(sk) + sizeof(sv) + sizeof(sds) + sizeof(ss) +
                           sizeof(sl2) + sizeof(sdr) <=
                       48 * 1024,
@@ -349,7 +298,10 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1, half = lane & 1;
     int64_t wt0 = t0 + 16 * R * warp, t = wt0 + r;
-    float *scr = ss + warp * 16 * LDS;
+    /* The warp's 16 x 16 float scratch (bw_learn, bw_store_rows): at R = 2 in sk, which holds
+     * no tile before the loop's first load and after its last barrier (below), so that 128
+     * own rows fit in 48 KiB. */
+    float *scr = R == 1 ? ss + warp * 16 * LDS : reinterpret_cast<float *>(sk) + warp * 256;
     T *xds = sds + (MODE == 2 ? 0 : warp * 16 * LDP);
     const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
     const float *k_b = qkv_b + a.C, *v_b = qkv_b + 2 * a.C;
@@ -419,9 +371,11 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
     for (int64_t j0 = 0; j0 <= last; j0 += ST) {
         __syncthreads(); /* every warp is done with the previous K, V */
         int valid = (int)(a.T - j0 < ST ? a.T - j0 : ST);
+        /* From the copies: one round of all loads on path 2; two on paths 0 and 1, at their
+         * 96-register cap (ptxas, one round: 16 bytes spilled, two: 8). */
         if (qh_b != nullptr) {
-            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3,
-                                          valid, ST, hd, sk, sv, LDH);
+            bw_load2h<T, MODE == 2 ? 2 : 1, 32 * NW, HDF>(
+                qh_b + a.C + j0 * C3, C3, qh_b + 2 * a.C + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
         } else {
             bw_load2<T, 4>(k_b + j0 * C3, C3, v_b + j0 * C3, C3, valid, ST, hd, sk, sv, LDH);
         }
@@ -501,6 +455,9 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
         __syncwarp();
         bw_accumulate<T, HDF, ST>(dq, xds, sk, nf);
     }
+    if (R > 1) {
+        __syncthreads(); /* every warp is done with sk, the scratch from here on */
+    }
     if (wt0 >= a.T) {
         return; /* no real rows (after the last __syncthreads) */
     }
@@ -515,7 +472,7 @@ __global__ void __launch_bounds__(32 * NW, R == 1 ? 5 : 6) /* 5: as shared memor
 /* dK and dV: one block per (batch, head, tile of 16 R NW keys), over the query tiles at or
  * after it. MODE and R as for the dQ kernel (slse holds lse2 where MODE > 0). */
 template <typename T, int HDF, int NW, int ST, int MODE, int R>
-__global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an SM (5 spill) */
+__global__ void __launch_bounds__(32 * NW, R == 1 ? 4 : 8 / NW) /* R 1: 128 registers (5 spill) */
     k_attn_bwd_dkv_tc(nn_cu_attn a, const float *qkv, const float *lse, const float *gy,
                       const float *D, float *gqkv, int write)
 {
@@ -529,8 +486,9 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
     __shared__ __align__(32) T sdo[ST * LDH];
     __shared__ __align__(32) T sx[MODE == 2 ? 16 : NW * 16 * LDP];  /* P (MODE 0, 1) */
     __shared__ __align__(32) T sx2[MODE == 1 ? NW * 16 * LDP : 16]; /* dS, MODE 1 */
-    __shared__ __align__(32) float ss[NW * 16 * LDS];
+    __shared__ __align__(32) float ss[R == 1 ? NW * 16 * LDS : 16]; /* R 2: in sq */
     __shared__ __align__(16) float slse[ST], sD[ST];
+    static_assert(R == 1 || sizeof(sq) >= NW * 256 * sizeof(float), "R 2: the scratch in sq");
     static_assert(sizeof(sk) + sizeof(sv) + sizeof(sq) + sizeof(sdo) + sizeof(sx) + sizeof(sx2) +
                           sizeof(ss) + sizeof(slse) + sizeof(sD) <=
                       48 * 1024,
@@ -544,7 +502,8 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
     int hd = (int)a.hd, nf = hd / 16, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r = lane >> 1;
     int64_t wj0 = j0 + 16 * R * warp, j = wj0 + r;
-    float *scr = ss + warp * 16 * LDS;
+    /* The warp's 16 x 16 float scratch: at R = 2 in sq (as the dQ kernel's in sk). */
+    float *scr = R == 1 ? ss + warp * 16 * LDS : reinterpret_cast<float *>(sq) + warp * 256;
     T *xs = sx + (MODE == 2 ? 0 : warp * 16 * LDP);
     const float *qkv_b = qkv + b * a.T * C3 + h * a.hd, *gy_b = gy + b * a.T * a.C + h * a.hd;
     const float *lse_h = lse + bh * a.T, *D_h = D + bh * a.T;
@@ -586,9 +545,11 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
             D_i = D_h[it];
         }
         int valid = (int)(a.T - i0 < ST ? a.T - i0 : ST);
+        /* From the copies: one round of all loads on path 2; two on paths 0 and 1, at their
+         * 128-register cap (ptxas, one round: 40 bytes spilled, two: 28). */
         if (qh_b != nullptr) {
-            bw_load2h<T, 2, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C, valid, ST, hd,
-                                          sq, sdo, LDH);
+            bw_load2h<T, MODE == 2 ? 2 : 1, 32 * NW, HDF>(qh_b + i0 * C3, C3, gh_b + i0 * a.C, a.C,
+                                                          valid, ST, hd, sq, sdo, LDH);
         } else {
             bw_load2<T, 4>(qkv_b + i0 * C3, C3, gy_b + i0 * a.C, a.C, valid, ST, hd, sq, sdo, LDH);
         }
@@ -686,6 +647,9 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
         __syncwarp();
         bw_accumulate<T, HDF, ST>(dk, xs, sq, nf);
     }
+    if (R > 1) {
+        __syncthreads(); /* every warp is done with sq, the scratch from here on */
+    }
     if (wj0 >= a.T) {
         return; /* no real rows (after the last __syncthreads) */
     }
@@ -698,11 +662,13 @@ __global__ void __launch_bounds__(32 * NW, 4) /* R 1: 128 registers, 4 blocks an
     }
 }
 
-static int g_bw_fast = 1;                  /* nn_cu_attn_bwd_set_fast */
-static int g_bw_rows = 32;                 /* nn_cu_attn_bwd_set_rows */
-static std::atomic<int> g_bw_layout(-1);   /* bw_mode's probe: bit 0 pairs, bit 1 direct */
-static std::atomic<int> g_bw_last(-1);     /* nn_cu_attn_bwd_mode */
-static std::atomic<int> g_bw_last_rows(0); /* nn_cu_attn_bwd_rows */
+static int g_bw_fast = 1;                   /* nn_cu_attn_bwd_set_fast */
+static int g_bw_rows = 32;                  /* nn_cu_attn_bwd_set_rows: rows a warp */
+static int g_bw_block = 128;                /* and a block */
+static std::atomic<int> g_bw_layout(-1);    /* bw_mode's probe: bit 0 pairs, bit 1 direct */
+static std::atomic<int> g_bw_last(-1);      /* nn_cu_attn_bwd_mode */
+static std::atomic<int> g_bw_last_rows(0);  /* nn_cu_attn_bwd_rows */
+static std::atomic<int> g_bw_last_block(0); /* nn_cu_attn_bwd_rows */
 
 /* This device's layouts, as the kernels would learn them (bit 0: bw_learn's column pairs, bit
  * 1: bw_learn_a's A operands), written as a float to out. */
@@ -762,12 +728,18 @@ static void bw_launch(cudaStream_t s, const nn_cu_attn *a, const float *qkv, con
     int mode = bw_mode(s, D, bw_direct<T>::v);
     g_bw_last.store(mode);
     g_bw_last_rows.store(16);
-    /* MODE 2 at head sizes up to 64: 32 rows a warp (half the warps a block, the same rows)
-     * unless nn_cu_attn_bwd_set_rows(16). */
+    g_bw_last_block.store(16 * NW);
+    /* MODE 2 at head sizes up to 64: 32 rows a warp, NW warps (128 own rows a block) or
+     * NW / 2 (64, as at 16 rows a warp), as nn_cu_attn_bwd_set_rows says. */
     const int R2 = M2 == 2 && HDF <= 4 && NW % 2 == 0 ? 2 : 1;
     if (mode == 2 && R2 == 2 && g_bw_rows == 32) {
-        bw_launch_as<T, HDF, NW / R2, ST, M2, R2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        if (g_bw_block == 32 * NW) {
+            bw_launch_as<T, HDF, NW, ST, M2, R2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        } else {
+            bw_launch_as<T, HDF, NW / R2, ST, M2, R2>(s, a, qkv, y, lse, gy, D, gqkv, write);
+        }
         g_bw_last_rows.store(32);
+        g_bw_last_block.store(g_bw_block == 32 * NW ? 32 * NW : 16 * NW);
         return;
     }
     switch (mode) {
@@ -787,14 +759,16 @@ extern "C" void nn_cu_attn_bwd_set_fast(int on)
     g_bw_fast = on != 0;
 }
 
-extern "C" void nn_cu_attn_bwd_set_rows(int rows)
+extern "C" void nn_cu_attn_bwd_set_rows(int warp_rows, int block_rows)
 {
-    g_bw_rows = rows == 16 ? 16 : 32;
+    g_bw_rows = warp_rows == 16 ? 16 : 32;
+    g_bw_block = block_rows == 64 ? 64 : 128;
 }
 
-extern "C" int nn_cu_attn_bwd_rows(void)
+extern "C" void nn_cu_attn_bwd_rows(int *warp_rows, int *block_rows)
 {
-    return g_bw_last_rows.load();
+    *warp_rows = g_bw_last_rows.load();
+    *block_rows = g_bw_last_block.load();
 }
 
 extern "C" int nn_cu_attn_bwd_mode(void)

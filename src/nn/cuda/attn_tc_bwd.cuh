@@ -1,7 +1,8 @@
 /*
- * The tensor-core attention backward's register path (attn_tc_bwd.cu, MODE 1 and 2): which
- * (row, column) each WMMA accumulator element holds, learned at run time, and the element-wise
- * passes that form P and dS in the accumulators and write them as T pairs or A operands.
+ * The tensor-core attention backward's (attn_tc_bwd.cu) tile loads from 2-byte copies, its
+ * products with R row blocks a warp, and its register path (MODE 1 and 2): which (row, column)
+ * each WMMA accumulator element holds, learned at run time, and the element-wise passes that
+ * form P and dS in the accumulators and write them as T pairs or A operands.
  * Invariant: nothing here assumes a fragment layout; what the passes need of it (column pairs,
  * A operands laid out as accumulators) is checked where it is learned.
  */
@@ -11,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
+#include <stdint.h>
 
 #ifdef __CUDACC__
 #include <mma.h>
@@ -30,7 +32,59 @@ typedef bw_wmma::fragment<bw_wmma::accumulator, 16, 16, 16, float> bw_acc;
 template <typename T>
 using bw_fa = bw_wmma::fragment<bw_wmma::matrix_a, 16, 16, 16, T, bw_wmma::row_major>;
 
-/* ---- the products (both paths) ---- */
+/* ---- loads from the 2-byte copies, and the products (both paths) ---- */
+
+/* A whole tile of two tensors (rows x hd each) from their 2-byte copies (nn_cu_attn's qkv_h,
+ * dy_h: the values bw_load2 would round to), N 16-byte chunks of 8 T per thread and tensor per
+ * round, stored as they come: a quarter of bw_load2's instructions per element (one 16-byte
+ * load and store per 8, no conversion) and half its bytes. Rows from `valid` on read as zero.
+ * NT is blockDim.x; Q8 the chunks a row where known at compile time (hd 16 HDF; 0: q8), so
+ * that the chunk's row and column are a shift and a mask, not a division by a runtime value,
+ * and the loop's trip count is constant. */
+template <typename T, int N, int NT, int Q8>
+__device__ __forceinline__ void bw_load2h_q(const T *src_a, int64_t stride_a, const T *src_b,
+                                            int64_t stride_b, int valid, int rows, int q8, T *dst_a,
+                                            T *dst_b, int ld)
+{
+    if (Q8 > 0) {
+        q8 = Q8;
+    }
+    for (int base = 0; base < rows * q8; base += N * NT) {
+        uint4 ra[N], rb[N];
+        BW_UNROLL
+        for (int k = 0; k < N; k++) {
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            ra[k] = make_uint4(0u, 0u, 0u, 0u);
+            rb[k] = ra[k];
+            if (i < rows * q8 && row < valid) {
+                ra[k] = *reinterpret_cast<const uint4 *>(src_a + row * stride_a + c);
+                rb[k] = *reinterpret_cast<const uint4 *>(src_b + row * stride_b + c);
+            }
+        }
+        BW_UNROLL
+        for (int k = 0; k < N; k++) {
+            int i = base + k * NT + (int)threadIdx.x, row = i / q8, c = (i % q8) * 8;
+            if (i < rows * q8) {
+                *reinterpret_cast<uint4 *>(dst_a + row * ld + c) = ra[k];
+                *reinterpret_cast<uint4 *>(dst_b + row * ld + c) = rb[k];
+            }
+        }
+    }
+}
+
+template <typename T, int N, int NT, int HDF>
+__device__ __forceinline__ void bw_load2h(const T *src_a, int64_t stride_a, const T *src_b,
+                                          int64_t stride_b, int valid, int rows, int hd, T *dst_a,
+                                          T *dst_b, int ld)
+{
+    if (hd == 16 * HDF) {
+        bw_load2h_q<T, N, NT, 2 * HDF>(src_a, stride_a, src_b, stride_b, valid, rows, 2 * HDF,
+                                       dst_a, dst_b, ld);
+    } else {
+        bw_load2h_q<T, N, NT, 0>(src_a, stride_a, src_b, stride_b, valid, rows, hd / 8, dst_a,
+                                 dst_b, ld);
+    }
+}
 
 /* The padded leading dimension of bf16 / fp16 tiles of head rows: 8 elements (16 bytes) of
  * padding put the 16 rows of a WMMA load on different banks. */
@@ -237,6 +291,23 @@ __device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, fl
             } else {
                 l.x = l.y = lse2[r];
             }
+            if (TO_A) {
+                /* P rounded to T once and masked in T: the same bits as the float round trip
+                 * below, two conversions fewer a pair (kept to this path: on the others, at
+                 * their register caps, ptxas spilled 28 -> 72 bytes with it). */
+                T o0 = tc_cvt<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
+                T o1 = tc_cvt<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
+                if (MASK) {
+                    int d = c - r, ln = KEY_ROWS ? lim + 16 * n : lim - 16 * n;
+                    bool v0 = KEY_ROWS ? -d <= ln : d <= ln;
+                    bool v1 = KEY_ROWS ? -d - 1 <= ln : d + 1 <= ln;
+                    o0 = v0 ? o0 : tc_cvt<T>(0.0f);
+                    o1 = v1 ? o1 : tc_cvt<T>(0.0f);
+                }
+                fa[n].x[2 * q] = o0;
+                fa[n].x[2 * q + 1] = o1;
+                continue;
+            }
             float e0 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q], s2, -l.x)));
             float e1 = tc_round<T>(exp2f(fmaf(s[n].x[2 * q + 1], s2, -l.y)));
             if (MASK) {
@@ -248,12 +319,7 @@ __device__ __forceinline__ void bw_probs_rf(const bw_acc *s, const bw_map &m, fl
                 e1 = v1 ? e1 : 0.0f;
             }
             bw_pair<T> o = {{tc_cvt<T>(e0), tc_cvt<T>(e1)}};
-            if (TO_A) {
-                fa[n].x[2 * q] = o.v[0];
-                fa[n].x[2 * q + 1] = o.v[1];
-            } else {
-                *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
-            }
+            *reinterpret_cast<bw_pair<T> *>(x + r * LDP + c + 16 * n) = o;
         }
     }
 }

@@ -168,13 +168,15 @@ void nn_cu_attn_bwd_set_fast(int on);
  * the register path, 2 the register path with its A operands built in registers (bf16 where
  * the device's WMMA layouts allow; attn_tc_bwd.cu). For tests and bench/cuda_attn. */
 int nn_cu_attn_bwd_mode(void);
-/* Rows a warp owns in the tensor-core backward's kernels on the register path with A operands
- * in registers (path 2) at head sizes up to 64: 32 (the default: each fragment of a streamed
- * tile loaded serves two products) or 16 (as before; for A/B timing and tests: the results are
- * the same bit for bit). Read when a backward is queued. nn_cu_attn_bwd_rows: what the last
- * tensor-core backward used (16 elsewhere; 0: none yet). */
-void nn_cu_attn_bwd_set_rows(int rows);
-int nn_cu_attn_bwd_rows(void);
+/* Rows a warp and a block own in the tensor-core backward's kernels on the register path with
+ * A operands in registers (path 2) at head sizes up to 64: warp_rows 32 (each fragment of a
+ * streamed tile loaded serves two products) with block_rows 128 (the default: each streamed
+ * tile loaded serves 128 own rows) or 64; or warp_rows 16 (block_rows 64, as before). For A/B
+ * timing and tests: the results are the same bit for bit. Read when a backward is queued.
+ * nn_cu_attn_bwd_rows: what the last tensor-core backward used (warp 16 and block 64 or 32
+ * elsewhere; 0: none yet). */
+void nn_cu_attn_bwd_set_rows(int warp_rows, int block_rows);
+void nn_cu_attn_bwd_rows(int *warp_rows, int *block_rows);
 /* Whether the tensor-core kernels take this attention (autocast bf16 / fp16, no dropout, head
  * size a multiple of 16 up to 128, not NN_CU_ATTN_WARP; given 16-byte aligned tensors), so
  * that a 2-byte copy of qkv (qkv_h) is worth making. */

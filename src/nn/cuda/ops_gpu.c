@@ -555,7 +555,6 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         return NULL;
     }
     nn_cu_attn a;
-    a.qkv_h = a.dy_h = NULL;
     a.B = qkv->shape[0];
     a.T = qkv->shape[1];
     a.C = qkv->shape[2] / 3;
