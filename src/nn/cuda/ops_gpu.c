@@ -501,7 +501,10 @@ static void attn_backward(nn_ctx *g, nn_node *n)
      * gradient gets one too: the backward kernels then read 2-byte tiles (the same values they
      * would round to) instead of rounding fp32 ones, for one pass over dy (~0.03 ms a layer at
      * GPT-2 124M, B 32, on an H200). */
-    if (a.qkv_h != NULL && a.rnd != 0) {
+    if (a.qkv_h != NULL && a.rnd != 0 && n->out->grad_shadow != NULL &&
+        n->out->grad_shadow_rnd == a.rnd) {
+        a.dy_h = n->out->grad_shadow; /* the projection's backward product, kept 2-byte */
+    } else if (a.qkv_h != NULL && a.rnd != 0) {
         size_t n_y = (size_t)(a.B * a.T * a.C);
         void *dy_h = accel__nn_dtmp_alloc(g, n_y * 2);
         if (dy_h == NULL ||
@@ -619,6 +622,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         n->f[1] = a.p;
         n->p[0] = lse;
         n->p[1] = (void *)a.qkv_h; /* attn_of */
+        /* The backward reads dy only rounded, from a 2-byte copy: its writer is asked for one. */
+        y->grad_shadow_rnd = a.qkv_h != NULL && accel__nn_cu_shadows_on() ? a.rnd : 0;
     }
     return y;
 }
