@@ -497,10 +497,10 @@ static void attn_backward(nn_ctx *g, nn_node *n)
     if (gqkv == NULL || D == NULL || a.B * a.T == 0) {
         return;
     }
-    /* Where the forward kept qkv's 2-byte copy (the tensor-core kernels apply), the output's
-     * gradient gets one too: the backward kernels then read 2-byte tiles (the same values they
-     * would round to) instead of rounding fp32 ones, for one pass over dy (~0.03 ms a layer at
-     * GPT-2 124M, B 32, on an H200). */
+    /* Where the forward kept qkv's 2-byte copy (the tensor-core kernels apply), the kernels
+     * read dy's 2-byte copy too (the same values they would round to): the projection's
+     * backward product kept as dy's shadow where it was, else one pass over dy here (~0.03 ms
+     * a layer at GPT-2 124M, B 32, on an H200). */
     if (a.qkv_h != NULL && a.rnd != 0 && n->out->grad_shadow != NULL &&
         n->out->grad_shadow_rnd == a.rnd) {
         a.dy_h = n->out->grad_shadow; /* the projection's backward product, kept 2-byte */
