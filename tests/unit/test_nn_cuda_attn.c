@@ -108,16 +108,21 @@ static void test_attention(void)
               "tensor-core backward path: bf16 %d (want 1 or 2), fp16 %d (want 1)", mode_bf16,
               mode_f16);
     /* The tensor-core backward's scratch path (ACCEL_NN_ATTN_FAST=0; the cases above take the
-     * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16. */
+     * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16
+     * (attn_tc_bwd2.cu's kernels, which would take the bf16 case, off). */
     nn_cu_attn_bwd_set_fast(0);
+    nn_cu_attn_bwd2_allow(0);
     in_spec s2[1] = {{3, {2, 200, 3 * 128}, 1.5f, 0.0f, 1}};
     check_case("attention bf16 B2 H2 T200 hd64 (scratch path)", s2, 1, f_attention, &a, ACCEL_BF16,
                0, 1e-2, 1e-2);
     in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
     check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
                1e-2, 1e-2);
-    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d", nn_cu_attn_bwd_mode());
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0 && nn_cu_attn_bwd_kernel() == 1,
+              "the scratch path ran as path %d of kernel %d", nn_cu_attn_bwd_mode(),
+              nn_cu_attn_bwd_kernel());
     nn_cu_attn_bwd_set_fast(1);
+    nn_cu_attn_bwd2_allow(1);
 #endif
 }
 
