@@ -5,16 +5,17 @@
  * loaded, no masks below the diagonal, exponentials by one MUFU.EX2. nn_cu_attn_bwd_tc
  * (attn_tc.cu) tries it first; attn_tc_bwd.cu's kernels run everything else.
  *
- * Three kernels, FlashAttention-2's atomic-free schedule:
- *  - k_b2_delta: D[bh, t] = rnd(dO[t]) . O[t], summed as attn_tc_bwd.cu's dQ kernel sums it.
+ * Two kernels, FlashAttention-2's atomic-free schedule:
  *  - k_b2_dkv: one block per (batch, head, 64 keys), a warp's 16 keys; K and V of the warp's
  *    keys stay in registers as A fragments, dK and dV in accumulators; tiles of 64 queries
  *    stream through shared memory as Q [query][dim], Q^T [dim][query], dO, dO^T, in chunks of
  *    32 queries: S^T = K Q^T, P^T = rnd(exp2(S^T scale log2 e - lse log2 e)) formed in the
  *    accumulator's registers (an A operand's layout is the accumulator's), dV += P^T dO,
  *    dP^T = V dO^T, dS^T = rnd(P^T dP^T - P^T D), dK += dS^T Q.
- *  - k_b2_dq: one block per (batch, head, 64 queries), a warp's 16 queries; Q and dO in
- *    registers, tiles of 64 keys as K, K^T and V: S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
+ *  - k_b2_dq (queued first): one block per (batch, head, 64 queries), a warp's 16 queries; it forms
+ *    D[bh, t] = rnd(dO[t]) . O[t] of its rows (summed as attn_tc_bwd.cu's dQ kernel sums it,
+ *    written for the dK/dV kernel); Q and dO in registers, tiles of 64 keys as K, K^T and V:
+ *    S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
  * Same values as attn_tc_bwd.cu's register path: P and dS rounded to bf16 before the products
  * that read them, fp32 sums, each output row written by one warp once (no atomics); every sum
  * over queries (dK, dV) or keys (dQ) runs in ascending 16-row steps as there (a tile that is
@@ -344,41 +345,6 @@ __device__ __forceinline__ void b2_block(int nbh, int ntile, bool rev, int &bh, 
     bh = g * B2_GROUP + w % gn;
 }
 
-/* D[bh, t] = rnd(dO[t]) . O[t] (dO from dy_h, O = y fp32): a thread pair a row (b, t, h),
- * each half of the dims summed as attn_tc_bwd.cu's dQ kernel sums it, then the pair's. */
-__global__ void __launch_bounds__(256) k_b2_delta(nn_cu_attn a, const bf16 *gh, const float *y,
-                                                  float *D)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, row = i >> 1;
-    int half = (int)(i & 1);
-    bool ok = row < a.B * a.T * a.H;
-    float Du = 0.0f;
-    if (ok) {
-        int64_t h = row % a.H, bt = row / a.H;
-        const float4 *yr =
-            reinterpret_cast<const float4 *>(y + bt * a.C + h * F2_HD + half * (F2_HD / 2));
-        const uint4 *gr =
-            reinterpret_cast<const uint4 *>(gh + bt * a.C + h * F2_HD + half * (F2_HD / 2));
-        F2_UNROLL
-        for (int d2 = 0; d2 < F2_HD / 16; d2++) {
-            uint4 w = gr[d2];
-            bf16 e[8];
-            memcpy(static_cast<void *>(e), &w, sizeof e);
-            F2_UNROLL
-            for (int u = 0; u < 2; u++) {
-                float4 v = yr[2 * d2 + u];
-                Du += tc_f<bf16>(e[4 * u]) * v.x + tc_f<bf16>(e[4 * u + 1]) * v.y +
-                      tc_f<bf16>(e[4 * u + 2]) * v.z + tc_f<bf16>(e[4 * u + 3]) * v.w;
-            }
-        }
-    }
-    Du += __shfl_xor_sync(0xffffffffu, Du, 1);
-    if (ok && half == 0) {
-        int64_t h = row % a.H, t = (row / a.H) % a.T, b = row / (a.H * a.T);
-        D[(b * a.H + h) * a.T + t] = Du;
-    }
-}
-
 /* dK and dV: one block per (batch, head, 64 keys), 4 warps of 16 keys, over the query tiles
  * from its first key on (the key tiles with the most queries first). Shared: Q, Q^T, dO, dO^T
  * (the first two also stage K and V), base-2 lse and D of the tile: 36.5 KiB. */
@@ -463,10 +429,11 @@ __global__ void __launch_bounds__(128, 3)
  * its last query (the longest query tiles first). Shared: K, K^T, V (K and V also stage Q and
  * dO): 27 KiB. */
 __global__ void __launch_bounds__(128, 4)
-    k_b2_dq(nn_cu_attn a, const bf16 *qh, const bf16 *gh, const float *lse, const float *D,
-            float *gqkv, int write)
+    k_b2_dq(nn_cu_attn a, const bf16 *qh, const bf16 *gh, const float *y, const float *lse,
+            float *D, float *gqkv, int write)
 {
     __shared__ __align__(16) bf16 sk[B2_T * F2_LD], skt[F2_HD * F2_LD], sv[B2_T * F2_LD];
+    __shared__ float sdr[B2_T]; /* D of the block's rows */
 
     int nt = (int)a.T, nbh = (int)(a.B * a.H), bh, qt;
     b2_block(nbh, (nt + B2_T - 1) / B2_T, true, bh, qt);
@@ -477,20 +444,48 @@ __global__ void __launch_bounds__(128, 4)
     const bf16 *g_bh = gh + (int64_t)b * nt * a.C + (int64_t)h * F2_HD;
     const float sl2 = a.scale * 1.44269504088896341f;
 
+    /* D of the block's rows: a thread pair a row (dt), each half of the dims summed as
+     * attn_tc_bwd.cu's dQ kernel sums it (dO as staged in sv), then the pair's; into sdr and
+     * D (which the dK/dV kernel, queued next, reads). O's loads fly with the staging's. */
+    int dt = threadIdx.x >> 1, half = threadIdx.x & 1;
+    float4 yv[F2_HD / 8];
+    F2_UNROLL
+    for (int i = 0; i < F2_HD / 8; i++) {
+        yv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t0 + dt < nt) {
+            yv[i] = reinterpret_cast<const float4 *>(
+                y + ((int64_t)b * nt + t0 + dt) * a.C + (int64_t)h * F2_HD + half * (F2_HD / 2))[i];
+        }
+    }
+    b2_tile<false>(q_bh + (int64_t)t0 * C3, C3, nt - t0, sk, nullptr);
+    b2_tile<false>(g_bh + (int64_t)t0 * a.C, a.C, nt - t0, sv, nullptr);
+    __syncthreads();
+    float Du = 0.0f;
+    const bf16 *dr = sv + dt * F2_LD + half * (F2_HD / 2);
+    F2_UNROLL
+    for (int i = 0; i < F2_HD / 8; i++) {
+        float4 v = yv[i];
+        Du += tc_f<bf16>(dr[4 * i]) * v.x + tc_f<bf16>(dr[4 * i + 1]) * v.y +
+              tc_f<bf16>(dr[4 * i + 2]) * v.z + tc_f<bf16>(dr[4 * i + 3]) * v.w;
+    }
+    Du += __shfl_xor_sync(0xffffffffu, Du, 1);
+    if (half == 0) {
+        sdr[dt] = Du;
+        if (t0 + dt < nt) {
+            D[(int64_t)bh * nt + t0 + dt] = Du;
+        }
+    }
+    __syncthreads();
     /* The lane's rows g and g + 8: base-2 lse (+inf past T: P = 0) and D. */
     float l[4], d[4];
     F2_UNROLL
     for (int r = 0; r < 2; r++) {
         int t = wt0 + tc_lay_row(lane, 2 * r);
-        bool ok = t < nt;
-        l[r] = ok ? lse[(int64_t)bh * nt + t] * 1.44269504088896341f : INFINITY;
-        d[r] = ok ? D[(int64_t)bh * nt + t] : 0.0f;
+        l[r] = t < nt ? lse[(int64_t)bh * nt + t] * 1.44269504088896341f : INFINITY;
+        d[r] = sdr[t - t0];
         l[r + 2] = l[r];
         d[r + 2] = d[r];
     }
-    b2_tile<false>(q_bh + (int64_t)t0 * C3, C3, nt - t0, sk, nullptr);
-    b2_tile<false>(g_bh + (int64_t)t0 * a.C, a.C, nt - t0, sv, nullptr);
-    __syncthreads();
     int lo = (lane >> 2) * F2_LD + 2 * (lane & 3);
     f2_a qa[F2_NF], oa[F2_NF];
     f2_c dq[F2_NF];
@@ -536,7 +531,7 @@ extern "C" void nn_cu_attn_bwd2_allow(int on)
     g_b2_allow.store(on != 0);
 }
 
-/* Queues k_b2_delta, k_b2_dq, k_b2_dkv where they apply (see nn_kernels.h) and returns 1. */
+/* Queues k_b2_dq (which writes D), then k_b2_dkv, where they apply (see nn_kernels.h) and returns 1. */
 extern "C" int accel__nn_cu_attn_bwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *y,
                                          const float *lse, float *D, float *gqkv, int write)
 {
@@ -545,14 +540,12 @@ extern "C" int accel__nn_cu_attn_bwd_tc2(cudaStream_t s, const nn_cu_attn *a, co
     if (!g_b2_allow.load() || a->rnd != 1 || a->hd != F2_HD || a->scale <= 0.0f ||
         a->qkv_h == NULL || a->dy_h == NULL || (al & 15) != 0 || ((uintptr_t)gqkv & 7) != 0 ||
         a->T >= INT32_MAX / 2 || a->B * a->H * ntile >= INT32_MAX ||
-        2 * a->B * a->T * a->H >= INT32_MAX || !accel__nn_cu_attn_f2_layout(s, D)) {
+        !accel__nn_cu_attn_f2_layout(s, D)) {
         return 0;
     }
     const bf16 *qh = static_cast<const bf16 *>(a->qkv_h), *gh = static_cast<const bf16 *>(a->dy_h);
-    unsigned nd = (unsigned)((2 * a->B * a->T * a->H + 255) / 256);
     unsigned nb = (unsigned)(a->B * a->H * ntile);
-    k_b2_delta<<<nd, 256, 0, s>>>(*a, gh, y, D);
-    k_b2_dq<<<nb, 128, 0, s>>>(*a, qh, gh, lse, D, gqkv, write);
+    k_b2_dq<<<nb, 128, 0, s>>>(*a, qh, gh, y, lse, D, gqkv, write);
     k_b2_dkv<<<nb, 128, 0, s>>>(*a, qh, gh, lse, D, gqkv, write);
     return 1;
 }
