@@ -15,6 +15,8 @@
  * outputs are compared (relative L2 error of y and of the qkv gradient), so a kernel that is
  * fast but wrong at this shape shows here too; with and without their register paths (the
  * third row, ACCEL_NN_ATTN_FAST=0) they must agree within 2e-3 (tests/unit/test_nn_cuda_attn.c).
+ * Then the backward from 2-byte copies of qkv and dy (as the step runs it): attn_tc_bwd.cu's
+ * kernels, and the one that runs by default (attn_tc_bwd2.cu's at head 64 in bf16), within 2e-3.
  * Prints a table, then a summary row for bench/cuda_all.sh. Exits 77 when there is no GPU, 1 when
  * the kernels disagree by more than 1e-2 (the tolerance of tests/unit/test_nn_cuda.c).
  */
@@ -168,6 +170,7 @@ int main(int argc, char **argv)
     CUDA_CHECK(nn_cu_to_half(0, b.gy, dy_h, (int64_t)n_y, rnd));
     ah.qkv_h = qkv_h;
     ah.dy_h = dy_h;
+    nn_cu_attn_bwd2_allow(0); /* attn_tc_bwd.cu's kernels from the copies; bwd2 below */
     float ms_h = time_dir(&ah, &b, 1, iters);
     int rows_h, block_h;
     nn_cu_attn_bwd_rows(&rows_h, &block_h);
@@ -188,6 +191,13 @@ int main(int argc, char **argv)
         same_h = same_h && memcmp(g_h, g_host[0], n_qkv * sizeof(float)) == 0;
     }
     nn_cu_attn_bwd_set_rows(32, 128);
+    /* attn_tc_bwd2.cu's backward (bf16 at head 64, from the copies, as the step runs it):
+     * kernel 2 where it applies (nn_cu_attn_bwd_kernel), within 2e-3 of kernel 1. */
+    nn_cu_attn_bwd2_allow(1);
+    float ms_b2 = time_dir(&ah, &b, 1, iters);
+    int kern_b2 = nn_cu_attn_bwd_kernel();
+    CUDA_CHECK(cudaMemcpy(g_h, b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
+    double eg_b2 = rel_err(g_h, g_host[0], n_qkv);
     unsigned long tc_fwd, tc_bwd;
     nn_cu_attn_tc_counts(&tc_fwd, &tc_bwd);
     double ey = rel_err(y_host[0], y_host[1], n_y), eg = rel_err(g_host[0], g_host[1], n_qkv);
@@ -216,11 +226,15 @@ int main(int argc, char **argv)
            "gradients %s\n",
            ms_h, bwd_flop / (ms_h * 1e9), ms[0][1] / ms_h, rows_h, block_h, ms_h64[0], ms_h64[1],
            same_h ? "bit-identical" : "DIFFER from the fp32 tiles' (must be identical)");
+    printf("backward that ran from the copies: kernel %d (2 attn_tc_bwd2.cu's, 1 attn_tc_bwd.cu's): "
+           "%.3f ms, %.1f TFLOP/s (%.2fx kernel 1 from the copies); qkv gradient rel err vs "
+           "kernel 1 %.3g (tolerance 2e-3)\n",
+           kern_b2, ms_b2, bwd_flop / (ms_b2 * 1e9), ms_h / ms_b2, eg_b2);
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",
            B, H, T, hd, dt, ms[0][0], ms[0][1], ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);
     int bad = !(ey <= 1e-2 && eg <= 1e-2 && ey_slow <= 2e-3 && eg_slow <= 2e-3) || tc_fwd == 0 ||
-              tc_bwd == 0 || !same_h;
+              tc_bwd == 0 || !same_h || !(eg_b2 <= 2e-3);
     if (bad) {
         fprintf(stderr, "cuda_attn: the tensor-core kernels %s\n",
                 tc_fwd == 0 || tc_bwd == 0 ? "did not run"

@@ -102,16 +102,21 @@ static void test_attention(void)
               "tensor-core backward path: bf16 %d (want 1 or 2), fp16 %d (want 1)", mode_bf16,
               mode_f16);
     /* The tensor-core backward's scratch path (ACCEL_NN_ATTN_FAST=0; the cases above take the
-     * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16. */
+     * register path): masked, unmasked and partial tiles of both tile shapes, bf16 and fp16
+     * (attn_tc_bwd2.cu's kernels, which would take the bf16 case, off). */
     nn_cu_attn_bwd_set_fast(0);
+    nn_cu_attn_bwd2_allow(0);
     in_spec s2[1] = {{3, {2, 200, 3 * 128}, 1.5f, 0.0f, 1}};
     check_case("attention bf16 B2 H2 T200 hd64 (scratch path)", s2, 1, f_attention, &a, ACCEL_BF16,
                0, 1e-2, 1e-2);
     in_spec s3[1] = {{3, {1, 100, 3 * 256}, 1.5f, 0.0f, 1}};
     check_case("attention fp16 T100 hd128 (scratch path)", s3, 1, f_attention, &a, ACCEL_F16, 0,
                1e-2, 1e-2);
-    CHECK_MSG(nn_cu_attn_bwd_mode() == 0, "the scratch path ran as path %d", nn_cu_attn_bwd_mode());
+    CHECK_MSG(nn_cu_attn_bwd_mode() == 0 && nn_cu_attn_bwd_kernel() == 1,
+              "the scratch path ran as path %d of kernel %d", nn_cu_attn_bwd_mode(),
+              nn_cu_attn_bwd_kernel());
     nn_cu_attn_bwd_set_fast(1);
+    nn_cu_attn_bwd2_allow(1);
 #endif
 }
 
@@ -281,7 +286,10 @@ static void test_attention_bwd_copies(void)
         unsigned long f0, b0, f1, b1;
         nn_cu_attn_tc_counts(&f0, &b0);
         /* 0: fp32 tiles, written; 1: the copies, written; 2: the copies, added to run 1's;
-         * 3: fp32 tiles, 16 rows a warp and 64 a block; 4: 32 and 64. */
+         * 3: fp32 tiles, 16 rows a warp and 64 a block; 4: 32 and 64. attn_tc_bwd2.cu's
+         * kernels (which would take the copies at head 64) are off here: test_attention_bwd2
+         * compares them. */
+        nn_cu_attn_bwd2_allow(0);
         static const int shape[5][2] = {{32, 128}, {32, 128}, {32, 128}, {16, 64}, {32, 64}};
         int got[5][2];
         for (int run = 0; run < 5; run++) {
@@ -293,6 +301,7 @@ static void test_attention_bwd_copies(void)
             CHECK(cudaMemcpy(out[run], g, n_qkv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
         }
         nn_cu_attn_bwd_set_rows(32, 128);
+        nn_cu_attn_bwd2_allow(1);
         nn_cu_attn_tc_counts(&f1, &b1);
         size_t diff = 0, diff_add = 0, diff_16 = 0, diff_64 = 0;
         for (size_t k = 0; k < n_qkv; k++) {
@@ -334,6 +343,125 @@ static void test_attention_bwd_copies(void)
 }
 
 #ifdef ACCEL_HAVE_CUDA
+/* Whether the WMMA fragments have the sm_80+ layouts (accel__nn_cu_attn_f2_layout's probe
+ * answers yes): a GPU from sm_80 on, the emulator with per-lane fragments. *emu: the emulator. */
+static int f2_layout_expected(int *emu)
+{
+    struct cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+    int layout = prop.major >= 8;
+    *emu = strstr(prop.name, "emulator") != NULL;
+#ifndef ACCEL_CUEMU_WMMA_LANES
+    if (*emu) {
+        layout = 0; /* ACCEL_CUEMU_WMMA=whole */
+    }
+#endif
+    return layout;
+}
+
+/* The backward of attn_tc_bwd2.cu (bf16, head 64, from the 2-byte copies; nn_cu_attn_bwd_kernel
+ * 2) against attn_tc_bwd.cu's (nn_cu_attn_bwd2_allow(0); kernel 1) on the same inputs, called
+ * directly, the gradient poisoned (0xFF) before each written run: within 2e-3 of the largest
+ * value (the register paths' tolerance; only the exponential differs, ex2.approx on the GPU),
+ * and bit for bit in the emulator (exp2f there, every sum in the same order). Written, then
+ * added to its own result (write 0: twice the written values, bit for bit); without the copies
+ * kernel 1 runs. Shapes: more (batch, head) pairs than a block group (32), T not a multiple of
+ * the 64-row tiles with several tiles, one row, whole tiles. */
+static void test_attention_bwd2(void)
+{
+    int emu = 0, layout = f2_layout_expected(&emu);
+    static const struct {
+        int64_t B, T, H;
+    } cases[] = {{3, 40, 12}, {1, 200, 2}, {1, 1, 2}, {2, 128, 1}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        nn_cu_attn a;
+        memset(&a, 0, sizeof(a));
+        a.B = cases[i].B, a.T = cases[i].T, a.H = cases[i].H, a.hd = 64;
+        a.C = a.H * a.hd;
+        a.scale = 0.125f;
+        a.rnd = 1;
+        size_t n_qkv = (size_t)(a.B * a.T * 3 * a.C), n_y = (size_t)(a.B * a.T * a.C);
+        size_t n_bht = (size_t)(a.B * a.H * a.T);
+        float *hq = xmalloc(n_qkv * sizeof(float)), *hg = xmalloc(n_y * sizeof(float));
+        float *out[4];
+        for (int k = 0; k < 4; k++) {
+            out[k] = xmalloc(n_qkv * sizeof(float));
+        }
+        for (size_t k = 0; k < n_qkv; k++) {
+            hq[k] = 1.5f * frand();
+        }
+        for (size_t k = 0; k < n_y; k++) {
+            hg[k] = frand();
+        }
+        float *qkv = dev_alloc(n_qkv * 4), *y = dev_alloc(n_y * 4), *gy = dev_alloc(n_y * 4);
+        float *lse = dev_alloc(n_bht * 4), *D = dev_alloc(n_bht * 4), *g = dev_alloc(n_qkv * 4);
+        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2);
+        CHECK(cudaMemcpy(qkv, hq, n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK(cudaMemcpy(gy, hg, n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        CHECK(nn_cu_to_half(NULL, qkv, qh, (int64_t)n_qkv, a.rnd) == cudaSuccess);
+        CHECK(nn_cu_to_half(NULL, gy, gh, (int64_t)n_y, a.rnd) == cudaSuccess);
+        CHECK(nn_cu_attn_fwd(NULL, &a, qkv, y, lse) == cudaSuccess);
+        /* 0: kernel 1 from the copies; 1: kernel 2, written; 2: kernel 2 added to run 1's;
+         * 3: no copies (kernel 1). */
+        int kern[4];
+        for (int run = 0; run < 4; run++) {
+            a.qkv_h = run < 3 ? qh : NULL;
+            a.dy_h = run < 3 ? gh : NULL;
+            nn_cu_attn_bwd2_allow(run != 0);
+            if (run != 2) {
+                CHECK(cudaMemset(g, 0xFF, n_qkv * 4) == cudaSuccess);
+            }
+            CHECK(nn_cu_attn_bwd(NULL, &a, qkv, y, lse, gy, D, g, run != 2) == cudaSuccess);
+            CHECK(cudaDeviceSynchronize() == cudaSuccess);
+            kern[run] = nn_cu_attn_bwd_kernel();
+            CHECK(cudaMemcpy(out[run], g, n_qkv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+        }
+        nn_cu_attn_bwd2_allow(1);
+        /* Per part (q, k, v) of each row: the largest difference over the largest value. */
+        double worst = 0.0;
+        size_t diff = 0, diff_add = 0, diff_null = 0;
+        for (int part = 0; part < 3; part++) {
+            double mx = 0.0, md = 0.0;
+            for (size_t k = 0; k < n_qkv; k++) {
+                if ((int64_t)(k % (size_t)(3 * a.C)) / a.C != part) {
+                    continue;
+                }
+                double d = fabs((double)out[1][k] - (double)out[0][k]);
+                mx = fmax(mx, fabs((double)out[0][k]));
+                md = d == d ? fmax(md, d) : INFINITY; /* NaN: unwritten */
+            }
+            double rel = md / (mx > 0.0 ? mx : 1.0);
+            worst = worst > rel ? worst : rel;
+        }
+        for (size_t k = 0; k < n_qkv; k++) {
+            diff += memcmp(&out[0][k], &out[1][k], sizeof(float)) != 0;
+            float twice = out[1][k] + out[1][k];
+            diff_add += memcmp(&twice, &out[2][k], sizeof(float)) != 0;
+            diff_null += memcmp(&out[0][k], &out[3][k], sizeof(float)) != 0;
+        }
+        int want = layout ? 2 : 1;
+        printf("  attention backward bf16 B%lld T%lld H%lld hd64: kernel %d (want %d) vs kernel "
+               "%d: %.3g of the largest, %zu of %zu values differ; added %zu differ; without "
+               "copies kernel %d, %zu differ\n",
+               (long long)a.B, (long long)a.T, (long long)a.H, kern[1], want, kern[0], worst, diff,
+               n_qkv, diff_add, kern[3], diff_null);
+        CHECK_MSG(kern[0] == 1 && kern[1] == want && kern[2] == want && kern[3] == 1 &&
+                      worst <= 2e-3 && (!emu || diff == 0) && diff_add == 0 && diff_null == 0,
+                  "attention backward 2 (case %zu): kernels %d %d %d %d, %.3g relative, %zu / "
+                  "%zu / %zu values differ",
+                  i, kern[0], kern[1], kern[2], kern[3], worst, diff, diff_add, diff_null);
+        void *bufs[8] = {qkv, y, gy, lse, D, g, qh, gh};
+        for (int k = 0; k < 8; k++) {
+            CHECK(cudaFree(bufs[k]) == cudaSuccess);
+        }
+        free(hq);
+        free(hg);
+        for (int k = 0; k < 4; k++) {
+            free(out[k]);
+        }
+    }
+}
+
 /* The tensor-core forward through its launcher on device buffers, with qkv's 2-byte copy
  * (qkv_h, as nn_causal_attention passes it) and without it (the kernel rounds the fp32
  * tiles): y and lse bit for bit the same, as the copy holds the same rounded values. bf16 at
@@ -345,15 +473,7 @@ static void test_attention_bwd_copies(void)
  * bytes as nn_cu_to_half's copy over the whole of qkv (poisoned before). */
 static void test_attention_half_copy(void)
 {
-    /* The sm_80+ layouts: a GPU from sm_80 on, the emulator with per-lane fragments. */
-    struct cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
-    int layout = prop.major >= 8;
-#ifndef ACCEL_CUEMU_WMMA_LANES
-    if (strstr(prop.name, "emulator") != NULL) {
-        layout = 0; /* ACCEL_CUEMU_WMMA=whole */
-    }
-#endif
+    int emu = 0, layout = f2_layout_expected(&emu);
     static const struct {
         int64_t B, T, H, hd;
     } cases[] = {{3, 40, 12, 64}, {1, 200, 2, 64}, {1, 1, 2, 64}, {2, 70, 3, 32}};
@@ -459,6 +579,7 @@ int main(void)
     test_attention_bwd_copies();
 #ifdef ACCEL_HAVE_CUDA
     test_attention_half_copy();
+    test_attention_bwd2();
 #endif
     nn_cuda_check_done("test_nn_cuda_attn");
     return 0;

@@ -13,7 +13,8 @@
  * where a one-time probe finds that layout, attn_tc_fwd.cu's kernel of 32 query rows a warp
  * runs instead (nn_cu_attn_fwd_mode 2). Backward: a dQ kernel per query
  * tile, then a dK/dV kernel per key tile (attn_tc_bwd.cu), writing gqkv exactly where k_attn_bwd_*
- * do, rounded as they round.
+ * do, rounded as they round; in bf16 at head size 64 from the 2-byte copies of qkv and dy,
+ * attn_tc_bwd2.cu's kernels (the forward's way, nn_cu_attn_bwd_kernel 2) instead.
  *
  * Shared memory is static and at most 48 KiB: head sizes up to 64 use key tiles of 64 (the
  * backward: 64 own rows, streamed tiles of 32), up to 128 key tiles of 32 (backward: 32 own
@@ -438,6 +439,7 @@ static int g_attn_kind = NN_CU_ATTN_AUTO;
 /* Tensor-core forwards and backwards queued (nn_cu_attn_tc_counts). */
 static std::atomic<unsigned long> g_tc_fwd, g_tc_bwd;
 static std::atomic<int> g_fwd_last(-1); /* nn_cu_attn_fwd_mode */
+static std::atomic<int> g_bwd_kernel(-1); /* nn_cu_attn_bwd_kernel */
 
 /* The tensor-core kernels apply (forward and backward alike): autocast bf16 / fp16, no
  * dropout, hd a multiple of 16 up to 128, the tensors 16-byte aligned (128-bit accesses). */
@@ -465,6 +467,11 @@ void nn_cu_attn_set_kernel(int kind)
 int nn_cu_attn_fwd_mode(void)
 {
     return g_fwd_last.load();
+}
+
+int nn_cu_attn_bwd_kernel(void)
+{
+    return g_bwd_kernel.load();
 }
 
 void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd)
@@ -531,7 +538,14 @@ int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, con
     if (!tc_applies(a, qkv, y, gy, gqkv)) {
         return 0;
     }
-    accel__nn_cu_attn_bwd_tc_queue(s, a, qkv, y, lse, gy, D, gqkv, write);
+    /* Head 64 in bf16 from the 2-byte copies: attn_tc_bwd2.cu, unless ACCEL_NN_ATTN_FAST=0. */
+    bool fast = g_attn_kind != NN_CU_ATTN_TC_SLOW;
+    if (fast && accel__nn_cu_attn_bwd_tc2(s, a, y, lse, D, gqkv, write)) {
+        g_bwd_kernel.store(2);
+    } else {
+        accel__nn_cu_attn_bwd_tc_queue(s, a, qkv, y, lse, gy, D, gqkv, write);
+        g_bwd_kernel.store(1);
+    }
     g_tc_bwd++;
     *err = cudaGetLastError();
     return 1;

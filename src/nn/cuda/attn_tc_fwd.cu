@@ -30,55 +30,15 @@
 #endif
 
 #include "attn_tc.cuh"
+#include "attn_tc_frag.cuh"
 #include "nn_kernels.h"
 
 using namespace nvcuda;
 
-typedef __nv_bfloat16 bf16;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> f2_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> f2_b;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> f2_c;
-
-/* Shapes: head 64 (NF 4 fragments of 16), key tiles of KT 64, 4 warps of 32 rows (QT 128 a
- * block), chunks of 32 keys. Shared rows padded by 8 bf16 (16 bytes): a fragment's 8 rows g
- * start 4 banks apart, so the 32 lanes' 32-bit reads (rows g, words q) hit 32 banks. */
-#define F2_HD 64
-#define F2_NF 4
+/* Shapes (head 64, F2_LD: attn_tc_frag.cuh): key tiles of KT 64, 4 warps of 32 rows (QT 128 a
+ * block), chunks of 32 keys; K [key][F2_LD], V^T [dim][F2_LD] (F2_LD = F2_KT + 8). */
 #define F2_KT 64
 #define F2_QT 128
-#define F2_LD 72 /* F2_HD + 8 = F2_KT + 8: K [key][F2_LD], V^T [dim][F2_LD] */
-
-/* A 16 x 16 bf16 fragment whose lane pairs start at p (the tile + g LD + 2 q): a row-major
- * matrix_a (element pair j at row g + 8 (j & 1), column 2 q + 8 (j >> 1)) or a col-major
- * matrix_b stored [n][k] (pair j at n g + 8 (j >> 1), k 2 q + 8 (j & 1)): the sm_80+ layout
- * (attn_tc.cuh), which k_f2_probe checks. Four 32-bit shared loads at constant offsets. */
-template <bool B, typename F> __device__ __forceinline__ void f2_frag(F &f, const bf16 *p)
-{
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int off = B ? 8 * (j >> 1) * F2_LD + 8 * (j & 1) : 8 * (j & 1) * F2_LD + 8 * (j >> 1);
-        uint32_t w = *reinterpret_cast<const uint32_t *>(p + off);
-        memcpy(static_cast<void *>(&f.x[2 * j]), &w, sizeof w);
-    }
-}
-
-/* 8 consecutive elements of a source row (fp32 or bf16) as 8 bf16 in a uint4, or zeros. */
-__device__ __forceinline__ uint4 f2_get8(const float *p, bool ok)
-{
-    uint4 r = make_uint4(0u, 0u, 0u, 0u);
-    if (ok) {
-        float4 a = reinterpret_cast<const float4 *>(p)[0],
-               b = reinterpret_cast<const float4 *>(p)[1];
-        __nv_bfloat162 h[4] = {__floats2bfloat162_rn(a.x, a.y), __floats2bfloat162_rn(a.z, a.w),
-                               __floats2bfloat162_rn(b.x, b.y), __floats2bfloat162_rn(b.z, b.w)};
-        memcpy(&r, h, sizeof r);
-    }
-    return r;
-}
-__device__ __forceinline__ uint4 f2_get8(const bf16 *p, bool ok)
-{
-    return ok ? *reinterpret_cast<const uint4 *>(p) : make_uint4(0u, 0u, 0u, 0u);
-}
 
 /* Rows [0, 16 NR) of a source tile (row i at src + i stride; rows from `valid` read as zero)
  * into dst [row][F2_LD]: thread t takes 8 elements (8 t % 64) of rows t / 8 + 16 i, so each
@@ -143,20 +103,6 @@ __device__ __forceinline__ void f2_vt(const S *src, int64_t stride, int valid, b
                 __halves2bfloat162(e0[d], e1[d]);
         }
     }
-}
-
-/* 2^x, results below 2^-126 flushed to zero: ex2.approx.ftz, one MUFU op, where exp2f adds
- * a range test and two predicated multiplies to keep such results as denormals (which P,
- * rounded to bf16 next to values near 1, and l need not). The emulator has no PTX: exp2f. */
-__device__ __forceinline__ float f2_exp2(float x)
-{
-#ifdef __CUDA_ARCH__
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-#else
-    return exp2f(x);
-#endif
 }
 
 /* One chunk of 32 keys for the warp's two tiles of 16 rows: S = Q K^T, the online softmax
@@ -403,10 +349,29 @@ __global__ void k_f2_probe(float *out)
 
 static std::atomic<int> g_f2_layout(-1); /* k_f2_probe's answer, once a process */
 
+/* Whether f2_frag's layouts are this device's: k_f2_probe at the first call, into scratch (a
+ * float of device memory the caller overwrites next), one stream synchronisation once a
+ * process; 0 where they are not, or where the probe failed (its error left for the caller's
+ * cudaGetLastError). */
+extern "C" int accel__nn_cu_attn_f2_layout(cudaStream_t s, float *scratch)
+{
+    int layout = g_f2_layout.load();
+    if (layout < 0) {
+        float v = 0.0f;
+        k_f2_probe<<<1, 32, 0, s>>>(scratch);
+        if (cudaMemcpyAsync(&v, scratch, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
+            cudaStreamSynchronize(s) != cudaSuccess) {
+            return 0;
+        }
+        layout = v == 1.0f ? 1 : 0;
+        g_f2_layout.store(layout);
+    }
+    return layout == 1;
+}
+
 /* Queues k_attn_fwd_tc2 where it applies (bf16, head 64, the sm_80+ layouts, scale > 0, T
  * and the grid within int) and returns 1, else 0. The layouts are probed at the first call,
- * into lse (which the kernel then overwrites): one stream synchronisation, once a process; a
- * failed probe answers 0 and leaves its error for the caller's cudaGetLastError. */
+ * into lse (which the kernel then overwrites): accel__nn_cu_attn_f2_layout. */
 extern "C" int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
                                          float *y, float *lse, void *qkv_h_out)
 {
@@ -416,18 +381,7 @@ extern "C" int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, co
         (a->qkv_h != NULL && qkv_h_out != NULL)) {
         return 0;
     }
-    int layout = g_f2_layout.load();
-    if (layout < 0) {
-        float v = 0.0f;
-        k_f2_probe<<<1, 32, 0, s>>>(lse);
-        if (cudaMemcpyAsync(&v, lse, sizeof v, cudaMemcpyDeviceToHost, s) != cudaSuccess ||
-            cudaStreamSynchronize(s) != cudaSuccess) {
-            return 0;
-        }
-        layout = v == 1.0f ? 1 : 0;
-        g_f2_layout.store(layout);
-    }
-    if (layout != 1) {
+    if (!accel__nn_cu_attn_f2_layout(s, lse)) {
         return 0;
     }
     unsigned blocks = (unsigned)(a->B * a->H * ((a->T + F2_QT - 1) / F2_QT));

@@ -230,6 +230,22 @@ cudaError_t nn_cu_dgelu_half(cudaStream_t s, float *t, const void *aux, int64_t 
  * aligned, one value a thread otherwise: the results are the same. */
 cudaError_t nn_cu_dgelu_bgrad_half(cudaStream_t s, void *d, const void *aux, int64_t rows,
                                    int64_t cols, void *dbias, float *part, int dt);
+/* Whether the fragment layouts of attn_tc_frag.cuh are this device's (attn_tc_fwd.cu): probed
+ * at the first call into scratch (one float of device memory the caller overwrites next), one
+ * stream synchronisation once a process. 1 yes, 0 no (or the probe failed). */
+int accel__nn_cu_attn_f2_layout(cudaStream_t s, float *scratch);
+/* The backward at head size 64 (attn_tc_bwd2.cu), which nn_cu_attn_bwd_tc tries first: bf16,
+ * scale > 0, a->qkv_h and a->dy_h both set (16-byte aligned), y 16-byte aligned, the layouts of
+ * accel__nn_cu_attn_f2_layout (probed into D). Queues D's kernel, the dQ kernel and the dK/dV
+ * kernel and returns 1, else 0 (nothing queued). Same gqkv as the other tensor-core backward
+ * up to the exponential's rounding (ex2.approx on the GPU; bit for bit in the emulator). */
+int accel__nn_cu_attn_bwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *y,
+                              const float *lse, float *D, float *gqkv, int write);
+/* Which backward the last tensor-core backward ran (-1: none yet): 1 attn_tc_bwd.cu's
+ * kernels, 2 attn_tc_bwd2.cu's. nn_cu_attn_bwd2_allow(0) keeps attn_tc_bwd2.cu's off (tests,
+ * bench/cuda_attn; ACCEL_NN_ATTN_FAST=0 does too); 1, the default, allows them. */
+int nn_cu_attn_bwd_kernel(void);
+void nn_cu_attn_bwd2_allow(int on);
 /* Queues the tensor-core backward's two kernels (attn_tc_bwd.cu) once nn_cu_attn_bwd_tc has
  * checked that they apply; the launch status is cudaGetLastError's. */
 void accel__nn_cu_attn_bwd_tc_queue(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
