@@ -359,6 +359,23 @@ static int f2_layout_expected(int *emu)
     return layout;
 }
 
+/* Whether the n bytes of 2-byte copy h (device) are exactly those nn_cu_to_half writes of the n
+ * / 2 fp32 values at src (device): the copies the kernels write in their epilogues
+ * (nn_cu_attn.y_h, gqkv_h) or their launchers' passes. */
+static int half_copy_exact(const float *src, const void *h, size_t nh)
+{
+    void *ref = dev_alloc(nh);
+    unsigned char *a = xmalloc(nh), *b = xmalloc(nh);
+    CHECK(nn_cu_to_half(NULL, src, ref, (int64_t)(nh / 2), 1) == cudaSuccess);
+    CHECK(cudaMemcpy(a, ref, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(cudaMemcpy(b, h, nh, cudaMemcpyDeviceToHost) == cudaSuccess);
+    int same = memcmp(a, b, nh) == 0;
+    CHECK(cudaFree(ref) == cudaSuccess);
+    free(a);
+    free(b);
+    return same;
+}
+
 /* The backward of attn_tc_bwd2.cu (bf16, head 64, from the 2-byte copies; nn_cu_attn_bwd_kernel
  * 2) against attn_tc_bwd.cu's (nn_cu_attn_bwd2_allow(0); kernel 1) on the same inputs, called
  * directly, the gradient poisoned (0xFF) before each written run: within 2e-3 of the largest
@@ -366,7 +383,9 @@ static int f2_layout_expected(int *emu)
  * and bit for bit in the emulator (exp2f there, every sum in the same order). Written, then
  * added to its own result (write 0: twice the written values, bit for bit); without the copies
  * kernel 1 runs. Shapes: more (batch, head) pairs than a block group (32), T not a multiple of
- * the 64-row tiles with several tiles, one row, whole tiles. */
+ * the 64-row tiles with several tiles, one row, whole tiles. Every run also writes the
+ * gradient's 2-byte copy (gqkv_h, poisoned before): kernel 2 in its epilogue when it writes
+ * the gradient, else the launcher's pass; each byte as nn_cu_to_half of the fp32 gradient. */
 static void test_attention_bwd2(void)
 {
     int emu = 0, layout = f2_layout_expected(&emu);
@@ -395,7 +414,7 @@ static void test_attention_bwd2(void)
         }
         float *qkv = dev_alloc(n_qkv * 4), *y = dev_alloc(n_y * 4), *gy = dev_alloc(n_y * 4);
         float *lse = dev_alloc(n_bht * 4), *D = dev_alloc(n_bht * 4), *g = dev_alloc(n_qkv * 4);
-        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2);
+        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2), *gc = dev_alloc(n_qkv * 2);
         CHECK(cudaMemcpy(qkv, hq, n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
         CHECK(cudaMemcpy(gy, hg, n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
         CHECK(nn_cu_to_half(NULL, qkv, qh, (int64_t)n_qkv, a.rnd) == cudaSuccess);
@@ -403,17 +422,20 @@ static void test_attention_bwd2(void)
         CHECK(nn_cu_attn_fwd(NULL, &a, qkv, y, lse) == cudaSuccess);
         /* 0: kernel 1 from the copies; 1: kernel 2, written; 2: kernel 2 added to run 1's;
          * 3: no copies (kernel 1). */
-        int kern[4];
+        int kern[4], copy[4];
         for (int run = 0; run < 4; run++) {
             a.qkv_h = run < 3 ? qh : NULL;
             a.dy_h = run < 3 ? gh : NULL;
+            a.gqkv_h = gc;
             nn_cu_attn_bwd2_allow(run != 0);
             if (run != 2) {
                 CHECK(cudaMemset(g, 0xFF, n_qkv * 4) == cudaSuccess);
             }
+            CHECK(cudaMemset(gc, 0xFF, n_qkv * 2) == cudaSuccess);
             CHECK(nn_cu_attn_bwd(NULL, &a, qkv, y, lse, gy, D, g, run != 2) == cudaSuccess);
             CHECK(cudaDeviceSynchronize() == cudaSuccess);
             kern[run] = nn_cu_attn_bwd_kernel();
+            copy[run] = half_copy_exact(g, gc, n_qkv * 2);
             CHECK(cudaMemcpy(out[run], g, n_qkv * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
         }
         nn_cu_attn_bwd2_allow(1);
@@ -445,13 +467,19 @@ static void test_attention_bwd2(void)
                "copies kernel %d, %zu differ\n",
                (long long)a.B, (long long)a.T, (long long)a.H, kern[1], want, kern[0], worst, diff,
                n_qkv, diff_add, kern[3], diff_null);
+        printf("  the gradient's 2-byte copy (kernels %d %d %d %d): %s\n", kern[0], kern[1],
+               kern[2], kern[3],
+               copy[0] && copy[1] && copy[2] && copy[3] ? "nn_cu_to_half's bytes" : "DIFFERS");
+        CHECK_MSG(copy[0] && copy[1] && copy[2] && copy[3],
+                  "attention backward 2 (case %zu): gradient copy differs (runs %d %d %d %d)", i,
+                  copy[0], copy[1], copy[2], copy[3]);
         CHECK_MSG(kern[0] == 1 && kern[1] == want && kern[2] == want && kern[3] == 1 &&
                       worst <= 2e-3 && (!emu || diff == 0) && diff_add == 0 && diff_null == 0,
                   "attention backward 2 (case %zu): kernels %d %d %d %d, %.3g relative, %zu / "
                   "%zu / %zu values differ",
                   i, kern[0], kern[1], kern[2], kern[3], worst, diff, diff_add, diff_null);
-        void *bufs[8] = {qkv, y, gy, lse, D, g, qh, gh};
-        for (int k = 0; k < 8; k++) {
+        void *bufs[9] = {qkv, y, gy, lse, D, g, qh, gh, gc};
+        for (int k = 0; k < 9; k++) {
             CHECK(cudaFree(bufs[k]) == cudaSuccess);
         }
         free(hq);
@@ -497,13 +525,17 @@ static void test_attention_half_copy(void)
         a.B = B, a.T = T, a.C = C, a.H = H, a.hd = cases[i].hd;
         a.scale = 1.0f / sqrtf((float)a.hd);
         a.rnd = 1;
-        int mode[2];
+        int mode[2], ycopy[3] = {0, 0, 1};
+        void *d_yh = dev_alloc((size_t)ny * 2);
+        a.y_h = d_yh;
         for (int k = 0; k < 2; k++) {
             CHECK(cudaMalloc(&d_y[k], (size_t)ny * sizeof(float)) == cudaSuccess);
             CHECK(cudaMalloc(&d_l[k], (size_t)nl * sizeof(float)) == cudaSuccess);
             a.qkv_h = k ? d_h : NULL;
+            CHECK(cudaMemset(d_yh, 0xFF, (size_t)ny * 2) == cudaSuccess);
             CHECK(nn_cu_attn_fwd(0, &a, d_qkv, d_y[k], d_l[k]) == cudaSuccess);
             mode[k] = nn_cu_attn_fwd_mode();
+            ycopy[k] = half_copy_exact(d_y[k], d_yh, (size_t)ny * 2);
             CHECK(cudaMemcpy(y[k], d_y[k], (size_t)ny * sizeof(float), cudaMemcpyDeviceToHost) ==
                   cudaSuccess);
             CHECK(cudaMemcpy(l[k], d_l[k], (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost) ==
@@ -517,9 +549,13 @@ static void test_attention_half_copy(void)
         CHECK(cudaMemset(d_h2, 0xFF, nh) == cudaSuccess);
         CHECK(cudaMemset(d_y[1], 0xFF, (size_t)ny * sizeof(float)) == cudaSuccess);
         CHECK(cudaMemset(d_l[1], 0xFF, (size_t)nl * sizeof(float)) == cudaSuccess);
+        CHECK(cudaMemset(d_yh, 0xFF, (size_t)ny * 2) == cudaSuccess);
         a.qkv_h = NULL;
         cudaError_t err = cudaErrorUnknown;
         int wrote = nn_cu_attn_fwd_tc_half(0, &a, d_qkv, d_y[1], d_l[1], d_h2, &err);
+        if (wrote) {
+            ycopy[2] = half_copy_exact(d_y[1], d_yh, (size_t)ny * 2);
+        }
         int same_h = 0, same_yl = 0;
         if (wrote) {
             unsigned char *h1 = xmalloc(nh), *h2 = xmalloc(nh);
@@ -553,6 +589,10 @@ static void test_attention_half_copy(void)
                (long long)B, (long long)T, (long long)H, (long long)cases[i].hd, mode[0], mode[1],
                want, memcmp(y[0], y[1], (size_t)ny * sizeof(float)) ? "differ" : "same",
                memcmp(l[0], l[1], (size_t)nl * sizeof(float)) ? "differ" : "same");
+        printf("  y's 2-byte copy (forward kernel %d, from the copy, writing qkv's): %s\n",
+               mode[0], ycopy[0] && ycopy[1] && ycopy[2] ? "nn_cu_to_half's bytes" : "DIFFERS");
+        CHECK(ycopy[0] && ycopy[1] && ycopy[2]);
+        CHECK(cudaFree(d_yh) == cudaSuccess);
         CHECK(mode[0] == want && mode[1] == want);
         CHECK(memcmp(y[0], y[1], (size_t)ny * sizeof(float)) == 0);
         CHECK(memcmp(l[0], l[1], (size_t)nl * sizeof(float)) == 0);

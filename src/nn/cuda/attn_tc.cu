@@ -515,6 +515,9 @@ int nn_cu_attn_fwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, flo
     }
     g_tc_fwd++;
     *err = cudaGetLastError();
+    if (*err == cudaSuccess && a->y_h != NULL) { /* this kernel writes no copy of y */
+        *err = nn_cu_to_half(s, y, a->y_h, a->B * a->T * a->C, a->rnd);
+    }
     return 1;
 }
 
@@ -540,7 +543,8 @@ int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, con
     }
     /* Head 64 in bf16 from the 2-byte copies: attn_tc_bwd2.cu, unless ACCEL_NN_ATTN_FAST=0. */
     bool fast = g_attn_kind != NN_CU_ATTN_TC_SLOW;
-    if (fast && accel__nn_cu_attn_bwd_tc2(s, a, y, lse, D, gqkv, write)) {
+    bool k2 = fast && accel__nn_cu_attn_bwd_tc2(s, a, y, lse, D, gqkv, write);
+    if (k2) {
         g_bwd_kernel.store(2);
     } else {
         accel__nn_cu_attn_bwd_tc_queue(s, a, qkv, y, lse, gy, D, gqkv, write);
@@ -548,6 +552,10 @@ int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, con
     }
     g_tc_bwd++;
     *err = cudaGetLastError();
+    /* attn_tc_bwd2.cu's kernels write the gradient's copy when they write the gradient */
+    if (*err == cudaSuccess && a->gqkv_h != NULL && (!k2 || !write)) {
+        *err = nn_cu_to_half(s, gqkv, a->gqkv_h, a->B * a->T * 3 * a->C, a->rnd);
+    }
     return 1;
 }
 

@@ -304,9 +304,11 @@ __device__ __forceinline__ void b2_dq_chunk(f2_c (&dq)[F2_NF], const f2_a (&qa)[
 
 /* Rows g and g + 8 of the warp's 16 x 64 accumulators (first row r0) times f, rounded to bf16,
  * written (write) or added into dst (row i at dst + i stride), rows before nt only: a lane's 2
- * consecutive columns as one 8-byte access. */
+ * consecutive columns as one 8-byte access. hdst (non-NULL, only with write): the same values
+ * as bf16 at the same offsets (the gradient's 2-byte copy, nn_cu_to_half's bits: exact, the
+ * values are bf16 already), one 4-byte store per 2. */
 __device__ __forceinline__ void b2_store(const f2_c (&acc)[F2_NF], float f, float *dst,
-                                         int64_t stride, int r0, int nt, int write)
+                                         int64_t stride, int r0, int nt, int write, bf16 *hdst)
 {
     int lane = threadIdx.x & 31;
     F2_UNROLL
@@ -315,7 +317,8 @@ __device__ __forceinline__ void b2_store(const f2_c (&acc)[F2_NF], float f, floa
         if (row >= nt) {
             continue;
         }
-        float *p = dst + (int64_t)row * stride + tc_lay_col(lane, 0);
+        int64_t po = (int64_t)row * stride + tc_lay_col(lane, 0);
+        float *p = dst + po;
         F2_UNROLL
         for (int c = 0; c < F2_NF; c++) {
             F2_UNROLL
@@ -329,6 +332,10 @@ __device__ __forceinline__ void b2_store(const f2_c (&acc)[F2_NF], float f, floa
                     x = make_float2(w.x + x.x, w.y + x.y);
                 }
                 *o = x;
+                if (hdst != nullptr) {
+                    *reinterpret_cast<__nv_bfloat162 *>(hdst + po + 16 * c + 8 * h) =
+                        __floats2bfloat162_rn(x.x, x.y);
+                }
             }
         }
     }
@@ -420,9 +427,10 @@ __global__ void __launch_bounds__(128, 3)
     if (wj0 >= nt) {
         return;
     }
-    float *dst = gqkv + (int64_t)b * nt * C3 + (int64_t)h * F2_HD;
-    b2_store(dk, a.scale, dst + a.C, C3, wj0, nt, write);
-    b2_store(dv, 1.0f, dst + 2 * a.C, C3, wj0, nt, write);
+    int64_t off = (int64_t)b * nt * C3 + (int64_t)h * F2_HD;
+    bf16 *hd = write && a.gqkv_h != nullptr ? static_cast<bf16 *>(a.gqkv_h) + off : nullptr;
+    b2_store(dk, a.scale, gqkv + off + a.C, C3, wj0, nt, write, hd ? hd + a.C : nullptr);
+    b2_store(dv, 1.0f, gqkv + off + 2 * a.C, C3, wj0, nt, write, hd ? hd + 2 * a.C : nullptr);
 }
 
 /* dQ: one block per (batch, head, 64 queries), 4 warps of 16 queries, over the key tiles up to
@@ -521,7 +529,9 @@ __global__ void __launch_bounds__(128, 4)
     if (wt0 >= nt) {
         return;
     }
-    b2_store(dq, a.scale, gqkv + (int64_t)b * nt * C3 + (int64_t)h * F2_HD, C3, wt0, nt, write);
+    int64_t off = (int64_t)b * nt * C3 + (int64_t)h * F2_HD;
+    bf16 *hd = write && a.gqkv_h != nullptr ? static_cast<bf16 *>(a.gqkv_h) + off : nullptr;
+    b2_store(dq, a.scale, gqkv + off, C3, wt0, nt, write, hd);
 }
 
 static std::atomic<int> g_b2_allow(1); /* nn_cu_attn_bwd2_allow */
@@ -535,7 +545,8 @@ extern "C" void nn_cu_attn_bwd2_allow(int on)
 extern "C" int accel__nn_cu_attn_bwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *y,
                                          const float *lse, float *D, float *gqkv, int write)
 {
-    uintptr_t al = (uintptr_t)a->qkv_h | (uintptr_t)a->dy_h | (uintptr_t)y;
+    uintptr_t al = (uintptr_t)a->qkv_h | (uintptr_t)a->dy_h | (uintptr_t)y |
+                   ((uintptr_t)a->gqkv_h & 3) * 16;
     int64_t ntile = (a->T + B2_T - 1) / B2_T;
     if (!g_b2_allow.load() || a->rnd != 1 || a->hd != F2_HD || a->scale <= 0.0f ||
         a->qkv_h == NULL || a->dy_h == NULL || (al & 15) != 0 || ((uintptr_t)gqkv & 7) != 0 ||

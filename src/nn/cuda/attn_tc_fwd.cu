@@ -219,8 +219,9 @@ __device__ __forceinline__ void f2_chunk(f2_c (&o)[2][F2_NF], const f2_a (&qa)[2
 /* One block per (batch, head, 128 query rows); S: float (qkv, rounded here) or bf16 (its
  * copy). W: qkv rounded also into hout (its 2-byte copy, for the backward), each row by one
  * block: Q's by the block of its query tile, K's and V's by the block whose query tile holds
- * them (its last two key tiles). 168 registers (3 blocks, 12 warps an SM), 18 KiB of shared
- * memory. */
+ * them (its last two key tiles). a.y_h (non-NULL): y rounded to bf16 there too, as it is
+ * stored (the projection's operand, no pass of its own). 168 registers (3 blocks, 12 warps an
+ * SM), 18 KiB of shared memory. */
 template <typename S, bool W>
 __global__ void __launch_bounds__(128, 3)
     k_attn_fwd_tc2(nn_cu_attn a, const S *qkv, float *y, float *lse, bf16 *hout)
@@ -301,13 +302,19 @@ __global__ void __launch_bounds__(128, 3)
                 continue;
             }
             float inv = 1.0f / lt;
-            float *yr = y + ((int64_t)b * nt + tr) * a.C + (int64_t)h * F2_HD + tc_lay_col(lane, 0);
+            int64_t yo = ((int64_t)b * nt + tr) * a.C + (int64_t)h * F2_HD + tc_lay_col(lane, 0);
+            float *yr = y + yo;
 #pragma unroll
             for (int f = 0; f < F2_NF; f++) {
-                *reinterpret_cast<float2 *>(yr + 16 * f) =
-                    make_float2(o[u][f].x[2 * r] * inv, o[u][f].x[2 * r + 1] * inv);
-                *reinterpret_cast<float2 *>(yr + 16 * f + 8) =
-                    make_float2(o[u][f].x[2 * r + 4] * inv, o[u][f].x[2 * r + 5] * inv);
+                float2 v0 = make_float2(o[u][f].x[2 * r] * inv, o[u][f].x[2 * r + 1] * inv);
+                float2 v1 = make_float2(o[u][f].x[2 * r + 4] * inv, o[u][f].x[2 * r + 5] * inv);
+                *reinterpret_cast<float2 *>(yr + 16 * f) = v0;
+                *reinterpret_cast<float2 *>(yr + 16 * f + 8) = v1;
+                if (a.y_h != nullptr) { /* y's 2-byte copy: nn_cu_to_half's bits */
+                    bf16 *hr = static_cast<bf16 *>(a.y_h) + yo + 16 * f;
+                    *reinterpret_cast<__nv_bfloat162 *>(hr) = __floats2bfloat162_rn(v0.x, v0.y);
+                    *reinterpret_cast<__nv_bfloat162 *>(hr + 8) = __floats2bfloat162_rn(v1.x, v1.y);
+                }
             }
             if ((lane & 3) == 0) {
                 lse[(int64_t)bh * nt + tr] = m[u][r] * 0.6931471805599453f + logf(lt); /* ln */
@@ -375,7 +382,7 @@ extern "C" int accel__nn_cu_attn_f2_layout(cudaStream_t s, float *scratch)
 extern "C" int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *qkv,
                                          float *y, float *lse, void *qkv_h_out)
 {
-    uintptr_t al = (uintptr_t)a->qkv_h | (uintptr_t)qkv_h_out;
+    uintptr_t al = (uintptr_t)a->qkv_h | (uintptr_t)qkv_h_out | ((uintptr_t)a->y_h & 3) * 16;
     if (a->rnd != 1 || a->hd != F2_HD || a->scale <= 0.0f || a->T >= INT32_MAX / 2 ||
         a->B * a->H * ((a->T + F2_QT - 1) / F2_QT) >= INT32_MAX || (al & 15) != 0 ||
         (a->qkv_h != NULL && qkv_h_out != NULL)) {

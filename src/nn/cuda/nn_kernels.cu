@@ -697,7 +697,11 @@ cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
         return e;
     }
     k_attn_fwd<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, y, lse);
-    return cudaGetLastError();
+    e = cudaGetLastError();
+    if (e == cudaSuccess && a->y_h != NULL) { /* y's 2-byte copy: a pass of its own here */
+        e = nn_cu_to_half(s, y, a->y_h, a->B * a->T * a->C, a->rnd);
+    }
+    return e;
 }
 
 cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
@@ -710,7 +714,11 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
     k_attn_bwd_d<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, y, gy, D);
     k_attn_bwd_q<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
     k_attn_bwd_kv<<<attn_blocks(a), 32 * ATTN_WARPS, 0, s>>>(*a, qkv, lse, gy, D, gqkv, write);
-    return cudaGetLastError();
+    e = cudaGetLastError();
+    if (e == cudaSuccess && a->gqkv_h != NULL) { /* the gradient's copy: a pass of its own */
+        e = nn_cu_to_half(s, gqkv, a->gqkv_h, a->B * a->T * 3 * a->C, a->rnd);
+    }
+    return e;
 }
 
 } /* extern "C" */

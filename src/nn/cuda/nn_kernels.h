@@ -140,6 +140,11 @@ typedef struct nn_cu_attn {
      * themselves, or NULL (then they round as before): qkv_h of qkv (same layout), dy_h of the
      * output's gradient (same layout as y). Same values: the kernels round to rnd's dtype. */
     const void *qkv_h, *dy_h;
+    /* 2-byte (rnd's dtype) copies the kernels write next to their fp32 outputs, or NULL: y_h
+     * of y (the forward), gqkv_h of the gradient of qkv (the backward, when it writes it:
+     * write 1). The same bits nn_cu_to_half would write: attn_tc_fwd.cu's and attn_tc_bwd2.cu's
+     * kernels store them in their epilogues; elsewhere the launchers run nn_cu_to_half. */
+    void *y_h, *gqkv_h;
 } nn_cu_attn;
 cudaError_t nn_cu_attn_fwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse);

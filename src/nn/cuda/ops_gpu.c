@@ -483,8 +483,8 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 /* The forward's arguments, with its 2-byte copy of qkv (p[1], or NULL). */
 static nn_cu_attn attn_of(const nn_node *n)
 {
-    nn_cu_attn a = {n->i[0], n->i[1],           n->i[2],      n->i[3], n->i[4], n->f[0],
-                    n->f[1], (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL};
+    nn_cu_attn a = {n->i[0],           n->i[1],      n->i[2], n->i[3], n->i[4], n->f[0], n->f[1],
+                    (uint64_t)n->i[5], (int)n->i[6], n->p[1], NULL,    NULL,    NULL};
     return a;
 }
 
@@ -515,10 +515,24 @@ static void attn_backward(nn_ctx *g, nn_node *n)
         }
         a.dy_h = dy_h;
     }
-    accel__nn_cu_ok(g,
-                    nn_cu_attn_bwd(nn__cu_stream(g), &a, n->in[0]->data, n->out->data, n->p[0],
-                                   n->out->grad, D, gqkv, fresh),
-                    "nn_causal_attention (backward)");
+    /* The gradient's 2-byte copy for the qkv product's backward (its grad_shadow_rnd asks),
+     * where attn_tc_bwd2.cu's kernels write it as they write the gradient (fresh; bf16, head
+     * 64, from the 2-byte copies): 2 more bytes an element there instead of a 6-byte rounding
+     * pass in the product's backward. */
+    nn_tensor *q = n->in[0];
+    if (fresh && a.qkv_h != NULL && a.dy_h != NULL && a.rnd == 1 && a.hd == 64 &&
+        q->grad_shadow_rnd == a.rnd) {
+        a.gqkv_h = accel__nn_cu_grad_shadow_alloc(g, q);
+        if (a.gqkv_h == NULL && g->first_err != ACCEL_OK) {
+            return;
+        }
+    }
+    if (accel__nn_cu_ok(g,
+                        nn_cu_attn_bwd(nn__cu_stream(g), &a, q->data, n->out->data, n->p[0],
+                                       n->out->grad, D, gqkv, fresh),
+                        "nn_causal_attention (backward)")) {
+        q->grad_shadow = a.gqkv_h;
+    }
 }
 
 /* ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST, read at the first attention forward (an nn ctx needs
@@ -569,6 +583,8 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     a.rnd = accel__nn_cu_rnd(nn__autocast(g));
     a.qkv_h = NULL;
     a.dy_h = NULL;
+    a.y_h = NULL;
+    a.gqkv_h = NULL;
     if (a.hd > NN_CU_ATTN_MAX_HD) {
         return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
                               "nn_causal_attention: head size %lld: CUDA supports up to %d",
@@ -587,6 +603,15 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     int64_t n_qkv = a.B * a.T * 3 * a.C;
     cudaStream_t cs = nn__cu_stream(g);
     int done = 0;
+    /* y's 2-byte copy for the projection's product (accel__nn_cu_operand reads it), written
+     * by the forward as it stores y where k_attn_fwd_tc2 runs (bf16, head 64): 2 more bytes
+     * an element there instead of a 6-byte rounding pass in the product (elsewhere the
+     * launcher's pass, the same bits). */
+    if (n_qkv > 0 && a.rnd == 1 && a.hd == 64 && nn_cu_attn_tc_takes_half(&a) &&
+        accel__nn_cu_shadow_rnd(g) == a.rnd &&
+        (a.y_h = accel__nn_cu_shadow_alloc(g, y, a.rnd)) == NULL) {
+        return NULL;
+    }
     if (n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
         void *h = accel__nn_dalloc(g, (size_t)n_qkv * 2);
         cudaError_t err = cudaSuccess;
