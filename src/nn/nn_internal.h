@@ -194,8 +194,8 @@ nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tens
 /* nn_linear of x for an output that only nn_causal_attention(n_head, attn_dropout) reads (a
  * GPT block's c_attn: qkv). On the CPU exactly nn_linear; on a GPU under bf16 autocast (with
  * shadows on), where that attention reads qkv only rounded (its kernels for head size 64),
- * the output holds only its 2-byte shadow: data is NULL, and every op but that attention
- * refuses it. */
+ * the output holds only its 2-byte shadow: data is NULL, and every op but that attention and
+ * the products (which read it rounded anyway) refuses it. */
 nn_tensor *accel__nn_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
                                 nn_layout layout, int n_head, float attn_dropout);
 /* Records an error (thread message + ctx first error) and returns NULL. */

@@ -11,6 +11,8 @@
  *    every input gradient (the product's rounding is the forward kernel's rounding of fp32
  *    qkv), and the shell path taken (qkv's data NULL, the forward and backward kernels that
  *    read the 2-byte copy ran);
+ *  - the same where cuBLASLt offers no bias epilogue (its fallback: the fp32 product, the
+ *    bias kernel, a rounding pass);
  *  - with shadows off (ACCEL_NN_SHADOW's hook) or the tensor-core kernels' fast paths off
  *    (ACCEL_NN_ATTN_FAST=0's hook), or head size 32, or fp16: qkv has fp32 data (today's path);
  *  - the shell refused by an op that reads fp32 values, naming it; a backward whose kernels
@@ -26,7 +28,8 @@ nn_tensor *accel__nn_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor
                                 nn_layout layout, int n_head, float attn_dropout);
 #ifdef ACCEL_HAVE_CUDA
 #include "nn/cuda/nn_kernels.h"
-void accel__nn_cu_set_shadows(int on); /* gpu_internal.h */
+void accel__nn_cu_set_shadows(int on);     /* gpu_internal.h */
+void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h */
 #endif
 
 enum { B = 2, T = 40, C = 128 };
@@ -152,6 +155,9 @@ int main(void)
     check_same_bits("head 32 bf16", 4, ACCEL_BF16, 0);
     check_same_bits("head 64 fp16", 2, ACCEL_F16, 0);
     check_same_bits("head 64 fp32", 2, ACCEL_F32, 0);
+    accel__nn_cu_lt_epilogues(0); /* the product's fallback: fp32, bias kernel, rounding pass */
+    check_same_bits("head 64 bf16, no cuBLASLt epilogues", 2, ACCEL_BF16, 1);
+    accel__nn_cu_lt_epilogues(2);
     accel__nn_cu_set_shadows(0);
     check_same_bits("head 64 bf16, shadows off", 2, ACCEL_BF16, 0);
     accel__nn_cu_set_shadows(1);
