@@ -22,7 +22,7 @@
 #include "check.h"
 
 #define POISON_N ((int64_t)4 << 20) /* floats of NaN laid in the GPU arena before each case */
-#define MAX_IN 6
+#define MAX_IN 8
 
 static nn_ctx *gcpu, *ggpu;
 static uint64_t seed;

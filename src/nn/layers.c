@@ -224,7 +224,10 @@ static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, n
 {
     *branch = NULL;
     nn_tensor *h = norm_after(g, &l->ln_1, &x, r, 1);
-    h = nn_causal_attention(g, nn_linear_forward(g, &l->c_attn, h), l->n_head, l->dropout);
+    /* qkv is read only by the attention (on a GPU under autocast maybe only rounded). */
+    const nn_linear_layer *ca = &l->c_attn;
+    h = accel__nn_linear_qkv(g, h, ca->weight, ca->bias, ca->layout, l->n_head, l->dropout);
+    h = nn_causal_attention(g, h, l->n_head, l->dropout);
     h = nn_dropout(g, nn_linear_forward(g, &l->c_proj, h), l->dropout);
     if (h == NULL) {
         return NULL;

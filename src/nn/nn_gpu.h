@@ -44,6 +44,9 @@ typedef struct nn_gpu_ops {
     nn_tensor *(*add_layernorm)(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w, nn_tensor *b,
                                 float eps, nn_tensor **sum, int operand_only);
     nn_tensor *(*linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, nn_layout layout);
+    /* accel__nn_linear_qkv. */
+    nn_tensor *(*linear_qkv)(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b, nn_layout layout,
+                             int n_head, float attn_dropout);
     /* nn_linear_gelu_linear with the tanh GELU. */
     nn_tensor *(*linear_gelu_linear)(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
                                      nn_tensor *w2, nn_tensor *b2, nn_layout layout);

@@ -191,6 +191,13 @@ nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape);
  * holds only its 2-byte shadow: data is NULL, and every op but those products refuses it. */
 nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
                                   nn_tensor *bias, float eps, nn_tensor **sum);
+/* nn_linear of x for an output that only nn_causal_attention(n_head, attn_dropout) reads (a
+ * GPT block's c_attn: qkv). On the CPU exactly nn_linear; on a GPU under bf16 autocast (with
+ * shadows on), where that attention reads qkv only rounded (its kernels for head size 64),
+ * the output holds only its 2-byte shadow: data is NULL, and every op but that attention and
+ * the products (which read it rounded anyway) refuses it. */
+nn_tensor *accel__nn_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                                nn_layout layout, int n_head, float attn_dropout);
 /* Records an error (thread message + ctx first error) and returns NULL. */
 nn_tensor *accel__nn_fail(nn_ctx *g, accel_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -240,7 +247,8 @@ int accel__nn_embedding_args(nn_ctx *g, const nn_tensor *weight, const int32_t *
                              const int64_t *shape, int64_t *oshape, int64_t *rows);
 /* nn_linear's arguments (ops_matmul.c; the GPU path too): weight 2-D and input >= 1-D whose
  * last dim (and the bias's size) match the weight in `layout`. Returns the output (x's shape
- * with the last dim *out; its data 2 bytes an element where half, accel__nn_new_half) with
+ * with the last dim *out; its data 2 bytes an element where half is 1, accel__nn_new_half;
+ * none where half is 2, accel__nn_new_shell) with
  * *in, *out and *M = rows of x filled; NULL after failing g. */
 nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *w,
                                 const nn_tensor *bias, nn_layout layout, int half, int64_t *in,

@@ -166,7 +166,9 @@ nn_tensor *accel__nn_linear_out(nn_ctx *g, const nn_tensor *x, const nn_tensor *
     int64_t shape[NN_MAX_DIMS];
     memcpy(shape, x->shape, sizeof(shape));
     shape[x->ndim - 1] = *out;
-    return half ? accel__nn_new_half(g, x->ndim, shape) : accel__nn_new(g, x->ndim, shape);
+    return half == 2 ? accel__nn_new_shell(g, x->ndim, shape)
+           : half    ? accel__nn_new_half(g, x->ndim, shape)
+                     : accel__nn_new(g, x->ndim, shape);
 }
 
 static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
@@ -243,6 +245,15 @@ nn_tensor *nn_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias, nn_
     accel__nn_tmp_release(g, tm);
     accel__nn_fp_leave(g, &fs);
     return y;
+}
+
+nn_tensor *accel__nn_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                                nn_layout layout, int n_head, float attn_dropout)
+{
+    if (g != NULL && nn__use_gpu(g, x, w, bias)) {
+        return accel__nn_gpu->linear_qkv(g, x, w, bias, layout, n_head, attn_dropout);
+    }
+    return nn_linear(g, x, w, bias, layout);
 }
 
 nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,

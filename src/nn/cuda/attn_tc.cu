@@ -534,10 +534,48 @@ int nn_cu_attn_fwd_tc_half(cudaStream_t s, const nn_cu_attn *a, const float *qkv
     return 1;
 }
 
+int nn_cu_attn_half_only(cudaStream_t s, const nn_cu_attn *a, float *scratch)
+{
+    /* The conditions of accel__nn_cu_attn_fwd_tc2 and accel__nn_cu_attn_bwd_tc2 that do not
+     * depend on pointers (the arena's are 256-byte aligned), with the grids' bounds taken at
+     * their smallest tile (16 rows). */
+    return g_attn_kind == NN_CU_ATTN_AUTO && a->rnd == 1 && a->hd == 64 && a->p <= 0.0f &&
+           a->scale > 0.0f && a->T < INT32_MAX / 2 &&
+           a->B * a->H * ((a->T + 15) / 16) < INT32_MAX && accel__nn_cu_attn_f2_layout(s, scratch);
+}
+
+int nn_cu_attn_fwd_tc_read_half(cudaStream_t s, const nn_cu_attn *a, float *y, float *lse,
+                                cudaError_t *err)
+{
+    if (a->qkv_h == NULL || g_attn_kind != NN_CU_ATTN_AUTO ||
+        !tc_applies(a, a->qkv_h, y, a->qkv_h, y) ||
+        !accel__nn_cu_attn_fwd_tc2(s, a, NULL, y, lse, NULL)) {
+        return 0;
+    }
+    g_fwd_last.store(2);
+    g_tc_fwd++;
+    *err = cudaGetLastError();
+    return 1;
+}
+
 int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write,
                       cudaError_t *err)
 {
+    if (qkv == NULL && a->B * a->T > 0) {
+        /* qkv held only as its 2-byte copy (nn_cu_attn_half_only said so in forward): only
+         * attn_tc_bwd2.cu's kernels can run; a test hook that turned them off since then
+         * gets an error, not a read of NULL. */
+        if (g_attn_kind == NN_CU_ATTN_AUTO &&
+            accel__nn_cu_attn_bwd_tc2(s, a, y, lse, D, gqkv, write)) {
+            g_bwd_kernel.store(2);
+            g_tc_bwd++;
+            *err = cudaGetLastError();
+        } else {
+            *err = cudaErrorNotSupported;
+        }
+        return 1;
+    }
     if (!tc_applies(a, qkv, y, gy, gqkv)) {
         return 0;
     }

@@ -353,7 +353,8 @@ int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op)
     return 0;
 }
 
-/* shell_ok: input 0 may be a shell (accel__nn_norm_operand's output: no fp32 values). */
+/* shell_ok: input 0 may be a shell (accel__nn_norm_operand's or accel__nn_linear_qkv's
+ * output: no fp32 values). */
 static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, int shell_ok)
 {
     if (g == NULL) {
@@ -404,7 +405,8 @@ static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, 
         if (owner->data == NULL && nn_numel(owner) > 0 && !(shell_ok && k == 0)) {
             accel__nn_fail(g, ACCEL_EINVAL,
                            "%s: input %d holds only the 2-byte copy that products read (a GPT "
-                           "block's LayerNorm output under autocast): use nn_layernorm",
+                           "block's LayerNorm output or qkv under autocast): use nn_layernorm "
+                           "or nn_linear",
                            op, k);
             return 0;
         }
@@ -459,6 +461,7 @@ const nn_gpu_ops accel__nn_cuda_ops = {
     .layernorm = accel__nn_cu_layernorm,
     .add_layernorm = accel__nn_cu_add_layernorm,
     .linear = accel__nn_cu_linear,
+    .linear_qkv = accel__nn_cu_linear_qkv,
     .linear_gelu_linear = accel__nn_cu_linear_gelu_linear,
     .cross_entropy = accel__nn_cu_cross_entropy,
     .attention = accel__nn_cu_attention,

@@ -126,6 +126,14 @@ nn_tensor *accel__nn_cu_cross_entropy(nn_ctx *g, nn_tensor *logits, const int32_
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout);
 nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
                                nn_layout layout);
+/* ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST applied (once a process; ops_gpu.c). */
+void accel__nn_cu_attn_env(void);
+/* accel__nn_linear_qkv on the GPU (shadow_gpu.c); accel__nn_cu_linear_shell: nn_linear with
+ * an output that holds only its 2-byte shadow of rnd's dtype (linear_gpu.c). */
+nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
+                                   nn_layout layout, int n_head, float attn_dropout);
+nn_tensor *accel__nn_cu_linear_shell(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
+                                     nn_layout layout, int rnd);
 nn_tensor *accel__nn_cu_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor *w,
                                              const int32_t *targets, nn_layout layout,
                                              const nn_cross_entropy_options *opts);

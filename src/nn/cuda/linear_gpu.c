@@ -352,6 +352,33 @@ static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
     return half_epilogue ? epilogue_kernels_half(g, p, q.D, what) : epilogue_kernels(g, p, what);
 }
 
+/* A shell output's product (p: D 2-byte, with the bias rounded in 2 bytes, or NULL): cuBLASLt
+ * rounds the fp32 sum + bias once. Where it offers no BIAS epilogue with a 2-byte D, the fp32
+ * product with the bias in fp32 (bias_f, the same values) and one rounding pass: the same
+ * bits. 0 and the ctx error on failure. */
+static int shell_matmul(nn_ctx *g, const lt_mm *p, const float *bias_f, const char *what)
+{
+    if (p->bias == NULL) {
+        return lt_matmul(g, p, what); /* a plain product stores a 2-byte D itself */
+    }
+    cublasStatus_t st =
+        alignment_of(p->bias) >= 16 ? lt_try(g->gpu, p) : CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        return 1;
+    }
+    note_fallback(epilogue_of(p), p, st, "an fp32 product and a rounding pass");
+    lt_mm q = *p;
+    q.D = accel__nn_dalloc(g, (size_t)(p->m * p->n) * sizeof(float));
+    q.d_type = CUDA_R_32F;
+    q.bias = NULL;
+    float *br = accel__nn_dalloc(g, (size_t)p->m * sizeof(float));
+    cudaStream_t cs = nn__cu_stream(g);
+    return q.D != NULL && br != NULL &&
+           accel__nn_cu_ok(g, nn_cu_acc(cs, br, bias_f, p->m, rnd_of(p->d_type), 1), what) &&
+           ((q.bias = br), lt_matmul(g, &q, what)) &&
+           accel__nn_cu_ok(g, nn_cu_to_half(cs, q.D, p->D, p->m * p->n, rnd_of(p->d_type)), what);
+}
+
 static cudaDataType_t in_type(int rnd)
 {
     return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
@@ -614,7 +641,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
  * nothing was recorded). NULL on failure, the ctx error set. */
 static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
                              nn_layout layout, int kind, nn_node *first, const void *x_op,
-                             const char *what, nn_node **rec)
+                             const char *what, nn_node **rec, int shell)
 {
     *rec = NULL;
     if (x == NULL || w == NULL) {
@@ -630,8 +657,9 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
      * its bias, its GELU input (aux) and, in backward, its bias gradient in that type too;
      * h's data is allocated at 2 bytes an element (only this file reads it). */
     int half_out = rnd != 0 && kind == LIN_FUSED_GELU;
-    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, half_out, &in, &out, &M);
-    if (y == NULL) {
+    /* shell (LIN_PLAIN, rnd != 0, a non-empty product): y only as its 2-byte shadow. */
+    nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, shell ? 2 : half_out, &in, &out, &M);
+    if (y == NULL || (shell && accel__nn_cu_shadow_alloc(g, y, rnd) == NULL)) {
         return NULL;
     }
     int in_out = layout == NN_LAYOUT_IN_OUT;
@@ -644,7 +672,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
     if (xd == NULL || wd == NULL) {
         return NULL;
     }
-    if (bias != NULL && half_out) { /* the CPU's rounded bias, exactly, in 2 bytes */
+    if (bias != NULL && (half_out || shell)) { /* the CPU's rounded bias, exactly, in 2 bytes */
         /* (the working copy when the model keeps one, aligned as the epilogue needs) */
         bd = accel__nn_cu_operand(g, bias, rnd, 0, what);
         if (bd != NULL && alignment_of(bd) < 16) {
@@ -700,7 +728,12 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
                 p.aux = aux;
                 p.d_type = half_out ? in_type(rnd) : CUDA_R_32F;
             }
-            if (!lt_matmul(g, &p, what)) {
+            if (shell) {
+                p.D = y->shadow;
+                p.d_type = in_type(rnd);
+            }
+            if (!(shell ? shell_matmul(g, &p, bias != NULL ? bias->data : NULL, what)
+                        : lt_matmul(g, &p, what))) {
                 return NULL;
             }
         }
@@ -732,7 +765,16 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
                                nn_layout layout)
 {
     nn_node *n;
-    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, NULL, "nn_linear", &n);
+    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, NULL, "nn_linear", &n, 0);
+}
+
+nn_tensor *accel__nn_cu_linear_shell(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *bias,
+                                     nn_layout layout, int rnd)
+{
+    nn_node *n;
+    int shell = rnd != 0 && rnd == accel__nn_cu_rnd(nn__autocast(g)) && x != NULL && x->ndim >= 1 &&
+                x->shape[x->ndim - 1] > 0 && nn_numel(x) > 0;
+    return linear_fwd(g, x, w, bias, layout, LIN_PLAIN, NULL, NULL, "nn_linear", &n, shell);
 }
 
 nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tensor *b1,
@@ -751,10 +793,10 @@ nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w
         return accel__nn_cu_linear(g, h, w2, b2, layout);
     }
     nn_node *first, *second;
-    nn_tensor *h = linear_fwd(g, x, w1, b1, layout, LIN_FUSED_GELU, NULL, NULL, what, &first);
+    nn_tensor *h = linear_fwd(g, x, w1, b1, layout, LIN_FUSED_GELU, NULL, NULL, what, &first, 0);
     /* Under autocast h holds its 2-byte values: the second product reads them as they are. */
     const void *h_op = h != NULL && accel__nn_cu_rnd(nn__autocast(g)) != 0 ? h->data : NULL;
     /* Without a first node (nothing before needs a gradient) the second is a plain linear. */
     return linear_fwd(g, h, w2, b2, layout, first ? LIN_FUSED_DGELU : LIN_PLAIN, first, h_op, what,
-                      &second);
+                      &second, 0);
 }

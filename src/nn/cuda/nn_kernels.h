@@ -200,6 +200,17 @@ int accel__nn_cu_attn_fwd_tc2(cudaStream_t s, const nn_cu_attn *a, const float *
  * nn_cu_attn_fwd). Saves the copy's separate pass over qkv. */
 int nn_cu_attn_fwd_tc_half(cudaStream_t s, const nn_cu_attn *a, const float *qkv, float *y,
                            float *lse, void *qkv_h, cudaError_t *err);
+/* Whether this attention reads qkv only as its 2-byte copy, forward and backward, so that qkv
+ * need not exist in fp32 (a GPT block's c_attn output under bf16 autocast): the forward of 32
+ * query rows a warp and attn_tc_bwd2.cu's backward both apply (bf16, head size 64, p == 0,
+ * scale > 0, NN_CU_ATTN_AUTO, the sm_80+ layouts: probed at the first call into scratch, one
+ * float of device memory the caller overwrites next), given 16-byte aligned tensors. */
+int nn_cu_attn_half_only(cudaStream_t s, const nn_cu_attn *a, float *scratch);
+/* The forward from a->qkv_h alone (qkv has no fp32 values): queues the kernel of 32 query
+ * rows a warp where it applies (as nn_cu_attn_half_only, y and a->qkv_h 16-byte aligned) and
+ * returns 1 (*err: the launch status), else queues nothing and returns 0. */
+int nn_cu_attn_fwd_tc_read_half(cudaStream_t s, const nn_cu_attn *a, float *y, float *lse,
+                                cudaError_t *err);
 /* The kernel the last tensor-core forward took (-1: none yet): 0 without its register path
  * (NN_CU_ATTN_TC_SLOW), 1 16 query rows a warp (its register path where each warp finds the
  * sm_80+ layout), 2 32 rows a warp (accel__nn_cu_attn_fwd_tc2). For tests and
@@ -209,7 +220,9 @@ int nn_cu_attn_fwd_mode(void);
  * must know the tensor-core kernels ran (their results can equal the warp kernels' bit for
  * bit once rounded to bf16). */
 void nn_cu_attn_tc_counts(unsigned long *fwd, unsigned long *bwd);
-/* Backward from dO = gy: gqkv (+)= rnd(dq | dk | dv); D: B*H*T floats of scratch. */
+/* Backward from dO = gy: gqkv (+)= rnd(dq | dk | dv); D: B*H*T floats of scratch. qkv NULL:
+ * only a->qkv_h holds qkv (nn_cu_attn_half_only), and where attn_tc_bwd2.cu's kernels no
+ * longer apply it returns cudaErrorNotSupported, queueing nothing. */
 cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                            const float *lse, const float *gy, float *D, float *gqkv, int write);
 /* The tensor-core backward (attn_tc.cu), which nn_cu_attn_bwd runs where it applies (as the

@@ -561,10 +561,34 @@ static void attn_kernel_from_env(void)
     pthread_once(&once, attn_kernel_read_env);
 }
 
+void accel__nn_cu_attn_env(void)
+{
+    attn_kernel_from_env();
+}
+
+/* The forward from qkv's 2-byte shadow alone where qkv is a shell (accel__nn_cu_linear_qkv made
+ * it for exactly this kernel); 1 queued, 0 with the ctx error. */
+static int attn_from_shell(nn_ctx *g, const nn_tensor *qkv, nn_cu_attn *a, float *y, float *lse)
+{
+    cudaError_t err = cudaSuccess;
+    a->qkv_h = qkv->base == NULL && qkv->shadow_rnd == a->rnd ? qkv->shadow : NULL;
+    if (a->qkv_h == NULL || !nn_cu_attn_fwd_tc_read_half(nn__cu_stream(g), a, y, lse, &err)) {
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "nn_causal_attention: qkv holds only the 2-byte copy that the kernels for "
+                       "head size 64 under bf16 autocast read (a GPT block's c_attn output), and "
+                       "they do not apply here: use nn_linear for qkv");
+        return 0;
+    }
+    return accel__nn_cu_ok(g, err, "nn_causal_attention");
+}
+
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
     attn_kernel_from_env();
-    if (qkv == NULL || !accel__nn_cu_inputs(g, "nn_causal_attention", &qkv, 1)) {
+    /* (a shell qkv: accel__nn_cu_linear_qkv's output, read from its shadow) */
+    int shell = qkv != NULL && qkv->data == NULL && nn_numel(qkv) > 0;
+    if (qkv == NULL || !(shell ? accel__nn_cu_product_inputs : accel__nn_cu_inputs)(
+                           g, "nn_causal_attention", &qkv, 1)) {
         return NULL;
     }
     uint64_t op_index = g->op_counter++;
@@ -602,7 +626,7 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
      * qkv), else by a pass before the forward. */
     int64_t n_qkv = a.B * a.T * 3 * a.C;
     cudaStream_t cs = nn__cu_stream(g);
-    int done = 0;
+    int done = shell;
     /* y's 2-byte copy for the projection's product (accel__nn_cu_operand reads it), written
      * by the forward as it stores y where k_attn_fwd_tc2 runs (bf16, head 64): 2 more bytes
      * an element there instead of a 6-byte rounding pass in the product (elsewhere the
@@ -612,7 +636,10 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
         (a.y_h = accel__nn_cu_shadow_alloc(g, y, a.rnd)) == NULL) {
         return NULL;
     }
-    if (n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
+    if (shell && !attn_from_shell(g, qkv, &a, y->data, lse)) {
+        return NULL;
+    }
+    if (!shell && n_qkv > 0 && nn_cu_attn_tc_takes_half(&a)) {
         void *h = accel__nn_dalloc(g, (size_t)n_qkv * 2);
         cudaError_t err = cudaSuccess;
         if (h == NULL) {

@@ -5,7 +5,9 @@
  * of their own (accel__nn_cu_half_copy, counted for the tests). Also the switch that turns
  * shadows off (ACCEL_NN_SHADOW) and their allocation. Invariant: a shadow holds exactly the
  * values a rounding pass would make from the fp32 values, so reading it changes no bit.
+ * Also whether a GPT block's qkv is made as a shell (accel__nn_cu_linear_qkv).
  */
+#include <math.h>
 #include <pthread.h>
 
 #include "gpu_internal.h"
@@ -111,4 +113,34 @@ const void *accel__nn_cu_operand(nn_ctx *g, const nn_tensor *t, int rnd, int scr
         }
     }
     return accel__nn_cu_half_copy(g, t->data, nn_numel(t), rnd, scratch, what);
+}
+
+/* The attention's own arguments are checked by nn_causal_attention (accel__nn_attention_args):
+ * here only what decides the shell, with that op's arithmetic (B, T, C = 3C / 3, head size,
+ * scale, the dropout in training), so the attention finds the kernels that read qkv only
+ * rounded whenever qkv is a shell. Anything else (CPU-shaped or odd arguments included) takes
+ * nn_linear, whose output the attention reads as today. */
+nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,
+                                   nn_layout layout, int n_head, float attn_dropout)
+{
+    accel__nn_cu_attn_env(); /* ACCEL_NN_ATTN(_FAST), read before the first attention's */
+    int rnd = accel__nn_cu_shadow_rnd(g);
+    int64_t out = w != NULL && w->ndim == 2 ? w->shape[layout == NN_LAYOUT_IN_OUT ? 1 : 0] : 0;
+    if (rnd == 1 && x != NULL && x->ndim == 3 && x->shape[2] > 0 && nn_numel(x) > 0 &&
+        n_head > 0 && out > 0 && out % (3 * (int64_t)n_head) == 0) {
+        nn_cu_attn a = {0};
+        a.B = x->shape[0];
+        a.T = x->shape[1];
+        a.C = out / 3;
+        a.H = n_head;
+        a.hd = a.C / n_head;
+        a.scale = 1.0f / sqrtf((float)a.hd);
+        a.p = g->training ? attn_dropout : 0.0f;
+        a.rnd = rnd;
+        float *scratch = a.hd == 64 && a.p <= 0.0f ? accel__nn_dalloc(g, sizeof(float)) : NULL;
+        if (scratch != NULL && nn_cu_attn_half_only(nn__cu_stream(g), &a, scratch)) {
+            return accel__nn_cu_linear_shell(g, x, w, b, layout, rnd);
+        }
+    }
+    return accel__nn_cu_linear(g, x, w, b, layout);
 }
