@@ -141,7 +141,7 @@ part_cuda_all() {
 part_racecheck() {
     command -v compute-sanitizer >/dev/null 2>&1 || { echo "compute-sanitizer: not here"; return; }
     stamp "compute-sanitizer --tool racecheck unit/test_nn_cuda_attn"
-    timeout -k 5 120 compute-sanitizer --tool racecheck build-cuda/tests/test_nn_cuda_attn \
+    timeout -k 5 "${RACE_LIMIT:-120}" compute-sanitizer --tool racecheck build-cuda/tests/test_nn_cuda_attn \
         >"$out/racecheck.log" 2>&1
     echo "   exit $?"; tail -4 "$out/racecheck.log"
 }
