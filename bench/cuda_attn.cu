@@ -73,6 +73,42 @@ static float time_dir(const nn_cu_attn *a, const bufs *b, int backward, int iter
     return (float)bench_median(ms, iters);
 }
 
+/* The forward as nn_causal_attention runs it under bf16 autocast, median ms of `iters` calls
+ * each: ms[0] the forward writing qkv's 2-byte copy itself (nn_cu_attn_fwd_tc_half; 0 where it
+ * does not apply), ms[1] the copy's own pass (nn_cu_to_half), ms[2] the forward reading that
+ * copy (qkv_h): ms[0] against ms[1] + ms[2] is what writing the copy in the forward saves. */
+static void time_fwd_copy(const nn_cu_attn *a0, const bufs *b, int iters, float ms[3])
+{
+    nn_cu_attn a = *a0;
+    size_t n = (size_t)(a.B * a.T * 3 * a.C);
+    void *h = NULL;
+    CUDA_CHECK(cudaMalloc(&h, n * 2));
+    for (int part = 0; part < 3; part++) {
+        double t[64];
+        ms[part] = 0.0f;
+        for (int i = -1; i < iters; i++) {
+            CUDA_CHECK(cudaDeviceSynchronize());
+            double t0 = bench_now();
+            cudaError_t err = cudaSuccess;
+            a.qkv_h = part == 2 ? h : NULL;
+            if (part == 0 && !nn_cu_attn_fwd_tc_half(0, &a, b->qkv, b->y, b->lse, h, &err)) {
+                break;
+            }
+            CUDA_CHECK(part == 1   ? nn_cu_to_half(0, b->qkv, h, (int64_t)n, a.rnd)
+                       : part == 2 ? nn_cu_attn_fwd(0, &a, b->qkv, b->y, b->lse)
+                                   : err);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            if (i >= 0) {
+                t[i] = 1e3 * (bench_now() - t0);
+            }
+            if (i == iters - 1) {
+                ms[part] = (float)bench_median(t, iters);
+            }
+        }
+    }
+    cudaFree(h);
+}
+
 static double rel_err(const float *out, const float *ref, size_t n)
 {
     double num = 0.0, den = 0.0;
@@ -230,6 +266,12 @@ int main(int argc, char **argv)
            "%.3f ms, %.1f TFLOP/s (%.2fx kernel 1 from the copies); qkv gradient rel err vs "
            "kernel 1 %.3g (tolerance 2e-3)\n",
            kern_b2, ms_b2, bwd_flop / (ms_b2 * 1e9), ms_h / ms_b2, eg_b2);
+    float mc[3];
+    time_fwd_copy(&a, &b, iters, mc);
+    printf("forward with qkv's 2-byte copy, as nn_causal_attention runs it: written by the "
+           "forward %.3f ms (0: does not apply); else the copy's pass %.3f ms + the forward "
+           "reading it %.3f ms\n",
+           mc[0], mc[1], mc[2]);
     printf("| attention | B %d H %d T %d hd %d %s, one layer | forward %.3f ms, backward %.3f ms "
            "(%.1fx, %.1fx the warp kernels) | below the warp kernels |\n",
            B, H, T, hd, dt, ms[0][0], ms[0][1], ms[1][0] / ms[0][0], ms[1][1] / ms[0][1]);
