@@ -9,11 +9,13 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "gpu_internal.h"
 
-/* Rounding passes queued by accel__nn_cu_half_copy (accel__nn_cu_half_copies). */
-static unsigned long n_half_copies;
+/* Rounding passes queued by accel__nn_cu_half_copy (accel__nn_cu_half_copies; ctxs may run
+ * on several threads). */
+static atomic_ulong n_half_copies;
 
 unsigned long accel__nn_cu_half_copies(void)
 {
