@@ -195,6 +195,10 @@ int main(int argc, char **argv)
         CUDA_CHECK(cudaMemcpy(g_host[k], b.gqkv, n_qkv * sizeof(float), cudaMemcpyDeviceToHost));
     }
     nn_cu_attn_set_kernel(NN_CU_ATTN_AUTO);
+    /* y and lse as the first row's backward read them (the last row's forward, without the
+     * register paths, wrote its own, different in the last bits): the runs below compare
+     * their gradients with that row's. */
+    CUDA_CHECK(nn_cu_attn_fwd(0, &a, b.qkv, b.y, b.lse));
     /* The tensor-core backward from 2-byte copies of qkv and dy (nn_cu_attn's qkv_h, dy_h, as
      * the step makes them; not timed: the dy copy costs the step one pass, ~0.03 ms here on
      * an H200): the same gradient bit for bit, faster. */
