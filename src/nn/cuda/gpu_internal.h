@@ -128,6 +128,11 @@ nn_tensor *accel__nn_cu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor 
                                nn_layout layout);
 /* ACCEL_NN_ATTN and ACCEL_NN_ATTN_FAST applied (once a process; ops_gpu.c). */
 void accel__nn_cu_attn_env(void);
+/* nn_causal_attention's kernel arguments for qkv [B, T, 3C] with n_head heads in ctx g
+ * (autocast, training): the op's own arithmetic, so that accel__nn_cu_linear_qkv decides on
+ * exactly what the attention will see; key and the copies left 0. */
+nn_cu_attn accel__nn_cu_attn_of(const nn_ctx *g, int64_t B, int64_t T, int64_t C, int n_head,
+                                float attn_dropout);
 /* accel__nn_linear_qkv on the GPU (shadow_gpu.c); accel__nn_cu_linear_shell: nn_linear with
  * an output that holds only its 2-byte shadow of rnd's dtype (linear_gpu.c). */
 nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,

@@ -555,15 +555,25 @@ static void attn_kernel_read_env(void)
 }
 
 /* Once per process, whichever ctx (and thread) runs attention first. */
-static void attn_kernel_from_env(void)
+void accel__nn_cu_attn_env(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, attn_kernel_read_env);
 }
 
-void accel__nn_cu_attn_env(void)
+nn_cu_attn accel__nn_cu_attn_of(const nn_ctx *g, int64_t B, int64_t T, int64_t C, int n_head,
+                                float attn_dropout)
 {
-    attn_kernel_from_env();
+    nn_cu_attn a = {0};
+    a.B = B;
+    a.T = T;
+    a.C = C;
+    a.H = n_head;
+    a.hd = C / n_head;
+    a.scale = 1.0f / sqrtf((float)a.hd);
+    a.p = g->training ? attn_dropout : 0.0f;
+    a.rnd = accel__nn_cu_rnd(nn__autocast(g));
+    return a;
 }
 
 /* The forward from qkv's 2-byte shadow alone where qkv is a shell (accel__nn_cu_linear_qkv made
@@ -584,7 +594,7 @@ static int attn_from_shell(nn_ctx *g, const nn_tensor *qkv, nn_cu_attn *a, float
 
 nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float attn_dropout)
 {
-    attn_kernel_from_env();
+    accel__nn_cu_attn_env();
     /* (a shell qkv: accel__nn_cu_linear_qkv's output, read from its shadow) */
     int shell = qkv != NULL && qkv->data == NULL && nn_numel(qkv) > 0;
     if (qkv == NULL || !(shell ? accel__nn_cu_product_inputs : accel__nn_cu_inputs)(
@@ -595,20 +605,9 @@ nn_tensor *accel__nn_cu_attention(nn_ctx *g, nn_tensor *qkv, int n_head, float a
     if (!accel__nn_attention_args(g, qkv, n_head, attn_dropout)) {
         return NULL;
     }
-    nn_cu_attn a;
-    a.B = qkv->shape[0];
-    a.T = qkv->shape[1];
-    a.C = qkv->shape[2] / 3;
-    a.H = n_head;
-    a.hd = a.C / n_head;
-    a.scale = 1.0f / sqrtf((float)a.hd);
-    a.p = g->training ? attn_dropout : 0.0f;
+    nn_cu_attn a = accel__nn_cu_attn_of(g, qkv->shape[0], qkv->shape[1], qkv->shape[2] / 3,
+                                        n_head, attn_dropout);
     a.key = nn__key3(g->seed, g->step, op_index);
-    a.rnd = accel__nn_cu_rnd(nn__autocast(g));
-    a.qkv_h = NULL;
-    a.dy_h = NULL;
-    a.y_h = NULL;
-    a.gqkv_h = NULL;
     if (a.hd > NN_CU_ATTN_MAX_HD) {
         return accel__nn_fail(g, ACCEL_EUNSUPPORTED,
                               "nn_causal_attention: head size %lld: CUDA supports up to %d",

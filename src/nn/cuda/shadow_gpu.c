@@ -7,7 +7,6 @@
  * values a rounding pass would make from the fp32 values, so reading it changes no bit.
  * Also whether a GPT block's qkv is made as a shell (accel__nn_cu_linear_qkv).
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -130,15 +129,8 @@ nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_ten
     int64_t out = w != NULL && w->ndim == 2 ? w->shape[layout == NN_LAYOUT_IN_OUT ? 1 : 0] : 0;
     if (rnd == 1 && x != NULL && x->ndim == 3 && x->shape[2] > 0 && nn_numel(x) > 0 &&
         n_head > 0 && out > 0 && out % (3 * (int64_t)n_head) == 0) {
-        nn_cu_attn a = {0};
-        a.B = x->shape[0];
-        a.T = x->shape[1];
-        a.C = out / 3;
-        a.H = n_head;
-        a.hd = a.C / n_head;
-        a.scale = 1.0f / sqrtf((float)a.hd);
-        a.p = g->training ? attn_dropout : 0.0f;
-        a.rnd = rnd;
+        nn_cu_attn a = accel__nn_cu_attn_of(g, x->shape[0], x->shape[1], out / 3, n_head,
+                                            attn_dropout);
         float *scratch = a.hd == 64 && a.p <= 0.0f ? accel__nn_dalloc(g, sizeof(float)) : NULL;
         if (scratch != NULL && nn_cu_attn_half_only(nn__cu_stream(g), &a, scratch)) {
             return accel__nn_cu_linear_shell(g, x, w, b, layout, rnd);
