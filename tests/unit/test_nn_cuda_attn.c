@@ -239,6 +239,63 @@ static void *dev_alloc(size_t nbytes)
     CHECK(cudaMalloc(&p, nbytes) == cudaSuccess);
     return p;
 }
+
+/* A backward's inputs on the device, for the tests that call the launchers directly: random
+ * qkv and dy, their 2-byte copies (nn_cu_to_half), y and lse by the forward, room for D and
+ * the gradient, and n_out host buffers of the gradient's size. */
+typedef struct bwd_inputs {
+    nn_cu_attn a;
+    size_t n_qkv, n_y;
+    float *qkv, *y, *gy, *lse, *D, *g;
+    void *qh, *gh;
+    float *out[5];
+    int n_out;
+} bwd_inputs;
+
+static void bwd_inputs_init(bwd_inputs *d, int64_t B, int64_t T, int64_t H, int64_t hd, int rnd,
+                            int n_out)
+{
+    memset(d, 0, sizeof(*d));
+    nn_cu_attn *a = &d->a;
+    a->B = B, a->T = T, a->H = H, a->hd = hd;
+    a->C = H * hd;
+    a->scale = 1.0f / sqrtf((float)hd);
+    a->rnd = rnd;
+    d->n_qkv = (size_t)(B * T * 3 * a->C), d->n_y = (size_t)(B * T * a->C);
+    size_t n_bht = (size_t)(B * H * T);
+    float *hq = xmalloc(d->n_qkv * sizeof(float)), *hg = xmalloc(d->n_y * sizeof(float));
+    d->n_out = n_out;
+    for (int k = 0; k < n_out; k++) {
+        d->out[k] = xmalloc(d->n_qkv * sizeof(float));
+    }
+    for (size_t k = 0; k < d->n_qkv; k++) {
+        hq[k] = 1.5f * frand();
+    }
+    for (size_t k = 0; k < d->n_y; k++) {
+        hg[k] = frand();
+    }
+    d->qkv = dev_alloc(d->n_qkv * 4), d->y = dev_alloc(d->n_y * 4), d->gy = dev_alloc(d->n_y * 4);
+    d->lse = dev_alloc(n_bht * 4), d->D = dev_alloc(n_bht * 4), d->g = dev_alloc(d->n_qkv * 4);
+    d->qh = dev_alloc(d->n_qkv * 2), d->gh = dev_alloc(d->n_y * 2);
+    CHECK(cudaMemcpy(d->qkv, hq, d->n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(cudaMemcpy(d->gy, hg, d->n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+    CHECK(nn_cu_to_half(NULL, d->qkv, d->qh, (int64_t)d->n_qkv, rnd) == cudaSuccess);
+    CHECK(nn_cu_to_half(NULL, d->gy, d->gh, (int64_t)d->n_y, rnd) == cudaSuccess);
+    CHECK(nn_cu_attn_fwd(NULL, a, d->qkv, d->y, d->lse) == cudaSuccess);
+    free(hq);
+    free(hg);
+}
+
+static void bwd_inputs_free(bwd_inputs *d)
+{
+    void *bufs[8] = {d->qkv, d->y, d->gy, d->lse, d->D, d->g, d->qh, d->gh};
+    for (int k = 0; k < 8; k++) {
+        CHECK(cudaFree(bufs[k]) == cudaSuccess);
+    }
+    for (int k = 0; k < d->n_out; k++) {
+        free(d->out[k]);
+    }
+}
 #endif
 
 /* The tensor-core backward reading the 2-byte copies of qkv and dy (nn_cu_attn's qkv_h, dy_h,
@@ -256,33 +313,12 @@ static void test_attention_bwd_copies(void)
         int rnd;
     } cases[] = {{1, 130, 2, 64, 1}, {1, 90, 2, 128, 1}, {1, 70, 2, 48, 2}, {2, 37, 3, 16, 1}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        nn_cu_attn a;
-        memset(&a, 0, sizeof(a));
-        a.B = cases[i].B, a.T = cases[i].T, a.H = cases[i].H, a.hd = cases[i].hd;
-        a.C = a.H * a.hd;
-        a.scale = 1.0f / sqrtf((float)a.hd);
-        a.rnd = cases[i].rnd;
-        size_t n_qkv = (size_t)(a.B * a.T * 3 * a.C), n_y = (size_t)(a.B * a.T * a.C);
-        size_t n_bht = (size_t)(a.B * a.H * a.T);
-        float *hq = xmalloc(n_qkv * sizeof(float)), *hg = xmalloc(n_y * sizeof(float));
-        float *out[5];
-        for (int k = 0; k < 5; k++) {
-            out[k] = xmalloc(n_qkv * sizeof(float));
-        }
-        for (size_t k = 0; k < n_qkv; k++) {
-            hq[k] = 1.5f * frand();
-        }
-        for (size_t k = 0; k < n_y; k++) {
-            hg[k] = frand();
-        }
-        float *qkv = dev_alloc(n_qkv * 4), *y = dev_alloc(n_y * 4), *gy = dev_alloc(n_y * 4);
-        float *lse = dev_alloc(n_bht * 4), *D = dev_alloc(n_bht * 4), *g = dev_alloc(n_qkv * 4);
-        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2);
-        CHECK(cudaMemcpy(qkv, hq, n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-        CHECK(cudaMemcpy(gy, hg, n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-        CHECK(nn_cu_to_half(NULL, qkv, qh, (int64_t)n_qkv, a.rnd) == cudaSuccess);
-        CHECK(nn_cu_to_half(NULL, gy, gh, (int64_t)n_y, a.rnd) == cudaSuccess);
-        CHECK(nn_cu_attn_fwd(NULL, &a, qkv, y, lse) == cudaSuccess);
+        bwd_inputs in;
+        bwd_inputs_init(&in, cases[i].B, cases[i].T, cases[i].H, cases[i].hd, cases[i].rnd, 5);
+        nn_cu_attn a = in.a;
+        size_t n_qkv = in.n_qkv;
+        float *qkv = in.qkv, *y = in.y, *gy = in.gy, *lse = in.lse, *D = in.D, *g = in.g;
+        float **out = in.out;
         unsigned long f0, b0, f1, b1;
         nn_cu_attn_tc_counts(&f0, &b0);
         /* 0: fp32 tiles, written; 1: the copies, written; 2: the copies, added to run 1's;
@@ -293,8 +329,8 @@ static void test_attention_bwd_copies(void)
         static const int shape[5][2] = {{32, 128}, {32, 128}, {32, 128}, {16, 64}, {32, 64}};
         int got[5][2];
         for (int run = 0; run < 5; run++) {
-            a.qkv_h = run == 1 || run == 2 ? qh : NULL;
-            a.dy_h = a.qkv_h != NULL ? gh : NULL;
+            a.qkv_h = run == 1 || run == 2 ? in.qh : NULL;
+            a.dy_h = a.qkv_h != NULL ? in.gh : NULL;
             nn_cu_attn_bwd_set_rows(shape[run][0], shape[run][1]);
             CHECK(nn_cu_attn_bwd(NULL, &a, qkv, y, lse, gy, D, g, run != 2) == cudaSuccess);
             nn_cu_attn_bwd_rows(&got[run][0], &got[run][1]);
@@ -329,15 +365,7 @@ static void test_attention_bwd_copies(void)
                   "attention backward (case %zu): rows a warp / block %d / %d, %d / %d, %d / %d "
                   "(want 32 / 128, 16 / 64, 32 / 64)",
                   i, got[0][0], got[0][1], got[3][0], got[3][1], got[4][0], got[4][1]);
-        void *bufs[8] = {qkv, y, gy, lse, D, g, qh, gh};
-        for (int k = 0; k < 8; k++) {
-            CHECK(cudaFree(bufs[k]) == cudaSuccess);
-        }
-        free(hq);
-        free(hg);
-        for (int k = 0; k < 5; k++) {
-            free(out[k]);
-        }
+        bwd_inputs_free(&in);
     }
 #endif
 }
@@ -393,39 +421,19 @@ static void test_attention_bwd2(void)
         int64_t B, T, H;
     } cases[] = {{3, 24, 12}, {1, 130, 2}, {1, 1, 2}, {2, 128, 1}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        nn_cu_attn a;
-        memset(&a, 0, sizeof(a));
-        a.B = cases[i].B, a.T = cases[i].T, a.H = cases[i].H, a.hd = 64;
-        a.C = a.H * a.hd;
-        a.scale = 0.125f;
-        a.rnd = 1;
-        size_t n_qkv = (size_t)(a.B * a.T * 3 * a.C), n_y = (size_t)(a.B * a.T * a.C);
-        size_t n_bht = (size_t)(a.B * a.H * a.T);
-        float *hq = xmalloc(n_qkv * sizeof(float)), *hg = xmalloc(n_y * sizeof(float));
-        float *out[4];
-        for (int k = 0; k < 4; k++) {
-            out[k] = xmalloc(n_qkv * sizeof(float));
-        }
-        for (size_t k = 0; k < n_qkv; k++) {
-            hq[k] = 1.5f * frand();
-        }
-        for (size_t k = 0; k < n_y; k++) {
-            hg[k] = frand();
-        }
-        float *qkv = dev_alloc(n_qkv * 4), *y = dev_alloc(n_y * 4), *gy = dev_alloc(n_y * 4);
-        float *lse = dev_alloc(n_bht * 4), *D = dev_alloc(n_bht * 4), *g = dev_alloc(n_qkv * 4);
-        void *qh = dev_alloc(n_qkv * 2), *gh = dev_alloc(n_y * 2), *gc = dev_alloc(n_qkv * 2);
-        CHECK(cudaMemcpy(qkv, hq, n_qkv * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-        CHECK(cudaMemcpy(gy, hg, n_y * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-        CHECK(nn_cu_to_half(NULL, qkv, qh, (int64_t)n_qkv, a.rnd) == cudaSuccess);
-        CHECK(nn_cu_to_half(NULL, gy, gh, (int64_t)n_y, a.rnd) == cudaSuccess);
-        CHECK(nn_cu_attn_fwd(NULL, &a, qkv, y, lse) == cudaSuccess);
+        bwd_inputs in;
+        bwd_inputs_init(&in, cases[i].B, cases[i].T, cases[i].H, 64, 1, 4);
+        nn_cu_attn a = in.a;
+        size_t n_qkv = in.n_qkv;
+        float *qkv = in.qkv, *y = in.y, *gy = in.gy, *lse = in.lse, *D = in.D, *g = in.g;
+        float **out = in.out;
+        void *gc = dev_alloc(n_qkv * 2);
         /* 0: kernel 1 from the copies; 1: kernel 2, written; 2: kernel 2 added to run 1's;
          * 3: no copies (kernel 1). */
         int kern[4], copy[4];
         for (int run = 0; run < 4; run++) {
-            a.qkv_h = run < 3 ? qh : NULL;
-            a.dy_h = run < 3 ? gh : NULL;
+            a.qkv_h = run < 3 ? in.qh : NULL;
+            a.dy_h = run < 3 ? in.gh : NULL;
             a.gqkv_h = gc;
             nn_cu_attn_bwd2_allow(run != 0);
             if (run != 2) {
@@ -478,15 +486,8 @@ static void test_attention_bwd2(void)
                   "attention backward 2 (case %zu): kernels %d %d %d %d, %.3g relative, %zu / "
                   "%zu / %zu values differ",
                   i, kern[0], kern[1], kern[2], kern[3], worst, diff, diff_add, diff_null);
-        void *bufs[9] = {qkv, y, gy, lse, D, g, qh, gh, gc};
-        for (int k = 0; k < 9; k++) {
-            CHECK(cudaFree(bufs[k]) == cudaSuccess);
-        }
-        free(hq);
-        free(hg);
-        for (int k = 0; k < 4; k++) {
-            free(out[k]);
-        }
+        CHECK(cudaFree(gc) == cudaSuccess);
+        bwd_inputs_free(&in);
     }
 }
 
