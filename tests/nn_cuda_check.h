@@ -156,6 +156,21 @@ static inline void free_run(run_out *r, int n_in)
     }
 }
 
+/* Two runs of the same case (same specs) gave the same bits: the output and every input's
+ * gradient; a difference is reported as "<name>: the output differs <with>" or "the gradient
+ * of input k differs <with>". */
+static inline void check_same_bits_runs(const char *name, const char *with, const run_out *a,
+                                        const run_out *b, const in_spec *spec, int n_in)
+{
+    CHECK_MSG(memcmp(a->y, b->y, (size_t)a->ny * sizeof(float)) == 0,
+              "%s: the output differs %s", name, with);
+    for (int k = 0; k < n_in; k++) {
+        size_t nbytes = (size_t)numel(spec[k].ndim, spec[k].shape) * sizeof(float);
+        CHECK_MSG(memcmp(a->grads[k], b->grads[k], nbytes) == 0,
+                  "%s: the gradient of input %d differs %s", name, k, with);
+    }
+}
+
 /* Runs fn on both devices over the same random inputs and output gradient and compares. */
 static inline void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn,
                               const void *arg, int autocast, int scalar, double tol_fwd,

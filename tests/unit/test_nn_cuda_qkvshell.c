@@ -83,13 +83,7 @@ static void check_same_bits(const char *name, int n_head, int autocast, int expe
     }
     int64_t ny = B * T * C;
     CHECK(on.ny == off.ny && on.ny == ny);
-    CHECK_MSG(memcmp(on.y, off.y, (size_t)ny * sizeof(float)) == 0,
-              "%s: the output differs with the shell qkv", name);
-    for (int k = 0; k < 7; k++) {
-        size_t nbytes = (size_t)numel(specs[k].ndim, specs[k].shape) * sizeof(float);
-        CHECK_MSG(memcmp(on.grads[k], off.grads[k], nbytes) == 0,
-                  "%s: the gradient of input %d differs with the shell qkv", name, k);
-    }
+    check_same_bits_runs(name, "with the shell qkv", &on, &off, specs, 7);
     printf("  %-44s same bits; qkv %s\n", name, expect_shell ? "a shell" : "in fp32");
     free_run(&off, 7);
     free_run(&on, 7);
