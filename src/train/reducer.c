@@ -132,19 +132,17 @@ accel_status accel__reducer_prepare(accel_model *m)
                              r->zero_stage);
     }
     int staged = accel__model_staged(m);
-    if (r->zero_stage >= 1 && acc->n_ranks > 1 && (staged || !accel__model_on_host(m)) &&
-        m->replica_comm != NULL && (staged || r->zero_stage == 3)) {
+    if (r->zero_stage >= 1 && acc->n_ranks > 1 && staged && m->replica_comm != NULL) {
         /* Stages 1-3 on a device run on either path: a communicator that reads device memory
-         * (nccl) reduces and gathers the GPU buffers in place (at stages 1-2 hybrid sharding's
-         * cross-replica reduction too), a host one goes through staging (gradient buckets
-         * here, the allgathers in zero.c and zero3.c), which has no cross-replica step. */
+         * (nccl) reduces and gathers the GPU buffers in place, hybrid sharding's cross-replica
+         * reduction included; a host one goes through staging (gradient buckets here, the
+         * allgathers in zero.c and zero3.c), which has no cross-replica step. */
         return accel__seterr(acc, ACCEL_EUNSUPPORTED,
                              "accel_prepare: ZeRO stage %d with the model in %s memory is not "
-                             "supported with hybrid sharding (zero_shard_size) %s yet (stages "
-                             "1-2 are, on nccl; without hybrid sharding stages 1-3 run on "
-                             "every backend)",
-                             r->zero_stage, accel__device_name(m->dev),
-                             staged ? "through host staging" : "at stage 3");
+                             "supported with hybrid sharding (zero_shard_size) through host "
+                             "staging yet (it is on nccl; without hybrid sharding stages 1-3 "
+                             "run on every backend)",
+                             r->zero_stage, accel__device_name(m->dev));
     }
     r->n_buckets = m->flat.n_buckets;
     r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
