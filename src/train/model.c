@@ -520,33 +520,37 @@ accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int fr
 
 accel_status accel__model_broadcast_master(accel_model *m, int root)
 {
+    return accel__model_broadcast_flat(m, m->weights, root, "the weights");
+}
+
+accel_status accel__model_broadcast_flat(accel_model *m, float *buf, int root, const char *what)
+{
     accel *acc = m->acc;
     size_t nbytes = m->flat.padded_numel * sizeof(float);
     if (!accel__model_staged(m)) {
-        accel_status st =
-            accel__broadcast(acc->comm, m->weights, m->flat.padded_numel, ACCEL_F32, root);
+        accel_status st = accel__broadcast(acc->comm, buf, m->flat.padded_numel, ACCEL_F32, root);
         return st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);
     }
     /* The communicator reads host memory only: through a pinned host copy. */
     void *host = NULL;
     accel_status st = accel__dev_host_alloc(m->dev, nbytes, &host);
     if (st != ACCEL_OK) {
-        return accel__seterr(acc, st, "broadcasting the weights from %s: %s",
+        return accel__seterr(acc, st, "broadcasting %s from %s: %s", what,
                              accel__device_name(m->dev), accel_last_error(NULL));
     }
     accel_status cst = ACCEL_OK;
     if (acc->rank == root) {
-        cst = accel__dev_copy(m->dev, host, m->weights, nbytes, ACCEL__COPY_D2H, NULL);
+        cst = accel__dev_copy(m->dev, host, buf, nbytes, ACCEL__COPY_D2H, NULL);
         if (cst != ACCEL_OK) {
             memset(host, 0, nbytes); /* still broadcast, so no peer waits in vain */
         }
     }
     st = accel__broadcast(acc->comm, host, m->flat.padded_numel, ACCEL_F32, root);
     if (st == ACCEL_OK && cst == ACCEL_OK && acc->rank != root) {
-        cst = accel__dev_copy(m->dev, m->weights, host, nbytes, ACCEL__COPY_H2D, NULL);
+        cst = accel__dev_copy(m->dev, buf, host, nbytes, ACCEL__COPY_H2D, NULL);
     }
     if (cst != ACCEL_OK && st == ACCEL_OK) {
-        st = accel__seterr(NULL, cst, "broadcasting the weights: %s", accel_last_error(NULL));
+        st = accel__seterr(NULL, cst, "broadcasting %s: %s", what, accel_last_error(NULL));
     }
     accel__dev_host_free(m->dev, host);
     return st == ACCEL_OK ? st : accel__adopt_thread_error(acc, st);

@@ -232,6 +232,9 @@ void accel__train_force_staging(int on);
 /* The master weights of process `root` to every process (a collective): in place on the host,
  * through a pinned host copy when staged. */
 accel_status accel__model_broadcast_master(accel_model *m, int root);
+/* The same for any flat fp32 buffer of padded_numel elements where the model lives (a join
+ * region's full optimizer state, zero.c); what names it in an error. */
+accel_status accel__model_broadcast_flat(accel_model *m, float *buf, int root, const char *what);
 /* Zeroes every gradient (padding included). */
 accel_status accel__model_zero_grad(accel_model *m);
 /* A device result read back to the host (one small copy). */

@@ -311,13 +311,9 @@ accel_status accel__zero_unshard(accel_model *m)
         return ACCEL_OK;
     }
     accel *acc = m->acc;
-    if (!accel__model_on_host(m)) {
-        /* (Every process has its model on the same kind of device: all refuse alike.) */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_join_begin: ZeRO stage %d with the model in %s memory is not "
-                             "supported yet in a join region (DDP, stage 0, is)",
-                             m->zero_stage, accel__device_name(m->dev));
-    }
+    /* With the model in device memory the same steps run there: the pieces gather in place
+     * on a device communicator, through the reducer's pinned mirror on a host one
+     * (gather_pieces), and stage 3 maps every unit (zero3.c) for the region. */
     size_t nbytes = m->flat.padded_numel * sizeof(float);
     if (m->zero_stage == 3) {
         ACCEL_TRY(accel_model_gather_all(m)); /* the full weights serve as the master */
@@ -390,7 +386,7 @@ accel_status accel__zero_reshard(accel_model *m, int root)
                 continue;
             }
             if (acc->n_ranks > 1 && st == ACCEL_OK) {
-                st = accel__broadcast(acc->comm, *bufs[k], m->flat.padded_numel, ACCEL_F32, root);
+                st = accel__model_broadcast_flat(m, *bufs[k], root, "the optimizer state");
             }
             for (int b = 0; b < m->flat.n_buckets && st == ACCEL_OK; b++) {
                 size_t po, pc;
