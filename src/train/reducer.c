@@ -11,7 +11,9 @@
  * so it overlaps the rest of backward. Host communicators (several processes
  * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
  * memory after that event and back once reduced, on that same stream of their own (ZeRO-2: the
- * padded bucket out, the owned piece back; the other pieces are zeroed on the device).
+ * padded bucket out, the owned piece back; the other pieces are zeroed on the device). With
+ * hybrid sharding the owned piece stays in host memory for the cross-replica all-reduce, whose
+ * hook copies it back (on a stream of its own: the replica communicator has its own thread).
  *
  * Invariants: launches follow bucket order, so every process issues the same collectives in
  * the same order; a bucket's gradients belong to the communication thread from its launch
@@ -103,6 +105,9 @@ static accel_status alloc_stream(accel_model *m)
     if (st == ACCEL_OK && r->staged) {
         st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
     }
+    if (st == ACCEL_OK && r->staged && m->replica_comm != NULL) {
+        st = accel__stream_new(m->dev, &r->cross_stream);
+    }
     for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
         st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
     }
@@ -131,19 +136,11 @@ accel_status accel__reducer_prepare(accel_model *m)
         return accel__seterr(acc, ACCEL_EINVAL, "accel_prepare: ZeRO stage %d is not 0-3",
                              r->zero_stage);
     }
+    /* Stages 1-3 on a device run on either path, hybrid sharding's cross-replica step
+     * included: a communicator that reads device memory (nccl) reduces and gathers the GPU
+     * buffers in place, a host one goes through staging (gradient buckets here, the allgathers
+     * in zero.c and zero3.c). */
     int staged = accel__model_staged(m);
-    if (r->zero_stage >= 1 && acc->n_ranks > 1 && staged && m->replica_comm != NULL) {
-        /* Stages 1-3 on a device run on either path: a communicator that reads device memory
-         * (nccl) reduces and gathers the GPU buffers in place, hybrid sharding's cross-replica
-         * reduction included; a host one goes through staging (gradient buckets here, the
-         * allgathers in zero.c and zero3.c), which has no cross-replica step. */
-        return accel__seterr(acc, ACCEL_EUNSUPPORTED,
-                             "accel_prepare: ZeRO stage %d with the model in %s memory is not "
-                             "supported with hybrid sharding (zero_shard_size) through host "
-                             "staging yet (it is on nccl; without hybrid sharding stages 1-3 "
-                             "run on every backend)",
-                             r->zero_stage, accel__device_name(m->dev));
-    }
     r->n_buckets = m->flat.n_buckets;
     r->buckets = accel__calloc((size_t)r->n_buckets, sizeof(*r->buckets));
     r->frozen = accel__calloc((size_t)m->n_params, sizeof(*r->frozen));
@@ -185,6 +182,7 @@ void accel__reducer_free(accel_model *m)
         (void)accel__reducer_wait(m);
     }
     accel__stream_free(m->dev, r->comm_stream);
+    accel__stream_free(m->dev, r->cross_stream);
     accel__dev_host_free(m->dev, r->host_buf);
     for (int b = 0; r->buckets != NULL && b < r->n_buckets; b++) {
         accel__event_free(m->dev, r->buckets[b].ready_ev);
@@ -215,6 +213,12 @@ static int scatters(const accel_model *m)
     return m->red.zero_stage >= 2 && m->red.comm_dtype == ACCEL_F32;
 }
 
+/* The bucket's reduction has a cross-replica step (post_cross). */
+static int crosses(const accel_model *m)
+{
+    return m->replica_comm != NULL && scatters(m);
+}
+
 /* Before the data moves, when staged: what the collective reads (the bucket's range; for a
  * reduce-scatter the whole padded bucket) to host memory, ordered after the compute stream's
  * work on it. */
@@ -240,12 +244,15 @@ static void bucket_pre(void *arg)
 /* After the data moved, when staged: what it wrote back to the device (after a reduce-scatter
  * the owned piece). At stages 2-3 the other processes' pieces are then zeroed on the device, as
  * release_unowned gives them back on the host. Complete on return, so the gradients are final
- * once the collective is. */
+ * once the collective is. With a cross-replica step this is that step's hook (the
+ * reduce-scatter has none: its piece stays in host memory for the all-reduce), run on the
+ * replica communicator's thread, so on the stream of its own. */
 static void bucket_post(void *arg)
 {
     accel__bucket *bk = arg;
     accel_model *m = bk->model;
     accel__reducer *r = &m->red;
+    accel__stream *s = crosses(m) ? r->cross_stream : r->comm_stream;
     const accel__flat_bucket *fb = &m->flat.buckets[bk->index];
     size_t po = 0, pc = 0;
     if (r->zero_stage >= 2) {
@@ -253,18 +260,16 @@ static void bucket_post(void *arg)
     }
     size_t off = scatters(m) ? po : bk->offset, count = scatters(m) ? pc : bk->count;
     accel_status st = accel__dev_copy(m->dev, m->grad + off, (float *)r->host_buf + off,
-                                      count * sizeof(float), ACCEL__COPY_H2D, r->comm_stream);
+                                      count * sizeof(float), ACCEL__COPY_H2D, s);
     if (st == ACCEL_OK && r->zero_stage >= 2) {
         size_t end = fb->offset + fb->padded;
-        st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset),
-                             r->comm_stream);
+        st = accel__dev_zero(m->dev, accel__grad_span(m, fb->offset, po - fb->offset), s);
         if (st == ACCEL_OK) {
-            st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc),
-                                 r->comm_stream);
+            st = accel__dev_zero(m->dev, accel__grad_span(m, po + pc, end - po - pc), s);
         }
     }
     if (st == ACCEL_OK) {
-        st = accel__stream_sync(m->dev, r->comm_stream);
+        st = accel__stream_sync(m->dev, s);
     }
     hook_status(bk, st);
 }
@@ -285,12 +290,6 @@ static void populate(accel_model *m, int b)
                        "gradient pages are not populated in advance (MADV_POPULATE_WRITE)");
         }
     }
-}
-
-/* The bucket's reduction has a cross-replica step (post_cross). */
-static int crosses(const accel_model *m)
-{
-    return m->replica_comm != NULL && scatters(m);
 }
 
 static accel_status launch_bucket(accel_model *m, int b)
@@ -330,7 +329,7 @@ static accel_status launch_bucket(accel_model *m, int b)
     bk->crossed = !crosses(m);
     if (r->staged) {
         op.pre = bucket_pre;
-        op.post = bucket_post;
+        op.post = crosses(m) ? NULL : bucket_post; /* else the cross-replica step's */
         op.hook_arg = bk;
     }
     bk->hook_st = ACCEL_OK;
@@ -359,13 +358,20 @@ static accel_status launch_bucket(accel_model *m, int b)
 
 /* Hybrid sharding at stages 2-3: after the group's reduce-scatter, the owned piece holds the
  * group's average; averaged across the replicas (the owners of the same piece in every group)
- * it is the average over all processes. Every process posts these in bucket order. */
+ * it is the average over all processes. Every process posts these in bucket order. Staged, the
+ * piece is still in host memory (the reduce-scatter's result) and its hook takes it back to
+ * the device. */
 static accel_status post_cross(accel_model *m, accel__bucket *bk)
 {
     size_t po, pc;
     accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
-    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLREDUCE, m->grad + po, m->grad + po, pc, ACCEL_F32,
-                                 bucket_op(m), 0);
+    float *piece = m->red.staged ? (float *)m->red.host_buf + po : m->grad + po;
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, piece, piece, pc, ACCEL_F32, bucket_op(m), 0);
+    if (m->red.staged) {
+        op.post = bucket_post;
+        op.hook_arg = bk;
+    }
     bk->crossed = 1;
     accel_status st = accel__comm_post(m->replica_comm, &op, NULL, &bk->xwork);
     if (st != ACCEL_OK) {

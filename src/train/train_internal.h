@@ -56,6 +56,9 @@ typedef struct accel__reducer {
     int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter */
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
     accel__stream *comm_stream; /* staged: the hooks' copies; on_device: the collectives */
+    accel__stream *cross_stream; /* staged with hybrid sharding: the copies of the hooks of
+                                  * the cross-replica step, which run on the replica
+                                  * communicator's thread */
     /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
      * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
      * as the collective's hooks, after the bucket's ready_ev. */

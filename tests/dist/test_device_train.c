@@ -14,7 +14,7 @@
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
  * bf16 compressed all-reduces) and with bf16 + hybrid sharding (2 groups of 2 on 4 processes,
- * else groups of one process, replicated: on nccl; refused through staging), ZeRO-3 with fp32,
+ * else groups of one process, replicated: on nccl and through staging), ZeRO-3 with fp32,
  * with bf16 + sync_each_batch and with bf16 + hybrid sharding (a unit per layer, gathered into
  * reserved device memory: nothing mapped between steps; check_stage3_memory bounds what is
  * mapped with units of several granules). Under ZeRO each process's optimizer state is its
@@ -219,16 +219,6 @@ static int run(const run_spec *rs)
     ao.lr = 1e-2;
     accel_optimizer *opt;
     CHECK_OK(acc, accel_adamw_new(acc, m, &ao, &opt));
-    if (!rs->on_cpu && n > 1 && rs->cfg.hybrid && !nccl) {
-        /* Hybrid sharding's cross-replica step reads device memory: not through staging. */
-        CHECK(accel_prepare(acc, m, opt) == ACCEL_EUNSUPPORTED);
-        CHECK_MSG(strstr(accel_last_error(acc), "hybrid sharding"), "%s", accel_last_error(acc));
-        printf("test_device_train: ZeRO stage %d with hybrid sharding refused on %s, as "
-               "documented\n",
-               rs->cfg.zero_stage, accel_backend_name(acc));
-        accel_free(acc);
-        return SKIP_CONFIG;
-    }
     CHECK_OK(acc, accel_prepare(acc, m, opt));
     CHECK(accel_model_num_buckets(m) > 1);
     if (!rs->on_cpu && n > 1) {
