@@ -8,7 +8,8 @@
  * in GPU memory go to a device communicator (nccl) directly: each bucket's all-reduce (at
  * ZeRO-2 its in-place reduce-scatter, the other pieces zeroed once it completed) is posted on
  * the reducer's communication stream after an event recorded on the compute stream at launch,
- * so it overlaps the rest of backward. Host communicators (several processes
+ * so it overlaps the rest of backward (with hybrid sharding the cross-replica all-reduce of the
+ * owned piece follows at once, on a stream of its own). Host communicators (several processes
  * sharing a GPU) get them through staging: the collective's hooks copy a bucket to pinned host
  * memory after that event and back once reduced, on that same stream of their own (ZeRO-2: the
  * padded bucket out, the owned piece back; the other pieces are zeroed on the device). With
@@ -105,11 +106,14 @@ static accel_status alloc_stream(accel_model *m)
     if (st == ACCEL_OK && r->staged) {
         st = accel__dev_host_alloc(m->dev, nbytes, &r->host_buf);
     }
-    if (st == ACCEL_OK && r->staged && m->replica_comm != NULL) {
+    if (st == ACCEL_OK && m->replica_comm != NULL) {
         st = accel__stream_new(m->dev, &r->cross_stream);
     }
     for (int b = 0; b < r->n_buckets && st == ACCEL_OK; b++) {
         st = accel__event_new(m->dev, &r->buckets[b].ready_ev);
+        if (st == ACCEL_OK && r->on_device && m->replica_comm != NULL) {
+            st = accel__event_new(m->dev, &r->buckets[b].cross_ev);
+        }
     }
     if (st != ACCEL_OK) {
         return accel__seterr(NULL, st, "accel_prepare: staging gradients through host memory: %s",
@@ -186,6 +190,7 @@ void accel__reducer_free(accel_model *m)
     accel__dev_host_free(m->dev, r->host_buf);
     for (int b = 0; r->buckets != NULL && b < r->n_buckets; b++) {
         accel__event_free(m->dev, r->buckets[b].ready_ev);
+        accel__event_free(m->dev, r->buckets[b].cross_ev);
         accel__free(r->buckets[b].hook_msg);
     }
     accel__free(r->buckets);
@@ -292,6 +297,33 @@ static void populate(accel_model *m, int b)
     }
 }
 
+/* Hybrid sharding at stages 2-3: after the group's reduce-scatter, the owned piece holds the
+ * group's average; averaged across the replicas (the owners of the same piece in every group)
+ * it is the average over all processes. Every process posts these in bucket order: on nccl
+ * at the launch, on cross_stream (launch_bucket); on a host communicator once the
+ * reduce-scatter completed, and staged the piece is then still in host memory (the
+ * reduce-scatter's result) and its hook takes it back to the device. */
+static accel_status post_cross(accel_model *m, accel__bucket *bk)
+{
+    size_t po, pc;
+    accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
+    float *piece = m->red.staged ? (float *)m->red.host_buf + po : m->grad + po;
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, piece, piece, pc, ACCEL_F32, bucket_op(m), 0);
+    if (m->red.staged) {
+        op.post = bucket_post;
+        op.hook_arg = bk;
+    }
+    bk->crossed = 1;
+    accel__stream *on = m->red.on_device ? m->red.cross_stream : NULL;
+    accel_status st = accel__comm_post(m->replica_comm, &op, on, &bk->xwork);
+    if (st != ACCEL_OK) {
+        bk->xwork = NULL;
+        return accel__adopt_thread_error(m->acc, st);
+    }
+    return ACCEL_OK;
+}
+
 static accel_status launch_bucket(accel_model *m, int b)
 {
     accel__reducer *r = &m->red;
@@ -353,30 +385,19 @@ static accel_status launch_bucket(accel_model *m, int b)
         bk->work = NULL;
         return accel__adopt_thread_error(m->acc, st);
     }
-    return ACCEL_OK;
-}
-
-/* Hybrid sharding at stages 2-3: after the group's reduce-scatter, the owned piece holds the
- * group's average; averaged across the replicas (the owners of the same piece in every group)
- * it is the average over all processes. Every process posts these in bucket order. Staged, the
- * piece is still in host memory (the reduce-scatter's result) and its hook takes it back to
- * the device. */
-static accel_status post_cross(accel_model *m, accel__bucket *bk)
-{
-    size_t po, pc;
-    accel__flat_piece(&m->flat, bk->index, m->rank, &po, &pc);
-    float *piece = m->red.staged ? (float *)m->red.host_buf + po : m->grad + po;
-    accel__coll op =
-        ACCEL__COLL(ACCEL__COLL_ALLREDUCE, piece, piece, pc, ACCEL_F32, bucket_op(m), 0);
-    if (m->red.staged) {
-        op.post = bucket_post;
-        op.hook_arg = bk;
-    }
-    bk->crossed = 1;
-    accel_status st = accel__comm_post(m->replica_comm, &op, NULL, &bk->xwork);
-    if (st != ACCEL_OK) {
-        bk->xwork = NULL;
-        return accel__adopt_thread_error(m->acc, st);
+    if (r->on_device && crosses(m)) {
+        /* On nccl the cross-replica step goes right behind the reduce-scatter, ordered on the
+         * GPU: every process submits RS(b), X(b), RS(b + 1), ... in the same order (NCCL's
+         * rule for several communicators), and on a stream of its own neither the compute
+         * stream nor the next bucket's reduce-scatter waits for the replicas. */
+        st = accel__event_record(m->dev, bk->cross_ev, r->comm_stream);
+        if (st == ACCEL_OK) {
+            st = accel__stream_wait_event(m->dev, r->cross_stream, bk->cross_ev);
+        }
+        if (st != ACCEL_OK) {
+            return accel__adopt_thread_error(m->acc, st);
+        }
+        return post_cross(m, bk);
     }
     return ACCEL_OK;
 }

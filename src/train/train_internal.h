@@ -34,10 +34,13 @@ typedef struct accel__bucket {
     int pending;          /* parameters not yet ready in the current backward */
     accel_work *work;     /* in-flight collective, NULL when none */
     accel_work *xwork;    /* hybrid ZeRO-2/3: the owned piece's all-reduce across the replicas,
-                             posted once work is complete; NULL when none */
+                             posted once work is complete (on nccl: right behind it, ordered
+                             by cross_ev); NULL when none */
     int crossed;          /*   posted (or not needed) for the current backward */
     double launch_time, done_time;
     accel__event *ready_ev; /* on the GPU: recorded on the compute stream when launched */
+    accel__event *cross_ev; /* on_device, hybrid: recorded on comm_stream after the
+                               reduce-scatter; cross_stream waits for it */
     accel_status hook_st;   /* first failure of its hooks (communication thread), or OK; */
     char *hook_msg;         /*   reported by the wait with this message */
 } accel__bucket;
@@ -56,9 +59,9 @@ typedef struct accel__reducer {
     int zero_stage;             /* strategy: 0/1 all-reduce, 2/3 reduce-scatter */
     accel_dtype comm_dtype;     /* ACCEL_F32, or ACCEL_BF16 / ACCEL_F16: the wire dtype */
     accel__stream *comm_stream; /* staged: the hooks' copies; on_device: the collectives */
-    accel__stream *cross_stream; /* staged with hybrid sharding: the copies of the hooks of
-                                  * the cross-replica step, which run on the replica
-                                  * communicator's thread */
+    accel__stream *cross_stream; /* hybrid sharding: the cross-replica all-reduces on nccl;
+                                  * staged, the copies of their hooks, which run on the
+                                  * replica communicator's thread */
     /* Staging (gradients in GPU memory, a communicator that reads host memory only): each
      * bucket goes device -> host_buf -> collective -> device on comm_stream, the copies run
      * as the collective's hooks, after the bucket's ready_ev. */
