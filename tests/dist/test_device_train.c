@@ -25,10 +25,11 @@
  * device. Bit for bit holds because both sides reduce in rank order in fp32 (shm, staging, the
  * emulated NCCL of the cuemu build) and every kernel is element-wise or reduces in a fixed order; a
  * real NCCL sums more than two processes in ring order, so there the test skips (77, saying so).
- * Also: load_model into a device model and a sharded save_model from it; a join region (uneven
- * inputs); the refusals of ZeRO in a join region on the device and (CUDA emulator) of stage 3
- * on a GPU without virtual memory management. The sim's page
- * protection makes any host read of device memory crash. Exits 77 where the accelerator has no
+ * Also: load_model into a device model and a sharded save_model from it; join regions (uneven
+ * inputs) at stages 0-3 (stage 3 with hybrid sharding too: the region runs as DDP, the shards
+ * gathered and taken again in device memory); (CUDA emulator) the refusal of stage 3 on a GPU
+ * without virtual memory management. The sim's page protection makes any host read of device
+ * memory crash. Exits 77 where the accelerator has no
  * device (no GPU, ACCEL_SIM_GPU unset).
  */
 #include <dirent.h>
