@@ -13,12 +13,12 @@
  * the shards' sums of squares all-reduced), clip_grad_value, AdamW. Configurations: DDP with
  * fp16 (the last process's gradient is inf at one step: every process skips it), ZeRO-1 with
  * fp32 and bf16, ZeRO-2 with fp32, with fp16, with bf16 + sync_each_batch (with and without
- * bf16 compressed all-reduces) and with bf16 + hybrid sharding (2 groups of 2 on 4 processes,
- * else groups of one process, replicated: on nccl and through staging), ZeRO-3 with fp32,
- * with bf16 + sync_each_batch and with bf16 + hybrid sharding (a unit per layer, gathered into
- * reserved device memory: nothing mapped between steps; check_stage3_memory bounds what is
- * mapped with units of several granules). Under ZeRO each process's optimizer state is its
- * shard (device memory).
+ * bf16 compressed all-reduces), ZeRO-3 with fp32 and with bf16 + sync_each_batch (a unit per
+ * layer, gathered into reserved device memory: nothing mapped between steps;
+ * check_stage3_memory bounds what is mapped with units of several granules), and hybrid
+ * sharding (2 groups of 2 on 4 processes, else groups of one process, replicated; on nccl and
+ * through staging) at ZeRO-1 and ZeRO-2 with bf16, ZeRO-2 with fp16 + sync_each_batch and
+ * ZeRO-3 with bf16. Under ZeRO each process's optimizer state is its shard (device memory).
  * For each, save_state from device memory (at a step and inside the accumulation window)
  * resumed on the CPU, and the CPU's resumed on the device, continue bit-identically to the
  * uninterrupted runs, and the states' and save_model's tensor files are the same bytes from either
@@ -691,7 +691,9 @@ int main(void)
         {2, ACCEL_PRECISION_FP16, 0, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
         {2, ACCEL_PRECISION_BF16, 1, 0, ACCEL_BF16, 0},
-        {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid sharding */
+        {1, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* hybrid sharding */
+        {2, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1},
+        {2, ACCEL_PRECISION_FP16, 1, 0, ACCEL_F32, 1},
         {3, ACCEL_PRECISION_NO, 0, 0, ACCEL_F32, 0},   /* ZeRO-3: units gathered, mapped */
         {3, ACCEL_PRECISION_BF16, 1, 0, ACCEL_F32, 0},
         {3, ACCEL_PRECISION_BF16, 0, 0, ACCEL_F32, 1}, /* HYBRID_SHARD */
