@@ -1,6 +1,6 @@
 /*
  * Self-test of the emulated cuBLASLt / cuBLAS (cublas.c, cublas_matmul.c), in the CUDA
- * emulator build only: products set up as src/nn/cuda/linear_gpu.c sets them up (descriptor,
+ * emulator build only: products set up as src/nn/cuda/lt_gpu.c sets them up (descriptor,
  * layouts, preference with the pointers' alignment, heuristic, matmul), and legacy
  * cublasGemmEx as bench/cuda_step.cu calls it, against a naive triple loop in double: every
  * transpose pair, fp32 / bf16 / fp16, leading dimensions larger than the rows, alpha / beta,
@@ -258,7 +258,7 @@ typedef struct operands {
     size_t workspace_nbytes;
 } operands;
 
-/* The cuBLASLt calls of linear_gpu.c's lt_run, with c's mistake made; the first failure. */
+/* The cuBLASLt calls of lt_gpu.c's lt_run, with c's mistake made; the first failure. */
 static cublasStatus_t lt_product(const tcase *c, const operands *o)
 {
     ep_use u = uses(c->epilogue);
@@ -577,7 +577,7 @@ static void test_products(void)
             }
         }
     }
-    /* The epilogues accel uses (linear_gpu.c), and the bias-gradient ones of the contract. */
+    /* The epilogues accel uses (lt_gpu.c), and the bias-gradient ones of the contract. */
     static const struct {
         uint32_t ep;
         const char *name;

@@ -495,7 +495,7 @@ cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const flo
 
 } /* extern "C" */
 
-/* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
+/* ---- the fused MLP's 2-byte fallback (lt_gpu.c's epilogue_kernels_half) ---- */
 
 __global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
                                  void *h, int dt)

@@ -232,7 +232,7 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write,
                       cudaError_t *err);
-/* The fused MLP's fallback where cuBLASLt has no 2-byte GELU epilogue (linear_gpu.c), dt 1
+/* The fused MLP's fallback where cuBLASLt has no 2-byte GELU epilogue (lt_gpu.c), dt 1
  * bf16 / 2 fp16 for every 2-byte array. From the fp32 product t (n values, columns of m):
  * z = t + bias[i % m] (bias 2-byte, or NULL), aux = rnd(z), h = rnd(gelu_tanh(z)). */
 cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
