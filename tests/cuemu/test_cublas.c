@@ -201,7 +201,8 @@ enum {
     BAD_BIAS_TYPE,
     BAD_COUNT,
     BAD_WORKSPACE,
-    BAD_OBJECT
+    BAD_OBJECT,
+    BAD_BGRAD_TRANS /* BGRADA with op(A) = T, BGRADB with op(B) = N */
 };
 
 typedef struct tcase {
@@ -591,6 +592,12 @@ static void test_products(void)
     for (size_t e = 0; e < sizeof eps / sizeof eps[0]; e++) {
         for (int t = 0; t < 3; t++) {
             for (int tr = 0; tr < 4; tr++) {
+                /* BGRADA only with op(A) = N, BGRADB only with op(B) = T (the others are
+                 * refused: test_mistakes). */
+                if ((eps[e].ep == CUBLASLT_EPILOGUE_BGRADA && (tr & 1)) ||
+                    (eps[e].ep == CUBLASLT_EPILOGUE_BGRADB && !(tr >> 1))) {
+                    continue;
+                }
                 tcase c = {names[0],
                            tr & 1,
                            tr >> 1,
@@ -668,13 +675,21 @@ static void test_mistakes(void)
         {BAD_COUNT, 0, CUBLAS_STATUS_INVALID_VALUE, "requested 0"},
         {BAD_WORKSPACE, 0, CUBLAS_STATUS_INVALID_VALUE, "workspace"},
         {BAD_OBJECT, 0, CUBLAS_STATUS_INVALID_VALUE, "not a live one"},
+        {BAD_NO_BIAS, CUBLASLT_EPILOGUE_BGRADB, CUBLAS_STATUS_INVALID_VALUE, "bias gradient"},
+        {BAD_BIAS_TYPE, CUBLASLT_EPILOGUE_BGRADA, CUBLAS_STATUS_INVALID_VALUE, "bias data type"},
+        {BAD_BGRAD_TRANS, CUBLASLT_EPILOGUE_BGRADA, CUBLAS_STATUS_NOT_SUPPORTED,
+         "BGRADA with op(A) = T"},
+        {BAD_BGRAD_TRANS, CUBLASLT_EPILOGUE_BGRADB, CUBLAS_STATUS_NOT_SUPPORTED,
+         "BGRADB with op(B) = N"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "mistake %zu (\"%s\")", i, cases[i].says);
+        /* ta 0, tb 1 but where the mistake is a transpose the epilogue refuses. */
+        int bad_trans = cases[i].bad == BAD_BGRAD_TRANS;
         tcase c = {name,
-                   0,
-                   1,
+                   bad_trans && cases[i].ep == CUBLASLT_EPILOGUE_BGRADA,
+                   !(bad_trans && cases[i].ep == CUBLASLT_EPILOGUE_BGRADB),
                    5,
                    4,
                    3,
