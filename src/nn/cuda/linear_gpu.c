@@ -97,6 +97,37 @@ static int use_dgelu_kernel(void)
     return dgelu_kernel;
 }
 
+/* How a linear's bias gradient is summed (ACCEL_NN_BGRAD, read once; the test hook
+ * accel__nn_cu_bgrad_epilogue): 0 (the default) by the column-sum kernel over the 2-byte dY
+ * (fp32 dY without autocast), a pass of its own; 1 by cuBLASLt's BGRADA / BGRADB epilogue in
+ * the weight-gradient product, which reads dY anyway (dY is its A in the [in, out] layout,
+ * its B, transposed, in [out, in]), into scratch in D's type and then added to the gradient.
+ * Either way the sum of dY as the products read it, in fp32, rounded to the dtype under
+ * autocast, then added; only the order of the fp32 sum differs. Where cuBLASLt offers no
+ * algorithm with the epilogue the column-sum kernel makes the same scratch (said once). */
+static int bgrad_epilogue = 0;
+static pthread_once_t bgrad_once = PTHREAD_ONCE_INIT;
+
+static void bgrad_read_env(void)
+{
+    long long v;
+    if (accel__env_int("ACCEL_NN_BGRAD", &v) == ACCEL_OK) {
+        bgrad_epilogue = v != 0;
+    }
+}
+
+void accel__nn_cu_bgrad_epilogue(int on)
+{
+    pthread_once(&bgrad_once, bgrad_read_env);
+    bgrad_epilogue = on;
+}
+
+static int use_bgrad_epilogue(void)
+{
+    pthread_once(&bgrad_once, bgrad_read_env);
+    return bgrad_epilogue;
+}
+
 /* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
  * node's output gradient) and the first bias's gradient into an arena buffer the first node
  * then adds. p: the input-gradient product, D unset. */
@@ -212,6 +243,16 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     /* Fetched after gx was written, so x == w (however odd) adds rather than overwrites. */
     int fw;
     float *gw = in * out > 0 ? accel__nn_grad_w(g, w, &fw) : NULL;
+    /* The bias gradient from the weight-gradient product's epilogue (ACCEL_NN_BGRAD=1), where
+     * that product runs and the bias was not summed by the fused MLP: into db, D's type. */
+    void *db = NULL;
+    if (gw != NULL && M > 0 && b != NULL && b->requires_grad && out > 0 && n->p[2] == NULL &&
+        !half_gy && use_bgrad_epilogue()) {
+        db = accel__nn_dtmp_alloc(g, (size_t)out * (rnd ? 2 : sizeof(float)));
+        if (db == NULL) {
+            return;
+        }
+    }
     if (gw != NULL) {
         lt_mm p;
         if (in_out) { /* dW [in, out] = X^T dY: column-major out x in = dY X^T */
@@ -222,6 +263,10 @@ static void linear_backward(nn_ctx *g, nn_node *n)
             lt_mm q = {0,    1,  in,   out, M,    xd,          in,   gyd,  out,
                        NULL, in, 0.0f, ty,  NULL, LT_ACT_NONE, NULL, NULL, CUDA_R_32F};
             p = q;
+        }
+        if (db != NULL) { /* the sums over the product's k (the M rows) of dY, A or B */
+            p.act = in_out ? LT_ACT_BGRADA : LT_ACT_BGRADB;
+            p.dbias = db;
         }
         if (M == 0) {
             if (fw) {
@@ -234,6 +279,13 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         }
     }
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
+    if (gb != NULL && db != NULL) { /* summed by the epilogue, rounded under autocast */
+        accel__nn_cu_ok(g,
+                        rnd ? nn_cu_acc_half(nn__cu_stream(g), gb, db, out, rnd, 0)
+                            : nn_cu_acc(nn__cu_stream(g), gb, db, out, 0, 0),
+                        what);
+        return;
+    }
     if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
         /* Under autocast the epilogue stored the sum already rounded, in 2 bytes. */
         accel__nn_cu_ok(g,

@@ -18,6 +18,9 @@ static cublasLtEpilogue_t epilogue_of(const lt_mm *p)
     if (p->act == LT_ACT_DGELU) {
         return p->dbias != NULL ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     }
+    if (p->act == LT_ACT_BGRADA || p->act == LT_ACT_BGRADB) {
+        return p->act == LT_ACT_BGRADA ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BGRADB;
+    }
     return CUBLASLT_EPILOGUE_BIAS;
 }
 
@@ -32,6 +35,10 @@ static const char *epilogue_name(cublasLtEpilogue_t ep)
         return "DGELU_BGRAD";
     case CUBLASLT_EPILOGUE_DGELU:
         return "DGELU";
+    case CUBLASLT_EPILOGUE_BGRADA:
+        return "BGRADA";
+    case CUBLASLT_EPILOGUE_BGRADB:
+        return "BGRADB";
     default:
         return "BIAS";
     }
@@ -54,9 +61,11 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
     }
     if (st == CUBLAS_STATUS_SUCCESS && with_epilogue) {
         cublasLtEpilogue_t ep = epilogue_of(p);
-        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD) in
-         * the type of D: cuBLASLt's rule outside integer and fp8 kernels. */
-        const void *bias = p->act == LT_ACT_DGELU ? (const void *)p->dbias : p->bias;
+        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD,
+         * BGRADA / BGRADB) in the type of D: cuBLASLt's rule outside integer and fp8
+         * kernels. */
+        const void *bias =
+            p->act != LT_ACT_NONE && p->act != LT_ACT_GELU ? (const void *)p->dbias : p->bias;
         int32_t bias_type = p->d_type;
         st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
         if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
@@ -70,7 +79,7 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
         /* The GELU input: written by GELU_AUX*, read by DGELU*, in D's type (the default
          * aux type; another is allowed only with an fp8 D), leading dimension m (a multiple
          * of 8: the caller checks). */
-        if (st == CUBLAS_STATUS_SUCCESS && p->act != LT_ACT_NONE) {
+        if (st == CUBLAS_STATUS_SUCCESS && (p->act == LT_ACT_GELU || p->act == LT_ACT_DGELU)) {
             int64_t ld_aux = p->m;
             st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                 &p->aux, sizeof(p->aux));
@@ -147,10 +156,11 @@ static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
 static void note_fallback(cublasLtEpilogue_t ep, const lt_mm *p, cublasStatus_t st,
                           const char *instead)
 {
-    static int said[4];
+    static int said[5];
     int k = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX ? 1
             : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD                                     ? 2
             : ep == CUBLASLT_EPILOGUE_DGELU                                           ? 3
+            : ep == CUBLASLT_EPILOGUE_BGRADA || ep == CUBLASLT_EPILOGUE_BGRADB        ? 4
                                                                                       : 0;
     if (k > 0 && !said[k]) {
         said[k] = 1;
@@ -193,12 +203,45 @@ static int epilogue_kernels_half(nn_ctx *g, const lt_mm *p, float *t, const char
            accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
 }
 
+/* What BGRADA / BGRADB do, beside the plain product: the sums over k of the operand that
+ * holds the bias's rows (A not transposed, m x k; B transposed, n x k; packed, so each is
+ * also the row-major [k, count]), by the column-sum kernel, from the operand's values as they
+ * are (2-byte under autocast) in fp32, rounded once to D's type: the epilogue's definition,
+ * in the kernel's order. */
+static int bgrad_kernels(nn_ctx *g, const lt_mm *p, const char *what)
+{
+    int a = p->act == LT_ACT_BGRADA;
+    const void *src = a ? p->A : p->B;
+    int64_t count = a ? p->m : p->n, ld = a ? p->lda : p->ldb;
+    if ((a ? p->ta : !p->tb) || ld != count) {
+        accel__nn_fail(g, ACCEL_ESTATE, "%s: a bias gradient from a transposed or padded operand",
+                       what);
+        return 0;
+    }
+    cudaStream_t cs = nn__cu_stream(g);
+    int src_dt = p->in_type == CUDA_R_32F ? 0 : rnd_of(p->in_type);
+    float *part = NULL;
+    if (p->d_type == CUDA_R_32F) {
+        return accel__nn_cu_sum_parts(g, p->k, count, 1, &part) &&
+               accel__nn_cu_ok(g, nn_cu_col_sum(cs, src, src_dt, p->k, count, p->dbias, 1, 0, part),
+                               what);
+    }
+    float *sum = accel__nn_dtmp_alloc(g, (size_t)count * sizeof(float));
+    return sum != NULL && accel__nn_cu_sum_parts(g, p->k, count, 1, &part) &&
+           accel__nn_cu_ok(g, nn_cu_col_sum(cs, src, src_dt, p->k, count, sum, 1, 0, part), what) &&
+           accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, count, rnd_of(p->d_type)), what);
+}
+
 /* What an epilogue does, after a plain product in D: the bias, GELU (keeping its input in
- * aux) or GELU's derivative (and the bias gradient). 0 and the ctx error on failure. */
+ * aux), GELU's derivative (and the bias gradient) or a bias gradient from an operand. 0 and
+ * the ctx error on failure. */
 static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
 {
     cudaStream_t cs = nn__cu_stream(g);
     int64_t n = p->m * p->n;
+    if (p->act == LT_ACT_BGRADA || p->act == LT_ACT_BGRADB) {
+        return bgrad_kernels(g, p, what);
+    }
     if (p->act == LT_ACT_NONE) {
         /* The bias adds to every column of the column-major D (m x n, ldd == m here). */
         return p->bias == NULL ||
@@ -276,8 +319,10 @@ int accel__nn_lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
             return 1;
         }
         int half_bgrad = p->act == LT_ACT_DGELU && p->dbias != NULL && p->d_type != CUDA_R_32F;
+        int op_bgrad = p->act == LT_ACT_BGRADA || p->act == LT_ACT_BGRADB;
         note_fallback(epilogue_of(p), p, st,
                       half_bgrad ? "DGELU and a bias-gradient kernel"
+                      : op_bgrad ? "a plain product and the column-sum kernel"
                                  : "a plain product and GELU kernels");
         int r = half_bgrad ? dgelu_then_sum(g, p, what) : -1;
         if (r >= 0) {
@@ -285,8 +330,10 @@ int accel__nn_lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
         }
     }
     lt_mm q = *p;
-    /* A plain product stores a 2-byte D itself (the gradient products under autocast). */
-    int half_epilogue = p->d_type != CUDA_R_32F && p->act != LT_ACT_NONE;
+    /* A plain product stores a 2-byte D itself (the gradient products under autocast, also
+     * with a bias gradient from an operand, which does not touch D). */
+    int half_epilogue =
+        p->d_type != CUDA_R_32F && (p->act == LT_ACT_GELU || p->act == LT_ACT_DGELU);
     if (half_epilogue) {
         /* A 2-byte GELU epilogue's fallback: the product in fp32 (GELU and its derivative
          * read it unrounded), in the arena in forward (ops take no scratch marks there), in

@@ -26,7 +26,11 @@ typedef struct lt_mm {
     /* A GELU epilogue (linear_gelu_linear): LT_ACT_GELU D = gelu(product + bias) with aux =
      * the product + bias; LT_ACT_DGELU D = product * gelu'(aux), and with dbias the column
      * sums of D (before D is rounded to its type) into m values. aux: m x n, column-major with
-     * leading dimension m; aux and dbias of d_type, as cuBLASLt requires. */
+     * leading dimension m; aux and dbias of d_type, as cuBLASLt requires. Or a bias gradient
+     * from an operand (a linear's weight-gradient product, which reads dY): LT_ACT_BGRADA
+     * dbias = the m sums over k of A (not transposed, lda m), LT_ACT_BGRADB the n sums over k
+     * of B (transposed, ldb n), in fp32 from the operand's values, stored (not added) in
+     * d_type; D is the plain product. */
     int act;
     void *aux;
     void *dbias;
@@ -35,7 +39,7 @@ typedef struct lt_mm {
     cudaDataType_t d_type;
 } lt_mm;
 
-enum { LT_ACT_NONE = 0, LT_ACT_GELU, LT_ACT_DGELU };
+enum { LT_ACT_NONE = 0, LT_ACT_GELU, LT_ACT_DGELU, LT_ACT_BGRADA, LT_ACT_BGRADB };
 
 /* The largest power of two up to 256 that divides the address (cuBLASLt's alignment unit). */
 static inline uint32_t lt_alignment_of(const void *p)
