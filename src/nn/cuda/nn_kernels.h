@@ -42,7 +42,9 @@ cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t 
  * in a fixed order: the rows in chunks of 512 (more where rows / 512 exceeds 65535), within a
  * chunk 32 interleaved partial sums (row r goes to r % 32) added in order, then the chunks'
  * sums in order. part: nn_cu_col_sum_part_count(rows, cols) floats of scratch (may be NULL
- * when that is 0: up to 512 rows, one pass straight into dst). */
+ * when that is 0: up to 512 rows, one pass straight into dst). Where src is 16-byte aligned
+ * and a row a whole number of 16-byte vectors, each thread reads a vector a row (the same
+ * order, the same bits). */
 cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t rows, int64_t cols,
                           float *dst, int write, int rnd, float *part);
 int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
