@@ -13,10 +13,11 @@
 #             same machine, same call, so the ratios are the changes' ("bench" is this build)
 #   peers     bench/peers/run.sh: ours vs PyTorch eager and torch.compile in one run
 #   variants  ours with the warp attention kernels (WARP=0 skips), with cuBLASLt's DGELU_BGRAD
-#             epilogue for the MLP's hidden gradient (DGELU=0 skips), without the attention's
-#             register fast path (FAST=0 skips), with the head's chunks of each row count in
-#             CE_CHUNKS (default none), ZeRO stage 3 vs 0 at B = 8 (ZERO_STAGES=""
-#             skips), bench/cuda_attn
+#             epilogue for the MLP's hidden gradient (DGELU=0 skips), with the linears' bias
+#             gradients by cuBLASLt's BGRADA / BGRADB epilogue (BGRAD=0 skips), without the
+#             attention's register fast path (FAST=0 skips), with the head's chunks of each
+#             row count in CE_CHUNKS (default none), ZeRO stage 3 vs 0 at B = 8
+#             (ZERO_STAGES="" skips), bench/cuda_attn
 #   ncu       Nsight Compute's duration of every kernel of one step, summed per kernel
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
 #   cuda_all  bench/cuda_all.sh's table
@@ -95,6 +96,10 @@ part_variants() {
         if [ "${DGELU:-1}" != 0 ]; then
             stamp "ours, the MLP's hidden gradient by cuBLASLt's DGELU_BGRAD (ACCEL_NN_DGELU=epilogue), B = $b"
             ACCEL_NN_DGELU=epilogue timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+        fi
+        if [ "${BGRAD:-1}" != 0 ]; then
+            stamp "ours, the linears' bias gradients by cuBLASLt's BGRADA / BGRADB epilogue (ACCEL_NN_BGRAD=1), B = $b"
+            ACCEL_NN_BGRAD=1 timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
         fi
         if [ "${FAST:-1}" != 0 ]; then
             stamp "ours, attention without the register fast path (ACCEL_NN_ATTN_FAST=0), B = $b"

@@ -113,6 +113,11 @@ static const accel__env_var env_table[] = {
      "through shared memory; backward: P and dS through an fp32 shared scratch, expf), for A/B "
      "timing or as a fallback; 1: the register paths wherever the GPU's WMMA fragment layout "
      "allows them (checked at run time); read at the first attention forward"},
+    {"ACCEL_NN_BGRAD", ACCEL__ENV_INT, "0",
+     "nn on CUDA: how a linear's bias gradient is summed, 0 by a column-sum kernel over dY (a "
+     "pass of its own) | 1 by cuBLASLt's BGRADA / BGRADB epilogue in the weight-gradient "
+     "product, which reads dY anyway (A/B timing; the column-sum kernel where cuBLASLt has no "
+     "such algorithm); read at the first linear backward"},
     {"ACCEL_NN_CE_CHUNK_ROWS", ACCEL__ENV_INT, "0",
      "nn_linear_cross_entropy (the GPT's head and loss): rows of logits per chunk; 0: as many "
      "as keep a chunk's fp32 logits within 256 MiB (tests set a few rows to exercise chunks); "

@@ -128,7 +128,9 @@ static unsigned epilogue_parts(uint32_t ep, cublasStatus_t *st)
     case CUBLASLT_EPILOGUE_DGELU_BGRAD:
         return EP_DGELU | EP_BGRAD;
     /* BGRADA: "The bias size corresponds to the number of rows of the matrix D. The
-     * reduction happens over the GEMM's "k" dimension."; BGRADB: the same with "columns". */
+     * reduction happens over the GEMM's "k" dimension."; BGRADB: the same with "columns".
+     * The sums of op(A)'s rows / op(B)'s columns as stored (not scaled by alpha), in fp32,
+     * rounded once to the bias type; only some transposes (check_epilogue). */
     case CUBLASLT_EPILOGUE_BGRADA:
         return EP_BGRADA;
     case CUBLASLT_EPILOGUE_BGRADB:
@@ -301,6 +303,23 @@ static cublasStatus_t check_epilogue(const cuemu_gemm *g, unsigned parts)
         return cuemu_blas_fail(CUBLAS_STATUS_INVALID_VALUE, g->fn,
                                "bias data type %d differs from D's type %s", (int)g->bias_type,
                                type_name(g->d_type));
+    }
+    /* BGRADA / BGRADB sum the operand as it is stored along k: cuBLASLt (12.x and 13.x, on
+     * sm_80 and sm_90) offers BGRADA only with op(A) = N and BGRADB only with op(B) = T, and
+     * refuses the other transposes with CUBLAS_STATUS_NOT_SUPPORTED in the heuristic and the
+     * matmul alike. The header's text does not say so; it is the library's behaviour (a probe
+     * of both transposes of each on a GPU; Transformer Engine's weight-gradient products ask
+     * for BGRADB with B = dY transposed). Refused here the same way, so that a layout the
+     * real library has no algorithm for takes accel's fallback in the emulator too. */
+    if ((parts & EP_BGRADA) && g->ta) {
+        return cuemu_blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, g->fn,
+                               "epilogue BGRADA with op(A) = T: cuBLASLt offers it only with "
+                               "A not transposed");
+    }
+    if ((parts & EP_BGRADB) && !g->tb) {
+        return cuemu_blas_fail(CUBLAS_STATUS_NOT_SUPPORTED, g->fn,
+                               "epilogue BGRADB with op(B) = N: cuBLASLt offers it only with "
+                               "B transposed");
     }
     if (parts & (EP_AUX_OUT | EP_DGELU)) {
         /* EPILOGUE_AUX_LD: "GELU input matrix leading dimension in elements ... Must be

@@ -1,6 +1,6 @@
 /*
  * Self-test of the emulated cuBLASLt / cuBLAS (cublas.c, cublas_matmul.c), in the CUDA
- * emulator build only: products set up as src/nn/cuda/linear_gpu.c sets them up (descriptor,
+ * emulator build only: products set up as src/nn/cuda/lt_gpu.c sets them up (descriptor,
  * layouts, preference with the pointers' alignment, heuristic, matmul), and legacy
  * cublasGemmEx as bench/cuda_step.cu calls it, against a naive triple loop in double: every
  * transpose pair, fp32 / bf16 / fp16, leading dimensions larger than the rows, alpha / beta,
@@ -201,7 +201,8 @@ enum {
     BAD_BIAS_TYPE,
     BAD_COUNT,
     BAD_WORKSPACE,
-    BAD_OBJECT
+    BAD_OBJECT,
+    BAD_BGRAD_TRANS /* BGRADA with op(A) = T, BGRADB with op(B) = N */
 };
 
 typedef struct tcase {
@@ -258,7 +259,7 @@ typedef struct operands {
     size_t workspace_nbytes;
 } operands;
 
-/* The cuBLASLt calls of linear_gpu.c's lt_run, with c's mistake made; the first failure. */
+/* The cuBLASLt calls of lt_gpu.c's lt_run, with c's mistake made; the first failure. */
 static cublasStatus_t lt_product(const tcase *c, const operands *o)
 {
     ep_use u = uses(c->epilogue);
@@ -577,7 +578,7 @@ static void test_products(void)
             }
         }
     }
-    /* The epilogues accel uses (linear_gpu.c), and the bias-gradient ones of the contract. */
+    /* The epilogues accel uses (lt_gpu.c), and the bias-gradient ones of the contract. */
     static const struct {
         uint32_t ep;
         const char *name;
@@ -591,6 +592,12 @@ static void test_products(void)
     for (size_t e = 0; e < sizeof eps / sizeof eps[0]; e++) {
         for (int t = 0; t < 3; t++) {
             for (int tr = 0; tr < 4; tr++) {
+                /* BGRADA only with op(A) = N, BGRADB only with op(B) = T (the others are
+                 * refused: test_mistakes). */
+                if ((eps[e].ep == CUBLASLT_EPILOGUE_BGRADA && (tr & 1)) ||
+                    (eps[e].ep == CUBLASLT_EPILOGUE_BGRADB && !(tr >> 1))) {
+                    continue;
+                }
                 tcase c = {names[0],
                            tr & 1,
                            tr >> 1,
@@ -668,13 +675,21 @@ static void test_mistakes(void)
         {BAD_COUNT, 0, CUBLAS_STATUS_INVALID_VALUE, "requested 0"},
         {BAD_WORKSPACE, 0, CUBLAS_STATUS_INVALID_VALUE, "workspace"},
         {BAD_OBJECT, 0, CUBLAS_STATUS_INVALID_VALUE, "not a live one"},
+        {BAD_NO_BIAS, CUBLASLT_EPILOGUE_BGRADB, CUBLAS_STATUS_INVALID_VALUE, "bias gradient"},
+        {BAD_BIAS_TYPE, CUBLASLT_EPILOGUE_BGRADA, CUBLAS_STATUS_INVALID_VALUE, "bias data type"},
+        {BAD_BGRAD_TRANS, CUBLASLT_EPILOGUE_BGRADA, CUBLAS_STATUS_NOT_SUPPORTED,
+         "BGRADA with op(A) = T"},
+        {BAD_BGRAD_TRANS, CUBLASLT_EPILOGUE_BGRADB, CUBLAS_STATUS_NOT_SUPPORTED,
+         "BGRADB with op(B) = N"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[64];
         snprintf(name, sizeof name, "mistake %zu (\"%s\")", i, cases[i].says);
+        /* ta 0, tb 1 but where the mistake is a transpose the epilogue refuses. */
+        int bad_trans = cases[i].bad == BAD_BGRAD_TRANS;
         tcase c = {name,
-                   0,
-                   1,
+                   bad_trans && cases[i].ep == CUBLASLT_EPILOGUE_BGRADA,
+                   !(bad_trans && cases[i].ep == CUBLASLT_EPILOGUE_BGRADB),
                    5,
                    4,
                    3,

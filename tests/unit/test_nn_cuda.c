@@ -10,7 +10,9 @@
  *    approximations within a few ulp); LayerNorm gradients 1e-4 (each element is a difference
  *    of row sums, which cancellation amplifies); the composed mini GPT 1e-4;
  *  - bf16 autocast (linear): 1e-2 (both sides round the same operands, but a product's
- *    rounding to bf16 can fall either side of a tie on the other device's sum);
+ *    rounding to bf16 can fall either side of a tie on the other device's sum); the same
+ *    with the bias gradient summed by cuBLASLt's BGRADA / BGRADB epilogue (ACCEL_NN_BGRAD=1)
+ *    and by its fallback, and for a linear used twice (the bias gradient accumulates);
  *  - nn_linear_gelu_linear, fused by cuBLASLt's GELU_AUX_BIAS / DGELU_BGRAD epilogues: 1e-2 in
  *    fp32 (cuBLASLt's tanh GELU and its derivative are its own approximations, not the CPU's
  *    formula) and 2e-2 under bf16 autocast (the hidden gradient is not rounded before GELU's
@@ -80,6 +82,15 @@ static nn_tensor *f_linear(nn_ctx *g, nn_tensor **in, const void *arg)
 {
     const lin_arg *a = arg;
     return nn_linear(g, in[0], in[1], a->bias ? in[2] : NULL, a->layout);
+}
+
+/* The same linear twice, added: every gradient (the bias's too) takes two contributions. */
+static nn_tensor *f_linear_twice(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    const lin_arg *a = arg;
+    nn_tensor *b = a->bias ? in[2] : NULL;
+    return nn_add(g, nn_linear(g, in[0], in[1], b, a->layout),
+                  nn_linear(g, in[0], in[1], b, a->layout));
 }
 
 typedef struct ce_arg {
@@ -205,6 +216,26 @@ static void test_layernorm(void)
                1e-5, 1e-4);
 }
 
+#ifdef ACCEL_HAVE_CUDA
+void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h: 2 all, 1 no DGELU_BGRAD, 0 none */
+void accel__nn_cu_dgelu_kernel(int on);    /* gpu_internal.h: 1 kernel (default), 0 epilogue */
+void accel__nn_cu_bgrad_epilogue(int on);  /* gpu_internal.h: 0 column sums (default), 1 BGRAD */
+#else
+/* The library without CUDA has no such hooks (and this program skips before any case). */
+static void accel__nn_cu_lt_epilogues(int level)
+{
+    (void)level;
+}
+static void accel__nn_cu_dgelu_kernel(int on)
+{
+    (void)on;
+}
+static void accel__nn_cu_bgrad_epilogue(int on)
+{
+    (void)on;
+}
+#endif
+
 static void test_linear(void)
 {
     static const struct {
@@ -225,8 +256,27 @@ static void test_linear(void)
         {"linear [in,out] 1100 rows + bias", 2, 550, 16, 36, NN_LAYOUT_IN_OUT, 1, ACCEL_F32, 1e-5},
         {"linear bf16 [out,in] 1200 rows + bias", 3, 400, 32, 40, NN_LAYOUT_OUT_IN, 1, ACCEL_BF16,
          1e-2},
+        {"linear bf16 [in,out] 1100 rows + bias", 2, 550, 24, 264, NN_LAYOUT_IN_OUT, 1, ACCEL_BF16,
+         1e-2},
+        {"linear fp16 [out,in] + bias", 4, 16, 64, 48, NN_LAYOUT_OUT_IN, 1, ACCEL_F16, 1e-2},
+        {"linear bf16 [out,in] 1200 rows, out 13", 3, 400, 16, 13, NN_LAYOUT_OUT_IN, 1, ACCEL_BF16,
+         1e-2},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    /* Each case three ways: the bias gradient by the column-sum kernel (the default); by
+     * cuBLASLt's BGRADA / BGRADB epilogue in the weight-gradient product (ACCEL_NN_BGRAD=1);
+     * and that switch on where cuBLASLt has no such algorithm (the column-sum kernel into the
+     * epilogue's scratch). The same tolerances: only the order of the fp32 sum differs. Then
+     * a linear used twice, so that the bias gradient accumulates a second contribution. */
+    static const char *const mode[3] = {"", " (BGRAD epilogue)", " (BGRAD, no epilogues)"};
+    size_t n_cases = sizeof(cases) / sizeof(cases[0]);
+    for (size_t r = 0; r < 3 * n_cases + 6; r++) {
+        size_t i = r < 3 * n_cases ? r % n_cases : (r - 3 * n_cases) % 2 + 4;
+        int m = (int)(r < 3 * n_cases ? r / n_cases : (r - 3 * n_cases) / 2);
+        int twice = r >= 3 * n_cases;
+        accel__nn_cu_bgrad_epilogue(m > 0);
+        accel__nn_cu_lt_epilogues(m == 2 ? 0 : 2);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s%s", twice ? "twice: " : "", cases[i].name, mode[m]);
         int in_out = cases[i].layout == NN_LAYOUT_IN_OUT;
         in_spec s[3] = {{3, {cases[i].M0, cases[i].M1, cases[i].in}, 1.0f, 0.0f, 1},
                         {2,
@@ -236,9 +286,28 @@ static void test_linear(void)
                          1},
                         {1, {cases[i].out}, 1.0f, 0.0f, 1}};
         lin_arg a = {cases[i].layout, cases[i].bias};
-        check_case(cases[i].name, s, cases[i].bias ? 3 : 2, f_linear, &a, cases[i].autocast, 0,
-                   cases[i].tol, cases[i].tol);
+        check_case(name, s, cases[i].bias ? 3 : 2, twice ? f_linear_twice : f_linear, &a,
+                   cases[i].autocast, 0, cases[i].tol, cases[i].tol);
     }
+    accel__nn_cu_bgrad_epilogue(0);
+    accel__nn_cu_lt_epilogues(2);
+    /* fp32 too, twice (fresh, then accumulated), both layouts, over two chunks of rows. */
+    for (int m = 0; m < 3; m++) {
+        for (int io = 0; io < 2; io++) {
+            accel__nn_cu_bgrad_epilogue(m > 0);
+            accel__nn_cu_lt_epilogues(m == 2 ? 0 : 2);
+            char name[96];
+            snprintf(name, sizeof name, "twice: linear %s 600 rows + bias%s",
+                     io ? "[in,out]" : "[out,in]", mode[m]);
+            in_spec s[3] = {{3, {2, 300, 20}, 1.0f, 0.0f, 1},
+                            {2, {io ? 20 : 36, io ? 36 : 20}, 0.5f, 0.0f, 1},
+                            {1, {36}, 1.0f, 0.0f, 1}};
+            lin_arg a = {io ? NN_LAYOUT_IN_OUT : NN_LAYOUT_OUT_IN, 1};
+            check_case(name, s, 3, f_linear_twice, &a, ACCEL_F32, 0, 1e-5, 1e-5);
+        }
+    }
+    accel__nn_cu_bgrad_epilogue(0);
+    accel__nn_cu_lt_epilogues(2);
 }
 
 static void test_cross_entropy(void)
@@ -275,21 +344,6 @@ static void test_gpt(void)
                     {2, {C, 3 * C}, 0.3f, 0.0f, 1}, {2, {C, C}, 0.3f, 0.0f, 1}};
     check_case("mini GPT step (all ops composed)", s, 6, f_gpt, &a, ACCEL_F32, 1, 1e-4, 1e-4);
 }
-
-#ifdef ACCEL_HAVE_CUDA
-void accel__nn_cu_lt_epilogues(int level); /* gpu_internal.h: 2 all, 1 no DGELU_BGRAD, 0 none */
-void accel__nn_cu_dgelu_kernel(int on);    /* gpu_internal.h: 1 kernel (default), 0 epilogue */
-#else
-/* The library without CUDA has no such hooks (and this program skips before any case). */
-static void accel__nn_cu_lt_epilogues(int level)
-{
-    (void)level;
-}
-static void accel__nn_cu_dgelu_kernel(int on)
-{
-    (void)on;
-}
-#endif
 
 static void test_linear_gelu_linear(void)
 {
@@ -353,6 +407,27 @@ static void test_linear_gelu_linear(void)
     }
     accel__nn_cu_dgelu_kernel(1);
     accel__nn_cu_lt_epilogues(2);
+    /* The second bias's gradient by the BGRAD epilogue of the second weight's gradient product
+     * (ACCEL_NN_BGRAD=1), the rest by default. */
+    accel__nn_cu_bgrad_epilogue(1);
+    for (size_t i = 0; i < n_cases; i++) {
+        if (!cases[i].b2) {
+            continue;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "%s (BGRAD epilogue)", cases[i].name);
+        int io = cases[i].layout == NN_LAYOUT_IN_OUT;
+        int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
+        in_spec s[5] = {{3, {2, cases[i].rows, in}, 1.5f, 0.0f, cases[i].grad_x},
+                        {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
+                        {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
+                        {1, {hid}, 0.5f, 0.0f, cases[i].b1},
+                        {1, {out}, 0.5f, 0.0f, cases[i].b2}};
+        lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
+        double tol = cases[i].autocast != ACCEL_F32 ? 1e-2 : cases[i].tol;
+        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, tol, tol);
+    }
+    accel__nn_cu_bgrad_epilogue(0);
     /* Only the second weight needs a gradient: the first product records nothing and the
      * second is a plain linear. */
     in_spec s[5] = {{3, {2, 5, 16}, 1.0f, 0.0f, 0},

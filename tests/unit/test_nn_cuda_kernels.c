@@ -243,15 +243,22 @@ static float col_ref(const float *src, int64_t rows, int64_t cols, int64_t c)
     return chunks == 1 ? chunk_sum : total;
 }
 
+/* Against the documented order, bit for bit: one chunk and several, a column a thread (odd
+ * widths; or src one element off 16-byte alignment) and 16-byte vectors of columns (widths a
+ * multiple of 8, including a partial block of 256 bf16 / 128 fp32 columns). */
 static void test_col_sum(void)
 {
-    static const int64_t shapes[][2] = {{1, 5}, {31, 33}, {512, 3}, {513, 7}, {1500, 3}, {40, 70}};
-    float *src = malloc(1500 * 70 * sizeof(float)), *srcr = malloc(1500 * 70 * sizeof(float));
-    uint16_t *src16 = malloc(1500 * 70 * 2);
-    float *dsrc = dev_alloc(1500 * 70 * sizeof(float)), *part = dev_alloc(3 * 70 * sizeof(float));
+    static const int64_t shapes[][3] = {{1, 5, 0},     {31, 33, 0},   {512, 3, 0},  {513, 7, 0},
+                                        {1500, 3, 0},  {40, 70, 0},   {1, 8, 0},    {31, 16, 0},
+                                        {1500, 40, 0}, {513, 264, 0}, {600, 24, 1}, {40, 64, 3}};
+    enum { MAXE = 513 * 264 + 8 };
+    float *src = malloc(MAXE * sizeof(float)), *srcr = malloc(MAXE * sizeof(float));
+    uint16_t *src16 = malloc(MAXE * 2);
+    float *dsrc = dev_alloc(MAXE * sizeof(float)), *part = dev_alloc(3 * 264 * sizeof(float));
     CHECK(src != NULL && srcr != NULL && src16 != NULL);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-        int64_t rows = shapes[s][0], cols = shapes[s][1];
+        int64_t rows = shapes[s][0], cols = shapes[s][1], off = shapes[s][2];
+        CHECK(rows * cols + off <= MAXE && cols <= MAXN);
         CHECK(nn_cu_col_sum_part_count(rows, cols) <= 3 * cols);
         for (int64_t i = 0; i < rows * cols; i++) {
             src[i] = frand();
@@ -262,18 +269,18 @@ static void test_col_sum(void)
             for (int mode = 0; mode < 4; mode++) { /* write, rnd */
                 int write = mode & 1, rnd = mode >> 1;
                 fill();
-                to_dev(dsrc, dt ? (const void *)src16 : (const void *)src,
+                void *d = dt ? (void *)((uint16_t *)dsrc + off) : (void *)(dsrc + off);
+                to_dev(d, dt ? (const void *)src16 : (const void *)src,
                        (size_t)(rows * cols) * (dt ? 2 : 4));
-                CHECK(nn_cu_col_sum(NULL, dsrc, dt, rows, cols, dc, write, rnd, part) ==
-                      cudaSuccess);
+                CHECK(nn_cu_col_sum(NULL, d, dt, rows, cols, dc, write, rnd, part) == cudaSuccess);
                 for (int64_t c = 0; c < cols; c++) {
                     float v = col_ref(dt ? srcr : src, rows, cols, c);
                     v = rnd ? bf16_round(v) : v;
                     ref[c] = write ? v : hc[c] + v;
                 }
-                char what[64];
-                snprintf(what, sizeof(what), "col_sum %lldx%lld dt %d write %d rnd %d",
-                         (long long)rows, (long long)cols, dt, write, rnd);
+                char what[80];
+                snprintf(what, sizeof(what), "col_sum %lldx%lld+%lld dt %d write %d rnd %d",
+                         (long long)rows, (long long)cols, (long long)off, dt, write, rnd);
                 check_floats(what, 0, cols, ref);
             }
         }

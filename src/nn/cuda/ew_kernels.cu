@@ -5,8 +5,9 @@
  * one is a single pass at memory speed. Sums over rows (bias gradients; LayerNorm's parameter
  * gradients where nn_kernels.cu's register-row kernel does not make them) split the rows into
  * chunks of CS_ROWS so the grid fills the GPU: a first kernel sums each chunk (32 lanes, each
- * every 32nd row, then the lanes in order) into a partial row of scratch, a second adds the
- * partial rows in chunk order; the fused MLP's hidden gradient (k_dgelu_bgrad_half) makes its
+ * every 32nd row, then the lanes in order; a thread takes 16 bytes of columns a row where the
+ * rows are 16-byte aligned) into a partial row of scratch, a second adds the partial rows in
+ * chunk order; the fused MLP's hidden gradient (k_dgelu_bgrad_half) makes its
  * bias gradient in the same pass and order. The order of every sum depends only on the shapes,
  * and no kernel uses atomics: results are deterministic.
  */
@@ -23,6 +24,8 @@
 #define CS_ROWS 512
 /* The most chunks a column sum splits its rows into (the grid's y extent). */
 #define CS_MAX_CHUNKS 65535
+/* Rows a lane of k_col_sum_vec loads before adding them. */
+#define CS_UNROLL 4
 
 /* ---- vectors ---- */
 
@@ -285,13 +288,101 @@ __global__ void __launch_bounds__(CS_COLS *CS_LANES)
     }
 }
 
-/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). */
+/* 32-bit word i of a 16-byte vector (i a constant once unrolled). */
+__device__ __forceinline__ unsigned vec_word(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* Element k of a 16-byte vector of T (little-endian: element 0 in the low bits) as a float. */
+template <typename T> __device__ __forceinline__ float vec_elem(const uint4 &v, int k);
+template <> __device__ __forceinline__ float vec_elem<float>(const uint4 &v, int k)
+{
+    return __uint_as_float(vec_word(v, k));
+}
+template <> __device__ __forceinline__ float vec_elem<__nv_bfloat16>(const uint4 &v, int k)
+{
+    unsigned w = vec_word(v, k / 2);
+    return half_f((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu), 1);
+}
+template <> __device__ __forceinline__ float vec_elem<__half>(const uint4 &v, int k)
+{
+    unsigned w = vec_word(v, k / 2);
+    return half_f((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu), 2);
+}
+
+/* k_col_sum with VEC consecutive columns a thread (VEC * sizeof(T) = 16: one 16-byte load a
+ * row), CS_UNROLL of the lane's rows loaded before any is added: the same lanes, rows and
+ * order per column as k_col_sum, so the same bits, from a quarter (fp32) or an eighth (2-byte)
+ * of the load instructions and with 64 bytes in flight a thread instead of 8 (2-byte) or 16.
+ * The partial sums sit in shared memory column-major within a thread's vector (sh[lane][k *
+ * CS_COLS + x] for column x * VEC + k), as in k_dgelu_bgrad_half: consecutive threads store
+ * and read consecutive words, no bank conflicts. The caller checks that src is 16-byte aligned
+ * and cols a multiple of VEC (every row's vectors aligned). */
+template <typename T, int VEC>
+__global__ void __launch_bounds__(CS_COLS *CS_LANES)
+    k_col_sum_vec(const T *src, int64_t rows, int64_t cols, int64_t chunk, float *part, float *dst,
+                  int write, int rnd)
+{
+    static_assert(VEC * sizeof(T) == 16, "one 16-byte vector a row");
+    __shared__ float sh[CS_LANES][CS_COLS * VEC];
+    int64_t c0 = ((int64_t)blockIdx.x * CS_COLS + threadIdx.x) * VEC;
+    int64_t r0 = (int64_t)blockIdx.y * chunk, r1 = r0 + chunk < rows ? r0 + chunk : rows;
+    float s[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        s[k] = 0.0f;
+    }
+    if (c0 < cols) { /* cols is a multiple of VEC: the whole vector is in range */
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += CS_UNROLL * CS_LANES) {
+            uint4 v[CS_UNROLL];
+#pragma unroll
+            for (int u = 0; u < CS_UNROLL; u++) {
+                int64_t ru = r + (int64_t)u * CS_LANES;
+                v[u] = ru < r1 ? *(const uint4 *)(src + ru * cols + c0) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < CS_UNROLL; u++) {
+                if (r + (int64_t)u * CS_LANES < r1) {
+#pragma unroll
+                    for (int k = 0; k < VEC; k++) {
+                        s[k] += vec_elem<T>(v[u], k);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        sh[threadIdx.y][k * CS_COLS + threadIdx.x] = s[k];
+    }
+    __syncthreads();
+    int t = threadIdx.y * CS_COLS + threadIdx.x;
+    int64_t c = (int64_t)blockIdx.x * CS_COLS * VEC + (t % CS_COLS) * VEC + t / CS_COLS;
+    if (t >= CS_COLS * VEC || c >= cols) {
+        return;
+    }
+    float tot = 0.0f;
+    for (int l = 0; l < CS_LANES; l++) {
+        tot += sh[l][t];
+    }
+    if (gridDim.y == 1) {
+        put_sum(dst + c, tot, write, rnd);
+    } else {
+        part[(int64_t)blockIdx.y * cols + c] = tot;
+    }
+}
+
+/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). A thread's loads
+ * do not depend on its sums: unrolled by 16, 16 of them are in flight at once (the grid is
+ * small, a thread per column, so latency, not bandwidth, bounds this pass). */
 __global__ void k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, int write,
                             int rnd)
 {
     GRID_LOOP(c, cols)
     {
         float t = 0.0f;
+#pragma unroll 16
         for (int64_t k = 0; k < nparts; k++) {
             t += part[k * cols + c];
         }
@@ -362,14 +453,23 @@ static int64_t cs_chunks(int64_t rows)
     return n < 1 ? 1 : n;
 }
 
-/* k_col_sum over src of element type T. */
+/* k_col_sum over src of element type T (chunks: the grid's y extent): 16-byte vectors of
+ * columns where src is 16-byte aligned and cols a multiple of a vector, else a column a
+ * thread. */
 template <typename T>
-static void col_sum_first(cudaStream_t s, dim3 grid, const void *src, int64_t rows, int64_t cols,
-                          int64_t chunk, float *part, float *dst, int write, int rnd)
+static void col_sum_first(cudaStream_t s, unsigned chunks, const void *src, int64_t rows,
+                          int64_t cols, int64_t chunk, float *part, float *dst, int write, int rnd)
 {
+    constexpr int V = (int)(16 / sizeof(T));
     const T *p = (const T *)src;
     dim3 block(CS_COLS, CS_LANES);
-    k_col_sum<T><<<grid, block, 0, s>>>(p, rows, cols, chunk, part, dst, write, rnd);
+    if (cols % V == 0 && ((uintptr_t)src & 15) == 0) {
+        dim3 grid((unsigned)((cols + CS_COLS * V - 1) / (CS_COLS * V)), chunks);
+        k_col_sum_vec<T, V><<<grid, block, 0, s>>>(p, rows, cols, chunk, part, dst, write, rnd);
+    } else {
+        dim3 grid((unsigned)((cols + CS_COLS - 1) / CS_COLS), chunks);
+        k_col_sum<T><<<grid, block, 0, s>>>(p, rows, cols, chunk, part, dst, write, rnd);
+    }
 }
 
 extern "C" {
@@ -452,13 +552,13 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
         return cudaSuccess;
     }
     int64_t chunk = cs_chunk(rows), chunks = cs_chunks(rows);
-    dim3 grid((unsigned)((cols + CS_COLS - 1) / CS_COLS), (unsigned)chunks);
+    unsigned gy = (unsigned)chunks;
     if (src_dt == 1) {
-        col_sum_first<__nv_bfloat16>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+        col_sum_first<__nv_bfloat16>(s, gy, src, rows, cols, chunk, part, dst, write, rnd);
     } else if (src_dt == 2) {
-        col_sum_first<__half>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+        col_sum_first<__half>(s, gy, src, rows, cols, chunk, part, dst, write, rnd);
     } else {
-        col_sum_first<float>(s, grid, src, rows, cols, chunk, part, dst, write, rnd);
+        col_sum_first<float>(s, gy, src, rows, cols, chunk, part, dst, write, rnd);
     }
     if (chunks > 1) {
         k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, chunks, cols, dst, write, rnd);
@@ -495,7 +595,7 @@ cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const flo
 
 } /* extern "C" */
 
-/* ---- the fused MLP's 2-byte fallback (linear_gpu.c's epilogue_kernels_half) ---- */
+/* ---- the fused MLP's 2-byte fallback (lt_gpu.c's epilogue_kernels_half) ---- */
 
 __global__ void k_bias_gelu_half(const float *t, const void *bias, int64_t m, int64_t n, void *aux,
                                  void *h, int dt)
@@ -648,6 +748,7 @@ __global__ void k_sum_parts_half(const float *part, int64_t nparts, int64_t cols
     GRID_LOOP(c, cols)
     {
         float t = 0.0f;
+#pragma unroll 16
         for (int64_t k = 0; k < nparts; k++) {
             t += part[k * cols + c];
         }

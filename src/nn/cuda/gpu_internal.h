@@ -111,6 +111,10 @@ void accel__nn_cu_lt_epilogues(int level);
  * cuBLASLt's DGELU(_BGRAD) epilogue (and its fallbacks, accel__nn_cu_lt_epilogues).
  * Process-wide; not thread-safe. */
 void accel__nn_cu_dgelu_kernel(int on);
+/* Test hook: how a linear's bias gradient is summed, overriding ACCEL_NN_BGRAD: 0 the
+ * column-sum kernel (the default), 1 cuBLASLt's BGRADA / BGRADB epilogue in the weight-gradient
+ * product (and its fallback, accel__nn_cu_lt_epilogues). Process-wide; not thread-safe. */
+void accel__nn_cu_bgrad_epilogue(int on);
 
 /* The op entry points of the table (ops_gpu.c, linear_gpu.c, lce_gpu.c). */
 nn_tensor *accel__nn_cu_add(nn_ctx *g, nn_tensor *a, nn_tensor *b);

@@ -13,385 +13,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "gpu_internal.h"
-
-typedef struct lt_mm {
-    int ta, tb;      /* transpose A / B (column-major) */
-    int64_t m, n, k; /* D (m x n) = op(A) (m x k) op(B) (k x n) */
-    const void *A;
-    int64_t lda;
-    const void *B;
-    int64_t ldb;
-    void *D; /* of d_type */
-    int64_t ldd;
-    float beta; /* D = op(A) op(B) + beta D */
-    cudaDataType_t in_type;
-    const void *bias; /* m values of d_type added to every column (epilogue), or NULL */
-    /* A GELU epilogue (linear_gelu_linear): ACT_GELU D = gelu(product + bias) with aux = the
-     * product + bias; ACT_DGELU D = product * gelu'(aux), and with dbias the column sums of D
-     * (before D is rounded to its type) into m values. aux: m x n, column-major with leading
-     * dimension m; aux and dbias of d_type, as cuBLASLt requires. */
-    int act;
-    void *aux;
-    void *dbias;
-    /* D's type: fp32, or under autocast in_type for the fused MLP's two epilogue products (h
-     * and dZ are only ever read rounded). */
-    cudaDataType_t d_type;
-} lt_mm;
-
-enum { ACT_NONE = 0, ACT_GELU, ACT_DGELU };
-
-/* The largest power of two up to 256 that divides the address (cuBLASLt's alignment unit). */
-static uint32_t alignment_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    uint32_t al = 1;
-    while (al < 256 && (a & (2 * (uintptr_t)al - 1)) == 0) {
-        al *= 2;
-    }
-    return al;
-}
-
-/* The epilogue lt_run asks for when it uses p's bias / activation. */
-static cublasLtEpilogue_t epilogue_of(const lt_mm *p)
-{
-    if (p->act == ACT_GELU) {
-        return p->bias != NULL ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
-    }
-    if (p->act == ACT_DGELU) {
-        return p->dbias != NULL ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
-    }
-    return CUBLASLT_EPILOGUE_BIAS;
-}
-
-static const char *epilogue_name(cublasLtEpilogue_t ep)
-{
-    switch (ep) {
-    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
-        return "GELU_AUX_BIAS";
-    case CUBLASLT_EPILOGUE_GELU_AUX:
-        return "GELU_AUX";
-    case CUBLASLT_EPILOGUE_DGELU_BGRAD:
-        return "DGELU_BGRAD";
-    case CUBLASLT_EPILOGUE_DGELU:
-        return "DGELU";
-    default:
-        return "BIAS";
-    }
-}
-
-/* One cuBLASLt product of p; with_epilogue: with p's bias / GELU epilogue (epilogue_of). */
-static cublasStatus_t lt_run(nn_gpu_state *s, const lt_mm *p, int with_epilogue)
-{
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, ld = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    cublasOperation_t ta = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      tb = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-    }
-    if (st == CUBLAS_STATUS_SUCCESS && with_epilogue) {
-        cublasLtEpilogue_t ep = epilogue_of(p);
-        /* The bias is read (BIAS, GELU_AUX_BIAS) or its gradient written (DGELU_BGRAD) in
-         * the type of D: cuBLASLt's rule outside integer and fp8 kernels. */
-        const void *bias = p->act == ACT_DGELU ? (const void *)p->dbias : p->bias;
-        int32_t bias_type = p->d_type;
-        st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep));
-        if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof(bias));
-        }
-        if (st == CUBLAS_STATUS_SUCCESS && bias != NULL) {
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
-                                                sizeof(bias_type));
-        }
-        /* The GELU input: written by GELU_AUX*, read by DGELU*, in D's type (the default
-         * aux type; another is allowed only with an fp8 D), leading dimension m (a multiple
-         * of 8: the caller checks). */
-        if (st == CUBLAS_STATUS_SUCCESS && p->act != ACT_NONE) {
-            int64_t ld_aux = p->m;
-            st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &p->aux, sizeof(p->aux));
-            if (st == CUBLAS_STATUS_SUCCESS) {
-                st = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
-                                                    &ld_aux, sizeof(ld_aux));
-            }
-        }
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatrixLayoutCreate(&la, p->in_type, p->ta ? p->k : p->m, p->ta ? p->m : p->k,
-                                        p->lda);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatrixLayoutCreate(&lb, p->in_type, p->tb ? p->n : p->k, p->tb ? p->k : p->n,
-                                        p->ldb);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatrixLayoutCreate(&ld, p->d_type, p->m, p->n, p->ldd);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulPreferenceCreate(&pref);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st =
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &s->workspace_nbytes, sizeof(s->workspace_nbytes));
-    }
-    /* The heuristic assumes 256-byte aligned operands unless told otherwise; arena memory is
-     * 64-byte aligned and parameter views sit at any element offset of the flat buffers, and
-     * an algorithm picked for alignment the pointers lack may fault (a sticky error that loses
-     * the context) rather than fail. So it is told each pointer's actual alignment. */
-    const void *ptrs[4] = {p->A, p->B, p->D, p->D};
-    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++) {
-        uint32_t al = alignment_of(ptrs[i]);
-        st = cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &al, sizeof(al));
-    }
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        st = cublasLtMatmulAlgoGetHeuristic(s->lt, op, la, lb, ld, ld, pref, 1, &res, &found);
-    }
-    if (st == CUBLAS_STATUS_SUCCESS && found == 0) {
-        st = CUBLAS_STATUS_NOT_SUPPORTED;
-    }
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        float alpha = 1.0f;
-        st = cublasLtMatmul(s->lt, op, &alpha, p->A, la, p->B, lb, &p->beta, p->D, ld, p->D, ld,
-                            &res.algo, s->workspace, s->workspace_nbytes, s->stream);
-    }
-    if (pref) {
-        cublasLtMatmulPreferenceDestroy(pref);
-    }
-    if (ld) {
-        cublasLtMatrixLayoutDestroy(ld);
-    }
-    if (lb) {
-        cublasLtMatrixLayoutDestroy(lb);
-    }
-    if (la) {
-        cublasLtMatrixLayoutDestroy(la);
-    }
-    if (op) {
-        cublasLtMatmulDescDestroy(op);
-    }
-    return st;
-}
-
-/* Said once per process and epilogue: the fused path is slower without it, not wrong.
- * instead: what runs in its place. */
-static void note_fallback(cublasLtEpilogue_t ep, const lt_mm *p, cublasStatus_t st,
-                          const char *instead)
-{
-    static int said[4];
-    int k = ep == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || ep == CUBLASLT_EPILOGUE_GELU_AUX ? 1
-            : ep == CUBLASLT_EPILOGUE_DGELU_BGRAD                                     ? 2
-            : ep == CUBLASLT_EPILOGUE_DGELU                                           ? 3
-                                                                                      : 0;
-    if (k > 0 && !said[k]) {
-        said[k] = 1;
-        accel__log(NULL, ACCEL__LOG_INFO,
-                   "nn (CUDA): cuBLASLt's %s epilogue is not available for a %lld x %lld x %lld "
-                   "%s product (%s): %s instead",
-                   epilogue_name(ep), (long long)p->m, (long long)p->n, (long long)p->k,
-                   p->d_type == CUDA_R_32F ? "fp32" : "2-byte", cublasGetStatusString(st), instead);
-    }
-}
-
-/* The kernels' rounding mode (1 bf16, 2 fp16) of a 2-byte cuBLASLt type. */
-static int rnd_of(cudaDataType_t t)
-{
-    return t == CUDA_R_16BF ? 1 : 2;
-}
-
-/* What a GELU epilogue with a 2-byte D does, after the plain product t (m x n fp32, column-
- * major, ld m): as cuBLASLt's, GELU and its derivative in fp32 from the fp32 product and only
- * the results rounded (h and its input; dZ and the bias gradient, summed before rounding). */
-static int epilogue_kernels_half(nn_ctx *g, const lt_mm *p, float *t, const char *what)
-{
-    cudaStream_t cs = nn__cu_stream(g);
-    int64_t n = p->m * p->n;
-    int dt = rnd_of(p->d_type);
-    if (p->act == ACT_GELU) {
-        return accel__nn_cu_ok(g, nn_cu_bias_gelu_half(cs, t, p->bias, p->m, n, p->aux, p->D, dt),
-                               what);
-    }
-    if (!accel__nn_cu_ok(g, nn_cu_dgelu_half(cs, t, p->aux, n, dt), what) ||
-        !accel__nn_cu_ok(g, nn_cu_to_half(cs, t, p->D, n, dt), what)) {
-        return 0;
-    }
-    if (p->dbias == NULL) {
-        return 1;
-    }
-    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float)), *part = NULL;
-    return sum != NULL && accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
-           accel__nn_cu_ok(g, nn_cu_col_sum(cs, t, 0, p->n, p->m, sum, 1, 0, part), what) &&
-           accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
-}
-
-/* What an epilogue does, after a plain product in D: the bias, GELU (keeping its input in
- * aux) or GELU's derivative (and the bias gradient). 0 and the ctx error on failure. */
-static int epilogue_kernels(nn_ctx *g, const lt_mm *p, const char *what)
-{
-    cudaStream_t cs = nn__cu_stream(g);
-    int64_t n = p->m * p->n;
-    if (p->act == ACT_NONE) {
-        /* The bias adds to every column of the column-major D (m x n, ldd == m here). */
-        return p->bias == NULL ||
-               accel__nn_cu_ok(g, nn_cu_add(cs, p->D, n, p->bias, p->m, p->D), what);
-    }
-    if (p->act == ACT_GELU) {
-        cudaError_t e = p->bias != NULL ? nn_cu_add(cs, p->D, n, p->bias, p->m, p->aux)
-                                        : cudaMemcpyAsync(p->aux, p->D, (size_t)n * sizeof(float),
-                                                          cudaMemcpyDeviceToDevice, cs);
-        return accel__nn_cu_ok(g, e, what) &&
-               accel__nn_cu_ok(g, nn_cu_gelu(cs, p->aux, p->D, n, 1), what);
-    }
-    /* D (the product) times gelu'(aux) in place; the bias gradient sums D's columns, that is
-     * the rows of the row-major [n, m] it also is. */
-    float *part = NULL;
-    return accel__nn_cu_ok(g, nn_cu_gelu_bwd(cs, p->aux, p->D, p->D, n, 1, 1), what) &&
-           (p->dbias == NULL ||
-            (accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
-             accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, 0, p->n, p->m, p->dbias, 1, 0, part),
-                             what)));
-}
-
-/* Which epilogues products may ask cuBLASLt for (accel__nn_cu_lt_epilogues, a test hook):
- * 2 all, 1 all but DGELU_BGRAD, 0 none. */
-static int lt_epilogues = 2;
-
-void accel__nn_cu_lt_epilogues(int level)
-{
-    lt_epilogues = level;
-}
-
-static cublasStatus_t lt_try(nn_gpu_state *s, const lt_mm *p)
-{
-    int allowed =
-        lt_epilogues >= 2 || (lt_epilogues == 1 && epilogue_of(p) != CUBLASLT_EPILOGUE_DGELU_BGRAD);
-    return allowed ? lt_run(s, p, 1) : CUBLAS_STATUS_NOT_SUPPORTED;
-}
-
-/* A 2-byte DGELU_BGRAD's first fallback: DGELU alone into the 2-byte D, and the bias gradient
- * summed from D as it was rounded (the CPU's definition: the sum of the rounded dZ, itself
- * rounded), one read of 2 bytes per element. 1 done, 0 with the ctx error, -1 when cuBLASLt
- * has no DGELU either (nothing was queued). */
-static int dgelu_then_sum(nn_ctx *g, const lt_mm *p, const char *what)
-{
-    lt_mm q = *p;
-    q.dbias = NULL;
-    cublasStatus_t st = lt_try(g->gpu, &q);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        note_fallback(CUBLASLT_EPILOGUE_DGELU, &q, st, "a plain product and GELU kernels");
-        return -1;
-    }
-    cudaStream_t cs = nn__cu_stream(g);
-    int dt = rnd_of(p->d_type);
-    float *sum = accel__nn_dtmp_alloc(g, (size_t)p->m * sizeof(float)), *part = NULL;
-    return sum != NULL && accel__nn_cu_sum_parts(g, p->n, p->m, 1, &part) &&
-           accel__nn_cu_ok(g, nn_cu_col_sum(cs, p->D, dt, p->n, p->m, sum, 1, 0, part), what) &&
-           accel__nn_cu_ok(g, nn_cu_to_half(cs, sum, p->dbias, p->m, dt), what);
-}
-
-/* Runs p: its bias / GELU through the epilogue, or a plain product and the epilogue's kernels
- * where cuBLASLt offers no algorithm with it; 0 and the ctx error on failure. */
-static int lt_matmul(nn_ctx *g, const lt_mm *p, const char *what)
-{
-    nn_gpu_state *s = g->gpu;
-    /* An overwritten output (beta 0) is fresh arena memory and is not cleared first: as in
-     * BLAS, cuBLASLt does not read C when beta is 0 (PyTorch and llm.c rely on it too), and a
-     * memset would add a full write of every product's output. */
-    /* No preference covers the bias pointer, and epilogue kernels may read it in 16-byte
-     * vectors: a less aligned bias (a parameter view at an odd offset) takes the plain
-     * product and the bias kernel. Aux and bias-gradient buffers come from the arena. */
-    int want = p->act != ACT_NONE || p->bias != NULL;
-    if (want && (p->bias == NULL || alignment_of(p->bias) >= 16)) {
-        cublasStatus_t st = lt_try(s, p);
-        if (st == CUBLAS_STATUS_SUCCESS) {
-            return 1;
-        }
-        int half_bgrad = p->act == ACT_DGELU && p->dbias != NULL && p->d_type != CUDA_R_32F;
-        note_fallback(epilogue_of(p), p, st,
-                      half_bgrad ? "DGELU and a bias-gradient kernel"
-                                 : "a plain product and GELU kernels");
-        int r = half_bgrad ? dgelu_then_sum(g, p, what) : -1;
-        if (r >= 0) {
-            return r;
-        }
-    }
-    lt_mm q = *p;
-    /* A plain product stores a 2-byte D itself (the gradient products under autocast). */
-    int half_epilogue = p->d_type != CUDA_R_32F && p->act != ACT_NONE;
-    if (half_epilogue) {
-        /* A 2-byte GELU epilogue's fallback: the product in fp32 (GELU and its derivative
-         * read it unrounded), in the arena in forward (ops take no scratch marks there), in
-         * per-op scratch in backward. */
-        size_t nbytes = (size_t)(p->m * p->n) * sizeof(float);
-        q.D = p->act == ACT_DGELU ? accel__nn_dtmp_alloc(g, nbytes) : accel__nn_dalloc(g, nbytes);
-        q.d_type = CUDA_R_32F;
-        q.ldd = p->m;
-        if (q.D == NULL) {
-            return 0;
-        }
-    }
-    cublasStatus_t st = lt_run(s, &q, 0);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        accel__nn_fail(g, ACCEL_EIO, "%s: cuBLASLt matmul (%lld x %lld x %lld) failed: %s", what,
-                       (long long)p->m, (long long)p->n, (long long)p->k,
-                       cublasGetStatusString(st));
-        return 0;
-    }
-    return half_epilogue ? epilogue_kernels_half(g, p, q.D, what) : epilogue_kernels(g, p, what);
-}
-
-/* A shell output's product (p: D 2-byte, with the bias rounded in 2 bytes, or NULL): cuBLASLt
- * rounds the fp32 sum + bias once. Where it offers no BIAS epilogue with a 2-byte D, the fp32
- * product with the bias in fp32 (bias_f, the same values) and one rounding pass: the same
- * bits. 0 and the ctx error on failure. */
-static int shell_matmul(nn_ctx *g, const lt_mm *p, const float *bias_f, const char *what)
-{
-    if (p->bias == NULL) {
-        return lt_matmul(g, p, what); /* a plain product stores a 2-byte D itself */
-    }
-    cublasStatus_t st =
-        alignment_of(p->bias) >= 16 ? lt_try(g->gpu, p) : CUBLAS_STATUS_NOT_SUPPORTED;
-    if (st == CUBLAS_STATUS_SUCCESS) {
-        return 1;
-    }
-    note_fallback(epilogue_of(p), p, st, "an fp32 product and a rounding pass");
-    lt_mm q = *p;
-    q.D = accel__nn_dalloc(g, (size_t)(p->m * p->n) * sizeof(float));
-    q.d_type = CUDA_R_32F;
-    q.bias = NULL;
-    float *br = accel__nn_dalloc(g, (size_t)p->m * sizeof(float));
-    cudaStream_t cs = nn__cu_stream(g);
-    return q.D != NULL && br != NULL &&
-           accel__nn_cu_ok(g, nn_cu_acc(cs, br, bias_f, p->m, rnd_of(p->d_type), 1), what) &&
-           ((q.bias = br), lt_matmul(g, &q, what)) &&
-           accel__nn_cu_ok(g, nn_cu_to_half(cs, q.D, p->D, p->m * p->n, rnd_of(p->d_type)), what);
-}
-
-static cudaDataType_t in_type(int rnd)
-{
-    return rnd == 1 ? CUDA_R_16BF : rnd == 2 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-int accel__nn_cu_matmul(nn_ctx *g, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *A,
-                        int64_t lda, const void *B, int64_t ldb, float beta, float *D, int64_t ldd,
-                        int rnd, const char *what)
-{
-    lt_mm p = {ta,   tb,           m,    n,        k,    A,    lda,       B, ldb, D, ldd,
-               beta, in_type(rnd), NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
-    return lt_matmul(g, &p, what);
-}
+#include "lt_gpu.h"
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. t: the tensor whose
  * gradient grad is (an input's), or NULL (a weight's). */
@@ -401,7 +23,7 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, nn_tensor *t, int fresh
     if (rnd == 0) {
         p->D = grad;
         p->beta = fresh ? 0.0f : 1.0f;
-        return lt_matmul(g, p, what);
+        return accel__nn_lt_matmul(g, p, what);
     }
     /* The product stored rounded, in 2 bytes (the rounding rnd_dt would do on its fp32 copy),
      * then widened into grad: 2 + 2 bytes an element in between instead of 4 + 4. A fresh
@@ -410,13 +32,13 @@ static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, nn_tensor *t, int fresh
     int64_t n = p->m * p->n;
     int keep = fresh && t != NULL && t->base == NULL && t->grad_shadow_rnd == rnd;
     p->D = keep ? accel__nn_cu_grad_shadow_alloc(g, t) : accel__nn_dtmp_alloc(g, (size_t)n * 2);
-    p->d_type = in_type(rnd);
+    p->d_type = lt_in_type(rnd);
     p->beta = 0.0f;
     if (p->D == NULL && keep && g->first_err == ACCEL_OK) { /* shadows off */
         keep = 0;
         p->D = accel__nn_dtmp_alloc(g, (size_t)n * 2);
     }
-    if (p->D == NULL || !lt_matmul(g, p, what) ||
+    if (p->D == NULL || !accel__nn_lt_matmul(g, p, what) ||
         !accel__nn_cu_ok(g, nn_cu_acc_half(nn__cu_stream(g), grad, p->D, n, rnd, fresh), what)) {
         return 0;
     }
@@ -475,6 +97,37 @@ static int use_dgelu_kernel(void)
     return dgelu_kernel;
 }
 
+/* How a linear's bias gradient is summed (ACCEL_NN_BGRAD, read once; the test hook
+ * accel__nn_cu_bgrad_epilogue): 0 (the default) by the column-sum kernel over the 2-byte dY
+ * (fp32 dY without autocast), a pass of its own; 1 by cuBLASLt's BGRADA / BGRADB epilogue in
+ * the weight-gradient product, which reads dY anyway (dY is its A in the [in, out] layout,
+ * its B, transposed, in [out, in]), into scratch in D's type and then added to the gradient.
+ * Either way the sum of dY as the products read it, in fp32, rounded to the dtype under
+ * autocast, then added; only the order of the fp32 sum differs. Where cuBLASLt offers no
+ * algorithm with the epilogue the column-sum kernel makes the same scratch (said once). */
+static int bgrad_epilogue = 0;
+static pthread_once_t bgrad_once = PTHREAD_ONCE_INIT;
+
+static void bgrad_read_env(void)
+{
+    long long v;
+    if (accel__env_int("ACCEL_NN_BGRAD", &v) == ACCEL_OK) {
+        bgrad_epilogue = v != 0;
+    }
+}
+
+void accel__nn_cu_bgrad_epilogue(int on)
+{
+    pthread_once(&bgrad_once, bgrad_read_env);
+    bgrad_epilogue = on;
+}
+
+static int use_bgrad_epilogue(void)
+{
+    pthread_once(&bgrad_once, bgrad_read_env);
+    return bgrad_epilogue;
+}
+
 /* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
  * node's output gradient) and the first bias's gradient into an arena buffer the first node
  * then adds. p: the input-gradient product, D unset. */
@@ -486,7 +139,7 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, cons
      * differ only if NN_AUTOCAST_AUTO learned the dtype from the second weight). */
     int rnd = (int)a->i[4];
     int want_db = b1 != NULL && b1->requires_grad;
-    p->d_type = in_type(rnd);
+    p->d_type = lt_in_type(rnd);
     if (rnd != 0 && use_dgelu_kernel()) {
         /* gx is the 2-byte, always fresh hidden gradient (half_grad): the product lands there
          * and the kernel turns it into dZ in place; the bias gradient is stored, not added. */
@@ -500,13 +153,13 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, cons
         }
         p->D = gx;
         p->beta = 0.0f;
-        return lt_matmul(g, p, what) &&
+        return accel__nn_lt_matmul(g, p, what) &&
                accel__nn_cu_ok(
                    g,
                    nn_cu_dgelu_bgrad_half(nn__cu_stream(g), gx, a->p[3], p->n, p->m, db, part, rnd),
                    what);
     }
-    p->act = ACT_DGELU;
+    p->act = LT_ACT_DGELU;
     p->aux = a->p[3];
     size_t elem_nbytes = rnd ? 2 : sizeof(float);
     if (want_db) {
@@ -524,7 +177,7 @@ static int dgelu_grad(nn_ctx *g, nn_node *n, lt_mm *p, void *gx, int fresh, cons
     int64_t count = p->m * p->n;
     p->D = fresh ? gx : accel__nn_dtmp_alloc(g, (size_t)count * sizeof(float));
     p->beta = 0.0f;
-    return p->D != NULL && lt_matmul(g, p, what) &&
+    return p->D != NULL && accel__nn_lt_matmul(g, p, what) &&
            (fresh || accel__nn_cu_ok(g, nn_cu_acc(nn__cu_stream(g), gx, p->D, count, 0, 0), what));
 }
 
@@ -561,7 +214,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     if (gyd == NULL) {
         return;
     }
-    cudaDataType_t ty = in_type(rnd);
+    cudaDataType_t ty = lt_in_type(rnd);
     int fx = 1;
     int half_gx = n->i[5] == LIN_FUSED_DGELU && ((const nn_node *)n->p[3])->i[4] != 0;
     void *gx = in <= 0   ? NULL
@@ -571,8 +224,8 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         return;
     }
     if (gx != NULL && M > 0) {
-        lt_mm p = {in_out, 0,  in,   M,        out,  wd,   in_out ? out : in, gyd, out, NULL, in,
-                   0.0f,   ty, NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
+        lt_mm p = {in_out, 0,  in,   M,           out,  wd,   in_out ? out : in, gyd, out, NULL, in,
+                   0.0f,   ty, NULL, LT_ACT_NONE, NULL, NULL, CUDA_R_32F};
         if (n->i[5] == LIN_FUSED_DGELU) {
             if (!dgelu_grad(g, n, &p, gx, fx, what)) {
                 return;
@@ -590,16 +243,30 @@ static void linear_backward(nn_ctx *g, nn_node *n)
     /* Fetched after gx was written, so x == w (however odd) adds rather than overwrites. */
     int fw;
     float *gw = in * out > 0 ? accel__nn_grad_w(g, w, &fw) : NULL;
+    /* The bias gradient from the weight-gradient product's epilogue (ACCEL_NN_BGRAD=1), where
+     * that product runs and the bias was not summed by the fused MLP: into db, D's type. */
+    void *db = NULL;
+    if (gw != NULL && M > 0 && b != NULL && b->requires_grad && out > 0 && n->p[2] == NULL &&
+        !half_gy && use_bgrad_epilogue()) {
+        db = accel__nn_dtmp_alloc(g, (size_t)out * (rnd ? 2 : sizeof(float)));
+        if (db == NULL) {
+            return;
+        }
+    }
     if (gw != NULL) {
         lt_mm p;
         if (in_out) { /* dW [in, out] = X^T dY: column-major out x in = dY X^T */
-            lt_mm q = {0,    1,   out,  in, M,    gyd,      out,  xd,   in,
-                       NULL, out, 0.0f, ty, NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
+            lt_mm q = {0,    1,   out,  in, M,    gyd,         out,  xd,   in,
+                       NULL, out, 0.0f, ty, NULL, LT_ACT_NONE, NULL, NULL, CUDA_R_32F};
             p = q;
         } else { /* dW [out, in] = dY^T X: column-major in x out = X dY^T */
-            lt_mm q = {0,    1,  in,   out, M,    xd,       in,   gyd,  out,
-                       NULL, in, 0.0f, ty,  NULL, ACT_NONE, NULL, NULL, CUDA_R_32F};
+            lt_mm q = {0,    1,  in,   out, M,    xd,          in,   gyd,  out,
+                       NULL, in, 0.0f, ty,  NULL, LT_ACT_NONE, NULL, NULL, CUDA_R_32F};
             p = q;
+        }
+        if (db != NULL) { /* the sums over the product's k (the M rows) of dY, A or B */
+            p.act = in_out ? LT_ACT_BGRADA : LT_ACT_BGRADB;
+            p.dbias = db;
         }
         if (M == 0) {
             if (fw) {
@@ -612,6 +279,13 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         }
     }
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
+    if (gb != NULL && db != NULL) { /* summed by the epilogue, rounded under autocast */
+        accel__nn_cu_ok(g,
+                        rnd ? nn_cu_acc_half(nn__cu_stream(g), gb, db, out, rnd, 0)
+                            : nn_cu_acc(nn__cu_stream(g), gb, db, out, 0, 0),
+                        what);
+        return;
+    }
     if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
         /* Under autocast the epilogue stored the sum already rounded, in 2 bytes. */
         accel__nn_cu_ok(g,
@@ -675,7 +349,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
     if (bias != NULL && (half_out || shell)) { /* the CPU's rounded bias, exactly, in 2 bytes */
         /* (the working copy when the model keeps one, aligned as the epilogue needs) */
         bd = accel__nn_cu_operand(g, bias, rnd, 0, what);
-        if (bd != NULL && alignment_of(bd) < 16) {
+        if (bd != NULL && lt_alignment_of(bd) < 16) {
             bd = accel__nn_cu_half_copy(g, bias->data, out, rnd, 0, what);
         }
         if (bd == NULL) {
@@ -689,7 +363,7 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
             return NULL;
         }
         bd = br;
-    } else if (bd != NULL && alignment_of(bd) < 16 && in > 0 && M * out > 0) {
+    } else if (bd != NULL && lt_alignment_of(bd) < 16 && in > 0 && M * out > 0) {
         /* Epilogues may read the bias in 16-byte vectors, and a parameter view can sit at any
          * offset: an aligned copy keeps the fused epilogue (lt_matmul would go without it). */
         float *ba = accel__nn_dalloc(g, (size_t)out * sizeof(float));
@@ -720,20 +394,20 @@ static nn_tensor *linear_fwd(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b
             }
         } else {
             /* Y^T (out x M) = op(W) (out x in) X^T (in x M). */
-            lt_mm p = {!in_out,           0,  out,      M,       in,   wd,
-                       in_out ? out : in, xd, in,       y->data, out,  0.0f,
-                       in_type(rnd),      bd, ACT_NONE, NULL,    NULL, CUDA_R_32F};
+            lt_mm p = {!in_out,           0,  out,         M,       in,   wd,
+                       in_out ? out : in, xd, in,          y->data, out,  0.0f,
+                       lt_in_type(rnd),   bd, LT_ACT_NONE, NULL,    NULL, CUDA_R_32F};
             if (kind == LIN_FUSED_GELU) {
-                p.act = ACT_GELU;
+                p.act = LT_ACT_GELU;
                 p.aux = aux;
-                p.d_type = half_out ? in_type(rnd) : CUDA_R_32F;
+                p.d_type = half_out ? lt_in_type(rnd) : CUDA_R_32F;
             }
             if (shell) {
                 p.D = y->shadow;
-                p.d_type = in_type(rnd);
+                p.d_type = lt_in_type(rnd);
             }
-            if (!(shell ? shell_matmul(g, &p, bias != NULL ? bias->data : NULL, what)
-                        : lt_matmul(g, &p, what))) {
+            if (!(shell ? accel__nn_lt_shell_matmul(g, &p, bias != NULL ? bias->data : NULL, what)
+                        : accel__nn_lt_matmul(g, &p, what))) {
                 return NULL;
             }
         }

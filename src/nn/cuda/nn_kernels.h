@@ -42,7 +42,9 @@ cudaError_t nn_cu_acc_half(cudaStream_t s, float *dst, const void *src, int64_t 
  * in a fixed order: the rows in chunks of 512 (more where rows / 512 exceeds 65535), within a
  * chunk 32 interleaved partial sums (row r goes to r % 32) added in order, then the chunks'
  * sums in order. part: nn_cu_col_sum_part_count(rows, cols) floats of scratch (may be NULL
- * when that is 0: up to 512 rows, one pass straight into dst). */
+ * when that is 0: up to 512 rows, one pass straight into dst). Where src is 16-byte aligned
+ * and a row a whole number of 16-byte vectors, each thread reads a vector a row (the same
+ * order, the same bits). */
 cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t rows, int64_t cols,
                           float *dst, int write, int rnd, float *part);
 int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
@@ -232,7 +234,7 @@ cudaError_t nn_cu_attn_bwd(cudaStream_t s, const nn_cu_attn *a, const float *qkv
 int nn_cu_attn_bwd_tc(cudaStream_t s, const nn_cu_attn *a, const float *qkv, const float *y,
                       const float *lse, const float *gy, float *D, float *gqkv, int write,
                       cudaError_t *err);
-/* The fused MLP's fallback where cuBLASLt has no 2-byte GELU epilogue (linear_gpu.c), dt 1
+/* The fused MLP's fallback where cuBLASLt has no 2-byte GELU epilogue (lt_gpu.c), dt 1
  * bf16 / 2 fp16 for every 2-byte array. From the fp32 product t (n values, columns of m):
  * z = t + bias[i % m] (bias 2-byte, or NULL), aux = rnd(z), h = rnd(gelu_tanh(z)). */
 cudaError_t nn_cu_bias_gelu_half(cudaStream_t s, const float *t, const void *bias, int64_t m,
