@@ -127,6 +127,24 @@ template <typename T> struct __align__(16) bw_oct
  * lanes on 4 rows of ST + 4 floats cover all 32 banks: the scratch reads are conflict-free,
  * 4 instructions where there were 16; the P / dS stores are 2-way (2 instructions). */
 
+/* The lane's scratch values q (4 q to 4 q + 3 of its HC, as one 128-bit read) into v, and the
+ * per-column (KEY_ROWS: col, in shared memory, 16-byte aligned) or per-row (row) values of the
+ * same 4 elements into w. */
+template <int ST, int LDS, bool KEY_ROWS>
+__device__ __forceinline__ void bw_quad(const float *scr, const float *col, float row, int q,
+                                        float (&v)[4], float (&w)[4])
+{
+    const int HC = ST / 2;
+    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+    float4 sv = reinterpret_cast<const float4 *>(scr + r * LDS + half * HC)[q];
+    float4 wv = make_float4(row, row, row, row);
+    if (KEY_ROWS) {
+        wv = reinterpret_cast<const float4 *>(col + half * HC)[q];
+    }
+    v[0] = sv.x, v[1] = sv.y, v[2] = sv.z, v[3] = sv.w;
+    w[0] = wv.x, w[1] = wv.y, w[2] = wv.z, w[3] = wv.w;
+}
+
 /* P = rnd(exp(S * scale - lse)) where query t sees key j (j <= t < T), else 0, the lane's HC
  * entries. KEY_ROWS: rows are keys and columns queries (lse per column, in shared memory,
  * 16-byte aligned), else rows are queries (lse_row). MASK false: every element is visible (the
@@ -138,14 +156,10 @@ __device__ __forceinline__ void bw_probs(float scale, int64_t T_, const float *s
 {
     const int HC = ST / 2;
     int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const float4 *s4 = reinterpret_cast<const float4 *>(scr + r * LDS + half * HC);
     BW_UNROLL
     for (int q = 0; q < HC / 4; q++) {
-        float4 sv = s4[q], lv = make_float4(lse_row, lse_row, lse_row, lse_row);
-        if (KEY_ROWS) {
-            lv = reinterpret_cast<const float4 *>(lse_col + half * HC)[q];
-        }
-        float sx[4] = {sv.x, sv.y, sv.z, sv.w}, lx[4] = {lv.x, lv.y, lv.z, lv.w};
+        float sx[4], lx[4];
+        bw_quad<ST, LDS, KEY_ROWS>(scr, lse_col, lse_row, q, sx, lx);
         BW_UNROLL
         for (int e = 0; e < 4; e++) {
             int c = 4 * q + e;
@@ -167,15 +181,10 @@ __device__ __forceinline__ void bw_dscores(const float *scr, const float *D_col,
                                            float *p)
 {
     const int HC = ST / 2;
-    int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-    const float4 *dp4 = reinterpret_cast<const float4 *>(scr + r * LDS + half * HC);
     BW_UNROLL
     for (int q = 0; q < HC / 4; q++) {
-        float4 dpv = dp4[q], dv = make_float4(D_row, D_row, D_row, D_row);
-        if (KEY_ROWS) {
-            dv = reinterpret_cast<const float4 *>(D_col + half * HC)[q];
-        }
-        float dpx[4] = {dpv.x, dpv.y, dpv.z, dpv.w}, dx[4] = {dv.x, dv.y, dv.z, dv.w};
+        float dpx[4], dx[4];
+        bw_quad<ST, LDS, KEY_ROWS>(scr, D_col, D_row, q, dpx, dx);
         BW_UNROLL
         for (int e = 0; e < 4; e++) {
             int c = 4 * q + e;
