@@ -2,10 +2,10 @@
  * The CUDA emulator build (cmake -DACCEL_CUDA=ON -DACCEL_CUDA_EMU=ON; docs/testing.md): a
  * testing aid that runs accel's own CUDA code, host code and kernels, on a machine without a
  * GPU. The NVIDIA libraries below it are replaced by this folder: cudart.c (the runtime),
- * kernel.cc (kernel launches, threads as fibers), cublas.c (cuBLAS / cuBLASLt), nccl.c (NCCL
- * with one rank). Everything runs synchronously on the calling thread when it is issued, one
- * call at a time across threads (cuemu_lock); stream-ordering mistakes are the simulated GPU's
- * to find (src/device/sim.h), not this build's.
+ * kernel.cc (kernel launches, threads as fibers; launch_check.cc checks them), cublas.c
+ * (cuBLAS / cuBLASLt), nccl.c (NCCL with one rank). Everything runs synchronously on the calling
+ * thread when it is issued, one call at a time across threads (cuemu_lock); stream-ordering
+ * mistakes are the simulated GPU's to find (src/device/sim.h), not this build's.
  *
  * This header is the pieces' interface to each other (C and C++).
  */

@@ -93,8 +93,8 @@ unsigned warp_vote(op_kind op, unsigned mask, int pred, const char *file, int li
 void warp_shfl(op_kind op, unsigned mask, const void *in, void *out, size_t nbytes, int arg,
                int width, const char *file, int line);
 
-/* One launch: kernel.cc checks the configuration, runs every block, calls body(ctx) as each
- * thread. Holds cuemu_lock for the whole launch. */
+/* One launch: launch_check.cc checks the configuration, kernel.cc runs every block, calling
+ * body(ctx) as each thread, and holds cuemu_lock for the whole launch. */
 struct launch_site {
     const char *kernel; /* as the launch spelled it */
     const char *file;
@@ -104,11 +104,19 @@ struct launch_site {
     cudaStream_t stream;
     const void *func; /* the kernel, as cudaFuncSetAttribute names it */
 };
-/* 0 when the launch may run; otherwise it recorded the error (cuemu_set_error). */
+/* launch_check.cc: 0 when the launch may run; otherwise it recorded the error
+ * (cuemu_set_error). */
 int launch_check(const launch_site &site);
-/* Arguments: pointer i (nullptr or device memory, else an error naming it and the kernel). */
+/* launch_check.cc, the arguments: pointer i (nullptr or device memory, else an error naming it
+ * and the kernel). */
 int check_pointer_arg(const launch_site &site, int index, const void *p);
 void launch_run(const launch_site &site, void (*body)(void *), void *ctx);
+/* The kernel's name in messages: launch_site::kernel without the parentheses the launch
+ * rewrite adds (kernel.cc). */
+struct kernel_name {
+    char s[256];
+    explicit kernel_name(const char *k);
+};
 
 template <class T> int check_arg(const launch_site &site, int index, const T &v)
 {

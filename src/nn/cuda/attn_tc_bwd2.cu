@@ -145,6 +145,44 @@ __device__ __forceinline__ void b2_cols(float (&v)[4], const float *p)
     v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
 }
 
+/* s[n] = a times B for each of the chunk's two 16-column tiles n that L0, L1 do not skip, B
+ * (dim, column) being src [column][dim] (src: the lane's pointer at the chunk's first column):
+ * summed per 16-dim block f in ascending order, both tiles' products per block. */
+template <int L0, int L1>
+__device__ __forceinline__ void b2_tiles(f2_c (&s)[2], const f2_a (&a)[F2_NF], const bf16 *src)
+{
+    const int L[2] = {L0, L1};
+    F2_UNROLL
+    for (int n = 0; n < 2; n++) {
+        if (L[n] != B2_SKIP) {
+            wmma::fill_fragment(s[n], 0.0f);
+        }
+    }
+    F2_UNROLL
+    for (int f = 0; f < F2_NF; f++) {
+        F2_UNROLL
+        for (int n = 0; n < 2; n++) {
+            if (L[n] != B2_SKIP) {
+                f2_b b;
+                f2_frag<true>(b, src + 16 * n * F2_LD + 16 * f);
+                wmma::mma_sync(s[n], a[f], b, s[n]);
+            }
+        }
+    }
+}
+
+/* acc[f] += pa times B for every 16-dim block f in ascending order, B (column, dim) being
+ * srct [dim][column] (srct: the lane's pointer at the tile's first column). */
+__device__ __forceinline__ void b2_acc(f2_c (&acc)[F2_NF], const f2_a &pa, const bf16 *srct)
+{
+    F2_UNROLL
+    for (int f = 0; f < F2_NF; f++) {
+        f2_b b;
+        f2_frag<true>(b, srct + 16 * f * F2_LD);
+        wmma::mma_sync(acc[f], pa, b, acc[f]);
+    }
+}
+
 /* One chunk of 32 queries for the warp's 16 keys (k_b2_dkv): L0, L1 what its two 16-query
  * tiles are (B2_SKIP, B2_DIAG, B2_FULL). q, od: the lane's pointers into Q and dO [query][dim]
  * at the chunk's first query; qt, odt: into Q^T and dO^T [dim][query] there; sl, sd: base-2 lse
@@ -159,24 +197,8 @@ __device__ __forceinline__ void b2_dkv_chunk(f2_c (&dk)[F2_NF], f2_c (&dv)[F2_NF
     const int L[2] = {L0, L1};
     f2_c s[2];
     f2_a pa[2];
-    F2_UNROLL
-    for (int n = 0; n < 2; n++) {
-        if (L[n] != B2_SKIP) {
-            wmma::fill_fragment(s[n], 0.0f);
-        }
-    }
     /* S^T = K Q^T: B (dim, query) is Q [query][dim]. */
-    F2_UNROLL
-    for (int f = 0; f < F2_NF; f++) {
-        F2_UNROLL
-        for (int n = 0; n < 2; n++) {
-            if (L[n] != B2_SKIP) {
-                f2_b b;
-                f2_frag<true>(b, q + 16 * n * F2_LD + 16 * f);
-                wmma::mma_sync(s[n], ka[f], b, s[n]);
-            }
-        }
-    }
+    b2_tiles<L0, L1>(s, ka, q);
     F2_UNROLL
     for (int n = 0; n < 2; n++) {
         float l[4];
@@ -191,32 +213,11 @@ __device__ __forceinline__ void b2_dkv_chunk(f2_c (&dk)[F2_NF], f2_c (&dv)[F2_NF
     F2_UNROLL
     for (int n = 0; n < 2; n++) {
         if (L[n] != B2_SKIP) {
-            F2_UNROLL
-            for (int f = 0; f < F2_NF; f++) {
-                f2_b b;
-                f2_frag<true>(b, odt + 16 * f * F2_LD + 16 * n);
-                wmma::mma_sync(dv[f], pa[n], b, dv[f]);
-            }
+            b2_acc(dv, pa[n], odt + 16 * n);
         }
     }
     /* dP^T = V dO^T: B (dim, query) is dO [query][dim]. */
-    F2_UNROLL
-    for (int n = 0; n < 2; n++) {
-        if (L[n] != B2_SKIP) {
-            wmma::fill_fragment(s[n], 0.0f);
-        }
-    }
-    F2_UNROLL
-    for (int f = 0; f < F2_NF; f++) {
-        F2_UNROLL
-        for (int n = 0; n < 2; n++) {
-            if (L[n] != B2_SKIP) {
-                f2_b b;
-                f2_frag<true>(b, od + 16 * n * F2_LD + 16 * f);
-                wmma::mma_sync(s[n], va[f], b, s[n]);
-            }
-        }
-    }
+    b2_tiles<L0, L1>(s, va, od);
     /* dK += dS^T Q: B (query, dim) is Q^T [dim][query]. */
     F2_UNROLL
     for (int n = 0; n < 2; n++) {
@@ -224,12 +225,7 @@ __device__ __forceinline__ void b2_dkv_chunk(f2_c (&dk)[F2_NF], f2_c (&dv)[F2_NF
             float d[4];
             b2_cols(d, sd + 16 * n + lq);
             b2_dscores<true>(pa[n], s[n], d);
-            F2_UNROLL
-            for (int f = 0; f < F2_NF; f++) {
-                f2_b b;
-                f2_frag<true>(b, qt + 16 * f * F2_LD + 16 * n);
-                wmma::mma_sync(dk[f], pa[n], b, dk[f]);
-            }
+            b2_acc(dk, pa[n], qt + 16 * n);
         }
     }
 }
@@ -246,24 +242,8 @@ __device__ __forceinline__ void b2_dq_chunk(f2_c (&dq)[F2_NF], const f2_a (&qa)[
     const int L[2] = {L0, L1};
     f2_c s[2];
     f2_a pa[2];
-    F2_UNROLL
-    for (int n = 0; n < 2; n++) {
-        if (L[n] != B2_SKIP) {
-            wmma::fill_fragment(s[n], 0.0f);
-        }
-    }
     /* S = Q K^T: B (dim, key) is K [key][dim]. */
-    F2_UNROLL
-    for (int f = 0; f < F2_NF; f++) {
-        F2_UNROLL
-        for (int n = 0; n < 2; n++) {
-            if (L[n] != B2_SKIP) {
-                f2_b b;
-                f2_frag<true>(b, k + 16 * n * F2_LD + 16 * f);
-                wmma::mma_sync(s[n], qa[f], b, s[n]);
-            }
-        }
-    }
+    b2_tiles<L0, L1>(s, qa, k);
     F2_UNROLL
     for (int n = 0; n < 2; n++) {
         if (L[n] == B2_DIAG) {
@@ -271,33 +251,15 @@ __device__ __forceinline__ void b2_dq_chunk(f2_c (&dq)[F2_NF], const f2_a (&qa)[
         } else if (L[n] == B2_FULL) {
             b2_probs<false, false>(pa[n], s[n], sl2, l, dmask);
         }
-        if (L[n] != B2_SKIP) {
-            wmma::fill_fragment(s[n], 0.0f);
-        }
     }
     /* dP = dO V^T: B (dim, key) is V [key][dim]. */
-    F2_UNROLL
-    for (int f = 0; f < F2_NF; f++) {
-        F2_UNROLL
-        for (int n = 0; n < 2; n++) {
-            if (L[n] != B2_SKIP) {
-                f2_b b;
-                f2_frag<true>(b, v + 16 * n * F2_LD + 16 * f);
-                wmma::mma_sync(s[n], oa[f], b, s[n]);
-            }
-        }
-    }
+    b2_tiles<L0, L1>(s, oa, v);
     /* dQ += dS K: B (key, dim) is K^T [dim][key]. */
     F2_UNROLL
     for (int n = 0; n < 2; n++) {
         if (L[n] != B2_SKIP) {
             b2_dscores<false>(pa[n], s[n], d);
-            F2_UNROLL
-            for (int f = 0; f < F2_NF; f++) {
-                f2_b b;
-                f2_frag<true>(b, kt + 16 * f * F2_LD + 16 * n);
-                wmma::mma_sync(dq[f], pa[n], b, dq[f]);
-            }
+            b2_acc(dq, pa[n], kt + 16 * n);
         }
     }
 }
