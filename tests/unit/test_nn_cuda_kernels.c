@@ -1,9 +1,9 @@
 /* ACCEL_TEST_LABELS: gpu
  *
- * The nn toolkit's element-wise and column-sum kernels (src/nn/cuda/ew_kernels.cu), called
- * through their launchers (nn_kernels.h) on device buffers at every offset of a 16-byte
- * vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path (aligned
- * pointers) and the scalar one (the tail, unaligned pointers) run:
+ * The nn toolkit's element-wise and column-sum kernels (src/nn/cuda/ew_kernels.cu and
+ * sum_kernels.cu), called through their launchers (nn_kernels.h) on device buffers at every offset
+ * of a 16-byte vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path
+ * (aligned pointers) and the scalar one (the tail, unaligned pointers) run:
  *  - acc, acc_half, add, scale_acc and to_half (bf16) against the same arithmetic on the host,
  *    bit for bit (they add, multiply and round: nothing the host computes differently);
  *  - to_half (fp16), gelu and its backward: every offset gives the bits of offset 0 (the

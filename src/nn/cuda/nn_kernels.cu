@@ -1,10 +1,10 @@
 /*
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
- * (ce_kernels.cu), tensor-core attention (attn_tc.cu) and the element-wise kernels and sums over
- * rows (ew_kernels.cu). Correctness first: dropout uses a grid-stride loop, row kernels one
- * block per row with block reductions, the embedding scatter one thread per (distinct id,
- * column) adding that id's rows in row order, and attention one warp per query (or key) row
- * with an online softmax (under autocast both directions run on tensor cores instead:
+ * (ce_kernels.cu), tensor-core attention (attn_tc.cu), the element-wise kernels (ew_kernels.cu)
+ * and the sums over rows (sum_kernels.cu). Correctness first: dropout uses a grid-stride loop,
+ * row kernels one block per row with block reductions, the embedding scatter one thread per
+ * (distinct id, column) adding that id's rows in row order, and attention one warp per query (or
+ * key) row with an online softmax (under autocast both directions run on tensor cores instead:
  * attn_tc.cu), so no kernel keeps a T x T matrix, none uses atomics, and every result is
  * deterministic (the order of every sum depends only on the shapes and the ids).
  */
