@@ -166,21 +166,67 @@ __global__ void __launch_bounds__(CS_COLS *CS_LANES)
     }
 }
 
-/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). A thread's loads
- * do not depend on its sums: unrolled by 16, 16 of them are in flight at once (the grid is
- * small, a thread per column, so latency, not bandwidth, bounds this pass). */
-__global__ void k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, int write,
-                            int rnd)
+/* The partial-row pass: a block of SP_WARPS warps takes SP_COLS columns. Per tile of SP_TILE
+ * partial rows, warp w loads the tile's rows w, w + SP_WARPS, ... into registers, all of them
+ * before any is stored (a 128-byte load a row, none waiting on another: the tile's 32 KiB in
+ * flight at once), then into shared memory; then warp 0, lane x for column x, adds the tile's
+ * rows in row order. The order is the one-thread-a-column loop's (rows 0 to nparts - 1), so
+ * the bits are too, while the block waits on one round trip to L2 a tile instead of one every
+ * 16 rows (a thread a column with 16 loads in flight: 16 round trips for LayerNorm's 256
+ * partial rows). Shared rows are 32 words: lane x reads and writes bank x, no conflicts. */
+#define SP_COLS 32
+#define SP_WARPS 8
+#define SP_TILE 256
+
+/* Column blockIdx.x * SP_COLS + lane's sum over the nparts partial rows, in row order (for
+ * warp 0; the other warps return 0). Every thread of the block must call it. */
+__device__ __forceinline__ float sum_parts_col(const float *part, int64_t nparts, int64_t cols,
+                                               float (*sh)[SP_COLS])
 {
-    GRID_LOOP(c, cols)
-    {
-        float t = 0.0f;
-#pragma unroll 16
-        for (int64_t k = 0; k < nparts; k++) {
-            t += part[k * cols + c];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t c = (int64_t)blockIdx.x * SP_COLS + lane;
+    float t = 0.0f;
+    for (int64_t k0 = 0; k0 < nparts; k0 += SP_TILE) {
+        int n = nparts - k0 < SP_TILE ? (int)(nparts - k0) : SP_TILE;
+        float v[SP_TILE / SP_WARPS];
+#pragma unroll
+        for (int i = 0; i < SP_TILE / SP_WARPS; i++) {
+            int k = warp + i * SP_WARPS;
+            v[i] = k < n && c < cols ? part[(k0 + k) * cols + c] : 0.0f;
         }
+        if (k0 > 0) {
+            __syncthreads(); /* warp 0 has added the last tile */
+        }
+#pragma unroll
+        for (int i = 0; i < SP_TILE / SP_WARPS; i++) {
+            sh[warp + i * SP_WARPS][lane] = v[i];
+        }
+        __syncthreads();
+        if (warp == 0) { /* unrolled: 16 shared loads issued ahead of their adds */
+#pragma unroll 16
+            for (int k = 0; k < n; k++) {
+                t += sh[k][lane];
+            }
+        }
+    }
+    return t;
+}
+
+/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). */
+__global__ void __launch_bounds__(SP_COLS *SP_WARPS)
+    k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, int write, int rnd)
+{
+    __shared__ float sh[SP_TILE][SP_COLS];
+    float t = sum_parts_col(part, nparts, cols, sh);
+    int64_t c = (int64_t)blockIdx.x * SP_COLS + threadIdx.x;
+    if (threadIdx.x < 32 && c < cols) {
         put_sum(dst + c, t, write, rnd);
     }
+}
+
+static inline unsigned sum_parts_grid(int64_t cols)
+{
+    return (unsigned)((cols + SP_COLS - 1) / SP_COLS);
 }
 
 /* As k_col_sum, LayerNorm's weight and bias gradients at once (both accumulate): part holds
@@ -289,7 +335,8 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
         col_sum_first<float>(s, gy, src, rows, cols, chunk, part, dst, write, rnd);
     }
     if (chunks > 1) {
-        k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, chunks, cols, dst, write, rnd);
+        k_sum_parts<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, chunks, cols, dst,
+                                                                        write, rnd);
     }
     return cudaGetLastError();
 }
@@ -297,7 +344,8 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
 cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
                             float *dst, int write, int rnd)
 {
-    k_sum_parts<<<grid_for(cols), THREADS, 0, s>>>(part, nparts, cols, dst, write, rnd);
+    k_sum_parts<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, nparts, cols, dst, write,
+                                                                    rnd);
     return cudaGetLastError();
 }
 
@@ -313,10 +361,11 @@ cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const flo
     k_layernorm_bwd_params<<<grid, dim3(CS_COLS, CS_LANES), 0, s>>>(x, gy, mean, rstd, rows, C,
                                                                     chunk, part, gw, gb);
     if (chunks > 1 && gw != NULL) {
-        k_sum_parts<<<grid_for(C), THREADS, 0, s>>>(part, chunks, C, gw, 0, 0);
+        k_sum_parts<<<sum_parts_grid(C), SP_COLS * SP_WARPS, 0, s>>>(part, chunks, C, gw, 0, 0);
     }
     if (chunks > 1 && gb != NULL) {
-        k_sum_parts<<<grid_for(C), THREADS, 0, s>>>(part + chunks * C, chunks, C, gb, 0, 0);
+        k_sum_parts<<<sum_parts_grid(C), SP_COLS * SP_WARPS, 0, s>>>(part + chunks * C, chunks, C,
+                                                                     gb, 0, 0);
     }
     return cudaGetLastError();
 }
@@ -431,17 +480,15 @@ __global__ void __launch_bounds__(CS_COLS *CS_LANES)
     }
 }
 
-/* dst[c] = the nparts partial rows' column c, added in row order, rounded to 2 bytes. */
-__global__ void k_sum_parts_half(const float *part, int64_t nparts, int64_t cols, uint16_t *dst,
-                                 int dt)
+/* dst[c] = the nparts partial rows' column c, added in row order (as k_sum_parts), rounded to
+ * 2 bytes. */
+__global__ void __launch_bounds__(SP_COLS *SP_WARPS)
+    k_sum_parts_half(const float *part, int64_t nparts, int64_t cols, uint16_t *dst, int dt)
 {
-    GRID_LOOP(c, cols)
-    {
-        float t = 0.0f;
-#pragma unroll 16
-        for (int64_t k = 0; k < nparts; k++) {
-            t += part[k * cols + c];
-        }
+    __shared__ float sh[SP_TILE][SP_COLS];
+    float t = sum_parts_col(part, nparts, cols, sh);
+    int64_t c = (int64_t)blockIdx.x * SP_COLS + threadIdx.x;
+    if (threadIdx.x < 32 && c < cols) {
         dst[c] = half_bits(t, dt);
     }
 }
@@ -480,8 +527,8 @@ cudaError_t nn_cu_dgelu_bgrad_half(cudaStream_t s, void *d, const void *aux, int
         dgelu_bgrad_first<1>(s, grid, d, aux, rows, cols, chunk, part, dbias, dt);
     }
     if (chunks > 1 && dbias != NULL) {
-        k_sum_parts_half<<<grid_for(cols), THREADS, 0, s>>>(part, chunks, cols, (uint16_t *)dbias,
-                                                            dt);
+        k_sum_parts_half<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, chunks, cols,
+                                                                             (uint16_t *)dbias, dt);
     }
     return cudaGetLastError();
 }
