@@ -265,11 +265,13 @@ __device__ __forceinline__ void adam_one(const accel__adam_coef &c, float p, flo
 /* Four elements of a thread (a grid stride apart) loaded before any is stored, as
  * scale_kernel: the compiler may not move the next element's loads above this one's stores,
  * so one at a time kept 16 bytes a thread in flight (32 KiB an SM at 2048 threads, under what
- * HBM's latency needs); four keep 64. The launcher sizes the grid for four elements a thread.
- * The same arithmetic per element: the same bits. */
+ * HBM's latency needs); four keep 64. At most 64 registers (ptxas: 63 with the bf16 copy, no
+ * spill) for 4 blocks an SM: 64 KiB in flight. The launcher sizes the grid for four elements a
+ * thread. The same arithmetic per element: the same bits. */
 template <accel_dtype CT>
-__global__ void adam_kernel(accel__adam_coef c, float *param, const float *grad, float *m, float *v,
-                            float *vmax, void *compute, size_t n)
+__global__ void __launch_bounds__(kThreads, 4)
+    adam_kernel(accel__adam_coef c, float *param, const float *grad, float *m, float *v,
+                float *vmax, void *compute, size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
