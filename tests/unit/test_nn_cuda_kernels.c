@@ -1,9 +1,9 @@
 /* ACCEL_TEST_LABELS: gpu
  *
- * The nn toolkit's element-wise and column-sum kernels (src/nn/cuda/ew_kernels.cu), called
- * through their launchers (nn_kernels.h) on device buffers at every offset of a 16-byte
- * vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path (aligned
- * pointers) and the scalar one (the tail, unaligned pointers) run:
+ * The nn toolkit's element-wise and column-sum kernels (src/nn/cuda/ew_kernels.cu and
+ * sum_kernels.cu), called through their launchers (nn_kernels.h) on device buffers at every offset
+ * of a 16-byte vector (0 to 3 floats) and lengths around multiples of 4, so both the vector path
+ * (aligned pointers) and the scalar one (the tail, unaligned pointers) run:
  *  - acc, acc_half, add, scale_acc and to_half (bf16) against the same arithmetic on the host,
  *    bit for bit (they add, multiply and round: nothing the host computes differently);
  *  - to_half (fp16), gelu and its backward: every offset gives the bits of offset 0 (the
@@ -11,6 +11,8 @@
  *  - the column sum over fp32 and bf16 input, accumulating or writing, rounding or not, over
  *    1 to 1500 rows (one chunk of 512 rows and several): bit for bit against the order
  *    nn_kernels.h documents, replayed on the host;
+ *  - the partial-row pass alone (sum_parts), 1 to 600 partial rows (one tile of 256 and
+ *    several): bit for bit against the rows added in order;
  *  - the fused MLP's hidden gradient from a 2-byte product (dgelu_bgrad_half): dZ against the
  *    GELU backward kernel (the same code), its bias gradient bit for bit against the column
  *    sum's order over that dZ.
@@ -291,6 +293,46 @@ static void test_col_sum(void)
     free(src16);
 }
 
+/* The partial-row pass alone (nn_cu_sum_parts): column c's nparts partial rows added in row
+ * order from 0, then rounded (rnd) and stored or added (write), bit for bit. Up to 600
+ * partial rows: one tile of 256 rows a block and several (a full last one and a partial one),
+ * 1 to 70 columns (a partial block of 32 and several blocks). */
+static void test_sum_parts(void)
+{
+    static const int64_t shapes[][2] = {{1, 1},   {3, 5},    {64, 33}, {255, 32},
+                                        {256, 7}, {257, 64}, {512, 3}, {600, 70}};
+    enum { MAXE = 600 * 70 };
+    float *hp = malloc(MAXE * sizeof(float)), *dp = dev_alloc(MAXE * sizeof(float));
+    CHECK(hp != NULL);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int64_t nparts = shapes[s][0], cols = shapes[s][1];
+        CHECK(nparts * cols <= MAXE && cols <= MAXN);
+        for (int64_t i = 0; i < nparts * cols; i++) {
+            hp[i] = frand();
+        }
+        to_dev(dp, hp, (size_t)(nparts * cols) * sizeof(float));
+        for (int mode = 0; mode < 4; mode++) { /* write, rnd */
+            int write = mode & 1, rnd = mode >> 1;
+            fill();
+            CHECK(nn_cu_sum_parts(NULL, dp, nparts, cols, dc, write, rnd) == cudaSuccess);
+            for (int64_t c = 0; c < cols; c++) {
+                float v = 0.0f;
+                for (int64_t k = 0; k < nparts; k++) {
+                    v += hp[k * cols + c];
+                }
+                v = rnd ? bf16_round(v) : v;
+                ref[c] = write ? v : hc[c] + v;
+            }
+            char what[80];
+            snprintf(what, sizeof(what), "sum_parts %lldx%lld write %d rnd %d", (long long)nparts,
+                     (long long)cols, write, rnd);
+            check_floats(what, 0, cols, ref);
+        }
+    }
+    CHECK(cudaFree(dp) == cudaSuccess);
+    free(hp);
+}
+
 /* The fused MLP's hidden gradient from a 2-byte product (nn_cu_dgelu_bgrad_half, bf16):
  * dZ = rnd(P * gelu_tanh'(aux)) against nn_cu_gelu_bwd on the widened inputs, rounded on the
  * host. Both kernels run the same gelu_grad with -fmad=false, so the bits should agree; the
@@ -396,6 +438,7 @@ int main(void)
     test_elementwise();
     test_same_bits();
     test_col_sum();
+    test_sum_parts();
     test_dgelu_bgrad();
     CHECK(cudaFree(da) == cudaSuccess && cudaFree(db) == cudaSuccess);
     CHECK(cudaFree(dc) == cudaSuccess && cudaFree(dseed) == cudaSuccess);

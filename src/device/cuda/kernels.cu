@@ -233,34 +233,65 @@ __global__ void sgd_kernel(accel__cu_sgd a)
     }
 }
 
-/* CT: the dtype of the compute copy written from the new param in the same pass (BF16, F16:
- * convert_kernel's rounding, without a second kernel reading the master again), or F32 for
- * none. */
+/* One element of AdamW from its loaded p, grad, exp_avg and exp_avg_sq (vmax, amsgrad's, is
+ * read here). CT: the dtype of the compute copy written from the new param in the same pass
+ * (BF16, F16: convert_kernel's rounding, without a second kernel reading the master again), or
+ * F32 for none. */
 template <accel_dtype CT>
-__global__ void adam_kernel(accel__adam_coef c, float *param, const float *grad, float *m, float *v,
-                            float *vmax, void *compute, size_t n)
+__device__ __forceinline__ void adam_one(const accel__adam_coef &c, float p, float gr, float mo,
+                                         float vo, float *param, float *m, float *v, float *vmax,
+                                         void *compute, size_t i)
 {
-    GRID_STRIDE(i, n)
-    {
-        float p = param[i], mo = m[i];
-        float g = __fadd_rn(__fmul_rn(c.sign, grad[i]), __fmul_rn(c.l2, p));
-        float decayed = __fmul_rn(p, c.decay);
-        /* exp_avg.lerp_(grad, 1 - beta1) */
-        float mi = __fadd_rn(mo, __fmul_rn(c.w1, __fsub_rn(g, mo)));
-        float vi = __fadd_rn(__fmul_rn(v[i], c.beta2), __fmul_rn(__fmul_rn(c.w2, g), g));
-        m[i] = mi;
-        v[i] = vi;
-        float s = vi;
-        if (vmax != nullptr) {
-            s = vmax[i] > vi ? vmax[i] : vi;
-            vmax[i] = s;
+    float g = __fadd_rn(__fmul_rn(c.sign, gr), __fmul_rn(c.l2, p));
+    float decayed = __fmul_rn(p, c.decay);
+    /* exp_avg.lerp_(grad, 1 - beta1) */
+    float mi = __fadd_rn(mo, __fmul_rn(c.w1, __fsub_rn(g, mo)));
+    float vi = __fadd_rn(__fmul_rn(vo, c.beta2), __fmul_rn(__fmul_rn(c.w2, g), g));
+    m[i] = mi;
+    v[i] = vi;
+    float s = vi;
+    if (vmax != nullptr) {
+        s = vmax[i] > vi ? vmax[i] : vi;
+        vmax[i] = s;
+    }
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(s), c.bc2_sqrt), c.eps);
+    float np = __fsub_rn(decayed, __fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
+    param[i] = np;
+    if (CT != ACCEL_F32) {
+        store<CT>(compute, i, np);
+    }
+}
+
+/* Four elements of a thread (a grid stride apart) loaded before any is stored, as
+ * scale_kernel: the compiler may not move the next element's loads above this one's stores,
+ * so one at a time kept 16 bytes a thread in flight (32 KiB an SM at 2048 threads, under what
+ * HBM's latency needs); four keep 64. At most 64 registers (ptxas: 63 with the bf16 copy, no
+ * spill) for 4 blocks an SM: 64 KiB in flight. The launcher sizes the grid for four elements a
+ * thread. The same arithmetic per element: the same bits. */
+template <accel_dtype CT>
+__global__ void __launch_bounds__(kThreads, 4)
+    adam_kernel(accel__adam_coef c, float *param, const float *grad, float *m, float *v,
+                float *vmax, void *compute, size_t n)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        float p[4], g[4], mo[4], vo[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            size_t j = i + u * stride;
+            p[u] = param[j];
+            g[u] = grad[j];
+            mo[u] = m[j];
+            vo[u] = v[j];
         }
-        float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(s), c.bc2_sqrt), c.eps);
-        float np = __fsub_rn(decayed, __fmul_rn(c.step_size, __fdiv_rn(mi, denom)));
-        param[i] = np;
-        if (CT != ACCEL_F32) {
-            store<CT>(compute, i, np);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            adam_one<CT>(c, p[u], g[u], mo[u], vo[u], param, m, v, vmax, compute, i + u * stride);
         }
+    }
+    for (; i < n; i += stride) {
+        adam_one<CT>(c, param[i], grad[i], m[i], v[i], param, m, v, vmax, compute, i);
     }
 }
 
@@ -493,7 +524,9 @@ cudaError_t accel__cu_adam_step(const accel__adam_coef *c, float *param, const f
                                 float *m, float *v, float *vmax, void *compute,
                                 accel_dtype compute_dt, size_t n, cudaStream_t s)
 {
-    unsigned g = grid_for(n);
+    /* Blocks for four elements a thread, so that segments of a few million take the
+     * four-at-once loop too (grid_for's one a thread would leave them in the tail). */
+    unsigned g = grid_for((n + 3) / 4);
     if (compute == nullptr) {
         adam_kernel<ACCEL_F32><<<g, kThreads, 0, s>>>(*c, param, grad, m, v, vmax, nullptr, n);
     } else if (compute_dt == ACCEL_BF16) {

@@ -1,10 +1,10 @@
 /*
  * The nn toolkit's CUDA kernels (launchers in nn_kernels.h) other than cross entropy
- * (ce_kernels.cu), tensor-core attention (attn_tc.cu) and the element-wise kernels and sums over
- * rows (ew_kernels.cu). Correctness first: dropout uses a grid-stride loop, row kernels one
- * block per row with block reductions, the embedding scatter one thread per (distinct id,
- * column) adding that id's rows in row order, and attention one warp per query (or key) row
- * with an online softmax (under autocast both directions run on tensor cores instead:
+ * (ce_kernels.cu), tensor-core attention (attn_tc.cu), the element-wise kernels (ew_kernels.cu)
+ * and the sums over rows (sum_kernels.cu). Correctness first: dropout uses a grid-stride loop,
+ * row kernels one block per row with block reductions, the embedding scatter one thread per
+ * (distinct id, column) adding that id's rows in row order, and attention one warp per query (or
+ * key) row with an online softmax (under autocast both directions run on tensor cores instead:
  * attn_tc.cu), so no kernel keeps a T x T matrix, none uses atomics, and every result is
  * deterministic (the order of every sum depends only on the shapes and the ids).
  */
@@ -173,15 +173,33 @@ __global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_warp(nn_cu_ln a)
     float4 *sr = a.res != NULL ? (float4 *)(a.sum + r * C) : NULL;
     float4 v[LN_VECS];
     float s = 0.0f;
+    /* Every load of the row is issued before the first store of the sum: the compiler may not
+     * move a load above a store it cannot prove elsewhere, so loads and stores interleaved
+     * would cost a round trip to memory per vector (LN_VECS a row) instead of one. */
 #pragma unroll
     for (int i = 0; i < LN_VECS; i++) {
         int64_t j = lane + 32 * i;
         v[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (rr != NULL && j < n4) { /* the residual add, stored as k_add would */
-            float4 u = rr[j];
-            v[i] = make_float4(v[i].x + u.x, v[i].y + u.y, v[i].z + u.z, v[i].w + u.w);
-            sr[j] = v[i];
+    }
+    if (rr != NULL) {
+        float4 u[LN_VECS];
+#pragma unroll
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            u[i] = j < n4 ? rr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
+#pragma unroll
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            if (j < n4) { /* the residual add, stored as k_add would */
+                v[i] = make_float4(v[i].x + u[i].x, v[i].y + u[i].y, v[i].z + u[i].z,
+                                   v[i].w + u[i].w);
+                sr[j] = v[i];
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
         s += sum4(v[i]);
     }
     float mu = warp_sum(s) / (float)C, q = 0.0f;
@@ -195,19 +213,25 @@ __global__ void __launch_bounds__(32 * LN_ROWS) k_layernorm_warp(nn_cu_ln a)
     float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + a.eps);
     float4 *yr = a.y != NULL ? (float4 *)(a.y + r * C) : NULL;
     uint2 *hr = a.yh != NULL ? (uint2 *)((uint16_t *)a.yh + r * C) : NULL;
+    /* y over v, every weight and bias loaded before the first store (as above). */
 #pragma unroll
     for (int i = 0; i < LN_VECS; i++) {
         int64_t j = lane + 32 * i;
         if (j < n4) {
             float4 wc = ld4_or(a.w, j, 1.0f), bc = ld4_or(a.b, j, 0.0f);
-            float4 y =
-                make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
-                            (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
+            v[i] = make_float4((v[i].x - mu) * rs * wc.x + bc.x, (v[i].y - mu) * rs * wc.y + bc.y,
+                               (v[i].z - mu) * rs * wc.z + bc.z, (v[i].w - mu) * rs * wc.w + bc.w);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < LN_VECS; i++) {
+        int64_t j = lane + 32 * i;
+        if (j < n4) {
             if (yr != NULL) {
-                yr[j] = y;
+                yr[j] = v[i];
             }
             if (hr != NULL) { /* the half shadow: k_to_half's bits, 8 bytes a lane */
-                hr[j] = pack_half4(y, a.dt);
+                hr[j] = pack_half4(v[i], a.dt);
             }
         }
     }
@@ -268,13 +292,23 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
     }
     for (int64_t r = r0; r < r0 + per && r < rows; r++) {
         const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
-        float4 xv[LN_VECS], gv[LN_VECS];
+        float4 *dst = (float4 *)(gx + r * C);
+        /* What the gradient is added to: gx itself (accumulating) or gbase, else nothing. */
+        const float4 *add = !write ? dst : a.gbase != NULL ? (const float4 *)(a.gbase + r * C)
+                                                            : NULL;
+        uint2 *hr = a.gh != NULL ? (uint2 *)((uint16_t *)a.gh + r * C) : NULL;
+        float4 xv[LN_VECS], gv[LN_VECS], ov[LN_VECS];
         float mu = mean[r], rs = rstd[r], s1 = 0.0f, s2 = 0.0f;
+        /* Every load of the row (x, gy and what the gradient is added to) is issued before the
+         * first store: the compiler may not move a load above a store it cannot prove
+         * elsewhere, so a load of the addend between the stores cost a round trip to memory
+         * per vector (LN_VECS a row), with a few hundred bytes a warp in flight. */
 #pragma unroll
         for (int i = 0; i < LN_VECS; i++) {
             int64_t j = lane + 32 * i;
             xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            ov[i] = add != NULL && j < n4 ? add[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
             ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
             ln_bwd_terms(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2);
@@ -284,9 +318,7 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
         /* Lanes past the row added gy = 0 terms: nothing. */
         s1 = warp_sum(s1) / (float)C;
         s2 = warp_sum(s2) / (float)C;
-        float4 *dst = (float4 *)(gx + r * C);
-        const float4 *base = a.gbase != NULL ? (const float4 *)(a.gbase + r * C) : NULL;
-        uint2 *hr = a.gh != NULL ? (uint2 *)((uint16_t *)a.gh + r * C) : NULL;
+        /* The outputs into ov (the weight loaded before any store, as above), then stored. */
 #pragma unroll
         for (int i = 0; i < LN_VECS; i++) {
             int64_t j = lane + 32 * i;
@@ -298,14 +330,11 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
                                    ln_bwd_out(gv[i].y, wc.y, xv[i].y, mu, rs, s1, s2),
                                    ln_bwd_out(gv[i].z, wc.z, xv[i].z, mu, rs, s1, s2),
                                    ln_bwd_out(gv[i].w, wc.w, xv[i].w, mu, rs, s1, s2));
-            if (!write || base != NULL) { /* the same sum as a copy of gbase, then added to */
-                float4 p = !write ? dst[j] : base[j];
+            if (add != NULL) { /* the same sum as a copy of gbase, then added to */
+                float4 p = ov[i];
                 o = make_float4(p.x + o.x, p.y + o.y, p.z + o.z, p.w + o.w);
             }
-            dst[j] = o;
-            if (hr != NULL) {
-                hr[j] = pack_half4(o, a.dt);
-            }
+            ov[i] = o;
             if constexpr (PARAMS) { /* as k_layernorm_bwd_params: g (x - mean) rstd, and g */
                 aw[i].x += gv[i].x * (xv[i].x - mu) * rs;
                 aw[i].y += gv[i].y * (xv[i].y - mu) * rs;
@@ -313,6 +342,16 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
                 aw[i].w += gv[i].w * (xv[i].w - mu) * rs;
                 ab[i] = make_float4(ab[i].x + gv[i].x, ab[i].y + gv[i].y, ab[i].z + gv[i].z,
                                     ab[i].w + gv[i].w);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < LN_VECS; i++) {
+            int64_t j = lane + 32 * i;
+            if (j < n4) {
+                dst[j] = ov[i];
+                if (hr != NULL) {
+                    hr[j] = pack_half4(ov[i], a.dt);
+                }
             }
         }
     }

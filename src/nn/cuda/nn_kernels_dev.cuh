@@ -1,8 +1,9 @@
 /*
- * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu, ew_kernels.cu) share:
- * the launch sizes, the grid-stride loop, the autocast rounding, the warp and block reductions
- * and the packing of four 2-byte values for one 8-byte store. Device code only: include it
- * from .cu files, never from C.
+ * What the nn toolkit's CUDA kernel files (nn_kernels.cu, ce_kernels.cu, ew_kernels.cu,
+ * sum_kernels.cu) share: the launch sizes, the grid-stride loop, the autocast rounding, the
+ * warp and block reductions, 2-byte values to and from floats (with the packing of four for one
+ * 8-byte store), and GELU with its derivative. Device code only: include it from .cu files,
+ * never from C.
  */
 #ifndef ACCEL_NN_CUDA_KERNELS_DEV_CUH
 #define ACCEL_NN_CUDA_KERNELS_DEV_CUH
@@ -70,6 +71,41 @@ __device__ inline float block_reduce(float v, float *sh, int is_max)
     __syncthreads();
     v = lane < nw ? sh[lane] : (is_max ? -INFINITY : 0.0f);
     return is_max ? warp_max(v) : warp_sum(v);
+}
+
+/* A 2-byte value of dt (1 bf16, 2 fp16) as a float. */
+__device__ __forceinline__ float half_f(uint16_t h, int dt)
+{
+    if (dt == 1) {
+        return __uint_as_float((unsigned)h << 16);
+    }
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+
+#define SQRT_2_OVER_PI 0.7978845608028654f
+#define GELU_C 0.044715f
+
+__device__ __forceinline__ float gelu_f(float x, int approximate)
+{
+    if (approximate) {
+        float u = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+        return 0.5f * x * (1.0f + tanhf(u));
+    }
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ float gelu_grad(float x, int approximate)
+{
+    if (approximate) {
+        float x2 = x * x;
+        float t = tanhf(SQRT_2_OVER_PI * (x + GELU_C * x2 * x));
+        float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x2);
+        return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+    }
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    return cdf + x * 0.3989422804014327f * expf(-0.5f * x * x);
 }
 
 /* The 2-byte bits of v rounded to dt (1 bf16, 2 fp16), nearest even. */
