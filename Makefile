@@ -4,8 +4,9 @@
 #   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
 #                DESIGN.md §2), build with -Werror, run the whole suite while the other builds
 #                compile in the background (other-builds), then the unit tests under
-#                AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA build's GPU tests
-#                (test-cuda) and the same on the CUDA emulator (test-cuemu) (the suite's Python
+#                AddressSanitizer + UndefinedBehaviorSanitizer (ASAN_JOBS at once; their output
+#                follows the rest) beside the CUDA build's GPU tests (test-cuda) and the same on
+#                the CUDA emulator (test-cuemu) (the suite's Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
@@ -24,6 +25,7 @@ CUEMU_BUILD ?= build-cuemu
 CUDA_INCLUDE ?= $(or $(wildcard $(dir $(shell command -v nvcc 2>/dev/null))../include/cuda_runtime_api.h),$(wildcard /usr/local/cuda/include/cuda_runtime_api.h))
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
+ASAN_JOBS ?= $(shell n=$$(( $(JOBS) / 2 )); echo $$(( n > 0 ? n : 1 )))
 CMAKE_FLAGS ?=
 
 .PHONY: all deps build test other-builds test-cuda test-cuemu test-fast demo demo-run bench install format clean
@@ -38,7 +40,9 @@ build:
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The sanitizer, CUDA and emulator builds compile (nice 19, scripts/overlap.sh) while the main
-# suite runs; their tests run after it.
+# suite runs; their tests run after it, the sanitizer's beside the other two (at the same
+# priority: the emulator's tests run one process at a time for much of theirs, and the
+# sanitizer's -j 1 fill the other core).
 test: deps
 	bash scripts/check-layers.sh
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
@@ -46,9 +50,9 @@ test: deps
 	@bash tests/pyenv.sh notice
 	@bash scripts/overlap.sh $(BUILD)/other-builds.log "$(MAKE) --no-print-directory other-builds" \
 		"cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600"
-	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
-	@$(MAKE) --no-print-directory test-cuda
-	@$(MAKE) --no-print-directory test-cuemu
+	@OVERLAP_NICE=0 OVERLAP_SHOW=1 bash scripts/overlap.sh $(ASAN_BUILD)/unit-tests.log \
+		"cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(ASAN_JOBS) --timeout 600" \
+		"$(MAKE) --no-print-directory test-cuda && $(MAKE) --no-print-directory test-cuemu"
 
 # The other three builds, each configured and built in one command: other-builds runs them
 # (make test, in the background), and test-cuda / test-cuemu before their tests.
