@@ -4,8 +4,9 @@
 #   make test    install missing packages, check the layering of includes (scripts/check-layers.sh,
 #                DESIGN.md §2), build with -Werror, run the whole suite while the other builds
 #                compile in the background (other-builds), then the unit tests under
-#                AddressSanitizer + UndefinedBehaviorSanitizer, the CUDA build's GPU tests
-#                (test-cuda) and the same on the CUDA emulator (test-cuemu) (the suite's Python
+#                AddressSanitizer + UndefinedBehaviorSanitizer, the same GPU tests on the CUDA
+#                emulator (test-cuemu) and the CUDA build's (test-cuda), each as soon as its
+#                build is done (the suite's Python
 #                interop tests use a virtual environment in ~/.cache/accel/pyenv, made once:
 #                ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1 skips them; tests/pyenv.sh)
 #   make test-cuda   where nvcc is on PATH: configure CUDA_BUILD with ACCEL_CUDA=ON, build what
@@ -37,18 +38,22 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The sanitizer, CUDA and emulator builds compile (nice 19, scripts/overlap.sh) while the main
-# suite runs; their tests run after it.
+# The sanitizer, emulator and CUDA builds compile, in that order, at nice 19 (scripts/overlap.sh)
+# while the main suite runs; then the sanitizer's unit tests run as soon as it is built, the
+# emulator's tests as soon as that is (scripts/await.sh), while the builds after them go on
+# compiling; the CUDA build's tests last.
 test: deps
 	bash scripts/check-layers.sh
 	cmake -S . -B $(BUILD) -DACCEL_WERROR=ON -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	@bash tests/pyenv.sh notice
+	@rm -f $(ASAN_DONE) $(CUEMU_DONE)
 	@bash scripts/overlap.sh $(BUILD)/other-builds.log "$(MAKE) --no-print-directory other-builds" \
-		"cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600"
-	cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600
+		"(cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600) && \
+		bash scripts/await.sh $(ASAN_DONE) && \
+		(cd $(ASAN_BUILD) && ctest -L unit --output-on-failure -j $(JOBS) --timeout 600) && \
+		bash scripts/await.sh $(CUEMU_DONE) && $(MAKE) --no-print-directory test-cuemu"
 	@$(MAKE) --no-print-directory test-cuda
-	@$(MAKE) --no-print-directory test-cuemu
 
 # The other three builds, each configured and built in one command: other-builds runs them
 # (make test, in the background), and test-cuda / test-cuemu before their tests.
@@ -60,11 +65,17 @@ CUEMU_CHECKS_BUILD = cmake -S . -B $(CUEMU_BUILD) -DACCEL_WERROR=ON -DACCEL_CUDA
 	$(CMAKE_FLAGS) && cmake --build $(CUEMU_BUILD) -j $(JOBS) --target gpu_checks
 HAVE_NVCC = command -v nvcc >/dev/null 2>&1
 
-# Configures and builds what the ASan+UBSan unit tests, test-cuda and test-cuemu run.
+# Made by other-builds as each build is done (or skipped), for make test's scripts/await.sh.
+ASAN_DONE = $(BUILD)/other-builds.asan-done
+CUEMU_DONE = $(BUILD)/other-builds.cuemu-done
+
+# Configures and builds what the ASan+UBSan unit tests, test-cuemu and test-cuda run.
 other-builds:
 	$(ASAN_CHECKS_BUILD)
-	@if $(HAVE_NVCC); then $(CUDA_CHECKS_BUILD); fi
+	@mkdir -p $(BUILD) && touch $(ASAN_DONE)
 	@if [ -n "$(CUDA_INCLUDE)" ]; then $(CUEMU_CHECKS_BUILD); fi
+	@touch $(CUEMU_DONE)
+	@if $(HAVE_NVCC); then $(CUDA_CHECKS_BUILD); fi
 
 test-cuda:
 	@if $(HAVE_NVCC); then \

@@ -1,8 +1,9 @@
 /*
  * The emulator's nvcuda::wmma (tests/cuemu/wmma.h) against a host product: D = A B + C with
  * A, B bf16 and fp16 in every layout pair, C loaded and D stored row- and column-major, the
- * sum in fp32 with k ascending (exact here: small integers), and an element-wise loop over a
- * fragment (scaling, as a kernel's softmax rescale would).
+ * sum in fp32 with k ascending (exact on small integers; on random values the same bits as a
+ * host sum c + a0 b0 + a1 b1 + ... in that order, so the order itself is checked), and an
+ * element-wise loop over a fragment (scaling, as a kernel's softmax rescale would).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@ using namespace nvcuda;
 static int g_failures;
 
 template <typename T> __host__ __device__ T from_f(float v);
+template <typename T> __host__ __device__ float to_f(T v);
 template <> __host__ __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float v)
 {
     return __float2bfloat16_rn(v);
@@ -23,6 +25,14 @@ template <> __host__ __device__ __nv_bfloat16 from_f<__nv_bfloat16>(float v)
 template <> __host__ __device__ __half from_f<__half>(float v)
 {
     return __float2half_rn(v);
+}
+template <> __host__ __device__ float to_f<__nv_bfloat16>(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+template <> __host__ __device__ float to_f<__half>(__half v)
+{
+    return __half2float(v);
 }
 
 /* One warp: d = 2 * (a b + c), a and b in layouts LA / LB, c and d in memory layout ml. */
@@ -43,7 +53,9 @@ __global__ void k_mma(const T *a, const T *b, const float *c, float *d, int ml)
     wmma::store_matrix_sync(d, fc, 16, l);
 }
 
-template <typename T, typename LA, typename LB> static void check_mma(const char *name, int ml)
+/* rnd: random values (A and B representable in T) instead of small integers. */
+template <typename T, typename LA, typename LB>
+static void check_mma(const char *name, int ml, int rnd)
 {
     bool ra = std::is_same<LA, wmma::row_major>::value,
          rb = std::is_same<LB, wmma::row_major>::value;
@@ -53,6 +65,11 @@ template <typename T, typename LA, typename LB> static void check_mma(const char
         A[i] = (float)(i % 7 - 3);
         B[i] = (float)(i % 5 - 2);
         C[i] = (float)(i % 3);
+        if (rnd) {
+            A[i] = to_f<T>(from_f<T>((float)rand() / (float)RAND_MAX - 0.5f));
+            B[i] = to_f<T>(from_f<T>((float)rand() / (float)RAND_MAX * 3.0f - 1.0f));
+            C[i] = (float)rand() / (float)RAND_MAX - 0.5f;
+        }
     }
     /* A[m][k], B[k][n], C[m][n] logical; stored per layout. */
     for (int r = 0; r < 16; r++) {
@@ -91,8 +108,9 @@ template <typename T, typename LA, typename LB> static void check_mma(const char
         bad += got[i] != want[i];
     }
     if (bad) {
-        fprintf(stderr, "FAIL %s (%s): %d of 256 elements differ, first want %g got %g\n", name,
-                ml ? "col-major C/D" : "row-major C/D", bad, want[0], got[0]);
+        fprintf(stderr, "FAIL %s (%s%s): %d of 256 elements differ, first want %.9g got %.9g\n",
+                name, ml ? "col-major C/D" : "row-major C/D", rnd ? ", random" : "", bad, want[0],
+                got[0]);
         g_failures++;
     }
     cudaFree(da);
@@ -103,12 +121,13 @@ template <typename T, typename LA, typename LB> static void check_mma(const char
 
 int main(void)
 {
-    for (int ml = 0; ml < 2; ml++) {
-        check_mma<__nv_bfloat16, wmma::row_major, wmma::row_major>("bf16 row x row", ml);
-        check_mma<__nv_bfloat16, wmma::row_major, wmma::col_major>("bf16 row x col", ml);
-        check_mma<__nv_bfloat16, wmma::col_major, wmma::row_major>("bf16 col x row", ml);
-        check_mma<__half, wmma::col_major, wmma::col_major>("fp16 col x col", ml);
-        check_mma<__half, wmma::row_major, wmma::col_major>("fp16 row x col", ml);
+    for (int v = 0; v < 4; v++) {
+        int ml = v & 1, rnd = v >> 1;
+        check_mma<__nv_bfloat16, wmma::row_major, wmma::row_major>("bf16 row x row", ml, rnd);
+        check_mma<__nv_bfloat16, wmma::row_major, wmma::col_major>("bf16 row x col", ml, rnd);
+        check_mma<__nv_bfloat16, wmma::col_major, wmma::row_major>("bf16 col x row", ml, rnd);
+        check_mma<__half, wmma::col_major, wmma::col_major>("fp16 col x col", ml, rnd);
+        check_mma<__half, wmma::row_major, wmma::col_major>("fp16 row x col", ml, rnd);
     }
     if (g_failures) {
         fprintf(stderr, "test_wmma: %d failures\n", g_failures);

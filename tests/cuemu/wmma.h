@@ -13,14 +13,14 @@
  *
  * With ACCEL_CUEMU_WMMA_LANES defined (the emulator build's default: cmake's ACCEL_CUEMU_WMMA
  * is "lanes"; "whole" gives the whole-tile fragments above), fragments are laid out per lane
- * as on sm_80+ instead (an inline namespace keeps the two apart at link time): 8 elements a lane, those of
- * mma.m16n8k16 twice. Lane l = 4 g + q holds accumulator and matrix_a element i at row
+ * as on sm_80+ instead (an inline namespace keeps the two apart at link time): 8 elements a lane,
+ * those of mma.m16n8k16 twice. Lane l = 4 g + q holds accumulator and matrix_a element i at row
  * g + 8 ((i >> 1) & 1), column (k) 2 q + (i & 1) + 8 (i >> 2), matrix_b element i at k
  * 2 q + (i & 1) + 8 ((i >> 1) & 1), column g + 8 (i >> 2). fp16 matrix_a / matrix_b have 16
  * elements a lane as in CUDA's <mma.h> (the second 8 repeat the first here; the real layout
- * is not documented). mma_sync gathers the warp's fragments by shuffles (full warps only) and
- * sums as the whole-tile fragments do. This runs code that relies on the sm_80+ layout (after
- * checking it) on that layout.
+ * is not documented). mma_sync reads the other lanes' fragments where they lie, between two
+ * full-warp shuffles (full warps only), and sums as the whole-tile fragments do. This runs code
+ * that relies on the sm_80+ layout (after checking it) on that layout.
  */
 #ifndef ACCEL_CUEMU_WMMA_H
 #define ACCEL_CUEMU_WMMA_H
@@ -202,26 +202,52 @@ template <typename Use> inline int col_of(int l, int i)
     return 2 * (l & 3) + (i & 1) + 8 * (i >> 2);
 }
 
-/* Every lane's 8 elements of one fragment into a whole tile (full warp, 16 bytes a shuffle). */
-template <typename Use, typename T, typename Layout>
-inline void gather(const fragment<Use, 16, 16, 16, T, Layout> &f, float *tile)
+/* The lane and element that hold element (r, c) of a 16x16 tile (matrix_b: r is k; the others:
+ * c is k), from row_of / col_of: owner<Use>()[16 r + c] = 8 lane + element. */
+template <typename Use> inline const unsigned char *owner()
 {
-    struct chunk {
-        unsigned char b[16];
-    };
-    const int per = (int)(16 / sizeof(T)); /* elements a shuffle */
-    for (int src = 0; src < 32; src++) {
-        for (int i0 = 0; i0 < 8; i0 += per) {
-            chunk c;
-            memcpy(c.b, f.x + i0, 16);
-            c = __shfl_sync(0xffffffffu, c, src);
-            T v[16 / sizeof(T)];
-            memcpy(v, c.b, 16);
-            for (int i = i0; i < i0 + per; i++) {
-                tile[row_of<Use>(src, i) * 16 + col_of<Use>(src, i)] = to_f(v[i - i0]);
+    static const struct table {
+        unsigned char at[256];
+        table()
+        {
+            for (int l = 0; l < 32; l++) {
+                for (int i = 0; i < 8; i++) {
+                    at[row_of<Use>(l, i) * 16 + col_of<Use>(l, i)] = (unsigned char)(8 * l + i);
+                }
             }
         }
-    }
+    } t;
+    return t.at;
+}
+
+/* The operands of each thread's mma_sync under way, by its index in the block: a launch holds
+ * cuemu_lock and runs its blocks one at a time (kernel.cc), so one table serves them all. A
+ * lane's entry is set before the warp meets and cleared after it met again; an entry left
+ * clear (a lane that exited) reads as NaN, as the shuffle of a lane taking no part did. */
+struct mma_operands {
+    const void *a, *b;
+};
+inline mma_operands *mma_table()
+{
+    static mma_operands t[1024];
+    return t;
+}
+
+/* Every lane of the warp at this point: a full-warp shuffle, so a divergent or partial warp
+ * fails here as it did when mma_sync gathered the fragments by shuffles. */
+inline void warp_meet()
+{
+    (void)__shfl_sync(0xffffffffu, 0, 0);
+}
+
+/* Element (r, c) of the warp's fragment `which` (0: a, 1: b) of type F, read from the lane
+ * that holds it. */
+template <typename Use, typename F>
+inline float element(const mma_operands *warp, int which, int r, int c)
+{
+    int li = owner<Use>()[r * 16 + c];
+    const void *f = which == 0 ? warp[li >> 3].a : warp[li >> 3].b;
+    return f != nullptr ? to_f(static_cast<const F *>(f)->x[li & 7]) : __builtin_nanf("");
 }
 } // namespace detail
 
@@ -264,25 +290,42 @@ inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, 
     }
 }
 
-/* d = a b + c over the warp's fragments, fp32 sums with k ascending (d may be c). */
+/* d = a b + c over the warp's fragments, fp32 sums with k ascending (d may be c). Each lane
+ * publishes where its a and b are, the warp meets, each lane reads the rows of a and columns
+ * of b its own 8 elements of d need straight from the lanes that hold them (its c elements
+ * are its own), the warp meets again (nobody writes d, which may be c, before every lane
+ * read), and each lane writes its d. The same products summed in the same order as a
+ * gather of the whole tiles by shuffles (2 warp meetings instead of 128 shuffles: the
+ * emulator's fiber switches were most of an attention test's time). */
 template <typename T, typename LA, typename LB>
 inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_a, 16, 16, 16, T, LA> &a,
                      const fragment<matrix_b, 16, 16, 16, T, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c)
 {
-    float fa[256], fb[256], fc[256];
-    detail::gather(a, fa);
-    detail::gather(b, fb);
-    detail::gather(c, fc);
-    int l = detail::lane();
+    using FA = fragment<matrix_a, 16, 16, 16, T, LA>;
+    using FB = fragment<matrix_b, 16, 16, 16, T, LB>;
+    int tid = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+    int l = tid & 31;
+    detail::mma_operands *warp = detail::mma_table() + (tid - l);
+    warp[l].a = &a;
+    warp[l].b = &b;
+    detail::warp_meet();
+    float out[8];
     for (int i = 0; i < 8; i++) {
         int m = detail::row_of<accumulator>(l, i), n = detail::col_of<accumulator>(l, i);
-        float o = fc[m * 16 + n];
+        float o = c.x[i];
         for (int k = 0; k < 16; k++) {
-            o += fa[m * 16 + k] * fb[k * 16 + n];
+            o += detail::element<matrix_a, FA>(warp, 0, m, k) *
+                 detail::element<matrix_b, FB>(warp, 1, k, n);
         }
-        d.x[i] = o;
+        out[i] = o;
+    }
+    detail::warp_meet();
+    warp[l].a = nullptr;
+    warp[l].b = nullptr;
+    for (int i = 0; i < 8; i++) {
+        d.x[i] = out[i];
     }
 }
 } // namespace lanes

@@ -13,7 +13,10 @@
  *    (its count of operations posted), not as silent;
  *  - process 0 serving the store stopped: process 1 fails with ETIMEDOUT naming process 0;
  *  - an operation complete but never tested (the member's progress counts it): no stall.
- * Each child reports its member's failures on a pipe as "status message" lines.
+ * Each child reports its member's failures on a pipe as "status message" lines. The scenarios
+ * are independent (each its own store, port, key prefix and pipe), and nearly all their time is
+ * waiting for a timeout or a heartbeat, so each runs in a process of its own, all at once: the
+ * test takes its longest scenario's time (about 4 s) instead of their sum (about 14 s).
  */
 #include <netinet/in.h>
 #include <poll.h>
@@ -30,7 +33,8 @@
 #include "comm/store.h"
 #include "comm/watch.h"
 
-static int report_fd;      /* the children's end of the pipe */
+static int report_fd;      /* the children's end of the scenario's pipe */
+static int report_rd;      /* the scenario's end */
 static double complete_at; /* progress: the operation in flight completes then (0: never) */
 static accel__watch_member *the_member;
 static int port;
@@ -52,14 +56,14 @@ static void progress(void *arg)
     }
 }
 
-static int free_port(void)
+/* A free port, its socket still bound in *fd (the caller closes it). */
+static int free_port(int *fd)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    *fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
-    CHECK(bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    close(fd);
+    CHECK(bind(*fd, (struct sockaddr *)&a, sizeof(a)) == 0);
+    CHECK(getsockname(*fd, (struct sockaddr *)&a, &len) == 0);
     return ntohs(a.sin_port);
 }
 
@@ -294,36 +298,33 @@ static void clean_act(const job *j, int i, accel__watch *w, accel__watch_member 
     }
 }
 
-int main(void)
+/* 1. process 2 of 3 killed: 0 and 1 fail with EPEER naming it */
+static void scenario_killed(void)
 {
-    signal(SIGPIPE, SIG_IGN);
-    int p[2];
-    CHECK(pipe(p) == 0);
-    report_fd = p[1];
     char buf[8192], want[128];
     pid_t pids[3];
-    accel__store *srv;
-
-    /* 1. process 2 of 3 killed: 0 and 1 fail with EPEER naming it */
-    port = free_port();
-    srv = open_store(1);
+    accel__store *srv = open_store(1);
     job kill_job = {"k", 3, 1, 30, 0};
     start(&kill_job, killed_act, pids);
     double t0 = accel__now();
-    int lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 2, 10);
     CHECK_MSG(lines == 2, "%d reports in %.1f s: %s", lines, accel__now() - t0, buf);
     CHECK_MSG(accel__now() - t0 < 5, "the death took %.1f s to be seen", accel__now() - t0);
     snprintf(want, sizeof(want), "EPEER test: process 2 (pid %d) on host", (int)pids[2]);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
     kill_all(pids, 3);
     accel__store_close(srv);
+}
 
-    /* 2. process 1 of 2 stopped while 0 waits: 0 fails with ETIMEDOUT naming it */
-    port = free_port();
-    srv = open_store(1);
+/* 2. process 1 of 2 stopped while 0 waits: 0 fails with ETIMEDOUT naming it */
+static void scenario_stopped(void)
+{
+    char buf[8192], want[128];
+    pid_t pids[3];
+    accel__store *srv = open_store(1);
     job stop_job = {"s", 2, 1, 1, 0};
     start(&stop_job, stopped_act, pids);
-    lines = read_reports(p[0], buf, sizeof(buf), 1, 10);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 1, 10);
     CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
     snprintf(want, sizeof(want), "process 1 (pid %d) is stopped", (int)pids[1]);
     CHECK_MSG(strncmp(buf, "0 ETIMEDOUT test: process 0 of 2: a collective made no progress", 60) ==
@@ -332,31 +333,40 @@ int main(void)
               "\"%s\" lacks \"%s\"", buf, want);
     kill_all(pids, 2);
     accel__store_close(srv);
+}
 
-    /* 3. process 0 serving the store killed: 1 and 2 fail with EPEER naming it */
-    port = free_port();
+/* 3. process 0 serving the store killed: 1 and 2 fail with EPEER naming it */
+static void scenario_server_killed(void)
+{
+    char buf[8192], want[128];
+    pid_t pids[3];
     job server_job = {"v", 3, 0, 30, 0};
     start(&server_job, server_act, pids);
-    lines = read_reports(p[0], buf, sizeof(buf), 2, 10);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 2, 10);
     CHECK_MSG(lines == 2, "%d reports: %s", lines, buf);
     /* (its pid too, when the others had read it before it died: not waited for here) */
     snprintf(want, sizeof(want), "EPEER test: the job's store at 127.0.0.1:%d, served by process 0",
              port);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
     kill_all(pids, 3);
+}
 
-    /* 4. a clean end: no failure, process 0 leaves after the others */
-    port = free_port();
+/* 4. a clean end: no failure, process 0 leaves after the others */
+static void scenario_clean_end(void)
+{
     job clean_job = {"c", 3, 0, 30, 0};
-    expect_no_report(&clean_job, clean_act, p[0], 0.5, "a clean end reported");
+    expect_no_report(&clean_job, clean_act, report_rd, 0.5, "a clean end reported");
+}
 
-    /* 5. two machines of 2; process 3 stopped: 0 and 1 name it by its heartbeat, 2 by /proc */
+/* 5. two machines of 2; process 3 stopped: 0 and 1 name it by its heartbeat, 2 by /proc */
+static void scenario_machines(void)
+{
+    char buf[8192], want[128];
     pid_t mp[4];
-    port = free_port();
-    srv = open_store(1);
+    accel__store *srv = open_store(1);
     job machines_job = {"m", 4, 1, 3, 2};
     start(&machines_job, machines_act, mp);
-    lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 3, 15);
     CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
     for (int i = 0; i < 3; i++) {
         char *line = buf, *end;
@@ -387,14 +397,17 @@ int main(void)
     }
     kill_all(mp, 4);
     accel__store_close(srv);
-    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
+}
 
-    /* 5b. process 3 busy elsewhere: named as behind by 0, 1 and 2 */
-    port = free_port();
-    srv = open_store(1);
+/* 5b. process 3 busy elsewhere: named as behind by 0, 1 and 2 */
+static void scenario_behind(void)
+{
+    char buf[8192], want[128];
+    pid_t mp[4];
+    accel__store *srv = open_store(1);
     job behind_job = {"b", 4, 1, 3, 2};
     start(&behind_job, behind_act, mp);
-    lines = read_reports(p[0], buf, sizeof(buf), 3, 15);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 3, 15);
     CHECK_MSG(lines == 3, "%d reports: %s", lines, buf);
     snprintf(want, sizeof(want), "; process 3 (pid %d) on host ", (int)mp[3]);
     for (char *line = buf; *line != '\0';) {
@@ -411,13 +424,16 @@ int main(void)
     }
     kill_all(mp, 4);
     accel__store_close(srv);
-    (void)read_reports(p[0], buf, sizeof(buf), 100, 0.2); /* one saw another's kill: not ours */
+}
 
-    /* 6. process 0 serving the store stopped: process 1 names it */
-    port = free_port();
+/* 6. process 0 serving the store stopped: process 1 names it */
+static void scenario_server_stopped(void)
+{
+    char buf[8192], want[128];
+    pid_t pids[3];
     job server_stop_job = {"z", 2, 0, 1.5, 0};
     start(&server_stop_job, server_stop_act, pids);
-    lines = read_reports(p[0], buf, sizeof(buf), 1, 15);
+    int lines = read_reports(report_rd, buf, sizeof(buf), 1, 15);
     CHECK_MSG(lines == 1, "%d reports: %s", lines, buf);
     snprintf(want, sizeof(want),
              "1 ETIMEDOUT test: the job's store at 127.0.0.1:%d, served by "
@@ -425,12 +441,68 @@ int main(void)
              port, (int)pids[0]);
     CHECK_MSG(strstr(buf, want) != NULL, "\"%s\" lacks \"%s\"", buf, want);
     kill_all(pids, 2);
+}
 
-    /* 7. an operation complete but never tested, for 3 timeouts: no stall */
-    port = free_port();
+/* 7. an operation complete but never tested, for 3 timeouts: no stall */
+static void scenario_untested(void)
+{
     job untested_job = {"u", 2, 0, 1, 0};
-    expect_no_report(&untested_job, untested_act, p[0], 0.2,
+    expect_no_report(&untested_job, untested_act, report_rd, 0.2,
                      "an untested complete operation was a stall");
+}
+
+/* Each scenario in a process of its own (with its own pipe, port and store), all at once. */
+static const struct {
+    const char *name;
+    void (*run)(void);
+} scenarios[] = {
+    {"1. a process killed", scenario_killed},
+    {"2. a process stopped", scenario_stopped},
+    {"3. the store's server killed", scenario_server_killed},
+    {"4. a clean end", scenario_clean_end},
+    {"5. two machines, a process stopped", scenario_machines},
+    {"5b. two machines, a process behind", scenario_behind},
+    {"6. the store's server stopped", scenario_server_stopped},
+    {"7. a complete operation never tested", scenario_untested},
+};
+#define N_SCENARIOS (sizeof(scenarios) / sizeof(scenarios[0]))
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    /* A port each, all bound at once so that no two scenarios draw the same one. */
+    int fds[N_SCENARIOS], ports[N_SCENARIOS];
+    for (size_t s = 0; s < N_SCENARIOS; s++) {
+        ports[s] = free_port(&fds[s]);
+    }
+    for (size_t s = 0; s < N_SCENARIOS; s++) {
+        close(fds[s]);
+    }
+    pid_t spids[N_SCENARIOS];
+    for (size_t s = 0; s < N_SCENARIOS; s++) {
+        spids[s] = fork();
+        CHECK(spids[s] >= 0);
+        if (spids[s] == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* the test killed (a timeout): its scenarios too */
+            int p[2];
+            CHECK(pipe(p) == 0);
+            report_rd = p[0];
+            report_fd = p[1];
+            port = ports[s];
+            scenarios[s].run();
+            exit(0);
+        }
+    }
+    int failed = 0;
+    for (size_t s = 0; s < N_SCENARIOS; s++) {
+        int ws;
+        CHECK(waitpid(spids[s], &ws, 0) == spids[s]);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+            fprintf(stderr, "test_watch: scenario %s failed (%#x)\n", scenarios[s].name, ws);
+            failed = 1;
+        }
+    }
+    CHECK(!failed);
     printf("watch: ok\n");
     return 0;
 }
