@@ -144,29 +144,70 @@ static accel_status move_data(nn_ctx *g, void *dst, const void *src, size_t nbyt
     return st;
 }
 
+/* Before a segment's backward, for o, an input from outside it: a gradient the segment writes
+ * first must outlive its rewind, so its memory (and its 2-byte shadow's, which a product
+ * below may read) is set aside now, below the mark (accel__nn_grad, _grad_w, _grad_take and
+ * the shadow's writers take it). An enclosing segment's reservation stands; *mine says which
+ * ones are this call's (1 the gradient's, 2 the shadow's). 0 and the ctx error on failure. */
+static int reserve_outer(nn_ctx *g, nn_tensor *o, unsigned char *mine)
+{
+    *mine = 0;
+    /* A borrowed gradient gets memory of its own below the mark, before the segment adds to
+     * it (that would allocate above the mark, which the rewind frees). */
+    if (!accel__nn_grad_own(g, o)) {
+        return 0;
+    }
+    size_t n = (size_t)nn_numel(o);
+    if (o->grad == NULL && o->grad_reserved == NULL) {
+        o->grad_reserved = accel__nn_dalloc(g, n * sizeof(float));
+        if (o->grad_reserved == NULL) {
+            return 0;
+        }
+        *mine |= 1;
+    }
+    if (o->grad_shadow_rnd != 0 && nn__on_gpu(o) && o->grad_shadow_reserved == NULL) {
+        o->grad_shadow_reserved = accel__nn_dalloc(g, n * 2);
+        if (o->grad_shadow_reserved == NULL) {
+            return 0;
+        }
+        *mine |= 2;
+    }
+    return 1;
+}
+
+/* After the segment's backward, before its rewind: o's gradient and shadow must not lie above
+ * the mark. */
+static void release_outer(nn_ctx *g, nn_tensor *o, unsigned char mine)
+{
+    /* Still borrowing (maybe memory the segment allocated): into the memory set aside. */
+    if (o->grad_borrowed && !accel__nn_grad_own(g, o)) {
+        o->grad = NULL; /* out of memory: the ctx error stands */
+        o->grad_borrowed = 0;
+    }
+    /* used (the gradient exists now) or ours: an unused one of ours dies with the step */
+    if ((mine & 1) || o->grad != NULL) {
+        o->grad_reserved = NULL;
+    }
+    /* A rounded copy not in the memory set aside lies above the mark: it dies with the
+     * rewind. */
+    if (o->grad_shadow != NULL && o->grad_shadow != o->grad_shadow_reserved) {
+        o->grad_shadow = NULL;
+    }
+    if (mine & 2) {
+        o->grad_shadow_reserved = NULL;
+    }
+}
+
 static void checkpoint_backward(nn_ctx *g, nn_node *n)
 {
     nn_segment *s = n->p[0];
-    /* A gradient the segment writes first must outlive its rewind: set its memory aside now,
-     * below the mark (accel__nn_grad / _grad_w take it as a fresh gradient). An enclosing
-     * segment's reservation stands (mine[k] says which ones are this call's). */
     unsigned char *mine = accel__nn_tmp_alloc(g, (size_t)s->n_outer + 1);
     if (mine == NULL) {
         return;
     }
     for (int k = 0; k < s->n_outer; k++) {
-        nn_tensor *o = s->outer[k];
-        /* A borrowed gradient gets memory of its own below the mark, before the replay adds to
-         * it (that would allocate above the mark, which the rewind frees). */
-        if (!accel__nn_grad_own(g, o)) {
+        if (!reserve_outer(g, s->outer[k], &mine[k])) {
             return;
-        }
-        mine[k] = o->grad == NULL && o->grad_reserved == NULL;
-        if (mine[k]) {
-            o->grad_reserved = accel__nn_dalloc(g, (size_t)nn_numel(o) * sizeof(float));
-            if (o->grad_reserved == NULL) {
-                return;
-            }
         }
     }
     run_state now = get_state(g);
@@ -196,16 +237,103 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     }
 
     for (int k = 0; k < s->n_outer; k++) {
-        /* used (the gradient exists now) or ours: an unused one of ours dies with the step */
-        if (mine[k] || s->outer[k]->grad != NULL) {
-            s->outer[k]->grad_reserved = NULL;
-        }
-        /* A rounded copy of that gradient made by the replay lies above the mark (CUDA
-         * autocast's half shadows): it dies with the rewind. */
-        s->outer[k]->grad_shadow = NULL;
+        release_outer(g, s->outer[k], mine[k]);
     }
     set_state(g, &now);
     accel__nn_arena_rewind(g, &m);
+}
+
+/* ---- segments whose backward rewinds (without recomputation: a GPT block) ---- */
+
+/* On the segment's newest node: the node below the segment and its inputs from outside. */
+typedef struct nn_rewind {
+    nn_node *stop;
+    int n_outer;
+    struct {
+        nn_tensor *t;
+        unsigned char mine;
+    } outer[];
+} nn_rewind;
+
+static int made_by(const nn_node *top, const nn_node *stop, const nn_tensor *t)
+{
+    for (const nn_node *n = top; n != stop; n = n->prev) {
+        if (n->out == t) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int accel__nn_rewind_segment(nn_ctx *g, nn_node *before)
+{
+    nn_node *top = g->tape;
+    int n_in = 0;
+    for (nn_node *n = top; n != before; n = n->prev) {
+        if (n == NULL || n->rewind != NULL) {
+            /* before is not on the tape, or segments would nest: left as it is */
+            return 1;
+        }
+        n_in += n->n_in;
+    }
+    if (top == before) {
+        return 1;
+    }
+    nn_rewind *r = accel__nn_alloc(g, sizeof(*r) + (size_t)n_in * sizeof(r->outer[0]));
+    if (r == NULL) {
+        return 0;
+    }
+    r->stop = before;
+    r->n_outer = 0;
+    /* Inputs from outside: gradients wanted, not a parameter's (the model's buffer), not made
+     * by a node of the segment (their gradients die with it: nothing below reads them). */
+    for (nn_node *n = top; n != before; n = n->prev) {
+        for (int k = 0; k < n->n_in; k++) {
+            nn_tensor *o = n->in[k] != NULL ? owner_of(n->in[k]) : NULL;
+            if (o == NULL || !o->requires_grad || o->param_index >= 0 || made_by(top, before, o)) {
+                continue;
+            }
+            int seen = 0;
+            for (int j = 0; j < r->n_outer && !seen; j++) {
+                seen = r->outer[j].t == o;
+            }
+            if (!seen) {
+                r->outer[r->n_outer++].t = o;
+            }
+        }
+    }
+    top->rewind = r;
+    return 1;
+}
+
+accel_status accel__nn_rewind_begin(nn_ctx *g, nn_rewind_run *run, nn_node *n)
+{
+    if (run->seg != NULL) {
+        return ACCEL_OK; /* one at a time (accel__nn_rewind_segment does not nest them) */
+    }
+    nn_rewind *r = n->rewind;
+    for (int k = 0; k < r->n_outer; k++) {
+        if (!reserve_outer(g, r->outer[k].t, &r->outer[k].mine)) {
+            accel_status st = g->first_err != ACCEL_OK ? g->first_err : ACCEL_ENOMEM;
+            return accel__seterr(NULL, st, "nn_backward: %s", g->first_msg);
+        }
+    }
+    run->seg = r;
+    run->m = accel__nn_arena_mark(g);
+    return ACCEL_OK;
+}
+
+void accel__nn_rewind_end(nn_ctx *g, nn_rewind_run *run, const nn_node *n)
+{
+    nn_rewind *r = run->seg;
+    if (r == NULL || (n != NULL && n != r->stop)) {
+        return;
+    }
+    for (int k = 0; k < r->n_outer; k++) {
+        release_outer(g, r->outer[k].t, r->outer[k].mine);
+    }
+    accel__nn_arena_rewind(g, &run->m);
+    run->seg = NULL;
 }
 
 /* Collects the segment's outer inputs into outer (room for 4 per node; returns how many) and

@@ -121,7 +121,8 @@ static void compare_gpt(float dropout, int autocast)
     double want = (double)(18 * L - L - 40) * unit;
     /* That bound needs enough layers to say anything; measure on a deeper model as well. */
     for (int s = 0; s < STEPS; s++) {
-        CHECK(plain.stats[s].peak_nbytes == plain.stats[s].used_nbytes); /* nothing rewound */
+        /* A plain step rewinds too: each block's backward gives back its gradients. */
+        CHECK(plain.stats[s].peak_nbytes > plain.stats[s].used_nbytes);
         CHECK(rc.stats[s].peak_nbytes < plain.stats[s].peak_nbytes);
     }
     if (want > 0) {
