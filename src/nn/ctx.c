@@ -671,7 +671,8 @@ accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
 {
     nn_fpscope fs;
     accel_status st = ACCEL_OK;
-    nn_rewind_run rw = {NULL, {0}};
+    nn_rewind_run rw;
+    memset(&rw, 0, sizeof(rw));
     accel__nn_fp_enter(g, &fs);
     for (nn_node *n = g->tape; n != NULL && st == ACCEL_OK; n = n->prev) {
         accel__nn_rewind_end(g, &rw, n); /* the segment in progress ends above n? */

@@ -13,6 +13,8 @@
  * (n->in), as accel__nn_record takes them. Nothing here depends on the device: the device
  * arena is rewound like the host one and the one copy goes through the GPU table.
  */
+#include <pthread.h>
+
 #include "nn_gpu.h"
 
 /* The ctx state a run of a segment depends on: the dropout keys (op counter, seed, step),
@@ -149,7 +151,20 @@ static accel_status move_data(nn_ctx *g, void *dst, const void *src, size_t nbyt
  * below may read) is set aside now, below the mark (accel__nn_grad, _grad_w, _grad_take and
  * the shadow's writers take it). An enclosing segment's reservation stands; *mine says which
  * ones are this call's (1 the gradient's, 2 the shadow's). 0 and the ctx error on failure. */
-static int reserve_outer(nn_ctx *g, nn_tensor *o, unsigned char *mine)
+static void *res_alloc(nn_ctx *g, nn_rewind_run *run, size_t nbytes)
+{
+    /* A dead reservation of the segment before the last one (accel__nn_rewind_end) first. */
+    for (int k = 0; run != NULL && k < run->n_spare; k++) {
+        if (run->spare[k] != NULL && run->spare_nbytes[k] >= nbytes) {
+            void *p = run->spare[k];
+            run->spare[k] = NULL;
+            return p;
+        }
+    }
+    return accel__nn_dalloc(g, nbytes);
+}
+
+static int reserve_outer(nn_ctx *g, nn_tensor *o, unsigned char *mine, nn_rewind_run *run)
 {
     *mine = 0;
     /* A borrowed gradient gets memory of its own below the mark, before the segment adds to
@@ -159,14 +174,14 @@ static int reserve_outer(nn_ctx *g, nn_tensor *o, unsigned char *mine)
     }
     size_t n = (size_t)nn_numel(o);
     if (o->grad == NULL && o->grad_reserved == NULL) {
-        o->grad_reserved = accel__nn_dalloc(g, n * sizeof(float));
+        o->grad_reserved = res_alloc(g, run, n * sizeof(float));
         if (o->grad_reserved == NULL) {
             return 0;
         }
         *mine |= 1;
     }
     if (o->grad_shadow_rnd != 0 && nn__on_gpu(o) && o->grad_shadow_reserved == NULL) {
-        o->grad_shadow_reserved = accel__nn_dalloc(g, n * 2);
+        o->grad_shadow_reserved = res_alloc(g, run, n * 2);
         if (o->grad_shadow_reserved == NULL) {
             return 0;
         }
@@ -206,7 +221,7 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
         return;
     }
     for (int k = 0; k < s->n_outer; k++) {
-        if (!reserve_outer(g, s->outer[k], &mine[k])) {
+        if (!reserve_outer(g, s->outer[k], &mine[k], NULL)) {
             return;
         }
     }
@@ -245,13 +260,37 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
 
 /* ---- segments whose backward rewinds (without recomputation: a GPT block) ---- */
 
+/* Whether GPT blocks' backward rewinds (ACCEL_NN_REWIND, read once: 0 keeps every gradient
+ * to the step's end, as before, for A/B runs; the test hook overrides it). */
+static int rewind_on = 1;
+static pthread_once_t rewind_once = PTHREAD_ONCE_INIT;
+
+static void rewind_read_env(void)
+{
+    long long v;
+    if (accel__env_int("ACCEL_NN_REWIND", &v) == ACCEL_OK) {
+        rewind_on = v != 0;
+    }
+}
+
+void accel__nn_set_rewind(int on)
+{
+    pthread_once(&rewind_once, rewind_read_env);
+    rewind_on = on != 0;
+}
+
 /* On the segment's newest node: the node below the segment and its inputs from outside. */
 typedef struct nn_rewind {
     nn_node *stop;
+    /* The segment below (the one marked before it), when this one's reservations die once
+     * that one is back-propagated (dies_below), else NULL. */
+    struct nn_rewind *below;
     int n_outer;
     struct {
         nn_tensor *t;
         unsigned char mine;
+        void *mem[2]; /* what reserve_outer set aside (gradient, shadow), this backward */
+        size_t nbytes[2];
     } outer[];
 } nn_rewind;
 
@@ -265,10 +304,39 @@ static int made_by(const nn_node *top, const nn_node *stop, const nn_tensor *t)
     return 0;
 }
 
-int accel__nn_rewind_segment(nn_ctx *g, nn_node *before)
+/* Whether r's gradients set aside are dead once the segment below (its newest node
+ * below_top) is back-propagated too: r's inputs from outside are made by the nodes between the
+ * two or by that segment, and the nodes between read (lend gradients to) only what they or
+ * that segment make, whose gradients nothing further down reads. A GPT block's: its input,
+ * the residual add's sum, made by the block below (which ends with that add). */
+static int dies_below(const nn_rewind *r, const nn_node *below_top)
 {
-    nn_node *top = g->tape;
+    const nn_node *below_stop = below_top->rewind->stop;
+    for (int k = 0; k < r->n_outer; k++) {
+        if (!made_by(r->stop, below_top, r->outer[k].t) &&
+            !made_by(below_top, below_stop, r->outer[k].t)) {
+            return 0;
+        }
+    }
+    for (const nn_node *n = r->stop; n != below_top; n = n->prev) {
+        for (int k = 0; k < n->n_in; k++) {
+            const nn_tensor *o = n->in[k] != NULL ? owner_of(n->in[k]) : NULL;
+            if (o != NULL && o->requires_grad && o->param_index < 0 &&
+                !made_by(r->stop, below_top, o) && !made_by(below_top, below_stop, o)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before)
+{
+    pthread_once(&rewind_once, rewind_read_env);
     int n_in = 0;
+    if (!rewind_on) {
+        return 1;
+    }
     for (nn_node *n = top; n != before; n = n->prev) {
         if (n == NULL || n->rewind != NULL) {
             /* before is not on the tape, or segments would nest: left as it is */
@@ -302,6 +370,14 @@ int accel__nn_rewind_segment(nn_ctx *g, nn_node *before)
             }
         }
     }
+    r->below = NULL;
+    nn_node *n = before;
+    while (n != NULL && n->rewind == NULL) {
+        n = n->prev;
+    }
+    if (n != NULL && dies_below(r, n)) {
+        r->below = n->rewind;
+    }
     top->rewind = r;
     return 1;
 }
@@ -313,7 +389,14 @@ accel_status accel__nn_rewind_begin(nn_ctx *g, nn_rewind_run *run, nn_node *n)
     }
     nn_rewind *r = n->rewind;
     for (int k = 0; k < r->n_outer; k++) {
-        if (!reserve_outer(g, r->outer[k].t, &r->outer[k].mine)) {
+        nn_tensor *o = r->outer[k].t;
+        int ok = reserve_outer(g, o, &r->outer[k].mine, run);
+        size_t nbytes = (size_t)nn_numel(o) * sizeof(float);
+        r->outer[k].mem[0] = r->outer[k].mine & 1 ? o->grad_reserved : NULL;
+        r->outer[k].mem[1] = r->outer[k].mine & 2 ? o->grad_shadow_reserved : NULL;
+        r->outer[k].nbytes[0] = nbytes;
+        r->outer[k].nbytes[1] = nbytes / 2;
+        if (!ok) {
             accel_status st = g->first_err != ACCEL_OK ? g->first_err : ACCEL_ENOMEM;
             return accel__seterr(NULL, st, "nn_backward: %s", g->first_msg);
         }
@@ -334,6 +417,19 @@ void accel__nn_rewind_end(nn_ctx *g, nn_rewind_run *run, const nn_node *n)
     }
     accel__nn_arena_rewind(g, &run->m);
     run->seg = NULL;
+    /* The segment ended before this one set aside memory that is dead now: the next
+     * segment's reservations may take it. */
+    nn_rewind *above = run->last;
+    run->n_spare = 0;
+    for (int k = 0; above != NULL && above->below == r && k < above->n_outer; k++) {
+        for (int j = 0; j < 2 && run->n_spare < NN_REWIND_SPARE; j++) {
+            if (above->outer[k].mem[j] != NULL) {
+                run->spare[run->n_spare] = above->outer[k].mem[j];
+                run->spare_nbytes[run->n_spare++] = above->outer[k].nbytes[j];
+            }
+        }
+    }
+    run->last = r;
 }
 
 /* Collects the segment's outer inputs into outer (room for 4 per node; returns how many) and
