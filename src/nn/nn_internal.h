@@ -179,7 +179,8 @@ int accel__nn_arena_after(const nn_ctx *g, const nn_arena_mark *m, const void *p
 /* Marks the tape's nodes from top down to `before` (not included; NULL: the tape's start) as
  * a segment whose backward gives back the arena memory it allocates (recompute.c): its inputs
  * from outside it get their gradients (and 2-byte shadows) set aside first, below the mark.
- * Only for a segment whose intermediate gradients nothing outside it reads (a GPT block).
+ * Only where nobody reads the segment's intermediate gradients after backward (a GPT block:
+ * the caller never sees its tensors).
  * Segments are marked oldest first and do not nest. 0 and the ctx error on failure. */
 int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before);
 /* Test hook: segments rewind (1, the default; ACCEL_NN_REWIND) or not (0: accel__nn_rewind_
