@@ -225,8 +225,8 @@ static int run_distributed(accel *acc, nn_gpt_config cfg, int steps, int batch, 
                 "  scaling efficiency %.3f  (= %d-process tokens/s / (%d x 1-process tokens/s))\n",
                 tokn / (n * tok1), n, n);
         }
-        printf("  nn arena peak     %.3f GiB (nn_ctx_stats.peak_nbytes, recompute %d)\n",
-               (double)arena_peak / (double)(1ull << 30), recompute);
+        printf("  nn arena peak     %.3f GiB (%zu bytes, nn_ctx_stats.peak_nbytes, recompute %d)\n",
+               (double)arena_peak / (double)(1ull << 30), arena_peak, recompute);
         printf("  loss              %.4f -> %.4f\n", (double)loss_first, (double)loss);
         fflush(stdout);
     }
@@ -355,8 +355,8 @@ static int run_cuda(accel *acc, nn_gpt_config cfg, int steps, int batch, int war
         printf("  GPU memory        %.2f GiB peak beyond what was in use before the model "
                "(cudaMemGetInfo)\n",
                peak_gib);
-        printf("  nn arena peak     %.3f GiB (nn_ctx_stats.peak_nbytes, recompute %d)\n",
-               (double)arena_peak / (double)(1ull << 30), recompute);
+        printf("  nn arena peak     %.3f GiB (%zu bytes, nn_ctx_stats.peak_nbytes, recompute %d)\n",
+               (double)arena_peak / (double)(1ull << 30), arena_peak, recompute);
         /* The head's chunk of logits (nn_linear_cross_entropy) is the largest per-op need. */
         printf("  nn per-op scratch %.3f GiB peak (nn_ctx_stats.scratch_peak_nbytes)\n",
                (double)nn_ctx_get_stats(g).scratch_peak_nbytes / (double)(1ull << 30));

@@ -66,9 +66,12 @@ typedef struct nn_tensor {
     /* params: the sink's materialize callback (nn_param_sink.materialize), or NULL */
     accel_status (*sink_materialize)(void *ctx, int index);
     accel_device_type device_type; /* where data and grad are (the ctx's device) */
-    /* gradient memory set aside by a recomputed segment's backward (nn_checkpoint) for an
-     * input whose gradient it writes first, so that the gradient outlives the segment */
+    /* gradient memory set aside by a segment's backward (nn_checkpoint's, or a GPT block's,
+     * which gives back what it allocated) for an input whose gradient it writes first, so
+     * that the gradient outlives the segment; grad_shadow_reserved: likewise for the
+     * gradient's 2-byte shadow (below) */
     float *grad_reserved;
+    void *grad_shadow_reserved;
     /* CUDA autocast "half shadows": the 2-byte values (rnd 1 bf16, 2 fp16) a low-precision
      * product reads, written by the op that produced the fp32 values in the same pass, so no
      * separate rounding pass is needed. shadow: data rounded (owners only; data never changes

@@ -133,6 +133,10 @@ static const accel__env_var env_table[] = {
      "LayerNorm outputs are held only in 2 bytes, and a residual add's inputs borrow its "
      "gradient instead of copies | 0 as before: a rounding pass per operand and copies (A/B "
      "timing); read at the first use"},
+    {"ACCEL_NN_REWIND", ACCEL__ENV_INT, "1",
+     "nn_gpt without recomputation: 1 each block's backward gives back the arena memory it "
+     "allocated (its intermediate gradients) once done | 0 as before: every gradient kept to "
+     "the step's end (A/B; the results are the same bits); read at the first GPT forward"},
     {"ACCEL_SHM_ONESHOT_NBYTES", ACCEL__ENV_INT, "262144",
      "shm: largest message reduced one-shot; larger ones use reduce-scatter + all-gather"},
     {"ACCEL_SHM_CHUNK_NBYTES", ACCEL__ENV_INT, "1048576",

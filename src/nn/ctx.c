@@ -616,8 +616,7 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh)
 int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src)
 {
     (void)g;
-    if (t == NULL || !t->requires_grad || t->base != NULL || t->grad != NULL ||
-        t->grad_reserved != NULL) {
+    if (t == NULL || !t->requires_grad || t->base != NULL || t->grad != NULL) {
         return 0;
     }
     t->grad = src;
@@ -630,7 +629,10 @@ float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **ba
 {
     *base = NULL;
     if (t != NULL && t->requires_grad && t->base == NULL && t->grad_borrowed) {
-        float *own = accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
+        /* Memory of its own: what a segment set aside for it (recompute.c), else new. */
+        float *own = t->grad_reserved != NULL
+                         ? t->grad_reserved
+                         : accel__nn_dalloc(g, (size_t)nn_numel(t) * sizeof(float));
         if (own == NULL) {
             return NULL;
         }
@@ -650,7 +652,7 @@ int accel__nn_grad_own(nn_ctx *g, nn_tensor *t)
         return 1;
     }
     size_t nbytes = (size_t)nn_numel(t) * sizeof(float);
-    float *own = accel__nn_dalloc(g, nbytes);
+    float *own = t->grad_reserved != NULL ? t->grad_reserved : accel__nn_dalloc(g, nbytes);
     if (own == NULL) {
         return 0;
     }
@@ -669,8 +671,14 @@ accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
 {
     nn_fpscope fs;
     accel_status st = ACCEL_OK;
+    nn_rewind_run rw;
+    memset(&rw, 0, sizeof(rw));
     accel__nn_fp_enter(g, &fs);
     for (nn_node *n = g->tape; n != NULL && st == ACCEL_OK; n = n->prev) {
+        accel__nn_rewind_end(g, &rw, n); /* the segment in progress ends above n? */
+        if (n->rewind != NULL && (st = accel__nn_rewind_begin(g, &rw, n)) != ACCEL_OK) {
+            break;
+        }
         if (n->out->grad != NULL) {
             /* Parameters the node read must be present again for its backward (ZeRO-3 gathers
              * them per unit); the sink is the caller's code, run in its FP mode. */
@@ -702,6 +710,7 @@ accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks)
             accel__nn_fp_resume(&fs);
         }
     }
+    accel__nn_rewind_end(g, &rw, NULL);
     accel__nn_fp_leave(g, &fs);
     return st;
 }

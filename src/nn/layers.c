@@ -216,14 +216,25 @@ static nn_tensor *norm_after(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor *
     return nn_add_layernorm(g, *x, r, l->weight, l->bias, l->eps, x);
 }
 
+/* The newest tape node whose output is x, or NULL. */
+static nn_node *made_by(nn_ctx *g, const nn_tensor *x)
+{
+    nn_node *n = g->tape;
+    while (n != NULL && n->out != x) {
+        n = n->prev;
+    }
+    return n;
+}
+
 /* A block of input x + r (r: the previous block's branch not added yet, or NULL) whose own
  * last residual add is left to the next LayerNorm: returns the residual stream before it and
  * *branch (the MLP's output) to add; NULL (and *branch NULL) on failure. */
 static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, nn_tensor *r,
-                             nn_tensor **branch)
+                             nn_tensor **branch, nn_node **start)
 {
     *branch = NULL;
     nn_tensor *h = norm_after(g, &l->ln_1, &x, r, 1);
+    *start = made_by(g, x);
     /* qkv is read only by the attention (on a GPU under autocast maybe only rounded). */
     const nn_linear_layer *ca = &l->c_attn;
     h = accel__nn_linear_qkv(g, h, ca->weight, ca->bias, ca->layout, l->n_head, l->dropout);
@@ -239,7 +250,8 @@ static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, n
 nn_tensor *nn_block_forward(nn_ctx *g, const nn_block_layer *l, nn_tensor *x)
 {
     nn_tensor *m;
-    x = block_open(g, l, x, NULL, &m);
+    nn_node *start;
+    x = block_open(g, l, x, NULL, &m, &start);
     return x != NULL ? nn_add(g, x, m) : NULL;
 }
 
@@ -399,13 +411,31 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
                           nn_embedding_forward(g, &m->wpe, m->pos, 1, &T));
     x = nn_dropout(g, x, c->dropout);
     /* Without recomputation a block's last residual add goes into the next LayerNorm (r: the
-     * branch still to add); a checkpointed block is a segment that ends with its add. */
+     * branch still to add). Its nodes after the add that made its input, through that last
+     * add, are a segment whose backward gives back what it allocates (its intermediate
+     * gradients: only the residual stream's leaves the block, into its input's); a
+     * checkpointed block is a segment that ends with its add. */
     nn_tensor *r = NULL;
-    for (int i = 0; i < c->n_layer; i++) {
-        x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
-                         : block_open(g, &m->h[i], x, r, &r);
+    nn_node *start = NULL; /* the node that made the block's input */
+    for (int i = 0; i <= c->n_layer; i++) {
+        nn_node *next = NULL;
+        if (i < c->n_layer) {
+            x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
+                             : block_open(g, &m->h[i], x, r, &r, &next);
+        } else {
+            nn_tensor *sum = x;
+            x = norm_after(g, &m->ln_f, &sum, r, 0);
+            next = r != NULL && x != NULL ? made_by(g, sum) : NULL;
+        }
+        if (x == NULL) {
+            return accel_last_status(NULL);
+        }
+        if (i > 0 && start != NULL && next != NULL && g->grad_enabled &&
+            !accel__nn_rewind_segment(g, next, start)) {
+            return accel_last_status(NULL);
+        }
+        start = next;
     }
-    x = norm_after(g, &m->ln_f, &x, r, 0);
     if (logits_out == NULL && targets != NULL) {
         /* Training: the head and the loss in chunks, without the [B, T, V] logits. */
         nn_tensor *loss =

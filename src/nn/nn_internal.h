@@ -72,7 +72,8 @@ struct nn_node {
     float f[4];
     void *p[4];
     nn_node *prev;
-    nn_tensor *ready; /* parameters whose gradient completes once this node is processed */
+    nn_tensor *ready;         /* parameters whose gradient completes once this node is processed */
+    struct nn_rewind *rewind; /* the newest node of a segment whose backward rewinds, or NULL */
 };
 
 typedef struct nn_block {
@@ -175,6 +176,31 @@ void accel__nn_arena_rewind(nn_ctx *g, const nn_arena_mark *m);
 void accel__nn_arena_keep(nn_ctx *g, const nn_arena_mark *m);
 /* 1 when host-arena pointer p (a tensor struct, a node) was allocated after m. */
 int accel__nn_arena_after(const nn_ctx *g, const nn_arena_mark *m, const void *p);
+/* Marks the tape's nodes from top down to `before` (not included; NULL: the tape's start) as
+ * a segment whose backward gives back the arena memory it allocates (recompute.c): its inputs
+ * from outside it get their gradients (and 2-byte shadows) set aside first, below the mark.
+ * Only where nobody reads the segment's intermediate gradients after backward (a GPT block:
+ * the caller never sees its tensors).
+ * Segments are marked oldest first and do not nest. 0 and the ctx error on failure. */
+int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before);
+/* Test hook: segments rewind (1, the default; ACCEL_NN_REWIND) or not (0: accel__nn_rewind_
+ * segment marks nothing). Process-wide; not thread-safe. */
+void accel__nn_set_rewind(int on);
+/* The replay's segment in progress (recompute.c): rewind_begin at a node that ends a segment
+ * (n->rewind); rewind_end before each node (n; NULL after the tape) ends the one in progress
+ * when n lies below it (its memory back, its inputs' gradients kept). */
+enum { NN_REWIND_SPARE = 8 };
+typedef struct nn_rewind_run {
+    struct nn_rewind *seg; /* NULL: none in progress */
+    nn_arena_mark m;
+    struct nn_rewind *last; /* the last one ended */
+    /* memory set aside before and dead now, for the next segment's reservations */
+    void *spare[NN_REWIND_SPARE];
+    size_t spare_nbytes[NN_REWIND_SPARE];
+    int n_spare;
+} nn_rewind_run;
+accel_status accel__nn_rewind_begin(nn_ctx *g, nn_rewind_run *r, nn_node *n);
+void accel__nn_rewind_end(nn_ctx *g, nn_rewind_run *r, const nn_node *n);
 /* Reverse-mode replay of g's tape (newest node first) with hooks (may be NULL). */
 accel_status accel__nn_replay(nn_ctx *g, const nn_backward_hooks *hooks);
 /* A new contiguous owner tensor (uninitialised data). */

@@ -13,6 +13,8 @@
  * (n->in), as accel__nn_record takes them. Nothing here depends on the device: the device
  * arena is rewound like the host one and the one copy goes through the GPU table.
  */
+#include <pthread.h>
+
 #include "nn_gpu.h"
 
 /* The ctx state a run of a segment depends on: the dropout keys (op counter, seed, step),
@@ -144,29 +146,83 @@ static accel_status move_data(nn_ctx *g, void *dst, const void *src, size_t nbyt
     return st;
 }
 
+/* Before a segment's backward, for o, an input from outside it: a gradient the segment writes
+ * first must outlive its rewind, so its memory (and its 2-byte shadow's, which a product
+ * below may read) is set aside now, below the mark (accel__nn_grad, _grad_w, _grad_take and
+ * the shadow's writers take it). An enclosing segment's reservation stands; *mine says which
+ * ones are this call's (1 the gradient's, 2 the shadow's). 0 and the ctx error on failure. */
+static void *res_alloc(nn_ctx *g, nn_rewind_run *run, size_t nbytes)
+{
+    /* A dead reservation of the segment before the last one (accel__nn_rewind_end) first. */
+    for (int k = 0; run != NULL && k < run->n_spare; k++) {
+        if (run->spare[k] != NULL && run->spare_nbytes[k] >= nbytes) {
+            void *p = run->spare[k];
+            run->spare[k] = NULL;
+            return p;
+        }
+    }
+    return accel__nn_dalloc(g, nbytes);
+}
+
+static int reserve_outer(nn_ctx *g, nn_tensor *o, unsigned char *mine, nn_rewind_run *run)
+{
+    *mine = 0;
+    /* A borrowed gradient gets memory of its own below the mark, before the segment adds to
+     * it (that would allocate above the mark, which the rewind frees). */
+    if (!accel__nn_grad_own(g, o)) {
+        return 0;
+    }
+    size_t n = (size_t)nn_numel(o);
+    if (o->grad == NULL && o->grad_reserved == NULL) {
+        o->grad_reserved = res_alloc(g, run, n * sizeof(float));
+        if (o->grad_reserved == NULL) {
+            return 0;
+        }
+        *mine |= 1;
+    }
+    if (o->grad_shadow_rnd != 0 && nn__on_gpu(o) && o->grad_shadow_reserved == NULL) {
+        o->grad_shadow_reserved = res_alloc(g, run, n * 2);
+        if (o->grad_shadow_reserved == NULL) {
+            return 0;
+        }
+        *mine |= 2;
+    }
+    return 1;
+}
+
+/* After the segment's backward, before its rewind: o's gradient and shadow must not lie above
+ * the mark. */
+static void release_outer(nn_ctx *g, nn_tensor *o, unsigned char mine)
+{
+    /* Still borrowing (maybe memory the segment allocated): into the memory set aside. */
+    if (o->grad_borrowed && !accel__nn_grad_own(g, o)) {
+        o->grad = NULL; /* out of memory: the ctx error stands */
+        o->grad_borrowed = 0;
+    }
+    /* used (the gradient exists now) or ours: an unused one of ours dies with the step */
+    if ((mine & 1) || o->grad != NULL) {
+        o->grad_reserved = NULL;
+    }
+    /* A rounded copy not in the memory set aside lies above the mark: it dies with the
+     * rewind. */
+    if (o->grad_shadow != NULL && o->grad_shadow != o->grad_shadow_reserved) {
+        o->grad_shadow = NULL;
+    }
+    if (mine & 2) {
+        o->grad_shadow_reserved = NULL;
+    }
+}
+
 static void checkpoint_backward(nn_ctx *g, nn_node *n)
 {
     nn_segment *s = n->p[0];
-    /* A gradient the segment writes first must outlive its rewind: set its memory aside now,
-     * below the mark (accel__nn_grad / _grad_w take it as a fresh gradient). An enclosing
-     * segment's reservation stands (mine[k] says which ones are this call's). */
     unsigned char *mine = accel__nn_tmp_alloc(g, (size_t)s->n_outer + 1);
     if (mine == NULL) {
         return;
     }
     for (int k = 0; k < s->n_outer; k++) {
-        nn_tensor *o = s->outer[k];
-        /* A borrowed gradient gets memory of its own below the mark, before the replay adds to
-         * it (that would allocate above the mark, which the rewind frees). */
-        if (!accel__nn_grad_own(g, o)) {
+        if (!reserve_outer(g, s->outer[k], &mine[k], NULL)) {
             return;
-        }
-        mine[k] = o->grad == NULL && o->grad_reserved == NULL;
-        if (mine[k]) {
-            o->grad_reserved = accel__nn_dalloc(g, (size_t)nn_numel(o) * sizeof(float));
-            if (o->grad_reserved == NULL) {
-                return;
-            }
         }
     }
     run_state now = get_state(g);
@@ -196,16 +252,184 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
     }
 
     for (int k = 0; k < s->n_outer; k++) {
-        /* used (the gradient exists now) or ours: an unused one of ours dies with the step */
-        if (mine[k] || s->outer[k]->grad != NULL) {
-            s->outer[k]->grad_reserved = NULL;
-        }
-        /* A rounded copy of that gradient made by the replay lies above the mark (CUDA
-         * autocast's half shadows): it dies with the rewind. */
-        s->outer[k]->grad_shadow = NULL;
+        release_outer(g, s->outer[k], mine[k]);
     }
     set_state(g, &now);
     accel__nn_arena_rewind(g, &m);
+}
+
+/* ---- segments whose backward rewinds (without recomputation: a GPT block) ---- */
+
+/* Whether GPT blocks' backward rewinds (ACCEL_NN_REWIND, read once: 0 keeps every gradient
+ * to the step's end, as before, for A/B runs; the test hook overrides it). */
+static int rewind_on = 1;
+static pthread_once_t rewind_once = PTHREAD_ONCE_INIT;
+
+static void rewind_read_env(void)
+{
+    long long v;
+    if (accel__env_int("ACCEL_NN_REWIND", &v) == ACCEL_OK) {
+        rewind_on = v != 0;
+    }
+}
+
+void accel__nn_set_rewind(int on)
+{
+    pthread_once(&rewind_once, rewind_read_env);
+    rewind_on = on != 0;
+}
+
+/* On the segment's newest node: the node below the segment and its inputs from outside. */
+typedef struct nn_rewind {
+    nn_node *stop;
+    /* The segment below (the one marked before it), when this one's reservations die once
+     * that one is back-propagated (dies_below), else NULL. */
+    struct nn_rewind *below;
+    int n_outer;
+    struct {
+        nn_tensor *t;
+        unsigned char mine;
+        void *mem[2]; /* what reserve_outer set aside (gradient, shadow), this backward */
+        size_t nbytes[2];
+    } outer[];
+} nn_rewind;
+
+static int made_by(const nn_node *top, const nn_node *stop, const nn_tensor *t)
+{
+    for (const nn_node *n = top; n != stop; n = n->prev) {
+        if (n->out == t) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether r's gradients set aside are dead once the segment below (its newest node
+ * below_top) is back-propagated too: r's inputs from outside are made by the nodes between the
+ * two or by that segment, and the nodes between read (lend gradients to) only what they or
+ * that segment make, whose gradients nothing further down reads. A GPT block's: its input,
+ * the residual add's sum, made by the block below (which ends with that add). */
+static int dies_below(const nn_rewind *r, const nn_node *below_top)
+{
+    const nn_node *below_stop = below_top->rewind->stop;
+    for (int k = 0; k < r->n_outer; k++) {
+        if (!made_by(r->stop, below_top, r->outer[k].t) &&
+            !made_by(below_top, below_stop, r->outer[k].t)) {
+            return 0;
+        }
+    }
+    for (const nn_node *n = r->stop; n != below_top; n = n->prev) {
+        for (int k = 0; k < n->n_in; k++) {
+            const nn_tensor *o = n->in[k] != NULL ? owner_of(n->in[k]) : NULL;
+            if (o != NULL && o->requires_grad && o->param_index < 0 &&
+                !made_by(r->stop, below_top, o) && !made_by(below_top, below_stop, o)) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before)
+{
+    pthread_once(&rewind_once, rewind_read_env);
+    int n_in = 0;
+    if (!rewind_on) {
+        return 1;
+    }
+    for (nn_node *n = top; n != before; n = n->prev) {
+        if (n == NULL || n->rewind != NULL) {
+            /* before is not on the tape, or segments would nest: left as it is */
+            return 1;
+        }
+        n_in += n->n_in;
+    }
+    if (top == before) {
+        return 1;
+    }
+    nn_rewind *r = accel__nn_alloc(g, sizeof(*r) + (size_t)n_in * sizeof(r->outer[0]));
+    if (r == NULL) {
+        return 0;
+    }
+    r->stop = before;
+    r->n_outer = 0;
+    /* Inputs from outside: gradients wanted, not a parameter's (the model's buffer), not made
+     * by a node of the segment (their gradients die with it: nothing below reads them). */
+    for (nn_node *n = top; n != before; n = n->prev) {
+        for (int k = 0; k < n->n_in; k++) {
+            nn_tensor *o = n->in[k] != NULL ? owner_of(n->in[k]) : NULL;
+            if (o == NULL || !o->requires_grad || o->param_index >= 0 || made_by(top, before, o)) {
+                continue;
+            }
+            int seen = 0;
+            for (int j = 0; j < r->n_outer && !seen; j++) {
+                seen = r->outer[j].t == o;
+            }
+            if (!seen) {
+                r->outer[r->n_outer++].t = o;
+            }
+        }
+    }
+    r->below = NULL;
+    nn_node *n = before;
+    while (n != NULL && n->rewind == NULL) {
+        n = n->prev;
+    }
+    if (n != NULL && dies_below(r, n)) {
+        r->below = n->rewind;
+    }
+    top->rewind = r;
+    return 1;
+}
+
+accel_status accel__nn_rewind_begin(nn_ctx *g, nn_rewind_run *run, nn_node *n)
+{
+    if (run->seg != NULL) {
+        return ACCEL_OK; /* one at a time (accel__nn_rewind_segment does not nest them) */
+    }
+    nn_rewind *r = n->rewind;
+    for (int k = 0; k < r->n_outer; k++) {
+        nn_tensor *o = r->outer[k].t;
+        int ok = reserve_outer(g, o, &r->outer[k].mine, run);
+        size_t nbytes = (size_t)nn_numel(o) * sizeof(float);
+        r->outer[k].mem[0] = r->outer[k].mine & 1 ? o->grad_reserved : NULL;
+        r->outer[k].mem[1] = r->outer[k].mine & 2 ? o->grad_shadow_reserved : NULL;
+        r->outer[k].nbytes[0] = nbytes;
+        r->outer[k].nbytes[1] = nbytes / 2;
+        if (!ok) {
+            accel_status st = g->first_err != ACCEL_OK ? g->first_err : ACCEL_ENOMEM;
+            return accel__seterr(NULL, st, "nn_backward: %s", g->first_msg);
+        }
+    }
+    run->seg = r;
+    run->m = accel__nn_arena_mark(g);
+    return ACCEL_OK;
+}
+
+void accel__nn_rewind_end(nn_ctx *g, nn_rewind_run *run, const nn_node *n)
+{
+    nn_rewind *r = run->seg;
+    if (r == NULL || (n != NULL && n != r->stop)) {
+        return;
+    }
+    for (int k = 0; k < r->n_outer; k++) {
+        release_outer(g, r->outer[k].t, r->outer[k].mine);
+    }
+    accel__nn_arena_rewind(g, &run->m);
+    run->seg = NULL;
+    /* The segment ended before this one set aside memory that is dead now: the next
+     * segment's reservations may take it. */
+    nn_rewind *above = run->last;
+    run->n_spare = 0;
+    for (int k = 0; above != NULL && above->below == r && k < above->n_outer; k++) {
+        for (int j = 0; j < 2 && run->n_spare < NN_REWIND_SPARE; j++) {
+            if (above->outer[k].mem[j] != NULL) {
+                run->spare[run->n_spare] = above->outer[k].mem[j];
+                run->spare_nbytes[run->n_spare++] = above->outer[k].nbytes[j];
+            }
+        }
+    }
+    run->last = r;
 }
 
 /* Collects the segment's outer inputs into outer (room for 4 per node; returns how many) and

@@ -21,6 +21,8 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     v->shadow = NULL;
     v->grad_shadow = NULL;
     v->grad_shadow_rnd = 0;
+    v->grad_reserved = NULL;
+    v->grad_shadow_reserved = NULL;
     v->grad_borrowed = 0;
     v->param_index = -1;
     v->use_ctx = NULL;

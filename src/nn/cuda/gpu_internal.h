@@ -83,11 +83,12 @@ void *accel__nn_cu_half_copy(nn_ctx *g, const float *src, int64_t n, int rnd, in
  * t's shadow (numel(t) 2-byte values in the arena), set on t (an owner) before its producer's
  * kernel fills it; NULL and the ctx error on OOM. accel__nn_cu_grad_shadow_alloc: for a
  * backward about to write all of owner t's gradient (fresh or added to), room for the shadow
- * t's consumer asked for (t->grad_shadow_rnd), or NULL when none is wanted (or on OOM, the ctx
- * error set); the caller sets t->grad_shadow once its kernel is queued (after taking the
- * gradient, which drops an older shadow). accel__nn_cu_shadows_on: 1 unless they are off
- * (ACCEL_NN_SHADOW=0, which also makes the residual add's backward copy dY into its inputs'
- * gradients instead of lending it, and a GPT block's LayerNorm outputs fp32). */
+ * t's consumer asked for (t->grad_shadow_rnd; the memory a segment set aside for it when there
+ * is, recompute.c), or NULL when none is wanted (or on OOM, the ctx error set); the caller sets
+ * t->grad_shadow once its kernel is queued (after taking the gradient, which drops an older
+ * shadow). accel__nn_cu_shadows_on: 1 unless they are off (ACCEL_NN_SHADOW=0, which also makes the
+ * residual add's backward copy dY into its inputs' gradients instead of lending it, and a GPT
+ * block's LayerNorm outputs fp32). */
 int accel__nn_cu_shadows_on(void);
 int accel__nn_cu_shadow_rnd(const nn_ctx *g);
 void *accel__nn_cu_shadow_alloc(nn_ctx *g, nn_tensor *t, int rnd);

@@ -67,6 +67,10 @@ void *accel__nn_cu_grad_shadow_alloc(nn_ctx *g, nn_tensor *t)
     if (t->base != NULL || t->grad_shadow_rnd == 0 || !accel__nn_cu_shadows_on()) {
         return NULL;
     }
+    /* Memory a segment set aside (recompute.c), so the shadow outlives the segment's rewind. */
+    if (t->grad_shadow_reserved != NULL) {
+        return t->grad_shadow_reserved;
+    }
     return accel__nn_dalloc(g, (size_t)nn_numel(t) * 2);
 }
 
