@@ -40,7 +40,12 @@ nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tens
 #ifdef ACCEL_HAVE_CUDA
 void accel__nn_cu_set_shadows(int on);        /* gpu_internal.h */
 unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h */
+unsigned long accel__nn_cu_ln_half_dys(void); /* gpu_internal.h */
 #else
+static unsigned long accel__nn_cu_ln_half_dys(void)
+{
+    return 0;
+}
 static void accel__nn_cu_set_shadows(int on)
 {
     (void)on;
@@ -117,13 +122,22 @@ static void check_same_bits(const char *name, const block_arg *a, int autocast)
     for (int64_t i = 0; i < ny; i++) {
         gout[i] = frand();
     }
-    unsigned long c0 = accel__nn_cu_half_copies();
+    unsigned long c0 = accel__nn_cu_half_copies(), l0 = accel__nn_cu_ln_half_dys();
     accel__nn_cu_set_shadows(0);
     run_out off = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
-    unsigned long c1 = accel__nn_cu_half_copies();
+    unsigned long c1 = accel__nn_cu_half_copies(), l1 = accel__nn_cu_ln_half_dys();
     accel__nn_cu_set_shadows(1);
     run_out on = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
-    unsigned long c2 = accel__nn_cu_half_copies();
+    unsigned long c2 = accel__nn_cu_half_copies(), l2 = accel__nn_cu_ln_half_dys();
+    /* The GPT's LayerNorms (operand, under autocast, with shadows) read their dY in 2 bytes,
+     * the products' own (ln_1's from the qkv product, ln_2's from the MLP's first): 2 a run
+     * (not ln_1 when the qkv product reads a slice of it: a view, not the output itself).
+     * None without shadows. */
+    unsigned long ln_half = a->operand && autocast != ACCEL_F32 ? (a->slice ? 1 : 2) : 0;
+    CHECK_MSG(l1 == l0 && l2 - l1 == ln_half,
+              "%s: %lu LayerNorm backwards read a 2-byte dY with shadows off, %lu on (expected "
+              "0, %lu)",
+              name, l1 - l0, l2 - l1, ln_half);
     CHECK(on.ny == off.ny && on.ny == ny);
     check_same_bits_runs(name, "with shadows", &on, &off, specs, 6);
     /* The projection's gradient shadow is dropped when GELU adds to it: one pass comes back.
@@ -291,6 +305,63 @@ static void test_checkpoint(int add_after)
            add_after ? ", added after" : "", add_after ? "kept" : "none (dY lent)");
 }
 
+/* in: x [rows, C] (a [C, C] weight w next): linear(accel__nn_norm_operand(x, ln w, ln b)) + x
+ * (x also read by the add, so the residual's gradient is the LayerNorm's addend). */
+static nn_tensor *f_operand(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    (void)arg;
+    nn_tensor *h = accel__nn_norm_operand(g, in[0], NULL, in[1], in[2], 1e-5f, NULL);
+    return nn_add(g, nn_linear(g, h, in[3], NULL, NN_LAYOUT_IN_OUT), in[0]);
+}
+
+/* The GPT's LayerNorm read by one product under bf16 autocast, at a width the register-row
+ * kernel takes (a 2-byte dY read as it is) and at ones it does not (widened first, in
+ * scratch): against the CPU, and the same bits with shadows off (the fp32 dY). */
+static void test_operand_width(int64_t width)
+{
+    in_spec sp[4] = {{2, {40, width}, 1.0f, 0.0f, 1},
+                     {1, {width}, 0.2f, 1.0f, 1},
+                     {1, {width}, 0.2f, 0.0f, 1},
+                     {2, {width, width}, 0.3f, 0.0f, 1}};
+    char name[64];
+    snprintf(name, sizeof(name), "operand LayerNorm C=%lld bf16 vs cpu", (long long)width);
+    check_case(name, sp, 4, f_operand, NULL, ACCEL_BF16, 0, 2e-2, 2e-2);
+    float *data[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t n = numel(sp[k].ndim, sp[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = sp[k].offset + sp[k].scale * frand();
+        }
+    }
+    float *gout = xmalloc((size_t)(40 * width) * sizeof(float));
+    for (int64_t i = 0; i < 40 * width; i++) {
+        gout[i] = frand();
+    }
+    accel__nn_cu_set_shadows(0);
+    run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_operand, NULL, gout, 0);
+    accel__nn_cu_set_shadows(1);
+    unsigned long l0 = accel__nn_cu_ln_half_dys();
+    run_out on = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_operand, NULL, gout, 0);
+    unsigned long l1 = accel__nn_cu_ln_half_dys();
+    snprintf(name, sizeof(name), "operand LayerNorm C=%lld", (long long)width);
+    check_same_bits_runs(name, "with shadows", &on, &off, sp, 4);
+#ifdef ACCEL_HAVE_CUDA
+    CHECK_MSG(l1 - l0 == 1, "%s: %lu LayerNorm backwards read a 2-byte dY, expected 1", name,
+              l1 - l0);
+#else
+    (void)l0;
+    (void)l1;
+#endif
+    printf("  %-34s same bits with its dY kept 2-byte\n", name);
+    free_run(&off, 4);
+    free_run(&on, 4);
+    free(gout);
+    for (int k = 0; k < 4; k++) {
+        free(data[k]);
+    }
+}
+
 int main(void)
 {
     int rc = nn_cuda_check_init("test_nn_cuda_shadow");
@@ -318,6 +389,9 @@ int main(void)
         check_same_bits(cases[i].name, &cases[i].a, cases[i].autocast);
     }
     test_shell();
+    test_operand_width(32);   /* the register-row kernel: dY read in 2 bytes */
+    test_operand_width(30);   /* the row kernel: dY widened first */
+    test_operand_width(1028); /* past the register-row kernel's 1024 */
     test_checkpoint(0);
     test_checkpoint(1);
     test_add_layernorm(32, 0, ACCEL_BF16);

@@ -103,13 +103,6 @@ __global__ void k_acc_shadow(float *dst, const float *src, int64_t n4, int64_t n
     }
 }
 
-/* Four 2-byte values of dt (one 8-byte load) as floats. */
-__device__ __forceinline__ float4 widen4(uint2 u, int dt)
-{
-    return make_float4(half_f((uint16_t)(u.x & 0xFFFFu), dt), half_f((uint16_t)(u.x >> 16), dt),
-                       half_f((uint16_t)(u.y & 0xFFFFu), dt), half_f((uint16_t)(u.y >> 16), dt));
-}
-
 /* Four vectors a thread, a grid stride apart, all loaded (and dst's too when adding) before
  * any is stored: the compiler may not move a load above a store it cannot prove elsewhere, so
  * a vector at a time kept 8 bytes a thread in flight when writing (16 KiB an SM, about half

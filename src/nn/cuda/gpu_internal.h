@@ -138,6 +138,14 @@ void accel__nn_cu_attn_env(void);
  * exactly what the attention will see; key and the copies left 0. */
 nn_cu_attn accel__nn_cu_attn_of(const nn_ctx *g, int64_t B, int64_t T, int64_t C, int n_head,
                                 float attn_dropout);
+/* ops_gpu.c. For a backward (node n) about to write the FRESH gradient of x, read by n: 1 when
+ * x is the shell output of the LayerNorm recorded just before n (so no other op reads x: n is
+ * its only consumer) and that LayerNorm reads its dY as 2-byte values of rnd. The caller must
+ * then write x's gradient as exactly those (numel(x) 2-byte values, the first half of x's
+ * gradient memory; its fp32 values are never stored); 0: as before. */
+int accel__nn_cu_ln_half_dy(nn_node *n, const nn_tensor *x, int rnd);
+/* Test hook: how many times accel__nn_cu_ln_half_dy has said 1 (all ctxs). */
+unsigned long accel__nn_cu_ln_half_dys(void);
 /* accel__nn_linear_qkv on the GPU (shadow_gpu.c); accel__nn_cu_linear_shell: nn_linear with
  * an output that holds only its 2-byte shadow of rnd's dtype (linear_gpu.c). */
 nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,

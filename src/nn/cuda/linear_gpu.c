@@ -16,13 +16,22 @@
 #include "lt_gpu.h"
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. t: the tensor whose
- * gradient grad is (an input's), or NULL (a weight's). */
-static int grad_matmul(nn_ctx *g, lt_mm *p, float *grad, nn_tensor *t, int fresh, int rnd,
-                       const char *what)
+ * gradient grad is (an input's), or NULL (a weight's); node: the one whose backward this is. */
+static int grad_matmul(nn_ctx *g, nn_node *node, lt_mm *p, float *grad, nn_tensor *t, int fresh,
+                       int rnd, const char *what)
 {
     if (rnd == 0) {
         p->D = grad;
         p->beta = fresh ? 0.0f : 1.0f;
+        return accel__nn_lt_matmul(g, p, what);
+    }
+    if (fresh && t != NULL && accel__nn_cu_ln_half_dy(node, t, rnd)) {
+        /* t's LayerNorm, its only reader, reads the 2-byte product as it is: stored in t's
+         * gradient memory, with no widening pass (6 bytes an element) and no fp32 dY to read
+         * (2 bytes an element less there). */
+        p->D = grad;
+        p->d_type = lt_in_type(rnd);
+        p->beta = 0.0f;
         return accel__nn_lt_matmul(g, p, what);
     }
     /* The product stored rounded, in 2 bytes (the rounding rnd_dt would do on its fp32 copy),
@@ -236,7 +245,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, &p, gx, x, fx, rnd, what)) {
+        } else if (!grad_matmul(g, n, &p, gx, x, fx, rnd, what)) {
             return;
         }
     }
@@ -274,7 +283,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, &p, gw, NULL, fw, rnd, what)) {
+        } else if (!grad_matmul(g, n, &p, gw, NULL, fw, rnd, what)) {
             return;
         }
     }

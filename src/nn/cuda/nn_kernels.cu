@@ -273,6 +273,8 @@ typedef struct ln_bwd_args {
     const float *gbase; /* write: gx = gbase + the gradient (NULL: gx = it) */
     void *gh;           /* or NULL: gx rounded to dt (1 bf16, 2 fp16), 2 bytes (its shadow) */
     int dt;
+    const void *gyh; /* or NULL: gy as 2-byte values of gdt (read instead of gy, widened) */
+    int gdt;
 } ln_bwd_args;
 
 template <int LN_VECS, bool PARAMS>
@@ -292,6 +294,7 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
     }
     for (int64_t r = r0; r < r0 + per && r < rows; r++) {
         const float4 *xr = (const float4 *)(x + r * C), *gr = (const float4 *)(gy + r * C);
+        const uint2 *ghr = a.gyh != NULL ? (const uint2 *)((const uint16_t *)a.gyh + r * C) : NULL;
         float4 *dst = (float4 *)(gx + r * C);
         /* What the gradient is added to: gx itself (accumulating) or gbase, else nothing. */
         const float4 *add = !write ? dst : a.gbase != NULL ? (const float4 *)(a.gbase + r * C)
@@ -307,7 +310,9 @@ __device__ __forceinline__ void ln_bwd_rows(const ln_bwd_args &a)
         for (int i = 0; i < LN_VECS; i++) {
             int64_t j = lane + 32 * i;
             xv[i] = j < n4 ? xr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            gv[i] = j < n4 ? gr[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            gv[i] = j >= n4       ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                    : ghr != NULL ? widen4(ghr[j], a.gdt)
+                                  : gr[j];
             ov[i] = add != NULL && j < n4 ? add[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             float4 wc = ld4_or(w, j < n4 ? j : 0, 1.0f);
             ln_bwd_terms(gv[i].x, wc.x, xv[i].x, mu, rs, s1, s2);
@@ -692,17 +697,35 @@ int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C)
     return 2 * (blocks > 1 && blocks * C > sums ? blocks * C : sums);
 }
 
-cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
-                                const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, const float *gbase, void *gh, int dt,
-                                float *gw, float *gb, float *part)
+/* The register-row kernel's vectors a lane (2 to 8), 0 for the row kernel, -1 without gx. */
+static int ln_bwd_vecs(int64_t C, const float *x, const void *gy, const float *w, const float *gx,
+                       const float *gbase, const void *gh)
+{
+    if (gx == NULL) {
+        return -1;
+    }
+    return (((uintptr_t)gbase | (uintptr_t)gh) & 15) != 0 ? 0 : ln_vecs(C, x, gy, w, gx);
+}
+
+int nn_cu_layernorm_bwd_reads_half(int64_t C, const float *x, const void *gyh, const float *w,
+                                   const float *gx, int write, const float *gbase, const void *gh)
+{
+    return gyh != NULL && ln_bwd_vecs(C, x, gyh, w, gx, write ? gbase : NULL, gh) > 0;
+}
+
+cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const void *gyh,
+                                int gdt, const float *w, const float *mean, const float *rstd,
+                                int64_t rows, int64_t C, float *gx, int write, const float *gbase,
+                                void *gh, int dt, float *gw, float *gb, float *part)
 {
     /* The register-row kernel makes the parameter gradients too (from the same reads). */
     gbase = write ? gbase : NULL;
-    int nv = gx == NULL                                          ? -1
-             : (((uintptr_t)gbase | (uintptr_t)gh) & 15) != 0 ? 0
-                                                                  : ln_vecs(C, x, gy, w, gx);
-    ln_bwd_args a = {x, gy, w, mean, rstd, rows, C, gx, write, part, gw, gb, gbase, gh, dt};
+    int nv = ln_bwd_vecs(C, x, gyh != NULL ? gyh : (const void *)gy, w, gx, gbase, gh);
+    if (gyh != NULL && nv <= 0) {
+        return cudaErrorInvalidValue; /* only the register-row kernel reads 2-byte gy */
+    }
+    ln_bwd_args a = {x,    gy, w,  mean,  rstd, rows, C,   gx, write,
+                     part, gw, gb, gbase, gh,   dt,   gyh, gdt};
     if (nv == 2) {
         ln_bwd_warp<2>(s, a);
     } else if (nv == 4) {

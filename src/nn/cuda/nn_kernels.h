@@ -95,11 +95,17 @@ cudaError_t nn_cu_layernorm(cudaStream_t s, const nn_cu_ln *a);
  * over the rows in a fixed order: with gx, where C is a multiple of 4 up to 1024 and the
  * pointers 16-byte aligned, in blocks of 128 rows (8 runs of 16 consecutive rows, each in row
  * order, the runs in order), then the blocks in order; otherwise in nn_cu_col_sum's order.
- * part: nn_cu_layernorm_bwd_part_count(rows, C) floats of scratch (NULL when that is 0). */
-cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const float *w,
-                                const float *mean, const float *rstd, int64_t rows, int64_t C,
-                                float *gx, int write, const float *gbase, void *gh, int dt,
-                                float *gw, float *gb, float *part);
+ * part: nn_cu_layernorm_bwd_part_count(rows, C) floats of scratch (NULL when that is 0).
+ * gyh non-NULL: dY is its 2-byte values of gdt (1 bf16, 2 fp16), widened exactly (the same bits
+ * as gy holding them widened), and gy is not read. */
+cudaError_t nn_cu_layernorm_bwd(cudaStream_t s, const float *x, const float *gy, const void *gyh,
+                                int gdt, const float *w, const float *mean, const float *rstd,
+                                int64_t rows, int64_t C, float *gx, int write, const float *gbase,
+                                void *gh, int dt, float *gw, float *gb, float *part);
+/* 1 when nn_cu_layernorm_bwd with these arguments reads the 2-byte gyh (only the register-row
+ * kernel does); with gyh and 0 here, that call fails with cudaErrorInvalidValue. */
+int nn_cu_layernorm_bwd_reads_half(int64_t C, const float *x, const void *gyh, const float *w,
+                                   const float *gx, int write, const float *gbase, const void *gh);
 int64_t nn_cu_layernorm_bwd_part_count(int64_t rows, int64_t C);
 /* Only the parameter gradients of nn_cu_layernorm_bwd, in nn_cu_col_sum's order (part:
  * 2 * nn_cu_col_sum_part_count(rows, C) floats). */

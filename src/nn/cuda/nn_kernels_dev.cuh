@@ -122,6 +122,13 @@ __device__ __forceinline__ uint16_t half_bits(float v, int dt)
     return u;
 }
 
+/* Four 2-byte values of dt (one 8-byte load) as floats (exact). */
+__device__ __forceinline__ float4 widen4(uint2 u, int dt)
+{
+    return make_float4(half_f((uint16_t)(u.x & 0xFFFFu), dt), half_f((uint16_t)(u.x >> 16), dt),
+                       half_f((uint16_t)(u.y & 0xFFFFu), dt), half_f((uint16_t)(u.y >> 16), dt));
+}
+
 /* Four values rounded (dt 1 bf16, 2 fp16) and packed for one 8-byte store. */
 __device__ __forceinline__ uint2 pack_half4(float4 v, int dt)
 {

@@ -6,6 +6,7 @@
  * CPU's counter-based mask, so the same seed, step and op drop the same elements on both.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -306,12 +307,47 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     if (np > 0 && part == NULL) {
         return;
     }
+    /* dY as 2-byte values of n->i[2] in the output's gradient memory (accel__nn_cu_ln_half_dy),
+     * read as they are; where the kernel cannot, widened first into scratch (the fp32 dY). */
+    const float *gy = n->out->grad;
+    const void *gyh = n->i[3] ? (const void *)gy : NULL;
+    if (gyh != NULL && !nn_cu_layernorm_bwd_reads_half(C, x->data, gyh, w, gx, fresh, gbase, gh)) {
+        float *wide = accel__nn_dtmp_alloc(g, (size_t)(rows * C) * sizeof(float));
+        if (wide == NULL ||
+            !accel__nn_cu_ok(g,
+                             nn_cu_acc_half(nn__cu_stream(g), wide, gyh, rows * C, (int)n->i[2], 1),
+                             "nn_layernorm (backward)")) {
+            return;
+        }
+        gy = wide;
+        gyh = NULL;
+    }
     accel__nn_cu_ok(g,
-                    nn_cu_layernorm_bwd(nn__cu_stream(g), x->data, n->out->grad, w, n->p[0],
-                                        n->p[1], rows, C, gx, fresh, gbase, gh, x->grad_shadow_rnd,
-                                        gw, gb, part),
+                    nn_cu_layernorm_bwd(nn__cu_stream(g), x->data, gy, gyh, (int)n->i[2], w,
+                                        n->p[0], n->p[1], rows, C, gx, fresh, gbase, gh,
+                                        x->grad_shadow_rnd, gw, gb, part),
                     "nn_layernorm (backward)");
     x->grad_shadow = gh;
+}
+
+/* LayerNorm backwards queued to read a 2-byte dY (accel__nn_cu_ln_half_dys). */
+static atomic_ulong n_ln_half_dy;
+
+unsigned long accel__nn_cu_ln_half_dys(void)
+{
+    return n_ln_half_dy;
+}
+
+int accel__nn_cu_ln_half_dy(nn_node *n, const nn_tensor *x, int rnd)
+{
+    nn_node *ln = n->prev;
+    if (rnd == 0 || x->base != NULL || ln == NULL || ln->backward != ln_backward || ln->out != x ||
+        ln->i[2] != rnd) {
+        return 0;
+    }
+    ln->i[3] = 1;
+    n_ln_half_dy++;
+    return 1;
 }
 
 /* LayerNorm of x, or (r non-NULL, the same shape as x) of the sum x + r, which *sum receives:
@@ -376,6 +412,9 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
         }
         n->i[0] = rows;
         n->i[1] = C;
+        /* A shell is read only by products: its first (fresh) gradient may stay 2-byte. */
+        n->i[2] = shell ? rnd : 0;
+        n->i[3] = 0;
         n->p[0] = mean;
         n->p[1] = rstd;
     }
