@@ -104,6 +104,33 @@ template <> __device__ __forceinline__ float vec_elem<__half>(const uint4 &v, in
     return half_f((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu), 2);
 }
 
+/* The end of a vector column-sum block: each thread's VEC lane sums s go to shared memory,
+ * column-major within a thread's vector (sh[lane][k * CS_COLS + x] for column x * VEC + k:
+ * consecutive threads store and read consecutive words, no bank conflicts), then one thread
+ * per column adds the CS_LANES lanes in order (k_col_sum's order). Returns that thread's
+ * column with its total in *tot, or -1 for a thread with none. */
+template <int VEC>
+__device__ __forceinline__ int64_t lanes_total(float (*sh)[CS_COLS * VEC], const float *s,
+                                               int64_t cols, float *tot)
+{
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        sh[threadIdx.y][k * CS_COLS + threadIdx.x] = s[k];
+    }
+    __syncthreads();
+    int t = threadIdx.y * CS_COLS + threadIdx.x;
+    int64_t c = (int64_t)blockIdx.x * CS_COLS * VEC + (t % CS_COLS) * VEC + t / CS_COLS;
+    if (t >= CS_COLS * VEC || c >= cols) {
+        return -1;
+    }
+    float sum = 0.0f;
+    for (int l = 0; l < CS_LANES; l++) {
+        sum += sh[l][t];
+    }
+    *tot = sum;
+    return c;
+}
+
 /* k_col_sum with VEC consecutive columns a thread (VEC * sizeof(T) = 16: one 16-byte load a
  * row), CS_UNROLL of the lane's rows loaded before any is added: the same lanes, rows and
  * order per column as k_col_sum, so the same bits, from a quarter (fp32) or an eighth (2-byte)
@@ -145,19 +172,10 @@ __global__ void __launch_bounds__(CS_COLS *CS_LANES)
             }
         }
     }
-#pragma unroll
-    for (int k = 0; k < VEC; k++) {
-        sh[threadIdx.y][k * CS_COLS + threadIdx.x] = s[k];
-    }
-    __syncthreads();
-    int t = threadIdx.y * CS_COLS + threadIdx.x;
-    int64_t c = (int64_t)blockIdx.x * CS_COLS * VEC + (t % CS_COLS) * VEC + t / CS_COLS;
-    if (t >= CS_COLS * VEC || c >= cols) {
+    float tot;
+    int64_t c = lanes_total<VEC>(sh, s, cols, &tot);
+    if (c < 0) {
         return;
-    }
-    float tot = 0.0f;
-    for (int l = 0; l < CS_LANES; l++) {
-        tot += sh[l][t];
     }
     if (gridDim.y == 1) {
         put_sum(dst + c, tot, write, rnd);
@@ -459,19 +477,10 @@ __global__ void __launch_bounds__(CS_COLS *CS_LANES)
     if (dbias == NULL) { /* the same for the whole block */
         return;
     }
-#pragma unroll
-    for (int k = 0; k < VEC; k++) {
-        sh[threadIdx.y][k * CS_COLS + threadIdx.x] = s[k];
-    }
-    __syncthreads();
-    int t = threadIdx.y * CS_COLS + threadIdx.x;
-    int64_t c = (int64_t)blockIdx.x * CS_COLS * VEC + (t % CS_COLS) * VEC + t / CS_COLS;
-    if (t >= CS_COLS * VEC || c >= cols) {
+    float tot;
+    int64_t c = lanes_total<VEC>(sh, s, cols, &tot);
+    if (c < 0) {
         return;
-    }
-    float tot = 0.0f;
-    for (int l = 0; l < CS_LANES; l++) {
-        tot += sh[l][t];
     }
     if (gridDim.y == 1) {
         dbias[c] = half_bits(tot, DT);
