@@ -345,15 +345,31 @@ static void test_gpt(void)
     check_case("mini GPT step (all ops composed)", s, 6, f_gpt, &a, ACCEL_F32, 1, 1e-4, 1e-4);
 }
 
+typedef struct lgl_case {
+    const char *name;
+    int64_t rows, in, hidden, out;
+    nn_layout layout;
+    int b1, b2, approximate, grad_x, autocast;
+    double tol;
+} lgl_case;
+
+/* One nn_linear_gelu_linear case against the CPU, named name, at tolerance tol. */
+static void check_lgl(const lgl_case *c, const char *name, double tol)
+{
+    int io = c->layout == NN_LAYOUT_IN_OUT;
+    int64_t in = c->in, hid = c->hidden, out = c->out;
+    in_spec s[5] = {{3, {2, c->rows, in}, 1.5f, 0.0f, c->grad_x},
+                    {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
+                    {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
+                    {1, {hid}, 0.5f, 0.0f, c->b1},
+                    {1, {out}, 0.5f, 0.0f, c->b2}};
+    lgl_arg a = {c->layout, c->b1, c->b2, c->approximate};
+    check_case(name, s, 5, f_lgl, &a, c->autocast, 0, tol, tol);
+}
+
 static void test_linear_gelu_linear(void)
 {
-    static const struct {
-        const char *name;
-        int64_t rows, in, hidden, out;
-        nn_layout layout;
-        int b1, b2, approximate, grad_x, autocast;
-        double tol;
-    } cases[] = {
+    static const lgl_case cases[] = {
         {"lgl fused [in,out] biases", 7, 24, 64, 40, NN_LAYOUT_IN_OUT, 1, 1, 1, 1, ACCEL_F32, 1e-2},
         {"lgl fused [out,in] biases", 7, 24, 64, 40, NN_LAYOUT_OUT_IN, 1, 1, 1, 1, ACCEL_F32, 1e-2},
         {"lgl fused no b1, odd in/out", 7, 13, 32, 9, NN_LAYOUT_IN_OUT, 0, 1, 1, 1, ACCEL_F32,
@@ -392,18 +408,9 @@ static void test_linear_gelu_linear(void)
                  level == 2 && cases[i].autocast == ACCEL_F32 ? "" : mode[level]);
         accel__nn_cu_lt_epilogues(level < 2 ? level : 2);
         accel__nn_cu_dgelu_kernel(level == 3);
-        int io = cases[i].layout == NN_LAYOUT_IN_OUT;
-        int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
-        in_spec s[5] = {{3, {2, cases[i].rows, in}, 1.5f, 0.0f, cases[i].grad_x},
-                        {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
-                        {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
-                        {1, {hid}, 0.5f, 0.0f, cases[i].b1},
-                        {1, {out}, 0.5f, 0.0f, cases[i].b2}};
-        lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
         /* The default path under autocast rounds the hidden gradient before GELU's
          * derivative, as the three ops do: the autocast linear's tolerance. */
-        double tol = level == 3 ? 1e-2 : cases[i].tol;
-        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, tol, tol);
+        check_lgl(&cases[i], name, level == 3 ? 1e-2 : cases[i].tol);
     }
     accel__nn_cu_dgelu_kernel(1);
     accel__nn_cu_lt_epilogues(2);
@@ -416,16 +423,7 @@ static void test_linear_gelu_linear(void)
         }
         char name[96];
         snprintf(name, sizeof name, "%s (BGRAD epilogue)", cases[i].name);
-        int io = cases[i].layout == NN_LAYOUT_IN_OUT;
-        int64_t in = cases[i].in, hid = cases[i].hidden, out = cases[i].out;
-        in_spec s[5] = {{3, {2, cases[i].rows, in}, 1.5f, 0.0f, cases[i].grad_x},
-                        {2, {io ? in : hid, io ? hid : in}, 0.4f, 0.0f, 1},
-                        {2, {io ? hid : out, io ? out : hid}, 0.3f, 0.0f, 1},
-                        {1, {hid}, 0.5f, 0.0f, cases[i].b1},
-                        {1, {out}, 0.5f, 0.0f, cases[i].b2}};
-        lgl_arg a = {cases[i].layout, cases[i].b1, cases[i].b2, cases[i].approximate};
-        double tol = cases[i].autocast != ACCEL_F32 ? 1e-2 : cases[i].tol;
-        check_case(name, s, 5, f_lgl, &a, cases[i].autocast, 0, tol, tol);
+        check_lgl(&cases[i], name, cases[i].autocast != ACCEL_F32 ? 1e-2 : cases[i].tol);
     }
     accel__nn_cu_bgrad_epilogue(0);
     /* Only the second weight needs a gradient: the first product records nothing and the
