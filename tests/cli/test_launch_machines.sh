@@ -10,7 +10,8 @@
 #  4. A taken port (another job's machine 0 holds it); a wrong master address (machine 0: not
 #     this host's; machine 1: nobody listening).
 #  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank; a
-#     launcher killed (machine 1's, then machine 0's): the other stops within 10 s, naming it.
+#     launcher killed (machine 1's in one job, machine 0's in another, side by side): the
+#     other stops within 10 s, naming it.
 #  6. Usage: num_processes not divisible by num_machines, machines with different
 #     --max_restarts; --max_restarts restarts every machine together, and gives up together.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
@@ -173,30 +174,31 @@ done
 echo "ok: SIGKILL of rank 3 on machine 1: both launchers exited in $t s naming it"
 
 # ---- 5b. a launcher killed: the other notices (heartbeat / closed store) within 10 s ----
-for victim in m1 m0; do
-    port=$("$FREE")
-    start m1 1 --main_process_port "$port" -n 4 /bin/sh -c "$S"
-    start m0 0 --main_process_port "$port" -n 4 /bin/sh -c "$S"
-    for _ in $(seq 1 1000); do
-        [ "$(cat "$T/m0.out" "$T/m1.out" | grep -c 'PID=')" = 4 ] && break
-        sleep 0.01
-    done
-    t0=$(now)
-    eval "kill -9 \$pid_$victim"
-    { finish m0; finish m1; } 2>/dev/null
-    t=$(elapsed "$t0")
-    [ "$(echo "$t < 10" | bc)" = 1 ] || fail "the other launcher took $t s after $victim's was killed"
-    if [ $victim = m1 ]; then
-        [ "$rc_m0" != 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
-        grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/m0.err" ||
-            fail "machine 0 did not name machine 1"
-    else
-        [ "$rc_m1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher was killed"
-        grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/m1.err" ||
-            fail "machine 1 did not say machine 0's launcher is gone"
-    fi
+# Two jobs side by side, killed at the same moment: in job a machine 1's launcher (a1), in job b
+# machine 0's (b0). Each survivor must stop within 10 s of the kill, naming the lost launcher.
+pa=$("$FREE")
+pb=$("$FREE")
+while [ "$pb" = "$pa" ]; do pb=$("$FREE"); done
+start a1 1 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
+start a0 0 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
+start b1 1 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
+start b0 0 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
+for _ in $(seq 1 1000); do
+    [ "$(cat "$T/a0.out" "$T/a1.out" "$T/b0.out" "$T/b1.out" | grep -c 'PID=')" = 8 ] && break
+    sleep 0.01
 done
-echo "ok: a killed launcher (machine 1, then machine 0) stops the other machine within 10 s"
+t0=$(now)
+kill -9 "$pid_a1" "$pid_b0"
+{ finish a0; finish a1; finish b0; finish b1; } 2>/dev/null
+t=$(elapsed "$t0")
+[ "$(echo "$t < 10" | bc)" = 1 ] || fail "the other launchers took $t s after a1's and b0's were killed"
+[ "$rc_a0" != 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
+grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/a0.err" ||
+    fail "machine 0 did not name machine 1"
+[ "$rc_b1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher was killed"
+grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
+    fail "machine 1 did not say machine 0's launcher is gone"
+echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
 
 # ---- 6. usage ----
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
