@@ -100,13 +100,12 @@ done
 # core/layout.c reads the launcher's layout and rendezvous for it),
 # the shm knobs read when accel_init creates the communicator, CUDA_VISIBLE_DEVICES in the
 # CUDA report and in a device-open error message, and nn's CUDA attention kernel choice, fused
-# head's chunk size, fused MLP's hidden-gradient path, linear bias-gradient path (ACCEL_NN_BGRAD,
-# linear_gpu.c), half-shadow switch and the GPT blocks' backward rewind (ACCEL_NN_REWIND,
-# recompute.c) (an nn ctx needs no accel_init, so it has no resolved
-# settings).
+# head's chunk size, fused MLP's hidden-gradient path, and nn's on/off switches (half shadows,
+# bias-gradient epilogue, the GPT blocks' backward rewind: src/nn/switches.c) (an nn ctx needs
+# no accel_init, so it has no resolved settings).
 env_ok=" src/base/env.c src/base/config.c src/base/log.c src/core/accel.c src/core/layout.c \
 src/core/settings.c src/core/config.c src/comm/shm_setup.c src/core/cuda/cuda_api.c src/device/cuda/cuda.c \
-src/nn/cuda/ops_gpu.c src/nn/cuda/linear_gpu.c src/nn/cuda/shadow_gpu.c src/nn/ops_lce.c src/nn/recompute.c "
+src/nn/cuda/ops_gpu.c src/nn/cuda/linear_gpu.c src/nn/ops_lce.c src/nn/switches.c "
 while IFS=: read -r f line _; do
     [[ "$env_ok" == *" $f "* ]] && continue
     report "$f:$line: reads the environment after accel_init; take the value from the resolved settings (src/core/settings.h)"

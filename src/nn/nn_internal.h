@@ -186,6 +186,20 @@ int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before);
 /* Test hook: segments rewind (1, the default; ACCEL_NN_REWIND) or not (0: accel__nn_rewind_
  * segment marks nothing). Process-wide; not thread-safe. */
 void accel__nn_set_rewind(int on);
+
+/* nn's process-wide on/off switches (switches.c): each read once from its environment
+ * variable, docs/configuration.md. ACCEL_NN_SHADOW: half shadows (shadow_gpu.c);
+ * ACCEL_NN_BGRAD: the bias-gradient epilogue (linear_gpu.c); ACCEL_NN_REWIND: the GPT blocks'
+ * backward rewind (recompute.c). accel__nn_switch_set is the test hooks' override:
+ * process-wide, not thread-safe. */
+typedef enum accel__nn_switch_id {
+    ACCEL__NN_SW_SHADOW,
+    ACCEL__NN_SW_BGRAD,
+    ACCEL__NN_SW_REWIND,
+    ACCEL__NN_N_SWITCHES
+} accel__nn_switch_id;
+int accel__nn_switch(accel__nn_switch_id id);
+void accel__nn_switch_set(accel__nn_switch_id id, int on);
 /* The replay's segment in progress (recompute.c): rewind_begin at a node that ends a segment
  * (n->rewind); rewind_end before each node (n; NULL after the tape) ends the one in progress
  * when n lies below it (its memory back, its inputs' gradients kept). */

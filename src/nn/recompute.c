@@ -13,7 +13,6 @@
  * (n->in), as accel__nn_record takes them. Nothing here depends on the device: the device
  * arena is rewound like the host one and the one copy goes through the GPU table.
  */
-#include <pthread.h>
 
 #include "nn_gpu.h"
 
@@ -260,23 +259,11 @@ static void checkpoint_backward(nn_ctx *g, nn_node *n)
 
 /* ---- segments whose backward rewinds (without recomputation: a GPT block) ---- */
 
-/* Whether GPT blocks' backward rewinds (ACCEL_NN_REWIND, read once: 0 keeps every gradient
- * to the step's end, as before, for A/B runs; the test hook overrides it). */
-static int rewind_on = 1;
-static pthread_once_t rewind_once = PTHREAD_ONCE_INIT;
-
-static void rewind_read_env(void)
-{
-    long long v;
-    if (accel__env_int("ACCEL_NN_REWIND", &v) == ACCEL_OK) {
-        rewind_on = v != 0;
-    }
-}
-
+/* Whether GPT blocks' backward rewinds (ACCEL_NN_REWIND: 0 keeps every gradient to the
+ * step's end, as before, for A/B runs; the test hook overrides it). */
 void accel__nn_set_rewind(int on)
 {
-    pthread_once(&rewind_once, rewind_read_env);
-    rewind_on = on != 0;
+    accel__nn_switch_set(ACCEL__NN_SW_REWIND, on);
 }
 
 /* On the segment's newest node: the node below the segment and its inputs from outside. */
@@ -332,9 +319,8 @@ static int dies_below(const nn_rewind *r, const nn_node *below_top)
 
 int accel__nn_rewind_segment(nn_ctx *g, nn_node *top, nn_node *before)
 {
-    pthread_once(&rewind_once, rewind_read_env);
     int n_in = 0;
-    if (!rewind_on) {
+    if (!accel__nn_switch(ACCEL__NN_SW_REWIND)) {
         return 1;
     }
     for (nn_node *n = top; n != before; n = n->prev) {

@@ -114,27 +114,9 @@ static int use_dgelu_kernel(void)
  * Either way the sum of dY as the products read it, in fp32, rounded to the dtype under
  * autocast, then added; only the order of the fp32 sum differs. Where cuBLASLt offers no
  * algorithm with the epilogue the column-sum kernel makes the same scratch (said once). */
-static int bgrad_epilogue = 0;
-static pthread_once_t bgrad_once = PTHREAD_ONCE_INIT;
-
-static void bgrad_read_env(void)
-{
-    long long v;
-    if (accel__env_int("ACCEL_NN_BGRAD", &v) == ACCEL_OK) {
-        bgrad_epilogue = v != 0;
-    }
-}
-
 void accel__nn_cu_bgrad_epilogue(int on)
 {
-    pthread_once(&bgrad_once, bgrad_read_env);
-    bgrad_epilogue = on;
-}
-
-static int use_bgrad_epilogue(void)
-{
-    pthread_once(&bgrad_once, bgrad_read_env);
-    return bgrad_epilogue;
+    accel__nn_switch_set(ACCEL__NN_SW_BGRAD, on);
 }
 
 /* The input gradient of a FUSED_DGELU node n: dZ = (dY op(W2)) * gelu'(Z) into gx (the first
@@ -256,7 +238,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
      * that product runs and the bias was not summed by the fused MLP: into db, D's type. */
     void *db = NULL;
     if (gw != NULL && M > 0 && b != NULL && b->requires_grad && out > 0 && n->p[2] == NULL &&
-        !half_gy && use_bgrad_epilogue()) {
+        !half_gy && accel__nn_switch(ACCEL__NN_SW_BGRAD)) {
         db = accel__nn_dtmp_alloc(g, (size_t)out * (rnd ? 2 : sizeof(float)));
         if (db == NULL) {
             return;

@@ -7,7 +7,6 @@
  * values a rounding pass would make from the fp32 values, so reading it changes no bit.
  * Also whether a GPT block's qkv is made as a shell (accel__nn_cu_linear_qkv).
  */
-#include <pthread.h>
 #include <stdatomic.h>
 
 #include "gpu_internal.h"
@@ -24,27 +23,14 @@ unsigned long accel__nn_cu_half_copies(void)
 /* Whether producers write half shadows (ACCEL_NN_SHADOW, read once; the test hook
  * accel__nn_cu_set_shadows): 1 (the default) or 0, every product operand rounded by its own
  * pass as before them (A/B timing, and the tests' reference for bit-identical results). */
-static int shadows_on = 1;
-static pthread_once_t shadow_once = PTHREAD_ONCE_INIT;
-
-static void shadow_read_env(void)
-{
-    long long v;
-    if (accel__env_int("ACCEL_NN_SHADOW", &v) == ACCEL_OK) {
-        shadows_on = v != 0;
-    }
-}
-
 void accel__nn_cu_set_shadows(int on)
 {
-    pthread_once(&shadow_once, shadow_read_env);
-    shadows_on = on;
+    accel__nn_switch_set(ACCEL__NN_SW_SHADOW, on);
 }
 
 int accel__nn_cu_shadows_on(void)
 {
-    pthread_once(&shadow_once, shadow_read_env);
-    return shadows_on;
+    return accel__nn_switch(ACCEL__NN_SW_SHADOW);
 }
 
 int accel__nn_cu_shadow_rnd(const nn_ctx *g)
