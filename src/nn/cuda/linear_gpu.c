@@ -270,18 +270,14 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         }
     }
     float *gb = b && out > 0 ? accel__nn_grad(g, b) : NULL;
-    if (gb != NULL && db != NULL) { /* summed by the epilogue, rounded under autocast */
+    /* Summed already: by this product's epilogue (db, in D's type) or by the second node's
+     * DGELU_BGRAD (n->p[2]); under autocast stored rounded, in 2 bytes. */
+    const void *sum = db != NULL ? db : n->p[2];
+    if (gb != NULL && sum != NULL) {
+        int half = db != NULL ? rnd != 0 : half_gy;
         accel__nn_cu_ok(g,
-                        rnd ? nn_cu_acc_half(nn__cu_stream(g), gb, db, out, rnd, 0)
-                            : nn_cu_acc(nn__cu_stream(g), gb, db, out, 0, 0),
-                        what);
-        return;
-    }
-    if (gb != NULL && n->p[2] != NULL) { /* summed by the second node's DGELU_BGRAD */
-        /* Under autocast the epilogue stored the sum already rounded, in 2 bytes. */
-        accel__nn_cu_ok(g,
-                        half_gy ? nn_cu_acc_half(nn__cu_stream(g), gb, n->p[2], out, rnd, 0)
-                                : nn_cu_acc(nn__cu_stream(g), gb, n->p[2], out, rnd, 0),
+                        half ? nn_cu_acc_half(nn__cu_stream(g), gb, sum, out, rnd, 0)
+                             : nn_cu_acc(nn__cu_stream(g), gb, sum, out, rnd, 0),
                         what);
         return;
     }
