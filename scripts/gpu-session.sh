@@ -15,9 +15,10 @@
 #   variants  ours with the warp attention kernels (WARP=0 skips), with cuBLASLt's DGELU_BGRAD
 #             epilogue for the MLP's hidden gradient (DGELU=0 skips), with the linears' bias
 #             gradients by cuBLASLt's BGRADA / BGRADB epilogue (BGRAD=0 skips), without the
-#             attention's register fast path (FAST=0 skips), with the head's chunks of each
-#             row count in CE_CHUNKS (default none), ZeRO stage 3 vs 0 at B = 8
-#             (ZERO_STAGES="" skips), bench/cuda_attn
+#             attention's register fast path (FAST=0 skips), keeping every block's
+#             gradients to the step's end (ACCEL_NN_REWIND=0, for the memory; REWIND=0 skips),
+#             with the head's chunks of each row count in CE_CHUNKS (default none), ZeRO stage
+#             3 vs 0 at B = 8 (ZERO_STAGES="" skips), bench/cuda_attn
 #   ncu       Nsight Compute's duration of every kernel of one step, summed per kernel
 #   tests     the other GPU tests (ctest -L gpu -E 'nn_cuda|gpt_cuda')
 #   cuda_all  bench/cuda_all.sh's table
@@ -104,6 +105,10 @@ part_variants() {
         if [ "${FAST:-1}" != 0 ]; then
             stamp "ours, attention without the register fast path (ACCEL_NN_ATTN_FAST=0), B = $b"
             ACCEL_NN_ATTN_FAST=0 timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
+        fi
+        if [ "${REWIND:-1}" != 0 ]; then
+            stamp "ours, every block's gradients kept to the step's end (ACCEL_NN_REWIND=0), B = $b"
+            ACCEL_NN_REWIND=0 timeout -k 5 45 "${step[@]}" --batch "$b" --steps 5 2>&1 | tail -6
         fi
         for c in ${CE_CHUNKS-}; do
             stamp "ours, the head's chunks of $c rows (ACCEL_NN_CE_CHUNK_ROWS=$c), B = $b"
