@@ -52,6 +52,10 @@ int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
  * in that order (partial rows of a sum over rows). */
 cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
                             float *dst, int write, int rnd);
+/* Two such sums in one launch (LayerNorm's weight and bias gradients): part's first nparts
+ * rows into dst0, the next nparts rows into dst1; either NULL for none. */
+cudaError_t nn_cu_sum_parts_pair(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                                 float *dst0, float *dst1, int write, int rnd);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
 cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt);
 
