@@ -139,6 +139,10 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
 /* dst[i] (+)= rnd(*seed * src[i]), seed a device scalar (a backward's incoming gradient). */
 cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
                             const float *seed, int rnd, int write);
+/* dst[i] = *seed * src[i] rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes: the bits of
+ * the values nn_cu_scale_acc writes with rnd = dt. */
+cudaError_t nn_cu_scale_half(cudaStream_t s, void *dst, const float *src, int64_t n,
+                             const float *seed, int dt);
 
 /* Fused causal attention over packed qkv [B, T, 3C] (H heads of hd): y [B, T, C] and the
  * per-row log-sum-exp lse [B, H, T], one online-softmax pass per query row (no T x T
