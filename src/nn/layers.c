@@ -423,8 +423,10 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
             x = m->recompute ? nn_checkpoint(g, block_segment, (void *)&m->h[i], x)
                              : block_open(g, &m->h[i], x, r, &r, &next);
         } else {
+            /* Only the head's product reads ln_f's output (nn_linear_cross_entropy, or
+             * nn_linear for the logits). */
             nn_tensor *sum = x;
-            x = norm_after(g, &m->ln_f, &sum, r, 0);
+            x = norm_after(g, &m->ln_f, &sum, r, 1);
             next = r != NULL && x != NULL ? made_by(g, sum) : NULL;
         }
         if (x == NULL) {

@@ -226,12 +226,13 @@ nn_tensor *accel__nn_new_half(nn_ctx *g, int ndim, const int64_t *shape);
  * (accel__nn_norm_operand). */
 nn_tensor *accel__nn_new_shell(nn_ctx *g, int ndim, const int64_t *shape);
 /* LayerNorm of x, or of x + r (r non-NULL: nn_add_layernorm, *sum the sum), for an output that
- * only products read (nn_linear, nn_linear_gelu_linear: a GPT block's ln_1 and ln_2). On the CPU
- * exactly nn_layernorm / nn_add_layernorm; on a GPU under autocast (with shadows on) the output
- * holds only its 2-byte shadow: data is NULL, and every op but those products refuses it; and
- * when one product, recorded right after it, is its only reader, the output's gradient too is
- * kept as that product's 2-byte values (in the gradient's memory), which LayerNorm's backward
- * reads: nn_tensor_grad of such an output is not fp32 values. */
+ * only products read (nn_linear, nn_linear_gelu_linear, nn_linear_cross_entropy: a GPT block's
+ * ln_1 and ln_2, the GPT's ln_f). On the CPU exactly nn_layernorm / nn_add_layernorm; on a GPU
+ * under autocast (with shadows on) the output holds only its 2-byte shadow: data is NULL, and
+ * every op but those products refuses it; and when one product, recorded right after it, is
+ * its only reader, the output's gradient too is kept as that product's 2-byte values (in
+ * gradient memory of 2 bytes an element), which LayerNorm's backward reads: nn_tensor_grad of
+ * such an output is not fp32 values. */
 nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *weight,
                                   nn_tensor *bias, float eps, nn_tensor **sum);
 /* nn_linear of x for an output that only nn_causal_attention(n_head, attn_dropout) reads (a

@@ -20,7 +20,8 @@
  *    product, then one kernel for the derivative and the bias gradient, which rounds the
  *    hidden gradient first as the three ops do) 1e-2; where it takes the three ops (the erf
  *    form, a hidden width not a multiple of 8) the ops' own tolerances.
- * Dropout draws the CPU's counter-based mask: the same elements drop.
+ * Dropout draws the CPU's counter-based mask: the same elements drop. LayerNorm also with
+ * only its weight or only its bias taking a gradient, over several blocks of rows.
  * Also: ops without a CUDA implementation and mixed CPU/GPU inputs fail with a message naming
  * the op, and an accel_model's parameters on the GPU (nn_model_sink) compute and take their
  * gradients there like the same model's on the CPU. The host ids and targets ops stage through
@@ -214,6 +215,26 @@ static void test_layernorm(void)
     in_spec half_k[1] = {{2, {17, 512}, 1.0f, -0.5f, 1}};
     check_case("layernorm [17,512] no affine", half_k, 1, f_layernorm_plain, NULL, ACCEL_F32, 0,
                1e-5, 1e-4);
+}
+
+/* One of LayerNorm's two parameters taking a gradient (the other's spec grad 0), over several
+ * blocks of rows: the weight's or the bias's partial rows summed alone (both together are one
+ * launch), by the register-row kernel (768) and by the row kernel's column sums (37). */
+static void test_layernorm_one_param(void)
+{
+    for (int k = 0; k < 2; k++) {
+        in_spec s[3] = {{3, {2, 150, 768}, 1.0f, 0.5f, 1},
+                        {1, {768}, 1.0f, 1.0f, k == 0},
+                        {1, {768}, 1.0f, 0.0f, k == 1}};
+        char name[64];
+        snprintf(name, sizeof(name), "layernorm [2,150,768] %s only", k ? "bias" : "weight");
+        check_case(name, s, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+        in_spec tall[3] = {{3, {3, 700, 37}, 1.0f, 0.5f, 1},
+                           {1, {37}, 1.0f, 1.0f, k == 0},
+                           {1, {37}, 1.0f, 0.0f, k == 1}};
+        snprintf(name, sizeof(name), "layernorm [3,700,37] %s only", k ? "bias" : "weight");
+        check_case(name, tall, 3, f_layernorm, NULL, ACCEL_F32, 0, 1e-5, 1e-4);
+    }
 }
 
 #ifdef ACCEL_HAVE_CUDA
@@ -643,6 +664,7 @@ int main(void)
     test_staging();
     test_errors();
     test_model_params();
+    test_layernorm_one_param();
     nn_cuda_check_done("test_nn_cuda");
     return 0;
 }

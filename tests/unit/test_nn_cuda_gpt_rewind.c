@@ -5,7 +5,8 @@
  * (bf16 and fp32, dropout 0.1, AdamW, gradient clipping) give bit-identical losses and
  * gradient norms with the rewinds on and off and with recomputation, and the step's arena
  * peak is lower with them on. Under bf16 the residual stream's gradient and its 2-byte shadow
- * cross the rewind set aside below the mark (a product in the block below reads the shadow).
+ * cross the rewind set aside below the mark (a product in the block below reads the shadow),
+ * and every LayerNorm's backward (ln_f's too) reads the 2-byte gradient its reader wrote.
  * Exits 77 (skipped) where accel does not run on a GPU.
  */
 #include <stdio.h>
@@ -16,14 +17,19 @@
 #include "check.h"
 #include "small_gpt.h"
 
-enum { STEPS = 3, B = 2, T = 32, V = 64 };
+enum { STEPS = 3, L = 3, B = 2, T = 32, V = 64 };
 
 /* src/nn/recompute.c's test hook: GPT blocks' backward rewinds (1) or keeps all (0). */
 void accel__nn_set_rewind(int on);
 #ifdef ACCEL_HAVE_CUDA
 unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h: rounding passes so far */
+unsigned long accel__nn_cu_ln_half_dys(void); /* gpu_internal.h: LayerNorms read 2-byte dY */
 #else
 static unsigned long accel__nn_cu_half_copies(void)
+{
+    return 0;
+}
+static unsigned long accel__nn_cu_ln_half_dys(void)
 {
     return 0;
 }
@@ -34,6 +40,7 @@ typedef struct result {
     double norm[STEPS];
     size_t peak;
     unsigned long roundings; /* rounding passes (the shadows kept across rewinds need none) */
+    unsigned long ln_half;   /* LayerNorm backwards that read their dY in 2 bytes */
 } result;
 
 /* 0 after STEPS steps into *r; 77 where accel is not on a GPU. */
@@ -48,7 +55,7 @@ static int train(accel_precision mp, int rewind, int recompute, result *r)
         accel_free(acc);
         return 77;
     }
-    nn_gpt_config cfg = small_gpt_config(3, 2, 128, T, V, 1);
+    nn_gpt_config cfg = small_gpt_config(L, 2, 128, T, V, 1);
     cfg.dropout = 0.1f;
     accel_model *m;
     nn_params *p;
@@ -69,7 +76,7 @@ static int train(accel_precision mp, int rewind, int recompute, result *r)
     }
     accel__nn_set_rewind(rewind);
     r->peak = 0;
-    unsigned long c0 = accel__nn_cu_half_copies();
+    unsigned long c0 = accel__nn_cu_half_copies(), l0 = accel__nn_cu_ln_half_dys();
     for (int s = 0; s < STEPS; s++) {
         nn_tensor *loss = NULL;
         CHECK_OK(NULL, nn_gpt_forward(g, gpt, ids, tg, B, T, NULL, &loss));
@@ -83,6 +90,7 @@ static int train(accel_precision mp, int rewind, int recompute, result *r)
         nn_ctx_reset(g);
     }
     r->roundings = accel__nn_cu_half_copies() - c0;
+    r->ln_half = accel__nn_cu_ln_half_dys() - l0;
     accel__nn_set_rewind(1);
     nn_ctx_free(g);
     nn_gpt_free(gpt);
@@ -125,6 +133,15 @@ int main(void)
                   on.peak, off.peak);
         CHECK_MSG(on.roundings == off.roundings, "%s: %lu rounding passes rewinding, %lu without",
                   cases[c].name, on.roundings, off.roundings);
+#ifdef ACCEL_HAVE_CUDA
+        /* Under bf16 every LayerNorm (a block's ln_1 and ln_2, and ln_f before the head) reads
+         * the 2-byte gradient its one reader wrote; in fp32 none. */
+        unsigned long ln_half = cases[c].mp == ACCEL_PRECISION_BF16 ? STEPS * (2 * L + 1) : 0;
+        CHECK_MSG(on.ln_half == ln_half && off.ln_half == ln_half && rc.ln_half == ln_half,
+                  "%s: %lu, %lu and %lu LayerNorm backwards read a 2-byte dY (rewinding, without, "
+                  "recomputed), expected %lu",
+                  cases[c].name, on.ln_half, off.ln_half, rc.ln_half, ln_half);
+#endif
         printf("%s: %d steps, the same losses (%.6f ... %.6f) and norms, %lu rounding passes; "
                "arena peak %zu bytes rewinding, %zu without, %zu recomputed\n",
                cases[c].name, STEPS, (double)on.loss[0], (double)on.loss[STEPS - 1], on.roundings,

@@ -22,7 +22,11 @@
  * first's dY shadow: one pass fewer); and the LayerNorms as the GPT's blocks make them
  * (accel__nn_norm_operand: under autocast the output holds only its shadow, no fp32 values;
  * also in fp32, where it is a plain output). Such an output is refused by the ops that read
- * fp32 values and by a product in another dtype.
+ * fp32 values and by a product in another dtype. Their gradients, which hold only the 2-byte
+ * products that LayerNorm's backward reads, take 2 bytes an element of the arena: the same bits
+ * as at the fp32 gradient's 4 (a hook), and the peak lower by exactly the bytes saved. The
+ * same for the GPT's ln_f, read by the fused head and loss (nn_linear_cross_entropy), whose
+ * rounded input gradient is written in 2 bytes.
  * And nn_add_layernorm (the residual add fused into LayerNorm's kernel, which also writes the
  * shadow): against the CPU, and bit for bit against nn_add + nn_layernorm on the GPU, with a
  * width the register-row kernel takes (32), one it does not (30), and a broadcast residual
@@ -41,7 +45,12 @@ nn_tensor *accel__nn_norm_operand(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tens
 void accel__nn_cu_set_shadows(int on);        /* gpu_internal.h */
 unsigned long accel__nn_cu_half_copies(void); /* gpu_internal.h */
 unsigned long accel__nn_cu_ln_half_dys(void); /* gpu_internal.h */
+void accel__nn_cu_ln_dy_elem_nbytes(int nbytes); /* gpu_internal.h */
 #else
+static void accel__nn_cu_ln_dy_elem_nbytes(int nbytes)
+{
+    (void)nbytes;
+}
 static unsigned long accel__nn_cu_ln_half_dys(void)
 {
     return 0;
@@ -154,6 +163,109 @@ static void check_same_bits(const char *name, const block_arg *a, int autocast)
     free_run(&on, 6);
     free(gout);
     for (int k = 0; k < 6; k++) {
+        free(data[k]);
+    }
+}
+
+/* The GPT's LayerNorm outputs' gradients at 2 bytes an element (they hold only the 2-byte
+ * product that LayerNorm's backward reads) against the fp32 gradient's 4 (the hook): the same
+ * bits, and the arena's peak (the end of the backward: nothing here gives memory back) lower
+ * by exactly ln_1's and ln_2's 2 bytes an element (64-byte aligned allocations); none in fp32,
+ * where the gradients are fp32 values. */
+static void check_dy_nbytes(const char *name, const block_arg *a, int autocast)
+{
+    float *data[6];
+    for (int k = 0; k < 6; k++) {
+        int64_t n = numel(specs[k].ndim, specs[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = specs[k].offset + specs[k].scale * frand();
+        }
+    }
+    float *gout = xmalloc((size_t)(B * T * C) * sizeof(float));
+    for (int64_t i = 0; i < B * T * C; i++) {
+        gout[i] = frand();
+    }
+    accel__nn_cu_ln_dy_elem_nbytes(4);
+    run_out wide = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    size_t peak4 = nn_ctx_get_stats(ggpu).peak_nbytes;
+    accel__nn_cu_ln_dy_elem_nbytes(2);
+    run_out half = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
+    size_t peak2 = nn_ctx_get_stats(ggpu).peak_nbytes;
+    check_same_bits_runs(name, "with 2-byte LayerNorm dY memory", &half, &wide, specs, 6);
+    size_t n = (size_t)(B * T * C), saved = 0;
+#ifdef ACCEL_HAVE_CUDA
+    if (autocast != ACCEL_F32) { /* B T C = 3072: 12288 bytes at 4, 6144 at 2 (64-aligned) */
+        saved = 2 * (4 * n - 2 * n);
+    }
+#endif
+    CHECK_MSG(peak4 - peak2 == saved,
+              "%s: arena peak %zu bytes with 4-byte LayerNorm dY memory, %zu with 2 (expected "
+              "%zu less)",
+              name, peak4, peak2, saved);
+    printf("  %-34s same bits; arena peak %zu bytes, %zu with 4-byte dY memory\n", name, peak2,
+           peak4);
+    free_run(&wide, 6);
+    free_run(&half, 6);
+    free(gout);
+    for (int k = 0; k < 6; k++) {
+        free(data[k]);
+    }
+}
+
+/* in: x [rows, C], LayerNorm weight and bias [C], the head's w [V, C]; arg: the targets. The
+ * GPT's ln_f and head: nn_linear_cross_entropy of accel__nn_norm_operand's output. */
+static nn_tensor *f_head(nn_ctx *g, nn_tensor **in, const void *arg)
+{
+    nn_tensor *h = accel__nn_norm_operand(g, in[0], NULL, in[1], in[2], 1e-5f, NULL);
+    return nn_linear_cross_entropy(g, h, in[3], arg, NN_LAYOUT_OUT_IN, NULL);
+}
+
+/* The head's input gradient (its dx, rounded) written as 2-byte values that ln_f's backward
+ * reads, at a width the register-row kernel takes (32) and at one it does not (30, widened in
+ * scratch): against the CPU under bf16 (the fused head's 1e-2), and the same bits with shadows
+ * off (an fp32 output and gradient), with one LayerNorm reading a 2-byte dY. */
+static void test_head(int64_t width)
+{
+    enum { ROWS = 40, V = 50 };
+    in_spec sp[4] = {{2, {ROWS, width}, 1.0f, 0.0f, 1},
+                     {1, {width}, 0.2f, 1.0f, 1},
+                     {1, {width}, 0.2f, 0.0f, 1},
+                     {2, {V, width}, 0.3f, 0.0f, 1}};
+    int32_t t[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        t[r] = (r * 7 + 3) % V;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "ln_f + head C=%lld bf16 vs cpu", (long long)width);
+    check_case(name, sp, 4, f_head, t, ACCEL_BF16, 1, 1e-2, 1e-2);
+    float *data[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t n = numel(sp[k].ndim, sp[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = sp[k].offset + sp[k].scale * frand();
+        }
+    }
+    accel__nn_cu_set_shadows(0);
+    run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_head, t, NULL, 0);
+    accel__nn_cu_set_shadows(1);
+    unsigned long l0 = accel__nn_cu_ln_half_dys();
+    run_out on = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_head, t, NULL, 0);
+    unsigned long l1 = accel__nn_cu_ln_half_dys();
+    snprintf(name, sizeof(name), "ln_f + head C=%lld", (long long)width);
+    check_same_bits_runs(name, "with shadows", &on, &off, sp, 4);
+#ifdef ACCEL_HAVE_CUDA
+    CHECK_MSG(l1 - l0 == 1, "%s: %lu LayerNorm backwards read a 2-byte dY, expected 1", name,
+              l1 - l0);
+#else
+    (void)l0;
+    (void)l1;
+#endif
+    printf("  %-34s same bits with its dY kept 2-byte\n", name);
+    free_run(&off, 4);
+    free_run(&on, 4);
+    for (int k = 0; k < 4; k++) {
         free(data[k]);
     }
 }
@@ -398,6 +510,12 @@ int main(void)
     test_add_layernorm(32, 0, ACCEL_F32);
     test_add_layernorm(30, 0, ACCEL_BF16);
     test_add_layernorm(32, 1, ACCEL_BF16);
+    block_arg gpt = {0, 0, 0, 1};
+    check_dy_nbytes("dY memory bf16", &gpt, ACCEL_BF16);
+    check_dy_nbytes("dY memory fp16", &gpt, ACCEL_F16);
+    check_dy_nbytes("dY memory fp32", &gpt, ACCEL_F32);
+    test_head(32);
+    test_head(30);
     nn_cuda_check_done("test_nn_cuda_shadow");
     return 0;
 }

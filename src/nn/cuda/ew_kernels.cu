@@ -159,6 +159,22 @@ __global__ void k_scale_acc(float *dst, const float *src, int64_t n4, int64_t n,
     }
 }
 
+/* k_scale_acc's written values (rnd = dt) as their 2-byte bits. */
+__global__ void k_scale_half(void *dst, const float *src, int64_t n4, int64_t n, const float *seed,
+                             int dt)
+{
+    float f = *seed;
+    GRID_LOOP(i, n4)
+    {
+        float4 v = ((const float4 *)src)[i];
+        ((uint2 *)dst)[i] = pack_half4(make_float4(f * v.x, f * v.y, f * v.z, f * v.w), dt);
+    }
+    TAIL_LOOP(i, n4, n)
+    {
+        ((uint16_t *)dst)[i] = half_bits(f * src[i], dt);
+    }
+}
+
 __global__ void k_to_half(const float *src, void *dst, int64_t n4, int64_t n, int dt)
 {
     GRID_LOOP(i, n4)
@@ -246,6 +262,15 @@ cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_
 {
     int64_t n4 = vec4_count(n, dst, src, NULL);
     k_scale_acc<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, seed, rnd, write);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_scale_half(cudaStream_t s, void *dst, const float *src, int64_t n,
+                             const float *seed, int dt)
+{
+    /* The 2-byte destination takes 8-byte stores. */
+    int64_t n4 = ((uintptr_t)dst & 7) == 0 ? vec4_count(n, src, NULL, NULL) : 0;
+    k_scale_half<<<vec_grid(n4, n), THREADS, 0, s>>>(dst, src, n4, n, seed, dt);
     return cudaGetLastError();
 }
 

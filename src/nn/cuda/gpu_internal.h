@@ -138,14 +138,22 @@ void accel__nn_cu_attn_env(void);
  * exactly what the attention will see; key and the copies left 0. */
 nn_cu_attn accel__nn_cu_attn_of(const nn_ctx *g, int64_t B, int64_t T, int64_t C, int n_head,
                                 float attn_dropout);
-/* ops_gpu.c. For a backward (node n) about to write the FRESH gradient of x, read by n: 1 when
- * x is the shell output of the LayerNorm recorded just before n (so no other op reads x: n is
- * its only consumer) and that LayerNorm reads its dY as 2-byte values of rnd. The caller must
- * then write x's gradient as exactly those (numel(x) 2-byte values, the first half of x's
- * gradient memory; its fp32 values are never stored); 0: as before. */
-int accel__nn_cu_ln_half_dy(nn_node *n, const nn_tensor *x, int rnd);
-/* Test hook: how many times accel__nn_cu_ln_half_dy has said 1 (all ctxs). */
+/* ops_gpu.c. For a backward (node n) about to write ALL of x's gradient as values of rnd's
+ * dtype (rnd != 0, numel(x) > 0: a product stored rounded, or the head's rounded dx): when x's
+ * gradient does not exist yet and x is the shell output of the LayerNorm recorded just before
+ * n (so no other op reads x: n is its only consumer), that LayerNorm will read its dY as 2-byte
+ * values of rnd, and the memory returned (*half = 1, *fresh = 1) holds numel(x) such values:
+ * the caller must write exactly those there (their bits; no fp32 values are ever stored). The
+ * memory is allocated at 2 bytes an element (the memory a recomputed segment set aside, 4
+ * bytes an element, when there is). Otherwise *half = 0 and it is accel__nn_grad_w(g, x,
+ * fresh). NULL and the ctx error on OOM. */
+void *accel__nn_cu_ln_dy_grad(nn_ctx *g, nn_node *n, nn_tensor *x, int rnd, int *fresh, int *half);
+/* Test hooks: how many times accel__nn_cu_ln_dy_grad has said *half = 1 (all ctxs); and the
+ * bytes an element it allocates for such a gradient (2, the default; 4, the fp32 gradient's
+ * size, as before these were sized, so a test can compare the arena's peak). Process-wide; not
+ * thread-safe. */
 unsigned long accel__nn_cu_ln_half_dys(void);
+void accel__nn_cu_ln_dy_elem_nbytes(int nbytes);
 /* accel__nn_linear_qkv on the GPU (shadow_gpu.c); accel__nn_cu_linear_shell: nn_linear with
  * an output that holds only its 2-byte shadow of rnd's dtype (linear_gpu.c). */
 nn_tensor *accel__nn_cu_linear_qkv(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *b,

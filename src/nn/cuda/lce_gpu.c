@@ -24,9 +24,18 @@ static void lce_backward(nn_ctx *g, nn_node *n)
 {
     int rnd = (int)n->i[0];
     int64_t rows = n->i[1], C = n->i[2], V = n->i[3];
-    int fresh;
-    float *gx = n->p[0] != NULL ? accel__nn_grad_w(g, n->in[0], &fresh) : NULL;
-    if (gx != NULL) {
+    int fresh, half = 0;
+    /* x's gradient, rounded under autocast; stored as its 2-byte bits where the LayerNorm that
+     * made x (the GPT's ln_f) reads it so (accel__nn_cu_ln_dy_grad): the same values, 2 bytes
+     * an element written and read instead of 4. */
+    float *gx = n->p[0] == NULL ? NULL
+                : rows * C > 0  ? accel__nn_cu_ln_dy_grad(g, n, n->in[0], rnd, &fresh, &half)
+                                : accel__nn_grad_w(g, n->in[0], &fresh);
+    if (half) {
+        accel__nn_cu_ok(
+            g, nn_cu_scale_half(nn__cu_stream(g), gx, n->p[0], rows * C, n->out->grad, rnd),
+            "nn_linear_cross_entropy (backward)");
+    } else if (gx != NULL) {
         add_scaled(g, gx, n->p[0], rows * C, n->out->grad, rnd, fresh);
     }
     /* Fetched after gx was written, so x == w adds rather than overwrites. */
@@ -118,7 +127,8 @@ nn_tensor *accel__nn_cu_linear_cross_entropy(nn_ctx *g, nn_tensor *x, nn_tensor 
     nn_cross_entropy_options o;
     lce_run a;
     int64_t count;
-    if (!accel__nn_cu_inputs(g, what, ins, 2)) {
+    /* x may be a shell (accel__nn_norm_operand: the GPT's ln_f), read as its 2-byte operand. */
+    if (!accel__nn_cu_product_inputs(g, what, ins, 2)) {
         return NULL;
     }
     int need_x = accel__nn_needs_grad(g, &x, 1), need_w = accel__nn_needs_grad(g, &w, 1);

@@ -16,8 +16,9 @@
 #include "lt_gpu.h"
 
 /* grad (+)= the product of p, rounded under autocast: p->D is set here. t: the tensor whose
- * gradient grad is (an input's), or NULL (a weight's); node: the one whose backward this is. */
-static int grad_matmul(nn_ctx *g, nn_node *node, lt_mm *p, float *grad, nn_tensor *t, int fresh,
+ * gradient grad is (an input's), or NULL (a weight's); half_dy: grad is t's 2-byte gradient
+ * (accel__nn_cu_ln_dy_grad said *half = 1). */
+static int grad_matmul(nn_ctx *g, lt_mm *p, void *grad, nn_tensor *t, int fresh, int half_dy,
                        int rnd, const char *what)
 {
     if (rnd == 0) {
@@ -25,10 +26,10 @@ static int grad_matmul(nn_ctx *g, nn_node *node, lt_mm *p, float *grad, nn_tenso
         p->beta = fresh ? 0.0f : 1.0f;
         return accel__nn_lt_matmul(g, p, what);
     }
-    if (fresh && t != NULL && accel__nn_cu_ln_half_dy(node, t, rnd)) {
+    if (half_dy) {
         /* t's LayerNorm, its only reader, reads the 2-byte product as it is: stored in t's
-         * gradient memory, with no widening pass (6 bytes an element) and no fp32 dY to read
-         * (2 bytes an element less there). */
+         * gradient memory (2 bytes an element), with no widening pass (6 bytes an element)
+         * and no fp32 dY to read (2 bytes an element less there). */
         p->D = grad;
         p->d_type = lt_in_type(rnd);
         p->beta = 0.0f;
@@ -206,11 +207,17 @@ static void linear_backward(nn_ctx *g, nn_node *n)
         return;
     }
     cudaDataType_t ty = lt_in_type(rnd);
-    int fx = 1;
+    int fx = 1, half_dy = 0;
     int half_gx = n->i[5] == LIN_FUSED_DGELU && ((const nn_node *)n->p[3])->i[4] != 0;
-    void *gx = in <= 0   ? NULL
-               : half_gx ? half_grad(g, x, M * in, what)
-                         : accel__nn_grad_w(g, x, &fx);
+    void *gx = NULL;
+    if (half_gx) {
+        gx = in > 0 ? half_grad(g, x, M * in, what) : NULL;
+    } else if (in > 0 && M > 0 && out > 0 && n->i[5] != LIN_FUSED_DGELU) {
+        /* All of x's gradient by grad_matmul's one product: 2-byte where a LayerNorm reads it. */
+        gx = accel__nn_cu_ln_dy_grad(g, n, x, rnd, &fx, &half_dy);
+    } else if (in > 0) {
+        gx = accel__nn_grad_w(g, x, &fx);
+    }
     if (gx == NULL && g->first_err != ACCEL_OK) {
         return;
     }
@@ -227,7 +234,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gx, 0, (size_t)(M * in) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, n, &p, gx, x, fx, rnd, what)) {
+        } else if (!grad_matmul(g, &p, gx, x, fx, half_dy, rnd, what)) {
             return;
         }
     }
@@ -265,7 +272,7 @@ static void linear_backward(nn_ctx *g, nn_node *n)
                     g, cudaMemsetAsync(gw, 0, (size_t)(in * out) * sizeof(float), nn__cu_stream(g)),
                     what);
             }
-        } else if (!grad_matmul(g, n, &p, gw, NULL, fw, rnd, what)) {
+        } else if (!grad_matmul(g, &p, gw, NULL, fw, 0, rnd, what)) {
             return;
         }
     }

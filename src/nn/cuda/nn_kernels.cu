@@ -260,7 +260,8 @@ __device__ __forceinline__ float ln_bwd_out(float g, float wc, float xv, float m
  * registers (the second read of both by k_layernorm_bwd_params saved): a block takes LNB_ROWS
  * rows, warp k of it rows k LNB_ROWS / LN_ROWS onwards in order, each lane summing its
  * columns; then the warps' sums are added in warp order through shared memory, into gw / gb
- * for a single block, else into part (the weight's rows, then the bias's) for nn_cu_sum_parts. */
+ * for a single block, else into part (the weight's rows, then the bias's) for
+ * nn_cu_sum_parts_pair. */
 #define LNB_ROWS 128
 
 /* k_layernorm_bwd_x_warp's arguments. */
@@ -634,11 +635,8 @@ template <int V> static void ln_bwd_warp(cudaStream_t s, const ln_bwd_args &a)
     }
     unsigned grid = (unsigned)((a.rows + LNB_ROWS - 1) / LNB_ROWS);
     k_layernorm_bwd_warp_params<V><<<grid, block, 0, s>>>(a);
-    if (grid > 1 && a.gw != NULL) {
-        nn_cu_sum_parts(s, a.part, grid, a.C, a.gw, 0, 0);
-    }
-    if (grid > 1 && a.gb != NULL) {
-        nn_cu_sum_parts(s, a.part + (int64_t)grid * a.C, grid, a.C, a.gb, 0, 0);
+    if (grid > 1) { /* the weight's and the bias's partial rows summed in one launch */
+        nn_cu_sum_parts_pair(s, a.part, grid, a.C, a.gw, a.gb, 0, 0);
     }
 }
 

@@ -52,6 +52,10 @@ int64_t nn_cu_col_sum_part_count(int64_t rows, int64_t cols);
  * in that order (partial rows of a sum over rows). */
 cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
                             float *dst, int write, int rnd);
+/* Two such sums in one launch (LayerNorm's weight and bias gradients): part's first nparts
+ * rows into dst0, the next nparts rows into dst1; either NULL for none. */
+cudaError_t nn_cu_sum_parts_pair(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                                 float *dst0, float *dst1, int write, int rnd);
 /* dst = src rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes. */
 cudaError_t nn_cu_to_half(cudaStream_t s, const float *src, void *dst, int64_t n, int dt);
 
@@ -135,6 +139,10 @@ cudaError_t nn_cu_lce_rows(cudaStream_t s, float *x, const int32_t *t, int64_t r
 /* dst[i] (+)= rnd(*seed * src[i]), seed a device scalar (a backward's incoming gradient). */
 cudaError_t nn_cu_scale_acc(cudaStream_t s, float *dst, const float *src, int64_t n,
                             const float *seed, int rnd, int write);
+/* dst[i] = *seed * src[i] rounded to bf16 (dt 1) or fp16 (dt 2), stored in 2 bytes: the bits of
+ * the values nn_cu_scale_acc writes with rnd = dt. */
+cudaError_t nn_cu_scale_half(cudaStream_t s, void *dst, const float *src, int64_t n,
+                             const float *seed, int dt);
 
 /* Fused causal attention over packed qkv [B, T, 3C] (H heads of hd): y [B, T, C] and the
  * per-row log-sum-exp lse [B, H, T], one online-softmax pass per query row (no T x T

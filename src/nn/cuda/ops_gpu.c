@@ -330,24 +330,45 @@ static void ln_backward(nn_ctx *g, nn_node *n)
     x->grad_shadow = gh;
 }
 
-/* LayerNorm backwards queued to read a 2-byte dY (accel__nn_cu_ln_half_dys). */
+/* LayerNorm backwards queued to read a 2-byte dY (accel__nn_cu_ln_half_dys), and the bytes an
+ * element of their dY's memory (accel__nn_cu_ln_dy_elem_nbytes). */
 static atomic_ulong n_ln_half_dy;
+static size_t ln_dy_elem_nbytes = 2;
 
 unsigned long accel__nn_cu_ln_half_dys(void)
 {
     return n_ln_half_dy;
 }
 
-int accel__nn_cu_ln_half_dy(nn_node *n, const nn_tensor *x, int rnd)
+void accel__nn_cu_ln_dy_elem_nbytes(int nbytes)
 {
+    ln_dy_elem_nbytes = (size_t)nbytes;
+}
+
+void *accel__nn_cu_ln_dy_grad(nn_ctx *g, nn_node *n, nn_tensor *x, int rnd, int *fresh, int *half)
+{
+    *half = 0;
     nn_node *ln = n->prev;
-    if (rnd == 0 || x->base != NULL || ln == NULL || ln->backward != ln_backward || ln->out != x ||
-        ln->i[2] != rnd) {
-        return 0;
+    /* x's first gradient, x its own owner, and x the output of n's prev, which opted in (a
+     * shell of rnd): no other op read x or a view of it after the LayerNorm (its node would sit
+     * between the two), and none before it (x did not exist). */
+    if (rnd == 0 || !x->requires_grad || x->base != NULL || x->grad != NULL || ln == NULL ||
+        ln->backward != ln_backward || ln->out != x || ln->i[2] != rnd) {
+        return accel__nn_grad_w(g, x, fresh);
+    }
+    /* Half the fp32 gradient's bytes: nothing reads this memory as fp32. */
+    x->grad = x->grad_reserved != NULL
+                  ? x->grad_reserved
+                  : accel__nn_dalloc(g, (size_t)nn_numel(x) * ln_dy_elem_nbytes);
+    x->grad_shadow = NULL;
+    if (x->grad == NULL) {
+        *fresh = 0;
+        return NULL;
     }
     ln->i[3] = 1;
     n_ln_half_dy++;
-    return 1;
+    *fresh = *half = 1;
+    return x->grad;
 }
 
 /* LayerNorm of x, or (r non-NULL, the same shape as x) of the sum x + r, which *sum receives:

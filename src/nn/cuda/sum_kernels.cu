@@ -230,15 +230,17 @@ __device__ __forceinline__ float sum_parts_col(const float *part, int64_t nparts
     return t;
 }
 
-/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). */
+/* dst[c] (+)= rnd(the nparts partial rows' column c, added in row order). A second row of
+ * blocks (gridDim.y 2) sums the nparts rows after those into dst1: two such sums, one launch. */
 __global__ void __launch_bounds__(SP_COLS *SP_WARPS)
-    k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, int write, int rnd)
+    k_sum_parts(const float *part, int64_t nparts, int64_t cols, float *dst, float *dst1, int write,
+                int rnd)
 {
     __shared__ float sh[SP_TILE][SP_COLS];
-    float t = sum_parts_col(part, nparts, cols, sh);
+    float t = sum_parts_col(part + (int64_t)blockIdx.y * nparts * cols, nparts, cols, sh);
     int64_t c = (int64_t)blockIdx.x * SP_COLS + threadIdx.x;
     if (threadIdx.x < 32 && c < cols) {
-        put_sum(dst + c, t, write, rnd);
+        put_sum((blockIdx.y != 0 ? dst1 : dst) + c, t, write, rnd);
     }
 }
 
@@ -354,7 +356,7 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
     }
     if (chunks > 1) {
         k_sum_parts<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, chunks, cols, dst,
-                                                                        write, rnd);
+                                                                        nullptr, write, rnd);
     }
     return cudaGetLastError();
 }
@@ -362,8 +364,24 @@ cudaError_t nn_cu_col_sum(cudaStream_t s, const void *src, int src_dt, int64_t r
 cudaError_t nn_cu_sum_parts(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
                             float *dst, int write, int rnd)
 {
-    k_sum_parts<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, nparts, cols, dst, write,
-                                                                    rnd);
+    k_sum_parts<<<sum_parts_grid(cols), SP_COLS * SP_WARPS, 0, s>>>(part, nparts, cols, dst,
+                                                                    nullptr, write, rnd);
+    return cudaGetLastError();
+}
+
+cudaError_t nn_cu_sum_parts_pair(cudaStream_t s, const float *part, int64_t nparts, int64_t cols,
+                                 float *dst0, float *dst1, int write, int rnd)
+{
+    if (dst0 == NULL && dst1 == NULL) {
+        return cudaSuccess;
+    }
+    if (dst0 == NULL) { /* the second sum alone */
+        part += nparts * cols;
+        dst0 = dst1;
+        dst1 = NULL;
+    }
+    dim3 grid(sum_parts_grid(cols), dst1 != NULL ? 2 : 1);
+    k_sum_parts<<<grid, SP_COLS * SP_WARPS, 0, s>>>(part, nparts, cols, dst0, dst1, write, rnd);
     return cudaGetLastError();
 }
 
@@ -378,14 +396,11 @@ cudaError_t nn_cu_layernorm_bwd_params(cudaStream_t s, const float *x, const flo
     dim3 grid((unsigned)((C + CS_COLS - 1) / CS_COLS), (unsigned)chunks);
     k_layernorm_bwd_params<<<grid, dim3(CS_COLS, CS_LANES), 0, s>>>(x, gy, mean, rstd, rows, C,
                                                                     chunk, part, gw, gb);
-    if (chunks > 1 && gw != NULL) {
-        k_sum_parts<<<sum_parts_grid(C), SP_COLS * SP_WARPS, 0, s>>>(part, chunks, C, gw, 0, 0);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || chunks <= 1) {
+        return e;
     }
-    if (chunks > 1 && gb != NULL) {
-        k_sum_parts<<<sum_parts_grid(C), SP_COLS * SP_WARPS, 0, s>>>(part + chunks * C, chunks, C,
-                                                                     gb, 0, 0);
-    }
-    return cudaGetLastError();
+    return nn_cu_sum_parts_pair(s, part, chunks, C, gw, gb, 0, 0);
 }
 
 } /* extern "C" */
