@@ -295,7 +295,7 @@ static accel_status use_gpu_ids(accel__config *c, const char *key, const accel__
 {
     ACCEL_TRY(get_str(c, key, v, &c->gpu_ids));
     if (c->gpu_ids != NULL && strcasecmp(c->gpu_ids, "all") != 0) {
-        if (strspn(c->gpu_ids, "0123456789,") != strlen(c->gpu_ids)) {
+        if (!accel__config_gpu_ids_valid(c->gpu_ids)) {
             return bad(c, key, v, "all or a comma-separated list of device ids");
         }
 #if !defined(ACCEL_HAVE_CUDA)
@@ -500,6 +500,24 @@ static accel_status apply_rules(accel__config *c, const key_rule *rules, const c
         }
     }
     return ACCEL_OK;
+}
+
+int accel__config_gpu_ids_valid(const char *ids)
+{
+    const char *p = ids;
+    for (;;) {
+        size_t n = strspn(p, "0123456789");
+        if (n == 0) {
+            return 0;
+        }
+        p += n;
+        if (*p == '\0') {
+            return 1;
+        }
+        if (*p++ != ',') {
+            return 0;
+        }
+    }
 }
 
 int accel__config_fsdp_stage(const char *s)

@@ -71,5 +71,9 @@ int accel__config_fsdp_stage(const char *strategy);
 /* 1 when an FSDP sharding strategy (as accel__config_fsdp_stage takes it) is a hybrid one:
  * HYBRID_SHARD, HYBRID_SHARD_ZERO2, or PyTorch's 4 and 5 for them; else 0. */
 int accel__config_fsdp_hybrid(const char *strategy);
+/* 1 when ids is a comma-separated list of device ids ("0", "0,1,3"): digits between single
+ * commas, none at either end (CUDA_VISIBLE_DEVICES stops at the first empty entry); else 0.
+ * "all" is the caller's to handle. */
+int accel__config_gpu_ids_valid(const char *ids);
 
 #endif /* ACCEL_BASE_CONFIG_H */

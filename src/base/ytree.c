@@ -292,23 +292,29 @@ accel_status accel__ytree_parse(FILE *f, const char *path, accel__ynode **out)
     yaml_parser_set_input_file(&c.p, f);
     accel__ynode *root = NULL;
     accel_status st = ACCEL_OK;
-    /* stream start, then a document start or the stream end (an empty file) */
-    for (int done = 0; st == ACCEL_OK && !done;) {
+    /* Stream start, at most one document, stream end. The whole stream is read: a second
+     * document ("---" again) is refused, as yaml.safe_load refuses it ("expected a single
+     * document"), instead of its keys being silently dropped; so is a syntax error after the
+     * first document's end ("..."). */
+    for (int done = 0, n_docs = 0; st == ACCEL_OK && !done;) {
         yaml_event_t ev;
         st = next_event(&c, &ev);
         if (st != ACCEL_OK) {
             break;
         }
-        if (ev.type == YAML_STREAM_START_EVENT || ev.type == YAML_DOCUMENT_START_EVENT) {
-            yaml_event_delete(&ev);
-        } else if (ev.type == YAML_STREAM_END_EVENT || ev.type == YAML_DOCUMENT_END_EVENT) {
-            yaml_event_delete(&ev);
-            done = 1; /* only the first document counts, as yaml.safe_load refuses more */
-        } else if (root == NULL) {
-            st = parse_node(&c, &ev, 0, &root);
-        } else {
-            yaml_event_delete(&ev);
+        if (ev.type == YAML_DOCUMENT_START_EVENT && ++n_docs > 1) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "config file %s, line %d: a second YAML document; a config file "
+                               "holds one (remove the '---' line and merge the keys)",
+                               path, (int)ev.start_mark.line + 1);
+        } else if (ev.type == YAML_STREAM_END_EVENT) {
+            done = 1;
+        } else if (ev.type != YAML_STREAM_START_EVENT && ev.type != YAML_DOCUMENT_START_EVENT &&
+                   ev.type != YAML_DOCUMENT_END_EVENT) {
+            st = parse_node(&c, &ev, 0, &root); /* consumes ev */
+            continue;
         }
+        yaml_event_delete(&ev);
     }
     yaml_parser_delete(&c.p);
     if (st == ACCEL_OK && root == NULL) {

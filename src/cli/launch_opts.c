@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -409,6 +410,27 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
     return 0;
 }
 
+/* The address in --main_process_ip: a host name or an IPv4 / IPv6 address, resolved later
+ * (rdzv.c). Refused here: an empty one, and "host:port", which would otherwise be looked up as
+ * a host name and fail as "cannot resolve" without saying why. */
+static int check_address(const cli_verb *verb, const cli_args *a, const char *addr)
+{
+    if (addr[0] == '\0') {
+        return fail_value(verb, a, "main_process_ip", "expected a host name or an address");
+    }
+    const char *colon = strchr(addr, ':');
+    if (colon != NULL && strchr(colon + 1, ':') == NULL) { /* one colon: not IPv6 */
+        return fail_value(verb, a, "main_process_ip",
+                          "give the address alone and the port with --main_process_port "
+                          "(main_process_port in the config file)");
+    }
+    if (addr[0] == '[') {
+        return fail_value(verb, a, "main_process_ip",
+                          "give an IPv6 address without brackets (::1, not [::1])");
+    }
+    return 0;
+}
+
 /* The flags of several machines: the rendezvous, its timeout, mpirun, --preflight. */
 static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_settings *s)
 {
@@ -423,11 +445,21 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
     s->preflight = cli_given(verb, a, "preflight");
     s->mpirun_hostfile = cli_value(verb, a, "mpirun_hostfile");
     s->mpirun_ccl = cli_value(verb, a, "mpirun_ccl");
-    if (s->mpirun_hostfile != NULL && access(s->mpirun_hostfile, R_OK) != 0) {
+    struct stat st;
+    if (s->mpirun_hostfile != NULL &&
+        (access(s->mpirun_hostfile, R_OK) != 0 || stat(s->mpirun_hostfile, &st) != 0)) {
         return fail_value(verb, a, "mpirun_hostfile", "cannot read the hostfile: %s",
                           strerror(errno));
     }
-    if (s->mpirun_ccl != NULL && strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl)) {
+    if (s->mpirun_hostfile != NULL && S_ISDIR(st.st_mode)) {
+        /* access() passes a folder, which mpirun would be handed and refuse far less clearly.
+         * (A pipe, as from <(...), is a hostfile mpirun can read.) */
+        return fail_value(verb, a, "mpirun_hostfile",
+                          "cannot read the hostfile: it is a directory");
+    }
+    if (s->mpirun_ccl != NULL &&
+        (s->mpirun_ccl[0] == '\0' ||
+         strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl))) {
         return fail_value(verb, a, "mpirun_ccl", "expected a number of workers");
     }
     if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&
@@ -550,13 +582,16 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     s->gradient_accumulation_steps = (int)accum;
     s->master_addr = cli_value(verb, &a, "main_process_ip");
     s->master_addr = s->master_addr ? s->master_addr : "127.0.0.1";
+    if (check_address(verb, &a, s->master_addr) != 0) {
+        goto fail;
+    }
     if (resolve_machines(verb, &a, s) != 0) {
         goto fail;
     }
     s->gpu_ids = cli_value(verb, &a, "gpu_ids");
     if (s->gpu_ids != NULL && (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
         s->gpu_ids = NULL;
-    } else if (s->gpu_ids != NULL && strspn(s->gpu_ids, "0123456789,") != strlen(s->gpu_ids)) {
+    } else if (s->gpu_ids != NULL && !accel__config_gpu_ids_valid(s->gpu_ids)) {
         fail_value(verb, &a, "gpu_ids", "expected all or comma-separated device ids");
         goto fail;
     }

@@ -224,8 +224,12 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     execv(cfg->path, cfg->argv);
     char msg[512];
-    int n = snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s\n", cfg->path,
-                     strerror(errno));
+    int e = errno;
+    int n = snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s%s\n", cfg->path,
+                     strerror(e),
+                     e == ENOEXEC ? " (neither a binary for this machine nor a script whose "
+                                    "first line is #! and a runnable interpreter, e.g. #!/bin/sh)"
+                                  : "");
     relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
     _exit(127);
 }

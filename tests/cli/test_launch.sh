@@ -81,6 +81,22 @@ expect_err "no-such-program-$MARK' not found in PATH"
 touch "$T/not-exec"
 run 2 launch "$T/not-exec"
 expect_err "not-exec' is not an executable"
+# A script whose '#!' interpreter is missing is named before anything starts (execv's ENOENT
+# read as if the script itself were missing); a file the kernel cannot run gets a hint; a
+# missing program leaves no new --log_dir behind.
+printf '#!/nonexistent-%s/interp\necho hi\n' "$MARK" >"$T/bad-shebang"
+printf '#!\n' >"$T/empty-shebang"
+printf 'echo no shebang\n' >"$T/no-shebang"
+chmod +x "$T/bad-shebang" "$T/empty-shebang" "$T/no-shebang"
+run 2 launch --log_dir "$T/never-made" "$T/bad-shebang"
+expect_err "bad-shebang': its interpreter '/nonexistent-$MARK/interp' (its '#!' line) does not exist"
+[ ! -e "$T/never-made" ] || fail "a launch that started nothing created its --log_dir"
+run 2 launch "$T/empty-shebang"
+expect_err "starts with '#!' but names no interpreter"
+run 127 launch "$T/no-shebang"
+expect_err "no-shebang': Exec format error (neither a binary for this machine nor a script"
+run 2 launch --log_dir "$T/never-made" no-such-program-$MARK
+[ ! -e "$T/never-made" ] || fail "a missing program left a new --log_dir behind"
 run 2 env --bogus
 expect_err "unknown option '--bogus'"
 run 0 env
