@@ -649,19 +649,21 @@ int accel__config_line(const accel__config *c, const char *key)
     return n != NULL ? n->line : 0;
 }
 
-void accel__config_default_path(char *buf, size_t nbytes)
+size_t accel__config_default_path(char *buf, size_t nbytes)
 {
     const char *hf = getenv("HF_HOME");
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
+    int n;
     if (hf != NULL && hf[0] != '\0') {
-        snprintf(buf, nbytes, "%s/accelerate/default_config.yaml", hf);
+        n = snprintf(buf, nbytes, "%s/accelerate/default_config.yaml", hf);
     } else if (xdg != NULL && xdg[0] != '\0') {
-        snprintf(buf, nbytes, "%s/huggingface/accelerate/default_config.yaml", xdg);
+        n = snprintf(buf, nbytes, "%s/huggingface/accelerate/default_config.yaml", xdg);
     } else {
-        snprintf(buf, nbytes, "%s/.cache/huggingface/accelerate/default_config.yaml",
-                 home != NULL ? home : "");
+        n = snprintf(buf, nbytes, "%s/.cache/huggingface/accelerate/default_config.yaml",
+                     home != NULL ? home : "");
     }
+    return n < 0 ? nbytes : (size_t)n;
 }
 
 /* Opens the file: O_NONBLOCK and fstat, so a directory or a FIFO is named as such (it would
@@ -716,14 +718,27 @@ accel_status accel__config_load(const char *path, accel__config *out)
         path = getenv("ACCELERATE_CONFIG_FILE");
         if (path == NULL || path[0] == '\0') {
             c->explicit_path = 0;
-            accel__config_default_path(c->path, sizeof(c->path));
         }
     }
-    if (c->explicit_path) {
-        snprintf(c->path, sizeof(c->path), "%s", path);
-    }
+    /* A path cut to fit would name another file, which might exist: refused instead. */
+    size_t len = c->explicit_path ? (size_t)snprintf(c->path, sizeof(c->path), "%s", path)
+                                  : accel__config_default_path(c->path, sizeof(c->path));
     FILE *f = NULL;
-    accel_status st = open_config(c, &f);
+    accel_status st = ACCEL_OK;
+    if (len == 0) {
+        st = accel__seterr(NULL, ACCEL_EINVAL,
+                           "config file \"\": an empty path names no file (give a path, or no "
+                           "option for the default location)");
+    } else if (len >= sizeof(c->path)) {
+        st = accel__seterr(NULL, ACCEL_EINVAL,
+                           "config file %.64s...: the path is %zu bytes long, more than a path "
+                           "can be (%zu)%s",
+                           c->path, len, sizeof(c->path) - 1,
+                           c->explicit_path ? "" : " (the default location, under a long $HF_HOME, "
+                                                   "$XDG_CACHE_HOME or $HOME)");
+    } else {
+        st = open_config(c, &f);
+    }
     if (st == ACCEL_OK && f != NULL) {
         st = accel__ytree_parse(f, c->path, &c->root);
         fclose(f);

@@ -17,7 +17,7 @@
 typedef struct accel__config {
     int present;               /* 0 when no file was found at the default locations */
     int explicit_path;         /* the file was asked for (argument or ACCELERATE_CONFIG_FILE) */
-    char path[1024];           /* the file read (or looked for) */
+    char path[4096];           /* the file read (or looked for); PATH_MAX, longer is refused */
     accel__ynode *root;        /* the file as read; NULL when absent (accel__config_free) */
     char compute_environment[32]; /* LOCAL_MACHINE when absent */
     char distributed_type[32];    /* required key */
@@ -59,8 +59,10 @@ typedef struct accel__config {
 accel_status accel__config_load(const char *path, accel__config *out);
 void accel__config_free(accel__config *c);
 
-/* Writes the default config path into buf (never fails; may not exist). */
-void accel__config_default_path(char *buf, size_t nbytes);
+/* Writes the default config path into buf (the file may not exist). Returns the length the
+ * path needs, as snprintf: nbytes or more when it was cut (a very long $HF_HOME), and then buf
+ * must not be used. */
+size_t accel__config_default_path(char *buf, size_t nbytes);
 
 /* The line of a key in the file ("deepspeed_config.zero_stage"), 0 when absent. */
 int accel__config_line(const accel__config *c, const char *key);

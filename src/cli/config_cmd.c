@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/config.h"
@@ -132,18 +133,43 @@ static int set_fixed(accel__ynode *m)
            set(m, "tpu_env", accel__ynode_seq());
 }
 
-/* The file to write: --config_file, else the default location (its folder created). */
+/* The file to write (or update): --config_file, else the default location. Refused before
+ * anything is asked or written: an empty path, one too long to be a path (it used to be cut
+ * to fit, and the file written elsewhere), a directory. Returns 0, or -1 after saying why. */
 static int target(const cli_verb *verb, const char *given, char *out, size_t cap)
 {
-    if (given != NULL) {
-        snprintf(out, cap, "%s", given);
-    } else {
-        accel__config_default_path(out, cap);
+    size_t len = given != NULL ? (size_t)snprintf(out, cap, "%s", given)
+                               : accel__config_default_path(out, cap);
+    const char *what = given != NULL ? "--config_file" : "the default config file";
+    if (len == 0) {
+        fprintf(stderr, "accel %s: error: --config_file is empty: give the path of a file\n",
+                verb->name);
+        return -1;
     }
-    char *slash = strrchr(out, '/');
-    if (slash != NULL && slash != out) {
+    if (len >= cap) {
+        fprintf(stderr,
+                "accel %s: error: %s %.64s...: the path is %zu bytes long, more than a path can "
+                "be (%zu)\n",
+                verb->name, what, out, len, cap - 1);
+        return -1;
+    }
+    if (accel__is_dir(out)) {
+        fprintf(stderr,
+                "accel %s: error: %s %s is a directory: give the path of a file in it (e.g. "
+                "%s/default_config.yaml)\n",
+                verb->name, what, out, out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Creates the missing folders above the file to write. */
+static int make_parent(const cli_verb *verb, char *path)
+{
+    char *slash = strrchr(path, '/');
+    if (slash != NULL && slash != path) {
         *slash = '\0';
-        accel_status st = accel__mkdirs(out);
+        accel_status st = accel__mkdirs(path);
         *slash = '/';
         if (st != ACCEL_OK) {
             fprintf(stderr, "accel %s: error: %s\n", verb->name, accel_last_error(NULL));
@@ -324,13 +350,16 @@ static int run_config(const cli_verb *verb, int argc, char **argv)
                         argv[a.first_positional]);
         return CLI_EXIT_USAGE;
     }
-    char path[1024];
+    char path[4096];
+    /* The target is checked before the questions, so that no answer is typed in vain. */
+    if (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0) {
+        return 1;
+    }
     prompt p;
     prompt_init(&p);
     accel__ynode *m = accel__ynode_map();
     int rc = m == NULL || ask(&p, m) != 0 ? (p.interrupted ? 130 : 1) : 0;
-    if (rc == 0 && (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0 ||
-                    write_config(verb, m, path) != 0)) {
+    if (rc == 0 && (make_parent(verb, path) != 0 || write_config(verb, m, path) != 0)) {
         rc = 1;
     }
     if (rc == 0) {
@@ -354,15 +383,18 @@ static int run_default(const cli_verb *verb, int argc, char **argv)
         cli_usage_error(verb, "--mixed_precision expects no, fp16 or bf16, got '%s'", mp);
         return CLI_EXIT_USAGE;
     }
-    char path[1024];
+    char path[4096];
     if (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0) {
         return 1;
     }
-    if (accel__is_file(path) || accel__is_dir(path)) {
+    if (access(path, F_OK) == 0) {
         printf("Configuration already exists at %s, will not override. Run `accel config` "
                "manually or pass a different `--config_file`.\n",
                path);
         return 0;
+    }
+    if (make_parent(verb, path) != 0) {
+        return 1;
     }
     /* write_basic_config on a machine without accelerators: one process on the CPU. */
     char lower[8];
@@ -455,11 +487,9 @@ static int run_update(const cli_verb *verb, int argc, char **argv)
         return status;
     }
     const char *given = cli_value(verb, &a, "config_file");
-    char path[1024];
-    if (given != NULL) {
-        snprintf(path, sizeof(path), "%s", given);
-    } else {
-        accel__config_default_path(path, sizeof(path));
+    char path[4096];
+    if (target(verb, given, path, sizeof(path)) != 0) {
+        return 1;
     }
     if (!accel__is_file(path)) {
         fprintf(stderr, "accel %s: error: there is no config file at %s%s\n", verb->name, path,

@@ -238,4 +238,31 @@ printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$T/broken.yaml"
 timeout 20 "$ACCEL" config update --config_file "$T/broken.yaml" >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "YAML error at line" "$T/err" || fail "a broken file was not refused"
 ok "config update: fp16, dynamo_backend, ipex_config converted; defaults added; unknown keys kept"
+
+# ---- bad targets, named before any question is asked or anything written ----
+# A closed input names the question (a menu's title, not its "enter a number" line).
+timeout 20 "$ACCEL" config --config_file "$T/closed.yaml" <&- >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "answered: In which compute environment are you running?$" "$T/err" ||
+    fail "closed stdin: the question was not named"
+mkdir -p "$T/folder"
+for verb in "" default update; do
+    # shellcheck disable=SC2086 # the empty verb is no word
+    timeout 20 "$ACCEL" config $verb --config_file "$T/folder" </dev/null >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "error: --config_file $T/folder is a directory" "$T/err" ||
+        fail "config $verb: a directory as --config_file was not refused"
+    grep -q "compute environment" "$T/out" && fail "config $verb: asked questions for a directory"
+    timeout 20 "$ACCEL" config $verb --config_file "" </dev/null >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "error: --config_file is empty" "$T/err" ||
+        fail "config $verb: an empty --config_file was not refused"
+done
+[ -z "$(ls -A "$T/folder")" ] || fail "something was written into the folder"
+# A path too long to be one used to be cut to fit: the file went to another path.
+long=$T/$(printf "$(printf 'd%.0s' $(seq 200))/%.0s" $(seq 25))x.yaml # 5000+ bytes
+for verb in default update; do
+    timeout 20 "$ACCEL" config $verb --config_file "$long" >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "more than a path can be (4095)" "$T/err" ||
+        fail "config $verb: a path longer than PATH_MAX was not refused"
+done
+[ -z "$(find "$T" -name 'x.yaml*' -o -name '.tmp-*')" ] || fail "a long path left a file behind"
+ok "bad targets: a folder, an empty or too long path refused first; a closed input names the question"
 echo "PASS"

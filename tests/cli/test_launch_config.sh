@@ -217,6 +217,14 @@ expect_err "config file $T/twodocs.yaml, line 4: a second YAML document"
 printf 'distributed_type: MULTI_CPU\nnum_processes: 2\n...\nnum_processes: 3\n' >"$T/afterend.yaml"
 run 2 launch --config_file "$T/afterend.yaml" "$P/rank_info"
 expect_err "config file $T/afterend.yaml: YAML error at line 4"
+# An empty path, and one too long to be a path (it used to be cut to fit, naming another file).
+run 2 launch --config_file "" "$P/rank_info"
+expect_err "config file \"\": an empty path names no file"
+long=$T/$(printf "$(printf 'd%.0s' $(seq 200))/%.0s" $(seq 25))x.yaml
+run 2 launch --config_file "$long" "$P/rank_info"
+expect_err "the path is ${#long} bytes long, more than a path can be (4095)"
+HF_HOME=$long run 2 launch "$P/rank_info"
+expect_err "(the default location, under a long \$HF_HOME"
 printf -- '---\ndistributed_type: MULTI_CPU\nnum_processes: 2\n...\n' >"$T/onedoc.yaml"
 run 0 launch --config_file "$T/onedoc.yaml" "$P/rank_info"
 want_env 1 WORLD_SIZE 2
