@@ -734,8 +734,9 @@ accel_status accel__config_load(const char *path, accel__config *out)
                            "config file %.64s...: the path is %zu bytes long, more than a path "
                            "can be (%zu)%s",
                            c->path, len, sizeof(c->path) - 1,
-                           c->explicit_path ? "" : " (the default location, under a long $HF_HOME, "
-                                                   "$XDG_CACHE_HOME or $HOME)");
+                           c->explicit_path ? ""
+                                            : " (the default location, under a long $HF_HOME, "
+                                              "$XDG_CACHE_HOME or $HOME)");
     } else {
         st = open_config(c, &f);
     }

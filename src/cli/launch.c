@@ -141,8 +141,8 @@ static int check_interpreter(const cli_verb *verb, const char *prog, const char 
     }
     int e = check_exec(interp);
     if (e != 0) {
-        cli_usage_error(verb, "program '%s': its interpreter '%s' (its '#!' line) %s", prog,
-                        interp, e == ENOENT ? "does not exist" : "is not an executable file");
+        cli_usage_error(verb, "program '%s': its interpreter '%s' (its '#!' line) %s", prog, interp,
+                        e == ENOENT ? "does not exist" : "is not an executable file");
         return -1;
     }
     return 0;

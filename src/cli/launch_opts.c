@@ -457,9 +457,8 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
         return fail_value(verb, a, "mpirun_hostfile",
                           "cannot read the hostfile: it is a directory");
     }
-    if (s->mpirun_ccl != NULL &&
-        (s->mpirun_ccl[0] == '\0' ||
-         strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl))) {
+    if (s->mpirun_ccl != NULL && (s->mpirun_ccl[0] == '\0' ||
+                                  strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl))) {
         return fail_value(verb, a, "mpirun_ccl", "expected a number of workers");
     }
     if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&

@@ -191,6 +191,9 @@ static void on_signal(job *j, int sig)
     }
 }
 
+/* The launcher's SIGXFSZ disposition before it ignored the signal, given back to the children. */
+static void (*xfsz_before)(int) = SIG_DFL;
+
 /* Child side of fork: never returns. Only async-signal-safe calls until exec. */
 static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w, int err_w,
                        const sigset_t *old_mask, pid_t launcher)
@@ -221,15 +224,16 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
         (void)sched_setaffinity(0, sizeof(cpu_set_t), &cfg->cpusets[rank]);
     }
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGXFSZ, xfsz_before == SIG_ERR ? SIG_DFL : xfsz_before);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     execv(cfg->path, cfg->argv);
     char msg[512];
     int e = errno;
-    int n = snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s%s\n", cfg->path,
-                     strerror(e),
-                     e == ENOEXEC ? " (neither a binary for this machine nor a script whose "
-                                    "first line is #! and a runnable interpreter, e.g. #!/bin/sh)"
-                                  : "");
+    int n =
+        snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s%s\n", cfg->path, strerror(e),
+                 e == ENOEXEC ? " (neither a binary for this machine nor a script whose "
+                                "first line is #! and a runnable interpreter, e.g. #!/bin/sh)"
+                              : "");
     relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
     _exit(127);
 }
@@ -238,10 +242,8 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
  * secrets the program prints). A name planted in the folder is never followed or truncated:
  * no symbolic link (O_NOFOLLOW), no FIFO or device (O_NONBLOCK, then fstat), no file of
  * another user or with a second hard link; only then is an old log of ours emptied. */
-static int open_tee(const launch_config *cfg, int rank, const char *which)
+static int open_tee(const char *path)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, cfg->rank_base + rank, which);
     int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     struct stat sb;
     const char *why = fd < 0 ? strerror(errno) : NULL;
@@ -277,7 +279,16 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
         return 0; /* inherited: the program writes straight to our stdout/stderr */
     }
     int file_fd = -1;
-    if (tee && (file_fd = open_tee(cfg, rank, is_err ? "stderr" : "stdout")) < 0) {
+    char file_name[4096];
+    int len = snprintf(file_name, sizeof(file_name), "%s/rank%d.%s", tee ? cfg->log_dir : "",
+                       cfg->rank_base + rank, is_err ? "stderr" : "stdout");
+    if (tee && (size_t)len >= sizeof(file_name)) {
+        /* Cut to fit, the two streams' names could meet in one file. */
+        fprintf(stderr, "accel launch: error: cannot use log file %.64s...: %s\n", file_name,
+                strerror(ENAMETOOLONG));
+        return -1;
+    }
+    if (tee && (file_fd = open_tee(file_name)) < 0) {
         return -1;
     }
     int p[2];
@@ -289,7 +300,8 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     /* One machine of several prefixes its single process too: ranks are named globally. */
     int prefix = cfg->n_procs > 1 || cfg->watch != NULL;
-    *out = relay_new(p[0], cfg->rank_base + rank, is_err ? 2 : 1, prefix, file_fd, is_err);
+    *out =
+        relay_new(p[0], cfg->rank_base + rank, is_err ? 2 : 1, prefix, file_fd, file_name, is_err);
     if (*out == NULL) {
         fprintf(stderr, "accel launch: error: out of memory\n");
         close(p[0]);
@@ -366,8 +378,11 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
         fprintf(stderr, "accel launch: error: signalfd: %s\n", strerror(errno));
         goto out_mask;
     }
-    /* A closed console must not kill the launcher (and so orphan the job). */
+    /* A closed console must not kill the launcher (and so orphan the job), nor a log file
+     * that reaches the file-size limit (ulimit -f): those writes fail with EPIPE / EFBIG
+     * instead, and the relay says so (relay.c). */
     signal(SIGPIPE, SIG_IGN);
+    xfsz_before = signal(SIGXFSZ, SIG_IGN);
 
     const pid_t self = getpid(); /* what the children's getppid() must say */
     for (int r = 0; r < cfg->n_procs; r++) {

@@ -240,7 +240,19 @@ mkdir -p "$T/planted2"
 mkfifo "$T/planted2/rank0.stderr"
 run 1 launch -n 2 --log_dir "$T/planted2" "$P/print_lines" 1 20
 expect_err "rank0.stderr: "
-ok "--tee and --log_dir files (0600, planted links and FIFOs refused)"
+# A log file that cannot grow (a full disk; here the file-size limit, ulimit -f) is named once,
+# and every line still reaches the console; the launcher used to die of SIGXFSZ, and on a full
+# disk the files stayed short without a word.
+bash -c 'ulimit -f 8 && exec "$@"' _ timeout -k 5 20 "$ACCEL" launch -n 2 --log_dir "$T/limited" \
+    sh -c 'for i in $(seq 2000); do echo "line $i of a log longer than 8 KiB"; done' \
+    2>"$T/err" | wc -l >"$T/out"
+RC=${PIPESTATUS[0]}
+[ "$RC" -eq 0 ] || fail "a log file at its size limit: launcher exited $RC"
+[ "$(cat "$T/out")" -eq 4000 ] || fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
+for r in 0 1; do
+    expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large; it ends here"
+done
+ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named)"
 
 # ---- failures: exit status, summary, teardown of the others ----
 run 3 launch -n 2 "$P/rank_info" --fail-rank 1 --code 3
