@@ -3,6 +3,7 @@
  * its options and its run function (one file per verb); this file only dispatches, so adding
  * a verb is one line in `verbs` plus its file.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +39,21 @@ static void print_main_help(FILE *f)
     fprintf(f, "\nRun 'accel <command> --help' for the options of a command.\n");
 }
 
+/* The output of a verb that prints a report (env, --help, estimate-memory, ...) may not have
+ * reached its file: `accel env > report.txt` on a full disk used to exit 0 with an empty
+ * report. Says so and fails, as coreutils do. (`launch` prints only its --help through stdio:
+ * it relays the processes' output with write(2), so a job's status is never changed here.) */
+static int check_stdout(const char *name, int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) {
+        return rc;
+    }
+    fprintf(stderr, "accel%s%s: error: cannot write the output: %s\n", name ? " " : "",
+            name ? name : "", errno != 0 ? strerror(errno) : "write error");
+    return rc != 0 ? rc : 1;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -49,11 +65,11 @@ int main(int argc, char **argv)
     const char *first = argv[1];
     if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0 || strcmp(first, "help") == 0) {
         print_main_help(stdout);
-        return 0;
+        return check_stdout(NULL, 0);
     }
     if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
         printf("accel %s\n", ACCEL_VERSION_STRING);
-        return 0;
+        return check_stdout(NULL, 0);
     }
     if (strcmp(first, cli_verb_mpirank.name) == 0) { /* internal, not listed in --help */
         return cli_verb_mpirank.run(&cli_verb_mpirank, argc - 1, argv + 1);
@@ -61,7 +77,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_VERBS; i++) {
         if (strcmp(first, verbs[i]->name) == 0) {
             /* The verb sees argv[0] = its own name, as a program would. */
-            return verbs[i]->run(verbs[i], argc - 1, argv + 1);
+            int rc = verbs[i]->run(verbs[i], argc - 1, argv + 1);
+            return check_stdout(verbs[i]->name, rc);
         }
     }
     if (first[0] == '-') {

@@ -106,6 +106,18 @@ expect_out "ACCEL_TIMEOUT"
 expect_out "WORLD_SIZE"
 # The argument wins over this variable (tests/unit/test_core.c), and env must say so.
 expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wins"
+# A report that cannot be written (a full disk: /dev/full) fails naming why; it used to exit 0
+# with nothing written. A launched job's status is its own.
+if [ -w /dev/full ]; then
+    for cmd in "env" "--version" "launch --help"; do
+        # shellcheck disable=SC2086 # cmd is split on purpose
+        timeout -k 5 20 "$ACCEL" $cmd >/dev/full 2>"$T/err"
+        RC=$?
+        [ "$RC" -eq 1 ] || fail "accel $cmd >/dev/full exited $RC, expected 1"
+        expect_err "error: cannot write the output: No space left on device"
+    done
+    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" || fail "launch true >/dev/full failed"
+fi
 ok "flags, --help, --version, env, usage errors"
 
 # ---- option spellings, PATH search, "--" ----
