@@ -401,7 +401,8 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
         goto out;
     }
     for (int i = 0; gpt && i < 5; i++) {
-        if (parse_count(verb, &a, gpt_flags[i], 1L << 30, &dims[i]) != 0) {
+        /* One unit per layer is made: 2^20 layers at most (a few seconds, tens of MB). */
+        if (parse_count(verb, &a, gpt_flags[i], i == 0 ? 1L << 20 : 1L << 30, &dims[i]) != 0) {
             goto out;
         }
     }

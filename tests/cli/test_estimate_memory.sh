@@ -239,5 +239,21 @@ est 2 --n_head 5 --n_embd 0
 expect_err "--n_embd must be an integer"
 est 1 --n_head 5
 expect_err "--n_embd 768 is not a multiple of --n_head 5"
+# Huge dimensions: counts used to wrap into a small, wrong total, and 2^30 layers (one unit
+# each, looked up quadratically) ran for minutes and tens of GB. Now named, or counted at once.
+est 1 --n_layer 12 --n_embd 1073741824 --n_head 1
+expect_err "more than 2^56 parameters, more than this command can count"
+est 2 --n_layer 1073741824
+expect_err "--n_layer must be an integer in [1, 1048576]"
+printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, "intermediate_size": 64, "num_attention_heads": 1, "vocab_size": 1000}\n' >"$T/deep.json"
+est 1 "$T/deep.json"
+expect_err "$T/deep.json: num_hidden_layers 1000000000: more than 1048576"
+printf '{"n_embd": 1073741824, "n_layer": 2, "n_head": 1, "vocab_size": 1073741824, "n_positions": 1}\n' >"$T/wide.json"
+est 1 "$T/wide.json"
+expect_err "$T/wide.json: the model would have more than 2^56 parameters"
+start=$SECONDS
+est 0 --n_layer 1048576 --n_embd 64 --n_head 1
+[ $((SECONDS - start)) -lt 20 ] || fail "2^20 layers took $((SECONDS - start)) s"
+grep -q "^52,415,304,896 parameters" "$T/out" || fail "2^20 layers: wrong count"
 echo "ok: bad input is named"
 echo PASS
