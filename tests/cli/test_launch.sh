@@ -97,6 +97,23 @@ run 127 launch "$T/no-shebang"
 expect_err "no-shebang': Exec format error (neither a binary for this machine nor a script"
 run 2 launch --log_dir "$T/never-made" no-such-program-$MARK
 [ ! -e "$T/never-made" ] || fail "a missing program left a new --log_dir behind"
+# merge-weights: flags after the folders as before them, a flag missing its value, empty
+# paths, and a file given as the checkpoint folder ("does not exist" used to send the user
+# looking for it).
+mkdir -p "$T/ck"
+run 2 merge-weights "$T/ck" "$T/merged" --max_shard_size
+expect_err "option '--max_shard_size' needs a value"
+run 1 merge-weights "$T/ck" "$T/merged" --max-shard-size 5GB
+expect_err "not a complete checkpoint"
+run 2 merge-weights "$T/ck" "$T/merged" --remove-checkpoint-dir=yes
+expect_err "option '--remove_checkpoint_dir' takes no value"
+run 2 merge-weights "" "$T/merged"
+expect_err "CHECKPOINT_DIR is empty"
+run 0 merge-weights "$T/ck" "$T/merged" --help
+expect_out "usage: accel merge-weights"
+run 1 merge-weights "$T/not-exec" "$T/merged"
+expect_err "checkpoint folder $T/not-exec is a regular file, not a folder"
+[ ! -e "$T/merged" ] || fail "a refused merge-weights created its output"
 run 2 env --bogus
 expect_err "unknown option '--bogus'"
 run 0 env
