@@ -123,6 +123,9 @@ expect_out "ACCEL_TIMEOUT"
 expect_out "WORLD_SIZE"
 # The argument wins over this variable (tests/unit/test_core.c), and env must say so.
 expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wins"
+# A value the library will refuse is marked (it used to be listed as if fine).
+ACCEL_TIMEOUT=soon run 0 env
+expect_out "^    ^ invalid: environment variable ACCEL_TIMEOUT=\"soon\" is not a number$"
 # A report that cannot be written (a full disk: /dev/full) fails naming why; it used to exit 0
 # with nothing written. A launched job's status is its own.
 if [ -w /dev/full ]; then
