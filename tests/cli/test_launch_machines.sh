@@ -205,6 +205,27 @@ grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
     fail "machine 1 did not say machine 0's launcher is gone"
 echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
 
+# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
+# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
+pc=$("$FREE")
+start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+for _ in $(seq 1 1000); do
+    [ "$(cat "$T/c0.out" "$T/c1.out" | grep -c 'PID=')" = 2 ] && break
+    sleep 0.01
+done
+t0=$(now)
+kill -STOP "$pid_c0"
+finish c1
+t=$(elapsed "$t0")
+kill -9 "$pid_c0" 2>/dev/null
+{ finish c0; } 2>/dev/null
+[ "$(echo "$t < 10" | bc)" = 1 ] || fail "machine 1 took $t s after machine 0's launcher stopped"
+[ "$rc_c1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher stopped"
+[ "$(grep -c "machine 1 lost the rendezvous (machine 0's launcher)" "$T/c1.err")" = 1 ] ||
+    fail "machine 1 did not say exactly once that machine 0's launcher is gone"
+echo "ok: a hung machine 0 launcher stops machine 1 in $t s, named once"
+
 # ---- 6. usage ----
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
