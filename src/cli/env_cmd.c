@@ -176,6 +176,11 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
                                                        : ACCEL_OK;
         if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
             printf("    ^ invalid: %s\n", accel_last_error(NULL));
+        } else if (strcmp(v->name, "ACCEL_LOG_LEVEL") == 0 && cur != NULL && cur[0] != '\0' &&
+                   accel__log_parse_level(cur) < 0) {
+            printf("    ^ invalid: environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
+                   "debug, info, warn, error, off\n",
+                   cur);
         }
     }
     return 0;

@@ -126,6 +126,8 @@ expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wi
 # A value the library will refuse is marked (it used to be listed as if fine).
 ACCEL_TIMEOUT=soon run 0 env
 expect_out "^    ^ invalid: environment variable ACCEL_TIMEOUT=\"soon\" is not a number$"
+ACCEL_LOG_LEVEL=loud run 0 env
+expect_out "^    ^ invalid: environment variable ACCEL_LOG_LEVEL=\"loud\" is not one of debug"
 # A report that cannot be written (a full disk: /dev/full) fails naming why; it used to exit 0
 # with nothing written. A launched job's status is its own.
 if [ -w /dev/full ]; then
