@@ -356,9 +356,8 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
     return 0;
 }
 
-/* torchrun's --rdzv_conf "key=value,...": the keys that set how long the launchers wait for
- * each other are honoured; torchrun's other keys are noted and ignored. */
-static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
+/* The pairs of --rdzv_conf, in buf (modified). */
+static int parse_rdzv_pairs(const cli_verb *verb, const cli_args *a, char *buf, double *timeout_s)
 {
     static const char *const ignored[] = {"read_timeout",
                                           "last_call_timeout",
@@ -369,13 +368,6 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
                                           "is_host",
                                           "store_type",
                                           "use_libuv"};
-    const char *conf = cli_value(verb, a, "rdzv_conf");
-    *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
-    if (conf == NULL) {
-        return 0;
-    }
-    char buf[1024];
-    snprintf(buf, sizeof(buf), "%s", conf);
     char *save = NULL;
     for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
@@ -410,6 +402,26 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
     return 0;
 }
 
+/* torchrun's --rdzv_conf "key=value,...": the keys that set how long the launchers wait for
+ * each other are honoured; torchrun's other keys are noted and ignored. */
+static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
+{
+    const char *conf = cli_value(verb, a, "rdzv_conf");
+    *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
+    if (conf == NULL) {
+        return 0;
+    }
+    /* A copy of the whole value: a fixed buffer cut long ones, and the cut pair was then
+     * misreported ("expected KEY=VALUE") or the pairs after it silently dropped. */
+    char *buf = accel__strdup(conf);
+    if (buf == NULL) {
+        return fail_value(verb, a, "rdzv_conf", "out of memory");
+    }
+    int rc = parse_rdzv_pairs(verb, a, buf, timeout_s);
+    accel__free(buf);
+    return rc;
+}
+
 /* The address in --main_process_ip: a host name or an IPv4 / IPv6 address, resolved later
  * (rdzv.c). Refused here: an empty one, and "host:port", which would otherwise be looked up as
  * a host name and fail as "cannot resolve" without saying why. */
@@ -423,6 +435,10 @@ static int check_address(const cli_verb *verb, const cli_args *a, const char *ad
         return fail_value(verb, a, "main_process_ip",
                           "give the address alone and the port with --main_process_port "
                           "(main_process_port in the config file)");
+    }
+    if (strlen(addr) > 253) { /* RFC 1035's longest name; an IPv6 address is shorter still */
+        return fail_value(verb, a, "main_process_ip",
+                          "%zu characters: longer than a host name can be (253)", strlen(addr));
     }
     if (addr[0] == '[') {
         return fail_value(verb, a, "main_process_ip",
