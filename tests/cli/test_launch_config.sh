@@ -284,6 +284,7 @@ expect_err "\-\-mpirun_hostfile $T/hostdir: cannot read the hostfile: it is a di
 run 2 launch --num_machines two "$P/rank_info"
 expect_err "\-\-num_machines two: expected an integer"
 run 2 launch --rdzv_backend etcd "$P/rank_info"
+expect_err "\-\-rdzv_backend etcd: expected static or c10d"
 # A long --rdzv_conf is read whole (a 1 KiB buffer cut it: a cut pair was misreported, the
 # pairs after it dropped); a host name longer than one can be is named.
 long=$(printf 'x%.0s' $(seq 1100))
@@ -293,7 +294,6 @@ run 2 launch --rdzv_conf "timeout=1,$long=1" "$P/rank_info"
 expect_err "unknown key 'x"
 run 2 launch --main_process_ip "$long" "$P/rank_info"
 expect_err "1100 characters: longer than a host name can be (253)"
-expect_err "\-\-rdzv_backend etcd: expected static or c10d"
 ok "several machines: flags and keys read and checked, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
 
 # ---- accel env shows the config file in use and its content ----
