@@ -1,7 +1,8 @@
 /*
  * The launcher's supervisor: forks the N processes into one new process group, then runs a
- * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and the children's
- * pipes, with no sleeps, so a job of short programs costs little more than fork+exec.
+ * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGUSR1/2 are
+ * passed on) and the children's pipes, with no sleeps, so a job of short programs costs little
+ * more than fork+exec.
  * Invariants: the group is only signalled while one of its processes is still unreaped (so the
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
@@ -172,6 +173,15 @@ static void on_signal(job *j, int sig)
 {
     if (sig == SIGCHLD) {
         reap(j);
+        return;
+    }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        char msg[96];
+        int n =
+            snprintf(msg, sizeof(msg), "accel launch: received %s, passed on to every process\n",
+                     signal_name(sig));
+        relay_write_all(2, msg, (size_t)n);
+        signal_all(j, sig);
         return;
     }
     if (j->interrupted == 0 && !j->stopping) {
@@ -365,11 +375,14 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
     sigaddset(&mask, SIGCHLD);
     /* A signal ignored when we started (nohup's SIGHUP, SIGINT of a background job) stays
      * ignored: the children inherit that, and we do not turn it into a teardown. */
-    static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++) {
+    /* SIGQUIT stops the job as torchrun's does; SIGUSR1/2 (a batch system's "time is nearly
+     * up") are passed on, as under mpirun. Unhandled, each of them killed the launcher at once:
+     * no summary, and the ranks' own children left running. */
+    static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof(caught) / sizeof(caught[0]); i++) {
         struct sigaction sa;
-        if (sigaction(stop_signals[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
-            sigaddset(&mask, stop_signals[i]);
+        if (sigaction(caught[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
+            sigaddset(&mask, caught[i]);
         }
     }
     sigprocmask(SIG_BLOCK, &mask, &old_mask);

@@ -354,7 +354,21 @@ launch_bg 2 --grace_period 0.3 "$P/sleeper" 60 --ignore-term "$MARK"
 kill -TERM "$LPID"
 wait_launcher 143 "SIGTERM with children ignoring it"
 no_survivors "SIGKILL escalation"
-ok "SIGTERM / SIGINT forwarding and teardown, SIGKILL after the grace period"
+# SIGQUIT stops the job like SIGTERM (torchrun's set); SIGUSR1 is passed on to every process
+# (here they die of it: the job fails naming it). Both used to kill the launcher outright.
+ulimit -c 0 2>/dev/null # no core files from SIGQUIT
+launch_bg 2 "$P/sleeper" 60 "$MARK"
+kill -QUIT "$LPID"
+wait_launcher 131 "SIGQUIT"
+expect_err "received SIGQUIT, stopping all processes"
+no_survivors "SIGQUIT to the launcher"
+launch_bg 2 "$P/sleeper" 60 "$MARK"
+kill -USR1 "$LPID"
+wait_launcher 138 "SIGUSR1"
+expect_err "received SIGUSR1, passed on to every process"
+expect_err "failed: killed by SIGUSR1"
+no_survivors "SIGUSR1 to the launcher"
+ok "SIGTERM / SIGINT / SIGQUIT forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
 
 # ---- leftover shared memory of the job is removed ----
 run 0 launch -n 2 "$P/rank_info" --leak-shm
