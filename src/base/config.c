@@ -98,11 +98,17 @@ __attribute__((format(printf, 3, 4)))
 static void
 note(accel__config *c, const accel__ynode *v, const char *fmt, ...)
 {
+    size_t cap = sizeof(c->notes[0]);
     if (c->n_notes >= ACCEL__CONFIG_MAX_NOTES) {
+        /* Past the cap the last note says how many were left out, rather than the list
+         * ending as if complete (a file of 300,000 unknown keys showed 24). */
+        c->n_notes_cut += c->n_notes_cut == 0 ? 2 : 1;
+        snprintf(c->notes[ACCEL__CONFIG_MAX_NOTES - 1], cap,
+                 "config file %.400s: %d more notes like the ones above, not shown", c->path,
+                 c->n_notes_cut);
         return;
     }
     char *out = c->notes[c->n_notes++];
-    size_t cap = sizeof(c->notes[0]);
     int k = snprintf(out, cap, "config file %s, line %d: ", c->path, v->line);
     if (k > 0 && (size_t)k < cap) {
         va_list ap;

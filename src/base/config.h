@@ -39,7 +39,8 @@ typedef struct accel__config {
     /* deepspeed_config.gradient_accumulation_steps under DEEPSPEED; -1 otherwise. */
     int gradient_accumulation_steps;
     /* Keys the file sets that accel does not act on, one line each, naming file and line. */
-    int n_notes;
+    int n_notes;     /* the last one says how many more were left out, past the cap */
+    int n_notes_cut; /* notes left out (0: none) */
     char notes[ACCEL__CONFIG_MAX_NOTES][512];
 } accel__config;
 

@@ -237,6 +237,13 @@ timeout 20 "$ACCEL" config update --config_file "$T/none.yaml" >"$T/out" 2>"$T/e
 printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$T/broken.yaml"
 timeout 20 "$ACCEL" config update --config_file "$T/broken.yaml" >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "YAML error at line" "$T/err" || fail "a broken file was not refused"
+# Many keys are written back sorted in linear-logarithmic time (an insertion sort: minutes).
+{ echo 'distributed_type: MULTI_CPU'; seq 200000 | sed 's/.*/k&: 1/'; } >"$T/many.yaml"
+timeout 30 "$ACCEL" config update --config_file "$T/many.yaml" >"$T/out" 2>"$T/err" ||
+    fail "config update of 200,000 keys failed or took over 30 s"
+[ "$(grep -c '^k[0-9]*: 1$' "$T/many.yaml")" -eq 200000 ] || fail "keys lost in the update"
+[ "$(sed -n 's/^\(k[0-9]*\):.*/\1/p' "$T/many.yaml" | head -3 | tr '\n' ' ')" = "k1 k10 k100 " ] ||
+    fail "keys not sorted"
 ok "config update: fp16, dynamo_backend, ipex_config converted; defaults added; unknown keys kept"
 
 # ---- bad targets, named before any question is asked or anything written ----

@@ -225,6 +225,14 @@ run 2 launch --config_file "$long" "$P/rank_info"
 expect_err "the path is ${#long} bytes long, more than a path can be (4095)"
 HF_HOME=$long run 2 launch "$P/rank_info"
 expect_err "(the default location, under a long \$HF_HOME"
+# 200,000 keys: read in linear time (the duplicate check scanned every earlier key: minutes),
+# the notes past the cap counted instead of cut off silently; a duplicate at the end named.
+{ echo 'distributed_type: MULTI_CPU'; seq 200000 | sed 's/.*/k&: 1/'; } >"$T/many.yaml"
+run 0 launch --config_file "$T/many.yaml" "$P/rank_info"
+expect_err "config file $T/many.yaml: 199977 more notes like the ones above, not shown"
+echo 'k17: 2' >>"$T/many.yaml"
+run 2 launch --config_file "$T/many.yaml" "$P/rank_info"
+expect_err "config file $T/many.yaml, line 200002: key \"k17\" appears twice"
 printf -- '---\ndistributed_type: MULTI_CPU\nnum_processes: 2\n...\n' >"$T/onedoc.yaml"
 run 0 launch --config_file "$T/onedoc.yaml" "$P/rank_info"
 want_env 1 WORLD_SIZE 2
