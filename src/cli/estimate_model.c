@@ -72,21 +72,65 @@ void cli_mem_free(cli_mem_model *m)
         accel__free(m->units[i].name);
     }
     accel__free(m->units);
+    accel__free(m->slots);
     memset(m, 0, sizeof(*m));
 }
 
-/* Adds numel to the unit called `name`, creating it at the end when new. The lookup starts
- * from the last unit: tensors of one unit come together in every file we read. `fresh`: the
- * caller knows the name is new (the units of a config, one per layer), and the lookup, which
- * made 2^20 layers quadratic (minutes), is skipped. */
-static int add_unit(cli_mem_model *m, const char *name, uint64_t numel, int fresh)
+static size_t name_hash(const char *s)
 {
-    for (int i = fresh ? -1 : m->n_units - 1; i >= 0; i--) {
-        if (strcmp(m->units[i].name, name) == 0) {
-            m->units[i].numel = sat_add(m->units[i].numel, numel);
-            m->numel = sat_add(m->numel, numel);
-            return 0;
-        }
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s != '\0'; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+/* The slot of `name` in m->slots: the one holding it, or the empty one where it goes. */
+static int *name_slot(const cli_mem_model *m, const char *name)
+{
+    size_t mask = (size_t)m->n_slots - 1;
+    size_t i = name_hash(name) & mask;
+    while (m->slots[i] != 0 && strcmp(m->units[m->slots[i] - 1].name, name) != 0) {
+        i = (i + 1) & mask;
+    }
+    return &m->slots[i];
+}
+
+/* Keeps the hash at most half full; -1 when out of memory. */
+static int grow_slots(cli_mem_model *m)
+{
+    if (2 * (m->n_units + 1) <= m->n_slots) {
+        return 0;
+    }
+    int n = m->n_slots ? 2 * m->n_slots : 256;
+    int *old = m->slots;
+    m->slots = accel__calloc((size_t)n, sizeof(int));
+    if (m->slots == NULL) {
+        m->slots = old;
+        return fail("out of memory");
+    }
+    m->n_slots = n;
+    for (int u = 0; u < m->n_units; u++) {
+        *name_slot(m, m->units[u].name) = u + 1;
+    }
+    accel__free(old);
+    return 0;
+}
+
+/* Adds numel to the unit called `name`, creating it at the end when new. The names are
+ * hashed: a scan of every earlier unit made a file of 200,000 differently named tensors (or
+ * 2^20 layers) quadratic, minutes. */
+static int add_unit(cli_mem_model *m, const char *name, uint64_t numel)
+{
+    if (grow_slots(m) != 0) {
+        return -1;
+    }
+    int *slot = name_slot(m, name);
+    if (*slot != 0) {
+        cli_mem_unit *u = &m->units[*slot - 1];
+        u->numel = sat_add(u->numel, numel);
+        m->numel = sat_add(m->numel, numel);
+        return 0;
     }
     if (m->n_units == m->cap_units) {
         int cap = m->cap_units ? 2 * m->cap_units : 64;
@@ -102,11 +146,12 @@ static int add_unit(cli_mem_model *m, const char *name, uint64_t numel, int fres
         return fail("out of memory");
     }
     m->units[m->n_units++] = (cli_mem_unit){copy, numel};
+    *slot = m->n_units;
     m->numel = sat_add(m->numel, numel);
     return 0;
 }
 
-/* A new unit named by a format (the units a config describes all have different names). */
+/* A unit named by a format. */
 static int add_unitf(cli_mem_model *m, uint64_t numel, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -119,7 +164,7 @@ static int add_unitf(cli_mem_model *m, uint64_t numel, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    return add_unit(m, name, numel, 1);
+    return add_unit(m, name, numel);
 }
 
 /* A unit named after its position in a layer list ("model.layers.3") is a block. */
@@ -433,7 +478,7 @@ static int count_tensor(cli_mem_model *m, const accel_safetensors *st, size_t i)
     }
     char unit[512];
     unit_of(accel_safetensors_name(st, i), unit, sizeof(unit));
-    return add_unit(m, unit, (uint64_t)accel_tensor_numel(&t), 0);
+    return add_unit(m, unit, (uint64_t)accel_tensor_numel(&t));
 }
 
 static int open_safetensors(accel_safetensors **st, const char *path)

@@ -159,6 +159,13 @@ write_st "$T/sharded/model-00002-of-00002.safetensors" "{$Bh}" 192
 est 0 --bytes --dtypes float32 "$T/sharded"
 grep -q "^180 parameters; largest layer model.layers.0 (48 parameters)$" "$T/out" ||
     fail "index parameter count"
+# 100,000 tensors of different units: hashed (a scan of every earlier unit: minutes).
+many=$(awk 'BEGIN { for (i = 0; i < 100000; i++) printf "%s\"t%d.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, 4 * i, 4 * i + 4 }')
+write_st "$T/many.safetensors" "{$many}" 400000
+start=$SECONDS
+est 0 --bytes --dtypes float32 "$T/many.safetensors"
+[ $((SECONDS - start)) -lt 10 ] || fail "100,000 tensors took $((SECONDS - start)) s"
+grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" || fail "100,000 tensors: count"
 echo "ok: a safetensors file and a sharded index"
 
 # ---- The estimate against what accel allocates for the GPT example's model (tests/progs/
