@@ -218,8 +218,10 @@ t0=$(now)
 kill -STOP "$pid_c0"
 finish c1
 t=$(elapsed "$t0")
-kill -9 "$pid_c0" 2>/dev/null
-{ finish c0; } 2>/dev/null
+{
+    kill -9 "$pid_c0"
+    finish c0
+} 2>/dev/null
 [ "$(echo "$t < 10" | bc)" = 1 ] || fail "machine 1 took $t s after machine 0's launcher stopped"
 [ "$rc_c1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher stopped"
 [ "$(grep -c "machine 1 lost the rendezvous (machine 0's launcher)" "$T/c1.err")" = 1 ] ||
