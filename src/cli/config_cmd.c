@@ -234,20 +234,39 @@ static int ask(prompt *p, accel__ynode *m)
     if (multi_machine) {
         char *ranks[64];
         char names[64][16];
-        int n_ranks = machines < 64 ? (int)machines : 64, r;
+        int n_ranks = machines < 64 ? (int)machines : 64, r = 0;
         for (int i = 0; i < n_ranks; i++) {
             snprintf(names[i], sizeof(names[i]), "%d", i);
             ranks[i] = names[i];
         }
-        if (prompt_choice(p, "What is the rank of this machine?", (const char *const *)ranks,
-                          n_ranks, 0, &r) != 0 ||
-            prompt_text(p, "What is the IP address of the machine that will host the main "
-                           "process? ",
-                        NULL, ip, sizeof(ip)) != 0 ||
-            prompt_int(p, "What is the port you will use to communicate with the main process? ",
+        /* A menu up to 64 machines; beyond, a number (the menu used to stop at 63, and the
+         * higher ranks could not be chosen at all). */
+        long rank_l = 0;
+        if (machines <= 64 ? prompt_choice(p, "What is the rank of this machine?",
+                                           (const char *const *)ranks, n_ranks, 0, &r) != 0
+                           : prompt_int(p, "What is the rank of this machine? [0]: ", 0, 0,
+                                        machines - 1, &rank_l) != 0) {
+            return -1;
+        }
+        r = machines <= 64 ? r : (int)rank_l;
+        /* The address is checked as accel launch checks it, and asked again. */
+        for (const char *problem = "";;) {
+            if (prompt_text(p,
+                            "What is the IP address of the machine that will host the main "
+                            "process? ",
+                            NULL, ip, sizeof(ip)) != 0) {
+                return -1;
+            }
+            if ((problem = cli_address_problem(ip)) == NULL) {
+                break;
+            }
+            printf("Please enter a host name or an address: %s.\n", problem);
+        }
+        if (prompt_int(p, "What is the port you will use to communicate with the main process? ",
                        -1, 0, 65535, &port) != 0 ||
-            prompt_yes_no(p, "Are all the machines on the same local network? Answer `no` if "
-                             "nodes are on the cloud and/or on different network hosts [YES/no]: ",
+            prompt_yes_no(p,
+                          "Are all the machines on the same local network? Answer `no` if "
+                          "nodes are on the cloud and/or on different network hosts [YES/no]: ",
                           1, &same_network) != 0) {
             return -1;
         }
@@ -287,8 +306,17 @@ static int ask(prompt *p, accel__ynode *m)
         const char *what = use_cpu ? "processes" : "GPU(s)";
         char q[128];
         snprintf(q, sizeof(q), "How many %s should be used for distributed training? [1]:", what);
-        if (prompt_int(p, q, 1, 1, 1 << 20, &procs) != 0) {
-            return -1;
+        /* accel launch's range, and the total over the machines must share equally. */
+        for (;;) {
+            if (prompt_int(p, q, 1, 1, 4096, &procs) != 0) {
+                return -1;
+            }
+            if (procs % machines == 0) {
+                break;
+            }
+            printf("Please enter a multiple of the number of machines (%ld): it is the total "
+                   "over all machines.\n",
+                   machines);
         }
     }
     if (type == TYPE_MULTI_GPU && machines == 1 && procs == 1) {

@@ -422,29 +422,29 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
     return rc;
 }
 
-/* The address in --main_process_ip: a host name or an IPv4 / IPv6 address, resolved later
- * (rdzv.c). Refused here: an empty one, and "host:port", which would otherwise be looked up as
- * a host name and fail as "cannot resolve" without saying why. */
+const char *cli_address_problem(const char *addr)
+{
+    /* The address is resolved later (rdzv.c); "host:port" would be looked up as a host name
+     * and fail as "cannot resolve" without saying why. */
+    const char *colon = strchr(addr, ':');
+    if (addr[0] == '\0') {
+        return "expected a host name or an address";
+    } else if (colon != NULL && strchr(colon + 1, ':') == NULL) { /* one colon: not IPv6 */
+        return "give the address alone and the port with --main_process_port "
+               "(main_process_port in the config file)";
+    } else if (strlen(addr) > 253) { /* RFC 1035's longest name; IPv6 addresses are shorter */
+        return "longer than a host name can be (253 characters)";
+    } else if (addr[0] == '[') {
+        return "give an IPv6 address without brackets (::1, not [::1])";
+    }
+    return NULL;
+}
+
+/* --main_process_ip (or the key), named with its source when it cannot be an address. */
 static int check_address(const cli_verb *verb, const cli_args *a, const char *addr)
 {
-    if (addr[0] == '\0') {
-        return fail_value(verb, a, "main_process_ip", "expected a host name or an address");
-    }
-    const char *colon = strchr(addr, ':');
-    if (colon != NULL && strchr(colon + 1, ':') == NULL) { /* one colon: not IPv6 */
-        return fail_value(verb, a, "main_process_ip",
-                          "give the address alone and the port with --main_process_port "
-                          "(main_process_port in the config file)");
-    }
-    if (strlen(addr) > 253) { /* RFC 1035's longest name; an IPv6 address is shorter still */
-        return fail_value(verb, a, "main_process_ip",
-                          "%zu characters: longer than a host name can be (253)", strlen(addr));
-    }
-    if (addr[0] == '[') {
-        return fail_value(verb, a, "main_process_ip",
-                          "give an IPv6 address without brackets (::1, not [::1])");
-    }
-    return 0;
+    const char *problem = cli_address_problem(addr);
+    return problem == NULL ? 0 : fail_value(verb, a, "main_process_ip", "%s", problem);
 }
 
 /* The flags of several machines: the rendezvous, its timeout, mpirun, --preflight. */

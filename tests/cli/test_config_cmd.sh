@@ -160,6 +160,18 @@ grep -q "the input ended before this question was answered: How many different m
 [ ! -e "$T/short.yaml" ] || fail "a file was written from a short input"
 printf '1\n' | timeout 20 "$ACCEL" config --config_file "$T/sm.yaml" >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "Amazon SageMaker is not supported" "$T/err" || fail "SageMaker accepted"
+# 100 machines: rank 70 can be given (the menu stopped at 63); "host:port" as the address and
+# a total that the machines cannot share are asked again (accel launch would refuse them).
+printf '0\n1\n100\n70\n10.0.0.1:29500\n10.0.0.1\n29500\n\nno\nno\n150\n200\n0\n' |
+    timeout 20 "$ACCEL" config --config_file "$T/many.yaml" >"$T/out" 2>"$T/err" ||
+    fail "the questionnaire of 100 machines failed"
+grep -q "Please enter a host name or an address: give the address alone" "$T/out" ||
+    fail "host:port was not asked again"
+grep -q "Please enter a multiple of the number of machines (100)" "$T/out" ||
+    fail "150 processes on 100 machines were not asked again"
+for kv in "machine_rank: 70" "main_process_ip: 10.0.0.1" "num_processes: 200" "num_machines: 100"; do
+    grep -qx "$kv" "$T/many.yaml" || fail "the file lacks '$kv'"
+done
 ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input, default location"
 
 # ---- accel config default ----
