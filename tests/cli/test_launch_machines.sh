@@ -11,7 +11,8 @@
 #     this host's; machine 1: nobody listening).
 #  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank; a
 #     launcher killed (machine 1's in one job, machine 0's in another, side by side): the
-#     other stops within 10 s, naming it.
+#     other stops within 10 s, naming it. Machine 0's launcher stopped (SIGSTOP): machine 1
+#     stops within 10 s, saying so once. A launcher started with its stderr closed still works.
 #  6. Usage: num_processes not divisible by num_machines, machines with different
 #     --max_restarts; --max_restarts restarts every machine together, and gives up together.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
@@ -227,6 +228,18 @@ t=$(elapsed "$t0")
 [ "$(grep -c "machine 1 lost the rendezvous (machine 0's launcher)" "$T/c1.err")" = 1 ] ||
     fail "machine 1 did not say exactly once that machine 0's launcher is gone"
 echo "ok: a hung machine 0 launcher stops machine 1 in $t s, named once"
+
+# ---- 5d. a launcher started with stderr closed (2>&-): its messages went into the store's
+# socket, which then got the number 2, and the job failed after 5 s without machine 1's rank ----
+pd=$("$FREE")
+start d0 0 --main_process_port "$pd" --rdzv_conf timeout=20 -n 2 /bin/sh -c 'echo "RANK=$RANK"'
+timeout 30 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port "$pd" \
+    --rdzv_conf timeout=20 -n 2 /bin/sh -c 'echo "RANK=$RANK"' >"$T/d1.out" 2>&-
+rc=$?
+finish d0
+[ "$rc" = 0 ] && [ "$rc_d0" = 0 ] || fail "stderr closed on machine 1: exit $rc and $rc_d0"
+grep -q "RANK=1" "$T/d1.out" || fail "stderr closed on machine 1: its rank did not run"
+echo "ok: a launcher with its stderr closed runs the job"
 
 # ---- 6. usage ----
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
