@@ -361,9 +361,19 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         check_interpreter(verb, s.program, path) != 0) {
         goto out;
     }
+    struct stat ld;
+    if (s.log_dir != NULL && s.tee != 0 && s.log_dir[0] == '\0') {
+        cli_usage_error(verb, "--log_dir is empty: give a directory");
+        goto out;
+    }
     if (s.log_dir != NULL && s.tee != 0 &&
         (make_dirs(s.log_dir) != 0 || access(s.log_dir, W_OK) != 0)) {
         cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir, strerror(errno));
+        goto out;
+    }
+    if (s.log_dir != NULL && s.tee != 0 && (stat(s.log_dir, &ld) != 0 || !S_ISDIR(ld.st_mode))) {
+        /* mkdir -p accepts an existing file; each log file would then fail on its own. */
+        cli_usage_error(verb, "log directory '%s' is not a directory", s.log_dir);
         goto out;
     }
     rc = 1;

@@ -252,6 +252,10 @@ run 0 launch -n 1 --tee 2 --log_dir "$T/logs4" "$P/print_lines" 2 20
 touch "$T/file"
 run 2 launch --log_dir "$T/file/sub" "$P/rank_info"
 expect_err "not writable"
+run 2 launch --log_dir "$T/file" "$P/rank_info"
+expect_err "log directory '$T/file' is not a directory"
+run 2 launch --log_dir "" "$P/rank_info"
+expect_err "\-\-log_dir is empty"
 # Log files are 0600; an old log of ours is emptied (and made 0600); a planted symbolic link,
 # FIFO or hard link is refused and its target left alone (issue 11, item 7).
 [ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] || fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
