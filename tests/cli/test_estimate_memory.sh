@@ -262,5 +262,13 @@ start=$SECONDS
 est 0 --n_layer 1048576 --n_embd 64 --n_head 1
 [ $((SECONDS - start)) -lt 20 ] || fail "2^20 layers took $((SECONDS - start)) s"
 grep -q "^52,415,304,896 parameters" "$T/out" || fail "2^20 layers: wrong count"
+# A value-taking flag at the end took the "--" the reordering adds ("unknown dtype '--'"); a
+# file after --dtypes is named as a bad dtype, not as a missing MODEL.
+est 2 "$T/config.json" --dtypes
+expect_err "option '--dtypes' needs a value"
+est 2 --n_layer
+expect_err "option '--n_layer' needs a value"
+est 2 --dtypes "$T/config.json"
+expect_err "unknown dtype '$T/config.json'"
 echo "ok: bad input is named"
 echo PASS

@@ -67,6 +67,8 @@ expect_err "unknown option '--bogus'"
 expect_err "usage: accel launch"
 run 2 launch -n
 expect_err "needs a value"
+run 2 launch --help=yes
+expect_err "option '--help' takes no value"
 run 2 launch -n 0 "$P/rank_info"
 expect_err "num_processes"
 run 2 launch --tee 3 "$P/rank_info"
