@@ -720,9 +720,11 @@ accel_status accel__config_load(const char *path, accel__config *out)
     c->use_cpu = c->debug = c->num_processes = c->num_machines = c->machine_rank = -1;
     c->main_process_port = c->same_network = c->zero_stage = c->gradient_accumulation_steps = -1;
     c->explicit_path = 1;
+    int from_env = 0;
     if (path == NULL) {
         path = getenv("ACCELERATE_CONFIG_FILE");
-        if (path == NULL || path[0] == '\0') {
+        from_env = path != NULL && path[0] != '\0';
+        if (!from_env) {
             c->explicit_path = 0;
         }
     }
@@ -756,6 +758,16 @@ accel_status accel__config_load(const char *path, accel__config *out)
         st = st == ACCEL_OK ? apply_rules(c, keys, NULL, c->root) : st;
         st = st == ACCEL_OK ? validate(c) : st;
         c->present = st == ACCEL_OK;
+    }
+    if (st != ACCEL_OK && (from_env || !c->explicit_path)) {
+        /* A file the user did not name on this command line: say where its name came from, so
+         * that a forgotten export or an old default file is found. */
+        char msg[ACCEL__ERRMSG_NBYTES];
+        snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+        st = accel__seterr(NULL, st, "%s (%s)", msg,
+                           c->explicit_path ? "the file named by $ACCELERATE_CONFIG_FILE"
+                                            : "the default config file: fix it, rewrite it with "
+                                              "accel config, or name another with --config_file");
     }
     if (st != ACCEL_OK) {
         accel__config_free(c);

@@ -133,6 +133,14 @@ want_env 1 ACCELERATE_CONFIG_FILE "$HF_HOME/accelerate/default_config.yaml"
 rm "$HF_HOME/accelerate/default_config.yaml"
 ok "ACCELERATE_CONFIG_FILE, then \$HF_HOME/accelerate/default_config.yaml"
 
+# A bad file the command line did not name says where its name came from.
+ACCELERATE_CONFIG_FILE=$T/gone.yaml run 2 launch "$P/rank_info"
+expect_err "config file $T/gone.yaml: No such file or directory (the file named by \$ACCELERATE_CONFIG_FILE)"
+printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$HF_HOME/accelerate/default_config.yaml"
+run 2 launch "$P/rank_info"
+expect_err "(the default config file: fix it, rewrite it with accel config, or name another with --config_file)"
+rm "$HF_HOME/accelerate/default_config.yaml"
+
 # ---- DeepSpeed / FSDP sections: accel's ZeRO stage and accumulation ----
 cat >"$T/ds.yaml" <<'EOF'
 distributed_type: DEEPSPEED
