@@ -333,7 +333,9 @@ static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
         *outcome = LAUNCH_NOT_STARTED;
         return 1;
     }
-    int rc = launch_supervise(lc, outcome);
+    launch_config attempt = *lc;
+    attempt.append_logs = restart > 0;
+    int rc = launch_supervise(&attempt, outcome);
     if (rdzv != NULL) {
         rc = launch_rdzv_finish(rdzv, rc, *outcome, again);
     }

@@ -87,6 +87,8 @@ typedef struct launch_config {
     /* When not NULL, child r is bound to cpusets[r] before exec (--cpu_affinity). */
     const cpu_set_t *cpusets;
     const launch_watch *watch; /* NULL on one machine */
+    int append_logs; /* a restart: the log files are appended to, so earlier attempts' output
+                      * (the failure that caused the restart) is kept */
 } launch_config;
 
 /* How a supervised attempt ended. */

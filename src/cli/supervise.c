@@ -251,10 +251,13 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
 /* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr, mode 0600 (logs may hold
  * secrets the program prints). A name planted in the folder is never followed or truncated:
  * no symbolic link (O_NOFOLLOW), no FIFO or device (O_NONBLOCK, then fstat), no file of
- * another user or with a second hard link; only then is an old log of ours emptied. */
-static int open_tee(const char *path)
+ * another user or with a second hard link; only then is an old log of ours emptied (on a
+ * restart, appended to: the failed attempt's output stays). */
+static int open_tee(const char *path, int append)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    int fd = open(
+        path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0),
+        0600);
     struct stat sb;
     const char *why = fd < 0 ? strerror(errno) : NULL;
     if (fd < 0 && errno == ELOOP) {
@@ -263,8 +266,8 @@ static int open_tee(const char *path)
         why = "it is not a regular file";
     } else if (fd >= 0 && (sb.st_uid != geteuid() || sb.st_nlink != 1)) {
         why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
-    } else if (fd >= 0 &&
-               (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0 || fcntl(fd, F_SETFL, 0) != 0)) {
+    } else if (fd >= 0 && ((!append && ftruncate(fd, 0) != 0) || fchmod(fd, 0600) != 0 ||
+                           fcntl(fd, F_SETFL, append ? O_APPEND : 0) != 0)) {
         why = strerror(errno);
     }
     if (why != NULL) {
@@ -298,7 +301,7 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
                 strerror(ENAMETOOLONG));
         return -1;
     }
-    if (tee && (file_fd = open_tee(file_name)) < 0) {
+    if (tee && (file_fd = open_tee(file_name, cfg->append_logs)) < 0) {
         return -1;
     }
     int p[2];
