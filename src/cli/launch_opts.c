@@ -587,7 +587,12 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
                    procs, cli_source(verb, &a, "num_machines", src, sizeof(src)));
         goto fail;
     }
-    if (rank >= machines) {
+    if (rank >= machines && machines == 1 && !cli_given(verb, &a, "machine_rank")) {
+        /* The file's rank among its machines means nothing on one: --num_machines 1 runs a
+         * machine's config file alone (Accelerate's one-machine launch ignores it too). */
+        rank = 0;
+        s->machine_rank = 0;
+    } else if (rank >= machines) {
         fail_value(verb, &a, "machine_rank", "must be below the number of machines (%ld)",
                    machines);
         goto fail;

@@ -280,6 +280,11 @@ run 2 launch --config_file "$T/odd.yaml" "$P/rank_info"
 expect_err "config file $T/odd.yaml, line 3: num_processes: 3: 3 processes cannot be shared equally by config file $T/odd.yaml, line 2: num_machines: 2"
 run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 "$P/rank_info"
 want_env 1 WORLD_SIZE 2
+# Machine 1's file run alone: its machine_rank means nothing on one machine (it used to be
+# refused, "must be below the number of machines (1)", though --num_machines 1 overrides).
+run 0 launch --config_file "$T/node1.yaml" --num_machines 1 -n 2 "$P/rank_info"
+want_env 1 RANK 1
+want_env 1 WORLD_SIZE 2
 printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$T/nohosts" >"$T/mpi.yaml"
 run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
 expect_err "line 3: mpirun_config.mpirun_hostfile: $T/nohosts: cannot read the hostfile"
