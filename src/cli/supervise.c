@@ -112,6 +112,37 @@ static void signal_all(job *j, int sig)
     }
 }
 
+/* After a teardown, once every rank is reaped: the ranks' own children that outlived them (a
+ * worker that ignores the forwarded signal, as a shell's background job ignores SIGINT and
+ * SIGQUIT) are the launcher's children now (PR_SET_CHILD_SUBREAPER, launch_supervise), so
+ * while one is unreaped the group's id cannot be reused and signalling the group is safe.
+ * They had the stop signal with the group; what is left at the end of the grace period gets
+ * SIGKILL, as the ranks do. Bounded: a process stuck in the kernel is left after 5 s more. */
+static void sweep_orphans(job *j)
+{
+    struct timespec give_up = j->kill_at;
+    give_up.tv_sec += 5;
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_PGID, (id_t)j->pgid, &si, WEXITED | WNOHANG) != 0) {
+            return; /* ECHILD: no process of ours is left in the group */
+        }
+        if (si.si_pid != 0) {
+            continue; /* reaped one */
+        }
+        if (!j->killed && seconds_until(&j->kill_at) <= 0) {
+            kill(-j->pgid, SIGKILL);
+            j->killed = 1;
+        }
+        if (seconds_until(&give_up) <= 0) {
+            return;
+        }
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* Starts the teardown: SIGTERM now, SIGKILL at now + grace. */
 static void stop_all(job *j, int sig)
 {
@@ -400,6 +431,9 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
     signal(SIGPIPE, SIG_IGN);
     xfsz_before = signal(SIGXFSZ, SIG_IGN);
 
+    /* The ranks' orphaned children become ours, so that a teardown reaches them too
+     * (sweep_orphans). Best effort: without it they are left as before. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     const pid_t self = getpid(); /* what the children's getppid() must say */
     for (int r = 0; r < cfg->n_procs; r++) {
         child *k = &j.kids[r];
@@ -497,6 +531,9 @@ wait_out:;
             signal_all(&j, SIGKILL);
             j.killed = 1;
         }
+    }
+    if (j.stopping && j.pgid > 0) {
+        sweep_orphans(&j);
     }
     /* Whatever is left in the pipes (a stream whose child was reaped is already drained). */
     for (int r = 0; r < cfg->n_procs; r++) {

@@ -360,6 +360,12 @@ launch_bg 2 --grace_period 0.3 "$P/sleeper" 60 --ignore-term "$MARK"
 kill -TERM "$LPID"
 wait_launcher 143 "SIGTERM with children ignoring it"
 no_survivors "SIGKILL escalation"
+# A rank's own child that ignores the forwarded SIGINT (a shell's background job does) is
+# stopped too once the grace period is over; it used to outlive the launcher.
+launch_bg 2 --grace_period 0.5 sh -c '"$0" 60 "$1" & wait' "$P/sleeper" "$MARK"
+kill -INT "$LPID"
+wait_launcher 130 "SIGINT with a grandchild ignoring it"
+no_survivors "SIGINT to the launcher, a rank's child ignoring it"
 # SIGQUIT stops the job like SIGTERM (torchrun's set); SIGUSR1 is passed on to every process
 # (here they die of it: the job fails naming it). Both used to kill the launcher outright.
 ulimit -c 0 2>/dev/null # no core files from SIGQUIT
