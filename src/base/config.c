@@ -98,11 +98,17 @@ __attribute__((format(printf, 3, 4)))
 static void
 note(accel__config *c, const accel__ynode *v, const char *fmt, ...)
 {
+    size_t cap = sizeof(c->notes[0]);
     if (c->n_notes >= ACCEL__CONFIG_MAX_NOTES) {
+        /* Past the cap the last note says how many were left out, rather than the list
+         * ending as if complete (a file of 300,000 unknown keys showed 24). */
+        c->n_notes_cut += c->n_notes_cut == 0 ? 2 : 1;
+        snprintf(c->notes[ACCEL__CONFIG_MAX_NOTES - 1], cap,
+                 "config file %.400s: %d more notes like the ones above, not shown", c->path,
+                 c->n_notes_cut);
         return;
     }
     char *out = c->notes[c->n_notes++];
-    size_t cap = sizeof(c->notes[0]);
     int k = snprintf(out, cap, "config file %s, line %d: ", c->path, v->line);
     if (k > 0 && (size_t)k < cap) {
         va_list ap;
@@ -295,7 +301,7 @@ static accel_status use_gpu_ids(accel__config *c, const char *key, const accel__
 {
     ACCEL_TRY(get_str(c, key, v, &c->gpu_ids));
     if (c->gpu_ids != NULL && strcasecmp(c->gpu_ids, "all") != 0) {
-        if (strspn(c->gpu_ids, "0123456789,") != strlen(c->gpu_ids)) {
+        if (!accel__config_gpu_ids_valid(c->gpu_ids)) {
             return bad(c, key, v, "all or a comma-separated list of device ids");
         }
 #if !defined(ACCEL_HAVE_CUDA)
@@ -502,6 +508,24 @@ static accel_status apply_rules(accel__config *c, const key_rule *rules, const c
     return ACCEL_OK;
 }
 
+int accel__config_gpu_ids_valid(const char *ids)
+{
+    const char *p = ids;
+    for (;;) {
+        size_t n = strspn(p, "0123456789");
+        if (n == 0) {
+            return 0;
+        }
+        p += n;
+        if (*p == '\0') {
+            return 1;
+        }
+        if (*p++ != ',') {
+            return 0;
+        }
+    }
+}
+
 int accel__config_fsdp_stage(const char *s)
 {
     static const struct {
@@ -631,19 +655,21 @@ int accel__config_line(const accel__config *c, const char *key)
     return n != NULL ? n->line : 0;
 }
 
-void accel__config_default_path(char *buf, size_t nbytes)
+size_t accel__config_default_path(char *buf, size_t nbytes)
 {
     const char *hf = getenv("HF_HOME");
     const char *xdg = getenv("XDG_CACHE_HOME");
     const char *home = getenv("HOME");
+    int n;
     if (hf != NULL && hf[0] != '\0') {
-        snprintf(buf, nbytes, "%s/accelerate/default_config.yaml", hf);
+        n = snprintf(buf, nbytes, "%s/accelerate/default_config.yaml", hf);
     } else if (xdg != NULL && xdg[0] != '\0') {
-        snprintf(buf, nbytes, "%s/huggingface/accelerate/default_config.yaml", xdg);
+        n = snprintf(buf, nbytes, "%s/huggingface/accelerate/default_config.yaml", xdg);
     } else {
-        snprintf(buf, nbytes, "%s/.cache/huggingface/accelerate/default_config.yaml",
-                 home != NULL ? home : "");
+        n = snprintf(buf, nbytes, "%s/.cache/huggingface/accelerate/default_config.yaml",
+                     home != NULL ? home : "");
     }
+    return n < 0 ? nbytes : (size_t)n;
 }
 
 /* Opens the file: O_NONBLOCK and fstat, so a directory or a FIFO is named as such (it would
@@ -694,18 +720,34 @@ accel_status accel__config_load(const char *path, accel__config *out)
     c->use_cpu = c->debug = c->num_processes = c->num_machines = c->machine_rank = -1;
     c->main_process_port = c->same_network = c->zero_stage = c->gradient_accumulation_steps = -1;
     c->explicit_path = 1;
+    int from_env = 0;
     if (path == NULL) {
         path = getenv("ACCELERATE_CONFIG_FILE");
-        if (path == NULL || path[0] == '\0') {
+        from_env = path != NULL && path[0] != '\0';
+        if (!from_env) {
             c->explicit_path = 0;
-            accel__config_default_path(c->path, sizeof(c->path));
         }
     }
-    if (c->explicit_path) {
-        snprintf(c->path, sizeof(c->path), "%s", path);
-    }
+    /* A path cut to fit would name another file, which might exist: refused instead. */
+    size_t len = c->explicit_path ? (size_t)snprintf(c->path, sizeof(c->path), "%s", path)
+                                  : accel__config_default_path(c->path, sizeof(c->path));
     FILE *f = NULL;
-    accel_status st = open_config(c, &f);
+    accel_status st = ACCEL_OK;
+    if (len == 0) {
+        st = accel__seterr(NULL, ACCEL_EINVAL,
+                           "config file \"\": an empty path names no file (give a path, or no "
+                           "option for the default location)");
+    } else if (len >= sizeof(c->path)) {
+        st = accel__seterr(NULL, ACCEL_EINVAL,
+                           "config file %.64s...: the path is %zu bytes long, more than a path "
+                           "can be (%zu)%s",
+                           c->path, len, sizeof(c->path) - 1,
+                           c->explicit_path ? ""
+                                            : " (the default location, under a long $HF_HOME, "
+                                              "$XDG_CACHE_HOME or $HOME)");
+    } else {
+        st = open_config(c, &f);
+    }
     if (st == ACCEL_OK && f != NULL) {
         st = accel__ytree_parse(f, c->path, &c->root);
         fclose(f);
@@ -716,6 +758,16 @@ accel_status accel__config_load(const char *path, accel__config *out)
         st = st == ACCEL_OK ? apply_rules(c, keys, NULL, c->root) : st;
         st = st == ACCEL_OK ? validate(c) : st;
         c->present = st == ACCEL_OK;
+    }
+    if (st != ACCEL_OK && (from_env || !c->explicit_path)) {
+        /* A file the user did not name on this command line: say where its name came from, so
+         * that a forgotten export or an old default file is found. */
+        char msg[ACCEL__ERRMSG_NBYTES];
+        snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+        st = accel__seterr(NULL, st, "%s (%s)", msg,
+                           c->explicit_path ? "the file named by $ACCELERATE_CONFIG_FILE"
+                                            : "the default config file: fix it, rewrite it with "
+                                              "accel config, or name another with --config_file");
     }
     if (st != ACCEL_OK) {
         accel__config_free(c);

@@ -17,7 +17,7 @@
 typedef struct accel__config {
     int present;               /* 0 when no file was found at the default locations */
     int explicit_path;         /* the file was asked for (argument or ACCELERATE_CONFIG_FILE) */
-    char path[1024];           /* the file read (or looked for) */
+    char path[4096];           /* the file read (or looked for); PATH_MAX, longer is refused */
     accel__ynode *root;        /* the file as read; NULL when absent (accel__config_free) */
     char compute_environment[32]; /* LOCAL_MACHINE when absent */
     char distributed_type[32];    /* required key */
@@ -39,7 +39,8 @@ typedef struct accel__config {
     /* deepspeed_config.gradient_accumulation_steps under DEEPSPEED; -1 otherwise. */
     int gradient_accumulation_steps;
     /* Keys the file sets that accel does not act on, one line each, naming file and line. */
-    int n_notes;
+    int n_notes;     /* the last one says how many more were left out, past the cap */
+    int n_notes_cut; /* notes left out (0: none) */
     char notes[ACCEL__CONFIG_MAX_NOTES][512];
 } accel__config;
 
@@ -59,8 +60,10 @@ typedef struct accel__config {
 accel_status accel__config_load(const char *path, accel__config *out);
 void accel__config_free(accel__config *c);
 
-/* Writes the default config path into buf (never fails; may not exist). */
-void accel__config_default_path(char *buf, size_t nbytes);
+/* Writes the default config path into buf (the file may not exist). Returns the length the
+ * path needs, as snprintf: nbytes or more when it was cut (a very long $HF_HOME), and then buf
+ * must not be used. */
+size_t accel__config_default_path(char *buf, size_t nbytes);
 
 /* The line of a key in the file ("deepspeed_config.zero_stage"), 0 when absent. */
 int accel__config_line(const accel__config *c, const char *key);
@@ -71,5 +74,9 @@ int accel__config_fsdp_stage(const char *strategy);
 /* 1 when an FSDP sharding strategy (as accel__config_fsdp_stage takes it) is a hybrid one:
  * HYBRID_SHARD, HYBRID_SHARD_ZERO2, or PyTorch's 4 and 5 for them; else 0. */
 int accel__config_fsdp_hybrid(const char *strategy);
+/* 1 when ids is a comma-separated list of device ids ("0", "0,1,3"): digits between single
+ * commas, none at either end (CUDA_VISIBLE_DEVICES stops at the first empty entry); else 0.
+ * "all" is the caller's to handle. */
+int accel__config_gpu_ids_valid(const char *ids);
 
 #endif /* ACCEL_BASE_CONFIG_H */

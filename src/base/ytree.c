@@ -103,19 +103,25 @@ accel__ynode *accel__ynode_path(const accel__ynode *root, const char *path)
     return (accel__ynode *)n;
 }
 
-/* Appends (key, v) to a mapping, or v to a sequence (key NULL). Takes v in every case. */
+/* Appends (key, v) to a mapping, or v to a sequence (key NULL). Takes v in every case. The
+ * arrays grow by doubling (they hold at least the next power of two of n entries; remove never
+ * shrinks them), so a file of many entries is read in linear time. */
 static accel_status push(accel__ynode *parent, const char *key, accel__ynode *v)
 {
-    size_t n = (size_t)parent->n + 1;
-    accel__ynode **items = accel__realloc(parent->items, n * sizeof(*items));
-    if (items != NULL) {
-        parent->items = items;
-    }
+    size_t have = (size_t)parent->n;
+    size_t n = have == 0 ? 1 : (have & (have - 1)) == 0 ? 2 * have : have + 1;
+    accel__ynode **items = parent->items;
     char **keys = parent->keys;
-    if (items != NULL && key != NULL) {
-        keys = accel__realloc(parent->keys, n * sizeof(*keys));
-        if (keys != NULL) {
-            parent->keys = keys;
+    if (have == 0 || (have & (have - 1)) == 0) {
+        items = accel__realloc(parent->items, n * sizeof(*items));
+        if (items != NULL) {
+            parent->items = items;
+        }
+        if (items != NULL && key != NULL) {
+            keys = accel__realloc(parent->keys, n * sizeof(*keys));
+            if (keys != NULL) {
+                parent->keys = keys;
+            }
         }
     }
     char *k = key != NULL ? accel__strdup(key) : NULL;
@@ -197,8 +203,73 @@ static accel_status next_event(parse_ctx *c, yaml_event_t *ev)
 
 static accel_status parse_node(parse_ctx *c, yaml_event_t *ev, int depth, accel__ynode **out);
 
+/* The keys of one mapping being parsed, hashed (open addressing, at most half full), so that
+ * the duplicate check is not a scan of every earlier key: 300,000 keys took minutes. Slots
+ * borrow the mapping's own key strings. */
+typedef struct key_set {
+    const char **slots;
+    size_t cap; /* 0 or a power of two */
+    size_t n;
+} key_set;
+
+static size_t key_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s != '\0'; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+static int key_set_has(const key_set *ks, const char *key)
+{
+    for (size_t i = ks->cap ? key_hash(key) & (ks->cap - 1) : 0; ks->cap && ks->slots[i];
+         i = (i + 1) & (ks->cap - 1)) {
+        if (strcmp(ks->slots[i], key) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Adds a key known to be absent; ACCEL_ENOMEM when the table cannot grow. */
+static accel_status key_set_add(key_set *ks, const char *key)
+{
+    if (2 * (ks->n + 1) > ks->cap) {
+        key_set bigger = {accel__calloc(ks->cap ? 2 * ks->cap : 16, sizeof(char *)),
+                          ks->cap ? 2 * ks->cap : 16, 0};
+        if (bigger.slots == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < ks->cap; i++) {
+            if (ks->slots[i] != NULL) {
+                (void)key_set_add(&bigger, ks->slots[i]); /* fits: no growth */
+            }
+        }
+        accel__free(ks->slots);
+        *ks = bigger;
+    }
+    size_t i = key_hash(key) & (ks->cap - 1);
+    while (ks->slots[i] != NULL) {
+        i = (i + 1) & (ks->cap - 1);
+    }
+    ks->slots[i] = key;
+    ks->n++;
+    return ACCEL_OK;
+}
+
+static accel_status parse_entries(parse_ctx *c, accel__ynode *n, int depth, key_set *ks);
+
 /* The entries of a mapping or the items of a sequence whose start event was consumed. */
 static accel_status parse_children(parse_ctx *c, accel__ynode *n, int depth)
+{
+    key_set ks = {NULL, 0, 0};
+    accel_status st = parse_entries(c, n, depth, &ks);
+    accel__free(ks.slots);
+    return st;
+}
+
+static accel_status parse_entries(parse_ctx *c, accel__ynode *n, int depth, key_set *ks)
 {
     for (;;) {
         yaml_event_t ev;
@@ -216,7 +287,7 @@ static accel_status parse_children(parse_ctx *c, accel__ynode *n, int depth)
                                    "config file %s, line %d: a key must be a plain name, not %s",
                                    c->path, key_line,
                                    ev.type == YAML_ALIAS_EVENT ? "an alias" : "a mapping or list");
-            } else if (find_key(n, (const char *)ev.data.scalar.value) >= 0) {
+            } else if (key_set_has(ks, (const char *)ev.data.scalar.value)) {
                 st = accel__seterr(NULL, ACCEL_EINVAL,
                                    "config file %s, line %d: key \"%s\" appears twice", c->path,
                                    key_line, (const char *)ev.data.scalar.value);
@@ -234,6 +305,9 @@ static accel_status parse_children(parse_ctx *c, accel__ynode *n, int depth)
         }
         if (st == ACCEL_OK) {
             st = push(n, key, child);
+        }
+        if (st == ACCEL_OK && key != NULL) {
+            st = key_set_add(ks, n->keys[n->n - 1]);
         }
         accel__free(key);
         if (st != ACCEL_OK) {
@@ -292,23 +366,29 @@ accel_status accel__ytree_parse(FILE *f, const char *path, accel__ynode **out)
     yaml_parser_set_input_file(&c.p, f);
     accel__ynode *root = NULL;
     accel_status st = ACCEL_OK;
-    /* stream start, then a document start or the stream end (an empty file) */
-    for (int done = 0; st == ACCEL_OK && !done;) {
+    /* Stream start, at most one document, stream end. The whole stream is read: a second
+     * document ("---" again) is refused, as yaml.safe_load refuses it ("expected a single
+     * document"), instead of its keys being silently dropped; so is a syntax error after the
+     * first document's end ("..."). */
+    for (int done = 0, n_docs = 0; st == ACCEL_OK && !done;) {
         yaml_event_t ev;
         st = next_event(&c, &ev);
         if (st != ACCEL_OK) {
             break;
         }
-        if (ev.type == YAML_STREAM_START_EVENT || ev.type == YAML_DOCUMENT_START_EVENT) {
-            yaml_event_delete(&ev);
-        } else if (ev.type == YAML_STREAM_END_EVENT || ev.type == YAML_DOCUMENT_END_EVENT) {
-            yaml_event_delete(&ev);
-            done = 1; /* only the first document counts, as yaml.safe_load refuses more */
-        } else if (root == NULL) {
-            st = parse_node(&c, &ev, 0, &root);
-        } else {
-            yaml_event_delete(&ev);
+        if (ev.type == YAML_DOCUMENT_START_EVENT && ++n_docs > 1) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "config file %s, line %d: a second YAML document; a config file "
+                               "holds one (remove the '---' line and merge the keys)",
+                               path, (int)ev.start_mark.line + 1);
+        } else if (ev.type == YAML_STREAM_END_EVENT) {
+            done = 1;
+        } else if (ev.type != YAML_STREAM_START_EVENT && ev.type != YAML_DOCUMENT_START_EVENT &&
+                   ev.type != YAML_DOCUMENT_END_EVENT) {
+            st = parse_node(&c, &ev, 0, &root); /* consumes ev */
+            continue;
         }
+        yaml_event_delete(&ev);
     }
     yaml_parser_delete(&c.p);
     if (st == ACCEL_OK && root == NULL) {
@@ -325,21 +405,36 @@ accel_status accel__ytree_parse(FILE *f, const char *path, accel__ynode **out)
 
 /* ---- writing ---- */
 
-/* Indices of a mapping's keys in sorted order (what yaml.safe_dump writes). */
+typedef struct key_ix {
+    const char *key;
+    int ix;
+} key_ix;
+
+static int cmp_key_ix(const void *a, const void *b)
+{
+    return strcmp(((const key_ix *)a)->key, ((const key_ix *)b)->key);
+}
+
+/* Indices of a mapping's keys in sorted order (what yaml.safe_dump writes); keys are unique,
+ * so the order is total. qsort: an insertion sort took minutes for 300,000 keys. */
 static int *sorted_keys(const accel__ynode *map)
 {
-    int *ix = accel__malloc((size_t)(map->n > 0 ? map->n : 1) * sizeof(int));
-    if (ix == NULL) {
+    size_t n = (size_t)(map->n > 0 ? map->n : 1);
+    int *ix = accel__malloc(n * sizeof(int));
+    key_ix *k = accel__malloc(n * sizeof(key_ix));
+    if (ix == NULL || k == NULL) {
+        accel__free(ix);
+        accel__free(k);
         return NULL;
     }
     for (int i = 0; i < map->n; i++) {
-        ix[i] = i;
-        for (int j = i; j > 0 && strcmp(map->keys[ix[j - 1]], map->keys[ix[j]]) > 0; j--) {
-            int t = ix[j];
-            ix[j] = ix[j - 1];
-            ix[j - 1] = t;
-        }
+        k[i] = (key_ix){map->keys[i], i};
     }
+    qsort(k, (size_t)map->n, sizeof(key_ix), cmp_key_ix);
+    for (int i = 0; i < map->n; i++) {
+        ix[i] = k[i].ix;
+    }
+    accel__free(k);
     return ix;
 }
 

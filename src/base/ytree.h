@@ -28,7 +28,7 @@ struct accel__ynode {
 /* Parses the YAML (or JSON) document in f; `path` names the file in messages. A file without
  * any document gives an empty mapping. Errors (ACCEL_EINVAL): YAML syntax ("config file P:
  * YAML error at line L: ..."), an alias, a non-scalar or duplicate key, nesting deeper than
- * 32. */
+ * 32, a second document. */
 accel_status accel__ytree_parse(FILE *f, const char *path, accel__ynode **out);
 
 /* Builders: a scalar (copied), an empty mapping or sequence. NULL when out of memory (the

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fs.h"
 #include "ckpt/state.h"
@@ -141,6 +142,12 @@ accel_status accel_merge_weights(const char *checkpoint_dir, const char *output_
     }
     uint64_t max = 0;
     ACCEL_TRY(accel_parse_size(max_shard_size ? max_shard_size : "10GB", &max));
+    struct stat sb;
+    if (stat(checkpoint_dir, &sb) == 0 && !S_ISDIR(sb.st_mode)) {
+        /* "does not exist" would send the user looking for a file that is right there. */
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s: checkpoint folder %s is %s, not a folder",
+                             who, checkpoint_dir, accel__file_kind(sb.st_mode));
+    }
     if (!accel__is_dir(checkpoint_dir)) {
         return accel__seterr(NULL, ACCEL_ENOTFOUND, "%s: checkpoint folder %s does not exist", who,
                              checkpoint_dir);

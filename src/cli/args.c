@@ -210,6 +210,10 @@ static int parse_one(const cli_verb *verb, int argc, char **argv, int *i, cli_ar
         out->help = 1;
         return 0;
     }
+    if (strncmp(arg, "--help=", 7) == 0) { /* not "unknown option '--help'" */
+        cli_usage_error(verb, "option '--help' takes no value");
+        return -1;
+    }
     if (arg[1] == '-') {
         const char *name = arg + 2;
         const char *eq = strchr(name, '=');

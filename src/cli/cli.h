@@ -102,6 +102,11 @@ void cli_usage_error(const cli_verb *verb, const char *fmt, ...)
 #endif
     ;
 
+/* What is wrong with `addr` as the main process's address (--main_process_ip, the config
+ * key, `accel config`'s answer): NULL when it can be a host name or an IPv4/IPv6 address, else
+ * a static message (empty, "host:port", "[v6]", longer than a host name can be). */
+const char *cli_address_problem(const char *addr);
+
 /* Verbs (one file each). */
 extern const cli_verb cli_verb_launch;
 extern const cli_verb cli_verb_config;

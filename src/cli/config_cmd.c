@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "base/config.h"
@@ -132,18 +133,43 @@ static int set_fixed(accel__ynode *m)
            set(m, "tpu_env", accel__ynode_seq());
 }
 
-/* The file to write: --config_file, else the default location (its folder created). */
+/* The file to write (or update): --config_file, else the default location. Refused before
+ * anything is asked or written: an empty path, one too long to be a path (it used to be cut
+ * to fit, and the file written elsewhere), a directory. Returns 0, or -1 after saying why. */
 static int target(const cli_verb *verb, const char *given, char *out, size_t cap)
 {
-    if (given != NULL) {
-        snprintf(out, cap, "%s", given);
-    } else {
-        accel__config_default_path(out, cap);
+    size_t len = given != NULL ? (size_t)snprintf(out, cap, "%s", given)
+                               : accel__config_default_path(out, cap);
+    const char *what = given != NULL ? "--config_file" : "the default config file";
+    if (len == 0) {
+        fprintf(stderr, "accel %s: error: --config_file is empty: give the path of a file\n",
+                verb->name);
+        return -1;
     }
-    char *slash = strrchr(out, '/');
-    if (slash != NULL && slash != out) {
+    if (len >= cap) {
+        fprintf(stderr,
+                "accel %s: error: %s %.64s...: the path is %zu bytes long, more than a path can "
+                "be (%zu)\n",
+                verb->name, what, out, len, cap - 1);
+        return -1;
+    }
+    if (accel__is_dir(out)) {
+        fprintf(stderr,
+                "accel %s: error: %s %s is a directory: give the path of a file in it (e.g. "
+                "%s/default_config.yaml)\n",
+                verb->name, what, out, out);
+        return -1;
+    }
+    return 0;
+}
+
+/* Creates the missing folders above the file to write. */
+static int make_parent(const cli_verb *verb, char *path)
+{
+    char *slash = strrchr(path, '/');
+    if (slash != NULL && slash != path) {
         *slash = '\0';
-        accel_status st = accel__mkdirs(out);
+        accel_status st = accel__mkdirs(path);
         *slash = '/';
         if (st != ACCEL_OK) {
             fprintf(stderr, "accel %s: error: %s\n", verb->name, accel_last_error(NULL));
@@ -208,20 +234,39 @@ static int ask(prompt *p, accel__ynode *m)
     if (multi_machine) {
         char *ranks[64];
         char names[64][16];
-        int n_ranks = machines < 64 ? (int)machines : 64, r;
+        int n_ranks = machines < 64 ? (int)machines : 64, r = 0;
         for (int i = 0; i < n_ranks; i++) {
             snprintf(names[i], sizeof(names[i]), "%d", i);
             ranks[i] = names[i];
         }
-        if (prompt_choice(p, "What is the rank of this machine?", (const char *const *)ranks,
-                          n_ranks, 0, &r) != 0 ||
-            prompt_text(p, "What is the IP address of the machine that will host the main "
-                           "process? ",
-                        NULL, ip, sizeof(ip)) != 0 ||
-            prompt_int(p, "What is the port you will use to communicate with the main process? ",
+        /* A menu up to 64 machines; beyond, a number (the menu used to stop at 63, and the
+         * higher ranks could not be chosen at all). */
+        long rank_l = 0;
+        if (machines <= 64 ? prompt_choice(p, "What is the rank of this machine?",
+                                           (const char *const *)ranks, n_ranks, 0, &r) != 0
+                           : prompt_int(p, "What is the rank of this machine? [0]: ", 0, 0,
+                                        machines - 1, &rank_l) != 0) {
+            return -1;
+        }
+        r = machines <= 64 ? r : (int)rank_l;
+        /* The address is checked as accel launch checks it, and asked again. */
+        for (const char *problem = "";;) {
+            if (prompt_text(p,
+                            "What is the IP address of the machine that will host the main "
+                            "process? ",
+                            NULL, ip, sizeof(ip)) != 0) {
+                return -1;
+            }
+            if ((problem = cli_address_problem(ip)) == NULL) {
+                break;
+            }
+            printf("Please enter a host name or an address: %s.\n", problem);
+        }
+        if (prompt_int(p, "What is the port you will use to communicate with the main process? ",
                        -1, 0, 65535, &port) != 0 ||
-            prompt_yes_no(p, "Are all the machines on the same local network? Answer `no` if "
-                             "nodes are on the cloud and/or on different network hosts [YES/no]: ",
+            prompt_yes_no(p,
+                          "Are all the machines on the same local network? Answer `no` if "
+                          "nodes are on the cloud and/or on different network hosts [YES/no]: ",
                           1, &same_network) != 0) {
             return -1;
         }
@@ -261,8 +306,17 @@ static int ask(prompt *p, accel__ynode *m)
         const char *what = use_cpu ? "processes" : "GPU(s)";
         char q[128];
         snprintf(q, sizeof(q), "How many %s should be used for distributed training? [1]:", what);
-        if (prompt_int(p, q, 1, 1, 1 << 20, &procs) != 0) {
-            return -1;
+        /* accel launch's range, and the total over the machines must share equally. */
+        for (;;) {
+            if (prompt_int(p, q, 1, 1, 4096, &procs) != 0) {
+                return -1;
+            }
+            if (procs % machines == 0) {
+                break;
+            }
+            printf("Please enter a multiple of the number of machines (%ld): it is the total "
+                   "over all machines.\n",
+                   machines);
         }
     }
     if (type == TYPE_MULTI_GPU && machines == 1 && procs == 1) {
@@ -324,13 +378,16 @@ static int run_config(const cli_verb *verb, int argc, char **argv)
                         argv[a.first_positional]);
         return CLI_EXIT_USAGE;
     }
-    char path[1024];
+    char path[4096];
+    /* The target is checked before the questions, so that no answer is typed in vain. */
+    if (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0) {
+        return 1;
+    }
     prompt p;
     prompt_init(&p);
     accel__ynode *m = accel__ynode_map();
     int rc = m == NULL || ask(&p, m) != 0 ? (p.interrupted ? 130 : 1) : 0;
-    if (rc == 0 && (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0 ||
-                    write_config(verb, m, path) != 0)) {
+    if (rc == 0 && (make_parent(verb, path) != 0 || write_config(verb, m, path) != 0)) {
         rc = 1;
     }
     if (rc == 0) {
@@ -354,15 +411,18 @@ static int run_default(const cli_verb *verb, int argc, char **argv)
         cli_usage_error(verb, "--mixed_precision expects no, fp16 or bf16, got '%s'", mp);
         return CLI_EXIT_USAGE;
     }
-    char path[1024];
+    char path[4096];
     if (target(verb, cli_value(verb, &a, "config_file"), path, sizeof(path)) != 0) {
         return 1;
     }
-    if (accel__is_file(path) || accel__is_dir(path)) {
+    if (access(path, F_OK) == 0) {
         printf("Configuration already exists at %s, will not override. Run `accel config` "
                "manually or pass a different `--config_file`.\n",
                path);
         return 0;
+    }
+    if (make_parent(verb, path) != 0) {
+        return 1;
     }
     /* write_basic_config on a machine without accelerators: one process on the CPU. */
     char lower[8];
@@ -455,11 +515,9 @@ static int run_update(const cli_verb *verb, int argc, char **argv)
         return status;
     }
     const char *given = cli_value(verb, &a, "config_file");
-    char path[1024];
-    if (given != NULL) {
-        snprintf(path, sizeof(path), "%s", given);
-    } else {
-        accel__config_default_path(path, sizeof(path));
+    char path[4096];
+    if (target(verb, given, path, sizeof(path)) != 0) {
+        return 1;
     }
     if (!accel__is_file(path)) {
         fprintf(stderr, "accel %s: error: there is no config file at %s%s\n", verb->name, path,

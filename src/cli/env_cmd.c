@@ -166,6 +166,22 @@ static int run_env(const cli_verb *verb, int argc, char **argv)
         const char *cur = getenv(v->name);
         printf("  %-40s %-6s %-14s %-10s %s\n", v->name, env_type_name(v->type),
                cur ? cur : "(unset)", v->dflt ? v->dflt : "-", v->doc);
+        /* A value the library will refuse is marked here, not only when a program starts. */
+        long long i;
+        double r;
+        int b;
+        accel_status st = v->type == ACCEL__ENV_INT    ? accel__env_int(v->name, &i)
+                          : v->type == ACCEL__ENV_REAL ? accel__env_real(v->name, &r)
+                          : v->type == ACCEL__ENV_BOOL ? accel__env_bool(v->name, &b)
+                                                       : ACCEL_OK;
+        if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
+            printf("    ^ invalid: %s\n", accel_last_error(NULL));
+        } else if (strcmp(v->name, "ACCEL_LOG_LEVEL") == 0 && cur != NULL && cur[0] != '\0' &&
+                   accel__log_parse_level(cur) < 0) {
+            printf("    ^ invalid: environment variable ACCEL_LOG_LEVEL=\"%s\" is not one of "
+                   "debug, info, warn, error, off\n",
+                   cur);
+        }
     }
     return 0;
 }

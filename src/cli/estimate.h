@@ -23,6 +23,7 @@ typedef struct cli_mem_model {
     uint64_t numel; /* all parameter elements (tied weights once) */
     int n_units, cap_units;
     cli_mem_unit *units;   /* in model order; owned */
+    int *slots, n_slots;   /* hash of the units' names: unit index + 1, 0 empty; owned */
     int largest;           /* index of the largest unit (the first of equal ones) */
     uint64_t gather_numel; /* ZeRO-3: the most parameters gathered at once (estimate_model.c) */
 } cli_mem_model;

@@ -84,6 +84,21 @@ static int reorder_args(const cli_verb *verb, int argc, char **argv, char **out,
         if (strchr(name, '=') != NULL) {
             continue;
         }
+        /* A value-taking option that ends the line would take the "--" added below as its
+         * value ("unknown dtype '--'", "--n_layer ... not '--'"). */
+        int takes_value = strcmp(name, "dtypes") == 0;
+        for (int k = 0; !takes_value && verb->options[k].name != NULL; k++) {
+            const char *o = verb->options[k].name;
+            int same = strlen(o) == strlen(name);
+            for (size_t j = 0; same && o[j] != '\0'; j++) {
+                same = o[j] == name[j] || (o[j] == '_' && name[j] == '-');
+            }
+            takes_value = same && verb->options[k].takes_value;
+        }
+        if (takes_value && i + 1 >= argc) {
+            cli_usage_error(verb, "option '%s' needs a value", a);
+            return -1;
+        }
         if (strcmp(name, "dtypes") == 0 && i + 1 < argc) {
             /* Every following word that names a dtype (or the first one whatever it is, so
              * that a wrong name is reported as a bad value). */
@@ -375,7 +390,11 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
     }
     int n_args = reorder_args(verb, argc, argv, args, joined, sizeof(joined));
     cli_args a;
-    int status;
+    int status = CLI_EXIT_USAGE;
+    if (n_args < 0) {
+        accel__free(args);
+        return status;
+    }
     int64_t n_ranks = 1, dims[6];
     int rows[CLI_MEM_N_DTYPES], n_rows = 0;
     static const char *const gpt_flags[] = {"n_layer",    "n_embd",      "n_head",
@@ -388,6 +407,11 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
     for (int i = 0; i < 6; i++) {
         gpt |= cli_given(verb, &a, gpt_flags[i]);
     }
+    /* The dtypes first: "--dtypes config.json" takes the file as a dtype (argparse's nargs='+'
+     * too), and that, not "give a MODEL", is what to say. */
+    if (parse_dtypes(verb, cli_value(verb, &a, "dtypes"), rows, &n_rows) != 0) {
+        goto out;
+    }
     int n_pos = n_args - a.first_positional;
     if (n_pos > 1 || (n_pos == 1 && gpt) || (n_pos == 0 && !gpt)) {
         cli_usage_error(verb, n_pos > 1    ? "give one MODEL"
@@ -396,12 +420,12 @@ static int run_estimate(const cli_verb *verb, int argc, char **argv)
                                              "folder) or describe a GPT with --n_layer etc.");
         goto out;
     }
-    if (parse_count(verb, &a, "num_processes", 1 << 20, &n_ranks) != 0 ||
-        parse_dtypes(verb, cli_value(verb, &a, "dtypes"), rows, &n_rows) != 0) {
+    if (parse_count(verb, &a, "num_processes", 1 << 20, &n_ranks) != 0) {
         goto out;
     }
     for (int i = 0; gpt && i < 5; i++) {
-        if (parse_count(verb, &a, gpt_flags[i], 1L << 30, &dims[i]) != 0) {
+        /* One unit per layer is made: 2^20 layers at most (a few seconds, tens of MB). */
+        if (parse_count(verb, &a, gpt_flags[i], i == 0 ? 1L << 20 : 1L << 30, &dims[i]) != 0) {
             goto out;
         }
     }

@@ -36,25 +36,101 @@ static int fail(const char *fmt, ...)
     return -1;
 }
 
+/* Counts saturate at UINT64_MAX instead of wrapping: a config with absurd fields (n_embd 2^30)
+ * used to wrap into a small, plausible and wrong total. check_size refuses what saturated. */
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    uint64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+/* At most 2^56 parameters: their bytes (up to ~20 per parameter in training) fit in 64 bits.
+ * More layers than MAX_LAYERS are refused before the units are made (one unit per layer: 2^30
+ * layers took minutes and tens of GB). */
+#define MAX_NUMEL (1ULL << 56)
+#define MAX_LAYERS (1ULL << 20)
+
+static int check_size(const cli_mem_model *m, const char *what)
+{
+    if (m->numel > MAX_NUMEL) {
+        return fail("%s: the model would have more than 2^56 parameters, more than this command "
+                    "can count (is a dimension far too large?)",
+                    what);
+    }
+    return 0;
+}
+
 void cli_mem_free(cli_mem_model *m)
 {
     for (int i = 0; i < m->n_units; i++) {
         accel__free(m->units[i].name);
     }
     accel__free(m->units);
+    accel__free(m->slots);
     memset(m, 0, sizeof(*m));
 }
 
-/* Adds numel to the unit called `name`, creating it at the end when new. The lookup starts
- * from the last unit: tensors of one unit come together in every file we read. */
-static int add_to_unit(cli_mem_model *m, const char *name, uint64_t numel)
+static size_t name_hash(const char *s)
 {
-    for (int i = m->n_units - 1; i >= 0; i--) {
-        if (strcmp(m->units[i].name, name) == 0) {
-            m->units[i].numel += numel;
-            m->numel += numel;
-            return 0;
-        }
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (; *s != '\0'; s++) {
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+/* The slot of `name` in m->slots: the one holding it, or the empty one where it goes. */
+static int *name_slot(const cli_mem_model *m, const char *name)
+{
+    size_t mask = (size_t)m->n_slots - 1;
+    size_t i = name_hash(name) & mask;
+    while (m->slots[i] != 0 && strcmp(m->units[m->slots[i] - 1].name, name) != 0) {
+        i = (i + 1) & mask;
+    }
+    return &m->slots[i];
+}
+
+/* Keeps the hash at most half full; -1 when out of memory. */
+static int grow_slots(cli_mem_model *m)
+{
+    if (2 * (m->n_units + 1) <= m->n_slots) {
+        return 0;
+    }
+    int n = m->n_slots ? 2 * m->n_slots : 256;
+    int *old = m->slots;
+    m->slots = accel__calloc((size_t)n, sizeof(int));
+    if (m->slots == NULL) {
+        m->slots = old;
+        return fail("out of memory");
+    }
+    m->n_slots = n;
+    for (int u = 0; u < m->n_units; u++) {
+        *name_slot(m, m->units[u].name) = u + 1;
+    }
+    accel__free(old);
+    return 0;
+}
+
+/* Adds numel to the unit called `name`, creating it at the end when new. The names are
+ * hashed: a scan of every earlier unit made a file of 200,000 differently named tensors (or
+ * 2^20 layers) quadratic, minutes. */
+static int add_unit(cli_mem_model *m, const char *name, uint64_t numel)
+{
+    if (grow_slots(m) != 0) {
+        return -1;
+    }
+    int *slot = name_slot(m, name);
+    if (*slot != 0) {
+        cli_mem_unit *u = &m->units[*slot - 1];
+        u->numel = sat_add(u->numel, numel);
+        m->numel = sat_add(m->numel, numel);
+        return 0;
     }
     if (m->n_units == m->cap_units) {
         int cap = m->cap_units ? 2 * m->cap_units : 64;
@@ -70,10 +146,12 @@ static int add_to_unit(cli_mem_model *m, const char *name, uint64_t numel)
         return fail("out of memory");
     }
     m->units[m->n_units++] = (cli_mem_unit){copy, numel};
-    m->numel += numel;
+    *slot = m->n_units;
+    m->numel = sat_add(m->numel, numel);
     return 0;
 }
 
+/* A unit named by a format. */
 static int add_unitf(cli_mem_model *m, uint64_t numel, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -86,7 +164,7 @@ static int add_unitf(cli_mem_model *m, uint64_t numel, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(name, sizeof(name), fmt, ap);
     va_end(ap);
-    return add_to_unit(m, name, numel);
+    return add_unit(m, name, numel);
 }
 
 /* A unit named after its position in a layer list ("model.layers.3") is a block. */
@@ -136,15 +214,18 @@ typedef struct gpt2_dims {
 static int gpt2_units(cli_mem_model *m, const gpt2_dims *d)
 {
     uint64_t c = d->width, i = d->inner;
-    uint64_t block = 4 * c + (3 * c * c + 3 * c) + (c * c + c) + (c * i + i) + (i * c + c);
-    int rc = add_unitf(m, d->vocab * c, "transformer.wte");
-    rc = rc ? rc : add_unitf(m, d->positions * c, "transformer.wpe");
+    ACCEL_ASSERT(d->layers <= MAX_LAYERS); /* checked by both callers, naming flag or field */
+    /* 4c + (3c^2 + 3c) + (c^2 + c) + (ci + i) + (ic + c), saturating. */
+    uint64_t block =
+        sat_add(sat_add(sat_mul(4, sat_mul(c, c)), sat_mul(2, sat_mul(c, i))), sat_add(9 * c, i));
+    int rc = add_unitf(m, sat_mul(d->vocab, c), "transformer.wte");
+    rc = rc ? rc : add_unitf(m, sat_mul(d->positions, c), "transformer.wpe");
     for (uint64_t l = 0; rc == 0 && l < d->layers; l++) {
         rc = add_unitf(m, block, "transformer.h.%llu", (unsigned long long)l);
     }
     rc = rc ? rc : add_unitf(m, 2 * c, "transformer.ln_f");
     if (rc == 0 && !d->tied) {
-        rc = add_unitf(m, d->vocab * c, "lm_head");
+        rc = add_unitf(m, sat_mul(d->vocab, c), "lm_head");
     }
     return rc;
 }
@@ -166,6 +247,9 @@ int cli_mem_from_gpt(cli_mem_model *m, const cli_mem_gpt *g)
                         (long long)dims[k].v);
         }
     }
+    if ((uint64_t)g->n_layer > MAX_LAYERS) {
+        return fail("--n_layer must be an integer in [1, 2^20], not %lld", (long long)g->n_layer);
+    }
     if (g->n_embd % g->n_head != 0) {
         return fail("--n_embd %lld is not a multiple of --n_head %lld", (long long)g->n_embd,
                     (long long)g->n_head);
@@ -177,7 +261,7 @@ int cli_mem_from_gpt(cli_mem_model *m, const cli_mem_gpt *g)
              "%lld, %lld positions, %s embeddings",
              (long long)g->n_layer, (long long)g->n_embd, (long long)g->n_head,
              (long long)g->vocab_size, (long long)g->n_positions, g->tied ? "tied" : "untied");
-    if (gpt2_units(m, &d) != 0) {
+    if (gpt2_units(m, &d) != 0 || check_size(m, "the GPT of the flags") != 0) {
         cli_mem_free(m);
         return -1;
     }
@@ -255,6 +339,10 @@ static int from_gpt2_config(cli_mem_model *m, const accel__ynode *root, const ch
         cfg_bool(root, path, "tie_word_embeddings", 1, &d.tied)) {
         return -1;
     }
+    if (d.layers > MAX_LAYERS) {
+        return fail("%s: n_layer %llu: more than %llu is not a model this command counts", path,
+                    (unsigned long long)d.layers, (unsigned long long)MAX_LAYERS);
+    }
     if (d.width % heads != 0) {
         return fail("%s: n_embd %llu is not a multiple of n_head %llu", path,
                     (unsigned long long)d.width, (unsigned long long)heads);
@@ -300,26 +388,32 @@ static int from_llama_config(cli_mem_model *m, const accel__ynode *root, const c
         return fail("%s: num_attention_heads %llu is not a multiple of num_key_value_heads %llu",
                     path, (unsigned long long)heads, (unsigned long long)kv);
     }
+    if (layers > MAX_LAYERS) {
+        return fail("%s: num_hidden_layers %llu: more than %llu is not a model this command "
+                    "counts",
+                    path, (unsigned long long)layers, (unsigned long long)MAX_LAYERS);
+    }
     int qkv_bias = attn_bias || strcmp(model_type, "qwen2") == 0;
-    uint64_t q = heads * head_dim, k = kv * head_dim;
-    uint64_t attn = h * q + 2 * h * k + q * h;
-    attn += qkv_bias ? q + 2 * k : 0;
-    attn += attn_bias ? h : 0;
-    uint64_t mlp = 3 * h * inter + (mlp_bias ? 2 * inter + h : 0);
-    uint64_t layer = attn + mlp + 2 * h;
+    uint64_t q = sat_mul(heads, head_dim), k = sat_mul(kv, head_dim);
+    /* h*q + 2*h*k + q*h (+ biases), saturating. */
+    uint64_t attn = sat_add(sat_mul(2, sat_mul(h, q)), sat_mul(2, sat_mul(h, k)));
+    attn = sat_add(attn, qkv_bias ? sat_add(q, sat_mul(2, k)) : 0);
+    attn = sat_add(attn, attn_bias ? h : 0);
+    uint64_t mlp = sat_add(sat_mul(3, sat_mul(h, inter)), mlp_bias ? 2 * inter + h : 0);
+    uint64_t layer = sat_add(sat_add(attn, mlp), 2 * h);
     snprintf(m->what, sizeof(m->what),
              "Llama-style config %s (%s): %llu layers, hidden %llu, intermediate %llu, %llu "
              "heads (%llu key/value), vocabulary %llu, %s embeddings",
              path, model_type[0] ? model_type : "no model_type", (unsigned long long)layers,
              (unsigned long long)h, (unsigned long long)inter, (unsigned long long)heads,
              (unsigned long long)kv, (unsigned long long)vocab, tied ? "tied" : "untied");
-    int rc = add_unitf(m, vocab * h, "model.embed_tokens");
+    int rc = add_unitf(m, sat_mul(vocab, h), "model.embed_tokens");
     for (uint64_t l = 0; rc == 0 && l < layers; l++) {
         rc = add_unitf(m, layer, "model.layers.%llu", (unsigned long long)l);
     }
     rc = rc ? rc : add_unitf(m, h, "model.norm");
     if (rc == 0 && !tied) {
-        rc = add_unitf(m, vocab * h, "lm_head");
+        rc = add_unitf(m, sat_mul(vocab, h), "lm_head");
     }
     return rc;
 }
@@ -384,7 +478,7 @@ static int count_tensor(cli_mem_model *m, const accel_safetensors *st, size_t i)
     }
     char unit[512];
     unit_of(accel_safetensors_name(st, i), unit, sizeof(unit));
-    return add_to_unit(m, unit, (uint64_t)accel_tensor_numel(&t));
+    return add_unit(m, unit, (uint64_t)accel_tensor_numel(&t));
 }
 
 static int open_safetensors(accel_safetensors **st, const char *path)
@@ -554,6 +648,7 @@ int cli_mem_from_path(cli_mem_model *m, const char *path)
     if (rc == 0 && m->numel == 0) {
         rc = fail("%s: the model has no parameter", path);
     }
+    rc = rc == 0 ? check_size(m, path) : rc;
     if (rc != 0) {
         cli_mem_free(m);
         return -1;

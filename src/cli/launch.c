@@ -111,6 +111,43 @@ static int resolve_program(const cli_verb *verb, const char *prog, char *out, si
     return -1;
 }
 
+/* A script whose "#!" line names an interpreter that is not there fails in execv with ENOENT,
+ * which reads as if the script itself were missing ("cannot run './train.sh': No such file or
+ * directory"). Checked here, before anything starts, naming the interpreter. Returns 0, or -1
+ * after a usage error. Other formats are the kernel's to judge (binfmt_misc). */
+static int check_interpreter(const cli_verb *verb, const char *prog, const char *path)
+{
+    char line[256];
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        return 0; /* execv says why (a file that is executable but not readable runs fine) */
+    }
+    size_t k = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[k] = '\0';
+    if (k < 2 || line[0] != '#' || line[1] != '!') {
+        return 0;
+    }
+    /* The kernel's parse: blanks, then the interpreter up to a blank or the line's end. */
+    char *interp = line + 2 + strspn(line + 2, " \t");
+    size_t len = strcspn(interp, " \t\r\n");
+    if (interp + len == line + sizeof(line) - 1) {
+        return 0; /* a name longer than this buffer: the kernel refuses it, execv says so */
+    }
+    interp[len] = '\0';
+    if (len == 0) {
+        cli_usage_error(verb, "program '%s' starts with '#!' but names no interpreter", prog);
+        return -1;
+    }
+    int e = check_exec(interp);
+    if (e != 0) {
+        cli_usage_error(verb, "program '%s': its interpreter '%s' (its '#!' line) %s", prog, interp,
+                        e == ENOENT ? "does not exist" : "is not an executable file");
+        return -1;
+    }
+    return 0;
+}
+
 /* Creates dir and its missing parents (mkdir -p). */
 static int make_dirs(const char *dir)
 {
@@ -296,7 +333,9 @@ static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
         *outcome = LAUNCH_NOT_STARTED;
         return 1;
     }
-    int rc = launch_supervise(lc, outcome);
+    launch_config attempt = *lc;
+    attempt.append_logs = restart > 0;
+    int rc = launch_supervise(&attempt, outcome);
     if (rdzv != NULL) {
         rc = launch_rdzv_finish(rdzv, rc, *outcome, again);
     }
@@ -319,12 +358,24 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     cpu_set_t *cpusets = NULL;
     launch_rdzv *rdzv = NULL;
     char path[4096];
+    /* The program first: a typo in its name must not leave a new log directory behind. */
+    if (resolve_program(verb, s.program, path, sizeof(path)) != 0 ||
+        check_interpreter(verb, s.program, path) != 0) {
+        goto out;
+    }
+    struct stat ld;
+    if (s.log_dir != NULL && s.tee != 0 && s.log_dir[0] == '\0') {
+        cli_usage_error(verb, "--log_dir is empty: give a directory");
+        goto out;
+    }
     if (s.log_dir != NULL && s.tee != 0 &&
         (make_dirs(s.log_dir) != 0 || access(s.log_dir, W_OK) != 0)) {
         cli_usage_error(verb, "log directory '%s' is not writable: %s", s.log_dir, strerror(errno));
         goto out;
     }
-    if (resolve_program(verb, s.program, path, sizeof(path)) != 0) {
+    if (s.log_dir != NULL && s.tee != 0 && (stat(s.log_dir, &ld) != 0 || !S_ISDIR(ld.st_mode))) {
+        /* mkdir -p accepts an existing file; each log file would then fail on its own. */
+        cli_usage_error(verb, "log directory '%s' is not a directory", s.log_dir);
         goto out;
     }
     rc = 1;

@@ -87,6 +87,8 @@ typedef struct launch_config {
     /* When not NULL, child r is bound to cpusets[r] before exec (--cpu_affinity). */
     const cpu_set_t *cpusets;
     const launch_watch *watch; /* NULL on one machine */
+    int append_logs; /* a restart: the log files are appended to, so earlier attempts' output
+                      * (the failure that caused the restart) is kept */
 } launch_config;
 
 /* How a supervised attempt ended. */
@@ -161,10 +163,12 @@ typedef struct relay_stream relay_stream;
 /*
  * Creates a stream reading `fd` (owned: closed at EOF or by relay_free) for rank `rank`.
  * console_fd: where lines go (1 or 2); prefix: prepend "[rank<r>]: " to every line;
- * file_fd: tee file (owned) or -1; keep_tail: remember the last lines for the failure summary.
- * Returns NULL when out of memory.
+ * file_fd: tee file (owned) or -1, file_name its path (copied; named once on stderr if a write
+ * to it fails, e.g. a full disk: the output then goes on to the console only); keep_tail:
+ * remember the last lines for the failure summary. Returns NULL when out of memory.
  */
-relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_fd, int keep_tail);
+relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_fd,
+                        const char *file_name, int keep_tail);
 void relay_free(relay_stream *s);
 /* The pipe's fd, or -1 once closed. */
 int relay_fd(const relay_stream *s);
@@ -178,8 +182,9 @@ void relay_drain(relay_stream *s);
  * of lines written. */
 int relay_print_tail(const relay_stream *s, const char *indent);
 
-/* write(2) of all n bytes, retrying on EINTR and short writes; errors are ignored (the
- * launcher's own output may be a closed pipe). */
-void relay_write_all(int fd, const void *buf, size_t n);
+/* write(2) of all n bytes, retrying on EINTR and short writes. Returns 0, or the errno of
+ * the write that failed (callers writing to the launcher's own output ignore it: that may be
+ * a closed pipe). */
+int relay_write_all(int fd, const void *buf, size_t n);
 
 #endif /* ACCEL_CLI_LAUNCH_H */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
@@ -355,9 +356,8 @@ static int check_paradigm(const cli_verb *verb, const cli_args *a, const launch_
     return 0;
 }
 
-/* torchrun's --rdzv_conf "key=value,...": the keys that set how long the launchers wait for
- * each other are honoured; torchrun's other keys are noted and ignored. */
-static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
+/* The pairs of --rdzv_conf, in buf (modified). */
+static int parse_rdzv_pairs(const cli_verb *verb, const cli_args *a, char *buf, double *timeout_s)
 {
     static const char *const ignored[] = {"read_timeout",
                                           "last_call_timeout",
@@ -368,13 +368,6 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
                                           "is_host",
                                           "store_type",
                                           "use_libuv"};
-    const char *conf = cli_value(verb, a, "rdzv_conf");
-    *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
-    if (conf == NULL) {
-        return 0;
-    }
-    char buf[1024];
-    snprintf(buf, sizeof(buf), "%s", conf);
     char *save = NULL;
     for (char *kv = strtok_r(buf, ",", &save); kv != NULL; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
@@ -409,6 +402,51 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
     return 0;
 }
 
+/* torchrun's --rdzv_conf "key=value,...": the keys that set how long the launchers wait for
+ * each other are honoured; torchrun's other keys are noted and ignored. */
+static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *timeout_s)
+{
+    const char *conf = cli_value(verb, a, "rdzv_conf");
+    *timeout_s = 600; /* torchrun's default for both the static and the c10d rendezvous */
+    if (conf == NULL) {
+        return 0;
+    }
+    /* A copy of the whole value: a fixed buffer cut long ones, and the cut pair was then
+     * misreported ("expected KEY=VALUE") or the pairs after it silently dropped. */
+    char *buf = accel__strdup(conf);
+    if (buf == NULL) {
+        return fail_value(verb, a, "rdzv_conf", "out of memory");
+    }
+    int rc = parse_rdzv_pairs(verb, a, buf, timeout_s);
+    accel__free(buf);
+    return rc;
+}
+
+const char *cli_address_problem(const char *addr)
+{
+    /* The address is resolved later (rdzv.c); "host:port" would be looked up as a host name
+     * and fail as "cannot resolve" without saying why. */
+    const char *colon = strchr(addr, ':');
+    if (addr[0] == '\0') {
+        return "expected a host name or an address";
+    } else if (colon != NULL && strchr(colon + 1, ':') == NULL) { /* one colon: not IPv6 */
+        return "give the address alone and the port with --main_process_port "
+               "(main_process_port in the config file)";
+    } else if (strlen(addr) > 253) { /* RFC 1035's longest name; IPv6 addresses are shorter */
+        return "longer than a host name can be (253 characters)";
+    } else if (addr[0] == '[') {
+        return "give an IPv6 address without brackets (::1, not [::1])";
+    }
+    return NULL;
+}
+
+/* --main_process_ip (or the key), named with its source when it cannot be an address. */
+static int check_address(const cli_verb *verb, const cli_args *a, const char *addr)
+{
+    const char *problem = cli_address_problem(addr);
+    return problem == NULL ? 0 : fail_value(verb, a, "main_process_ip", "%s", problem);
+}
+
 /* The flags of several machines: the rendezvous, its timeout, mpirun, --preflight. */
 static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_settings *s)
 {
@@ -423,11 +461,20 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
     s->preflight = cli_given(verb, a, "preflight");
     s->mpirun_hostfile = cli_value(verb, a, "mpirun_hostfile");
     s->mpirun_ccl = cli_value(verb, a, "mpirun_ccl");
-    if (s->mpirun_hostfile != NULL && access(s->mpirun_hostfile, R_OK) != 0) {
+    struct stat st;
+    if (s->mpirun_hostfile != NULL &&
+        (access(s->mpirun_hostfile, R_OK) != 0 || stat(s->mpirun_hostfile, &st) != 0)) {
         return fail_value(verb, a, "mpirun_hostfile", "cannot read the hostfile: %s",
                           strerror(errno));
     }
-    if (s->mpirun_ccl != NULL && strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl)) {
+    if (s->mpirun_hostfile != NULL && S_ISDIR(st.st_mode)) {
+        /* access() passes a folder, which mpirun would be handed and refuse far less clearly.
+         * (A pipe, as from <(...), is a hostfile mpirun can read.) */
+        return fail_value(verb, a, "mpirun_hostfile",
+                          "cannot read the hostfile: it is a directory");
+    }
+    if (s->mpirun_ccl != NULL && (s->mpirun_ccl[0] == '\0' ||
+                                  strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl))) {
         return fail_value(verb, a, "mpirun_ccl", "expected a number of workers");
     }
     if (s->num_machines > 1 && s->mpirun_hostfile == NULL &&
@@ -540,7 +587,12 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
                    procs, cli_source(verb, &a, "num_machines", src, sizeof(src)));
         goto fail;
     }
-    if (rank >= machines) {
+    if (rank >= machines && machines == 1 && !cli_given(verb, &a, "machine_rank")) {
+        /* The file's rank among its machines means nothing on one: --num_machines 1 runs a
+         * machine's config file alone (Accelerate's one-machine launch ignores it too). */
+        rank = 0;
+        s->machine_rank = 0;
+    } else if (rank >= machines) {
         fail_value(verb, &a, "machine_rank", "must be below the number of machines (%ld)",
                    machines);
         goto fail;
@@ -550,13 +602,16 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     s->gradient_accumulation_steps = (int)accum;
     s->master_addr = cli_value(verb, &a, "main_process_ip");
     s->master_addr = s->master_addr ? s->master_addr : "127.0.0.1";
+    if (check_address(verb, &a, s->master_addr) != 0) {
+        goto fail;
+    }
     if (resolve_machines(verb, &a, s) != 0) {
         goto fail;
     }
     s->gpu_ids = cli_value(verb, &a, "gpu_ids");
     if (s->gpu_ids != NULL && (strcasecmp(s->gpu_ids, "all") == 0 || s->gpu_ids[0] == '\0')) {
         s->gpu_ids = NULL;
-    } else if (s->gpu_ids != NULL && strspn(s->gpu_ids, "0123456789,") != strlen(s->gpu_ids)) {
+    } else if (s->gpu_ids != NULL && !accel__config_gpu_ids_valid(s->gpu_ids)) {
         fail_value(verb, &a, "gpu_ids", "expected all or comma-separated device ids");
         goto fail;
     }

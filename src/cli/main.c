@@ -3,6 +3,8 @@
  * its options and its run function (one file per verb); this file only dispatches, so adding
  * a verb is one line in `verbs` plus its file.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,8 +40,38 @@ static void print_main_help(FILE *f)
     fprintf(f, "\nRun 'accel <command> --help' for the options of a command.\n");
 }
 
+/* The output of a verb that prints a report (env, --help, estimate-memory, ...) may not have
+ * reached its file: `accel env > report.txt` on a full disk used to exit 0 with an empty
+ * report. Says so and fails, as coreutils do. (`launch` prints only its --help through stdio:
+ * it relays the processes' output with write(2), so a job's status is never changed here.) */
+static int check_stdout(const char *name, int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) {
+        return rc;
+    }
+    fprintf(stderr, "accel%s%s: error: cannot write the output: %s\n", name ? " " : "",
+            name ? name : "", errno != 0 ? strerror(errno) : "write error");
+    return rc != 0 ? rc : 1;
+}
+
+/* A standard stream that was closed when accel started (`2>&-`, a daemon's closed fds) would be
+ * the number the next pipe, signalfd or store socket gets: the launcher's messages written to
+ * "stderr" would then go into a rank's pipe or the rendezvous connection. Each closed one is
+ * opened on /dev/null first, so they stay what they are for the whole run. */
+static void keep_std_streams(void)
+{
+    /* In increasing order, so the lowest free number, the one open() returns, is fd itself. */
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+            (void)open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    keep_std_streams();
     if (argc < 2) {
         fprintf(stderr, "accel: error: no command given\n");
         print_main_usage(stderr);
@@ -49,11 +81,11 @@ int main(int argc, char **argv)
     const char *first = argv[1];
     if (strcmp(first, "--help") == 0 || strcmp(first, "-h") == 0 || strcmp(first, "help") == 0) {
         print_main_help(stdout);
-        return 0;
+        return check_stdout(NULL, 0);
     }
     if (strcmp(first, "--version") == 0 || strcmp(first, "-V") == 0) {
         printf("accel %s\n", ACCEL_VERSION_STRING);
-        return 0;
+        return check_stdout(NULL, 0);
     }
     if (strcmp(first, cli_verb_mpirank.name) == 0) { /* internal, not listed in --help */
         return cli_verb_mpirank.run(&cli_verb_mpirank, argc - 1, argv + 1);
@@ -61,7 +93,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_VERBS; i++) {
         if (strcmp(first, verbs[i]->name) == 0) {
             /* The verb sees argv[0] = its own name, as a program would. */
-            return verbs[i]->run(verbs[i], argc - 1, argv + 1);
+            int rc = verbs[i]->run(verbs[i], argc - 1, argv + 1);
+            return check_stdout(verbs[i]->name, rc);
         }
     }
     if (first[0] == '-') {

@@ -48,22 +48,38 @@ static int run_merge(const cli_verb *verb, int argc, char **argv)
     if (cli_begin(verb, argc, argv, &a, &status)) {
         return status;
     }
-    /* Options after the folders too (argparse's way): flags only, by name. */
+    /* Options after the folders too (argparse's way), with dashes or underscores. */
     const char *pos[2] = {NULL, NULL};
     int n_pos = 0, unsafe = cli_given(verb, &a, "unsafe_serialization"),
         remove = cli_given(verb, &a, "remove_checkpoint_dir");
     const char *max = cli_value(verb, &a, "max_shard_size");
     for (int i = a.first_positional; i < argc; i++) {
         const char *s = argv[i];
-        if (strcmp(s, "--unsafe_serialization") == 0 || strcmp(s, "--unsafe-serialization") == 0) {
+        char name[64] = "";
+        if (s[0] == '-' && s[1] == '-') {
+            snprintf(name, sizeof(name), "%.*s", (int)strcspn(s, "="), s);
+            for (char *c = name; *c; c++) {
+                *c = *c == '-' && c > name + 1 ? '_' : *c;
+            }
+        }
+        if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+            cli_print_help(verb, stdout);
+            return 0;
+        } else if ((strcmp(name, "--unsafe_serialization") == 0 ||
+                    strcmp(name, "--remove_checkpoint_dir") == 0) &&
+                   strchr(s, '=') != NULL) {
+            cli_usage_error(verb, "option '%s' takes no value", name);
+            return CLI_EXIT_USAGE;
+        } else if (strcmp(name, "--unsafe_serialization") == 0) {
             unsafe = 1;
-        } else if (strcmp(s, "--remove_checkpoint_dir") == 0 ||
-                   strcmp(s, "--remove-checkpoint-dir") == 0) {
+        } else if (strcmp(name, "--remove_checkpoint_dir") == 0) {
             remove = 1;
-        } else if (strncmp(s, "--max_shard_size=", 17) == 0) {
-            max = s + 17;
-        } else if (strcmp(s, "--max_shard_size") == 0 && i + 1 < argc) {
-            max = argv[++i];
+        } else if (strcmp(name, "--max_shard_size") == 0) {
+            if (strchr(s, '=') == NULL && i + 1 >= argc) {
+                cli_usage_error(verb, "option '--max_shard_size' needs a value");
+                return CLI_EXIT_USAGE;
+            }
+            max = strchr(s, '=') != NULL ? strchr(s, '=') + 1 : argv[++i];
         } else if (s[0] == '-' && s[1] != '\0') {
             cli_usage_error(verb, "unknown option '%s'", s);
             return CLI_EXIT_USAGE;
@@ -76,6 +92,11 @@ static int run_merge(const cli_verb *verb, int argc, char **argv)
     }
     if (n_pos < 2) {
         cli_usage_error(verb, "expected CHECKPOINT_DIR and OUTPUT");
+        return CLI_EXIT_USAGE;
+    }
+    if (pos[0][0] == '\0' || pos[1][0] == '\0') {
+        cli_usage_error(verb, "%s is empty: give the path of a folder",
+                        pos[0][0] == '\0' ? "CHECKPOINT_DIR" : "OUTPUT");
         return CLI_EXIT_USAGE;
     }
     int flags = (unsafe ? ACCEL_MERGE_UNSAFE_SERIALIZATION : 0) |

@@ -95,7 +95,7 @@ static void install_forwarding(void)
 {
     struct sigaction sa = {.sa_handler = forward};
     sigemptyset(&sa.sa_mask);
-    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2};
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
         struct sigaction old;
         /* An ignored signal (nohup) stays ignored, as in the supervisor. */

@@ -92,14 +92,15 @@ static void trim(char *s)
     memmove(s, s + k, n - k + 1);
 }
 
-/* Prints the question and reads one answer line (trimmed); -1 when the input ended. */
-static int ask_line(prompt *p, const char *question, char *out, size_t cap)
+/* Prints the question and reads one answer line (trimmed); -1 when the input ended, naming
+ * `topic` (the question itself, or a menu's title rather than its "enter a number" line). */
+static int ask_line(prompt *p, const char *question, const char *topic, char *out, size_t cap)
 {
     printf("%s", question);
     fflush(stdout);
     int last = 0;
     if (read_line(out, cap, &last) != 0) {
-        return ended(p, question, last);
+        return ended(p, topic, last);
     }
     trim(out);
     return 0;
@@ -108,7 +109,7 @@ static int ask_line(prompt *p, const char *question, char *out, size_t cap)
 int prompt_text(prompt *p, const char *question, const char *dflt, char *out, size_t cap)
 {
     for (;;) {
-        if (ask_line(p, question, out, cap) != 0) {
+        if (ask_line(p, question, question, out, cap) != 0) {
             return -1;
         }
         if (out[0] != '\0') {
@@ -126,7 +127,7 @@ int prompt_yes_no(prompt *p, const char *question, int dflt, int *out)
 {
     char line[64];
     for (;;) {
-        if (ask_line(p, question, line, sizeof(line)) != 0) {
+        if (ask_line(p, question, question, line, sizeof(line)) != 0) {
             return -1;
         }
         if (line[0] == '\0') {
@@ -149,7 +150,7 @@ int prompt_int(prompt *p, const char *question, long dflt, long lo, long hi, lon
 {
     char line[64];
     for (;;) {
-        if (ask_line(p, question, line, sizeof(line)) != 0) {
+        if (ask_line(p, question, question, line, sizeof(line)) != 0) {
             return -1;
         }
         if (line[0] == '\0' && dflt >= lo && dflt <= hi) {
@@ -247,7 +248,7 @@ static int list_run(prompt *p, const char *question, const char *const *choices,
     char ask[96], line[256];
     snprintf(ask, sizeof(ask), "Please enter a choice number [%d]: ", dflt);
     for (;;) {
-        if (ask_line(p, ask, line, sizeof(line)) != 0) {
+        if (ask_line(p, ask, question, line, sizeof(line)) != 0) {
             return -1;
         }
         if (line[0] == '\0') {

@@ -43,6 +43,7 @@ struct launch_rdzv {
     long long *beat;
     double *beat_at;
     int *finished; /* the machine published done or stopped */
+    int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
 };
 
 static void key_of(char *buf, size_t n, const char *what, int machine)
@@ -400,11 +401,16 @@ static int tick(void *arg)
     launch_rdzv *r = arg;
     char key[64], msg[1024];
     key_of(key, sizeof(key), "alive", r->s->machine_rank);
+    if (r->lost) {
+        return 1; /* ticks during the teardown: the cause was named ("the connection failed
+                   * earlier and is unusable" would be a second, misleading line) */
+    }
     if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
         fprintf(stderr,
                 "accel launch: machine %d lost the rendezvous (machine 0's launcher) at %s: %s; "
                 "stopping this machine's processes\n",
                 r->s->machine_rank, r->name, accel_last_error(NULL));
+        r->lost = 1;
         return 1;
     }
     int status = read_failure(r, msg, sizeof(msg));

@@ -22,6 +22,7 @@
 struct relay_stream {
     int fd, rank, console_fd, prefix, file_fd, keep_tail;
     char prefix_text[32];
+    char *file_name; /* the tee file's path, for the message if writing it fails */
     size_t prefix_len;
     char *buf; /* partial line: buf[0..len) holds no '\n' between pumps */
     size_t len;
@@ -30,7 +31,7 @@ struct relay_stream {
     int tail_next, tail_count;
 };
 
-void relay_write_all(int fd, const void *buf, size_t n)
+int relay_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
@@ -39,14 +40,16 @@ void relay_write_all(int fd, const void *buf, size_t n)
             if (errno == EINTR) {
                 continue;
             }
-            return;
+            return errno;
         }
         p += k;
         n -= (size_t)k;
     }
+    return 0;
 }
 
-relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_fd, int keep_tail)
+relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_fd,
+                        const char *file_name, int keep_tail)
 {
     relay_stream *s = accel__calloc(1, sizeof(*s));
     if (s == NULL) {
@@ -56,9 +59,13 @@ relay_stream *relay_new(int fd, int rank, int console_fd, int prefix, int file_f
     if (keep_tail) {
         s->tail = accel__calloc(TAIL_LINES, sizeof(*s->tail));
     }
-    if (s->buf == NULL || (keep_tail && s->tail == NULL)) {
+    if (file_fd >= 0) {
+        s->file_name = accel__strdup(file_name != NULL ? file_name : "(log file)");
+    }
+    if (s->buf == NULL || (keep_tail && s->tail == NULL) || (file_fd >= 0 && !s->file_name)) {
         accel__free(s->buf);
         accel__free(s->tail);
+        accel__free(s->file_name);
         accel__free(s);
         return NULL;
     }
@@ -86,6 +93,7 @@ void relay_free(relay_stream *s)
     }
     accel__free(s->buf);
     accel__free(s->tail);
+    accel__free(s->file_name);
     accel__free(s);
 }
 
@@ -192,7 +200,19 @@ static int read_once(relay_stream *s)
         return -1;
     }
     if (s->file_fd >= 0) {
-        relay_write_all(s->file_fd, s->buf + s->len, (size_t)k);
+        int e = relay_write_all(s->file_fd, s->buf + s->len, (size_t)k);
+        if (e != 0) {
+            /* A full disk or a file-size limit: said once, and the file is left as it is, the
+             * console still gets every line (the file would only miss pieces from here on). */
+            char msg[4400];
+            int n = snprintf(msg, sizeof(msg),
+                             "accel launch: warning: cannot write log file %s: %s; it ends here "
+                             "(this stream goes on to the console only)\n",
+                             s->file_name, strerror(e));
+            relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
+            close(s->file_fd);
+            s->file_fd = -1;
+        }
     }
     if (!s->prefix && !s->keep_tail) {
         /* Nothing line-oriented to do: pass the bytes straight through. */

@@ -1,7 +1,8 @@
 /*
  * The launcher's supervisor: forks the N processes into one new process group, then runs a
- * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP) and the children's
- * pipes, with no sleeps, so a job of short programs costs little more than fork+exec.
+ * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGUSR1/2 are
+ * passed on) and the children's pipes, with no sleeps, so a job of short programs costs little
+ * more than fork+exec.
  * Invariants: the group is only signalled while one of its processes is still unreaped (so the
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
@@ -111,6 +112,37 @@ static void signal_all(job *j, int sig)
     }
 }
 
+/* After a teardown, once every rank is reaped: the ranks' own children that outlived them (a
+ * worker that ignores the forwarded signal, as a shell's background job ignores SIGINT and
+ * SIGQUIT) are the launcher's children now (PR_SET_CHILD_SUBREAPER, launch_supervise), so
+ * while one is unreaped the group's id cannot be reused and signalling the group is safe.
+ * They had the stop signal with the group; what is left at the end of the grace period gets
+ * SIGKILL, as the ranks do. Bounded: a process stuck in the kernel is left after 5 s more. */
+static void sweep_orphans(job *j)
+{
+    struct timespec give_up = j->kill_at;
+    give_up.tv_sec += 5;
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_PGID, (id_t)j->pgid, &si, WEXITED | WNOHANG) != 0) {
+            return; /* ECHILD: no process of ours is left in the group */
+        }
+        if (si.si_pid != 0) {
+            continue; /* reaped one */
+        }
+        if (!j->killed && seconds_until(&j->kill_at) <= 0) {
+            kill(-j->pgid, SIGKILL);
+            j->killed = 1;
+        }
+        if (seconds_until(&give_up) <= 0) {
+            return;
+        }
+        struct timespec pause = {0, 10 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* Starts the teardown: SIGTERM now, SIGKILL at now + grace. */
 static void stop_all(job *j, int sig)
 {
@@ -174,6 +206,15 @@ static void on_signal(job *j, int sig)
         reap(j);
         return;
     }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+        char msg[96];
+        int n =
+            snprintf(msg, sizeof(msg), "accel launch: received %s, passed on to every process\n",
+                     signal_name(sig));
+        relay_write_all(2, msg, (size_t)n);
+        signal_all(j, sig);
+        return;
+    }
     if (j->interrupted == 0 && !j->stopping) {
         j->interrupted = sig;
         char msg[96];
@@ -190,6 +231,9 @@ static void on_signal(job *j, int sig)
         j->killed = 1;
     }
 }
+
+/* The launcher's SIGXFSZ disposition before it ignored the signal, given back to the children. */
+static void (*xfsz_before)(int) = SIG_DFL;
 
 /* Child side of fork: never returns. Only async-signal-safe calls until exec. */
 static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w, int err_w,
@@ -221,11 +265,16 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
         (void)sched_setaffinity(0, sizeof(cpu_set_t), &cfg->cpusets[rank]);
     }
     signal(SIGPIPE, SIG_DFL);
+    signal(SIGXFSZ, xfsz_before == SIG_ERR ? SIG_DFL : xfsz_before);
     sigprocmask(SIG_SETMASK, old_mask, NULL);
     execv(cfg->path, cfg->argv);
     char msg[512];
-    int n = snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s\n", cfg->path,
-                     strerror(errno));
+    int e = errno;
+    int n =
+        snprintf(msg, sizeof(msg), "accel launch: cannot run '%s': %s%s\n", cfg->path, strerror(e),
+                 e == ENOEXEC ? " (neither a binary for this machine nor a script whose "
+                                "first line is #! and a runnable interpreter, e.g. #!/bin/sh)"
+                              : "");
     relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
     _exit(127);
 }
@@ -233,12 +282,13 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
 /* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr, mode 0600 (logs may hold
  * secrets the program prints). A name planted in the folder is never followed or truncated:
  * no symbolic link (O_NOFOLLOW), no FIFO or device (O_NONBLOCK, then fstat), no file of
- * another user or with a second hard link; only then is an old log of ours emptied. */
-static int open_tee(const launch_config *cfg, int rank, const char *which)
+ * another user or with a second hard link; only then is an old log of ours emptied (on a
+ * restart, appended to: the failed attempt's output stays). */
+static int open_tee(const char *path, int append)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/rank%d.%s", cfg->log_dir, cfg->rank_base + rank, which);
-    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    int fd = open(
+        path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0),
+        0600);
     struct stat sb;
     const char *why = fd < 0 ? strerror(errno) : NULL;
     if (fd < 0 && errno == ELOOP) {
@@ -247,8 +297,8 @@ static int open_tee(const launch_config *cfg, int rank, const char *which)
         why = "it is not a regular file";
     } else if (fd >= 0 && (sb.st_uid != geteuid() || sb.st_nlink != 1)) {
         why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
-    } else if (fd >= 0 &&
-               (ftruncate(fd, 0) != 0 || fchmod(fd, 0600) != 0 || fcntl(fd, F_SETFL, 0) != 0)) {
+    } else if (fd >= 0 && ((!append && ftruncate(fd, 0) != 0) || fchmod(fd, 0600) != 0 ||
+                           fcntl(fd, F_SETFL, append ? O_APPEND : 0) != 0)) {
         why = strerror(errno);
     }
     if (why != NULL) {
@@ -273,7 +323,16 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
         return 0; /* inherited: the program writes straight to our stdout/stderr */
     }
     int file_fd = -1;
-    if (tee && (file_fd = open_tee(cfg, rank, is_err ? "stderr" : "stdout")) < 0) {
+    char file_name[4096];
+    int len = snprintf(file_name, sizeof(file_name), "%s/rank%d.%s", tee ? cfg->log_dir : "",
+                       cfg->rank_base + rank, is_err ? "stderr" : "stdout");
+    if (tee && (size_t)len >= sizeof(file_name)) {
+        /* Cut to fit, the two streams' names could meet in one file. */
+        fprintf(stderr, "accel launch: error: cannot use log file %.64s...: %s\n", file_name,
+                strerror(ENAMETOOLONG));
+        return -1;
+    }
+    if (tee && (file_fd = open_tee(file_name, cfg->append_logs)) < 0) {
         return -1;
     }
     int p[2];
@@ -285,7 +344,8 @@ static int make_stream(const launch_config *cfg, int rank, int is_err, relay_str
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     /* One machine of several prefixes its single process too: ranks are named globally. */
     int prefix = cfg->n_procs > 1 || cfg->watch != NULL;
-    *out = relay_new(p[0], cfg->rank_base + rank, is_err ? 2 : 1, prefix, file_fd, is_err);
+    *out =
+        relay_new(p[0], cfg->rank_base + rank, is_err ? 2 : 1, prefix, file_fd, file_name, is_err);
     if (*out == NULL) {
         fprintf(stderr, "accel launch: error: out of memory\n");
         close(p[0]);
@@ -349,11 +409,14 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
     sigaddset(&mask, SIGCHLD);
     /* A signal ignored when we started (nohup's SIGHUP, SIGINT of a background job) stays
      * ignored: the children inherit that, and we do not turn it into a teardown. */
-    static const int stop_signals[] = {SIGINT, SIGTERM, SIGHUP};
-    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++) {
+    /* SIGQUIT stops the job as torchrun's does; SIGUSR1/2 (a batch system's "time is nearly
+     * up") are passed on, as under mpirun. Unhandled, each of them killed the launcher at once:
+     * no summary, and the ranks' own children left running. */
+    static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+    for (size_t i = 0; i < sizeof(caught) / sizeof(caught[0]); i++) {
         struct sigaction sa;
-        if (sigaction(stop_signals[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
-            sigaddset(&mask, stop_signals[i]);
+        if (sigaction(caught[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
+            sigaddset(&mask, caught[i]);
         }
     }
     sigprocmask(SIG_BLOCK, &mask, &old_mask);
@@ -362,9 +425,15 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
         fprintf(stderr, "accel launch: error: signalfd: %s\n", strerror(errno));
         goto out_mask;
     }
-    /* A closed console must not kill the launcher (and so orphan the job). */
+    /* A closed console must not kill the launcher (and so orphan the job), nor a log file
+     * that reaches the file-size limit (ulimit -f): those writes fail with EPIPE / EFBIG
+     * instead, and the relay says so (relay.c). */
     signal(SIGPIPE, SIG_IGN);
+    xfsz_before = signal(SIGXFSZ, SIG_IGN);
 
+    /* The ranks' orphaned children become ours, so that a teardown reaches them too
+     * (sweep_orphans). Best effort: without it they are left as before. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1);
     const pid_t self = getpid(); /* what the children's getppid() must say */
     for (int r = 0; r < cfg->n_procs; r++) {
         child *k = &j.kids[r];
@@ -462,6 +531,9 @@ wait_out:;
             signal_all(&j, SIGKILL);
             j.killed = 1;
         }
+    }
+    if (j.stopping && j.pgid > 0) {
+        sweep_orphans(&j);
     }
     /* Whatever is left in the pipes (a stream whose child was reaped is already drained). */
     for (int r = 0; r < cfg->n_procs; r++) {

@@ -110,7 +110,7 @@ static accel_status resolve_options(accel_options *o, const accel__layout *l, ac
     } else {
         snprintf(src, sizeof(src), "default location");
     }
-    char value[1100];
+    char value[sizeof(cfg.path) + 16];
     snprintf(value, sizeof(value), "%s%s", cfg.path, cfg.present ? "" : " (none there)");
     accel_status st = accel__settings_add(set, "config_file", value, src);
     if (st == ACCEL_OK) {

@@ -56,7 +56,7 @@ void accel__config_warn(const accel__config *c, int launched)
     if (launched || !c->present) {
         return;
     }
-    char line[1400];
+    char line[sizeof(c->path) + 400];
 #if defined(ACCEL_HAVE_CUDA)
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     if (c->gpu_ids != NULL && strcmp(c->gpu_ids, "all") != 0 && cvd == NULL) {

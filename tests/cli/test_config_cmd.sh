@@ -160,6 +160,18 @@ grep -q "the input ended before this question was answered: How many different m
 [ ! -e "$T/short.yaml" ] || fail "a file was written from a short input"
 printf '1\n' | timeout 20 "$ACCEL" config --config_file "$T/sm.yaml" >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "Amazon SageMaker is not supported" "$T/err" || fail "SageMaker accepted"
+# 100 machines: rank 70 can be given (the menu stopped at 63); "host:port" as the address and
+# a total that the machines cannot share are asked again (accel launch would refuse them).
+printf '0\n1\n100\n70\n10.0.0.1:29500\n10.0.0.1\n29500\n\nno\nno\n150\n200\n0\n' |
+    timeout 20 "$ACCEL" config --config_file "$T/many.yaml" >"$T/out" 2>"$T/err" ||
+    fail "the questionnaire of 100 machines failed"
+grep -q "Please enter a host name or an address: give the address alone" "$T/out" ||
+    fail "host:port was not asked again"
+grep -q "Please enter a multiple of the number of machines (100)" "$T/out" ||
+    fail "150 processes on 100 machines were not asked again"
+for kv in "machine_rank: 70" "main_process_ip: 10.0.0.1" "num_processes: 200" "num_machines: 100"; do
+    grep -qx "$kv" "$T/many.yaml" || fail "the file lacks '$kv'"
+done
 ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input, default location"
 
 # ---- accel config default ----
@@ -237,5 +249,39 @@ timeout 20 "$ACCEL" config update --config_file "$T/none.yaml" >"$T/out" 2>"$T/e
 printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$T/broken.yaml"
 timeout 20 "$ACCEL" config update --config_file "$T/broken.yaml" >"$T/out" 2>"$T/err"
 [ $? -eq 1 ] && grep -q "YAML error at line" "$T/err" || fail "a broken file was not refused"
+# Many keys are written back sorted in linear-logarithmic time (an insertion sort: minutes).
+{ echo 'distributed_type: MULTI_CPU'; seq 200000 | sed 's/.*/k&: 1/'; } >"$T/many.yaml"
+timeout 30 "$ACCEL" config update --config_file "$T/many.yaml" >"$T/out" 2>"$T/err" ||
+    fail "config update of 200,000 keys failed or took over 30 s"
+[ "$(grep -c '^k[0-9]*: 1$' "$T/many.yaml")" -eq 200000 ] || fail "keys lost in the update"
+[ "$(sed -n 's/^\(k[0-9]*\):.*/\1/p' "$T/many.yaml" | head -3 | tr '\n' ' ')" = "k1 k10 k100 " ] ||
+    fail "keys not sorted"
 ok "config update: fp16, dynamo_backend, ipex_config converted; defaults added; unknown keys kept"
+
+# ---- bad targets, named before any question is asked or anything written ----
+# A closed input names the question (a menu's title, not its "enter a number" line).
+timeout 20 "$ACCEL" config --config_file "$T/closed.yaml" <&- >"$T/out" 2>"$T/err"
+[ $? -eq 1 ] && grep -q "answered: In which compute environment are you running?$" "$T/err" ||
+    fail "closed stdin: the question was not named"
+mkdir -p "$T/folder"
+for verb in "" default update; do
+    # shellcheck disable=SC2086 # the empty verb is no word
+    timeout 20 "$ACCEL" config $verb --config_file "$T/folder" </dev/null >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "error: --config_file $T/folder is a directory" "$T/err" ||
+        fail "config $verb: a directory as --config_file was not refused"
+    grep -q "compute environment" "$T/out" && fail "config $verb: asked questions for a directory"
+    timeout 20 "$ACCEL" config $verb --config_file "" </dev/null >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "error: --config_file is empty" "$T/err" ||
+        fail "config $verb: an empty --config_file was not refused"
+done
+[ -z "$(ls -A "$T/folder")" ] || fail "something was written into the folder"
+# A path too long to be one used to be cut to fit: the file went to another path.
+long=$T/$(printf "$(printf 'd%.0s' $(seq 200))/%.0s" $(seq 25))x.yaml # 5000+ bytes
+for verb in default update; do
+    timeout 20 "$ACCEL" config $verb --config_file "$long" >"$T/out" 2>"$T/err"
+    [ $? -eq 1 ] && grep -q "more than a path can be (4095)" "$T/err" ||
+        fail "config $verb: a path longer than PATH_MAX was not refused"
+done
+[ -z "$(find "$T" -name 'x.yaml*' -o -name '.tmp-*')" ] || fail "a long path left a file behind"
+ok "bad targets: a folder, an empty or too long path refused first; a closed input names the question"
 echo "PASS"

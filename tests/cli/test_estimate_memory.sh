@@ -159,6 +159,13 @@ write_st "$T/sharded/model-00002-of-00002.safetensors" "{$Bh}" 192
 est 0 --bytes --dtypes float32 "$T/sharded"
 grep -q "^180 parameters; largest layer model.layers.0 (48 parameters)$" "$T/out" ||
     fail "index parameter count"
+# 100,000 tensors of different units: hashed (a scan of every earlier unit: minutes).
+many=$(awk 'BEGIN { for (i = 0; i < 100000; i++) printf "%s\"t%d.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, 4 * i, 4 * i + 4 }')
+write_st "$T/many.safetensors" "{$many}" 400000
+start=$SECONDS
+est 0 --bytes --dtypes float32 "$T/many.safetensors"
+[ $((SECONDS - start)) -lt 10 ] || fail "100,000 tensors took $((SECONDS - start)) s"
+grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" || fail "100,000 tensors: count"
 echo "ok: a safetensors file and a sharded index"
 
 # ---- The estimate against what accel allocates for the GPT example's model (tests/progs/
@@ -239,5 +246,29 @@ est 2 --n_head 5 --n_embd 0
 expect_err "--n_embd must be an integer"
 est 1 --n_head 5
 expect_err "--n_embd 768 is not a multiple of --n_head 5"
+# Huge dimensions: counts used to wrap into a small, wrong total, and 2^30 layers (one unit
+# each, looked up quadratically) ran for minutes and tens of GB. Now named, or counted at once.
+est 1 --n_layer 12 --n_embd 1073741824 --n_head 1
+expect_err "more than 2^56 parameters, more than this command can count"
+est 2 --n_layer 1073741824
+expect_err "--n_layer must be an integer in [1, 1048576]"
+printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, "intermediate_size": 64, "num_attention_heads": 1, "vocab_size": 1000}\n' >"$T/deep.json"
+est 1 "$T/deep.json"
+expect_err "$T/deep.json: num_hidden_layers 1000000000: more than 1048576"
+printf '{"n_embd": 1073741824, "n_layer": 2, "n_head": 1, "vocab_size": 1073741824, "n_positions": 1}\n' >"$T/wide.json"
+est 1 "$T/wide.json"
+expect_err "$T/wide.json: the model would have more than 2^56 parameters"
+start=$SECONDS
+est 0 --n_layer 1048576 --n_embd 64 --n_head 1
+[ $((SECONDS - start)) -lt 20 ] || fail "2^20 layers took $((SECONDS - start)) s"
+grep -q "^52,415,304,896 parameters" "$T/out" || fail "2^20 layers: wrong count"
+# A value-taking flag at the end took the "--" the reordering adds ("unknown dtype '--'"); a
+# file after --dtypes is named as a bad dtype, not as a missing MODEL.
+est 2 "$T/config.json" --dtypes
+expect_err "option '--dtypes' needs a value"
+est 2 --n_layer
+expect_err "option '--n_layer' needs a value"
+est 2 --dtypes "$T/config.json"
+expect_err "unknown dtype '$T/config.json'"
 echo "ok: bad input is named"
 echo PASS

@@ -67,6 +67,8 @@ expect_err "unknown option '--bogus'"
 expect_err "usage: accel launch"
 run 2 launch -n
 expect_err "needs a value"
+run 2 launch --help=yes
+expect_err "option '--help' takes no value"
 run 2 launch -n 0 "$P/rank_info"
 expect_err "num_processes"
 run 2 launch --tee 3 "$P/rank_info"
@@ -81,6 +83,39 @@ expect_err "no-such-program-$MARK' not found in PATH"
 touch "$T/not-exec"
 run 2 launch "$T/not-exec"
 expect_err "not-exec' is not an executable"
+# A script whose '#!' interpreter is missing is named before anything starts (execv's ENOENT
+# read as if the script itself were missing); a file the kernel cannot run gets a hint; a
+# missing program leaves no new --log_dir behind.
+printf '#!/nonexistent-%s/interp\necho hi\n' "$MARK" >"$T/bad-shebang"
+printf '#!\n' >"$T/empty-shebang"
+printf 'echo no shebang\n' >"$T/no-shebang"
+chmod +x "$T/bad-shebang" "$T/empty-shebang" "$T/no-shebang"
+run 2 launch --log_dir "$T/never-made" "$T/bad-shebang"
+expect_err "bad-shebang': its interpreter '/nonexistent-$MARK/interp' (its '#!' line) does not exist"
+[ ! -e "$T/never-made" ] || fail "a launch that started nothing created its --log_dir"
+run 2 launch "$T/empty-shebang"
+expect_err "starts with '#!' but names no interpreter"
+run 127 launch "$T/no-shebang"
+expect_err "no-shebang': Exec format error (neither a binary for this machine nor a script"
+run 2 launch --log_dir "$T/never-made" no-such-program-$MARK
+[ ! -e "$T/never-made" ] || fail "a missing program left a new --log_dir behind"
+# merge-weights: flags after the folders as before them, a flag missing its value, empty
+# paths, and a file given as the checkpoint folder ("does not exist" used to send the user
+# looking for it).
+mkdir -p "$T/ck"
+run 2 merge-weights "$T/ck" "$T/merged" --max_shard_size
+expect_err "option '--max_shard_size' needs a value"
+run 1 merge-weights "$T/ck" "$T/merged" --max-shard-size 5GB
+expect_err "not a complete checkpoint"
+run 2 merge-weights "$T/ck" "$T/merged" --remove-checkpoint-dir=yes
+expect_err "option '--remove_checkpoint_dir' takes no value"
+run 2 merge-weights "" "$T/merged"
+expect_err "CHECKPOINT_DIR is empty"
+run 0 merge-weights "$T/ck" "$T/merged" --help
+expect_out "usage: accel merge-weights"
+run 1 merge-weights "$T/not-exec" "$T/merged"
+expect_err "checkpoint folder $T/not-exec is a regular file, not a folder"
+[ ! -e "$T/merged" ] || fail "a refused merge-weights created its output"
 run 2 env --bogus
 expect_err "unknown option '--bogus'"
 run 0 env
@@ -90,6 +125,23 @@ expect_out "ACCEL_TIMEOUT"
 expect_out "WORLD_SIZE"
 # The argument wins over this variable (tests/unit/test_core.c), and env must say so.
 expect_out "^ *ACCELERATE_GRADIENT_ACCUMULATION_STEPS .*the option, when set, wins"
+# A value the library will refuse is marked (it used to be listed as if fine).
+ACCEL_TIMEOUT=soon run 0 env
+expect_out "^    ^ invalid: environment variable ACCEL_TIMEOUT=\"soon\" is not a number$"
+ACCEL_LOG_LEVEL=loud run 0 env
+expect_out "^    ^ invalid: environment variable ACCEL_LOG_LEVEL=\"loud\" is not one of debug"
+# A report that cannot be written (a full disk: /dev/full) fails naming why; it used to exit 0
+# with nothing written. A launched job's status is its own.
+if [ -w /dev/full ]; then
+    for cmd in "env" "--version" "launch --help"; do
+        # shellcheck disable=SC2086 # cmd is split on purpose
+        timeout -k 5 20 "$ACCEL" $cmd >/dev/full 2>"$T/err"
+        RC=$?
+        [ "$RC" -eq 1 ] || fail "accel $cmd >/dev/full exited $RC, expected 1"
+        expect_err "error: cannot write the output: No space left on device"
+    done
+    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" || fail "launch true >/dev/full failed"
+fi
 ok "flags, --help, --version, env, usage errors"
 
 # ---- option spellings, PATH search, "--" ----
@@ -202,6 +254,10 @@ run 0 launch -n 1 --tee 2 --log_dir "$T/logs4" "$P/print_lines" 2 20
 touch "$T/file"
 run 2 launch --log_dir "$T/file/sub" "$P/rank_info"
 expect_err "not writable"
+run 2 launch --log_dir "$T/file" "$P/rank_info"
+expect_err "log directory '$T/file' is not a directory"
+run 2 launch --log_dir "" "$P/rank_info"
+expect_err "\-\-log_dir is empty"
 # Log files are 0600; an old log of ours is emptied (and made 0600); a planted symbolic link,
 # FIFO or hard link is refused and its target left alone (issue 11, item 7).
 [ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] || fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
@@ -224,7 +280,19 @@ mkdir -p "$T/planted2"
 mkfifo "$T/planted2/rank0.stderr"
 run 1 launch -n 2 --log_dir "$T/planted2" "$P/print_lines" 1 20
 expect_err "rank0.stderr: "
-ok "--tee and --log_dir files (0600, planted links and FIFOs refused)"
+# A log file that cannot grow (a full disk; here the file-size limit, ulimit -f) is named once,
+# and every line still reaches the console; the launcher used to die of SIGXFSZ, and on a full
+# disk the files stayed short without a word.
+bash -c 'ulimit -f 8 && exec "$@"' _ timeout -k 5 20 "$ACCEL" launch -n 2 --log_dir "$T/limited" \
+    sh -c 'for i in $(seq 2000); do echo "line $i of a log longer than 8 KiB"; done' \
+    2>"$T/err" | wc -l >"$T/out"
+RC=${PIPESTATUS[0]}
+[ "$RC" -eq 0 ] || fail "a log file at its size limit: launcher exited $RC"
+[ "$(cat "$T/out")" -eq 4000 ] || fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
+for r in 0 1; do
+    expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large; it ends here"
+done
+ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named)"
 
 # ---- failures: exit status, summary, teardown of the others ----
 run 3 launch -n 2 "$P/rank_info" --fail-rank 1 --code 3
@@ -292,7 +360,27 @@ launch_bg 2 --grace_period 0.3 "$P/sleeper" 60 --ignore-term "$MARK"
 kill -TERM "$LPID"
 wait_launcher 143 "SIGTERM with children ignoring it"
 no_survivors "SIGKILL escalation"
-ok "SIGTERM / SIGINT forwarding and teardown, SIGKILL after the grace period"
+# A rank's own child that ignores the forwarded SIGINT (a shell's background job does) is
+# stopped too once the grace period is over; it used to outlive the launcher.
+launch_bg 2 --grace_period 0.5 sh -c '"$0" 60 "$1" & wait' "$P/sleeper" "$MARK"
+kill -INT "$LPID"
+wait_launcher 130 "SIGINT with a grandchild ignoring it"
+no_survivors "SIGINT to the launcher, a rank's child ignoring it"
+# SIGQUIT stops the job like SIGTERM (torchrun's set); SIGUSR1 is passed on to every process
+# (here they die of it: the job fails naming it). Both used to kill the launcher outright.
+ulimit -c 0 2>/dev/null # no core files from SIGQUIT
+launch_bg 2 "$P/sleeper" 60 "$MARK"
+kill -QUIT "$LPID"
+wait_launcher 131 "SIGQUIT"
+expect_err "received SIGQUIT, stopping all processes"
+no_survivors "SIGQUIT to the launcher"
+launch_bg 2 "$P/sleeper" 60 "$MARK"
+kill -USR1 "$LPID"
+wait_launcher 138 "SIGUSR1"
+expect_err "received SIGUSR1, passed on to every process"
+expect_err "failed: killed by SIGUSR1"
+no_survivors "SIGUSR1 to the launcher"
+ok "SIGTERM / SIGINT / SIGQUIT forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
 
 # ---- leftover shared memory of the job is removed ----
 run 0 launch -n 2 "$P/rank_info" --leak-shm

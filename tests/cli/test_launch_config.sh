@@ -133,6 +133,14 @@ want_env 1 ACCELERATE_CONFIG_FILE "$HF_HOME/accelerate/default_config.yaml"
 rm "$HF_HOME/accelerate/default_config.yaml"
 ok "ACCELERATE_CONFIG_FILE, then \$HF_HOME/accelerate/default_config.yaml"
 
+# A bad file the command line did not name says where its name came from.
+ACCELERATE_CONFIG_FILE=$T/gone.yaml run 2 launch "$P/rank_info"
+expect_err "config file $T/gone.yaml: No such file or directory (the file named by \$ACCELERATE_CONFIG_FILE)"
+printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$HF_HOME/accelerate/default_config.yaml"
+run 2 launch "$P/rank_info"
+expect_err "(the default config file: fix it, rewrite it with accel config, or name another with --config_file)"
+rm "$HF_HOME/accelerate/default_config.yaml"
+
 # ---- DeepSpeed / FSDP sections: accel's ZeRO stage and accumulation ----
 cat >"$T/ds.yaml" <<'EOF'
 distributed_type: DEEPSPEED
@@ -208,6 +216,34 @@ run 2 launch --config_file "$T/bad4.yaml" "$P/rank_info"
 expect_err "line 2: num_processes: 99999: expected an integer in \[-1, 4096\]"
 run 2 launch --config_file "$T/nothere.yaml" "$P/rank_info"
 expect_err "config file $T/nothere.yaml"
+# A second YAML document is refused (yaml.safe_load refuses it), not silently dropped; so is
+# anything after the first document's end marker.
+printf -- '---\ndistributed_type: MULTI_CPU\nnum_processes: 2\n---\nnum_processes: 3\n' \
+    >"$T/twodocs.yaml"
+run 2 launch --config_file "$T/twodocs.yaml" "$P/rank_info"
+expect_err "config file $T/twodocs.yaml, line 4: a second YAML document"
+printf 'distributed_type: MULTI_CPU\nnum_processes: 2\n...\nnum_processes: 3\n' >"$T/afterend.yaml"
+run 2 launch --config_file "$T/afterend.yaml" "$P/rank_info"
+expect_err "config file $T/afterend.yaml: YAML error at line 4"
+# An empty path, and one too long to be a path (it used to be cut to fit, naming another file).
+run 2 launch --config_file "" "$P/rank_info"
+expect_err "config file \"\": an empty path names no file"
+long=$T/$(printf "$(printf 'd%.0s' $(seq 200))/%.0s" $(seq 25))x.yaml
+run 2 launch --config_file "$long" "$P/rank_info"
+expect_err "the path is ${#long} bytes long, more than a path can be (4095)"
+HF_HOME=$long run 2 launch "$P/rank_info"
+expect_err "(the default location, under a long \$HF_HOME"
+# 200,000 keys: read in linear time (the duplicate check scanned every earlier key: minutes),
+# the notes past the cap counted instead of cut off silently; a duplicate at the end named.
+{ echo 'distributed_type: MULTI_CPU'; seq 200000 | sed 's/.*/k&: 1/'; } >"$T/many.yaml"
+run 0 launch --config_file "$T/many.yaml" "$P/rank_info"
+expect_err "config file $T/many.yaml: 199977 more notes like the ones above, not shown"
+echo 'k17: 2' >>"$T/many.yaml"
+run 2 launch --config_file "$T/many.yaml" "$P/rank_info"
+expect_err "config file $T/many.yaml, line 200002: key \"k17\" appears twice"
+printf -- '---\ndistributed_type: MULTI_CPU\nnum_processes: 2\n...\n' >"$T/onedoc.yaml"
+run 0 launch --config_file "$T/onedoc.yaml" "$P/rank_info"
+want_env 1 WORLD_SIZE 2
 run 2 launch --mixed_precision fp12 "$P/rank_info"
 expect_err "\-\-mixed_precision fp12: expected no, fp16, bf16 or fp8"
 run 2 launch --cpu --multi_gpu -n 2 "$P/rank_info"
@@ -216,6 +252,11 @@ run 2 launch --multi_gpu -n 1 "$P/rank_info"
 expect_err "multi_gpu needs at least 2 processes"
 run 2 launch --gpu_ids first "$P/rank_info"
 expect_err "\-\-gpu_ids first: expected all or comma-separated device ids"
+run 2 launch --gpu_ids 0,,1 "$P/rank_info"
+expect_err "\-\-gpu_ids 0,,1: expected all or comma-separated device ids"
+printf 'distributed_type: MULTI_CPU\ngpu_ids: 0,1,\n' >"$T/gpus.yaml"
+run 2 launch --config_file "$T/gpus.yaml" "$P/rank_info"
+expect_err "line 2: gpu_ids: \"0,1,\" is not all or a comma-separated list of device ids"
 ok "malformed files and values: errors naming the file and line, or the flag"
 
 # ---- several machines: the flags and keys are read and checked (tests/cli/test_launch_machines.sh
@@ -239,13 +280,41 @@ run 2 launch --config_file "$T/odd.yaml" "$P/rank_info"
 expect_err "config file $T/odd.yaml, line 3: num_processes: 3: 3 processes cannot be shared equally by config file $T/odd.yaml, line 2: num_machines: 2"
 run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 "$P/rank_info"
 want_env 1 WORLD_SIZE 2
+# Machine 1's file run alone: its machine_rank means nothing on one machine (it used to be
+# refused, "must be below the number of machines (1)", though --num_machines 1 overrides).
+run 0 launch --config_file "$T/node1.yaml" --num_machines 1 -n 2 "$P/rank_info"
+want_env 1 RANK 1
+want_env 1 WORLD_SIZE 2
 printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$T/nohosts" >"$T/mpi.yaml"
 run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
 expect_err "line 3: mpirun_config.mpirun_hostfile: $T/nohosts: cannot read the hostfile"
+# --main_process_ip: an empty one, "host:port" and "[v6]" are named before anything starts.
+run 2 launch --main_process_ip "" "$P/rank_info"
+expect_err "\-\-main_process_ip : expected a host name or an address"
+run 2 launch -n 2 --num_machines 2 --main_process_ip 10.0.0.1:29500 "$P/rank_info"
+expect_err "\-\-main_process_ip 10.0.0.1:29500: give the address alone and the port with --main_process_port"
+run 2 launch --main_process_ip "[::1]" "$P/rank_info"
+expect_err "without brackets"
+printf 'distributed_type: MULTI_CPU\nmain_process_ip: ""\nnum_machines: 2\nnum_processes: 2\n' \
+    >"$T/noip.yaml"
+run 2 launch --config_file "$T/noip.yaml" "$P/rank_info"
+expect_err "config file $T/noip.yaml, line 2: main_process_ip: : expected a host name"
+mkdir -p "$T/hostdir"
+run 2 launch --mpirun_hostfile "$T/hostdir" "$P/rank_info"
+expect_err "\-\-mpirun_hostfile $T/hostdir: cannot read the hostfile: it is a directory"
 run 2 launch --num_machines two "$P/rank_info"
 expect_err "\-\-num_machines two: expected an integer"
 run 2 launch --rdzv_backend etcd "$P/rank_info"
 expect_err "\-\-rdzv_backend etcd: expected static or c10d"
+# A long --rdzv_conf is read whole (a 1 KiB buffer cut it: a cut pair was misreported, the
+# pairs after it dropped); a host name longer than one can be is named.
+long=$(printf 'x%.0s' $(seq 1100))
+run 2 launch --rdzv_conf "is_host=1,$long,timeout=5" "$P/rank_info"
+expect_err "expected KEY=VALUE pairs, got 'xxxxxxxxxx"
+run 2 launch --rdzv_conf "timeout=1,$long=1" "$P/rank_info"
+expect_err "unknown key 'x"
+run 2 launch --main_process_ip "$long" "$P/rank_info"
+expect_err "longer than a host name can be (253 characters)"
 ok "several machines: flags and keys read and checked, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
 
 # ---- accel env shows the config file in use and its content ----

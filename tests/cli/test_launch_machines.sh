@@ -11,7 +11,8 @@
 #     this host's; machine 1: nobody listening).
 #  5. SIGKILL of a rank on machine 1: both launchers exit within 10 s naming that rank; a
 #     launcher killed (machine 1's in one job, machine 0's in another, side by side): the
-#     other stops within 10 s, naming it.
+#     other stops within 10 s, naming it. Machine 0's launcher stopped (SIGSTOP): machine 1
+#     stops within 10 s, saying so once. A launcher started with its stderr closed still works.
 #  6. Usage: num_processes not divisible by num_machines, machines with different
 #     --max_restarts; --max_restarts restarts every machine together, and gives up together.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
@@ -204,6 +205,41 @@ grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/a0.err
 grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
     fail "machine 1 did not say machine 0's launcher is gone"
 echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
+
+# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
+# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
+pc=$("$FREE")
+start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+for _ in $(seq 1 1000); do
+    [ "$(cat "$T/c0.out" "$T/c1.out" | grep -c 'PID=')" = 2 ] && break
+    sleep 0.01
+done
+t0=$(now)
+kill -STOP "$pid_c0"
+finish c1
+t=$(elapsed "$t0")
+{
+    kill -9 "$pid_c0"
+    finish c0
+} 2>/dev/null
+[ "$(echo "$t < 10" | bc)" = 1 ] || fail "machine 1 took $t s after machine 0's launcher stopped"
+[ "$rc_c1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher stopped"
+[ "$(grep -c "machine 1 lost the rendezvous (machine 0's launcher)" "$T/c1.err")" = 1 ] ||
+    fail "machine 1 did not say exactly once that machine 0's launcher is gone"
+echo "ok: a hung machine 0 launcher stops machine 1 in $t s, named once"
+
+# ---- 5d. a launcher started with stderr closed (2>&-): its messages went into the store's
+# socket, which then got the number 2, and the job failed after 5 s without machine 1's rank ----
+pd=$("$FREE")
+start d0 0 --main_process_port "$pd" --rdzv_conf timeout=20 -n 2 /bin/sh -c 'echo "RANK=$RANK"'
+timeout 30 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port "$pd" \
+    --rdzv_conf timeout=20 -n 2 /bin/sh -c 'echo "RANK=$RANK"' >"$T/d1.out" 2>&-
+rc=$?
+finish d0
+[ "$rc" = 0 ] && [ "$rc_d0" = 0 ] || fail "stderr closed on machine 1: exit $rc and $rc_d0"
+grep -q "RANK=1" "$T/d1.out" || fail "stderr closed on machine 1: its rank did not run"
+echo "ok: a launcher with its stderr closed runs the job"
 
 # ---- 6. usage ----
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"

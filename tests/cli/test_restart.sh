@@ -55,6 +55,17 @@ run 0 launch -n 2 --max_restarts 2 --monitor_interval 0.05 "$P/rank_info" --fail
 expect_err "accel launch: rank 0 failed: exit code 4"
 echo "ok: failing once: one restart, then success"
 
+# --log_dir keeps every attempt: a restart appends (it used to empty the files, losing the
+# output of the attempt whose failure caused it).
+run 4 launch -n 1 --max_restarts 2 --monitor_interval 0 --log_dir "$T/logs" /bin/sh -c \
+    'echo "attempt $ACCEL_RESTART_COUNT"; echo "failing $ACCEL_RESTART_COUNT" >&2; exit 4'
+[ "$(cat "$T/logs/rank0.stdout")" = "$(printf 'attempt 0\nattempt 1\nattempt 2')" ] ||
+    fail "the log of stdout does not hold every attempt: $(cat "$T/logs/rank0.stdout")"
+[ "$(grep -c '^failing [012]$' "$T/logs/rank0.stderr")" -eq 3 ] || fail "the log of stderr lost an attempt"
+run 0 launch -n 1 --log_dir "$T/logs" /bin/echo fresh
+[ "$(cat "$T/logs/rank0.stdout")" = fresh ] || fail "a new launch did not empty the old log"
+echo "ok: --log_dir keeps every attempt's output; a new launch starts the files afresh"
+
 # Without --max_restarts nothing is restarted; bad values are usage errors.
 run 4 launch -n 2 "$P/rank_info" --fail-rank 0 --code 4
 [ "$(count_err "restarting")" -eq 0 ] || fail "restarted without --max_restarts"

@@ -327,6 +327,9 @@ int main(void)
     init_with(write_file("syntax.yaml", "distributed_type: NO\nuse_cpu: [true\n"), ACCEL_EINVAL,
               "YAML error at line ");
     init_with(write_file("list.yaml", "- a\n- b\n"), ACCEL_EINVAL, "mapping");
+    /* A second document used to be dropped silently (its keys lost). */
+    init_with(write_file("twodocs.yaml", "distributed_type: NO\n---\nmixed_precision: fp16\n"),
+              ACCEL_EINVAL, "line 2: a second YAML document");
     init_with(
         write_file("sm.yaml", "compute_environment: AMAZON_SAGEMAKER\ndistributed_type: NO\n"),
         ACCEL_EUNSUPPORTED, "AMAZON_SAGEMAKER");
