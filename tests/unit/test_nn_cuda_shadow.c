@@ -193,9 +193,10 @@ static void check_dy_nbytes(const char *name, const block_arg *a, int autocast)
     run_out half = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
     size_t peak2 = nn_ctx_get_stats(ggpu).peak_nbytes;
     check_same_bits_runs(name, "with 2-byte LayerNorm dY memory", &half, &wide, specs, 6);
-    size_t n = (size_t)(B * T * C), saved = 0;
+    size_t saved = 0;
 #ifdef ACCEL_HAVE_CUDA
     if (autocast != ACCEL_F32) { /* B T C = 3072: 12288 bytes at 4, 6144 at 2 (64-aligned) */
+        size_t n = (size_t)(B * T * C);
         saved = 2 * (4 * n - 2 * n);
     }
 #endif
