@@ -219,13 +219,31 @@ void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int
     s->check_call = 1;
 }
 
+void accel__shm_declare_next(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
+                             int root)
+{
+    s->declare_as.count = count;
+    s->declare_as.what = (uint64_t)(uint8_t)kind | (uint64_t)(uint8_t)dtype << 8 |
+                         (uint64_t)(uint8_t)op << 16 | (uint64_t)(uint8_t)wire << 24 |
+                         (uint64_t)(uint32_t)root << 32;
+    s->has_declare_as = 1;
+}
+
+void accel__shm_declare_clear(accel__shm *s)
+{
+    s->has_declare_as = 0;
+}
+
 /* "allreduce(count=1000, f32, sum) #17": the declared call as the user wrote it. */
 static void call_str(const accel__shm_call *c, uint64_t seq, char *buf, size_t nbytes)
 {
     const int kind = (int)(c->what & 0xff);
     int k;
     if (kind == ACCEL__SHM_CALL_ALLOC) {
-        k = snprintf(buf, nbytes, "accel_alloc_shared()");
+        /* shm's own allocation declares no size (it compares sizes apart); hier's does. */
+        k = c->count != 0 ? snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)",
+                                     (unsigned long long)c->count)
+                          : snprintf(buf, nbytes, "accel_alloc_shared()");
     } else {
         /* The declared count of reduce_scatter / allgather is the whole array: pass it as the
          * total, which is what the front end's formatter shows for them. */

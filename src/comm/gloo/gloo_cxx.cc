@@ -197,6 +197,7 @@ struct accel__gloo_ctx {
     /* The current batch of point-to-point messages (accel__gloo_post), and its slots' base. */
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> msgs;
     std::vector<char> msg_is_send;
+    std::vector<int> msg_peer; /* the other end of each message: a timed-out wait names it */
     uint64_t msg_base = 0;
 };
 
@@ -375,6 +376,7 @@ extern "C" void accel__gloo_msgs_begin(accel__gloo_ctx *g)
      * of our own above Gloo's collectives' prefixes, the tag, then the caller's key. */
     g->msgs.clear();
     g->msg_is_send.clear();
+    g->msg_peer.clear();
     g->msg_base = (uint64_t)0x7e << 56 | (uint64_t)(g->tag++ & 0xffffffu) << 32;
 }
 
@@ -392,17 +394,24 @@ extern "C" accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int pe
         *index = g->msgs.size();
         g->msgs.push_back(std::move(b));
         g->msg_is_send.push_back((char)is_send);
+        g->msg_peer.push_back(peer);
     });
 }
 
 extern "C" accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err)
 {
-    return guard(g, err, [&] {
+    accel_status st = guard(g, err, [&] {
         auto &b = g->msgs.at(index);
         if (!(g->msg_is_send[index] ? b->waitSend(g->timeout) : b->waitRecv(g->timeout))) {
             throw std::runtime_error("gloo: a point-to-point message was aborted");
         }
     });
+    /* Gloo's timeout message names no address ("Timed out waiting 3000ms for recv operation
+     * to complete"), but the message's other end is the process this wait is stuck on. */
+    if (st == ACCEL_ETIMEDOUT && err->peer < 0 && index < g->msg_peer.size()) {
+        err->peer = g->msg_peer[index];
+    }
+    return st;
 }
 
 extern "C" accel_status accel__gloo_allgatherv(accel__gloo_ctx *g, const void *send, void *recv,
