@@ -10,6 +10,9 @@
 #     process fails with ETIMEDOUT within 15 s, naming it (before, gloo said "a peer, -1").
 #  3. A process that calls exit(7) mid-loop without accel_free, gloo 2 x 1 and hier 2 x 2: the
 #     others fail with EPEER naming it, within 10 s.
+#  4. ACCEL_TIMEOUT=1e300 ("as long as it takes") on gloo 2 x 1 and hier 2 x 2: the job runs
+#     (before, the overflowed milliseconds made Gloo refuse it, "Invalid timeout", and hier's
+#     other machine waited forever).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -79,4 +82,15 @@ leave stop-gloo-2x1 2 1 1 stop ETIMEDOUT "waiting for process 1 " 15 ACCEL_TIMEO
 leave stop-hier-2x2 2 2 3 stop ETIMEDOUT "process 3 " 15 ACCEL_TIMEOUT=3
 leave exit-gloo-2x1 2 1 1 exit EPEER "process 1 " 10 ACCEL_TIMEOUT=60
 leave exit-hier-2x2 2 2 3 exit EPEER "process 3 \|rank 3 " 10 ACCEL_TIMEOUT=60
+
+# 4. A huge timeout.
+for cfg in "gloo 2 1" "hier 2 2"; do
+    set -- $cfg
+    name=huge-timeout-$1-$2x$3
+    mkdir -p "$tmp/$name"
+    machines_start "$tmp/$name" "$2" "$3" ACCEL_TIMEOUT=1e300 -- "$B/tests/progs/allreduce_loop" \
+        --iters 20 --count 1000
+    machines_wait 60 || fail "$name" "a job with ACCEL_TIMEOUT=1e300 failed"
+    echo "$name: ok"
+done
 echo "test_comm_faults: ok"

@@ -40,6 +40,16 @@ extern "C" {
 namespace
 {
 
+/* ACCEL_TIMEOUT as Gloo's milliseconds. Gloo refuses a negative count ("Invalid timeout"), which
+ * a huge value (1e300: "wait as long as it takes") became by overflowing; a tiny one must not
+ * round to 0. Clamped to [1 ms, 10^9 s]. */
+std::chrono::milliseconds to_ms(double timeout_s)
+{
+    double ms = timeout_s * 1000.0;
+    ms = ms < 1.0 ? 1.0 : ms > 1e12 ? 1e12 : ms;
+    return std::chrono::milliseconds((long long)ms);
+}
+
 /* Gloo's rendezvous store on accel's: keys get the communicator's prefix; waits have the
  * communicator's deadline (Gloo's own default would be 30 s whatever ACCEL_TIMEOUT says). */
 class StoreAdapter : public gloo::rendezvous::Store
@@ -67,7 +77,7 @@ class StoreAdapter : public gloo::rendezvous::Store
 
     void wait(const std::vector<std::string> &keys) override
     {
-        wait(keys, std::chrono::milliseconds((long long)(timeout_s_ * 1000)));
+        wait(keys, to_ms(timeout_s_));
     }
 
     /* Waits in slices, so that a process whose setup failed (it publishes "setup_failed", see
@@ -277,7 +287,7 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
     accel_status st = ACCEL_OK;
     try {
         g = new accel__gloo_ctx;
-        g->timeout = std::chrono::milliseconds((long long)(timeout_s * 1000));
+        g->timeout = to_ms(timeout_s);
         gloo::transport::tcp::attr attr;
         if (ifname != nullptr) {
             attr.iface = ifname;
