@@ -278,11 +278,12 @@ static accel_status call_mismatch(accel__shm *s, unsigned par)
     call_str(ref, s->n_calls, a, sizeof(a));
     call_str(&s->lines[q].call[par], s->n_calls, b, sizeof(b));
     accel__shm_abort(s, ACCEL__SHM_OTHER_CALL, q, 0);
+    /* Job-wide numbers, as the other messages give them (hier: a machine's segment). */
     return accel__seterr(NULL, ACCEL_EINVAL,
-                         "collective mismatch: rank 0 called %s, rank %d called %s (every "
+                         "collective mismatch: rank %d called %s, rank %d called %s (every "
                          "process must make the same collective calls in the same order, with "
                          "the same count, dtype, op and root)",
-                         a, q, b);
+                         s->process_base, a, s->process_base + q, b);
 }
 
 /* After the first sync of a declared call: every rank's declaration against this rank's. */

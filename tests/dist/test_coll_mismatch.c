@@ -60,6 +60,13 @@ static void expect(accel_status st, const char *mine, const char *theirs)
                       strstr(msg, theirs) != NULL,
                   "rank %d: message \"%s\" does not name the mismatch of %s and %s", R, msg, mine,
                   theirs);
+        /* ... and the process that deviated by its job-wide number (hier's machine-level
+         * check named it by its rank inside the machine). */
+        char p[64], r[64];
+        snprintf(p, sizeof(p), "process %d called", L);
+        snprintf(r, sizeof(r), "rank %d called", L);
+        CHECK_MSG(strstr(msg, p) != NULL || strstr(msg, r) != NULL,
+                  "rank %d: message \"%s\" does not name process %d", R, msg, L);
     }
     CHECK(accel_barrier(acc, NULL) != ACCEL_OK);
     accel_free(acc);
