@@ -116,13 +116,13 @@ typedef struct accel__shm {
     accel__shm_line *lines;
     char *data;
 
-    uint32_t step;           /* sync points passed by this rank (mirrors its progress word) */
-    uint64_t n_slots;        /* slots used so far: slot parity alternates per use */
-    const char *what;        /* the running collective, for messages */
-    const void **in;         /* n_ranks input pointers for the reduce kernels */
-    uint64_t n_calls;        /* calls declared (accel__shm_begin_call) */
-    accel__shm_call pending; /* the declaration the next sync publishes */
-    int check_call;          /* the next sync publishes a declaration and compares them all */
+    uint32_t step;              /* sync points passed by this rank (mirrors its progress word) */
+    uint64_t n_slots;           /* slots used so far: slot parity alternates per use */
+    const char *what;           /* the running collective, for messages */
+    const void **in;            /* n_ranks input pointers for the reduce kernels */
+    uint64_t n_calls;           /* calls declared (accel__shm_begin_call) */
+    accel__shm_call pending;    /* the declaration the next sync publishes */
+    int check_call;             /* the next sync publishes a declaration and compares them all */
     accel__shm_call declare_as; /* accel__shm_declare_next's declaration ... */
     int has_declare_as;         /* ... for the next accel__shm_run (hier) */
 

@@ -47,10 +47,8 @@ static void expect(accel_status st, const char *mine, const char *theirs)
     if (strcmp(accel_backend_name(acc), "shm") == 0) {
         /* Call 1 is init's broadcast, 2 the barrier each case starts with: the mismatch is 3. */
         snprintf(want, sizeof(want),
-                 "collective mismatch: rank 0 called %s #3, rank %d called %s #3", mine, L,
-                 theirs);
-        CHECK_MSG(strstr(msg, want) != NULL, "rank %d: message \"%s\" lacks \"%s\"", R, msg,
-                  want);
+                 "collective mismatch: rank 0 called %s #3, rank %d called %s #3", mine, L, theirs);
+        CHECK_MSG(strstr(msg, want) != NULL, "rank %d: message \"%s\" lacks \"%s\"", R, msg, want);
     } else {
         /* Where accel_alloc_shared is plain memory it declares its size. */
         if (strcmp(theirs, "accel_alloc_shared()") == 0) {

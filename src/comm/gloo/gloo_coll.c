@@ -392,7 +392,8 @@ void accel__gloo_declare_clear(accel__gloo *e)
 
 accel_status accel__gloo_alloc_check(accel__gloo *e, size_t nbytes)
 {
-    accel__coll alloc = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
+    accel__coll alloc =
+        ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
     alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
     accel__coll barrier = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
     accel__gloo_declare_next(e, &alloc);

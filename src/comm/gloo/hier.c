@@ -392,14 +392,15 @@ static void declare(hier *h, const accel__coll *op)
     const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
                        op->kind == ACCEL__COLL_GATHER;
     const int barrier = op->kind == ACCEL__COLL_BARRIER;
-    const int per_rank = op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_ALLGATHER;
+    const int per_rank =
+        op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_ALLGATHER;
     size_t count = op->count;
     if (per_rank) {
         count = op->total != 0 ? op->total : op->count * (size_t)h->n_ranks;
     }
     accel__shm_declare_next(h->shm, (int)op->kind, barrier ? 0 : count,
-                            barrier ? 0 : (int)op->dtype, reducing ? (int)op->op : 0,
-                            (int)op->wire, rooted ? op->root : 0);
+                            barrier ? 0 : (int)op->dtype, reducing ? (int)op->op : 0, (int)op->wire,
+                            rooted ? op->root : 0);
     accel__gloo_declare_next(h->cross, op);
 }
 
@@ -481,7 +482,8 @@ static accel_status hier_run(void *impl, const accel__coll *op)
 static accel_status hier_mem_alloc(void *impl, size_t nbytes, void **out)
 {
     hier *h = impl;
-    accel__coll alloc = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
+    accel__coll alloc =
+        ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
     alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
     accel__shm_declare_next(h->shm, ACCEL__SHM_CALL_ALLOC, nbytes, 0, 0, 0, 0);
     accel__gloo_declare_next(h->cross, &alloc);
