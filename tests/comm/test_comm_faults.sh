@@ -10,7 +10,9 @@
 #     process fails with ETIMEDOUT within 15 s, naming it (before, gloo said "a peer, -1").
 #  3. A process that calls exit(7) mid-loop without accel_free, gloo 2 x 1 and hier 2 x 2: the
 #     others fail with EPEER naming it, within 10 s.
-#  4. ACCEL_TIMEOUT=1e300 ("as long as it takes") on gloo 2 x 1 and hier 2 x 2: the job runs
+#  4. tests/dist/test_symmetric on gloo 2 x 1: accel_alloc_shared is a collective there too
+#     (sizes that differ: EINVAL on every process, "the same size", and the communicator goes on).
+#  5. ACCEL_TIMEOUT=1e300 ("as long as it takes") on gloo 2 x 1 and hier 2 x 2: the job runs
 #     (before, the overflowed milliseconds made Gloo refuse it, "Invalid timeout", and hier's
 #     other machine waited forever).
 set -u
@@ -83,7 +85,13 @@ leave stop-hier-2x2 2 2 3 stop ETIMEDOUT "process 3 " 15 ACCEL_TIMEOUT=3
 leave exit-gloo-2x1 2 1 1 exit EPEER "process 1 " 10 ACCEL_TIMEOUT=60
 leave exit-hier-2x2 2 2 3 exit EPEER "process 3 \|rank 3 " 10 ACCEL_TIMEOUT=60
 
-# 4. A huge timeout.
+# 4. accel_alloc_shared on gloo.
+mkdir -p "$tmp/symmetric-gloo-2x1"
+machines_launch "$tmp/symmetric-gloo-2x1" 2 1 ACCEL_TIMEOUT=30 -- "$B/tests/test_symmetric"
+machines_wait 120 || fail symmetric-gloo-2x1 "test_symmetric failed"
+echo "symmetric-gloo-2x1: $(cat "$tmp/symmetric-gloo-2x1/r0.out")"
+
+# 5. A huge timeout.
 for cfg in "gloo 2 1" "hier 2 2"; do
     set -- $cfg
     name=huge-timeout-$1-$2x$3

@@ -345,9 +345,10 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
             if (first.kind == ACCEL__GLOO_CALL_ALLOC && dq.kind == ACCEL__GLOO_CALL_ALLOC) {
                 /* Every member sees it and nothing moved: the communicator stays usable. */
                 return accel__seterr(NULL, ACCEL_EINVAL,
-                                     "gloo: accel_alloc_shared sizes differ: process %d called "
-                                     "%s, process %d called %s",
-                                     e->process[0], a, e->process[q], b);
+                                     "gloo: accel_alloc_shared: process %d asked for %llu bytes, "
+                                     "process %d for %llu (every process must pass the same size)",
+                                     e->process[0], (unsigned long long)first.count, e->process[q],
+                                     (unsigned long long)dq.count);
             }
             pthread_mutex_lock(&e->mu);
             e->broken_st = ACCEL_EINVAL;
