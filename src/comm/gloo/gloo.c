@@ -252,11 +252,32 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
     return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
 }
 
+/* A wait here that timed out may be waiting on a process that itself waits on the culprit
+ * (hier: process 0 across for process 2, stuck inside its machine on a stopped process 3). Both
+ * deadlines pass within microseconds of each other; the diagnosis recorded first names the
+ * process at fault for everyone. So before recording its own, a timed-out process gives the
+ * others a moment (a quarter of the timeout, at most 2 s) to record theirs; fail() then adopts
+ * it. Only on this failure path. */
+static void await_diagnosis(accel__gloo *e)
+{
+    if (e->store == NULL || atomic_load(&e->broken)) {
+        return;
+    }
+    char key[sizeof(e->prefix) + 16], rec[ACCEL__ERRMSG_NBYTES + 16];
+    snprintf(key, sizeof(key), "%sabort/msg", e->prefix);
+    double grace = e->timeout_s / 4 < 2.0 ? e->timeout_s / 4 : 2.0;
+    size_t got = 0;
+    (void)accel__store_get(e->store, key, rec, sizeof(rec), &got, grace);
+}
+
 accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
                                 const char *what)
 {
     char msg[ACCEL__ERRMSG_NBYTES];
     const int me = e->process[e->rank];
+    if (st == ACCEL_ETIMEDOUT) {
+        await_diagnosis(e);
+    }
     if (err->peer >= 0 && st == ACCEL_EPEER) {
         snprintf(msg, sizeof(msg),
                  "gloo: process %d died or closed its connection to process %d during %s (%s)",
