@@ -219,13 +219,31 @@ void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int
     s->check_call = 1;
 }
 
+void accel__shm_declare_next(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
+                             int root)
+{
+    s->declare_as.count = count;
+    s->declare_as.what = (uint64_t)(uint8_t)kind | (uint64_t)(uint8_t)dtype << 8 |
+                         (uint64_t)(uint8_t)op << 16 | (uint64_t)(uint8_t)wire << 24 |
+                         (uint64_t)(uint32_t)root << 32;
+    s->has_declare_as = 1;
+}
+
+void accel__shm_declare_clear(accel__shm *s)
+{
+    s->has_declare_as = 0;
+}
+
 /* "allreduce(count=1000, f32, sum) #17": the declared call as the user wrote it. */
 static void call_str(const accel__shm_call *c, uint64_t seq, char *buf, size_t nbytes)
 {
     const int kind = (int)(c->what & 0xff);
     int k;
     if (kind == ACCEL__SHM_CALL_ALLOC) {
-        k = snprintf(buf, nbytes, "accel_alloc_shared()");
+        /* shm's own allocation declares no size (it compares sizes apart); hier's does. */
+        k = c->count != 0 ? snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)",
+                                     (unsigned long long)c->count)
+                          : snprintf(buf, nbytes, "accel_alloc_shared()");
     } else {
         /* The declared count of reduce_scatter / allgather is the whole array: pass it as the
          * total, which is what the front end's formatter shows for them. */
@@ -260,11 +278,12 @@ static accel_status call_mismatch(accel__shm *s, unsigned par)
     call_str(ref, s->n_calls, a, sizeof(a));
     call_str(&s->lines[q].call[par], s->n_calls, b, sizeof(b));
     accel__shm_abort(s, ACCEL__SHM_OTHER_CALL, q, 0);
+    /* Job-wide numbers, as the other messages give them (hier: a machine's segment). */
     return accel__seterr(NULL, ACCEL_EINVAL,
-                         "collective mismatch: rank 0 called %s, rank %d called %s (every "
+                         "collective mismatch: rank %d called %s, rank %d called %s (every "
                          "process must make the same collective calls in the same order, with "
                          "the same count, dtype, op and root)",
-                         a, q, b);
+                         s->process_base, a, s->process_base + q, b);
 }
 
 /* After the first sync of a declared call: every rank's declaration against this rank's. */

@@ -116,13 +116,15 @@ typedef struct accel__shm {
     accel__shm_line *lines;
     char *data;
 
-    uint32_t step;           /* sync points passed by this rank (mirrors its progress word) */
-    uint64_t n_slots;        /* slots used so far: slot parity alternates per use */
-    const char *what;        /* the running collective, for messages */
-    const void **in;         /* n_ranks input pointers for the reduce kernels */
-    uint64_t n_calls;        /* calls declared (accel__shm_begin_call) */
-    accel__shm_call pending; /* the declaration the next sync publishes */
-    int check_call;          /* the next sync publishes a declaration and compares them all */
+    uint32_t step;              /* sync points passed by this rank (mirrors its progress word) */
+    uint64_t n_slots;           /* slots used so far: slot parity alternates per use */
+    const char *what;           /* the running collective, for messages */
+    const void **in;            /* n_ranks input pointers for the reduce kernels */
+    uint64_t n_calls;           /* calls declared (accel__shm_begin_call) */
+    accel__shm_call pending;    /* the declaration the next sync publishes */
+    int check_call;             /* the next sync publishes a declaration and compares them all */
+    accel__shm_call declare_as; /* accel__shm_declare_next's declaration ... */
+    int has_declare_as;         /* ... for the next accel__shm_run (hier) */
 
     accel__shm_sym *syms; /* live symmetric allocations, newest first */
     uint64_t n_allocs;    /* allocations started: the next id is n_allocs + 1 */
@@ -210,6 +212,14 @@ void accel__shm_abort(accel__shm *s, accel__shm_why why, int rank, int pid);
  * rank, naming both calls, when they differ. */
 void accel__shm_begin_call(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
                            int root);
+/* The next accel__shm_run declares this call (accel__shm_begin_call's fields) instead of its
+ * own: hier runs each user call as several shm calls of its own making, which can agree while
+ * the user's calls differ (counts 1000 and 999 both pad to 1000); its first declares the user's
+ * call, so processes at different calls fail with it named. Cleared by that run; clear it with
+ * accel__shm_declare_clear when no run followed. */
+void accel__shm_declare_next(accel__shm *s, int kind, size_t count, int dtype, int op, int wire,
+                             int root);
+void accel__shm_declare_clear(accel__shm *s);
 
 /* Process bookkeeping for the exit marks (shm.c): registers s as open in this process (setup
  * done), or marks it left and forgets it (teardown). */

@@ -484,6 +484,10 @@ accel_status accel__shm_run(accel__shm *s, const accel__coll *op)
                                                   : whole,
                           barrier ? 0 : (int)op->dtype, reducing ? (int)op->op : 0, (int)op->wire,
                           rooted ? op->root : 0);
+    if (s->has_declare_as) {
+        s->pending = s->declare_as;
+        s->has_declare_as = 0;
+    }
     if (nbytes == 0 && !barrier) {
         return accel__shm_sync(s); /* nothing to move, but still one checked sync */
     }

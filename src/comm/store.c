@@ -224,8 +224,16 @@ static accel_status connect_greet(accel__store *st, const char *addr, double dea
         (store_get32(back) != STORE_MAGIC || store_get32(back + 4) != STORE_VERSION)) {
         s = ACCEL_EIO;
     }
+    if (s == ACCEL_ETIMEDOUT) {
+        /* A tiny ACCEL_TIMEOUT ends here, as does a listener that never answers. */
+        return accel__seterr(NULL, s,
+                             "store %s: connected, but no greeting came back within %g s (the "
+                             "timeout is too short, or the program listening there is not an "
+                             "accel store: another program uses MASTER_PORT?)",
+                             st->name, st->timeout_s);
+    }
     if (s != ACCEL_OK) {
-        return accel__seterr(NULL, s == ACCEL_ETIMEDOUT ? s : ACCEL_EIO,
+        return accel__seterr(NULL, ACCEL_EIO,
                              "store %s: the program listening there is not an accel store of "
                              "this version (another program uses MASTER_PORT?)",
                              st->name);

@@ -34,10 +34,32 @@ void accel__track_fmt_double(char *out, size_t cap, double v)
     }
 }
 
+int accel__utf8_len(const unsigned char *p)
+{
+    if (p[0] < 0x80) {
+        return 1;
+    }
+    int n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc2 ? 2 : 0;
+    if (n == 0 || p[0] > 0xf4) {
+        return 0;
+    }
+    for (int i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90)) {
+        return 0;
+    }
+    return n;
+}
+
 void accel__json_string(FILE *f, const char *s)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n = accel__utf8_len(p);
         switch (*p) {
         case '"':
             fputs("\\\"", f);
@@ -55,14 +77,68 @@ void accel__json_string(FILE *f, const char *s)
             fputs("\\t", f);
             break;
         default:
-            if (*p < 0x20) {
-                fprintf(f, "\\u%04x", *p);
+            /* Control characters (C0, DEL, C1) are escaped, which JSON allows and YAML's
+             * readers need (the YAML files reuse this quoting). A byte that is not part of
+             * well-formed UTF-8 is written as the character of the same number (its Latin-1
+             * reading): raw, it would make Python's json / yaml reject the whole file, and
+             * U+FFFD would lose the byte. */
+            if (n == 0 || *p < 0x20 || *p == 0x7f || (*p == 0xc2 && p[1] < 0xa0)) {
+                unsigned v = n == 2 ? (unsigned)(p[1] & 0x3f) | 0x80u : *p;
+                fprintf(f, "\\u%04x", v);
+                n = n == 0 ? 1 : n;
             } else {
-                fputc(*p, f);
+                fwrite(p, 1, (size_t)n, f);
             }
+            p += n;
+            continue;
         }
+        p++;
     }
     fputc('"', f);
+}
+
+char *accel__utf8_dup(const char *s)
+{
+    size_t n = 0, extra = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++) {
+        extra += *p >= 0x80 && accel__utf8_len(p) == 0;
+    }
+    char *out = accel__malloc(n + extra + 1);
+    if (out == NULL) {
+        return NULL;
+    }
+    char *o = out;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x80 && accel__utf8_len(p) == 0) {
+            *o++ = (char)(0xc0 | (*p >> 6));
+            *o++ = (char)(0x80 | (*p & 0x3f));
+        } else {
+            *o++ = (char)*p;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+FILE *accel__track_reopen_at(FILE *f, const char *path, long long good, const char *mode)
+{
+    if (f != NULL) {
+        /* This may try the buffered bytes once more and fail again: they are cut below. */
+        fclose(f);
+    }
+    if (good >= 0 && truncate(path, (off_t)good) != 0) {
+        return NULL;
+    }
+    return fopen(path, mode);
+}
+
+int accel__track_file_gone(FILE *f, const char *path)
+{
+    struct stat a, b;
+    if (fstat(fileno(f), &a) != 0) {
+        return 0; /* cannot tell: keep writing where we were */
+    }
+    return stat(path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino;
 }
 
 /* A process-wide budget: the first few non-finite values are reported individually, then one

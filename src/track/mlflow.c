@@ -18,6 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/internal.h"
@@ -41,18 +42,25 @@ static long long now_ms(void)
     return (long long)(accel__wall_time() * 1000.0);
 }
 
-/* Appends a single-quoted YAML scalar. */
+/* Appends a single-quoted YAML scalar. YAML readers refuse control characters and bytes
+ * outside UTF-8 anywhere in the file (and MLflow then lists no run of the store): control
+ * characters become spaces, other stray bytes the UTF-8 of their Latin-1 reading. */
 static void yaml_quote(char *out, size_t cap, const char *s)
 {
     size_t k = strlen(out);
     if (k + 1 < cap) {
         out[k++] = '\'';
     }
-    for (; *s && k + 3 < cap; s++) {
-        if (*s == '\'') {
+    for (const unsigned char *p = (const unsigned char *)s; *p && k + 3 < cap; p++) {
+        if (*p == '\'') {
             out[k++] = '\'';
         }
-        out[k++] = (*s == '\n') ? ' ' : *s;
+        if (*p >= 0x80 && accel__utf8_len(p) == 0) {
+            out[k++] = (char)(0xc0 | (*p >> 6));
+            out[k++] = (char)(0x80 | (*p & 0x3f));
+        } else {
+            out[k++] = (*p < 0x20 || *p == 0x7f) ? ' ' : (char)*p;
+        }
     }
     if (k + 1 < cap) {
         out[k++] = '\'';
@@ -61,10 +69,14 @@ static void yaml_quote(char *out, size_t cap, const char *s)
 }
 
 /* MLflow accepts names of [A-Za-z0-9_\-. :/] without "..", not starting with '/'; anything
- * else becomes '_' so a key such as "loss(train)" still lands in a valid file. */
+ * else becomes '_' so a key such as "loss(train)" still lands in a valid file. A name must also
+ * make a path of files: no "." folder, no trailing '/', and each part short enough for a file
+ * name with the ".tmp-XXXXXX" of an atomic write after it (longer parts are cut: MLflow itself
+ * refuses keys over 250 characters). */
+#define KEY_PART_MAX 200
 static void sanitize_key(const char *key, char *out, size_t cap)
 {
-    size_t k = 0;
+    size_t k = 0, part = 0; /* part: characters of the current path component */
     for (const char *p = key; *p && k + 1 < cap; p++) {
         char c = *p;
         int ok = isalnum((unsigned char)c) || c == '_' || c == '-' || c == '.' || c == ' ' ||
@@ -73,7 +85,20 @@ static void sanitize_key(const char *key, char *out, size_t cap)
             (c == '/' && k > 0 && out[k - 1] == '/')) {
             c = '_';
         }
+        if (c == '/') {
+            if (part == 1 && out[k - 1] == '.') {
+                out[k - 1] = '_'; /* "a/./b" */
+            }
+            part = 0;
+        } else if (part == KEY_PART_MAX) {
+            continue;
+        } else {
+            part++;
+        }
         out[k++] = c;
+    }
+    if (k > 0 && (out[k - 1] == '/' || (part == 1 && out[k - 1] == '.'))) {
+        out[k - 1] = '_'; /* "a/" and "." name folders, not files */
     }
     out[k] = '\0';
     if (k == 0) {
@@ -94,12 +119,19 @@ static accel_status write_kv(ml_state *s, const char *sub, const char *key, cons
     *slash = '\0';
     accel_status st = accel__mkdirs(path);
     *slash = '/';
+    /* MLflow reads the file as UTF-8 and fails on the whole run otherwise. */
+    char *text = st == ACCEL_OK ? accel__utf8_dup(value) : NULL;
+    if (st == ACCEL_OK && text == NULL) {
+        accel__free(path);
+        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+    }
     if (st == ACCEL_OK) {
-        st = accel__write_file_atomic(path, value, strlen(value));
+        st = accel__write_file_atomic(path, text, strlen(text));
     }
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
     }
+    accel__free(text);
     accel__free(path);
     return st;
 }
@@ -668,50 +700,70 @@ static accel_status ml_config(void *state, const accel_value *v, int n)
     return ACCEL_OK;
 }
 
+/* Records one value: a text as a tag, a number as a line of its metric history. */
+static accel_status log_value(ml_state *s, const accel_value *v, long long ts, long long step)
+{
+    if (v->kind == ACCEL_VALUE_TEXT) {
+        /* MLflow metrics are numeric; text lands as a tag (latest value wins). */
+        return write_kv(s, "tags", v->key, v->text);
+    }
+    if (!isfinite(v->scalar)) {
+        accel__track_warn_nonfinite("mlflow", v->key, v->scalar);
+    }
+    /* Stack buffers and one O_APPEND write: no allocation per logged value, and a line is
+     * never split even if another tool appends concurrently. */
+    char clean[256], path[4096], line[128], num[40];
+    sanitize_key(v->key, clean, sizeof(clean));
+    if ((size_t)snprintf(path, sizeof(path), "%s/metrics/%s", s->common.run_dir, clean) >=
+        sizeof(path)) {
+        return accel_tracker_seterr(ACCEL_EINVAL, "metric path for \"%s\" is too long", v->key);
+    }
+    if (strchr(clean, '/') != NULL) {
+        char *slash = strrchr(path, '/');
+        *slash = '\0';
+        accel_status st = accel__mkdirs(path);
+        *slash = '/';
+        if (st != ACCEL_OK) {
+            return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+        }
+    }
+    accel__track_fmt_double(num, sizeof(num), v->scalar);
+    int len = snprintf(line, sizeof(line), "%lld %s %lld\n", ts, num, step < 0 ? 0 : step);
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0666);
+    ssize_t wrote = fd < 0 ? -1 : write(fd, line, (size_t)len);
+    int bad = wrote != len;
+    int err = wrote < 0 ? errno : ENOSPC; /* a short write sets no errno: the disk is full */
+    struct stat sb;
+    if (wrote > 0 && wrote < len && fstat(fd, &sb) == 0) {
+        /* A line cut short by a full disk: MLflow could not read the history past it. */
+        if (ftruncate(fd, sb.st_size - wrote) != 0) {
+            err = errno;
+        }
+    }
+    if (fd >= 0 && close(fd) != 0 && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad) {
+        return accel_tracker_seterr(ACCEL_EIO, "cannot append to %s: %s", path, strerror(err));
+    }
+    return ACCEL_OK;
+}
+
 static accel_status ml_log(void *state, const accel_value *v, int n, long long step)
 {
     ml_state *s = state;
     long long ts = now_ms();
+    /* One value that cannot be written (its metric file is in the way, say) does not cost
+     * the others of the call theirs. */
+    accel_status first = ACCEL_OK;
     for (int i = 0; i < n; i++) {
-        if (v[i].kind == ACCEL_VALUE_TEXT) {
-            /* MLflow metrics are numeric; text lands as a tag (latest value wins). */
-            ACCEL_TRY(write_kv(s, "tags", v[i].key, v[i].text));
-            continue;
-        }
-        if (!isfinite(v[i].scalar)) {
-            accel__track_warn_nonfinite("mlflow", v[i].key, v[i].scalar);
-        }
-        /* Stack buffers and one O_APPEND write: no allocation per logged value, and a line is
-         * never split even if another tool appends concurrently. */
-        char clean[256], path[4096], line[128], num[40];
-        sanitize_key(v[i].key, clean, sizeof(clean));
-        if ((size_t)snprintf(path, sizeof(path), "%s/metrics/%s", s->common.run_dir, clean) >=
-            sizeof(path)) {
-            return accel_tracker_seterr(ACCEL_EINVAL, "metric path for \"%s\" is too long",
-                                        v[i].key);
-        }
-        if (strchr(clean, '/') != NULL) {
-            char *slash = strrchr(path, '/');
-            *slash = '\0';
-            accel_status st = accel__mkdirs(path);
-            *slash = '/';
-            if (st != ACCEL_OK) {
-                return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
-            }
-        }
-        accel__track_fmt_double(num, sizeof(num), v[i].scalar);
-        int len = snprintf(line, sizeof(line), "%lld %s %lld\n", ts, num, step < 0 ? 0 : step);
-        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0666);
-        int bad = fd < 0 || write(fd, line, (size_t)len) != len;
-        if (fd >= 0 && close(fd) != 0) {
-            bad = 1;
-        }
-        if (bad) {
-            return accel_tracker_seterr(ACCEL_EIO, "cannot append to %s: %s", path,
-                                        strerror(errno));
+        accel_status st = log_value(s, &v[i], ts, step);
+        if (first == ACCEL_OK) {
+            first = st;
         }
     }
-    return ACCEL_OK;
+    return first;
 }
 
 static accel_status ml_finish(void *state)

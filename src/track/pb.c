@@ -142,7 +142,27 @@ void accel__pb_bytes(accel__pb *b, uint32_t field, const void *data, size_t nbyt
 
 void accel__pb_string(accel__pb *b, uint32_t field, const char *s)
 {
-    accel__pb_bytes(b, field, s, strlen(s));
+    /* Protobuf readers reject a string field that is not UTF-8, and TensorBoard's reader then
+     * stops at that event and reads nothing more of the file. A byte outside well-formed UTF-8
+     * becomes the character of the same number (as the JSON files write it), two bytes long. */
+    size_t n = 0, extra = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++) {
+        extra += *p >= 0x80 && accel__utf8_len(p) == 0;
+    }
+    if (extra == 0) {
+        accel__pb_bytes(b, field, s, n);
+        return;
+    }
+    key(b, field, ACCEL__PB_LEN);
+    accel__pb_raw_varint(b, n + extra);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x80 && accel__utf8_len(p) == 0) {
+            uint8_t two[2] = {(uint8_t)(0xc0 | (*p >> 6)), (uint8_t)(0x80 | (*p & 0x3f))};
+            put(b, two, 2);
+        } else {
+            put(b, p, 1);
+        }
+    }
 }
 
 void accel__pb_message(accel__pb *b, uint32_t field, const accel__pb *msg)

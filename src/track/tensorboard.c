@@ -74,6 +74,7 @@ typedef struct tb_state {
     accel__track_common common; /* first: accel_tracker_run_dir reads it */
     FILE *f;
     char *path;
+    long long good; /* bytes of whole records: a failed append is cut back to it */
     int wrote_hparams;
     int session_started;  /* the START event is written */
     accel__pb pending[2]; /* the hparams events waiting for the START */
@@ -84,16 +85,56 @@ typedef struct tb_state {
 
 static int file_counter;
 
-/* Appends ev (an encoded Event) as one record and flushes. */
+/* Appends ev (an encoded Event) as one record and flushes. A record cut short by a full disk
+ * is cut off the file again: TensorBoard's reader stops at a broken record, so it would hide
+ * every event written after it, once the disk has room again. */
 static accel_status emit(tb_state *s, const accel__pb *ev)
 {
     if (ev->failed) {
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory encoding an event");
     }
-    if (accel__tfrecord_write(s->f, ev->data, ev->len) != 0 || fflush(s->f) != 0) {
-        return accel_tracker_seterr(ACCEL_EIO, "cannot write %s: %s", s->path, strerror(errno));
+    if (s->f == NULL) {
+        s->f = accel__track_reopen_at(NULL, s->path, s->good, "ab");
+        if (s->f == NULL) {
+            return accel_tracker_seterr(ACCEL_EIO, "cannot reopen %s: %s", s->path,
+                                        strerror(errno));
+        }
     }
+    if (accel__tfrecord_write(s->f, ev->data, ev->len) != 0 || fflush(s->f) != 0) {
+        accel_status st =
+            accel_tracker_seterr(ACCEL_EIO, "cannot write %s: %s", s->path, strerror(errno));
+        s->f = accel__track_reopen_at(s->f, s->path, s->good, "ab");
+        return st;
+    }
+    s->good = (long long)ftello(s->f);
     return ACCEL_OK;
+}
+
+/* An event file deleted (or replaced) while the run writes it: a new one is started under the
+ * same name with its version record, as TensorFlow's EventsWriter does, instead of writing on
+ * into a file nobody can see. */
+static accel_status check_file(tb_state *s)
+{
+    if (s->f == NULL || !accel__track_file_gone(s->f, s->path)) {
+        return ACCEL_OK;
+    }
+    accel__log(accel__track_log(), ACCEL__LOG_WARN,
+               "tracker tensorboard: %s was deleted or replaced while the run wrote it; writing "
+               "a new one",
+               s->path);
+    fclose(s->f);
+    s->f = NULL;
+    accel_status st = accel__mkdirs(s->common.run_dir);
+    if (st != ACCEL_OK) {
+        return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+    }
+    s->good = -1; /* nothing of the old file to keep */
+    accel__pb version = {0};
+    accel__pb_double(&version, EVENT_WALL_TIME, accel__wall_time());
+    accel__pb_string(&version, EVENT_FILE_VERSION, "brain.Event:2");
+    st = emit(s, &version);
+    accel__pb_free(&version);
+    return st;
 }
 
 static void event_head(tb_state *s, double wall, long long step)
@@ -214,7 +255,8 @@ static void add_value(tb_state *s, const accel_value *v)
         accel__pb_reset(&s->a);
         accel__pb_varint(&s->a, TENSOR_DTYPE, DT_STRING);
         accel__pb_message(&s->a, TENSOR_SHAPE, &s->c);
-        accel__pb_string(&s->a, TENSOR_STRING_VAL, v->text);
+        /* string_val is bytes: the text goes in as given */
+        accel__pb_bytes(&s->a, TENSOR_STRING_VAL, v->text, strlen(v->text));
         accel__pb_message(&s->value, VALUE_TENSOR, &s->a);
         plugin_metadata(&s->c, &s->b, "text", "", 0);
         accel__pb_message(&s->value, VALUE_METADATA, &s->c);
@@ -229,6 +271,7 @@ static accel_status tb_log(void *state, const accel_value *values, int n, long l
     for (int i = 0; i < n; i++) {
         add_value(s, &values[i]);
     }
+    ACCEL_TRY(check_file(s));
     ACCEL_TRY(begin_session(s, 0, 0));
     event_head(s, accel__wall_time(), step);
     accel__pb_message(&s->event, EVENT_SUMMARY, &s->summary);
@@ -270,47 +313,55 @@ static accel_status emit_hparams(tb_state *s, const char *tag, const accel__pb *
     return emit(s, &s->event);
 }
 
+/* hparams.yml: one "key": value line per item. Keys and texts are JSON strings, which are YAML
+ * double-quoted scalars, so any byte (newline, quote, non-UTF-8) reads back; numbers are
+ * spelled as YAML 1.1 readers (PyYAML) take them for floats: .nan / .inf, and an exponent form
+ * with a '.' ("1.0e+300": "1e+300" would read back as a string). */
 static accel_status write_yaml(tb_state *s, const accel_value *config, int n)
 {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&text, &len);
     char *path = accel__path_join(s->common.run_dir, "hparams.yml");
-    size_t cap = 64;
-    for (int i = 0; i < n; i++) {
-        cap += strlen(config[i].key) * 2 + 8 +
-               (config[i].kind == ACCEL_VALUE_TEXT ? strlen(config[i].text) * 6 + 4 : 32);
-    }
-    char *text = accel__malloc(cap);
-    if (path == NULL || text == NULL) {
+    if (path == NULL || m == NULL) {
+        if (m != NULL) {
+            fclose(m);
+        }
+        free(text); /* open_memstream allocates with the C library */
         accel__free(path);
-        accel__free(text);
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     }
-    size_t k = 0;
     for (int i = 0; i < n; i++) {
         const accel_value *v = &config[i];
-        k += (size_t)snprintf(text + k, cap - k, "'%s': ", v->key);
+        accel__json_string(m, v->key);
+        fputs(": ", m);
         if (v->kind == ACCEL_VALUE_SCALAR) {
-            char num[40];
-            accel__track_fmt_double(num, sizeof(num), v->scalar);
-            k += (size_t)snprintf(text + k, cap - k, "%s\n", num);
-        } else {
-            /* Single-quoted YAML scalars escape only the quote itself, by doubling it. */
-            text[k++] = '\'';
-            for (const char *p = v->text; *p; p++) {
-                if (*p == '\'') {
-                    text[k++] = '\'';
+            char num[48];
+            if (isnan(v->scalar)) {
+                snprintf(num, sizeof(num), ".nan");
+            } else if (isinf(v->scalar)) {
+                snprintf(num, sizeof(num), v->scalar > 0 ? ".inf" : "-.inf");
+            } else {
+                accel__track_fmt_double(num, sizeof(num), v->scalar);
+                char *e = strchr(num, 'e');
+                if (e != NULL && strchr(num, '.') == NULL) {
+                    memmove(e + 2, e, strlen(e) + 1);
+                    memcpy(e, ".0", 2);
                 }
-                text[k++] = *p == '\n' ? ' ' : *p;
             }
-            text[k++] = '\'';
-            text[k++] = '\n';
+            fputs(num, m);
+        } else {
+            accel__json_string(m, v->text);
         }
+        fputc('\n', m);
     }
-    text[k] = '\0';
-    accel_status st = accel__write_file_atomic(path, text, strlen(text));
-    if (st != ACCEL_OK) {
+    int bad = fclose(m) != 0;
+    accel_status st = bad ? accel_tracker_seterr(ACCEL_ENOMEM, "out of memory")
+                          : accel__write_file_atomic(path, text, len);
+    if (st != ACCEL_OK && !bad) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
     }
-    accel__free(text);
+    free(text);
     accel__free(path);
     return st;
 }
@@ -379,7 +430,7 @@ static accel_status tb_finish(void *state)
         accel__pb_free(&end);
         accel__pb_free(&hp);
     }
-    if (fclose(s->f) != 0 && st == ACCEL_OK) {
+    if (s->f != NULL && fclose(s->f) != 0 && st == ACCEL_OK) {
         st = accel_tracker_seterr(ACCEL_EIO, "cannot close %s: %s", s->path, strerror(errno));
     }
     accel__pb_free(&s->event);

@@ -10,11 +10,16 @@
  * row always has the header's width. Both append to existing files; a resumed run
  * (accel_trackers_resume) first rewrites them without the records at steps >= the resumed
  * step, so no step is recorded twice.
+ *
+ * Faults: a record that cannot be written whole (a full disk) is cut off again, so the records
+ * logged once there is room read back cleanly; a file deleted while the run writes is written
+ * anew (with its header) instead of vanishing with every later record.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/internal.h"
 #include "track_internal.h"
@@ -23,6 +28,7 @@ typedef struct text_state {
     accel__track_common common;
     char *path;
     FILE *f;
+    long long good; /* bytes of whole records in the file: a failed append is cut back to it */
     int csv;
     char **cols; /* csv: data columns after step,time */
     int n_cols, cap_cols;
@@ -33,6 +39,45 @@ typedef struct text_state {
 static accel_status io_error(const char *what, const char *path)
 {
     return accel_tracker_seterr(ACCEL_EIO, "cannot %s %s: %s", what, path, strerror(errno));
+}
+
+static void csv_write_header(text_state *s, FILE *f);
+
+/* Opens the file for appending (creating the run folder again if it is gone) and writes the csv
+ * header into an empty file. On failure s->f stays NULL and the next record tries again. */
+static accel_status text_open(text_state *s)
+{
+    accel_status st = accel__mkdirs(s->common.run_dir);
+    if (st != ACCEL_OK) {
+        return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+    }
+    s->f = fopen(s->path, "a");
+    if (s->f == NULL) {
+        return io_error("open", s->path);
+    }
+    if (s->csv && ftello(s->f) == 0) {
+        csv_write_header(s, s->f);
+        if (fflush(s->f) != 0 || ferror(s->f)) {
+            st = io_error("write", s->path);
+            /* A header cut short would be taken for the columns: start the file over. */
+            s->f = accel__track_reopen_at(s->f, s->path, 0, "a");
+            if (s->f != NULL) {
+                fclose(s->f);
+                s->f = NULL;
+            }
+            return st;
+        }
+    }
+    s->good = (long long)ftello(s->f);
+    return ACCEL_OK;
+}
+
+/* After a failed append: the partial record is cut off and the file reopened (see
+ * accel__track_reopen_at). Returns st, the failure being reported. */
+static accel_status drop_partial(text_state *s, accel_status st)
+{
+    s->f = accel__track_reopen_at(s->f, s->path, s->good, "a");
+    return st;
 }
 
 static void free_state(text_state *s)
@@ -53,21 +98,30 @@ static void free_state(text_state *s)
 
 /* ---- CSV helpers ---- */
 
+/* Writes one cell, quoted when it holds a separator. A byte outside well-formed UTF-8 is written
+ * as the UTF-8 of its Latin-1 reading (as the JSON files escape it): raw, it would make
+ * readers that decode UTF-8 (Python's csv with open()) reject the whole file. */
 static void csv_field(FILE *f, const char *s)
 {
-    if (strpbrk(s, ",\"\n\r") == NULL) {
-        fputs(s, f);
-        return;
+    int quote = strpbrk(s, ",\"\n\r") != NULL;
+    if (quote) {
+        fputc('"', f);
     }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"') {
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"') {
             fputc('"', f);
         }
-        /* Rows stay one line each (the widening rewrite relies on it). */
-        fputc((*s == '\n' || *s == '\r') ? ' ' : *s, f);
+        if (*p >= 0x80 && accel__utf8_len(p) == 0) {
+            fputc(0xc0 | (*p >> 6), f);
+            fputc(0x80 | (*p & 0x3f), f);
+        } else {
+            /* Rows stay one line each (the widening rewrite relies on it). */
+            fputc((*p == '\n' || *p == '\r') ? ' ' : *p, f);
+        }
     }
-    fputc('"', f);
+    if (quote) {
+        fputc('"', f);
+    }
 }
 
 static int add_col(text_state *s, const char *name)
@@ -148,9 +202,11 @@ static void csv_write_header(text_state *s, FILE *f)
     fputc('\n', f);
 }
 
-/* Rewrites the file with the current (wider) header; old rows get `added` empty cells. */
-static accel_status csv_widen(text_state *s, int added)
+/* Rewrites the file with the current (wider) header; old rows get `added` empty cells.
+ * *replaced: whether the file on disk has the new header (it may while the reopen failed). */
+static accel_status csv_widen(text_state *s, int added, int *replaced)
 {
+    *replaced = 0;
     if (fclose(s->f) != 0) {
         s->f = NULL;
         return io_error("close", s->path);
@@ -199,8 +255,15 @@ static accel_status csv_widen(text_state *s, int added)
     if (fclose(out) != 0 && st == ACCEL_OK) {
         st = io_error("close", tmp);
     }
-    if (st == ACCEL_OK && rename(tmp, s->path) != 0) {
-        st = io_error("replace", s->path);
+    if (st == ACCEL_OK) {
+        if (rename(tmp, s->path) != 0) {
+            st = io_error("replace", s->path);
+        } else {
+            *replaced = 1;
+        }
+    }
+    if (st != ACCEL_OK) {
+        unlink(tmp); /* a partial copy must not fill what the disk has left */
     }
 done:
     fclose(in);
@@ -208,6 +271,9 @@ done:
     s->f = fopen(s->path, "a");
     if (s->f == NULL && st == ACCEL_OK) {
         st = io_error("reopen", s->path);
+    }
+    if (s->f != NULL) {
+        s->good = (long long)ftello(s->f);
     }
     return st;
 }
@@ -250,19 +316,10 @@ static accel_status text_start(int csv, const accel_tracker_start_info *info, vo
             }
         }
     }
-    s->f = fopen(s->path, "a");
-    if (s->f == NULL) {
-        st = io_error("open", s->path);
+    st = text_open(s);
+    if (st != ACCEL_OK) {
         free_state(s);
         return st;
-    }
-    if (csv && ftell(s->f) == 0) {
-        csv_write_header(s, s->f);
-        if (fflush(s->f) != 0) {
-            st = io_error("write", s->path);
-            free_state(s);
-            return st;
-        }
     }
     *state = s;
     return ACCEL_OK;
@@ -312,9 +369,9 @@ static accel_status jsonl_log(text_state *s, const accel_value *v, int n, long l
     }
     fputs("}\n", f);
     if (fflush(f) != 0 || ferror(f)) {
-        clearerr(f);
-        return io_error("write", s->path);
+        return drop_partial(s, io_error("write", s->path));
     }
+    s->good = (long long)ftello(f);
     return ACCEL_OK;
 }
 
@@ -332,7 +389,19 @@ static accel_status csv_log(text_state *s, const accel_value *v, int n, long lon
     }
     if (s->n_cols > before) {
         /* Older rows (even ones with no data columns) gain one empty cell per new column. */
-        ACCEL_TRY(csv_widen(s, s->n_cols - before));
+        int replaced;
+        accel_status st = csv_widen(s, s->n_cols - before, &replaced);
+        if (st != ACCEL_OK && !replaced) {
+            /* The file keeps its old header: so must the rows written next, or they would be
+             * wider than it. The new columns are added again at their next value. */
+            while (s->n_cols > before) {
+                accel__free(s->cols[--s->n_cols]);
+            }
+            return st;
+        }
+        if (st != ACCEL_OK) {
+            return st; /* widened, but not open again: the next record reopens it */
+        }
     }
     for (int c = 0; c < s->n_cols; c++) {
         s->row[c] = "";
@@ -367,17 +436,27 @@ static accel_status csv_log(text_state *s, const accel_value *v, int n, long lon
     }
     fputc('\n', f);
     if (fflush(f) != 0 || ferror(f)) {
-        clearerr(f);
-        return io_error("write", s->path);
+        return drop_partial(s, io_error("write", s->path));
     }
+    s->good = (long long)ftello(f);
     return ACCEL_OK;
 }
 
 static accel_status text_log(void *state, const accel_value *v, int n, long long step)
 {
     text_state *s = state;
+    if (s->f != NULL && accel__track_file_gone(s->f, s->path)) {
+        /* Writing on into a deleted file would lose every record without a word. */
+        accel__log(accel__track_log(), ACCEL__LOG_WARN,
+                   "tracker %s: %s was deleted or replaced while the run wrote it; writing a "
+                   "new one",
+                   s->csv ? "csv" : "jsonl", s->path);
+        fclose(s->f);
+        s->f = NULL;
+    }
     if (s->f == NULL) {
-        return accel_tracker_seterr(ACCEL_EIO, "%s is not open after an earlier failure", s->path);
+        /* After a failure that left it closed (or the deletion above): try again. */
+        ACCEL_TRY(text_open(s));
     }
     return s->csv ? csv_log(s, v, n, step) : jsonl_log(s, v, n, step);
 }
@@ -456,6 +535,9 @@ reopen:
     s->f = fopen(s->path, "a");
     if (s->f == NULL && st == ACCEL_OK) {
         st = io_error("reopen", s->path);
+    }
+    if (s->f != NULL) {
+        s->good = (long long)ftello(s->f);
     }
     return st;
 }

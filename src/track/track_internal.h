@@ -38,6 +38,8 @@ void accel__pb_varint(accel__pb *b, uint32_t field, uint64_t v); /* int32/int64/
 void accel__pb_double(accel__pb *b, uint32_t field, double v);
 void accel__pb_float(accel__pb *b, uint32_t field, float v);
 void accel__pb_bytes(accel__pb *b, uint32_t field, const void *data, size_t nbytes);
+/* A string field: bytes outside well-formed UTF-8 are written as the UTF-8 of their Latin-1
+ * reading (protobuf readers reject a string field that is not UTF-8). Raw bytes: pb_bytes. */
 void accel__pb_string(accel__pb *b, uint32_t field, const char *s);
 /* Appends a nested message already encoded in `msg`. */
 void accel__pb_message(accel__pb *b, uint32_t field, const accel__pb *msg);
@@ -108,12 +110,30 @@ typedef struct accel__track_common {
 /* Formats v in the shortest form that reads back exactly; "nan", "inf", "-inf" otherwise
  * (what Python's float() accepts). */
 void accel__track_fmt_double(char *out, size_t cap, double v);
-/* Appends a JSON string literal of s (quoted, escaped) to the stream. */
+/* The length of the well-formed UTF-8 sequence at p (1-4), or 0 when p does not start one
+ * (a stray continuation byte, an overlong form, a surrogate, a value past U+10FFFF). */
+int accel__utf8_len(const unsigned char *p);
+/* A copy of s in which each byte outside well-formed UTF-8 is replaced by the UTF-8 of its
+ * Latin-1 reading (as the JSON files escape it). Returns owned memory (accel__free), or NULL
+ * when out of memory. */
+char *accel__utf8_dup(const char *s);
+/* Appends a JSON string literal of s (quoted, escaped) to the stream: always valid UTF-8 (a
+ * byte outside well-formed UTF-8 becomes \u00XX) with control characters escaped, so it is
+ * also a YAML double-quoted scalar. */
 void accel__json_string(FILE *f, const char *s);
-/* Writes a tracker warning through the library logger, at most a few per key. */
+/* A record file (metrics.jsonl / .csv, an event file) whose last append failed, a full disk
+ * say: closes f, cuts the file back to `good` bytes (where the last whole record ended; a
+ * partial record would corrupt, for the file's readers, every record written after the disk
+ * has room again) and reopens it with `mode`. good < 0: no cut. Returns the new stream, or NULL
+ * with errno set (the caller retries at its next record). */
+FILE *accel__track_reopen_at(FILE *f, const char *path, long long good, const char *mode);
+/* 1 when `path` no longer names the file open as f: deleted or replaced while the run wrote
+ * it (TensorFlow's EventsWriter makes the same check and writes a new file). */
+int accel__track_file_gone(FILE *f, const char *path);
 /* The log context of the accelerator whose tracker callback is running on this thread (NULL
  * outside callbacks: the default context). */
 const accel__log_ctx *accel__track_log(void);
+/* Warns through the library logger that a logged value is not finite (the first few only). */
 void accel__track_warn_nonfinite(const char *tracker, const char *key, double v);
 
 #endif /* ACCEL_TRACK_INTERNAL_H */

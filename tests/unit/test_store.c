@@ -234,6 +234,24 @@ static void not_a_store(void)
     reap_ok(pid);
 }
 
+/* A listener that accepts and never answers (or a timeout too short for the greeting): a
+ * timeout saying so, not "not an accel store" (which a 1e-9 s ACCEL_TIMEOUT used to report). */
+static void silent_listener(void)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    CHECK(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(lfd, 4) == 0);
+    CHECK(getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    accel__store_config c = {
+        .addr = "127.0.0.1", .port = ntohs(sa.sin_port), .serve = 0, .timeout_s = 0.3};
+    accel__store *st = NULL;
+    double t0 = accel__now();
+    expect(accel__store_open(&st, &c), ACCEL_ETIMEDOUT, "no greeting came back within 0.3 s");
+    CHECK(accel__now() - t0 < 5.0);
+    close(lfd);
+}
+
 /* The serving process dies (or stops) while a client waits. */
 static void server_trouble(int sig)
 {
@@ -438,6 +456,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     basics();
     not_a_store();
+    silent_listener();
     server_trouble(SIGKILL);
     server_trouble(SIGSTOP);
     abandoned();

@@ -192,8 +192,8 @@ static void test_tracker_roundtrip(void)
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     buf[n] = '\0';
     fclose(f);
-    CHECK(strstr(buf, "'lr': 0.0003") != NULL);
-    CHECK(strstr(buf, "'model': 'gpt2 ''tiny'''") != NULL);
+    CHECK(strstr(buf, "\"lr\": 0.0003") != NULL);
+    CHECK(strstr(buf, "\"model\": \"gpt2 'tiny'\"") != NULL);
 
     /* Flip one byte in the middle: the CRC catches it. */
     f = fopen(path, "r+b");

@@ -2,15 +2,20 @@
  * The tracker flow (registry, log_with parsing, init/log/get/end) with a user-defined tracker,
  * the jsonl and csv files' exact contents, and bad input: unknown names, a tracker needing a
  * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
- * later (warnings; training goes on).
+ * later (warnings; training goes on). Faults of the built-in trackers' files: a disk full in
+ * mid-record, a run folder deleted while the run writes, names that are not UTF-8 or not file
+ * names.
  */
 #include <dirent.h>
 #include <jansson.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "track/track_internal.h"
 
 static char tmpdir[] = "/tmp/accel_track_XXXXXX";
 
@@ -37,6 +42,15 @@ static accel *make(const char *project_dir, const char *log_with)
     accel *acc;
     CHECK_OK(NULL, accel_init(&acc, &o));
     return acc;
+}
+
+static int count_lines(const char *text)
+{
+    int n = 0;
+    for (; *text; text++) {
+        n += *text == '\n';
+    }
+    return n;
 }
 
 /* ---- a user-defined tracker recording into memory ---- */
@@ -269,7 +283,8 @@ static void test_jsonl_csv(void)
     CHECK(strcmp(json_string_value(json_object_get(j, "model")), "gpt2") == 0);
     json_decref(j);
 
-    /* The run folder vanishes mid-run: the csv widening rewrite fails; warnings only. */
+    /* The run folder vanishes mid-run: both files are written anew (the csv with every column
+     * in its header), with a warning, instead of the later records vanishing with it. */
     char cmd[700];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", run);
     CHECK(system(cmd) == 0);
@@ -279,8 +294,18 @@ static void test_jsonl_csv(void)
     CHECK(accel_log(acc, d, 1, 6) == ACCEL_OK);
     CHECK_OK(acc, accel_end_training(acc));
     err = capture_end();
-    CHECK_MSG(strstr(err, "tracker csv: logging step 5 failed") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "metrics.csv was deleted or replaced while the run wrote it") != NULL,
+              "%s", err);
+    CHECK_MSG(strstr(err, "metrics.jsonl was deleted or replaced") != NULL, "%s", err);
+    CHECK_MSG(strstr(err, "failed") == NULL, "%s", err);
     accel_free(acc);
+    snprintf(path, sizeof(path), "%s/metrics.csv", run);
+    text = check_slurp(path);
+    CHECK_MSG(strncmp(text, "step,time,loss,note,acc,brand_new\n5,", 36) == 0, "%s", text);
+    CHECK(count_lines(text) == 3);
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
+    text = check_slurp(path);
+    CHECK_MSG(strncmp(text, "{\"step\": 5,", 11) == 0 && count_lines(text) == 2, "%s", text);
 
     /* A resumed run appends under the existing csv header. */
     acc = make(tmpdir, "csv");
@@ -376,15 +401,6 @@ static void test_all(void)
 }
 
 /* Counts the lines of `text` (each ending in '\n'). */
-static int count_lines(const char *text)
-{
-    int n = 0;
-    for (; *text; text++) {
-        n += *text == '\n';
-    }
-    return n;
-}
-
 /*
  * A run interrupted after logging step 9 (its last jsonl record half written) and resumed from
  * a checkpoint taken at step 5, so the resumed run logs from step 6 on: every tracker ends up
@@ -492,6 +508,220 @@ static void test_resume(void)
     CHECK_MSG(runs == 1, "%d runs in %s", runs, exp_dir);
 }
 
+/* ---- faults: a full disk, odd names ---- */
+
+/* Caps the size a file may grow to (limit 0: lifts the cap), which fails writes past it with
+ * EFBIG as a full disk fails them with ENOSPC, at a byte the test chooses. SIGXFSZ is ignored
+ * so the write fails instead of killing the test. */
+static void cap_file_size(long long limit)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r;
+    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0);
+    r.rlim_cur = limit > 0 ? (rlim_t)limit : r.rlim_max;
+    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
+}
+
+/* Collects the steps of the "loss" values of an event file. */
+typedef struct tb_steps {
+    long long steps[64];
+    int n;
+} tb_steps;
+
+static int visit_loss(void *ctx, const char *file_version, const accel__tf_value *v)
+{
+    tb_steps *t = ctx;
+    if (file_version == NULL && strcmp(v->tag, "loss") == 0 && t->n < 64) {
+        t->steps[t->n++] = v->step;
+    }
+    return 0;
+}
+
+/* The steps of the records in `path` (a jsonl, csv or MLflow metric file, or an event file),
+ * each record checked whole: a jsonl line parses, a csv row has the header's width, a metric
+ * line has its three fields. */
+static int read_steps(const char *tracker, const char *path, long long *steps, int max)
+{
+    if (strcmp(tracker, "tensorboard") == 0) {
+        tb_steps t = {.n = 0};
+        CHECK_OK(NULL, accel__tfevents_read(path, visit_loss, &t));
+        memcpy(steps, t.steps, sizeof(long long) * (size_t)t.n);
+        return t.n;
+    }
+    size_t nbytes;
+    char *text = check_read_file(path, &nbytes);
+    CHECK_MSG(nbytes > 0 && text[nbytes - 1] == '\n', "%s ends in a partial record", path);
+    int n = 0, width = -1;
+    for (char *l = strtok(text, "\n"); l != NULL; l = strtok(NULL, "\n")) {
+        if (strcmp(tracker, "jsonl") == 0) {
+            json_error_t jerr;
+            json_t *j = json_loads(l, 0, &jerr);
+            CHECK_MSG(j != NULL, "%s: broken record %s", path, l);
+            steps[n++] = json_integer_value(json_object_get(j, "step"));
+            json_decref(j);
+        } else if (strcmp(tracker, "csv") == 0) {
+            int w = 1;
+            for (const char *c = l; *c; c++) {
+                w += *c == ',';
+            }
+            if (width < 0) { /* the header */
+                width = w;
+                continue;
+            }
+            CHECK_MSG(w == width, "%s: row of %d cells under %d columns: %s", path, w, width, l);
+            steps[n++] = atoll(l);
+        } else {
+            long long ts, step;
+            double v;
+            CHECK_MSG(sscanf(l, "%lld %lf %lld", &ts, &v, &step) == 3, "%s: %s", path, l);
+            steps[n++] = step;
+        }
+        CHECK(n < max);
+    }
+    free(text);
+    return n;
+}
+
+/*
+ * A disk that fills up in the middle of a record and has room again later: the records logged
+ * while it is full are lost, with warnings, and training goes on; the record cut short does
+ * not stay in the file, so the records logged once there is room read back whole (before the
+ * fix, TensorBoard's reader stopped at the broken record and hid them, and the next jsonl line
+ * was glued to the broken one). The csv gains a column while the disk is full: its rewrite
+ * fails, leaves no temporary file, and the rows keep the width of the header on disk.
+ */
+static void check_full_disk(const char *tracker)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1);
+    unsetenv("MLFLOW_RUN_ID");
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/full_%s", tmpdir, tracker);
+    accel *acc = make(dir, tracker);
+    CHECK_OK(acc, accel_init_trackers(acc, "run", NULL, 0));
+    char run[512], path[1024] = "";
+    snprintf(run, sizeof(run), "%s", accel_tracker_run_dir(accel_get_tracker(acc, tracker)));
+    char pad[201];
+    memset(pad, 'p', 200);
+    pad[200] = '\0';
+    for (int s = 0; s < 20; s++) {
+        accel_value v[] = {ACCEL_SCALAR("loss", s), ACCEL_TEXT("note", pad),
+                           ACCEL_SCALAR("extra", 1)};
+        int n = (strcmp(tracker, "csv") == 0 && (s == 12 || s >= 17)) ? 3 : 2;
+        if (s == 10) {
+            if (strcmp(tracker, "tensorboard") == 0) {
+                DIR *d = opendir(run);
+                CHECK(d != NULL);
+                for (struct dirent *e; (e = readdir(d)) != NULL;) {
+                    if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0) {
+                        snprintf(path, sizeof(path), "%s/%s", run, e->d_name);
+                    }
+                }
+                closedir(d);
+            } else {
+                snprintf(path, sizeof(path), "%s/%s", run,
+                         strcmp(tracker, "mlflow") == 0 ? "metrics/loss"
+                         : strcmp(tracker, "csv") == 0  ? "metrics.csv"
+                                                        : "metrics.jsonl");
+            }
+            struct stat sb;
+            CHECK(stat(path, &sb) == 0);
+            capture_begin();
+            cap_file_size((long long)sb.st_size + 7); /* the next record stops after 7 bytes */
+        }
+        CHECK_OK(acc, accel_log(acc, v, n, s));
+        if (s == 14) {
+            cap_file_size(0);
+            char *err = capture_end();
+            CHECK_MSG(strstr(err, "logging step 10 failed") != NULL, "%s", err);
+        }
+    }
+    CHECK_OK(acc, accel_end_training(acc));
+    accel_free(acc);
+    long long steps[64];
+    int n = read_steps(tracker, path, steps, 64);
+    int k = 0;
+    for (int s = 0; s < 20; s++) {
+        if (s < 10 || s >= 15) {
+            CHECK_MSG(k < n && steps[k] == s, "%s: record %d has step %lld, not %d", tracker, k,
+                      k < n ? steps[k] : -1LL, s);
+            k++;
+        }
+    }
+    CHECK_MSG(n == k, "%s: %d records, want %d", tracker, n, k);
+    if (strcmp(tracker, "csv") == 0) {
+        char *text = check_slurp(path);
+        CHECK_MSG(strncmp(text, "step,time,loss,note,extra\n", 26) == 0, "%s", text);
+        DIR *d = opendir(run);
+        CHECK(d != NULL);
+        for (struct dirent *e; (e = readdir(d)) != NULL;) {
+            CHECK_MSG(strstr(e->d_name, ".tmp") == NULL, "%s/%s left behind", run, e->d_name);
+        }
+        closedir(d);
+    }
+}
+
+static void test_full_disk(void)
+{
+    check_full_disk("jsonl");
+    check_full_disk("csv");
+    check_full_disk("tensorboard");
+    check_full_disk("mlflow");
+}
+
+/*
+ * Keys and texts that are not UTF-8, or hold newlines, slashes, quotes: the JSON files stay
+ * valid JSON (jansson rejects invalid UTF-8), a byte outside UTF-8 becomes the character of
+ * its number; MLflow keys that would name a folder ("a/", ".") or a file name too long for the
+ * file system still land in files, and one bad value does not cost the others of its call.
+ */
+static void test_odd_names(void)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1);
+    unsetenv("MLFLOW_RUN_ID");
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/odd", tmpdir);
+    accel *acc = make(dir, "jsonl,mlflow");
+    char longk[301];
+    memset(longk, 'k', 300);
+    longk[300] = '\0';
+    accel_value cfg[] = {ACCEL_TEXT("model\xff", "gp\nt\"2\xfe\x01"), ACCEL_SCALAR(longk, 1)};
+    CHECK_OK(acc, accel_init_trackers(acc, "run", cfg, 2));
+    accel_value v[] = {ACCEL_SCALAR("a/", 1), ACCEL_SCALAR(".", 2), ACCEL_SCALAR("x\xc3", 3),
+                       ACCEL_SCALAR("a/./b", 4), ACCEL_TEXT("t\x7f", "\xc2\x85")};
+    capture_begin();
+    CHECK_OK(acc, accel_log(acc, v, 5, 0));
+    char *err = capture_end();
+    CHECK_MSG(strstr(err, "failed") == NULL, "%s", err);
+    char run[512], ml[512], path[1024];
+    snprintf(run, sizeof(run), "%s", accel_tracker_run_dir(accel_get_tracker(acc, "jsonl")));
+    snprintf(ml, sizeof(ml), "%s", accel_tracker_run_dir(accel_get_tracker(acc, "mlflow")));
+    CHECK_OK(acc, accel_end_training(acc));
+    accel_free(acc);
+
+    json_error_t jerr;
+    snprintf(path, sizeof(path), "%s/config.json", run);
+    json_t *j = json_load_file(path, 0, &jerr);
+    CHECK_MSG(j != NULL, "%s: %s", path, jerr.text);
+    CHECK(strcmp(json_string_value(json_object_get(j, "model\xc3\xbf")), "gp\nt\"2\xc3\xbe\x01") ==
+          0);
+    json_decref(j);
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", run);
+    j = json_loads(check_slurp(path), 0, &jerr);
+    CHECK_MSG(j != NULL, "%s: %s", path, jerr.text);
+    CHECK(json_number_value(json_object_get(j, "x\xc3\x83")) == 3);
+    CHECK(strcmp(json_string_value(json_object_get(j, "t\x7f")), "\xc2\x85") == 0);
+    json_decref(j);
+
+    const char *files[] = {"metrics/a_", "metrics/_", "metrics/x_", "metrics/a/_/b", "tags/t_"};
+    for (int i = 0; i < 5; i++) {
+        struct stat sb;
+        snprintf(path, sizeof(path), "%s/%s", ml, files[i]);
+        CHECK_MSG(stat(path, &sb) == 0 && S_ISREG(sb.st_mode), "%s is missing", path);
+    }
+    snprintf(path, sizeof(path), "%s/params/%.200s", ml, longk);
+    CHECK_MSG(strcmp(check_slurp(path), "1") == 0, "%s", path);
+}
+
 int main(void)
 {
     CHECK(mkdtemp(tmpdir) != NULL);
@@ -502,6 +732,8 @@ int main(void)
     test_csv_empty_first();
     test_all();
     test_resume();
+    test_full_disk();
+    test_odd_names();
     char cmd[300];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
     CHECK(system(cmd) == 0);

@@ -252,20 +252,48 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
     return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
 }
 
+/* A wait here that timed out may be waiting on a process that itself waits on the culprit
+ * (hier: process 0 across for process 2, stuck inside its machine on a stopped process 3). Both
+ * deadlines pass within microseconds of each other; the diagnosis recorded first names the
+ * process at fault for everyone. So before recording its own, a timed-out process gives the
+ * others a moment (a quarter of the timeout, at most 2 s) to record theirs; fail() then adopts
+ * it. Only on this failure path. */
+static void await_diagnosis(accel__gloo *e)
+{
+    if (e->store == NULL || atomic_load(&e->broken)) {
+        return;
+    }
+    char key[sizeof(e->prefix) + 16], rec[ACCEL__ERRMSG_NBYTES + 16];
+    snprintf(key, sizeof(key), "%sabort/msg", e->prefix);
+    double grace = e->timeout_s / 4 < 2.0 ? e->timeout_s / 4 : 2.0;
+    size_t got = 0;
+    (void)accel__store_get(e->store, key, rec, sizeof(rec), &got, grace);
+}
+
 accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
                                 const char *what)
 {
     char msg[ACCEL__ERRMSG_NBYTES];
     const int me = e->process[e->rank];
+    if (st == ACCEL_ETIMEDOUT) {
+        await_diagnosis(e);
+    }
     if (err->peer >= 0 && st == ACCEL_EPEER) {
         snprintf(msg, sizeof(msg),
                  "gloo: process %d died or closed its connection to process %d during %s (%s)",
                  e->process[err->peer], me, what, err->msg);
-    } else if (st == ACCEL_ETIMEDOUT) {
+    } else if (st == ACCEL_ETIMEDOUT && err->peer >= 0) {
         snprintf(msg, sizeof(msg),
-                 "gloo: %s on process %d timed out after %g s waiting for %s%d (%s)", what, me,
-                 e->timeout_s, err->peer >= 0 ? "process " : "a peer, ",
-                 err->peer >= 0 ? e->process[err->peer] : -1, err->msg);
+                 "gloo: %s on process %d timed out after %g s waiting for process %d (stopped, "
+                 "hung, or calling a different collective) (%s)",
+                 what, me, e->timeout_s, e->process[err->peer], err->msg);
+    } else if (st == ACCEL_ETIMEDOUT) {
+        /* Inside one of Gloo's own collectives, which does not say whose data is missing. */
+        snprintf(msg, sizeof(msg),
+                 "gloo: %s on process %d timed out after %g s waiting for another process "
+                 "(stopped, hung, or calling a different collective; Gloo does not say which) "
+                 "(%s)",
+                 what, me, e->timeout_s, err->msg);
     } else {
         snprintf(msg, sizeof(msg), "gloo: %s failed on process %d: %s", what, me, err->msg);
     }
@@ -372,6 +400,13 @@ static accel_status gloo_run(void *impl, const accel__coll *op)
     return accel__gloo_run(impl, op);
 }
 
+/* Plain memory, but still the collective the contract makes it (checked like a call). */
+static accel_status gloo_mem_alloc(void *impl, size_t nbytes, void **out)
+{
+    ACCEL_TRY(accel__gloo_alloc_check(impl, nbytes));
+    return accel__comm_plain_alloc(impl, nbytes, out);
+}
+
 static void gloo_abort(void *impl, accel_status st, const char *msg)
 {
     accel__gloo_abort(impl, st, msg);
@@ -387,7 +422,7 @@ const accel__comm_ops accel__gloo_ops = {
     .split = gloo_split,
     .run = gloo_run,
     .abort = gloo_abort,
-    .mem_alloc = accel__comm_plain_alloc,
+    .mem_alloc = gloo_mem_alloc,
     .mem_free = accel__comm_plain_free,
     .destroy = gloo_destroy,
     .describe = gloo_describe,

@@ -17,6 +17,19 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
                               int serve, const int *process);
 /* Runs one collective (comm.h semantics, bit-identical to the other backends). */
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
+/* The next accel__gloo_run declares `op` (copied) instead of its own call in the envelope
+ * every member compares: hier's calls are its own decomposition of the user's, which can agree
+ * while the user's calls differ. Cleared by that run, or by accel__gloo_declare_clear. NULL e:
+ * nothing. */
+void accel__gloo_declare_next(accel__gloo *e, const accel__coll *op);
+void accel__gloo_declare_clear(accel__gloo *e);
+/* accel_alloc_shared's check on a backend whose shared memory is plain memory: one envelope
+ * exchange declaring an allocation of nbytes, so a process that allocates while the others
+ * call a collective, or asks for another size, fails on every member (ACCEL_EINVAL naming both
+ * calls; sizes that differ do not break the communicator, as on shm). */
+accel_status accel__gloo_alloc_check(accel__gloo *e, size_t nbytes);
+/* The kind an allocation declares in the envelope (a value no accel__coll_kind takes). */
+#define ACCEL__GLOO_CALL_ALLOC 100
 /* Breaks the communicator on every member (any thread): the failure is recorded in the store
  * naming this process and `msg`, and every connection is reset. */
 void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg);

@@ -274,6 +274,9 @@ static call_desc describe(const accel__coll *op)
     return d;
 }
 
+/* The call a declaration names, as the messages show it. */
+static void desc_str(const call_desc *d, int n_ranks, char *buf, size_t nbytes);
+
 static accel__coll undescribe(const call_desc *d)
 {
     return (accel__coll){.kind = (accel__coll_kind)d->kind,
@@ -306,7 +309,8 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     size_t *ix = NULL;
     ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
     ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
-    call_desc mine = describe(op);
+    call_desc mine = describe(e->has_declare_as ? &e->declare_as : op);
+    e->has_declare_as = 0;
     memcpy(all + (size_t)me * st, &mine, head);
     if (payload > 0) {
         memcpy(all + (size_t)me * st + head, op->send, payload);
@@ -336,9 +340,16 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
         memcpy(&dq, all + (size_t)q * st, head);
         if (memcmp(&dq, &first, head) != 0) {
             char a[160], b[160];
-            accel__coll c0 = undescribe(&first), cq = undescribe(&dq);
-            accel__coll_str(&c0, n, a, sizeof(a));
-            accel__coll_str(&cq, n, b, sizeof(b));
+            desc_str(&first, n, a, sizeof(a));
+            desc_str(&dq, n, b, sizeof(b));
+            if (first.kind == ACCEL__GLOO_CALL_ALLOC && dq.kind == ACCEL__GLOO_CALL_ALLOC) {
+                /* Every member sees it and nothing moved: the communicator stays usable. */
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "gloo: accel_alloc_shared: process %d asked for %llu bytes, "
+                                     "process %d for %llu (every process must pass the same size)",
+                                     e->process[0], (unsigned long long)first.count, e->process[q],
+                                     (unsigned long long)dq.count);
+            }
             pthread_mutex_lock(&e->mu);
             e->broken_st = ACCEL_EINVAL;
             snprintf(e->broken_msg, sizeof(e->broken_msg),
@@ -353,6 +364,43 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     *env = all;
     *stride = st;
     return ACCEL_OK;
+}
+
+static void desc_str(const call_desc *d, int n_ranks, char *buf, size_t nbytes)
+{
+    if (d->kind == ACCEL__GLOO_CALL_ALLOC) {
+        snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
+        return;
+    }
+    accel__coll c = undescribe(d);
+    accel__coll_str(&c, n_ranks, buf, nbytes);
+}
+
+void accel__gloo_declare_next(accel__gloo *e, const accel__coll *op)
+{
+    if (e != NULL) {
+        e->declare_as = *op;
+        e->has_declare_as = 1;
+    }
+}
+
+void accel__gloo_declare_clear(accel__gloo *e)
+{
+    if (e != NULL) {
+        e->has_declare_as = 0;
+    }
+}
+
+accel_status accel__gloo_alloc_check(accel__gloo *e, size_t nbytes)
+{
+    accel__coll alloc =
+        ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
+    alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
+    accel__coll barrier = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
+    accel__gloo_declare_next(e, &alloc);
+    accel_status st = accel__gloo_run(e, &barrier);
+    accel__gloo_declare_clear(e);
+    return st;
 }
 
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)

@@ -40,6 +40,16 @@ extern "C" {
 namespace
 {
 
+/* ACCEL_TIMEOUT as Gloo's milliseconds. Gloo refuses a negative count ("Invalid timeout"), which
+ * a huge value (1e300: "wait as long as it takes") became by overflowing; a tiny one must not
+ * round to 0. Clamped to [1 ms, 10^9 s]. */
+std::chrono::milliseconds to_ms(double timeout_s)
+{
+    double ms = timeout_s * 1000.0;
+    ms = ms < 1.0 ? 1.0 : ms > 1e12 ? 1e12 : ms;
+    return std::chrono::milliseconds((long long)ms);
+}
+
 /* Gloo's rendezvous store on accel's: keys get the communicator's prefix; waits have the
  * communicator's deadline (Gloo's own default would be 30 s whatever ACCEL_TIMEOUT says). */
 class StoreAdapter : public gloo::rendezvous::Store
@@ -67,7 +77,7 @@ class StoreAdapter : public gloo::rendezvous::Store
 
     void wait(const std::vector<std::string> &keys) override
     {
-        wait(keys, std::chrono::milliseconds((long long)(timeout_s_ * 1000)));
+        wait(keys, to_ms(timeout_s_));
     }
 
     /* Waits in slices, so that a process whose setup failed (it publishes "setup_failed", see
@@ -197,6 +207,7 @@ struct accel__gloo_ctx {
     /* The current batch of point-to-point messages (accel__gloo_post), and its slots' base. */
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> msgs;
     std::vector<char> msg_is_send;
+    std::vector<int> msg_peer; /* the other end of each message: a timed-out wait names it */
     uint64_t msg_base = 0;
 };
 
@@ -276,7 +287,7 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
     accel_status st = ACCEL_OK;
     try {
         g = new accel__gloo_ctx;
-        g->timeout = std::chrono::milliseconds((long long)(timeout_s * 1000));
+        g->timeout = to_ms(timeout_s);
         gloo::transport::tcp::attr attr;
         if (ifname != nullptr) {
             attr.iface = ifname;
@@ -375,6 +386,7 @@ extern "C" void accel__gloo_msgs_begin(accel__gloo_ctx *g)
      * of our own above Gloo's collectives' prefixes, the tag, then the caller's key. */
     g->msgs.clear();
     g->msg_is_send.clear();
+    g->msg_peer.clear();
     g->msg_base = (uint64_t)0x7e << 56 | (uint64_t)(g->tag++ & 0xffffffu) << 32;
 }
 
@@ -392,17 +404,24 @@ extern "C" accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int pe
         *index = g->msgs.size();
         g->msgs.push_back(std::move(b));
         g->msg_is_send.push_back((char)is_send);
+        g->msg_peer.push_back(peer);
     });
 }
 
 extern "C" accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err)
 {
-    return guard(g, err, [&] {
+    accel_status st = guard(g, err, [&] {
         auto &b = g->msgs.at(index);
         if (!(g->msg_is_send[index] ? b->waitSend(g->timeout) : b->waitRecv(g->timeout))) {
             throw std::runtime_error("gloo: a point-to-point message was aborted");
         }
     });
+    /* Gloo's timeout message names no address ("Timed out waiting 3000ms for recv operation
+     * to complete"), but the message's other end is the process this wait is stuck on. */
+    if (st == ACCEL_ETIMEDOUT && err->peer < 0 && index < g->msg_peer.size()) {
+        err->peer = g->msg_peer[index];
+    }
+    return st;
 }
 
 extern "C" accel_status accel__gloo_allgatherv(accel__gloo_ctx *g, const void *send, void *recv,

@@ -30,6 +30,9 @@ struct accel__gloo {
     size_t scratch_nbytes[3];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
+    /* accel__gloo_declare_next's call, declared by the next run instead of its own. */
+    accel__coll declare_as;
+    int has_declare_as;
     /* The first failure: every later call repeats it. */
     _Atomic int broken;
     accel_status broken_st;

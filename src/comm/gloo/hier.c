@@ -369,12 +369,70 @@ static accel_status gather(hier *h, const accel__coll *op)
             ACCEL__COLL(ACCEL__COLL_GATHER, part, op->recv, L * nb, ACCEL_U8, ACCEL_SUM, rnode);
         ACCEL_TRY(across(h, &x));
     }
+    if (h->L > 1 && h->n_nodes > 1) {
+        /* The other local ranks are done before the step across: without this sync a failure
+         * there (another machine's process at another call) would reach them only at their
+         * next call, not in this one as everywhere else. */
+        accel__coll b = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
+        return inner(h, &b);
+    }
     return ACCEL_OK;
 }
 
-static accel_status hier_run(void *impl, const accel__coll *op)
+/* Makes the first shm call and the first gloo call of the next user call declare that call, not
+ * hier's own decomposition of it: the pieces of different user calls can agree (counts 1000
+ * and 999 both pad to 1000 with 2 processes a machine) and the mismatch would pass unseen,
+ * each process reducing what it alone declared. The fields are what shm and gloo declare for
+ * a call of their own (zero where they do not apply), the count whole for reduce_scatter and
+ * allgather. */
+static void declare(hier *h, const accel__coll *op)
 {
-    hier *h = impl;
+    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
+                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
+    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
+                       op->kind == ACCEL__COLL_GATHER;
+    const int barrier = op->kind == ACCEL__COLL_BARRIER;
+    const int per_rank =
+        op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_ALLGATHER;
+    size_t count = op->count;
+    if (per_rank) {
+        count = op->total != 0 ? op->total : op->count * (size_t)h->n_ranks;
+    }
+    accel__shm_declare_next(h->shm, (int)op->kind, barrier ? 0 : count,
+                            barrier ? 0 : (int)op->dtype, reducing ? (int)op->op : 0, (int)op->wire,
+                            rooted ? op->root : 0);
+    accel__gloo_declare_next(h->cross, op);
+}
+
+static void declare_clear(hier *h)
+{
+    accel__shm_declare_clear(h->shm);
+    accel__gloo_declare_clear(h->cross);
+}
+
+/* A barrier of the job: inside, across, inside. */
+static accel_status barrier(hier *h)
+{
+    accel__coll b = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
+    ACCEL_TRY(inner(h, &b));
+    ACCEL_TRY(across(h, &b));
+    return inner(h, &b);
+}
+
+static accel_status run_op(hier *h, const accel__coll *op)
+{
+    if ((op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE) && op->count == 0) {
+        /* Nothing to move, but still a call that meets the others (and is checked). */
+        return barrier(h);
+    }
+    if ((op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_GATHER) && h->L > 1) {
+        /* Their first step depends on the root (only the root's local rank goes across), so
+         * processes naming different roots would not meet in one first call: one sync inside
+         * the machine checks the declarations first. (Machines whose processes all name
+         * another root than the other machines' meet no one across: a timeout names them.) */
+        accel__coll b = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
+        ACCEL_TRY(inner(h, &b));
+    }
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:
         return allreduce(h, op, op->recv);
@@ -403,14 +461,36 @@ static accel_status hier_run(void *impl, const accel__coll *op)
         return broadcast(h, op);
     case ACCEL__COLL_GATHER:
         return gather(h, op);
-    case ACCEL__COLL_BARRIER: {
-        accel__coll b = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
-        ACCEL_TRY(inner(h, &b));
-        ACCEL_TRY(across(h, &b));
-        return inner(h, &b);
-    }
+    case ACCEL__COLL_BARRIER:
+        return barrier(h);
     }
     return accel__seterr(NULL, ACCEL_EINTERNAL, "hier: unknown collective %d", (int)op->kind);
+}
+
+static accel_status hier_run(void *impl, const accel__coll *op)
+{
+    hier *h = impl;
+    declare(h, op);
+    accel_status st = run_op(h, op);
+    declare_clear(h); /* a declaration no call of this one used must not stick to the next */
+    return st;
+}
+
+/* Plain memory, but still the collective the contract makes it: a barrier whose calls declare
+ * the allocation and its size, so a process allocating while the others call a collective (or
+ * asking for another size) fails on every process, naming both calls. */
+static accel_status hier_mem_alloc(void *impl, size_t nbytes, void **out)
+{
+    hier *h = impl;
+    accel__coll alloc =
+        ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
+    alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
+    accel__shm_declare_next(h->shm, ACCEL__SHM_CALL_ALLOC, nbytes, 0, 0, 0, 0);
+    accel__gloo_declare_next(h->cross, &alloc);
+    accel_status st = barrier(h);
+    declare_clear(h);
+    ACCEL_TRY(st);
+    return accel__comm_plain_alloc(impl, nbytes, out);
 }
 
 /* ---- setup ---- */
@@ -718,7 +798,7 @@ const accel__comm_ops accel__hier_ops = {
     .split = hier_split,
     .run = hier_run,
     .abort = hier_abort,
-    .mem_alloc = accel__comm_plain_alloc,
+    .mem_alloc = hier_mem_alloc,
     .mem_free = accel__comm_plain_free,
     .destroy = hier_destroy,
     .describe = hier_describe,

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The faults tests/dist gives the shm backend, on gloo and hier (tests/comm/test_comm_peers.sh
+# has stopped and departing processes):
+#  1. tests/dist/test_coll_mismatch (a process calling another collective, count, dtype, op or
+#     root than the others, an allocation against a collective, count 0 against 3, then leaving
+#     by accel_free and by exit(0) while the others wait) on gloo 2 x 1, 3 x 1 and 2 x 2
+#     (forced), hier 2 x 2 and 2 x 1 (forced): every process fails in that call with EINVAL
+#     naming both calls and the process that deviated (EPEER naming the process that left).
+#     Before, hier let counts 1000 and 999 pass unseen (both pad to 1000), and gloo and hier
+#     took an allocation for no call.
+#  2. tests/dist/test_symmetric on gloo 2 x 1: accel_alloc_shared is a collective there too
+#     (sizes that differ: EINVAL on every process, "the same size", and the communicator goes on).
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/machines.sh"
+gloo_built || exit 77
+tmp=$(mktemp -d)
+trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+
+fail() { # name message
+    echo "FAIL: $1: $2"
+    for f in "$tmp/$1"/*; do echo "== $f"; tail -n 20 "$f"; done
+    exit 1
+}
+
+# 1. Mismatches and departures.
+mismatch() { # name M L [ENV=VALUE...]
+    local name=$1 m=$2 l=$3
+    shift 3
+    mkdir -p "$tmp/$name"
+    machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=30 "$@" -- "$B/tests/test_coll_mismatch"
+    machines_wait 120 || fail "$name" "test_coll_mismatch failed"
+    grep -q "mismatches and departures reported" "$tmp/$name/r0.out" ||
+        fail "$name" "rank 0 did not finish"
+    echo "$name: $(cat "$tmp/$name/r0.out")"
+}
+mismatch mismatch-gloo-2x1 2 1
+mismatch mismatch-gloo-3x1 3 1
+mismatch mismatch-gloo-2x2 2 2 ACCEL_BACKEND=gloo
+mismatch mismatch-hier-2x2 2 2
+mismatch mismatch-hier-2x1 2 1 ACCEL_BACKEND=hier
+
+# 2. accel_alloc_shared on gloo.
+mkdir -p "$tmp/symmetric-gloo-2x1"
+machines_launch "$tmp/symmetric-gloo-2x1" 2 1 ACCEL_TIMEOUT=30 -- "$B/tests/test_symmetric"
+machines_wait 120 || fail symmetric-gloo-2x1 "test_symmetric failed"
+echo "symmetric-gloo-2x1: $(cat "$tmp/symmetric-gloo-2x1/r0.out")"
+echo "test_comm_faults: ok"

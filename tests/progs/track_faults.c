@@ -1,0 +1,77 @@
+/*
+ * Writes a run through faults, for tests/track/test_track_faults.sh to read back with the real
+ * tools: track_faults DIR TRACKER (one of jsonl, csv, tensorboard, mlflow)
+ * config: lr=0.0003, the text "mo\ndel\xff" (not UTF-8) under a key not UTF-8 either, nan, inf
+ * and 1e300. Steps 0..19 log loss=s, "odd\xfe/key"=s (a key not UTF-8), "a/"=s and "."=s (keys
+ * naming folders in MLflow's store), and at steps 10..14 files are capped 7 bytes past the
+ * size of the tracker's record file at step 10 (a disk full in the middle of a record: those
+ * steps are lost, with warnings), then free again for steps 15..19.
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "check.h"
+
+static void cap_file_size(long long limit)
+{
+    struct rlimit r;
+    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0);
+    r.rlim_cur = limit > 0 ? (rlim_t)limit : r.rlim_max;
+    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: track_faults DIR TRACKER\n");
+        return 2;
+    }
+    signal(SIGXFSZ, SIG_IGN);
+    accel_options o = accel_options_default();
+    o.project_dir = argv[1];
+    o.log_with = argv[2];
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel_value cfg[] = {ACCEL_SCALAR("lr", 3e-4), ACCEL_TEXT("model\xff", "mo\ndel\xff"),
+                         ACCEL_SCALAR("nan", 0.0 / 0.0), ACCEL_SCALAR("inf", 1.0 / 0.0),
+                         ACCEL_SCALAR("big", 1e300)};
+    CHECK_OK(acc, accel_init_trackers(acc, "faults", cfg, 5));
+    char run[1024], path[1300] = "";
+    snprintf(run, sizeof(run), "%s", accel_tracker_run_dir(accel_get_tracker(acc, argv[2])));
+    for (int s = 0; s < 20; s++) {
+        accel_value v[] = {ACCEL_SCALAR("loss", s), ACCEL_SCALAR("odd\xfe/key", s),
+                           ACCEL_SCALAR("a/", s), ACCEL_SCALAR(".", s)};
+        if (s == 10) {
+            if (strcmp(argv[2], "tensorboard") == 0) {
+                DIR *d = opendir(run);
+                CHECK(d != NULL);
+                for (struct dirent *e; (e = readdir(d)) != NULL;) {
+                    if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0) {
+                        snprintf(path, sizeof(path), "%s/%s", run, e->d_name);
+                    }
+                }
+                closedir(d);
+            } else {
+                snprintf(path, sizeof(path), "%s/%s", run,
+                         strcmp(argv[2], "mlflow") == 0 ? "metrics/loss"
+                         : strcmp(argv[2], "csv") == 0  ? "metrics.csv"
+                                                        : "metrics.jsonl");
+            }
+            struct stat sb;
+            CHECK_MSG(stat(path, &sb) == 0, "%s", path);
+            cap_file_size((long long)sb.st_size + 7);
+        }
+        CHECK_OK(acc, accel_log(acc, v, 4, s));
+        if (s == 14) {
+            cap_file_size(0);
+        }
+    }
+    CHECK_OK(acc, accel_end_training(acc));
+    accel_free(acc);
+    return 0;
+}
