@@ -4,6 +4,7 @@
  * has been seen no allocation happens per batch. Invariant: a batch's field j data lives in its
  * bufset buf[j]; the batch struct never owns anything else.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/half.h"
@@ -18,6 +19,9 @@ void *accel__bufset_get(accel__bufset *s, int field, size_t nbytes)
         nbytes = 1;
     }
     if (s->cap[field] < nbytes) {
+        if (nbytes > SIZE_MAX / 4) {
+            return NULL; /* no allocator has it; doubling towards it would wrap to 0 forever */
+        }
         size_t ncap = s->cap[field] > 0 ? s->cap[field] : 64;
         while (ncap < nbytes) {
             ncap *= 2;
@@ -177,6 +181,28 @@ accel_status accel__collate_default(const accel__padset *pad, const accel_sample
                                  "collate: field \"%s\" of sample %s %lld has an invalid dtype "
                                  "or rank",
                                  s0->name[f] ? s0->name[f] : "?", what, sample_id(indices, 0));
+        }
+        /* What the copy below trusts, for every sample: a dataset's callback is input. */
+        for (int64_t i = 0; i < n; i++) {
+            const accel_tensor *t = &samples[i].field[f];
+            const char *bad = NULL;
+            uint64_t elems = 1;
+            for (int d = 0; d < t->ndim && d < ACCEL_MAX_DIMS && bad == NULL; d++) {
+                if (t->shape[d] < 0) {
+                    bad = "a negative dimension";
+                } else if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems) ||
+                           elems > SIZE_MAX / 8 / (uint64_t)n) {
+                    bad = "a size that overflows";
+                }
+            }
+            if (bad == NULL && elems > 0 && t->data == NULL) {
+                bad = "NULL data";
+            }
+            if (bad != NULL) {
+                return accel__seterr(
+                    NULL, ACCEL_EINVAL, "collate: field \"%s\" of sample %s %lld has %s",
+                    s0->name[f] ? s0->name[f] : "?", what, sample_id(indices, i), bad);
+            }
         }
         double pv = 0;
         int padded = pad_of(pad, s0->name[f], &pv) && t0->ndim >= 1;

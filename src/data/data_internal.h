@@ -178,6 +178,13 @@ accel__slot *accel__workers_get(accel__workers *w, int64_t k);
 /* Cancels the epoch: waits until no worker is building. */
 void accel__workers_stop(accel__workers *w);
 
+/* ceil(n / d) for n >= 0, d >= 1, without the overflow of (n + d - 1) / d: a dataset may
+ * report any length up to INT64_MAX. */
+static inline int64_t accel__ceil_div(int64_t n, int64_t d)
+{
+    return n / d + (n % d != 0);
+}
+
 /* dispatch_batches (dispatch.c). */
 accel_status accel__dispatch_new(accel_loader *l, accel__dispatch **out);
 void accel__dispatch_free(accel__dispatch *d);

@@ -227,15 +227,17 @@ static accel_status window_finish(window_ds *d, int64_t context, int64_t stride,
     d->magic = WINDOW_MAGIC;
     d->context = context;
     d->stride = stride > 0 ? stride : context;
-    d->n_windows = d->n_tokens >= context + 1 ? (d->n_tokens - 1 - context) / d->stride + 1 : 0;
+    /* n_tokens > context, not >= context + 1: context may be INT64_MAX. */
+    d->n_windows = d->n_tokens > context ? (d->n_tokens - 1 - context) / d->stride + 1 : 0;
     if (d->n_windows == 0) {
         /* An empty (or too short) file would make an epoch of no batch: say so now. */
         int64_t n = d->n_tokens;
         window_destroy(d);
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "%s \"%s\" holds %lld tokens, too few for one window of context "
-                             "%lld (%lld needed)",
-                             what, path, (long long)n, (long long)context, (long long)context + 1);
+                             "%lld (%llu needed)",
+                             what, path, (long long)n, (long long)context,
+                             (unsigned long long)context + 1);
     }
     accel_dataset *ds = accel__calloc(1, sizeof(*ds));
     if (ds == NULL) {
@@ -302,6 +304,13 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
     if (out == NULL || opts == NULL || o->path == NULL || o->context < 1 || o->stride < 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "accel_token_dataset_open: need out, a path and context >= 1");
+    }
+    if (o->header != ACCEL_TOKENS_AUTO && o->header != ACCEL_TOKENS_LLMC &&
+        o->header != ACCEL_TOKENS_RAW) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "accel_token_dataset_open: header %d is not ACCEL_TOKENS_AUTO, _LLMC "
+                             "or _RAW",
+                             (int)o->header);
     }
     size_t tb = o->token_dtype == ACCEL_U16 ? 2 : o->token_dtype == ACCEL_I32 ? 4 : 0;
     if (o->header == ACCEL_TOKENS_RAW && tb == 0) {

@@ -505,9 +505,9 @@ static int64_t epoch_len(const accel_loader *l)
     if (!l->map_style && l->n_ranks > 1) {
         /* One batch per buffer of total_batch_size elements. */
         int64_t real = total_batch_size(l);
-        return l->o.drop_last ? n / real : (n + real - 1) / real;
+        return l->o.drop_last ? n / real : accel__ceil_div(n, real);
     }
-    int64_t inner = l->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    int64_t inner = l->o.drop_last ? n / bs : accel__ceil_div(n, bs);
     if (!l->map_style || l->n_ranks == 1) {
         return inner;
     }
@@ -530,9 +530,14 @@ int64_t accel_loader_len(const accel_loader *l)
 
 accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch)
 {
-    if (l == NULL || epoch < 0) {
-        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL, "accel_loader_set_epoch: %s",
-                             l == NULL ? "loader is NULL" : "epoch is negative");
+    if (l == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_loader_set_epoch: loader is NULL");
+    }
+    /* At most 2^53, as a checkpoint's: the epochs after it must still be countable. */
+    if (epoch < 0 || epoch > ACCEL__STATE_COUNT_MAX) {
+        return accel__seterr(l->acc, ACCEL_EINVAL,
+                             "accel_loader_set_epoch: epoch %lld is not in 0..2^53",
+                             (long long)epoch);
     }
     end_epoch(l, 0);
     l->epoch = epoch;
@@ -584,11 +589,13 @@ accel_status accel_loader_set_position(accel_loader *l, const accel_loader_posit
         return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
                              "accel_loader_set_position: argument is NULL");
     }
-    if (pos->epoch < 0 || pos->batches < 0 ||
+    if (pos->epoch < 0 || pos->batches < 0 || pos->epoch > ACCEL__STATE_COUNT_MAX ||
+        pos->batches > ACCEL__STATE_COUNT_MAX ||
         (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3]) == 0) {
         return accel__seterr(l->acc, ACCEL_EINVAL,
-                             "accel_loader_set_position: negative epoch/batches or an all-zero "
-                             "generator state");
+                             "accel_loader_set_position: epoch %lld or batches %lld not in "
+                             "0..2^53, or an all-zero generator state",
+                             (long long)pos->epoch, (long long)pos->batches);
     }
     end_epoch(l, 0);
     l->epoch = pos->epoch;
@@ -690,6 +697,15 @@ accel_status accel_loader_new(accel *acc, const accel_dataset *ds, const accel_l
                              "num_workers %d >= 0, prefetch_factor %d >= 1, n_pad %d in 0..%d)",
                              who, (long long)o.batch_size, o.num_workers, o.prefetch_factor,
                              o.n_pad, ACCEL_MAX_FIELDS);
+    }
+    /* Limits no real loader reaches, so that batch_size x processes and the batches in flight
+     * cannot overflow: 2^30 threads would fail anyway, and 2^31 samples make no batch. */
+    if (o.batch_size > INT32_MAX || o.num_workers > 4096 ||
+        (int64_t)o.num_workers * o.prefetch_factor > (1 << 20)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: batch_size %lld, num_workers %d or num_workers x "
+                             "prefetch_factor (%d) too large (at most 2^31 - 1, 4096 and 2^20)",
+                             who, (long long)o.batch_size, o.num_workers, o.prefetch_factor);
     }
     if (map_style && ds->len(ds->ctx) < 0) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: dataset len() is negative", who);

@@ -167,6 +167,25 @@ int main(void)
              "needed)",
              path);
     CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    /* The largest context: "context + 1 tokens needed" overflowed (UBSan) before the refusal. */
+    o.context = INT64_MAX;
+    snprintf(want, sizeof want,
+             "token file \"%s\" holds 16 tokens, too few for one window of context "
+             "9223372036854775807 (9223372036854775808 needed)",
+             path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    snprintf(want, sizeof want,
+             "bytes dataset \"%s\" holds 32 tokens, too few for one window of context "
+             "9223372036854775807 (9223372036854775808 needed)",
+             path);
+    CHECK_ERR(NULL, accel_bytes_dataset_open(&ds, path, INT64_MAX, 0, ACCEL_U8), ACCEL_EINVAL,
+              want);
+    o.context = 16;
+    /* A header layout outside the enum was read as raw tokens. */
+    o.header = (accel_token_header)7;
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL,
+              "accel_token_dataset_open: header 7 is not ACCEL_TOKENS_AUTO, _LLMC or _RAW");
+    o.header = ACCEL_TOKENS_AUTO;
     /* A FIFO is refused at once (it used to block), naming what it is. */
     snprintf(path, sizeof(path), "%s/pipe.bin", dir);
     CHECK(mkfifo(path, 0600) == 0);
