@@ -223,8 +223,8 @@ ACCEL_API const char *accel_state_summary(accel *acc);
  * Flushes stdout. */
 ACCEL_API void accel_print(const accel *acc, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 
-/* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, or ACCEL_EPEER /
- * ACCEL_ETIMEDOUT naming the process that did not arrive. */
+/* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, ACCEL_EPEER /
+ * ACCEL_ETIMEDOUT naming the process that did not arrive, or ACCEL_EINVAL (acc NULL). */
 ACCEL_API accel_status accel_wait_for_everyone(accel *acc);
 
 /*
@@ -240,7 +240,8 @@ ACCEL_API accel_status accel_local_main_process_first_end(accel *acc);
 
 /* Run-on-process helpers (Accelerate's on_main_process & co.): call fn(ctx) only on the named
  * process, or on every process when the program is not distributed (as Accelerate); return
- * fn's status there and ACCEL_OK elsewhere. Not collectives. */
+ * fn's status there and ACCEL_OK elsewhere (ACCEL_EINVAL when acc or fn is NULL). Not
+ * collectives. */
 typedef accel_status (*accel_process_fn)(void *ctx);
 ACCEL_API accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx);
 ACCEL_API accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *ctx);

@@ -122,8 +122,17 @@ void accel_print(const accel *acc, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* A NULL handle is an argument error, as everywhere else in the API: never a crash. */
+static accel_status null_acc(const char *who)
+{
+    return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
+}
+
 accel_status accel_wait_for_everyone(accel *acc)
 {
+    if (acc == NULL) {
+        return null_acc("accel_wait_for_everyone");
+    }
     return accel__adopt_thread_error(acc, accel__barrier(acc->comm));
 }
 
@@ -139,23 +148,28 @@ static accel_status first_end(accel *acc, int leader)
 
 accel_status accel_main_process_first_begin(accel *acc)
 {
-    return first_begin(acc, acc->rank == 0);
+    return acc ? first_begin(acc, acc->rank == 0) : null_acc("accel_main_process_first_begin");
 }
 accel_status accel_main_process_first_end(accel *acc)
 {
-    return first_end(acc, acc->rank == 0);
+    return acc ? first_end(acc, acc->rank == 0) : null_acc("accel_main_process_first_end");
 }
 accel_status accel_local_main_process_first_begin(accel *acc)
 {
-    return first_begin(acc, acc->local_rank == 0);
+    return acc ? first_begin(acc, acc->local_rank == 0)
+               : null_acc("accel_local_main_process_first_begin");
 }
 accel_status accel_local_main_process_first_end(accel *acc)
 {
-    return first_end(acc, acc->local_rank == 0);
+    return acc ? first_end(acc, acc->local_rank == 0)
+               : null_acc("accel_local_main_process_first_end");
 }
 
 accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn, void *ctx)
 {
+    if (acc == NULL) {
+        return null_acc("accel_on_process");
+    }
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_process: fn is NULL");
     }
@@ -165,6 +179,9 @@ accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn
 accel_status accel_on_local_process(accel *acc, int local_process_index, accel_process_fn fn,
                                     void *ctx)
 {
+    if (acc == NULL) {
+        return null_acc("accel_on_local_process");
+    }
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_local_process: fn is NULL");
     }
@@ -181,5 +198,6 @@ accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *
 }
 accel_status accel_on_last_process(accel *acc, accel_process_fn fn, void *ctx)
 {
-    return accel_on_process(acc, acc->n_ranks - 1, fn, ctx);
+    return acc ? accel_on_process(acc, acc->n_ranks - 1, fn, ctx)
+               : null_acc("accel_on_last_process");
 }

@@ -101,6 +101,23 @@ static void test_single_process(void)
     CHECK_OK(acc, accel_main_process_first_begin(acc));
     CHECK_OK(acc, accel_main_process_first_end(acc));
     accel_free(acc);
+    /* A NULL handle is ACCEL_EINVAL naming the call, never a crash. */
+    CHECK_ERR(NULL, accel_wait_for_everyone(NULL), ACCEL_EINVAL,
+              "accel_wait_for_everyone: acc is NULL");
+    CHECK_ERR(NULL, accel_main_process_first_begin(NULL), ACCEL_EINVAL,
+              "accel_main_process_first_begin: acc is NULL");
+    CHECK_ERR(NULL, accel_main_process_first_end(NULL), ACCEL_EINVAL,
+              "accel_main_process_first_end: acc is NULL");
+    CHECK_ERR(NULL, accel_local_main_process_first_begin(NULL), ACCEL_EINVAL,
+              "accel_local_main_process_first_begin: acc is NULL");
+    CHECK_ERR(NULL, accel_local_main_process_first_end(NULL), ACCEL_EINVAL,
+              "accel_local_main_process_first_end: acc is NULL");
+    CHECK_ERR(NULL, accel_on_main_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_process: acc is NULL");
+    CHECK_ERR(NULL, accel_on_local_main_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_local_process: acc is NULL");
+    CHECK_ERR(NULL, accel_on_last_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_last_process: acc is NULL");
 }
 
 static void test_env_precedence(void)
