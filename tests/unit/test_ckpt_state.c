@@ -325,6 +325,29 @@ int main(int argc, char **argv)
     /* A folder without a marker is not a checkpoint. */
     CHECK(accel_load_state(f.acc, root) == ACCEL_ECORRUPT);
     CHECK(accel_load_state(f.acc, "/nonexistent/ckpt") == ACCEL_ENOTFOUND);
+    /* Paths that name no folder: "" and "." built the staging folder "..partial" in the
+     * working folder, failed at the rename and left it there. */
+    st = accel_save_state(f.acc, "");
+    CHECK_MSG(st == ACCEL_EINVAL &&
+                  strstr(accel_last_error(f.acc), "checkpoint folder \"\" names "
+                                                  "no folder that can be created"),
+              "%s: %s", accel_status_name(st), accel_last_error(f.acc));
+    CHECK(accel_save_state(f.acc, ".") == ACCEL_EINVAL);
+    CHECK(accel_save_state(f.acc, "sub/..") == ACCEL_EINVAL);
+    CHECK(accel_save_state(f.acc, "/") == ACCEL_EINVAL);
+    CHECK(access("..partial", F_OK) != 0 && access("sub", F_OK) != 0);
+    /* save_model or merge-weights into a checkpoint folder: the sharded output deleted its
+     * model.safetensors as stale (merge-weights CKPT CKPT lost the checkpoint). Refused, and
+     * the checkpoint still loads. */
+    fx_set(&f, 60);
+    st = accel_save_model(f.acc, f.m, dir, "1KB");
+    CHECK_MSG(st == ACCEL_EINVAL &&
+                  strstr(accel_last_error(f.acc), "holds a save_state checkpoint"),
+              "%s: %s", accel_status_name(st), accel_last_error(f.acc));
+    CHECK(accel_merge_weights(dir, dir, "1KB", 0) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(NULL), "holds a save_state checkpoint") != NULL);
+    CHECK_OK(f.acc, accel_load_state(f.acc, dir));
+    CHECK(f.value == 8 && fx_consistent(&f));
     accel_free(f.acc);
 
     /* Other objects than when saving: a second registered object, a different shape. */
