@@ -100,7 +100,8 @@ ACCEL_API void accel_dataset_free(accel_dataset *ds);
  * TensorDataset: sample i holds row i of each tensor (field j named names[j]). Every tensor
  * needs ndim >= 1 and the same shape[0]. The tensors' data is borrowed (zero copy) and must
  * outlive the dataset; names are copied. Returns ACCEL_OK (*out owned: accel_dataset_free) or
- * ACCEL_EINVAL naming the tensor whose length differs.
+ * ACCEL_EINVAL naming the tensor whose length differs, that has a negative dimension or NULL
+ * data (with elements).
  */
 ACCEL_API accel_status accel_tensor_dataset_new(accel_dataset **out, int n_fields,
                                                 const char *const *names,

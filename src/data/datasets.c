@@ -87,6 +87,23 @@ accel_status accel_tensor_dataset_new(accel_dataset **out, int n_fields, const c
                                  "accel_tensor_dataset_new: tensor %d needs a name and ndim >= 1",
                                  f);
         }
+        /* Rows are views at data + i * row: NULL data would hand out small non-NULL pointers,
+         * and a negative dimension a negative length. */
+        int empty = 0;
+        for (int d = 0; d < tensors[f].ndim; d++) {
+            if (tensors[f].shape[d] < 0) {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "accel_tensor_dataset_new: tensor %d (\"%s\") has dimension "
+                                     "%d = %lld",
+                                     f, names[f], d, (long long)tensors[f].shape[d]);
+            }
+            empty |= tensors[f].shape[d] == 0;
+        }
+        if (tensors[f].data == NULL && !empty) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "accel_tensor_dataset_new: tensor %d (\"%s\") has NULL data", f,
+                                 names[f]);
+        }
         if (tensors[f].shape[0] != tensors[0].shape[0]) {
             return accel__seterr(NULL, ACCEL_EINVAL,
                                  "accel_tensor_dataset_new: tensor %d (\"%s\") has %lld rows, "

@@ -74,7 +74,10 @@ accel_status accel__loader_begin_order(accel_loader *l)
                              (long long)n);
     }
     if (n > l->cap_order) {
-        int64_t *o = accel__realloc(l->order, (size_t)n * sizeof(int64_t));
+        /* A length past SIZE_MAX / 8 wrapped the byte count to a small buffer, then filled. */
+        int64_t *o = (uint64_t)n <= SIZE_MAX / sizeof(int64_t)
+                         ? accel__realloc(l->order, (size_t)n * sizeof(int64_t))
+                         : NULL;
         if (o == NULL) {
             return accel__seterr(NULL, ACCEL_ENOMEM, "loader: out of memory for %lld indices",
                                  (long long)n);

@@ -229,6 +229,22 @@ int main(void)
     sy[0] = 4;
     ts[1] = accel_tensor_view(ys, ACCEL_I64, 1, sy);
     CHECK(accel_tensor_dataset_new(&ds, 2, names, ts) == ACCEL_EINVAL);
+    /* Fault sweep: rows of NULL data were pointers 8, 16, ... (a crash in collate), and a
+     * negative row count made a dataset that no loader could take. */
+    sy[0] = 3;
+    ts[1] = accel_tensor_view(NULL, ACCEL_I64, 1, sy);
+    CHECK_ERR(NULL, accel_tensor_dataset_new(&ds, 2, names, ts), ACCEL_EINVAL,
+              "accel_tensor_dataset_new: tensor 1 (\"y\") has NULL data");
+    sx[0] = sy[0] = -3;
+    ts[0] = accel_tensor_view(xs, ACCEL_F32, 2, sx);
+    ts[1] = accel_tensor_view(ys, ACCEL_I64, 1, sy);
+    CHECK_ERR(NULL, accel_tensor_dataset_new(&ds, 2, names, ts), ACCEL_EINVAL,
+              "accel_tensor_dataset_new: tensor 0 (\"x\") has dimension 0 = -3");
+    sx[0] = sy[0] = 0; /* an empty dataset, NULL data included, is a dataset */
+    ts[0] = accel_tensor_view(NULL, ACCEL_F32, 2, sx);
+    ts[1] = accel_tensor_view(NULL, ACCEL_I64, 1, sy);
+    CHECK_OK(NULL, accel_tensor_dataset_new(&ds, 2, names, ts));
+    accel_dataset_free(ds);
 
     /* Bytes dataset: a folder of two files, concatenated in name order. */
     char sub[600];

@@ -494,6 +494,11 @@ int main(void)
         l = make(&bd, 3, 0, 0);
         CHECK(accel_loader_len(l) == INT64_MAX / 3 + 1);
         accel_loader_free(l);
+        n_bad = ((int64_t)1 << 61) + 1; /* len x 8 bytes wrapped to an 8-byte index array */
+        l = make(&bd, 3, 0, 0);
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_ENOMEM,
+                  "loader: out of memory for 2305843009213693953 indices");
+        accel_loader_free(l);
         n_bad = 5;
         accel_loader_options o = accel_loader_options_default();
         o.batch_size = INT64_MAX;
