@@ -198,6 +198,9 @@ int64_t accel__dispatch_len(const accel_loader *l);
 accel_status accel__loader_begin_order(accel_loader *l);
 accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, int64_t *got);
 int64_t accel__dataset_len(const accel_loader *l); /* samples, or -1 when unknown */
+/* At accel_prepare with several processes: ACCEL_EINVAL on every process when their loaders
+ * differ (dataset length, batch size, sampler options), naming what (agree.c). A collective. */
+accel_status accel__loader_agree(accel_loader *l);
 /* One batch of the iterable stream (sharded by IterableDatasetShard unless dispatching). */
 accel_status accel__iter_produce(accel_loader *l, accel_batch *out, int *have);
 /* The next batch of the unsharded base stream (dispatch: process 0), ACCEL_EOF at its end. */

@@ -660,7 +660,8 @@ accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
 static accel_status loader_prepare(accel__object *o)
 {
     accel_loader *l = (accel_loader *)o;
-    return accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks);
+    ACCEL_TRY(accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks));
+    return l->acc->n_ranks > 1 ? accel__loader_agree(l) : ACCEL_OK;
 }
 
 /* Checkpoints: each process's position in dl_state_dict_rank<r>.json (loader_state.c). */
