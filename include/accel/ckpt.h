@@ -102,7 +102,8 @@ ACCEL_API long accel_safetensors_find(const accel_safetensors *st, const char *n
 ACCEL_API accel_status accel_safetensors_tensor(const accel_safetensors *st, size_t i,
                                                 accel_tensor *out);
 
-/* As accel_safetensors_tensor by name: ACCEL_ENOTFOUND naming the tensor and file when absent. */
+/* As accel_safetensors_tensor by name: ACCEL_ENOTFOUND naming the tensor and file when absent,
+ * ACCEL_EINVAL for a NULL file or name. */
 ACCEL_API accel_status accel_safetensors_get(const accel_safetensors *st, const char *name,
                                              accel_tensor *out);
 
