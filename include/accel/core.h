@@ -162,7 +162,9 @@ ACCEL_API accel_status accel_init(accel **out, const accel_options *opts);
  * memory). Not a collective: a process may free while others have died. Accepts NULL. */
 ACCEL_API void accel_free(accel *acc);
 
-/* ---- Process state (all cheap, thread-safe reads) ---- */
+/* ---- Process state (all cheap, thread-safe reads) ----
+ * A NULL acc reads as no process: index -1, counts and flags 0, ACCEL_DIST_NO, the CPU,
+ * "" for names, ACCEL_PRECISION_UNSET, NULL options (and accel_print prints nothing). */
 
 ACCEL_API int accel_process_index(const accel *acc);       /* global rank, 0-based */
 ACCEL_API int accel_local_process_index(const accel *acc); /* rank on this machine */
@@ -213,7 +215,7 @@ ACCEL_API const char *accel_setting_value(const accel *acc, const char *name);
  * Accelerate's state repr:
  *   "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\nProcess index: 0\n
  *    Local process index: 0\nDevice: cpu\n\nMixed precision type: no\n"
- * Returns a string owned by acc, valid until the next call of this function on acc.
+ * Returns a string owned by acc, valid until the next call of this function on acc; "" for NULL.
  */
 ACCEL_API const char *accel_state_summary(accel *acc);
 
