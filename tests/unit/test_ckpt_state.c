@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -189,6 +190,42 @@ static pid_t spawn(const char *self, const char *mode, const char *project)
     return pid;
 }
 
+/* A full disk during save_state (RLIMIT_FSIZE: a write past it fails with EFBIG, as one on a
+ * full file system fails with ENOSPC): the save fails naming the file, no staging folder is
+ * left, and the checkpoint saved before still loads with its value. In a child, so that the
+ * limit ends with the case. */
+static void full_disk(const char *dir, int64_t saved_value)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        fixture f;
+        fx_init(&f, NULL, 0, 0);
+        fx_set(&f, 21);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl;
+        CHECK(getrlimit(RLIMIT_FSIZE, &rl) == 0);
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = 8192; /* the model file alone is 32 KiB */
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        accel_status st = accel_save_state(f.acc, dir);
+        rl.rlim_cur = soft;
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        CHECK_MSG(st == ACCEL_EIO && strstr(accel_last_error(f.acc), ".safetensors"), "%s: %s",
+                  accel_status_name(st), accel_last_error(f.acc));
+        char staging[400];
+        const char *slash = strrchr(dir, '/');
+        snprintf(staging, sizeof staging, "%.*s/.%s.partial", (int)(slash - dir), dir, slash + 1);
+        CHECK_MSG(access(staging, F_OK) != 0, "%s was left behind", staging);
+        CHECK_OK(f.acc, accel_load_state(f.acc, dir));
+        CHECK(f.value == saved_value && fx_consistent(&f));
+        accel_free(f.acc);
+        _exit(0);
+    }
+    int ws;
+    CHECK(waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
 static void crash_test(const char *self, const char *project)
 {
     int status;
@@ -349,6 +386,7 @@ int main(int argc, char **argv)
     CHECK_OK(f.acc, accel_load_state(f.acc, dir));
     CHECK(f.value == 8 && fx_consistent(&f));
     accel_free(f.acc);
+    full_disk(dir, 8);
 
     /* Other objects than when saving: a second registered object, a different shape. */
     fx_init(&f, NULL, 0, 0);
