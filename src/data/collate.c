@@ -124,6 +124,30 @@ accel_status accel__batch_init(accel_batch *b)
     return ACCEL_OK;
 }
 
+accel_status accel__batch_check(const accel_batch *b)
+{
+    if (b->n_fields < 0 || b->n_fields > ACCEL_MAX_FIELDS) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "the batch has %d fields (0..%d)", b->n_fields,
+                             ACCEL_MAX_FIELDS);
+    }
+    for (int f = 0; f < b->n_fields; f++) {
+        const accel_tensor *t = &b->field[f];
+        int ok = accel_dtype_bits(t->dtype) > 0 && t->ndim >= 0 && t->ndim <= ACCEL_MAX_DIMS;
+        uint64_t elems = 1;
+        for (int d = 0; ok && d < t->ndim; d++) {
+            ok = t->shape[d] >= 0 && !__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems);
+        }
+        ok = ok && elems <= SIZE_MAX / 8 && (elems == 0 || t->data != NULL);
+        if (!ok) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "field %d (\"%s\") of the batch has an invalid dtype, rank or "
+                                 "shape, or NULL data",
+                                 f, b->name[f] != NULL ? b->name[f] : "?");
+        }
+    }
+    return ACCEL_OK;
+}
+
 void accel__batch_free(accel_batch *b)
 {
     if (b != NULL) {

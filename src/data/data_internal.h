@@ -89,6 +89,10 @@ typedef struct accel__padset {
  */
 accel_status accel__collate_default(const accel__padset *pad, const accel_sample *samples,
                                     int64_t n, const int64_t *indices, accel_batch *out);
+/* What a user collate function built, checked before the loader hands it out or broadcasts it
+ * (dispatch_batches): 0..ACCEL_MAX_FIELDS fields of a valid dtype and rank, no negative
+ * dimension, data for every byte. ACCEL_EINVAL naming the field (message set). */
+accel_status accel__batch_check(const accel_batch *b);
 
 /* Writes `value` converted to dtype `dt` into count elements at dst. */
 void accel__fill_value(void *dst, accel_dtype dt, double value, int64_t count);

@@ -218,6 +218,9 @@ static accel_status collate(accel_loader *l, const accel_sample *s, int64_t n,
     if (l->o.collate != NULL) {
         accel__clear_error();
         accel_status st = l->o.collate(l->o.collate_ctx, s, n, out);
+        if (st == ACCEL_OK) {
+            st = accel__batch_check(out);
+        }
         if (st != ACCEL_OK) {
             return accel__seterr(NULL, st, "loader: collate of %lld samples: %s", (long long)n,
                                  accel__cause(st));

@@ -96,6 +96,19 @@ static accel_status stream_reset(void *ctx, int64_t epoch)
     return ACCEL_OK;
 }
 
+/* A user collate that builds a bad batch (fault sweep): 99 fields, or a negative dimension.
+ * The loader handed it out as it was (accel_batch_field read past the field arrays). */
+static accel_status bad_collate(void *ctx, const accel_sample *s, int64_t n, accel_batch *out)
+{
+    (void)s;
+    (void)n;
+    static float none[1];
+    out->n_fields = *(int *)ctx == 0 ? 99 : 1;
+    out->name[0] = "x";
+    out->field[0] = accel_tensor_view(none, ACCEL_F32, 1, (int64_t[]){-1});
+    return ACCEL_OK;
+}
+
 /* ---- datasets whose samples are bad input (fault sweep): what collate must refuse ---- */
 static float bad_data[4];
 static int bad_kind; /* 0: a negative dimension, 1: NULL data, 2: a size that overflows */
@@ -426,6 +439,19 @@ int main(void)
         CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
                   "loader: collate of 4 samples: cannot stack 4 ragged samples");
         accel_loader_free(l);
+        int kind = 0;
+        o.collate = bad_collate;
+        o.collate_ctx = &kind;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
+                  "loader: collate of 4 samples: the batch has 99 fields (0..8)");
+        kind = 1;
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
+                  "loader: collate of 4 samples: field 0 (\"x\") of the batch has an invalid "
+                  "dtype, rank or shape, or NULL data");
+        accel_loader_free(l);
+        o.collate = failing_collate;
+        o.collate_ctx = NULL;
         stream s2 = {10, 0, 9, 0};
         accel_dataset it2 = {0};
         it2.ctx = &s2;
