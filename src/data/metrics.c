@@ -49,6 +49,9 @@ static int reserve(void **p, size_t *cap, size_t nbytes, int aligned)
     if (nbytes <= *cap) {
         return 1;
     }
+    if (nbytes > SIZE_MAX / 4) {
+        return 0; /* doubling towards it would wrap to 0 and loop */
+    }
     size_t ncap = *cap ? *cap : 256;
     while (ncap < nbytes) {
         ncap *= 2;

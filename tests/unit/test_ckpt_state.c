@@ -33,7 +33,7 @@ typedef struct fixture {
 } fixture;
 
 /* Makes the callbacks fail: 1 save (through a failing accel call), 2 load (the same), 3 load
- * without any message. */
+ * without any message, 4 save writing SIZE_MAX bytes. */
 static int cb_fail;
 /* The message of the failing accel call the callbacks make. */
 #define PARSE_MSG "size \"12XB\": unknown unit \"XB\" (use KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
@@ -43,6 +43,9 @@ static accel_status val_save(void *ctx, accel_state_writer *w)
     uint64_t unused;
     if (cb_fail == 1) {
         return accel_parse_size("12XB", &unused);
+    }
+    if (cb_fail == 4) { /* a size no memory holds: the writer's growth loop never ended */
+        return accel_state_write(w, &((fixture *)ctx)->value, SIZE_MAX);
     }
     return accel_state_write(w, &((fixture *)ctx)->value, sizeof(int64_t));
 }
@@ -470,6 +473,10 @@ int main(int argc, char **argv)
     cb_fail = 1;
     CHECK_ERR(f.acc, accel_save_state(f.acc, dir), ACCEL_EINVAL,
               "accel_save_state: registered object 0's save failed: " PARSE_MSG);
+    cb_fail = 4;
+    CHECK_ERR(f.acc, accel_save_state(f.acc, dir), ACCEL_ENOMEM,
+              "accel_save_state: registered object 0's save failed: accel_save_state: "
+              "custom_checkpoint_0.bin: 18446744073709551615 bytes after 0 do not fit in memory");
     cb_fail = 2;
     CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_EINVAL,
               "accel_load_state: registered object 0 rejected custom_checkpoint_0.bin: " PARSE_MSG);
