@@ -56,15 +56,29 @@ static void token_file(const char *path, accel_token_header header, int64_t cont
     accel_dataset_free(ds);
 }
 
-/* A folder of its own per process for the targets that read a folder. */
+/* A folder of its own per process for the targets that read a folder, removed at exit. */
+static char fuzz_dir_path[64];
+
+static void remove_fuzz_dir(void)
+{
+    static const char *const names[] = {ACCEL__CKPT_MARKER, "s.safetensors",
+                                        "model.safetensors.index.json"};
+    char p[128];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", fuzz_dir_path, names[i]);
+        unlink(p);
+    }
+    rmdir(fuzz_dir_path);
+}
+
 static const char *fuzz_dir(void)
 {
-    static char dir[64];
-    if (dir[0] == '\0') {
-        snprintf(dir, sizeof(dir), "/dev/shm/accel-fuzz-dir-%d", (int)getpid());
-        mkdir(dir, 0700);
+    if (fuzz_dir_path[0] == '\0') {
+        snprintf(fuzz_dir_path, sizeof(fuzz_dir_path), "/dev/shm/accel-fuzz-dir-%d", (int)getpid());
+        mkdir(fuzz_dir_path, 0700);
+        atexit(remove_fuzz_dir);
     }
-    return dir;
+    return fuzz_dir_path;
 }
 
 /* The bytes as a checkpoint folder's marker: read (range checks) and the completeness check. */
