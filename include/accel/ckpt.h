@@ -55,7 +55,7 @@ typedef struct accel_kv {
  *   metadata: borrowed, may be NULL when 0.
  * Returns ACCEL_OK; ACCEL_EINVAL naming the tensor or key at fault (duplicate or reserved name,
  * invalid UTF-8, unknown dtype, negative dimension, sub-byte elements that do not fill whole
- * bytes, NULL data with bytes to write);
+ * bytes, NULL data with bytes to write, a path that names no file: "", ".", "dir/");
  * ACCEL_EUNSUPPORTED for a tensor on a device this process cannot open (naming why); ACCEL_EIO
  * naming the path or the device's failure. On failure the
  * previous file at `path`, if any, is untouched. Thread-safe for distinct paths.
@@ -102,7 +102,8 @@ ACCEL_API long accel_safetensors_find(const accel_safetensors *st, const char *n
 ACCEL_API accel_status accel_safetensors_tensor(const accel_safetensors *st, size_t i,
                                                 accel_tensor *out);
 
-/* As accel_safetensors_tensor by name: ACCEL_ENOTFOUND naming the tensor and file when absent. */
+/* As accel_safetensors_tensor by name: ACCEL_ENOTFOUND naming the tensor and file when absent,
+ * ACCEL_EINVAL for a NULL file or name. */
 ACCEL_API accel_status accel_safetensors_get(const accel_safetensors *st, const char *name,
                                              accel_tensor *out);
 
@@ -155,7 +156,9 @@ ACCEL_API accel_status accel_save(accel *acc, const accel_named_tensor *tensors,
  * prefix are deleted (shards not in the new set, the index when now unsharded, the single file
  * when now sharded). Not a collective: call on the process that writes.
  *   prefix: NULL = "model". max_shard_nbytes: 0 = no limit.
- * Returns as accel_safetensors_write, ACCEL_EIO naming a folder that cannot be created.
+ * Returns as accel_safetensors_write, ACCEL_EIO naming a folder that cannot be created,
+ * ACCEL_EINVAL for a folder that holds a save_state checkpoint (accel_checkpoint.json), whose
+ * own files this would replace (also for accel_save_model and accel_merge_weights).
  */
 ACCEL_API accel_status accel_save_sharded(const char *dir, const char *prefix,
                                           const accel_named_tensor *tensors, size_t n,
@@ -247,8 +250,9 @@ ACCEL_API accel_status accel_merge_weights(const char *checkpoint_dir, const cha
  * parent fsynced; rotation deletes older checkpoints only afterwards. A process killed at any
  * moment leaves every earlier checkpoint complete.
  * Save pre-hooks run on every process first. A collective: every process calls it.
- * Returns ACCEL_OK; ACCEL_EINVAL (dir NULL without automatic naming, automatic naming without
- * project_dir, the automatic target already exists); ACCEL_ESTATE after a refused load left
+ * Returns ACCEL_OK; ACCEL_EINVAL (dir NULL without automatic naming, a dir that names no
+ * folder that can be created: "", ".", "..", "/", automatic naming without project_dir, the
+ * automatic target already exists); ACCEL_ESTATE after a refused load left
  * the state partly loaded (accel_load_state); ACCEL_EIO naming the file; the first
  * failure of a hook or registered object; ACCEL_EPEER / ACCEL_ETIMEDOUT. Every process
  * returns an error when any process failed, and the checkpoint is then not created.

@@ -162,7 +162,9 @@ ACCEL_API accel_status accel_init(accel **out, const accel_options *opts);
  * memory). Not a collective: a process may free while others have died. Accepts NULL. */
 ACCEL_API void accel_free(accel *acc);
 
-/* ---- Process state (all cheap, thread-safe reads) ---- */
+/* ---- Process state (all cheap, thread-safe reads) ----
+ * A NULL acc reads as no process: index -1, counts and flags 0, ACCEL_DIST_NO, the CPU,
+ * "" for names, ACCEL_PRECISION_UNSET, NULL options (and accel_print prints nothing). */
 
 ACCEL_API int accel_process_index(const accel *acc);       /* global rank, 0-based */
 ACCEL_API int accel_local_process_index(const accel *acc); /* rank on this machine */
@@ -213,7 +215,7 @@ ACCEL_API const char *accel_setting_value(const accel *acc, const char *name);
  * Accelerate's state repr:
  *   "Distributed environment: MULTI_CPU  Backend: shm\nNum processes: 2\nProcess index: 0\n
  *    Local process index: 0\nDevice: cpu\n\nMixed precision type: no\n"
- * Returns a string owned by acc, valid until the next call of this function on acc.
+ * Returns a string owned by acc, valid until the next call of this function on acc; "" for NULL.
  */
 ACCEL_API const char *accel_state_summary(accel *acc);
 
@@ -223,8 +225,8 @@ ACCEL_API const char *accel_state_summary(accel *acc);
  * Flushes stdout. */
 ACCEL_API void accel_print(const accel *acc, const char *fmt, ...) ACCEL_PRINTF(2, 3);
 
-/* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, or ACCEL_EPEER /
- * ACCEL_ETIMEDOUT naming the process that did not arrive. */
+/* Barrier over all processes (wait_for_everyone). Returns ACCEL_OK, ACCEL_EPEER /
+ * ACCEL_ETIMEDOUT naming the process that did not arrive, or ACCEL_EINVAL (acc NULL). */
 ACCEL_API accel_status accel_wait_for_everyone(accel *acc);
 
 /*
@@ -240,7 +242,8 @@ ACCEL_API accel_status accel_local_main_process_first_end(accel *acc);
 
 /* Run-on-process helpers (Accelerate's on_main_process & co.): call fn(ctx) only on the named
  * process, or on every process when the program is not distributed (as Accelerate); return
- * fn's status there and ACCEL_OK elsewhere. Not collectives. */
+ * fn's status there and ACCEL_OK elsewhere (ACCEL_EINVAL when acc or fn is NULL). Not
+ * collectives. */
 typedef accel_status (*accel_process_fn)(void *ctx);
 ACCEL_API accel_status accel_on_main_process(accel *acc, accel_process_fn fn, void *ctx);
 ACCEL_API accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *ctx);

@@ -100,7 +100,8 @@ ACCEL_API void accel_dataset_free(accel_dataset *ds);
  * TensorDataset: sample i holds row i of each tensor (field j named names[j]). Every tensor
  * needs ndim >= 1 and the same shape[0]. The tensors' data is borrowed (zero copy) and must
  * outlive the dataset; names are copied. Returns ACCEL_OK (*out owned: accel_dataset_free) or
- * ACCEL_EINVAL naming the tensor whose length differs.
+ * ACCEL_EINVAL naming the tensor whose length differs, that has a negative dimension or NULL
+ * data (with elements).
  */
 ACCEL_API accel_status accel_tensor_dataset_new(accel_dataset **out, int n_fields,
                                                 const char *const *names,
@@ -260,7 +261,7 @@ ACCEL_API int64_t accel_loader_len(const accel_loader *l);
 
 /* Sets the epoch the next epoch will be (ends the current one if in progress). Seedable
  * samplers derive their order from (seed, epoch); the random sampler's generator does not
- * rewind (as in Accelerate). Returns ACCEL_OK or ACCEL_EINVAL (epoch < 0). */
+ * rewind (as in Accelerate). Returns ACCEL_OK or ACCEL_EINVAL (epoch < 0 or > 2^53). */
 ACCEL_API accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch);
 
 /* The epoch being iterated (or the next one to start). */
@@ -286,7 +287,7 @@ typedef struct accel_loader_position {
 
 ACCEL_API accel_status accel_loader_get_position(const accel_loader *l, accel_loader_position *out);
 /* Ends the epoch in progress; the next accel_loader_next resumes at `pos`. ACCEL_EINVAL for
- * negative counts or an all-zero generator state. */
+ * counts outside 0..2^53 or an all-zero generator state. */
 ACCEL_API accel_status accel_loader_set_position(accel_loader *l, const accel_loader_position *pos);
 
 /* ---- gather_for_metrics ---- */

@@ -98,8 +98,26 @@ accel_status accel__fsync_parent(const char *path)
     return st;
 }
 
+int accel__path_names_entry(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 0 && path[n - 1] == '/') {
+        n--;
+    }
+    size_t cut = n;
+    while (cut > 0 && path[cut - 1] != '/') {
+        cut--;
+    }
+    size_t len = n - cut;
+    return len > 0 && !(len == 1 && path[cut] == '.') &&
+           !(len == 2 && path[cut] == '.' && path[cut + 1] == '.');
+}
+
 accel_status accel__mkdirs(const char *dir)
 {
+    if (dir[0] == '\0') {
+        return accel__seterr(NULL, ACCEL_EINVAL, "the folder path is empty");
+    }
     char *p = accel__strdup(dir);
     if (p == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
@@ -192,8 +210,12 @@ accel_status accel__write_all(int fd, const void *buf, size_t nbytes, const char
 accel_status accel__afile_open(accel__afile *f, const char *path)
 {
     f->fd = -1;
-    f->path = accel__strdup(path);
+    f->path = f->tmp_path = NULL;
     size_t n = strlen(path);
+    if (!accel__path_names_entry(path) || path[n - 1] == '/') {
+        return accel__seterr(NULL, ACCEL_EINVAL, "\"%s\" does not name a file", path);
+    }
+    f->path = accel__strdup(path);
     f->tmp_path = accel__malloc(n + 16);
     if (f->path == NULL || f->tmp_path == NULL) {
         accel__free(f->path);

@@ -20,8 +20,14 @@ typedef struct accel__afile {
     char *tmp_path; /* temporary sibling (owned) */
 } accel__afile;
 
-/* Creates the temporary sibling of `path` (its folder must exist). On failure *f is unusable
- * and needs no abort. */
+/* 1 when the last component of `path` (trailing '/' ignored) is a name that can be created:
+ * not "", "." or "..", and `path` is not "/". A file or folder written through a temporary
+ * sibling needs one (the sibling of "" or "." would land in the working folder). */
+int accel__path_names_entry(const char *path);
+
+/* Creates the temporary sibling of `path` (its folder must exist). ACCEL_EINVAL when `path`
+ * names no entry (accel__path_names_entry) or ends with '/'. On failure *f is unusable and
+ * needs no abort. */
 accel_status accel__afile_open(accel__afile *f, const char *path);
 /* fsync, close, rename over the final path, fsync the parent. Releases f (also on failure,
  * when the temporary file is removed). */
@@ -43,7 +49,8 @@ accel_status accel__fsync_dir(const char *dir);
 /* fsyncs the folder that contains `path`. */
 accel_status accel__fsync_parent(const char *path);
 /* mkdir -p (mode 0777 & umask); also checks the result is a writable directory, so a bad
- * logging or checkpoint folder is reported where it is configured, not at the first write. */
+ * logging or checkpoint folder is reported where it is configured, not at the first write.
+ * An empty path is ACCEL_EINVAL. */
 accel_status accel__mkdirs(const char *dir);
 /* Removes a file or a folder tree; a missing path is not an error. */
 accel_status accel__rmtree(const char *path);

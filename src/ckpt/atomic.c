@@ -44,6 +44,15 @@ static char *hidden_sibling(const char *dir, const char *suffix)
 
 accel_status accel__stage_init(accel__stage *s, const char *final_dir)
 {
+    s->final_dir = s->stage_dir = NULL;
+    if (!accel__path_names_entry(final_dir)) {
+        /* "", ".", ".." or "/": the staging sibling would be "..partial" in the working
+         * folder, and no rename could put it in place. */
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "checkpoint folder \"%s\" names no folder that can be created "
+                             "(give a path that ends in a name)",
+                             final_dir);
+    }
     s->final_dir = accel__strdup(final_dir);
     s->stage_dir = hidden_sibling(final_dir, ".partial");
     if (s->final_dir == NULL || s->stage_dir == NULL) {

@@ -294,7 +294,12 @@ static accel_status open_index(load_ctx *c, const char *index_path)
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
     accel__free(text);
-    json_t *map = root ? json_object_get(root, "weight_map") : NULL;
+    if (root == NULL) { /* say where, as the safetensors reader does for its header */
+        return accel__seterr(NULL, ACCEL_ECORRUPT,
+                             "%s: not a safetensors index: not valid JSON (line %d column %d: %s)",
+                             index_path, jerr.line, jerr.column, jerr.text);
+    }
+    json_t *map = json_object_get(root, "weight_map");
     if (!json_is_object(map)) {
         json_decref(root);
         return accel__seterr(NULL, ACCEL_ECORRUPT,

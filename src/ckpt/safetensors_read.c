@@ -485,10 +485,13 @@ accel_status accel_safetensors_tensor(const accel_safetensors *st, size_t i, acc
 
 accel_status accel_safetensors_get(const accel_safetensors *st, const char *name, accel_tensor *out)
 {
+    if (st == NULL || name == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_safetensors_get: NULL %s",
+                             st == NULL ? "file" : "name");
+    }
     long i = accel_safetensors_find(st, name);
     if (i < 0) {
-        return accel__seterr(NULL, ACCEL_ENOTFOUND, "%s: no tensor named '%s'",
-                             st ? st->path : "(null)", name ? name : "(null)");
+        return accel__seterr(NULL, ACCEL_ENOTFOUND, "%s: no tensor named '%s'", st->path, name);
     }
     return accel_safetensors_tensor(st, (size_t)i, out);
 }

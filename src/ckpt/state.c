@@ -150,13 +150,11 @@ static accel_status save_state(accel *acc, const char *dir)
     }
     accel__stage stage = {0};
     accel_status st = target ? accel__stage_init(&stage, target) : ACCEL_ENOMEM;
-    if (st != ACCEL_OK) {
-        accel__free(base);
-        accel__free(target);
-        return accel__adopt_thread_error(acc, st);
-    }
     int writer = is_writer(acc);
-    if (writer && automatic && accel__is_dir(target)) {
+    if (st != ACCEL_OK) {
+        /* A dir that names no folder ("", "."): agreed below like every other refusal, so
+         * processes given other dirs fail with it instead of waiting for this one. */
+    } else if (writer && automatic && accel__is_dir(target)) {
         st = accel__seterr(acc, ACCEL_EINVAL,
                            "%s: checkpoint %s already exists (load_state it first, or set "
                            "accel_options.iteration past it)",
@@ -202,7 +200,7 @@ static accel_status save_state(accel *acc, const char *dir)
         if (st == ACCEL_OK && automatic) {
             st = accel__ckpt_rotate_keep(base, acc->settings->ckpt.total_limit, m->iteration);
         }
-    } else if (st != ACCEL_OK && writer) {
+    } else if (st != ACCEL_OK && writer && stage.stage_dir != NULL) {
         accel__stage_discard(&stage);
     }
     st = agree(acc, st, who);

@@ -296,7 +296,7 @@ static accel_status plan_random_states(accel__state_plan *p, const char *dir, in
     ACCEL_TRY(accel__state_get_i64(&r, "process_index", src, src, &who));
     ACCEL_TRY(accel__state_get_i64(&r, "num_processes", p->info.num_processes,
                                    p->info.num_processes, &n));
-    ACCEL_TRY(accel__state_get_i64(&r, "step", 0, INT64_MAX, &p->step));
+    ACCEL_TRY(accel__state_get_i64(&r, "step", 0, ACCEL__STATE_COUNT_MAX, &p->step));
     ACCEL_TRY(accel__state_get_bool(&r, "sync_gradients", &p->sync));
     p->pos[0] = p->step;
     p->pos[1] = p->sync;

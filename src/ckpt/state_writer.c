@@ -265,6 +265,11 @@ accel_status accel__state_put_bytes(accel__state_writer *w, const void *data, si
     if (w->store != ACCEL__STORE_BYTES) {
         return wfail(w, ACCEL_EINVAL, "this part of the state holds no raw bytes");
     }
+    if (n > SIZE_MAX / 4 - w->n_bytes) {
+        /* No allocator has it, and doubling towards a wrapped size looped forever (a
+         * registered object's accel_state_write(w, data, (size_t)-1) hung the save). */
+        return wfail(w, ACCEL_ENOMEM, "%zu bytes after %zu do not fit in memory", n, w->n_bytes);
+    }
     if (w->n_bytes + n > w->cap_bytes) {
         size_t cap = w->cap_bytes ? w->cap_bytes : 256;
         while (cap < w->n_bytes + n) {

@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fs.h"
 #include "ckpt/stset.h"
+#include "ckpt/verify.h"
 #include "core/internal.h"
 
 /* Is `name` "<prefix>-NNNNN-of-NNNNN.safetensors"? */
@@ -245,6 +247,23 @@ accel_status accel__stset_open(accel__stset **out, const char *dir, const char *
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_save_sharded: bad prefix \"%s\"", prefix);
     }
     ACCEL_TRY(accel__mkdirs(dir));
+    /* A save_state checkpoint lists its model files in its marker: replacing them (or, for a
+     * sharded set, deleting model.safetensors as stale) would leave a checkpoint that no longer
+     * verifies. merge-weights into its own checkpoint folder did exactly that. */
+    char *marker = accel__path_join(dir, ACCEL__CKPT_MARKER);
+    if (marker == NULL) {
+        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    }
+    struct stat sb;
+    int in_checkpoint = lstat(marker, &sb) == 0;
+    accel__free(marker);
+    if (in_checkpoint) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "%s holds a save_state checkpoint (" ACCEL__CKPT_MARKER
+                             "): writing %s files there would replace the checkpoint's own; "
+                             "write into another folder",
+                             dir, prefix);
+    }
     accel__stset *s = accel__calloc(1, sizeof(*s));
     if (s == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");

@@ -516,6 +516,9 @@ void accel_free(accel *acc)
 
 const char *accel_state_summary(accel *acc)
 {
+    if (acc == NULL) {
+        return ""; /* as accel_settings_summary */
+    }
     /* On a GPU, a line naming it, its driver, runtime and NCCL versions follows the device. */
     char gpu[512] = "";
 #ifdef ACCEL_HAVE_CUDA

@@ -14,41 +14,45 @@
 
 /* ---- state queries ---- */
 
+/* A NULL handle reads as "no process" (index -1, counts and flags 0, "" for names), as the
+ * other getters of the API answer for NULL (accel_loader_len -1, accel_model_numel 0): a
+ * query has no status to fail with, and must not crash. */
+
 int accel_process_index(const accel *acc)
 {
-    return acc->rank;
+    return acc ? acc->rank : -1;
 }
 int accel_local_process_index(const accel *acc)
 {
-    return acc->local_rank;
+    return acc ? acc->local_rank : -1;
 }
 int accel_num_processes(const accel *acc)
 {
-    return acc->n_ranks;
+    return acc ? acc->n_ranks : 0;
 }
 int accel_local_num_processes(const accel *acc)
 {
-    return acc->local_n_ranks;
+    return acc ? acc->local_n_ranks : 0;
 }
 int accel_is_main_process(const accel *acc)
 {
-    return acc->rank == 0;
+    return acc && acc->rank == 0;
 }
 int accel_is_local_main_process(const accel *acc)
 {
-    return acc->local_rank == 0;
+    return acc && acc->local_rank == 0;
 }
 int accel_is_last_process(const accel *acc)
 {
-    return acc->rank == acc->n_ranks - 1;
+    return acc && acc->rank == acc->n_ranks - 1;
 }
 int accel_use_distributed(const accel *acc)
 {
-    return acc->dist_type != ACCEL_DIST_NO && acc->n_ranks > 1;
+    return acc && acc->dist_type != ACCEL_DIST_NO && acc->n_ranks > 1;
 }
 accel_distributed_type accel_distributed_type_of(const accel *acc)
 {
-    return acc->dist_type;
+    return acc ? acc->dist_type : ACCEL_DIST_NO;
 }
 const char *accel_distributed_type_name(accel_distributed_type t)
 {
@@ -64,11 +68,12 @@ const char *accel_distributed_type_name(accel_distributed_type t)
 }
 accel_device accel_device_of(const accel *acc)
 {
-    return acc->device;
+    accel_device cpu = {ACCEL_DEVICE_CPU, 0};
+    return acc ? acc->device : cpu;
 }
 const char *accel_device_name(const accel *acc)
 {
-    return acc->device_name;
+    return acc ? acc->device_name : "";
 }
 const char *accel_backends_built(void)
 {
@@ -77,11 +82,11 @@ const char *accel_backends_built(void)
 
 const char *accel_backend_name(const accel *acc)
 {
-    return acc->backend;
+    return acc ? acc->backend : "";
 }
 accel_precision accel_mixed_precision(const accel *acc)
 {
-    return acc->opt.mixed_precision;
+    return acc ? acc->opt.mixed_precision : ACCEL_PRECISION_UNSET;
 }
 const char *accel_precision_name(accel_precision p)
 {
@@ -101,18 +106,18 @@ const char *accel_precision_name(accel_precision p)
 }
 int accel_gradient_accumulation_steps(const accel *acc)
 {
-    return acc->opt.gradient_accumulation_steps;
+    return acc ? acc->opt.gradient_accumulation_steps : 0;
 }
 const accel_options *accel_resolved_options(const accel *acc)
 {
-    return &acc->opt;
+    return acc ? &acc->opt : NULL;
 }
 
 /* ---- process control ---- */
 
 void accel_print(const accel *acc, const char *fmt, ...)
 {
-    if (acc->rank != 0) {
+    if (acc == NULL || fmt == NULL || acc->rank != 0) {
         return;
     }
     va_list ap;
@@ -122,8 +127,17 @@ void accel_print(const accel *acc, const char *fmt, ...)
     fflush(stdout);
 }
 
+/* A NULL handle is an argument error, as everywhere else in the API: never a crash. */
+static accel_status null_acc(const char *who)
+{
+    return accel__seterr(NULL, ACCEL_EINVAL, "%s: acc is NULL", who);
+}
+
 accel_status accel_wait_for_everyone(accel *acc)
 {
+    if (acc == NULL) {
+        return null_acc("accel_wait_for_everyone");
+    }
     return accel__adopt_thread_error(acc, accel__barrier(acc->comm));
 }
 
@@ -139,23 +153,28 @@ static accel_status first_end(accel *acc, int leader)
 
 accel_status accel_main_process_first_begin(accel *acc)
 {
-    return first_begin(acc, acc->rank == 0);
+    return acc ? first_begin(acc, acc->rank == 0) : null_acc("accel_main_process_first_begin");
 }
 accel_status accel_main_process_first_end(accel *acc)
 {
-    return first_end(acc, acc->rank == 0);
+    return acc ? first_end(acc, acc->rank == 0) : null_acc("accel_main_process_first_end");
 }
 accel_status accel_local_main_process_first_begin(accel *acc)
 {
-    return first_begin(acc, acc->local_rank == 0);
+    return acc ? first_begin(acc, acc->local_rank == 0)
+               : null_acc("accel_local_main_process_first_begin");
 }
 accel_status accel_local_main_process_first_end(accel *acc)
 {
-    return first_end(acc, acc->local_rank == 0);
+    return acc ? first_end(acc, acc->local_rank == 0)
+               : null_acc("accel_local_main_process_first_end");
 }
 
 accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn, void *ctx)
 {
+    if (acc == NULL) {
+        return null_acc("accel_on_process");
+    }
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_process: fn is NULL");
     }
@@ -165,6 +184,9 @@ accel_status accel_on_process(accel *acc, int process_index, accel_process_fn fn
 accel_status accel_on_local_process(accel *acc, int local_process_index, accel_process_fn fn,
                                     void *ctx)
 {
+    if (acc == NULL) {
+        return null_acc("accel_on_local_process");
+    }
     if (fn == NULL) {
         return accel__seterr(acc, ACCEL_EINVAL, "accel_on_local_process: fn is NULL");
     }
@@ -181,5 +203,6 @@ accel_status accel_on_local_main_process(accel *acc, accel_process_fn fn, void *
 }
 accel_status accel_on_last_process(accel *acc, accel_process_fn fn, void *ctx)
 {
-    return accel_on_process(acc, acc->n_ranks - 1, fn, ctx);
+    return acc ? accel_on_process(acc, acc->n_ranks - 1, fn, ctx)
+               : null_acc("accel_on_last_process");
 }

@@ -104,6 +104,11 @@ accel_status accel__state_get_tensor(accel__state_reader *r, const char *name, a
 accel_status accel__state_get_piece(accel__state_reader *r, const char *name, accel_tensor piece,
                                     const accel__state_piece *whole);
 
+/* The largest counter (steps, epochs, batches) a checkpoint may hold: 2^53, exact as a double
+ * and out of reach of any run, so a loaded counter can still count (a damaged or edited file
+ * holding INT64_MAX would overflow at the next step). Use it as `hi` of such a counter. */
+#define ACCEL__STATE_COUNT_MAX ((int64_t)1 << 53)
+
 /* JSON values of the current object, range-checked: ACCEL_ECORRUPT "checkpoint D: F is
  * malformed: <key path> ..." when missing, of another type or out of [lo, hi] (reals must
  * be finite). Strings are borrowed until the load ends. */

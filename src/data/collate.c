@@ -4,6 +4,7 @@
  * has been seen no allocation happens per batch. Invariant: a batch's field j data lives in its
  * bufset buf[j]; the batch struct never owns anything else.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "base/half.h"
@@ -18,6 +19,9 @@ void *accel__bufset_get(accel__bufset *s, int field, size_t nbytes)
         nbytes = 1;
     }
     if (s->cap[field] < nbytes) {
+        if (nbytes > SIZE_MAX / 4) {
+            return NULL; /* no allocator has it; doubling towards it would wrap to 0 forever */
+        }
         size_t ncap = s->cap[field] > 0 ? s->cap[field] : 64;
         while (ncap < nbytes) {
             ncap *= 2;
@@ -120,6 +124,30 @@ accel_status accel__batch_init(accel_batch *b)
     return ACCEL_OK;
 }
 
+accel_status accel__batch_check(const accel_batch *b)
+{
+    if (b->n_fields < 0 || b->n_fields > ACCEL_MAX_FIELDS) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "the batch has %d fields (0..%d)", b->n_fields,
+                             ACCEL_MAX_FIELDS);
+    }
+    for (int f = 0; f < b->n_fields; f++) {
+        const accel_tensor *t = &b->field[f];
+        int ok = accel_dtype_bits(t->dtype) > 0 && t->ndim >= 0 && t->ndim <= ACCEL_MAX_DIMS;
+        uint64_t elems = 1;
+        for (int d = 0; ok && d < t->ndim; d++) {
+            ok = t->shape[d] >= 0 && !__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems);
+        }
+        ok = ok && elems <= SIZE_MAX / 8 && (elems == 0 || t->data != NULL);
+        if (!ok) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "field %d (\"%s\") of the batch has an invalid dtype, rank or "
+                                 "shape, or NULL data",
+                                 f, b->name[f] != NULL ? b->name[f] : "?");
+        }
+    }
+    return ACCEL_OK;
+}
+
 void accel__batch_free(accel_batch *b)
 {
     if (b != NULL) {
@@ -177,6 +205,28 @@ accel_status accel__collate_default(const accel__padset *pad, const accel_sample
                                  "collate: field \"%s\" of sample %s %lld has an invalid dtype "
                                  "or rank",
                                  s0->name[f] ? s0->name[f] : "?", what, sample_id(indices, 0));
+        }
+        /* What the copy below trusts, for every sample: a dataset's callback is input. */
+        for (int64_t i = 0; i < n; i++) {
+            const accel_tensor *t = &samples[i].field[f];
+            const char *bad = NULL;
+            uint64_t elems = 1;
+            for (int d = 0; d < t->ndim && d < ACCEL_MAX_DIMS && bad == NULL; d++) {
+                if (t->shape[d] < 0) {
+                    bad = "a negative dimension";
+                } else if (__builtin_mul_overflow(elems, (uint64_t)t->shape[d], &elems) ||
+                           elems > SIZE_MAX / 8 / (uint64_t)n) {
+                    bad = "a size that overflows";
+                }
+            }
+            if (bad == NULL && elems > 0 && t->data == NULL) {
+                bad = "NULL data";
+            }
+            if (bad != NULL) {
+                return accel__seterr(
+                    NULL, ACCEL_EINVAL, "collate: field \"%s\" of sample %s %lld has %s",
+                    s0->name[f] ? s0->name[f] : "?", what, sample_id(indices, i), bad);
+            }
         }
         double pv = 0;
         int padded = pad_of(pad, s0->name[f], &pv) && t0->ndim >= 1;

@@ -89,6 +89,10 @@ typedef struct accel__padset {
  */
 accel_status accel__collate_default(const accel__padset *pad, const accel_sample *samples,
                                     int64_t n, const int64_t *indices, accel_batch *out);
+/* What a user collate function built, checked before the loader hands it out or broadcasts it
+ * (dispatch_batches): 0..ACCEL_MAX_FIELDS fields of a valid dtype and rank, no negative
+ * dimension, data for every byte. ACCEL_EINVAL naming the field (message set). */
+accel_status accel__batch_check(const accel_batch *b);
 
 /* Writes `value` converted to dtype `dt` into count elements at dst. */
 void accel__fill_value(void *dst, accel_dtype dt, double value, int64_t count);
@@ -178,6 +182,13 @@ accel__slot *accel__workers_get(accel__workers *w, int64_t k);
 /* Cancels the epoch: waits until no worker is building. */
 void accel__workers_stop(accel__workers *w);
 
+/* ceil(n / d) for n >= 0, d >= 1, without the overflow of (n + d - 1) / d: a dataset may
+ * report any length up to INT64_MAX. */
+static inline int64_t accel__ceil_div(int64_t n, int64_t d)
+{
+    return n / d + (n % d != 0);
+}
+
 /* dispatch_batches (dispatch.c). */
 accel_status accel__dispatch_new(accel_loader *l, accel__dispatch **out);
 void accel__dispatch_free(accel__dispatch *d);
@@ -191,6 +202,9 @@ int64_t accel__dispatch_len(const accel_loader *l);
 accel_status accel__loader_begin_order(accel_loader *l);
 accel_status accel__iter_fill(accel_loader *l, accel_sample *buf, int64_t want, int64_t *got);
 int64_t accel__dataset_len(const accel_loader *l); /* samples, or -1 when unknown */
+/* At accel_prepare with several processes: ACCEL_EINVAL on every process when their loaders
+ * differ (dataset length, batch size, sampler options), naming what (agree.c). A collective. */
+accel_status accel__loader_agree(accel_loader *l);
 /* One batch of the iterable stream (sharded by IterableDatasetShard unless dispatching). */
 accel_status accel__iter_produce(accel_loader *l, accel_batch *out, int *have);
 /* The next batch of the unsharded base stream (dispatch: process 0), ACCEL_EOF at its end. */

@@ -87,6 +87,23 @@ accel_status accel_tensor_dataset_new(accel_dataset **out, int n_fields, const c
                                  "accel_tensor_dataset_new: tensor %d needs a name and ndim >= 1",
                                  f);
         }
+        /* Rows are views at data + i * row: NULL data would hand out small non-NULL pointers,
+         * and a negative dimension a negative length. */
+        int empty = 0;
+        for (int d = 0; d < tensors[f].ndim; d++) {
+            if (tensors[f].shape[d] < 0) {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "accel_tensor_dataset_new: tensor %d (\"%s\") has dimension "
+                                     "%d = %lld",
+                                     f, names[f], d, (long long)tensors[f].shape[d]);
+            }
+            empty |= tensors[f].shape[d] == 0;
+        }
+        if (tensors[f].data == NULL && !empty) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "accel_tensor_dataset_new: tensor %d (\"%s\") has NULL data", f,
+                                 names[f]);
+        }
         if (tensors[f].shape[0] != tensors[0].shape[0]) {
             return accel__seterr(NULL, ACCEL_EINVAL,
                                  "accel_tensor_dataset_new: tensor %d (\"%s\") has %lld rows, "
@@ -227,15 +244,17 @@ static accel_status window_finish(window_ds *d, int64_t context, int64_t stride,
     d->magic = WINDOW_MAGIC;
     d->context = context;
     d->stride = stride > 0 ? stride : context;
-    d->n_windows = d->n_tokens >= context + 1 ? (d->n_tokens - 1 - context) / d->stride + 1 : 0;
+    /* n_tokens > context, not >= context + 1: context may be INT64_MAX. */
+    d->n_windows = d->n_tokens > context ? (d->n_tokens - 1 - context) / d->stride + 1 : 0;
     if (d->n_windows == 0) {
         /* An empty (or too short) file would make an epoch of no batch: say so now. */
         int64_t n = d->n_tokens;
         window_destroy(d);
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "%s \"%s\" holds %lld tokens, too few for one window of context "
-                             "%lld (%lld needed)",
-                             what, path, (long long)n, (long long)context, (long long)context + 1);
+                             "%lld (%llu needed)",
+                             what, path, (long long)n, (long long)context,
+                             (unsigned long long)context + 1);
     }
     accel_dataset *ds = accel__calloc(1, sizeof(*ds));
     if (ds == NULL) {
@@ -302,6 +321,13 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
     if (out == NULL || opts == NULL || o->path == NULL || o->context < 1 || o->stride < 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "accel_token_dataset_open: need out, a path and context >= 1");
+    }
+    if (o->header != ACCEL_TOKENS_AUTO && o->header != ACCEL_TOKENS_LLMC &&
+        o->header != ACCEL_TOKENS_RAW) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "accel_token_dataset_open: header %d is not ACCEL_TOKENS_AUTO, _LLMC "
+                             "or _RAW",
+                             (int)o->header);
     }
     size_t tb = o->token_dtype == ACCEL_U16 ? 2 : o->token_dtype == ACCEL_I32 ? 4 : 0;
     if (o->header == ACCEL_TOKENS_RAW && tb == 0) {

@@ -314,9 +314,9 @@ int64_t accel__dispatch_len(const accel_loader *l)
         return -1;
     }
     int64_t bs = l->o.batch_size;
-    int64_t base = l->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    int64_t base = l->o.drop_last ? n / bs : accel__ceil_div(n, bs);
     if (l->split) {
         return base;
     }
-    return l->o.drop_last ? base / l->n_ranks : (base + l->n_ranks - 1) / l->n_ranks;
+    return l->o.drop_last ? base / l->n_ranks : accel__ceil_div(base, l->n_ranks);
 }

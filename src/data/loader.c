@@ -74,7 +74,10 @@ accel_status accel__loader_begin_order(accel_loader *l)
                              (long long)n);
     }
     if (n > l->cap_order) {
-        int64_t *o = accel__realloc(l->order, (size_t)n * sizeof(int64_t));
+        /* A length past SIZE_MAX / 8 wrapped the byte count to a small buffer, then filled. */
+        int64_t *o = (uint64_t)n <= SIZE_MAX / sizeof(int64_t)
+                         ? accel__realloc(l->order, (size_t)n * sizeof(int64_t))
+                         : NULL;
         if (o == NULL) {
             return accel__seterr(NULL, ACCEL_ENOMEM, "loader: out of memory for %lld indices",
                                  (long long)n);
@@ -215,6 +218,9 @@ static accel_status collate(accel_loader *l, const accel_sample *s, int64_t n,
     if (l->o.collate != NULL) {
         accel__clear_error();
         accel_status st = l->o.collate(l->o.collate_ctx, s, n, out);
+        if (st == ACCEL_OK) {
+            st = accel__batch_check(out);
+        }
         if (st != ACCEL_OK) {
             return accel__seterr(NULL, st, "loader: collate of %lld samples: %s", (long long)n,
                                  accel__cause(st));
@@ -505,9 +511,9 @@ static int64_t epoch_len(const accel_loader *l)
     if (!l->map_style && l->n_ranks > 1) {
         /* One batch per buffer of total_batch_size elements. */
         int64_t real = total_batch_size(l);
-        return l->o.drop_last ? n / real : (n + real - 1) / real;
+        return l->o.drop_last ? n / real : accel__ceil_div(n, real);
     }
-    int64_t inner = l->o.drop_last ? n / bs : (n + bs - 1) / bs;
+    int64_t inner = l->o.drop_last ? n / bs : accel__ceil_div(n, bs);
     if (!l->map_style || l->n_ranks == 1) {
         return inner;
     }
@@ -530,9 +536,14 @@ int64_t accel_loader_len(const accel_loader *l)
 
 accel_status accel_loader_set_epoch(accel_loader *l, int64_t epoch)
 {
-    if (l == NULL || epoch < 0) {
-        return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL, "accel_loader_set_epoch: %s",
-                             l == NULL ? "loader is NULL" : "epoch is negative");
+    if (l == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_loader_set_epoch: loader is NULL");
+    }
+    /* At most 2^53, as a checkpoint's: the epochs after it must still be countable. */
+    if (epoch < 0 || epoch > ACCEL__STATE_COUNT_MAX) {
+        return accel__seterr(l->acc, ACCEL_EINVAL,
+                             "accel_loader_set_epoch: epoch %lld is not in 0..2^53",
+                             (long long)epoch);
     }
     end_epoch(l, 0);
     l->epoch = epoch;
@@ -584,11 +595,13 @@ accel_status accel_loader_set_position(accel_loader *l, const accel_loader_posit
         return accel__seterr(l != NULL ? l->acc : NULL, ACCEL_EINVAL,
                              "accel_loader_set_position: argument is NULL");
     }
-    if (pos->epoch < 0 || pos->batches < 0 ||
+    if (pos->epoch < 0 || pos->batches < 0 || pos->epoch > ACCEL__STATE_COUNT_MAX ||
+        pos->batches > ACCEL__STATE_COUNT_MAX ||
         (pos->rng[0] | pos->rng[1] | pos->rng[2] | pos->rng[3]) == 0) {
         return accel__seterr(l->acc, ACCEL_EINVAL,
-                             "accel_loader_set_position: negative epoch/batches or an all-zero "
-                             "generator state");
+                             "accel_loader_set_position: epoch %lld or batches %lld not in "
+                             "0..2^53, or an all-zero generator state",
+                             (long long)pos->epoch, (long long)pos->batches);
     }
     end_epoch(l, 0);
     l->epoch = pos->epoch;
@@ -650,7 +663,8 @@ accel_status accel__loader_prepare_as(accel_loader *l, int rank, int n_ranks)
 static accel_status loader_prepare(accel__object *o)
 {
     accel_loader *l = (accel_loader *)o;
-    return accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks);
+    ACCEL_TRY(accel__loader_prepare_as(l, l->acc->rank, l->acc->n_ranks));
+    return l->acc->n_ranks > 1 ? accel__loader_agree(l) : ACCEL_OK;
 }
 
 /* Checkpoints: each process's position in dl_state_dict_rank<r>.json (loader_state.c). */
@@ -690,6 +704,15 @@ accel_status accel_loader_new(accel *acc, const accel_dataset *ds, const accel_l
                              "num_workers %d >= 0, prefetch_factor %d >= 1, n_pad %d in 0..%d)",
                              who, (long long)o.batch_size, o.num_workers, o.prefetch_factor,
                              o.n_pad, ACCEL_MAX_FIELDS);
+    }
+    /* Limits no real loader reaches, so that batch_size x processes and the batches in flight
+     * cannot overflow: 2^30 threads would fail anyway, and 2^31 samples make no batch. */
+    if (o.batch_size > INT32_MAX || o.num_workers > 4096 ||
+        (int64_t)o.num_workers * o.prefetch_factor > (1 << 20)) {
+        return accel__seterr(acc, ACCEL_EINVAL,
+                             "%s: batch_size %lld, num_workers %d or num_workers x "
+                             "prefetch_factor (%d) too large (at most 2^31 - 1, 4096 and 2^20)",
+                             who, (long long)o.batch_size, o.num_workers, o.prefetch_factor);
     }
     if (map_style && ds->len(ds->ctx) < 0) {
         return accel__seterr(acc, ACCEL_EINVAL, "%s: dataset len() is negative", who);

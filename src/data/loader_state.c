@@ -33,11 +33,11 @@ accel_status accel__loader_state_load(accel__object *self, accel__state_reader *
         return ACCEL_ENOMEM;
     }
     int64_t len;
-    ACCEL_TRY(accel__state_get_i64(r, "epoch", 0, INT64_MAX, &pos->epoch));
-    ACCEL_TRY(accel__state_get_i64(r, "batches", 0, INT64_MAX, &pos->batches));
+    ACCEL_TRY(accel__state_get_i64(r, "epoch", 0, ACCEL__STATE_COUNT_MAX, &pos->epoch));
+    ACCEL_TRY(accel__state_get_i64(r, "batches", 0, ACCEL__STATE_COUNT_MAX, &pos->batches));
     ACCEL_TRY(accel__state_get_u64(r, "seed", &pos->seed));
     ACCEL_TRY(accel__state_get_gen(r, "generator", pos->rng));
-    ACCEL_TRY(accel__state_get_i64(r, "length", -1, INT64_MAX, &len));
+    ACCEL_TRY(accel__state_get_i64(r, "length", -1, ACCEL__STATE_COUNT_MAX, &len));
     int i = accel__state_index(r);
     if (len >= 0 && pos->batches > len) {
         return accel__state_fail(r, ACCEL_ECORRUPT,
@@ -46,8 +46,11 @@ accel_status accel__loader_state_load(accel__object *self, accel__state_reader *
     }
     int n_old = accel__state_saved_processes(r), n_new = l->acc->n_ranks;
     if (n_old != n_new) {
-        /* Same number of samples seen overall, in whole batches of the new layout. */
-        pos->batches = pos->batches * n_old / n_new;
+        /* Same number of samples seen overall, in whole batches of the new layout. A product
+         * that overflows is past any live epoch: the check below refuses it. */
+        int64_t seen;
+        pos->batches =
+            __builtin_mul_overflow(pos->batches, (int64_t)n_old, &seen) ? INT64_MAX : seen / n_new;
     }
     int64_t live = accel_loader_len(l);
     if (live >= 0 && pos->batches > live) {

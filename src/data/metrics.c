@@ -5,6 +5,7 @@
  * processes may hold different row counts. Results live in buffers of the accelerator's data
  * slot, grown only (no allocation per step once warm).
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "comm/comm.h"
@@ -47,6 +48,9 @@ static int reserve(void **p, size_t *cap, size_t nbytes, int aligned)
 {
     if (nbytes <= *cap) {
         return 1;
+    }
+    if (nbytes > SIZE_MAX / 4) {
+        return 0; /* doubling towards it would wrap to 0 and loop */
     }
     size_t ncap = *cap ? *cap : 256;
     while (ncap < nbytes) {
@@ -108,8 +112,19 @@ accel_status accel_gather_for_metrics(accel *acc, const accel_tensor *in, accel_
     }
     int64_t *mine = s->hdr + (size_t)n * HDR_WORDS;
     memset(mine, 0, HDR_WORDS * sizeof(int64_t));
-    size_t nbytes = accel_tensor_nbytes(in);
-    mine[0] = in->shape[0];
+    /* A tensor this process cannot send (a negative dimension, a size that overflows, NULL
+     * data) goes out as -1 rows: every process then returns the same error, where returning
+     * here alone left the others waiting in the gathers (and the size was a wrapped huge
+     * number). */
+    uint64_t elems = 1;
+    int bad = 0;
+    for (int d = 0; d < in->ndim; d++) {
+        bad |= in->shape[d] < 0 || __builtin_mul_overflow(elems, (uint64_t)in->shape[d], &elems) ||
+               elems > SIZE_MAX / 8 / (size_t)(n + 1);
+    }
+    size_t nbytes = bad ? 0 : accel_tensor_nbytes(in);
+    bad |= nbytes > 0 && in->data == NULL;
+    mine[0] = bad ? -1 : in->shape[0];
     mine[1] = in->dtype;
     mine[2] = in->ndim;
     mine[3] = (int64_t)nbytes;
@@ -119,6 +134,14 @@ accel_status accel_gather_for_metrics(accel *acc, const accel_tensor *in, accel_
     ACCEL_TRY(allgather(acc, mine, s->hdr, HDR_WORDS, ACCEL_I64));
     size_t maxb = 0;
     int64_t rows = 0;
+    for (int r = 0; r < n; r++) {
+        if (s->hdr[(size_t)r * HDR_WORDS] < 0) {
+            return accel__seterr(acc, ACCEL_EINVAL,
+                                 "accel_gather_for_metrics: process %d's tensor has a negative "
+                                 "dimension, a size that overflows or NULL data",
+                                 r);
+        }
+    }
     for (int r = 0; r < n; r++) {
         const int64_t *h = s->hdr + (size_t)r * HDR_WORDS;
         if (h[1] != mine[1] || h[2] != mine[2] || memcmp(h + 5, mine + 5, 7 * sizeof(int64_t))) {
@@ -158,15 +181,26 @@ accel_status accel_gather_for_metrics_objects(accel *acc, const accel_blob_ref *
     data_slot *s = slot_of(acc);
     int nr = acc->n_ranks;
     size_t mybytes = 0;
-    for (size_t i = 0; i < n; i++) {
-        mybytes += items[i].nbytes;
+    int bad = n > (size_t)INT64_MAX; /* sent as -1 items: every process fails alike, as above */
+    for (size_t i = 0; i < n && !bad; i++) {
+        bad = (items[i].nbytes > 0 && items[i].data == NULL) ||
+              __builtin_add_overflow(mybytes, items[i].nbytes, &mybytes) ||
+              mybytes > SIZE_MAX / 4 / (size_t)(nr + 1);
     }
     if (s == NULL ||
         !reserve((void **)&s->hdr, &s->cap_hdr, (size_t)(nr + 1) * 2 * sizeof(int64_t), 0)) {
         return accel__seterr(acc, ACCEL_ENOMEM, "accel_gather_for_metrics_objects: out of memory");
     }
-    int64_t mine[2] = {(int64_t)n, (int64_t)mybytes};
+    int64_t mine[2] = {bad ? -1 : (int64_t)n, bad ? 0 : (int64_t)mybytes};
     ACCEL_TRY(allgather(acc, mine, s->hdr, 2, ACCEL_I64));
+    for (int r = 0; r < nr; r++) {
+        if (s->hdr[2 * r] < 0) {
+            return accel__seterr(acc, ACCEL_EINVAL,
+                                 "accel_gather_for_metrics_objects: process %d's items have NULL "
+                                 "data or sizes that overflow",
+                                 r);
+        }
+    }
     size_t maxn = 0, maxb = 0, total_n = 0;
     for (int r = 0; r < nr; r++) {
         size_t cn = (size_t)s->hdr[2 * r], cb = (size_t)s->hdr[2 * r + 1];

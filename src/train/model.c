@@ -509,6 +509,9 @@ accel_status accel_model_freeze(accel_model *m, int index, int frozen)
 
 accel_status accel_model_freeze_by_name(accel_model *m, const char *name, int frozen)
 {
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_freeze_by_name: model is NULL");
+    }
     int i = accel_model_find(m, name);
     if (i < 0) {
         return accel__seterr(m ? m->acc : NULL, ACCEL_EINVAL,

@@ -518,9 +518,13 @@ double accel_optimizer_get_lr(const accel_optimizer *opt, int group)
 
 accel_status accel_optimizer_set_lr(accel_optimizer *opt, int group, double lr)
 {
-    if (opt == NULL || group < 0 || group >= opt->n_groups) {
-        return accel__seterr(opt ? opt->acc : NULL, ACCEL_EINVAL,
-                             "accel_optimizer_set_lr: group %d out of range", group);
+    if (opt == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_optimizer_set_lr: optimizer is NULL");
+    }
+    if (group < 0 || group >= opt->n_groups) {
+        return accel__seterr(opt->acc, ACCEL_EINVAL,
+                             "accel_optimizer_set_lr: group %d out of range (%d groups)", group,
+                             opt->n_groups);
     }
     ACCEL_TRY(check_nonneg(opt->acc, "accel_optimizer_set_lr", "lr", lr));
     opt->groups[group].lr = lr;

@@ -139,7 +139,7 @@ static void optim_apply(accel__object *self, void *data)
 static accel_status load_hyper(accel_optimizer *opt, accel__state_reader *r, optim_staged *s)
 {
     const double below_1 = nextafter(1.0, 0.0);
-    ACCEL_TRY(accel__state_get_i64(r, "step", 0, INT64_MAX, &s->n_steps));
+    ACCEL_TRY(accel__state_get_i64(r, "step", 0, ACCEL__STATE_COUNT_MAX, &s->n_steps));
     if (accel__state_has(r, "step_was_skipped")) {
         ACCEL_TRY(accel__state_get_bool(r, "step_was_skipped", &s->step_was_skipped));
     }

@@ -138,7 +138,8 @@ static accel_status scaler_state_load(accel__object *self, accel__state_reader *
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(accel__state_get_f64(r, "scale", DBL_TRUE_MIN, DBL_MAX, &in->scale));
-    return accel__state_get_i64(r, "_growth_tracker", 0, INT64_MAX, &in->growth_tracker);
+    return accel__state_get_i64(r, "_growth_tracker", 0, ACCEL__STATE_COUNT_MAX,
+                                &in->growth_tracker);
 }
 
 static const accel__object_class scaler_class = {

@@ -433,8 +433,8 @@ static accel_status sched_state_load(accel__object *self, accel__state_reader *r
     int64_t kind;
     size_t n_groups;
     ACCEL_TRY(accel__state_get_i64(r, "kind", INT32_MIN, INT32_MAX, &kind));
-    ACCEL_TRY(accel__state_get_i64(r, "last_epoch", 0, INT64_MAX, &in->last_epoch));
-    ACCEL_TRY(accel__state_get_i64(r, "_step_count", 0, INT64_MAX, &in->step_count));
+    ACCEL_TRY(accel__state_get_i64(r, "last_epoch", 0, ACCEL__STATE_COUNT_MAX, &in->last_epoch));
+    ACCEL_TRY(accel__state_get_i64(r, "_step_count", 0, ACCEL__STATE_COUNT_MAX, &in->step_count));
     ACCEL_TRY(accel__state_get_len(r, "base_lrs", &n_groups));
     if (kind != (int64_t)s->o.kind || n_groups != (size_t)s->n_groups) {
         return accel__state_fail(r, ACCEL_EINVAL,

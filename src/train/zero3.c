@@ -515,10 +515,13 @@ static accel_status make_room(accel_model *m, int b)
 
 accel_status accel_model_materialize(accel_model *m, int index)
 {
-    if (m == NULL || index < 0 || index >= m->n_params) {
-        return accel__seterr(m ? m->acc : NULL, ACCEL_EINVAL,
+    if (m == NULL) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "accel_model_materialize: model is NULL");
+    }
+    if (index < 0 || index >= m->n_params) {
+        return accel__seterr(m->acc, ACCEL_EINVAL,
                              "accel_model_materialize: parameter %d out of range (%d parameters)",
-                             index, m ? m->n_params : 0);
+                             index, m->n_params);
     }
     struct accel__zero3 *z = m->z3;
     if (z == NULL || !m->obj.prepared || m->zero_stage == 0) {

@@ -3,7 +3,8 @@
  * save_model / load_model across processes: every process initialises different weights,
  * accel_save_model writes process 0's (sharded) from the main process only, every process
  * loads the folder and ends bit-identical to process 0's initial weights; accel_save of a
- * named set behaves the same, and a failing save is reported on every process.
+ * named set behaves the same, and a failing save is reported on every process; so is a
+ * save_state whose dir names no folder on process 0 only.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,16 @@ int main(void)
     accel_safetensors_close(st);
     snprintf(p, sizeof p, "%s/no/such/dir/v.safetensors", dir);
     CHECK(accel_save(acc, &t, 1, NULL, 0, p) != ACCEL_OK); /* on every process */
+
+    /* save_state where process 0 is given a dir that names no folder and the others a real
+     * one (fault sweep): process 0 refused at once while the others waited for it in the
+     * save's first agreement; now every process returns the error, and nothing is left. */
+    char sdir[300];
+    snprintf(sdir, sizeof sdir, "%s/state", dir);
+    accel_status sst = accel_save_state(acc, rank == 0 ? "" : sdir);
+    CHECK_MSG(sst == ACCEL_EINVAL, "%s: %s", accel_status_name(sst), accel_last_error(acc));
+    CHECK(strstr(accel_last_error(acc), rank == 0 ? "names no folder" : "process 0 failed"));
+    CHECK(access(sdir, F_OK) != 0 && access("..partial", F_OK) != 0);
 
     CHECK_OK(acc, accel_wait_for_everyone(acc));
     if (rank == 0) {

@@ -1,7 +1,8 @@
 /*
  * gather_for_metrics returns exactly the dataset (no duplicate, nothing lost) for dataset sizes
  * 1..50 with batch 3, gathering tensors and objects, in the default (BatchSamplerShard,
- * even_batches) mode and with dispatch_batches.
+ * even_batches) mode and with dispatch_batches; a tensor or objects one process cannot send
+ * fail on every process alike.
  * ACCEL_TEST_NPROCS: 1 2 3
  */
 #include <string.h>
@@ -75,6 +76,30 @@ int main(void)
         run(acc, n, 0, 1);
         run(acc, n, 1, 0);
     }
+    /* Fault sweep: the last process passes a tensor with a negative dimension, then objects
+     * with NULL data. It returned alone (or copied a wrapped size) while the others waited in
+     * the gather; now every process gets the same error, and the next gather works. */
+    int rank = accel_process_index(acc), last = accel_num_processes(acc) - 1;
+    char want[200];
+    float v[4] = {1, 2, 3, 4};
+    accel_tensor t = accel_tensor_view(v, ACCEL_F32, 1, (int64_t[]){rank == last ? -4 : 4}), out;
+    snprintf(want, sizeof want,
+             "accel_gather_for_metrics: process %d's tensor has a negative dimension, a size that "
+             "overflows or NULL data",
+             last);
+    CHECK_ERR(acc, accel_gather_for_metrics(acc, &t, &out), ACCEL_EINVAL, want);
+    accel_blob_ref item = {rank == last ? NULL : v, 8};
+    const accel_blob_ref *got;
+    size_t n_got;
+    snprintf(want, sizeof want,
+             "accel_gather_for_metrics_objects: process %d's items have NULL data or sizes that "
+             "overflow",
+             last);
+    CHECK_ERR(acc, accel_gather_for_metrics_objects(acc, &item, 1, &got, &n_got), ACCEL_EINVAL,
+              want);
+    t.shape[0] = 4;
+    CHECK_OK(acc, accel_gather_for_metrics(acc, &t, &out));
+    CHECK(out.shape[0] == 4 * (last + 1));
     accel_free(acc);
     return 0;
 }

@@ -3,7 +3,9 @@
  * seeds its own generator differently (process 0's generator is broadcast at every epoch
  * start), different per epoch, each epoch covering the dataset; dispatch_batches reproducing
  * Accelerate's 9 samples / bs 3 / 2 processes example, and a read failure on process 0 reaching
- * every process with its status and message; lengths agree with the batches seen.
+ * every process with its status and message; lengths agree with the batches seen; loaders
+ * that differ between processes (dataset length, batch size) refused by accel_prepare on
+ * every process.
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
 #include <string.h>
@@ -114,6 +116,33 @@ int main(void)
                  rank == 0 ? "" : "dispatch_batches: process 0 failed to read the dataset: ",
                  accel_status_str(ACCEL_ECORRUPT));
         CHECK_ERR(acc, st, ACCEL_ECORRUPT, msg);
+        accel_loader_free(l);
+
+        /* Processes that built different loaders (fault sweep): the last one with a longer
+         * dataset, then with another batch size. Prepare used to shard each process's own
+         * dataset, silently handing out other or repeated samples; now every process gets the
+         * same error. With even_batches off (uneven inputs, a join region) lengths may differ. */
+        int64_t n_own = rank == nr - 1 ? 50 : 48;
+        accel_dataset own = ids_dataset(&n_own);
+        accel_loader_options oo = accel_loader_options_default();
+        oo.batch_size = 4;
+        CHECK_OK(acc, accel_loader_new(acc, &own, &oo, &l));
+        CHECK_ERR(acc, accel_prepare(acc, l), ACCEL_EINVAL,
+                  "accel_prepare: the processes built different loaders: dataset length is 48 on "
+                  "some processes and 50 on others (every process must build the same loader "
+                  "over the same dataset; uneven lengths need even_batches = 0)");
+        accel_loader_free(l);
+        n_own = 48;
+        oo.batch_size = rank == 0 ? 4 : 2;
+        CHECK_OK(acc, accel_loader_new(acc, &own, &oo, &l));
+        CHECK(accel_prepare(acc, l) == ACCEL_EINVAL);
+        CHECK(strstr(accel_last_error(acc), "batch_size is 2 on some processes and 4 on others"));
+        accel_loader_free(l);
+        n_own = rank == nr - 1 ? 50 : 48;
+        oo.batch_size = 4;
+        oo.even_batches = 0;
+        CHECK_OK(acc, accel_loader_new(acc, &own, &oo, &l));
+        CHECK_OK(acc, accel_prepare(acc, l));
         accel_loader_free(l);
     }
     CHECK_OK(acc, accel_wait_for_everyone(acc));

@@ -88,6 +88,18 @@ static void test_round_trips(accel *acc)
     dst = build(acc, k_specs, 3, -5.0f);
     CHECK_OK(acc, accel_load_model(acc, dst, p, 1)); /* the index itself */
     CHECK(same_weights(src, dst));
+    /* An index that is not JSON says where (it said only "no weight_map object"). */
+    char bad_index[700], want[900];
+    snprintf(bad_index, sizeof bad_index, "%s/broken.index.json", dir);
+    FILE *bf = fopen(bad_index, "w");
+    CHECK(bf != NULL && fputs("{\"weight_map\": {\"a\": }", bf) >= 0);
+    fclose(bf);
+    snprintf(want, sizeof want,
+             "%s: not a safetensors index: not valid JSON (line 1 column 22: unexpected token "
+             "near '}')",
+             bad_index);
+    CHECK_ERR(acc, accel_load_model(acc, dst, bad_index, 1), ACCEL_ECORRUPT, want);
+    CHECK(same_weights(src, dst));
     accel_model_free(dst);
     /* One shard: strict fails naming a missing parameter; non-strict loads just that one. */
     dst = build(acc, k_specs, 3, -5.0f);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -32,7 +33,7 @@ typedef struct fixture {
 } fixture;
 
 /* Makes the callbacks fail: 1 save (through a failing accel call), 2 load (the same), 3 load
- * without any message. */
+ * without any message, 4 save writing SIZE_MAX bytes. */
 static int cb_fail;
 /* The message of the failing accel call the callbacks make. */
 #define PARSE_MSG "size \"12XB\": unknown unit \"XB\" (use KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
@@ -42,6 +43,9 @@ static accel_status val_save(void *ctx, accel_state_writer *w)
     uint64_t unused;
     if (cb_fail == 1) {
         return accel_parse_size("12XB", &unused);
+    }
+    if (cb_fail == 4) { /* a size no memory holds: the writer's growth loop never ended */
+        return accel_state_write(w, &((fixture *)ctx)->value, SIZE_MAX);
     }
     return accel_state_write(w, &((fixture *)ctx)->value, sizeof(int64_t));
 }
@@ -189,6 +193,42 @@ static pid_t spawn(const char *self, const char *mode, const char *project)
     return pid;
 }
 
+/* A full disk during save_state (RLIMIT_FSIZE: a write past it fails with EFBIG, as one on a
+ * full file system fails with ENOSPC): the save fails naming the file, no staging folder is
+ * left, and the checkpoint saved before still loads with its value. In a child, so that the
+ * limit ends with the case. */
+static void full_disk(const char *dir, int64_t saved_value)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        fixture f;
+        fx_init(&f, NULL, 0, 0);
+        fx_set(&f, 21);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl;
+        CHECK(getrlimit(RLIMIT_FSIZE, &rl) == 0);
+        rlim_t soft = rl.rlim_cur;
+        rl.rlim_cur = 8192; /* the model file alone is 32 KiB */
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        accel_status st = accel_save_state(f.acc, dir);
+        rl.rlim_cur = soft;
+        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        CHECK_MSG(st == ACCEL_EIO && strstr(accel_last_error(f.acc), ".safetensors"), "%s: %s",
+                  accel_status_name(st), accel_last_error(f.acc));
+        char staging[400];
+        const char *slash = strrchr(dir, '/');
+        snprintf(staging, sizeof staging, "%.*s/.%s.partial", (int)(slash - dir), dir, slash + 1);
+        CHECK_MSG(access(staging, F_OK) != 0, "%s was left behind", staging);
+        CHECK_OK(f.acc, accel_load_state(f.acc, dir));
+        CHECK(f.value == saved_value && fx_consistent(&f));
+        accel_free(f.acc);
+        _exit(0);
+    }
+    int ws;
+    CHECK(waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
 static void crash_test(const char *self, const char *project)
 {
     int status;
@@ -325,7 +365,31 @@ int main(int argc, char **argv)
     /* A folder without a marker is not a checkpoint. */
     CHECK(accel_load_state(f.acc, root) == ACCEL_ECORRUPT);
     CHECK(accel_load_state(f.acc, "/nonexistent/ckpt") == ACCEL_ENOTFOUND);
+    /* Paths that name no folder: "" and "." built the staging folder "..partial" in the
+     * working folder, failed at the rename and left it there. */
+    st = accel_save_state(f.acc, "");
+    CHECK_MSG(st == ACCEL_EINVAL &&
+                  strstr(accel_last_error(f.acc), "checkpoint folder \"\" names "
+                                                  "no folder that can be created"),
+              "%s: %s", accel_status_name(st), accel_last_error(f.acc));
+    CHECK(accel_save_state(f.acc, ".") == ACCEL_EINVAL);
+    CHECK(accel_save_state(f.acc, "sub/..") == ACCEL_EINVAL);
+    CHECK(accel_save_state(f.acc, "/") == ACCEL_EINVAL);
+    CHECK(access("..partial", F_OK) != 0 && access("sub", F_OK) != 0);
+    /* save_model or merge-weights into a checkpoint folder: the sharded output deleted its
+     * model.safetensors as stale (merge-weights CKPT CKPT lost the checkpoint). Refused, and
+     * the checkpoint still loads. */
+    fx_set(&f, 60);
+    st = accel_save_model(f.acc, f.m, dir, "1KB");
+    CHECK_MSG(st == ACCEL_EINVAL &&
+                  strstr(accel_last_error(f.acc), "holds a save_state checkpoint"),
+              "%s: %s", accel_status_name(st), accel_last_error(f.acc));
+    CHECK(accel_merge_weights(dir, dir, "1KB", 0) == ACCEL_EINVAL);
+    CHECK(strstr(accel_last_error(NULL), "holds a save_state checkpoint") != NULL);
+    CHECK_OK(f.acc, accel_load_state(f.acc, dir));
+    CHECK(f.value == 8 && fx_consistent(&f));
     accel_free(f.acc);
+    full_disk(dir, 8);
 
     /* Other objects than when saving: a second registered object, a different shape. */
     fx_init(&f, NULL, 0, 0);
@@ -409,6 +473,10 @@ int main(int argc, char **argv)
     cb_fail = 1;
     CHECK_ERR(f.acc, accel_save_state(f.acc, dir), ACCEL_EINVAL,
               "accel_save_state: registered object 0's save failed: " PARSE_MSG);
+    cb_fail = 4;
+    CHECK_ERR(f.acc, accel_save_state(f.acc, dir), ACCEL_ENOMEM,
+              "accel_save_state: registered object 0's save failed: accel_save_state: "
+              "custom_checkpoint_0.bin: 18446744073709551615 bytes after 0 do not fit in memory");
     cb_fail = 2;
     CHECK_ERR(f.acc, accel_load_state(f.acc, dir), ACCEL_EINVAL,
               "accel_load_state: registered object 0 rejected custom_checkpoint_0.bin: " PARSE_MSG);

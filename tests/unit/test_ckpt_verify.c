@@ -8,7 +8,7 @@
  *    empty or missing file list, iteration -5, a bad checksum, a path as file name, ...);
  *  - a marker of version 1 (no checksums, as written before them) still loads;
  *  - state JSON fields are range-checked (a negative or infinite learning rate, a loader past
- *    the end of its epoch, a random_states file of another process);
+ *    the end of its epoch, a random_states file of another process, a counter past 2^53);
  *  - load_state(NULL) with automatic naming skips a damaged newest checkpoint with a warning
  *    naming the folder, file and reason, loads the previous one, and the next save does not
  *    collide with the damaged folder; when every folder is damaged the result is ACCEL_ECORRUPT
@@ -489,6 +489,16 @@ static void test_version1_and_fields(const char *root)
          "random_states_0.json is malformed", ACCEL_ECORRUPT},
         {"random_states_0.json", "\"step\": 0", "\"step\": -2", "random_states_0.json is malformed",
          ACCEL_ECORRUPT},
+        /* Counters past 2^53 (here INT64_MAX or near it): accepted, the next step, epoch or
+         * tick overflowed (UBSan's signed overflow; a negative step count in a release build). */
+        {"random_states_0.json", "\"step\": 0", "\"step\": 9223372036854775807",
+         "step is 9223372036854775807, expected 0 to 9007199254740992", ACCEL_ECORRUPT},
+        {"dl_state_dict_rank0.json", "\"epoch\": 0", "\"epoch\": 9223372036854775807",
+         "loaders[0].epoch is 9223372036854775807, expected 0 to 9007199254740992", ACCEL_ECORRUPT},
+        {"scheduler.json", "\"_step_count\": ", "\"_step_count\": 99999999999999999",
+         "scheduler.json is malformed: _step_count is 99999999999999999", ACCEL_ECORRUPT},
+        {"scheduler.json", "\"last_epoch\": ", "\"last_epoch\": 99999999999999999",
+         "scheduler.json is malformed: last_epoch is 99999999999999999", ACCEL_ECORRUPT},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         sh("rm -rf %s && cp -r %s %s", copy, dir, copy);

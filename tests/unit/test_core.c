@@ -101,6 +101,35 @@ static void test_single_process(void)
     CHECK_OK(acc, accel_main_process_first_begin(acc));
     CHECK_OK(acc, accel_main_process_first_end(acc));
     accel_free(acc);
+    /* A NULL handle is ACCEL_EINVAL naming the call, never a crash. */
+    CHECK_ERR(NULL, accel_wait_for_everyone(NULL), ACCEL_EINVAL,
+              "accel_wait_for_everyone: acc is NULL");
+    CHECK_ERR(NULL, accel_main_process_first_begin(NULL), ACCEL_EINVAL,
+              "accel_main_process_first_begin: acc is NULL");
+    CHECK_ERR(NULL, accel_main_process_first_end(NULL), ACCEL_EINVAL,
+              "accel_main_process_first_end: acc is NULL");
+    CHECK_ERR(NULL, accel_local_main_process_first_begin(NULL), ACCEL_EINVAL,
+              "accel_local_main_process_first_begin: acc is NULL");
+    CHECK_ERR(NULL, accel_local_main_process_first_end(NULL), ACCEL_EINVAL,
+              "accel_local_main_process_first_end: acc is NULL");
+    CHECK_ERR(NULL, accel_on_main_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_process: acc is NULL");
+    CHECK_ERR(NULL, accel_on_local_main_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_local_process: acc is NULL");
+    CHECK_ERR(NULL, accel_on_last_process(NULL, NULL, NULL), ACCEL_EINVAL,
+              "accel_on_last_process: acc is NULL");
+    /* The state queries (no status to fail with) read a NULL handle as no process. */
+    CHECK(accel_process_index(NULL) == -1 && accel_local_process_index(NULL) == -1);
+    CHECK(accel_num_processes(NULL) == 0 && accel_local_num_processes(NULL) == 0);
+    CHECK(!accel_is_main_process(NULL) && !accel_is_local_main_process(NULL) &&
+          !accel_is_last_process(NULL) && !accel_use_distributed(NULL));
+    CHECK(accel_distributed_type_of(NULL) == ACCEL_DIST_NO);
+    CHECK(accel_device_of(NULL).type == ACCEL_DEVICE_CPU);
+    CHECK(strcmp(accel_device_name(NULL), "") == 0 && strcmp(accel_backend_name(NULL), "") == 0);
+    CHECK(accel_mixed_precision(NULL) == ACCEL_PRECISION_UNSET);
+    CHECK(accel_gradient_accumulation_steps(NULL) == 0 && accel_resolved_options(NULL) == NULL);
+    accel_print(NULL, "never printed\n");
+    CHECK(strcmp(accel_state_summary(NULL), "") == 0);
 }
 
 static void test_env_precedence(void)

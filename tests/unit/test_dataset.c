@@ -167,6 +167,25 @@ int main(void)
              "needed)",
              path);
     CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    /* The largest context: "context + 1 tokens needed" overflowed (UBSan) before the refusal. */
+    o.context = INT64_MAX;
+    snprintf(want, sizeof want,
+             "token file \"%s\" holds 16 tokens, too few for one window of context "
+             "9223372036854775807 (9223372036854775808 needed)",
+             path);
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL, want);
+    snprintf(want, sizeof want,
+             "bytes dataset \"%s\" holds 32 tokens, too few for one window of context "
+             "9223372036854775807 (9223372036854775808 needed)",
+             path);
+    CHECK_ERR(NULL, accel_bytes_dataset_open(&ds, path, INT64_MAX, 0, ACCEL_U8), ACCEL_EINVAL,
+              want);
+    o.context = 16;
+    /* A header layout outside the enum was read as raw tokens. */
+    o.header = (accel_token_header)7;
+    CHECK_ERR(NULL, accel_token_dataset_open(&ds, &o), ACCEL_EINVAL,
+              "accel_token_dataset_open: header 7 is not ACCEL_TOKENS_AUTO, _LLMC or _RAW");
+    o.header = ACCEL_TOKENS_AUTO;
     /* A FIFO is refused at once (it used to block), naming what it is. */
     snprintf(path, sizeof(path), "%s/pipe.bin", dir);
     CHECK(mkfifo(path, 0600) == 0);
@@ -210,6 +229,22 @@ int main(void)
     sy[0] = 4;
     ts[1] = accel_tensor_view(ys, ACCEL_I64, 1, sy);
     CHECK(accel_tensor_dataset_new(&ds, 2, names, ts) == ACCEL_EINVAL);
+    /* Fault sweep: rows of NULL data were pointers 8, 16, ... (a crash in collate), and a
+     * negative row count made a dataset that no loader could take. */
+    sy[0] = 3;
+    ts[1] = accel_tensor_view(NULL, ACCEL_I64, 1, sy);
+    CHECK_ERR(NULL, accel_tensor_dataset_new(&ds, 2, names, ts), ACCEL_EINVAL,
+              "accel_tensor_dataset_new: tensor 1 (\"y\") has NULL data");
+    sx[0] = sy[0] = -3;
+    ts[0] = accel_tensor_view(xs, ACCEL_F32, 2, sx);
+    ts[1] = accel_tensor_view(ys, ACCEL_I64, 1, sy);
+    CHECK_ERR(NULL, accel_tensor_dataset_new(&ds, 2, names, ts), ACCEL_EINVAL,
+              "accel_tensor_dataset_new: tensor 0 (\"x\") has dimension 0 = -3");
+    sx[0] = sy[0] = 0; /* an empty dataset, NULL data included, is a dataset */
+    ts[0] = accel_tensor_view(NULL, ACCEL_F32, 2, sx);
+    ts[1] = accel_tensor_view(NULL, ACCEL_I64, 1, sy);
+    CHECK_OK(NULL, accel_tensor_dataset_new(&ds, 2, names, ts));
+    accel_dataset_free(ds);
 
     /* Bytes dataset: a folder of two files, concatenated in name order. */
     char sub[600];

@@ -96,6 +96,44 @@ static accel_status stream_reset(void *ctx, int64_t epoch)
     return ACCEL_OK;
 }
 
+/* A user collate that builds a bad batch (fault sweep): 99 fields, or a negative dimension.
+ * The loader handed it out as it was (accel_batch_field read past the field arrays). */
+static accel_status bad_collate(void *ctx, const accel_sample *s, int64_t n, accel_batch *out)
+{
+    (void)s;
+    (void)n;
+    static float none[1];
+    out->n_fields = *(int *)ctx == 0 ? 99 : 1;
+    out->name[0] = "x";
+    out->field[0] = accel_tensor_view(none, ACCEL_F32, 1, (int64_t[]){-1});
+    return ACCEL_OK;
+}
+
+/* ---- datasets whose samples are bad input (fault sweep): what collate must refuse ---- */
+static float bad_data[4];
+static int bad_kind; /* 0: a negative dimension, 1: NULL data, 2: a size that overflows */
+
+static int64_t bad_len(void *ctx)
+{
+    return *(int64_t *)ctx;
+}
+
+static accel_status bad_get(void *ctx, int64_t i, accel_sample *out)
+{
+    (void)ctx;
+    out->n_fields = 1;
+    out->name[0] = "x";
+    int64_t shape[2] = {4, 1};
+    if (i == 2 && bad_kind == 0) {
+        shape[0] = -4;
+    } else if (i == 2 && bad_kind == 2) {
+        shape[0] = shape[1] = (int64_t)1 << 40;
+    }
+    out->field[0] =
+        accel_tensor_view(i == 2 && bad_kind == 1 ? NULL : bad_data, ACCEL_F32, 2, shape);
+    return ACCEL_OK;
+}
+
 static accel_status failing_collate(void *ctx, const accel_sample *s, int64_t n, accel_batch *out)
 {
     (void)ctx, (void)s, (void)out;
@@ -401,6 +439,19 @@ int main(void)
         CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
                   "loader: collate of 4 samples: cannot stack 4 ragged samples");
         accel_loader_free(l);
+        int kind = 0;
+        o.collate = bad_collate;
+        o.collate_ctx = &kind;
+        CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
+                  "loader: collate of 4 samples: the batch has 99 fields (0..8)");
+        kind = 1;
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL,
+                  "loader: collate of 4 samples: field 0 (\"x\") of the batch has an invalid "
+                  "dtype, rank or shape, or NULL data");
+        accel_loader_free(l);
+        o.collate = failing_collate;
+        o.collate_ctx = NULL;
         stream s2 = {10, 0, 9, 0};
         accel_dataset it2 = {0};
         it2.ctx = &s2;
@@ -435,6 +486,68 @@ int main(void)
         accel_loader *l;
         CHECK_OK(acc, accel_loader_new(acc, &ds, &o, &l));
         CHECK(accel__loader_prepare_as(l, 0, 2) == ACCEL_EINVAL);
+        accel_loader_free(l);
+    }
+
+    /* Fault sweep: bad samples are ACCEL_EINVAL naming the sample (a negative dimension hung
+     * the loader, doubling its scratch size to 0 forever; NULL data crashed the copy), huge
+     * lengths and sizes are counted without overflow, and limits no loader reaches refused. */
+    {
+        int64_t n_bad = 5;
+        accel_dataset bd = {0};
+        bd.ctx = &n_bad;
+        bd.len = bad_len;
+        bd.get = bad_get;
+        const char *want[3] = {"collate: field \"x\" of sample index 2 has a negative dimension",
+                               "collate: field \"x\" of sample index 2 has NULL data",
+                               "collate: field \"x\" of sample index 2 has a size that overflows"};
+        for (bad_kind = 0; bad_kind < 3; bad_kind++) {
+            accel_loader *l = make(&bd, 3, 0, 0);
+            accel_batch *b;
+            CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_EINVAL, want[bad_kind]);
+            accel_loader_free(l);
+        }
+        accel_batch fake = {0};
+        CHECK(accel_batch_scratch(&fake, 0, 8) == NULL);
+        accel_loader *l = make(&bd, 3, 0, 0);
+        accel_batch *b;
+        bad_kind = -1;
+        CHECK_OK(acc, accel_loader_next(l, &b));
+        CHECK(accel_batch_scratch(b, 0, SIZE_MAX) == NULL); /* hung: ENOMEM now */
+        CHECK(accel_last_status(NULL) == ACCEL_ENOMEM);
+        accel_loader_free(l);
+        n_bad = INT64_MAX; /* ceil(len / batch_size) overflowed */
+        l = make(&bd, 3, 0, 0);
+        CHECK(accel_loader_len(l) == INT64_MAX / 3 + 1);
+        accel_loader_free(l);
+        n_bad = ((int64_t)1 << 61) + 1; /* len x 8 bytes wrapped to an 8-byte index array */
+        l = make(&bd, 3, 0, 0);
+        CHECK_ERR(acc, accel_loader_next(l, &b), ACCEL_ENOMEM,
+                  "loader: out of memory for 2305843009213693953 indices");
+        accel_loader_free(l);
+        n_bad = 5;
+        accel_loader_options o = accel_loader_options_default();
+        o.batch_size = INT64_MAX;
+        CHECK(accel_loader_new(acc, &bd, &o, &(accel_loader *){NULL}) == ACCEL_EINVAL);
+        o.batch_size = 1;
+        o.num_workers = 1 << 30; /* num_workers x prefetch_factor overflowed an int */
+        CHECK(accel_loader_new(acc, &bd, &o, &(accel_loader *){NULL}) == ACCEL_EINVAL);
+        o.num_workers = 1;
+        o.prefetch_factor = 1 << 30;
+        CHECK_ERR(acc, accel_loader_new(acc, &bd, &o, &(accel_loader *){NULL}), ACCEL_EINVAL,
+                  "accel_loader_new: batch_size 1, num_workers 1 or num_workers x prefetch_factor "
+                  "(1073741824) too large (at most 2^31 - 1, 4096 and 2^20)");
+        /* Epochs and positions past 2^53: the next epoch would overflow. */
+        l = make(&bd, 3, 0, 0);
+        CHECK_ERR(acc, accel_loader_set_epoch(l, INT64_MAX), ACCEL_EINVAL,
+                  "accel_loader_set_epoch: epoch 9223372036854775807 is not in 0..2^53");
+        accel_loader_position pos;
+        CHECK_OK(acc, accel_loader_get_position(l, &pos));
+        pos.epoch = INT64_MAX;
+        CHECK(accel_loader_set_position(l, &pos) == ACCEL_EINVAL);
+        pos.epoch = 0;
+        pos.batches = INT64_MAX;
+        CHECK(accel_loader_set_position(l, &pos) == ACCEL_EINVAL);
         accel_loader_free(l);
     }
 

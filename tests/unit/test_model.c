@@ -79,6 +79,11 @@ static void test_registration(void)
 
     /* Freezing: unknown names, then after prepare. */
     expect(acc, accel_model_freeze_by_name(m, "ghost", 1), ACCEL_EINVAL, "ghost");
+    /* A NULL model was "no parameter called ..." / "parameter 0 out of range" (fault sweep). */
+    CHECK_ERR(NULL, accel_model_freeze_by_name(NULL, "fc.weight", 1), ACCEL_EINVAL,
+              "accel_model_freeze_by_name: model is NULL");
+    CHECK_ERR(NULL, accel_model_materialize(NULL, 0), ACCEL_EINVAL,
+              "accel_model_materialize: model is NULL");
     expect(acc, accel_model_freeze(m, 7, 1), ACCEL_EINVAL, "index 7");
     CHECK_OK(acc, accel_prepare(acc, m));
     expect(acc, accel_model_freeze(m, 0, 1), ACCEL_ESTATE, "fc.weight");

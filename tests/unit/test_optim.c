@@ -223,6 +223,9 @@ static void test_bad_input(void)
     /* An optimizer whose model is not prepared cannot be prepared. */
     expect(acc, accel_prepare(acc, opt) == ACCEL_EINVAL, "model was not prepared");
     expect(acc, accel_optimizer_set_lr(opt, 0, -1) == ACCEL_EINVAL, "lr=-1");
+    /* NULL said "group 0 out of range" (fault sweep): the handle is named now. */
+    CHECK_ERR(NULL, accel_optimizer_set_lr(NULL, 0, 1), ACCEL_EINVAL,
+              "accel_optimizer_set_lr: optimizer is NULL");
     expect(acc, accel_optimizer_set_param_group(opt, 0, 3) == ACCEL_EINVAL, "group 3");
     CHECK(isnan(accel_optimizer_get_lr(opt, 5)));
     accel_optimizer_free(opt);

@@ -132,6 +132,11 @@ static void test_round_trip(void)
     accel_tensor t;
     CHECK(accel_safetensors_get(st, "missing", &t) == ACCEL_ENOTFOUND);
     CHECK(strstr(accel_last_error(NULL), "missing") != NULL);
+    /* NULL was ENOTFOUND "(null): no tensor named '(null)'" (fault sweep). */
+    CHECK_ERR(NULL, accel_safetensors_get(NULL, "t.F32", &t), ACCEL_EINVAL,
+              "accel_safetensors_get: NULL file");
+    CHECK_ERR(NULL, accel_safetensors_get(st, NULL, &t), ACCEL_EINVAL,
+              "accel_safetensors_get: NULL name");
     /* Views are copy-on-write: writing one must not change the file. */
     CHECK_OK(NULL, accel_safetensors_get(st, "t.F32", &t));
     ((float *)t.data)[0] = 42.0f;
