@@ -216,6 +216,41 @@ static void check_dy_nbytes(const char *name, const block_arg *a, int autocast)
 
 /* in: x [rows, C], LayerNorm weight and bias [C], the head's w [V, C]; arg: the targets. The
  * GPT's ln_f and head: nn_linear_cross_entropy of accel__nn_norm_operand's output. */
+/* The 4-input case fn in bf16, shadows off and on: the same bits, and with shadows on exactly
+ * one LayerNorm backward reads its dY as 2-byte values. */
+static void check_one_half_dy(const char *name, const in_spec *sp, case_fn fn, const void *arg,
+                              const float *gout)
+{
+    float *data[4];
+    for (int k = 0; k < 4; k++) {
+        int64_t n = numel(sp[k].ndim, sp[k].shape);
+        data[k] = xmalloc((size_t)n * sizeof(float));
+        for (int64_t i = 0; i < n; i++) {
+            data[k][i] = sp[k].offset + sp[k].scale * frand();
+        }
+    }
+    accel__nn_cu_set_shadows(0);
+    run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, fn, arg, gout, 0);
+    accel__nn_cu_set_shadows(1);
+    unsigned long l0 = accel__nn_cu_ln_half_dys();
+    run_out on = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, fn, arg, gout, 0);
+    unsigned long l1 = accel__nn_cu_ln_half_dys();
+    check_same_bits_runs(name, "with shadows", &on, &off, sp, 4);
+#ifdef ACCEL_HAVE_CUDA
+    CHECK_MSG(l1 - l0 == 1, "%s: %lu LayerNorm backwards read a 2-byte dY, expected 1", name,
+              l1 - l0);
+#else
+    (void)l0;
+    (void)l1;
+#endif
+    printf("  %-34s same bits with its dY kept 2-byte\n", name);
+    free_run(&off, 4);
+    free_run(&on, 4);
+    for (int k = 0; k < 4; k++) {
+        free(data[k]);
+    }
+}
+
 static nn_tensor *f_head(nn_ctx *g, nn_tensor **in, const void *arg)
 {
     nn_tensor *h = accel__nn_norm_operand(g, in[0], NULL, in[1], in[2], 1e-5f, NULL);
@@ -240,35 +275,8 @@ static void test_head(int64_t width)
     char name[64];
     snprintf(name, sizeof(name), "ln_f + head C=%lld bf16 vs cpu", (long long)width);
     check_case(name, sp, 4, f_head, t, ACCEL_BF16, 1, 1e-2, 1e-2);
-    float *data[4];
-    for (int k = 0; k < 4; k++) {
-        int64_t n = numel(sp[k].ndim, sp[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = sp[k].offset + sp[k].scale * frand();
-        }
-    }
-    accel__nn_cu_set_shadows(0);
-    run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_head, t, NULL, 0);
-    accel__nn_cu_set_shadows(1);
-    unsigned long l0 = accel__nn_cu_ln_half_dys();
-    run_out on = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_head, t, NULL, 0);
-    unsigned long l1 = accel__nn_cu_ln_half_dys();
     snprintf(name, sizeof(name), "ln_f + head C=%lld", (long long)width);
-    check_same_bits_runs(name, "with shadows", &on, &off, sp, 4);
-#ifdef ACCEL_HAVE_CUDA
-    CHECK_MSG(l1 - l0 == 1, "%s: %lu LayerNorm backwards read a 2-byte dY, expected 1", name,
-              l1 - l0);
-#else
-    (void)l0;
-    (void)l1;
-#endif
-    printf("  %-34s same bits with its dY kept 2-byte\n", name);
-    free_run(&off, 4);
-    free_run(&on, 4);
-    for (int k = 0; k < 4; k++) {
-        free(data[k]);
-    }
+    check_one_half_dy(name, sp, f_head, t, NULL);
 }
 
 /* ---- nn_add_layernorm: the residual add fused into the LayerNorm after it ---- */
@@ -439,40 +447,13 @@ static void test_operand_width(int64_t width)
     char name[64];
     snprintf(name, sizeof(name), "operand LayerNorm C=%lld bf16 vs cpu", (long long)width);
     check_case(name, sp, 4, f_operand, NULL, ACCEL_BF16, 0, 2e-2, 2e-2);
-    float *data[4];
-    for (int k = 0; k < 4; k++) {
-        int64_t n = numel(sp[k].ndim, sp[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = sp[k].offset + sp[k].scale * frand();
-        }
-    }
     float *gout = xmalloc((size_t)(40 * width) * sizeof(float));
     for (int64_t i = 0; i < 40 * width; i++) {
         gout[i] = frand();
     }
-    accel__nn_cu_set_shadows(0);
-    run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_operand, NULL, gout, 0);
-    accel__nn_cu_set_shadows(1);
-    unsigned long l0 = accel__nn_cu_ln_half_dys();
-    run_out on = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, f_operand, NULL, gout, 0);
-    unsigned long l1 = accel__nn_cu_ln_half_dys();
     snprintf(name, sizeof(name), "operand LayerNorm C=%lld", (long long)width);
-    check_same_bits_runs(name, "with shadows", &on, &off, sp, 4);
-#ifdef ACCEL_HAVE_CUDA
-    CHECK_MSG(l1 - l0 == 1, "%s: %lu LayerNorm backwards read a 2-byte dY, expected 1", name,
-              l1 - l0);
-#else
-    (void)l0;
-    (void)l1;
-#endif
-    printf("  %-34s same bits with its dY kept 2-byte\n", name);
-    free_run(&off, 4);
-    free_run(&on, 4);
+    check_one_half_dy(name, sp, f_operand, NULL, gout);
     free(gout);
-    for (int k = 0; k < 4; k++) {
-        free(data[k]);
-    }
 }
 
 int main(void)
