@@ -8,7 +8,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -107,6 +109,18 @@ static inline void check_same_file(const char *a, const char *b)
 }
 
 /* How many times needle occurs in s, overlapping occurrences included. */
+/* A full disk, for this process: files may not grow past limit bytes (RLIMIT_FSIZE; a write
+ * past it fails with EFBIG as one on a full file system fails with ENOSPC, and SIGXFSZ is
+ * ignored so that it does not end the process); limit 0 lifts it again. */
+static inline void check_file_size_limit(long long limit)
+{
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit r;
+    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0);
+    r.rlim_cur = limit > 0 ? (rlim_t)limit : r.rlim_max;
+    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
+}
+
 static inline int check_count(const char *s, const char *needle)
 {
     int n = 0;

@@ -8,22 +8,12 @@
  * steps are lost, with warnings), then free again for steps 15..19.
  */
 #include <dirent.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "check.h"
-
-static void cap_file_size(long long limit)
-{
-    struct rlimit r;
-    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0);
-    r.rlim_cur = limit > 0 ? (rlim_t)limit : r.rlim_max;
-    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
-}
 
 int main(int argc, char **argv)
 {
@@ -31,7 +21,6 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: track_faults DIR TRACKER\n");
         return 2;
     }
-    signal(SIGXFSZ, SIG_IGN);
     accel_options o = accel_options_default();
     o.project_dir = argv[1];
     o.log_with = argv[2];
@@ -64,11 +53,11 @@ int main(int argc, char **argv)
             }
             struct stat sb;
             CHECK_MSG(stat(path, &sb) == 0, "%s", path);
-            cap_file_size((long long)sb.st_size + 7);
+            check_file_size_limit((long long)sb.st_size + 7);
         }
         CHECK_OK(acc, accel_log(acc, v, 4, s));
         if (s == 14) {
-            cap_file_size(0);
+            check_file_size_limit(0);
         }
     }
     CHECK_OK(acc, accel_end_training(acc));

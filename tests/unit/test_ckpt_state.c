@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -205,15 +204,9 @@ static void full_disk(const char *dir, int64_t saved_value)
         fixture f;
         fx_init(&f, NULL, 0, 0);
         fx_set(&f, 21);
-        signal(SIGXFSZ, SIG_IGN);
-        struct rlimit rl;
-        CHECK(getrlimit(RLIMIT_FSIZE, &rl) == 0);
-        rlim_t soft = rl.rlim_cur;
-        rl.rlim_cur = 8192; /* the model file alone is 32 KiB */
-        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        check_file_size_limit(8192); /* the model file alone is 32 KiB */
         accel_status st = accel_save_state(f.acc, dir);
-        rl.rlim_cur = soft;
-        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        check_file_size_limit(0);
         CHECK_MSG(st == ACCEL_EIO && strstr(accel_last_error(f.acc), ".safetensors"), "%s: %s",
                   accel_status_name(st), accel_last_error(f.acc));
         char staging[400];

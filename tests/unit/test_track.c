@@ -8,9 +8,7 @@
  */
 #include <dirent.h>
 #include <jansson.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -510,18 +508,6 @@ static void test_resume(void)
 
 /* ---- faults: a full disk, odd names ---- */
 
-/* Caps the size a file may grow to (limit 0: lifts the cap), which fails writes past it with
- * EFBIG as a full disk fails them with ENOSPC, at a byte the test chooses. SIGXFSZ is ignored
- * so the write fails instead of killing the test. */
-static void cap_file_size(long long limit)
-{
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit r;
-    CHECK(getrlimit(RLIMIT_FSIZE, &r) == 0);
-    r.rlim_cur = limit > 0 ? (rlim_t)limit : r.rlim_max;
-    CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
-}
-
 /* Collects the steps of the "loss" values of an event file. */
 typedef struct tb_steps {
     long long steps[64];
@@ -626,11 +612,12 @@ static void check_full_disk(const char *tracker)
             struct stat sb;
             CHECK(stat(path, &sb) == 0);
             capture_begin();
-            cap_file_size((long long)sb.st_size + 7); /* the next record stops after 7 bytes */
+            /* The next record stops after 7 bytes. */
+            check_file_size_limit((long long)sb.st_size + 7);
         }
         CHECK_OK(acc, accel_log(acc, v, n, s));
         if (s == 14) {
-            cap_file_size(0);
+            check_file_size_limit(0);
             char *err = capture_end();
             CHECK_MSG(strstr(err, "logging step 10 failed") != NULL, "%s", err);
         }
