@@ -10,6 +10,7 @@
  * optimizer step.
  */
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 
@@ -117,8 +118,8 @@ static accel_status scaler_state_save(accel__object *self, accel__state_writer *
 }
 
 typedef struct scaler_staged {
-    double scale;
-    int64_t growth_tracker;
+    double scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
 } scaler_staged;
 
 static void scaler_apply(accel__object *self, void *data)
@@ -126,11 +127,15 @@ static void scaler_apply(accel__object *self, void *data)
     scaler *s = scaler_of(self);
     const scaler_staged *in = data;
     s->scale = in->scale;
+    s->growth_factor = in->growth_factor;
+    s->backoff_factor = in->backoff_factor;
+    s->growth_interval = (int)in->growth_interval;
     s->growth_tracker = in->growth_tracker;
 }
 
-/* The factors and interval come from this run's options, as torch's GradScaler loads only
- * the scale and the tracker. */
+/* Every field, the factors and the interval too, as torch's GradScaler.load_state_dict takes
+ * them (a resumed run keeps the saved run's schedule, whatever this run's options say), each
+ * in the range accel__precision_install accepts. */
 static accel_status scaler_state_load(accel__object *self, accel__state_reader *r)
 {
     scaler_staged *in = accel__state_stage(r, sizeof(*in), scaler_apply);
@@ -138,6 +143,9 @@ static accel_status scaler_state_load(accel__object *self, accel__state_reader *
         return ACCEL_ENOMEM;
     }
     ACCEL_TRY(accel__state_get_f64(r, "scale", DBL_TRUE_MIN, DBL_MAX, &in->scale));
+    ACCEL_TRY(accel__state_get_f64(r, "growth_factor", 1.0, DBL_MAX, &in->growth_factor));
+    ACCEL_TRY(accel__state_get_f64(r, "backoff_factor", DBL_TRUE_MIN, 1.0, &in->backoff_factor));
+    ACCEL_TRY(accel__state_get_i64(r, "growth_interval", 1, INT_MAX, &in->growth_interval));
     return accel__state_get_i64(r, "_growth_tracker", 0, ACCEL__STATE_COUNT_MAX,
                                 &in->growth_tracker);
 }

@@ -7,9 +7,12 @@
  *  - a skipped step leaves the weights untouched, sets accel_optimizer_step_was_skipped and
  *    does not advance the scheduler; clean steps apply the unscaled gradient exactly (the scale
  *    is a power of two), also when clipping unscaled first (unscale happens once per step);
- *  - options validation, the checkpoint getters/setters, and bf16: no scaler, nothing skipped.
+ *  - options validation, the checkpoint getters/setters, and bf16: no scaler, nothing skipped;
+ *  - a resumed run takes the saved growth factor, backoff factor and interval with the scale
+ *    and the tracker (torch's GradScaler.load_state_dict), whatever its own options say.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "core/internal.h"
@@ -249,6 +252,73 @@ static void bad_options(void)
     accel_free(acc);
 }
 
+/* One fp16 run of a model of one parameter "w" (SGD), prepared with the scaler's options. */
+static accel *scaler_run(double init_scale, double growth, double backoff, int interval,
+                         accel_model **m, accel_optimizer **opt)
+{
+    accel_options o = accel_options_default();
+    o.mixed_precision = ACCEL_PRECISION_FP16;
+    o.init_scale = init_scale;
+    o.growth_factor = growth;
+    o.backoff_factor = backoff;
+    o.growth_interval = interval;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    CHECK_OK(acc, accel_model_new(acc, m));
+    CHECK_OK(acc, accel_model_add_param(*m, "w", 1, (int64_t[]){N}, NULL));
+    accel_sgd_options so = accel_sgd_options_default();
+    so.lr = LR;
+    CHECK_OK(acc, accel_sgd_new(acc, *m, &so, opt));
+    CHECK_OK(acc, accel_prepare(acc, *m, *opt));
+    return acc;
+}
+
+/* A step with finite gradients: the scaler's tracker advances. */
+static void clean_step(accel *acc, accel_model *m, accel_optimizer *opt)
+{
+    const accel_param *w = accel_model_param(m, 0);
+    CHECK_OK(acc, accel_accumulate(acc, m));
+    double seed = accel_backward_begin(acc);
+    for (int j = 0; j < N; j++) {
+        w->grad[j] += (float)(seed * base_grad(j));
+    }
+    CHECK_OK(acc, accel_grad_ready(m, 0));
+    CHECK_OK(acc, accel_backward_end(acc));
+    CHECK_OK(acc, accel_optimizer_step(opt));
+    CHECK_OK(acc, accel_optimizer_zero_grad(opt));
+}
+
+static void resume_factors(void)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/accel_test_scaler_%d", (int)getppid());
+    accel_model *m;
+    accel_optimizer *opt;
+    /* Saved after two clean steps of an interval of 3: the next clean step grows the scale. */
+    accel *acc = scaler_run(1024, 2.0, 0.5, 3, &m, &opt);
+    clean_step(acc, m, opt);
+    clean_step(acc, m, opt);
+    CHECK(accel_loss_scale(acc) == 1024.0);
+    CHECK_OK(acc, accel_save_state(acc, dir));
+    accel_free(acc);
+
+    acc = scaler_run(8, 4.0, 0.25, 1000, &m, &opt);
+    CHECK_OK(acc, accel_load_state(acc, dir));
+    CHECK(accel_loss_scale(acc) == 1024.0);
+    clean_step(acc, m, opt);
+    CHECK_MSG(accel_loss_scale(acc) == 2048.0,
+              "after the resumed run's first clean step the scale is %g, expected 2048 (the "
+              "saved interval 3 and factor 2, not this run's 1000 and 4)",
+              accel_loss_scale(acc));
+    CHECK_OK(acc, accel_wait_for_everyone(acc));
+    if (accel_process_index(acc) == 0) {
+        char cmd[160];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    accel_free(acc);
+}
+
 int main(void)
 {
     unsetenv("ACCELERATE_GRADIENT_ACCUMULATION_STEPS");
@@ -257,5 +327,6 @@ int main(void)
     run_fp16(2);
     run_bf16();
     bad_options();
+    resume_factors();
     return 0;
 }
