@@ -338,3 +338,13 @@ double accel__wall_time(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+void accel__keep_std_streams(void)
+{
+    /* In increasing order, so the lowest free number, the one open() returns, is fd itself. */
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
+            (void)open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        }
+    }
+}

@@ -62,6 +62,12 @@ int accel__is_file(const char *path);
 /* What a stat mode is, for messages: "a directory", "a FIFO", "a socket", ... */
 const char *accel__file_kind(unsigned mode);
 
+/* Opens each of the standard streams (0, 1, 2) that is closed (a program started with `2>&-`,
+ * a daemon's closed descriptors) on /dev/null. Otherwise the next socket, pipe or file accel
+ * opens takes its number, and messages written to "stderr" go into a rendezvous connection or
+ * a checkpoint. Idempotent; best effort. */
+void accel__keep_std_streams(void);
+
 /* Seconds since the epoch (for file names and timestamps; accel__now is monotonic). */
 double accel__wall_time(void);
 

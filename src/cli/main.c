@@ -4,11 +4,11 @@
  * a verb is one line in `verbs` plus its file.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "accel/accel.h"
+#include "base/fs.h"
 #include "cli.h"
 #include "launch.h"
 
@@ -55,23 +55,9 @@ static int check_stdout(const char *name, int rc)
     return rc != 0 ? rc : 1;
 }
 
-/* A standard stream that was closed when accel started (`2>&-`, a daemon's closed fds) would be
- * the number the next pipe, signalfd or store socket gets: the launcher's messages written to
- * "stderr" would then go into a rank's pipe or the rendezvous connection. Each closed one is
- * opened on /dev/null first, so they stay what they are for the whole run. */
-static void keep_std_streams(void)
-{
-    /* In increasing order, so the lowest free number, the one open() returns, is fd itself. */
-    for (int fd = 0; fd < 3; fd++) {
-        if (fcntl(fd, F_GETFD) == -1 && errno == EBADF) {
-            (void)open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
-        }
-    }
-}
-
 int main(int argc, char **argv)
 {
-    keep_std_streams();
+    accel__keep_std_streams(); /* before any socket, pipe or signalfd takes fd 0-2 */
     if (argc < 2) {
         fprintf(stderr, "accel: error: no command given\n");
         print_main_usage(stderr);

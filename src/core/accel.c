@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/fs.h"
 #include "comm/comm.h"
 #include "config.h"
 #include "device/device.h"
@@ -401,6 +402,7 @@ accel_status accel_init(accel **out, const accel_options *opts)
     if (out == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_init: argument out is NULL");
     }
+    accel__keep_std_streams(); /* before any socket, pipe or shared-memory file takes fd 0-2 */
     /* A program built against an older layout passed fewer fields: the rest stay unset. */
     accel_options o = accel_options_default();
     ACCEL_TRY(ACCEL__OPTIONS_COPY(NULL, "accel_init", accel_options, &o, opts, log_with));

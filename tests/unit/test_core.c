@@ -2,6 +2,8 @@
  * and chained error messages (a message formatted from the previous one). */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "core/internal.h"
@@ -271,6 +273,31 @@ static void test_chained_errors(void)
     accel_free(acc);
 }
 
+/* A program started with its standard error closed (`2>&-`): accel_init opens it on /dev/null,
+ * so no socket or file accel opens takes number 2 and receives its messages. In a child. */
+static void test_closed_stderr(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        clear_env();
+        close(2);
+        accel *acc;
+        if (accel_init(&acc, NULL) != ACCEL_OK) {
+            _exit(2);
+        }
+        char target[64] = "";
+        ssize_t n = readlink("/proc/self/fd/2", target, sizeof(target) - 1);
+        accel_free(acc);
+        _exit(n > 0 && strncmp(target, "/dev/null", 9) == 0 ? 0 : 3);
+    }
+    int ws;
+    CHECK(waitpid(pid, &ws, 0) == pid);
+    CHECK_MSG(WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+              "with stderr closed, accel_init left fd 2 %s (child status %d)",
+              WIFEXITED(ws) && WEXITSTATUS(ws) == 3 ? "not on /dev/null" : "failing", ws);
+}
+
 int main(void)
 {
     test_chained_errors();
@@ -280,6 +307,7 @@ int main(void)
     test_malformed();
     test_launched_one_process();
     test_machines_summary();
+    test_closed_stderr();
     printf("test_core: ok\n");
     return 0;
 }
