@@ -15,6 +15,8 @@
 #   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
 #   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
 #   BASELINE=0 ...    accel alone (no Gloo ring in the run)
+#   CC=cubic ...      the machines' TCP congestion control (default: the host's, bbr here); the
+#                     host's allowed list gains it for the run and is restored after
 # After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
 # every machine retransmitted during it.
 #
@@ -42,11 +44,16 @@ id=$$
 sw=accel-sw-$id
 out=$(mktemp -d)
 made=()
+allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
 cleanup() {
     for ns in "${made[@]}"; do ip netns del "$ns" 2>/dev/null; done
+    sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed"
     rm -rf "$out"
 }
 trap cleanup EXIT
+if [ -n "${CC:-}" ]; then # a namespace may only choose from the host's allowed list
+    sysctl -q -w net.ipv4.tcp_allowed_congestion_control="$allowed $CC"
+fi
 
 # machine M's namespace: accel-bm<id>-M, address 10.80.0.(M+1), link shaped at RATE both ways.
 machine_ns() { echo "accel-bm$id-$1"; }
@@ -59,6 +66,9 @@ add_machine() {
     ip link set "bm${id}s$m" netns "$sw"
     ip -n "$ns" addr add "10.80.0.$((m + 1))/24" dev "bm${id}m$m"
     ip -n "$ns" link set lo up
+    if [ -n "${CC:-}" ]; then
+        ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC"
+    fi
     ip -n "$ns" link set "bm${id}m$m" up
     ip -n "$sw" link set "bm${id}s$m" master br0 up
     # The queue holds QUEUE (5 ms) at RATE, as a switch port would; beyond it packets drop and TCP
