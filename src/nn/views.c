@@ -82,6 +82,24 @@ nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
     if (x != NULL && x->sink_compute != NULL) {
         accel__nn_autocast_note(g, x);
     }
+    /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
+    const nn_tensor *owner = x != NULL && x->base ? x->base : x;
+    if (owner != NULL && owner->param_index >= 0 && owner->data == NULL &&
+        owner->shadow == NULL) {
+        return accel__nn_fail(g, ACCEL_ESTATE,
+                              "parameter %d has no data (bind its nn_params set before use)",
+                              owner->param_index);
+    }
+    /* An op result that was recorded knows its tape's ctx and epoch: one from another ctx, or
+     * from before a reset (its memory may since hold other tensors), is refused. Leaves and
+     * results made without grad carry no such mark and are not checked. */
+    if (owner != NULL && owner->param_index < 0 && owner->use_ctx != NULL &&
+        (owner->use_ctx != g || owner->use_epoch != g->epoch)) {
+        return accel__nn_fail(g, owner->use_ctx != g ? ACCEL_EINVAL : ACCEL_ESTATE,
+                              "an input tensor %s",
+                              owner->use_ctx != g ? "belongs to another nn_ctx"
+                                                  : "is from before nn_ctx_reset (stale)");
+    }
     if (x == NULL || nn_is_contiguous(x)) {
         return x;
     }
@@ -123,6 +141,10 @@ nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
         } else if (sh[d] < 0) {
             return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: invalid size %lld in dim %d",
                                   (long long)sh[d], d);
+        } else if (sh[d] > 0 && known > INT64_MAX / sh[d]) {
+            /* A product that wraps could match numel(x) and make a view past the data. */
+            return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: size %lld in dim %d overflows "
+                                  "the element count", (long long)sh[d], d);
         } else {
             known *= sh[d];
         }
