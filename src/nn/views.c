@@ -225,13 +225,25 @@ accel_status nn_split(nn_ctx *g, nn_tensor *x, int dim, int n, const int64_t *si
                              x == NULL ? "input is NULL" : "sizes/outs/n invalid");
     }
     int d = accel__nn_dim(x, dim);
+    if (d < 0) {
+        accel__nn_fail(g, ACCEL_EINVAL, "nn_split: dim %d out of range for %d-D input", dim,
+                       x->ndim);
+        return ACCEL_EINVAL;
+    }
     int64_t total = 0;
     for (int k = 0; k < n; k++) {
+        /* Checked against what is left, so the running sum cannot wrap. */
+        if (sizes[k] < 0 || sizes[k] > x->shape[d] - total) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "nn_split: size %lld of part %d is negative or past dim %d's %lld",
+                           (long long)sizes[k], k, dim, (long long)x->shape[d]);
+            return ACCEL_EINVAL;
+        }
         total += sizes[k];
     }
-    if (d < 0 || total != x->shape[d]) {
+    if (total != x->shape[d]) {
         accel__nn_fail(g, ACCEL_EINVAL, "nn_split: sizes sum to %lld, dim %d has %lld",
-                       (long long)total, dim, d < 0 ? -1LL : (long long)x->shape[d]);
+                       (long long)total, dim, (long long)x->shape[d]);
         return ACCEL_EINVAL;
     }
     int64_t at = 0;
@@ -268,7 +280,10 @@ static void concat_backward(nn_ctx *g, nn_node *n)
 
 nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim)
 {
-    if (xs == NULL || n <= 0 || n > 4) {
+    if (xs == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: xs is NULL");
+    }
+    if (n <= 0 || n > 4) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: n = %d (1..4 tensors supported)", n);
     }
     nn_tensor *c[4];

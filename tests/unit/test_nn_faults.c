@@ -141,6 +141,19 @@ static void test_bad_shapes_and_configs(void)
     CHECK_NULL_ERR(nn_cross_entropy(g, nn_tensor_new(g, 2, (int64_t[]){2, 0}), (int32_t[]){0, 0},
                                     NULL),
                    "nn_cross_entropy: logits [2, 0] have no classes");
+    /* Messages that named the wrong culprit: a dim out of range read as a size mismatch, a
+     * NULL array as a count. */
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    nn_tensor *x = nn_tensor_from(g, v, 2, s23), *outs[2];
+    CHECK_ERR(NULL, nn_split(g, x, 4, 2, (int64_t[]){1, 2}, outs), ACCEL_EINVAL,
+              "nn_split: dim 4 out of range for 2-D input");
+    CHECK_ERR(NULL, nn_split(g, x, 1, 2, (int64_t[]){4, -1}, outs), ACCEL_EINVAL,
+              "nn_split: size 4 of part 0 is negative or past dim 1's 3");
+    CHECK_ERR(NULL, nn_split(g, x, 1, 2, (int64_t[]){INT64_MAX, INT64_MAX}, outs), ACCEL_EINVAL,
+              "nn_split: size 9223372036854775807 of part 0 is negative or past dim 1's 3");
+    CHECK_OK(NULL, nn_split(g, x, 1, 2, (int64_t[]){1, 2}, outs));
+    CHECK(outs[1]->shape[1] == 2);
+    CHECK_NULL_ERR(nn_concat(g, NULL, 2, 0), "nn_concat: xs is NULL");
     nn_ctx_free(g);
 
     nn_gpt_config cfg = nn_gpt_config_default();
