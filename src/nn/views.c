@@ -84,8 +84,7 @@ nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
     }
     /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
     const nn_tensor *owner = x != NULL && x->base ? x->base : x;
-    if (owner != NULL && owner->param_index >= 0 && owner->data == NULL &&
-        owner->shadow == NULL) {
+    if (owner != NULL && owner->param_index >= 0 && owner->data == NULL && owner->shadow == NULL) {
         return accel__nn_fail(g, ACCEL_ESTATE,
                               "parameter %d has no data (bind its nn_params set before use)",
                               owner->param_index);
@@ -143,8 +142,10 @@ nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
                                   (long long)sh[d], d);
         } else if (sh[d] > 0 && known > INT64_MAX / sh[d]) {
             /* A product that wraps could match numel(x) and make a view past the data. */
-            return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: size %lld in dim %d overflows "
-                                  "the element count", (long long)sh[d], d);
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_reshape: size %lld in dim %d overflows "
+                                  "the element count",
+                                  (long long)sh[d], d);
         } else {
             known *= sh[d];
         }

@@ -115,8 +115,7 @@ static void test_stale_foreign_unbound(void)
 
     nn_params *p;
     CHECK_OK(NULL, nn_params_new(&p, NULL));
-    nn_tensor *w =
-        nn_params_declare(p, "w", 2, (int64_t[]){3, 2}, (nn_init){NN_INIT_ONES, 0.0f});
+    nn_tensor *w = nn_params_declare(p, "w", 2, (int64_t[]){3, 2}, (nn_init){NN_INIT_ONES, 0.0f});
     CHECK(w != NULL);
     x = nn_tensor_from(g, v, 2, s23);
     CHECK_NULL_ERR(nn_matmul(g, x, w),
@@ -138,9 +137,9 @@ static void test_bad_shapes_and_configs(void)
     nn_ctx *g;
     CHECK_OK(NULL, nn_ctx_new(&g));
     /* Two rows of zero classes: no target is valid, the loss was NaN without an error. */
-    CHECK_NULL_ERR(nn_cross_entropy(g, nn_tensor_new(g, 2, (int64_t[]){2, 0}), (int32_t[]){0, 0},
-                                    NULL),
-                   "nn_cross_entropy: logits [2, 0] have no classes");
+    CHECK_NULL_ERR(
+        nn_cross_entropy(g, nn_tensor_new(g, 2, (int64_t[]){2, 0}), (int32_t[]){0, 0}, NULL),
+        "nn_cross_entropy: logits [2, 0] have no classes");
     /* Messages that named the wrong culprit: a dim out of range read as a size mismatch, a
      * NULL array as a count. */
     float v[6] = {1, 2, 3, 4, 5, 6};
@@ -176,8 +175,7 @@ static void test_bad_shapes_and_configs(void)
     CHECK_OK(NULL, nn_params_new(&q, NULL));
     nn_mlp_layer mlp;
     CHECK_ERR(NULL,
-              nn_mlp_declare(&mlp, q, "m", 2, 4, 2, (nn_activation)9, NN_LAYOUT_OUT_IN, NULL,
-                             NULL),
+              nn_mlp_declare(&mlp, q, "m", 2, 4, 2, (nn_activation)9, NN_LAYOUT_OUT_IN, NULL, NULL),
               ACCEL_EINVAL, "nn_mlp_declare: act is not an nn_activation");
     nn_block_layer blk;
     CHECK(nn_block_declare(&blk, q, "b", NULL) == ACCEL_EINVAL);
