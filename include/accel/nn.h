@@ -218,7 +218,8 @@ ACCEL_API int nn_is_contiguous(const nn_tensor *t);
  * inputs of a same-shape nn_add borrow its output's gradient). */
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
-/* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. */
+/* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. NaN,
+ * with accel_last_error(NULL) set, for NULL or a tensor that is not one element. */
 ACCEL_API float nn_item(const nn_tensor *t);
 
 /* Copies t's values (numel floats, t contiguous) / its gradient (NULL gradient: ACCEL_ESTATE)

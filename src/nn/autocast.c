@@ -12,6 +12,9 @@
 
 int nn_ctx_set_autocast(nn_ctx *g, int mode)
 {
+    if (g == NULL) {
+        return ACCEL_F32;
+    }
     int prev = g->autocast_mode;
     if (mode == NN_AUTOCAST_AUTO || mode == ACCEL_F32 || mode == ACCEL_BF16 || mode == ACCEL_F16) {
         g->autocast_mode = mode;
@@ -21,7 +24,7 @@ int nn_ctx_set_autocast(nn_ctx *g, int mode)
 
 accel_dtype nn_ctx_autocast_dtype(const nn_ctx *g)
 {
-    return nn__autocast(g);
+    return g != NULL ? nn__autocast(g) : ACCEL_F32;
 }
 
 void accel__nn_autocast_note(nn_ctx *g, const nn_tensor *t)

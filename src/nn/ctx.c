@@ -125,8 +125,13 @@ void nn_ctx_reset(nn_ctx *g)
     g->epoch++;
 }
 
+/* The settings below accept a NULL ctx as a no-op (returning 0), like
+ * nn_ctx_set_flush_denormal: a failed nn_ctx_new must not turn into a crash here. */
 int nn_ctx_set_grad_enabled(nn_ctx *g, int enabled)
 {
+    if (g == NULL) {
+        return 0;
+    }
     int prev = g->grad_enabled;
     g->grad_enabled = enabled != 0;
     return prev;
@@ -134,6 +139,9 @@ int nn_ctx_set_grad_enabled(nn_ctx *g, int enabled)
 
 int nn_ctx_set_training(nn_ctx *g, int training)
 {
+    if (g == NULL) {
+        return 0;
+    }
     int prev = g->training;
     g->training = training != 0;
     return prev;
@@ -141,23 +149,32 @@ int nn_ctx_set_training(nn_ctx *g, int training)
 
 void nn_ctx_set_seed(nn_ctx *g, uint64_t seed)
 {
+    if (g == NULL) {
+        return;
+    }
     g->seed = seed;
 }
 
 void nn_ctx_set_step(nn_ctx *g, uint64_t step)
 {
+    if (g == NULL) {
+        return;
+    }
     g->step = step;
 }
 
 uint64_t nn_ctx_step(const nn_ctx *g)
 {
-    return g->step;
+    return g != NULL ? g->step : 0;
 }
 
 nn_ctx_stats nn_ctx_get_stats(const nn_ctx *g)
 {
     nn_ctx_stats s;
     memset(&s, 0, sizeof(s));
+    if (g == NULL) {
+        return s;
+    }
     for (const nn_block *b = g->blocks; b != NULL; b = b->next) {
         s.reserved_nbytes += b->cap;
         s.used_nbytes += b->used;
@@ -227,6 +244,12 @@ static void *arena_alloc(nn_ctx *g, nn_block **blocks, size_t *total_cap, int gp
 
 void *accel__nn_alloc(nn_ctx *g, size_t nbytes)
 {
+    /* Every op allocates its output before it touches the ctx otherwise, so this is where an
+     * op given a NULL ctx stops. */
+    if (g == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL, "nn op: ctx is NULL");
+        return NULL;
+    }
     return arena_alloc(g, &g->blocks, &g->total_cap, 0, nbytes);
 }
 
@@ -241,7 +264,7 @@ void *accel__nn_zalloc(nn_ctx *g, size_t nbytes)
 
 void *accel__nn_dalloc(nn_ctx *g, size_t nbytes)
 {
-    if (g->device.type != ACCEL_DEVICE_CUDA) {
+    if (g == NULL || g->device.type != ACCEL_DEVICE_CUDA) {
         return accel__nn_alloc(g, nbytes);
     }
     return arena_alloc(g, &g->dblocks, &g->dtotal_cap, 1, nbytes);
@@ -371,16 +394,30 @@ static void set_contig_strides(nn_tensor *t)
 static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero,
                              size_t elem_nbytes)
 {
-    if (ndim < 0 || ndim > NN_MAX_DIMS || (ndim > 0 && shape == NULL)) {
+    if (ndim < 0 || ndim > NN_MAX_DIMS) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: ndim %d out of range 0..%d", ndim,
                               NN_MAX_DIMS);
     }
-    int64_t n = 1;
+    if (ndim > 0 && shape == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: shape is NULL for ndim %d", ndim);
+    }
+    /* The byte count must fit in a ptrdiff_t: a product that wraps (2^40 x 2^40 is 0 mod 2^64)
+     * would otherwise make a small buffer for a huge shape and every op would run past it.
+     * The product of the nonzero sizes is bounded too, as the strides are made from it. */
+    int64_t n = 1, nonzero = 1;
+    const int64_t max_count = PTRDIFF_MAX / (int64_t)(elem_nbytes > 0 ? elem_nbytes : 1);
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0) {
             return accel__nn_fail(g, ACCEL_EINVAL, "nn tensor: negative size in dim %d", d);
         }
+        if (shape[d] > 0 && nonzero > max_count / shape[d]) {
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn tensor: shape too large (dim %d of size %lld overflows "
+                                  "the element count)",
+                                  d, (long long)shape[d]);
+        }
         n *= shape[d];
+        nonzero *= shape[d] > 0 ? shape[d] : 1;
     }
     nn_tensor *t = accel__nn_zalloc(g, sizeof(*t));
     if (t == NULL) {
@@ -456,6 +493,9 @@ nn_tensor *nn_tensor_requires_grad(nn_tensor *t, int requires_grad)
 
 int64_t nn_numel(const nn_tensor *t)
 {
+    if (t == NULL) {
+        return 0;
+    }
     int64_t n = 1;
     for (int d = 0; d < t->ndim; d++) {
         n *= t->shape[d];
@@ -465,6 +505,9 @@ int64_t nn_numel(const nn_tensor *t)
 
 int nn_is_contiguous(const nn_tensor *t)
 {
+    if (t == NULL) {
+        return 0;
+    }
     int64_t s = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->shape[d] != 1 && t->stride[d] != s) {
@@ -486,8 +529,21 @@ float *nn_tensor_grad(const nn_tensor *t)
 
 float nn_item(const nn_tensor *t)
 {
+    /* Reading element 0 of an empty tensor, or of one whose values exist only as a half
+     * shadow, would read past (or through) its memory: NaN with a message instead. */
+    if (t == NULL || t->data == NULL) {
+        accel__seterr(NULL, ACCEL_EINVAL, "nn_item: %s",
+                      t == NULL ? "tensor is NULL" : "tensor has no fp32 values");
+        return NAN;
+    }
+    if (nn_numel(t) != 1) {
+        char b[64];
+        accel__seterr(NULL, ACCEL_EINVAL, "nn_item: tensor %s has %lld elements, not 1",
+                      accel__nn_shape_str(t, b, sizeof(b)), (long long)nn_numel(t));
+        return NAN;
+    }
     if (!nn__on_gpu(t)) {
-        return t != NULL ? t->data[0] : NAN;
+        return t->data[0];
     }
     float v;
     return accel__nn_gpu->to_host(NULL, &v, t->data, sizeof(v)) == ACCEL_OK ? v : NAN;
@@ -521,7 +577,7 @@ int accel__nn_same_shape(const nn_tensor *a, const nn_tensor *b)
 
 int accel__nn_needs_grad(nn_ctx *g, nn_tensor *const *in, int n_in)
 {
-    if (!g->grad_enabled) {
+    if (g == NULL || !g->grad_enabled) {
         return 0;
     }
     for (int k = 0; k < n_in; k++) {
@@ -560,6 +616,7 @@ nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *
     g->n_nodes++;
     out->requires_grad = 1;
     out->use_ctx = g; /* lets nn_backward find the tape from its output */
+    out->use_epoch = g->epoch; /* and tell an output from before a reset */
     return n;
 }
 
@@ -738,6 +795,11 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
     g = (nn_ctx *)out->use_ctx;
     if (g == NULL) {
         return accel__seterr(NULL, ACCEL_EINVAL, "nn_backward: output has no tape");
+    }
+    if (out->use_epoch != g->epoch) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "nn_backward: the output is from before the ctx was reset (its tape "
+                             "is gone; run the forward again)");
     }
     if (g->backward_done) {
         return accel__seterr(NULL, ACCEL_ESTATE,

@@ -61,6 +61,9 @@ accel_status nn_linear_declare(nn_linear_layer *l, nn_params *p, const char *pre
 
 nn_tensor *nn_linear_forward(nn_ctx *g, const nn_linear_layer *l, nn_tensor *x)
 {
+    if (l == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_linear_forward: layer is NULL");
+    }
     return nn_linear(g, x, l->weight, l->bias, l->layout);
 }
 
@@ -88,6 +91,9 @@ accel_status nn_embedding_declare(nn_embedding_layer *l, nn_params *p, const cha
 nn_tensor *nn_embedding_forward(nn_ctx *g, const nn_embedding_layer *l, const int32_t *ids,
                                 int ndim, const int64_t *shape)
 {
+    if (l == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_embedding_forward: layer is NULL");
+    }
     return nn_embedding(g, l->weight, ids, ndim, shape);
 }
 
@@ -108,6 +114,9 @@ accel_status nn_layernorm_declare(nn_layernorm_layer *l, nn_params *p, const cha
 
 nn_tensor *nn_layernorm_forward(nn_ctx *g, const nn_layernorm_layer *l, nn_tensor *x)
 {
+    if (l == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_layernorm_forward: layer is NULL");
+    }
     return nn_layernorm(g, x, l->weight, l->bias, l->eps);
 }
 
@@ -132,6 +141,10 @@ accel_status nn_mlp_declare(nn_mlp_layer *l, nn_params *p, const char *prefix, i
                             const char *fc_name, const char *proj_name)
 {
     char name[NN_NAME_NBYTES];
+    if (l == NULL || (unsigned)act > NN_ACT_TANH) {
+        return accel__seterr(NULL, ACCEL_EINVAL, "nn_mlp_declare: %s",
+                             l == NULL ? "layer is NULL" : "act is not an nn_activation");
+    }
     memset(l, 0, sizeof(*l));
     ACCEL_TRY(nn_linear_declare(&l->fc, p, join(name, prefix, fc_name ? fc_name : "c_fc"), in,
                                 hidden, 1, layout));
@@ -143,6 +156,9 @@ accel_status nn_mlp_declare(nn_mlp_layer *l, nn_params *p, const char *prefix, i
 
 nn_tensor *nn_mlp_forward(nn_ctx *g, const nn_mlp_layer *l, nn_tensor *x)
 {
+    if (l == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_mlp_forward: layer is NULL");
+    }
     if ((l->act == NN_ACT_GELU || l->act == NN_ACT_GELU_TANH) && l->fc.layout == l->proj.layout) {
         /* One op: on a GPU cuBLASLt fuses GELU into the products (the same bits on the CPU). */
         nn_tensor *y =
@@ -178,6 +194,12 @@ accel_status nn_block_declare(nn_block_layer *l, nn_params *p, const char *prefi
                               const nn_gpt_config *cfg)
 {
     char name[NN_NAME_NBYTES];
+    if (l == NULL || p == NULL || cfg == NULL || cfg->n_head <= 0 || cfg->n_embd <= 0 ||
+        cfg->n_embd % cfg->n_head != 0 || cfg->n_layer <= 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_block_declare: need a layer, a set and a config with n_layer > 0 "
+                             "and n_embd a positive multiple of n_head");
+    }
     int64_t C = cfg->n_embd;
     nn_init w = {NN_INIT_NORMAL, 0.02f}, zero = {NN_INIT_ZEROS, 0.0f};
     /* GPT-2 scales the init of the projections that write into the residual stream. */
@@ -249,6 +271,9 @@ static nn_tensor *block_open(nn_ctx *g, const nn_block_layer *l, nn_tensor *x, n
 
 nn_tensor *nn_block_forward(nn_ctx *g, const nn_block_layer *l, nn_tensor *x)
 {
+    if (l == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_block_forward: layer is NULL");
+    }
     nn_tensor *m;
     nn_node *start;
     x = block_open(g, l, x, NULL, &m, &start);
@@ -298,6 +323,14 @@ accel_status nn_gpt_declare(nn_gpt **out, nn_params *p, const nn_gpt_config *con
                              "n_head; use nn_gpt_config_default)",
                              cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->block_size,
                              cfg->vocab_size, (double)cfg->dropout);
+    }
+    /* A negative epsilon makes LayerNorm's 1/sqrt(var + eps) NaN for flat rows, and an unknown
+     * activation would silently run as tanh: refuse both here rather than train on them. */
+    if (!(cfg->ln_eps >= 0.0f && cfg->ln_eps < INFINITY) || (unsigned)cfg->act > NN_ACT_TANH) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_gpt_declare: invalid config (ln_eps %g must be finite and >= 0, "
+                             "act %d must be an nn_activation)",
+                             (double)cfg->ln_eps, (int)cfg->act);
     }
     nn_gpt *m = accel__calloc(1, sizeof(*m));
     accel_status st = ACCEL_ENOMEM;
@@ -467,6 +500,9 @@ static accel_status gpt_forward_ops(nn_ctx *g, const nn_gpt *m, const int32_t *i
 
 double nn_gpt_train_flops(const nn_gpt_config *c, int64_t B, int64_t T)
 {
+    if (c == NULL) {
+        return 0.0;
+    }
     double C = c->n_embd, L = c->n_layer, V = c->vocab_size;
     double matmul_params = L * 12.0 * C * C + V * C;
     double per_token = 6.0 * matmul_params + 12.0 * L * (double)T * C;

@@ -249,6 +249,20 @@ accel_status accel__nn_ce_args(nn_ctx *g, const nn_tensor *logits, const int32_t
     }
     int64_t C = logits->shape[logits->ndim - 1];
     *rows = C ? nn_numel(logits) / C : 0;
+    if (C == 0) {
+        /* Rows with no class to pick: every target would be out of range, but with rows
+         * counted from numel there would be none to check and the loss would be NaN. */
+        int64_t lead = 1;
+        for (int d = 0; d < logits->ndim - 1; d++) {
+            lead *= logits->shape[d];
+        }
+        if (lead > 0) {
+            char b[64];
+            accel__nn_fail(g, ACCEL_EINVAL, "nn_cross_entropy: logits %s have no classes",
+                           accel__nn_shape_str(logits, b, sizeof(b)));
+            return ACCEL_EINVAL;
+        }
+    }
     return accel__nn_ce_check(g, "nn_cross_entropy", *rows, C, targets, opts, o, count);
 }
 

@@ -117,12 +117,35 @@ nn_tensor *nn_params_declare(nn_params *p, const char *name, int ndim, const int
         accel__seterr(NULL, ACCEL_ESTATE, "nn_params_declare(%s): the set is already bound", name);
         return NULL;
     }
+    /* The set's element count must not wrap (2^40 x 2^40 is 0 mod 2^64): flat buffers sized
+     * from a wrapped count would be far smaller than the parameters bound into them. The
+     * bound leaves room for data and gradient in one address space. */
+    const int64_t max_count = PTRDIFF_MAX / (int64_t)(2 * sizeof(float));
+    int64_t count = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] <= 0) {
             accel__seterr(NULL, ACCEL_EINVAL, "nn_params_declare(%s): dim %d is %lld", name, d,
                           (long long)shape[d]);
             return NULL;
         }
+        if (count > max_count / shape[d]) {
+            accel__seterr(NULL, ACCEL_EINVAL,
+                          "nn_params_declare(%s): dim %d of size %lld overflows the element count",
+                          name, d, (long long)shape[d]);
+            return NULL;
+        }
+        count *= shape[d];
+    }
+    if (count > max_count - nn_params_numel(p)) {
+        accel__seterr(NULL, ACCEL_EINVAL,
+                      "nn_params_declare(%s): %lld more elements overflow the set's count", name,
+                      (long long)count);
+        return NULL;
+    }
+    if ((unsigned)init.kind > NN_INIT_UNIFORM) {
+        accel__seterr(NULL, ACCEL_EINVAL, "nn_params_declare(%s): unknown init kind %d", name,
+                      (int)init.kind);
+        return NULL;
     }
     if (nn_params_find(p, name) != NULL) {
         accel__seterr(NULL, ACCEL_EINVAL, "nn_params_declare: duplicate parameter name '%s'", name);

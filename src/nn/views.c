@@ -82,6 +82,23 @@ nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
     if (x != NULL && x->sink_compute != NULL) {
         accel__nn_autocast_note(g, x);
     }
+    /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
+    const nn_tensor *owner = x != NULL && x->base ? x->base : x;
+    if (owner != NULL && owner->param_index >= 0 && owner->data == NULL && owner->shadow == NULL) {
+        return accel__nn_fail(g, ACCEL_ESTATE,
+                              "parameter %d has no data (bind its nn_params set before use)",
+                              owner->param_index);
+    }
+    /* An op result that was recorded knows its tape's ctx and epoch: one from another ctx, or
+     * from before a reset (its memory may since hold other tensors), is refused. Leaves and
+     * results made without grad carry no such mark and are not checked. */
+    if (owner != NULL && owner->param_index < 0 && owner->use_ctx != NULL &&
+        (owner->use_ctx != g || owner->use_epoch != g->epoch)) {
+        return accel__nn_fail(g, owner->use_ctx != g ? ACCEL_EINVAL : ACCEL_ESTATE,
+                              "an input tensor %s",
+                              owner->use_ctx != g ? "belongs to another nn_ctx"
+                                                  : "is from before nn_ctx_reset (stale)");
+    }
     if (x == NULL || nn_is_contiguous(x)) {
         return x;
     }
@@ -122,6 +139,12 @@ nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
             infer = d;
         } else if (sh[d] < 0) {
             return accel__nn_fail(g, ACCEL_EINVAL, "nn_reshape: invalid size %lld in dim %d",
+                                  (long long)sh[d], d);
+        } else if (sh[d] > 0 && known > INT64_MAX / sh[d]) {
+            /* A product that wraps could match numel(x) and make a view past the data. */
+            return accel__nn_fail(g, ACCEL_EINVAL,
+                                  "nn_reshape: size %lld in dim %d overflows "
+                                  "the element count",
                                   (long long)sh[d], d);
         } else {
             known *= sh[d];
@@ -203,13 +226,25 @@ accel_status nn_split(nn_ctx *g, nn_tensor *x, int dim, int n, const int64_t *si
                              x == NULL ? "input is NULL" : "sizes/outs/n invalid");
     }
     int d = accel__nn_dim(x, dim);
+    if (d < 0) {
+        accel__nn_fail(g, ACCEL_EINVAL, "nn_split: dim %d out of range for %d-D input", dim,
+                       x->ndim);
+        return ACCEL_EINVAL;
+    }
     int64_t total = 0;
     for (int k = 0; k < n; k++) {
+        /* Checked against what is left, so the running sum cannot wrap. */
+        if (sizes[k] < 0 || sizes[k] > x->shape[d] - total) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "nn_split: size %lld of part %d is negative or past dim %d's %lld",
+                           (long long)sizes[k], k, dim, (long long)x->shape[d]);
+            return ACCEL_EINVAL;
+        }
         total += sizes[k];
     }
-    if (d < 0 || total != x->shape[d]) {
+    if (total != x->shape[d]) {
         accel__nn_fail(g, ACCEL_EINVAL, "nn_split: sizes sum to %lld, dim %d has %lld",
-                       (long long)total, dim, d < 0 ? -1LL : (long long)x->shape[d]);
+                       (long long)total, dim, (long long)x->shape[d]);
         return ACCEL_EINVAL;
     }
     int64_t at = 0;
@@ -246,7 +281,10 @@ static void concat_backward(nn_ctx *g, nn_node *n)
 
 nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim)
 {
-    if (xs == NULL || n <= 0 || n > 4) {
+    if (xs == NULL) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: xs is NULL");
+    }
+    if (n <= 0 || n > 4) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_concat: n = %d (1..4 tensors supported)", n);
     }
     nn_tensor *c[4];
