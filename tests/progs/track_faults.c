@@ -7,13 +7,11 @@
  * size of the tracker's record file at step 10 (a disk full in the middle of a record: those
  * steps are lost, with warnings), then free again for steps 15..19.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
-#include "check.h"
+#include "track_check.h"
 
 int main(int argc, char **argv)
 {
@@ -36,24 +34,8 @@ int main(int argc, char **argv)
         accel_value v[] = {ACCEL_SCALAR("loss", s), ACCEL_SCALAR("odd\xfe/key", s),
                            ACCEL_SCALAR("a/", s), ACCEL_SCALAR(".", s)};
         if (s == 10) {
-            if (strcmp(argv[2], "tensorboard") == 0) {
-                DIR *d = opendir(run);
-                CHECK(d != NULL);
-                for (struct dirent *e; (e = readdir(d)) != NULL;) {
-                    if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0) {
-                        snprintf(path, sizeof(path), "%s/%s", run, e->d_name);
-                    }
-                }
-                closedir(d);
-            } else {
-                snprintf(path, sizeof(path), "%s/%s", run,
-                         strcmp(argv[2], "mlflow") == 0 ? "metrics/loss"
-                         : strcmp(argv[2], "csv") == 0  ? "metrics.csv"
-                                                        : "metrics.jsonl");
-            }
-            struct stat sb;
-            CHECK_MSG(stat(path, &sb) == 0, "%s", path);
-            check_file_size_limit((long long)sb.st_size + 7);
+            long long size = track_record_file_size(run, argv[2], path, sizeof(path));
+            check_file_size_limit(size + 7);
         }
         CHECK_OK(acc, accel_log(acc, v, 4, s));
         if (s == 14) {

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
+#include "track_check.h"
 #include "track/track_internal.h"
 
 static char tmpdir[] = "/tmp/accel_track_XXXXXX";
@@ -594,26 +594,10 @@ static void check_full_disk(const char *tracker)
                            ACCEL_SCALAR("extra", 1)};
         int n = (strcmp(tracker, "csv") == 0 && (s == 12 || s >= 17)) ? 3 : 2;
         if (s == 10) {
-            if (strcmp(tracker, "tensorboard") == 0) {
-                DIR *d = opendir(run);
-                CHECK(d != NULL);
-                for (struct dirent *e; (e = readdir(d)) != NULL;) {
-                    if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0) {
-                        snprintf(path, sizeof(path), "%s/%s", run, e->d_name);
-                    }
-                }
-                closedir(d);
-            } else {
-                snprintf(path, sizeof(path), "%s/%s", run,
-                         strcmp(tracker, "mlflow") == 0 ? "metrics/loss"
-                         : strcmp(tracker, "csv") == 0  ? "metrics.csv"
-                                                        : "metrics.jsonl");
-            }
-            struct stat sb;
-            CHECK(stat(path, &sb) == 0);
+            long long size = track_record_file_size(run, tracker, path, sizeof(path));
             capture_begin();
             /* The next record stops after 7 bytes. */
-            check_file_size_limit((long long)sb.st_size + 7);
+            check_file_size_limit(size + 7);
         }
         CHECK_OK(acc, accel_log(acc, v, n, s));
         if (s == 14) {
