@@ -72,6 +72,9 @@ int main(void)
     CHECK_OK(NULL, accel_init(&acc, NULL));
     rank = accel_process_index(acc);
     n_ranks = accel_num_processes(acc);
+    if (strcmp(accel_backend_name(acc), "hier") == 0) {
+        ref_group = accel_local_num_processes(acc); /* a machine's processes reduce first */
+    }
     is_shm = strcmp(accel_backend_name(acc), "shm") == 0;
     const size_t big = 1000003;
     buf_nbytes = big * 8 * (size_t)n_ranks + 64;
