@@ -171,12 +171,9 @@ static inline void check_same_bits_runs(const char *name, const char *with, cons
     }
 }
 
-/* Runs fn on both devices over the same random inputs and output gradient and compares. */
-static inline void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn,
-                              const void *arg, int autocast, int scalar, double tol_fwd,
-                              double tol_grad)
+/* data[k] = numel(spec[k]) values of spec[k]'s offset + scale * frand(), inputs in order. */
+static inline void random_inputs(const in_spec *spec, int n_in, float **data)
 {
-    float *data[MAX_IN];
     for (int k = 0; k < n_in; k++) {
         int64_t n = numel(spec[k].ndim, spec[k].shape);
         data[k] = xmalloc((size_t)n * sizeof(float));
@@ -184,14 +181,30 @@ static inline void check_case(const char *name, const in_spec *spec, int n_in, c
             data[k][i] = spec[k].offset + spec[k].scale * frand();
         }
     }
+}
+
+/* n values of frand() (an output gradient). */
+static inline float *random_floats(int64_t n)
+{
+    float *v = xmalloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        v[i] = frand();
+    }
+    return v;
+}
+
+/* Runs fn on both devices over the same random inputs and output gradient and compares. */
+static inline void check_case(const char *name, const in_spec *spec, int n_in, case_fn fn,
+                              const void *arg, int autocast, int scalar, double tol_fwd,
+                              double tol_grad)
+{
+    float *data[MAX_IN];
+    random_inputs(spec, n_in, data);
     /* A forward on the CPU sizes the output gradient. */
     run_out c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, NULL, !scalar);
     float *gout = NULL;
     if (!scalar) {
-        gout = xmalloc((size_t)c.ny * sizeof(float));
-        for (int64_t i = 0; i < c.ny; i++) {
-            gout[i] = frand();
-        }
+        gout = random_floats(c.ny);
         free_run(&c, n_in);
         c = run_one(gcpu, 0, autocast, spec, n_in, data, fn, arg, gout, 0);
     }

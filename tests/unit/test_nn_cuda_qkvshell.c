@@ -128,17 +128,8 @@ int main(void)
     if (rc != 0) {
         return rc;
     }
-    for (int k = 0; k < 7; k++) {
-        int64_t n = numel(specs[k].ndim, specs[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = specs[k].offset + specs[k].scale * frand();
-        }
-    }
-    gout = xmalloc((size_t)(B * T * C) * sizeof(float));
-    for (int64_t i = 0; i < B * T * C; i++) {
-        gout[i] = frand();
-    }
+    random_inputs(specs, 7, data);
+    gout = random_floats(B * T * C);
     block_arg op = {1, 2};
     check_case("block bf16, qkv as the GPT's vs cpu", specs, 7, f_block, &op, ACCEL_BF16, 0, 2e-2,
                2e-2);

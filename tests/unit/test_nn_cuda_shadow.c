@@ -119,18 +119,9 @@ static const in_spec specs[6] = {
 static void check_same_bits(const char *name, const block_arg *a, int autocast)
 {
     float *data[6];
-    for (int k = 0; k < 6; k++) {
-        int64_t n = numel(specs[k].ndim, specs[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = specs[k].offset + specs[k].scale * frand();
-        }
-    }
+    random_inputs(specs, 6, data);
     int64_t ny = (a->slice ? B - 1 : B) * T * C;
-    float *gout = xmalloc((size_t)ny * sizeof(float));
-    for (int64_t i = 0; i < ny; i++) {
-        gout[i] = frand();
-    }
+    float *gout = random_floats(ny);
     unsigned long c0 = accel__nn_cu_half_copies(), l0 = accel__nn_cu_ln_half_dys();
     accel__nn_cu_set_shadows(0);
     run_out off = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
@@ -175,17 +166,8 @@ static void check_same_bits(const char *name, const block_arg *a, int autocast)
 static void check_dy_nbytes(const char *name, const block_arg *a, int autocast)
 {
     float *data[6];
-    for (int k = 0; k < 6; k++) {
-        int64_t n = numel(specs[k].ndim, specs[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = specs[k].offset + specs[k].scale * frand();
-        }
-    }
-    float *gout = xmalloc((size_t)(B * T * C) * sizeof(float));
-    for (int64_t i = 0; i < B * T * C; i++) {
-        gout[i] = frand();
-    }
+    random_inputs(specs, 6, data);
+    float *gout = random_floats(B * T * C);
     accel__nn_cu_ln_dy_elem_nbytes(4);
     run_out wide = run_one(ggpu, 1, autocast, specs, 6, data, f_block, a, gout, 0);
     size_t peak4 = nn_ctx_get_stats(ggpu).peak_nbytes;
@@ -222,13 +204,7 @@ static void check_one_half_dy(const char *name, const in_spec *sp, case_fn fn, c
                               const float *gout)
 {
     float *data[4];
-    for (int k = 0; k < 4; k++) {
-        int64_t n = numel(sp[k].ndim, sp[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = sp[k].offset + sp[k].scale * frand();
-        }
-    }
+    random_inputs(sp, 4, data);
     accel__nn_cu_set_shadows(0);
     run_out off = run_one(ggpu, 1, ACCEL_BF16, sp, 4, data, fn, arg, gout, 0);
     accel__nn_cu_set_shadows(1);
@@ -318,17 +294,8 @@ static void test_add_layernorm(int64_t width, int bcast, int autocast)
     double tol = autocast == ACCEL_BF16 ? 2e-2 : 1e-4;
     check_case(name, s, 5, f_addln, &fused, autocast, 0, tol, tol);
     float *data[5];
-    for (int k = 0; k < 5; k++) {
-        int64_t n = numel(s[k].ndim, s[k].shape);
-        data[k] = xmalloc((size_t)n * sizeof(float));
-        for (int64_t i = 0; i < n; i++) {
-            data[k][i] = s[k].offset + s[k].scale * frand();
-        }
-    }
-    float *gout = xmalloc((size_t)(ROWS * width) * sizeof(float));
-    for (int64_t i = 0; i < ROWS * width; i++) {
-        gout[i] = frand();
-    }
+    random_inputs(s, 5, data);
+    float *gout = random_floats(ROWS * width);
     run_out r1 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &fused, gout, 0);
     run_out r2 = run_one(ggpu, 1, autocast, s, 5, data, f_addln, &two, gout, 0);
     CHECK_MSG(memcmp(r1.y, r2.y, (size_t)(ROWS * width) * sizeof(float)) == 0,
@@ -447,10 +414,7 @@ static void test_operand_width(int64_t width)
     char name[64];
     snprintf(name, sizeof(name), "operand LayerNorm C=%lld bf16 vs cpu", (long long)width);
     check_case(name, sp, 4, f_operand, NULL, ACCEL_BF16, 0, 2e-2, 2e-2);
-    float *gout = xmalloc((size_t)(40 * width) * sizeof(float));
-    for (int64_t i = 0; i < 40 * width; i++) {
-        gout[i] = frand();
-    }
+    float *gout = random_floats(40 * width);
     snprintf(name, sizeof(name), "operand LayerNorm C=%lld", (long long)width);
     check_one_half_dy(name, sp, f_operand, NULL, gout);
     free(gout);
