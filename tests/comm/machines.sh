@@ -12,6 +12,8 @@
 #   gloo_built                                              (else says why it skips)
 #   machines_wait LIMIT_S                                   (0 when every process exited 0;
 #                                                            kills them all after LIMIT_S)
+#   machines_fail DIR MESSAGE                               FAIL: MESSAGE, the last lines of
+#                                                            each of DIR's files, exit 1
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 MACHINE_PIDS=()
 MACHINE_DIR=
@@ -77,4 +79,10 @@ machines_wait() {
         MACHINE_DIR=
     fi
     return $rc
+}
+
+machines_fail() {
+    echo "FAIL: $2"
+    for f in "$1"/*; do echo "== $f"; tail -n 20 "$f"; done
+    exit 1
 }

@@ -18,11 +18,7 @@ gloo_built || exit 77
 tmp=$(mktemp -d)
 trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 
-fail() { # name message
-    echo "FAIL: $1: $2"
-    for f in "$tmp/$1"/*; do echo "== $f"; tail -n 20 "$f"; done
-    exit 1
-}
+fail() { machines_fail "$tmp/$1" "$1: $2"; } # name message
 
 # 1. Mismatches and departures.
 mismatch() { # name M L [ENV=VALUE...]

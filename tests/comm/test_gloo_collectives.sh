@@ -36,11 +36,7 @@ run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
     else
         machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=60 "$@"
     fi
-    if ! machines_wait 250; then
-        echo "FAIL: $name"
-        for f in "$tmp/$name"/*; do echo "== $f"; tail -n 20 "$f"; done
-        exit 1
-    fi
+    machines_wait 250 || machines_fail "$tmp/$name" "$name"
     echo "$name ($((SECONDS - start)) s): $(cat "$tmp/$name/r0.out")"
 }
 
