@@ -8,8 +8,10 @@
 #     naming both calls and the process that deviated (EPEER naming the process that left).
 #     Before, hier let counts 1000 and 999 pass unseen (both pad to 1000), and gloo and hier
 #     took an allocation for no call.
-#  2. tests/dist/test_symmetric on gloo 2 x 1: accel_alloc_shared is a collective there too
-#     (sizes that differ: EINVAL on every process, "the same size", and the communicator goes on).
+#  2. tests/dist/test_symmetric on gloo 2 x 1 and hier 2 x 2 and 2 x 1 (forced): accel_alloc_shared is a
+#     collective there too (sizes that differ: EINVAL on every process, "the same size", and the
+#     communicator goes on). Before, hier broke its communicator on sizes that differed (its
+#     machine level took them for a call mismatch), so the next collective failed.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,9 +39,16 @@ mismatch mismatch-gloo-2x2 2 2 ACCEL_BACKEND=gloo
 mismatch mismatch-hier-2x2 2 2
 mismatch mismatch-hier-2x1 2 1 ACCEL_BACKEND=hier
 
-# 2. accel_alloc_shared on gloo.
-mkdir -p "$tmp/symmetric-gloo-2x1"
-machines_launch "$tmp/symmetric-gloo-2x1" 2 1 ACCEL_TIMEOUT=30 -- "$B/tests/test_symmetric"
-machines_wait 120 || fail symmetric-gloo-2x1 "test_symmetric failed"
-echo "symmetric-gloo-2x1: $(cat "$tmp/symmetric-gloo-2x1/r0.out")"
+# 2. accel_alloc_shared on gloo and hier.
+symmetric() { # name M L [ENV=VALUE...]
+    local name=$1 m=$2 l=$3
+    shift 3
+    mkdir -p "$tmp/$name"
+    machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=30 "$@" -- "$B/tests/test_symmetric"
+    machines_wait 120 || fail "$name" "test_symmetric failed"
+    echo "$name: $(cat "$tmp/$name/r0.out")"
+}
+symmetric symmetric-gloo-2x1 2 1
+symmetric symmetric-hier-2x2 2 2
+symmetric symmetric-hier-2x1 2 1 ACCEL_BACKEND=hier
 echo "test_comm_faults: ok"

@@ -9,8 +9,10 @@
  *  3. groups: nothing is launched before the outermost end, waiting inside is ESTATE, blocking
  *     calls inside are ESTATE, a handle freed inside still runs;
  *  4. split: node groups of 2 (color = rank / 2) with collectives inside each, the "leaders"
- *     (even ranks; the others get no child), key order, a nested split, names; a mismatched call
- *     inside one group breaks that group on its members only, and the world goes on;
+ *     (even ranks; the others get no child), key order (where symmetric memory of sizes that
+ *     differ fails alike on every member and the child goes on), a nested split, names; a
+ *     mismatched call inside one group breaks that group on its members only, and the world
+ *     goes on;
  *  5. abort from another thread: the aborting rank's thread breaks a communicator while every
  *     rank waits on a collective, every waiter returns with the abort's status and message, and
  *     later calls fail at once.
@@ -312,6 +314,20 @@ static void splits(accel__comm *world)
     accel__comm *rev = NULL;
     CHECK_OK(NULL, accel__comm_split(world, 7, -rank, &rev));
     CHECK(accel__comm_rank(rev) == n_ranks - 1 - rank && accel__comm_n_ranks(rev) == n_ranks);
+    /* Symmetric memory of sizes that differ (process 0's, the child's last rank) on a child:
+     * ACCEL_EINVAL on every member, and the child works on; hier names job-wide processes. */
+    if (!mpi && n_ranks > 1) {
+        void *p = NULL;
+        accel_status st = accel__comm_alloc(rev, rank == 0 ? 4160 : 4096, &p);
+        const char *msg = accel_last_error(NULL);
+        CHECK_MSG(st == ACCEL_EINVAL && p == NULL && strstr(msg, "same size") != NULL, "%s", msg);
+        if (strcmp(accel__comm_backend_name(world), "hier") == 0) {
+            CHECK_MSG(strstr(msg, "process 0 for 4160") != NULL, "%s", msg);
+        }
+        float one = 1.0f;
+        CHECK_OK(NULL, accel__allreduce(rev, &one, &one, 1, ACCEL_F32, ACCEL_SUM));
+        CHECK(one == (float)n_ranks);
+    }
     /* Nested: a child of the node group. */
     accel__comm *nested = NULL;
     CHECK_OK(NULL, accel__comm_split(node, 0, 0, &nested));

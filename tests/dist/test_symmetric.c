@@ -7,7 +7,8 @@
  * 999996 split evenly on 1-4 processes); then the fallbacks, which must give the same results
  * without zero-copy: offsets that differ between processes, one process on plain memory, out of
  * place; then the allocation itself: names gone from /dev/shm, size mismatch (EINVAL everywhere,
- * communicator still usable), ordering after queued asynchronous work, accel_free_shared.
+ * communicator still usable; sizes that differ everywhere, on the last process only, between
+ * machines only), ordering after queued asynchronous work, accel_free_shared.
  *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
@@ -127,13 +128,22 @@ int main(void)
     run_case(3, ACCEL_F32, ACCEL_SUM, 300007, 0, 0);
     CHECK(accel__shm_zero_copy_calls() == before);
 
-    /* 3. The allocation. Different sizes: EINVAL on every process, then business as usual. */
+    /* 3. The allocation. Different sizes: EINVAL on every process, then business as usual;
+     * on hier, sizes that differ inside a machine only (the last process's), and between
+     * machines only (where the job has several). */
     if (n_ranks > 1) {
-        void *bad = NULL;
-        accel_status st = accel_alloc_shared(acc, 4096 + (size_t)rank * 64, &bad);
-        CHECK(st == ACCEL_EINVAL && bad == NULL);
-        CHECK_MSG(strstr(accel_last_error(acc), "same size") != NULL, "%s", accel_last_error(acc));
-        check_no_names();
+        const int L = accel_local_num_processes(acc);
+        const size_t sizes[3] = {4096 + (size_t)rank * 64, rank == n_ranks - 1 ? 4160 : 4096,
+                                 4096 + (size_t)(rank / L) * 64};
+        for (int c = 0; c < (L < n_ranks ? 3 : 2); c++) {
+            void *bad = NULL;
+            accel_status st = accel_alloc_shared(acc, sizes[c], &bad);
+            CHECK_MSG(st == ACCEL_EINVAL && bad == NULL, "sizes %d: %s", c, accel_last_error(acc));
+            CHECK_MSG(strstr(accel_last_error(acc), "same size") != NULL, "%s",
+                      accel_last_error(acc));
+            check_no_names();
+            CHECK_OK(acc, accel_barrier(acc, NULL));
+        }
     }
     /* Ordered after queued asynchronous work: the allreduce completes before the allocation. */
     float *v = malloc(1000 * sizeof(float));

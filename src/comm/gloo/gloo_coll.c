@@ -338,7 +338,9 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     for (int q = 1; q < n; q++) {
         call_desc dq;
         memcpy(&dq, all + (size_t)q * st, head);
-        if (memcmp(&dq, &first, head) != 0) {
+        const int any_alloc =
+            first.kind == ACCEL__GLOO_CALL_ALLOC_ANY && dq.kind == ACCEL__GLOO_CALL_ALLOC_ANY;
+        if (!any_alloc && memcmp(&dq, &first, head) != 0) {
             char a[160], b[160];
             desc_str(&first, n, a, sizeof(a));
             desc_str(&dq, n, b, sizeof(b));
@@ -368,7 +370,7 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
 
 static void desc_str(const call_desc *d, int n_ranks, char *buf, size_t nbytes)
 {
-    if (d->kind == ACCEL__GLOO_CALL_ALLOC) {
+    if (d->kind == ACCEL__GLOO_CALL_ALLOC || d->kind == ACCEL__GLOO_CALL_ALLOC_ANY) {
         snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
         return;
     }

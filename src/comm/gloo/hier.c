@@ -476,20 +476,39 @@ static accel_status hier_run(void *impl, const accel__coll *op)
     return st;
 }
 
-/* Plain memory, but still the collective the contract makes it: a barrier whose calls declare
- * the allocation and its size, so a process allocating while the others call a collective (or
- * asking for another size) fails on every process, naming both calls. */
+/* Plain memory, but still the collective the contract makes it: an allgather of the sizes
+ * whose calls declare the allocation, so a process allocating while the others call a
+ * collective fails on every process, naming both calls (and breaks the communicator, as any
+ * call mismatch). The levels match an allocation with any other whatever its size: sizes that
+ * differ are compared here, on the whole table every process then holds, so every process
+ * fails alike with ACCEL_EINVAL and the communicator stays usable, as on shm and gloo. The
+ * closing barrier inside keeps barrier's semantics: a failure across reaches every process of
+ * the machine in this call. */
 static accel_status hier_mem_alloc(void *impl, size_t nbytes, void **out)
 {
     hier *h = impl;
+    uint64_t mine = nbytes, *sizes = NULL;
+    ACCEL_TRY(work_buffer(h, (size_t)h->n_ranks * sizeof(uint64_t), (void **)&sizes));
     accel__coll alloc =
         ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
-    alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
+    alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC_ANY;
     accel__shm_declare_next(h->shm, ACCEL__SHM_CALL_ALLOC, nbytes, 0, 0, 0, 0);
     accel__gloo_declare_next(h->cross, &alloc);
-    accel_status st = barrier(h);
+    accel__coll ag = ACCEL__COLL(ACCEL__COLL_ALLGATHER, &mine, sizes, 1, ACCEL_U64, ACCEL_SUM, 0);
+    accel_status st = allgather(h, &ag);
     declare_clear(h);
     ACCEL_TRY(st);
+    accel__coll b = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
+    ACCEL_TRY(inner(h, &b));
+    for (int q = 1; q < h->n_ranks; q++) {
+        if (sizes[q] != sizes[0]) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "hier: accel_alloc_shared: process %d asked for %llu bytes, "
+                                 "process %d for %llu (every process must pass the same size)",
+                                 h->process[0], (unsigned long long)sizes[0], h->process[q],
+                                 (unsigned long long)sizes[q]);
+        }
+    }
     return accel__comm_plain_alloc(impl, nbytes, out);
 }
 
@@ -762,11 +781,17 @@ static accel_status hier_split(void *impl, const accel__comm_split_info *how, vo
     }
     if (st == ACCEL_OK && n > 0) {
         c = accel__calloc(1, sizeof(*c));
-        if (c == NULL || pthread_mutex_init(&c->mu, NULL) != 0) {
+        int *process = accel__calloc((size_t)n, sizeof(int));
+        if (c == NULL || process == NULL || pthread_mutex_init(&c->mu, NULL) != 0) {
             accel__free(c);
+            accel__free(process);
             c = NULL;
             st = accel__seterr(NULL, ACCEL_ENOMEM, "hier: out of memory");
         } else {
+            for (int i = 0; i < n; i++) {
+                process[i] = h->process[how->members[i]];
+            }
+            c->process = process;
             pthread_cond_init(&c->cv, NULL);
             c->rank = me;
             c->n_ranks = n;
