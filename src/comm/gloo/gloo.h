@@ -1,6 +1,6 @@
 /*
  * The gloo backend's endpoint (private to src/comm/gloo), for the backend's ops (gloo.c) and
- * the hier composition (hier.c), which runs one gloo communicator across its nodes.
+ * the hier composition (hier.c, hier_coll.c), which runs one gloo communicator across its nodes.
  */
 #ifndef ACCEL_COMM_GLOO_H
 #define ACCEL_COMM_GLOO_H
