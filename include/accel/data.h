@@ -131,7 +131,7 @@ typedef struct accel_token_dataset_options {
 ACCEL_API accel_token_dataset_options accel_token_dataset_options_default(void);
 
 /*
- * Memory-maps a flat binary file of tokens and serves windows: sample i has fields "input"
+ * Opens a flat binary file of tokens and serves windows: sample i has fields "input"
  * (tokens [i*stride, i*stride + T)) and "target" (the same shifted by one), both of shape [T].
  * Windows = (n_tokens - 1 - T) / stride + 1 (0 if the file holds fewer than T + 1 tokens).
  * llm.c layout: 256 little-endian int32 = {20240520, 1 (uint16 tokens), n_tokens} (GPT-2) or
@@ -140,6 +140,10 @@ ACCEL_API accel_token_dataset_options accel_token_dataset_options_default(void);
  * ACCEL_ECORRUPT naming the file when its size is not a multiple of the token size, the header's
  * magic or version is unknown (explicit LLMC), or the header's token count does not match the
  * size; ACCEL_EINVAL for bad options. Thread-safe reads; *out owned: accel_dataset_free.
+ * The file stays open: a loader's windows are read from it (pread), so a window past the end
+ * of a file another process has since truncated is ACCEL_EIO from get, naming the file and
+ * both sizes. A zero-copy window taken without a loader is a view of the file's mapping,
+ * valid until the dataset is freed and only while the file keeps its size (docs/data.md).
  */
 ACCEL_API accel_status accel_token_dataset_open(accel_dataset **out,
                                                 const accel_token_dataset_options *opts);

@@ -1,14 +1,17 @@
 /*
- * Built-in datasets: TensorDataset (rows of borrowed tensors), the token-file dataset (an mmap of
- * llm.c .bin files or headerless token files, served as (input, target) windows) and the bytes
+ * Built-in datasets: TensorDataset (rows of borrowed tensors), the token-file dataset (llm.c
+ * .bin files or headerless token files, served as (input, target) windows) and the bytes
  * dataset (a file or a folder of files as one byte corpus). All are read-only after creation,
  * so `get` is thread-safe. Invariant: every size read from a file is validated against the
- * file's length before any window is served.
+ * file's length before any window is served, and a loader's windows are read with pread, so a
+ * file that another process truncates is a short read (ACCEL_EIO naming the file and both
+ * sizes), never a SIGBUS from a mapping; only zero-copy views handed to a caller without a
+ * loader come from the mapping (checked with fstat first: docs/data.md says what is left).
  */
-#include <stdio.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -148,6 +151,10 @@ typedef struct window_ds {
     void *map;      /* mmap of the file, or a heap buffer (bytes folder) */
     size_t map_nbytes;
     int heap;
+    int fd;           /* the file (windows are read from it), or -1 for a heap buffer */
+    size_t data_off;  /* where the tokens start in the file (after an llm.c header) */
+    char *path;       /* for messages */
+    const char *what; /* "token file" or "bytes dataset", for messages */
     const unsigned char *tokens;
     size_t tok_nbytes; /* 1, 2 or 4 */
     int64_t n_tokens, context, stride, n_windows;
@@ -155,19 +162,21 @@ typedef struct window_ds {
 } window_ds;
 
 #define WINDOW_MAGIC 0x746f6b73u
+/* The sample scratch a converting window reads its raw tokens into (the two fields are 0, 1). */
+#define RAW_FIELD 2
 
 static int64_t window_len(void *ctx)
 {
     return ((window_ds *)ctx)->n_windows;
 }
 
-static int64_t token_at(const window_ds *d, int64_t i)
+static int64_t token_at(const unsigned char *tokens, size_t tok_nbytes, int64_t i)
 {
-    const unsigned char *p = d->tokens + (size_t)i * d->tok_nbytes;
-    if (d->tok_nbytes == 1) {
+    const unsigned char *p = tokens + (size_t)i * tok_nbytes;
+    if (tok_nbytes == 1) {
         return p[0];
     }
-    if (d->tok_nbytes == 2) {
+    if (tok_nbytes == 2) {
         uint16_t v;
         memcpy(&v, p, 2);
         return v;
@@ -175,6 +184,51 @@ static int64_t token_at(const window_ds *d, int64_t i)
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
+}
+
+/* Reads nbytes at off, all of them unless the file ends first (*got says how many). */
+static accel_status read_at(int fd, void *buf, size_t nbytes, off_t off, size_t *got,
+                            const char *path)
+{
+    *got = 0;
+    while (*got < nbytes) {
+        ssize_t n = pread(fd, (char *)buf + *got, nbytes - *got, off + (off_t)*got);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            return accel__seterr(NULL, ACCEL_EIO, "cannot read \"%s\": %s", path, strerror(errno));
+        }
+        if (n == 0) {
+            break;
+        }
+        *got += (size_t)n;
+    }
+    return ACCEL_OK;
+}
+
+/* Window i (tokens from `start`) lies past the end of a file that shrank since it was opened. */
+static accel_status window_gone(const window_ds *d, int64_t i, int64_t start)
+{
+    struct stat sb;
+    long long now = fstat(d->fd, &sb) == 0 ? (long long)sb.st_size : -1;
+    unsigned long long first = d->data_off + (size_t)start * d->tok_nbytes;
+    unsigned long long end = first + (size_t)(d->context + 1) * d->tok_nbytes;
+    return accel__seterr(NULL, ACCEL_EIO,
+                         "%s \"%s\" is %lld bytes now, %zu when it was opened (truncated by "
+                         "another process?): window %lld (bytes %llu..%llu) is gone",
+                         d->what, d->path, now, d->map_nbytes, (long long)i, first, end);
+}
+
+/* The context + 1 tokens of window i into raw, read from the file: a file truncated meanwhile is
+ * a short read, never a SIGBUS. */
+static accel_status read_window(const window_ds *d, int64_t i, int64_t start, void *raw)
+{
+    const size_t nbytes = (size_t)(d->context + 1) * d->tok_nbytes;
+    size_t got = 0;
+    ACCEL_TRY(read_at(d->fd, raw, nbytes, (off_t)(d->data_off + (size_t)start * d->tok_nbytes),
+                      &got, d->path));
+    return got == nbytes ? ACCEL_OK : window_gone(d, i, start);
 }
 
 static accel_status window_get(void *ctx, int64_t i, accel_sample *out)
@@ -185,19 +239,39 @@ static accel_status window_get(void *ctx, int64_t i, accel_sample *out)
         return accel__seterr(NULL, ACCEL_EINVAL, "window %lld out of range (%lld windows)",
                              (long long)i, (long long)d->n_windows);
     }
-    int64_t start = i * d->stride;
+    const int64_t start = i * d->stride;
+    const size_t tb = d->tok_nbytes;
+    const int zero_copy = d->out_dtype == d->tok_dtype;
+    /* The window's tokens: in the heap buffer, read from the file into the sample's scratch (a
+     * loader's sample, or any converting one), or, for a zero-copy view handed to a caller
+     * without a loader, in the mapping once fstat says the file still holds them. */
+    const unsigned char *src = d->tokens + (size_t)start * tb;
+    if (d->fd >= 0 && (out->priv != NULL || !zero_copy)) {
+        void *raw =
+            accel_sample_scratch(out, zero_copy ? 0 : RAW_FIELD, (size_t)(d->context + 1) * tb);
+        if (raw == NULL) {
+            return accel_last_status(NULL); /* set by accel_sample_scratch */
+        }
+        ACCEL_TRY(read_window(d, i, start, raw));
+        src = raw;
+    } else if (d->fd >= 0) {
+        struct stat sb;
+        if (fstat(d->fd, &sb) != 0 || (size_t)sb.st_size < d->map_nbytes) {
+            return window_gone(d, i, start);
+        }
+    }
     out->n_fields = 2;
     for (int f = 0; f < 2; f++) {
         accel_tensor *o = &out->field[f];
-        int64_t s = start + f;
+        const unsigned char *p = src + (size_t)f * tb;
         o->dtype = d->out_dtype;
         o->ndim = 1;
         o->shape[0] = d->context;
         o->device.type = ACCEL_DEVICE_CPU;
         o->device.index = 0;
         out->name[f] = names[f];
-        if (d->out_dtype == d->tok_dtype) {
-            o->data = (void *)(d->tokens + (size_t)s * d->tok_nbytes); /* zero copy */
+        if (zero_copy) {
+            o->data = (void *)p;
             continue;
         }
         void *dst = accel_sample_scratch(out, f, (size_t)d->context * 8);
@@ -207,19 +281,19 @@ static accel_status window_get(void *ctx, int64_t i, accel_sample *out)
         if (d->out_dtype == ACCEL_I64) {
             int64_t *q = dst;
             for (int64_t t = 0; t < d->context; t++) {
-                q[t] = token_at(d, s + t);
+                q[t] = token_at(p, tb, t);
             }
-        } else if (d->tok_nbytes == 2) {
+        } else if (tb == 2) {
             /* The hot case (GPT-2 tokens to int32): a tight loop the compiler vectorises. */
             int32_t *q = dst;
-            const uint16_t *src = (const uint16_t *)(d->tokens + (size_t)s * 2);
+            const uint16_t *s16 = (const uint16_t *)p;
             for (int64_t t = 0; t < d->context; t++) {
-                q[t] = src[t];
+                q[t] = s16[t];
             }
         } else {
             int32_t *q = dst;
             for (int64_t t = 0; t < d->context; t++) {
-                q[t] = (int32_t)token_at(d, s + t);
+                q[t] = (int32_t)token_at(p, tb, t);
             }
         }
         o->data = dst;
@@ -235,6 +309,10 @@ static void window_destroy(void *ctx)
     } else if (d->map != NULL) {
         munmap(d->map, d->map_nbytes);
     }
+    if (d->fd >= 0) {
+        close(d->fd);
+    }
+    accel__free(d->path);
     accel__free(d);
 }
 
@@ -242,6 +320,12 @@ static accel_status window_finish(window_ds *d, int64_t context, int64_t stride,
                                   const char *path, accel_dataset **out)
 {
     d->magic = WINDOW_MAGIC;
+    d->what = what;
+    d->path = accel__strdup(path);
+    if (d->path == NULL) {
+        window_destroy(d);
+        return accel__seterr(NULL, ACCEL_ENOMEM, "dataset: out of memory");
+    }
     d->context = context;
     d->stride = stride > 0 ? stride : context;
     /* n_tokens > context, not >= context + 1: context may be INT64_MAX. */
@@ -281,34 +365,44 @@ accel_token_dataset_options accel_token_dataset_options_default(void)
     return o;
 }
 
-static accel_status map_file(const char *path, void **map, size_t *nbytes)
+/* Opens a regular file for reading: *fd (owned by the caller) and its size. */
+static accel_status open_regular(const char *path, int *fd, size_t *nbytes)
 {
     /* O_NONBLOCK: a FIFO must not block the open (it is refused below). */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
+    int f = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (f < 0) {
         return accel__seterr(NULL, ACCEL_EIO, "cannot open \"%s\": %s", path, strerror(errno));
     }
     struct stat stbuf;
-    if (fstat(fd, &stbuf) != 0) {
-        close(fd);
+    if (fstat(f, &stbuf) != 0) {
+        close(f);
         return accel__seterr(NULL, ACCEL_EIO, "cannot stat \"%s\": %s", path, strerror(errno));
     }
     if (!S_ISREG(stbuf.st_mode)) {
-        close(fd);
+        close(f);
         return accel__seterr(NULL, ACCEL_EINVAL, "\"%s\" is %s, not a data file", path,
                              accel__file_kind(stbuf.st_mode));
     }
+    *fd = f;
     *nbytes = (size_t)stbuf.st_size;
+    return ACCEL_OK;
+}
+
+/* The file open (*fd, owned by the caller) and mapped, for zero-copy views (the loader's
+ * windows are read with pread). */
+static accel_status map_file(const char *path, void **map, size_t *nbytes, int *fd)
+{
+    ACCEL_TRY(open_regular(path, fd, nbytes));
     *map = NULL;
     if (*nbytes > 0) {
-        *map = mmap(NULL, *nbytes, PROT_READ, MAP_PRIVATE, fd, 0);
+        *map = mmap(NULL, *nbytes, PROT_READ, MAP_PRIVATE, *fd, 0);
         if (*map == MAP_FAILED) {
             *map = NULL;
-            close(fd);
+            close(*fd);
+            *fd = -1;
             return accel__seterr(NULL, ACCEL_EIO, "cannot map \"%s\": %s", path, strerror(errno));
         }
     }
-    close(fd);
     return ACCEL_OK;
 }
 
@@ -338,7 +432,7 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
     if (d == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "accel_token_dataset_open: out of memory");
     }
-    accel_status st = map_file(o->path, &d->map, &d->map_nbytes);
+    accel_status st = map_file(o->path, &d->map, &d->map_nbytes, &d->fd);
     if (st != ACCEL_OK) {
         accel__free(d);
         return st;
@@ -347,7 +441,18 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
     size_t nbytes = d->map_nbytes;
     int32_t hdr[3] = {0, 0, 0};
     if (nbytes >= sizeof(hdr)) {
-        memcpy(hdr, base, sizeof(hdr));
+        /* Read, not taken from the mapping: the file may already be shorter. */
+        size_t got = 0;
+        st = read_at(d->fd, hdr, sizeof(hdr), 0, &got, o->path);
+        if (st == ACCEL_OK && got < sizeof(hdr)) {
+            st = accel__seterr(NULL, ACCEL_EIO,
+                               "token file \"%s\" shrank from %zu bytes while it was opened",
+                               o->path, nbytes);
+        }
+        if (st != ACCEL_OK) {
+            window_destroy(d);
+            return st;
+        }
     }
     /* In auto mode the magic alone decides: a file that starts with llm.c's magic is an llm.c
      * file, and a bad version or a short header is an error, never raw tokens. */
@@ -387,7 +492,8 @@ accel_status accel_token_dataset_open(accel_dataset **out, const accel_token_dat
                                  "%zu bytes of %zu-byte tokens",
                                  o->path, (int)hdr[2], payload, tb);
         }
-        d->tokens = base + LLMC_HEADER_INTS * 4;
+        d->data_off = LLMC_HEADER_INTS * 4;
+        d->tokens = base + d->data_off;
         d->n_tokens = hdr[2];
     } else {
         if (nbytes % tb != 0) {
@@ -470,26 +576,29 @@ static accel_status read_folder(const char *path, unsigned char **out, size_t *n
         if (stat(full, &sb) != 0 || !S_ISREG(sb.st_mode)) {
             continue;
         }
-        void *m;
-        size_t mn;
-        st = map_file(full, &m, &mn);
+        int fd = -1;
+        size_t mn = 0, got = 0;
+        st = open_regular(full, &fd, &mn);
         if (st != ACCEL_OK) {
             break;
         }
         unsigned char *nb = accel__realloc(buf, len + mn + 1);
         if (nb == NULL) {
-            if (m != NULL) {
-                munmap(m, mn);
-            }
+            close(fd);
             st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory reading \"%s\"", full);
             break;
         }
         buf = nb;
-        if (mn > 0) {
-            memcpy(buf + len, m, mn);
-            munmap(m, mn);
+        /* Read, not mapped: a file truncated meanwhile is a short read, not a SIGBUS. */
+        st = read_at(fd, buf + len, mn, 0, &got, full);
+        close(fd);
+        if (st == ACCEL_OK && got < mn) {
+            st = accel__seterr(NULL, ACCEL_EIO,
+                               "\"%s\" shrank from %zu to %zu bytes while it was read (truncated "
+                               "by another process?)",
+                               full, mn, got);
         }
-        len += mn;
+        len += got;
     }
     for (size_t i = 0; i < n; i++) {
         accel__free(names[i]);
@@ -521,6 +630,7 @@ accel_status accel_bytes_dataset_open(accel_dataset **out, const char *path, int
     if (d == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "accel_bytes_dataset_open: out of memory");
     }
+    d->fd = -1;
     accel_status st;
     if (S_ISDIR(sb.st_mode)) {
         unsigned char *buf = NULL;
@@ -528,7 +638,7 @@ accel_status accel_bytes_dataset_open(accel_dataset **out, const char *path, int
         d->map = buf;
         d->heap = 1;
     } else {
-        st = map_file(path, &d->map, &d->map_nbytes);
+        st = map_file(path, &d->map, &d->map_nbytes, &d->fd);
     }
     if (st != ACCEL_OK) {
         accel__free(d);

@@ -1,7 +1,8 @@
 /*
  * Built-in datasets: TensorDataset rows, the token-file dataset on llm.c files (uint16 and
  * uint32) and headerless files generated here, corrupt token files (odd size, lying header,
- * unknown magic), and the bytes dataset over a file and a folder.
+ * unknown magic), the bytes dataset over a file and a folder, and a token file truncated while
+ * a loader reads it.
  */
 #include <stdint.h>
 #include <string.h>
@@ -60,6 +61,69 @@ static int64_t tok16(int64_t i)
 static int64_t tok32(int64_t i)
 {
     return (i * 104729) % 128256 + 70000;
+}
+
+/*
+ * A token file truncated by another process while a loader reads it (with 0 and 2 workers,
+ * converting and zero copy), and under a zero-copy view taken without a loader: ACCEL_EIO naming
+ * the file and both sizes. Before, the loader read windows out of its mapping and the process
+ * died of SIGBUS.
+ */
+static void truncated_file(void)
+{
+    enum { T = 64, NTOK = 64 * 1024 + 1 };
+    static uint16_t tok[NTOK];
+    for (int i = 0; i < NTOK; i++) {
+        tok[i] = (uint16_t)tok16(i);
+    }
+    int32_t hdr[256] = {20240520, 1, NTOK};
+    const size_t full = sizeof(hdr) + sizeof(tok), kept = sizeof(hdr) + 4096;
+    char path[600], want[1024];
+    snprintf(path, sizeof(path), "%s/shrinks.bin", dir);
+    snprintf(want, sizeof(want), "token file \"%s\" is %zu bytes now, %zu when it was opened", path,
+             kept, full);
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, NULL));
+    for (int workers = 0; workers <= 2; workers += 2) {
+        for (int zero_copy = 0; zero_copy < 2; zero_copy++) {
+            write_file(path, hdr, sizeof(hdr), tok, sizeof(tok));
+            accel_token_dataset_options o = accel_token_dataset_options_default();
+            o.path = path;
+            o.context = T;
+            o.out_dtype = zero_copy ? ACCEL_U16 : ACCEL_I32;
+            accel_dataset *ds;
+            CHECK_OK(NULL, accel_token_dataset_open(&ds, &o));
+            accel_loader_options lo = accel_loader_options_default();
+            lo.batch_size = 4;
+            lo.num_workers = workers;
+            accel_loader *l;
+            CHECK_OK(acc, accel_loader_new(acc, ds, &lo, &l));
+            accel_batch *b;
+            CHECK_OK(acc, accel_loader_next(l, &b));
+            CHECK(truncate(path, (off_t)kept) == 0);
+            /* Batches built before the truncation (workers prefetch) still come, then EIO. */
+            accel_status st;
+            int64_t n = 1;
+            while ((st = accel_loader_next(l, &b)) == ACCEL_OK) {
+                n++;
+            }
+            CHECK_MSG(st == ACCEL_EIO && strstr(accel_last_error(acc), want) != NULL,
+                      "workers %d, zero copy %d, after %lld batches: %s \"%s\"", workers, zero_copy,
+                      (long long)n, accel_status_name(st), accel_last_error(acc));
+            accel_loader_free(l);
+            if (zero_copy && workers == 2) {
+                /* A zero-copy view for a caller without a loader: fstat first. */
+                accel_sample bare;
+                memset(&bare, 0, sizeof(bare));
+                CHECK(ds->get(ds->ctx, 1000, &bare) == ACCEL_EIO);
+                CHECK_MSG(strstr(accel_last_error(NULL), want) != NULL, "%s",
+                          accel_last_error(NULL));
+            }
+            accel_dataset_free(ds);
+        }
+    }
+    accel_free(acc);
+    unlink(path);
 }
 
 int main(void)
@@ -275,6 +339,7 @@ int main(void)
     snprintf(path, sizeof(path), "%s/b.txt", sub);
     unlink(path);
     rmdir(sub);
+    truncated_file();
     rmdir(dir);
     printf("test_dataset: ok\n");
     return 0;
