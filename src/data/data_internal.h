@@ -1,7 +1,8 @@
 /*
  * Private interface of the data module (src/data/): index plans and Accelerate's sharding
  * algorithms (shard.c), scratch buffers and collate (collate.c), the worker pool (workers.c),
- * dispatch_batches (dispatch.c) and the loader itself (loader.c).
+ * dispatch_batches (dispatch.c) and the loader itself (loader.c; its creation and release in
+ * loader_new.c).
  *
  * Invariant: an epoch of a map-style loader is fully described by its plan (the dataset indices
  * of every batch this process yields, in order), computed when the epoch starts; workers only
@@ -160,6 +161,9 @@ struct accel_loader {
     int saved_eod, saved_remainder;
     int remainder;
 };
+
+/* Ends the epoch in progress (advance: the next one is epoch + 1); nothing when none runs. */
+void accel__loader_end_epoch(accel_loader *l, int advance);
 
 /* Prepares `l` as process `rank` of `n_ranks` (accel_prepare uses the accelerator's rank; unit
  * tests call it directly to reproduce every shard without communication). */
