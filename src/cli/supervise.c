@@ -1,8 +1,8 @@
 /*
  * The launcher's supervisor: forks the N processes into one new process group, then runs a
- * single poll() loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT; SIGUSR1/2 are
- * passed on) and the children's pipes, with no sleeps, so a job of short programs costs little
- * more than fork+exec.
+ * single poll() loop over a signalfd (SIGCHLD and every signal whose default action would end
+ * the launcher, but its own faults; SIGUSR1/2 are passed on) and the children's pipes, with no
+ * sleeps, so a job of short programs costs little more than fork+exec.
  * Invariants: the group is only signalled while one of its processes is still unreaped (so the
  * pgid cannot have been reused); once one process fails or a signal arrives, everyone gets
  * SIGTERM, and SIGKILL after the grace period, and the first failure decides the exit status.
@@ -46,22 +46,30 @@ typedef struct job {
     struct timespec kill_at;
 } job;
 
-static const char *signal_name(int sig)
+/* "SIGALRM", "SIGRTMIN+3" (in buf), else "signal". */
+static const char *signal_name(int sig, char buf[24])
 {
     static const struct {
         int sig;
         const char *name;
     } names[] = {
-        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
-        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
-        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
-        {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+        {SIGHUP, "SIGHUP"},       {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"},
+        {SIGILL, "SIGILL"},       {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"},
+        {SIGBUS, "SIGBUS"},       {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
+        {SIGUSR1, "SIGUSR1"},     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
+        {SIGSTKFLT, "SIGSTKFLT"}, {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
+        {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGIO, "SIGIO"},
+        {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (names[i].sig == sig) {
             return names[i].name;
         }
+    }
+    if (sig >= SIGRTMIN && sig <= SIGRTMAX) {
+        snprintf(buf, 24, "SIGRTMIN+%d", sig - SIGRTMIN);
+        return buf;
     }
     return "signal";
 }
@@ -83,7 +91,8 @@ void launch_describe_status(int wstatus, char *buf, size_t n)
         snprintf(buf, n, "exit code %d", WEXITSTATUS(wstatus));
     } else if (WIFSIGNALED(wstatus)) {
         int sig = WTERMSIG(wstatus);
-        snprintf(buf, n, "killed by %s (signal %d)%s", signal_name(sig), sig,
+        char name[24];
+        snprintf(buf, n, "killed by %s (signal %d)%s", signal_name(sig, name), sig,
                  WCOREDUMP(wstatus) ? ", core dumped" : "");
     } else {
         snprintf(buf, n, "wait status %#x", (unsigned)wstatus);
@@ -206,11 +215,12 @@ static void on_signal(job *j, int sig)
         reap(j);
         return;
     }
+    char name[24];
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         char msg[96];
         int n =
             snprintf(msg, sizeof(msg), "accel launch: received %s, passed on to every process\n",
-                     signal_name(sig));
+                     signal_name(sig, name));
         relay_write_all(2, msg, (size_t)n);
         signal_all(j, sig);
         return;
@@ -219,7 +229,7 @@ static void on_signal(job *j, int sig)
         j->interrupted = sig;
         char msg[96];
         int n = snprintf(msg, sizeof(msg), "accel launch: received %s, stopping all processes\n",
-                         signal_name(sig));
+                         signal_name(sig, name));
         relay_write_all(2, msg, (size_t)n);
         stop_all(j, sig);
     } else if (!j->killed) {
@@ -407,16 +417,25 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
     sigset_t mask, old_mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
-    /* A signal ignored when we started (nohup's SIGHUP, SIGINT of a background job) stays
-     * ignored: the children inherit that, and we do not turn it into a teardown. */
-    /* SIGQUIT stops the job as torchrun's does; SIGUSR1/2 (a batch system's "time is nearly
-     * up") are passed on, as under mpirun. Unhandled, each of them killed the launcher at once:
-     * no summary, and the ranks' own children left running. */
-    static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
-    for (size_t i = 0; i < sizeof(caught) / sizeof(caught[0]); i++) {
+    /* Every signal whose default action ends the process stops the job as torchrun's SIGTERM
+     * does (forwarded, then the teardown and the sweep of the ranks' children, exit 128 +
+     * signal, naming it); SIGUSR1/2 (a batch system's "time is nearly up") are passed on, as
+     * under mpirun. Unhandled, each of them killed the launcher at once: no summary, and the
+     * ranks' own children left running (the ranks die with it by PDEATHSIG). Not caught:
+     * SIGKILL and SIGSTOP (they cannot be), the launcher's own faults (SIGSEGV, SIGBUS,
+     * SIGFPE, SIGILL, SIGTRAP, SIGSYS: a bug of ours must stay fatal), and SIGPIPE / SIGXFSZ
+     * (ignored below: the writes fail instead). The launcher's own abort() stays fatal too:
+     * it unblocks SIGABRT before raising it. A signal ignored when we started (nohup's SIGHUP,
+     * SIGINT of a background job) stays ignored: the children inherit that, and we do not turn
+     * it into a teardown. */
+    static const int caught[] = {SIGINT,    SIGTERM, SIGHUP,  SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM,
+                                 SIGVTALRM, SIGPROF, SIGXCPU, SIGABRT, SIGIO,   SIGPWR,  SIGSTKFLT};
+    const int n_caught = (int)(sizeof(caught) / sizeof(caught[0]));
+    for (int i = 0; i < n_caught + (SIGRTMAX - SIGRTMIN + 1); i++) {
+        const int sig = i < n_caught ? caught[i] : SIGRTMIN + (i - n_caught);
         struct sigaction sa;
-        if (sigaction(caught[i], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
-            sigaddset(&mask, caught[i]);
+        if (sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_IGN) {
+            sigaddset(&mask, sig);
         }
     }
     sigprocmask(SIG_BLOCK, &mask, &old_mask);

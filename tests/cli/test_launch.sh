@@ -380,7 +380,24 @@ wait_launcher 138 "SIGUSR1"
 expect_err "received SIGUSR1, passed on to every process"
 expect_err "failed: killed by SIGUSR1"
 no_survivors "SIGUSR1 to the launcher"
-ok "SIGTERM / SIGINT / SIGQUIT forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
+# Every other signal whose default action ends a process (SIGALRM, SIGVTALRM, SIGPROF,
+# SIGXCPU, a real-time one) stops the job like SIGTERM: forwarded, torn down, 128 + signal, a
+# message naming it. Each used to kill the launcher outright, without a word.
+for sig in ALRM:142 VTALRM:154 PROF:155 XCPU:152 RTMIN+1:163; do
+    launch_bg 2 "$P/sleeper" 60 "$MARK"
+    kill -s "${sig%:*}" "$LPID"
+    wait_launcher "${sig#*:}" "SIG${sig%:*}"
+    expect_err "received SIG${sig%:*}, stopping all processes"
+    no_survivors "SIG${sig%:*} to the launcher"
+done
+# ... and the sweep of the ranks' children reaches one that ignores it (it outlived the
+# launcher, which the signal killed before it could sweep).
+launch_bg 2 --grace_period 0.5 sh -c '(trap "" ALRM; exec "$0" 60 "$1") & wait' "$P/sleeper" "$MARK"
+kill -ALRM "$LPID"
+wait_launcher 142 "SIGALRM with a grandchild ignoring it"
+expect_err "received SIGALRM, stopping all processes"
+no_survivors "SIGALRM to the launcher, a rank's child ignoring it"
+ok "SIGTERM / SIGINT / SIGQUIT / SIGALRM / SIGVTALRM / SIGPROF / SIGXCPU / SIGRTMIN+1 forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
 
 # ---- leftover shared memory of the job is removed ----
 run 0 launch -n 2 "$P/rank_info" --leak-shm
