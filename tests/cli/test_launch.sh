@@ -397,7 +397,8 @@ kill -ALRM "$LPID"
 wait_launcher 142 "SIGALRM with a grandchild ignoring it"
 expect_err "received SIGALRM, stopping all processes"
 no_survivors "SIGALRM to the launcher, a rank's child ignoring it"
-ok "SIGTERM / SIGINT / SIGQUIT / SIGALRM / SIGVTALRM / SIGPROF / SIGXCPU / SIGRTMIN+1 forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
+ok "SIGTERM / SIGINT / SIGQUIT / SIGALRM / SIGVTALRM / SIGPROF / SIGXCPU / SIGRTMIN+1" \
+    "forwarding and teardown, SIGKILL after the grace period, SIGUSR1 passed on"
 
 # ---- leftover shared memory of the job is removed ----
 run 0 launch -n 2 "$P/rank_info" --leak-shm

@@ -8,10 +8,10 @@
 #     naming both calls and the process that deviated (EPEER naming the process that left).
 #     Before, hier let counts 1000 and 999 pass unseen (both pad to 1000), and gloo and hier
 #     took an allocation for no call.
-#  2. tests/dist/test_symmetric on gloo 2 x 1 and hier 2 x 2 and 2 x 1 (forced): accel_alloc_shared is a
-#     collective there too (sizes that differ: EINVAL on every process, "the same size", and the
-#     communicator goes on). Before, hier broke its communicator on sizes that differed (its
-#     machine level took them for a call mismatch), so the next collective failed.
+#  2. tests/dist/test_symmetric on gloo 2 x 1, hier 2 x 2 and 2 x 1 (forced): accel_alloc_shared
+#     is a collective there too (sizes that differ: EINVAL on every process, "the same size",
+#     and the communicator goes on). Before, hier broke its communicator on sizes that differed
+#     (its machine level took them for a call mismatch), so the next collective failed.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
