@@ -9,7 +9,8 @@
 #      docs/launch.md's option table are documented keys;
 #   2. environment variables: every variable of docs/configuration.md's table is one the code
 #      reads, and every ACCEL_* / ACCELERATE_* variable the code reads (the env table of
-#      src/base/env.c, getenv, the accel__env_* getters) is in that table;
+#      src/base/env.c, getenv, the accel__env_* getters) is in that table; the variables
+#      accel launch sets are those of docs/launch.md's environment table;
 #   3. config-file keys: the keys and policies of docs/configuration.md's two key tables are
 #      those of src/base/config.c's rule tables, and `accel launch --config_file F` with a file
 #      holding each key (and distributed_type, which is required) does what the policy says:
@@ -295,6 +296,22 @@ for c in $(echo "$code_vars" | grep -E '^ACCEL(ERATE)?_'); do
     [ "$found" -eq 1 ] || bad "the code reads $c, which docs/configuration.md's variable table lacks"
 done
 ok "environment variables: $(echo "$doc_vars" | wc -w) documented, $(echo "$code_vars" | wc -w) read"
+
+# What accel launch sets in each process (setenv / set_env_int in src/cli, but for accel test's
+# own ACCEL_TEST_REPORT) against docs/launch.md's "Environment of each process" table.
+set_vars=$(grep -ohE '(setenv|set_env_int)\("[A-Z][A-Z0-9_]*"' src/cli/*.c | grep -oE '[A-Z][A-Z0-9_]+' |
+    grep -vx ACCEL_TEST_REPORT | sort -u)
+launch_vars=$(awk '/^## Environment of each process/ { on = 1; next } on && /^## / { exit }
+    on && /^\| `/ { split($0, c, "|"); print c[2] }' docs/launch.md |
+    grep -oE '`[A-Z][A-Z0-9_]*`' | tr -d '`' | sort -u)
+[ "$(echo "$set_vars" | wc -w)" -ge 15 ] || bad "src/cli: the variables accel launch sets were not found"
+for v in $(comm -23 <(echo "$set_vars") <(echo "$launch_vars")); do
+    bad "accel launch sets $v, which docs/launch.md's environment table lacks"
+done
+for v in $(comm -13 <(echo "$set_vars") <(echo "$launch_vars")); do
+    bad "docs/launch.md's environment table has $v, which accel launch does not set"
+done
+ok "the $(echo "$set_vars" | wc -w) variables accel launch sets"
 
 # ---------------------------------------------------------------------------------------------
 # 3. Config-file keys
