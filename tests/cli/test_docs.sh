@@ -6,7 +6,7 @@
 #      document (launch: a row of docs/launch.md's option table); every --flag docs/launch.md
 #      names is launch's, or one of the few other programs' flags listed below; so is every
 #      flag README.md and docs/guide.md name (or it is examples/gpt's); and the config keys of
-#      docs/launch.md's option table are documented keys;
+#      docs/launch.md's option table are documented keys, and its defaults those --help shows;
 #   2. environment variables: every variable of docs/configuration.md's table is one the code
 #      reads, and every ACCEL_* / ACCELERATE_* variable the code reads (the env table of
 #      src/base/env.c, getenv, the accel__env_* getters) is in that table; the variables
@@ -232,6 +232,22 @@ for v in "${VERBS[@]}"; do
 done
 ok "every flag of --help (${#VERBS[@]} commands) is documented"
 
+# The defaults --help prints from the option table ("(default: 3)") are the "default" column
+# of docs/launch.md's option table.
+"$ACCEL" launch --help | awk '/^  -/ { if (cur != "") print cur; cur = $0; next }
+    /^        / { cur = cur " " $0; next } { if (cur != "") print cur; cur = "" }
+    END { if (cur != "") print cur }' |
+    sed -n 's/^  \(-[a-z], \)\{0,1\}\(--[a-z_]*\).*(default: \([^ )]*\))$/\2 \3/p' >"$T/defaults"
+[ -s "$T/defaults" ] || bad "accel launch --help shows no default"
+while read -r f d; do
+    doc_d=$(awk -v f="$f" '/^\| `-/ { line = $0; gsub(/\\\|/, "/", line); split(line, c, "|")
+        if (index(c[2], "`" f "`") || index(c[2], "`" f " ")) { print c[4]; exit } }' \
+        docs/launch.md | tr -d '` ')
+    [ "$doc_d" = "$d" ] ||
+        bad "accel launch $f: the default is $d in --help, '$doc_d' in docs/launch.md's option table"
+done <"$T/defaults"
+ok "the defaults of --help in docs/launch.md"
+
 # Every --flag docs/launch.md names is accel launch's, except those of the other programs it
 # talks about:
 #   mpirun: --hostfile --npernode --bind-to --allow-run-as-root;  torchrun: --nproc_per_node
@@ -337,7 +353,8 @@ doc_keys=$(awk '/^## Config file/ { on = 1; next } on && /^## / { exit }
     }' docs/configuration.md | sort)
 [ "$(echo "$code_keys" | wc -l)" -ge 40 ] || bad "src/base/config.c: the key tables were not found"
 # The "config key" column of docs/launch.md's option table names documented keys.
-for k in $(awk -F'|' '/^\| `-/ { print $3 }' docs/launch.md | grep -oE '`[a-z_.]+' | tr -d '`'); do
+for k in $(awk '/^\| `-/ { line = $0; gsub(/\\\|/, "/", line); split(line, c, "|"); print c[3] }' \
+    docs/launch.md | grep -oE '`[a-z_.]+' | tr -d '`'); do
     echo "$doc_keys" | grep -q "^$k " ||
         bad "docs/launch.md's option table names config key $k, which docs/configuration.md lacks"
 done
