@@ -29,6 +29,7 @@ export HF_HOME=$T/hf
 unset ACCELERATE_CONFIG_FILE ACCELERATE_MIXED_PRECISION ACCELERATE_USE_CPU ACCELERATE_DEBUG_MODE \
     ACCELERATE_GRADIENT_ACCUMULATION_STEPS ACCEL_ZERO_STAGE ACCEL_CONFIG_CHECKED XDG_CACHE_HOME
 [ -x "$ACCEL" ] || { echo "FAIL: $ACCEL is missing: build first (ACCEL_BUILD_DIR=$B)"; exit 1; }
+ACCEL=$(cd "$B" && pwd)/accel # the checks run in the source tree
 cd "$SRC" || exit 1
 
 FAILS=0
