@@ -128,6 +128,9 @@ typedef struct accel__comm_config {
     const char *socket_ifname;
     int store_served;
     int restart_count;
+    /* ACCELERATE_DEBUG_MODE: a backend whose check that every member makes the same call costs
+     * messages (mpi: one exchange of declarations per call) makes it; the others always do. */
+    int debug;
     /* Messages name rank r of this communicator "process process_base + r" (hier's machine-local
      * shm communicators use their first process's job-wide index); 0 for the job's own. */
     int process_base;
