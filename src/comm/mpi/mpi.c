@@ -314,8 +314,8 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
                      missing);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);
             return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                                 "mpi: %s on process %d of %d: not complete after %.3g s%s%s",
-                                 what, m->rank, m->n_ranks, m->timeout_s,
+                                 "mpi: %s on process %d of %d: not complete after %.3g s%s%s", what,
+                                 m->rank, m->n_ranks, m->timeout_s,
                                  missing[0] != '\0' ? missing
                                                     : " (a peer is stuck, dead or at another "
                                                       "call)",

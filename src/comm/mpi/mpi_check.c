@@ -41,8 +41,11 @@ accel__mpi_decl accel__mpi_describe(const accel__coll *op, size_t nbytes)
 accel_status accel__mpi_check_setup(accel__mpi *m)
 {
     int *ub = NULL, found = 0;
+    /* Asked of MPI_COMM_WORLD: the bound is the implementation's, the same on every
+     * communicator, and Open MPI attaches it to the world and its copies but not to
+     * MPI_Comm_split's communicators. */
     accel__mpi_lock();
-    int rc = MPI_Comm_get_attr(m->comm, MPI_TAG_UB, &ub, &found);
+    int rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
     accel__mpi_unlock();
     /* The standard promises tags up to 32767 at least (Open MPI: 2^31 - 1). */
     long long top = rc == MPI_SUCCESS && found && ub != NULL ? *ub : 32767;
@@ -114,8 +117,8 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
     for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
         const int q = (me + i) % n;
         m->req_peer[k] = -1;
-        rc = MPI_Isend(&m->decls[me], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE,
-                       m->comm, &m->reqs[k++]);
+        rc = MPI_Isend(&m->decls[me], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE, m->comm,
+                       &m->reqs[k++]);
     }
     accel__mpi_unlock();
     accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "declaration exchange");
@@ -128,7 +131,8 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
         char a[160], b[160];
         decl_str(&m->decls[0], n, a, sizeof(a));
         decl_str(&m->decls[q], n, b, sizeof(b));
-        if (m->decls[0].kind == ACCEL__MPI_CALL_ALLOC && m->decls[q].kind == ACCEL__MPI_CALL_ALLOC) {
+        if (m->decls[0].kind == ACCEL__MPI_CALL_ALLOC &&
+            m->decls[q].kind == ACCEL__MPI_CALL_ALLOC) {
             /* Nothing moved and every member saw it: the communicator stays usable. */
             return accel__seterr(NULL, ACCEL_EINVAL,
                                  "mpi: accel_alloc_shared: process 0 asked for %llu bytes, "
@@ -148,7 +152,8 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
 
 void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes)
 {
-    const int msg_mask = (1 << ACCEL__MPI_MSG_BITS) - 1, kind_mask = (1 << ACCEL__MPI_KIND_BITS) - 1;
+    const int msg_mask = (1 << ACCEL__MPI_MSG_BITS) - 1,
+              kind_mask = (1 << ACCEL__MPI_KIND_BITS) - 1;
     buf[0] = '\0';
     for (int i = 1; i < m->n_ranks; i++) {
         const int q = (m->rank + i) % m->n_ranks;

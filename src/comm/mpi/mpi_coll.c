@@ -103,8 +103,8 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
         for (size_t f = 0; q != me && (root < 0 || q == root) && f < n_frag && rc == MPI_SUCCESS;
              f++) {
             const size_t len = count - f * frag < frag ? count - f * frag : frag;
-            rc = (gets ? MPI_Isend : MPI_Issend)((const char *)send + f * frag * es, (int)len, t,
-                                                 q, TAG(m, DIRECT), m->comm, &reqs[k++]);
+            rc = (gets ? MPI_Isend : MPI_Issend)((const char *)send + f * frag * es, (int)len, t, q,
+                                                 TAG(m, DIRECT), m->comm, &reqs[k++]);
         }
     }
     accel__mpi_unlock();
@@ -359,8 +359,8 @@ static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, co
         const int q = (me + n - i) % n;
         if (m->counts[q] > 0) {
             m->req_peer[k] = q;
-            rc = MPI_Irecv(buf + (size_t)m->displs[q] * es, m->counts[q], t, q, TAG(m, BLOCK), m->comm,
-                           &m->reqs[k++]);
+            rc = MPI_Irecv(buf + (size_t)m->displs[q] * es, m->counts[q], t, q, TAG(m, BLOCK),
+                           m->comm, &m->reqs[k++]);
         }
     }
     for (int i = 1; i < n && rc == MPI_SUCCESS && m->counts[me] > 0; i++) {

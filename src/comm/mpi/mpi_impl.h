@@ -53,9 +53,9 @@ typedef struct accel__mpi {
      * its tag: call_tag | ACCEL__MPI_MSG_*. tag_bits: the tag bits MPI gives (MPI_TAG_UB). */
     int tag_bits;
     int call_tag;
-    int debug;               /* ACCELERATE_DEBUG_MODE: every call exchanges its declaration */
+    int debug;                     /* ACCELERATE_DEBUG_MODE: every call exchanges its declaration */
     struct accel__mpi_decl *decls; /* n_ranks: the declarations exchanged (debug mode) */
-    accel_status broken;     /* a mismatch the declarations showed: every later call fails */
+    accel_status broken;           /* a mismatch the declarations showed: every later call fails */
     char broken_msg[ACCEL__ERRMSG_NBYTES];
 } accel__mpi;
 
