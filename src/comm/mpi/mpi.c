@@ -2,7 +2,7 @@
  * The mpi backend (Open MPI, many machines): starting and finishing MPI, communicator endpoints,
  * waits with deadlines, abort, split and plain symmetric memory. The collectives are in
  * mpi_coll.c. It is a host backend: the front end's progress thread runs each collective, which
- * posts nonblocking MPI calls (MPI_Iallreduce, ...) and tests them until they complete, an
+ * posts nonblocking MPI calls (MPI_Isend, MPI_Irecv) and tests them until they complete, an
  * abort notice arrives or the deadline passes, so the training thread never blocks in MPI.
  *
  * Invariants: accel calls MPI_Init_thread (MPI_THREAD_MULTIPLE) only when the program has not

@@ -96,7 +96,7 @@ void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op);
  * difference is ACCEL_EINVAL on every member with the same message naming two calls, before any
  * data moves (and every later call fails alike, but for two allocations of different sizes). */
 accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d);
-/* After a timeout: "; process 1 sent a message of another call (a barrier) ..." when a peer's
+/* After a timeout: "; process 1 sent a message of another call (barrier): ..." when a peer's
  * first unreceived message carries another call's tag, else "". Caller holds the MPI lock. */
 void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes);
 
