@@ -73,13 +73,18 @@ static uint64_t mix(uint64_t h)
 void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
 {
     const accel__mpi_decl d = accel__mpi_describe(op, 0);
+    const int low = ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS, bits = m->tag_bits - low;
+    const uint64_t mask = ((uint64_t)1 << bits) - 1;
     const uint64_t small = (uint64_t)(uint8_t)d.dtype | (uint64_t)(uint8_t)d.op << 8 |
                            (uint64_t)(uint8_t)d.wire << 16 | (uint64_t)(uint32_t)d.root << 24;
-    const uint64_t h = mix(small ^ mix(d.count ^ mix(d.total + 0x9e3779b97f4a7c15ull)));
-    const int low = ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS;
-    /* The hash's top bits fill the tag above the kinds. The kind stays readable for the
-     * timeout's hint; calls of different kinds never share a tag, whatever the hash. */
-    const uint64_t fp = h >> (64 - (m->tag_bits - low));
+    /* A hash of everything but the count's low `bits` bits, plus those bits: two calls that
+     * differ only there (the commonest slip, another tensor's size; with Open MPI's 25 bits,
+     * any two counts below 2^25 elements) never share a fingerprint, and any other difference
+     * shares one with probability 2^-bits. */
+    const uint64_t h = mix(small ^ mix((d.count >> bits) ^ mix(d.total + 0x9e3779b97f4a7c15ull)));
+    const uint64_t fp = ((h >> (64 - bits)) + d.count) & mask;
+    /* The kind stays readable for the timeout's hint; calls of different kinds never share a
+     * tag, whatever the hash. */
     m->call_tag = (int)(fp << low | (uint64_t)d.kind << ACCEL__MPI_MSG_BITS);
 }
 
