@@ -172,7 +172,9 @@ void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes)
         const int tag = s.MPI_TAG, kind = tag >> ACCEL__MPI_MSG_BITS & kind_mask;
         char other[128];
         if ((tag & msg_mask) == ACCEL__MPI_MSG_DECLARE) {
-            snprintf(other, sizeof(other), "a declaration: debug mode is on there, not here");
+            snprintf(other, sizeof(other), "%s",
+                     m->debug ? "its next call's declaration"
+                              : "a declaration: debug mode is on there, not here");
         } else if ((tag & ~msg_mask) == m->call_tag) {
             continue; /* this call's: not yet received, not foreign */
         } else if (kind != (m->call_tag >> ACCEL__MPI_MSG_BITS & kind_mask)) {
