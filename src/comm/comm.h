@@ -128,6 +128,10 @@ typedef struct accel__comm_config {
     const char *socket_ifname;
     int store_served;
     int restart_count;
+    /* ACCELERATE_DEBUG_MODE: a backend whose check that every member makes the same call costs
+     * messages makes it only then (mpi: one exchange of declarations per call); shm, gloo and
+     * hier check every call anyway. */
+    int debug;
     /* Messages name rank r of this communicator "process process_base + r" (hier's machine-local
      * shm communicators use their first process's job-wide index); 0 for the job's own. */
     int process_base;

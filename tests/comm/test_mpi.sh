@@ -2,7 +2,8 @@
 # The mpi backend under mpirun (issue 16 item 1), on this one machine:
 #  1. the collective suite: tests/comm/test_mpi_collectives.sh;
 #  2. comm v2 semantics on mpi (tests/dist/test_comm_v2: post/test/wait, deadlines, groups,
-#     split into node groups, abort from another thread) on 1-4 processes;
+#     split into node groups, abort from another thread) on 1-4 processes, and in debug mode
+#     (ACCELERATE_DEBUG_MODE=1) on 2 and 4 with its collective mismatch check;
 #  3. a program that initialises MPI itself (MPI_THREAD_MULTIPLE, and plain MPI_Init) keeps
 #     working around accel, and accel finalises MPI only when it initialised it;
 #  4. a SIGKILLed rank mid-allreduce: every process is gone within 10 s of the kill and mpirun
@@ -10,7 +11,11 @@
 #     themselves);
 #  5. a stopped rank (SIGSTOP) with ACCEL_TIMEOUT=2: the survivors fail with ETIMEDOUT naming the
 #     call and the stopped process (a small allreduce: the direct path knows whose message is
-#     missing), not a hang, and the job ends within 10 s of the stop.
+#     missing), not a hang, and the job ends within 10 s of the stop;
+#  6. mismatched collectives: in debug mode tests/dist/test_coll_mismatch (ACCEL_EINVAL on every
+#     process naming both calls, before any data moves); without it tests/mpi/mpi_mismatch
+#     (with ACCEL_TIMEOUT=2, no process returns a wrong result without an error, at least one
+#     fails with ETIMEDOUT or EPEER, and on 2 processes a peer at another call is named as such).
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 source "$(dirname "$0")/mpi_common.sh"
 
@@ -21,6 +26,13 @@ for np in 1 2 3 4; do
     grep -q "$np processes (mpi): ok" "$tmp/v2_$np.out" ||
         fail "comm v2 on $np processes: not run on mpi"
     grep "test_comm_v2" "$tmp/v2_$np.out"
+done
+for np in 2 4; do
+    run "v2_debug_$np" "$np" 300 ACCELERATE_DEBUG_MODE=1 -- "$B/tests/test_comm_v2"
+    [ "$rc" -eq 0 ] || fail "comm v2 on mpi in debug mode, $np processes: exit $rc"
+    grep -q "$np processes (mpi): ok" "$tmp/v2_debug_$np.out" ||
+        fail "comm v2 in debug mode on $np processes: not run on mpi"
+    echo "test_comm_v2 in debug mode (the mismatch check included): $np processes (mpi): ok"
 done
 
 # 3.
@@ -86,4 +98,18 @@ grep -Eq "rank [02]: allreduce failed at iteration 200: ETIMEDOUT: mpi: allreduc
 grep -Eq "rank [02]: .*nothing arrived from process 1$" "$tmp/stop.out" ||
     fail "stop: no survivor named process 1 as the one that sent nothing"
 echo "stop: the job ended in ${t}s: $(grep -Em1 "rank [02]: allreduce failed" "$tmp/stop.out")"
+
+# 6. Mismatched collectives.
+for np in 2 3; do
+    run "mismatch_debug_$np" "$np" 120 ACCELERATE_DEBUG_MODE=1 ACCEL_TIMEOUT=30 -- \
+        "$B/tests/test_coll_mismatch"
+    [ "$rc" -eq 0 ] || fail "mismatch in debug mode, $np processes: exit $rc"
+    [ "$(grep -c "mismatches reported" "$tmp/mismatch_debug_$np.out")" -eq "$np" ] ||
+        fail "mismatch in debug mode, $np processes: not every process reported"
+    echo "mismatch in debug mode, $np processes: ACCEL_EINVAL naming both calls everywhere"
+    run "mismatch_$np" "$np" 120 ACCEL_TIMEOUT=2 -- "$B/tests/mpi/mpi_mismatch"
+    grep "^mpi_mismatch: [^:]*: [^r]" "$tmp/mismatch_$np.out"
+    [ "$rc" -eq 0 ] && grep -q "^mpi_mismatch: ok" "$tmp/mismatch_$np.out" ||
+        fail "mismatch without debug mode, $np processes: exit $rc"
+done
 echo "test_mpi: ok"

@@ -3,7 +3,8 @@
  * themselves from the launcher's environment, as accel_init would: the layout from accel
  * launch's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE or, under mpirun, Open MPI's
  * variables; the rendezvous from ACCEL_JOB_ID, MASTER_ADDR, MASTER_PORT, ACCEL_STORE_SERVED and
- * ACCEL_RESTART_COUNT; a 60 s timeout; warnings logged.
+ * ACCEL_RESTART_COUNT; debug mode from ACCELERATE_DEBUG_MODE (1 or 0); a 60 s timeout; warnings
+ * logged.
  */
 #ifndef ACCEL_TEST_COMM_ENV_H
 #define ACCEL_TEST_COMM_ENV_H
@@ -45,6 +46,7 @@ static accel__comm_config comm_env_config(const char *backend)
     cfg.master_port = env_int("MASTER_PORT", 29500);
     cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
     cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);
+    cfg.debug = env_int("ACCELERATE_DEBUG_MODE", 0) != 0;
     cfg.timeout_s = 60;
     cfg.log.rank = cfg.rank;
     cfg.log.n_ranks = cfg.n_ranks;

@@ -2,7 +2,7 @@
  * The mpi backend (Open MPI, many machines): starting and finishing MPI, communicator endpoints,
  * waits with deadlines, abort, split and plain symmetric memory. The collectives are in
  * mpi_coll.c. It is a host backend: the front end's progress thread runs each collective, which
- * posts nonblocking MPI calls (MPI_Iallreduce, ...) and tests them until they complete, an
+ * posts nonblocking MPI calls (MPI_Isend, MPI_Irecv) and tests them until they complete, an
  * abort notice arrives or the deadline passes, so the training thread never blocks in MPI.
  *
  * Invariants: accel calls MPI_Init_thread (MPI_THREAD_MULTIPLE) only when the program has not
@@ -300,10 +300,13 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
         if ((spin & 255) == 255 && accel__now() > deadline) {
             m->stuck = 1;
             atomic_store(&lost, 1);
-            char name[256], missing[96];
+            char name[256], missing[96], hint[320] = "";
             what = call_name(m, what, name, sizeof(name));
             accel__mpi_lock();
             missing_peers(n, reqs, peers, missing, sizeof(missing));
+            if (m->cur != NULL) {
+                accel__mpi_foreign_hint(m, hint, sizeof(hint));
+            }
             accel__mpi_unlock();
             /* notify_peers cuts the notice to the wire message's size. */
             char msg[sizeof(name) + sizeof(missing) + 64];
@@ -311,11 +314,12 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
                      missing);
             notify_peers(m, ACCEL_ETIMEDOUT, msg);
             return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                                 "mpi: %s on process %d of %d: not complete after %.3g s%s", what,
+                                 "mpi: %s on process %d of %d: not complete after %.3g s%s%s", what,
                                  m->rank, m->n_ranks, m->timeout_s,
                                  missing[0] != '\0' ? missing
                                                     : " (a peer is stuck, dead or at another "
-                                                      "call)");
+                                                      "call)",
+                                 hint);
         }
         if (spin >= 64) {
             sched_yield(); /* a peer sharing this CPU gets to run */
@@ -385,6 +389,7 @@ static void endpoint_free(accel__mpi *m)
         accel__free(b);
     }
     accel__aligned_free(m->scratch);
+    accel__free(m->decls);
     accel__free(m->abort_tx);
     accel__free(m->counts);
     accel__free(m->displs);
@@ -411,6 +416,7 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 300;
     m->prev_enter = accel__now();
     m->log = cfg->log;
+    m->debug = cfg->debug;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->n_ranks);
     const size_t n = (size_t)m->n_ranks;
@@ -448,6 +454,9 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
         }
         accel__mpi_unlock();
         st = rc == MPI_SUCCESS ? ACCEL_OK : accel__mpi_fail(m, rc, "posting the abort receive");
+    }
+    if (st == ACCEL_OK) {
+        st = accel__mpi_check_setup(m);
     }
     if (st != ACCEL_OK) {
         endpoint_free(m);
@@ -577,10 +586,18 @@ static void mpi_destroy(void *impl)
 }
 
 /* Symmetric memory: plain aligned memory (no shared memory across machines; collectives copy).
- * Collective in name only: each process allocates its own. */
+ * Collective in name only: each process allocates its own, but for debug mode's check that
+ * every process makes this call with the same size. */
 static accel_status mpi_mem_alloc(void *impl, size_t nbytes, void **out)
 {
     accel__mpi *m = impl;
+    if (m->broken != ACCEL_OK) {
+        return accel__seterr(NULL, m->broken, "%s", m->broken_msg);
+    }
+    if (m->debug) {
+        const accel__mpi_decl d = accel__mpi_describe(NULL, nbytes);
+        ACCEL_TRY(accel__mpi_check_call(m, &d));
+    }
     accel__mpi_block *b = accel__malloc(sizeof(*b));
     void *p = b != NULL ? accel__aligned_alloc(nbytes > 0 ? nbytes : 64) : NULL;
     if (p == NULL) {

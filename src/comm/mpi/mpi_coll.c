@@ -19,8 +19,10 @@
  * MPI's nonblocking collectives (Open MPI's libnbc) were slower than both: its MPI_Iallreduce
  * reduces to a root and broadcasts back on small process counts (twice the bytes on the
  * critical path of MPI_Allreduce's exchange), and each of its rounds advances only when tested.
- * Allgather and broadcast are point-to-point messages too (one exchange round; a broadcast of a
- * large message scatters it first); gather and barrier are MPI's own.
+ * Allgather, broadcast, gather and barrier are point-to-point messages too (one exchange round;
+ * a broadcast of a large message scatters it first; a barrier's rounds of empty messages). Every
+ * message's tag carries the call's fingerprint (mpi_check.c), which MPI's own collectives could
+ * not: a process at a mismatched call never takes another call's data.
  */
 #include <limits.h>
 #include <string.h>
@@ -31,11 +33,6 @@
 
 /* Elements per MPI call of an element-wise collective (MPI counts are int). */
 #define SLICE ((size_t)1 << 30)
-
-static accel_status posted(accel__mpi *m, int rc, MPI_Request *req, const char *what)
-{
-    return rc == MPI_SUCCESS ? accel__mpi_wait(m, req, what) : accel__mpi_fail(m, rc, what);
-}
 
 /* Small messages: every process sends its whole input to every other (to the root alone for a
  * reduce) and reduces all of them in rank order itself: one round of point-to-point messages
@@ -48,9 +45,8 @@ static accel_status posted(accel__mpi *m, int rc, MPI_Request *req, const char *
  * the single rendezvous copy is faster than many pieces. */
 #define DIRECT_FRAG_NBYTES ((size_t)4032)
 #define DIRECT_FRAG_MAX ((size_t)8 << 10)
-#define DIRECT_TAG 7302
-#define SCATTER_TAG 7303 /* the pipelined path's first step: chunk q of every input to q */
-#define GATHER_TAG 7304  /* its second: the reduced chunks back */
+/* A message's tag: the call's fingerprint (mpi_check.c) and the message's kind. */
+#define TAG(m, msg) ((m)->call_tag | ACCEL__MPI_MSG_##msg)
 /* Bytes per message of the pipelined path: large enough that per-message costs (a few us)
  * stay small against the copy, small enough that a segment of every input fits in cache.
  * (128 KiB gave 0.89-0.98 of MPI_Allreduce at 1 MiB on 2 processes, 256 KiB 0.94-1.08:
@@ -99,7 +95,7 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
         for (size_t f = 0; q != me && gets && f < n_frag && rc == MPI_SUCCESS; f++) {
             const size_t len = count - f * frag < frag ? count - f * frag : frag;
             m->pipe_peer[k] = q;
-            rc = MPI_Irecv(tmp + (size_t)q * nb + f * frag * es, (int)len, t, q, DIRECT_TAG,
+            rc = MPI_Irecv(tmp + (size_t)q * nb + f * frag * es, (int)len, t, q, TAG(m, DIRECT),
                            m->comm, &reqs[k++]);
         }
     }
@@ -107,8 +103,8 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
         for (size_t f = 0; q != me && (root < 0 || q == root) && f < n_frag && rc == MPI_SUCCESS;
              f++) {
             const size_t len = count - f * frag < frag ? count - f * frag : frag;
-            rc = MPI_Isend((const char *)send + f * frag * es, (int)len, t, q, DIRECT_TAG, m->comm,
-                           &reqs[k++]);
+            rc = (gets ? MPI_Isend : MPI_Issend)((const char *)send + f * frag * es, (int)len, t, q,
+                                                 TAG(m, DIRECT), m->comm, &reqs[k++]);
         }
     }
     accel__mpi_unlock();
@@ -179,7 +175,7 @@ static int post_out_recvs(accel__mpi *m, const pipe *p, char *recv)
             const int q = (me + n - i) % n;
             const size_t len = seg_len((size_t)m->counts[q], p->seg, k);
             rc = post(m, p, k, OUT_RECV, q, len, recv + ((size_t)m->displs[q] + k * p->seg) * p->es,
-                      NULL, GATHER_TAG);
+                      NULL, TAG(m, GATHER));
         }
     }
     return rc;
@@ -221,7 +217,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + n - i) % n;
             rc = post(m, &p, k, IN_RECV, q, seg_len(per, p.seg, k),
-                      tmp + ((size_t)q * per + k * p.seg) * p.es, NULL, SCATTER_TAG);
+                      tmp + ((size_t)q * per + k * p.seg) * p.es, NULL, TAG(m, SCATTER));
         }
     }
     if (gathers && !late && rc == MPI_SUCCESS) {
@@ -232,7 +228,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
             const int q = (me + i) % n;
             const size_t len = seg_len((size_t)m->counts[q], p.seg, k);
             rc = post(m, &p, k, IN_SEND, q, len, NULL,
-                      send + ((size_t)m->displs[q] + k * p.seg) * p.es, SCATTER_TAG);
+                      send + ((size_t)m->displs[q] + k * p.seg) * p.es, TAG(m, SCATTER));
         }
     }
     accel__mpi_unlock();
@@ -254,7 +250,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
         for (int i = 1; i < n && rc == MPI_SUCCESS && root != SCATTER; i++) {
             const int q = (me + i) % n;
             if (root < 0 || q == root) {
-                rc = post(m, &p, k, OUT_SEND, q, len, NULL, out, GATHER_TAG);
+                rc = post(m, &p, k, OUT_SEND, q, len, NULL, out, TAG(m, GATHER));
             }
         }
         accel__mpi_unlock();
@@ -342,13 +338,17 @@ static accel_status reduce_scatter(accel__mpi *m, const accel__coll *op)
 
 /* ---- the collectives that only move data ---- */
 
-#define BLOCK_TAG 7305
-
 /* Blocks of buf (process q's: m->counts[q] elements at m->displs[q]) to every process in one
  * round of messages: every process sends its block to every other and receives theirs in place
  * (an allgather; MPI's MPI_Iallgather ran at a third to a half of MPI_Allgather's speed). With
  * root >= 0, root holds every block already: it receives nothing, and nobody sends to it (the
- * second step of a broadcast). `mine` is this process's block (may be its place in buf). */
+ * second step of a broadcast). `mine` is this process's block (may be its place in buf).
+ *
+ * A process that only sends in a call (here a broadcast's root, a reduce's and a gather's
+ * other processes) sends synchronously (MPI_Issend: complete once the receive matched): an
+ * eager send would let it finish a call that no peer made, and the peer's next call declared
+ * the same way would take that stale message. Every other process receives in every call, so
+ * it cannot finish one that its peers did not make. */
 static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, const char *mine,
                                     char *buf, int root)
 {
@@ -359,15 +359,16 @@ static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, co
         const int q = (me + n - i) % n;
         if (m->counts[q] > 0) {
             m->req_peer[k] = q;
-            rc = MPI_Irecv(buf + (size_t)m->displs[q] * es, m->counts[q], t, q, BLOCK_TAG, m->comm,
-                           &m->reqs[k++]);
+            rc = MPI_Irecv(buf + (size_t)m->displs[q] * es, m->counts[q], t, q, TAG(m, BLOCK),
+                           m->comm, &m->reqs[k++]);
         }
     }
     for (int i = 1; i < n && rc == MPI_SUCCESS && m->counts[me] > 0; i++) {
         const int q = (me + i) % n;
         if (q != root) {
             m->req_peer[k] = -1;
-            rc = MPI_Isend(mine, m->counts[me], t, q, BLOCK_TAG, m->comm, &m->reqs[k++]);
+            rc = (me == root ? MPI_Issend : MPI_Isend)(mine, m->counts[me], t, q, TAG(m, BLOCK),
+                                                       m->comm, &m->reqs[k++]);
         }
     }
     accel__mpi_unlock();
@@ -417,10 +418,10 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
             char *chunk = recv + (size_t)m->displs[q] * es;
             if (me == root && q != root && m->counts[q] > 0) {
                 m->req_peer[k] = -1;
-                rc = MPI_Isend(chunk, m->counts[q], t, q, BLOCK_TAG, m->comm, &m->reqs[k++]);
+                rc = MPI_Issend(chunk, m->counts[q], t, q, TAG(m, BLOCK), m->comm, &m->reqs[k++]);
             } else if (me != root && q == me && m->counts[q] > 0) {
                 m->req_peer[k] = root;
-                rc = MPI_Irecv(chunk, m->counts[q], t, root, BLOCK_TAG, m->comm, &m->reqs[k++]);
+                rc = MPI_Irecv(chunk, m->counts[q], t, root, TAG(m, BLOCK), m->comm, &m->reqs[k++]);
             }
         }
         accel__mpi_unlock();
@@ -430,31 +431,63 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
     return exchange_blocks(m, t, es, recv + (size_t)m->displs[me] * es, recv, root);
 }
 
-/* GATHER, BARRIER: one MPI call each. */
-static accel_status move(accel__mpi *m, const accel__coll *op)
+/* GATHER: every other process sends its block to the root (synchronously: it only sends). Not
+ * MPI_Igather: MPI's collectives cannot carry the call's fingerprint, and two of them called
+ * differently are erroneous in MPI (a gather's receive may take a barrier's empty message). */
+static accel_status gather(accel__mpi *m, const accel__coll *op)
 {
+    const int n = m->n_ranks, me = m->rank;
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
     const MPI_Datatype t = accel__mpi_type(op->dtype);
     const int cnt = (int)op->count;
-    MPI_Request req = MPI_REQUEST_NULL;
-    int rc;
+    int k = 0, rc = MPI_SUCCESS;
+    if (me == op->root && (const char *)op->send != (char *)op->recv + (size_t)me * nb) {
+        memcpy((char *)op->recv + (size_t)me * nb, op->send, nb);
+    }
     accel__mpi_lock();
-    if (op->kind == ACCEL__COLL_GATHER) {
-        const int inplace = m->rank == op->root &&
-                            (const char *)op->send == (char *)op->recv + (size_t)m->rank * nb;
-        rc = MPI_Igather(inplace ? MPI_IN_PLACE : op->send, cnt, t, op->recv, cnt, t, op->root,
-                         m->comm, &req);
-    } else {
-        rc = MPI_Ibarrier(m->comm, &req);
+    for (int i = 1; i < n && rc == MPI_SUCCESS && me == op->root; i++) {
+        const int q = (me + n - i) % n;
+        m->req_peer[k] = q;
+        rc = MPI_Irecv((char *)op->recv + (size_t)q * nb, cnt, t, q, TAG(m, COLLECT), m->comm,
+                       &m->reqs[k++]);
+    }
+    if (me != op->root) {
+        m->req_peer[k] = -1;
+        rc = MPI_Issend(op->send, cnt, t, op->root, TAG(m, COLLECT), m->comm, &m->reqs[k++]);
     }
     accel__mpi_unlock();
-    return posted(m, rc, &req, accel__coll_name(op->kind));
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "gather");
+    return rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "gather") : st;
+}
+
+/* BARRIER: the dissemination barrier (what MPI_Ibarrier runs), ceil(log2 n) rounds of empty
+ * messages: in round r every process tells process me + 2^r and waits to hear from me - 2^r,
+ * so after the last round every process has heard, through a chain, from every other. The
+ * rounds' sources differ, so one tag serves them all. */
+static accel_status barrier(accel__mpi *m)
+{
+    const int n = m->n_ranks, me = m->rank;
+    for (int dist = 1; dist < n; dist *= 2) {
+        const int to = (me + dist) % n, from = (me + n - dist) % n;
+        m->reqs[0] = m->reqs[1] = MPI_REQUEST_NULL;
+        m->req_peer[0] = from;
+        m->req_peer[1] = -1;
+        accel__mpi_lock();
+        int rc = MPI_Irecv(NULL, 0, MPI_BYTE, from, TAG(m, BARRIER), m->comm, &m->reqs[0]);
+        if (rc == MPI_SUCCESS) {
+            rc = MPI_Isend(NULL, 0, MPI_BYTE, to, TAG(m, BARRIER), m->comm, &m->reqs[1]);
+        }
+        accel__mpi_unlock();
+        accel_status st = accel__mpi_waitall(m, 2, m->reqs, m->req_peer, "barrier");
+        ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "barrier") : st);
+    }
+    return ACCEL_OK;
 }
 
 static accel_status run(accel__mpi *m, const accel__coll *op)
 {
     if (op->kind == ACCEL__COLL_BARRIER) {
-        return move(m, op);
+        return barrier(m);
     }
     if (op->count == 0) {
         return ACCEL_OK; /* every process passed the same count: nothing to agree on */
@@ -487,7 +520,7 @@ static accel_status run(accel__mpi *m, const accel__coll *op)
         }
         return op->kind == ACCEL__COLL_REDUCE_SCATTER ? reduce_scatter(m, op)
                : op->kind == ACCEL__COLL_ALLGATHER    ? allgather(m, op)
-                                                      : move(m, op);
+                                                      : gather(m, op);
     }
 }
 
@@ -495,8 +528,19 @@ accel_status accel__mpi_run(void *impl, const accel__coll *op)
 {
     accel__mpi *m = impl;
     const double enter = accel__now();
+    if (m->broken != ACCEL_OK) {
+        return accel__seterr(NULL, m->broken, "%s", m->broken_msg);
+    }
     m->cur = op;
-    accel_status st = run(m, op);
+    accel__mpi_fingerprint(m, op);
+    accel_status st = ACCEL_OK;
+    if (m->debug) {
+        const accel__mpi_decl d = accel__mpi_describe(op, 0);
+        st = accel__mpi_check_call(m, &d);
+    }
+    if (st == ACCEL_OK) {
+        st = run(m, op);
+    }
     /* A peer abandons this call no sooner than the deadline after it entered it, which was
      * after it got this process's data of the previous call (sent once this process entered
      * that one, at prev_enter). Data read before half that deadline can't be an abandoned

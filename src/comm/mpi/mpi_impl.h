@@ -49,7 +49,56 @@ typedef struct accel__mpi {
     size_t pipe_n;
     accel__mpi_block *blocks;
     const accel__coll *cur; /* the collective running (named in messages), or NULL */
+    /* The call check (mpi_check.c). Every message of a collective carries its fingerprint in
+     * its tag: call_tag | ACCEL__MPI_MSG_*. tag_bits: the tag bits MPI gives (MPI_TAG_UB). */
+    int tag_bits;
+    int call_tag;
+    int debug;                     /* ACCELERATE_DEBUG_MODE: every call exchanges its declaration */
+    struct accel__mpi_decl *decls; /* n_ranks: the declarations exchanged (debug mode) */
+    accel_status broken;           /* a mismatch the declarations showed: every later call fails */
+    char broken_msg[ACCEL__ERRMSG_NBYTES];
 } accel__mpi;
+
+/* ---- the call check (mpi_check.c) ----
+ *
+ * A tag is [fingerprint of the call's declaration | call kind | message kind]: the low
+ * MSG_BITS say which message of a collective it is, the next KIND_BITS the collective, the rest
+ * (as many as MPI_TAG_UB allows) a hash of its count, total, dtype, op, root and wire. Messages
+ * of calls declared differently never match, so a mismatched call cannot take another call's
+ * data: it waits until the deadline. Tag 0 is the declaration exchange of debug mode. */
+enum {
+    ACCEL__MPI_MSG_DECLARE, /* debug mode's declarations (tag 0, whatever the call) */
+    ACCEL__MPI_MSG_DIRECT,  /* the direct path's inputs */
+    ACCEL__MPI_MSG_SCATTER, /* the pipelined path's first step: chunk q of every input to q */
+    ACCEL__MPI_MSG_GATHER,  /* its second: the reduced chunks back */
+    ACCEL__MPI_MSG_BLOCK,   /* allgather's and broadcast's blocks */
+    ACCEL__MPI_MSG_COLLECT, /* gather's blocks to the root */
+    ACCEL__MPI_MSG_BARRIER  /* a barrier's rounds */
+};
+#define ACCEL__MPI_MSG_BITS 3
+#define ACCEL__MPI_KIND_BITS 3
+/* accel_alloc_shared's declaration kind (never a tag: allocations send nothing). */
+#define ACCEL__MPI_CALL_ALLOC 64
+
+/* A call as every member declares it (fields that do not apply to the kind are 0). */
+typedef struct accel__mpi_decl {
+    uint64_t count, total;
+    int32_t kind, dtype, op, root, wire, pad;
+} accel__mpi_decl;
+
+/* op's declaration (kind ACCEL__MPI_CALL_ALLOC when op is NULL: an allocation of nbytes). */
+accel__mpi_decl accel__mpi_describe(const accel__coll *op, size_t nbytes);
+/* Reads MPI_TAG_UB (m->tag_bits) and allocates m->decls: at endpoint creation. */
+accel_status accel__mpi_check_setup(accel__mpi *m);
+/* m->call_tag for op: its fingerprint and kind, the message kind bits 0. */
+void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op);
+/* Debug mode: every member sends every other its declaration d and compares them all; a
+ * difference is ACCEL_EINVAL on every member with the same message naming two calls, before any
+ * data moves (and every later call fails alike, but for two allocations of different sizes). */
+accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d);
+/* After a timeout: "; process 1 sent a message of another call (barrier): ..." when a peer's
+ * first unreceived message carries another call's tag, else "". Caller holds the MPI lock. */
+void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes);
 
 /* The MPI datatype that moves elements of dt (a named type, or a committed contiguous byte
  * type for the formats MPI lacks: F16, BF16, the F8s). */

@@ -1,0 +1,194 @@
+/*
+ * The mpi backend's call check: that every member of a communicator makes the same collective
+ * call. Always on, and free: every message of a collective carries a fingerprint of the call's
+ * declaration in its MPI tag (mpi_impl.h), so a message only ever matches a receive of a call
+ * declared the same way, and a mismatched call waits until the deadline instead of taking
+ * another call's data; a timeout then says when a peer has sent a message of another call.
+ * In debug mode (ACCELERATE_DEBUG_MODE) every call first exchanges its whole declaration, so a
+ * mismatch is ACCEL_EINVAL on every member naming both calls, as gloo's envelopes give.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/base.h"
+#include "mpi_impl.h"
+
+accel__mpi_decl accel__mpi_describe(const accel__coll *op, size_t nbytes)
+{
+    accel__mpi_decl d;
+    memset(&d, 0, sizeof(d));
+    if (op == NULL) {
+        d.kind = ACCEL__MPI_CALL_ALLOC;
+        d.count = nbytes;
+        return d;
+    }
+    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
+                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
+    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
+                       op->kind == ACCEL__COLL_GATHER;
+    d.kind = (int32_t)op->kind;
+    if (op->kind != ACCEL__COLL_BARRIER) {
+        d.count = op->count;
+        d.total = op->total;
+        d.dtype = (int32_t)op->dtype;
+        d.op = reducing ? (int32_t)op->op : 0;
+        d.root = rooted ? op->root : 0;
+        d.wire = (int32_t)op->wire;
+    }
+    return d;
+}
+
+accel_status accel__mpi_check_setup(accel__mpi *m)
+{
+    int *ub = NULL, found = 0;
+    /* Asked of MPI_COMM_WORLD: the bound is the implementation's, the same on every
+     * communicator, and Open MPI attaches it to the world and its copies but not to
+     * MPI_Comm_split's communicators. */
+    accel__mpi_lock();
+    int rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &found);
+    accel__mpi_unlock();
+    /* The standard promises tags up to 32767 at least (Open MPI: 2^31 - 1). */
+    long long top = rc == MPI_SUCCESS && found && ub != NULL ? *ub : 32767;
+    m->tag_bits = 0;
+    while (m->tag_bits < 31 && ((1ll << (m->tag_bits + 1)) - 1) <= top) {
+        m->tag_bits++;
+    }
+    if (m->tag_bits < ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS + 8) {
+        return accel__seterr(NULL, ACCEL_EUNSUPPORTED,
+                             "mpi: MPI_TAG_UB is %lld, below the 32767 the MPI standard promises",
+                             top);
+    }
+    m->decls = accel__calloc((size_t)m->n_ranks, sizeof(*m->decls));
+    return m->decls != NULL ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
+}
+
+/* splitmix64's finaliser: every input bit moves about half the output bits. */
+static uint64_t mix(uint64_t h)
+{
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
+{
+    const accel__mpi_decl d = accel__mpi_describe(op, 0);
+    const int low = ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS, bits = m->tag_bits - low;
+    const uint64_t mask = ((uint64_t)1 << bits) - 1;
+    const uint64_t small = (uint64_t)(uint8_t)d.dtype | (uint64_t)(uint8_t)d.op << 8 |
+                           (uint64_t)(uint8_t)d.wire << 16 | (uint64_t)(uint32_t)d.root << 24;
+    /* A hash of everything but the count's low `bits` bits, plus those bits: two calls that
+     * differ only there (the commonest slip, another tensor's size; with Open MPI's 25 bits,
+     * any two counts below 2^25 elements) never share a fingerprint, and any other difference
+     * shares one with probability 2^-bits. */
+    const uint64_t h = mix(small ^ mix((d.count >> bits) ^ mix(d.total + 0x9e3779b97f4a7c15ull)));
+    const uint64_t fp = ((h >> (64 - bits)) + d.count) & mask;
+    /* The kind stays readable for the timeout's hint; calls of different kinds never share a
+     * tag, whatever the hash. */
+    m->call_tag = (int)(fp << low | (uint64_t)d.kind << ACCEL__MPI_MSG_BITS);
+}
+
+static void decl_str(const accel__mpi_decl *d, int n_ranks, char *buf, size_t nbytes)
+{
+    if (d->kind == ACCEL__MPI_CALL_ALLOC) {
+        snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
+        return;
+    }
+    accel__coll c = {.kind = (accel__coll_kind)d->kind,
+                     .count = d->count,
+                     .total = d->total,
+                     .dtype = (accel_dtype)d->dtype,
+                     .op = (accel_reduce_op)d->op,
+                     .root = d->root,
+                     .wire = (accel_dtype)d->wire};
+    accel__coll_str(&c, n_ranks, buf, nbytes);
+}
+
+accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
+{
+    const int n = m->n_ranks, me = m->rank;
+    m->decls[me] = *d;
+    /* One round: every declaration to every member (tag 0 whatever the call: the point is to
+     * meet when the calls differ). Messages between two members keep their order, so the k-th
+     * declaration received from a peer is its k-th call's. */
+    int k = 0, rc = MPI_SUCCESS;
+    accel__mpi_lock();
+    for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
+        const int q = (me + n - i) % n;
+        m->req_peer[k] = q;
+        rc = MPI_Irecv(&m->decls[q], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE, m->comm,
+                       &m->reqs[k++]);
+    }
+    for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
+        const int q = (me + i) % n;
+        m->req_peer[k] = -1;
+        rc = MPI_Isend(&m->decls[me], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE, m->comm,
+                       &m->reqs[k++]);
+    }
+    accel__mpi_unlock();
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "declaration exchange");
+    ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "declaration exchange") : st);
+    /* Every member holds the same table: each names the same two calls. */
+    for (int q = 1; q < n; q++) {
+        if (memcmp(&m->decls[q], &m->decls[0], sizeof(*d)) == 0) {
+            continue;
+        }
+        char a[160], b[160];
+        decl_str(&m->decls[0], n, a, sizeof(a));
+        decl_str(&m->decls[q], n, b, sizeof(b));
+        if (m->decls[0].kind == ACCEL__MPI_CALL_ALLOC &&
+            m->decls[q].kind == ACCEL__MPI_CALL_ALLOC) {
+            /* Nothing moved and every member saw it: the communicator stays usable. */
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "mpi: accel_alloc_shared: process 0 asked for %llu bytes, "
+                                 "process %d for %llu (every process must pass the same size)",
+                                 (unsigned long long)m->decls[0].count, q,
+                                 (unsigned long long)m->decls[q].count);
+        }
+        m->broken = ACCEL_EINVAL;
+        snprintf(m->broken_msg, sizeof(m->broken_msg),
+                 "mpi: collective mismatch: process 0 called %s, process %d called %s (every "
+                 "process must make the same collective calls in the same order)",
+                 a, q, b);
+        return accel__seterr(NULL, ACCEL_EINVAL, "%s", m->broken_msg);
+    }
+    return ACCEL_OK;
+}
+
+void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes)
+{
+    const int msg_mask = (1 << ACCEL__MPI_MSG_BITS) - 1,
+              kind_mask = (1 << ACCEL__MPI_KIND_BITS) - 1;
+    buf[0] = '\0';
+    for (int i = 1; i < m->n_ranks; i++) {
+        const int q = (m->rank + i) % m->n_ranks;
+        int flag = 0;
+        MPI_Status s;
+        /* The first message from q that no receive took: this call's own would have matched
+         * one (every receive of a step is posted before its wait). */
+        if (MPI_Iprobe(q, MPI_ANY_TAG, m->comm, &flag, &s) != MPI_SUCCESS || !flag) {
+            continue;
+        }
+        const int tag = s.MPI_TAG, kind = tag >> ACCEL__MPI_MSG_BITS & kind_mask;
+        char other[128];
+        if ((tag & msg_mask) == ACCEL__MPI_MSG_DECLARE) {
+            snprintf(other, sizeof(other), "%s",
+                     m->debug ? "its next call's declaration"
+                              : "a declaration: debug mode is on there, not here");
+        } else if ((tag & ~msg_mask) == m->call_tag) {
+            continue; /* this call's: not yet received, not foreign */
+        } else if (kind != (m->call_tag >> ACCEL__MPI_MSG_BITS & kind_mask)) {
+            snprintf(other, sizeof(other), "%s", accel__coll_name((accel__coll_kind)kind));
+        } else {
+            snprintf(other, sizeof(other), "%s with another count, dtype, op, root or wire",
+                     accel__coll_name((accel__coll_kind)kind));
+        }
+        /* A hint, not proof: a peer that finished this call may have sent its next one's. */
+        snprintf(buf, nbytes,
+                 "; process %d sent a message of another call (%s): it is at another "
+                 "collective (a mismatch: ACCELERATE_DEBUG_MODE=1 names both calls) or already "
+                 "past this one",
+                 q, other);
+        return;
+    }
+}

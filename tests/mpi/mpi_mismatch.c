@@ -1,0 +1,197 @@
+/*
+ * Helper for tests/comm/test_mpi.sh: mismatched collectives on the mpi backend without debug
+ * mode (run with a short ACCEL_TIMEOUT). The last process calls another collective, or the same
+ * with another count, dtype, op or root, than the others (small and large messages, the
+ * pipelined path, gather and barrier, count 0 against count 3). The house rule: never a silent
+ * wrong answer. So in every case no process may return ACCEL_OK with a result other than its
+ * own call's (its buffers are poisoned first), and at least one process must fail, with
+ * ACCEL_ETIMEDOUT or ACCEL_EPEER (a peer's notice), within the deadline. On 2 processes, the one
+ * whose deadline passes first in "allreduce / barrier" is told that its peer sent a message of
+ * another call (on 3 the first may be one that the barrier's first round sends nothing to).
+ * Each case runs on a fresh accel; the program's own MPI_Allreduce on MPI_COMM_WORLD gathers
+ * the outcomes, and process 0 prints one line per case and "mpi_mismatch: ok" when all held.
+ * (Debug mode's check, ACCEL_EINVAL naming both calls, is tests/dist/test_coll_mismatch.)
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "accel/accel.h"
+
+#define BIG (1 << 20) /* elements: 4 MiB of f32, the pipelined path */
+
+enum {
+    C_COUNT,
+    C_COUNT_BIG,
+    C_DTYPE,
+    C_OP,
+    C_ROOT,
+    C_BARRIER,
+    C_RS_AG,
+    C_GATHER0,
+    C_GATHER,
+    N_CASES
+};
+static const char *const names[N_CASES] = {
+    "allreduce count 1000 / 999", "allreduce count 2^20 / 2^20 - 1",
+    "allreduce f32 / i32",        "allreduce sum / max",
+    "broadcast root 0 / root 1",  "allreduce / barrier",
+    "reduce_scatter / allgather", "gather count 0 / 3",
+    "gather count 5 / 3",
+};
+
+static int R, N, L;
+static float *a, *b;
+
+/* Runs case c's call as this process makes it; *right: its output is its own call's. */
+static accel_status run_case(accel *acc, int c, int *right)
+{
+    const int last = R == L;
+    const float sum = (float)(N * (N + 1) / 2);
+    accel_status st = ACCEL_OK;
+    for (size_t i = 0; i < (size_t)BIG * 4; i++) {
+        a[i] = (float)(R + 1);
+        b[i] = -7.0f; /* poison: a result never written reads as wrong */
+    }
+    *right = 1;
+    switch (c) {
+    case C_COUNT:
+    case C_COUNT_BIG: {
+        size_t n = (c == C_COUNT ? 1000 : BIG) - (size_t)last;
+        st = accel_allreduce(acc, a, b, n, ACCEL_F32, ACCEL_SUM, NULL);
+        for (size_t i = 0; i < n; i++) {
+            *right &= b[i] == sum;
+        }
+        break;
+    }
+    case C_DTYPE:
+        if (last) {
+            int32_t *ia = (int32_t *)a, *ib = (int32_t *)b;
+            for (int i = 0; i < 1000; i++) {
+                ia[i] = R + 1;
+            }
+            st = accel_allreduce(acc, a, b, 1000, ACCEL_I32, ACCEL_SUM, NULL);
+            for (int i = 0; i < 1000; i++) {
+                *right &= ib[i] == N * (N + 1) / 2;
+            }
+        } else {
+            st = accel_allreduce(acc, a, b, 1000, ACCEL_F32, ACCEL_SUM, NULL);
+            for (int i = 0; i < 1000; i++) {
+                *right &= b[i] == sum;
+            }
+        }
+        break;
+    case C_OP:
+        st = accel_allreduce(acc, a, b, 1000, ACCEL_F32, last ? ACCEL_MAX : ACCEL_SUM, NULL);
+        for (int i = 0; i < 1000; i++) {
+            *right &= b[i] == (last ? (float)N : sum);
+        }
+        break;
+    case C_ROOT: {
+        const int root = last ? 1 : 0;
+        for (int i = 0; i < 10; i++) {
+            a[i] = (float)(R * 1000 + i);
+        }
+        st = accel_broadcast(acc, a, a, 10, ACCEL_F32, root, NULL);
+        for (int i = 0; i < 10; i++) {
+            *right &= a[i] == (float)(root * 1000 + i);
+        }
+        break;
+    }
+    case C_BARRIER:
+        if (last) {
+            st = accel_barrier(acc, NULL);
+        } else {
+            st = accel_allreduce(acc, a, b, 4, ACCEL_F32, ACCEL_SUM, NULL);
+            for (int i = 0; i < 4; i++) {
+                *right &= b[i] == sum;
+            }
+        }
+        break;
+    case C_RS_AG:
+        if (last) {
+            st = accel_allgather(acc, a, b, 400, ACCEL_F32, NULL);
+            for (int i = 0; i < 400 * N; i++) {
+                *right &= b[i] == (float)(i / 400 + 1);
+            }
+        } else {
+            st = accel_reduce_scatter(acc, a, b, 400, ACCEL_F32, ACCEL_SUM, NULL);
+            for (int i = 0; i < 400; i++) {
+                *right &= b[i] == sum;
+            }
+        }
+        break;
+    case C_GATHER0:
+    case C_GATHER: {
+        const int n = last ? 3 : c == C_GATHER0 ? 0 : 5;
+        st = accel_gather_to(acc, a, b, (size_t)n, ACCEL_F32, 0, NULL);
+        for (int i = 0; R == 0 && i < n * N; i++) {
+            *right &= b[i] == (float)(i / n + 1);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return st;
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0;
+    if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+        fprintf(stderr, "mpi_mismatch: MPI_Init_thread failed\n");
+        return 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    MPI_Comm_size(MPI_COMM_WORLD, &N);
+    L = N - 1;
+    a = malloc((size_t)BIG * 4 * sizeof(float));
+    b = malloc((size_t)BIG * 4 * sizeof(float));
+    int failures = 0;
+    for (int c = 0; c < N_CASES && a != NULL && b != NULL && N >= 2; c++) {
+        accel *acc = NULL;
+        accel_status st = accel_init(&acc, NULL);
+        if (st != ACCEL_OK || strcmp(accel_backend_name(acc), "mpi") != 0) {
+            fprintf(stderr, "mpi_mismatch: rank %d: accel_init: %s (%s)\n", R,
+                    accel_status_name(st), st == ACCEL_OK ? accel_backend_name(acc) : "");
+            return 1;
+        }
+        const double t0 = MPI_Wtime();
+        int right = 0;
+        st = run_case(acc, c, &right);
+        const double took = MPI_Wtime() - t0;
+        const char *msg = st != ACCEL_OK ? accel_last_error(acc) : "";
+        /* [silently wrong, failed, failed with the hint, failed with another status] */
+        int mine[4] = {st == ACCEL_OK && !right, st != ACCEL_OK,
+                       strstr(msg, "sent a message of another call") != NULL,
+                       st != ACCEL_OK && st != ACCEL_ETIMEDOUT && st != ACCEL_EPEER},
+            all[4];
+        printf("mpi_mismatch: %s: rank %d: %s in %.1f s%s%s\n", names[c], R,
+               st == ACCEL_OK ? (right ? "ok, its own call's result" : "ok, WRONG RESULT")
+                              : accel_status_name(st),
+               took, st != ACCEL_OK ? ": " : "", msg);
+        fflush(stdout);
+        accel_free(acc);
+        MPI_Allreduce(mine, all, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        const char *why = all[0] > 0    ? "a process returned a wrong result without an error"
+                          : all[1] == 0 ? "no process failed: the mismatch went unnoticed"
+                          : all[3] > 0  ? "a process failed with neither ETIMEDOUT nor EPEER"
+                          : c == C_BARRIER && N == 2 && all[2] == 0
+                              ? "no process said that its peer sent a message of another call"
+                              : NULL;
+        if (R == 0) {
+            printf("mpi_mismatch: %s: %s\n", names[c], why != NULL ? why : "caught");
+            fflush(stdout);
+        }
+        failures += why != NULL;
+    }
+    free(a);
+    free(b);
+    if (R == 0 && failures == 0 && N >= 2) {
+        printf("mpi_mismatch: ok\n");
+    }
+    MPI_Finalize();
+    return failures != 0;
+}
