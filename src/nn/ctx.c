@@ -435,6 +435,10 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     set_contig_strides(t);
     t->param_index = -1;
     t->device_type = g->device.type;
+    /* Whose and which step's: ops refuse a tensor of another ctx or of an earlier step
+     * (accel__nn_input_ok). Stamped after the allocations, which may have reset g. */
+    t->use_ctx = g;
+    t->use_epoch = g->epoch;
     return t;
 }
 
