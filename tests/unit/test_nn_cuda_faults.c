@@ -562,6 +562,8 @@ static void test_zero_sizes(void)
         {"attention, B 0", OP_ATTN, {1, {3}, {{0, 3, 24}}, 0}},
         {"attention, T 0", OP_ATTN, {1, {3}, {{2, 0, 24}}, 0}},
         {"attention, C 0", OP_ATTN, {1, {3}, {{2, 3, 0}}, 0}},
+        {"attention, head size 64, B 0", OP_ATTN, {1, {3}, {{0, 3, 384}}, 0}},
+        {"attention, head size 64, T 0", OP_ATTN, {1, {3}, {{2, 0, 384}}, 0}},
         {"lce, no rows", OP_LCE, {2, {2, 2}, {{0, 8}, {8, 10}}, 0}},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -569,16 +571,22 @@ static void test_zero_sizes(void)
     for (int i = 0; i < MAX_ELEMS; i++) {
         ones[i] = 1.0f;
     }
-    for (int c = 0; c < n; c++) {
-        const char *name = cases[c].name;
+    /* In fp32 (1e-5), and under bf16 and fp16 autocast (1e-2: the bias rows of a linear
+     * without inputs, rounded), where other kernels run (2-byte copies, tensor cores). */
+    static const int modes[3] = {ACCEL_F32, ACCEL_BF16, ACCEL_F16};
+    for (int c = 0; c < 3 * n; c++) {
+        const char *name = cases[c % n].name;
+        int mode = modes[c / n];
+        double tol = mode == ACCEL_F32 ? 1e-5 : 1e-2;
         nn_tensor *in[2][MAX_T], *out[2];
         for (int d = 0; d < 2; d++) {
             nn_ctx *g = d == 0 ? gcpu : ggpu;
             nn_ctx_reset(g);
-            make_inputs(g, &cases[c].s, in[d]);
-            out[d] = run(g, cases[c].op, in[d], cases[c].s.n_ids);
-            CHECK_MSG(out[d] != NULL, "%s on the %s: %s", name, d ? "GPU" : "CPU",
-                      accel_last_error(NULL));
+            nn_ctx_set_autocast(g, mode);
+            make_inputs(g, &cases[c % n].s, in[d]);
+            out[d] = run(g, cases[c % n].op, in[d], cases[c % n].s.n_ids);
+            CHECK_MSG(out[d] != NULL, "%s on the %s (autocast %d): %s", name, d ? "GPU" : "CPU",
+                      mode, accel_last_error(NULL));
             CHECK(nn_numel(out[d]) <= MAX_ELEMS);
             CHECK_OK(NULL, nn_tensor_to_host(out[d], y[d]));
             CHECK_OK(NULL, nn_backward_grad(out[d], ones, NULL));
@@ -586,9 +594,10 @@ static void test_zero_sizes(void)
         CHECK_MSG(
             out[0]->ndim == out[1]->ndim &&
                 memcmp(out[0]->shape, out[1]->shape, (size_t)out[0]->ndim * sizeof(int64_t)) == 0,
-            "%s: output shapes differ", name);
-        CHECK_MSG(agree(y[1], y[0], nn_numel(out[0]), 1e-5), "%s: outputs differ", name);
-        for (int k = 0; k < cases[c].s.n_in; k++) {
+            "%s (autocast %d): output shapes differ", name, mode);
+        CHECK_MSG(agree(y[1], y[0], nn_numel(out[0]), tol), "%s (autocast %d): outputs differ",
+                  name, mode);
+        for (int k = 0; k < cases[c % n].s.n_in; k++) {
             accel_status st[2];
             for (int d = 0; d < 2; d++) {
                 st[d] = grad_of(in[d][k], gr[d]);
@@ -600,13 +609,16 @@ static void test_zero_sizes(void)
                     memset(gr[d], 0, (size_t)m * sizeof(float));
                 }
             }
-            CHECK_MSG(agree(gr[1], gr[0], m, 1e-5), "%s: input %d's gradients differ (%s / %s)",
-                      name, k, accel_status_name(st[0]), accel_status_name(st[1]));
+            CHECK_MSG(agree(gr[1], gr[0], m, tol),
+                      "%s (autocast %d): input %d's gradients differ (%s / %s)", name, mode, k,
+                      accel_status_name(st[0]), accel_status_name(st[1]));
         }
     }
-    nn_ctx_reset(gcpu);
-    nn_ctx_reset(ggpu);
-    printf("  zero-sized dims: %d cases, the CPU's outputs and gradients\n", n);
+    for (int d = 0; d < 2; d++) {
+        nn_ctx_set_autocast(d ? ggpu : gcpu, ACCEL_F32);
+        nn_ctx_reset(d ? ggpu : gcpu);
+    }
+    printf("  zero-sized dims: %d cases x fp32, bf16, fp16: the CPU's outputs and gradients\n", n);
 }
 
 /* ---- what the kernels do not take ---- */
