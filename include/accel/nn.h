@@ -223,12 +223,14 @@ ACCEL_API int nn_is_contiguous(const nn_tensor *t);
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
 /* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. NaN,
- * with accel_last_error(NULL) set, for NULL or a tensor that is not one element. */
+ * with accel_last_error(NULL) set, for NULL, a tensor that is not one element, or one from
+ * before its ctx's reset (best effort, as for ops). */
 ACCEL_API float nn_item(const nn_tensor *t);
 
 /* Copies t's values (numel floats, t contiguous) / its gradient (NULL gradient: ACCEL_ESTATE)
  * to host memory dst, from whichever device holds them; waits for the GPU's pending work.
- * ACCEL_EINVAL on NULL arguments or a non-contiguous t. */
+ * ACCEL_EINVAL on NULL arguments or a non-contiguous t; ACCEL_ESTATE for a t from before its
+ * ctx's reset (best effort, as for ops). */
 ACCEL_API accel_status nn_tensor_to_host(const nn_tensor *t, float *dst);
 ACCEL_API accel_status nn_tensor_grad_to_host(const nn_tensor *t, float *dst);
 

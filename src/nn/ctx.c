@@ -538,6 +538,12 @@ float nn_item(const nn_tensor *t)
                       t == NULL ? "tensor is NULL" : "tensor has no fp32 values");
         return NAN;
     }
+    if (nn__stale(t)) {
+        accel__seterr(NULL, ACCEL_ESTATE,
+                      "nn_item: the tensor is from before nn_ctx_reset (stale: its memory is "
+                      "reused)");
+        return NAN;
+    }
     if (nn_numel(t) != 1) {
         char b[64];
         accel__seterr(NULL, ACCEL_EINVAL, "nn_item: tensor %s has %lld elements, not 1",

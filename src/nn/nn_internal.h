@@ -334,6 +334,16 @@ int accel__nn_grad_own(nn_ctx *g, nn_tensor *t);
  * Best effort for a stale tensor: its struct is arena memory that later tensors may
  * overwrite. */
 int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x);
+/* 1 when t (not NULL, not a parameter or a view of one) is from before its ctx's last reset:
+ * its memory may hold other tensors now (the same best-effort stamp check). Reads of values
+ * (nn_item, nn_tensor_to_host) refuse it; after backward the step's tensors stay readable
+ * until the reset. */
+static inline int nn__stale(const nn_tensor *t)
+{
+    const nn_tensor *o = t->base ? t->base : t;
+    const nn_ctx *g = (const nn_ctx *)o->use_ctx;
+    return o->param_index < 0 && g != NULL && o->use_epoch != g->epoch;
+}
 /* Input k of op: made present and checked (accel__nn_input_ok); x if contiguous, else a
  * recorded copy. NULL for NULL (the error is the op's that made it) or after failing g. */
 nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x, const char *op, int k);

@@ -8,7 +8,7 @@
  *    given to the CPU ctx, from a second GPU ctx, from before nn_ctx_reset, a parameter
  *    declared but not bound (the same message on both devices), NULL (NULL back, the earlier
  *    message kept; an optional input may be NULL); a NULL ctx; an input from a step whose
- *    backward ran;
+ *    backward ran; nn_item and the copies to the host of a tensor from before the reset;
  *  - shapes that do not match, bad ids, targets and options, element counts that overflow
  *    int64: the same status and message as the CPU op;
  *  - zero-sized dims: the same result as the CPU (shape, values, and input gradients after a
@@ -242,6 +242,30 @@ static void test_inputs(void)
     nn_ctx_free(g2);
     printf("  inputs: %d ops x each input (wrong ctx or step, unbound, NULL): %d cases ok\n", N_OPS,
            n_cases);
+}
+
+/* Values read from a GPU tensor of an earlier step: refused before any copy (the device memory
+ * holds this step's tensors); a loss stays readable after backward until the reset. */
+static void test_stale_reads(void)
+{
+    nn_ctx_reset(ggpu);
+    for (int i = 0; i < 16; i++) { /* padding, as in test_inputs */
+        make(ggpu, 1, (int64_t[]){1});
+    }
+    nn_tensor *x = make(ggpu, 2, (int64_t[]){4, 8});
+    nn_tensor *loss = nn_cross_entropy(ggpu, x, tgt, NULL);
+    CHECK_OK(NULL, nn_backward(loss, 1.0f, NULL));
+    float v[32];
+    CHECK(!isnan(nn_item(loss)) && nn_tensor_grad_to_host(x, v) == ACCEL_OK);
+    nn_ctx_reset(ggpu);
+    make(ggpu, 2, (int64_t[]){4, 8});
+    CHECK(isnan(nn_item(loss)) && accel_last_status(NULL) == ACCEL_ESTATE);
+    CHECK_ERR(NULL, nn_tensor_to_host(x, v), ACCEL_ESTATE,
+              "nn_tensor_to_host: the tensor is from before nn_ctx_reset (stale: its memory is "
+              "reused)");
+    CHECK(nn_tensor_grad_to_host(x, v) == ACCEL_ESTATE);
+    nn_ctx_reset(ggpu);
+    printf("  values of an earlier step's GPU tensors: refused\n");
 }
 
 /* ---- bad shapes and arguments: the CPU op's status and message ---- */
@@ -669,6 +693,7 @@ int main(void)
         tgt[i] = (int32_t)((i * 5 + 1) % 8);
     }
     test_inputs();
+    test_stale_reads();
     test_bad_args();
     test_zero_sizes();
     test_kernel_limits();

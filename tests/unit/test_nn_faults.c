@@ -170,6 +170,11 @@ static void test_stale_foreign_leaves(void)
                                            "(stale)"); /* p 0 returned y itself */
     CHECK_NULL_ERR(nn_reshape(g, y, 1, (int64_t[]){6}),
                    "nn_reshape: input 0 is from before nn_ctx_reset (stale)");
+    /* Reading its values: memory the arena reuses. */
+    float back[6];
+    CHECK_ERR(NULL, nn_tensor_to_host(y, back), ACCEL_ESTATE,
+              "nn_tensor_to_host: the tensor is from before nn_ctx_reset (stale: its memory is "
+              "reused)");
     /* After backward the next allocation resets the ctx: the step's tensors are done. */
     nn_ctx_reset(g);
     x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, s23), 1);
@@ -186,6 +191,11 @@ static void test_stale_foreign_leaves(void)
               "result: it has no tape");
     nn_tensor *loss = nn_sum_all(g, nn_tanh(g, x));
     CHECK_OK(NULL, nn_backward(loss, 1.0f, NULL));
+    CHECK(!isnan(nn_item(loss))); /* readable after backward, until the reset */
+    nn_ctx_reset(g);
+    CHECK(isnan(nn_item(loss)));
+    CHECK(strcmp(accel_last_error(NULL), "nn_item: the tensor is from before nn_ctx_reset "
+                                         "(stale: its memory is reused)") == 0);
     nn_ctx_free(h);
     nn_ctx_free(g);
 }
