@@ -13,7 +13,11 @@
  *
  * Errors. Ops return NULL on failure and set accel_last_error(NULL) (and the ctx's first
  * error); an op given a NULL input returns NULL without a new message, so a forward chain can
- * be checked once at the end. Calls returning accel_status follow the library rules.
+ * be checked once at the end. An op refuses, naming itself and its input k (counted from 0 in
+ * the order of its tensor arguments), a tensor of another ctx (ACCEL_EINVAL), one from before
+ * the ctx's reset or from a step whose backward ran (ACCEL_ESTATE; best effort: it reads the
+ * tensor's struct, which later tensors may have overwritten) and a parameter whose set is not
+ * bound (ACCEL_ESTATE). Calls returning accel_status follow the library rules.
  *
  * Threads: an nn_ctx, an nn_params set and the layers built on it belong to one thread at a
  * time; kernels use OpenMP internally when built with it.
@@ -219,12 +223,14 @@ ACCEL_API int nn_is_contiguous(const nn_tensor *t);
 ACCEL_API float *nn_tensor_grad(const nn_tensor *t);
 
 /* The scalar value of a one-element tensor (the loss); waits for a GPU tensor's value. NaN,
- * with accel_last_error(NULL) set, for NULL or a tensor that is not one element. */
+ * with accel_last_error(NULL) set, for NULL, a tensor that is not one element, or one from
+ * before its ctx's reset (best effort, as for ops). */
 ACCEL_API float nn_item(const nn_tensor *t);
 
 /* Copies t's values (numel floats, t contiguous) / its gradient (NULL gradient: ACCEL_ESTATE)
  * to host memory dst, from whichever device holds them; waits for the GPU's pending work.
- * ACCEL_EINVAL on NULL arguments or a non-contiguous t. */
+ * ACCEL_EINVAL on NULL arguments or a non-contiguous t; ACCEL_ESTATE for a t from before its
+ * ctx's reset (best effort, as for ops). */
 ACCEL_API accel_status nn_tensor_to_host(const nn_tensor *t, float *dst);
 ACCEL_API accel_status nn_tensor_grad_to_host(const nn_tensor *t, float *dst);
 
@@ -243,8 +249,9 @@ typedef struct nn_backward_hooks {
  * element), accumulates (+=) into parameter gradients and into leaf gradients, calls
  * hooks->grad_ready (hooks may be NULL) per parameter used, and marks the ctx so that its next
  * allocation resets it. Parameters not used in the step get no callback. Returns ACCEL_OK,
- * ACCEL_EINVAL (NULL loss, with the ctx's first forward error in the message; not a scalar),
- * ACCEL_ESTATE (backward already ran on this tape), or a hook's status.
+ * ACCEL_EINVAL (NULL loss, with the ctx's first forward error in the message; not a scalar;
+ * a leaf or a view, not an op result), ACCEL_ESTATE (backward already ran on this tape; a
+ * loss from before the ctx's reset), or a hook's status.
  */
 ACCEL_API accel_status nn_backward(nn_tensor *loss, float seed, const nn_backward_hooks *hooks);
 

@@ -435,6 +435,10 @@ static nn_tensor *new_tensor(nn_ctx *g, int ndim, const int64_t *shape, int zero
     set_contig_strides(t);
     t->param_index = -1;
     t->device_type = g->device.type;
+    /* Whose and which step's: ops refuse a tensor of another ctx or of an earlier step
+     * (accel__nn_input_ok). Stamped after the allocations, which may have reset g. */
+    t->use_ctx = g;
+    t->use_epoch = g->epoch;
     return t;
 }
 
@@ -532,6 +536,12 @@ float nn_item(const nn_tensor *t)
     if (t == NULL || t->data == NULL) {
         accel__seterr(NULL, ACCEL_EINVAL, "nn_item: %s",
                       t == NULL ? "tensor is NULL" : "tensor has no fp32 values");
+        return NAN;
+    }
+    if (nn__stale(t)) {
+        accel__seterr(NULL, ACCEL_ESTATE,
+                      "nn_item: the tensor is from before nn_ctx_reset (stale: its memory is "
+                      "reused)");
         return NAN;
     }
     if (nn_numel(t) != 1) {

@@ -96,6 +96,12 @@ static accel_status copy_out(const nn_tensor *t, const float *src, float *dst, c
     if (!nn_is_contiguous(t)) {
         return accel__seterr(NULL, ACCEL_EINVAL, "%s: the tensor is not contiguous", fn);
     }
+    if (nn__stale(t)) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "%s: the tensor is from before nn_ctx_reset (stale: its memory is "
+                             "reused)",
+                             fn);
+    }
     if (src == NULL) {
         return accel__seterr(NULL, ACCEL_ESTATE, "%s: the tensor has no gradient", fn);
     }

@@ -326,8 +326,27 @@ float *accel__nn_grad_w(nn_ctx *g, nn_tensor *t, int *fresh);
 int accel__nn_grad_borrow(nn_ctx *g, nn_tensor *t, float *src);
 float *accel__nn_grad_take(nn_ctx *g, nn_tensor *t, int *fresh, const float **base);
 int accel__nn_grad_own(nn_ctx *g, nn_tensor *t);
-/* x if contiguous, else a recorded copy. */
-nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x);
+/* 1 when x (not NULL) may be input k of op on g; else 0 after failing g, naming op, input k
+ * and the culprit: g NULL, a parameter not bound (ACCEL_ESTATE), a tensor of another ctx
+ * (ACCEL_EINVAL), or one from before a reset or from a step whose backward ran (ACCEL_ESTATE:
+ * its memory is, or is about to be, reused). Compares only (the stamps new_tensor and
+ * new_view write); shared by the CPU ops (accel__nn_contig) and the GPU ops' input checks.
+ * Best effort for a stale tensor: its struct is arena memory that later tensors may
+ * overwrite. */
+int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x);
+/* 1 when t (not NULL, not a parameter or a view of one) is from before its ctx's last reset:
+ * its memory may hold other tensors now (the same best-effort stamp check). Reads of values
+ * (nn_item, nn_tensor_to_host) refuse it; after backward the step's tensors stay readable
+ * until the reset. */
+static inline int nn__stale(const nn_tensor *t)
+{
+    const nn_tensor *o = t->base ? t->base : t;
+    const nn_ctx *g = (const nn_ctx *)o->use_ctx;
+    return o->param_index < 0 && g != NULL && o->use_epoch != g->epoch;
+}
+/* Input k of op: made present and checked (accel__nn_input_ok); x if contiguous, else a
+ * recorded copy. NULL for NULL (the error is the op's that made it) or after failing g. */
+nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x, const char *op, int k);
 /* Canonical dim in [0, ndim) or -1. */
 int accel__nn_dim(const nn_tensor *x, int dim);
 /* Formats a shape as "[2, 3]" into buf. */

@@ -13,6 +13,8 @@
 
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV };
 static const char *const binop_names[] = {"add", "sub", "mul", "div"};
+/* The public names, for messages. */
+static const char *const binop_ops[] = {"nn_add", "nn_sub", "nn_mul", "nn_div"};
 
 /* A operand's row stride: inner when it is the big one, 0 when broadcast. */
 typedef struct bshape {
@@ -152,8 +154,8 @@ static nn_tensor *binop_impl(nn_ctx *g, int op, nn_tensor *a, nn_tensor *b)
     if (a == NULL || b == NULL) {
         return NULL;
     }
-    a = accel__nn_contig(g, a);
-    b = accel__nn_contig(g, b);
+    a = accel__nn_contig(g, a, binop_ops[op], 0);
+    b = a != NULL ? accel__nn_contig(g, b, binop_ops[op], 1) : NULL; /* a's message stands */
     if (a == NULL || b == NULL) {
         return NULL;
     }
@@ -236,6 +238,8 @@ nn_tensor *nn_div(nn_ctx *g, nn_tensor *a, nn_tensor *b)
 /* ---- unary ---- */
 
 static const char *const unary_names[] = {"scale", "relu", "gelu", "gelu_tanh", "tanh", "sigmoid"};
+static const char *const unary_ops[] = {"nn_scale", "nn_relu", "nn_gelu",
+                                        "nn_gelu",  "nn_tanh", "nn_sigmoid"};
 
 #define NN_SQRT_2_OVER_PI 0.7978845608028654f
 #define NN_GELU_C 0.044715f
@@ -369,7 +373,7 @@ static nn_tensor *unary_impl(nn_ctx *g, int op, nn_tensor *x, float s)
     if (x == NULL) {
         return NULL;
     }
-    x = accel__nn_contig(g, x);
+    x = accel__nn_contig(g, x, unary_ops[op], 0);
     nn_tensor *y = x ? accel__nn_new(g, x->ndim, x->shape) : NULL;
     if (y == NULL) {
         return NULL;
@@ -456,7 +460,7 @@ static nn_tensor *reduce_impl(nn_ctx *g, nn_tensor *x, int dim, int keepdim, int
     if (x == NULL) {
         return NULL;
     }
-    x = accel__nn_contig(g, x);
+    x = accel__nn_contig(g, x, all ? "nn_sum_all" : mean ? "nn_mean" : "nn_sum", 0);
     if (x == NULL) {
         return NULL;
     }
@@ -571,6 +575,9 @@ nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p)
     if (nn__use_gpu(g, x, NULL, NULL)) {
         return accel__nn_gpu->dropout(g, x, p);
     }
+    if (g == NULL) {
+        return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_dropout");
+    }
     if (x == NULL) {
         return NULL;
     }
@@ -578,10 +585,14 @@ nn_tensor *nn_dropout(nn_ctx *g, nn_tensor *x, float p)
     if (!(p >= 0.0f && p < 1.0f)) {
         return accel__nn_fail(g, ACCEL_EINVAL, "nn_dropout: p = %g not in [0, 1)", (double)p);
     }
+    /* Checked before the identity returns x: a stale x must not pass through. */
+    if (!accel__nn_input_ok(g, "nn_dropout", 0, x)) {
+        return NULL;
+    }
     if (!g->training || p == 0.0f) {
         return x;
     }
-    x = accel__nn_contig(g, x);
+    x = accel__nn_contig(g, x, "nn_dropout", 0);
     nn_tensor *y = x ? accel__nn_new(g, x->ndim, x->shape) : NULL;
     if (y == NULL) {
         return NULL;
@@ -625,8 +636,8 @@ static nn_tensor *mse_impl(nn_ctx *g, nn_tensor *input, nn_tensor *target, nn_re
     if (input == NULL || target == NULL) {
         return NULL;
     }
-    input = accel__nn_contig(g, input);
-    target = accel__nn_contig(g, target);
+    input = accel__nn_contig(g, input, "nn_mse_loss", 0);
+    target = input != NULL ? accel__nn_contig(g, target, "nn_mse_loss", 1) : NULL;
     if (input == NULL || target == NULL) {
         return NULL;
     }

@@ -189,8 +189,8 @@ static nn_tensor *lce_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, const int32_t 
     if (x == NULL || w == NULL) {
         return NULL;
     }
-    x = accel__nn_contig(g, x);
-    w = accel__nn_contig(g, w);
+    x = accel__nn_contig(g, x, "nn_linear_cross_entropy", 0);
+    w = x != NULL ? accel__nn_contig(g, w, "nn_linear_cross_entropy", 1) : NULL;
     if (x == NULL || w == NULL) {
         return NULL;
     }

@@ -178,9 +178,10 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
         return NULL;
     }
     nn_tensor *bias_in = bias;
-    x = accel__nn_contig(g, x);
-    w = accel__nn_contig(g, w);
-    bias = bias ? accel__nn_contig(g, bias) : NULL;
+    x = accel__nn_contig(g, x, "nn_linear", 0);
+    /* The first refusal's message stands: the later inputs are not checked after it. */
+    w = x != NULL ? accel__nn_contig(g, w, "nn_linear", 1) : NULL;
+    bias = bias != NULL && w != NULL ? accel__nn_contig(g, bias, "nn_linear", 2) : NULL;
     if (x == NULL || w == NULL || (bias_in != NULL && bias == NULL)) {
         return NULL;
     }
@@ -188,6 +189,11 @@ static nn_tensor *linear_impl(nn_ctx *g, nn_tensor *x, nn_tensor *w, nn_tensor *
     nn_tensor *y = accel__nn_linear_out(g, x, w, bias, layout, 0, &in, &out, &M);
     if (y == NULL) {
         return NULL;
+    }
+    if (in == 0) {
+        /* No input features: y is the bias (or zeros) in every row, as on a GPU; M = 0 here
+         * left y unwritten. (sgemm with K = 0 writes beta C.) */
+        M = out ? nn_numel(y) / out : 0;
     }
     int in_out = layout == NN_LAYOUT_IN_OUT;
     accel_dtype dt = nn__autocast(g);
@@ -263,8 +269,16 @@ nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tens
         return accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", "nn_linear_gelu_linear");
     }
     /* cuBLASLt's GELU epilogues are the tanh form: the erf form takes the three ops. */
-    if (approximate && nn__use_gpu(g, x, w1, w2)) {
+    if (approximate && (nn__use_gpu(g, x, w1, w2) || nn__on_gpu(b1) || nn__on_gpu(b2))) {
         return accel__nn_gpu->linear_gelu_linear(g, x, w1, b1, w2, b2, layout);
+    }
+    /* Checked as this op's inputs (the three ops would name themselves and number w2, b2 as
+     * their inputs 1, 2). */
+    nn_tensor *const in[5] = {x, w1, b1, w2, b2};
+    for (int k = 0; k < 5; k++) {
+        if (in[k] != NULL && !accel__nn_input_ok(g, "nn_linear_gelu_linear", k, in[k])) {
+            return NULL;
+        }
     }
     nn_tensor *h = nn_gelu(g, nn_linear(g, x, w1, b1, layout), approximate);
     return nn_linear(g, h, w2, b2, layout);
@@ -318,8 +332,8 @@ static nn_tensor *matmul_impl(nn_ctx *g, nn_tensor *a, nn_tensor *b)
     if (a == NULL || b == NULL) {
         return NULL;
     }
-    a = accel__nn_contig(g, a);
-    b = accel__nn_contig(g, b);
+    a = accel__nn_contig(g, a, "nn_matmul", 0);
+    b = a != NULL ? accel__nn_contig(g, b, "nn_matmul", 1) : NULL;
     if (a == NULL || b == NULL) {
         return NULL;
     }
@@ -622,7 +636,7 @@ static nn_tensor *attention_impl(nn_ctx *g, nn_tensor *qkv, int n_head, float at
         return NULL;
     }
     uint64_t op_index = g->op_counter++;
-    qkv = accel__nn_contig(g, qkv);
+    qkv = accel__nn_contig(g, qkv, "nn_causal_attention", 0);
     if (qkv == NULL) {
         return NULL;
     }

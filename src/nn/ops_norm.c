@@ -42,7 +42,7 @@ static nn_tensor *softmax_run(nn_ctx *g, nn_tensor *x, int dim, int log)
     if (x == NULL) {
         return NULL;
     }
-    x = accel__nn_contig(g, x);
+    x = accel__nn_contig(g, x, log ? "nn_log_softmax" : "nn_softmax", 0);
     if (x == NULL) {
         return NULL;
     }
@@ -275,7 +275,7 @@ static nn_tensor *cross_entropy_impl(nn_ctx *g, nn_tensor *logits, const int32_t
         accel__nn_ce_args(g, logits, targets, opts, &o, &rows, &count) != ACCEL_OK) {
         return NULL;
     }
-    logits = accel__nn_contig(g, logits);
+    logits = accel__nn_contig(g, logits, "nn_cross_entropy", 0);
     if (logits == NULL) {
         return NULL;
     }
@@ -445,11 +445,18 @@ static nn_tensor *layernorm_impl(nn_ctx *g, nn_tensor *x, nn_tensor *weight, nn_
     if (x == NULL) {
         return NULL;
     }
-    x = accel__nn_contig(g, x);
-    weight = weight ? accel__nn_contig(g, weight) : NULL;
-    bias = bias ? accel__nn_contig(g, bias) : NULL;
-    if (x == NULL || x->ndim < 1) {
-        return x ? accel__nn_fail(g, ACCEL_EINVAL, "nn_layernorm: input must be >= 1-D") : NULL;
+    /* A weight or bias refused must fail the op, not run it as if it had none; the first
+     * refusal's message stands. */
+    nn_tensor *weight_in = weight, *bias_in = bias;
+    x = accel__nn_contig(g, x, "nn_layernorm", 0);
+    weight = weight && x ? accel__nn_contig(g, weight, "nn_layernorm", 1) : NULL;
+    bias =
+        bias && x && (weight || !weight_in) ? accel__nn_contig(g, bias, "nn_layernorm", 2) : NULL;
+    if (x == NULL || (weight_in != NULL && weight == NULL) || (bias_in != NULL && bias == NULL)) {
+        return NULL;
+    }
+    if (x->ndim < 1) {
+        return accel__nn_fail(g, ACCEL_EINVAL, "nn_layernorm: input must be >= 1-D");
     }
     int64_t C = x->shape[x->ndim - 1], rows = C ? nn_numel(x) / C : 0;
     if ((weight && nn_numel(weight) != C) || (bias && nn_numel(bias) != C)) {
@@ -515,6 +522,14 @@ nn_tensor *nn_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *we
     if (nn__use_gpu(g, x, r, weight) || nn__on_gpu(bias)) {
         return accel__nn_gpu->add_layernorm(g, x, r, weight, bias, eps, sum, 0);
     }
+    /* Checked as this op's inputs (the two ops would name themselves and number weight, bias
+     * as nn_layernorm's inputs 1, 2). */
+    nn_tensor *const in[4] = {x, r, weight, bias};
+    for (int k = 0; k < 4; k++) {
+        if (in[k] != NULL && !accel__nn_input_ok(g, "nn_add_layernorm", k, in[k])) {
+            return NULL;
+        }
+    }
     nn_tensor *s = nn_add(g, x, r);
     nn_tensor *y = nn_layernorm(g, s, weight, bias, eps);
     if (y != NULL) {
@@ -571,6 +586,13 @@ int accel__nn_embedding_args(nn_ctx *g, const nn_tensor *weight, const int32_t *
     int64_t V = weight->shape[0];
     *rows = 1;
     for (int d = 0; d < ndim; d++) {
+        /* A negative size or a count that wraps would check too few ids (or none). */
+        if (shape[d] < 0 || (shape[d] > 0 && *rows > INT64_MAX / shape[d])) {
+            accel__nn_fail(g, ACCEL_EINVAL, "nn_embedding: id shape dim %d of size %lld %s", d,
+                           (long long)shape[d],
+                           shape[d] < 0 ? "is negative" : "overflows the id count");
+            return 0;
+        }
         *rows *= shape[d];
         oshape[d] = shape[d];
     }
@@ -595,6 +617,10 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
     if (nn__use_gpu(g, weight, NULL, NULL)) {
         return accel__nn_gpu->embedding(g, weight, ids, ndim, shape);
     }
+    /* The input checked first, as on a GPU (and a NULL ctx before the note below reads it). */
+    if (!accel__nn_input_ok(g, "nn_embedding", 0, weight)) {
+        return NULL;
+    }
     if (weight->sink_compute != NULL) {
         accel__nn_autocast_note(g, weight); /* a model's forward usually starts here */
     }
@@ -602,7 +628,7 @@ nn_tensor *nn_embedding(nn_ctx *g, nn_tensor *weight, const int32_t *ids, int nd
     if (!accel__nn_embedding_args(g, weight, ids, ndim, shape, oshape, &rows)) {
         return NULL;
     }
-    weight = accel__nn_contig(g, weight);
+    weight = accel__nn_contig(g, weight, "nn_embedding", 0);
     if (weight == NULL) {
         return NULL;
     }

@@ -49,8 +49,11 @@ nn_node *accel__nn_record(nn_ctx *g, const char *op, nn_tensor *out, nn_tensor *
     g->tape = n;
     g->n_nodes++;
     out->requires_grad = 1;
-    out->use_ctx = g; /* lets nn_backward find the tape from its output */
-    out->use_epoch = g->epoch; /* and tell an output from before a reset */
+    /* new_tensor stamped out with g and its epoch already, which lets nn_backward find the
+     * tape from its output and tell an output from before a reset; an output made by hand
+     * (recompute.c) is stamped here too. */
+    out->use_ctx = g;
+    out->use_epoch = g->epoch;
     return n;
 }
 
@@ -234,6 +237,17 @@ static accel_status backward_common(nn_tensor *out, const float *grad_out, float
         return accel__seterr(NULL, ACCEL_ESTATE,
                              "nn_backward: the output is from before the ctx was reset (its tape "
                              "is gone; run the forward again)");
+    }
+    /* Every tensor of g carries its stamp, leaves too: an output is an op result when a node
+     * of the tape made it (one walk of the host-side tape, once a backward). */
+    const nn_node *made = g->tape;
+    while (made != NULL && made->out != out) {
+        made = made->prev;
+    }
+    if (made == NULL && !g->backward_done) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "nn_backward: the output is a leaf (nn_tensor_new / nn_tensor_from), "
+                             "not an op result: it has no tape");
     }
     if (g->backward_done) {
         return accel__seterr(NULL, ACCEL_ESTATE,

@@ -25,7 +25,9 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     v->grad_shadow_reserved = NULL;
     v->grad_borrowed = 0;
     v->param_index = -1;
-    v->use_ctx = NULL;
+    /* Stamped as any tensor of g (the checks read the owner's stamp). */
+    v->use_ctx = g;
+    v->use_epoch = g->epoch;
     v->next_ready = NULL;
     return v;
 }
@@ -68,36 +70,71 @@ accel_status accel__nn_param_use(const nn_tensor *x)
     return owner->sink_materialize(owner->sink_ctx, owner->param_index);
 }
 
-nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
+int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x)
+{
+    if (g == NULL) {
+        accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", op);
+        return 0;
+    }
+    const nn_tensor *owner = x->base ? x->base : x;
+    if (owner->param_index >= 0) {
+        /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
+        if (owner->data == NULL && owner->shadow == NULL) {
+            accel__nn_fail(g, ACCEL_ESTATE,
+                           "%s: input %d is parameter %d, which has no data (bind its nn_params "
+                           "set before use)",
+                           op, k, owner->param_index);
+            return 0;
+        }
+        return 1;
+    }
+    /* Every other tensor is carved from a ctx's arena and stamped with that ctx and its epoch
+     * (new_tensor, new_view). One from another ctx, or from before a reset, may sit in memory
+     * that now holds other tensors; after backward the next allocation resets the ctx, so the
+     * step's tensors are about to be overwritten too. */
+    if (owner->use_ctx != g) {
+        int on_gpu = nn__on_gpu(owner), g_gpu = g->device.type == ACCEL_DEVICE_CUDA;
+        if (on_gpu == g_gpu) {
+            accel__nn_fail(g, ACCEL_EINVAL, "%s: input %d belongs to another nn_ctx", op, k);
+        } else if (g_gpu) {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: input %d belongs to another nn_ctx and is in host memory (the "
+                           "ctx computes on cuda:%d)",
+                           op, k, g->device.index);
+        } else {
+            accel__nn_fail(g, ACCEL_EINVAL,
+                           "%s: input %d belongs to another nn_ctx and is on the GPU (the ctx "
+                           "computes on the CPU)",
+                           op, k);
+        }
+        return 0;
+    }
+    if (owner->use_epoch != g->epoch || g->backward_done) {
+        accel__nn_fail(g, ACCEL_ESTATE, "%s: input %d is from before nn_ctx_reset (stale)%s", op, k,
+                       owner->use_epoch == g->epoch ? ": nn_backward ended its step, so the ctx "
+                                                      "resets at its next allocation"
+                                                    : "");
+        return 0;
+    }
+    return 1;
+}
+
+nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x, const char *op, int k)
 {
     /* Every op takes its inputs through here: a parameter whose sink gathers it is made
      * present before any kernel reads it. */
     if (x != NULL && x->sink_materialize != NULL) {
         accel_status st = accel__nn_param_use(x);
         if (st != ACCEL_OK) {
-            return accel__nn_fail(g, st, "parameter %d: %s", (x->base ? x->base : x)->param_index,
-                                  accel_last_error(NULL));
+            return accel__nn_fail(g, st, "%s: parameter %d: %s", op,
+                                  (x->base ? x->base : x)->param_index, accel_last_error(NULL));
         }
+    }
+    if (x != NULL && !accel__nn_input_ok(g, op, k, x)) {
+        return NULL;
     }
     if (x != NULL && x->sink_compute != NULL) {
         accel__nn_autocast_note(g, x);
-    }
-    /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
-    const nn_tensor *owner = x != NULL && x->base ? x->base : x;
-    if (owner != NULL && owner->param_index >= 0 && owner->data == NULL && owner->shadow == NULL) {
-        return accel__nn_fail(g, ACCEL_ESTATE,
-                              "parameter %d has no data (bind its nn_params set before use)",
-                              owner->param_index);
-    }
-    /* An op result that was recorded knows its tape's ctx and epoch: one from another ctx, or
-     * from before a reset (its memory may since hold other tensors), is refused. Leaves and
-     * results made without grad carry no such mark and are not checked. */
-    if (owner != NULL && owner->param_index < 0 && owner->use_ctx != NULL &&
-        (owner->use_ctx != g || owner->use_epoch != g->epoch)) {
-        return accel__nn_fail(g, owner->use_ctx != g ? ACCEL_EINVAL : ACCEL_ESTATE,
-                              "an input tensor %s",
-                              owner->use_ctx != g ? "belongs to another nn_ctx"
-                                                  : "is from before nn_ctx_reset (stale)");
     }
     if (x == NULL || nn_is_contiguous(x)) {
         return x;
@@ -119,7 +156,7 @@ nn_tensor *accel__nn_contig(nn_ctx *g, nn_tensor *x)
 
 nn_tensor *nn_contiguous(nn_ctx *g, nn_tensor *x)
 {
-    return accel__nn_contig(g, x);
+    return accel__nn_contig(g, x, "nn_contiguous", 0);
 }
 
 nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
@@ -161,7 +198,7 @@ nn_tensor *nn_reshape(nn_ctx *g, nn_tensor *x, int ndim, const int64_t *shape)
                               "%lld elements",
                               accel__nn_shape_str(x, b, sizeof(b)), (long long)n, (long long)known);
     }
-    nn_tensor *c = accel__nn_contig(g, x);
+    nn_tensor *c = accel__nn_contig(g, x, "nn_reshape", 0);
     nn_tensor *v = c ? new_view(g, c) : NULL;
     if (v == NULL) {
         return NULL;
@@ -293,7 +330,7 @@ nn_tensor *nn_concat(nn_ctx *g, nn_tensor *const *xs, int n, int dim)
             return NULL;
         }
         NN_CPU_ONLY(g, "nn_concat", xs[k]);
-        c[k] = accel__nn_contig(g, xs[k]);
+        c[k] = accel__nn_contig(g, xs[k], "nn_concat", k);
         if (c[k] == NULL) {
             return NULL;
         }

@@ -545,10 +545,11 @@ static void test_errors(void)
                      "nn_softmax: not implemented on CUDA yet (input 0 is on the GPU)") == 0,
               "%s", accel_last_error(NULL));
     CHECK(nn_embedding(ggpu, h, (const int32_t[]){0}, 0, NULL) == NULL); /* CPU weight */
-    CHECK(strstr(accel_last_error(NULL), "nn_embedding: input 0 is in host memory") != NULL);
+    CHECK(strstr(accel_last_error(NULL),
+                 "nn_embedding: input 0 belongs to another nn_ctx and is in host memory") != NULL);
     CHECK(nn_add(ggpu, x, h) == NULL);
-    CHECK_MSG(strcmp(accel_last_error(NULL),
-                     "nn_add: input 1 is in host memory and the ctx on cuda:0") == 0,
+    CHECK_MSG(strcmp(accel_last_error(NULL), "nn_add: input 1 belongs to another nn_ctx and is in "
+                                             "host memory (the ctx computes on cuda:0)") == 0,
               "%s", accel_last_error(NULL));
     CHECK(nn_transpose(ggpu, x, 0, 1) != NULL);                   /* a view is fine ... */
     CHECK(nn_gelu(ggpu, nn_transpose(ggpu, x, 0, 1), 0) == NULL); /* ... a strided input not */

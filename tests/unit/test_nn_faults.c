@@ -79,8 +79,17 @@ static void test_null_handles(void)
     CHECK_OK(NULL, nn_ctx_new(&g));
     float v[6] = {1, 2, 3, 4, 5, 6};
     nn_tensor *x = nn_tensor_from(g, v, 2, s23);
-    CHECK_NULL_ERR(nn_add(NULL, x, x), "nn op: ctx is NULL");
-    CHECK_NULL_ERR(nn_tanh(NULL, x), "nn op: ctx is NULL");
+    CHECK_NULL_ERR(nn_add(NULL, x, x), "nn_add: ctx is NULL");
+    CHECK_NULL_ERR(nn_tanh(NULL, x), "nn_tanh: ctx is NULL");
+    CHECK_NULL_ERR(nn_dropout(NULL, x, 0.5f), "nn_dropout: ctx is NULL"); /* crashed */
+    CHECK_NULL_ERR(nn_embedding(NULL, x, (int32_t[]){0}, 1, (int64_t[]){1}),
+                   "nn_embedding: ctx is NULL");
+    /* Linear without input features: the bias in every row (it left the output unwritten). */
+    nn_tensor *y =
+        nn_linear(g, nn_tensor_new(g, 2, (int64_t[]){2, 0}), nn_tensor_new(g, 2, (int64_t[]){0, 3}),
+                  nn_tensor_from(g, v, 1, (int64_t[]){3}), NN_LAYOUT_IN_OUT);
+    CHECK(y != NULL && y->data[0] == 1.0f && y->data[2] == 3.0f && y->data[3] == 1.0f &&
+          y->data[5] == 3.0f);
     CHECK_NULL_ERR(nn_linear_forward(g, NULL, x), "nn_linear_forward: layer is NULL");
     CHECK_NULL_ERR(nn_layernorm_forward(g, NULL, x), "nn_layernorm_forward: layer is NULL");
     CHECK_NULL_ERR(nn_mlp_forward(g, NULL, x), "nn_mlp_forward: layer is NULL");
@@ -104,13 +113,13 @@ static void test_stale_foreign_unbound(void)
     nn_tensor *x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, s23), 1);
     nn_tensor *loss = nn_sum_all(g, nn_tanh(g, x));
     nn_tensor *y = nn_tanh(g, x);
-    CHECK_NULL_ERR(nn_add(h, y, y), "an input tensor belongs to another nn_ctx");
+    CHECK_NULL_ERR(nn_add(h, y, y), "nn_add: input 0 belongs to another nn_ctx");
     nn_ctx_reset(g);
     /* Backward of a loss from before the reset used to return OK and compute nothing. */
     CHECK_ERR(NULL, nn_backward(loss, 1.0f, NULL), ACCEL_ESTATE,
               "nn_backward: the output is from before the ctx was reset (its tape is gone; run "
               "the forward again)");
-    CHECK_NULL_ERR(nn_tanh(g, y), "an input tensor is from before nn_ctx_reset (stale)");
+    CHECK_NULL_ERR(nn_tanh(g, y), "nn_tanh: input 0 is from before nn_ctx_reset (stale)");
     nn_ctx_reset(g);
 
     nn_params *p;
@@ -118,15 +127,75 @@ static void test_stale_foreign_unbound(void)
     nn_tensor *w = nn_params_declare(p, "w", 2, (int64_t[]){3, 2}, (nn_init){NN_INIT_ONES, 0.0f});
     CHECK(w != NULL);
     x = nn_tensor_from(g, v, 2, s23);
-    CHECK_NULL_ERR(nn_matmul(g, x, w),
-                   "parameter 0 has no data (bind its nn_params set before use)");
+    CHECK_NULL_ERR(nn_matmul(g, x, w), "nn_matmul: input 1 is parameter 0, which has no data "
+                                       "(bind its nn_params set before use)");
     CHECK_NULL_ERR(nn_linear(g, x, w, NULL, NN_LAYOUT_IN_OUT),
-                   "parameter 0 has no data (bind its nn_params set before use)");
+                   "nn_linear: input 1 is parameter 0, which has no data (bind its nn_params set "
+                   "before use)");
     CHECK_OK(NULL, nn_params_bind(p));
     nn_ctx_reset(g);
     x = nn_tensor_from(g, v, 2, s23);
     CHECK(nn_matmul(g, x, w) != NULL);
     nn_params_free(p);
+    nn_ctx_free(h);
+    nn_ctx_free(g);
+}
+
+/* Every tensor carries its ctx and step, leaves and no-grad results too: they used to pass
+ * the checks (only recorded results had the stamp) and read memory the arena had reused. */
+static void test_stale_foreign_leaves(void)
+{
+    nn_ctx *g, *h;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    CHECK_OK(NULL, nn_ctx_new(&h));
+    float v[6] = {1, 2, 3, 4, 5, 6};
+    /* (After a reset new tensors take the arena from its start: the first one's struct is
+     * overwritten, and its stamp with it. The check is best effort; pad keeps x's intact.) */
+    nn_tensor *pad = nn_tensor_from(g, v, 2, s23), *x = nn_tensor_from(g, v, 2, s23);
+    CHECK(pad != NULL);
+    CHECK_NULL_ERR(nn_tanh(h, x), "nn_tanh: input 0 belongs to another nn_ctx");
+    CHECK_NULL_ERR(nn_linear(h, nn_tensor_from(h, v, 2, s23), nn_transpose(g, x, 0, 1), NULL,
+                             NN_LAYOUT_IN_OUT),
+                   "nn_linear: input 1 belongs to another nn_ctx"); /* a view: its owner's */
+    nn_ctx_set_grad_enabled(g, 0);
+    nn_tensor *y = nn_tanh(g, x); /* not recorded */
+    nn_ctx_set_grad_enabled(g, 1);
+    CHECK(y != NULL && nn_concat(g, (nn_tensor *[]){x, y}, 2, 0) != NULL);
+    CHECK_NULL_ERR(nn_concat(h, (nn_tensor *[]){nn_tensor_from(h, v, 2, s23), y}, 2, 0),
+                   "nn_concat: input 1 belongs to another nn_ctx");
+    nn_ctx_reset(g);
+    nn_tensor *fresh = nn_tensor_from(g, v, 2, s23); /* where pad was */
+    CHECK_NULL_ERR(nn_add(g, fresh, x), "nn_add: input 1 is from before nn_ctx_reset (stale)");
+    CHECK_NULL_ERR(nn_dropout(g, y, 0.0f), "nn_dropout: input 0 is from before nn_ctx_reset "
+                                           "(stale)"); /* p 0 returned y itself */
+    CHECK_NULL_ERR(nn_reshape(g, y, 1, (int64_t[]){6}),
+                   "nn_reshape: input 0 is from before nn_ctx_reset (stale)");
+    /* Reading its values: memory the arena reuses. */
+    float back[6];
+    CHECK_ERR(NULL, nn_tensor_to_host(y, back), ACCEL_ESTATE,
+              "nn_tensor_to_host: the tensor is from before nn_ctx_reset (stale: its memory is "
+              "reused)");
+    /* After backward the next allocation resets the ctx: the step's tensors are done. */
+    nn_ctx_reset(g);
+    x = nn_tensor_requires_grad(nn_tensor_from(g, v, 2, s23), 1);
+    y = nn_tanh(g, x);
+    CHECK_OK(NULL, nn_backward(nn_sum_all(g, y), 1.0f, NULL));
+    CHECK_NULL_ERR(nn_add(g, y, y), "nn_add: input 0 is from before nn_ctx_reset (stale): "
+                                    "nn_backward ended its step, so the ctx resets at its "
+                                    "next allocation");
+    /* nn_backward tells a leaf by the tape, no longer by a missing stamp. */
+    nn_ctx_reset(g);
+    x = nn_tensor_requires_grad(nn_tensor_from(g, v, 0, NULL), 1);
+    CHECK_ERR(NULL, nn_backward(x, 1.0f, NULL), ACCEL_EINVAL,
+              "nn_backward: the output is a leaf (nn_tensor_new / nn_tensor_from), not an op "
+              "result: it has no tape");
+    nn_tensor *loss = nn_sum_all(g, nn_tanh(g, x));
+    CHECK_OK(NULL, nn_backward(loss, 1.0f, NULL));
+    CHECK(!isnan(nn_item(loss))); /* readable after backward, until the reset */
+    nn_ctx_reset(g);
+    CHECK(isnan(nn_item(loss)));
+    CHECK(strcmp(accel_last_error(NULL), "nn_item: the tensor is from before nn_ctx_reset "
+                                         "(stale: its memory is reused)") == 0);
     nn_ctx_free(h);
     nn_ctx_free(g);
 }
@@ -190,6 +259,7 @@ int main(void)
     test_overflowing_shapes();
     test_null_handles();
     test_stale_foreign_unbound();
+    test_stale_foreign_leaves();
     test_bad_shapes_and_configs();
     return 0;
 }

@@ -354,32 +354,12 @@ int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op)
 }
 
 /* shell_ok: input 0 may be a shell (accel__nn_norm_operand's or accel__nn_linear_qkv's
- * output: no fp32 values). */
+ * output: no fp32 values). NULL entries are optional inputs left out. Compares only, on host
+ * structs: no launch, no synchronisation. */
 static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, int shell_ok)
 {
     if (g == NULL) {
         accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", op);
-        return 0;
-    }
-    if (g->device.type != ACCEL_DEVICE_CUDA) {
-        int k = 0;
-        while (k < n && !nn__on_gpu(ts[k])) {
-            k++;
-        }
-        const nn_tensor *t = k < n ? ts[k] : NULL;
-        if (t != NULL && t->param_index >= 0) {
-            accel__nn_fail(g, ACCEL_EINVAL,
-                           "%s: parameter %d is on the GPU (the model's device) but the ctx "
-                           "computes on the CPU: nn_ctx_set_device(g, accel_device_of(acc)), or "
-                           "keep the model on the CPU (accel_model_set_device before "
-                           "nn_params_for_model)",
-                           op, t->param_index);
-        } else {
-            accel__nn_fail(g, ACCEL_EINVAL,
-                           "%s: input %d is on the GPU but the ctx computes on the CPU "
-                           "(nn_ctx_set_device)",
-                           op, k);
-        }
         return 0;
     }
     for (int k = 0; k < n; k++) {
@@ -387,13 +367,45 @@ static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, 
         if (t == NULL) {
             continue;
         }
+        /* As the CPU ops' accel__nn_contig: a parameter is made present (a no-op but under
+         * ZeRO-3, which refuses GPU models) and teaches NN_AUTOCAST_AUTO the model's dtype;
+         * then the checks the CPU ops make (a parameter not bound, a tensor of another ctx or
+         * of an earlier step), before any that reads where t's memory is. */
+        if (t->sink_materialize != NULL && accel__nn_param_use(t) != ACCEL_OK) {
+            accel__nn_fail(g, accel_last_status(NULL), "%s: parameter %d: %s", op,
+                           (t->base ? t->base : t)->param_index, accel_last_error(NULL));
+            return 0;
+        }
+        if (!accel__nn_input_ok(g, op, k, t)) {
+            return 0;
+        }
+        if (g->device.type != ACCEL_DEVICE_CUDA && nn__on_gpu(t)) {
+            if (t->param_index >= 0 || (t->base != NULL && t->base->param_index >= 0)) {
+                accel__nn_fail(g, ACCEL_EINVAL,
+                               "%s: parameter %d is on the GPU (the model's device) but the ctx "
+                               "computes on the CPU: nn_ctx_set_device(g, accel_device_of(acc)), "
+                               "or keep the model on the CPU (accel_model_set_device before "
+                               "nn_params_for_model)",
+                               op, (t->base ? t->base : t)->param_index);
+            } else {
+                accel__nn_fail(g, ACCEL_EINVAL,
+                               "%s: input %d is on the GPU but the ctx computes on the CPU "
+                               "(nn_ctx_set_device)",
+                               op, k);
+            }
+            return 0;
+        }
+        if (g->device.type != ACCEL_DEVICE_CUDA) {
+            continue; /* a CPU input of a CPU ctx: a GPU input further on is the culprit */
+        }
         if (!nn__on_gpu(t)) {
             accel__nn_fail(g, ACCEL_EINVAL,
                            "%s: input %d is in host memory and the ctx on cuda:%d%s", op, k,
                            g->device.index,
-                           t->param_index >= 0 ? " (a parameter of a model kept on the CPU: "
-                                                 "compute it with a CPU ctx)"
-                                               : "");
+                           t->param_index >= 0 || (t->base != NULL && t->base->param_index >= 0)
+                               ? " (a parameter of a model kept on the CPU: compute it with a "
+                                 "CPU ctx)"
+                               : "");
             return 0;
         }
         if (!nn_is_contiguous(t)) {
@@ -410,16 +422,16 @@ static int check_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n, 
                            op, k);
             return 0;
         }
-        /* As the CPU ops' accel__nn_contig: a parameter is made present (a no-op but under
-         * ZeRO-3, which refuses GPU models) and teaches NN_AUTOCAST_AUTO the model's dtype. */
-        if (t->sink_materialize != NULL && accel__nn_param_use(t) != ACCEL_OK) {
-            accel__nn_fail(g, accel_last_status(NULL), "%s: parameter %d: %s", op, t->param_index,
-                           accel_last_error(NULL));
-            return 0;
-        }
         if (t->sink_compute != NULL) {
             accel__nn_autocast_note(g, t);
         }
+    }
+    /* Only reached on a CPU ctx when no input was on a GPU: nn__use_gpu sent the op here for
+     * one, so this cannot happen but through a caller's bug. */
+    if (g->device.type != ACCEL_DEVICE_CUDA) {
+        accel__nn_fail(g, ACCEL_EINVAL,
+                       "%s: no input is on the GPU and the ctx computes on the CPU", op);
+        return 0;
     }
     return 1;
 }

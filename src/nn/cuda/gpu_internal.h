@@ -49,8 +49,11 @@ static inline cudaStream_t nn__cu_stream(const nn_ctx *g)
 
 /* 1 when e is cudaSuccess; else records "op: CUDA: <error>" as the ctx's error and returns 0. */
 int accel__nn_cu_ok(nn_ctx *g, cudaError_t e, const char *op);
-/* 1 when g computes on a GPU and each non-NULL tensor of ts is on it, contiguous and holds its
- * fp32 values; else records an error naming op and the input and returns 0. The _product_
+/* 1 when g computes on a GPU and each non-NULL tensor of ts (ts[k] is the op's input k, in the
+ * order of its public arguments) passes the CPU ops' checks (accel__nn_input_ok: bound, of g,
+ * of g's current step) and is on the GPU, contiguous and holds its fp32 values; else records
+ * an error naming op, the input and the culprit and returns 0. Compares only: no launch, no
+ * synchronisation. The _product_
  * form, for a product that reads ts[0] through accel__nn_cu_operand: ts[0] may hold only its
  * half shadow (accel__nn_norm_operand's output; the operand then checks the dtype). */
 int accel__nn_cu_inputs(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);

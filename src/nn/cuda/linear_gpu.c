@@ -452,6 +452,12 @@ nn_tensor *accel__nn_cu_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w
     if (x == NULL || w1 == NULL || w2 == NULL) {
         return NULL;
     }
+    /* All five first, numbered as the caller passed them: the second product's own check
+     * would number w2 and b2 as its inputs 1 and 2, and come after the first product ran. */
+    nn_tensor *ins[5] = {x, w1, b1, w2, b2};
+    if (!accel__nn_cu_product_inputs(g, what, ins, 5)) {
+        return NULL;
+    }
     /* cuBLASLt's GELU input (aux) needs a leading dimension, the hidden width, that is a
      * multiple of 8; empty products have nothing to fuse. Those take the three ops. */
     int64_t hidden = w1->ndim == 2 ? w1->shape[layout == NN_LAYOUT_IN_OUT ? 1 : 0] : 0;

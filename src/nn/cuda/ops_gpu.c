@@ -381,8 +381,10 @@ static nn_tensor *ln_forward(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *w
     if (x == NULL) {
         return NULL;
     }
-    nn_tensor *in[4] = {x, w, b, r};
-    if (!accel__nn_cu_inputs(g, r ? "nn_add_layernorm" : "nn_layernorm", in, r ? 4 : 3)) {
+    /* In the public argument order, so that a message names the right input. */
+    nn_tensor *in[4] = {x, r, w, b};
+    if (r != NULL ? !accel__nn_cu_inputs(g, "nn_add_layernorm", in, 4)
+                  : !accel__nn_cu_inputs(g, "nn_layernorm", (nn_tensor *[]){x, w, b}, 3)) {
         return NULL;
     }
     if (x->ndim < 1) {
@@ -454,6 +456,10 @@ nn_tensor *accel__nn_cu_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_
                                       nn_tensor *b, float eps, nn_tensor **sum, int operand_only)
 {
     if (x == NULL || (r == NULL && !operand_only)) {
+        return NULL;
+    }
+    nn_tensor *in[4] = {x, r, w, b}; /* numbered as the caller passed them */
+    if (r != NULL && !accel__nn_cu_inputs(g, "nn_add_layernorm", in, 4)) {
         return NULL;
     }
     if (r != NULL && !accel__nn_same_shape(x, r)) { /* a broadcast: the two ops */
