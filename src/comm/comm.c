@@ -21,13 +21,18 @@ extern const accel__comm_ops accel__shm_ops;
 #ifdef ACCEL_HAVE_MPI
 extern const accel__comm_ops accel__mpi_ops;
 #define MPI_BACKEND                                                                                \
-    {"mpi", 1, ACCEL__COMM_WIRE, &accel__mpi_ops,                                                  \
-     "many machines over Open MPI: start the job with mpirun or srun"}
+    {                                                                                              \
+        "mpi", 1, ACCEL__COMM_WIRE, &accel__mpi_ops,                                               \
+            "many machines over Open MPI: start the job with mpirun or srun"                       \
+    }
 #else
 #define MPI_BACKEND                                                                                \
-    {"mpi", 0, 0, NULL,                                                                            \
-     "this build has no MPI: install libopenmpi-dev (scripts/install-deps.sh) and configure "      \
-     "with -DACCEL_MPI=ON"}
+    {                                                                                              \
+        "mpi", 0, 0, NULL,                                                                         \
+            "this build has no MPI: install libopenmpi-dev (scripts/install-deps.sh) and "         \
+            "configure "                                                                           \
+            "with -DACCEL_MPI=ON"                                                                  \
+    }
 #endif
 
 #if ACCEL_HAVE_GLOO
@@ -47,12 +52,16 @@ extern const accel__comm_ops accel__hier_ops;
 #ifdef ACCEL_HAVE_CUDA
 extern const accel__comm_ops accel__nccl_ops;
 #define NCCL_BACKEND                                                                               \
-    {"nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM | ACCEL__COMM_WIRE,             \
-     &accel__nccl_ops, "CUDA GPUs over NCCL, one GPU per process"}
+    {                                                                                              \
+        "nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM | ACCEL__COMM_WIRE,           \
+            &accel__nccl_ops, "CUDA GPUs over NCCL, one GPU per process"                           \
+    }
 #else
 #define NCCL_BACKEND                                                                               \
-    {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                          \
-     "CUDA GPUs over NCCL: not in this build (configure with -DACCEL_CUDA=ON)"}
+    {                                                                                              \
+        "nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                        \
+            "CUDA GPUs over NCCL: not in this build (configure with -DACCEL_CUDA=ON)"              \
+    }
 #endif
 
 /* Backends are values in this table (no strcmp chains, no weak symbols): one built in is
@@ -158,6 +167,68 @@ void accel__coll_str(const accel__coll *op, int n_ranks, char *buf, size_t nbyte
         snprintf(buf, nbytes, "%s()", name);
         break;
     }
+}
+
+accel__coll_decl accel__coll_declare(const accel__coll *op, size_t nbytes)
+{
+    accel__coll_decl d;
+    memset(&d, 0, sizeof(d));
+    if (op == NULL) {
+        d.kind = ACCEL__COLL_DECL_ALLOC;
+        d.count = nbytes;
+        return d;
+    }
+    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
+                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
+    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
+                       op->kind == ACCEL__COLL_GATHER;
+    d.kind = (int32_t)op->kind;
+    if (op->kind != ACCEL__COLL_BARRIER) {
+        d.count = op->count;
+        d.total = op->total;
+        d.dtype = (int32_t)op->dtype;
+        d.op = reducing ? (int32_t)op->op : 0;
+        d.root = rooted ? op->root : 0;
+        d.wire = (int32_t)op->wire;
+    }
+    return d;
+}
+
+static void decl_str(const accel__coll_decl *d, int n_ranks, char *buf, size_t nbytes)
+{
+    if (d->kind >= ACCEL__COLL_DECL_ALLOC) {
+        snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
+        return;
+    }
+    const accel__coll c = {.kind = (accel__coll_kind)d->kind,
+                           .count = d->count,
+                           .total = d->total,
+                           .dtype = (accel_dtype)d->dtype,
+                           .op = (accel_reduce_op)d->op,
+                           .root = d->root,
+                           .wire = (accel_dtype)d->wire};
+    accel__coll_str(&c, n_ranks, buf, nbytes);
+}
+
+int accel__coll_decl_mismatch(const char *backend, const accel__coll_decl *a, int pa,
+                              const accel__coll_decl *b, int pb, int n_ranks, char *buf,
+                              size_t nbytes)
+{
+    if (a->kind == ACCEL__COLL_DECL_ALLOC && b->kind == ACCEL__COLL_DECL_ALLOC) {
+        snprintf(buf, nbytes,
+                 "%s: accel_alloc_shared: process %d asked for %llu bytes, process %d for %llu "
+                 "(every process must pass the same size)",
+                 backend, pa, (unsigned long long)a->count, pb, (unsigned long long)b->count);
+        return 1;
+    }
+    char sa[160], sb[160];
+    decl_str(a, n_ranks, sa, sizeof(sa));
+    decl_str(b, n_ranks, sb, sizeof(sb));
+    snprintf(buf, nbytes,
+             "%s: collective mismatch: process %d called %s, process %d called %s (every process "
+             "must make the same collective calls in the same order)",
+             backend, pa, sa, pb, sb);
+    return 0;
 }
 
 void accel__chunk_range(size_t count, int n_ranks, int rank, size_t *off, size_t *chunk_count)

@@ -54,6 +54,7 @@
 #define ACCEL_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "accel/collectives.h"
 #include "accel/tensor.h"
@@ -118,9 +119,9 @@ typedef struct accel__comm_config {
      * resources (shm segments); NULL or "" when none was given: the backend then agrees on one
      * through the job's store (src/comm/store.h) at master_addr:master_port. */
     const char *job_id;
-    const char *master_addr;    /* MASTER_ADDR */
-    int master_port;            /* MASTER_PORT */
-    double timeout_s;           /* the backend's deadline for every wait; the front end's default */
+    const char *master_addr; /* MASTER_ADDR */
+    int master_port;         /* MASTER_PORT */
+    double timeout_s;        /* the backend's deadline for every wait; the front end's default */
     /* Many machines (gloo, hier): the network interface to listen on (ACCEL_SOCKET_IFNAME or
      * GLOO_SOCKET_IFNAME; NULL: the one of the route to master_addr); store_served: the
      * launcher serves the job's store at master_addr:master_port (ACCEL_STORE_SERVED), so no
@@ -181,8 +182,9 @@ typedef struct accel__comm_ops {
     /* Native-async backends: launches op ordered on `stream` (NULL: the backend's own) and
      * returns a request in *req; ACCEL_EUNSUPPORTED refuses op before anything is launched
      * (the same on every member: it depends on op alone), which leaves the communicator
-     * usable, any other failure breaks it. test: 1 when req is complete (*st its status, the message set
-     * when it failed), 0 if not yet; never blocks. req_free: releases a complete request. */
+     * usable, any other failure breaks it. test: 1 when req is complete (*st its status, the
+     * message set when it failed), 0 if not yet; never blocks. req_free: releases a complete
+     * request. */
     accel_status (*post)(void *impl, const accel__coll *op, accel__stream *stream, void **req);
     int (*test)(void *impl, void *req, accel_status *st);
     void (*req_free)(void *impl, void *req);
@@ -314,6 +316,26 @@ const char *accel__coll_name(accel__coll_kind kind);
  * "reduce_scatter(count=400, f32, sum)" (REDUCE_SCATTER / ALLGATHER show the whole array:
  * total, else count * n_ranks), "broadcast(count=10, f32, root=1)", ", wire=bf16" when set. */
 void accel__coll_str(const accel__coll *op, int n_ranks, char *buf, size_t nbytes);
+
+/* A call as every member declares it, for the backends that compare the members' declarations
+ * (gloo's envelopes, mpi's debug mode): fields that do not apply to the kind are 0, so two
+ * declarations of the same call are the same bytes. */
+typedef struct accel__coll_decl {
+    uint64_t count, total;
+    int32_t kind, dtype, op, root, wire, pad;
+} accel__coll_decl;
+/* The kind of accel_alloc_shared(count bytes): a value no accel__coll_kind takes (backends may
+ * define variants above it; they print alike). */
+#define ACCEL__COLL_DECL_ALLOC 100
+/* op's declaration; op NULL: an allocation of nbytes. */
+accel__coll_decl accel__coll_declare(const accel__coll *op, size_t nbytes);
+/* Two members' declarations that differ, as every member reports them: the message (prefixed
+ * "<backend>: ", processes pa and pb) in buf; returns 1 when both are allocations (only the
+ * sizes differ: nothing moved, so the communicator stays usable), 0 for a collective
+ * mismatch (the communicator is broken). */
+int accel__coll_decl_mismatch(const char *backend, const accel__coll_decl *a, int pa,
+                              const accel__coll_decl *b, int pb, int n_ranks, char *buf,
+                              size_t nbytes);
 
 /* The partition of the public uneven reduce_scatter / allgather (accel_chunk_range is its
  * public face) and of the shm two-shot allreduce: rank `rank` owns [*off, *off + *chunk_count)

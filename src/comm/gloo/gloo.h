@@ -28,11 +28,9 @@ void accel__gloo_declare_clear(accel__gloo *e);
  * call a collective, or asks for another size, fails on every member (ACCEL_EINVAL naming both
  * calls; sizes that differ do not break the communicator, as on shm). */
 accel_status accel__gloo_alloc_check(accel__gloo *e, size_t nbytes);
-/* The kind an allocation declares in the envelope (a value no accel__coll_kind takes). */
-#define ACCEL__GLOO_CALL_ALLOC 100
 /* hier's allocation: matches any other of this kind whatever its size (hier compares the sizes
  * after the exchange, on every process of the job alike), but not a collective. */
-#define ACCEL__GLOO_CALL_ALLOC_ANY 101
+#define ACCEL__GLOO_CALL_ALLOC_ANY (ACCEL__COLL_DECL_ALLOC + 1)
 /* Breaks the communicator on every member (any thread): the failure is recorded in the store
  * naming this process and `msg`, and every connection is reset. */
 void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg);

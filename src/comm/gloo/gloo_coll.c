@@ -248,46 +248,6 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
 
 /* ---- the envelope: every call's first exchange ---- */
 
-/* A collective as every member declares it; fields that do not apply to the kind are 0. */
-typedef struct call_desc {
-    uint64_t count, total;
-    int32_t kind, dtype, op, root, wire, pad;
-} call_desc;
-
-static call_desc describe(const accel__coll *op)
-{
-    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
-                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
-    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
-                       op->kind == ACCEL__COLL_GATHER;
-    call_desc d;
-    memset(&d, 0, sizeof(d));
-    d.kind = (int32_t)op->kind;
-    if (op->kind != ACCEL__COLL_BARRIER) {
-        d.count = op->count;
-        d.total = op->total;
-        d.dtype = (int32_t)op->dtype;
-        d.op = reducing ? (int32_t)op->op : 0;
-        d.root = rooted ? op->root : 0;
-        d.wire = (int32_t)op->wire;
-    }
-    return d;
-}
-
-/* The call a declaration names, as the messages show it. */
-static void desc_str(const call_desc *d, int n_ranks, char *buf, size_t nbytes);
-
-static accel__coll undescribe(const call_desc *d)
-{
-    return (accel__coll){.kind = (accel__coll_kind)d->kind,
-                         .count = d->count,
-                         .total = d->total,
-                         .dtype = (accel_dtype)d->dtype,
-                         .op = (accel_reduce_op)d->op,
-                         .root = d->root,
-                         .wire = (accel_dtype)d->wire};
-}
-
 /* Every member sends every other an envelope: its declaration of the call, and for a small
  * allreduce (travels_inline) its input. The declarations are compared before any other data
  * moves: Gloo's transport aborts the process when a message is larger than the buffer posted
@@ -302,14 +262,14 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
                              size_t *stride)
 {
     const int n = e->n_ranks, me = e->rank;
-    const size_t head = sizeof(call_desc);
+    const size_t head = sizeof(accel__coll_decl);
     const size_t st = (head + ONESHOT_NBYTES / (size_t)n + 7) & ~(size_t)7;
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
     char *all = NULL;
     size_t *ix = NULL;
     ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
     ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
-    call_desc mine = describe(e->has_declare_as ? &e->declare_as : op);
+    accel__coll_decl mine = accel__coll_declare(e->has_declare_as ? &e->declare_as : op, 0);
     e->has_declare_as = 0;
     memcpy(all + (size_t)me * st, &mine, head);
     if (payload > 0) {
@@ -333,49 +293,30 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
             GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
         }
     }
-    call_desc first;
+    accel__coll_decl first;
     memcpy(&first, all, head);
     for (int q = 1; q < n; q++) {
-        call_desc dq;
+        accel__coll_decl dq;
         memcpy(&dq, all + (size_t)q * st, head);
         const int any_alloc =
             first.kind == ACCEL__GLOO_CALL_ALLOC_ANY && dq.kind == ACCEL__GLOO_CALL_ALLOC_ANY;
         if (!any_alloc && memcmp(&dq, &first, head) != 0) {
-            char a[160], b[160];
-            desc_str(&first, n, a, sizeof(a));
-            desc_str(&dq, n, b, sizeof(b));
-            if (first.kind == ACCEL__GLOO_CALL_ALLOC && dq.kind == ACCEL__GLOO_CALL_ALLOC) {
-                /* Every member sees it and nothing moved: the communicator stays usable. */
-                return accel__seterr(NULL, ACCEL_EINVAL,
-                                     "gloo: accel_alloc_shared: process %d asked for %llu bytes, "
-                                     "process %d for %llu (every process must pass the same size)",
-                                     e->process[0], (unsigned long long)first.count, e->process[q],
-                                     (unsigned long long)dq.count);
+            char msg[sizeof(e->broken_msg)];
+            if (accel__coll_decl_mismatch("gloo", &first, e->process[0], &dq, e->process[q], n, msg,
+                                          sizeof(msg))) {
+                return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg); /* still usable */
             }
             pthread_mutex_lock(&e->mu);
             e->broken_st = ACCEL_EINVAL;
-            snprintf(e->broken_msg, sizeof(e->broken_msg),
-                     "gloo: collective mismatch: process %d called %s, process %d called %s "
-                     "(every process must make the same collective calls in the same order)",
-                     e->process[0], a, e->process[q], b);
+            snprintf(e->broken_msg, sizeof(e->broken_msg), "%s", msg);
             atomic_store(&e->broken, 1);
             pthread_mutex_unlock(&e->mu);
-            return accel__seterr(NULL, ACCEL_EINVAL, "%s", e->broken_msg);
+            return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg);
         }
     }
     *env = all;
     *stride = st;
     return ACCEL_OK;
-}
-
-static void desc_str(const call_desc *d, int n_ranks, char *buf, size_t nbytes)
-{
-    if (d->kind == ACCEL__GLOO_CALL_ALLOC || d->kind == ACCEL__GLOO_CALL_ALLOC_ANY) {
-        snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
-        return;
-    }
-    accel__coll c = undescribe(d);
-    accel__coll_str(&c, n_ranks, buf, nbytes);
 }
 
 void accel__gloo_declare_next(accel__gloo *e, const accel__coll *op)
@@ -397,7 +338,7 @@ accel_status accel__gloo_alloc_check(accel__gloo *e, size_t nbytes)
 {
     accel__coll alloc =
         ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, nbytes, ACCEL_U8, ACCEL_SUM, 0);
-    alloc.kind = (accel__coll_kind)ACCEL__GLOO_CALL_ALLOC;
+    alloc.kind = (accel__coll_kind)ACCEL__COLL_DECL_ALLOC;
     accel__coll barrier = ACCEL__COLL(ACCEL__COLL_BARRIER, NULL, NULL, 0, ACCEL_U8, ACCEL_SUM, 0);
     accel__gloo_declare_next(e, &alloc);
     accel_status st = accel__gloo_run(e, &barrier);
@@ -419,7 +360,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
     if (travels_inline(e, op)) { /* the data came with the envelopes */
         if (op->kind == ACCEL__COLL_ALLREDUCE || me == op->root) {
-            allreduce_inline(e, op, op->recv, env + sizeof(call_desc), stride);
+            allreduce_inline(e, op, op->recv, env + sizeof(accel__coll_decl), stride);
         }
         return ACCEL_OK;
     }

@@ -476,11 +476,12 @@ accel_status accel__hier_mem_alloc(void *impl, size_t nbytes, void **out)
     ACCEL_TRY(inner(h, &b));
     for (int q = 1; q < h->n_ranks; q++) {
         if (sizes[q] != sizes[0]) {
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "hier: accel_alloc_shared: process %d asked for %llu bytes, "
-                                 "process %d for %llu (every process must pass the same size)",
-                                 h->process[0], (unsigned long long)sizes[0], h->process[q],
-                                 (unsigned long long)sizes[q]);
+            const accel__coll_decl d0 = accel__coll_declare(NULL, sizes[0]),
+                                   dq = accel__coll_declare(NULL, sizes[q]);
+            char msg[ACCEL__ERRMSG_NBYTES];
+            accel__coll_decl_mismatch("hier", &d0, h->process[0], &dq, h->process[q], h->n_ranks,
+                                      msg, sizeof(msg));
+            return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg);
         }
     }
     return accel__comm_plain_alloc(impl, nbytes, out);

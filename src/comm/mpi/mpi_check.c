@@ -13,31 +13,6 @@
 #include "base/base.h"
 #include "mpi_impl.h"
 
-accel__mpi_decl accel__mpi_describe(const accel__coll *op, size_t nbytes)
-{
-    accel__mpi_decl d;
-    memset(&d, 0, sizeof(d));
-    if (op == NULL) {
-        d.kind = ACCEL__MPI_CALL_ALLOC;
-        d.count = nbytes;
-        return d;
-    }
-    const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
-                         op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
-    const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||
-                       op->kind == ACCEL__COLL_GATHER;
-    d.kind = (int32_t)op->kind;
-    if (op->kind != ACCEL__COLL_BARRIER) {
-        d.count = op->count;
-        d.total = op->total;
-        d.dtype = (int32_t)op->dtype;
-        d.op = reducing ? (int32_t)op->op : 0;
-        d.root = rooted ? op->root : 0;
-        d.wire = (int32_t)op->wire;
-    }
-    return d;
-}
-
 accel_status accel__mpi_check_setup(accel__mpi *m)
 {
     int *ub = NULL, found = 0;
@@ -72,7 +47,7 @@ static uint64_t mix(uint64_t h)
 
 void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
 {
-    const accel__mpi_decl d = accel__mpi_describe(op, 0);
+    const accel__coll_decl d = accel__coll_declare(op, 0);
     const int low = ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS, bits = m->tag_bits - low;
     const uint64_t mask = ((uint64_t)1 << bits) - 1;
     const uint64_t small = (uint64_t)(uint8_t)d.dtype | (uint64_t)(uint8_t)d.op << 8 |
@@ -88,23 +63,7 @@ void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
     m->call_tag = (int)(fp << low | (uint64_t)d.kind << ACCEL__MPI_MSG_BITS);
 }
 
-static void decl_str(const accel__mpi_decl *d, int n_ranks, char *buf, size_t nbytes)
-{
-    if (d->kind == ACCEL__MPI_CALL_ALLOC) {
-        snprintf(buf, nbytes, "accel_alloc_shared(nbytes=%llu)", (unsigned long long)d->count);
-        return;
-    }
-    accel__coll c = {.kind = (accel__coll_kind)d->kind,
-                     .count = d->count,
-                     .total = d->total,
-                     .dtype = (accel_dtype)d->dtype,
-                     .op = (accel_reduce_op)d->op,
-                     .root = d->root,
-                     .wire = (accel_dtype)d->wire};
-    accel__coll_str(&c, n_ranks, buf, nbytes);
-}
-
-accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
+accel_status accel__mpi_check_call(accel__mpi *m, const accel__coll_decl *d)
 {
     const int n = m->n_ranks, me = m->rank;
     m->decls[me] = *d;
@@ -133,23 +92,13 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d)
         if (memcmp(&m->decls[q], &m->decls[0], sizeof(*d)) == 0) {
             continue;
         }
-        char a[160], b[160];
-        decl_str(&m->decls[0], n, a, sizeof(a));
-        decl_str(&m->decls[q], n, b, sizeof(b));
-        if (m->decls[0].kind == ACCEL__MPI_CALL_ALLOC &&
-            m->decls[q].kind == ACCEL__MPI_CALL_ALLOC) {
-            /* Nothing moved and every member saw it: the communicator stays usable. */
-            return accel__seterr(NULL, ACCEL_EINVAL,
-                                 "mpi: accel_alloc_shared: process 0 asked for %llu bytes, "
-                                 "process %d for %llu (every process must pass the same size)",
-                                 (unsigned long long)m->decls[0].count, q,
-                                 (unsigned long long)m->decls[q].count);
+        char msg[sizeof(m->broken_msg)];
+        if (accel__coll_decl_mismatch("mpi", &m->decls[0], 0, &m->decls[q], q, n, msg,
+                                      sizeof(msg))) {
+            return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg); /* the communicator stays usable */
         }
         m->broken = ACCEL_EINVAL;
-        snprintf(m->broken_msg, sizeof(m->broken_msg),
-                 "mpi: collective mismatch: process 0 called %s, process %d called %s (every "
-                 "process must make the same collective calls in the same order)",
-                 a, q, b);
+        snprintf(m->broken_msg, sizeof(m->broken_msg), "%s", msg);
         return accel__seterr(NULL, ACCEL_EINVAL, "%s", m->broken_msg);
     }
     return ACCEL_OK;

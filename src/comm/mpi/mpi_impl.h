@@ -53,9 +53,9 @@ typedef struct accel__mpi {
      * its tag: call_tag | ACCEL__MPI_MSG_*. tag_bits: the tag bits MPI gives (MPI_TAG_UB). */
     int tag_bits;
     int call_tag;
-    int debug;                     /* ACCELERATE_DEBUG_MODE: every call exchanges its declaration */
-    struct accel__mpi_decl *decls; /* n_ranks: the declarations exchanged (debug mode) */
-    accel_status broken;           /* a mismatch the declarations showed: every later call fails */
+    int debug;               /* ACCELERATE_DEBUG_MODE: every call exchanges its declaration */
+    accel__coll_decl *decls; /* n_ranks: the declarations exchanged (debug mode) */
+    accel_status broken;     /* a mismatch the declarations showed: every later call fails */
     char broken_msg[ACCEL__ERRMSG_NBYTES];
 } accel__mpi;
 
@@ -77,17 +77,6 @@ enum {
 };
 #define ACCEL__MPI_MSG_BITS 3
 #define ACCEL__MPI_KIND_BITS 3
-/* accel_alloc_shared's declaration kind (never a tag: allocations send nothing). */
-#define ACCEL__MPI_CALL_ALLOC 64
-
-/* A call as every member declares it (fields that do not apply to the kind are 0). */
-typedef struct accel__mpi_decl {
-    uint64_t count, total;
-    int32_t kind, dtype, op, root, wire, pad;
-} accel__mpi_decl;
-
-/* op's declaration (kind ACCEL__MPI_CALL_ALLOC when op is NULL: an allocation of nbytes). */
-accel__mpi_decl accel__mpi_describe(const accel__coll *op, size_t nbytes);
 /* Reads MPI_TAG_UB (m->tag_bits) and allocates m->decls: at endpoint creation. */
 accel_status accel__mpi_check_setup(accel__mpi *m);
 /* m->call_tag for op: its fingerprint and kind, the message kind bits 0. */
@@ -95,7 +84,7 @@ void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op);
 /* Debug mode: every member sends every other its declaration d and compares them all; a
  * difference is ACCEL_EINVAL on every member with the same message naming two calls, before any
  * data moves (and every later call fails alike, but for two allocations of different sizes). */
-accel_status accel__mpi_check_call(accel__mpi *m, const accel__mpi_decl *d);
+accel_status accel__mpi_check_call(accel__mpi *m, const accel__coll_decl *d);
 /* After a timeout: "; process 1 sent a message of another call (barrier): ..." when a peer's
  * first unreceived message carries another call's tag, else "". Caller holds the MPI lock. */
 void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes);
