@@ -152,6 +152,8 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r);
 /* --mpirun_hostfile: runs the job through mpirun, each rank under `accel __mpirank` (which
  * names the rank that died); returns the exit status. */
 int launch_mpirun(const launch_settings *s, const char *program_path);
+/* mpirun's (else mpiexec's) path in PATH, written to out; -1 when neither is there. */
+int mpirun_find(char *out, size_t cap);
 /* The hidden verb `accel __mpirank PROGRAM ARGS...` that mpirun starts for each rank. */
 extern const cli_verb cli_verb_mpirank;
 

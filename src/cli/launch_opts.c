@@ -473,6 +473,12 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
         return fail_value(verb, a, "mpirun_hostfile",
                           "cannot read the hostfile: it is a directory");
     }
+    char mpirun[4096];
+    if (s->mpirun_hostfile != NULL && mpirun_find(mpirun, sizeof(mpirun)) != 0) {
+        return fail_value(verb, a, "mpirun_hostfile",
+                          "mpirun or mpiexec not found in PATH "
+                          "(install Open MPI: apt-get install openmpi-bin)");
+    }
     if (s->mpirun_ccl != NULL && (s->mpirun_ccl[0] == '\0' ||
                                   strspn(s->mpirun_ccl, "0123456789") != strlen(s->mpirun_ccl))) {
         return fail_value(verb, a, "mpirun_ccl", "expected a number of workers");

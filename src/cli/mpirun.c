@@ -50,6 +50,12 @@ static int find_in_path(const char *const *names, int n_names, char *out, size_t
     return -1;
 }
 
+int mpirun_find(char *out, size_t cap)
+{
+    static const char *const apps[] = {"mpirun", "mpiexec"};
+    return find_in_path(apps, 2, out, cap);
+}
+
 /* Whether `mpi --version` says Open MPI (Accelerate's test). */
 static int is_open_mpi(const char *mpi)
 {
@@ -157,11 +163,9 @@ static void relay_mpirun(int fd, char reports[MAX_REPORTS][512], int *n_reports)
 
 int launch_mpirun(const launch_settings *s, const char *program_path)
 {
-    static const char *const apps[] = {"mpirun", "mpiexec"};
     char mpi[4096], self[4096];
-    if (find_in_path(apps, 2, mpi, sizeof(mpi)) != 0) {
-        fprintf(stderr, "accel launch: error: --mpirun_hostfile: mpirun or mpiexec not found in "
-                        "PATH (install Open MPI: apt-get install openmpi-bin)\n");
+    if (mpirun_find(mpi, sizeof(mpi)) != 0) { /* checked with the options: PATH changed since */
+        fprintf(stderr, "accel launch: error: mpirun or mpiexec not found in PATH\n");
         return 1;
     }
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);

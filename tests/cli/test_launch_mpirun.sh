@@ -4,7 +4,8 @@
 #  1. The command line is Accelerate's (--hostfile F --npernode N/M -n N --bind-to socket for
 #     Open MPI) and a 2-process job of all-reduces succeeds (the ranks take their layout from
 #     mpirun's variables).
-#  2. The config file's mpirun_config.mpirun_hostfile does the same without the flag.
+#  2. The config file's mpirun_config.mpirun_hostfile does the same without the flag (and
+#     without mpirun in PATH the error names that key's line).
 #  3. A rank that kills itself (SIGKILL) mid-job: the runtime kills the rest, and the launcher
 #     still names the rank that died first, exiting non-zero.
 # Skips (77) without mpirun. As root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
@@ -51,6 +52,13 @@ timeout 120 "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" --iters 5 --coun
     >"$T/out" 2>"$T/err" || fail "the job of the config file failed"
 grep -q "mpirun --hostfile $T/hosts --npernode 2 -n 2" "$T/err" || fail "the config's hostfile was not used"
 echo "ok: mpirun_config.mpirun_hostfile from the config file"
+# ... and without mpirun in PATH the error names the config file's line, not the flag
+PATH=/nonexistent "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc = 2 ] || fail "exit status $rc without mpirun in PATH (want 2)"
+grep -q "config file $T/cfg.yaml, line 7: mpirun_config.mpirun_hostfile: .*mpirun or mpiexec not found in PATH" "$T/err" ||
+    fail "the missing mpirun not blamed on the config file's line"
+echo "ok: no mpirun in PATH names the config key"
 
 # ---- 3. a rank dies ----
 timeout 120 "$ACCEL" launch --mpirun_hostfile "$T/hosts" -n 2 "$PROG" --iters 100000000 \
