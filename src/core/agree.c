@@ -139,8 +139,8 @@ static accel_status report(accel *acc, accel__option_id id, const int64_t *diges
         /* The others then see this process leave the exchange (EPEER naming it). */
         return accel__seterr(NULL, ACCEL_ENOMEM, "accel_init: out of memory");
     }
-    accel__coll op = ACCEL__COLL(ACCEL__COLL_ALLGATHER, &mine, all, sizeof(record), ACCEL_U8,
-                                 ACCEL_SUM, 0);
+    accel__coll op =
+        ACCEL__COLL(ACCEL__COLL_ALLGATHER, &mine, all, sizeof(record), ACCEL_U8, ACCEL_SUM, 0);
     accel_status st = accel__comm_run(acc->comm, &op);
     if (st != ACCEL_OK) {
         accel__free(all);

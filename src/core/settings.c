@@ -298,8 +298,7 @@ static void format_value(const accel_options *o, const field *f, char *buf, size
     }
 }
 
-void accel__settings_format(const accel_options *o, accel__option_id id, char *buf,
-                            size_t nbytes)
+void accel__settings_format(const accel_options *o, accel__option_id id, char *buf, size_t nbytes)
 {
     format_value(o, &fields[id], buf, nbytes);
 }

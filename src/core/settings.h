@@ -167,8 +167,7 @@ accel_status accel__settings_finish(accel__settings *s, const accel_options *giv
 
 /* The value of option field `id` of `o` as the table shows it (reals exactly: the shortest text
  * that reads back as the same double), into buf. */
-void accel__settings_format(const accel_options *o, accel__option_id id, char *buf,
-                            size_t nbytes);
+void accel__settings_format(const accel_options *o, accel__option_id id, char *buf, size_t nbytes);
 /* The name of option field `id` ("mixed_precision"). Static string. */
 const char *accel__settings_field_name(accel__option_id id);
 
