@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Two "machines" (gloo, 2 x 1) that resolve different mixed precision, the classic Accelerate
-# pitfall (docs/configuration.md, "Settings every process must share"): accel_init fails on
-# both processes, promptly, with the message naming the setting, both processes, their values
-# and their sources:
+# Two "machines" (gloo 2 x 1, also hier 2 x 2) that resolve different mixed precision, the
+# classic Accelerate pitfall (docs/configuration.md, "Settings every process must share"):
+# accel_init fails on every process, promptly, with the message naming the setting, two
+# processes, their values and their sources:
 #  - launchers: each machine's `accel launch` reads its own default_config.yaml (HF_HOME per
 #    machine), one saying bf16, the other fp16;
-#  - by hand: ACCELERATE_MIXED_PRECISION=fp16 exported on machine 1 only (machine 0: default);
+#  - by hand: ACCELERATE_MIXED_PRECISION=fp16 exported on machine 1 only (machine 0: default),
+#    on gloo 2 x 1 and on hier 2 x 2;
 #  - the same job with the variable on both machines initialises (tests/progs/show_options).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -80,6 +81,24 @@ done
 expect_failure "$name"
 expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 1 has \
 fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
+echo "ok: $name"
+
+# ---- hier (2 x 2): machine 1's two processes both differ ----
+name=hier
+mkdir -p "$tmp/$name"
+port=$("$B/tests/progs/free_port")
+MACHINE_PIDS=()
+for r in 0 1 2 3; do
+    extra=()
+    [ "$r" -ge 2 ] && extra=(ACCELERATE_MIXED_PRECISION=fp16)
+    env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$((r / 2)) \
+        ACCEL_NUM_MACHINES=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 \
+        "${extra[@]}" "$SHOW" >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
+    MACHINE_PIDS+=($!)
+done
+expect_failure "$name"
+expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 2 (the \
+first of 2 that differ from process 0) has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
 echo "ok: $name"
 
 # ---- the same variable on both machines: the job runs ----
