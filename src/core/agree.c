@@ -35,7 +35,8 @@ static const rule rules[ACCEL__OPT_COUNT] = {
     [ACCEL__OPT_resume_from_checkpoint] = WHETHER_SET,
 };
 
-/* Longest value and source a message shows: two of each fit the 1 KiB error message. */
+/* Longest value and source a message shows: two of each and the message's words fit the 1 KiB
+ * error message (only a long list of other differing fields gets its end cut). */
 #define VALUE_NBYTES 160
 #define SOURCE_NBYTES 280
 
