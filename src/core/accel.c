@@ -456,6 +456,11 @@ accel_status accel_init(accel **out, const accel_options *opts)
     if (st == ACCEL_OK) {
         st = accel__settings_finish(set, &given, &o);
     }
+    if (st == ACCEL_OK) {
+        /* Two machines' config files or environments differing would otherwise train
+         * something else without a word: every process fails alike, naming the setting. */
+        st = accel__settings_agree(acc);
+    }
     if (st != ACCEL_OK) {
         accel_free(acc);
         return st; /* the thread error already names the cause */

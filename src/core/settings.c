@@ -247,6 +247,18 @@ void accel__settings_views(accel__settings *s, const accel_options *o)
 
 /* ---- the table ---- */
 
+/* The shortest "%.*g" text that reads back as d: "%g"'s text wherever six digits are exact, and
+ * never two different values shown alike (processes compared by accel__settings_agree). */
+static void format_real(double d, char *buf, size_t nbytes)
+{
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, nbytes, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) {
+            return;
+        }
+    }
+}
+
 static void format_value(const accel_options *o, const field *f, char *buf, size_t nbytes)
 {
     const char *p = (const char *)o + f->offset;
@@ -261,7 +273,7 @@ static void format_value(const accel_options *o, const field *f, char *buf, size
         break;
     case REAL:
         memcpy(&d, p, sizeof(d));
-        snprintf(buf, nbytes, "%g", d);
+        format_real(d, buf, nbytes);
         break;
     case STRING:
         memcpy(&str, p, sizeof(str));
@@ -284,6 +296,16 @@ static void format_value(const accel_options *o, const field *f, char *buf, size
         snprintf(buf, nbytes, "%s", i < 0 ? "(the gradients' dtype)" : accel_dtype_name(i));
         break;
     }
+}
+
+void accel__settings_format(const accel_options *o, accel__option_id id, char *buf, size_t nbytes)
+{
+    format_value(o, &fields[id], buf, nbytes);
+}
+
+const char *accel__settings_field_name(accel__option_id id)
+{
+    return fields[id].name;
 }
 
 static accel_status build_summary(accel__settings *s)

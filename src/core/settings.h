@@ -165,6 +165,24 @@ void accel__settings_views(accel__settings *s, const accel_options *o);
 accel_status accel__settings_finish(accel__settings *s, const accel_options *given,
                                     const accel_options *resolved);
 
+/* The value of option field `id` of `o` as the table shows it (reals exactly: the shortest text
+ * that reads back as the same double), into buf. */
+void accel__settings_format(const accel_options *o, accel__option_id id, char *buf, size_t nbytes);
+/* The name of option field `id` ("mixed_precision"). Static string. */
+const char *accel__settings_field_name(accel__option_id id);
+
+/*
+ * Checks that every process of acc's job resolved the same settings (src/core/agree.c): after
+ * accel__settings_finish, with acc->comm open. Collective over the job: one allreduce of a
+ * digest per option field (a few hundred bytes), and on a difference one allgather of each
+ * process's value and source of the first field that differs. A difference is ACCEL_EINVAL on
+ * every process, naming the setting, process 0 and the first process that differs, and each
+ * one's value and source; other failures are the communicator's (EPEER, ETIMEDOUT). One
+ * process: nothing to check, ACCEL_OK. Which fields must agree, and why the others may differ,
+ * is docs/configuration.md, "Settings every process must share".
+ */
+accel_status accel__settings_agree(accel *acc);
+
 /* Writes "[rank 0/N] accel: resolved configuration ..." and the table to stderr in one
  * write(2), so that other processes' lines do not cut through it (the main process calls it
  * in debug mode). */

@@ -139,11 +139,24 @@ int main(void)
     want(acc, "mixed_precision", "bf16", "env ACCELERATE_MIXED_PRECISION");
     want(acc, "timeout_s", "30", "argument");
     want(acc, "config_file", cfg, "argument");
+    want(acc, "bucket_cap_mb", "25", "default");
     want(acc, "ACCEL_SHM_SPIN_US", "7", "env ACCEL_SHM_SPIN_US");
     accel_free(acc);
     unsetenv("ACCEL_TIMEOUT");
     unsetenv("ACCEL_SHM_SPIN_US");
     unsetenv("ACCELERATE_CONFIG_FILE");
+
+    /* Reals are shown exactly ("%g" would show 25.0000001 as 25), and no longer than "%g"
+     * where six digits are exact. */
+    o = accel_options_default();
+    o.bucket_cap_mb = 25.0000001;
+    o.first_bucket_mb = 0.1;
+    o.timeout_s = 1e300;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    want(acc, "bucket_cap_mb", "25.0000001", "argument");
+    want(acc, "first_bucket_mb", "0.1", "argument");
+    want(acc, "timeout_s", "1e+300", "argument");
+    accel_free(acc);
 
     /* What accel launch set names the launcher's own source. */
     setenv("ACCEL_LAUNCH_SOURCES",

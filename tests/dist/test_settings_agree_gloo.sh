@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Two "machines" (gloo 2 x 1, also hier 2 x 2) that resolve different mixed precision, the
+# classic Accelerate pitfall (docs/configuration.md, "Settings every process must share"):
+# accel_init fails on every process, promptly, with the message naming the setting, two
+# processes, their values and their sources:
+#  - launchers: each machine's `accel launch` reads its own default_config.yaml (HF_HOME per
+#    machine), one saying bf16, the other fp16;
+#  - by hand: ACCELERATE_MIXED_PRECISION=fp16 exported on machine 1 only (machine 0: default),
+#    on gloo 2 x 1 and on hier 2 x 2;
+#  - the same job with the variable on both machines initialises (tests/progs/show_options).
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../comm/machines.sh"
+gloo_built || exit 77
+tmp=$(mktemp -d)
+trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+unset ACCELERATE_CONFIG_FILE ACCELERATE_MIXED_PRECISION ACCELERATE_DEBUG_MODE \
+    ACCELERATE_GRADIENT_ACCUMULATION_STEPS ACCEL_ZERO_STAGE ACCEL_CONFIG_CHECKED XDG_CACHE_HOME \
+    ACCEL_LAUNCH_SOURCES ACCEL_TIMEOUT
+export HF_HOME=$tmp/none # no config file of this machine's user takes part
+SHOW=$B/tests/progs/show_options
+SUFFIX="(every process of a job must resolve the same settings)"
+
+fail() { # case message
+    echo "FAIL: $1: $2"
+    for f in "$tmp/$1"/*; do echo "== $f"; tail -n 20 "$f"; done
+    exit 1
+}
+
+# Every process must fail within 30 s (not hang to the deadline, 60 s)...
+expect_failure() { # case
+    machines_wait 30 && fail "$1" "the job succeeded"
+    grep -q "Killed\|SIGKILL" "$tmp/$1"/*.err && fail "$1" "a process hung"
+}
+# ... and each of the files must say `want`.
+expect_both() { # case file_pattern want
+    for f in "$tmp/$1"/$2; do
+        grep -qF -- "$3" "$f" || fail "$1" "$f lacks: $3"
+    done
+}
+
+# ---- launchers, each machine's own default_config.yaml ----
+name=launchers
+mkdir -p "$tmp/$name"
+port=$("$B/tests/progs/free_port")
+MACHINE_PIDS=()
+MACHINE_DIR=
+for m in 0 1; do
+    mp=$([ "$m" = 0 ] && echo bf16 || echo fp16)
+    mkdir -p "$tmp/hf$m/accelerate"
+    printf '%s\n' "compute_environment: LOCAL_MACHINE" "distributed_type: MULTI_CPU" \
+        "mixed_precision: $mp" >"$tmp/hf$m/accelerate/default_config.yaml"
+    HF_HOME=$tmp/hf$m ACCEL_TIMEOUT=60 "$B/accel" launch --num_machines 2 --machine_rank "$m" \
+        --main_process_ip 127.0.0.1 --main_process_port "$port" --num_processes 2 "$SHOW" \
+        >"$tmp/$name/m$m.out" 2>"$tmp/$name/m$m.err" &
+    MACHINE_PIDS+=($!)
+done
+expect_failure "$name"
+c0=$tmp/hf0/accelerate/default_config.yaml
+c1=$tmp/hf1/accelerate/default_config.yaml
+DISAGREE="accel_init: processes disagree on mixed_precision:"
+expect_both "$name" 'm*.err' "$DISAGREE process 0 has bf16 (accel launch: config file $c0"
+expect_both "$name" 'm*.err' "process 1 has fp16 (accel launch: config file $c1"
+expect_both "$name" 'm*.err' "(env ACCELERATE_MIXED_PRECISION)) $SUFFIX"
+echo "ok: $name"
+
+# ---- by hand: the variable exported on machine 1 only ----
+name=env
+mkdir -p "$tmp/$name"
+port=$("$B/tests/progs/free_port")
+MACHINE_PIDS=()
+for r in 0 1; do
+    extra=()
+    [ "$r" = 1 ] && extra=(ACCELERATE_MIXED_PRECISION=fp16)
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r ACCEL_NUM_MACHINES=2 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 "${extra[@]}" "$SHOW" \
+        >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
+    MACHINE_PIDS+=($!)
+done
+expect_failure "$name"
+expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 1 has \
+fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
+echo "ok: $name"
+
+# ---- hier (2 x 2): machine 1's two processes both differ ----
+name=hier
+mkdir -p "$tmp/$name"
+port=$("$B/tests/progs/free_port")
+MACHINE_PIDS=()
+for r in 0 1 2 3; do
+    extra=()
+    [ "$r" -ge 2 ] && extra=(ACCELERATE_MIXED_PRECISION=fp16)
+    env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$((r / 2)) \
+        ACCEL_NUM_MACHINES=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 \
+        "${extra[@]}" "$SHOW" >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
+    MACHINE_PIDS+=($!)
+done
+expect_failure "$name"
+expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 2 (the \
+first of 2 that differ from process 0) has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
+echo "ok: $name"
+
+# ---- the same variable on both machines: the job runs ----
+name=agree
+mkdir -p "$tmp/$name"
+port=$("$B/tests/progs/free_port")
+MACHINE_PIDS=()
+for r in 0 1; do
+    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r ACCEL_NUM_MACHINES=2 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 \
+        ACCELERATE_MIXED_PRECISION=fp16 "$SHOW" >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
+    MACHINE_PIDS+=($!)
+done
+machines_wait 30 || fail "$name" "the job failed"
+for r in 0 1; do
+    grep -q "options: mixed_precision=fp16" "$tmp/$name/r$r.out" || fail "$name" "process $r"
+done
+echo "ok: $name"
