@@ -10,13 +10,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/fs.h"
@@ -48,8 +45,7 @@ static char *hidden_sibling(const char *dir, const char *suffix)
 accel_status accel__stage_init(accel__stage *s, const char *final_dir)
 {
     s->final_dir = s->stage_dir = s->lock_path = NULL;
-    s->lock_fd = -1;
-    s->locked = 0;
+    memset(&s->lock, 0, sizeof s->lock);
     if (!accel__path_names_entry(final_dir)) {
         /* "", ".", ".." or "/": the staging sibling would be "..partial" in the working
          * folder, and no rename could put it in place. */
@@ -79,24 +75,9 @@ void accel__stage_release(accel__stage *s)
 
 /* ---- the save lock ---- */
 
-/* The holder's note in a lock file another process holds ("pid 123 on host n1, since ..."),
- * or a placeholder when it cannot be read (the holder may not have written it yet). */
-static void read_holder(int fd, char *buf, size_t cap)
-{
-    ssize_t n = pread(fd, buf, cap - 1, 0);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\0')) {
-        n--;
-    }
-    if (n <= 0) {
-        snprintf(buf, cap, "holder not recorded yet");
-        return;
-    }
-    buf[n] = '\0';
-}
-
 accel_status accel__stage_lock(accel__stage *s)
 {
-    if (s->locked) {
+    if (s->lock.held) {
         return ACCEL_OK;
     }
     /* The parent folder must exist to hold the lock file; the staging folder needs it too. */
@@ -111,79 +92,21 @@ accel_status accel__stage_lock(accel__stage *s)
         accel__free(parent);
         ACCEL_TRY(st);
     }
-    /* A holder removes the lock file before it lets go, so a file opened just before that
-     * is no longer the lock: after locking, the open file must still be the one under the
-     * name, else try again (the standard flock-and-unlink protocol; it always makes
-     * progress, the bound only guards against a pathological file system). */
-    for (int attempt = 0; attempt < 1000; attempt++) {
-        int fd = open(s->lock_path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0) {
-            return accel__seterr(NULL, ACCEL_EIO, "cannot open the save lock %s: %s", s->lock_path,
-                                 strerror(errno));
-        }
-        int r;
-        while ((r = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
-        }
-        if (r != 0 && errno == EWOULDBLOCK) {
-            char holder[256];
-            read_holder(fd, holder, sizeof holder);
-            close(fd);
-            return accel__seterr(NULL, ACCEL_ESTATE,
-                                 "checkpoint folder %s is being saved by another process (%s; "
-                                 "lock %s): two jobs must not save into the same folder: give "
-                                 "each job its own project_dir or checkpoint folder",
-                                 s->final_dir, holder, s->lock_path);
-        }
-        if (r != 0) {
-            /* NFS without a lock manager, Lustre mounted without "flock": saving still
-             * works, only the protection against a second job is gone. */
-            int err = errno;
-            close(fd);
-            unlink(s->lock_path);
-            static _Atomic int warned;
-            if (atomic_exchange(&warned, 1) == 0) {
-                accel__log(NULL, ACCEL__LOG_WARN,
-                           "the file system of %s has no file locks (%s): saves are not "
-                           "protected against another job saving the same folder",
-                           s->lock_path, strerror(err));
-            }
-            return ACCEL_OK;
-        }
-        struct stat a, b;
-        if (fstat(fd, &a) == 0 && stat(s->lock_path, &b) == 0 && a.st_dev == b.st_dev &&
-            a.st_ino == b.st_ino) {
-            /* The note is only for the message another process prints: failing to write
-             * it changes nothing about the lock. */
-            char note[160], host[64] = "?";
-            gethostname(host, sizeof host - 1);
-            host[sizeof host - 1] = '\0';
-            int len = snprintf(note, sizeof note, "pid %d on host %s, since %lld\n", (int)getpid(),
-                               host, (long long)time(NULL));
-            if (ftruncate(fd, 0) != 0 || pwrite(fd, note, (size_t)len, 0) != len) {
-                accel__log(NULL, ACCEL__LOG_DEBUG, "cannot record the holder in %s: %s",
-                           s->lock_path, strerror(errno));
-            }
-            s->lock_fd = fd;
-            s->locked = 1;
-            return ACCEL_OK;
-        }
-        close(fd); /* a released lock's file, already unlinked: take the new one */
+    char holder[256];
+    accel_status st = accel__lockfile_take(&s->lock, s->lock_path, holder, sizeof holder);
+    if (st == ACCEL_ESTATE) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "checkpoint folder %s is being saved by another process (%s; "
+                             "lock %s): two jobs must not save into the same folder: give "
+                             "each job its own project_dir or checkpoint folder",
+                             s->final_dir, holder, s->lock_path);
     }
-    return accel__seterr(NULL, ACCEL_EIO, "cannot take the save lock %s: it keeps being replaced",
-                         s->lock_path);
+    return st;
 }
 
 void accel__stage_unlock(accel__stage *s)
 {
-    if (!s->locked) {
-        return;
-    }
-    /* Unlink while still holding it: a process that opened the old file finds it replaced
-     * after locking and opens the name again (see accel__stage_lock). */
-    unlink(s->lock_path);
-    close(s->lock_fd);
-    s->lock_fd = -1;
-    s->locked = 0;
+    accel__lockfile_release(&s->lock);
 }
 
 accel_status accel__stage_create(const accel__stage *s)

@@ -24,11 +24,10 @@
 /* ---- checkpoint folders ---- */
 
 typedef struct accel__stage {
-    char *final_dir; /* owned */
-    char *stage_dir; /* owned: "<parent>/.<name>.partial" */
-    char *lock_path; /* owned: "<parent>/.<name>.lock" */
-    int lock_fd;     /* the lock file, open while `locked` */
-    int locked;      /* this process holds the folder's save lock (accel__stage_lock) */
+    char *final_dir;      /* owned */
+    char *stage_dir;      /* owned: "<parent>/.<name>.partial" */
+    char *lock_path;      /* owned: "<parent>/.<name>.lock" */
+    accel__lockfile lock; /* the folder's save lock, while held (accel__stage_lock) */
 } accel__stage;
 
 /* Computes the paths for building `final_dir`; touches nothing on disk. Every process of a
@@ -36,13 +35,11 @@ typedef struct accel__stage {
 accel_status accel__stage_init(accel__stage *s, const char *final_dir);
 /*
  * (The writing process, before it looks at the target or creates the staging folder.) Takes
- * the folder's save lock: an flock on "<parent>/.<name>.lock", creating the parent folders, so
- * that two jobs saving the same folder at once cannot remove or mix each other's staging
- * folders or replace each other's checkpoint. The kernel drops the lock when its holder dies,
- * so a SIGKILLed save never blocks the next one. The lock file records the holder (pid, host)
- * for the message of a refused save. Returns ACCEL_OK (also, after a warning, on a file system
- * that has no locks), ACCEL_ESTATE when another process holds the lock (the message names the
- * folder and the holder), ACCEL_EIO. Released (and the lock file removed) by
+ * the folder's save lock: the lock file "<parent>/.<name>.lock" (base/fs.h), creating the
+ * parent folders, so that two jobs saving the same folder at once cannot remove or mix each
+ * other's staging folders or replace each other's checkpoint. Returns ACCEL_OK (also, after a
+ * warning, on a file system that has no locks), ACCEL_ESTATE when another process holds the lock
+ * (the message names the folder and the holder), ACCEL_EIO. Released (and the lock file removed) by
  * accel__stage_unlock or accel__stage_release.
  */
 accel_status accel__stage_lock(accel__stage *s);

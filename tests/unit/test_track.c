@@ -4,7 +4,7 @@
  * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
  * later (warnings; training goes on). Faults of the built-in trackers' files: a disk full in
  * mid-record, a run folder deleted while the run writes, names that are not UTF-8 or not file
- * names.
+ * names, and two jobs logging into one run folder (the second is refused).
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -327,6 +327,41 @@ static void test_jsonl_csv(void)
 }
 
 /* A call with no values, then a first key: the earlier row is widened too. */
+/* Two jobs, one run folder: the second job's jsonl / csv tracker is refused while the first
+ * one writes (their records interleaved in one file before, and a csv rewrite by one dropped
+ * the other's rows), the first one is not disturbed, and the folder is free once it ends. */
+static void test_two_jobs(void)
+{
+    accel *first = make(tmpdir, "jsonl,csv");
+    CHECK_OK(first, accel_init_trackers(first, "shared", NULL, 0));
+    accel_value a[] = {ACCEL_SCALAR("loss", 1.5)};
+    CHECK_OK(first, accel_log(first, a, 1, 0));
+    accel *second = make(tmpdir, "csv");
+    CHECK(accel_init_trackers(second, "shared", NULL, 0) == ACCEL_ESTATE);
+    char want[700];
+    snprintf(want, sizeof(want),
+             "tracker csv: start failed: %s/shared/metrics.csv is being written by another job "
+             "(pid %d on host ",
+             tmpdir, (int)getpid());
+    const char *err = accel_last_error(second);
+    CHECK_MSG(strncmp(err, want, strlen(want)) == 0 &&
+                  strstr(err, "give each job its own project_name or logging_dir") != NULL,
+              "%s", err);
+    accel_value b[] = {ACCEL_SCALAR("acc", 0.5)}; /* a new column: the csv is rewritten */
+    CHECK_OK(first, accel_log(first, b, 1, 1));
+    CHECK_OK(first, accel_end_training(first));
+    accel_free(first);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/shared/metrics.csv", tmpdir);
+    char *text = check_slurp(path);
+    CHECK_MSG(count_lines(text) == 3, "%s", text);
+    snprintf(path, sizeof(path), "%s/shared/.metrics.csv.lock", tmpdir);
+    CHECK(access(path, F_OK) != 0); /* removed at the end */
+    CHECK_OK(second, accel_init_trackers(second, "shared", NULL, 0));
+    CHECK_OK(second, accel_end_training(second));
+    accel_free(second);
+}
+
 static void test_csv_empty_first(void)
 {
     accel *acc = make(tmpdir, "csv");
@@ -700,6 +735,7 @@ int main(void)
     test_user_tracker();
     test_bad_input();
     test_jsonl_csv();
+    test_two_jobs();
     test_csv_empty_first();
     test_all();
     test_resume();
