@@ -261,7 +261,9 @@ static accel_status list_folders(const char *base, int complete_only, int64_t **
         accel__free(v);
         return st;
     }
-    qsort(v, n, sizeof *v, cmp_i64);
+    if (n > 1) {
+        qsort(v, n, sizeof *v, cmp_i64); /* v is NULL when n is 0 */
+    }
     *iters = v;
     *count = n;
     return ACCEL_OK;

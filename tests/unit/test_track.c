@@ -337,7 +337,8 @@ static void test_two_jobs(void)
     accel_value a[] = {ACCEL_SCALAR("loss", 1.5)};
     CHECK_OK(first, accel_log(first, a, 1, 0));
     accel *second = make(tmpdir, "csv");
-    CHECK(accel_init_trackers(second, "shared", NULL, 0) == ACCEL_ESTATE);
+    accel_status st2 = accel_init_trackers(second, "shared", NULL, 0);
+    CHECK_MSG(st2 == ACCEL_ESTATE, "%s: %s", accel_status_name(st2), accel_last_error(second));
     char want[700];
     snprintf(want, sizeof(want),
              "tracker csv: start failed: %s/shared/metrics.csv is being written by another job "
