@@ -308,16 +308,9 @@ static accel_status text_start(int csv, const accel_tracker_start_info *info, vo
      * csv rewrite or a resume by one would drop the other's: the second job is refused. */
     char *lock =
         accel__path_join(s->common.run_dir, csv ? ".metrics.csv.lock" : ".metrics.jsonl.lock");
-    char holder[256];
-    st = lock ? accel__lockfile_take(&s->lock, lock, holder, sizeof holder) : ACCEL_ENOMEM;
-    if (st == ACCEL_ESTATE) {
-        accel_tracker_seterr(st,
-                             "%s is being written by another job (%s; lock %s): give each job "
-                             "its own project_name or logging_dir",
-                             s->path, holder, lock);
-    } else if (st != ACCEL_OK) {
-        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
-    }
+    st = lock ? accel__track_lock(&s->lock, lock, s->path,
+                                  ": give each job its own project_name or logging_dir")
+              : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
     accel__free(lock);
     if (st != ACCEL_OK) {
         free_state(s);

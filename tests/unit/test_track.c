@@ -4,7 +4,7 @@
  * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
  * later (warnings; training goes on). Faults of the built-in trackers' files: a disk full in
  * mid-record, a run folder deleted while the run writes, names that are not UTF-8 or not file
- * names, and two jobs logging into one run folder (the second is refused).
+ * names, and two jobs logging into one run folder or MLflow run (the second is refused).
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -361,6 +361,51 @@ static void test_two_jobs(void)
     CHECK_OK(second, accel_init_trackers(second, "shared", NULL, 0));
     CHECK_OK(second, accel_end_training(second));
     accel_free(second);
+}
+
+/* Two jobs, one MLflow experiment and run name: the second job's resume does not take over
+ * the first job's live run (it continued it and cut its history before), and MLFLOW_RUN_ID
+ * naming a live run is refused; the runs stay apart. */
+static void test_two_jobs_mlflow(void)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1);
+    unsetenv("MLFLOW_RUN_ID");
+    accel *first = make(tmpdir, "mlflow");
+    CHECK_OK(first, accel_init_trackers(first, "mlshared", NULL, 0));
+    char run_a[512], metric[600];
+    snprintf(run_a, sizeof(run_a), "%s", accel_tracker_run_dir(accel_get_tracker(first, "mlflow")));
+    for (int step = 0; step < 3; step++) {
+        accel_value v[] = {ACCEL_SCALAR("loss", step)};
+        CHECK_OK(first, accel_log(first, v, 1, step));
+    }
+    accel *second = make(tmpdir, "mlflow");
+    CHECK_OK(second, accel_init_trackers(second, "mlshared", NULL, 0));
+    capture_begin();
+    CHECK_OK(second, accel_trackers_resume(second, 1));
+    char *err = capture_end();
+    const char *id_a = strrchr(run_a, '/') + 1;
+    char want[300];
+    snprintf(want, sizeof(want),
+             "tracker mlflow: resuming at step 1 failed: MLflow run %s is being written by "
+             "another job (pid %d on host ",
+             id_a, (int)getpid());
+    CHECK_MSG(strstr(err, want) != NULL && strstr(err, "this run stays a new one") != NULL, "%s",
+              err);
+    const char *run_b = accel_tracker_run_dir(accel_get_tracker(second, "mlflow"));
+    CHECK_MSG(strcmp(run_b, run_a) != 0, "%s", run_b);
+    snprintf(metric, sizeof(metric), "%s/metrics/loss", run_a);
+    CHECK(count_lines(check_slurp(metric)) == 3); /* the first job's history is whole */
+    setenv("MLFLOW_RUN_ID", id_a, 1);
+    accel *third = make(tmpdir, "mlflow");
+    CHECK(accel_init_trackers(third, "mlshared", NULL, 0) == ACCEL_ESTATE);
+    CHECK_MSG(strstr(accel_last_error(third), "(MLFLOW_RUN_ID names it)") != NULL, "%s",
+              accel_last_error(third));
+    unsetenv("MLFLOW_RUN_ID");
+    accel_free(third);
+    CHECK_OK(second, accel_end_training(second));
+    accel_free(second);
+    CHECK_OK(first, accel_end_training(first));
+    accel_free(first);
 }
 
 static void test_csv_empty_first(void)
@@ -737,6 +782,7 @@ int main(void)
     test_bad_input();
     test_jsonl_csv();
     test_two_jobs();
+    test_two_jobs_mlflow();
     test_csv_empty_first();
     test_all();
     test_resume();
