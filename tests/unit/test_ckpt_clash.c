@@ -5,7 +5,9 @@
  * (before the save lock, the second save removed the first one's staging folder and
  * replaced its checkpoint, or their files mixed); then the leftovers of a SIGKILLed save (the
  * staging folder, the lock file): resume does not pick the partial checkpoint, the next save
- * removes them, and nothing stays behind.
+ * removes them, and nothing stays behind. Last, a checkpoint of another precision in the
+ * folder a job resumes from: saved without fp16 it loads under fp16, the other way round it is
+ * refused naming the precision.
  *
  * The first job is a child process held inside its save by a pre-hook (it reports through
  * one pipe that the staging folder exists and waits on another), so nothing depends on timing.
@@ -217,6 +219,49 @@ static void test_killed_save(void)
     CHECK(load_value(project, NULL) == 333);
 }
 
+/* A job of one precision saved, one of another resumes (another job config in the same
+ * project_dir). Saved without fp16, resumed under fp16: the checkpoint loads and the new loss
+ * scaler keeps its initial state, as documented (before, every checkpoint was reported damaged:
+ * "file scaler.json is not listed"). Saved under fp16, resumed without: ACCEL_EINVAL naming
+ * the precision. */
+static accel *precision_job(accel_precision prec)
+{
+    accel_options o = accel_options_default();
+    o.mixed_precision = prec;
+    accel *acc;
+    CHECK_OK(NULL, accel_init(&acc, &o));
+    accel_model *m;
+    CHECK_OK(acc, accel_model_new(acc, &m));
+    CHECK_OK(acc, accel_model_add_param(m, "w", 1, (int64_t[]){64}, NULL));
+    accel_optimizer *opt = accel_adamw(acc, m, NULL);
+    CHECK(opt != NULL);
+    CHECK_OK(acc, accel_prepare(acc, m, opt));
+    return acc;
+}
+
+static void test_other_precision(void)
+{
+    char no[400], fp16[400];
+    snprintf(no, sizeof no, "%s/prec/no", g_dir);
+    snprintf(fp16, sizeof fp16, "%s/prec/fp16", g_dir);
+    accel *acc = precision_job(ACCEL_PRECISION_NO);
+    CHECK_OK(acc, accel_save_state(acc, no));
+    accel_free(acc);
+    acc = precision_job(ACCEL_PRECISION_FP16);
+    CHECK_OK(acc, accel_save_state(acc, fp16));
+    CHECK_OK(acc, accel_load_state(acc, no));
+    accel_free(acc);
+    acc = precision_job(ACCEL_PRECISION_NO);
+    char want[600];
+    snprintf(want, sizeof want,
+             "checkpoint %s: scaler.json holds an fp16 loss scaler but mixed_precision is no now",
+             fp16);
+    accel_status st = accel_load_state(acc, fp16);
+    CHECK_MSG(st == ACCEL_EINVAL && strstr(accel_last_error(acc), want) != NULL, "%s: %s",
+              accel_status_name(st), accel_last_error(acc));
+    accel_free(acc);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_test_ckpt_clash_%d", (int)getpid());
@@ -224,6 +269,7 @@ int main(void)
     test_same_dir();
     test_same_project();
     test_killed_save();
+    test_other_precision();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);
