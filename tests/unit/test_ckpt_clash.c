@@ -7,7 +7,7 @@
  * staging folder, the lock file): resume does not pick the partial checkpoint, the next save
  * removes them, and nothing stays behind. Last, a checkpoint of another precision in the
  * folder a job resumes from: saved without fp16 it loads under fp16, the other way round it is
- * refused naming the precision.
+ * refused naming the precision; and two saves of model files into one folder at once.
  *
  * The first job is a child process held inside its save by a pre-hook (it reports through
  * one pipe that the staging folder exists and waits on another), so nothing depends on timing.
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ckpt/stset.h"
 
 static char g_dir[256];
 
@@ -262,6 +263,46 @@ static void test_other_precision(void)
     accel_free(acc);
 }
 
+/* Two jobs saving model files into one folder at once (accel_save_model, accel_save_sharded,
+ * merge-weights): the second is refused while the first writes (before, each one's removal of
+ * stale files deleted the other's: a sharded and a single-file save left no model at all). The
+ * first save is held open through the internal set API; flock excludes a second open file in
+ * the same process too. */
+static void test_model_files(void)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/model", g_dir);
+    float a[64], b[64];
+    for (int i = 0; i < 64; i++) {
+        a[i] = (float)i;
+        b[i] = -(float)i;
+    }
+    accel_named_tensor ta[2] = {{"x", accel_tensor_view(a, ACCEL_F32, 1, (int64_t[]){32})},
+                                {"y", accel_tensor_view(a + 32, ACCEL_F32, 1, (int64_t[]){32})}};
+    accel_named_tensor tb[2] = {{"x", accel_tensor_view(b, ACCEL_F32, 1, (int64_t[]){32})},
+                                {"y", accel_tensor_view(b + 32, ACCEL_F32, 1, (int64_t[]){32})}};
+    accel__stset *first;
+    CHECK_OK(NULL, accel__stset_open(&first, dir, "model", ta, 2, NULL, 0, 128)); /* 2 shards */
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_OK(NULL, accel__stset_write(first, i, 0, ta[i].tensor.data, 128));
+    }
+    accel_status st = accel_save_sharded(dir, "model", tb, 2, NULL, 0, 0); /* one file */
+    char want[600];
+    snprintf(want, sizeof want, "%s: model.safetensors files are being written by another process",
+             dir);
+    CHECK_MSG(st == ACCEL_ESTATE && strncmp(accel_last_error(NULL), want, strlen(want)) == 0,
+              "%s: %s", accel_status_name(st), accel_last_error(NULL));
+    CHECK_OK(NULL, accel__stset_commit(first));
+    char path[500];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    CHECK(exists(path)); /* the first save is whole */
+    snprintf(path, sizeof path, "%s/.model.lock", dir);
+    CHECK(!exists(path));
+    CHECK_OK(NULL, accel_save_sharded(dir, "model", tb, 2, NULL, 0, 0)); /* now it may replace */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    CHECK(exists(path));
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_test_ckpt_clash_%d", (int)getpid());
@@ -270,6 +311,7 @@ int main(void)
     test_same_project();
     test_killed_save();
     test_other_precision();
+    test_model_files();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);
