@@ -288,6 +288,12 @@ static accel_status delete_checkpoint(const char *dir)
     }
     accel_status st = accel__rmtree(gone);
     if (st == ACCEL_OK && rename(dir, gone) != 0) {
+        if (errno == ENOENT) {
+            /* Another job rotating this folder deleted it a moment ago: nothing left to do,
+             * and failing here would fail a save whose checkpoint is already in place. */
+            accel__free(gone);
+            return ACCEL_OK;
+        }
         st = accel__seterr(NULL, ACCEL_EIO, "cannot rename %s for deletion: %s", dir,
                            strerror(errno));
     }

@@ -23,7 +23,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ckpt/atomic.h"
 #include "ckpt/stset.h"
+#include "core/internal.h"
 
 static char g_dir[256];
 
@@ -303,6 +305,61 @@ static void test_model_files(void)
     CHECK(exists(path));
 }
 
+/* Two jobs rotating one checkpoints folder at the same moment (total_limit; both list the same
+ * old checkpoints and delete them oldest first): a checkpoint the other job has just deleted
+ * is not an error (the rotation used to fail with "cannot rename ... for deletion: No such
+ * file or directory" after its own checkpoint was committed, failing a good save). Both start
+ * together through a pipe; 40 checkpoints make them meet on almost every one. */
+static void test_concurrent_rotation(void)
+{
+    char base[400];
+    snprintf(base, sizeof base, "%s/rotate", g_dir);
+    CHECK(mkdir(base, 0700) == 0);
+    for (int it = 0; it < 40; it++) {
+        char dir[500];
+        snprintf(dir, sizeof dir, "%s/checkpoint_%d", base, it);
+        accel__stage s;
+        CHECK_OK(NULL, accel__stage_init(&s, dir));
+        CHECK_OK(NULL, accel__stage_create(&s));
+        char f[600];
+        snprintf(f, sizeof f, "%s/a.bin", s.stage_dir);
+        CHECK_OK(NULL, accel__write_file_atomic(f, "x", 1));
+        CHECK_OK(NULL, accel__stage_commit(&s, NULL));
+        accel__stage_release(&s);
+    }
+    int go[2];
+    CHECK(pipe(go) == 0);
+    pid_t kids[2];
+    for (int k = 0; k < 2; k++) {
+        kids[k] = fork();
+        CHECK(kids[k] >= 0);
+        if (kids[k] == 0) {
+            char c;
+            close(go[1]);
+            if (read(go[0], &c, 1) != 0) {
+                _exit(3);
+            }
+            accel_status st = accel__ckpt_rotate(base, 1);
+            if (st != ACCEL_OK) {
+                fprintf(stderr, "rotation %d: %s\n", k, accel_last_error(NULL));
+            }
+            _exit(st == ACCEL_OK ? 0 : 1);
+        }
+    }
+    close(go[0]);
+    close(go[1]); /* both read end-of-file at once */
+    for (int k = 0; k < 2; k++) {
+        int status;
+        CHECK(waitpid(kids[k], &status, 0) == kids[k]);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rotation %d failed", k);
+    }
+    int64_t *its = NULL;
+    size_t n = 0;
+    CHECK_OK(NULL, accel__ckpt_list(base, &its, &n));
+    CHECK(n == 1 && its[0] == 39);
+    accel__free(its);
+}
+
 int main(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/accel_test_ckpt_clash_%d", (int)getpid());
@@ -312,6 +369,7 @@ int main(void)
     test_killed_save();
     test_other_precision();
     test_model_files();
+    test_concurrent_rotation();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     CHECK(system(cmd) == 0);
