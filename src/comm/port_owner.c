@@ -5,9 +5,7 @@
  * effort and only on that error path: another user's process, or no /proc, gives "".
  */
 #include <dirent.h>
-#include <limits.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
