@@ -253,7 +253,9 @@ ACCEL_API accel_status accel_merge_weights(const char *checkpoint_dir, const cha
  * Returns ACCEL_OK; ACCEL_EINVAL (dir NULL without automatic naming, a dir that names no
  * folder that can be created: "", ".", "..", "/", automatic naming without project_dir, the
  * automatic target already exists); ACCEL_ESTATE after a refused load left
- * the state partly loaded (accel_load_state); ACCEL_EIO naming the file; the first
+ * the state partly loaded (accel_load_state), or while another process (another job) is
+ * saving the same folder (the message names it; docs/checkpoint.md, "Two jobs, one folder");
+ * ACCEL_EIO naming the file; the first
  * failure of a hook or registered object; ACCEL_EPEER / ACCEL_ETIMEDOUT. Every process
  * returns an error when any process failed, and the checkpoint is then not created.
  */

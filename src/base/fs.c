@@ -158,6 +158,9 @@ accel_status accel__rmtree(const char *path)
     }
     if (S_ISDIR(sb.st_mode)) {
         DIR *d = opendir(path);
+        if (d == NULL && errno == ENOENT) {
+            return ACCEL_OK; /* removed meanwhile by another process removing the same tree */
+        }
         if (d == NULL) {
             return accel__seterr(NULL, ACCEL_EIO, "cannot open folder %s: %s", path,
                                  strerror(errno));

@@ -62,6 +62,30 @@ int accel__is_file(const char *path);
 /* What a stat mode is, for messages: "a directory", "a FIFO", "a socket", ... */
 const char *accel__file_kind(unsigned mode);
 
+/*
+ * Lock files (src/base/lockfile.c): an exclusive flock on a file, held by one process while it
+ * owns something on disk that another job must not touch at the same time (a checkpoint
+ * folder being saved, a tracker's run files). The kernel drops the lock when the holder dies,
+ * so a SIGKILLed holder never blocks the next one. The holder writes "pid <pid> on host
+ * <host>, since <unix time>" into the file for the message of the process it refuses, and
+ * removes the file when it lets go (unlinked while still locked; a taker checks after locking
+ * that the file it locked is still the one under the name, so the removal is race-free).
+ */
+typedef struct accel__lockfile {
+    char *path; /* owned, while held */
+    int fd;     /* open while held */
+    int held;
+} accel__lockfile;
+
+/* Takes the lock `path` (its folder must exist) without waiting. Returns ACCEL_OK with
+ * l->held = 1; ACCEL_OK with l->held = 0 on a file system that has no locks (NFS without a lock
+ * manager, Lustre without "flock"; a warning, once per process, says the protection is off);
+ * ACCEL_ESTATE when another process holds it, with its note in holder[cap] and no message set
+ * (the caller says what is locked); ACCEL_EIO, ACCEL_ENOMEM. *l is zeroed first. */
+accel_status accel__lockfile_take(accel__lockfile *l, const char *path, char *holder, size_t cap);
+/* Removes the file and lets go; accepts a zeroed or released lock. */
+void accel__lockfile_release(accel__lockfile *l);
+
 /* Opens each of the standard streams (0, 1, 2) that is closed (a program started with `2>&-`,
  * a daemon's closed descriptors) on /dev/null. Otherwise the next socket, pipe or file accel
  * opens takes its number, and messages written to "stderr" go into a rendezvous connection or

@@ -44,7 +44,8 @@ static char *hidden_sibling(const char *dir, const char *suffix)
 
 accel_status accel__stage_init(accel__stage *s, const char *final_dir)
 {
-    s->final_dir = s->stage_dir = NULL;
+    s->final_dir = s->stage_dir = s->lock_path = NULL;
+    memset(&s->lock, 0, sizeof s->lock);
     if (!accel__path_names_entry(final_dir)) {
         /* "", ".", ".." or "/": the staging sibling would be "..partial" in the working
          * folder, and no rename could put it in place. */
@@ -55,7 +56,8 @@ accel_status accel__stage_init(accel__stage *s, const char *final_dir)
     }
     s->final_dir = accel__strdup(final_dir);
     s->stage_dir = hidden_sibling(final_dir, ".partial");
-    if (s->final_dir == NULL || s->stage_dir == NULL) {
+    s->lock_path = hidden_sibling(final_dir, ".lock");
+    if (s->final_dir == NULL || s->stage_dir == NULL || s->lock_path == NULL) {
         accel__stage_release(s);
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
     }
@@ -64,13 +66,58 @@ accel_status accel__stage_init(accel__stage *s, const char *final_dir)
 
 void accel__stage_release(accel__stage *s)
 {
+    accel__stage_unlock(s);
     accel__free(s->final_dir);
     accel__free(s->stage_dir);
-    s->final_dir = s->stage_dir = NULL;
+    accel__free(s->lock_path);
+    s->final_dir = s->stage_dir = s->lock_path = NULL;
+}
+
+/* ---- the save lock ---- */
+
+accel_status accel__stage_lock(accel__stage *s)
+{
+    if (s->lock.held) {
+        return ACCEL_OK;
+    }
+    /* The parent folder must exist to hold the lock file; the staging folder needs it too. */
+    const char *slash = strrchr(s->lock_path, '/');
+    if (slash != NULL && slash != s->lock_path) {
+        char *parent = accel__strdup(s->lock_path);
+        if (parent == NULL) {
+            return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        }
+        parent[slash - s->lock_path] = '\0';
+        accel_status st = accel__mkdirs(parent);
+        accel__free(parent);
+        ACCEL_TRY(st);
+    }
+    char holder[256];
+    accel_status st = accel__lockfile_take(&s->lock, s->lock_path, holder, sizeof holder);
+    if (st == ACCEL_ESTATE) {
+        return accel__seterr(NULL, ACCEL_ESTATE,
+                             "checkpoint folder %s is being saved by another process (%s; "
+                             "lock %s): two jobs must not save into the same folder: give "
+                             "each job its own project_dir or checkpoint folder",
+                             s->final_dir, holder, s->lock_path);
+    }
+    return st;
+}
+
+void accel__stage_unlock(accel__stage *s)
+{
+    accel__lockfile_release(&s->lock);
 }
 
 accel_status accel__stage_create(const accel__stage *s)
 {
+    if (accel__is_dir(s->stage_dir)) {
+        /* Under the save lock nobody else is building it: an interrupted save's leftover. */
+        accel__log(NULL, ACCEL__LOG_WARN,
+                   "removing %s, left by an interrupted save of %s (a killed process or "
+                   "machine)",
+                   s->stage_dir, s->final_dir);
+    }
     ACCEL_TRY(accel__rmtree(s->stage_dir));
     ACCEL_TRY(accel__mkdirs(s->stage_dir));
     return accel__fsync_parent(s->stage_dir);
@@ -214,7 +261,9 @@ static accel_status list_folders(const char *base, int complete_only, int64_t **
         accel__free(v);
         return st;
     }
-    qsort(v, n, sizeof *v, cmp_i64);
+    if (n > 1) {
+        qsort(v, n, sizeof *v, cmp_i64); /* v is NULL when n is 0 */
+    }
     *iters = v;
     *count = n;
     return ACCEL_OK;
@@ -239,6 +288,12 @@ static accel_status delete_checkpoint(const char *dir)
     }
     accel_status st = accel__rmtree(gone);
     if (st == ACCEL_OK && rename(dir, gone) != 0) {
+        if (errno == ENOENT) {
+            /* Another job rotating this folder deleted it a moment ago: nothing left to do,
+             * and failing here would fail a save whose checkpoint is already in place. */
+            accel__free(gone);
+            return ACCEL_OK;
+        }
         st = accel__seterr(NULL, ACCEL_EIO, "cannot rename %s for deletion: %s", dir,
                            strerror(errno));
     }

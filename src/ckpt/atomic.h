@@ -24,15 +24,28 @@
 /* ---- checkpoint folders ---- */
 
 typedef struct accel__stage {
-    char *final_dir; /* owned */
-    char *stage_dir; /* owned: "<parent>/.<name>.partial" */
+    char *final_dir;      /* owned */
+    char *stage_dir;      /* owned: "<parent>/.<name>.partial" */
+    char *lock_path;      /* owned: "<parent>/.<name>.lock" */
+    accel__lockfile lock; /* the folder's save lock, while held (accel__stage_lock) */
 } accel__stage;
 
 /* Computes the paths for building `final_dir`; touches nothing on disk. Every process of a
  * save computes the same paths. Release with accel__stage_release. */
 accel_status accel__stage_init(accel__stage *s, const char *final_dir);
-/* (One process.) Creates the parent folders and an empty staging folder, removing a stale one
- * left by a crashed save. */
+/*
+ * (The writing process, before it looks at the target or creates the staging folder.) Takes
+ * the folder's save lock: the lock file "<parent>/.<name>.lock" (base/fs.h), creating the
+ * parent folders, so that two jobs saving the same folder at once cannot remove or mix each
+ * other's staging folders or replace each other's checkpoint. Returns ACCEL_OK (also, after a
+ * warning, on a file system that has no locks), ACCEL_ESTATE when another process holds the lock
+ * (the message names the folder and the holder), ACCEL_EIO. Released (and the lock file removed) by
+ * accel__stage_unlock or accel__stage_release.
+ */
+accel_status accel__stage_lock(accel__stage *s);
+void accel__stage_unlock(accel__stage *s);
+/* (One process.) Creates the parent folders and an empty staging folder, removing (with a
+ * warning naming it) a stale one left by a crashed save. */
 accel_status accel__stage_create(const accel__stage *s);
 /* (One process, after every writer has finished.) Writes the marker listing the staging
  * folder's files, fsyncs, renames into place replacing an older folder of the same name, and
@@ -40,6 +53,7 @@ accel_status accel__stage_create(const accel__stage *s);
 accel_status accel__stage_commit(const accel__stage *s, const char *extra);
 /* Removes the staging folder (after a failed save). */
 void accel__stage_discard(const accel__stage *s);
+/* Unlocks (accel__stage_unlock) and frees the paths; accepts a zeroed or released stage. */
 void accel__stage_release(accel__stage *s);
 
 /* Parses "checkpoint_<n>" (digits only). Returns 1 and *n, else 0. */

@@ -151,9 +151,22 @@ static accel_status save_state(accel *acc, const char *dir)
     accel__stage stage = {0};
     accel_status st = target ? accel__stage_init(&stage, target) : ACCEL_ENOMEM;
     int writer = is_writer(acc);
+    int created = 0; /* this process made the staging folder: only then is it ours to discard */
     if (st != ACCEL_OK) {
         /* A dir that names no folder ("", "."): agreed below like every other refusal, so
          * processes given other dirs fail with it instead of waiting for this one. */
+    } else if (writer && (st = accel__stage_lock(&stage)) != ACCEL_OK) {
+        /* Another job saves the same folder right now: held from before the existence check
+         * to the end of the rotation, so neither removes, mixes or replaces the other's. */
+        if (st == ACCEL_ESTATE) {
+            char cause[1024];
+            snprintf(cause, sizeof cause, "%s", accel_last_error(NULL));
+            st = accel__seterr(acc, st, "%s: %s%s", who, cause,
+                               acc->settings->ckpt.save_on_each_node == 1
+                                   ? " (with save_on_each_node, another node of this job may "
+                                     "share the file system: the option is for nodes that do not)"
+                                   : "");
+        }
     } else if (writer && automatic && accel__is_dir(target)) {
         st = accel__seterr(acc, ACCEL_EINVAL,
                            "%s: checkpoint %s already exists (load_state it first, or set "
@@ -163,6 +176,7 @@ static accel_status save_state(accel *acc, const char *dir)
         st = accel__seterr(acc, ACCEL_EINVAL, "%s: %s is a file; pass a folder", who, target);
     } else if (writer) {
         st = accel__stage_create(&stage);
+        created = 1;
     }
     st = agree(acc, st, who);
 
@@ -200,7 +214,7 @@ static accel_status save_state(accel *acc, const char *dir)
         if (st == ACCEL_OK && automatic) {
             st = accel__ckpt_rotate_keep(base, acc->settings->ckpt.total_limit, m->iteration);
         }
-    } else if (st != ACCEL_OK && writer && stage.stage_dir != NULL) {
+    } else if (st != ACCEL_OK && created) {
         accel__stage_discard(&stage);
     }
     st = agree(acc, st, who);

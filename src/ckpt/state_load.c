@@ -401,6 +401,9 @@ static accel_status plan_all(accel *acc, accel__state_plan *p, const accel__stat
     }
     for (int k = 0; k < ACCEL__OBJ_KIND_COUNT; k++) {
         for (int i = 0; i < o->n[k]; i++) {
+            if (k == ACCEL__OBJ_SCALER && i >= p->info.n[k]) {
+                continue; /* saved without fp16 (check_counts): nothing to read, nothing set */
+            }
             if (o->of[k][i]->cls->store != ACCEL__STORE_NONE) {
                 ACCEL_TRY(plan_shared(p, dir, k, i, o->of[k][i]));
             }

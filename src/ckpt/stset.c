@@ -163,6 +163,7 @@ struct accel__stset {
     uint64_t total;  /* bytes of tensor data, for the index */
     char **names;    /* per file */
     accel__afile *files;
+    accel__lockfile lock; /* "<dir>/.<prefix>.lock", open to commit: one writer of the set */
 };
 
 void accel__stset_abort(accel__stset *s)
@@ -178,6 +179,7 @@ void accel__stset_abort(accel__stset *s)
             accel__free(s->names[f]);
         }
     }
+    accel__lockfile_release(&s->lock);
     accel__free(s->files);
     accel__free(s->names);
     accel__free(s->file_of);
@@ -279,6 +281,24 @@ accel_status accel__stset_open(accel__stset **out, const char *dir, const char *
     accel_status st = s->dir && s->file_of && s->start && sel && idx
                           ? ACCEL_OK
                           : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+    if (st == ACCEL_OK) {
+        /* Two jobs saving into one folder at once: each one's stale-file removal deleted the
+         * other's files (a sharded and a single-file save left neither), or their shards
+         * mixed. The second is refused until the first has committed. */
+        char lock[256], holder[256];
+        snprintf(lock, sizeof lock, ".%s.lock", prefix);
+        char *path = accel__path_join(dir, lock);
+        st = path ? accel__lockfile_take(&s->lock, path, holder, sizeof holder)
+                  : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        if (st == ACCEL_ESTATE) {
+            accel__seterr(NULL, st,
+                          "%s: %s.safetensors files are being written by another process (%s; "
+                          "lock %s): two jobs must not save into the same folder at once: give "
+                          "each job its own",
+                          dir, prefix, holder, path);
+        }
+        accel__free(path);
+    }
     if (st == ACCEL_OK) {
         size_t n_files = plan_shards(tensors, n, max_shard_nbytes ? max_shard_nbytes : UINT64_MAX,
                                      s->file_of, &s->total);

@@ -17,9 +17,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -289,11 +291,38 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     _exit(127);
 }
 
+/* The pid holding an flock on the file open as fd (from /proc/locks), or 0 when unknown. */
+static int flock_holder(int fd)
+{
+    struct stat sb;
+    FILE *f = fstat(fd, &sb) == 0 ? fopen("/proc/locks", "r") : NULL;
+    char line[256];
+    int pid = 0;
+    while (f != NULL && pid == 0 && fgets(line, sizeof(line), f) != NULL) {
+        char kind[16];
+        int p;
+        unsigned maj, min;
+        unsigned long ino;
+        /* "1: FLOCK  ADVISORY  WRITE 4242 08:02:1234 0 EOF"; waiters' lines have "->" first. */
+        if (sscanf(line, "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &p, &maj, &min, &ino) == 5 &&
+            strcmp(kind, "FLOCK") == 0 && ino == (unsigned long)sb.st_ino &&
+            makedev(maj, min) == sb.st_dev) {
+            pid = p;
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return pid;
+}
+
 /* Opens the tee file of one stream: DIR/rank<r>.stdout or .stderr, mode 0600 (logs may hold
  * secrets the program prints). A name planted in the folder is never followed or truncated:
  * no symbolic link (O_NOFOLLOW), no FIFO or device (O_NONBLOCK, then fstat), no file of
- * another user or with a second hard link; only then is an old log of ours emptied (on a
- * restart, appended to: the failed attempt's output stays). */
+ * another user or with a second hard link; nor is a log another launch is writing (an flock
+ * held as long as the file is open: two jobs given the same --log_dir emptied each other's
+ * logs and wrote over them); only then is an old log of ours emptied (on a restart, appended
+ * to: the failed attempt's output stays). */
 static int open_tee(const char *path, int append)
 {
     int fd = open(
@@ -307,6 +336,15 @@ static int open_tee(const char *path, int append)
         why = "it is not a regular file";
     } else if (fd >= 0 && (sb.st_uid != geteuid() || sb.st_nlink != 1)) {
         why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
+    } else if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+        /* (Other flock errors: a file system without locks, where only this check is lost.) */
+        static char busy[160];
+        int pid = flock_holder(fd);
+        snprintf(busy, sizeof(busy),
+                 "another job is writing it%s%.0d (two launches with the same --log_dir): give "
+                 "each job its own --log_dir",
+                 pid > 0 ? ", pid " : "", pid);
+        why = busy;
     } else if (fd >= 0 && ((!append && ftruncate(fd, 0) != 0) || fchmod(fd, 0600) != 0 ||
                            fcntl(fd, F_SETFL, append ? O_APPEND : 0) != 0)) {
         why = strerror(errno);

@@ -338,15 +338,28 @@ static accel_status wait_attached(accel__shm *s, double deadline)
 /* ---- sweeping ---- */
 
 /* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
- * store nonce), possibly a split's ("-c" and 32 more) and possibly with a creator's ".init-"
- * suffix: names nobody else chose. */
+ * store nonce), possibly the hier backend's segment of one machine ("-n<machine>-w<world>"),
+ * possibly a split's ("-c" and 32 more) and possibly with a creator's ".init-" suffix: names
+ * nobody else chose. (Without the hier form, a machine's segment that a job killed during
+ * setup left behind was never removed by anyone.) */
 static int generated(const char *key)
 {
-    const char *hex = "0123456789abcdef";
+    const char *hex = "0123456789abcdef", *dec = "0123456789";
     if (strspn(key, hex) != 32) {
         return 0;
     }
     key += 32;
+    if (strncmp(key, "-n", 2) == 0) {
+        size_t node = strspn(key + 2, dec);
+        if (node == 0 || strncmp(key + 2 + node, "-w", 2) != 0) {
+            return 0;
+        }
+        size_t world = strspn(key + 4 + node, dec);
+        if (world == 0) {
+            return 0;
+        }
+        key += 4 + node + world;
+    }
     if (strncmp(key, "-c", 2) == 0) {
         if (strspn(key + 2, hex) != 32) {
             return 0;

@@ -216,12 +216,24 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
         }
     }
     freeaddrinfo(res);
+    if (fd < 0 && err == EADDRINUSE) {
+        /* Name the holder when we can: usually the same job started twice. */
+        char owner[256], who[300] = "";
+        accel__port_owner(port, owner, sizeof(owner));
+        if (owner[0] != '\0') {
+            snprintf(who, sizeof(who), "%s listens there; ", owner);
+        }
+        return accel__seterr(NULL, ACCEL_EIO,
+                             "store: cannot serve on %s:%d: %s (%sanother job or program uses "
+                             "this port: give each job its own port: accel launch "
+                             "--main_process_port, 0 picks a free one; MASTER_PORT for processes "
+                             "started by hand)",
+                             addr, port, strerror(err), who);
+    }
     if (fd < 0) {
-        return accel__seterr(
-            NULL, ACCEL_EIO, "store: cannot serve on %s:%d: %s (%s)", addr, port, strerror(err),
-            err == EADDRINUSE ? "another job or program uses this port: give each job its own "
-                                "MASTER_PORT, or start it with accel launch"
-                              : "MASTER_ADDR must be an address of process 0's machine");
+        return accel__seterr(NULL, ACCEL_EIO, "store: cannot serve on %s:%d: %s (%s)", addr, port,
+                             strerror(err),
+                             "MASTER_ADDR must be an address of process 0's machine");
     }
     struct sockaddr_storage sa;
     socklen_t sl = sizeof(sa);

@@ -84,6 +84,13 @@ static inline int store_reserve(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* ---- port_owner.c ---- */
+
+/* Who listens on TCP `port` on this machine, for a message: "pid 1234, <command line>" when a
+ * process of this user does (read from /proc), else "" (unknown: another user's, no /proc).
+ * Only for an error path: it may read every process's descriptors. */
+void accel__port_owner(int port, char *out, size_t cap);
+
 /* ---- store_requests.c: requests and the table ---- */
 
 /* Handles every complete message in c->in (the greeting first), queuing the answers in c->out;

@@ -150,8 +150,20 @@ void accel__track_warn_nonfinite(const char *tracker, const char *key, double v)
 {
     int k = __atomic_fetch_add(&nonfinite_warned, 1, __ATOMIC_RELAXED);
     if (k < NONFINITE_WARN_MAX) {
-        accel__log(accel__track_log(), ACCEL__LOG_WARN, "tracker %s: value of \"%s\" is %g (not finite)%s", tracker,
-                   key, v,
+        accel__log(accel__track_log(), ACCEL__LOG_WARN,
+                   "tracker %s: value of \"%s\" is %g (not finite)%s", tracker, key, v,
                    k == NONFINITE_WARN_MAX - 1 ? "; further non-finite warnings are silenced" : "");
     }
+}
+
+accel_status accel__track_lock(accel__lockfile *l, const char *path, const char *what,
+                               const char *advice)
+{
+    char holder[256];
+    accel_status st = accel__lockfile_take(l, path, holder, sizeof holder);
+    if (st == ACCEL_ESTATE) {
+        return accel_tracker_seterr(st, "%s is being written by another job (%s; lock %s)%s", what,
+                                    holder, path, advice);
+    }
+    return st == ACCEL_OK ? st : accel_tracker_seterr(st, "%s", accel_last_error(NULL));
 }

@@ -34,7 +34,8 @@ typedef struct ml_state {
     char *artifact_uri;
     char *run_name;
     long long start_ms;
-    char *user; /* the run's user tag (USER, read by accel_init) */
+    char *user;           /* the run's user tag (USER, read by accel_init) */
+    accel__lockfile lock; /* "<experiment>/.<run id>.lock" of the run written (lock_run) */
 } ml_state;
 
 static long long now_ms(void)
@@ -313,6 +314,7 @@ static accel_status random_hex(char *out, size_t nhex)
 
 static void free_state(ml_state *s)
 {
+    accel__lockfile_release(&s->lock);
     accel__free(s->root);
     accel__free(s->exp_id);
     accel__free(s->run_id);
@@ -397,6 +399,22 @@ static accel_status continue_run(ml_state *s, const char *exp_id, const char *ru
     s->start_ms = strtoll(start, NULL, 10);
     s->continued = 1;
     return write_run_meta(s, 1, -1);
+}
+
+/* Takes the lock of run exp_id/run_id into *l, so that no other job continues (resume,
+ * MLFLOW_RUN_ID) a run while this one writes it: their metric lines would interleave, and the
+ * resume would cut the live run's history. Next to the run's folder, which MLflow reads. */
+static accel_status lock_run(const ml_state *s, accel__lockfile *l, const char *exp_id,
+                             const char *run_id, const char *advice)
+{
+    char rel[256], what[160];
+    snprintf(rel, sizeof(rel), "%s/.%s.lock", exp_id, run_id);
+    snprintf(what, sizeof(what), "MLflow run %s", run_id);
+    char *path = accel__path_join(s->root, rel);
+    accel_status st = path ? accel__track_lock(l, path, what, advice)
+                           : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+    accel__free(path);
+    return st;
 }
 
 /* A run id names a folder: letters and digits only. */
@@ -590,6 +608,7 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
                                       env_run, s->root);
             goto fail;
         }
+        ACCEL_TRY_GOTO(lock_run(s, &s->lock, id, env_run, " (MLFLOW_RUN_ID names it)"), st, fail);
         ACCEL_TRY_GOTO(continue_run(s, id, env_run), st, fail);
         log_run(s, "continuing");
         *state = s;
@@ -632,6 +651,7 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
             goto fail;
         }
     }
+    ACCEL_TRY_GOTO(lock_run(s, &s->lock, s->exp_id, s->run_id, ""), st, fail);
     ACCEL_TRY_GOTO(write_run_meta(s, 1, -1), st, fail);
     const char *prog = program_invocation_name ? program_invocation_name : "";
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.runName", s->run_name), st, fail);
@@ -656,6 +676,10 @@ static accel_status ml_resume(void *state, long long step)
     ml_state *s = state;
     char prev[128];
     if (!s->continued && find_previous_run(s, prev, sizeof(prev))) {
+        /* The newest run of this name may be another job's, alive: then this run stays new. */
+        accel__lockfile prev_lock;
+        ACCEL_TRY(lock_run(s, &prev_lock, s->exp_id, prev,
+                           ", the newest run of this name: this run stays a new one"));
         char *fresh = s->common.run_dir;
         s->common.run_dir = NULL;
         accel_status st = continue_run(s, s->exp_id, prev);
@@ -672,8 +696,11 @@ static accel_status ml_resume(void *state, long long step)
         accel__free(to);
         if (s->common.run_dir == NULL) { /* continue_run failed early: keep the new run */
             s->common.run_dir = fresh;
+            accel__lockfile_release(&prev_lock);
         } else {
             accel__free(fresh);
+            accel__lockfile_release(&s->lock);
+            s->lock = prev_lock;
         }
         ACCEL_TRY(st);
         log_run(s, "resumed: continuing");

@@ -32,8 +32,9 @@ typedef struct text_state {
     int csv;
     char **cols; /* csv: data columns after step,time */
     int n_cols, cap_cols;
-    const char **row; /* csv: formatted cells of the current row, one per column */
-    char *cells;      /* storage for numeric cells */
+    const char **row;     /* csv: formatted cells of the current row, one per column */
+    char *cells;          /* storage for numeric cells */
+    accel__lockfile lock; /* "<run>/.metrics.<ext>.lock": one job writes the file at a time */
 } text_state;
 
 static accel_status io_error(const char *what, const char *path)
@@ -85,6 +86,7 @@ static void free_state(text_state *s)
     if (s->f != NULL) {
         fclose(s->f);
     }
+    accel__lockfile_release(&s->lock);
     for (int i = 0; i < s->n_cols; i++) {
         accel__free(s->cols[i]);
     }
@@ -299,6 +301,18 @@ static accel_status text_start(int csv, const accel_tracker_start_info *info, vo
     accel_status st = accel__mkdirs(s->common.run_dir);
     if (st != ACCEL_OK) {
         accel_tracker_seterr(st, "%s", accel_last_error(NULL));
+        free_state(s);
+        return st;
+    }
+    /* Two jobs appending to one file would interleave their records without a word, and a
+     * csv rewrite or a resume by one would drop the other's: the second job is refused. */
+    char *lock =
+        accel__path_join(s->common.run_dir, csv ? ".metrics.csv.lock" : ".metrics.jsonl.lock");
+    st = lock ? accel__track_lock(&s->lock, lock, s->path,
+                                  ": give each job its own project_name or logging_dir")
+              : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
+    accel__free(lock);
+    if (st != ACCEL_OK) {
         free_state(s);
         return st;
     }

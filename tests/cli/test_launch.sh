@@ -292,7 +292,28 @@ RC=${PIPESTATUS[0]}
 for r in 0 1; do
     expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large; it ends here"
 done
-ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named)"
+# Two jobs given the same --log_dir (a job started twice): the second is refused, naming the
+# file and the launcher that writes it, and the first one's logs stay whole (the second used
+# to empty them and write over them).
+timeout -k 5 20 "$ACCEL" launch -n 2 --log_dir "$T/shared" sh -c \
+    'echo "first $RANK"; while [ ! -e "$0" ]; do sleep 0.05; done; echo "first end $RANK"' \
+    "$T/shared-go" >"$T/first.out" 2>"$T/first.err" &
+FIRST=$!
+for _ in $(seq 200); do
+    [ "$(cat "$T/shared/rank1.stdout" 2>/dev/null)" = "first 1" ] && break
+    sleep 0.05
+done
+run 1 launch -n 2 --log_dir "$T/shared" sh -c 'echo "second $RANK"'
+expect_err "cannot use log file $T/shared/rank0.stdout: another job is writing it, pid [0-9]* (two launches with the same --log_dir)"
+touch "$T/shared-go"
+wait "$FIRST" || fail "the first job of a shared --log_dir exited $?"
+for r in 0 1; do
+    [ "$(cat "$T/shared/rank$r.stdout")" = "$(printf 'first %s\nfirst end %s' $r $r)" ] ||
+        fail "the first job's rank$r.stdout: $(cat "$T/shared/rank$r.stdout")"
+done
+run 0 launch -n 2 --log_dir "$T/shared" sh -c 'echo "third $RANK"' # free again
+[ "$(cat "$T/shared/rank0.stdout")" = "third 0" ] || fail "a later job did not get the logs"
+ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named, one job at a time)"
 
 # ---- failures: exit status, summary, teardown of the others ----
 run 3 launch -n 2 "$P/rank_info" --fail-rank 1 --code 3

@@ -197,6 +197,13 @@ static void basics(void)
     expect(accel__store_open(&other, &c2), ACCEL_EIO, name);
     CHECK(strstr(accel_last_error(NULL), "Address already in use") != NULL);
     CHECK(strstr(accel_last_error(NULL), "MASTER_PORT") != NULL);
+    /* ... and who holds it (here: this process), usually the same job started twice */
+    char holder[64];
+    snprintf(holder, sizeof(holder), "(pid %d, ", (int)getpid());
+    CHECK_MSG(strstr(accel_last_error(NULL), holder) != NULL &&
+                  strstr(accel_last_error(NULL), "test_store listens there; ") != NULL &&
+                  strstr(accel_last_error(NULL), "--main_process_port") != NULL,
+              "%s", accel_last_error(NULL));
     accel__store_close(srv);
 
     /* nobody serves the port any more: connecting gives up at the deadline */

@@ -4,7 +4,7 @@
  * directory without one, an unwritable directory, NaN values, and a tracker whose writes fail
  * later (warnings; training goes on). Faults of the built-in trackers' files: a disk full in
  * mid-record, a run folder deleted while the run writes, names that are not UTF-8 or not file
- * names.
+ * names, and two jobs logging into one run folder or MLflow run (the second is refused).
  */
 #include <dirent.h>
 #include <jansson.h>
@@ -327,6 +327,87 @@ static void test_jsonl_csv(void)
 }
 
 /* A call with no values, then a first key: the earlier row is widened too. */
+/* Two jobs, one run folder: the second job's jsonl / csv tracker is refused while the first
+ * one writes (their records interleaved in one file before, and a csv rewrite by one dropped
+ * the other's rows), the first one is not disturbed, and the folder is free once it ends. */
+static void test_two_jobs(void)
+{
+    accel *first = make(tmpdir, "jsonl,csv");
+    CHECK_OK(first, accel_init_trackers(first, "shared", NULL, 0));
+    accel_value a[] = {ACCEL_SCALAR("loss", 1.5)};
+    CHECK_OK(first, accel_log(first, a, 1, 0));
+    accel *second = make(tmpdir, "csv");
+    accel_status st2 = accel_init_trackers(second, "shared", NULL, 0);
+    CHECK_MSG(st2 == ACCEL_ESTATE, "%s: %s", accel_status_name(st2), accel_last_error(second));
+    char want[700];
+    snprintf(want, sizeof(want),
+             "tracker csv: start failed: %s/shared/metrics.csv is being written by another job "
+             "(pid %d on host ",
+             tmpdir, (int)getpid());
+    const char *err = accel_last_error(second);
+    CHECK_MSG(strncmp(err, want, strlen(want)) == 0 &&
+                  strstr(err, "give each job its own project_name or logging_dir") != NULL,
+              "%s", err);
+    accel_value b[] = {ACCEL_SCALAR("acc", 0.5)}; /* a new column: the csv is rewritten */
+    CHECK_OK(first, accel_log(first, b, 1, 1));
+    CHECK_OK(first, accel_end_training(first));
+    accel_free(first);
+    char path[600];
+    snprintf(path, sizeof(path), "%s/shared/metrics.csv", tmpdir);
+    char *text = check_slurp(path);
+    CHECK_MSG(count_lines(text) == 3, "%s", text);
+    snprintf(path, sizeof(path), "%s/shared/.metrics.csv.lock", tmpdir);
+    CHECK(access(path, F_OK) != 0); /* removed at the end */
+    CHECK_OK(second, accel_init_trackers(second, "shared", NULL, 0));
+    CHECK_OK(second, accel_end_training(second));
+    accel_free(second);
+}
+
+/* Two jobs, one MLflow experiment and run name: the second job's resume does not take over
+ * the first job's live run (it continued it and cut its history before), and MLFLOW_RUN_ID
+ * naming a live run is refused; the runs stay apart. */
+static void test_two_jobs_mlflow(void)
+{
+    setenv("MLFLOW_TRACKING_URI", "", 1);
+    unsetenv("MLFLOW_RUN_ID");
+    accel *first = make(tmpdir, "mlflow");
+    CHECK_OK(first, accel_init_trackers(first, "mlshared", NULL, 0));
+    char run_a[512], metric[600];
+    snprintf(run_a, sizeof(run_a), "%s", accel_tracker_run_dir(accel_get_tracker(first, "mlflow")));
+    for (int step = 0; step < 3; step++) {
+        accel_value v[] = {ACCEL_SCALAR("loss", step)};
+        CHECK_OK(first, accel_log(first, v, 1, step));
+    }
+    accel *second = make(tmpdir, "mlflow");
+    CHECK_OK(second, accel_init_trackers(second, "mlshared", NULL, 0));
+    capture_begin();
+    CHECK_OK(second, accel_trackers_resume(second, 1));
+    char *err = capture_end();
+    const char *id_a = strrchr(run_a, '/') + 1;
+    char want[300];
+    snprintf(want, sizeof(want),
+             "tracker mlflow: resuming at step 1 failed: MLflow run %s is being written by "
+             "another job (pid %d on host ",
+             id_a, (int)getpid());
+    CHECK_MSG(strstr(err, want) != NULL && strstr(err, "this run stays a new one") != NULL, "%s",
+              err);
+    const char *run_b = accel_tracker_run_dir(accel_get_tracker(second, "mlflow"));
+    CHECK_MSG(strcmp(run_b, run_a) != 0, "%s", run_b);
+    snprintf(metric, sizeof(metric), "%s/metrics/loss", run_a);
+    CHECK(count_lines(check_slurp(metric)) == 3); /* the first job's history is whole */
+    setenv("MLFLOW_RUN_ID", id_a, 1);
+    accel *third = make(tmpdir, "mlflow");
+    CHECK(accel_init_trackers(third, "mlshared", NULL, 0) == ACCEL_ESTATE);
+    CHECK_MSG(strstr(accel_last_error(third), "(MLFLOW_RUN_ID names it)") != NULL, "%s",
+              accel_last_error(third));
+    unsetenv("MLFLOW_RUN_ID");
+    accel_free(third);
+    CHECK_OK(second, accel_end_training(second));
+    accel_free(second);
+    CHECK_OK(first, accel_end_training(first));
+    accel_free(first);
+}
+
 static void test_csv_empty_first(void)
 {
     accel *acc = make(tmpdir, "csv");
@@ -700,6 +781,8 @@ int main(void)
     test_user_tracker();
     test_bad_input();
     test_jsonl_csv();
+    test_two_jobs();
+    test_two_jobs_mlflow();
     test_csv_empty_first();
     test_all();
     test_resume();
