@@ -21,7 +21,7 @@
  * one full-batch step with the mean loss; the two must agree to 1e-6 (exit status 1 if not).
  *
  * Options: --accum N, --batch N (per process). Defaults: 1 process: accumulation 1, batch 8;
- * more: accumulation 2, batch 4.
+ * more: accumulation 2, batch 4. At most 1024 samples in all (--help).
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +31,10 @@
 #include <accel/accel.h>
 #include <accel/nn.h>
 
+#include "args.h"
+
 #define LR 0.08f
+#define MAX_SAMPLES 1024 /* the data holds samples x samples tokens, padded */
 #define IGNORE (-100)
 static const float initial_weight[2] = {-0.007486820220947266f, 0.5364435911178589f};
 
@@ -73,18 +76,22 @@ static nn_tensor *lm_loss(nn_ctx *g, nn_tensor *weight, const float *inputs, con
     return nn_cross_entropy(g, logits, labels, &ce);
 }
 
+static const char usage[] =
+    "usage: gradient_accumulation_lm [--accum N] [--batch N]\n"
+    "  --accum N    micro-batches per optimizer step (default 1 on 1 process, else 2)\n"
+    "  --batch N    samples per micro-batch and process (default 8 on 1 process, else 4)\n"
+    "  the run has batch x accum x processes samples, at most 1024 (sample i has i+1 tokens)\n";
+
 int main(int argc, char **argv)
 {
-    int accum = 0, batch = 0;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 < argc && strcmp(argv[i], "--accum") == 0) {
-            accum = atoi(argv[++i]);
-        } else if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: gradient_accumulation_lm [--accum N] [--batch N]\n");
-            return 2;
-        }
+    int accum = 0, batch = 0; /* 0: the default for the process count */
+    const arg_opt opts[] = {
+        {"--accum", ARG_INT, &accum, 1, MAX_SAMPLES},
+        {"--batch", ARG_INT, &batch, 1, MAX_SAMPLES},
+    };
+    int status = args_parse("gradient_accumulation_lm", usage, opts, 2, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
     /* accel_backward divides by the accelerator's accumulation steps, so they are an option of
      * accel_init; the default depends on the process count, which the launcher exports. */
@@ -98,6 +105,12 @@ int main(int argc, char **argv)
     o.gradient_accumulation_steps = accum;
     ACCEL_CHECK(accel_init(&acc, &o));
     int nproc = accel_num_processes(acc);
+    if ((int64_t)batch * accum * nproc > MAX_SAMPLES) { /* the same verdict on every process */
+        accel_free(acc);
+        return args_fail("gradient_accumulation_lm", usage,
+                         "--batch %d x --accum %d x %d process(es) is more than %d samples",
+                         batch, accum, nproc, MAX_SAMPLES);
+    }
 
     /* per_device_batch x accumulation x num_processes samples: one optimizer step. */
     lm_data data = {.n = (int64_t)batch * accum * nproc};
