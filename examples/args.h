@@ -6,7 +6,8 @@
  * "--lr abc" or a count past INT_MAX is an error that names the flag, never a silent 0 or a
  * wrapped number; a string may not be empty. Given twice, the last value wins (as argparse).
  * --help prints the usage on stdout; a bad command line prints what is wrong and the usage's
- * first line on stderr. Header-only: each example is one .c file plus this.
+ * first line on stderr. args_check_dir vets an output folder before the run. Header-only:
+ * each example is one .c file plus this.
  */
 #ifndef ACCEL_EXAMPLES_ARGS_H
 #define ACCEL_EXAMPLES_ARGS_H
@@ -18,14 +19,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef enum { ARG_INT, ARG_REAL, ARG_STR, ARG_SWITCH } arg_kind;
 
 typedef struct arg_opt {
     const char *flag; /* "--steps" */
     arg_kind kind;
-    void *out;        /* int * (ARG_INT, and ARG_SWITCH: set to 1), double *, const char ** */
-    double min, max;  /* the accepted values of an ARG_INT or ARG_REAL, both included */
+    void *out;       /* int * (ARG_INT, and ARG_SWITCH: set to 1), double *, const char ** */
+    double min, max; /* the accepted values of an ARG_INT or ARG_REAL, both included */
 } arg_opt;
 
 #define ARGS_GO_ON (-1) /* args_parse: the command line is good, run the program */
@@ -46,6 +49,16 @@ static int args_fail(const char *prog, const char *usage, const char *fmt, ...)
     return 2;
 }
 
+static int args_is_switch(const arg_opt *opts, int n_opts, const char *flag)
+{
+    for (int k = 0; k < n_opts; k++) {
+        if (opts[k].kind == ARG_SWITCH && strcmp(flag, opts[k].flag) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Reads argv into the table's variables (those not given keep their values). Returns
  * ARGS_GO_ON, or the program's exit status: 0 after --help, 2 after an error. */
 static int args_parse(const char *prog, const char *usage, const arg_opt *opts, int n_opts,
@@ -59,6 +72,10 @@ static int args_parse(const char *prog, const char *usage, const arg_opt *opts, 
         const arg_opt *o = NULL;
         for (int k = 0; k < n_opts && o == NULL; k++) {
             o = strcmp(argv[i], opts[k].flag) == 0 ? &opts[k] : NULL;
+        }
+        if (o == NULL && i > 1 && args_is_switch(opts, n_opts, argv[i - 1])) {
+            return args_fail(prog, usage, "%s takes no value, and '%s' is no option", argv[i - 1],
+                             argv[i]);
         }
         if (o == NULL) {
             return args_fail(prog, usage, "unknown option '%s'", argv[i]);
@@ -92,13 +109,49 @@ static int args_parse(const char *prog, const char *usage, const arg_opt *opts, 
         } else {
             double v = strtod(text, &end);
             if (end == text || *end != '\0' || !isfinite(v) || v < o->min || v > o->max) {
-                return args_fail(prog, usage, "%s needs a number from %g to %g, not '%s'",
-                                 o->flag, o->min, o->max, text);
+                return args_fail(prog, usage, "%s needs a number from %g to %g, not '%s'", o->flag,
+                                 o->min, o->max, text);
             }
             *(double *)o->out = v;
         }
     }
     return ARGS_GO_ON;
+}
+
+/* Makes sure the folder `dir` of option `flag` exists and takes files (mkdir -p, then a probe
+ * file), so that a folder a run cannot write is named before it trains, not when its result is
+ * to be saved. Returns 0, or -1 after saying why on stderr. */
+static inline int args_check_dir(const char *prog, const char *flag, const char *dir)
+{
+    char path[4096], probe[4096 + 32];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        fprintf(stderr, "%s: %s %s: the path is too long\n", prog, flag, dir);
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char end = *p;
+            *p = '\0';
+            if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+                fprintf(stderr, "%s: %s %s: cannot create %s: %s\n", prog, flag, dir, path,
+                        strerror(errno));
+                return -1;
+            }
+            *p = end;
+            if (end == '\0') {
+                break;
+            }
+        }
+    }
+    snprintf(probe, sizeof probe, "%s/.gpt_probe_%ld", dir, (long)getpid());
+    FILE *f = fopen(probe, "w");
+    if (f == NULL) {
+        fprintf(stderr, "%s: %s %s: cannot write there: %s\n", prog, flag, dir, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    remove(probe);
+    return 0;
 }
 
 #endif

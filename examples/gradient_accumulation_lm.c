@@ -117,8 +117,8 @@ int main(int argc, char **argv)
     if ((int64_t)batch * accum * nproc > MAX_SAMPLES) { /* the same verdict on every process */
         accel_free(acc);
         return args_fail("gradient_accumulation_lm", usage,
-                         "--batch %d x --accum %d x %d process(es) is more than %d samples",
-                         batch, accum, nproc, MAX_SAMPLES);
+                         "--batch %d x --accum %d x %d process(es) is more than %d samples", batch,
+                         accum, nproc, MAX_SAMPLES);
     }
 
     /* per_device_batch x accumulation x num_processes samples: one optimizer step. */
