@@ -19,8 +19,8 @@
 int main(int argc, char **argv)
 {
     int status = args_parse("hello",
-                            "usage: hello (no options; accel launch --num_processes N runs it "
-                            "on N processes)\n",
+                            "usage: hello (no options; run it under accel launch for more "
+                            "processes)\n",
                             NULL, 0, argc, argv);
     if (status != ARGS_GO_ON) {
         return status;
