@@ -144,12 +144,11 @@ static int parse_args(int argc, char **argv, args *a)
     }
     const char *act = a->activation, *dev = a->device;
     const char *bad =
-        a->width % a->heads != 0                         ? "--width must be a multiple of --heads"
-        : a->dropout >= 1                                ? "--dropout must be below 1"
-        : a->warmup > a->steps                           ? "--warmup must not exceed --steps"
-        : a->stop_at > a->steps                          ? "--stop_at must not exceed --steps"
-        : a->total_limit && !a->checkpoint_every         ? "--total_limit needs --checkpoint_every"
-        : strcmp(act, "gelu") && strcmp(act, "gelu_new") ? "--activation must be gelu or gelu_new"
+        a->width % a->heads != 0                           ? "--width must be a multiple of --heads"
+        : a->dropout >= 1                                  ? "--dropout must be below 1"
+        : a->warmup > a->steps                             ? "--warmup must not exceed --steps"
+        : a->stop_at > a->steps                            ? "--stop_at must not exceed --steps"
+        : strcmp(act, "gelu") && strcmp(act, "gelu_new")   ? "--activation must be gelu or gelu_new"
         : dev && strcmp(dev, "cpu") && strcmp(dev, "cuda") ? "--device must be cpu or cuda"
                                                            : NULL;
     if (bad != NULL) {

@@ -79,7 +79,6 @@ expect 2 "log_with needs a value, not an empty string" "${gpt[@]}" --log_with ""
 expect 2 "resume takes no value, and '1' is no option" "${gpt[@]}" --resume 1
 expect 2 "stop_at must not exceed --steps" "${gpt[@]}" --stop_at 5
 expect 2 "warmup must not exceed --steps" "${gpt[@]}" --warmup 5
-expect 2 "total_limit needs --checkpoint_every" "${gpt[@]}" --total_limit 2
 expect 2 "width must be a multiple of --heads" "${gpt[@]}" --width 17
 expect 2 "mixed_precision must be no, fp16, bf16 or fp8, not fp4" "${gpt[@]}" --mixed_precision fp4
 expect 1 "accum 5 is more than the 4 batches" "${gpt[@]}" --accum 5
