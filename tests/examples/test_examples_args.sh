@@ -47,7 +47,8 @@ done
 expect 2 "unknown option '--foo'" "$EX/hello" --foo
 expect 2 "^usage: linear_regression" "$EX/linear_regression" --nope
 expect 2 "epochs needs a value" "$EX/linear_regression" --epochs
-expect 2 "epochs needs a whole number from 1 to 1000000, not '3x'" "$EX/linear_regression" --epochs 3x
+expect 2 "epochs needs a whole number from 1 to 1000000, not '3x'" "$EX/linear_regression" \
+    --epochs 3x
 expect 2 "epochs needs a whole number" "$EX/linear_regression" --epochs 99999999999
 expect 2 "accum needs a whole number" "$EX/linear_regression" --accum -1
 expect 2 "batch 3 x --accum 4 must be 8" "$EX/linear_regression" --batch 3
@@ -110,8 +111,11 @@ grep -q "final step 4 |" "$DIR/out" || fail "gpt --resume did not finish the run
 expect 2 "steps needs a whole number" "${launch2[@]}" "${gpt[@]}" --steps x
 expect 2 "unknown option '--foo'" "${launch2[@]}" "$EX/hello" --foo
 expect 2 "more than 32 samples" "${launch2[@]}" "$EX/gradient_accumulation_lm" --batch 4 --accum 8
-expect 1 "split_batches needs batch_size (1)" "${launch2[@]}" "$EX/linear_regression" --batch 1 --accum 8
+expect 1 "split_batches needs batch_size (1)" "${launch2[@]}" "$EX/linear_regression" \
+    --batch 1 --accum 8
 expect 1 "needs at least 129 bytes" "${launch2[@]}" "${gpt[@]}" --data "$DIR/short.txt"
-expect 1 "save_dir $DIR/a_file/out: cannot create" "${launch2[@]}" "${gpt[@]}" --save_dir "$DIR/a_file/out"
-expect 1 "checkpoint's run had --batch 4" "${launch2[@]}" "${gpt[@]}" --batch 2 --resume --project_dir "$DIR/p"
+expect 1 "save_dir $DIR/a_file/out: cannot create" "${launch2[@]}" "${gpt[@]}" \
+    --save_dir "$DIR/a_file/out"
+expect 1 "checkpoint's run had --batch 4" "${launch2[@]}" "${gpt[@]}" --batch 2 --resume \
+    --project_dir "$DIR/p"
 echo "PASS: $n_cases command lines"
