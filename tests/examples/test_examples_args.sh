@@ -107,6 +107,22 @@ expect 1 "checkpoint's run had --batch 4 --accum 1, this one --batch 4 --accum 2
 expect 0 "resumed from .*checkpoint_0 at step 2" "${gpt[@]}" --resume --project_dir "$DIR/p"
 grep -q "final step 4 |" "$DIR/out" || fail "gpt --resume did not finish the run"
 
+# ---- cuda_mlp (a CUDA build only): its command line, as the others'
+if [ -x "$EX/cuda_mlp" ]; then
+    expect 0 "^usage: cuda_mlp" "$EX/cuda_mlp" --help
+    table=$(grep -oE '\{"--[a-z_]+", ARG_' "$SRC/examples/cuda_mlp.cu" | grep -oE -- '--[a-z_]+' |
+        sort -u | xargs || true)
+    listed=$(grep -oE -- '--[a-z_]+' "$DIR/out" | grep -vx -- --help | sort -u | xargs || true)
+    [ "$table" = "$listed" ] || fail "cuda_mlp --help lists '$listed', its table has '$table'"
+    expect 2 "steps needs a whole number >= 1, not '5x'" "$EX/cuda_mlp" --steps 5x
+    expect 2 "precision must be no or bf16, not fp16" "$EX/cuda_mlp" --precision fp16
+    expect 1 "save $DIR/a_file/x: cannot create" "$EX/cuda_mlp" --cpu --save "$DIR/a_file/x"
+    grep -q "final loss" "$DIR/out" && fail "cuda_mlp trained before finding --save unwritable"
+    expect 0 "saved" "$EX/cuda_mlp" --cpu --steps 3 --save "$DIR/mlp.ckpt"
+    expect 0 "no step to take: the checkpoint is at step 3, --steps 3" "$EX/cuda_mlp" --cpu \
+        --steps 3 --resume "$DIR/mlp.ckpt"
+fi
+
 # ---- the same under accel launch -n 2: the job ends with the status, no process hangs
 expect 2 "steps needs a whole number" "${launch2[@]}" "${gpt[@]}" --steps x
 expect 2 "unknown option '--foo'" "${launch2[@]}" "$EX/hello" --foo
