@@ -143,7 +143,7 @@ static inline int args_check_dir(const char *prog, const char *flag, const char 
             }
         }
     }
-    snprintf(probe, sizeof probe, "%s/.gpt_probe_%ld", dir, (long)getpid());
+    snprintf(probe, sizeof probe, "%s/.accel_probe_%ld", dir, (long)getpid());
     FILE *f = fopen(probe, "w");
     if (f == NULL) {
         fprintf(stderr, "%s: %s %s: cannot write there: %s\n", prog, flag, dir, strerror(errno));
