@@ -27,7 +27,9 @@
  * --precision no|bf16 (bf16), --log_every N (25), --cpu, --resume DIR (accel_load_state after
  * prepare, then train from the checkpoint's step to step N), --save DIR (accel_save_state after
  * the last step). Prints "step S loss L" every log_every steps (the mean over the global batch)
- * and "final loss L". Exits 77 when this process has no GPU and --cpu was not given.
+ * and "final loss L" (none when --resume loads a checkpoint at step N already: a conversion,
+ * say GPU to CPU with --save). --help lists the options. Exits 77 when this process has no GPU
+ * and --cpu was not given.
  * Checkpoints hold the same files on the GPU and on the CPU (accel copies the weights and the
  * optimizer state through pinned buffers), so a run saved on one resumes on the other.
  */
@@ -38,6 +40,8 @@
 
 #include <accel/accel.h>
 #include <accel/cuda.h>
+
+#include "args.h"
 
 #define HD __host__ __device__
 #define N_POINTS 1536
@@ -412,50 +416,46 @@ static void init_weights(Run *r, uint64_t seed)
     }
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: cuda_mlp [--steps N] [--hidden H] [--batch B] [--lr X] "
-                    "[--precision no|bf16] [--log_every N] [--cpu] [--resume DIR] "
-                    "[--save DIR]\n");
-    exit(2);
-}
+static const char usage[] =
+    "usage: cuda_mlp [--steps N] [--hidden H] [--batch B] [--lr X] [--precision no|bf16]\n"
+    "                [--log_every N] [--cpu] [--resume DIR] [--save DIR]\n"
+    "  --steps N          train until step N (default 300)\n"
+    "  --hidden H         hidden width, up to 4096 (default 64)\n"
+    "  --batch B          global batch, a multiple of the processes, up to 65536 (default 64)\n"
+    "  --lr X             AdamW's learning rate (default 3e-3)\n"
+    "  --precision P      the compute copy: no (fp32) or bf16 (default)\n"
+    "  --log_every N      steps between loss lines (default 25)\n"
+    "  --cpu              the CPU twin instead of the GPU\n"
+    "  --resume DIR       load the checkpoint DIR, then train from its step to --steps\n"
+    "  --save DIR         save the training state to DIR after the last step\n";
 
 int main(int argc, char **argv)
 {
     int steps = 300, hidden = 64, batch = 64, log_every = 25, cpu = 0, bf16 = 1;
     double lr = 3e-3;
-    const char *resume = NULL, *save = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--cpu") == 0) {
-            cpu = 1;
-        } else if (i + 1 >= argc) {
-            usage();
-        } else if (strcmp(argv[i], "--steps") == 0) {
-            steps = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--hidden") == 0) {
-            hidden = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--lr") == 0) {
-            lr = atof(argv[++i]);
-        } else if (strcmp(argv[i], "--log_every") == 0) {
-            log_every = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--resume") == 0) {
-            resume = argv[++i];
-        } else if (strcmp(argv[i], "--save") == 0) {
-            save = argv[++i];
-        } else if (strcmp(argv[i], "--precision") == 0) {
-            const char *p = argv[++i];
-            if (strcmp(p, "no") != 0 && strcmp(p, "bf16") != 0) {
-                usage();
-            }
-            bf16 = strcmp(p, "bf16") == 0;
-        } else {
-            usage();
-        }
+    const char *resume = NULL, *save = NULL, *precision = "bf16";
+    const arg_opt opts[] = {
+        {"--steps", ARG_INT, &steps, 1, INT_MAX},
+        {"--hidden", ARG_INT, &hidden, 1, 4096},
+        {"--batch", ARG_INT, &batch, 1, 65536},
+        {"--lr", ARG_REAL, &lr, 1e-9, 10},
+        {"--log_every", ARG_INT, &log_every, 1, INT_MAX},
+        {"--cpu", ARG_SWITCH, &cpu, 0, 0},
+        {"--resume", ARG_STR, &resume, 0, 0},
+        {"--save", ARG_STR, &save, 0, 0},
+        {"--precision", ARG_STR, &precision, 0, 0},
+    };
+    int status = args_parse("cuda_mlp", usage, opts, 9, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
-    if (steps < 1 || hidden < 1 || batch < 1 || log_every < 1 || !(lr > 0)) {
-        usage();
+    if (strcmp(precision, "no") != 0 && strcmp(precision, "bf16") != 0) {
+        return args_fail("cuda_mlp", usage, "--precision must be no or bf16, not %s", precision);
+    }
+    bf16 = strcmp(precision, "bf16") == 0;
+    /* The state is saved after the whole run: a folder it cannot write is named now. */
+    if (save != NULL && args_check_dir("cuda_mlp", "--save", save) != 0) {
+        return 1;
     }
 
     accel_options o = accel_options_default();
@@ -551,7 +551,12 @@ int main(int argc, char **argv)
             accel_print(r.acc, "step %d loss %.6f\n", t, loss);
         }
     }
-    accel_print(r.acc, "final loss %.6f\n", loss);
+    if (first < steps) {
+        accel_print(r.acc, "final loss %.6f\n", loss);
+    } else { /* loaded at --steps or beyond: no step taken, no loss computed */
+        accel_print(r.acc, "no step to take: the checkpoint is at step %d, --steps %d\n", first,
+                    steps);
+    }
     if (save != NULL) {
         ACCEL_CHECK(accel_save_state(r.acc, save));
         accel_print(r.acc, "saved %s\n", save);

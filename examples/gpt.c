@@ -30,8 +30,10 @@
 #define _DEFAULT_SOURCE /* scandir, PATH_MAX under -std=c11 */
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +43,8 @@
 
 #include <accel/accel.h>
 #include <accel/nn.h>
+
+#include "args.h"
 
 /* ------------------------------------------------------------------------ command line */
 
@@ -68,7 +72,8 @@ static const char usage[] =
     "  --steps N                optimizer steps (default 1000)\n"
     "  --lr X --warmup N        peak learning rate and warmup steps (default 2e-3, steps/20)\n"
     "  --accum N                gradient accumulation steps (default 1)\n"
-    "  --mixed_precision P      no | fp16 | bf16 (default: accel's configuration)\n"
+    "  --mixed_precision P      no | fp16 | bf16 | fp8 (fp8: a GPU with fp8 support; default:\n"
+    "                           accel's configuration)\n"
     "  --seed N                 model init, dropout and data order (default 1337)\n"
     "  --log_with LIST          trackers: tensorboard,jsonl,csv,mlflow or all (default none)\n"
     "  --project_dir DIR        where trackers and checkpoints write (default runs when needed)\n"
@@ -79,8 +84,11 @@ static const char usage[] =
     "  --resume                 continue from the newest checkpoint in DIR/checkpoints\n"
     "  --stop_at N              stop after step N of the --steps schedule (an interruption)\n"
     "  --save_dir DIR           save the trained weights as DIR/model.safetensors and a\n"
-    "                           transformers DIR/config.json (GPT2LMHeadModel)\n";
+    "                           transformers DIR/config.json (GPT2LMHeadModel)\n"
+    "  --help                   this list\n";
 
+/* Reads the command line into *a. Returns ARGS_GO_ON, or the exit status (0 after --help, 2
+ * after a bad command line, which is named). */
 static int parse_args(int argc, char **argv, args *a)
 {
     *a = (args){.layers = 4,
@@ -98,81 +106,55 @@ static int parse_args(int argc, char **argv, args *a)
                 .tied = 1,
                 .lr = 2e-3,
                 .activation = "gelu_new"};
-    struct {
-        const char *flag;
-        int *i;
-        const char **s;
-        double *d;
-    } opts[] = {
-        {"--layers", &a->layers, NULL, NULL},
-        {"--width", &a->width, NULL, NULL},
-        {"--heads", &a->heads, NULL, NULL},
-        {"--context", &a->context, NULL, NULL},
-        {"--vocab", &a->vocab, NULL, NULL},
-        {"--batch", &a->batch, NULL, NULL},
-        {"--steps", &a->steps, NULL, NULL},
-        {"--warmup", &a->warmup, NULL, NULL},
-        {"--accum", &a->accum, NULL, NULL},
-        {"--seed", &a->seed, NULL, NULL},
-        {"--log_every", &a->log_every, NULL, NULL},
-        {"--sample", &a->sample, NULL, NULL},
-        {"--tied", &a->tied, NULL, NULL},
-        {"--checkpoint_every", &a->checkpoint_every, NULL, NULL},
-        {"--total_limit", &a->total_limit, NULL, NULL},
-        {"--stop_at", &a->stop_at, NULL, NULL},
-        {"--recompute", &a->recompute, NULL, NULL},
-        {"--data", NULL, &a->data, NULL},
-        {"--log_with", NULL, &a->log_with, NULL},
-        {"--project_dir", NULL, &a->project_dir, NULL},
-        {"--save_dir", NULL, &a->save_dir, NULL},
-        {"--mixed_precision", NULL, &a->mixed_precision, NULL},
-        {"--activation", NULL, &a->activation, NULL},
-        {"--device", NULL, &a->device, NULL},
-        {"--lr", NULL, NULL, &a->lr},
-        {"--dropout", NULL, NULL, &a->dropout},
+    const arg_opt opts[] = {
+        {"--layers", ARG_INT, &a->layers, 1, 1024},
+        {"--width", ARG_INT, &a->width, 1, 65536},
+        {"--heads", ARG_INT, &a->heads, 1, 65536},
+        {"--context", ARG_INT, &a->context, 2, 1 << 20},
+        {"--vocab", ARG_INT, &a->vocab, 256, 1 << 24},
+        {"--batch", ARG_INT, &a->batch, 1, 1 << 20},
+        {"--steps", ARG_INT, &a->steps, 1, INT_MAX},
+        {"--warmup", ARG_INT, &a->warmup, 0, INT_MAX},
+        {"--accum", ARG_INT, &a->accum, 1, 1 << 20},
+        {"--seed", ARG_INT, &a->seed, 0, INT_MAX},
+        {"--log_every", ARG_INT, &a->log_every, 1, INT_MAX},
+        {"--sample", ARG_INT, &a->sample, 0, 1 << 20},
+        {"--tied", ARG_INT, &a->tied, 0, 1},
+        {"--checkpoint_every", ARG_INT, &a->checkpoint_every, 0, INT_MAX},
+        {"--total_limit", ARG_INT, &a->total_limit, 0, INT_MAX},
+        {"--stop_at", ARG_INT, &a->stop_at, 0, INT_MAX},
+        {"--recompute", ARG_INT, &a->recompute, 0, 1},
+        {"--resume", ARG_SWITCH, &a->resume, 0, 0},
+        {"--data", ARG_STR, &a->data, 0, 0},
+        {"--log_with", ARG_STR, &a->log_with, 0, 0},
+        {"--project_dir", ARG_STR, &a->project_dir, 0, 0},
+        {"--save_dir", ARG_STR, &a->save_dir, 0, 0},
+        {"--mixed_precision", ARG_STR, &a->mixed_precision, 0, 0},
+        {"--activation", ARG_STR, &a->activation, 0, 0},
+        {"--device", ARG_STR, &a->device, 0, 0},
+        {"--lr", ARG_REAL, &a->lr, 1e-9, 10},
+        {"--dropout", ARG_REAL, &a->dropout, 0, 1},
     };
-    for (int i = 1; i < argc; i += 2) {
-        size_t k = 0, n = sizeof opts / sizeof opts[0];
-        if (strcmp(argv[i], "--resume") == 0) { /* the one flag without a value */
-            a->resume = 1;
-            i--;
-            continue;
-        }
-        while (k < n && strcmp(argv[i], opts[k].flag) != 0) {
-            k++;
-        }
-        if (k == n || i + 1 >= argc) {
-            return -1;
-        }
-        if (opts[k].i) {
-            *opts[k].i = atoi(argv[i + 1]);
-        } else if (opts[k].s) {
-            *opts[k].s = argv[i + 1];
-        } else {
-            *opts[k].d = atof(argv[i + 1]);
-        }
+    int status = args_parse("gpt", usage, opts, (int)(sizeof opts / sizeof opts[0]), argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
     if (a->warmup < 0) {
         a->warmup = a->steps / 20;
     }
-    if (a->layers < 1 || a->width < 1 || a->heads < 1 || a->width % a->heads != 0 ||
-        a->context < 2 || a->vocab < 256 || a->batch < 1 || a->steps < 1 || a->accum < 1 ||
-        a->log_every < 1 || a->sample < 0 || !(a->lr > 0) || !(a->dropout >= 0 && a->dropout < 1) ||
-        a->checkpoint_every < 0 || a->total_limit < 0 || a->stop_at < 0 ||
-        (a->tied != 0 && a->tied != 1) || (a->recompute != 0 && a->recompute != 1)) {
-        fprintf(stderr, "gpt: invalid option value (width must be a multiple of heads, vocab "
-                        ">= 256)\n");
-        return -1;
+    const char *act = a->activation, *dev = a->device;
+    const char *bad =
+        a->width % a->heads != 0                           ? "--width must be a multiple of --heads"
+        : a->dropout >= 1                                  ? "--dropout must be below 1"
+        : a->warmup > a->steps                             ? "--warmup must not exceed --steps"
+        : a->stop_at > a->steps                            ? "--stop_at must not exceed --steps"
+        : strcmp(act, "gelu") && strcmp(act, "gelu_new")   ? "--activation must be gelu or gelu_new"
+        : dev && strcmp(dev, "cpu") && strcmp(dev, "cuda") ? "--device must be cpu or cuda"
+                                                           : NULL;
+    if (bad != NULL) {
+        return args_fail("gpt", usage, "%s", bad);
     }
-    if (strcmp(a->activation, "gelu") != 0 && strcmp(a->activation, "gelu_new") != 0) {
-        fprintf(stderr, "gpt: --activation must be gelu or gelu_new, not %s\n", a->activation);
-        return -1;
-    }
-    if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "cuda") != 0) {
-        fprintf(stderr, "gpt: --device must be cpu or cuda, not %s\n", a->device);
-        return -1;
-    }
-    return 0;
+    return ARGS_GO_ON;
 }
 
 /* ------------------------------------------------------------------------ the corpus */
@@ -182,10 +164,12 @@ typedef struct corpus {
     size_t n, cap;
 } corpus;
 
+/* Appends the regular file `path`; on failure says why on stderr and returns -1. */
 static int append_file(corpus *c, const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
+        fprintf(stderr, "gpt: cannot read %s: %s\n", path, strerror(errno));
         return -1;
     }
     for (;;) {
@@ -193,6 +177,7 @@ static int append_file(corpus *c, const char *path)
             size_t cap = c->cap ? 2 * c->cap : 1 << 20;
             unsigned char *b = realloc(c->bytes, cap);
             if (b == NULL) {
+                fprintf(stderr, "gpt: out of memory reading %s (%zu bytes so far)\n", path, c->n);
                 fclose(f);
                 return -1;
             }
@@ -205,27 +190,46 @@ static int append_file(corpus *c, const char *path)
             break;
         }
     }
+    int bad = ferror(f); /* a read error is not the end of the file: say so */
     fclose(f);
+    if (bad) {
+        fprintf(stderr, "gpt: cannot read %s: a read error\n", path);
+        return -1;
+    }
     return 0;
 }
 
-/* Appends `path`: a file, or every file below a folder in name order (hidden ones skipped). */
+/* Appends `path`: a file, or every file below a folder in name order (hidden ones skipped).
+ * Only regular files are read: a device or a pipe (/dev/zero, a FIFO) may never end. */
 static int append_path(corpus *c, const char *path)
 {
     struct stat st;
     if (stat(path, &st) != 0) {
+        fprintf(stderr, "gpt: cannot read %s: %s\n", path, strerror(errno));
         return -1;
     }
-    if (!S_ISDIR(st.st_mode)) {
+    if (S_ISREG(st.st_mode)) {
         return append_file(c, path);
     }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "gpt: %s is neither a regular file nor a folder\n", path);
+        return -1;
+    }
     struct dirent **names;
-    int n = scandir(path, &names, NULL, alphasort), rc = n < 0 ? -1 : 0;
+    int n = scandir(path, &names, NULL, alphasort), rc = 0;
+    if (n < 0) {
+        fprintf(stderr, "gpt: cannot list %s: %s\n", path, strerror(errno));
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         char sub[PATH_MAX];
         if (names[i]->d_name[0] != '.' && rc == 0) {
-            snprintf(sub, sizeof sub, "%s/%s", path, names[i]->d_name);
-            rc = append_path(c, sub);
+            if (snprintf(sub, sizeof sub, "%s/%s", path, names[i]->d_name) >= (int)sizeof sub) {
+                fprintf(stderr, "gpt: a path below %s is too long (a link loop?)\n", path);
+                rc = -1;
+            } else {
+                rc = append_path(c, sub);
+            }
         }
         free(names[i]);
     }
@@ -431,19 +435,25 @@ typedef struct run_state {
     int step, window_steps;
     double window_loss;
     uint64_t dropout_step;
-    nn_ctx *g; /* not saved */
+    nn_ctx *g;        /* not saved */
+    int batch, accum; /* saved to be compared, not loaded */
 } run_state;
 
+/* batch and accum: the loader's position counts batches and the schedule counts steps, so a
+ * checkpoint continues only a run with the same ones (a checkpoint written before they were
+ * saved lacks them and is not checked). */
 typedef struct run_state_bytes {
     int32_t step, window_steps;
     double window_loss;
     uint64_t dropout_step;
+    int32_t batch, accum;
 } run_state_bytes;
 
 static accel_status run_state_save(void *ctx, accel_state_writer *w)
 {
     run_state *r = ctx;
-    run_state_bytes b = {r->step, r->window_steps, r->window_loss, nn_ctx_step(r->g)};
+    run_state_bytes b = {r->step, r->window_steps, r->window_loss, nn_ctx_step(r->g),
+                         .batch = r->batch, .accum = r->accum};
     return accel_state_write(w, &b, sizeof b);
 }
 
@@ -451,10 +461,17 @@ static accel_status run_state_load(void *ctx, const void *data, size_t nbytes)
 {
     run_state *r = ctx;
     run_state_bytes b;
-    if (nbytes != sizeof b) {
+    if (nbytes != sizeof b && nbytes != offsetof(run_state_bytes, batch)) {
         return ACCEL_ECORRUPT; /* load_state names the file */
     }
-    memcpy(&b, data, sizeof b);
+    memcpy(&b, data, nbytes);
+    if (nbytes == sizeof b && (b.batch != r->batch || b.accum != r->accum)) {
+        fprintf(stderr,
+                "gpt: the checkpoint's run had --batch %d --accum %d, this one --batch %d "
+                "--accum %d: resume with the same values\n",
+                (int)b.batch, (int)b.accum, r->batch, r->accum);
+        return ACCEL_EINVAL;
+    }
     r->step = b.step;
     r->window_steps = b.window_steps;
     r->window_loss = b.window_loss;
@@ -493,9 +510,9 @@ static double now(void)
 int main(int argc, char **argv)
 {
     args a;
-    if (parse_args(argc, argv, &a) != 0) {
-        fputs(usage, stderr);
-        return 2;
+    int status = parse_args(argc, argv, &a);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
 
     /* Accelerator(gradient_accumulation_steps=..., mixed_precision=..., log_with=...) */
@@ -508,8 +525,8 @@ int main(int argc, char **argv)
         }
     }
     if (a.mixed_precision && o.mixed_precision == ACCEL_PRECISION_UNSET) {
-        fprintf(stderr, "gpt: unknown --mixed_precision %s (no, fp16, bf16)\n", a.mixed_precision);
-        return 2;
+        return args_fail("gpt", usage, "--mixed_precision must be no, fp16, bf16 or fp8, not %s",
+                         a.mixed_precision);
     }
     o.log_with = a.log_with;
     if (a.device && strcmp(a.device, "cpu") == 0) {
@@ -523,6 +540,11 @@ int main(int argc, char **argv)
     }
     if (a.resume) {
         o.resume_from_checkpoint = "latest"; /* accel_prepare loads the newest checkpoint */
+    }
+    /* Every process checks the folders it will write (no collective yet, so all fail alike). */
+    if ((a.checkpoint_every > 0 && args_check_dir("gpt", "--project_dir", o.project_dir) != 0) ||
+        (a.save_dir && args_check_dir("gpt", "--save_dir", a.save_dir) != 0)) {
+        return 1;
     }
     ACCEL_CHECK(accel_init(&acc, &o));
     ACCEL_CHECK(accel_set_seed(acc, (uint64_t)a.seed, 0));
@@ -539,7 +561,7 @@ int main(int argc, char **argv)
     /* The corpus, as int32 tokens (bytes). Every process reads it: it is small. */
     corpus c = {0};
     if (a.data && append_path(&c, a.data) != 0) {
-        fprintf(stderr, "gpt: cannot read --data %s\n", a.data);
+        fprintf(stderr, "gpt: --data %s: no corpus\n", a.data);
         return 1;
     }
     if (a.data == NULL) {
@@ -553,7 +575,6 @@ int main(int argc, char **argv)
         for (int i = 0; i < 3; i++) {
             snprintf(dir, sizeof dir, "%s/%s", root, parts[i]);
             if (append_path(&c, dir) != 0) {
-                fprintf(stderr, "gpt: cannot read %s\n", dir);
                 return 1;
             }
         }
@@ -565,9 +586,12 @@ int main(int argc, char **argv)
         w.tokens[i] = c.bytes[i];
     }
     free(c.bytes);
-    if (windows_len(&w) < (int64_t)a.batch * nproc) {
-        fprintf(stderr, "gpt: the corpus (%lld bytes) is too small for context %d\n",
-                (long long)w.n_tokens, a.context);
+    if (windows_len(&w) < (int64_t)a.batch * nproc) { /* not one batch for every process */
+        fprintf(stderr,
+                "gpt: the corpus (%lld bytes, %s) is too small: --batch %d x %d process(es) x "
+                "--context %d needs at least %lld bytes\n",
+                (long long)w.n_tokens, a.data ? a.data : "the project's sources", a.batch, nproc,
+                a.context, (long long)a.batch * nproc * a.context + 1);
         return 1;
     }
     accel_dataset ds = {.ctx = &w, .len = windows_len, .get = windows_get};
@@ -617,10 +641,15 @@ int main(int argc, char **argv)
     ACCEL_CHECK(nn_ctx_new(&g));
     ACCEL_CHECK(nn_ctx_set_device(g, device));
     nn_ctx_set_seed(g, (uint64_t)a.seed);
-    run_state rs = {.g = g};
+    run_state rs = {.g = g, .batch = a.batch, .accum = a.accum};
     ACCEL_CHECK(accel_register_for_checkpointing(acc, run_state_save, run_state_load, &rs));
     ACCEL_CHECK(accel_prepare(acc, model, opt, sch, dl));
     int resumed = accel_checkpoint_dir(acc) != NULL;
+    if (a.accum > accel_loader_len(dl)) { /* every step would end early, at the epoch's end */
+        fprintf(stderr, "gpt: --accum %d is more than the %lld batches of an epoch on a process\n",
+                a.accum, (long long)accel_loader_len(dl));
+        return 1;
+    }
 
     long long tokens_per_step = (long long)a.batch * a.context * a.accum * nproc;
     accel_print(acc,

@@ -21,7 +21,8 @@
  * one full-batch step with the mean loss; the two must agree to 1e-6 (exit status 1 if not).
  *
  * Options: --accum N, --batch N (per process). Defaults: 1 process: accumulation 1, batch 8;
- * more: accumulation 2, batch 4.
+ * more: accumulation 2, batch 4 (less where that makes more than 32 samples, the most the
+ * check's tolerance holds for; --help).
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,7 +32,13 @@
 #include <accel/accel.h>
 #include <accel/nn.h>
 
+#include "args.h"
+
 #define LR 0.08f
+/* At most 32 samples in all: the gradients grow with the inputs (up to the sample count) and
+ * the rounding of their fp32 sums with them, so past ~64 samples the two updates differ by
+ * more than the 1e-6 of the check although the accumulation is right. */
+#define MAX_SAMPLES 32
 #define IGNORE (-100)
 static const float initial_weight[2] = {-0.007486820220947266f, 0.5364435911178589f};
 
@@ -73,31 +80,46 @@ static nn_tensor *lm_loss(nn_ctx *g, nn_tensor *weight, const float *inputs, con
     return nn_cross_entropy(g, logits, labels, &ce);
 }
 
+static const char usage[] =
+    "usage: gradient_accumulation_lm [--accum N] [--batch N]\n"
+    "  --accum N    micro-batches per optimizer step (default 1 on 1 process, else 2)\n"
+    "  --batch N    samples per micro-batch and process (default 8 on 1 process, else 4,\n"
+    "               or fewer where that makes more than 32 samples)\n"
+    "  the run has batch x accum x processes samples, at most 32 (sample i has i+1 tokens)\n";
+
 int main(int argc, char **argv)
 {
-    int accum = 0, batch = 0;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 < argc && strcmp(argv[i], "--accum") == 0) {
-            accum = atoi(argv[++i]);
-        } else if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: gradient_accumulation_lm [--accum N] [--batch N]\n");
-            return 2;
-        }
+    int accum = 0, batch = 0; /* 0: the default for the process count */
+    const arg_opt opts[] = {
+        {"--accum", ARG_INT, &accum, 1, MAX_SAMPLES},
+        {"--batch", ARG_INT, &batch, 1, MAX_SAMPLES},
+    };
+    int status = args_parse("gradient_accumulation_lm", usage, opts, 2, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
     /* accel_backward divides by the accelerator's accumulation steps, so they are an option of
      * accel_init; the default depends on the process count, which the launcher exports. */
     const char *ws = getenv("WORLD_SIZE");
     int multi = ws != NULL && atoi(ws) > 1;
     accum = accum > 0 ? accum : (multi ? 2 : 1);
-    batch = batch > 0 ? batch : (multi ? 4 : 8);
 
     accel *acc = NULL;
     accel_options o = accel_options_default();
     o.gradient_accumulation_steps = accum;
     ACCEL_CHECK(accel_init(&acc, &o));
     int nproc = accel_num_processes(acc);
+    if (batch == 0) { /* 8 on 1 process, 4 on more, fewer where that would pass MAX_SAMPLES */
+        batch = nproc > 1 ? 4 : 8;
+        batch = batch * accum * nproc > MAX_SAMPLES ? MAX_SAMPLES / (accum * nproc) : batch;
+        batch = batch < 1 ? 1 : batch;
+    }
+    if ((int64_t)batch * accum * nproc > MAX_SAMPLES) { /* the same verdict on every process */
+        accel_free(acc);
+        return args_fail("gradient_accumulation_lm", usage,
+                         "--batch %d x --accum %d x %d process(es) is more than %d samples", batch,
+                         accum, nproc, MAX_SAMPLES);
+    }
 
     /* per_device_batch x accumulation x num_processes samples: one optimizer step. */
     lm_data data = {.n = (int64_t)batch * accum * nproc};

@@ -4,7 +4,7 @@
  *     accel launch --num_processes 2 build/examples/hello
  *
  * Every process prints its state in turn, then the processes sum a number, collect each
- * other's hostname and pid, and split 10 work items between themselves.
+ * other's hostname and pid, and split 10 work items between themselves. No options.
  */
 #define _DEFAULT_SOURCE /* gethostname under -std=c11 */
 
@@ -14,8 +14,17 @@
 
 #include <accel/accel.h>
 
-int main(void)
+#include "args.h"
+
+int main(int argc, char **argv)
 {
+    int status = args_parse("hello",
+                            "usage: hello (no options; run it under accel launch for more "
+                            "processes)\n",
+                            NULL, 0, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
+    }
     accel *acc = NULL;
     ACCEL_CHECK(accel_init(&acc, NULL));
     int rank = accel_process_index(acc), n = accel_num_processes(acc);

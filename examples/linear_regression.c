@@ -13,8 +13,9 @@
  * The model is trained with the hand-written backward API (no nn toolkit): the gradient is
  * added into the parameter's gradient view, then accel_grad_ready / accel_backward_end sync it.
  *
- * Options: --epochs N (default 1), --accum N (default 4), --batch N (default 2).
- * Exit status 1 when the two weights differ (at the 5 decimals printed).
+ * Options: --epochs N (default 1), --accum N (default 4), --batch N (default 2), with
+ * batch x accum = 8 (--help). Exit status 1 when the two weights differ (at the 5 decimals
+ * printed).
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,27 +24,36 @@
 
 #include <accel/accel.h>
 
+#include "args.h"
+
 #define N_SAMPLES 8
 #define LR 0.02
+
+static const char usage[] =
+    "usage: linear_regression [--epochs N] [--accum N] [--batch N]\n"
+    "  --epochs N   passes over the 8 samples (default 1)\n"
+    "  --accum N    gradient accumulation steps (default 4)\n"
+    "  --batch N    samples per batch, over all processes (default 2)\n"
+    "  batch x accum must be 8: one optimizer step sees the 8 samples the clone does\n";
 
 int main(int argc, char **argv)
 {
     int epochs = 1, accum = 4, batch = 2;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 < argc && strcmp(argv[i], "--epochs") == 0) {
-            epochs = atoi(argv[++i]);
-        } else if (i + 1 < argc && strcmp(argv[i], "--accum") == 0) {
-            accum = atoi(argv[++i]);
-        } else if (i + 1 < argc && strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: linear_regression [--epochs N] [--accum N] [--batch N]\n");
-            return 2;
-        }
+    const arg_opt opts[] = {
+        {"--epochs", ARG_INT, &epochs, 1, 1000000},
+        {"--accum", ARG_INT, &accum, 1, N_SAMPLES},
+        {"--batch", ARG_INT, &batch, 1, N_SAMPLES},
+    };
+    int status = args_parse("linear_regression", usage, opts, 3, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
-    if (epochs < 1 || accum < 1 || batch < 1) {
-        fprintf(stderr, "linear_regression: --epochs, --accum and --batch must be >= 1\n");
-        return 2;
+    /* The comparison is only fair when an optimizer step covers the clone's full batch:
+     * otherwise the two differ by design, not by a fault of accumulation. */
+    if (batch * accum != N_SAMPLES) {
+        return args_fail("linear_regression", usage,
+                         "--batch %d x --accum %d must be %d (the samples of one step)", batch,
+                         accum, N_SAMPLES);
     }
 
     /* Accelerator(gradient_accumulation_steps=4, dataloader_config=split_batches=True) */

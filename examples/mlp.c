@@ -12,7 +12,7 @@
  * every process the same number of batches, so the accuracy is over exactly 300 points.
  *
  * Options: --epochs N (default 20), --hidden N (64), --batch N (32, per process),
- * --lr X (0.01), --seed N (42).
+ * --lr X (0.01), --seed N (42); --help lists them.
  */
 #define _DEFAULT_SOURCE /* M_PI under -std=c11 */
 
@@ -23,6 +23,8 @@
 
 #include <accel/accel.h>
 #include <accel/nn.h>
+
+#include "args.h"
 
 #define N_CLASSES 3
 #define N_TRAIN 1500
@@ -67,28 +69,28 @@ static accel_loader *make_loader(accel *acc, accel_dataset **ds, float *x, int32
     return dl;
 }
 
+static const char usage[] =
+    "usage: mlp [--epochs N] [--hidden N] [--batch N] [--lr X] [--seed N]\n"
+    "  --epochs N   passes over the 1500 training points (default 20)\n"
+    "  --hidden N   width of the hidden layer, up to 65536 (default 64)\n"
+    "  --batch N    training points per process per step, up to 1500 (default 32)\n"
+    "  --lr X       AdamW's learning rate (default 0.01)\n"
+    "  --seed N     the data, the initial weights and the shuffling (default 42)\n";
+
 int main(int argc, char **argv)
 {
     int epochs = 20, hidden = 64, batch = 32, seed = 42;
     double lr = 0.01;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--epochs") == 0) {
-            epochs = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--hidden") == 0) {
-            hidden = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--batch") == 0) {
-            batch = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--lr") == 0) {
-            lr = atof(argv[i + 1]);
-        } else if (strcmp(argv[i], "--seed") == 0) {
-            seed = atoi(argv[i + 1]);
-        } else {
-            break;
-        }
-    }
-    if (argc % 2 == 0 || epochs < 1 || hidden < 1 || batch < 1 || !(lr > 0)) {
-        fprintf(stderr, "usage: mlp [--epochs N] [--hidden N] [--batch N] [--lr X] [--seed N]\n");
-        return 2;
+    const arg_opt opts[] = {
+        {"--epochs", ARG_INT, &epochs, 1, 1000000},
+        {"--hidden", ARG_INT, &hidden, 1, 65536},
+        {"--batch", ARG_INT, &batch, 1, N_TRAIN},
+        {"--lr", ARG_REAL, &lr, 1e-9, 10},
+        {"--seed", ARG_INT, &seed, 0, INT_MAX},
+    };
+    int status = args_parse("mlp", usage, opts, 5, argc, argv);
+    if (status != ARGS_GO_ON) {
+        return status;
     }
 
     accel *acc = NULL;
