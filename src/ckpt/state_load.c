@@ -585,7 +585,10 @@ accel_status accel__state_plan_apply(accel *acc, accel__state_plan *p)
         accel__log(&acc->log, ACCEL__LOG_WARN,
                    "accel_load_state: the checkpoint was saved by %d processes and is loaded by "
                    "%d: weights and optimizer state are exact, loader positions are rescaled and "
-                   "generators come from process 0's file, so the run will not be bit-identical",
+                   "generators come from process 0's file, so the run will not be bit-identical; "
+                   "schedulers keep their saved count (with adjust_scheduler each optimizer step "
+                   "ticks them once per process, as in Accelerate, so a schedule sized by the "
+                   "number of processes resumes at another point of it)",
                    p->info.num_processes, acc->n_ranks);
     }
     return ACCEL_OK;
