@@ -50,18 +50,24 @@ grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did n
 # block path, with a remainder on 2-4 processes); on 2 and 3 processes also one that spans
 # several of the pipelined allreduce's 1 MiB segments with a short last one (2621447: 2-10
 # segments per chunk by element size on 2, 2-7 on 3, where the schedule keeps two receives
-# posted). 4 x 1 runs 1 element and a pipelined count (1310723: 2 segments per chunk in f32,
-# 3 in I64; as the second count, with the sampled dtypes only, which halved its time). The shm
-# runs (dist/test_comm_backends) keep the full count list.
+# posted). The fused path (a reduction's chunks in the envelopes, up to 256 KiB a chunk:
+# FUSE_CHUNK_NBYTES in src/comm/gloo/gloo_coll.c) at its edges: 65536 (a reduce_scatter's f32
+# block exactly 256 KiB; 70001 is one over it in f32, and in it in U8), 65536 n (an allreduce's
+# f32 chunks exactly 256 KiB) and one more (its first chunk one element over: the block path).
+# 4 x 1 runs 1 element, the fused allreduce of 262144 (chunks of 256 KiB in f32, the block path
+# in I64) and a pipelined count (1310723: 2 segments per chunk in f32, 3 in I64; as the last
+# counts, with the sampled dtypes only, which halved its time). The shm runs
+# (dist/test_comm_backends) keep the full count list.
 backends() { # name M L [more counts]
     local n=$(($2 * $3))
     local edge=$((65536 / (4 * n)))
-    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo \
-        ACCEL_TEST_COUNTS="1 0 $edge $((edge + 1)) 70001 ${4:-}" -- "$B/tests/test_comm_backends"
+    local counts="1 0 $edge $((edge + 1)) 65536 $((65536 * n)) $((65536 * n + 1)) 70001"
+    run "$1" "$2" "$3" ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="$counts ${4:-}" -- \
+        "$B/tests/test_comm_backends"
 }
 backends gloo-2x1-backends 2 1 2621447
 backends gloo-3x1-backends 3 1 2621447
-run gloo-4x1-backends 4 1 ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 1310723" -- \
+run gloo-4x1-backends 4 1 ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 262144 1310723" -- \
     "$B/tests/test_comm_backends"
 backends gloo-2x2-backends 2 2
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"

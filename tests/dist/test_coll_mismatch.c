@@ -133,6 +133,10 @@ int main(void)
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, last ? BIG - 1 : BIG, ACCEL_F32, ACCEL_SUM, NULL),
            "allreduce(count=1048576, f32, sum)", "allreduce(count=1048575, f32, sum)");
+    /* count, mid-size messages (gloo: inputs in the call's envelopes against the block path) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, last ? 300000 : 40000, ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=40000, f32, sum)", "allreduce(count=300000, f32, sum)");
     /* dtype */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, 1000, last ? ACCEL_I32 : ACCEL_F32, ACCEL_SUM, NULL),

@@ -81,7 +81,7 @@ void accel__gloo_close(accel__gloo *e)
     accel__gloo_free(e->g);
     accel__store_close(e->store);
     pthread_mutex_destroy(&e->mu);
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof(e->scratch) / sizeof(e->scratch[0]); i++) {
         accel__free(e->scratch[i]);
     }
     accel__free(e->process);

@@ -9,8 +9,9 @@
  * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
  * and gives results bit-identical to every other backend. Every call begins with one exchange
  * of envelopes declaring it (exchange() below), which checks that every member makes the same
- * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB):
- * one round trip, every rank reducing them in rank order. Reduce is the allreduce, kept at the
+ * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
+ * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
+ * at most 256 KiB, block r to rank r (fused() below). Reduce is the allreduce, kept at the
  * root; the rest are Gloo's own.
  */
 #include <pthread.h>
@@ -105,11 +106,12 @@ static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, c
  * flow each way anyway: every receive is posted at once (a window cost them a quarter). */
 #define SEG_NBYTES ((size_t)1 << 20)
 #define WINDOW 2
-/* Below this, Gloo's alltoallv then allgatherv: on one host (TCP loopback) the point-to-point
- * messages cost 2-3x more per call from 64 KiB to 1 MiB, while over a 1 Gbit/s link they
- * gained from 1 MiB up (docs/performance.md, "gloo's allreduce over an emulated network"; at
- * 256 KiB the scheduled exchange did not beat the two Gloo calls there either, sixth pass):
- * 1 MiB when some member has a peer on another host, else 4 MiB. */
+/* Below this, Gloo's alltoallv then allgatherv (unless the chunks fit the envelopes: fused()
+ * below): on one host (TCP loopback) the point-to-point messages cost 2-3x more per call from
+ * 64 KiB to 1 MiB, while over a 1 Gbit/s link they gained from 1 MiB up (docs/performance.md,
+ * "gloo's allreduce over an emulated network"; at 256 KiB the scheduled exchange did not beat
+ * the two Gloo calls there either, sixth pass): 1 MiB when some member has a peer on another
+ * host, else 4 MiB. */
 #define PIPELINE_NBYTES(e) ((e)->remote ? (size_t)1 << 20 : (size_t)4 << 20)
 #define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
 
@@ -248,27 +250,50 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
 
 /* ---- the envelope: every call's first exchange ---- */
 
-/* Every member sends every other an envelope: its declaration of the call, and for a small
- * allreduce (travels_inline) its input. The declarations are compared before any other data
- * moves: Gloo's transport aborts the process when a message is larger than the buffer posted
- * for it, so a mismatched call must never reach it. Envelopes are received into buffers of the
- * largest envelope's size, which a mismatched one fits too. Every member sees the same table
- * and fails alike (ACCEL_EINVAL, naming two calls), the connections untouched. One round trip
- * that is also the barrier, and a small allreduce's whole data movement; *env receives the
- * table (stride bytes per member). The receives are posted here, not one call ahead: a receive
- * posted ahead sends its ready notice to a peer that may have left the communicator already,
- * whose connection reset then discards what this process had not read yet of the last call. */
-static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what, char **env,
-                             size_t *stride)
+/* Every envelope is received into a buffer of the declaration and this many bytes, whatever the
+ * call: at most 256 KiB a member, and 4 MiB for all together (each member computes the same from
+ * n alone, so a mismatched envelope fits too). Not less than a small allreduce's inputs
+ * (ONESHOT_NBYTES / n, since 4 MiB >= 64 KiB). */
+#define FUSE_CHUNK_NBYTES ((size_t)256 << 10)
+#define FUSE_TOTAL_NBYTES ((size_t)4 << 20)
+_Static_assert(FUSE_CHUNK_NBYTES >= ONESHOT_NBYTES && FUSE_TOTAL_NBYTES >= ONESHOT_NBYTES,
+               "an envelope must hold a small allreduce's input");
+
+static size_t envelope_room(int n)
+{
+    const size_t total = FUSE_TOTAL_NBYTES / (size_t)n;
+    return total < FUSE_CHUNK_NBYTES ? total : FUSE_CHUNK_NBYTES;
+}
+
+/* Every member sends every other an envelope: its declaration of the call, then for a small
+ * allreduce (travels_inline) its whole input, or for a reduction whose chunks fit
+ * (envelope_room: fused() below) chunk q of its input to member q (`data`: chunk q is cnt[q]
+ * elements of es bytes at off[q]). The declarations are compared before any other data is used
+ * or any other message is posted: Gloo's transport aborts the process when a message is larger
+ * than the buffer posted for it, so a mismatched call must never reach it. Envelopes are
+ * received into buffers of a size that depends on n alone (envelope_room), which a mismatched
+ * one fits too. Every member sees the same table and fails alike (ACCEL_EINVAL, naming two
+ * calls), the connections untouched. One round trip that is also the barrier, and a small
+ * allreduce's whole data movement; *env receives the table (stride bytes per member: rank q's
+ * declaration, then what q sent this member). The receives are posted here, not one call
+ * ahead: a receive posted ahead sends its ready notice to a peer that may have left the
+ * communicator already, whose connection reset then discards what this process had not read
+ * yet of the last call. */
+static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what,
+                             const char *data, size_t es, const size_t *off, const size_t *cnt,
+                             char **env, size_t *stride)
 {
     const int n = e->n_ranks, me = e->rank;
     const size_t head = sizeof(accel__coll_decl);
-    const size_t st = (head + ONESHOT_NBYTES / (size_t)n + 7) & ~(size_t)7;
+    const size_t st = (head + envelope_room(n) + 7) & ~(size_t)7;
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
-    char *all = NULL;
+    char *all = NULL, *out = NULL;
     size_t *ix = NULL;
     ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
     ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+    if (data != NULL) { /* one envelope per peer, each with its chunk after the declaration */
+        ACCEL_TRY(scratch(e, 3, st * (size_t)n, (void **)&out));
+    }
     accel__coll_decl mine = accel__coll_declare(e->has_declare_as ? &e->declare_as : op, 0);
     e->has_declare_as = 0;
     memcpy(all + (size_t)me * st, &mine, head);
@@ -281,8 +306,14 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
             GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, all + (size_t)q * st, st, &ix[q]);
         }
     }
-    for (int q = 0; q < n; q++) {
-        if (q != me) {
+    for (int s = 1; s < n; s++) {
+        const int q = (me + s) % n; /* every member to a different peer first */
+        if (data != NULL) {
+            char *to_q = out + (size_t)q * st;
+            memcpy(to_q, &mine, head);
+            memcpy(to_q + head, data + off[q] * es, cnt[q] * es);
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, to_q, head + cnt[q] * es, &ix[n + q]);
+        } else {
             GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, all + (size_t)me * st, head + payload,
                       &ix[n + q]);
         }
@@ -316,6 +347,109 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     }
     *env = all;
     *stride = st;
+    return ACCEL_OK;
+}
+
+/* ---- reductions whose chunks travel in the envelopes ---- */
+
+/* The element type reductions move and reduce: the wire dtype when there is one (every input is
+ * rounded to it first; accel__reduce accumulates 16-bit inputs in fp32 and rounds once, which is
+ * what accel__reduce_wire is). */
+static accel_dtype moved_dtype(const accel__coll *op)
+{
+    return op->wire != ACCEL_F32 ? op->wire : op->dtype;
+}
+
+/* 1 when a reduction that does not travel inline takes fused() below: its largest chunk (a
+ * reduce_scatter's block) fits an envelope. Ahead of the pipelined path too: at 4 x 1 over the
+ * emulated 1 Gbit/s network a 1 MiB allreduce (chunks of 256 KiB) took 31 ms fused against 33-35
+ * pipelined (docs/performance.md, seventh pass). */
+static int fuses(const accel__gloo *e, const accel__coll *op)
+{
+    const size_t es = accel_dtype_nbytes(moved_dtype(op)), room = envelope_room(e->n_ranks);
+    if (op->kind == ACCEL__COLL_REDUCE_SCATTER) {
+        return op->count * es <= room;
+    }
+    if (op->kind != ACCEL__COLL_ALLREDUCE && op->kind != ACCEL__COLL_REDUCE) {
+        return 0;
+    }
+    size_t off0 = 0, largest = 0; /* chunk 0 is the largest */
+    accel__chunk_range(op->count, e->n_ranks, 0, &off0, &largest);
+    return largest * es <= room;
+}
+
+/* A reduction whose chunks fit the envelopes: the envelope to q carries chunk q of this member's
+ * input, so after the one exchange every member holds every input of its own chunk and reduces
+ * them in rank order (reduce_scatter ends there). An allreduce then gathers the reduced chunks
+ * with Gloo's allgatherv; a reduce sends them to the root, whose receives are posted before it
+ * reduces its own. Two dependent exchanges where the envelopes, Gloo's alltoallv and its
+ * allgatherv made three. (Sending the reduced chunk to every member at once instead of the
+ * allgatherv's ring was slower over the emulated network at 4 x 1, 256 KiB: 7.7 ms against
+ * 6.9, also with its receives posted beside the envelopes': n - 1 flows converge on every
+ * machine's link, where a ring has one.) */
+static accel_status fused(accel__gloo *e, const accel__coll *op, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const int scatter = op->kind == ACCEL__COLL_REDUCE_SCATTER;
+    const int has_result = op->kind != ACCEL__COLL_REDUCE || me == op->root;
+    const accel_dtype dt = moved_dtype(op);
+    const size_t es = accel_dtype_nbytes(dt), head = sizeof(accel__coll_decl);
+    size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements */
+    for (int q = 0; q < n; q++) {
+        if (scatter) {
+            off[q] = (size_t)q * op->count;
+            cnt[q] = op->count;
+        } else {
+            accel__chunk_range(op->count, n, q, &off[q], &cnt[q]);
+        }
+    }
+    const char *data = op->send;
+    char *result = op->recv;
+    if (op->wire != ACCEL_F32) {
+        void *w = NULL;
+        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &w));
+        (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(w, op->send,
+                                                                              op->count);
+        data = result = w;
+    } else if (!has_result) { /* a reduce's member other than the root: its chunk only */
+        void *own = NULL;
+        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &own));
+        result = own;
+    }
+    char *env = NULL;
+    size_t st = 0, *ix = NULL, n_msgs = 0;
+    ACCEL_TRY(exchange(e, op, what, data, es, off, cnt, &env, &st));
+    if (op->kind == ACCEL__COLL_REDUCE) { /* the reduced chunks go to the root only */
+        ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+        accel__gloo_msgs_begin(e->g);
+        for (int q = 0; q < n && me == op->root; q++) {
+            if (q != me && cnt[q] > 0) {
+                GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, result + off[q] * es, cnt[q] * es,
+                          &ix[n_msgs++]);
+            }
+        }
+    }
+    for (int q = 0; q < n; q++) {
+        e->in[q] = q == me ? data + off[me] * es : env + (size_t)q * st + head;
+    }
+    char *to = scatter ? (char *)op->recv : result + off[me] * es;
+    accel__reduce(dt, op->op, to, NULL, e->in, n, cnt[me], n);
+    if (op->kind == ACCEL__COLL_ALLREDUCE) {
+        for (int q = 0; q < n; q++) {
+            e->recv_nbytes[q] = cnt[q] * es;
+        }
+        GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
+    } else if (op->kind == ACCEL__COLL_REDUCE && me != op->root && cnt[me] > 0) {
+        GLOO_CALL(what, accel__gloo_post, e->g, 1, op->root, 0, to, cnt[me] * es, &ix[n_msgs++]);
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, ix[i]);
+    }
+    if (op->wire != ACCEL_F32 && has_result) {
+        const void *wired = result;
+        (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(op->recv, wired,
+                                                                              op->count);
+    }
     return ACCEL_OK;
 }
 
@@ -353,9 +487,12 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     }
     char what[160];
     accel__coll_str(op, e->n_ranks, what, sizeof(what));
+    if (!travels_inline(e, op) && fuses(e, op)) {
+        return fused(e, op, what);
+    }
     char *env = NULL;
     size_t stride = 0;
-    ACCEL_TRY(exchange(e, op, what, &env, &stride));
+    ACCEL_TRY(exchange(e, op, what, NULL, 0, NULL, NULL, &env, &stride));
     const int n = e->n_ranks, me = e->rank;
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
     if (travels_inline(e, op)) { /* the data came with the envelopes */

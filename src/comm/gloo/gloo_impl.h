@@ -26,8 +26,8 @@ struct accel__gloo {
     uint64_t n_splits;
     int remote; /* some member has a peer on another host */
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
-    void *scratch[3];
-    size_t scratch_nbytes[3];
+    void *scratch[4];
+    size_t scratch_nbytes[4];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
     /* accel__gloo_declare_next's call, declared by the next run instead of its own. */
