@@ -15,7 +15,7 @@
 # - cli includes only public headers, base and its own folder, and comm/store.h: the launchers
 #   of several machines meet through the job's store (DESIGN.md §3, Comm v2: rendezvous).
 # - public headers include only public headers; only accel/cuda.h may include CUDA headers.
-# - examples include only public headers.
+# - examples include only public headers (and the examples' own helpers in examples/).
 # - settings are resolved once, at accel_init: outside the CLI (launcher, test worker) only the
 #   files that resolve them read the environment (getenv, accel__env_*), and outside core only
 #   the module views in acc->settings are read, never acc->opt.
@@ -88,8 +88,10 @@ for f in $(git ls-files 'include/accel/*.h' 2>/dev/null); do
         sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*([<"][^>"]+[>"]).*/\1:\2/')
 done
 
-for f in $(git ls-files 'examples/*.c' 'examples/*.cu' 2>/dev/null); do
+for f in $(git ls-files 'examples/*.c' 'examples/*.cu' 'examples/*.h' 2>/dev/null); do
     while IFS=: read -r line inc; do
+        # The examples' own helpers (examples/args.h) are examples too, checked by this loop.
+        case $inc in */*) ;; *) [ -f "examples/$inc" ] && continue ;; esac
         report "$f:$line: examples use the public API only, not \"$inc\""
     done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
         sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*"([^"]+)".*/\1:\2/')
