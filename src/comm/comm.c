@@ -400,6 +400,16 @@ const accel__comm_config *accel__comm_cfg(const accel__comm *c)
 {
     return &c->cfg;
 }
+void accel__comm_set_debug(accel__comm *c, int on)
+{
+    if (c == NULL) {
+        return;
+    }
+    c->cfg.debug = on;
+    if (c->be->ops->set_debug != NULL) {
+        c->be->ops->set_debug(c->impl, on);
+    }
+}
 int accel__comm_zero_copy(const accel__comm *c)
 {
     return c != NULL && (c->be->caps & ACCEL__COMM_ZERO_COPY) != 0;

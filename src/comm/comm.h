@@ -205,6 +205,9 @@ typedef struct accel__comm_ops {
      * network interface ("shm within a machine, gloo across on eth0 (10.0.0.2)"). NULL: the
      * backend's name says it all. */
     void (*describe)(void *impl, char *buf, size_t nbytes);
+    /* Optional: debug mode's call check on or off (cfg.debug), with the communicator idle. NULL:
+     * the backend checks every call anyway, or never. */
+    void (*set_debug)(void *impl, int on);
     /* Optional: appends to the message in buf (nbytes in all) what the backend knows of the
      * processes that may hold up a collective ("; process 1 (pid 123) is stopped"), for the
      * front end's watchdog's timeout. Any thread, quick. NULL: nothing known. */
@@ -309,6 +312,10 @@ unsigned accel__comm_caps(const accel__comm *c);
 void accel__comm_describe(const accel__comm *c, char *buf, size_t nbytes);
 /* The creation config (its strings point into the communicator; valid until accel__comm_free). */
 const accel__comm_config *accel__comm_cfg(const accel__comm *c);
+/* Debug mode's call check on or off, with c idle (children split from c later inherit it):
+ * accel_init opens the job's communicator without it and turns it on once every process has
+ * agreed on the setting, since members that differ in it would not even meet to compare. */
+void accel__comm_set_debug(accel__comm *c, int on);
 
 /* "allreduce", "barrier", ...: names used in error messages. Static strings. */
 const char *accel__coll_name(accel__coll_kind kind);

@@ -461,6 +461,9 @@ accel_status accel_init(accel **out, const accel_options *opts)
          * something else without a word: every process fails alike, naming the setting. */
         st = accel__settings_agree(acc);
     }
+    if (st == ACCEL_OK) {
+        accel__comm_set_debug(acc->comm, acc->opt.debug != 0);
+    }
     if (st != ACCEL_OK) {
         accel_free(acc);
         return st; /* the thread error already names the cause */

@@ -302,7 +302,7 @@ accel_status accel__layout_comm_open(accel *acc, const accel_options *o, const a
         .store_served = rdv.store_served,
         .restart_count = rdv.restart_count,
         .timeout_s = o->timeout_s,
-        .debug = o->debug,
+        .debug = 0, /* on after the settings agreement (accel.c): it is one of them */
         .log = acc->log,
         .trace = acc->trace,
     };

@@ -2,8 +2,8 @@
 # The settings check under mpirun (the mpi backend; docs/configuration.md, "Settings every
 # process must share"): ACCELERATE_MIXED_PRECISION exported for process 1 only makes
 # accel_init fail on both processes, promptly, naming the setting, both values and sources;
-# the same variable on both initialises. (A difference in ACCELERATE_DEBUG_MODE alone is the
-# mpi backend's debug exchange's to catch, at the deadline: not checked here.)
+# the same variable on both initialises. So does ACCELERATE_DEBUG_MODE for process 1 only (the
+# backend's debug exchange starts after the check, else the two would not even meet).
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../comm/mpi_common.sh"
 unset ACCELERATE_MIXED_PRECISION ACCELERATE_CONFIG_FILE ACCELERATE_DEBUG_MODE ACCEL_LAUNCH_SOURCES
@@ -23,6 +23,13 @@ want="$want resolve the same settings)"
 n=$(grep -cF -- "$want" "$tmp/differ.out")
 [ "$n" = 2 ] || fail "differ: $n of 2 processes said: $want"
 echo "ok: differ"
+
+run debug 2 30 ACCEL_TIMEOUT=20 AGREE_VAR=ACCELERATE_DEBUG_MODE=1 -- "$wrap" "$SHOW"
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "debug: exit status $rc (0: succeeded, 124: hung)"
+want="show_options: accel_init: processes disagree on debug: process 0 has"
+n=$(grep -cF -- "$want" "$tmp/debug.out")
+[ "$n" = 2 ] || fail "debug: $n of 2 processes said: $want"
+echo "ok: debug"
 
 run agree 2 30 ACCEL_TIMEOUT=20 ACCELERATE_MIXED_PRECISION=fp16 AGREE_VAR=UNUSED=1 -- \
     "$wrap" "$SHOW"

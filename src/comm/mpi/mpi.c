@@ -629,6 +629,11 @@ static accel_status mpi_mem_free(void *impl, void *p)
                          "accel_free_shared: %p was not allocated by accel_alloc_shared", p);
 }
 
+static void mpi_set_debug(void *impl, int on)
+{
+    ((accel__mpi *)impl)->debug = on;
+}
+
 const accel__comm_ops accel__mpi_ops = {
     .init = mpi_init,
     .split = mpi_split,
@@ -637,4 +642,5 @@ const accel__comm_ops accel__mpi_ops = {
     .mem_alloc = mpi_mem_alloc,
     .mem_free = mpi_mem_free,
     .destroy = mpi_destroy,
+    .set_debug = mpi_set_debug,
 };
