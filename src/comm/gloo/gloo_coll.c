@@ -209,6 +209,34 @@ static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype
     return ACCEL_OK;
 }
 
+/* The element type reductions move and reduce: the wire dtype when there is one (every input is
+ * rounded to it first; accel__reduce accumulates 16-bit inputs in fp32 and rounds once, which is
+ * what accel__reduce_wire is). */
+static accel_dtype moved_dtype(const accel__coll *op)
+{
+    return op->wire != ACCEL_F32 ? op->wire : op->dtype;
+}
+
+/* With a wire dtype, *w is op's input rounded to it (scratch 1), else NULL. The front end takes
+ * a wire dtype for allreduce only (comm.c), so the whole input is what gets rounded. */
+static accel_status wire_input(accel__gloo *e, const accel__coll *op, void **w)
+{
+    *w = NULL;
+    if (op->wire == ACCEL_F32) {
+        return ACCEL_OK;
+    }
+    ACCEL_ASSERT(op->kind == ACCEL__COLL_ALLREDUCE);
+    ACCEL_TRY(scratch(e, 1, op->count * accel_dtype_nbytes(op->wire) + 1, w));
+    (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(*w, op->send, op->count);
+    return ACCEL_OK;
+}
+
+/* The reduced wire-dtype result w back into out, in op's dtype. */
+static void wire_output(const accel__coll *op, void *out, const void *w)
+{
+    (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, w, op->count);
+}
+
 /* Allreduce into out (the user's recv, or scratch for a non-root reduce), of inputs too large
  * to travel inline. */
 static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
@@ -218,17 +246,12 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     for (int q = 0; q < n; q++) {
         accel__chunk_range(op->count, n, q, &off[q], &e->cnt[q]);
     }
-    /* A wire dtype: every input is rounded to it first, and the 16-bit blocks travel and reduce
-     * (accel__reduce accumulates them in fp32 and rounds once: what accel__reduce_wire is). */
-    const accel_dtype dt = op->wire != ACCEL_F32 ? op->wire : op->dtype;
+    const accel_dtype dt = moved_dtype(op);
     const size_t es = accel_dtype_nbytes(dt);
     const void *data = op->send;
-    void *result = out;
-    if (op->wire != ACCEL_F32) {
-        void *w = NULL;
-        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &w));
-        (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(w, op->send,
-                                                                              op->count);
+    void *result = out, *w = NULL;
+    ACCEL_TRY(wire_input(e, op, &w));
+    if (w != NULL) {
         data = result = w;
     }
     if (op->count * es >= PIPELINE_NBYTES(e)) {
@@ -241,9 +264,8 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
         }
         GLOO_CALL(what, accel__gloo_allgatherv, e->g, NULL, result, e->recv_nbytes);
     }
-    if (op->wire != ACCEL_F32) {
-        (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, result,
-                                                                              op->count);
+    if (w != NULL) {
+        wire_output(op, out, w);
     }
     return ACCEL_OK;
 }
@@ -352,14 +374,6 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
 
 /* ---- reductions whose chunks travel in the envelopes ---- */
 
-/* The element type reductions move and reduce: the wire dtype when there is one (every input is
- * rounded to it first; accel__reduce accumulates 16-bit inputs in fp32 and rounds once, which is
- * what accel__reduce_wire is). */
-static accel_dtype moved_dtype(const accel__coll *op)
-{
-    return op->wire != ACCEL_F32 ? op->wire : op->dtype;
-}
-
 /* 1 when a reduction that does not travel inline takes fused() below: its largest chunk (a
  * reduce_scatter's block) fits an envelope. Ahead of the pipelined path too: at 4 x 1 over the
  * emulated 1 Gbit/s network a 1 MiB allreduce (chunks of 256 KiB) took 31 ms fused against 33-35
@@ -405,11 +419,9 @@ static accel_status fused(accel__gloo *e, const accel__coll *op, const char *wha
     }
     const char *data = op->send;
     char *result = op->recv;
-    if (op->wire != ACCEL_F32) {
-        void *w = NULL;
-        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &w));
-        (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(w, op->send,
-                                                                              op->count);
+    void *w = NULL;
+    ACCEL_TRY(wire_input(e, op, &w));
+    if (w != NULL) {
         data = result = w;
     } else if (!has_result) { /* a reduce's member other than the root: its chunk only */
         void *own = NULL;
@@ -445,10 +457,8 @@ static accel_status fused(accel__gloo *e, const accel__coll *op, const char *wha
     for (size_t i = 0; i < n_msgs; i++) {
         GLOO_CALL(what, accel__gloo_wait, e->g, ix[i]);
     }
-    if (op->wire != ACCEL_F32 && has_result) {
-        const void *wired = result;
-        (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(op->recv, wired,
-                                                                              op->count);
+    if (w != NULL) { /* an allreduce: every member has the result */
+        wire_output(op, op->recv, w);
     }
     return ACCEL_OK;
 }
