@@ -18,22 +18,20 @@
 
 extern const accel__comm_ops accel__self_ops;
 extern const accel__comm_ops accel__shm_ops;
+/* (the entries as written: clang-format would split their messages) */
+/* clang-format off */
 #ifdef ACCEL_HAVE_MPI
 extern const accel__comm_ops accel__mpi_ops;
 #define MPI_BACKEND                                                                                \
-    {                                                                                              \
-        "mpi", 1, ACCEL__COMM_WIRE, &accel__mpi_ops,                                               \
-            "many machines over Open MPI: start the job with mpirun or srun"                       \
-    }
+    {"mpi", 1, ACCEL__COMM_WIRE, &accel__mpi_ops,                                                  \
+     "many machines over Open MPI: start the job with mpirun or srun"}
 #else
 #define MPI_BACKEND                                                                                \
-    {                                                                                              \
-        "mpi", 0, 0, NULL,                                                                         \
-            "this build has no MPI: install libopenmpi-dev (scripts/install-deps.sh) and "         \
-            "configure "                                                                           \
-            "with -DACCEL_MPI=ON"                                                                  \
-    }
+    {"mpi", 0, 0, NULL,                                                                            \
+     "this build has no MPI: install libopenmpi-dev (scripts/install-deps.sh) and configure "      \
+     "with -DACCEL_MPI=ON"}
 #endif
+/* clang-format on */
 
 #if ACCEL_HAVE_GLOO
 extern const accel__comm_ops accel__gloo_ops;
@@ -49,20 +47,19 @@ extern const accel__comm_ops accel__hier_ops;
     "libgloo-dev, then rebuild)"
 #endif
 
+/* (the entries as written: clang-format would split their messages) */
+/* clang-format off */
 #ifdef ACCEL_HAVE_CUDA
 extern const accel__comm_ops accel__nccl_ops;
 #define NCCL_BACKEND                                                                               \
-    {                                                                                              \
-        "nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM | ACCEL__COMM_WIRE,           \
-            &accel__nccl_ops, "CUDA GPUs over NCCL, one GPU per process"                           \
-    }
+    {"nccl", 1, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM | ACCEL__COMM_WIRE,             \
+     &accel__nccl_ops, "CUDA GPUs over NCCL, one GPU per process"}
 #else
 #define NCCL_BACKEND                                                                               \
-    {                                                                                              \
-        "nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                        \
-            "CUDA GPUs over NCCL: not in this build (configure with -DACCEL_CUDA=ON)"              \
-    }
+    {"nccl", 0, ACCEL__COMM_NATIVE_ASYNC | ACCEL__COMM_DEVICE_MEM, NULL,                          \
+     "CUDA GPUs over NCCL: not in this build (configure with -DACCEL_CUDA=ON)"}
 #endif
+/* clang-format on */
 
 /* Backends are values in this table (no strcmp chains, no weak symbols): one built in is
  * {name, 1, caps, &ops, doc}; a later one is listed unbuilt until its build option adds it. */
