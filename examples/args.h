@@ -35,7 +35,7 @@ typedef struct arg_opt {
 
 /* Prints "prog: MESSAGE" and the usage's first line to stderr; returns 2, the exit status of
  * a bad command line. For the checks a table cannot express (one flag against another). */
-static int args_fail(const char *prog, const char *usage, const char *fmt, ...)
+static inline int args_fail(const char *prog, const char *usage, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -49,7 +49,7 @@ static int args_fail(const char *prog, const char *usage, const char *fmt, ...)
     return 2;
 }
 
-static int args_is_switch(const arg_opt *opts, int n_opts, const char *flag)
+static inline int args_is_switch(const arg_opt *opts, int n_opts, const char *flag)
 {
     for (int k = 0; k < n_opts; k++) {
         if (opts[k].kind == ARG_SWITCH && strcmp(flag, opts[k].flag) == 0) {
@@ -61,7 +61,7 @@ static int args_is_switch(const arg_opt *opts, int n_opts, const char *flag)
 
 /* Reads argv into the table's variables (those not given keep their values). Returns
  * ARGS_GO_ON, or the program's exit status: 0 after --help, 2 after an error. */
-static int args_parse(const char *prog, const char *usage, const arg_opt *opts, int n_opts,
+static inline int args_parse(const char *prog, const char *usage, const arg_opt *opts, int n_opts,
                       int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {

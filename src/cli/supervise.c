@@ -338,12 +338,16 @@ static int open_tee(const char *path, int append)
         why = sb.st_uid != geteuid() ? "it belongs to another user" : "it has other hard links";
     } else if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
         /* (Other flock errors: a file system without locks, where only this check is lost.) */
-        static char busy[160];
+        static char busy[160]; /* why outlives this block */
+        char holder[32] = "";
         int pid = flock_holder(fd);
+        if (pid > 0) {
+            snprintf(holder, sizeof(holder), ", pid %d", pid);
+        }
         snprintf(busy, sizeof(busy),
-                 "another job is writing it%s%.0d (two launches with the same --log_dir): give "
-                 "each job its own --log_dir",
-                 pid > 0 ? ", pid " : "", pid);
+                 "another job is writing it%s (two launches with the same --log_dir): give each "
+                 "job its own --log_dir",
+                 holder);
         why = busy;
     } else if (fd >= 0 && ((!append && ftruncate(fd, 0) != 0) || fchmod(fd, 0600) != 0 ||
                            fcntl(fd, F_SETFL, append ? O_APPEND : 0) != 0)) {
