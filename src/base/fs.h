@@ -80,9 +80,12 @@ typedef struct accel__lockfile {
 /* Takes the lock `path` (its folder must exist) without waiting. Returns ACCEL_OK with
  * l->held = 1; ACCEL_OK with l->held = 0 on a file system that has no locks (NFS without a lock
  * manager, Lustre without "flock"; a warning, once per process, says the protection is off);
- * ACCEL_ESTATE when another process holds it, with its note in holder[cap] and no message set
- * (the caller says what is locked); ACCEL_EIO, ACCEL_ENOMEM. *l is zeroed first. */
-accel_status accel__lockfile_take(accel__lockfile *l, const char *path, char *holder, size_t cap);
+ * ACCEL_ESTATE when another process holds it, with the message "<what> (<holder's note>; lock
+ * <path>)<advice>", where <what> is what_fmt formatted (what is locked, and by whom: "checkpoint
+ * folder x is being saved by another process") and advice (may be "" or NULL) says what to do;
+ * ACCEL_EIO, ACCEL_ENOMEM, with their message. *l is zeroed first. */
+accel_status accel__lockfile_take_named(accel__lockfile *l, const char *path, const char *advice,
+                                        const char *what_fmt, ...) ACCEL_PRINTF(4, 5);
 /* Removes the file and lets go; accepts a zeroed or released lock. */
 void accel__lockfile_release(accel__lockfile *l);
 

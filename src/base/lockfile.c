@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,9 @@ static void read_holder(int fd, char *buf, size_t cap)
     buf[n] = '\0';
 }
 
-accel_status accel__lockfile_take(accel__lockfile *l, const char *path, char *holder, size_t cap)
+/* Takes the lock; ACCEL_ESTATE (no message set) with the holder's note in holder[cap] when
+ * another process has it. */
+static accel_status take(accel__lockfile *l, const char *path, char *holder, size_t cap)
 {
     memset(l, 0, sizeof(*l));
     l->fd = -1;
@@ -96,11 +99,30 @@ accel_status accel__lockfile_take(accel__lockfile *l, const char *path, char *ho
     return accel__seterr(NULL, ACCEL_EIO, "cannot take the lock %s: it keeps being replaced", path);
 }
 
+accel_status accel__lockfile_take_named(accel__lockfile *l, const char *path, const char *advice,
+                                        const char *what_fmt, ...)
+{
+    char holder[256];
+    accel_status st = take(l, path, holder, sizeof holder);
+    if (st == ACCEL_ESTATE) {
+        /* Every refusal reads the same way: what is locked, who holds it, which file, and
+         * what to do; the caller only says what and what to do. */
+        char what[ACCEL__ERRMSG_NBYTES];
+        va_list ap;
+        va_start(ap, what_fmt);
+        vsnprintf(what, sizeof what, what_fmt, ap);
+        va_end(ap);
+        return accel__seterr(NULL, st, "%s (%s; lock %s)%s", what, holder, path,
+                             advice != NULL ? advice : "");
+    }
+    return st;
+}
+
 void accel__lockfile_release(accel__lockfile *l)
 {
     if (l->held) {
-        /* Removed while still held: see accel__lockfile_take. Only when the name is still
-         * this file: a folder deleted and made again holds another process's lock now. */
+        /* Removed while still held: see take. Only when the name is still this file: a
+         * folder deleted and made again holds another process's lock now. */
         struct stat a, b;
         if (fstat(l->fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev &&
             a.st_ino == b.st_ino) {

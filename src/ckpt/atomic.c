@@ -92,16 +92,11 @@ accel_status accel__stage_lock(accel__stage *s)
         accel__free(parent);
         ACCEL_TRY(st);
     }
-    char holder[256];
-    accel_status st = accel__lockfile_take(&s->lock, s->lock_path, holder, sizeof holder);
-    if (st == ACCEL_ESTATE) {
-        return accel__seterr(NULL, ACCEL_ESTATE,
-                             "checkpoint folder %s is being saved by another process (%s; "
-                             "lock %s): two jobs must not save into the same folder: give "
-                             "each job its own project_dir or checkpoint folder",
-                             s->final_dir, holder, s->lock_path);
-    }
-    return st;
+    return accel__lockfile_take_named(&s->lock, s->lock_path,
+                                      ": two jobs must not save into the same folder: give each "
+                                      "job its own project_dir or checkpoint folder",
+                                      "checkpoint folder %s is being saved by another process",
+                                      s->final_dir);
 }
 
 void accel__stage_unlock(accel__stage *s)
@@ -119,7 +114,11 @@ accel_status accel__stage_create(const accel__stage *s)
                    s->stage_dir, s->final_dir);
     }
     ACCEL_TRY(accel__rmtree(s->stage_dir));
-    ACCEL_TRY(accel__mkdirs(s->stage_dir));
+    /* The parent exists: accel__stage_lock made it to hold the lock file. */
+    if (mkdir(s->stage_dir, 0777) != 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "cannot create the staging folder %s: %s",
+                             s->stage_dir, strerror(errno));
+    }
     return accel__fsync_parent(s->stage_dir);
 }
 

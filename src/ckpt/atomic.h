@@ -39,13 +39,14 @@ accel_status accel__stage_init(accel__stage *s, const char *final_dir);
  * parent folders, so that two jobs saving the same folder at once cannot remove or mix each
  * other's staging folders or replace each other's checkpoint. Returns ACCEL_OK (also, after a
  * warning, on a file system that has no locks), ACCEL_ESTATE when another process holds the lock
- * (the message names the folder and the holder), ACCEL_EIO. Released (and the lock file removed) by
- * accel__stage_unlock or accel__stage_release.
+ * (the message names the folder and the holder), ACCEL_EIO, ACCEL_ENOMEM. Released (and the
+ * lock file removed) by accel__stage_unlock or accel__stage_release.
  */
 accel_status accel__stage_lock(accel__stage *s);
 void accel__stage_unlock(accel__stage *s);
-/* (One process.) Creates the parent folders and an empty staging folder, removing (with a
- * warning naming it) a stale one left by a crashed save. */
+/* (The writing process, holding the save lock: accel__stage_lock, which also made the parent
+ * folders.) Creates an empty staging folder, removing (with a warning naming it) a stale one
+ * left by a crashed save. */
 accel_status accel__stage_create(const accel__stage *s);
 /* (One process, after every writer has finished.) Writes the marker listing the staging
  * folder's files, fsyncs, renames into place replacing an older folder of the same name, and

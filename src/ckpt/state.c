@@ -151,7 +151,10 @@ static accel_status save_state(accel *acc, const char *dir)
     accel__stage stage = {0};
     accel_status st = target ? accel__stage_init(&stage, target) : ACCEL_ENOMEM;
     int writer = is_writer(acc);
-    int created = 0; /* this process made the staging folder: only then is it ours to discard */
+    /* The staging path is this process's to discard after a failure once it holds the save lock
+     * and has tried to make the folder: a failed try may have left part of it (a stale folder
+     * half removed, a new one not yet fsynced), and no other process may touch it. */
+    int ours = 0;
     if (st != ACCEL_OK) {
         /* A dir that names no folder ("", "."): agreed below like every other refusal, so
          * processes given other dirs fail with it instead of waiting for this one. */
@@ -175,8 +178,8 @@ static accel_status save_state(accel *acc, const char *dir)
     } else if (writer && !automatic && accel__is_file(target)) {
         st = accel__seterr(acc, ACCEL_EINVAL, "%s: %s is a file; pass a folder", who, target);
     } else if (writer) {
+        ours = 1;
         st = accel__stage_create(&stage);
-        created = 1;
     }
     st = agree(acc, st, who);
 
@@ -214,7 +217,7 @@ static accel_status save_state(accel *acc, const char *dir)
         if (st == ACCEL_OK && automatic) {
             st = accel__ckpt_rotate_keep(base, acc->settings->ckpt.total_limit, m->iteration);
         }
-    } else if (st != ACCEL_OK && created) {
+    } else if (st != ACCEL_OK && ours) {
         accel__stage_discard(&stage);
     }
     st = agree(acc, st, who);

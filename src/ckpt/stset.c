@@ -249,23 +249,6 @@ accel_status accel__stset_open(accel__stset **out, const char *dir, const char *
         return accel__seterr(NULL, ACCEL_EINVAL, "accel_save_sharded: bad prefix \"%s\"", prefix);
     }
     ACCEL_TRY(accel__mkdirs(dir));
-    /* A save_state checkpoint lists its model files in its marker: replacing them (or, for a
-     * sharded set, deleting model.safetensors as stale) would leave a checkpoint that no longer
-     * verifies. merge-weights into its own checkpoint folder did exactly that. */
-    char *marker = accel__path_join(dir, ACCEL__CKPT_MARKER);
-    if (marker == NULL) {
-        return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-    }
-    struct stat sb;
-    int in_checkpoint = lstat(marker, &sb) == 0;
-    accel__free(marker);
-    if (in_checkpoint) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "%s holds a save_state checkpoint (" ACCEL__CKPT_MARKER
-                             "): writing %s files there would replace the checkpoint's own; "
-                             "write into another folder",
-                             dir, prefix);
-    }
     accel__stset *s = accel__calloc(1, sizeof(*s));
     if (s == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
@@ -284,20 +267,36 @@ accel_status accel__stset_open(accel__stset **out, const char *dir, const char *
     if (st == ACCEL_OK) {
         /* Two jobs saving into one folder at once: each one's stale-file removal deleted the
          * other's files (a sharded and a single-file save left neither), or their shards
-         * mixed. The second is refused until the first has committed. */
-        char lock[256], holder[256];
+         * mixed. The second is refused until the first has committed. Taken before anything
+         * in the folder is looked at, so what is checked below stays true until the commit. */
+        char lock[256];
         snprintf(lock, sizeof lock, ".%s.lock", prefix);
         char *path = accel__path_join(dir, lock);
-        st = path ? accel__lockfile_take(&s->lock, path, holder, sizeof holder)
+        st = path ? accel__lockfile_take_named(&s->lock, path,
+                                               ": two jobs must not save into the same folder "
+                                               "at once: give each job its own",
+                                               "%s: %s.safetensors files are being written by "
+                                               "another process",
+                                               dir, prefix)
                   : accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
-        if (st == ACCEL_ESTATE) {
-            accel__seterr(NULL, st,
-                          "%s: %s.safetensors files are being written by another process (%s; "
-                          "lock %s): two jobs must not save into the same folder at once: give "
-                          "each job its own",
-                          dir, prefix, holder, path);
-        }
         accel__free(path);
+    }
+    if (st == ACCEL_OK) {
+        /* A save_state checkpoint lists its model files in its marker: replacing them (or, for
+         * a sharded set, deleting model.safetensors as stale) would leave a checkpoint that no
+         * longer verifies. merge-weights into its own checkpoint folder did exactly that. */
+        char *marker = accel__path_join(dir, ACCEL__CKPT_MARKER);
+        struct stat sb;
+        if (marker == NULL) {
+            st = accel__seterr(NULL, ACCEL_ENOMEM, "out of memory");
+        } else if (lstat(marker, &sb) == 0) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "%s holds a save_state checkpoint (" ACCEL__CKPT_MARKER
+                               "): writing %s files there would replace the checkpoint's own; "
+                               "write into another folder",
+                               dir, prefix);
+        }
+        accel__free(marker);
     }
     if (st == ACCEL_OK) {
         size_t n_files = plan_shards(tensors, n, max_shard_nbytes ? max_shard_nbytes : UINT64_MAX,

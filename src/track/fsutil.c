@@ -159,11 +159,8 @@ void accel__track_warn_nonfinite(const char *tracker, const char *key, double v)
 accel_status accel__track_lock(accel__lockfile *l, const char *path, const char *what,
                                const char *advice)
 {
-    char holder[256];
-    accel_status st = accel__lockfile_take(l, path, holder, sizeof holder);
-    if (st == ACCEL_ESTATE) {
-        return accel_tracker_seterr(st, "%s is being written by another job (%s; lock %s)%s", what,
-                                    holder, path, advice);
-    }
+    accel_status st =
+        accel__lockfile_take_named(l, path, advice, "%s is being written by another job", what);
+    /* The message goes to the tracker's own channel, which the caller of the hook reports. */
     return st == ACCEL_OK ? st : accel_tracker_seterr(st, "%s", accel_last_error(NULL));
 }

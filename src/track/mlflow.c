@@ -9,7 +9,8 @@
  * <root> is MLFLOW_TRACKING_URI when it is a local path or file: URI, else logging_dir/mlruns,
  * else ./mlruns (MLflow's default). Every YAML string is single-quoted so names such as "123"
  * stay strings. Metric files are opened, appended and closed per call: nothing is lost on a
- * crash, and no descriptor is held per metric.
+ * crash, and no descriptor is held per metric. Continuing an existing run (MLFLOW_RUN_ID,
+ * resume) and the run lock are in mlflow_run.c.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -23,20 +24,8 @@
 
 #include "core/internal.h"
 #include "core/settings.h"
+#include "mlflow_internal.h"
 #include "track_internal.h"
-
-typedef struct ml_state {
-    accel__track_common common; /* run_dir: the run folder */
-    char *root;                 /* the store root */
-    int continued;              /* an earlier run is continued (MLFLOW_RUN_ID or resume) */
-    char *exp_id;
-    char *run_id;
-    char *artifact_uri;
-    char *run_name;
-    long long start_ms;
-    char *user;           /* the run's user tag (USER, read by accel_init) */
-    accel__lockfile lock; /* "<experiment>/.<run id>.lock" of the run written (lock_run) */
-} ml_state;
 
 static long long now_ms(void)
 {
@@ -107,7 +96,8 @@ static void sanitize_key(const char *key, char *out, size_t cap)
     }
 }
 
-static accel_status write_kv(ml_state *s, const char *sub, const char *key, const char *value)
+static accel_status write_kv(accel__mlflow_state *s, const char *sub, const char *key,
+                             const char *value)
 {
     char clean[256], rel[300];
     sanitize_key(key, clean, sizeof(clean));
@@ -137,7 +127,7 @@ static accel_status write_kv(ml_state *s, const char *sub, const char *key, cons
     return st;
 }
 
-static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
+accel_status accel__mlflow_write_run_meta(accel__mlflow_state *s, int status, long long end_ms)
 {
     char meta[4096] = "artifact_uri: ";
     yaml_quote(meta, sizeof(meta), s->artifact_uri);
@@ -172,7 +162,7 @@ static accel_status write_run_meta(ml_state *s, int status, long long end_ms)
 }
 
 /* Reads "<field>: ..." from the meta.yaml in dir into out (unquoted). Returns 0 if found. */
-static int read_meta(const char *dir, const char *field, char *out, size_t cap)
+int accel__mlflow_read_meta(const char *dir, const char *field, char *out, size_t cap)
 {
     char *path = accel__path_join(dir, "meta.yaml");
     FILE *f = path ? fopen(path, "r") : NULL;
@@ -266,7 +256,7 @@ static accel_status find_or_create_experiment(const char *root, const char *name
         }
         char *dir = accel__path_join(root, e->d_name);
         char found[512];
-        if (dir != NULL && read_meta(dir, "name", found, sizeof(found)) == 0) {
+        if (dir != NULL && accel__mlflow_read_meta(dir, "name", found, sizeof(found)) == 0) {
             have_default |= v == 0;
             if (strcmp(found, name) == 0) {
                 snprintf(id, cap, "%lld", v);
@@ -312,7 +302,7 @@ static accel_status random_hex(char *out, size_t nhex)
     return ACCEL_OK;
 }
 
-static void free_state(ml_state *s)
+static void free_state(accel__mlflow_state *s)
 {
     accel__lockfile_release(&s->lock);
     accel__free(s->root);
@@ -349,7 +339,7 @@ static accel_status store_root(const accel__track_settings *set,
 }
 
 /* Logs where the run lives, and how MLflow 3 can open the store (the tracker's first line). */
-static void log_run(const ml_state *s, const char *how)
+void accel__mlflow_log_run(const accel__mlflow_state *s, const char *how)
 {
     accel__log(accel__track_log(), ACCEL__LOG_INFO,
                "tracker mlflow: %s run %s ('%s') of experiment %s in the file store %s; MLflow 3 "
@@ -358,233 +348,11 @@ static void log_run(const ml_state *s, const char *how)
                how, s->run_id, s->run_name, s->exp_id, s->root, s->root);
 }
 
-/* Replaces *dst by a copy of src; 0 on success. */
-static int set_str(char **dst, const char *src)
-{
-    char *c = accel__strdup(src);
-    if (c == NULL) {
-        return -1;
-    }
-    accel__free(*dst);
-    *dst = c;
-    return 0;
-}
-
-/* Continues the existing run <root>/<exp_id>/<run_id>, as MLflow's start_run(run_id=...)
- * does: its name, start time and artifact location stay, its status becomes RUNNING again. */
-static accel_status continue_run(ml_state *s, const char *exp_id, const char *run_id)
-{
-    char rel[256], name[512], start[32], uri[2048];
-    snprintf(rel, sizeof(rel), "%s/%s", exp_id, run_id);
-    char *dir = accel__path_join(s->root, rel);
-    if (dir == NULL) {
-        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-    }
-    if (read_meta(dir, "run_name", name, sizeof(name)) != 0 ||
-        read_meta(dir, "start_time", start, sizeof(start)) != 0 ||
-        read_meta(dir, "artifact_uri", uri, sizeof(uri)) != 0) {
-        accel_status st = accel_tracker_seterr(ACCEL_ECORRUPT,
-                                               "%s/meta.yaml lacks run_name, start_time or "
-                                               "artifact_uri: not an MLflow run",
-                                               dir);
-        accel__free(dir);
-        return st;
-    }
-    accel__free(s->common.run_dir);
-    s->common.run_dir = dir;
-    if (set_str(&s->exp_id, exp_id) || set_str(&s->run_id, run_id) || set_str(&s->run_name, name) ||
-        set_str(&s->artifact_uri, uri)) {
-        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-    }
-    s->start_ms = strtoll(start, NULL, 10);
-    s->continued = 1;
-    return write_run_meta(s, 1, -1);
-}
-
-/* Takes the lock of run exp_id/run_id into *l, so that no other job continues (resume,
- * MLFLOW_RUN_ID) a run while this one writes it: their metric lines would interleave, and the
- * resume would cut the live run's history. Next to the run's folder, which MLflow reads. */
-static accel_status lock_run(const ml_state *s, accel__lockfile *l, const char *exp_id,
-                             const char *run_id, const char *advice)
-{
-    char rel[256], what[160];
-    snprintf(rel, sizeof(rel), "%s/.%s.lock", exp_id, run_id);
-    snprintf(what, sizeof(what), "MLflow run %s", run_id);
-    char *path = accel__path_join(s->root, rel);
-    accel_status st = path ? accel__track_lock(l, path, what, advice)
-                           : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-    accel__free(path);
-    return st;
-}
-
-/* A run id names a folder: letters and digits only. */
-static int valid_run_id(const char *id)
-{
-    size_t n = strlen(id);
-    for (size_t i = 0; i < n; i++) {
-        if (!isalnum((unsigned char)id[i])) {
-            return 0;
-        }
-    }
-    return n > 0 && n < 64;
-}
-
-/* The experiment holding run `run_id` under root, into exp_id. Returns 1 when found. */
-static int find_run(const char *root, const char *run_id, char *exp_id, size_t cap)
-{
-    DIR *d = opendir(root);
-    int found = 0;
-    struct dirent *e;
-    while (d != NULL && !found && (e = readdir(d)) != NULL) {
-        char rel[512];
-        snprintf(rel, sizeof(rel), "%s/%s", e->d_name, run_id);
-        char *dir = e->d_name[0] != '.' ? accel__path_join(root, rel) : NULL;
-        char name[8];
-        size_t len = strlen(e->d_name);
-        if (dir != NULL && len < cap && read_meta(dir, "run_id", name, sizeof(name)) == 0) {
-            memcpy(exp_id, e->d_name, len + 1);
-            found = 1;
-        }
-        accel__free(dir);
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    return found;
-}
-
-/* The newest other active run of this run's experiment with this run's name (by start time),
- * into out. Returns 1 when there is one. */
-static int find_previous_run(const ml_state *s, char *out, size_t cap)
-{
-    char *exp_dir = accel__path_join(s->root, s->exp_id);
-    DIR *d = exp_dir ? opendir(exp_dir) : NULL;
-    long long best = -1;
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.' || strcmp(e->d_name, s->run_id) == 0 || !valid_run_id(e->d_name) ||
-            strlen(e->d_name) >= cap) {
-            continue;
-        }
-        char *dir = accel__path_join(exp_dir, e->d_name);
-        char name[512], stage[32], start[32];
-        if (dir != NULL && read_meta(dir, "run_name", name, sizeof(name)) == 0 &&
-            strcmp(name, s->run_name) == 0 &&
-            read_meta(dir, "lifecycle_stage", stage, sizeof(stage)) == 0 &&
-            strcmp(stage, "active") == 0 &&
-            read_meta(dir, "start_time", start, sizeof(start)) == 0 &&
-            strtoll(start, NULL, 10) > best) {
-            best = strtoll(start, NULL, 10);
-            memcpy(out, e->d_name, strlen(e->d_name) + 1);
-        }
-        accel__free(dir);
-    }
-    if (d != NULL) {
-        closedir(d);
-    }
-    accel__free(exp_dir);
-    return best >= 0;
-}
-
-/* Calls fn(path, rel, ctx) for every regular file under dir (rel: its path below dir). */
-typedef accel_status (*file_fn)(const char *path, const char *rel, void *ctx);
-
-static accel_status walk_files(const char *dir, const char *rel, file_fn fn, void *ctx)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL) {
-        return errno == ENOENT
-                   ? ACCEL_OK
-                   : accel_tracker_seterr(ACCEL_EIO, "cannot list %s: %s", dir, strerror(errno));
-    }
-    accel_status st = ACCEL_OK;
-    struct dirent *e;
-    while (st == ACCEL_OK && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) {
-            continue;
-        }
-        char sub[1024];
-        int w = snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name);
-        char *path = accel__path_join(dir, e->d_name);
-        if (w < 0 || (size_t)w >= sizeof(sub)) { /* a cut name would move the file elsewhere */
-            st = accel_tracker_seterr(ACCEL_EINVAL, "path too long under %s: %s", dir, e->d_name);
-        } else if (path == NULL) {
-            st = accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-        } else if (accel__is_dir(path)) {
-            st = walk_files(path, sub, fn, ctx);
-        } else if (accel__is_file(path)) {
-            st = fn(path, sub, ctx);
-        }
-        accel__free(path);
-    }
-    closedir(d);
-    return st;
-}
-
-/* walk_files: moves a file to the same relative place under the folder ctx. */
-static accel_status move_file(const char *path, const char *rel, void *ctx)
-{
-    char *dst = accel__path_join(ctx, rel);
-    if (dst == NULL) {
-        return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-    }
-    char *slash = strrchr(dst, '/');
-    *slash = '\0';
-    accel_status st = accel__mkdirs(dst);
-    *slash = '/';
-    if (st != ACCEL_OK) {
-        accel_tracker_seterr(st, "%s", accel_last_error(NULL));
-    } else if (rename(path, dst) != 0) {
-        st =
-            accel_tracker_seterr(ACCEL_EIO, "cannot move %s to %s: %s", path, dst, strerror(errno));
-    }
-    accel__free(dst);
-    return st;
-}
-
-/* walk_files: rewrites a metric history ("<ms> <value> <step>" lines) without the lines at
- * steps >= *(long long *)ctx, atomically. */
-static accel_status drop_later_steps(const char *path, const char *rel, void *ctx)
-{
-    (void)rel;
-    long long from = *(const long long *)ctx;
-    char *text = NULL;
-    size_t n = 0, out = 0;
-    accel_status st = accel__read_file(path, &text, &n);
-    if (st != ACCEL_OK) {
-        return accel_tracker_seterr(st, "%s", accel_last_error(NULL));
-    }
-    for (size_t at = 0; at < n;) {
-        char *nl = memchr(text + at, '\n', n - at);
-        size_t len = nl ? (size_t)(nl - (text + at)) + 1 : n - at;
-        long long ts, step;
-        double v;
-        char tail;
-        /* Unparsable lines are kept; the value may be "nan" or "inf" (strtod reads both). */
-        int keep =
-            nl != NULL &&
-            (sscanf(text + at, "%lld %lf %lld%c", &ts, &v, &step, &tail) != 4 || step < from);
-        if (keep) {
-            memmove(text + out, text + at, len);
-            out += len;
-        }
-        at += len;
-    }
-    if (out != n) {
-        st = accel__write_file_atomic(path, text, out);
-        if (st != ACCEL_OK) {
-            accel_tracker_seterr(st, "%s", accel_last_error(NULL));
-        }
-    }
-    accel__free(text);
-    return st;
-}
-
 /* user: the accelerator's track settings (tracker.c passes them to built-in trackers). */
 static accel_status ml_start(void *user, const accel_tracker_start_info *info, void **state)
 {
     const accel__track_settings *set = user;
-    ml_state *s = accel__calloc(1, sizeof(*s));
+    accel__mlflow_state *s = accel__calloc(1, sizeof(*s));
     if (s == NULL || (s->user = accel__strdup(set->user)) == NULL) {
         accel__free(s);
         return accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
@@ -603,14 +371,16 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
     const char *env_run = set->mlflow_run_id;
     if (env_run != NULL) {
         /* Accelerate passes MLFLOW_RUN_ID to mlflow.start_run: continue that run. */
-        if (!valid_run_id(env_run) || !find_run(s->root, env_run, id, sizeof(id))) {
+        if (!accel__mlflow_find_run(s->root, env_run, id, sizeof(id))) {
             st = accel_tracker_seterr(ACCEL_ENOTFOUND, "MLFLOW_RUN_ID=%s: no such run in %s",
                                       env_run, s->root);
             goto fail;
         }
-        ACCEL_TRY_GOTO(lock_run(s, &s->lock, id, env_run, " (MLFLOW_RUN_ID names it)"), st, fail);
-        ACCEL_TRY_GOTO(continue_run(s, id, env_run), st, fail);
-        log_run(s, "continuing");
+        ACCEL_TRY_GOTO(
+            accel__mlflow_lock_run(s, &s->lock, id, env_run, " (MLFLOW_RUN_ID names it)"), st,
+            fail);
+        ACCEL_TRY_GOTO(accel__mlflow_continue_run(s, id, env_run), st, fail);
+        accel__mlflow_log_run(s, "continuing");
         *state = s;
         return ACCEL_OK;
     }
@@ -651,14 +421,14 @@ static accel_status ml_start(void *user, const accel_tracker_start_info *info, v
             goto fail;
         }
     }
-    ACCEL_TRY_GOTO(lock_run(s, &s->lock, s->exp_id, s->run_id, ""), st, fail);
-    ACCEL_TRY_GOTO(write_run_meta(s, 1, -1), st, fail);
+    ACCEL_TRY_GOTO(accel__mlflow_lock_run(s, &s->lock, s->exp_id, s->run_id, ""), st, fail);
+    ACCEL_TRY_GOTO(accel__mlflow_write_run_meta(s, 1, -1), st, fail);
     const char *prog = program_invocation_name ? program_invocation_name : "";
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.runName", s->run_name), st, fail);
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.name", prog), st, fail);
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.source.type", "LOCAL"), st, fail);
     ACCEL_TRY_GOTO(write_kv(s, "tags", "mlflow.user", s->user), st, fail);
-    log_run(s, "started");
+    accel__mlflow_log_run(s, "started");
     *state = s;
     return ACCEL_OK;
 fail:
@@ -666,55 +436,9 @@ fail:
     return st;
 }
 
-/*
- * Resuming: unless the run already continues an earlier one (MLFLOW_RUN_ID), the run just
- * created gives way to the newest earlier run of the same name in the experiment (its params
- * move over, the new folder goes), and the metric histories lose their lines at steps >= step.
- */
-static accel_status ml_resume(void *state, long long step)
-{
-    ml_state *s = state;
-    char prev[128];
-    if (!s->continued && find_previous_run(s, prev, sizeof(prev))) {
-        /* The newest run of this name may be another job's, alive: then this run stays new. */
-        accel__lockfile prev_lock;
-        ACCEL_TRY(lock_run(s, &prev_lock, s->exp_id, prev,
-                           ", the newest run of this name: this run stays a new one"));
-        char *fresh = s->common.run_dir;
-        s->common.run_dir = NULL;
-        accel_status st = continue_run(s, s->exp_id, prev);
-        char *from = accel__path_join(fresh, "params"), *to = NULL;
-        if (st == ACCEL_OK) {
-            to = accel__path_join(s->common.run_dir, "params");
-            st = from && to ? walk_files(from, "", move_file, to)
-                            : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-        }
-        if (st == ACCEL_OK && accel__rmtree(fresh) != ACCEL_OK) {
-            st = accel_tracker_seterr(ACCEL_EIO, "%s", accel_last_error(NULL));
-        }
-        accel__free(from);
-        accel__free(to);
-        if (s->common.run_dir == NULL) { /* continue_run failed early: keep the new run */
-            s->common.run_dir = fresh;
-            accel__lockfile_release(&prev_lock);
-        } else {
-            accel__free(fresh);
-            accel__lockfile_release(&s->lock);
-            s->lock = prev_lock;
-        }
-        ACCEL_TRY(st);
-        log_run(s, "resumed: continuing");
-    }
-    char *metrics = accel__path_join(s->common.run_dir, "metrics");
-    accel_status st = metrics ? walk_files(metrics, "", drop_later_steps, &step)
-                              : accel_tracker_seterr(ACCEL_ENOMEM, "out of memory");
-    accel__free(metrics);
-    return st;
-}
-
 static accel_status ml_config(void *state, const accel_value *v, int n)
 {
-    ml_state *s = state;
+    accel__mlflow_state *s = state;
     for (int i = 0; i < n; i++) {
         char num[40];
         const char *val = v[i].text;
@@ -728,7 +452,8 @@ static accel_status ml_config(void *state, const accel_value *v, int n)
 }
 
 /* Records one value: a text as a tag, a number as a line of its metric history. */
-static accel_status log_value(ml_state *s, const accel_value *v, long long ts, long long step)
+static accel_status log_value(accel__mlflow_state *s, const accel_value *v, long long ts,
+                              long long step)
 {
     if (v->kind == ACCEL_VALUE_TEXT) {
         /* MLflow metrics are numeric; text lands as a tag (latest value wins). */
@@ -779,7 +504,7 @@ static accel_status log_value(ml_state *s, const accel_value *v, long long ts, l
 
 static accel_status ml_log(void *state, const accel_value *v, int n, long long step)
 {
-    ml_state *s = state;
+    accel__mlflow_state *s = state;
     long long ts = now_ms();
     /* One value that cannot be written (its metric file is in the way, say) does not cost
      * the others of the call theirs. */
@@ -795,8 +520,8 @@ static accel_status ml_log(void *state, const accel_value *v, int n, long long s
 
 static accel_status ml_finish(void *state)
 {
-    ml_state *s = state;
-    accel_status st = write_run_meta(s, 3, now_ms());
+    accel__mlflow_state *s = state;
+    accel_status st = accel__mlflow_write_run_meta(s, 3, now_ms());
     free_state(s);
     return st;
 }
@@ -809,5 +534,5 @@ const accel_tracker_ops accel__tracker_mlflow = {
     .store_init_configuration = ml_config,
     .log = ml_log,
     .finish = ml_finish,
-    .resume = ml_resume,
+    .resume = accel__mlflow_resume,
 };

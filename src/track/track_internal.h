@@ -131,9 +131,10 @@ FILE *accel__track_reopen_at(FILE *f, const char *path, long long good, const ch
  * it (TensorFlow's EventsWriter makes the same check and writes a new file). */
 int accel__track_file_gone(FILE *f, const char *path);
 /* Takes the lock file `path` (base/fs.h; its folder must exist) that keeps a second job off a
- * tracker's files while this one writes them. ACCEL_ESTATE when another process holds it,
- * with the tracker message "<what> is being written by another job (<holder>; lock <path>)"
- * followed by `advice` (may be ""); other failures as accel__lockfile_take's. */
+ * tracker's files while this one writes them: accel__lockfile_take_named, with its message set
+ * as the tracker's (accel_tracker_seterr). ACCEL_ESTATE when another process holds it: "<what>
+ * is being written by another job (<holder>; lock <path>)" followed by `advice` (may be "");
+ * other failures as accel__lockfile_take_named's. */
 accel_status accel__track_lock(accel__lockfile *l, const char *path, const char *what,
                                const char *advice);
 /* The log context of the accelerator whose tracker callback is running on this thread (NULL

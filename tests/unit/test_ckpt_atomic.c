@@ -46,7 +46,10 @@ static accel_status save_ckpt(const char *base, int64_t it, int total_limit)
     snprintf(dir, sizeof dir, "%s/checkpoint_%lld", base, (long long)it);
     accel__stage s;
     ACCEL_TRY(accel__stage_init(&s, dir));
-    accel_status st = accel__stage_create(&s);
+    accel_status st = accel__stage_lock(&s); /* as a save does: it also makes the parents */
+    if (st == ACCEL_OK) {
+        st = accel__stage_create(&s);
+    }
     size_t n = 20000 + (size_t)(it % 7) * 3001;
     float *w = malloc(n * sizeof *w);
     for (size_t i = 0; i < n; i++) {

@@ -320,6 +320,7 @@ static void test_concurrent_rotation(void)
         snprintf(dir, sizeof dir, "%s/checkpoint_%d", base, it);
         accel__stage s;
         CHECK_OK(NULL, accel__stage_init(&s, dir));
+        CHECK_OK(NULL, accel__stage_lock(&s));
         CHECK_OK(NULL, accel__stage_create(&s));
         char f[600];
         snprintf(f, sizeof f, "%s/a.bin", s.stage_dir);
