@@ -25,7 +25,8 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     v->grad_shadow_reserved = NULL;
     v->grad_borrowed = 0;
     v->param_index = -1;
-    /* Stamped as any tensor of g (the checks read the owner's stamp). */
+    /* Stamped as any tensor of g: the checks read this stamp and then the owner's (a view
+     * of a parameter lives in g's arena for one step, though the parameter outlives it). */
     v->use_ctx = g;
     v->use_epoch = g->epoch;
     v->next_ready = NULL;
