@@ -329,17 +329,29 @@ int accel__nn_grad_own(nn_ctx *g, nn_tensor *t);
 /* 1 when x (not NULL) may be input k of op on g; else 0 after failing g, naming op, input k
  * and the culprit: g NULL, a parameter not bound (ACCEL_ESTATE), a tensor of another ctx
  * (ACCEL_EINVAL), or one from before a reset or from a step whose backward ran (ACCEL_ESTATE:
- * its memory is, or is about to be, reused). Compares only (the stamps new_tensor and
- * new_view write); shared by the CPU ops (accel__nn_contig) and the GPU ops' input checks.
- * Best effort for a stale tensor: its struct is arena memory that later tensors may
- * overwrite. */
+ * its memory is, or is about to be, reused). A view is checked twice: its own stamp (its
+ * struct is arena memory, even when it views a parameter), then its owner's. Compares only
+ * (the stamps new_tensor and new_view write); shared by the CPU ops (accel__nn_contig) and
+ * the GPU ops' input checks. Best effort for a stale tensor: its struct is arena memory that
+ * later tensors may overwrite. */
 int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x);
-/* 1 when t (not NULL, not a parameter or a view of one) is from before its ctx's last reset:
- * its memory may hold other tensors now (the same best-effort stamp check). Reads of values
- * (nn_item, nn_tensor_to_host) refuse it; after backward the step's tensors stay readable
- * until the reset. */
+/* accel__nn_input_ok for each of the n tensors ts[k] not NULL, as input k of op: for an op
+ * that checks its inputs under its own name before composing other ops (which would name
+ * themselves and number the inputs their own way). 1 when all pass, else 0 after failing g. */
+int accel__nn_inputs_ok(nn_ctx *g, const char *op, nn_tensor *const *ts, int n);
+/* 1 when t (not NULL, not a parameter) is from before its ctx's last reset: its memory may
+ * hold other tensors now (the same best-effort stamp check). A view is stale when its own
+ * stamp is (a view of a parameter too: its struct is arena memory), or its owner's. Reads of
+ * values (nn_item, nn_tensor_to_host) refuse it; after backward the step's tensors stay
+ * readable until the reset. */
 static inline int nn__stale(const nn_tensor *t)
 {
+    if (t->base != NULL) {
+        const nn_ctx *vg = (const nn_ctx *)t->use_ctx;
+        if (vg != NULL && t->use_epoch != vg->epoch) {
+            return 1;
+        }
+    }
     const nn_tensor *o = t->base ? t->base : t;
     const nn_ctx *g = (const nn_ctx *)o->use_ctx;
     return o->param_index < 0 && g != NULL && o->use_epoch != g->epoch;

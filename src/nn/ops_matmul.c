@@ -274,11 +274,8 @@ nn_tensor *nn_linear_gelu_linear(nn_ctx *g, nn_tensor *x, nn_tensor *w1, nn_tens
     }
     /* Checked as this op's inputs (the three ops would name themselves and number w2, b2 as
      * their inputs 1, 2). */
-    nn_tensor *const in[5] = {x, w1, b1, w2, b2};
-    for (int k = 0; k < 5; k++) {
-        if (in[k] != NULL && !accel__nn_input_ok(g, "nn_linear_gelu_linear", k, in[k])) {
-            return NULL;
-        }
+    if (!accel__nn_inputs_ok(g, "nn_linear_gelu_linear", (nn_tensor *[]){x, w1, b1, w2, b2}, 5)) {
+        return NULL;
     }
     nn_tensor *h = nn_gelu(g, nn_linear(g, x, w1, b1, layout), approximate);
     return nn_linear(g, h, w2, b2, layout);

@@ -524,11 +524,8 @@ nn_tensor *nn_add_layernorm(nn_ctx *g, nn_tensor *x, nn_tensor *r, nn_tensor *we
     }
     /* Checked as this op's inputs (the two ops would name themselves and number weight, bias
      * as nn_layernorm's inputs 1, 2). */
-    nn_tensor *const in[4] = {x, r, weight, bias};
-    for (int k = 0; k < 4; k++) {
-        if (in[k] != NULL && !accel__nn_input_ok(g, "nn_add_layernorm", k, in[k])) {
-            return NULL;
-        }
+    if (!accel__nn_inputs_ok(g, "nn_add_layernorm", (nn_tensor *[]){x, r, weight, bias}, 4)) {
+        return NULL;
     }
     nn_tensor *s = nn_add(g, x, r);
     nn_tensor *y = nn_layernorm(g, s, weight, bias, eps);

@@ -25,7 +25,8 @@ static nn_tensor *new_view(nn_ctx *g, nn_tensor *x)
     v->grad_shadow_reserved = NULL;
     v->grad_borrowed = 0;
     v->param_index = -1;
-    /* Stamped as any tensor of g (the checks read the owner's stamp). */
+    /* Stamped as any tensor of g: the checks read this stamp and then the owner's (a view
+     * of a parameter lives in g's arena for one step, though the parameter outlives it). */
     v->use_ctx = g;
     v->use_epoch = g->epoch;
     v->next_ready = NULL;
@@ -70,30 +71,14 @@ accel_status accel__nn_param_use(const nn_tensor *x)
     return owner->sink_materialize(owner->sink_ctx, owner->param_index);
 }
 
-int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x)
+/* 1 when t, carved from a ctx's arena (any tensor but a parameter: new_tensor, new_view), is
+ * g's and of g's current step; else 0 after failing g. One from another ctx, or from before a
+ * reset, may sit in memory that now holds other tensors; after backward the next allocation
+ * resets the ctx, so the step's tensors are about to be overwritten too. */
+static int stamp_ok(nn_ctx *g, const char *op, int k, const nn_tensor *t)
 {
-    if (g == NULL) {
-        accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", op);
-        return 0;
-    }
-    const nn_tensor *owner = x->base ? x->base : x;
-    if (owner->param_index >= 0) {
-        /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
-        if (owner->data == NULL && owner->shadow == NULL) {
-            accel__nn_fail(g, ACCEL_ESTATE,
-                           "%s: input %d is parameter %d, which has no data (bind its nn_params "
-                           "set before use)",
-                           op, k, owner->param_index);
-            return 0;
-        }
-        return 1;
-    }
-    /* Every other tensor is carved from a ctx's arena and stamped with that ctx and its epoch
-     * (new_tensor, new_view). One from another ctx, or from before a reset, may sit in memory
-     * that now holds other tensors; after backward the next allocation resets the ctx, so the
-     * step's tensors are about to be overwritten too. */
-    if (owner->use_ctx != g) {
-        int on_gpu = nn__on_gpu(owner), g_gpu = g->device.type == ACCEL_DEVICE_CUDA;
+    if (t->use_ctx != g) {
+        int on_gpu = nn__on_gpu(t), g_gpu = g->device.type == ACCEL_DEVICE_CUDA;
         if (on_gpu == g_gpu) {
             accel__nn_fail(g, ACCEL_EINVAL, "%s: input %d belongs to another nn_ctx", op, k);
         } else if (g_gpu) {
@@ -109,12 +94,49 @@ int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x)
         }
         return 0;
     }
-    if (owner->use_epoch != g->epoch || g->backward_done) {
+    if (t->use_epoch != g->epoch || g->backward_done) {
         accel__nn_fail(g, ACCEL_ESTATE, "%s: input %d is from before nn_ctx_reset (stale)%s", op, k,
-                       owner->use_epoch == g->epoch ? ": nn_backward ended its step, so the ctx "
-                                                      "resets at its next allocation"
-                                                    : "");
+                       t->use_epoch == g->epoch ? ": nn_backward ended its step, so the ctx "
+                                                  "resets at its next allocation"
+                                                : "");
         return 0;
+    }
+    return 1;
+}
+
+int accel__nn_input_ok(nn_ctx *g, const char *op, int k, const nn_tensor *x)
+{
+    if (g == NULL) {
+        accel__nn_fail(NULL, ACCEL_EINVAL, "%s: ctx is NULL", op);
+        return 0;
+    }
+    /* A view's own struct is arena memory of the ctx and step that made it, whatever its
+     * owner: a view of a parameter kept from an earlier step (a cached transpose of a tied
+     * weight) may already hold other tensors, though the parameter itself is still good. */
+    if (x->base != NULL && !stamp_ok(g, op, k, x)) {
+        return 0;
+    }
+    const nn_tensor *owner = x->base ? x->base : x;
+    if (owner->param_index >= 0) {
+        /* A parameter declared but not bound yet has no memory: a kernel would read NULL. */
+        if (owner->data == NULL && owner->shadow == NULL) {
+            accel__nn_fail(g, ACCEL_ESTATE,
+                           "%s: input %d is parameter %d, which has no data (bind its nn_params "
+                           "set before use)",
+                           op, k, owner->param_index);
+            return 0;
+        }
+        return 1;
+    }
+    return stamp_ok(g, op, k, owner);
+}
+
+int accel__nn_inputs_ok(nn_ctx *g, const char *op, nn_tensor *const *ts, int n)
+{
+    for (int k = 0; k < n; k++) {
+        if (ts[k] != NULL && !accel__nn_input_ok(g, op, k, ts[k])) {
+            return 0;
+        }
     }
     return 1;
 }

@@ -268,6 +268,39 @@ static void test_stale_reads(void)
     printf("  values of an earlier step's GPU tensors: refused\n");
 }
 
+/* A view of a parameter kept from an earlier step is refused as stale before anything reads
+ * where it points (its struct is arena memory the next step reuses), though the parameter
+ * outlives the step: the GPU ops' checks read the view's own stamp as the CPU ops' do. The
+ * parameter here is a host one, so a view of this step gets the host-memory message instead. */
+static void test_stale_param_view(void)
+{
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, NULL));
+    nn_tensor *w = nn_params_declare(p, "w", 2, (int64_t[]){8, 16}, (nn_init){NN_INIT_ONES, 0});
+    CHECK(w != NULL);
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK_OK(NULL, nn_params_init(p, 1));
+    nn_ctx_reset(ggpu);
+    for (int i = 0; i < 16; i++) { /* padding, as in test_inputs */
+        make(ggpu, 1, (int64_t[]){1});
+    }
+    nn_tensor *wv = nn_reshape(ggpu, w, 2, (int64_t[]){8, 16});
+    CHECK_MSG(wv != NULL, "%s", accel_last_error(NULL));
+    nn_tensor *x = make(ggpu, 2, (int64_t[]){4, 8});
+    expect_err(nn_linear(ggpu, x, wv, NULL, NN_LAYOUT_IN_OUT), ACCEL_EINVAL,
+               "nn_linear: input 1 is in host memory and the ctx on cuda:0 (a parameter of a "
+               "model kept on the CPU: compute it with a CPU ctx)",
+               "a host parameter's view");
+    nn_ctx_reset(ggpu);
+    x = make(ggpu, 2, (int64_t[]){4, 8});
+    expect_err(nn_linear(ggpu, x, wv, NULL, NN_LAYOUT_IN_OUT), ACCEL_ESTATE,
+               "nn_linear: input 1 is from before nn_ctx_reset (stale)",
+               "an earlier step's view of a parameter");
+    nn_ctx_reset(ggpu);
+    nn_params_free(p);
+    printf("  an earlier step's view of a parameter: refused as stale\n");
+}
+
 /* ---- bad shapes and arguments: the CPU op's status and message ---- */
 
 typedef nn_tensor *(*bad_fn)(nn_ctx *g);
@@ -694,6 +727,7 @@ int main(void)
     }
     test_inputs();
     test_stale_reads();
+    test_stale_param_view();
     test_bad_args();
     test_zero_sizes();
     test_kernel_limits();

@@ -200,6 +200,53 @@ static void test_stale_foreign_leaves(void)
     nn_ctx_free(g);
 }
 
+/* A view of a parameter is arena memory of the step that made it, though the parameter
+ * outlives the step: one kept across a reset (a cached transpose of a tied weight) used to pass
+ * every check, the owner's, and be read where later tensors had written. */
+static void test_stale_param_views(void)
+{
+    nn_ctx *g, *h;
+    CHECK_OK(NULL, nn_ctx_new(&g));
+    CHECK_OK(NULL, nn_ctx_new(&h));
+    nn_params *p;
+    CHECK_OK(NULL, nn_params_new(&p, NULL));
+    nn_tensor *w = nn_params_declare(p, "w", 2, s23, (nn_init){NN_INIT_ONES, 0.0f});
+    nn_tensor *s = nn_params_declare(p, "s", 1, (int64_t[]){1}, (nn_init){NN_INIT_ONES, 0.0f});
+    CHECK(w != NULL && s != NULL);
+    CHECK_OK(NULL, nn_params_bind(p));
+    CHECK_OK(NULL, nn_params_init(p, 1));
+    float v[6] = {1, 2, 3, 4, 5, 6}, back[6];
+    /* As in test_stale_foreign_leaves, pad takes the arena's start, so that the tensors made
+     * after the reset overwrite it and leave the views' stamps intact. */
+    nn_tensor *pad = nn_tensor_from(g, v, 2, s23);
+    nn_tensor *wt = nn_transpose(g, w, 0, 1), *flat = nn_reshape(g, w, 1, (int64_t[]){6});
+    nn_tensor *s0 = nn_reshape(g, s, 0, NULL);
+    CHECK(pad != NULL && wt != NULL && flat != NULL && s0 != NULL);
+    CHECK(nn_linear(g, nn_tensor_from(g, v, 2, s23), wt, NULL, NN_LAYOUT_IN_OUT) != NULL);
+    CHECK(nn_item(s0) == 1.0f);
+    CHECK_NULL_ERR(nn_linear(h, nn_tensor_from(h, v, 2, s23), wt, NULL, NN_LAYOUT_IN_OUT),
+                   "nn_linear: input 1 belongs to another nn_ctx");
+    nn_ctx_reset(g);
+    nn_tensor *x = nn_tensor_from(g, v, 2, s23); /* where pad was */
+    CHECK_NULL_ERR(nn_linear(g, x, wt, NULL, NN_LAYOUT_IN_OUT),
+                   "nn_linear: input 1 is from before nn_ctx_reset (stale)");
+    CHECK_NULL_ERR(nn_add(g, nn_reshape(g, x, 1, (int64_t[]){6}), flat),
+                   "nn_add: input 1 is from before nn_ctx_reset (stale)");
+    CHECK(isnan(nn_item(s0)));
+    CHECK(strcmp(accel_last_error(NULL), "nn_item: the tensor is from before nn_ctx_reset "
+                                         "(stale: its memory is reused)") == 0);
+    CHECK_ERR(NULL, nn_tensor_to_host(flat, back), ACCEL_ESTATE,
+              "nn_tensor_to_host: the tensor is from before nn_ctx_reset (stale: its memory is "
+              "reused)");
+    /* A view made in this step is good, the parameter itself in any step. */
+    CHECK(nn_linear(g, x, nn_transpose(g, w, 0, 1), NULL, NN_LAYOUT_IN_OUT) != NULL);
+    CHECK(nn_item(nn_reshape(g, s, 0, NULL)) == 1.0f);
+    CHECK_OK(NULL, nn_tensor_to_host(w, back));
+    nn_params_free(p);
+    nn_ctx_free(h);
+    nn_ctx_free(g);
+}
+
 /* Shapes an op accepted but answered wrongly, and configs that trained on silently. */
 static void test_bad_shapes_and_configs(void)
 {
@@ -260,6 +307,7 @@ int main(void)
     test_null_handles();
     test_stale_foreign_unbound();
     test_stale_foreign_leaves();
+    test_stale_param_views();
     test_bad_shapes_and_configs();
     return 0;
 }
