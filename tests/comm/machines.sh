@@ -10,6 +10,8 @@
 #        serving the store; output in DIR/r<rank>.out and .err (the fault tests time each
 #        process)
 #   gloo_built                                              (else says why it skips)
+#   machines_setup      a test's start: exits 77 without gloo, else makes $tmp, a folder that
+#                       an exit trap removes after killing the machines' processes
 #   machines_wait LIMIT_S                                   (0 when every process exited 0;
 #                                                            kills them all after LIMIT_S)
 #   machines_fail DIR MESSAGE                               FAIL: MESSAGE, the last lines of
@@ -25,6 +27,12 @@ gloo_built() {
     fi
     echo "skip: this build has no gloo backend (apt-get install libgloo-dev, then rebuild)"
     return 1
+}
+
+machines_setup() {
+    gloo_built || exit 77
+    tmp=$(mktemp -d)
+    trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
 }
 
 machines_start() {

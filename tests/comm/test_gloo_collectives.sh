@@ -23,9 +23,7 @@ set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/machines.sh"
-gloo_built || exit 77
-tmp=$(mktemp -d)
-trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+machines_setup # $tmp; skips without gloo
 
 run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
     local name=$1 m=$2 l=$3 start=$SECONDS

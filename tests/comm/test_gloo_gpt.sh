@@ -16,9 +16,7 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 S=${ACCEL_SOURCE_DIR:?ACCEL_SOURCE_DIR must point at the source directory}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/machines.sh"
-gloo_built || exit 77
-tmp=$(mktemp -d)
-trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+machines_setup # $tmp; skips without gloo
 cat "$S"/docs/*.md | head -c 300000 >"$tmp/corpus.txt"
 export OMP_NUM_THREADS=1
 

@@ -9,9 +9,7 @@ set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/machines.sh"
-gloo_built || exit 77
-tmp=$(mktemp -d)
-trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+machines_setup # $tmp; skips without gloo
 machines_launch "$tmp" 2 2 ACCEL_TIMEOUT=60 ACCEL_TEST_BACKEND=hier -- "$B/tests/test_comm_v2"
 if ! machines_wait 250; then
     echo "FAIL: test_comm_v2 on hier 2 x 2"

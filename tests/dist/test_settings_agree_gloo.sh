@@ -12,9 +12,7 @@ set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../comm/machines.sh"
-gloo_built || exit 77
-tmp=$(mktemp -d)
-trap 'kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null; rm -rf "$tmp"' EXIT
+machines_setup # $tmp; skips without gloo
 unset ACCELERATE_CONFIG_FILE ACCELERATE_MIXED_PRECISION ACCELERATE_DEBUG_MODE \
     ACCELERATE_GRADIENT_ACCUMULATION_STEPS ACCEL_ZERO_STAGE ACCEL_CONFIG_CHECKED XDG_CACHE_HOME \
     ACCEL_LAUNCH_SOURCES ACCEL_TIMEOUT
