@@ -166,15 +166,19 @@ void accel__coll_str(const accel__coll *op, int n_ranks, char *buf, size_t nbyte
     }
 }
 
-accel__coll_decl accel__coll_declare(const accel__coll *op, size_t nbytes)
+accel__coll_decl accel__coll_declare_alloc(size_t nbytes)
 {
     accel__coll_decl d;
     memset(&d, 0, sizeof(d));
-    if (op == NULL) {
-        d.kind = ACCEL__COLL_DECL_ALLOC;
-        d.count = nbytes;
-        return d;
-    }
+    d.kind = ACCEL__COLL_DECL_ALLOC;
+    d.count = nbytes;
+    return d;
+}
+
+accel__coll_decl accel__coll_declare(const accel__coll *op)
+{
+    accel__coll_decl d;
+    memset(&d, 0, sizeof(d));
     const int reducing = op->kind == ACCEL__COLL_ALLREDUCE ||
                          op->kind == ACCEL__COLL_REDUCE_SCATTER || op->kind == ACCEL__COLL_REDUCE;
     const int rooted = op->kind == ACCEL__COLL_BROADCAST || op->kind == ACCEL__COLL_REDUCE ||

@@ -334,8 +334,9 @@ typedef struct accel__coll_decl {
 /* The kind of accel_alloc_shared(count bytes): a value no accel__coll_kind takes (backends may
  * define variants above it; they print alike). */
 #define ACCEL__COLL_DECL_ALLOC 100
-/* op's declaration; op NULL: an allocation of nbytes. */
-accel__coll_decl accel__coll_declare(const accel__coll *op, size_t nbytes);
+/* op's declaration, and that of accel_alloc_shared(nbytes). */
+accel__coll_decl accel__coll_declare(const accel__coll *op);
+accel__coll_decl accel__coll_declare_alloc(size_t nbytes);
 /* Two members' declarations that differ, as every member reports them: the message (prefixed
  * "<backend>: ", processes pa and pb) in buf; returns 1 when both are allocations (only the
  * sizes differ: nothing moved, so the communicator stays usable), 0 for a collective

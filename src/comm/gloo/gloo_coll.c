@@ -316,7 +316,7 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     if (data != NULL) { /* one envelope per peer, each with its chunk after the declaration */
         ACCEL_TRY(scratch(e, 3, st * (size_t)n, (void **)&out));
     }
-    accel__coll_decl mine = accel__coll_declare(e->has_declare_as ? &e->declare_as : op, 0);
+    accel__coll_decl mine = accel__coll_declare(e->has_declare_as ? &e->declare_as : op);
     e->has_declare_as = 0;
     memcpy(all + (size_t)me * st, &mine, head);
     if (payload > 0) {

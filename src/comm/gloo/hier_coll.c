@@ -476,8 +476,8 @@ accel_status accel__hier_mem_alloc(void *impl, size_t nbytes, void **out)
     ACCEL_TRY(inner(h, &b));
     for (int q = 1; q < h->n_ranks; q++) {
         if (sizes[q] != sizes[0]) {
-            const accel__coll_decl d0 = accel__coll_declare(NULL, sizes[0]),
-                                   dq = accel__coll_declare(NULL, sizes[q]);
+            const accel__coll_decl d0 = accel__coll_declare_alloc(sizes[0]),
+                                   dq = accel__coll_declare_alloc(sizes[q]);
             char msg[ACCEL__ERRMSG_NBYTES];
             accel__coll_decl_mismatch("hier", &d0, h->process[0], &dq, h->process[q], h->n_ranks,
                                       msg, sizeof(msg));

@@ -595,7 +595,7 @@ static accel_status mpi_mem_alloc(void *impl, size_t nbytes, void **out)
         return accel__seterr(NULL, m->broken, "%s", m->broken_msg);
     }
     if (m->debug) {
-        const accel__coll_decl d = accel__coll_declare(NULL, nbytes);
+        const accel__coll_decl d = accel__coll_declare_alloc(nbytes);
         ACCEL_TRY(accel__mpi_check_call(m, &d));
     }
     accel__mpi_block *b = accel__malloc(sizeof(*b));

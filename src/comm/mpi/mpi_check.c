@@ -47,7 +47,7 @@ static uint64_t mix(uint64_t h)
 
 void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
 {
-    const accel__coll_decl d = accel__coll_declare(op, 0);
+    const accel__coll_decl d = accel__coll_declare(op);
     const int low = ACCEL__MPI_MSG_BITS + ACCEL__MPI_KIND_BITS, bits = m->tag_bits - low;
     const uint64_t mask = ((uint64_t)1 << bits) - 1;
     const uint64_t small = (uint64_t)(uint8_t)d.dtype | (uint64_t)(uint8_t)d.op << 8 |

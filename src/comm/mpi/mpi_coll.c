@@ -535,7 +535,7 @@ accel_status accel__mpi_run(void *impl, const accel__coll *op)
     accel__mpi_fingerprint(m, op);
     accel_status st = ACCEL_OK;
     if (m->debug) {
-        const accel__coll_decl d = accel__coll_declare(op, 0);
+        const accel__coll_decl d = accel__coll_declare(op);
         st = accel__mpi_check_call(m, &d);
     }
     if (st == ACCEL_OK) {
