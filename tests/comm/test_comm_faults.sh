@@ -20,16 +20,20 @@ machines_setup # $tmp; skips without gloo
 
 fail() { machines_fail "$tmp/$1" "$1: $2"; } # name message
 
+# Runs tests/PROG on M machines x L processes; fails the test unless every process succeeds.
+job() { # name PROG M L [ENV=VALUE...]
+    local name=$1 prog=$2 m=$3 l=$4
+    shift 4
+    mkdir -p "$tmp/$name"
+    machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=30 "$@" -- "$B/tests/$prog"
+    machines_wait 120 || fail "$name" "$prog failed"
+}
+
 # 1. Mismatches and departures.
 mismatch() { # name M L [ENV=VALUE...]
-    local name=$1 m=$2 l=$3
-    shift 3
-    mkdir -p "$tmp/$name"
-    machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=30 "$@" -- "$B/tests/test_coll_mismatch"
-    machines_wait 120 || fail "$name" "test_coll_mismatch failed"
-    grep -q "mismatches and departures reported" "$tmp/$name/r0.out" ||
-        fail "$name" "rank 0 did not finish"
-    echo "$name: $(cat "$tmp/$name/r0.out")"
+    job "$1" test_coll_mismatch "${@:2}"
+    grep -q "mismatches and departures reported" "$tmp/$1/r0.out" || fail "$1" "rank 0 did not finish"
+    echo "$1: $(cat "$tmp/$1/r0.out")"
 }
 mismatch mismatch-gloo-2x1 2 1
 mismatch mismatch-gloo-3x1 3 1
@@ -39,12 +43,8 @@ mismatch mismatch-hier-2x1 2 1 ACCEL_BACKEND=hier
 
 # 2. accel_alloc_shared on gloo and hier.
 symmetric() { # name M L [ENV=VALUE...]
-    local name=$1 m=$2 l=$3
-    shift 3
-    mkdir -p "$tmp/$name"
-    machines_launch "$tmp/$name" "$m" "$l" ACCEL_TIMEOUT=30 "$@" -- "$B/tests/test_symmetric"
-    machines_wait 120 || fail "$name" "test_symmetric failed"
-    echo "$name: $(cat "$tmp/$name/r0.out")"
+    job "$1" test_symmetric "${@:2}"
+    echo "$1: $(cat "$tmp/$1/r0.out")"
 }
 symmetric symmetric-gloo-2x1 2 1
 symmetric symmetric-hier-2x2 2 2

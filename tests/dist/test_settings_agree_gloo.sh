@@ -20,11 +20,12 @@ export HF_HOME=$tmp/none # no config file of this machine's user takes part
 SHOW=$B/tests/progs/show_options
 SUFFIX="(every process of a job must resolve the same settings)"
 
-fail() { # case message
-    echo "FAIL: $1: $2"
-    for f in "$tmp/$1"/*; do echo "== $f"; tail -n 20 "$f"; done
-    exit 1
-}
+fail() { machines_fail "$tmp/$1" "$1: $2"; } # case message
+# Runs its arguments with $ON_MACHINE1 (VAR=VALUE) exported on machine 1 only.
+wrap=$tmp/machine1.sh
+printf '%s\n' '#!/bin/bash' \
+    '[ "$GROUP_RANK" = 1 ] && [ -n "$ON_MACHINE1" ] && export "$ON_MACHINE1"' 'exec "$@"' >"$wrap"
+chmod +x "$wrap"
 
 # Every process must fail within 30 s (not hang to the deadline, 60 s)...
 expect_failure() { # case
@@ -66,16 +67,8 @@ echo "ok: $name"
 # ---- by hand: the variable exported on machine 1 only ----
 name=env
 mkdir -p "$tmp/$name"
-port=$("$B/tests/progs/free_port")
-MACHINE_PIDS=()
-for r in 0 1; do
-    extra=()
-    [ "$r" = 1 ] && extra=(ACCELERATE_MIXED_PRECISION=fp16)
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r ACCEL_NUM_MACHINES=2 \
-        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 "${extra[@]}" "$SHOW" \
-        >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
-    MACHINE_PIDS+=($!)
-done
+machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCELERATE_MIXED_PRECISION=fp16 -- \
+    "$wrap" "$SHOW"
 expect_failure "$name"
 expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 1 has \
 fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
@@ -84,16 +77,8 @@ echo "ok: $name"
 # ---- hier (2 x 2): machine 1's two processes both differ ----
 name=hier
 mkdir -p "$tmp/$name"
-port=$("$B/tests/progs/free_port")
-MACHINE_PIDS=()
-for r in 0 1 2 3; do
-    extra=()
-    [ "$r" -ge 2 ] && extra=(ACCELERATE_MIXED_PRECISION=fp16)
-    env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$((r / 2)) \
-        ACCEL_NUM_MACHINES=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 \
-        "${extra[@]}" "$SHOW" >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
-    MACHINE_PIDS+=($!)
-done
+machines_start "$tmp/$name" 2 2 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCELERATE_MIXED_PRECISION=fp16 -- \
+    "$wrap" "$SHOW"
 expect_failure "$name"
 expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 2 (the \
 first of 2 that differ from process 0) has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
@@ -102,14 +87,7 @@ echo "ok: $name"
 # ---- the same variable on both machines: the job runs ----
 name=agree
 mkdir -p "$tmp/$name"
-port=$("$B/tests/progs/free_port")
-MACHINE_PIDS=()
-for r in 0 1; do
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r ACCEL_NUM_MACHINES=2 \
-        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=60 \
-        ACCELERATE_MIXED_PRECISION=fp16 "$SHOW" >"$tmp/$name/r$r.out" 2>"$tmp/$name/r$r.err" &
-    MACHINE_PIDS+=($!)
-done
+machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ACCELERATE_MIXED_PRECISION=fp16 -- "$SHOW"
 machines_wait 30 || fail "$name" "the job failed"
 for r in 0 1; do
     grep -q "options: mixed_precision=fp16" "$tmp/$name/r$r.out" || fail "$name" "process $r"
