@@ -181,12 +181,7 @@ accel_status accel__shm_check_abort(accel__shm *s)
                              s->what, (unsigned long long)s->n_calls, who, pid, how, me);
     }
     case ACCEL__SHM_CLASH:
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "shm: another process (pid %d) also joined this job as rank %d "
-                             "through the store at %s: two jobs use the same MASTER_ADDR and "
-                             "MASTER_PORT, and both stop (give each job its own MASTER_PORT, or "
-                             "start it with accel launch)",
-                             pid, rank, s->rdv);
+        return accel__shm_clash_error(s, rank, pid);
     case ACCEL__SHM_ABORTED: {
         const accel__shm_line *l = &s->lines[rank];
         accel_status st = (accel_status)l->abort_status;
@@ -202,6 +197,23 @@ accel_status accel__shm_check_abort(accel__shm *s)
                          "(stopped, hung, or calling a different collective); process %d "
                          "gives up",
                          s->what, who, pid, s->timeout_s, me);
+}
+
+accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid)
+{
+    if (s->rdv[0] != '\0') {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: another process (pid %d) also joined this job as rank %d "
+                             "through the store at %s: two jobs use the same MASTER_ADDR and "
+                             "MASTER_PORT, and both stop (give each job its own MASTER_PORT, or "
+                             "start it with accel launch)",
+                             pid, rank, s->rdv);
+    }
+    return accel__seterr(NULL, ACCEL_EINVAL,
+                         "shm: another process (pid %d) also joined this job as rank %d: two jobs "
+                         "use the same ACCEL_JOB_ID (%s), and both stop (give each job its own "
+                         "ACCEL_JOB_ID, or start it with accel launch)",
+                         pid, rank, s->job_id);
 }
 
 /* ---- call declarations ---- */
@@ -329,6 +341,7 @@ static void on_process_exit(int status, void *arg)
     for (accel__shm *s = live; s != NULL; s = s->next_live) {
         if (s->owner_pid == (int)getpid()) { /* not in a forked child */
             mark_left(s, ACCEL__SHM_LEFT_EXITED, status);
+            accel__shm_drop_name(s); /* exit without accel_free leaves nothing either */
         }
     }
     pthread_mutex_unlock(&live_mu);

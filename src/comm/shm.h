@@ -13,7 +13,7 @@
 #include "comm.h"
 
 #define ACCEL__SHM_MAGIC 0x326d6873636361ull /* "accshm2" */
-#define ACCEL__SHM_VERSION 4u
+#define ACCEL__SHM_VERSION 5u
 
 /* The segment header. Written by the creator before the name appears (shm_setup.c), then
  * only the atomics change. */
@@ -30,7 +30,12 @@ typedef struct accel__shm_header {
     int32_t pad;
     uint64_t creator_start; /* /proc start time of creator_pid (clock ticks after boot) */
     _Atomic int32_t attached;
-    _Atomic int32_t unlinked; /* the last rank to attach removed the name */
+    /* 1 once a process took on removing the name (CAS: there is one remover, and it removes
+     * the name only while the name is this segment's, so never a later job's segment). */
+    _Atomic int32_t unlinked;
+    /* With ACCEL__SHM_CLASH: when the clash was seen, in clock ticks after boot (the unit of
+     * /proc start times). A process started before then belongs to one of the clashing jobs. */
+    _Atomic uint64_t clash_ticks;
     /* why | rank << 8 | pid << 32 (accel__shm_why), 0 while the job is healthy; written once
      * (CAS). */
     _Alignas(64) _Atomic uint64_t abort_word;
@@ -76,7 +81,7 @@ typedef enum accel__shm_why {
     ACCEL__SHM_TIMEOUT,    /* ETIMEDOUT: the rank did not arrive in time */
     ACCEL__SHM_OTHER_CALL, /* EINVAL: the rank was at another call or allocation */
     ACCEL__SHM_EXITED,     /* EPEER: the rank left the job (accel_free or exit): see its line */
-    ACCEL__SHM_CLASH,      /* EINVAL: another process (pid) claimed the rank at the rendezvous */
+    ACCEL__SHM_CLASH,      /* EINVAL: another process (pid) claimed the rank: two jobs met */
     ACCEL__SHM_ABORTED     /* the rank called accel__comm_abort: its line has status and message */
 } accel__shm_why;
 
@@ -139,7 +144,14 @@ typedef struct accel__shm {
     char rdv_key[32]; /* "shm/<n>/": this rendezvous's keys (the n-th of this process) */
     _Atomic uint64_t clash;
     _Atomic int hdr_ready;
-    int own_name;                 /* the name is this job's segment: this rank may remove it */
+    int own_name; /* the name is this job's segment: this rank may remove it */
+    /* A user's ACCEL_JOB_ID (not 32 hex digits, so perhaps reused): the name stays for the
+     * job's life, so that a second job with the id meets this one's processes and both stop,
+     * and stays after a clash (see shm_setup.c). Otherwise it goes once every rank attached. */
+    int keep_name;
+    char job_id[104];             /* ACCEL_JOB_ID, for messages; "" without one */
+    uint64_t start_ticks;         /* this process's /proc start time (0: unknown) */
+    uint64_t seg_dev, seg_ino;    /* the segment's file, to tell it from a later one */
     int attached;                 /* this rank completed setup: leaving marks its line */
     int owner_pid;                /* the process that opened it (a forked child must not mark it) */
     struct accel__shm *next_live; /* the process's open communicators (shm.c, exit marks) */
@@ -147,12 +159,21 @@ typedef struct accel__shm {
 
 /* Sets up the job's segment (shm_setup.c): agrees on the job key (cfg->job_id, else through the
  * store at cfg->master_addr:master_port), creates (local rank 0) or opens and verifies (others)
- * the segment, and waits until every rank has attached; then the name is unlinked so nothing
- * remains in /dev/shm whatever happens next. A segment that is not this user's own, private,
- * of this job, with a live creator, is refused at once, naming it. */
+ * the segment, claims this rank in it (a rank claimed twice stops the job: two jobs met), and
+ * waits until every rank has attached; then the name is unlinked so nothing remains in
+ * /dev/shm whatever happens next, except with a user's ACCEL_JOB_ID (keep_name), whose name
+ * stays until the first rank leaves. A segment that is not this user's own, private, of this
+ * job, is refused at once, naming it; one whose creator is gone is replaced by local rank 0
+ * (the others wait for that). */
 accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg);
 /* Marks this rank as gone (peers waiting for it fail at once), unmaps and frees. Accepts NULL. */
 void accel__shm_close(accel__shm *s);
+/* Removes the job's name if this rank may and nobody did yet (keep_name; a clashed segment
+ * keeps it). Async-signal-safe: the exit handler calls it. */
+void accel__shm_drop_name(accel__shm *s);
+/* The error of a rank claimed twice (ACCEL__SHM_CLASH, rank and the later claimant's pid),
+ * in the words of s's rendezvous (the store's address, or ACCEL_JOB_ID). Returns ACCEL_EINVAL. */
+accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid);
 
 /* A sub-communicator's segment (shm_setup.c) for cfg's ranks, with the parent's settings, named
  * "<the world's name>-c<nonce>" (nonce: 32 random hex digits, so nobody can predict or plant
@@ -164,6 +185,14 @@ accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
 /* Counts this rank in (the last one removes the name) and registers it for the exit marks.
  * Returns 1 for the last. */
 int accel__shm_attach_child(accel__shm *s);
+
+/* Whether a segment name's job part (after "accel-<euid>-") is one accel generates: 32 hex
+ * digits (accel launch's ACCEL_JOB_ID, a store nonce), with the hier backend's machine part, a
+ * split's and a creator's temporary suffix allowed (shm_sweep.c). */
+int accel__shm_generated(const char *key);
+/* Removes this user's segments with generated names whose creator is gone (shm_sweep.c),
+ * logging each through s's log. */
+void accel__shm_sweep(const accel__shm *s);
 
 /* Runs one collective (shm_coll.c), the backend's `run`. */
 accel_status accel__shm_run(accel__shm *s, const accel__coll *op);

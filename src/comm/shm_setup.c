@@ -9,9 +9,18 @@
  * carries this job's key hash, this job's settings and a live creator; anything else is refused
  * at once with a message naming the file. The creator builds the segment under a temporary
  * name and link()s it to the final name, which fails if the name exists, so a joiner never sees
- * a half-made segment and a stale one is reported, never silently reused.
+ * a half-made segment and a stale one (its creator gone) is never reused: the creator replaces
+ * it, and the others wait for that.
+ *
+ * Two jobs with one ACCEL_JOB_ID: each process claims its rank in the segment (its line's pid,
+ * by CAS), and a second claimant of a rank stops the job (ACCEL__SHM_CLASH), so that every
+ * process of both fails. With an id accel generates (32 hex digits) that cannot happen, and the
+ * name goes once every rank attached, so a SIGKILL leaves nothing. A user's id may be reused by
+ * two jobs started together, so its name stays for the job's life (until the first rank leaves):
+ * every process of a second job meets the first job's segment, and a second creator claims rank
+ * 0 in it. After a clash the name stays too, so that processes of the clashing jobs that come
+ * late (started before the clash) fail on it; a job started afterwards replaces it.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -112,58 +121,146 @@ static accel_status foreign(const char *name, const struct stat *st)
                          (unsigned)geteuid());
 }
 
-/* Checks the segment open as fd against this job. Returns ACCEL_OK, or the error naming the
- * file: another user's or not private, not an accel segment, another job's or settings, left
- * over by a killed job, or already complete (a running job with the same key). A job that was
- * aborted meanwhile passes: attaching reports its diagnosis. */
-static accel_status verify(const accel__shm *s, int fd, uint64_t job_hash)
+/* Now, in the unit of /proc start times: clock ticks after boot. */
+static uint64_t now_ticks(void)
+{
+    struct timespec ts;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &ts) != 0) {
+        return 0;
+    }
+    return (uint64_t)ts.tv_sec * (uint64_t)hz +
+           (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
+}
+
+/* Removes `name` if it still names the segment (dev, ino) whose header is h, and nobody took
+ * that on before (h->unlinked). Only the name's own segment can lose it this way: a later
+ * segment under the name is another file, and the CAS lets one process only past the check.
+ * Returns 1 when this call took it on. Async-signal-safe. */
+static int take_name(const char *name, accel__shm_header *h, uint64_t dev, uint64_t ino)
+{
+    int32_t zero = 0;
+    if (!atomic_compare_exchange_strong(&h->unlinked, &zero, 1)) {
+        return 0;
+    }
+    char path[200];
+    struct stat st;
+    snprintf(path, sizeof(path), SHM_DIR "%s", name);
+    if (stat(path, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino) {
+        shm_unlink(name);
+    }
+    return 1;
+}
+
+static void remove_name(accel__shm *s)
+{
+    if (s->own_name && s->hdr != NULL) {
+        take_name(s->name, s->hdr, s->seg_dev, s->seg_ino);
+    }
+}
+
+/* Whether the job was stopped because two jobs met in it. */
+static int clashed(const accel__shm *s)
+{
+    return s->hdr != NULL && (atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire) &
+                              0xff) == ACCEL__SHM_CLASH;
+}
+
+void accel__shm_drop_name(accel__shm *s)
+{
+    /* A clashed segment keeps its name: late processes of the clashing jobs meet it and stop. */
+    if (!(s->keep_name && clashed(s))) {
+        remove_name(s);
+    }
+}
+
+/* What verify found under the job's name. */
+typedef enum seg_state {
+    SEG_LIVE,   /* this job's, with a live creator: usable */
+    SEG_STALE,  /* this job's, its creator gone: local rank 0 replaces it */
+    SEG_REFUSED /* the error is set */
+} seg_state;
+
+/* Checks the segment open (read-write) as fd against this job: another user's or not private,
+ * not an accel segment, another job's or settings, stopped on a clash that concerns this
+ * process, or (without keep_name) already complete: refused, naming the file. A segment whose
+ * creator is gone is stale; with `replace`, this process takes on removing its name (logged).
+ * *creator: its creator's pid. A job that was aborted otherwise passes: claiming reports it. */
+static seg_state verify(const accel__shm *s, int fd, uint64_t job_hash, int replace, int *creator,
+                        accel_status *err)
 {
     struct stat st;
     if (fstat(fd, &st) != 0) {
-        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot stat segment " SHM_DIR "%s: %s", s->name,
+        *err = accel__seterr(NULL, ACCEL_EIO, "shm: cannot stat segment " SHM_DIR "%s: %s", s->name,
                              strerror(errno));
+        return SEG_REFUSED;
     }
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600) {
-        return foreign(s->name, &st);
+        *err = foreign(s->name, &st);
+        return SEG_REFUSED;
     }
     if ((size_t)st.st_size < sizeof(accel__shm_header)) {
-        return accel__seterr(NULL, ACCEL_EINVAL,
+        *err = accel__seterr(NULL, ACCEL_EINVAL,
                              "shm: " SHM_DIR "%s is not an accel segment (%lld bytes)", s->name,
                              (long long)st.st_size);
+        return SEG_REFUSED;
     }
-    const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
+    accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (h == MAP_FAILED) {
-        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot map segment " SHM_DIR "%s: %s", s->name,
+        *err = accel__seterr(NULL, ACCEL_EIO, "shm: cannot map segment " SHM_DIR "%s: %s", s->name,
                              strerror(errno));
+        return SEG_REFUSED;
     }
-    accel_status r = ACCEL_OK;
+    seg_state r = SEG_REFUSED;
+    uint64_t w = atomic_load_explicit(&h->abort_word, memory_order_acquire);
+    const int clash = (w & 0xff) == ACCEL__SHM_CLASH;
+    const int clash_rank = (int)((w >> 8) & 0xffffff), clash_pid = (int)(uint32_t)(w >> 32);
+    *creator = h->creator_pid;
     if (atomic_load_explicit(&h->magic, memory_order_acquire) != ACCEL__SHM_MAGIC ||
         h->version != ACCEL__SHM_VERSION) {
-        r = accel__seterr(NULL, ACCEL_EINVAL,
-                          "shm: " SHM_DIR "%s is not an accel segment of this version", s->name);
+        *err = accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: " SHM_DIR "%s is not an accel segment of this version", s->name);
     } else if (h->job_hash != job_hash) {
-        r = accel__seterr(NULL, ACCEL_EINVAL,
-                          "shm: segment " SHM_DIR "%s belongs to another job (its job id "
-                          "differs from this one's)",
-                          s->name);
+        *err = accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: segment " SHM_DIR "%s belongs to another job (its job id "
+                             "differs from this one's)",
+                             s->name);
+    } else if (accel__shm_pid_gone(h->creator_pid, h->creator_start)) {
+        /* A clash's record stops the processes of the clashing jobs that come late (started
+         * before it was seen); a job started afterwards replaces it, like any leftover. */
+        uint64_t at = atomic_load_explicit(&h->clash_ticks, memory_order_relaxed);
+        if (clash && s->keep_name && s->start_ticks != 0 && s->start_ticks <= at) {
+            *err = accel__shm_clash_error(s, clash_rank, clash_pid);
+        } else {
+            r = SEG_STALE;
+            if (replace && take_name(s->name, h, (uint64_t)st.st_dev, (uint64_t)st.st_ino)) {
+                accel__log(&s->log, ACCEL__LOG_WARN,
+                           "shm: removed " SHM_DIR "%s, left by %s (its creator, pid %d, is "
+                           "gone)",
+                           s->name,
+                           clash ? "two jobs that used the same ACCEL_JOB_ID"
+                                 : "a job that was killed",
+                           (int)h->creator_pid);
+            }
+        }
+    } else if (clash) {
+        *err = accel__shm_clash_error(s, clash_rank, clash_pid);
     } else if (h->n_ranks != s->n_ranks || h->slot_nbytes != s->slot_nbytes ||
                h->map_nbytes != s->map_nbytes || h->oneshot_nbytes != s->oneshot_nbytes ||
                h->zc_nbytes != s->zc_nbytes || (size_t)st.st_size != s->map_nbytes) {
-        r = accel__seterr(NULL, ACCEL_EINVAL,
+        *err =
+            accel__seterr(NULL, ACCEL_EINVAL,
                           "shm: segment " SHM_DIR "%s was created for other settings (process "
-                          "count or ACCEL_SHM_* variables differ between processes)",
-                          s->name);
-    } else if (accel__shm_pid_gone(h->creator_pid, h->creator_start)) {
-        r = accel__seterr(NULL, ACCEL_EINVAL,
-                          "shm: segment " SHM_DIR "%s is left over from a job that was killed (its "
-                          "creator, pid %d, is gone): remove it, or start this job with another "
-                          "ACCEL_JOB_ID",
-                          s->name, (int)h->creator_pid);
-    } else if (atomic_load_explicit(&h->attached, memory_order_acquire) >= s->n_ranks) {
-        r = accel__seterr(NULL, ACCEL_EINVAL,
-                          "shm: segment " SHM_DIR "%s is in use by a running job (created by pid "
-                          "%d) with the same ACCEL_JOB_ID: give each job its own",
-                          s->name, (int)h->creator_pid);
+                          "count or ACCEL_SHM_* variables differ between processes%s)",
+                          s->name, s->keep_name ? ", or another job uses this ACCEL_JOB_ID" : "");
+    } else if (!s->keep_name &&
+               atomic_load_explicit(&h->attached, memory_order_acquire) >= s->n_ranks) {
+        *err = accel__seterr(NULL, ACCEL_EINVAL,
+                             "shm: segment " SHM_DIR "%s is in use by a running job (created by "
+                             "pid %d) with the same ACCEL_JOB_ID: give each job its own",
+                             s->name, (int)h->creator_pid);
+    } else {
+        r = SEG_LIVE;
     }
     munmap((void *)h, sizeof(*h));
     return r;
@@ -171,9 +268,79 @@ static accel_status verify(const accel__shm *s, int fd, uint64_t job_hash)
 
 /* ---- creation and opening ---- */
 
-/* Local rank 0: a fresh segment, initialised under a temporary name and then linked to the
- * final one (which must not exist). On success s->base maps it and s->own_name is set. */
-static accel_status create(accel__shm *s, uint64_t job_hash)
+/* Maps the segment open as fd (s->map_nbytes, verified) and finds its parts. */
+static accel_status map_segment(accel__shm *s, int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        return accel__seterr(NULL, ACCEL_EIO, "shm: cannot stat segment " SHM_DIR "%s: %s", s->name,
+                             strerror(errno));
+    }
+    s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (s->base == MAP_FAILED) {
+        s->base = NULL;
+        return accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s",
+                             s->name, s->map_nbytes, strerror(errno));
+    }
+    s->seg_dev = (uint64_t)st.st_dev;
+    s->seg_ino = (uint64_t)st.st_ino;
+    s->hdr = s->base;
+    s->lines = (accel__shm_line *)((char *)s->base + align_up(sizeof(accel__shm_header), 64));
+    s->data = (char *)s->base + (s->map_nbytes - (size_t)s->n_ranks * 2 * s->slot_nbytes);
+    return ACCEL_OK;
+}
+
+static void unmap_segment(accel__shm *s)
+{
+    if (s->base != NULL) {
+        munmap(s->base, s->map_nbytes);
+    }
+    s->base = NULL;
+    s->hdr = NULL;
+    s->lines = NULL;
+    s->data = NULL;
+}
+
+/* What stands under the name that create() could not take. Returns 1 when it was stale (or
+ * went meanwhile): try again. Else 0 and *r: an error naming it, or, with keep_name, ACCEL_OK
+ * for a live segment of this job, mapped instead of ours (claiming rank 0 in it then stops both
+ * jobs); without keep_name a live one is an error (a second local rank 0 of the same job). */
+static int existing(accel__shm *s, uint64_t job_hash, accel_status *r)
+{
+    char path[sizeof(s->name) + sizeof(SHM_DIR)];
+    snprintf(path, sizeof(path), SHM_DIR "%s", s->name);
+    int other = shm_open(s->name, O_RDWR | O_CLOEXEC, 0), creator = 0;
+    struct stat st;
+    if (other < 0) {
+        if (errno == ENOENT) {
+            return 1;
+        }
+        *r = errno == EACCES && stat(path, &st) == 0
+                 ? foreign(s->name, &st)
+                 : accel__seterr(NULL, ACCEL_EIO, "shm: cannot open segment %s: %s", path,
+                                 strerror(errno));
+        return 0;
+    }
+    seg_state v = verify(s, other, job_hash, 1, &creator, r);
+    if (v == SEG_LIVE && s->keep_name) {
+        unmap_segment(s);
+        *r = map_segment(s, other);
+        s->own_name = *r == ACCEL_OK; /* this job's: it goes if the job fails */
+    } else if (v == SEG_LIVE) {
+        *r = accel__seterr(NULL, ACCEL_EINVAL,
+                           "shm: segment %s already exists (is another process local rank 0 of "
+                           "this job?)",
+                           path);
+    }
+    close(other);
+    return v == SEG_STALE;
+}
+
+/* Local rank 0: a fresh segment, initialised under a temporary name (with this rank claimed)
+ * and then linked to the final name, which must not exist: a stale segment there is replaced,
+ * anything else is for existing() to judge. On success s->base maps the job's segment and
+ * s->own_name is set. */
+static accel_status create(accel__shm *s, uint64_t job_hash, double deadline)
 {
     uint64_t rnd[2];
     if (accel__os_random(rnd, sizeof(rnd)) != 0) {
@@ -198,14 +365,10 @@ static accel_status create(accel__shm *s, uint64_t job_hash)
                           s->map_nbytes, s->name, strerror(err));
         goto out;
     }
-    s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (s->base == MAP_FAILED) {
-        s->base = NULL;
-        r = accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s", s->name,
-                          s->map_nbytes, strerror(errno));
+    if ((r = map_segment(s, fd)) != ACCEL_OK) {
         goto out;
     }
-    accel__shm_header *h = s->base;
+    accel__shm_header *h = s->hdr;
     h->version = ACCEL__SHM_VERSION;
     h->n_ranks = s->n_ranks;
     h->slot_nbytes = s->slot_nbytes;
@@ -216,90 +379,138 @@ static accel_status create(accel__shm *s, uint64_t job_hash)
     h->secret = rnd[1];
     h->creator_pid = (int32_t)getpid();
     h->creator_start = accel__shm_pid_start((int)getpid());
+    atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
     atomic_store_explicit(&h->magic, ACCEL__SHM_MAGIC, memory_order_release);
 
     char from[sizeof(tmp) + sizeof(SHM_DIR)], to[sizeof(s->name) + sizeof(SHM_DIR)];
     snprintf(from, sizeof(from), SHM_DIR "%s", tmp);
     snprintf(to, sizeof(to), SHM_DIR "%s", s->name);
-    if (link(from, to) == 0) {
-        s->own_name = 1;
-    } else if (errno == EEXIST) {
-        /* Say what is there; a segment that passes every check is a second local rank 0. */
-        int other = shm_open(s->name, O_RDONLY | O_CLOEXEC, 0);
-        struct stat st;
-        if (other < 0 && errno == EACCES && stat(to, &st) == 0) {
-            r = foreign(s->name, &st);
-        } else if (other < 0 || (r = verify(s, other, job_hash)) == ACCEL_OK) {
-            r = accel__seterr(NULL, ACCEL_EINVAL,
-                              "shm: segment " SHM_DIR "%s already exists (is another process "
-                              "local rank 0 of this job?)",
-                              s->name);
+    for (;;) {
+        if (link(from, to) == 0) {
+            s->own_name = 1;
+            break;
         }
-        if (other >= 0) {
-            close(other);
+        if (errno != EEXIST) {
+            r = accel__seterr(NULL, ACCEL_EIO, "shm: cannot name segment %s: %s", to,
+                              strerror(errno));
+            break;
         }
-    } else {
-        r = accel__seterr(NULL, ACCEL_EIO, "shm: cannot name segment " SHM_DIR "%s: %s", s->name,
-                          strerror(errno));
+        if (!existing(s, job_hash, &r)) {
+            break;
+        }
+        if (accel__now() >= deadline) {
+            r = accel__seterr(NULL, ACCEL_ETIMEDOUT,
+                              "shm: segment %s, left over from a job that was killed, could not "
+                              "be replaced within %g s: remove it",
+                              to, s->timeout_s);
+            break;
+        }
+        sleep_s(200e-6); /* another process removes it: the name goes at once */
     }
 out:
+    if (r != ACCEL_OK) {
+        unmap_segment(s);
+    }
     shm_unlink(tmp);
     close(fd);
     return r;
 }
 
-/* Other ranks: opens the segment (waiting for it until deadline when `wait`), verifies it
- * and maps it. */
+/* Other ranks: opens the segment, verifies it and maps it. With `wait`, waits until deadline
+ * for local rank 0 to create it, or to replace one whose creator is gone. */
 static accel_status join(accel__shm *s, uint64_t job_hash, double deadline, int wait)
 {
-    int fd;
-    while ((fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0)) < 0) {
+    char path[sizeof(s->name) + sizeof(SHM_DIR)];
+    snprintf(path, sizeof(path), SHM_DIR "%s", s->name);
+    int stale = 0; /* the pid of a stale segment's creator */
+    for (;;) {
+        int fd = shm_open(s->name, O_RDWR | O_CLOEXEC, 0), creator = 0;
         struct stat st;
-        char path[sizeof(s->name) + sizeof(SHM_DIR)];
-        snprintf(path, sizeof(path), SHM_DIR "%s", s->name);
-        if (errno == EACCES && stat(path, &st) == 0) {
+        if (fd >= 0) {
+            accel_status r = ACCEL_OK;
+            seg_state v = verify(s, fd, job_hash, 0, &creator, &r);
+            if (v == SEG_LIVE) {
+                r = map_segment(s, fd);
+                s->own_name = r == ACCEL_OK; /* this job's: it goes if the job fails */
+            }
+            close(fd);
+            if (v != SEG_STALE) {
+                return r;
+            }
+            stale = creator;
+            if (!wait) {
+                return accel__seterr(NULL, ACCEL_EINVAL,
+                                     "shm: segment %s is left over from a job that was killed "
+                                     "(its creator, pid %d, is gone): remove it, or start this "
+                                     "job with another ACCEL_JOB_ID",
+                                     path, stale);
+            }
+        } else if (errno == EACCES && stat(path, &st) == 0) {
             return foreign(s->name, &st); /* not ours: we may not even open it */
-        }
-        if (errno != ENOENT) {
+        } else if (errno != ENOENT) {
             return accel__seterr(NULL, ACCEL_EIO, "shm: cannot open segment %s: %s", path,
                                  strerror(errno));
-        }
-        if (!wait || accel__now() >= deadline) {
-            return accel__seterr(
-                NULL, wait ? ACCEL_ETIMEDOUT : ACCEL_EIO, "shm: process %d %s segment %s%s",
-                s->rank, wait ? "waited in vain for local process 0 to create" : "cannot find the",
-                path, wait ? "" : " that process 0 created");
-        }
-        sleep_s(200e-6);
-    }
-    accel_status r = verify(s, fd, job_hash);
-    if (r == ACCEL_OK) {
-        s->base = mmap(NULL, s->map_nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (s->base == MAP_FAILED) {
-            s->base = NULL;
-            r = accel__seterr(NULL, ACCEL_ENOMEM, "shm: cannot map segment %s (%zu bytes): %s",
-                              s->name, s->map_nbytes, strerror(errno));
         } else {
-            s->own_name = 1; /* ours, this job's: removing the name on failure is right */
+            stale = 0;
         }
+        if (!wait) {
+            return accel__seterr(NULL, ACCEL_EIO,
+                                 "shm: process %d cannot find the segment %s that process 0 "
+                                 "created",
+                                 s->rank, path);
+        }
+        if (accel__now() >= deadline) {
+            char why[128] = "";
+            if (stale != 0) {
+                snprintf(why, sizeof(why),
+                         " (one left over from a job that was killed is there: its creator, "
+                         "pid %d, is gone)",
+                         stale);
+            }
+            return accel__seterr(NULL, ACCEL_ETIMEDOUT,
+                                 "shm: process %d waited in vain for local process 0 to create "
+                                 "segment %s%s",
+                                 s->rank, path, why);
+        }
+        sleep_s(stale != 0 ? 1e-3 : 200e-6);
     }
-    close(fd);
-    return r;
 }
 
-/* Counts this rank in; the last one removes the name. Returns 1 for the last. */
+/* Claims this rank: its line's pid, 0 until then (the creator claimed its own before the name
+ * appeared). A rank claimed already means that two jobs met in this segment (or two processes
+ * were given one rank): the later claimant cannot tell which is the impostor, so it stops the
+ * job, and the holder fails too. A job aborted meanwhile reports its own diagnosis. */
+static accel_status claim(accel__shm *s)
+{
+    ACCEL_TRY(accel__shm_check_abort(s));
+    int32_t holder = 0, me = (int32_t)getpid();
+    if (atomic_compare_exchange_strong(&s->lines[s->rank].pid, &holder, me) || holder == me) {
+        return ACCEL_OK;
+    }
+    uint64_t unset = 0;
+    atomic_compare_exchange_strong(&s->hdr->clash_ticks, &unset, now_ticks());
+    accel__shm_abort(s, ACCEL__SHM_CLASH, s->rank, me);
+    if (s->rdv[0] != '\0') {
+        return accel__shm_clash_error(s, s->rank, me);
+    }
+    return accel__seterr(NULL, ACCEL_EINVAL,
+                         "shm: rank %d of the job in " SHM_DIR "%s was already taken by another "
+                         "process (pid %d): two jobs use the same ACCEL_JOB_ID (%s), and both "
+                         "stop (give each job its own ACCEL_JOB_ID, or start it with accel "
+                         "launch)",
+                         s->rank, s->name, (int)holder, s->job_id);
+}
+
+/* Counts this rank in; without keep_name the last one removes the name. Returns 1 for the
+ * last. */
 static int attach(accel__shm *s)
 {
-    s->hdr = s->base;
-    s->lines = (accel__shm_line *)((char *)s->base + align_up(sizeof(accel__shm_header), 64));
-    s->data = (char *)s->base + (s->map_nbytes - (size_t)s->n_ranks * 2 * s->slot_nbytes);
     atomic_store_explicit(&s->hdr_ready, 1, memory_order_seq_cst);
-    atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
     if (atomic_fetch_add_explicit(&s->hdr->attached, 1, memory_order_acq_rel) + 1 < s->n_ranks) {
         return 0;
     }
-    if (shm_unlink(s->name) == 0 || errno == ENOENT) {
-        atomic_store_explicit(&s->hdr->unlinked, 1, memory_order_release);
+    if (!s->keep_name) {
+        remove_name(s);
     }
     return 1;
 }
@@ -333,84 +544,6 @@ static accel_status wait_attached(accel__shm *s, double deadline)
         sleep_s(100e-6);
     }
     return ACCEL_OK;
-}
-
-/* ---- sweeping ---- */
-
-/* Whether a name's job key is one accel made (32 hex digits: accel launch's ACCEL_JOB_ID or a
- * store nonce), possibly the hier backend's segment of one machine ("-n<machine>-w<world>"),
- * possibly a split's ("-c" and 32 more) and possibly with a creator's ".init-" suffix: names
- * nobody else chose. (Without the hier form, a machine's segment that a job killed during
- * setup left behind was never removed by anyone.) */
-static int generated(const char *key)
-{
-    const char *hex = "0123456789abcdef", *dec = "0123456789";
-    if (strspn(key, hex) != 32) {
-        return 0;
-    }
-    key += 32;
-    if (strncmp(key, "-n", 2) == 0) {
-        size_t node = strspn(key + 2, dec);
-        if (node == 0 || strncmp(key + 2 + node, "-w", 2) != 0) {
-            return 0;
-        }
-        size_t world = strspn(key + 4 + node, dec);
-        if (world == 0) {
-            return 0;
-        }
-        key += 4 + node + world;
-    }
-    if (strncmp(key, "-c", 2) == 0) {
-        if (strspn(key + 2, hex) != 32) {
-            return 0;
-        }
-        key += 34;
-    }
-    return *key == '\0' ||
-           (strncmp(key, ".init-", 6) == 0 && strspn(key + 6, hex) == 16 && key[22] == '\0');
-}
-
-/* Removes this user's segments in /dev/shm that a killed job left behind (its processes died
- * while attaching, before the name could go): only names accel generated, only private files of
- * this euid with a valid header whose creator is gone. A name from a user's own ACCEL_JOB_ID is
- * left alone: reusing that id reports it. */
-static void sweep(const accel__shm *s)
-{
-    DIR *d = opendir(SHM_DIR);
-    if (d == NULL) {
-        return;
-    }
-    char prefix[32];
-    size_t plen = (size_t)snprintf(prefix, sizeof(prefix), "accel-%u-", (unsigned)geteuid());
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (strncmp(e->d_name, prefix, plen) != 0 || !generated(e->d_name + plen)) {
-            continue;
-        }
-        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        struct stat st;
-        if (fd < 0) {
-            continue;
-        }
-        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-            (st.st_mode & 07777) == 0600 && (size_t)st.st_size >= sizeof(accel__shm_header)) {
-            const accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ, MAP_SHARED, fd, 0);
-            if (h != MAP_FAILED) {
-                int pid = h->creator_pid;
-                if (atomic_load_explicit(&h->magic, memory_order_acquire) == ACCEL__SHM_MAGIC &&
-                    h->version == ACCEL__SHM_VERSION &&
-                    accel__shm_pid_gone(pid, h->creator_start) &&
-                    unlinkat(dirfd(d), e->d_name, 0) == 0) {
-                    accel__log(&s->log, ACCEL__LOG_WARN,
-                               "shm: removed " SHM_DIR "/%s, left by a killed job (its creator, "
-                               "pid %d, is gone)",
-                               e->d_name, pid);
-                }
-                munmap((void *)h, sizeof(*h));
-            }
-        }
-        close(fd);
-    }
-    closedir(d);
 }
 
 /* ---- open and close ---- */
@@ -488,6 +621,11 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     char key[KEY_MAX + 1] = "";
     const int have_id = cfg->job_id != NULL && cfg->job_id[0] != '\0';
     const int by_store = !have_id && cfg->n_ranks > 1;
+    if (have_id) {
+        snprintf(s->job_id, sizeof(s->job_id), "%s", cfg->job_id);
+        s->keep_name = !accel__shm_generated(cfg->job_id); /* a user's: perhaps two jobs' */
+    }
+    s->start_ticks = accel__shm_pid_start((int)getpid());
     if (st == ACCEL_OK) {
         if (by_store) {
             st = accel__shm_rdv_begin(s, cfg, key, sizeof(key), deadline);
@@ -505,8 +643,8 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     const int creator = by_store ? cfg->rank == 0 : cfg->local_rank == 0;
     if (st == ACCEL_OK) {
         if (creator) {
-            sweep(s); /* once per job: what killed jobs left, before adding to it */
-            st = create(s, job_hash);
+            accel__shm_sweep(s); /* once per job: what killed jobs left, before adding to it */
+            st = create(s, job_hash, deadline);
             if (by_store) {
                 st = accel__shm_rdv_created(s, st, deadline);
             }
@@ -520,6 +658,9 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         }
     }
     if (st == ACCEL_OK) {
+        st = claim(s);
+    }
+    if (st == ACCEL_OK) {
         int last = attach(s);
         st = by_store ? accel__shm_rdv_attached(s, last, deadline) : wait_attached(s, deadline);
     }
@@ -530,10 +671,8 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         if (by_store) {
             st = accel__shm_rdv_fail(s, st);
         }
-        if (s->own_name) {
-            shm_unlink(s->name); /* ours: nobody may join a failed setup */
-            s->own_name = 0;
-        }
+        accel__shm_drop_name(s); /* ours: nobody may join a failed setup (but a clash) */
+        s->own_name = 0;
         /* Process 0 serves the store: it stays up for the others to read the failure. */
         accel__store_abandon(s->store);
         s->store = NULL;
@@ -574,12 +713,11 @@ accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
         return accel__seterr(NULL, ACCEL_EINTERNAL, "shm: segment name too long");
     }
     uint64_t job_hash = key_hash(nonce);
-    accel_status st = cfg->rank == 0 ? create(s, job_hash) : join(s, job_hash, 0, 0);
+    accel_status st =
+        cfg->rank == 0 ? create(s, job_hash, accel__now() + s->timeout_s) : join(s, job_hash, 0, 0);
     if (st != ACCEL_OK) {
-        if (s->own_name) {
-            shm_unlink(s->name);
-            s->own_name = 0;
-        }
+        remove_name(s);
+        s->own_name = 0;
         accel__shm_close(s);
         return st;
     }
@@ -589,6 +727,7 @@ accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
 
 int accel__shm_attach_child(accel__shm *s)
 {
+    atomic_store_explicit(&s->lines[s->rank].pid, (int32_t)getpid(), memory_order_relaxed);
     int last = attach(s);
     accel__shm_register(s);
     return last;
@@ -604,14 +743,14 @@ void accel__shm_close(accel__shm *s)
     accel__shm_leave(s);
     accel__shm_free_all(s);
     if (s->base != NULL) {
-        /* Normally the last rank to attach removed the name already, and unlinking it again
-         * could remove the segment of a restarted job that reuses the job id: only retry when
-         * that first unlink did not happen. */
-        if (s->own_name && s->hdr != NULL &&
-            !atomic_load_explicit(&s->hdr->unlinked, memory_order_acquire)) {
-            shm_unlink(s->name);
+        /* Normally the name went already (the last rank to attach, or with keep_name the
+         * first to leave, removed it): the CAS in remove_name makes this a no-op then, and the
+         * inode check keeps a later job's segment under the name safe. A forked child leaves
+         * the name to its parent. */
+        if (s->owner_pid == 0 || s->owner_pid == (int)getpid()) {
+            accel__shm_drop_name(s);
         }
-        munmap(s->base, s->map_nbytes);
+        unmap_segment(s);
     }
     accel__free(s->in);
     accel__free(s);
