@@ -145,9 +145,10 @@ typedef struct accel__shm {
     _Atomic uint64_t clash;
     _Atomic int hdr_ready;
     int own_name; /* the name is this job's segment: this rank may remove it */
-    /* A user's ACCEL_JOB_ID (not 32 hex digits, so perhaps reused): the name stays for the
-     * job's life, so that a second job with the id meets this one's processes and both stop,
-     * and stays after a clash (see shm_setup.c). Otherwise it goes once every rank attached. */
+    /* A user's ACCEL_JOB_ID (not 32 hex digits, so perhaps reused) for several processes:
+     * the name stays for the job's life, so that a second job with the id meets this one's
+     * processes and both stop, and stays after a clash (see shm_setup.c). Otherwise it goes
+     * once every rank attached. */
     int keep_name;
     char job_id[104];             /* ACCEL_JOB_ID, for messages; "" without one */
     uint64_t start_ticks;         /* this process's /proc start time (0: unknown) */

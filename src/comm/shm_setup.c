@@ -623,7 +623,8 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
     const int by_store = !have_id && cfg->n_ranks > 1;
     if (have_id) {
         snprintf(s->job_id, sizeof(s->job_id), "%s", cfg->job_id);
-        s->keep_name = !accel__shm_generated(cfg->job_id); /* a user's: perhaps two jobs' */
+        /* A user's id may be two jobs' (one process alone has nobody to mix with). */
+        s->keep_name = cfg->n_ranks > 1 && !accel__shm_generated(cfg->job_id);
     }
     s->start_ticks = accel__shm_pid_start((int)getpid());
     if (st == ACCEL_OK) {

@@ -9,7 +9,9 @@
 #     sum. Every time: no process computes, every process fails naming the clash, and the
 #     clashed segment keeps its name (so that late processes of the clashing jobs fail on it).
 #  2. The same with two 3-process jobs, 3 times.
-#  3. The next job with the last clash's id, started afterwards, removes the clashed segment
+#  3. A job started once another with its id has set up (the first job's processes wait at the
+#     sync point, set up): both stop, naming the clash (the first job's segment kept its name).
+#  4. The next job with that id, started afterwards, removes the clashed segment
 #     with a warning, runs, and leaves nothing in /dev/shm.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -73,7 +75,7 @@ clash() {
             i=$((i + 1))
         done
         [ -e "$seg" ] || fail "$n processes, try $t: the clashed segment $seg lost its name"
-        [ "$t" -eq "$tries" ] || rm -f "$seg"
+        rm -f "$seg"
     done
     echo "two $n-process jobs with one ACCEL_JOB_ID, $tries tries: nobody computed, all named the clash"
 }
@@ -81,7 +83,33 @@ clash() {
 clash 2 10
 clash 3 3
 
-# ---- 3. the next job with the id ----
+# ---- 3. a job started while another with its id is set up ----
+job=$prefix-late
+seg=/dev/shm/accel-$uid-$job
+rm -rf "$tmp"/*.out "$tmp"/*.err "$tmp/sync"
+mkdir "$tmp/sync"
+pids=()
+start a0 0 2 --iters 20 --sync-dir "$tmp/sync" --sync-count 4
+start a1 1 2 --iters 20 --sync-dir "$tmp/sync" --sync-count 4
+for _ in $(seq 1 3000); do [ "$(ls "$tmp/sync" | wc -l)" -ge 2 ] && break; sleep 0.01; done
+[ "$(ls "$tmp/sync" | wc -l)" -ge 2 ] || fail "late: the first job did not set up"
+grep -q accel_init "$tmp"/a[01].err && fail "late: the first job failed to set up alone"
+start b0 0 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4
+start b1 1 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4
+i=0
+for name in a0 a1 b0 b1; do
+    wait "${pids[$i]}"
+    rc=$?
+    grep -q "allreduces ok" "$tmp/$name.out" && fail "late: $name computed"
+    [ "$rc" -eq 1 ] || fail "late: $name exited $rc, expected 1 (an error)"
+    grep -q "two jobs use the same ACCEL_JOB_ID ($job), and both stop" "$tmp/$name.err" ||
+        fail "late: $name did not name the clash"
+    i=$((i + 1))
+done
+[ -e "$seg" ] || fail "late: the clashed segment $seg lost its name"
+echo "a job started while another with its id was set up: both stopped, naming the clash"
+
+# ---- 4. the next job with the id ----
 # Processes started before a clash was seen belong to the clashing jobs: start this job at
 # least a clock tick (10 ms, the unit of /proc start times) after it.
 sleep 0.1
