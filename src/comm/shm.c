@@ -201,6 +201,7 @@ accel_status accel__shm_check_abort(accel__shm *s)
 
 accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid)
 {
+    rank += s->process_base; /* for messages */
     if (s->rdv[0] != '\0') {
         return accel__seterr(NULL, ACCEL_EINVAL,
                              "shm: another process (pid %d) also joined this job as rank %d "

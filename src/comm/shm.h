@@ -169,11 +169,12 @@ typedef struct accel__shm {
 accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg);
 /* Marks this rank as gone (peers waiting for it fail at once), unmaps and frees. Accepts NULL. */
 void accel__shm_close(accel__shm *s);
-/* Removes the job's name if this rank may and nobody did yet (keep_name; a clashed segment
- * keeps it). Async-signal-safe: the exit handler calls it. */
+/* Removes the segment's name if this rank may (own_name) and nobody did yet; with keep_name a
+ * clashed segment keeps it. On a failed setup, at close, and from the exit handler. */
 void accel__shm_drop_name(accel__shm *s);
 /* The error of a rank claimed twice (ACCEL__SHM_CLASH, rank and the later claimant's pid),
- * in the words of s's rendezvous (the store's address, or ACCEL_JOB_ID). Returns ACCEL_EINVAL. */
+ * in the words of s's rendezvous (the store's address, or ACCEL_JOB_ID), naming the process
+ * s->process_base + rank. Returns ACCEL_EINVAL. */
 accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid);
 
 /* A sub-communicator's segment (shm_setup.c) for cfg's ranks, with the parent's settings, named

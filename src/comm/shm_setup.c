@@ -136,7 +136,7 @@ static uint64_t now_ticks(void)
 /* Removes `name` if it still names the segment (dev, ino) whose header is h, and nobody took
  * that on before (h->unlinked). Only the name's own segment can lose it this way: a later
  * segment under the name is another file, and the CAS lets one process only past the check.
- * Returns 1 when this call took it on. Async-signal-safe. */
+ * Returns 1 when this call took it on. */
 static int take_name(const char *name, accel__shm_header *h, uint64_t dev, uint64_t ino)
 {
     int32_t zero = 0;
@@ -498,7 +498,7 @@ static accel_status claim(accel__shm *s)
                          "process (pid %d): two jobs use the same ACCEL_JOB_ID (%s), and both "
                          "stop (give each job its own ACCEL_JOB_ID, or start it with accel "
                          "launch)",
-                         s->rank, s->name, (int)holder, s->job_id);
+                         s->process_base + s->rank, s->name, (int)holder, s->job_id);
 }
 
 /* Counts this rank in; without keep_name the last one removes the name. Returns 1 for the
