@@ -30,8 +30,9 @@ typedef struct accel__shm_header {
     int32_t pad;
     uint64_t creator_start; /* /proc start time of creator_pid (clock ticks after boot) */
     _Atomic int32_t attached;
-    /* 1 once a process took on removing the name (CAS: there is one remover, and it removes
-     * the name only while the name is this segment's, so never a later job's segment). */
+    /* The pid of the process that took on removing the name, 0 before (CAS: one live remover
+     * at a time, and it removes the name only while the name is this segment's, so never a
+     * later job's segment). */
     _Atomic int32_t unlinked;
     /* With ACCEL__SHM_CLASH: when the clash was seen, in clock ticks after boot (the unit of
      * /proc start times). A process started before then belongs to one of the clashing jobs. */

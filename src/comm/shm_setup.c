@@ -133,15 +133,18 @@ static uint64_t now_ticks(void)
            (uint64_t)ts.tv_nsec / (1000000000ull / (uint64_t)hz);
 }
 
-/* Removes `name` if it still names the segment (dev, ino) whose header is h, and nobody took
- * that on before (h->unlinked). Only the name's own segment can lose it this way: a later
- * segment under the name is another file, and the CAS lets one process only past the check.
- * Returns 1 when this call took it on. */
+/* Removes `name` if it still names the segment (dev, ino) whose header is h, and no live
+ * process took that on before (h->unlinked: its pid). Only the name's own segment can lose it
+ * this way: a later segment under the name is another file, and the CAS lets one process at a
+ * time past the check. A remover that died before finishing is taken over, so its segment is
+ * not left in the way of the next job. Returns 1 when this call took it on. */
 static int take_name(const char *name, accel__shm_header *h, uint64_t dev, uint64_t ino)
 {
-    int32_t zero = 0;
-    if (!atomic_compare_exchange_strong(&h->unlinked, &zero, 1)) {
-        return 0;
+    int32_t seen = 0, me = (int32_t)getpid();
+    while (!atomic_compare_exchange_strong(&h->unlinked, &seen, me)) {
+        if (seen == me || !accel__shm_pid_gone(seen, 0)) {
+            return 0;
+        }
     }
     char path[200];
     struct stat st;
