@@ -177,20 +177,29 @@ echo "ok: SIGKILL of rank 3 on machine 1: both launchers exited in $t s naming i
 # ---- 5b. a launcher killed: the other notices (heartbeat / closed store) within 10 s ----
 # Two jobs side by side, killed at the same moment: in job a machine 1's launcher (a1), in job b
 # machine 0's (b0). Each survivor must stop within 10 s of the kill, naming the lost launcher.
+# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
+# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
+# Job c runs beside a and b, its c0 stopped as a1 and b0 are killed: the three waits for a
+# heartbeat to be missed overlap (about 6 s each).
 pa=$("$FREE")
 pb=$("$FREE")
+pc=$("$FREE")
 while [ "$pb" = "$pa" ]; do pb=$("$FREE"); done
+while [ "$pc" = "$pa" ] || [ "$pc" = "$pb" ]; do pc=$("$FREE"); done
 start a1 1 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
 start a0 0 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
 start b1 1 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
 start b0 0 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
+start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
 for _ in $(seq 1 1000); do
-    [ "$(cat "$T/a0.out" "$T/a1.out" "$T/b0.out" "$T/b1.out" | grep -c 'PID=')" = 8 ] && break
+    [ "$(cat "$T"/[abc][01].out | grep -c 'PID=')" = 10 ] && break
     sleep 0.01
 done
 t0=$(now)
 {
     kill -9 "$pid_a1" "$pid_b0"
+    kill -STOP "$pid_c0"
     finish a1
     finish b0
     finish a0
@@ -206,18 +215,7 @@ grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
     fail "machine 1 did not say machine 0's launcher is gone"
 echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
 
-# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
-# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
-pc=$("$FREE")
-start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
-start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
-for _ in $(seq 1 1000); do
-    [ "$(cat "$T/c0.out" "$T/c1.out" | grep -c 'PID=')" = 2 ] && break
-    sleep 0.01
-done
-t0=$(now)
-kill -STOP "$pid_c0"
-finish c1
+finish c1 # 5c: t counts from the stop (an upper bound when c1 ended before a0 and b1)
 t=$(elapsed "$t0")
 {
     kill -9 "$pid_c0"
