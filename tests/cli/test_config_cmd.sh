@@ -223,8 +223,10 @@ my_own_key: kept
 EOF2
 timeout 20 "$ACCEL" config update --config_file "$T/old.yaml" >"$T/out" 2>"$T/err" ||
     fail "config update failed"
-grep -q "Successfully updated the configuration file at $T/old.yaml." "$T/out" || fail "no success line"
-grep -q "warning: .*unknown key \"my_own_key\"" "$T/err" || fail "the unknown key was not warned about"
+grep -q "Successfully updated the configuration file at $T/old.yaml." "$T/out" ||
+    fail "no success line"
+grep -q "warning: .*unknown key \"my_own_key\"" "$T/err" ||
+    fail "the unknown key was not warned about"
 library_sees "$T/old.yaml" "options: mixed_precision=fp16 cpu=0 debug=0 accumulation=1 zero_stage=0" 2
 python_sees "$T/old.yaml" "compute_environment='LOCAL_MACHINE'
 debug=False

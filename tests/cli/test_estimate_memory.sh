@@ -165,7 +165,8 @@ write_st "$T/many.safetensors" "{$many}" 400000
 start=$SECONDS
 est 0 --bytes --dtypes float32 "$T/many.safetensors"
 [ $((SECONDS - start)) -lt 10 ] || fail "100,000 tensors took $((SECONDS - start)) s"
-grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" || fail "100,000 tensors: count"
+grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" ||
+    fail "100,000 tensors: count"
 echo "ok: a safetensors file and a sharded index"
 
 # ---- The estimate against what accel allocates for the GPT example's model (tests/progs/

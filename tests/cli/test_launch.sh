@@ -140,7 +140,8 @@ if [ -w /dev/full ]; then
         [ "$RC" -eq 1 ] || fail "accel $cmd >/dev/full exited $RC, expected 1"
         expect_err "error: cannot write the output: No space left on device"
     done
-    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" || fail "launch true >/dev/full failed"
+    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" ||
+        fail "launch true >/dev/full failed"
 fi
 ok "flags, --help, --version, env, usage errors"
 
@@ -260,7 +261,8 @@ run 2 launch --log_dir "" "$P/rank_info"
 expect_err "\-\-log_dir is empty"
 # Log files are 0600; an old log of ours is emptied (and made 0600); a planted symbolic link,
 # FIFO or hard link is refused and its target left alone (issue 11, item 7).
-[ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] || fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
+[ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] ||
+    fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
 chmod 644 "$T/logs/rank1.stderr"
 run 0 launch -n 2 --tee 3 --log_dir "$T/logs" "$P/print_lines" 1 20
 [ "$(wc -l <"$T/logs/rank1.stderr")" -eq 1 ] && [ "$(stat -c %a "$T/logs/rank1.stderr")" = 600 ] ||
@@ -288,7 +290,8 @@ bash -c 'ulimit -f 8 && exec "$@"' _ timeout -k 5 20 "$ACCEL" launch -n 2 --log_
     2>"$T/err" | wc -l >"$T/out"
 RC=${PIPESTATUS[0]}
 [ "$RC" -eq 0 ] || fail "a log file at its size limit: launcher exited $RC"
-[ "$(cat "$T/out")" -eq 4000 ] || fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
+[ "$(cat "$T/out")" -eq 4000 ] ||
+    fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
 for r in 0 1; do
     expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large; it ends here"
 done

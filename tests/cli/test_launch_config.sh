@@ -189,7 +189,8 @@ future_key: 7
 EOF
 run 0 launch --config_file "$T/same.yaml" "$P/show_options"
 launched=$(grep '^options:' "$T/out")
-[ "$(grep -c 'future_key' "$T/err")" -eq 1 ] || fail "the unknown key was not warned about exactly once"
+[ "$(grep -c 'future_key' "$T/err")" -eq 1 ] ||
+    fail "the unknown key was not warned about exactly once"
 expect_err "accel launch: warning: config file $T/same.yaml, line 10: ignoring unknown key \"future_key\""
 ACCELERATE_CONFIG_FILE=$T/same.yaml timeout 20 "$P/show_options" >"$T/out" 2>"$T/err" ||
     fail "show_options alone failed"
@@ -361,7 +362,8 @@ expect_err "debug *= 1  \[accel launch: --debug (env ACCELERATE_DEBUG_MODE)\]"
 expect_err "gradient_accumulation_steps *= 3  \[accel launch: --gradient_accumulation_steps 3 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\]"
 expect_err "main_process_port *= [0-9]*  \[accel launch: default of --main_process_port (env MASTER_PORT)\]"
 expect_err "timeout_s *= 1800  \[default\]"
-[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] || fail "printed by more than the main process"
+[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] ||
+    fail "printed by more than the main process"
 run 0 launch --config_file "$T/dbg.yaml" --mixed_precision bf16 "$P/show_options"
 ! grep -q "resolved configuration" "$T/err" || fail "printed without --debug"
 ok "accel launch --debug: resolved configuration with the source of each value, main process only"

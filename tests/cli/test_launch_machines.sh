@@ -136,7 +136,8 @@ echo "ok: taken port named"
     --main_process_port "$("$FREE")" -n 2 "$CHECK" >"$T/m0.out" 2>"$T/m0.err" &&
     fail "machine 0 served on an address that is not this host's"
 grep -q "cannot serve the rendezvous on 192.0.2.1:.*machine 0 must run where --main_process_ip" "$T/m0.err" ||
-    grep -q "cannot serve the rendezvous on 192.0.2.1" "$T/m0.err" || fail "wrong address of machine 0 not named"
+    grep -q "cannot serve the rendezvous on 192.0.2.1" "$T/m0.err" ||
+        fail "wrong address of machine 0 not named"
 port=$("$FREE")
 t0=$(now)
 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port "$port" --rdzv_conf timeout=2 \
@@ -166,7 +167,8 @@ finish m1
 t=$(elapsed "$t0")
 [ "$(echo "$t < 10" | bc)" = 1 ] || fail "the launchers took $t s to exit after the kill"
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "launchers exited $rc_m0, $rc_m1 after a kill"
-grep -q "accel launch: rank 3 failed: killed by SIGKILL" "$T/m1.err" || fail "machine 1 did not name rank 3"
+grep -q "accel launch: rank 3 failed: killed by SIGKILL" "$T/m1.err" ||
+    fail "machine 1 did not name rank 3"
 grep -q "machine 0: stopping: rank 3 on machine 1 (host .*) failed: killed by SIGKILL" "$T/m0.err" ||
     fail "machine 0 did not name rank 3"
 for p in $all; do
@@ -206,7 +208,8 @@ t0=$(now)
     finish b1
 } 2>/dev/null
 t=$(elapsed "$t0")
-[ "$(echo "$t < 10" | bc)" = 1 ] || fail "the other launchers took $t s after a1's and b0's were killed"
+[ "$(echo "$t < 10" | bc)" = 1 ] ||
+    fail "the other launchers took $t s after a1's and b0's were killed"
 [ "$rc_a0" != 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
 grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/a0.err" ||
     fail "machine 0 did not name machine 1"
@@ -244,14 +247,16 @@ echo "ok: a launcher with its stderr closed runs the job"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
     fail "-n 3 on 2 machines not refused"
 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" >"$T/u.out" 2>"$T/u.err"
-[ $? = 2 ] && grep -q "only machine 0 picks a free port: give machine 1 the port machine 0 printed" "$T/u.err" ||
+[ $? = 2 ] &&
+    grep -q "only machine 0 picks a free port: give machine 1 the port machine 0 printed" "$T/u.err" ||
     fail "--main_process_port 0 on machine 1 not refused"
 port=$("$FREE")
 start m1 1 --main_process_port "$port" -n 2 --max_restarts 2 "$CHECK"
 start m0 0 --main_process_port "$port" -n 2 --max_restarts 1 "$CHECK"
 finish m0
 finish m1
-[ "$rc_m0" = 1 ] && grep -q "machine 1 (host .*) was started with --max_restarts 2, this machine (0) with 1" "$T/m0.err" ||
+[ "$rc_m0" = 1 ] &&
+    grep -q "machine 1 (host .*) was started with --max_restarts 2, this machine (0) with 1" "$T/m0.err" ||
     fail "different --max_restarts not refused"
 echo "ok: usage errors"
 
@@ -279,7 +284,8 @@ start m1 1 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank
 start m0 0 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9
 finish m0
 finish m1
-[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] || fail "restart: launchers exited $rc_m0, $rc_m1 after giving up"
+[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] ||
+    fail "restart: launchers exited $rc_m0, $rc_m1 after giving up"
 for m in m0 m1; do
     grep -q "giving up: the job failed 2 times (--max_restarts 1)" "$T/$m.err" ||
         fail "restart: $m did not give up"
@@ -300,7 +306,8 @@ ACCEL_TEST_PREFLIGHT_CLOSED=1 start m1 1 --preflight --main_process_port "$port"
 start m0 0 --preflight --main_process_port "$port" -n 4 "$CHECK"
 finish m0
 finish m1
-[ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "preflight with a closed endpoint: exited $rc_m0, $rc_m1"
+[ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] ||
+    fail "preflight with a closed endpoint: exited $rc_m0, $rc_m1"
 for m in m0 m1; do
     grep -q "preflight failed: rank 0 (machine 0) -> machine 1's launcher at 127.0.0.1:[0-9]*: Connection refused" "$T/$m.err" ||
         fail "preflight: $m did not name the hop rank 0 -> machine 1"

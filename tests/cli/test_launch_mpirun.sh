@@ -14,8 +14,10 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
 PROG=$B/tests/progs/allreduce_loop
 [ -x "$ACCEL" ] && [ -x "$PROG" ] || { echo "missing $ACCEL or $PROG"; exit 1; }
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; }
-mpirun --version 2>&1 | grep -q "Open MPI" || { echo "SKIP: this test expects Open MPI's mpirun"; exit 77; }
+command -v mpirun >/dev/null ||
+    { echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; }
+mpirun --version 2>&1 | grep -q "Open MPI" ||
+    { echo "SKIP: this test expects Open MPI's mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Two ranks need two slots whatever the core count; --bind-to socket needs no more ranks than
 # cores, so the job has 2 processes (this machine may have only 2 cores).
@@ -50,7 +52,8 @@ mpirun_config:
 EOF
 timeout 120 "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" --iters 5 --count 8 \
     >"$T/out" 2>"$T/err" || fail "the job of the config file failed"
-grep -q "mpirun --hostfile $T/hosts --npernode 2 -n 2" "$T/err" || fail "the config's hostfile was not used"
+grep -q "mpirun --hostfile $T/hosts --npernode 2 -n 2" "$T/err" ||
+    fail "the config's hostfile was not used"
 echo "ok: mpirun_config.mpirun_hostfile from the config file"
 # ... and without mpirun in PATH the error names the config file's line, not the flag
 PATH=/nonexistent "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" >"$T/out" 2>"$T/err"

@@ -33,7 +33,8 @@ ip netns add "$ns0" 2>/dev/null && ip netns add "$ns1" 2>/dev/null ||
     { echo "SKIP: cannot create network namespaces here"; exit 77; }
 ip link add "va$tag" type veth peer name "vb$tag" &&
     ip link set "va$tag" netns "$ns0" && ip link set "vb$tag" netns "$ns1" &&
-    ip -n "$ns0" addr add "$net.1/24" dev "va$tag" && ip -n "$ns1" addr add "$net.2/24" dev "vb$tag" &&
+    ip -n "$ns0" addr add "$net.1/24" dev "va$tag" &&
+        ip -n "$ns1" addr add "$net.2/24" dev "vb$tag" &&
     ip -n "$ns0" link set "va$tag" up && ip -n "$ns1" link set "vb$tag" up &&
     ip -n "$ns0" link set lo up && ip -n "$ns1" link set lo up ||
     { echo "SKIP: cannot set up a veth pair between the namespaces"; exit 77; }
@@ -96,5 +97,6 @@ finish m1
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "wrong master address: exited $rc_m0, $rc_m1"
 grep -q "machine 1: no rendezvous with the main process (machine 0's launcher) at $net.3:29500" "$T/m1.err" ||
     fail "machine 1 did not name the unreachable address"
-grep -q "machine rank(s) 1 of 2 did not arrive" "$T/m0.err" || fail "machine 0 did not name machine 1"
+grep -q "machine rank(s) 1 of 2 did not arrive" "$T/m0.err" ||
+    fail "machine 0 did not name machine 1"
 echo "ok: a wrong master address across the link: machine 1 names it, machine 0 names machine 1"

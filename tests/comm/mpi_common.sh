@@ -3,7 +3,8 @@
 # elapsed_since, le and run.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+command -v mpirun >/dev/null ||
+    { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 "$B/accel" env 2>/dev/null | grep -q "backends:.*mpi" ||
     { echo "SKIP: this build has no mpi backend (configure with -DACCEL_MPI=ON)"; exit 77; }
 # Open MPI refuses root unless told (these containers run tests as root).

@@ -93,7 +93,8 @@ run_watched stop $$ 60 ACCEL_TIMEOUT=2 -- "$B/tests/progs/allreduce_loop" --iter
 le "$t" 10 || fail "stop: the job took ${t}s to end (limit 10 s)"
 # Ranks 0 and 2 wait on the same deadline: the first to give up exits, and mpirun may end the
 # job before the other prints, so either reports (no survivor may see its allreduce succeed).
-! grep "wrong result" "$tmp/stop.out" || fail "stop: a survivor's allreduce succeeded with a wrong result"
+! grep "wrong result" "$tmp/stop.out" ||
+    fail "stop: a survivor's allreduce succeeded with a wrong result"
 grep -Eq "rank [02]: allreduce failed at iteration 200: ETIMEDOUT: mpi: allreduce\(count=4096, f32, sum\)" \
     "$tmp/stop.out" || fail "stop: no survivor reported ETIMEDOUT naming the call"
 grep -Eq "rank [02]: .*nothing arrived from process 1$" "$tmp/stop.out" ||

@@ -62,7 +62,8 @@ done
 for r in 0 1; do
     wait "${pids[$r]}"
     rc=$?
-    [ "$rc" -eq 1 ] || fail "rank $r exited $rc, expected 1 (0: it used the planted segment; 137: it waited)"
+    [ "$rc" -eq 1 ] ||
+        fail "rank $r exited $rc, expected 1 (0: it used the planted segment; 137: it waited)"
     grep -q "segment $seg belongs to uid $other_uid with mode 0666, not to this process's uid $uid" \
         "$tmp/$r.err" || fail "rank $r did not refuse $seg naming its owner"
 done

@@ -112,6 +112,7 @@ for r in 0 1; do
 done
 [ -e "$stale" ] || fail "stale: the stale segment was removed (it is evidence, not ours to reuse)"
 rm -f "$stale"
-ls /dev/shm | grep -q "^accel-$uid-$job" && fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
+ls /dev/shm | grep -q "^accel-$uid-$job" &&
+    fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
 echo "stale segment: both processes named it and the dead creator at once"
 echo "PASS"

@@ -25,8 +25,10 @@ has part1 "newest checkpoint: $demo/checkpoints/checkpoint_1 "
 has part2 "resumed from $demo/checkpoints/checkpoint_1 at step 8"
 has part2 "final step 16 |"
 has part2 "newest checkpoint: $demo/checkpoints/checkpoint_3 "
-[ "$(grep -c 'train: 100% 16/16' "$DIR/part2")" = 1 ] || fail "the final progress line is not printed once"
-ls "$demo"/gpt/events.out.tfevents.* >/dev/null 2>&1 || fail "no TensorBoard event file in $demo/gpt"
+[ "$(grep -c 'train: 100% 16/16' "$DIR/part2")" = 1 ] ||
+    fail "the final progress line is not printed once"
+ls "$demo"/gpt/events.out.tfevents.* >/dev/null 2>&1 ||
+    fail "no TensorBoard event file in $demo/gpt"
 [ "$(ls "$demo/checkpoints")" = "$(printf 'checkpoint_2\ncheckpoint_3')" ] ||
     fail "checkpoints left: $(ls "$demo/checkpoints")"
 echo "PASS: demo: bf16 + accumulation + TensorBoard + checkpoints, then resumed to the end"

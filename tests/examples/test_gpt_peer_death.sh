@@ -31,7 +31,8 @@ check_survivor() {
     pd_survivor "$job" "$r"
     local line
     line=$(tail -1 "$tmp/$job.$r.err")
-    echo "$line" | grep -Eq ": $status: (accel_backward_end: gradient all-reduce failed: )?$diag\$" ||
+    echo "$line" |
+        grep -Eq ": $status: (accel_backward_end: gradient all-reduce failed: )?$diag\$" ||
         fail "$job: rank $r: unexpected message: $line"
     [ "$(echo "$line" | grep -o "allreduce: " | wc -l)" -eq 1 ] ||
         fail "$job: rank $r: the diagnosis is repeated (garbled): $line"

@@ -137,7 +137,8 @@ run gpu_drop_rc 1 --device cuda --mixed_precision no --dropout 0.1 --recompute 1
 run cpu_drop_rc 1 --device cpu --mixed_precision no --dropout 0.1 --recompute 1
 learns gpu_drop_rc
 compare gpu_drop_rc gpu_drop 2e-4 1e-3 || fail "recompute: the GPU run with it differs from without"
-compare gpu_drop_rc cpu_drop_rc 3e-4 2e-3 || fail "recompute: the GPU run does not follow the CPU run"
+compare gpu_drop_rc cpu_drop_rc 3e-4 2e-3 ||
+    fail "recompute: the GPU run does not follow the CPU run"
 
 echo "== fp32, 2 processes"
 run cpu_np2 2 --device cpu --mixed_precision no

@@ -12,7 +12,8 @@
 set -euo pipefail
 # Runs a program and checks its output (no `| grep -q` under pipefail: grep's early exit
 # would kill the program with SIGPIPE).
-expect() { local want=$1; shift; local out; out=$("$@" 2>&1) || return 1; grep -q "$want" <<<"$out"; }
+expect() { local want=$1; shift; local out; out=$("$@" 2>&1) ||
+    return 1; grep -q "$want" <<<"$out"; }
 fail() { echo "FAIL: $*"; exit 1; }
 build=${ACCEL_BUILD_DIR:?}
 src=${ACCEL_SOURCE_DIR:?}
@@ -66,7 +67,8 @@ libdir=$(pkg-config --variable=libdir accel)
 # shellcheck disable=SC2046
 cc -std=c11 -o "$tmp/hello_shared" "$src/examples/hello.c" $(pkg-config --cflags --libs accel) \
     -Wl,-rpath,"$(pkg-config --variable=libdir accel)"
-expect "Num processes: 1" "$tmp/hello_shared" || fail "pkg-config (shared, rpath) build does not run"
+expect "Num processes: 1" "$tmp/hello_shared" ||
+    fail "pkg-config (shared, rpath) build does not run"
 # shellcheck disable=SC2046
 cc -std=c11 -o "$tmp/lr_static" "$src/examples/linear_regression.c" $(pkg-config --cflags accel) \
     "$(pkg-config --variable=libdir accel)/libaccel.a" $(pkg-config --static --libs accel | sed 's/-laccel\b//') ||
@@ -84,7 +86,8 @@ mkdir -p "$tmp/usr/lib/x86_64-linux-gnu/pkgconfig"
 cp "$tmp/multiarch/accel.pc" "$tmp/usr/lib/x86_64-linux-gnu/pkgconfig/"
 inc=$(PKG_CONFIG_PATH="$tmp/usr/lib/x86_64-linux-gnu/pkgconfig" pkg-config --variable=includedir accel)
 lib=$(PKG_CONFIG_PATH="$tmp/usr/lib/x86_64-linux-gnu/pkgconfig" pkg-config --variable=libdir accel)
-[ "$(realpath -m "$inc")" = "$tmp/usr/include" ] && [ "$(realpath -m "$lib")" = "$tmp/usr/lib/x86_64-linux-gnu" ] ||
+[ "$(realpath -m "$inc")" = "$tmp/usr/include" ] &&
+    [ "$(realpath -m "$lib")" = "$tmp/usr/lib/x86_64-linux-gnu" ] ||
     fail "multiarch accel.pc: includedir $inc, libdir $lib"
 
 # ---- CMake package ----
@@ -101,7 +104,8 @@ CM
 cmake -S "$tmp/proj" -B "$tmp/proj/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/proj/b" >"$tmp/proj/build.log" 2>&1 ||
     fail "find_package builds: $(grep -m3 -i 'error\|undefined' "$tmp/proj/build.log")"
-expect "Num processes: 1" "$tmp/proj/b/hello" || fail "find_package (accel::accel) build does not run"
+expect "Num processes: 1" "$tmp/proj/b/hello" ||
+    fail "find_package (accel::accel) build does not run"
 expect "the weights agree" "$tmp/proj/b/lr_static" || fail "accel::accel_static build does not run"
 if ldd "$tmp/proj/b/lr_static" | grep -q libaccel; then
     fail "accel::accel_static build links libaccel.so"

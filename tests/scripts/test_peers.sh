@@ -95,8 +95,10 @@ r=$(row two 'PyTorch torch.compile')
     fail "compiled row (best of 300k, 320k): $r"
 grep -q '^Python: torch 9.9' "$tmp/two/summary.md" || fail "no versions line"
 [ "$(grep -c '^torch_gpt2: fake' "$tmp/two/runs.log")" = 4 ] &&
-    grep -q '^   (ours: exit 0 after' "$tmp/two/runs.log" || fail "runs.log: $(cat "$tmp/two/runs.log")"
-[ "$(ls "$tmp/two")" = "$(printf 'runs.log\nsummary.md')" ] || fail "files in OUT_DIR: $(ls "$tmp/two")"
+    grep -q '^   (ours: exit 0 after' "$tmp/two/runs.log" ||
+        fail "runs.log: $(cat "$tmp/two/runs.log")"
+[ "$(ls "$tmp/two")" = "$(printf 'runs.log\nsummary.md')" ] ||
+    fail "files in OUT_DIR: $(ls "$tmp/two")"
 
 # Where torch needs LD_LIBRARY_PATH, it gets the one given less .gpu/lib.
 peers needld NEEDS_LD=1 LD_LIBRARY_PATH=/x/.gpu/lib:/usr/keep
@@ -111,7 +113,8 @@ peers nogputorch TORCH=nogpu
 # Without torch: the torch rows say why, ours still runs, exit 0.
 peers notorch TORCH=0
 [ "$rc" = 0 ] || fail "without torch: exit $rc"
-grep -q "cannot run torch.*No module named 'torch'" "$tmp/notorch.out" || fail "no skip message: $(cat "$tmp/notorch.out")"
+grep -q "cannot run torch.*No module named 'torch'" "$tmp/notorch.out" ||
+    fail "no skip message: $(cat "$tmp/notorch.out")"
 row notorch 'PyTorch eager' | grep -q 'skipped: no torch' || fail "eager row without torch"
 ! grep -q '^torch' "$tmp/notorch.log" || fail "ran torch without torch"
 row notorch 'accel bench/gpt_step' | grep -q '| 400.0k |' || fail "ours' row without torch"
