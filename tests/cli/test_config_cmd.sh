@@ -107,7 +107,8 @@ tpu_use_cluster=False
 tpu_use_sudo=False
 use_cpu=True"
 python_sees "$T/pty.yaml" "$expected_ds"
-ok "terminal questionnaire (arrow and number keys): the file reads back the same in accel and Python"
+ok "terminal questionnaire (arrow and number keys):" \
+    "the file reads back the same in accel and Python"
 
 # Ctrl-C in a menu: exit 130, nothing written.
 printf 'expect In which compute environment\nsend <enter>\nexpect Which type of machine\nsend <ctrl-c>\n' \
@@ -285,5 +286,6 @@ for verb in default update; do
         fail "config $verb: a path longer than PATH_MAX was not refused"
 done
 [ -z "$(find "$T" -name 'x.yaml*' -o -name '.tmp-*')" ] || fail "a long path left a file behind"
-ok "bad targets: a folder, an empty or too long path refused first; a closed input names the question"
+ok "bad targets: a folder, an empty or too long path refused first;" \
+    "a closed input names the question"
 echo "PASS"

@@ -78,9 +78,11 @@ for per in 1 2; do
     ok=$(cat "$T"/m0.out "$T"/m1.out | grep -c "COLLECTIVES-OK")
     refused=$(cat "$T"/m0.out "$T"/m1.out | grep -c "NO-CROSS-MACHINE-BACKEND")
     if [ "$ok" = $n ]; then
-        echo "ok: 2 machines x $per: layout, job id and collectives ($(grep -ho 'backend=.*' "$T"/m0.out | head -1))"
+        echo "ok: 2 machines x $per: layout," \
+            "job id and collectives ($(grep -ho 'backend=.*' "$T"/m0.out | head -1))"
     elif [ "$refused" = $n ]; then
-        echo "ok: 2 machines x $per: layout and job id; collectives NOT RUN, no backend across machines in this build:"
+        echo "ok: 2 machines x $per: layout and job id; collectives NOT RUN," \
+            "no backend across machines in this build:"
         grep -ho "NO-CROSS-MACHINE-BACKEND.*" "$T"/m0.out | head -1
     else
         fail "$per per machine: $ok ranks did the collectives, $refused were refused, of $n"
@@ -216,7 +218,8 @@ grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/a0.err
 [ "$rc_b1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher was killed"
 grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
     fail "machine 1 did not say machine 0's launcher is gone"
-echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
+echo "ok: a killed launcher (machine 1's in one job," \
+    "machine 0's in another) stops the other machine in $t s"
 
 finish c1 # 5c: t counts from the stop (an upper bound when c1 ended before a0 and b1)
 t=$(elapsed "$t0")
@@ -290,7 +293,8 @@ for m in m0 m1; do
     grep -q "giving up: the job failed 2 times (--max_restarts 1)" "$T/$m.err" ||
         fail "restart: $m did not give up"
 done
-echo "ok: --max_restarts restarts every machine together (new job id each time), and gives up together"
+echo "ok: --max_restarts restarts every machine together (new job id each time)," \
+    "and gives up together"
 
 # ---- 7. --preflight ----
 port=$("$FREE")

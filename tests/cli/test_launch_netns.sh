@@ -82,9 +82,11 @@ grep -q "^\[rank[01]\]: JOB=" "$T/m0.out" && grep -q "^\[rank[23]\]: JOB=" "$T/m
 ok=$(cat "$T"/m0.out "$T"/m1.out | grep -c "COLLECTIVES-OK")
 refused=$(cat "$T"/m0.out "$T"/m1.out | grep -c "NO-CROSS-MACHINE-BACKEND")
 if [ "$ok" = 4 ]; then
-    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job, collectives ($(grep -ho 'backend=.*' "$T/m0.out" | head -1))"
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job," \
+        "collectives ($(grep -ho 'backend=.*' "$T/m0.out" | head -1))"
 elif [ "$refused" = 4 ]; then
-    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job; collectives NOT RUN (no backend across machines in this build)"
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job;" \
+        "collectives NOT RUN (no backend across machines in this build)"
 else
     fail "$ok ranks did the collectives, $refused were refused, of 4"
 fi

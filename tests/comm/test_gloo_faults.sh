@@ -76,7 +76,8 @@ case_kill() { # name M L dead count async
             fail_case "$name" "process $r took ${t}s after process $dead died"
         grep -q EPEER "$err" || fail_case "$name" "process $r did not say EPEER"
         grep -q "process $dead " "$err" || fail_case "$name" "process $r did not name process $dead"
-        echo "$name: process $r failed ${t}s after process $dead died: $(grep -o 'EPEER.*' "$err" | cut -c1-160)"
+        echo "$name: process $r failed ${t}s after process $dead died:" \
+            "$(grep -o 'EPEER.*' "$err" | cut -c1-160)"
     done
 }
 
@@ -98,8 +99,11 @@ for r in 0 1; do
 done
 for r in 0 1; do
     wait "${pids[$r]}" && { echo "FAIL: ifname: process $r succeeded"; exit 1; }
-    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" ||
-        { echo "FAIL: ifname: process $r did not name process 1 and nosuch0"; cat "$tmp/ifname.$r.err"; exit 1; }
+    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" || {
+        echo "FAIL: ifname: process $r did not name process 1 and nosuch0"
+        cat "$tmp/ifname.$r.err"
+        exit 1
+    }
 done
 t=$(elapsed_since "$start")
 awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: ifname: took ${t}s"; exit 1; }

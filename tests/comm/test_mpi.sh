@@ -83,7 +83,8 @@ for async in 0 1; do
         fail "kill (async $async): mpirun did not name rank 1"
     left=$(pgrep -f "allreduce_loop .*--salt $salt" | xargs -r ps -o stat= -p | grep -vc Z)
     [ "$left" -eq 0 ] || fail "kill (async $async): $left processes left running"
-    echo "kill (async $async): the job ended in ${t}s: $(grep -o "process rank 1 .*(Killed)" "$tmp/kill$async.out")"
+    echo "kill (async $async): the job ended in ${t}s:" \
+        "$(grep -o "process rank 1 .*(Killed)" "$tmp/kill$async.out")"
 done
 
 # 5. SIGSTOP: a stuck peer is a timeout.

@@ -107,7 +107,8 @@ for doc in README.md docs/*.md; do
         [ -e "$prog" ] || continue
         if ! cc "${cflags[@]}" "$prog" -o "${prog%.c}" -L"$(dirname "$lib")" -laccel \
             -Wl,-rpath,"$(dirname "$lib")"; then
-            echo "FAIL: the program at $doc:$(basename "$prog" .c | sed 's/program_//') does not build"
+            echo "FAIL:" \
+                "the program at $doc:$(basename "$prog" .c | sed 's/program_//') does not build"
             failed=1
         fi
     done

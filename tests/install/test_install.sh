@@ -45,7 +45,8 @@ rm -f "$FAKE_CALLS"
 out=$(PATH="$tmp/bin:$PATH" FAKE_SEARCHED=/nonexistent cmake --install "$build" --prefix "$tmp/prefix" 2>&1)
 [ ! -e "$FAKE_CALLS" ] || fail "installing into $tmp/prefix ran ldconfig"
 grep -q -- "-Wl,-rpath,$tmp/prefix/$libdir_rel" <<<"$out" ||
-    fail "installing into a prefix the loader does not search does not say how to run programs: $out"
+    fail "installing into a prefix the loader does not search does not say how to run programs:" \
+        "$out"
 out=$(DESTDIR="$tmp/stage" PATH="$tmp/bin:$PATH" FAKE_SEARCHED="$tmp/sys/$libdir_rel" \
     cmake --install "$build" --prefix "$tmp/sys" 2>&1)
 [ ! -e "$FAKE_CALLS" ] || fail "a DESTDIR (package staging) install ran ldconfig"
@@ -112,4 +113,5 @@ if ldd "$tmp/proj/b/lr_static" | grep -q libaccel; then
 fi
 expect "Num processes: 2" "$tmp/prefix/bin/accel" launch --num_processes 2 "$tmp/proj/b/hello" ||
     fail "installed accel launch of a find_package build"
-echo "PASS: install (ldconfig when searched), pkg-config (shared + rpath, static), find_package (shared, static)"
+echo "PASS: install (ldconfig when searched), pkg-config (shared + rpath, static)," \
+    "find_package (shared, static)"

@@ -28,4 +28,5 @@ grep -q '^src/ckpt/bad.c:2: ckpt may not include train/train_internal.h (layer t
 grep -q '^src/track/env.c:2: reads the environment after accel_init' <<<"$out" ||
     fail "the environment read is not named: $out"
 ! grep -q 'src/cli/env.c' <<<"$out" || fail "the CLI's environment read is reported: $out"
-echo "check-layers: the project passes; a planted ckpt -> train include and a late getenv are caught"
+echo "check-layers: the project passes;" \
+    "a planted ckpt -> train include and a late getenv are caught"
