@@ -36,6 +36,8 @@ fail() {
     done
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 MN=(--num_machines 2 --main_process_ip 127.0.0.1)
@@ -65,7 +67,8 @@ for per in 1 2; do
     finish m0
     finish m1
     [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "$per per machine: launchers exited $rc_m0, $rc_m1"
-    grep -q "rendezvous: machine 0 of 2 (.*), ranks 0-$((per - 1)) of $n, backend .*, master 127.0.0.1:$port" "$T/m0.err" ||
+    has "$T/m0.err" "rendezvous: machine 0 of 2 (.*)," \
+        "ranks 0-$((per - 1)) of $n, backend .*, master 127.0.0.1:$port" ||
         fail "no summary line on machine 0"
     grep -q "rendezvous: machine 1 of 2 (.*), ranks $per-$((n - 1)) of $n, backend" "$T/m1.err" ||
         fail "no summary line on machine 1"
@@ -137,7 +140,8 @@ echo "ok: taken port named"
 "$ACCEL" launch --num_machines 2 --main_process_ip 192.0.2.1 --machine_rank 0 \
     --main_process_port "$("$FREE")" -n 2 "$CHECK" >"$T/m0.out" 2>"$T/m0.err" &&
     fail "machine 0 served on an address that is not this host's"
-grep -q "cannot serve the rendezvous on 192.0.2.1:.*machine 0 must run where --main_process_ip" "$T/m0.err" ||
+has "$T/m0.err" "cannot serve the rendezvous on" \
+    "192.0.2.1:.*machine 0 must run where --main_process_ip" ||
     grep -q "cannot serve the rendezvous on 192.0.2.1" "$T/m0.err" ||
         fail "wrong address of machine 0 not named"
 port=$("$FREE")
@@ -145,7 +149,8 @@ t0=$(now)
 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port "$port" --rdzv_conf timeout=2 \
     -n 2 "$CHECK" >"$T/m1.out" 2>"$T/m1.err" && fail "machine 1 ran without machine 0"
 t=$(elapsed "$t0")
-grep -q "machine 1: no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:$port within 2 s" "$T/m1.err" ||
+has "$T/m1.err" "machine 1: no rendezvous with the main process" \
+    "(machine 0's launcher) at 127.0.0.1:$port within 2 s" ||
     fail "unreachable master not named"
 [ "$(echo "$t < 10" | bc)" = 1 ] || fail "machine 1 took $t s to give up"
 echo "ok: wrong master addresses named (machine 0: not this host; machine 1: nobody there, $t s)"
@@ -171,7 +176,8 @@ t=$(elapsed "$t0")
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "launchers exited $rc_m0, $rc_m1 after a kill"
 grep -q "accel launch: rank 3 failed: killed by SIGKILL" "$T/m1.err" ||
     fail "machine 1 did not name rank 3"
-grep -q "machine 0: stopping: rank 3 on machine 1 (host .*) failed: killed by SIGKILL" "$T/m0.err" ||
+has "$T/m0.err" "machine 0: stopping: rank 3 on" \
+    "machine 1 (host .*) failed: killed by SIGKILL" ||
     fail "machine 0 did not name rank 3"
 for p in $all; do
     [ -e "/proc/$p" ] && ! grep -q ') Z' "/proc/$p/stat" 2>/dev/null && fail "process $p survived"
@@ -251,7 +257,8 @@ echo "ok: a launcher with its stderr closed runs the job"
     fail "-n 3 on 2 machines not refused"
 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] &&
-    grep -q "only machine 0 picks a free port: give machine 1 the port machine 0 printed" "$T/u.err" ||
+    has "$T/u.err" "only machine 0 picks a free port:" \
+        "give machine 1 the port machine 0 printed" ||
     fail "--main_process_port 0 on machine 1 not refused"
 port=$("$FREE")
 start m1 1 --main_process_port "$port" -n 2 --max_restarts 2 "$CHECK"
@@ -259,7 +266,8 @@ start m0 0 --main_process_port "$port" -n 2 --max_restarts 1 "$CHECK"
 finish m0
 finish m1
 [ "$rc_m0" = 1 ] &&
-    grep -q "machine 1 (host .*) was started with --max_restarts 2, this machine (0) with 1" "$T/m0.err" ||
+    has "$T/m0.err" "machine 1 (host .*) was started" \
+        "with --max_restarts 2, this machine (0) with 1" ||
     fail "different --max_restarts not refused"
 echo "ok: usage errors"
 
@@ -272,7 +280,8 @@ finish m0
 finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "restart: launchers exited $rc_m0, $rc_m1"
 for m in m0 m1; do
-    grep -q "restarting the job on all 2 machines: this machine's 2 processes (restart 1 of 2)" "$T/$m.err" ||
+    has "$T/$m.err" "restarting the job on all 2 machines:" \
+        "this machine's 2 processes (restart 1 of 2)" ||
         fail "restart: $m did not restart"
 done
 # (In attempt 0 a rank may be stopped before it prints: rank 3 fails at once.)
@@ -303,7 +312,8 @@ start m0 0 --preflight --main_process_port "$port" -n 4 "$CHECK"
 finish m0
 finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "preflight: launchers exited $rc_m0, $rc_m1"
-grep -q "preflight: all 4 ranks reached the rendezvous at 127.0.0.1:$port and the launchers of all 2 machines" "$T/m0.err" ||
+has "$T/m0.err" "preflight: all 4 ranks reached the rendezvous" \
+    "at 127.0.0.1:$port and the launchers of all 2 machines" ||
     fail "preflight: no success line"
 port=$("$FREE")
 ACCEL_TEST_PREFLIGHT_CLOSED=1 start m1 1 --preflight --main_process_port "$port" -n 4 "$CHECK"
@@ -313,7 +323,8 @@ finish m1
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] ||
     fail "preflight with a closed endpoint: exited $rc_m0, $rc_m1"
 for m in m0 m1; do
-    grep -q "preflight failed: rank 0 (machine 0) -> machine 1's launcher at 127.0.0.1:[0-9]*: Connection refused" "$T/$m.err" ||
+    has "$T/$m.err" "preflight failed: rank 0 (machine 0) -> machine" \
+        "1's launcher at 127.0.0.1:[0-9]*: Connection refused" ||
         fail "preflight: $m did not name the hop rank 0 -> machine 1"
 done
 grep -q "JOB=" "$T/m0.out" "$T/m1.out" && fail "the program started after a failed preflight"

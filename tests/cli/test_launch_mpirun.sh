@@ -29,12 +29,15 @@ fail() {
     echo "---- stderr:"; cat "$T/err"
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 echo "localhost slots=2" >"$T/hosts"
 
 # ---- 1. the flag ----
 timeout 120 "$ACCEL" launch --mpirun_hostfile "$T/hosts" -n 2 "$PROG" --iters 20 --count 64 \
     >"$T/out" 2>"$T/err" || fail "the job failed"
-grep -q "through .*mpirun (Open MPI): .*mpirun --hostfile $T/hosts --npernode 2 -n 2 --bind-to socket .* __mpirank $PROG --iters 20" "$T/err" ||
+has "$T/err" "through .*mpirun (Open MPI): .*mpirun --hostfile $T/hosts" \
+    "--npernode 2 -n 2 --bind-to socket .* __mpirank $PROG --iters 20" ||
     fail "not Accelerate's mpirun command line"
 [ "$(grep -c "20 allreduces ok" "$T/out" "$T/err" | awk -F: '{s+=$2} END {print s}')" = 2 ] ||
     fail "not both ranks did their all-reduces"
@@ -59,7 +62,8 @@ echo "ok: mpirun_config.mpirun_hostfile from the config file"
 PATH=/nonexistent "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc = 2 ] || fail "exit status $rc without mpirun in PATH (want 2)"
-grep -q "config file $T/cfg.yaml, line 7: mpirun_config.mpirun_hostfile: .*mpirun or mpiexec not found in PATH" "$T/err" ||
+has "$T/err" "config file $T/cfg.yaml, line 7:" \
+    "mpirun_config.mpirun_hostfile: .*mpirun or mpiexec not found in PATH" ||
     fail "the missing mpirun not blamed on the config file's line"
 echo "ok: no mpirun in PATH names the config key"
 
@@ -68,6 +72,7 @@ timeout 120 "$ACCEL" launch --mpirun_hostfile "$T/hosts" -n 2 "$PROG" --iters 10
     --count 64 --die-rank 1 --die-after 20 >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc != 0 ] && [ $rc != 124 ] || fail "exit status $rc after a rank died"
-grep -q "accel launch: mpirun failed: the first failure: rank 1 (host .*, pid [0-9]*) failed: killed by SIGKILL (signal 9)" "$T/err" ||
+has "$T/err" "accel launch: mpirun failed: the first failure:" \
+    "rank 1 (host .*, pid [0-9]*) failed: killed by SIGKILL (signal 9)" ||
     fail "the launcher did not name rank 1"
 echo "ok: a rank killed under mpirun is named (exit status $rc)"

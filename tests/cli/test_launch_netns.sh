@@ -45,6 +45,8 @@ fail() {
     done
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 # start NAME NAMESPACE MACHINE ARGS...
 start() {
     local name=$1 ns=$2 m=$3
@@ -69,7 +71,8 @@ finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "launchers exited $rc_m0, $rc_m1"
 for m in m0 m1; do
     grep -q "master $net.1:29500" "$T/$m.err" || fail "$m: no summary naming the master $net.1"
-    grep -q "preflight: all 4 ranks reached the rendezvous at $net.1:29500 and the launchers of all 2 machines" "$T/$m.err" ||
+    has "$T/$m.err" "preflight: all 4 ranks reached the rendezvous" \
+        "at $net.1:29500 and the launchers of all 2 machines" ||
         fail "$m: preflight did not pass"
 done
 [ "$(cat "$T/m0.out" "$T/m1.out" | sed -n 's/.*JOB=\([0-9a-f]*\) .*/\1/p' | sort -u | wc -l)" = 1 ] ||
@@ -97,7 +100,8 @@ start m1 "$ns1" 1 --main_process_ip "$net.3" --rdzv_conf timeout=2 -n 2 "$CHECK"
 finish m0
 finish m1
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "wrong master address: exited $rc_m0, $rc_m1"
-grep -q "machine 1: no rendezvous with the main process (machine 0's launcher) at $net.3:29500" "$T/m1.err" ||
+has "$T/m1.err" "machine 1: no rendezvous with the main" \
+    "process (machine 0's launcher) at $net.3:29500" ||
     fail "machine 1 did not name the unreachable address"
 grep -q "machine rank(s) 1 of 2 did not arrive" "$T/m0.err" ||
     fail "machine 0 did not name machine 1"
