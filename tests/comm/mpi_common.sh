@@ -24,7 +24,8 @@ now() { date +%s.%N; }
 elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 # run NAME NP LIMIT [VAR=VALUE...] -- PROG ARGS...: mpirun, output in $tmp/NAME.out, exit status in
 # rc (124: still running after LIMIT seconds; mpirun itself exits 128 + signal of a killed rank).

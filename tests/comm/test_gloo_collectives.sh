@@ -84,8 +84,9 @@ by_hand=1
 for restart in 0 1; do
     for ml in "2 1" "2 2"; do
         set -- $ml
-        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 MASTER_PORT="$store_port" \
-            ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- "$B/tests/progs/allreduce_loop" \
+        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 \
+            MASTER_PORT="$store_port" ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- \
+            "$B/tests/progs/allreduce_loop" \
             --iters 20 --count 300000
     done
 done

@@ -67,8 +67,9 @@ case_kill() { # name M L dead count async
     for r in $(seq 0 $((m * l - 1))); do
         [ "$r" -eq "$dead" ] && continue
         local rc=${rcs[$r]} t err="$tmp/$name/r$r.err"
+        # (the watcher polls: it may see the death late)
         t=$(awk -v a="$(cat "$tmp/$name.death")" -v b="${ends[$r]}" \
-            'BEGIN { printf "%.2f", (b > a ? b - a : 0) }') # (the watcher polls: it may see it late)
+            'BEGIN { printf "%.2f", (b > a ? b - a : 0) }')
         [ "$rc" -ne 0 ] || fail_case "$name" "process $r exited 0"
         [ "$rc" -ne 137 ] || fail_case "$name" "process $r hung"
         [ "$rc" -ne 3 ] || fail_case "$name" "process $r: the next call did not fail alike"

@@ -107,8 +107,9 @@ for r in 0 1; do
     wait "${pids[$r]}"
     rc=$?
     [ "$rc" -eq 1 ] || fail "stale: rank $r exited $rc, expected 1 (137: it waited)"
-    grep -q "segment $stale is left over from a job that was killed (its creator, pid $creator, is gone)" \
-        "$tmp/e$r.err" || fail "stale: rank $r did not name the stale segment and its pid"
+    want="segment $stale is left over from a job that was killed"
+    grep -q "$want (its creator, pid $creator, is gone)" "$tmp/e$r.err" ||
+        fail "stale: rank $r did not name the stale segment and its pid"
 done
 [ -e "$stale" ] || fail "stale: the stale segment was removed (it is evidence, not ours to reuse)"
 rm -f "$stale"
