@@ -4,8 +4,8 @@
 # agree there on a random nonce naming the job's segment.
 #  1. Two jobs of 2 processes on two ports, started together: each computes its own sums
 #     (different salts, so a cross-paired job would get wrong ones) and all four exit 0.
-#  2. Two jobs on one port, started together, every process finishing accel_init before any
-#     computes: none computes. The process 0 that could not serve the port names it and says it
+#  2. Two jobs on one port, started together (the processes 1 once one process 0 was refused the
+#     port), every process finishing accel_init before any computes: none computes. The process 0 that could not serve the port names it and says it
 #     is in use; the others report the clash (two jobs on one MASTER_ADDR and MASTER_PORT).
 #  3. A stale segment: ACCEL_JOB_ID reused after its creator was SIGKILLed before anyone joined.
 #     Both processes of the restarted job report it at once, naming the file and the dead pid
@@ -71,6 +71,13 @@ pids=()
 sync=(--sync-dir "$tmp/sync" --sync-count 4)
 start c0 0 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
 start d0 0 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
+# The processes 1 only once one process 0 has been refused the port: a process 0 that failed on
+# the clash closes its store, and a process 0 of the other job that came later still would take
+# the port over and wait its ACCEL_TIMEOUT for a process 1 already gone (1 run in about 300).
+for _ in $(seq 1 1000); do
+    grep -qs "cannot serve on" "$tmp/c0.err" "$tmp/d0.err" && break
+    sleep 0.01
+done
 start c1 1 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
 start d1 1 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
 i=0
