@@ -72,7 +72,8 @@ for per in 1 2; do
         fail "no summary line on machine 0"
     grep -q "rendezvous: machine 1 of 2 (.*), ranks $per-$((n - 1)) of $n, backend" "$T/m1.err" ||
         fail "no summary line on machine 1"
-    jobs=$(cat "$T"/m0.out "$T"/m1.out | sed -n 's/.*JOB=\([0-9a-f]*\) MASTER=127.0.0.1:'"$port"'$/\1/p')
+    jobs=$(cat "$T"/m0.out "$T"/m1.out |
+        sed -n 's/.*JOB=\([0-9a-f]*\) MASTER=127.0.0.1:'"$port"'$/\1/p')
     [ "$(echo "$jobs" | wc -l)" = $n ] || fail "$per per machine: not $n ranks with the job id"
     [ "$(echo "$jobs" | sort -u | wc -l)" = 1 ] || fail "job ids differ: $jobs"
     for r in $(seq 0 $((n - 1))); do
@@ -255,7 +256,8 @@ echo "ok: a launcher with its stderr closed runs the job"
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
     fail "-n 3 on 2 machines not refused"
-"$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" >"$T/u.out" 2>"$T/u.err"
+"$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" \
+    >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] &&
     has "$T/u.err" "only machine 0 picks a free port:" \
         "give machine 1 the port machine 0 printed" ||

@@ -75,7 +75,8 @@ for m in m0 m1; do
         "at $net.1:29500 and the launchers of all 2 machines" ||
         fail "$m: preflight did not pass"
 done
-[ "$(cat "$T/m0.out" "$T/m1.out" | sed -n 's/.*JOB=\([0-9a-f]*\) .*/\1/p' | sort -u | wc -l)" = 1 ] ||
+[ "$(cat "$T/m0.out" "$T/m1.out" | sed -n 's/.*JOB=\([0-9a-f]*\) .*/\1/p' | sort -u |
+    wc -l)" = 1 ] ||
     fail "job ids differ"
 for r in 0 1 2 3; do
     grep -q "^\[rank$r\]: JOB=" "$T/m0.out" "$T/m1.out" || fail "rank $r did not run"

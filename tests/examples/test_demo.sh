@@ -11,8 +11,9 @@ trap 'rm -rf "$DIR"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=1
 demo=$DIR/demo
+args="--layers 2 --width 64 --heads 4 --context 32 --batch 4 --sample 20 --data $SRC/docs"
 make -s --no-print-directory -C "$SRC" demo-run BUILD="$BUILD" DEMO_DIR="$demo" DEMO_STEPS=16 \
-    DEMO_ARGS="--layers 2 --width 64 --heads 4 --context 32 --batch 4 --sample 20 --data $SRC/docs" \
+    DEMO_ARGS="$args" \
     >"$DIR/out" 2>&1 || { cat "$DIR/out"; fail "make demo-run exited with an error"; }
 cat "$DIR/out"
 sed -n '/^== demo 1\/2/,/^== demo 2\/2/p' "$DIR/out" >"$DIR/part1"

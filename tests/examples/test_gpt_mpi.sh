@@ -47,8 +47,9 @@ for mp in no bf16; do
             "$B/examples/gpt" $g --save_dir "$DIR/shm" >"$DIR/shm.out" 2>&1 ||
             { cat "$DIR/shm.out"; fail "gpt on shm ($mp, $np processes)"; }
         # shellcheck disable=SC2086
-        timeout -k 5 280 mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS -x ACCEL_LOG_LEVEL=info \
-            "$B/examples/gpt" $g --save_dir "$DIR/mpi" >"$DIR/mpi.out" 2>&1 ||
+        timeout -k 5 280 mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS \
+            -x ACCEL_LOG_LEVEL=info "$B/examples/gpt" $g --save_dir "$DIR/mpi" \
+            >"$DIR/mpi.out" 2>&1 ||
             { cat "$DIR/mpi.out"; fail "gpt on mpi ($mp, $np processes)"; }
         # mpirun's variables alone choose the backend.
         grep -q "initialised: $np processes, backend mpi" "$DIR/mpi.out" ||
