@@ -5,8 +5,9 @@
 #  1. Two jobs of 2 processes on two ports, started together: each computes its own sums
 #     (different salts, so a cross-paired job would get wrong ones) and all four exit 0.
 #  2. Two jobs on one port, started together (the processes 1 once one process 0 was refused the
-#     port), every process finishing accel_init before any computes: none computes. The process 0 that could not serve the port names it and says it
-#     is in use; the others report the clash (two jobs on one MASTER_ADDR and MASTER_PORT).
+#     port), every process finishing accel_init before any computes: none computes. The process
+#     0 that could not serve the port names it and says it is in use; the others report the
+#     clash (two jobs on one MASTER_ADDR and MASTER_PORT).
 #  3. A stale segment: ACCEL_JOB_ID reused after its creator was SIGKILLed before anyone joined.
 #     Both processes of the restarted job report it at once, naming the file and the dead pid
 #     (no wait for the timeout), and leave it in place.
