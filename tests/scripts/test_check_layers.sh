@@ -16,7 +16,8 @@ cp "$src/scripts/check-layers.sh" "$tmp/scripts/"
 printf '#include "core/internal.h"\n#include "train/train_internal.h"\n' >"$tmp/src/ckpt/bad.c"
 printf '#include "core/internal.h"\n' >"$tmp/src/train/ok.c"
 mkdir -p "$tmp/src/track" "$tmp/src/cli"
-printf '#include <stdlib.h>\nconst char *u(void) { return getenv("USER"); }\n' >"$tmp/src/track/env.c"
+printf '#include <stdlib.h>\nconst char *u(void) { return getenv("USER"); }\n' \
+    >"$tmp/src/track/env.c"
 printf '#include <stdlib.h>\nconst char *p(void) { return getenv("PATH"); }\n' >"$tmp/src/cli/env.c"
 git -C "$tmp" init -q && git -C "$tmp" add -A
 rc=0

@@ -9,7 +9,10 @@ tmp=$(mktemp -d /tmp/accel-pyenv-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 # Each check runs in a fresh shell with only the variables it names.
-py() { env -i PATH="$PATH" ACCEL_BUILD_DIR="$tmp/build" "$@" bash -c '. "$0"; eval "$1"' "$src/tests/pyenv.sh" "$CODE"; }
+py() {
+    env -i PATH="$PATH" ACCEL_BUILD_DIR="$tmp/build" "$@" bash -c '. "$0"; eval "$1"' \
+        "$src/tests/pyenv.sh" "$CODE"
+}
 
 CODE='accel_pyenv_dir'
 [ "$(py HOME="$tmp/home")" = "$tmp/home/.cache/accel/pyenv" ] ||
