@@ -359,8 +359,9 @@ static void sample_text(nn_ctx *g, const nn_gpt *m, const char *prompt, int n, i
 
 /* ------------------------------------------------------------------------ saving */
 
-/* The shortest %g form that reads back as the same float (1e-05 rather than 9.99999975e-06). */
-static void print_float(FILE *f, float x)
+/* The line `  "key": x,` of a float field, x in the shortest %g form that reads back as the
+ * same float (1e-05 rather than 9.99999975e-06), and 0.0, not 0 (a float in GPT2Config). */
+static void print_float(FILE *f, const char *key, float x)
 {
     char buf[32];
     for (int prec = 1; prec <= 9; prec++) {
@@ -369,10 +370,7 @@ static void print_float(FILE *f, float x)
             break;
         }
     }
-    fputs(buf, f);
-    if (strpbrk(buf, ".e") == NULL) {
-        fputs(".0", f); /* 0.0, not 0: the field is a float in GPT2Config */
-    }
+    fprintf(f, "  \"%s\": %s%s,\n", key, buf, strpbrk(buf, ".e") ? "" : ".0");
 }
 
 /*
@@ -396,21 +394,18 @@ static int write_hf_config(const char *dir, const nn_gpt_config *c)
     const char *act = c->act == NN_ACT_GELU ? "gelu" : "gelu_new";
     fprintf(f, "{\n  \"activation_function\": \"%s\",\n", act);
     fprintf(f, "  \"architectures\": [\"GPT2LMHeadModel\"],\n");
-    fprintf(f, "  \"attn_pdrop\": ");
-    print_float(f, c->dropout);
-    fprintf(f, ",\n  \"bos_token_id\": null,\n  \"embd_pdrop\": ");
-    print_float(f, c->dropout);
-    fprintf(f, ",\n  \"eos_token_id\": null,\n  \"initializer_range\": 0.02,\n");
-    fprintf(f, "  \"layer_norm_epsilon\": ");
-    print_float(f, c->ln_eps);
-    fprintf(f, ",\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n",
-            c->block_size, c->n_embd);
+    print_float(f, "attn_pdrop", c->dropout);
+    fprintf(f, "  \"bos_token_id\": null,\n");
+    print_float(f, "embd_pdrop", c->dropout);
+    fprintf(f, "  \"eos_token_id\": null,\n  \"initializer_range\": 0.02,\n");
+    print_float(f, "layer_norm_epsilon", c->ln_eps);
+    fprintf(f, "  \"model_type\": \"gpt2\",\n  \"n_ctx\": %d,\n  \"n_embd\": %d,\n", c->block_size,
+            c->n_embd);
     fprintf(f, "  \"n_head\": %d,\n  \"n_inner\": null,\n  \"n_layer\": %d,\n", c->n_head,
             c->n_layer);
     fprintf(f, "  \"n_positions\": %d,\n  \"reorder_and_upcast_attn\": false,\n", c->block_size);
-    fprintf(f, "  \"resid_pdrop\": ");
-    print_float(f, c->dropout);
-    fprintf(f, ",\n  \"scale_attn_by_inverse_layer_idx\": false,\n");
+    print_float(f, "resid_pdrop", c->dropout);
+    fprintf(f, "  \"scale_attn_by_inverse_layer_idx\": false,\n");
     fprintf(f, "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": %s,\n",
             c->tied ? "true" : "false");
     fprintf(f, "  \"torch_dtype\": \"float32\",\n  \"use_cache\": true,\n");
@@ -690,10 +685,7 @@ int main(int argc, char **argv)
 
     /* The time spent inside accel_loader_next against the whole loop: the loader has no
      * worker threads here, so this is all that sampling, sharding and collating cost. */
-    int micro = 0, first_step = rs.step, last_step = a.steps;
-    if (a.stop_at > 0 && a.stop_at < a.steps) {
-        last_step = a.stop_at;
-    }
+    int micro = 0, first_step = rs.step, last_step = a.stop_at > 0 ? a.stop_at : a.steps;
     double step_loss = 0.0, grad_norm = 0.0, t_window = now(), t_wait = 0.0, t_loop = now();
     while (rs.step < last_step) {
         accel_batch *b;

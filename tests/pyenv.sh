@@ -64,7 +64,8 @@ accel_need_python() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ] && [ "${1:-}" = notice ]; then
     if accel_no_python; then
-        echo "ACCEL_NO_PYTHON=$ACCEL_NO_PYTHON: the tests that check files with Python tools will skip"
+        echo "ACCEL_NO_PYTHON=$ACCEL_NO_PYTHON:" \
+            "the tests that check files with Python tools will skip"
     elif [ ! -x "$(accel_pyenv_dir)/bin/python3" ]; then
         echo "The interop tests may install numpy, safetensors, tensorboard and mlflow (about" \
             "300 MB, once) into $(accel_pyenv_dir); ACCEL_PYENV_DIR moves it, ACCEL_NO_PYTHON=1" \

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,10 @@ struct accel__store {
     double grace_s; /* see ANSWER_GRACE_S */
     accel_status broken;
     char name[320]; /* "addr:port" */
+    /* The serving process's opening thread and its error count then (accel__error_count): a
+     * failure it records before closing is why the server stops, for the clients. */
+    pthread_t opener;
+    unsigned errors_at_open;
 };
 
 static void sleep_s(double s)
@@ -285,6 +290,8 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
         accel__store_close(st);
         return s;
     }
+    st->opener = pthread_self();
+    st->errors_at_open = accel__error_count();
     *out = st;
     return ACCEL_OK;
 }
@@ -297,7 +304,20 @@ void accel__store_close(accel__store *st)
     if (st->fd >= 0) {
         close(st->fd);
     }
-    accel__store_server_stop(st->srv);
+    if (st->srv != NULL) {
+        /* A process that closes its store early usually does so because it failed (a clash
+         * its hook saw, a failed setup step): clients still at work then learn that cause
+         * instead of a bare closed connection. */
+        char why[ACCEL__ERRMSG_NBYTES];
+        int n =
+            snprintf(why, sizeof(why), "the process serving it (pid %d) closed it", (int)getpid());
+        if (pthread_equal(st->opener, pthread_self()) &&
+            accel__error_count() != st->errors_at_open && accel_last_status(NULL) != ACCEL_OK) {
+            snprintf(why + n, sizeof(why) - (size_t)n, " after this failure: %s",
+                     accel_last_error(NULL));
+        }
+        accel__store_server_stop(st->srv, why);
+    }
     accel__free(st);
 }
 
@@ -401,6 +421,14 @@ static accel_status exchange(accel__store *st, uint8_t *req, size_t len, double 
         return s;
     }
     *status = body[0];
+    if (*status == STORE_GONE) {
+        st->broken = ACCEL_EPEER;
+        accel_status e = accel__seterr(NULL, ACCEL_EPEER,
+                                       "store %s: the server stopped before answering %s: %.*s",
+                                       st->name, what, (int)(n - 1), (const char *)body + 1);
+        accel__free(body);
+        return e;
+    }
     if (*status == STORE_BAD) {
         st->broken = ACCEL_EIO;
         accel_status e = accel__seterr(NULL, ACCEL_EIO, "store %s: the server refused %s: %.*s",

@@ -10,7 +10,8 @@
  * serves as a counter or a claim ("the first to add gets 1"). Keys are never deleted: use fresh
  * names for each use. Every call has a deadline; a server that dies closes the connection and
  * every waiting client fails at once with ACCEL_EPEER, a stopped or unreachable one with
- * ACCEL_ETIMEDOUT; messages name the address.
+ * ACCEL_ETIMEDOUT; messages name the address. A server closed by its process answers every
+ * client's request in progress or next with why (accel__store_close) before it closes.
  *
  * Presence: a client may declare a key and value that the server sets when the client's
  * connection ends without a departure (the process died or exited without leaving, or its
@@ -30,7 +31,8 @@
  *
  * Wire format (little-endian): greeting u32 magic "ACST" + u32 version each way; request u32
  * length + (u8 op, u8 0, u16 key count, u32 timeout ms, op fields: key = u16 length + bytes,
- * value = u32 length + bytes, delta = i64); response u32 length + (u8 status, payload).
+ * value = u32 length + bytes, delta = i64); response u32 length + (u8 status, payload); a
+ * stopping server's last answer on every connection has status GONE (store_wire.h).
  */
 #ifndef ACCEL_COMM_STORE_H
 #define ACCEL_COMM_STORE_H
@@ -71,8 +73,12 @@ typedef struct accel__store_config {
  * not an accel store is ACCEL_EIO too. On success *out is the client (and the server, if any):
  * one thread at a time. */
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
-/* Closes the client and, for the serving process, stops the server (clients still connected
- * then see ACCEL_EPEER). Accepts NULL. */
+/* Closes the client and, for the serving process, stops the server. Clients still connected
+ * then see ACCEL_EPEER, in their request in progress or their next one, saying why: "the
+ * server stopped before answering ...: the process serving it (pid N) closed it", followed,
+ * when the calling thread recorded a failure since it opened st, by " after this failure:
+ * <its accel_last_error>" (a process 0 that stops early because it failed thereby tells the
+ * others why). Accepts NULL. */
 void accel__store_close(accel__store *st);
 
 /* Like accel__store_close, but the server (if this process runs it) keeps serving until the

@@ -6,10 +6,11 @@
  * Invariants: a connection has at most one request in progress (clients are synchronous); a
  * request whose keys are missing is parked with its deadline and answered as soon as the last
  * key appears or the deadline passes. A malformed request gets a BAD answer and the connection
- * is closed. A connection that declared its presence and ends without departing sets its
- * declared key (unless it exists) as it goes. A connection that beats (the liveness watch's) is
- * heard at each request it sends; a beat learns which other beaters have been silent for longer
- * than it asks (or are behind it).
+ * is closed; a server that stops answers every client with GONE and why (store.h). A
+ * connection that declared its presence and ends without departing sets its declared key
+ * (unless it exists) as it goes. A connection that beats (the liveness watch's) is heard at each
+ * request it sends; a beat learns which other beaters have been silent for longer than it asks
+ * (or are behind it).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -134,6 +135,16 @@ static void answer(conn *c, uint8_t status, const void *a, size_t an, const void
 static void bad(conn *c, const char *why)
 {
     answer(c, STORE_BAD, why, strlen(why), NULL, 0);
+    c->closing = 1;
+}
+
+void accel__store_farewell(conn *c, const char *why)
+{
+    if (!c->greeted || c->closing) {
+        return; /* mid-greeting the client connects again; after a BAD it knows why */
+    }
+    accel__store_unpark(c);
+    answer(c, STORE_GONE, why, strlen(why), NULL, 0);
     c->closing = 1;
 }
 

@@ -276,7 +276,16 @@ void accel__store_server_detach(accel__store_server *srv)
     pthread_detach(srv->thread);
 }
 
-void accel__store_server_stop(accel__store_server *srv)
+/* Reads and drops what c sent that the stopped server will not handle: closing a socket with
+ * unread input resets the connection, dropping what is not sent yet (the farewell). */
+static void drain_in(conn *c)
+{
+    uint8_t buf[4096];
+    while (recv(c->fd, buf, sizeof(buf), 0) > 0) {
+    }
+}
+
+void accel__store_server_stop(accel__store_server *srv, const char *why)
 {
     if (srv == NULL) {
         return;
@@ -286,9 +295,14 @@ void accel__store_server_stop(accel__store_server *srv)
     }
     pthread_join(srv->thread, NULL);
     for (size_t i = 0; i < srv->n_conns; i++) {
-        /* Answers already given go out before the close. */
-        (void)accel__store_flush_out(srv->conns[i]);
-        conn_free(srv->conns[i]);
+        /* Answers already given go out before the close, then why the server stops: a client
+         * waiting now or asking later reads it instead of a bare closed connection (best
+         * effort: a client whose socket buffer is full misses it). */
+        conn *c = srv->conns[i];
+        accel__store_farewell(c, why);
+        drain_in(c);
+        (void)accel__store_flush_out(c);
+        conn_free(c);
     }
     for (size_t i = 0; i < srv->table_cap; i++) {
         accel__free(srv->table[i].key);

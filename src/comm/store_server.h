@@ -102,6 +102,10 @@ void accel__store_try_parked(accel__store_server *srv, conn *c, double now);
 /* c ends: its declared presence, if any, sets its key (waiters answered). The caller has taken
  * c out of srv->conns. */
 void accel__store_lost(accel__store_server *srv, conn *c);
+/* The server stops: queues GONE and why as c's last answer (to its parked request, the one
+ * still unread in c->in, or the next it sends), unless c is still greeting or already
+ * closing. */
+void accel__store_farewell(conn *c, const char *why);
 /* Frees c's parked request / its declared presence (each may be absent). */
 void accel__store_unpark(conn *c);
 void accel__store_forget_presence(conn *c);

@@ -11,7 +11,7 @@
 #include "store.h"
 
 #define STORE_MAGIC 0x54534341u /* "ACST" */
-#define STORE_VERSION 1u
+#define STORE_VERSION 2u /* 2: the GONE answer */
 #define STORE_REQ_HEAD 8u /* op, 0, key count, timeout ms */
 /* The largest request body: a set of the largest key and value, or a wait on many keys. */
 #define STORE_BODY_MAX (STORE_REQ_HEAD + 2u + ACCEL__STORE_KEY_MAX + 4u + ACCEL__STORE_VALUE_MAX)
@@ -32,8 +32,10 @@ enum {
 #define STORE_BEAT_NAME_MAX ACCEL__STORE_BEAT_NAME_MAX
 #define STORE_SILENT_MAX ACCEL__STORE_SILENT_MAX
 /* Response status: OK; MISSING: the deadline passed (payload: the first missing key); BAD: a
- * malformed request (payload: why), after which the server closes the connection. */
-enum { STORE_OK = 0, STORE_MISSING = 1, STORE_BAD = 2 };
+ * malformed request (payload: why), after which the server closes the connection; GONE: the
+ * server stopped (payload: why), the connection's last answer, sent to every client at the
+ * stop, so that a client reads it as the answer to its request in progress or its next one. */
+enum { STORE_OK = 0, STORE_MISSING = 1, STORE_BAD = 2, STORE_GONE = 3 };
 
 static inline void store_put16(uint8_t *p, uint16_t v)
 {
@@ -71,8 +73,9 @@ typedef struct accel__store_server accel__store_server;
  * thread. The error names the address. */
 accel_status accel__store_server_start(accel__store_server **out, const char *addr, int port,
                                        accel__store_hook hook, void *hook_arg, int *bound_port);
-/* Stops the thread and closes every connection. Accepts NULL. */
-void accel__store_server_stop(accel__store_server *srv);
+/* Stops the thread and closes every connection, answering each with GONE and why (the
+ * client's message; see accel__store_farewell). Accepts NULL. */
+void accel__store_server_stop(accel__store_server *srv, const char *why);
 /* Lets the server run until the process exits (its memory stays in use), without its hook. */
 void accel__store_server_detach(accel__store_server *srv);
 

@@ -31,7 +31,8 @@ fail() {
 }
 run() { "$ACCEL" launch --num_processes "$@" 2>"$T/err"; }
 expect_gen() { # NP STAGE DIR GEN
-    out=$(run "$1" "$PROG" load "$3" "$2") || { cat "$T/err"; fail "load of $3 on $1 processes, stage $2"; }
+    out=$(run "$1" "$PROG" load "$3" "$2") ||
+        { cat "$T/err"; fail "load of $3 on $1 processes, stage $2"; }
     echo "$out" | grep -q "generation $4\$" || fail "load on $1 processes, stage $2: $out"
 }
 
@@ -50,16 +51,20 @@ expect_gen 3 1 "$T/w2" 9
 # flags' refusals; --remove_checkpoint_dir removes only after writing, never around the output.
 run 2 "$PROG" save "$T/w7" 0 7 || { cat "$T/err"; fail "whole save of generation 7"; }
 "$ACCEL" merge-weights "$T/s3" "$T/m_sharded" >/dev/null || fail "merge-weights of the shards"
-"$ACCEL" merge-weights --max_shard_size 10GB "$T/w7" "$T/m_whole" >/dev/null || fail "merge-weights whole"
+"$ACCEL" merge-weights --max_shard_size 10GB "$T/w7" "$T/m_whole" >/dev/null ||
+    fail "merge-weights whole"
 cmp "$T/m_sharded/model.safetensors" "$T/m_whole/model.safetensors" || fail "merged bytes differ"
 "$ACCEL" merge-weights "$T/s3" "$T/m_split" --max_shard_size 200 >/dev/null || fail "split merge"
 [ -f "$T/m_split/model.safetensors.index.json" ] || fail "no index in $(ls "$T/m_split")"
-"$ACCEL" merge-weights --unsafe_serialization "$T/s3" "$T/x" 2>"$T/err" && fail "--unsafe_serialization"
+"$ACCEL" merge-weights --unsafe_serialization "$T/s3" "$T/x" 2>"$T/err" &&
+    fail "--unsafe_serialization"
 grep -q "pytorch_model.bin, a torch pickle" "$T/err" || fail "unsafe: $(cat "$T/err")"
-"$ACCEL" merge-weights "$T/s3" "$T/s3/inside" --remove_checkpoint_dir 2>"$T/err" && fail "output inside"
+"$ACCEL" merge-weights "$T/s3" "$T/s3/inside" --remove_checkpoint_dir 2>"$T/err" &&
+    fail "output inside"
 [ -d "$T/s3" ] && [ ! -e "$T/s3/inside" ] || fail "a refused merge touched the checkpoint"
 cp -r "$T/s3" "$T/s3copy"
-"$ACCEL" merge-weights "$T/s3copy" "$T/m_removed" --remove_checkpoint_dir >/dev/null || fail "remove"
+"$ACCEL" merge-weights "$T/s3copy" "$T/m_removed" --remove_checkpoint_dir >/dev/null ||
+    fail "remove"
 [ ! -e "$T/s3copy" ] && cmp "$T/m_removed/model.safetensors" "$T/m_whole/model.safetensors" ||
     fail "--remove_checkpoint_dir"
 "$ACCEL" merge-weights "$T/nothing" "$T/x" 2>"$T/err" && fail "a missing checkpoint merged"

@@ -30,7 +30,8 @@ fail() {
 run() { # NP ARGS...
     local np=$1
     shift
-    "$ACCEL" launch --num_processes "$np" "$Z" "$@" >"$T/out" 2>&1 || { cat "$T/out"; fail "zero_train $*"; }
+    "$ACCEL" launch --num_processes "$np" "$Z" "$@" >"$T/out" 2>&1 ||
+        { cat "$T/out"; fail "zero_train $*"; }
 }
 same() { "$Z" compare "$1" "$2" "$3" || fail "$1 vs $2 (tolerance $3)"; }
 
@@ -40,8 +41,10 @@ for s in 3 2; do
     [ -f "$T/c$s/model.shard-3-of-4.safetensors" ] && [ -f "$T/c$s/optimizer.index.json" ] &&
         [ ! -e "$T/c$s/model.safetensors" ] || fail "stage $s checkpoint: $(ls "$T/c$s")"
     same "$T/s$s" "$T/ref" 0
-    cmp "$T/m0_3/model.safetensors" "$T/m${s}_3/model.safetensors" || fail "stage $s save_model at 3"
-    cmp "$T/m0_6/model.safetensors" "$T/m${s}_6/model.safetensors" || fail "stage $s save_model at 6"
+    cmp "$T/m0_3/model.safetensors" "$T/m${s}_3/model.safetensors" ||
+        fail "stage $s save_model at 3"
+    cmp "$T/m0_6/model.safetensors" "$T/m${s}_6/model.safetensors" ||
+        fail "stage $s save_model at 6"
     "$ACCEL" merge-weights "$T/c$s" "$T/merged$s" >/dev/null || fail "merge-weights stage $s"
     cmp "$T/merged$s/model.safetensors" "$T/m0_3/model.safetensors" || fail "merge-weights $s"
     for stage in 3 2 1 0; do

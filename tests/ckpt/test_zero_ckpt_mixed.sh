@@ -28,7 +28,8 @@ fail() {
 run() { # NP ARGS...
     local np=$1
     shift
-    "$ACCEL" launch --mixed_precision bf16 --num_processes "$np" "$Z" "$@" >"$T/out" 2>&1 || { cat "$T/out"; fail "zero_train $*"; }
+    "$ACCEL" launch --mixed_precision bf16 --num_processes "$np" "$Z" "$@" >"$T/out" 2>&1 ||
+        { cat "$T/out"; fail "zero_train $*"; }
 }
 same() { "$Z" compare "$1" "$2" "$3" || fail "$1 vs $2 (tolerance $3)"; }
 

@@ -40,10 +40,13 @@ for c in $cases; do
     IFS=: read -r mp np type <<<"$c"
     printf 'distributed_type: %s\nmixed_precision: %s\nnum_processes: %s\nuse_cpu: true\n' \
         "$type" "$mp" "$np" >"$T/cfg.yaml"
-    [ "$type" = DEEPSPEED ] && printf 'deepspeed_config:\n  zero_stage: 0\n  gradient_accumulation_steps: 3\n' >>"$T/cfg.yaml"
+    [ "$type" = DEEPSPEED ] &&
+        printf '%s\n' 'deepspeed_config:' '  zero_stage: 0' '  gradient_accumulation_steps: 3' \
+            >>"$T/cfg.yaml"
     run_test 0 --config_file "$T/cfg.yaml"
     [ "$(tail -n 1 "$T/out")" = "$SUCCESS" ] || fail "$c: no success line"
-    grep -q "^\[rank0\]: every check passed on $np processes$" "$T/out" || fail "$c: not $np processes"
+    grep -q "^\[rank0\]: every check passed on $np processes$" "$T/out" ||
+        fail "$c: not $np processes"
     grep -q "^\[rank0\]: Mixed precision type: $mp$" "$T/out" || fail "$c: precision not $mp"
     want_k=2
     [ "$type" = DEEPSPEED ] && want_k=3
@@ -55,7 +58,8 @@ done
 printf 'distributed_type: MULTI_CPU\nnum_processes: 2\n' >"$T/cfg.yaml"
 for check in collectives training checkpoint; do
     ACCEL_TEST_FAIL_CHECK=$check run_test 1 --config_file "$T/cfg.yaml"
-    tail -n 1 "$T/err" | grep -q "^accel test: FAILED: check '$check' (.*) failed on process 1: failing on purpose (ACCEL_TEST_FAIL_CHECK=$check)$" ||
+    want="^accel test: FAILED: check '$check' (.*) failed on process 1: failing on purpose"
+    tail -n 1 "$T/err" | grep -q "$want (ACCEL_TEST_FAIL_CHECK=$check)$" ||
         fail "the last line does not name check $check: $(tail -n 1 "$T/err")"
     grep -q "$SUCCESS" "$T/out" && fail "success line after a failure"
 done

@@ -29,6 +29,8 @@ for f in "$ACCEL" "$P/pty_drive" "$P/show_options"; do
 done
 
 # What the library resolves from FILE, and the process count accel launch starts.
+# options MIXED_PRECISION CPU DEBUG ACCUMULATION ZERO_STAGE: show_options' line for those.
+options() { echo "options: mixed_precision=$1 cpu=$2 debug=$3 accumulation=$4 zero_stage=$5"; }
 library_sees() { # FILE EXPECTED_OPTIONS_LINE EXPECTED_PROCESSES
     ACCELERATE_CONFIG_FILE=$1 timeout 20 "$P/show_options" >"$T/out" 2>"$T/err" ||
         fail "accel_init refused $1"
@@ -84,10 +86,11 @@ expect Do you wish to use mixed precision?
 send 2<enter>
 expect accel configuration saved at
 EOF2
-timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/pty.yaml" >"$T/out" 2>"$T/err" ||
+timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/pty.yaml" \
+    >"$T/out" 2>"$T/err" ||
     fail "the terminal questionnaire failed"
 grep -q $'\xe2\x9e\x94 \033\[32mmulti-CPU' "$T/out" || fail "no arrow-key menu was drawn"
-library_sees "$T/pty.yaml" "options: mixed_precision=bf16 cpu=1 debug=1 accumulation=4 zero_stage=0" 2
+library_sees "$T/pty.yaml" "$(options bf16 1 1 4 0)" 2
 expected_ds="compute_environment='LOCAL_MACHINE'
 debug=True
 deepspeed_config.gradient_accumulation_steps=4
@@ -107,12 +110,14 @@ tpu_use_cluster=False
 tpu_use_sudo=False
 use_cpu=True"
 python_sees "$T/pty.yaml" "$expected_ds"
-ok "terminal questionnaire (arrow and number keys): the file reads back the same in accel and Python"
+ok "terminal questionnaire (arrow and number keys):" \
+    "the file reads back the same in accel and Python"
 
 # Ctrl-C in a menu: exit 130, nothing written.
-printf 'expect In which compute environment\nsend <enter>\nexpect Which type of machine\nsend <ctrl-c>\n' \
-    >"$T/script"
-timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/int.yaml" >"$T/out" 2>"$T/err"
+printf '%s\n' 'expect In which compute environment' 'send <enter>' \
+    'expect Which type of machine' 'send <ctrl-c>' >"$T/script"
+timeout 60 "$P/pty_drive" "$T/script" -- "$ACCEL" config --config_file "$T/int.yaml" \
+    >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc -eq 130 ] || fail "Ctrl-C: exit $rc, expected 130"
 grep -q "accel config: interrupted" "$T/out" || fail "Ctrl-C not reported"
@@ -127,7 +132,7 @@ printf '0\n7\nmulti-CPU\n\nno\n\n3\nfp16\n' |
     fail "the stdin questionnaire failed"
 grep -q "Please enter a number from 0 to 2" "$T/out" || fail "a bad answer was not asked again"
 grep -q "^  \[1\] multi-CPU$" "$T/out" || fail "choices are not numbered"
-library_sees "$T/stdin.yaml" "options: mixed_precision=fp16 cpu=1 debug=0 accumulation=1 zero_stage=0" 3
+library_sees "$T/stdin.yaml" "$(options fp16 1 0 1 0)" 3
 python_sees "$T/stdin.yaml" "compute_environment='LOCAL_MACHINE'
 debug=False
 distributed_type='MULTI_CPU'
@@ -169,7 +174,8 @@ grep -q "Please enter a host name or an address: give the address alone" "$T/out
     fail "host:port was not asked again"
 grep -q "Please enter a multiple of the number of machines (100)" "$T/out" ||
     fail "150 processes on 100 machines were not asked again"
-for kv in "machine_rank: 70" "main_process_ip: 10.0.0.1" "num_processes: 200" "num_machines: 100"; do
+for kv in "machine_rank: 70" "main_process_ip: 10.0.0.1" "num_processes: 200" \
+    "num_machines: 100"; do
     grep -qx "$kv" "$T/many.yaml" || fail "the file lacks '$kv'"
 done
 ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input, default location"
@@ -177,7 +183,7 @@ ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input
 # ---- accel config default ----
 timeout 20 "$ACCEL" config default --config_file "$T/def.yaml" --mixed_precision bf16 \
     >"$T/out" 2>"$T/err" || fail "config default failed"
-library_sees "$T/def.yaml" "options: mixed_precision=bf16 cpu=1 debug=0 accumulation=1 zero_stage=0" 1
+library_sees "$T/def.yaml" "$(options bf16 1 0 1 0)" 1
 expected_default="compute_environment='LOCAL_MACHINE'
 debug=False
 distributed_type='NO'
@@ -205,7 +211,7 @@ timeout 20 "$ACCEL" config default --config_file "$T/def.json" --mixed_precision
     >"$T/out" 2>"$T/err" || fail "config default (json) failed"
 head -c 1 "$T/def.json" | grep -q '{' || fail "a .json file is not JSON"
 python_sees "$T/def.json" "$expected_default"
-library_sees "$T/def.json" "options: mixed_precision=bf16 cpu=1 debug=0 accumulation=1 zero_stage=0" 1
+library_sees "$T/def.json" "$(options bf16 1 0 1 0)" 1
 timeout 20 "$ACCEL" config default --mixed_precision fp8 >"$T/out" 2>"$T/err"
 [ $? -eq 2 ] && grep -q "expects no, fp16 or bf16" "$T/err" || fail "fp8 default accepted"
 ok "config default: YAML or JSON, read back the same, an existing file kept"
@@ -223,9 +229,11 @@ my_own_key: kept
 EOF2
 timeout 20 "$ACCEL" config update --config_file "$T/old.yaml" >"$T/out" 2>"$T/err" ||
     fail "config update failed"
-grep -q "Successfully updated the configuration file at $T/old.yaml." "$T/out" || fail "no success line"
-grep -q "warning: .*unknown key \"my_own_key\"" "$T/err" || fail "the unknown key was not warned about"
-library_sees "$T/old.yaml" "options: mixed_precision=fp16 cpu=0 debug=0 accumulation=1 zero_stage=0" 2
+grep -q "Successfully updated the configuration file at $T/old.yaml." "$T/out" ||
+    fail "no success line"
+grep -q "warning: .*unknown key \"my_own_key\"" "$T/err" ||
+    fail "the unknown key was not warned about"
+library_sees "$T/old.yaml" "$(options fp16 0 0 1 0)" 2
 python_sees "$T/old.yaml" "compute_environment='LOCAL_MACHINE'
 debug=False
 distributed_type='MULTI_CPU'
@@ -283,5 +291,6 @@ for verb in default update; do
         fail "config $verb: a path longer than PATH_MAX was not refused"
 done
 [ -z "$(find "$T" -name 'x.yaml*' -o -name '.tmp-*')" ] || fail "a long path left a file behind"
-ok "bad targets: a folder, an empty or too long path refused first; a closed input names the question"
+ok "bad targets: a folder, an empty or too long path refused first;" \
+    "a closed input names the question"
 echo "PASS"

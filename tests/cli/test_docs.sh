@@ -245,7 +245,8 @@ while read -r f d; do
         if (index(c[2], "`" f "`") || index(c[2], "`" f " ")) { print c[4]; exit } }' \
         docs/launch.md | tr -d '` ')
     [ "$doc_d" = "$d" ] ||
-        bad "accel launch $f: the default is $d in --help, '$doc_d' in docs/launch.md's option table"
+        bad "accel launch $f: the default is $d in --help," \
+            "'$doc_d' in docs/launch.md's option table"
 done <"$T/defaults"
 ok "the defaults of --help in docs/launch.md"
 
@@ -260,7 +261,8 @@ others+=" --version --epochs --lr --checkpoint_every --resume --flag "
 for f in $(grep -oE -- '(^|[^a-zA-Z0-9_-])--[a-z][a-z0-9_-]*' docs/launch.md | sed 's/^[^-]*//' |
     sort -u); do
     [[ "$others" == *" $f "* ]] && continue
-    [ -n "$(flag_kind launch "$f")" ] || bad "docs/launch.md names $f, which accel launch --help does not list"
+    [ -n "$(flag_kind launch "$f")" ] ||
+        bad "docs/launch.md names $f, which accel launch --help does not list"
 done
 ok "the flags docs/launch.md names"
 
@@ -275,8 +277,10 @@ done
 all_flags+="$(grep -oE '"--[a-z][a-z0-9_]*"' examples/gpt.c | tr -d '"' | tr '\n' ' ')"
 all_flags+=" --cflags --libs --static --variable --logdir "
 for doc in README.md docs/guide.md; do
-    for f in $(grep -oE -- '(^|[^a-zA-Z0-9_-])--[a-z][a-z0-9_-]*' "$doc" | sed 's/^[^-]*//' | sort -u); do
-        [[ "$all_flags" == *" $f "* ]] || bad "$doc names $f, a flag of neither accel nor examples/gpt"
+    for f in $(grep -oE -- '(^|[^a-zA-Z0-9_-])--[a-z][a-z0-9_-]*' "$doc" |
+        sed 's/^[^-]*//' | sort -u); do
+        [[ "$all_flags" == *" $f "* ]] ||
+            bad "$doc names $f, a flag of neither accel nor examples/gpt"
     done
 done
 ok "the flags README.md and docs/guide.md name"
@@ -296,11 +300,13 @@ code_vars=$( (
 doc_vars=$(awk '/^## Environment variables/ { on = 1; next } on && /^## / { exit }
     on && /^\| `/ { split($0, c, "|"); print c[2] }' docs/configuration.md |
     grep -oE '`[A-Z][A-Z0-9_]*\*?`' | tr -d '`' | sort -u)
-[ "$(echo "$doc_vars" | wc -w)" -ge 20 ] || bad "docs/configuration.md: the variable table was not found"
+[ "$(echo "$doc_vars" | wc -w)" -ge 20 ] ||
+    bad "docs/configuration.md: the variable table was not found"
 for d in $doc_vars; do
     pat="^${d%\*}"
     [ "${d%\*}" = "$d" ] && pat="$pat\$"
-    echo "$code_vars" | grep -qE "$pat" || bad "docs/configuration.md documents $d, which the code does not read"
+    echo "$code_vars" | grep -qE "$pat" ||
+        bad "docs/configuration.md documents $d, which the code does not read"
 done
 # Internal variables, not for users (the tests' hooks set by the tool or a test script):
 internal=" ACCEL_TEST_PREFLIGHT_CLOSED ACCEL_TEST_REPORT "
@@ -310,18 +316,21 @@ for c in $(echo "$code_vars" | grep -E '^ACCEL(ERATE)?_'); do
     for d in $doc_vars; do
         case $c in "${d%\*}"*) [ "${d%\*}" != "$d" ] || [ "$c" = "$d" ] && found=1 ;; esac
     done
-    [ "$found" -eq 1 ] || bad "the code reads $c, which docs/configuration.md's variable table lacks"
+    [ "$found" -eq 1 ] ||
+        bad "the code reads $c, which docs/configuration.md's variable table lacks"
 done
-ok "environment variables: $(echo "$doc_vars" | wc -w) documented, $(echo "$code_vars" | wc -w) read"
+ok "environment variables: $(echo "$doc_vars" | wc -w) documented," \
+    "$(echo "$code_vars" | wc -w) read"
 
 # What accel launch sets in each process (setenv / set_env_int in src/cli, but for accel test's
 # own ACCEL_TEST_REPORT) against docs/launch.md's "Environment of each process" table.
-set_vars=$(grep -ohE '(setenv|set_env_int)\("[A-Z][A-Z0-9_]*"' src/cli/*.c | grep -oE '[A-Z][A-Z0-9_]+' |
-    grep -vx ACCEL_TEST_REPORT | sort -u)
+set_vars=$(grep -ohE '(setenv|set_env_int)\("[A-Z][A-Z0-9_]*"' src/cli/*.c |
+    grep -oE '[A-Z][A-Z0-9_]+' | grep -vx ACCEL_TEST_REPORT | sort -u)
 launch_vars=$(awk '/^## Environment of each process/ { on = 1; next } on && /^## / { exit }
     on && /^\| `/ { split($0, c, "|"); print c[2] }' docs/launch.md |
     grep -oE '`[A-Z][A-Z0-9_]*`' | tr -d '`' | sort -u)
-[ "$(echo "$set_vars" | wc -w)" -ge 15 ] || bad "src/cli: the variables accel launch sets were not found"
+[ "$(echo "$set_vars" | wc -w)" -ge 15 ] ||
+    bad "src/cli: the variables accel launch sets were not found"
 for v in $(comm -23 <(echo "$set_vars") <(echo "$launch_vars")); do
     bad "accel launch sets $v, which docs/launch.md's environment table lacks"
 done
@@ -346,7 +355,9 @@ code_keys=$(awk '
     }' src/base/config.c | sort)
 # The same from the tables of configuration.md's "Config file" section (the column "policy").
 doc_keys=$(awk '/^## Config file/ { on = 1; next } on && /^## / { exit }
-    on && /^\| key \|/ { n = split($0, h, "|"); for (i = 1; i <= n; i++) if (h[i] ~ /^ *policy *$/) pc = i; next }
+    on && /^\| key \|/ {
+        n = split($0, h, "|"); for (i = 1; i <= n; i++) if (h[i] ~ /^ *policy *$/) pc = i; next
+    }
     on && /^\| `/ && pc {
         split($0, c, "|"); pol = c[pc]; gsub(/^ +| +$/, "", pol); sub(/ .*/, "", pol)
         n = split(c[2], k, "`")
@@ -441,17 +452,20 @@ while read -r k p; do
         write_config "$f" "$k" something
         launch_with "$f"
         { [ "$RC" -eq 0 ] && grep -q "warning: .*ignoring $k: " "$T/err"; } ||
-            bad "config key $k (ignored): expected a warning and exit 0, got exit $RC: $(head -n 1 "$T/err")"
+            bad "config key $k (ignored): expected a warning and exit 0, got exit $RC:" \
+                "$(head -n 1 "$T/err")"
         write_config "$f" "$k" false # a neutral value: silent
         launch_with "$f"
         { [ "$RC" -eq 0 ] && [ ! -s "$T/err" ]; } ||
-            bad "config key $k: false: expected silence and exit 0, got exit $RC: $(head -n 1 "$T/err")"
+            bad "config key $k: false: expected silence and exit 0, got exit $RC:" \
+                "$(head -n 1 "$T/err")"
         ;;
     refused)
         write_config "$f" "$k" something
         launch_with "$f"
         { [ "$RC" -eq 2 ] && grep -q "error: .*$k" "$T/err"; } ||
-            bad "config key $k (refused): expected exit 2 naming it, got exit $RC: $(head -n 1 "$T/err")"
+            bad "config key $k (refused): expected exit 2 naming it, got exit $RC:" \
+                "$(head -n 1 "$T/err")"
         ;;
     *) bad "config key $k: unknown policy '$p' in docs/configuration.md" ;;
     esac
@@ -460,7 +474,8 @@ for k in no_such_key deepspeed_config.no_such_key fsdp_config.no_such_key; do
     write_config "$T/unknown.yaml" "$k" 1
     launch_with "$T/unknown.yaml"
     { [ "$RC" -eq 0 ] && grep -q "warning: .*ignoring unknown key \"$k\"" "$T/err"; } ||
-        bad "unknown config key $k: expected a warning and exit 0, got exit $RC: $(head -n 1 "$T/err")"
+        bad "unknown config key $k: expected a warning and exit 0, got exit $RC:" \
+            "$(head -n 1 "$T/err")"
 done
 ok "config keys: $n_keys documented keys and 3 unknown ones through accel launch --config_file"
 

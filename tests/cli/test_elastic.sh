@@ -55,8 +55,9 @@ for trial in $(seq 10); do
     # The restarted job resumed from the newest checkpoint written before the kill, if any.
     saved=$((micro / 2 / EVERY))
     if [ $saved -gt 0 ]; then
-        grep -q "^\[rank0\]: resumed from $T/run/checkpoints/checkpoint_$((saved - 1)) at step $((saved * EVERY))$" \
-            "$T/out" || fail "$what: did not resume from checkpoint_$((saved - 1))"
+        ckpt=$T/run/checkpoints/checkpoint_$((saved - 1))
+        grep -q "^\[rank0\]: resumed from $ckpt at step $((saved * EVERY))$" "$T/out" ||
+            fail "$what: did not resume from checkpoint_$((saved - 1))"
     else
         grep -q "resumed from" "$T/out" && fail "$what: resumed without a checkpoint"
     fi

@@ -131,10 +131,17 @@ write_st() { # FILE HEADER_JSON DATA_NBYTES
     { printf "$le"; printf '%s' "$h"; head -c "$3" /dev/zero; } >"$1"
 }
 t() { printf '"%s":{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}' "$@"; }
-A="$(t model.embed_tokens.weight BF16 '[10,4]' 0 80),$(t model.layers.0.self_attn.q_proj.weight BF16 '[4,4]' 80 112),$(t model.layers.0.mlp.up_proj.weight BF16 '[8,4]' 112 176)"
-Bh="$(t model.layers.1.self_attn.q_proj.weight BF16 '[4,4]' 0 32),$(t model.layers.1.mlp.up_proj.weight BF16 '[8,4]' 32 96),$(t model.norm.weight F32 '[4]' 96 112),$(t lm_head.weight BF16 '[10,4]' 112 192)"
+A="$(t model.embed_tokens.weight BF16 '[10,4]' 0 80)"
+A+=",$(t model.layers.0.self_attn.q_proj.weight BF16 '[4,4]' 80 112)"
+A+=",$(t model.layers.0.mlp.up_proj.weight BF16 '[8,4]' 112 176)"
+Bh="$(t model.layers.1.self_attn.q_proj.weight BF16 '[4,4]' 0 32)"
+Bh+=",$(t model.layers.1.mlp.up_proj.weight BF16 '[8,4]' 32 96)"
+Bh+=",$(t model.norm.weight F32 '[4]' 96 112),$(t lm_head.weight BF16 '[10,4]' 112 192)"
 mkdir -p "$T/one" "$T/sharded"
-write_st "$T/one/model.safetensors" "{$A,$(t model.layers.1.self_attn.q_proj.weight BF16 '[4,4]' 176 208),$(t model.layers.1.mlp.up_proj.weight BF16 '[8,4]' 208 272),$(t model.norm.weight F32 '[4]' 272 288),$(t lm_head.weight BF16 '[10,4]' 288 368)}" 368
+one="{$A,$(t model.layers.1.self_attn.q_proj.weight BF16 '[4,4]' 176 208)"
+one+=",$(t model.layers.1.mlp.up_proj.weight BF16 '[8,4]' 208 272)"
+one+=",$(t model.norm.weight F32 '[4]' 272 288),$(t lm_head.weight BF16 '[10,4]' 288 368)}"
+write_st "$T/one/model.safetensors" "$one" 368
 est 0 --bytes --dtypes float32 "$T/one/model.safetensors"
 grep -q "^180 parameters; largest layer model.layers.0 (48 parameters)$" "$T/out" ||
     fail "safetensors parameter count"
@@ -160,12 +167,15 @@ est 0 --bytes --dtypes float32 "$T/sharded"
 grep -q "^180 parameters; largest layer model.layers.0 (48 parameters)$" "$T/out" ||
     fail "index parameter count"
 # 100,000 tensors of different units: hashed (a scan of every earlier unit: minutes).
-many=$(awk 'BEGIN { for (i = 0; i < 100000; i++) printf "%s\"t%d.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}", i ? "," : "", i, 4 * i, 4 * i + 4 }')
+many=$(awk 'BEGIN { for (i = 0; i < 100000; i++)
+    printf "%s\"t%d.w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[%d,%d]}",
+        i ? "," : "", i, 4 * i, 4 * i + 4 }')
 write_st "$T/many.safetensors" "{$many}" 400000
 start=$SECONDS
 est 0 --bytes --dtypes float32 "$T/many.safetensors"
 [ $((SECONDS - start)) -lt 10 ] || fail "100,000 tensors took $((SECONDS - start)) s"
-grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" || fail "100,000 tensors: count"
+grep -q "^100,000 parameters; largest layer t0 (1 parameters)$" "$T/out" ||
+    fail "100,000 tensors: count"
 echo "ok: a safetensors file and a sharded index"
 
 # ---- The estimate against what accel allocates for the GPT example's model (tests/progs/
@@ -252,10 +262,16 @@ est 1 --n_layer 12 --n_embd 1073741824 --n_head 1
 expect_err "more than 2^56 parameters, more than this command can count"
 est 2 --n_layer 1073741824
 expect_err "--n_layer must be an integer in [1, 1048576]"
-printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, "intermediate_size": 64, "num_attention_heads": 1, "vocab_size": 1000}\n' >"$T/deep.json"
+{
+    printf '{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1000000000, '
+    printf '"intermediate_size": 64, "num_attention_heads": 1, "vocab_size": 1000}\n'
+} >"$T/deep.json"
 est 1 "$T/deep.json"
 expect_err "$T/deep.json: num_hidden_layers 1000000000: more than 1048576"
-printf '{"n_embd": 1073741824, "n_layer": 2, "n_head": 1, "vocab_size": 1073741824, "n_positions": 1}\n' >"$T/wide.json"
+{
+    printf '{"n_embd": 1073741824, "n_layer": 2, "n_head": 1, '
+    printf '"vocab_size": 1073741824, "n_positions": 1}\n'
+} >"$T/wide.json"
 est 1 "$T/wide.json"
 expect_err "$T/wide.json: the model would have more than 2^56 parameters"
 start=$SECONDS

@@ -39,8 +39,10 @@ run() {
     RC=$?
     [ "$RC" -eq "$want" ] || fail "accel $* exited $RC, expected $want"
 }
-expect_err() { grep -q -- "$1" "$T/err" || fail "stderr lacks '$1'"; }
-expect_out() { grep -q -- "$1" "$T/out" || fail "stdout lacks '$1'"; }
+# expect_err / expect_out PATTERN...: the pattern is the arguments joined by a space (a long one
+# may be split over lines).
+expect_err() { grep -q -- "$*" "$T/err" || fail "stderr lacks '$*'"; }
+expect_out() { grep -q -- "$*" "$T/out" || fail "stdout lacks '$*'"; }
 no_survivors() {
     local left
     left=$(pgrep -f "$MARK")
@@ -91,7 +93,8 @@ printf '#!\n' >"$T/empty-shebang"
 printf 'echo no shebang\n' >"$T/no-shebang"
 chmod +x "$T/bad-shebang" "$T/empty-shebang" "$T/no-shebang"
 run 2 launch --log_dir "$T/never-made" "$T/bad-shebang"
-expect_err "bad-shebang': its interpreter '/nonexistent-$MARK/interp' (its '#!' line) does not exist"
+expect_err "bad-shebang':" \
+    "its interpreter '/nonexistent-$MARK/interp' (its '#!' line) does not exist"
 [ ! -e "$T/never-made" ] || fail "a launch that started nothing created its --log_dir"
 run 2 launch "$T/empty-shebang"
 expect_err "starts with '#!' but names no interpreter"
@@ -140,7 +143,8 @@ if [ -w /dev/full ]; then
         [ "$RC" -eq 1 ] || fail "accel $cmd >/dev/full exited $RC, expected 1"
         expect_err "error: cannot write the output: No space left on device"
     done
-    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" || fail "launch true >/dev/full failed"
+    timeout -k 5 20 "$ACCEL" launch -n 1 true >/dev/full 2>"$T/err" ||
+        fail "launch true >/dev/full failed"
 fi
 ok "flags, --help, --version, env, usage errors"
 
@@ -212,7 +216,9 @@ check_lines() { # FILE KIND N_PROCS N_LINES LEN
         }
         END {
             for (r = 0; r < np; r++) for (i = 0; i < n; i++)
-                if (seen[r, "i" i] != 1) { print "rank " r " line " i " seen " seen[r, "i" i] + 0; bad = 1 }
+                if (seen[r, "i" i] != 1) {
+                    print "rank " r " line " i " seen " seen[r, "i" i] + 0; bad = 1
+                }
             exit bad
         }' "$file" >"$T/awk" || { head -5 "$T/awk" >&2; fail "$kind lines in $file"; }
 }
@@ -260,7 +266,8 @@ run 2 launch --log_dir "" "$P/rank_info"
 expect_err "\-\-log_dir is empty"
 # Log files are 0600; an old log of ours is emptied (and made 0600); a planted symbolic link,
 # FIFO or hard link is refused and its target left alone (issue 11, item 7).
-[ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] || fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
+[ "$(stat -c %a "$T/logs/rank0.stdout")" = 600 ] ||
+    fail "log mode $(stat -c %a "$T/logs/rank0.stdout")"
 chmod 644 "$T/logs/rank1.stderr"
 run 0 launch -n 2 --tee 3 --log_dir "$T/logs" "$P/print_lines" 1 20
 [ "$(wc -l <"$T/logs/rank1.stderr")" -eq 1 ] && [ "$(stat -c %a "$T/logs/rank1.stderr")" = 600 ] ||
@@ -288,9 +295,11 @@ bash -c 'ulimit -f 8 && exec "$@"' _ timeout -k 5 20 "$ACCEL" launch -n 2 --log_
     2>"$T/err" | wc -l >"$T/out"
 RC=${PIPESTATUS[0]}
 [ "$RC" -eq 0 ] || fail "a log file at its size limit: launcher exited $RC"
-[ "$(cat "$T/out")" -eq 4000 ] || fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
+[ "$(cat "$T/out")" -eq 4000 ] ||
+    fail "a log file at its size limit: $(cat "$T/out") of 4000 lines relayed"
 for r in 0 1; do
-    expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large; it ends here"
+    expect_err "warning: cannot write log file $T/limited/rank$r.stdout: File too large;" \
+        "it ends here"
 done
 # Two jobs given the same --log_dir (a job started twice): the second is refused, naming the
 # file and the launcher that writes it, and the first one's logs stay whole (the second used
@@ -304,7 +313,8 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 run 1 launch -n 2 --log_dir "$T/shared" sh -c 'echo "second $RANK"'
-expect_err "cannot use log file $T/shared/rank0.stdout: another job is writing it, pid [0-9]* (two launches with the same --log_dir)"
+expect_err "cannot use log file $T/shared/rank0.stdout: another job is writing it," \
+    "pid [0-9]* (two launches with the same --log_dir)"
 touch "$T/shared-go"
 wait "$FIRST" || fail "the first job of a shared --log_dir exited $?"
 for r in 0 1; do
@@ -313,7 +323,8 @@ for r in 0 1; do
 done
 run 0 launch -n 2 --log_dir "$T/shared" sh -c 'echo "third $RANK"' # free again
 [ "$(cat "$T/shared/rank0.stdout")" = "third 0" ] || fail "a later job did not get the logs"
-ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named, one job at a time)"
+ok "--tee and --log_dir files (0600, planted links and FIFOs refused, a full file named," \
+    "one job at a time)"
 
 # ---- failures: exit status, summary, teardown of the others ----
 run 3 launch -n 2 "$P/rank_info" --fail-rank 1 --code 3

@@ -38,8 +38,10 @@ run() { # EXPECTED_RC ARGS...
     RC=$?
     [ "$RC" -eq "$want" ] || fail "accel $* exited $RC, expected $want"
 }
-expect_err() { grep -q -- "$1" "$T/err" || fail "stderr lacks '$1'"; }
-expect_out() { grep -q -- "$1" "$T/out" || fail "stdout lacks '$1'"; }
+# expect_err / expect_out PATTERN...: the pattern is the arguments joined by a space (a long one
+# may be split over lines).
+expect_err() { grep -q -- "$*" "$T/err" || fail "stderr lacks '$*'"; }
+expect_out() { grep -q -- "$*" "$T/out" || fail "stdout lacks '$*'"; }
 no_out() { ! grep -q -- "$1" "$T/out" || fail "stdout has '$1'"; }
 # env_of RANK VAR: the value rank_info printed (prefixed or not).
 env_of() { sed -n "s/^\(\[rank$1\]: \)\{0,1\}rank $1 $2=//p" "$T/out"; }
@@ -97,14 +99,17 @@ for r in 0 1 2; do
     want_env $r ACCELERATE_CONFIG_FILE "$T/all.yaml"
     want_env $r ACCEL_CONFIG_CHECKED "$T/all.yaml"
 done
-expect_err "accel launch: warning: config file $T/all.yaml, line 6: ignoring dynamo_config: {dynamo_backend: INDUCTOR} (torch.compile (dynamo) has no counterpart in C"
+expect_err "accel launch: warning: config file $T/all.yaml, line 6: ignoring dynamo_config:" \
+    "{dynamo_backend: INDUCTOR} (torch.compile (dynamo) has no counterpart in C"
 if "$ACCEL" env | grep -q '^- CUDA: not built in'; then # and a note on gpu_ids
-    expect_err "line 8: ignoring gpu_ids: 0,1 (this build of accel has no CUDA (configure with -DACCEL_CUDA=ON), it runs on the CPU)"
+    expect_err "line 8: ignoring gpu_ids:" \
+        "0,1 (this build of accel has no CUDA (configure with -DACCEL_CUDA=ON), it runs on the CPU)"
     [ "$(grep -c warning "$T/err")" -eq 2 ] || fail "expected exactly two warnings"
 else
     [ "$(grep -c warning "$T/err")" -eq 1 ] || fail "expected exactly one warning"
 fi
-ok "config file: num_processes, mixed_precision, use_cpu, debug, main_process_ip/port, gpu_ids, dynamo note"
+ok "config file: num_processes, mixed_precision, use_cpu, debug, main_process_ip/port, gpu_ids," \
+    "dynamo note"
 
 # Flags given on the command line win; the file fills the rest (dashes, '=' and -n forms).
 run 0 launch --config_file "$T/all.yaml" -n 2 --mixed-precision=fp16 --main_process_port 23456 \
@@ -135,10 +140,12 @@ ok "ACCELERATE_CONFIG_FILE, then \$HF_HOME/accelerate/default_config.yaml"
 
 # A bad file the command line did not name says where its name came from.
 ACCELERATE_CONFIG_FILE=$T/gone.yaml run 2 launch "$P/rank_info"
-expect_err "config file $T/gone.yaml: No such file or directory (the file named by \$ACCELERATE_CONFIG_FILE)"
+expect_err "config file $T/gone.yaml:" \
+    "No such file or directory (the file named by \$ACCELERATE_CONFIG_FILE)"
 printf 'distributed_type: MULTI_CPU\nnum_processes: [\n' >"$HF_HOME/accelerate/default_config.yaml"
 run 2 launch "$P/rank_info"
-expect_err "(the default config file: fix it, rewrite it with accel config, or name another with --config_file)"
+expect_err "(the default config file: fix it, rewrite it with accel config," \
+    "or name another with --config_file)"
 rm "$HF_HOME/accelerate/default_config.yaml"
 
 # ---- DeepSpeed / FSDP sections: accel's ZeRO stage and accumulation ----
@@ -155,7 +162,8 @@ EOF
 run 0 launch --config_file "$T/ds.yaml" "$P/rank_info"
 want_env 1 ACCEL_ZERO_STAGE 0
 want_env 1 ACCELERATE_GRADIENT_ACCUMULATION_STEPS 4
-run 0 launch --config_file "$T/ds.yaml" --gradient_accumulation_steps 2 --zero_stage 1 "$P/rank_info"
+run 0 launch --config_file "$T/ds.yaml" --gradient_accumulation_steps 2 --zero_stage 1 \
+    "$P/rank_info"
 want_env 1 ACCEL_ZERO_STAGE 1
 want_env 1 ACCELERATE_GRADIENT_ACCUMULATION_STEPS 2
 printf 'distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: NO_SHARD\n' >"$T/fsdp.yaml"
@@ -172,7 +180,8 @@ want_env 0 ACCEL_ZERO_SHARD_SIZE machine
 printf 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n' >"$T/ds3.yaml"
 run 0 launch --config_file "$T/ds3.yaml" "$P/rank_info"
 want_env 0 ACCEL_ZERO_STAGE 3
-ok "deepspeed_config.zero_stage / gradient_accumulation_steps, fsdp sharding strategy, --use_deepspeed"
+ok "deepspeed_config.zero_stage / gradient_accumulation_steps, fsdp sharding strategy," \
+    "--use_deepspeed"
 
 # ---- `accel launch --config_file F` and `ACCELERATE_CONFIG_FILE=F` agree ----
 cat >"$T/same.yaml" <<'EOF'
@@ -189,8 +198,10 @@ future_key: 7
 EOF
 run 0 launch --config_file "$T/same.yaml" "$P/show_options"
 launched=$(grep '^options:' "$T/out")
-[ "$(grep -c 'future_key' "$T/err")" -eq 1 ] || fail "the unknown key was not warned about exactly once"
-expect_err "accel launch: warning: config file $T/same.yaml, line 10: ignoring unknown key \"future_key\""
+[ "$(grep -c 'future_key' "$T/err")" -eq 1 ] ||
+    fail "the unknown key was not warned about exactly once"
+expect_err "accel launch: warning: config file $T/same.yaml, line 10:" \
+    "ignoring unknown key \"future_key\""
 ACCELERATE_CONFIG_FILE=$T/same.yaml timeout 20 "$P/show_options" >"$T/out" 2>"$T/err" ||
     fail "show_options alone failed"
 direct=$(grep '^options:' "$T/out")
@@ -209,7 +220,8 @@ run 2 launch --config_file "$T/bad2.yaml" "$P/rank_info"
 expect_err "config file $T/bad2.yaml, line 3: num_processes: \"many\""
 printf 'distributed_type: MULTI_CPU\nnum_processes: -1\n' >"$T/bad3.yaml"
 run 2 launch --config_file "$T/bad3.yaml" "$P/rank_info"
-expect_err "config file $T/bad3.yaml, line 2: num_processes: -1: give the number of processes with --num_processes"
+expect_err "config file $T/bad3.yaml, line 2: num_processes: -1:" \
+    "give the number of processes with --num_processes"
 run 0 launch --config_file "$T/bad3.yaml" -n 2 "$P/rank_info"
 printf 'distributed_type: NO\nnum_processes: 99999\n' >"$T/bad4.yaml"
 run 2 launch --config_file "$T/bad4.yaml" "$P/rank_info"
@@ -267,32 +279,37 @@ run 2 launch --machine_rank 1 "$P/rank_info"
 expect_err "\-\-machine_rank 1: must be below the number of machines (1)"
 run 2 launch --mpirun_hostfile "$T/nohosts" "$P/rank_info"
 expect_err "\-\-mpirun_hostfile $T/nohosts: cannot read the hostfile"
-printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 4\nmain_process_ip: 192.0.2.1\n' \
-    >"$T/nodes.yaml"
+printf '%s\n' 'distributed_type: MULTI_CPU' 'num_machines: 2' 'num_processes: 4' \
+    'main_process_ip: 192.0.2.1' >"$T/nodes.yaml"
 run 1 launch --config_file "$T/nodes.yaml" "$P/rank_info"
 expect_err "machine 0 cannot serve the rendezvous on 192.0.2.1:29500"
-printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 1\nnum_processes: 4\nmain_process_ip: 127.0.0.1\nmain_process_port: %s\n' \
-    "$("$P/free_port")" >"$T/node1.yaml"
+printf '%s\n' 'distributed_type: MULTI_CPU' 'num_machines: 2' 'machine_rank: 1' 'num_processes: 4' \
+    'main_process_ip: 127.0.0.1' "main_process_port: $("$P/free_port")" >"$T/node1.yaml"
 run 1 launch --config_file "$T/node1.yaml" --rdzv_conf timeout=0.5 "$P/rank_info"
-expect_err "machine 1: no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:[0-9]* within 0.5 s"
+expect_err "machine 1:" \
+    "no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:[0-9]* within 0.5 s"
 printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 3\n' >"$T/odd.yaml"
 run 2 launch --config_file "$T/odd.yaml" "$P/rank_info"
-expect_err "config file $T/odd.yaml, line 3: num_processes: 3: 3 processes cannot be shared equally by config file $T/odd.yaml, line 2: num_machines: 2"
-run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 "$P/rank_info"
+expect_err "config file $T/odd.yaml, line 3: num_processes: 3:" \
+    "3 processes cannot be shared equally by config file $T/odd.yaml, line 2: num_machines: 2"
+run 0 launch --config_file "$T/nodes.yaml" --num_machines 1 -n 2 --main_process_ip 127.0.0.1 \
+    "$P/rank_info"
 want_env 1 WORLD_SIZE 2
 # Machine 1's file run alone: its machine_rank means nothing on one machine (it used to be
 # refused, "must be below the number of machines (1)", though --num_machines 1 overrides).
 run 0 launch --config_file "$T/node1.yaml" --num_machines 1 -n 2 "$P/rank_info"
 want_env 1 RANK 1
 want_env 1 WORLD_SIZE 2
-printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$T/nohosts" >"$T/mpi.yaml"
+printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$T/nohosts" \
+    >"$T/mpi.yaml"
 run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
 expect_err "line 3: mpirun_config.mpirun_hostfile: $T/nohosts: cannot read the hostfile"
 # --main_process_ip: an empty one, "host:port" and "[v6]" are named before anything starts.
 run 2 launch --main_process_ip "" "$P/rank_info"
 expect_err "\-\-main_process_ip : expected a host name or an address"
 run 2 launch -n 2 --num_machines 2 --main_process_ip 10.0.0.1:29500 "$P/rank_info"
-expect_err "\-\-main_process_ip 10.0.0.1:29500: give the address alone and the port with --main_process_port"
+expect_err "\-\-main_process_ip 10.0.0.1:29500:" \
+    "give the address alone and the port with --main_process_port"
 run 2 launch --main_process_ip "[::1]" "$P/rank_info"
 expect_err "without brackets"
 printf 'distributed_type: MULTI_CPU\nmain_process_ip: ""\nnum_machines: 2\nnum_processes: 2\n' \
@@ -315,11 +332,13 @@ run 2 launch --rdzv_conf "timeout=1,$long=1" "$P/rank_info"
 expect_err "unknown key 'x"
 run 2 launch --main_process_ip "$long" "$P/rank_info"
 expect_err "longer than a host name can be (253 characters)"
-ok "several machines: flags and keys read and checked, naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
+ok "several machines: flags and keys read and checked," \
+    "naming --num_machines / --machine_rank / --mpirun_hostfile or the key"
 
 # ---- accel env shows the config file in use and its content ----
 run 0 env
-expect_out "^- accel config file: not found (looked at $HF_HOME/accelerate/default_config.yaml, the default location)$"
+expect_out "^- accel config file: not found (looked at $HF_HOME/accelerate/default_config.yaml," \
+    "the default location)$"
 run 0 env --config_file "$T/all.yaml"
 expect_out "^- accel config file: $T/all.yaml (--config_file):$"
 expect_out "^    mixed_precision: bf16$"
@@ -330,7 +349,8 @@ ACCELERATE_CONFIG_FILE=$T/ds.yaml run 0 env
 expect_out "^- accel config file: $T/ds.yaml (ACCELERATE_CONFIG_FILE):$"
 expect_out "^      zero_stage: 0$"
 run 0 env --config_file "$T/bad2.yaml"
-expect_out "^- accel config file (--config_file): cannot be used: config file $T/bad2.yaml, line 3: num_processes"
+expect_out "^- accel config file (--config_file): cannot be used: config file $T/bad2.yaml," \
+    "line 3: num_processes"
 ok "accel env: the config file in use (or why none), its content and notes"
 
 # ---- accepted flags, notes, --help generated from the table, grouped ----
@@ -347,7 +367,8 @@ for flag in --config_file --cpu --multi_gpu --mixed_precision --num_processes --
     --num_cpu_threads_per_process --gpu_ids --same_network --machine_rank --main_process_ip \
     --main_process_port --tee --log_dir --rdzv_backend --max_restarts --monitor_interval \
     --zero_stage --gradient_accumulation_steps --fsdp_sharding_strategy --mpirun_hostfile --debug \
-    --use_deepspeed --use_fsdp --cpu_affinity --grace_period --rdzv_conf --mpirun_ccl --preflight; do
+    --use_deepspeed --use_fsdp --cpu_affinity --grace_period --rdzv_conf --mpirun_ccl \
+    --preflight; do
     grep -q -- "  $flag\b\|-., $flag\b" "$T/out" || fail "--help lacks $flag"
 done
 ok "accepted flags and notes; --help lists every flag under Accelerate's groups"
@@ -356,12 +377,16 @@ ok "accepted flags and notes; --help lists every flag under Accelerate's groups"
 printf 'distributed_type: MULTI_CPU\nnum_processes: 2\nmixed_precision: fp16\n' >"$T/dbg.yaml"
 run 0 launch --debug --config_file "$T/dbg.yaml" --gradient_accumulation_steps 3 "$P/show_options"
 expect_err "accel: resolved configuration"
-expect_err "mixed_precision *= fp16  \[accel launch: config file $T/dbg.yaml, line 3: mixed_precision: fp16 (env ACCELERATE_MIXED_PRECISION)\]"
+expect_err "mixed_precision *= fp16  \[accel launch: config file $T/dbg.yaml, line 3:" \
+    "mixed_precision: fp16 (env ACCELERATE_MIXED_PRECISION)\]"
 expect_err "debug *= 1  \[accel launch: --debug (env ACCELERATE_DEBUG_MODE)\]"
-expect_err "gradient_accumulation_steps *= 3  \[accel launch: --gradient_accumulation_steps 3 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\]"
-expect_err "main_process_port *= [0-9]*  \[accel launch: default of --main_process_port (env MASTER_PORT)\]"
+expect_err "gradient_accumulation_steps *= 3  \[accel launch:" \
+    "--gradient_accumulation_steps 3 (env ACCELERATE_GRADIENT_ACCUMULATION_STEPS)\]"
+expect_err "main_process_port *= [0-9]*  \[accel launch:" \
+    "default of --main_process_port (env MASTER_PORT)\]"
 expect_err "timeout_s *= 1800  \[default\]"
-[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] || fail "printed by more than the main process"
+[ "$(grep -c "resolved configuration" "$T/err")" -eq 1 ] ||
+    fail "printed by more than the main process"
 run 0 launch --config_file "$T/dbg.yaml" --mixed_precision bf16 "$P/show_options"
 ! grep -q "resolved configuration" "$T/err" || fail "printed without --debug"
 ok "accel launch --debug: resolved configuration with the source of each value, main process only"

@@ -62,7 +62,8 @@ kill_launcher() {
         [ -z "$left" ] && break
         sleep 0.01
     done
-    [ -z "$left" ] || { ps -o pid,stat,args -p $left; fail "processes$left outlived the launcher by 2 s"; }
+    [ -z "$left" ] ||
+        { ps -o pid,stat,args -p $left; fail "processes$left outlived the launcher by 2 s"; }
 }
 
 # ---- 1. steady state ----
@@ -78,7 +79,8 @@ for _ in $(seq 1 1000); do
 done
 [ "$n" -eq 3 ] || fail "the processes did not all attach to the job's segment"
 kill_launcher
-ls /dev/shm | grep -q "^accel-$uid-$job" && fail "/dev/shm holds $(ls /dev/shm | grep "^accel-$uid-$job")"
+ls /dev/shm | grep -q "^accel-$uid-$job" &&
+    fail "/dev/shm holds $(ls /dev/shm | grep "^accel-$uid-$job")"
 echo "ok: launcher killed in a running job: no process left, /dev/shm clean"
 
 # ---- 2. during setup ----
@@ -88,7 +90,8 @@ for _ in $(seq 1 1000); do [ -e "$seg" ] && break; sleep 0.01; done
 [ -e "$seg" ] || fail "process 0 did not create $seg"
 kill_launcher
 [ -e "$seg" ] || echo "note: $seg was already removed (by a concurrent accel launch's sweep)"
-timeout -k 5 20 "$ACCEL" launch -n 2 "$PROG" --iters 3 >"$T/out" 2>"$T/err" || fail "the next job failed"
+timeout -k 5 20 "$ACCEL" launch -n 2 "$PROG" --iters 3 >"$T/out" 2>"$T/err" ||
+    fail "the next job failed"
 [ -e "$seg" ] && fail "the next job left $seg of the killed one"
 echo "ok: launcher killed during setup: no process left, the next job removed $seg"
 echo "PASS"

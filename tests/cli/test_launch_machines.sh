@@ -36,6 +36,8 @@ fail() {
     done
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 MN=(--num_machines 2 --main_process_ip 127.0.0.1)
@@ -65,11 +67,13 @@ for per in 1 2; do
     finish m0
     finish m1
     [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "$per per machine: launchers exited $rc_m0, $rc_m1"
-    grep -q "rendezvous: machine 0 of 2 (.*), ranks 0-$((per - 1)) of $n, backend .*, master 127.0.0.1:$port" "$T/m0.err" ||
+    has "$T/m0.err" "rendezvous: machine 0 of 2 (.*)," \
+        "ranks 0-$((per - 1)) of $n, backend .*, master 127.0.0.1:$port" ||
         fail "no summary line on machine 0"
     grep -q "rendezvous: machine 1 of 2 (.*), ranks $per-$((n - 1)) of $n, backend" "$T/m1.err" ||
         fail "no summary line on machine 1"
-    jobs=$(cat "$T"/m0.out "$T"/m1.out | sed -n 's/.*JOB=\([0-9a-f]*\) MASTER=127.0.0.1:'"$port"'$/\1/p')
+    jobs=$(cat "$T"/m0.out "$T"/m1.out |
+        sed -n 's/.*JOB=\([0-9a-f]*\) MASTER=127.0.0.1:'"$port"'$/\1/p')
     [ "$(echo "$jobs" | wc -l)" = $n ] || fail "$per per machine: not $n ranks with the job id"
     [ "$(echo "$jobs" | sort -u | wc -l)" = 1 ] || fail "job ids differ: $jobs"
     for r in $(seq 0 $((n - 1))); do
@@ -78,9 +82,11 @@ for per in 1 2; do
     ok=$(cat "$T"/m0.out "$T"/m1.out | grep -c "COLLECTIVES-OK")
     refused=$(cat "$T"/m0.out "$T"/m1.out | grep -c "NO-CROSS-MACHINE-BACKEND")
     if [ "$ok" = $n ]; then
-        echo "ok: 2 machines x $per: layout, job id and collectives ($(grep -ho 'backend=.*' "$T"/m0.out | head -1))"
+        echo "ok: 2 machines x $per: layout," \
+            "job id and collectives ($(grep -ho 'backend=.*' "$T"/m0.out | head -1))"
     elif [ "$refused" = $n ]; then
-        echo "ok: 2 machines x $per: layout and job id; collectives NOT RUN, no backend across machines in this build:"
+        echo "ok: 2 machines x $per: layout and job id; collectives NOT RUN," \
+            "no backend across machines in this build:"
         grep -ho "NO-CROSS-MACHINE-BACKEND.*" "$T"/m0.out | head -1
     else
         fail "$per per machine: $ok ranks did the collectives, $refused were refused, of $n"
@@ -135,14 +141,17 @@ echo "ok: taken port named"
 "$ACCEL" launch --num_machines 2 --main_process_ip 192.0.2.1 --machine_rank 0 \
     --main_process_port "$("$FREE")" -n 2 "$CHECK" >"$T/m0.out" 2>"$T/m0.err" &&
     fail "machine 0 served on an address that is not this host's"
-grep -q "cannot serve the rendezvous on 192.0.2.1:.*machine 0 must run where --main_process_ip" "$T/m0.err" ||
-    grep -q "cannot serve the rendezvous on 192.0.2.1" "$T/m0.err" || fail "wrong address of machine 0 not named"
+has "$T/m0.err" "cannot serve the rendezvous on" \
+    "192.0.2.1:.*machine 0 must run where --main_process_ip" ||
+    grep -q "cannot serve the rendezvous on 192.0.2.1" "$T/m0.err" ||
+        fail "wrong address of machine 0 not named"
 port=$("$FREE")
 t0=$(now)
 "$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port "$port" --rdzv_conf timeout=2 \
     -n 2 "$CHECK" >"$T/m1.out" 2>"$T/m1.err" && fail "machine 1 ran without machine 0"
 t=$(elapsed "$t0")
-grep -q "machine 1: no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:$port within 2 s" "$T/m1.err" ||
+has "$T/m1.err" "machine 1: no rendezvous with the main process" \
+    "(machine 0's launcher) at 127.0.0.1:$port within 2 s" ||
     fail "unreachable master not named"
 [ "$(echo "$t < 10" | bc)" = 1 ] || fail "machine 1 took $t s to give up"
 echo "ok: wrong master addresses named (machine 0: not this host; machine 1: nobody there, $t s)"
@@ -166,8 +175,10 @@ finish m1
 t=$(elapsed "$t0")
 [ "$(echo "$t < 10" | bc)" = 1 ] || fail "the launchers took $t s to exit after the kill"
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "launchers exited $rc_m0, $rc_m1 after a kill"
-grep -q "accel launch: rank 3 failed: killed by SIGKILL" "$T/m1.err" || fail "machine 1 did not name rank 3"
-grep -q "machine 0: stopping: rank 3 on machine 1 (host .*) failed: killed by SIGKILL" "$T/m0.err" ||
+grep -q "accel launch: rank 3 failed: killed by SIGKILL" "$T/m1.err" ||
+    fail "machine 1 did not name rank 3"
+has "$T/m0.err" "machine 0: stopping: rank 3 on" \
+    "machine 1 (host .*) failed: killed by SIGKILL" ||
     fail "machine 0 did not name rank 3"
 for p in $all; do
     [ -e "/proc/$p" ] && ! grep -q ') Z' "/proc/$p/stat" 2>/dev/null && fail "process $p survived"
@@ -177,47 +188,47 @@ echo "ok: SIGKILL of rank 3 on machine 1: both launchers exited in $t s naming i
 # ---- 5b. a launcher killed: the other notices (heartbeat / closed store) within 10 s ----
 # Two jobs side by side, killed at the same moment: in job a machine 1's launcher (a1), in job b
 # machine 0's (b0). Each survivor must stop within 10 s of the kill, naming the lost launcher.
+# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
+# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
+# Job c runs beside a and b, its c0 stopped as a1 and b0 are killed: the three waits for a
+# heartbeat to be missed overlap (about 6 s each).
 pa=$("$FREE")
 pb=$("$FREE")
+pc=$("$FREE")
 while [ "$pb" = "$pa" ]; do pb=$("$FREE"); done
+while [ "$pc" = "$pa" ] || [ "$pc" = "$pb" ]; do pc=$("$FREE"); done
 start a1 1 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
 start a0 0 --main_process_port "$pa" -n 4 /bin/sh -c "$S"
 start b1 1 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
 start b0 0 --main_process_port "$pb" -n 4 /bin/sh -c "$S"
+start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
+start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
 for _ in $(seq 1 1000); do
-    [ "$(cat "$T/a0.out" "$T/a1.out" "$T/b0.out" "$T/b1.out" | grep -c 'PID=')" = 8 ] && break
+    [ "$(cat "$T"/[abc][01].out | grep -c 'PID=')" = 10 ] && break
     sleep 0.01
 done
 t0=$(now)
 {
     kill -9 "$pid_a1" "$pid_b0"
+    kill -STOP "$pid_c0"
     finish a1
     finish b0
     finish a0
     finish b1
 } 2>/dev/null
 t=$(elapsed "$t0")
-[ "$(echo "$t < 10" | bc)" = 1 ] || fail "the other launchers took $t s after a1's and b0's were killed"
+[ "$(echo "$t < 10" | bc)" = 1 ] ||
+    fail "the other launchers took $t s after a1's and b0's were killed"
 [ "$rc_a0" != 0 ] || fail "machine 0 exited 0 after machine 1's launcher was killed"
 grep -q "machine 0: stopping: machine 1's launcher stopped answering" "$T/a0.err" ||
     fail "machine 0 did not name machine 1"
 [ "$rc_b1" != 0 ] || fail "machine 1 exited 0 after machine 0's launcher was killed"
 grep -q "machine 1 lost the rendezvous (machine 0's launcher)" "$T/b1.err" ||
     fail "machine 1 did not say machine 0's launcher is gone"
-echo "ok: a killed launcher (machine 1's in one job, machine 0's in another) stops the other machine in $t s"
+echo "ok: a killed launcher (machine 1's in one job," \
+    "machine 0's in another) stops the other machine in $t s"
 
-# ---- 5c. machine 0's launcher hung (SIGSTOP): machine 1 stops within 10 s, saying so once ----
-# (Each later tick of its teardown used to add "the connection failed earlier and is unusable".)
-pc=$("$FREE")
-start c0 0 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
-start c1 1 --main_process_port "$pc" -n 2 /bin/sh -c "$S"
-for _ in $(seq 1 1000); do
-    [ "$(cat "$T/c0.out" "$T/c1.out" | grep -c 'PID=')" = 2 ] && break
-    sleep 0.01
-done
-t0=$(now)
-kill -STOP "$pid_c0"
-finish c1
+finish c1 # 5c: t counts from the stop (an upper bound when c1 ended before a0 and b1)
 t=$(elapsed "$t0")
 {
     kill -9 "$pid_c0"
@@ -245,15 +256,20 @@ echo "ok: a launcher with its stderr closed runs the job"
 "$ACCEL" launch "${MN[@]}" -n 3 "$CHECK" >"$T/u.out" 2>"$T/u.err"
 [ $? = 2 ] && grep -q "3 processes cannot be shared equally by --num_machines 2" "$T/u.err" ||
     fail "-n 3 on 2 machines not refused"
-"$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" >"$T/u.out" 2>"$T/u.err"
-[ $? = 2 ] && grep -q "only machine 0 picks a free port: give machine 1 the port machine 0 printed" "$T/u.err" ||
+"$ACCEL" launch "${MN[@]}" --machine_rank 1 --main_process_port 0 -n 2 "$CHECK" \
+    >"$T/u.out" 2>"$T/u.err"
+[ $? = 2 ] &&
+    has "$T/u.err" "only machine 0 picks a free port:" \
+        "give machine 1 the port machine 0 printed" ||
     fail "--main_process_port 0 on machine 1 not refused"
 port=$("$FREE")
 start m1 1 --main_process_port "$port" -n 2 --max_restarts 2 "$CHECK"
 start m0 0 --main_process_port "$port" -n 2 --max_restarts 1 "$CHECK"
 finish m0
 finish m1
-[ "$rc_m0" = 1 ] && grep -q "machine 1 (host .*) was started with --max_restarts 2, this machine (0) with 1" "$T/m0.err" ||
+[ "$rc_m0" = 1 ] &&
+    has "$T/m0.err" "machine 1 (host .*) was started" \
+        "with --max_restarts 2, this machine (0) with 1" ||
     fail "different --max_restarts not refused"
 echo "ok: usage errors"
 
@@ -266,7 +282,8 @@ finish m0
 finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "restart: launchers exited $rc_m0, $rc_m1"
 for m in m0 m1; do
-    grep -q "restarting the job on all 2 machines: this machine's 2 processes (restart 1 of 2)" "$T/$m.err" ||
+    has "$T/$m.err" "restarting the job on all 2 machines:" \
+        "this machine's 2 processes (restart 1 of 2)" ||
         fail "restart: $m did not restart"
 done
 # (In attempt 0 a rank may be stopped before it prints: rank 3 fails at once.)
@@ -281,12 +298,14 @@ start m1 1 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank
 start m0 0 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9
 finish m0
 finish m1
-[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] || fail "restart: launchers exited $rc_m0, $rc_m1 after giving up"
+[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] ||
+    fail "restart: launchers exited $rc_m0, $rc_m1 after giving up"
 for m in m0 m1; do
     grep -q "giving up: the job failed 2 times (--max_restarts 1)" "$T/$m.err" ||
         fail "restart: $m did not give up"
 done
-echo "ok: --max_restarts restarts every machine together (new job id each time), and gives up together"
+echo "ok: --max_restarts restarts every machine together (new job id each time)," \
+    "and gives up together"
 
 # ---- 7. --preflight ----
 port=$("$FREE")
@@ -295,16 +314,19 @@ start m0 0 --preflight --main_process_port "$port" -n 4 "$CHECK"
 finish m0
 finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "preflight: launchers exited $rc_m0, $rc_m1"
-grep -q "preflight: all 4 ranks reached the rendezvous at 127.0.0.1:$port and the launchers of all 2 machines" "$T/m0.err" ||
+has "$T/m0.err" "preflight: all 4 ranks reached the rendezvous" \
+    "at 127.0.0.1:$port and the launchers of all 2 machines" ||
     fail "preflight: no success line"
 port=$("$FREE")
 ACCEL_TEST_PREFLIGHT_CLOSED=1 start m1 1 --preflight --main_process_port "$port" -n 4 "$CHECK"
 start m0 0 --preflight --main_process_port "$port" -n 4 "$CHECK"
 finish m0
 finish m1
-[ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "preflight with a closed endpoint: exited $rc_m0, $rc_m1"
+[ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] ||
+    fail "preflight with a closed endpoint: exited $rc_m0, $rc_m1"
 for m in m0 m1; do
-    grep -q "preflight failed: rank 0 (machine 0) -> machine 1's launcher at 127.0.0.1:[0-9]*: Connection refused" "$T/$m.err" ||
+    has "$T/$m.err" "preflight failed: rank 0 (machine 0) -> machine" \
+        "1's launcher at 127.0.0.1:[0-9]*: Connection refused" ||
         fail "preflight: $m did not name the hop rank 0 -> machine 1"
 done
 grep -q "JOB=" "$T/m0.out" "$T/m1.out" && fail "the program started after a failed preflight"

@@ -14,8 +14,10 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
 PROG=$B/tests/progs/allreduce_loop
 [ -x "$ACCEL" ] && [ -x "$PROG" ] || { echo "missing $ACCEL or $PROG"; exit 1; }
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; }
-mpirun --version 2>&1 | grep -q "Open MPI" || { echo "SKIP: this test expects Open MPI's mpirun"; exit 77; }
+command -v mpirun >/dev/null ||
+    { echo "SKIP: mpirun not installed (apt-get install openmpi-bin)"; exit 77; }
+mpirun --version 2>&1 | grep -q "Open MPI" ||
+    { echo "SKIP: this test expects Open MPI's mpirun"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Two ranks need two slots whatever the core count; --bind-to socket needs no more ranks than
 # cores, so the job has 2 processes (this machine may have only 2 cores).
@@ -27,12 +29,15 @@ fail() {
     echo "---- stderr:"; cat "$T/err"
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 echo "localhost slots=2" >"$T/hosts"
 
 # ---- 1. the flag ----
 timeout 120 "$ACCEL" launch --mpirun_hostfile "$T/hosts" -n 2 "$PROG" --iters 20 --count 64 \
     >"$T/out" 2>"$T/err" || fail "the job failed"
-grep -q "through .*mpirun (Open MPI): .*mpirun --hostfile $T/hosts --npernode 2 -n 2 --bind-to socket .* __mpirank $PROG --iters 20" "$T/err" ||
+has "$T/err" "through .*mpirun (Open MPI): .*mpirun --hostfile $T/hosts" \
+    "--npernode 2 -n 2 --bind-to socket .* __mpirank $PROG --iters 20" ||
     fail "not Accelerate's mpirun command line"
 [ "$(grep -c "20 allreduces ok" "$T/out" "$T/err" | awk -F: '{s+=$2} END {print s}')" = 2 ] ||
     fail "not both ranks did their all-reduces"
@@ -50,13 +55,15 @@ mpirun_config:
 EOF
 timeout 120 "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" --iters 5 --count 8 \
     >"$T/out" 2>"$T/err" || fail "the job of the config file failed"
-grep -q "mpirun --hostfile $T/hosts --npernode 2 -n 2" "$T/err" || fail "the config's hostfile was not used"
+grep -q "mpirun --hostfile $T/hosts --npernode 2 -n 2" "$T/err" ||
+    fail "the config's hostfile was not used"
 echo "ok: mpirun_config.mpirun_hostfile from the config file"
 # ... and without mpirun in PATH the error names the config file's line, not the flag
 PATH=/nonexistent "$ACCEL" launch --config_file "$T/cfg.yaml" "$PROG" >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc = 2 ] || fail "exit status $rc without mpirun in PATH (want 2)"
-grep -q "config file $T/cfg.yaml, line 7: mpirun_config.mpirun_hostfile: .*mpirun or mpiexec not found in PATH" "$T/err" ||
+has "$T/err" "config file $T/cfg.yaml, line 7:" \
+    "mpirun_config.mpirun_hostfile: .*mpirun or mpiexec not found in PATH" ||
     fail "the missing mpirun not blamed on the config file's line"
 echo "ok: no mpirun in PATH names the config key"
 
@@ -65,6 +72,7 @@ timeout 120 "$ACCEL" launch --mpirun_hostfile "$T/hosts" -n 2 "$PROG" --iters 10
     --count 64 --die-rank 1 --die-after 20 >"$T/out" 2>"$T/err"
 rc=$?
 [ $rc != 0 ] && [ $rc != 124 ] || fail "exit status $rc after a rank died"
-grep -q "accel launch: mpirun failed: the first failure: rank 1 (host .*, pid [0-9]*) failed: killed by SIGKILL (signal 9)" "$T/err" ||
+has "$T/err" "accel launch: mpirun failed: the first failure:" \
+    "rank 1 (host .*, pid [0-9]*) failed: killed by SIGKILL (signal 9)" ||
     fail "the launcher did not name rank 1"
 echo "ok: a rank killed under mpirun is named (exit status $rc)"

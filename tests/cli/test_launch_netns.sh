@@ -33,7 +33,8 @@ ip netns add "$ns0" 2>/dev/null && ip netns add "$ns1" 2>/dev/null ||
     { echo "SKIP: cannot create network namespaces here"; exit 77; }
 ip link add "va$tag" type veth peer name "vb$tag" &&
     ip link set "va$tag" netns "$ns0" && ip link set "vb$tag" netns "$ns1" &&
-    ip -n "$ns0" addr add "$net.1/24" dev "va$tag" && ip -n "$ns1" addr add "$net.2/24" dev "vb$tag" &&
+    ip -n "$ns0" addr add "$net.1/24" dev "va$tag" &&
+        ip -n "$ns1" addr add "$net.2/24" dev "vb$tag" &&
     ip -n "$ns0" link set "va$tag" up && ip -n "$ns1" link set "vb$tag" up &&
     ip -n "$ns0" link set lo up && ip -n "$ns1" link set lo up ||
     { echo "SKIP: cannot set up a veth pair between the namespaces"; exit 77; }
@@ -44,6 +45,8 @@ fail() {
     done
     exit 1
 }
+# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
+has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 # start NAME NAMESPACE MACHINE ARGS...
 start() {
     local name=$1 ns=$2 m=$3
@@ -68,10 +71,12 @@ finish m1
 [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "launchers exited $rc_m0, $rc_m1"
 for m in m0 m1; do
     grep -q "master $net.1:29500" "$T/$m.err" || fail "$m: no summary naming the master $net.1"
-    grep -q "preflight: all 4 ranks reached the rendezvous at $net.1:29500 and the launchers of all 2 machines" "$T/$m.err" ||
+    has "$T/$m.err" "preflight: all 4 ranks reached the rendezvous" \
+        "at $net.1:29500 and the launchers of all 2 machines" ||
         fail "$m: preflight did not pass"
 done
-[ "$(cat "$T/m0.out" "$T/m1.out" | sed -n 's/.*JOB=\([0-9a-f]*\) .*/\1/p' | sort -u | wc -l)" = 1 ] ||
+[ "$(cat "$T/m0.out" "$T/m1.out" | sed -n 's/.*JOB=\([0-9a-f]*\) .*/\1/p' | sort -u |
+    wc -l)" = 1 ] ||
     fail "job ids differ"
 for r in 0 1 2 3; do
     grep -q "^\[rank$r\]: JOB=" "$T/m0.out" "$T/m1.out" || fail "rank $r did not run"
@@ -81,9 +86,11 @@ grep -q "^\[rank[01]\]: JOB=" "$T/m0.out" && grep -q "^\[rank[23]\]: JOB=" "$T/m
 ok=$(cat "$T"/m0.out "$T"/m1.out | grep -c "COLLECTIVES-OK")
 refused=$(cat "$T"/m0.out "$T"/m1.out | grep -c "NO-CROSS-MACHINE-BACKEND")
 if [ "$ok" = 4 ]; then
-    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job, collectives ($(grep -ho 'backend=.*' "$T/m0.out" | head -1))"
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job," \
+        "collectives ($(grep -ho 'backend=.*' "$T/m0.out" | head -1))"
 elif [ "$refused" = 4 ]; then
-    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job; collectives NOT RUN (no backend across machines in this build)"
+    echo "ok: two namespaces joined by a veth pair: rendezvous on $net.1, preflight, 2 x 2 job;" \
+        "collectives NOT RUN (no backend across machines in this build)"
 else
     fail "$ok ranks did the collectives, $refused were refused, of 4"
 fi
@@ -94,7 +101,9 @@ start m1 "$ns1" 1 --main_process_ip "$net.3" --rdzv_conf timeout=2 -n 2 "$CHECK"
 finish m0
 finish m1
 [ "$rc_m0" != 0 ] && [ "$rc_m1" != 0 ] || fail "wrong master address: exited $rc_m0, $rc_m1"
-grep -q "machine 1: no rendezvous with the main process (machine 0's launcher) at $net.3:29500" "$T/m1.err" ||
+has "$T/m1.err" "machine 1: no rendezvous with the main" \
+    "process (machine 0's launcher) at $net.3:29500" ||
     fail "machine 1 did not name the unreachable address"
-grep -q "machine rank(s) 1 of 2 did not arrive" "$T/m0.err" || fail "machine 0 did not name machine 1"
+grep -q "machine rank(s) 1 of 2 did not arrive" "$T/m0.err" ||
+    fail "machine 0 did not name machine 1"
 echo "ok: a wrong master address across the link: machine 1 names it, machine 0 names machine 1"

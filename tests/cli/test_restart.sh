@@ -37,14 +37,16 @@ expect_err "restarting all 2 processes (restart 1 of 2)"
 expect_err "restarting all 2 processes (restart 2 of 2)"
 expect_err "accel launch: giving up: the job failed 3 times (--max_restarts 2)"
 # The summary printed last is the last attempt's (its stderr says restart count 2).
-tail -n 4 "$T/err" | grep -q "^    (restart count 2)$" || fail "the last summary is not the last attempt's"
+tail -n 4 "$T/err" | grep -q "^    (restart count 2)$" ||
+    fail "the last summary is not the last attempt's"
 tail -n 1 "$T/err" | grep -q "giving up" || fail "giving up is not the last line"
 # (Rank 1 prints before it fails; rank 0 may be stopped before it prints.)
 jobs=$(sed -n 's/^\[rank1\]: rank 1 ACCEL_JOB_ID=//p' "$T/out" | sort -u | wc -l)
 [ "$jobs" -eq 3 ] || fail "expected a fresh ACCEL_JOB_ID per attempt, saw $jobs"
 for n in 0 1 2; do
     grep -q "^\[rank1\]: rank 1 ACCEL_RESTART_COUNT=$n$" "$T/out" || fail "no attempt $n"
-    grep -q "^\[rank1\]: rank 1 TORCHELASTIC_RESTART_COUNT=$n$" "$T/out" || fail "no torchelastic $n"
+    grep -q "^\[rank1\]: rank 1 TORCHELASTIC_RESTART_COUNT=$n$" "$T/out" ||
+        fail "no torchelastic $n"
 done
 echo "ok: failing every time: 3 attempts, the last failure summarised, its exit status"
 
@@ -61,7 +63,8 @@ run 4 launch -n 1 --max_restarts 2 --monitor_interval 0 --log_dir "$T/logs" /bin
     'echo "attempt $ACCEL_RESTART_COUNT"; echo "failing $ACCEL_RESTART_COUNT" >&2; exit 4'
 [ "$(cat "$T/logs/rank0.stdout")" = "$(printf 'attempt 0\nattempt 1\nattempt 2')" ] ||
     fail "the log of stdout does not hold every attempt: $(cat "$T/logs/rank0.stdout")"
-[ "$(grep -c '^failing [012]$' "$T/logs/rank0.stderr")" -eq 3 ] || fail "the log of stderr lost an attempt"
+[ "$(grep -c '^failing [012]$' "$T/logs/rank0.stderr")" -eq 3 ] ||
+    fail "the log of stderr lost an attempt"
 run 0 launch -n 1 --log_dir "$T/logs" /bin/echo fresh
 [ "$(cat "$T/logs/rank0.stdout")" = fresh ] || fail "a new launch did not empty the old log"
 echo "ok: --log_dir keeps every attempt's output; a new launch starts the files afresh"

@@ -3,7 +3,8 @@
 # elapsed_since, le and run.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+command -v mpirun >/dev/null ||
+    { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 "$B/accel" env 2>/dev/null | grep -q "backends:.*mpi" ||
     { echo "SKIP: this build has no mpi backend (configure with -DACCEL_MPI=ON)"; exit 77; }
 # Open MPI refuses root unless told (these containers run tests as root).
@@ -23,7 +24,8 @@ now() { date +%s.%N; }
 elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
 le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
 free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
 }
 # run NAME NP LIMIT [VAR=VALUE...] -- PROG ARGS...: mpirun, output in $tmp/NAME.out, exit status in
 # rc (124: still running after LIMIT seconds; mpirun itself exits 128 + signal of a killed rank).

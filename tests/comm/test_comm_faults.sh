@@ -32,7 +32,8 @@ job() { # name PROG M L [ENV=VALUE...]
 # 1. Mismatches and departures.
 mismatch() { # name M L [ENV=VALUE...]
     job "$1" test_coll_mismatch "${@:2}"
-    grep -q "mismatches and departures reported" "$tmp/$1/r0.out" || fail "$1" "rank 0 did not finish"
+    grep -q "mismatches and departures reported" "$tmp/$1/r0.out" ||
+        fail "$1" "rank 0 did not finish"
     echo "$1: $(cat "$tmp/$1/r0.out")"
 }
 mismatch mismatch-gloo-2x1 2 1

@@ -39,7 +39,8 @@ run() { # name M L [ENV=VALUE...] -- PROG (by hand when $by_hand is set)
 }
 
 run gloo-2x1-collectives 2 1 -- "$B/tests/test_collectives"
-grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" || { echo "FAIL: 2 x 1 did not pick gloo"; exit 1; }
+grep -q "(gloo)" "$tmp/gloo-2x1-collectives/r0.out" ||
+    { echo "FAIL: 2 x 1 did not pick gloo"; exit 1; }
 # test_comm_backends on gloo runs on the counts of gloo's paths only (each case costs a few
 # round trips): 1 element, with every collective x dtype x op in and out of place; then, with one
 # dtype of each element size, 0 elements, the largest f32 allreduce of the one-shot path (all
@@ -70,7 +71,8 @@ run gloo-4x1-backends 4 1 ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 262144 13
 backends gloo-2x2-backends 2 2
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
-grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" || { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
+grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" ||
+    { echo "FAIL: 2 x 2 did not pick hier"; exit 1; }
 run hier-2x1-collectives 2 1 ACCEL_BACKEND=hier -- "$B/tests/test_collectives"
 run hier-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=hier -- "$B/tests/test_comm_v2"
 store_port=$("$B/tests/progs/free_port")
@@ -82,8 +84,9 @@ by_hand=1
 for restart in 0 1; do
     for ml in "2 1" "2 2"; do
         set -- $ml
-        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 MASTER_PORT="$store_port" \
-            ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- "$B/tests/progs/allreduce_loop" \
+        run "served-$1x$2-restart$restart" "$1" "$2" ACCEL_STORE_SERVED=1 \
+            MASTER_PORT="$store_port" ACCEL_JOB_ID=job$$ ACCEL_RESTART_COUNT=$restart -- \
+            "$B/tests/progs/allreduce_loop" \
             --iters 20 --count 300000
     done
 done

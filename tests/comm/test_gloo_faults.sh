@@ -67,8 +67,9 @@ case_kill() { # name M L dead count async
     for r in $(seq 0 $((m * l - 1))); do
         [ "$r" -eq "$dead" ] && continue
         local rc=${rcs[$r]} t err="$tmp/$name/r$r.err"
+        # (the watcher polls: it may see the death late)
         t=$(awk -v a="$(cat "$tmp/$name.death")" -v b="${ends[$r]}" \
-            'BEGIN { printf "%.2f", (b > a ? b - a : 0) }') # (the watcher polls: it may see it late)
+            'BEGIN { printf "%.2f", (b > a ? b - a : 0) }')
         [ "$rc" -ne 0 ] || fail_case "$name" "process $r exited 0"
         [ "$rc" -ne 137 ] || fail_case "$name" "process $r hung"
         [ "$rc" -ne 3 ] || fail_case "$name" "process $r: the next call did not fail alike"
@@ -76,7 +77,8 @@ case_kill() { # name M L dead count async
             fail_case "$name" "process $r took ${t}s after process $dead died"
         grep -q EPEER "$err" || fail_case "$name" "process $r did not say EPEER"
         grep -q "process $dead " "$err" || fail_case "$name" "process $r did not name process $dead"
-        echo "$name: process $r failed ${t}s after process $dead died: $(grep -o 'EPEER.*' "$err" | cut -c1-160)"
+        echo "$name: process $r failed ${t}s after process $dead died:" \
+            "$(grep -o 'EPEER.*' "$err" | cut -c1-160)"
     done
 }
 
@@ -98,8 +100,11 @@ for r in 0 1; do
 done
 for r in 0 1; do
     wait "${pids[$r]}" && { echo "FAIL: ifname: process $r succeeded"; exit 1; }
-    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" ||
-        { echo "FAIL: ifname: process $r did not name process 1 and nosuch0"; cat "$tmp/ifname.$r.err"; exit 1; }
+    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" || {
+        echo "FAIL: ifname: process $r did not name process 1 and nosuch0"
+        cat "$tmp/ifname.$r.err"
+        exit 1
+    }
 done
 t=$(elapsed_since "$start")
 awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: ifname: took ${t}s"; exit 1; }

@@ -62,9 +62,11 @@ done
 for r in 0 1; do
     wait "${pids[$r]}"
     rc=$?
-    [ "$rc" -eq 1 ] || fail "rank $r exited $rc, expected 1 (0: it used the planted segment; 137: it waited)"
-    grep -q "segment $seg belongs to uid $other_uid with mode 0666, not to this process's uid $uid" \
-        "$tmp/$r.err" || fail "rank $r did not refuse $seg naming its owner"
+    [ "$rc" -eq 1 ] ||
+        fail "rank $r exited $rc, expected 1 (0: it used the planted segment; 137: it waited)"
+    want="segment $seg belongs to uid $other_uid with mode 0666"
+    grep -q "$want, not to this process's uid $uid" "$tmp/$r.err" ||
+        fail "rank $r did not refuse $seg naming its owner"
 done
 [ -e "$seg" ] || fail "the planted segment was removed"
 [ "$(stat -c %u "$seg")" = "$other_uid" ] || fail "the planted segment changed owner"

@@ -4,9 +4,10 @@
 # agree there on a random nonce naming the job's segment.
 #  1. Two jobs of 2 processes on two ports, started together: each computes its own sums
 #     (different salts, so a cross-paired job would get wrong ones) and all four exit 0.
-#  2. Two jobs on one port, started together, every process finishing accel_init before any
-#     computes: none computes. The process 0 that could not serve the port names it and says it
-#     is in use; the others report the clash (two jobs on one MASTER_ADDR and MASTER_PORT).
+#  2. Two jobs on one port, started together (the processes 1 once one process 0 was refused the
+#     port), every process finishing accel_init before any computes: none computes. The process
+#     0 that could not serve the port names it and says it is in use; the others report the
+#     clash (two jobs on one MASTER_ADDR and MASTER_PORT).
 #  3. A stale segment: a hand-set ACCEL_JOB_ID reused after its creator was SIGKILLed before
 #     anyone joined. The restarted job's process 0 removes it (a warning naming the file and
 #     the dead pid) and creates its own; its process 1 waits for that rather than failing on the
@@ -73,6 +74,13 @@ pids=()
 sync=(--sync-dir "$tmp/sync" --sync-count 4)
 start c0 0 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
 start d0 0 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
+# The processes 1 only once one process 0 has been refused the port: a process 0 that failed on
+# the clash closes its store, and a process 0 of the other job that came later still would take
+# the port over and wait its ACCEL_TIMEOUT for a process 1 already gone (1 run in about 300).
+for _ in $(seq 1 1000); do
+    grep -qs "cannot serve on" "$tmp/c0.err" "$tmp/d0.err" && break
+    sleep 0.01
+done
 start c1 1 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
 start d1 1 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
 i=0
@@ -113,6 +121,7 @@ for r in 0 1; do
 done
 grep -q "removed $stale, left by a job that was killed (its creator, pid $creator, is gone)" \
     "$tmp/e0.err" || fail "stale: process 0 did not report removing $stale and its dead creator"
-ls /dev/shm | grep -q "^accel-$uid-$job" && fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
+ls /dev/shm | grep -q "^accel-$uid-$job" &&
+    fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
 echo "stale segment: the restarted job replaced it (naming it and the dead creator) and ran"
 echo "PASS"

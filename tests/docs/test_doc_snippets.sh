@@ -53,13 +53,18 @@ extract() {
     mode == "other" { if ($0 ~ /^```[ \t]*$/) mode = ""; next }
     /^<!-- doc-test context[ \t]*$/ { mode = "context"; next }
     /^<!-- doc-test skip: .+-->[ \t]*$/ { skip_at = NR + 1; next }
-    /^<!-- doc-test/ { fail("unknown doc-test directive (doc-test context / doc-test skip: REASON)") }
+    /^<!-- doc-test/ {
+        fail("unknown doc-test directive (doc-test context / doc-test skip: REASON)")
+    }
     /^```c[ \t]*$/ {
         mode = "code"; start = NR; n = 0
         skipping = (skip_at == NR)
         next
     }
-    /^```/ { if (skip_at == NR) fail("doc-test skip before a block that is not ```c"); mode = "other"; next }
+    /^```/ {
+        if (skip_at == NR) fail("doc-test skip before a block that is not ```c")
+        mode = "other"; next
+    }
     { if (skip_at == NR) fail("doc-test skip must be on the line before a ```c fence") }
     function emit(   i, is_main, f) {
         if (skipping) { ns++; return }
@@ -74,8 +79,10 @@ extract() {
         }
         nf++
         for (i = 1; i <= n; i++)
-            if (body[i] ~ /^[ \t]*#[ \t]*include/) printf "#line %d \"%s\"\n%s\n", start + i, doc, body[i] >> frag
-        printf "int doc_fragment_%d(void);\nint doc_fragment_%d(void)\n{\n#line %d \"%s\"\n", start, start, start + 1, doc >> frag
+            if (body[i] ~ /^[ \t]*#[ \t]*include/)
+                printf "#line %d \"%s\"\n%s\n", start + i, doc, body[i] >> frag
+        printf "int doc_fragment_%d(void);\nint doc_fragment_%d(void)\n{\n#line %d \"%s\"\n",
+            start, start, start + 1, doc >> frag
         for (i = 1; i <= n; i++) print (body[i] ~ /^[ \t]*#[ \t]*include/ ? "" : body[i]) >> frag
         print "return 0;\n}" >> frag
     }
@@ -107,7 +114,8 @@ for doc in README.md docs/*.md; do
         [ -e "$prog" ] || continue
         if ! cc "${cflags[@]}" "$prog" -o "${prog%.c}" -L"$(dirname "$lib")" -laccel \
             -Wl,-rpath,"$(dirname "$lib")"; then
-            echo "FAIL: the program at $doc:$(basename "$prog" .c | sed 's/program_//') does not build"
+            echo "FAIL:" \
+                "the program at $doc:$(basename "$prog" .c | sed 's/program_//') does not build"
             failed=1
         fi
     done

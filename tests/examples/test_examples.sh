@@ -103,7 +103,8 @@ for n in 1 2; do
            --data $DIR/corpus.txt"
         # shellcheck disable=SC2086
         run "$n" "$EX/gpt" $g --project_dir "$DIR/straight"
-        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' | grep -E "step +(15|20)/20 \||fingerprint" \
+        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' |
+            grep -E "step +(15|20)/20 \||fingerprint" \
             >"$DIR/straight.txt"
         # shellcheck disable=SC2086
         run "$n" "$EX/gpt" $g --project_dir "$DIR/resumed" --checkpoint_every 5 --total_limit 2 \
@@ -114,7 +115,8 @@ for n in 1 2; do
             --resume
         grep -q "resumed from .*checkpoint_1 at step 10" "$DIR/out" ||
             fail "gpt resume: did not resume from checkpoint_1 at step 10"
-        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' | grep -E "step +(15|20)/20 \||fingerprint" \
+        grep -v "%|" "$DIR/out" | sed 's/ | [0-9]* tok\/s//' |
+            grep -E "step +(15|20)/20 \||fingerprint" \
             >"$DIR/resumed.txt"
         cat "$DIR/resumed.txt"
         [ "$(wc -l <"$DIR/straight.txt")" = 3 ] || fail "gpt resume: expected 3 lines to compare"

@@ -13,7 +13,8 @@
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
-command -v mpirun >/dev/null || { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+command -v mpirun >/dev/null ||
+    { echo "SKIP: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
 "$B/accel" env 2>/dev/null | grep -q "backends:.*mpi" ||
     { echo "SKIP: this build has no mpi backend (configure with -DACCEL_MPI=ON)"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -32,7 +33,8 @@ fail() {
 
 # The log lines that must agree (tok/s differs from run to run; accel launch prefixes the rank).
 summary() {
-    grep -v "%|" "$1" | sed 's/^\[rank[0-9]*\]: //; s/ | [0-9]* tok\/s//' | grep -E "step +[0-9]+/[0-9]+ \||fingerprint"
+    grep -v "%|" "$1" | sed 's/^\[rank[0-9]*\]: //; s/ | [0-9]* tok\/s//' |
+        grep -E "step +[0-9]+/[0-9]+ \||fingerprint"
 }
 
 for mp in no bf16; do
@@ -45,8 +47,9 @@ for mp in no bf16; do
             "$B/examples/gpt" $g --save_dir "$DIR/shm" >"$DIR/shm.out" 2>&1 ||
             { cat "$DIR/shm.out"; fail "gpt on shm ($mp, $np processes)"; }
         # shellcheck disable=SC2086
-        timeout -k 5 280 mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS -x ACCEL_LOG_LEVEL=info \
-            "$B/examples/gpt" $g --save_dir "$DIR/mpi" >"$DIR/mpi.out" 2>&1 ||
+        timeout -k 5 280 mpirun --oversubscribe -np "$np" -x OMP_NUM_THREADS \
+            -x ACCEL_LOG_LEVEL=info "$B/examples/gpt" $g --save_dir "$DIR/mpi" \
+            >"$DIR/mpi.out" 2>&1 ||
             { cat "$DIR/mpi.out"; fail "gpt on mpi ($mp, $np processes)"; }
         # mpirun's variables alone choose the backend.
         grep -q "initialised: $np processes, backend mpi" "$DIR/mpi.out" ||

@@ -27,11 +27,12 @@ start_job() { # job checkpoint_every env...
 # check_survivor job rank status pattern: exit 1, and the last stderr line is exactly one
 # "gpt.c:LINE: CALL: STATUS: [wrapper: ]diagnosis" with the diagnosis naming process 1.
 check_survivor() {
-    local job=$1 r=$2 status=$3 diag=$4
+    local job=$1 r=$2 status=$3 diag="${*:4}" # the pattern: the remaining words, joined
     pd_survivor "$job" "$r"
     local line
     line=$(tail -1 "$tmp/$job.$r.err")
-    echo "$line" | grep -Eq ": $status: (accel_backward_end: gradient all-reduce failed: )?$diag\$" ||
+    echo "$line" |
+        grep -Eq ": $status: (accel_backward_end: gradient all-reduce failed: )?$diag\$" ||
         fail "$job: rank $r: unexpected message: $line"
     [ "$(echo "$line" | grep -o "allreduce: " | wc -l)" -eq 1 ] ||
         fail "$job: rank $r: the diagnosis is repeated (garbled): $line"
@@ -46,7 +47,8 @@ pd_signal KILL
 wait "${pids[1]}" 2>/dev/null
 p1=${pids[1]}
 for r in 0 2; do
-    check_survivor "$job" $r EPEER "allreduce: process 1 \\(pid $p1\\) died \\(killed or exited\\) during a collective; process $r cannot continue"
+    check_survivor "$job" $r EPEER "allreduce: process 1 \\(pid $p1\\) died" \
+        "\\(killed or exited\\) during a collective; process $r cannot continue"
 done
 pd_end
 
@@ -57,7 +59,11 @@ start_job "$job" "$every" ACCEL_TIMEOUT=2
 pd_signal STOP
 p1=${pids[1]}
 for r in 0 2; do
-    check_survivor "$job" $r ETIMEDOUT "allreduce: (process $r timed out after 2 s waiting for process 1 \\(pid $p1\\) \\(stopped, hung, or calling a different collective\\)|process 1 \\(pid $p1\\) did not arrive within the 2 s timeout \\(stopped, hung, or calling a different collective\\); process $r gives up)"
+    check_survivor "$job" $r ETIMEDOUT \
+        "allreduce: (process $r timed out after 2 s waiting for process 1 \\(pid $p1\\)" \
+        "\\(stopped, hung, or calling a different collective\\)|process 1 \\(pid $p1\\) did not" \
+        "arrive within the 2 s timeout \\(stopped, hung, or calling a different collective\\);" \
+        "process $r gives up)"
 done
 pd_end
 done

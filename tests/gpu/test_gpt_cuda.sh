@@ -18,8 +18,9 @@
 # and safetensors, tests/ckpt/gpt2_ref.py checks the GPU's logits against its numpy GPT-2 and,
 # where torch and transformers import, against GPT2LMHeadModel (else it says so). Last,
 # bench/gpt_step --device cuda runs GPT-2 124M's shapes with 2 layers (T 1024, width 768, 12
-# heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77 (skipped) without the
-# CUDA build or without a GPU; every comparison prints its worst difference.
+# heads, vocabulary 50304; batch 4, bf16) and prints its machine-readable line. Exits 77
+# (skipped) without the CUDA build or without a GPU; every comparison prints its worst
+# difference.
 #
 # In the CUDA emulator build (ACCEL_CUEMU=1, tests/cuemu) the model sees context 8 and trains
 # 10 steps (the comparisons' steps 1-10; every step after the first runs the same kernels), and
@@ -95,8 +96,8 @@ compare() {
           if (NR == 1) { d1 = d; if (d > first) { print what ": step 1: " $2 " vs " $4; bad = 1 } }
           if (d > tol * m) { print what ": step " $1 ": " $2 " vs " $4; bad = 1 } n++ }
         END { if (n != steps) { print what ": " n " losses, not " steps; bad = 1 }
-              printf "%s: %d steps, step 1 |difference| %.2g (<= %s), worst relative %.3g (<= %s)\n",
-                     what, n, d1, first, worst, tol
+              printf "%s: %d steps, step 1 |difference| %.2g (<= %s), ", what, n, d1, first
+              printf "worst relative %.3g (<= %s)\n", worst, tol
               exit bad }'
 }
 
@@ -137,7 +138,8 @@ run gpu_drop_rc 1 --device cuda --mixed_precision no --dropout 0.1 --recompute 1
 run cpu_drop_rc 1 --device cpu --mixed_precision no --dropout 0.1 --recompute 1
 learns gpu_drop_rc
 compare gpu_drop_rc gpu_drop 2e-4 1e-3 || fail "recompute: the GPU run with it differs from without"
-compare gpu_drop_rc cpu_drop_rc 3e-4 2e-3 || fail "recompute: the GPU run does not follow the CPU run"
+compare gpu_drop_rc cpu_drop_rc 3e-4 2e-3 ||
+    fail "recompute: the GPU run does not follow the CPU run"
 
 echo "== fp32, 2 processes"
 run cpu_np2 2 --device cpu --mixed_precision no
@@ -165,7 +167,7 @@ for dev in cpu cuda; do
         --ids_out "$DIR/ids.npy" || fail "gpt_logits --device $dev cannot use the GPU's file"
 done
 if python3 -c 'import numpy' 2>/dev/null; then
-    python3 - "$DIR/logits_cuda.npy" "$DIR/logits_cpu.npy" <<'EOF' || fail "GPU and CPU logits differ"
+    python3 - "$DIR"/logits_{cuda,cpu}.npy <<'EOF' || fail "GPU and CPU logits differ"
 import sys
 import numpy as np
 g, c = np.load(sys.argv[1]), np.load(sys.argv[2])

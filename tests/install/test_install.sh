@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make install works for users, the way README.md ("Using the library") says: headers,
-# libraries, accel (and accel test's program), pkg-config and the CMake package. Installs the build tree into a temporary
-# prefix and builds examples four ways, each run without LD_LIBRARY_PATH:
+# libraries, accel (and accel test's program), pkg-config and the CMake package. Installs the
+# build tree into a temporary prefix and builds examples four ways, each run without
+# LD_LIBRARY_PATH:
 #   hello.c with pkg-config, shared, and the documented -Wl,-rpath (not a system prefix);
 #   linear_regression.c (its optimizer's kernels use OpenMP) with pkg-config --static and
 #   libaccel.a: the private dependencies listed suffice;
@@ -12,7 +13,8 @@
 set -euo pipefail
 # Runs a program and checks its output (no `| grep -q` under pipefail: grep's early exit
 # would kill the program with SIGPIPE).
-expect() { local want=$1; shift; local out; out=$("$@" 2>&1) || return 1; grep -q "$want" <<<"$out"; }
+expect() { local want=$1; shift; local out; out=$("$@" 2>&1) ||
+    return 1; grep -q "$want" <<<"$out"; }
 fail() { echo "FAIL: $*"; exit 1; }
 build=${ACCEL_BUILD_DIR:?}
 src=${ACCEL_SOURCE_DIR:?}
@@ -32,19 +34,25 @@ cat >"$tmp/bin/ldconfig" <<'SH'
 #!/bin/sh
 # Stand-in: `ldconfig -N -v` lists $FAKE_SEARCHED as a searched directory; any other call
 # (rebuilding the cache) is recorded.
-if [ "${1:-}" = -N ]; then printf '%s: (from test)\n\tlibc.so.6 -> libc.so.6\n' "$FAKE_SEARCHED"; exit 0; fi
+if [ "${1:-}" = -N ]; then
+    printf '%s: (from test)\n\tlibc.so.6 -> libc.so.6\n' "$FAKE_SEARCHED"
+    exit 0
+fi
 echo "ldconfig $*" >>"$FAKE_CALLS"
 SH
 chmod +x "$tmp/bin/ldconfig"
 export FAKE_CALLS=$tmp/ldconfig.calls
-out=$(PATH="$tmp/bin:$PATH" FAKE_SEARCHED="$tmp/sys/$libdir_rel" cmake --install "$build" --prefix "$tmp/sys" 2>&1)
+out=$(PATH="$tmp/bin:$PATH" FAKE_SEARCHED="$tmp/sys/$libdir_rel" \
+    cmake --install "$build" --prefix "$tmp/sys" 2>&1)
 [ "$(cat "$FAKE_CALLS" 2>/dev/null)" = "ldconfig " ] ||
     fail "installing into a searched directory did not run ldconfig once: $out"
 rm -f "$FAKE_CALLS"
-out=$(PATH="$tmp/bin:$PATH" FAKE_SEARCHED=/nonexistent cmake --install "$build" --prefix "$tmp/prefix" 2>&1)
+out=$(PATH="$tmp/bin:$PATH" FAKE_SEARCHED=/nonexistent \
+    cmake --install "$build" --prefix "$tmp/prefix" 2>&1)
 [ ! -e "$FAKE_CALLS" ] || fail "installing into $tmp/prefix ran ldconfig"
 grep -q -- "-Wl,-rpath,$tmp/prefix/$libdir_rel" <<<"$out" ||
-    fail "installing into a prefix the loader does not search does not say how to run programs: $out"
+    fail "installing into a prefix the loader does not search does not say how to run programs:" \
+        "$out"
 out=$(DESTDIR="$tmp/stage" PATH="$tmp/bin:$PATH" FAKE_SEARCHED="$tmp/sys/$libdir_rel" \
     cmake --install "$build" --prefix "$tmp/sys" 2>&1)
 [ ! -e "$FAKE_CALLS" ] || fail "a DESTDIR (package staging) install ran ldconfig"
@@ -66,10 +74,12 @@ libdir=$(pkg-config --variable=libdir accel)
 # shellcheck disable=SC2046
 cc -std=c11 -o "$tmp/hello_shared" "$src/examples/hello.c" $(pkg-config --cflags --libs accel) \
     -Wl,-rpath,"$(pkg-config --variable=libdir accel)"
-expect "Num processes: 1" "$tmp/hello_shared" || fail "pkg-config (shared, rpath) build does not run"
+expect "Num processes: 1" "$tmp/hello_shared" ||
+    fail "pkg-config (shared, rpath) build does not run"
 # shellcheck disable=SC2046
 cc -std=c11 -o "$tmp/lr_static" "$src/examples/linear_regression.c" $(pkg-config --cflags accel) \
-    "$(pkg-config --variable=libdir accel)/libaccel.a" $(pkg-config --static --libs accel | sed 's/-laccel\b//') ||
+    "$(pkg-config --variable=libdir accel)/libaccel.a" \
+    $(pkg-config --static --libs accel | sed 's/-laccel\b//') ||
     fail "pkg-config --static does not name every dependency of libaccel.a"
 expect "the weights agree" "$tmp/lr_static" || fail "static libaccel.a build does not run"
 if ldd "$tmp/lr_static" | grep -q libaccel; then
@@ -82,9 +92,11 @@ cmake -S "$src" -B "$tmp/multiarch" -DACCEL_BUILD_TESTS=OFF -DCMAKE_INSTALL_PREF
     -DCMAKE_INSTALL_LIBDIR=lib/x86_64-linux-gnu >/dev/null
 mkdir -p "$tmp/usr/lib/x86_64-linux-gnu/pkgconfig"
 cp "$tmp/multiarch/accel.pc" "$tmp/usr/lib/x86_64-linux-gnu/pkgconfig/"
-inc=$(PKG_CONFIG_PATH="$tmp/usr/lib/x86_64-linux-gnu/pkgconfig" pkg-config --variable=includedir accel)
-lib=$(PKG_CONFIG_PATH="$tmp/usr/lib/x86_64-linux-gnu/pkgconfig" pkg-config --variable=libdir accel)
-[ "$(realpath -m "$inc")" = "$tmp/usr/include" ] && [ "$(realpath -m "$lib")" = "$tmp/usr/lib/x86_64-linux-gnu" ] ||
+pc_dir=$tmp/usr/lib/x86_64-linux-gnu/pkgconfig
+inc=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --variable=includedir accel)
+lib=$(PKG_CONFIG_PATH="$pc_dir" pkg-config --variable=libdir accel)
+[ "$(realpath -m "$inc")" = "$tmp/usr/include" ] &&
+    [ "$(realpath -m "$lib")" = "$tmp/usr/lib/x86_64-linux-gnu" ] ||
     fail "multiarch accel.pc: includedir $inc, libdir $lib"
 
 # ---- CMake package ----
@@ -101,11 +113,13 @@ CM
 cmake -S "$tmp/proj" -B "$tmp/proj/b" -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
 cmake --build "$tmp/proj/b" >"$tmp/proj/build.log" 2>&1 ||
     fail "find_package builds: $(grep -m3 -i 'error\|undefined' "$tmp/proj/build.log")"
-expect "Num processes: 1" "$tmp/proj/b/hello" || fail "find_package (accel::accel) build does not run"
+expect "Num processes: 1" "$tmp/proj/b/hello" ||
+    fail "find_package (accel::accel) build does not run"
 expect "the weights agree" "$tmp/proj/b/lr_static" || fail "accel::accel_static build does not run"
 if ldd "$tmp/proj/b/lr_static" | grep -q libaccel; then
     fail "accel::accel_static build links libaccel.so"
 fi
 expect "Num processes: 2" "$tmp/prefix/bin/accel" launch --num_processes 2 "$tmp/proj/b/hello" ||
     fail "installed accel launch of a find_package build"
-echo "PASS: install (ldconfig when searched), pkg-config (shared + rpath, static), find_package (shared, static)"
+echo "PASS: install (ldconfig when searched), pkg-config (shared + rpath, static)," \
+    "find_package (shared, static)"

@@ -16,7 +16,8 @@ cp "$src/scripts/check-layers.sh" "$tmp/scripts/"
 printf '#include "core/internal.h"\n#include "train/train_internal.h"\n' >"$tmp/src/ckpt/bad.c"
 printf '#include "core/internal.h"\n' >"$tmp/src/train/ok.c"
 mkdir -p "$tmp/src/track" "$tmp/src/cli"
-printf '#include <stdlib.h>\nconst char *u(void) { return getenv("USER"); }\n' >"$tmp/src/track/env.c"
+printf '#include <stdlib.h>\nconst char *u(void) { return getenv("USER"); }\n' \
+    >"$tmp/src/track/env.c"
 printf '#include <stdlib.h>\nconst char *p(void) { return getenv("PATH"); }\n' >"$tmp/src/cli/env.c"
 git -C "$tmp" init -q && git -C "$tmp" add -A
 rc=0
@@ -28,4 +29,5 @@ grep -q '^src/ckpt/bad.c:2: ckpt may not include train/train_internal.h (layer t
 grep -q '^src/track/env.c:2: reads the environment after accel_init' <<<"$out" ||
     fail "the environment read is not named: $out"
 ! grep -q 'src/cli/env.c' <<<"$out" || fail "the CLI's environment read is reported: $out"
-echo "check-layers: the project passes; a planted ckpt -> train include and a late getenv are caught"
+echo "check-layers: the project passes;" \
+    "a planted ckpt -> train include and a late getenv are caught"

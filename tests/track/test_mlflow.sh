@@ -52,7 +52,8 @@ EOF
 "$BUILD/tests/progs/track_write" "$DIR" mlflow resumed 6 12 100 6
 RUN_ID=$(grep -l "^run_name: 'resumed'$" "$DIR"/mlruns/*/*/meta.yaml | xargs -n1 dirname |
     xargs -n1 basename)
-[ "$(echo "$RUN_ID" | wc -w)" = 1 ] || { echo "FAIL: expected one run named resumed: $RUN_ID"; exit 1; }
+[ "$(echo "$RUN_ID" | wc -w)" = 1 ] ||
+    { echo "FAIL: expected one run named resumed: $RUN_ID"; exit 1; }
 MLFLOW_RUN_ID=$RUN_ID "$BUILD/tests/progs/track_write" "$DIR" mlflow resumed 12 14 100
 MLFLOW_RUN_ID=nosuchrun "$BUILD/tests/progs/track_write" "$DIR" mlflow resumed 2>"$DIR/err" && {
     echo "FAIL: an unknown MLFLOW_RUN_ID was accepted"; exit 1; }

@@ -85,7 +85,8 @@ got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
 assert got == want, got
 pacc = pea.EventAccumulator(run, size_guidance={pea.TENSORS: 0})
 pacc.Reload()
-got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in pacc.Tensors("train/loss")]
+got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto)))
+       for e in pacc.Tensors("train/loss")]
 assert got == want, got
 print("tensorboard resume: ok")
 EOF

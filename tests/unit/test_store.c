@@ -5,13 +5,15 @@
  * program on the port that is not a store, a malformed request (that client is dropped, the
  * others carry on), the server's hook, a server that dies (clients waiting in get fail with
  * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
- * failure (it keeps serving and holding its port, without its hook). Presence: a client that
- * declared a key and dies (or exits without departing) has it set by the server, which wakes a
- * get waiting for it; one that departs does not; a second declaration replaces the first; the
- * first loss is kept; interrupting a client stops a get in progress at once. Heartbeats: a
- * beat lists exactly the other beaters not heard for longer than asked (a client that never
- * beat is not one; any request of a beater counts as heard), with their ids, names and
- * silences, and when asked those whose count is behind; a bad name is refused.
+ * failure (it keeps serving and holding its port, without its hook). A serving process that
+ * closes its store while clients use it tells them why (a waiting get and an idle client's next
+ * request fail with EPEER naming its pid and, when it recorded one, its failure). Presence: a
+ * client that declared a key and dies (or exits without departing) has it set by the server,
+ * which wakes a get waiting for it; one that departs does not; a second declaration replaces
+ * the first; the first loss is kept; interrupting a client stops a get in progress at once.
+ * Heartbeats: a beat lists exactly the other beaters not heard for longer than asked (a client
+ * that never beat is not one; any request of a beater counts as heard), with their ids, names
+ * and silences, and when asked those whose count is behind; a bad name is refused.
  */
 #include <netinet/in.h>
 #include <pthread.h>
@@ -179,7 +181,7 @@ static void basics(void)
                              .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-    unsigned char junk[] = {0x41, 0x43, 0x53, 0x54, 1,  0, 0, 0,                 /* greeting */
+    unsigned char junk[] = {0x41, 0x43, 0x53, 0x54, 2,  0, 0, 0,                 /* greeting v2 */
                             9,    0,    0,    0,    77, 0, 0, 0, 0, 0, 0, 0, 0}; /* op 77 */
     CHECK(write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk));
     char reply[128];
@@ -331,6 +333,59 @@ static void abandoned(void)
     accel__store_close(st);
 }
 
+/* A get in another thread, with its outcome copied out (the message is per thread). */
+typedef struct getter {
+    accel__store *st;
+    accel_status status;
+    char msg[ACCEL__ERRMSG_NBYTES];
+} getter;
+
+static void *get_never(void *arg)
+{
+    getter *g = arg;
+    char buf[8];
+    size_t n = 0;
+    g->status = accel__store_get(g->st, "never", buf, sizeof(buf), &n, 600);
+    snprintf(g->msg, sizeof(g->msg), "%s", accel_last_error(NULL));
+    return NULL;
+}
+
+/* The serving process closes its store while a client waits in a get (or is about to: either
+ * way its answer is the farewell) and another is idle: both learn why from the server, not a
+ * bare closed connection (a process 0 that failed on a clash and closed before its peers were
+ * done left them with only that). With a failure recorded since the store opened, the failure
+ * is named; without one, only the pid. */
+static void closed_while_used(void)
+{
+    for (int failed = 0; failed < 2; failed++) {
+        accel__store *srv = open_store(0, 1, 5);
+        int port = accel__store_port(srv);
+        accel__store *idle = open_store(port, 0, 5);
+        CHECK_OK(NULL, accel__store_set(idle, "x", "1", 1));
+        getter g = {.st = open_store(port, 0, 5)};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, get_never, &g) == 0);
+        if (failed) {
+            accel__seterr(NULL, ACCEL_EINVAL, "two jobs use the same port (a test)");
+        }
+        accel__store_close(srv);
+        CHECK(pthread_join(th, NULL) == 0);
+        char why[128];
+        snprintf(why, sizeof(why), "the process serving it (pid %d) closed it", (int)getpid());
+        CHECK_MSG(g.status == ACCEL_EPEER && strstr(g.msg, "stopped before answering a get") &&
+                      strstr(g.msg, why) != NULL,
+                  "waiting get: %s: %s", accel_status_name(g.status), g.msg);
+        expect(accel__store_set(idle, "x", "2", 1), ACCEL_EPEER, why);
+        const char *idle_msg = accel_last_error(NULL);
+        const char *cause = " after this failure: two jobs use the same port (a test)";
+        CHECK_MSG((strstr(g.msg, cause) != NULL) == failed, "waiting get: %s", g.msg);
+        CHECK_MSG((strstr(idle_msg, cause) != NULL) == failed, "idle client: %s", idle_msg);
+        expect(accel__store_set(idle, "x", "3", 1), ACCEL_EPEER, "failed earlier");
+        accel__store_close(g.st);
+        accel__store_close(idle);
+    }
+}
+
 /* Children of presence(): declare, then leave in the way i says. */
 static void presence_child(accel__store *st, int i)
 {
@@ -467,6 +522,7 @@ int main(void)
     server_trouble(SIGKILL);
     server_trouble(SIGSTOP);
     abandoned();
+    closed_while_used();
     presence();
     heartbeats();
     printf("store: ok\n");
