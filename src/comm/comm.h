@@ -13,7 +13,9 @@
  *   GATHER: elements sent per rank; root's recv holds count * n_ranks.
  * Uneven splits are a user-level helper (core/coll_api.c pads). F16 / BF16 / F8 reduce with
  * fp32 accumulation and round once; reductions combine in rank order, so every backend gives
- * bit-identical results (the backend-vs-backend tests hold them to it).
+ * bit-identical results (the backend-vs-backend tests hold them to it). Exceptions, each
+ * deterministic: hier's association (machines first), gloo's ring over a network
+ * (ACCEL_GLOO_RING), NCCL's own order.
  *
  * Asynchronous by contract: accel__comm_post returns a work handle; accel__work_test polls it,
  * accel__work_wait waits for it until an absolute deadline (accel__now() seconds). Every wait
