@@ -129,6 +129,9 @@ typedef struct accel__comm_config {
      * launcher serves the job's store at master_addr:master_port (ACCEL_STORE_SERVED), so no
      * process does; restart_count (ACCEL_RESTART_COUNT) keeps a restart's store keys apart. */
     const char *socket_ifname;
+    /* ACCEL_GLOO_RING as given (NULL: auto); the gloo backend checks it once its store is open,
+     * so that a bad value on one process fails every process at once. */
+    const char *gloo_ring;
     int store_served;
     int restart_count;
     /* ACCELERATE_DEBUG_MODE: a backend whose check that every member makes the same call costs

@@ -106,14 +106,10 @@ static void ignore_sigpipe(void)
     }
 }
 
-/* This process's ACCEL_GLOO_RING: 0 never, 1 always, 2 (auto) when remote. */
-static accel_status ring_setting(int32_t *out)
+/* This process's ACCEL_GLOO_RING (v; NULL: unset): 0 never, 1 always, 2 (auto) when remote. */
+static accel_status ring_setting(const char *v, int32_t *out)
 {
-    const char *v = "auto";
-    accel_status st = accel__env_string("ACCEL_GLOO_RING", &v);
-    if (st != ACCEL_OK && st != ACCEL_ENOTFOUND) {
-        return st;
-    }
+    v = v != NULL && v[0] != '\0' ? v : "auto";
     const int b = strcmp(v, "auto") == 0 ? 2 : accel__parse_bool(v);
     if (b < 0) {
         return accel__seterr(NULL, ACCEL_EINVAL,
@@ -201,7 +197,7 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     int32_t ring = 0;
     accel_status st = accel__store_open(&e->store, &sc);
     if (st == ACCEL_OK) { /* a bad value then ends the others' wait below, naming it */
-        st = ring_setting(&ring);
+        st = ring_setting(cfg->gloo_ring, &ring);
     }
     if (st == ACCEL_OK && cfg->socket_ifname == NULL) {
         st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host));
@@ -246,9 +242,10 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     }
     snprintf(e->listen, sizeof(e->listen), "%s",
              cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
-    accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %d processes connected, listening on %s, store %s",
-               e->n_ranks, cfg->socket_ifname != NULL ? cfg->socket_ifname : host,
-               accel__store_name(e->store));
+    accel__log(&e->log, ACCEL__LOG_INFO,
+               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks,
+               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, accel__store_name(e->store),
+               e->ring && e->n_ranks >= 3 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
     *out = e;
     return ACCEL_OK;
 }
