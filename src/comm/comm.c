@@ -276,6 +276,10 @@ accel_status accel__comm_wrap(accel__comm **out, const accel__comm_config *cfg,
         snprintf(c->socket_ifname, sizeof(c->socket_ifname), "%s", cfg->socket_ifname);
         c->cfg.socket_ifname = c->socket_ifname;
     }
+    if (cfg->gloo_ring != NULL) {
+        snprintf(c->gloo_ring, sizeof(c->gloo_ring), "%s", cfg->gloo_ring);
+        c->cfg.gloo_ring = c->gloo_ring;
+    }
     *out = c;
     return ACCEL_OK;
 }

@@ -13,7 +13,9 @@
  *   GATHER: elements sent per rank; root's recv holds count * n_ranks.
  * Uneven splits are a user-level helper (core/coll_api.c pads). F16 / BF16 / F8 reduce with
  * fp32 accumulation and round once; reductions combine in rank order, so every backend gives
- * bit-identical results (the backend-vs-backend tests hold them to it).
+ * bit-identical results (the backend-vs-backend tests hold them to it). Exceptions, each
+ * deterministic: hier's association (machines first), gloo's ring over a network
+ * (ACCEL_GLOO_RING), NCCL's own order.
  *
  * Asynchronous by contract: accel__comm_post returns a work handle; accel__work_test polls it,
  * accel__work_wait waits for it until an absolute deadline (accel__now() seconds). Every wait
@@ -127,6 +129,9 @@ typedef struct accel__comm_config {
      * launcher serves the job's store at master_addr:master_port (ACCEL_STORE_SERVED), so no
      * process does; restart_count (ACCEL_RESTART_COUNT) keeps a restart's store keys apart. */
     const char *socket_ifname;
+    /* ACCEL_GLOO_RING as given (NULL: auto); the gloo backend checks it once its store is open,
+     * so that a bad value on one process fails every process at once. */
+    const char *gloo_ring;
     int store_served;
     int restart_count;
     /* ACCELERATE_DEBUG_MODE: a backend whose check that every member makes the same call costs

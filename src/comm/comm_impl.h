@@ -41,6 +41,7 @@ struct accel__comm {
     char job_id[256];
     char master_addr[256];
     char socket_ifname[64];
+    char gloo_ring[32];
 
     pthread_mutex_t mu;
     pthread_cond_t work_cv;              /* the progress thread waits here for queued work */

@@ -239,6 +239,7 @@ typedef struct rendezvous {
     const char *addr;
     int port;
     const char *ifname; /* ACCEL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME; NULL: the route's */
+    const char *gloo_ring; /* ACCEL_GLOO_RING (the gloo backend checks it); NULL: auto */
     int store_served;   /* ACCEL_STORE_SERVED: the launcher serves the store */
     int restart_count;  /* ACCEL_RESTART_COUNT */
 } rendezvous;
@@ -267,6 +268,9 @@ static accel_status read_rendezvous(rendezvous *r)
     if (accel__env_string("ACCEL_SOCKET_IFNAME", &r->ifname) != ACCEL_OK &&
         accel__env_string("GLOO_SOCKET_IFNAME", &r->ifname) != ACCEL_OK) {
         r->ifname = NULL;
+    }
+    if (accel__env_string("ACCEL_GLOO_RING", &r->gloo_ring) != ACCEL_OK) {
+        r->gloo_ring = NULL;
     }
     r->store_served = 0;
     st = accel__env_bool("ACCEL_STORE_SERVED", &r->store_served);
@@ -299,6 +303,7 @@ accel_status accel__layout_comm_open(accel *acc, const accel_options *o, const a
         .master_addr = rdv.addr,
         .master_port = rdv.port,
         .socket_ifname = rdv.ifname,
+        .gloo_ring = rdv.gloo_ring,
         .store_served = rdv.store_served,
         .restart_count = rdv.restart_count,
         .timeout_s = o->timeout_s,

@@ -43,6 +43,7 @@ static accel__comm_config comm_env_config(const char *backend)
     cfg.local_n_ranks = layout("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR");
+    cfg.gloo_ring = getenv("ACCEL_GLOO_RING");
     cfg.master_port = env_int("MASTER_PORT", 29500);
     cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
     cfg.restart_count = env_int("ACCEL_RESTART_COUNT", 0);

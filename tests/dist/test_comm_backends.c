@@ -235,8 +235,23 @@ static char *input(accel_dtype dt, int r, size_t count)
     return p;
 }
 
-/* The reduction over all processes' inputs of `count` elements (wire: through it). */
-static char *reference_reduce(accel_dtype dt, accel_dtype wire, accel_reduce_op op, size_t count)
+/* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1) reduces an f32 / f64 allreduce
+ * or reduce of at least 256 KiB on 3 or more processes in ring order: chunk c
+ * (accel__chunk_range) combined from process c + 1 round to process c (docs/comm.md). */
+static int ring_order;
+
+static int in_ring_order(accel__coll_kind kind, accel_dtype dt, accel_dtype wire, size_t count)
+{
+    return ring_order && n_ranks >= 3 && wire == ACCEL_F32 &&
+           (dt == ACCEL_F32 || dt == ACCEL_F64) &&
+           (kind == ACCEL__COLL_ALLREDUCE || kind == ACCEL__COLL_REDUCE) &&
+           count * accel_dtype_nbytes(dt) >= ((size_t)256 << 10);
+}
+
+/* The reduction over all processes' inputs of `count` elements (wire: through it), in rank order
+ * or (ring) in ring order. */
+static char *reference_reduce(accel_dtype dt, accel_dtype wire, accel_reduce_op op, size_t count,
+                              int ring)
 {
     const void *in[4];
     char *ins[4];
@@ -255,7 +270,19 @@ static char *reference_reduce(accel_dtype dt, accel_dtype wire, accel_reduce_op 
         }
         in[q] = ins[q];
     }
-    if (wire == ACCEL_F32) {
+    if (ring) {
+        const size_t es = accel_dtype_nbytes(dt);
+        for (int c = 0; c < n_ranks; c++) {
+            size_t off = 0, cnt = 0;
+            const void *rot[4];
+            accel__chunk_range(count, n_ranks, c, &off, &cnt);
+            for (int k = 0; k < n_ranks; k++) {
+                rot[k] = ins[(c + 1 + k) % n_ranks] + off * es;
+            }
+            accel__reduce_isa(ACCEL__ISA_SCALAR, dt, op, out + off * es, NULL, rot, n_ranks, cnt,
+                              n_ranks);
+        }
+    } else if (wire == ACCEL_F32) {
         accel__reduce_isa(ACCEL__ISA_SCALAR, dt, op, out, NULL, in, n_ranks, count, n_ranks);
     } else { /* reduce in the wire dtype, decompress */
         uint16_t *h = xmalloc(count * 2);
@@ -316,12 +343,12 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
     case ACCEL__COLL_ALLREDUCE:
     case ACCEL__COLL_REDUCE:
         memcpy(send, mine, count * es);
-        want = reference_reduce(dt, wire, rop, count);
+        want = reference_reduce(dt, wire, rop, count, in_ring_order(kind, dt, wire, count));
         break;
     case ACCEL__COLL_REDUCE_SCATTER:
         memcpy(send, mine, whole * es);
         op.recv = form == OUT_OF_PLACE ? recv : send + (size_t)rank * count * es;
-        want = reference_reduce(dt, wire, rop, whole);
+        want = reference_reduce(dt, wire, rop, whole, 0);
         memmove(want, want + (size_t)rank * count * es, count * es);
         break;
     case ACCEL__COLL_ALLGATHER:
@@ -503,6 +530,7 @@ int main(void)
     rank = layout("RANK", "OMPI_COMM_WORLD_RANK", 0);
     n_ranks = layout("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
     read_counts();
+    ring_order = getenv("ACCEL_TEST_RING") != NULL && strcmp(getenv("ACCEL_TEST_RING"), "1") == 0;
     if (under_mpirun()) {
         return mpi_vs_shm();
     }

@@ -7,6 +7,8 @@
 #    machine), one saying bf16, the other fp16;
 #  - by hand: ACCELERATE_MIXED_PRECISION=fp16 exported on machine 1 only (machine 0: default),
 #    on gloo 2 x 1 and on hier 2 x 2;
+#  - gloo's reduction order differing between the machines (ACCEL_GLOO_RING=0 on machine 1),
+#    or not a value, fails as the gloo backend connects (its own check: docs/comm.md);
 #  - the same job with the variable on both machines initialises (tests/progs/show_options).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -82,6 +84,22 @@ machines_start "$tmp/$name" 2 2 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCELERATE_MIXED_PR
 expect_failure "$name"
 expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 2 (the \
 first of 2 that differ from process 0) has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
+echo "ok: $name"
+
+# ---- gloo's reduction order (ACCEL_GLOO_RING), agreed when the gloo backend connects ----
+name=ring
+mkdir -p "$tmp/$name"
+machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCEL_GLOO_RING=0 -- "$wrap" "$SHOW"
+expect_failure "$name"
+expect_both "$name" 'r*.err' "gloo: processes disagree on ACCEL_GLOO_RING: process 0 has auto, \
+process 1 has 0 (set it alike on every machine, or nowhere)"
+echo "ok: $name"
+name=ring-value
+mkdir -p "$tmp/$name"
+machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCEL_GLOO_RING=sometimes -- "$wrap" \
+    "$SHOW"
+expect_failure "$name"
+expect_both "$name" 'r*.err' "environment variable ACCEL_GLOO_RING=sometimes must be auto, 1 or 0"
 echo "ok: $name"
 
 # ---- the same variable on both machines: the job runs ----

@@ -106,24 +106,56 @@ static void ignore_sigpipe(void)
     }
 }
 
-/* e->remote: whether some member has a peer on another host. Every member must take the same
- * allreduce path (gloo_coll.c's pipelining threshold depends on it), so they agree on it. */
-static accel_status agree_remote(accel__gloo *e)
+/* This process's ACCEL_GLOO_RING (v; NULL: unset): 0 never, 1 always, 2 (auto) when remote. */
+static accel_status ring_setting(const char *v, int32_t *out)
+{
+    v = v != NULL && v[0] != '\0' ? v : "auto";
+    const int b = strcmp(v, "auto") == 0 ? 2 : accel__parse_bool(v);
+    if (b < 0) {
+        return accel__seterr(NULL, ACCEL_EINVAL,
+                             "environment variable ACCEL_GLOO_RING=%s must be auto, 1 or 0", v);
+    }
+    *out = b;
+    return ACCEL_OK;
+}
+
+static const char *ring_name(int32_t v)
+{
+    return v == 2 ? "auto" : v ? "1" : "0";
+}
+
+/* e->remote: whether some member has a peer on another host, and e->ring. Every member must take
+ * the same allreduce path (gloo_coll.c's thresholds depend on both), so they agree on them: one
+ * allgather of each member's (remote, ACCEL_GLOO_RING), a different setting refused alike on
+ * every member. */
+static accel_status agree_paths(accel__gloo *e, int32_t ring)
 {
     const int n = e->n_ranks;
-    int32_t mine = accel__gloo_remote_peers(e->g) > 0;
-    int32_t *all = accel__calloc((size_t)n, sizeof(int32_t));
+    int32_t mine[2] = {accel__gloo_remote_peers(e->g) > 0, ring};
+    int32_t *all = accel__calloc((size_t)n, sizeof(mine));
     if (all == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory");
     }
     for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = sizeof(int32_t);
+        e->recv_nbytes[q] = sizeof(mine);
     }
     accel__gloo_err err;
-    accel_status st = accel__gloo_allgatherv(e->g, &mine, all, e->recv_nbytes, &err);
+    accel_status st = accel__gloo_allgatherv(e->g, mine, all, e->recv_nbytes, &err);
     for (int q = 0; q < n && st == ACCEL_OK; q++) {
-        e->remote |= all[q] != 0;
+        e->remote |= all[2 * q] != 0;
     }
+    for (int q = 1; q < n && st == ACCEL_OK; q++) {
+        if (all[2 * q + 1] != all[1]) {
+            st = accel__seterr(NULL, ACCEL_EINVAL,
+                               "gloo: processes disagree on ACCEL_GLOO_RING: process %d has %s, "
+                               "process %d has %s (set it alike on every machine, or nowhere)",
+                               e->process[0], ring_name(all[1]), e->process[q],
+                               ring_name(all[2 * q + 1]));
+            accel__free(all);
+            return st;
+        }
+    }
+    e->ring = all[1] == 2 ? e->remote : all[1];
     accel__free(all);
     return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
 }
@@ -162,7 +194,11 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
                               .port = cfg->master_port,
                               .serve = serve,
                               .timeout_s = cfg->timeout_s};
+    int32_t ring = 0;
     accel_status st = accel__store_open(&e->store, &sc);
+    if (st == ACCEL_OK) { /* a bad value then ends the others' wait below, naming it */
+        st = ring_setting(cfg->gloo_ring, &ring);
+    }
     if (st == ACCEL_OK && cfg->socket_ifname == NULL) {
         st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host));
     }
@@ -199,16 +235,17 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         accel__gloo_close(e);
         return st;
     }
-    st = agree_remote(e);
+    st = agree_paths(e, ring);
     if (st != ACCEL_OK) {
         accel__gloo_close(e);
         return st;
     }
     snprintf(e->listen, sizeof(e->listen), "%s",
              cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
-    accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %d processes connected, listening on %s, store %s",
-               e->n_ranks, cfg->socket_ifname != NULL ? cfg->socket_ifname : host,
-               accel__store_name(e->store));
+    accel__log(&e->log, ACCEL__LOG_INFO,
+               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks,
+               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, accel__store_name(e->store),
+               e->ring && e->n_ranks >= 3 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
     *out = e;
     return ACCEL_OK;
 }

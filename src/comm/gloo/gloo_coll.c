@@ -7,7 +7,9 @@
  * an allreduce then sends the reduced blocks to every rank (from 1 MiB over a network, 4 MiB on
  * one host, as point-to-point messages in segments on a ring-like schedule: pipelined() below),
  * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
- * and gives results bit-identical to every other backend. Every call begins with one exchange
+ * and gives results bit-identical to every other backend; except that over a network, f32 / f64
+ * allreduces from 256 KiB on 3 or more ranks run as a ring of our own, in ring order (ring()
+ * below; ACCEL_GLOO_RING). Every call begins with one exchange
  * of envelopes declaring it (exchange() below), which checks that every member makes the same
  * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
@@ -237,6 +239,117 @@ static void wire_output(const accel__coll *op, void *out, const void *w)
     (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, w, op->count);
 }
 
+/* ---- the ring: f32 / f64 on three or more ranks over a network ---- */
+
+/* Over a network, ranks that each send to every other (the schedule above, or the envelopes'
+ * exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network they
+ * reached only 0.8-0.9 of Gloo's own ring from 1 MiB (docs/performance.md, eighth pass): a ring
+ * keeps one connection busy each way per machine, the all-to-all n - 1 by turns. So from
+ * RING_NBYTES an f32 or f64 allreduce (or reduce) on n >= 3 ranks runs as a ring of
+ * point-to-point messages when e->ring (ACCEL_GLOO_RING; default: when some member has a peer
+ * on another host). Chunk c (accel__chunk_range) starts at rank c + 1 and is combined at every
+ * rank it passes on its way round to c: x[c+1], x[c+2], ..., x[c] ("ring order"), then goes
+ * round once more so that every rank has it. Deterministic, but not the rank order of the other
+ * paths and backends. The 16-bit dtypes keep the rank-order paths: combined in fp32 and rounded
+ * once, their partial results would cross the wire in fp32, twice their bytes. Each chunk goes
+ * round in at least RING_MIN_SEGS segments, so that one segment's step overlaps the next's
+ * (whole chunks: 0.53-0.64 of Gloo's ring at 256 KiB; 3-4 segments: 0.77-0.90). */
+#define RING_NBYTES ((size_t)256 << 10)
+#define RING_SEG_NBYTES ((size_t)256 << 10)
+#define RING_MIN_SEGS 4
+
+static int rings(const accel__gloo *e, const accel__coll *op)
+{
+    return e->ring && e->n_ranks >= 3 && op->wire == ACCEL_F32 &&
+           (op->dtype == ACCEL_F32 || op->dtype == ACCEL_F64) &&
+           (op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE) &&
+           op->count * accel_dtype_nbytes(op->dtype) >= RING_NBYTES;
+}
+
+/* The chunk a rank receives from its left neighbour in ring step t (0 .. 2n-3): steps
+ * 0 .. n-2 carry partial results (step t: chunk me - 2 - t), steps n-1 .. 2n-3 final ones
+ * (chunk me - 1 - (t - (n - 1))). */
+static int ring_chunk(int me, int n, int t)
+{
+    const int c = t < n - 1 ? me - 2 - t : me - 1 - (t - (n - 1));
+    return ((c % n) + n) % n;
+}
+
+/* out: the user's recv, or scratch for a non-root reduce. Every receive is posted first (one
+ * sender each, so no window is needed); segments go round one after the other, so segment k of
+ * step t + 1 leaves while segment k + 1 of step t arrives. */
+static accel_status ring(accel__gloo *e, const accel__coll *op, char *out, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    const size_t *off = e->send_nbytes, *cnt = e->cnt; /* allreduce() filled them */
+    const size_t per = cnt[0];                          /* chunk 0 is the largest */
+    size_t seg = RING_SEG_NBYTES / es; /* at least RING_MIN_SEGS a chunk, at most MAX_SEGS */
+    seg = (per + seg - 1) / seg < RING_MIN_SEGS ? (per + RING_MIN_SEGS - 1) / RING_MIN_SEGS : seg;
+    seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
+    const size_t n_seg = (per + seg - 1) / seg, steps = 2 * (size_t)n - 2;
+    const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
+    const char *data = op->send;
+    char *acc = NULL; /* step t's partial results at t * per */
+    size_t *rx = NULL, *sx = NULL, n_sx = 0;
+    ACCEL_TRY(scratch(e, 0, (size_t)(n - 1) * per * es + 1, (void **)&acc));
+    ACCEL_TRY(scratch(e, 2, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
+    sx = rx + steps * n_seg;
+    /* Where step t's segment k lands (and leaves from, passed on). */
+#define RING_BUF(t, k)                                                                             \
+    ((t) < (size_t)n - 1 ? acc + ((t)*per + (k)*seg) * es                                          \
+                         : out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
+#define RING_SEND(t, k, buf, len)                                                                  \
+    do {                                                                                           \
+        if ((len) > 0) {                                                                           \
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, right, (uint32_t)((t)*n_seg + (k)),         \
+                      (void *)(buf), (len)*es, &sx[n_sx++]);                                       \
+        }                                                                                          \
+    } while (0)
+    accel__gloo_msgs_begin(e->g);
+    for (size_t t = 0; t < steps; t++) {
+        for (size_t k = 0; k < n_seg; k++) {
+            const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
+            if (len > 0) {
+                GLOO_CALL(what, accel__gloo_post, e->g, 0, left, (uint32_t)(t * n_seg + k),
+                          RING_BUF(t, k), len * es, &rx[t * n_seg + k]);
+            }
+        }
+    }
+    const int first = (me + n - 1) % n; /* step 0: this rank's input of chunk me - 1 */
+    for (size_t k = 0; k < n_seg; k++) {
+        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
+    }
+    for (size_t t = 0; t < steps; t++) {
+        const int c = ring_chunk(me, n, (int)t);
+        for (size_t k = 0; k < n_seg; k++) {
+            const size_t len = seg_len(cnt[c], seg, k);
+            if (len == 0) {
+                continue;
+            }
+            GLOO_CALL(what, accel__gloo_wait, e->g, rx[t * n_seg + k]);
+            char *buf = RING_BUF(t, k);
+            if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
+                const int last = t == (size_t)n - 2;
+                char *to = last ? out + (off[me] + k * seg) * es : buf;
+                e->in[0] = buf;
+                e->in[1] = data + (off[c] + k * seg) * es;
+                accel__reduce(op->dtype, last ? op->op : partial, to, NULL, e->in, 2, len, n);
+                buf = to;
+            }
+            if (t + 1 < steps) {
+                RING_SEND(t + 1, k, buf, len);
+            }
+        }
+    }
+    for (size_t i = 0; i < n_sx; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, sx[i]);
+    }
+#undef RING_SEND
+#undef RING_BUF
+    return ACCEL_OK;
+}
+
 /* Allreduce into out (the user's recv, or scratch for a non-root reduce), of inputs too large
  * to travel inline. */
 static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, const char *what)
@@ -254,7 +367,9 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     if (w != NULL) {
         data = result = w;
     }
-    if (op->count * es >= PIPELINE_NBYTES(e)) {
+    if (rings(e, op)) {
+        ACCEL_TRY(ring(e, op, out, what));
+    } else if (op->count * es >= PIPELINE_NBYTES(e)) {
         ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
     } else {
         char *mine = (char *)result + off[e->rank] * es; /* reduce_blocks reuses off's table */
@@ -380,6 +495,9 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
  * pipelined (docs/performance.md, seventh pass). */
 static int fuses(const accel__gloo *e, const accel__coll *op)
 {
+    if (rings(e, op)) {
+        return 0;
+    }
     const size_t es = accel_dtype_nbytes(moved_dtype(op)), room = envelope_room(e->n_ranks);
     if (op->kind == ACCEL__COLL_REDUCE_SCATTER) {
         return op->count * es <= room;

@@ -25,6 +25,7 @@ struct accel__gloo {
     accel__gloo_ctx *g;
     uint64_t n_splits;
     int remote; /* some member has a peer on another host */
+    int ring;   /* large f32 / f64 reductions run as a ring (ACCEL_GLOO_RING, agreed) */
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
     void *scratch[4];
     size_t scratch_nbytes[4];
