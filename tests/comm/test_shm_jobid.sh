@@ -77,7 +77,8 @@ clash() {
         [ -e "$seg" ] || fail "$n processes, try $t: the clashed segment $seg lost its name"
         rm -f "$seg"
     done
-    echo "two $n-process jobs with one ACCEL_JOB_ID, $tries tries: nobody computed, all named the clash"
+    echo "two $n-process jobs with one ACCEL_JOB_ID, $tries tries:" \
+        "nobody computed, all named the clash"
 }
 
 clash 2 10
@@ -125,6 +126,7 @@ for r in 0 1; do
 done
 grep -q "removed $seg, left by two jobs that used the same ACCEL_JOB_ID" "$tmp/r0.err" ||
     fail "rerun: process 0 did not report removing the clashed segment"
-ls /dev/shm | grep -q "^accel-$uid-$job" && fail "rerun: $(ls /dev/shm | grep "^accel-$uid-$job") left"
+ls /dev/shm | grep -q "^accel-$uid-$job" &&
+    fail "rerun: $(ls /dev/shm | grep "^accel-$uid-$job") left"
 echo "the next job with the id removed the clashed segment, ran, and left nothing"
 echo "PASS"
