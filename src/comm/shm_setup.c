@@ -494,7 +494,7 @@ static accel_status claim(accel__shm *s)
     atomic_compare_exchange_strong(&s->hdr->clash_ticks, &unset, now_ticks());
     accel__shm_abort(s, ACCEL__SHM_CLASH, s->rank, me);
     if (s->rdv[0] != '\0') {
-        return accel__shm_clash_error(s, s->rank, me);
+        return accel__shm_clash_error(s, s->rank, holder); /* the other process */
     }
     return accel__seterr(NULL, ACCEL_EINVAL,
                          "shm: rank %d of the job in " SHM_DIR "%s was already taken by another "

@@ -8,7 +8,7 @@
 #    bit-identical to the rank-order reference that the shm backend is held to, so gloo and
 #    shm agree bit for bit);
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
-#  - the ring (ACCEL_GLOO_RING=1) on 3 x 1, checked against the ring-order reference;
+#  - the ring (ACCEL_GLOO_RING=1) on 3 x 1 and 4 x 1, checked against the ring-order reference;
 #  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
 #    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
 #    that breaks one group only (an error on every member, never Gloo's abort of the process),
@@ -75,6 +75,8 @@ backends gloo-2x2-backends 2 2
 # segments with a remainder (1310723 on 3).
 run gloo-3x1-ring 3 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
     ACCEL_TEST_COUNTS="65536 65535 1310723" -- "$B/tests/test_comm_backends"
+run gloo-4x1-ring 4 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
+    ACCEL_TEST_COUNTS="1310723" -- "$B/tests/test_comm_backends"
 run gloo-2x2-comm-v2 2 2 ACCEL_TEST_BACKEND=gloo -- "$B/tests/test_comm_v2"
 run hier-2x2-collectives 2 2 -- "$B/tests/test_collectives"
 grep -q "(hier)" "$tmp/hier-2x2-collectives/r0.out" ||
