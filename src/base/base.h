@@ -198,6 +198,13 @@ int accel__os_random(void *buf, size_t n);
  * nbytes is too small or the random source failed. */
 int accel__random_hex(char *out, size_t nbytes);
 
+/* ---- Hashing ---- */
+
+/* 64-bit FNV-1a of nbytes at p, or of a NUL-terminated string: unseeded (the same value in every
+ * process), for tables and digests, not for anything an adversary chooses. */
+uint64_t accel__fnv1a(const void *p, size_t nbytes);
+uint64_t accel__fnv1a_str(const char *s);
+
 /* ---- Messages ---- */
 
 /* A shape for messages, "[768, 3072]" (truncated to fit buf). Returns buf. */

@@ -212,18 +212,9 @@ typedef struct key_set {
     size_t n;
 } key_set;
 
-static size_t key_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s != '\0'; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
 static int key_set_has(const key_set *ks, const char *key)
 {
-    for (size_t i = ks->cap ? key_hash(key) & (ks->cap - 1) : 0; ks->cap && ks->slots[i];
+    for (size_t i = ks->cap ? (size_t)accel__fnv1a_str(key) & (ks->cap - 1) : 0; ks->cap && ks->slots[i];
          i = (i + 1) & (ks->cap - 1)) {
         if (strcmp(ks->slots[i], key) == 0) {
             return 1;
@@ -249,7 +240,7 @@ static accel_status key_set_add(key_set *ks, const char *key)
         accel__free(ks->slots);
         *ks = bigger;
     }
-    size_t i = key_hash(key) & (ks->cap - 1);
+    size_t i = (size_t)accel__fnv1a_str(key) & (ks->cap - 1);
     while (ks->slots[i] != NULL) {
         i = (i + 1) & (ks->cap - 1);
     }

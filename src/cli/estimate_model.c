@@ -76,20 +76,11 @@ void cli_mem_free(cli_mem_model *m)
     memset(m, 0, sizeof(*m));
 }
 
-static size_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s != '\0'; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
 /* The slot of `name` in m->slots: the one holding it, or the empty one where it goes. */
 static int *name_slot(const cli_mem_model *m, const char *name)
 {
     size_t mask = (size_t)m->n_slots - 1;
-    size_t i = name_hash(name) & mask;
+    size_t i = (size_t)accel__fnv1a_str(name) & mask;
     while (m->slots[i] != 0 && strcmp(m->units[m->slots[i] - 1].name, name) != 0) {
         i = (i + 1) & mask;
     }

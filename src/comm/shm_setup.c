@@ -52,15 +52,6 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-static uint64_t key_hash(const char *key)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a: separates honest jobs; fstat is the guard */
-    for (const unsigned char *p = (const unsigned char *)key; *p != '\0'; p++) {
-        h = (h ^ *p) * 1099511628211ull;
-    }
-    return h;
-}
-
 /* An ACCEL_SHM_* knob: the environment, else the default declared in the env table. */
 static accel_status knob(const char *name, long long lo, long long hi, long long *out, int *set)
 {
@@ -640,7 +631,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         }
     }
     /* The hash covers the whole key, the name only its first KEY_MAX characters. */
-    uint64_t job_hash = key_hash(have_id ? cfg->job_id : key);
+    uint64_t job_hash = accel__fnv1a_str(have_id ? cfg->job_id : key);
     make_name(s->name, sizeof(s->name), key);
     snprintf(s->root_name, sizeof(s->root_name), "%s", s->name);
     /* The creator: local process 0, which with the store is process 0, the one serving it. */
@@ -716,7 +707,7 @@ accel_status accel__shm_child(accel__shm **out, const accel__shm *parent,
         accel__shm_close(s);
         return accel__seterr(NULL, ACCEL_EINTERNAL, "shm: segment name too long");
     }
-    uint64_t job_hash = key_hash(nonce);
+    uint64_t job_hash = accel__fnv1a_str(nonce);
     accel_status st =
         cfg->rank == 0 ? create(s, job_hash, accel__now() + s->timeout_s) : join(s, job_hash, 0, 0);
     if (st != ACCEL_OK) {

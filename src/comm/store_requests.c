@@ -24,19 +24,10 @@
 
 /* ---- the table ---- */
 
-static uint64_t hash(const uint8_t *k, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ k[i]) * 1099511628211ull;
-    }
-    return h;
-}
-
 /* The slot holding key, or the free slot where it would go. */
 static entry *slot(entry *table, size_t cap, const uint8_t *k, size_t n)
 {
-    for (size_t i = hash(k, n) & (cap - 1);; i = (i + 1) & (cap - 1)) {
+    for (size_t i = accel__fnv1a(k, n) & (cap - 1);; i = (i + 1) & (cap - 1)) {
         entry *e = &table[i];
         if (e->key == NULL || (strlen(e->key) == n && memcmp(e->key, k, n) == 0)) {
             return e;

@@ -47,17 +47,6 @@ typedef struct record {
     char source[SOURCE_NBYTES];
 } record;
 
-/* 64-bit FNV-1a: the processes compare digests, so it must be the same function everywhere
- * (no seed, no pointer values), and two different texts colliding is a 2^-64 chance. */
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s != '\0'; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    }
-    return h;
-}
-
 /* Copies s into dst (nbytes), cut to fit: a message shows the start of a very long path. */
 static void copy_cut(char *dst, size_t nbytes, const char *s)
 {
@@ -115,7 +104,7 @@ static void digests(const accel *acc, int64_t *d)
         d[i] = 0;
         if (rules[i] != MAY_DIFFER) {
             field_texts(acc, (accel__option_id)i, canon, shown, sizeof(canon));
-            d[i] = (int64_t)fnv1a(canon);
+            d[i] = (int64_t)accel__fnv1a_str(canon); /* unseeded: alike on every process */
         }
     }
 }

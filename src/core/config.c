@@ -18,10 +18,7 @@ static int n_warned;
 
 static int first_time(const char *line)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)line; *p; p++) {
-        h = (h ^ *p) * 1099511628211ull;
-    }
+    const uint64_t h = accel__fnv1a_str(line);
     pthread_mutex_lock(&warned_lock);
     int seen = 0;
     for (int i = 0; i < n_warned && !seen; i++) {

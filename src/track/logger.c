@@ -183,16 +183,6 @@ SHORTHAND(accel_logger_warning, ACCEL_LOG_WARNING)
 SHORTHAND(accel_logger_error, ACCEL_LOG_ERROR)
 #undef SHORTHAND
 
-/* FNV-1a over the formatted message identifies "the same warning". */
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    }
-    return h;
-}
-
 void accel_logger_warning_once(accel_logger *lg, const char *fmt, ...)
 {
     if (lg == NULL || fmt == NULL || lg->acc->rank != 0 || !enabled(lg, ACCEL_LOG_WARNING)) {
@@ -203,7 +193,7 @@ void accel_logger_warning_once(accel_logger *lg, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    uint64_t h = fnv1a(msg);
+    uint64_t h = accel__fnv1a_str(msg); /* the formatted message: "the same warning" */
     for (int i = 0; i < lg->n_once; i++) {
         if (lg->once[i] == h) {
             return;

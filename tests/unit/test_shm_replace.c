@@ -30,16 +30,6 @@ static int dead_pid(void)
     return (int)pid;
 }
 
-/* The job hash a segment of ACCEL_JOB_ID `id` carries (shm_setup.c's key_hash: FNV-1a). */
-static uint64_t job_hash(const char *id)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (const unsigned char *p = (const unsigned char *)id; *p != '\0'; p++) {
-        h = (h ^ *p) * 1099511628211ull;
-    }
-    return h;
-}
-
 /* One process of the 2-process job with ACCEL_JOB_ID `id`: sets up and frees. */
 static accel_status member(const char *id, int rank)
 {
@@ -80,7 +70,7 @@ int main(void)
     CHECK(h != MAP_FAILED);
     h->version = ACCEL__SHM_VERSION;
     h->n_ranks = 2;
-    h->job_hash = job_hash(id);
+    h->job_hash = accel__fnv1a_str(id); /* what shm_setup.c hashes a job's id with */
     h->creator_pid = dead_pid();
     atomic_store(&h->unlinked, dead_pid());
     atomic_store(&h->magic, ACCEL__SHM_MAGIC);
