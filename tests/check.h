@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "accel/accel.h"
@@ -108,7 +109,6 @@ static inline void check_same_file(const char *a, const char *b)
     free(y);
 }
 
-/* How many times needle occurs in s, overlapping occurrences included. */
 /* A full disk, for this process: files may not grow past limit bytes (RLIMIT_FSIZE; a write
  * past it fails with EFBIG as one on a full file system fails with ENOSPC, and SIGXFSZ is
  * ignored so that it does not end the process); limit 0 lifts it again. */
@@ -121,6 +121,7 @@ static inline void check_file_size_limit(long long limit)
     CHECK(setrlimit(RLIMIT_FSIZE, &r) == 0);
 }
 
+/* How many times needle occurs in s, overlapping occurrences included. */
 static inline int check_count(const char *s, const char *needle)
 {
     int n = 0;
@@ -128,6 +129,18 @@ static inline int check_count(const char *s, const char *needle)
         n++;
     }
     return n;
+}
+
+/* A pid that no process has: a child that exited and was reaped. */
+static inline int check_dead_pid(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        _exit(0);
+    }
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    return (int)pid;
 }
 
 /* stderr (where the library's warnings go) captured into a file between begin and end. */

@@ -23,18 +23,6 @@
  * at the same time do not share names. */
 static char key[33];
 
-/* A pid that no process has: a child that exited and was reaped. */
-static int dead_pid(void)
-{
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        _exit(0);
-    }
-    CHECK(waitpid(pid, NULL, 0) == pid);
-    return (int)pid;
-}
-
 /* Plants /dev/shm/accel-<euid>-<suffix> as a segment created by `pid`. */
 static void plant(const char *suffix, int pid)
 {
@@ -73,7 +61,7 @@ int main(void)
         printf("test_shm_sweep: skipped (no writable /dev/shm)\n");
         return 77;
     }
-    int dead = dead_pid(), alive = (int)getpid();
+    int dead = check_dead_pid(), alive = (int)getpid();
     snprintf(key, sizeof(key), "%08x0123456789abcdef01234567", (unsigned)alive);
     char names[10][128];
     /* Left by killed jobs: removed. */
