@@ -43,9 +43,23 @@ start() {
     pids+=($!)
 }
 
+# expect_clash WHAT NAME PID: the process NAME (pid PID) of a job with id $job stopped with an
+# error naming the clash, having computed nothing (with the other job's processes or alone).
+expect_clash() {
+    local what=$1 name=$2 rc
+    wait "$3"
+    rc=$?
+    grep -q "wrong result" "$tmp/$name.err" &&
+        fail "$what: $name computed with the other job's processes"
+    grep -q "allreduces ok" "$tmp/$name.out" && fail "$what: $name computed"
+    [ "$rc" -eq 1 ] || fail "$what: $name exited $rc, expected 1 (an error)"
+    grep -q "two jobs use the same ACCEL_JOB_ID ($job), and both stop" "$tmp/$name.err" ||
+        fail "$what: $name did not name the clash"
+}
+
 # clash N TRIES: two N-process jobs with the same id, started together, TRIES times.
 clash() {
-    local n=$1 tries=$2 t r rc name i
+    local n=$1 tries=$2 t r name i
     for t in $(seq 1 "$tries"); do
         job=$prefix-$n-$t
         seg=/dev/shm/accel-$uid-$job
@@ -64,14 +78,7 @@ clash() {
         done
         i=0
         for name in "${names[@]}"; do
-            wait "${pids[$i]}"
-            rc=$?
-            grep -q "wrong result" "$tmp/$name.err" &&
-                fail "$n processes, try $t: $name computed with the other job's processes"
-            grep -q "allreduces ok" "$tmp/$name.out" && fail "$n processes, try $t: $name computed"
-            [ "$rc" -eq 1 ] || fail "$n processes, try $t: $name exited $rc, expected 1 (an error)"
-            grep -q "two jobs use the same ACCEL_JOB_ID ($job), and both stop" "$tmp/$name.err" ||
-                fail "$n processes, try $t: $name did not name the clash"
+            expect_clash "$n processes, try $t" "$name" "${pids[$i]}"
             i=$((i + 1))
         done
         [ -e "$seg" ] || fail "$n processes, try $t: the clashed segment $seg lost its name"
@@ -99,12 +106,7 @@ start b0 0 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4
 start b1 1 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4
 i=0
 for name in a0 a1 b0 b1; do
-    wait "${pids[$i]}"
-    rc=$?
-    grep -q "allreduces ok" "$tmp/$name.out" && fail "late: $name computed"
-    [ "$rc" -eq 1 ] || fail "late: $name exited $rc, expected 1 (an error)"
-    grep -q "two jobs use the same ACCEL_JOB_ID ($job), and both stop" "$tmp/$name.err" ||
-        fail "late: $name did not name the clash"
+    expect_clash late "$name" "${pids[$i]}"
     i=$((i + 1))
 done
 [ -e "$seg" ] || fail "late: the clashed segment $seg lost its name"

@@ -66,41 +66,31 @@ expect_both "$name" 'm*.err' "process 1 has fp16 (accel launch: config file $c1"
 expect_both "$name" 'm*.err' "(env ACCELERATE_MIXED_PRECISION)) $SUFFIX"
 echo "ok: $name"
 
+# by_hand NAME L ON_MACHINE1 WANT: a job of 2 machines x L processes started by hand, with
+# ON_MACHINE1 (VAR=VALUE) exported on machine 1 only; every process fails saying WANT.
+by_hand() {
+    local name=$1
+    mkdir -p "$tmp/$name"
+    machines_start "$tmp/$name" 2 "$2" ACCEL_TIMEOUT=60 ON_MACHINE1="$3" -- "$wrap" "$SHOW"
+    expect_failure "$name"
+    expect_both "$name" 'r*.err' "$4"
+    echo "ok: $name"
+}
+
 # ---- by hand: the variable exported on machine 1 only ----
-name=env
-mkdir -p "$tmp/$name"
-machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCELERATE_MIXED_PRECISION=fp16 -- \
-    "$wrap" "$SHOW"
-expect_failure "$name"
-expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 1 has \
-fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
-echo "ok: $name"
+by_hand env 1 ACCELERATE_MIXED_PRECISION=fp16 "show_options: $DISAGREE process 0 has no \
+(default), process 1 has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
 
 # ---- hier (2 x 2): machine 1's two processes both differ ----
-name=hier
-mkdir -p "$tmp/$name"
-machines_start "$tmp/$name" 2 2 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCELERATE_MIXED_PRECISION=fp16 -- \
-    "$wrap" "$SHOW"
-expect_failure "$name"
-expect_both "$name" 'r*.err' "show_options: $DISAGREE process 0 has no (default), process 2 (the \
-first of 2 that differ from process 0) has fp16 (env ACCELERATE_MIXED_PRECISION) $SUFFIX"
-echo "ok: $name"
+by_hand hier 2 ACCELERATE_MIXED_PRECISION=fp16 "show_options: $DISAGREE process 0 has no \
+(default), process 2 (the first of 2 that differ from process 0) has fp16 (env \
+ACCELERATE_MIXED_PRECISION) $SUFFIX"
 
 # ---- gloo's reduction order (ACCEL_GLOO_RING), agreed when the gloo backend connects ----
-name=ring
-mkdir -p "$tmp/$name"
-machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCEL_GLOO_RING=0 -- "$wrap" "$SHOW"
-expect_failure "$name"
-expect_both "$name" 'r*.err' "gloo: processes disagree on ACCEL_GLOO_RING: process 0 has auto, \
-process 1 has 0 (set it alike on every machine, or nowhere)"
-echo "ok: $name"
-name=ring-value
-mkdir -p "$tmp/$name"
-machines_start "$tmp/$name" 2 1 ACCEL_TIMEOUT=60 ON_MACHINE1=ACCEL_GLOO_RING=sometimes -- "$wrap" \
-    "$SHOW"
-expect_failure "$name"
-expect_both "$name" 'r*.err' "environment variable ACCEL_GLOO_RING=sometimes must be auto, 1 or 0"
-echo "ok: $name"
+by_hand ring 1 ACCEL_GLOO_RING=0 "gloo: processes disagree on ACCEL_GLOO_RING: process 0 has \
+auto, process 1 has 0 (set it alike on every machine, or nowhere)"
+by_hand ring-value 1 ACCEL_GLOO_RING=sometimes \
+    "environment variable ACCEL_GLOO_RING=sometimes must be auto, 1 or 0"
 
 # ---- the same variable on both machines: the job runs ----
 name=agree
