@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
-# Two "machines" in two network namespaces (issue 16), where the test may create them (root,
-# `ip netns`); otherwise it skips, saying why. The namespaces are joined by two veth pairs:
-# 10.77.0.1 <-> 10.77.0.2 and 10.78.0.1 <-> 10.78.0.2. MASTER_ADDR is 10.77.0.1 (machine 0,
-# which listens on the interface of the route to it); machine 1 listens on its other interface
-# (ACCEL_SOCKET_IFNAME), so machine 0 reaches it over the second link. Jobs: gloo 2 x 1 and
-# hier 2 x 2, each checking every allreduce result (tests/progs/allreduce_loop), then a process
-# of machine 1 killed mid-loop: machine 0's processes fail naming it.
+# Three "machines" in three network namespaces (issue 16), where the test may create them (root,
+# `ip netns`, veth and bridge links); otherwise it skips, saying why. Two networks join them,
+# each a bridge in a fourth namespace (the switch): a, 10.77.0.<m+1>, and b, 10.78.0.<m+1>, for
+# machine m. MASTER_ADDR is 10.77.0.1 (machine 0, which listens on the interface of the route to
+# it); machine 1 listens on its interface on b (ACCEL_SOCKET_IFNAME), so the others reach it
+# over the second network. Jobs:
+#  - gloo 2 x 1 and hier 2 x 2 on machines 0 and 1, each checking every allreduce result
+#    (tests/progs/allreduce_loop), then a process of machine 1 killed mid-loop: machine 0's
+#    processes fail naming it;
+#  - gloo 3 x 1 with ACCEL_GLOO_RING unset: a peer on another host turns gloo's ring on (the
+#    info line says so) and tests/dist/test_comm_backends holds every result to the ring-order
+#    reference (ACCEL_TEST_RING=1), bit for bit: f32 and f64, every op at 1 element, SUM, MIN
+#    and AVG at 32767 (f64 one under 256 KiB: rank order), 32768 (f64 256 KiB), 65535 (f32 one
+#    under: rank order), 65536 and 1310723 (chunks with a remainder);
+#  - the same with ACCEL_GLOO_RING=0: no ring, every result in rank order (ACCEL_TEST_RING=0).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,55 +24,62 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null 2>&1; then
     exit 77
 fi
 id=$$
-ns0=accel-m0-$id ns1=accel-m1-$id
+sw=accel-sw-$id
+ns=(accel-m0-$id accel-m1-$id accel-m2-$id)
 tmp=$(mktemp -d)
 pids=()
+watchdog= current=
 cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$ns0" 2>/dev/null
-    ip netns del "$ns1" 2>/dev/null
+    for p in "${pids[@]}" $watchdog; do kill -9 "$p" 2>/dev/null; done
+    # Each veth has an end in a namespace, so deleting the namespaces deletes every link.
+    for n in "${ns[@]}" "$sw"; do ip netns del "$n" 2>/dev/null; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-if ! ip netns add "$ns0" 2>"$tmp/err" || ! ip netns add "$ns1" 2>>"$tmp/err"; then
-    echo "skip: cannot create network namespaces here: $(head -n 1 "$tmp/err")"
+
+# Machine m's interface on network x (a or b) is av<id><x><m>; its switch port as<id><x><m>.
+# Every link is made inside the namespaces: nothing is left in this one if a step fails.
+network() {
+    ip netns add "$sw" || return 1
+    for x in a b; do
+        ip -n "$sw" link add "br$x" type bridge && ip -n "$sw" link set "br$x" up || return 1
+    done
+    for m in 0 1 2; do
+        ip netns add "${ns[$m]}" && ip -n "${ns[$m]}" link set lo up || return 1
+        for x in a b; do
+            local dev=av$id$x$m port=as$id$x$m net=10.77.0
+            [ "$x" = b ] && net=10.78.0
+            ip -n "${ns[$m]}" link add "$dev" type veth peer name "$port" netns "$sw" &&
+                ip -n "$sw" link set "$port" master "br$x" up &&
+                ip -n "${ns[$m]}" addr add "$net.$((m + 1))/24" dev "$dev" &&
+                ip -n "${ns[$m]}" link set "$dev" up || return 1
+        done
+    done
+}
+if ! network 2>"$tmp/err"; then
+    echo "skip: cannot make the machines' networks here: $(head -n 1 "$tmp/err")"
     exit 77
 fi
-set -e
-for link in a b; do
-    ip link add "av${id}${link}0" type veth peer name "av${id}${link}1"
-    ip link set "av${id}${link}0" netns "$ns0"
-    ip link set "av${id}${link}1" netns "$ns1"
-done
-ip -n "$ns0" addr add 10.77.0.1/24 dev "av${id}a0"
-ip -n "$ns1" addr add 10.77.0.2/24 dev "av${id}a1"
-ip -n "$ns0" addr add 10.78.0.1/24 dev "av${id}b0"
-ip -n "$ns1" addr add 10.78.0.2/24 dev "av${id}b1"
-for ns in "$ns0" "$ns1"; do
-    ip -n "$ns" link set lo up
-    for dev in $(ip -n "$ns" -o link show | awk -F': ' '{print $2}' | cut -d@ -f1 | grep "^av"); do
-        ip -n "$ns" link set "$dev" up
-    done
-done
-set +e
 
-# job NAME L [ARGS...]: machine g runs in namespace g; rank r's output in $tmp/NAME.r.
+# job NAME M L [ENV=VALUE...] -- PROG ARGS...: machine g (of M) runs in namespace g, machine 1
+# listening on network b; rank r's output in $tmp/NAME.r.out and .err.
 job() {
-    local name=$1 l=$2
-    shift 2
+    local name=$1 n_machines=$2 l=$3
+    shift 3
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    current=$name
     pids=()
-    for g in 0 1; do
-        local ns=$ns0 ifname=()
-        if [ "$g" = 1 ]; then
-            ns=$ns1
-            ifname=(ACCEL_SOCKET_IFNAME="av${id}b1")
-        fi
+    for g in $(seq 0 $((n_machines - 1))); do
+        local ifname=()
+        [ "$g" = 1 ] && ifname=(ACCEL_SOCKET_IFNAME="av${id}b1")
         for lr in $(seq 0 $((l - 1))); do
             local r=$((g * l + lr))
-            ip netns exec "$ns" env RANK=$r WORLD_SIZE=$((2 * l)) LOCAL_RANK=$lr \
-                LOCAL_WORLD_SIZE=$l GROUP_RANK=$g ACCEL_NUM_MACHINES=2 MASTER_ADDR=10.77.0.1 \
-                MASTER_PORT=29500 ACCEL_TIMEOUT=30 ACCEL_LOG_LEVEL=info "${ifname[@]}" \
-                "$B/tests/progs/allreduce_loop" "$@" >"$tmp/$name.$r.out" 2>"$tmp/$name.$r.err" &
+            ip netns exec "${ns[$g]}" env RANK=$r WORLD_SIZE=$((n_machines * l)) \
+                LOCAL_RANK=$lr LOCAL_WORLD_SIZE=$l GROUP_RANK=$g ACCEL_NUM_MACHINES=$n_machines \
+                MASTER_ADDR=10.77.0.1 MASTER_PORT=29500 ACCEL_TIMEOUT=30 ACCEL_LOG_LEVEL=info \
+                "${ifname[@]}" "${envs[@]}" "$@" >"$tmp/$name.$r.out" 2>"$tmp/$name.$r.err" &
             pids+=($!)
         done
     done
@@ -72,17 +87,23 @@ job() {
     watchdog=$!
 }
 
+# fail MESSAGE: says it, with the last lines of the job's processes' stderr.
 fail() {
     echo "FAIL: $*"
-    for f in "$tmp"/*.err; do echo "== $f"; tail -n 5 "$f"; done
+    for f in "$tmp/$current".*.err; do echo "== $f"; tail -n 5 "$f"; done
     exit 1
+}
+
+# finish NAME: every process of the job exited 0.
+finish() {
+    for p in "${pids[@]}"; do wait "$p" || fail "$1: a process failed"; done
+    kill "$watchdog" 2>/dev/null
 }
 
 for l in 1 2; do
     name=ok-$l
-    job "$name" "$l" --iters 20 --count 300000
-    for p in "${pids[@]}"; do wait "$p" || fail "$name: a process failed"; done
-    kill "$watchdog" 2>/dev/null
+    job "$name" 2 "$l" -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
+    finish "$name"
     grep -q "listening on av${id}b1" "$tmp/$name.$l.err" ||
         fail "$name: machine 1 did not listen on its second interface"
     grep -q "listening on 10.77.0.1" "$tmp/$name.0.err" ||
@@ -91,7 +112,8 @@ for l in 1 2; do
 
     name=kill-$l
     dead=$((2 * l - 1))
-    job "$name" "$l" --iters 100000 --count 300000 --die-rank "$dead" --die-after 5
+    job "$name" 2 "$l" -- "$B/tests/progs/allreduce_loop" --iters 100000 --count 300000 \
+        --die-rank "$dead" --die-after 5
     for r in $(seq 0 $((l - 1))); do
         wait "${pids[$r]}" && fail "$name: process $r exited 0 after process $dead died"
         grep -q "EPEER.*process $dead " "$tmp/$name.$r.err" ||
@@ -100,5 +122,33 @@ for l in 1 2; do
     kill -9 "${pids[@]}" 2>/dev/null
     kill "$watchdog" 2>/dev/null
     echo "$name: machine 0 named the dead process $dead"
+done
+
+# gloo 3 x 1: the ring when ACCEL_GLOO_RING is unset (auto: peers on other hosts), none with 0.
+counts="1 32767 32768 65535 65536 1310723"
+ring_line="f32/f64 reductions from 256 KiB in ring order"
+for setting in auto 0; do
+    name=ring-$setting start=$SECONDS
+    gloo_ring=()
+    [ "$setting" = 0 ] && gloo_ring=(ACCEL_GLOO_RING=0)
+    want=1 # the reference's order: ring order under auto
+    [ "$setting" = 0 ] && want=0
+    job "$name" 3 1 "${gloo_ring[@]}" ACCEL_TEST_RING=$want ACCEL_TEST_BACKEND=gloo \
+        ACCEL_TEST_COUNTS="$counts" -- "$B/tests/test_comm_backends"
+    finish "$name"
+    for r in 0 1 2; do
+        grep -q "gloo: 3 processes connected" "$tmp/$name.$r.err" ||
+            fail "$name: process $r logged no connection line"
+        if [ "$setting" = auto ]; then
+            grep -q "$ring_line" "$tmp/$name.$r.err" ||
+                fail "$name: process $r's connection line does not say the ring is on"
+        elif grep -q "ring order" "$tmp/$name.$r.err"; then
+            fail "$name: process $r's connection line says the ring is on"
+        fi
+    done
+    grep -q "listening on av${id}b1" "$tmp/$name.1.err" ||
+        fail "$name: machine 1 did not listen on its second interface"
+    echo "$name ($((SECONDS - start)) s): 3 machines x 1, ACCEL_GLOO_RING=$setting:" \
+        "$(cat "$tmp/$name.0.out") ($([ $want = 1 ] && echo ring || echo rank) order)"
 done
 echo "test_gloo_netns: ok"

@@ -3,8 +3,9 @@
  * themselves from the launcher's environment, as accel_init would: the layout from accel
  * launch's RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE or, under mpirun, Open MPI's
  * variables; the rendezvous from ACCEL_JOB_ID, MASTER_ADDR, MASTER_PORT, ACCEL_STORE_SERVED and
- * ACCEL_RESTART_COUNT; debug mode from ACCELERATE_DEBUG_MODE (1 or 0); a 60 s timeout; warnings
- * logged.
+ * ACCEL_RESTART_COUNT; gloo's interface from ACCEL_SOCKET_IFNAME, else GLOO_SOCKET_IFNAME;
+ * debug mode from ACCELERATE_DEBUG_MODE (1 or 0); a 60 s timeout; logging at ACCEL_LOG_LEVEL
+ * (warn when unset; tests/comm/test_gloo_netns.sh reads gloo's info line).
  */
 #ifndef ACCEL_TEST_COMM_ENV_H
 #define ACCEL_TEST_COMM_ENV_H
@@ -43,6 +44,8 @@ static accel__comm_config comm_env_config(const char *backend)
     cfg.local_n_ranks = layout("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR");
+    cfg.socket_ifname = getenv("ACCEL_SOCKET_IFNAME") != NULL ? getenv("ACCEL_SOCKET_IFNAME")
+                                                              : getenv("GLOO_SOCKET_IFNAME");
     cfg.gloo_ring = getenv("ACCEL_GLOO_RING");
     cfg.master_port = env_int("MASTER_PORT", 29500);
     cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
@@ -51,7 +54,7 @@ static accel__comm_config comm_env_config(const char *backend)
     cfg.timeout_s = 60;
     cfg.log.rank = cfg.rank;
     cfg.log.n_ranks = cfg.n_ranks;
-    cfg.log.level = ACCEL__LOG_WARN;
+    cfg.log.level = accel__log_default()->level;
     return cfg;
 }
 

@@ -20,8 +20,8 @@
  * wire cases take those above 0): the multi-machine tests give the ones at the gloo backend's
  * path boundaries, since every one of its cases costs a few TCP round trips. The first count
  * then runs every collective x dtype x op, the others one dtype of each element size (F32,
- * BF16, U8, I64: what the paths of a backend that only moves bytes tell apart), with the ops
- * of their count.
+ * BF16, U8, I64: what the paths of a backend that only moves bytes tell apart; with
+ * ACCEL_TEST_RING set, below, F64 too), with the ops of their count.
  *
  * ACCEL_TEST_NPROCS: 1 2 3 4
  */
@@ -235,10 +235,12 @@ static char *input(accel_dtype dt, int r, size_t count)
     return p;
 }
 
-/* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1) reduces an f32 / f64 allreduce
- * or reduce of at least 256 KiB on 3 or more processes in ring order: chunk c
- * (accel__chunk_range) combined from process c + 1 round to process c (docs/comm.md). */
-static int ring_order;
+/* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1, or over a network) reduces an
+ * f32 / f64 allreduce or reduce of at least 256 KiB on 3 or more processes in ring order: chunk
+ * c (accel__chunk_range) combined from process c + 1 round to process c (docs/comm.md).
+ * ACCEL_TEST_RING=0: the same cases (ring_cases: F64 sampled too) held to rank order, as gloo
+ * with ACCEL_GLOO_RING=0 computes them. */
+static int ring_order, ring_cases;
 
 static int in_ring_order(accel__coll_kind kind, accel_dtype dt, accel_dtype wire, size_t count)
 {
@@ -407,16 +409,18 @@ static void matrix(accel__comm *c, char *sym)
                 if (accel_dtype_nbytes(dt) == 0 || (reducing && !accel__reduce_supported(dt))) {
                     continue;
                 }
-                const int sample =
-                    dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_U8 || dt == ACCEL_I64;
+                /* With ACCEL_TEST_RING set, F64 too: the ring's other dtype. */
+                const int sample = dt == ACCEL_F32 || dt == ACCEL_BF16 || dt == ACCEL_U8 ||
+                                   dt == ACCEL_I64 || (ring_cases && dt == ACCEL_F64);
                 if (n_counts > 0 && ci > 0 && !sample) {
                     continue;
                 }
                 for (int rop = ACCEL_SUM; rop <= (reducing ? ACCEL_PROD : ACCEL_SUM); rop++) {
                     /* Large counts: a few ops only (the small ones cover every pair): SUM and
                      * MIN of every dtype (mpi hands those of integers and BOOL to MPI's own
-                     * ops), AVG of F32 and BF16. */
-                    const int big_avg = rop == ACCEL_AVG && (dt == ACCEL_F32 || dt == ACCEL_BF16);
+                     * ops), AVG of F32 and BF16 (and F64 with ACCEL_TEST_RING set). */
+                    const int big_avg = rop == ACCEL_AVG && (dt == ACCEL_F32 || dt == ACCEL_BF16 ||
+                                                             (ring_cases && dt == ACCEL_F64));
                     if (count > 1000 && rop != ACCEL_SUM && rop != ACCEL_MIN && !big_avg) {
                         continue;
                     }
@@ -530,7 +534,11 @@ int main(void)
     rank = layout("RANK", "OMPI_COMM_WORLD_RANK", 0);
     n_ranks = layout("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
     read_counts();
-    ring_order = getenv("ACCEL_TEST_RING") != NULL && strcmp(getenv("ACCEL_TEST_RING"), "1") == 0;
+    const char *ring = getenv("ACCEL_TEST_RING") != NULL ? getenv("ACCEL_TEST_RING") : "";
+    CHECK_MSG(strcmp(ring, "") == 0 || strcmp(ring, "0") == 0 || strcmp(ring, "1") == 0,
+              "ACCEL_TEST_RING=\"%s\": expected 1 (ring order), 0 (rank order) or unset", ring);
+    ring_order = strcmp(ring, "1") == 0;
+    ring_cases = ring[0] != '\0';
     if (under_mpirun()) {
         return mpi_vs_shm();
     }
