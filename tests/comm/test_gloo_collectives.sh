@@ -70,9 +70,10 @@ backends gloo-3x1-backends 3 1 2621447
 run gloo-4x1-backends 4 1 ACCEL_TEST_BACKEND=gloo ACCEL_TEST_COUNTS="1 262144 1310723" -- \
     "$B/tests/test_comm_backends"
 backends gloo-2x2-backends 2 2
-# The ring (ACCEL_GLOO_RING=1: on one host too), checked in ring order (ACCEL_TEST_RING): the
-# first f32 count (256 KiB) and one less (the fused path, rank order), and chunks of several
-# segments with a remainder (1310723 on 3).
+# The ring (ACCEL_GLOO_RING=1: on one host too), checked in ring order (ACCEL_TEST_RING, which
+# samples f64 too): the first f32 count (256 KiB) and one less (the fused path, rank order), and
+# chunks of several segments with a remainder (1310723 on 3). tests/comm/test_gloo_netns.sh
+# runs the ring as it comes over a network (ACCEL_GLOO_RING unset).
 run gloo-3x1-ring 3 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
     ACCEL_TEST_COUNTS="65536 65535 1310723" -- "$B/tests/test_comm_backends"
 run gloo-4x1-ring 4 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
