@@ -10,9 +10,10 @@
 #    processes fail naming it;
 #  - gloo 3 x 1 with ACCEL_GLOO_RING unset: a peer on another host turns gloo's ring on (the
 #    info line says so) and tests/dist/test_comm_backends holds every result to the ring-order
-#    reference (ACCEL_TEST_RING=1), bit for bit: f32 and f64, every op at 1 element, SUM, MIN
-#    and AVG at 32767 (f64 one under 256 KiB: rank order), 32768 (f64 256 KiB), 65535 (f32 one
-#    under: rank order), 65536 and 1310723 (chunks with a remainder);
+#    reference (ACCEL_TEST_RING=1), bit for bit: every collective x dtype x op at 1 element;
+#    f32 and f64 SUM, MIN and AVG at 32767 (f64 one under 256 KiB: rank order), 32768 (f64 256
+#    KiB), 65535 (f32 one under: rank order), 65536 and 1310723 (chunks of several segments,
+#    with remainders); the other sampled dtypes and the wire dtypes (rank order) alike;
 #  - the same with ACCEL_GLOO_RING=0: no ring, every result in rank order (ACCEL_TEST_RING=0).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -129,11 +130,10 @@ counts="1 32767 32768 65535 65536 1310723"
 ring_line="f32/f64 reductions from 256 KiB in ring order"
 for setting in auto 0; do
     name=ring-$setting start=$SECONDS
-    gloo_ring=()
-    [ "$setting" = 0 ] && gloo_ring=(ACCEL_GLOO_RING=0)
-    want=1 # the reference's order: ring order under auto
-    [ "$setting" = 0 ] && want=0
-    job "$name" 3 1 "${gloo_ring[@]}" ACCEL_TEST_RING=$want ACCEL_TEST_BACKEND=gloo \
+    # auto: ACCEL_GLOO_RING unset, the reference in ring order (ACCEL_TEST_RING=1).
+    gloo_ring=() order=1 order_name=ring
+    [ "$setting" = 0 ] && gloo_ring=(ACCEL_GLOO_RING=0) order=0 order_name=rank
+    job "$name" 3 1 "${gloo_ring[@]}" ACCEL_TEST_RING=$order ACCEL_TEST_BACKEND=gloo \
         ACCEL_TEST_COUNTS="$counts" -- "$B/tests/test_comm_backends"
     finish "$name"
     for r in 0 1 2; do
@@ -149,6 +149,6 @@ for setting in auto 0; do
     grep -q "listening on av${id}b1" "$tmp/$name.1.err" ||
         fail "$name: machine 1 did not listen on its second interface"
     echo "$name ($((SECONDS - start)) s): 3 machines x 1, ACCEL_GLOO_RING=$setting:" \
-        "$(cat "$tmp/$name.0.out") ($([ $want = 1 ] && echo ring || echo rank) order)"
+        "$(cat "$tmp/$name.0.out") ($order_name order)"
 done
 echo "test_gloo_netns: ok"
