@@ -44,8 +44,10 @@ static accel__comm_config comm_env_config(const char *backend)
     cfg.local_n_ranks = layout("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
     cfg.job_id = getenv("ACCEL_JOB_ID");
     cfg.master_addr = getenv("MASTER_ADDR");
-    cfg.socket_ifname = getenv("ACCEL_SOCKET_IFNAME") != NULL ? getenv("ACCEL_SOCKET_IFNAME")
-                                                              : getenv("GLOO_SOCKET_IFNAME");
+    if (accel__env_string("ACCEL_SOCKET_IFNAME", &cfg.socket_ifname) != ACCEL_OK &&
+        accel__env_string("GLOO_SOCKET_IFNAME", &cfg.socket_ifname) != ACCEL_OK) {
+        cfg.socket_ifname = NULL; /* empty is unset, as for accel_init (src/core/layout.c) */
+    }
     cfg.gloo_ring = getenv("ACCEL_GLOO_RING");
     cfg.master_port = env_int("MASTER_PORT", 29500);
     cfg.store_served = env_int("ACCEL_STORE_SERVED", 0); /* a multi-machine accel launch */
