@@ -14,7 +14,8 @@
 #    f32 and f64 SUM, MIN and AVG at 32767 (f64 one under 256 KiB: rank order), 32768 (f64 256
 #    KiB), 65535 (f32 one under: rank order), 65536 and 1310723 (chunks of several segments,
 #    with remainders); the other sampled dtypes and the wire dtypes (rank order) alike;
-#  - the same with ACCEL_GLOO_RING=0: no ring, every result in rank order (ACCEL_TEST_RING=0).
+#  - the same with ACCEL_GLOO_RING=0: no ring, every result in rank order (ACCEL_TEST_RING=0);
+#  - hier 3 x 2 (allreduce_loop): every local rank's gloo across the machines rings.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -116,11 +117,13 @@ for l in 1 2; do
     job "$name" 2 "$l" -- "$B/tests/progs/allreduce_loop" --iters 100000 --count 300000 \
         --die-rank "$dead" --die-after 5
     for r in $(seq 0 $((l - 1))); do
-        wait "${pids[$r]}" && fail "$name: process $r exited 0 after process $dead died"
+        # (2>/dev/null: not bash's notice of the rank that killed itself)
+        wait "${pids[$r]}" 2>/dev/null && fail "$name: process $r exited 0 after process $dead died"
         grep -q "EPEER.*process $dead " "$tmp/$name.$r.err" ||
             fail "$name: process $r did not name process $dead"
     done
     kill -9 "${pids[@]}" 2>/dev/null
+    wait "${pids[@]}" 2>/dev/null
     kill "$watchdog" 2>/dev/null
     echo "$name: machine 0 named the dead process $dead"
 done
@@ -151,4 +154,15 @@ for setting in auto 0; do
     echo "$name ($((SECONDS - start)) s): 3 machines x 1, ACCEL_GLOO_RING=$setting:" \
         "$(cat "$tmp/$name.0.out") ($order_name order)"
 done
+# hier 3 x 2: each local rank's allreduce of its shard across the machines (150000 f32 here) is
+# a gloo call on 3 processes over the network, so it rings too.
+name=ring-hier
+job "$name" 3 2 -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
+finish "$name"
+for r in 0 1 2 3 4 5; do
+    grep -q "$ring_line" "$tmp/$name.$r.err" ||
+        fail "$name: process $r's gloo connection line does not say the ring is on"
+done
+echo "$name: hier 3 machines x 2, ACCEL_GLOO_RING unset: both local ranks' gloo across the" \
+    "machines rings, every allreduce correct"
 echo "test_gloo_netns: ok"
