@@ -3,7 +3,9 @@
 # has stopped and departing processes):
 #  1. tests/dist/test_coll_mismatch (a process calling another collective, count, dtype, op or
 #     root than the others, an allocation against a collective, count 0 against 3, then leaving
-#     by accel_free and by exit(0) while the others wait) on gloo 2 x 1, 3 x 1 and 2 x 2
+#     by accel_free and by exit(0) while the others wait) on gloo 2 x 1, 3 x 1 (also with the
+#     ring, whose first segments leave before the call check: every process must wait for those
+#     its neighbours took or sent, else one frees what the other still uses) and 2 x 2
 #     (forced), hier 2 x 2 and 2 x 1 (forced): every process fails in that call with EINVAL
 #     naming both calls and the process that deviated (EPEER naming the process that left).
 #     Before, hier let counts 1000 and 999 pass unseen (both pad to 1000), and gloo and hier
@@ -38,6 +40,7 @@ mismatch() { # name M L [ENV=VALUE...]
 }
 mismatch mismatch-gloo-2x1 2 1
 mismatch mismatch-gloo-3x1 3 1
+mismatch mismatch-gloo-3x1-ring 3 1 ACCEL_GLOO_RING=1
 mismatch mismatch-gloo-2x2 2 2 ACCEL_BACKEND=gloo
 mismatch mismatch-hier-2x2 2 2
 mismatch mismatch-hier-2x1 2 1 ACCEL_BACKEND=hier

@@ -143,6 +143,16 @@ int main(void)
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, last ? 300000 : 40000, ACCEL_F32, ACCEL_SUM, NULL),
            "allreduce(count=40000, f32, sum)", "allreduce(count=300000, f32, sum)");
+    /* dtype, large messages (gloo's ring: first segments of another size and number that
+     * leave before the check) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, BIG, last ? ACCEL_F64 : ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=1048576, f32, sum)", "allreduce(count=1048576, f64, sum)");
+    /* operation, large messages (gloo's ring: the same first segments, another call) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(last ? accel_reduce_to(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, 0, NULL)
+                : accel_allreduce(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=1048576, f32, sum)", "reduce(count=1048576, f32, sum, root=0)");
     /* dtype */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, 1000, last ? ACCEL_I32 : ACCEL_F32, ACCEL_SUM, NULL),

@@ -8,9 +8,9 @@
  * one host, as point-to-point messages in segments on a ring-like schedule: pipelined() below),
  * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
  * and gives results bit-identical to every other backend; except that over a network, f32 / f64
- * allreduces from 256 KiB on 3 or more ranks run as a ring of our own, in ring order (ring()
- * below; ACCEL_GLOO_RING). Every call begins with one exchange
- * of envelopes declaring it (exchange() below), which checks that every member makes the same
+ * allreduces and reduces from 256 KiB on 3 or more ranks run as a ring of our own, in ring order
+ * (gloo_ring.c; ACCEL_GLOO_RING). Every call begins with one exchange of envelopes declaring it
+ * (accel__gloo_envelopes_post below), which checks that every member makes the same
  * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
  * at most 256 KiB, block r to rank r (fused() below). Reduce is the allreduce, kept at the
@@ -27,8 +27,7 @@
 #include "comm/reduce.h"
 #include "gloo_impl.h"
 
-/* Scratch buffer i of at least nbytes. */
-static accel_status scratch(accel__gloo *e, int i, size_t nbytes, void **out)
+accel_status accel__gloo_scratch(accel__gloo *e, int i, size_t nbytes, void **out)
 {
     if (e->scratch_nbytes[i] < nbytes) {
         void *p = accel__realloc(e->scratch[i], nbytes);
@@ -52,7 +51,7 @@ static accel_status reduce_blocks(accel__gloo *e, const accel__coll *op, accel_d
     const int n = e->n_ranks, me = e->rank;
     const size_t es = accel_dtype_nbytes(dt), mine = cnt[me] * es;
     void *blocks = NULL;
-    ACCEL_TRY(scratch(e, 0, mine * (size_t)n + 1, &blocks));
+    ACCEL_TRY(accel__gloo_scratch(e, 0, mine * (size_t)n + 1, &blocks));
     for (int q = 0; q < n; q++) {
         e->send_nbytes[q] = cnt[q] * es;
         e->recv_nbytes[q] = mine;
@@ -115,12 +114,6 @@ static void allreduce_inline(accel__gloo *e, const accel__coll *op, void *out, c
  * the two Gloo calls there either, sixth pass): 1 MiB when some member has a peer on another
  * host, else 4 MiB. */
 #define PIPELINE_NBYTES(e) ((e)->remote ? (size_t)1 << 20 : (size_t)4 << 20)
-#define MAX_SEGS 64 /* segments per chunk at most (larger segments beyond): bounded messages */
-
-static size_t seg_len(size_t cnt, size_t seg, size_t k)
-{
-    return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
-}
 
 /* A receive of the schedule: segment k from rank q, of its input or (reduced) of its chunk. */
 typedef struct slot {
@@ -140,13 +133,15 @@ static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype
         per = cnt[q] > per ? cnt[q] : per;
     }
     size_t seg = SEG_NBYTES / es;
-    seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
+    seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
+              ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
+              : seg;
     const size_t n_seg = (per + seg - 1) / seg, max_msgs = 2 * n_seg * (size_t)n;
     char *in = NULL;
     slot *rx = NULL; /* the receives in schedule order */
     size_t *sx = NULL, n_rx = 0, n_sx = 0, posted = 0;
-    ACCEL_TRY(scratch(e, 0, mine * es * (size_t)n + 1, (void **)&in));
-    ACCEL_TRY(scratch(e, 2, max_msgs * (sizeof(slot) + sizeof(size_t)), (void **)&rx));
+    ACCEL_TRY(accel__gloo_scratch(e, 0, mine * es * (size_t)n + 1, (void **)&in));
+    ACCEL_TRY(accel__gloo_scratch(e, 2, max_msgs * (sizeof(slot) + sizeof(size_t)), (void **)&rx));
     sx = (size_t *)(rx + max_msgs);
     for (size_t j = 0; j <= n_seg; j++) {
         for (int reduced = 0; reduced < 2; reduced++) {
@@ -228,7 +223,7 @@ static accel_status wire_input(accel__gloo *e, const accel__coll *op, void **w)
         return ACCEL_OK;
     }
     ACCEL_ASSERT(op->kind == ACCEL__COLL_ALLREDUCE);
-    ACCEL_TRY(scratch(e, 1, op->count * accel_dtype_nbytes(op->wire) + 1, w));
+    ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * accel_dtype_nbytes(op->wire) + 1, w));
     (op->wire == ACCEL_BF16 ? accel__f32_to_bf16_n : accel__f32_to_f16_n)(*w, op->send, op->count);
     return ACCEL_OK;
 }
@@ -237,117 +232,6 @@ static accel_status wire_input(accel__gloo *e, const accel__coll *op, void **w)
 static void wire_output(const accel__coll *op, void *out, const void *w)
 {
     (op->wire == ACCEL_BF16 ? accel__bf16_to_f32_n : accel__f16_to_f32_n)(out, w, op->count);
-}
-
-/* ---- the ring: f32 / f64 on three or more ranks over a network ---- */
-
-/* Over a network, ranks that each send to every other (the schedule above, or the envelopes'
- * exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network they
- * reached only 0.8-0.9 of Gloo's own ring from 1 MiB (docs/performance.md, eighth pass): a ring
- * keeps one connection busy each way per machine, the all-to-all n - 1 by turns. So from
- * RING_NBYTES an f32 or f64 allreduce (or reduce) on n >= 3 ranks runs as a ring of
- * point-to-point messages when e->ring (ACCEL_GLOO_RING; default: when some member has a peer
- * on another host). Chunk c (accel__chunk_range) starts at rank c + 1 and is combined at every
- * rank it passes on its way round to c: x[c+1], x[c+2], ..., x[c] ("ring order"), then goes
- * round once more so that every rank has it. Deterministic, but not the rank order of the other
- * paths and backends. The 16-bit dtypes keep the rank-order paths: combined in fp32 and rounded
- * once, their partial results would cross the wire in fp32, twice their bytes. Each chunk goes
- * round in at least RING_MIN_SEGS segments, so that one segment's step overlaps the next's
- * (whole chunks: 0.53-0.64 of Gloo's ring at 256 KiB; 3-4 segments: 0.77-0.90). */
-#define RING_NBYTES ((size_t)256 << 10)
-#define RING_SEG_NBYTES ((size_t)256 << 10)
-#define RING_MIN_SEGS 4
-
-static int rings(const accel__gloo *e, const accel__coll *op)
-{
-    return e->ring && e->n_ranks >= 3 && op->wire == ACCEL_F32 &&
-           (op->dtype == ACCEL_F32 || op->dtype == ACCEL_F64) &&
-           (op->kind == ACCEL__COLL_ALLREDUCE || op->kind == ACCEL__COLL_REDUCE) &&
-           op->count * accel_dtype_nbytes(op->dtype) >= RING_NBYTES;
-}
-
-/* The chunk a rank receives from its left neighbour in ring step t (0 .. 2n-3): steps
- * 0 .. n-2 carry partial results (step t: chunk me - 2 - t), steps n-1 .. 2n-3 final ones
- * (chunk me - 1 - (t - (n - 1))). */
-static int ring_chunk(int me, int n, int t)
-{
-    const int c = t < n - 1 ? me - 2 - t : me - 1 - (t - (n - 1));
-    return ((c % n) + n) % n;
-}
-
-/* out: the user's recv, or scratch for a non-root reduce. Every receive is posted first (one
- * sender each, so no window is needed); segments go round one after the other, so segment k of
- * step t + 1 leaves while segment k + 1 of step t arrives. */
-static accel_status ring(accel__gloo *e, const accel__coll *op, char *out, const char *what)
-{
-    const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
-    const size_t es = accel_dtype_nbytes(op->dtype);
-    const size_t *off = e->send_nbytes, *cnt = e->cnt; /* allreduce() filled them */
-    const size_t per = cnt[0];                          /* chunk 0 is the largest */
-    size_t seg = RING_SEG_NBYTES / es; /* at least RING_MIN_SEGS a chunk, at most MAX_SEGS */
-    seg = (per + seg - 1) / seg < RING_MIN_SEGS ? (per + RING_MIN_SEGS - 1) / RING_MIN_SEGS : seg;
-    seg = (per + seg - 1) / seg > MAX_SEGS ? (per + MAX_SEGS - 1) / MAX_SEGS : seg;
-    const size_t n_seg = (per + seg - 1) / seg, steps = 2 * (size_t)n - 2;
-    const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
-    const char *data = op->send;
-    char *acc = NULL; /* step t's partial results at t * per */
-    size_t *rx = NULL, *sx = NULL, n_sx = 0;
-    ACCEL_TRY(scratch(e, 0, (size_t)(n - 1) * per * es + 1, (void **)&acc));
-    ACCEL_TRY(scratch(e, 2, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
-    sx = rx + steps * n_seg;
-    /* Where step t's segment k lands (and leaves from, passed on). */
-#define RING_BUF(t, k)                                                                             \
-    ((t) < (size_t)n - 1 ? acc + ((t)*per + (k)*seg) * es                                          \
-                         : out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
-#define RING_SEND(t, k, buf, len)                                                                  \
-    do {                                                                                           \
-        if ((len) > 0) {                                                                           \
-            GLOO_CALL(what, accel__gloo_post, e->g, 1, right, (uint32_t)((t)*n_seg + (k)),         \
-                      (void *)(buf), (len)*es, &sx[n_sx++]);                                       \
-        }                                                                                          \
-    } while (0)
-    accel__gloo_msgs_begin(e->g);
-    for (size_t t = 0; t < steps; t++) {
-        for (size_t k = 0; k < n_seg; k++) {
-            const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
-            if (len > 0) {
-                GLOO_CALL(what, accel__gloo_post, e->g, 0, left, (uint32_t)(t * n_seg + k),
-                          RING_BUF(t, k), len * es, &rx[t * n_seg + k]);
-            }
-        }
-    }
-    const int first = (me + n - 1) % n; /* step 0: this rank's input of chunk me - 1 */
-    for (size_t k = 0; k < n_seg; k++) {
-        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
-    }
-    for (size_t t = 0; t < steps; t++) {
-        const int c = ring_chunk(me, n, (int)t);
-        for (size_t k = 0; k < n_seg; k++) {
-            const size_t len = seg_len(cnt[c], seg, k);
-            if (len == 0) {
-                continue;
-            }
-            GLOO_CALL(what, accel__gloo_wait, e->g, rx[t * n_seg + k]);
-            char *buf = RING_BUF(t, k);
-            if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
-                const int last = t == (size_t)n - 2;
-                char *to = last ? out + (off[me] + k * seg) * es : buf;
-                e->in[0] = buf;
-                e->in[1] = data + (off[c] + k * seg) * es;
-                accel__reduce(op->dtype, last ? op->op : partial, to, NULL, e->in, 2, len, n);
-                buf = to;
-            }
-            if (t + 1 < steps) {
-                RING_SEND(t + 1, k, buf, len);
-            }
-        }
-    }
-    for (size_t i = 0; i < n_sx; i++) {
-        GLOO_CALL(what, accel__gloo_wait, e->g, sx[i]);
-    }
-#undef RING_SEND
-#undef RING_BUF
-    return ACCEL_OK;
 }
 
 /* Allreduce into out (the user's recv, or scratch for a non-root reduce), of inputs too large
@@ -367,9 +251,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     if (w != NULL) {
         data = result = w;
     }
-    if (rings(e, op)) {
-        ACCEL_TRY(ring(e, op, out, what));
-    } else if (op->count * es >= PIPELINE_NBYTES(e)) {
+    if (op->count * es >= PIPELINE_NBYTES(e)) {
         ACCEL_TRY(pipelined(e, op, dt, data, result, off, what));
     } else {
         char *mine = (char *)result + off[e->rank] * es; /* reduce_blocks reuses off's table */
@@ -406,19 +288,21 @@ static size_t envelope_room(int n)
  * allreduce (travels_inline) its whole input, or for a reduction whose chunks fit
  * (envelope_room: fused() below) chunk q of its input to member q (`data`: chunk q is cnt[q]
  * elements of es bytes at off[q]). The declarations are compared before any other data is used
- * or any other message is posted: Gloo's transport aborts the process when a message is larger
- * than the buffer posted for it, so a mismatched call must never reach it. Envelopes are
- * received into buffers of a size that depends on n alone (envelope_room), which a mismatched
- * one fits too. Every member sees the same table and fails alike (ACCEL_EINVAL, naming two
- * calls), the connections untouched. One round trip that is also the barrier, and a small
- * allreduce's whole data movement; *env receives the table (stride bytes per member: rank q's
- * declaration, then what q sent this member). The receives are posted here, not one call
- * ahead: a receive posted ahead sends its ready notice to a peer that may have left the
- * communicator already, whose connection reset then discards what this process had not read
- * yet of the last call. */
-static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what,
-                             const char *data, size_t es, const size_t *off, const size_t *cnt,
-                             char **env, size_t *stride)
+ * or any other message is sent (but the ring's early segments, gloo_ring.c, sized to fit any
+ * call's receives): Gloo's transport aborts the process when a message is larger than the
+ * buffer posted for it, so a mismatched call must never reach it. Envelopes are received into
+ * buffers of a size that depends on n alone (envelope_room), which a mismatched one fits too.
+ * Every member sees the same table and fails alike (ACCEL_EINVAL, naming two calls; *mismatch
+ * set), the connections untouched. One round trip that is also the barrier, and a small
+ * allreduce's whole data movement; env->all receives the table (env->stride bytes per member:
+ * rank q's declaration, then what q sent this member). Two halves, so that a caller can post
+ * its own receives between them (the batch of messages begins in the first). The receives are
+ * posted here, not one call ahead: a receive posted ahead sends its ready notice to a peer that
+ * may have left the communicator already, whose connection reset then discards what this
+ * process had not read yet of the last call. */
+accel_status accel__gloo_envelopes_post(accel__gloo *e, const accel__coll *op, const char *what,
+                                        const char *data, size_t es, const size_t *off,
+                                        const size_t *cnt, accel__gloo_env *env)
 {
     const int n = e->n_ranks, me = e->rank;
     const size_t head = sizeof(accel__coll_decl);
@@ -426,11 +310,12 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
     char *all = NULL, *out = NULL;
     size_t *ix = NULL;
-    ACCEL_TRY(scratch(e, 0, st * (size_t)n, (void **)&all));
-    ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+    ACCEL_TRY(accel__gloo_scratch(e, 0, st * (size_t)n, (void **)&all));
+    ACCEL_TRY(accel__gloo_scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
     if (data != NULL) { /* one envelope per peer, each with its chunk after the declaration */
-        ACCEL_TRY(scratch(e, 3, st * (size_t)n, (void **)&out));
+        ACCEL_TRY(accel__gloo_scratch(e, 3, st * (size_t)n, (void **)&out));
     }
+    *env = (accel__gloo_env){all, st, ix};
     accel__coll_decl mine = accel__coll_declare(e->has_declare_as ? &e->declare_as : op);
     e->has_declare_as = 0;
     memcpy(all + (size_t)me * st, &mine, head);
@@ -455,21 +340,30 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
                       &ix[n + q]);
         }
     }
+    return ACCEL_OK;
+}
+
+accel_status accel__gloo_envelopes_check(accel__gloo *e, const accel__gloo_env *env,
+                                         const char *what, int *mismatch)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const size_t head = sizeof(accel__coll_decl);
     for (int q = 0; q < n; q++) {
         if (q != me) {
-            GLOO_CALL(what, accel__gloo_wait, e->g, ix[q]);
-            GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
+            GLOO_CALL(what, accel__gloo_wait, e->g, env->ix[q]);
+            GLOO_CALL(what, accel__gloo_wait, e->g, env->ix[n + q]);
         }
     }
     accel__coll_decl first;
-    memcpy(&first, all, head);
+    memcpy(&first, env->all, head);
     for (int q = 1; q < n; q++) {
         accel__coll_decl dq;
-        memcpy(&dq, all + (size_t)q * st, head);
+        memcpy(&dq, env->all + (size_t)q * env->stride, head);
         const int any_alloc =
             first.kind == ACCEL__GLOO_CALL_ALLOC_ANY && dq.kind == ACCEL__GLOO_CALL_ALLOC_ANY;
         if (!any_alloc && memcmp(&dq, &first, head) != 0) {
             char msg[sizeof(e->broken_msg)];
+            *mismatch = 1;
             if (accel__coll_decl_mismatch("gloo", &first, e->process[0], &dq, e->process[q], n, msg,
                                           sizeof(msg))) {
                 return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg); /* still usable */
@@ -482,8 +376,20 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
             return accel__seterr(NULL, ACCEL_EINVAL, "%s", msg);
         }
     }
-    *env = all;
-    *stride = st;
+    return ACCEL_OK;
+}
+
+/* Both halves, nothing posted between them; *env_out and *stride: the table. */
+static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *what,
+                             const char *data, size_t es, const size_t *off, const size_t *cnt,
+                             char **env_out, size_t *stride)
+{
+    accel__gloo_env env;
+    int mismatch = 0;
+    ACCEL_TRY(accel__gloo_envelopes_post(e, op, what, data, es, off, cnt, &env));
+    ACCEL_TRY(accel__gloo_envelopes_check(e, &env, what, &mismatch));
+    *env_out = env.all;
+    *stride = env.stride;
     return ACCEL_OK;
 }
 
@@ -495,9 +401,6 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
  * pipelined (docs/performance.md, seventh pass). */
 static int fuses(const accel__gloo *e, const accel__coll *op)
 {
-    if (rings(e, op)) {
-        return 0;
-    }
     const size_t es = accel_dtype_nbytes(moved_dtype(op)), room = envelope_room(e->n_ranks);
     if (op->kind == ACCEL__COLL_REDUCE_SCATTER) {
         return op->count * es <= room;
@@ -543,14 +446,14 @@ static accel_status fused(accel__gloo *e, const accel__coll *op, const char *wha
         data = result = w;
     } else if (!has_result) { /* a reduce's member other than the root: its chunk only */
         void *own = NULL;
-        ACCEL_TRY(scratch(e, 1, op->count * es + 1, &own));
+        ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * es + 1, &own));
         result = own;
     }
     char *env = NULL;
     size_t st = 0, *ix = NULL, n_msgs = 0;
     ACCEL_TRY(exchange(e, op, what, data, es, off, cnt, &env, &st));
     if (op->kind == ACCEL__COLL_REDUCE) { /* the reduced chunks go to the root only */
-        ACCEL_TRY(scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+        ACCEL_TRY(accel__gloo_scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
         accel__gloo_msgs_begin(e->g);
         for (int q = 0; q < n && me == op->root; q++) {
             if (q != me && cnt[q] > 0) {
@@ -615,6 +518,10 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     }
     char what[160];
     accel__coll_str(op, e->n_ranks, what, sizeof(what));
+    const accel__coll_decl d = accel__coll_declare(op);
+    if (!e->has_declare_as && accel__gloo_rings(e, &d)) {
+        return accel__gloo_ring(e, op, what);
+    }
     if (!travels_inline(e, op) && fuses(e, op)) {
         return fused(e, op, what);
     }
@@ -635,7 +542,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     case ACCEL__COLL_REDUCE: {
         void *out = op->recv;
         if (me != op->root) {
-            ACCEL_TRY(scratch(e, 1, nb + 1, &out));
+            ACCEL_TRY(accel__gloo_scratch(e, 1, nb + 1, &out));
         }
         accel__coll ar = *op;
         ar.kind = ACCEL__COLL_ALLREDUCE;
@@ -667,7 +574,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
         if (me == op->root && send == (const char *)op->recv + (size_t)me * nb) {
             void *copy =
                 NULL; /* Gloo copies the root's own block with memcpy: no overlap allowed */
-            ACCEL_TRY(scratch(e, 1, nb + 1, &copy));
+            ACCEL_TRY(accel__gloo_scratch(e, 1, nb + 1, &copy));
             memcpy(copy, send, nb);
             send = copy;
         }

@@ -1,6 +1,7 @@
 /*
  * The gloo backend's inside, shared by its two halves (private to src/comm/gloo): gloo.c sets up,
- * records failures and is the backend; gloo_coll.c runs the collectives.
+ * records failures and is the backend; gloo_coll.c runs the collectives, gloo_ring.c those that
+ * ring.
  */
 #ifndef ACCEL_COMM_GLOO_IMPL_H
 #define ACCEL_COMM_GLOO_IMPL_H
@@ -27,8 +28,8 @@ struct accel__gloo {
     int remote; /* some member has a peer on another host */
     int ring;   /* large f32 / f64 reductions run as a ring (ACCEL_GLOO_RING, agreed) */
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
-    void *scratch[4];
-    size_t scratch_nbytes[4];
+    void *scratch[5];
+    size_t scratch_nbytes[5];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
     /* accel__gloo_declare_next's call, declared by the next run instead of its own. */
@@ -39,6 +40,37 @@ struct accel__gloo {
     accel_status broken_st;
     char broken_msg[ACCEL__ERRMSG_NBYTES];
 };
+
+/* Scratch buffer i (0 .. 4) of at least nbytes, grown as needed: the envelopes use 0 and 2 (3
+ * with data), as do the paths that run after them; a non-root reduce's result and the wire
+ * dtype's copy 1; the ring 3 and 4, since the envelopes' stay in use beside it. */
+accel_status accel__gloo_scratch(accel__gloo *e, int i, size_t nbytes, void **out);
+
+/* Segments: a chunk is cut into at most this many (larger segments beyond); segment k of a chunk
+ * of cnt elements has seg_len elements. */
+#define ACCEL__GLOO_MAX_SEGS 64
+static inline size_t seg_len(size_t cnt, size_t seg, size_t k)
+{
+    return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
+}
+
+/* The envelopes of a call (gloo_coll.c), in two halves: _post begins the call's batch of
+ * messages and posts them, _check waits for them and compares the declarations (on a mismatch:
+ * ACCEL_EINVAL, *mismatch set, the table still in all). */
+typedef struct accel__gloo_env {
+    char *all; /* member q's declaration (and what it sent this member) at q * stride */
+    size_t stride;
+    size_t *ix; /* the messages' indices */
+} accel__gloo_env;
+accel_status accel__gloo_envelopes_post(accel__gloo *e, const accel__coll *op, const char *what,
+                                        const char *data, size_t es, const size_t *off,
+                                        const size_t *cnt, accel__gloo_env *env);
+accel_status accel__gloo_envelopes_check(accel__gloo *e, const accel__gloo_env *env,
+                                         const char *what, int *mismatch);
+
+/* 1 when the call declared d runs as gloo_ring.c's ring; accel__gloo_ring runs it whole. */
+int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d);
+accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char *what);
 
 /* A failed Gloo call (what: the collective, for the message): the diagnosis naming the process
  * at fault is recorded in the store and every connection reset (the communicator is broken

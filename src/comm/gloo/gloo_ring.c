@@ -1,0 +1,204 @@
+/*
+ * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more on three or more ranks
+ * over a network (gloo_coll.c runs every other call).
+ *
+ * Over a network, ranks that each send to every other (gloo_coll.c's schedules, or the
+ * envelopes' exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network
+ * they reached only 0.8-0.9 of Gloo's own ring from 1 MiB (docs/performance.md, eighth pass): a
+ * ring keeps one connection busy each way per machine, the all-to-all n - 1 by turns. So such a
+ * call runs as a ring of point-to-point messages when e->ring (ACCEL_GLOO_RING; default: when
+ * some member has a peer on another host). Chunk c (accel__chunk_range) starts at rank c + 1 and
+ * is combined at every rank it passes on its way round to c: x[c+1], x[c+2], ..., x[c] ("ring
+ * order"), then goes round once more so that every rank has it. Deterministic, but not the rank
+ * order of the other paths and backends. The 16-bit dtypes keep the rank-order paths: combined
+ * in fp32 and rounded once, their partial results would cross the wire in fp32, twice their
+ * bytes. Each chunk goes round in at least RING_MIN_SEGS segments, so that one segment's step
+ * overlaps the next's (whole chunks: 0.53-0.64 of Gloo's ring at 256 KiB; 3-4 segments:
+ * 0.77-0.90).
+ *
+ * The call check overlaps the ring's first step (docs/performance.md, ninth pass): every receive
+ * of the ring is posted beside the envelopes, and the first step's segments leave before the
+ * declarations are compared. A member sends nothing else before its check passes, and every
+ * member sees every declaration, so a message that arrives before the check is one of those
+ * "early" segments; each lands in a receive of EARLY_NBYTES whatever the call, which no early
+ * segment of any call exceeds, so a mismatched one fits too (Gloo's transport aborts the process
+ * on a message larger than its receive). After a mismatch (the communicator is then broken for
+ * good), each member waits for the early segments that the declarations say its neighbours sent
+ * it and took from it, so none is left in flight from or into a buffer after the call returns.
+ */
+#include <string.h>
+
+#include "base/base.h"
+#include "comm/comm.h"
+#include "comm/reduce.h"
+#include "gloo_impl.h"
+
+#define RING_NBYTES ((size_t)256 << 10)
+#define RING_SEG_NBYTES ((size_t)256 << 10)
+#define RING_MIN_SEGS 4
+#define EARLY_NBYTES RING_SEG_NBYTES
+#define EARLY_KEY ((uint32_t)1 << 31) /* + segment: the first step's early segments */
+
+int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
+{
+    return e->ring && e->n_ranks >= 3 && d->wire == ACCEL_F32 &&
+           (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
+           (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE) &&
+           d->count * accel_dtype_nbytes((accel_dtype)d->dtype) >= RING_NBYTES;
+}
+
+/* Segment length (elements) of a ring call of count elements of es bytes on n ranks: at least
+ * RING_MIN_SEGS a chunk, at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
+static size_t ring_seg(size_t count, int n, size_t es)
+{
+    size_t off = 0, per = 0; /* chunk 0 is the largest */
+    accel__chunk_range(count, n, 0, &off, &per);
+    size_t seg = RING_SEG_NBYTES / es;
+    seg = (per + seg - 1) / seg < RING_MIN_SEGS ? (per + RING_MIN_SEGS - 1) / RING_MIN_SEGS : seg;
+    seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
+              ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
+              : seg;
+    return seg;
+}
+
+/* How many segments of chunk c a member whose call is declared d sends (and its right
+ * neighbour receives) before the call check: all of them, when d rings and they fit
+ * EARLY_NBYTES; else none. */
+static size_t early_segs(const accel__gloo *e, const accel__coll_decl *d, int c)
+{
+    if (!accel__gloo_rings(e, d)) {
+        return 0;
+    }
+    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
+    const size_t seg = ring_seg(d->count, e->n_ranks, es);
+    size_t off = 0, cnt = 0;
+    accel__chunk_range(d->count, e->n_ranks, c, &off, &cnt);
+    return seg * es <= EARLY_NBYTES ? (cnt + seg - 1) / seg : 0;
+}
+
+/* The chunk a rank receives from its left neighbour in ring step t (0 .. 2n-3): steps
+ * 0 .. n-2 carry partial results (step t: chunk me - 2 - t), steps n-1 .. 2n-3 final ones
+ * (chunk me - 1 - (t - (n - 1))). */
+static int ring_chunk(int me, int n, int t)
+{
+    const int c = t < n - 1 ? me - 2 - t : me - 1 - (t - (n - 1));
+    return ((c % n) + n) % n;
+}
+
+/* After a mismatch found by the envelopes (env: every member's declaration): waits for the
+ * early segments this member's neighbours sent it and took from it (rx, tx: the indices of its
+ * early receives and sends, in segment order). */
+static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const size_t *rx,
+                           const size_t *tx, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank;
+    accel__coll_decl d[3]; /* left, this member, right */
+    for (int i = 0; i < 3; i++) {
+        memcpy(&d[i], env->all + (size_t)((me + n - 1 + i) % n) * env->stride, sizeof(d[i]));
+    }
+    const int c_in = (me + n - 2) % n, c_out = (me + n - 1) % n; /* step 0's chunks */
+    const size_t got = early_segs(e, &d[0], c_in), posted = early_segs(e, &d[1], c_in);
+    const size_t sent = early_segs(e, &d[1], c_out), taken = early_segs(e, &d[2], c_out);
+    for (size_t k = 0; k < got && k < posted; k++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
+    }
+    for (size_t k = 0; k < sent && k < taken; k++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, tx[k]);
+    }
+    return ACCEL_OK;
+}
+
+/* An allreduce (or reduce) that rings: the envelopes, then the ring. Every receive is posted
+ * first (one sender each, so no window is needed); segments go round one after the other, so
+ * segment k of step t + 1 leaves while segment k + 1 of step t arrives. */
+accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
+    const size_t es = accel_dtype_nbytes(op->dtype);
+    size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements */
+    for (int q = 0; q < n; q++) {
+        accel__chunk_range(op->count, n, q, &off[q], &cnt[q]);
+    }
+    char *out = op->recv; /* a reduce's member other than the root: scratch */
+    if (op->kind == ACCEL__COLL_REDUCE && me != op->root) {
+        ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * es + 1, (void **)&out));
+    }
+    const size_t per = cnt[0], seg = ring_seg(op->count, n, es);
+    const size_t n_seg = (per + seg - 1) / seg, steps = 2 * (size_t)n - 2;
+    const int first = (me + n - 1) % n;         /* step 0: this rank's input of chunk me - 1 */
+    const int early = seg * es <= EARLY_NBYTES; /* step 0's segments leave before the check */
+    const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
+    const char *data = op->send;
+    char *acc = NULL; /* step t's partial results at t * per (and room for an early segment) */
+    size_t *rx = NULL, *tx = NULL, n_tx = 0;
+    ACCEL_TRY(accel__gloo_scratch(e, 3, (size_t)(n - 1) * per * es + EARLY_NBYTES, (void **)&acc));
+    ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
+    tx = rx + steps * n_seg;
+    /* Where step t's segment k lands (and leaves from, passed on), and its key. */
+#define RING_BUF(t, k)                                                                             \
+    ((t) < (size_t)n - 1 ? acc + ((t)*per + (k)*seg) * es                                          \
+                         : out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
+#define RING_KEY(t, k)                                                                             \
+    ((t) == 0 && early ? EARLY_KEY + (uint32_t)(k) : (uint32_t)(1 + (t)*n_seg + (k)))
+#define RING_SEND(t, k, buf, len)                                                                  \
+    do {                                                                                           \
+        if ((len) > 0) {                                                                           \
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, right, RING_KEY(t, k), (void *)(buf),       \
+                      (len)*es, &tx[n_tx++]);                                                      \
+        }                                                                                          \
+    } while (0)
+    accel__gloo_env env;
+    ACCEL_TRY(accel__gloo_envelopes_post(e, op, what, NULL, 0, NULL, NULL, &env));
+    for (size_t t = 0; t < steps; t++) {
+        for (size_t k = 0; k < n_seg; k++) {
+            const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
+            if (len > 0) {
+                GLOO_CALL(what, accel__gloo_post, e->g, 0, left, RING_KEY(t, k), RING_BUF(t, k),
+                          t == 0 && early ? EARLY_NBYTES : len * es, &rx[t * n_seg + k]);
+            }
+        }
+    }
+    for (size_t k = 0; k < n_seg && early; k++) {
+        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
+    }
+    int mismatch = 0;
+    const accel_status st = accel__gloo_envelopes_check(e, &env, what, &mismatch);
+    if (st != ACCEL_OK) {
+        if (mismatch) {
+            ACCEL_TRY(settle(e, &env, rx, tx, what));
+        }
+        return st;
+    }
+    for (size_t k = 0; k < n_seg && !early; k++) {
+        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
+    }
+    for (size_t t = 0; t < steps; t++) {
+        const int c = ring_chunk(me, n, (int)t);
+        for (size_t k = 0; k < n_seg; k++) {
+            const size_t len = seg_len(cnt[c], seg, k);
+            if (len == 0) {
+                continue;
+            }
+            GLOO_CALL(what, accel__gloo_wait, e->g, rx[t * n_seg + k]);
+            char *buf = RING_BUF(t, k);
+            if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
+                const int last = t == (size_t)n - 2;
+                char *to = last ? out + (off[me] + k * seg) * es : buf;
+                e->in[0] = buf;
+                e->in[1] = data + (off[c] + k * seg) * es;
+                accel__reduce(op->dtype, last ? op->op : partial, to, NULL, e->in, 2, len, n);
+                buf = to;
+            }
+            if (t + 1 < steps) {
+                RING_SEND(t + 1, k, buf, len);
+            }
+        }
+    }
+    for (size_t i = 0; i < n_tx; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, tx[i]);
+    }
+#undef RING_SEND
+#undef RING_KEY
+#undef RING_BUF
+    return ACCEL_OK;
+}
