@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +34,6 @@ struct accel__store {
     double grace_s; /* see ANSWER_GRACE_S */
     accel_status broken;
     char name[320]; /* "addr:port" */
-    /* The serving process's opening thread and its error count then (accel__error_count): a
-     * failure it records before closing is why the server stops, for the clients. */
-    pthread_t opener;
-    unsigned errors_at_open;
 };
 
 static void sleep_s(double s)
@@ -290,13 +285,11 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
         accel__store_close(st);
         return s;
     }
-    st->opener = pthread_self();
-    st->errors_at_open = accel__error_count();
     *out = st;
     return ACCEL_OK;
 }
 
-void accel__store_close(accel__store *st)
+void accel__store_close_failed(accel__store *st, const char *cause, double linger_s)
 {
     if (st == NULL) {
         return;
@@ -305,20 +298,28 @@ void accel__store_close(accel__store *st)
         close(st->fd);
     }
     if (st->srv != NULL) {
-        /* A process that closes its store early usually does so because it failed (a clash
-         * its hook saw, a failed setup step): clients still at work then learn that cause
-         * instead of a bare closed connection. */
+        if (linger_s > 0) {
+            /* The server goes on answering (and holding the port) on its thread meanwhile. */
+            accel__store_server_unhook(st->srv);
+            sleep_s(linger_s);
+        }
+        /* Clients still at work learn why the server stops instead of a bare closed
+         * connection: a process 0 that fails (a clash its hook saw, a failed setup step) thereby
+         * tells the others the cause. */
         char why[ACCEL__ERRMSG_NBYTES];
         int n =
             snprintf(why, sizeof(why), "the process serving it (pid %d) closed it", (int)getpid());
-        if (pthread_equal(st->opener, pthread_self()) &&
-            accel__error_count() != st->errors_at_open && accel_last_status(NULL) != ACCEL_OK) {
-            snprintf(why + n, sizeof(why) - (size_t)n, " after this failure: %s",
-                     accel_last_error(NULL));
+        if (cause != NULL && cause[0] != '\0') {
+            snprintf(why + n, sizeof(why) - (size_t)n, " after this failure: %s", cause);
         }
         accel__store_server_stop(st->srv, why);
     }
     accel__free(st);
+}
+
+void accel__store_close(accel__store *st)
+{
+    accel__store_close_failed(st, NULL, 0);
 }
 
 void accel__store_abandon(accel__store *st)

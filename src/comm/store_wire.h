@@ -76,6 +76,8 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
 /* Stops the thread and closes every connection, answering each with GONE and why (the
  * client's message; see accel__store_farewell). Accepts NULL. */
 void accel__store_server_stop(accel__store_server *srv, const char *why);
+/* Stops calling the hook (its argument may go away); the server goes on serving. */
+void accel__store_server_unhook(accel__store_server *srv);
 /* Lets the server run until the process exits (its memory stays in use), without its hook. */
 void accel__store_server_detach(accel__store_server *srv);
 
