@@ -54,6 +54,28 @@ static void hook(void *arg, const char *key, const void *value, size_t nbytes)
     snprintf(hook_last, sizeof(hook_last), "%s", key);
 }
 
+/* A server on a free port whose hook counts its calls in *calls. */
+static accel__store *open_hooked(int *calls)
+{
+    accel__store_config c = {.addr = "127.0.0.1",
+                             .port = 0,
+                             .serve = 1,
+                             .timeout_s = 5,
+                             .on_set = hook,
+                             .hook_arg = calls};
+    accel__store *st = NULL;
+    CHECK_OK(NULL, accel__store_open(&st, &c));
+    return st;
+}
+
+/* Serving on port fails: another server has it. */
+static void expect_taken(int port)
+{
+    accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 5};
+    accel__store *again = NULL;
+    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+}
+
 /* A child process that connects, runs fn, and exits 0 on success. */
 static pid_t child(int port, void (*fn)(accel__store *st, int i), int i)
 {
@@ -307,14 +329,7 @@ static void server_trouble(int sig)
 static void abandoned(void)
 {
     int calls = 0;
-    accel__store_config c = {.addr = "127.0.0.1",
-                             .port = 0,
-                             .serve = 1,
-                             .timeout_s = 5,
-                             .on_set = hook,
-                             .hook_arg = &calls};
-    accel__store *srv = NULL;
-    CHECK_OK(NULL, accel__store_open(&srv, &c));
+    accel__store *srv = open_hooked(&calls);
     int port = accel__store_port(srv);
     CHECK_OK(NULL, accel__store_set(srv, "why", "failed", 6));
     CHECK(calls == 1);
@@ -326,10 +341,7 @@ static void abandoned(void)
     CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
     CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
     CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
-    c.port = port;
-    c.on_set = NULL;
-    accel__store *again = NULL;
-    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    expect_taken(port);
     accel__store_close(st);
 }
 
@@ -405,9 +417,7 @@ static void *come_late(void *arg)
     CHECK_OK(NULL, accel__store_get(late, "job", buf, sizeof(buf), &n, 5));
     CHECK(n == 3 && memcmp(buf, "2 n", 3) == 0);
     CHECK_OK(NULL, accel__store_set(late, "clash", "1 2", 3));
-    accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 5};
-    accel__store *again = NULL;
-    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    expect_taken(port);
     return late;
 }
 
@@ -418,14 +428,7 @@ static void *come_late(void *arg)
 static void linger(void)
 {
     int calls = 0;
-    accel__store_config c = {.addr = "127.0.0.1",
-                             .port = 0,
-                             .serve = 1,
-                             .timeout_s = 5,
-                             .on_set = hook,
-                             .hook_arg = &calls};
-    accel__store *srv = NULL;
-    CHECK_OK(NULL, accel__store_open(&srv, &c));
+    accel__store *srv = open_hooked(&calls);
     int port = accel__store_port(srv);
     CHECK_OK(NULL, accel__store_set(srv, "job", "2 n", 3));
     CHECK(calls == 1);
@@ -442,10 +445,7 @@ static void linger(void)
                   strstr(g.msg, "after this failure: two jobs met here (a test)") != NULL,
               "waiting get: %s: %s", accel_status_name(g.status), g.msg);
     expect(accel__store_set(late, "x", "1", 1), ACCEL_EPEER, "two jobs met here (a test)");
-    c.port = port;
-    c.on_set = NULL;
-    CHECK_OK(NULL, accel__store_open(&srv, &c)); /* the port is free again */
-    accel__store_close(srv);
+    accel__store_close(open_store(port, 1, 5)); /* the port is free again */
     accel__store_close(late);
     accel__store_close(g.st);
 }
