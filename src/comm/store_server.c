@@ -185,8 +185,10 @@ static void *serve(void *arg)
 /* ---- start and stop ---- */
 
 accel_status accel__store_server_start(accel__store_server **out, const char *addr, int port,
-                                       accel__store_hook hook, void *hook_arg, int *bound_port)
+                                       accel__store_hook hook, void *hook_arg, int *bound_port,
+                                       int *in_use)
 {
+    *in_use = 0;
     char port_s[16];
     snprintf(port_s, sizeof(port_s), "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -219,6 +221,7 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
     if (fd < 0 && err == EADDRINUSE) {
         /* Name the holder when we can: usually the same job started twice. */
         char owner[256], who[300] = "";
+        *in_use = 1;
         accel__port_owner(port, owner, sizeof(owner));
         if (owner[0] != '\0') {
             snprintf(who, sizeof(who), "%s listens there; ", owner);

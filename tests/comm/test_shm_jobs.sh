@@ -11,8 +11,9 @@
 #  3. Two jobs on one port, the second's process 0 late: the first job runs, the second's
 #     process 1 joins it (the clash stops the first job), and only once the first process 0 has
 #     failed does the second's process 0 start (ACCEL_TIMEOUT 60 s, past the watchdog). It must
-#     fail at once, the port taken (a process 0 keeps it a few seconds after a clash), where it
-#     used to take the freed port and wait its ACCEL_TIMEOUT for a process 1 long gone.
+#     fail at once, the port taken (a process 0 keeps it a few seconds after a clash), naming the
+#     clash, where it used to take the freed port and wait its ACCEL_TIMEOUT for a process 1
+#     long gone.
 #  4. A stale segment: a hand-set ACCEL_JOB_ID reused after its creator was SIGKILLed before
 #     anyone joined. The restarted job's process 0 removes it (a warning naming the file and
 #     the dead pid) and creates its own; its process 1 waits for that rather than failing on the
@@ -123,11 +124,11 @@ for name in g0 g1 h1 h0; do
 done
 grep -q "cannot serve on 127.0.0.1:$p: Address already in use" "$tmp/h0.err" ||
     fail "late process 0: it did not report the port in use"
-for name in g0 g1 h1; do
+for name in g0 g1 h1 h0; do
     grep -q "two jobs use the same MASTER_ADDR and MASTER_PORT" "$tmp/$name.err" ||
         fail "late process 0: $name did not name the clash"
 done
-echo "two jobs on one port, the second process 0 late: it failed at once, the port in use"
+echo "two jobs on one port, the second process 0 late: it failed at once, naming the clash"
 
 # ---- 4. a stale segment under a reused ACCEL_JOB_ID ----
 job=stale$$

@@ -68,12 +68,18 @@ static accel__store *open_hooked(int *calls)
     return st;
 }
 
-/* Serving on port fails: another server has it. */
-static void expect_taken(int port)
+/* Serving on port fails: another server has it. cause: the failure after which that server
+ * lingers, which the error names (NULL: it does not linger, and none is named). */
+static void expect_taken(int port, const char *cause)
 {
     accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 5};
     accel__store *again = NULL;
     expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    const char *msg = accel_last_error(NULL), *soon = "; the store there closes soon, after this "
+                                                     "failure: ";
+    CHECK_MSG(cause != NULL ? strstr(msg, soon) != NULL && strstr(msg, cause) != NULL
+                            : strstr(msg, soon) == NULL,
+              "%s", msg);
 }
 
 /* A child process that connects, runs fn, and exits 0 on success. */
@@ -341,7 +347,7 @@ static void abandoned(void)
     CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
     CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
     CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
-    expect_taken(port);
+    expect_taken(port, NULL);
     accel__store_close(st);
 }
 
@@ -406,7 +412,8 @@ static void closed_while_used(void)
 }
 
 /* What a client that comes while the store lingers (see linger()) finds, 0.2 s after the close
- * began: a server that answers (the keys say what happened), and the port taken. */
+ * began: a server that answers (the keys say what happened), and the port taken, with the
+ * failure named. */
 static void *come_late(void *arg)
 {
     int port = *(int *)arg;
@@ -417,12 +424,12 @@ static void *come_late(void *arg)
     CHECK_OK(NULL, accel__store_get(late, "job", buf, sizeof(buf), &n, 5));
     CHECK(n == 3 && memcmp(buf, "2 n", 3) == 0);
     CHECK_OK(NULL, accel__store_set(late, "clash", "1 2", 3));
-    expect_taken(port);
+    expect_taken(port, "two jobs met here (a test)");
     return late;
 }
 
 /* A close for a clash with a linger of 3 s: meanwhile the port stays taken (another server
- * cannot start there) and a client that comes gets answers, but the hook is not called any
+ * cannot start there, and its error names the failure) and a client that comes gets answers, but the hook is not called any
  * more (its argument may be gone); a client waiting from before gets the farewell naming the
  * cause, and so does the late one at its next request; afterwards the port is free. */
 static void linger(void)
