@@ -260,9 +260,10 @@ static accel_status port_taken(accel__store *st, const char *addr, accel_status 
     char msg[ACCEL__ERRMSG_NBYTES], cause[ACCEL__ERRMSG_NBYTES];
     snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
     size_t n = 0;
-    accel__store probe = {.fd = -1, .port = st->port, .timeout_s = 1, .grace_s = 1};
+    double wait_s = st->timeout_s < 1 ? st->timeout_s : 1;
+    accel__store probe = {.fd = -1, .port = st->port, .timeout_s = wait_s, .grace_s = wait_s};
     snprintf(probe.name, sizeof(probe.name), "%s", st->name);
-    int found = connect_store(&probe, addr, accel__now() + 1.0) == ACCEL_OK &&
+    int found = connect_store(&probe, addr, accel__now() + wait_s) == ACCEL_OK &&
                 accel__store_get(&probe, STORE_CLOSING_KEY, cause, sizeof(cause) - 1, &n, 0) ==
                     ACCEL_OK;
     if (probe.fd >= 0) {
