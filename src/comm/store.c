@@ -263,16 +263,15 @@ static accel_status port_taken(accel__store *st, const char *addr, accel_status 
     double wait_s = st->timeout_s < 1 ? st->timeout_s : 1;
     accel__store probe = {.fd = -1, .port = st->port, .timeout_s = wait_s, .grace_s = wait_s};
     snprintf(probe.name, sizeof(probe.name), "%s", st->name);
-    int found = connect_store(&probe, addr, accel__now() + wait_s) == ACCEL_OK &&
-                accel__store_get(&probe, STORE_CLOSING_KEY, cause, sizeof(cause) - 1, &n, 0) ==
-                    ACCEL_OK;
+    int found =
+        connect_store(&probe, addr, accel__now() + wait_s) == ACCEL_OK &&
+        accel__store_get(&probe, STORE_CLOSING_KEY, cause, sizeof(cause) - 1, &n, 0) == ACCEL_OK;
     if (probe.fd >= 0) {
         close(probe.fd);
     }
     cause[found ? n : 0] = '\0';
     return accel__seterr(NULL, s, "%s%s%s", msg,
-                         found ? "; the store there closes soon, after this failure: " : "",
-                         cause);
+                         found ? "; the store there closes soon, after this failure: " : "", cause);
 }
 
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg)

@@ -7,7 +7,9 @@
  * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
  * failure (it keeps serving and holding its port, without its hook). A serving process that
  * closes its store while clients use it tells them why (a waiting get and an idle client's next
- * request fail with EPEER naming its pid and, when it recorded one, its failure). Presence: a
+ * request fail with EPEER naming its pid and, when it closes for a failure, that failure); one
+ * that closes after a clash first lingers (the port taken, naming the failure, clients served
+ * without the hook); a client that keeps writing does not stop the close. Presence: a
  * client that declared a key and dies (or exits without departing) has it set by the server,
  * which wakes a get waiting for it; one that departs does not; a second declaration replaces
  * the first; the first loss is kept; interrupting a client stops a get in progress at once.
@@ -75,8 +77,8 @@ static void expect_taken(int port, const char *cause)
     accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 5};
     accel__store *again = NULL;
     expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
-    const char *msg = accel_last_error(NULL), *soon = "; the store there closes soon, after this "
-                                                     "failure: ";
+    const char *msg = accel_last_error(NULL);
+    const char *soon = "; the store there closes soon, after this failure: ";
     CHECK_MSG(cause != NULL ? strstr(msg, soon) != NULL && strstr(msg, cause) != NULL
                             : strstr(msg, soon) == NULL,
               "%s", msg);
@@ -429,9 +431,10 @@ static void *come_late(void *arg)
 }
 
 /* A close for a clash with a linger of 3 s: meanwhile the port stays taken (another server
- * cannot start there, and its error names the failure) and a client that comes gets answers, but the hook is not called any
- * more (its argument may be gone); a client waiting from before gets the farewell naming the
- * cause, and so does the late one at its next request; afterwards the port is free. */
+ * cannot start there, and its error names the failure) and a client that comes gets answers,
+ * but the hook is not called any more (its argument may be gone); a client waiting from before
+ * gets the farewell naming the cause, and so does the late one at its next request; afterwards
+ * the port is free. */
 static void linger(void)
 {
     int calls = 0;
