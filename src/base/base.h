@@ -74,10 +74,6 @@ accel_status accel__adopt_thread_error(accel *acc, accel_status st);
 void accel__clear_error(void);
 /* The thread's message when something set one since accel__clear_error, else the text of st. */
 const char *accel__cause(accel_status st);
-/* How many failures the calling thread has recorded (accel__seterr calls) so far: two readings
- * that differ tell that a failure happened in between, whose message is accel_last_error(NULL)
- * (the store's server says so to its clients when it closes). */
-unsigned accel__error_count(void);
 
 /* ---- Versioned options structs (NCCL's config initialiser) ---- */
 

@@ -12,7 +12,6 @@
 
 static _Thread_local accel_status thread_status;
 static _Thread_local char thread_msg[ACCEL__ERRMSG_NBYTES];
-static _Thread_local unsigned thread_n_errors;
 
 static accel__errbuf *errbuf_of(const accel *acc)
 {
@@ -26,7 +25,6 @@ accel_status accel__vseterr(accel *acc, accel_status st, const char *fmt, va_lis
     char msg[ACCEL__ERRMSG_NBYTES];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     thread_status = st;
-    thread_n_errors++;
     memcpy(thread_msg, msg, sizeof(thread_msg));
     if (acc != NULL) {
         accel__errbuf *e = errbuf_of(acc);
@@ -64,11 +62,6 @@ void accel__clear_error(void)
 const char *accel__cause(accel_status st)
 {
     return thread_msg[0] != '\0' ? thread_msg : accel_status_str(st);
-}
-
-unsigned accel__error_count(void)
-{
-    return thread_n_errors;
 }
 
 const char *accel_last_error(const accel *acc)

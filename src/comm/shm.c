@@ -147,8 +147,42 @@ int accel__shm_aborted(const accel__shm *s)
     return atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire) != 0;
 }
 
+/* A rank claimed twice: see accel__shm_clash_error. */
+static accel_status clash_text(const accel__shm *s, int rank, int pid, char *msg, size_t nbytes)
+{
+    rank += s->process_base; /* for messages */
+    if (s->rdv[0] != '\0') {
+        snprintf(msg, nbytes,
+                 "shm: another process (pid %d) also joined this job as rank %d through the "
+                 "store at %s: two jobs use the same MASTER_ADDR and MASTER_PORT, and both stop "
+                 "(give each job its own MASTER_PORT, or start it with accel launch)",
+                 pid, rank, s->rdv);
+    } else {
+        snprintf(msg, nbytes,
+                 "shm: another process (pid %d) also joined this job as rank %d: two jobs use the "
+                 "same ACCEL_JOB_ID (%s), and both stop (give each job its own ACCEL_JOB_ID, or "
+                 "start it with accel launch)",
+                 pid, rank, s->job_id);
+    }
+    return ACCEL_EINVAL;
+}
+
+accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid)
+{
+    char msg[ACCEL__ERRMSG_NBYTES];
+    return accel__seterr(NULL, clash_text(s, rank, pid, msg, sizeof(msg)), "%s", msg);
+}
+
 accel_status accel__shm_check_abort(accel__shm *s)
 {
+    char msg[ACCEL__ERRMSG_NBYTES];
+    accel_status st = accel__shm_abort_text(s, msg, sizeof(msg));
+    return st == ACCEL_OK ? st : accel__seterr(NULL, st, "%s", msg);
+}
+
+accel_status accel__shm_abort_text(const accel__shm *s, char *msg, size_t nbytes)
+{
+    msg[0] = '\0';
     uint64_t w = atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire);
     if (w == 0) {
         return ACCEL_OK;
@@ -157,15 +191,17 @@ accel_status accel__shm_check_abort(accel__shm *s)
     const int me = s->process_base + s->rank, who = s->process_base + rank; /* for messages */
     switch ((accel__shm_why)(w & 0xff)) {
     case ACCEL__SHM_DIED:
-        return accel__seterr(NULL, ACCEL_EPEER,
-                             "%s: process %d (pid %d) died (killed or exited) during a "
-                             "collective; process %d cannot continue",
-                             s->what, who, pid, me);
+        snprintf(msg, nbytes,
+                 "%s: process %d (pid %d) died (killed or exited) during a collective; process "
+                 "%d cannot continue",
+                 s->what, who, pid, me);
+        return ACCEL_EPEER;
     case ACCEL__SHM_OTHER_CALL:
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "%s: process %d (pid %d) called a different collective (or "
-                             "allocation) at this point; process %d cannot continue",
-                             s->what, who, pid, me);
+        snprintf(msg, nbytes,
+                 "%s: process %d (pid %d) called a different collective (or allocation) at this "
+                 "point; process %d cannot continue",
+                 s->what, who, pid, me);
+        return ACCEL_EINVAL;
     case ACCEL__SHM_EXITED: {
         const accel__shm_line *l = &s->lines[rank];
         char how[48];
@@ -174,47 +210,29 @@ accel_status accel__shm_check_abort(accel__shm *s)
         } else {
             snprintf(how, sizeof(how), "accel_free");
         }
-        return accel__seterr(NULL, ACCEL_EPEER,
-                             "%s #%llu: rank %d (pid %d) exited (%s) while rank %d waits for it "
-                             "in this call: the processes made different numbers of collective "
-                             "calls",
-                             s->what, (unsigned long long)s->n_calls, who, pid, how, me);
+        snprintf(msg, nbytes,
+                 "%s #%llu: rank %d (pid %d) exited (%s) while rank %d waits for it in this "
+                 "call: the processes made different numbers of collective calls",
+                 s->what, (unsigned long long)s->n_calls, who, pid, how, me);
+        return ACCEL_EPEER;
     }
     case ACCEL__SHM_CLASH:
-        return accel__shm_clash_error(s, rank, pid);
+        return clash_text(s, rank, pid, msg, nbytes);
     case ACCEL__SHM_ABORTED: {
         const accel__shm_line *l = &s->lines[rank];
         accel_status st = (accel_status)l->abort_status;
-        return accel__seterr(NULL, st < 0 ? st : ACCEL_EPEER,
-                             "%s: process %d (pid %d) aborted the communicator: %.*s", s->what, who,
-                             pid, (int)sizeof(l->abort_msg), l->abort_msg);
+        snprintf(msg, nbytes, "%s: process %d (pid %d) aborted the communicator: %.*s", s->what,
+                 who, pid, (int)sizeof(l->abort_msg), l->abort_msg);
+        return st < 0 ? st : ACCEL_EPEER;
     }
     case ACCEL__SHM_TIMEOUT:
         break;
     }
-    return accel__seterr(NULL, ACCEL_ETIMEDOUT,
-                         "%s: process %d (pid %d) did not arrive within the %g s timeout "
-                         "(stopped, hung, or calling a different collective); process %d "
-                         "gives up",
-                         s->what, who, pid, s->timeout_s, me);
-}
-
-accel_status accel__shm_clash_error(const accel__shm *s, int rank, int pid)
-{
-    rank += s->process_base; /* for messages */
-    if (s->rdv[0] != '\0') {
-        return accel__seterr(NULL, ACCEL_EINVAL,
-                             "shm: another process (pid %d) also joined this job as rank %d "
-                             "through the store at %s: two jobs use the same MASTER_ADDR and "
-                             "MASTER_PORT, and both stop (give each job its own MASTER_PORT, or "
-                             "start it with accel launch)",
-                             pid, rank, s->rdv);
-    }
-    return accel__seterr(NULL, ACCEL_EINVAL,
-                         "shm: another process (pid %d) also joined this job as rank %d: two jobs "
-                         "use the same ACCEL_JOB_ID (%s), and both stop (give each job its own "
-                         "ACCEL_JOB_ID, or start it with accel launch)",
-                         pid, rank, s->job_id);
+    snprintf(msg, nbytes,
+             "%s: process %d (pid %d) did not arrive within the %g s timeout (stopped, hung, or "
+             "calling a different collective); process %d gives up",
+             s->what, who, pid, s->timeout_s, me);
+    return ACCEL_ETIMEDOUT;
 }
 
 /* ---- call declarations ---- */

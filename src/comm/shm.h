@@ -220,6 +220,11 @@ accel_status accel__shm_rdv_created(accel__shm *s, accel_status st, double deadl
 accel_status accel__shm_rdv_attached(accel__shm *s, int last, double deadline);
 accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st);
 void accel__shm_rdv_end(accel__shm *s);
+/* Closes s->store (if any) when s closes or its setup failed: the clients' farewell names the
+ * cause (the setup's failure, the job's abort, or none). After a clash, process 0 first keeps
+ * serving (and the port taken) for a few seconds; a setup that failed otherwise leaves its
+ * server serving until the process exits (accel__store_abandon). */
+void accel__shm_rdv_close(accel__shm *s, int setup_failed);
 
 /* Publishes "this rank passed sync point s->step + 1" and waits until every other rank has too.
  * Spins ACCEL_SHM_SPIN_US, then sleeps on a futex; every ~50 ms checks whether the ranks not yet
@@ -230,6 +235,9 @@ accel_status accel__shm_sync(accel__shm *s);
 
 /* ACCEL_OK, or the job-wide abort (set by any rank) as an error with its message. */
 accel_status accel__shm_check_abort(accel__shm *s);
+/* The same without setting the thread's error: its status, and its message into msg ("" and
+ * ACCEL_OK while the job is healthy). */
+accel_status accel__shm_abort_text(const accel__shm *s, char *msg, size_t nbytes);
 /* Whether the job was aborted (no message set). */
 int accel__shm_aborted(const accel__shm *s);
 

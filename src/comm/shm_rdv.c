@@ -15,7 +15,9 @@
  * which of the two is the impostor, so it stops the job that has the rank too: both jobs fail
  * with a message naming the address, and neither computes with the other's processes. A process
  * 0 whose setup failed leaves its store serving until it exits (accel__store_abandon): the
- * others still read why, and a late process 0 of another job cannot take the port over.
+ * others still read why. After a clash, process 0 (failing in its setup or later) keeps the port
+ * CLASH_LINGER_S more before it closes the store, so that the other job's process 0, if it
+ * comes meanwhile, fails at once and cannot take the port over.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,6 +27,12 @@
 #include "base/base.h"
 #include "shm.h"
 #include "store.h"
+
+/* How long a process 0 that failed because two jobs met at its store (a clash) keeps the port:
+ * a process 0 of the other job that comes meanwhile cannot serve there and fails at once,
+ * where once the port is free it would take it and wait its ACCEL_TIMEOUT for processes that
+ * are gone. Processes started together come within this of each other. */
+#define CLASH_LINGER_S 3.0
 
 static _Atomic unsigned n_rendezvous;
 
@@ -215,6 +223,37 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
     }
     accel__store_set(s->store, k, v, strlen(v));
     return accel__seterr(NULL, st, "%s", msg); /* the store calls may have replaced it */
+}
+
+void accel__shm_rdv_close(accel__shm *s, int setup_failed)
+{
+    if (s->store == NULL) {
+        return;
+    }
+    char why[ACCEL__ERRMSG_NBYTES] = "";
+    uint64_t w = 0;
+    if (setup_failed) {
+        snprintf(why, sizeof(why), "%s", accel_last_error(NULL)); /* the setup's failure */
+    } else if (s->hdr != NULL) {
+        accel__shm_abort_text(s, why, sizeof(why)); /* "" for a job that ends normally */
+    }
+    if (s->hdr != NULL) {
+        w = atomic_load_explicit(&s->hdr->abort_word, memory_order_acquire);
+    }
+    if (atomic_load_explicit(&s->clash, memory_order_seq_cst) != 0 ||
+        (w & 0xff) == ACCEL__SHM_CLASH) {
+        double linger_s = s->timeout_s < CLASH_LINGER_S ? s->timeout_s : CLASH_LINGER_S;
+        accel__log(&s->log, ACCEL__LOG_INFO,
+                   "shm: keeping %s taken for %g s, so that a process of the other job that "
+                   "comes meanwhile fails at once",
+                   s->rdv, linger_s);
+        accel__store_close_failed(s->store, why, linger_s);
+    } else if (setup_failed) {
+        accel__store_abandon(s->store); /* the others read the failure published there */
+    } else {
+        accel__store_close_failed(s->store, why, 0);
+    }
+    s->store = NULL;
 }
 
 void accel__shm_rdv_end(accel__shm *s)

@@ -669,8 +669,7 @@ accel_status accel__shm_open(accel__shm **out, const accel__comm_config *cfg)
         accel__shm_drop_name(s); /* ours: nobody may join a failed setup (but a clash) */
         s->own_name = 0;
         /* Process 0 serves the store: it stays up for the others to read the failure. */
-        accel__store_abandon(s->store);
-        s->store = NULL;
+        accel__shm_rdv_close(s, 1);
         accel__shm_close(s);
         return st;
     }
@@ -733,8 +732,7 @@ void accel__shm_close(accel__shm *s)
     if (s == NULL) {
         return;
     }
-    accel__store_close(s->store); /* first: its hook uses s */
-    s->store = NULL;
+    accel__shm_rdv_close(s, 0); /* first: its hook uses s */
     accel__shm_leave(s);
     accel__shm_free_all(s);
     if (s->base != NULL) {

@@ -12,7 +12,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +34,6 @@ struct accel__store {
     double grace_s; /* see ANSWER_GRACE_S */
     accel_status broken;
     char name[320]; /* "addr:port" */
-    /* The serving process's opening thread and its error count then (accel__error_count): a
-     * failure it records before closing is why the server stops, for the clients. */
-    pthread_t opener;
-    unsigned errors_at_open;
 };
 
 static void sleep_s(double s)
@@ -257,6 +252,28 @@ static accel_status connect_store(accel__store *st, const char *addr, double dea
     }
 }
 
+/* The port st would serve is taken (status s, its message set): when an accel store there
+ * lingers after a failure (accel__store_close_failed), the message goes on with that failure,
+ * e.g. the clash of two jobs, read from it within a second. */
+static accel_status port_taken(accel__store *st, const char *addr, accel_status s)
+{
+    char msg[ACCEL__ERRMSG_NBYTES], cause[ACCEL__ERRMSG_NBYTES];
+    snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
+    size_t n = 0;
+    double wait_s = st->timeout_s < 1 ? st->timeout_s : 1;
+    accel__store probe = {.fd = -1, .port = st->port, .timeout_s = wait_s, .grace_s = wait_s};
+    snprintf(probe.name, sizeof(probe.name), "%s", st->name);
+    int found =
+        connect_store(&probe, addr, accel__now() + wait_s) == ACCEL_OK &&
+        accel__store_get(&probe, STORE_CLOSING_KEY, cause, sizeof(cause) - 1, &n, 0) == ACCEL_OK;
+    if (probe.fd >= 0) {
+        close(probe.fd);
+    }
+    cause[found ? n : 0] = '\0';
+    return accel__seterr(NULL, s, "%s%s%s", msg,
+                         found ? "; the store there closes soon, after this failure: " : "", cause);
+}
+
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg)
 {
     if (out == NULL || cfg == NULL || cfg->addr == NULL || cfg->addr[0] == '\0') {
@@ -277,12 +294,16 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
     st->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 1800;
     st->grace_s = cfg->grace_s > 0 ? cfg->grace_s : ANSWER_GRACE_S;
     accel_status s = ACCEL_OK;
+    int in_use = 0;
     if (cfg->serve) {
         s = accel__store_server_start(&st->srv, cfg->addr, cfg->port, cfg->on_set, cfg->hook_arg,
-                                      &st->port);
+                                      &st->port, &in_use);
     }
     snprintf(st->name, sizeof(st->name), strchr(cfg->addr, ':') ? "[%s]:%d" : "%s:%d", cfg->addr,
              st->port);
+    if (in_use) {
+        s = port_taken(st, cfg->addr, s);
+    }
     if (s == ACCEL_OK) {
         s = connect_store(st, cfg->addr, accel__now() + st->timeout_s);
     }
@@ -290,35 +311,52 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
         accel__store_close(st);
         return s;
     }
-    st->opener = pthread_self();
-    st->errors_at_open = accel__error_count();
     *out = st;
     return ACCEL_OK;
 }
 
-void accel__store_close(accel__store *st)
+void accel__store_close_failed(accel__store *st, const char *cause, double linger_s)
 {
     if (st == NULL) {
         return;
+    }
+    linger_s = st->srv != NULL ? linger_s : 0;
+    if (linger_s > 0) {
+        accel__store_server_unhook(st->srv);
+        /* Why, for a process that finds the port taken meanwhile (port_taken). A failure here
+         * must not replace the thread's message: the caller is reporting its own. */
+        char saved[ACCEL__ERRMSG_NBYTES];
+        accel_status saved_status = accel_last_status(NULL);
+        snprintf(saved, sizeof(saved), "%s", accel_last_error(NULL));
+        if (cause != NULL && cause[0] != '\0' &&
+            accel__store_set(st, STORE_CLOSING_KEY, cause, strlen(cause)) != ACCEL_OK) {
+            accel__seterr(NULL, saved_status, "%s", saved);
+        }
     }
     if (st->fd >= 0) {
         close(st->fd);
     }
     if (st->srv != NULL) {
-        /* A process that closes its store early usually does so because it failed (a clash
-         * its hook saw, a failed setup step): clients still at work then learn that cause
-         * instead of a bare closed connection. */
+        if (linger_s > 0) {
+            sleep_s(linger_s); /* the server goes on answering, and holding the port */
+        }
+        /* Clients still at work learn why the server stops instead of a bare closed
+         * connection: a process 0 that fails (a clash its hook saw, a failed setup step) thereby
+         * tells the others the cause. */
         char why[ACCEL__ERRMSG_NBYTES];
         int n =
             snprintf(why, sizeof(why), "the process serving it (pid %d) closed it", (int)getpid());
-        if (pthread_equal(st->opener, pthread_self()) &&
-            accel__error_count() != st->errors_at_open && accel_last_status(NULL) != ACCEL_OK) {
-            snprintf(why + n, sizeof(why) - (size_t)n, " after this failure: %s",
-                     accel_last_error(NULL));
+        if (cause != NULL && cause[0] != '\0') {
+            snprintf(why + n, sizeof(why) - (size_t)n, " after this failure: %s", cause);
         }
         accel__store_server_stop(st->srv, why);
     }
     accel__free(st);
+}
+
+void accel__store_close(accel__store *st)
+{
+    accel__store_close_failed(st, NULL, 0);
 }
 
 void accel__store_abandon(accel__store *st)

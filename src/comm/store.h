@@ -69,17 +69,26 @@ typedef struct accel__store_config {
 
 /* Connects to the store at addr:port, first starting the server there when cfg->serve. The
  * server's port taken is ACCEL_EIO naming the address ("address already in use": another job
- * or program has it), as is an address that is not this machine's. A peer on the port that is
+ * or program has it; when it is a store lingering after a failure, accel__store_close_failed,
+ * the message ends with that failure, read from it within a second), as is an address that is
+ * not this machine's. A peer on the port that is
  * not an accel store is ACCEL_EIO too. On success *out is the client (and the server, if any):
  * one thread at a time. */
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
 /* Closes the client and, for the serving process, stops the server. Clients still connected
  * then see ACCEL_EPEER, in their request in progress or their next one, saying why: "the
- * server stopped before answering ...: the process serving it (pid N) closed it", followed,
- * when the calling thread recorded a failure since it opened st, by " after this failure:
- * <its accel_last_error>" (a process 0 that stops early because it failed thereby tells the
- * others why). Accepts NULL. */
+ * server stopped before answering ...: the process serving it (pid N) closed it". Accepts
+ * NULL. */
 void accel__store_close(accel__store *st);
+/* accel__store_close for a process that closes its store because it failed: the clients' text
+ * goes on with " after this failure: <cause>" (NULL or "": none), so that a process 0 that
+ * stops early tells the others why. With linger_s > 0 a serving process first goes on serving
+ * for linger_s seconds, without its hook, holding the port (and telling a process that would
+ * serve there the cause): the caller waits that long. For a failure that another job's
+ * processes caused by coming to this port (a clash), so that one that comes a little later
+ * fails at once, naming the clash, instead of taking the port over and waiting there in vain.
+ * The key "store/closing" is the store's own. */
+void accel__store_close_failed(accel__store *st, const char *cause, double linger_s);
 
 /* Like accel__store_close, but the server (if this process runs it) keeps serving until the
  * process exits: after a failed rendezvous, the others can still read the failure that was

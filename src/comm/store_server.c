@@ -185,8 +185,10 @@ static void *serve(void *arg)
 /* ---- start and stop ---- */
 
 accel_status accel__store_server_start(accel__store_server **out, const char *addr, int port,
-                                       accel__store_hook hook, void *hook_arg, int *bound_port)
+                                       accel__store_hook hook, void *hook_arg, int *bound_port,
+                                       int *in_use)
 {
+    *in_use = 0;
     char port_s[16];
     snprintf(port_s, sizeof(port_s), "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -219,6 +221,7 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
     if (fd < 0 && err == EADDRINUSE) {
         /* Name the holder when we can: usually the same job started twice. */
         char owner[256], who[300] = "";
+        *in_use = 1;
         accel__port_owner(port, owner, sizeof(owner));
         if (owner[0] != '\0') {
             snprintf(who, sizeof(who), "%s listens there; ", owner);
@@ -268,20 +271,30 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
     return ACCEL_OK;
 }
 
-void accel__store_server_detach(accel__store_server *srv)
+void accel__store_server_unhook(accel__store_server *srv)
 {
     pthread_mutex_lock(&srv->hook_mu);
     srv->hook = NULL; /* its argument may go away now */
     pthread_mutex_unlock(&srv->hook_mu);
+}
+
+void accel__store_server_detach(accel__store_server *srv)
+{
+    accel__store_server_unhook(srv);
     pthread_detach(srv->thread);
 }
 
 /* Reads and drops what c sent that the stopped server will not handle: closing a socket with
- * unread input resets the connection, dropping what is not sent yet (the farewell). */
+ * unread input resets the connection, dropping what is not sent yet (the farewell). A client
+ * has at most one request in flight, so more than two of the largest is one that keeps writing:
+ * the drain stops there (its farewell may be lost) rather than read it for ever. */
 static void drain_in(conn *c)
 {
     uint8_t buf[4096];
-    while (recv(c->fd, buf, sizeof(buf), 0) > 0) {
+    size_t left = 2 * (4 + (size_t)STORE_BODY_MAX);
+    ssize_t n;
+    while (left > 0 && (n = recv(c->fd, buf, left < sizeof(buf) ? left : sizeof(buf), 0)) > 0) {
+        left -= (size_t)n;
     }
 }
 

@@ -70,12 +70,18 @@ static inline uint64_t store_get64(const uint8_t *p)
 typedef struct accel__store_server accel__store_server;
 
 /* Binds addr:port (port 0: any free port; *bound_port says which) and starts the server
- * thread. The error names the address. */
+ * thread. The error names the address; *in_use is 1 when the port is taken. */
 accel_status accel__store_server_start(accel__store_server **out, const char *addr, int port,
-                                       accel__store_hook hook, void *hook_arg, int *bound_port);
+                                       accel__store_hook hook, void *hook_arg, int *bound_port,
+                                       int *in_use);
+/* The key a store sets to the cause while it lingers after a failure (accel__store_close_failed),
+ * for a process that finds the port taken meanwhile. */
+#define STORE_CLOSING_KEY "store/closing"
 /* Stops the thread and closes every connection, answering each with GONE and why (the
  * client's message; see accel__store_farewell). Accepts NULL. */
 void accel__store_server_stop(accel__store_server *srv, const char *why);
+/* Stops calling the hook (its argument may go away); the server goes on serving. */
+void accel__store_server_unhook(accel__store_server *srv);
 /* Lets the server run until the process exits (its memory stays in use), without its hook. */
 void accel__store_server_detach(accel__store_server *srv);
 

@@ -36,8 +36,7 @@ fail() {
     done
     exit 1
 }
-# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
-has() { local f=$1; shift; grep -q -- "$*" "$f"; }
+source "$(dirname "$0")/launch_common.sh" # has
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 MN=(--num_machines 2 --main_process_ip 127.0.0.1)

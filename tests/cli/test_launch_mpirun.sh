@@ -29,8 +29,7 @@ fail() {
     echo "---- stderr:"; cat "$T/err"
     exit 1
 }
-# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
-has() { local f=$1; shift; grep -q -- "$*" "$f"; }
+source "$(dirname "$0")/launch_common.sh" # has
 echo "localhost slots=2" >"$T/hosts"
 
 # ---- 1. the flag ----

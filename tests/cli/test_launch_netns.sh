@@ -45,8 +45,7 @@ fail() {
     done
     exit 1
 }
-# has FILE WORDS...: grep -q for the words joined by a space (a long pattern split over lines)
-has() { local f=$1; shift; grep -q -- "$*" "$f"; }
+source "$(dirname "$0")/launch_common.sh" # has
 # start NAME NAMESPACE MACHINE ARGS...
 start() {
     local name=$1 ns=$2 m=$3

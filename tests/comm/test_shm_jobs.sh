@@ -8,7 +8,13 @@
 #     port), every process finishing accel_init before any computes: none computes. The process
 #     0 that could not serve the port names it and says it is in use; the others report the
 #     clash (two jobs on one MASTER_ADDR and MASTER_PORT).
-#  3. A stale segment: a hand-set ACCEL_JOB_ID reused after its creator was SIGKILLed before
+#  3. Two jobs on one port, the second's process 0 late: the first job runs, the second's
+#     process 1 joins it (the clash stops the first job), and only once the first process 0 has
+#     failed does the second's process 0 start (ACCEL_TIMEOUT 60 s, past the watchdog). It must
+#     fail at once, the port taken (a process 0 keeps it a few seconds after a clash), naming the
+#     clash, where it used to take the freed port and wait its ACCEL_TIMEOUT for a process 1
+#     long gone.
+#  4. A stale segment: a hand-set ACCEL_JOB_ID reused after its creator was SIGKILLed before
 #     anyone joined. The restarted job's process 0 removes it (a warning naming the file and
 #     the dead pid) and creates its own; its process 1 waits for that rather than failing on the
 #     leftover. The job runs and leaves nothing. (It used to fail on both processes, asking the
@@ -98,7 +104,40 @@ n_clash=$(cat "$tmp"/[cd][01].err | grep -c "two jobs use the same MASTER_ADDR a
 [ "$n_clash" -ge 3 ] || fail "one port: only $n_clash processes named the clash (want 3)"
 echo "two jobs on one port: port in use and clash reported, nobody computed"
 
-# ---- 3. a stale segment under a reused ACCEL_JOB_ID ----
+# ---- 3. one port, the second process 0 late ----
+p=$("$FREE")
+mkdir "$tmp/sync3"
+pids=()
+start g0 0 2 MASTER_PORT=$p ACCEL_LOG_LEVEL=info -- --iters 100000000 --sync-dir "$tmp/sync3" \
+    --sync-count 2
+start g1 1 2 MASTER_PORT=$p -- --iters 100000000 --sync-dir "$tmp/sync3" --sync-count 2
+for _ in $(seq 1 2000); do [ "$(ls "$tmp/sync3" | wc -l)" -ge 2 ] && break; sleep 0.01; done
+start h1 1 2 MASTER_PORT=$p -- --iters 10
+for _ in $(seq 1 2000); do grep -qs "allreduce failed" "$tmp/g0.err" && break; sleep 0.01; done
+grep -q "allreduce failed" "$tmp/g0.err" || fail "late process 0: the first job did not fail"
+# Its store has its cause from this line on (on the old code the line never comes: the wait
+# runs out, and process 0 exits meanwhile).
+for _ in $(seq 1 2000); do
+    grep -qs "shm: keeping 127.0.0.1:$p taken" "$tmp/g0.err" && break
+    sleep 0.01
+done
+start h0 0 2 MASTER_PORT=$p -- --iters 10
+i=0
+for name in g0 g1 h1 h0; do
+    wait "${pids[$i]}"
+    rc=$?
+    [ "$rc" -eq 1 ] || fail "late process 0: $name exited $rc, expected 1 (an error)"
+    i=$((i + 1))
+done
+grep -q "cannot serve on 127.0.0.1:$p: Address already in use" "$tmp/h0.err" ||
+    fail "late process 0: it did not report the port in use"
+for name in g0 g1 h1 h0; do
+    grep -q "two jobs use the same MASTER_ADDR and MASTER_PORT" "$tmp/$name.err" ||
+        fail "late process 0: $name did not name the clash"
+done
+echo "two jobs on one port, the second process 0 late: it failed at once, naming the clash"
+
+# ---- 4. a stale segment under a reused ACCEL_JOB_ID ----
 job=stale$$
 stale=/dev/shm/accel-$uid-$job
 pids=()

@@ -17,6 +17,7 @@
 #include "check.h"
 #include "comm/comm.h"
 #include "comm/shm.h"
+#include "shm_plant.h"
 
 /* One process of the 2-process job with ACCEL_JOB_ID `id`: sets up and frees. */
 static accel_status member(const char *id, int rank)
@@ -50,20 +51,13 @@ int main(void)
     snprintf(path, sizeof(path), "/dev/shm%s", name);
 
     /* The leftover: this job's header, its creator gone, its removal begun by a dead process. */
-    shm_unlink(name);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    CHECK_MSG(fd >= 0, "shm_open %s", name);
-    CHECK(fchmod(fd, 0600) == 0 && ftruncate(fd, 4096) == 0);
-    accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(h != MAP_FAILED);
-    h->version = ACCEL__SHM_VERSION;
+    accel__shm_header *h = plant_header(name);
     h->n_ranks = 2;
     h->job_hash = accel__fnv1a_str(id); /* what shm_setup.c hashes a job's id with */
     h->creator_pid = check_dead_pid();
     atomic_store(&h->unlinked, check_dead_pid());
     atomic_store(&h->magic, ACCEL__SHM_MAGIC);
     munmap((void *)h, sizeof(*h));
-    close(fd);
     struct stat before;
     CHECK(stat(path, &before) == 0);
 

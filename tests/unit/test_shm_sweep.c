@@ -18,6 +18,7 @@
 #include "check.h"
 #include "comm/comm.h"
 #include "comm/shm.h"
+#include "shm_plant.h"
 
 /* This run's job key: 32 hex digits as accel makes them, with the pid in them, so that runs
  * at the same time do not share names. */
@@ -28,17 +29,10 @@ static void plant(const char *suffix, int pid)
 {
     char name[256];
     snprintf(name, sizeof(name), "/accel-%u-%s", (unsigned)geteuid(), suffix);
-    shm_unlink(name);
-    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    CHECK_MSG(fd >= 0, "shm_open %s", name);
-    CHECK(fchmod(fd, 0600) == 0 && ftruncate(fd, 4096) == 0);
-    accel__shm_header *h = mmap(NULL, sizeof(*h), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(h != MAP_FAILED);
-    h->version = ACCEL__SHM_VERSION;
+    accel__shm_header *h = plant_header(name);
     h->creator_pid = pid;
     atomic_store(&h->magic, ACCEL__SHM_MAGIC);
     munmap((void *)h, sizeof(*h));
-    close(fd);
 }
 
 static int present(const char *suffix)

@@ -7,7 +7,9 @@
  * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
  * failure (it keeps serving and holding its port, without its hook). A serving process that
  * closes its store while clients use it tells them why (a waiting get and an idle client's next
- * request fail with EPEER naming its pid and, when it recorded one, its failure). Presence: a
+ * request fail with EPEER naming its pid and, when it closes for a failure, that failure); one
+ * that closes after a clash first lingers (the port taken, naming the failure, clients served
+ * without the hook); a client that keeps writing does not stop the close. Presence: a
  * client that declared a key and dies (or exits without departing) has it set by the server,
  * which wakes a get waiting for it; one that departs does not; a second declaration replaces
  * the first; the first loss is kept; interrupting a client stops a get in progress at once.
@@ -52,6 +54,34 @@ static void hook(void *arg, const char *key, const void *value, size_t nbytes)
     (void)nbytes;
     *(int *)arg += 1;
     snprintf(hook_last, sizeof(hook_last), "%s", key);
+}
+
+/* A server on a free port whose hook counts its calls in *calls. */
+static accel__store *open_hooked(int *calls)
+{
+    accel__store_config c = {.addr = "127.0.0.1",
+                             .port = 0,
+                             .serve = 1,
+                             .timeout_s = 5,
+                             .on_set = hook,
+                             .hook_arg = calls};
+    accel__store *st = NULL;
+    CHECK_OK(NULL, accel__store_open(&st, &c));
+    return st;
+}
+
+/* Serving on port fails: another server has it. cause: the failure after which that server
+ * lingers, which the error names (NULL: it does not linger, and none is named). */
+static void expect_taken(int port, const char *cause)
+{
+    accel__store_config c = {.addr = "127.0.0.1", .port = port, .serve = 1, .timeout_s = 5};
+    accel__store *again = NULL;
+    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    const char *msg = accel_last_error(NULL);
+    const char *soon = "; the store there closes soon, after this failure: ";
+    CHECK_MSG(cause != NULL ? strstr(msg, soon) != NULL && strstr(msg, cause) != NULL
+                            : strstr(msg, soon) == NULL,
+              "%s", msg);
 }
 
 /* A child process that connects, runs fn, and exits 0 on success. */
@@ -307,14 +337,7 @@ static void server_trouble(int sig)
 static void abandoned(void)
 {
     int calls = 0;
-    accel__store_config c = {.addr = "127.0.0.1",
-                             .port = 0,
-                             .serve = 1,
-                             .timeout_s = 5,
-                             .on_set = hook,
-                             .hook_arg = &calls};
-    accel__store *srv = NULL;
-    CHECK_OK(NULL, accel__store_open(&srv, &c));
+    accel__store *srv = open_hooked(&calls);
     int port = accel__store_port(srv);
     CHECK_OK(NULL, accel__store_set(srv, "why", "failed", 6));
     CHECK(calls == 1);
@@ -326,10 +349,7 @@ static void abandoned(void)
     CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
     CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
     CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
-    c.port = port;
-    c.on_set = NULL;
-    accel__store *again = NULL;
-    expect(accel__store_open(&again, &c), ACCEL_EIO, "Address already in use");
+    expect_taken(port, NULL);
     accel__store_close(st);
 }
 
@@ -353,8 +373,9 @@ static void *get_never(void *arg)
 /* The serving process closes its store while a client waits in a get (or is about to: either
  * way its answer is the farewell) and another is idle: both learn why from the server, not a
  * bare closed connection (a process 0 that failed on a clash and closed before its peers were
- * done left them with only that). With a failure recorded since the store opened, the failure
- * is named; without one, only the pid. */
+ * done left them with only that). A close for a failure names it; a normal close only the pid,
+ * even after a failure the closing thread recorded and handled earlier (the farewell used to
+ * name that). */
 static void closed_while_used(void)
 {
     for (int failed = 0; failed < 2; failed++) {
@@ -365,10 +386,15 @@ static void closed_while_used(void)
         getter g = {.st = open_store(port, 0, 5)};
         pthread_t th;
         CHECK(pthread_create(&th, NULL, get_never, &g) == 0);
+        char buf[8];
+        size_t n = 0;
+        expect(accel__store_get(srv, "absent", buf, sizeof(buf), &n, 0), ACCEL_ENOTFOUND,
+               "not set"); /* handled: not why the store closes */
         if (failed) {
-            accel__seterr(NULL, ACCEL_EINVAL, "two jobs use the same port (a test)");
+            accel__store_close_failed(srv, "two jobs use the same port (a test)", 0);
+        } else {
+            accel__store_close(srv);
         }
-        accel__store_close(srv);
         CHECK(pthread_join(th, NULL) == 0);
         char why[128];
         snprintf(why, sizeof(why), "the process serving it (pid %d) closed it", (int)getpid());
@@ -380,10 +406,116 @@ static void closed_while_used(void)
         const char *cause = " after this failure: two jobs use the same port (a test)";
         CHECK_MSG((strstr(g.msg, cause) != NULL) == failed, "waiting get: %s", g.msg);
         CHECK_MSG((strstr(idle_msg, cause) != NULL) == failed, "idle client: %s", idle_msg);
+        CHECK_MSG(strstr(g.msg, "after this failure") == NULL || failed, "%s", g.msg);
         expect(accel__store_set(idle, "x", "3", 1), ACCEL_EPEER, "failed earlier");
         accel__store_close(g.st);
         accel__store_close(idle);
     }
+}
+
+/* What a client that comes while the store lingers (see linger()) finds, 0.2 s after the close
+ * began: a server that answers (the keys say what happened), and the port taken, with the
+ * failure named. */
+static void *come_late(void *arg)
+{
+    int port = *(int *)arg;
+    usleep(200000);
+    accel__store *late = open_store(port, 0, 5);
+    char buf[8];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(late, "job", buf, sizeof(buf), &n, 5));
+    CHECK(n == 3 && memcmp(buf, "2 n", 3) == 0);
+    CHECK_OK(NULL, accel__store_set(late, "clash", "1 2", 3));
+    expect_taken(port, "two jobs met here (a test)");
+    return late;
+}
+
+/* A close for a clash with a linger of 3 s: meanwhile the port stays taken (another server
+ * cannot start there, and its error names the failure) and a client that comes gets answers,
+ * but the hook is not called any more (its argument may be gone); a client waiting from before
+ * gets the farewell naming the cause, and so does the late one at its next request; afterwards
+ * the port is free. */
+static void linger(void)
+{
+    int calls = 0;
+    accel__store *srv = open_hooked(&calls);
+    int port = accel__store_port(srv);
+    CHECK_OK(NULL, accel__store_set(srv, "job", "2 n", 3));
+    CHECK(calls == 1);
+    getter g = {.st = open_store(port, 0, 5)};
+    pthread_t waiter, th;
+    CHECK(pthread_create(&waiter, NULL, get_never, &g) == 0);
+    CHECK(pthread_create(&th, NULL, come_late, &port) == 0);
+    accel__store_close_failed(srv, "two jobs met here (a test)", 3);
+    void *late = NULL;
+    CHECK(pthread_join(th, &late) == 0);
+    CHECK(pthread_join(waiter, NULL) == 0);
+    CHECK(calls == 1); /* the late set did not reach the hook */
+    CHECK_MSG(g.status == ACCEL_EPEER &&
+                  strstr(g.msg, "after this failure: two jobs met here (a test)") != NULL,
+              "waiting get: %s: %s", accel_status_name(g.status), g.msg);
+    expect(accel__store_set(late, "x", "1", 1), ACCEL_EPEER, "two jobs met here (a test)");
+    accel__store_close(open_store(port, 1, 5)); /* the port is free again */
+    accel__store_close(late);
+    accel__store_close(g.st);
+}
+
+/* Writes well-formed sets (the largest value) on a raw connection until it fails, never
+ * reading an answer. */
+static void *keep_writing(void *arg)
+{
+    int fd = *(int *)arg;
+    size_t len = 4 + 8 + 2 + 1 + 4 + ACCEL__STORE_VALUE_MAX;
+    unsigned char *req = calloc(1, len);
+    CHECK(req != NULL);
+    unsigned char head[] = {0, 0, 0, 0, 1 /* set */, 0, 0, 0, 0, 0, 0, 0, 1, 0, 'k'};
+    uint32_t body = (uint32_t)(len - 4), v = ACCEL__STORE_VALUE_MAX;
+    memcpy(req, head, sizeof(head));
+    for (int i = 0; i < 4; i++) {
+        req[i] = (unsigned char)(body >> (8 * i));
+        req[sizeof(head) + i] = (unsigned char)(v >> (8 * i));
+    }
+    for (;;) {
+        size_t off = 0;
+        ssize_t k = 0;
+        while (off < len && (k = send(fd, req + off, len - off, MSG_NOSIGNAL)) > 0) {
+            off += (size_t)k;
+        }
+        if (k <= 0) {
+            break;
+        }
+    }
+    free(req);
+    return NULL;
+}
+
+/* A client that keeps writing while the server closes: the close reads what is left of its
+ * input only up to a bound, and returns (it used to read for as long as the client wrote). */
+static void writer_at_close(void)
+{
+    accel__store *srv = open_store(0, 1, 5);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)accel__store_port(srv)),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    unsigned char hello[8] = {0x41, 0x43, 0x53, 0x54, 2, 0, 0, 0}, back[8];
+    CHECK(write(fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
+    CHECK(read(fd, back, sizeof(back)) == (ssize_t)sizeof(back)); /* greeted */
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, keep_writing, &fd) == 0);
+    char buf[4];
+    size_t n = 0;
+    for (int i = 0; i < 10000; i++) { /* until the server has handled some of its sets */
+        if (accel__store_get(srv, "k", buf, sizeof(buf), &n, 0) != ACCEL_ENOTFOUND) {
+            break;
+        }
+        usleep(1000);
+    }
+    accel__store_close(srv);
+    shutdown(fd, SHUT_RDWR); /* ends the writer if the server's close left it connected */
+    CHECK(pthread_join(th, NULL) == 0);
+    close(fd);
 }
 
 /* Children of presence(): declare, then leave in the way i says. */
@@ -523,6 +655,8 @@ int main(void)
     server_trouble(SIGSTOP);
     abandoned();
     closed_while_used();
+    linger();
+    writer_at_close();
     presence();
     heartbeats();
     printf("store: ok\n");
