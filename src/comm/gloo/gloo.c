@@ -2,7 +2,7 @@
  * The gloo backend: processes on many machines over TCP, through Gloo (gloo_cxx.cc wraps it).
  * Rendezvous through the job's store at MASTER_ADDR:MASTER_PORT (served by the launcher under
  * a multi-machine accel launch, else by process 0), listening on ACCEL_SOCKET_IFNAME /
- * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR.
+ * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR, in the route's family.
  *
  * The collectives are in gloo_coll.c.
  *
@@ -12,7 +12,10 @@
  * rather than its messenger.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,8 +34,18 @@
 
 /* ---- setup ---- */
 
-/* The local numeric address of the route to addr:port (where a connect would leave from). */
-static accel_status route_to(const char *addr, int port, char *out, size_t out_nbytes)
+/* The numeric form of address a (IPv4 or IPv6) in out. */
+static int numeric(const struct sockaddr *a, char *out, size_t out_nbytes)
+{
+    const void *ip = a->sa_family == AF_INET6
+                         ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)a)->sin_addr;
+    return inet_ntop(a->sa_family, ip, out, (socklen_t)out_nbytes) != NULL;
+}
+
+/* The local numeric address of the route to addr:port (where a connect would leave from), and
+ * its family (AF_INET, AF_INET6) in *family. */
+static accel_status route_to(const char *addr, int port, char *out, size_t out_nbytes, int *family)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
@@ -51,13 +64,10 @@ static accel_status route_to(const char *addr, int port, char *out, size_t out_n
         socklen_t len = sizeof(ss);
         /* A UDP connect sends nothing: it only asks the kernel for the route. */
         if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            const void *ip = ss.ss_family == AF_INET6
-                                 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                                 : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-            if (inet_ntop(ss.ss_family, ip, out, (socklen_t)out_nbytes) != NULL) {
-                st = ACCEL_OK;
-            }
+            getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+            numeric((struct sockaddr *)&ss, out, out_nbytes)) {
+            *family = ss.ss_family;
+            st = ACCEL_OK;
         }
         if (fd >= 0) {
             close(fd);
@@ -71,6 +81,58 @@ static accel_status route_to(const char *addr, int port, char *out, size_t out_n
                              addr);
     }
     return ACCEL_OK;
+}
+
+/* The address to listen on when interface ifname is named: its first address of `family`, the
+ * family of the route to MASTER_ADDR, which the machines that name no interface listen in
+ * (Gloo's own choice, the interface's first address whatever its family, is IPv4 on a
+ * dual-stack interface, and Gloo cannot pair an IPv4 end with an IPv6 one). Never an IPv6
+ * link-local address (fe80::/10): it means something only with the scope id of the machine
+ * that has it, so no other machine could connect to it. On failure, why (the interface and
+ * the family) in why. */
+static accel_status iface_addr(const char *ifname, int family, char *out, size_t out_nbytes,
+                               char *why, size_t why_nbytes)
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0) {
+        snprintf(why, why_nbytes, "cannot list this machine's network interfaces: %s",
+                 strerror(errno));
+        return ACCEL_EIO;
+    }
+    int named = 0, link_local = 0, found = 0;
+    for (struct ifaddrs *i = all; i != NULL && !found; i = i->ifa_next) {
+        if (strcmp(i->ifa_name, ifname) != 0) {
+            continue;
+        }
+        named = 1;
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family) {
+            continue;
+        }
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr)) {
+            link_local = 1;
+            continue;
+        }
+        found = numeric(i->ifa_addr, out, out_nbytes);
+    }
+    freeifaddrs(all);
+    const char *name = family == AF_INET6 ? "IPv6" : "IPv4";
+    if (!named) {
+        snprintf(why, why_nbytes,
+                 "this machine has no network interface named %s (ACCEL_SOCKET_IFNAME, else "
+                 "GLOO_SOCKET_IFNAME)",
+                 ifname);
+    } else if (!found) {
+        snprintf(why, why_nbytes,
+                 "interface %s has no %s address%s; the job runs on %s (the route to "
+                 "MASTER_ADDR): give %s one, or name another interface",
+                 ifname, name,
+                 link_local ? " other than link-local ones (fe80::, which other machines cannot "
+                              "reach)"
+                            : "",
+                 name, ifname);
+    }
+    return found ? ACCEL_OK : ACCEL_EINVAL;
 }
 
 void accel__gloo_close(accel__gloo *e)
@@ -199,13 +261,25 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     if (st == ACCEL_OK) { /* a bad value then ends the others' wait below, naming it */
         st = ring_setting(cfg->gloo_ring, &ring);
     }
-    if (st == ACCEL_OK && cfg->socket_ifname == NULL) {
-        st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host));
+    int family = AF_UNSPEC;
+    if (st == ACCEL_OK) {
+        st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host), &family);
     }
     if (st == ACCEL_OK) {
-        accel__gloo_err err;
-        st = accel__gloo_connect(&e->g, e->store, e->prefix, e->rank, e->n_ranks,
-                                 cfg->socket_ifname, host, cfg->timeout_s, &err);
+        accel__gloo_err err = {.peer = -1};
+        snprintf(e->listen, sizeof(e->listen), "%s", host);
+        if (cfg->socket_ifname != NULL) {
+            snprintf(e->listen, sizeof(e->listen), "%s", cfg->socket_ifname);
+            st = iface_addr(cfg->socket_ifname, family, host, sizeof(host), err.msg,
+                            sizeof(err.msg));
+            if (st == ACCEL_OK) {
+                snprintf(e->listen, sizeof(e->listen), "%s (%s)", cfg->socket_ifname, host);
+            }
+        }
+        if (st == ACCEL_OK) {
+            st = accel__gloo_connect(&e->g, e->store, e->prefix, e->rank, e->n_ranks, host,
+                                     cfg->timeout_s, &err);
+        }
         if (st == ACCEL_EPEER && err.peer < 0) {
             st = accel__seterr(NULL, st, "%s", err.msg); /* another process's published failure */
         } else if (st != ACCEL_OK) {
@@ -213,8 +287,7 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
                                "gloo: process %d could not connect to the other %d processes "
                                "through the store at %s:%d (listening on %s): %s",
                                e->process[e->rank], e->n_ranks - 1, cfg->master_addr,
-                               cfg->master_port,
-                               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, err.msg);
+                               cfg->master_port, e->listen, err.msg);
         }
     }
     if (st != ACCEL_OK && st != ACCEL_EPEER && e->store != NULL) {
@@ -240,11 +313,9 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         accel__gloo_close(e);
         return st;
     }
-    snprintf(e->listen, sizeof(e->listen), "%s",
-             cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
     accel__log(&e->log, ACCEL__LOG_INFO,
-               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks,
-               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, accel__store_name(e->store),
+               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks, e->listen,
+               accel__store_name(e->store),
                e->ring && e->n_ranks >= 3 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
     *out = e;
     return ACCEL_OK;

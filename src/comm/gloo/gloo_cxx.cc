@@ -279,7 +279,7 @@ template <typename F> static accel_status guard(accel__gloo_ctx *g, accel__gloo_
 
 extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store,
                                             const char *prefix, int rank, int n_ranks,
-                                            const char *ifname, const char *host, double timeout_s,
+                                            const char *host, double timeout_s,
                                             accel__gloo_err *err)
 {
     accel__gloo_ctx *g = nullptr;
@@ -289,11 +289,8 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         g = new accel__gloo_ctx;
         g->timeout = to_ms(timeout_s);
         gloo::transport::tcp::attr attr;
-        if (ifname != nullptr) {
-            attr.iface = ifname;
-        } else {
-            attr.hostname = host;
-        }
+        /* Numeric: gloo.c chose the address, a named interface's too. */
+        attr.hostname = host;
         std::vector<ino_t> before; /* sockets that are not this context's */
         for_each_socket([&](int, ino_t ino, const sockaddr_storage &, const sockaddr_storage &) {
             before.push_back(ino);
