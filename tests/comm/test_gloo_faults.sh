@@ -8,9 +8,11 @@
 #  - hier, 2 machines x 2 processes, process 3 dies (4 MiB messages: the pipelined path, with
 #    the cross-machine worker busy when the death is seen);
 #  - the same with asynchronous allreduces (the failure travels to the waiter);
-#  - machine 1 given an interface that does not exist (ACCEL_SOCKET_IFNAME): both processes
-#    fail at setup within 10 s, machine 0's too (not at the deadline), naming process 1 and
-#    the interface.
+#  - 3 machines x 1 started by hand, machine 1 given an interface that does not exist
+#    (ACCEL_SOCKET_IFNAME): every process fails at setup within 10 s (not at the deadline),
+#    naming process 1 and the interface. Process 2, started a moment after the others, reads
+#    the failure from process 0's store after process 0 has learnt it (process 0 waits for
+#    the others to learn it before it returns and its program exits, taking the store along).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -86,19 +88,20 @@ case_kill gloo-2x1 2 1 1 262144 0
 case_kill gloo-3x1 3 1 2 1310723 0
 case_kill hier-2x2 2 2 3 1048576 0
 case_kill hier-2x2-async 2 2 3 1048576 1
-# A wrong interface on machine 1: it publishes its setup failure, which ends machine 0's wait.
+# A wrong interface on machine 1: it publishes its setup failure, which ends the others' wait.
 port=$("$B/tests/progs/free_port")
 start=$(now)
 pids=()
-for r in 0 1; do
+for r in 0 1 2; do
     extra=()
     [ "$r" = 1 ] && extra=(ACCEL_SOCKET_IFNAME=nosuch0)
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+    [ "$r" = 2 ] && sleep 0.25 # (passes however late, up to 5 s; fails without the wait)
+    env RANK=$r WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
         MASTER_PORT="$port" ACCEL_TIMEOUT=60 "${extra[@]}" "$B/tests/progs/allreduce_loop" \
         --iters 5 >"$tmp/ifname.$r.err" 2>&1 &
     pids+=($!)
 done
-for r in 0 1; do
+for r in 0 1 2; do
     wait "${pids[$r]}" && { echo "FAIL: ifname: process $r succeeded"; exit 1; }
     grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" || {
         echo "FAIL: ifname: process $r did not name process 1 and nosuch0"
@@ -108,5 +111,5 @@ for r in 0 1; do
 done
 t=$(elapsed_since "$start")
 awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: ifname: took ${t}s"; exit 1; }
-echo "ifname: both processes failed after ${t}s naming process 1's interface"
+echo "ifname: the 3 processes failed after ${t}s naming process 1's interface"
 echo "test_gloo_faults: ok"

@@ -222,6 +222,27 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
     return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
 }
 
+/* Process 0 serves the store when no launcher does, and the store ends with its process: a
+ * failed setup returned there (and the program, as a rule, exits) would leave the processes
+ * still polling for "<prefix>setup_failed" naming only a vanished store. So each process that
+ * leaves a failed setup says it knows ("<prefix>setup_seen/<rank>"), and process 0 waits for
+ * the others' word before returning: at most a few seconds, for those that never came. */
+static void await_setup_seen(accel__gloo *e)
+{
+    const size_t n = (size_t)e->n_ranks, key_nbytes = sizeof(e->prefix) + 32;
+    char *keys = accel__calloc(n, key_nbytes);
+    const char **ptrs = accel__calloc(n, sizeof(*ptrs));
+    for (size_t q = 1; q < n && keys != NULL && ptrs != NULL; q++) {
+        ptrs[q - 1] = keys + q * key_nbytes;
+        snprintf(keys + q * key_nbytes, key_nbytes, "%ssetup_seen/%zu", e->prefix, q);
+    }
+    if (keys != NULL && ptrs != NULL) {
+        (void)accel__store_wait(e->store, ptrs, n - 1, e->timeout_s < 5.0 ? e->timeout_s : 5.0);
+    }
+    accel__free(ptrs);
+    accel__free(keys);
+}
+
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
                               int serve, const int *process)
 {
@@ -290,13 +311,20 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
                                cfg->master_port, e->listen, err.msg);
         }
     }
-    if (st != ACCEL_OK && st != ACCEL_EPEER && e->store != NULL) {
-        /* The others are waiting for this process: end their wait with the reason. */
-        char key[sizeof(e->prefix) + 16], why[ACCEL__ERRMSG_NBYTES];
-        snprintf(key, sizeof(key), "%ssetup_failed", e->prefix);
+    if (st != ACCEL_OK && e->store != NULL) {
+        char key[sizeof(e->prefix) + 32], why[ACCEL__ERRMSG_NBYTES];
         snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
-        (void)accel__store_set(e->store, key, why, strlen(why));
-        accel__seterr(NULL, st, "%s", why);
+        if (st != ACCEL_EPEER) {
+            /* The others are waiting for this process: end their wait with the reason. */
+            snprintf(key, sizeof(key), "%ssetup_failed", e->prefix);
+            (void)accel__store_set(e->store, key, why, strlen(why));
+        }
+        snprintf(key, sizeof(key), "%ssetup_seen/%d", e->prefix, e->rank);
+        (void)accel__store_set(e->store, key, "", 0);
+        if (serve) {
+            await_setup_seen(e);
+        }
+        accel__seterr(NULL, st, "%s", why); /* not the store's word on these keys */
     }
     if (st != ACCEL_OK) {
         /* Process 0's server stays up so that the others fail on their own deadline with a

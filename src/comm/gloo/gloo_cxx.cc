@@ -65,12 +65,14 @@ class StoreAdapter : public gloo::rendezvous::Store
         check(accel__store_set(st_, (prefix_ + key).c_str(), data.data(), data.size()));
     }
 
+    /* Waits as wait does: Gloo's rendezvous gets the keys of lower ranks ("rank_<q>") without
+     * waiting for them first, and a process whose setup failed never sets its own. */
     std::vector<char> get(const std::string &key) override
     {
+        wait({key});
         std::vector<char> buf(ACCEL__STORE_VALUE_MAX);
         size_t n = 0;
-        check(
-            accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n, timeout_s_));
+        check(accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n, 0));
         buf.resize(n);
         return buf;
     }
