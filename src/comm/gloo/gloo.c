@@ -306,9 +306,9 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         } else if (st != ACCEL_OK) {
             st = accel__seterr(NULL, st,
                                "gloo: process %d could not connect to the other %d processes "
-                               "through the store at %s:%d (listening on %s): %s",
-                               e->process[e->rank], e->n_ranks - 1, cfg->master_addr,
-                               cfg->master_port, e->listen, err.msg);
+                               "through the store at %s (listening on %s): %s",
+                               e->process[e->rank], e->n_ranks - 1, accel__store_name(e->store),
+                               e->listen, err.msg);
         }
     }
     if (st != ACCEL_OK && e->store != NULL) {
