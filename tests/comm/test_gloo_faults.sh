@@ -8,11 +8,13 @@
 #  - hier, 2 machines x 2 processes, process 3 dies (4 MiB messages: the pipelined path, with
 #    the cross-machine worker busy when the death is seen);
 #  - the same with asynchronous allreduces (the failure travels to the waiter);
-#  - 3 machines x 1 started by hand, machine 1 given an interface that does not exist
-#    (ACCEL_SOCKET_IFNAME): every process fails at setup within 10 s (not at the deadline),
-#    naming process 1 and the interface. Process 2, started a moment after the others, reads
-#    the failure from process 0's store after process 0 has learnt it (process 0 waits for
-#    the others to learn it before it returns and its program exits, taking the store along).
+#  - gloo 3 x 1 and hier 2 x 2 started by hand, machine 1 given an interface that does not
+#    exist (ACCEL_SOCKET_IFNAME): every process fails at setup within 10 s (not at the
+#    deadline), naming the interface and a process of machine 1. In gloo 3 x 1, process 2,
+#    started a moment after the others, reads the failure from process 0's store after process
+#    0 has learnt it (process 0 waits for the others to learn it before it returns and its
+#    program exits, taking the store along). In hier 2 x 2, a process of machine 1 whose shm
+#    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -88,28 +90,38 @@ case_kill gloo-2x1 2 1 1 262144 0
 case_kill gloo-3x1 3 1 2 1310723 0
 case_kill hier-2x2 2 2 3 1048576 0
 case_kill hier-2x2-async 2 2 3 1048576 1
-# A wrong interface on machine 1: it publishes its setup failure, which ends the others' wait.
-port=$("$B/tests/progs/free_port")
-start=$(now)
-pids=()
-for r in 0 1 2; do
-    extra=()
-    [ "$r" = 1 ] && extra=(ACCEL_SOCKET_IFNAME=nosuch0)
-    [ "$r" = 2 ] && sleep 0.25 # (passes however late, up to 5 s; fails without the wait)
-    env RANK=$r WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT="$port" ACCEL_TIMEOUT=60 "${extra[@]}" "$B/tests/progs/allreduce_loop" \
-        --iters 5 >"$tmp/ifname.$r.err" 2>&1 &
-    pids+=($!)
-done
-for r in 0 1 2; do
-    wait "${pids[$r]}" && { echo "FAIL: ifname: process $r succeeded"; exit 1; }
-    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" || {
-        echo "FAIL: ifname: process $r did not name process 1 and nosuch0"
-        cat "$tmp/ifname.$r.err"
-        exit 1
-    }
-done
-t=$(elapsed_since "$start")
-awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: ifname: took ${t}s"; exit 1; }
-echo "ifname: the 3 processes failed after ${t}s naming process 1's interface"
+# case_ifname NAME M L CULPRITS LATE: M machines x L processes started by hand (process 0 serves
+# the store), machine 1's given an interface that does not exist: each publishes its setup
+# failure, which ends the others' wait. Every process must fail within 10 s (not at the
+# deadline) naming the interface and a process of CULPRITS (a grep bracket); process LATE (-1:
+# none) starts 0.25 s after the others.
+case_ifname() {
+    local name=$1 m=$2 l=$3 culprits=$4 late=$5 port start t
+    port=$("$B/tests/progs/free_port")
+    start=$(now)
+    pids=()
+    for r in $(seq 0 $((m * l - 1))); do
+        local g=$((r / l)) extra=()
+        [ "$g" = 1 ] && extra=(ACCEL_SOCKET_IFNAME=nosuch0)
+        [ "$r" = "$late" ] && sleep 0.25 # (passes however late, up to 5 s)
+        env RANK=$r WORLD_SIZE=$((m * l)) LOCAL_RANK=$((r % l)) LOCAL_WORLD_SIZE=$l \
+            GROUP_RANK=$g ACCEL_NUM_MACHINES=$m MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+            ACCEL_TIMEOUT=60 "${extra[@]}" "$B/tests/progs/allreduce_loop" --iters 5 \
+            >"$tmp/$name.$r.err" 2>&1 &
+        pids+=($!)
+    done
+    for r in $(seq 0 $((m * l - 1))); do
+        wait "${pids[$r]}" && { echo "FAIL: $name: process $r succeeded"; exit 1; }
+        grep -q "process $culprits could not connect.*nosuch0" "$tmp/$name.$r.err" || {
+            echo "FAIL: $name: process $r did not name process $culprits and nosuch0"
+            cat "$tmp/$name.$r.err"
+            exit 1
+        }
+    done
+    t=$(elapsed_since "$start")
+    awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: $name: took ${t}s"; exit 1; }
+    echo "$name: the $((m * l)) processes failed after ${t}s naming machine 1's interface"
+}
+case_ifname ifname-gloo-3x1 3 1 1 2
+case_ifname ifname-hier-2x2 2 2 "[23]" -1
 echo "test_gloo_faults: ok"

@@ -222,22 +222,53 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
     return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
 }
 
-/* Process 0 serves the store when no launcher does, and the store ends with its process: a
- * failed setup returned there (and the program, as a rule, exits) would leave the processes
- * still polling for "<prefix>setup_failed" naming only a vanished store. So each process that
- * leaves a failed setup says it knows ("<prefix>setup_seen/<rank>"), and process 0 waits for
- * the others' word before returning: at most a few seconds, for those that never came. */
-static void await_setup_seen(accel__gloo *e)
+/* Tells the members of communicator `prefix` waiting in its rendezvous (every wait there polls
+ * for "<prefix>setup_failed") that this process's setup failed: `why`, unless NULL (a failure
+ * it read there), and that it knows ("<prefix>setup_seen/<rank>", which process 0 awaits
+ * before its store goes). */
+static void tell_setup_failed(accel__store *store, const char *prefix, int rank, const char *why)
 {
-    const size_t n = (size_t)e->n_ranks, key_nbytes = sizeof(e->prefix) + 32;
+    char key[ACCEL__ERRMSG_NBYTES];
+    if (why != NULL) {
+        snprintf(key, sizeof(key), "%ssetup_failed", prefix);
+        (void)accel__store_set(store, key, why, strlen(why));
+    }
+    snprintf(key, sizeof(key), "%ssetup_seen/%d", prefix, rank);
+    (void)accel__store_set(store, key, "", 0);
+}
+
+void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel_status st)
+{
+    char why[ACCEL__ERRMSG_NBYTES];
+    snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
+    accel__store *store = NULL;
+    accel__store_config sc = {.addr = cfg->master_addr,
+                              .port = cfg->master_port,
+                              .timeout_s = ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s)};
+    if (accel__store_open(&store, &sc) == ACCEL_OK) {
+        tell_setup_failed(store, prefix, cfg->rank, why);
+        accel__store_close(store);
+    }
+    accel__seterr(NULL, st, "%s", why); /* not the store's word */
+}
+
+void accel__gloo_await_seen(accel__store *store, const char *prefix, int n_members, int self,
+                            double until)
+{
+    const size_t n = (size_t)n_members, key_nbytes = strlen(prefix) + 32;
     char *keys = accel__calloc(n, key_nbytes);
     const char **ptrs = accel__calloc(n, sizeof(*ptrs));
-    for (size_t q = 1; q < n && keys != NULL && ptrs != NULL; q++) {
-        ptrs[q - 1] = keys + q * key_nbytes;
-        snprintf(keys + q * key_nbytes, key_nbytes, "%ssetup_seen/%zu", e->prefix, q);
+    size_t n_keys = 0;
+    for (size_t q = 0; q < n && keys != NULL && ptrs != NULL; q++) {
+        if ((int)q != self) {
+            ptrs[n_keys] = keys + q * key_nbytes;
+            snprintf(keys + q * key_nbytes, key_nbytes, "%ssetup_seen/%zu", prefix, q);
+            n_keys++;
+        }
     }
-    if (keys != NULL && ptrs != NULL) {
-        (void)accel__store_wait(e->store, ptrs, n - 1, e->timeout_s < 5.0 ? e->timeout_s : 5.0);
+    const double left = until - accel__now();
+    if (keys != NULL && ptrs != NULL && n_keys > 0 && left > 0) {
+        (void)accel__store_wait(store, ptrs, n_keys, left);
     }
     accel__free(ptrs);
     accel__free(keys);
@@ -312,17 +343,14 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         }
     }
     if (st != ACCEL_OK && e->store != NULL) {
-        char key[sizeof(e->prefix) + 32], why[ACCEL__ERRMSG_NBYTES];
+        /* The others are waiting for this process: end their wait with the reason (unless it
+         * is another's, read there). */
+        char why[ACCEL__ERRMSG_NBYTES];
         snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
-        if (st != ACCEL_EPEER) {
-            /* The others are waiting for this process: end their wait with the reason. */
-            snprintf(key, sizeof(key), "%ssetup_failed", e->prefix);
-            (void)accel__store_set(e->store, key, why, strlen(why));
-        }
-        snprintf(key, sizeof(key), "%ssetup_seen/%d", e->prefix, e->rank);
-        (void)accel__store_set(e->store, key, "", 0);
+        tell_setup_failed(e->store, e->prefix, e->rank, st != ACCEL_EPEER ? why : NULL);
         if (serve) {
-            await_setup_seen(e);
+            accel__gloo_await_seen(e->store, e->prefix, e->n_ranks, e->rank,
+                                   accel__now() + ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s));
         }
         accel__seterr(NULL, st, "%s", why); /* not the store's word on these keys */
     }
