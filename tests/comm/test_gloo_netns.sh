@@ -19,8 +19,9 @@
 #  - hier 3 x 2 (allreduce_loop): every local rank's gloo across the machines rings;
 #  - IPv6, gloo 2 x 1 with MASTER_ADDR=fd78::1: machine 1's interface on b is dual-stack, and
 #    it listens on its IPv6 address, the family of the route to MASTER_ADDR (allreduce_loop);
-#    given its interface on a instead (IPv4 and link-local only), both processes fail at once
-#    saying that the interface has no usable IPv6 address.
+#    given its interface on a instead (IPv4 and link-local only), it listens in IPv4, saying
+#    why, and both processes fail at once naming the two families (machine 1 its interface);
+#    both machines given their interface on a: both listen in IPv4, and the job runs.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -73,8 +74,9 @@ if ! network 2>"$tmp/err"; then
 fi
 
 # job NAME M L [ENV=VALUE...] -- PROG ARGS...: machine g (of M) runs in namespace g, machine 1
-# listening on interface $ifname1 (network b's); rank r's output in $tmp/NAME.r.out and .err.
-ifname1=av${id}b1
+# listening on interface $ifname1 (network b's), machine 0 on $ifname0 when set (else the
+# route's); rank r's output in $tmp/NAME.r.out and .err.
+ifname0= ifname1=av${id}b1
 job() {
     local name=$1 n_machines=$2 l=$3
     shift 3
@@ -85,6 +87,7 @@ job() {
     pids=()
     for g in $(seq 0 $((n_machines - 1))); do
         local ifname=()
+        [ "$g" = 0 ] && [ -n "$ifname0" ] && ifname=(ACCEL_SOCKET_IFNAME="$ifname0")
         [ "$g" = 1 ] && ifname=(ACCEL_SOCKET_IFNAME="$ifname1")
         for lr in $(seq 0 $((l - 1))); do
             local r=$((g * l + lr))
@@ -188,15 +191,31 @@ grep -q "listening on fd78::1" "$tmp/$name.0.err" ||
 echo "$name ($((SECONDS - start)) s): 2 machines x 1, MASTER_ADDR=fd78::1, machine 1's" \
     "interface dual-stack: listening in IPv6, every allreduce correct"
 # Machine 1's interface on a has no IPv6 address but its link-local one, which no other machine
-# can reach: both processes fail, at once (not at the deadline), naming it and the family.
-name=ipv6-none start=$SECONDS ifname1=av${id}a1
+# can reach: it listens in IPv4, and both processes fail at once (not at the deadline), naming
+# the families (machine 1 also its interface, and why it listens in IPv4).
+name=ipv6-v4 start=$SECONDS ifname1=av${id}a1
 job "$name" 2 1 MASTER_ADDR=fd78::1 -- "$B/tests/progs/allreduce_loop" --iters 20
 for r in 0 1; do
     wait "${pids[$r]}" && fail "$name: process $r succeeded"
-    grep -q "process 1 could not connect.*interface $ifname1 has no IPv6 address" \
-        "$tmp/$name.$r.err" || fail "$name: process $r did not name $ifname1 and IPv6"
 done
 kill "$watchdog" 2>/dev/null
+grep -q "interface $ifname1 has no IPv6 address other than link-local.*listening in IPv4" \
+    "$tmp/$name.1.err" || fail "$name: machine 1 did not say why it listens in IPv4"
+grep -q "a peer listens in IPv6 at \[fd78::1\]" "$tmp/$name.1.err" ||
+    fail "$name: machine 1 did not name machine 0's family"
+grep -q -e "a peer listens in IPv4 at \[10.77.0.2\]" -e "interface $ifname1 has no IPv6" \
+    "$tmp/$name.0.err" || fail "$name: machine 0 did not name machine 1's family"
 echo "$name ($((SECONDS - start)) s): machine 1's interface without IPv6: both processes" \
-    "failed naming it"
+    "failed naming the families"
+# Both machines name their interface on a: both listen in IPv4, as before the route's family
+# counted (every allreduce checked).
+name=ipv6-allv4 start=$SECONDS ifname0=av${id}a0
+job "$name" 2 1 MASTER_ADDR=fd78::1 -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
+finish "$name"
+for r in 0 1; do
+    grep -q "listening on av${id}a$r (10.77.0.$((r + 1)))" "$tmp/$name.$r.err" ||
+        fail "$name: machine $r did not listen on its interface's IPv4 address"
+done
+echo "$name ($((SECONDS - start)) s): MASTER_ADDR=fd78::1, both machines naming an interface" \
+    "without IPv6: listening in IPv4, every allreduce correct"
 echo "test_gloo_netns: ok"

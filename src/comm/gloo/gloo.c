@@ -2,7 +2,8 @@
  * The gloo backend: processes on many machines over TCP, through Gloo (gloo_cxx.cc wraps it).
  * Rendezvous through the job's store at MASTER_ADDR:MASTER_PORT (served by the launcher under
  * a multi-machine accel launch, else by process 0), listening on ACCEL_SOCKET_IFNAME /
- * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR, in the route's family.
+ * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR, in the route's family when
+ * the interface has an address of it.
  *
  * The collectives are in gloo_coll.c.
  *
@@ -83,15 +84,46 @@ static accel_status route_to(const char *addr, int port, char *out, size_t out_n
     return ACCEL_OK;
 }
 
-/* The address to listen on when interface ifname is named: its first address of `family`, the
- * family of the route to MASTER_ADDR, which the machines that name no interface listen in
- * (Gloo's own choice, the interface's first address whatever its family, is IPv4 on a
- * dual-stack interface, and Gloo cannot pair an IPv4 end with an IPv6 one). Never an IPv6
- * link-local address (fe80::/10): it means something only with the scope id of the machine
- * that has it, so no other machine could connect to it. On failure, why (the interface and
- * the family) in why. */
+/* Interface ifname's first address of `family` in out (1), never an IPv6 link-local one
+ * (fe80::/10): it means something only with the scope id of the machine that has it, so no
+ * other machine could connect to it. *named: the interface exists; *link_local: it has one. */
+static int first_addr(const struct ifaddrs *all, const char *ifname, int family, char *out,
+                      size_t out_nbytes, int *named, int *link_local)
+{
+    for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+        if (strcmp(i->ifa_name, ifname) != 0) {
+            continue;
+        }
+        *named = 1;
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family) {
+            continue;
+        }
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr)) {
+            *link_local = 1;
+            continue;
+        }
+        if (numeric(i->ifa_addr, out, out_nbytes)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const char *family_name(int family)
+{
+    return family == AF_INET6 ? "IPv6" : "IPv4";
+}
+
+/* The address to listen on when interface ifname is named: its first of `family`, the family
+ * of the route to MASTER_ADDR, which the machines that name no interface listen in (Gloo's own
+ * choice, the interface's first address whatever its family, is IPv4 on a dual-stack
+ * interface, and Gloo cannot pair an IPv4 end with an IPv6 one). An interface without one
+ * listens in the other family, as before (every machine may name an IPv4 interface while the
+ * route to MASTER_ADDR is IPv6), saying so in `note` (else ""), which a failed connection
+ * repeats. Neither: ACCEL_EINVAL, why in `why`. */
 static accel_status iface_addr(const char *ifname, int family, char *out, size_t out_nbytes,
-                               char *why, size_t why_nbytes)
+                               char *note, size_t note_nbytes, char *why, size_t why_nbytes)
 {
     struct ifaddrs *all = NULL;
     if (getifaddrs(&all) != 0) {
@@ -99,40 +131,33 @@ static accel_status iface_addr(const char *ifname, int family, char *out, size_t
                  strerror(errno));
         return ACCEL_EIO;
     }
-    int named = 0, link_local = 0, found = 0;
-    for (struct ifaddrs *i = all; i != NULL && !found; i = i->ifa_next) {
-        if (strcmp(i->ifa_name, ifname) != 0) {
-            continue;
-        }
-        named = 1;
-        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family) {
-            continue;
-        }
-        if (family == AF_INET6 &&
-            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr)) {
-            link_local = 1;
-            continue;
-        }
-        found = numeric(i->ifa_addr, out, out_nbytes);
-    }
+    const int other = family == AF_INET6 ? AF_INET : AF_INET6;
+    int named = 0, link_local = 0;
+    const int found = first_addr(all, ifname, family, out, out_nbytes, &named, &link_local);
+    const int found_other =
+        !found && first_addr(all, ifname, other, out, out_nbytes, &named, &link_local);
     freeifaddrs(all);
-    const char *name = family == AF_INET6 ? "IPv6" : "IPv4";
+    note[0] = '\0';
+    char lacks[192];
+    snprintf(lacks, sizeof(lacks), "interface %s has no %s address%s", ifname, family_name(family),
+             family == AF_INET6 && link_local
+                 ? " other than link-local ones (fe80::, which other machines cannot reach)"
+                 : "");
     if (!named) {
         snprintf(why, why_nbytes,
                  "this machine has no network interface named %s (ACCEL_SOCKET_IFNAME, else "
                  "GLOO_SOCKET_IFNAME)",
                  ifname);
+    } else if (found_other) {
+        snprintf(note, note_nbytes,
+                 "%s, the family of the route to MASTER_ADDR: listening in %s instead, which "
+                 "every process must then use",
+                 lacks, family_name(other));
     } else if (!found) {
-        snprintf(why, why_nbytes,
-                 "interface %s has no %s address%s; the job runs on %s (the route to "
-                 "MASTER_ADDR): give %s one, or name another interface",
-                 ifname, name,
-                 link_local ? " other than link-local ones (fe80::, which other machines cannot "
-                              "reach)"
-                            : "",
-                 name, ifname);
+        snprintf(why, why_nbytes, "%s, nor an %s one: give it one, or name another interface",
+                 lacks, family_name(other));
     }
-    return found ? ACCEL_OK : ACCEL_EINVAL;
+    return found || found_other ? ACCEL_OK : ACCEL_EINVAL;
 }
 
 void accel__gloo_close(accel__gloo *e)
@@ -319,13 +344,17 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     }
     if (st == ACCEL_OK) {
         accel__gloo_err err = {.peer = -1};
+        char note[320] = "";
         snprintf(e->listen, sizeof(e->listen), "%s", host);
         if (cfg->socket_ifname != NULL) {
             snprintf(e->listen, sizeof(e->listen), "%s", cfg->socket_ifname);
-            st = iface_addr(cfg->socket_ifname, family, host, sizeof(host), err.msg,
-                            sizeof(err.msg));
+            st = iface_addr(cfg->socket_ifname, family, host, sizeof(host), note, sizeof(note),
+                            err.msg, sizeof(err.msg));
             if (st == ACCEL_OK) {
                 snprintf(e->listen, sizeof(e->listen), "%s (%s)", cfg->socket_ifname, host);
+            }
+            if (note[0] != '\0') {
+                accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %s", note);
             }
         }
         if (st == ACCEL_OK) {
@@ -337,9 +366,9 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         } else if (st != ACCEL_OK) {
             st = accel__seterr(NULL, st,
                                "gloo: process %d could not connect to the other %d processes "
-                               "through the store at %s (listening on %s): %s",
+                               "through the store at %s (listening on %s%s%s): %s",
                                e->process[e->rank], e->n_ranks - 1, accel__store_name(e->store),
-                               e->listen, err.msg);
+                               e->listen, note[0] != '\0' ? "; " : "", note, err.msg);
         }
     }
     if (st != ACCEL_OK && e->store != NULL) {

@@ -192,6 +192,40 @@ static int count_remote(const std::vector<sockaddr_storage> &addrs)
     return remote;
 }
 
+/* After a failed rendezvous (Gloo's message is then "address family mismatch"): which peer
+ * listens in another family than this rank, from the records in the store, or "". */
+std::string family_clash(accel__store *st, const std::string &prefix, int rank, int n_ranks)
+{
+    /* q's end of its connection with `other`, from q's record (see peer_address). */
+    auto end_of = [&](int q, int other, sockaddr_storage *out) {
+        std::vector<char> all(ACCEL__STORE_VALUE_MAX);
+        size_t n = 0;
+        if (accel__store_get(st, (prefix + std::to_string(q)).c_str(), all.data(), all.size(), &n,
+                             0) != ACCEL_OK ||
+            n == 0) {
+            return false;
+        }
+        size_t each = n / (size_t)(n_ranks - 1);
+        size_t at = (size_t)(other > q ? other - 1 : other) * each;
+        *out = gloo::transport::tcp::Address(
+                   std::vector<char>(all.begin() + (long)at, all.begin() + (long)(at + each)))
+                   .getSockaddr();
+        return true;
+    };
+    auto name = [](const sockaddr_storage &a) { return a.ss_family == AF_INET6 ? "IPv6" : "IPv4"; };
+    sockaddr_storage mine{}, theirs{};
+    for (int q = 0; q < n_ranks; q++) {
+        if (q != rank && end_of(rank, q, &mine) && end_of(q, rank, &theirs) &&
+            mine.ss_family != theirs.ss_family) {
+            return std::string(" (a peer listens in ") + name(theirs) + " at " +
+                   gloo::transport::tcp::Address(theirs).str() + ", this process in " + name(mine) +
+                   " at " + gloo::transport::tcp::Address(mine).str() +
+                   ": every process must listen in one family)";
+        }
+    }
+    return "";
+}
+
 } // namespace
 
 struct accel__gloo_ctx {
@@ -334,7 +368,15 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
                 }
             });
     } catch (const std::exception &e) {
-        set_err(err, e.what(), -1, adapter.status == ACCEL_ETIMEDOUT);
+        std::string clash;
+        if (adapter.status == ACCEL_OK) {
+            try {
+                clash = family_clash(store, prefix, rank, n_ranks);
+            } catch (...) {
+                /* A record that cannot be read says nothing more. */
+            }
+        }
+        set_err(err, (e.what() + clash).c_str(), -1, adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
     } catch (...) {
         set_err(err, "unknown C++ exception in Gloo", -1, 0);
