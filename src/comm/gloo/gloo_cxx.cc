@@ -214,7 +214,7 @@ std::string family_clash(accel__store *st, const std::string &prefix, int rank, 
     };
     auto name = [](const sockaddr_storage &a) { return a.ss_family == AF_INET6 ? "IPv6" : "IPv4"; };
     sockaddr_storage mine{}, theirs{};
-    for (int q = 0; q < n_ranks; q++) {
+    for (int q = 0; q < n_ranks && n_ranks > 1; q++) {
         if (q != rank && end_of(rank, q, &mine) && end_of(q, rank, &theirs) &&
             mine.ss_family != theirs.ss_family) {
             return std::string(" (a peer listens in ") + name(theirs) + " at " +
