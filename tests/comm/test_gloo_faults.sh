@@ -14,7 +14,9 @@
 #    started a moment after the others, reads the failure from process 0's store after process
 #    0 has learnt it (process 0 waits for the others to learn it before it returns and its
 #    program exits, taking the store along). In hier 2 x 2, a process of machine 1 whose shm
-#    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too.
+#    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too;
+#  - gloo 2 x 1 by hand with process 1 never started: process 0 fails at the deadline with
+#    ETIMEDOUT naming the key process 1 did not set.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -124,4 +126,16 @@ case_ifname() {
 }
 case_ifname ifname-gloo-3x1 3 1 1 2
 case_ifname ifname-hier-2x2 2 2 "[23]" -1
+# gloo 2 x 1 by hand, process 1 never started (ACCEL_TIMEOUT=1): process 0 fails with
+# ETIMEDOUT naming the key process 1 never set (its Gloo address, ".../1").
+port=$("$B/tests/progs/free_port")
+env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 ACCEL_NUM_MACHINES=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=1 "$B/tests/progs/allreduce_loop" \
+    --iters 5 >"$tmp/absent.0.err" 2>&1 && { echo "FAIL: absent: process 0 succeeded"; exit 1; }
+grep -q 'ETIMEDOUT: .*rendezvous timed out after 1 s: .*key "[^"]*/1" ' "$tmp/absent.0.err" || {
+    echo "FAIL: absent: process 0 did not time out naming process 1's key"
+    cat "$tmp/absent.0.err"
+    exit 1
+}
+echo "absent: $(cut -c1-200 "$tmp/absent.0.err")"
 echo "test_gloo_faults: ok"

@@ -105,6 +105,7 @@ class StoreAdapter : public gloo::rendezvous::Store
                 check(st);
                 return;
             }
+            const std::string missing = accel_last_error(nullptr); /* names the key */
             std::vector<char> why(1024);
             size_t n = 0;
             if (accel__store_get(st_, (prefix_ + "setup_failed").c_str(), why.data(),
@@ -113,7 +114,13 @@ class StoreAdapter : public gloo::rendezvous::Store
                 throw std::runtime_error(std::string(why.data(), n));
             }
             if (slice <= 0) {
-                check(st);
+                /* (The last slice's status is ENOTFOUND, and the probe's message names
+                 * setup_failed: neither is what ran out.) */
+                status = ACCEL_ETIMEDOUT;
+                char what[64];
+                snprintf(what, sizeof(what), "the rendezvous timed out after %g s: ",
+                         std::chrono::duration<double>(t).count());
+                throw std::runtime_error(what + missing);
             }
         }
     }
