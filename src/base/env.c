@@ -60,8 +60,8 @@ static const accel__env_var env_table[] = {
     {"ACCEL_BACKEND", ACCEL__ENV_STRING, NULL,
      "force a backend: self | shm | mpi | gloo | hier | nccl"},
     {"ACCEL_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
-     "gloo, hier: the network interface to listen on (unset: GLOO_SOCKET_IFNAME, else the "
-     "interface of the route to MASTER_ADDR)"},
+     "gloo, hier: the network interface to listen on, on its address of the family of the "
+     "route to MASTER_ADDR, else of the other (unset: GLOO_SOCKET_IFNAME, else that route's)"},
     {"GLOO_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
      "gloo, hier: PyTorch's name for ACCEL_SOCKET_IFNAME (which wins when both are set)"},
     {"ACCEL_GLOO_RING", ACCEL__ENV_STRING, "auto",

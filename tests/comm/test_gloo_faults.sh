@@ -8,9 +8,15 @@
 #  - hier, 2 machines x 2 processes, process 3 dies (4 MiB messages: the pipelined path, with
 #    the cross-machine worker busy when the death is seen);
 #  - the same with asynchronous allreduces (the failure travels to the waiter);
-#  - machine 1 given an interface that does not exist (ACCEL_SOCKET_IFNAME): both processes
-#    fail at setup within 10 s, machine 0's too (not at the deadline), naming process 1 and
-#    the interface.
+#  - gloo 3 x 1 and hier 2 x 2 started by hand, machine 1 given an interface that does not
+#    exist (ACCEL_SOCKET_IFNAME): every process fails at setup within 10 s (not at the
+#    deadline), naming the interface and a process of machine 1. In gloo 3 x 1, process 2,
+#    started a moment after the others, reads the failure from process 0's store after process
+#    0 has learnt it (process 0 waits for the others to learn it before it returns and its
+#    program exits, taking the store along). In hier 2 x 2, a process of machine 1 whose shm
+#    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too;
+#  - gloo 2 x 1 by hand with process 1 never started: process 0 fails at the deadline with
+#    ETIMEDOUT naming the key process 1 did not set.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -86,27 +92,50 @@ case_kill gloo-2x1 2 1 1 262144 0
 case_kill gloo-3x1 3 1 2 1310723 0
 case_kill hier-2x2 2 2 3 1048576 0
 case_kill hier-2x2-async 2 2 3 1048576 1
-# A wrong interface on machine 1: it publishes its setup failure, which ends machine 0's wait.
+# case_ifname NAME M L CULPRITS LATE: M machines x L processes started by hand (process 0 serves
+# the store), machine 1's given an interface that does not exist: each publishes its setup
+# failure, which ends the others' wait. Every process must fail within 10 s (not at the
+# deadline) naming the interface and a process of CULPRITS (a grep bracket); process LATE (-1:
+# none) starts 0.25 s after the others.
+case_ifname() {
+    local name=$1 m=$2 l=$3 culprits=$4 late=$5 port start t
+    port=$("$B/tests/progs/free_port")
+    start=$(now)
+    pids=()
+    for r in $(seq 0 $((m * l - 1))); do
+        local g=$((r / l)) extra=()
+        [ "$g" = 1 ] && extra=(ACCEL_SOCKET_IFNAME=nosuch0)
+        [ "$r" = "$late" ] && sleep 0.25 # (passes however late, up to 5 s)
+        env RANK=$r WORLD_SIZE=$((m * l)) LOCAL_RANK=$((r % l)) LOCAL_WORLD_SIZE=$l \
+            GROUP_RANK=$g ACCEL_NUM_MACHINES=$m MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+            ACCEL_TIMEOUT=60 "${extra[@]}" "$B/tests/progs/allreduce_loop" --iters 5 \
+            >"$tmp/$name.$r.err" 2>&1 &
+        pids+=($!)
+    done
+    for r in $(seq 0 $((m * l - 1))); do
+        wait "${pids[$r]}" && { echo "FAIL: $name: process $r succeeded"; exit 1; }
+        grep -q "process $culprits could not connect.*nosuch0" "$tmp/$name.$r.err" || {
+            echo "FAIL: $name: process $r did not name process $culprits and nosuch0"
+            cat "$tmp/$name.$r.err"
+            exit 1
+        }
+    done
+    t=$(elapsed_since "$start")
+    awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: $name: took ${t}s"; exit 1; }
+    echo "$name: the $((m * l)) processes failed after ${t}s naming machine 1's interface"
+}
+case_ifname ifname-gloo-3x1 3 1 1 2
+case_ifname ifname-hier-2x2 2 2 "[23]" -1
+# gloo 2 x 1 by hand, process 1 never started (ACCEL_TIMEOUT=1): process 0 fails with
+# ETIMEDOUT naming the key process 1 never set (its Gloo address, ".../1").
 port=$("$B/tests/progs/free_port")
-start=$(now)
-pids=()
-for r in 0 1; do
-    extra=()
-    [ "$r" = 1 ] && extra=(ACCEL_SOCKET_IFNAME=nosuch0)
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-        MASTER_PORT="$port" ACCEL_TIMEOUT=60 "${extra[@]}" "$B/tests/progs/allreduce_loop" \
-        --iters 5 >"$tmp/ifname.$r.err" 2>&1 &
-    pids+=($!)
-done
-for r in 0 1; do
-    wait "${pids[$r]}" && { echo "FAIL: ifname: process $r succeeded"; exit 1; }
-    grep -q "process 1 could not connect.*nosuch0" "$tmp/ifname.$r.err" || {
-        echo "FAIL: ifname: process $r did not name process 1 and nosuch0"
-        cat "$tmp/ifname.$r.err"
-        exit 1
-    }
-done
-t=$(elapsed_since "$start")
-awk -v t="$t" 'BEGIN { exit !(t <= 10) }' || { echo "FAIL: ifname: took ${t}s"; exit 1; }
-echo "ifname: both processes failed after ${t}s naming process 1's interface"
+env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 ACCEL_NUM_MACHINES=2 \
+    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=1 "$B/tests/progs/allreduce_loop" \
+    --iters 5 >"$tmp/absent.0.err" 2>&1 && { echo "FAIL: absent: process 0 succeeded"; exit 1; }
+grep -q 'ETIMEDOUT: .*rendezvous timed out after 1 s: .*key "[^"]*/1" ' "$tmp/absent.0.err" || {
+    echo "FAIL: absent: process 0 did not time out naming process 1's key"
+    cat "$tmp/absent.0.err"
+    exit 1
+}
+echo "absent: $(cut -c1-200 "$tmp/absent.0.err")"
 echo "test_gloo_faults: ok"

@@ -2,9 +2,10 @@
 # Three "machines" in three network namespaces (issue 16), where the test may create them (root,
 # `ip netns`, veth and bridge links); otherwise it skips, saying why. Two networks join them,
 # each a bridge in a fourth namespace (the switch): a, 10.77.0.<m+1>, and b, 10.78.0.<m+1>, for
-# machine m. MASTER_ADDR is 10.77.0.1 (machine 0, which listens on the interface of the route to
-# it); machine 1 listens on its interface on b (ACCEL_SOCKET_IFNAME), so the others reach it
-# over the second network. Jobs:
+# machine m; b is dual-stack (also fd78::<m+1>), a is IPv4 (and link-local fe80:: addresses).
+# MASTER_ADDR is 10.77.0.1 (machine 0, which listens on the interface of the route to it);
+# machine 1 listens on its interface on b (ACCEL_SOCKET_IFNAME), so the others reach it over the
+# second network. Jobs:
 #  - gloo 2 x 1 and hier 2 x 2 on machines 0 and 1, each checking every allreduce result
 #    (tests/progs/allreduce_loop), then a process of machine 1 killed mid-loop: machine 0's
 #    processes fail naming it;
@@ -15,7 +16,12 @@
 #    KiB), 65535 (f32 one under: rank order), 65536 and 1310723 (chunks of several segments,
 #    with remainders); the other sampled dtypes and the wire dtypes (rank order) alike;
 #  - the same with ACCEL_GLOO_RING=0: no ring, every result in rank order (ACCEL_TEST_RING=0);
-#  - hier 3 x 2 (allreduce_loop): every local rank's gloo across the machines rings.
+#  - hier 3 x 2 (allreduce_loop): every local rank's gloo across the machines rings;
+#  - IPv6, gloo 2 x 1 with MASTER_ADDR=fd78::1: machine 1's interface on b is dual-stack, and
+#    it listens on its IPv6 address, the family of the route to MASTER_ADDR (allreduce_loop);
+#    given its interface on a instead (IPv4 and link-local only), it listens in IPv4, saying
+#    why, and both processes fail at once naming the two families (machine 1 its interface);
+#    both machines given their interface on a: both listen in IPv4, and the job runs.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +61,10 @@ network() {
                 ip -n "$sw" link set "$port" master "br$x" up &&
                 ip -n "${ns[$m]}" addr add "$net.$((m + 1))/24" dev "$dev" &&
                 ip -n "${ns[$m]}" link set "$dev" up || return 1
+            # (nodad: usable at once, not tentative while duplicate detection runs)
+            if [ "$x" = b ]; then
+                ip -n "${ns[$m]}" addr add "fd78::$((m + 1))/64" dev "$dev" nodad || return 1
+            fi
         done
     done
 }
@@ -64,7 +74,9 @@ if ! network 2>"$tmp/err"; then
 fi
 
 # job NAME M L [ENV=VALUE...] -- PROG ARGS...: machine g (of M) runs in namespace g, machine 1
-# listening on network b; rank r's output in $tmp/NAME.r.out and .err.
+# listening on interface $ifname1 (network b's), machine 0 on $ifname0 when set (else the
+# route's); rank r's output in $tmp/NAME.r.out and .err.
+ifname0= ifname1=av${id}b1
 job() {
     local name=$1 n_machines=$2 l=$3
     shift 3
@@ -75,7 +87,8 @@ job() {
     pids=()
     for g in $(seq 0 $((n_machines - 1))); do
         local ifname=()
-        [ "$g" = 1 ] && ifname=(ACCEL_SOCKET_IFNAME="av${id}b1")
+        [ "$g" = 0 ] && [ -n "$ifname0" ] && ifname=(ACCEL_SOCKET_IFNAME="$ifname0")
+        [ "$g" = 1 ] && ifname=(ACCEL_SOCKET_IFNAME="$ifname1")
         for lr in $(seq 0 $((l - 1))); do
             local r=$((g * l + lr))
             ip netns exec "${ns[$g]}" env RANK=$r WORLD_SIZE=$((n_machines * l)) \
@@ -106,8 +119,8 @@ for l in 1 2; do
     name=ok-$l
     job "$name" 2 "$l" -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
     finish "$name"
-    grep -q "listening on av${id}b1" "$tmp/$name.$l.err" ||
-        fail "$name: machine 1 did not listen on its second interface"
+    grep -q "listening on av${id}b1 (10.78.0.2)" "$tmp/$name.$l.err" ||
+        fail "$name: machine 1 did not listen on its second interface's IPv4 address"
     grep -q "listening on 10.77.0.1" "$tmp/$name.0.err" ||
         fail "$name: machine 0 did not listen on the route to MASTER_ADDR"
     echo "$name: 2 machines x $l in two namespaces: every allreduce correct"
@@ -165,4 +178,44 @@ for r in 0 1 2 3 4 5; do
 done
 echo "$name: hier 3 machines x 2, ACCEL_GLOO_RING unset: both local ranks' gloo across the" \
     "machines rings, every allreduce correct"
+
+# IPv6 (the ENV arguments come after job's own, so MASTER_ADDR=fd78::1 wins): machine 0 listens
+# on the route to fd78::1, machine 1 on its dual-stack interface, in IPv6 as the route's family.
+name=ipv6 start=$SECONDS
+job "$name" 2 1 MASTER_ADDR=fd78::1 -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
+finish "$name"
+grep -q "listening on av${id}b1 (fd78::2)" "$tmp/$name.1.err" ||
+    fail "$name: machine 1 did not listen on its interface's IPv6 address"
+grep -q "listening on fd78::1" "$tmp/$name.0.err" ||
+    fail "$name: machine 0 did not listen on the route to MASTER_ADDR"
+echo "$name ($((SECONDS - start)) s): 2 machines x 1, MASTER_ADDR=fd78::1, machine 1's" \
+    "interface dual-stack: listening in IPv6, every allreduce correct"
+# Machine 1's interface on a has no IPv6 address but its link-local one, which no other machine
+# can reach: it listens in IPv4, and both processes fail at once (not at the deadline), naming
+# the families (machine 1 also its interface, and why it listens in IPv4).
+name=ipv6-v4 start=$SECONDS ifname1=av${id}a1
+job "$name" 2 1 MASTER_ADDR=fd78::1 -- "$B/tests/progs/allreduce_loop" --iters 20
+for r in 0 1; do
+    wait "${pids[$r]}" && fail "$name: process $r succeeded"
+done
+kill "$watchdog" 2>/dev/null
+grep -q "interface $ifname1 has no IPv6 address other than link-local.*listening in IPv4" \
+    "$tmp/$name.1.err" || fail "$name: machine 1 did not say why it listens in IPv4"
+grep -q "a peer listens in IPv6 at \[fd78::1\]" "$tmp/$name.1.err" ||
+    fail "$name: machine 1 did not name machine 0's family"
+grep -q -e "a peer listens in IPv4 at \[10.77.0.2\]" -e "interface $ifname1 has no IPv6" \
+    "$tmp/$name.0.err" || fail "$name: machine 0 did not name machine 1's family"
+echo "$name ($((SECONDS - start)) s): machine 1's interface without IPv6: both processes" \
+    "failed naming the families"
+# Both machines name their interface on a: both listen in IPv4, as before the route's family
+# counted (every allreduce checked).
+name=ipv6-allv4 start=$SECONDS ifname0=av${id}a0
+job "$name" 2 1 MASTER_ADDR=fd78::1 -- "$B/tests/progs/allreduce_loop" --iters 20 --count 300000
+finish "$name"
+for r in 0 1; do
+    grep -q "listening on av${id}a$r (10.77.0.$((r + 1)))" "$tmp/$name.$r.err" ||
+        fail "$name: machine $r did not listen on its interface's IPv4 address"
+done
+echo "$name ($((SECONDS - start)) s): MASTER_ADDR=fd78::1, both machines naming an interface" \
+    "without IPv6: listening in IPv4, every allreduce correct"
 echo "test_gloo_netns: ok"

@@ -2,7 +2,8 @@
  * The gloo backend: processes on many machines over TCP, through Gloo (gloo_cxx.cc wraps it).
  * Rendezvous through the job's store at MASTER_ADDR:MASTER_PORT (served by the launcher under
  * a multi-machine accel launch, else by process 0), listening on ACCEL_SOCKET_IFNAME /
- * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR.
+ * GLOO_SOCKET_IFNAME or the interface of the route to MASTER_ADDR, in the route's family when
+ * the interface has an address of it.
  *
  * The collectives are in gloo_coll.c.
  *
@@ -12,7 +13,10 @@
  * rather than its messenger.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,8 +35,18 @@
 
 /* ---- setup ---- */
 
-/* The local numeric address of the route to addr:port (where a connect would leave from). */
-static accel_status route_to(const char *addr, int port, char *out, size_t out_nbytes)
+/* The numeric form of address a (IPv4 or IPv6) in out. */
+static int numeric(const struct sockaddr *a, char *out, size_t out_nbytes)
+{
+    const void *ip = a->sa_family == AF_INET6
+                         ? (const void *)&((const struct sockaddr_in6 *)a)->sin6_addr
+                         : (const void *)&((const struct sockaddr_in *)a)->sin_addr;
+    return inet_ntop(a->sa_family, ip, out, (socklen_t)out_nbytes) != NULL;
+}
+
+/* The local numeric address of the route to addr:port (where a connect would leave from), and
+ * its family (AF_INET, AF_INET6) in *family. */
+static accel_status route_to(const char *addr, int port, char *out, size_t out_nbytes, int *family)
 {
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof(hints));
@@ -51,13 +65,10 @@ static accel_status route_to(const char *addr, int port, char *out, size_t out_n
         socklen_t len = sizeof(ss);
         /* A UDP connect sends nothing: it only asks the kernel for the route. */
         if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
-            getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
-            const void *ip = ss.ss_family == AF_INET6
-                                 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
-                                 : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
-            if (inet_ntop(ss.ss_family, ip, out, (socklen_t)out_nbytes) != NULL) {
-                st = ACCEL_OK;
-            }
+            getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+            numeric((struct sockaddr *)&ss, out, out_nbytes)) {
+            *family = ss.ss_family;
+            st = ACCEL_OK;
         }
         if (fd >= 0) {
             close(fd);
@@ -71,6 +82,82 @@ static accel_status route_to(const char *addr, int port, char *out, size_t out_n
                              addr);
     }
     return ACCEL_OK;
+}
+
+/* Interface ifname's first address of `family` in out (1), never an IPv6 link-local one
+ * (fe80::/10): it means something only with the scope id of the machine that has it, so no
+ * other machine could connect to it. *named: the interface exists; *link_local: it has one. */
+static int first_addr(const struct ifaddrs *all, const char *ifname, int family, char *out,
+                      size_t out_nbytes, int *named, int *link_local)
+{
+    for (const struct ifaddrs *i = all; i != NULL; i = i->ifa_next) {
+        if (strcmp(i->ifa_name, ifname) != 0) {
+            continue;
+        }
+        *named = 1;
+        if (i->ifa_addr == NULL || i->ifa_addr->sa_family != family) {
+            continue;
+        }
+        if (family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr)) {
+            *link_local = 1;
+            continue;
+        }
+        if (numeric(i->ifa_addr, out, out_nbytes)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static const char *family_name(int family)
+{
+    return family == AF_INET6 ? "IPv6" : "IPv4";
+}
+
+/* The address to listen on when interface ifname is named: its first of `family`, the family
+ * of the route to MASTER_ADDR, which the machines that name no interface listen in (Gloo's own
+ * choice, the interface's first address whatever its family, is IPv4 on a dual-stack
+ * interface, and Gloo cannot pair an IPv4 end with an IPv6 one). An interface without one
+ * listens in the other family, as before (every machine may name an IPv4 interface while the
+ * route to MASTER_ADDR is IPv6), saying so in `note` (else ""), which a failed connection
+ * repeats. Neither: ACCEL_EINVAL, why in `why`. */
+static accel_status iface_addr(const char *ifname, int family, char *out, size_t out_nbytes,
+                               char *note, size_t note_nbytes, char *why, size_t why_nbytes)
+{
+    struct ifaddrs *all = NULL;
+    if (getifaddrs(&all) != 0) {
+        snprintf(why, why_nbytes, "cannot list this machine's network interfaces: %s",
+                 strerror(errno));
+        return ACCEL_EIO;
+    }
+    const int other = family == AF_INET6 ? AF_INET : AF_INET6;
+    int named = 0, link_local = 0;
+    const int found = first_addr(all, ifname, family, out, out_nbytes, &named, &link_local);
+    const int found_other =
+        !found && first_addr(all, ifname, other, out, out_nbytes, &named, &link_local);
+    freeifaddrs(all);
+    note[0] = '\0';
+    char lacks[192];
+    snprintf(lacks, sizeof(lacks), "interface %s has no %s address%s", ifname, family_name(family),
+             family == AF_INET6 && link_local
+                 ? " other than link-local ones (fe80::, which other machines cannot reach)"
+                 : "");
+    if (!named) {
+        snprintf(why, why_nbytes,
+                 "this machine has no network interface named %s (ACCEL_SOCKET_IFNAME, else "
+                 "GLOO_SOCKET_IFNAME)",
+                 ifname);
+    } else if (found_other) {
+        snprintf(note, note_nbytes,
+                 "%s, the family of the route to MASTER_ADDR: listening in %s instead, which "
+                 "every process must then use",
+                 lacks, family_name(other));
+    } else if (!found) {
+        snprintf(why, why_nbytes, "%s, nor an %s one: give it one, or name another interface",
+                 lacks, family_name(other));
+    }
+    return found || found_other ? ACCEL_OK : ACCEL_EINVAL;
 }
 
 void accel__gloo_close(accel__gloo *e)
@@ -160,6 +247,58 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
     return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
 }
 
+/* Tells the members of communicator `prefix` waiting in its rendezvous (every wait there polls
+ * for "<prefix>setup_failed") that this process's setup failed: `why`, unless NULL (a failure
+ * it read there), and that it knows ("<prefix>setup_seen/<rank>", which process 0 awaits
+ * before its store goes). */
+static void tell_setup_failed(accel__store *store, const char *prefix, int rank, const char *why)
+{
+    char key[ACCEL__ERRMSG_NBYTES];
+    if (why != NULL) {
+        snprintf(key, sizeof(key), "%ssetup_failed", prefix);
+        (void)accel__store_set(store, key, why, strlen(why));
+    }
+    snprintf(key, sizeof(key), "%ssetup_seen/%d", prefix, rank);
+    (void)accel__store_set(store, key, "", 0);
+}
+
+void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel_status st)
+{
+    char why[ACCEL__ERRMSG_NBYTES];
+    snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
+    accel__store *store = NULL;
+    accel__store_config sc = {.addr = cfg->master_addr,
+                              .port = cfg->master_port,
+                              .timeout_s = ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s)};
+    if (accel__store_open(&store, &sc) == ACCEL_OK) {
+        tell_setup_failed(store, prefix, cfg->rank, why);
+        accel__store_close(store);
+    }
+    accel__seterr(NULL, st, "%s", why); /* not the store's word */
+}
+
+void accel__gloo_await_seen(accel__store *store, const char *prefix, int n_members, int self,
+                            double until)
+{
+    const size_t n = (size_t)n_members, key_nbytes = strlen(prefix) + 32;
+    char *keys = accel__calloc(n, key_nbytes);
+    const char **ptrs = accel__calloc(n, sizeof(*ptrs));
+    size_t n_keys = 0;
+    for (size_t q = 0; q < n && keys != NULL && ptrs != NULL; q++) {
+        if ((int)q != self) {
+            ptrs[n_keys] = keys + q * key_nbytes;
+            snprintf(keys + q * key_nbytes, key_nbytes, "%ssetup_seen/%zu", prefix, q);
+            n_keys++;
+        }
+    }
+    const double left = until - accel__now();
+    if (keys != NULL && ptrs != NULL && n_keys > 0 && left > 0) {
+        (void)accel__store_wait(store, ptrs, n_keys, left);
+    }
+    accel__free(ptrs);
+    accel__free(keys);
+}
+
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
                               int serve, const int *process)
 {
@@ -199,31 +338,50 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     if (st == ACCEL_OK) { /* a bad value then ends the others' wait below, naming it */
         st = ring_setting(cfg->gloo_ring, &ring);
     }
-    if (st == ACCEL_OK && cfg->socket_ifname == NULL) {
-        st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host));
+    int family = AF_UNSPEC;
+    if (st == ACCEL_OK) {
+        st = route_to(cfg->master_addr, cfg->master_port, host, sizeof(host), &family);
     }
     if (st == ACCEL_OK) {
-        accel__gloo_err err;
-        st = accel__gloo_connect(&e->g, e->store, e->prefix, e->rank, e->n_ranks,
-                                 cfg->socket_ifname, host, cfg->timeout_s, &err);
+        accel__gloo_err err = {.peer = -1};
+        char note[320] = "";
+        snprintf(e->listen, sizeof(e->listen), "%s", host);
+        if (cfg->socket_ifname != NULL) {
+            snprintf(e->listen, sizeof(e->listen), "%s", cfg->socket_ifname);
+            st = iface_addr(cfg->socket_ifname, family, host, sizeof(host), note, sizeof(note),
+                            err.msg, sizeof(err.msg));
+            if (st == ACCEL_OK) {
+                snprintf(e->listen, sizeof(e->listen), "%s (%s)", cfg->socket_ifname, host);
+            }
+            if (note[0] != '\0') {
+                accel__log(&e->log, ACCEL__LOG_INFO, "gloo: %s", note);
+            }
+        }
+        if (st == ACCEL_OK) {
+            st = accel__gloo_connect(&e->g, e->store, e->prefix, e->rank, e->n_ranks, host,
+                                     cfg->timeout_s, &err);
+        }
         if (st == ACCEL_EPEER && err.peer < 0) {
             st = accel__seterr(NULL, st, "%s", err.msg); /* another process's published failure */
         } else if (st != ACCEL_OK) {
             st = accel__seterr(NULL, st,
                                "gloo: process %d could not connect to the other %d processes "
-                               "through the store at %s:%d (listening on %s): %s",
-                               e->process[e->rank], e->n_ranks - 1, cfg->master_addr,
-                               cfg->master_port,
-                               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, err.msg);
+                               "through the store at %s (listening on %s%s%s): %s",
+                               e->process[e->rank], e->n_ranks - 1, accel__store_name(e->store),
+                               e->listen, note[0] != '\0' ? "; " : "", note, err.msg);
         }
     }
-    if (st != ACCEL_OK && st != ACCEL_EPEER && e->store != NULL) {
-        /* The others are waiting for this process: end their wait with the reason. */
-        char key[sizeof(e->prefix) + 16], why[ACCEL__ERRMSG_NBYTES];
-        snprintf(key, sizeof(key), "%ssetup_failed", e->prefix);
+    if (st != ACCEL_OK && e->store != NULL) {
+        /* The others are waiting for this process: end their wait with the reason (unless it
+         * is another's, read there). */
+        char why[ACCEL__ERRMSG_NBYTES];
         snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
-        (void)accel__store_set(e->store, key, why, strlen(why));
-        accel__seterr(NULL, st, "%s", why);
+        tell_setup_failed(e->store, e->prefix, e->rank, st != ACCEL_EPEER ? why : NULL);
+        if (serve) {
+            accel__gloo_await_seen(e->store, e->prefix, e->n_ranks, e->rank,
+                                   accel__now() + ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s));
+        }
+        accel__seterr(NULL, st, "%s", why); /* not the store's word on these keys */
     }
     if (st != ACCEL_OK) {
         /* Process 0's server stays up so that the others fail on their own deadline with a
@@ -240,11 +398,9 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         accel__gloo_close(e);
         return st;
     }
-    snprintf(e->listen, sizeof(e->listen), "%s",
-             cfg->socket_ifname != NULL ? cfg->socket_ifname : host);
     accel__log(&e->log, ACCEL__LOG_INFO,
-               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks,
-               cfg->socket_ifname != NULL ? cfg->socket_ifname : host, accel__store_name(e->store),
+               "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks, e->listen,
+               accel__store_name(e->store),
                e->ring && e->n_ranks >= 3 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
     *out = e;
     return ACCEL_OK;

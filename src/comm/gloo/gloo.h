@@ -6,6 +6,7 @@
 #define ACCEL_COMM_GLOO_H
 
 #include "comm/comm.h"
+#include "comm/store.h"
 
 typedef struct accel__gloo accel__gloo;
 
@@ -15,6 +16,22 @@ typedef struct accel__gloo accel__gloo;
  * q itself). Collective; every wait has cfg->timeout_s. */
 accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, const char *prefix,
                               int serve, const int *process);
+/* For a process whose setup failed before it opened gloo communicator `prefix` (as rank
+ * cfg->rank; hier's shm level, say), with accel_last_error saying why: tells the members
+ * already waiting in that communicator's rendezvous, which then fail at once with the message
+ * instead of at their deadline. Best effort (a store it cannot reach within 5 s is skipped);
+ * keeps accel_last_error. */
+void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel_status st);
+/* Process 0 serves the store when no launcher does, and the store ends with its program: after
+ * a failed setup it waits until every member of communicator `prefix` (n_members, but `self`;
+ * -1: none) has said it learnt of the failure (each process leaving a failed accel__gloo_open
+ * or accel__gloo_refuse says so), or until `until` (accel__now() seconds), so that a process
+ * still polling names the culprit rather than a vanished store. */
+void accel__gloo_await_seen(accel__store *store, const char *prefix, int n_members, int self,
+                            double until);
+/* How long process 0 waits so for the others: 5 s, or the timeout when shorter (for those that
+ * never came). */
+#define ACCEL__GLOO_SEEN_WAIT(timeout_s) ((timeout_s) < 5.0 ? (timeout_s) : 5.0)
 /* Runs one collective (comm.h semantics, bit-identical to the other backends). */
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
 /* The next accel__gloo_run declares `op` (copied) instead of its own call in the envelope

@@ -65,12 +65,14 @@ class StoreAdapter : public gloo::rendezvous::Store
         check(accel__store_set(st_, (prefix_ + key).c_str(), data.data(), data.size()));
     }
 
+    /* Waits as wait does: Gloo's rendezvous gets the keys of lower ranks ("rank_<q>") without
+     * waiting for them first, and a process whose setup failed never sets its own. */
     std::vector<char> get(const std::string &key) override
     {
+        wait({key});
         std::vector<char> buf(ACCEL__STORE_VALUE_MAX);
         size_t n = 0;
-        check(
-            accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n, timeout_s_));
+        check(accel__store_get(st_, (prefix_ + key).c_str(), buf.data(), buf.size(), &n, 0));
         buf.resize(n);
         return buf;
     }
@@ -103,6 +105,7 @@ class StoreAdapter : public gloo::rendezvous::Store
                 check(st);
                 return;
             }
+            const std::string missing = accel_last_error(nullptr); /* names the key */
             std::vector<char> why(1024);
             size_t n = 0;
             if (accel__store_get(st_, (prefix_ + "setup_failed").c_str(), why.data(),
@@ -111,7 +114,13 @@ class StoreAdapter : public gloo::rendezvous::Store
                 throw std::runtime_error(std::string(why.data(), n));
             }
             if (slice <= 0) {
-                check(st);
+                /* (The last slice's status is ENOTFOUND, and the probe's message names
+                 * setup_failed: neither is what ran out.) */
+                status = ACCEL_ETIMEDOUT;
+                char what[64];
+                snprintf(what, sizeof(what), "the rendezvous timed out after %g s: ",
+                         std::chrono::duration<double>(t).count());
+                throw std::runtime_error(what + missing);
             }
         }
     }
@@ -188,6 +197,40 @@ static int count_remote(const std::vector<sockaddr_storage> &addrs)
     }
     freeifaddrs(all);
     return remote;
+}
+
+/* After a failed rendezvous (Gloo's message is then "address family mismatch"): which peer
+ * listens in another family than this rank, from the records in the store, or "". */
+std::string family_clash(accel__store *st, const std::string &prefix, int rank, int n_ranks)
+{
+    /* q's end of its connection with `other`, from q's record (see peer_address). */
+    auto end_of = [&](int q, int other, sockaddr_storage *out) {
+        std::vector<char> all(ACCEL__STORE_VALUE_MAX);
+        size_t n = 0;
+        if (accel__store_get(st, (prefix + std::to_string(q)).c_str(), all.data(), all.size(), &n,
+                             0) != ACCEL_OK ||
+            n == 0) {
+            return false;
+        }
+        size_t each = n / (size_t)(n_ranks - 1);
+        size_t at = (size_t)(other > q ? other - 1 : other) * each;
+        *out = gloo::transport::tcp::Address(
+                   std::vector<char>(all.begin() + (long)at, all.begin() + (long)(at + each)))
+                   .getSockaddr();
+        return true;
+    };
+    auto name = [](const sockaddr_storage &a) { return a.ss_family == AF_INET6 ? "IPv6" : "IPv4"; };
+    sockaddr_storage mine{}, theirs{};
+    for (int q = 0; q < n_ranks && n_ranks > 1; q++) {
+        if (q != rank && end_of(rank, q, &mine) && end_of(q, rank, &theirs) &&
+            mine.ss_family != theirs.ss_family) {
+            return std::string(" (a peer listens in ") + name(theirs) + " at " +
+                   gloo::transport::tcp::Address(theirs).str() + ", this process in " + name(mine) +
+                   " at " + gloo::transport::tcp::Address(mine).str() +
+                   ": every process must listen in one family)";
+        }
+    }
+    return "";
 }
 
 } // namespace
@@ -279,7 +322,7 @@ template <typename F> static accel_status guard(accel__gloo_ctx *g, accel__gloo_
 
 extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store,
                                             const char *prefix, int rank, int n_ranks,
-                                            const char *ifname, const char *host, double timeout_s,
+                                            const char *host, double timeout_s,
                                             accel__gloo_err *err)
 {
     accel__gloo_ctx *g = nullptr;
@@ -289,11 +332,8 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         g = new accel__gloo_ctx;
         g->timeout = to_ms(timeout_s);
         gloo::transport::tcp::attr attr;
-        if (ifname != nullptr) {
-            attr.iface = ifname;
-        } else {
-            attr.hostname = host;
-        }
+        /* Numeric: gloo.c chose the address, a named interface's too. */
+        attr.hostname = host;
         std::vector<ino_t> before; /* sockets that are not this context's */
         for_each_socket([&](int, ino_t ino, const sockaddr_storage &, const sockaddr_storage &) {
             before.push_back(ino);
@@ -335,7 +375,15 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
                 }
             });
     } catch (const std::exception &e) {
-        set_err(err, e.what(), -1, adapter.status == ACCEL_ETIMEDOUT);
+        std::string clash;
+        if (adapter.status == ACCEL_OK) {
+            try {
+                clash = family_clash(store, prefix, rank, n_ranks);
+            } catch (...) {
+                /* A record that cannot be read says nothing more. */
+            }
+        }
+        set_err(err, (e.what() + clash).c_str(), -1, adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
     } catch (...) {
         set_err(err, "unknown C++ exception in Gloo", -1, 0);

@@ -30,13 +30,13 @@ typedef struct accel__gloo_err {
 } accel__gloo_err;
 
 /* Connects rank `rank` of n_ranks to every other through Gloo's TCP transport, meeting in the
- * store under keys starting with `prefix`. The listening address: interface `ifname` when not
- * NULL, else numeric address `host`. `store` is borrowed and used only during this call.
+ * store under keys starting with `prefix`, listening on numeric address `host` (IPv4 or IPv6,
+ * the family the other ranks listen in). `store` is borrowed and used only during this call.
  * ACCEL_ETIMEDOUT / ACCEL_EPEER / ACCEL_EIO with err set; ACCEL_EPEER with the message found
  * there when another process published "<prefix>setup_failed" while this one waited. */
 accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store *store, const char *prefix,
-                                 int rank, int n_ranks, const char *ifname, const char *host,
-                                 double timeout_s, accel__gloo_err *err);
+                                 int rank, int n_ranks, const char *host, double timeout_s,
+                                 accel__gloo_err *err);
 /* How many peers listen on an address of another host (not one of this network namespace's
  * interfaces). */
 int accel__gloo_remote_peers(const accel__gloo_ctx *g);

@@ -22,7 +22,7 @@ struct accel__gloo {
     accel__store *store;
     pthread_mutex_t mu; /* the failure record and the store (abort may come from any thread) */
     char prefix[400];
-    char listen[96]; /* "eth0" or "10.0.0.2 (route to MASTER_ADDR)", for describe */
+    char listen[128]; /* "eth0 (10.0.0.2)" (ACCEL_SOCKET_IFNAME) or "10.0.0.2" (the route) */
     accel__gloo_ctx *g;
     uint64_t n_splits;
     int remote; /* some member has a peer on another host */

@@ -75,6 +75,13 @@ static accel_status job_key(hier *h, const accel__comm_config *cfg, const char *
     return r;
 }
 
+/* The keys' prefix of local rank k's gloo communicator across the machines. */
+static void across_prefix(const hier *h, const accel__comm_config *cfg, const char *id, int k,
+                          char *out, size_t out_nbytes)
+{
+    snprintf(out, out_nbytes, "%.200s/%d/hier/%s/l%d/", h->key, cfg->restart_count, id, k);
+}
+
 /* A communicator of cfg's layout whose shm segment and gloo keys are named with the job's key
  * and `id` (unique in the job). serve: this process runs the store (a world's process 0 without
  * a launcher's store). */
@@ -120,6 +127,17 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *id, int 
     if (st == ACCEL_OK) {
         st = job_key(h, cfg, id, h->key, sizeof(h->key));
     }
+    /* Across: local rank l of every machine, under prefix (one per local rank). */
+    char prefix[400] = "";
+    accel__comm_config x = *cfg;
+    x.rank = h->node;
+    x.n_ranks = h->n_nodes;
+    x.local_rank = 0;
+    x.local_n_ranks = 1;
+    if (st == ACCEL_OK) {
+        across_prefix(h, cfg, id, l, prefix, sizeof(prefix));
+    }
+    int across_tried = 0;
     if (st == ACCEL_OK) {
         /* Inside: this machine's processes, the segment named with the machine. */
         char inner_id[256];
@@ -132,18 +150,10 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *id, int 
         st = accel__shm_ops.init(&in, &h->shm);
     }
     if (st == ACCEL_OK) {
-        /* Across: local rank l of every machine. */
-        char prefix[400];
-        snprintf(prefix, sizeof(prefix), "%.200s/%d/hier/%s/l%d/", h->key, cfg->restart_count, id,
-                 l);
-        accel__comm_config x = *cfg;
-        x.rank = h->node;
-        x.n_ranks = h->n_nodes;
-        x.local_rank = 0;
-        x.local_n_ranks = 1;
         for (int m = 0; m < h->n_nodes; m++) {
             across_process[m] = h->process[m * L + l];
         }
+        across_tried = 1;
         st = accel__gloo_open(&h->cross, &x, prefix, 0, across_process);
     }
     accel__free(across_process);
@@ -151,9 +161,20 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *id, int 
         if (h->shm != NULL) {
             accel__shm_ops.abort(h->shm, st, accel_last_error(NULL));
         }
+        if (!across_tried && prefix[0] != '\0') {
+            /* The other machines' processes of this local rank wait in its rendezvous. */
+            accel__gloo_refuse(&x, prefix, st);
+        }
         char msg[ACCEL__ERRMSG_NBYTES];
         snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL));
         if (h->store != NULL) {
+            /* Every local rank's rendezvous polls this store: await each member's word. */
+            const double until = accel__now() + ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s);
+            for (int k = 0; k < L && prefix[0] != '\0'; k++) {
+                char other[sizeof(prefix)];
+                across_prefix(h, cfg, id, k, other, sizeof(other));
+                accel__gloo_await_seen(h->store, other, h->n_nodes, k == l ? h->node : -1, until);
+            }
             accel__store_abandon(h->store); /* the others read their failures there */
             h->store = NULL;
         }
