@@ -14,7 +14,8 @@
  * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
  * at most 256 KiB, block r to rank r (fused() below). Reduce is the allreduce, kept at the
- * root; the rest are Gloo's own.
+ * root; an allgather whose blocks fit the envelopes travels in them (allgather_fused() below);
+ * a large broadcast is a chain (chain_broadcast() below); the rest are Gloo's own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -267,6 +268,54 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     return ACCEL_OK;
 }
 
+/* ---- broadcast ---- */
+
+/* Gloo's broadcast is a binomial tree of whole messages: the root sends all of it to log2 n
+ * processes in turn, each forwarding it only once it has all of it (at 4 x 1 over the emulated
+ * 1 Gbit/s network, 16 MiB took 2.3 times the link's time for the bytes). From
+ * CHAIN_NBYTES on 3 or more processes it is a chain instead, root -> root + 1 -> ... ->
+ * root - 1, in segments (at least CHAIN_MIN_SEGS, at most CHAIN_SEG_NBYTES unless that makes
+ * more than ACCEL__GLOO_MAX_SEGS), each forwarded as soon as it arrives: the message crosses
+ * each link once, and the chain costs a segment's time per process beyond the first.
+ * Broadcast combines nothing, so every path gives the same bytes. */
+#define CHAIN_NBYTES ((size_t)256 << 10)
+#define CHAIN_SEG_NBYTES ((size_t)256 << 10)
+#define CHAIN_MIN_SEGS 2
+
+static accel_status chain_broadcast(accel__gloo *e, char *buf, size_t nb, int root,
+                                    const char *what)
+{
+    const int n = e->n_ranks, me = e->rank, pos = (me - root + n) % n;
+    const int prev = (me + n - 1) % n, next = (me + 1) % n;
+    size_t seg = nb / CHAIN_MIN_SEGS < CHAIN_SEG_NBYTES ? (nb + CHAIN_MIN_SEGS - 1) / CHAIN_MIN_SEGS
+                                                        : CHAIN_SEG_NBYTES;
+    seg = (nb + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
+              ? (nb + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
+              : seg;
+    const size_t n_seg = (nb + seg - 1) / seg;
+    size_t *rx = NULL, *tx = NULL, n_tx = 0;
+    ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * n_seg * sizeof(size_t), (void **)&rx));
+    tx = rx + n_seg;
+    accel__gloo_msgs_begin(e->g);
+    for (size_t k = 0; k < n_seg && pos > 0; k++) { /* every receive first */
+        GLOO_CALL(what, accel__gloo_post, e->g, 0, prev, (uint32_t)k, buf + k * seg,
+                  seg_len(nb, seg, k), &rx[k]);
+    }
+    for (size_t k = 0; k < n_seg; k++) {
+        if (pos > 0) {
+            GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
+        }
+        if (pos < n - 1) {
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, next, (uint32_t)k, buf + k * seg,
+                      seg_len(nb, seg, k), &tx[n_tx++]);
+        }
+    }
+    for (size_t i = 0; i < n_tx; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, tx[i]);
+    }
+    return ACCEL_OK;
+}
+
 /* ---- the envelope: every call's first exchange ---- */
 
 /* Every envelope is received into a buffer of the declaration and this many bytes, whatever the
@@ -484,6 +533,31 @@ static accel_status fused(accel__gloo *e, const accel__coll *op, const char *wha
     return ACCEL_OK;
 }
 
+/* An allgather whose block fits an envelope travels in them: every member's envelope to every
+ * other carries its block, so one exchange is the whole call. Each link carries the n - 1 blocks
+ * a ring would, in one round trip instead of the envelopes' and then Gloo's ring of n - 1
+ * dependent steps (at 4 x 1 over the emulated 1 Gbit/s network, 256 KiB in all took 2.3-2.6x
+ * Gloo's own allgather that way; docs/performance.md). */
+static accel_status allgather_fused(accel__gloo *e, const accel__coll *op, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const size_t es = accel_dtype_nbytes(op->dtype), nb = op->count * es;
+    char *out = op->recv, *env = NULL;
+    size_t st = 0;
+    for (int q = 0; q < n; q++) { /* this member's block to every other */
+        e->send_nbytes[q] = 0;
+        e->cnt[q] = op->count;
+    }
+    ACCEL_TRY(exchange(e, op, what, op->send, es, e->send_nbytes, e->cnt, &env, &st));
+    for (int q = 0; q < n; q++) {
+        const char *from = q == me ? op->send : env + (size_t)q * st + sizeof(accel__coll_decl);
+        if (from != out + (size_t)q * nb && nb > 0) {
+            memcpy(out + (size_t)q * nb, from, nb);
+        }
+    }
+    return ACCEL_OK;
+}
+
 void accel__gloo_declare_next(accel__gloo *e, const accel__coll *op)
 {
     if (e != NULL) {
@@ -524,6 +598,10 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     }
     if (!travels_inline(e, op) && fuses(e, op)) {
         return fused(e, op, what);
+    }
+    if (op->kind == ACCEL__COLL_ALLGATHER &&
+        op->count * accel_dtype_nbytes(op->dtype) <= envelope_room(e->n_ranks)) {
+        return allgather_fused(e, op, what);
     }
     char *env = NULL;
     size_t stride = 0;
@@ -566,6 +644,9 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     case ACCEL__COLL_BROADCAST:
         if (me == op->root && op->send != op->recv && nb > 0) {
             memcpy(op->recv, op->send, nb);
+        }
+        if (n >= 3 && nb >= CHAIN_NBYTES) {
+            return chain_broadcast(e, op->recv, nb, op->root, what);
         }
         GLOO_CALL(what, accel__gloo_broadcast, e->g, op->recv, nb, op->root);
         return ACCEL_OK;
