@@ -153,6 +153,12 @@ int main(void)
     expect(last ? accel_reduce_to(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, 0, NULL)
                 : accel_allreduce(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, NULL),
            "allreduce(count=1048576, f32, sum)", "reduce(count=1048576, f32, sum, root=0)");
+    /* operation, large messages (gloo's ring: an allgather's first segments, its own block,
+     * against an allreduce's, the chunk before its own) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(last ? accel_allgather(acc, a, b, BIG / 4, ACCEL_F32, NULL)
+                : accel_allreduce(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=1048576, f32, sum)", "allgather(count=262144, f32)");
     /* dtype */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, 1000, last ? ACCEL_I32 : ACCEL_F32, ACCEL_SUM, NULL),

@@ -14,8 +14,9 @@
  * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
  * at most 256 KiB, block r to rank r (fused() below). Reduce is the allreduce, kept at the
- * root; an allgather whose blocks fit the envelopes travels in them (allgather_fused() below);
- * a large broadcast is a chain (chain_broadcast() below); the rest are Gloo's own.
+ * root; an allgather whose blocks fit the envelopes travels in them (allgather_fused() below)
+ * unless it rings; a large broadcast is a chain (chain_broadcast() below); the rest are Gloo's
+ * own.
  */
 #include <pthread.h>
 #include <stdatomic.h>

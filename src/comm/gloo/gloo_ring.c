@@ -1,6 +1,6 @@
 /*
- * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more on three or more ranks
- * over a network (gloo_coll.c runs every other call).
+ * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more, and allgathers of as
+ * much in all, on three or more ranks over a network (gloo_coll.c runs every other call).
  *
  * Over a network, ranks that each send to every other (gloo_coll.c's schedules, or the
  * envelopes' exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network
@@ -41,24 +41,43 @@
 
 int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
 {
-    return e->ring && e->n_ranks >= 3 && d->wire == ACCEL_F32 &&
-           (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
+    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
+    if (!e->ring || e->n_ranks < 3) {
+        return 0;
+    }
+    if (d->kind == ACCEL__COLL_ALLGATHER) { /* any dtype: nothing is combined */
+        return d->count * es * (size_t)e->n_ranks >= RING_NBYTES;
+    }
+    return d->wire == ACCEL_F32 && (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
            (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE) &&
-           d->count * accel_dtype_nbytes((accel_dtype)d->dtype) >= RING_NBYTES;
+           d->count * es >= RING_NBYTES;
 }
 
-/* Segment length (elements) of a ring call of count elements of es bytes on n ranks: at least
- * RING_MIN_SEGS a chunk, at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
-static size_t ring_seg(size_t count, int n, size_t es)
+/* Chunk c of a ring call declared d on n ranks, in elements of the result: an allgather's
+ * block c, else accel__chunk_range's. */
+static void ring_chunk_range(const accel__coll_decl *d, int n, int c, size_t *off, size_t *cnt)
 {
+    if (d->kind == ACCEL__COLL_ALLGATHER) {
+        *off = (size_t)c * d->count;
+        *cnt = d->count;
+    } else {
+        accel__chunk_range(d->count, n, c, off, cnt);
+    }
+}
+
+/* Segment length (elements) of a ring call declared d on n ranks: at least RING_MIN_SEGS a
+ * chunk, at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
+static size_t ring_seg(const accel__coll_decl *d, int n)
+{
+    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
     size_t off = 0, per = 0; /* chunk 0 is the largest */
-    accel__chunk_range(count, n, 0, &off, &per);
+    ring_chunk_range(d, n, 0, &off, &per);
     size_t seg = RING_SEG_NBYTES / es;
     seg = (per + seg - 1) / seg < RING_MIN_SEGS ? (per + RING_MIN_SEGS - 1) / RING_MIN_SEGS : seg;
     seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
               ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
               : seg;
-    return seg;
+    return seg > 0 ? seg : 1;
 }
 
 /* How many segments of chunk c a member whose call is declared d sends (and its right
@@ -69,10 +88,9 @@ static size_t early_segs(const accel__gloo *e, const accel__coll_decl *d, int c)
     if (!accel__gloo_rings(e, d)) {
         return 0;
     }
-    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
-    const size_t seg = ring_seg(d->count, e->n_ranks, es);
+    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype), seg = ring_seg(d, e->n_ranks);
     size_t off = 0, cnt = 0;
-    accel__chunk_range(d->count, e->n_ranks, c, &off, &cnt);
+    ring_chunk_range(d, e->n_ranks, c, &off, &cnt);
     return seg * es <= EARLY_NBYTES ? (cnt + seg - 1) / seg : 0;
 }
 
@@ -85,20 +103,28 @@ static int ring_chunk(int me, int n, int t)
     return ((c % n) + n) % n;
 }
 
+/* The chunk that `sender` sends in the first step of a ring call declared d: an allgather's
+ * own block, an allreduce's input of the chunk before its own. */
+static int first_chunk(const accel__coll_decl *d, int sender, int n)
+{
+    return d->kind == ACCEL__COLL_ALLGATHER ? sender : (sender + n - 1) % n;
+}
+
 /* After a mismatch found by the envelopes (env: every member's declaration): waits for the
  * early segments this member's neighbours sent it and took from it (rx, tx: the indices of its
  * early receives and sends, in segment order). */
 static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const size_t *rx,
                            const size_t *tx, const char *what)
 {
-    const int n = e->n_ranks, me = e->rank;
+    const int n = e->n_ranks, me = e->rank, left = (me + n - 1) % n;
     accel__coll_decl d[3]; /* left, this member, right */
     for (int i = 0; i < 3; i++) {
-        memcpy(&d[i], env->all + (size_t)((me + n - 1 + i) % n) * env->stride, sizeof(d[i]));
+        memcpy(&d[i], env->all + (size_t)((left + i) % n) * env->stride, sizeof(d[i]));
     }
-    const int c_in = (me + n - 2) % n, c_out = (me + n - 1) % n; /* step 0's chunks */
-    const size_t got = early_segs(e, &d[0], c_in), posted = early_segs(e, &d[1], c_in);
-    const size_t sent = early_segs(e, &d[1], c_out), taken = early_segs(e, &d[2], c_out);
+    const size_t got = early_segs(e, &d[0], first_chunk(&d[0], left, n));
+    const size_t posted = early_segs(e, &d[1], first_chunk(&d[1], left, n));
+    const size_t sent = early_segs(e, &d[1], first_chunk(&d[1], me, n));
+    const size_t taken = early_segs(e, &d[2], first_chunk(&d[2], me, n));
     for (size_t k = 0; k < got && k < posted; k++) {
         GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
     }
@@ -108,38 +134,46 @@ static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const siz
     return ACCEL_OK;
 }
 
-/* An allreduce (or reduce) that rings: the envelopes, then the ring. Every receive is posted
+/* An allreduce, reduce or allgather that rings: the envelopes, then the ring (an allgather is
+ * an allreduce's second half: each block goes round from its owner). Every receive is posted
  * first (one sender each, so no window is needed); segments go round one after the other, so
- * segment k of step t + 1 leaves while segment k + 1 of step t arrives. */
+ * segment k of step t + 1 leaves while segment k + 1 of step t arrives. An allgather's early
+ * segments land in scratch and are copied into place once the check has passed (in the user's
+ * buffer, a mismatched one could overflow its block). */
 accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char *what)
 {
     const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
+    const int gather = op->kind == ACCEL__COLL_ALLGATHER;
+    const accel__coll_decl d = accel__coll_declare(op);
     const size_t es = accel_dtype_nbytes(op->dtype);
-    size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements */
+    size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements of out */
     for (int q = 0; q < n; q++) {
-        accel__chunk_range(op->count, n, q, &off[q], &cnt[q]);
+        ring_chunk_range(&d, n, q, &off[q], &cnt[q]);
     }
     char *out = op->recv; /* a reduce's member other than the root: scratch */
     if (op->kind == ACCEL__COLL_REDUCE && me != op->root) {
         ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * es + 1, (void **)&out));
     }
-    const size_t per = cnt[0], seg = ring_seg(op->count, n, es);
+    const size_t per = cnt[0], seg = ring_seg(&d, n);
     const size_t n_seg = (per + seg - 1) / seg, steps = 2 * (size_t)n - 2;
-    const int first = (me + n - 1) % n;         /* step 0: this rank's input of chunk me - 1 */
-    const int early = seg * es <= EARLY_NBYTES; /* step 0's segments leave before the check */
+    const size_t t0 = gather ? (size_t)n - 1 : 0; /* the first step */
+    const int first = first_chunk(&d, me, n);
+    const int early = seg * es <= EARLY_NBYTES; /* step t0's segments leave before the check */
     const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
-    const char *data = op->send;
+    const char *data = op->send; /* an allreduce's input; an allgather's own block */
+    const char *sent = gather ? data : data + off[first] * es; /* the first step's chunk */
     char *acc = NULL; /* step t's partial results at t * per (and room for an early segment) */
     size_t *rx = NULL, *tx = NULL, n_tx = 0;
     ACCEL_TRY(accel__gloo_scratch(e, 3, (size_t)(n - 1) * per * es + EARLY_NBYTES, (void **)&acc));
     ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
     tx = rx + steps * n_seg;
     /* Where step t's segment k lands (and leaves from, passed on), and its key. */
+#define RING_DEST(t, k) (out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
 #define RING_BUF(t, k)                                                                             \
-    ((t) < (size_t)n - 1 ? acc + ((t)*per + (k)*seg) * es                                          \
-                         : out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
+    ((t) < (size_t)n - 1 || ((t) == t0 && early) ? acc + (((t)-t0) * per + (k)*seg) * es           \
+                                                 : RING_DEST(t, k))
 #define RING_KEY(t, k)                                                                             \
-    ((t) == 0 && early ? EARLY_KEY + (uint32_t)(k) : (uint32_t)(1 + (t)*n_seg + (k)))
+    ((t) == t0 && early ? EARLY_KEY + (uint32_t)(k) : (uint32_t)(1 + (t)*n_seg + (k)))
 #define RING_SEND(t, k, buf, len)                                                                  \
     do {                                                                                           \
         if ((len) > 0) {                                                                           \
@@ -149,17 +183,17 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
     } while (0)
     accel__gloo_env env;
     ACCEL_TRY(accel__gloo_envelopes_post(e, op, what, NULL, 0, NULL, NULL, &env));
-    for (size_t t = 0; t < steps; t++) {
+    for (size_t t = t0; t < steps; t++) {
         for (size_t k = 0; k < n_seg; k++) {
             const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
             if (len > 0) {
                 GLOO_CALL(what, accel__gloo_post, e->g, 0, left, RING_KEY(t, k), RING_BUF(t, k),
-                          t == 0 && early ? EARLY_NBYTES : len * es, &rx[t * n_seg + k]);
+                          t == t0 && early ? EARLY_NBYTES : len * es, &rx[(t - t0) * n_seg + k]);
             }
         }
     }
     for (size_t k = 0; k < n_seg && early; k++) {
-        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
+        RING_SEND(t0, k, sent + k * seg * es, seg_len(cnt[first], seg, k));
     }
     int mismatch = 0;
     const accel_status st = accel__gloo_envelopes_check(e, &env, what, &mismatch);
@@ -170,16 +204,19 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
         return st;
     }
     for (size_t k = 0; k < n_seg && !early; k++) {
-        RING_SEND(0, k, data + (off[first] + k * seg) * es, seg_len(cnt[first], seg, k));
+        RING_SEND(t0, k, sent + k * seg * es, seg_len(cnt[first], seg, k));
     }
-    for (size_t t = 0; t < steps; t++) {
+    if (gather && op->send != out + off[me] * es && cnt[me] > 0) {
+        memcpy(out + off[me] * es, op->send, cnt[me] * es); /* this member's own block */
+    }
+    for (size_t t = t0; t < steps; t++) {
         const int c = ring_chunk(me, n, (int)t);
         for (size_t k = 0; k < n_seg; k++) {
             const size_t len = seg_len(cnt[c], seg, k);
             if (len == 0) {
                 continue;
             }
-            GLOO_CALL(what, accel__gloo_wait, e->g, rx[t * n_seg + k]);
+            GLOO_CALL(what, accel__gloo_wait, e->g, rx[(t - t0) * n_seg + k]);
             char *buf = RING_BUF(t, k);
             if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
                 const int last = t == (size_t)n - 2;
@@ -188,6 +225,9 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
                 e->in[1] = data + (off[c] + k * seg) * es;
                 accel__reduce(op->dtype, last ? op->op : partial, to, NULL, e->in, 2, len, n);
                 buf = to;
+            } else if (buf != RING_DEST(t, k)) { /* an allgather's early segment into place */
+                memcpy(RING_DEST(t, k), buf, len * es);
+                buf = RING_DEST(t, k);
             }
             if (t + 1 < steps) {
                 RING_SEND(t + 1, k, buf, len);
@@ -200,5 +240,6 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
 #undef RING_SEND
 #undef RING_KEY
 #undef RING_BUF
+#undef RING_DEST
     return ACCEL_OK;
 }
