@@ -162,9 +162,12 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
     const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
     const char *data = op->send; /* an allreduce's input; an allgather's own block */
     const char *sent = gather ? data : data + off[first] * es; /* the first step's chunk */
-    char *acc = NULL; /* step t's partial results at t * per (and room for an early segment) */
+    /* Step t's partial results at t * per, or an allgather's early segments (and room for one
+     * of any call's). */
+    char *acc = NULL;
     size_t *rx = NULL, *tx = NULL, n_tx = 0;
-    ACCEL_TRY(accel__gloo_scratch(e, 3, (size_t)(n - 1) * per * es + EARLY_NBYTES, (void **)&acc));
+    const size_t partials = gather ? 1 : (size_t)n - 1;
+    ACCEL_TRY(accel__gloo_scratch(e, 3, partials * per * es + EARLY_NBYTES, (void **)&acc));
     ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
     tx = rx + steps * n_seg;
     /* Where step t's segment k lands (and leaves from, passed on), and its key. */
