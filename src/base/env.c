@@ -67,7 +67,7 @@ static const accel__env_var env_table[] = {
     {"ACCEL_GLOO_RING", ACCEL__ENV_STRING, "auto",
      "gloo: f32/f64 allreduces and reduces of 256 KiB or more on 3 or more processes run as a "
      "ring (each chunk combined from the next rank round to its owner: not shm's bits), and "
-     "allgathers of 256 KiB or more in all; auto: when some process has a peer on another host, "
+     "reduce_scatters and allgathers of 256 KiB or more in all; auto: when some process has a peer on another host, "
      "1: also on one host, 0: never (rank order)"},
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",
      "ZeRO stage (accel_options.zero_stage when unset): 0 (DDP), 1 (optimizer state sharded), "

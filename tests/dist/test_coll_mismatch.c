@@ -159,6 +159,12 @@ int main(void)
     expect(last ? accel_allgather(acc, a, b, BIG / 4, ACCEL_F32, NULL)
                 : accel_allreduce(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, NULL),
            "allreduce(count=1048576, f32, sum)", "allgather(count=262144, f32)");
+    /* operation, large messages (gloo's ring: a reduce_scatter's first segments, of blocks,
+     * against an allreduce's, of chunks) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(last ? accel_reduce_scatter(acc, a, b, BIG / 4, ACCEL_F32, ACCEL_SUM, NULL)
+                : accel_allreduce(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=1048576, f32, sum)", "reduce_scatter(count=262144, f32, sum)");
     /* dtype */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, 1000, last ? ACCEL_I32 : ACCEL_F32, ACCEL_SUM, NULL),

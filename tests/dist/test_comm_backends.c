@@ -236,8 +236,9 @@ static char *input(accel_dtype dt, int r, size_t count)
 }
 
 /* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1, or over a network) reduces an
- * f32 / f64 allreduce or reduce of at least 256 KiB on 3 or more processes in ring order: chunk
- * c (accel__chunk_range) combined from process c + 1 round to process c (docs/comm.md).
+ * f32 / f64 allreduce or reduce of at least 256 KiB (a reduce_scatter of as much input) on 3 or
+ * more processes in ring order: chunk c (accel__chunk_range) combined from process c + 1 round
+ * to process c (docs/comm.md).
  * ACCEL_TEST_RING=0: the same cases (ring_cases: F64 sampled too) held to rank order, as gloo
  * with ACCEL_GLOO_RING=0 computes them. */
 static int ring_order, ring_cases;
@@ -246,7 +247,8 @@ static int in_ring_order(accel__coll_kind kind, accel_dtype dt, accel_dtype wire
 {
     return ring_order && n_ranks >= 3 && wire == ACCEL_F32 &&
            (dt == ACCEL_F32 || dt == ACCEL_F64) &&
-           (kind == ACCEL__COLL_ALLREDUCE || kind == ACCEL__COLL_REDUCE) &&
+           (kind == ACCEL__COLL_ALLREDUCE || kind == ACCEL__COLL_REDUCE ||
+            kind == ACCEL__COLL_REDUCE_SCATTER) &&
            count * accel_dtype_nbytes(dt) >= ((size_t)256 << 10);
 }
 
@@ -350,7 +352,7 @@ static void run_case(accel__comm *c, char *buf, int form, accel__coll_kind kind,
     case ACCEL__COLL_REDUCE_SCATTER:
         memcpy(send, mine, whole * es);
         op.recv = form == OUT_OF_PLACE ? recv : send + (size_t)rank * count * es;
-        want = reference_reduce(dt, wire, rop, whole, 0);
+        want = reference_reduce(dt, wire, rop, whole, in_ring_order(kind, dt, wire, whole));
         memmove(want, want + (size_t)rank * count * es, count * es);
         break;
     case ACCEL__COLL_ALLGATHER:

@@ -1,6 +1,7 @@
 /*
- * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more, and allgathers of as
- * much in all, on three or more ranks over a network (gloo_coll.c runs every other call).
+ * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more, reduce_scatters and
+ * allgathers of as much in all, on three or more ranks over a network (gloo_coll.c runs every
+ * other call).
  *
  * Over a network, ranks that each send to every other (gloo_coll.c's schedules, or the
  * envelopes' exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network
@@ -48,16 +49,19 @@ int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
     if (d->kind == ACCEL__COLL_ALLGATHER) { /* any dtype: nothing is combined */
         return d->count * es * (size_t)e->n_ranks >= RING_NBYTES;
     }
+    const size_t in_nbytes =
+        d->count * es * (d->kind == ACCEL__COLL_REDUCE_SCATTER ? (size_t)e->n_ranks : 1);
     return d->wire == ACCEL_F32 && (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
-           (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE) &&
-           d->count * es >= RING_NBYTES;
+           (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE ||
+            d->kind == ACCEL__COLL_REDUCE_SCATTER) &&
+           in_nbytes >= RING_NBYTES;
 }
 
-/* Chunk c of a ring call declared d on n ranks, in elements of the result: an allgather's
- * block c, else accel__chunk_range's. */
+/* Chunk c of a ring call declared d on n ranks, in elements of the whole (an allgather's result,
+ * a reduce_scatter's input): their block c, else accel__chunk_range's. */
 static void ring_chunk_range(const accel__coll_decl *d, int n, int c, size_t *off, size_t *cnt)
 {
-    if (d->kind == ACCEL__COLL_ALLGATHER) {
+    if (d->kind == ACCEL__COLL_ALLGATHER || d->kind == ACCEL__COLL_REDUCE_SCATTER) {
         *off = (size_t)c * d->count;
         *cnt = d->count;
     } else {
@@ -134,8 +138,9 @@ static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const siz
     return ACCEL_OK;
 }
 
-/* An allreduce, reduce or allgather that rings: the envelopes, then the ring (an allgather is
- * an allreduce's second half: each block goes round from its owner). Every receive is posted
+/* An allreduce, reduce, reduce_scatter or allgather that rings: the envelopes, then the ring (a
+ * reduce_scatter is an allreduce's first half, ending with this rank's block; an allgather its
+ * second half: each block goes round from its owner). Every receive is posted
  * first (one sender each, so no window is needed); segments go round one after the other, so
  * segment k of step t + 1 leaves while segment k + 1 of step t arrives. An allgather's early
  * segments land in scratch and are copied into place once the check has passed (in the user's
@@ -144,6 +149,7 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
 {
     const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
     const int gather = op->kind == ACCEL__COLL_ALLGATHER;
+    const int scatter = op->kind == ACCEL__COLL_REDUCE_SCATTER; /* the first half only */
     const accel__coll_decl d = accel__coll_declare(op);
     const size_t es = accel_dtype_nbytes(op->dtype);
     size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements of out */
@@ -155,7 +161,7 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
         ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * es + 1, (void **)&out));
     }
     const size_t per = cnt[0], seg = ring_seg(&d, n);
-    const size_t n_seg = (per + seg - 1) / seg, steps = 2 * (size_t)n - 2;
+    const size_t n_seg = (per + seg - 1) / seg, steps = (scatter ? 1 : 2) * ((size_t)n - 1);
     const size_t t0 = gather ? (size_t)n - 1 : 0; /* the first step */
     const int first = first_chunk(&d, me, n);
     const int early = seg * es <= EARLY_NBYTES; /* step t0's segments leave before the check */
@@ -223,7 +229,7 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char 
             char *buf = RING_BUF(t, k);
             if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
                 const int last = t == (size_t)n - 2;
-                char *to = last ? out + (off[me] + k * seg) * es : buf;
+                char *to = !last ? buf : out + ((scatter ? 0 : off[me]) + k * seg) * es;
                 e->in[0] = buf;
                 e->in[1] = data + (off[c] + k * seg) * es;
                 accel__reduce(op->dtype, last ? op->op : partial, to, NULL, e->in, 2, len, n);
