@@ -134,10 +134,7 @@ static accel_status pipelined(accel__gloo *e, const accel__coll *op, accel_dtype
     for (int q = 0; q < n; q++) {
         per = cnt[q] > per ? cnt[q] : per;
     }
-    size_t seg = SEG_NBYTES / es;
-    seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
-              ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
-              : seg;
+    const size_t seg = seg_size(per, SEG_NBYTES / es, 1);
     const size_t n_seg = (per + seg - 1) / seg, max_msgs = 2 * n_seg * (size_t)n;
     char *in = NULL;
     slot *rx = NULL; /* the receives in schedule order */
@@ -288,11 +285,7 @@ static accel_status chain_broadcast(accel__gloo *e, char *buf, size_t nb, int ro
 {
     const int n = e->n_ranks, me = e->rank, pos = (me - root + n) % n;
     const int prev = (me + n - 1) % n, next = (me + 1) % n;
-    size_t seg = nb / CHAIN_MIN_SEGS < CHAIN_SEG_NBYTES ? (nb + CHAIN_MIN_SEGS - 1) / CHAIN_MIN_SEGS
-                                                        : CHAIN_SEG_NBYTES;
-    seg = (nb + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
-              ? (nb + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
-              : seg;
+    const size_t seg = seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS);
     const size_t n_seg = (nb + seg - 1) / seg;
     size_t *rx = NULL, *tx = NULL, n_tx = 0;
     ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * n_seg * sizeof(size_t), (void **)&rx));

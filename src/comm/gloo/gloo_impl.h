@@ -53,6 +53,17 @@ static inline size_t seg_len(size_t cnt, size_t seg, size_t k)
 {
     return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
 }
+/* The segment length for chunks of at most per elements: seg, unless that makes fewer than
+ * min_segs a chunk (then per / min_segs) or more than ACCEL__GLOO_MAX_SEGS (then per / that);
+ * never 0. */
+static inline size_t seg_size(size_t per, size_t seg, size_t min_segs)
+{
+    seg = (per + seg - 1) / seg < min_segs ? (per + min_segs - 1) / min_segs : seg;
+    seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
+              ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
+              : seg;
+    return seg > 0 ? seg : 1;
+}
 
 /* The envelopes of a call (gloo_coll.c), in two halves: _post begins the call's batch of
  * messages and posts them, _check waits for them and compares the declarations (on a mismatch:

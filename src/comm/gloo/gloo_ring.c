@@ -76,12 +76,7 @@ static size_t ring_seg(const accel__coll_decl *d, int n)
     const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
     size_t off = 0, per = 0; /* chunk 0 is the largest */
     ring_chunk_range(d, n, 0, &off, &per);
-    size_t seg = RING_SEG_NBYTES / es;
-    seg = (per + seg - 1) / seg < RING_MIN_SEGS ? (per + RING_MIN_SEGS - 1) / RING_MIN_SEGS : seg;
-    seg = (per + seg - 1) / seg > ACCEL__GLOO_MAX_SEGS
-              ? (per + ACCEL__GLOO_MAX_SEGS - 1) / ACCEL__GLOO_MAX_SEGS
-              : seg;
-    return seg > 0 ? seg : 1;
+    return seg_size(per, RING_SEG_NBYTES / es, RING_MIN_SEGS);
 }
 
 /* How many segments of chunk c a member whose call is declared d sends (and its right
