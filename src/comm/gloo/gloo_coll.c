@@ -588,7 +588,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     accel__coll_str(op, e->n_ranks, what, sizeof(what));
     const accel__coll_decl d = accel__coll_declare(op);
     if (!e->has_declare_as && accel__gloo_rings(e, &d)) {
-        return accel__gloo_ring(e, op, what);
+        return accel__gloo_ring(e, op, &d, what);
     }
     if (!travels_inline(e, op) && fuses(e, op)) {
         return fused(e, op, what);

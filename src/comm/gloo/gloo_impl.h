@@ -79,9 +79,11 @@ accel_status accel__gloo_envelopes_post(accel__gloo *e, const accel__coll *op, c
 accel_status accel__gloo_envelopes_check(accel__gloo *e, const accel__gloo_env *env,
                                          const char *what, int *mismatch);
 
-/* 1 when the call declared d runs as gloo_ring.c's ring; accel__gloo_ring runs it whole. */
+/* 1 when the call declared d runs as gloo_ring.c's ring; accel__gloo_ring runs op (declared d)
+ * whole. */
 int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d);
-accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char *what);
+accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel__coll_decl *d,
+                              const char *what);
 
 /* A failed Gloo call (what: the collective, for the message): the diagnosis naming the process
  * at fault is recorded in the store and every connection reset (the communicator is broken

@@ -140,25 +140,25 @@ static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const siz
  * segment k of step t + 1 leaves while segment k + 1 of step t arrives. An allgather's early
  * segments land in scratch and are copied into place once the check has passed (in the user's
  * buffer, a mismatched one could overflow its block). */
-accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const char *what)
+accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel__coll_decl *d,
+                              const char *what)
 {
     const int n = e->n_ranks, me = e->rank, right = (me + 1) % n, left = (me + n - 1) % n;
     const int gather = op->kind == ACCEL__COLL_ALLGATHER;
     const int scatter = op->kind == ACCEL__COLL_REDUCE_SCATTER; /* the first half only */
-    const accel__coll_decl d = accel__coll_declare(op);
     const size_t es = accel_dtype_nbytes(op->dtype);
     size_t *off = e->send_nbytes, *cnt = e->cnt; /* the chunks, in elements of out */
     for (int q = 0; q < n; q++) {
-        ring_chunk_range(&d, n, q, &off[q], &cnt[q]);
+        ring_chunk_range(d, n, q, &off[q], &cnt[q]);
     }
     char *out = op->recv; /* a reduce's member other than the root: scratch */
     if (op->kind == ACCEL__COLL_REDUCE && me != op->root) {
         ACCEL_TRY(accel__gloo_scratch(e, 1, op->count * es + 1, (void **)&out));
     }
-    const size_t per = cnt[0], seg = ring_seg(&d, n);
+    const size_t per = cnt[0], seg = ring_seg(d, n);
     const size_t n_seg = (per + seg - 1) / seg, steps = (scatter ? 1 : 2) * ((size_t)n - 1);
     const size_t t0 = gather ? (size_t)n - 1 : 0; /* the first step */
-    const int first = first_chunk(&d, me, n);
+    const int first = first_chunk(d, me, n);
     const int early = seg * es <= EARLY_NBYTES; /* step t0's segments leave before the check */
     const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
     const char *data = op->send; /* an allreduce's input; an allgather's own block */
