@@ -40,6 +40,7 @@ mismatch() { # name M L [ENV=VALUE...]
 }
 mismatch mismatch-gloo-2x1 2 1
 mismatch mismatch-gloo-3x1 3 1
+mismatch mismatch-gloo-2x1-ring 2 1 ACCEL_GLOO_RING=1
 mismatch mismatch-gloo-3x1-ring 3 1 ACCEL_GLOO_RING=1
 mismatch mismatch-gloo-2x2 2 2 ACCEL_BACKEND=gloo
 mismatch mismatch-hier-2x2 2 2

@@ -8,7 +8,8 @@
 #    bit-identical to the rank-order reference that the shm backend is held to, so gloo and
 #    shm agree bit for bit);
 #  - gloo forced (ACCEL_BACKEND=gloo) on 2 x 2: the same comparison with 4 processes;
-#  - the ring (ACCEL_GLOO_RING=1) on 3 x 1 and 4 x 1, checked against the ring-order reference;
+#  - the ring (ACCEL_GLOO_RING=1) on 2 x 1, 3 x 1 and 4 x 1, checked against the ring-order
+#    reference;
 #  - tests/dist/test_comm_v2 on gloo, 2 x 2 (its node groups are the machines): post/test/wait,
 #    deadlines, groups, split (node groups, leaders, key order, nesting), a mismatched call
 #    that breaks one group only (an error on every member, never Gloo's abort of the process),
@@ -74,6 +75,10 @@ backends gloo-2x2-backends 2 2
 # samples f64 too): the first f32 count (256 KiB) and one less (the fused path, rank order), and
 # chunks of several segments with a remainder (1310723 on 3). tests/comm/test_gloo_netns.sh
 # runs the ring as it comes over a network (ACCEL_GLOO_RING unset).
+run gloo-2x1-ring 2 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
+    ACCEL_LOG_LEVEL=info ACCEL_TEST_COUNTS="65536 65535 1310723" -- "$B/tests/test_comm_backends"
+grep -q "f32/f64 reductions from 256 KiB in ring order" "$tmp/gloo-2x1-ring/m0.err" ||
+    { echo "FAIL: gloo 2 x 1 with ACCEL_GLOO_RING=1 did not ring"; exit 1; }
 run gloo-3x1-ring 3 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \
     ACCEL_TEST_COUNTS="65536 65535 1310723" -- "$B/tests/test_comm_backends"
 run gloo-4x1-ring 4 1 ACCEL_GLOO_RING=1 ACCEL_TEST_RING=1 ACCEL_TEST_BACKEND=gloo \

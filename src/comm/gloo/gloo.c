@@ -401,7 +401,7 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
     accel__log(&e->log, ACCEL__LOG_INFO,
                "gloo: %d processes connected, listening on %s, store %s%s", e->n_ranks, e->listen,
                accel__store_name(e->store),
-               e->ring && e->n_ranks >= 3 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
+               e->ring && e->n_ranks >= 2 ? ", f32/f64 reductions from 256 KiB in ring order" : "");
     *out = e;
     return ACCEL_OK;
 }

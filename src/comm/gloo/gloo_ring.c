@@ -1,7 +1,7 @@
 /*
  * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more, reduce_scatters and
- * allgathers of as much in all, on three or more ranks over a network (gloo_coll.c runs every
- * other call).
+ * allgathers of as much in all, on three or more ranks over a network, and on two below 1 MiB
+ * (gloo_coll.c runs every other call).
  *
  * Over a network, ranks that each send to every other (gloo_coll.c's schedules, or the
  * envelopes' exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network
@@ -35,6 +35,11 @@
 #include "gloo_impl.h"
 
 #define RING_NBYTES ((size_t)256 << 10)
+/* On two ranks a ring is one step each way, as are gloo_coll.c's other paths: over the emulated
+ * 1 Gbit/s network it beat the envelopes' exchange at 256 KiB (2.6-3.3 ms against 3.4-4.5) but
+ * lost to the pipelined path's 1 MiB segments at 4 MiB (52 ms against 50), so from 1 MiB two
+ * ranks keep that path (docs/performance.md, tenth pass). */
+#define PAIR_RING_MAX_NBYTES ((size_t)1 << 20)
 #define RING_SEG_NBYTES ((size_t)256 << 10)
 #define RING_MIN_SEGS 4
 #define EARLY_NBYTES RING_SEG_NBYTES
@@ -43,18 +48,18 @@
 int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
 {
     const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
-    if (!e->ring || e->n_ranks < 3) {
+    const size_t nbytes = d->count * es *
+                          (d->kind == ACCEL__COLL_ALLGATHER || d->kind == ACCEL__COLL_REDUCE_SCATTER
+                               ? (size_t)e->n_ranks
+                               : 1); /* in all, or of input */
+    if (!e->ring || e->n_ranks < 2 || nbytes < RING_NBYTES ||
+        (e->n_ranks == 2 && nbytes >= PAIR_RING_MAX_NBYTES)) {
         return 0;
     }
-    if (d->kind == ACCEL__COLL_ALLGATHER) { /* any dtype: nothing is combined */
-        return d->count * es * (size_t)e->n_ranks >= RING_NBYTES;
-    }
-    const size_t in_nbytes =
-        d->count * es * (d->kind == ACCEL__COLL_REDUCE_SCATTER ? (size_t)e->n_ranks : 1);
-    return d->wire == ACCEL_F32 && (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
-           (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE ||
-            d->kind == ACCEL__COLL_REDUCE_SCATTER) &&
-           in_nbytes >= RING_NBYTES;
+    return d->kind == ACCEL__COLL_ALLGATHER || /* any dtype: nothing is combined */
+           (d->wire == ACCEL_F32 && (d->dtype == ACCEL_F32 || d->dtype == ACCEL_F64) &&
+            (d->kind == ACCEL__COLL_ALLREDUCE || d->kind == ACCEL__COLL_REDUCE ||
+             d->kind == ACCEL__COLL_REDUCE_SCATTER));
 }
 
 /* Chunk c of a ring call declared d on n ranks, in elements of the whole (an allgather's result,
