@@ -6,6 +6,8 @@
 #  2. 2 machines x 2 processes: 4 processes on 2 CPUs, nobody bound (before: 0, 1, 0, 1).
 #  3. Different CPU sets (machine 0 on 0-1, machine 1 on 0): not shared, each launcher splits
 #     its own CPUs as if alone: rank 0 on 0-1, rank 1 on 0.
+#  4. 3 machines x 1 process, machines 0 and 2 on 0-1, machine 1 on 0: machine 2 is the second
+#     of the two sharing 0-1 (index 1, not its machine rank): ranks on 0, 0 and 1.
 # One launcher alone is checked in test_launch.sh (--cpu_affinity).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -32,24 +34,30 @@ fail() {
 }
 PROG='echo "RANK=$RANK CPUS=$(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"'
 
-# job PER CPUS0 CPUS1: machines 0 and 1 (PER processes each) under taskset -c CPUS0 / CPUS1;
-# fails unless both launchers succeed.
+# job PER CPUS...: one machine (PER processes) per CPU list, machine m under taskset -c the
+# m-th; fails unless every launcher succeeds.
 job() {
-    local per=$1 c0=$2 c1=$3 port
+    local per=$1 port m=0 c p
+    shift
     port=$("$FREE")
-    for m in 1 0; do
-        eval "c=\$c$m"
-        taskset -c "$c" "$ACCEL" launch --num_machines 2 --main_process_ip 127.0.0.1 \
-            --main_process_port "$port" --machine_rank $m -n $((2 * per)) \
+    rm -f "$T"/m*.out "$T"/m*.err
+    local mine=
+    for c in "$@"; do
+        taskset -c "$c" "$ACCEL" launch --num_machines $# --main_process_ip 127.0.0.1 \
+            --main_process_port "$port" --machine_rank $m -n $(($# * per)) \
             --rdzv_conf timeout=60 sh -c "$PROG" >"$T/m$m.out" 2>"$T/m$m.err" &
-        eval "pid$m=$!"
+        mine="$mine $!"
         pids="$pids $!"
+        m=$((m + 1))
     done
-    wait "$pid0" || fail "$per per machine: machine 0's launcher failed"
-    wait "$pid1" || fail "$per per machine: machine 1's launcher failed"
+    m=0
+    for p in $mine; do
+        wait "$p" || fail "$per per machine on CPUs $*: machine $m's launcher failed"
+        m=$((m + 1))
+    done
 }
 # cpus_of R: the CPU list rank R printed.
-cpus_of() { sed -n "s/^\[rank[0-9]*\]: RANK=$1 CPUS=//p" "$T"/m0.out "$T"/m1.out; }
+cpus_of() { sed -n "s/^\[rank[0-9]*\]: RANK=$1 CPUS=//p" "$T"/m*.out; }
 
 job 1 0,1 0,1
 [ "$(cpus_of 0)" = 0 ] && [ "$(cpus_of 1)" = 1 ] ||
@@ -72,3 +80,9 @@ job 1 0,1 0
 [ "$(cpus_of 0)" = 0-1 ] && [ "$(cpus_of 1)" = 0 ] ||
     fail "machines on CPUs 0,1 and 0: ranks got '$(cpus_of 0)' and '$(cpus_of 1)', not 0-1 and 0"
 echo "ok: different CPU sets on one host are not shared"
+
+job 1 0,1 0 0,1
+[ "$(cpus_of 0)" = 0 ] && [ "$(cpus_of 1)" = 0 ] && [ "$(cpus_of 2)" = 1 ] ||
+    fail "machines on CPUs 0,1 / 0 / 0,1: ranks got '$(cpus_of 0)', '$(cpus_of 1)' and" \
+        "'$(cpus_of 2)', not 0, 0 and 1"
+echo "ok: the sharing machines are counted among themselves"
