@@ -215,43 +215,27 @@ static void remove_job_shm(const char *job_id)
     closedir(d);
 }
 
-/* Splits the CPUs this launcher may use into n_shares equal, contiguous shares (in CPU id
- * order, so neighbouring ranks get neighbouring cores) and returns the n_procs sets of shares
- * first.. first + n_procs - 1: the whole split for one launcher alone, a part of it when other
- * machines' launchers on this host share the same CPUs (launch_rdzv_cpu_share). Returns NULL
- * when there are fewer CPUs than shares (binding would stack processes) or on allocation
- * failure: no binding. */
-static cpu_set_t *cpu_shares(int n_shares, int first, int n_procs)
+/* Splits the CPUs this launcher may use into n_procs equal, contiguous shares (in CPU id
+ * order, so neighbouring ranks get neighbouring cores). Returns NULL when there are fewer CPUs
+ * than processes (binding would stack processes) or on allocation failure: no binding. */
+static cpu_set_t *cpu_shares(long n_procs)
 {
     cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
         return NULL;
     }
     int n_cpus = CPU_COUNT(&allowed);
-    if (n_shares > n_procs && n_shares > n_cpus) {
-        fprintf(stderr,
-                "accel launch: %d machines' launchers on this host share the same %d CPUs: %d "
-                "processes in all, more than CPUs: none bound\n",
-                n_shares / n_procs, n_cpus, n_shares);
-    } else if (n_shares > n_procs) {
-        fprintf(stderr,
-                "accel launch: %d machines' launchers on this host share the same %d CPUs: this "
-                "machine's processes take shares %d-%d of %d\n",
-                n_shares / n_procs, n_cpus, first, first + n_procs - 1, n_shares);
-    }
-    if (n_shares > n_cpus) {
+    if (n_procs > n_cpus) {
         return NULL;
     }
     cpu_set_t *sets = calloc((size_t)n_procs, sizeof(cpu_set_t));
     if (sets == NULL) {
         return NULL;
     }
-    int share = n_cpus / n_shares, seen = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE && seen < share * (first + n_procs); cpu++) {
+    int share = n_cpus / (int)n_procs, seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE && seen < share * n_procs; cpu++) {
         if (CPU_ISSET(cpu, &allowed)) {
-            if (seen >= share * first) {
-                CPU_SET(cpu, &sets[seen / share - first]);
-            }
+            CPU_SET(cpu, &sets[seen / share]);
             seen++;
         }
     }
@@ -423,15 +407,18 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         rc = launch_mpirun(&s, path);
         goto out;
     }
-    if (s.bind_cpus) {
-        int n_shares = s.n_procs, first = 0;
-        if (rdzv != NULL) {
-            int index;
-            launch_rdzv_cpu_share(rdzv, &n_shares, &index);
-            first = index * s.n_procs;
-        }
-        cpusets = cpu_shares(n_shares, first, s.n_procs);
+    const int sharers = rdzv != NULL ? launch_rdzv_cpu_sharers(rdzv) : 1;
+    if (s.bind_cpus && sharers > 1) {
+        /* Split between the machines, each process would share its one CPU with its Gloo
+         * thread and the host's network work for it: 2 x 1 on 2 CPUs, gloo's 256 KiB allreduce
+         * took 3.8-4.1 ms bound against 2.7-2.9 unbound (docs/performance.md, tenth pass). */
+        fprintf(stderr,
+                "accel launch: %d machines' launchers on this host share its CPUs: processes not "
+                "bound (--cpu_affinity auto binds the processes of a machine that has its CPUs to "
+                "itself)\n",
+                sharers);
     }
+    cpusets = s.bind_cpus && sharers == 1 ? cpu_shares(s.n_procs) : NULL;
     launch_config lc = {
         .n_procs = s.n_procs,
         .path = path,

@@ -11,8 +11,8 @@
  * (machine 0 makes each attempt's job id); a lost launcher or an interrupt ("launch/final")
  * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
  * ACCEL_JOB_ID, so the two never meet. Each machine's record also carries a token of the CPUs
- * its launcher may use (boot id and CPU set), so that machines emulated on one host split those
- * CPUs between them instead of each binding its processes to the same ones.
+ * its launcher may use (boot id and CPU set), so that machines emulated on one host do not each
+ * bind their processes to the same CPUs.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -46,10 +46,8 @@ struct launch_rdzv {
     double *beat_at;
     int *finished; /* the machine published done or stopped */
     int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
-    /* The machines whose CPU token equals this one's (this one included) and this machine's
-     * index among them in machine-rank order: 1 and 0 when it shares its CPUs with nobody. */
+    /* The machines whose CPU token equals this one's, this one included (1: none shares). */
     int n_sharing_machines;
-    int share_index;
 };
 
 static void key_of(char *buf, size_t n, const char *what, int machine)
@@ -342,7 +340,6 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         }
         if (m == me || (strcmp(token, "-") != 0 && strcmp(peer_token, token) == 0)) {
             r->n_sharing_machines++;
-            r->share_index += m < me;
         }
     }
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
@@ -371,10 +368,9 @@ fail:
     return 1;
 }
 
-void launch_rdzv_cpu_share(const launch_rdzv *r, int *n_sharing, int *index)
+int launch_rdzv_cpu_sharers(const launch_rdzv *r)
 {
-    *n_sharing = r->n_sharing_machines * r->s->n_procs;
-    *index = r->share_index;
+    return r->n_sharing_machines;
 }
 
 const char *launch_rdzv_job_id(const launch_rdzv *r)

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# --cpu_affinity auto with several "machines" on one host (two launchers on 127.0.0.1, all under
-# `taskset -c 0,1`): the launchers that share a boot id and an allowed CPU set split those CPUs
-# between them instead of each binding its processes to the same ones.
-#  1. 2 machines x 1 process: rank 0 on CPU 0, rank 1 on CPU 1 (before: both on 0-1).
-#  2. 2 machines x 2 processes: 4 processes on 2 CPUs, nobody bound (before: 0, 1, 0, 1).
-#  3. Different CPU sets (machine 0 on 0-1, machine 1 on 0): not shared, each launcher splits
-#     its own CPUs as if alone: rank 0 on 0-1, rank 1 on 0.
-#  4. 3 machines x 1 process, machines 0 and 2 on 0-1, machine 1 on 0: machine 2 is the second
-#     of the two sharing 0-1 (index 1, not its machine rank): ranks on 0, 0 and 1.
+# --cpu_affinity auto with several "machines" on one host (launchers on 127.0.0.1, each under
+# `taskset -c`): launchers that share a boot id and an allowed CPU set bind nothing, instead of
+# each splitting the same CPUs between its own processes.
+#  1. 2 machines x 2 processes, both on CPUs 0,1: nobody bound, and both launchers say why
+#     (before: ranks 0 and 2 on CPU 0, 1 and 3 on CPU 1).
+#  2. 2 machines x 1 process on 0,1: nobody bound either (as before: one process per launcher
+#     gets all its CPUs), and the launchers say so.
+#  3. Different CPU sets (machine 0 on 0,1, machine 1 on 0), 2 processes each: not shared, so
+#     machine 0 binds as a launcher alone does (ranks 0 and 1 on CPUs 0 and 1); machine 1 has
+#     more processes than CPUs (both on 0).
 # One launcher alone is checked in test_launch.sh (--cpu_affinity).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
@@ -33,6 +34,7 @@ fail() {
     exit 1
 }
 PROG='echo "RANK=$RANK CPUS=$(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"'
+SAID="machines' launchers on this host share its CPUs: processes not bound"
 
 # job PER CPUS...: one machine (PER processes) per CPU list, machine m under taskset -c the
 # m-th; fails unless every launcher succeeds.
@@ -59,30 +61,27 @@ job() {
 # cpus_of R: the CPU list rank R printed.
 cpus_of() { sed -n "s/^\[rank[0-9]*\]: RANK=$1 CPUS=//p" "$T"/m*.out; }
 
-job 1 0,1 0,1
-[ "$(cpus_of 0)" = 0 ] && [ "$(cpus_of 1)" = 1 ] ||
-    fail "2 machines x 1 process on CPUs 0,1: ranks got '$(cpus_of 0)' and '$(cpus_of 1)'," \
-        "not 0 and 1"
-grep -q "2 machines' launchers on this host share the same 2 CPUs: this machine's processes take" \
-    "$T/m1.err" || fail "machine 1 did not say it shares its CPUs"
-echo "ok: 2 machines x 1 process on one host: CPUs 0 and 1"
-
 job 2 0,1 0,1
 for r in 0 1 2 3; do
     [ "$(cpus_of $r)" = 0-1 ] ||
-        fail "2 machines x 2 processes on 2 CPUs: rank $r bound to '$(cpus_of $r)', not 0-1"
+        fail "2 machines x 2 processes on CPUs 0,1: rank $r bound to '$(cpus_of $r)', not 0-1"
 done
-grep -q "share the same 2 CPUs: 4 processes in all, more than CPUs: none bound" "$T/m0.err" ||
-    fail "machine 0 did not say why nobody is bound"
-echo "ok: 2 machines x 2 processes on 2 CPUs: nobody bound"
+for m in 0 1; do
+    grep -q "2 $SAID" "$T/m$m.err" || fail "machine $m did not say why nobody is bound"
+done
+echo "ok: 2 machines x 2 processes on one host's CPUs: nobody bound"
 
-job 1 0,1 0
-[ "$(cpus_of 0)" = 0-1 ] && [ "$(cpus_of 1)" = 0 ] ||
-    fail "machines on CPUs 0,1 and 0: ranks got '$(cpus_of 0)' and '$(cpus_of 1)', not 0-1 and 0"
+job 1 0,1 0,1
+[ "$(cpus_of 0)" = 0-1 ] && [ "$(cpus_of 1)" = 0-1 ] ||
+    fail "2 machines x 1 process on CPUs 0,1: ranks got '$(cpus_of 0)' and '$(cpus_of 1)'," \
+        "not 0-1 and 0-1"
+grep -q "2 $SAID" "$T/m1.err" || fail "machine 1 did not say it shares its CPUs"
+echo "ok: 2 machines x 1 process on one host's CPUs: nobody bound"
+
+job 2 0,1 0
+[ "$(cpus_of 0)" = 0 ] && [ "$(cpus_of 1)" = 1 ] && [ "$(cpus_of 2)" = 0 ] &&
+    [ "$(cpus_of 3)" = 0 ] ||
+    fail "machines on CPUs 0,1 and 0: ranks got '$(cpus_of 0)' '$(cpus_of 1)' '$(cpus_of 2)'" \
+        "'$(cpus_of 3)', not 0 1 0 0"
+grep -q "$SAID" "$T/m0.err" "$T/m1.err" && fail "machines on different CPU sets said they share"
 echo "ok: different CPU sets on one host are not shared"
-
-job 1 0,1 0 0,1
-[ "$(cpus_of 0)" = 0 ] && [ "$(cpus_of 1)" = 0 ] && [ "$(cpus_of 2)" = 1 ] ||
-    fail "machines on CPUs 0,1 / 0 / 0,1: ranks got '$(cpus_of 0)', '$(cpus_of 1)' and" \
-        "'$(cpus_of 2)', not 0, 0 and 1"
-echo "ok: the sharing machines are counted among themselves"
