@@ -407,7 +407,18 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
         rc = launch_mpirun(&s, path);
         goto out;
     }
-    cpusets = s.bind_cpus ? cpu_shares(s.n_procs) : NULL;
+    const int sharers = rdzv != NULL ? launch_rdzv_cpu_sharers(rdzv) : 1;
+    if (s.bind_cpus && sharers > 1) {
+        /* Split between the machines, each process would share its one CPU with its Gloo
+         * thread and the host's network work for it: 2 x 1 on 2 CPUs, gloo's 256 KiB allreduce
+         * took 3.8-4.1 ms bound against 2.7-2.9 unbound (docs/performance.md, tenth pass). */
+        fprintf(stderr,
+                "accel launch: %d machines' launchers on this host share its CPUs: processes not "
+                "bound (--cpu_affinity auto binds the processes of a machine that has its CPUs to "
+                "itself)\n",
+                sharers);
+    }
+    cpusets = s.bind_cpus && sharers == 1 ? cpu_shares(s.n_procs) : NULL;
     launch_config lc = {
         .n_procs = s.n_procs,
         .path = path,

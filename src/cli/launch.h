@@ -130,6 +130,9 @@ int launch_rdzv_port(const launch_rdzv *r);           /* the store's real port *
 struct accel__store *launch_rdzv_store(launch_rdzv *r);
 /* The supervisor's watcher: heartbeats, the job's first failure, lost launchers. */
 const launch_watch *launch_rdzv_watch(const launch_rdzv *r);
+/* How many machines' launchers (this one included) run on this host with the same allowed CPUs:
+ * several machines emulated on one host, in network namespaces or on 127.0.0.1. 1: alone. */
+int launch_rdzv_cpu_sharers(const launch_rdzv *r);
 /* Starts attempt `attempt` (0, then the restart count): machine 0 makes its job id, the others
  * fetch it. Returns 0, or 1 after printing why. */
 int launch_rdzv_begin(launch_rdzv *r, int attempt);

@@ -150,8 +150,9 @@ const cli_option launch_options[] = {
 
     {"cpu_affinity", 0, 1, "auto", "auto|none",
      "auto: when there are no more processes than CPUs, bind each process to its own equal share "
-     "of them (as mpirun does), so processes that synchronise often never share a CPU; none: "
-     "leave placement to the scheduler",
+     "of them (as mpirun does), so processes that synchronise often never share a CPU (unless "
+     "several machines' launchers share this host's CPUs: then nothing is bound); none: leave "
+     "placement to the scheduler",
      &accel_own, NULL},
     {"preflight", 0, 0, NULL, NULL,
      "several machines: before starting the program, connect every rank to the rendezvous "

@@ -10,7 +10,9 @@
  * waits until every machine has stopped the attempt, and they all start the next one together
  * (machine 0 makes each attempt's job id); a lost launcher or an interrupt ("launch/final")
  * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
- * ACCEL_JOB_ID, so the two never meet.
+ * ACCEL_JOB_ID, so the two never meet. Each machine's record also carries a token of the CPUs
+ * its launcher may use (boot id and CPU set), so that machines emulated on one host do not each
+ * bind their processes to the same CPUs.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -44,6 +46,8 @@ struct launch_rdzv {
     double *beat_at;
     int *finished; /* the machine published done or stopped */
     int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
+    /* The machines whose CPU token equals this one's, this one included (1: none shares). */
+    int n_sharing_machines;
 };
 
 static void key_of(char *buf, size_t n, const char *what, int machine)
@@ -187,12 +191,40 @@ static int open_store(launch_rdzv *r, double deadline)
     }
 }
 
-/* Checks that machine m was started with the same job shape as this one. */
-static int check_peer(launch_rdzv *r, int m, const char *rec)
+/*
+ * What identifies the CPUs this launcher's processes run on: the kernel's boot id (the same in
+ * every network namespace and container of one host, different on another host) and a hash of
+ * the launcher's allowed CPU set (two containers of one host with different cpusets do not
+ * share). "-" when there is no boot id (not Linux, /proc unreadable): it shares with nobody,
+ * as before. Written to token (cap >= 64).
+ */
+static void cpu_token(char *token, size_t cap)
+{
+    char boot_id[40] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%39s", boot_id) != 1) {
+            boot_id[0] = '\0';
+        }
+        fclose(f);
+    }
+    cpu_set_t allowed;
+    if (boot_id[0] == '\0' || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
+        snprintf(token, cap, "-");
+        return;
+    }
+    snprintf(token, cap, "%s/%016llx", boot_id,
+             (unsigned long long)accel__fnv1a(&allowed, sizeof(allowed)));
+}
+
+/* Checks that machine m was started with the same job shape as this one; its CPU token (""
+ * when the record has none) goes to token (cap 64). */
+static int check_peer(launch_rdzv *r, int m, const char *rec, char *token)
 {
     int machines = 0, n_procs = 0, restarts = 0;
     char host[256] = "?";
-    if (sscanf(rec, "%d %d %d %255s", &machines, &n_procs, &restarts, host) < 3) {
+    token[0] = '\0';
+    if (sscanf(rec, "%d %d %d %255s %63s", &machines, &n_procs, &restarts, host, token) < 3) {
         fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n", m,
                 rec);
         return -1;
@@ -250,12 +282,16 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     r->s = s;
     r->watch = (launch_watch){.tick = tick, .on_failure = on_failure, .arg = r};
     if (gethostname(r->host, sizeof(r->host)) != 0) {
-        snprintf(r->host, sizeof(r->host), "?");
+        r->host[0] = '\0';
     }
     r->host[sizeof(r->host) - 1] = '\0';
+    if (r->host[0] == '\0') {
+        /* An empty field would shift the CPU token into the host's place in the record. */
+        snprintf(r->host, sizeof(r->host), "?");
+    }
     const double t0 = accel__now(), deadline = t0 + s->rdzv_timeout_s;
     const int me = s->machine_rank, M = s->num_machines;
-    char key[64], rec[512], missing[256];
+    char key[64], rec[512], missing[256], token[64], peer_token[64];
     int64_t claims = 0;
     size_t nb = 0;
     if (open_store(r, deadline) != 0) {
@@ -274,7 +310,8 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
         goto fail;
     }
-    snprintf(rec, sizeof(rec), "%d %d %d %s", M, s->n_procs, s->max_restarts, r->host);
+    cpu_token(token, sizeof(token));
+    snprintf(rec, sizeof(rec), "%d %d %d %s %s", M, s->n_procs, s->max_restarts, r->host, token);
     key_of(key, sizeof(key), "machine", me);
     if (accel__store_set(r->st, key, rec, strlen(rec)) != ACCEL_OK) {
         goto store_fail;
@@ -298,8 +335,11 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
             goto store_fail;
         }
         rec[nb] = '\0';
-        if (check_peer(r, m, rec) != 0) {
+        if (check_peer(r, m, rec, peer_token) != 0) {
             goto fail;
+        }
+        if (m == me || (strcmp(token, "-") != 0 && strcmp(peer_token, token) == 0)) {
+            r->n_sharing_machines++;
         }
     }
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
@@ -326,6 +366,11 @@ store_fail:
 fail:
     launch_rdzv_free(r);
     return 1;
+}
+
+int launch_rdzv_cpu_sharers(const launch_rdzv *r)
+{
+    return r->n_sharing_machines;
 }
 
 const char *launch_rdzv_job_id(const launch_rdzv *r)
