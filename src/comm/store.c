@@ -32,6 +32,7 @@ struct accel__store {
     int port;
     double timeout_s;
     double grace_s; /* see ANSWER_GRACE_S */
+    double until;   /* accel__store_bound; 0: none */
     accel_status broken;
     char name[320]; /* "addr:port" */
 };
@@ -436,6 +437,9 @@ static accel_status exchange(accel__store *st, uint8_t *req, size_t len, double 
                              "store %s: %s: the connection failed earlier and is unusable",
                              st->name, what);
     }
+    if (st->until > 0 && deadline > st->until) {
+        deadline = st->until;
+    }
     store_put32(req, (uint32_t)(len - 4));
     ACCEL_TRY(send_all(st, req, len, deadline, what));
     uint8_t head[5];
@@ -478,6 +482,11 @@ static accel_status exchange(accel__store *st, uint8_t *req, size_t len, double 
     *payload = body;
     *payload_len = n - 1;
     return ACCEL_OK;
+}
+
+void accel__store_bound(accel__store *st, double until)
+{
+    st->until = until;
 }
 
 static uint32_t to_ms(double s)

@@ -142,6 +142,11 @@ accel_status accel__store_beat(accel__store *st, int id, const char *name, uint6
                                int behind, double silent_s, double answer_s,
                                accel__store_silent *out, int cap, int *n_out);
 
+/* Bounds every later request on st: its answer must also come by `until` (accel__now()'s clock;
+ * 0 lifts the bound). A request cut short fails with ACCEL_ETIMEDOUT and breaks st, as one
+ * that a stopped server does not answer. For best-effort traffic, such as recording a failure,
+ * that must not wait a whole timeout on a stopped server. */
+void accel__store_bound(accel__store *st, double until);
 /* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
  * connection, an answer that did not come): tells a get that timed out on a missing key (st
  * still usable) from one the server did not answer. */

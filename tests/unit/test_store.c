@@ -4,8 +4,9 @@
  * limit, the port-0 server, a taken port (an error naming the address), no server at all, a
  * program on the port that is not a store, a malformed request (that client is dropped, the
  * others carry on), the server's hook, a server that dies (clients waiting in get fail with
- * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
- * failure (it keeps serving and holding its port, without its hook). A serving process that
+ * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT; a bounded request at its
+ * bound, accel__store_bound), and one abandoned after a failure (it keeps serving and holding
+ * its port, without its hook). A serving process that
  * closes its store while clients use it tells them why (a waiting get and an idle client's next
  * request fail with EPEER naming its pid and, when it closes for a failure, that failure); one
  * that closes after a clash first lingers (the port taken, naming the failure, clients served
@@ -309,7 +310,7 @@ static void server_trouble(int sig)
     CHECK(read(p[0], &port, sizeof(port)) == (ssize_t)sizeof(port));
     close(p[0]);
     close(p[1]);
-    accel__store *st = open_store(port, 0, 1);
+    accel__store *st = open_store(port, 0, 1), *patient = open_store(port, 0, 600);
     CHECK_OK(NULL, accel__store_set(st, "x", "1", 1));
     char buf[8];
     size_t n;
@@ -325,8 +326,15 @@ static void server_trouble(int sig)
     } else {
         /* A stopped server answers nothing: set gives up at the store's timeout (1 s). */
         expect(accel__store_set(st, "x", "2", 1), ACCEL_ETIMEDOUT, "no answer");
+        /* A bound ends a far deadline (600 s, and the answer's grace) at the bound. */
+        double t0 = accel__now();
+        accel__store_bound(patient, t0 + 0.5);
+        expect(accel__store_get(patient, "never", buf, sizeof(buf), &n, 600), ACCEL_ETIMEDOUT,
+               "no answer");
+        CHECK(accel__now() - t0 < 10.0);
         kill(pid, SIGKILL);
     }
+    accel__store_close(patient);
     accel__store_close(st);
     if (sig != SIGKILL) {
         CHECK(waitpid(pid, &ws, 0) == pid);
