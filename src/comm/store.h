@@ -43,6 +43,13 @@
 #include "accel/status.h"
 
 typedef struct accel__store accel__store;
+/* Why an IPv6 link-local MASTER_ADDR is refused by the store (so by every backend) and by accel
+ * launch, and what to use instead: another machine could not reach the link-local address gloo
+ * would listen on. Follows "<the address> is ". */
+#define ACCEL__LINK_LOCAL_REFUSED                                                                  \
+    "an IPv6 link-local address (fe80::/10), which accel does not support (the gloo and hier "     \
+    "backends could not use it: Gloo's connections carry no scope id): give machine 0's global "   \
+    "or unique-local (fd00::/8) IPv6 address, or an IPv4 one"
 
 #define ACCEL__STORE_KEY_MAX 512
 #define ACCEL__STORE_VALUE_MAX (1u << 20)
@@ -72,8 +79,9 @@ typedef struct accel__store_config {
  * or program has it; when it is a store lingering after a failure, accel__store_close_failed,
  * the message ends with that failure, read from it within a second), as is an address that is
  * not this machine's. A peer on the port that is
- * not an accel store is ACCEL_EIO too. On success *out is the client (and the server, if any):
- * one thread at a time. */
+ * not an accel store is ACCEL_EIO too. An address that is (or resolves to) an IPv6 link-local
+ * one, scope id or not, is ACCEL_EINVAL at once, naming it (ACCEL__LINK_LOCAL_REFUSED). On success
+ * *out is the client (and the server, if any): one thread at a time. */
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
 /* Closes the client and, for the serving process, stops the server. Clients still connected
  * then see ACCEL_EPEER, in their request in progress or their next one, saying why: "the

@@ -1,16 +1,16 @@
 /*
  * The job's key-value store (src/comm/store.h): set/get/add/wait between processes, deadlines
  * (a missing key times out naming it; timeout 0 does not wait), values of every size up to the
- * limit, the port-0 server, a taken port (an error naming the address), no server at all, a
- * program on the port that is not a store, a malformed request (that client is dropped, the
- * others carry on), the server's hook, a server that dies (clients waiting in get fail with
- * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT; a bounded request at its
- * bound, accel__store_bound), and one abandoned after a failure (it keeps serving and holding
- * its port, without its hook). A serving process that
- * closes its store while clients use it tells them why (a waiting get and an idle client's next
- * request fail with EPEER naming its pid and, when it closes for a failure, that failure); one
- * that closes after a clash first lingers (the port taken, naming the failure, clients served
- * without the hook); a client that keeps writing does not stop the close. Presence: a
+ * limit, the port-0 server, a taken port (an error naming the address), no server at all, an
+ * IPv6 link-local address (refused at once, naming it), a program on the port that is not a
+ * store, a malformed request (that client is dropped, the others carry on), the server's hook, a
+ * server that dies (clients waiting in get fail with EPEER at once, not at their deadline) or is
+ * stopped (ETIMEDOUT; a bounded request at its bound, accel__store_bound), and one abandoned
+ * after a failure (it keeps serving and holding its port, without its hook). A serving process
+ * that closes its store while clients use it tells them why (a waiting get and an idle client's
+ * next request fail with EPEER naming its pid and, when it closes for a failure, that failure);
+ * one that closes after a clash first lingers (the port taken, naming the failure, clients
+ * served without the hook); a client that keeps writing does not stop the close. Presence: a
  * client that declared a key and dies (or exits without departing) has it set by the server,
  * which wakes a get waiting for it; one that departs does not; a second declaration replaces
  * the first; the first loss is kept; interrupting a client stops a get in progress at once.
@@ -290,6 +290,27 @@ static void silent_listener(void)
     expect(accel__store_open(&st, &c), ACCEL_ETIMEDOUT, "no greeting came back within 0.3 s");
     CHECK(accel__now() - t0 < 5.0);
     close(lfd);
+}
+
+/* An IPv6 link-local MASTER_ADDR, scope id or not, is refused at once, naming it and what to
+ * use instead (before, a client without the scope id retried until its deadline, and the
+ * server said "Invalid argument"). */
+static void link_local(void)
+{
+    const char *addrs[] = {"fe80::1", "fe80::1%lo", "FE80::abcd:1"};
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        for (int serve = 0; serve < 2; serve++) {
+            accel__store_config c = {
+                .addr = addrs[i], .port = 29999, .serve = serve, .timeout_s = 5};
+            accel__store *st = NULL;
+            expect(accel__store_open(&st, &c), ACCEL_EINVAL, addrs[i]);
+            const char *msg = accel_last_error(NULL);
+            CHECK_MSG(strstr(msg, "is an IPv6 link-local address") != NULL &&
+                          strstr(msg, "unique-local (fd00::/8) IPv6 address") != NULL,
+                      "%s", msg);
+            CHECK(st == NULL);
+        }
+    }
 }
 
 /* The serving process dies (or stops) while a client waits. */
@@ -659,6 +680,7 @@ int main(void)
     basics();
     not_a_store();
     silent_listener();
+    link_local();
     server_trouble(SIGKILL);
     server_trouble(SIGSTOP);
     abandoned();
