@@ -47,6 +47,16 @@ static void expect(accel_status got, accel_status want, const char *text)
               accel_last_error(NULL), text);
 }
 
+/* Gets key from st (waiting up to timeout_s) and checks that its value is want. */
+static void expect_value(accel__store *st, const char *key, const char *want, double timeout_s)
+{
+    char buf[64];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(st, key, buf, sizeof(buf), &n, timeout_s));
+    CHECK_MSG(n == strlen(want) && memcmp(buf, want, n) == 0, "%s: \"%.*s\", want \"%s\"", key,
+              (int)n, buf, want);
+}
+
 static int hook_calls;
 static char hook_last[64];
 static void hook(void *arg, const char *key, const void *value, size_t nbytes)
@@ -57,8 +67,9 @@ static void hook(void *arg, const char *key, const void *value, size_t nbytes)
     snprintf(hook_last, sizeof(hook_last), "%s", key);
 }
 
-/* A server on a free port whose hook counts its calls in *calls. */
-static accel__store *open_hooked(int *calls)
+/* A server on a free port whose hook counts its calls in *calls, and key set to value through
+ * it: *calls is then 1 (checked). */
+static accel__store *open_hooked(int *calls, const char *key, const char *value)
 {
     accel__store_config c = {.addr = "127.0.0.1",
                              .port = 0,
@@ -68,6 +79,8 @@ static accel__store *open_hooked(int *calls)
                              .hook_arg = calls};
     accel__store *st = NULL;
     CHECK_OK(NULL, accel__store_open(&st, &c));
+    CHECK_OK(NULL, accel__store_set(st, key, value, strlen(value)));
+    CHECK(*calls == 1);
     return st;
 }
 
@@ -366,16 +379,11 @@ static void server_trouble(int sig)
 static void abandoned(void)
 {
     int calls = 0;
-    accel__store *srv = open_hooked(&calls);
+    accel__store *srv = open_hooked(&calls, "why", "failed");
     int port = accel__store_port(srv);
-    CHECK_OK(NULL, accel__store_set(srv, "why", "failed", 6));
-    CHECK(calls == 1);
     accel__store_abandon(srv);
     accel__store *st = open_store(port, 0, 5);
-    char buf[16];
-    size_t n = 0;
-    CHECK_OK(NULL, accel__store_get(st, "why", buf, sizeof(buf), &n, 0));
-    CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
+    expect_value(st, "why", "failed", 0);
     CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
     CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
     expect_taken(port, NULL);
@@ -450,10 +458,7 @@ static void *come_late(void *arg)
     int port = *(int *)arg;
     usleep(200000);
     accel__store *late = open_store(port, 0, 5);
-    char buf[8];
-    size_t n = 0;
-    CHECK_OK(NULL, accel__store_get(late, "job", buf, sizeof(buf), &n, 5));
-    CHECK(n == 3 && memcmp(buf, "2 n", 3) == 0);
+    expect_value(late, "job", "2 n", 5);
     CHECK_OK(NULL, accel__store_set(late, "clash", "1 2", 3));
     expect_taken(port, "two jobs met here (a test)");
     return late;
@@ -467,10 +472,8 @@ static void *come_late(void *arg)
 static void linger(void)
 {
     int calls = 0;
-    accel__store *srv = open_hooked(&calls);
+    accel__store *srv = open_hooked(&calls, "job", "2 n");
     int port = accel__store_port(srv);
-    CHECK_OK(NULL, accel__store_set(srv, "job", "2 n", 3));
-    CHECK(calls == 1);
     getter g = {.st = open_store(port, 0, 5)};
     pthread_t waiter, th;
     CHECK(pthread_create(&waiter, NULL, get_never, &g) == 0);
