@@ -6,7 +6,9 @@
  * here plus its use in launch_resolve. Every error names where the bad value came from: the
  * flag, or the file and line.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "comm/store.h"
 #include "launch.h"
 
 static const cli_group hardware = {"Hardware Selection Arguments",
@@ -423,6 +426,20 @@ static int parse_rdzv_conf(const cli_verb *verb, const cli_args *a, double *time
     return rc;
 }
 
+/* addr is a numeric IPv6 link-local address (fe80::/10), with or without a "%scope" id. */
+static int link_local(const char *addr)
+{
+    char ip[INET6_ADDRSTRLEN];
+    struct in6_addr a;
+    size_t n = strcspn(addr, "%");
+    if (n >= sizeof(ip)) {
+        return 0;
+    }
+    memcpy(ip, addr, n);
+    ip[n] = '\0';
+    return inet_pton(AF_INET6, ip, &a) == 1 && IN6_IS_ADDR_LINKLOCAL(&a);
+}
+
 const char *cli_address_problem(const char *addr)
 {
     /* The address is resolved later (rdzv.c); "host:port" would be looked up as a host name
@@ -437,6 +454,8 @@ const char *cli_address_problem(const char *addr)
         return "longer than a host name can be (253 characters)";
     } else if (addr[0] == '[') {
         return "give an IPv6 address without brackets (::1, not [::1])";
+    } else if (link_local(addr)) {
+        return ACCEL__LINK_LOCAL_REFUSED;
     }
     return NULL;
 }

@@ -32,6 +32,7 @@ struct accel__store {
     int port;
     double timeout_s;
     double grace_s; /* see ANSWER_GRACE_S */
+    double until;   /* accel__store_bound; 0: none */
     accel_status broken;
     char name[320]; /* "addr:port" */
 };
@@ -168,6 +169,18 @@ static accel_status recv_all(accel__store *st, uint8_t *buf, size_t n, double de
     return ACCEL_OK;
 }
 
+accel_status accel__store_refuse_link_local(const char *addr, const struct addrinfo *res)
+{
+    for (const struct addrinfo *a = res; a != NULL; a = a->ai_next) {
+        if (a->ai_family == AF_INET6 &&
+            IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)a->ai_addr)->sin6_addr)) {
+            return accel__seterr(NULL, ACCEL_EINVAL,
+                                 "store: MASTER_ADDR=%s is " ACCEL__LINK_LOCAL_REFUSED, addr);
+        }
+    }
+    return ACCEL_OK;
+}
+
 /* Connects (retrying while nobody listens yet) and exchanges the greeting; *again when the
  * connection closed before the greeting (connect again). */
 static accel_status connect_greet(accel__store *st, const char *addr, double deadline, int *again)
@@ -181,6 +194,11 @@ static accel_status connect_greet(accel__store *st, const char *addr, double dea
     if (gai != 0) {
         return accel__seterr(NULL, ACCEL_EINVAL, "store: cannot resolve MASTER_ADDR \"%s\": %s",
                              addr, gai_strerror(gai));
+    }
+    accel_status bad = accel__store_refuse_link_local(addr, res);
+    if (bad != ACCEL_OK) { /* at once: unscoped, connects would fail until the deadline */
+        freeaddrinfo(res);
+        return bad;
     }
     double delay = 0.005;
     int err = 0;
@@ -436,6 +454,9 @@ static accel_status exchange(accel__store *st, uint8_t *req, size_t len, double 
                              "store %s: %s: the connection failed earlier and is unusable",
                              st->name, what);
     }
+    if (st->until > 0 && deadline > st->until) {
+        deadline = st->until;
+    }
     store_put32(req, (uint32_t)(len - 4));
     ACCEL_TRY(send_all(st, req, len, deadline, what));
     uint8_t head[5];
@@ -478,6 +499,11 @@ static accel_status exchange(accel__store *st, uint8_t *req, size_t len, double 
     *payload = body;
     *payload_len = n - 1;
     return ACCEL_OK;
+}
+
+void accel__store_bound(accel__store *st, double until)
+{
+    st->until = until;
 }
 
 static uint32_t to_ms(double s)

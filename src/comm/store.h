@@ -43,6 +43,13 @@
 #include "accel/status.h"
 
 typedef struct accel__store accel__store;
+/* Why an IPv6 link-local MASTER_ADDR is refused by the store (so by every backend) and by accel
+ * launch, and what to use instead: another machine could not reach the link-local address gloo
+ * would listen on. Follows "<the address> is ". */
+#define ACCEL__LINK_LOCAL_REFUSED                                                                  \
+    "an IPv6 link-local address (fe80::/10), which accel does not support (the gloo and hier "     \
+    "backends could not use it: Gloo's connections carry no scope id): give machine 0's global "   \
+    "or unique-local (fd00::/8) IPv6 address, or an IPv4 one"
 
 #define ACCEL__STORE_KEY_MAX 512
 #define ACCEL__STORE_VALUE_MAX (1u << 20)
@@ -72,8 +79,9 @@ typedef struct accel__store_config {
  * or program has it; when it is a store lingering after a failure, accel__store_close_failed,
  * the message ends with that failure, read from it within a second), as is an address that is
  * not this machine's. A peer on the port that is
- * not an accel store is ACCEL_EIO too. On success *out is the client (and the server, if any):
- * one thread at a time. */
+ * not an accel store is ACCEL_EIO too. An address that is (or resolves to) an IPv6 link-local
+ * one, scope id or not, is ACCEL_EINVAL at once, naming it (ACCEL__LINK_LOCAL_REFUSED). On success
+ * *out is the client (and the server, if any): one thread at a time. */
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
 /* Closes the client and, for the serving process, stops the server. Clients still connected
  * then see ACCEL_EPEER, in their request in progress or their next one, saying why: "the
@@ -142,6 +150,11 @@ accel_status accel__store_beat(accel__store *st, int id, const char *name, uint6
                                int behind, double silent_s, double answer_s,
                                accel__store_silent *out, int cap, int *n_out);
 
+/* Bounds every later request on st: its answer must also come by `until` (accel__now()'s clock;
+ * 0 lifts the bound). A request cut short fails with ACCEL_ETIMEDOUT and breaks st, as one
+ * that a stopped server does not answer. For best-effort traffic, such as recording a failure,
+ * that must not wait a whole timeout on a stopped server. */
+void accel__store_bound(accel__store *st, double until);
 /* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
  * connection, an answer that did not come): tells a get that timed out on a missing key (st
  * still usable) from one the server did not answer. */

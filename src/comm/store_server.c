@@ -200,6 +200,11 @@ accel_status accel__store_server_start(accel__store_server **out, const char *ad
         return accel__seterr(NULL, ACCEL_EINVAL, "store: cannot resolve MASTER_ADDR \"%s\": %s",
                              addr, gai_strerror(gai));
     }
+    accel_status bad = accel__store_refuse_link_local(addr, res);
+    if (bad != ACCEL_OK) {
+        freeaddrinfo(res);
+        return bad;
+    }
     int fd = -1, err = 0;
     for (struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);

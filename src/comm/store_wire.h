@@ -10,6 +10,11 @@
 
 #include "store.h"
 
+struct addrinfo;
+/* ACCEL_EINVAL naming MASTER_ADDR addr when one of res, getaddrinfo's answer for it, is an IPv6
+ * link-local address (store.h, accel__store_open); else ACCEL_OK. */
+accel_status accel__store_refuse_link_local(const char *addr, const struct addrinfo *res);
+
 #define STORE_MAGIC 0x54534341u /* "ACST" */
 #define STORE_VERSION 2u /* 2: the GONE answer */
 #define STORE_REQ_HEAD 8u /* op, 0, key count, timeout ms */

@@ -304,7 +304,8 @@ printf 'distributed_type: MULTI_CPU\nmpirun_config:\n  mpirun_hostfile: %s\n' "$
     >"$T/mpi.yaml"
 run 2 launch --config_file "$T/mpi.yaml" "$P/rank_info"
 expect_err "line 3: mpirun_config.mpirun_hostfile: $T/nohosts: cannot read the hostfile"
-# --main_process_ip: an empty one, "host:port" and "[v6]" are named before anything starts.
+# --main_process_ip: an empty one, "host:port", "[v6]" and an IPv6 link-local address (with a
+# scope id or without) are named before anything starts.
 run 2 launch --main_process_ip "" "$P/rank_info"
 expect_err "\-\-main_process_ip : expected a host name or an address"
 run 2 launch -n 2 --num_machines 2 --main_process_ip 10.0.0.1:29500 "$P/rank_info"
@@ -312,6 +313,11 @@ expect_err "\-\-main_process_ip 10.0.0.1:29500:" \
     "give the address alone and the port with --main_process_port"
 run 2 launch --main_process_ip "[::1]" "$P/rank_info"
 expect_err "without brackets"
+for ip in "fe80::1%lo" FE80::2; do
+    run 2 launch -n 2 --num_machines 2 --main_process_ip "$ip" "$P/rank_info"
+    expect_err "\-\-main_process_ip $ip: an IPv6 link-local address"
+    expect_err "give machine 0's global or unique-local (fd00::/8) IPv6 address, or an IPv4 one"
+done
 printf 'distributed_type: MULTI_CPU\nmain_process_ip: ""\nnum_machines: 2\nnum_processes: 2\n' \
     >"$T/noip.yaml"
 run 2 launch --config_file "$T/noip.yaml" "$P/rank_info"

@@ -21,7 +21,9 @@
 #    it listens on its IPv6 address, the family of the route to MASTER_ADDR (allreduce_loop);
 #    given its interface on a instead (IPv4 and link-local only), it listens in IPv4, saying
 #    why, and both processes fail at once naming the two families (machine 1 its interface);
-#    both machines given their interface on a: both listen in IPv4, and the job runs.
+#    both machines given their interface on a: both listen in IPv4, and the job runs;
+#  - an IPv6 link-local MASTER_ADDR (machine 0's on a, with each machine's scope id): every
+#    process refuses it at once, naming it and what to use instead.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -218,4 +220,33 @@ for r in 0 1; do
 done
 echo "$name ($((SECONDS - start)) s): MASTER_ADDR=fd78::1, both machines naming an interface" \
     "without IPv6: listening in IPv4, every allreduce correct"
+# An IPv6 link-local MASTER_ADDR, machine 0's own on network a, each machine giving the scope
+# id of its interface there: refused at once by every process, naming the address and what to
+# use instead (before, the store worked over it and Gloo failed to bind, "Invalid argument").
+name=link-local start=$SECONDS
+ll=$(ip -n "${ns[0]}" -6 -o addr show dev "av${id}a0" scope link | awk '{ print $4 }' |
+    cut -d/ -f1 | head -n 1)
+if [ -z "$ll" ]; then
+    echo "$name: skip: interface av${id}a0 has no IPv6 link-local address here"
+else
+    current=$name pids=()
+    for m in 0 1; do
+        ip netns exec "${ns[$m]}" env RANK=$m WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+            GROUP_RANK=$m ACCEL_NUM_MACHINES=2 MASTER_ADDR="$ll%av${id}a$m" MASTER_PORT=29500 \
+            ACCEL_TIMEOUT=30 "$B/tests/progs/allreduce_loop" --iters 20 \
+            >"$tmp/$name.$m.out" 2>"$tmp/$name.$m.err" &
+        pids+=($!)
+    done
+    (sleep 60; kill -9 "${pids[@]}" 2>/dev/null) >/dev/null 2>&1 &
+    watchdog=$!
+    for m in 0 1; do
+        wait "${pids[$m]}" && fail "$name: process $m succeeded"
+        grep -q "EINVAL.*MASTER_ADDR=$ll%av${id}a$m is an IPv6 link-local address" \
+            "$tmp/$name.$m.err" || fail "$name: process $m did not refuse the address"
+        grep -q "global or unique-local (fd00::/8) IPv6 address, or an IPv4 one" \
+            "$tmp/$name.$m.err" || fail "$name: process $m did not say what to use instead"
+    done
+    kill "$watchdog" 2>/dev/null
+    echo "$name ($((SECONDS - start)) s): MASTER_ADDR=$ll%<interface>: both processes refused it"
+fi
 echo "test_gloo_netns: ok"

@@ -17,6 +17,7 @@ set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop
 [ -x "$PROG" ] || { echo "missing $PROG"; exit 1; }
+. "$(dirname "$0")/../poll.sh"
 tmp=$(mktemp -d)
 uid=$(id -u)
 prefix=jobid-clash-$$ # not 32 hex digits: ids a user chose
@@ -99,8 +100,7 @@ mkdir "$tmp/sync"
 pids=()
 start a0 0 2 --iters 20 --sync-dir "$tmp/sync" --sync-count 4
 start a1 1 2 --iters 20 --sync-dir "$tmp/sync" --sync-count 4
-for _ in $(seq 1 3000); do [ "$(ls "$tmp/sync" | wc -l)" -ge 2 ] && break; sleep 0.01; done
-[ "$(ls "$tmp/sync" | wc -l)" -ge 2 ] || fail "late: the first job did not set up"
+poll 30 n_files_at_least "$tmp/sync" 2 || fail "late: the first job did not set up"
 grep -q accel_init "$tmp"/a[01].err && fail "late: the first job failed to set up alone"
 start b0 0 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4
 start b1 1 2 --iters 20 --salt 10 --sync-dir "$tmp/sync" --sync-count 4

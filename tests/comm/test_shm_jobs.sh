@@ -24,6 +24,7 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop
 FREE=$B/tests/progs/free_port
 [ -x "$PROG" ] && [ -x "$FREE" ] || { echo "missing $PROG or $FREE"; exit 1; }
+. "$(dirname "$0")/../poll.sh"
 tmp=$(mktemp -d)
 uid=$(id -u)
 pids=()
@@ -83,10 +84,7 @@ start d0 0 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
 # The processes 1 only once one process 0 has been refused the port: a process 0 that failed on
 # the clash closes its store, and a process 0 of the other job that came later still would take
 # the port over and wait its ACCEL_TIMEOUT for a process 1 already gone (1 run in about 300).
-for _ in $(seq 1 1000); do
-    grep -qs "cannot serve on" "$tmp/c0.err" "$tmp/d0.err" && break
-    sleep 0.01
-done
+poll 10 grep -qs "cannot serve on" "$tmp/c0.err" "$tmp/d0.err"
 start c1 1 2 MASTER_PORT=$p -- --iters 200 --salt 0 "${sync[@]}"
 start d1 1 2 MASTER_PORT=$p -- --iters 200 --salt 10 "${sync[@]}"
 i=0
@@ -111,16 +109,13 @@ pids=()
 start g0 0 2 MASTER_PORT=$p ACCEL_LOG_LEVEL=info -- --iters 100000000 --sync-dir "$tmp/sync3" \
     --sync-count 2
 start g1 1 2 MASTER_PORT=$p -- --iters 100000000 --sync-dir "$tmp/sync3" --sync-count 2
-for _ in $(seq 1 2000); do [ "$(ls "$tmp/sync3" | wc -l)" -ge 2 ] && break; sleep 0.01; done
+poll 20 n_files_at_least "$tmp/sync3" 2
 start h1 1 2 MASTER_PORT=$p -- --iters 10
-for _ in $(seq 1 2000); do grep -qs "allreduce failed" "$tmp/g0.err" && break; sleep 0.01; done
-grep -q "allreduce failed" "$tmp/g0.err" || fail "late process 0: the first job did not fail"
+poll 20 grep -qs "allreduce failed" "$tmp/g0.err" ||
+    fail "late process 0: the first job did not fail"
 # Its store has its cause from this line on (on the old code the line never comes: the wait
 # runs out, and process 0 exits meanwhile).
-for _ in $(seq 1 2000); do
-    grep -qs "shm: keeping 127.0.0.1:$p taken" "$tmp/g0.err" && break
-    sleep 0.01
-done
+poll 20 grep -qs "shm: keeping 127.0.0.1:$p taken" "$tmp/g0.err"
 start h0 0 2 MASTER_PORT=$p -- --iters 10
 i=0
 for name in g0 g1 h1 h0; do
@@ -144,8 +139,7 @@ pids=()
 ACCEL_JOB_ID=$job RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 ACCEL_TIMEOUT=60 \
     "$PROG" --iters 10 >"$tmp/s.out" 2>"$tmp/s.err" &
 creator=$!
-for _ in $(seq 1 1000); do [ -e "$stale" ] && break; sleep 0.01; done
-[ -e "$stale" ] || fail "stale: the first process 0 never created $stale"
+poll 10 test -e "$stale" || fail "stale: the first process 0 never created $stale"
 kill -9 "$creator"
 wait "$creator" 2>/dev/null
 [ -e "$stale" ] || fail "stale: $stale vanished with its creator"

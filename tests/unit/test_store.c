@@ -1,15 +1,16 @@
 /*
  * The job's key-value store (src/comm/store.h): set/get/add/wait between processes, deadlines
  * (a missing key times out naming it; timeout 0 does not wait), values of every size up to the
- * limit, the port-0 server, a taken port (an error naming the address), no server at all, a
- * program on the port that is not a store, a malformed request (that client is dropped, the
- * others carry on), the server's hook, a server that dies (clients waiting in get fail with
- * EPEER at once, not at their deadline) or is stopped (ETIMEDOUT), and one abandoned after a
- * failure (it keeps serving and holding its port, without its hook). A serving process that
- * closes its store while clients use it tells them why (a waiting get and an idle client's next
- * request fail with EPEER naming its pid and, when it closes for a failure, that failure); one
- * that closes after a clash first lingers (the port taken, naming the failure, clients served
- * without the hook); a client that keeps writing does not stop the close. Presence: a
+ * limit, the port-0 server, a taken port (an error naming the address), no server at all, an
+ * IPv6 link-local address (refused at once, naming it), a program on the port that is not a
+ * store, a malformed request (that client is dropped, the others carry on), the server's hook, a
+ * server that dies (clients waiting in get fail with EPEER at once, not at their deadline) or is
+ * stopped (ETIMEDOUT; a bounded request at its bound, accel__store_bound), and one abandoned
+ * after a failure (it keeps serving and holding its port, without its hook). A serving process
+ * that closes its store while clients use it tells them why (a waiting get and an idle client's
+ * next request fail with EPEER naming its pid and, when it closes for a failure, that failure);
+ * one that closes after a clash first lingers (the port taken, naming the failure, clients
+ * served without the hook); a client that keeps writing does not stop the close. Presence: a
  * client that declared a key and dies (or exits without departing) has it set by the server,
  * which wakes a get waiting for it; one that departs does not; a second declaration replaces
  * the first; the first loss is kept; interrupting a client stops a get in progress at once.
@@ -46,6 +47,16 @@ static void expect(accel_status got, accel_status want, const char *text)
               accel_last_error(NULL), text);
 }
 
+/* Gets key from st (waiting up to timeout_s) and checks that its value is want. */
+static void expect_value(accel__store *st, const char *key, const char *want, double timeout_s)
+{
+    char buf[64];
+    size_t n = 0;
+    CHECK_OK(NULL, accel__store_get(st, key, buf, sizeof(buf), &n, timeout_s));
+    CHECK_MSG(n == strlen(want) && memcmp(buf, want, n) == 0, "%s: \"%.*s\", want \"%s\"", key,
+              (int)n, buf, want);
+}
+
 static int hook_calls;
 static char hook_last[64];
 static void hook(void *arg, const char *key, const void *value, size_t nbytes)
@@ -56,8 +67,9 @@ static void hook(void *arg, const char *key, const void *value, size_t nbytes)
     snprintf(hook_last, sizeof(hook_last), "%s", key);
 }
 
-/* A server on a free port whose hook counts its calls in *calls. */
-static accel__store *open_hooked(int *calls)
+/* A server on a free port whose hook counts its calls in *calls, and key set to value through
+ * it: *calls is then 1 (checked). */
+static accel__store *open_hooked(int *calls, const char *key, const char *value)
 {
     accel__store_config c = {.addr = "127.0.0.1",
                              .port = 0,
@@ -67,6 +79,8 @@ static accel__store *open_hooked(int *calls)
                              .hook_arg = calls};
     accel__store *st = NULL;
     CHECK_OK(NULL, accel__store_open(&st, &c));
+    CHECK_OK(NULL, accel__store_set(st, key, value, strlen(value)));
+    CHECK(*calls == 1);
     return st;
 }
 
@@ -291,6 +305,27 @@ static void silent_listener(void)
     close(lfd);
 }
 
+/* An IPv6 link-local MASTER_ADDR, scope id or not, is refused at once, naming it and what to
+ * use instead (before, a client without the scope id retried until its deadline, and the
+ * server said "Invalid argument"). */
+static void link_local(void)
+{
+    const char *addrs[] = {"fe80::1", "fe80::1%lo", "FE80::abcd:1"};
+    for (size_t i = 0; i < sizeof(addrs) / sizeof(addrs[0]); i++) {
+        for (int serve = 0; serve < 2; serve++) {
+            accel__store_config c = {
+                .addr = addrs[i], .port = 29999, .serve = serve, .timeout_s = 5};
+            accel__store *st = NULL;
+            expect(accel__store_open(&st, &c), ACCEL_EINVAL, addrs[i]);
+            const char *msg = accel_last_error(NULL);
+            CHECK_MSG(strstr(msg, "is an IPv6 link-local address") != NULL &&
+                          strstr(msg, "unique-local (fd00::/8) IPv6 address") != NULL,
+                      "%s", msg);
+            CHECK(st == NULL);
+        }
+    }
+}
+
 /* The serving process dies (or stops) while a client waits. */
 static void server_trouble(int sig)
 {
@@ -309,7 +344,7 @@ static void server_trouble(int sig)
     CHECK(read(p[0], &port, sizeof(port)) == (ssize_t)sizeof(port));
     close(p[0]);
     close(p[1]);
-    accel__store *st = open_store(port, 0, 1);
+    accel__store *st = open_store(port, 0, 1), *patient = open_store(port, 0, 600);
     CHECK_OK(NULL, accel__store_set(st, "x", "1", 1));
     char buf[8];
     size_t n;
@@ -325,8 +360,15 @@ static void server_trouble(int sig)
     } else {
         /* A stopped server answers nothing: set gives up at the store's timeout (1 s). */
         expect(accel__store_set(st, "x", "2", 1), ACCEL_ETIMEDOUT, "no answer");
+        /* A bound ends a far deadline (600 s, and the answer's grace) at the bound. */
+        double t0 = accel__now();
+        accel__store_bound(patient, t0 + 0.5);
+        expect(accel__store_get(patient, "never", buf, sizeof(buf), &n, 600), ACCEL_ETIMEDOUT,
+               "no answer");
+        CHECK(accel__now() - t0 < 10.0);
         kill(pid, SIGKILL);
     }
+    accel__store_close(patient);
     accel__store_close(st);
     if (sig != SIGKILL) {
         CHECK(waitpid(pid, &ws, 0) == pid);
@@ -337,16 +379,11 @@ static void server_trouble(int sig)
 static void abandoned(void)
 {
     int calls = 0;
-    accel__store *srv = open_hooked(&calls);
+    accel__store *srv = open_hooked(&calls, "why", "failed");
     int port = accel__store_port(srv);
-    CHECK_OK(NULL, accel__store_set(srv, "why", "failed", 6));
-    CHECK(calls == 1);
     accel__store_abandon(srv);
     accel__store *st = open_store(port, 0, 5);
-    char buf[16];
-    size_t n = 0;
-    CHECK_OK(NULL, accel__store_get(st, "why", buf, sizeof(buf), &n, 0));
-    CHECK(n == 6 && memcmp(buf, "failed", 6) == 0);
+    expect_value(st, "why", "failed", 0);
     CHECK_OK(NULL, accel__store_set(st, "more", "x", 1));
     CHECK(calls == 1); /* the hook's argument may be gone: it is not called any more */
     expect_taken(port, NULL);
@@ -421,10 +458,7 @@ static void *come_late(void *arg)
     int port = *(int *)arg;
     usleep(200000);
     accel__store *late = open_store(port, 0, 5);
-    char buf[8];
-    size_t n = 0;
-    CHECK_OK(NULL, accel__store_get(late, "job", buf, sizeof(buf), &n, 5));
-    CHECK(n == 3 && memcmp(buf, "2 n", 3) == 0);
+    expect_value(late, "job", "2 n", 5);
     CHECK_OK(NULL, accel__store_set(late, "clash", "1 2", 3));
     expect_taken(port, "two jobs met here (a test)");
     return late;
@@ -438,10 +472,8 @@ static void *come_late(void *arg)
 static void linger(void)
 {
     int calls = 0;
-    accel__store *srv = open_hooked(&calls);
+    accel__store *srv = open_hooked(&calls, "job", "2 n");
     int port = accel__store_port(srv);
-    CHECK_OK(NULL, accel__store_set(srv, "job", "2 n", 3));
-    CHECK(calls == 1);
     getter g = {.st = open_store(port, 0, 5)};
     pthread_t waiter, th;
     CHECK(pthread_create(&waiter, NULL, get_never, &g) == 0);
@@ -651,6 +683,7 @@ int main(void)
     basics();
     not_a_store();
     silent_listener();
+    link_local();
     server_trouble(SIGKILL);
     server_trouble(SIGSTOP);
     abandoned();

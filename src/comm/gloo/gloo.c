@@ -408,10 +408,21 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
 
 /* ---- failures ---- */
 
+/* Recording a failure is best effort: its store traffic ends this long after any wait for
+ * another's diagnosis, answered or not, so that a stopped process 0 (its store answers nothing)
+ * delays the failure by that much, not by a store timeout per request. */
+#define FAIL_STORE_S 1.0
+
 /* Records the first failure of this communicator job-wide (first to the store wins) or adopts
  * the one recorded there, resets every connection so peers waiting on this rank fail at once,
- * and returns it with the message set. */
-static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
+ * and returns it with the message set. With grace > 0 (a wait that timed out), first gives the
+ * others up to grace s to record theirs.
+ *
+ * Why the grace: a wait here that timed out may be waiting on a process that itself waits on
+ * the culprit (hier: process 0 across for process 2, stuck inside its machine on a stopped
+ * process 3). Both deadlines pass within microseconds of each other; the diagnosis recorded
+ * first names the process at fault for everyone. */
+static accel_status fail(accel__gloo *e, accel_status st, const char *msg, double grace)
 {
     pthread_mutex_lock(&e->mu);
     if (atomic_load(&e->broken)) {
@@ -419,22 +430,34 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
         return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
     }
     char rec[ACCEL__ERRMSG_NBYTES + 16];
-    snprintf(rec, sizeof(rec), "%d|%s", (int)st, msg);
     char key[sizeof(e->prefix) + 8], mkey[sizeof(key) + 8];
     snprintf(key, sizeof(key), "%sabort", e->prefix);
     snprintf(mkey, sizeof(mkey), "%s/msg", key);
+    const double until = accel__now() + grace + FAIL_STORE_S;
+    size_t got = 0;
     int64_t first = 0;
+    if (e->store != NULL) {
+        accel__store_bound(e->store, until);
+        if (grace > 0) { /* a record that comes is adopted below */
+            (void)accel__store_get(e->store, mkey, rec, sizeof(rec), &got, grace);
+        }
+    }
+    snprintf(rec, sizeof(rec), "%d|%s", (int)st, msg);
     if (e->store != NULL && accel__store_add(e->store, key, 1, &first) == ACCEL_OK) {
         if (first == 1) {
             (void)accel__store_set(e->store, mkey, rec, strlen(rec));
         } else {
             /* Someone else saw it first: its record is the cause (written before the connection
              * resets that woke us, so a short wait is enough). */
-            size_t got = 0;
-            if (accel__store_get(e->store, mkey, rec, sizeof(rec) - 1, &got, 5.0) == ACCEL_OK) {
+            double left = until - accel__now() - 0.5; /* the answer's own time */
+            if (accel__store_get(e->store, mkey, rec, sizeof(rec) - 1, &got,
+                                 left > 0.1 ? left : 0.1) == ACCEL_OK) {
                 rec[got] = '\0';
             }
         }
+    }
+    if (e->store != NULL) {
+        accel__store_bound(e->store, 0);
     }
     char *bar = strchr(rec, '|');
     e->broken_st = bar != NULL ? (accel_status)atoi(rec) : st;
@@ -445,32 +468,11 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg)
     return accel__seterr(NULL, e->broken_st, "%s", e->broken_msg);
 }
 
-/* A wait here that timed out may be waiting on a process that itself waits on the culprit
- * (hier: process 0 across for process 2, stuck inside its machine on a stopped process 3). Both
- * deadlines pass within microseconds of each other; the diagnosis recorded first names the
- * process at fault for everyone. So before recording its own, a timed-out process gives the
- * others a moment (a quarter of the timeout, at most 2 s) to record theirs; fail() then adopts
- * it. Only on this failure path. */
-static void await_diagnosis(accel__gloo *e)
-{
-    if (e->store == NULL || atomic_load(&e->broken)) {
-        return;
-    }
-    char key[sizeof(e->prefix) + 16], rec[ACCEL__ERRMSG_NBYTES + 16];
-    snprintf(key, sizeof(key), "%sabort/msg", e->prefix);
-    double grace = e->timeout_s / 4 < 2.0 ? e->timeout_s / 4 : 2.0;
-    size_t got = 0;
-    (void)accel__store_get(e->store, key, rec, sizeof(rec), &got, grace);
-}
-
 accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gloo_err *err,
                                 const char *what)
 {
     char msg[ACCEL__ERRMSG_NBYTES];
     const int me = e->process[e->rank];
-    if (st == ACCEL_ETIMEDOUT) {
-        await_diagnosis(e);
-    }
     if (err->peer >= 0 && st == ACCEL_EPEER) {
         snprintf(msg, sizeof(msg),
                  "gloo: process %d died or closed its connection to process %d during %s (%s)",
@@ -490,7 +492,9 @@ accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gl
     } else {
         snprintf(msg, sizeof(msg), "gloo: %s failed on process %d: %s", what, me, err->msg);
     }
-    return fail(e, st, msg);
+    /* A quarter of the timeout, at most 2 s, for another's diagnosis (see fail()). */
+    double grace = st != ACCEL_ETIMEDOUT ? 0 : e->timeout_s / 4 < 2.0 ? e->timeout_s / 4 : 2.0;
+    return fail(e, st, msg, grace);
 }
 
 void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg)
@@ -501,7 +505,7 @@ void accel__gloo_abort(accel__gloo *e, accel_status st, const char *msg)
     char m[ACCEL__ERRMSG_NBYTES];
     snprintf(m, sizeof(m), "gloo: process %d aborted the communicator: %s", e->process[e->rank],
              msg);
-    (void)fail(e, st, m);
+    (void)fail(e, st, m, 0);
 }
 
 /* ---- the backend ---- */
@@ -532,7 +536,7 @@ static accel_status gloo_split(void *impl, const accel__comm_split_info *how, vo
     if (st != ACCEL_OK) {
         accel__free(all);
         accel__free(process);
-        return fail(e, st, "gloo: out of memory in accel__comm_split");
+        return fail(e, st, "gloo: out of memory in accel__comm_split", 0);
     }
     if (how->cfg != NULL) {
         char prefix[sizeof(e->prefix) + 48];
