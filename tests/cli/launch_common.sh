@@ -1,6 +1,21 @@
 # Sourced by the launch tests (test_launch_machines.sh, test_launch_netns.sh,
-# test_launch_mpirun.sh): helpers they share.
+# test_launch_mpirun.sh, test_launch_shared_cpus.sh): helpers they share.
 #
 #   has FILE WORDS...   grep -q in FILE for the words joined by a space (a long pattern split
 #                       over lines); its status is grep's
+#   scratch             T: a new directory; at exit every process in $pids (the test adds its
+#                       background launchers) is killed and T removed
+#   fail MSG...         prints "FAIL: MSG" and every non-empty $T/*.out and $T/*.err; exits 1
 has() { local f=$1; shift; grep -q -- "$*" "$f"; }
+scratch() {
+    T=$(mktemp -d)
+    pids=
+    trap 'for p in $pids; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+}
+fail() {
+    echo "FAIL: $*"
+    for f in "$T"/*.out "$T"/*.err; do
+        [ -s "$f" ] && { echo "---- $f"; cat "$f"; }
+    done
+    exit 1
+}

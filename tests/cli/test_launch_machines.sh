@@ -22,21 +22,8 @@ ACCEL=$B/accel
 CHECK=$B/tests/progs/machine_check
 FREE=$B/tests/progs/free_port
 [ -x "$ACCEL" ] && [ -x "$CHECK" ] && [ -x "$FREE" ] || { echo "missing build outputs"; exit 1; }
-T=$(mktemp -d)
-pids=
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in "$T"/*.out "$T"/*.err; do
-        [ -s "$f" ] && { echo "---- $f"; cat "$f"; }
-    done
-    exit 1
-}
-source "$(dirname "$0")/launch_common.sh" # has
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail
+scratch
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
 MN=(--num_machines 2 --main_process_ip 127.0.0.1)

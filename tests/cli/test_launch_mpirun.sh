@@ -21,6 +21,7 @@ mpirun --version 2>&1 | grep -q "Open MPI" ||
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Two ranks need two slots whatever the core count; --bind-to socket needs no more ranks than
 # cores, so the job has 2 processes (this machine may have only 2 cores).
+source "$(dirname "$0")/launch_common.sh" # has (its fail is replaced below)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail() {
@@ -29,7 +30,6 @@ fail() {
     echo "---- stderr:"; cat "$T/err"
     exit 1
 }
-source "$(dirname "$0")/launch_common.sh" # has
 echo "localhost slots=2" >"$T/hosts"
 
 # ---- 1. the flag ----

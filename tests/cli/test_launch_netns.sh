@@ -38,14 +38,7 @@ ip link add "va$tag" type veth peer name "vb$tag" &&
     ip -n "$ns0" link set "va$tag" up && ip -n "$ns1" link set "vb$tag" up &&
     ip -n "$ns0" link set lo up && ip -n "$ns1" link set lo up ||
     { echo "SKIP: cannot set up a veth pair between the namespaces"; exit 77; }
-fail() {
-    echo "FAIL: $*"
-    for f in "$T"/*.out "$T"/*.err; do
-        [ -s "$f" ] && { echo "---- $f"; cat "$f"; }
-    done
-    exit 1
-}
-source "$(dirname "$0")/launch_common.sh" # has
+source "$(dirname "$0")/launch_common.sh" # has, fail
 # start NAME NAMESPACE MACHINE ARGS...
 start() {
     local name=$1 ns=$2 m=$3

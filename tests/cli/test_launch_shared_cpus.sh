@@ -19,20 +19,8 @@ command -v taskset >/dev/null || { echo "SKIP: taskset is missing"; exit 77; }
 [ "$(taskset -c 0,1 nproc 2>/dev/null)" = 2 ] ||
     { echo "SKIP: CPUs 0 and 1 are not both usable here"; exit 77; }
 [ -r /proc/sys/kernel/random/boot_id ] || { echo "SKIP: no boot id (not Linux?)"; exit 77; }
-T=$(mktemp -d)
-pids=
-cleanup() {
-    for p in $pids; do kill -9 "$p" 2>/dev/null; done
-    rm -rf "$T"
-}
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*"
-    for f in "$T"/*.out "$T"/*.err; do
-        [ -s "$f" ] && { echo "---- $f"; cat "$f"; }
-    done
-    exit 1
-}
+source "$(dirname "$0")/launch_common.sh" # scratch, fail
+scratch
 PROG='echo "RANK=$RANK CPUS=$(sed -n "s/^Cpus_allowed_list:\t//p" /proc/self/status)"'
 SAID="machines' launchers on this host share its CPUs: processes not bound"
 
