@@ -302,10 +302,22 @@ static int ask(prompt *p, accel__ynode *m)
             return -1;
         }
         rank = r;
-        if (!same_network && prompt_text(p, "What rendezvous backend will you use? ('static', "
-                                            "'c10d', ...): ",
-                                         "static", rdzv, sizeof(rdzv)) != 0) {
-            return -1;
+        /* Accelerate takes any of torchrun's backends (etcd, ...); accel launch only these two,
+         * so another one is asked again rather than written into a file it would refuse. */
+        while (!same_network) {
+            if (prompt_text(p, "What rendezvous backend will you use? ('static', 'c10d'): ",
+                            "static", rdzv, sizeof(rdzv)) != 0) {
+                return -1;
+            }
+            const char *known = strcasecmp(rdzv, "static") == 0 ? "static"
+                                : strcasecmp(rdzv, "c10d") == 0   ? "c10d"
+                                                                  : NULL;
+            if (known != NULL) {
+                snprintf(rdzv, sizeof(rdzv), "%s", known);
+                break;
+            }
+            printf("Please enter static or c10d (both meet at machine 0's launcher; accel has no "
+                   "other rendezvous backend).\n");
         }
     }
     if (type != TYPE_NO &&

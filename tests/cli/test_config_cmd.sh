@@ -184,12 +184,15 @@ ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input
 
 # multi-CPU asks Accelerate's mpirun questions: the hostfile ("~" expanded; a missing one is
 # noted) and the oneCCL workers go to mpirun_config, which accel launch reads (here it names
-# the missing hostfile: the file reached the launcher).
-printf '0\n1\n2\n1\n127.0.0.1\n29500\n\nno\nyes\n~/hosts\n3\nno\n2\n0\n' |
+# the missing hostfile: the file reached the launcher). Not on the same network: a rendezvous
+# backend accel launch would refuse (etcd) is asked again.
+printf '0\n1\n2\n1\n127.0.0.1\n29500\nno\netcd\nC10D\nno\nyes\n~/hosts\n3\nno\n2\n0\n' |
     HOME=$T/home timeout 20 "$ACCEL" config --config_file "$T/mpi.yaml" >"$T/out" 2>"$T/err" ||
     fail "the questionnaire with mpirun failed"
 grep -q "Note: cannot read $T/home/hosts yet" "$T/out" || fail "the missing hostfile was not noted"
-grep -qx "  mpirun_ccl: 3" "$T/mpi.yaml" || fail "mpirun_ccl not written"
+grep -q "Please enter static or c10d" "$T/out" || fail "rendezvous backend etcd not asked again"
+grep -qx "  mpirun_ccl: 3" "$T/mpi.yaml" && grep -qx "rdzv_backend: c10d" "$T/mpi.yaml" ||
+    fail "mpirun_ccl or rdzv_backend not written"
 python_sees "$T/mpi.yaml" "compute_environment='LOCAL_MACHINE'
 debug=False
 distributed_type='MULTI_CPU'
@@ -204,8 +207,8 @@ mpirun_config.mpirun_ccl=3
 mpirun_config.mpirun_hostfile='$T/home/hosts'
 num_machines=2
 num_processes=2
-rdzv_backend='static'
-same_network=True
+rdzv_backend='c10d'
+same_network=False
 tpu_env=[]
 tpu_use_cluster=False
 tpu_use_sudo=False
