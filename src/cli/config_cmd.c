@@ -6,6 +6,7 @@
  * with Accelerate's keys and layout (sorted keys; JSON for a .json path), to --config_file or
  * the default location the library and `accel launch` read (base/config.h).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,36 @@ static int write_config(const cli_verb *verb, const accel__ynode *root, const ch
 
 enum { TYPE_NO, TYPE_MULTI_CPU, TYPE_MULTI_GPU };
 
+/* The hostfile of mpirun, "~" expanded as Accelerate's os.path.expanduser does (accel launch
+ * reads the path as written). A file that is not there yet is only noted: it may be written
+ * later, and accel launch names it if it is still missing. Returns 0, or -1 (input ended). */
+static int ask_hostfile(prompt *p, char *out, size_t cap)
+{
+    for (;;) {
+        char answer[4096];
+        if (prompt_text(p, "Please enter the path to the hostfile to use with mpirun "
+                           "[~/hostfile]: ",
+                        "~/hostfile", answer, sizeof(answer)) != 0) {
+            return -1;
+        }
+        const char *home = getenv("HOME");
+        int tilde = answer[0] == '~' && (answer[1] == '/' || answer[1] == '\0');
+        int n = tilde && home != NULL && home[0] != '\0'
+                    ? snprintf(out, cap, "%s%s", home, answer + 1)
+                    : snprintf(out, cap, "%s", answer);
+        if (n < 0 || (size_t)n >= cap) {
+            printf("Please enter a shorter path.\n");
+            continue;
+        }
+        if (access(out, R_OK) != 0) {
+            printf("Note: cannot read %s yet (%s): accel launch will need it, one line per "
+                   "machine (HOST slots=N).\n",
+                   out, strerror(errno));
+        }
+        return 0;
+    }
+}
+
 /* Accelerate's get_cluster_input for the features accel has. Returns 0, or -1 (input ended,
  * a setup accel refuses) after saying why. */
 static int ask(prompt *p, accel__ynode *m)
@@ -271,10 +302,22 @@ static int ask(prompt *p, accel__ynode *m)
             return -1;
         }
         rank = r;
-        if (!same_network && prompt_text(p, "What rendezvous backend will you use? ('static', "
-                                            "'c10d', ...): ",
-                                         "static", rdzv, sizeof(rdzv)) != 0) {
-            return -1;
+        /* Accelerate takes any of torchrun's backends (etcd, ...); accel launch only these two,
+         * so another one is asked again rather than written into a file it would refuse. */
+        while (!same_network) {
+            if (prompt_text(p, "What rendezvous backend will you use? ('static', 'c10d'): ",
+                            "static", rdzv, sizeof(rdzv)) != 0) {
+                return -1;
+            }
+            const char *known = strcasecmp(rdzv, "static") == 0 ? "static"
+                                : strcasecmp(rdzv, "c10d") == 0   ? "c10d"
+                                                                  : NULL;
+            if (known != NULL) {
+                snprintf(rdzv, sizeof(rdzv), "%s", known);
+                break;
+            }
+            printf("Please enter static or c10d (both meet at machine 0's launcher; accel has no "
+                   "other rendezvous backend).\n");
         }
     }
     if (type != TYPE_NO &&
@@ -288,6 +331,18 @@ static int ask(prompt *p, accel__ynode *m)
         prompt_yes_no(p, "Do you want to run your training on CPU only (even if a GPU is "
                          "available)? [yes/NO]: ",
                       0, &use_cpu) != 0) {
+        return -1;
+    }
+    /* Accelerate asks it of every multi-CPU setup, one machine or several; accel launch then
+     * runs mpirun itself from the file's mpirun_config. */
+    int use_mpirun = 0;
+    long ccl = 1;
+    char hostfile[4096] = "";
+    if (type == TYPE_MULTI_CPU &&
+        (prompt_yes_no(p, "Do you want accel to launch mpirun? [yes/NO]: ", 0, &use_mpirun) != 0 ||
+         (use_mpirun && ask_hostfile(p, hostfile, sizeof(hostfile)) != 0) ||
+         (use_mpirun && prompt_int(p, "Enter the number of oneCCL worker threads [1]: ", 1, 0,
+                                   1 << 20, &ccl) != 0))) {
         return -1;
     }
     if (prompt_yes_no(p, "Do you want to use DeepSpeed (accel: its ZeRO stages, on CPUs too)? "
@@ -346,6 +401,12 @@ static int ask(prompt *p, accel__ynode *m)
     }
     if (multi_machine) {
         bad |= set_str(m, "main_process_ip", ip) | set_long(m, "main_process_port", port);
+    }
+    if (use_mpirun) {
+        accel__ynode *mpi = accel__ynode_map();
+        bad |= mpi == NULL ||
+               set_str(mpi, "mpirun_hostfile", hostfile) | set_long(mpi, "mpirun_ccl", ccl);
+        bad |= set(m, "mpirun_config", mpi);
     }
     if (deepspeed) {
         accel__ynode *ds = accel__ynode_map();

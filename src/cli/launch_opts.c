@@ -607,10 +607,21 @@ int launch_resolve(const cli_verb *verb, int argc, char **argv, launch_settings 
     s->machine_rank = (int)rank;
     if (procs % machines != 0) {
         char src[1400];
-        fail_value(verb, &a, "num_processes",
-                   "%ld processes cannot be shared equally by %s (num_processes is the total over "
-                   "all machines, Accelerate's meaning)",
-                   procs, cli_source(verb, &a, "num_machines", src, sizeof(src)));
+        cli_source(verb, &a, "num_machines", src, sizeof(src));
+        if (cli_value(verb, &a, "num_processes") == NULL) {
+            /* Forgetting -n is the likely slip of a first multi-machine launch: the default's
+             * single process is what cannot be shared, which "--num_processes  (default)" hid. */
+            cli_usage_error(verb,
+                            "--num_processes not given: its default, 1 process, cannot be shared "
+                            "by %ld machines (%s): give the total over all machines "
+                            "(Accelerate's meaning), e.g. --num_processes %ld",
+                            machines, src, machines);
+        } else {
+            fail_value(verb, &a, "num_processes",
+                       "%ld processes cannot be shared equally by %s (num_processes is the "
+                       "total over all machines, Accelerate's meaning)",
+                       procs, src);
+        }
         goto fail;
     }
     if (rank >= machines && machines == 1 && !cli_given(verb, &a, "machine_rank")) {

@@ -72,6 +72,8 @@ expect How many different machines
 send <enter>
 expect Should distributed operations be checked
 send yes<enter>
+expect Do you want accel to launch mpirun?
+send no<enter>
 expect Do you want to use DeepSpeed
 send yes<enter>
 expect ZeRO optimization stage?
@@ -126,8 +128,8 @@ ok "Ctrl-C in a menu: exit 130, no file"
 
 # ---- the same questionnaire from stdin, without a terminal ----
 # This machine, multi-GPU (then "multi-CPU" by its text after a bad number), 1 machine, no
-# debug, no DeepSpeed, 3 processes, fp16.
-printf '0\n7\nmulti-CPU\n\nno\n\n3\nfp16\n' |
+# debug, no mpirun, no DeepSpeed, 3 processes, fp16.
+printf '0\n7\nmulti-CPU\n\nno\n\n\n3\nfp16\n' |
     timeout 20 "$ACCEL" config --config_file "$T/stdin.yaml" >"$T/out" 2>"$T/err" ||
     fail "the stdin questionnaire failed"
 grep -q "Please enter a number from 0 to 2" "$T/out" || fail "a bad answer was not asked again"
@@ -167,7 +169,7 @@ printf '1\n' | timeout 20 "$ACCEL" config --config_file "$T/sm.yaml" >"$T/out" 2
 [ $? -eq 1 ] && grep -q "Amazon SageMaker is not supported" "$T/err" || fail "SageMaker accepted"
 # 100 machines: rank 70 can be given (the menu stopped at 63); "host:port" as the address and
 # a total that the machines cannot share are asked again (accel launch would refuse them).
-printf '0\n1\n100\n70\n10.0.0.1:29500\n10.0.0.1\n29500\n\nno\nno\n150\n200\n0\n' |
+printf '0\n1\n100\n70\n10.0.0.1:29500\n10.0.0.1\n29500\n\nno\nno\nno\n150\n200\n0\n' |
     timeout 20 "$ACCEL" config --config_file "$T/many.yaml" >"$T/out" 2>"$T/err" ||
     fail "the questionnaire of 100 machines failed"
 grep -q "Please enter a host name or an address: give the address alone" "$T/out" ||
@@ -179,6 +181,42 @@ for kv in "machine_rank: 70" "main_process_ip: 10.0.0.1" "num_processes: 200" \
     grep -qx "$kv" "$T/many.yaml" || fail "the file lacks '$kv'"
 done
 ok "stdin questionnaire: numbers, texts, defaults, re-asked answers, short input, default location"
+
+# multi-CPU asks Accelerate's mpirun questions: the hostfile ("~" expanded; a missing one is
+# noted) and the oneCCL workers go to mpirun_config, which accel launch reads (here it names
+# the missing hostfile: the file reached the launcher). Not on the same network: a rendezvous
+# backend accel launch would refuse (etcd) is asked again.
+printf '0\n1\n2\n1\n127.0.0.1\n29500\nno\netcd\nC10D\nno\nyes\n~/hosts\n3\nno\n2\n0\n' |
+    HOME=$T/home timeout 20 "$ACCEL" config --config_file "$T/mpi.yaml" >"$T/out" 2>"$T/err" ||
+    fail "the questionnaire with mpirun failed"
+grep -q "Note: cannot read $T/home/hosts yet" "$T/out" || fail "the missing hostfile was not noted"
+grep -q "Please enter static or c10d" "$T/out" || fail "rendezvous backend etcd not asked again"
+grep -qx "  mpirun_ccl: 3" "$T/mpi.yaml" && grep -qx "rdzv_backend: c10d" "$T/mpi.yaml" ||
+    fail "mpirun_ccl or rdzv_backend not written"
+python_sees "$T/mpi.yaml" "compute_environment='LOCAL_MACHINE'
+debug=False
+distributed_type='MULTI_CPU'
+downcast_bf16='no'
+enable_cpu_affinity=False
+machine_rank=1
+main_process_ip='127.0.0.1'
+main_process_port=29500
+main_training_function='main'
+mixed_precision='no'
+mpirun_config.mpirun_ccl=3
+mpirun_config.mpirun_hostfile='$T/home/hosts'
+num_machines=2
+num_processes=2
+rdzv_backend='c10d'
+same_network=False
+tpu_env=[]
+tpu_use_cluster=False
+tpu_use_sudo=False
+use_cpu=True"
+timeout 20 "$ACCEL" launch --config_file "$T/mpi.yaml" true >"$T/out" 2>"$T/err"
+[ $? -eq 2 ] && grep -q "mpirun_config.mpirun_hostfile: $T/home/hosts: cannot read" "$T/err" ||
+    fail "accel launch did not take the hostfile from the questionnaire's file"
+ok "multi-CPU with mpirun: mpirun_config written (hostfile with ~ expanded, oneCCL workers)"
 
 # ---- accel config default ----
 timeout 20 "$ACCEL" config default --config_file "$T/def.yaml" --mixed_precision bf16 \

@@ -275,6 +275,15 @@ ok "malformed files and values: errors naming the file and line, or the flag"
 # runs the jobs) ----
 run 2 launch --num_machines 2 -n 4 "$P/rank_info"
 expect_err "several machines (--num_machines 2) need --main_process_ip"
+# -n forgotten (the default's 1 process), from the flag and from the file's num_machines.
+run 2 launch --num_machines 2 --main_process_ip 127.0.0.1 "$P/rank_info"
+expect_err "\-\-num_processes not given: its default, 1 process, cannot be shared by 2 machines" \
+    "(--num_machines 2): give the total over all machines (Accelerate's meaning)," \
+    "e.g. --num_processes 2"
+printf '%s\n' 'distributed_type: MULTI_CPU' 'num_machines: 3' >"$T/no_n.yaml"
+run 2 launch --config_file "$T/no_n.yaml" --main_process_ip 127.0.0.1 "$P/rank_info"
+expect_err "1 process, cannot be shared by 3 machines (config file $T/no_n.yaml, line 2:" \
+    "num_machines: 3)"
 run 2 launch --machine_rank 1 "$P/rank_info"
 expect_err "\-\-machine_rank 1: must be below the number of machines (1)"
 run 2 launch --mpirun_hostfile "$T/nohosts" "$P/rank_info"
