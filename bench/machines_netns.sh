@@ -15,6 +15,9 @@
 #   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
 #   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
 #   BASELINE=0 ...    accel alone (no Gloo ring in the run)
+#   ROUNDS=5 ...      every layout 5 times, then the median [min-max] of each row
+#   bench/machines_netns.sh build,/tmp/old/build ...   two builds (comma-separated), alternated
+#                     in each round, on the same namespaces; the summary names each build
 #   CC=cubic ...      the machines' TCP congestion control (default: the host's, bbr here); the
 #                     host's allowed list gains it for the run and is restored after
 # After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
@@ -23,7 +26,9 @@
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
 set -u
-B=${1:?usage: bench/machines_netns.sh BUILD_DIR [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]}
+BUILDS=${1:?usage: bench/machines_netns.sh BUILD_DIR[,BUILD_DIR...] [RATE [MIN_KIB [MAX_MIB [LAYOUTS...]]]]}
+IFS=, read -r -a BUILD_DIRS <<<"$BUILDS"
+ROUNDS=${ROUNDS:-1}
 RATE=${2:-1gbit}
 QUEUE=${QUEUE:-5ms}
 COLL=${COLL:-allreduce}
@@ -38,7 +43,9 @@ if [ "$(id -u)" -ne 0 ] || ! command -v tc >/dev/null; then
     echo "machines_netns: needs root and iproute2 (ip, tc)" >&2
     exit 1
 fi
-[ -x "$B/bench/collectives" ] || { echo "machines_netns: no $B/bench/collectives" >&2; exit 1; }
+for B in "${BUILD_DIRS[@]}"; do
+    [ -x "$B/bench/collectives" ] || { echo "machines_netns: no $B/bench/collectives" >&2; exit 1; }
+done
 
 id=$$
 sw=accel-sw-$id
@@ -115,8 +122,10 @@ set +e
 
 echo "# machines_netns: links shaped at $RATE each way (tc tbf), $(nproc) CPUs, sizes" \
     "$MIN_KIB KiB - $MAX_MIB MiB, $COLL f32 out of place"
-echo "# layout      size(B)   accel(us)  Gloo's own(us)  vs_raw"
+echo "# layout      size(B)   accel(us)  Gloo's own(us)  vs_raw   (build, round)"
 port=29600
+for round in $(seq 1 "$ROUNDS"); do
+for B in "${BUILD_DIRS[@]}"; do
 for layout in "${LAYOUTS[@]}"; do
     be=${layout%%:*} shape=${layout#*:}
     nm=${shape%x*} per=${shape#*x}
@@ -140,7 +149,34 @@ for layout in "${LAYOUTS[@]}"; do
         continue
     fi
     # rank 0's rows: name size count | time algbw busbw ratio | ... | memcpy | raw_time vs_raw
-    awk -v l="$layout" -v c="$COLL" '$1 == "[rank0]:" && $2 == c {
-        printf "%-10s %10s %11s %15s %7s\n", l, $3, $6, $(NF - 1), $NF }' "$out/$layout.0"
+    awk -v l="$layout" -v c="$COLL" -v b="$B" -v r="$round" '$1 == "[rank0]:" && $2 == c {
+        printf "%-10s %10s %11s %15s %7s   (%s, %d)\n", l, $3, $6, $(NF - 1), $NF, b, r }' \
+        "$out/$layout.0" | tee -a "$out/rows"
     echo "# $layout: $(counters_since "$counters_before")"
 done
+done
+done
+
+# Several rounds or builds: per build, layout and size, the median [min-max] of accel's time and
+# of vs_raw over the rounds (a row without Gloo's own has "-" there).
+if [ "$ROUNDS" -gt 1 ] || [ ${#BUILD_DIRS[@]} -gt 1 ]; then
+    echo "# summary over $ROUNDS round(s): median [min-max]"
+    echo "# build  layout  size(B)  accel(us)  vs_raw"
+    sort -k6,6 -k1,1 -k2,2n "$out/rows" | awk '
+        function stats(v, n, f,    i, j, t) { # sorts v[1..n]; "median [min-max]", format f
+            for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) {
+                t = v[j]; v[j] = v[j - 1]; v[j - 1] = t
+            }
+            return sprintf(f " [" f "-" f "]", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2,
+                           v[1], v[n])
+        }
+        function flush() {
+            r = m > 0 ? stats(ra, m, "%.2f") : "-"
+            if (n > 0) printf "%s %s %s  %s  %s\n", build, lay, size, stats(ta, n, "%.0f"), r
+            n = 0; m = 0
+        }
+        { b = $6; sub(/^\(/, "", b); sub(/,$/, "", b)
+          if (b != build || $1 != lay || $2 != size) { flush(); build = b; lay = $1; size = $2 }
+          ta[++n] = $3 + 0; if ($5 != "-") ra[++m] = $5 + 0 }
+        END { flush() }'
+fi
