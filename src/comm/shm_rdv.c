@@ -105,6 +105,7 @@ accel_status accel__shm_rdv_begin(accel__shm *s, const accel__comm_config *cfg, 
                               .port = cfg->master_port,
                               .serve = cfg->rank == 0,
                               .timeout_s = s->timeout_s,
+                              .configured_s = s->timeout_s, /* the loop below passes what is left */
                               .on_set = on_store_set,
                               .hook_arg = s};
     char k[64], v[64];

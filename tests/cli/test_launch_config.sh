@@ -297,6 +297,7 @@ printf '%s\n' 'distributed_type: MULTI_CPU' 'num_machines: 2' 'machine_rank: 1' 
 run 1 launch --config_file "$T/node1.yaml" --rdzv_conf timeout=0.5 "$P/rank_info"
 expect_err "machine 1:" \
     "no rendezvous with the main process (machine 0's launcher) at 127.0.0.1:[0-9]* within 0.5 s"
+expect_err "could not connect within 0.5 s (" # the configured timeout, not its last try's part
 printf 'distributed_type: MULTI_CPU\nnum_machines: 2\nnum_processes: 3\n' >"$T/odd.yaml"
 run 2 launch --config_file "$T/odd.yaml" "$P/rank_info"
 expect_err "config file $T/odd.yaml, line 3: num_processes: 3:" \
