@@ -206,12 +206,16 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
     char msg[ACCEL__ERRMSG_NBYTES], v[ACCEL__ERRMSG_NBYTES - 1], k[64];
     size_t n = 0;
     snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL)); /* before the store calls */
+    /* Best effort: a stopped process 0 (its store answers nothing) costs this, not a store
+     * timeout per request. */
+    accel__store_bound(s->store, accel__now() + ACCEL__STORE_RECORD_S);
     key_of(s, "done", k, sizeof(k));
     if (accel__store_get(s->store, k, v, sizeof(v) - 1, &n, 0) == ACCEL_OK &&
         !(n == 2 && memcmp(v, "ok", 2) == 0)) {
         /* Another process failed first: its reason is the cause (ours, e.g. a segment it
          * removed on failing, only a consequence). */
         v[n] = '\0';
+        accel__store_bound(s->store, 0);
         return accel__seterr(NULL, ACCEL_EPEER, "shm: setup failed on another process: %s", v);
     }
     if (snprintf(v, sizeof(v), "process %d: %s", s->rank, msg) >= (int)sizeof(v)) {
@@ -223,6 +227,7 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
         key_of(s, "done", k, sizeof(k));
     }
     accel__store_set(s->store, k, v, strlen(v));
+    accel__store_bound(s->store, 0); /* a clash's close still records its cause there */
     return accel__seterr(NULL, st, "%s", msg); /* the store calls may have replaced it */
 }
 
