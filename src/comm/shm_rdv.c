@@ -227,7 +227,8 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
         key_of(s, "done", k, sizeof(k));
     }
     accel__store_set(s->store, k, v, strlen(v));
-    accel__store_bound(s->store, 0); /* a clash's close still records its cause there */
+    /* A clash's close (accel__shm_rdv_close) still records its cause there. */
+    accel__store_bound(s->store, 0);
     return accel__seterr(NULL, st, "%s", msg); /* the store calls may have replaced it */
 }
 

@@ -34,7 +34,7 @@ struct accel__store {
     double grace_s;      /* see ANSWER_GRACE_S */
     double answer_s;     /* accel__store_config.answer_s */
     double configured_s; /* accel__store_config.configured_s, for the connect message */
-    double until;   /* accel__store_bound; 0: none */
+    double until;        /* accel__store_bound; 0: none */
     accel_status broken;
     char name[320]; /* "addr:port" */
 };
@@ -225,11 +225,11 @@ static accel_status connect_greet(accel__store *st, const char *addr, double dea
     }
     /* A stopped server's kernel accepts the connection, but the greeting never comes: a
      * best-effort client does not wait the whole deadline for it. */
-    double greet_s = deadline - accel__now();
-    if (st->answer_s > 0 && st->answer_s < greet_s) {
+    double greet_s = st->timeout_s, greet_by = deadline; /* the wait, for the message */
+    if (st->answer_s > 0 && accel__now() + st->answer_s < deadline) {
         greet_s = st->answer_s;
+        greet_by = accel__now() + st->answer_s;
     }
-    const double greet_by = accel__now() + greet_s;
     uint8_t hello[8], back[8];
     store_put32(hello, STORE_MAGIC);
     store_put32(hello + 4, STORE_VERSION);
@@ -258,7 +258,7 @@ static accel_status connect_greet(accel__store *st, const char *addr, double dea
                              "timeout is too short, the server is stopped, or the program "
                              "listening there is not an accel store: another program uses "
                              "MASTER_PORT?)",
-                             st->name, st->answer_s > 0 ? greet_s : st->timeout_s);
+                             st->name, greet_s);
     }
     if (s != ACCEL_OK) {
         return accel__seterr(NULL, ACCEL_EIO,

@@ -94,8 +94,9 @@ static void real_holder(void)
     close(port_pipe[0]);
 
     char full[1024];
-    int n = snprintf(full, sizeof(full), "pid %d, holder --hold %s %s import socket s = "
-                     "socket.socket() print(s) %s", (int)pid, wfd, rfd, words);
+    int n = snprintf(full, sizeof(full),
+                     "pid %d, holder --hold %s %s import socket s = socket.socket() print(s) %s",
+                     (int)pid, wfd, rfd, words);
     CHECK(n > 0 && (size_t)n < sizeof(full));
     char owner[256];
     accel__port_owner(port, owner, sizeof(owner));
