@@ -17,6 +17,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,12 +46,16 @@ static pid_t start_greeter(int *port)
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* also when a failed check ends the parent */
         for (;;) { /* the connections stay open (and unread) until the parent kills us */
             int fd = accept(lfd, NULL, NULL);
             uint8_t hello[8], back[8];
             store_put32(back, STORE_MAGIC);
             store_put32(back + 4, STORE_VERSION);
-            if (fd >= 0 && (recv(fd, hello, 8, MSG_WAITALL) != 8 || send(fd, back, 8, 0) != 8)) {
+            if (fd < 0) {
+                _exit(1);
+            }
+            if (recv(fd, hello, 8, MSG_WAITALL) != 8 || send(fd, back, 8, 0) != 8) {
                 close(fd);
             }
         }
@@ -73,6 +78,7 @@ static pid_t start_store(int *port)
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* stopped or not, when a failed check ends the parent */
         accel__store_config c = {.addr = "127.0.0.1", .port = 0, .serve = 1, .timeout_s = 5};
         accel__store *st = NULL;
         CHECK_OK(NULL, accel__store_open(&st, &c));
