@@ -189,7 +189,17 @@ accel_status accel__shm_rdv_attached(accel__shm *s, int last, double deadline)
         ACCEL_TRY(accel__store_set(s->store, k, "ok", 2));
     }
     size_t n = 0;
-    ACCEL_TRY(accel__store_get(s->store, k, v, sizeof(v) - 1, &n, left_s(deadline)));
+    accel_status st = accel__store_get(s->store, k, v, sizeof(v) - 1, &n, left_s(deadline));
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(s->store) == ACCEL_OK) {
+        /* The store answered: a process never came (the store's message would name a key and
+         * what was left of the timeout). */
+        return accel__seterr(NULL, st,
+                             "shm: only %d of %d processes attached to %s within %g s (the job "
+                             "met at %s)",
+                             (int)atomic_load(&s->hdr->attached), s->n_ranks, s->name, s->timeout_s,
+                             s->rdv);
+    }
+    ACCEL_TRY(st);
     v[n] = '\0';
     if (strcmp(v, "ok") != 0) {
         return accel__seterr(NULL, ACCEL_EPEER, "shm: setup failed on another process: %s", v);
