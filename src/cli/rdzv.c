@@ -140,7 +140,8 @@ static int open_store(launch_rdzv *r, double deadline)
     accel__store_config sc = {.addr = s->master_addr,
                               .port = s->port,
                               .serve = s->machine_rank == 0,
-                              .timeout_s = OP_TIMEOUT_S};
+                              .timeout_s = OP_TIMEOUT_S,
+                              .configured_s = s->rdzv_timeout_s}; /* the loop's tries */
     if (sc.serve) {
         /* The server's thread must never take the launcher's signals: the supervisor waits for
          * SIGCHLD and the stop signals on a signalfd, which only sees signals blocked in every

@@ -2,7 +2,9 @@
  * Who holds a TCP port, for the message of a process that cannot listen there (two jobs on one
  * MASTER_PORT, a job started twice). Reads /proc: the listening socket's inode from
  * /proc/net/tcp and tcp6, then the process with that socket among those of this user. Best
- * effort and only on that error path: another user's process, or no /proc, gives "".
+ * effort and only on that error path: another user's process, or no /proc, gives "". The
+ * holder's command line is shown as one line of bounded length, whatever its arguments hold
+ * (`python -c '<a script>'`: newlines, tabs).
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -63,6 +65,65 @@ static int has_socket(const char *pid, unsigned long inode)
     return yes;
 }
 
+/* Appends the bytes "..." to out[0..len) (room bytes at most), cut before the last space when
+ * one is in the second half of the line (else before the last whole UTF-8 character), so that
+ * the cut is visible and falls between words. Returns the new length. */
+static size_t mark_cut(char *out, size_t len, size_t room)
+{
+    size_t keep = room >= 3 ? room - 3 : 0;
+    if (len > keep) {
+        size_t at = keep;
+        while (at > keep / 2 && out[at] != ' ') {
+            at--;
+        }
+        if (out[at] == ' ') {
+            len = at;
+        } else {
+            len = keep;
+            while (len > 0 && ((unsigned char)out[len] & 0xC0) == 0x80) {
+                len--; /* out[len], the first byte dropped, continues a character */
+            }
+        }
+    }
+    while (len > 0 && out[len - 1] == ' ') {
+        len--;
+    }
+    for (size_t i = 0; i < 3 && len < room; i++) {
+        out[len++] = '.';
+    }
+    return len;
+}
+
+void accel__oneline(const char *raw, size_t n, int more, char *out, size_t cap)
+{
+    if (cap == 0) {
+        return;
+    }
+    const size_t room = cap - 1;
+    size_t len = 0;
+    int space = 0, cut = more;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if (c <= ' ' || c == 0x7f) { /* NUL between arguments, newline, tab, ... */
+            space = len > 0;
+            continue;
+        }
+        if (len + (size_t)space + 1 > room) {
+            cut = 1;
+            break;
+        }
+        if (space) {
+            out[len++] = ' ';
+            space = 0;
+        }
+        out[len++] = (char)c;
+    }
+    if (cut) {
+        len = mark_cut(out, len, room);
+    }
+    out[len] = '\0';
+}
+
 void accel__port_owner(int port, char *out, size_t cap)
 {
     if (cap == 0) {
@@ -75,22 +136,16 @@ void accel__port_owner(int port, char *out, size_t cap)
         if (strspn(e->d_name, "0123456789") != strlen(e->d_name) || !has_socket(e->d_name, inode)) {
             continue;
         }
-        /* The command line, its NULs turned into spaces, cut to fit. */
-        char path[300], cmd[160] = "";
+        /* The command line as one line, cut to fit (a read that fills raw is cut too). */
+        char path[300], raw[1024], cmd[ACCEL__PORT_OWNER_CMD_NBYTES];
         snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
         FILE *f = fopen(path, "r");
-        size_t n = f != NULL ? fread(cmd, 1, sizeof(cmd) - 1, f) : 0;
+        size_t n = f != NULL ? fread(raw, 1, sizeof(raw), f) : 0;
         if (f != NULL) {
             fclose(f);
         }
-        while (n > 0 && cmd[n - 1] == '\0') {
-            n--;
-        }
-        for (size_t i = 0; i < n; i++) {
-            cmd[i] = cmd[i] == '\0' ? ' ' : cmd[i];
-        }
-        cmd[n] = '\0';
-        snprintf(out, cap, "pid %s, %s", e->d_name, n > 0 ? cmd : "(no command line)");
+        accel__oneline(raw, n, n == sizeof(raw), cmd, sizeof(cmd));
+        snprintf(out, cap, "pid %s, %s", e->d_name, cmd[0] != '\0' ? cmd : "(no command line)");
         break;
     }
     if (proc != NULL) {

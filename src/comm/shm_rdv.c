@@ -105,6 +105,7 @@ accel_status accel__shm_rdv_begin(accel__shm *s, const accel__comm_config *cfg, 
                               .port = cfg->master_port,
                               .serve = cfg->rank == 0,
                               .timeout_s = s->timeout_s,
+                              .configured_s = s->timeout_s, /* the loop below passes what is left */
                               .on_set = on_store_set,
                               .hook_arg = s};
     char k[64], v[64];
@@ -188,7 +189,17 @@ accel_status accel__shm_rdv_attached(accel__shm *s, int last, double deadline)
         ACCEL_TRY(accel__store_set(s->store, k, "ok", 2));
     }
     size_t n = 0;
-    ACCEL_TRY(accel__store_get(s->store, k, v, sizeof(v) - 1, &n, left_s(deadline)));
+    accel_status st = accel__store_get(s->store, k, v, sizeof(v) - 1, &n, left_s(deadline));
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(s->store) == ACCEL_OK) {
+        /* The store answered: a process never came (the store's message would name a key and
+         * what was left of the timeout). */
+        return accel__seterr(NULL, st,
+                             "shm: only %d of %d processes attached to %s within %g s (the job "
+                             "met at %s)",
+                             (int)atomic_load(&s->hdr->attached), s->n_ranks, s->name, s->timeout_s,
+                             s->rdv);
+    }
+    ACCEL_TRY(st);
     v[n] = '\0';
     if (strcmp(v, "ok") != 0) {
         return accel__seterr(NULL, ACCEL_EPEER, "shm: setup failed on another process: %s", v);
@@ -205,12 +216,16 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
     char msg[ACCEL__ERRMSG_NBYTES], v[ACCEL__ERRMSG_NBYTES - 1], k[64];
     size_t n = 0;
     snprintf(msg, sizeof(msg), "%s", accel_last_error(NULL)); /* before the store calls */
+    /* Best effort: a stopped process 0 (its store answers nothing) costs this, not a store
+     * timeout per request. */
+    accel__store_bound(s->store, accel__now() + ACCEL__STORE_RECORD_S);
     key_of(s, "done", k, sizeof(k));
     if (accel__store_get(s->store, k, v, sizeof(v) - 1, &n, 0) == ACCEL_OK &&
         !(n == 2 && memcmp(v, "ok", 2) == 0)) {
         /* Another process failed first: its reason is the cause (ours, e.g. a segment it
          * removed on failing, only a consequence). */
         v[n] = '\0';
+        accel__store_bound(s->store, 0);
         return accel__seterr(NULL, ACCEL_EPEER, "shm: setup failed on another process: %s", v);
     }
     if (snprintf(v, sizeof(v), "process %d: %s", s->rank, msg) >= (int)sizeof(v)) {
@@ -222,6 +237,8 @@ accel_status accel__shm_rdv_fail(accel__shm *s, accel_status st)
         key_of(s, "done", k, sizeof(k));
     }
     accel__store_set(s->store, k, v, strlen(v));
+    /* A clash's close (accel__shm_rdv_close) still records its cause there. */
+    accel__store_bound(s->store, 0);
     return accel__seterr(NULL, st, "%s", msg); /* the store calls may have replaced it */
 }
 

@@ -72,6 +72,14 @@ typedef struct accel__store_config {
     /* How long past its own wait a get or wait may take to be answered before it fails with
      * ACCEL_ETIMEDOUT (a stopped server); 0: 5 s. */
     double grace_s;
+    /* Once connected, the greeting must come within this (0: by the connect deadline): for a
+     * best-effort client, such as one recording a failure, that may wait timeout_s for a server
+     * not up yet but not for a stopped one (its kernel accepts connections; it never greets). */
+    double answer_s;
+    /* The wait the user configured (ACCEL_TIMEOUT, the launcher's rendezvous timeout), named by
+     * the message of a connection that never came, when timeout_s is only what is left of it or
+     * one try of a caller that retries; 0: timeout_s. */
+    double configured_s;
 } accel__store_config;
 
 /* Connects to the store at addr:port, first starting the server there when cfg->serve. The
@@ -155,6 +163,9 @@ accel_status accel__store_beat(accel__store *st, int id, const char *name, uint6
  * that a stopped server does not answer. For best-effort traffic, such as recording a failure,
  * that must not wait a whole timeout on a stopped server. */
 void accel__store_bound(accel__store *st, double until);
+/* How long a best-effort failure record's store traffic may take (accel__store_bound, answer_s):
+ * a stopped server then delays the failure by about this much, not by a timeout per request. */
+#define ACCEL__STORE_RECORD_S 1.0
 /* ACCEL_OK while st is usable, else the status of the failure that broke it (a lost
  * connection, an answer that did not come): tells a get that timed out on a missing key (st
  * still usable) from one the server did not answer. */

@@ -88,8 +88,16 @@ static inline int store_reserve(uint8_t **buf, size_t *cap, size_t need)
 
 /* Who listens on TCP `port` on this machine, for a message: "pid 1234, <command line>" when a
  * process of this user does (read from /proc), else "" (unknown: another user's, no /proc).
- * Only for an error path: it may read every process's descriptors. */
+ * The command line is one line (accel__oneline) of ACCEL__PORT_OWNER_CMD_NBYTES - 1 bytes at
+ * most. Only for an error path: it may read every process's descriptors. */
 void accel__port_owner(int port, char *out, size_t cap);
+#define ACCEL__PORT_OWNER_CMD_NBYTES 161
+/* Writes the n bytes at raw (a /proc cmdline: arguments separated by NULs), more of which were
+ * not read when `more`, to out (cap bytes, NUL-terminated) as one line for a message: NULs and
+ * control characters (newline, tab, ...) as spaces, each run of them as one space, none at
+ * either end. A line that does not fit (or `more`) ends with "...", cut between words when a
+ * space lies in the second half of the line, else between UTF-8 characters. */
+void accel__oneline(const char *raw, size_t n, int more, char *out, size_t cap);
 
 /* ---- store_requests.c: requests and the table ---- */
 

@@ -19,6 +19,12 @@
 #     the dead pid) and creates its own; its process 1 waits for that rather than failing on the
 #     leftover. The job runs and leaves nothing. (It used to fail on both processes, asking the
 #     user to remove the file.)
+#  5. A process 1 whose process 0 never comes (ACCEL_TIMEOUT=2): the error says it could not
+#     connect to the store within 2 s, the configured timeout (it said 1.99998 s, what was left
+#     of it when the store was opened).
+#  6. A job of 3 whose process 2 never comes (ACCEL_TIMEOUT=2): processes 0 and 1 fail saying
+#     that only 2 of 3 processes attached within 2 s (they said that the store's key
+#     "shm/1/done" was not set within 1.99858 s, what was left of the timeout).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop
@@ -157,4 +163,32 @@ grep -q "removed $stale, left by a job that was killed (its creator, pid $creato
 ls /dev/shm | grep -q "^accel-$uid-$job" &&
     fail "stale: $(ls /dev/shm | grep "^accel-$uid-$job") left"
 echo "stale segment: the restarted job replaced it (naming it and the dead creator) and ran"
+
+# ---- 5. no process 0 ----
+env -u ACCEL_JOB_ID RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+    MASTER_PORT="$("$FREE")" ACCEL_TIMEOUT=2 timeout -s KILL 30 "$PROG" --iters 1 \
+    >"$tmp/n1.out" 2>"$tmp/n1.err"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 137 ] || fail "no process 0: process 1 exited $rc"
+grep -q "ETIMEDOUT.*could not connect within 2 s (" "$tmp/n1.err" ||
+    fail "no process 0: process 1 did not name the configured timeout"
+echo "no process 0: process 1 could not connect within the configured 2 s, and said so"
+
+# ---- 6. a process that never comes ----
+p=$("$FREE")
+pids=()
+for r in 0 1; do
+    env -u ACCEL_JOB_ID RANK=$r WORLD_SIZE=3 LOCAL_RANK=$r LOCAL_WORLD_SIZE=3 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$p ACCEL_TIMEOUT=2 timeout -s KILL 30 "$PROG" --iters 1 \
+        >"$tmp/m$r.out" 2>"$tmp/m$r.err" &
+    pids+=($!)
+done
+for r in 0 1; do
+    wait "${pids[$r]}"
+    rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 137 ] || fail "missing process: process $r exited $rc"
+    grep -q "only 2 of 3 processes attached to .* within 2 s" "$tmp/m$r.err" ||
+        fail "missing process: process $r did not say that only 2 of 3 attached within 2 s"
+done
+echo "missing process: processes 0 and 1 said only 2 of 3 attached within the configured 2 s"
 echo "PASS"

@@ -1,10 +1,11 @@
 /*
  * The job's key-value store (src/comm/store.h): set/get/add/wait between processes, deadlines
  * (a missing key times out naming it; timeout 0 does not wait), values of every size up to the
- * limit, the port-0 server, a taken port (an error naming the address), no server at all, an
- * IPv6 link-local address (refused at once, naming it), a program on the port that is not a
- * store, a malformed request (that client is dropped, the others carry on), the server's hook, a
- * server that dies (clients waiting in get fail with EPEER at once, not at their deadline) or is
+ * limit, the port-0 server, a taken port (an error naming the address), no server at all (the
+ * error naming the configured wait), an IPv6 link-local address (refused at once, naming it), a
+ * program on the port that is not a store or never greets (a best-effort client waits only its
+ * answer_s), a malformed request (that client is dropped, the others carry on), the server's hook,
+ * a server that dies (clients waiting in get fail with EPEER at once, not at their deadline) or is
  * stopped (ETIMEDOUT; a bounded request at its bound, accel__store_bound), and one abandoned
  * after a failure (it keeps serving and holding its port, without its hook). A serving process
  * that closes its store while clients use it tells them why (a waiting get and an idle client's
@@ -255,6 +256,9 @@ static void basics(void)
     /* nobody serves the port any more: connecting gives up at the deadline */
     accel__store_config c3 = {.addr = "127.0.0.1", .port = port, .serve = 0, .timeout_s = 0.3};
     expect(accel__store_open(&other, &c3), ACCEL_ETIMEDOUT, "could not connect within 0.3 s");
+    /* a retrying caller's try names the wait the user configured (configured_s) */
+    c3.configured_s = 7;
+    expect(accel__store_open(&other, &c3), ACCEL_ETIMEDOUT, "could not connect within 7 s (");
     /* port 0 only for the server */
     c3.port = 0;
     expect(accel__store_open(&other, &c3), ACCEL_EINVAL, "port 0 is not valid");
@@ -302,6 +306,11 @@ static void silent_listener(void)
     double t0 = accel__now();
     expect(accel__store_open(&st, &c), ACCEL_ETIMEDOUT, "no greeting came back within 0.3 s");
     CHECK(accel__now() - t0 < 5.0);
+    /* a best-effort client (answer_s) waits that long for the greeting, not its timeout: a
+     * stopped server looks so */
+    c.timeout_s = 60;
+    c.answer_s = 0.3;
+    expect(accel__store_open(&st, &c), ACCEL_ETIMEDOUT, "no greeting came back within 0.3 s");
     close(lfd);
 }
 

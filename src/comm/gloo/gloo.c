@@ -250,16 +250,19 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
 /* Tells the members of communicator `prefix` waiting in its rendezvous (every wait there polls
  * for "<prefix>setup_failed") that this process's setup failed: `why`, unless NULL (a failure
  * it read there), and that it knows ("<prefix>setup_seen/<rank>", which process 0 awaits
- * before its store goes). */
+ * before its store goes). Best effort, like fail()'s record: a stopped process 0 (its store
+ * answers nothing) costs ACCEL__STORE_RECORD_S, not a store timeout. */
 static void tell_setup_failed(accel__store *store, const char *prefix, int rank, const char *why)
 {
     char key[ACCEL__ERRMSG_NBYTES];
+    accel__store_bound(store, accel__now() + ACCEL__STORE_RECORD_S);
     if (why != NULL) {
         snprintf(key, sizeof(key), "%ssetup_failed", prefix);
         (void)accel__store_set(store, key, why, strlen(why));
     }
     snprintf(key, sizeof(key), "%ssetup_seen/%d", prefix, rank);
     (void)accel__store_set(store, key, "", 0);
+    accel__store_bound(store, 0); /* process 0 then awaits the others' word on it */
 }
 
 void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel_status st)
@@ -267,9 +270,11 @@ void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel
     char why[ACCEL__ERRMSG_NBYTES];
     snprintf(why, sizeof(why), "%s", accel_last_error(NULL));
     accel__store *store = NULL;
+    /* A store not up yet may come within the wait; a stopped one is not waited for. */
     accel__store_config sc = {.addr = cfg->master_addr,
                               .port = cfg->master_port,
-                              .timeout_s = ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s)};
+                              .timeout_s = ACCEL__GLOO_SEEN_WAIT(cfg->timeout_s),
+                              .answer_s = ACCEL__STORE_RECORD_S};
     if (accel__store_open(&store, &sc) == ACCEL_OK) {
         tell_setup_failed(store, prefix, cfg->rank, why);
         accel__store_close(store);
@@ -408,11 +413,6 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
 
 /* ---- failures ---- */
 
-/* Recording a failure is best effort: its store traffic ends this long after any wait for
- * another's diagnosis, answered or not, so that a stopped process 0 (its store answers nothing)
- * delays the failure by that much, not by a store timeout per request. */
-#define FAIL_STORE_S 1.0
-
 /* Records the first failure of this communicator job-wide (first to the store wins) or adopts
  * the one recorded there, resets every connection so peers waiting on this rank fail at once,
  * and returns it with the message set. With grace > 0 (a wait that timed out), first gives the
@@ -433,7 +433,9 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg, doubl
     char key[sizeof(e->prefix) + 8], mkey[sizeof(key) + 8];
     snprintf(key, sizeof(key), "%sabort", e->prefix);
     snprintf(mkey, sizeof(mkey), "%s/msg", key);
-    const double until = accel__now() + grace + FAIL_STORE_S;
+    /* Recording is best effort: its store traffic ends ACCEL__STORE_RECORD_S after the wait for
+     * another's diagnosis, answered or not (a stopped process 0's store answers nothing). */
+    const double until = accel__now() + grace + ACCEL__STORE_RECORD_S;
     size_t got = 0;
     int64_t first = 0;
     if (e->store != NULL) {

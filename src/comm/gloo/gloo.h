@@ -19,8 +19,8 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
 /* For a process whose setup failed before it opened gloo communicator `prefix` (as rank
  * cfg->rank; hier's shm level, say), with accel_last_error saying why: tells the members
  * already waiting in that communicator's rendezvous, which then fail at once with the message
- * instead of at their deadline. Best effort (a store it cannot reach within 5 s is skipped);
- * keeps accel_last_error. */
+ * instead of at their deadline. Best effort (a store not up within 5 s, or that does not
+ * answer within ACCEL__STORE_RECORD_S, a stopped one, is skipped); keeps accel_last_error. */
 void accel__gloo_refuse(const accel__comm_config *cfg, const char *prefix, accel_status st);
 /* Process 0 serves the store when no launcher does, and the store ends with its program: after
  * a failed setup it waits until every member of communicator `prefix` (n_members, but `self`;
