@@ -174,6 +174,11 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
+void launch_host_port(char *buf, size_t cap, const char *addr, int port)
+{
+    snprintf(buf, cap, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d", addr, port);
+}
+
 /* Asks the kernel for a free TCP port on the loopback interface (--main_process_port 0). */
 static int free_port(void)
 {
@@ -383,7 +388,7 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     rc = 1;
     int port = s.port;
     if (s.num_machines > 1 && s.mpirun_hostfile == NULL) {
-        if (launch_rdzv_join(&s, &rdzv) != 0) {
+        if ((rc = launch_rdzv_join(&s, &rdzv)) != 0) {
             goto out;
         }
         port = launch_rdzv_port(rdzv);
