@@ -290,6 +290,7 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
         (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
         (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
         setenv("MASTER_ADDR", s->master_addr, 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
+        setenv("ROLE_NAME", s->role, 1) != 0 ||
         setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
         (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
         (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||

@@ -27,6 +27,7 @@ typedef struct launch_settings {
     const char *master_addr;  /* main_process_ip, else 127.0.0.1 */
     int port;                 /* MASTER_PORT; 0 = pick a free one */
     const char *rdzv_backend; /* static (default) or c10d: both meet at the launchers' store */
+    const char *role;         /* --role: ROLE_NAME of the processes ("default") */
     double rdzv_timeout_s;    /* --rdzv_conf timeout=S (join_timeout=S): wait for the machines */
     int same_network;
     int preflight;               /* --preflight: check every hop before starting the program */
