@@ -215,12 +215,9 @@ static void say_waiting(launch_rdzv *r)
                 s->machine_rank, r->name, s->rdzv_timeout_s);
         return;
     }
-    char missing[256], how[300];
-    int n = list_missing(r, missing, sizeof(missing));
-    if (n == 1) {
+    char missing[256], how[300] = "start each with its --machine_rank";
+    if (list_missing(r, missing, sizeof(missing)) == 1) {
         snprintf(how, sizeof(how), "start it with --machine_rank %s", missing);
-    } else {
-        snprintf(how, sizeof(how), "start each with its --machine_rank");
     }
     fprintf(stderr,
             "accel launch: machine %d: waiting for machine(s) %s of %d at %s (up to %g s in all; "
@@ -265,7 +262,7 @@ static int open_store(launch_rdzv *r)
         }
         return 0;
     }
-    /* Tries of a second, so that a stop signal is noticed at once; the store that answers is
+    /* Tries of a slice, so that a stop signal is noticed at once; the store that answers is
      * opened again with the timeout of one call, which also bounds every later set and add. */
     for (;;) {
         int sig = interrupted(r);
@@ -273,7 +270,7 @@ static int open_store(launch_rdzv *r)
             return sig;
         }
         double left = r->deadline - accel__now();
-        sc.timeout_s = left < 1.0 ? (left > 0.05 ? left : 0.05) : 1.0;
+        sc.timeout_s = left < SLICE_S ? (left > 0.05 ? left : 0.05) : SLICE_S;
         accel_status st = accel__store_open(&r->st, &sc);
         if (st == ACCEL_OK) {
             accel__store_close(r->st);
@@ -482,6 +479,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     char key[64], rec[512], token[64];
     int64_t claims = 0;
     struct sigaction old_actions[3];
+    int caught = 1;
     catch_signals(old_actions);
     int rc = open_store(r);
     if (rc != 0) {
@@ -530,12 +528,13 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     for (int i = 0; i < 3; i++) {
         sigaddset(&stops, stop_signals[i]);
     }
-    sigprocmask(SIG_BLOCK, &stops, &before);
+    pthread_sigmask(SIG_BLOCK, &stops, &before);
     rc = interrupted(r);
     restore_signals(old_actions);
-    sigprocmask(SIG_SETMASK, &before, NULL);
+    caught = 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
     if (rc != 0) {
-        goto fail_restored;
+        goto fail;
     }
     rc = 1;
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
@@ -543,7 +542,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     r->finished = accel__calloc((size_t)M, sizeof(*r->finished));
     if (r->beat == NULL || r->beat_at == NULL || r->finished == NULL) {
         fprintf(stderr, "accel launch: error: out of memory\n");
-        goto fail_restored;
+        goto fail;
     }
     const int base = me * s->n_procs;
     char backend[256], ranks[64];
@@ -561,8 +560,9 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     return 0;
 
 fail:
-    restore_signals(old_actions);
-fail_restored:
+    if (caught) {
+        restore_signals(old_actions);
+    }
     launch_rdzv_free(r);
     return rc;
 }

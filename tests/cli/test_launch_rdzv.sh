@@ -5,7 +5,7 @@
 #     launchers name both shapes (machine 1 used to see only machine 0 stop). A second
 #     --machine_rank 1 in a job of 3: all three launchers name the duplicate within seconds
 #     (machine 0 and the first machine 1 used to wait for machine 2 until the timeout).
-#  2. Machine 0 alone, --rdzv_conf timeout=2: a "waiting for machine(s) 1 of 2" line naming how
+#  2. Machine 0 alone, --rdzv_conf timeout=1: a "waiting for machine(s) 1 of 2" line naming how
 #     to start it, then the timeout message; machine 1 alone: "waiting for machine 0's launcher".
 #     In a job of 3 whose machine 2 is missing, the line names only machine 2.
 #  3. The summary line says "rank 0 of 2" for one process per machine, and brackets an IPv6
@@ -111,19 +111,19 @@ echo "ok: a second --machine_rank 1 is named by all three launchers ($t s)"
 port=$("$FREE")
 p1=$("$FREE")
 while [ "$p1" = "$port" ]; do p1=$("$FREE"); done
-start w0 0 --num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=2 "${PROG[@]}"
-start w1 1 --num_machines 2 -n 2 --main_process_port "$p1" --rdzv_conf timeout=2 "${PROG[@]}"
+start w0 0 --num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=1 "${PROG[@]}"
+start w1 1 --num_machines 2 -n 2 --main_process_port "$p1" --rdzv_conf timeout=1 "${PROG[@]}"
 finish w0
 finish w1
 [ "$rc_w0" = 1 ] && [ "$rc_w1" = 1 ] || fail "alone: launchers exited $rc_w0, $rc_w1"
 has "$T/w0.err" "^accel launch: machine 0: waiting for machine(s) 1 of 2 at 127.0.0.1:$port" \
-    "(up to 2 s in all; start it with --machine_rank 1 --num_machines 2 --num_processes 2" \
+    "(up to 1 s in all; start it with --machine_rank 1 --num_machines 2 --num_processes 2" \
     "--main_process_ip 127.0.0.1 --main_process_port $port)" ||
     fail "machine 0 alone did not say it waits for machine 1"
-sed -n 2p "$T/w0.err" | grep -q "timed out after 2 s: machine rank(s) 1 of 2 did not arrive" ||
+sed -n 2p "$T/w0.err" | grep -q "timed out after 1 s: machine rank(s) 1 of 2 did not arrive" ||
     fail "machine 0 alone: no timeout message after the waiting line"
 has "$T/w1.err" "^accel launch: machine 1: waiting for machine 0's launcher at" \
-    "127.0.0.1:$p1 (up to 2 s in all)" || fail "machine 1 alone did not say it waits"
+    "127.0.0.1:$p1 (up to 1 s in all)" || fail "machine 1 alone did not say it waits"
 grep -q "no rendezvous with the main process" "$T/w1.err" || fail "machine 1 alone: no timeout"
 echo "ok: a launcher alone says whom it waits for, then times out"
 
