@@ -174,6 +174,11 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
+void launch_host_port(char *buf, size_t cap, const char *addr, int port)
+{
+    snprintf(buf, cap, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d", addr, port);
+}
+
 /* Asks the kernel for a free TCP port on the loopback interface (--main_process_port 0). */
 static int free_port(void)
 {
@@ -285,6 +290,7 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
         (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
         (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
         setenv("MASTER_ADDR", s->master_addr, 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
+        setenv("ROLE_NAME", s->role, 1) != 0 ||
         setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
         (s->threads > 0 && set_env_int("OMP_NUM_THREADS", s->threads) != 0) ||
         (s->cpu && setenv("ACCELERATE_USE_CPU", "true", 1) != 0) ||
@@ -383,7 +389,7 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
     rc = 1;
     int port = s.port;
     if (s.num_machines > 1 && s.mpirun_hostfile == NULL) {
-        if (launch_rdzv_join(&s, &rdzv) != 0) {
+        if ((rc = launch_rdzv_join(&s, &rdzv)) != 0) {
             goto out;
         }
         port = launch_rdzv_port(rdzv);

@@ -27,6 +27,7 @@ typedef struct launch_settings {
     const char *master_addr;  /* main_process_ip, else 127.0.0.1 */
     int port;                 /* MASTER_PORT; 0 = pick a free one */
     const char *rdzv_backend; /* static (default) or c10d: both meet at the launchers' store */
+    const char *role;         /* --role: ROLE_NAME of the processes ("default") */
     double rdzv_timeout_s;    /* --rdzv_conf timeout=S (join_timeout=S): wait for the machines */
     int same_network;
     int preflight;               /* --preflight: check every hop before starting the program */
@@ -113,6 +114,11 @@ void launch_describe_status(int wstatus, char *buf, size_t n);
 /* 128 + signal, or the exit code, of a wait status. */
 int launch_exit_status(int wstatus);
 
+/* ---- launch.c ---- */
+
+/* "addr:port", or "[addr]:port" for an IPv6 address, into buf (cap bytes), for messages. */
+void launch_host_port(char *buf, size_t cap, const char *addr, int port);
+
 /* ---- rdzv.c: the launchers of several machines ---- */
 
 typedef struct launch_rdzv launch_rdzv;
@@ -120,9 +126,11 @@ struct accel__store;
 
 /*
  * Meets the other machines' launchers at s->master_addr:s->port (machine 0 serves the store
- * there, port 0 picking a free one), waiting at most s->rdzv_timeout_s for all of them, and
- * prints the one-line rendezvous summary. Returns 0 with *out, or 1 after printing why (the
- * missing machine ranks, a taken port, an unreachable master, a mismatched job shape).
+ * there, port 0 picking a free one), waiting at most s->rdzv_timeout_s for all of them (saying
+ * after a few seconds which ones it waits for), and prints the one-line rendezvous summary.
+ * Returns 0 with *out, or the exit status after printing why: 1 (the missing machine ranks, a
+ * taken port, an unreachable master, a mismatched job shape, a failure another launcher
+ * published), 128 + the signal for SIGINT, SIGTERM or SIGHUP received while waiting.
  */
 int launch_rdzv_join(const launch_settings *s, launch_rdzv **out);
 const char *launch_rdzv_job_id(const launch_rdzv *r); /* machine 0's random job id */

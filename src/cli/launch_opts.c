@@ -112,6 +112,9 @@ const cli_option launch_options[] = {
     {"log_dir", 0, 1, NULL, "DIR",
      "directory (created if missing) for DIR/rank<r>.stdout and .stderr; alone means --tee 3",
      &distributed, NULL},
+    {"role", 0, 1, "default", "NAME",
+     "the workers' role, as torchrun's: ROLE_NAME of every process (accel has one role)",
+     &distributed, NULL},
     {"rdzv_backend", 0, 1, NULL, "NAME",
      "the rendezvous of several machines: static (default) or c10d; both meet at machine 0's "
      "launcher",
@@ -472,6 +475,8 @@ static int resolve_machines(const cli_verb *verb, const cli_args *a, launch_sett
 {
     s->rdzv_backend = cli_value(verb, a, "rdzv_backend");
     s->rdzv_backend = s->rdzv_backend ? s->rdzv_backend : "static";
+    s->role = cli_value(verb, a, "role");
+    s->role = s->role ? s->role : "default";
     if (strcasecmp(s->rdzv_backend, "static") != 0 && strcasecmp(s->rdzv_backend, "c10d") != 0) {
         return fail_value(verb, a, "rdzv_backend", "expected static or c10d");
     }

@@ -110,10 +110,11 @@ static void probe(const launch_settings *s, int port, int rank)
     accel__store *st = NULL;
     accel__store_config sc = {.addr = s->master_addr, .port = port, .timeout_s = HOP_TIMEOUT_S};
     if (accel__store_open(&st, &sc) != ACCEL_OK) {
+        launch_host_port(ep, sizeof(ep), s->master_addr, port);
         fprintf(stderr,
-                "accel launch: preflight: rank %d (machine %d) -> the rendezvous store at "
-                "%s:%d: %s\n",
-                rank, s->machine_rank, s->master_addr, port, accel_last_error(NULL));
+                "accel launch: preflight: rank %d (machine %d) -> the rendezvous store at %s: "
+                "%s\n",
+                rank, s->machine_rank, ep, accel_last_error(NULL));
         _exit(2);
     }
     for (int m = 0; m < s->num_machines && why[0] == '\0'; m++) {
@@ -126,11 +127,12 @@ static void probe(const launch_settings *s, int port, int rank)
         ep[nb] = '\0';
         int err = probe_endpoint(ep, rank);
         if (err != 0) {
-            char *sp = strchr(ep, ' ');
+            char *sp = strchr(ep, ' '), at[NI_MAXHOST + 40];
             if (sp != NULL) {
-                *sp = ':';
+                *sp = '\0';
             }
-            snprintf(why, sizeof(why), "machine %d's launcher at %s: %s", m, ep, strerror(err));
+            launch_host_port(at, sizeof(at), ep, sp != NULL ? atoi(sp + 1) : 0);
+            snprintf(why, sizeof(why), "machine %d's launcher at %s: %s", m, at, strerror(err));
         }
     }
     snprintf(key, sizeof(key), "launch/preflight/%d", rank);
@@ -269,9 +271,11 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
         }
         return 1;
     }
+    char at[320];
+    launch_host_port(at, sizeof(at), s->master_addr, port);
     fprintf(stderr,
-            "accel launch: preflight: all %d ranks reached the rendezvous at %s:%d and "
-            "the launchers of all %d machines\n",
-            N, s->master_addr, port, s->num_machines);
+            "accel launch: preflight: all %d ranks reached the rendezvous at %s and the "
+            "launchers of all %d machines\n",
+            N, at, s->num_machines);
     return 0;
 }

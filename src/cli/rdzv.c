@@ -12,7 +12,9 @@
  * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
  * ACCEL_JOB_ID, so the two never meet. Each machine's record also carries a token of the CPUs
  * its launcher may use (boot id and CPU set), so that machines emulated on one host do not each
- * bind their processes to the same CPUs.
+ * bind their processes to the same CPUs. The rendezvous waits in slices of SLICE_S, looking
+ * between them for a failure another launcher published and for a stop signal (which it
+ * publishes); machines other than 0 check machine 0's record before they publish their own.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +33,12 @@
 
 #define OP_TIMEOUT_S 5.0 /* one store call; a stuck main launcher is then noticed */
 #define LOST_S 5.0       /* a launcher whose heartbeat stands still this long is gone */
+#define SLICE_S 0.5      /* a rendezvous wait between two looks at failures and signals */
+#define SAY_S 5.0        /* the first "waiting for" line (half the timeout when shorter) */
+#define SAY_AGAIN_S 30.0 /* and the next ones */
+
+/* The stop signal received during the rendezvous (0: none); see catch_signals. */
+static volatile sig_atomic_t rdzv_signal;
 
 struct launch_rdzv {
     const launch_settings *s;
@@ -48,6 +56,9 @@ struct launch_rdzv {
     int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
     /* The machines whose CPU token equals this one's, this one included (1: none shares). */
     int n_sharing_machines;
+    double t0, deadline, say_at; /* the rendezvous: its start, end and next "waiting" line */
+    char cause[1024]; /* machine 0: why the rendezvous failed, told to clients at the close */
+    int linger;       /* machine 0: serve a little longer, so that the others read it */
 };
 
 static void key_of(char *buf, size_t n, const char *what, int machine)
@@ -133,8 +144,92 @@ static int list_missing(launch_rdzv *r, char *buf, size_t cap)
     return n;
 }
 
-/* Machine 0 serves the store; the others connect, retrying until the rendezvous deadline. */
-static int open_store(launch_rdzv *r, double deadline)
+static void on_stop_signal(int sig)
+{
+    rdzv_signal = sig;
+}
+
+static const int stop_signals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+/* Catches the stop signals for the rendezvous (their actions go to old, for restore_signals);
+ * one that is ignored (nohup, a background job's SIGINT) stays ignored. Without SA_RESTART: a
+ * signal ends a sleep or poll early, the store retries it, and the slice ends on time. */
+static void catch_signals(struct sigaction old[3])
+{
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    rdzv_signal = 0;
+    for (int i = 0; i < 3; i++) {
+        old[i] = (struct sigaction){.sa_handler = SIG_DFL};
+        if (sigaction(stop_signals[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN) {
+            sigaction(stop_signals[i], &sa, NULL);
+        }
+    }
+}
+
+static void restore_signals(const struct sigaction old[3])
+{
+    for (int i = 0; i < 3; i++) {
+        sigaction(stop_signals[i], &old[i], NULL);
+    }
+}
+
+/* 0, or, when a stop signal came, its exit status (128 + the signal) after saying so and
+ * publishing it: the others then stop at once instead of waiting for this machine. */
+static int interrupted(launch_rdzv *r)
+{
+    const int sig = rdzv_signal;
+    if (sig == 0) {
+        return 0;
+    }
+    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+    fprintf(stderr,
+            "accel launch: machine %d: interrupted by %s during the rendezvous at %s: nothing "
+            "was started\n",
+            r->s->machine_rank, name, r->name);
+    snprintf(r->cause, sizeof(r->cause),
+             "machine %d's launcher (host %s) was interrupted by %s during the rendezvous",
+             r->s->machine_rank, r->host, name);
+    if (r->st != NULL) {
+        accel__store_bound(r->st, accel__now() + 1.0); /* a hung machine 0 must not hold us */
+        publish_failure(r, 128 + sig, "%s", r->cause);
+        r->linger = 1;
+    }
+    return 128 + sig;
+}
+
+/* After the first few seconds (SAY_S, or half the timeout), then every SAY_AGAIN_S: which
+ * machines this launcher still waits for, and how to start them. */
+static void say_waiting(launch_rdzv *r)
+{
+    const launch_settings *s = r->s;
+    double now = accel__now();
+    if (now < r->say_at) {
+        return;
+    }
+    r->say_at = now + SAY_AGAIN_S;
+    if (r->st == NULL) {
+        fprintf(stderr,
+                "accel launch: machine %d: waiting for machine 0's launcher at %s (up to %g s "
+                "in all)\n",
+                s->machine_rank, r->name, s->rdzv_timeout_s);
+        return;
+    }
+    char missing[256], how[300] = "start each with its --machine_rank";
+    if (list_missing(r, missing, sizeof(missing)) == 1) {
+        snprintf(how, sizeof(how), "start it with --machine_rank %s", missing);
+    }
+    fprintf(stderr,
+            "accel launch: machine %d: waiting for machine(s) %s of %d at %s (up to %g s in all; "
+            "%s --num_machines %d --num_processes %d --main_process_ip %s --main_process_port "
+            "%d)\n",
+            s->machine_rank, missing, s->num_machines, r->name, s->rdzv_timeout_s, how,
+            s->num_machines, s->n_procs * s->num_machines, s->master_addr, r->port);
+}
+
+/* Machine 0 serves the store; the others connect, retrying until the rendezvous deadline.
+ * Returns 0, or the exit status after saying why. */
+static int open_store(launch_rdzv *r)
 {
     const launch_settings *s = r->s;
     accel__store_config sc = {.addr = s->master_addr,
@@ -153,11 +248,11 @@ static int open_store(launch_rdzv *r, double deadline)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (st != ACCEL_OK) {
             fprintf(stderr,
-                    "accel launch: error: machine 0 cannot serve the rendezvous on %s:%d: %s\n"
+                    "accel launch: error: machine 0 cannot serve the rendezvous on %s: %s\n"
                     "accel launch: machine 0 must run where --main_process_ip points, on a free "
                     "--main_process_port (0 picks one)\n",
-                    s->master_addr, s->port, accel_last_error(NULL));
-            return -1;
+                    r->name, accel_last_error(NULL));
+            return 1;
         }
         r->port = accel__store_port(r->st);
         if (s->port == 0) {
@@ -168,27 +263,40 @@ static int open_store(launch_rdzv *r, double deadline)
         }
         return 0;
     }
+    /* Tries of a slice, so that a stop signal is noticed at once; the store that answers is
+     * opened again with the timeout of one call, which also bounds every later set and add. */
     for (;;) {
-        double left = deadline - accel__now();
-        sc.timeout_s = left < OP_TIMEOUT_S ? (left > 0.05 ? left : 0.05) : OP_TIMEOUT_S;
+        int sig = interrupted(r);
+        if (sig != 0) {
+            return sig;
+        }
+        double left = r->deadline - accel__now();
+        sc.timeout_s = left < SLICE_S ? (left > 0.05 ? left : 0.05) : SLICE_S;
         accel_status st = accel__store_open(&r->st, &sc);
+        if (st == ACCEL_OK) {
+            accel__store_close(r->st);
+            r->st = NULL;
+            sc.timeout_s = OP_TIMEOUT_S;
+            st = accel__store_open(&r->st, &sc);
+        }
         if (st == ACCEL_OK) {
             r->port = s->port;
             return 0;
         }
-        if (st != ACCEL_ETIMEDOUT || accel__now() >= deadline) {
+        if (st != ACCEL_ETIMEDOUT || accel__now() >= r->deadline) {
             char within[64] = "";
             if (st == ACCEL_ETIMEDOUT) {
                 snprintf(within, sizeof(within), " within %g s", s->rdzv_timeout_s);
             }
             fprintf(stderr,
                     "accel launch: error: machine %d: no rendezvous with the main process "
-                    "(machine 0's launcher) at %s:%d%s: %s\n"
+                    "(machine 0's launcher) at %s%s: %s\n"
                     "accel launch: is machine 0 started, with the same --main_process_ip and "
                     "--main_process_port, and is that address reachable from this machine?\n",
-                    s->machine_rank, s->master_addr, s->port, within, accel_last_error(NULL));
-            return -1;
+                    s->machine_rank, r->name, within, accel_last_error(NULL));
+            return 1;
         }
+        say_waiting(r);
     }
 }
 
@@ -219,31 +327,105 @@ static void cpu_token(char *token, size_t cap)
 }
 
 /* Checks that machine m was started with the same job shape as this one; its CPU token (""
- * when the record has none) goes to token (cap 64). */
-static int check_peer(launch_rdzv *r, int m, const char *rec, char *token)
+ * when the record has none) goes to token (cap 64). -1 with why (cap) naming the difference. */
+static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char *why, size_t cap)
 {
     int machines = 0, n_procs = 0, restarts = 0;
     char host[256] = "?";
     token[0] = '\0';
     if (sscanf(rec, "%d %d %d %255s %63s", &machines, &n_procs, &restarts, host, token) < 3) {
-        fprintf(stderr, "accel launch: error: machine %d published a malformed record \"%s\"\n", m,
-                rec);
+        snprintf(why, cap, "machine %d published a malformed record \"%s\"", m, rec);
         return -1;
     }
     if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
-        fprintf(stderr,
-                "accel launch: error: machine %d (host %s) was started with --num_machines %d "
-                "and %d processes per machine, this machine (%d) with --num_machines %d and %d: "
-                "give every machine the same --num_processes and --num_machines\n",
-                m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
+        snprintf(why, cap,
+                 "machine %d (host %s) was started with --num_machines %d and %d processes per "
+                 "machine, this machine (%d) with --num_machines %d and %d: give every machine "
+                 "the same --num_processes and --num_machines",
+                 m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
         return -1;
     }
     if (restarts != r->s->max_restarts) {
-        fprintf(stderr,
-                "accel launch: error: machine %d (host %s) was started with --max_restarts %d, "
-                "this machine (%d) with %d: give every machine the same\n",
-                m, host, restarts, r->s->machine_rank, r->s->max_restarts);
+        snprintf(why, cap,
+                 "machine %d (host %s) was started with --max_restarts %d, this machine (%d) "
+                 "with %d: give every machine the same",
+                 m, host, restarts, r->s->machine_rank, r->s->max_restarts);
         return -1;
+    }
+    return 0;
+}
+
+static int store_failed(launch_rdzv *r)
+{
+    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
+            r->name, accel_last_error(NULL));
+    return 1;
+}
+
+/* Waits for machine m's record (rec, cap bytes), checks it against this machine's job shape
+ * and counts the machines that share this one's CPUs (token). Returns 0, or the exit status
+ * after saying why: a different job shape (machine 0 also publishes it), the deadline (naming
+ * the machines missing), a failure another launcher published, a stop signal, a broken store. */
+static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, size_t cap)
+{
+    const launch_settings *s = r->s;
+    char key[64], msg[1024], peer_token[64];
+    size_t nb = 0;
+    key_of(key, sizeof(key), "machine", m);
+    for (;;) {
+        int sig = interrupted(r);
+        if (sig != 0) {
+            return sig;
+        }
+        double left = r->deadline - accel__now();
+        accel_status st = accel__store_get(r->st, key, rec, cap - 1, &nb,
+                                           left < SLICE_S ? (left > 0 ? left : 0) : SLICE_S);
+        if (st == ACCEL_OK) {
+            break;
+        }
+        if ((st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) &&
+            accel__store_broken(r->st) == ACCEL_OK && read_failure(r, msg, sizeof(msg)) != 0) {
+            fprintf(stderr, "accel launch: error: machine %d: the rendezvous at %s failed: %s\n",
+                    s->machine_rank, r->name, msg);
+            snprintf(r->cause, sizeof(r->cause), "%s", msg);
+            r->linger = 1;
+            return 1;
+        }
+        /* Also when the store broke while reading the failure: a machine 0 that stopped tells
+         * why in the error (accel__store_close_failed). */
+        if ((st != ACCEL_ETIMEDOUT && st != ACCEL_ENOTFOUND) ||
+            accel__store_broken(r->st) != ACCEL_OK) {
+            return store_failed(r);
+        }
+        if (accel__now() >= r->deadline) {
+            char missing[256];
+            list_missing(r, missing, sizeof(missing));
+            fprintf(stderr,
+                    "accel launch: error: rendezvous at %s timed out after %g s: machine rank(s) "
+                    "%s of %d did not arrive (start them with --machine_rank, the same "
+                    "--main_process_ip and --main_process_port; a longer wait: --rdzv_conf "
+                    "timeout=SECONDS)\n",
+                    r->name, s->rdzv_timeout_s, missing, s->num_machines);
+            snprintf(r->cause, sizeof(r->cause),
+                     "machine rank(s) %s of %d did not arrive within %g s", missing,
+                     s->num_machines, s->rdzv_timeout_s);
+            return 1;
+        }
+        say_waiting(r);
+    }
+    rec[nb] = '\0';
+    if (check_peer(r, m, rec, peer_token, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "accel launch: error: %s\n", msg);
+        if (s->machine_rank == 0) {
+            /* For the machines still waiting; they get it at the store's close too. */
+            publish_failure(r, 1, "%s", msg);
+            snprintf(r->cause, sizeof(r->cause), "%s", msg);
+            r->linger = 1;
+        }
+        return 1;
+    }
+    if (m == s->machine_rank || (strcmp(token, "-") != 0 && strcmp(peer_token, token) == 0)) {
+        r->n_sharing_machines++;
     }
     return 0;
 }
@@ -290,18 +472,26 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         /* An empty field would shift the CPU token into the host's place in the record. */
         snprintf(r->host, sizeof(r->host), "?");
     }
-    const double t0 = accel__now(), deadline = t0 + s->rdzv_timeout_s;
+    r->t0 = accel__now();
+    r->deadline = r->t0 + s->rdzv_timeout_s;
+    r->say_at = r->t0 + (s->rdzv_timeout_s / 2 < SAY_S ? s->rdzv_timeout_s / 2 : SAY_S);
+    launch_host_port(r->name, sizeof(r->name), s->master_addr, s->port);
     const int me = s->machine_rank, M = s->num_machines;
-    char key[64], rec[512], missing[256], token[64], peer_token[64];
+    char key[64], rec[512], token[64];
     int64_t claims = 0;
-    size_t nb = 0;
-    if (open_store(r, deadline) != 0) {
+    struct sigaction old_actions[3];
+    int caught = 1;
+    catch_signals(old_actions);
+    int rc = open_store(r);
+    if (rc != 0) {
         goto fail;
     }
-    snprintf(r->name, sizeof(r->name), "%s:%d", s->master_addr, r->port);
+    launch_host_port(r->name, sizeof(r->name), s->master_addr, r->port);
+    rc = 1;
     key_of(key, sizeof(key), "claim", me);
     if (accel__store_add(r->st, key, 1, &claims) != ACCEL_OK) {
-        goto store_fail;
+        rc = store_failed(r);
+        goto fail;
     }
     if (claims != 1) {
         fprintf(stderr,
@@ -312,37 +502,42 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         goto fail;
     }
     cpu_token(token, sizeof(token));
-    snprintf(rec, sizeof(rec), "%d %d %d %s %s", M, s->n_procs, s->max_restarts, r->host, token);
+    char own[512];
+    snprintf(own, sizeof(own), "%d %d %d %s %s", M, s->n_procs, s->max_restarts, r->host, token);
     key_of(key, sizeof(key), "machine", me);
-    if (accel__store_set(r->st, key, rec, strlen(rec)) != ACCEL_OK) {
-        goto store_fail;
+    /* Machine 0's record first (it publishes it as soon as it serves): a machine started with
+     * another job shape says why itself, instead of seeing machine 0 stop; it still publishes
+     * its own, so that machine 0 names the difference too. */
+    if (me != 0 && (rc = check_machine(r, 0, token, rec, sizeof(rec))) != 0) {
+        if (rc == 1 && accel__store_broken(r->st) == ACCEL_OK) {
+            (void)accel__store_set(r->st, key, own, strlen(own));
+        }
+        goto fail;
     }
-    for (int m = 0; m < M; m++) {
-        key_of(key, sizeof(key), "machine", m);
-        double left = deadline - accel__now();
-        accel_status st =
-            accel__store_get(r->st, key, rec, sizeof(rec) - 1, &nb, left > 0 ? left : 0);
-        if (st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) {
-            list_missing(r, missing, sizeof(missing));
-            fprintf(stderr,
-                    "accel launch: error: rendezvous at %s timed out after %g s: machine rank(s) "
-                    "%s of %d did not arrive (start them with --machine_rank, the same "
-                    "--main_process_ip and --main_process_port; a longer wait: --rdzv_conf "
-                    "timeout=SECONDS)\n",
-                    r->name, s->rdzv_timeout_s, missing, M);
+    if (accel__store_set(r->st, key, own, strlen(own)) != ACCEL_OK) {
+        rc = store_failed(r);
+        goto fail;
+    }
+    for (int m = me == 0 ? 0 : 1; m < M; m++) {
+        if ((rc = check_machine(r, m, token, rec, sizeof(rec))) != 0) {
             goto fail;
         }
-        if (st != ACCEL_OK) {
-            goto store_fail;
-        }
-        rec[nb] = '\0';
-        if (check_peer(r, m, rec, peer_token) != 0) {
-            goto fail;
-        }
-        if (m == me || (strcmp(token, "-") != 0 && strcmp(peer_token, token) == 0)) {
-            r->n_sharing_machines++;
-        }
     }
+    /* A signal from here on takes its old course (the supervisor's, or the default). */
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    for (int i = 0; i < 3; i++) {
+        sigaddset(&stops, stop_signals[i]);
+    }
+    pthread_sigmask(SIG_BLOCK, &stops, &before);
+    rc = interrupted(r);
+    restore_signals(old_actions);
+    caught = 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    if (rc != 0) {
+        goto fail;
+    }
+    rc = 1;
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
     r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
     r->finished = accel__calloc((size_t)M, sizeof(*r->finished));
@@ -351,22 +546,26 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         goto fail;
     }
     const int base = me * s->n_procs;
-    char backend[256];
+    char backend[256], ranks[64];
     expected_backend(s, backend, sizeof(backend));
+    if (s->n_procs == 1) {
+        snprintf(ranks, sizeof(ranks), "rank %d", base);
+    } else {
+        snprintf(ranks, sizeof(ranks), "ranks %d-%d", base, base + s->n_procs - 1);
+    }
     fprintf(stderr,
-            "accel launch: rendezvous: machine %d of %d (%s), ranks %d-%d of %d, backend %s, "
-            "master %s, all %d machines in %.1f s\n",
-            me, M, r->host, base, base + s->n_procs - 1, s->n_procs * M, backend, r->name, M,
-            accel__now() - t0);
+            "accel launch: rendezvous: machine %d of %d (%s), %s of %d, backend %s, master %s, "
+            "all %d machines in %.1f s\n",
+            me, M, r->host, ranks, s->n_procs * M, backend, r->name, M, accel__now() - r->t0);
     *out = r;
     return 0;
 
-store_fail:
-    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", me,
-            r->name[0] ? r->name : s->master_addr, accel_last_error(NULL));
 fail:
+    if (caught) {
+        restore_signals(old_actions);
+    }
     launch_rdzv_free(r);
-    return 1;
+    return rc;
 }
 
 int launch_rdzv_cpu_sharers(const launch_rdzv *r)
@@ -590,7 +789,9 @@ void launch_rdzv_free(launch_rdzv *r)
     if (r == NULL) {
         return;
     }
-    accel__store_close(r->st);
+    /* Machine 0 after a failed rendezvous: the others waiting read the failure published
+     * within a slice; one that is too late learns it from the store's last answer. */
+    accel__store_close_failed(r->st, r->cause, r->linger ? 2 * SLICE_S : 0);
     accel__free(r->beat);
     accel__free(r->beat_at);
     accel__free(r->finished);

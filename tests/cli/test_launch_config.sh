@@ -58,11 +58,13 @@ want_env 0 ACCELERATE_MIXED_PRECISION no
 want_env 0 ACCELERATE_CONFIG_FILE "(unset)"
 want_env 0 ACCEL_ZERO_STAGE "(unset)"
 want_env 0 OMP_NUM_THREADS "$(nproc)"
-run 0 launch -n 2 "$P/rank_info"
+want_env 0 ROLE_NAME default
+run 0 launch -n 2 --role trainer "$P/rank_info"
+want_env 1 ROLE_NAME trainer
 want_env 1 OMP_NUM_THREADS $(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))
 OMP_NUM_THREADS=3 run 0 launch -n 2 "$P/rank_info"
 want_env 1 OMP_NUM_THREADS 3
-ok "no config file: defaults, OMP_NUM_THREADS = max(1, CPUs / processes) unless set"
+ok "no config file: defaults, OMP_NUM_THREADS = max(1, CPUs / processes) unless set, ROLE_NAME"
 
 # ---- a file with every key accel launch understands ----
 cat >"$T/all.yaml" <<'EOF'
@@ -386,7 +388,7 @@ for flag in --config_file --cpu --multi_gpu --mixed_precision --num_processes --
     --main_process_port --tee --log_dir --rdzv_backend --max_restarts --monitor_interval \
     --zero_stage --gradient_accumulation_steps --fsdp_sharding_strategy --mpirun_hostfile --debug \
     --use_deepspeed --use_fsdp --cpu_affinity --grace_period --rdzv_conf --mpirun_ccl \
-    --preflight; do
+    --preflight --role; do
     grep -q -- "  $flag\b\|-., $flag\b" "$T/out" || fail "--help lacks $flag"
 done
 ok "accepted flags and notes; --help lists every flag under Accelerate's groups"

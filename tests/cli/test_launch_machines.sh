@@ -53,10 +53,12 @@ for per in 1 2; do
     finish m0
     finish m1
     [ "$rc_m0" = 0 ] && [ "$rc_m1" = 0 ] || fail "$per per machine: launchers exited $rc_m0, $rc_m1"
+    r0="ranks 0-$((per - 1))" r1="ranks $per-$((n - 1))"
+    [ $per = 1 ] && r0="rank 0" r1="rank 1"
     has "$T/m0.err" "rendezvous: machine 0 of 2 (.*)," \
-        "ranks 0-$((per - 1)) of $n, backend .*, master 127.0.0.1:$port" ||
+        "$r0 of $n, backend .*, master 127.0.0.1:$port" ||
         fail "no summary line on machine 0"
-    grep -q "rendezvous: machine 1 of 2 (.*), ranks $per-$((n - 1)) of $n, backend" "$T/m1.err" ||
+    grep -q "rendezvous: machine 1 of 2 (.*), $r1 of $n, backend" "$T/m1.err" ||
         fail "no summary line on machine 1"
     jobs=$(cat "$T"/m0.out "$T"/m1.out |
         sed -n 's/.*JOB=\([0-9a-f]*\) MASTER=127.0.0.1:'"$port"'$/\1/p')
@@ -257,6 +259,10 @@ finish m1
     has "$T/m0.err" "machine 1 (host .*) was started" \
         "with --max_restarts 2, this machine (0) with 1" ||
     fail "different --max_restarts not refused"
+[ "$rc_m1" = 1 ] &&
+    has "$T/m1.err" "machine 0 (host .*) was started" \
+        "with --max_restarts 1, this machine (1) with 2" ||
+    fail "different --max_restarts not named on machine 1"
 echo "ok: usage errors"
 
 # ---- 6b. --max_restarts: every machine restarts together ----

@@ -68,7 +68,8 @@ int main(int argc, char **argv)
                                   "TORCHELASTIC_RESTART_COUNT",
                                   "GROUP_RANK",
                                   "ACCEL_NUM_MACHINES",
-                                  "ACCEL_STORE_SERVED"};
+                                  "ACCEL_STORE_SERVED",
+                                  "ROLE_NAME"};
     const char *rank = env_or("RANK");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         printf("rank %s %s=%s\n", rank, names[i], env_or(names[i]));

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# What the launchers of a job on several machines say while they meet (docs/launch.md,
+# "Rendezvous"), two or three "machines" on this host, 127.0.0.1:
+#  1. A job-shape mismatch (machine 0 -n 2, machine 1 -n 4, both --num_machines 2): BOTH
+#     launchers name both shapes (machine 1 used to see only machine 0 stop). A second
+#     --machine_rank 1 in a job of 3: all three launchers name the duplicate within seconds
+#     (machine 0 and the first machine 1 used to wait for machine 2 until the timeout).
+#  2. Machine 0 alone, --rdzv_conf timeout=1: a "waiting for machine(s) 1 of 2" line naming how
+#     to start it, then the timeout message; machine 1 alone: "waiting for machine 0's launcher".
+#     In a job of 3 whose machine 2 is missing, the line names only machine 2.
+#  3. The summary line says "rank 0 of 2" for one process per machine, and brackets an IPv6
+#     master ("[::1]:PORT"), as does the --preflight line (skipped without IPv6 on lo).
+#  4. SIGTERM to machine 0 waiting alone, SIGINT (SIGHUP where the test starts with SIGINT
+#     ignored) to machine 1 waiting in a job of 3: each exits at once (143, 130) saying it was
+#     interrupted, nothing started; machine 0 names machine 1's interrupt instead of waiting
+#     for the timeout.
+set -u
+B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
+ACCEL=$B/accel
+FREE=$B/tests/progs/free_port
+[ -x "$ACCEL" ] && [ -x "$FREE" ] || { echo "missing build outputs"; exit 1; }
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail
+scratch
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }
+PROG=(/bin/sh -c 'echo "STARTED RANK=$RANK"')
+
+# start NAME MACHINE ARGS...: one launcher in the background, output in $T/NAME.{out,err}.
+start() {
+    local name=$1 m=$2
+    shift 2
+    "$ACCEL" launch --main_process_ip 127.0.0.1 --machine_rank "$m" "$@" \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    eval "pid_$name=$!"
+    pids="$pids $!"
+}
+# finish NAME: waits for the launcher, sets rc_NAME.
+finish() {
+    local p
+    eval "p=\$pid_$1"
+    wait "$p"
+    eval "rc_$1=$?"
+}
+# await FILE PATTERN: waits (at most 20 s) until FILE has a line matching PATTERN.
+await() {
+    for _ in $(seq 1 400); do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# ---- 4b, in the background while 1-4a run: SIGINT to machine 1 waiting in a job of 3 ----
+# (machine 0's "waiting" line, after half the 10 s timeout, says machine 1 has arrived; SIGINT
+# reaches a background job only from a shell with job control: set -m)
+pa=$("$FREE")
+J3=(--num_machines 3 -n 3 --main_process_port "$pa" --rdzv_conf timeout=10)
+start a0 0 "${J3[@]}" "${PROG[@]}"
+(
+    set -m
+    "$ACCEL" launch --main_process_ip 127.0.0.1 --machine_rank 1 "${J3[@]}" "${PROG[@]}" \
+        >"$T/a1.out" 2>"$T/a1.err" &
+    echo $! >"$T/a1.pid"
+    wait $!
+    echo $? >"$T/a1.rc"
+) &
+pid_a1sh=$!
+pids="$pids $pid_a1sh"
+# A SIGINT ignored when this shell started stays ignored in every child (set -m cannot undo it):
+# SIGHUP, the launcher's other interrupt, then stands in.
+SIG=INT RC_SIG=130
+[ -z "$(trap -p INT)" ] || { SIG=HUP RC_SIG=129; echo "note: SIGINT is ignored here: SIGHUP"; }
+
+# ---- 1. job-shape mismatch: each launcher names both shapes ----
+port=$("$FREE")
+t0=$(now)
+start m0 0 --num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=25 "${PROG[@]}"
+start m1 1 --num_machines 2 -n 4 --main_process_port "$port" --rdzv_conf timeout=25 "${PROG[@]}"
+finish m0
+finish m1
+t=$(elapsed "$t0")
+[ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] || fail "shape mismatch: launchers exited $rc_m0, $rc_m1"
+[ "$(echo "$t < 20" | bc)" = 1 ] || fail "shape mismatch: the launchers took $t s"
+has "$T/m0.err" "machine 1 (host .*) was started with --num_machines 2 and 2 processes per" \
+    "machine, this machine (0) with --num_machines 2 and 1" || fail "machine 0 did not name it"
+has "$T/m1.err" "machine 0 (host .*) was started with --num_machines 2 and 1 processes per" \
+    "machine, this machine (1) with --num_machines 2 and 2" || fail "machine 1 did not name it"
+grep -q STARTED "$T/m0.out" "$T/m1.out" && fail "shape mismatch: a process started"
+echo "ok: a job-shape mismatch is named on both machines ($t s)"
+
+# ---- 1b. a second --machine_rank 1 in a job of 3 (machine 2 never comes) ----
+port=$("$FREE")
+t0=$(now)
+J=(--num_machines 3 -n 3 --main_process_port "$port" --rdzv_conf timeout=25)
+start d0 0 "${J[@]}" "${PROG[@]}"
+start d1 1 "${J[@]}" "${PROG[@]}"
+start d1b 1 "${J[@]}" "${PROG[@]}"
+finish d0
+finish d1
+finish d1b
+t=$(elapsed "$t0")
+[ "$rc_d0" = 1 ] && [ "$rc_d1" = 1 ] && [ "$rc_d1b" = 1 ] ||
+    fail "duplicate rank: launchers exited $rc_d0, $rc_d1, $rc_d1b"
+[ "$(echo "$t < 20" | bc)" = 1 ] || fail "duplicate rank: the launchers took $t s"
+# Either machine 1 may be the second: it says it joined twice; the other one reads the failure
+# it published (or, when machine 0 closed the store first, gets it in the store's last word).
+has "$T/d0.err" "machine 0: the rendezvous at 127.0.0.1:$port failed:" \
+    "machine rank 1 was started twice" || fail "duplicate rank: machine 0 did not name it"
+dups=$(cat "$T/d1.err" "$T/d1b.err")
+grep -q "machine rank 1 joined the rendezvous at 127.0.0.1:$port twice" <<<"$dups" &&
+    grep -q "machine 1: .*rendezvous at .*: machine rank 1 was started twice" <<<"$dups" ||
+    fail "duplicate rank: not both machine 1 launchers named it"
+echo "ok: a second --machine_rank 1 is named by all three launchers ($t s)"
+
+# ---- 2. the "waiting for" lines, then the timeout ----
+port=$("$FREE")
+p1=$("$FREE")
+while [ "$p1" = "$port" ]; do p1=$("$FREE"); done
+start w0 0 --num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=1 "${PROG[@]}"
+start w1 1 --num_machines 2 -n 2 --main_process_port "$p1" --rdzv_conf timeout=1 "${PROG[@]}"
+finish w0
+finish w1
+[ "$rc_w0" = 1 ] && [ "$rc_w1" = 1 ] || fail "alone: launchers exited $rc_w0, $rc_w1"
+has "$T/w0.err" "^accel launch: machine 0: waiting for machine(s) 1 of 2 at 127.0.0.1:$port" \
+    "(up to 1 s in all; start it with --machine_rank 1 --num_machines 2 --num_processes 2" \
+    "--main_process_ip 127.0.0.1 --main_process_port $port)" ||
+    fail "machine 0 alone did not say it waits for machine 1"
+sed -n 2p "$T/w0.err" | grep -q "timed out after 1 s: machine rank(s) 1 of 2 did not arrive" ||
+    fail "machine 0 alone: no timeout message after the waiting line"
+has "$T/w1.err" "^accel launch: machine 1: waiting for machine 0's launcher at" \
+    "127.0.0.1:$p1 (up to 1 s in all)" || fail "machine 1 alone did not say it waits"
+grep -q "no rendezvous with the main process" "$T/w1.err" || fail "machine 1 alone: no timeout"
+echo "ok: a launcher alone says whom it waits for, then times out"
+
+# ---- 3. the summary line: one rank per machine, an IPv6 master ----
+ip=::1
+if ! python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null &&
+    ! grep -q '^0\{31\}1 ' /proc/net/if_inet6 2>/dev/null; then
+    echo "skip: no IPv6 on lo: the bracketed master is not checked, 127.0.0.1 instead"
+    ip=127.0.0.1
+fi
+port=$("$FREE")
+S=(--num_machines 2 -n 2 --main_process_port "$port" --preflight "${PROG[@]}")
+"$ACCEL" launch --main_process_ip "$ip" --machine_rank 1 "${S[@]}" >"$T/s1.out" 2>"$T/s1.err" &
+pid_s1=$!
+pids="$pids $pid_s1"
+"$ACCEL" launch --main_process_ip "$ip" --machine_rank 0 "${S[@]}" >"$T/s0.out" 2>"$T/s0.err"
+rc_s0=$?
+finish s1
+[ "$rc_s0" = 0 ] && [ "$rc_s1" = 0 ] || fail "summary: launchers exited $rc_s0, $rc_s1"
+master="127.0.0.1:$port"
+[ "$ip" = ::1 ] && master="\[::1\]:$port"
+for m in 0 1; do
+    has "$T/s$m.err" "rendezvous: machine $m of 2 (.*), rank $m of 2, backend .*," \
+        "master $master, all 2" || fail "summary line of machine $m"
+    grep -q "preflight: all 2 ranks reached the rendezvous at $master and" "$T/s$m.err" ||
+        fail "preflight line of machine $m"
+done
+echo "ok: summary line: \"rank 0 of 2\", master $ip port $port"
+
+# ---- 4a. SIGTERM to machine 0 waiting alone ----
+start t0 0 --num_machines 2 -n 2 --main_process_port 0 "${PROG[@]}"
+await "$T/t0.err" "main process port" || fail "machine 0 did not start serving"
+t0=$(now)
+kill -TERM "$pid_t0"
+finish t0
+t=$(elapsed "$t0")
+[ "$rc_t0" = 143 ] || fail "SIGTERM: machine 0 exited $rc_t0"
+[ "$(echo "$t < 10" | bc)" = 1 ] || fail "SIGTERM: machine 0 took $t s"
+has "$T/t0.err" "machine 0: interrupted by SIGTERM during the rendezvous at 127.0.0.1:[0-9]*:" \
+    "nothing was started" || fail "SIGTERM: machine 0 did not say it was interrupted"
+grep -q STARTED "$T/t0.out" && fail "SIGTERM: a process started"
+echo "ok: SIGTERM to machine 0 waiting alone: exit 143 in $t s, saying so"
+
+# ---- 4b (started first): SIGINT to machine 1 ----
+await "$T/a0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pa (up to 10 s in all;" ||
+    fail "job of 3: machine 0 did not say it waits for machine 2 only"
+pid_a1=$(cat "$T/a1.pid")
+pids="$pids $pid_a1"
+t0=$(now)
+kill -$SIG "$pid_a1"
+finish a0
+wait "$pid_a1sh"
+t=$(elapsed "$t0")
+[ "$(cat "$T/a1.rc")" = $RC_SIG ] || fail "SIG$SIG: machine 1 exited $(cat "$T/a1.rc")"
+has "$T/a1.err" "machine 1: interrupted by SIG$SIG during the rendezvous at 127.0.0.1:$pa:" \
+    "nothing was started" || fail "SIG$SIG: machine 1 did not say it was interrupted"
+[ "$rc_a0" = 1 ] || fail "SIG$SIG: machine 0 exited $rc_a0"
+has "$T/a0.err" "machine 0: the rendezvous at 127.0.0.1:$pa failed: machine 1's launcher" \
+    "(host .*) was interrupted by SIG$SIG" || fail "SIG$SIG: machine 0 did not name machine 1"
+grep -q STARTED "$T/a0.out" "$T/a1.out" && fail "SIG$SIG: a process started"
+echo "ok: SIG$SIG to machine 1 in the rendezvous: exit $RC_SIG, machine 0 names it ($t s)"
