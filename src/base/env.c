@@ -98,7 +98,7 @@ static const accel__env_var env_table[] = {
      "ACCEL_JOB_ID and ACCEL_RESTART_COUNT)"},
     {"ACCEL_TEST_PREFLIGHT_CLOSED", ACCEL__ENV_STRING, NULL,
      "test hook of accel launch --preflight: 1 makes this machine's launcher endpoint "
-     "unreachable"},
+     "unreachable (refused), drop makes it never answer (each hop to it times out)"},
     {"ACCEL_SIM_GPU", ACCEL__ENV_INT, "0",
      "TESTING AID, never for training: in a build without CUDA, n > 0 (at most 8) makes the "
      "cuda device n simulated GPUs (host memory behind page protection, work deferred until "

@@ -324,9 +324,11 @@ static int run_attempt(const launch_config *lc, int restart, launch_rdzv *rdzv,
     char job_id[64];
     *again = 0;
     if (rdzv != NULL) {
-        if (launch_rdzv_begin(rdzv, restart) != 0) {
+        int rc = launch_rdzv_begin(rdzv, restart);
+        if (rc != 0) {
+            /* A stop signal was published with this machine's end; else publish it. */
             *outcome = LAUNCH_NOT_STARTED;
-            return 1;
+            return rc == 1 ? launch_rdzv_finish(rdzv, rc, *outcome, again) : rc;
         }
         snprintf(job_id, sizeof(job_id), "%s", launch_rdzv_job_id(rdzv));
     } else if (accel__random_hex(job_id, sizeof(job_id)) != 0) {
@@ -393,9 +395,11 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
             goto out;
         }
         port = launch_rdzv_port(rdzv);
-        if (s.preflight && launch_preflight(&s, rdzv) != 0) {
+        if (s.preflight && (rc = launch_preflight(&s, rdzv)) != 0) {
             int again;
-            rc = launch_rdzv_finish(rdzv, 1, LAUNCH_NOT_STARTED, &again);
+            if (rc == 1) { /* else a stop signal, which was published with this machine's end */
+                rc = launch_rdzv_finish(rdzv, 1, LAUNCH_NOT_STARTED, &again);
+            }
             goto out;
         }
     } else if (port == 0) {

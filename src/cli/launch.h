@@ -130,7 +130,8 @@ struct accel__store;
  * after a few seconds which ones it waits for), and prints the one-line rendezvous summary.
  * Returns 0 with *out, or the exit status after printing why: 1 (the missing machine ranks, a
  * taken port, an unreachable master, a mismatched job shape, a failure another launcher
- * published), 128 + the signal for SIGINT, SIGTERM or SIGHUP received while waiting.
+ * published), 128 + the signal for SIGINT, SIGTERM or SIGHUP received while waiting. On 0 the
+ * stop signals stay caught (stop.c) until the supervisor takes them over.
  */
 int launch_rdzv_join(const launch_settings *s, launch_rdzv **out);
 const char *launch_rdzv_job_id(const launch_rdzv *r); /* machine 0's random job id */
@@ -142,8 +143,15 @@ const launch_watch *launch_rdzv_watch(const launch_rdzv *r);
  * several machines emulated on one host, in network namespaces or on 127.0.0.1. 1: alone. */
 int launch_rdzv_cpu_sharers(const launch_rdzv *r);
 /* Starts attempt `attempt` (0, then the restart count): machine 0 makes its job id, the others
- * fetch it. Returns 0, or 1 after printing why. */
+ * fetch it. Returns 0, or the exit status after printing why: 128 + a stop signal (published,
+ * see launch_rdzv_check), else 1. */
 int launch_rdzv_begin(launch_rdzv *r, int attempt);
+/* Between the rendezvous and the processes' start (during: "the preflight"): 0, or the exit
+ * status after saying why this launcher stops: 128 + a stop signal caught (launch_stop_signal;
+ * published for the others with this machine's end, bounded to a second, and machine 0 then
+ * serves a second longer for the machines that joined), or 1 for a failure another launcher
+ * published. Nothing more is to be done with r then but launch_rdzv_free, after a signal. */
+int launch_rdzv_check(launch_rdzv *r, const char *during);
 /* After this machine's processes ended (rc, outcome from launch_supervise): publishes it;
  * machine 0 then keeps serving until every machine finished or is gone (with --max_restarts
  * every machine waits). Returns the launcher's exit status (a failure elsewhere when its own
@@ -151,11 +159,26 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt);
 int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again);
 void launch_rdzv_free(launch_rdzv *r);
 
+/* ---- stop.c: SIGINT, SIGTERM and SIGHUP before the processes run (several machines) ---- */
+
+/* From here on the stop signals only set a flag (launch_stop_signal); one ignored now stays
+ * ignored. The flag is cleared; nothing happens while they are already caught. */
+void launch_stop_catch(void);
+/* Puts back the actions launch_stop_catch found (also in a forked child before it does
+ * anything else); the flag stays. The supervisor calls it once it has blocked them. */
+void launch_stop_release(void);
+/* The stop signal caught since launch_stop_catch, 0 if none. */
+int launch_stop_signal(void);
+/* "SIGINT", "SIGTERM", "SIGHUP". */
+const char *launch_stop_name(int sig);
+
 /* ---- preflight.c ---- */
 
 /* --preflight: every local rank (a forked child) connects to the store and to every machine's
  * launcher; all launchers wait for all results. Returns 0, or 1 after naming each failing hop
- * ("rank 3 (machine 1) -> machine 0's launcher at A:P: connection refused"). */
+ * ("rank 3 (machine 1) -> machine 0's launcher at A:P: connection refused") or a failure
+ * another launcher published, or 128 + a stop signal (launch_rdzv_check); the probes are
+ * gone on return. */
 int launch_preflight(const launch_settings *s, launch_rdzv *r);
 
 /* ---- mpirun.c ---- */

@@ -11,6 +11,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,19 +186,26 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
         close(lfd);
         lfd = -1;
     }
+    /* Test hook "drop": the endpoint listens but never answers (a firewall that drops), so
+     * every probe's hop to it waits HOP_TIMEOUT_S. */
+    const int serve_fd = closed != NULL && strcmp(closed, "drop") == 0 ? -1 : lfd;
     snprintf(key, sizeof(key), "launch/leader/%d", me);
-    if (accel__store_set(st, key, ep, strlen(ep)) != ACCEL_OK) {
-        fprintf(stderr, "accel launch: preflight: %s\n", accel_last_error(NULL));
+    pid_t *pids = accel__calloc((size_t)s->n_procs, sizeof(*pids));
+    if (pids == NULL || accel__store_set(st, key, ep, strlen(ep)) != ACCEL_OK) {
+        fprintf(stderr, "accel launch: preflight: %s\n",
+                pids == NULL ? "out of memory" : accel_last_error(NULL));
         if (lfd >= 0) {
             close(lfd);
         }
+        accel__free(pids);
         return 1;
     }
     fflush(NULL); /* the probes must not write our buffered output again */
-    int n_left = 0, failed = 0;
+    int n_left = 0, failed = 0, rc = 0;
     for (int i = 0; i < s->n_procs; i++) {
         pid_t pid = fork();
         if (pid == 0) {
+            launch_stop_release(); /* the launcher's flag would not stop a probe */
             if (lfd >= 0) {
                 close(lfd);
             }
@@ -208,18 +216,23 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
             failed = 1;
             break;
         }
-        n_left++;
+        pids[n_left++] = pid;
     }
-    /* Serve the probes of every machine until every machine has its verdict. */
+    /* Serve the probes of every machine until every machine has its verdict, a stop signal or
+     * a failure another launcher published. */
     const double deadline = accel__now() + s->rdzv_timeout_s;
     int published = 0, all = 0;
-    while (!all && accel__now() < deadline) {
-        struct pollfd p = {.fd = lfd, .events = POLLIN};
+    while (!all && accel__now() < deadline && (rc = launch_rdzv_check(r, "the preflight")) == 0) {
+        struct pollfd p = {.fd = serve_fd, .events = POLLIN};
         if (poll(&p, 1, 100) > 0) {
             answer(lfd);
         }
         int wst;
-        while (n_left > 0 && waitpid(-1, &wst, WNOHANG) > 0) {
+        pid_t pid;
+        while ((pid = waitpid(-1, &wst, WNOHANG)) > 0) {
+            for (int i = 0; i < s->n_procs; i++) {
+                pids[i] = pids[i] == pid ? 0 : pids[i];
+            }
             n_left--;
             failed |= !(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
         }
@@ -243,8 +256,17 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
     if (lfd >= 0) {
         close(lfd);
     }
+    for (int i = 0; rc != 0 && i < s->n_procs; i++) {
+        if (pids[i] > 0) {
+            kill(pids[i], SIGKILL); /* stopped: their hops may wait HOP_TIMEOUT_S */
+        }
+    }
     while (n_left > 0 && wait(NULL) > 0) {
         n_left--;
+    }
+    accel__free(pids);
+    if (rc != 0) {
+        return rc;
     }
     if (!all) {
         fprintf(stderr,

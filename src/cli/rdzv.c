@@ -37,9 +37,6 @@
 #define SAY_S 5.0        /* the first "waiting for" line (half the timeout when shorter) */
 #define SAY_AGAIN_S 30.0 /* and the next ones */
 
-/* The stop signal received during the rendezvous (0: none); see catch_signals. */
-static volatile sig_atomic_t rdzv_signal;
-
 struct launch_rdzv {
     const launch_settings *s;
     accel__store *st;
@@ -144,55 +141,31 @@ static int list_missing(launch_rdzv *r, char *buf, size_t cap)
     return n;
 }
 
-static void on_stop_signal(int sig)
+/* 0, or, when a stop signal came (stop.c), its exit status (128 + the signal) after saying
+ * so and publishing it, with this machine's end of the attempt: the others then stop at once
+ * instead of waiting for this one. during: what was going on ("the preflight"); NULL: the
+ * rendezvous. Bounded: a hung machine 0 holds the exit for a second at most. */
+static int interrupted(launch_rdzv *r, const char *during)
 {
-    rdzv_signal = sig;
-}
-
-static const int stop_signals[3] = {SIGINT, SIGTERM, SIGHUP};
-
-/* Catches the stop signals for the rendezvous (their actions go to old, for restore_signals);
- * one that is ignored (nohup, a background job's SIGINT) stays ignored. Without SA_RESTART: a
- * signal ends a sleep or poll early, the store retries it, and the slice ends on time. */
-static void catch_signals(struct sigaction old[3])
-{
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    rdzv_signal = 0;
-    for (int i = 0; i < 3; i++) {
-        old[i] = (struct sigaction){.sa_handler = SIG_DFL};
-        if (sigaction(stop_signals[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN) {
-            sigaction(stop_signals[i], &sa, NULL);
-        }
-    }
-}
-
-static void restore_signals(const struct sigaction old[3])
-{
-    for (int i = 0; i < 3; i++) {
-        sigaction(stop_signals[i], &old[i], NULL);
-    }
-}
-
-/* 0, or, when a stop signal came, its exit status (128 + the signal) after saying so and
- * publishing it: the others then stop at once instead of waiting for this machine. */
-static int interrupted(launch_rdzv *r)
-{
-    const int sig = rdzv_signal;
+    const int sig = launch_stop_signal();
     if (sig == 0) {
         return 0;
     }
-    const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP";
+    const char *name = launch_stop_name(sig);
     fprintf(stderr,
-            "accel launch: machine %d: interrupted by %s during the rendezvous at %s: nothing "
-            "was started\n",
-            r->s->machine_rank, name, r->name);
+            "accel launch: machine %d: interrupted by %s during %s%s: nothing was started\n",
+            r->s->machine_rank, name, during != NULL ? during : "the rendezvous at ",
+            during != NULL ? "" : r->name);
     snprintf(r->cause, sizeof(r->cause),
-             "machine %d's launcher (host %s) was interrupted by %s during the rendezvous",
-             r->s->machine_rank, r->host, name);
+             "machine %d's launcher (host %s) was interrupted by %s during %s", r->s->machine_rank,
+             r->host, name, during != NULL ? during : "the rendezvous");
     if (r->st != NULL) {
-        accel__store_bound(r->st, accel__now() + 1.0); /* a hung machine 0 must not hold us */
+        char key[64];
+        accel__store_bound(r->st, accel__now() + ACCEL__STORE_RECORD_S);
         publish_failure(r, 128 + sig, "%s", r->cause);
+        attempt_key(r, key, sizeof(key), "stopped", r->s->machine_rank);
+        (void)accel__store_set(r->st, key, "1", 1); /* machine 0 waits for nobody's end here */
+        (void)accel__store_set(r->st, "launch/final", "stop", 4);
         r->linger = 1;
     }
     return 128 + sig;
@@ -266,7 +239,7 @@ static int open_store(launch_rdzv *r)
     /* Tries of a slice, so that a stop signal is noticed at once; the store that answers is
      * opened again with the timeout of one call, which also bounds every later set and add. */
     for (;;) {
-        int sig = interrupted(r);
+        int sig = interrupted(r, NULL);
         if (sig != 0) {
             return sig;
         }
@@ -373,7 +346,7 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
     size_t nb = 0;
     key_of(key, sizeof(key), "machine", m);
     for (;;) {
-        int sig = interrupted(r);
+        int sig = interrupted(r, NULL);
         if (sig != 0) {
             return sig;
         }
@@ -479,9 +452,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     const int me = s->machine_rank, M = s->num_machines;
     char key[64], rec[512], token[64];
     int64_t claims = 0;
-    struct sigaction old_actions[3];
-    int caught = 1;
-    catch_signals(old_actions);
+    launch_stop_catch(); /* until the supervisor takes the signals over */
     int rc = open_store(r);
     if (rc != 0) {
         goto fail;
@@ -523,20 +494,6 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
             goto fail;
         }
     }
-    /* A signal from here on takes its old course (the supervisor's, or the default). */
-    sigset_t stops, before;
-    sigemptyset(&stops);
-    for (int i = 0; i < 3; i++) {
-        sigaddset(&stops, stop_signals[i]);
-    }
-    pthread_sigmask(SIG_BLOCK, &stops, &before);
-    rc = interrupted(r);
-    restore_signals(old_actions);
-    caught = 0;
-    pthread_sigmask(SIG_SETMASK, &before, NULL);
-    if (rc != 0) {
-        goto fail;
-    }
     rc = 1;
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
     r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
@@ -561,9 +518,6 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     return 0;
 
 fail:
-    if (caught) {
-        restore_signals(old_actions);
-    }
     launch_rdzv_free(r);
     return rc;
 }
@@ -670,6 +624,18 @@ static int tick(void *arg)
     return status;
 }
 
+int launch_rdzv_check(launch_rdzv *r, const char *during)
+{
+    char msg[1024];
+    int rc = interrupted(r, during);
+    if (rc == 0 && read_failure(r, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "accel launch: error: machine %d: %s stopped: %s\n", r->s->machine_rank,
+                during, msg);
+        rc = 1;
+    }
+    return rc;
+}
+
 int launch_rdzv_begin(launch_rdzv *r, int attempt)
 {
     char key[64];
@@ -678,6 +644,7 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
     memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
     memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
     attempt_key(r, key, sizeof(key), "job", -1);
+    launch_stop_catch(); /* a restart's (the supervisor gave them back), until the next one */
     if (r->s->machine_rank == 0) {
         if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
             fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
@@ -687,11 +654,31 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
         if (accel__store_set(r->st, key, r->job_id, strlen(r->job_id)) == ACCEL_OK) {
             return 0;
         }
-    } else if (accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
-                                r->s->rdzv_timeout_s) == ACCEL_OK) {
-        r->job_id[nb] = '\0';
-        return 0;
+    } else {
+        /* In slices, looking for a stop signal and a failure published meanwhile. */
+        const double deadline = accel__now() + r->s->rdzv_timeout_s;
+        for (double left; (left = deadline - accel__now()) > 0;) {
+            accel_status st = accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
+                                               left < SLICE_S ? left : SLICE_S);
+            if (st == ACCEL_OK) {
+                r->job_id[nb] = '\0';
+                return 0;
+            }
+            if (st != ACCEL_ETIMEDOUT || accel__store_broken(r->st) != ACCEL_OK) {
+                goto failed; /* the store's error says why */
+            }
+            int rc = launch_rdzv_check(r, "the job's start");
+            if (rc != 0) {
+                return rc;
+            }
+        }
+        fprintf(stderr,
+                "accel launch: error: machine %d: machine 0's launcher at %s did not start "
+                "attempt %d within %g s\n",
+                r->s->machine_rank, r->name, attempt, r->s->rdzv_timeout_s);
+        return 1;
     }
+failed:
     fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
             r->name, accel_last_error(NULL));
     return 1;
@@ -723,6 +710,7 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
     char key[64], msg[1024], missing[256];
     const int me = r->s->machine_rank;
     *again = 0;
+    launch_stop_release(); /* after a failed preflight: a signal takes its old course again */
     if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
         publish_failure(r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
                         outcome == LAUNCH_INTERRUPTED ? "was interrupted"
@@ -784,14 +772,29 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
     return rc;
 }
 
+/* Machine 0: whether another machine's launcher claimed its rank; alone, nobody is there to
+ * read why the rendezvous failed, so there is no reason to serve any longer. */
+static int others_joined(launch_rdzv *r)
+{
+    int joined = 0;
+    for (int m = 1; m < r->s->num_machines && !joined; m++) {
+        char key[64];
+        key_of(key, sizeof(key), "claim", m);
+        joined = has_key(r, key);
+    }
+    return joined;
+}
+
 void launch_rdzv_free(launch_rdzv *r)
 {
+    launch_stop_release(); /* a second signal, e.g. during the linger, ends the launcher */
     if (r == NULL) {
         return;
     }
     /* Machine 0 after a failed rendezvous: the others waiting read the failure published
      * within a slice; one that is too late learns it from the store's last answer. */
-    accel__store_close_failed(r->st, r->cause, r->linger ? 2 * SLICE_S : 0);
+    int linger = r->linger && r->s->machine_rank == 0 && others_joined(r);
+    accel__store_close_failed(r->st, r->cause, linger ? 2 * SLICE_S : 0);
     accel__free(r->beat);
     accel__free(r->beat_at);
     accel__free(r->finished);

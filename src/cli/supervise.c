@@ -481,6 +481,20 @@ int launch_supervise(const launch_config *cfg, launch_outcome *outcome)
         }
     }
     sigprocmask(SIG_BLOCK, &mask, &old_mask);
+    /* On several machines a stop signal only set a flag until now (stop.c): the old actions
+     * go back (a child between fork and exec must not take the flag's), and one that came
+     * since the rendezvous stops the job before anything starts. */
+    launch_stop_release();
+    const int early = launch_stop_signal();
+    if (early != 0) {
+        fprintf(stderr,
+                "accel launch: interrupted by %s before the processes started: none was "
+                "started\n",
+                launch_stop_name(early));
+        rc = 128 + early;
+        *outcome = LAUNCH_INTERRUPTED;
+        goto out_mask;
+    }
     sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
         fprintf(stderr, "accel launch: error: signalfd: %s\n", strerror(errno));
