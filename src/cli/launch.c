@@ -263,9 +263,16 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
     if (s->mpirun_hostfile != NULL) {
         /* mpirun gives the layout (OMPI_COMM_WORLD_*): none of ours may be inherited, or the
          * processes would read it first. A random job id spares shm a rendezvous. */
-        static const char *const layout[] = {
-            "RANK",       "LOCAL_RANK",         "WORLD_SIZE",        "LOCAL_WORLD_SIZE",
-            "GROUP_RANK", "ACCEL_NUM_MACHINES", "ACCEL_STORE_SERVED"};
+        static const char *const layout[] = {"RANK",
+                                             "LOCAL_RANK",
+                                             "WORLD_SIZE",
+                                             "LOCAL_WORLD_SIZE",
+                                             "GROUP_RANK",
+                                             "GROUP_WORLD_SIZE",
+                                             "ROLE_RANK",
+                                             "ROLE_WORLD_SIZE",
+                                             "ACCEL_NUM_MACHINES",
+                                             "ACCEL_STORE_SERVED"};
         char job_id[64];
         for (size_t i = 0; i < sizeof(layout) / sizeof(layout[0]); i++) {
             unsetenv(layout[i]);
@@ -289,6 +296,9 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
     int bad =
         (!mpirun && set_env_int("WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
         (!mpirun && set_env_int("LOCAL_WORLD_SIZE", s->n_procs) != 0) ||
+        /* torchrun's: one role (ROLE_RANK = RANK, set per child), one group per machine. */
+        (!mpirun && set_env_int("ROLE_WORLD_SIZE", (long)s->n_procs * s->num_machines) != 0) ||
+        (!mpirun && set_env_int("GROUP_WORLD_SIZE", s->num_machines) != 0) ||
         setenv("MASTER_ADDR", s->master_addr, 1) != 0 || set_env_int("MASTER_PORT", port) != 0 ||
         setenv("ROLE_NAME", s->role, 1) != 0 ||
         setenv("ACCELERATE_MIXED_PRECISION", s->mixed_precision, 1) != 0 ||
@@ -302,6 +312,7 @@ static int set_job_env(const launch_settings *s, const accel__config *cfg, int p
          setenv("ACCEL_ZERO_SHARD_SIZE", s->zero_shard_size, 1) != 0) ||
         (s->gpu_ids != NULL && setenv("CUDA_VISIBLE_DEVICES", s->gpu_ids, 1) != 0) ||
         set_env_int("TORCHELASTIC_MAX_RESTARTS", s->max_restarts) != 0 ||
+        setenv("TORCHELASTIC_RUN_ID", "none", 1) != 0 || /* torchrun's default rendezvous id */
         setenv("ACCEL_LAUNCH_SOURCES", s->sources, 1) != 0 ||
         (cfg->present && (setenv("ACCELERATE_CONFIG_FILE", cfg->path, 1) != 0 ||
                           setenv("ACCEL_CONFIG_CHECKED", cfg->path, 1) != 0));

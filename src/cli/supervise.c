@@ -270,6 +270,7 @@ static void exec_child(const launch_config *cfg, int rank, pid_t pgid, int out_w
     char num[16];
     snprintf(num, sizeof(num), "%d", cfg->rank_base + rank);
     setenv("RANK", num, 1);
+    setenv("ROLE_RANK", num, 1); /* torchrun's rank within the role: one role per job */
     snprintf(num, sizeof(num), "%d", rank);
     setenv("LOCAL_RANK", num, 1);
     if (cfg->cpusets != NULL) {

@@ -59,12 +59,21 @@ want_env 0 ACCELERATE_CONFIG_FILE "(unset)"
 want_env 0 ACCEL_ZERO_STAGE "(unset)"
 want_env 0 OMP_NUM_THREADS "$(nproc)"
 want_env 0 ROLE_NAME default
-run 0 launch -n 2 --role trainer "$P/rank_info"
+# torchrun's other variables, over inherited values: one role, one machine, no --rdzv-id.
+ROLE_RANK=7 ROLE_WORLD_SIZE=9 GROUP_WORLD_SIZE=9 TORCHELASTIC_RUN_ID=old \
+    run 0 launch -n 2 --role trainer "$P/rank_info"
 want_env 1 ROLE_NAME trainer
+for r in 0 1; do
+    want_env $r ROLE_RANK $r
+    want_env $r ROLE_WORLD_SIZE 2
+    want_env $r GROUP_WORLD_SIZE 1
+    want_env $r TORCHELASTIC_RUN_ID none
+done
 want_env 1 OMP_NUM_THREADS $(($(nproc) / 2 > 1 ? $(nproc) / 2 : 1))
 OMP_NUM_THREADS=3 run 0 launch -n 2 "$P/rank_info"
 want_env 1 OMP_NUM_THREADS 3
-ok "no config file: defaults, OMP_NUM_THREADS = max(1, CPUs / processes) unless set, ROLE_NAME"
+ok "no config file: defaults, OMP_NUM_THREADS = max(1, CPUs / processes) unless set," \
+    "torchrun's ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE, GROUP_WORLD_SIZE, TORCHELASTIC_RUN_ID"
 
 # ---- a file with every key accel launch understands ----
 cat >"$T/all.yaml" <<'EOF'

@@ -285,6 +285,12 @@ for r in 0 1 2 3; do
 done
 [ "$(sed -n 's/.*ACCEL_JOB_ID=//p' "$T/m0.out" "$T/m1.out" | sort -u | wc -l)" = 2 ] ||
     fail "restart: not one job id per attempt"
+# torchrun's variables on several machines: one role of 4, 2 groups (machines).
+for r in 0 1 2 3; do
+    for v in "ROLE_RANK=$r" ROLE_WORLD_SIZE=4 GROUP_WORLD_SIZE=2 GROUP_RANK=$((r / 2)); do
+        grep -q "^\[rank$r\]: rank $r $v$" "$T/m0.out" "$T/m1.out" || fail "rank $r: no $v"
+    done
+done
 port=$("$FREE")
 start m1 1 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9
 start m0 0 --main_process_port "$port" -n 4 --max_restarts 1 "$INFO" --fail-rank 2 --fail-until 9

@@ -69,7 +69,11 @@ int main(int argc, char **argv)
                                   "GROUP_RANK",
                                   "ACCEL_NUM_MACHINES",
                                   "ACCEL_STORE_SERVED",
-                                  "ROLE_NAME"};
+                                  "ROLE_NAME",
+                                  "ROLE_RANK",
+                                  "ROLE_WORLD_SIZE",
+                                  "GROUP_WORLD_SIZE",
+                                  "TORCHELASTIC_RUN_ID"};
     const char *rank = env_or("RANK");
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         printf("rank %s %s=%s\n", rank, names[i], env_or(names[i]));
