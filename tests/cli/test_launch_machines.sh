@@ -14,7 +14,8 @@
 #     other stops within 10 s, naming it. Machine 0's launcher stopped (SIGSTOP): machine 1
 #     stops within 10 s, saying so once. A launcher started with its stderr closed still works.
 #  6. Usage: num_processes not divisible by num_machines, machines with different
-#     --max_restarts; --max_restarts restarts every machine together, and gives up together.
+#     --max_restarts; --max_restarts restarts every machine together, and gives up together;
+#     torchrun's ROLE_RANK, ROLE_WORLD_SIZE, GROUP_WORLD_SIZE and GROUP_RANK in each rank.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
