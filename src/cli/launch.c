@@ -220,33 +220,6 @@ static void remove_job_shm(const char *job_id)
     closedir(d);
 }
 
-/* Splits the CPUs this launcher may use into n_procs equal, contiguous shares (in CPU id
- * order, so neighbouring ranks get neighbouring cores). Returns NULL when there are fewer CPUs
- * than processes (binding would stack processes) or on allocation failure: no binding. */
-static cpu_set_t *cpu_shares(long n_procs)
-{
-    cpu_set_t allowed;
-    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-        return NULL;
-    }
-    int n_cpus = CPU_COUNT(&allowed);
-    if (n_procs > n_cpus) {
-        return NULL;
-    }
-    cpu_set_t *sets = calloc((size_t)n_procs, sizeof(cpu_set_t));
-    if (sets == NULL) {
-        return NULL;
-    }
-    int share = n_cpus / (int)n_procs, seen = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE && seen < share * n_procs; cpu++) {
-        if (CPU_ISSET(cpu, &allowed)) {
-            CPU_SET(cpu, &sets[seen / share]);
-            seen++;
-        }
-    }
-    return sets;
-}
-
 static int set_env_int(const char *name, long v)
 {
     char buf[32];
@@ -439,7 +412,7 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
                 "itself)\n",
                 sharers);
     }
-    cpusets = s.bind_cpus && sharers == 1 ? cpu_shares(s.n_procs) : NULL;
+    cpusets = s.bind_cpus && sharers == 1 ? launch_cpu_shares(s.n_procs) : NULL;
     launch_config lc = {
         .n_procs = s.n_procs,
         .path = path,

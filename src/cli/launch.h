@@ -139,6 +139,14 @@ int launch_rdzv_port(const launch_rdzv *r);           /* the store's real port *
 struct accel__store *launch_rdzv_store(launch_rdzv *r);
 /* The supervisor's watcher: heartbeats, the job's first failure, lost launchers. */
 const launch_watch *launch_rdzv_watch(const launch_rdzv *r);
+/* cpus.c: the CPUs this launcher may use split into n_procs equal, contiguous shares (in CPU
+ * id order, so neighbouring ranks get neighbouring cores), to free(); NULL when there are fewer
+ * CPUs than processes (binding would stack them) or on allocation failure: no binding. */
+cpu_set_t *launch_cpu_shares(long n_procs);
+/* cpus.c: what identifies the CPUs this launcher's processes run on (boot id and allowed CPU
+ * set; "-" when unknown), for the rendezvous record; cap >= 64. */
+void launch_cpu_token(char *token, size_t cap);
+
 /* How many machines' launchers (this one included) run on this host with the same allowed CPUs:
  * several machines emulated on one host, in network namespaces or on 127.0.0.1. 1: alone. */
 int launch_rdzv_cpu_sharers(const launch_rdzv *r);

@@ -273,40 +273,15 @@ static int open_store(launch_rdzv *r)
     }
 }
 
-/*
- * What identifies the CPUs this launcher's processes run on: the kernel's boot id (the same in
- * every network namespace and container of one host, different on another host) and a hash of
- * the launcher's allowed CPU set (two containers of one host with different cpusets do not
- * share). "-" when there is no boot id (not Linux, /proc unreadable): it shares with nobody,
- * as before. Written to token (cap >= 64).
- */
-static void cpu_token(char *token, size_t cap)
-{
-    char boot_id[40] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f != NULL) {
-        if (fscanf(f, "%39s", boot_id) != 1) {
-            boot_id[0] = '\0';
-        }
-        fclose(f);
-    }
-    cpu_set_t allowed;
-    if (boot_id[0] == '\0' || sched_getaffinity(0, sizeof(allowed), &allowed) != 0) {
-        snprintf(token, cap, "-");
-        return;
-    }
-    snprintf(token, cap, "%s/%016llx", boot_id,
-             (unsigned long long)accel__fnv1a(&allowed, sizeof(allowed)));
-}
-
 /* Checks that machine m was started with the same job shape as this one; its CPU token (""
  * when the record has none) goes to token (cap 64). -1 with why (cap) naming the difference. */
 static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char *why, size_t cap)
 {
-    int machines = 0, n_procs = 0, restarts = 0;
+    int machines = 0, n_procs = 0, restarts = 0, preflight = 0;
     char host[256] = "?";
     token[0] = '\0';
-    if (sscanf(rec, "%d %d %d %255s %63s", &machines, &n_procs, &restarts, host, token) < 3) {
+    if (sscanf(rec, "%d %d %d %d %255s %63s", &machines, &n_procs, &restarts, &preflight, host,
+               token) < 4) {
         snprintf(why, cap, "machine %d published a malformed record \"%s\"", m, rec);
         return -1;
     }
@@ -323,6 +298,14 @@ static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char 
                  "machine %d (host %s) was started with --max_restarts %d, this machine (%d) "
                  "with %d: give every machine the same",
                  m, host, restarts, r->s->machine_rank, r->s->max_restarts);
+        return -1;
+    }
+    if (preflight != r->s->preflight) { /* one would wait for the other's probes in vain */
+        snprintf(why, cap,
+                 "machine %d (host %s) was started %s --preflight, this machine (%d) %s: give "
+                 "every machine the same",
+                 m, host, preflight ? "with" : "without", r->s->machine_rank,
+                 r->s->preflight ? "with" : "without");
         return -1;
     }
     return 0;
@@ -472,9 +455,10 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
         goto fail;
     }
-    cpu_token(token, sizeof(token));
+    launch_cpu_token(token, sizeof(token));
     char own[512];
-    snprintf(own, sizeof(own), "%d %d %d %s %s", M, s->n_procs, s->max_restarts, r->host, token);
+    snprintf(own, sizeof(own), "%d %d %d %d %s %s", M, s->n_procs, s->max_restarts, s->preflight,
+             r->host, token);
     key_of(key, sizeof(key), "machine", me);
     /* Machine 0's record first (it publishes it as soon as it serves): a machine started with
      * another job shape says why itself, instead of seeing machine 0 stop; it still publishes

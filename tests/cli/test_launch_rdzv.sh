@@ -18,9 +18,11 @@
 #     loaded machine.)
 #  5. After the rendezvous: SIGTERM to machine 0 during --preflight (machine 1's endpoint never
 #     answers, so every probe waits): 143 saying so, no probe left behind, machine 1 names it
-#     and exits 1 (its probes gone too); SIGTERM to machine 1 while it waits for the job id
-#     (machine 0, alone with --preflight, waits for machine 1's verdict): 143 saying so, and
-#     machine 0 names it. Both used to end silently, machine 0's probes left for 10 s.
+#     and exits 1 (its probes gone too); it used to end silently, its probes left for 10 s.
+#     --preflight on machine 0 only: both launchers name the difference at the rendezvous
+#     (machine 0 used to wait for machine 1's verdict and machine 1 for the job id until the
+#     timeout). A signal while a machine waits for the job id is handled the same way, but that
+#     wait is now too short to hit from a test.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -228,19 +230,20 @@ echo "ok: SIGTERM during --preflight: exit 143 saying so, probes stopped, machin
 
 port=$("$FREE")
 Q=(--num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=20)
+t0=$(now)
 start q0 0 "${Q[@]}" --preflight "${PROG[@]}"
 start q1 1 "${Q[@]}" "${PROG[@]}"
-await "$T/q1.err" "rendezvous: machine 1 of 2" || fail "job's start: no rendezvous"
-kill -TERM "$pid_q1"
 finish q1
 finish q0
-[ "$rc_q1" = 143 ] && [ "$rc_q0" = 1 ] || fail "job's start: launchers exited $rc_q1, $rc_q0"
-has "$T/q1.err" "^accel launch: machine 1: interrupted by SIGTERM during the job's start:" \
-    "nothing was started" || fail "job's start: machine 1 did not say it was interrupted"
-has "$T/q0.err" "machine 0: the preflight stopped: machine 1's launcher (host .*) was" \
-    "interrupted by SIGTERM during the job's start" || fail "job's start: machine 0 did not name it"
-grep -q STARTED "$T/q0.out" "$T/q1.out" && fail "job's start: a process started"
-echo "ok: SIGTERM while fetching the job id: exit 143 saying so, machine 0 names it"
+t=$(elapsed "$t0")
+[ "$rc_q0" = 1 ] && [ "$rc_q1" = 1 ] || fail "--preflight on one machine: exits $rc_q0, $rc_q1"
+[ "$(echo "$t < 15" | bc)" = 1 ] || fail "--preflight on one machine: the launchers took $t s"
+for m in 0 1; do
+    has "$T/q$m.err" "was started with.*--preflight, this machine ($m)" ||
+        fail "--preflight on one machine: machine $m did not name it"
+done
+grep -q STARTED "$T/q0.out" "$T/q1.out" && fail "--preflight on one machine: a process started"
+echo "ok: --preflight on one machine only: both launchers name it ($t s)"
 
 # ---- 4b (started first): SIGINT to machine 1 ----
 await "$T/a0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pa (up to 10 s in all;" ||
