@@ -6,6 +6,10 @@
 #   scratch             T: a new directory; at exit every process in $pids (the test adds its
 #                       background launchers) is killed and T removed
 #   fail MSG...         prints "FAIL: MSG" and every non-empty $T/*.out and $T/*.err; exits 1
+#   bg NAME CMD...      runs CMD in the background, output in $T/NAME.{out,err}; its pid in
+#                       pid_NAME and $pids
+#   finish NAME         waits for bg NAME; its exit status in rc_NAME
+#   now, elapsed T0     the time in seconds, and the seconds since T0 (a `now`)
 has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 scratch() {
     T=$(mktemp -d)
@@ -19,3 +23,18 @@ fail() {
     done
     exit 1
 }
+bg() {
+    local name=$1
+    shift
+    "$@" >"$T/$name.out" 2>"$T/$name.err" &
+    eval "pid_$name=$!"
+    pids="$pids $!"
+}
+finish() {
+    local p
+    eval "p=\$pid_$1"
+    wait "$p"
+    eval "rc_$1=$?"
+}
+now() { date +%s.%N; }
+elapsed() { echo "$(now) - $1" | bc; }

@@ -23,26 +23,15 @@ ACCEL=$B/accel
 CHECK=$B/tests/progs/machine_check
 FREE=$B/tests/progs/free_port
 [ -x "$ACCEL" ] && [ -x "$CHECK" ] && [ -x "$FREE" ] || { echo "missing build outputs"; exit 1; }
-source "$(dirname "$0")/launch_common.sh" # has, scratch, fail
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed
 scratch
-now() { date +%s.%N; }
-elapsed() { echo "$(now) - $1" | bc; }
 MN=(--num_machines 2 --main_process_ip 127.0.0.1)
 
 # start NAME MACHINE ARGS...: one launcher in the background, output in $T/NAME.{out,err}.
 start() {
     local name=$1 m=$2
     shift 2
-    "$ACCEL" launch "${MN[@]}" --machine_rank "$m" "$@" >"$T/$name.out" 2>"$T/$name.err" &
-    eval "pid_$name=$!"
-    pids="$pids $!"
-}
-# finish NAME: waits for the launcher, sets rc_NAME.
-finish() {
-    local p
-    eval "p=\$pid_$1"
-    wait "$p"
-    eval "rc_$1=$?"
+    bg "$name" "$ACCEL" launch "${MN[@]}" --machine_rank "$m" "$@"
 }
 
 # ---- 1. two machines x 1 and x 2 processes ----

@@ -38,21 +38,12 @@ ip link add "va$tag" type veth peer name "vb$tag" &&
     ip -n "$ns0" link set "va$tag" up && ip -n "$ns1" link set "vb$tag" up &&
     ip -n "$ns0" link set lo up && ip -n "$ns1" link set lo up ||
     { echo "SKIP: cannot set up a veth pair between the namespaces"; exit 77; }
-source "$(dirname "$0")/launch_common.sh" # has, fail
+source "$(dirname "$0")/launch_common.sh" # has, fail, bg, finish
 # start NAME NAMESPACE MACHINE ARGS...
 start() {
     local name=$1 ns=$2 m=$3
     shift 3
-    ip netns exec "$ns" "$ACCEL" launch --num_machines 2 --machine_rank "$m" "$@" \
-        >"$T/$name.out" 2>"$T/$name.err" &
-    eval "pid_$name=$!"
-    pids="$pids $!"
-}
-finish() {
-    local p
-    eval "p=\$pid_$1"
-    wait "$p"
-    eval "rc_$1=$?"
+    bg "$name" ip netns exec "$ns" "$ACCEL" launch --num_machines 2 --machine_rank "$m" "$@"
 }
 
 # ---- 1. a job across the link, with --preflight ----

@@ -28,27 +28,15 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
 FREE=$B/tests/progs/free_port
 [ -x "$ACCEL" ] && [ -x "$FREE" ] || { echo "missing build outputs"; exit 1; }
-source "$(dirname "$0")/launch_common.sh" # has, scratch, fail
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed
 scratch
-now() { date +%s.%N; }
-elapsed() { echo "$(now) - $1" | bc; }
 PROG=(/bin/sh -c 'echo "STARTED RANK=$RANK"')
 
 # start NAME MACHINE ARGS...: one launcher in the background, output in $T/NAME.{out,err}.
 start() {
     local name=$1 m=$2
     shift 2
-    "$ACCEL" launch --main_process_ip 127.0.0.1 --machine_rank "$m" "$@" \
-        >"$T/$name.out" 2>"$T/$name.err" &
-    eval "pid_$name=$!"
-    pids="$pids $!"
-}
-# finish NAME: waits for the launcher, sets rc_NAME.
-finish() {
-    local p
-    eval "p=\$pid_$1"
-    wait "$p"
-    eval "rc_$1=$?"
+    bg "$name" "$ACCEL" launch --main_process_ip 127.0.0.1 --machine_rank "$m" "$@"
 }
 # await FILE PATTERN: waits (at most 20 s) until FILE has a line matching PATTERN.
 await() {
