@@ -494,8 +494,8 @@ accel_status accel__gloo_failed(accel__gloo *e, accel_status st, const accel__gl
     } else {
         snprintf(msg, sizeof(msg), "gloo: %s failed on process %d: %s", what, me, err->msg);
     }
-    /* A quarter of the timeout, at most 2 s, for another's diagnosis (see fail()). */
-    double grace = st != ACCEL_ETIMEDOUT ? 0 : e->timeout_s / 4 < 2.0 ? e->timeout_s / 4 : 2.0;
+    /* Time for another's diagnosis (see fail()). */
+    double grace = st != ACCEL_ETIMEDOUT ? 0 : ACCEL__GLOO_GRACE_S(e->timeout_s);
     return fail(e, st, msg, grace);
 }
 
