@@ -117,6 +117,7 @@ class StoreAdapter : public gloo::rendezvous::Store
                 /* (The last slice's status is ENOTFOUND, and the probe's message names
                  * setup_failed: neither is what ran out.) */
                 status = ACCEL_ETIMEDOUT;
+                absent = absent_rank(keys, missing);
                 char what[64];
                 snprintf(what, sizeof(what), "the rendezvous timed out after %g s: ",
                          std::chrono::duration<double>(t).count());
@@ -126,8 +127,26 @@ class StoreAdapter : public gloo::rendezvous::Store
     }
 
     accel_status status = ACCEL_OK; /* the store's failure, when one ended the rendezvous */
+    int absent = -1; /* after a timeout: the rank whose key was missing, when it names one */
 
   private:
+    /* Gloo's keys for rank q are "<q>" (its addresses) and "rank_<q>" (its host name); the
+     * store's message names the first key missing, with the prefix, in quotes. */
+    int absent_rank(const std::vector<std::string> &keys, const std::string &msg) const
+    {
+        for (const auto &k : keys) {
+            if (msg.find("\"" + prefix_ + k + "\"") == std::string::npos) {
+                continue;
+            }
+            const std::string q = k.compare(0, 5, "rank_") == 0 ? k.substr(5) : k;
+            if (!q.empty() && q.size() < 10 &&
+                q.find_first_not_of("0123456789") == std::string::npos) {
+                return std::stoi(q);
+            }
+        }
+        return -1;
+    }
+
     void check(accel_status st)
     {
         if (st != ACCEL_OK) {
@@ -383,7 +402,9 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
                 /* A record that cannot be read says nothing more. */
             }
         }
-        set_err(err, (e.what() + clash).c_str(), -1, adapter.status == ACCEL_ETIMEDOUT);
+        set_err(err, (e.what() + clash).c_str(),
+                adapter.status == ACCEL_ETIMEDOUT && adapter.absent < n_ranks ? adapter.absent : -1,
+                adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
     } catch (...) {
         set_err(err, "unknown C++ exception in Gloo", -1, 0);

@@ -25,7 +25,8 @@ typedef struct accel__gloo_ctx accel__gloo_ctx;
 
 typedef struct accel__gloo_err {
     char msg[400];
-    int peer;    /* the rank at the other end of the failed connection, or -1 */
+    int peer;    /* the rank at the other end of the failed connection, or -1; after
+                  * accel__gloo_connect timed out: the rank whose record never came, or -1 */
     int timeout; /* 1: a wait passed its deadline (else the connection failed) */
 } accel__gloo_err;
 
