@@ -470,8 +470,42 @@ static int left_behind(accel__shm *s, int q, uint32_t step)
            !reached(atomic_load_explicit(&s->lines[q].progress, memory_order_acquire), step);
 }
 
+/* With s->defer_s (hier's shm level): a process this one waits for that is alive and not
+ * stopped may itself be waiting at another level (hier: process 1 waits across for a stopped
+ * process 3 while process 0 waits here for process 1). Its own diagnosis, which names the
+ * culprit, lands in the abort word once its wait has run out; so before claiming its own,
+ * this one waits up to defer_s for that, for the late ones to arrive, or for one of them to
+ * stop or die (the culprit is then here). Returns ACCEL_OK to go on, else the adopted abort. */
+static accel_status defer(accel__shm *s, uint32_t step)
+{
+    const double until = accel__now() + s->defer_s;
+    for (;;) {
+        ACCEL_TRY(accel__shm_check_abort(s));
+        int alive = 0;
+        for (int r = 0; r < s->n_ranks; r++) {
+            if (r == s->rank ||
+                reached(atomic_load_explicit(&s->lines[r].progress, memory_order_acquire), step)) {
+                continue;
+            }
+            int pid = (int)atomic_load_explicit(&s->lines[r].pid, memory_order_relaxed);
+            if (accel__shm_pid_stopped(pid) || accel__shm_pid_gone(pid, 0)) {
+                return ACCEL_OK;
+            }
+            alive = 1;
+        }
+        if (!alive || accel__now() >= until) {
+            return ACCEL_OK;
+        }
+        struct timespec ts = {0, 5000000}; /* 5 ms: a few hundred /proc reads at most */
+        nanosleep(&ts, NULL);
+    }
+}
+
 static accel_status timed_out(accel__shm *s, uint32_t step)
 {
+    if (s->defer_s > 0) {
+        ACCEL_TRY(defer(s, step));
+    }
     char list[512];
     size_t len = 0;
     int first = -1;

@@ -102,6 +102,9 @@ typedef struct accel__shm {
     int rank, n_ranks;
     int process_base; /* messages name process process_base + rank (accel__comm_config) */
     double timeout_s;
+    /* 0, or (hier's shm level) how long a timeout first waits for the diagnosis of a live,
+     * unstopped process it waits for, which may itself wait at another level (shm.c, defer) */
+    double defer_s;
     accel__log_ctx log;
     double spin_s;         /* ACCEL_SHM_SPIN_US */
     size_t oneshot_nbytes; /* ACCEL_SHM_ONESHOT_NBYTES */

@@ -6,6 +6,11 @@
 #     7 s of the stop (about 4.8 s; before, recording the failure waited on the stopped store,
 #     about 9 s). On hier, process 3 waits on process 1 across, and without the store to share
 #     the diagnosis may name it.
+#     Process 3 stopped before a broadcast from it, hier 2 x 2: process 1 waits across for it
+#     while process 0 waits inside for process 1, alive. Every process must name process 3
+#     (before, process 0 named process 1: its shm wait claimed the diagnosis before process 1's
+#     gloo wait had run out; now a shm wait in hier on a live, unstopped process first waits
+#     for that process's own diagnosis).
 #  2. A process that calls exit(7) mid-loop without accel_free, gloo 2 x 1 and hier 2 x 2: the
 #     others fail with EPEER naming it, within 10 s.
 #  3. ACCEL_TIMEOUT=1e300 ("as long as it takes") on gloo 2 x 1 and hier 2 x 2: the job runs
@@ -23,6 +28,7 @@ fail() { machines_fail "$tmp/$1" "$1: $2"; } # name message
 now() { date +%s.%N; }
 # A stopped process's limit counts from its stop (seen in /proc), an exiting one's from the start.
 state() { awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null; } # pid: R, S, T, Z, ...
+# ARGS: more arguments for allreduce_loop.
 leave() { # name M L who how(stop|exit) status want limit_s [ENV=VALUE...]
     local name=$1 m=$2 l=$3 who=$4 how=$5 want_st=$6 want=$7 limit=$8
     shift 8
@@ -32,7 +38,7 @@ leave() { # name M L who how(stop|exit) status want limit_s [ENV=VALUE...]
     local start
     start=$(now)
     machines_start "$tmp/$name" "$m" "$l" "$@" -- "$B/tests/progs/allreduce_loop" \
-        --iters 1000000 --count 1000 --die-after 5 "${extra[@]}"
+        --iters 1000000 --count 1000 --die-after 5 "${extra[@]}" ${ARGS:-}
     (sleep 60; kill -9 "${MACHINE_PIDS[@]}" 2>/dev/null) >/dev/null 2>&1 &
     local watchdog=$!
     if [ "$how" = stop ]; then
@@ -65,6 +71,8 @@ leave() { # name M L who how(stop|exit) status want limit_s [ENV=VALUE...]
 # The exits' limits count from the start: setup, 5 iterations, then the failure.
 leave stop-gloo-2x1 2 1 1 stop ETIMEDOUT "waiting for process 1 " 12 ACCEL_TIMEOUT=3
 leave stop-hier-2x2 2 2 3 stop ETIMEDOUT "process 3 " 12 ACCEL_TIMEOUT=3
+ARGS="--bcast-root 3" leave stop-bcast-hier-2x2 2 2 3 stop ETIMEDOUT "waiting for process 3 " 12 \
+    ACCEL_TIMEOUT=3
 leave stop0-gloo-3x1 3 1 0 stop ETIMEDOUT "waiting for process 0 " 7 ACCEL_TIMEOUT=3
 leave stop0-hier-2x2 2 2 0 stop ETIMEDOUT "process [01] " 7 ACCEL_TIMEOUT=3
 leave exit-gloo-2x1 2 1 1 exit EPEER "process 1 " 10 ACCEL_TIMEOUT=60

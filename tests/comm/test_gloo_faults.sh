@@ -15,8 +15,8 @@
 #    0 has learnt it (process 0 waits for the others to learn it before it returns and its
 #    program exits, taking the store along). In hier 2 x 2, a process of machine 1 whose shm
 #    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too;
-#  - gloo 2 x 1 by hand with process 1 never started: process 0 fails at the deadline with
-#    ETIMEDOUT naming the key process 1 did not set.
+#  - gloo 3 x 1 by hand with process 1 never started: processes 0 and 2 fail at the deadline
+#    with ETIMEDOUT saying that process 1 never arrived, and naming the key it did not set.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -126,16 +126,26 @@ case_ifname() {
 }
 case_ifname ifname-gloo-3x1 3 1 1 2
 case_ifname ifname-hier-2x2 2 2 "[23]" -1
-# gloo 2 x 1 by hand, process 1 never started (ACCEL_TIMEOUT=1): process 0 fails with
-# ETIMEDOUT naming the key process 1 never set (its Gloo address, ".../1").
+# gloo 3 x 1 by hand, process 1 never started (ACCEL_TIMEOUT=1): processes 0 and 2 fail with
+# ETIMEDOUT saying that process 1 never arrived, and the key it never set (process 0 waits for
+# its Gloo address, ".../1", process 2 for its host name, ".../rank_1"). Before, they named
+# only the key.
 port=$("$B/tests/progs/free_port")
-env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 ACCEL_NUM_MACHINES=2 \
-    MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=1 "$B/tests/progs/allreduce_loop" \
-    --iters 5 >"$tmp/absent.0.err" 2>&1 && { echo "FAIL: absent: process 0 succeeded"; exit 1; }
-grep -q 'ETIMEDOUT: .*rendezvous timed out after 1 s: .*key "[^"]*/1" ' "$tmp/absent.0.err" || {
-    echo "FAIL: absent: process 0 did not time out naming process 1's key"
-    cat "$tmp/absent.0.err"
-    exit 1
-}
-echo "absent: $(cut -c1-200 "$tmp/absent.0.err")"
+pids=()
+for r in 0 2; do
+    env RANK=$r WORLD_SIZE=3 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=$r ACCEL_NUM_MACHINES=3 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" ACCEL_TIMEOUT=1 \
+        "$B/tests/progs/allreduce_loop" --iters 5 >"$tmp/absent.$r.err" 2>&1 &
+    pids[$r]=$!
+done
+for r in 0 2; do
+    wait "${pids[$r]}" && { echo "FAIL: absent: process $r succeeded"; exit 1; }
+    grep -q 'ETIMEDOUT: .*process 1 never arrived .*rendezvous timed out after 1 s: .*key "[^"]*/\(rank_\)\?1" ' \
+        "$tmp/absent.$r.err" || {
+        echo "FAIL: absent: process $r did not time out naming process 1 and its key"
+        cat "$tmp/absent.$r.err"
+        exit 1
+    }
+    echo "absent: $(cut -c1-250 "$tmp/absent.$r.err")"
+done
 echo "test_gloo_faults: ok"

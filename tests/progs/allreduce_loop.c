@@ -13,13 +13,16 @@
  *
  * --exit-rank R (with --die-after K, --exit-code C): that rank calls exit(C) instead, without
  * accel_free. --salt S adds S to every input, so jobs with different salts expect different
- * sums (two jobs that cross-pair get wrong ones). --sync-dir D --sync-count K: after accel_init,
+ * sums (two jobs that cross-pair get wrong ones). --bcast-root R: each iteration broadcasts
+ * process R's buffer instead (hier: the root's local rank receives across, then its machine
+ * inside; so a stopped root leaves its machine's other processes waiting across and the other
+ * machines' waiting inside on a live process). --sync-dir D --sync-count K: after accel_init,
  * successful or not, create D/<pid> and wait (at most 60 s) until D holds K entries, so that
  * every process of several jobs has finished its setup before any computes.
  *
  *   allreduce_loop [--iters N] [--count N] [--die-rank R] [--stop-rank R] [--die-after K]
  *                  [--exit-rank R] [--exit-code C] [--async 0|1] [--symmetric 0|1]
- *                  [--salt S] [--sync-dir D --sync-count K]
+ *                  [--salt S] [--bcast-root R] [--sync-dir D --sync-count K]
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -62,7 +65,7 @@ int main(int argc, char **argv)
 {
     long iters = 100, count = 1024, die_after = 10;
     int die_rank = -1, stop_rank = -1, exit_rank = -1, exit_code = 0, async = 0, symmetric = 0;
-    int sync_count = 0;
+    int sync_count = 0, bcast_root = -1;
     float salt = 0;
     const char *sync_dir = NULL;
     for (int i = 1; i < argc; i += 2) { /* every flag takes one value */
@@ -91,6 +94,8 @@ int main(int argc, char **argv)
             exit_code = atoi(v);
         } else if (strcmp(a, "--salt") == 0) {
             salt = (float)atof(v);
+        } else if (strcmp(a, "--bcast-root") == 0) {
+            bcast_root = atoi(v);
         } else if (strcmp(a, "--sync-dir") == 0) {
             sync_dir = v;
         } else if (strcmp(a, "--sync-count") == 0) {
@@ -143,7 +148,9 @@ int main(int argc, char **argv)
         for (long i = 0; i < count; i++) {
             buf[i] = (float)(rank + 1) + (float)(i % 7) + salt;
         }
-        if (async) {
+        if (bcast_root >= 0) {
+            st = accel_broadcast(acc, buf, buf, (size_t)count, ACCEL_F32, bcast_root, NULL);
+        } else if (async) {
             accel_work *w = NULL;
             st = accel_allreduce(acc, buf, buf, (size_t)count, ACCEL_F32, ACCEL_SUM, &w);
             if (st == ACCEL_OK) {
@@ -155,8 +162,9 @@ int main(int argc, char **argv)
         }
         if (st != ACCEL_OK) {
             /* accel_work_wait reports on the thread (accel_last_error(NULL)). */
-            fprintf(stderr, "allreduce_loop: rank %d: allreduce failed at iteration %ld: %s: %s\n",
-                    rank, it, accel_status_name(st), accel_last_error(async ? NULL : acc));
+            fprintf(stderr, "allreduce_loop: rank %d: %s failed at iteration %ld: %s: %s\n", rank,
+                    bcast_root >= 0 ? "broadcast" : "allreduce", it, accel_status_name(st),
+                    accel_last_error(async ? NULL : acc));
             accel_status again = accel_barrier(acc, NULL);
             if (again != st) {
                 fprintf(stderr, "allreduce_loop: rank %d: the next call returned %s, not %s\n",
@@ -171,6 +179,9 @@ int main(int argc, char **argv)
         }
         for (long i = 0; i < count; i++) {
             float want = (float)(n * (n + 1) / 2) + (float)n * ((float)(i % 7) + salt);
+            if (bcast_root >= 0) {
+                want = (float)(bcast_root + 1) + (float)(i % 7) + salt;
+            }
             if (buf[i] != want) {
                 fprintf(stderr, "allreduce_loop: rank %d: wrong result at iteration %ld\n", rank,
                         it);

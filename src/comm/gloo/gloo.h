@@ -32,6 +32,10 @@ void accel__gloo_await_seen(accel__store *store, const char *prefix, int n_membe
 /* How long process 0 waits so for the others: 5 s, or the timeout when shorter (for those that
  * never came). */
 #define ACCEL__GLOO_SEEN_WAIT(timeout_s) ((timeout_s) < 5.0 ? (timeout_s) : 5.0)
+/* How long a wait that timed out gives another member to record its own diagnosis before
+ * this one's (accel__gloo_failed; fail() in gloo.c says why): a quarter of the timeout, at
+ * most 2 s. Recording then takes up to ACCEL__STORE_RECORD_S more. */
+#define ACCEL__GLOO_GRACE_S(timeout_s) ((timeout_s) / 4 < 2.0 ? (timeout_s) / 4 : 2.0)
 /* Runs one collective (comm.h semantics, bit-identical to the other backends). */
 accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op);
 /* The next accel__gloo_run declares `op` (copied) instead of its own call in the envelope

@@ -79,14 +79,16 @@ class StoreAdapter : public gloo::rendezvous::Store
 
     void wait(const std::vector<std::string> &keys) override
     {
-        wait(keys, to_ms(timeout_s_));
+        wait(keys, std::chrono::milliseconds(0));
     }
 
     /* Waits in slices, so that a process whose setup failed (it publishes "setup_failed", see
      * gloo.c) ends everyone's wait at once with its message instead of leaving them to the
-     * deadline. */
-    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &t) override
+     * deadline. The deadline is always the communicator's: Gloo passes its context's timeout,
+     * which accel__gloo_connect shortens for the pairs' connections. */
+    void wait(const std::vector<std::string> &keys, const std::chrono::milliseconds &) override
     {
+        const std::chrono::milliseconds t = to_ms(timeout_s_);
         std::vector<std::string> full;
         std::vector<const char *> ptrs;
         for (const auto &k : keys) {
@@ -117,6 +119,7 @@ class StoreAdapter : public gloo::rendezvous::Store
                 /* (The last slice's status is ENOTFOUND, and the probe's message names
                  * setup_failed: neither is what ran out.) */
                 status = ACCEL_ETIMEDOUT;
+                absent = absent_rank(keys, missing);
                 char what[64];
                 snprintf(what, sizeof(what), "the rendezvous timed out after %g s: ",
                          std::chrono::duration<double>(t).count());
@@ -126,8 +129,26 @@ class StoreAdapter : public gloo::rendezvous::Store
     }
 
     accel_status status = ACCEL_OK; /* the store's failure, when one ended the rendezvous */
+    int absent = -1; /* after a timeout: the rank whose key was missing, when it names one */
 
   private:
+    /* Gloo's keys for rank q are "<q>" (its addresses) and "rank_<q>" (its host name); the
+     * store's message names the first key missing, with the prefix, in quotes. */
+    int absent_rank(const std::vector<std::string> &keys, const std::string &msg) const
+    {
+        for (const auto &k : keys) {
+            if (msg.find("\"" + prefix_ + k + "\"") == std::string::npos) {
+                continue;
+            }
+            const std::string q = k.compare(0, 5, "rank_") == 0 ? k.substr(5) : k;
+            if (!q.empty() && q.size() < 10 &&
+                q.find_first_not_of("0123456789") == std::string::npos) {
+                return std::stoi(q);
+            }
+        }
+        return -1;
+    }
+
     void check(accel_status st)
     {
         if (st != ACCEL_OK) {
@@ -150,6 +171,28 @@ gloo::transport::tcp::Address peer_address(StoreAdapter &store, int q, int rank,
     size_t at = (size_t)(rank > q ? rank - 1 : rank) * each;
     std::vector<char> mine(all.begin() + (long)at, all.begin() + (long)(at + each));
     return gloo::transport::tcp::Address(mine);
+}
+
+/* The rank whose pair never connected, when Gloo's message is its "Connect timeout <address>"
+ * (the peer's listening address for this rank, from its record), else -1. */
+static int unconnected(StoreAdapter &store, const char *msg, int rank, int n_ranks)
+{
+    const char *at = strstr(msg, "Connect timeout ");
+    if (at == nullptr) {
+        return -1;
+    }
+    std::string addr(at + strlen("Connect timeout "));
+    addr = addr.substr(0, addr.find_first_of(" \n"));
+    for (int q = 0; q < n_ranks; q++) {
+        try {
+            if (q != rank && peer_address(store, q, rank, n_ranks).str() == addr) {
+                return q;
+            }
+        } catch (...) {
+            /* A record that cannot be read names nobody. */
+        }
+    }
+    return -1;
 }
 
 /* Same family and address, and with `ports` the same port too. */
@@ -283,6 +326,7 @@ static void set_err(accel__gloo_err *err, const char *what, int peer, int timeou
     snprintf(err->msg, sizeof(err->msg), "%s", what);
     err->peer = peer;
     err->timeout = timeout;
+    err->unconnected = 0;
 }
 
 /* The rank whose address Gloo's message names ("Connection closed by peer [10.0.0.2]:41234"),
@@ -340,8 +384,13 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
         });
         auto dev = gloo::transport::tcp::CreateDevice(attr);
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, n_ranks);
-        g->ctx->setTimeout(g->timeout);
+        /* The pairs take the context's timeout, and a pair waits 5 times that for its peer to
+         * connect (Gloo's "longer timeout when waiting for initial connect"): with a stopped
+         * or dead peer, 5 x ACCEL_TIMEOUT. A fifth keeps that wait to ACCEL_TIMEOUT; nothing
+         * else uses the pairs' timeout in async mode (the collectives pass theirs). */
+        g->ctx->setTimeout(to_ms(timeout_s / 5));
         g->ctx->connectFullMesh(adapter, dev);
+        g->ctx->setTimeout(g->timeout);
         g->peers.resize((size_t)n_ranks);
         /* Which sockets are this context's: new since before the rendezvous, and with one end
          * at a listening address of a pair (ours, or the peer's for that pair). Gloo names a
@@ -383,8 +432,13 @@ extern "C" accel_status accel__gloo_connect(accel__gloo_ctx **out, accel__store 
                 /* A record that cannot be read says nothing more. */
             }
         }
-        set_err(err, (e.what() + clash).c_str(), -1, adapter.status == ACCEL_ETIMEDOUT);
         st = adapter.status != ACCEL_OK ? adapter.status : ACCEL_EIO;
+        int absent = st == ACCEL_ETIMEDOUT && adapter.absent < n_ranks ? adapter.absent : -1;
+        if (st == ACCEL_EIO && (absent = unconnected(adapter, e.what(), rank, n_ranks)) >= 0) {
+            st = ACCEL_ETIMEDOUT;
+        }
+        set_err(err, (e.what() + clash).c_str(), absent, st == ACCEL_ETIMEDOUT);
+        err->unconnected = adapter.status == ACCEL_OK && absent >= 0;
     } catch (...) {
         set_err(err, "unknown C++ exception in Gloo", -1, 0);
         st = ACCEL_EINTERNAL;

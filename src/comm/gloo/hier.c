@@ -82,6 +82,15 @@ static void across_prefix(const hier *h, const accel__comm_config *cfg, const ch
     snprintf(out, out_nbytes, "%.200s/%d/hier/%s/l%d/", h->key, cfg->restart_count, id, k);
 }
 
+/* A process of this machine that a shm wait here times out on may be alive and waiting across
+ * (for a stopped process of another machine): the shm level then waits for its diagnosis,
+ * which comes after the gloo wait's grace and record, before claiming its own (shm.c, defer).
+ * Without this, the processes of that machine would name their live neighbour. */
+static void defer_inside(void *shm, double timeout_s)
+{
+    ((accel__shm *)shm)->defer_s = ACCEL__GLOO_GRACE_S(timeout_s) + ACCEL__STORE_RECORD_S + 0.5;
+}
+
 /* A communicator of cfg's layout whose shm segment and gloo keys are named with the job's key
  * and `id` (unique in the job). serve: this process runs the store (a world's process 0 without
  * a launcher's store). */
@@ -148,6 +157,9 @@ static accel_status hier_new(const accel__comm_config *cfg, const char *id, int 
         in.job_id = inner_id;
         in.process_base = h->process[h->node * L];
         st = accel__shm_ops.init(&in, &h->shm);
+    }
+    if (st == ACCEL_OK) {
+        defer_inside(h->shm, cfg->timeout_s);
     }
     if (st == ACCEL_OK) {
         for (int m = 0; m < h->n_nodes; m++) {
@@ -324,6 +336,7 @@ static accel_status hier_split(void *impl, const accel__comm_split_info *how, vo
             c->node = me / nl;
             c->n_nodes = nn;
             c->shm = in_child;
+            defer_inside(in_child, how->cfg->timeout_s);
             c->cross = x_child;
             in_child = NULL;
             x_child = NULL;
