@@ -311,6 +311,20 @@ static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char 
     return 0;
 }
 
+/* 1 after saying so when another launcher published a failure of the rendezvous, else 0. */
+static int failed_elsewhere(launch_rdzv *r)
+{
+    char msg[1024];
+    if (read_failure(r, msg, sizeof(msg)) == 0) {
+        return 0;
+    }
+    fprintf(stderr, "accel launch: error: machine %d: the rendezvous at %s failed: %s\n",
+            r->s->machine_rank, r->name, msg);
+    snprintf(r->cause, sizeof(r->cause), "%s", msg);
+    r->linger = 1;
+    return 1;
+}
+
 static int store_failed(launch_rdzv *r)
 {
     fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
@@ -340,11 +354,7 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
             break;
         }
         if ((st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) &&
-            accel__store_broken(r->st) == ACCEL_OK && read_failure(r, msg, sizeof(msg)) != 0) {
-            fprintf(stderr, "accel launch: error: machine %d: the rendezvous at %s failed: %s\n",
-                    s->machine_rank, r->name, msg);
-            snprintf(r->cause, sizeof(r->cause), "%s", msg);
-            r->linger = 1;
+            accel__store_broken(r->st) == ACCEL_OK && failed_elsewhere(r) != 0) {
             return 1;
         }
         /* Also when the store broke while reading the failure: a machine 0 that stopped tells
@@ -478,7 +488,12 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
             goto fail;
         }
     }
+    /* check_machine looks for failures only between slices, and records already there need
+     * none: a launcher interrupted just before the last machine arrived would go unseen. */
     rc = 1;
+    if (failed_elsewhere(r) != 0) {
+        goto fail;
+    }
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
     r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
     r->finished = accel__calloc((size_t)M, sizeof(*r->finished));

@@ -23,6 +23,10 @@
 #     (machine 0 used to wait for machine 1's verdict and machine 1 for the job id until the
 #     timeout). A signal while a machine waits for the job id is handled the same way, but that
 #     wait is now too short to hit from a test.
+#  6. A job of 3 whose machine 1 published its record, then machine 2 arrives:
+#     a. machine 1 got SIGTERM and exited just before: machines 0 and 2 fail naming machine 1's
+#        interrupt, nothing starts (machine 2, finding every record, used to start its process,
+#        and so did machine 0 when no slice of its wait ended in between).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -67,6 +71,12 @@ pids="$pids $pid_a1sh"
 # SIGHUP, the launcher's other interrupt, then stands in.
 SIG=INT RC_SIG=130
 [ -z "$(trap -p INT)" ] || { SIG=HUP RC_SIG=129; echo "note: SIGINT is ignored here: SIGHUP"; }
+
+# ---- 6, started here, judged at the end (their first "waiting" line comes after 5 s) ----
+pe=$("$FREE")
+J6E=(--num_machines 3 -n 3 --main_process_port "$pe" --rdzv_conf timeout=20)
+start e0 0 "${J6E[@]}" "${PROG[@]}"
+start e1 1 "${J6E[@]}" "${PROG[@]}"
 
 # ---- 1. job-shape mismatch: each launcher names both shapes ----
 port=$("$FREE")
@@ -251,3 +261,20 @@ has "$T/a0.err" "machine 0: the rendezvous at 127.0.0.1:$pa failed: machine 1's 
     "(host .*) was interrupted by SIG$SIG" || fail "SIG$SIG: machine 0 did not name machine 1"
 grep -q STARTED "$T/a0.out" "$T/a1.out" && fail "SIG$SIG: a process started"
 echo "ok: SIG$SIG to machine 1 in the rendezvous: exit $RC_SIG, machine 0 names it ($t s)"
+
+# ---- 6a (started first): SIGTERM to machine 1, then machine 2 arrives ----
+await "$T/e0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pe" ||
+    fail "6a: machine 0 did not say it waits for machine 2 only"
+kill -TERM "$pid_e1"
+finish e1 # its interrupt is published when it exits
+start e2 2 "${J6E[@]}" "${PROG[@]}"
+finish e0
+finish e2
+[ "$rc_e1" = 143 ] && [ "$rc_e0" = 1 ] && [ "$rc_e2" = 1 ] ||
+    fail "6a: launchers exited $rc_e0, $rc_e1, $rc_e2"
+for m in 0 2; do
+    has "$T/e$m.err" "machine $m: the rendezvous at 127.0.0.1:$pe failed: machine 1's launcher" \
+        "(host .*) was interrupted by SIGTERM" || fail "6a: machine $m did not name machine 1"
+done
+grep -q STARTED "$T/e0.out" "$T/e2.out" && fail "6a: a process started"
+echo "ok: SIGTERM to machine 1 just before the last machine arrives: machines 0 and 2 name it"
