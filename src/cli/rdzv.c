@@ -273,44 +273,6 @@ static int open_store(launch_rdzv *r)
     }
 }
 
-/* Checks that machine m was started with the same job shape as this one; its CPU token (""
- * when the record has none) goes to token (cap 64). -1 with why (cap) naming the difference. */
-static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char *why, size_t cap)
-{
-    int machines = 0, n_procs = 0, restarts = 0, preflight = 0;
-    char host[256] = "?";
-    token[0] = '\0';
-    if (sscanf(rec, "%d %d %d %d %255s %63s", &machines, &n_procs, &restarts, &preflight, host,
-               token) < 4) {
-        snprintf(why, cap, "machine %d published a malformed record \"%s\"", m, rec);
-        return -1;
-    }
-    if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
-        snprintf(why, cap,
-                 "machine %d (host %s) was started with --num_machines %d and %d processes per "
-                 "machine, this machine (%d) with --num_machines %d and %d: give every machine "
-                 "the same --num_processes and --num_machines",
-                 m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
-        return -1;
-    }
-    if (restarts != r->s->max_restarts) {
-        snprintf(why, cap,
-                 "machine %d (host %s) was started with --max_restarts %d, this machine (%d) "
-                 "with %d: give every machine the same",
-                 m, host, restarts, r->s->machine_rank, r->s->max_restarts);
-        return -1;
-    }
-    if (preflight != r->s->preflight) { /* one would wait for the other's probes in vain */
-        snprintf(why, cap,
-                 "machine %d (host %s) was started %s --preflight, this machine (%d) %s: give "
-                 "every machine the same",
-                 m, host, preflight ? "with" : "without", r->s->machine_rank,
-                 r->s->preflight ? "with" : "without");
-        return -1;
-    }
-    return 0;
-}
-
 /* 1 after saying so when another launcher published a failure of the rendezvous, else 0. */
 static int failed_elsewhere(launch_rdzv *r)
 {
@@ -380,7 +342,7 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
         say_waiting(r);
     }
     rec[nb] = '\0';
-    if (check_peer(r, m, rec, peer_token, msg, sizeof(msg)) != 0) {
+    if (launch_check_record(s, m, rec, peer_token, msg, sizeof(msg)) != 0) {
         fprintf(stderr, "accel launch: error: %s\n", msg);
         if (s->machine_rank == 0) {
             /* For the machines still waiting; they get it at the store's close too. */
@@ -394,27 +356,6 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
         r->n_sharing_machines++;
     }
     return 0;
-}
-
-/* The backend the processes will pick by default (MULTINODE.md), or ACCEL_BACKEND, for the
- * summary line; marked when this build lacks it (the processes will then refuse to start). */
-static void expected_backend(const launch_settings *s, char *buf, size_t cap)
-{
-    const char *b = getenv("ACCEL_BACKEND");
-    const char *name = b != NULL && b[0] != '\0' ? b : s->n_procs > 1 ? "hier" : "gloo";
-    const char *built = accel_backends_built();
-    int have = 0;
-    for (const char *p = built; (p = strstr(p, name)) != NULL; p += strlen(name)) {
-        char after = p[strlen(name)];
-        have |= (p == built || p[-1] == ' ') && (after == '\0' || after == ',');
-    }
-    snprintf(buf, cap, "%s%s%s", name,
-             strcmp(name, "hier") == 0 ? " (shm inside a machine, gloo across)" : "",
-             have ? "" : " (NOT in this build, which has only: ");
-    if (!have) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s)", built);
-    }
 }
 
 static int tick(void *arg);
@@ -503,7 +444,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     }
     const int base = me * s->n_procs;
     char backend[256], ranks[64];
-    expected_backend(s, backend, sizeof(backend));
+    launch_expected_backend(s, backend, sizeof(backend));
     if (s->n_procs == 1) {
         snprintf(ranks, sizeof(ranks), "rank %d", base);
     } else {
