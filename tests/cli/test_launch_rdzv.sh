@@ -27,6 +27,10 @@
 #     a. machine 1 got SIGTERM and exited just before: machines 0 and 2 fail naming machine 1's
 #        interrupt, nothing starts (machine 2, finding every record, used to start its process,
 #        and so did machine 0 when no slice of its wait ended in between).
+#     b. machine 1's launcher was SIGKILLed: machines 0 and 2 fail naming it ("stopped answering
+#        after it published its record"), nothing starts; both used to start their processes
+#        (which wait ACCEL_TIMEOUT for machine 1's ranks) without naming it. The time is printed,
+#        judged only against 20 s (it is about 3 s: ALIVE_S in rdzv.c).
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -77,6 +81,11 @@ pe=$("$FREE")
 J6E=(--num_machines 3 -n 3 --main_process_port "$pe" --rdzv_conf timeout=20)
 start e0 0 "${J6E[@]}" "${PROG[@]}"
 start e1 1 "${J6E[@]}" "${PROG[@]}"
+pf=$("$FREE")
+while [ "$pf" = "$pe" ]; do pf=$("$FREE"); done
+J6F=(--num_machines 3 -n 3 --main_process_port "$pf" --rdzv_conf timeout=40)
+start f0 0 "${J6F[@]}" "${PROG[@]}"
+start f1 1 "${J6F[@]}" "${PROG[@]}"
 
 # ---- 1. job-shape mismatch: each launcher names both shapes ----
 port=$("$FREE")
@@ -278,3 +287,22 @@ for m in 0 2; do
 done
 grep -q STARTED "$T/e0.out" "$T/e2.out" && fail "6a: a process started"
 echo "ok: SIGTERM to machine 1 just before the last machine arrives: machines 0 and 2 name it"
+
+# ---- 6b (started first): SIGKILL to machine 1's launcher, then machine 2 arrives ----
+await "$T/f0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pf" ||
+    fail "6b: machine 0 did not say it waits for machine 2 only"
+kill -KILL "$pid_f1"
+finish f1 2>/dev/null # (no "Killed" line from bash)
+t0=$(now)
+start f2 2 "${J6F[@]}" "${PROG[@]}"
+finish f0
+finish f2
+t=$(elapsed "$t0")
+[ "$rc_f0" = 1 ] && [ "$rc_f2" = 1 ] || fail "6b: machines 0 and 2 exited $rc_f0, $rc_f2"
+[ "$(echo "$t < 20" | bc)" = 1 ] || fail "6b: the launchers took $t s"
+for m in 0 2; do
+    has "$T/f$m.err" "machine $m: the rendezvous at 127.0.0.1:$pf failed: machine 1's launcher" \
+        "stopped answering after it published its record" || fail "6b: machine $m did not name it"
+done
+grep -q STARTED "$T/f0.out" "$T/f2.out" && fail "6b: a process started"
+echo "ok: machine 1's launcher killed after its record: machines 0 and 2 name it ($t s)"
