@@ -31,8 +31,9 @@ struct launch_rdzv {
     /* Machine 0: each machine's last heartbeat value and when it last changed. */
     long long *beat;
     double *beat_at;
-    int *finished; /* the machine published done or stopped */
-    int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
+    int *finished;  /* the machine published done or stopped */
+    int lost;       /* the store broke: said once, the supervisor's later ticks stay quiet */
+    char gone[128]; /* machine 0: a launcher found gone in this attempt, said again last */
     /* The machines whose CPU token equals this one's, this one included (1: none shares). */
     int n_sharing_machines;
     double t0, deadline, say_at; /* the rendezvous: its start, end and next "waiting" line */

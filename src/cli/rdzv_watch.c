@@ -5,6 +5,7 @@
  * every machine publishes done or stopped, and machine 0 (every machine, with restarts) waits
  * until all have, so that the store outlives the last reader and all agree on a restart.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -36,7 +37,9 @@ void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
                                  r->s->machine_rank, r->host, what);
 }
 
-/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone. */
+/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
+ * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
+ * their launcher has often published its own before, so launch_rdzv_finish names it last. */
 static int check_heartbeats(launch_rdzv *r, double now)
 {
     for (int m = 1; m < r->s->num_machines; m++) {
@@ -56,8 +59,9 @@ static int check_heartbeats(launch_rdzv *r, double now)
             r->beat[m] = beat;
             r->beat_at[m] = now;
         } else if (now - r->beat_at[m] > LOST_S) {
-            launch_rdzv__publish_failure(
-                r, 1, "machine %d's launcher stopped answering (no heartbeat for %g s)", m, LOST_S);
+            snprintf(r->gone, sizeof(r->gone),
+                     "machine %d's launcher stopped answering (no heartbeat for %g s)", m, LOST_S);
+            launch_rdzv__publish_failure(r, 1, "%s", r->gone);
             (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
             r->finished[m] = 1; /* gone: nobody waits for it any more */
             r->beat_at[m] = -1;
@@ -88,8 +92,8 @@ int launch_rdzv__tick(void *arg)
     }
     int status = launch_rdzv__read_failure(r, msg, sizeof(msg));
     if (status == 0 && r->s->machine_rank == 0) {
-        if (check_heartbeats(r, accel__now()) != 0) {
-            status = launch_rdzv__read_failure(r, msg, sizeof(msg));
+        if ((status = check_heartbeats(r, accel__now())) != 0) {
+            snprintf(msg, sizeof(msg), "%s", r->gone);
         }
     }
     if (status != 0) {
@@ -140,9 +144,8 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
      * every machine waits, so that all agree whether the job starts again. */
     int said = 0;
     for (;;) {
-        if (me == 0 && check_heartbeats(r, accel__now()) != 0) {
-            launch_rdzv__read_failure(r, msg, sizeof(msg));
-            fprintf(stderr, "accel launch: machine 0: %s\n", msg);
+        if (me == 0) {
+            (void)check_heartbeats(r, accel__now()); /* said below */
         }
         if (me != 0) {
             key_of(key, sizeof(key), "alive", me);
@@ -167,8 +170,13 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
         nanosleep(&pause, NULL);
     }
     int status = launch_rdzv__read_failure(r, msg, sizeof(msg));
-    if (rc == 0 && status != 0) {
+    if (r->gone[0] != '\0') {
+        fprintf(stderr, "accel launch: machine 0: the job failed: %s\n", r->gone);
+        r->gone[0] = '\0';
+    } else if (rc == 0 && status != 0) {
         fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
+    }
+    if (rc == 0 && status != 0) {
         rc = status;
     }
     *again =

@@ -31,6 +31,12 @@
 #        after it published its record"), nothing starts; both used to start their processes
 #        (which wait ACCEL_TIMEOUT for machine 1's ranks) without naming it. The time is printed,
 #        judged only against 20 s (it is about 3 s: ALIVE_S in rdzv.c).
+#  7. After the start (2 machines x 1 process in an all-reduce loop, gloo), machine 1's launcher
+#     SIGKILLed: its rank dies with it, rank 0 fails, and machine 0's last line names the lost
+#     launcher ("the job failed: machine 1's launcher stopped answering"; it used to name rank
+#     0's failure, the first one published, so no launcher ever said machine 1's was gone).
+#     Rank 0 may also still be in its setup when the launcher's loss is noticed: the last line
+#     is the same.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -306,3 +312,25 @@ for m in 0 2; do
 done
 grep -q STARTED "$T/f0.out" "$T/f2.out" && fail "6b: a process started"
 echo "ok: machine 1's launcher killed after its record: machines 0 and 2 name it ($t s)"
+
+# ---- 7. machine 1's launcher SIGKILLed while the job runs ----
+AR=("$B/tests/progs/allreduce_loop" --iters 100000000 --count 1000)
+[ -x "${AR[0]}" ] || fail "${AR[0]} is missing: build first"
+port=$("$FREE")
+K=(--num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=20)
+ACCEL_TIMEOUT=5 ACCEL_BACKEND=gloo start k0 0 "${K[@]}" "${AR[@]}"
+ACCEL_TIMEOUT=5 ACCEL_BACKEND=gloo start k1 1 "${K[@]}" "${AR[@]}"
+await "$T/k1.err" "rendezvous: machine 1 of 2" || fail "7: machine 1 did not meet machine 0"
+for _ in $(seq 1 400); do
+    pgrep -P "$pid_k1" >/dev/null && break
+    sleep 0.05
+done
+sleep 1 # the ranks are past their setup, in the loop
+kill -KILL "$pid_k1"
+finish k1 2>/dev/null
+finish k0
+[ "$rc_k0" != 0 ] || fail "7: machine 0 exited 0"
+tail -n 1 "$T/k0.err" |
+    grep -q "machine 0: the job failed: machine 1's launcher stopped answering" ||
+    fail "7: machine 0's last line does not name machine 1's launcher"
+echo "ok: machine 1's launcher killed while the job runs: machine 0's last line names it"
