@@ -114,6 +114,18 @@ void launch_describe_status(int wstatus, char *buf, size_t n);
 /* 128 + signal, or the exit code, of a wait status. */
 int launch_exit_status(int wstatus);
 
+/* ---- rdzv_record.c ---- */
+
+/* Checks that machine m's rendezvous record rec was started with the same job shape as this
+ * machine (s); its CPU token ("" when the record has none) goes to token (cap 64). 0, or -1
+ * with why (cap bytes) naming the difference and both machines. */
+int launch_check_record(const launch_settings *s, int m, const char *rec, char *token, char *why,
+                        size_t cap);
+/* The backend the processes will pick by default (MULTINODE.md), or ACCEL_BACKEND, into buf
+ * (cap bytes) for the summary line; marked when this build lacks it (the processes will then
+ * refuse to start). */
+void launch_expected_backend(const launch_settings *s, char *buf, size_t cap);
+
 /* ---- launch.c ---- */
 
 /* "addr:port", or "[addr]:port" for an IPv6 address, into buf (cap bytes), for messages. */

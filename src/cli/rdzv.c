@@ -3,18 +3,21 @@
  * (comm/store.h): machine 0's launcher serves it on main_process_ip:main_process_port for the
  * whole job, every launcher joins it, claims its machine rank, publishes what it was started
  * with and waits (--rdzv_conf timeout) for every other machine, naming the ones missing. While
- * the processes run, the launchers watch each other through it: the first failure anywhere is
- * published under "launch/<attempt>/failed" and every launcher stops its processes within a
- * second of seeing it; machine 0 also reads each machine's heartbeat counter, so a launcher that
- * died (kill -9, a lost machine) is noticed within LOST_S. With --max_restarts, every launcher
- * waits until every machine has stopped the attempt, and they all start the next one together
- * (machine 0 makes each attempt's job id); a lost launcher or an interrupt ("launch/final")
- * ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed by
- * ACCEL_JOB_ID, so the two never meet. Each machine's record also carries a token of the CPUs
+ * the processes run, the launchers watch each other through it (rdzv_watch.c): the first failure
+ * anywhere is published under "launch/<attempt>/failed" and every launcher stops its processes
+ * within a second of seeing it; machine 0 also reads each machine's heartbeat counter, so a
+ * launcher that died (kill -9, a lost machine) is noticed within LOST_S. With --max_restarts, every
+ * launcher waits until every machine has stopped the attempt, and they all start the next one
+ * together (machine 0 makes each attempt's job id); a lost launcher or an interrupt
+ * ("launch/final") ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed
+ * by ACCEL_JOB_ID, so the two never meet. Each machine's record also carries a token of the CPUs
  * its launcher may use (boot id and CPU set), so that machines emulated on one host do not each
  * bind their processes to the same CPUs. The rendezvous waits in slices of SLICE_S, looking
  * between them for a failure another launcher published and for a stop signal (which it
  * publishes); machines other than 0 check machine 0's record before they publish their own.
+ * When every record is there, the others beat their heartbeat until machine 0 has seen each
+ * one beat ("launch/ready"): a launcher that died after publishing its record is named within
+ * ALIVE_S and nothing starts.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -30,49 +33,9 @@
 #include "base/base.h"
 #include "comm/store.h"
 #include "launch.h"
+#include "rdzv_int.h"
 
-#define OP_TIMEOUT_S 5.0 /* one store call; a stuck main launcher is then noticed */
-#define LOST_S 5.0       /* a launcher whose heartbeat stands still this long is gone */
-#define SLICE_S 0.5      /* a rendezvous wait between two looks at failures and signals */
-#define SAY_S 5.0        /* the first "waiting for" line (half the timeout when shorter) */
-#define SAY_AGAIN_S 30.0 /* and the next ones */
-
-struct launch_rdzv {
-    const launch_settings *s;
-    accel__store *st;
-    int attempt; /* 0, then the restart count */
-    int port;
-    char job_id[64];
-    char host[256];
-    char name[320]; /* "addr:port" of the store */
-    launch_watch watch;
-    /* Machine 0: each machine's last heartbeat value and when it last changed. */
-    long long *beat;
-    double *beat_at;
-    int *finished; /* the machine published done or stopped */
-    int lost;      /* the store broke: said once, the supervisor's later ticks stay quiet */
-    /* The machines whose CPU token equals this one's, this one included (1: none shares). */
-    int n_sharing_machines;
-    double t0, deadline, say_at; /* the rendezvous: its start, end and next "waiting" line */
-    char cause[1024]; /* machine 0: why the rendezvous failed, told to clients at the close */
-    int linger;       /* machine 0: serve a little longer, so that the others read it */
-};
-
-static void key_of(char *buf, size_t n, const char *what, int machine)
-{
-    snprintf(buf, n, "launch/%s/%d", what, machine);
-}
-
-/* The key of this attempt: "launch/<attempt>/<what>" or, machine >= 0, ".../<machine>". */
-static void attempt_key(launch_rdzv *r, char *buf, size_t n, const char *what, int machine)
-{
-    int k = snprintf(buf, n, "launch/%d/%s", r->attempt, what);
-    if (machine >= 0 && k > 0 && (size_t)k < n) {
-        snprintf(buf + k, n - (size_t)k, "/%d", machine);
-    }
-}
-
-static int has_key(launch_rdzv *r, const char *key)
+int launch_rdzv__has_key(launch_rdzv *r, const char *key)
 {
     char v[8];
     size_t nb;
@@ -80,13 +43,7 @@ static int has_key(launch_rdzv *r, const char *key)
     return st == ACCEL_OK || st == ACCEL_EINVAL; /* EINVAL: present, longer than v */
 }
 
-/* Publishes the job's first failure (later ones are consequences): "<exit status> <text>". */
-static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
+void launch_rdzv__publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
 {
     int64_t n = 0;
     char key[64];
@@ -104,8 +61,7 @@ static void publish_failure(launch_rdzv *r, int status, const char *fmt, ...)
     (void)accel__store_set(r->st, key, msg, strlen(msg));
 }
 
-/* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
-static int read_failure(launch_rdzv *r, char *msg, size_t cap)
+int launch_rdzv__read_failure(launch_rdzv *r, char *msg, size_t cap)
 {
     size_t nb = 0;
     char key[64];
@@ -130,7 +86,7 @@ static int list_missing(launch_rdzv *r, char *buf, size_t cap)
     for (int m = 0; m < r->s->num_machines; m++) {
         char key[64];
         key_of(key, sizeof(key), "machine", m);
-        if (!has_key(r, key)) {
+        if (!launch_rdzv__has_key(r, key)) {
             len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "%s%d", n ? ", " : "", m);
             n++;
             if (len >= cap) {
@@ -162,7 +118,7 @@ static int interrupted(launch_rdzv *r, const char *during)
     if (r->st != NULL) {
         char key[64];
         accel__store_bound(r->st, accel__now() + ACCEL__STORE_RECORD_S);
-        publish_failure(r, 128 + sig, "%s", r->cause);
+        launch_rdzv__publish_failure(r, 128 + sig, "%s", r->cause);
         attempt_key(r, key, sizeof(key), "stopped", r->s->machine_rank);
         (void)accel__store_set(r->st, key, "1", 1); /* machine 0 waits for nobody's end here */
         (void)accel__store_set(r->st, "launch/final", "stop", 4);
@@ -273,42 +229,18 @@ static int open_store(launch_rdzv *r)
     }
 }
 
-/* Checks that machine m was started with the same job shape as this one; its CPU token (""
- * when the record has none) goes to token (cap 64). -1 with why (cap) naming the difference. */
-static int check_peer(launch_rdzv *r, int m, const char *rec, char *token, char *why, size_t cap)
+/* 1 after saying so when another launcher published a failure of the rendezvous, else 0. */
+static int failed_elsewhere(launch_rdzv *r)
 {
-    int machines = 0, n_procs = 0, restarts = 0, preflight = 0;
-    char host[256] = "?";
-    token[0] = '\0';
-    if (sscanf(rec, "%d %d %d %d %255s %63s", &machines, &n_procs, &restarts, &preflight, host,
-               token) < 4) {
-        snprintf(why, cap, "machine %d published a malformed record \"%s\"", m, rec);
-        return -1;
+    char msg[1024];
+    if (launch_rdzv__read_failure(r, msg, sizeof(msg)) == 0) {
+        return 0;
     }
-    if (machines != r->s->num_machines || n_procs != r->s->n_procs) {
-        snprintf(why, cap,
-                 "machine %d (host %s) was started with --num_machines %d and %d processes per "
-                 "machine, this machine (%d) with --num_machines %d and %d: give every machine "
-                 "the same --num_processes and --num_machines",
-                 m, host, machines, n_procs, r->s->machine_rank, r->s->num_machines, r->s->n_procs);
-        return -1;
-    }
-    if (restarts != r->s->max_restarts) {
-        snprintf(why, cap,
-                 "machine %d (host %s) was started with --max_restarts %d, this machine (%d) "
-                 "with %d: give every machine the same",
-                 m, host, restarts, r->s->machine_rank, r->s->max_restarts);
-        return -1;
-    }
-    if (preflight != r->s->preflight) { /* one would wait for the other's probes in vain */
-        snprintf(why, cap,
-                 "machine %d (host %s) was started %s --preflight, this machine (%d) %s: give "
-                 "every machine the same",
-                 m, host, preflight ? "with" : "without", r->s->machine_rank,
-                 r->s->preflight ? "with" : "without");
-        return -1;
-    }
-    return 0;
+    fprintf(stderr, "accel launch: error: machine %d: the rendezvous at %s failed: %s\n",
+            r->s->machine_rank, r->name, msg);
+    snprintf(r->cause, sizeof(r->cause), "%s", msg);
+    r->linger = 1;
+    return 1;
 }
 
 static int store_failed(launch_rdzv *r)
@@ -340,11 +272,7 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
             break;
         }
         if ((st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) &&
-            accel__store_broken(r->st) == ACCEL_OK && read_failure(r, msg, sizeof(msg)) != 0) {
-            fprintf(stderr, "accel launch: error: machine %d: the rendezvous at %s failed: %s\n",
-                    s->machine_rank, r->name, msg);
-            snprintf(r->cause, sizeof(r->cause), "%s", msg);
-            r->linger = 1;
+            accel__store_broken(r->st) == ACCEL_OK && failed_elsewhere(r) != 0) {
             return 1;
         }
         /* Also when the store broke while reading the failure: a machine 0 that stopped tells
@@ -370,11 +298,11 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
         say_waiting(r);
     }
     rec[nb] = '\0';
-    if (check_peer(r, m, rec, peer_token, msg, sizeof(msg)) != 0) {
+    if (launch_check_record(s, m, rec, peer_token, msg, sizeof(msg)) != 0) {
         fprintf(stderr, "accel launch: error: %s\n", msg);
         if (s->machine_rank == 0) {
             /* For the machines still waiting; they get it at the store's close too. */
-            publish_failure(r, 1, "%s", msg);
+            launch_rdzv__publish_failure(r, 1, "%s", msg);
             snprintf(r->cause, sizeof(r->cause), "%s", msg);
             r->linger = 1;
         }
@@ -386,29 +314,90 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
     return 0;
 }
 
-/* The backend the processes will pick by default (MULTINODE.md), or ACCEL_BACKEND, for the
- * summary line; marked when this build lacks it (the processes will then refuse to start). */
-static void expected_backend(const launch_settings *s, char *buf, size_t cap)
+/* Machine 0, every record there: a launcher killed after it published its record would leave
+ * the others' processes waiting ACCEL_TIMEOUT for its ranks, so each other launcher must beat
+ * (await_confirmed) within ALIVE_S before "launch/ready" lets them all go on. Returns 0, or
+ * the exit status after saying why (and publishing it). Borrows finished[] for "seen". */
+static int confirm_alive(launch_rdzv *r)
 {
-    const char *b = getenv("ACCEL_BACKEND");
-    const char *name = b != NULL && b[0] != '\0' ? b : s->n_procs > 1 ? "hier" : "gloo";
-    const char *built = accel_backends_built();
-    int have = 0;
-    for (const char *p = built; (p = strstr(p, name)) != NULL; p += strlen(name)) {
-        char after = p[strlen(name)];
-        have |= (p == built || p[-1] == ' ') && (after == '\0' || after == ',');
+    const int M = r->s->num_machines;
+    const double until = accel__now() + ALIVE_S;
+    for (int m = 1; m < M; m++) {
+        r->beat[m] = launch_rdzv__beat_of(r, m);
     }
-    snprintf(buf, cap, "%s%s%s", name,
-             strcmp(name, "hier") == 0 ? " (shm inside a machine, gloo across)" : "",
-             have ? "" : " (NOT in this build, which has only: ");
-    if (!have) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, "%s)", built);
+    for (;;) {
+        int sig = interrupted(r, NULL);
+        if (sig != 0) {
+            return sig;
+        }
+        if (failed_elsewhere(r) != 0) {
+            return 1;
+        }
+        int silent = -1;
+        for (int m = 1; m < M; m++) {
+            r->finished[m] = r->finished[m] || launch_rdzv__beat_of(r, m) != r->beat[m];
+            silent = silent < 0 && !r->finished[m] ? m : silent;
+        }
+        if (silent < 0) {
+            break;
+        }
+        if (accel__now() >= until) {
+            snprintf(r->cause, sizeof(r->cause),
+                     "machine %d's launcher stopped answering after it published its record "
+                     "(no heartbeat for %g s): nothing was started",
+                     silent, ALIVE_S);
+            launch_rdzv__publish_failure(r, 1, "%s", r->cause);
+            fprintf(stderr, "accel launch: error: machine 0: the rendezvous at %s failed: %s\n",
+                    r->name, r->cause);
+            r->linger = 1;
+            return 1;
+        }
+        struct timespec pause = {0, (long)(BEAT_S / 2 * 1e9)};
+        nanosleep(&pause, NULL);
     }
+    memset(r->finished, 0, (size_t)M * sizeof(*r->finished));
+    if (accel__store_set(r->st, "launch/ready", "1", 1) != ACCEL_OK) {
+        return store_failed(r);
+    }
+    return 0;
 }
 
-static int tick(void *arg);
-static void on_failure(void *arg, int rank, int wstatus);
+/* Machines 1..M-1, every record there: beats every BEAT_S until machine 0 has seen every
+ * launcher alive (confirm_alive). Returns 0, or the exit status after saying why. */
+static int await_confirmed(launch_rdzv *r)
+{
+    const double until = accel__now() + ALIVE_S + LOST_S;
+    char key[64], v[8];
+    size_t nb = 0;
+    key_of(key, sizeof(key), "alive", r->s->machine_rank);
+    for (;;) {
+        int sig = interrupted(r, NULL);
+        if (sig != 0) {
+            return sig;
+        }
+        if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+            return store_failed(r);
+        }
+        accel_status st = accel__store_get(r->st, "launch/ready", v, sizeof(v), &nb, BEAT_S);
+        if (st == ACCEL_OK) {
+            return 0;
+        }
+        if ((st != ACCEL_ETIMEDOUT && st != ACCEL_ENOTFOUND) ||
+            accel__store_broken(r->st) != ACCEL_OK) {
+            return store_failed(r);
+        }
+        if (failed_elsewhere(r) != 0) {
+            return 1;
+        }
+        if (accel__now() >= until) {
+            fprintf(stderr,
+                    "accel launch: error: machine %d: machine 0's launcher at %s did not confirm "
+                    "the rendezvous within %g s\n",
+                    r->s->machine_rank, r->name, ALIVE_S + LOST_S);
+            return 1;
+        }
+    }
+}
 
 int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
 {
@@ -419,7 +408,8 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         return 1;
     }
     r->s = s;
-    r->watch = (launch_watch){.tick = tick, .on_failure = on_failure, .arg = r};
+    r->watch =
+        (launch_watch){.tick = launch_rdzv__tick, .on_failure = launch_rdzv__on_failure, .arg = r};
     if (gethostname(r->host, sizeof(r->host)) != 0) {
         r->host[0] = '\0';
     }
@@ -452,7 +442,8 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
                 "accel launch: error: machine rank %d joined the rendezvous at %s twice: another "
                 "launcher was started with --machine_rank %d\n",
                 me, r->name, me);
-        publish_failure(r, 1, "machine rank %d was started twice (host %s)", me, r->host);
+        launch_rdzv__publish_failure(r, 1, "machine rank %d was started twice (host %s)", me,
+                                     r->host);
         goto fail;
     }
     launch_cpu_token(token, sizeof(token));
@@ -478,7 +469,12 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
             goto fail;
         }
     }
+    /* check_machine looks for failures only between slices, and records already there need
+     * none: a launcher interrupted just before the last machine arrived would go unseen. */
     rc = 1;
+    if (failed_elsewhere(r) != 0) {
+        goto fail;
+    }
     r->beat = accel__calloc((size_t)M, sizeof(*r->beat));
     r->beat_at = accel__calloc((size_t)M, sizeof(*r->beat_at));
     r->finished = accel__calloc((size_t)M, sizeof(*r->finished));
@@ -486,9 +482,13 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         fprintf(stderr, "accel launch: error: out of memory\n");
         goto fail;
     }
+    if ((rc = me == 0 ? confirm_alive(r) : await_confirmed(r)) != 0) {
+        goto fail;
+    }
+    rc = 1;
     const int base = me * s->n_procs;
     char backend[256], ranks[64];
-    expected_backend(s, backend, sizeof(backend));
+    launch_expected_backend(s, backend, sizeof(backend));
     if (s->n_procs == 1) {
         snprintf(ranks, sizeof(ranks), "rank %d", base);
     } else {
@@ -531,88 +531,11 @@ accel__store *launch_rdzv_store(launch_rdzv *r)
     return r->st;
 }
 
-static void on_failure(void *arg, int rank, int wstatus)
-{
-    launch_rdzv *r = arg;
-    char what[96];
-    launch_describe_status(wstatus, what, sizeof(what));
-    publish_failure(r, launch_exit_status(wstatus), "rank %d on machine %d (host %s) failed: %s",
-                    rank, r->s->machine_rank, r->host, what);
-}
-
-/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone. */
-static int check_heartbeats(launch_rdzv *r, double now)
-{
-    for (int m = 1; m < r->s->num_machines; m++) {
-        char key[64], v[32];
-        size_t nb = 0;
-        if (r->finished[m]) {
-            continue;
-        }
-        attempt_key(r, key, sizeof(key), "done", m);
-        int done = has_key(r, key);
-        attempt_key(r, key, sizeof(key), "stopped", m);
-        if (done || has_key(r, key)) {
-            r->finished[m] = 1;
-            continue;
-        }
-        key_of(key, sizeof(key), "alive", m);
-        long long beat = 0;
-        if (accel__store_get(r->st, key, v, sizeof(v) - 1, &nb, 0) == ACCEL_OK) {
-            v[nb] = '\0';
-            beat = atoll(v);
-        }
-        if (beat != r->beat[m] || r->beat_at[m] == 0) {
-            r->beat[m] = beat;
-            r->beat_at[m] = now;
-        } else if (now - r->beat_at[m] > LOST_S) {
-            publish_failure(r, 1, "machine %d's launcher stopped answering (no heartbeat for %g s)",
-                            m, LOST_S);
-            (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
-            r->finished[m] = 1; /* gone: nobody waits for it any more */
-            r->beat_at[m] = -1;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* The supervisor's tick: heartbeat, then the job's failure, then (machine 0) the others'
- * heartbeats. A store that broke means machine 0's launcher is gone: stop too. */
-static int tick(void *arg)
-{
-    launch_rdzv *r = arg;
-    char key[64], msg[1024];
-    key_of(key, sizeof(key), "alive", r->s->machine_rank);
-    if (r->lost) {
-        return 1; /* ticks during the teardown: the cause was named ("the connection failed
-                   * earlier and is unusable" would be a second, misleading line) */
-    }
-    if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
-        fprintf(stderr,
-                "accel launch: machine %d lost the rendezvous (machine 0's launcher) at %s: %s; "
-                "stopping this machine's processes\n",
-                r->s->machine_rank, r->name, accel_last_error(NULL));
-        r->lost = 1;
-        return 1;
-    }
-    int status = read_failure(r, msg, sizeof(msg));
-    if (status == 0 && r->s->machine_rank == 0) {
-        if (check_heartbeats(r, accel__now()) != 0) {
-            status = read_failure(r, msg, sizeof(msg));
-        }
-    }
-    if (status != 0) {
-        fprintf(stderr, "accel launch: machine %d: stopping: %s\n", r->s->machine_rank, msg);
-    }
-    return status;
-}
-
 int launch_rdzv_check(launch_rdzv *r, const char *during)
 {
     char msg[1024];
     int rc = interrupted(r, during);
-    if (rc == 0 && read_failure(r, msg, sizeof(msg)) != 0) {
+    if (rc == 0 && launch_rdzv__read_failure(r, msg, sizeof(msg)) != 0) {
         fprintf(stderr, "accel launch: error: machine %d: %s stopped: %s\n", r->s->machine_rank,
                 during, msg);
         rc = 1;
@@ -668,94 +591,6 @@ failed:
     return 1;
 }
 
-/* Whether every machine but those finished[] knows of has published the end of this attempt
- * (another machine than 0 reads the keys itself; machine 0's heartbeat check marks them). */
-static int all_finished(launch_rdzv *r, char *missing, size_t cap)
-{
-    size_t len = 0;
-    missing[0] = '\0';
-    for (int m = 0; m < r->s->num_machines; m++) {
-        char key[64];
-        if (!r->finished[m]) {
-            attempt_key(r, key, sizeof(key), "done", m);
-            int done = has_key(r, key);
-            attempt_key(r, key, sizeof(key), "stopped", m);
-            r->finished[m] = done || has_key(r, key);
-        }
-        if (!r->finished[m] && len < cap) {
-            len += (size_t)snprintf(missing + len, cap - len, "%s%d", len ? ", " : "", m);
-        }
-    }
-    return len == 0;
-}
-
-int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again)
-{
-    char key[64], msg[1024], missing[256];
-    const int me = r->s->machine_rank;
-    *again = 0;
-    launch_stop_release(); /* after a failed preflight: a signal takes its old course again */
-    if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
-        publish_failure(r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
-                        outcome == LAUNCH_INTERRUPTED ? "was interrupted"
-                                                      : "could not start its processes");
-        (void)accel__store_set(r->st, "launch/final", "stop", 4);
-    }
-    attempt_key(r, key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
-    (void)accel__store_set(r->st, key, "1", 1);
-    if (me != 0 && r->s->max_restarts == 0) {
-        return rc;
-    }
-    /* Machine 0 serves the store until every machine has finished (or is gone); with restarts
-     * every machine waits, so that all agree whether the job starts again. */
-    int said = 0;
-    for (;;) {
-        if (me == 0 && check_heartbeats(r, accel__now()) != 0) {
-            read_failure(r, msg, sizeof(msg));
-            fprintf(stderr, "accel launch: machine 0: %s\n", msg);
-        }
-        if (me != 0) {
-            key_of(key, sizeof(key), "alive", me);
-            if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
-                fprintf(stderr, "accel launch: machine %d lost the rendezvous at %s: %s\n", me,
-                        r->name, accel_last_error(NULL));
-                return rc != 0 ? rc : 1;
-            }
-            if (has_key(r, "launch/final")) {
-                break; /* machine 0 gave up on a lost machine, or a launcher was stopped */
-            }
-        }
-        if (all_finished(r, missing, sizeof(missing))) {
-            break;
-        }
-        if (!said) {
-            fprintf(stderr, "accel launch: machine %d: waiting for machine(s) %s to finish\n", me,
-                    missing);
-            said = 1;
-        }
-        struct timespec pause = {0, 200 * 1000000L};
-        nanosleep(&pause, NULL);
-    }
-    int status = read_failure(r, msg, sizeof(msg));
-    if (rc == 0 && status != 0) {
-        fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
-        rc = status;
-    }
-    *again = status != 0 && r->attempt < r->s->max_restarts && !has_key(r, "launch/final");
-    /* With restarts the others read the verdict after they saw everyone finish: machine 0
-     * keeps the store up until each has said it left (or a bounded wait for a lost one). */
-    attempt_key(r, key, sizeof(key), "left", me);
-    (void)accel__store_set(r->st, key, "1", 1);
-    for (int m = 1; me == 0 && r->s->max_restarts > 0 && m < r->s->num_machines; m++) {
-        const char *keys[1] = {key};
-        attempt_key(r, key, sizeof(key), "left", m);
-        if (r->beat_at[m] >= 0) {
-            (void)accel__store_wait(r->st, keys, 1, 2 * OP_TIMEOUT_S);
-        }
-    }
-    return rc;
-}
-
 /* Machine 0: whether another machine's launcher claimed its rank; alone, nobody is there to
  * read why the rendezvous failed, so there is no reason to serve any longer. */
 static int others_joined(launch_rdzv *r)
@@ -764,7 +599,7 @@ static int others_joined(launch_rdzv *r)
     for (int m = 1; m < r->s->num_machines && !joined; m++) {
         char key[64];
         key_of(key, sizeof(key), "claim", m);
-        joined = has_key(r, key);
+        joined = launch_rdzv__has_key(r, key);
     }
     return joined;
 }

@@ -23,6 +23,20 @@
 #     (machine 0 used to wait for machine 1's verdict and machine 1 for the job id until the
 #     timeout). A signal while a machine waits for the job id is handled the same way, but that
 #     wait is now too short to hit from a test.
+#  6. A job of 3 whose machine 1 published its record, then machine 2 arrives:
+#     a. machine 1 got SIGTERM and exited just before: machines 0 and 2 fail naming machine 1's
+#        interrupt, nothing starts (machine 2, finding every record, used to start its process,
+#        and so did machine 0 when no slice of its wait ended in between).
+#     b. machine 1's launcher was SIGKILLed: machines 0 and 2 fail naming it ("stopped answering
+#        after it published its record"), nothing starts; both used to start their processes
+#        (which wait ACCEL_TIMEOUT for machine 1's ranks) without naming it. The time is printed,
+#        judged only against 20 s (it is about 3 s: ALIVE_S in rdzv.c).
+#  7. After the start (2 machines x 1 process in an all-reduce loop, gloo), machine 1's launcher
+#     SIGKILLed: its rank dies with it, rank 0 fails, and machine 0's last line names the lost
+#     launcher ("the job failed: machine 1's launcher stopped answering"; it used to name rank
+#     0's failure, the first one published, so no launcher ever said machine 1's was gone).
+#     Rank 0 may also still be in its setup when the launcher's loss is noticed: the last line
+#     is the same.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -67,6 +81,17 @@ pids="$pids $pid_a1sh"
 # SIGHUP, the launcher's other interrupt, then stands in.
 SIG=INT RC_SIG=130
 [ -z "$(trap -p INT)" ] || { SIG=HUP RC_SIG=129; echo "note: SIGINT is ignored here: SIGHUP"; }
+
+# ---- 6, started here, judged at the end (their first "waiting" line comes after 5 s) ----
+pe=$("$FREE")
+J6E=(--num_machines 3 -n 3 --main_process_port "$pe" --rdzv_conf timeout=20)
+start e0 0 "${J6E[@]}" "${PROG[@]}"
+start e1 1 "${J6E[@]}" "${PROG[@]}"
+pf=$("$FREE")
+while [ "$pf" = "$pe" ]; do pf=$("$FREE"); done
+J6F=(--num_machines 3 -n 3 --main_process_port "$pf" --rdzv_conf timeout=40)
+start f0 0 "${J6F[@]}" "${PROG[@]}"
+start f1 1 "${J6F[@]}" "${PROG[@]}"
 
 # ---- 1. job-shape mismatch: each launcher names both shapes ----
 port=$("$FREE")
@@ -251,3 +276,63 @@ has "$T/a0.err" "machine 0: the rendezvous at 127.0.0.1:$pa failed: machine 1's 
     "(host .*) was interrupted by SIG$SIG" || fail "SIG$SIG: machine 0 did not name machine 1"
 grep -q STARTED "$T/a0.out" "$T/a1.out" && fail "SIG$SIG: a process started"
 echo "ok: SIG$SIG to machine 1 in the rendezvous: exit $RC_SIG, machine 0 names it ($t s)"
+
+# ---- 6a (started first): SIGTERM to machine 1, then machine 2 arrives ----
+await "$T/e0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pe" ||
+    fail "6a: machine 0 did not say it waits for machine 2 only"
+kill -TERM "$pid_e1"
+finish e1 # its interrupt is published when it exits
+start e2 2 "${J6E[@]}" "${PROG[@]}"
+finish e0
+finish e2
+[ "$rc_e1" = 143 ] && [ "$rc_e0" = 1 ] && [ "$rc_e2" = 1 ] ||
+    fail "6a: launchers exited $rc_e0, $rc_e1, $rc_e2"
+has "$T/e0.err" "machine 0: the rendezvous at 127.0.0.1:$pe failed: machine 1's launcher" \
+    "(host .*) was interrupted by SIGTERM" || fail "6a: machine 0 did not name machine 1"
+# Machine 2 reads the failure itself or, when machine 0 saw it first and closed the store while
+# machine 2 was joining, in the store's last word ("… closed it after this failure: …").
+has "$T/e2.err" "machine 2: .*rendezvous at 127.0.0.1:$pe.*: machine 1's launcher" \
+    "(host .*) was interrupted by SIGTERM" || fail "6a: machine 2 did not name machine 1"
+grep -q STARTED "$T/e0.out" "$T/e2.out" && fail "6a: a process started"
+echo "ok: SIGTERM to machine 1 just before the last machine arrives: machines 0 and 2 name it"
+
+# ---- 6b (started first): SIGKILL to machine 1's launcher, then machine 2 arrives ----
+await "$T/f0.err" "waiting for machine(s) 2 of 3 at 127.0.0.1:$pf" ||
+    fail "6b: machine 0 did not say it waits for machine 2 only"
+kill -KILL "$pid_f1"
+finish f1 2>/dev/null # (no "Killed" line from bash)
+t0=$(now)
+start f2 2 "${J6F[@]}" "${PROG[@]}"
+finish f0
+finish f2
+t=$(elapsed "$t0")
+[ "$rc_f0" = 1 ] && [ "$rc_f2" = 1 ] || fail "6b: machines 0 and 2 exited $rc_f0, $rc_f2"
+[ "$(echo "$t < 20" | bc)" = 1 ] || fail "6b: the launchers took $t s"
+for m in 0 2; do
+    has "$T/f$m.err" "machine $m: the rendezvous at 127.0.0.1:$pf failed: machine 1's launcher" \
+        "stopped answering after it published its record" || fail "6b: machine $m did not name it"
+done
+grep -q STARTED "$T/f0.out" "$T/f2.out" && fail "6b: a process started"
+echo "ok: machine 1's launcher killed after its record: machines 0 and 2 name it ($t s)"
+
+# ---- 7. machine 1's launcher SIGKILLed while the job runs ----
+AR=("$B/tests/progs/allreduce_loop" --iters 100000000 --count 1000)
+[ -x "${AR[0]}" ] || fail "${AR[0]} is missing: build first"
+port=$("$FREE")
+K=(--num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=20)
+ACCEL_TIMEOUT=5 ACCEL_BACKEND=gloo start k0 0 "${K[@]}" "${AR[@]}"
+ACCEL_TIMEOUT=5 ACCEL_BACKEND=gloo start k1 1 "${K[@]}" "${AR[@]}"
+await "$T/k1.err" "rendezvous: machine 1 of 2" || fail "7: machine 1 did not meet machine 0"
+for _ in $(seq 1 400); do
+    pgrep -P "$pid_k1" >/dev/null && break
+    sleep 0.05
+done
+sleep 1 # the ranks are past their setup, in the loop
+kill -KILL "$pid_k1"
+finish k1 2>/dev/null
+finish k0
+[ "$rc_k0" != 0 ] || fail "7: machine 0 exited 0"
+tail -n 1 "$T/k0.err" |
+    grep -q "machine 0: the job failed: machine 1's launcher stopped answering" ||
+    fail "7: machine 0's last line does not name machine 1's launcher"
+echo "ok: machine 1's launcher killed while the job runs: machine 0's last line names it"

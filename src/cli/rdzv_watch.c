@@ -1,0 +1,196 @@
+/*
+ * What the launchers of a job on several machines watch while the processes run (rdzv.c has
+ * the rendezvous): each beats a heartbeat counter and reads the job's first failure every tick;
+ * machine 0 also names a launcher whose counter stood still LOST_S. At the end of an attempt
+ * every machine publishes done or stopped, and machine 0 (every machine, with restarts) waits
+ * until all have, so that the store outlives the last reader and all agree on a restart.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "accel/accel.h"
+#include "base/base.h"
+#include "rdzv_int.h"
+
+/* Machine m's launcher heartbeat counter, 0 before its first beat. */
+long long launch_rdzv__beat_of(launch_rdzv *r, int m)
+{
+    char key[64], v[32];
+    size_t nb = 0;
+    key_of(key, sizeof(key), "alive", m);
+    if (accel__store_get(r->st, key, v, sizeof(v) - 1, &nb, 0) != ACCEL_OK) {
+        return 0;
+    }
+    v[nb] = '\0';
+    return atoll(v);
+}
+
+void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
+{
+    launch_rdzv *r = arg;
+    char what[96];
+    launch_describe_status(wstatus, what, sizeof(what));
+    launch_rdzv__publish_failure(r, launch_exit_status(wstatus),
+                                 "rank %d on machine %d (host %s) failed: %s", rank,
+                                 r->s->machine_rank, r->host, what);
+}
+
+/* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
+ * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
+ * their launcher has often published its own before, so launch_rdzv_finish names it last. */
+static int check_heartbeats(launch_rdzv *r, double now)
+{
+    for (int m = 1; m < r->s->num_machines; m++) {
+        char key[64];
+        if (r->finished[m]) {
+            continue;
+        }
+        attempt_key(r, key, sizeof(key), "done", m);
+        int done = launch_rdzv__has_key(r, key);
+        attempt_key(r, key, sizeof(key), "stopped", m);
+        if (done || launch_rdzv__has_key(r, key)) {
+            r->finished[m] = 1;
+            continue;
+        }
+        long long beat = launch_rdzv__beat_of(r, m);
+        if (beat != r->beat[m] || r->beat_at[m] == 0) {
+            r->beat[m] = beat;
+            r->beat_at[m] = now;
+        } else if (now - r->beat_at[m] > LOST_S) {
+            snprintf(r->gone, sizeof(r->gone),
+                     "machine %d's launcher stopped answering (no heartbeat for %g s)", m, LOST_S);
+            launch_rdzv__publish_failure(r, 1, "%s", r->gone);
+            (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
+            r->finished[m] = 1; /* gone: nobody waits for it any more */
+            r->beat_at[m] = -1;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The supervisor's tick: heartbeat, then the job's failure, then (machine 0) the others'
+ * heartbeats. A store that broke means machine 0's launcher is gone: stop too. */
+int launch_rdzv__tick(void *arg)
+{
+    launch_rdzv *r = arg;
+    char key[64], msg[1024];
+    key_of(key, sizeof(key), "alive", r->s->machine_rank);
+    if (r->lost) {
+        return 1; /* ticks during the teardown: the cause was named ("the connection failed
+                   * earlier and is unusable" would be a second, misleading line) */
+    }
+    if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+        fprintf(stderr,
+                "accel launch: machine %d lost the rendezvous (machine 0's launcher) at %s: %s; "
+                "stopping this machine's processes\n",
+                r->s->machine_rank, r->name, accel_last_error(NULL));
+        r->lost = 1;
+        return 1;
+    }
+    int status = launch_rdzv__read_failure(r, msg, sizeof(msg));
+    if (status == 0 && r->s->machine_rank == 0) {
+        if ((status = check_heartbeats(r, accel__now())) != 0) {
+            snprintf(msg, sizeof(msg), "%s", r->gone);
+        }
+    }
+    if (status != 0) {
+        fprintf(stderr, "accel launch: machine %d: stopping: %s\n", r->s->machine_rank, msg);
+    }
+    return status;
+}
+
+/* Whether every machine but those finished[] knows of has published the end of this attempt
+ * (another machine than 0 reads the keys itself; machine 0's heartbeat check marks them). */
+static int all_finished(launch_rdzv *r, char *missing, size_t cap)
+{
+    size_t len = 0;
+    missing[0] = '\0';
+    for (int m = 0; m < r->s->num_machines; m++) {
+        char key[64];
+        if (!r->finished[m]) {
+            attempt_key(r, key, sizeof(key), "done", m);
+            int done = launch_rdzv__has_key(r, key);
+            attempt_key(r, key, sizeof(key), "stopped", m);
+            r->finished[m] = done || launch_rdzv__has_key(r, key);
+        }
+        if (!r->finished[m] && len < cap) {
+            len += (size_t)snprintf(missing + len, cap - len, "%s%d", len ? ", " : "", m);
+        }
+    }
+    return len == 0;
+}
+
+int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again)
+{
+    char key[64], msg[1024], missing[256];
+    const int me = r->s->machine_rank;
+    *again = 0;
+    launch_stop_release(); /* after a failed preflight: a signal takes its old course again */
+    if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
+        launch_rdzv__publish_failure(
+            r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
+            outcome == LAUNCH_INTERRUPTED ? "was interrupted" : "could not start its processes");
+        (void)accel__store_set(r->st, "launch/final", "stop", 4);
+    }
+    attempt_key(r, key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    if (me != 0 && r->s->max_restarts == 0) {
+        return rc;
+    }
+    /* Machine 0 serves the store until every machine has finished (or is gone); with restarts
+     * every machine waits, so that all agree whether the job starts again. */
+    int said = 0;
+    for (;;) {
+        if (me == 0) {
+            (void)check_heartbeats(r, accel__now()); /* said below */
+        }
+        if (me != 0) {
+            key_of(key, sizeof(key), "alive", me);
+            if (accel__store_add(r->st, key, 1, NULL) != ACCEL_OK) {
+                fprintf(stderr, "accel launch: machine %d lost the rendezvous at %s: %s\n", me,
+                        r->name, accel_last_error(NULL));
+                return rc != 0 ? rc : 1;
+            }
+            if (launch_rdzv__has_key(r, "launch/final")) {
+                break; /* machine 0 gave up on a lost machine, or a launcher was stopped */
+            }
+        }
+        if (all_finished(r, missing, sizeof(missing))) {
+            break;
+        }
+        if (!said) {
+            fprintf(stderr, "accel launch: machine %d: waiting for machine(s) %s to finish\n", me,
+                    missing);
+            said = 1;
+        }
+        struct timespec pause = {0, 200 * 1000000L};
+        nanosleep(&pause, NULL);
+    }
+    int status = launch_rdzv__read_failure(r, msg, sizeof(msg));
+    if (r->gone[0] != '\0') {
+        fprintf(stderr, "accel launch: machine 0: the job failed: %s\n", r->gone);
+        r->gone[0] = '\0';
+    } else if (rc == 0 && status != 0) {
+        fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
+    }
+    if (rc == 0 && status != 0) {
+        rc = status;
+    }
+    *again =
+        status != 0 && r->attempt < r->s->max_restarts && !launch_rdzv__has_key(r, "launch/final");
+    /* With restarts the others read the verdict after they saw everyone finish: machine 0
+     * keeps the store up until each has said it left (or a bounded wait for a lost one). */
+    attempt_key(r, key, sizeof(key), "left", me);
+    (void)accel__store_set(r->st, key, "1", 1);
+    for (int m = 1; me == 0 && r->s->max_restarts > 0 && m < r->s->num_machines; m++) {
+        const char *keys[1] = {key};
+        attempt_key(r, key, sizeof(key), "left", m);
+        if (r->beat_at[m] >= 0) {
+            (void)accel__store_wait(r->st, keys, 1, 2 * OP_TIMEOUT_S);
+        }
+    }
+    return rc;
+}
