@@ -250,6 +250,20 @@ static int store_failed(launch_rdzv *r)
     return 1;
 }
 
+/* After a rendezvous wait that got nothing (st): 0 to wait on, else the exit status after
+ * saying why: a failure another launcher published, or the store's error. The failure is read
+ * first, and the store judged after: when the store broke while reading it, a machine 0 that
+ * stopped tells why in the store's error (accel__store_close_failed). */
+static int wait_ended(launch_rdzv *r, accel_status st)
+{
+    const int waiting =
+        (st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) && accel__store_broken(r->st) == ACCEL_OK;
+    if (waiting && failed_elsewhere(r) != 0) {
+        return 1;
+    }
+    return !waiting || accel__store_broken(r->st) != ACCEL_OK ? store_failed(r) : 0;
+}
+
 /* Waits for machine m's record (rec, cap bytes), checks it against this machine's job shape
  * and counts the machines that share this one's CPUs (token). Returns 0, or the exit status
  * after saying why: a different job shape (machine 0 also publishes it), the deadline (naming
@@ -271,15 +285,9 @@ static int check_machine(launch_rdzv *r, int m, const char *token, char *rec, si
         if (st == ACCEL_OK) {
             break;
         }
-        if ((st == ACCEL_ETIMEDOUT || st == ACCEL_ENOTFOUND) &&
-            accel__store_broken(r->st) == ACCEL_OK && failed_elsewhere(r) != 0) {
-            return 1;
-        }
-        /* Also when the store broke while reading the failure: a machine 0 that stopped tells
-         * why in the error (accel__store_close_failed). */
-        if ((st != ACCEL_ETIMEDOUT && st != ACCEL_ENOTFOUND) ||
-            accel__store_broken(r->st) != ACCEL_OK) {
-            return store_failed(r);
+        int rc = wait_ended(r, st);
+        if (rc != 0) {
+            return rc;
         }
         if (accel__now() >= r->deadline) {
             char missing[256];
@@ -382,12 +390,9 @@ static int await_confirmed(launch_rdzv *r)
         if (st == ACCEL_OK) {
             return 0;
         }
-        if ((st != ACCEL_ETIMEDOUT && st != ACCEL_ENOTFOUND) ||
-            accel__store_broken(r->st) != ACCEL_OK) {
-            return store_failed(r);
-        }
-        if (failed_elsewhere(r) != 0) {
-            return 1;
+        int rc = wait_ended(r, st);
+        if (rc != 0) {
+            return rc;
         }
         if (accel__now() >= until) {
             fprintf(stderr,
@@ -558,36 +563,31 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
                     strerror(errno));
             return 1;
         }
-        if (accel__store_set(r->st, key, r->job_id, strlen(r->job_id)) == ACCEL_OK) {
+        return accel__store_set(r->st, key, r->job_id, strlen(r->job_id)) == ACCEL_OK
+                   ? 0
+                   : store_failed(r);
+    }
+    /* In slices, looking for a stop signal and a failure published meanwhile. */
+    const double deadline = accel__now() + r->s->rdzv_timeout_s;
+    for (double left; (left = deadline - accel__now()) > 0;) {
+        accel_status st = accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
+                                           left < SLICE_S ? left : SLICE_S);
+        if (st == ACCEL_OK) {
+            r->job_id[nb] = '\0';
             return 0;
         }
-    } else {
-        /* In slices, looking for a stop signal and a failure published meanwhile. */
-        const double deadline = accel__now() + r->s->rdzv_timeout_s;
-        for (double left; (left = deadline - accel__now()) > 0;) {
-            accel_status st = accel__store_get(r->st, key, r->job_id, sizeof(r->job_id) - 1, &nb,
-                                               left < SLICE_S ? left : SLICE_S);
-            if (st == ACCEL_OK) {
-                r->job_id[nb] = '\0';
-                return 0;
-            }
-            if (st != ACCEL_ETIMEDOUT || accel__store_broken(r->st) != ACCEL_OK) {
-                goto failed; /* the store's error says why */
-            }
-            int rc = launch_rdzv_check(r, "the job's start");
-            if (rc != 0) {
-                return rc;
-            }
+        if (st != ACCEL_ETIMEDOUT || accel__store_broken(r->st) != ACCEL_OK) {
+            return store_failed(r); /* the store's error says why */
         }
-        fprintf(stderr,
-                "accel launch: error: machine %d: machine 0's launcher at %s did not start "
-                "attempt %d within %g s\n",
-                r->s->machine_rank, r->name, attempt, r->s->rdzv_timeout_s);
-        return 1;
+        int rc = launch_rdzv_check(r, "the job's start");
+        if (rc != 0) {
+            return rc;
+        }
     }
-failed:
-    fprintf(stderr, "accel launch: error: machine %d: rendezvous at %s: %s\n", r->s->machine_rank,
-            r->name, accel_last_error(NULL));
+    fprintf(stderr,
+            "accel launch: error: machine %d: machine 0's launcher at %s did not start "
+            "attempt %d within %g s\n",
+            r->s->machine_rank, r->name, attempt, r->s->rdzv_timeout_s);
     return 1;
 }
 
