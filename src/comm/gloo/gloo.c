@@ -368,26 +368,22 @@ accel_status accel__gloo_open(accel__gloo **out, const accel__comm_config *cfg, 
         }
         if (st == ACCEL_EPEER && err.peer < 0) {
             st = accel__seterr(NULL, st, "%s", err.msg); /* another process's published failure */
-        } else if (st == ACCEL_ETIMEDOUT && err.peer >= 0) {
-            /* The store names only the key, Gloo only an address: say whose it is. */
-            char who[160];
-            snprintf(who, sizeof(who),
-                     err.unconnected ? "process %d did not connect within %g s (it, or a "
-                                       "process it connects to first, is stopped, hung, or dead)"
-                                     : "process %d never arrived (not started, stopped, hung, or "
-                                       "died)",
-                     e->process[err.peer], cfg->timeout_s);
+        } else if (st != ACCEL_OK) {
+            /* After a timeout the store names only the key, Gloo only an address: say whose. */
+            char who[160] = "";
+            if (st == ACCEL_ETIMEDOUT && err.peer >= 0) {
+                snprintf(who, sizeof(who),
+                         err.unconnected
+                             ? "process %d did not connect within %g s (it, or a process it "
+                               "connects to first, is stopped, hung, or dead): "
+                             : "process %d never arrived (not started, stopped, hung, or died): ",
+                         e->process[err.peer], cfg->timeout_s);
+            }
             st = accel__seterr(NULL, st,
                                "gloo: process %d could not connect to the other %d processes "
-                               "through the store at %s (listening on %s%s%s): %s: %s",
+                               "through the store at %s (listening on %s%s%s): %s%s",
                                e->process[e->rank], e->n_ranks - 1, accel__store_name(e->store),
                                e->listen, note[0] != '\0' ? "; " : "", note, who, err.msg);
-        } else if (st != ACCEL_OK) {
-            st = accel__seterr(NULL, st,
-                               "gloo: process %d could not connect to the other %d processes "
-                               "through the store at %s (listening on %s%s%s): %s",
-                               e->process[e->rank], e->n_ranks - 1, accel__store_name(e->store),
-                               e->listen, note[0] != '\0' ? "; " : "", note, err.msg);
         }
     }
     if (st != ACCEL_OK && e->store != NULL) {
