@@ -174,11 +174,6 @@ static int make_dirs(const char *dir)
     return 0;
 }
 
-void launch_host_port(char *buf, size_t cap, const char *addr, int port)
-{
-    snprintf(buf, cap, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d", addr, port);
-}
-
 /* Asks the kernel for a free TCP port on the loopback interface (--main_process_port 0). */
 static int free_port(void)
 {

@@ -126,11 +126,6 @@ int launch_check_record(const launch_settings *s, int m, const char *rec, char *
  * refuse to start). */
 void launch_expected_backend(const launch_settings *s, char *buf, size_t cap);
 
-/* ---- launch.c ---- */
-
-/* "addr:port", or "[addr]:port" for an IPv6 address, into buf (cap bytes), for messages. */
-void launch_host_port(char *buf, size_t cap, const char *addr, int port);
-
 /* ---- rdzv.c: the launchers of several machines ---- */
 
 typedef struct launch_rdzv launch_rdzv;

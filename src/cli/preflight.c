@@ -111,7 +111,7 @@ static void probe(const launch_settings *s, int port, int rank)
     accel__store *st = NULL;
     accel__store_config sc = {.addr = s->master_addr, .port = port, .timeout_s = HOP_TIMEOUT_S};
     if (accel__store_open(&st, &sc) != ACCEL_OK) {
-        launch_host_port(ep, sizeof(ep), s->master_addr, port);
+        accel__host_port(ep, sizeof(ep), s->master_addr, port);
         fprintf(stderr,
                 "accel launch: preflight: rank %d (machine %d) -> the rendezvous store at %s: "
                 "%s\n",
@@ -132,7 +132,7 @@ static void probe(const launch_settings *s, int port, int rank)
             if (sp != NULL) {
                 *sp = '\0';
             }
-            launch_host_port(at, sizeof(at), ep, sp != NULL ? atoi(sp + 1) : 0);
+            accel__host_port(at, sizeof(at), ep, sp != NULL ? atoi(sp + 1) : 0);
             snprintf(why, sizeof(why), "machine %d's launcher at %s: %s", m, at, strerror(err));
         }
     }
@@ -294,7 +294,7 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
         return 1;
     }
     char at[320];
-    launch_host_port(at, sizeof(at), s->master_addr, port);
+    accel__host_port(at, sizeof(at), s->master_addr, port);
     fprintf(stderr,
             "accel launch: preflight: all %d ranks reached the rendezvous at %s and the "
             "launchers of all %d machines\n",

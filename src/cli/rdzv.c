@@ -426,7 +426,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     r->t0 = accel__now();
     r->deadline = r->t0 + s->rdzv_timeout_s;
     r->say_at = r->t0 + (s->rdzv_timeout_s / 2 < SAY_S ? s->rdzv_timeout_s / 2 : SAY_S);
-    launch_host_port(r->name, sizeof(r->name), s->master_addr, s->port);
+    accel__host_port(r->name, sizeof(r->name), s->master_addr, s->port);
     const int me = s->machine_rank, M = s->num_machines;
     char key[64], rec[512], token[64];
     int64_t claims = 0;
@@ -435,7 +435,7 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     if (rc != 0) {
         goto fail;
     }
-    launch_host_port(r->name, sizeof(r->name), s->master_addr, r->port);
+    accel__host_port(r->name, sizeof(r->name), s->master_addr, r->port);
     rc = 1;
     key_of(key, sizeof(key), "claim", me);
     if (accel__store_add(r->st, key, 1, &claims) != ACCEL_OK) {

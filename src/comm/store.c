@@ -171,6 +171,11 @@ static accel_status recv_all(accel__store *st, uint8_t *buf, size_t n, double de
     return ACCEL_OK;
 }
 
+void accel__host_port(char *buf, size_t cap, const char *addr, int port)
+{
+    snprintf(buf, cap, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d", addr, port);
+}
+
 accel_status accel__store_refuse_link_local(const char *addr, const struct addrinfo *res)
 {
     for (const struct addrinfo *a = res; a != NULL; a = a->ai_next) {
@@ -330,8 +335,7 @@ accel_status accel__store_open(accel__store **out, const accel__store_config *cf
         s = accel__store_server_start(&st->srv, cfg->addr, cfg->port, cfg->on_set, cfg->hook_arg,
                                       &st->port, &in_use);
     }
-    snprintf(st->name, sizeof(st->name), strchr(cfg->addr, ':') ? "[%s]:%d" : "%s:%d", cfg->addr,
-             st->port);
+    accel__host_port(st->name, sizeof(st->name), cfg->addr, st->port);
     if (in_use) {
         s = port_taken(st, cfg->addr, s);
     }

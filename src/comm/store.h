@@ -91,6 +91,9 @@ typedef struct accel__store_config {
  * one, scope id or not, is ACCEL_EINVAL at once, naming it (ACCEL__LINK_LOCAL_REFUSED). On success
  * *out is the client (and the server, if any): one thread at a time. */
 accel_status accel__store_open(accel__store **out, const accel__store_config *cfg);
+/* "addr:port", or "[addr]:port" for an IPv6 address, into buf (cap bytes): how the store and
+ * accel launch name an endpoint in messages (accel__store_name). */
+void accel__host_port(char *buf, size_t cap, const char *addr, int port);
 /* Closes the client and, for the serving process, stops the server. Clients still connected
  * then see ACCEL_EPEER, in their request in progress or their next one, saying why: "the
  * server stopped before answering ...: the process serving it (pid N) closed it". Accepts
