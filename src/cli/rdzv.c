@@ -192,8 +192,8 @@ static int open_store(launch_rdzv *r)
         }
         return 0;
     }
-    /* Tries of a slice, so that a stop signal is noticed at once; the store that answers is
-     * opened again with the timeout of one call, which also bounds every later set and add. */
+    /* Tries of a slice, so that a stop signal is noticed at once; the store that answers then
+     * takes the timeout of one call, which bounds every later set and add. */
     for (;;) {
         int sig = interrupted(r, NULL);
         if (sig != 0) {
@@ -203,12 +203,7 @@ static int open_store(launch_rdzv *r)
         sc.timeout_s = left < SLICE_S ? (left > 0.05 ? left : 0.05) : SLICE_S;
         accel_status st = accel__store_open(&r->st, &sc);
         if (st == ACCEL_OK) {
-            accel__store_close(r->st);
-            r->st = NULL;
-            sc.timeout_s = OP_TIMEOUT_S;
-            st = accel__store_open(&r->st, &sc);
-        }
-        if (st == ACCEL_OK) {
+            accel__store_set_timeout(r->st, OP_TIMEOUT_S);
             r->port = s->port;
             return 0;
         }

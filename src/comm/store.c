@@ -523,6 +523,11 @@ void accel__store_bound(accel__store *st, double until)
     st->until = until;
 }
 
+void accel__store_set_timeout(accel__store *st, double timeout_s)
+{
+    st->timeout_s = timeout_s;
+}
+
 static uint32_t to_ms(double s)
 {
     return s <= 0 ? 0 : s >= 4e6 ? 4000000000u : (uint32_t)(s * 1000.0);

@@ -166,6 +166,9 @@ accel_status accel__store_beat(accel__store *st, int id, const char *name, uint6
  * that a stopped server does not answer. For best-effort traffic, such as recording a failure,
  * that must not wait a whole timeout on a stopped server. */
 void accel__store_bound(accel__store *st, double until);
+/* The deadline of every later set and add on st (accel__store_config.timeout_s): for a client
+ * that connected in short tries, so as to notice something else between them. */
+void accel__store_set_timeout(accel__store *st, double timeout_s);
 /* How long a best-effort failure record's store traffic may take (accel__store_bound, answer_s):
  * a stopped server then delays the failure by about this much, not by a timeout per request. */
 #define ACCEL__STORE_RECORD_S 1.0
