@@ -1,35 +1,46 @@
 /*
- * accel__gloo_connect with a peer whose record is in the store but which never connects (a
- * process stopped, or killed with its launcher, right after it published its addresses): the
- * wait for its connection ends at the communicator's timeout. Gloo waits 5 times a pair's
- * timeout for its first connection, and the pairs had ACCEL_TIMEOUT, so such a peer cost
- * 5 x ACCEL_TIMEOUT (10 s at 2 s in the fault sweep; 2.5 hours at the default 1800 s). Only
- * the side of a pair that listens waits so, the side with the lower address; the planted
- * record's port is the highest there is in the comparison (raw 0xffff), so rank 0 here always
- * listens. With timeout 1 s: at most 3 s (before: 5 s), ACCEL_ETIMEDOUT naming rank 1 (before:
- * ACCEL_EIO naming nobody).
+ * Two moments of a gloo communicator's setup with a peer that stops:
+ *
+ * 1. accel__gloo_connect with a peer whose record is in the store but which never connects (a
+ *    process stopped, or killed with its launcher, right after it published its addresses): the
+ *    wait for its connection ends at the communicator's timeout. Gloo waits 5 times a pair's
+ *    timeout for its first connection, and the pairs had ACCEL_TIMEOUT, so such a peer cost
+ *    5 x ACCEL_TIMEOUT (10 s at 2 s in the fault sweep; 2.5 hours at the default 1800 s). Only
+ *    the side of a pair that listens waits so, the side with the lower address; the planted
+ *    record's port is the highest there is in the comparison (raw 0xffff), so rank 0 here always
+ *    listens. With timeout 1 s: at most 3 s (before: 5 s), ACCEL_ETIMEDOUT naming rank 1 (before:
+ *    ACCEL_EIO naming nobody).
+ * 2. accel__gloo_open (process 0) with a peer (a child) that connects and then stops, before the
+ *    connection check, the communicator's first exchange: ACCEL_ETIMEDOUT naming process 1
+ *    (before: "Gloo does not say which", the check being Gloo's own allgather). Then the same
+ *    with another process's diagnosis already recorded in the store (planted): process 0 adopts
+ *    it as "process 2 reported: ..." (before: the bare text, "... on process 2 ...", which read
+ *    as its own).
  */
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "base/base.h"
 #include "comm/store.h"
 #ifdef ACCEL_HAVE_GLOO
+#include "comm/gloo/gloo.h"
 #include "comm/gloo/gloo_cxx.h"
 #endif
 
 #define LIMIT_S 3.0 /* the timeout (1 s) plus a loaded machine's margin; before: 5 s */
+#define CHECK_TIMEOUT_S 2.0 /* case 2's timeout: the rendezvous with the child comes within it */
 
-int main(void)
+#ifdef ACCEL_HAVE_GLOO
+static void connect_never(void)
 {
-#ifndef ACCEL_HAVE_GLOO
-    printf("test_gloo_connect: skipped: this build has no gloo backend\n");
-    return 0;
-#else
     accel__store *st = NULL;
     accel__store_config c = {.addr = "127.0.0.1", .port = 0, .serve = 1, .timeout_s = 5};
     CHECK_OK(NULL, accel__store_open(&st, &c));
@@ -58,6 +69,103 @@ int main(void)
     CHECK_MSG(took <= LIMIT_S, "took %.2f s", took);
     accel__gloo_free(g);
     accel__store_close(st);
+}
+
+/* A child, rank 1 of 2 under `prefix` in the store at the port it reads from fd: connects,
+ * then stops before the connection check. Returns its pid. */
+static pid_t start_stopper(const char *prefix, int *to_child)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* stopped or not, when a failed check ends the parent */
+        close(fds[1]);
+        int port = 0;
+        if (read(fds[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
+            _exit(1);
+        }
+        accel__store_config c = {.addr = "127.0.0.1", .port = port, .timeout_s = 10};
+        accel__store *st = NULL;
+        accel__gloo_ctx *g = NULL;
+        accel__gloo_err err = {.peer = -1};
+        if (accel__store_open(&st, &c) != ACCEL_OK ||
+            accel__gloo_connect(&g, st, prefix, 1, 2, "127.0.0.1", 10, &err) != ACCEL_OK) {
+            fprintf(stderr, "test_gloo_connect: the child could not connect: %s\n", err.msg);
+            _exit(1);
+        }
+        raise(SIGSTOP);
+        _exit(0);
+    }
+    close(fds[0]);
+    *to_child = fds[1];
+    return pid;
+}
+
+/* Process 0's accel__gloo_open against the stopped child; `planted`: another process's
+ * diagnosis is in the store first. The message must start with `want`. */
+static void check_stopped(const char *prefix, const char *planted, const char *want)
+{
+    int to_child = -1;
+    pid_t pid = start_stopper(prefix, &to_child);
+    accel__store *st = NULL;
+    accel__store_config c = {.addr = "127.0.0.1", .port = 0, .serve = 1, .timeout_s = 5};
+    CHECK_OK(NULL, accel__store_open(&st, &c));
+    int port = accel__store_port(st);
+    CHECK(write(to_child, &port, sizeof(port)) == (ssize_t)sizeof(port));
+    close(to_child);
+    if (planted != NULL) {
+        char key[64];
+        snprintf(key, sizeof(key), "%sabort", prefix);
+        CHECK_OK(NULL, accel__store_add(st, key, 1, NULL));
+        snprintf(key, sizeof(key), "%sabort/msg", prefix);
+        CHECK_OK(NULL, accel__store_set(st, key, planted, strlen(planted)));
+    }
+    accel__comm_config cfg = {.backend = "gloo",
+                              .rank = 0,
+                              .n_ranks = 2,
+                              .local_n_ranks = 1,
+                              .master_addr = "127.0.0.1",
+                              .master_port = port,
+                              .timeout_s = CHECK_TIMEOUT_S};
+    accel__gloo *e = NULL;
+    const double t0 = accel__now();
+    accel_status s = accel__gloo_open(&e, &cfg, prefix, 0, NULL);
+    const double took = accel__now() - t0;
+    const char *msg = accel_last_error(NULL);
+    printf("test_gloo_connect: %s after %.2f s: %s\n", accel_status_name(s), took, msg);
+    CHECK(s == ACCEL_ETIMEDOUT);
+    CHECK_MSG(strncmp(msg, want, strlen(want)) == 0, "\"%s\"\n    does not start with \"%s\"",
+              msg, want);
+    /* The timeout, the grace (a quarter), the record (1 s), and a loaded machine's margin. */
+    CHECK_MSG(took <= CHECK_TIMEOUT_S + 6, "took %.2f s", took);
+    kill(pid, SIGKILL);
+    CHECK(waitpid(pid, NULL, 0) == pid);
+    accel__store_close(st);
+}
+#endif
+
+int main(void)
+{
+#ifndef ACCEL_HAVE_GLOO
+    printf("test_gloo_connect: skipped: this build has no gloo backend\n");
+    return 0;
+#else
+    connect_never();
+    check_stopped("s/",
+                  NULL,
+                  "gloo: the connection check on process 0 timed out after 2 s waiting for "
+                  "process 1 (connected, then stopped or hung, or still connecting to one that "
+                  "is) (");
+    char planted[128];
+    snprintf(planted, sizeof(planted),
+             "%d|2|gloo: the connection check on process 2 timed out after 2 s waiting for "
+             "process 1",
+             (int)ACCEL_ETIMEDOUT);
+    check_stopped("r/", planted,
+                  "gloo: process 2 reported: the connection check on process 2 timed out after 2 "
+                  "s waiting for process 1");
     printf("test_gloo_connect: ok\n");
     return 0;
 #endif

@@ -211,10 +211,84 @@ static const char *ring_name(int32_t v)
     return v == 2 ? "auto" : v ? "1" : "0";
 }
 
+static accel_status fail(accel__gloo *e, accel_status st, const char *msg, double grace);
+
+/* The connection check's wait for member q's pair timed out: the failure names q and every later
+ * member whose pair had not come either (the earlier ones' had). */
+static accel_status check_timed_out(accel__gloo *e, const size_t *ix, int q,
+                                    const accel__gloo_err *err)
+{
+    char who[200] = "";
+    size_t len = 0;
+    int n_missing = 0;
+    for (int p = q; p < e->n_ranks; p++) {
+        if (p == e->rank || (p != q && accel__gloo_arrived(e->g, ix[p]))) {
+            continue;
+        }
+        if (len + 32 < sizeof(who)) {
+            int w = snprintf(who + len, sizeof(who) - len, "%s%d", n_missing > 0 ? ", " : "",
+                             e->process[p]);
+            len += w > 0 ? (size_t)w : 0;
+        } else if (len < sizeof(who) - 1) { /* a long list ends so, once */
+            snprintf(who + len, sizeof(who) - len, ", ...");
+            len = sizeof(who) - 1;
+        }
+        n_missing++;
+    }
+    char msg[ACCEL__ERRMSG_NBYTES];
+    snprintf(msg, sizeof(msg),
+             "gloo: the connection check on process %d timed out after %g s waiting for "
+             "process%s %s (connected, then stopped or hung, or still connecting to one that is) "
+             "(%s)",
+             e->process[e->rank], e->timeout_s, n_missing > 1 ? "es" : "", who, err->msg);
+    return fail(e, ACCEL_ETIMEDOUT, msg, ACCEL__GLOO_GRACE_S(e->timeout_s));
+}
+
+/* The connection check, the communicator's first exchange: every member sends `mine` (two
+ * int32) to every other and receives theirs into all (member q's at all + 2q), every message
+ * posted before any wait (one round). Point-to-point rather than Gloo's allgather, which does
+ * not say whose data is missing: a member that connected and then stopped or hung is named. */
+static accel_status check_connections(accel__gloo *e, const int32_t *mine, int32_t *all)
+{
+    const int n = e->n_ranks, me = e->rank;
+    const char *what = "the connection check";
+    const size_t pair_nbytes = 2 * sizeof(int32_t);
+    size_t *ix = NULL;
+    ACCEL_TRY(accel__gloo_scratch(e, 2, 2 * sizeof(size_t) * (size_t)n, (void **)&ix));
+    memcpy(all + 2 * me, mine, pair_nbytes);
+    accel__gloo_msgs_begin(e->g);
+    /* The receives first: a send then needs no ready notice from its receiver. */
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_post, e->g, 0, q, 0, all + 2 * q, pair_nbytes, &ix[q]);
+        }
+    }
+    for (int s = 1; s < n; s++) {
+        const int q = (me + s) % n;
+        GLOO_CALL(what, accel__gloo_post, e->g, 1, q, 0, all + 2 * me, pair_nbytes, &ix[n + q]);
+    }
+    for (int q = 0; q < n; q++) {
+        accel__gloo_err err = {.peer = -1};
+        accel_status st = q != me ? accel__gloo_wait(e->g, ix[q], &err) : ACCEL_OK;
+        if (st == ACCEL_ETIMEDOUT) {
+            return check_timed_out(e, ix, q, &err);
+        }
+        if (st != ACCEL_OK) {
+            return accel__gloo_failed(e, st, &err, what);
+        }
+    }
+    for (int q = 0; q < n; q++) {
+        if (q != me) {
+            GLOO_CALL(what, accel__gloo_wait, e->g, ix[n + q]);
+        }
+    }
+    return ACCEL_OK;
+}
+
 /* e->remote: whether some member has a peer on another host, and e->ring. Every member must take
- * the same allreduce path (gloo_coll.c's thresholds depend on both), so they agree on them: one
- * allgather of each member's (remote, ACCEL_GLOO_RING), a different setting refused alike on
- * every member. */
+ * the same allreduce path (gloo_coll.c's thresholds depend on both), so they agree on them in the
+ * connection check: each member's (remote, ACCEL_GLOO_RING) to every other, a different setting
+ * refused alike on every member. */
 static accel_status agree_paths(accel__gloo *e, int32_t ring)
 {
     const int n = e->n_ranks;
@@ -223,11 +297,7 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
     if (all == NULL) {
         return accel__seterr(NULL, ACCEL_ENOMEM, "gloo: out of memory");
     }
-    for (int q = 0; q < n; q++) {
-        e->recv_nbytes[q] = sizeof(mine);
-    }
-    accel__gloo_err err;
-    accel_status st = accel__gloo_allgatherv(e->g, mine, all, e->recv_nbytes, &err);
+    accel_status st = check_connections(e, mine, all);
     for (int q = 0; q < n && st == ACCEL_OK; q++) {
         e->remote |= all[2 * q] != 0;
     }
@@ -238,13 +308,13 @@ static accel_status agree_paths(accel__gloo *e, int32_t ring)
                                "process %d has %s (set it alike on every machine, or nowhere)",
                                e->process[0], ring_name(all[1]), e->process[q],
                                ring_name(all[2 * q + 1]));
-            accel__free(all);
-            return st;
         }
     }
-    e->ring = all[1] == 2 ? e->remote : all[1];
+    if (st == ACCEL_OK) {
+        e->ring = all[1] == 2 ? e->remote : all[1];
+    }
     accel__free(all);
-    return st == ACCEL_OK ? ACCEL_OK : accel__gloo_failed(e, st, &err, "the connection check");
+    return st;
 }
 
 /* Tells the members of communicator `prefix` waiting in its rendezvous (every wait there polls
@@ -454,7 +524,8 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg, doubl
             (void)accel__store_get(e->store, mkey, rec, sizeof(rec), &got, grace);
         }
     }
-    snprintf(rec, sizeof(rec), "%d|%s", (int)st, msg);
+    const int me = e->process[e->rank];
+    snprintf(rec, sizeof(rec), "%d|%d|%s", (int)st, me, msg);
     if (e->store != NULL && accel__store_add(e->store, key, 1, &first) == ACCEL_OK) {
         if (first == 1) {
             (void)accel__store_set(e->store, mkey, rec, strlen(rec));
@@ -471,9 +542,20 @@ static accel_status fail(accel__gloo *e, accel_status st, const char *msg, doubl
     if (e->store != NULL) {
         accel__store_bound(e->store, 0);
     }
-    char *bar = strchr(rec, '|');
-    e->broken_st = bar != NULL ? (accel_status)atoi(rec) : st;
-    snprintf(e->broken_msg, sizeof(e->broken_msg), "%s", bar != NULL ? bar + 1 : msg);
+    /* "<status>|<process>|<message>": another process's diagnosis is said to be its, unless its
+     * message starts by naming it ("gloo: process 2 aborted ..."). */
+    char *bar = strchr(rec, '|'), *bar2 = bar != NULL ? strchr(bar + 1, '|') : NULL;
+    const int by = bar2 != NULL ? atoi(bar + 1) : me;
+    const char *text = bar2 != NULL ? bar2 + 1 : msg;
+    const char *body = strncmp(text, "gloo: ", 6) == 0 ? text + 6 : text;
+    char own[32];
+    snprintf(own, sizeof(own), "process %d ", by);
+    e->broken_st = bar2 != NULL ? (accel_status)atoi(rec) : st;
+    if (by == me || strncmp(body, own, strlen(own)) == 0) {
+        snprintf(e->broken_msg, sizeof(e->broken_msg), "%s", text);
+    } else {
+        snprintf(e->broken_msg, sizeof(e->broken_msg), "gloo: process %d reported: %s", by, body);
+    }
     atomic_store(&e->broken, 1);
     pthread_mutex_unlock(&e->mu);
     accel__gloo_break(e->g);

@@ -71,6 +71,9 @@ void accel__gloo_msgs_begin(accel__gloo_ctx *g);
 accel_status accel__gloo_post(accel__gloo_ctx *g, int is_send, int peer, uint32_t key, void *buf,
                               size_t nbytes, size_t *index, accel__gloo_err *err);
 accel_status accel__gloo_wait(accel__gloo_ctx *g, size_t index, accel__gloo_err *err);
+/* 1 when message `index` of the batch has completed, without waiting (also after another wait
+ * of the batch failed: which of the others did come); 0 otherwise. */
+int accel__gloo_arrived(accel__gloo_ctx *g, size_t index);
 
 /* Shuts down every connection of the context (any thread): every wait on it, here and on the
  * peers waiting on this rank, fails at once. */
