@@ -81,7 +81,11 @@ static accel_status clash(accel__shm *s)
     char k[64], v[48];
     key_of(s, "clash", k, sizeof(k));
     snprintf(v, sizeof(v), "%d %d", s->rank, (int)getpid());
-    accel__store_set(s->store, k, v, strlen(v)); /* best effort: we fail either way */
+    /* Best effort, as the other failure records: we fail either way, and a process 0 stopped
+     * since it answered the claim costs ACCEL__STORE_RECORD_S, not a store timeout. */
+    accel__store_bound(s->store, accel__now() + ACCEL__STORE_RECORD_S);
+    accel__store_set(s->store, k, v, strlen(v));
+    accel__store_bound(s->store, 0);
     return accel__seterr(NULL, ACCEL_EINVAL,
                          "shm: rank %d of the job at %s was already taken by another process: "
                          "two jobs use the same MASTER_ADDR and MASTER_PORT, and both stop "
@@ -124,8 +128,19 @@ accel_status accel__shm_rdv_begin(accel__shm *s, const accel__comm_config *cfg, 
         if (st == ACCEL_OK) {
             break;
         }
+        const int answered = st == ACCEL_ETIMEDOUT && accel__store_broken(s->store) == ACCEL_OK;
         accel__store_close(s->store);
         s->store = NULL;
+        if (answered) {
+            /* The store answers, but its process 0 never began this rendezvous (the store's
+             * message would name a key and what was left of the timeout). */
+            return accel__seterr(NULL, st,
+                                 "shm: process 0 did not begin the job's rendezvous within %g s "
+                                 "(the job met at %s; its store answers, but process 0 is stuck "
+                                 "before this communicator, creates fewer of them than this "
+                                 "process, or the store is another program's)",
+                                 s->timeout_s, s->rdv);
+        }
         /* A server that went away before answering belonged to this process 0's previous
          * communicator (it freed it meanwhile): the next one comes up on the same port. */
         if (st != ACCEL_EPEER || left_s(deadline) <= 0) {
@@ -167,7 +182,14 @@ accel_status accel__shm_rdv_created(accel__shm *s, accel_status st, double deadl
     }
     char why[ACCEL__ERRMSG_NBYTES];
     size_t n = 0;
-    ACCEL_TRY(accel__store_get(s->store, k, why, sizeof(why) - 1, &n, left_s(deadline)));
+    st = accel__store_get(s->store, k, why, sizeof(why) - 1, &n, left_s(deadline));
+    if (st == ACCEL_ETIMEDOUT && accel__store_broken(s->store) == ACCEL_OK) {
+        return accel__seterr(NULL, st,
+                             "shm: process 0 did not create the segment within %g s (the job met "
+                             "at %s; its store answers: process 0 is stuck in its setup)",
+                             s->timeout_s, s->rdv);
+    }
+    ACCEL_TRY(st);
     if (n > 0) {
         why[n] = '\0';
         return accel__seterr(NULL, ACCEL_EPEER, "shm: process 0 could not create the segment: %s",

@@ -11,8 +11,16 @@
  *     ACCEL_TIMEOUT=6) tells the others (tell_setup_failed): its set waited 6 s;
  *  3. gloo: a process that refuses a communicator (accel__gloo_refuse, hier's shm level failed)
  *     connects to tell it: the greeting waited 5 s.
+ *  4. shm: a second claimant of a rank (two jobs on one port) reports the clash in the store
+ *     (clash() in shm_rdv.c) to a process 0 that stops as it receives the report (its store's
+ *     hook stops it before the answer): the set waited the store's timeout (6 s).
  * Each keeps its own message. With a store that answers, the records are all there (the bound
  * does not cut them).
+ *
+ * And the shm rendezvous's waits on a process 0 whose store answers but which does not do its
+ * part, each ACCEL_ETIMEDOUT saying what process 0 had not done (before, the store's message:
+ * 'key "shm/1/job" was not set within 0.99 s'): it never publishes the job, or it never creates
+ * the segment after the rank was claimed.
  */
 #include <netinet/in.h>
 #include <signal.h>
@@ -70,8 +78,20 @@ static void end_child(pid_t pid)
     CHECK(waitpid(pid, NULL, 0) == pid);
 }
 
-/* A real store served by a child (to be stopped). Returns its pid; its port in *port. */
-static pid_t start_store(int *port)
+/* The hook of start_store's child with stop_at_clash: stops the process serving the store as
+ * a clash report arrives, before the report's set is answered. */
+static void stop_on_clash(void *arg, const char *key, const void *value, size_t nbytes)
+{
+    (void)arg, (void)value, (void)nbytes;
+    const size_t n = strlen(key);
+    if (n >= 6 && strcmp(key + n - 6, "/clash") == 0) {
+        raise(SIGSTOP);
+    }
+}
+
+/* A real store served by a child (to be stopped; with stop_at_clash, it stops itself at a
+ * clash report). Returns its pid; its port in *port. */
+static pid_t start_store(int *port, int stop_at_clash)
 {
     int fds[2];
     CHECK(pipe(fds) == 0);
@@ -79,7 +99,11 @@ static pid_t start_store(int *port)
     CHECK(pid >= 0);
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* stopped or not, when a failed check ends the parent */
-        accel__store_config c = {.addr = "127.0.0.1", .port = 0, .serve = 1, .timeout_s = 5};
+        accel__store_config c = {.addr = "127.0.0.1",
+                                 .port = 0,
+                                 .serve = 1,
+                                 .timeout_s = 5,
+                                 .on_set = stop_at_clash ? stop_on_clash : NULL};
         accel__store *st = NULL;
         CHECK_OK(NULL, accel__store_open(&st, &c));
         int p = accel__store_port(st);
@@ -140,7 +164,7 @@ static accel_status shm_record(accel__store *st)
 static void shm_fail(void)
 {
     int port;
-    pid_t pid = start_store(&port);
+    pid_t pid = start_store(&port, 0);
     accel__store *st = open_client(port, 0); /* connected first, then stopped */
     CHECK(kill(pid, SIGSTOP) == 0);
     double t0 = accel__now();
@@ -157,6 +181,102 @@ static void shm_fail(void)
     check_record("shm setup failure", t0, r, ACCEL_EINVAL, "shm: process 1's own failure");
     expect_key(st, "shm/9/done", "process 1: shm: process 1's own failure");
     accel__store_close(st);
+}
+
+/* The shm rendezvous of process 1 of 2 (accel__shm_rdv_begin) at the store on `port`, with
+ * timeout_s; its keys are "shm/<n>/", n counting this process's rendezvous (rdv_calls here). */
+static unsigned rdv_calls;
+
+static accel__shm *rdv_process(double timeout_s)
+{
+    accel__shm *s = accel__calloc(1, sizeof(*s));
+    CHECK(s != NULL);
+    s->rank = 1;
+    s->n_ranks = 2;
+    s->timeout_s = timeout_s;
+    return s;
+}
+
+static accel_status rdv_begin(accel__shm *s, int port, double timeout_s)
+{
+    accel__comm_config cfg = {.backend = "shm",
+                              .rank = 1,
+                              .n_ranks = 2,
+                              .local_n_ranks = 2,
+                              .master_addr = "127.0.0.1",
+                              .master_port = port};
+    char key[64], want[32];
+    accel_status r = accel__shm_rdv_begin(s, &cfg, key, sizeof(key), accel__now() + timeout_s);
+    snprintf(want, sizeof(want), "shm/%u/", ++rdv_calls);
+    CHECK_MSG(strcmp(s->rdv_key, want) == 0, "keys \"%s\", planted \"%s\"", s->rdv_key, want);
+    return r;
+}
+
+static void rdv_end(accel__shm *s)
+{
+    accel__store_close(s->store);
+    accel__free(s);
+}
+
+static void shm_rdv_waits(void)
+{
+    accel__store *st = open_client(0, 1); /* process 0's store, but not process 0 */
+    const int port = accel__store_port(st);
+    char want[ACCEL__ERRMSG_NBYTES], key[64];
+
+    /* it never publishes the job */
+    accel__shm *s = rdv_process(1);
+    double t0 = accel__now();
+    accel_status r = rdv_begin(s, port, 1);
+    snprintf(want, sizeof(want),
+             "shm: process 0 did not begin the job's rendezvous within 1 s (the job met at "
+             "127.0.0.1:%d; its store answers, but process 0 is stuck before this "
+             "communicator, creates fewer of them than this process, or the store is another "
+             "program's)",
+             port);
+    check_record("shm rendezvous, no job", t0, r, ACCEL_ETIMEDOUT, want);
+    rdv_end(s);
+
+    /* it published the job, the rank is claimed, but it never creates the segment */
+    snprintf(key, sizeof(key), "shm/%u/job", rdv_calls + 1);
+    CHECK_OK(NULL, accel__store_set(st, key, "2 abc", 5));
+    s = rdv_process(1);
+    CHECK_OK(NULL, rdv_begin(s, port, 1));
+    t0 = accel__now();
+    r = accel__shm_rdv_created(s, ACCEL_OK, accel__now() + 1);
+    snprintf(want, sizeof(want),
+             "shm: process 0 did not create the segment within 1 s (the job met at "
+             "127.0.0.1:%d; its store answers: process 0 is stuck in its setup)",
+             port);
+    check_record("shm rendezvous, no segment", t0, r, ACCEL_ETIMEDOUT, want);
+    rdv_end(s);
+    accel__store_close(st);
+}
+
+/* 4. A clash reported to a process 0 that stops on receiving it. */
+static void shm_clash(void)
+{
+    int port;
+    pid_t pid = start_store(&port, 1);
+    accel__store *st = open_client(port, 0);
+    char key[64];
+    snprintf(key, sizeof(key), "shm/%u/job", rdv_calls + 1);
+    CHECK_OK(NULL, accel__store_set(st, key, "2 abc", 5));
+    snprintf(key, sizeof(key), "shm/%u/rank/1", rdv_calls + 1);
+    CHECK_OK(NULL, accel__store_add(st, key, 1, NULL)); /* another job's process 1 */
+    accel__store_close(st);
+    accel__shm *s = rdv_process(6);
+    double t0 = accel__now();
+    accel_status r = rdv_begin(s, port, 6);
+    char want[ACCEL__ERRMSG_NBYTES];
+    snprintf(want, sizeof(want),
+             "shm: rank 1 of the job at 127.0.0.1:%d was already taken by another process: two "
+             "jobs use the same MASTER_ADDR and MASTER_PORT, and both stop (give each job its "
+             "own MASTER_PORT, or start it with accel launch)",
+             port);
+    check_record("shm clash report, process 0 stopped", t0, r, ACCEL_EINVAL, want);
+    rdv_end(s);
+    end_child(pid);
 }
 
 #ifdef ACCEL_HAVE_GLOO
@@ -198,7 +318,7 @@ static void gloo_fail(void)
 static void gloo_refuse(void)
 {
     int port;
-    pid_t pid = start_store(&port);
+    pid_t pid = start_store(&port, 0);
     CHECK(kill(pid, SIGSTOP) == 0);
     accel__comm_config cfg = gloo_config(port, 1, 60);
     double t0 = accel__now();
@@ -223,6 +343,8 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     shm_fail();
+    shm_rdv_waits();
+    shm_clash();
 #ifdef ACCEL_HAVE_GLOO
     gloo_fail();
     gloo_refuse();
