@@ -12,7 +12,9 @@
  *    ACCEL_EIO naming nobody).
  * 2. accel__gloo_open (process 0) with a peer (a child) that connects and then stops, before the
  *    connection check, the communicator's first exchange: ACCEL_ETIMEDOUT naming process 1
- *    (before: "Gloo does not say which", the check being Gloo's own allgather). Then the same
+ *    (before: "Gloo does not say which", the check being Gloo's own allgather). With two
+ *    stopped peers, both are named; with one stopped and one alive, only the stopped one (the
+ *    live one, which also waits for it, may record the diagnosis first). Then the same
  *    with another process's diagnosis already recorded in the store (planted): process 0 adopts
  *    it as "process 2 reported: ..." (before: the bare text, "... on process 2 ...", which read
  *    as its own).
@@ -71,9 +73,11 @@ static void connect_never(void)
     accel__store_close(st);
 }
 
-/* A child, rank 1 of 2 under `prefix` in the store at the port it reads from fd: connects,
- * then stops before the connection check. Returns its pid. */
-static pid_t start_stopper(const char *prefix, int *to_child)
+/* A child, rank `rank` of n_ranks under `prefix` in the store at the port it reads from fd:
+ * with `stops`, connects (accel__gloo_connect) and then stops before the connection check;
+ * else opens the communicator whole (accel__gloo_open), failing as it may, and exits. Returns
+ * its pid. */
+static pid_t start_member(const char *prefix, int rank, int n_ranks, int stops, int *to_child)
 {
     int fds[2];
     CHECK(pipe(fds) == 0);
@@ -86,12 +90,24 @@ static pid_t start_stopper(const char *prefix, int *to_child)
         if (read(fds[0], &port, sizeof(port)) != (ssize_t)sizeof(port)) {
             _exit(1);
         }
+        if (!stops) {
+            accel__comm_config cfg = {.backend = "gloo",
+                                      .rank = rank,
+                                      .n_ranks = n_ranks,
+                                      .local_n_ranks = 1,
+                                      .master_addr = "127.0.0.1",
+                                      .master_port = port,
+                                      .timeout_s = CHECK_TIMEOUT_S};
+            accel__gloo *e = NULL;
+            _exit(accel__gloo_open(&e, &cfg, prefix, 0, NULL) == ACCEL_OK ? 0 : 1);
+        }
         accel__store_config c = {.addr = "127.0.0.1", .port = port, .timeout_s = 10};
         accel__store *st = NULL;
         accel__gloo_ctx *g = NULL;
         accel__gloo_err err = {.peer = -1};
         if (accel__store_open(&st, &c) != ACCEL_OK ||
-            accel__gloo_connect(&g, st, prefix, 1, 2, "127.0.0.1", 10, &err) != ACCEL_OK) {
+            accel__gloo_connect(&g, st, prefix, rank, n_ranks, "127.0.0.1", 10, &err) !=
+                ACCEL_OK) {
             fprintf(stderr, "test_gloo_connect: the child could not connect: %s\n", err.msg);
             _exit(1);
         }
@@ -103,18 +119,23 @@ static pid_t start_stopper(const char *prefix, int *to_child)
     return pid;
 }
 
-/* Process 0's accel__gloo_open against the stopped child; `planted`: another process's
- * diagnosis is in the store first. The message must start with `want`. */
-static void check_stopped(const char *prefix, const char *planted, const char *want)
+/* Process 0's accel__gloo_open with children 1, 2, ...: kinds[q - 1] is 'S' for one that stops
+ * after connecting, 'L' for one that lives. `planted`: another process's diagnosis is in the
+ * store first. The message must start with `want` (anywhere: contain it). */
+static void check_stopped(const char *prefix, const char *kinds, const char *planted,
+                          const char *want, int anywhere)
 {
-    int to_child = -1;
-    pid_t pid = start_stopper(prefix, &to_child);
+    const int n_ranks = 1 + (int)strlen(kinds);
+    pid_t pids[8];
+    int to_child[8];
+    CHECK(n_ranks <= 8);
+    for (int q = 1; q < n_ranks; q++) {
+        pids[q] = start_member(prefix, q, n_ranks, kinds[q - 1] == 'S', &to_child[q]);
+    }
     accel__store *st = NULL;
     accel__store_config c = {.addr = "127.0.0.1", .port = 0, .serve = 1, .timeout_s = 5};
     CHECK_OK(NULL, accel__store_open(&st, &c));
     int port = accel__store_port(st);
-    CHECK(write(to_child, &port, sizeof(port)) == (ssize_t)sizeof(port));
-    close(to_child);
     if (planted != NULL) {
         char key[64];
         snprintf(key, sizeof(key), "%sabort", prefix);
@@ -122,9 +143,13 @@ static void check_stopped(const char *prefix, const char *planted, const char *w
         snprintf(key, sizeof(key), "%sabort/msg", prefix);
         CHECK_OK(NULL, accel__store_set(st, key, planted, strlen(planted)));
     }
+    for (int q = 1; q < n_ranks; q++) {
+        CHECK(write(to_child[q], &port, sizeof(port)) == (ssize_t)sizeof(port));
+        close(to_child[q]);
+    }
     accel__comm_config cfg = {.backend = "gloo",
                               .rank = 0,
-                              .n_ranks = 2,
+                              .n_ranks = n_ranks,
                               .local_n_ranks = 1,
                               .master_addr = "127.0.0.1",
                               .master_port = port,
@@ -136,12 +161,14 @@ static void check_stopped(const char *prefix, const char *planted, const char *w
     const char *msg = accel_last_error(NULL);
     printf("test_gloo_connect: %s after %.2f s: %s\n", accel_status_name(s), took, msg);
     CHECK(s == ACCEL_ETIMEDOUT);
-    CHECK_MSG(strncmp(msg, want, strlen(want)) == 0, "\"%s\"\n    does not start with \"%s\"",
-              msg, want);
+    CHECK_MSG(anywhere ? strstr(msg, want) != NULL : strncmp(msg, want, strlen(want)) == 0,
+              "\"%s\"\n    does not %s \"%s\"", msg, anywhere ? "contain" : "start with", want);
     /* The timeout, the grace (a quarter), the record (1 s), and a loaded machine's margin. */
     CHECK_MSG(took <= CHECK_TIMEOUT_S + 6, "took %.2f s", took);
-    kill(pid, SIGKILL);
-    CHECK(waitpid(pid, NULL, 0) == pid);
+    for (int q = 1; q < n_ranks; q++) {
+        kill(pids[q], SIGKILL);
+        CHECK(waitpid(pids[q], NULL, 0) == pids[q]);
+    }
     accel__store_close(st);
 }
 #endif
@@ -153,19 +180,26 @@ int main(void)
     return 0;
 #else
     connect_never();
-    check_stopped("s/",
-                  NULL,
+    check_stopped("s/", "S", NULL,
                   "gloo: the connection check on process 0 timed out after 2 s waiting for "
                   "process 1 (connected, then stopped or hung, or still connecting to one that "
-                  "is) (");
+                  "is) (",
+                  0);
+    /* Every process whose data did not come is named, not one that sent its data. */
+    check_stopped("ss/", "SS", NULL,
+                  "gloo: the connection check on process 0 timed out after 2 s waiting for "
+                  "processes 1, 2 (",
+                  0);
+    check_stopped("sl/", "SL", NULL, "timed out after 2 s waiting for process 1 (", 1);
     char planted[128];
     snprintf(planted, sizeof(planted),
              "%d|2|gloo: the connection check on process 2 timed out after 2 s waiting for "
              "process 1",
              (int)ACCEL_ETIMEDOUT);
-    check_stopped("r/", planted,
+    check_stopped("r/", "S", planted,
                   "gloo: process 2 reported: the connection check on process 2 timed out after 2 "
-                  "s waiting for process 1");
+                  "s waiting for process 1",
+                  0);
     printf("test_gloo_connect: ok\n");
     return 0;
 #endif
