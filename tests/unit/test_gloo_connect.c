@@ -20,9 +20,9 @@
  *    as its own).
  */
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -37,8 +37,8 @@
 #include "comm/gloo/gloo_cxx.h"
 #endif
 
-#define LIMIT_S 3.0 /* the timeout (1 s) plus a loaded machine's margin; before: 5 s */
-#define CHECK_TIMEOUT_S 2.0 /* case 2's timeout: the rendezvous with the child comes within it */
+#define LIMIT_S 3.0         /* the timeout (1 s) plus a loaded machine's margin; before: 5 s */
+#define CHECK_TIMEOUT_S 2.0 /* case 2: the rendezvous with the children comes within it */
 
 #ifdef ACCEL_HAVE_GLOO
 static void connect_never(void)
@@ -106,8 +106,7 @@ static pid_t start_member(const char *prefix, int rank, int n_ranks, int stops, 
         accel__gloo_ctx *g = NULL;
         accel__gloo_err err = {.peer = -1};
         if (accel__store_open(&st, &c) != ACCEL_OK ||
-            accel__gloo_connect(&g, st, prefix, rank, n_ranks, "127.0.0.1", 10, &err) !=
-                ACCEL_OK) {
+            accel__gloo_connect(&g, st, prefix, rank, n_ranks, "127.0.0.1", 10, &err) != ACCEL_OK) {
             fprintf(stderr, "test_gloo_connect: the child could not connect: %s\n", err.msg);
             _exit(1);
         }
