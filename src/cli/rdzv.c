@@ -97,21 +97,16 @@ static int list_missing(launch_rdzv *r, char *buf, size_t cap)
     return n;
 }
 
-/* 0, or, when a stop signal came (stop.c), its exit status (128 + the signal) after saying
- * so and publishing it, with this machine's end of the attempt: the others then stop at once
- * instead of waiting for this one. during: what was going on ("the preflight"); NULL: the
- * rendezvous. Bounded: a hung machine 0 holds the exit for a second at most. */
-static int interrupted(launch_rdzv *r, const char *during)
+int launch_rdzv__interrupted(launch_rdzv *r, const char *during, const char *after)
 {
     const int sig = launch_stop_signal();
     if (sig == 0) {
         return 0;
     }
     const char *name = launch_stop_name(sig);
-    fprintf(stderr,
-            "accel launch: machine %d: interrupted by %s during %s%s: nothing was started\n",
+    fprintf(stderr, "accel launch: machine %d: interrupted by %s during %s%s: %s\n",
             r->s->machine_rank, name, during != NULL ? during : "the rendezvous at ",
-            during != NULL ? "" : r->name);
+            during != NULL ? "" : r->name, after);
     snprintf(r->cause, sizeof(r->cause),
              "machine %d's launcher (host %s) was interrupted by %s during %s", r->s->machine_rank,
              r->host, name, during != NULL ? during : "the rendezvous");
@@ -121,10 +116,18 @@ static int interrupted(launch_rdzv *r, const char *during)
         launch_rdzv__publish_failure(r, 128 + sig, "%s", r->cause);
         attempt_key(r, key, sizeof(key), "stopped", r->s->machine_rank);
         (void)accel__store_set(r->st, key, "1", 1); /* machine 0 waits for nobody's end here */
+        attempt_key(r, key, sizeof(key), "left", r->s->machine_rank);
+        (void)accel__store_set(r->st, key, "1", 1); /* nor, with restarts, for its leaving */
         (void)accel__store_set(r->st, "launch/final", "stop", 4);
         r->linger = 1;
     }
     return 128 + sig;
+}
+
+/* Before the processes start: launch_rdzv__interrupted, "nothing was started". */
+static int interrupted(launch_rdzv *r, const char *during)
+{
+    return launch_rdzv__interrupted(r, during, "nothing was started");
 }
 
 /* After the first few seconds (SAY_S, or half the timeout), then every SAY_AGAIN_S: which
@@ -551,7 +554,23 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
     memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
     memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
     attempt_key(r, key, sizeof(key), "job", -1);
-    launch_stop_catch(); /* a restart's (the supervisor gave them back), until the next one */
+    launch_stop_catch(); /* a restart's (kept since launch_rdzv_finish), until the next one */
+    /* A restart: the pause (--monitor_interval) in slices, looking for a stop signal, which
+     * is published for this attempt, so that the others stop it (and none starts it that had
+     * not yet), and for one published by another machine. */
+    int rc = 0;
+    const double pause_end = accel__now() + r->s->monitor_interval_s;
+    for (double left = pause_end - accel__now(); attempt > 0; left = pause_end - accel__now()) {
+        if ((rc = launch_rdzv_check(r, "the pause between restarts")) != 0) {
+            return rc;
+        }
+        if (left <= 0) {
+            break;
+        }
+        const double slice = left < SLICE_S ? left : SLICE_S; /* a signal ends it early */
+        struct timespec pause = {(time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9)};
+        nanosleep(&pause, NULL);
+    }
     if (r->s->machine_rank == 0) {
         if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
             fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
@@ -574,7 +593,7 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
         if (st != ACCEL_ETIMEDOUT || accel__store_broken(r->st) != ACCEL_OK) {
             return store_failed(r); /* the store's error says why */
         }
-        int rc = launch_rdzv_check(r, "the job's start");
+        rc = launch_rdzv_check(r, "the job's start");
         if (rc != 0) {
             return rc;
         }

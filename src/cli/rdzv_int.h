@@ -65,6 +65,12 @@ void launch_rdzv__publish_failure(launch_rdzv *r, int status, const char *fmt, .
     ;
 /* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
 int launch_rdzv__read_failure(launch_rdzv *r, char *msg, size_t cap);
+/* 0, or, when a stop signal came (stop.c), its exit status (128 + the signal) after saying
+ * so ("interrupted by SIGTERM during <during>: <after>") and publishing it, with this machine's
+ * end of the attempt and "launch/final": the others then stop at once instead of waiting for
+ * this one, and nobody restarts. during: what was going on ("the preflight"); NULL: the
+ * rendezvous. Bounded: a hung machine 0 holds the exit for a second at most. */
+int launch_rdzv__interrupted(launch_rdzv *r, const char *during, const char *after);
 /* rdzv_watch.c: machine m's launcher heartbeat counter, 0 before its first beat. */
 long long launch_rdzv__beat_of(launch_rdzv *r, int m);
 /* rdzv_watch.c: the supervisor's watch (launch_watch's tick and on_failure). */

@@ -8,6 +8,17 @@
 #  2. Two machines x 1 process (gloo), machine 0's rank stops itself: machine 1's rank times out
 #     and fails first, and machine 0's launcher, which reports that failure, also names its own
 #     stopped rank (it used to say only "rank 1 on machine 1 failed"). Nothing is left.
+#  3. A stop signal after the processes ended, which used to end the launcher silently with the
+#     default action; now it says so and exits 128 + the signal:
+#     a. one machine, --max_restarts 1 --monitor_interval 60: SIGTERM in the pause between
+#        restarts ("interrupted by SIGTERM during the pause between restarts");
+#     b. two machines: machine 0's process ended, SIGTERM while machine 0 waits for machine 1
+#        to finish: machine 0 says so, and machine 1 stops its process naming machine 0's
+#        interrupt (it used to see only the store vanish);
+#     c. two machines, --max_restarts 1 --monitor_interval 60, SIGTERM to machine 1 in the
+#        pause: machine 1 says so, and machine 0 names it and exits 1 at the end of a pause
+#        slice, not starting the restart (it used to start it and name machine 1's launcher
+#        "stopped answering" after 60 s + 5 s). Times are printed, not judged.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -54,4 +65,73 @@ p=$(stopped_pid "$T/m0.err" 0)
 [ -n "$p" ] || fail "2: machine 0's launcher did not name its stopped rank 0"
 alive "$p" && fail "2: the stopped rank (pid $p) outlived its launcher"
 echo "ok: two machines: machine 0 names its stopped rank (pid $p) besides rank 1's failure"
+# ---- 3. a stop signal after the processes ended ----
+# The launchers run without `timeout`, which would pass the signal on twice (to its child and
+# to its process group), and a second stop signal ends a launcher at once; each case ends by
+# itself within about 60 s (sleep 60, --monitor_interval 60) when the launcher does not stop.
+# await FILE PATTERN: waits (at most 30 s) until FILE has a line matching PATTERN.
+await() {
+    for _ in $(seq 1 600); do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+# a. one machine, in the pause between restarts
+bg p "$ACCEL" launch -n 1 --max_restarts 1 --monitor_interval 60 \
+    /bin/sh -c 'exit 3'
+await "$T/p.err" "restarting all 1 processes" || fail "3a: no restart line"
+kill -TERM "$pid_p"
+finish p
+[ "$rc_p" = 143 ] || fail "3a: the launcher exited $rc_p, expected 143"
+has "$T/p.err" "accel launch: interrupted by SIGTERM during the pause between restarts" ||
+    fail "3a: the launcher did not say it was interrupted"
+echo "ok: one machine: SIGTERM in the pause between restarts is said, exit 143"
+
+# b. two machines, machine 0 waiting for machine 1 to finish
+port=$("$FREE")
+K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
+    --rdzv_conf timeout=20)
+PR=(/bin/sh -c 'if [ "$RANK" = 1 ]; then exec sleep 60; fi')
+for m in 0 1; do
+    bg "w$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" "${PR[@]}"
+done
+await "$T/w0.err" "machine 0: waiting for machine(s) 1 to finish" || fail "3b: machine 0 did not wait"
+kill -TERM "$pid_w0"
+finish w0
+t0=$(now)
+finish w1
+echo "machine 1 stopped $(elapsed "$t0") s after machine 0 exited"
+[ "$rc_w0" = 143 ] || fail "3b: machine 0 exited $rc_w0, expected 143"
+has "$T/w0.err" "machine 0: interrupted by SIGTERM during the wait for the other machines" ||
+    fail "3b: machine 0 did not say it was interrupted"
+[ "$rc_w1" != 0 ] || fail "3b: machine 1 exited 0"
+has "$T/w1.err" "machine 1: stopping: machine 0's launcher (host" \
+    "$(hostname)) was interrupted by SIGTERM during the wait for the other machines" ||
+    fail "3b: machine 1 did not name machine 0's interrupt"
+echo "ok: two machines: SIGTERM to machine 0 waiting for machine 1 is said, and named on machine 1"
+
+# c. two machines, machine 1 in the pause between restarts
+port=$("$FREE")
+K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
+    --rdzv_conf timeout=20 --max_restarts 1 --monitor_interval 60)
+PR=(/bin/sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; exec sleep 60')
+for m in 0 1; do
+    bg "r$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" "${PR[@]}"
+done
+await "$T/r1.err" "restarting the job on all 2 machines" || fail "3c: machine 1 did not restart"
+kill -TERM "$pid_r1"
+t0=$(now)
+finish r1
+finish r0
+echo "machine 0 exited $(elapsed "$t0") s after machine 1's SIGTERM"
+[ "$rc_r1" = 143 ] || fail "3c: machine 1 exited $rc_r1, expected 143"
+has "$T/r1.err" "machine 1: interrupted by SIGTERM during the pause between restarts" ||
+    fail "3c: machine 1 did not say it was interrupted"
+[ "$rc_r0" = 1 ] || fail "3c: machine 0 exited $rc_r0, expected 1"
+has "$T/r0.err" "machine 1's launcher (host $(hostname)) was interrupted by SIGTERM during the" \
+    "pause between restarts" || fail "3c: machine 0 did not name machine 1's interrupt"
+[ "$(grep -c "rendezvous\|status of the 1 processes" "$T/r0.err")" = 2 ] ||
+    fail "3c: machine 0 started the restart"
+echo "ok: two machines: SIGTERM to machine 1 in the pause is said, and named on machine 0"
 echo "PASS"
