@@ -1,9 +1,11 @@
 /*
  * What the launchers of a job on several machines watch while the processes run (rdzv.c has
  * the rendezvous): each beats a heartbeat counter and reads the job's first failure every tick;
- * machine 0 also names a launcher whose counter stood still LOST_S. At the end of an attempt
- * every machine publishes done or stopped, and machine 0 (every machine, with restarts) waits
- * until all have, so that the store outlives the last reader and all agree on a restart.
+ * machine 0 also names a launcher whose connection closed without a goodbye (launch_rdzv__lost),
+ * or whose counter stood still LOST_S. At the end of an attempt every machine publishes done or
+ * stopped, and machine 0 (every machine, with restarts) waits until all have, so that the store
+ * outlives the last reader and all agree on a restart; a stop signal there is said and
+ * published too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,13 @@ long long launch_rdzv__beat_of(launch_rdzv *r, int m)
     return atoll(v);
 }
 
+int launch_rdzv__lost(launch_rdzv *r, int m)
+{
+    char key[64];
+    key_of(key, sizeof(key), "lost", m);
+    return launch_rdzv__has_key(r, key);
+}
+
 void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
 {
     launch_rdzv *r = arg;
@@ -39,7 +48,9 @@ void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
 
 /* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
  * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
- * their launcher has often published its own before, so launch_rdzv_finish names it last. */
+ * their launcher has often published its own before, so launch_rdzv_finish names it last.
+ * A launcher that died is seen at once (its store connection closed); one that is stopped or
+ * cut off keeps its connection, and its heartbeat standing still LOST_S names it. */
 static int check_heartbeats(launch_rdzv *r, double now)
 {
     for (int m = 1; m < r->s->num_machines; m++) {
@@ -55,12 +66,18 @@ static int check_heartbeats(launch_rdzv *r, double now)
             continue;
         }
         long long beat = launch_rdzv__beat_of(r, m);
-        if (beat != r->beat[m] || r->beat_at[m] == 0) {
+        const int lost = launch_rdzv__lost(r, m);
+        if (!lost && (beat != r->beat[m] || r->beat_at[m] == 0)) {
             r->beat[m] = beat;
             r->beat_at[m] = now;
-        } else if (now - r->beat_at[m] > LOST_S) {
-            snprintf(r->gone, sizeof(r->gone),
-                     "machine %d's launcher stopped answering (no heartbeat for %g s)", m, LOST_S);
+        } else if (lost || now - r->beat_at[m] > LOST_S) {
+            if (lost) {
+                snprintf(r->gone, sizeof(r->gone), "machine %d's launcher is gone " LOST_WHY, m);
+            } else {
+                snprintf(r->gone, sizeof(r->gone),
+                         "machine %d's launcher stopped answering (no heartbeat for %g s)", m,
+                         LOST_S);
+            }
             launch_rdzv__publish_failure(r, 1, "%s", r->gone);
             (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
             r->finished[m] = 1; /* gone: nobody waits for it any more */

@@ -19,6 +19,13 @@
 #        pause: machine 1 says so, and machine 0 names it and exits 1 at the end of a pause
 #        slice, not starting the restart (it used to start it and name machine 1's launcher
 #        "stopped answering" after 60 s + 5 s). Times are printed, not judged.
+#  4. A lost launcher, two machines whose processes sleep (so no rank fails first), side by side:
+#     a. machine 1's launcher SIGKILLed: machine 0 names it from its closed store connection
+#        ("machine 1's launcher is gone (its connection to the rendezvous closed ...)"), at its
+#        next tick (about 1 s); it used to name it only after its heartbeat stood still 5 s
+#        ("stopped answering"). The time is printed, not judged.
+#     b. machine 1's launcher SIGSTOPped keeps its connection: machine 0 still names it from its
+#        heartbeat ("stopped answering (no heartbeat for 5 s)"), the fallback.
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
@@ -134,4 +141,33 @@ has "$T/r0.err" "machine 1's launcher (host $(hostname)) was interrupted by SIGT
 [ "$(grep -c "rendezvous\|status of the 1 processes" "$T/r0.err")" = 2 ] ||
     fail "3c: machine 0 started the restart"
 echo "ok: two machines: SIGTERM to machine 1 in the pause is said, and named on machine 0"
+# ---- 4. a lost launcher: killed (its connection closes) and stopped (heartbeat) ----
+for v in k s; do
+    port=$("$FREE")
+    K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
+        --rdzv_conf timeout=20)
+    for m in 0 1; do
+        bg "$v$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" sleep 60
+    done
+done
+for v in k s; do
+    await "$T/${v}1.err" "rendezvous: machine 1 of 2" || fail "4$v: machine 1 did not meet machine 0"
+done
+kill -KILL "$pid_k1"
+kill -STOP "$pid_s1"
+t0=$(now)
+finish k1 2>/dev/null # (no "Killed" line from bash)
+finish k0
+echo "a killed launcher was named in $(elapsed "$t0") s"
+finish s0
+kill -KILL "$pid_s1" # a stopped process takes SIGKILL; its rank dies with it
+finish s1 2>/dev/null
+[ "$rc_k0" = 1 ] || fail "4a: machine 0 exited $rc_k0, expected 1"
+has "$T/k0.err" "machine 0: stopping: machine 1's launcher is gone (its connection to the" \
+    "rendezvous closed: killed, or its machine lost)" ||
+    fail "4a: machine 0 did not name machine 1's lost connection"
+[ "$rc_s0" = 1 ] || fail "4b: machine 0 exited $rc_s0, expected 1"
+has "$T/s0.err" "machine 0: stopping: machine 1's launcher stopped answering (no heartbeat" ||
+    fail "4b: machine 0 did not name machine 1's stopped launcher"
+echo "ok: a killed launcher is named from its closed connection, a stopped one from its heartbeat"
 echo "PASS"
