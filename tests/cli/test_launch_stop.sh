@@ -103,7 +103,8 @@ PR=(/bin/sh -c 'if [ "$RANK" = 1 ]; then exec sleep 60; fi')
 for m in 0 1; do
     bg "w$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" "${PR[@]}"
 done
-await "$T/w0.err" "machine 0: waiting for machine(s) 1 to finish" || fail "3b: machine 0 did not wait"
+await "$T/w0.err" "machine 0: waiting for machine(s) 1 to finish" ||
+    fail "3b: machine 0 did not wait"
 kill -TERM "$pid_w0"
 finish w0
 t0=$(now)
@@ -151,7 +152,8 @@ for v in k s; do
     done
 done
 for v in k s; do
-    await "$T/${v}1.err" "rendezvous: machine 1 of 2" || fail "4$v: machine 1 did not meet machine 0"
+    await "$T/${v}1.err" "rendezvous: machine 1 of 2" ||
+        fail "4$v: machine 1 did not meet machine 0"
 done
 kill -KILL "$pid_k1"
 kill -STOP "$pid_s1"
