@@ -442,13 +442,25 @@ static int run_launch(const cli_verb *verb, int argc, char **argv)
                     "accel launch: restarting the job on all %d machines: this machine's %d "
                     "processes (restart %d of %d)\n",
                     s.num_machines, s.n_procs, restart + 1, s.max_restarts);
-        } else {
-            fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n",
-                    s.n_procs, restart + 1, s.max_restarts);
+            continue; /* launch_rdzv_begin pauses, watching for signals and the others */
         }
+        fprintf(stderr, "accel launch: restarting all %d processes (restart %d of %d)\n", s.n_procs,
+                restart + 1, s.max_restarts);
+        /* A stop signal in the pause only sets a flag (released by the supervisor, or at the
+         * end); it used to end the launcher silently. */
+        launch_stop_catch();
         double whole = (double)(time_t)s.monitor_interval_s;
         struct timespec pause = {(time_t)whole, (long)((s.monitor_interval_s - whole) * 1e9)};
-        while (nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+        while (launch_stop_signal() == 0 && nanosleep(&pause, &pause) != 0 && errno == EINTR) {
+        }
+        const int sig = launch_stop_signal();
+        if (sig != 0) {
+            fprintf(stderr,
+                    "accel launch: interrupted by %s during the pause between restarts: nothing "
+                    "was started\n",
+                    launch_stop_name(sig));
+            rc = 128 + sig;
+            break;
         }
     }
 out:

@@ -5,8 +5,10 @@
  * with and waits (--rdzv_conf timeout) for every other machine, naming the ones missing. While
  * the processes run, the launchers watch each other through it (rdzv_watch.c): the first failure
  * anywhere is published under "launch/<attempt>/failed" and every launcher stops its processes
- * within a second of seeing it; machine 0 also reads each machine's heartbeat counter, so a
- * launcher that died (kill -9, a lost machine) is noticed within LOST_S. With --max_restarts, every
+ * within a second of seeing it; machine 0 also names a launcher that died (kill -9, a crash)
+ * within a second, from the key its store server sets when that launcher's connection ends
+ * without a goodbye ("launch/lost/<m>", accel__store_declare), and one that is stopped or cut
+ * off from its heartbeat counter, within LOST_S. With --max_restarts, every
  * launcher waits until every machine has stopped the attempt, and they all start the next one
  * together (machine 0 makes each attempt's job id); a lost launcher or an interrupt
  * ("launch/final") ends the restarts. Keys live under "launch/"; the ranks' own keys are prefixed
@@ -16,8 +18,8 @@
  * between them for a failure another launcher published and for a stop signal (which it
  * publishes); machines other than 0 check machine 0's record before they publish their own.
  * When every record is there, the others beat their heartbeat until machine 0 has seen each
- * one beat ("launch/ready"): a launcher that died after publishing its record is named within
- * ALIVE_S and nothing starts.
+ * one beat ("launch/ready"): a launcher that died after publishing its record is named at once
+ * (its lost key), a stopped one within ALIVE_S, and nothing starts.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -97,21 +99,16 @@ static int list_missing(launch_rdzv *r, char *buf, size_t cap)
     return n;
 }
 
-/* 0, or, when a stop signal came (stop.c), its exit status (128 + the signal) after saying
- * so and publishing it, with this machine's end of the attempt: the others then stop at once
- * instead of waiting for this one. during: what was going on ("the preflight"); NULL: the
- * rendezvous. Bounded: a hung machine 0 holds the exit for a second at most. */
-static int interrupted(launch_rdzv *r, const char *during)
+int launch_rdzv__interrupted(launch_rdzv *r, const char *during, const char *after)
 {
     const int sig = launch_stop_signal();
     if (sig == 0) {
         return 0;
     }
     const char *name = launch_stop_name(sig);
-    fprintf(stderr,
-            "accel launch: machine %d: interrupted by %s during %s%s: nothing was started\n",
+    fprintf(stderr, "accel launch: machine %d: interrupted by %s during %s%s: %s\n",
             r->s->machine_rank, name, during != NULL ? during : "the rendezvous at ",
-            during != NULL ? "" : r->name);
+            during != NULL ? "" : r->name, after);
     snprintf(r->cause, sizeof(r->cause),
              "machine %d's launcher (host %s) was interrupted by %s during %s", r->s->machine_rank,
              r->host, name, during != NULL ? during : "the rendezvous");
@@ -121,10 +118,18 @@ static int interrupted(launch_rdzv *r, const char *during)
         launch_rdzv__publish_failure(r, 128 + sig, "%s", r->cause);
         attempt_key(r, key, sizeof(key), "stopped", r->s->machine_rank);
         (void)accel__store_set(r->st, key, "1", 1); /* machine 0 waits for nobody's end here */
+        attempt_key(r, key, sizeof(key), "left", r->s->machine_rank);
+        (void)accel__store_set(r->st, key, "1", 1); /* nor, with restarts, for its leaving */
         (void)accel__store_set(r->st, "launch/final", "stop", 4);
         r->linger = 1;
     }
     return 128 + sig;
+}
+
+/* Before the processes start: launch_rdzv__interrupted, "nothing was started". */
+static int interrupted(launch_rdzv *r, const char *during)
+{
+    return launch_rdzv__interrupted(r, during, "nothing was started");
 }
 
 /* After the first few seconds (SAY_S, or half the timeout), then every SAY_AGAIN_S: which
@@ -336,27 +341,36 @@ static int confirm_alive(launch_rdzv *r)
         if (failed_elsewhere(r) != 0) {
             return 1;
         }
-        int silent = -1;
+        int silent = -1, lost = -1;
         for (int m = 1; m < M; m++) {
+            lost = lost < 0 && launch_rdzv__lost(r, m) ? m : lost;
             r->finished[m] = r->finished[m] || launch_rdzv__beat_of(r, m) != r->beat[m];
             silent = silent < 0 && !r->finished[m] ? m : silent;
         }
-        if (silent < 0) {
+        if (silent < 0 && lost < 0) {
             break;
         }
-        if (accel__now() >= until) {
+        if (lost < 0 && accel__now() < until) {
+            struct timespec pause = {0, (long)(BEAT_S / 2 * 1e9)};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        if (lost >= 0) { /* at once: its connection closed */
+            snprintf(r->cause, sizeof(r->cause),
+                     "machine %d's launcher is gone after it published its record " LOST_WHY
+                     ": nothing was started",
+                     lost);
+        } else {
             snprintf(r->cause, sizeof(r->cause),
                      "machine %d's launcher stopped answering after it published its record "
                      "(no heartbeat for %g s): nothing was started",
                      silent, ALIVE_S);
-            launch_rdzv__publish_failure(r, 1, "%s", r->cause);
-            fprintf(stderr, "accel launch: error: machine 0: the rendezvous at %s failed: %s\n",
-                    r->name, r->cause);
-            r->linger = 1;
-            return 1;
         }
-        struct timespec pause = {0, (long)(BEAT_S / 2 * 1e9)};
-        nanosleep(&pause, NULL);
+        launch_rdzv__publish_failure(r, 1, "%s", r->cause);
+        fprintf(stderr, "accel launch: error: machine 0: the rendezvous at %s failed: %s\n",
+                r->name, r->cause);
+        r->linger = 1;
+        return 1;
     }
     memset(r->finished, 0, (size_t)M * sizeof(*r->finished));
     if (accel__store_set(r->st, "launch/ready", "1", 1) != ACCEL_OK) {
@@ -444,6 +458,14 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
                 me, r->name, me);
         launch_rdzv__publish_failure(r, 1, "machine rank %d was started twice (host %s)", me,
                                      r->host);
+        goto fail;
+    }
+    /* Should this launcher die (kill -9, a crash, its machine lost), machine 0's store server
+     * sets "launch/lost/<m>" as the connection closes, and machine 0 names it at once; a
+     * launcher that leaves says goodbye first (launch_rdzv_free). */
+    key_of(key, sizeof(key), "lost", me);
+    if (me != 0 && accel__store_declare(r->st, key, "1", 1) != ACCEL_OK) {
+        rc = store_failed(r);
         goto fail;
     }
     launch_cpu_token(token, sizeof(token));
@@ -551,7 +573,23 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
     memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
     memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
     attempt_key(r, key, sizeof(key), "job", -1);
-    launch_stop_catch(); /* a restart's (the supervisor gave them back), until the next one */
+    launch_stop_catch(); /* a restart's (kept since launch_rdzv_finish), until the next one */
+    /* A restart: the pause (--monitor_interval) in slices, looking for a stop signal, which
+     * is published for this attempt, so that the others stop it (and none starts it that had
+     * not yet), and for one published by another machine. */
+    int rc = 0;
+    const double pause_end = accel__now() + r->s->monitor_interval_s;
+    for (double left = pause_end - accel__now(); attempt > 0; left = pause_end - accel__now()) {
+        if ((rc = launch_rdzv_check(r, "the pause between restarts")) != 0) {
+            return rc;
+        }
+        if (left <= 0) {
+            break;
+        }
+        const double slice = left < SLICE_S ? left : SLICE_S; /* a signal ends it early */
+        struct timespec pause = {(time_t)slice, (long)((slice - (double)(time_t)slice) * 1e9)};
+        nanosleep(&pause, NULL);
+    }
     if (r->s->machine_rank == 0) {
         if (accel__random_hex(r->job_id, sizeof(r->job_id)) != 0) {
             fprintf(stderr, "accel launch: error: no random source for the job id: %s\n",
@@ -574,7 +612,7 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
         if (st != ACCEL_ETIMEDOUT || accel__store_broken(r->st) != ACCEL_OK) {
             return store_failed(r); /* the store's error says why */
         }
-        int rc = launch_rdzv_check(r, "the job's start");
+        rc = launch_rdzv_check(r, "the job's start");
         if (rc != 0) {
             return rc;
         }
@@ -608,6 +646,11 @@ void launch_rdzv_free(launch_rdzv *r)
     /* Machine 0 after a failed rendezvous: the others waiting read the failure published
      * within a slice; one that is too late learns it from the store's last answer. */
     int linger = r->linger && r->s->machine_rank == 0 && others_joined(r);
+    if (r->s->machine_rank != 0 && r->st != NULL && accel__store_broken(r->st) == ACCEL_OK) {
+        /* Not lost: leaving (bounded: a stopped machine 0 must not hold the exit). */
+        accel__store_bound(r->st, accel__now() + ACCEL__STORE_RECORD_S);
+        (void)accel__store_depart(r->st);
+    }
     accel__store_close_failed(r->st, r->cause, linger ? 2 * SLICE_S : 0);
     accel__free(r->beat);
     accel__free(r->beat_at);

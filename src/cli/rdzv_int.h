@@ -18,6 +18,8 @@
 #define ALIVE_S 3.0      /* and how long machine 0 waits for each launcher's beat */
 #define SAY_S 5.0        /* the first "waiting for" line (half the timeout when shorter) */
 #define SAY_AGAIN_S 30.0 /* and the next ones */
+/* Why a launcher whose store connection closed without a goodbye is gone. */
+#define LOST_WHY "(its connection to the rendezvous closed: killed, or its machine lost)"
 
 struct launch_rdzv {
     const launch_settings *s;
@@ -33,7 +35,7 @@ struct launch_rdzv {
     double *beat_at;
     int *finished;  /* the machine published done or stopped */
     int lost;       /* the store broke: said once, the supervisor's later ticks stay quiet */
-    char gone[128]; /* machine 0: a launcher found gone in this attempt, said again last */
+    char gone[192]; /* machine 0: a launcher found gone in this attempt, said again last */
     /* The machines whose CPU token equals this one's, this one included (1: none shares). */
     int n_sharing_machines;
     double t0, deadline, say_at; /* the rendezvous: its start, end and next "waiting" line */
@@ -65,8 +67,17 @@ void launch_rdzv__publish_failure(launch_rdzv *r, int status, const char *fmt, .
     ;
 /* The published failure, if any: its exit status (>= 1) with its text in msg; else 0. */
 int launch_rdzv__read_failure(launch_rdzv *r, char *msg, size_t cap);
+/* 0, or, when a stop signal came (stop.c), its exit status (128 + the signal) after saying
+ * so ("interrupted by SIGTERM during <during>: <after>") and publishing it, with this machine's
+ * end of the attempt and "launch/final": the others then stop at once instead of waiting for
+ * this one, and nobody restarts. during: what was going on ("the preflight"); NULL: the
+ * rendezvous. Bounded: a hung machine 0 holds the exit for a second at most. */
+int launch_rdzv__interrupted(launch_rdzv *r, const char *during, const char *after);
 /* rdzv_watch.c: machine m's launcher heartbeat counter, 0 before its first beat. */
 long long launch_rdzv__beat_of(launch_rdzv *r, int m);
+/* rdzv_watch.c: whether machine m's launcher is gone: its store connection closed without a
+ * goodbye ("launch/lost/<m>", declared at the rendezvous, set by machine 0's store server). */
+int launch_rdzv__lost(launch_rdzv *r, int m);
 /* rdzv_watch.c: the supervisor's watch (launch_watch's tick and on_failure). */
 int launch_rdzv__tick(void *arg);
 void launch_rdzv__on_failure(void *arg, int rank, int wstatus);

@@ -1,9 +1,11 @@
 /*
  * What the launchers of a job on several machines watch while the processes run (rdzv.c has
  * the rendezvous): each beats a heartbeat counter and reads the job's first failure every tick;
- * machine 0 also names a launcher whose counter stood still LOST_S. At the end of an attempt
- * every machine publishes done or stopped, and machine 0 (every machine, with restarts) waits
- * until all have, so that the store outlives the last reader and all agree on a restart.
+ * machine 0 also names a launcher whose connection closed without a goodbye (launch_rdzv__lost),
+ * or whose counter stood still LOST_S. At the end of an attempt every machine publishes done or
+ * stopped, and machine 0 (every machine, with restarts) waits until all have, so that the store
+ * outlives the last reader and all agree on a restart; a stop signal there is said and
+ * published too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,13 @@ long long launch_rdzv__beat_of(launch_rdzv *r, int m)
     return atoll(v);
 }
 
+int launch_rdzv__lost(launch_rdzv *r, int m)
+{
+    char key[64];
+    key_of(key, sizeof(key), "lost", m);
+    return launch_rdzv__has_key(r, key);
+}
+
 void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
 {
     launch_rdzv *r = arg;
@@ -39,7 +48,9 @@ void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
 
 /* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
  * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
- * their launcher has often published its own before, so launch_rdzv_finish names it last. */
+ * their launcher has often published its own before, so launch_rdzv_finish names it last.
+ * A launcher that died is seen at once (its store connection closed); one that is stopped or
+ * cut off keeps its connection, and its heartbeat standing still LOST_S names it. */
 static int check_heartbeats(launch_rdzv *r, double now)
 {
     for (int m = 1; m < r->s->num_machines; m++) {
@@ -55,12 +66,18 @@ static int check_heartbeats(launch_rdzv *r, double now)
             continue;
         }
         long long beat = launch_rdzv__beat_of(r, m);
-        if (beat != r->beat[m] || r->beat_at[m] == 0) {
+        const int lost = launch_rdzv__lost(r, m);
+        if (!lost && (beat != r->beat[m] || r->beat_at[m] == 0)) {
             r->beat[m] = beat;
             r->beat_at[m] = now;
-        } else if (now - r->beat_at[m] > LOST_S) {
-            snprintf(r->gone, sizeof(r->gone),
-                     "machine %d's launcher stopped answering (no heartbeat for %g s)", m, LOST_S);
+        } else if (lost || now - r->beat_at[m] > LOST_S) {
+            if (lost) {
+                snprintf(r->gone, sizeof(r->gone), "machine %d's launcher is gone " LOST_WHY, m);
+            } else {
+                snprintf(r->gone, sizeof(r->gone),
+                         "machine %d's launcher stopped answering (no heartbeat for %g s)", m,
+                         LOST_S);
+            }
             launch_rdzv__publish_failure(r, 1, "%s", r->gone);
             (void)accel__store_set(r->st, "launch/final", "lost", 4); /* no restart without it */
             r->finished[m] = 1; /* gone: nobody waits for it any more */
@@ -123,12 +140,23 @@ static int all_finished(launch_rdzv *r, char *missing, size_t cap)
     return len == 0;
 }
 
+/* A stop signal while this machine waits for the others' end (its processes ended): 0, or
+ * 128 + the signal after saying so and publishing it (launch_rdzv__interrupted). */
+static int interrupted_waiting(launch_rdzv *r)
+{
+    return launch_rdzv__interrupted(r, "the wait for the other machines",
+                                    "this machine's processes had ended");
+}
+
 int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *again)
 {
     char key[64], msg[1024], missing[256];
     const int me = r->s->machine_rank;
     *again = 0;
-    launch_stop_release(); /* after a failed preflight: a signal takes its old course again */
+    /* The waits below say a stop signal, publish it and end the launcher with it (before, it
+     * ended silently with the default action); caught until the end, or, when the job starts
+     * again, through the pause until launch_rdzv_begin looks at it. */
+    launch_stop_catch();
     if (outcome == LAUNCH_INTERRUPTED || outcome == LAUNCH_NOT_STARTED) {
         launch_rdzv__publish_failure(
             r, rc != 0 ? rc : 1, "machine %d's launcher (host %s) %s", me, r->host,
@@ -138,11 +166,12 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
     attempt_key(r, key, sizeof(key), outcome == LAUNCH_SUCCEEDED ? "done" : "stopped", me);
     (void)accel__store_set(r->st, key, "1", 1);
     if (me != 0 && r->s->max_restarts == 0) {
+        launch_stop_release();
         return rc;
     }
     /* Machine 0 serves the store until every machine has finished (or is gone); with restarts
      * every machine waits, so that all agree whether the job starts again. */
-    int said = 0;
+    int said = 0, sig_rc = 0;
     for (;;) {
         if (me == 0) {
             (void)check_heartbeats(r, accel__now()); /* said below */
@@ -166,8 +195,20 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
                     missing);
             said = 1;
         }
+        if (sig_rc == 0 && (sig_rc = interrupted_waiting(r)) != 0) {
+            launch_stop_release(); /* a second signal ends the launcher at once */
+            if (me != 0 || outcome == LAUNCH_INTERRUPTED) {
+                return sig_rc; /* nobody reads from it; or the second signal: "now" */
+            }
+            /* Machine 0 serves on until the others, which stop their processes now, have
+             * read it: lingering would race their ticks. Its own store needs no bound. */
+            accel__store_bound(r->st, 0);
+        }
         struct timespec pause = {0, 200 * 1000000L};
         nanosleep(&pause, NULL);
+    }
+    if (sig_rc != 0) {
+        return sig_rc;
     }
     int status = launch_rdzv__read_failure(r, msg, sizeof(msg));
     if (r->gone[0] != '\0') {
@@ -187,10 +228,20 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
     (void)accel__store_set(r->st, key, "1", 1);
     for (int m = 1; me == 0 && r->s->max_restarts > 0 && m < r->s->num_machines; m++) {
         const char *keys[1] = {key};
+        const double until = accel__now() + 2 * OP_TIMEOUT_S;
         attempt_key(r, key, sizeof(key), "left", m);
-        if (r->beat_at[m] >= 0) {
-            (void)accel__store_wait(r->st, keys, 1, 2 * OP_TIMEOUT_S);
+        /* In slices, so that a stop signal is seen. */
+        while (r->beat_at[m] >= 0 && launch_stop_signal() == 0 && accel__now() < until &&
+               accel__store_wait(r->st, keys, 1, SLICE_S) == ACCEL_ETIMEDOUT) {
         }
+    }
+    sig_rc = interrupted_waiting(r);
+    if (sig_rc != 0 || !*again) {
+        launch_stop_release();
+    }
+    if (sig_rc != 0) {
+        *again = 0;
+        return sig_rc;
     }
     return rc;
 }

@@ -32,6 +32,8 @@
 typedef struct child {
     pid_t pid;               /* 0 once reaped */
     int status;              /* wait status once reaped */
+    int stop_sig;            /* the signal that stopped it (SIGSTOP, SIGTSTP...), 0 if running */
+    double stopped_at;       /* when (accel__now) */
     relay_stream *out, *err; /* NULL when the stream is inherited */
 } child;
 
@@ -62,7 +64,8 @@ static const char *signal_name(int sig, char buf[24])
         {SIGPIPE, "SIGPIPE"},     {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
         {SIGSTKFLT, "SIGSTKFLT"}, {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"},
         {SIGVTALRM, "SIGVTALRM"}, {SIGPROF, "SIGPROF"}, {SIGIO, "SIGIO"},
-        {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},
+        {SIGPWR, "SIGPWR"},       {SIGSYS, "SIGSYS"},   {SIGSTOP, "SIGSTOP"},
+        {SIGTSTP, "SIGTSTP"},     {SIGTTIN, "SIGTTIN"}, {SIGTTOU, "SIGTTOU"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         if (names[i].sig == sig) {
@@ -154,6 +157,26 @@ static void sweep_orphans(job *j)
     }
 }
 
+/* Names the job's processes that are stopped (kill -STOP, SIGTSTP) when the job
+ * fails: a stopped rank makes its peers time out, and on several machines the first failure
+ * is often another machine's rank that waited for it, so without this line nothing here would
+ * point at the process that caused it. */
+static void say_stopped(const job *j)
+{
+    const double now = accel__now();
+    for (int r = 0; r < j->cfg->n_procs; r++) {
+        const child *k = &j->kids[r];
+        if (k->pid > 0 && k->stop_sig != 0) {
+            char name[24], msg[160];
+            int n = snprintf(msg, sizeof(msg),
+                             "accel launch: rank %d (pid %d) is stopped (%s) for %.1f s\n",
+                             j->cfg->rank_base + r, (int)k->pid, signal_name(k->stop_sig, name),
+                             now - k->stopped_at);
+            relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
+        }
+    }
+}
+
 /* Starts the teardown: SIGTERM now, SIGKILL at now + grace. */
 static void stop_all(job *j, int sig)
 {
@@ -161,6 +184,7 @@ static void stop_all(job *j, int sig)
         return;
     }
     j->stopping = 1;
+    say_stopped(j);
     signal_all(j, sig);
     /* A stopped process (SIGSTOP, a debugger's ^Z) only acts on SIGTERM once continued. */
     signal_all(j, SIGCONT);
@@ -178,7 +202,8 @@ static void reap(job *j)
 {
     for (;;) {
         int st;
-        pid_t pid = waitpid(-1, &st, WNOHANG);
+        /* Also told when a process stops or continues (say_stopped). */
+        pid_t pid = waitpid(-1, &st, WNOHANG | WUNTRACED | WCONTINUED);
         if (pid <= 0) {
             return;
         }
@@ -186,6 +211,11 @@ static void reap(job *j)
             child *k = &j->kids[r];
             if (k->pid != pid) {
                 continue;
+            }
+            if (WIFSTOPPED(st) || WIFCONTINUED(st)) {
+                k->stop_sig = WIFSTOPPED(st) ? WSTOPSIG(st) : 0;
+                k->stopped_at = accel__now();
+                break;
             }
             /* Everything it wrote is in the pipes now; relay it before any summary. */
             if (k->out) {

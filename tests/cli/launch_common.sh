@@ -1,5 +1,6 @@
 # Sourced by the launch tests (test_launch_machines.sh, test_launch_netns.sh,
-# test_launch_mpirun.sh, test_launch_shared_cpus.sh, test_launch_rdzv.sh): helpers they share.
+# test_launch_mpirun.sh, test_launch_shared_cpus.sh, test_launch_rdzv.sh, test_launch_stop.sh):
+# helpers they share.
 #
 #   has FILE WORDS...   grep -q in FILE for the words joined by a space (a long pattern split
 #                       over lines); its status is grep's
