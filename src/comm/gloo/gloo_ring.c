@@ -13,9 +13,11 @@
  * order"), then goes round once more so that every rank has it. Deterministic, but not the rank
  * order of the other paths and backends. The 16-bit dtypes keep the rank-order paths: combined
  * in fp32 and rounded once, their partial results would cross the wire in fp32, twice their
- * bytes. Each chunk goes round in at least RING_MIN_SEGS segments, so that one segment's step
- * overlaps the next's (whole chunks: 0.53-0.64 of Gloo's ring at 256 KiB; 3-4 segments:
- * 0.77-0.90).
+ * bytes. Each chunk goes round in at least RING_MIN_SEGS segments (PAIR_MIN_SEGS on two ranks),
+ * so that one segment's step overlaps the next's (4 x 1 at 256 KiB over the emulated 1 Gbit/s
+ * network, against Gloo's ring: whole chunks 0.53-0.64; 4 segments 0.79-0.86, 2 segments, Gloo's
+ * own choice, 0.86-1.03 since the first step's sends go before the other receives are posted;
+ * on two ranks, 2 segments were slower: docs/performance.md, twelfth pass).
  *
  * The call check overlaps the ring's first step (docs/performance.md, ninth pass): every receive
  * of the ring is posted beside the envelopes, and the first step's segments leave before the
@@ -41,7 +43,8 @@
  * ranks keep that path (docs/performance.md, tenth pass). */
 #define PAIR_RING_MAX_NBYTES ((size_t)1 << 20)
 #define RING_SEG_NBYTES ((size_t)256 << 10)
-#define RING_MIN_SEGS 4
+#define RING_MIN_SEGS 2 /* a chunk's segments at least, on 3 or more ranks */
+#define PAIR_MIN_SEGS 4 /* on 2 ranks */
 #define EARLY_NBYTES RING_SEG_NBYTES
 #define EARLY_KEY ((uint32_t)1 << 31) /* + segment: the first step's early segments */
 
@@ -74,14 +77,14 @@ static void ring_chunk_range(const accel__coll_decl *d, int n, int c, size_t *of
     }
 }
 
-/* Segment length (elements) of a ring call declared d on n ranks: at least RING_MIN_SEGS a
- * chunk, at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
+/* Segment length (elements) of a ring call declared d on n ranks: at least RING_MIN_SEGS a chunk
+ * (on 2, PAIR_MIN_SEGS), at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
 static size_t ring_seg(const accel__coll_decl *d, int n)
 {
     const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
     size_t off = 0, per = 0; /* chunk 0 is the largest */
     ring_chunk_range(d, n, 0, &off, &per);
-    return seg_size(per, RING_SEG_NBYTES / es, RING_MIN_SEGS);
+    return seg_size(per, RING_SEG_NBYTES / es, n > 2 ? RING_MIN_SEGS : PAIR_MIN_SEGS);
 }
 
 /* How many segments of chunk c a member whose call is declared d sends (and its right
@@ -140,8 +143,8 @@ static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const siz
 
 /* An allreduce, reduce, reduce_scatter or allgather that rings: the envelopes, then the ring (a
  * reduce_scatter is an allreduce's first half, ending with this rank's block; an allgather its
- * second half: each block goes round from its owner). Every receive is posted
- * first (one sender each, so no window is needed); segments go round one after the other, so
+ * second half: each block goes round from its owner). Every receive is posted before
+ * the check (one sender each, so no window is needed); segments go round one after the other, so
  * segment k of step t + 1 leaves while segment k + 1 of step t arrives. An allgather's early
  * segments land in scratch and are copied into place once the check has passed (in the user's
  * buffer, a mismatched one could overflow its block). */
@@ -192,6 +195,8 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
     } while (0)
     accel__gloo_env env;
     ACCEL_TRY(accel__gloo_envelopes_post(e, op, what, NULL, 0, NULL, NULL, &env));
+    /* The first step's receives, its early sends, then the other steps' receives: posting is
+     * CPU time (a ready notice each), which the first step's segments on the wire now hide. */
     for (size_t t = t0; t < steps; t++) {
         for (size_t k = 0; k < n_seg; k++) {
             const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
@@ -200,9 +205,9 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
                           t == t0 && early ? EARLY_NBYTES : len * es, &rx[(t - t0) * n_seg + k]);
             }
         }
-    }
-    for (size_t k = 0; k < n_seg && early; k++) {
-        RING_SEND(t0, k, sent + k * seg * es, seg_len(cnt[first], seg, k));
+        for (size_t k = 0; k < n_seg && early && t == t0; k++) {
+            RING_SEND(t0, k, sent + k * seg * es, seg_len(cnt[first], seg, k));
+        }
     }
     int mismatch = 0;
     const accel_status st = accel__gloo_envelopes_check(e, &env, what, &mismatch);
