@@ -16,7 +16,9 @@
 #     process naming both calls, before any data moves); without it tests/mpi/mpi_mismatch
 #     (with ACCEL_TIMEOUT=2, no process returns a wrong result without an error, at least one
 #     fails with ETIMEDOUT or EPEER, and on 2 processes a peer at another call is named as such;
-#     its 9 cases run at once, each on its own accel: 2.4 s a process count instead of 18).
+#     its 9 cases run at once, each on its own accel: 2.4 s a process count instead of 18); and
+#     two calls with different counts whose fingerprints it makes collide (a test hook) fail with
+#     ACCEL_EINVAL naming the sizes everywhere.
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 source "$(dirname "$0")/mpi_common.sh"
 
