@@ -2,12 +2,14 @@
  * Helper for tests/comm/test_mpi.sh: mismatched collectives on the mpi backend without debug
  * mode (run with a short ACCEL_TIMEOUT). The last process calls another collective, or the same
  * with another count, dtype, op or root, than the others (small and large messages, the
- * pipelined path, gather and barrier, count 0 against count 3). The house rule: never a silent
+ * pipelined path, gather and barrier, count 0 against count 3 or 5). The house rule: never a silent
  * wrong answer. So in every case no process may return ACCEL_OK with a result other than its
  * own call's (its buffers are poisoned first), and at least one process must fail, with
  * ACCEL_ETIMEDOUT or ACCEL_EPEER (a peer's notice), within the deadline. On 2 processes, the one
  * whose deadline passes first in "allreduce / barrier" is told that its peer sent a message of
  * another call (on 3 the first may be one that the barrier's first round sends nothing to).
+ * A count-0 call still meets its peers (a barrier's rounds under its fingerprint), so in the
+ * count-0 cases every process must fail, the one with count 0 included.
  * Two cases make the fingerprints of two calls with different counts collide on purpose (the
  * library's test hook, accel__mpi_fingerprint_hook): there every process must fail with
  * ACCEL_EINVAL (its own size check or a peer's notice of it), at least one naming the sizes.
@@ -39,6 +41,7 @@ enum {
     C_RS_AG,
     C_GATHER0,
     C_GATHER,
+    C_ZERO,
     C_COLLIDE,
     C_COLLIDE_BIG,
     N_CASES
@@ -53,6 +56,7 @@ static const char *const names[N_CASES] = {
     "reduce_scatter / allgather",
     "gather count 0 / 3",
     "gather count 5 / 3",
+    "allreduce count 5 / 0",
     "allreduce count 1001 / 601, fingerprints made to collide",
     "allreduce count 786432 / 784432, fingerprints made to collide",
 };
@@ -184,10 +188,12 @@ static accel_status run_case(accel *acc, int c, float *a, float *b, size_t count
             }
         }
         break;
+    case C_ZERO:
     case C_COLLIDE:
     case C_COLLIDE_BIG: {
-        const size_t n = c == C_COLLIDE ? (last ? COLLIDE_B : COLLIDE_A)
-                                        : (last ? COLLIDE_BIG_B : COLLIDE_BIG_A);
+        const size_t n = c == C_ZERO      ? (last ? 0 : 5)
+                         : c == C_COLLIDE ? (last ? COLLIDE_B : COLLIDE_A)
+                                          : (last ? COLLIDE_BIG_B : COLLIDE_BIG_A);
         st = accel_allreduce(acc, a, b, n, ACCEL_F32, ACCEL_SUM, NULL);
         for (size_t i = 0; i < n; i++) {
             *right &= b[i] == sum;
@@ -276,16 +282,18 @@ int main(int argc, char **argv)
         free(jobs[c].b);
         int all[4], *mine = jobs[c].mine;
         MPI_Allreduce(mine, all, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        /* In a collision every process learns of it (its own check or a peer's notice). */
-        const int all_fail = collision(c);
+        /* A count-0 call meets its peers too, so there every process fails; in a collision
+         * every process learns of it (its own check or a peer's notice). */
+        const int all_fail = c == C_ZERO || c == C_GATHER0 || collision(c);
         const char *why =
             all[0] > 0               ? "a process returned a wrong result without an error"
             : all[1] == 0            ? "no process failed: the mismatch went unnoticed"
             : all_fail && all[1] < N ? "a process returned ACCEL_OK: the mismatch went unseen there"
             : all[3] > 0 ? (collision(c) ? "a process failed with another status than EINVAL"
                                          : "a process failed with neither ETIMEDOUT nor EPEER")
-            : all[2] == 0 && (collision(c) || (c == C_BARRIER && N == 2)) ? "no process said why"
-                                                                          : NULL;
+            : all[2] == 0 && (collision(c) || ((c == C_BARRIER || c == C_ZERO) && N == 2))
+                ? "no process said why"
+                : NULL;
         if (R == 0) {
             printf("mpi_mismatch: %s: %s\n", names[c], why != NULL ? why : "caught");
             fflush(stdout);
