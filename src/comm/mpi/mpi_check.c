@@ -4,6 +4,9 @@
  * declaration in its MPI tag (mpi_impl.h), so a message only ever matches a receive of a call
  * declared the same way, and a mismatched call waits until the deadline instead of taking
  * another call's data; a timeout then says when a peer has sent a message of another call.
+ * Two calls whose fingerprints collide do meet; every receive then checks that its message is
+ * the bytes it expects (accel__mpi_check_sizes), which tells them apart unless their messages
+ * are the same size.
  * In debug mode (ACCELERATE_DEBUG_MODE) every call first exchanges its whole declaration, so a
  * mismatch is ACCEL_EINVAL on every member naming both calls, as gloo's envelopes give.
  */
