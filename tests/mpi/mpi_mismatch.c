@@ -10,11 +10,9 @@
  * another call (on 3 the first may be one that the barrier's first round sends nothing to).
  * A count-0 call still meets its peers (a barrier's rounds under its fingerprint), so in the
  * count-0 cases every process must fail, the one with count 0 included.
- * Four cases make the fingerprints of two calls with different counts collide on purpose (the
- * library's test hook, accel__mpi_fingerprint_hook; small and pipelined messages, and calls
- * whose pieces or segments are all full, so that only the shorter last one tells them apart):
- * there every process must fail with ACCEL_EINVAL (its own size check or a peer's notice of it),
- * at least one naming the sizes.
+ * Two cases make the fingerprints of two calls with different counts collide on purpose (the
+ * library's test hook, accel__mpi_fingerprint_hook): there every process must fail with
+ * ACCEL_EINVAL (its own size check or a peer's notice of it), at least one naming the sizes.
  * Each case runs on a fresh accel of its own, all of them at once, one thread each (most of a
  * case is waiting out the deadline, and each accel has its own communicator, so the cases
  * cannot see each other's messages); the program's own MPI_Allreduce on MPI_COMM_WORLD then
@@ -46,8 +44,6 @@ enum {
     C_ZERO,
     C_COLLIDE,
     C_COLLIDE_BIG,
-    C_COLLIDE_FULL,
-    C_COLLIDE_PIECE,
     N_CASES
 };
 static const char *const names[N_CASES] = {
@@ -63,21 +59,12 @@ static const char *const names[N_CASES] = {
     "allreduce count 5 / 0",
     "allreduce count 1001 / 601, fingerprints made to collide",
     "allreduce count 786432 / 784432, fingerprints made to collide",
-    "allreduce count 2^20 / 2^20 - 2^17, fingerprints made to collide",
-    "allreduce count 1008 / 2016, fingerprints made to collide",
 };
 /* The counts of C_COLLIDE and C_COLLIDE_BIG (no other case uses them). */
 #define COLLIDE_A 1001
 #define COLLIDE_B 601
 #define COLLIDE_BIG_A (3 << 18) /* 3 MiB of f32: the pipelined path */
 #define COLLIDE_BIG_B ((3 << 18) - 2000)
-/* C_COLLIDE_FULL: on 2 processes chunks of 8 and 7 whole 256 KiB segments, every message of
- * one call the size of the other's. */
-#define COLLIDE_FULL_A (1 << 20)
-#define COLLIDE_FULL_B ((1 << 20) - (1 << 17))
-/* C_COLLIDE_PIECE: the small-message path's 4032-byte pieces, one and two. */
-#define COLLIDE_PIECE_A 1008
-#define COLLIDE_PIECE_B 2016
 
 /* The library's test hook (mpi_impl.h): the two calls of each collision case get one
  * fingerprint, as two declarations whose hashes collide would (1 in 2^25 on Open MPI); every
@@ -90,12 +77,6 @@ static uint64_t collide(const accel__coll_decl *d, uint64_t fp)
     }
     if (ar && (d->count == COLLIDE_BIG_A || d->count == COLLIDE_BIG_B)) {
         return 0xbee;
-    }
-    if (ar && (d->count == COLLIDE_FULL_A || d->count == COLLIDE_FULL_B)) {
-        return 0xf00;
-    }
-    if (ar && (d->count == COLLIDE_PIECE_A || d->count == COLLIDE_PIECE_B)) {
-        return 0xace;
     }
     return fp;
 }
@@ -118,7 +99,7 @@ typedef struct job {
  * of its timeout), with a hint when a peer's message of another call is there. */
 static int collision(int c)
 {
-    return c == C_COLLIDE || c == C_COLLIDE_BIG || c == C_COLLIDE_FULL || c == C_COLLIDE_PIECE;
+    return c == C_COLLIDE || c == C_COLLIDE_BIG;
 }
 static const char *expect(int c)
 {
@@ -209,14 +190,10 @@ static accel_status run_case(accel *acc, int c, float *a, float *b, size_t count
         break;
     case C_ZERO:
     case C_COLLIDE:
-    case C_COLLIDE_BIG:
-    case C_COLLIDE_FULL:
-    case C_COLLIDE_PIECE: {
-        const size_t n = c == C_ZERO           ? (last ? 0 : 5)
-                         : c == C_COLLIDE      ? (last ? COLLIDE_B : COLLIDE_A)
-                         : c == C_COLLIDE_BIG  ? (last ? COLLIDE_BIG_B : COLLIDE_BIG_A)
-                         : c == C_COLLIDE_FULL ? (last ? COLLIDE_FULL_B : COLLIDE_FULL_A)
-                                               : (last ? COLLIDE_PIECE_B : COLLIDE_PIECE_A);
+    case C_COLLIDE_BIG: {
+        const size_t n = c == C_ZERO      ? (last ? 0 : 5)
+                         : c == C_COLLIDE ? (last ? COLLIDE_B : COLLIDE_A)
+                                          : (last ? COLLIDE_BIG_B : COLLIDE_BIG_A);
         st = accel_allreduce(acc, a, b, n, ACCEL_F32, ACCEL_SUM, NULL);
         for (size_t i = 0; i < n; i++) {
             *right &= b[i] == sum;
@@ -280,9 +257,7 @@ int main(int argc, char **argv)
     pthread_t threads[N_CASES];
     for (int c = 0; c < N_CASES; c++) {
         job *j = &jobs[c];
-        *j = (job){
-            .c = c,
-            .count = c == C_COUNT_BIG || c == C_COLLIDE_BIG || c == C_COLLIDE_FULL ? BIG : 1 << 12};
+        *j = (job){.c = c, .count = c == C_COUNT_BIG || c == C_COLLIDE_BIG ? BIG : 1 << 12};
         j->a = malloc(j->count * sizeof(float));
         j->b = malloc(j->count * sizeof(float));
         accel_status st = accel_init(&j->acc, NULL);

@@ -87,10 +87,7 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
     const int n = m->n_ranks, me = m->rank;
     const size_t es = accel_dtype_nbytes(dt), nb = count * es;
     const size_t frag = nb <= DIRECT_FRAG_MAX ? DIRECT_FRAG_NBYTES / es : count; /* per message */
-    /* Pieces: as the pipelined path's segments (seg_len), the last is shorter than the others,
-     * empty when frag divides count (a 4032- or 8064-byte message), so two calls whose
-     * fingerprints collide never line up piece for piece, all of them full. */
-    const size_t n_frag = nb <= DIRECT_FRAG_MAX ? count / frag + 1 : 1;
+    const size_t n_frag = count / frag + (count % frag != 0);
     const MPI_Datatype t = accel__mpi_type(dt);
     const int gets = root < 0 || me == root;
     MPI_Request *reqs = pipe_reqs(m, 2 * (size_t)n * n_frag);
@@ -139,12 +136,7 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
  * each (one per process, MPI_REQUEST_NULL for itself and for empty messages). */
 enum { IN_RECV, IN_SEND, OUT_RECV, OUT_SEND, N_KINDS };
 
-/* Elements in segment k of a chunk of cnt elements cut in segments of seg (0 past its end).
- * A chunk's segments are cnt / seg full ones and a last one shorter than seg, empty when seg
- * divides cnt (an empty message): segment k exists when k <= cnt / seg. So the last message of
- * a chunk is always shorter than the others, and two calls whose fingerprints collide (one tag)
- * never line up message for message, all of them full: where one sends a full segment, the
- * other expects its shorter last one, and the received-size check tells them apart. */
+/* Elements in segment k of a chunk of cnt elements cut in segments of seg (0 past its end). */
 static size_t seg_len(size_t cnt, size_t seg, size_t k)
 {
     return k * seg >= cnt ? 0 : cnt - k * seg < seg ? cnt - k * seg : seg;
@@ -163,15 +155,15 @@ static size_t req_at(const accel__mpi *m, size_t k, int kind, int q)
     return (k * N_KINDS + (size_t)kind) * (size_t)m->n_ranks + (size_t)q;
 }
 
-/* Posts request `kind` of segment k of a chunk of cnt elements with process q: a receive into
- * recv_to when it is not NULL, else a send from `from`; nothing past the chunk's last segment. */
-static int post(accel__mpi *m, const pipe *p, size_t k, int kind, int q, size_t cnt, char *recv_to,
+/* Posts request `kind` of segment k with process q: a receive of len elements into recv_to when
+ * it is not NULL, else a send of len elements from `from`; nothing when len is 0. */
+static int post(accel__mpi *m, const pipe *p, size_t k, int kind, int q, size_t len, char *recv_to,
                 const char *from, int tag)
 {
-    if (k > cnt / p->seg) {
+    if (len == 0) {
         return MPI_SUCCESS;
     }
-    const size_t i = req_at(m, k, kind, q), len = seg_len(cnt, p->seg, k);
+    const size_t i = req_at(m, k, kind, q);
     if (recv_to != NULL) {
         return accel__mpi_irecv(m, recv_to, (int)len, p->t, p->es, q, tag, &p->reqs[i], &p->rx[i]);
     }
@@ -186,8 +178,9 @@ static int post_out_recvs(accel__mpi *m, const pipe *p, char *recv)
     for (size_t k = 0; k < p->n_seg && rc == MPI_SUCCESS; k++) {
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + n - i) % n;
-            rc = post(m, p, k, OUT_RECV, q, (size_t)m->counts[q],
-                      recv + ((size_t)m->displs[q] + k * p->seg) * p->es, NULL, TAG(m, GATHER));
+            const size_t len = seg_len((size_t)m->counts[q], p->seg, k);
+            rc = post(m, p, k, OUT_RECV, q, len, recv + ((size_t)m->displs[q] + k * p->seg) * p->es,
+                      NULL, TAG(m, GATHER));
         }
     }
     return rc;
@@ -212,7 +205,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
     pipe p = {.t = accel__mpi_type(dt), .es = accel_dtype_nbytes(dt)};
     p.seg = SEG_NBYTES / p.es;
     p.seg = (most + MAX_SEGS - 1) / MAX_SEGS > p.seg ? (most + MAX_SEGS - 1) / MAX_SEGS : p.seg;
-    p.n_seg = most / p.seg + 1;
+    p.n_seg = (most + p.seg - 1) / p.seg;
     const size_t n_req = p.n_seg * N_KINDS * (size_t)n;
     if ((p.reqs = pipe_reqs(m, n_req)) == NULL) {
         return ACCEL_ENOMEM;
@@ -228,8 +221,8 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
     for (size_t k = 0; k < p.n_seg && rc == MPI_SUCCESS; k++) {
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + n - i) % n;
-            rc = post(m, &p, k, IN_RECV, q, per, tmp + ((size_t)q * per + k * p.seg) * p.es, NULL,
-                      TAG(m, SCATTER));
+            rc = post(m, &p, k, IN_RECV, q, seg_len(per, p.seg, k),
+                      tmp + ((size_t)q * per + k * p.seg) * p.es, NULL, TAG(m, SCATTER));
         }
     }
     if (gathers && !late && rc == MPI_SUCCESS) {
@@ -238,7 +231,8 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
     for (size_t k = 0; k < p.n_seg && rc == MPI_SUCCESS; k++) {
         for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
             const int q = (me + i) % n;
-            rc = post(m, &p, k, IN_SEND, q, (size_t)m->counts[q], NULL,
+            const size_t len = seg_len((size_t)m->counts[q], p.seg, k);
+            rc = post(m, &p, k, IN_SEND, q, len, NULL,
                       send + ((size_t)m->displs[q] + k * p.seg) * p.es, TAG(m, SCATTER));
         }
     }
@@ -248,7 +242,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
         const size_t len = seg_len(per, p.seg, k);
         const size_t at = req_at(m, k, IN_RECV, 0);
         st = accel__mpi_waitall(m, n, p.reqs + at, p.rx + at, "reduce-scatter step");
-        if (st != ACCEL_OK || k > per / p.seg) {
+        if (st != ACCEL_OK || len == 0) {
             continue;
         }
         for (int q = 0; q < n; q++) {
@@ -256,14 +250,12 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
                                 : tmp + ((size_t)q * per + k * p.seg) * p.es;
         }
         char *out = mine + k * p.seg * p.es;
-        if (len > 0) {
-            accel__reduce(dt, rop, out, NULL, m->ins, n, len, n);
-        }
-        accel__mpi_lock(); /* an empty last segment is sent too (seg_len) */
+        accel__reduce(dt, rop, out, NULL, m->ins, n, len, n);
+        accel__mpi_lock();
         for (int i = 1; i < n && rc == MPI_SUCCESS && root != SCATTER; i++) {
             const int q = (me + i) % n;
             if (root < 0 || q == root) {
-                rc = post(m, &p, k, OUT_SEND, q, per, NULL, out, TAG(m, GATHER));
+                rc = post(m, &p, k, OUT_SEND, q, len, NULL, out, TAG(m, GATHER));
             }
         }
         accel__mpi_unlock();
