@@ -15,8 +15,11 @@
 #  6. mismatched collectives: in debug mode tests/dist/test_coll_mismatch (ACCEL_EINVAL on every
 #     process naming both calls, before any data moves); without it tests/mpi/mpi_mismatch
 #     (with ACCEL_TIMEOUT=2, no process returns a wrong result without an error, at least one
-#     fails with ETIMEDOUT or EPEER, and on 2 processes a peer at another call is named as such;
-#     its 9 cases run at once, each on its own accel: 2.4 s a process count instead of 18).
+#     fails with ETIMEDOUT or EPEER, every one when a count-0 call is involved, and on 2
+#     processes a peer at another call is named as such; two calls with different counts whose
+#     fingerprints it makes collide (a test hook) fail with ACCEL_EINVAL naming the sizes
+#     everywhere; its 12 cases run at once, each on its own accel: 2.5 s a process count
+#     instead of 24).
 # Skips (77) when mpirun is missing or the build has no mpi backend.
 source "$(dirname "$0")/mpi_common.sh"
 

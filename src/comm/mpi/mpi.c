@@ -257,34 +257,63 @@ static int pending(MPI_Request req, int peer)
 
 /* After a timeout: ": nothing arrived from process 1, 3" for the receives still pending (a
  * process named once, though several pieces may be missing from it). */
-static void missing_peers(int n, MPI_Request *reqs, const int *peers, char *buf, size_t nbytes)
+static void missing_peers(int n, MPI_Request *reqs, const accel__mpi_rx *rx, char *buf,
+                          size_t nbytes)
 {
     size_t len = 0;
     buf[0] = '\0';
-    for (int k = 0; peers != NULL && k < n && len + 16 < nbytes; k++) {
+    for (int k = 0; rx != NULL && k < n && len + 16 < nbytes; k++) {
         int named = 0;
         for (int j = 0; j < k && !named; j++) {
-            named = peers[j] == peers[k] && pending(reqs[j], peers[j]);
+            named = rx[j].peer == rx[k].peer && pending(reqs[j], rx[j].peer);
         }
-        if (!named && pending(reqs[k], peers[k])) {
-            len += (size_t)snprintf(buf + len, nbytes - len, "%s%d",
-                                    len == 0 ? ": nothing arrived from process " : ", ", peers[k]);
+        if (!named && pending(reqs[k], rx[k].peer)) {
+            len +=
+                (size_t)snprintf(buf + len, nbytes - len, "%s%d",
+                                 len == 0 ? ": nothing arrived from process " : ", ", rx[k].peer);
         }
     }
 }
 
-accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const int *peers,
+/* A receive got a message of another size than it expects (accel__mpi_check_sizes wrote which
+ * in `sizes`): two calls met whose fingerprints collide. Breaks the endpoint and tells the
+ * peers, whose waits for this call (or the next) then end at once. Requests of the call may
+ * still be posted (the pipelined path's later segments): the endpoint's buffers must stay. */
+static accel_status size_mismatch(accel__mpi *m, const char *what, const char *sizes)
+{
+    char name[256];
+    what = call_name(m, what, name, sizeof(name));
+    m->stuck = 1;
+    atomic_store(&lost, 1);
+    m->broken = ACCEL_EINVAL;
+    snprintf(m->broken_msg, sizeof(m->broken_msg),
+             "mpi: %s on process %d of %d: %s: the processes made different calls "
+             "(ACCELERATE_DEBUG_MODE=1 names both)",
+             what, m->rank, m->n_ranks, sizes);
+    notify_peers(m, ACCEL_EINVAL, m->broken_msg);
+    return accel__seterr(NULL, ACCEL_EINVAL, "%s", m->broken_msg);
+}
+
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const accel__mpi_rx *rx,
                                 const char *what)
 {
     const double deadline = accel__now() + m->timeout_s;
     for (unsigned spin = 0;; spin++) {
-        int done = 0;
+        int done = 0, bad = 0;
+        char sizes[128];
         accel__mpi_lock();
-        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        int rc = MPI_Testall(n, reqs, &done, rx != NULL ? m->statuses : MPI_STATUSES_IGNORE);
         if (rc == MPI_SUCCESS && !done && (spin & 15) == 15) {
             poll_notice(m);
         }
         accel__mpi_unlock();
+        /* Statuses are written only once every request completed (or with MPI_ERR_IN_STATUS). */
+        if (rx != NULL && ((rc == MPI_SUCCESS && done) || rc == MPI_ERR_IN_STATUS)) {
+            bad = accel__mpi_check_sizes(m, n, rx, rc, sizes, sizeof(sizes));
+        }
+        if (bad) {
+            return size_mismatch(m, what, sizes);
+        }
         if (rc != MPI_SUCCESS) {
             m->stuck = 1;
             atomic_store(&lost, 1);
@@ -303,7 +332,7 @@ accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const i
             char name[256], missing[96], hint[320] = "";
             what = call_name(m, what, name, sizeof(name));
             accel__mpi_lock();
-            missing_peers(n, reqs, peers, missing, sizeof(missing));
+            missing_peers(n, reqs, rx, missing, sizeof(missing));
             if (m->cur != NULL) {
                 accel__mpi_foreign_hint(m, hint, sizeof(hint));
             }
@@ -395,9 +424,10 @@ static void endpoint_free(accel__mpi *m)
     accel__free(m->displs);
     accel__free(m->ins);
     accel__free(m->reqs);
-    accel__free(m->req_peer);
+    accel__free(m->req_rx);
     accel__free(m->pipe_reqs);
-    accel__free(m->pipe_peer);
+    accel__free(m->pipe_rx);
+    accel__free(m->statuses);
     accel__free(m);
 }
 
@@ -425,9 +455,11 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->displs = accel__calloc(n, sizeof(int));
     m->ins = accel__calloc(n, sizeof(*m->ins));
     m->reqs = accel__calloc(2 * n, sizeof(*m->reqs));
-    m->req_peer = accel__calloc(2 * n, sizeof(int));
+    m->req_rx = accel__calloc(2 * n, sizeof(*m->req_rx));
+    m->statuses = accel__calloc(2 * n, sizeof(*m->statuses));
+    m->statuses_n = 2 * n;
     if (m->abort_tx == NULL || m->counts == NULL || m->displs == NULL || m->ins == NULL ||
-        m->reqs == NULL || m->req_peer == NULL) {
+        m->reqs == NULL || m->req_rx == NULL || m->statuses == NULL) {
         endpoint_free(m);
         return accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
     }

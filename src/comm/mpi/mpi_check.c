@@ -4,6 +4,9 @@
  * declaration in its MPI tag (mpi_impl.h), so a message only ever matches a receive of a call
  * declared the same way, and a mismatched call waits until the deadline instead of taking
  * another call's data; a timeout then says when a peer has sent a message of another call.
+ * Two calls whose fingerprints collide do meet; every receive then checks that its message is
+ * the bytes it expects (accel__mpi_check_sizes), which tells them apart unless their messages
+ * are the same size.
  * In debug mode (ACCELERATE_DEBUG_MODE) every call first exchanges its whole declaration, so a
  * mismatch is ACCEL_EINVAL on every member naming both calls, as gloo's envelopes give.
  */
@@ -37,6 +40,8 @@ accel_status accel__mpi_check_setup(accel__mpi *m)
     return m->decls != NULL ? ACCEL_OK : accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory");
 }
 
+uint64_t (*accel__mpi_fingerprint_hook)(const accel__coll_decl *d, uint64_t fp);
+
 /* splitmix64's finaliser: every input bit moves about half the output bits. */
 static uint64_t mix(uint64_t h)
 {
@@ -57,7 +62,10 @@ void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op)
      * any two counts below 2^25 elements) never share a fingerprint, and any other difference
      * shares one with probability 2^-bits. */
     const uint64_t h = mix(small ^ mix((d.count >> bits) ^ mix(d.total + 0x9e3779b97f4a7c15ull)));
-    const uint64_t fp = ((h >> (64 - bits)) + d.count) & mask;
+    uint64_t fp = ((h >> (64 - bits)) + d.count) & mask;
+    if (accel__mpi_fingerprint_hook != NULL) {
+        fp = accel__mpi_fingerprint_hook(&d, fp) & mask;
+    }
     /* The kind stays readable for the timeout's hint; calls of different kinds never share a
      * tag, whatever the hash. */
     m->call_tag = (int)(fp << low | (uint64_t)d.kind << ACCEL__MPI_MSG_BITS);
@@ -74,18 +82,18 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__coll_decl *d)
     accel__mpi_lock();
     for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
         const int q = (me + n - i) % n;
-        m->req_peer[k] = q;
-        rc = MPI_Irecv(&m->decls[q], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE, m->comm,
-                       &m->reqs[k++]);
+        rc = accel__mpi_irecv(m, &m->decls[q], (int)sizeof(*d), MPI_BYTE, 1, q,
+                              ACCEL__MPI_MSG_DECLARE, &m->reqs[k], &m->req_rx[k]);
+        k++;
     }
     for (int i = 1; i < n && rc == MPI_SUCCESS; i++) {
         const int q = (me + i) % n;
-        m->req_peer[k] = -1;
+        m->req_rx[k].peer = -1;
         rc = MPI_Isend(&m->decls[me], (int)sizeof(*d), MPI_BYTE, q, ACCEL__MPI_MSG_DECLARE, m->comm,
                        &m->reqs[k++]);
     }
     accel__mpi_unlock();
-    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "declaration exchange");
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "declaration exchange");
     ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "declaration exchange") : st);
     /* Every member holds the same table: each names the same two calls. */
     for (int q = 1; q < n; q++) {
@@ -102,6 +110,48 @@ accel_status accel__mpi_check_call(accel__mpi *m, const accel__coll_decl *d)
         return accel__seterr(NULL, ACCEL_EINVAL, "%s", m->broken_msg);
     }
     return ACCEL_OK;
+}
+
+int accel__mpi_check_sizes(accel__mpi *m, int n, const accel__mpi_rx *rx, int rc, char *buf,
+                           size_t nbytes)
+{
+    for (int k = 0; k < n; k++) {
+        const MPI_Status *s = &m->statuses[k];
+        int cls = MPI_SUCCESS;
+        if (rx[k].peer < 0) {
+            continue;
+        }
+        /* MPI_ERR_IN_STATUS: each status has its request's error (MPI_SUCCESS or another). */
+        if (rc == MPI_ERR_IN_STATUS && MPI_Error_class(s->MPI_ERROR, &cls) != MPI_SUCCESS) {
+            continue;
+        }
+        if (rc == MPI_ERR_IN_STATUS && cls != MPI_SUCCESS && cls != MPI_ERR_TRUNCATE) {
+            continue; /* another error: MPI's own text says it */
+        }
+        /* An empty status: a request completed by an earlier wait (MPI_REQUEST_NULL now: the
+         * pipelined path's last wait covers every request of a segment) or never posted. */
+        if (s->MPI_SOURCE == MPI_ANY_SOURCE) {
+            continue;
+        }
+        MPI_Count got = 0;
+        if (MPI_Get_elements_x(s, MPI_BYTE, &got) != MPI_SUCCESS || got == MPI_UNDEFINED) {
+            got = -1;
+        }
+        if (cls != MPI_ERR_TRUNCATE && got == rx[k].nbytes) {
+            continue;
+        }
+        /* Open MPI's truncated status holds the bytes sent; the standard does not promise it. */
+        if (cls == MPI_ERR_TRUNCATE && got <= rx[k].nbytes) {
+            snprintf(buf, nbytes,
+                     "process %d sent more than %lld bytes where this call expects %lld",
+                     rx[k].peer, (long long)rx[k].nbytes, (long long)rx[k].nbytes);
+        } else {
+            snprintf(buf, nbytes, "process %d sent %lld bytes where this call expects %lld",
+                     rx[k].peer, (long long)got, (long long)rx[k].nbytes);
+        }
+        return 1;
+    }
+    return 0;
 }
 
 void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes)

@@ -53,23 +53,29 @@
  * docs/performance.md.) */
 #define SEG_NBYTES ((size_t)256 << 10)
 
-/* n_req null requests (and peers -1) in the endpoint's grow-only arrays, or NULL (ENOMEM). */
+/* n_req null requests (and peers -1) in the endpoint's grow-only arrays (the statuses' too),
+ * or NULL (ENOMEM). */
 static MPI_Request *pipe_reqs(accel__mpi *m, size_t n_req)
 {
     if (n_req > m->pipe_n) {
         MPI_Request *r = accel__realloc(m->pipe_reqs, n_req * sizeof(*r));
         m->pipe_reqs = r != NULL ? r : m->pipe_reqs;
-        int *p = r != NULL ? accel__realloc(m->pipe_peer, n_req * sizeof(*p)) : NULL;
-        if (p == NULL) {
+        accel__mpi_rx *p = r != NULL ? accel__realloc(m->pipe_rx, n_req * sizeof(*p)) : NULL;
+        m->pipe_rx = p != NULL ? p : m->pipe_rx;
+        MPI_Status *s = p != NULL && n_req > m->statuses_n
+                            ? accel__realloc(m->statuses, n_req * sizeof(*s))
+                            : m->statuses;
+        if (p == NULL || s == NULL) {
             accel__seterr(NULL, ACCEL_ENOMEM, "mpi: out of memory for %zu requests", n_req);
             return NULL;
         }
-        m->pipe_peer = p;
+        m->statuses = s;
+        m->statuses_n = n_req > m->statuses_n ? n_req : m->statuses_n;
         m->pipe_n = n_req;
     }
     for (size_t i = 0; i < n_req; i++) {
         m->pipe_reqs[i] = MPI_REQUEST_NULL;
-        m->pipe_peer[i] = -1;
+        m->pipe_rx[i].peer = -1;
     }
     return m->pipe_reqs;
 }
@@ -94,9 +100,9 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
         m->ins[q] = q == me ? send : tmp + (size_t)q * nb;
         for (size_t f = 0; q != me && gets && f < n_frag && rc == MPI_SUCCESS; f++) {
             const size_t len = count - f * frag < frag ? count - f * frag : frag;
-            m->pipe_peer[k] = q;
-            rc = MPI_Irecv(tmp + (size_t)q * nb + f * frag * es, (int)len, t, q, TAG(m, DIRECT),
-                           m->comm, &reqs[k++]);
+            rc = accel__mpi_irecv(m, tmp + (size_t)q * nb + f * frag * es, (int)len, t, es, q,
+                                  TAG(m, DIRECT), &reqs[k], &m->pipe_rx[k]);
+            k++;
         }
     }
     for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
@@ -109,7 +115,7 @@ static accel_status direct(accel__mpi *m, accel_dtype dt, accel_reduce_op rop, c
     }
     accel__mpi_unlock();
     /* What was posted completes before its buffers go, even when a later post failed. */
-    accel_status st = accel__mpi_waitall(m, k, reqs, m->pipe_peer, "exchange step");
+    accel_status st = accel__mpi_waitall(m, k, reqs, m->pipe_rx, "exchange step");
     if (rc != MPI_SUCCESS) {
         return accel__mpi_fail(m, rc, "exchange step");
     }
@@ -141,7 +147,7 @@ typedef struct pipe {
     MPI_Datatype t;
     size_t es, seg, n_seg;
     MPI_Request *reqs;
-    int *peer;
+    accel__mpi_rx *rx;
 } pipe;
 
 static size_t req_at(const accel__mpi *m, size_t k, int kind, int q)
@@ -159,8 +165,7 @@ static int post(accel__mpi *m, const pipe *p, size_t k, int kind, int q, size_t 
     }
     const size_t i = req_at(m, k, kind, q);
     if (recv_to != NULL) {
-        p->peer[i] = q;
-        return MPI_Irecv(recv_to, (int)len, p->t, q, tag, m->comm, &p->reqs[i]);
+        return accel__mpi_irecv(m, recv_to, (int)len, p->t, p->es, q, tag, &p->reqs[i], &p->rx[i]);
     }
     return MPI_Isend(from, (int)len, p->t, q, tag, m->comm, &p->reqs[i]);
 }
@@ -205,7 +210,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
     if ((p.reqs = pipe_reqs(m, n_req)) == NULL) {
         return ACCEL_ENOMEM;
     }
-    p.peer = m->pipe_peer;
+    p.rx = m->pipe_rx;
     /* gathers: the reduced chunks come here. In place, chunk q of recv is this process's input
      * to q until that send completes: their receives wait until then. */
     const int gathers = root == -1 || root == me, late = gathers && send == recv;
@@ -236,7 +241,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
     for (size_t k = 0; k < p.n_seg && rc == MPI_SUCCESS && st == ACCEL_OK; k++) {
         const size_t len = seg_len(per, p.seg, k);
         const size_t at = req_at(m, k, IN_RECV, 0);
-        st = accel__mpi_waitall(m, n, p.reqs + at, p.peer + at, "reduce-scatter step");
+        st = accel__mpi_waitall(m, n, p.reqs + at, p.rx + at, "reduce-scatter step");
         if (st != ACCEL_OK || len == 0) {
             continue;
         }
@@ -268,7 +273,7 @@ static accel_status pipelined(accel__mpi *m, accel_dtype dt, accel_reduce_op rop
      * failed wait the endpoint is broken and keeps its buffers). */
     for (size_t k = 0; k < p.n_seg && st == ACCEL_OK; k++) {
         const size_t at = req_at(m, k, 0, 0);
-        st = accel__mpi_waitall(m, N_KINDS * n, p.reqs + at, p.peer + at,
+        st = accel__mpi_waitall(m, N_KINDS * n, p.reqs + at, p.rx + at,
                                 root == SCATTER ? "reduce-scatter step"
                                 : root < 0      ? "allgather step"
                                                 : "gather step");
@@ -358,22 +363,22 @@ static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, co
     for (int i = 1; i < n && rc == MPI_SUCCESS && me != root; i++) {
         const int q = (me + n - i) % n;
         if (m->counts[q] > 0) {
-            m->req_peer[k] = q;
-            rc = MPI_Irecv(buf + (size_t)m->displs[q] * es, m->counts[q], t, q, TAG(m, BLOCK),
-                           m->comm, &m->reqs[k++]);
+            rc = accel__mpi_irecv(m, buf + (size_t)m->displs[q] * es, m->counts[q], t, es, q,
+                                  TAG(m, BLOCK), &m->reqs[k], &m->req_rx[k]);
+            k++;
         }
     }
     for (int i = 1; i < n && rc == MPI_SUCCESS && m->counts[me] > 0; i++) {
         const int q = (me + i) % n;
         if (q != root) {
-            m->req_peer[k] = -1;
+            m->req_rx[k].peer = -1;
             rc = (me == root ? MPI_Issend : MPI_Isend)(mine, m->counts[me], t, q, TAG(m, BLOCK),
                                                        m->comm, &m->reqs[k++]);
         }
     }
     accel__mpi_unlock();
     /* What was posted completes before its buffers go, even when a later post failed. */
-    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "exchange step");
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "exchange step");
     return rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "exchange step") : st;
 }
 
@@ -417,15 +422,16 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
         for (int q = 0; q < n && rc == MPI_SUCCESS; q++) {
             char *chunk = recv + (size_t)m->displs[q] * es;
             if (me == root && q != root && m->counts[q] > 0) {
-                m->req_peer[k] = -1;
+                m->req_rx[k].peer = -1;
                 rc = MPI_Issend(chunk, m->counts[q], t, q, TAG(m, BLOCK), m->comm, &m->reqs[k++]);
             } else if (me != root && q == me && m->counts[q] > 0) {
-                m->req_peer[k] = root;
-                rc = MPI_Irecv(chunk, m->counts[q], t, root, TAG(m, BLOCK), m->comm, &m->reqs[k++]);
+                rc = accel__mpi_irecv(m, chunk, m->counts[q], t, es, root, TAG(m, BLOCK),
+                                      &m->reqs[k], &m->req_rx[k]);
+                k++;
             }
         }
         accel__mpi_unlock();
-        accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "scatter step");
+        accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "scatter step");
         ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "scatter step") : st);
     }
     return exchange_blocks(m, t, es, recv + (size_t)m->displs[me] * es, recv, root);
@@ -437,7 +443,7 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
 static accel_status gather(accel__mpi *m, const accel__coll *op)
 {
     const int n = m->n_ranks, me = m->rank;
-    const size_t nb = op->count * accel_dtype_nbytes(op->dtype);
+    const size_t es = accel_dtype_nbytes(op->dtype), nb = op->count * es;
     const MPI_Datatype t = accel__mpi_type(op->dtype);
     const int cnt = (int)op->count;
     int k = 0, rc = MPI_SUCCESS;
@@ -447,16 +453,16 @@ static accel_status gather(accel__mpi *m, const accel__coll *op)
     accel__mpi_lock();
     for (int i = 1; i < n && rc == MPI_SUCCESS && me == op->root; i++) {
         const int q = (me + n - i) % n;
-        m->req_peer[k] = q;
-        rc = MPI_Irecv((char *)op->recv + (size_t)q * nb, cnt, t, q, TAG(m, COLLECT), m->comm,
-                       &m->reqs[k++]);
+        rc = accel__mpi_irecv(m, (char *)op->recv + (size_t)q * nb, cnt, t, es, q, TAG(m, COLLECT),
+                              &m->reqs[k], &m->req_rx[k]);
+        k++;
     }
     if (me != op->root) {
-        m->req_peer[k] = -1;
+        m->req_rx[k].peer = -1;
         rc = MPI_Issend(op->send, cnt, t, op->root, TAG(m, COLLECT), m->comm, &m->reqs[k++]);
     }
     accel__mpi_unlock();
-    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_peer, "gather");
+    accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "gather");
     return rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "gather") : st;
 }
 
@@ -470,15 +476,15 @@ static accel_status barrier(accel__mpi *m)
     for (int dist = 1; dist < n; dist *= 2) {
         const int to = (me + dist) % n, from = (me + n - dist) % n;
         m->reqs[0] = m->reqs[1] = MPI_REQUEST_NULL;
-        m->req_peer[0] = from;
-        m->req_peer[1] = -1;
+        m->req_rx[1].peer = -1;
         accel__mpi_lock();
-        int rc = MPI_Irecv(NULL, 0, MPI_BYTE, from, TAG(m, BARRIER), m->comm, &m->reqs[0]);
+        int rc = accel__mpi_irecv(m, NULL, 0, MPI_BYTE, 1, from, TAG(m, BARRIER), &m->reqs[0],
+                                  &m->req_rx[0]);
         if (rc == MPI_SUCCESS) {
             rc = MPI_Isend(NULL, 0, MPI_BYTE, to, TAG(m, BARRIER), m->comm, &m->reqs[1]);
         }
         accel__mpi_unlock();
-        accel_status st = accel__mpi_waitall(m, 2, m->reqs, m->req_peer, "barrier");
+        accel_status st = accel__mpi_waitall(m, 2, m->reqs, m->req_rx, "barrier");
         ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "barrier") : st);
     }
     return ACCEL_OK;
@@ -486,11 +492,12 @@ static accel_status barrier(accel__mpi *m)
 
 static accel_status run(accel__mpi *m, const accel__coll *op)
 {
-    if (op->kind == ACCEL__COLL_BARRIER) {
+    if (op->kind == ACCEL__COLL_BARRIER || op->count == 0) {
+        /* A count-0 call moves nothing, but still meets its peers: a barrier's rounds under its
+         * own fingerprint (its kind and count 0 in the tag), which a peer at another call (the
+         * same with count 5) never matches. Both then time out, each told that the other sent
+         * a message of another call, instead of this one returning ACCEL_OK unseen. */
         return barrier(m);
-    }
-    if (op->count == 0) {
-        return ACCEL_OK; /* every process passed the same count: nothing to agree on */
     }
     switch (op->kind) {
     case ACCEL__COLL_ALLREDUCE:

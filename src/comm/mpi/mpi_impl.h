@@ -19,6 +19,13 @@ typedef struct accel__mpi_note {
     char msg[240];
 } accel__mpi_note;
 
+/* What a wait knows of each of its requests: the process a receive waits for (-1: a send, or
+ * no request) and the bytes it expects, which the message must bring exactly (mpi_check.c). */
+typedef struct accel__mpi_rx {
+    int peer;
+    int64_t nbytes;
+} accel__mpi_rx;
+
 /* One plain "symmetric" allocation (mpi has no shared memory: collectives copy). */
 typedef struct accel__mpi_block {
     void *p;
@@ -43,10 +50,12 @@ typedef struct accel__mpi {
     int *counts, *displs;   /* n_ranks each: the per-process chunks of the pipelined path */
     const void **ins;       /* n_ranks operands of a local reduction */
     MPI_Request *reqs;      /* 2 * n_ranks: the small-message exchange's sends and receives */
-    int *req_peer;          /* for each of reqs: the process a receive waits for, -1 a send */
+    accel__mpi_rx *req_rx;  /* for each of reqs: whose message a receive waits for, its bytes */
     MPI_Request *pipe_reqs; /* pipe_n each, grow-only: the pipelined path's requests */
-    int *pipe_peer;         /* and the process each receive waits for (-1: a send) */
+    accel__mpi_rx *pipe_rx; /* and what each receive waits for */
     size_t pipe_n;
+    MPI_Status *statuses; /* max(2 * n_ranks, pipe_n): a wait's, for the received sizes */
+    size_t statuses_n;
     accel__mpi_block *blocks;
     const accel__coll *cur; /* the collective running (named in messages), or NULL */
     /* The call check (mpi_check.c). Every message of a collective carries its fingerprint in
@@ -85,6 +94,17 @@ void accel__mpi_fingerprint(accel__mpi *m, const accel__coll *op);
  * difference is ACCEL_EINVAL on every member with the same message naming two calls, before any
  * data moves (and every later call fails alike, but for two allocations of different sizes). */
 accel_status accel__mpi_check_call(accel__mpi *m, const accel__coll_decl *d);
+/* After a wait's requests completed (rc: MPI_Testall's; m->statuses hold theirs): 1 when a
+ * receive's message was not the bytes it expects (shorter, or longer: MPI's truncation), with
+ * "process 1 sent 2400 bytes where this call expects 4000" in buf; else 0. Two calls whose
+ * fingerprints collide meet in one tag; unless their messages are the same size, this tells
+ * them apart. */
+int accel__mpi_check_sizes(accel__mpi *m, int n, const accel__mpi_rx *rx, int rc, char *buf,
+                           size_t nbytes);
+/* Tests only (tests/mpi/mpi_mismatch.c, linked to the static library): when set, every call's
+ * fingerprint is hook(its declaration, the fingerprint computed), so a test can make two calls
+ * collide on purpose. Set before any communicator exists; NULL in every program but that one. */
+extern uint64_t (*accel__mpi_fingerprint_hook)(const accel__coll_decl *d, uint64_t fp);
 /* After a timeout: "; process 1 sent a message of another call (barrier): ..." when a peer's
  * first unreceived message carries another call's tag, else "". Caller holds the MPI lock. */
 void accel__mpi_foreign_hint(accel__mpi *m, char *buf, size_t nbytes);
@@ -104,11 +124,23 @@ accel_status accel__mpi_check_abandoned(accel__mpi *m, const char *what);
  * MPI error, or a peer's abort notice), ETIMEDOUT (then the peers are sent an abort notice naming
  * this process). */
 accel_status accel__mpi_wait(accel__mpi *m, MPI_Request *req, const char *what);
-/* The same for n requests at once (all must complete). peers: NULL, or for each request the
- * process whose message it receives (-1: a send), so that a timeout names those that sent
- * nothing. */
-accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const int *peers,
+/* The same for n requests at once (all must complete). rx: NULL, or for each request the
+ * process whose message it receives (-1: a send) and the bytes it expects: a timeout names those
+ * that sent nothing, and a message of another size (two calls whose fingerprints collide) is
+ * ACCEL_EINVAL naming the peer and both sizes, which breaks the endpoint as a mismatch does
+ * (every later call fails) and tells the peers (their waits end with it). n is at most
+ * m->statuses_n when rx is not NULL. */
+accel_status accel__mpi_waitall(accel__mpi *m, int n, MPI_Request *reqs, const accel__mpi_rx *rx,
                                 const char *what);
+/* MPI_Irecv of count elements of t (es bytes each) from q into buf, noting in *rx what it
+ * waits for. Caller holds the MPI lock. */
+static inline int accel__mpi_irecv(accel__mpi *m, void *buf, int count, MPI_Datatype t, size_t es,
+                                   int q, int tag, MPI_Request *req, accel__mpi_rx *rx)
+{
+    rx->peer = q;
+    rx->nbytes = (int64_t)count * (int64_t)es;
+    return MPI_Irecv(buf, count, t, q, tag, m->comm, req);
+}
 
 /* An MPI return code as an accel error naming the call and this process (EPEER). */
 accel_status accel__mpi_fail(accel__mpi *m, int rc, const char *what);
