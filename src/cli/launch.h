@@ -165,7 +165,9 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt);
  * status after saying why this launcher stops: 128 + a stop signal caught (launch_stop_signal;
  * published for the others with this machine's end, bounded to a second, and machine 0 then
  * serves a second longer for the machines that joined), or 1 for a failure another launcher
- * published. Nothing more is to be done with r then but launch_rdzv_free, after a signal. */
+ * published or, on machine 0, another machine's launcher gone (its store connection closed:
+ * published and named at once). Nothing more is to be done with r then but
+ * launch_rdzv_free, after a signal. */
 int launch_rdzv_check(launch_rdzv *r, const char *during);
 /* After this machine's processes ended (rc, outcome from launch_supervise): publishes it;
  * machine 0 then keeps serving until every machine finished or is gone (with --max_restarts

@@ -562,6 +562,17 @@ int launch_rdzv_check(launch_rdzv *r, const char *during)
                 during, msg);
         rc = 1;
     }
+    /* Machine 0 names a launcher killed in between at once (its store connection closed);
+     * without this it would wait for that machine's preflight verdict until the timeout. */
+    for (int m = 1; rc == 0 && r->s->machine_rank == 0 && m < r->s->num_machines; m++) {
+        if (launch_rdzv__lost(r, m)) {
+            snprintf(msg, sizeof(msg), "machine %d's launcher is gone " LOST_WHY, m);
+            launch_rdzv__publish_failure(r, 1, "%s", msg);
+            r->finished[m] = 1; /* gone: launch_rdzv_finish neither waits for it nor says so */
+            fprintf(stderr, "accel launch: error: machine 0: %s stopped: %s\n", during, msg);
+            rc = 1;
+        }
+    }
     return rc;
 }
 
