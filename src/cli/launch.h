@@ -74,6 +74,9 @@ typedef struct launch_watch {
     int (*tick)(void *arg);
     /* Called once, when the first local process fails (rank: global), before the teardown. */
     void (*on_failure)(void *arg, int rank, int wstatus);
+    /* Called as the teardown starts, once per local process that is stopped then, with the
+     * text this launcher prints of it ("rank 1 (pid 42) is stopped (SIGSTOP) for 2.0 s"). */
+    void (*on_stopped)(void *arg, const char *what);
     void *arg;
 } launch_watch;
 
