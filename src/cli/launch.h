@@ -74,6 +74,9 @@ typedef struct launch_watch {
     int (*tick)(void *arg);
     /* Called once, when the first local process fails (rank: global), before the teardown. */
     void (*on_failure)(void *arg, int rank, int wstatus);
+    /* Called as the teardown starts, once per local process that is stopped then, with the
+     * text this launcher prints of it ("rank 1 (pid 42) is stopped (SIGSTOP) for 2.0 s"). */
+    void (*on_stopped)(void *arg, const char *what);
     void *arg;
 } launch_watch;
 
@@ -165,7 +168,9 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt);
  * status after saying why this launcher stops: 128 + a stop signal caught (launch_stop_signal;
  * published for the others with this machine's end, bounded to a second, and machine 0 then
  * serves a second longer for the machines that joined), or 1 for a failure another launcher
- * published. Nothing more is to be done with r then but launch_rdzv_free, after a signal. */
+ * published or, on machine 0, another machine's launcher gone (its store connection closed:
+ * published and named at once). Nothing more is to be done with r then but
+ * launch_rdzv_free, after a signal. */
 int launch_rdzv_check(launch_rdzv *r, const char *during);
 /* After this machine's processes ended (rc, outcome from launch_supervise): publishes it;
  * machine 0 then keeps serving until every machine finished or is gone (with --max_restarts

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -202,12 +203,22 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
     }
     fflush(NULL); /* the probes must not write our buffered output again */
     int n_left = 0, failed = 0, rc = 0;
+    const pid_t launcher = getpid();
     for (int i = 0; i < s->n_procs; i++) {
         pid_t pid = fork();
         if (pid == 0) {
             launch_stop_release(); /* the launcher's flag would not stop a probe */
-            if (lfd >= 0) {
-                close(lfd);
+            /* The probe opens its own store connection. Holding the launcher's (and its
+             * listener) would keep them open past a SIGKILL of the launcher, so machine 0
+             * would not see it gone ("launch/lost/<m>") until the probes end; and a probe
+             * must not outlive its launcher, which no longer waits for it. */
+            if (close_range(3, ~0U, 0) != 0) { /* a kernel before 5.9 */
+                for (int fd = 3; fd < 65536; fd++) {
+                    close(fd);
+                }
+            }
+            if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != launcher) {
+                _exit(1);
             }
             probe(s, port, me * s->n_procs + i);
         }
@@ -253,13 +264,13 @@ int launch_preflight(const launch_settings *s, launch_rdzv *r)
             }
         }
     }
-    if (lfd >= 0) {
-        close(lfd);
-    }
     for (int i = 0; rc != 0 && i < s->n_procs; i++) {
         if (pids[i] > 0) {
             kill(pids[i], SIGKILL); /* stopped: their hops may wait HOP_TIMEOUT_S */
         }
+    }
+    if (lfd >= 0) {
+        close(lfd); /* after the kill: a hop reset by it would be printed after our cause */
     }
     while (n_left > 0 && wait(NULL) > 0) {
         n_left--;

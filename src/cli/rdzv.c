@@ -423,7 +423,8 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
     }
     r->s = s;
     r->watch =
-        (launch_watch){.tick = launch_rdzv__tick, .on_failure = launch_rdzv__on_failure, .arg = r};
+        (launch_watch){.tick = launch_rdzv__tick, .on_failure = launch_rdzv__on_failure,
+                       .on_stopped = launch_rdzv__on_stopped, .arg = r};
     if (gethostname(r->host, sizeof(r->host)) != 0) {
         r->host[0] = '\0';
     }
@@ -562,6 +563,17 @@ int launch_rdzv_check(launch_rdzv *r, const char *during)
                 during, msg);
         rc = 1;
     }
+    /* Machine 0 names a launcher killed in between at once (its store connection closed);
+     * without this it would wait for that machine's preflight verdict until the timeout. */
+    for (int m = 1; rc == 0 && r->s->machine_rank == 0 && m < r->s->num_machines; m++) {
+        if (launch_rdzv__lost(r, m)) {
+            snprintf(msg, sizeof(msg), "machine %d's launcher is gone " LOST_WHY, m);
+            launch_rdzv__publish_failure(r, 1, "%s", msg);
+            r->finished[m] = 1; /* gone: launch_rdzv_finish neither waits for it nor says so */
+            fprintf(stderr, "accel launch: error: machine 0: %s stopped: %s\n", during, msg);
+            rc = 1;
+        }
+    }
     return rc;
 }
 
@@ -571,6 +583,7 @@ int launch_rdzv_begin(launch_rdzv *r, int attempt)
     size_t nb = 0;
     r->attempt = attempt;
     memset(r->finished, 0, (size_t)r->s->num_machines * sizeof(*r->finished));
+    r->stopped_ranks[0] = '\0';
     memset(r->beat_at, 0, (size_t)r->s->num_machines * sizeof(*r->beat_at));
     attempt_key(r, key, sizeof(key), "job", -1);
     launch_stop_catch(); /* a restart's (kept since launch_rdzv_finish), until the next one */

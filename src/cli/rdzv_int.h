@@ -36,6 +36,7 @@ struct launch_rdzv {
     int *finished;  /* the machine published done or stopped */
     int lost;       /* the store broke: said once, the supervisor's later ticks stay quiet */
     char gone[192]; /* machine 0: a launcher found gone in this attempt, said again last */
+    char stopped_ranks[512]; /* this attempt's stopped local processes (launch_rdzv__on_stopped) */
     /* The machines whose CPU token equals this one's, this one included (1: none shares). */
     int n_sharing_machines;
     double t0, deadline, say_at; /* the rendezvous: its start, end and next "waiting" line */
@@ -78,8 +79,11 @@ long long launch_rdzv__beat_of(launch_rdzv *r, int m);
 /* rdzv_watch.c: whether machine m's launcher is gone: its store connection closed without a
  * goodbye ("launch/lost/<m>", declared at the rendezvous, set by machine 0's store server). */
 int launch_rdzv__lost(launch_rdzv *r, int m);
-/* rdzv_watch.c: the supervisor's watch (launch_watch's tick and on_failure). */
+/* rdzv_watch.c: the supervisor's watch (launch_watch's tick, on_failure, on_stopped). */
 int launch_rdzv__tick(void *arg);
 void launch_rdzv__on_failure(void *arg, int rank, int wstatus);
+/* Another machine than 0: publishes a stopped local process ("launch/<attempt>/stopped_rank/
+ * <m>", the text of every one so far), which machine 0 prints last in launch_rdzv_finish. */
+void launch_rdzv__on_stopped(void *arg, const char *what);
 
 #endif

@@ -46,6 +46,20 @@ void launch_rdzv__on_failure(void *arg, int rank, int wstatus)
                                  r->s->machine_rank, r->host, what);
 }
 
+void launch_rdzv__on_stopped(void *arg, const char *what)
+{
+    launch_rdzv *r = arg;
+    char key[64];
+    size_t len = strlen(r->stopped_ranks);
+    if (r->s->machine_rank == 0 || len + 2 >= sizeof(r->stopped_ranks)) {
+        return; /* machine 0 printed it itself; or the line is full: the first ones are named */
+    }
+    snprintf(r->stopped_ranks + len, sizeof(r->stopped_ranks) - len, "%s%s", len ? "; " : "",
+             what);
+    attempt_key(r, key, sizeof(key), "stopped_rank", r->s->machine_rank);
+    (void)accel__store_set(r->st, key, r->stopped_ranks, strlen(r->stopped_ranks));
+}
+
 /* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
  * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
  * their launcher has often published its own before, so launch_rdzv_finish names it last.
@@ -216,6 +230,16 @@ int launch_rdzv_finish(launch_rdzv *r, int rc, launch_outcome outcome, int *agai
         r->gone[0] = '\0';
     } else if (rc == 0 && status != 0) {
         fprintf(stderr, "accel launch: machine %d: the job failed elsewhere: %s\n", me, msg);
+    }
+    /* Last, the stopped processes of the other machines, which their peers' timeouts blame
+     * on someone else: only their own launcher saw them stopped. */
+    for (int m = 1; me == 0 && (rc != 0 || status != 0) && m < r->s->num_machines; m++) {
+        size_t nb = 0;
+        attempt_key(r, key, sizeof(key), "stopped_rank", m);
+        if (accel__store_get(r->st, key, msg, sizeof(msg) - 1, &nb, 0) == ACCEL_OK) {
+            msg[nb] = '\0';
+            fprintf(stderr, "accel launch: machine 0: on machine %d, %s\n", m, msg);
+        }
     }
     if (rc == 0 && status != 0) {
         rc = status;

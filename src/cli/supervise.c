@@ -167,12 +167,15 @@ static void say_stopped(const job *j)
     for (int r = 0; r < j->cfg->n_procs; r++) {
         const child *k = &j->kids[r];
         if (k->pid > 0 && k->stop_sig != 0) {
-            char name[24], msg[160];
-            int n = snprintf(msg, sizeof(msg),
-                             "accel launch: rank %d (pid %d) is stopped (%s) for %.1f s\n",
-                             j->cfg->rank_base + r, (int)k->pid, signal_name(k->stop_sig, name),
-                             now - k->stopped_at);
+            char name[24], what[120], msg[160];
+            snprintf(what, sizeof(what), "rank %d (pid %d) is stopped (%s) for %.1f s",
+                     j->cfg->rank_base + r, (int)k->pid, signal_name(k->stop_sig, name),
+                     now - k->stopped_at);
+            int n = snprintf(msg, sizeof(msg), "accel launch: %s\n", what);
             relay_write_all(2, msg, n > 0 ? (size_t)n : 0);
+            if (j->cfg->watch != NULL && j->cfg->watch->on_stopped != NULL) {
+                j->cfg->watch->on_stopped(j->cfg->watch->arg, what); /* machine 0 says it too */
+            }
         }
     }
 }

@@ -19,6 +19,9 @@
 #  5. After the rendezvous: SIGTERM to machine 0 during --preflight (machine 1's endpoint never
 #     answers, so every probe waits): 143 saying so, no probe left behind, machine 1 names it
 #     and exits 1 (its probes gone too); it used to end silently, its probes left for 10 s.
+#     SIGKILL to machine 1's launcher during --preflight: its probes die with it, and machine 0
+#     names it within seconds (the probes held its store connection for up to 10 s, and
+#     machine 0 waited for the timeout).
 #     --preflight on machine 0 only: both launchers name the difference at the rendezvous
 #     (machine 0 used to wait for machine 1's verdict and machine 1 for the job id until the
 #     timeout). A signal while a machine waits for the job id is handled the same way, but that
@@ -209,12 +212,16 @@ probes() {
 }
 # left MACHINE PIDS...: fails when one of PIDS is still a launcher of that machine (a probe).
 left() {
+    alive "$@" && fail "preflight: a probe of machine $1 outlived its launcher"
+}
+# alive MACHINE PIDS...: whether one of PIDS is still a launcher of that machine (a probe).
+alive() {
     local m=$1 p
     shift
     for p in "$@"; do
-        ps -o args= -p "$p" 2>/dev/null | grep -q -- "--machine_rank $m" &&
-            fail "preflight: probe $p of machine $m outlived its launcher"
+        ps -o args= -p "$p" 2>/dev/null | grep -q -- "--machine_rank $m" && return 0
     done
+    return 1
 }
 port=$("$FREE")
 P=(--num_machines 2 -n 4 --main_process_port "$port" --rdzv_conf timeout=20 --preflight)
@@ -241,6 +248,45 @@ left 1 $k1
 grep -q STARTED "$T/p0.out" "$T/p1.out" && fail "preflight: a process started"
 echo "ok: SIGTERM during --preflight: exit 143 saying so, probes stopped, machine 1 names it" \
     "($t s)"
+
+# SIGKILL to machine 1's launcher during --preflight (machine 0's endpoint never answers, so
+# every probe waits 10 s on it), machine 0 held (SIGSTOP) meanwhile, so that its exit does not
+# end machine 1's probes' hops: those die with their launcher within 5 s; machine 0, resumed,
+# names it at once (its probes held no copy of the launcher's store connection). The probes
+# used to live on for 10 s holding it, and machine 0 did not read the lost key in the
+# preflight: it waited for the timeout (20 s).
+port=$("$FREE")
+P=(--num_machines 2 -n 4 --main_process_port "$port" --rdzv_conf timeout=20 --preflight)
+ACCEL_TEST_PREFLIGHT_CLOSED=drop start k0 0 "${P[@]}" "${PROG[@]}"
+start k1 1 "${P[@]}" "${PROG[@]}"
+k0=$(probes k0)
+k1=$(probes k1)
+[ "$(wc -w <<<"$k0 $k1")" = 4 ] || fail "preflight kill: probes of machine 0: $k0, of 1: $k1"
+kill -STOP "$pid_k0"
+kill -KILL "$pid_k1"
+for _ in $(seq 1 100); do
+    # shellcheck disable=SC2086
+    alive 1 $k1 || break
+    sleep 0.05
+done
+# shellcheck disable=SC2086
+left 1 $k1
+t0=$(now)
+kill -CONT "$pid_k0"
+finish k0
+t=$(elapsed "$t0")
+# shellcheck disable=SC2086
+left 0 $k0
+finish k1
+[ "$rc_k0" = 1 ] || fail "preflight kill: machine 0 exited $rc_k0"
+[ "$(echo "$t < 8" | bc)" = 1 ] || fail "preflight kill: machine 0 took $t s"
+tail -1 "$T/k0.err" | grep -q "machine 0: the preflight stopped: machine 1's launcher is gone" \
+    || fail "preflight kill: machine 0's last line does not name machine 1's launcher"
+[ "$(grep -c "launcher is gone (its connection to the rendezvous closed" "$T/k0.err")" = 1 ] ||
+    fail "preflight kill: machine 0 did not name it exactly once"
+grep -q STARTED "$T/k0.out" "$T/k1.out" && fail "preflight kill: a process started"
+echo "ok: SIGKILL to machine 1 during --preflight: its probes die with it, machine 0 names it" \
+    "in $t s"
 
 port=$("$FREE")
 Q=(--num_machines 2 -n 2 --main_process_port "$port" --rdzv_conf timeout=20)

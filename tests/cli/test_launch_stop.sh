@@ -8,6 +8,9 @@
 #  2. Two machines x 1 process (gloo), machine 0's rank stops itself: machine 1's rank times out
 #     and fails first, and machine 0's launcher, which reports that failure, also names its own
 #     stopped rank (it used to say only "rank 1 on machine 1 failed"). Nothing is left.
+#     b. Machine 1's rank stops itself: machine 0's last line names it ("machine 0: on machine
+#        1, rank 1 (pid P) is stopped (SIGSTOP) for ..."), published by machine 1's launcher;
+#        only machine 1's launcher used to name it.
 #  3. A stop signal after the processes ended, which used to end the launcher silently with the
 #     default action; now it says so and exits 128 + the signal:
 #     a. one machine, --max_restarts 1 --monitor_interval 60: SIGTERM in the pause between
@@ -72,6 +75,23 @@ p=$(stopped_pid "$T/m0.err" 0)
 [ -n "$p" ] || fail "2: machine 0's launcher did not name its stopped rank 0"
 alive "$p" && fail "2: the stopped rank (pid $p) outlived its launcher"
 echo "ok: two machines: machine 0 names its stopped rank (pid $p) besides rank 1's failure"
+# The same, machine 1's rank stopped: rank 0 fails first, and machine 0's last line names
+# machine 1's stopped rank, which machine 1's launcher published.
+port=$("$FREE")
+K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
+    --rdzv_conf timeout=20)
+for m in 0 1; do
+    ACCEL_TIMEOUT=2 ACCEL_BACKEND=gloo bg "n$m" timeout -k 5 60 "$ACCEL" launch "${K[@]}" \
+        --machine_rank "$m" "${AR[@]}" --stop-rank 1 --die-after 3
+done
+finish n0
+finish n1
+[ "$rc_n0" = 1 ] && [ "$rc_n1" = 1 ] || fail "2b: the launchers exited $rc_n0, $rc_n1"
+p=$(stopped_pid "$T/n1.err" 1)
+[ -n "$p" ] || fail "2b: machine 1's launcher did not name its stopped rank 1"
+tail -n 1 "$T/n0.err" | grep -q "^accel launch: machine 0: on machine 1, rank 1 (pid $p) is" \
+    || fail "2b: machine 0's last line does not name machine 1's stopped rank 1 (pid $p)"
+echo "ok: two machines: machine 0's last line names machine 1's stopped rank (pid $p)"
 # ---- 3. a stop signal after the processes ended ----
 # The launchers run without `timeout`, which would pass the signal on twice (to its child and
 # to its process group), and a second stop signal ends a launcher at once; each case ends by
