@@ -187,7 +187,6 @@ static void stop_all(job *j, int sig)
         return;
     }
     j->stopping = 1;
-    say_stopped(j);
     signal_all(j, sig);
     /* A stopped process (SIGSTOP, a debugger's ^Z) only acts on SIGTERM once continued. */
     signal_all(j, SIGCONT);
@@ -199,6 +198,9 @@ static void stop_all(job *j, int sig)
         j->kill_at.tv_sec++;
         j->kill_at.tv_nsec -= 1000000000L;
     }
+    /* After the signals: publishing the line to machine 0 is a store call (up to 5 s when
+     * machine 0's launcher is stuck), which must not hold back the job's teardown. */
+    say_stopped(j);
 }
 
 static void reap(job *j)
