@@ -60,6 +60,18 @@ void launch_rdzv__on_stopped(void *arg, const char *what)
     (void)accel__store_set(r->st, key, r->stopped_ranks, strlen(r->stopped_ranks));
 }
 
+/* Whether machine m published the end of this attempt (done or stopped). */
+static int ended(launch_rdzv *r, int m)
+{
+    char key[64];
+    attempt_key(r, key, sizeof(key), "done", m);
+    if (launch_rdzv__has_key(r, key)) {
+        return 1;
+    }
+    attempt_key(r, key, sizeof(key), "stopped", m);
+    return launch_rdzv__has_key(r, key);
+}
+
 /* Machine 0: 0, or the exit status after publishing that machine m's launcher is gone, said
  * in r->gone too: the first failure wins, and a rank here that saw machine m's ranks die with
  * their launcher has often published its own before, so launch_rdzv_finish names it last.
@@ -68,14 +80,10 @@ void launch_rdzv__on_stopped(void *arg, const char *what)
 static int check_heartbeats(launch_rdzv *r, double now)
 {
     for (int m = 1; m < r->s->num_machines; m++) {
-        char key[64];
         if (r->finished[m]) {
             continue;
         }
-        attempt_key(r, key, sizeof(key), "done", m);
-        int done = launch_rdzv__has_key(r, key);
-        attempt_key(r, key, sizeof(key), "stopped", m);
-        if (done || launch_rdzv__has_key(r, key)) {
+        if (ended(r, m)) {
             r->finished[m] = 1;
             continue;
         }
@@ -140,12 +148,8 @@ static int all_finished(launch_rdzv *r, char *missing, size_t cap)
     size_t len = 0;
     missing[0] = '\0';
     for (int m = 0; m < r->s->num_machines; m++) {
-        char key[64];
         if (!r->finished[m]) {
-            attempt_key(r, key, sizeof(key), "done", m);
-            int done = launch_rdzv__has_key(r, key);
-            attempt_key(r, key, sizeof(key), "stopped", m);
-            r->finished[m] = done || launch_rdzv__has_key(r, key);
+            r->finished[m] = ended(r, m);
         }
         if (!r->finished[m] && len < cap) {
             len += (size_t)snprintf(missing + len, cap - len, "%s%d", len ? ", " : "", m);
