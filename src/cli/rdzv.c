@@ -422,9 +422,10 @@ int launch_rdzv_join(const launch_settings *s, launch_rdzv **out)
         return 1;
     }
     r->s = s;
-    r->watch =
-        (launch_watch){.tick = launch_rdzv__tick, .on_failure = launch_rdzv__on_failure,
-                       .on_stopped = launch_rdzv__on_stopped, .arg = r};
+    r->watch = (launch_watch){.tick = launch_rdzv__tick,
+                              .on_failure = launch_rdzv__on_failure,
+                              .on_stopped = launch_rdzv__on_stopped,
+                              .arg = r};
     if (gethostname(r->host, sizeof(r->host)) != 0) {
         r->host[0] = '\0';
     }

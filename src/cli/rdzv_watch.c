@@ -54,8 +54,7 @@ void launch_rdzv__on_stopped(void *arg, const char *what)
     if (r->s->machine_rank == 0 || len + 2 >= sizeof(r->stopped_ranks)) {
         return; /* machine 0 printed it itself; or the line is full: the first ones are named */
     }
-    snprintf(r->stopped_ranks + len, sizeof(r->stopped_ranks) - len, "%s%s", len ? "; " : "",
-             what);
+    snprintf(r->stopped_ranks + len, sizeof(r->stopped_ranks) - len, "%s%s", len ? "; " : "", what);
     attempt_key(r, key, sizeof(key), "stopped_rank", r->s->machine_rank);
     (void)accel__store_set(r->st, key, r->stopped_ranks, strlen(r->stopped_ranks));
 }

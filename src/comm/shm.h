@@ -116,7 +116,7 @@ typedef struct accel__shm {
     /* ACCEL_SHM_ZEROCOPY_NBYTES: in-place messages larger than this whose buffers lie in one
      * symmetric allocation at the same offset everywhere skip the data slots. */
     size_t zc_nbytes;
-    char name[160]; /* "/accel-<euid>-<job key>"; a split's: the world's + "-c<nonce>" */
+    char name[160];      /* "/accel-<euid>-<job key>"; a split's: the world's + "-c<nonce>" */
     char root_name[160]; /* the world communicator's name: its children's prefix */
 
     void *base;

@@ -2,8 +2,8 @@
  * Launcher test helper: prints the process layout the launcher gave it, one "key=value" line
  * per variable, then exits with --code C when its RANK equals --fail-rank R (else 0). Uses no
  * accel API, so it runs before any communication backend exists. With --fail-until K it fails
- * only while ACCEL_RESTART_COUNT is below K (accel launch --max_restarts). With --leak-shm it creates
- * /dev/shm/accel-<uid>-<ACCEL_JOB_ID>-leak<RANK> and leaves it, as a SIGKILLed shm backend
+ * only while ACCEL_RESTART_COUNT is below K (accel launch --max_restarts). With --leak-shm it
+ * creates /dev/shm/accel-<uid>-<ACCEL_JOB_ID>-leak<RANK> and leaves it, as a SIGKILLed shm backend
  * would, for the launcher's teardown to remove.
  *   rank_info [--fail-rank R] [--code C] [--fail-until K] [--leak-shm] [marker...]
  */

@@ -30,8 +30,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "base/base.h"
+#include "check.h"
 #include "comm/shm.h"
 #include "comm/store.h"
 #include "comm/store_wire.h"

@@ -29,8 +29,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "base/base.h"
+#include "check.h"
 #include "comm/store.h"
 #ifdef ACCEL_HAVE_GLOO
 #include "comm/gloo/gloo.h"

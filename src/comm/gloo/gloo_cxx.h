@@ -25,9 +25,9 @@ typedef struct accel__gloo_ctx accel__gloo_ctx;
 
 typedef struct accel__gloo_err {
     char msg[400];
-    int peer;    /* the rank at the other end of the failed connection, or -1; after
-                  * accel__gloo_connect timed out: the rank whose record never came, or -1 */
-    int timeout; /* 1: a wait passed its deadline (else the connection failed) */
+    int peer;        /* the rank at the other end of the failed connection, or -1; after
+                      * accel__gloo_connect timed out: the rank whose record never came, or -1 */
+    int timeout;     /* 1: a wait passed its deadline (else the connection failed) */
     int unconnected; /* accel__gloo_connect: peer's record came, but not its connection */
 } accel__gloo_err;
 
