@@ -236,8 +236,8 @@ static char *input(accel_dtype dt, int r, size_t count)
 }
 
 /* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1, or over a network) reduces an
- * f32 / f64 allreduce or reduce of at least 256 KiB (a reduce_scatter of as much input) on 3 or
- * more processes, and below 1 MiB on 2, in ring order: chunk c (accel__chunk_range) combined from
+ * f32 / f64 allreduce or reduce of at least 256 KiB (a reduce_scatter of as much input) in ring
+ * order: chunk c (accel__chunk_range) combined from
  * process c + 1 round to process c (docs/comm.md). ACCEL_TEST_RING=0: the same cases (ring_cases:
  * F64 sampled too) held to rank order, as gloo with ACCEL_GLOO_RING=0 computes them. */
 static int ring_order, ring_cases;
@@ -245,8 +245,8 @@ static int ring_order, ring_cases;
 static int in_ring_order(accel__coll_kind kind, accel_dtype dt, accel_dtype wire, size_t count)
 {
     const size_t nbytes = count * accel_dtype_nbytes(dt);
-    return ring_order && (n_ranks >= 3 || (n_ranks == 2 && nbytes < ((size_t)1 << 20))) &&
-           wire == ACCEL_F32 && (dt == ACCEL_F32 || dt == ACCEL_F64) &&
+    return ring_order && n_ranks >= 2 && wire == ACCEL_F32 &&
+           (dt == ACCEL_F32 || dt == ACCEL_F64) &&
            (kind == ACCEL__COLL_ALLREDUCE || kind == ACCEL__COLL_REDUCE ||
             kind == ACCEL__COLL_REDUCE_SCATTER) &&
            nbytes >= ((size_t)256 << 10);

@@ -1,7 +1,7 @@
 /*
  * gloo's ring: f32 / f64 allreduces and reduces of RING_NBYTES or more, reduce_scatters and
- * allgathers of as much in all, on three or more ranks over a network, and on two below 1 MiB
- * (gloo_coll.c runs every other call).
+ * allgathers of as much in all, on two or more ranks over a network (gloo_coll.c runs every
+ * other call).
  *
  * Over a network, ranks that each send to every other (gloo_coll.c's schedules, or the
  * envelopes' exchange) move what a ring moves, yet at 4 x 1 over the emulated 1 Gbit/s network
@@ -13,7 +13,7 @@
  * order"), then goes round once more so that every rank has it. Deterministic, but not the rank
  * order of the other paths and backends. The 16-bit dtypes keep the rank-order paths: combined
  * in fp32 and rounded once, their partial results would cross the wire in fp32, twice their
- * bytes. Each chunk goes round in at least RING_MIN_SEGS segments (PAIR_MIN_SEGS on two ranks),
+ * bytes. Each chunk goes round in at least RING_MIN_SEGS segments (on two ranks, ring_seg's),
  * so that one segment's step overlaps the next's (4 x 1 at 256 KiB over the emulated 1 Gbit/s
  * network, against Gloo's ring: whole chunks 0.53-0.64; 4 segments 0.79-0.86, 2 segments, Gloo's
  * own choice, 0.86-1.03 since the first step's sends go before the other receives are posted;
@@ -37,16 +37,18 @@
 #include "gloo_impl.h"
 
 #define RING_NBYTES ((size_t)256 << 10)
-/* On two ranks a ring is one step each way, as are gloo_coll.c's other paths: over the emulated
- * 1 Gbit/s network it beat the envelopes' exchange at 256 KiB (2.6-3.3 ms against 3.4-4.5) but
- * lost to the pipelined path's 1 MiB segments at 4 MiB (52 ms against 50), so from 1 MiB two
- * ranks keep that path (docs/performance.md, tenth pass). */
-#define PAIR_RING_MAX_NBYTES ((size_t)1 << 20)
 #define RING_SEG_NBYTES ((size_t)256 << 10)
 #define RING_MIN_SEGS 2 /* a chunk's segments at least, on 3 or more ranks */
-#define PAIR_MIN_SEGS 4 /* on 2 ranks */
-#define EARLY_NBYTES RING_SEG_NBYTES
-#define EARLY_KEY ((uint32_t)1 << 31) /* + segment: the first step's early segments */
+/* On two ranks a ring is one step each way, as are gloo_coll.c's other paths, but its first step
+ * overlaps the call check: over the emulated 1 Gbit/s network it beat the envelopes' exchange at
+ * 256 KiB (2.6-3.3 ms against 3.4-4.5) and, in segments of up to 1 MiB (Gloo's own ring's
+ * largest), 4 a chunk below 512 KiB chunks and 2 from there, the pipelined path from 1 MiB too
+ * (docs/performance.md, tenth and thirteenth passes). */
+#define PAIR_SEG_NBYTES ((size_t)1 << 20)
+#define PAIR_MIN_SEGS 4
+#define PAIR_FEW_SEGS_NBYTES ((size_t)512 << 10) /* chunks from here: 2 segments at least */
+#define EARLY_NBYTES PAIR_SEG_NBYTES             /* the largest segment of either */
+#define EARLY_KEY ((uint32_t)1 << 31)            /* + segment: the first step's early segments */
 
 int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
 {
@@ -55,8 +57,7 @@ int accel__gloo_rings(const accel__gloo *e, const accel__coll_decl *d)
                           (d->kind == ACCEL__COLL_ALLGATHER || d->kind == ACCEL__COLL_REDUCE_SCATTER
                                ? (size_t)e->n_ranks
                                : 1); /* in all, or of input */
-    if (!e->ring || e->n_ranks < 2 || nbytes < RING_NBYTES ||
-        (e->n_ranks == 2 && nbytes >= PAIR_RING_MAX_NBYTES)) {
+    if (!e->ring || e->n_ranks < 2 || nbytes < RING_NBYTES) {
         return 0;
     }
     return d->kind == ACCEL__COLL_ALLGATHER || /* any dtype: nothing is combined */
@@ -78,13 +79,18 @@ static void ring_chunk_range(const accel__coll_decl *d, int n, int c, size_t *of
 }
 
 /* Segment length (elements) of a ring call declared d on n ranks: at least RING_MIN_SEGS a chunk
- * (on 2, PAIR_MIN_SEGS), at most ACCEL__GLOO_MAX_SEGS, else RING_SEG_NBYTES. */
+ * (on 2, PAIR_MIN_SEGS, or 2 from PAIR_FEW_SEGS_NBYTES), at most ACCEL__GLOO_MAX_SEGS, else
+ * RING_SEG_NBYTES (on 2, PAIR_SEG_NBYTES). */
 static size_t ring_seg(const accel__coll_decl *d, int n)
 {
     const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
     size_t off = 0, per = 0; /* chunk 0 is the largest */
     ring_chunk_range(d, n, 0, &off, &per);
-    return seg_size(per, RING_SEG_NBYTES / es, n > 2 ? RING_MIN_SEGS : PAIR_MIN_SEGS);
+    if (n > 2) {
+        return seg_size(per, RING_SEG_NBYTES / es, RING_MIN_SEGS);
+    }
+    return seg_size(per, PAIR_SEG_NBYTES / es,
+                    per * es >= PAIR_FEW_SEGS_NBYTES ? 2 : PAIR_MIN_SEGS);
 }
 
 /* How many segments of chunk c a member whose call is declared d sends (and its right
