@@ -65,8 +65,8 @@ static const accel__env_var env_table[] = {
     {"GLOO_SOCKET_IFNAME", ACCEL__ENV_STRING, NULL,
      "gloo, hier: PyTorch's name for ACCEL_SOCKET_IFNAME (which wins when both are set)"},
     {"ACCEL_GLOO_RING", ACCEL__ENV_STRING, "auto",
-     "gloo: f32/f64 allreduces and reduces of 256 KiB or more run "
-     "as a ring (each chunk combined from the next rank round to its owner: not shm's bits), and "
+     "gloo: f32/f64 allreduces and reduces of 256 KiB or more run as a ring (each chunk "
+     "combined from the next rank round to its owner: not shm's bits), and "
      "reduce_scatters and allgathers of 256 KiB or more in all; auto: when some process has a "
      "peer on another host, 1: also on one host, 0: never (rank order)"},
     {"ACCEL_ZERO_STAGE", ACCEL__ENV_INT, "0",

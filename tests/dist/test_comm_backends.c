@@ -237,8 +237,8 @@ static char *input(accel_dtype dt, int r, size_t count)
 
 /* ACCEL_TEST_RING=1: the backend (gloo with ACCEL_GLOO_RING=1, or over a network) reduces an
  * f32 / f64 allreduce or reduce of at least 256 KiB (a reduce_scatter of as much input) in ring
- * order: chunk c (accel__chunk_range) combined from
- * process c + 1 round to process c (docs/comm.md). ACCEL_TEST_RING=0: the same cases (ring_cases:
+ * order: chunk c (accel__chunk_range) combined from process c + 1 round to process c
+ * (docs/comm.md). ACCEL_TEST_RING=0: the same cases (ring_cases:
  * F64 sampled too) held to rank order, as gloo with ACCEL_GLOO_RING=0 computes them. */
 static int ring_order, ring_cases;
 

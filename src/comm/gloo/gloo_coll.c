@@ -8,8 +8,8 @@
  * one host, as point-to-point messages in segments on a ring-like schedule: pipelined() below),
  * reduce_scatter keeps them. That moves what a ring moves (2 (n-1)/n of the message per rank)
  * and gives results bit-identical to every other backend; except that over a network, f32 / f64
- * allreduces and reduces from 256 KiB run as a ring of our own, in
- * ring order (gloo_ring.c; ACCEL_GLOO_RING). Every call begins with one exchange of envelopes
+ * allreduces and reduces from 256 KiB run as a ring of our own, in ring order (gloo_ring.c;
+ * ACCEL_GLOO_RING). Every call begins with one exchange of envelopes
  * declaring it (accel__gloo_envelopes_post below), which checks that every member makes the same
  * call, serves as the barrier, and carries a small allreduce's inputs (all together <= 64 KiB:
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
