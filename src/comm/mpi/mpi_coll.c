@@ -49,9 +49,10 @@
 #define TAG(m, msg) ((m)->call_tag | ACCEL__MPI_MSG_##msg)
 /* Bytes per message of the pipelined path: large enough that per-message costs (a few us)
  * stay small against the copy, small enough that a segment of every input fits in cache.
- * (128 KiB gave 0.89-0.98 of MPI_Allreduce at 1 MiB on 2 processes, 256 KiB 0.94-1.08:
- * docs/performance.md.) */
-#define SEG_NBYTES ((size_t)256 << 10)
+ * (128 KiB gave 0.89-0.98 of MPI_Allreduce at 1 MiB on 2 processes, 256 KiB 0.94-1.08; on a
+ * later machine 256 KiB gave 0.87-0.96 at 2 MiB and 0.80-1.01 at 4 MiB, 512 KiB 0.97-1.13 and
+ * 0.84-0.98, 4 processes alike: docs/performance.md, thirteenth pass.) */
+#define SEG_NBYTES ((size_t)512 << 10)
 
 /* n_req null requests (and peers -1) in the endpoint's grow-only arrays (the statuses' too),
  * or NULL (ENOMEM). */
