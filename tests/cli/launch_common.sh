@@ -11,6 +11,9 @@
 #                       pid_NAME and $pids
 #   finish NAME         waits for bg NAME; its exit status in rc_NAME
 #   now, elapsed T0     the time in seconds, and the seconds since T0 (a `now`)
+#   await FILE PATTERN [S]
+#                       waits (at most S seconds, default 20) until FILE has a line matching
+#                       PATTERN; 1 if none came
 has() { local f=$1; shift; grep -q -- "$*" "$f"; }
 scratch() {
     T=$(mktemp -d)
@@ -39,3 +42,10 @@ finish() {
 }
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
+await() {
+    for _ in $(seq 1 $((${3:-20} * 20))); do
+        grep -q -- "$2" "$1" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}

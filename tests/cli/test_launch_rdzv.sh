@@ -46,7 +46,7 @@ B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel
 FREE=$B/tests/progs/free_port
 [ -x "$ACCEL" ] && [ -x "$FREE" ] || { echo "missing build outputs"; exit 1; }
-source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed, await
 scratch
 PROG=(/bin/sh -c 'echo "STARTED RANK=$RANK"')
 
@@ -55,14 +55,6 @@ start() {
     local name=$1 m=$2
     shift 2
     bg "$name" "$ACCEL" launch --main_process_ip 127.0.0.1 --machine_rank "$m" "$@"
-}
-# await FILE PATTERN: waits (at most 20 s) until FILE has a line matching PATTERN.
-await() {
-    for _ in $(seq 1 400); do
-        grep -q -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
 }
 
 # ---- 4b, in the background while 1-4a run: SIGINT to machine 1 waiting in a job of 3 ----

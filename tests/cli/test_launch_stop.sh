@@ -35,7 +35,7 @@ ACCEL=$B/accel
 FREE=$B/tests/progs/free_port
 AR=("$B/tests/progs/allreduce_loop" --iters 100000000 --count 1000)
 [ -x "$ACCEL" ] && [ -x "$FREE" ] && [ -x "${AR[0]}" ] || { echo "missing build outputs"; exit 1; }
-source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed
+source "$(dirname "$0")/launch_common.sh" # has, scratch, fail, bg, finish, now, elapsed, await
 scratch
 
 # A process is alive when /proc has it and it is not a zombie.
@@ -60,15 +60,20 @@ alive "$p" && fail "1: the stopped rank (pid $p) outlived its launcher"
 echo "ok: one machine: the launcher names its stopped rank (pid $p), which is gone"
 
 # ---- 2. two machines: the first failure is the other machine's rank ----
-port=$("$FREE")
-K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
-    --rdzv_conf timeout=20)
-for m in 0 1; do
-    ACCEL_TIMEOUT=2 ACCEL_BACKEND=gloo bg "m$m" timeout -k 5 60 "$ACCEL" launch "${K[@]}" \
-        --machine_rank "$m" "${AR[@]}" --stop-rank 0 --die-after 3
-done
-finish m0
-finish m1
+# two_machines NAME RANK: machines 0 and 1 (bg NAME0, NAME1, both finished), one process each,
+# rank RANK stopping itself and the other dying after 3 s.
+two_machines() {
+    local port m
+    port=$("$FREE")
+    for m in 0 1; do
+        ACCEL_TIMEOUT=2 ACCEL_BACKEND=gloo bg "$1$m" timeout -k 5 60 "$ACCEL" launch \
+            --main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2 \
+            --rdzv_conf timeout=20 --machine_rank "$m" "${AR[@]}" --stop-rank "$2" --die-after 3
+    done
+    finish "${1}0"
+    finish "${1}1"
+}
+two_machines m 0
 [ "$rc_m0" = 1 ] && [ "$rc_m1" = 1 ] || fail "2: the launchers exited $rc_m0, $rc_m1"
 has "$T/m0.err" "stopping: rank 1 on machine 1" || fail "2: machine 0 did not report rank 1"
 p=$(stopped_pid "$T/m0.err" 0)
@@ -77,15 +82,7 @@ alive "$p" && fail "2: the stopped rank (pid $p) outlived its launcher"
 echo "ok: two machines: machine 0 names its stopped rank (pid $p) besides rank 1's failure"
 # The same, machine 1's rank stopped: rank 0 fails first, and machine 0's last line names
 # machine 1's stopped rank, which machine 1's launcher published.
-port=$("$FREE")
-K=(--main_process_ip 127.0.0.1 --main_process_port "$port" --num_machines 2 -n 2
-    --rdzv_conf timeout=20)
-for m in 0 1; do
-    ACCEL_TIMEOUT=2 ACCEL_BACKEND=gloo bg "n$m" timeout -k 5 60 "$ACCEL" launch "${K[@]}" \
-        --machine_rank "$m" "${AR[@]}" --stop-rank 1 --die-after 3
-done
-finish n0
-finish n1
+two_machines n 1
 [ "$rc_n0" = 1 ] && [ "$rc_n1" = 1 ] || fail "2b: the launchers exited $rc_n0, $rc_n1"
 p=$(stopped_pid "$T/n1.err" 1)
 [ -n "$p" ] || fail "2b: machine 1's launcher did not name its stopped rank 1"
@@ -96,18 +93,10 @@ echo "ok: two machines: machine 0's last line names machine 1's stopped rank (pi
 # The launchers run without `timeout`, which would pass the signal on twice (to its child and
 # to its process group), and a second stop signal ends a launcher at once; each case ends by
 # itself within about 60 s (sleep 60, --monitor_interval 60) when the launcher does not stop.
-# await FILE PATTERN: waits (at most 30 s) until FILE has a line matching PATTERN.
-await() {
-    for _ in $(seq 1 600); do
-        grep -q -- "$2" "$1" 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
 # a. one machine, in the pause between restarts
 bg p "$ACCEL" launch -n 1 --max_restarts 1 --monitor_interval 60 \
     /bin/sh -c 'exit 3'
-await "$T/p.err" "restarting all 1 processes" || fail "3a: no restart line"
+await "$T/p.err" "restarting all 1 processes" 30 || fail "3a: no restart line"
 kill -TERM "$pid_p"
 finish p
 [ "$rc_p" = 143 ] || fail "3a: the launcher exited $rc_p, expected 143"
@@ -123,7 +112,7 @@ PR=(/bin/sh -c 'if [ "$RANK" = 1 ]; then exec sleep 60; fi')
 for m in 0 1; do
     bg "w$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" "${PR[@]}"
 done
-await "$T/w0.err" "machine 0: waiting for machine(s) 1 to finish" ||
+await "$T/w0.err" "machine 0: waiting for machine(s) 1 to finish" 30 ||
     fail "3b: machine 0 did not wait"
 kill -TERM "$pid_w0"
 finish w0
@@ -147,7 +136,7 @@ PR=(/bin/sh -c 'if [ "$RANK" = 1 ]; then exit 3; fi; exec sleep 60')
 for m in 0 1; do
     bg "r$m" "$ACCEL" launch "${K[@]}" --machine_rank "$m" "${PR[@]}"
 done
-await "$T/r1.err" "restarting the job on all 2 machines" || fail "3c: machine 1 did not restart"
+await "$T/r1.err" "restarting the job on all 2 machines" 30 || fail "3c: machine 1 did not restart"
 kill -TERM "$pid_r1"
 t0=$(now)
 finish r1
@@ -172,7 +161,7 @@ for v in k s; do
     done
 done
 for v in k s; do
-    await "$T/${v}1.err" "rendezvous: machine 1 of 2" ||
+    await "$T/${v}1.err" "rendezvous: machine 1 of 2" 30 ||
         fail "4$v: machine 1 did not meet machine 0"
 done
 kill -KILL "$pid_k1"

@@ -73,6 +73,18 @@ static void connect_never(void)
     accel__store_close(st);
 }
 
+/* Member `rank` of n_ranks of a gloo communicator whose store is at 127.0.0.1:port. */
+static accel__comm_config member_config(int rank, int n_ranks, int port)
+{
+    return (accel__comm_config){.backend = "gloo",
+                                .rank = rank,
+                                .n_ranks = n_ranks,
+                                .local_n_ranks = 1,
+                                .master_addr = "127.0.0.1",
+                                .master_port = port,
+                                .timeout_s = CHECK_TIMEOUT_S};
+}
+
 /* A child, rank `rank` of n_ranks under `prefix` in the store at the port it reads from fd:
  * with `stops`, connects (accel__gloo_connect) and then stops before the connection check;
  * else opens the communicator whole (accel__gloo_open), failing as it may, and exits. Returns
@@ -91,13 +103,7 @@ static pid_t start_member(const char *prefix, int rank, int n_ranks, int stops, 
             _exit(1);
         }
         if (!stops) {
-            accel__comm_config cfg = {.backend = "gloo",
-                                      .rank = rank,
-                                      .n_ranks = n_ranks,
-                                      .local_n_ranks = 1,
-                                      .master_addr = "127.0.0.1",
-                                      .master_port = port,
-                                      .timeout_s = CHECK_TIMEOUT_S};
+            accel__comm_config cfg = member_config(rank, n_ranks, port);
             accel__gloo *e = NULL;
             _exit(accel__gloo_open(&e, &cfg, prefix, 0, NULL) == ACCEL_OK ? 0 : 1);
         }
@@ -146,13 +152,7 @@ static void check_stopped(const char *prefix, const char *kinds, const char *pla
         CHECK(write(to_child[q], &port, sizeof(port)) == (ssize_t)sizeof(port));
         close(to_child[q]);
     }
-    accel__comm_config cfg = {.backend = "gloo",
-                              .rank = 0,
-                              .n_ranks = n_ranks,
-                              .local_n_ranks = 1,
-                              .master_addr = "127.0.0.1",
-                              .master_port = port,
-                              .timeout_s = CHECK_TIMEOUT_S};
+    accel__comm_config cfg = member_config(0, n_ranks, port);
     accel__gloo *e = NULL;
     const double t0 = accel__now();
     accel_status s = accel__gloo_open(&e, &cfg, prefix, 0, NULL);
