@@ -449,6 +449,7 @@ static accel_status endpoint_new(MPI_Comm comm, const accel__comm_config *cfg, a
     m->debug = cfg->debug;
     MPI_Comm_rank(comm, &m->rank);
     MPI_Comm_size(comm, &m->n_ranks);
+    m->one_node = cfg->local_n_ranks == m->n_ranks;
     const size_t n = (size_t)m->n_ranks;
     m->abort_tx = accel__malloc(n * sizeof(*m->abort_tx));
     m->counts = accel__calloc(n, sizeof(int));

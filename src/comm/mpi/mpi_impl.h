@@ -36,6 +36,7 @@ typedef struct accel__mpi {
     MPI_Comm comm; /* the collectives: a private copy, never the program's MPI_COMM_WORLD */
     MPI_Comm ctl;  /* abort notices, so they never match a collective's messages */
     int rank, n_ranks;
+    int one_node; /* every process on one machine (the job's layout): a message is one copy */
     double timeout_s;
     double prev_enter; /* when this process entered its previous collective (or made this one) */
     accel__log_ctx log;
