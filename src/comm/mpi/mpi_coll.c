@@ -373,9 +373,11 @@ static accel_status reduce_scatter(accel__mpi *m, const accel__coll *op)
  * round of messages: every process sends its block to every other and receives theirs in place
  * (an allgather; MPI's MPI_Iallgather ran at a third to a half of MPI_Allgather's speed). With
  * root >= 0, root holds every block already: it receives nothing, and nobody sends to it (the
- * second step of a broadcast). `mine` is this process's block (may be its place in buf). When
- * `copy` is not NULL, its `copy_nbytes` bytes are copied to `copy_to` once the messages are
- * posted, while peers read them (this process's own block into its place).
+ * second step of a broadcast). `mine` is where this process's block comes from: its place in
+ * buf, or the caller's input, which is then copied into its place once the messages are posted,
+ * while peers read them. Peers reading (process_vm_readv, Open MPI's shared-memory transport) a
+ * copy this process had just written took 3-4 times MPI_Allgather's time at 256 KiB-4 MiB in
+ * most runs (0.21-0.30 of it; from the input 0.94-1.05).
  *
  * A process that only sends in a call (here a broadcast's root, a reduce's and a gather's
  * other processes) sends synchronously (MPI_Issend: complete once the receive matched): an
@@ -383,10 +385,10 @@ static accel_status reduce_scatter(accel__mpi *m, const accel__coll *op)
  * the same way would take that stale message. Every other process receives in every call, so
  * it cannot finish one that its peers did not make. */
 static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, const char *mine,
-                                    char *buf, int root, void *copy_to, const void *copy,
-                                    size_t copy_nbytes)
+                                    char *buf, int root)
 {
     const int n = m->n_ranks, me = m->rank;
+    char *place = buf + (size_t)m->displs[me] * es;
     int k = 0, rc = MPI_SUCCESS;
     accel__mpi_lock();
     for (int i = 1; i < n && rc == MPI_SUCCESS && me != root; i++) {
@@ -406,28 +408,23 @@ static accel_status exchange_blocks(accel__mpi *m, MPI_Datatype t, size_t es, co
         }
     }
     accel__mpi_unlock();
-    if (copy != NULL && rc == MPI_SUCCESS) {
-        memcpy(copy_to, copy, copy_nbytes);
+    if (mine != place && rc == MPI_SUCCESS) {
+        memcpy(place, mine, (size_t)m->counts[me] * es);
     }
     /* What was posted completes before its buffers go, even when a later post failed. */
     accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "exchange step");
     return rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "exchange step") : st;
 }
 
-/* The block goes out from send, and its copy into recv is made while peers read it: peers
- * reading (process_vm_readv, Open MPI's shared-memory transport) the copy this process had just
- * written took 3-4 times MPI_Allgather's time at 256 KiB-4 MiB in most runs (0.21-0.30 of it;
- * from send 0.94-1.05). */
+/* The block goes out from send (exchange_blocks copies it into recv while peers read it). */
 static accel_status allgather(accel__mpi *m, const accel__coll *op)
 {
-    const size_t es = accel_dtype_nbytes(op->dtype), nb = op->count * es;
-    char *mine = (char *)op->recv + (size_t)m->rank * nb;
+    const size_t es = accel_dtype_nbytes(op->dtype);
     for (int q = 0; q < m->n_ranks; q++) {
         m->counts[q] = (int)op->count;
         m->displs[q] = (int)((size_t)q * op->count);
     }
-    return exchange_blocks(m, accel__mpi_type(op->dtype), es, op->send, op->recv, -1, mine,
-                           (const char *)op->send != mine ? op->send : NULL, nb);
+    return exchange_blocks(m, accel__mpi_type(op->dtype), es, op->send, op->recv, -1);
 }
 
 /* Broadcast of one slice: small messages, two processes, and every process on one machine, the
@@ -436,14 +433,13 @@ static accel_status allgather(accel__mpi *m, const accel__coll *op)
  * the message once, not once per process). On one machine every receiver copies the message
  * from the root's buffer itself (process_vm_readv), all at once: flat took 0.4-0.45 of the
  * scatter's time at 256 KiB-4 MiB on 4 processes. The root sends from send and copies it into
- * recv while the first messages travel (see allgather()). */
+ * recv while the first messages travel (see exchange_blocks()). */
 static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const char *send,
                                     char *recv, size_t count)
 {
     const int n = m->n_ranks, me = m->rank, root = op->root;
     const size_t es = accel_dtype_nbytes(op->dtype), nb = count * es;
     const MPI_Datatype t = accel__mpi_type(op->dtype);
-    const void *copy = me == root && send != recv ? send : NULL;
     const int flat = n == 2 || m->one_node || nb * (size_t)(n - 1) <= DIRECT_NBYTES;
     for (int q = 0; q < n; q++) {
         size_t off, cnt;
@@ -468,15 +464,15 @@ static accel_status broadcast_slice(accel__mpi *m, const accel__coll *op, const 
             }
         }
         accel__mpi_unlock();
-        if (copy != NULL && rc == MPI_SUCCESS) {
-            memcpy(recv, copy, nb);
+        if (me == root && send != recv && rc == MPI_SUCCESS) {
+            memcpy(recv, send, nb);
         }
-        copy = NULL;
         accel_status st = accel__mpi_waitall(m, k, m->reqs, m->req_rx, "scatter step");
         ACCEL_TRY(rc != MPI_SUCCESS ? accel__mpi_fail(m, rc, "scatter step") : st);
     }
-    const char *mine = me == root ? send : recv;
-    return exchange_blocks(m, t, es, mine + (size_t)m->displs[me] * es, recv, root, recv, copy, nb);
+    /* Scattered, the root's recv has its chunk by now. */
+    const char *mine = me == root && flat ? send : recv;
+    return exchange_blocks(m, t, es, mine + (size_t)m->displs[me] * es, recv, root);
 }
 
 /* GATHER: every other process sends its block to the root (synchronously: it only sends). Not
