@@ -5,6 +5,7 @@
 # removal of a job's leftover /dev/shm segments, and, once the shm backend and
 # tests/progs/allreduce_loop exist, a rank SIGKILLed in the middle of an all-reduce.
 # Every launch runs under `timeout` so a broken launcher fails the test instead of hanging it.
+# ACCEL_TEST_LABELS: waits
 set -u
 
 B=${ACCEL_BUILD_DIR:-build}

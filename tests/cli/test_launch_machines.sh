@@ -17,6 +17,7 @@
 #     --max_restarts; --max_restarts restarts every machine together, and gives up together;
 #     torchrun's ROLE_RANK, ROLE_WORLD_SIZE, GROUP_WORLD_SIZE and GROUP_RANK in each rank.
 #  7. --preflight: all hops fine; machine 1's endpoint unreachable: both launchers fail, naming it.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel

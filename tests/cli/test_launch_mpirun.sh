@@ -9,6 +9,7 @@
 #  3. A rank that kills itself (SIGKILL) mid-job: the runtime kills the rest, and the launcher
 #     still names the rank that died first, exiting non-zero.
 # Skips (77) without mpirun. As root, Open MPI needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), set here.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel

@@ -9,6 +9,7 @@
 #     timeout naming that address, and machine 0 fails naming machine rank 1 as missing.
 # Skips (77) where network namespaces cannot be made (not root, no `ip`, a container without
 # CAP_NET_ADMIN).
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel

@@ -41,6 +41,7 @@
 #     0's failure, the first one published, so no launcher ever said machine 1's was gone).
 #     Rank 0 may also still be in its setup when the launcher's loss is noticed: the last line
 #     is the same.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel

@@ -29,6 +29,7 @@
 #        ("stopped answering"). The time is printed, not judged.
 #     b. machine 1's launcher SIGSTOPped keeps its connection: machine 0 still names it from its
 #        heartbeat ("stopped answering (no heartbeat for 5 s)"), the fallback.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 ACCEL=$B/accel

@@ -16,6 +16,7 @@
 #  3. ACCEL_TIMEOUT=1e300 ("as long as it takes") on gloo 2 x 1 and hier 2 x 2: the job runs
 #     (before, the overflowed milliseconds made Gloo refuse it, "Invalid timeout", and hier's
 #     other machine waited forever).
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)

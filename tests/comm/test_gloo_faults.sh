@@ -17,6 +17,7 @@
 #    level fails (its neighbour's gloo failure aborted it) tells its gloo rendezvous too;
 #  - gloo 3 x 1 by hand with process 1 never started: processes 0 and 2 fail at the deadline
 #    with ETIMEDOUT saying that process 1 never arrived, and naming the key it did not set.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -9,6 +9,7 @@
 #     ~4 s; then the stopped one is killed.
 #  3. rank 1 calls exit(7) mid-loop (a normal exit, without accel_free): survivors report EPEER
 #     with "rank 1 (pid P) exited (status 7)", not a death.
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop

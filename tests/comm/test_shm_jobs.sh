@@ -25,6 +25,7 @@
 #  6. A job of 3 whose process 2 never comes (ACCEL_TIMEOUT=2): processes 0 and 1 fail saying
 #     that only 2 of 3 processes attached within 2 s (they said that the store's key
 #     "shm/1/done" was not set within 1.99858 s, what was left of the timeout).
+# ACCEL_TEST_LABELS: waits
 set -u
 B=${ACCEL_BUILD_DIR:?ACCEL_BUILD_DIR must point at the build directory}
 PROG=$B/tests/progs/allreduce_loop
