@@ -177,6 +177,11 @@ int main(void)
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_broadcast(acc, a, a, 10, ACCEL_F32, last ? 1 : 0, NULL),
            "broadcast(count=10, f32, root=0)", "broadcast(count=10, f32, root=1)");
+    /* root, large messages (gloo: each declared root's envelope to the process after it carries
+     * the chain's first segment) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_broadcast(acc, a, a, BIG, ACCEL_F32, last ? 1 : 0, NULL),
+           "broadcast(count=1048576, f32, root=0)", "broadcast(count=1048576, f32, root=1)");
     /* operation */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(last ? accel_barrier(acc, NULL)

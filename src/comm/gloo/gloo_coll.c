@@ -15,8 +15,8 @@
  * one round trip, every rank reducing them in rank order) or, for a reduction whose blocks are
  * at most 256 KiB, block r to rank r (fused() below). Reduce is the allreduce, kept at the
  * root; an allgather whose blocks fit the envelopes travels in them (allgather_fused() below)
- * unless it rings; a large broadcast is a chain (chain_broadcast() below); the rest are Gloo's
- * own.
+ * unless it rings; a broadcast on two processes, or a large one, is a chain whose first segment
+ * travels in the envelopes (broadcast() below); the rest are Gloo's own.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -266,50 +266,6 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
     return ACCEL_OK;
 }
 
-/* ---- broadcast ---- */
-
-/* Gloo's broadcast is a binomial tree of whole messages: the root sends all of it to log2 n
- * processes in turn, each forwarding it only once it has all of it (at 4 x 1 over the emulated
- * 1 Gbit/s network, 16 MiB took 2.3 times the link's time for the bytes). From
- * CHAIN_NBYTES on 3 or more processes it is a chain instead, root -> root + 1 -> ... ->
- * root - 1, in segments (at least CHAIN_MIN_SEGS, at most CHAIN_SEG_NBYTES unless that makes
- * more than ACCEL__GLOO_MAX_SEGS), each forwarded as soon as it arrives: the message crosses
- * each link once, and the chain costs a segment's time per process beyond the first.
- * Broadcast combines nothing, so every path gives the same bytes. */
-#define CHAIN_NBYTES ((size_t)256 << 10)
-#define CHAIN_SEG_NBYTES ((size_t)256 << 10)
-#define CHAIN_MIN_SEGS 2
-
-static accel_status chain_broadcast(accel__gloo *e, char *buf, size_t nb, int root,
-                                    const char *what)
-{
-    const int n = e->n_ranks, me = e->rank, pos = (me - root + n) % n;
-    const int prev = (me + n - 1) % n, next = (me + 1) % n;
-    const size_t seg = seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS);
-    const size_t n_seg = (nb + seg - 1) / seg;
-    size_t *rx = NULL, *tx = NULL, n_tx = 0;
-    ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * n_seg * sizeof(size_t), (void **)&rx));
-    tx = rx + n_seg;
-    accel__gloo_msgs_begin(e->g);
-    for (size_t k = 0; k < n_seg && pos > 0; k++) { /* every receive first */
-        GLOO_CALL(what, accel__gloo_post, e->g, 0, prev, (uint32_t)k, buf + k * seg,
-                  seg_len(nb, seg, k), &rx[k]);
-    }
-    for (size_t k = 0; k < n_seg; k++) {
-        if (pos > 0) {
-            GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
-        }
-        if (pos < n - 1) {
-            GLOO_CALL(what, accel__gloo_post, e->g, 1, next, (uint32_t)k, buf + k * seg,
-                      seg_len(nb, seg, k), &tx[n_tx++]);
-        }
-    }
-    for (size_t i = 0; i < n_tx; i++) {
-        GLOO_CALL(what, accel__gloo_wait, e->g, tx[i]);
-    }
-    return ACCEL_OK;
-}
-
 /* ---- the envelope: every call's first exchange ---- */
 
 /* Every envelope is received into a buffer of the declaration and this many bytes, whatever the
@@ -433,6 +389,108 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
     ACCEL_TRY(accel__gloo_envelopes_check(e, &env, what, &mismatch));
     *env_out = env.all;
     *stride = env.stride;
+    return ACCEL_OK;
+}
+
+/* ---- broadcast ---- */
+
+/* Gloo's broadcast is a binomial tree of whole messages: the root sends all of it to log2 n
+ * processes in turn, each forwarding it only once it has all of it (at 4 x 1 over the emulated
+ * 1 Gbit/s network, 16 MiB took 2.3 times the link's time for the bytes). From
+ * CHAIN_NBYTES on 3 or more processes it is a chain instead, root -> root + 1 -> ... ->
+ * root - 1, in segments (at least CHAIN_MIN_SEGS, at most CHAIN_SEG_NBYTES unless that makes
+ * more than ACCEL__GLOO_MAX_SEGS), each forwarded as soon as it arrives: the message crosses
+ * each link once, and the chain costs a segment's time per process beyond the first. On two
+ * processes every broadcast is that chain of one hop.
+ *
+ * The chain's first segment travels in the root's envelope to root + 1 (on two processes as much
+ * of the message as an envelope holds), so it crosses while the call is checked instead of after
+ * (the check's round trip, about 1.4 ms over the emulated network, had put a 256 KiB broadcast
+ * on 3-4 processes at 0.69-0.83 of Gloo's own). Envelopes land in buffers of a size fixed by n
+ * (envelope_room), so a mismatched call's fits too. Broadcast combines nothing, so every path
+ * gives the same bytes. */
+#define CHAIN_NBYTES ((size_t)256 << 10)
+#define CHAIN_SEG_NBYTES ((size_t)256 << 10)
+#define CHAIN_MIN_SEGS 2
+
+/* The chain's segment k: segment 0 is `first` bytes (or fewer, nb), the others seg. */
+static size_t chain_off(size_t first, size_t seg, size_t k)
+{
+    return k == 0 ? 0 : first + (k - 1) * seg;
+}
+
+static size_t chain_len(size_t nb, size_t first, size_t seg, size_t k)
+{
+    return k == 0 ? (nb < first ? nb : first) : seg_len(nb - first, seg, k - 1);
+}
+
+/* The chain after the envelopes; segment 0 came in them when `fused` (root + 1 has it, and the
+ * root does not send it again). */
+static accel_status chain_broadcast(accel__gloo *e, char *buf, size_t nb, int root, size_t first,
+                                    size_t seg, int fused, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank, pos = (me - root + n) % n;
+    const int prev = (me + n - 1) % n, next = (me + 1) % n;
+    const size_t n_seg = 1 + (nb > first ? (nb - first + seg - 1) / seg : 0);
+    const size_t k0 = fused && pos <= 1 ? 1 : 0; /* the root's first send, root + 1's receive */
+    size_t *rx = NULL, *tx = NULL, n_tx = 0;
+    ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * n_seg * sizeof(size_t), (void **)&rx));
+    tx = rx + n_seg;
+    accel__gloo_msgs_begin(e->g);
+    for (size_t k = k0; k < n_seg && pos > 0; k++) { /* every receive first */
+        GLOO_CALL(what, accel__gloo_post, e->g, 0, prev, (uint32_t)k,
+                  buf + chain_off(first, seg, k), chain_len(nb, first, seg, k), &rx[k]);
+    }
+    for (size_t k = 0; k < n_seg; k++) {
+        if (pos > 0 && k >= k0) {
+            GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
+        }
+        if (pos < n - 1 && (pos > 0 || k >= k0)) {
+            GLOO_CALL(what, accel__gloo_post, e->g, 1, next, (uint32_t)k,
+                      buf + chain_off(first, seg, k), chain_len(nb, first, seg, k), &tx[n_tx++]);
+        }
+    }
+    for (size_t i = 0; i < n_tx; i++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, tx[i]);
+    }
+    return ACCEL_OK;
+}
+
+static accel_status broadcast(accel__gloo *e, const accel__coll *op, const char *what)
+{
+    const int n = e->n_ranks, me = e->rank, root = op->root, next = (root + 1) % n;
+    const size_t nb = op->count * accel_dtype_nbytes(op->dtype), room = envelope_room(n);
+    const int chain = n == 2 || nb >= CHAIN_NBYTES;
+    size_t seg = nb > 0 ? seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS) : 1;
+    size_t first = n == 2 ? (nb < room ? nb : room) : seg;
+    if (n == 2 && nb > first) {
+        seg = nb - first; /* one hop, nothing to forward: the rest in one message */
+    }
+    const int fused = chain && first > 0 && first <= room;
+    if (!fused) {
+        first = seg;
+    }
+    for (int q = 0; q < n; q++) { /* segment 0 in the root's envelope to root + 1 */
+        e->send_nbytes[q] = 0;
+        e->cnt[q] = q == next && fused ? first : 0;
+    }
+    char *env = NULL;
+    size_t st = 0;
+    ACCEL_TRY(exchange(e, op, what, me == root && fused ? op->send : NULL, 1, e->send_nbytes,
+                       e->cnt, &env, &st));
+    if (me == root && op->send != op->recv && nb > 0) {
+        memcpy(op->recv, op->send, nb);
+    }
+    if (me == next && fused) {
+        memcpy(op->recv, env + (size_t)root * st + sizeof(accel__coll_decl), first);
+    }
+    if (nb == 0) {
+        return ACCEL_OK;
+    }
+    if (chain) {
+        return chain_broadcast(e, op->recv, nb, root, first, seg, fused, what);
+    }
+    GLOO_CALL(what, accel__gloo_broadcast, e->g, op->recv, nb, root);
     return ACCEL_OK;
 }
 
@@ -597,6 +655,9 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
         op->count * accel_dtype_nbytes(op->dtype) <= envelope_room(e->n_ranks)) {
         return allgather_fused(e, op, what);
     }
+    if (op->kind == ACCEL__COLL_BROADCAST) {
+        return broadcast(e, op, what);
+    }
     char *env = NULL;
     size_t stride = 0;
     ACCEL_TRY(exchange(e, op, what, NULL, 0, NULL, NULL, &env, &stride));
@@ -635,15 +696,8 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
                   e->recv_nbytes);
         return ACCEL_OK;
     }
-    case ACCEL__COLL_BROADCAST:
-        if (me == op->root && op->send != op->recv && nb > 0) {
-            memcpy(op->recv, op->send, nb);
-        }
-        if (n >= 3 && nb >= CHAIN_NBYTES) {
-            return chain_broadcast(e, op->recv, nb, op->root, what);
-        }
-        GLOO_CALL(what, accel__gloo_broadcast, e->g, op->recv, nb, op->root);
-        return ACCEL_OK;
+    case ACCEL__COLL_BROADCAST: /* broadcast() runs it, envelopes included */
+        break;
     case ACCEL__COLL_GATHER: {
         const void *send = op->send;
         if (me == op->root && send == (const char *)op->recv + (size_t)me * nb) {
@@ -659,5 +713,5 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
     case ACCEL__COLL_BARRIER: /* the exchange was one */
         return ACCEL_OK;
     }
-    return accel__seterr(NULL, ACCEL_EINTERNAL, "gloo: unknown collective %d", (int)op->kind);
+    return accel__seterr(NULL, ACCEL_EINTERNAL, "gloo: no path for collective %d", (int)op->kind);
 }
