@@ -413,7 +413,7 @@ static accel_status exchange(accel__gloo *e, const accel__coll *op, const char *
 #define CHAIN_SEG_NBYTES ((size_t)256 << 10)
 #define CHAIN_MIN_SEGS 2
 
-/* The chain's segment k: segment 0 is `first` bytes (or fewer, nb), the others seg. */
+/* The chain's segment k of nb bytes: segment 0 is `first` bytes (at most nb), the others seg. */
 static size_t chain_off(size_t first, size_t seg, size_t k)
 {
     return k == 0 ? 0 : first + (k - 1) * seg;
@@ -421,7 +421,7 @@ static size_t chain_off(size_t first, size_t seg, size_t k)
 
 static size_t chain_len(size_t nb, size_t first, size_t seg, size_t k)
 {
-    return k == 0 ? (nb < first ? nb : first) : seg_len(nb - first, seg, k - 1);
+    return k == 0 ? first : seg_len(nb - first, seg, k - 1);
 }
 
 /* The chain after the envelopes; segment 0 came in them when `fused` (root + 1 has it, and the
