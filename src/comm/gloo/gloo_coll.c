@@ -461,15 +461,12 @@ static accel_status broadcast(accel__gloo *e, const accel__coll *op, const char 
     const int n = e->n_ranks, me = e->rank, root = op->root, next = (root + 1) % n;
     const size_t nb = op->count * accel_dtype_nbytes(op->dtype), room = envelope_room(n);
     const int chain = n == 2 || nb >= CHAIN_NBYTES;
-    size_t seg = nb > 0 ? seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS) : 1;
-    size_t first = n == 2 ? (nb < room ? nb : room) : seg;
-    if (n == 2 && nb > first) {
-        seg = nb - first; /* one hop, nothing to forward: the rest in one message */
+    size_t seg = nb > 0 ? seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS) : 1, first = seg;
+    if (n == 2) { /* one hop, nothing to forward: what an envelope holds, the rest in one message */
+        first = nb < room ? nb : room;
+        seg = nb > first ? nb - first : 1;
     }
-    const int fused = chain && first > 0 && first <= room;
-    if (!fused) {
-        first = seg;
-    }
+    const int fused = chain && nb > 0 && first <= room;
     for (int q = 0; q < n; q++) { /* segment 0 in the root's envelope to root + 1 */
         e->send_nbytes[q] = 0;
         e->cnt[q] = q == next && fused ? first : 0;
