@@ -15,6 +15,8 @@
 #   COLL=allgather QUEUE=50ms bench/machines_netns.sh build   (another collective, deeper queues)
 #   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
 #   BASELINE=0 ...    accel alone (no Gloo ring in the run)
+#   PEER=torch PYTHON=python3 ...   PyTorch's gloo process group as the baseline instead of
+#                     Gloo's own: bench/peers/torch_gloo.py in the same processes (needs torch)
 #   ROUNDS=5 ...      every layout 5 times, then the median [min-max] of each row
 #   bench/machines_netns.sh build,/tmp/old/build ...   two builds (comma-separated), alternated
 #                     in each round, on the same namespaces; the summary names each build
@@ -43,6 +45,15 @@ if [ "$(id -u)" -ne 0 ] || ! command -v tc >/dev/null; then
     echo "machines_netns: needs root and iproute2 (ip, tc)" >&2
     exit 1
 fi
+PEER=${PEER:-gloo}
+case $PEER in
+gloo) base_name="Gloo's own" ;;
+torch) base_name="torch gloo"
+    torch_gloo=$(dirname "$0")/peers/torch_gloo.py
+    "${PYTHON:-python3}" -c "import torch" 2>/dev/null ||
+        { echo "machines_netns: PEER=torch: no torch in ${PYTHON:-python3}" >&2; exit 1; } ;;
+*) echo "machines_netns: PEER is gloo or torch" >&2; exit 1 ;;
+esac
 for B in "${BUILD_DIRS[@]}"; do
     [ -x "$B/bench/collectives" ] || { echo "machines_netns: no $B/bench/collectives" >&2; exit 1; }
 done
@@ -122,23 +133,28 @@ set +e
 
 echo "# machines_netns: links shaped at $RATE each way (tc tbf), $(nproc) CPUs, sizes" \
     "$MIN_KIB KiB - $MAX_MIB MiB, $COLL f32 out of place"
-echo "# layout      size(B)   accel(us)  Gloo's own(us)  vs_raw   (build, round)"
+echo "# layout      size(B)   accel(us)  $base_name(us)  vs_raw   (build, round)"
 port=29600
 for round in $(seq 1 "$ROUNDS"); do
 for B in "${BUILD_DIRS[@]}"; do
 for layout in "${LAYOUTS[@]}"; do
     be=${layout%%:*} shape=${layout#*:}
     nm=${shape%x*} per=${shape#*x}
-    port=$((port + 1))
+    port=$((port + 10)) # torch_gloo.py takes port + 7 too
     counters_before=$(counters)
     pids=()
     for m in $(seq $((nm - 1)) -1 0); do
+        if [ "$PEER" = torch ]; then # torch's gloo needs the machine's interface named
+            prog=(env ACCEL_BACKEND="$be" GLOO_SOCKET_IFNAME="bm${id}m$m" "${PYTHON:-python3}"
+                "$torch_gloo" --lib "$B/libaccel.so")
+        else
+            prog=("$B/bench/collectives" --backend "$be" --oop-only 1 --baseline "$BASELINE")
+        fi
         ip netns exec "$(machine_ns "$m")" env OMP_NUM_THREADS=1 "$B/accel" launch \
             --num_machines "$nm" --machine_rank "$m" --main_process_ip 10.80.0.1 \
             --main_process_port "$port" --num_processes $((nm * per)) \
-            "$B/bench/collectives" --backend "$be" --coll "$COLL" --oop-only 1 \
-            --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" --max-iters "$MAX_ITERS" \
-            --baseline "$BASELINE" >"$out/$layout.$m" 2>&1 &
+            "${prog[@]}" --coll "$COLL" --min-kib "$MIN_KIB" --max-mib "$MAX_MIB" \
+            --max-iters "$MAX_ITERS" >"$out/$layout.$m" 2>&1 &
         pids+=($!)
     done
     rc=0

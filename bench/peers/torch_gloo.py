@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""accel's collectives against PyTorch's gloo process group, in the same processes.
+
+Issue 16 names PyTorch's gloo as the gloo backend's baseline. Each process loads libaccel
+(ctypes) and torch, joins accel's job (the backend accel picks, or ACCEL_BACKEND) and a torch
+gloo process group of its own (TCPStore on MASTER_ADDR, MASTER_PORT + TORCH_PORT_OFFSET), then
+times accel's call (out of place) and torch's (in place: its only form, and the cheaper one)
+at each size, their batches alternating as in bench/collectives: warm-up, the best of 5 batches,
+the slowest rank's time. Rows on process 0, in bench/collectives' column order where
+bench/machines_netns.sh reads them (size $3, accel's time $6, the baseline's time and
+vs_raw = torch's time / accel's last):
+
+    allreduce SIZE COUNT f32 ACCEL_US | TORCH_US VS_RAW
+
+Run under accel launch, one launcher per machine (docs/comm.md):
+    accel launch --num_machines 2 --machine_rank R --main_process_ip 127.0.0.1 \
+        --num_processes 2 python3 bench/peers/torch_gloo.py --lib build/libaccel.so
+Flags: --coll allreduce|allgather|broadcast, --min-kib K (4), --max-mib M (64), --max-iters N
+(2000). Python calls cost both sides a few microseconds a call (torch's more): read sizes
+below 64 KiB with that in mind. Needs torch; exits 77 without it.
+"""
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+TRIALS = 5
+F32, SUM = 0, 0  # accel_dtype ACCEL_F32, accel_reduce_op ACCEL_SUM
+TORCH_PORT_OFFSET = 7  # the launcher's store serves MASTER_PORT itself
+
+
+def load_accel(path):
+    lib = ctypes.CDLL(path)
+    p, sz = ctypes.c_void_p, ctypes.c_size_t
+    sigs = {
+        "accel_init": [ctypes.POINTER(p), p],
+        "accel_allreduce": [p, p, p, sz, ctypes.c_int, ctypes.c_int, p],
+        "accel_allgather": [p, p, p, sz, ctypes.c_int, p],
+        "accel_broadcast": [p, p, p, sz, ctypes.c_int, ctypes.c_int, p],
+        "accel_barrier": [p, p],
+        "accel_num_processes": [p],
+        "accel_process_index": [p],
+        "accel_backend_name": [p],
+        "accel_last_error": [p],
+        "accel_status_name": [ctypes.c_int],
+        "accel_free": [p],
+    }
+    for name, args in sigs.items():
+        getattr(lib, name).argtypes = args
+    for name in ("accel_backend_name", "accel_last_error", "accel_status_name"):
+        getattr(lib, name).restype = ctypes.c_char_p
+    lib.accel_free.restype = None
+    return lib
+
+
+class Accel:
+    def __init__(self, path):
+        self.lib = load_accel(path)
+        self.h = ctypes.c_void_p()
+        self.check(self.lib.accel_init(ctypes.byref(self.h), None), "accel_init", None)
+
+    def check(self, st, what, h=0):
+        if st != 0:
+            h = self.h if h == 0 else h
+            sys.exit("%s: %s: %s" % (what, self.lib.accel_status_name(st).decode(),
+                                      self.lib.accel_last_error(h).decode()))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", default="build/libaccel.so")
+    ap.add_argument("--coll", default="allreduce", choices=["allreduce", "allgather", "broadcast"])
+    ap.add_argument("--min-kib", type=int, default=4)
+    ap.add_argument("--max-mib", type=int, default=64)
+    ap.add_argument("--max-iters", type=int, default=2000)
+    a = ap.parse_args()
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        print("torch_gloo: skipped: no torch in %s" % sys.executable)
+        sys.exit(77)
+    torch.set_num_threads(1)
+
+    acc = Accel(a.lib)
+    lib, h = acc.lib, acc.h
+    n, rank = lib.accel_num_processes(h), lib.accel_process_index(h)
+    store = dist.TCPStore(os.environ["MASTER_ADDR"],
+                          int(os.environ["MASTER_PORT"]) + TORCH_PORT_OFFSET, n, rank == 0)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=n)
+
+    send = torch.arange(a.max_mib << 18, dtype=torch.float32) % 100
+    recv = torch.zeros_like(send)
+    mine = torch.zeros_like(send)  # torch's buffer: zeros stay zeros through its in-place sums
+
+    def accel_call(count):
+        if a.coll == "allreduce":
+            return lib.accel_allreduce(h, send.data_ptr(), recv.data_ptr(), count, F32, SUM, None)
+        if a.coll == "allgather":  # each process's chunk of the count, every chunk into recv
+            part = count // n
+            return lib.accel_allgather(h, send.data_ptr() + 4 * rank * part, recv.data_ptr(),
+                                       count, F32, None)
+        return lib.accel_broadcast(h, send.data_ptr(), recv.data_ptr(), count, F32, 0, None)
+
+    def torch_call(count):
+        t = mine[:count]
+        if a.coll == "allreduce":
+            dist.all_reduce(t)
+        elif a.coll == "allgather":
+            dist.all_gather_into_tensor(t, send[:count // n])
+        else:
+            dist.broadcast(t, 0)
+
+    def batch(fn, count, iters):
+        acc.check(lib.accel_barrier(h, None), "accel_barrier")
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn(count)
+        return (time.perf_counter() - t0) / iters
+
+    def accel_fn(count):
+        acc.check(accel_call(count), "accel_" + a.coll)
+
+    if rank == 0:
+        print("# torch_gloo: %d processes, accel backend %s, torch %s gloo, %s f32; accel out of "
+              "place, torch in place" % (n, lib.accel_backend_name(h).decode(), torch.__version__,
+                                         a.coll))
+        print("# %s %10s %10s %4s %10s | %10s %7s" % ("coll", "size(B)", "count", "type",
+                                                     "accel(us)", "torch(us)", "vs_raw"))
+    nbytes = a.min_kib << 10
+    while nbytes <= a.max_mib << 20:
+        count = nbytes // 4
+        count -= count % n  # allgather's chunks equal, as torch's all_gather_into_tensor needs
+        iters = max(2, min(a.max_iters, (128 << 20) // nbytes))
+        batch(accel_fn, count, 2 + iters // 10)
+        batch(torch_call, count, 2 + iters // 10)
+        best = [1e30, 1e30]
+        for _ in range(TRIALS):
+            best[0] = min(best[0], batch(accel_fn, count, iters))
+            best[1] = min(best[1], batch(torch_call, count, iters))
+        worst = torch.tensor(best, dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        ta, tt = worst.tolist()
+        if rank == 0:
+            print("%s %10d %10d %4s %10.1f | %10.1f %7.2f" % (a.coll, count * 4, count, "f32",
+                                                             ta * 1e6, tt * 1e6, tt / ta),
+                  flush=True)
+        nbytes *= 4
+    dist.destroy_process_group()
+    lib.accel_free(h)
+
+
+if __name__ == "__main__":
+    main()
