@@ -23,7 +23,10 @@
 #   CC=cubic ...      the machines' TCP congestion control (default: the host's, bbr here); the
 #                     host's allowed list gains it for the run and is restored after
 # After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
-# every machine retransmitted during it.
+# every machine retransmitted during it, and how busy the host's CPUs were: shaping and bridging
+# the packets is kernel work on the same CPUs, and at 1 Gbit/s on 2 of them it leaves little
+# (docs/performance.md, sixteenth pass), so a layout's ratio then measures CPU use as much as the
+# link's.
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -117,6 +120,15 @@ counters_since() { # the counters' growth since $1
     echo "$1 $now" | awk '{ printf "queues dropped %d packets, TCP retransmitted %d segments\n",
         $3 - $1, $4 - $2 }'
 }
+# "BUSY KERNEL TOTAL": the host's CPU ticks so far, busy (not idle or waiting for I/O), in the
+# kernel (system, interrupts, softirqs: the emulated network's work), and in all.
+cpu_ticks() {
+    awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+}
+cpu_since() { # the share of the CPUs busy, and in the kernel, since cpu_ticks said $1
+    echo "$1 $(cpu_ticks)" | awk '{ t = $6 - $3; if (t <= 0) t = 1
+        printf "CPUs %d%% busy, %d%% in the kernel", 100 * ($4 - $1) / t, 100 * ($5 - $2) / t }'
+}
 
 set -e
 ip netns add "$sw" && made+=("$sw")
@@ -141,7 +153,7 @@ for layout in "${LAYOUTS[@]}"; do
     be=${layout%%:*} shape=${layout#*:}
     nm=${shape%x*} per=${shape#*x}
     port=$((port + 10)) # torch_gloo.py takes port + 7 too
-    counters_before=$(counters)
+    counters_before=$(counters) cpu_before=$(cpu_ticks)
     pids=()
     for m in $(seq $((nm - 1)) -1 0); do
         if [ "$PEER" = torch ]; then # torch's gloo needs the machine's interface named
@@ -168,7 +180,7 @@ for layout in "${LAYOUTS[@]}"; do
     awk -v l="$layout" -v c="$COLL" -v b="$B" -v r="$round" '$1 == "[rank0]:" && $2 == c {
         printf "%-10s %10s %11s %15s %7s   (%s, %d)\n", l, $3, $6, $(NF - 1), $NF, b, r }' \
         "$out/$layout.0" | tee -a "$out/rows"
-    echo "# $layout: $(counters_since "$counters_before")"
+    echo "# $layout: $(counters_since "$counters_before"); $(cpu_since "$cpu_before")"
 done
 done
 done
