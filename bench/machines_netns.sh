@@ -16,7 +16,8 @@
 #   MAX_ITERS=16 bench/machines_netns.sh build ...   (at most 16 calls per batch: shorter runs)
 #   BASELINE=0 ...    accel alone (no Gloo ring in the run)
 #   PEER=torch PYTHON=python3 ...   PyTorch's gloo process group as the baseline instead of
-#                     Gloo's own: bench/peers/torch_gloo.py in the same processes (needs torch)
+#                     Gloo's own: bench/peers/torch_gloo.py in the same processes (needs torch);
+#                     PER_CALL=1 adds its "# per call" lines (single calls' times, CPU a call)
 #   ROUNDS=5 ...      every layout 5 times, then the median [min-max] of each row
 #   bench/machines_netns.sh build,/tmp/old/build ...   two builds (comma-separated), alternated
 #                     in each round, on the same namespaces; the summary names each build
@@ -158,7 +159,7 @@ for layout in "${LAYOUTS[@]}"; do
     for m in $(seq $((nm - 1)) -1 0); do
         if [ "$PEER" = torch ]; then # torch's gloo needs the machine's interface named
             prog=(env ACCEL_BACKEND="$be" GLOO_SOCKET_IFNAME="bm${id}m$m" "${PYTHON:-python3}"
-                "$torch_gloo" --lib "$B/libaccel.so")
+                "$torch_gloo" --lib "$B/libaccel.so" --per-call "${PER_CALL:-0}")
         else
             prog=("$B/bench/collectives" --backend "$be" --oop-only 1 --baseline "$BASELINE")
         fi
@@ -180,6 +181,7 @@ for layout in "${LAYOUTS[@]}"; do
     awk -v l="$layout" -v c="$COLL" -v b="$B" -v r="$round" '$1 == "[rank0]:" && $2 == c {
         printf "%-10s %10s %11s %15s %7s   (%s, %d)\n", l, $3, $6, $(NF - 1), $NF, b, r }' \
         "$out/$layout.0" | tee -a "$out/rows"
+    sed -n 's/^\[rank0\]: \(# per call\)/\1/p' "$out/$layout.0"
     echo "# $layout: $(counters_since "$counters_before"); $(cpu_since "$cpu_before")"
 done
 done

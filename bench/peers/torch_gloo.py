@@ -16,12 +16,14 @@ Run under accel launch, one launcher per machine (docs/comm.md):
     accel launch --num_machines 2 --machine_rank R --main_process_ip 127.0.0.1 \
         --num_processes 2 python3 bench/peers/torch_gloo.py --lib build/libaccel.so
 Flags: --coll allreduce|allgather|broadcast, --min-kib K (4), --max-mib M (64), --max-iters N
-(2000). Python calls cost both sides a few microseconds a call (torch's more): read sizes
+(2000); --per-call 1 adds, after each row, process 0's distribution of single calls over the
+timed batches and its CPU time (user, system) per call, for each library ("# per call" lines). Python calls cost both sides a few microseconds a call (torch's more): read sizes
 below 64 KiB with that in mind. Needs torch; exits 77 without it.
 """
 import argparse
 import ctypes
 import os
+import resource
 import sys
 import time
 
@@ -74,6 +76,7 @@ def main():
     ap.add_argument("--min-kib", type=int, default=4)
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--max-iters", type=int, default=2000)
+    ap.add_argument("--per-call", type=int, default=0)
     a = ap.parse_args()
     try:
         import torch
@@ -112,11 +115,22 @@ def main():
         else:
             dist.broadcast(t, 0)
 
-    def batch(fn, count, iters):
+    # --per-call: every timed call's own time and the process's CPU time (user, system), per
+    # library, for the distribution lines ("# per call").
+    def batch(fn, count, iters, keep=None):
         acc.check(lib.accel_barrier(h, None), "accel_barrier")
-        t0 = time.perf_counter()
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
+        t0 = t = time.perf_counter()
         for _ in range(iters):
             fn(count)
+            if keep is not None:
+                now = time.perf_counter()
+                keep["times"].append(now - t)
+                t = now
+        if keep is not None:
+            r1 = resource.getrusage(resource.RUSAGE_SELF)
+            keep["user"] += r1.ru_utime - r0.ru_utime
+            keep["sys"] += r1.ru_stime - r0.ru_stime
         return (time.perf_counter() - t0) / iters
 
     def accel_fn(count):
@@ -136,15 +150,26 @@ def main():
         batch(accel_fn, count, 2 + iters // 10)
         batch(torch_call, count, 2 + iters // 10)
         best = [1e30, 1e30]
+        kept = [{"times": [], "user": 0.0, "sys": 0.0} if a.per_call else None for _ in range(2)]
         for _ in range(TRIALS):
-            best[0] = min(best[0], batch(accel_fn, count, iters))
-            best[1] = min(best[1], batch(torch_call, count, iters))
+            best[0] = min(best[0], batch(accel_fn, count, iters, kept[0]))
+            best[1] = min(best[1], batch(torch_call, count, iters, kept[1]))
         worst = torch.tensor(best, dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         ta, tt = worst.tolist()
         if rank == 0:
             print("%s %10d %10d %4s %10.1f | %10.1f %7.2f" % (a.coll, count * 4, count, "f32",
                                                              ta * 1e6, tt * 1e6, tt / ta),
+                  flush=True)
+        for name, k in zip(("accel", "torch"), kept):
+            if k is None or rank != 0:
+                continue
+            v = sorted(k["times"])
+            q = lambda f: v[min(len(v) - 1, int(f * len(v)))] * 1e3
+            print("# per call, %s %d B, %s: ms min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f mean "
+                  "%.2f; CPU ms a call user %.2f system %.2f"
+                  % (a.coll, count * 4, name, v[0] * 1e3, q(0.1), q(0.5), q(0.9), v[-1] * 1e3,
+                     sum(v) / len(v) * 1e3, k["user"] / len(v) * 1e3, k["sys"] / len(v) * 1e3),
                   flush=True)
         nbytes *= 4
     dist.destroy_process_group()
