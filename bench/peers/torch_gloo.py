@@ -17,8 +17,9 @@ Run under accel launch, one launcher per machine (docs/comm.md):
         --num_processes 2 python3 bench/peers/torch_gloo.py --lib build/libaccel.so
 Flags: --coll allreduce|allgather|broadcast, --min-kib K (4), --max-mib M (64), --max-iters N
 (2000); --per-call 1 adds, after each row, process 0's distribution of single calls over the
-timed batches and its CPU time (user, system) per call, for each library ("# per call" lines). Python calls cost both sides a few microseconds a call (torch's more): read sizes
-below 64 KiB with that in mind. Needs torch; exits 77 without it.
+timed batches and its CPU time (user, system) per call, for each library ("# per call" lines).
+Python calls cost both sides a few microseconds a call (torch's more): read sizes below 64 KiB
+with that in mind. Needs torch; exits 77 without it.
 """
 import argparse
 import ctypes
@@ -33,7 +34,10 @@ TORCH_PORT_OFFSET = 7  # the launcher's store serves MASTER_PORT itself
 
 
 def load_accel(path):
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        sys.exit("torch_gloo: --lib %s: %s (give a build's libaccel.so)" % (path, e))
     p, sz = ctypes.c_void_p, ctypes.c_size_t
     sigs = {
         "accel_init": [ctypes.POINTER(p), p],
@@ -60,13 +64,12 @@ class Accel:
     def __init__(self, path):
         self.lib = load_accel(path)
         self.h = ctypes.c_void_p()
-        self.check(self.lib.accel_init(ctypes.byref(self.h), None), "accel_init", None)
+        self.check(self.lib.accel_init(ctypes.byref(self.h), None), "accel_init")
 
-    def check(self, st, what, h=0):
-        if st != 0:
-            h = self.h if h == 0 else h
+    def check(self, st, what):
+        if st != 0:  # a failed accel_init leaves h NULL: the thread's last error
             sys.exit("%s: %s: %s" % (what, self.lib.accel_status_name(st).decode(),
-                                      self.lib.accel_last_error(h).decode()))
+                                      self.lib.accel_last_error(self.h).decode()))
 
 
 def main():
@@ -97,14 +100,16 @@ def main():
     recv = torch.zeros_like(send)
     mine = torch.zeros_like(send)  # torch's buffer: zeros stay zeros through its in-place sums
 
-    def accel_call(count):
+    def accel_fn(count):
         if a.coll == "allreduce":
-            return lib.accel_allreduce(h, send.data_ptr(), recv.data_ptr(), count, F32, SUM, None)
-        if a.coll == "allgather":  # each process's chunk of the count, every chunk into recv
+            st = lib.accel_allreduce(h, send.data_ptr(), recv.data_ptr(), count, F32, SUM, None)
+        elif a.coll == "allgather":  # each process's chunk of the count, every chunk into recv
             part = count // n
-            return lib.accel_allgather(h, send.data_ptr() + 4 * rank * part, recv.data_ptr(),
-                                       count, F32, None)
-        return lib.accel_broadcast(h, send.data_ptr(), recv.data_ptr(), count, F32, 0, None)
+            st = lib.accel_allgather(h, send.data_ptr() + 4 * rank * part, recv.data_ptr(),
+                                     count, F32, None)
+        else:
+            st = lib.accel_broadcast(h, send.data_ptr(), recv.data_ptr(), count, F32, 0, None)
+        acc.check(st, "accel_" + a.coll)
 
     def torch_call(count):
         t = mine[:count]
@@ -132,9 +137,6 @@ def main():
             keep["user"] += r1.ru_utime - r0.ru_utime
             keep["sys"] += r1.ru_stime - r0.ru_stime
         return (time.perf_counter() - t0) / iters
-
-    def accel_fn(count):
-        acc.check(accel_call(count), "accel_" + a.coll)
 
     if rank == 0:
         print("# torch_gloo: %d processes, accel backend %s, torch %s gloo, %s f32; accel out of "
