@@ -148,6 +148,11 @@ int main(void)
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(accel_allreduce(acc, a, b, BIG, last ? ACCEL_F64 : ACCEL_F32, ACCEL_SUM, NULL),
            "allreduce(count=1048576, f32, sum)", "allreduce(count=1048576, f64, sum)");
+    /* dtype, mid-size messages (gloo's ring on two processes: the first segment in the
+     * envelope, f32, against one of its own, f64) */
+    CHECK_OK(acc, accel_barrier(acc, NULL));
+    expect(accel_allreduce(acc, a, b, 262144, last ? ACCEL_F64 : ACCEL_F32, ACCEL_SUM, NULL),
+           "allreduce(count=262144, f32, sum)", "allreduce(count=262144, f64, sum)");
     /* operation, large messages (gloo's ring: the same first segments, another call) */
     CHECK_OK(acc, accel_barrier(acc, NULL));
     expect(last ? accel_reduce_to(acc, a, b, BIG, ACCEL_F32, ACCEL_SUM, 0, NULL)

@@ -277,7 +277,7 @@ static accel_status allreduce(accel__gloo *e, const accel__coll *op, void *out, 
 _Static_assert(FUSE_CHUNK_NBYTES >= ONESHOT_NBYTES && FUSE_TOTAL_NBYTES >= ONESHOT_NBYTES,
                "an envelope must hold a small allreduce's input");
 
-static size_t envelope_room(int n)
+size_t accel__gloo_envelope_room(int n)
 {
     const size_t total = FUSE_TOTAL_NBYTES / (size_t)n;
     return total < FUSE_CHUNK_NBYTES ? total : FUSE_CHUNK_NBYTES;
@@ -305,7 +305,7 @@ accel_status accel__gloo_envelopes_post(accel__gloo *e, const accel__coll *op, c
 {
     const int n = e->n_ranks, me = e->rank;
     const size_t head = sizeof(accel__coll_decl);
-    const size_t st = (head + envelope_room(n) + 7) & ~(size_t)7;
+    const size_t st = (head + accel__gloo_envelope_room(n) + 7) & ~(size_t)7;
     const size_t payload = travels_inline(e, op) ? op->count * accel_dtype_nbytes(op->dtype) : 0;
     char *all = NULL, *out = NULL;
     size_t *ix = NULL;
@@ -459,7 +459,8 @@ static accel_status chain_broadcast(accel__gloo *e, char *buf, size_t nb, int ro
 static accel_status broadcast(accel__gloo *e, const accel__coll *op, const char *what)
 {
     const int n = e->n_ranks, me = e->rank, root = op->root, next = (root + 1) % n;
-    const size_t nb = op->count * accel_dtype_nbytes(op->dtype), room = envelope_room(n);
+    const size_t nb = op->count * accel_dtype_nbytes(op->dtype),
+                 room = accel__gloo_envelope_room(n);
     const int chain = n == 2 || nb >= CHAIN_NBYTES;
     size_t seg = nb > 0 ? seg_size(nb, CHAIN_SEG_NBYTES, CHAIN_MIN_SEGS) : 1, first = seg;
     if (n == 2) { /* one hop, nothing to forward: what an envelope holds, the rest in one message */
@@ -499,7 +500,8 @@ static accel_status broadcast(accel__gloo *e, const accel__coll *op, const char 
  * pipelined (docs/performance.md, seventh pass). */
 static int fuses(const accel__gloo *e, const accel__coll *op)
 {
-    const size_t es = accel_dtype_nbytes(moved_dtype(op)), room = envelope_room(e->n_ranks);
+    const size_t es = accel_dtype_nbytes(moved_dtype(op)),
+                 room = accel__gloo_envelope_room(e->n_ranks);
     if (op->kind == ACCEL__COLL_REDUCE_SCATTER) {
         return op->count * es <= room;
     }
@@ -649,7 +651,7 @@ accel_status accel__gloo_run(accel__gloo *e, const accel__coll *op)
         return fused(e, op, what);
     }
     if (op->kind == ACCEL__COLL_ALLGATHER &&
-        op->count * accel_dtype_nbytes(op->dtype) <= envelope_room(e->n_ranks)) {
+        op->count * accel_dtype_nbytes(op->dtype) <= accel__gloo_envelope_room(e->n_ranks)) {
         return allgather_fused(e, op, what);
     }
     if (op->kind == ACCEL__COLL_BROADCAST) {

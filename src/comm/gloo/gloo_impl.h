@@ -28,8 +28,8 @@ struct accel__gloo {
     int remote; /* some member has a peer on another host */
     int ring;   /* large f32 / f64 reductions run as a ring (ACCEL_GLOO_RING, agreed) */
     /* Grow-only scratch (no allocation per step once warm) and per-rank tables. */
-    void *scratch[5];
-    size_t scratch_nbytes[5];
+    void *scratch[6];
+    size_t scratch_nbytes[6];
     size_t *cnt, *send_nbytes, *recv_nbytes; /* elements, bytes to and bytes from each rank */
     const void **in;
     /* accel__gloo_declare_next's call, declared by the next run instead of its own. */
@@ -78,6 +78,8 @@ accel_status accel__gloo_envelopes_post(accel__gloo *e, const accel__coll *op, c
                                         const size_t *cnt, accel__gloo_env *env);
 accel_status accel__gloo_envelopes_check(accel__gloo *e, const accel__gloo_env *env,
                                          const char *what, int *mismatch);
+/* The bytes an envelope holds after the declaration on n members (the same for every call). */
+size_t accel__gloo_envelope_room(int n);
 
 /* 1 when the call declared d runs as gloo_ring.c's ring; accel__gloo_ring runs op (declared d)
  * whole. */

@@ -21,12 +21,13 @@
  *
  * The call check overlaps the ring's first step (docs/performance.md, ninth pass): every receive
  * of the ring is posted beside the envelopes, and the first step's segments leave before the
- * declarations are compared. A member sends nothing else before its check passes, and every
- * member sees every declaration, so a message that arrives before the check is one of those
- * "early" segments; each lands in a receive of EARLY_NBYTES whatever the call, which no early
- * segment of any call exceeds, so a mismatched one fits too (Gloo's transport aborts the process
- * on a message larger than its receive). After a mismatch (the communicator is then broken for
- * good), each member waits for the early segments that the declarations say its neighbours sent
+ * declarations are compared; the first of them rides in the envelope to the right neighbour
+ * when it fits one (in_envelope; sixteenth pass). A member sends nothing else before its check
+ * passes, and every member sees every declaration, so a message that arrives before the check is
+ * one of those "early" segments; each lands in a receive of EARLY_NBYTES whatever the call, which
+ * no early segment of any call exceeds, so a mismatched one fits too (Gloo's transport aborts the
+ * process on a message larger than its receive). After a mismatch (the communicator is then broken
+ * for good), each member waits for the early segments that the declarations say its neighbours sent
  * it and took from it, so none is left in flight from or into a buffer after the call returns.
  */
 #include <string.h>
@@ -107,6 +108,18 @@ static size_t early_segs(const accel__gloo *e, const accel__coll_decl *d, int c)
     return seg * es <= EARLY_NBYTES ? (cnt + seg - 1) / seg : 0;
 }
 
+/* 1 when the first of those early segments travels in the envelope to the right neighbour
+ * instead of a message of its own: when it fits an envelope (accel__gloo_envelope_room). One
+ * message and one ready notice less a call each way, and the check's round trip is the first
+ * segment's (over the emulated 1 Gbit/s network, 2 x 1 at 1 MiB took about 1 ms less a call:
+ * docs/performance.md, sixteenth pass). */
+static size_t in_envelope(const accel__gloo *e, const accel__coll_decl *d)
+{
+    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
+    return accel__gloo_rings(e, d) && ring_seg(d, e->n_ranks) * es <= EARLY_NBYTES &&
+           ring_seg(d, e->n_ranks) * es <= accel__gloo_envelope_room(e->n_ranks);
+}
+
 /* The chunk a rank receives from its left neighbour in ring step t (0 .. 2n-3): steps
  * 0 .. n-2 carry partial results (step t: chunk me - 2 - t), steps n-1 .. 2n-3 final ones
  * (chunk me - 1 - (t - (n - 1))). */
@@ -124,8 +137,10 @@ static int first_chunk(const accel__coll_decl *d, int sender, int n)
 }
 
 /* After a mismatch found by the envelopes (env: every member's declaration): waits for the
- * early segments this member's neighbours sent it and took from it (rx, tx: the indices of its
- * early receives and sends, in segment order). */
+ * early segments this member's neighbours sent it and took from it (rx: this member's early
+ * receives by segment; tx: its early sends in order, from its first that is not in the
+ * envelope). Segment k is a message of its own, the same key on both sides, from the first
+ * that is not in the sender's envelope. */
 static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const size_t *rx,
                            const size_t *tx, const char *what)
 {
@@ -138,11 +153,13 @@ static accel_status settle(accel__gloo *e, const accel__gloo_env *env, const siz
     const size_t posted = early_segs(e, &d[1], first_chunk(&d[1], left, n));
     const size_t sent = early_segs(e, &d[1], first_chunk(&d[1], me, n));
     const size_t taken = early_segs(e, &d[2], first_chunk(&d[2], me, n));
-    for (size_t k = 0; k < got && k < posted; k++) {
+    const size_t from_left = in_envelope(e, &d[0]), mine = in_envelope(e, &d[1]);
+    const size_t from_right = in_envelope(e, &d[2]);
+    for (size_t k = from_left > mine ? from_left : mine; k < got && k < posted; k++) {
         GLOO_CALL(what, accel__gloo_wait, e->g, rx[k]);
     }
-    for (size_t k = 0; k < sent && k < taken; k++) {
-        GLOO_CALL(what, accel__gloo_wait, e->g, tx[k]);
+    for (size_t k = from_right > mine ? from_right : mine; k < sent && k < taken; k++) {
+        GLOO_CALL(what, accel__gloo_wait, e->g, tx[k - mine]);
     }
     return ACCEL_OK;
 }
@@ -174,6 +191,7 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
     const size_t t0 = gather ? (size_t)n - 1 : 0; /* the first step */
     const int first = first_chunk(d, me, n);
     const int early = seg * es <= EARLY_NBYTES; /* step t0's segments leave before the check */
+    const size_t k0 = in_envelope(e, d); /* step t0's first early segment that is a message */
     const accel_reduce_op partial = op->op == ACCEL_AVG ? ACCEL_SUM : op->op;
     const char *data = op->send; /* an allreduce's input; an allgather's own block */
     const char *sent = gather ? data : data + off[first] * es; /* the first step's chunk */
@@ -182,9 +200,15 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
     char *acc = NULL;
     size_t *rx = NULL, *tx = NULL, n_tx = 0;
     const size_t partials = gather ? 1 : (size_t)n - 1;
-    ACCEL_TRY(accel__gloo_scratch(e, 3, partials * per * es + EARLY_NBYTES, (void **)&acc));
-    ACCEL_TRY(accel__gloo_scratch(e, 4, 2 * steps * n_seg * sizeof(size_t), (void **)&rx));
+    ACCEL_TRY(accel__gloo_scratch(e, 5, partials * per * es + EARLY_NBYTES, (void **)&acc));
+    ACCEL_TRY(accel__gloo_scratch(e, 4, (2 * steps * n_seg + 2 * (size_t)n) * sizeof(size_t),
+                                  (void **)&rx));
     tx = rx + steps * n_seg;
+    size_t *env_off = tx + steps * n_seg, *env_cnt = env_off + n; /* what each envelope carries */
+    for (int q = 0; q < n; q++) {
+        env_off[q] = 0;
+        env_cnt[q] = k0 > 0 && q == right ? seg_len(cnt[first], seg, 0) : 0;
+    }
     /* Where step t's segment k lands (and leaves from, passed on), and its key. */
 #define RING_DEST(t, k) (out + (off[ring_chunk(me, n, (int)(t))] + (k)*seg) * es)
 #define RING_BUF(t, k)                                                                             \
@@ -200,18 +224,19 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
         }                                                                                          \
     } while (0)
     accel__gloo_env env;
-    ACCEL_TRY(accel__gloo_envelopes_post(e, op, what, NULL, 0, NULL, NULL, &env));
+    ACCEL_TRY(
+        accel__gloo_envelopes_post(e, op, what, k0 > 0 ? sent : NULL, es, env_off, env_cnt, &env));
     /* The first step's receives, its early sends, then the other steps' receives: posting is
      * CPU time (a ready notice each), which the first step's segments on the wire now hide. */
     for (size_t t = t0; t < steps; t++) {
-        for (size_t k = 0; k < n_seg; k++) {
+        for (size_t k = t == t0 ? k0 : 0; k < n_seg; k++) {
             const size_t len = seg_len(cnt[ring_chunk(me, n, (int)t)], seg, k);
             if (len > 0) {
                 GLOO_CALL(what, accel__gloo_post, e->g, 0, left, RING_KEY(t, k), RING_BUF(t, k),
                           t == t0 && early ? EARLY_NBYTES : len * es, &rx[(t - t0) * n_seg + k]);
             }
         }
-        for (size_t k = 0; k < n_seg && early && t == t0; k++) {
+        for (size_t k = k0; k < n_seg && early && t == t0; k++) {
             RING_SEND(t0, k, sent + k * seg * es, seg_len(cnt[first], seg, k));
         }
     }
@@ -236,8 +261,11 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
             if (len == 0) {
                 continue;
             }
-            GLOO_CALL(what, accel__gloo_wait, e->g, rx[(t - t0) * n_seg + k]);
-            char *buf = RING_BUF(t, k);
+            char *buf = env.all + (size_t)left * env.stride + sizeof(accel__coll_decl);
+            if (t != t0 || k >= k0) { /* else the left neighbour's envelope brought it */
+                GLOO_CALL(what, accel__gloo_wait, e->g, rx[(t - t0) * n_seg + k]);
+                buf = RING_BUF(t, k);
+            }
             if (t < (size_t)n - 1) { /* combine this rank's input with the partial result */
                 const int last = t == (size_t)n - 2;
                 char *to = !last ? buf : out + ((scatter ? 0 : off[me]) + k * seg) * es;
