@@ -25,9 +25,8 @@
 #                     host's allowed list gains it for the run and is restored after
 # After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
 # every machine retransmitted during it, and how busy the host's CPUs were: shaping and bridging
-# the packets is kernel work on the same CPUs, and at 1 Gbit/s on 2 of them it leaves little
-# (docs/performance.md, sixteenth pass), so a layout's ratio then measures CPU use as much as the
-# link's.
+# the packets is kernel work on the same CPUs (on 2 of them, 80-90% busy at 250 Mbit/s-1 Gbit/s:
+# docs/performance.md, sixteenth pass), so read a layout's ratio with that share in mind.
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -124,7 +123,8 @@ counters_since() { # the counters' growth since $1
 # "BUSY KERNEL TOTAL": the host's CPU ticks so far, busy (not idle or waiting for I/O), in the
 # kernel (system, interrupts, softirqs: the emulated network's work), and in all.
 cpu_ticks() {
-    awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 + $9, $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat
+    awk '$1 == "cpu" { kernel = $4 + $7 + $8; busy = $2 + $3 + kernel + $9
+        print busy, kernel, busy + $5 + $6 }' /proc/stat
 }
 cpu_since() { # the share of the CPUs busy, and in the kernel, since cpu_ticks said $1
     echo "$1 $(cpu_ticks)" | awk '{ t = $6 - $3; if (t <= 0) t = 1

@@ -115,9 +115,11 @@ static size_t early_segs(const accel__gloo *e, const accel__coll_decl *d, int c)
  * docs/performance.md, sixteenth pass). */
 static size_t in_envelope(const accel__gloo *e, const accel__coll_decl *d)
 {
-    const size_t es = accel_dtype_nbytes((accel_dtype)d->dtype);
-    return accel__gloo_rings(e, d) && ring_seg(d, e->n_ranks) * es <= EARLY_NBYTES &&
-           ring_seg(d, e->n_ranks) * es <= accel__gloo_envelope_room(e->n_ranks);
+    if (!accel__gloo_rings(e, d)) {
+        return 0;
+    }
+    const size_t nbytes = ring_seg(d, e->n_ranks) * accel_dtype_nbytes((accel_dtype)d->dtype);
+    return nbytes <= EARLY_NBYTES && nbytes <= accel__gloo_envelope_room(e->n_ranks);
 }
 
 /* The chunk a rank receives from its left neighbour in ring step t (0 .. 2n-3): steps
@@ -261,8 +263,10 @@ accel_status accel__gloo_ring(accel__gloo *e, const accel__coll *op, const accel
             if (len == 0) {
                 continue;
             }
-            char *buf = env.all + (size_t)left * env.stride + sizeof(accel__coll_decl);
-            if (t != t0 || k >= k0) { /* else the left neighbour's envelope brought it */
+            char *buf;
+            if (t == t0 && k < k0) { /* the left neighbour's envelope brought it */
+                buf = env.all + (size_t)left * env.stride + sizeof(accel__coll_decl);
+            } else {
                 GLOO_CALL(what, accel__gloo_wait, e->g, rx[(t - t0) * n_seg + k]);
                 buf = RING_BUF(t, k);
             }
