@@ -197,12 +197,17 @@ static double time_coll(accel *acc, coll c, float *send, float *recv, size_t cou
     if (base != NULL && batch(acc, base, c, send, recv, count, 0, 2 + iters / 10) == 0) {
         base = NULL, t[1] = 0;
     }
+    /* Which goes first alternates (accel, base; base, accel; ...): over the emulated network,
+     * the order alone moved a ratio by 0.04 (docs/performance.md, sixteenth pass). */
     for (int trial = 0; trial < TRIALS; trial++) {
-        double ti = batch(acc, NULL, c, send, recv, count, in_place, iters);
-        t[0] = ti < t[0] ? ti : t[0];
-        if (base != NULL) {
-            ti = batch(acc, base, c, send, recv, count, 0, iters);
-            t[1] = ti < t[1] ? ti : t[1];
+        for (int k = 0; k < 2; k++) {
+            const int b = (k + trial) % 2; /* 0: accel, 1: the baseline */
+            if (b == 1 && base == NULL) {
+                continue;
+            }
+            const double ti =
+                batch(acc, b ? base : NULL, c, send, recv, count, b ? 0 : in_place, iters);
+            t[b] = ti < t[b] ? ti : t[b];
         }
     }
     CHECK_ACC(acc, accel_allreduce(acc, t, t, 2, ACCEL_F64, ACCEL_MAX, NULL));
@@ -329,8 +334,8 @@ int main(int argc, char **argv)
                 for (int k = 0; k < 3; k++) {
                     double bus = (double)nbytes / ts[k] * factor;
                     if (ts[k] > 0) {
-                        snprintf(cols[k], sizeof(cols[k]), "%10.2f %7.2f %7.2f %6.2f",
-                                 ts[k] * 1e6, nbytes / ts[k] * 1e-9, bus * 1e-9, bus / mbw);
+                        snprintf(cols[k], sizeof(cols[k]), "%10.2f %7.2f %7.2f %6.2f", ts[k] * 1e6,
+                                 nbytes / ts[k] * 1e-9, bus * 1e-9, bus / mbw);
                     } else {
                         snprintf(cols[k], sizeof(cols[k]), "%10s %7s %7s %6s", "-", "-", "-", "-");
                     }

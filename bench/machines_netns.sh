@@ -18,15 +18,21 @@
 #   PEER=torch PYTHON=python3 ...   PyTorch's gloo process group as the baseline instead of
 #                     Gloo's own: bench/peers/torch_gloo.py in the same processes (needs torch);
 #                     PER_CALL=1 adds its "# per call" lines (single calls' times, CPU a call)
+#                     IN_PLACE=1 times accel's allreduce in place too (torch's only form)
 #   ROUNDS=5 ...      every layout 5 times, then the median [min-max] of each row
 #   bench/machines_netns.sh build,/tmp/old/build ...   two builds (comma-separated), alternated
 #                     in each round, on the same namespaces; the summary names each build
+#   MTU=1500 ...      the links' MTU (default 9000, jumbo frames). At 1500, shaping and bridging six
+#                     times the packets kept this 2-CPU host 80-90% busy at 1 Gbit/s, so the run
+#                     measured the host's packet work more than the link (docs/performance.md,
+#                     seventeenth pass); the passes before it ran at 1500
 #   CC=cubic ...      the machines' TCP congestion control (default: the host's, bbr here); the
 #                     host's allowed list gains it for the run and is restored after
 # After each layout a "#" line counts the packets the links' queues dropped and the TCP segments
 # every machine retransmitted during it, and how busy the host's CPUs were: shaping and bridging
-# the packets is kernel work on the same CPUs (on 2 of them, 80-90% busy at 250 Mbit/s-1 Gbit/s:
-# docs/performance.md, sixteenth pass), so read a layout's ratio with that share in mind.
+# the packets is kernel work on the same CPUs (on 2 of them at 1 Gbit/s, 17-46% busy at MTU 9000,
+# 77-90% at 1500: docs/performance.md, seventeenth pass), so read a layout's ratio with that share
+# in mind.
 #
 # Needs root, iproute2 (ip, tc) and a build with Gloo. The CPUs are still shared by every
 # process: on a 2-core host, 4 processes oversubscribe it.
@@ -37,6 +43,7 @@ ROUNDS=${ROUNDS:-1}
 RATE=${2:-1gbit}
 QUEUE=${QUEUE:-5ms}
 COLL=${COLL:-allreduce}
+MTU=${MTU:-9000}
 MAX_ITERS=${MAX_ITERS:-2000}
 BASELINE=${BASELINE:-1}
 MIN_KIB=${3:-1024}
@@ -90,6 +97,8 @@ add_machine() {
     if [ -n "${CC:-}" ]; then
         ip netns exec "$ns" sysctl -q -w net.ipv4.tcp_congestion_control="$CC"
     fi
+    ip -n "$ns" link set "bm${id}m$m" mtu "$MTU"
+    ip -n "$sw" link set "bm${id}s$m" mtu "$MTU"
     ip -n "$ns" link set "bm${id}m$m" up
     ip -n "$sw" link set "bm${id}s$m" master br0 up
     # The queue holds QUEUE (5 ms) at RATE, as a switch port would; beyond it packets drop and TCP
@@ -144,7 +153,7 @@ done
 for m in $(seq 0 $((n_machines - 1))); do add_machine "$m"; done
 set +e
 
-echo "# machines_netns: links shaped at $RATE each way (tc tbf), $(nproc) CPUs, sizes" \
+echo "# machines_netns: links shaped at $RATE each way (tc tbf), MTU $MTU, $(nproc) CPUs, sizes" \
     "$MIN_KIB KiB - $MAX_MIB MiB, $COLL f32 out of place"
 echo "# layout      size(B)   accel(us)  $base_name(us)  vs_raw   (build, round)"
 port=29600
@@ -159,7 +168,8 @@ for layout in "${LAYOUTS[@]}"; do
     for m in $(seq $((nm - 1)) -1 0); do
         if [ "$PEER" = torch ]; then # torch's gloo needs the machine's interface named
             prog=(env ACCEL_BACKEND="$be" GLOO_SOCKET_IFNAME="bm${id}m$m" "${PYTHON:-python3}"
-                "$torch_gloo" --lib "$B/libaccel.so" --per-call "${PER_CALL:-0}")
+                "$torch_gloo" --lib "$B/libaccel.so" --per-call "${PER_CALL:-0}"
+                --in-place "${IN_PLACE:-0}")
         else
             prog=("$B/bench/collectives" --backend "$be" --oop-only 1 --baseline "$BASELINE")
         fi

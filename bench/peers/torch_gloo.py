@@ -17,7 +17,10 @@ Run under accel launch, one launcher per machine (docs/comm.md):
         --num_processes 2 python3 bench/peers/torch_gloo.py --lib build/libaccel.so
 Flags: --coll allreduce|allgather|broadcast, --min-kib K (4), --max-mib M (64), --max-iters N
 (2000); --per-call 1 adds, after each row, process 0's distribution of single calls over the
-timed batches and its CPU time (user, system) per call, for each library ("# per call" lines).
+timed batches and, per call, its CPU time (user, system), the host's (busy, all CPUs), its page
+faults and context switches, and its network namespace's TCP counters (segments sent and
+retransmitted, timeouts, loss probes, retransmits of segments still queued on the host), for each
+library ("# per call" lines); --in-place 1 times accel's allreduce in place (torch's only form).
 Python calls cost both sides a few microseconds a call (torch's more): read sizes below 64 KiB
 with that in mind. Needs torch; exits 77 without it.
 """
@@ -72,6 +75,40 @@ class Accel:
                                       self.lib.accel_last_error(self.h).decode()))
 
 
+# --per-call: this network namespace's TCP counters around each timed batch (the machine's
+# whole traffic: on a machine of its own, as under bench/machines_netns.sh, the one library's).
+TCP_SNMP = ("OutSegs", "RetransSegs")
+TCP_EXT = ("TCPTimeouts", "TCPLossProbes", "TCPSpuriousRtxHostQueues")
+
+
+def tcp_counters():
+    out = {}
+    for path, prefix, names in (("/proc/net/snmp", "Tcp:", TCP_SNMP),
+                                ("/proc/net/netstat", "TcpExt:", TCP_EXT)):
+        try:
+            with open(path) as f:
+                rows = [line.split() for line in f if line.startswith(prefix)]
+        except OSError:
+            rows = []
+        if len(rows) >= 2:
+            table = dict(zip(rows[0][1:], rows[1][1:]))
+            for name in names:
+                out[name] = int(table.get(name, 0))
+    return out
+
+
+def host_busy_s():
+    """The host's busy CPU time so far, all CPUs (/proc/stat, not namespaced: every process and
+    the kernel's packet work, which the emulated network puts on the same CPUs)."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default="build/libaccel.so")
@@ -80,6 +117,7 @@ def main():
     ap.add_argument("--max-mib", type=int, default=64)
     ap.add_argument("--max-iters", type=int, default=2000)
     ap.add_argument("--per-call", type=int, default=0)
+    ap.add_argument("--in-place", type=int, default=0)
     a = ap.parse_args()
     try:
         import torch
@@ -102,7 +140,8 @@ def main():
 
     def accel_fn(count):
         if a.coll == "allreduce":
-            st = lib.accel_allreduce(h, send.data_ptr(), recv.data_ptr(), count, F32, SUM, None)
+            src = recv if a.in_place else send  # in place: zeros stay zeros, as torch's
+            st = lib.accel_allreduce(h, src.data_ptr(), recv.data_ptr(), count, F32, SUM, None)
         elif a.coll == "allgather":  # each process's chunk of the count, every chunk into recv
             part = count // n
             st = lib.accel_allgather(h, send.data_ptr() + 4 * rank * part, recv.data_ptr(),
@@ -125,6 +164,8 @@ def main():
     def batch(fn, count, iters, keep=None):
         acc.check(lib.accel_barrier(h, None), "accel_barrier")
         r0 = resource.getrusage(resource.RUSAGE_SELF)
+        c0 = tcp_counters() if keep is not None else None
+        h0 = host_busy_s() if keep is not None else None
         t0 = t = time.perf_counter()
         for _ in range(iters):
             fn(count)
@@ -136,12 +177,18 @@ def main():
             r1 = resource.getrusage(resource.RUSAGE_SELF)
             keep["user"] += r1.ru_utime - r0.ru_utime
             keep["sys"] += r1.ru_stime - r0.ru_stime
+            keep["faults"] += r1.ru_minflt - r0.ru_minflt
+            keep["host"] += host_busy_s() - h0
+            keep["switches"] += r1.ru_nvcsw + r1.ru_nivcsw - r0.ru_nvcsw - r0.ru_nivcsw
+            for name, v in tcp_counters().items():
+                keep["tcp"][name] = keep["tcp"].get(name, 0) + v - c0.get(name, 0)
         return (time.perf_counter() - t0) / iters
 
     if rank == 0:
-        print("# torch_gloo: %d processes, accel backend %s, torch %s gloo, %s f32; accel out of "
-              "place, torch in place" % (n, lib.accel_backend_name(h).decode(), torch.__version__,
-                                         a.coll))
+        print("# torch_gloo: %d processes, accel backend %s, torch %s gloo, %s f32; accel %s, "
+              "torch in place" % (n, lib.accel_backend_name(h).decode(), torch.__version__, a.coll,
+                                  "in place" if a.in_place and a.coll == "allreduce"
+                                  else "out of place"))
         print("# %s %10s %10s %4s %10s | %10s %7s" % ("coll", "size(B)", "count", "type",
                                                      "accel(us)", "torch(us)", "vs_raw"))
     nbytes = a.min_kib << 10
@@ -152,10 +199,11 @@ def main():
         batch(accel_fn, count, 2 + iters // 10)
         batch(torch_call, count, 2 + iters // 10)
         best = [1e30, 1e30]
-        kept = [{"times": [], "user": 0.0, "sys": 0.0} if a.per_call else None for _ in range(2)]
-        for _ in range(TRIALS):
-            best[0] = min(best[0], batch(accel_fn, count, iters, kept[0]))
-            best[1] = min(best[1], batch(torch_call, count, iters, kept[1]))
+        kept = [{"times": [], "user": 0.0, "sys": 0.0, "faults": 0, "switches": 0, "host": 0.0,
+                 "tcp": {}} if a.per_call else None for _ in range(2)]
+        for trial in range(TRIALS):  # which goes first alternates, as in bench/collectives
+            for b in ((0, 1) if trial % 2 == 0 else (1, 0)):
+                best[b] = min(best[b], batch((accel_fn, torch_call)[b], count, iters, kept[b]))
         worst = torch.tensor(best, dtype=torch.float64)
         dist.all_reduce(worst, op=dist.ReduceOp.MAX)
         ta, tt = worst.tolist()
@@ -169,10 +217,17 @@ def main():
             v = sorted(k["times"])
             q = lambda f: v[min(len(v) - 1, int(f * len(v)))] * 1e3
             print("# per call, %s %d B, %s: ms min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f mean "
-                  "%.2f; CPU ms a call user %.2f system %.2f"
+                  "%.2f; CPU ms a call user %.2f system %.2f, the host's %.2f; a call page "
+                  "faults %.1f context switches %.1f"
                   % (a.coll, count * 4, name, v[0] * 1e3, q(0.1), q(0.5), q(0.9), v[-1] * 1e3,
-                     sum(v) / len(v) * 1e3, k["user"] / len(v) * 1e3, k["sys"] / len(v) * 1e3),
+                     sum(v) / len(v) * 1e3, k["user"] / len(v) * 1e3, k["sys"] / len(v) * 1e3,
+                     k["host"] / len(v) * 1e3, k["faults"] / len(v), k["switches"] / len(v)),
                   flush=True)
+            if k["tcp"]:
+                print("# per call, %s %d B, %s: TCP a call (this machine) %s"
+                      % (a.coll, count * 4, name, " ".join(
+                          "%s %.1f" % (c, k["tcp"][c] / len(v)) for c in TCP_SNMP + TCP_EXT
+                          if c in k["tcp"])), flush=True)
         nbytes *= 4
     dist.destroy_process_group()
     lib.accel_free(h)
