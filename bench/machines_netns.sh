@@ -17,13 +17,13 @@
 #   BASELINE=0 ...    accel alone (no Gloo ring in the run)
 #   PEER=torch PYTHON=python3 ...   PyTorch's gloo process group as the baseline instead of
 #                     Gloo's own: bench/peers/torch_gloo.py in the same processes (needs torch);
-#                     PER_CALL=1 adds its "# per call" lines (single calls' times, CPU a call)
+#                     PER_CALL=1 adds its "# per call" lines (single calls' times; CPU, TCP a call)
 #                     IN_PLACE=1 times accel's allreduce in place too (torch's only form)
 #   ROUNDS=5 ...      every layout 5 times, then the median [min-max] of each row
 #   bench/machines_netns.sh build,/tmp/old/build ...   two builds (comma-separated), alternated
 #                     in each round, on the same namespaces; the summary names each build
 #   MTU=1500 ...      the links' MTU (default 9000, jumbo frames). At 1500, shaping and bridging six
-#                     times the packets kept this 2-CPU host 80-90% busy at 1 Gbit/s, so the run
+#                     times the packets kept this 2-CPU host 77-90% busy at 1 Gbit/s, so the run
 #                     measured the host's packet work more than the link (docs/performance.md,
 #                     seventeenth pass); the passes before it ran at 1500
 #   CC=cubic ...      the machines' TCP congestion control (default: the host's, bbr here); the

@@ -109,6 +109,16 @@ def host_busy_s():
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def usage():
+    """--per-call's counters so far: this process's CPU time (s), page faults and context
+    switches, the host's busy CPU time (s), this machine's TCP counters."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    u = {"user": r.ru_utime, "sys": r.ru_stime, "faults": r.ru_minflt,
+         "switches": r.ru_nvcsw + r.ru_nivcsw, "host": host_busy_s()}
+    u.update(tcp_counters())
+    return u
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lib", default="build/libaccel.so")
@@ -159,13 +169,11 @@ def main():
         else:
             dist.broadcast(t, 0)
 
-    # --per-call: every timed call's own time and the process's CPU time (user, system), per
-    # library, for the distribution lines ("# per call").
+    # --per-call: every timed call's own time and the growth of usage()'s counters, per library,
+    # for the "# per call" lines.
     def batch(fn, count, iters, keep=None):
         acc.check(lib.accel_barrier(h, None), "accel_barrier")
-        r0 = resource.getrusage(resource.RUSAGE_SELF)
-        c0 = tcp_counters() if keep is not None else None
-        h0 = host_busy_s() if keep is not None else None
+        u0 = usage() if keep is not None else None
         t0 = t = time.perf_counter()
         for _ in range(iters):
             fn(count)
@@ -174,14 +182,8 @@ def main():
                 keep["times"].append(now - t)
                 t = now
         if keep is not None:
-            r1 = resource.getrusage(resource.RUSAGE_SELF)
-            keep["user"] += r1.ru_utime - r0.ru_utime
-            keep["sys"] += r1.ru_stime - r0.ru_stime
-            keep["faults"] += r1.ru_minflt - r0.ru_minflt
-            keep["host"] += host_busy_s() - h0
-            keep["switches"] += r1.ru_nvcsw + r1.ru_nivcsw - r0.ru_nvcsw - r0.ru_nivcsw
-            for name, v in tcp_counters().items():
-                keep["tcp"][name] = keep["tcp"].get(name, 0) + v - c0.get(name, 0)
+            for name, v in usage().items():
+                keep["sums"][name] = keep["sums"].get(name, 0) + v - u0.get(name, v)
         return (time.perf_counter() - t0) / iters
 
     if rank == 0:
@@ -199,8 +201,7 @@ def main():
         batch(accel_fn, count, 2 + iters // 10)
         batch(torch_call, count, 2 + iters // 10)
         best = [1e30, 1e30]
-        kept = [{"times": [], "user": 0.0, "sys": 0.0, "faults": 0, "switches": 0, "host": 0.0,
-                 "tcp": {}} if a.per_call else None for _ in range(2)]
+        kept = [{"times": [], "sums": {}} if a.per_call else None for _ in range(2)]
         for trial in range(TRIALS):  # which goes first alternates, as in bench/collectives
             for b in ((0, 1) if trial % 2 == 0 else (1, 0)):
                 best[b] = min(best[b], batch((accel_fn, torch_call)[b], count, iters, kept[b]))
@@ -216,18 +217,17 @@ def main():
                 continue
             v = sorted(k["times"])
             q = lambda f: v[min(len(v) - 1, int(f * len(v)))] * 1e3
+            per = {c: x / len(v) for c, x in k["sums"].items()}  # a call
             print("# per call, %s %d B, %s: ms min %.2f p10 %.2f p50 %.2f p90 %.2f max %.2f mean "
                   "%.2f; CPU ms a call user %.2f system %.2f, the host's %.2f; a call page "
                   "faults %.1f context switches %.1f"
                   % (a.coll, count * 4, name, v[0] * 1e3, q(0.1), q(0.5), q(0.9), v[-1] * 1e3,
-                     sum(v) / len(v) * 1e3, k["user"] / len(v) * 1e3, k["sys"] / len(v) * 1e3,
-                     k["host"] / len(v) * 1e3, k["faults"] / len(v), k["switches"] / len(v)),
-                  flush=True)
-            if k["tcp"]:
+                     sum(v) / len(v) * 1e3, per["user"] * 1e3, per["sys"] * 1e3,
+                     per["host"] * 1e3, per["faults"], per["switches"]), flush=True)
+            tcp = ["%s %.1f" % (c, per[c]) for c in TCP_SNMP + TCP_EXT if c in per]
+            if tcp:
                 print("# per call, %s %d B, %s: TCP a call (this machine) %s"
-                      % (a.coll, count * 4, name, " ".join(
-                          "%s %.1f" % (c, k["tcp"][c] / len(v)) for c in TCP_SNMP + TCP_EXT
-                          if c in k["tcp"])), flush=True)
+                      % (a.coll, count * 4, name, " ".join(tcp)), flush=True)
         nbytes *= 4
     dist.destroy_process_group()
     lib.accel_free(h)
